@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what building and testing h5gds needs into project-local places:
+#   .venv/        cmake (HDF5 is built from source by hdf5-metno-sys), h5py with HDF5 2.x, numpy
+#   .venv-114/    h5py whose wheel bundles HDF5 1.14, for the old-HDF5 compatibility test
+# Idempotent: a second run only checks what is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+H5PY_NEW=3.16.0   # bundles HDF5 2.0
+H5PY_OLD=3.14.0   # bundles HDF5 1.14.6
+
+make_venv() {  # dir, packages...
+  local dir=$1; shift
+  if [ ! -x "$dir/bin/python" ]; then
+    "$PY" -m venv "$dir"
+  fi
+  if ! "$dir/bin/python" -m pip show "$@" >/dev/null 2>&1; then
+    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
+  fi
+}
+
+make_venv .venv "cmake>=3.26" "h5py==$H5PY_NEW" numpy
+make_venv .venv-114 "h5py==$H5PY_OLD" "numpy<2.3"
+
+# Report what the test suite will run against.
+.venv/bin/python -c 'import h5py; print("h5py", h5py.__version__, "HDF5", h5py.version.hdf5_version)'
+.venv-114/bin/python -c 'import h5py; print("h5py", h5py.__version__, "HDF5", h5py.version.hdf5_version)'
+.venv/bin/cmake --version | head -1
