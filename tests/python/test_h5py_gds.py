@@ -1,0 +1,117 @@
+"""h5py programs run through the gds driver (HDF5_PLUGIN_PATH + HDF5_DRIVER=gds) in child
+interpreters, compared with the same programs under sec2; h5py 3.16 bundles HDF5 2.0, and a
+second environment's h5py bundles HDF5 1.14."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = Path(__file__).with_name("h5py_scenarios.py")
+PLUGIN_DIR = Path(os.environ.get("H5GDS_PLUGIN_DIR", ROOT / "target" / "release"))
+NEW_PYTHON = Path(os.environ.get("H5GDS_PYTHON", ROOT / ".venv" / "bin" / "python"))
+OLD_PYTHON = Path(os.environ.get("H5GDS_PYTHON_114", ROOT / ".venv-114" / "bin" / "python"))
+
+
+def run(command, path, driver, python=NEW_PYTHON, extra_env=None, timeout=600):
+    """Runs one scenario in a child interpreter; returns (stdout, stderr) or fails the test."""
+    assert (PLUGIN_DIR / "libh5gds.so").is_file(), f"build the plugin first: {PLUGIN_DIR}/libh5gds.so"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HDF5_", "H5GDS_", "H5_GDS_"))}
+    env["HDF5_PLUGIN_PATH"] = str(PLUGIN_DIR)
+    env["H5GDS_LOG"] = "info"
+    if driver == "gds":
+        env["HDF5_DRIVER"] = "gds"
+    env.update(extra_env or {})
+    proc = subprocess.run([str(python), str(SCENARIOS), command, str(path)], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{command} under {driver} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    gds_opened = f'opened "{path}"' in proc.stderr
+    assert gds_opened == (driver == "gds"), f"gds {'not ' if driver == 'gds' else ''}used:\n{proc.stderr}"
+    return proc.stdout, proc.stderr
+
+
+def hdf5_version(python):
+    out = subprocess.run([str(python), "-c", "import h5py; print(h5py.version.hdf5_version)"], capture_output=True,
+                         text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_h5py_bundles_hdf5_2():
+    assert hdf5_version(NEW_PYTHON).startswith("2."), hdf5_version(NEW_PYTHON)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """The same program's files, written under each driver."""
+    tmp = tmp_path_factory.mktemp("written")
+    files = {}
+    for driver in ("sec2", "gds"):
+        files[driver] = tmp / f"{driver}.h5"
+        out, _ = run("write", files[driver], driver)
+        assert "WRITE OK" in out
+    return files
+
+
+@pytest.mark.parametrize("writer", ["sec2", "gds"])
+def test_each_driver_reads_each_file_identically(written, writer):
+    dumps = {reader: run("dump", written[writer], reader)[0] for reader in ("sec2", "gds")}
+    assert dumps["sec2"] == dumps["gds"]
+    assert "/gzip dataset float64 (200000,)" in dumps["gds"]
+    assert "/resizable dataset int64 (510, 16)" in dumps["gds"]
+    assert "/compact dataset int32 (12,)" in dumps["gds"]
+
+
+def test_files_from_both_drivers_hold_the_same_content(written):
+    assert run("dump", written["sec2"], "sec2")[0] == run("dump", written["gds"], "sec2")[0]
+
+
+def test_thousands_of_small_objects(tmp_path):
+    out, _ = run("many", tmp_path / "many.h5", "gds")
+    assert "MANY OK 3000" in out
+
+
+def test_file_over_4_gib_sparse(tmp_path):
+    out, _ = run("big", tmp_path / "big.h5", "gds")
+    size = int(out.split("BIG OK ")[1])
+    assert size > 4 << 30
+    stat = os.stat(tmp_path / "big.h5")
+    assert stat.st_blocks * 512 < 1 << 30, "the file should be sparse"
+
+
+def test_reads_past_eof_zero_fill(tmp_path):
+    out, err = run("past-eof", tmp_path / "eof.h5", "gds", extra_env={"H5GDS_LOG": "debug"})
+    assert "PAST-EOF OK" in out
+    assert "extends past EOF" in err, "the scenario did not read past end of file"
+
+
+def test_config_string_from_environment(tmp_path):
+    _, err = run("write", tmp_path / "cfg.h5", "gds", extra_env={"HDF5_DRIVER_CONFIG": "nthreads=3,task_size=256K"})
+    assert "nthreads=3 (config string)" in err and "task_size=256K (config string)" in err
+    assert run("dump", tmp_path / "cfg.h5", "sec2")[0] == run("dump", tmp_path / "cfg.h5", "gds")[0]
+
+
+def test_invalid_setting_fails_with_a_clear_error(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HDF5_", "H5GDS_"))}
+    env.update(HDF5_PLUGIN_PATH=str(PLUGIN_DIR), HDF5_DRIVER="gds", H5GDS_TASK_SIZE="huge")
+    code = "import h5py\ntry:\n    h5py.File(%r, 'w')\nexcept OSError as e:\n    print('ERR', e)\n" % str(
+        tmp_path / "x.h5")
+    proc = subprocess.run([str(NEW_PYTHON), "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("ERR"), proc.stdout
+    assert 'invalid value "huge" for H5GDS_TASK_SIZE' in proc.stderr
+    assert "4K to 1G" in proc.stderr
+    assert not (tmp_path / "x.h5").exists()
+
+
+def test_hdf5_1_14_program(tmp_path):
+    assert hdf5_version(OLD_PYTHON).startswith("1.14."), hdf5_version(OLD_PYTHON)
+    path = tmp_path / "old.h5"
+    out, _ = run("write", path, "gds", python=OLD_PYTHON)
+    assert "WRITE OK" in out
+    # Read under 1.14 with gds and with sec2, and under HDF5 2.0 with sec2: all identical.
+    old_gds = run("dump", path, "gds", python=OLD_PYTHON)[0]
+    assert old_gds == run("dump", path, "sec2", python=OLD_PYTHON)[0]
+    assert old_gds == run("dump", path, "sec2")[0]

@@ -1,0 +1,406 @@
+//! Settings: one table (`SETTINGS`) that names every setting, its environment variable, its
+//! config-string key, default and accepted values; parsing from the environment and from config
+//! strings (`HDF5_DRIVER_CONFIG`, `H5Pset_driver_by_name`); validation with errors that name the
+//! setting and what it accepts.
+//!
+//! Precedence: config string over environment variable over the earlier GDS driver's aliases over
+//! the default.
+
+use crate::error::{Error, Result};
+use std::fmt;
+
+/// How device buffers reach the file (takes effect with the GPU paths).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompatMode {
+    /// cuFile where GDS is really available, else the driver's own staged path.
+    Auto,
+    /// Never touch libcufile: always the staged path.
+    On,
+    /// Require cuFile; fail the open otherwise.
+    Off,
+}
+
+/// Whether host I/O uses `O_DIRECT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirectIo {
+    Off,
+    On,
+    /// `O_DIRECT` where the file system accepts it, buffered I/O elsewhere.
+    Auto,
+}
+
+/// Where a setting's value came from, for logs and `h5gds info`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    Default,
+    Environment(&'static str),
+    ConfigString,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::Environment(var) => write!(f, "environment ({var})"),
+            Source::ConfigString => f.write_str("config string"),
+        }
+    }
+}
+
+/// Identifies one setting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Key {
+    CompatMode,
+    NThreads,
+    TaskSize,
+    BounceBufferSize,
+    DirectIo,
+}
+
+/// The description of one setting: the single source for parsing, errors and documentation.
+pub struct SettingSpec {
+    pub key: Key,
+    pub env: &'static str,
+    pub config_key: &'static str,
+    /// Environment variables of the earlier GDS driver that set the same thing.
+    pub aliases: &'static [&'static str],
+    pub meaning: &'static str,
+    pub default: &'static str,
+    pub accepted: &'static str,
+}
+
+pub const MIN_SIZE: u64 = 4 << 10;
+pub const MAX_SIZE: u64 = 1 << 30;
+pub const MAX_THREADS: usize = 256;
+
+pub const SETTINGS: &[SettingSpec] = &[
+    SettingSpec {
+        key: Key::CompatMode,
+        env: "H5GDS_COMPAT_MODE",
+        config_key: "compat_mode",
+        aliases: &[],
+        meaning:
+            "device I/O path: auto = cuFile when GDS is really available, else the staged path; \
+                  on = never touch libcufile; off = require cuFile",
+        default: "auto",
+        accepted: "auto, on, off",
+    },
+    SettingSpec {
+        key: Key::NThreads,
+        env: "H5GDS_NTHREADS",
+        config_key: "nthreads",
+        aliases: &["H5_GDS_VFD_IO_THREADS"],
+        meaning: "I/O threads",
+        default: "cores, at most 16",
+        accepted: "an integer from 1 to 256",
+    },
+    SettingSpec {
+        key: Key::TaskSize,
+        env: "H5GDS_TASK_SIZE",
+        config_key: "task_size",
+        aliases: &["H5_GDS_VFD_IO_BLOCK_SIZE"],
+        meaning: "split size for large requests",
+        default: "4M",
+        accepted: "a size from 4K to 1G (bytes, or with a K/M/G suffix)",
+    },
+    SettingSpec {
+        key: Key::BounceBufferSize,
+        env: "H5GDS_BOUNCE_BUFFER_SIZE",
+        config_key: "bounce_buffer_size",
+        aliases: &[],
+        meaning: "pinned bounce buffer size",
+        default: "16M",
+        accepted: "a size from 4K to 1G (bytes, or with a K/M/G suffix)",
+    },
+    SettingSpec {
+        key: Key::DirectIo,
+        env: "H5GDS_DIRECT_IO",
+        config_key: "direct_io",
+        aliases: &[],
+        meaning: "O_DIRECT for host I/O",
+        default: "off",
+        accepted: "off, on, auto",
+    },
+];
+
+/// The environment variable that sets the log filter (not a per-file setting).
+pub const LOG_ENV: &str = "H5GDS_LOG";
+
+/// The settings in effect for one open file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub compat_mode: CompatMode,
+    pub nthreads: usize,
+    pub task_size: usize,
+    pub bounce_buffer_size: usize,
+    pub direct_io: DirectIo,
+    /// Where each value came from, in `SETTINGS` order.
+    pub sources: Vec<(Key, Source)>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            compat_mode: CompatMode::Auto,
+            nthreads: default_nthreads(),
+            task_size: 4 << 20,
+            bounce_buffer_size: 16 << 20,
+            direct_io: DirectIo::Off,
+            sources: SETTINGS.iter().map(|s| (s.key, Source::Default)).collect(),
+        }
+    }
+}
+
+/// One I/O thread per core, at most 16.
+pub fn default_nthreads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(16)
+}
+
+impl Settings {
+    /// Settings from the process environment and an optional config string.
+    pub fn load(config: Option<&str>) -> Result<Settings> {
+        Self::from_sources(|name| std::env::var(name).ok(), config)
+    }
+
+    /// Settings from an environment lookup function (for tests) and an optional config string.
+    pub fn from_sources(
+        env: impl Fn(&str) -> Option<String>,
+        config: Option<&str>,
+    ) -> Result<Settings> {
+        let mut settings = Settings::default();
+        for spec in SETTINGS {
+            // Aliases first, so the newer name wins when both are set.
+            for var in spec.aliases.iter().chain(std::iter::once(&spec.env)) {
+                if let Some(value) = env(var) {
+                    settings.apply(spec, &value, Source::Environment(var))?;
+                }
+            }
+        }
+        if let Some(config) = config {
+            for (key, value) in parse_config_string(config)? {
+                let spec = SETTINGS
+                    .iter()
+                    .find(|s| s.config_key == key)
+                    .ok_or_else(|| Error::UnknownConfigKey {
+                        key: key.to_string(),
+                    })?;
+                settings.apply(spec, value, Source::ConfigString)?;
+            }
+        }
+        Ok(settings)
+    }
+
+    fn apply(&mut self, spec: &'static SettingSpec, raw: &str, source: Source) -> Result<()> {
+        let value = raw.trim();
+        let invalid = || Error::InvalidSetting {
+            setting: match &source {
+                Source::Environment(var) => (*var).to_string(),
+                _ => spec.config_key.to_string(),
+            },
+            value: raw.to_string(),
+            accepted: spec.accepted,
+        };
+        match spec.key {
+            Key::CompatMode => {
+                self.compat_mode = match value.to_ascii_lowercase().as_str() {
+                    "auto" => CompatMode::Auto,
+                    "on" => CompatMode::On,
+                    "off" => CompatMode::Off,
+                    _ => return Err(invalid()),
+                }
+            }
+            Key::DirectIo => {
+                self.direct_io = match value.to_ascii_lowercase().as_str() {
+                    "off" => DirectIo::Off,
+                    "on" => DirectIo::On,
+                    "auto" => DirectIo::Auto,
+                    _ => return Err(invalid()),
+                }
+            }
+            Key::NThreads => {
+                self.nthreads = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_THREADS).contains(n))
+                    .ok_or_else(invalid)?
+            }
+            Key::TaskSize => self.task_size = parse_bounded_size(value).ok_or_else(invalid)?,
+            Key::BounceBufferSize => {
+                self.bounce_buffer_size = parse_bounded_size(value).ok_or_else(invalid)?
+            }
+        }
+        if let Some(slot) = self.sources.iter_mut().find(|(k, _)| *k == spec.key) {
+            slot.1 = source;
+        }
+        Ok(())
+    }
+
+    pub fn source(&self, key: Key) -> &Source {
+        self.sources
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, s)| s)
+            .unwrap_or(&Source::Default)
+    }
+
+    /// The value of one setting as text, as a user would write it.
+    pub fn value_text(&self, key: Key) -> String {
+        match key {
+            Key::CompatMode => format!("{:?}", self.compat_mode).to_lowercase(),
+            Key::DirectIo => format!("{:?}", self.direct_io).to_lowercase(),
+            Key::NThreads => self.nthreads.to_string(),
+            Key::TaskSize => format_size(self.task_size as u64),
+            Key::BounceBufferSize => format_size(self.bounce_buffer_size as u64),
+        }
+    }
+
+    /// `key=value (source), ...` for log lines.
+    pub fn describe(&self) -> String {
+        SETTINGS
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}={} ({})",
+                    s.config_key,
+                    self.value_text(s.key),
+                    self.source(s.key)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Splits `key=value,key=value` into pairs; empty items are ignored.
+pub fn parse_config_string(config: &str) -> Result<Vec<(&str, &str)>> {
+    config
+        .split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(|item| {
+            item.split_once('=')
+                .map(|(k, v)| (k.trim(), v.trim()))
+                .ok_or_else(|| Error::MalformedConfig {
+                    item: item.to_string(),
+                })
+        })
+        .collect()
+}
+
+/// A byte count with an optional `K`/`M`/`G` suffix (binary units; `KB`, `KiB` also accepted).
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let digits_end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, suffix) = text.split_at(digits_end);
+    let number: u64 = digits.parse().ok()?;
+    let shift = match suffix.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        _ => return None,
+    };
+    number.checked_mul(1u64 << shift)
+}
+
+fn parse_bounded_size(text: &str) -> Option<usize> {
+    parse_size(text)
+        .filter(|n| (MIN_SIZE..=MAX_SIZE).contains(n))
+        .map(|n| n as usize)
+}
+
+/// A byte count in the shortest exact K/M/G form (`4M`, `1536K`, `100`).
+pub fn format_size(bytes: u64) -> String {
+    for (shift, suffix) in [(30, "G"), (20, "M"), (10, "K")] {
+        if bytes != 0 && bytes % (1u64 << shift) == 0 {
+            return format!("{}{}", bytes >> shift, suffix);
+        }
+    }
+    bytes.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn defaults_match_the_design_table() {
+        let s = Settings::from_sources(env_of(&[]), None).unwrap();
+        assert_eq!(s.compat_mode, CompatMode::Auto);
+        assert_eq!(s.task_size, 4 << 20);
+        assert_eq!(s.bounce_buffer_size, 16 << 20);
+        assert_eq!(s.direct_io, DirectIo::Off);
+        assert!(s.nthreads >= 1 && s.nthreads <= 16);
+        assert!(s.sources.iter().all(|(_, src)| *src == Source::Default));
+    }
+
+    #[test]
+    fn sizes_accept_suffixes() {
+        assert_eq!(parse_size("8M"), Some(8 << 20));
+        assert_eq!(parse_size("64k"), Some(64 << 10));
+        assert_eq!(parse_size("1G"), Some(1 << 30));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("2MiB"), Some(2 << 20));
+        assert_eq!(parse_size("M"), None);
+        assert_eq!(parse_size("3T"), None);
+        assert_eq!(parse_size("-1"), None);
+        assert_eq!(format_size(4 << 20), "4M");
+        assert_eq!(format_size(1536 << 10), "1536K");
+    }
+
+    #[test]
+    fn config_string_overrides_environment_overrides_alias() {
+        let env = env_of(&[
+            ("H5_GDS_VFD_IO_THREADS", "3"),
+            ("H5GDS_NTHREADS", "5"),
+            ("H5_GDS_VFD_IO_BLOCK_SIZE", "1M"),
+        ]);
+        let s = Settings::from_sources(&env, None).unwrap();
+        assert_eq!(s.nthreads, 5);
+        assert_eq!(s.task_size, 1 << 20);
+        assert_eq!(
+            *s.source(Key::TaskSize),
+            Source::Environment("H5_GDS_VFD_IO_BLOCK_SIZE")
+        );
+        let s =
+            Settings::from_sources(&env, Some("nthreads=4, task_size=8M,compat_mode=ON")).unwrap();
+        assert_eq!(s.nthreads, 4);
+        assert_eq!(s.task_size, 8 << 20);
+        assert_eq!(s.compat_mode, CompatMode::On);
+        assert_eq!(*s.source(Key::NThreads), Source::ConfigString);
+    }
+
+    #[test]
+    fn invalid_values_name_the_setting_and_accepted_values() {
+        let err =
+            Settings::from_sources(env_of(&[("H5GDS_COMPAT_MODE", "maybe")]), None).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("H5GDS_COMPAT_MODE")
+                && text.contains("maybe")
+                && text.contains("auto, on, off")
+        );
+        let err = Settings::from_sources(env_of(&[]), Some("nthreads=0")).unwrap_err();
+        assert!(err.to_string().contains("nthreads") && err.to_string().contains("1 to 256"));
+        let err = Settings::from_sources(env_of(&[]), Some("task_size=2G")).unwrap_err();
+        assert!(err.to_string().contains("task_size"));
+        let err = Settings::from_sources(env_of(&[]), Some("bogus=1")).unwrap_err();
+        assert!(err.to_string().contains("bogus") && err.to_string().contains("compat_mode"));
+        let err = Settings::from_sources(env_of(&[]), Some("nthreads")).unwrap_err();
+        assert!(err.to_string().contains("key=value"));
+    }
+}

@@ -1,0 +1,297 @@
+//! One open file: descriptors, end-of-address and end-of-file markers, locking, truncation, and
+//! the dispatch of reads and writes to the I/O paths. Semantics follow HDF5's sec2 driver.
+
+use crate::abi::{
+    haddr_t, H5F_ACC_CREAT, H5F_ACC_EXCL, H5F_ACC_RDWR, H5F_ACC_TRUNC, HADDR_UNDEF, MAXADDR,
+};
+use crate::config::{DirectIo, Settings};
+use crate::error::{Error, Result};
+use crate::io::host::HostIo;
+use crate::io::vector::Piece;
+use std::cmp::Ordering;
+use std::ffi::{c_int, CStr};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+
+pub struct OpenFile {
+    pub path: String,
+    file: File,
+    /// The descriptor as a C int, whose address `get_handle` hands out.
+    pub raw_fd: c_int,
+    /// A second descriptor with `O_DIRECT`, when `direct_io` is in effect for this file.
+    direct: Option<File>,
+    pub eoa: haddr_t,
+    pub eof: haddr_t,
+    device: u64,
+    inode: u64,
+    ignore_disabled_locks: bool,
+    pub settings: Settings,
+}
+
+/// sec2's `ADDR_OVERFLOW`: undefined, or beyond what `off_t` can address.
+pub fn addr_overflows(addr: haddr_t) -> bool {
+    addr == HADDR_UNDEF || addr & !MAXADDR != 0
+}
+
+/// sec2's `REGION_OVERFLOW`, as an error naming the range.
+pub fn check_region(addr: haddr_t, size: u64, maxaddr: haddr_t) -> Result<()> {
+    let end = addr.checked_add(size);
+    let bad = addr_overflows(addr)
+        || addr_overflows(size)
+        || end.is_none_or(|e| e == HADDR_UNDEF || e > MAXADDR);
+    if bad {
+        return Err(Error::Overflow {
+            addr,
+            size,
+            maxaddr,
+        });
+    }
+    Ok(())
+}
+
+fn open_fd(path: &CStr, flags: c_int) -> io::Result<File> {
+    // SAFETY: path is a valid C string; the mode is sec2's (0666 less the umask).
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            flags | libc::O_CLOEXEC,
+            0o666 as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just opened and is owned by nothing else.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+impl OpenFile {
+    /// Opens `path` with HDF5 access `flags` (RDWR, CREAT, TRUNC, EXCL) as sec2 does.
+    pub fn open(
+        c_path: &CStr,
+        flags: u32,
+        maxaddr: haddr_t,
+        settings: Settings,
+        ignore_disabled_locks: bool,
+    ) -> Result<Self> {
+        let path = &*c_path.to_string_lossy();
+        if path.is_empty() {
+            return Err(Error::InvalidArgument("invalid file name: empty".into()));
+        }
+        if maxaddr == 0 || addr_overflows(maxaddr) {
+            return Err(Error::InvalidArgument(format!("bogus maxaddr {maxaddr}")));
+        }
+        let mut o_flags = if flags & H5F_ACC_RDWR != 0 {
+            libc::O_RDWR
+        } else {
+            libc::O_RDONLY
+        };
+        if flags & H5F_ACC_TRUNC != 0 {
+            o_flags |= libc::O_TRUNC;
+        }
+        if flags & H5F_ACC_CREAT != 0 {
+            o_flags |= libc::O_CREAT;
+        }
+        if flags & H5F_ACC_EXCL != 0 {
+            o_flags |= libc::O_EXCL;
+        }
+        let open_error = |source| Error::Open {
+            path: path.to_string(),
+            flags,
+            source,
+        };
+        let file = open_fd(c_path, o_flags).map_err(open_error)?;
+        let meta = file.metadata().map_err(|source| Error::File {
+            op: "fstat",
+            path: path.to_string(),
+            source,
+        })?;
+        let direct = match settings.direct_io {
+            DirectIo::Off => None,
+            // O_CREAT/O_TRUNC/O_EXCL were applied by the first open.
+            mode => match open_fd(c_path, (o_flags & libc::O_ACCMODE) | libc::O_DIRECT) {
+                Ok(f) => Some(f),
+                Err(err) if mode == DirectIo::On => {
+                    return Err(Error::Open {
+                        path: path.to_string(),
+                        flags,
+                        source: io::Error::new(
+                            err.kind(),
+                            format!("direct_io=on but the file system refuses O_DIRECT ({err}); use direct_io=auto or off"),
+                        ),
+                    })
+                }
+                Err(err) => {
+                    tracing::info!("direct_io=auto: O_DIRECT refused for {path:?} ({err}); using buffered I/O");
+                    None
+                }
+            },
+        };
+        use std::os::unix::fs::MetadataExt;
+        Ok(OpenFile {
+            path: path.to_string(),
+            raw_fd: file.as_raw_fd(),
+            file,
+            direct,
+            eoa: 0,
+            eof: meta.len(),
+            device: meta.dev(),
+            inode: meta.ino(),
+            ignore_disabled_locks,
+            settings,
+        })
+    }
+
+    /// Closes the descriptors, reporting a failed `close` as sec2 does.
+    pub fn close(self) -> Result<()> {
+        drop(self.direct);
+        let fd = self.file.into_raw_fd();
+        // SAFETY: fd was owned by `self.file`, which gave it up above.
+        if unsafe { libc::close(fd) } < 0 {
+            return Err(Error::File {
+                op: "close",
+                path: self.path,
+                source: io::Error::last_os_error(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The I/O path actually in effect for host buffers, for the open log line.
+    pub fn host_path_description(&self) -> String {
+        format!(
+            "POSIX pread/pwrite{}, {} threads for requests of {} or more",
+            if self.direct.is_some() {
+                " with O_DIRECT for aligned transfers"
+            } else {
+                ""
+            },
+            self.settings.nthreads,
+            crate::config::format_size(self.settings.task_size as u64),
+        )
+    }
+
+    fn host(&self) -> HostIo<'_> {
+        HostIo {
+            fd: self.raw_fd,
+            direct_fd: self.direct.as_ref().map(|f| f.as_raw_fd()),
+            path: &self.path,
+            nthreads: self.settings.nthreads,
+            task_size: self.settings.task_size,
+        }
+    }
+
+    /// Checks a read's range; notes (at debug level) a read that reaches past end of file.
+    fn check_read(&self, addr: haddr_t, size: usize) -> Result<()> {
+        check_region(addr, size as u64, MAXADDR)?;
+        if addr + size as u64 > self.eof {
+            tracing::debug!(
+                "read of {size} bytes at {addr} in {:?} extends past EOF {}: zero-filled",
+                self.path,
+                self.eof
+            );
+        }
+        Ok(())
+    }
+
+    /// # Safety
+    /// `buf` must be valid for writes of `size` bytes.
+    pub unsafe fn read(&self, addr: haddr_t, size: usize, buf: *mut u8) -> Result<()> {
+        self.check_read(addr, size)?;
+        self.host().read(addr, buf, size)
+    }
+
+    /// # Safety
+    /// `buf` must be valid for reads of `size` bytes.
+    pub unsafe fn write(&mut self, addr: haddr_t, size: usize, buf: *const u8) -> Result<()> {
+        check_region(addr, size as u64, MAXADDR)?;
+        self.host().write(addr, buf, size)?;
+        self.eof = self.eof.max(addr + size as u64);
+        Ok(())
+    }
+
+    /// # Safety
+    /// Every piece's buffer must be valid for writes of its length.
+    pub unsafe fn read_vector(&self, pieces: Vec<Piece>) -> Result<()> {
+        for p in &pieces {
+            self.check_read(p.addr, p.len)?;
+        }
+        self.host().read_vector(pieces)
+    }
+
+    /// # Safety
+    /// Every piece's buffer must be valid for reads of its length.
+    pub unsafe fn write_vector(&mut self, pieces: Vec<Piece>) -> Result<()> {
+        for p in &pieces {
+            check_region(p.addr, p.len as u64, MAXADDR)?;
+        }
+        let end = pieces
+            .iter()
+            .map(|p| p.addr + p.len as u64)
+            .max()
+            .unwrap_or(0);
+        self.host().write_vector(pieces)?;
+        self.eof = self.eof.max(end);
+        Ok(())
+    }
+
+    pub fn set_eoa(&mut self, addr: haddr_t) -> Result<()> {
+        if addr_overflows(addr) {
+            return Err(Error::Overflow {
+                addr,
+                size: 0,
+                maxaddr: MAXADDR,
+            });
+        }
+        self.eoa = addr;
+        Ok(())
+    }
+
+    /// Makes the file exactly EOA bytes long, as sec2 does (on flush and close).
+    pub fn truncate(&mut self) -> Result<()> {
+        if self.eoa != self.eof {
+            self.file.set_len(self.eoa).map_err(|source| Error::File {
+                op: "ftruncate",
+                path: self.path.clone(),
+                source,
+            })?;
+            self.eof = self.eoa;
+        }
+        Ok(())
+    }
+
+    fn flock(&self, op: c_int, what: &'static str) -> Result<()> {
+        // SAFETY: flock on a descriptor this struct owns.
+        if unsafe { libc::flock(self.raw_fd, op | libc::LOCK_NB) } < 0 {
+            let err = io::Error::last_os_error();
+            // Locking disabled on this file system, and the user asked HDF5 to ignore that.
+            if self.ignore_disabled_locks && err.raw_os_error() == Some(libc::ENOSYS) {
+                return Ok(());
+            }
+            return Err(Error::File {
+                op: what,
+                path: self.path.clone(),
+                source: err,
+            });
+        }
+        Ok(())
+    }
+
+    /// An advisory lock: exclusive for read-write access, shared for read-only.
+    pub fn lock(&self, rw: bool) -> Result<()> {
+        self.flock(
+            if rw { libc::LOCK_EX } else { libc::LOCK_SH },
+            "unable to lock file (flock)",
+        )
+    }
+
+    pub fn unlock(&self) -> Result<()> {
+        self.flock(libc::LOCK_UN, "unable to unlock file (flock)")
+    }
+
+    /// Files are the same when device and inode match (sec2's order: device first).
+    pub fn compare(&self, other: &OpenFile) -> Ordering {
+        (self.device, self.inode).cmp(&(other.device, other.inode))
+    }
+}

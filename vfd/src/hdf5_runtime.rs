@@ -1,0 +1,189 @@
+//! HDF5 calls resolved at run time from the HDF5 library already loaded in the process.
+//!
+//! The plugin links no libhdf5: h5py and other wheels load their own HDF5 privately under a hashed
+//! file name, so a plain-name reference would fail to resolve or reach a second HDF5. Instead the
+//! loaded objects are walked (`dl_iterate_phdr`) and the first one that defines
+//! `H5Pget_driver_config_str` is used. When none does (for example a statically linked HDF5 whose
+//! symbols are not exported), the driver still works: it reads `HDF5_DRIVER_CONFIG` itself and
+//! reports errors only through the log.
+
+use crate::abi::{herr_t, hid_t};
+use crate::error::ErrorClass;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::sync::OnceLock;
+
+type GetDriverConfigStr = unsafe extern "C" fn(fapl: hid_t, buf: *mut c_char, size: usize) -> isize;
+type GetFileLocking =
+    unsafe extern "C" fn(fapl: hid_t, use_locking: *mut bool, ignore_disabled: *mut bool) -> herr_t;
+type EPush2 = unsafe extern "C" fn(
+    stack: hid_t,
+    file: *const c_char,
+    func: *const c_char,
+    line: c_uint,
+    cls: hid_t,
+    maj: hid_t,
+    min: hid_t,
+    fmt: *const c_char,
+    ...
+) -> herr_t;
+
+/// The HDF5 entry points the driver uses, from one loaded HDF5 library.
+pub struct Hdf5Api {
+    /// Path of the object the symbols came from ("" for the main program).
+    pub library: String,
+    get_driver_config_str: GetDriverConfigStr,
+    get_file_locking: Option<GetFileLocking>,
+    epush2: Option<EPush2>,
+    err_cls: *const hid_t,
+    maj_vfl: *const hid_t,
+    minors: [*const hid_t; 6],
+}
+
+// SAFETY: the pointers refer to functions and global variables of a loaded library that is never
+// unloaded while HDF5 uses this driver; reading them from any thread is what HDF5 itself does.
+unsafe impl Send for Hdf5Api {}
+// SAFETY: as above; the struct is immutable after construction.
+unsafe impl Sync for Hdf5Api {}
+
+const H5E_DEFAULT: hid_t = 0;
+
+/// The HDF5 library of this process, looked up once.
+pub fn api() -> Option<&'static Hdf5Api> {
+    static API: OnceLock<Option<Hdf5Api>> = OnceLock::new();
+    API.get_or_init(find_hdf5).as_ref()
+}
+
+impl Hdf5Api {
+    /// The config string stored on a file access property list, if any.
+    pub fn driver_config(&self, fapl: hid_t) -> Option<String> {
+        // SAFETY: a null buffer with size 0 asks only for the length, as documented.
+        let len = unsafe { (self.get_driver_config_str)(fapl, std::ptr::null_mut(), 0) };
+        if len <= 0 {
+            return None;
+        }
+        let mut buf = vec![0u8; len as usize + 1];
+        // SAFETY: buf holds len + 1 bytes, room for the string and its terminator.
+        let written =
+            unsafe { (self.get_driver_config_str)(fapl, buf.as_mut_ptr().cast(), buf.len()) };
+        if written <= 0 {
+            return None;
+        }
+        buf.truncate(written as usize);
+        Some(String::from_utf8_lossy(&buf).into_owned())
+    }
+
+    /// The fapl's "ignore file locking errors when locking is disabled" flag.
+    pub fn ignore_disabled_file_locks(&self, fapl: hid_t) -> Option<bool> {
+        let get = self.get_file_locking?;
+        let (mut use_locking, mut ignore) = (true, true);
+        // SAFETY: both out-pointers are valid bools for the duration of the call.
+        let status = unsafe { get(fapl, &mut use_locking, &mut ignore) };
+        (status >= 0).then_some(ignore)
+    }
+
+    /// Pushes one record onto HDF5's default error stack.
+    pub fn push_error(&self, func: &str, class: ErrorClass, message: &str) {
+        let Some(push) = self.epush2 else { return };
+        let minor = self.minors[match class {
+            ErrorClass::BadValue => 0,
+            ErrorClass::CantOpen => 1,
+            ErrorClass::Read => 2,
+            ErrorClass::Write => 3,
+            ErrorClass::Overflow => 4,
+            ErrorClass::Other => 5,
+        }];
+        let file = c"h5gds";
+        let func = CString::new(func).unwrap_or_default();
+        let message = CString::new(message.replace('\0', " ")).unwrap_or_default();
+        // SAFETY: the id globals are initialised by HDF5 before any driver callback runs; the
+        // format is "%s" with one C string argument.
+        unsafe {
+            push(
+                H5E_DEFAULT,
+                file.as_ptr(),
+                func.as_ptr(),
+                0,
+                *self.err_cls,
+                *self.maj_vfl,
+                *minor,
+                c"%s".as_ptr(),
+                message.as_ptr(),
+            );
+        }
+    }
+}
+
+/// Names of every object loaded in the process ("" is the main program).
+fn loaded_objects() -> Vec<CString> {
+    unsafe extern "C" fn collect(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: `data` is the Vec passed below; `info` is valid for the callback's duration.
+        let names = &mut *(data as *mut Vec<CString>);
+        let name = (*info).dlpi_name;
+        if !name.is_null() {
+            names.push(CStr::from_ptr(name).to_owned());
+        }
+        0
+    }
+    let mut names: Vec<CString> = Vec::new();
+    // SAFETY: the callback only reads `info` and appends to `names`.
+    unsafe { libc::dl_iterate_phdr(Some(collect), (&mut names as *mut Vec<CString>).cast()) };
+    names
+}
+
+fn find_hdf5() -> Option<Hdf5Api> {
+    for name in loaded_objects() {
+        let path_ptr = if name.as_bytes().is_empty() {
+            std::ptr::null()
+        } else {
+            name.as_ptr()
+        };
+        // SAFETY: RTLD_NOLOAD only returns a handle to an already loaded object; nothing new runs.
+        let handle = unsafe { libc::dlopen(path_ptr, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if handle.is_null() {
+            continue;
+        }
+        let sym = |symbol: &CStr| {
+            // SAFETY: looking a name up in a valid handle has no side effects.
+            let p = unsafe { libc::dlsym(handle, symbol.as_ptr()) };
+            (!p.is_null()).then_some(p)
+        };
+        let Some(config_fn) = sym(c"H5Pget_driver_config_str") else {
+            // SAFETY: balances the dlopen above; the object stays loaded by its owner.
+            unsafe { libc::dlclose(handle) };
+            continue;
+        };
+        let ids = [
+            sym(c"H5E_ERR_CLS_g"),
+            sym(c"H5E_VFL_g"),
+            sym(c"H5E_BADVALUE_g"),
+            sym(c"H5E_CANTOPENFILE_g"),
+            sym(c"H5E_READERROR_g"),
+            sym(c"H5E_WRITEERROR_g"),
+            sym(c"H5E_OVERFLOW_g"),
+            sym(c"H5E_SYSERRSTR_g"),
+        ];
+        let epush = sym(c"H5Epush2").filter(|_| ids.iter().all(Option::is_some));
+        let id = |i: usize| ids[i].map_or(std::ptr::null(), |p| p as *const hid_t);
+        // The handle is kept open on purpose: the symbols must stay valid.
+        // SAFETY: the symbols have the C signatures declared above (HDF5 1.14 and 2.x).
+        return Some(unsafe {
+            Hdf5Api {
+                library: name.to_string_lossy().into_owned(),
+                get_driver_config_str: std::mem::transmute::<*mut c_void, GetDriverConfigStr>(
+                    config_fn,
+                ),
+                get_file_locking: sym(c"H5Pget_file_locking")
+                    .map(|p| std::mem::transmute::<*mut c_void, GetFileLocking>(p)),
+                epush2: epush.map(|p| std::mem::transmute::<*mut c_void, EPush2>(p)),
+                err_cls: id(0),
+                maj_vfl: id(1),
+                minors: [id(2), id(3), id(4), id(5), id(6), id(7)],
+            }
+        });
+    }
+    None
+}

@@ -1,0 +1,462 @@
+//! The plugin entry points (`H5PLget_plugin_type`, `H5PLget_plugin_info`), the static driver class,
+//! and the `extern "C"` trampolines HDF5 calls.
+//!
+//! Every trampoline runs its body through `guard`: panics are caught, errors become HDF5's failure
+//! value plus an error-stack record and a log line. Nothing unwinds into HDF5.
+
+use crate::abi::*;
+use crate::config::Settings;
+use crate::error::{Error, ErrorClass, Result};
+use crate::file::OpenFile;
+use crate::hdf5_runtime;
+use crate::io::{parallel, vector};
+use crate::log::with_logging;
+use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// The driver's registered name and value (the GPUDirect Storage VFD's, so h5gds is a drop-in).
+pub const DRIVER_NAME: &CStr = c"gds";
+pub const DRIVER_VALUE: H5FD_class_value_t = 512;
+
+/// sec2's features, without DATA_SIEVE: raw-data buffers must reach the driver untouched (the
+/// GPU paths depend on it, and selection I/O then delivers strided reads as vectors).
+pub const FEATURES: c_ulong = H5FD_FEAT_AGGREGATE_METADATA
+    | H5FD_FEAT_ACCUMULATE_METADATA
+    | H5FD_FEAT_AGGREGATE_SMALLDATA
+    | H5FD_FEAT_POSIX_COMPAT_HANDLE
+    | H5FD_FEAT_SUPPORTS_SWMR_IO
+    | H5FD_FEAT_DEFAULT_VFD_COMPATIBLE;
+
+/// The memory HDF5 sees for an open file: its public header first, then the driver's state.
+#[repr(C)]
+struct GdsFile {
+    public: H5FD_t,
+    state: OpenFile,
+}
+
+struct Class(H5FD_class_t);
+// SAFETY: the class is immutable; its pointers are to static strings and functions.
+unsafe impl Sync for Class {}
+
+static CLASS: Class = Class(H5FD_class_t {
+    version: H5FD_CLASS_VERSION,
+    value: DRIVER_VALUE,
+    name: DRIVER_NAME.as_ptr(),
+    maxaddr: MAXADDR,
+    fc_degree: H5F_CLOSE_WEAK,
+    terminate: Some(gds_terminate),
+    sb_size: None,
+    sb_encode: None,
+    sb_decode: None,
+    fapl_size: 0,
+    fapl_get: None,
+    fapl_copy: None,
+    fapl_free: None,
+    dxpl_size: 0,
+    dxpl_copy: None,
+    dxpl_free: None,
+    open: Some(gds_open),
+    close: Some(gds_close),
+    cmp: Some(gds_cmp),
+    query: Some(gds_query),
+    get_type_map: None,
+    alloc: None,
+    free: None,
+    get_eoa: Some(gds_get_eoa),
+    set_eoa: Some(gds_set_eoa),
+    get_eof: Some(gds_get_eof),
+    get_handle: Some(gds_get_handle),
+    read: Some(gds_read),
+    write: Some(gds_write),
+    read_vector: Some(gds_read_vector),
+    write_vector: Some(gds_write_vector),
+    read_selection: None,
+    write_selection: None,
+    flush: Some(gds_flush),
+    truncate: Some(gds_truncate),
+    lock: Some(gds_lock),
+    unlock: Some(gds_unlock),
+    del: Some(gds_delete),
+    ctl: Some(gds_ctl),
+    fl_map: FLMAP_DICHOTOMY,
+});
+
+/// The driver class, for programs that register it in-process with `H5FDregister`.
+pub fn class() -> *const H5FD_class_t {
+    &CLASS.0
+}
+
+/// Tells HDF5's plugin loader that this library is a virtual file driver.
+#[no_mangle]
+pub extern "C" fn H5PLget_plugin_type() -> c_int {
+    H5PL_TYPE_VFD
+}
+
+/// Hands HDF5's plugin loader the driver class.
+#[no_mangle]
+pub extern "C" fn H5PLget_plugin_info() -> *const c_void {
+    class().cast()
+}
+
+/// Runs a callback body: panics are caught and errors reported; `fail` is returned for both.
+fn guard<T>(func: &'static str, fail: T, body: impl FnOnce() -> Result<T>) -> T {
+    with_logging(|| match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(value)) => value,
+        Ok(Err(err)) => {
+            report(func, &err);
+            fail
+        }
+        Err(_) => {
+            report(func, &Error::Panic(func));
+            fail
+        }
+    })
+}
+
+fn report(func: &'static str, err: &Error) {
+    let message = err.to_string();
+    // HDF5 programs probe for files routinely (h5py's mode "a" opens, then creates); a missing or
+    // already existing file is not worth a warning of its own. HDF5's error stack still has it.
+    let routine = matches!(err, Error::Open { source, .. }
+        if matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::AlreadyExists));
+    match err.class() {
+        _ if routine => tracing::debug!("{func}: {message}"),
+        ErrorClass::BadValue => tracing::error!("{func}: {message}"),
+        _ => tracing::warn!("{func}: {message}"),
+    }
+    if let Some(api) = hdf5_runtime::api() {
+        api.push_error(func, err.class(), &message);
+    }
+}
+
+/// The driver state behind an `H5FD_t` HDF5 hands back.
+///
+/// # Safety
+/// `file` must be a pointer this driver's `open` returned and `close` has not yet freed.
+unsafe fn state<'a>(file: *const H5FD_t) -> Result<&'a mut OpenFile> {
+    if file.is_null() {
+        return Err(Error::InvalidArgument("null file pointer".into()));
+    }
+    // SAFETY: every H5FD_t this driver hands out is the first field of a GdsFile.
+    Ok(&mut (*(file as *mut GdsFile)).state)
+}
+
+/// sec2's reading of `HDF5_USE_FILE_LOCKING`, else the fapl's flag, else HDF5's default (true).
+fn ignore_disabled_locks(fapl: hid_t) -> bool {
+    match std::env::var("HDF5_USE_FILE_LOCKING").as_deref() {
+        Ok("BEST_EFFORT") => true,
+        Ok("TRUE") | Ok("1") => false,
+        _ => hdf5_runtime::api()
+            .and_then(|api| api.ignore_disabled_file_locks(fapl))
+            .unwrap_or(true),
+    }
+}
+
+/// The config string for this open: from the fapl when HDF5 is reachable, else from the
+/// environment variable HDF5 itself would have read.
+fn config_string(fapl: hid_t) -> Option<String> {
+    match hdf5_runtime::api() {
+        Some(api) => api.driver_config(fapl),
+        None => std::env::var("HDF5_DRIVER_CONFIG").ok(),
+    }
+}
+
+unsafe extern "C" fn gds_open(
+    name: *const c_char,
+    flags: c_uint,
+    fapl: hid_t,
+    maxaddr: haddr_t,
+) -> *mut H5FD_t {
+    guard("gds_open", std::ptr::null_mut(), || {
+        if name.is_null() {
+            return Err(Error::InvalidArgument("invalid file name: null".into()));
+        }
+        // SAFETY: HDF5 passes a NUL-terminated file name.
+        let c_name = unsafe { CStr::from_ptr(name) };
+        let settings = Settings::load(config_string(fapl).as_deref())?;
+        let state = OpenFile::open(
+            c_name,
+            flags,
+            maxaddr,
+            settings,
+            ignore_disabled_locks(fapl),
+        )?;
+        tracing::info!(
+            "opened {:?} (flags {flags:#x}); host buffers: {}; device buffers: not supported by this build \
+             (host memory only); settings: {}",
+            state.path,
+            state.host_path_description(),
+            state.settings.describe()
+        );
+        let file = Box::new(GdsFile {
+            public: H5FD_t::empty(),
+            state,
+        });
+        Ok(Box::into_raw(file).cast::<H5FD_t>())
+    })
+}
+
+unsafe extern "C" fn gds_close(file: *mut H5FD_t) -> herr_t {
+    guard("gds_close", -1, || {
+        if file.is_null() {
+            return Err(Error::InvalidArgument("null file pointer".into()));
+        }
+        // SAFETY: `file` came from `gds_open` (a boxed GdsFile) and HDF5 closes it once.
+        let boxed = unsafe { Box::from_raw(file.cast::<GdsFile>()) };
+        boxed.state.close()?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn gds_cmp(f1: *const H5FD_t, f2: *const H5FD_t) -> c_int {
+    guard("gds_cmp", -1, || {
+        // SAFETY: both are open files of this driver (HDF5 compares files of one class).
+        let (a, b) = unsafe { (state(f1)?, state(f2)?) };
+        Ok(a.compare(b) as c_int)
+    })
+}
+
+unsafe extern "C" fn gds_query(_file: *const H5FD_t, flags: *mut c_ulong) -> herr_t {
+    guard("gds_query", -1, || {
+        if !flags.is_null() {
+            // SAFETY: HDF5 passes a valid out-pointer.
+            unsafe { *flags = FEATURES };
+        }
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn gds_get_eoa(file: *const H5FD_t, _type: H5FD_mem_t) -> haddr_t {
+    // SAFETY: HDF5 passes an open file of this driver.
+    guard("gds_get_eoa", HADDR_UNDEF, || {
+        Ok(unsafe { state(file)? }.eoa)
+    })
+}
+
+unsafe extern "C" fn gds_set_eoa(file: *mut H5FD_t, _type: H5FD_mem_t, addr: haddr_t) -> herr_t {
+    guard("gds_set_eoa", -1, || {
+        // SAFETY: HDF5 passes an open file of this driver.
+        unsafe { state(file)? }.set_eoa(addr)?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn gds_get_eof(file: *const H5FD_t, _type: H5FD_mem_t) -> haddr_t {
+    // SAFETY: HDF5 passes an open file of this driver.
+    guard("gds_get_eof", HADDR_UNDEF, || {
+        Ok(unsafe { state(file)? }.eof)
+    })
+}
+
+unsafe extern "C" fn gds_get_handle(
+    file: *mut H5FD_t,
+    _fapl: hid_t,
+    handle: *mut *mut c_void,
+) -> herr_t {
+    guard("gds_get_handle", -1, || {
+        if handle.is_null() {
+            return Err(Error::InvalidArgument("file handle not valid".into()));
+        }
+        // SAFETY: HDF5 passes an open file of this driver and a valid out-pointer.
+        unsafe {
+            let st = state(file)?;
+            *handle = (&mut st.raw_fd as *mut c_int).cast();
+        }
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn gds_read(
+    file: *mut H5FD_t,
+    _type: H5FD_mem_t,
+    _dxpl: hid_t,
+    addr: haddr_t,
+    size: usize,
+    buf: *mut c_void,
+) -> herr_t {
+    guard("gds_read", -1, || {
+        if buf.is_null() && size > 0 {
+            return Err(Error::InvalidArgument("read into a null buffer".into()));
+        }
+        // SAFETY: HDF5 passes an open file and a buffer of at least `size` bytes.
+        unsafe { state(file)?.read(addr, size, buf.cast())? };
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn gds_write(
+    file: *mut H5FD_t,
+    _type: H5FD_mem_t,
+    _dxpl: hid_t,
+    addr: haddr_t,
+    size: usize,
+    buf: *const c_void,
+) -> herr_t {
+    guard("gds_write", -1, || {
+        if buf.is_null() && size > 0 {
+            return Err(Error::InvalidArgument("write from a null buffer".into()));
+        }
+        // SAFETY: HDF5 passes an open file and a buffer of at least `size` bytes.
+        unsafe { state(file)?.write(addr, size, buf.cast())? };
+        Ok(0)
+    })
+}
+
+/// The pieces of a vector request, from HDF5's parallel arrays.
+///
+/// # Safety
+/// Each non-null array must hold `count` entries.
+unsafe fn vector_pieces(
+    count: u32,
+    types: *const H5FD_mem_t,
+    addrs: *const haddr_t,
+    sizes: *const usize,
+    bufs: *const usize,
+) -> Result<Vec<vector::Piece>> {
+    let n = count as usize;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if types.is_null() || addrs.is_null() || sizes.is_null() || bufs.is_null() {
+        return Err(Error::InvalidArgument(
+            "vector request with a null array".into(),
+        ));
+    }
+    // SAFETY: the caller guarantees each array holds `count` entries.
+    let (types, addrs, sizes, bufs) = unsafe {
+        (
+            std::slice::from_raw_parts(types, n),
+            std::slice::from_raw_parts(addrs, n),
+            std::slice::from_raw_parts(sizes, n),
+            std::slice::from_raw_parts(bufs, n),
+        )
+    };
+    let pieces = vector::expand(types, addrs, sizes, bufs)?;
+    if let Some(p) = pieces.iter().find(|p| p.buf == 0 && p.len > 0) {
+        return Err(Error::InvalidArgument(format!(
+            "vector request with a null buffer at address {}",
+            p.addr
+        )));
+    }
+    Ok(pieces)
+}
+
+unsafe extern "C" fn gds_read_vector(
+    file: *mut H5FD_t,
+    _dxpl: hid_t,
+    count: u32,
+    types: *mut H5FD_mem_t,
+    addrs: *mut haddr_t,
+    sizes: *mut usize,
+    bufs: *mut *mut c_void,
+) -> herr_t {
+    guard("gds_read_vector", -1, || {
+        // SAFETY: HDF5 passes `count` entries in each array and valid buffers.
+        unsafe {
+            let pieces = vector_pieces(count, types, addrs, sizes, bufs.cast())?;
+            state(file)?.read_vector(pieces)?;
+        }
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn gds_write_vector(
+    file: *mut H5FD_t,
+    _dxpl: hid_t,
+    count: u32,
+    types: *mut H5FD_mem_t,
+    addrs: *mut haddr_t,
+    sizes: *mut usize,
+    bufs: *mut *const c_void,
+) -> herr_t {
+    guard("gds_write_vector", -1, || {
+        // SAFETY: HDF5 passes `count` entries in each array and valid buffers.
+        unsafe {
+            let pieces = vector_pieces(count, types, addrs, sizes, bufs.cast())?;
+            state(file)?.write_vector(pieces)?;
+        }
+        Ok(0)
+    })
+}
+
+/// Every write is complete when its callback returns and nothing is cached in the driver, so
+/// there is nothing to flush; sec2 likewise does not `fsync`.
+unsafe extern "C" fn gds_flush(file: *mut H5FD_t, _dxpl: hid_t, _closing: bool) -> herr_t {
+    guard("gds_flush", -1, || {
+        // SAFETY: HDF5 passes an open file of this driver; only validity is checked.
+        unsafe { state(file)? };
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn gds_truncate(file: *mut H5FD_t, _dxpl: hid_t, _closing: bool) -> herr_t {
+    guard("gds_truncate", -1, || {
+        // SAFETY: HDF5 passes an open file of this driver.
+        unsafe { state(file)? }.truncate()?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn gds_lock(file: *mut H5FD_t, rw: bool) -> herr_t {
+    guard("gds_lock", -1, || {
+        // SAFETY: HDF5 passes an open file of this driver.
+        unsafe { state(file)? }.lock(rw)?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn gds_unlock(file: *mut H5FD_t) -> herr_t {
+    guard("gds_unlock", -1, || {
+        // SAFETY: HDF5 passes an open file of this driver.
+        unsafe { state(file)? }.unlock()?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn gds_delete(name: *const c_char, _fapl: hid_t) -> herr_t {
+    guard("gds_delete", -1, || {
+        if name.is_null() {
+            return Err(Error::InvalidArgument("invalid file name: null".into()));
+        }
+        // SAFETY: HDF5 passes a NUL-terminated file name.
+        let c_name = unsafe { CStr::from_ptr(name) };
+        // SAFETY: unlink of a valid C string.
+        if unsafe { libc::remove(c_name.as_ptr()) } < 0 {
+            return Err(Error::File {
+                op: "unable to delete file (remove)",
+                path: c_name.to_string_lossy().into_owned(),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(0)
+    })
+}
+
+/// No op codes are understood yet (MEM_COPY arrives with the GPU paths); unknown ones fail only
+/// when the caller asks for that, as in sec2.
+unsafe extern "C" fn gds_ctl(
+    _file: *mut H5FD_t,
+    op_code: u64,
+    flags: u64,
+    _input: *const c_void,
+    _output: *mut *mut c_void,
+) -> herr_t {
+    guard("gds_ctl", -1, || {
+        if flags & H5FD_CTL_FAIL_IF_UNKNOWN_FLAG != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "unknown ctl op code {op_code} and the fail-if-unknown flag is set"
+            )));
+        }
+        Ok(0)
+    })
+}
+
+/// HDF5 is shutting the driver down (H5close, or unregistering): stop the I/O threads so none
+/// outlives the driver's use. The library is linked `-z nodelete`, so a thread still finishing
+/// never runs unmapped code.
+unsafe extern "C" fn gds_terminate() -> herr_t {
+    guard("gds_terminate", -1, || {
+        parallel::shutdown();
+        Ok(0)
+    })
+}
