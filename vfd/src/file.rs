@@ -14,6 +14,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 
+#[derive(Debug)]
 pub struct OpenFile {
     pub path: String,
     file: File,
@@ -293,5 +294,101 @@ impl OpenFile {
     /// Files are the same when device and inode match (sec2's order: device first).
     pub fn compare(&self, other: &OpenFile) -> Ordering {
         (self.device, self.inode).cmp(&(other.device, other.inode))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CString;
+
+    fn c(path: &std::path::Path) -> CString {
+        CString::new(path.to_str().unwrap()).unwrap()
+    }
+
+    fn create(path: &std::path::Path, settings: Settings) -> Result<OpenFile> {
+        let flags = H5F_ACC_RDWR | H5F_ACC_CREAT | H5F_ACC_TRUNC;
+        OpenFile::open(&c(path), flags, MAXADDR, settings, true)
+    }
+
+    #[test]
+    fn open_flags_follow_sec2() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.h5");
+        let missing = OpenFile::open(&c(&path), 0, MAXADDR, Settings::default(), true).unwrap_err();
+        assert!(matches!(&missing, Error::Open { source, .. } if source.kind() == io::ErrorKind::NotFound));
+        assert!(missing.to_string().contains("f.h5"));
+        create(&path, Settings::default()).unwrap().close().unwrap();
+        let excl = H5F_ACC_RDWR | H5F_ACC_CREAT | H5F_ACC_EXCL;
+        let exists = OpenFile::open(&c(&path), excl, MAXADDR, Settings::default(), true).unwrap_err();
+        assert!(matches!(&exists, Error::Open { source, .. } if source.kind() == io::ErrorKind::AlreadyExists));
+        let read_only = OpenFile::open(&c(&path), 0, MAXADDR, Settings::default(), true).unwrap();
+        let err = OpenFile::open(&c(&path), 0, 0, Settings::default(), true).unwrap_err();
+        assert!(err.to_string().contains("bogus maxaddr"));
+        let mut read_only = read_only;
+        // Writing through a read-only descriptor fails with EBADF, naming file and offset.
+        // SAFETY: the buffer is a live 4-byte array.
+        let err = unsafe { read_only.write(8, 4, [1u8, 2, 3, 4].as_ptr()) }.unwrap_err();
+        assert!(err.to_string().contains("offset 8"), "{err}");
+    }
+
+    #[test]
+    fn locks_conflict_between_open_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lock.h5");
+        let a = create(&path, Settings::default()).unwrap();
+        let b = OpenFile::open(&c(&path), 0, MAXADDR, Settings::default(), true).unwrap();
+        a.lock(true).unwrap();
+        let err = b.lock(false).unwrap_err();
+        assert!(err.to_string().contains("unable to lock file"), "{err}");
+        a.unlock().unwrap();
+        b.lock(false).unwrap();
+        assert_eq!(a.compare(&b), Ordering::Equal);
+        let other = create(&dir.path().join("other.h5"), Settings::default()).unwrap();
+        assert_ne!(a.compare(&other), Ordering::Equal);
+    }
+
+    #[test]
+    fn addresses_are_checked_for_overflow() {
+        assert!(check_region(0, 10, MAXADDR).is_ok());
+        assert!(check_region(HADDR_UNDEF, 1, MAXADDR).is_err());
+        assert!(check_region(MAXADDR, 1, MAXADDR).is_err());
+        assert!(check_region(1, u64::MAX - 1, MAXADDR).is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = create(&dir.path().join("o.h5"), Settings::default()).unwrap();
+        assert!(matches!(f.set_eoa(HADDR_UNDEF), Err(Error::Overflow { .. })));
+        let mut buf = [0u8; 4];
+        // SAFETY: buf is a live 4-byte array.
+        let err = unsafe { f.read(MAXADDR - 1, 4, buf.as_mut_ptr()) }.unwrap_err();
+        assert!(err.to_string().contains("overflows"), "{err}");
+    }
+
+    #[test]
+    fn truncate_sets_the_length_to_eoa() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.h5");
+        let mut f = create(&path, Settings::default()).unwrap();
+        f.set_eoa(10_000).unwrap();
+        f.truncate().unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 10_000);
+        assert_eq!(f.eof, 10_000);
+        f.set_eoa(100).unwrap();
+        f.truncate().unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 100);
+    }
+
+    #[test]
+    fn direct_io_on_opens_an_o_direct_descriptor() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = Settings {
+            direct_io: DirectIo::On,
+            ..Settings::default()
+        };
+        let f = create(&dir.path().join("d.h5"), settings).unwrap();
+        assert!(f.direct.is_some());
+        assert!(f.host_path_description().contains("O_DIRECT"));
+        // SAFETY: fcntl on a descriptor the file owns.
+        let fl = unsafe { libc::fcntl(f.direct.as_ref().unwrap().as_raw_fd(), libc::F_GETFL) };
+        assert_ne!(fl & libc::O_DIRECT, 0);
     }
 }
