@@ -121,7 +121,7 @@ fn rust_layout() -> Vec<(&'static str, usize)> {
         ("H5FD_MEM_DEFAULT", H5FD_MEM_DEFAULT as usize),
         ("H5FD_MEM_SUPER", H5FD_MEM_SUPER as usize),
         ("H5FD_MEM_DRAW", H5FD_MEM_DRAW as usize),
-        ("H5FD_MEM_NTYPES", H5FD_MEM_NTYPES as usize),
+        ("H5FD_MEM_NTYPES", H5FD_MEM_NTYPES),
         (
             "H5FD_FEAT_AGGREGATE_METADATA",
             H5FD_FEAT_AGGREGATE_METADATA as usize,

@@ -316,12 +316,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f.h5");
         let missing = OpenFile::open(&c(&path), 0, MAXADDR, Settings::default(), true).unwrap_err();
-        assert!(matches!(&missing, Error::Open { source, .. } if source.kind() == io::ErrorKind::NotFound));
+        assert!(
+            matches!(&missing, Error::Open { source, .. } if source.kind() == io::ErrorKind::NotFound)
+        );
         assert!(missing.to_string().contains("f.h5"));
         create(&path, Settings::default()).unwrap().close().unwrap();
         let excl = H5F_ACC_RDWR | H5F_ACC_CREAT | H5F_ACC_EXCL;
-        let exists = OpenFile::open(&c(&path), excl, MAXADDR, Settings::default(), true).unwrap_err();
-        assert!(matches!(&exists, Error::Open { source, .. } if source.kind() == io::ErrorKind::AlreadyExists));
+        let exists =
+            OpenFile::open(&c(&path), excl, MAXADDR, Settings::default(), true).unwrap_err();
+        assert!(
+            matches!(&exists, Error::Open { source, .. } if source.kind() == io::ErrorKind::AlreadyExists)
+        );
         let read_only = OpenFile::open(&c(&path), 0, MAXADDR, Settings::default(), true).unwrap();
         let err = OpenFile::open(&c(&path), 0, 0, Settings::default(), true).unwrap_err();
         assert!(err.to_string().contains("bogus maxaddr"));
@@ -356,7 +361,10 @@ mod tests {
         assert!(check_region(1, u64::MAX - 1, MAXADDR).is_err());
         let dir = tempfile::tempdir().unwrap();
         let mut f = create(&dir.path().join("o.h5"), Settings::default()).unwrap();
-        assert!(matches!(f.set_eoa(HADDR_UNDEF), Err(Error::Overflow { .. })));
+        assert!(matches!(
+            f.set_eoa(HADDR_UNDEF),
+            Err(Error::Overflow { .. })
+        ));
         let mut buf = [0u8; 4];
         // SAFETY: buf is a live 4-byte array.
         let err = unsafe { f.read(MAXADDR - 1, 4, buf.as_mut_ptr()) }.unwrap_err();

@@ -15,13 +15,28 @@ const SPACE: u64 = 96 << 10;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Write { addr: u64, data: Vec<u8> },
-    Read { addr: u64, len: usize },
+    Write {
+        addr: u64,
+        data: Vec<u8>,
+    },
+    Read {
+        addr: u64,
+        len: usize,
+    },
     /// Block-aligned address, length and buffer, so `O_DIRECT` applies when enabled.
-    ReadAligned { block: u64, blocks: usize },
-    WriteVector { pieces: Vec<(u64, Vec<u8>)> },
-    ReadVector { pieces: Vec<(u64, usize)> },
-    SetEoa { addr: u64 },
+    ReadAligned {
+        block: u64,
+        blocks: usize,
+    },
+    WriteVector {
+        pieces: Vec<(u64, Vec<u8>)>,
+    },
+    ReadVector {
+        pieces: Vec<(u64, usize)>,
+    },
+    SetEoa {
+        addr: u64,
+    },
     Truncate,
 }
 
@@ -136,7 +151,8 @@ fn run(ops: Vec<Op>, nthreads: usize, direct_io: DirectIo) -> Result<(), TestCas
                 }
             }
             Op::ReadVector { pieces } => {
-                let mut bufs: Vec<Vec<u8>> = pieces.iter().map(|(_, len)| vec![0x55u8; *len]).collect();
+                let mut bufs: Vec<Vec<u8>> =
+                    pieces.iter().map(|(_, len)| vec![0x55u8; *len]).collect();
                 let list = pieces
                     .iter()
                     .zip(bufs.iter_mut())
@@ -150,7 +166,13 @@ fn run(ops: Vec<Op>, nthreads: usize, direct_io: DirectIo) -> Result<(), TestCas
                 // SAFETY: every piece points into its own live vector of its length.
                 unsafe { file.read_vector(list) }.unwrap();
                 for ((addr, len), buf) in pieces.iter().zip(&bufs) {
-                    prop_assert_eq!(buf, &model.read(*addr, *len), "vector piece of {} at {}", len, addr);
+                    prop_assert_eq!(
+                        buf,
+                        &model.read(*addr, *len),
+                        "vector piece of {} at {}",
+                        len,
+                        addr
+                    );
                 }
             }
             Op::SetEoa { addr } => {

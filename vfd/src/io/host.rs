@@ -91,7 +91,15 @@ impl<'a> HostIo<'a> {
         })
     }
 
-    /// Writes `len` bytes from `buf` at `addr`; large requests are split across the pool.
+    /// Whether large writes go to the pool. Buffered writes to one file serialise on the inode
+    /// lock (ext4, XFS), and measured here two threads wrote 1 GiB at 0.6x the speed of one; writes
+    /// on an `O_DIRECT` descriptor run concurrently.
+    fn parallel_writes(&self) -> bool {
+        self.direct_fd.is_some()
+    }
+
+    /// Writes `len` bytes from `buf` at `addr` in `task_size` pieces, on the pool when
+    /// `parallel_writes` allows.
     ///
     /// # Safety
     /// `buf` must be valid for reads of `len` bytes.
@@ -99,7 +107,8 @@ impl<'a> HostIo<'a> {
         // As an integer, so tasks on other threads may carry it; they touch disjoint parts.
         let base = buf as usize;
         let tasks: Vec<(usize, usize)> = split(len, self.task_size).collect();
-        run_tasks(self.nthreads, tasks.len(), len >= self.task_size, |i| {
+        let parallel = len >= self.task_size && self.parallel_writes();
+        run_tasks(self.nthreads, tasks.len(), parallel, |i| {
             let (off, n) = tasks[i];
             // SAFETY: each task reads a disjoint sub-range of the caller's buffer.
             unsafe { self.write_one(addr + off as u64, base + off, n) }
@@ -165,8 +174,9 @@ impl<'a> HostIo<'a> {
         )
     }
 
-    /// Writes every piece, concurrently when the request is large and no two pieces overlap in
-    /// the file (overlapping pieces are written in order, so the last one wins as in sec2).
+    /// Writes every piece, concurrently when the request is large, `parallel_writes` allows, and
+    /// no two pieces overlap in the file (overlapping pieces are written in order, so the last one
+    /// wins as in sec2).
     ///
     /// # Safety
     /// Every piece's buffer must be valid for reads of its length.
@@ -174,7 +184,7 @@ impl<'a> HostIo<'a> {
         let total: usize = pieces.iter().map(|p| p.len).sum();
         let mut sorted = pieces.clone();
         sorted.sort_by_key(|p| p.addr);
-        let parallel = total >= self.task_size && !any_overlap(&sorted);
+        let parallel = total >= self.task_size && self.parallel_writes() && !any_overlap(&sorted);
         let jobs: Vec<(u64, usize, usize)> = pieces
             .iter()
             .flat_map(|p| {

@@ -1,0 +1,48 @@
+//! The benchmark table: per benchmark and path, median / min / max, and the ratio against sec2
+//! (and against the `pread` roofline where there is one).
+
+use crate::stats::{speedup, Measurement};
+use std::fmt::Write;
+
+fn find<'a>(all: &'a [Measurement], benchmark: &str, path: &str) -> Option<&'a Measurement> {
+    all.iter()
+        .find(|m| m.benchmark == benchmark && m.path == path)
+}
+
+/// A plain-text table, one row per (benchmark, path).
+pub fn table(all: &[Measurement]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<38} {:<6} {:>12} {:>12} {:>12} {:>9} {:>9}",
+        "benchmark", "path", "median", "min", "max", "vs sec2", "vs pread"
+    );
+    for m in all {
+        let cell = |seconds: f64| match m.mib_per_s(seconds) {
+            Some(rate) => format!("{rate:.0} MiB/s"),
+            None => format!("{:.1} ms", seconds * 1e3),
+        };
+        // For throughput, min time is max rate: show the slowest run under "min".
+        let (lo, hi) = if m.bytes.is_some() {
+            (m.max(), m.min())
+        } else {
+            (m.min(), m.max())
+        };
+        let ratio = |baseline: &str| match find(all, &m.benchmark, baseline) {
+            Some(b) if m.path != baseline => format!("{:.2}x", speedup(m, b)),
+            _ => String::from("-"),
+        };
+        let _ = writeln!(
+            out,
+            "{:<38} {:<6} {:>12} {:>12} {:>12} {:>9} {:>9}",
+            m.benchmark,
+            m.path,
+            cell(m.median()),
+            cell(lo),
+            cell(hi),
+            ratio("sec2"),
+            ratio("pread"),
+        );
+    }
+    out
+}

@@ -1,0 +1,156 @@
+//! `h5gds`: the command-line tool of h5gds.
+//!
+//! `h5gds bench` runs the host benchmarks: the `gds` plugin against sec2 (and a plain `pread`
+//! roofline) in one process, alternating, and prints a table of medians and ratios.
+
+use clap::{Parser, Subcommand};
+use h5gds_bench::{h5, host, report};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "h5gds",
+    version,
+    about = "GPU-first storage for HDF5: the gds driver's tool"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Benchmark the gds driver against sec2 and the pread roofline.
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// Size of the contiguous float32 dataset read and written (K/M/G suffixes).
+    #[arg(long, default_value = "1G", value_parser = parse_size)]
+    size: u64,
+    /// Repetitions of every measurement.
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Directory for the benchmark files [default: the system temporary directory].
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Side of the square float32 dataset for the strided reads.
+    #[arg(long, default_value_t = 8192)]
+    matrix: usize,
+    /// Number of small datasets created and scanned.
+    #[arg(long, default_value_t = 1000)]
+    small_datasets: usize,
+    /// Config string for the gds driver (as in HDF5_DRIVER_CONFIG).
+    #[arg(long, default_value = "")]
+    gds_config: String,
+    /// Directory holding libh5gds.so [default: beside this program, else H5GDS_PLUGIN_DIR].
+    #[arg(long)]
+    plugin_dir: Option<PathBuf>,
+}
+
+fn parse_size(text: &str) -> Result<u64, String> {
+    match h5gds::config::parse_size(text) {
+        Some(n) if n >= 4096 && n % 4 == 0 => Ok(n),
+        _ => Err(format!(
+            "{text:?} is not a size of at least 4K in whole float32 elements (e.g. 256M, 1G)"
+        )),
+    }
+}
+
+/// Where libh5gds.so is: the flag, else beside this program, else H5GDS_PLUGIN_DIR.
+fn find_plugin_dir(flag: Option<PathBuf>) -> Result<PathBuf, String> {
+    let beside_exe = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(PathBuf::from));
+    let candidates = flag
+        .into_iter()
+        .chain(beside_exe)
+        .chain(std::env::var_os("H5GDS_PLUGIN_DIR").map(PathBuf::from));
+    let mut tried = Vec::new();
+    for dir in candidates {
+        if dir.join("libh5gds.so").is_file() {
+            return Ok(dir);
+        }
+        tried.push(dir.display().to_string());
+    }
+    Err(format!(
+        "libh5gds.so not found (looked in: {}); build it with `cargo build --release -p h5gds-vfd` or pass --plugin-dir",
+        tried.join(", ")
+    ))
+}
+
+fn machine_line() -> String {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let mem_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .next()
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map(|kb| kb / (1u64 << 20) as f64)
+        .unwrap_or(f64::NAN);
+    format!("{cores} cores, {mem_gib:.0} GiB memory")
+}
+
+fn bench(args: BenchArgs) -> Result<(), String> {
+    if args.reps == 0 {
+        return Err("--reps must be at least 1".into());
+    }
+    if args.matrix < 4 {
+        return Err("--matrix must be at least 4".into());
+    }
+    let plugin_dir = find_plugin_dir(args.plugin_dir)?;
+    let dir = args.dir.unwrap_or_else(std::env::temp_dir);
+    h5::init(Some(&plugin_dir))?;
+    let opts = host::HostOptions {
+        bytes: args.size,
+        reps: args.reps,
+        dir: dir.clone(),
+        matrix: args.matrix,
+        small_datasets: args.small_datasets,
+        gds_config: args.gds_config,
+    };
+    println!(
+        "h5gds bench: host memory, gds ({}) vs sec2 vs 2-thread pread",
+        plugin_dir.join("libh5gds.so").display()
+    );
+    println!(
+        "machine: {}; files in {} (page cache warm)",
+        machine_line(),
+        dir.display()
+    );
+    let bar = ProgressBar::new(host::steps(&opts) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} runs, {elapsed}")
+            .map_err(|e| e.to_string())?,
+    );
+    let results = host::run(&opts, &mut || bar.inc(1));
+    bar.finish_and_clear();
+    let results = results?;
+    println!();
+    print!("{}", report::table(&results));
+    println!("\nRatios compare medians over {} interleaved repetitions; > 1 means faster than the baseline.", opts.reps);
+    println!("Device benchmarks (GPU reads and writes) arrive with the GPU paths.");
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench(args) => bench(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("h5gds: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
