@@ -87,6 +87,19 @@ def test_reads_past_eof_zero_fill(tmp_path):
     assert "extends past EOF" in err, "the scenario did not read past end of file"
 
 
+def test_pool_survives_fork(tmp_path):
+    out, _ = run("fork", tmp_path / "fork.h5", "gds", timeout=120)
+    assert "FORK OK" in out
+
+
+@pytest.mark.parametrize("python", [NEW_PYTHON, OLD_PYTHON], ids=["hdf5-2", "hdf5-1.14"])
+def test_exit_with_open_file_and_warm_pool(tmp_path, python):
+    # run() fails on any non-zero exit status, including death by a signal at exit.
+    out, _ = run("exit", tmp_path / "exit.h5", "gds", python=python, timeout=120)
+    assert "EXIT OK" in out
+    assert run("dump", tmp_path / "exit.h5", "sec2")[0].count("/data dataset float32 (16777216,)") == 1
+
+
 def test_config_string_from_environment(tmp_path):
     _, err = run("write", tmp_path / "cfg.h5", "gds", extra_env={"HDF5_DRIVER_CONFIG": "nthreads=3,task_size=256K"})
     assert "nthreads=3 (config string)" in err and "task_size=256K (config string)" in err
