@@ -32,7 +32,7 @@ struct BenchArgs {
     #[arg(long, default_value = "1G", value_parser = parse_size)]
     size: u64,
     /// Repetitions of every measurement.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 7)]
     reps: usize,
     /// Directory for the benchmark files [default: the system temporary directory].
     #[arg(long)]
