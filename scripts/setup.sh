@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 H5PY_NEW=3.16.0   # bundles HDF5 2.0
 H5PY_OLD=3.14.0   # bundles HDF5 1.14.6
+CUFILE=1.20.0.107 # cufile.h for the bindings check; the real libcufile for the no-hang test
+LIBCLANG=18.1.1   # libclang for bindgen (the bindings check)
 
 make_venv() {  # dir, requirements...
   local dir=$1; shift
@@ -19,7 +21,8 @@ make_venv() {  # dir, requirements...
   "$dir/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
 }
 
-make_venv .venv "cmake>=3.26" "h5py==$H5PY_NEW" numpy pytest
+make_venv .venv "cmake>=3.26" "h5py==$H5PY_NEW" numpy pytest \
+  "nvidia-cufile==$CUFILE" "libclang==$LIBCLANG"
 make_venv .venv-114 "h5py==$H5PY_OLD" "numpy<2.3"
 
 # Report what the test suite will run against.

@@ -7,6 +7,8 @@ command -v cargo >/dev/null || . "$HOME/.cargo/env"
 
 ./scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"   # cmake, for HDF5 built from source by hdf5-metno-sys
+# libclang for the check of the cufile-sys bindings against cufile.h
+export LIBCLANG_PATH="$(.venv/bin/python -c 'import clang, os; print(os.path.join(os.path.dirname(clang.__file__), "native"))')"
 
 cargo build --release -p h5gds-vfd
 readelf -d target/release/libh5gds.so | grep -q 'NEEDED.*libhdf5' && {
