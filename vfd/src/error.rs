@@ -42,6 +42,8 @@ pub enum Error {
         path: String,
         source: io::Error,
     },
+    #[error("device I/O: {0}")]
+    Device(String),
     #[error("the I/O thread pool could not be started: {0}")]
     Pool(String),
     #[error("a panic inside the gds driver was caught in {0}")]
@@ -70,7 +72,9 @@ impl Error {
             Error::Overflow { .. } => ErrorClass::Overflow,
             Error::Io { op, .. } if op.starts_with("read") => ErrorClass::Read,
             Error::Io { .. } => ErrorClass::Write,
-            Error::File { .. } | Error::Pool(_) | Error::Panic(_) => ErrorClass::Other,
+            Error::File { .. } | Error::Device(_) | Error::Pool(_) | Error::Panic(_) => {
+                ErrorClass::Other
+            }
         }
     }
 }

@@ -1,13 +1,17 @@
 //! One open file: descriptors, end-of-address and end-of-file markers, locking, truncation, and
 //! the dispatch of reads and writes to the I/O paths. Semantics follow HDF5's sec2 driver.
 
+use crate::abi::H5FD_mem_t;
 use crate::abi::{
     haddr_t, H5F_ACC_CREAT, H5F_ACC_EXCL, H5F_ACC_RDWR, H5F_ACC_TRUNC, HADDR_UNDEF, MAXADDR,
 };
 use crate::config::{DirectIo, Settings};
+use crate::cuda::PointerKind;
 use crate::error::{Error, Result};
+use crate::io::device::{DeviceIo, DevicePath};
 use crate::io::host::HostIo;
 use crate::io::vector::Piece;
+use crate::memory;
 use std::cmp::Ordering;
 use std::ffi::{c_int, CStr};
 use std::fs::File;
@@ -28,6 +32,8 @@ pub struct OpenFile {
     inode: u64,
     ignore_disabled_locks: bool,
     pub settings: Settings,
+    /// How device buffers reach this file.
+    pub device_path: DevicePath,
 }
 
 /// sec2's `ADDR_OVERFLOW`: undefined, or beyond what `off_t` can address.
@@ -129,6 +135,7 @@ impl OpenFile {
                 }
             },
         };
+        let device_path = DevicePath::choose(&settings, c_path, flags & H5F_ACC_RDWR != 0)?;
         use std::os::unix::fs::MetadataExt;
         Ok(OpenFile {
             path: path.to_string(),
@@ -141,6 +148,7 @@ impl OpenFile {
             inode: meta.ino(),
             ignore_disabled_locks,
             settings,
+            device_path,
         })
     }
 
@@ -173,6 +181,20 @@ impl OpenFile {
         )
     }
 
+    /// The I/O path in effect for device buffers, for the open log line.
+    pub fn device_path_description(&self) -> String {
+        self.device_path.describe(&self.settings)
+    }
+
+    fn device_io(&self) -> DeviceIo<'_> {
+        DeviceIo {
+            path: &self.device_path,
+            fd: self.raw_fd,
+            file_name: &self.path,
+            settings: &self.settings,
+        }
+    }
+
     fn host(&self) -> HostIo<'_> {
         HostIo {
             fd: self.raw_fd,
@@ -196,20 +218,61 @@ impl OpenFile {
         Ok(())
     }
 
+    /// Reads `size` bytes at `addr` into `buf`, host or device memory.
+    ///
     /// # Safety
     /// `buf` must be valid for writes of `size` bytes.
-    pub unsafe fn read(&self, addr: haddr_t, size: usize, buf: *mut u8) -> Result<()> {
+    pub unsafe fn read(
+        &self,
+        addr: haddr_t,
+        size: usize,
+        buf: *mut u8,
+        mem_type: H5FD_mem_t,
+    ) -> Result<()> {
         self.check_read(addr, size)?;
-        self.host().read(addr, buf, size)
+        match memory::classify(buf as usize, mem_type) {
+            PointerKind::Host => self.host().read(addr, buf, size),
+            PointerKind::Device { base, .. } => {
+                self.device_io()
+                    .read(base, buf as usize - base as usize, size, addr)
+            }
+        }
     }
 
+    /// Writes `size` bytes from `buf`, host or device memory, at `addr`.
+    ///
     /// # Safety
     /// `buf` must be valid for reads of `size` bytes.
-    pub unsafe fn write(&mut self, addr: haddr_t, size: usize, buf: *const u8) -> Result<()> {
+    pub unsafe fn write(
+        &mut self,
+        addr: haddr_t,
+        size: usize,
+        buf: *const u8,
+        mem_type: H5FD_mem_t,
+    ) -> Result<()> {
         check_region(addr, size as u64, MAXADDR)?;
-        self.host().write(addr, buf, size)?;
+        match memory::classify(buf as usize, mem_type) {
+            PointerKind::Host => self.host().write(addr, buf, size)?,
+            PointerKind::Device { base, .. } => {
+                self.device_io()
+                    .write(base, buf as usize - base as usize, size, addr)?
+            }
+        }
         self.eof = self.eof.max(addr + size as u64);
         Ok(())
+    }
+
+    /// Splits pieces into host pieces and device pieces (with their allocation base).
+    fn partition(pieces: Vec<Piece>) -> (Vec<Piece>, Vec<(Piece, u64)>) {
+        let mut host = Vec::with_capacity(pieces.len());
+        let mut device = Vec::new();
+        for p in pieces {
+            match memory::classify(p.buf, p.mem_type) {
+                PointerKind::Host => host.push(p),
+                PointerKind::Device { base, .. } => device.push((p, base)),
+            }
+        }
+        (host, device)
     }
 
     /// # Safety
@@ -218,7 +281,15 @@ impl OpenFile {
         for p in &pieces {
             self.check_read(p.addr, p.len)?;
         }
-        self.host().read_vector(pieces)
+        let (host, device) = Self::partition(pieces);
+        if !host.is_empty() {
+            self.host().read_vector(host)?;
+        }
+        for (p, base) in device {
+            self.device_io()
+                .read(base, p.buf - base as usize, p.len, p.addr)?;
+        }
+        Ok(())
     }
 
     /// # Safety
@@ -232,9 +303,32 @@ impl OpenFile {
             .map(|p| p.addr + p.len as u64)
             .max()
             .unwrap_or(0);
-        self.host().write_vector(pieces)?;
+        let (host, device) = Self::partition(pieces);
+        if !host.is_empty() {
+            self.host().write_vector(host)?;
+        }
+        for (p, base) in device {
+            self.device_io()
+                .write(base, p.buf - base as usize, p.len, p.addr)?;
+        }
         self.eof = self.eof.max(end);
         Ok(())
+    }
+
+    /// HDF5's `ctl(MEM_COPY)`: copies between buffers either of which may be device memory
+    /// (compact datasets read into or written from a device buffer come through here).
+    ///
+    /// # Safety
+    /// Both ranges must be valid for `len` bytes.
+    pub unsafe fn mem_copy(dst: usize, src: usize, len: usize) -> Result<()> {
+        let dst_kind = memory::classify(dst, crate::abi::H5FD_MEM_DRAW);
+        let src_kind = memory::classify(src, crate::abi::H5FD_MEM_DRAW);
+        if dst_kind == PointerKind::Host && src_kind == PointerKind::Host {
+            std::ptr::copy(src as *const u8, dst as *mut u8, len);
+            return Ok(());
+        }
+        crate::cuda::copy_any(dst, src, len)
+            .map_err(|e| Error::Device(format!("memory copy of {len} bytes: {e}")))
     }
 
     pub fn set_eoa(&mut self, addr: haddr_t) -> Result<()> {
@@ -300,6 +394,7 @@ impl OpenFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::abi::H5FD_MEM_DRAW;
     use std::ffi::CString;
 
     fn c(path: &std::path::Path) -> CString {
@@ -333,7 +428,8 @@ mod tests {
         let mut read_only = read_only;
         // Writing through a read-only descriptor fails with EBADF, naming file and offset.
         // SAFETY: the buffer is a live 4-byte array.
-        let err = unsafe { read_only.write(8, 4, [1u8, 2, 3, 4].as_ptr()) }.unwrap_err();
+        let err =
+            unsafe { read_only.write(8, 4, [1u8, 2, 3, 4].as_ptr(), H5FD_MEM_DRAW) }.unwrap_err();
         assert!(err.to_string().contains("offset 8"), "{err}");
     }
 
@@ -367,7 +463,7 @@ mod tests {
         ));
         let mut buf = [0u8; 4];
         // SAFETY: buf is a live 4-byte array.
-        let err = unsafe { f.read(MAXADDR - 1, 4, buf.as_mut_ptr()) }.unwrap_err();
+        let err = unsafe { f.read(MAXADDR - 1, 4, buf.as_mut_ptr(), H5FD_MEM_DRAW) }.unwrap_err();
         assert!(err.to_string().contains("overflows"), "{err}");
     }
 

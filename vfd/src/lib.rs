@@ -7,11 +7,13 @@
 
 pub mod abi;
 pub mod config;
+pub mod cuda;
 pub mod error;
 pub mod file;
 pub mod hdf5_runtime;
 pub mod io;
 pub mod log;
+pub mod memory;
 pub mod plugin;
 
 pub use plugin::{class, DRIVER_NAME, DRIVER_VALUE};

@@ -19,13 +19,16 @@ pub const DRIVER_NAME: &CStr = c"gds";
 pub const DRIVER_VALUE: H5FD_class_value_t = 512;
 
 /// sec2's features, without DATA_SIEVE: raw-data buffers must reach the driver untouched (the
-/// GPU paths depend on it, and selection I/O then delivers strided reads as vectors).
+/// GPU paths depend on it, and selection I/O then delivers strided reads as vectors); with
+/// MEMMANAGE, so HDF5 asks the driver (`ctl(MEM_COPY)`) to copy compact data to and from
+/// possibly device buffers.
 pub const FEATURES: c_ulong = H5FD_FEAT_AGGREGATE_METADATA
     | H5FD_FEAT_ACCUMULATE_METADATA
     | H5FD_FEAT_AGGREGATE_SMALLDATA
     | H5FD_FEAT_POSIX_COMPAT_HANDLE
     | H5FD_FEAT_SUPPORTS_SWMR_IO
-    | H5FD_FEAT_DEFAULT_VFD_COMPATIBLE;
+    | H5FD_FEAT_DEFAULT_VFD_COMPATIBLE
+    | H5FD_FEAT_MEMMANAGE;
 
 /// The memory HDF5 sees for an open file: its public header first, then the driver's state.
 #[repr(C)]
@@ -182,10 +185,10 @@ unsafe extern "C" fn gds_open(
             ignore_disabled_locks(fapl),
         )?;
         tracing::info!(
-            "opened {:?} (flags {flags:#x}); host buffers: {}; device buffers: not supported by this build \
-             (host memory only); settings: {}",
+            "opened {:?} (flags {flags:#x}); host buffers: {}; device buffers: {}; settings: {}",
             state.path,
             state.host_path_description(),
+            state.device_path_description(),
             state.settings.describe()
         );
         let file = Box::new(GdsFile {
@@ -268,7 +271,7 @@ unsafe extern "C" fn gds_get_handle(
 
 unsafe extern "C" fn gds_read(
     file: *mut H5FD_t,
-    _type: H5FD_mem_t,
+    mem_type: H5FD_mem_t,
     _dxpl: hid_t,
     addr: haddr_t,
     size: usize,
@@ -279,14 +282,14 @@ unsafe extern "C" fn gds_read(
             return Err(Error::InvalidArgument("read into a null buffer".into()));
         }
         // SAFETY: HDF5 passes an open file and a buffer of at least `size` bytes.
-        unsafe { state(file)?.read(addr, size, buf.cast())? };
+        unsafe { state(file)?.read(addr, size, buf.cast(), mem_type)? };
         Ok(0)
     })
 }
 
 unsafe extern "C" fn gds_write(
     file: *mut H5FD_t,
-    _type: H5FD_mem_t,
+    mem_type: H5FD_mem_t,
     _dxpl: hid_t,
     addr: haddr_t,
     size: usize,
@@ -297,7 +300,7 @@ unsafe extern "C" fn gds_write(
             return Err(Error::InvalidArgument("write from a null buffer".into()));
         }
         // SAFETY: HDF5 passes an open file and a buffer of at least `size` bytes.
-        unsafe { state(file)?.write(addr, size, buf.cast())? };
+        unsafe { state(file)?.write(addr, size, buf.cast(), mem_type)? };
         Ok(0)
     })
 }
@@ -432,16 +435,41 @@ unsafe extern "C" fn gds_delete(name: *const c_char, _fapl: hid_t) -> herr_t {
     })
 }
 
-/// No op codes are understood yet (MEM_COPY arrives with the GPU paths); unknown ones fail only
-/// when the caller asks for that, as in sec2.
+/// HDF5's memory-copy request for `ctl(H5FD_CTL_MEM_COPY)` (`H5FD_ctl_memcpy_args_t`).
+#[repr(C)]
+struct MemcpyArgs {
+    dstbuf: *mut c_void,
+    dst_off: hsize_t,
+    srcbuf: *const c_void,
+    src_off: hsize_t,
+    len: usize,
+}
+
+/// `MEM_COPY` copies between host and device buffers; other op codes are not understood and fail
+/// only when the caller asks for that, as in sec2.
 unsafe extern "C" fn gds_ctl(
     _file: *mut H5FD_t,
     op_code: u64,
     flags: u64,
-    _input: *const c_void,
+    input: *const c_void,
     _output: *mut *mut c_void,
 ) -> herr_t {
     guard("gds_ctl", -1, || {
+        if op_code == H5FD_CTL_MEM_COPY {
+            if input.is_null() {
+                return Err(Error::InvalidArgument("MEM_COPY without arguments".into()));
+            }
+            // SAFETY: HDF5 passes an H5FD_ctl_memcpy_args_t for this op code.
+            let args = unsafe { &*(input as *const MemcpyArgs) };
+            if args.len > 0 && (args.dstbuf.is_null() || args.srcbuf.is_null()) {
+                return Err(Error::InvalidArgument("MEM_COPY with a null buffer".into()));
+            }
+            let dst = args.dstbuf as usize + args.dst_off as usize;
+            let src = args.srcbuf as usize + args.src_off as usize;
+            // SAFETY: HDF5 guarantees both ranges hold `len` bytes.
+            unsafe { OpenFile::mem_copy(dst, src, args.len)? };
+            return Ok(0);
+        }
         if flags & H5FD_CTL_FAIL_IF_UNKNOWN_FLAG != 0 {
             return Err(Error::InvalidArgument(format!(
                 "unknown ctl op code {op_code} and the fail-if-unknown flag is set"

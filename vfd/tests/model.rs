@@ -3,7 +3,7 @@
 //! EOF, EOF grows with writes, truncate makes the file exactly EOA long). Small task sizes and
 //! several threads put the parallel and coalescing paths to work; `direct_io=on` adds `O_DIRECT`.
 
-use h5gds::abi::{H5F_ACC_CREAT, H5F_ACC_RDWR, H5F_ACC_TRUNC, MAXADDR};
+use h5gds::abi::{H5FD_MEM_DRAW, H5F_ACC_CREAT, H5F_ACC_RDWR, H5F_ACC_TRUNC, MAXADDR};
 use h5gds::config::{DirectIo, Settings};
 use h5gds::file::OpenFile;
 use h5gds::io::vector::Piece;
@@ -118,20 +118,20 @@ fn run(ops: Vec<Op>, nthreads: usize, direct_io: DirectIo) -> Result<(), TestCas
         match op {
             Op::Write { addr, data } => {
                 // SAFETY: data is a live vector of data.len() bytes.
-                unsafe { file.write(addr, data.len(), data.as_ptr()) }.unwrap();
+                unsafe { file.write(addr, data.len(), data.as_ptr(), H5FD_MEM_DRAW) }.unwrap();
                 model.write(addr, &data);
             }
             Op::Read { addr, len } => {
                 let mut buf = vec![0xAAu8; len];
                 // SAFETY: buf is a live vector of len bytes.
-                unsafe { file.read(addr, len, buf.as_mut_ptr()) }.unwrap();
+                unsafe { file.read(addr, len, buf.as_mut_ptr(), H5FD_MEM_DRAW) }.unwrap();
                 prop_assert_eq!(buf, model.read(addr, len), "read of {} at {}", len, addr);
             }
             Op::ReadAligned { block, blocks } => {
                 let len = blocks * 4096;
                 let buf = Aligned::new(len);
                 // SAFETY: buf holds len bytes.
-                unsafe { file.read(block * 4096, len, buf.ptr) }.unwrap();
+                unsafe { file.read(block * 4096, len, buf.ptr, H5FD_MEM_DRAW) }.unwrap();
                 prop_assert_eq!(buf.bytes(), &model.read(block * 4096, len)[..]);
             }
             Op::WriteVector { pieces } => {

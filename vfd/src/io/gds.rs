@@ -1,0 +1,254 @@
+//! GPUDirect Storage through cuFile: the process-wide cuFile driver and per-file handles.
+//!
+//! libcufile is touched only after CUDA is known to work (libcuda loads, `cuInit` succeeds, a
+//! device exists): without an NVIDIA driver, `cuFileDriverOpen` and `cuFileHandleRegister` spin
+//! forever. The driver is opened once and deliberately never closed (closing it at process exit,
+//! while other threads may still run, is what crashes other cuFile users).
+
+use crate::cuda::{self, CUdeviceptr};
+use cufile_sys::{
+    CUfileDescr_t, CUfileDrvProps_t, CUfileError_t, CUfileFileHandleType, CUfileHandle_t, CuFileLib,
+};
+use std::ffi::{c_void, CStr};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::sync::OnceLock;
+
+/// The cuFile library, opened.
+pub struct CuFileDriver {
+    lib: CuFileLib,
+    /// `cuFileGetVersion`, e.g. 1200 for 1.20.
+    pub version: i32,
+    /// nvidia-fs kernel module version; 0.0 means no GDS kernel path.
+    pub nvfs: (u32, u32),
+}
+
+// SAFETY: cuFile's API is thread-safe; the struct holds the loaded library and plain numbers.
+unsafe impl Sync for CuFileDriver {}
+// SAFETY: as above.
+unsafe impl Send for CuFileDriver {}
+
+impl CuFileDriver {
+    /// Whether reads and writes really go GPU-direct (the GDS kernel path is present).
+    pub fn gds_available(&self) -> bool {
+        self.nvfs != (0, 0)
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "cuFile {}.{} (nvidia-fs {}.{})",
+            self.version / 1000,
+            (self.version % 1000) / 10,
+            self.nvfs.0,
+            self.nvfs.1
+        )
+    }
+}
+
+/// A cuFile status as text: its code and, where the header names it, the name.
+fn status_text(status: &CUfileError_t) -> String {
+    format!(
+        "cuFile error {} (CUDA result {})",
+        status.err.0, status.cu_err
+    )
+}
+
+fn symbol<'a, T>(field: &'a Result<T, libloading::Error>, name: &str) -> Result<&'a T, String> {
+    field
+        .as_ref()
+        .map_err(|e| format!("libcufile has no {name}: {e}"))
+}
+
+fn open_driver() -> Result<CuFileDriver, String> {
+    // The guard that keeps libcufile from hanging: CUDA must work first.
+    cuda::cuda().map_err(|e| format!("CUDA is not available ({e}); libcufile was not touched"))?;
+    let lib =
+        cufile_sys::load().map_err(|e| format!("cannot load {}: {e}", cufile_sys::LIBRARY_NAME))?;
+    // SAFETY: functions of a loaded libcufile, called with valid out-pointers.
+    unsafe {
+        let status = symbol(&lib.cuFileDriverOpen, "cuFileDriverOpen")?();
+        if !cufile_sys::succeeded(&status) {
+            return Err(format!("cuFileDriverOpen: {}", status_text(&status)));
+        }
+        let mut props: CUfileDrvProps_t = std::mem::zeroed();
+        let status =
+            symbol(&lib.cuFileDriverGetProperties, "cuFileDriverGetProperties")?(&mut props);
+        if !cufile_sys::succeeded(&status) {
+            return Err(format!(
+                "cuFileDriverGetProperties: {}",
+                status_text(&status)
+            ));
+        }
+        let mut version = 0;
+        if let Ok(get_version) = lib.cuFileGetVersion.as_ref() {
+            get_version(&mut version);
+        }
+        Ok(CuFileDriver {
+            version,
+            nvfs: (props.nvfs.major_version, props.nvfs.minor_version),
+            lib,
+        })
+    }
+}
+
+/// The process's cuFile driver, opened on first use.
+pub fn driver() -> Result<&'static CuFileDriver, String> {
+    static DRIVER: OnceLock<Result<CuFileDriver, String>> = OnceLock::new();
+    DRIVER
+        .get_or_init(open_driver)
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// One file registered with cuFile, through its own `O_DIRECT` descriptor.
+pub struct GdsHandle {
+    driver: &'static CuFileDriver,
+    handle: CUfileHandle_t,
+    _direct: File,
+}
+
+// SAFETY: a cuFile handle may be used from any thread; the descriptor is owned here.
+unsafe impl Send for GdsHandle {}
+// SAFETY: as above; cuFileRead/Write on one handle from several threads is supported.
+unsafe impl Sync for GdsHandle {}
+
+impl std::fmt::Debug for GdsHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GdsHandle({})", self.driver.describe())
+    }
+}
+
+/// A cuFile transfer that failed after `done` bytes.
+#[derive(Debug)]
+pub struct GdsFailure {
+    pub message: String,
+    pub done: usize,
+}
+
+impl GdsHandle {
+    /// Opens `path` again with `O_DIRECT` (read-write when `rdwr`) and registers it with cuFile.
+    pub fn register(
+        driver: &'static CuFileDriver,
+        path: &CStr,
+        rdwr: bool,
+    ) -> Result<GdsHandle, String> {
+        let mode = if rdwr { libc::O_RDWR } else { libc::O_RDONLY };
+        // SAFETY: a valid C string; the descriptor is owned by the File below.
+        let fd = unsafe { libc::open(path.as_ptr(), mode | libc::O_DIRECT | libc::O_CLOEXEC) };
+        if fd < 0 {
+            let err = io::Error::last_os_error();
+            return Err(format!(
+                "the file system refuses O_DIRECT, which cuFile needs ({err})"
+            ));
+        }
+        // SAFETY: fd was just opened and is owned by nothing else.
+        let direct = unsafe { File::from_raw_fd(fd) };
+        // SAFETY: the descriptor struct is plain data; zeroed is a valid starting state.
+        let mut descr: CUfileDescr_t = unsafe { std::mem::zeroed() };
+        descr.type_ = CUfileFileHandleType::CU_FILE_HANDLE_TYPE_OPAQUE_FD;
+        descr.handle.fd = direct.as_raw_fd();
+        let mut handle: CUfileHandle_t = std::ptr::null_mut();
+        let register = symbol(&driver.lib.cuFileHandleRegister, "cuFileHandleRegister")?;
+        // SAFETY: valid out-pointer and descriptor; the driver is open.
+        let status = unsafe { register(&mut handle, &mut descr) };
+        if !cufile_sys::succeeded(&status) {
+            return Err(format!("cuFileHandleRegister: {}", status_text(&status)));
+        }
+        Ok(GdsHandle {
+            driver,
+            handle,
+            _direct: direct,
+        })
+    }
+
+    pub fn driver(&self) -> &'static CuFileDriver {
+        self.driver
+    }
+
+    fn failure(result: isize, done: usize, op: &str) -> GdsFailure {
+        let message = if result == -1 {
+            format!("{op} failed: {}", io::Error::last_os_error())
+        } else {
+            format!("{op} failed: cuFile error {}", -result)
+        };
+        GdsFailure { message, done }
+    }
+
+    /// Reads `len` bytes at file offset `offset` into device memory `base + buf_off`, continuing
+    /// short reads. Returns the bytes that came from the file (fewer at end of file).
+    ///
+    /// # Safety
+    /// `base + buf_off .. + len` must lie in one device allocation starting at `base`.
+    pub unsafe fn read(
+        &self,
+        base: CUdeviceptr,
+        buf_off: usize,
+        len: usize,
+        offset: u64,
+    ) -> Result<usize, GdsFailure> {
+        let read = symbol(&self.driver.lib.cuFileRead, "cuFileRead")
+            .map_err(|message| GdsFailure { message, done: 0 })?;
+        let mut done = 0usize;
+        while done < len {
+            let n = read(
+                self.handle,
+                base as *mut c_void,
+                len - done,
+                (offset + done as u64) as libc::off_t,
+                (buf_off + done) as libc::off_t,
+            );
+            match n {
+                0 => break,
+                n if n > 0 => done += n as usize,
+                n => return Err(Self::failure(n, done, "cuFileRead")),
+            }
+        }
+        Ok(done)
+    }
+
+    /// Writes `len` bytes from device memory `base + buf_off` at file offset `offset`.
+    ///
+    /// # Safety
+    /// As for `read`.
+    pub unsafe fn write(
+        &self,
+        base: CUdeviceptr,
+        buf_off: usize,
+        len: usize,
+        offset: u64,
+    ) -> Result<(), GdsFailure> {
+        let write = symbol(&self.driver.lib.cuFileWrite, "cuFileWrite")
+            .map_err(|message| GdsFailure { message, done: 0 })?;
+        let mut done = 0usize;
+        while done < len {
+            let n = write(
+                self.handle,
+                base as *const c_void,
+                len - done,
+                (offset + done as u64) as libc::off_t,
+                (buf_off + done) as libc::off_t,
+            );
+            match n {
+                n if n > 0 => done += n as usize,
+                0 => {
+                    return Err(GdsFailure {
+                        message: "cuFileWrite wrote nothing".into(),
+                        done,
+                    })
+                }
+                n => return Err(Self::failure(n, done, "cuFileWrite")),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for GdsHandle {
+    fn drop(&mut self) {
+        if let Ok(deregister) = self.driver.lib.cuFileHandleDeregister.as_ref() {
+            // SAFETY: the handle was registered in `register` and is deregistered once.
+            unsafe { deregister(self.handle) };
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The staged device path: file data moves through pinned host bounce buffers, one per task, so
+//! with several pool threads one task's `pread` overlaps another's host-to-device copy (and the
+//! reverse for writes). Used where GDS is not available, and for what remains of a transfer after
+//! a cuFile error.
+//!
+//! Bounce buffers come from a process-wide pool and are kept for reuse (deliberately never
+//! freed at exit, as freeing pinned memory then can race the CUDA driver's own teardown). When
+//! pinned memory cannot be had, ordinary host memory serves, with a warning.
+
+use super::posix;
+use crate::cuda::{self, CUdeviceptr, PinnedBuffer};
+use crate::error::{Error, Result};
+use std::os::fd::RawFd;
+use std::sync::Mutex;
+
+enum Bounce {
+    Pinned(PinnedBuffer),
+    Pageable(Vec<u8>),
+}
+
+impl Bounce {
+    fn ptr(&mut self) -> *mut u8 {
+        match self {
+            Bounce::Pinned(p) => p.as_mut_ptr(),
+            Bounce::Pageable(v) => v.as_mut_ptr(),
+        }
+    }
+    fn len(&self) -> usize {
+        match self {
+            Bounce::Pinned(p) => p.len(),
+            Bounce::Pageable(v) => v.len(),
+        }
+    }
+}
+
+/// Idle bounce buffers, kept for reuse.
+static POOL: Mutex<Vec<Bounce>> = Mutex::new(Vec::new());
+const MAX_IDLE: usize = 32;
+
+fn take(size: usize) -> Bounce {
+    if let Ok(mut pool) = POOL.try_lock() {
+        if let Some(i) = pool.iter().position(|b| b.len() == size) {
+            return pool.swap_remove(i);
+        }
+    }
+    match PinnedBuffer::new(size) {
+        Ok(p) => Bounce::Pinned(p),
+        Err(err) => {
+            tracing::warn!(
+                "no pinned bounce buffer of {size} bytes ({err}); staging through pageable memory"
+            );
+            Bounce::Pageable(vec![0; size])
+        }
+    }
+}
+
+fn give_back(buffer: Bounce) {
+    if let Ok(mut pool) = POOL.try_lock() {
+        if pool.len() < MAX_IDLE {
+            pool.push(buffer);
+            return;
+        }
+    }
+    // Pool full or busy: keep the memory rather than free pinned memory on a hot path.
+    std::mem::forget(buffer);
+}
+
+fn device_error(
+    path: &str,
+    op: &'static str,
+    offset: u64,
+    size: usize,
+    done: usize,
+    err: cuda::CudaError,
+) -> Error {
+    Error::Io {
+        op,
+        path: path.to_string(),
+        offset,
+        size: size as u64,
+        done: done as u64,
+        source: std::io::Error::other(err.to_string()),
+    }
+}
+
+/// Reads `len` bytes at file offset `offset` into device memory at `dst`, through bounce
+/// buffers of `bounce_size`; past end of file the device memory is zero-filled.
+///
+/// # Safety
+/// `dst .. dst + len` must be device memory.
+pub unsafe fn read(
+    fd: RawFd,
+    path: &str,
+    dst: CUdeviceptr,
+    len: usize,
+    offset: u64,
+    bounce_size: usize,
+) -> Result<()> {
+    let mut bounce = take(bounce_size);
+    let mut done = 0usize;
+    let result = loop {
+        if done == len {
+            break Ok(());
+        }
+        let n = (len - done).min(bounce.len());
+        let pos = offset + done as u64;
+        if let Err(f) = posix::read_full(fd, bounce.ptr(), n, pos) {
+            break Err(Error::Io {
+                op: "read (staged)",
+                path: path.to_string(),
+                offset: pos,
+                size: n as u64,
+                done: (done + f.done) as u64,
+                source: f.source,
+            });
+        }
+        if let Err(err) = cuda::copy_to_device(dst + done as u64, bounce.ptr(), n) {
+            break Err(device_error(
+                path,
+                "read (staged copy to device)",
+                pos,
+                n,
+                done,
+                err,
+            ));
+        }
+        done += n;
+    };
+    give_back(bounce);
+    result
+}
+
+/// Writes `len` bytes of device memory at `src` to file offset `offset` through bounce buffers.
+///
+/// # Safety
+/// `src .. src + len` must be device memory.
+pub unsafe fn write(
+    fd: RawFd,
+    path: &str,
+    src: CUdeviceptr,
+    len: usize,
+    offset: u64,
+    bounce_size: usize,
+) -> Result<()> {
+    let mut bounce = take(bounce_size);
+    let mut done = 0usize;
+    let result = loop {
+        if done == len {
+            break Ok(());
+        }
+        let n = (len - done).min(bounce.len());
+        let pos = offset + done as u64;
+        if let Err(err) = cuda::copy_from_device(bounce.ptr(), src + done as u64, n) {
+            break Err(device_error(
+                path,
+                "write (staged copy from device)",
+                pos,
+                n,
+                done,
+                err,
+            ));
+        }
+        if let Err(f) = posix::write_full(fd, bounce.ptr(), n, pos) {
+            break Err(Error::Io {
+                op: "write (staged)",
+                path: path.to_string(),
+                offset: pos,
+                size: n as u64,
+                done: (done + f.done) as u64,
+                source: f.source,
+            });
+        }
+        done += n;
+    };
+    give_back(bounce);
+    result
+}

@@ -1,0 +1,68 @@
+//! Host or device? Classification of the buffers HDF5 hands the driver.
+//!
+//! Metadata buffers are always host memory (HDF5 allocates them). For raw data, the CUDA driver
+//! is asked (`cuPointerGetAttributes`) unless the pointer falls in a device allocation seen
+//! before: those ranges are cached, so repeated raw-data calls on one device buffer pay one
+//! query. Without working CUDA every buffer is host memory and no query is made.
+
+use crate::abi::{H5FD_mem_t, H5FD_MEM_DEFAULT, H5FD_MEM_DRAW};
+use crate::cuda::{self, CUdeviceptr, PointerKind};
+use std::sync::RwLock;
+
+/// Device allocations seen so far, as (base, size).
+static DEVICE_RANGES: RwLock<Vec<(u64, usize)>> = RwLock::new(Vec::new());
+
+/// At most this many ranges are remembered; past that the oldest half is forgotten.
+const MAX_CACHED: usize = 1024;
+
+fn cached(ptr: u64) -> Option<PointerKind> {
+    let ranges = DEVICE_RANGES.read().ok()?;
+    ranges
+        .iter()
+        .find(|(base, size)| ptr >= *base && ptr < base + *size as u64)
+        .map(|&(base, size)| PointerKind::Device { base, size })
+}
+
+fn remember(base: CUdeviceptr, size: usize) {
+    if let Ok(mut ranges) = DEVICE_RANGES.write() {
+        if ranges.len() >= MAX_CACHED {
+            ranges.drain(..MAX_CACHED / 2);
+        }
+        ranges.push((base, size));
+    }
+}
+
+/// Forgets a cached range that the driver no longer confirms (freed and reused memory).
+pub fn forget(base: CUdeviceptr) {
+    if let Ok(mut ranges) = DEVICE_RANGES.write() {
+        ranges.retain(|(b, _)| *b != base);
+    }
+}
+
+/// Whether HDF5 may hand this memory type a device buffer (raw data only).
+pub fn may_be_device(mem_type: H5FD_mem_t) -> bool {
+    mem_type == H5FD_MEM_DRAW || mem_type == H5FD_MEM_DEFAULT
+}
+
+/// What `ptr` is, for a transfer of memory type `mem_type`.
+pub fn classify(ptr: usize, mem_type: H5FD_mem_t) -> PointerKind {
+    if !may_be_device(mem_type) || cuda::cuda().is_err() {
+        return PointerKind::Host;
+    }
+    if let Some(kind) = cached(ptr as u64) {
+        return kind;
+    }
+    match cuda::query_pointer(ptr) {
+        Ok(PointerKind::Device { base, size }) => {
+            remember(base, size);
+            PointerKind::Device { base, size }
+        }
+        Ok(PointerKind::Host) => PointerKind::Host,
+        Err(err) => {
+            tracing::debug!(
+                "pointer query for {ptr:#x} failed ({err}); treating it as host memory"
+            );
+            PointerKind::Host
+        }
+    }
+}
