@@ -83,6 +83,8 @@ impl Drop for Id {
 /// Which driver a file access list selects.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Driver {
+    /// Whatever HDF5 uses by default (`HDF5_DRIVER` if set, else sec2).
+    Default,
     Sec2,
     /// The `gds` plugin, with a config string (may be empty).
     Gds(String),
@@ -91,6 +93,7 @@ pub enum Driver {
 impl Driver {
     pub fn name(&self) -> &'static str {
         match self {
+            Driver::Default => "default",
             Driver::Sec2 => "sec2",
             Driver::Gds(_) => "gds",
         }
@@ -107,6 +110,7 @@ pub fn file_access(driver: &Driver) -> Result<Id> {
             "H5Pcreate(file access)",
         )?;
         match driver {
+            Driver::Default => 0,
             Driver::Sec2 => check(H5Pset_fapl_sec2(fapl.raw()) as i64, "H5Pset_fapl_sec2")?,
             Driver::Gds(config) => {
                 let (name, config) = (cstr("gds")?, cstr(config)?);
@@ -140,13 +144,24 @@ pub fn open_file(path: &Path, fapl: &Id) -> Result<Id> {
     )
 }
 
-/// Creates a dataset of `file_type` with shape `dims` (contiguous unless `chunk` is given).
+/// How a dataset's storage is laid out.
+#[derive(Clone, Copy, Debug)]
+pub enum Layout<'a> {
+    Contiguous,
+    Chunked(&'a [hsize_t]),
+    Compact,
+    /// Contiguous storage allocated when the dataset is created and never filled: until written,
+    /// its bytes lie past the end of the file.
+    AllocatedUnwritten,
+}
+
+/// Creates a dataset of `file_type` with shape `dims` and the given layout.
 pub fn create_dataset(
     loc: &Id,
     name: &str,
     file_type: hid_t,
     dims: &[hsize_t],
-    chunk: Option<&[hsize_t]>,
+    layout: Layout,
 ) -> Result<Id> {
     let c_name = cstr(name)?;
     // SAFETY: plain HDF5 calls on ids created here; dims and chunk outlive the calls.
@@ -161,12 +176,28 @@ pub fn create_dataset(
             H5Pclose,
             "H5Pcreate(dataset create)",
         )?;
-        if let Some(chunk) = chunk {
-            check(
-                H5Pset_chunk(dcpl.raw(), chunk.len() as i32, chunk.as_ptr()) as i64,
+        let dcpl_id = dcpl.raw();
+        match layout {
+            Layout::Contiguous => 0,
+            Layout::Chunked(chunk) => check(
+                H5Pset_chunk(dcpl_id, chunk.len() as i32, chunk.as_ptr()) as i64,
                 "H5Pset_chunk",
-            )?;
-        }
+            )?,
+            Layout::Compact => check(
+                H5Pset_layout(dcpl_id, H5D_layout_t::H5D_COMPACT) as i64,
+                "H5Pset_layout",
+            )?,
+            Layout::AllocatedUnwritten => {
+                check(
+                    H5Pset_alloc_time(dcpl_id, H5D_alloc_time_t::H5D_ALLOC_TIME_EARLY) as i64,
+                    "H5Pset_alloc_time",
+                )?;
+                check(
+                    H5Pset_fill_time(dcpl_id, H5D_fill_time_t::H5D_FILL_TIME_NEVER) as i64,
+                    "H5Pset_fill_time",
+                )?
+            }
+        };
         let what = format!("H5Dcreate2({name})");
         Id::new(
             H5Dcreate2(
@@ -204,36 +235,95 @@ pub fn dataset_offset(dset: &Id) -> Result<u64> {
     Ok(addr)
 }
 
+/// A selection of a dataset: all of it, or a hyperslab (start, stride, count per dimension).
+#[derive(Clone, Copy, Debug)]
+pub enum Selection<'a> {
+    All,
+    Slab {
+        start: &'a [hsize_t],
+        stride: &'a [hsize_t],
+        count: &'a [hsize_t],
+    },
+}
+
+/// Dataspaces (memory, file) for a selection; `None` means `H5S_ALL`.
+fn spaces(dset: &Id, sel: Selection) -> Result<Option<(Id, Id)>> {
+    let Selection::Slab {
+        start,
+        stride,
+        count,
+    } = sel
+    else {
+        return Ok(None);
+    };
+    // SAFETY: ids created here; the arrays outlive the calls.
+    unsafe {
+        let file_space = Id::new(H5Dget_space(dset.raw()), H5Sclose, "H5Dget_space")?;
+        let status = H5Sselect_hyperslab(
+            file_space.raw(),
+            H5S_SELECT_SET,
+            start.as_ptr(),
+            stride.as_ptr(),
+            count.as_ptr(),
+            std::ptr::null(),
+        );
+        check(status as i64, "H5Sselect_hyperslab")?;
+        let mem_space = Id::new(
+            H5Screate_simple(count.len() as i32, count.as_ptr(), std::ptr::null()),
+            H5Sclose,
+            "H5Screate_simple",
+        )?;
+        Ok(Some((mem_space, file_space)))
+    }
+}
+
+/// Reads a selection into memory at `buf` (host or device memory, as HDF5 allows).
+///
+/// # Safety
+/// `buf` must have room for the selection's elements of `mem_type`.
+pub unsafe fn read_raw(dset: &Id, mem_type: hid_t, sel: Selection, buf: *mut c_void) -> Result<()> {
+    let spaces = spaces(dset, sel)?;
+    let (m, f) = spaces
+        .as_ref()
+        .map_or((H5S_ALL, H5S_ALL), |(m, f)| (m.raw(), f.raw()));
+    check(
+        H5Dread(dset.raw(), mem_type, m, f, H5P_DEFAULT, buf) as i64,
+        "H5Dread",
+    )
+    .map(|_| ())
+}
+
+/// Writes a selection from memory at `buf` (host or device memory, as HDF5 allows).
+///
+/// # Safety
+/// `buf` must hold the selection's elements of `mem_type`.
+pub unsafe fn write_raw(
+    dset: &Id,
+    mem_type: hid_t,
+    sel: Selection,
+    buf: *const c_void,
+) -> Result<()> {
+    let spaces = spaces(dset, sel)?;
+    let (m, f) = spaces
+        .as_ref()
+        .map_or((H5S_ALL, H5S_ALL), |(m, f)| (m.raw(), f.raw()));
+    check(
+        H5Dwrite(dset.raw(), mem_type, m, f, H5P_DEFAULT, buf) as i64,
+        "H5Dwrite",
+    )
+    .map(|_| ())
+}
+
 /// Writes the whole dataset from `data`.
 pub fn write_all<T>(dset: &Id, mem_type: hid_t, data: &[T]) -> Result<()> {
     // SAFETY: the caller's slice matches the dataset's extent and `mem_type`.
-    let status = unsafe {
-        H5Dwrite(
-            dset.raw(),
-            mem_type,
-            H5S_ALL,
-            H5S_ALL,
-            H5P_DEFAULT,
-            data.as_ptr().cast::<c_void>(),
-        )
-    };
-    check(status as i64, "H5Dwrite").map(|_| ())
+    unsafe { write_raw(dset, mem_type, Selection::All, data.as_ptr().cast()) }
 }
 
 /// Reads the whole dataset into `out`.
 pub fn read_all<T>(dset: &Id, mem_type: hid_t, out: &mut [T]) -> Result<()> {
     // SAFETY: the caller's slice matches the dataset's extent and `mem_type`.
-    let status = unsafe {
-        H5Dread(
-            dset.raw(),
-            mem_type,
-            H5S_ALL,
-            H5S_ALL,
-            H5P_DEFAULT,
-            out.as_mut_ptr().cast::<c_void>(),
-        )
-    };
-    check(status as i64, "H5Dread").map(|_| ())
+    unsafe { read_raw(dset, mem_type, Selection::All, out.as_mut_ptr().cast()) }
 }
 
 /// Reads a hyperslab (`start`, `stride`, `count` per dimension) into `out`, which must hold the
@@ -253,32 +343,17 @@ pub fn read_slab<T>(
             out.len()
         ));
     }
-    // SAFETY: ids created here; the selection's size equals the buffer's length.
+    // SAFETY: the selection's size equals the buffer's length.
     unsafe {
-        let file_space = Id::new(H5Dget_space(dset.raw()), H5Sclose, "H5Dget_space")?;
-        let status = H5Sselect_hyperslab(
-            file_space.raw(),
-            H5S_SELECT_SET,
-            start.as_ptr(),
-            stride.as_ptr(),
-            count.as_ptr(),
-            std::ptr::null(),
-        );
-        check(status as i64, "H5Sselect_hyperslab")?;
-        let mem_space = Id::new(
-            H5Screate_simple(count.len() as i32, count.as_ptr(), std::ptr::null()),
-            H5Sclose,
-            "H5Screate_simple",
-        )?;
-        let status = H5Dread(
-            dset.raw(),
+        read_raw(
+            dset,
             mem_type,
-            mem_space.raw(),
-            file_space.raw(),
-            H5P_DEFAULT,
-            out.as_mut_ptr().cast::<c_void>(),
-        );
-        check(status as i64, "H5Dread(hyperslab)")?;
+            Selection::Slab {
+                start,
+                stride,
+                count,
+            },
+            out.as_mut_ptr().cast(),
+        )
     }
-    Ok(())
 }

@@ -66,7 +66,7 @@ fn write_contiguous(path: &Path, driver: &Driver, data: &[f32]) -> h5::Result<()
         "data",
         *h5t::H5T_IEEE_F32LE,
         &[data.len() as u64],
-        None,
+        h5::Layout::Contiguous,
     )?;
     h5::write_all(&dset, *h5t::H5T_NATIVE_FLOAT, data)?;
     drop(dset);
@@ -204,8 +204,13 @@ fn small_datasets(
             let fapl = h5::file_access(d)?;
             let file = h5::create_file(&path_of(d), &fapl)?;
             for i in 0..count {
-                let dset =
-                    h5::create_dataset(&file, &format!("d{i}"), *h5t::H5T_IEEE_F32LE, &[16], None)?;
+                let dset = h5::create_dataset(
+                    &file,
+                    &format!("d{i}"),
+                    *h5t::H5T_IEEE_F32LE,
+                    &[16],
+                    h5::Layout::Contiguous,
+                )?;
                 h5::write_all(&dset, *h5t::H5T_NATIVE_FLOAT, &[i as f32; 16])?;
             }
             file.close()
@@ -268,7 +273,7 @@ fn strided(
             "data",
             *h5t::H5T_IEEE_F32LE,
             &[m as u64, m as u64],
-            None,
+            h5::Layout::Contiguous,
         )?;
         h5::write_all(&dset, *h5t::H5T_NATIVE_FLOAT, &matrix)?;
         drop(dset);

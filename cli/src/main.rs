@@ -1,7 +1,10 @@
 //! `h5gds`: the command-line tool of h5gds.
 //!
-//! `h5gds bench` runs the host benchmarks: the `gds` plugin against sec2 (and a plain `pread`
-//! roofline) in one process, alternating, and prints a table of medians and ratios.
+//! `h5gds info` reports what decides the path data takes (plugin, CUDA, cuFile, settings) with
+//! a verdict per path; `h5gds bench` runs the benchmarks: the `gds` plugin against sec2 (and a
+//! plain `pread` roofline) in one process, alternating, and prints a table of medians and ratios.
+
+mod info;
 
 use clap::{Parser, Subcommand};
 use h5gds_bench::{h5, host, report};
@@ -22,6 +25,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Show what decides the I/O path (plugin, CUDA, cuFile, settings) and a verdict per path.
+    Info {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Directory holding libh5gds.so [default: beside this program, else H5GDS_PLUGIN_DIR].
+        #[arg(long)]
+        plugin_dir: Option<PathBuf>,
+    },
     /// Benchmark the gds driver against sec2 and the pread roofline.
     Bench(BenchArgs),
 }
@@ -60,28 +72,6 @@ fn parse_size(text: &str) -> Result<u64, String> {
     }
 }
 
-/// Where libh5gds.so is: the flag, else beside this program, else H5GDS_PLUGIN_DIR.
-fn find_plugin_dir(flag: Option<PathBuf>) -> Result<PathBuf, String> {
-    let beside_exe = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(PathBuf::from));
-    let candidates = flag
-        .into_iter()
-        .chain(beside_exe)
-        .chain(std::env::var_os("H5GDS_PLUGIN_DIR").map(PathBuf::from));
-    let mut tried = Vec::new();
-    for dir in candidates {
-        if dir.join("libh5gds.so").is_file() {
-            return Ok(dir);
-        }
-        tried.push(dir.display().to_string());
-    }
-    Err(format!(
-        "libh5gds.so not found (looked in: {}); build it with `cargo build --release -p h5gds-vfd` or pass --plugin-dir",
-        tried.join(", ")
-    ))
-}
-
 fn machine_line() -> String {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -106,7 +96,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
     if args.matrix < 4 {
         return Err("--matrix must be at least 4".into());
     }
-    let plugin_dir = find_plugin_dir(args.plugin_dir)?;
+    let plugin_dir = info::find_plugin_dir(args.plugin_dir)?;
     let dir = args.dir.unwrap_or_else(std::env::temp_dir);
     h5::init(Some(&plugin_dir))?;
     let opts = host::HostOptions {
@@ -141,10 +131,25 @@ fn bench(args: BenchArgs) -> Result<(), String> {
     Ok(())
 }
 
+fn show_info(json: bool, plugin_dir: Option<PathBuf>) -> Result<(), String> {
+    let dir = info::find_plugin_dir(plugin_dir).ok();
+    let report = info::gather(dir.as_deref());
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", info::render(&report));
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(args) => bench(args),
+        Command::Info { json, plugin_dir } => show_info(json, plugin_dir),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

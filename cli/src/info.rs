@@ -1,0 +1,262 @@
+//! `h5gds info`: everything that decides which path data will take, and a verdict per path.
+//!
+//! It never hangs: libcufile is only opened after CUDA is known to work (the same guard the
+//! driver uses), because without an NVIDIA driver cuFile's driver open spins forever.
+
+use h5gds::config::{Settings, SETTINGS};
+use h5gds::cuda;
+use h5gds::io::gds;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Serialize)]
+pub struct Info {
+    pub plugin: Option<PathBuf>,
+    pub exports: Vec<String>,
+    pub cuda: CudaInfo,
+    pub cufile: CufileInfo,
+    pub settings: Vec<SettingInfo>,
+    pub settings_error: Option<String>,
+    pub verdict: Verdict,
+}
+
+#[derive(Serialize)]
+pub struct CudaInfo {
+    pub available: bool,
+    pub driver_version: Option<i32>,
+    pub devices: Option<i32>,
+    pub device_0: Option<String>,
+    pub problem: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct CufileInfo {
+    /// Whether libcufile was opened (only tried when CUDA works).
+    pub loaded: bool,
+    pub version: Option<String>,
+    pub nvfs_version: Option<String>,
+    pub gds_kernel_path: Option<bool>,
+    pub problem: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct SettingInfo {
+    pub key: &'static str,
+    pub env: &'static str,
+    pub value: String,
+    pub source: String,
+}
+
+#[derive(Serialize)]
+pub struct Verdict {
+    pub host: String,
+    pub device: String,
+}
+
+fn cuda_info() -> CudaInfo {
+    match cuda::cuda() {
+        Ok(c) => CudaInfo {
+            available: true,
+            driver_version: Some(c.driver_version),
+            devices: Some(c.device_count),
+            device_0: Some(c.device_name.clone()),
+            problem: None,
+        },
+        Err(err) => CudaInfo {
+            available: false,
+            driver_version: None,
+            devices: None,
+            device_0: None,
+            problem: Some(err.to_string()),
+        },
+    }
+}
+
+fn cufile_info(cuda_ok: bool, settings: Option<&Settings>) -> CufileInfo {
+    let skipped = |why: &str| CufileInfo {
+        loaded: false,
+        version: None,
+        nvfs_version: None,
+        gds_kernel_path: None,
+        problem: Some(why.to_string()),
+    };
+    if settings.is_some_and(|s| s.compat_mode == h5gds::config::CompatMode::On) {
+        return skipped("not opened: compat_mode=on never touches libcufile");
+    }
+    if !cuda_ok {
+        return skipped("not opened: CUDA does not work here, and cuFile would hang without it");
+    }
+    match gds::driver() {
+        Ok(d) => CufileInfo {
+            loaded: true,
+            version: Some(format!("{}.{}", d.version / 1000, (d.version % 1000) / 10)),
+            nvfs_version: Some(format!("{}.{}", d.nvfs.0, d.nvfs.1)),
+            gds_kernel_path: Some(d.gds_available()),
+            problem: None,
+        },
+        Err(err) => skipped(&err),
+    }
+}
+
+fn verdict(settings: Option<&Settings>, cuda: &CudaInfo, cufile: &CufileInfo) -> Verdict {
+    let Some(settings) = settings else {
+        let bad = "files will not open: fix the setting above".to_string();
+        return Verdict {
+            host: bad.clone(),
+            device: bad,
+        };
+    };
+    let host = format!(
+        "POSIX I/O, {} threads for requests of {} or more{}",
+        settings.nthreads,
+        h5gds::config::format_size(settings.task_size as u64),
+        match settings.direct_io {
+            h5gds::config::DirectIo::Off => "",
+            _ => ", O_DIRECT for aligned transfers",
+        }
+    );
+    use h5gds::config::CompatMode;
+    let device = match (settings.compat_mode, cuda.available, cufile.gds_kernel_path) {
+        (CompatMode::Off, false, _) => {
+            "files will not open: compat_mode=off requires cuFile and CUDA does not work".into()
+        }
+        (CompatMode::Off, true, None) => {
+            "files will not open: compat_mode=off requires cuFile, which cannot be opened".into()
+        }
+        (CompatMode::Off, true, Some(false)) => {
+            "cuFile in its own compatibility mode (no GDS kernel path)".into()
+        }
+        (_, false, _) => "not possible: no usable CUDA (every buffer is host memory)".into(),
+        (CompatMode::On, true, _) => "staged through pinned bounce buffers (compat_mode=on)".into(),
+        (_, true, Some(true)) => {
+            "GPUDirect Storage through cuFile (if the file system accepts O_DIRECT)".into()
+        }
+        (_, true, _) => "staged through pinned bounce buffers (GDS not available)".into(),
+    };
+    Verdict { host, device }
+}
+
+/// Where the plugin is: the flag, else beside this program, else H5GDS_PLUGIN_DIR.
+pub fn find_plugin_dir(flag: Option<PathBuf>) -> Result<PathBuf, String> {
+    let beside_exe = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(PathBuf::from));
+    let candidates = flag
+        .into_iter()
+        .chain(beside_exe)
+        .chain(std::env::var_os("H5GDS_PLUGIN_DIR").map(PathBuf::from));
+    let mut tried = Vec::new();
+    for dir in candidates {
+        if dir.join("libh5gds.so").is_file() {
+            return Ok(dir);
+        }
+        tried.push(dir.display().to_string());
+    }
+    Err(format!(
+        "libh5gds.so not found (looked in: {}); build it with `cargo build --release -p h5gds-vfd` or pass --plugin-dir",
+        tried.join(", ")
+    ))
+}
+
+pub fn gather(plugin_dir: Option<&Path>) -> Info {
+    let config = std::env::var("HDF5_DRIVER_CONFIG").ok();
+    let loaded = Settings::load(config.as_deref());
+    let (settings, settings_error) = match loaded {
+        Ok(s) => (Some(s), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    let cuda = cuda_info();
+    let cufile = cufile_info(cuda.available, settings.as_ref());
+    let verdict = verdict(settings.as_ref(), &cuda, &cufile);
+    let plugin = plugin_dir.map(|d| d.join("libh5gds.so"));
+    let exports = match plugin_dir {
+        Some(dir) => vec![
+            format!("export HDF5_PLUGIN_PATH={}", dir.display()),
+            "export HDF5_DRIVER=gds".into(),
+        ],
+        None => Vec::new(),
+    };
+    let settings_rows = settings
+        .as_ref()
+        .map(|s| {
+            SETTINGS
+                .iter()
+                .map(|spec| SettingInfo {
+                    key: spec.config_key,
+                    env: spec.env,
+                    value: s.value_text(spec.key),
+                    source: s.source(spec.key).to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Info {
+        plugin,
+        exports,
+        cuda,
+        cufile,
+        settings: settings_rows,
+        settings_error,
+        verdict,
+    }
+}
+
+pub fn render(info: &Info) -> String {
+    let mut out = String::new();
+    let mut line = |s: String| {
+        out.push_str(&s);
+        out.push('\n');
+    };
+    match &info.plugin {
+        Some(p) => line(format!("plugin:   {}", p.display())),
+        None => line("plugin:   libh5gds.so not found (cargo build --release -p h5gds-vfd)".into()),
+    }
+    for e in &info.exports {
+        line(format!("          {e}"));
+    }
+    let c = &info.cuda;
+    match (c.available, &c.problem) {
+        (true, _) => line(format!(
+            "CUDA:     driver {}, {} device(s), device 0: {}",
+            c.driver_version.unwrap_or(0),
+            c.devices.unwrap_or(0),
+            c.device_0.as_deref().unwrap_or("?")
+        )),
+        (false, problem) => line(format!(
+            "CUDA:     not usable: {}",
+            problem.as_deref().unwrap_or("unknown")
+        )),
+    }
+    let f = &info.cufile;
+    if f.loaded {
+        line(format!(
+            "cuFile:   {} (nvidia-fs {}): {}",
+            f.version.as_deref().unwrap_or("?"),
+            f.nvfs_version.as_deref().unwrap_or("?"),
+            if f.gds_kernel_path == Some(true) {
+                "GDS kernel path present"
+            } else {
+                "no GDS kernel path: cuFile would run in compat mode"
+            }
+        ));
+    } else {
+        line(format!(
+            "cuFile:   {}",
+            f.problem.as_deref().unwrap_or("not opened")
+        ));
+    }
+    if let Some(err) = &info.settings_error {
+        line(format!("settings: INVALID: {err}"));
+    } else {
+        line("settings:".into());
+        for s in &info.settings {
+            line(format!(
+                "          {:<20} {:<10} {} [{}]",
+                s.key, s.value, s.source, s.env
+            ));
+        }
+    }
+    line(format!("host buffers:   {}", info.verdict.host));
+    line(format!("device buffers: {}", info.verdict.device));
+    out
+}
