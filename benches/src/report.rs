@@ -9,14 +9,18 @@ fn find<'a>(all: &'a [Measurement], benchmark: &str, path: &str) -> Option<&'a M
         .find(|m| m.benchmark == benchmark && m.path == path)
 }
 
-/// A plain-text table, one row per (benchmark, path).
-pub fn table(all: &[Measurement]) -> String {
+/// A plain-text table, one row per (benchmark, path), with a ratio column per baseline path.
+pub fn table(all: &[Measurement], baselines: &[&str]) -> String {
     let mut out = String::new();
-    let _ = writeln!(
+    let _ = write!(
         out,
-        "{:<38} {:<6} {:>12} {:>12} {:>12} {:>9} {:>9}",
-        "benchmark", "path", "median", "min", "max", "vs sec2", "vs pread"
+        "{:<38} {:<7} {:>12} {:>12} {:>12}",
+        "benchmark", "path", "median", "min", "max"
     );
+    for b in baselines {
+        let _ = write!(out, " {:>10}", format!("vs {b}"));
+    }
+    out.push('\n');
     for m in all {
         let cell = |seconds: f64| match m.mib_per_s(seconds) {
             Some(rate) => format!("{rate:.0} MiB/s"),
@@ -32,17 +36,19 @@ pub fn table(all: &[Measurement]) -> String {
             Some(b) if m.path != baseline => format!("{:.2}x", speedup(m, b)),
             _ => String::from("-"),
         };
-        let _ = writeln!(
+        let _ = write!(
             out,
-            "{:<38} {:<6} {:>12} {:>12} {:>12} {:>9} {:>9}",
+            "{:<38} {:<7} {:>12} {:>12} {:>12}",
             m.benchmark,
             m.path,
             cell(m.median()),
             cell(lo),
-            cell(hi),
-            ratio("sec2"),
-            ratio("pread"),
+            cell(hi)
         );
+        for b in baselines {
+            let _ = write!(out, " {:>10}", ratio(b));
+        }
+        out.push('\n');
     }
     out
 }

@@ -7,7 +7,7 @@
 mod info;
 
 use clap::{Parser, Subcommand};
-use h5gds_bench::{h5, host, report};
+use h5gds_bench::{device, gpu, h5, host, report};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -61,6 +61,19 @@ struct BenchArgs {
     /// Directory holding libh5gds.so [default: beside this program, else H5GDS_PLUGIN_DIR].
     #[arg(long)]
     plugin_dir: Option<PathBuf>,
+    /// Which benchmarks to run.
+    #[arg(long, value_enum, default_value_t = Only::All)]
+    only: Only,
+    /// Host staging buffer of the staged device path (the baseline).
+    #[arg(long, default_value = "128M", value_parser = parse_size)]
+    staging: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Only {
+    All,
+    Host,
+    Device,
 }
 
 fn parse_size(text: &str) -> Result<u64, String> {
@@ -89,6 +102,15 @@ fn machine_line() -> String {
     format!("{cores} cores, {mem_gib:.0} GiB memory")
 }
 
+fn progress_bar(steps: usize) -> Result<ProgressBar, String> {
+    let bar = ProgressBar::new(steps as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} runs, {elapsed}")
+            .map_err(|e| e.to_string())?,
+    );
+    Ok(bar)
+}
+
 fn bench(args: BenchArgs) -> Result<(), String> {
     if args.reps == 0 {
         return Err("--reps must be at least 1".into());
@@ -99,35 +121,54 @@ fn bench(args: BenchArgs) -> Result<(), String> {
     let plugin_dir = info::find_plugin_dir(args.plugin_dir)?;
     let dir = args.dir.unwrap_or_else(std::env::temp_dir);
     h5::init(Some(&plugin_dir))?;
-    let opts = host::HostOptions {
-        bytes: args.size,
-        reps: args.reps,
-        dir: dir.clone(),
-        matrix: args.matrix,
-        small_datasets: args.small_datasets,
-        gds_config: args.gds_config,
-    };
     println!(
-        "h5gds bench: host memory, gds ({}) vs sec2 vs 2-thread pread",
-        plugin_dir.join("libh5gds.so").display()
+        "h5gds bench: {} on {}",
+        plugin_dir.join("libh5gds.so").display(),
+        machine_line()
     );
-    println!(
-        "machine: {}; files in {} (page cache warm)",
-        machine_line(),
-        dir.display()
-    );
-    let bar = ProgressBar::new(host::steps(&opts) as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} runs, {elapsed}")
-            .map_err(|e| e.to_string())?,
-    );
-    let results = host::run(&opts, &mut || bar.inc(1));
-    bar.finish_and_clear();
-    let results = results?;
-    println!();
-    print!("{}", report::table(&results));
-    println!("\nRatios compare medians over {} interleaved repetitions; > 1 means faster than the baseline.", opts.reps);
-    println!("Device benchmarks (GPU reads and writes) arrive with the GPU paths.");
+    println!("files in {} (page cache warm); ratios compare medians of {} interleaved runs, > 1 = faster", dir.display(), args.reps);
+    if args.only != Only::Device {
+        let opts = host::HostOptions {
+            bytes: args.size,
+            reps: args.reps,
+            dir: dir.clone(),
+            matrix: args.matrix,
+            small_datasets: args.small_datasets,
+            gds_config: args.gds_config.clone(),
+        };
+        println!("\nHOST MEMORY: gds vs sec2 vs 2-thread pread (the roofline)");
+        let bar = progress_bar(host::steps(&opts))?;
+        let results = host::run(&opts, &mut || bar.inc(1));
+        bar.finish_and_clear();
+        print!("{}", report::table(&results?, &["sec2", "pread"]));
+    }
+    if args.only != Only::Host {
+        let opts = device::DeviceOptions {
+            bytes: args.size,
+            reps: args.reps,
+            dir,
+            staging: args.staging as usize,
+            gds_config: args.gds_config,
+        };
+        if let Err(err) = gpu::init_cuda() {
+            println!("\nDEVICE MEMORY: skipped: the device benchmarks need a CUDA driver library ({err})");
+            return if args.only == Only::Device {
+                Err(err)
+            } else {
+                Ok(())
+            };
+        }
+        let staging = h5gds::config::format_size(args.staging);
+        if gpu::is_emulated() {
+            println!("\nDEVICE MEMORY, EMULATED: libcuda and libcufile are h5gds's CPU emulator; these are not GPU figures");
+        } else {
+            println!("\nDEVICE MEMORY: gds vs the staged path (sec2 through a {staging} host buffer, then a copy)");
+        }
+        let bar = progress_bar(device::steps(&opts))?;
+        let results = device::run(&opts, &mut || bar.inc(1));
+        bar.finish_and_clear();
+        print!("{}", report::table(&results?, &[device::STAGED]));
+    }
     Ok(())
 }
 
