@@ -153,9 +153,13 @@ impl<'a> HostIo<'a> {
                 Job::Direct { addr, buf, len } => unsafe { self.read_one(addr, buf, len) },
                 Job::Scatter(r) => {
                     let run = &runs[r];
-                    let mut scratch = vec![0u8; run.len];
-                    // SAFETY: scratch is a live buffer of run.len bytes.
-                    unsafe { self.read_one(run.addr, scratch.as_mut_ptr() as usize, run.len)? };
+                    // Uninitialised on purpose: the read fills every byte (zeros past EOF).
+                    let mut scratch = Vec::<u8>::with_capacity(run.len);
+                    // SAFETY: scratch has capacity for run.len bytes; on success all were written.
+                    unsafe {
+                        self.read_one(run.addr, scratch.as_mut_ptr() as usize, run.len)?;
+                        scratch.set_len(run.len);
+                    }
                     for p in &pieces[run.pieces.clone()] {
                         let from = (p.addr - run.addr) as usize;
                         // SAFETY: from + p.len <= run.len by construction of the run; the piece's
