@@ -15,5 +15,6 @@ readelf -d target/release/libh5gds.so | grep -q 'NEEDED.*libhdf5' && {
   echo "target/release/libh5gds.so must not link libhdf5" >&2
   exit 1
 }
+cargo build -p h5gds-cuda-emulator   # the CPU stand-in for libcuda/libcufile used by device tests
 cargo test --workspace
 .venv/bin/python -m pytest -q tests/python

@@ -12,4 +12,5 @@ fn main() {
         .compile("h5gds_layout_probe");
     println!("cargo::rerun-if-changed=probe/layout_probe.c");
     println!("cargo::rustc-link-arg-bin=h5prog=-Wl,--export-dynamic");
+    println!("cargo::rustc-link-arg-bin=h5devprog=-Wl,--export-dynamic");
 }

@@ -186,3 +186,34 @@ fn without_reachable_hdf5_symbols_the_driver_reads_hdf5_driver_config_itself() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn compat_mode_off_without_cuda_fails_the_open_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("off.h5");
+    let env = [
+        ("HDF5_DRIVER", "gds"),
+        ("H5GDS_COMPAT_MODE", "off"),
+        ("LD_LIBRARY_PATH", path_str(dir.path())),
+    ];
+    let out = run(PROG, &["write", path_str(&file)], &env);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("compat_mode=off requires cuFile, but CUDA is not available"),
+        "{err}"
+    );
+    // auto on the same machine works, with device I/O reported as not possible.
+    let env = [
+        ("HDF5_DRIVER", "gds"),
+        ("H5GDS_LOG", "info"),
+        ("LD_LIBRARY_PATH", path_str(dir.path())),
+    ];
+    let out = run(PROG, &["write", path_str(&file)], &env);
+    assert_ok(&out, "WRITE OK");
+    assert!(
+        text(&out.stderr).contains("device buffers: not possible: no usable CUDA"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -14,6 +14,8 @@ SCENARIOS = Path(__file__).with_name("h5py_scenarios.py")
 PLUGIN_DIR = Path(os.environ.get("H5GDS_PLUGIN_DIR", ROOT / "target" / "release"))
 NEW_PYTHON = Path(os.environ.get("H5GDS_PYTHON", ROOT / ".venv" / "bin" / "python"))
 OLD_PYTHON = Path(os.environ.get("H5GDS_PYTHON_114", ROOT / ".venv-114" / "bin" / "python"))
+# The real libcufile 1.20 from PyPI's nvidia-cufile wheel (scripts/setup.sh installs it).
+CUFILE_LIB_DIR = ROOT / ".venv" / "lib" / "python3.11" / "site-packages" / "nvidia" / "cu13" / "lib"
 
 
 def run(command, path, driver, python=NEW_PYTHON, extra_env=None, timeout=600):
@@ -128,3 +130,27 @@ def test_hdf5_1_14_program(tmp_path):
     old_gds = run("dump", path, "gds", python=OLD_PYTHON)[0]
     assert old_gds == run("dump", path, "sec2", python=OLD_PYTHON)[0]
     assert old_gds == run("dump", path, "sec2")[0]
+
+
+@pytest.mark.parametrize("mode", ["auto", "on"])
+def test_real_libcufile_without_nvidia_driver_does_not_hang(tmp_path, mode):
+    # With libcufile loadable and no NVIDIA driver, cuFileDriverOpen would spin forever: the
+    # driver must not touch libcufile when CUDA does not work. A hang fails on the timeout.
+    assert (CUFILE_LIB_DIR / "libcufile.so.0").is_file(), CUFILE_LIB_DIR
+    env = {"LD_LIBRARY_PATH": str(CUFILE_LIB_DIR), "H5GDS_COMPAT_MODE": mode}
+    out, err = run("write", tmp_path / "nohang.h5", "gds", extra_env=env, timeout=60)
+    assert "WRITE OK" in out
+    assert "device buffers: not possible: no usable CUDA" in err
+    assert run("dump", tmp_path / "nohang.h5", "gds", extra_env=env, timeout=60)[0]
+
+
+def test_real_libcufile_with_compat_mode_off_fails_promptly(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HDF5_", "H5GDS_"))}
+    env.update(HDF5_PLUGIN_PATH=str(PLUGIN_DIR), HDF5_DRIVER="gds", H5GDS_COMPAT_MODE="off",
+               LD_LIBRARY_PATH=str(CUFILE_LIB_DIR))
+    code = "import h5py\ntry:\n    h5py.File(%r, 'w')\nexcept OSError as e:\n    print('ERR', e)\n" % str(
+        tmp_path / "off.h5")
+    proc = subprocess.run([str(NEW_PYTHON), "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("ERR"), proc.stdout
+    assert "compat_mode=off requires cuFile, but CUDA is not available" in proc.stderr

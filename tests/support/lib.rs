@@ -2,6 +2,8 @@
 //! written against the C API (through hdf5-metno-sys, HDF5 built from source) that the tests run
 //! as a child process, since HDF5 reads `HDF5_DRIVER` only once per process.
 
+pub mod devprog;
+pub mod emulator;
 pub mod program;
 
 use std::collections::BTreeMap;

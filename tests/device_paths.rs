@@ -1,0 +1,234 @@
+//! Device-memory reads and writes through HDF5 and the `gds` driver, on the CPU emulator of
+//! CUDA and cuFile: GDS, the staged path, cuFile's compatibility mode, fallbacks after injected
+//! faults, short transfers, compact datasets (ctl MEM_COPY) and reads past end of file. Every
+//! run compares all bytes with host-side reads, and the emulator's report must show no leaked
+//! device memory and no out-of-bounds access.
+//!
+//! With `H5GDS_TEST_REAL_CUDA=1` the same programs run against the machine's real libcuda and
+//! libcufile instead (the emulator's switches and report are then not used).
+
+use h5gds_tests::emulator::emulator_lib_dir;
+use h5gds_tests::plugin_dir;
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Output;
+
+const DEVPROG: &str = env!("CARGO_BIN_EXE_h5devprog");
+
+fn real_cuda() -> bool {
+    std::env::var("H5GDS_TEST_REAL_CUDA").is_ok_and(|v| v == "1")
+}
+
+/// Small task and bounce sizes, so that the test sizes cross every splitting boundary.
+const SMALL_SIZES: [(&str, &str); 3] = [
+    ("H5GDS_TASK_SIZE", "256K"),
+    ("H5GDS_BOUNCE_BUFFER_SIZE", "64K"),
+    ("H5GDS_NTHREADS", "3"),
+];
+
+struct Run {
+    out: Output,
+    report: HashMap<String, u64>,
+}
+
+impl Run {
+    fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.out.stdout).into_owned()
+    }
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+    fn counter(&self, name: &str) -> u64 {
+        *self
+            .report
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name:?} in the emulator report: {:?}", self.report))
+    }
+    #[track_caller]
+    fn assert_device_ok(&self) {
+        assert!(
+            self.out.status.success() && self.stdout().starts_with("DEVICE OK"),
+            "status {:?}\nstdout:\n{}\nstderr:\n{}",
+            self.out.status,
+            self.stdout(),
+            self.stderr()
+        );
+        if !real_cuda() {
+            assert_eq!(
+                self.counter("leaked device allocations"),
+                0,
+                "{:?}",
+                self.report
+            );
+            assert_eq!(self.counter("bounds violations"), 0, "{:?}", self.report);
+            assert_eq!(self.counter("double frees"), 0, "{:?}", self.report);
+        }
+    }
+    #[track_caller]
+    fn assert_log(&self, needle: &str) {
+        assert!(
+            self.stderr().contains(needle),
+            "expected {needle:?} in:\n{}",
+            self.stderr()
+        );
+    }
+}
+
+/// Parses the emulator's report: `name: N` per line (anything after N ignored).
+fn parse_report(path: &Path) -> HashMap<String, u64> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.split_once(':')?;
+            let value = rest.split_whitespace().next()?.parse().ok()?;
+            Some((name.trim().to_string(), value))
+        })
+        .collect()
+}
+
+/// Runs h5devprog with the gds driver, the emulator (unless testing real CUDA) and `env`.
+fn run(env: &[(&str, &str)]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let libs = emulator_lib_dir();
+    let report = dir.path().join("emulator-report.txt");
+    let mut cmd = std::process::Command::new(DEVPROG);
+    cmd.arg(dir.path().join("device.h5"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("HDF5_") || key.starts_with("H5GDS_") || key.starts_with("CUFILE_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("HDF5_PLUGIN_PATH", plugin_dir())
+        .env("HDF5_DRIVER", "gds")
+        .env("H5GDS_LOG", "info");
+    if !real_cuda() {
+        cmd.env("LD_LIBRARY_PATH", libs.path())
+            .env("H5GDS_EMU_REPORT", &report);
+    }
+    cmd.current_dir(dir.path()); // cuFile may write cufile.log into the working directory
+    cmd.envs(SMALL_SIZES).envs(env.iter().copied());
+    let out = cmd.output().expect("h5devprog runs");
+    Run {
+        out,
+        report: parse_report(&report),
+    }
+}
+
+#[test]
+fn gds_path_reads_and_writes_device_memory() {
+    let run = run(&[("H5GDS_COMPAT_MODE", "auto")]);
+    run.assert_device_ok();
+    run.assert_log("device buffers: GPUDirect Storage through cuFile");
+    if !real_cuda() {
+        assert!(
+            run.counter("cufile reads") > 0 && run.counter("cufile writes") > 0,
+            "{:?}",
+            run.report
+        );
+    }
+}
+
+#[test]
+fn staged_path_with_compat_mode_on_never_touches_cufile() {
+    let run = run(&[("H5GDS_COMPAT_MODE", "on")]);
+    run.assert_device_ok();
+    run.assert_log("device buffers: staged through pinned bounce buffers of 64K (compat_mode=on)");
+    if !real_cuda() {
+        assert_eq!(run.counter("cufile reads"), 0);
+        assert_eq!(run.counter("cufile writes"), 0);
+        assert!(run.counter("copies htod") > 0 && run.counter("copies dtoh") > 0);
+    }
+}
+
+#[test]
+fn auto_without_the_gds_kernel_path_uses_the_staged_path() {
+    if real_cuda() {
+        return; // needs the emulator's switch
+    }
+    let run = run(&[("H5GDS_COMPAT_MODE", "auto"), ("H5GDS_EMU_GDS", "0")]);
+    run.assert_device_ok();
+    run.assert_log("no GDS kernel path)");
+    assert_eq!(run.counter("cufile reads"), 0);
+}
+
+#[test]
+fn compat_mode_off_uses_cufile_even_in_its_compatibility_mode() {
+    if real_cuda() {
+        return;
+    }
+    let run = run(&[("H5GDS_COMPAT_MODE", "off"), ("H5GDS_EMU_GDS", "0")]);
+    run.assert_device_ok();
+    run.assert_log("in cuFile's own compatibility mode");
+    assert!(run.counter("cufile reads") > 0);
+}
+
+#[test]
+fn compat_mode_off_fails_the_open_when_cufile_cannot_open() {
+    if real_cuda() {
+        return;
+    }
+    let run = run(&[
+        ("H5GDS_COMPAT_MODE", "off"),
+        ("H5GDS_EMU_CUFILE_OPEN_ERROR", "5001"),
+    ]);
+    assert_eq!(run.out.status.code(), Some(1), "{}", run.stderr());
+    assert!(
+        run.stdout().contains("FAILED: H5Fcreate failed"),
+        "{}",
+        run.stdout()
+    );
+    run.assert_log("compat_mode=off requires cuFile: cuFileDriverOpen: cuFile error 5001");
+}
+
+#[test]
+fn a_cufile_error_mid_transfer_falls_back_to_the_staged_path() {
+    if real_cuda() {
+        return;
+    }
+    let run = run(&[("H5GDS_COMPAT_MODE", "auto"), ("H5GDS_EMU_FAIL_IO", "3")]);
+    run.assert_device_ok();
+    run.assert_log("go through the staged path");
+}
+
+#[test]
+fn short_cufile_transfers_are_continued() {
+    if real_cuda() {
+        return;
+    }
+    let run = run(&[
+        ("H5GDS_COMPAT_MODE", "auto"),
+        ("H5GDS_EMU_SHORT_IO", "1000"),
+    ]);
+    run.assert_device_ok();
+    // 5 MiB in 1000-byte pieces: thousands of calls.
+    assert!(run.counter("cufile reads") > 5000, "{:?}", run.report);
+}
+
+#[test]
+fn a_failed_device_copy_fails_the_read_instead_of_reporting_success() {
+    if real_cuda() {
+        return;
+    }
+    // Copy 1 is the program filling its buffer; copy 2 is the driver's first staged copy.
+    let run = run(&[("H5GDS_COMPAT_MODE", "on"), ("H5GDS_EMU_FAIL_COPY", "2")]);
+    assert_eq!(
+        run.out.status.code(),
+        Some(1),
+        "{}\n{}",
+        run.stdout(),
+        run.stderr()
+    );
+    assert!(run.stdout().contains("FAILED: H5D"), "{}", run.stdout());
+    run.assert_log("staged copy");
+}
+
+#[test]
+fn without_pinned_memory_staging_uses_pageable_buffers() {
+    if real_cuda() {
+        return;
+    }
+    // Allocation 1 is the program's first device buffer; 2 is the driver's first bounce buffer.
+    let run = run(&[("H5GDS_COMPAT_MODE", "on"), ("H5GDS_EMU_FAIL_ALLOC", "2")]);
+    run.assert_device_ok();
+    run.assert_log("staging through pageable memory");
+}

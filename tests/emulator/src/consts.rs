@@ -1,0 +1,61 @@
+//! CUDA driver API types and numeric values the emulator uses, as in CUDA 12's `cuda.h`
+//! (checked against cudarc 0.19's generated `driver/sys` bindings). cuFile's values come from
+//! `cufile-sys` instead, which is generated from `cufile.h` 1.20.
+
+use std::ffi::{c_int, c_uint, c_void};
+
+/// `CUresult`: a C enum, int-sized.
+pub type CUresult = c_int;
+/// `CUdevice`: a device ordinal.
+pub type CUdevice = c_int;
+/// `CUcontext`: an opaque context handle.
+pub type CUcontext = *mut c_void;
+/// `CUstream`: an opaque stream handle.
+pub type CUstream = *mut c_void;
+/// `CUdeviceptr`: a device address (unified with host addresses on 64-bit Linux).
+pub type CUdeviceptr = u64;
+/// `CUpointer_attribute`: a C enum, int-sized.
+pub type CUpointerAttribute = c_uint;
+
+pub const CUDA_SUCCESS: CUresult = 0;
+pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
+pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
+pub const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
+pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
+pub const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
+pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
+pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
+pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
+
+/// `CUmemorytype` values.
+pub const CU_MEMORYTYPE_HOST: c_uint = 1;
+pub const CU_MEMORYTYPE_DEVICE: c_uint = 2;
+
+/// `CUpointer_attribute` values the emulator answers.
+pub const CU_POINTER_ATTRIBUTE_CONTEXT: CUpointerAttribute = 1;
+pub const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: CUpointerAttribute = 2;
+pub const CU_POINTER_ATTRIBUTE_DEVICE_POINTER: CUpointerAttribute = 3;
+pub const CU_POINTER_ATTRIBUTE_HOST_POINTER: CUpointerAttribute = 4;
+pub const CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: CUpointerAttribute = 6;
+pub const CU_POINTER_ATTRIBUTE_BUFFER_ID: CUpointerAttribute = 7;
+pub const CU_POINTER_ATTRIBUTE_IS_MANAGED: CUpointerAttribute = 8;
+pub const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: CUpointerAttribute = 9;
+pub const CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: CUpointerAttribute = 11;
+pub const CU_POINTER_ATTRIBUTE_RANGE_SIZE: CUpointerAttribute = 12;
+pub const CU_POINTER_ATTRIBUTE_MAPPED: CUpointerAttribute = 13;
+
+/// The special stream handles `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`.
+pub const CU_STREAM_LEGACY: usize = 0x1;
+pub const CU_STREAM_PER_THREAD: usize = 0x2;
+
+/// The device ordinal the runtime reports for memory CUDA does not know (`cudaInvalidDeviceId`).
+pub const INVALID_DEVICE_ORDINAL: c_int = -2;
+
+/// What `cuDriverGetVersion` reports: a CUDA 12.9 driver (1000 * major + 10 * minor).
+pub const DRIVER_VERSION: c_int = 12090;
+/// What `cuFileGetVersion` reports: cuFile 1.20.0 (1000 * major + 10 * minor, per `cufile.h`).
+pub const CUFILE_VERSION: c_int = 1200;
+/// The nvidia-fs version `cuFileDriverGetProperties` reports when GDS is "present".
+pub const NVFS_VERSION: (c_uint, c_uint) = (2, 20);

@@ -1,0 +1,186 @@
+//! Driver state: whether `cuInit` succeeded, the devices, their primary contexts (reference
+//! counted; one current context per thread) and the streams.
+//!
+//! Context and stream handles are opaque integers dressed as pointers; callers never
+//! dereference them, and the emulator only compares them.
+
+use crate::consts::*;
+use crate::switches;
+use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+static INITIALIZED: AtomicBool = AtomicBool::new(false);
+
+/// Where primary context handles start, and their spacing: device d's is
+/// `CONTEXT_BASE + d * CONTEXT_STRIDE`.
+const CONTEXT_BASE: usize = 0x0000_0c7c_0000_0000;
+const CONTEXT_STRIDE: usize = 0x1000;
+/// Where stream handles start.
+const STREAM_BASE: usize = 0x0000_05e1_0000_0000;
+
+/// Primary context reference counts, by device ordinal.
+static PRIMARY_REFS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+/// Live streams.
+static STREAMS: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
+static NEXT_STREAM: AtomicUsize = AtomicUsize::new(1);
+
+thread_local! {
+    /// The calling thread's current context handle (0 = none). No destructor, so it is usable
+    /// while the thread exits.
+    static CURRENT: Cell<usize> = const { Cell::new(0) };
+}
+
+fn lock<T>(m: &'static Mutex<T>) -> MutexGuard<'static, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// `cuInit`: fails with the injected code, NO_DEVICE when there are no devices, else succeeds.
+pub fn init(flags: u32) -> Result<(), CUresult> {
+    if flags != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let switches = switches::get();
+    if let Some(code) = switches.init_error {
+        return Err(code);
+    }
+    if switches.devices == 0 {
+        return Err(CUDA_ERROR_NO_DEVICE);
+    }
+    let mut refs = lock(&PRIMARY_REFS);
+    if refs.is_empty() {
+        refs.resize(switches.devices as usize, 0);
+    }
+    INITIALIZED.store(true, Ordering::Release);
+    Ok(())
+}
+
+/// NOT_INITIALIZED unless `cuInit` has succeeded.
+pub fn require_init() -> Result<(), CUresult> {
+    if INITIALIZED.load(Ordering::Acquire) {
+        Ok(())
+    } else {
+        Err(CUDA_ERROR_NOT_INITIALIZED)
+    }
+}
+
+/// The number of devices.
+pub fn device_count() -> c_int {
+    switches::get().devices
+}
+
+/// INVALID_DEVICE unless `dev` is a device ordinal.
+pub fn check_device(dev: CUdevice) -> Result<(), CUresult> {
+    if (0..device_count()).contains(&dev) {
+        Ok(())
+    } else {
+        Err(CUDA_ERROR_INVALID_DEVICE)
+    }
+}
+
+/// The primary context handle of `dev`.
+pub fn primary_context(dev: CUdevice) -> usize {
+    CONTEXT_BASE + dev as usize * CONTEXT_STRIDE
+}
+
+/// The device whose primary context `handle` is, if it is one.
+fn device_of(handle: usize) -> Option<CUdevice> {
+    let offset = handle.checked_sub(CONTEXT_BASE)?;
+    if offset % CONTEXT_STRIDE != 0 {
+        return None;
+    }
+    let dev = c_int::try_from(offset / CONTEXT_STRIDE).ok()?;
+    check_device(dev).ok().map(|()| dev)
+}
+
+fn is_retained(dev: CUdevice) -> bool {
+    lock(&PRIMARY_REFS)
+        .get(dev as usize)
+        .is_some_and(|&refs| refs > 0)
+}
+
+/// `cuDevicePrimaryCtxRetain`.
+pub fn retain_primary(dev: CUdevice) -> Result<usize, CUresult> {
+    check_device(dev)?;
+    let mut refs = lock(&PRIMARY_REFS);
+    let slot = refs
+        .get_mut(dev as usize)
+        .ok_or(CUDA_ERROR_INVALID_DEVICE)?;
+    *slot = slot.saturating_add(1);
+    Ok(primary_context(dev))
+}
+
+/// `cuDevicePrimaryCtxRelease_v2`: INVALID_CONTEXT if it is not retained. Memory allocated in
+/// the context is not freed when the count reaches 0 (it shows up as leaked instead).
+pub fn release_primary(dev: CUdevice) -> Result<(), CUresult> {
+    check_device(dev)?;
+    let mut refs = lock(&PRIMARY_REFS);
+    match refs.get_mut(dev as usize) {
+        Some(slot) if *slot > 0 => {
+            *slot -= 1;
+            Ok(())
+        }
+        _ => Err(CUDA_ERROR_INVALID_CONTEXT),
+    }
+}
+
+/// `cuCtxSetCurrent`: null unbinds; otherwise a retained primary context.
+pub fn set_current(handle: usize) -> Result<(), CUresult> {
+    if handle != 0 {
+        let dev = device_of(handle).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        if !is_retained(dev) {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
+    }
+    CURRENT.with(|current| current.set(handle));
+    Ok(())
+}
+
+/// `cuCtxGetCurrent`: the calling thread's context handle, 0 if none.
+pub fn current_handle() -> usize {
+    CURRENT.with(Cell::get)
+}
+
+/// The calling thread's current context and its device; INVALID_CONTEXT if there is none or
+/// it has been released.
+pub fn require_current() -> Result<(usize, CUdevice), CUresult> {
+    let handle = current_handle();
+    let dev = device_of(handle).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+    if !is_retained(dev) {
+        return Err(CUDA_ERROR_INVALID_CONTEXT);
+    }
+    Ok((handle, dev))
+}
+
+/// `cuStreamCreate`: a new stream handle.
+pub fn create_stream() -> usize {
+    let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+    let handle = STREAM_BASE + id * 0x10;
+    lock(&STREAMS).insert(handle);
+    handle
+}
+
+/// `cuStreamDestroy_v2`: INVALID_HANDLE for anything but a live stream.
+pub fn destroy_stream(handle: usize) -> Result<(), CUresult> {
+    if lock(&STREAMS).remove(&handle) {
+        Ok(())
+    } else {
+        Err(CUDA_ERROR_INVALID_HANDLE)
+    }
+}
+
+/// INVALID_HANDLE unless `handle` is a live stream or a default stream (null, legacy,
+/// per-thread).
+pub fn check_stream(handle: usize) -> Result<(), CUresult> {
+    if handle == 0
+        || handle == CU_STREAM_LEGACY
+        || handle == CU_STREAM_PER_THREAD
+        || lock(&STREAMS).contains(&handle)
+    {
+        Ok(())
+    } else {
+        Err(CUDA_ERROR_INVALID_HANDLE)
+    }
+}

@@ -1,0 +1,392 @@
+//! CUDA driver API, part 2: allocation, copies and memset.
+//!
+//! Every call needs `cuInit` and a current context (CUDA_ERROR_INVALID_CONTEXT otherwise, as
+//! with the real driver: each thread of an I/O pool must set the context). All copies are
+//! synchronous, the `Async` ones too, so data is in place when a call returns. Device ranges
+//! must lie inside one allocation (interior pointers allowed): anything else is
+//! CUDA_ERROR_INVALID_VALUE and counts as a bounds violation, as does passing device memory
+//! where host memory is expected. Host pointers are taken on trust (a bad one crashes, as it
+//! may with the real driver).
+
+use crate::consts::*;
+use crate::context;
+use crate::counters::{self, bump};
+use crate::ffi::{call, code, cuda_panic, put};
+use crate::memory::{self, DeviceBlock};
+use crate::switches;
+use std::ffi::{c_uint, c_void};
+use std::sync::Arc;
+
+/// One end of a copy.
+enum End {
+    /// Device memory: the allocation and the device address.
+    Device(Arc<DeviceBlock>, usize),
+    /// Host memory (pinned or pageable) at this address.
+    Host(usize),
+}
+
+impl End {
+    fn ptr(&self) -> *mut u8 {
+        match self {
+            End::Device(block, addr) => block.shadow_of(*addr),
+            End::Host(addr) => *addr as *mut u8,
+        }
+    }
+
+    fn is_device(&self) -> bool {
+        matches!(self, End::Device(..))
+    }
+}
+
+fn violation() -> CUresult {
+    bump(&counters::BOUNDS_VIOLATIONS);
+    CUDA_ERROR_INVALID_VALUE
+}
+
+/// `[addr, addr + len)` as device memory, inside one allocation.
+fn device_end(addr: u64, len: usize) -> Result<End, CUresult> {
+    let addr = usize::try_from(addr).map_err(|_| violation())?;
+    match memory::device_range(addr, len) {
+        Some(block) => Ok(End::Device(block, addr)),
+        None => Err(violation()),
+    }
+}
+
+/// `[addr, addr + len)` as host memory: not null, not touching device memory.
+fn host_end(addr: usize, len: usize) -> Result<End, CUresult> {
+    if addr == 0 || addr.checked_add(len).is_none() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if memory::overlaps_device(addr, len) {
+        return Err(violation());
+    }
+    Ok(End::Host(addr))
+}
+
+/// Either kind, as unified addressing classifies it: device if `addr` is in an allocation.
+fn unified_end(addr: u64, len: usize) -> Result<End, CUresult> {
+    let start = usize::try_from(addr).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+    match memory::find(start) {
+        memory::Region::Device(_) => device_end(addr, len),
+        _ => host_end(start, len),
+    }
+}
+
+/// Checks init and context, runs the (nonzero-length) copy `dst <- src`, counts it.
+fn copy(
+    len: usize,
+    dst: impl FnOnce() -> Result<End, CUresult>,
+    src: impl FnOnce() -> Result<End, CUresult>,
+) -> Result<(), CUresult> {
+    context::require_init()?;
+    context::require_current()?;
+    if len == 0 {
+        return Ok(());
+    }
+    let dst = dst()?;
+    let src = src()?;
+    let switches = switches::get();
+    if counters::is_nth_call(&counters::COPY_CALLS, switches.fail_copy) {
+        return Err(switches.fail_copy_error);
+    }
+    // SAFETY: device ends were checked to lie inside live allocations, whose shadow mappings
+    // the Arcs keep mapped; host ends are the caller's buffers of at least len bytes, as the
+    // API requires. ptr::copy allows overlap.
+    unsafe { std::ptr::copy(src.ptr(), dst.ptr(), len) };
+    match (src.is_device(), dst.is_device()) {
+        (false, true) => bump(&counters::COPIES_HTOD),
+        (true, false) => bump(&counters::COPIES_DTOH),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Checks an async call's stream, then copies.
+fn copy_async(
+    stream: CUstream,
+    len: usize,
+    dst: impl FnOnce() -> Result<End, CUresult>,
+    src: impl FnOnce() -> Result<End, CUresult>,
+) -> Result<(), CUresult> {
+    context::require_init()?;
+    context::require_current()?;
+    context::check_stream(stream as usize)?;
+    copy(len, dst, src)
+}
+
+/// The current context's allocation for `H5GDS_EMU_FAIL_ALLOC` and friends.
+fn allocate(size: usize, device: bool) -> Result<usize, CUresult> {
+    context::require_init()?;
+    let (ctx, dev) = context::require_current()?;
+    if size == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let switches = switches::get();
+    if counters::is_nth_call(&counters::ALLOCATION_CALLS, switches.fail_alloc) {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    if device {
+        memory::alloc_device(size, ctx, dev, switches.poison)
+    } else {
+        memory::alloc_host(size, ctx, dev, switches.poison)
+    }
+}
+
+/// `CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)`: memory is filled with the
+/// poison byte (`H5GDS_EMU_POISON`), since real device memory starts out as garbage.
+///
+/// # Safety
+/// `dptr` must be null or valid for writing a `CUdeviceptr`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
+    call(
+        "cuMemAlloc_v2",
+        format_args!("{dptr:?}, bytesize={bytesize}"),
+        cuda_panic,
+        || {
+            code((|| {
+                if dptr.is_null() {
+                    context::require_init()?;
+                    return Err(CUDA_ERROR_INVALID_VALUE);
+                }
+                let base = allocate(bytesize, true)?;
+                // SAFETY: checked non-null; the caller passes a writable CUdeviceptr.
+                unsafe { put(dptr, base as CUdeviceptr) }
+            })())
+        },
+    )
+}
+
+/// `CUresult cuMemFree_v2(CUdeviceptr dptr)`
+///
+/// # Safety
+/// None beyond the C API's: arguments are validated.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
+    call(
+        "cuMemFree_v2",
+        format_args!("{dptr:#x}"),
+        cuda_panic,
+        || {
+            code((|| {
+                context::require_init()?;
+                context::require_current()?;
+                let base = usize::try_from(dptr).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+                memory::free_device(base)
+            })())
+        },
+    )
+}
+
+/// `CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)`: page-aligned
+/// host memory, tracked as pinned. Flags (PORTABLE 1, DEVICEMAP 2, WRITECOMBINED 4) are
+/// accepted and have no effect.
+///
+/// # Safety
+/// `pp` must be null or valid for writing a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemHostAlloc(
+    pp: *mut *mut c_void,
+    bytesize: usize,
+    flags: c_uint,
+) -> CUresult {
+    call(
+        "cuMemHostAlloc",
+        format_args!("{pp:?}, bytesize={bytesize}, flags={flags:#x}"),
+        cuda_panic,
+        || {
+            code((|| {
+                if pp.is_null() || flags & !0x7 != 0 {
+                    context::require_init()?;
+                    return Err(CUDA_ERROR_INVALID_VALUE);
+                }
+                let base = allocate(bytesize, false)?;
+                // SAFETY: checked non-null; the caller passes a writable pointer.
+                unsafe { put(pp, base as *mut c_void) }
+            })())
+        },
+    )
+}
+
+/// `CUresult cuMemFreeHost(void *p)`
+///
+/// # Safety
+/// None beyond the C API's: the pointer is looked up, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
+    call("cuMemFreeHost", format_args!("{p:?}"), cuda_panic, || {
+        code((|| {
+            context::require_init()?;
+            context::require_current()?;
+            memory::free_host(p as usize)
+        })())
+    })
+}
+
+/// `CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)`
+///
+/// # Safety
+/// Host pointers must be valid for `len` bytes, as the C API requires.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoD_v2(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    len: usize,
+) -> CUresult {
+    call(
+        "cuMemcpyHtoD_v2",
+        format_args!("dst={dst:#x}, src={src:?}, len={len}"),
+        cuda_panic,
+        || {
+            code(copy(
+                len,
+                || device_end(dst, len),
+                || host_end(src as usize, len),
+            ))
+        },
+    )
+}
+
+/// `CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)`
+///
+/// # Safety
+/// Host pointers must be valid for `len` bytes, as the C API requires.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoH_v2(
+    dst: *mut c_void,
+    src: CUdeviceptr,
+    len: usize,
+) -> CUresult {
+    call(
+        "cuMemcpyDtoH_v2",
+        format_args!("dst={dst:?}, src={src:#x}, len={len}"),
+        cuda_panic,
+        || {
+            code(copy(
+                len,
+                || host_end(dst as usize, len),
+                || device_end(src, len),
+            ))
+        },
+    )
+}
+
+/// `CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)`
+///
+/// # Safety
+/// None beyond the C API's: arguments are validated.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoD_v2(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    len: usize,
+) -> CUresult {
+    call(
+        "cuMemcpyDtoD_v2",
+        format_args!("dst={dst:#x}, src={src:#x}, len={len}"),
+        cuda_panic,
+        || code(copy(len, || device_end(dst, len), || device_end(src, len))),
+    )
+}
+
+/// `CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)`: unified
+/// addressing; each end is device memory if it starts in a device allocation, else host.
+///
+/// # Safety
+/// Host pointers must be valid for `len` bytes, as the C API requires.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, len: usize) -> CUresult {
+    call(
+        "cuMemcpy",
+        format_args!("dst={dst:#x}, src={src:#x}, len={len}"),
+        cuda_panic,
+        || {
+            code(copy(
+                len,
+                || unified_end(dst, len),
+                || unified_end(src, len),
+            ))
+        },
+    )
+}
+
+/// `CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t
+/// ByteCount, CUstream hStream)`: done before it returns.
+///
+/// # Safety
+/// Host pointers must be valid for `len` bytes, as the C API requires.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    len: usize,
+    stream: CUstream,
+) -> CUresult {
+    call(
+        "cuMemcpyHtoDAsync_v2",
+        format_args!("dst={dst:#x}, src={src:?}, len={len}, stream={stream:?}"),
+        cuda_panic,
+        || {
+            code(copy_async(
+                stream,
+                len,
+                || device_end(dst, len),
+                || host_end(src as usize, len),
+            ))
+        },
+    )
+}
+
+/// `CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+/// CUstream hStream)`: done before it returns.
+///
+/// # Safety
+/// Host pointers must be valid for `len` bytes, as the C API requires.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
+    dst: *mut c_void,
+    src: CUdeviceptr,
+    len: usize,
+    stream: CUstream,
+) -> CUresult {
+    call(
+        "cuMemcpyDtoHAsync_v2",
+        format_args!("dst={dst:?}, src={src:#x}, len={len}, stream={stream:?}"),
+        cuda_panic,
+        || {
+            code(copy_async(
+                stream,
+                len,
+                || host_end(dst as usize, len),
+                || device_end(src, len),
+            ))
+        },
+    )
+}
+
+/// `CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)`
+///
+/// # Safety
+/// None beyond the C API's: arguments are validated.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, value: u8, n: usize) -> CUresult {
+    call(
+        "cuMemsetD8_v2",
+        format_args!("dst={dst:#x}, value={value}, n={n}"),
+        cuda_panic,
+        || {
+            code((|| {
+                context::require_init()?;
+                context::require_current()?;
+                if n == 0 {
+                    return Ok(());
+                }
+                let end = device_end(dst, n)?;
+                // SAFETY: the range lies inside a live allocation whose shadow mapping the
+                // Arc in `end` keeps mapped.
+                unsafe { std::ptr::write_bytes(end.ptr(), value, n) };
+                Ok(())
+            })())
+        },
+    )
+}

@@ -1,0 +1,109 @@
+//! A CPU-backed emulator of the CUDA driver API and cuFile, for tests only (never shipped).
+//!
+//! Built as `target/<profile>/libh5gds_emu.so`. Tests put a directory with the symlinks
+//! `libcuda.so.1`, `libcuda.so`, `libcufile.so.0` and `libcufile.so` pointing at it first on
+//! `LD_LIBRARY_PATH` (see `tests/support/emulator.rs`), so that code which dlopens the real
+//! libraries (cudarc, the cufile-sys loader) gets the emulator; both names resolve to one
+//! loaded copy, so cuFile sees the CUDA allocations.
+//!
+//! # What it exports
+//!
+//! Exactly these functions, with the C signatures of CUDA 12 and cuFile 1.20, and nothing else
+//! of CUDA or cuFile, so an unexpected call fails loudly (missing symbol):
+//!
+//! * CUDA: `cuInit`, `cuDriverGetVersion`, `cuDeviceGetCount`, `cuDeviceGet`,
+//!   `cuDeviceGetName`, `cuDevicePrimaryCtxRetain`, `cuDevicePrimaryCtxRelease_v2`,
+//!   `cuCtxSetCurrent`, `cuCtxGetCurrent`, `cuCtxSynchronize`, `cuMemAlloc_v2`, `cuMemFree_v2`,
+//!   `cuMemHostAlloc`, `cuMemFreeHost`, `cuMemcpyHtoD_v2`, `cuMemcpyDtoH_v2`,
+//!   `cuMemcpyDtoD_v2`, `cuMemcpy`, `cuMemcpyHtoDAsync_v2`, `cuMemcpyDtoHAsync_v2`,
+//!   `cuMemsetD8_v2`, `cuPointerGetAttribute`, `cuPointerGetAttributes`,
+//!   `cuMemGetAddressRange_v2`, `cuStreamCreate`, `cuStreamDestroy_v2`, `cuStreamSynchronize`,
+//!   `cuGetErrorString`, `cuGetErrorName`.
+//! * cuFile: `cuFileDriverOpen`, `cuFileDriverClose`, `cuFileDriverClose_v2`,
+//!   `cuFileDriverGetProperties`, `cuFileGetVersion`, `cuFileHandleRegister`,
+//!   `cuFileHandleDeregister`, `cuFileBufRegister`, `cuFileBufDeregister`, `cuFileRead`,
+//!   `cuFileWrite`.
+//! * Not CUDA: `int h5gds_emu_counters(struct h5gds_emu_counters *out)` fills nine `uint64_t`:
+//!   live device allocations, their bytes, live pinned host allocations, double frees, bounds
+//!   violations, cuFile reads, cuFile writes, host-to-device copies, device-to-host copies
+//!   (returns 0, or -1 for a null `out`; works before `cuInit`).
+//!
+//! # How it behaves
+//!
+//! * Before a successful `cuInit`, every CUDA function except `cuInit`,
+//!   `cuDriverGetVersion`, `cuGetErrorString` and `cuGetErrorName` returns
+//!   CUDA_ERROR_NOT_INITIALIZED (3). Allocation, free, copy, memset and stream calls also need
+//!   a current context on the calling thread (`cuDevicePrimaryCtxRetain` + `cuCtxSetCurrent`),
+//!   else CUDA_ERROR_INVALID_CONTEXT (201), as with the real driver.
+//! * Device memory is a memfd mapped twice: the `CUdeviceptr` is a `PROT_NONE` mapping (host
+//!   code dereferencing it dies of SIGSEGV), and the emulator copies through a read-write
+//!   shadow mapping. New device and pinned host memory is filled with a poison byte (0xA5),
+//!   since real device memory starts out as garbage. Copies, memsets and cuFile transfers must
+//!   lie inside one allocation (interior pointers are fine), else CUDA_ERROR_INVALID_VALUE (1)
+//!   / `-CU_FILE_INVALID_VALUE` and one more bounds violation; passing device memory where
+//!   host memory is expected counts too. Freeing an unknown, interior or already freed pointer
+//!   is CUDA_ERROR_INVALID_VALUE and counts as a double free.
+//! * All copies are synchronous (the `Async` ones too); streams are only tracked handles.
+//! * Pointer queries answer as the driver does with unified addressing (see `cuda_pointer`).
+//! * cuFile: see `cufile_api`. With GDS "present", `cuFileHandleRegister` requires `O_DIRECT`
+//!   (else CU_FILE_INVALID_FILE_OPEN_FLAG, 5019); transfers use a second, buffered descriptor,
+//!   so unaligned transfers work as in real cuFile.
+//! * No panic crosses the C boundary: a panic becomes CUDA_ERROR_UNKNOWN (999) /
+//!   CU_FILE_INTERNAL_ERROR (5030) and a line on stderr. All state is behind mutexes or
+//!   atomics; the locks are not held during copies or file I/O.
+//!
+//! # Switches (environment variables)
+//!
+//! Read once, at the first call that needs them (in practice `cuInit` or `cuFileDriverOpen`);
+//! `H5GDS_EMU_REPORT` is read at exit. An unparsable value is reported on stderr and ignored.
+//! "The Nth call" counts, from 1, only calls that passed their argument checks, and only the
+//! Nth fails (once).
+//!
+//! | variable | effect | default |
+//! |---|---|---|
+//! | `H5GDS_EMU_DEVICES=N` | devices reported by `cuDeviceGetCount` (0..=64); 0 = no device, and then `cuInit` fails with CUDA_ERROR_NO_DEVICE (100) as the real driver does | 1 |
+//! | `H5GDS_EMU_INIT_ERROR=code` | every `cuInit` fails with this `CUresult` (0 = no injection); `cuFileDriverOpen` then fails with CU_FILE_CUDA_DRIVER_ERROR and `cu_err` = code | unset |
+//! | `H5GDS_EMU_GDS=0\|1` | 1: GDS kernel path present (nvfs 2.20, `O_DIRECT` required); 0: compat mode (nvfs 0.0, any fd) | 1 |
+//! | `H5GDS_EMU_CUFILE_OPEN_ERROR=code` | every `cuFileDriverOpen` (also the implicit one) fails with this `CUfileOpError` (0 = none) | unset |
+//! | `H5GDS_EMU_FAIL_ALLOC=N` | the Nth allocation (`cuMemAlloc_v2` and `cuMemHostAlloc` counted together) fails with CUDA_ERROR_OUT_OF_MEMORY (2) | unset |
+//! | `H5GDS_EMU_FAIL_IO=N` | the Nth `cuFileRead`/`cuFileWrite` (counted together) moves nothing and returns -1 with errno | unset |
+//! | `H5GDS_EMU_FAIL_IO_ERRNO=E` | the errno of that failure | 5 (EIO) |
+//! | `H5GDS_EMU_SHORT_IO=BYTES` | each `cuFileRead`/`cuFileWrite` moves at most BYTES (> 0) | unset |
+//! | `H5GDS_EMU_FAIL_COPY=N` | the Nth copy call (any `cuMemcpy*`, all directions, counted together) fails, copying nothing | unset |
+//! | `H5GDS_EMU_FAIL_COPY_ERROR=code` | the `CUresult` of that failure | 999 (CUDA_ERROR_UNKNOWN) |
+//! | `H5GDS_EMU_POISON=byte\|off` | fill byte of new allocations (decimal or `0xNN`); `off` leaves them zeroed | 0xA5 |
+//! | `H5GDS_EMU_REPORT=PATH` | at exit, write the counters to PATH (format below) | unset |
+//! | `H5GDS_EMU_TRACE=1` | one stderr line per call: arguments and result | 0 |
+//!
+//! The report has eight lines:
+//!
+//! ```text
+//! leaked device allocations: N (bytes B)
+//! leaked pinned host allocations: N
+//! double frees: N
+//! bounds violations: N
+//! cufile reads: N
+//! cufile writes: N
+//! copies htod: N
+//! copies dtoh: N
+//! ```
+//!
+//! "cufile reads/writes" count calls that returned a byte count (0 included); "copies" count
+//! completed copies by direction (device-to-device and host-to-host ones are not counted).
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![allow(non_snake_case)]
+
+mod consts;
+mod context;
+mod counters;
+mod cuda_device;
+mod cuda_memory;
+mod cuda_pointer;
+mod cufile_api;
+mod cufile_handles;
+mod errors;
+mod ffi;
+mod memory;
+mod report;
+mod switches;

@@ -1,0 +1,400 @@
+//! The memory table: every device allocation, pinned host allocation and cuFile buffer
+//! registration, behind one mutex.
+//!
+//! Device memory is a memfd mapped twice: the address handed out is a `PROT_NONE` mapping
+//! (host code that dereferences it dies of SIGSEGV, as with a real device pointer), and the
+//! emulator moves data through a second, read-write "shadow" mapping of the same memfd. A
+//! lookup hands out an `Arc` of the allocation, so copies run without the lock and the
+//! mappings stay valid until the last copy using them ends, even if the memory is freed
+//! meanwhile. Pinned host memory is ordinary anonymous memory, page-aligned.
+
+use crate::consts::{CUresult, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY};
+use crate::counters;
+use std::collections::BTreeMap;
+use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// One device allocation.
+#[derive(Debug)]
+pub struct DeviceBlock {
+    /// The device address (start of the `PROT_NONE` mapping).
+    pub base: usize,
+    /// The size asked for; accesses must stay below `base + size`.
+    pub size: usize,
+    /// The context current when it was allocated.
+    pub context: usize,
+    /// The device ordinal of that context.
+    pub device: c_int,
+    /// A process-wide unique id (CU_POINTER_ATTRIBUTE_BUFFER_ID).
+    pub id: u64,
+    /// Both mappings are this long (size rounded up to pages).
+    map_len: usize,
+    /// The read-write mapping of the same memory.
+    shadow: *mut u8,
+}
+
+// SAFETY: the raw pointer is the start of a private mapping owned by this block; the block
+// itself is never mutated after creation, and concurrent access to the memory is the callers'
+// business as on a real GPU.
+unsafe impl Send for DeviceBlock {}
+// SAFETY: see Send; all fields are read-only after construction.
+unsafe impl Sync for DeviceBlock {}
+
+impl DeviceBlock {
+    /// Whether `[addr, addr + len)` lies inside this allocation (`len` may be 0).
+    pub fn contains(&self, addr: usize, len: usize) -> bool {
+        addr >= self.base
+            && addr
+                .checked_add(len)
+                .is_some_and(|end| end <= self.base + self.size)
+            && addr < self.base + self.size
+    }
+
+    /// The shadow (host-accessible) address of device address `addr`, which must lie inside.
+    pub fn shadow_of(&self, addr: usize) -> *mut u8 {
+        debug_assert!(self.contains(addr, 0));
+        self.shadow.wrapping_add(addr - self.base)
+    }
+}
+
+impl Drop for DeviceBlock {
+    fn drop(&mut self) {
+        // SAFETY: both mappings were created by `map_device` with length map_len and are
+        // unmapped only here, once.
+        unsafe {
+            libc::munmap(self.base as *mut c_void, self.map_len);
+            libc::munmap(self.shadow.cast(), self.map_len);
+        }
+    }
+}
+
+/// One pinned host allocation (the mapping is unmapped by `free_host`).
+#[derive(Debug, Clone)]
+pub struct HostBlock {
+    pub base: usize,
+    pub size: usize,
+    pub context: usize,
+    pub device: c_int,
+    pub id: u64,
+    map_len: usize,
+}
+
+impl HostBlock {
+    fn contains(&self, addr: usize) -> bool {
+        addr >= self.base && addr < self.base + self.size
+    }
+}
+
+/// What an address is, as far as the emulator knows.
+#[derive(Debug, Clone)]
+pub enum Region {
+    Device(Arc<DeviceBlock>),
+    PinnedHost(HostBlock),
+    Unknown,
+}
+
+struct Tables {
+    device: BTreeMap<usize, Arc<DeviceBlock>>,
+    host: BTreeMap<usize, HostBlock>,
+    /// cuFileBufRegister'ed ranges: base -> length.
+    registered: BTreeMap<usize, usize>,
+    next_id: u64,
+}
+
+static TABLES: Mutex<Tables> = Mutex::new(Tables {
+    device: BTreeMap::new(),
+    host: BTreeMap::new(),
+    registered: BTreeMap::new(),
+    next_id: 1,
+});
+
+/// The table, even if a thread panicked while holding it (the table stays consistent: every
+/// update is a single insert or remove).
+fn tables() -> MutexGuard<'static, Tables> {
+    TABLES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if page > 0 {
+        page as usize
+    } else {
+        4096
+    }
+}
+
+fn round_to_pages(size: usize) -> Option<usize> {
+    let page = page_size();
+    Some(size.checked_add(page - 1)? / page * page)
+}
+
+/// Maps `map_len` bytes of a fresh memfd twice; returns (device address, shadow address).
+fn map_device(map_len: usize) -> Result<(usize, *mut u8), CUresult> {
+    // SAFETY: the name is a valid C string; memfd_create has no other preconditions.
+    let fd = unsafe { libc::memfd_create(c"h5gds-emu-device".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    let result = (|| {
+        let len = libc::off_t::try_from(map_len).map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
+        // SAFETY: fd is the memfd just created.
+        if unsafe { libc::ftruncate(fd, len) } != 0 {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        // SAFETY: a new shared mapping of our memfd at an address the kernel picks.
+        let device = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_NONE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if device == libc::MAP_FAILED {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        // SAFETY: as above, read-write this time.
+        let shadow = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if shadow == libc::MAP_FAILED {
+            // SAFETY: unmapping the mapping created just above.
+            unsafe { libc::munmap(device, map_len) };
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        Ok((device as usize, shadow.cast::<u8>()))
+    })();
+    // SAFETY: the mappings keep the memory alive; the descriptor is no longer needed.
+    unsafe { libc::close(fd) };
+    result
+}
+
+/// Allocates `size` bytes of device memory for `context` on `device`, filled with `poison`
+/// (zeros if `None`). Returns the device address.
+pub fn alloc_device(
+    size: usize,
+    context: usize,
+    device: c_int,
+    poison: Option<u8>,
+) -> Result<usize, CUresult> {
+    if size == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let map_len = round_to_pages(size).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+    let (base, shadow) = map_device(map_len)?;
+    if let Some(byte) = poison {
+        // SAFETY: the shadow mapping is map_len >= size bytes, read-write, and ours alone.
+        unsafe { std::ptr::write_bytes(shadow, byte, size) };
+    }
+    let mut tables = tables();
+    let id = tables.next_id;
+    tables.next_id += 1;
+    let block = DeviceBlock {
+        base,
+        size,
+        context,
+        device,
+        id,
+        map_len,
+        shadow,
+    };
+    tables.device.insert(base, Arc::new(block));
+    counters::bump(&counters::LIVE_DEVICE_ALLOCATIONS);
+    counters::LIVE_DEVICE_BYTES.fetch_add(size as u64, std::sync::atomic::Ordering::Relaxed);
+    Ok(base)
+}
+
+/// Frees the device allocation starting at `base`. Anything else (an unknown pointer, an
+/// interior pointer, a second free) is CUDA_ERROR_INVALID_VALUE and counts as a double free.
+pub fn free_device(base: usize) -> Result<(), CUresult> {
+    let mut tables = tables();
+    let Some(block) = tables.device.remove(&base) else {
+        counters::bump(&counters::DOUBLE_FREES);
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    };
+    let end = block.base + block.size;
+    let stale: Vec<usize> = tables
+        .registered
+        .range(block.base..end)
+        .map(|(&start, _)| start)
+        .collect();
+    for start in stale {
+        tables.registered.remove(&start);
+    }
+    drop(tables);
+    counters::drop_by(&counters::LIVE_DEVICE_ALLOCATIONS, 1);
+    counters::drop_by(&counters::LIVE_DEVICE_BYTES, block.size as u64);
+    // The mappings go away when the last Arc (possibly held by a copy in flight) is dropped.
+    drop(block);
+    Ok(())
+}
+
+/// Allocates `size` bytes of page-aligned pinned host memory, filled with `poison`.
+pub fn alloc_host(
+    size: usize,
+    context: usize,
+    device: c_int,
+    poison: Option<u8>,
+) -> Result<usize, CUresult> {
+    if size == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let map_len = round_to_pages(size).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+    // SAFETY: a new private anonymous mapping at an address the kernel picks.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            map_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    if let Some(byte) = poison {
+        // SAFETY: the mapping is map_len >= size bytes, read-write, and ours alone.
+        unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), byte, size) };
+    }
+    let base = ptr as usize;
+    let mut tables = tables();
+    let id = tables.next_id;
+    tables.next_id += 1;
+    tables.host.insert(
+        base,
+        HostBlock {
+            base,
+            size,
+            context,
+            device,
+            id,
+            map_len,
+        },
+    );
+    counters::bump(&counters::LIVE_PINNED_HOST_ALLOCATIONS);
+    Ok(base)
+}
+
+/// Frees the pinned host allocation starting at `base`; anything else is
+/// CUDA_ERROR_INVALID_VALUE and counts as a double free.
+pub fn free_host(base: usize) -> Result<(), CUresult> {
+    let Some(block) = tables().host.remove(&base) else {
+        counters::bump(&counters::DOUBLE_FREES);
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    };
+    counters::drop_by(&counters::LIVE_PINNED_HOST_ALLOCATIONS, 1);
+    // SAFETY: the mapping was created by alloc_host with this length and was just removed
+    // from the table, so it is unmapped once. Host code still using it is the caller's bug,
+    // as with the real cuMemFreeHost.
+    unsafe { libc::munmap(block.base as *mut c_void, block.map_len) };
+    Ok(())
+}
+
+/// What `addr` points into.
+pub fn find(addr: usize) -> Region {
+    let tables = tables();
+    if let Some((_, block)) = tables.device.range(..=addr).next_back() {
+        if block.contains(addr, 0) {
+            return Region::Device(Arc::clone(block));
+        }
+    }
+    if let Some((_, block)) = tables.host.range(..=addr).next_back() {
+        if block.contains(addr) {
+            return Region::PinnedHost(block.clone());
+        }
+    }
+    Region::Unknown
+}
+
+/// The device allocation holding all of `[addr, addr + len)`, if any.
+pub fn device_range(addr: usize, len: usize) -> Option<Arc<DeviceBlock>> {
+    match find(addr) {
+        Region::Device(block) if block.contains(addr, len) => Some(block),
+        _ => None,
+    }
+}
+
+/// Whether `[addr, addr + len)` overlaps any device allocation.
+pub fn overlaps_device(addr: usize, len: usize) -> bool {
+    let end = addr.saturating_add(len.max(1));
+    let tables = tables();
+    tables
+        .device
+        .range(..end)
+        .next_back()
+        .is_some_and(|(_, block)| block.base + block.size > addr)
+}
+
+/// Records a cuFileBufRegister of `[base, base + len)`; false if `base` is registered already.
+pub fn register_buffer(base: usize, len: usize) -> bool {
+    let mut tables = tables();
+    if tables.registered.contains_key(&base) {
+        return false;
+    }
+    tables.registered.insert(base, len);
+    true
+}
+
+/// Forgets the registration starting at `base`; false if there was none.
+pub fn deregister_buffer(base: usize) -> bool {
+    tables().registered.remove(&base).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_memory_is_tracked_bounds_checked_and_freed_once() {
+        let base = alloc_device(10_000, 0, 0, Some(0x5A)).unwrap();
+        let block = device_range(base, 10_000).expect("whole block is inside");
+        assert!(device_range(base + 9_999, 1).is_some());
+        assert!(device_range(base + 1, 10_000).is_none());
+        assert!(device_range(base + 10_000, 0).is_none());
+        assert!(overlaps_device(base + 9_000, 5_000));
+        assert!(overlaps_device(base.saturating_sub(10), 11));
+        assert!(!overlaps_device(base.saturating_sub(10), 10));
+        // SAFETY: the shadow of an interior address of a live block is readable.
+        let byte = unsafe { *block.shadow_of(base + 5) };
+        assert_eq!(byte, 0x5A);
+        assert!(matches!(find(base + 123), Region::Device(_)));
+        drop(block);
+        assert_eq!(free_device(base), Ok(()));
+        assert_eq!(free_device(base), Err(CUDA_ERROR_INVALID_VALUE));
+        assert!(matches!(
+            find(base),
+            Region::Unknown | Region::PinnedHost(_)
+        ));
+    }
+
+    #[test]
+    fn pinned_host_memory_is_writable_and_freed_once() {
+        let base = alloc_host(100, 0, 0, None).unwrap();
+        assert_eq!(base % page_size(), 0);
+        // SAFETY: 100 bytes of read-write pinned memory start at base.
+        unsafe { std::ptr::write_bytes(base as *mut u8, 7, 100) };
+        assert!(matches!(find(base + 99), Region::PinnedHost(_)));
+        assert_eq!(free_host(base), Ok(()));
+        assert_eq!(free_host(base), Err(CUDA_ERROR_INVALID_VALUE));
+    }
+
+    #[test]
+    fn zero_sized_allocations_are_invalid() {
+        assert_eq!(alloc_device(0, 0, 0, None), Err(CUDA_ERROR_INVALID_VALUE));
+        assert_eq!(alloc_host(0, 0, 0, None), Err(CUDA_ERROR_INVALID_VALUE));
+    }
+}

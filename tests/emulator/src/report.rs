@@ -1,0 +1,148 @@
+//! The exit report of `H5GDS_EMU_REPORT=PATH`, written by a destructor of the library (an
+//! `.fini_array` entry: it runs at `exit` and if the library is unloaded).
+//!
+//! The destructor must never crash or hang, even while other threads still call into the
+//! emulator: it reads only atomics (no lock), tears nothing down (other threads may still use
+//! device memory), formats into a stack buffer, writes with plain `open`/`write`, and catches
+//! any panic. A forked child that exits normally does not overwrite its parent's report: only
+//! the process that loaded the library writes one.
+
+use crate::counters;
+use std::ffi::CStr;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The process that loaded the library (set by the constructor below).
+static LOADED_BY: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_load() {
+    // SAFETY: getpid cannot fail.
+    LOADED_BY.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+}
+
+extern "C" fn on_unload() {
+    let _ = std::panic::catch_unwind(write_report);
+}
+
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn() = on_load;
+
+#[used]
+#[link_section = ".fini_array"]
+static ON_UNLOAD: extern "C" fn() = on_unload;
+
+/// A fixed-size text buffer; text beyond its capacity is dropped.
+struct StackText {
+    bytes: [u8; 1024],
+    len: usize,
+}
+
+impl std::fmt::Write for StackText {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let room = self.bytes.len() - self.len;
+        let n = s.len().min(room);
+        self.bytes[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        if n < s.len() {
+            Err(std::fmt::Error)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// The report text for the current counters.
+fn render(text: &mut StackText) {
+    let c = counters::snapshot();
+    let _ = write!(
+        text,
+        "leaked device allocations: {} (bytes {})\n\
+         leaked pinned host allocations: {}\n\
+         double frees: {}\n\
+         bounds violations: {}\n\
+         cufile reads: {}\n\
+         cufile writes: {}\n\
+         copies htod: {}\n\
+         copies dtoh: {}\n",
+        c.live_device_allocations,
+        c.live_device_bytes,
+        c.live_pinned_host_allocations,
+        c.double_frees,
+        c.bounds_violations,
+        c.cufile_reads,
+        c.cufile_writes,
+        c.copies_htod,
+        c.copies_dtoh,
+    );
+}
+
+fn write_report() {
+    // SAFETY: getenv with a valid C string; the result is null or a C string we only read.
+    let path = unsafe { libc::getenv(c"H5GDS_EMU_REPORT".as_ptr()) };
+    if path.is_null() {
+        return;
+    }
+    // SAFETY: getpid cannot fail.
+    let pid = unsafe { libc::getpid() };
+    let loaded_by = LOADED_BY.load(Ordering::Relaxed);
+    if loaded_by != 0 && loaded_by != pid {
+        return;
+    }
+    // SAFETY: non-null getenv results are NUL-terminated strings.
+    if unsafe { CStr::from_ptr(path) }.is_empty() {
+        return;
+    }
+    let mut text = StackText {
+        bytes: [0; 1024],
+        len: 0,
+    };
+    render(&mut text);
+    // SAFETY: path is a C string; the flags and mode are plain integers.
+    let fd = unsafe {
+        libc::open(
+            path,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+            0o644 as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        let msg = b"h5gds-emu: cannot write the H5GDS_EMU_REPORT file\n";
+        crate::ffi::write_all(libc::STDERR_FILENO, msg);
+        return;
+    }
+    crate::ffi::write_all(fd, &text.bytes[..text.len]);
+    // SAFETY: fd was opened above.
+    unsafe { libc::close(fd) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_has_the_eight_lines() {
+        let mut text = StackText {
+            bytes: [0; 1024],
+            len: 0,
+        };
+        render(&mut text);
+        let text = std::str::from_utf8(&text.bytes[..text.len]).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 8, "{text}");
+        assert!(lines[0].starts_with("leaked device allocations: "));
+        assert!(lines[0].contains(" (bytes "));
+        assert!(lines[7].starts_with("copies dtoh: "));
+    }
+
+    #[test]
+    fn stack_text_truncates_instead_of_panicking() {
+        let mut text = StackText {
+            bytes: [0; 1024],
+            len: 0,
+        };
+        let long = "x".repeat(2000);
+        assert!(text.write_str(&long).is_err());
+        assert_eq!(text.len, 1024);
+    }
+}

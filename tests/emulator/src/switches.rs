@@ -1,0 +1,239 @@
+//! The emulator's switches: environment variables read once, at the first emulator call that
+//! needs one (in practice `cuInit` or `cuFileDriverOpen`). A value that does not parse is
+//! reported on stderr and the default is used. `H5GDS_EMU_REPORT` is read at exit instead
+//! (see `report.rs`). The crate documentation lists the semantics.
+
+use crate::consts::{CUresult, CUDA_ERROR_UNKNOWN};
+use std::ffi::c_int;
+use std::sync::OnceLock;
+
+/// The settings, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Switches {
+    /// `H5GDS_EMU_DEVICES`: devices present (0 = none: `cuInit` fails with NO_DEVICE).
+    pub devices: c_int,
+    /// `H5GDS_EMU_INIT_ERROR`: `cuInit` fails with this code (0 or unset: no injection).
+    pub init_error: Option<CUresult>,
+    /// `H5GDS_EMU_GDS`: whether the GDS kernel path (nvidia-fs) is "present".
+    pub gds: bool,
+    /// `H5GDS_EMU_CUFILE_OPEN_ERROR`: `cuFileDriverOpen` fails with this `CUfileOpError`.
+    pub cufile_open_error: Option<u32>,
+    /// `H5GDS_EMU_FAIL_ALLOC`: the Nth allocation (device and pinned host, from 1) fails.
+    pub fail_alloc: Option<u64>,
+    /// `H5GDS_EMU_FAIL_IO`: the Nth `cuFileRead`/`cuFileWrite` (from 1) fails with -1/errno.
+    pub fail_io: Option<u64>,
+    /// `H5GDS_EMU_FAIL_IO_ERRNO`: the errno of that failure.
+    pub fail_io_errno: c_int,
+    /// `H5GDS_EMU_SHORT_IO`: cuFile transfers move at most this many bytes per call.
+    pub short_io: Option<usize>,
+    /// `H5GDS_EMU_FAIL_COPY`: the Nth `cuMemcpy*` call (from 1) fails.
+    pub fail_copy: Option<u64>,
+    /// `H5GDS_EMU_FAIL_COPY_ERROR`: the `CUresult` of that failure.
+    pub fail_copy_error: CUresult,
+    /// `H5GDS_EMU_POISON`: byte written over fresh allocations, `None` = leave them zeroed.
+    pub poison: Option<u8>,
+    /// `H5GDS_EMU_TRACE`: one stderr line per call.
+    pub trace: bool,
+}
+
+impl Default for Switches {
+    fn default() -> Self {
+        Switches {
+            devices: 1,
+            init_error: None,
+            gds: true,
+            cufile_open_error: None,
+            fail_alloc: None,
+            fail_io: None,
+            fail_io_errno: libc::EIO,
+            short_io: None,
+            fail_copy: None,
+            fail_copy_error: CUDA_ERROR_UNKNOWN,
+            poison: Some(DEFAULT_POISON),
+            trace: false,
+        }
+    }
+}
+
+/// The byte fresh allocations are filled with unless `H5GDS_EMU_POISON` says otherwise.
+pub const DEFAULT_POISON: u8 = 0xA5;
+
+/// The switches of this process, read from the environment on first use.
+pub fn get() -> &'static Switches {
+    static SWITCHES: OnceLock<Switches> = OnceLock::new();
+    SWITCHES.get_or_init(|| {
+        let (switches, complaints) = Switches::parse(|key| std::env::var(key).ok());
+        for complaint in complaints {
+            crate::ffi::stderr_line(&format!("h5gds-emu: {complaint}"));
+        }
+        switches
+    })
+}
+
+impl Switches {
+    /// Parses the switches from `lookup` (an environment). Returns them and one complaint per
+    /// value that was ignored.
+    pub fn parse(lookup: impl Fn(&str) -> Option<String>) -> (Switches, Vec<String>) {
+        let mut out = Switches::default();
+        let mut complaints = Vec::new();
+        let mut read = |key: &str, accept: &dyn Fn(&str) -> bool| -> Option<String> {
+            let value = lookup(key)?;
+            let value = value.trim().to_string();
+            if accept(&value) {
+                Some(value)
+            } else {
+                complaints.push(format!("ignoring invalid {key}={value:?}"));
+                None
+            }
+        };
+        let positive = |v: &str| v.parse::<u64>().is_ok_and(|n| n > 0);
+        let int = |v: &str| v.parse::<c_int>().is_ok();
+
+        if let Some(v) = read("H5GDS_EMU_DEVICES", &|v| {
+            v.parse::<c_int>().is_ok_and(|n| (0..=64).contains(&n))
+        }) {
+            out.devices = v.parse().unwrap_or(1);
+        }
+        if let Some(v) = read("H5GDS_EMU_INIT_ERROR", &int) {
+            out.init_error = v.parse().ok().filter(|&code: &CUresult| code != 0);
+        }
+        if let Some(v) = read("H5GDS_EMU_GDS", &|v| v == "0" || v == "1") {
+            out.gds = v == "1";
+        }
+        if let Some(v) = read("H5GDS_EMU_CUFILE_OPEN_ERROR", &|v| v.parse::<u32>().is_ok()) {
+            out.cufile_open_error = v.parse().ok().filter(|&code: &u32| code != 0);
+        }
+        if let Some(v) = read("H5GDS_EMU_FAIL_ALLOC", &positive) {
+            out.fail_alloc = v.parse().ok();
+        }
+        if let Some(v) = read("H5GDS_EMU_FAIL_IO", &positive) {
+            out.fail_io = v.parse().ok();
+        }
+        if let Some(v) = read("H5GDS_EMU_FAIL_IO_ERRNO", &|v| {
+            v.parse::<c_int>().is_ok_and(|e| e > 0)
+        }) {
+            out.fail_io_errno = v.parse().unwrap_or(libc::EIO);
+        }
+        if let Some(v) = read("H5GDS_EMU_SHORT_IO", &|v| {
+            v.parse::<usize>().is_ok_and(|n| n > 0)
+        }) {
+            out.short_io = v.parse().ok();
+        }
+        if let Some(v) = read("H5GDS_EMU_FAIL_COPY", &positive) {
+            out.fail_copy = v.parse().ok();
+        }
+        if let Some(v) = read("H5GDS_EMU_FAIL_COPY_ERROR", &|v| {
+            v.parse::<CUresult>().is_ok_and(|code| code != 0)
+        }) {
+            out.fail_copy_error = v.parse().unwrap_or(CUDA_ERROR_UNKNOWN);
+        }
+        if let Some(v) = read("H5GDS_EMU_POISON", &|v| {
+            v == "off" || v.parse::<u8>().is_ok() || parse_hex_byte(v).is_some()
+        }) {
+            out.poison = if v == "off" {
+                None
+            } else {
+                v.parse::<u8>().ok().or_else(|| parse_hex_byte(&v))
+            };
+        }
+        if let Some(v) = read("H5GDS_EMU_TRACE", &|v| v == "0" || v == "1") {
+            out.trace = v == "1";
+        }
+        (out, complaints)
+    }
+}
+
+/// `0xNN` (case-insensitive) as a byte.
+fn parse_hex_byte(v: &str) -> Option<u8> {
+    let digits = v.strip_prefix("0x").or_else(|| v.strip_prefix("0X"))?;
+    u8::from_str_radix(digits, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse(pairs: &[(&str, &str)]) -> (Switches, Vec<String>) {
+        let env: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Switches::parse(|key| env.get(key).cloned())
+    }
+
+    #[test]
+    fn defaults_when_nothing_is_set() {
+        let (s, complaints) = parse(&[]);
+        assert_eq!(s, Switches::default());
+        assert!(complaints.is_empty());
+        assert_eq!(s.devices, 1);
+        assert!(s.gds);
+        assert_eq!(s.fail_io_errno, libc::EIO);
+        assert_eq!(s.poison, Some(0xA5));
+    }
+
+    #[test]
+    fn every_switch_parses() {
+        let (s, complaints) = parse(&[
+            ("H5GDS_EMU_DEVICES", "3"),
+            ("H5GDS_EMU_INIT_ERROR", "100"),
+            ("H5GDS_EMU_GDS", "0"),
+            ("H5GDS_EMU_CUFILE_OPEN_ERROR", "5001"),
+            ("H5GDS_EMU_FAIL_ALLOC", "2"),
+            ("H5GDS_EMU_FAIL_IO", "4"),
+            ("H5GDS_EMU_FAIL_IO_ERRNO", "28"),
+            ("H5GDS_EMU_SHORT_IO", "4096"),
+            ("H5GDS_EMU_FAIL_COPY", "5"),
+            ("H5GDS_EMU_FAIL_COPY_ERROR", "700"),
+            ("H5GDS_EMU_POISON", "0x5a"),
+            ("H5GDS_EMU_TRACE", "1"),
+        ]);
+        assert!(complaints.is_empty(), "{complaints:?}");
+        assert_eq!(
+            s,
+            Switches {
+                devices: 3,
+                init_error: Some(100),
+                gds: false,
+                cufile_open_error: Some(5001),
+                fail_alloc: Some(2),
+                fail_io: Some(4),
+                fail_io_errno: 28,
+                short_io: Some(4096),
+                fail_copy: Some(5),
+                fail_copy_error: 700,
+                poison: Some(0x5a),
+                trace: true,
+            }
+        );
+    }
+
+    #[test]
+    fn invalid_values_are_reported_and_ignored() {
+        let (s, complaints) = parse(&[
+            ("H5GDS_EMU_DEVICES", "many"),
+            ("H5GDS_EMU_GDS", "yes"),
+            ("H5GDS_EMU_SHORT_IO", "0"),
+            ("H5GDS_EMU_FAIL_IO", "0"),
+        ]);
+        assert_eq!(s, Switches::default());
+        assert_eq!(complaints.len(), 4, "{complaints:?}");
+        assert!(complaints[0].contains("H5GDS_EMU_DEVICES"));
+    }
+
+    #[test]
+    fn zero_codes_mean_no_injection_and_poison_can_be_switched_off() {
+        let (s, complaints) = parse(&[
+            ("H5GDS_EMU_INIT_ERROR", "0"),
+            ("H5GDS_EMU_CUFILE_OPEN_ERROR", "0"),
+            ("H5GDS_EMU_POISON", "off"),
+            ("H5GDS_EMU_DEVICES", "0"),
+        ]);
+        assert!(complaints.is_empty());
+        assert_eq!(s.init_error, None);
+        assert_eq!(s.cufile_open_error, None);
+        assert_eq!(s.poison, None);
+        assert_eq!(s.devices, 0);
+    }
+}

@@ -1,0 +1,1392 @@
+//! Behaviour of the CPU-backed CUDA / cuFile emulator (`tests/emulator`, `libh5gds_emu.so`):
+//! it must be honest, or the GPU tests built on it prove nothing. Needs
+//! `cargo build -p h5gds-cuda-emulator` first.
+//!
+//! Most tests load the emulator into this process by absolute path. Tests that need switches
+//! (environment variables the emulator reads once) or a fresh, uninitialised emulator re-run
+//! this test binary for just themselves (`--exact NAME`) with the switches set: the same test
+//! function runs the body in the child and, in the parent, checks that the child passed.
+
+use cufile_sys::{CUfileDescr_t, CUfileDrvProps_t, CUfileError_t, CUfileHandle_t, CUfileOpError};
+use h5gds_tests::emulator::{emulator_lib_dir, emulator_library, LIBRARY_ALIASES};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+type CUresult = c_int;
+type CUdeviceptr = u64;
+type CUcontext = *mut c_void;
+type CUstream = *mut c_void;
+
+const CUDA_SUCCESS: CUresult = 0;
+const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
+const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+const CUDA_ERROR_NO_DEVICE: CUresult = 100;
+const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
+const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
+const CUDA_ERROR_NOT_FOUND: CUresult = 500;
+const CUDA_ERROR_UNKNOWN: CUresult = 999;
+
+const CU_POINTER_ATTRIBUTE_CONTEXT: c_uint = 1;
+const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: c_uint = 2;
+const CU_POINTER_ATTRIBUTE_DEVICE_POINTER: c_uint = 3;
+const CU_POINTER_ATTRIBUTE_HOST_POINTER: c_uint = 4;
+const CU_POINTER_ATTRIBUTE_IS_MANAGED: c_uint = 8;
+const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_uint = 9;
+const CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: c_uint = 11;
+const CU_POINTER_ATTRIBUTE_RANGE_SIZE: c_uint = 12;
+const CU_MEMORYTYPE_HOST: c_uint = 1;
+const CU_MEMORYTYPE_DEVICE: c_uint = 2;
+
+/// The poison byte fresh allocations are filled with.
+const POISON: u8 = 0xA5;
+
+/// `h5gds_emu_counters`' output.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Counters {
+    live_device_allocations: u64,
+    live_device_bytes: u64,
+    live_pinned_host_allocations: u64,
+    double_frees: u64,
+    bounds_violations: u64,
+    cufile_reads: u64,
+    cufile_writes: u64,
+    copies_htod: u64,
+    copies_dtoh: u64,
+}
+
+macro_rules! emulator_api {
+    ($($name:ident: fn($($arg:ty),*) -> $ret:ty;)*) => {
+        /// The emulator's exported functions.
+        #[allow(non_snake_case)]
+        struct Api {
+            $($name: unsafe extern "C" fn($($arg),*) -> $ret,)*
+            _lib: libloading::Library,
+        }
+
+        impl Api {
+            #[allow(non_snake_case)]
+            fn load(path: &Path) -> Api {
+                // SAFETY: the emulator's only initialiser records the process id.
+                let lib = unsafe { libloading::Library::new(path) }
+                    .unwrap_or_else(|e| panic!("load {}: {e}", path.display()));
+                $(
+                    // SAFETY: the emulator exports this symbol with this C signature.
+                    let $name = unsafe {
+                        *lib.get::<unsafe extern "C" fn($($arg),*) -> $ret>(
+                            concat!(stringify!($name), "\0").as_bytes(),
+                        )
+                        .unwrap_or_else(|e| panic!("{}: {e}", stringify!($name)))
+                    };
+                )*
+                Api { $($name,)* _lib: lib }
+            }
+        }
+    };
+}
+
+emulator_api! {
+    cuInit: fn(c_uint) -> CUresult;
+    cuDriverGetVersion: fn(*mut c_int) -> CUresult;
+    cuDeviceGetCount: fn(*mut c_int) -> CUresult;
+    cuDeviceGet: fn(*mut c_int, c_int) -> CUresult;
+    cuDeviceGetName: fn(*mut c_char, c_int, c_int) -> CUresult;
+    cuDevicePrimaryCtxRetain: fn(*mut CUcontext, c_int) -> CUresult;
+    cuDevicePrimaryCtxRelease_v2: fn(c_int) -> CUresult;
+    cuCtxSetCurrent: fn(CUcontext) -> CUresult;
+    cuCtxGetCurrent: fn(*mut CUcontext) -> CUresult;
+    cuCtxSynchronize: fn() -> CUresult;
+    cuMemAlloc_v2: fn(*mut CUdeviceptr, usize) -> CUresult;
+    cuMemFree_v2: fn(CUdeviceptr) -> CUresult;
+    cuMemHostAlloc: fn(*mut *mut c_void, usize, c_uint) -> CUresult;
+    cuMemFreeHost: fn(*mut c_void) -> CUresult;
+    cuMemcpyHtoD_v2: fn(CUdeviceptr, *const c_void, usize) -> CUresult;
+    cuMemcpyDtoH_v2: fn(*mut c_void, CUdeviceptr, usize) -> CUresult;
+    cuMemcpyDtoD_v2: fn(CUdeviceptr, CUdeviceptr, usize) -> CUresult;
+    cuMemcpy: fn(CUdeviceptr, CUdeviceptr, usize) -> CUresult;
+    cuMemcpyHtoDAsync_v2: fn(CUdeviceptr, *const c_void, usize, CUstream) -> CUresult;
+    cuMemcpyDtoHAsync_v2: fn(*mut c_void, CUdeviceptr, usize, CUstream) -> CUresult;
+    cuMemsetD8_v2: fn(CUdeviceptr, u8, usize) -> CUresult;
+    cuPointerGetAttribute: fn(*mut c_void, c_uint, CUdeviceptr) -> CUresult;
+    cuPointerGetAttributes: fn(c_uint, *mut c_uint, *mut *mut c_void, CUdeviceptr) -> CUresult;
+    cuMemGetAddressRange_v2: fn(*mut CUdeviceptr, *mut usize, CUdeviceptr) -> CUresult;
+    cuStreamCreate: fn(*mut CUstream, c_uint) -> CUresult;
+    cuStreamDestroy_v2: fn(CUstream) -> CUresult;
+    cuStreamSynchronize: fn(CUstream) -> CUresult;
+    cuGetErrorString: fn(CUresult, *mut *const c_char) -> CUresult;
+    cuGetErrorName: fn(CUresult, *mut *const c_char) -> CUresult;
+    cuFileDriverOpen: fn() -> CUfileError_t;
+    cuFileDriverClose: fn() -> CUfileError_t;
+    cuFileDriverClose_v2: fn() -> CUfileError_t;
+    cuFileDriverGetProperties: fn(*mut CUfileDrvProps_t) -> CUfileError_t;
+    cuFileGetVersion: fn(*mut c_int) -> CUfileError_t;
+    cuFileHandleRegister: fn(*mut CUfileHandle_t, *mut CUfileDescr_t) -> CUfileError_t;
+    cuFileHandleDeregister: fn(CUfileHandle_t) -> ();
+    cuFileBufRegister: fn(*const c_void, usize, c_int) -> CUfileError_t;
+    cuFileBufDeregister: fn(*const c_void) -> CUfileError_t;
+    cuFileRead: fn(CUfileHandle_t, *mut c_void, usize, libc::off_t, libc::off_t) -> isize;
+    cuFileWrite: fn(CUfileHandle_t, *const c_void, usize, libc::off_t, libc::off_t) -> isize;
+    h5gds_emu_counters: fn(*mut Counters) -> c_int;
+}
+
+/// The emulator, loaded once into this process.
+fn api() -> &'static Api {
+    static API: OnceLock<Api> = OnceLock::new();
+    API.get_or_init(|| Api::load(&emulator_library()))
+}
+
+/// In-process tests share the emulator's global state (counters, allocations): one at a time.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The emulator's name of a `CUresult`, for messages.
+fn error_name(code: CUresult) -> String {
+    let mut text: *const c_char = std::ptr::null();
+    // SAFETY: text is a valid out-pointer; the result is a static C string or null.
+    let status = unsafe { (api().cuGetErrorName)(code, &mut text) };
+    if status != CUDA_SUCCESS || text.is_null() {
+        return format!("unknown CUresult {code}");
+    }
+    // SAFETY: non-null results are static C strings.
+    unsafe { CStr::from_ptr(text) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[track_caller]
+fn check(code: CUresult) {
+    assert_eq!(code, CUDA_SUCCESS, "CUDA call failed: {}", error_name(code));
+}
+
+#[track_caller]
+fn expect_code(code: CUresult, expected: CUresult) {
+    assert_eq!(
+        code,
+        expected,
+        "got {} instead of {}",
+        error_name(code),
+        error_name(expected)
+    );
+}
+
+/// Initialises CUDA and makes device 0's primary context current on this thread.
+fn init_with_context() -> CUcontext {
+    let api = api();
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    // SAFETY: plain calls with valid out-pointers.
+    unsafe {
+        check((api.cuInit)(0));
+        check((api.cuDevicePrimaryCtxRetain)(&mut ctx, 0));
+        check((api.cuCtxSetCurrent)(ctx));
+    }
+    assert!(!ctx.is_null());
+    ctx
+}
+
+/// In-process setup: the serial lock, CUDA initialised, a context current on this thread.
+fn setup() -> (MutexGuard<'static, ()>, CUcontext) {
+    let guard = serial();
+    let ctx = init_with_context();
+    (guard, ctx)
+}
+
+fn counters() -> Counters {
+    let mut out = Counters::default();
+    // SAFETY: out is a valid Counters.
+    assert_eq!(unsafe { (api().h5gds_emu_counters)(&mut out) }, 0);
+    out
+}
+
+fn alloc(size: usize) -> CUdeviceptr {
+    let mut ptr: CUdeviceptr = 0;
+    // SAFETY: valid out-pointer.
+    check(unsafe { (api().cuMemAlloc_v2)(&mut ptr, size) });
+    assert_ne!(ptr, 0);
+    ptr
+}
+
+fn free(ptr: CUdeviceptr) {
+    // SAFETY: plain call.
+    check(unsafe { (api().cuMemFree_v2)(ptr) });
+}
+
+fn host_alloc(size: usize) -> *mut u8 {
+    let mut ptr: *mut c_void = std::ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    check(unsafe { (api().cuMemHostAlloc)(&mut ptr, size, 0) });
+    assert!(!ptr.is_null());
+    ptr.cast()
+}
+
+fn htod(dst: CUdeviceptr, data: &[u8]) -> CUresult {
+    // SAFETY: data is valid for its length.
+    unsafe { (api().cuMemcpyHtoD_v2)(dst, data.as_ptr().cast(), data.len()) }
+}
+
+fn dtoh(src: CUdeviceptr, len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    // SAFETY: out is valid for len bytes.
+    check(unsafe { (api().cuMemcpyDtoH_v2)(out.as_mut_ptr().cast(), src, len) });
+    out
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn succeeded(status: &CUfileError_t) -> bool {
+    status.err == CUfileOpError::CU_FILE_SUCCESS
+}
+
+#[track_caller]
+fn expect_cufile(status: CUfileError_t, expected: CUfileOpError) {
+    assert_eq!(
+        (status.err, status.cu_err),
+        (expected, 0),
+        "unexpected cuFile status"
+    );
+}
+
+/// Registers `fd` with cuFile; the error is the status' `(err, cu_err)`.
+fn register(fd: c_int) -> Result<CUfileHandle_t, (CUfileOpError, c_int)> {
+    // SAFETY: an all-zero descriptor is a valid value; the fields are set below.
+    let mut descr: CUfileDescr_t = unsafe { std::mem::zeroed() };
+    descr.type_ = cufile_sys::CUfileFileHandleType::CU_FILE_HANDLE_TYPE_OPAQUE_FD;
+    descr.handle.fd = fd;
+    let mut fh: CUfileHandle_t = std::ptr::null_mut();
+    // SAFETY: valid pointers to a handle slot and a descriptor.
+    let status = unsafe { (api().cuFileHandleRegister)(&mut fh, &mut descr) };
+    if succeeded(&status) {
+        Ok(fh)
+    } else {
+        Err((status.err, status.cu_err))
+    }
+}
+
+fn file_write(fh: CUfileHandle_t, base: CUdeviceptr, size: usize, off: i64, buf_off: i64) -> isize {
+    // SAFETY: the emulator validates the device range itself.
+    unsafe { (api().cuFileWrite)(fh, base as *const c_void, size, off, buf_off) }
+}
+
+fn file_read(fh: CUfileHandle_t, base: CUdeviceptr, size: usize, off: i64, buf_off: i64) -> isize {
+    // SAFETY: the emulator validates the device range itself.
+    unsafe { (api().cuFileRead)(fh, base as *mut c_void, size, off, buf_off) }
+}
+
+fn errno() -> c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// A temporary file opened read-write, with O_DIRECT if `direct`.
+fn temp_file(dir: &Path, name: &str, direct: bool) -> std::fs::File {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true).write(true).create(true).truncate(true);
+    if direct {
+        options.custom_flags(libc::O_DIRECT);
+    }
+    let path = dir.join(name);
+    options.open(&path).unwrap_or_else(|e| {
+        panic!(
+            "open {} (O_DIRECT: {direct}): {e}; the temporary directory's file system must \
+             accept O_DIRECT (set TMPDIR to one that does)",
+            path.display()
+        )
+    })
+}
+
+// ---- children: tests that need switches or a fresh process ----
+
+const CHILD_VAR: &str = "H5GDS_EMU_TEST_CHILD";
+
+/// Runs `body` in a child process (this test binary, only test `name`) whose environment has
+/// `env` and no other `H5GDS_EMU_*` switches. In the parent returns the child's output after
+/// checking that it passed; in the child runs `body` and returns `None`.
+fn in_child(name: &str, env: &[(&str, &str)], body: impl FnOnce()) -> Option<Output> {
+    if std::env::var(CHILD_VAR).as_deref() == Ok(name) {
+        body();
+        println!("CHILD PASSED {name}");
+        return None;
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut cmd = Command::new(exe);
+    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"]);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("H5GDS_EMU_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env(CHILD_VAR, name);
+    cmd.envs(env.iter().copied());
+    let out = cmd.output().expect("re-run the test binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(&format!("CHILD PASSED {name}")),
+        "child {name} failed: {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(out)
+}
+
+// ---- initialisation and devices ----
+
+#[test]
+fn every_call_but_a_few_is_not_initialized_before_cuinit() {
+    in_child(
+        "every_call_but_a_few_is_not_initialized_before_cuinit",
+        &[],
+        || {
+            let api = api();
+            let mut n: c_int = -1;
+            let mut ptr: CUdeviceptr = 0;
+            let mut ctx: CUcontext = std::ptr::null_mut();
+            let mut value: c_uint = 0;
+            let mut buf = [0u8; 16];
+            // SAFETY: plain calls with valid out-pointers.
+            unsafe {
+                expect_code((api.cuDeviceGetCount)(&mut n), CUDA_ERROR_NOT_INITIALIZED);
+                expect_code((api.cuDeviceGet)(&mut n, 0), CUDA_ERROR_NOT_INITIALIZED);
+                expect_code(
+                    (api.cuDevicePrimaryCtxRetain)(&mut ctx, 0),
+                    CUDA_ERROR_NOT_INITIALIZED,
+                );
+                expect_code((api.cuCtxGetCurrent)(&mut ctx), CUDA_ERROR_NOT_INITIALIZED);
+                expect_code(
+                    (api.cuMemAlloc_v2)(&mut ptr, 64),
+                    CUDA_ERROR_NOT_INITIALIZED,
+                );
+                expect_code((api.cuMemFree_v2)(0x1000), CUDA_ERROR_NOT_INITIALIZED);
+                expect_code(
+                    (api.cuMemcpyHtoD_v2)(0x1000, buf.as_ptr().cast(), 16),
+                    CUDA_ERROR_NOT_INITIALIZED,
+                );
+                expect_code(
+                    (api.cuMemcpyDtoH_v2)(buf.as_mut_ptr().cast(), 0x1000, 16),
+                    CUDA_ERROR_NOT_INITIALIZED,
+                );
+                expect_code(
+                    (api.cuPointerGetAttribute)(
+                        (&mut value as *mut c_uint).cast(),
+                        CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                        buf.as_ptr() as CUdeviceptr,
+                    ),
+                    CUDA_ERROR_NOT_INITIALIZED,
+                );
+                expect_code((api.cuCtxSynchronize)(), CUDA_ERROR_NOT_INITIALIZED);
+
+                // The exceptions work before cuInit.
+                check((api.cuDriverGetVersion)(&mut n));
+                assert_eq!(n, 12090);
+                assert_eq!(error_name(2), "CUDA_ERROR_OUT_OF_MEMORY");
+                let mut text: *const c_char = std::ptr::null();
+                check((api.cuGetErrorString)(CUDA_ERROR_NO_DEVICE, &mut text));
+                assert_eq!(
+                    CStr::from_ptr(text).to_str().unwrap(),
+                    "no CUDA-capable device is detected"
+                );
+                expect_code(
+                    (api.cuGetErrorString)(123_456, &mut text),
+                    CUDA_ERROR_INVALID_VALUE,
+                );
+                assert!(text.is_null());
+
+                expect_code((api.cuInit)(1), CUDA_ERROR_INVALID_VALUE);
+                check((api.cuInit)(0));
+                check((api.cuDeviceGetCount)(&mut n));
+                assert_eq!(n, 1);
+                // No context yet: memory calls need one.
+                expect_code(
+                    (api.cuMemAlloc_v2)(&mut ptr, 64),
+                    CUDA_ERROR_INVALID_CONTEXT,
+                );
+            }
+        },
+    );
+}
+
+#[test]
+fn devices_contexts_and_streams_behave_like_the_driver() {
+    in_child(
+        "devices_contexts_and_streams_behave_like_the_driver",
+        &[("H5GDS_EMU_DEVICES", "3")],
+        || {
+            let api = api();
+            let mut n: c_int = 0;
+            let mut dev: c_int = -1;
+            let mut name = [0 as c_char; 64];
+            let mut ctx: CUcontext = std::ptr::null_mut();
+            let mut ctx2: CUcontext = std::ptr::null_mut();
+            let mut current: CUcontext = std::ptr::null_mut();
+            let mut stream: CUstream = std::ptr::null_mut();
+            // SAFETY: plain calls with valid out-pointers.
+            unsafe {
+                check((api.cuInit)(0));
+                check((api.cuDeviceGetCount)(&mut n));
+                assert_eq!(n, 3);
+                check((api.cuDeviceGet)(&mut dev, 2));
+                assert_eq!(dev, 2);
+                expect_code((api.cuDeviceGet)(&mut dev, 3), CUDA_ERROR_INVALID_DEVICE);
+                check((api.cuDeviceGetName)(name.as_mut_ptr(), 64, 1));
+                assert_eq!(
+                    CStr::from_ptr(name.as_ptr()).to_str().unwrap(),
+                    "h5gds emulated GPU 1"
+                );
+                check((api.cuDeviceGetName)(name.as_mut_ptr(), 6, 1));
+                assert_eq!(CStr::from_ptr(name.as_ptr()).to_str().unwrap(), "h5gds");
+
+                check((api.cuCtxGetCurrent)(&mut current));
+                assert!(current.is_null());
+                expect_code((api.cuCtxSynchronize)(), CUDA_ERROR_INVALID_CONTEXT);
+                check((api.cuDevicePrimaryCtxRetain)(&mut ctx, 0));
+                check((api.cuDevicePrimaryCtxRetain)(&mut ctx2, 1));
+                assert_ne!(ctx, ctx2);
+                expect_code(
+                    (api.cuCtxSetCurrent)(0x1234 as CUcontext),
+                    CUDA_ERROR_INVALID_CONTEXT,
+                );
+                check((api.cuCtxSetCurrent)(ctx2));
+                check((api.cuCtxGetCurrent)(&mut current));
+                assert_eq!(current, ctx2);
+                check((api.cuCtxSynchronize)());
+
+                // Memory records the device of the current context.
+                let ptr = alloc(100);
+                let mut ordinal: c_int = -1;
+                check((api.cuPointerGetAttribute)(
+                    (&mut ordinal as *mut c_int).cast(),
+                    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                    ptr,
+                ));
+                assert_eq!(ordinal, 1);
+                free(ptr);
+
+                check((api.cuStreamCreate)(&mut stream, 0));
+                assert!(!stream.is_null());
+                check((api.cuStreamSynchronize)(stream));
+                check((api.cuStreamSynchronize)(std::ptr::null_mut()));
+                check((api.cuStreamDestroy_v2)(stream));
+                expect_code((api.cuStreamSynchronize)(stream), 400);
+                expect_code((api.cuStreamDestroy_v2)(stream), 400);
+
+                // Releasing the last reference makes the context unusable.
+                check((api.cuDevicePrimaryCtxRelease_v2)(1));
+                expect_code((api.cuCtxSynchronize)(), CUDA_ERROR_INVALID_CONTEXT);
+                expect_code(
+                    (api.cuDevicePrimaryCtxRelease_v2)(1),
+                    CUDA_ERROR_INVALID_CONTEXT,
+                );
+                check((api.cuCtxSetCurrent)(std::ptr::null_mut()));
+            }
+        },
+    );
+}
+
+#[test]
+fn injected_init_error_fails_cuinit_and_cufile_open() {
+    in_child(
+        "injected_init_error_fails_cuinit_and_cufile_open",
+        &[("H5GDS_EMU_INIT_ERROR", "304")],
+        || {
+            let api = api();
+            let mut n: c_int = 0;
+            // SAFETY: plain calls with valid out-pointers.
+            unsafe {
+                expect_code((api.cuInit)(0), 304);
+                expect_code((api.cuDeviceGetCount)(&mut n), CUDA_ERROR_NOT_INITIALIZED);
+                let status = (api.cuFileDriverOpen)();
+                assert_eq!(status.err, CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR);
+                assert_eq!(status.cu_err, 304);
+            }
+        },
+    );
+}
+
+#[test]
+fn no_device_fails_cuinit_and_cufile_open() {
+    in_child(
+        "no_device_fails_cuinit_and_cufile_open",
+        &[("H5GDS_EMU_DEVICES", "0")],
+        || {
+            let api = api();
+            // SAFETY: plain calls.
+            unsafe {
+                expect_code((api.cuInit)(0), CUDA_ERROR_NO_DEVICE);
+                let status = (api.cuFileDriverOpen)();
+                assert_eq!(status.err, CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR);
+                assert_eq!(status.cu_err, CUDA_ERROR_NO_DEVICE);
+            }
+        },
+    );
+}
+
+// ---- device memory ----
+
+#[test]
+fn data_round_trips_through_device_memory() {
+    let (_serial, _ctx) = setup();
+    let api = api();
+    let before = counters();
+    let size = 1 << 20;
+    let a = alloc(size);
+    let b = alloc(size);
+    // Fresh device memory is garbage, not zeros.
+    assert!(dtoh(a, 4096).iter().all(|&x| x == POISON));
+
+    let data = pattern(size, 7);
+    check(htod(a, &data));
+    assert_eq!(dtoh(a, size), data);
+    // Interior pointers work for both directions.
+    assert_eq!(dtoh(a + 1000, 100), data[1000..1100]);
+    check(htod(a + 5, &[1, 2, 3]));
+    assert_eq!(dtoh(a + 4, 5), [data[4], 1, 2, 3, data[8]]);
+
+    // SAFETY: plain calls; host buffers are valid for the lengths given.
+    unsafe {
+        check((api.cuMemcpyDtoD_v2)(b, a, size));
+        assert_eq!(dtoh(b + 4, 5), [data[4], 1, 2, 3, data[8]]);
+        check((api.cuMemsetD8_v2)(b + 10, 0x42, 20));
+        let got = dtoh(b, 40);
+        assert!(got[10..30].iter().all(|&x| x == 0x42));
+        assert_eq!(got[30..40], data[30..40]);
+
+        // cuMemcpy classifies each end itself.
+        let host = pattern(256, 99);
+        let mut back = vec![0u8; 256];
+        check((api.cuMemcpy)(b + 64, host.as_ptr() as CUdeviceptr, 256));
+        check((api.cuMemcpy)(
+            back.as_mut_ptr() as CUdeviceptr,
+            b + 64,
+            256,
+        ));
+        assert_eq!(back, host);
+        let mut copy = vec![0u8; 256];
+        check((api.cuMemcpy)(
+            copy.as_mut_ptr() as CUdeviceptr,
+            host.as_ptr() as CUdeviceptr,
+            256,
+        ));
+        assert_eq!(copy, host);
+
+        // Async copies are complete when they return, on any valid stream.
+        let mut stream: CUstream = std::ptr::null_mut();
+        check((api.cuStreamCreate)(&mut stream, 0));
+        let more = pattern(512, 3);
+        check((api.cuMemcpyHtoDAsync_v2)(
+            a,
+            more.as_ptr().cast(),
+            512,
+            stream,
+        ));
+        let mut back = vec![0u8; 512];
+        check((api.cuMemcpyDtoHAsync_v2)(
+            back.as_mut_ptr().cast(),
+            a,
+            512,
+            std::ptr::null_mut(),
+        ));
+        assert_eq!(back, more);
+        expect_code(
+            (api.cuMemcpyHtoDAsync_v2)(a, more.as_ptr().cast(), 512, 0xdead0 as CUstream),
+            400,
+        );
+        check((api.cuStreamDestroy_v2)(stream));
+
+        // Pinned host memory is ordinary, page-aligned, writable memory.
+        let pinned = host_alloc(10_000);
+        assert_eq!(pinned as usize % 4096, 0);
+        std::ptr::write_bytes(pinned, 0x11, 10_000);
+        check((api.cuMemcpyHtoD_v2)(a, pinned.cast_const().cast(), 10_000));
+        assert!(dtoh(a, 10_000).iter().all(|&x| x == 0x11));
+        check((api.cuMemFreeHost)(pinned.cast()));
+    }
+
+    let mid = counters();
+    assert_eq!(
+        mid.live_device_allocations,
+        before.live_device_allocations + 2
+    );
+    assert_eq!(
+        mid.live_device_bytes,
+        before.live_device_bytes + 2 * size as u64
+    );
+    free(a);
+    free(b);
+    let after = counters();
+    // htod: 2 HtoD, 1 cuMemcpy, 1 async, 1 from pinned; dtoh: 7 DtoH, 1 cuMemcpy, 1 async.
+    assert_eq!(after.copies_htod - before.copies_htod, 5);
+    assert_eq!(after.copies_dtoh - before.copies_dtoh, 9);
+    assert_eq!(
+        after.live_device_allocations,
+        before.live_device_allocations
+    );
+    assert_eq!(after.live_device_bytes, before.live_device_bytes);
+    assert_eq!(
+        after.live_pinned_host_allocations,
+        before.live_pinned_host_allocations
+    );
+    assert_eq!(after.bounds_violations, before.bounds_violations);
+}
+
+#[test]
+fn copies_outside_an_allocation_are_rejected_and_counted() {
+    let (_serial, _ctx) = setup();
+    let api = api();
+    let before = counters();
+    let a = alloc(4096);
+    let b = alloc(4096);
+    let data = pattern(8192, 1);
+    let mut sink = vec![0u8; 8192];
+    // SAFETY: plain calls; host buffers are valid for the lengths given.
+    unsafe {
+        expect_code(htod(a, &data[..4097]), CUDA_ERROR_INVALID_VALUE);
+        expect_code(
+            (api.cuMemcpyDtoH_v2)(sink.as_mut_ptr().cast(), a + 4000, 200),
+            CUDA_ERROR_INVALID_VALUE,
+        );
+        expect_code(
+            (api.cuMemsetD8_v2)(a + 1, 0, 4096),
+            CUDA_ERROR_INVALID_VALUE,
+        );
+        expect_code(
+            (api.cuMemcpyDtoD_v2)(b, a + 1, 4096),
+            CUDA_ERROR_INVALID_VALUE,
+        );
+        // Device memory passed as the host side is a violation too.
+        expect_code(
+            (api.cuMemcpyHtoD_v2)(a, b as *const c_void, 16),
+            CUDA_ERROR_INVALID_VALUE,
+        );
+        // A pointer into no allocation at all.
+        expect_code(htod(0x10, &data[..16]), CUDA_ERROR_INVALID_VALUE);
+        expect_code(
+            (api.cuMemcpy)(a + 4090, data.as_ptr() as CUdeviceptr, 16),
+            CUDA_ERROR_INVALID_VALUE,
+        );
+    }
+    let after = counters();
+    assert_eq!(after.bounds_violations - before.bounds_violations, 7);
+    // Nothing was written by the rejected calls.
+    assert!(dtoh(a, 4096).iter().all(|&x| x == POISON));
+    assert!(dtoh(b, 4096).iter().all(|&x| x == POISON));
+    assert_eq!(counters().copies_htod, before.copies_htod);
+    // The exact end of an allocation is fine.
+    check(htod(a + 4000, &data[..96]));
+    free(a);
+    free(b);
+}
+
+#[test]
+fn double_frees_are_rejected_and_counted() {
+    let (_serial, _ctx) = setup();
+    let api = api();
+    let before = counters();
+    let a = alloc(1000);
+    let pinned = host_alloc(1000);
+    // SAFETY: plain calls.
+    unsafe {
+        expect_code((api.cuMemFree_v2)(a + 8), CUDA_ERROR_INVALID_VALUE);
+        check((api.cuMemFree_v2)(a));
+        expect_code((api.cuMemFree_v2)(a), CUDA_ERROR_INVALID_VALUE);
+        expect_code((api.cuMemFree_v2)(0xbad000), CUDA_ERROR_INVALID_VALUE);
+        check((api.cuMemFreeHost)(pinned.cast()));
+        expect_code((api.cuMemFreeHost)(pinned.cast()), CUDA_ERROR_INVALID_VALUE);
+    }
+    let after = counters();
+    assert_eq!(after.double_frees - before.double_frees, 4);
+    assert_eq!(
+        after.live_device_allocations,
+        before.live_device_allocations
+    );
+    assert_eq!(
+        after.live_pinned_host_allocations,
+        before.live_pinned_host_allocations
+    );
+}
+
+#[test]
+fn calls_from_a_thread_without_a_context_fail() {
+    let (_serial, ctx) = setup();
+    let ctx = ctx as usize;
+    std::thread::spawn(move || {
+        let api = api();
+        let mut ptr: CUdeviceptr = 0;
+        // SAFETY: plain calls with valid out-pointers.
+        unsafe {
+            expect_code(
+                (api.cuMemAlloc_v2)(&mut ptr, 64),
+                CUDA_ERROR_INVALID_CONTEXT,
+            );
+            check((api.cuCtxSetCurrent)(ctx as CUcontext));
+            check((api.cuMemAlloc_v2)(&mut ptr, 64));
+            check((api.cuMemFree_v2)(ptr));
+        }
+    })
+    .join()
+    .expect("the thread's checks pass");
+}
+
+#[test]
+fn concurrent_copies_from_many_threads_stay_correct() {
+    let (_serial, ctx) = setup();
+    let ctx = ctx as usize;
+    let before = counters();
+    let threads: Vec<_> = (0..8u8)
+        .map(|t| {
+            std::thread::spawn(move || {
+                // SAFETY: plain call.
+                check(unsafe { (api().cuCtxSetCurrent)(ctx as CUcontext) });
+                for round in 0..20u8 {
+                    let size = 4096 + usize::from(t) * 1000 + usize::from(round);
+                    let ptr = alloc(size);
+                    let data = pattern(size, t.wrapping_mul(17).wrapping_add(round));
+                    check(htod(ptr, &data));
+                    assert_eq!(dtoh(ptr, size), data);
+                    free(ptr);
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("every thread's data round-trips");
+    }
+    let after = counters();
+    assert_eq!(after.copies_htod - before.copies_htod, 160);
+    assert_eq!(after.copies_dtoh - before.copies_dtoh, 160);
+    assert_eq!(
+        after.live_device_allocations,
+        before.live_device_allocations
+    );
+}
+
+// ---- pointer queries ----
+
+/// The plural query for the eight attributes the project uses.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Attributes {
+    context: usize,
+    memory_type: c_uint,
+    device_pointer: u64,
+    host_pointer: usize,
+    is_managed: u8,
+    device_ordinal: c_int,
+    range_start: u64,
+    range_size: usize,
+}
+
+fn attributes(ptr: CUdeviceptr) -> Attributes {
+    let mut a = Attributes {
+        context: 7,
+        memory_type: 7,
+        device_pointer: 7,
+        host_pointer: 7,
+        is_managed: 7,
+        device_ordinal: 7,
+        range_start: 7,
+        range_size: 7,
+    };
+    let mut kinds = [
+        CU_POINTER_ATTRIBUTE_CONTEXT,
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
+        CU_POINTER_ATTRIBUTE_HOST_POINTER,
+        CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+    ];
+    let mut data: [*mut c_void; 8] = [
+        (&mut a.context as *mut usize).cast(),
+        (&mut a.memory_type as *mut c_uint).cast(),
+        (&mut a.device_pointer as *mut u64).cast(),
+        (&mut a.host_pointer as *mut usize).cast(),
+        (&mut a.is_managed as *mut u8).cast(),
+        (&mut a.device_ordinal as *mut c_int).cast(),
+        (&mut a.range_start as *mut u64).cast(),
+        (&mut a.range_size as *mut usize).cast(),
+    ];
+    // SAFETY: eight attributes, each with storage of its C type.
+    check(unsafe { (api().cuPointerGetAttributes)(8, kinds.as_mut_ptr(), data.as_mut_ptr(), ptr) });
+    a
+}
+
+fn attribute<T: Default>(kind: c_uint, ptr: CUdeviceptr) -> Result<T, CUresult> {
+    let mut value = T::default();
+    // SAFETY: value is storage of the attribute's C type (the caller picks T accordingly).
+    let code = unsafe { (api().cuPointerGetAttribute)((&mut value as *mut T).cast(), kind, ptr) };
+    if code == CUDA_SUCCESS {
+        Ok(value)
+    } else {
+        Err(code)
+    }
+}
+
+#[test]
+fn pointer_queries_answer_like_the_driver() {
+    let (_serial, ctx) = setup();
+    let api = api();
+    let size = 3 * 4096 + 5;
+    let dev = alloc(size);
+    let pinned = host_alloc(1000) as usize;
+
+    let expected_device = |ptr: u64| Attributes {
+        context: ctx as usize,
+        memory_type: CU_MEMORYTYPE_DEVICE,
+        device_pointer: ptr,
+        host_pointer: 0,
+        is_managed: 0,
+        device_ordinal: 0,
+        range_start: dev,
+        range_size: size,
+    };
+    assert_eq!(attributes(dev), expected_device(dev));
+    assert_eq!(attributes(dev + 5000), expected_device(dev + 5000));
+    assert_eq!(
+        attributes(dev + size as u64 - 1),
+        expected_device(dev + size as u64 - 1)
+    );
+    assert_eq!(
+        attribute::<c_uint>(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dev + 77),
+        Ok(CU_MEMORYTYPE_DEVICE)
+    );
+    assert_eq!(
+        attribute::<u64>(CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, dev + 77),
+        Ok(dev)
+    );
+    // Device memory has no host pointer.
+    assert_eq!(
+        attribute::<usize>(CU_POINTER_ATTRIBUTE_HOST_POINTER, dev),
+        Err(CUDA_ERROR_INVALID_VALUE)
+    );
+
+    let pinned_attrs = attributes(pinned as u64 + 10);
+    assert_eq!(
+        pinned_attrs,
+        Attributes {
+            context: ctx as usize,
+            memory_type: CU_MEMORYTYPE_HOST,
+            device_pointer: pinned as u64 + 10,
+            host_pointer: pinned + 10,
+            is_managed: 0,
+            device_ordinal: 0,
+            range_start: pinned as u64,
+            range_size: 1000,
+        }
+    );
+
+    // Memory CUDA does not know: the plural query succeeds with defaults, the singular fails.
+    let stack_value = [0u8; 64];
+    let unknown = stack_value.as_ptr() as u64;
+    assert_eq!(
+        attributes(unknown),
+        Attributes {
+            device_ordinal: -2,
+            ..Attributes::default()
+        }
+    );
+    assert_eq!(
+        attribute::<c_uint>(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, unknown),
+        Err(CUDA_ERROR_INVALID_VALUE)
+    );
+    // One past the end is not part of the allocation.
+    assert_eq!(attributes(dev + size as u64).memory_type, 0);
+
+    let mut base: CUdeviceptr = 0;
+    let mut len: usize = 0;
+    // SAFETY: plain calls with valid out-pointers.
+    unsafe {
+        check((api.cuMemGetAddressRange_v2)(
+            &mut base,
+            &mut len,
+            dev + 4097,
+        ));
+        assert_eq!((base, len), (dev, size));
+        check((api.cuMemGetAddressRange_v2)(
+            std::ptr::null_mut(),
+            &mut len,
+            dev,
+        ));
+        expect_code(
+            (api.cuMemGetAddressRange_v2)(&mut base, &mut len, unknown),
+            CUDA_ERROR_NOT_FOUND,
+        );
+        check((api.cuMemFreeHost)(pinned as *mut c_void));
+    }
+    free(dev);
+    // Freed memory is unknown again.
+    assert_eq!(attributes(dev).memory_type, 0);
+    assert_eq!(
+        attribute::<c_uint>(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dev),
+        Err(CUDA_ERROR_INVALID_VALUE)
+    );
+}
+
+// ---- device memory is not host memory ----
+
+/// Forks; the child reads one byte at `addr` and exits 0 if it survives. Returns the child's
+/// wait status.
+fn read_in_forked_child(addr: usize) -> c_int {
+    // SAFETY: the child only resets a signal disposition, reads one byte and _exits: no
+    // allocation, no locks.
+    unsafe {
+        let pid = libc::fork();
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            libc::signal(libc::SIGSEGV, libc::SIG_DFL);
+            let byte = std::ptr::read_volatile(addr as *const u8);
+            libc::_exit(if byte == POISON { 0 } else { 3 });
+        }
+        let mut status: c_int = 0;
+        assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+        status
+    }
+}
+
+#[test]
+fn host_code_dereferencing_device_memory_dies_of_sigsegv() {
+    let (_serial, _ctx) = setup();
+    let dev = alloc(4096);
+    let pinned = host_alloc(4096);
+
+    let status = read_in_forked_child(dev as usize + 100);
+    assert!(
+        libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSEGV,
+        "reading device memory from the host did not crash with SIGSEGV (status {status:#x})"
+    );
+    // The control: pinned host memory is readable (and poisoned, like device memory).
+    let status = read_in_forked_child(pinned as usize + 100);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "reading pinned host memory failed (status {status:#x})"
+    );
+    // The emulator itself still sees the data.
+    assert!(dtoh(dev + 100, 1)[0] == POISON);
+    free(dev);
+    // SAFETY: plain call.
+    check(unsafe { (api().cuMemFreeHost)(pinned.cast()) });
+}
+
+// ---- cuFile ----
+
+#[test]
+fn cufile_with_gds_requires_o_direct_and_round_trips_unaligned_data() {
+    let (_serial, _ctx) = setup();
+    let api = api();
+    let before = counters();
+    let dir = tempfile::tempdir().unwrap();
+    let direct = temp_file(dir.path(), "direct.bin", true);
+    let buffered = temp_file(dir.path(), "buffered.bin", false);
+
+    // SAFETY: an all-zero CUfileDrvProps_t is a valid value.
+    let mut props: CUfileDrvProps_t = unsafe { std::mem::zeroed() };
+    let mut version: c_int = 0;
+    // SAFETY: valid out-pointers.
+    unsafe {
+        check_cufile((api.cuFileDriverOpen)());
+        check_cufile((api.cuFileDriverGetProperties)(&mut props));
+        check_cufile((api.cuFileGetVersion)(&mut version));
+        expect_cufile(
+            (api.cuFileDriverGetProperties)(std::ptr::null_mut()),
+            CUfileOpError::CU_FILE_INVALID_VALUE,
+        );
+    }
+    assert_eq!(
+        (props.nvfs.major_version, props.nvfs.minor_version),
+        (2, 20)
+    );
+    assert_eq!(version, 1200);
+
+    assert_eq!(
+        register(buffered.as_raw_fd()).map(|_| ()),
+        Err((CUfileOpError::CU_FILE_INVALID_FILE_OPEN_FLAG, 0)),
+        "a buffered fd is refused"
+    );
+    let fh = register(direct.as_raw_fd()).expect("an O_DIRECT fd registers");
+    assert_eq!(
+        register(direct.as_raw_fd()).map(|_| ()),
+        Err((CUfileOpError::CU_FILE_HANDLE_ALREADY_REGISTERED, 0)),
+        "a second registration is refused"
+    );
+
+    let src = alloc(10_000);
+    let dst = alloc(10_000);
+    let data = pattern(10_000, 5);
+    check(htod(src, &data));
+    // Unaligned everything: size, file offset, buffer offset.
+    assert_eq!(file_write(fh, src, 5000, 123, 77), 5000);
+    let on_disk = std::fs::read(dir.path().join("direct.bin")).unwrap();
+    assert_eq!(on_disk.len(), 5123);
+    assert_eq!(on_disk[123..], data[77..5077]);
+
+    assert_eq!(file_read(fh, dst, 5000, 123, 10), 5000);
+    let back = dtoh(dst, 5010);
+    assert_eq!(back[10..], data[77..5077]);
+    assert!(back[..10].iter().all(|&x| x == POISON));
+
+    // Out of bounds, bad offsets and unknown handles are cuFile errors, not -1.
+    let invalid = -(CUfileOpError::CU_FILE_INVALID_VALUE.0 as isize);
+    let not_registered = -(CUfileOpError::CU_FILE_HANDLE_NOT_REGISTERED.0 as isize);
+    let violations = counters().bounds_violations;
+    assert_eq!(file_read(fh, dst, 10_000, 0, 1), invalid);
+    assert_eq!(file_write(fh, src + 9_000, 1001, 0, 0), invalid);
+    assert_eq!(file_read(fh, 0x10, 1, 0, 0), invalid);
+    assert_eq!(counters().bounds_violations - violations, 3);
+    assert_eq!(file_read(fh, dst, 10, -1, 0), invalid);
+    assert_eq!(file_read(fh, dst, 10, 0, -1), invalid);
+    assert_eq!(
+        file_read(0x4242 as CUfileHandle_t, dst, 10, 0, 0),
+        not_registered
+    );
+
+    // Buffer registration: device ranges inside one allocation, once each.
+    // SAFETY: plain calls; the pointers are looked up, not dereferenced.
+    unsafe {
+        check_cufile((api.cuFileBufRegister)(src as *const c_void, 10_000, 0));
+        expect_cufile(
+            (api.cuFileBufRegister)(src as *const c_void, 10_000, 0),
+            CUfileOpError::CU_FILE_MEMORY_ALREADY_REGISTERED,
+        );
+        check_cufile((api.cuFileBufDeregister)(src as *const c_void));
+        expect_cufile(
+            (api.cuFileBufDeregister)(src as *const c_void),
+            CUfileOpError::CU_FILE_INVALID_VALUE,
+        );
+        expect_cufile(
+            (api.cuFileBufRegister)((src + 1) as *const c_void, 10_000, 0),
+            CUfileOpError::CU_FILE_INVALID_VALUE,
+        );
+    }
+
+    // SAFETY: fh is registered.
+    unsafe { (api.cuFileHandleDeregister)(fh) };
+    assert_eq!(file_read(fh, dst, 10, 0, 0), not_registered);
+    // SAFETY: plain call.
+    unsafe { check_cufile((api.cuFileDriverClose_v2)()) };
+    let after = counters();
+    assert_eq!(after.cufile_writes - before.cufile_writes, 1);
+    assert_eq!(after.cufile_reads - before.cufile_reads, 1);
+    free(src);
+    free(dst);
+}
+
+#[track_caller]
+fn check_cufile(status: CUfileError_t) {
+    expect_cufile(status, CUfileOpError::CU_FILE_SUCCESS);
+}
+
+#[test]
+fn cufile_reads_past_the_end_of_the_file_are_short() {
+    let (_serial, _ctx) = setup();
+    let dir = tempfile::tempdir().unwrap();
+    let file = temp_file(dir.path(), "short.bin", true);
+    let contents = pattern(1000, 9);
+    std::fs::write(dir.path().join("short.bin"), &contents).unwrap();
+    let fh = register(file.as_raw_fd()).expect("an O_DIRECT fd registers");
+    let buf = alloc(8192);
+
+    assert_eq!(file_read(fh, buf, 8192, 0, 0), 1000);
+    let back = dtoh(buf, 8192);
+    assert_eq!(back[..1000], contents[..]);
+    // cuFile does not zero-fill: the rest of the buffer is untouched.
+    assert!(back[1000..].iter().all(|&x| x == POISON));
+    assert_eq!(file_read(fh, buf, 4096, 900, 0), 100);
+    assert_eq!(dtoh(buf, 100), contents[900..]);
+    assert_eq!(file_read(fh, buf, 4096, 1000, 0), 0);
+    assert_eq!(file_read(fh, buf, 4096, 1 << 30, 0), 0);
+    // SAFETY: fh is registered.
+    unsafe { (api().cuFileHandleDeregister)(fh) };
+    free(buf);
+}
+
+/// A compat-mode child's round trip through a buffered (non-O_DIRECT) file.
+fn compat_round_trip(dir: &Path) -> (CUfileHandle_t, CUdeviceptr, Vec<u8>) {
+    init_with_context();
+    let file = temp_file(dir, "compat.bin", false);
+    let fh = register(file.as_raw_fd()).expect("compat mode takes any fd");
+    std::mem::forget(file); // keep the fd open for the child's lifetime
+    let buf = alloc(2500);
+    let data = pattern(2500, 4);
+    check(htod(buf, &data));
+    (fh, buf, data)
+}
+
+#[test]
+fn cufile_compat_mode_reports_nvfs_0_and_takes_buffered_fds() {
+    in_child(
+        "cufile_compat_mode_reports_nvfs_0_and_takes_buffered_fds",
+        &[("H5GDS_EMU_GDS", "0")],
+        || {
+            let dir = tempfile::tempdir().unwrap();
+            // SAFETY: an all-zero CUfileDrvProps_t is a valid value.
+            let mut props: CUfileDrvProps_t = unsafe { std::mem::zeroed() };
+            props.nvfs.major_version = 9;
+            // SAFETY: valid out-pointer.
+            check_cufile(unsafe { (api().cuFileDriverGetProperties)(&mut props) });
+            assert_eq!((props.nvfs.major_version, props.nvfs.minor_version), (0, 0));
+            let (fh, buf, data) = compat_round_trip(dir.path());
+            assert_eq!(file_write(fh, buf, 2500, 0, 0), 2500);
+            assert_eq!(std::fs::read(dir.path().join("compat.bin")).unwrap(), data);
+            check(htod(buf, &[0; 2500]));
+            assert_eq!(file_read(fh, buf, 2500, 0, 0), 2500);
+            assert_eq!(dtoh(buf, 2500), data);
+        },
+    );
+}
+
+#[test]
+fn short_io_switch_caps_every_transfer() {
+    in_child(
+        "short_io_switch_caps_every_transfer",
+        &[("H5GDS_EMU_GDS", "0"), ("H5GDS_EMU_SHORT_IO", "1000")],
+        || {
+            let dir = tempfile::tempdir().unwrap();
+            let (fh, buf, data) = compat_round_trip(dir.path());
+            // A caller's continuation loop needs three calls for 2500 bytes.
+            let mut done = 0usize;
+            let mut calls = Vec::new();
+            while done < 2500 {
+                let n = file_write(fh, buf, 2500 - done, done as i64, done as i64);
+                assert!(n > 0, "write returned {n}");
+                calls.push(n);
+                done += n as usize;
+            }
+            assert_eq!(calls, [1000, 1000, 500]);
+            assert_eq!(std::fs::read(dir.path().join("compat.bin")).unwrap(), data);
+            check(htod(buf, &[0; 2500]));
+            assert_eq!(file_read(fh, buf, 2500, 0, 0), 1000);
+            assert_eq!(file_read(fh, buf, 1500, 1000, 1000), 1000);
+            assert_eq!(file_read(fh, buf, 500, 2000, 2000), 500);
+            assert_eq!(dtoh(buf, 2500), data);
+        },
+    );
+}
+
+#[test]
+fn injected_io_failure_returns_minus_one_with_eio_once() {
+    in_child(
+        "injected_io_failure_returns_minus_one_with_eio_once",
+        &[("H5GDS_EMU_GDS", "0"), ("H5GDS_EMU_FAIL_IO", "2")],
+        || {
+            let dir = tempfile::tempdir().unwrap();
+            let (fh, buf, data) = compat_round_trip(dir.path());
+            let before = counters();
+            assert_eq!(file_write(fh, buf, 1000, 0, 0), 1000);
+            assert_eq!(file_write(fh, buf, 1500, 1000, 1000), -1);
+            assert_eq!(errno(), libc::EIO);
+            // Nothing was written by the failed call.
+            assert_eq!(
+                std::fs::read(dir.path().join("compat.bin")).unwrap(),
+                data[..1000]
+            );
+            assert_eq!(file_write(fh, buf, 1500, 1000, 1000), 1500);
+            assert_eq!(counters().cufile_writes - before.cufile_writes, 2);
+        },
+    );
+}
+
+#[test]
+fn injected_io_failure_uses_the_configured_errno() {
+    in_child(
+        "injected_io_failure_uses_the_configured_errno",
+        &[
+            ("H5GDS_EMU_GDS", "0"),
+            ("H5GDS_EMU_FAIL_IO", "1"),
+            ("H5GDS_EMU_FAIL_IO_ERRNO", "28"),
+        ],
+        || {
+            let dir = tempfile::tempdir().unwrap();
+            let (fh, buf, _) = compat_round_trip(dir.path());
+            assert_eq!(file_read(fh, buf, 100, 0, 0), -1);
+            assert_eq!(errno(), libc::ENOSPC);
+            assert_eq!(file_read(fh, buf, 100, 0, 0), 0);
+        },
+    );
+}
+
+#[test]
+fn injected_allocation_and_copy_failures_hit_the_nth_call_only() {
+    in_child(
+        "injected_allocation_and_copy_failures_hit_the_nth_call_only",
+        &[("H5GDS_EMU_FAIL_ALLOC", "2"), ("H5GDS_EMU_FAIL_COPY", "3")],
+        || {
+            init_with_context();
+            let api = api();
+            let a = alloc(100);
+            let mut pinned: *mut c_void = std::ptr::null_mut();
+            // SAFETY: valid out-pointer.
+            let code = unsafe { (api.cuMemHostAlloc)(&mut pinned, 100, 0) };
+            expect_code(code, CUDA_ERROR_OUT_OF_MEMORY);
+            let b = alloc(100);
+            let data = pattern(100, 2);
+            check(htod(a, &data));
+            check(htod(b, &data));
+            let mut back = vec![0u8; 100];
+            // SAFETY: back is valid for 100 bytes.
+            let code = unsafe { (api.cuMemcpyDtoH_v2)(back.as_mut_ptr().cast(), a, 100) };
+            expect_code(code, CUDA_ERROR_UNKNOWN);
+            assert!(back.iter().all(|&x| x == 0), "a failed copy copies nothing");
+            assert_eq!(dtoh(a, 100), data);
+            assert_eq!(counters().copies_dtoh, 1);
+            free(a);
+            free(b);
+        },
+    );
+}
+
+#[test]
+fn injected_cufile_open_error_fails_open_and_registration() {
+    in_child(
+        "injected_cufile_open_error_fails_open_and_registration",
+        &[("H5GDS_EMU_CUFILE_OPEN_ERROR", "5007")],
+        || {
+            init_with_context();
+            let dir = tempfile::tempdir().unwrap();
+            let file = temp_file(dir.path(), "x.bin", true);
+            // SAFETY: plain call.
+            let status = unsafe { (api().cuFileDriverOpen)() };
+            expect_cufile(status, CUfileOpError::CU_FILE_PLATFORM_NOT_SUPPORTED);
+            assert_eq!(
+                register(file.as_raw_fd()).map(|_| ()),
+                Err((CUfileOpError::CU_FILE_PLATFORM_NOT_SUPPORTED, 0)),
+                "registration opens the driver, which fails"
+            );
+            // SAFETY: plain call.
+            let status = unsafe { (api().cuFileDriverClose)() };
+            expect_cufile(status, CUfileOpError::CU_FILE_DRIVER_NOT_INITIALIZED);
+        },
+    );
+}
+
+// ---- the exit report ----
+
+#[test]
+fn exit_report_counts_leaks_misuse_and_traffic_even_with_busy_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.txt");
+    let report_str = report.to_str().unwrap().to_string();
+    let ran = in_child(
+        "exit_report_counts_leaks_misuse_and_traffic_even_with_busy_threads",
+        &[("H5GDS_EMU_GDS", "0"), ("H5GDS_EMU_REPORT", &report_str)],
+        || {
+            let dir = tempfile::tempdir().unwrap();
+            let (fh, buf, _) = compat_round_trip(dir.path()); // 1 htod, leaks `buf` (2500)
+            assert_eq!(file_write(fh, buf, 2500, 0, 0), 2500);
+            assert_eq!(file_read(fh, buf, 2500, 0, 0), 2500);
+            let _leaked_pinned = host_alloc(64);
+            let freed = alloc(10);
+            free(freed);
+            // SAFETY: plain call.
+            expect_code(
+                unsafe { (api().cuMemFree_v2)(freed) },
+                CUDA_ERROR_INVALID_VALUE,
+            );
+            expect_code(htod(buf + 2000, &[0; 501]), CUDA_ERROR_INVALID_VALUE);
+            let _ = dtoh(buf, 10);
+            // Threads still copying while the process exits must not crash the report.
+            let (ready, started) = std::sync::mpsc::channel();
+            for _ in 0..4 {
+                let ready = ready.clone();
+                std::thread::spawn(move || {
+                    init_with_context();
+                    let scratch = alloc(4096);
+                    let mut host = vec![0u8; 4096];
+                    ready.send(()).unwrap();
+                    loop {
+                        // SAFETY: host is valid for 4096 bytes.
+                        unsafe {
+                            (api().cuMemcpyDtoD_v2)(scratch, scratch, 4096);
+                            (api().cuMemcpyDtoH_v2)(host.as_mut_ptr().cast(), scratch, 4096);
+                        }
+                    }
+                });
+            }
+            for _ in 0..4 {
+                started.recv().unwrap();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        },
+    );
+    if ran.is_some() {
+        let text = std::fs::read_to_string(&report).expect("the child wrote its report");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 8, "{text}");
+        assert_eq!(lines[0], "leaked device allocations: 5 (bytes 18884)");
+        assert_eq!(lines[1], "leaked pinned host allocations: 1");
+        assert_eq!(lines[2], "double frees: 1");
+        assert_eq!(lines[3], "bounds violations: 1");
+        assert_eq!(lines[4], "cufile reads: 1");
+        assert_eq!(lines[5], "cufile writes: 1");
+        assert_eq!(lines[6], "copies htod: 1");
+        assert!(
+            lines[7]
+                .strip_prefix("copies dtoh: ")
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n >= 1),
+            "{text}"
+        );
+    }
+}
+
+// ---- standing in for the real libraries ----
+
+#[test]
+fn emulator_lib_dir_stands_in_for_libcuda_and_libcufile() {
+    let libs = emulator_lib_dir();
+    for alias in LIBRARY_ALIASES {
+        let target = std::fs::canonicalize(libs.path().join(alias)).unwrap();
+        assert_eq!(target, std::fs::canonicalize(emulator_library()).unwrap());
+    }
+    let ld_path = libs.ld_library_path().into_string().unwrap();
+    in_child(
+        "emulator_lib_dir_stands_in_for_libcuda_and_libcufile",
+        &[("LD_LIBRARY_PATH", &ld_path), ("H5GDS_EMU_GDS", "0")],
+        || {
+            // By bare name, as cudarc and the cuFile loader open them.
+            // SAFETY: loading the emulator under its aliases.
+            let (cuda, cufile) = unsafe {
+                (
+                    libloading::Library::new("libcuda.so.1").expect("libcuda.so.1 loads"),
+                    libloading::Library::new("libcufile.so.0").expect("libcufile.so.0 loads"),
+                )
+            };
+            type Counter = unsafe extern "C" fn(*mut Counters) -> c_int;
+            // SAFETY: both export h5gds_emu_counters with this signature.
+            let (a, b) = unsafe {
+                (
+                    *cuda.get::<Counter>(b"h5gds_emu_counters\0").unwrap(),
+                    *cufile.get::<Counter>(b"h5gds_emu_counters\0").unwrap(),
+                )
+            };
+            assert_eq!(a as usize, b as usize, "one emulator behind both names");
+            // The project's own cuFile loader finds it, and every field it needs resolves.
+            let lib = cufile_sys::load().expect("cufile-sys loads libcufile.so.0");
+            // SAFETY: cuInit first, as the project must, then the driver.
+            unsafe {
+                let init = *cuda
+                    .get::<unsafe extern "C" fn(c_uint) -> CUresult>(b"cuInit\0")
+                    .unwrap();
+                check(init(0));
+                let open = lib.cuFileDriverOpen.as_ref().expect("cuFileDriverOpen");
+                check_cufile(open());
+                let mut version: c_int = 0;
+                let get_version = lib.cuFileGetVersion.as_ref().expect("cuFileGetVersion");
+                check_cufile(get_version(&mut version));
+                assert_eq!(version, 1200);
+            }
+            // A function the emulator does not provide is missing, not silently faked.
+            assert!(lib.cuFileBatchIOSetUp.is_err());
+            // SAFETY: looking up a symbol.
+            assert!(unsafe { cuda.get::<unsafe extern "C" fn()>(b"cuLaunchKernel\0") }.is_err());
+        },
+    );
+}

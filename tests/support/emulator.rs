@@ -1,0 +1,129 @@
+//! The CPU-backed CUDA / cuFile emulator (`tests/emulator`, built as `libh5gds_emu.so`): where
+//! it is, and a directory that makes a child process load it in place of libcuda and
+//! libcufile.
+//!
+//! ```no_run
+//! use h5gds_tests::emulator::emulator_lib_dir;
+//! use std::process::Command;
+//!
+//! let libs = emulator_lib_dir();
+//! let mut cmd = Command::new("some-gpu-program");
+//! libs.configure(&mut cmd); // LD_LIBRARY_PATH=<dir>:$LD_LIBRARY_PATH
+//! cmd.env("H5GDS_EMU_GDS", "0"); // switches: see the emulator crate's documentation
+//! let status = cmd.status().unwrap();
+//! # let _ = status;
+//! ```
+//!
+//! The emulator is not a dependency of this package, so build it first:
+//! `cargo build -p h5gds-cuda-emulator`.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::SystemTime;
+
+/// The file name cargo gives the emulator library.
+pub const EMULATOR_FILE_NAME: &str = "libh5gds_emu.so";
+
+/// The names the emulator stands in for, linked to it in [`emulator_lib_dir`].
+pub const LIBRARY_ALIASES: [&str; 4] = [
+    "libcuda.so.1",
+    "libcuda.so",
+    "libcufile.so.0",
+    "libcufile.so",
+];
+
+/// The built emulator library: `H5GDS_EMULATOR_LIB` if set, else the newest of
+/// `<target>/debug/libh5gds_emu.so` and `<target>/release/libh5gds_emu.so`, where `<target>`
+/// is `CARGO_TARGET_DIR` or the workspace's `target`. Panics, saying how to build it, if
+/// there is none.
+pub fn emulator_library() -> PathBuf {
+    if let Some(explicit) = std::env::var_os("H5GDS_EMULATOR_LIB") {
+        let path = PathBuf::from(explicit);
+        assert!(
+            path.is_file(),
+            "H5GDS_EMULATOR_LIB={} is not a file",
+            path.display()
+        );
+        return path;
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::workspace_root().join("target"));
+    let candidates: Vec<PathBuf> = ["debug", "release"]
+        .iter()
+        .map(|profile| target.join(profile).join(EMULATOR_FILE_NAME))
+        .collect();
+    let newest = candidates
+        .iter()
+        .filter_map(|path| {
+            let modified = path.metadata().ok()?.modified().ok()?;
+            Some((modified, path))
+        })
+        .max_by_key(|(modified, _)| *modified)
+        .map(|(_, path): (SystemTime, &PathBuf)| path.clone());
+    match newest {
+        Some(path) => path,
+        None => panic!(
+            "the CUDA/cuFile emulator library is missing (looked for {}): \
+             run `cargo build -p h5gds-cuda-emulator` first",
+            candidates
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ),
+    }
+}
+
+/// A temporary directory of symlinks named like the real libraries (`libcuda.so.1`,
+/// `libcuda.so`, `libcufile.so.0`, `libcufile.so`), all pointing at the emulator. Put it
+/// first on a child's `LD_LIBRARY_PATH` (see [`EmulatorLibDir::configure`]). Deleted on drop.
+#[derive(Debug)]
+pub struct EmulatorLibDir {
+    dir: tempfile::TempDir,
+    library: PathBuf,
+}
+
+impl EmulatorLibDir {
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The emulator library the links point at.
+    pub fn library(&self) -> &Path {
+        &self.library
+    }
+
+    /// The directory followed by the current `LD_LIBRARY_PATH`, if any.
+    pub fn ld_library_path(&self) -> OsString {
+        let mut value = OsString::from(self.path());
+        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
+            value.push(":");
+            value.push(old);
+        }
+        value
+    }
+
+    /// Sets `LD_LIBRARY_PATH` of `cmd` so that it loads the emulator as libcuda and libcufile.
+    pub fn configure<'a>(&self, cmd: &'a mut Command) -> &'a mut Command {
+        cmd.env("LD_LIBRARY_PATH", self.ld_library_path())
+    }
+}
+
+/// A fresh [`EmulatorLibDir`] for [`emulator_library`].
+pub fn emulator_lib_dir() -> EmulatorLibDir {
+    let library = emulator_library();
+    let library = library.canonicalize().unwrap_or(library);
+    let dir = tempfile::Builder::new()
+        .prefix("h5gds-emu-libs-")
+        .tempdir()
+        .expect("create a temporary directory for the emulator links");
+    for alias in LIBRARY_ALIASES {
+        let link = dir.path().join(alias);
+        std::os::unix::fs::symlink(&library, &link)
+            .unwrap_or_else(|e| panic!("link {} -> {}: {e}", link.display(), library.display()));
+    }
+    EmulatorLibDir { dir, library }
+}
