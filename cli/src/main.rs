@@ -7,9 +7,9 @@
 mod info;
 
 use clap::{Parser, Subcommand};
-use h5gds_bench::{device, gpu, h5, host, report};
+use h5gds_bench::{device, gpu, h5, host, report, stats};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -44,7 +44,7 @@ struct BenchArgs {
     #[arg(long, default_value = "1G", value_parser = parse_size)]
     size: u64,
     /// Repetitions of every measurement.
-    #[arg(long, default_value_t = 7)]
+    #[arg(long, default_value_t = 5)]
     reps: usize,
     /// Directory for the benchmark files [default: the system temporary directory].
     #[arg(long)]
@@ -64,6 +64,12 @@ struct BenchArgs {
     /// Which benchmarks to run.
     #[arg(long, value_enum, default_value_t = Only::All)]
     only: Only,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Also draw the throughputs as a bar chart (SVG) to this file.
+    #[arg(long)]
+    plot: Option<PathBuf>,
     /// Host staging buffer of the staged device path (the baseline).
     #[arg(long, default_value = "128M", value_parser = parse_size)]
     staging: u64,
@@ -121,11 +127,13 @@ fn bench(args: BenchArgs) -> Result<(), String> {
     let plugin_dir = info::find_plugin_dir(args.plugin_dir)?;
     let dir = args.dir.unwrap_or_else(std::env::temp_dir);
     h5::init(Some(&plugin_dir))?;
+    let machine = machine_line();
     println!(
-        "h5gds bench: {} on {}",
-        plugin_dir.join("libh5gds.so").display(),
-        machine_line()
+        "h5gds bench: {} on {machine}",
+        plugin_dir.join("libh5gds.so").display()
     );
+    let mut all = Vec::new();
+    let mut emulated = false;
     println!("files in {} (page cache warm); ratios compare medians of {} interleaved runs, > 1 = faster", dir.display(), args.reps);
     if args.only != Only::Device {
         let opts = host::HostOptions {
@@ -140,7 +148,9 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         let bar = progress_bar(host::steps(&opts))?;
         let results = host::run(&opts, &mut || bar.inc(1));
         bar.finish_and_clear();
-        print!("{}", report::table(&results?, &["sec2", "pread"]));
+        let results = results?;
+        print!("{}", report::table(&results, &["sec2", "pread"]));
+        all.extend(results);
     }
     if args.only != Only::Host {
         let opts = device::DeviceOptions {
@@ -159,7 +169,8 @@ fn bench(args: BenchArgs) -> Result<(), String> {
             };
         }
         let staging = h5gds::config::format_size(args.staging);
-        if gpu::is_emulated() {
+        emulated = gpu::is_emulated();
+        if emulated {
             println!("\nDEVICE MEMORY, EMULATED: libcuda and libcufile are h5gds's CPU emulator; these are not GPU figures");
         } else {
             println!("\nDEVICE MEMORY: gds vs the staged path (sec2 through a {staging} host buffer, then a copy)");
@@ -167,7 +178,53 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         let bar = progress_bar(device::steps(&opts))?;
         let results = device::run(&opts, &mut || bar.inc(1));
         bar.finish_and_clear();
-        print!("{}", report::table(&results?, &[device::STAGED]));
+        let mut results = results?;
+        if emulated {
+            for m in &mut results {
+                m.benchmark.push_str(" EMULATED");
+            }
+        }
+        print!("{}", report::table(&results, &[device::STAGED]));
+        all.extend(results);
+    }
+    save(
+        &all,
+        &machine,
+        emulated,
+        args.json.as_deref(),
+        args.plot.as_deref(),
+    )
+}
+
+/// Writes the JSON and SVG outputs that were asked for.
+fn save(
+    all: &[stats::Measurement],
+    machine: &str,
+    emulated: bool,
+    json: Option<&Path>,
+    plot: Option<&Path>,
+) -> Result<(), String> {
+    let device = if emulated {
+        "EMULATED (CPU emulator of CUDA and cuFile)"
+    } else {
+        "real CUDA, if any device rows"
+    };
+    if let Some(path) = json {
+        let value = report::json(
+            all,
+            &["sec2", "pread", device::STAGED],
+            &[("machine", machine), ("device_results", device)],
+        );
+        let text = serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?;
+        std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if let Some(path) = plot {
+        let mut title = format!("h5gds bench on {machine}");
+        if emulated {
+            title.push_str(" (device rows EMULATED)");
+        }
+        std::fs::write(path, report::svg(all, &title))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(())
 }
