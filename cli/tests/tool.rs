@@ -1,0 +1,259 @@
+//! The `h5gds` tool: `info` without CUDA, on the emulator, and with the real libcufile but no
+//! NVIDIA driver (must return promptly); `bench` with tiny sizes writes valid JSON and an SVG.
+
+use h5gds_tests::emulator::emulator_lib_dir;
+use h5gds_tests::{plugin_dir, workspace_root};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const TOOL: &str = env!("CARGO_BIN_EXE_h5gds");
+
+/// Runs the tool with a clean h5gds/HDF5 environment plus `env`, failing if it takes over a
+/// minute (the tool must never hang).
+fn tool(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Output {
+    let mut cmd = Command::new(TOOL);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (key, _) in std::env::vars() {
+        if key.starts_with("HDF5_") || key.starts_with("H5GDS_") || key == "LD_LIBRARY_PATH" {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.envs(env.iter().map(|(k, v)| (*k, *v)));
+    let mut child = cmd.spawn().expect("h5gds runs");
+    let start = Instant::now();
+    while child.try_wait().expect("waitable").is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("h5gds {args:?} did not finish within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn info_json(env: &[(&str, &std::ffi::OsStr)]) -> serde_json::Value {
+    let dir = plugin_dir();
+    let out = tool(
+        &["info", "--json", "--plugin-dir", dir.to_str().unwrap()],
+        env,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("info --json prints JSON")
+}
+
+#[test]
+fn info_without_cuda() {
+    let empty = tempfile::tempdir().unwrap();
+    let env = [("LD_LIBRARY_PATH", empty.path().as_os_str())];
+    let info = info_json(&env);
+    assert_eq!(info["cuda"]["available"], false);
+    assert_eq!(info["cufile"]["loaded"], false);
+    assert!(info["verdict"]["device"]
+        .as_str()
+        .unwrap()
+        .starts_with("not possible"));
+    assert!(info["plugin"].as_str().unwrap().ends_with("libh5gds.so"));
+    assert_eq!(info["settings"][0]["key"], "compat_mode");
+
+    let dir = plugin_dir();
+    let out = tool(&["info", "--plugin-dir", dir.to_str().unwrap()], &env);
+    let text = stdout(&out);
+    assert!(text.contains("export HDF5_DRIVER=gds"), "{text}");
+    assert!(text.contains("CUDA:     not usable"), "{text}");
+}
+
+#[test]
+fn info_reports_where_each_setting_came_from() {
+    let cfg = std::ffi::OsStr::new("task_size=8M");
+    let threads = std::ffi::OsStr::new("3");
+    let info = info_json(&[("HDF5_DRIVER_CONFIG", cfg), ("H5GDS_NTHREADS", threads)]);
+    let row = |key: &str| {
+        info["settings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["key"] == key)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(row("task_size")["value"], "8M");
+    assert_eq!(row("task_size")["source"], "config string");
+    assert_eq!(row("nthreads")["source"], "environment (H5GDS_NTHREADS)");
+    assert_eq!(row("direct_io")["source"], "default");
+    let bad = std::ffi::OsStr::new("sometimes");
+    let info = info_json(&[("H5GDS_COMPAT_MODE", bad)]);
+    assert!(info["settings_error"]
+        .as_str()
+        .unwrap()
+        .contains("H5GDS_COMPAT_MODE"));
+}
+
+#[test]
+fn info_on_the_emulator_sees_cuda_and_gds() {
+    let libs = emulator_lib_dir();
+    let info = info_json(&[("LD_LIBRARY_PATH", libs.path().as_os_str())]);
+    assert_eq!(info["cuda"]["available"], true, "{info}");
+    assert_eq!(info["cuda"]["devices"], 1);
+    assert_eq!(info["cufile"]["loaded"], true, "{info}");
+    assert_eq!(info["cufile"]["gds_kernel_path"], true);
+    assert!(info["verdict"]["device"]
+        .as_str()
+        .unwrap()
+        .starts_with("GPUDirect Storage"));
+
+    let no_gds = std::ffi::OsStr::new("0");
+    let info = info_json(&[
+        ("LD_LIBRARY_PATH", libs.path().as_os_str()),
+        ("H5GDS_EMU_GDS", no_gds),
+    ]);
+    assert_eq!(info["cufile"]["gds_kernel_path"], false);
+    assert!(
+        info["verdict"]["device"]
+            .as_str()
+            .unwrap()
+            .starts_with("staged"),
+        "{info}"
+    );
+}
+
+#[test]
+fn info_with_real_libcufile_and_no_driver_returns_promptly() {
+    let cufile = workspace_root().join(".venv/lib/python3.11/site-packages/nvidia/cu13/lib");
+    assert!(
+        cufile.join("libcufile.so.0").is_file(),
+        "scripts/setup.sh installs nvidia-cufile"
+    );
+    let start = Instant::now();
+    let info = info_json(&[("LD_LIBRARY_PATH", cufile.as_os_str())]);
+    assert!(start.elapsed() < Duration::from_secs(30));
+    assert_eq!(info["cuda"]["available"], false);
+    assert_eq!(info["cufile"]["loaded"], false);
+    assert!(info["cufile"]["problem"]
+        .as_str()
+        .unwrap()
+        .contains("would hang"));
+}
+
+#[test]
+fn tiny_bench_writes_json_and_svg() {
+    let work = tempfile::tempdir().unwrap();
+    let libs = emulator_lib_dir();
+    let (json, svg) = (
+        work.path().join("bench.json"),
+        work.path().join("bench.svg"),
+    );
+    let dir = plugin_dir();
+    let args = [
+        "bench",
+        "--size",
+        "1M",
+        "--reps",
+        "2",
+        "--matrix",
+        "64",
+        "--small-datasets",
+        "5",
+        "--dir",
+        work.path().to_str().unwrap(),
+        "--plugin-dir",
+        dir.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ];
+    let out = tool(&args, &[("LD_LIBRARY_PATH", libs.path().as_os_str())]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains("HOST MEMORY") && text.contains("DEVICE MEMORY, EMULATED"),
+        "{text}"
+    );
+    let value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let results = value["results"].as_array().unwrap();
+    let row = |bench: &str, path: &str| {
+        results
+            .iter()
+            .find(|r| r["benchmark"] == bench && r["path"] == path)
+            .unwrap_or_else(|| panic!("no {bench}/{path}"))
+    };
+    assert_eq!(
+        row("read 1 MiB contiguous f32", "gds")["seconds"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(
+        row("read 1 MiB contiguous f32", "gds")["ratios"]["vs_sec2"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert!(
+        row("device read 1 MiB f32 EMULATED", "gds")["ratios"]["vs_staged"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert!(value["labels"]["device_results"]
+        .as_str()
+        .unwrap()
+        .contains("EMULATED"));
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        picture.starts_with("<svg")
+            && picture.contains("device rows EMULATED")
+            && picture.contains("</svg>")
+    );
+    assert_eq!(
+        picture.matches("<rect x=").count(),
+        results.iter().filter(|r| !r["bytes"].is_null()).count()
+    );
+}
+
+#[test]
+fn bench_without_cuda_runs_the_host_benchmarks_and_says_why_not_device() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = plugin_dir();
+    let args = [
+        "bench",
+        "--size",
+        "1M",
+        "--reps",
+        "1",
+        "--matrix",
+        "64",
+        "--small-datasets",
+        "5",
+        "--dir",
+        work.path().to_str().unwrap(),
+        "--plugin-dir",
+        dir.to_str().unwrap(),
+    ];
+    let out = tool(&args, &[("LD_LIBRARY_PATH", work.path().as_os_str())]);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    assert!(text.contains("HOST MEMORY"), "{text}");
+    assert!(
+        text.contains("DEVICE MEMORY: skipped: the device benchmarks need a CUDA driver library"),
+        "{text}"
+    );
+}
