@@ -230,13 +230,15 @@ impl OpenFile {
         mem_type: H5FD_mem_t,
     ) -> Result<()> {
         self.check_read(addr, size)?;
-        match memory::classify(buf as usize, mem_type) {
-            PointerKind::Host => self.host().read(addr, buf, size),
-            PointerKind::Device { base, .. } => {
+        memory::dispatch(
+            buf as usize,
+            mem_type,
+            || self.host().read(addr, buf, size),
+            |base| {
                 self.device_io()
                     .read(base, buf as usize - base as usize, size, addr)
-            }
-        }
+            },
+        )
     }
 
     /// Writes `size` bytes from `buf`, host or device memory, at `addr`.
@@ -251,28 +253,24 @@ impl OpenFile {
         mem_type: H5FD_mem_t,
     ) -> Result<()> {
         check_region(addr, size as u64, MAXADDR)?;
-        match memory::classify(buf as usize, mem_type) {
-            PointerKind::Host => self.host().write(addr, buf, size)?,
-            PointerKind::Device { base, .. } => {
+        memory::dispatch(
+            buf as usize,
+            mem_type,
+            || self.host().write(addr, buf, size),
+            |base| {
                 self.device_io()
-                    .write(base, buf as usize - base as usize, size, addr)?
-            }
-        }
+                    .write(base, buf as usize - base as usize, size, addr)
+            },
+        )?;
         self.eof = self.eof.max(addr + size as u64);
         Ok(())
     }
 
-    /// Splits pieces into host pieces and device pieces (with their allocation base).
-    fn partition(pieces: Vec<Piece>) -> (Vec<Piece>, Vec<(Piece, u64)>) {
-        let mut host = Vec::with_capacity(pieces.len());
-        let mut device = Vec::new();
-        for p in pieces {
-            match memory::classify(p.buf, p.mem_type) {
-                PointerKind::Host => host.push(p),
-                PointerKind::Device { base, .. } => device.push((p, base)),
-            }
-        }
-        (host, device)
+    /// Splits pieces into host pieces (handled together, coalesced) and device pieces.
+    fn partition(pieces: Vec<Piece>) -> (Vec<Piece>, Vec<Piece>) {
+        pieces
+            .into_iter()
+            .partition(|p| memory::classify(p.buf, p.mem_type) == PointerKind::Host)
     }
 
     /// # Safety
@@ -285,9 +283,17 @@ impl OpenFile {
         if !host.is_empty() {
             self.host().read_vector(host)?;
         }
-        for (p, base) in device {
-            self.device_io()
-                .read(base, p.buf - base as usize, p.len, p.addr)?;
+        for p in device {
+            // Through `dispatch` again (a cache hit), for its retry on stale ranges.
+            memory::dispatch(
+                p.buf,
+                p.mem_type,
+                || self.host().read(p.addr, p.buf as *mut u8, p.len),
+                |base| {
+                    self.device_io()
+                        .read(base, p.buf - base as usize, p.len, p.addr)
+                },
+            )?;
         }
         Ok(())
     }
@@ -307,9 +313,16 @@ impl OpenFile {
         if !host.is_empty() {
             self.host().write_vector(host)?;
         }
-        for (p, base) in device {
-            self.device_io()
-                .write(base, p.buf - base as usize, p.len, p.addr)?;
+        for p in device {
+            memory::dispatch(
+                p.buf,
+                p.mem_type,
+                || self.host().write(p.addr, p.buf as *const u8, p.len),
+                |base| {
+                    self.device_io()
+                        .write(base, p.buf - base as usize, p.len, p.addr)
+                },
+            )?;
         }
         self.eof = self.eof.max(end);
         Ok(())

@@ -52,6 +52,43 @@ pub fn classify(ptr: usize, mem_type: H5FD_mem_t) -> PointerKind {
     if let Some(kind) = cached(ptr as u64) {
         return kind;
     }
+    query(ptr)
+}
+
+/// Runs `host` or `device` (with the allocation base) for the memory at `ptr`. If a device
+/// transfer fails on a range that came from the cache, the range may have been freed and its
+/// addresses reused: the driver is asked afresh, and if its answer differs the transfer runs
+/// once more on the new answer. Otherwise the error stands.
+pub fn dispatch<T>(
+    ptr: usize,
+    mem_type: H5FD_mem_t,
+    host: impl Fn() -> crate::error::Result<T>,
+    device: impl Fn(CUdeviceptr) -> crate::error::Result<T>,
+) -> crate::error::Result<T> {
+    let from_cache =
+        may_be_device(mem_type) && cuda::cuda().is_ok() && cached(ptr as u64).is_some();
+    let kind = classify(ptr, mem_type);
+    let PointerKind::Device { base, .. } = kind else {
+        return host();
+    };
+    let result = device(base);
+    if result.is_ok() || !from_cache {
+        return result;
+    }
+    forget(base);
+    let fresh = query(ptr);
+    if fresh == kind {
+        return result;
+    }
+    tracing::debug!("device memory at {ptr:#x} changed since it was cached; transferring again");
+    match fresh {
+        PointerKind::Host => host(),
+        PointerKind::Device { base, .. } => device(base),
+    }
+}
+
+/// Asks the CUDA driver, and remembers device ranges.
+fn query(ptr: usize) -> PointerKind {
     match cuda::query_pointer(ptr) {
         Ok(PointerKind::Device { base, size }) => {
             remember(base, size);

@@ -98,6 +98,15 @@ pub struct DeviceIo<'a> {
     pub settings: &'a Settings,
 }
 
+/// Which way bytes move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Direction {
+    /// File to device memory.
+    Read,
+    /// Device memory to file.
+    Write,
+}
+
 impl DeviceIo<'_> {
     /// Reads `len` bytes at file offset `addr` into device memory `base + buf_off`.
     ///
@@ -110,63 +119,7 @@ impl DeviceIo<'_> {
         len: usize,
         addr: u64,
     ) -> Result<()> {
-        let tasks: Vec<(usize, usize)> = split(len, self.settings.task_size).collect();
-        run_tasks(
-            self.settings.nthreads,
-            tasks.len(),
-            len >= self.settings.task_size,
-            |i| {
-                let (off, n) = tasks[i];
-                // SAFETY: each task covers a disjoint part of the caller's device range.
-                unsafe { self.read_task(base, buf_off + off, n, addr + off as u64) }
-            },
-        )
-    }
-
-    unsafe fn read_task(
-        &self,
-        base: CUdeviceptr,
-        buf_off: usize,
-        len: usize,
-        addr: u64,
-    ) -> Result<()> {
-        let dst = base + buf_off as u64;
-        let bounce = self.settings.bounce_buffer_size;
-        match self.path {
-            DevicePath::Gds(handle) => {
-                cuda::make_current().map_err(|e| Error::Device(e.to_string()))?;
-                match handle.read(base, buf_off, len, addr) {
-                    Ok(got) if got < len => {
-                        // End of file: the rest reads as zeros, filled on the device.
-                        cuda::zero_device(dst + got as u64, len - got)
-                            .map_err(|e| Error::Device(e.to_string()))
-                    }
-                    Ok(_) => Ok(()),
-                    Err(failure) => {
-                        let rest = len - failure.done;
-                        tracing::warn!(
-                            "{} at offset {} of {:?}; the remaining {rest} bytes go through the staged path",
-                            failure.message,
-                            addr + failure.done as u64,
-                            self.file_name
-                        );
-                        let done = failure.done as u64;
-                        staged::read(
-                            self.fd,
-                            self.file_name,
-                            dst + done,
-                            rest,
-                            addr + done,
-                            bounce,
-                        )
-                    }
-                }
-            }
-            DevicePath::Staged(_) => staged::read(self.fd, self.file_name, dst, len, addr, bounce),
-            DevicePath::Unavailable(why) => Err(Error::Device(format!(
-                "device buffer, but device I/O is {why}"
-            ))),
-        }
+        self.transfer(Direction::Read, base, buf_off, len, addr)
     }
 
     /// Writes `len` bytes from device memory `base + buf_off` at file offset `addr`.
@@ -180,6 +133,18 @@ impl DeviceIo<'_> {
         len: usize,
         addr: u64,
     ) -> Result<()> {
+        self.transfer(Direction::Write, base, buf_off, len, addr)
+    }
+
+    /// Splits a transfer into `task_size` tasks, on the pool when it is large.
+    unsafe fn transfer(
+        &self,
+        dir: Direction,
+        base: CUdeviceptr,
+        buf_off: usize,
+        len: usize,
+        addr: u64,
+    ) -> Result<()> {
         let tasks: Vec<(usize, usize)> = split(len, self.settings.task_size).collect();
         run_tasks(
             self.settings.nthreads,
@@ -188,49 +153,62 @@ impl DeviceIo<'_> {
             |i| {
                 let (off, n) = tasks[i];
                 // SAFETY: each task covers a disjoint part of the caller's device range.
-                unsafe { self.write_task(base, buf_off + off, n, addr + off as u64) }
+                unsafe { self.task(dir, base, buf_off + off, n, addr + off as u64) }
             },
         )
     }
 
-    unsafe fn write_task(
+    /// The staged path for `len` bytes at device address `dev` and file offset `addr`.
+    unsafe fn staged(&self, dir: Direction, dev: CUdeviceptr, len: usize, addr: u64) -> Result<()> {
+        let bounce = self.settings.bounce_buffer_size;
+        match dir {
+            Direction::Read => staged::read(self.fd, self.file_name, dev, len, addr, bounce),
+            Direction::Write => staged::write(self.fd, self.file_name, dev, len, addr, bounce),
+        }
+    }
+
+    /// One task on the file's path. Through cuFile, a read ending short at end of file is
+    /// zero-filled on the device, and an error sends the rest of the task through the staged
+    /// path.
+    unsafe fn task(
         &self,
+        dir: Direction,
         base: CUdeviceptr,
         buf_off: usize,
         len: usize,
         addr: u64,
     ) -> Result<()> {
-        let src = base + buf_off as u64;
-        let bounce = self.settings.bounce_buffer_size;
-        match self.path {
-            DevicePath::Gds(handle) => {
-                cuda::make_current().map_err(|e| Error::Device(e.to_string()))?;
-                match handle.write(base, buf_off, len, addr) {
-                    Ok(()) => Ok(()),
-                    Err(failure) => {
-                        let rest = len - failure.done;
-                        tracing::warn!(
-                            "{} at offset {} of {:?}; the remaining {rest} bytes go through the staged path",
-                            failure.message,
-                            addr + failure.done as u64,
-                            self.file_name
-                        );
-                        let done = failure.done as u64;
-                        staged::write(
-                            self.fd,
-                            self.file_name,
-                            src + done,
-                            rest,
-                            addr + done,
-                            bounce,
-                        )
-                    }
-                }
+        let dev = base + buf_off as u64;
+        let handle = match self.path {
+            DevicePath::Gds(handle) => handle,
+            DevicePath::Staged(_) => return self.staged(dir, dev, len, addr),
+            DevicePath::Unavailable(why) => {
+                return Err(Error::Device(format!(
+                    "device buffer, but device I/O is {why}"
+                )))
             }
-            DevicePath::Staged(_) => staged::write(self.fd, self.file_name, src, len, addr, bounce),
-            DevicePath::Unavailable(why) => Err(Error::Device(format!(
-                "device buffer, but device I/O is {why}"
-            ))),
+        };
+        let device_error = |e: cuda::CudaError| Error::Device(e.to_string());
+        cuda::make_current().map_err(device_error)?;
+        let outcome = match dir {
+            Direction::Read => handle.read(base, buf_off, len, addr),
+            Direction::Write => handle.write(base, buf_off, len, addr).map(|()| len),
+        };
+        match outcome {
+            Ok(done) if done < len => {
+                cuda::zero_device(dev + done as u64, len - done).map_err(device_error)
+            }
+            Ok(_) => Ok(()),
+            Err(failure) => {
+                let (done, rest) = (failure.done, len - failure.done);
+                tracing::warn!(
+                    "{} at offset {} of {:?}; the remaining {rest} bytes go through the staged path",
+                    failure.message,
+                    addr + done as u64,
+                    self.file_name
+                );
+                self.staged(dir, dev + done as u64, rest, addr + done as u64)
+            }
         }
     }
 }

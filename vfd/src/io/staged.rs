@@ -3,9 +3,10 @@
 //! reverse for writes). Used where GDS is not available, and for what remains of a transfer after
 //! a cuFile error.
 //!
-//! Bounce buffers come from a process-wide pool and are kept for reuse (deliberately never
-//! freed at exit, as freeing pinned memory then can race the CUDA driver's own teardown). When
-//! pinned memory cannot be had, ordinary host memory serves, with a warning.
+//! Bounce buffers come from a process-wide pool and are kept for reuse (the pool is a static, so
+//! idle buffers are deliberately never freed at exit, where freeing pinned memory can race the
+//! CUDA driver's own teardown). When pinned memory cannot be had, ordinary host memory serves,
+//! with a warning.
 
 use super::posix;
 use crate::cuda::{self, CUdeviceptr, PinnedBuffer};
@@ -37,8 +38,14 @@ impl Bounce {
 static POOL: Mutex<Vec<Bounce>> = Mutex::new(Vec::new());
 const MAX_IDLE: usize = 32;
 
+fn idle() -> std::sync::MutexGuard<'static, Vec<Bounce>> {
+    // A poisoned pool only means a panic elsewhere while it was held; its buffers are intact.
+    POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn take(size: usize) -> Bounce {
-    if let Ok(mut pool) = POOL.try_lock() {
+    {
+        let mut pool = idle();
         if let Some(i) = pool.iter().position(|b| b.len() == size) {
             return pool.swap_remove(i);
         }
@@ -55,14 +62,11 @@ fn take(size: usize) -> Bounce {
 }
 
 fn give_back(buffer: Bounce) {
-    if let Ok(mut pool) = POOL.try_lock() {
-        if pool.len() < MAX_IDLE {
-            pool.push(buffer);
-            return;
-        }
+    let mut pool = idle();
+    if pool.len() < MAX_IDLE {
+        pool.push(buffer);
     }
-    // Pool full or busy: keep the memory rather than free pinned memory on a hot path.
-    std::mem::forget(buffer);
+    // Otherwise the buffer is dropped here, which frees it.
 }
 
 fn device_error(
