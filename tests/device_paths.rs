@@ -232,3 +232,14 @@ fn without_pinned_memory_staging_uses_pageable_buffers() {
     run.assert_device_ok();
     run.assert_log("staging through pageable memory");
 }
+
+#[test]
+fn a_cufile_error_on_a_pool_thread_falls_back_and_is_logged() {
+    if real_cuda() {
+        return;
+    }
+    // cuFile call 40 falls inside the 5 MiB read, whose 256K tasks run on the pool's threads.
+    let run = run(&[("H5GDS_COMPAT_MODE", "auto"), ("H5GDS_EMU_FAIL_IO", "40")]);
+    run.assert_device_ok();
+    run.assert_log("go through the staged path");
+}

@@ -73,7 +73,14 @@ where
 {
     if parallel && count > 1 && nthreads > 1 {
         if let Some(pool) = pool(nthreads) {
-            return pool.install(|| (0..count).into_par_iter().try_for_each(&task));
+            // Tasks log through the caller's dispatcher (the driver's logger), not the pool
+            // threads' default, which has none.
+            let dispatch = tracing::dispatcher::get_default(|d| d.clone());
+            return pool.install(|| {
+                (0..count)
+                    .into_par_iter()
+                    .try_for_each(|i| tracing::dispatcher::with_default(&dispatch, || task(i)))
+            });
         }
     }
     (0..count).try_for_each(task)
