@@ -8,7 +8,7 @@ use crate::abi::{
 use crate::config::{DirectIo, Settings};
 use crate::cuda::PointerKind;
 use crate::error::{Error, Result};
-use crate::io::device::{DeviceIo, DevicePath};
+use crate::io::device::{DeviceIo, DevicePath, DevicePlan};
 use crate::io::host::HostIo;
 use crate::io::vector::Piece;
 use crate::memory;
@@ -108,6 +108,8 @@ impl OpenFile {
             flags,
             source,
         };
+        // Decided before the file is touched, so a failure leaves nothing behind.
+        let device_plan = DevicePlan::prepare(&settings)?;
         let file = open_fd(c_path, o_flags).map_err(open_error)?;
         let meta = file.metadata().map_err(|source| Error::File {
             op: "fstat",
@@ -135,7 +137,7 @@ impl OpenFile {
                 }
             },
         };
-        let device_path = DevicePath::choose(&settings, c_path, flags & H5F_ACC_RDWR != 0)?;
+        let device_path = device_plan.finish(&settings, c_path, flags & H5F_ACC_RDWR != 0)?;
         use std::os::unix::fs::MetadataExt;
         Ok(OpenFile {
             path: path.to_string(),

@@ -23,18 +23,31 @@ pub enum DevicePath {
     Unavailable(String),
 }
 
-impl DevicePath {
-    /// Decides the path for a file, per `compat_mode`: `on` never touches libcufile; `auto` uses
-    /// cuFile only where GDS is really available; `off` requires cuFile or fails the open.
-    pub fn choose(settings: &Settings, path: &CStr, rdwr: bool) -> Result<DevicePath> {
+/// The device path decided before the file is opened: everything but the cuFile handle, so a
+/// `compat_mode=off` failure leaves no file behind.
+pub enum DevicePlan {
+    /// Register the file with this cuFile driver once it is open.
+    Gds(&'static gds::CuFileDriver),
+    Decided(DevicePath),
+}
+
+impl DevicePlan {
+    /// Decides per `compat_mode`: `on` never touches libcufile; `auto` uses cuFile only where
+    /// GDS is really available; `off` requires cuFile or fails.
+    pub fn prepare(settings: &Settings) -> Result<DevicePlan> {
+        let strict = settings.compat_mode == CompatMode::Off;
         let cuda = match cuda::cuda() {
             Ok(cuda) => cuda,
-            Err(err) if settings.compat_mode == CompatMode::Off => {
+            Err(err) if strict => {
                 return Err(Error::Device(format!(
                     "compat_mode=off requires cuFile, but CUDA is not available: {err}"
                 )))
             }
-            Err(err) => return Ok(DevicePath::Unavailable(format!("no usable CUDA ({err})"))),
+            Err(err) => {
+                return Ok(DevicePlan::Decided(DevicePath::Unavailable(format!(
+                    "no usable CUDA ({err})"
+                ))))
+            }
         };
         tracing::debug!(
             "CUDA driver {} with {} device(s), device 0: {}",
@@ -43,34 +56,40 @@ impl DevicePath {
             cuda.device_name
         );
         if settings.compat_mode == CompatMode::On {
-            return Ok(DevicePath::Staged("compat_mode=on".into()));
-        }
-        let strict = settings.compat_mode == CompatMode::Off;
-        let not_gds = |why: String| {
-            if strict {
-                Err(Error::Device(format!(
-                    "compat_mode=off requires cuFile: {why}"
-                )))
-            } else {
-                Ok(DevicePath::Staged(why))
-            }
-        };
-        let driver = match gds::driver() {
-            Ok(driver) => driver,
-            Err(err) => return not_gds(err),
-        };
-        if !driver.gds_available() && !strict {
-            return Ok(DevicePath::Staged(format!(
-                "{}: no GDS kernel path",
-                driver.describe()
+            return Ok(DevicePlan::Decided(DevicePath::Staged(
+                "compat_mode=on".into(),
             )));
         }
-        match GdsHandle::register(driver, path, rdwr) {
-            Ok(handle) => Ok(DevicePath::Gds(handle)),
-            Err(err) => not_gds(err),
+        match gds::driver() {
+            Err(err) if strict => Err(Error::Device(format!(
+                "compat_mode=off requires cuFile: {err}"
+            ))),
+            Err(err) => Ok(DevicePlan::Decided(DevicePath::Staged(err))),
+            Ok(driver) if !driver.gds_available() && !strict => Ok(DevicePlan::Decided(
+                DevicePath::Staged(format!("{}: no GDS kernel path", driver.describe())),
+            )),
+            Ok(driver) => Ok(DevicePlan::Gds(driver)),
         }
     }
 
+    /// Completes the plan for the opened file: registers it with cuFile where planned. Where
+    /// that fails, `off` fails the open and `auto` stages.
+    pub fn finish(self, settings: &Settings, path: &CStr, rdwr: bool) -> Result<DevicePath> {
+        let driver = match self {
+            DevicePlan::Decided(path) => return Ok(path),
+            DevicePlan::Gds(driver) => driver,
+        };
+        match GdsHandle::register(driver, path, rdwr) {
+            Ok(handle) => Ok(DevicePath::Gds(handle)),
+            Err(err) if settings.compat_mode == CompatMode::Off => Err(Error::Device(format!(
+                "compat_mode=off requires cuFile: {err}"
+            ))),
+            Err(err) => Ok(DevicePath::Staged(err)),
+        }
+    }
+}
+
+impl DevicePath {
     /// One phrase for the open log line and `h5gds info`.
     pub fn describe(&self, settings: &Settings) -> String {
         match self {
