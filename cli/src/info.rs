@@ -5,6 +5,7 @@
 
 use h5gds::config::{Settings, SETTINGS};
 use h5gds::cuda;
+use h5gds::io::device::DevicePlan;
 use h5gds::io::gds;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -98,7 +99,8 @@ fn cufile_info(cuda_ok: bool, settings: Option<&Settings>) -> CufileInfo {
     }
 }
 
-fn verdict(settings: Option<&Settings>, cuda: &CudaInfo, cufile: &CufileInfo) -> Verdict {
+/// The verdict per path, decided by the driver's own code for a file opened now.
+fn verdict(settings: Option<&Settings>) -> Verdict {
     let Some(settings) = settings else {
         let bad = "files will not open: fix the setting above".to_string();
         return Verdict {
@@ -115,23 +117,19 @@ fn verdict(settings: Option<&Settings>, cuda: &CudaInfo, cufile: &CufileInfo) ->
             _ => ", O_DIRECT for aligned transfers",
         }
     );
-    use h5gds::config::CompatMode;
-    let device = match (settings.compat_mode, cuda.available, cufile.gds_kernel_path) {
-        (CompatMode::Off, false, _) => {
-            "files will not open: compat_mode=off requires cuFile and CUDA does not work".into()
+    let device = match DevicePlan::prepare(settings) {
+        Ok(DevicePlan::Gds(driver)) if driver.gds_available() => {
+            format!(
+                "GPUDirect Storage through {} (where the file system accepts O_DIRECT)",
+                driver.describe()
+            )
         }
-        (CompatMode::Off, true, None) => {
-            "files will not open: compat_mode=off requires cuFile, which cannot be opened".into()
-        }
-        (CompatMode::Off, true, Some(false)) => {
-            "cuFile in its own compatibility mode (no GDS kernel path)".into()
-        }
-        (_, false, _) => "not possible: no usable CUDA (every buffer is host memory)".into(),
-        (CompatMode::On, true, _) => "staged through pinned bounce buffers (compat_mode=on)".into(),
-        (_, true, Some(true)) => {
-            "GPUDirect Storage through cuFile (if the file system accepts O_DIRECT)".into()
-        }
-        (_, true, _) => "staged through pinned bounce buffers (GDS not available)".into(),
+        Ok(DevicePlan::Gds(driver)) => format!(
+            "{} in cuFile's own compatibility mode (no GDS kernel path)",
+            driver.describe()
+        ),
+        Ok(DevicePlan::Decided(path)) => path.describe(settings),
+        Err(err) => format!("files will not open: {err}"),
     };
     Verdict { host, device }
 }
@@ -167,7 +165,7 @@ pub fn gather(plugin_dir: Option<&Path>) -> Info {
     };
     let cuda = cuda_info();
     let cufile = cufile_info(cuda.available, settings.as_ref());
-    let verdict = verdict(settings.as_ref(), &cuda, &cufile);
+    let verdict = verdict(settings.as_ref());
     let plugin = plugin_dir.map(|d| d.join("libh5gds.so"));
     let exports = match plugin_dir {
         Some(dir) => vec![
