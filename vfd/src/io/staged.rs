@@ -69,22 +69,49 @@ fn give_back(buffer: Bounce) {
     // Otherwise the buffer is dropped here, which frees it.
 }
 
-fn device_error(
+/// One step of a staged transfer: `n` bytes between the bounce buffer and the file at `pos`
+/// and between the bounce buffer and device memory at `dev`, in the direction's order.
+type Step<'a> = &'a dyn Fn(
+    *mut u8,
+    usize,
+    u64,
+    CUdeviceptr,
+) -> std::result::Result<(), (&'static str, std::io::Error, usize)>;
+
+/// Moves `len` bytes through one bounce buffer of `bounce_size`, a piece at a time.
+unsafe fn staged(
     path: &str,
-    op: &'static str,
+    dev: CUdeviceptr,
+    len: usize,
     offset: u64,
-    size: usize,
-    done: usize,
-    err: cuda::CudaError,
-) -> Error {
-    Error::Io {
-        op,
-        path: path.to_string(),
-        offset,
-        size: size as u64,
-        done: done as u64,
-        source: std::io::Error::other(err.to_string()),
+    bounce_size: usize,
+    step: Step,
+) -> Result<()> {
+    let mut bounce = take(bounce_size);
+    let mut done = 0usize;
+    let mut result = Ok(());
+    while done < len {
+        let n = (len - done).min(bounce.len());
+        let pos = offset + done as u64;
+        if let Err((op, source, partial)) = step(bounce.ptr(), n, pos, dev + done as u64) {
+            result = Err(Error::Io {
+                op,
+                path: path.to_string(),
+                offset: pos,
+                size: n as u64,
+                done: (done + partial) as u64,
+                source,
+            });
+            break;
+        }
+        done += n;
     }
+    give_back(bounce);
+    result
+}
+
+fn cuda_failure(op: &'static str, err: cuda::CudaError) -> (&'static str, std::io::Error, usize) {
+    (op, std::io::Error::other(err.to_string()), 0)
 }
 
 /// Reads `len` bytes at file offset `offset` into device memory at `dst`, through bounce
@@ -100,38 +127,22 @@ pub unsafe fn read(
     offset: u64,
     bounce_size: usize,
 ) -> Result<()> {
-    let mut bounce = take(bounce_size);
-    let mut done = 0usize;
-    let result = loop {
-        if done == len {
-            break Ok(());
-        }
-        let n = (len - done).min(bounce.len());
-        let pos = offset + done as u64;
-        if let Err(f) = posix::read_full(fd, bounce.ptr(), n, pos) {
-            break Err(Error::Io {
-                op: "read (staged)",
-                path: path.to_string(),
-                offset: pos,
-                size: n as u64,
-                done: (done + f.done) as u64,
-                source: f.source,
-            });
-        }
-        if let Err(err) = cuda::copy_to_device(dst + done as u64, bounce.ptr(), n) {
-            break Err(device_error(
-                path,
-                "read (staged copy to device)",
-                pos,
-                n,
-                done,
-                err,
-            ));
-        }
-        done += n;
-    };
-    give_back(bounce);
-    result
+    staged(
+        path,
+        dst,
+        len,
+        offset,
+        bounce_size,
+        &|bounce, n, pos, dev| {
+            // SAFETY: the bounce buffer holds at least n bytes; dev .. dev + n is device memory.
+            unsafe {
+                posix::read_full(fd, bounce, n, pos)
+                    .map_err(|f| ("read (staged)", f.source, f.done))?;
+                cuda::copy_to_device(dev, bounce, n)
+                    .map_err(|e| cuda_failure("read (staged copy to device)", e))
+            }
+        },
+    )
 }
 
 /// Writes `len` bytes of device memory at `src` to file offset `offset` through bounce buffers.
@@ -146,36 +157,20 @@ pub unsafe fn write(
     offset: u64,
     bounce_size: usize,
 ) -> Result<()> {
-    let mut bounce = take(bounce_size);
-    let mut done = 0usize;
-    let result = loop {
-        if done == len {
-            break Ok(());
-        }
-        let n = (len - done).min(bounce.len());
-        let pos = offset + done as u64;
-        if let Err(err) = cuda::copy_from_device(bounce.ptr(), src + done as u64, n) {
-            break Err(device_error(
-                path,
-                "write (staged copy from device)",
-                pos,
-                n,
-                done,
-                err,
-            ));
-        }
-        if let Err(f) = posix::write_full(fd, bounce.ptr(), n, pos) {
-            break Err(Error::Io {
-                op: "write (staged)",
-                path: path.to_string(),
-                offset: pos,
-                size: n as u64,
-                done: (done + f.done) as u64,
-                source: f.source,
-            });
-        }
-        done += n;
-    };
-    give_back(bounce);
-    result
+    staged(
+        path,
+        src,
+        len,
+        offset,
+        bounce_size,
+        &|bounce, n, pos, dev| {
+            // SAFETY: the bounce buffer holds at least n bytes; dev .. dev + n is device memory.
+            unsafe {
+                cuda::copy_from_device(bounce, dev, n)
+                    .map_err(|e| cuda_failure("write (staged copy from device)", e))?;
+                posix::write_full(fd, bounce, n, pos)
+                    .map_err(|f| ("write (staged)", f.source, f.done))
+            }
+        },
+    )
 }
