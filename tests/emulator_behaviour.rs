@@ -20,6 +20,7 @@ type CUresult = c_int;
 type CUdeviceptr = u64;
 type CUcontext = *mut c_void;
 type CUstream = *mut c_void;
+type CUevent = *mut c_void;
 
 const CUDA_SUCCESS: CUresult = 0;
 const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
@@ -28,7 +29,9 @@ const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
 const CUDA_ERROR_NO_DEVICE: CUresult = 100;
 const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
 const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
+const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
 const CUDA_ERROR_NOT_FOUND: CUresult = 500;
+const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
 const CUDA_ERROR_UNKNOWN: CUresult = 999;
 
 const CU_POINTER_ATTRIBUTE_CONTEXT: c_uint = 1;
@@ -120,6 +123,14 @@ emulator_api! {
     cuStreamSynchronize: fn(CUstream) -> CUresult;
     cuGetErrorString: fn(CUresult, *mut *const c_char) -> CUresult;
     cuGetErrorName: fn(CUresult, *mut *const c_char) -> CUresult;
+    cuDeviceGetAttribute: fn(*mut c_int, c_int, c_int) -> CUresult;
+    cuMemsetD8Async: fn(CUdeviceptr, u8, usize, CUstream) -> CUresult;
+    cuEventCreate: fn(*mut CUevent, c_uint) -> CUresult;
+    cuEventDestroy_v2: fn(CUevent) -> CUresult;
+    cuEventRecord: fn(CUevent, CUstream) -> CUresult;
+    cuEventQuery: fn(CUevent) -> CUresult;
+    cuEventSynchronize: fn(CUevent) -> CUresult;
+    cuStreamWaitEvent: fn(CUstream, CUevent, c_uint) -> CUresult;
     cuFileDriverOpen: fn() -> CUfileError_t;
     cuFileDriverClose: fn() -> CUfileError_t;
     cuFileDriverClose_v2: fn() -> CUfileError_t;
@@ -734,6 +745,138 @@ fn calls_from_a_thread_without_a_context_fail() {
     })
     .join()
     .expect("the thread's checks pass");
+}
+
+// ---- what cudarc's safe API needs: attributes, events, stream waits, async memset ----
+
+#[test]
+fn device_attributes_answer_only_what_an_emulated_device_can() {
+    let (_serial, _ctx) = setup();
+    let api = api();
+    let get = |attrib: c_int, dev: c_int| {
+        let mut value: c_int = -7;
+        // SAFETY: a valid out-pointer.
+        let status = unsafe { (api.cuDeviceGetAttribute)(&mut value, attrib, dev) };
+        (status, value)
+    };
+    assert_eq!(get(41, 0), (CUDA_SUCCESS, 1), "unified addressing");
+    assert_eq!(get(75, 0), (CUDA_SUCCESS, 8), "compute capability major");
+    assert_eq!(get(76, 0), (CUDA_SUCCESS, 0), "compute capability minor");
+    assert_eq!(get(115, 0), (CUDA_SUCCESS, 0), "no memory pools");
+    assert_eq!(get(83, 0), (CUDA_SUCCESS, 0), "no managed memory");
+    assert_eq!(get(116, 0), (CUDA_SUCCESS, 1), "GDS present by default");
+    // Attributes it cannot answer honestly fail loudly, and leave the output alone.
+    assert_eq!(get(1, 0), (CUDA_ERROR_NOT_SUPPORTED, -7));
+    assert_eq!(get(0, 0), (CUDA_ERROR_INVALID_VALUE, -7));
+    assert_eq!(get(41, 1), (CUDA_ERROR_INVALID_DEVICE, -7));
+    // SAFETY: a null output pointer is rejected, not written.
+    expect_code(
+        unsafe { (api.cuDeviceGetAttribute)(std::ptr::null_mut(), 41, 0) },
+        CUDA_ERROR_INVALID_VALUE,
+    );
+}
+
+#[test]
+fn events_and_stream_waits_check_handles_flags_and_context() {
+    let (_serial, _ctx) = setup();
+    let api = api();
+    let mut stream: CUstream = std::ptr::null_mut();
+    let mut events: Vec<CUevent> = Vec::new();
+    // SAFETY: plain calls with valid out-pointers; handles are only passed back.
+    unsafe {
+        check((api.cuStreamCreate)(&mut stream, 1));
+        for flags in [0, 1, 2, 2 | 4] {
+            let mut event: CUevent = std::ptr::null_mut();
+            check((api.cuEventCreate)(&mut event, flags));
+            assert!(!event.is_null());
+            events.push(event);
+        }
+        let mut unused: CUevent = std::ptr::null_mut();
+        // INTERPROCESS needs DISABLE_TIMING; unknown bits are rejected.
+        expect_code(
+            (api.cuEventCreate)(&mut unused, 4),
+            CUDA_ERROR_INVALID_VALUE,
+        );
+        expect_code(
+            (api.cuEventCreate)(&mut unused, 8),
+            CUDA_ERROR_INVALID_VALUE,
+        );
+        expect_code(
+            (api.cuEventCreate)(std::ptr::null_mut(), 0),
+            CUDA_ERROR_INVALID_VALUE,
+        );
+        let event = events[0];
+        check((api.cuEventRecord)(event, std::ptr::null_mut()));
+        check((api.cuEventRecord)(event, stream));
+        check((api.cuEventQuery)(event));
+        check((api.cuEventSynchronize)(event));
+        check((api.cuStreamWaitEvent)(stream, event, 0));
+        check((api.cuStreamWaitEvent)(std::ptr::null_mut(), event, 1));
+        expect_code(
+            (api.cuStreamWaitEvent)(stream, event, 2),
+            CUDA_ERROR_INVALID_VALUE,
+        );
+        expect_code(
+            (api.cuEventRecord)(event, 0xdead0 as CUstream),
+            CUDA_ERROR_INVALID_HANDLE,
+        );
+        for &e in &events {
+            check((api.cuEventDestroy_v2)(e));
+        }
+        // Destroyed events are unknown handles everywhere.
+        expect_code((api.cuEventDestroy_v2)(event), CUDA_ERROR_INVALID_HANDLE);
+        expect_code(
+            (api.cuEventRecord)(event, stream),
+            CUDA_ERROR_INVALID_HANDLE,
+        );
+        expect_code((api.cuEventQuery)(event), CUDA_ERROR_INVALID_HANDLE);
+        expect_code((api.cuEventSynchronize)(event), CUDA_ERROR_INVALID_HANDLE);
+        expect_code(
+            (api.cuStreamWaitEvent)(stream, event, 0),
+            CUDA_ERROR_INVALID_HANDLE,
+        );
+        check((api.cuStreamDestroy_v2)(stream));
+    }
+    // Creating or recording an event needs a current context, as with the driver.
+    std::thread::spawn(|| {
+        let mut event: CUevent = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer.
+        unsafe {
+            expect_code(
+                (self::api().cuEventCreate)(&mut event, 0),
+                CUDA_ERROR_INVALID_CONTEXT,
+            );
+        }
+    })
+    .join()
+    .expect("the thread's checks pass");
+}
+
+#[test]
+fn async_memset_sets_bytes_inside_one_allocation_only() {
+    let (_serial, _ctx) = setup();
+    let api = api();
+    let before = counters();
+    let ptr = alloc(64);
+    check(htod(ptr, &[0u8; 64]));
+    // SAFETY: plain calls; the emulator checks every device range.
+    unsafe {
+        check((api.cuMemsetD8Async)(ptr + 8, 7, 16, std::ptr::null_mut()));
+        check((api.cuMemsetD8Async)(ptr, 9, 0, std::ptr::null_mut()));
+        expect_code(
+            (api.cuMemsetD8Async)(ptr + 60, 1, 8, std::ptr::null_mut()),
+            CUDA_ERROR_INVALID_VALUE,
+        );
+        expect_code(
+            (api.cuMemsetD8Async)(ptr, 1, 8, 0xdead0 as CUstream),
+            CUDA_ERROR_INVALID_HANDLE,
+        );
+    }
+    let mut want = vec![0u8; 64];
+    want[8..24].fill(7);
+    assert_eq!(dtoh(ptr, 64), want);
+    free(ptr);
+    assert_eq!(counters().bounds_violations - before.bounds_violations, 1);
 }
 
 #[test]

@@ -203,7 +203,10 @@ fn compat_mode_off_without_cuda_fails_the_open_clearly() {
         err.contains("compat_mode=off requires cuFile, but CUDA is not available"),
         "{err}"
     );
-    assert!(!file.exists(), "a refused open must not leave a file behind");
+    assert!(
+        !file.exists(),
+        "a refused open must not leave a file behind"
+    );
     // auto on the same machine works, with device I/O reported as not possible.
     let env = [
         ("HDF5_DRIVER", "gds"),

@@ -14,6 +14,10 @@ pub type CUcontext = *mut c_void;
 pub type CUstream = *mut c_void;
 /// `CUdeviceptr`: a device address (unified with host addresses on 64-bit Linux).
 pub type CUdeviceptr = u64;
+/// `CUevent`: an opaque event handle.
+pub type CUevent = *mut c_void;
+/// `CUdevice_attribute`: a C enum, int-sized.
+pub type CUdeviceAttribute = c_int;
 /// `CUpointer_attribute`: a C enum, int-sized.
 pub type CUpointerAttribute = c_uint;
 
@@ -45,6 +49,24 @@ pub const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: CUpointerAttribute = 9;
 pub const CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: CUpointerAttribute = 11;
 pub const CU_POINTER_ATTRIBUTE_RANGE_SIZE: CUpointerAttribute = 12;
 pub const CU_POINTER_ATTRIBUTE_MAPPED: CUpointerAttribute = 13;
+
+/// `CUdevice_attribute` values the emulator answers (see `cuda_events::attribute`).
+pub const CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: CUdeviceAttribute = 19;
+pub const CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: CUdeviceAttribute = 41;
+pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: CUdeviceAttribute = 75;
+pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: CUdeviceAttribute = 76;
+pub const CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: CUdeviceAttribute = 83;
+pub const CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: CUdeviceAttribute = 89;
+pub const CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: CUdeviceAttribute = 115;
+pub const CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED: CUdeviceAttribute = 116;
+
+/// `CUevent_flags`: DEFAULT 0, BLOCKING_SYNC 1, DISABLE_TIMING 2, INTERPROCESS 4 (which requires
+/// DISABLE_TIMING).
+pub const CU_EVENT_BLOCKING_SYNC: c_uint = 0x1;
+pub const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
+pub const CU_EVENT_INTERPROCESS: c_uint = 0x4;
+/// `CUevent_wait_flags`: DEFAULT 0, EXTERNAL 1.
+pub const CU_EVENT_WAIT_EXTERNAL: c_uint = 0x1;
 
 /// The special stream handles `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`.
 pub const CU_STREAM_LEGACY: usize = 0x1;

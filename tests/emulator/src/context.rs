@@ -1,5 +1,5 @@
 //! Driver state: whether `cuInit` succeeded, the devices, their primary contexts (reference
-//! counted; one current context per thread) and the streams.
+//! counted; one current context per thread), the streams and the events.
 //!
 //! Context and stream handles are opaque integers dressed as pointers; callers never
 //! dereference them, and the emulator only compares them.
@@ -20,12 +20,17 @@ const CONTEXT_BASE: usize = 0x0000_0c7c_0000_0000;
 const CONTEXT_STRIDE: usize = 0x1000;
 /// Where stream handles start.
 const STREAM_BASE: usize = 0x0000_05e1_0000_0000;
+/// Where event handles start.
+const EVENT_BASE: usize = 0x0000_0e7e_0000_0000;
 
 /// Primary context reference counts, by device ordinal.
 static PRIMARY_REFS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 /// Live streams.
 static STREAMS: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
 static NEXT_STREAM: AtomicUsize = AtomicUsize::new(1);
+/// Live events.
+static EVENTS: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
+static NEXT_EVENT: AtomicUsize = AtomicUsize::new(1);
 
 thread_local! {
     /// The calling thread's current context handle (0 = none). No destructor, so it is usable
@@ -179,6 +184,32 @@ pub fn check_stream(handle: usize) -> Result<(), CUresult> {
         || handle == CU_STREAM_PER_THREAD
         || lock(&STREAMS).contains(&handle)
     {
+        Ok(())
+    } else {
+        Err(CUDA_ERROR_INVALID_HANDLE)
+    }
+}
+
+/// `cuEventCreate`: a new event handle.
+pub fn create_event() -> usize {
+    let id = NEXT_EVENT.fetch_add(1, Ordering::Relaxed);
+    let handle = EVENT_BASE + id * 0x10;
+    lock(&EVENTS).insert(handle);
+    handle
+}
+
+/// `cuEventDestroy_v2`: INVALID_HANDLE for anything but a live event.
+pub fn destroy_event(handle: usize) -> Result<(), CUresult> {
+    if lock(&EVENTS).remove(&handle) {
+        Ok(())
+    } else {
+        Err(CUDA_ERROR_INVALID_HANDLE)
+    }
+}
+
+/// INVALID_HANDLE unless `handle` is a live event.
+pub fn check_event(handle: usize) -> Result<(), CUresult> {
+    if lock(&EVENTS).contains(&handle) {
         Ok(())
     } else {
         Err(CUDA_ERROR_INVALID_HANDLE)

@@ -374,18 +374,46 @@ pub unsafe extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, value: u8, n: usize) ->
         "cuMemsetD8_v2",
         format_args!("dst={dst:#x}, value={value}, n={n}"),
         cuda_panic,
+        || code(memset(dst, value, n)),
+    )
+}
+
+/// Checks init and context, then sets `n` bytes of device memory at `dst` to `value`.
+fn memset(dst: CUdeviceptr, value: u8, n: usize) -> Result<(), CUresult> {
+    context::require_init()?;
+    context::require_current()?;
+    if n == 0 {
+        return Ok(());
+    }
+    let end = device_end(dst, n)?;
+    // SAFETY: the range lies inside a live allocation whose shadow mapping the Arc in `end`
+    // keeps mapped.
+    unsafe { std::ptr::write_bytes(end.ptr(), value, n) };
+    Ok(())
+}
+
+/// `CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream
+/// hStream)`: done before it returns.
+///
+/// # Safety
+/// None beyond the C API's: arguments are validated.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemsetD8Async(
+    dst: CUdeviceptr,
+    value: u8,
+    n: usize,
+    stream: CUstream,
+) -> CUresult {
+    call(
+        "cuMemsetD8Async",
+        format_args!("dst={dst:#x}, value={value}, n={n}, stream={stream:?}"),
+        cuda_panic,
         || {
             code((|| {
                 context::require_init()?;
                 context::require_current()?;
-                if n == 0 {
-                    return Ok(());
-                }
-                let end = device_end(dst, n)?;
-                // SAFETY: the range lies inside a live allocation whose shadow mapping the
-                // Arc in `end` keeps mapped.
-                unsafe { std::ptr::write_bytes(end.ptr(), value, n) };
-                Ok(())
+                context::check_stream(stream as usize)?;
+                memset(dst, value, n)
             })())
         },
     )

@@ -18,7 +18,10 @@
 //!   `cuMemcpyDtoD_v2`, `cuMemcpy`, `cuMemcpyHtoDAsync_v2`, `cuMemcpyDtoHAsync_v2`,
 //!   `cuMemsetD8_v2`, `cuPointerGetAttribute`, `cuPointerGetAttributes`,
 //!   `cuMemGetAddressRange_v2`, `cuStreamCreate`, `cuStreamDestroy_v2`, `cuStreamSynchronize`,
-//!   `cuGetErrorString`, `cuGetErrorName`.
+//!   `cuGetErrorString`, `cuGetErrorName`; and, for cudarc's safe API (`CudaContext`,
+//!   `CudaStream`, `CudaSlice`, pinned host slices): `cuDeviceGetAttribute`,
+//!   `cuMemsetD8Async`, `cuEventCreate`, `cuEventDestroy_v2`, `cuEventRecord`,
+//!   `cuEventQuery`, `cuEventSynchronize`, `cuStreamWaitEvent`.
 //! * cuFile: `cuFileDriverOpen`, `cuFileDriverClose`, `cuFileDriverClose_v2`,
 //!   `cuFileDriverGetProperties`, `cuFileGetVersion`, `cuFileHandleRegister`,
 //!   `cuFileHandleDeregister`, `cuFileBufRegister`, `cuFileBufDeregister`, `cuFileRead`,
@@ -43,7 +46,14 @@
 //!   / `-CU_FILE_INVALID_VALUE` and one more bounds violation; passing device memory where
 //!   host memory is expected counts too. Freeing an unknown, interior or already freed pointer
 //!   is CUDA_ERROR_INVALID_VALUE and counts as a double free.
-//! * All copies are synchronous (the `Async` ones too); streams are only tracked handles.
+//! * All copies are synchronous (the `Async` ones too); streams and events are only tracked
+//!   handles: every event is complete as soon as it is recorded, waits return at once, and an
+//!   unknown or destroyed stream or event is CUDA_ERROR_INVALID_HANDLE (400).
+//! * `cuDeviceGetAttribute` answers the attributes an emulated device can answer honestly:
+//!   unified addressing and host mapping 1, compute capability 8.0, memory pools 0 (there is no
+//!   stream-ordered allocator, so cudarc uses `cuMemAlloc_v2`), managed memory 0, GPUDirect
+//!   RDMA as `H5GDS_EMU_GDS`; any other attribute fails with CUDA_ERROR_NOT_SUPPORTED (801), a
+//!   negative or zero one with CUDA_ERROR_INVALID_VALUE.
 //! * Pointer queries answer as the driver does with unified addressing (see `cuda_pointer`).
 //! * cuFile: see `cufile_api`. With GDS "present", `cuFileHandleRegister` requires `O_DIRECT`
 //!   (else CU_FILE_INVALID_FILE_OPEN_FLAG, 5019); transfers use a second, buffered descriptor,
@@ -98,6 +108,7 @@ mod consts;
 mod context;
 mod counters;
 mod cuda_device;
+mod cuda_events;
 mod cuda_memory;
 mod cuda_pointer;
 mod cufile_api;

@@ -1,0 +1,144 @@
+//! Benchmark (not a test): reads a 1 GiB and a 4 GiB float32 dataset into device memory through
+//! the `gds` driver (`H5GDS_USE_VFD_GDS=1`) and through the staged path (`=0`: sec2 into a host
+//! staging buffer of `H5GDS_STAGING_BUFFER_SIZE`, default 128M, then copied), interleaved over a
+//! few repetitions. Every read is verified (untimed). Prints medians and the ratio; the heading
+//! says EMULATED when the libcuda in the process is h5gds's CPU emulator, whose figures compare
+//! the paths' overheads and are not GPU results.
+//!
+//! `cargo run --release -p array-io --example bench_device_read [-- --sizes 1G,4G] [--reps 3]
+//! [--dir DIR]`; on the emulator, put its library directory first on `LD_LIBRARY_PATH` and set
+//! `H5GDS_EMU_POISON=off` (so allocations are not filled with a poison byte).
+
+use array_io::{from_file_to_device_with, to_file, DeviceArray, DevicePath, ReadOptions};
+use cudarc::driver::CudaStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The value of element `k`: exact in f32, and different for neighbours.
+fn value(k: usize) -> f32 {
+    (k % 16_777_213) as f32
+}
+
+/// Checks device memory against `value`, 64 MiB at a time.
+fn verify(array: &DeviceArray<f32>, stream: &Arc<CudaStream>) {
+    let data = array.as_slice().expect("not empty");
+    let piece = 16 << 20; // elements
+    let mut host = vec![0f32; piece];
+    let mut start = 0;
+    while start < data.len() {
+        let end = data.len().min(start + piece);
+        let view = data.slice(start..end);
+        stream
+            .memcpy_dtoh(&view, &mut host[..end - start])
+            .expect("download");
+        stream.synchronize().expect("synchronize");
+        for (i, v) in host[..end - start].iter().enumerate() {
+            assert_eq!(*v, value(start + i), "element {} differs", start + i);
+        }
+        start = end;
+    }
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = xs.len();
+    if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    }
+}
+
+fn parse_size(text: &str) -> usize {
+    h5gds::config::parse_size(text).unwrap_or_else(|| panic!("bad size {text:?}")) as usize
+}
+
+fn bench(path: &Path, bytes: usize, reps: usize, stream: &Arc<CudaStream>) -> (f64, f64) {
+    let n = bytes / 4;
+    let data = ndarray::Array1::from_shape_fn(n, value);
+    to_file(&data, path, "/data").expect("write the dataset");
+    drop(data);
+    let mut times = [Vec::new(), Vec::new()];
+    for rep in 0..reps {
+        // Alternate which path goes first, so neither always meets a warmer cache.
+        let order = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
+        for which in order {
+            let mode = [DevicePath::Gds, DevicePath::Staged][which];
+            let options = ReadOptions::new().device_path(mode);
+            let start = Instant::now();
+            let array = from_file_to_device_with::<f32>(path, "/data", stream, &options)
+                .expect("read into device memory");
+            let seconds = start.elapsed().as_secs_f64();
+            verify(&array, stream);
+            times[which].push(seconds);
+            println!(
+                "    rep {rep}: {:<6} {:8.1} ms",
+                ["gds", "staged"][which],
+                seconds * 1e3
+            );
+        }
+    }
+    std::fs::remove_file(path).ok();
+    (median(times[0].clone()), median(times[1].clone()))
+}
+
+fn main() {
+    let mut sizes = vec![1usize << 30, 4 << 30];
+    let mut reps = 3;
+    let mut dir = std::env::temp_dir();
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--sizes" => sizes = it.next().unwrap().split(',').map(parse_size).collect(),
+            "--reps" => reps = it.next().unwrap().parse().expect("--reps N"),
+            "--dir" => dir = PathBuf::from(it.next().unwrap()),
+            other => panic!("unknown argument {other:?}"),
+        }
+    }
+    let ctx = cudarc::driver::CudaContext::new(0).expect("CUDA (a GPU, or the emulator)");
+    let stream = ctx.default_stream();
+    let staging = array_io::Settings::default()
+        .staging_buffer_size()
+        .expect("valid H5GDS_STAGING_BUFFER_SIZE");
+    if h5gds_bench::gpu::is_emulated() {
+        println!(
+            "device read benchmark -- EMULATED: the CPU emulator stands in for the GPU; these \
+             figures compare the two paths' overheads and are not GPU results"
+        );
+    } else {
+        println!(
+            "device read benchmark -- GPU: {}",
+            ctx.name().unwrap_or_default()
+        );
+    }
+    println!(
+        "float32 datasets, {reps} interleaved repetitions, staged path through a {} MiB buffer",
+        staging >> 20
+    );
+    let mut rows = Vec::new();
+    for &bytes in &sizes {
+        println!("  {} MiB:", bytes >> 20);
+        let path = dir.join(format!(
+            "array-io-bench-{}-{}.h5",
+            std::process::id(),
+            bytes
+        ));
+        let (gds, staged) = bench(&path, bytes, reps, &stream);
+        rows.push((bytes, gds, staged));
+    }
+    println!("\n| size | gds (H5GDS_USE_VFD_GDS=1) | staged (=0) | gds vs staged |");
+    println!("|---|---|---|---|");
+    for (bytes, gds, staged) in rows {
+        let mib = (bytes >> 20) as f64;
+        println!(
+            "| {} MiB | {:.0} ms, {:.0} MiB/s | {:.0} ms, {:.0} MiB/s | {:.2}x |",
+            bytes >> 20,
+            gds * 1e3,
+            mib / gds,
+            staged * 1e3,
+            mib / staged,
+            staged / gds
+        );
+    }
+}

@@ -1,0 +1,520 @@
+//! Arrays in GPU memory: [`DeviceArray`] (a cudarc allocation plus its shape), and reading and
+//! writing them through the `gds` driver or the staged path.
+//!
+//! Host code never touches device memory here: data moves only through HDF5 with the `gds`
+//! driver (which hands device buffers to cuFile or its own bounce buffers) and through CUDA
+//! copies.
+
+use crate::driver::{Driver, Settings};
+use crate::element::{descriptor_of, Element};
+use crate::error::{Error, Result};
+use crate::file::{create_file, open_dataset, OpenDataset};
+use crate::hdf::{check, locked, selection};
+use crate::layout::{check_types, plan, storage, Route};
+use crate::select::Block;
+use crate::staging::{cuda, no_panic, read_block, synchronize, write_all, Elements, Staging};
+use crate::ReadOptions;
+use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use hdf5_sys::h5d::H5Dread;
+use hdf5_sys::h5p::H5P_DEFAULT;
+use hdf5_sys::h5s::H5S_ALL;
+use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
+use std::path::Path;
+use std::sync::Arc;
+
+/// An n-dimensional array in GPU memory: a cudarc allocation of its elements in row-major
+/// order, and its shape. An array with no elements has no allocation (CUDA cannot allocate
+/// zero bytes).
+#[derive(Debug)]
+pub struct DeviceArray<T> {
+    data: Option<CudaSlice<T>>,
+    shape: Vec<usize>,
+    stream: Arc<CudaStream>,
+}
+
+impl<T> Drop for DeviceArray<T> {
+    /// The `gds` driver caches which address ranges are device memory; once this allocation is
+    /// freed its addresses may come back as host memory (a staging buffer, say), so the
+    /// in-process driver forgets the range first.
+    fn drop(&mut self) {
+        let data = self.data.as_ref();
+        let stream = &self.stream;
+        // Nothing may unwind out of a destructor; a failure here only costs a cache entry.
+        let _ = no_panic("forgetting a device range", || {
+            forget_range(data, stream);
+            Ok(())
+        });
+    }
+}
+
+/// Tells the in-process `gds` driver that `data`'s range is about to stop being device memory.
+fn forget_range<T>(data: Option<&CudaSlice<T>>, stream: &Arc<CudaStream>) {
+    if let Some(data) = data {
+        let (base, _record) = data.device_ptr(stream);
+        h5gds::memory::forget(base);
+    }
+}
+
+/// Where device data is placed: a cudarc stream, or a context (meaning its default stream).
+pub trait IntoStream {
+    fn into_stream(self) -> Arc<CudaStream>;
+}
+
+impl IntoStream for Arc<CudaStream> {
+    fn into_stream(self) -> Arc<CudaStream> {
+        self
+    }
+}
+
+impl IntoStream for &Arc<CudaStream> {
+    fn into_stream(self) -> Arc<CudaStream> {
+        self.clone()
+    }
+}
+
+impl IntoStream for &Arc<CudaContext> {
+    fn into_stream(self) -> Arc<CudaStream> {
+        self.default_stream()
+    }
+}
+
+impl IntoStream for Arc<CudaContext> {
+    fn into_stream(self) -> Arc<CudaStream> {
+        self.default_stream()
+    }
+}
+
+fn element_count(shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or(Error::ShapeMismatch {
+            shape: shape.to_vec(),
+            expected: usize::MAX,
+            actual: 0,
+        })
+}
+
+impl<T: Element> DeviceArray<T> {
+    /// Wraps a device allocation holding an array of `shape` in row-major order.
+    pub fn from_slice(data: CudaSlice<T>, shape: &[usize]) -> Result<DeviceArray<T>> {
+        let expected = element_count(shape)?;
+        if expected != data.len() {
+            return Err(Error::ShapeMismatch {
+                shape: shape.to_vec(),
+                expected,
+                actual: data.len(),
+            });
+        }
+        let stream = data.stream().clone();
+        Ok(DeviceArray {
+            data: (expected > 0).then_some(data),
+            shape: shape.to_vec(),
+            stream,
+        })
+    }
+
+    /// An uninitialised array of `shape` on `stream` (the caller fills every element).
+    pub(crate) fn alloc(stream: Arc<CudaStream>, shape: &[usize]) -> Result<DeviceArray<T>> {
+        let len = element_count(shape)?;
+        let data = if len == 0 {
+            None
+        } else {
+            // SAFETY: the memory is unset; every caller writes all of it before it is read.
+            Some(cuda("allocating device memory", || unsafe {
+                stream.alloc::<T>(len)
+            })?)
+        };
+        Ok(DeviceArray {
+            data,
+            shape: shape.to_vec(),
+            stream,
+        })
+    }
+
+    /// An array of zeros of `shape`, on `stream` (or a context's default stream).
+    pub fn zeros(stream: impl IntoStream, shape: &[usize]) -> Result<DeviceArray<T>> {
+        let mut array = Self::alloc(stream.into_stream(), shape)?;
+        if let Some(data) = array.data.as_mut() {
+            let stream = array.stream.clone();
+            cuda("zeroing device memory", || stream.memset_zeros(data))?;
+        }
+        Ok(array)
+    }
+
+    /// A copy of a host array, on `stream` (or a context's default stream).
+    pub fn from_host<S, D>(stream: impl IntoStream, array: &ArrayBase<S, D>) -> Result<Self>
+    where
+        S: Data<Elem = T>,
+        D: Dimension,
+    {
+        let stream = stream.into_stream();
+        let standard = array.as_standard_layout();
+        let elements = standard.as_slice().unwrap_or(&[]);
+        let data = if elements.is_empty() {
+            None
+        } else {
+            Some(cuda("copying to the device", || {
+                stream.clone_htod(elements)
+            })?)
+        };
+        synchronize(&stream)?;
+        Ok(DeviceArray {
+            data,
+            shape: array.shape().to_vec(),
+            stream,
+        })
+    }
+
+    /// A host copy of the array.
+    pub fn to_host(&self) -> Result<ArrayD<T>> {
+        let values = match &self.data {
+            None => Vec::new(),
+            Some(data) => cuda("copying from the device", || self.stream.clone_dtoh(data))?,
+        };
+        synchronize(&self.stream)?;
+        ArrayD::from_shape_vec(IxDyn(&self.shape), values).map_err(|_| Error::ShapeMismatch {
+            shape: self.shape.clone(),
+            expected: self.len(),
+            actual: self.data.as_ref().map_or(0, |d| d.len()),
+        })
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.data.as_ref().map_or(0, |d| d.len())
+    }
+
+    /// Whether the array has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_none()
+    }
+
+    /// The stream the array lives on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The allocation (`None` for an empty array).
+    pub fn as_slice(&self) -> Option<&CudaSlice<T>> {
+        self.data.as_ref()
+    }
+
+    /// The allocation, mutably (`None` for an empty array).
+    pub fn as_slice_mut(&mut self) -> Option<&mut CudaSlice<T>> {
+        self.data.as_mut()
+    }
+
+    /// The allocation and the shape.
+    pub fn into_parts(mut self) -> (Option<CudaSlice<T>>, Vec<usize>) {
+        // The allocation lives on with the caller; a stale cache entry for it is harmless
+        // until it is freed, and the driver re-asks CUDA when a cached range fails.
+        (self.data.take(), std::mem::take(&mut self.shape))
+    }
+}
+
+/// Why device data cannot go straight through the `gds` driver in this call, if so (reads
+/// also stage `bool`, see [`read_blocker`]).
+fn settings_blocker(settings: &Settings, stream: &Arc<CudaStream>) -> Result<Option<String>> {
+    if !settings.use_gds()? {
+        return Ok(Some(
+            "H5GDS_USE_VFD_GDS=0 (or unset without working CUDA) selects the staged path".into(),
+        ));
+    }
+    let ordinal = stream.context().ordinal();
+    if ordinal != 0 {
+        return Ok(Some(format!(
+            "the array is on device {ordinal}, and the gds driver works in device 0's context"
+        )));
+    }
+    Ok(None)
+}
+
+/// Why a read into device memory cannot go straight through the `gds` driver, if so.
+fn read_blocker<T: Element>(
+    settings: &Settings,
+    stream: &Arc<CudaStream>,
+) -> Result<Option<String>> {
+    if let Some(reason) = settings_blocker(settings, stream)? {
+        return Ok(Some(reason));
+    }
+    if T::CHECKED_BYTES {
+        return Ok(Some(
+            "bool values are checked on the host to be 0 or 1 before they reach the device".into(),
+        ));
+    }
+    Ok(None)
+}
+
+/// Writes a device array as `dataset` of a new file at `path` (see [`crate::to_file`]).
+pub(crate) fn write<T: Element>(
+    array: &DeviceArray<T>,
+    path: &Path,
+    dataset: &str,
+    settings: &Settings,
+) -> Result<()> {
+    no_panic("writing from device memory", || {
+        write_unguarded(array, path, dataset, settings)
+    })
+}
+
+fn write_unguarded<T: Element>(
+    array: &DeviceArray<T>,
+    path: &Path,
+    dataset: &str,
+    settings: &Settings,
+) -> Result<()> {
+    let desc = descriptor_of::<T>()?;
+    crate::file::check_dataset_name(dataset)?;
+    let stream = &array.stream;
+    let blocker = settings_blocker(settings, stream)?;
+    let direct = blocker.is_none();
+    let driver = if direct { Driver::Gds } else { Driver::Sec2 };
+    let shape: Vec<u64> = array.shape.iter().map(|&d| d as u64).collect();
+    let file = create_file(path, driver)?;
+    let mem_type = locked(|| hdf5::Datatype::from_descriptor(&desc))
+        .map_err(|e| Error::hdf5("creating the element type", path, Some(dataset), e))?;
+    let dset = crate::host::create_dataset(&file, path, dataset, mem_type.id(), &shape)?;
+    if let Some(data) = &array.data {
+        // The data is ready once every stream that wrote it is done: device_ptr makes the
+        // array's stream wait for recorded writes, then the stream is synchronized.
+        let (ptr, record) = data.device_ptr(stream);
+        synchronize(stream)?;
+        if direct {
+            crate::log::debug(format_args!(
+                "{}: writing {dataset:?} straight from device memory through the gds driver",
+                path.display()
+            ));
+            locked(|| {
+                // SAFETY: the allocation holds the whole array in the memory type; the gds
+                // driver hands device buffers to cuFile or its bounce buffers.
+                let status = unsafe {
+                    hdf5_sys::h5d::H5Dwrite(
+                        dset.id(),
+                        mem_type.id(),
+                        H5S_ALL,
+                        H5S_ALL,
+                        H5P_DEFAULT,
+                        ptr as *const std::ffi::c_void,
+                    )
+                };
+                check(
+                    status as i64,
+                    "writing from device memory",
+                    path,
+                    Some(dataset),
+                )
+            })?;
+        } else {
+            let size = settings.staging_buffer_size()?;
+            crate::log::debug(format_args!(
+                "{}: writing {dataset:?} through a host staging buffer: {}",
+                path.display(),
+                blocker.as_deref().unwrap_or("")
+            ));
+            let bytes = array.len() * std::mem::size_of::<T>();
+            let mut staging = Staging::new(stream, size, bytes)?;
+            let elements = Elements {
+                mem_type: mem_type.id(),
+                size: std::mem::size_of::<T>(),
+                check_bool: false,
+            };
+            write_all(
+                dset.id(),
+                path,
+                dataset,
+                &shape,
+                &elements,
+                ptr,
+                stream,
+                &mut staging,
+            )?;
+        }
+        drop(record);
+    }
+    dset.close("closing the dataset", path, Some(dataset))?;
+    file.close("closing the file", path, None)
+}
+
+/// An open dataset prepared for device reads: its types, storage and the settings' verdict.
+pub(crate) struct DeviceSource {
+    pub ds: OpenDataset,
+    pub types: crate::layout::Types,
+    pub storage: crate::layout::Storage,
+    pub blocker: Option<String>,
+    pub staging_size: usize,
+}
+
+impl DeviceSource {
+    pub fn open<T: Element>(
+        path: &Path,
+        dataset: &str,
+        options: &ReadOptions,
+        stream: &Arc<CudaStream>,
+    ) -> Result<DeviceSource> {
+        descriptor_of::<T>()?;
+        let settings = &options.settings;
+        // The settings choose the driver; a bool or a conversion only stages the data.
+        let driver = match settings_blocker(settings, stream)? {
+            None => Driver::Gds,
+            Some(_) => Driver::Sec2,
+        };
+        let mut blocker = read_blocker::<T>(settings, stream)?;
+        // With the cache off, HDF5 reads unfiltered chunks straight into the caller's buffer.
+        let ds = open_dataset(path, dataset, driver, driver == Driver::Gds)?;
+        let types = check_types::<T>(&ds, options.allow_conversion)?;
+        if blocker.is_none() {
+            blocker = types.conversion.clone();
+        }
+        let storage = storage(&ds)?;
+        Ok(DeviceSource {
+            ds,
+            types,
+            storage,
+            blocker,
+            staging_size: settings.staging_buffer_size()?,
+        })
+    }
+
+    /// Reads `region` (file coordinates) into a new device array of its shape.
+    pub fn read<T: Element>(
+        &self,
+        region: &Block,
+        stream: &Arc<CudaStream>,
+    ) -> Result<DeviceArray<T>> {
+        let shape: Vec<usize> = region.count.iter().map(|&d| d as usize).collect();
+        let mut array = DeviceArray::<T>::alloc(stream.clone(), &shape)?;
+        let Some(data) = array.data.as_mut() else {
+            return Ok(array);
+        };
+        let ds = &self.ds;
+        let (dest, record) = data.device_ptr_mut(stream);
+        // The allocation is usable by other contexts and threads (the driver's) once the
+        // stream has made it.
+        synchronize(stream)?;
+        let routes = plan(&self.storage, region, self.blocker.clone());
+        let mut staging: Option<Staging> = None;
+        let elements = Elements {
+            mem_type: self.types.mem.id(),
+            size: std::mem::size_of::<T>(),
+            check_bool: T::CHECKED_BYTES,
+        };
+        let whole = region.count == ds.shape && routes.len() == 1;
+        let mut staged_reasons: Vec<&str> = Vec::new();
+        for (block, route) in &routes {
+            match route {
+                Route::Direct => self.read_direct(&elements, block, region, dest, whole)?,
+                Route::Staged(reason) => {
+                    if !staged_reasons.contains(&reason.as_str()) && staged_reasons.len() < 3 {
+                        crate::log::debug(format_args!(
+                            "{}: reading {:?} (elements {:?} + {:?}) through pinned host \
+                             memory: {reason}",
+                            ds.path.display(),
+                            ds.name,
+                            block.start,
+                            block.count
+                        ));
+                        staged_reasons.push(reason);
+                    }
+                    if staging.is_none() {
+                        let bytes = region.len() as usize * elements.size;
+                        staging = Some(Staging::new(stream, self.staging_size, bytes)?);
+                    }
+                    let buf = staging.as_mut().expect("created above");
+                    read_block(ds, &elements, block, region, dest, stream, buf)?;
+                }
+            }
+        }
+        synchronize(stream)?;
+        drop(record);
+        Ok(array)
+    }
+
+    /// Reads `block` straight into device memory `dest`, which holds the array `region`.
+    fn read_direct(
+        &self,
+        elements: &Elements,
+        block: &Block,
+        region: &Block,
+        dest: sys::CUdeviceptr,
+        whole: bool,
+    ) -> Result<()> {
+        let ds = &self.ds;
+        crate::log::debug(format_args!(
+            "{}: reading {:?} (elements {:?} + {:?}) straight into device memory through the \
+             gds driver",
+            ds.path.display(),
+            ds.name,
+            block.start,
+            block.count
+        ));
+        let spaces = if whole {
+            None
+        } else {
+            let file = selection(
+                &ds.shape,
+                std::slice::from_ref(block),
+                &ds.path,
+                Some(&ds.name),
+            )?;
+            let mem = selection(
+                &region.count,
+                &[block.relative_to(&region.start)],
+                &ds.path,
+                Some(&ds.name),
+            )?;
+            Some((mem, file))
+        };
+        let (m, f) = spaces
+            .as_ref()
+            .map_or((H5S_ALL, H5S_ALL), |(m, f)| (m.id(), f.id()));
+        locked(|| {
+            // SAFETY: `dest` holds the region in the memory type, and the memory selection lies
+            // inside it; HDF5 neither converts nor caches here (see layout.rs), so the pointer
+            // reaches the driver untouched.
+            let status = unsafe {
+                H5Dread(
+                    ds.dset.id(),
+                    elements.mem_type,
+                    m,
+                    f,
+                    H5P_DEFAULT,
+                    dest as *mut std::ffi::c_void,
+                )
+            };
+            check(
+                status as i64,
+                "reading into device memory",
+                &ds.path,
+                Some(&ds.name),
+            )
+        })?;
+        Ok(())
+    }
+}
+
+/// Reads a whole dataset into device memory (see [`crate::from_file_to_device`]).
+pub(crate) fn read<T: Element>(
+    path: &Path,
+    dataset: &str,
+    stream: Arc<CudaStream>,
+    options: &ReadOptions,
+) -> Result<DeviceArray<T>> {
+    no_panic("reading into device memory", || {
+        let source = DeviceSource::open::<T>(path, dataset, options, &stream)?;
+        let region = Block::whole(&source.ds.shape);
+        let array = source.read(&region, &stream)?;
+        source.ds.close()?;
+        Ok(array)
+    })
+}

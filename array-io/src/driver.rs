@@ -1,0 +1,266 @@
+//! The `gds` driver registered in this process, and the two settings that choose between it and
+//! the staged path.
+//!
+//! Rust programs link HDF5 statically, so HDF5's plugin loader would have to find
+//! `libh5gds.so` through `HDF5_PLUGIN_PATH`; instead the driver class from the `h5gds` crate is
+//! registered directly (`H5FDregister`). If a driver of value 512 is already registered — the
+//! plugin loaded through `HDF5_PLUGIN_PATH` and `HDF5_DRIVER=gds`, or a registration by other
+//! code — that one is used: `H5FDregister` itself would register a second class of the same
+//! value rather than return the first.
+
+use crate::error::{Error, Result};
+use crate::hdf::{check, locked, Handle};
+use h5gds::config::parse_size;
+use hdf5_sys::h5fd::{H5FD_class_t, H5FDis_driver_registered_by_value, H5FDregister};
+use hdf5_sys::h5i::hid_t;
+use hdf5_sys::h5p::{
+    H5Pclose, H5Pcreate, H5Pget_driver, H5Pset_driver, H5Pset_driver_by_value, H5Pset_fapl_sec2,
+    H5P_CLS_FILE_ACCESS,
+};
+use std::path::Path;
+use std::sync::OnceLock;
+
+/// `H5GDS_USE_VFD_GDS`: `1` = device data through the `gds` driver, `0` = the staged path,
+/// unset = the driver when CUDA works in this process.
+pub const USE_VFD_GDS_ENV: &str = "H5GDS_USE_VFD_GDS";
+/// `H5GDS_STAGING_BUFFER_SIZE`: the host staging buffer of the staged path (default 128M).
+pub const STAGING_BUFFER_SIZE_ENV: &str = "H5GDS_STAGING_BUFFER_SIZE";
+/// The default staging buffer: 128 MiB, the size array libraries stage through by default.
+pub const DEFAULT_STAGING_BUFFER_SIZE: usize = 128 << 20;
+/// The smallest staging buffer accepted (it must hold at least one element of any type).
+pub const MIN_STAGING_BUFFER_SIZE: usize = 4 << 10;
+
+const USE_VFD_GDS_ACCEPTED: &str = "1 (the gds driver), 0 (the staged path) or unset (automatic)";
+const STAGING_ACCEPTED: &str =
+    "a byte count of at least 4K, with an optional K, M or G suffix (default 128M)";
+
+/// Where device data goes, as the settings ask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DevicePath {
+    /// Through the `gds` driver, straight between the file and device memory where safe.
+    Gds,
+    /// Through sec2 into a host staging buffer, then copied.
+    Staged,
+    /// `Gds` when CUDA works in this process, else `Staged`.
+    Auto,
+}
+
+/// The settings of one call: each field `None` takes the environment's value (or the default).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    pub device_path: Option<DevicePath>,
+    pub staging_buffer_size: Option<usize>,
+}
+
+impl Settings {
+    /// The device path: the explicit setting, else `H5GDS_USE_VFD_GDS`.
+    pub fn device_path(&self) -> Result<DevicePath> {
+        if let Some(path) = self.device_path {
+            return Ok(path);
+        }
+        match std::env::var(USE_VFD_GDS_ENV) {
+            Err(std::env::VarError::NotPresent) => Ok(DevicePath::Auto),
+            Ok(value) => parse_device_path(&value),
+            Err(std::env::VarError::NotUnicode(value)) => Err(Error::InvalidSetting {
+                variable: USE_VFD_GDS_ENV,
+                value: value.to_string_lossy().into_owned(),
+                accepted: USE_VFD_GDS_ACCEPTED,
+            }),
+        }
+    }
+
+    /// The staging buffer size: the explicit setting, else `H5GDS_STAGING_BUFFER_SIZE`.
+    pub fn staging_buffer_size(&self) -> Result<usize> {
+        if let Some(size) = self.staging_buffer_size {
+            return check_staging(size, &size.to_string());
+        }
+        match std::env::var(STAGING_BUFFER_SIZE_ENV) {
+            Err(std::env::VarError::NotPresent) => Ok(DEFAULT_STAGING_BUFFER_SIZE),
+            Ok(value) => match parse_size(&value) {
+                Some(size) if size <= usize::MAX as u64 => check_staging(size as usize, &value),
+                _ => Err(staging_error(&value)),
+            },
+            Err(std::env::VarError::NotUnicode(value)) => {
+                Err(staging_error(&value.to_string_lossy()))
+            }
+        }
+    }
+
+    /// Whether device data goes through the `gds` driver.
+    pub(crate) fn use_gds(&self) -> Result<bool> {
+        Ok(match self.device_path()? {
+            DevicePath::Gds => true,
+            DevicePath::Staged => false,
+            DevicePath::Auto => h5gds::cuda::cuda().is_ok(),
+        })
+    }
+}
+
+fn parse_device_path(value: &str) -> Result<DevicePath> {
+    match value.trim() {
+        "1" => Ok(DevicePath::Gds),
+        "0" => Ok(DevicePath::Staged),
+        _ => Err(Error::InvalidSetting {
+            variable: USE_VFD_GDS_ENV,
+            value: value.to_string(),
+            accepted: USE_VFD_GDS_ACCEPTED,
+        }),
+    }
+}
+
+fn check_staging(size: usize, text: &str) -> Result<usize> {
+    if size < MIN_STAGING_BUFFER_SIZE {
+        return Err(staging_error(text));
+    }
+    Ok(size)
+}
+
+fn staging_error(value: &str) -> Error {
+    Error::InvalidSetting {
+        variable: STAGING_BUFFER_SIZE_ENV,
+        value: value.to_string(),
+        accepted: STAGING_ACCEPTED,
+    }
+}
+
+/// How the `gds` driver came to be registered in this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Registration {
+    /// array-io registered the class of the linked `h5gds` crate.
+    InProcess,
+    /// A driver of value 512 was already registered (for example the plugin, loaded through
+    /// `HDF5_PLUGIN_PATH` and `HDF5_DRIVER=gds`); array-io uses it.
+    AlreadyRegistered,
+}
+
+/// The `gds` driver's HDF5 id, registering it on first use.
+pub fn gds_driver() -> Result<(hid_t, Registration)> {
+    static DRIVER: OnceLock<std::result::Result<(hid_t, Registration), String>> = OnceLock::new();
+    DRIVER
+        .get_or_init(|| locked(register))
+        .clone()
+        .map_err(|message| Error::Hdf5 {
+            op: "registering the gds driver".into(),
+            path: Default::default(),
+            dataset: None,
+            message,
+        })
+}
+
+fn register() -> std::result::Result<(hid_t, Registration), String> {
+    let value = h5gds::DRIVER_VALUE;
+    // SAFETY: a plain query; HDF5 is initialised by the lock's first use.
+    let registered = unsafe { H5FDis_driver_registered_by_value(value) };
+    if registered < 0 {
+        return Err(crate::hdf::last_error());
+    }
+    if registered > 0 {
+        // Find its id: selecting the driver by value on a scratch list returns the registered
+        // one (and would load the plugin only if none were registered).
+        // SAFETY: plain calls on a list created and closed here.
+        unsafe {
+            let fapl = H5Pcreate(*H5P_CLS_FILE_ACCESS);
+            if fapl < 0 {
+                return Err(crate::hdf::last_error());
+            }
+            let result = if H5Pset_driver_by_value(fapl, value, std::ptr::null()) < 0 {
+                Err(crate::hdf::last_error())
+            } else {
+                let id = H5Pget_driver(fapl);
+                if id < 0 {
+                    Err(crate::hdf::last_error())
+                } else {
+                    Ok((id, Registration::AlreadyRegistered))
+                }
+            };
+            H5Pclose(fapl);
+            return result;
+        }
+    }
+    // SAFETY: the h5gds class has the layout of HDF5 1.14.4+/2.x's H5FD_class_t (tested in
+    // h5gds against the C headers); hdf5-metno-sys's own struct differs, hence the cast.
+    let id = unsafe { H5FDregister(h5gds::class() as *const H5FD_class_t) };
+    if id < 0 {
+        return Err(crate::hdf::last_error());
+    }
+    crate::log::debug(format_args!(
+        "registered the gds driver in-process (id {id})"
+    ));
+    Ok((id, Registration::InProcess))
+}
+
+/// The file driver of one open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Driver {
+    Gds,
+    Sec2,
+}
+
+/// A file access property list selecting `driver`.
+pub(crate) fn file_access(driver: Driver, path: &Path) -> Result<Handle> {
+    let gds = match driver {
+        Driver::Gds => Some(gds_driver()?.0),
+        Driver::Sec2 => None,
+    };
+    locked(|| {
+        // SAFETY: plain calls on a list created here.
+        let fapl = Handle::new(
+            unsafe { H5Pcreate(*H5P_CLS_FILE_ACCESS) },
+            H5Pclose,
+            "creating a file access list",
+            path,
+            None,
+        )?;
+        let status = match gds {
+            // SAFETY: a registered driver id; the driver takes no driver info.
+            Some(id) => unsafe { H5Pset_driver(fapl.id(), id, std::ptr::null()) },
+            // SAFETY: a valid list.
+            None => unsafe { H5Pset_fapl_sec2(fapl.id()) },
+        };
+        check(status as i64, "selecting the file driver", path, None)?;
+        Ok(fapl)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explicit_settings_are_validated_like_the_environment() {
+        let s = Settings {
+            device_path: Some(DevicePath::Staged),
+            staging_buffer_size: Some(8192),
+        };
+        assert_eq!(s.device_path().unwrap(), DevicePath::Staged);
+        assert_eq!(s.staging_buffer_size().unwrap(), 8192);
+        let small = Settings {
+            staging_buffer_size: Some(100),
+            ..Default::default()
+        };
+        let err = small.staging_buffer_size().unwrap_err().to_string();
+        assert!(err.contains("H5GDS_STAGING_BUFFER_SIZE=\"100\""), "{err}");
+        assert!(err.contains("at least 4K"), "{err}");
+    }
+
+    #[test]
+    fn use_vfd_gds_accepts_only_0_and_1() {
+        assert_eq!(parse_device_path("1").unwrap(), DevicePath::Gds);
+        assert_eq!(parse_device_path("0").unwrap(), DevicePath::Staged);
+        let err = parse_device_path("yes").unwrap_err().to_string();
+        assert!(err.contains("H5GDS_USE_VFD_GDS=\"yes\""), "{err}");
+        assert!(
+            err.contains("1 (the gds driver), 0 (the staged path)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_driver_registers_once_and_selects_on_a_file_access_list() {
+        let (id, how) = gds_driver().unwrap();
+        assert_eq!(gds_driver().unwrap(), (id, how));
+        let fapl = file_access(Driver::Gds, Path::new("x.h5")).unwrap();
+        // SAFETY: a valid list.
+        assert_eq!(locked(|| unsafe { H5Pget_driver(fapl.id()) }), id);
+    }
+}

@@ -1,0 +1,192 @@
+//! The one error type of array-io. Every message names what was wrong: the file, the dataset,
+//! the setting or the types involved, so that a failure deep inside a pipeline can be acted on
+//! without a debugger.
+
+use std::path::{Path, PathBuf};
+
+/// Everything that can go wrong in array-io.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `to_file` or `from_file` was given a directory where a file belongs.
+    #[error("{} is a directory, not an HDF5 file", path.display())]
+    PathIsDirectory { path: PathBuf },
+
+    /// The file to read does not exist.
+    #[error("no such file: {}", path.display())]
+    FileNotFound { path: PathBuf },
+
+    /// A dataset name that is empty, relative or otherwise not a dataset path.
+    #[error("invalid dataset name {dataset:?}: {reason}")]
+    InvalidDatasetName {
+        dataset: String,
+        reason: &'static str,
+    },
+
+    /// The dataset does not exist; `existing` lists the datasets the file does hold.
+    #[error("{}: no dataset {dataset:?}; the file holds {}", path.display(), list(existing))]
+    NoSuchDataset {
+        path: PathBuf,
+        dataset: String,
+        existing: Vec<String>,
+    },
+
+    /// The name exists but is a group (or a named datatype), not a dataset.
+    #[error("{}: {dataset:?} is a {kind}, not a dataset", path.display())]
+    NotADataset {
+        path: PathBuf,
+        dataset: String,
+        kind: &'static str,
+    },
+
+    /// An element type array-io (or HDF5) cannot store.
+    #[error("element type {type_name} cannot be stored in HDF5: {reason}")]
+    UnsupportedType {
+        type_name: &'static str,
+        reason: &'static str,
+    },
+
+    /// The dataset's stored type differs from the requested one and conversion was not asked for.
+    #[error(
+        "{}: dataset {dataset:?} holds {stored}, not {requested}; read it as {stored}, or allow \
+         conversion (ReadOptions::allow_conversion)",
+        path.display()
+    )]
+    TypeMismatch {
+        path: PathBuf,
+        dataset: String,
+        stored: String,
+        requested: &'static str,
+    },
+
+    /// Conversion was asked for, but HDF5 has no conversion between the two types.
+    #[error("{}: dataset {dataset:?} holds {stored}, which HDF5 cannot convert to {requested}", path.display())]
+    NoConversion {
+        path: PathBuf,
+        dataset: String,
+        stored: String,
+        requested: &'static str,
+    },
+
+    /// A bool dataset holding a byte other than 0 or 1.
+    #[error(
+        "{}: dataset {dataset:?} holds the value {value} at element {index}, which is not a \
+         bool (FALSE = 0, TRUE = 1)",
+        path.display()
+    )]
+    InvalidBool {
+        path: PathBuf,
+        dataset: String,
+        index: usize,
+        value: u8,
+    },
+
+    /// A dataspace array-io does not read (a null dataspace, for instance).
+    #[error("{}: dataset {dataset:?} {reason}", path.display())]
+    UnsupportedDataset {
+        path: PathBuf,
+        dataset: String,
+        reason: String,
+    },
+
+    /// `from_file_batched` was given an unusable chunk shape.
+    #[error(
+        "invalid chunk_shape {chunk_shape:?} for dataset {dataset:?} of shape {shape:?}: {reason}"
+    )]
+    InvalidChunkShape {
+        dataset: String,
+        chunk_shape: Vec<usize>,
+        shape: Vec<usize>,
+        reason: String,
+    },
+
+    /// A shape that does not match the data it describes.
+    #[error("shape {shape:?} holds {expected} elements, but the data has {actual}")]
+    ShapeMismatch {
+        shape: Vec<usize>,
+        expected: usize,
+        actual: usize,
+    },
+
+    /// An environment variable with a value array-io does not accept.
+    #[error("invalid {variable}={value:?}: accepted values are {accepted}")]
+    InvalidSetting {
+        variable: &'static str,
+        value: String,
+        accepted: &'static str,
+    },
+
+    /// A file-system operation failed.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// An HDF5 call failed; `message` is HDF5's own account of why.
+    #[error("{}: {op}{}: {message}", path.display(), for_dataset(dataset))]
+    Hdf5 {
+        op: String,
+        path: PathBuf,
+        dataset: Option<String>,
+        message: String,
+    },
+
+    /// A CUDA call failed (or CUDA is not usable in this process).
+    #[error("CUDA: {op}: {message}")]
+    Cuda { op: String, message: String },
+}
+
+/// The result type of array-io.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+fn list(names: &[String]) -> String {
+    if names.is_empty() {
+        return "no datasets".into();
+    }
+    const SHOWN: usize = 20;
+    let mut text = names
+        .iter()
+        .take(SHOWN)
+        .map(|n| format!("{n:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    text
+}
+
+fn for_dataset(dataset: &Option<String>) -> String {
+    match dataset {
+        Some(name) => format!(" (dataset {name:?})"),
+        None => String::new(),
+    }
+}
+
+impl Error {
+    /// An HDF5 failure of `op` on `path` (and `dataset`), with HDF5's message.
+    pub(crate) fn hdf5(
+        op: impl Into<String>,
+        path: &Path,
+        dataset: Option<&str>,
+        err: impl std::fmt::Display,
+    ) -> Error {
+        Error::Hdf5 {
+            op: op.into(),
+            path: path.to_path_buf(),
+            dataset: dataset.map(str::to_string),
+            message: err.to_string(),
+        }
+    }
+
+    /// A failed CUDA operation.
+    pub(crate) fn cuda(op: impl Into<String>, err: impl std::fmt::Display) -> Error {
+        Error::Cuda {
+            op: op.into(),
+            message: err.to_string(),
+        }
+    }
+}

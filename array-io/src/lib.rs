@@ -1,0 +1,238 @@
+//! array-io: whole arrays to and from HDF5 files in one call, on the host (`ndarray`) or on a GPU
+//! ([`DeviceArray`], a cudarc allocation plus its shape), with the fastest correct path chosen.
+//!
+//! ```no_run
+//! use ndarray::array;
+//! # fn main() -> array_io::Result<()> {
+//! let a = array![[1.0f32, 2.0], [3.0, 4.0]];
+//! array_io::to_file(&a, "out/data.h5", "/group/x")?; // replaces out/data.h5
+//! let b = array_io::from_file::<f32>("out/data.h5", "/group/x")?;
+//! assert_eq!(b, a.into_dyn());
+//! for chunk in array_io::from_file_batched::<f32>("out/data.h5", "/group/x", &[1, 2])? {
+//!     let (chunk, offsets) = chunk?;
+//!     println!("{offsets:?}: {chunk}");
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! GPU memory goes straight between the file and the device through h5gds's `gds` HDF5 driver
+//! (registered in this process; no plugin path needed) wherever HDF5 would not touch the buffer
+//! itself — contiguous datasets, and unfiltered chunked datasets chunk by chunk — and through
+//! pinned host memory otherwise: filtered (compressed) chunks, chunks or storage never written
+//! (HDF5 writes fill values itself), compact, external and virtual storage, type conversion,
+//! and `bool` (whose bytes are checked to be 0 or 1). Two environment variables choose the
+//! path:
+//!
+//! * `H5GDS_USE_VFD_GDS`: `1` = through the `gds` driver; `0` = the staged path (sec2 into a
+//!   host staging buffer, then copied); unset = the driver when CUDA works in this process.
+//! * `H5GDS_STAGING_BUFFER_SIZE`: the staging buffer (default `128M`; `K`/`M`/`G` suffixes).
+//!   Data of any size moves through it in pieces.
+//!
+//! `H5GDS_LOG=debug` logs, per read, which path each part took and why.
+
+mod batched;
+mod device;
+mod driver;
+mod element;
+mod error;
+mod file;
+mod hdf;
+mod host;
+mod layout;
+mod log;
+mod select;
+mod staging;
+
+pub use batched::{Batches, DeviceBatches};
+pub use device::{DeviceArray, IntoStream};
+pub use driver::{
+    gds_driver, DevicePath, Registration, Settings, DEFAULT_STAGING_BUFFER_SIZE,
+    MIN_STAGING_BUFFER_SIZE, STAGING_BUFFER_SIZE_ENV, USE_VFD_GDS_ENV,
+};
+pub use element::Element;
+pub use error::{Error, Result};
+
+use ndarray::{ArrayBase, ArrayD, Data, Dimension};
+use std::path::Path;
+
+/// Options of a read.
+#[derive(Clone, Debug, Default)]
+pub struct ReadOptions {
+    /// Let HDF5 convert a stored type that differs from the requested one (`i16` to `f64`,
+    /// say). Off by default: a mismatch is an error naming both types.
+    pub allow_conversion: bool,
+    /// Path and staging settings; unset fields come from the environment.
+    pub settings: Settings,
+}
+
+impl ReadOptions {
+    pub fn new() -> ReadOptions {
+        ReadOptions::default()
+    }
+
+    /// Allows (or forbids) type conversion.
+    pub fn allow_conversion(mut self, allow: bool) -> ReadOptions {
+        self.allow_conversion = allow;
+        self
+    }
+
+    /// Chooses the device path instead of `H5GDS_USE_VFD_GDS`.
+    pub fn device_path(mut self, path: DevicePath) -> ReadOptions {
+        self.settings.device_path = Some(path);
+        self
+    }
+
+    /// Chooses the staging buffer size instead of `H5GDS_STAGING_BUFFER_SIZE`.
+    pub fn staging_buffer_size(mut self, bytes: usize) -> ReadOptions {
+        self.settings.staging_buffer_size = Some(bytes);
+        self
+    }
+}
+
+/// Something [`to_file`] can write: a host array (`ndarray`, any dimension, any memory order)
+/// or a [`DeviceArray`].
+pub trait ToFile {
+    #[doc(hidden)]
+    fn write_to(&self, path: &Path, dataset: &str, settings: &Settings) -> Result<()>;
+}
+
+impl<T, S, D> ToFile for ArrayBase<S, D>
+where
+    T: Element,
+    S: Data<Elem = T>,
+    D: Dimension,
+{
+    fn write_to(&self, path: &Path, dataset: &str, settings: &Settings) -> Result<()> {
+        host::write(self, path, dataset, settings)
+    }
+}
+
+impl<T: Element> ToFile for DeviceArray<T> {
+    fn write_to(&self, path: &Path, dataset: &str, settings: &Settings) -> Result<()> {
+        device::write(self, path, dataset, settings)
+    }
+}
+
+/// Writes `array` as dataset `dataset` (an absolute path such as `/x` or `/group/x`; missing
+/// groups are created) of a new HDF5 file at `path`.
+///
+/// **Destructive**: an existing file at `path` is replaced, with everything in it. Missing
+/// parent directories are created. A device array is written once the streams that produced it
+/// are done, straight from GPU memory through the `gds` driver (or through the staged path, see
+/// the crate documentation).
+///
+/// Errors name the culprit: `path` is a directory; `dataset` is empty or not an absolute path;
+/// the element type has no HDF5 type (`i128`, `u128`).
+pub fn to_file<A: ToFile + ?Sized>(array: &A, path: impl AsRef<Path>, dataset: &str) -> Result<()> {
+    array.write_to(path.as_ref(), dataset, &Settings::default())
+}
+
+/// [`to_file`] with explicit settings (unset fields come from the environment).
+pub fn to_file_with<A: ToFile + ?Sized>(
+    array: &A,
+    path: impl AsRef<Path>,
+    dataset: &str,
+    settings: &Settings,
+) -> Result<()> {
+    array.write_to(path.as_ref(), dataset, settings)
+}
+
+/// Reads dataset `dataset` of the file at `path` into a host array.
+///
+/// Errors: the file does not exist; there is no such dataset (the message lists those that
+/// exist); the name is a group; the stored element type is not `T` (the message names both;
+/// see [`from_file_with`] to allow conversion).
+pub fn from_file<T: Element>(path: impl AsRef<Path>, dataset: &str) -> Result<ArrayD<T>> {
+    host::read(path.as_ref(), dataset, &ReadOptions::default())
+}
+
+/// [`from_file`] with options (type conversion, settings).
+pub fn from_file_with<T: Element>(
+    path: impl AsRef<Path>,
+    dataset: &str,
+    options: &ReadOptions,
+) -> Result<ArrayD<T>> {
+    host::read(path.as_ref(), dataset, options)
+}
+
+/// Reads dataset `dataset` of the file at `path` into device memory, on `stream` (a cudarc
+/// `Arc<CudaStream>`, or an `Arc<CudaContext>` for its default stream). Errors as
+/// [`from_file`].
+pub fn from_file_to_device<T: Element>(
+    path: impl AsRef<Path>,
+    dataset: &str,
+    stream: impl IntoStream,
+) -> Result<DeviceArray<T>> {
+    device::read(
+        path.as_ref(),
+        dataset,
+        stream.into_stream(),
+        &ReadOptions::default(),
+    )
+}
+
+/// [`from_file_to_device`] with options (type conversion, settings).
+pub fn from_file_to_device_with<T: Element>(
+    path: impl AsRef<Path>,
+    dataset: &str,
+    stream: impl IntoStream,
+    options: &ReadOptions,
+) -> Result<DeviceArray<T>> {
+    device::read(path.as_ref(), dataset, stream.into_stream(), options)
+}
+
+/// Reads dataset `dataset` in chunks of `chunk_shape` into host arrays: an iterator of
+/// `(chunk, offsets)` in row-major order of the chunks, boundary chunks clipped (a length of 5
+/// in chunks of 2 gives 2, 2, 1), each read touching only its own elements.
+///
+/// `chunk_shape` needs one positive entry per dimension of the dataset, or this fails saying so.
+pub fn from_file_batched<T: Element>(
+    path: impl AsRef<Path>,
+    dataset: &str,
+    chunk_shape: &[usize],
+) -> Result<Batches<T>> {
+    Batches::open(path.as_ref(), dataset, chunk_shape, &ReadOptions::default())
+}
+
+/// [`from_file_batched`] with options.
+pub fn from_file_batched_with<T: Element>(
+    path: impl AsRef<Path>,
+    dataset: &str,
+    chunk_shape: &[usize],
+    options: &ReadOptions,
+) -> Result<Batches<T>> {
+    Batches::open(path.as_ref(), dataset, chunk_shape, options)
+}
+
+/// [`from_file_batched`] into device memory: each chunk a [`DeviceArray`] on `stream`.
+pub fn from_file_batched_to_device<T: Element>(
+    path: impl AsRef<Path>,
+    dataset: &str,
+    chunk_shape: &[usize],
+    stream: impl IntoStream,
+) -> Result<DeviceBatches<T>> {
+    DeviceBatches::open(
+        path.as_ref(),
+        dataset,
+        chunk_shape,
+        stream.into_stream(),
+        &ReadOptions::default(),
+    )
+}
+
+/// [`from_file_batched_to_device`] with options.
+pub fn from_file_batched_to_device_with<T: Element>(
+    path: impl AsRef<Path>,
+    dataset: &str,
+    chunk_shape: &[usize],
+    stream: impl IntoStream,
+    options: &ReadOptions,
+) -> Result<DeviceBatches<T>> {
+    DeviceBatches::open(
+        path.as_ref(),
+        dataset,
+        chunk_shape,
+        stream.into_stream(),
+        options,
+    )
+}

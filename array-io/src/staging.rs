@@ -1,0 +1,283 @@
+//! The staged path: data moves between the file and device memory through a bounded host
+//! buffer (pinned when CUDA can pin it), piece by piece, so any size works with any buffer
+//! size. HDF5 only ever sees host memory here, so it may convert types, fill unwritten storage
+//! and decode filtered chunks as it likes.
+//!
+//! Also the raw CUDA copies both paths share, with cudarc's panics (missing library or symbol)
+//! turned into errors.
+
+use crate::element::first_invalid_bool;
+use crate::error::{Error, Result};
+use crate::file::OpenDataset;
+use crate::hdf::{check, dataspace, locked, selection};
+use crate::select::{flat_range_blocks, Block, Runs};
+use cudarc::driver::{sys, CudaStream, DriverError, PinnedHostSlice};
+use hdf5_sys::h5d::{H5Dread, H5Dwrite};
+use hdf5_sys::h5i::hid_t;
+use hdf5_sys::h5p::H5P_DEFAULT;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+/// Runs a cudarc call; a panic (cudarc's reaction to a missing library or symbol) becomes an
+/// error, as does a failed call.
+pub(crate) fn cuda<T>(op: &str, f: impl FnOnce() -> Result<T, DriverError>) -> Result<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(err)) => Err(Error::cuda(op, err)),
+        Err(payload) => {
+            let detail = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "cudarc panicked".into());
+            Err(Error::cuda(op, detail))
+        }
+    }
+}
+
+/// Runs a device operation, turning any panic that escapes it (cudarc panics when a CUDA
+/// symbol is missing, also inside its destructors) into an error.
+pub(crate) fn no_panic<T>(op: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(result) => result,
+        Err(payload) => {
+            let detail = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panicked".into());
+            Err(Error::cuda(op, detail))
+        }
+    }
+}
+
+/// Copies `len` host bytes to device address `dst`, in `stream`'s order.
+///
+/// # Safety
+/// `src` must be valid for `len` bytes until the stream has finished the copy; `dst` must be
+/// device memory of at least `len` bytes.
+pub(crate) unsafe fn copy_to_device(
+    stream: &Arc<CudaStream>,
+    dst: sys::CUdeviceptr,
+    src: *const u8,
+    len: usize,
+) -> Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    cuda("copying to the device", || {
+        stream.context().bind_to_thread()?;
+        // SAFETY: as the caller guarantees.
+        unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, stream.cu_stream()) }.result()
+    })
+}
+
+/// Copies `len` bytes from device address `src` to host memory, in `stream`'s order.
+///
+/// # Safety
+/// `dst` must be valid for `len` bytes until the stream has finished the copy; `src` must be
+/// device memory of at least `len` bytes.
+pub(crate) unsafe fn copy_from_device(
+    stream: &Arc<CudaStream>,
+    dst: *mut u8,
+    src: sys::CUdeviceptr,
+    len: usize,
+) -> Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    cuda("copying from the device", || {
+        stream.context().bind_to_thread()?;
+        // SAFETY: as the caller guarantees.
+        unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, stream.cu_stream()) }.result()
+    })
+}
+
+/// Waits for everything queued on `stream`.
+pub(crate) fn synchronize(stream: &Arc<CudaStream>) -> Result<()> {
+    cuda("synchronizing the stream", || stream.synchronize())
+}
+
+/// Host memory the staged path moves data through.
+enum Memory {
+    Pinned(PinnedHostSlice<u8>),
+    /// `u64`s, for 8-byte alignment of every element type.
+    Pageable(Vec<u64>),
+}
+
+/// A staging buffer of a fixed size.
+pub(crate) struct Staging {
+    memory: Memory,
+    len: usize,
+}
+
+impl Staging {
+    /// A buffer of `min(size, needed)` bytes (at least one byte), pinned in `stream`'s context
+    /// if CUDA can pin it, else pageable (with a debug log line).
+    pub fn new(stream: &Arc<CudaStream>, size: usize, needed: usize) -> Result<Staging> {
+        let len = size.min(needed).max(1);
+        let pinned = cuda("allocating pinned host memory", || {
+            // SAFETY: the memory is unset; every use writes before it reads. Flags 0: plain
+            // pinned memory (write-combined memory would be slow to read back on the host).
+            unsafe { stream.context().alloc_pinned_with_flags::<u8>(len, 0) }
+        });
+        let memory = match pinned {
+            Ok(slice) => Memory::Pinned(slice),
+            Err(err) => {
+                crate::log::debug(format_args!(
+                    "staging through pageable memory of {len} bytes ({err})"
+                ));
+                Memory::Pageable(vec![0u64; len.div_ceil(8)])
+            }
+        };
+        Ok(Staging { memory, len })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The buffer, once no queued copy uses it any more.
+    pub fn as_mut_ptr(&mut self) -> Result<*mut u8> {
+        match &mut self.memory {
+            Memory::Pinned(slice) => {
+                let bytes = cuda("waiting for the staging buffer", || slice.as_mut_slice())?;
+                Ok(bytes.as_mut_ptr())
+            }
+            Memory::Pageable(words) => Ok(words.as_mut_ptr().cast()),
+        }
+    }
+}
+
+/// What a staged transfer needs to know about the elements.
+pub(crate) struct Elements {
+    /// HDF5 memory type.
+    pub mem_type: hid_t,
+    pub size: usize,
+    /// Whether each byte must be 0 or 1 (`bool`).
+    pub check_bool: bool,
+}
+
+/// Reads `block` (file coordinates) of `ds` into device memory `dest`, which holds the array
+/// `region` (file coordinates) in row-major order, through `staging`.
+pub(crate) fn read_block(
+    ds: &OpenDataset,
+    elements: &Elements,
+    block: &Block,
+    region: &Block,
+    dest: sys::CUdeviceptr,
+    stream: &Arc<CudaStream>,
+    staging: &mut Staging,
+) -> Result<()> {
+    let es = elements.size as u64;
+    let per = (staging.len() as u64 / es).max(1);
+    let runs = Runs::new(&block.relative_to(&region.start), &region.count);
+    let total = block.len();
+    let mut a = 0;
+    while a < total {
+        let b = total.min(a + per);
+        let blocks: Vec<Block> = flat_range_blocks(&block.count, a, b)
+            .iter()
+            .map(|piece| piece.offset_by(&block.start))
+            .collect();
+        let file_space = selection(&ds.shape, &blocks, &ds.path, Some(&ds.name))?;
+        let mem_space = dataspace(&[b - a], &ds.path, Some(&ds.name))?;
+        let buf = staging.as_mut_ptr()?;
+        locked(|| {
+            // SAFETY: the staging buffer holds `per` >= b - a elements of the memory type.
+            let status = unsafe {
+                H5Dread(
+                    ds.dset.id(),
+                    elements.mem_type,
+                    mem_space.id(),
+                    file_space.id(),
+                    H5P_DEFAULT,
+                    buf.cast(),
+                )
+            };
+            check(
+                status as i64,
+                "reading into the staging buffer",
+                &ds.path,
+                Some(&ds.name),
+            )
+        })?;
+        if elements.check_bool {
+            // SAFETY: HDF5 has just written these b - a bytes.
+            let bytes = unsafe { std::slice::from_raw_parts(buf, (b - a) as usize) };
+            if let Some((index, value)) = first_invalid_bool(bytes) {
+                return Err(Error::InvalidBool {
+                    path: ds.path.clone(),
+                    dataset: ds.name.clone(),
+                    index: (a as usize) + index,
+                    value,
+                });
+            }
+        }
+        for (at, to, len) in runs.pieces(a, b) {
+            // SAFETY: the source lies inside the staging buffer, which is not touched again
+            // before the stream is synchronized below; the destination lies inside `dest`,
+            // which holds the whole region.
+            unsafe {
+                copy_to_device(
+                    stream,
+                    dest + to * es,
+                    buf.add((at * es) as usize),
+                    (len * es) as usize,
+                )?
+            };
+        }
+        synchronize(stream)?;
+        a = b;
+    }
+    Ok(())
+}
+
+/// Writes the whole dataset `dset` (of `shape`) from device memory `src` through `staging`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_all(
+    dset: hid_t,
+    path: &std::path::Path,
+    name: &str,
+    shape: &[u64],
+    elements: &Elements,
+    src: sys::CUdeviceptr,
+    stream: &Arc<CudaStream>,
+    staging: &mut Staging,
+) -> Result<()> {
+    let es = elements.size as u64;
+    let per = (staging.len() as u64 / es).max(1);
+    let total: u64 = shape.iter().product();
+    let mut a = 0;
+    while a < total {
+        let b = total.min(a + per);
+        let buf = staging.as_mut_ptr()?;
+        // SAFETY: the source range lies inside the device array; the staging buffer holds
+        // (b - a) elements.
+        unsafe { copy_from_device(stream, buf, src + a * es, ((b - a) * es) as usize)? };
+        synchronize(stream)?;
+        let file_space = selection(shape, &flat_range_blocks(shape, a, b), path, Some(name))?;
+        let mem_space = dataspace(&[b - a], path, Some(name))?;
+        locked(|| {
+            // SAFETY: the staging buffer holds the b - a elements just copied.
+            let status = unsafe {
+                H5Dwrite(
+                    dset,
+                    elements.mem_type,
+                    mem_space.id(),
+                    file_space.id(),
+                    H5P_DEFAULT,
+                    buf.cast_const().cast(),
+                )
+            };
+            check(
+                status as i64,
+                "writing from the staging buffer",
+                path,
+                Some(name),
+            )
+        })?;
+        a = b;
+    }
+    Ok(())
+}
