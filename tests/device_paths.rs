@@ -243,3 +243,35 @@ fn a_cufile_error_on_a_pool_thread_falls_back_and_is_logged() {
     run.assert_device_ok();
     run.assert_log("go through the staged path");
 }
+
+#[test]
+fn sizes_around_task_and_bounce_boundaries() {
+    // Task size 256K and bounce buffers of 64K: one byte either side of each boundary.
+    let sizes = "3,65535,65537,131073,262143,262145,786431,786433";
+    for mode in ["auto", "on"] {
+        let dir = tempfile::tempdir().unwrap();
+        let libs = emulator_lib_dir();
+        let mut cmd = std::process::Command::new(DEVPROG);
+        cmd.arg(dir.path().join("edges.h5"))
+            .args(["--sizes", sizes]);
+        for (key, _) in std::env::vars() {
+            if key.starts_with("HDF5_") || key.starts_with("H5GDS_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.env("HDF5_PLUGIN_PATH", plugin_dir())
+            .env("HDF5_DRIVER", "gds")
+            .env("H5GDS_COMPAT_MODE", mode);
+        if !real_cuda() {
+            cmd.env("LD_LIBRARY_PATH", libs.path());
+        }
+        let out = cmd.envs(SMALL_SIZES).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        // 8 sizes x (read, write), 7 hyperslabs (not for 3 bytes), compact (2), past EOF (1).
+        assert!(
+            stdout.starts_with("DEVICE OK 26"),
+            "{mode}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -26,7 +26,8 @@ pub struct CudaInfo {
     pub available: bool,
     pub driver_version: Option<i32>,
     pub devices: Option<i32>,
-    pub device_0: Option<String>,
+    /// Every device, by ordinal (the driver uses device 0).
+    pub device_names: Vec<String>,
     pub problem: Option<String>,
 }
 
@@ -60,14 +61,14 @@ fn cuda_info() -> CudaInfo {
             available: true,
             driver_version: Some(c.driver_version),
             devices: Some(c.device_count),
-            device_0: Some(c.device_name.clone()),
+            device_names: c.device_names.clone(),
             problem: None,
         },
         Err(err) => CudaInfo {
             available: false,
             driver_version: None,
             devices: None,
-            device_0: None,
+            device_names: Vec::new(),
             problem: Some(err.to_string()),
         },
     }
@@ -214,12 +215,16 @@ pub fn render(info: &Info) -> String {
     }
     let c = &info.cuda;
     match (c.available, &c.problem) {
-        (true, _) => line(format!(
-            "CUDA:     driver {}, {} device(s), device 0: {}",
-            c.driver_version.unwrap_or(0),
-            c.devices.unwrap_or(0),
-            c.device_0.as_deref().unwrap_or("?")
-        )),
+        (true, _) => {
+            line(format!(
+                "CUDA:     driver {}, {} device(s)",
+                c.driver_version.unwrap_or(0),
+                c.devices.unwrap_or(0)
+            ));
+            for (ordinal, name) in c.device_names.iter().enumerate() {
+                line(format!("          device {ordinal}: {name}"));
+            }
+        }
         (false, problem) => line(format!(
             "CUDA:     not usable: {}",
             problem.as_deref().unwrap_or("unknown")

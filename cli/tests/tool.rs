@@ -105,6 +105,7 @@ fn info_on_the_emulator_sees_cuda_and_gds() {
     let info = info_json(&[("LD_LIBRARY_PATH", libs.path().as_os_str())]);
     assert_eq!(info["cuda"]["available"], true, "{info}");
     assert_eq!(info["cuda"]["devices"], 1);
+    assert_eq!(info["cuda"]["device_names"].as_array().unwrap().len(), 1);
     assert_eq!(info["cufile"]["loaded"], true, "{info}");
     assert_eq!(info["cufile"]["gds_kernel_path"], true);
     assert!(info["verdict"]["device"]
@@ -113,10 +114,17 @@ fn info_on_the_emulator_sees_cuda_and_gds() {
         .starts_with("GPUDirect Storage"));
 
     let no_gds = std::ffi::OsStr::new("0");
+    let two = std::ffi::OsStr::new("2");
     let info = info_json(&[
         ("LD_LIBRARY_PATH", libs.path().as_os_str()),
         ("H5GDS_EMU_GDS", no_gds),
+        ("H5GDS_EMU_DEVICES", two),
     ]);
+    assert_eq!(
+        info["cuda"]["device_names"].as_array().unwrap().len(),
+        2,
+        "{info}"
+    );
     assert_eq!(info["cufile"]["gds_kernel_path"], false);
     assert!(
         info["verdict"]["device"]

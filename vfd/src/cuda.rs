@@ -17,7 +17,8 @@ pub use sys::CUdeviceptr;
 pub struct Cuda {
     pub driver_version: i32,
     pub device_count: i32,
-    pub device_name: String,
+    /// Names of all devices, by ordinal; the driver works with device 0.
+    pub device_names: Vec<String>,
     context: usize,
 }
 
@@ -82,15 +83,22 @@ fn init() -> Result<Cuda, CudaError> {
                 detail: "no CUDA device".into(),
             });
         }
+        let mut device_names = Vec::new();
+        for ordinal in 0..device_count {
+            let mut device = 0;
+            check("cuDeviceGet", || sys::cuDeviceGet(&mut device, ordinal))?;
+            let mut name = [0 as std::ffi::c_char; 256];
+            check("cuDeviceGetName", || {
+                sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device)
+            })?;
+            device_names.push(
+                std::ffi::CStr::from_ptr(name.as_ptr())
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+        }
         let mut device = 0;
         check("cuDeviceGet", || sys::cuDeviceGet(&mut device, 0))?;
-        let mut name = [0 as std::ffi::c_char; 256];
-        check("cuDeviceGetName", || {
-            sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device)
-        })?;
-        let device_name = std::ffi::CStr::from_ptr(name.as_ptr())
-            .to_string_lossy()
-            .into_owned();
         let mut context: sys::CUcontext = std::ptr::null_mut();
         check("cuDevicePrimaryCtxRetain", || {
             sys::cuDevicePrimaryCtxRetain(&mut context, device)
@@ -98,7 +106,7 @@ fn init() -> Result<Cuda, CudaError> {
         Ok(Cuda {
             driver_version,
             device_count,
-            device_name,
+            device_names,
             context: context as usize,
         })
     }

@@ -53,7 +53,7 @@ impl DevicePlan {
             "CUDA driver {} with {} device(s), device 0: {}",
             cuda.driver_version,
             cuda.device_count,
-            cuda.device_name
+            cuda.device_names.first().map_or("?", String::as_str)
         );
         if settings.compat_mode == CompatMode::On {
             return Ok(DevicePlan::Decided(DevicePath::Staged(
