@@ -154,3 +154,23 @@ def test_real_libcufile_with_compat_mode_off_fails_promptly(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("ERR"), proc.stdout
     assert "compat_mode=off requires cuFile, but CUDA is not available" in proc.stderr
+
+
+def test_second_hdf5_library_loaded_first_does_not_capture_the_driver(tmp_path):
+    # Another wheel's private HDF5 (here h5py 3.14's 1.14.6), loaded before h5py's own: the
+    # driver must still talk to the HDF5 that calls it (it reads the config string through it).
+    libs = OLD_PYTHON.parent.parent / "lib" / "python3.11" / "site-packages" / "h5py.libs"
+    # Its dependencies first (the wheel finds them through the extension modules' RPATH).
+    other = sorted(libs.glob("libaec-*.so*")) + sorted(libs.glob("libsz-*.so*")) + sorted(libs.glob("libhdf5-*.so*"))
+    assert len(other) == 3, f"unexpected h5py.libs content: {other}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HDF5_", "H5GDS_"))}
+    env.update(HDF5_PLUGIN_PATH=str(PLUGIN_DIR), HDF5_DRIVER="gds", HDF5_DRIVER_CONFIG="nthreads=3",
+               H5GDS_LOG="info")
+    code = (f"import ctypes\nfor lib in {[str(p) for p in other]!r}:\n    ctypes.CDLL(lib)\n"
+            "import h5py, numpy as np\n"
+            f"with h5py.File({str(tmp_path / 'two.h5')!r}, 'w') as f:\n"
+            "    f['x'] = np.arange(10)\n"
+            "print('OK')\n")
+    proc = subprocess.run([str(NEW_PYTHON), "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr
+    assert "nthreads=3 (config string)" in proc.stderr, proc.stderr

@@ -3,7 +3,8 @@
 //! The plugin links no libhdf5: h5py and other wheels load their own HDF5 privately under a hashed
 //! file name, so a plain-name reference would fail to resolve or reach a second HDF5. Instead the
 //! loaded objects are walked (`dl_iterate_phdr`) and the first one that defines
-//! `H5Pget_driver_config_str` is used. When none does (for example a statically linked HDF5 whose
+//! `H5Pget_driver_config_str` is used (where several are loaded, the one with this driver
+//! registered). When none does (for example a statically linked HDF5 whose
 //! symbols are not exported), the driver still works: it reads `HDF5_DRIVER_CONFIG` itself and
 //! reports errors only through the log.
 
@@ -15,6 +16,7 @@ use std::sync::OnceLock;
 type GetDriverConfigStr = unsafe extern "C" fn(fapl: hid_t, buf: *mut c_char, size: usize) -> isize;
 type GetFileLocking =
     unsafe extern "C" fn(fapl: hid_t, use_locking: *mut bool, ignore_disabled: *mut bool) -> herr_t;
+type IsDriverRegistered = unsafe extern "C" fn(value: std::ffi::c_int) -> crate::abi::htri_t;
 type EPush2 = unsafe extern "C" fn(
     stack: hid_t,
     file: *const c_char,
@@ -34,6 +36,9 @@ pub struct Hdf5Api {
     get_driver_config_str: GetDriverConfigStr,
     get_file_locking: Option<GetFileLocking>,
     epush2: Option<EPush2>,
+    gds_registered: Option<IsDriverRegistered>,
+    /// HDF5's "library initialised" flag, where exported.
+    libinit: *const bool,
     err_cls: *const hid_t,
     maj_vfl: *const hid_t,
     minors: [*const hid_t; 6],
@@ -134,56 +139,94 @@ fn loaded_objects() -> Vec<CString> {
     names
 }
 
-fn find_hdf5() -> Option<Hdf5Api> {
-    for name in loaded_objects() {
-        let path_ptr = if name.as_bytes().is_empty() {
-            std::ptr::null()
-        } else {
-            name.as_ptr()
-        };
-        // SAFETY: RTLD_NOLOAD only returns a handle to an already loaded object; nothing new runs.
-        let handle = unsafe { libc::dlopen(path_ptr, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-        if handle.is_null() {
-            continue;
-        }
-        let sym = |symbol: &CStr| {
-            // SAFETY: looking a name up in a valid handle has no side effects.
-            let p = unsafe { libc::dlsym(handle, symbol.as_ptr()) };
-            (!p.is_null()).then_some(p)
-        };
-        let Some(config_fn) = sym(c"H5Pget_driver_config_str") else {
-            // SAFETY: balances the dlopen above; the object stays loaded by its owner.
-            unsafe { libc::dlclose(handle) };
-            continue;
-        };
-        let ids = [
-            sym(c"H5E_ERR_CLS_g"),
-            sym(c"H5E_VFL_g"),
-            sym(c"H5E_BADVALUE_g"),
-            sym(c"H5E_CANTOPENFILE_g"),
-            sym(c"H5E_READERROR_g"),
-            sym(c"H5E_WRITEERROR_g"),
-            sym(c"H5E_OVERFLOW_g"),
-            sym(c"H5E_SYSERRSTR_g"),
-        ];
-        let epush = sym(c"H5Epush2").filter(|_| ids.iter().all(Option::is_some));
-        let id = |i: usize| ids[i].map_or(std::ptr::null(), |p| p as *const hid_t);
-        // The handle is kept open on purpose: the symbols must stay valid.
-        // SAFETY: the symbols have the C signatures declared above (HDF5 1.14 and 2.x).
-        return Some(unsafe {
-            Hdf5Api {
-                library: name.to_string_lossy().into_owned(),
-                get_driver_config_str: std::mem::transmute::<*mut c_void, GetDriverConfigStr>(
-                    config_fn,
-                ),
-                get_file_locking: sym(c"H5Pget_file_locking")
-                    .map(|p| std::mem::transmute::<*mut c_void, GetFileLocking>(p)),
-                epush2: epush.map(|p| std::mem::transmute::<*mut c_void, EPush2>(p)),
-                err_cls: id(0),
-                maj_vfl: id(1),
-                minors: [id(2), id(3), id(4), id(5), id(6), id(7)],
-            }
-        });
+/// The HDF5 API of one loaded object, if it is an HDF5 library; with its dlopen handle.
+fn candidate(name: &CStr) -> Option<(Hdf5Api, *mut c_void)> {
+    let path_ptr = if name.to_bytes().is_empty() {
+        std::ptr::null()
+    } else {
+        name.as_ptr()
+    };
+    // SAFETY: RTLD_NOLOAD only returns a handle to an already loaded object; nothing new runs.
+    let handle = unsafe { libc::dlopen(path_ptr, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if handle.is_null() {
+        return None;
     }
-    None
+    let sym = |symbol: &CStr| {
+        // SAFETY: looking a name up in a valid handle has no side effects.
+        let p = unsafe { libc::dlsym(handle, symbol.as_ptr()) };
+        (!p.is_null()).then_some(p)
+    };
+    let Some(config_fn) = sym(c"H5Pget_driver_config_str") else {
+        // SAFETY: balances the dlopen above; the object stays loaded by its owner.
+        unsafe { libc::dlclose(handle) };
+        return None;
+    };
+    let ids = [
+        sym(c"H5E_ERR_CLS_g"),
+        sym(c"H5E_VFL_g"),
+        sym(c"H5E_BADVALUE_g"),
+        sym(c"H5E_CANTOPENFILE_g"),
+        sym(c"H5E_READERROR_g"),
+        sym(c"H5E_WRITEERROR_g"),
+        sym(c"H5E_OVERFLOW_g"),
+        sym(c"H5E_SYSERRSTR_g"),
+    ];
+    let epush = sym(c"H5Epush2").filter(|_| ids.iter().all(Option::is_some));
+    let id = |i: usize| ids[i].map_or(std::ptr::null(), |p| p as *const hid_t);
+    // SAFETY: the symbols have the C signatures declared above (HDF5 1.14 and 2.x).
+    let api = unsafe {
+        Hdf5Api {
+            library: name.to_string_lossy().into_owned(),
+            get_driver_config_str: std::mem::transmute::<*mut c_void, GetDriverConfigStr>(
+                config_fn,
+            ),
+            get_file_locking: sym(c"H5Pget_file_locking")
+                .map(|p| std::mem::transmute::<*mut c_void, GetFileLocking>(p)),
+            epush2: epush.map(|p| std::mem::transmute::<*mut c_void, EPush2>(p)),
+            libinit: sym(c"H5_libinit_g").map_or(std::ptr::null(), |p| p as *const bool),
+            gds_registered: sym(c"H5FDis_driver_registered_by_value")
+                .map(|p| std::mem::transmute::<*mut c_void, IsDriverRegistered>(p)),
+            err_cls: id(0),
+            maj_vfl: id(1),
+            minors: [id(2), id(3), id(4), id(5), id(6), id(7)],
+        }
+    };
+    Some((api, handle))
+}
+
+/// The loaded HDF5 library. Processes can hold several (h5py, netCDF4 and PyTables wheels each
+/// bring their own): then the one that has this driver registered is the one calling it.
+fn find_hdf5() -> Option<Hdf5Api> {
+    let mut found: Vec<(Hdf5Api, *mut c_void)> = loaded_objects()
+        .iter()
+        .filter_map(|n| candidate(n))
+        .collect();
+    if found.len() > 1 {
+        // Only an initialised library can be the caller, and asking an uninitialised one
+        // anything would initialise it (and make it load this plugin too).
+        // SAFETY: reading a bool global of a loaded library.
+        let initialised = |api: &Hdf5Api| api.libinit.is_null() || unsafe { *api.libinit };
+        let registered = |api: &Hdf5Api| {
+            // SAFETY: a plain query of an initialised library's driver table.
+            initialised(api)
+                && api
+                    .gds_registered
+                    .is_some_and(|f| unsafe { f(crate::plugin::DRIVER_VALUE) } > 0)
+        };
+        if let Some(i) = found.iter().position(|(api, _)| registered(api)) {
+            found.swap(0, i);
+        }
+        tracing::debug!(
+            "{} HDF5 libraries loaded; using {:?}",
+            found.len(),
+            found.first().map(|(api, _)| api.library.as_str())
+        );
+    }
+    let mut found = found.into_iter();
+    let chosen = found.next().map(|(api, _)| api); // its handle stays open: the symbols must stay valid
+    for (_, handle) in found {
+        // SAFETY: balances the dlopen in `candidate`; the object stays loaded by its owner.
+        unsafe { libc::dlclose(handle) };
+    }
+    chosen
 }
