@@ -1,15 +1,16 @@
 //! One open file: descriptors, end-of-address and end-of-file markers, locking, truncation, and
 //! the dispatch of reads and writes to the I/O paths. Semantics follow HDF5's sec2 driver.
 
-use crate::abi::H5FD_mem_t;
 use crate::abi::{
-    haddr_t, H5F_ACC_CREAT, H5F_ACC_EXCL, H5F_ACC_RDWR, H5F_ACC_TRUNC, HADDR_UNDEF, MAXADDR,
+    haddr_t, H5FD_mem_t, H5FD_MEM_DRAW, H5F_ACC_CREAT, H5F_ACC_EXCL, H5F_ACC_RDWR,
+    H5F_ACC_SWMR_READ, H5F_ACC_TRUNC, HADDR_UNDEF, MAXADDR,
 };
 use crate::config::{DirectIo, Settings};
 use crate::cuda::PointerKind;
 use crate::error::{Error, Result};
 use crate::io::device::{DeviceIo, DevicePath, DevicePlan};
 use crate::io::host::HostIo;
+use crate::io::readahead::ReadAhead;
 use crate::io::vector::Piece;
 use crate::memory;
 use std::cmp::Ordering;
@@ -34,6 +35,9 @@ pub struct OpenFile {
     pub settings: Settings,
     /// How device buffers reach this file.
     pub device_path: DevicePath,
+    /// Small raw-data reads into host memory (HDF5's sieve buffer, kept by the driver); off for
+    /// SWMR readers, whose file another process changes.
+    readahead: Option<ReadAhead>,
 }
 
 /// sec2's `ADDR_OVERFLOW`: undefined, or beyond what `off_t` can address.
@@ -151,6 +155,7 @@ impl OpenFile {
             ignore_disabled_locks,
             settings,
             device_path,
+            readahead: (flags & H5F_ACC_SWMR_READ == 0).then(ReadAhead::default),
         })
     }
 
@@ -197,6 +202,47 @@ impl OpenFile {
         }
     }
 
+    /// A host read: small raw-data reads through the read-ahead window, the rest directly.
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `size` bytes.
+    unsafe fn host_read(
+        &self,
+        addr: haddr_t,
+        size: usize,
+        buf: *mut u8,
+        mem_type: H5FD_mem_t,
+    ) -> Result<()> {
+        if let Some(window) = self
+            .readahead
+            .as_ref()
+            .filter(|_| mem_type == H5FD_MEM_DRAW)
+        {
+            match window.read(self.raw_fd, addr, size, buf) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(f) => {
+                    return Err(Error::Io {
+                        op: "read (read-ahead)",
+                        path: self.path.clone(),
+                        offset: addr,
+                        size: size as u64,
+                        done: f.done as u64,
+                        source: f.source,
+                    })
+                }
+            }
+        }
+        self.host().read(addr, buf, size)
+    }
+
+    /// Empties the read-ahead window before anything changes the file.
+    fn file_changes(&self) {
+        if let Some(window) = &self.readahead {
+            window.invalidate();
+        }
+    }
+
     fn host(&self) -> HostIo<'_> {
         HostIo {
             fd: self.raw_fd,
@@ -235,7 +281,7 @@ impl OpenFile {
         memory::dispatch(
             buf as usize,
             mem_type,
-            || self.host().read(addr, buf, size),
+            || self.host_read(addr, size, buf, mem_type),
             |base| {
                 self.device_io()
                     .read(base, buf as usize - base as usize, size, addr)
@@ -255,6 +301,7 @@ impl OpenFile {
         mem_type: H5FD_mem_t,
     ) -> Result<()> {
         check_region(addr, size as u64, MAXADDR)?;
+        self.file_changes();
         memory::dispatch(
             buf as usize,
             mem_type,
@@ -282,15 +329,17 @@ impl OpenFile {
             self.check_read(p.addr, p.len)?;
         }
         let (host, device) = Self::partition(pieces);
-        if !host.is_empty() {
-            self.host().read_vector(host)?;
+        match host.as_slice() {
+            [] => {}
+            [one] => self.host_read(one.addr, one.len, one.buf as *mut u8, one.mem_type)?,
+            _ => self.host().read_vector(host)?,
         }
         for p in device {
             // Through `dispatch` again (a cache hit), for its retry on stale ranges.
             memory::dispatch(
                 p.buf,
                 p.mem_type,
-                || self.host().read(p.addr, p.buf as *mut u8, p.len),
+                || self.host_read(p.addr, p.len, p.buf as *mut u8, p.mem_type),
                 |base| {
                     self.device_io()
                         .read(base, p.buf - base as usize, p.len, p.addr)
@@ -306,6 +355,7 @@ impl OpenFile {
         for p in &pieces {
             check_region(p.addr, p.len as u64, MAXADDR)?;
         }
+        self.file_changes();
         let end = pieces
             .iter()
             .map(|p| p.addr + p.len as u64)
@@ -360,6 +410,7 @@ impl OpenFile {
 
     /// Makes the file exactly EOA bytes long, as sec2 does (on flush and close).
     pub fn truncate(&mut self) -> Result<()> {
+        self.file_changes();
         if self.eoa != self.eof {
             self.file.set_len(self.eoa).map_err(|source| Error::File {
                 op: "ftruncate",
@@ -409,7 +460,6 @@ impl OpenFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::H5FD_MEM_DRAW;
     use std::ffi::CString;
 
     fn c(path: &std::path::Path) -> CString {
@@ -509,5 +559,28 @@ mod tests {
         // SAFETY: fcntl on a descriptor the file owns.
         let fl = unsafe { libc::fcntl(f.direct.as_ref().unwrap().as_raw_fd(), libc::F_GETFL) };
         assert_ne!(fl & libc::O_DIRECT, 0);
+    }
+
+    #[test]
+    fn small_reads_see_every_write_and_truncate() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = create(&dir.path().join("ra.h5"), Settings::default()).unwrap();
+        let mut buf = [0u8; 4];
+        // SAFETY: every buffer below is a live local array of the length given.
+        unsafe {
+            f.write(100, 4, b"abcd".as_ptr(), H5FD_MEM_DRAW).unwrap();
+            f.read(100, 4, buf.as_mut_ptr(), H5FD_MEM_DRAW).unwrap();
+            assert_eq!(&buf, b"abcd");
+            // Past end of file, inside the window: zeros, until a write puts bytes there.
+            f.read(200, 4, buf.as_mut_ptr(), H5FD_MEM_DRAW).unwrap();
+            assert_eq!(buf, [0; 4]);
+            f.write(200, 4, b"wxyz".as_ptr(), H5FD_MEM_DRAW).unwrap();
+            f.read(200, 4, buf.as_mut_ptr(), H5FD_MEM_DRAW).unwrap();
+            assert_eq!(&buf, b"wxyz");
+            f.set_eoa(202).unwrap();
+            f.truncate().unwrap();
+            f.read(200, 4, buf.as_mut_ptr(), H5FD_MEM_DRAW).unwrap();
+            assert_eq!(&buf, b"wx\0\0");
+        }
     }
 }

@@ -5,5 +5,6 @@ pub mod gds;
 pub mod host;
 pub mod parallel;
 pub mod posix;
+pub mod readahead;
 pub mod staged;
 pub mod vector;
