@@ -102,8 +102,10 @@ fn run(env: &[(&str, &str)]) -> Run {
         .env("HDF5_DRIVER", "gds")
         .env("H5GDS_LOG", "info");
     if !real_cuda() {
+        // Async copies really run late: a bounce buffer reused too early shows as wrong data.
         cmd.env("LD_LIBRARY_PATH", libs.path())
-            .env("H5GDS_EMU_REPORT", &report);
+            .env("H5GDS_EMU_REPORT", &report)
+            .env("H5GDS_EMU_DEFER_ASYNC", "1");
     }
     cmd.current_dir(dir.path()); // cuFile may write cufile.log into the working directory
     cmd.envs(SMALL_SIZES).envs(env.iter().copied());
@@ -263,7 +265,8 @@ fn sizes_around_task_and_bounce_boundaries() {
             .env("HDF5_DRIVER", "gds")
             .env("H5GDS_COMPAT_MODE", mode);
         if !real_cuda() {
-            cmd.env("LD_LIBRARY_PATH", libs.path());
+            cmd.env("LD_LIBRARY_PATH", libs.path())
+                .env("H5GDS_EMU_DEFER_ASYNC", "1");
         }
         let out = cmd.envs(SMALL_SIZES).output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);

@@ -1533,3 +1533,48 @@ fn emulator_lib_dir_stands_in_for_libcuda_and_libcufile() {
         },
     );
 }
+
+#[test]
+fn deferred_async_copies_run_when_their_stream_is_synchronized() {
+    in_child(
+        "deferred_async_copies_run_when_their_stream_is_synchronized",
+        &[("H5GDS_EMU_DEFER_ASYNC", "1")],
+        || {
+            let _ctx = init_with_context();
+            let api = api();
+            let dev = alloc(64);
+            check(htod(dev, &[0u8; 64]));
+            let pinned = host_alloc(64);
+            let mut stream: CUstream = std::ptr::null_mut();
+            // SAFETY: plain calls; `pinned` holds 64 bytes.
+            unsafe {
+                check((api.cuStreamCreate)(&mut stream, 1));
+                std::ptr::write_bytes(pinned, 1, 64);
+                check((api.cuMemcpyHtoDAsync_v2)(dev, pinned.cast(), 64, stream));
+                // The copy has not run: the device still holds zeros, and what the pinned
+                // buffer holds when the stream is synchronized is what arrives.
+                assert_eq!(dtoh(dev, 64), vec![0u8; 64]);
+                std::ptr::write_bytes(pinned, 2, 64);
+                check((api.cuStreamSynchronize)(stream));
+                assert_eq!(dtoh(dev, 64), vec![2u8; 64]);
+                // Device to pinned host: the host buffer changes only at synchronization.
+                check(htod(dev, &[7u8; 64]));
+                check((api.cuMemcpyDtoHAsync_v2)(pinned.cast(), dev, 64, stream));
+                assert_eq!(*pinned, 2);
+                check((api.cuCtxSynchronize)());
+                assert_eq!(std::slice::from_raw_parts(pinned, 64), &[7u8; 64]);
+                // Pageable memory is copied before the call returns, as CUDA does.
+                let pageable = [9u8; 64];
+                check((api.cuMemcpyHtoDAsync_v2)(
+                    dev,
+                    pageable.as_ptr().cast(),
+                    64,
+                    stream,
+                ));
+                assert_eq!(dtoh(dev, 64), vec![9u8; 64]);
+                check((api.cuMemFreeHost)(pinned.cast()));
+            }
+            free(dev);
+        },
+    );
+}

@@ -272,3 +272,76 @@ impl Drop for PinnedBuffer {
         }
     }
 }
+
+/// A CUDA stream made by `thread_streams`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stream(usize);
+
+impl Stream {
+    fn raw(self) -> sys::CUstream {
+        self.0 as sys::CUstream
+    }
+}
+
+/// Two non-blocking streams for this thread's pipelined staged copies, made on first use. They
+/// are never destroyed: a pool thread may still hold them while the process exits.
+pub fn thread_streams() -> Result<[Stream; 2], CudaError> {
+    thread_local! {
+        static STREAMS: std::cell::Cell<Option<[usize; 2]>> = const { std::cell::Cell::new(None) };
+    }
+    if let Some(streams) = STREAMS.with(|s| s.get()) {
+        return Ok(streams.map(Stream));
+    }
+    make_current()?;
+    let mut made = [0usize; 2];
+    for slot in &mut made {
+        let mut stream: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; flag 1 = CU_STREAM_NON_BLOCKING.
+        check("cuStreamCreate", || unsafe {
+            sys::cuStreamCreate(&mut stream, 1)
+        })?;
+        *slot = stream as usize;
+    }
+    STREAMS.with(|s| s.set(Some(made)));
+    Ok(made.map(Stream))
+}
+
+/// Starts a host-to-device copy on `stream` (asynchronous from pinned memory).
+///
+/// # Safety
+/// As for `copy_to_device`; `src` must stay valid until `stream` is synchronized.
+pub unsafe fn copy_to_device_async(
+    dst: CUdeviceptr,
+    src: *const u8,
+    len: usize,
+    stream: Stream,
+) -> Result<(), CudaError> {
+    make_current()?;
+    check("cuMemcpyHtoDAsync", || {
+        sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, stream.raw())
+    })
+}
+
+/// Starts a device-to-host copy on `stream` (asynchronous into pinned memory).
+///
+/// # Safety
+/// As for `copy_from_device`; `dst` must not be read until `stream` is synchronized.
+pub unsafe fn copy_from_device_async(
+    dst: *mut u8,
+    src: CUdeviceptr,
+    len: usize,
+    stream: Stream,
+) -> Result<(), CudaError> {
+    make_current()?;
+    check("cuMemcpyDtoHAsync", || {
+        sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, stream.raw())
+    })
+}
+
+/// Waits for everything queued on `stream`.
+pub fn synchronize(stream: Stream) -> Result<(), CudaError> {
+    // SAFETY: the stream was created by `thread_streams` and is never destroyed.
+    check("cuStreamSynchronize", || unsafe {
+        sys::cuStreamSynchronize(stream.raw())
+    })
+}

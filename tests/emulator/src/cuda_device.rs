@@ -180,7 +180,13 @@ pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
     call("cuCtxSynchronize", format_args!(""), cuda_panic, || {
-        code(context::require_init().and_then(|()| context::require_current().map(drop)))
+        code(
+            context::require_init()
+                .and_then(|()| context::require_current().map(drop))
+                .map(|()| {
+                    crate::cuda_memory::run_deferred(None);
+                }),
+        )
     })
 }
 
@@ -224,6 +230,7 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
             code((|| {
                 context::require_init()?;
                 context::require_current()?;
+                crate::cuda_memory::run_deferred(Some(stream as usize));
                 context::destroy_stream(stream as usize)
             })())
         },
@@ -244,7 +251,9 @@ pub unsafe extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
             code((|| {
                 context::require_init()?;
                 context::require_current()?;
-                context::check_stream(stream as usize)
+                context::check_stream(stream as usize)?;
+                crate::cuda_memory::run_deferred(Some(stream as usize));
+                Ok(())
             })())
         },
     )

@@ -2,7 +2,8 @@
 //!
 //! Every call needs `cuInit` and a current context (CUDA_ERROR_INVALID_CONTEXT otherwise, as
 //! with the real driver: each thread of an I/O pool must set the context). All copies are
-//! synchronous, the `Async` ones too, so data is in place when a call returns. Device ranges
+//! synchronous, the `Async` ones too (unless `H5GDS_EMU_DEFER_ASYNC` queues them), so data is in
+//! place when a call returns. Device ranges
 //! must lie inside one allocation (interior pointers allowed): anything else is
 //! CUDA_ERROR_INVALID_VALUE and counts as a bounds violation, as does passing device memory
 //! where host memory is expected. Host pointers are taken on trust (a bad one crashes, as it
@@ -92,16 +93,13 @@ fn copy(
     // SAFETY: device ends were checked to lie inside live allocations, whose shadow mappings
     // the Arcs keep mapped; host ends are the caller's buffers of at least len bytes, as the
     // API requires. ptr::copy allows overlap.
-    unsafe { std::ptr::copy(src.ptr(), dst.ptr(), len) };
-    match (src.is_device(), dst.is_device()) {
-        (false, true) => bump(&counters::COPIES_HTOD),
-        (true, false) => bump(&counters::COPIES_DTOH),
-        _ => {}
-    }
+    unsafe { perform(&dst, &src, len) };
     Ok(())
 }
 
-/// Checks an async call's stream, then copies.
+/// Checks an async call's stream, then copies, or (`H5GDS_EMU_DEFER_ASYNC=1`, a non-default
+/// stream, pinned host memory: what a GPU runs asynchronously) queues the copy until its stream
+/// is synchronized. Bounds and injected failures are decided when the call is made.
 fn copy_async(
     stream: CUstream,
     len: usize,
@@ -111,7 +109,79 @@ fn copy_async(
     context::require_init()?;
     context::require_current()?;
     context::check_stream(stream as usize)?;
-    copy(len, dst, src)
+    if !switches::get().defer_async || stream.is_null() || len == 0 {
+        return copy(len, dst, src);
+    }
+    let (dst, src) = (dst()?, src()?);
+    let host = if dst.is_device() { &src } else { &dst };
+    let pinned = matches!(host, End::Host(addr) if matches!(memory::find(*addr), memory::Region::PinnedHost(_)));
+    let switches = switches::get();
+    if counters::is_nth_call(&counters::COPY_CALLS, switches.fail_copy) {
+        return Err(switches.fail_copy_error);
+    }
+    if !pinned || (dst.is_device() && src.is_device()) {
+        // Pageable memory: CUDA copies it before returning.
+        // SAFETY: as in `copy`: ends checked above.
+        unsafe { perform(&dst, &src, len) };
+        return Ok(());
+    }
+    deferred().push(Deferred {
+        stream: stream as usize,
+        dst,
+        src,
+        len,
+    });
+    Ok(())
+}
+
+/// Copies `len` bytes between two checked ends and counts the direction.
+///
+/// # Safety
+/// As in `copy`: device ends lie in live allocations; host ends hold `len` bytes.
+unsafe fn perform(dst: &End, src: &End, len: usize) {
+    // SAFETY: the caller's contract; ptr::copy allows overlap.
+    unsafe { std::ptr::copy(src.ptr(), dst.ptr(), len) };
+    match (src.is_device(), dst.is_device()) {
+        (false, true) => bump(&counters::COPIES_HTOD),
+        (true, false) => bump(&counters::COPIES_DTOH),
+        _ => {}
+    }
+}
+
+/// A copy queued on a stream (`H5GDS_EMU_DEFER_ASYNC`).
+struct Deferred {
+    stream: usize,
+    dst: End,
+    src: End,
+    len: usize,
+}
+
+// SAFETY: the ends are addresses checked when queued; the Arcs keep device shadows mapped.
+unsafe impl Send for Deferred {}
+
+fn deferred() -> std::sync::MutexGuard<'static, Vec<Deferred>> {
+    static QUEUE: std::sync::Mutex<Vec<Deferred>> = std::sync::Mutex::new(Vec::new());
+    QUEUE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Runs the copies queued on `stream` (every stream for `None`), in the order they were made:
+/// called where CUDA would have finished them (stream or context synchronization, stream
+/// destruction, and before memory is freed).
+pub fn run_deferred(stream: Option<usize>) {
+    let ready: Vec<Deferred> = {
+        let mut queue = deferred();
+        let (ready, rest): (Vec<_>, Vec<_>) = queue
+            .drain(..)
+            .partition(|d| stream.is_none_or(|s| s == d.stream));
+        *queue = rest;
+        ready
+    };
+    for d in ready {
+        // SAFETY: checked when queued; freeing memory runs the queue first.
+        unsafe { perform(&d.dst, &d.src, d.len) };
+    }
 }
 
 /// The current context's allocation for `H5GDS_EMU_FAIL_ALLOC` and friends.
@@ -172,6 +242,7 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
                 context::require_init()?;
                 context::require_current()?;
                 let base = usize::try_from(dptr).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+                run_deferred(None);
                 memory::free_device(base)
             })())
         },
@@ -218,6 +289,7 @@ pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
         code((|| {
             context::require_init()?;
             context::require_current()?;
+            run_deferred(None);
             memory::free_host(p as usize)
         })())
     })

@@ -46,7 +46,10 @@
 //!   / `-CU_FILE_INVALID_VALUE` and one more bounds violation; passing device memory where
 //!   host memory is expected counts too. Freeing an unknown, interior or already freed pointer
 //!   is CUDA_ERROR_INVALID_VALUE and counts as a double free.
-//! * All copies are synchronous (the `Async` ones too); streams and events are only tracked
+//! * All copies are synchronous (the `Async` ones too, unless `H5GDS_EMU_DEFER_ASYNC=1`: then
+//!   an async copy between device and pinned host memory on a non-default stream runs when
+//!   that stream or the context is synchronized, the stream destroyed, or memory freed, which
+//!   exposes a buffer reused or read before its copy finished); streams and events are tracked
 //!   handles: every event is complete as soon as it is recorded, waits return at once, and an
 //!   unknown or destroyed stream or event is CUDA_ERROR_INVALID_HANDLE (400).
 //! * `cuDeviceGetAttribute` answers the attributes an emulated device can answer honestly:
@@ -84,6 +87,7 @@
 //! | `H5GDS_EMU_POISON=byte\|off` | fill byte of new allocations (decimal or `0xNN`); `off` leaves them zeroed | 0xA5 |
 //! | `H5GDS_EMU_REPORT=PATH` | at exit, write the counters to PATH (format below) | unset |
 //! | `H5GDS_EMU_TRACE=1` | one stderr line per call: arguments and result | 0 |
+//! | `H5GDS_EMU_DEFER_ASYNC=1` | async copies with pinned host memory run at synchronization | 0 |
 //!
 //! The report has eight lines:
 //!

@@ -34,6 +34,9 @@ pub struct Switches {
     pub poison: Option<u8>,
     /// `H5GDS_EMU_TRACE`: one stderr line per call.
     pub trace: bool,
+    /// `H5GDS_EMU_DEFER_ASYNC`: async copies between device and pinned host memory run only
+    /// when their stream is synchronized (a real GPU may run them any time before then).
+    pub defer_async: bool,
 }
 
 impl Default for Switches {
@@ -51,6 +54,7 @@ impl Default for Switches {
             fail_copy_error: CUDA_ERROR_UNKNOWN,
             poison: Some(DEFAULT_POISON),
             trace: false,
+            defer_async: false,
         }
     }
 }
@@ -139,6 +143,9 @@ impl Switches {
         if let Some(v) = read("H5GDS_EMU_TRACE", &|v| v == "0" || v == "1") {
             out.trace = v == "1";
         }
+        if let Some(v) = read("H5GDS_EMU_DEFER_ASYNC", &|v| v == "0" || v == "1") {
+            out.defer_async = v == "1";
+        }
         (out, complaints)
     }
 }
@@ -188,6 +195,7 @@ mod tests {
             ("H5GDS_EMU_FAIL_COPY_ERROR", "700"),
             ("H5GDS_EMU_POISON", "0x5a"),
             ("H5GDS_EMU_TRACE", "1"),
+            ("H5GDS_EMU_DEFER_ASYNC", "1"),
         ]);
         assert!(complaints.is_empty(), "{complaints:?}");
         assert_eq!(
@@ -205,6 +213,7 @@ mod tests {
                 fail_copy_error: 700,
                 poison: Some(0x5a),
                 trace: true,
+                defer_async: true,
             }
         );
     }
