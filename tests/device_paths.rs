@@ -278,3 +278,21 @@ fn sizes_around_task_and_bounce_boundaries() {
         );
     }
 }
+
+#[test]
+fn gds_where_the_file_system_refuses_o_direct() {
+    if real_cuda() {
+        return;
+    }
+    let shim = h5gds_tests::refuse_o_direct_shim();
+    let preload = shim.to_str().unwrap();
+    // auto: the staged path, with the reason in the open line.
+    let run_auto = run(&[("H5GDS_COMPAT_MODE", "auto"), ("LD_PRELOAD", preload)]);
+    run_auto.assert_device_ok();
+    run_auto.assert_log("staged through pinned bounce buffers of 64K (the file system refuses O_DIRECT, which cuFile needs");
+    assert_eq!(run_auto.counter("cufile reads"), 0);
+    // off: cuFile is required, so the open fails and says why.
+    let run_off = run(&[("H5GDS_COMPAT_MODE", "off"), ("LD_PRELOAD", preload)]);
+    assert_eq!(run_off.out.status.code(), Some(1), "{}", run_off.stderr());
+    run_off.assert_log("compat_mode=off requires cuFile: the file system refuses O_DIRECT");
+}

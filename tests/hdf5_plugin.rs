@@ -221,3 +221,58 @@ fn compat_mode_off_without_cuda_fails_the_open_clearly() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn direct_io_where_the_file_system_refuses_o_direct() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("direct.h5");
+    let shim = h5gds_tests::refuse_o_direct_shim();
+    let preload = shim.to_str().unwrap();
+    // `on` fails the open, naming the setting and the way out.
+    let env = [
+        ("HDF5_DRIVER", "gds"),
+        ("H5GDS_DIRECT_IO", "on"),
+        ("LD_PRELOAD", preload),
+    ];
+    let out = run(PROG, &["write", path_str(&file)], &env);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("direct_io=on but the file system refuses O_DIRECT"),
+        "{err}"
+    );
+    assert!(err.contains("use direct_io=auto or off"), "{err}");
+    // `auto` falls back to buffered I/O, says so, and the data is right.
+    let env = [
+        ("HDF5_DRIVER", "gds"),
+        ("H5GDS_DIRECT_IO", "auto"),
+        ("H5GDS_LOG", "info"),
+        ("LD_PRELOAD", preload),
+    ];
+    let out = run(PROG, &["write", path_str(&file)], &env);
+    assert_ok(&out, "WRITE OK");
+    assert!(
+        text(&out.stderr).contains("O_DIRECT refused"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        !text(&out.stderr).contains("with O_DIRECT"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_ok(&run(PROG, &["verify", path_str(&file)], &[]), "VERIFY OK");
+    // Without the shim, `on` really uses O_DIRECT (this machine's file systems accept it).
+    let env = [
+        ("HDF5_DRIVER", "gds"),
+        ("H5GDS_DIRECT_IO", "on"),
+        ("H5GDS_LOG", "info"),
+    ];
+    let out = run(PROG, &["write", path_str(&file)], &env);
+    assert_ok(&out, "WRITE OK");
+    assert!(
+        text(&out.stderr).contains("with O_DIRECT for aligned transfers"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -32,6 +32,33 @@ pub fn plugin_dir() -> PathBuf {
     dir
 }
 
+/// Builds (once per test process) the LD_PRELOAD shim that makes `open` refuse `O_DIRECT`
+/// with EINVAL, as file systems without direct I/O do; returns its path.
+pub fn refuse_o_direct_shim() -> PathBuf {
+    static SHIM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    SHIM.get_or_init(|| {
+        let source = workspace_root().join("tests/shims/refuse_o_direct.c");
+        let dir = workspace_root().join("target/test-shims");
+        std::fs::create_dir_all(&dir).expect("target/test-shims can be created");
+        // Built under a name of this process, then renamed: concurrent test processes never
+        // preload a half-written library.
+        let partial = dir.join(format!("refuse_o_direct.{}.so", std::process::id()));
+        let status =
+            std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+                .args(["-shared", "-fPIC", "-O1", "-o"])
+                .arg(&partial)
+                .arg(&source)
+                .arg("-ldl")
+                .status()
+                .expect("a C compiler (cc) to build the O_DIRECT shim");
+        assert!(status.success(), "building {} failed", source.display());
+        let out = dir.join("refuse_o_direct.so");
+        std::fs::rename(&partial, &out).expect("the shim can be moved into place");
+        out
+    })
+    .clone()
+}
+
 #[repr(C)]
 struct ProbeEntry {
     name: *const c_char,
