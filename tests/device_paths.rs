@@ -29,6 +29,9 @@ const SMALL_SIZES: [(&str, &str); 3] = [
 struct Run {
     out: Output,
     report: HashMap<String, u64>,
+    /// The HDF5 file the program wrote (its directory lives as long as the Run).
+    file: std::path::PathBuf,
+    _dir: tempfile::TempDir,
 }
 
 impl Run {
@@ -113,6 +116,8 @@ fn run(env: &[(&str, &str)]) -> Run {
     Run {
         out,
         report: parse_report(&report),
+        file: dir.path().join("device.h5"),
+        _dir: dir,
     }
 }
 
@@ -295,4 +300,13 @@ fn gds_where_the_file_system_refuses_o_direct() {
     let run_off = run(&[("H5GDS_COMPAT_MODE", "off"), ("LD_PRELOAD", preload)]);
     assert_eq!(run_off.out.status.code(), Some(1), "{}", run_off.stderr());
     run_off.assert_log("compat_mode=off requires cuFile: the file system refuses O_DIRECT");
+    assert!(
+        run_off.stdout().contains("FAILED: H5Fcreate failed"),
+        "{}",
+        run_off.stdout()
+    );
+    assert!(
+        !run_off.file.exists(),
+        "a refused open must not leave a file behind"
+    );
 }

@@ -114,6 +114,8 @@ impl OpenFile {
         };
         // Decided before the file is touched, so a failure leaves nothing behind.
         let device_plan = DevicePlan::prepare(&settings)?;
+        // SAFETY: access(2) on a valid C string.
+        let existed = unsafe { libc::access(c_path.as_ptr(), libc::F_OK) } == 0;
         let file = open_fd(c_path, o_flags).map_err(open_error)?;
         let meta = file.metadata().map_err(|source| Error::File {
             op: "fstat",
@@ -141,7 +143,18 @@ impl OpenFile {
                 }
             },
         };
-        let device_path = device_plan.finish(&settings, c_path, flags & H5F_ACC_RDWR != 0)?;
+        let device_path = match device_plan.finish(&settings, c_path, flags & H5F_ACC_RDWR != 0) {
+            Ok(path) => path,
+            Err(err) => {
+                if !existed {
+                    // This open created the file; a refused open leaves nothing behind.
+                    drop(file);
+                    // SAFETY: unlink(2) on a valid C string.
+                    unsafe { libc::unlink(c_path.as_ptr()) };
+                }
+                return Err(err);
+            }
+        };
         use std::os::unix::fs::MetadataExt;
         Ok(OpenFile {
             path: path.to_string(),
