@@ -225,6 +225,77 @@ pub fn open_dataset(loc: &Id, name: &str) -> Result<Id> {
     )
 }
 
+/// Creates a group `name` in `loc`.
+pub fn create_group(loc: &Id, name: &str) -> Result<Id> {
+    let c_name = cstr(name)?;
+    // SAFETY: a valid location id and C string.
+    let id = unsafe {
+        sys::h5g::H5Gcreate2(
+            loc.raw(),
+            c_name.as_ptr(),
+            H5P_DEFAULT,
+            H5P_DEFAULT,
+            H5P_DEFAULT,
+        )
+    };
+    Id::new(id, sys::h5g::H5Gclose, &format!("H5Gcreate2({name})"))
+}
+
+/// Writes a scalar attribute `name` of `file_type` on `loc` from `value` (of `mem_type`).
+pub fn write_scalar_attribute<T>(
+    loc: &Id,
+    name: &str,
+    file_type: hid_t,
+    mem_type: hid_t,
+    value: &T,
+) -> Result<()> {
+    let c_name = cstr(name)?;
+    // SAFETY: ids created here; `value` is one element of `mem_type`.
+    unsafe {
+        let space = Id::new(H5Screate(H5S_class_t::H5S_SCALAR), H5Sclose, "H5Screate")?;
+        let attr = Id::new(
+            sys::h5a::H5Acreate2(
+                loc.raw(),
+                c_name.as_ptr(),
+                file_type,
+                space.raw(),
+                H5P_DEFAULT,
+                H5P_DEFAULT,
+            ),
+            sys::h5a::H5Aclose,
+            &format!("H5Acreate2({name})"),
+        )?;
+        check(
+            sys::h5a::H5Awrite(attr.raw(), mem_type, (value as *const T).cast()) as i64,
+            "H5Awrite",
+        )?;
+    }
+    Ok(())
+}
+
+/// Reads a scalar attribute `name` of `loc` as `mem_type` into `value`.
+pub fn read_scalar_attribute<T>(
+    loc: &Id,
+    name: &str,
+    mem_type: hid_t,
+    value: &mut T,
+) -> Result<()> {
+    let c_name = cstr(name)?;
+    // SAFETY: ids opened here; `value` has room for one element of `mem_type`.
+    unsafe {
+        let attr = Id::new(
+            sys::h5a::H5Aopen(loc.raw(), c_name.as_ptr(), H5P_DEFAULT),
+            sys::h5a::H5Aclose,
+            &format!("H5Aopen({name})"),
+        )?;
+        check(
+            sys::h5a::H5Aread(attr.raw(), mem_type, (value as *mut T).cast()) as i64,
+            "H5Aread",
+        )?;
+    }
+    Ok(())
+}
+
 /// The dataset's file address (contiguous layout), for reading its bytes without HDF5.
 pub fn dataset_offset(dset: &Id) -> Result<u64> {
     // SAFETY: valid dataset id.
