@@ -91,11 +91,16 @@ fn parse_report(path: &Path) -> HashMap<String, u64> {
 
 /// Runs h5devprog with the gds driver, the emulator (unless testing real CUDA) and `env`.
 fn run(env: &[(&str, &str)]) -> Run {
+    run_with(&[], env)
+}
+
+/// As `run`, with extra program arguments (e.g. `--sizes`).
+fn run_with(args: &[&str], env: &[(&str, &str)]) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let libs = emulator_lib_dir();
     let report = dir.path().join("emulator-report.txt");
     let mut cmd = std::process::Command::new(DEVPROG);
-    cmd.arg(dir.path().join("device.h5"));
+    cmd.arg(dir.path().join("device.h5")).args(args);
     for (key, _) in std::env::vars() {
         if key.starts_with("HDF5_") || key.starts_with("H5GDS_") || key.starts_with("CUFILE_") {
             cmd.env_remove(key);
@@ -256,30 +261,13 @@ fn sizes_around_task_and_bounce_boundaries() {
     // Task size 256K and bounce buffers of 64K: one byte either side of each boundary.
     let sizes = "3,65535,65537,131073,262143,262145,786431,786433";
     for mode in ["auto", "on"] {
-        let dir = tempfile::tempdir().unwrap();
-        let libs = emulator_lib_dir();
-        let mut cmd = std::process::Command::new(DEVPROG);
-        cmd.arg(dir.path().join("edges.h5"))
-            .args(["--sizes", sizes]);
-        for (key, _) in std::env::vars() {
-            if key.starts_with("HDF5_") || key.starts_with("H5GDS_") {
-                cmd.env_remove(key);
-            }
-        }
-        cmd.env("HDF5_PLUGIN_PATH", plugin_dir())
-            .env("HDF5_DRIVER", "gds")
-            .env("H5GDS_COMPAT_MODE", mode);
-        if !real_cuda() {
-            cmd.env("LD_LIBRARY_PATH", libs.path())
-                .env("H5GDS_EMU_DEFER_ASYNC", "1");
-        }
-        let out = cmd.envs(SMALL_SIZES).output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
+        let run = run_with(&["--sizes", sizes], &[("H5GDS_COMPAT_MODE", mode)]);
+        run.assert_device_ok();
         // 8 sizes x (read, write), 7 hyperslabs (not for 3 bytes), compact (2), past EOF (1).
         assert!(
-            stdout.starts_with("DEVICE OK 26"),
-            "{mode}: {stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
+            run.stdout().starts_with("DEVICE OK 26"),
+            "{mode}: {}",
+            run.stdout()
         );
     }
 }
