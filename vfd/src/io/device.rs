@@ -3,7 +3,7 @@
 //! of that task through the staged path, with a warning; nothing partial is reported as success.
 
 use super::gds::{self, GdsHandle};
-use super::parallel::{run_tasks, split};
+use super::parallel::run_split;
 use super::staged;
 use crate::config::{CompatMode, Settings};
 use crate::cuda::{self, CUdeviceptr};
@@ -164,17 +164,11 @@ impl DeviceIo<'_> {
         len: usize,
         addr: u64,
     ) -> Result<()> {
-        let tasks: Vec<(usize, usize)> = split(len, self.settings.task_size).collect();
-        run_tasks(
-            self.settings.nthreads,
-            tasks.len(),
-            len >= self.settings.task_size,
-            |i| {
-                let (off, n) = tasks[i];
-                // SAFETY: each task covers a disjoint part of the caller's device range.
-                unsafe { self.task(dir, base, buf_off + off, n, addr + off as u64) }
-            },
-        )
+        let (nthreads, task_size) = (self.settings.nthreads, self.settings.task_size);
+        run_split(nthreads, len, task_size, true, |off, n| {
+            // SAFETY: each task covers a disjoint part of the caller's device range.
+            unsafe { self.task(dir, base, buf_off + off, n, addr + off as u64) }
+        })
     }
 
     /// The staged path for `len` bytes at device address `dev` and file offset `addr`.

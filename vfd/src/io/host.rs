@@ -1,7 +1,7 @@
 //! Host-memory I/O for one open file: single requests split across the pool when large, vector
 //! requests coalesced and run concurrently, optional `O_DIRECT` for aligned transfers.
 
-use super::parallel::{run_tasks, split};
+use super::parallel::{run_split, run_tasks, split};
 use super::posix::{self, Failure};
 use super::vector::{any_overlap, plan_reads, Piece};
 use crate::error::{Error, Result};
@@ -83,9 +83,7 @@ impl<'a> HostIo<'a> {
     pub unsafe fn read(&self, addr: u64, buf: *mut u8, len: usize) -> Result<()> {
         // As an integer, so tasks on other threads may carry it; they touch disjoint parts.
         let base = buf as usize;
-        let tasks: Vec<(usize, usize)> = split(len, self.task_size).collect();
-        run_tasks(self.nthreads, tasks.len(), len >= self.task_size, |i| {
-            let (off, n) = tasks[i];
+        run_split(self.nthreads, len, self.task_size, true, |off, n| {
             // SAFETY: each task reads a disjoint sub-range of the caller's buffer.
             unsafe { self.read_one(addr + off as u64, base + off, n) }
         })
@@ -106,13 +104,16 @@ impl<'a> HostIo<'a> {
     pub unsafe fn write(&self, addr: u64, buf: *const u8, len: usize) -> Result<()> {
         // As an integer, so tasks on other threads may carry it; they touch disjoint parts.
         let base = buf as usize;
-        let tasks: Vec<(usize, usize)> = split(len, self.task_size).collect();
-        let parallel = len >= self.task_size && self.parallel_writes();
-        run_tasks(self.nthreads, tasks.len(), parallel, |i| {
-            let (off, n) = tasks[i];
-            // SAFETY: each task reads a disjoint sub-range of the caller's buffer.
-            unsafe { self.write_one(addr + off as u64, base + off, n) }
-        })
+        run_split(
+            self.nthreads,
+            len,
+            self.task_size,
+            self.parallel_writes(),
+            |off, n| {
+                // SAFETY: each task reads a disjoint sub-range of the caller's buffer.
+                unsafe { self.write_one(addr + off as u64, base + off, n) }
+            },
+        )
     }
 
     /// Reads every piece. Pieces close together in the file are read as one run and scattered;

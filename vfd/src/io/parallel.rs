@@ -86,6 +86,26 @@ where
     (0..count).try_for_each(task)
 }
 
+/// Runs `task(offset, len)` over `task_size` pieces of `0..len`: on the pool when `parallel`
+/// and the request is at least one task long, else in order on the calling thread.
+pub fn run_split<E, F>(
+    nthreads: usize,
+    len: usize,
+    task_size: usize,
+    parallel: bool,
+    task: F,
+) -> Result<(), E>
+where
+    E: Send,
+    F: Fn(usize, usize) -> Result<(), E> + Sync,
+{
+    let pieces: Vec<(usize, usize)> = split(len, task_size).collect();
+    run_tasks(nthreads, pieces.len(), parallel && len >= task_size, |i| {
+        let (off, n) = pieces[i];
+        task(off, n)
+    })
+}
+
 /// `(offset, len)` pieces of at most `task_size` bytes covering `0..len`.
 pub fn split(len: usize, task_size: usize) -> impl Iterator<Item = (usize, usize)> {
     let task_size = task_size.max(1);
@@ -106,6 +126,28 @@ mod tests {
         assert_eq!(pieces, vec![(0, 4), (4, 4), (8, 2)]);
         assert_eq!(split(0, 4).count(), 0);
         assert_eq!(split(8, 4).collect::<Vec<_>>(), vec![(0, 4), (4, 4)]);
+    }
+
+    #[test]
+    fn run_split_covers_every_byte_once() {
+        let seen: Vec<AtomicUsize> = (0..1000).map(|_| AtomicUsize::new(0)).collect();
+        run_split::<(), _>(3, 1000, 64, true, |off, n| {
+            assert!(n <= 64);
+            (off..off + n).for_each(|b| {
+                seen[b].fetch_add(1, Ordering::Relaxed);
+            });
+            Ok(())
+        })
+        .unwrap();
+        assert!(seen.iter().all(|s| s.load(Ordering::Relaxed) == 1));
+        assert_eq!(
+            run_split(3, 1000, 64, false, |off, _| if off == 128 {
+                Err(off)
+            } else {
+                Ok(())
+            }),
+            Err(128)
+        );
     }
 
     #[test]
