@@ -9,23 +9,12 @@
 //! with host-side reads. Prints `DEVICE OK <checks>`; on a mismatch or error prints `FAILED: ...`
 //! and exits 1.
 
+use crate::pattern::bytes as pattern;
 use h5gds_bench::gpu::{init_cuda, DeviceBuffer};
 use h5gds_bench::h5::{self, h5t, Layout, Selection};
 use std::path::Path;
 
 type Check<T> = Result<T, String>;
-
-/// Reference bytes for a dataset of `len` bytes.
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            (i as u32)
-                .wrapping_mul(2_654_435_761)
-                .rotate_left(seed as u32 % 31) as u8
-                ^ seed
-        })
-        .collect()
-}
 
 fn expect_bytes(what: &str, got: &[u8], want: &[u8]) -> Check<()> {
     if got.len() != want.len() {

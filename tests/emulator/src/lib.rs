@@ -117,6 +117,7 @@ mod cuda_memory;
 mod cuda_pointer;
 mod cufile_api;
 mod cufile_handles;
+mod cufile_io;
 mod errors;
 mod ffi;
 mod memory;
