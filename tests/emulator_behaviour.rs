@@ -1491,8 +1491,9 @@ fn gds_registers_descriptors_without_o_direct_and_bypasses_the_page_cache() {
 }
 
 /// In compatibility mode cuFile does POSIX I/O, through the page cache ("When you enable
-/// compatibility mode, and GDS is not functional for the IO target" it uses the POSIX path:
-/// NVIDIA GPUDirect Storage configuration guide, "GPUDirect Storage Parameters").
+/// compatibility mode, and GDS is not functional for the IO target, the code that uses the
+/// cuFile APIs fall backs to the standard POSIX read/write path": NVIDIA GPUDirect Storage
+/// configuration guide, "GPUDirect Storage Parameters").
 #[test]
 fn compat_mode_goes_through_the_page_cache() {
     in_child(
@@ -1516,9 +1517,11 @@ fn compat_mode_goes_through_the_page_cache() {
     );
 }
 
-/// Where the file system refuses O_DIRECT, GDS is not functional for the file and cuFile uses
-/// its compatibility mode (cufile.json `allow_compat_mode`, default true): the transfer still
-/// works, through POSIX bounce buffers and the page cache.
+/// Where the file system refuses O_DIRECT, GDS is not functional for the file; with
+/// compatibility mode allowed (`allow_compat_mode`, which the emulator assumes), "the code that
+/// uses the cuFile APIs fall backs to the standard POSIX read/write path" (NVIDIA GPUDirect
+/// Storage configuration guide, "GPUDirect Storage Parameters"): the transfer still works,
+/// through POSIX bounce buffers and the page cache.
 #[test]
 fn gds_falls_back_to_compat_mode_where_o_direct_is_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -172,6 +172,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         emulated = gpu::is_emulated();
         if emulated {
             println!("\nDEVICE MEMORY, EMULATED: libcuda and libcufile are h5gds's CPU emulator; these are not GPU figures");
+            println!("(the emulated GDS path bypasses the page cache with O_DIRECT where the file system allows, as nvidia-fs does; the staged path reads and writes through it)");
         } else {
             println!("\nDEVICE MEMORY: gds vs the staged path (sec2 through a {staging} host buffer, then a copy)");
         }
@@ -205,7 +206,7 @@ fn save(
     plot: Option<&Path>,
 ) -> Result<(), String> {
     let device = if emulated {
-        "EMULATED (CPU emulator of CUDA and cuFile)"
+        "EMULATED (CPU emulator of CUDA and cuFile; its GDS path bypasses the page cache with O_DIRECT, the staged path does not)"
     } else {
         "real CUDA, if any device rows"
     };
@@ -221,7 +222,7 @@ fn save(
     if let Some(path) = plot {
         let mut title = format!("h5gds bench on {machine}");
         if emulated {
-            title.push_str(" (device rows EMULATED)");
+            title.push_str(" (device rows EMULATED; emulated GDS bypasses the page cache)");
         }
         std::fs::write(path, report::svg(all, &title))
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;

@@ -221,8 +221,10 @@ unsafe fn register_handle(fh: *mut CUfileHandle_t, descr: *const CUfileDescr_t) 
         return Err(fail(E::CU_FILE_HANDLE_ALREADY_REGISTERED));
     }
     let io_fd = handles::reopen(fd, flags, false).ok_or(fail(E::CU_FILE_GETNEWFD_FAILED))?;
-    // Where the file system refuses O_DIRECT, cuFile falls back to its compatibility mode
-    // (cufile.json `allow_compat_mode`, default true).
+    // Where the file system refuses O_DIRECT, "GDS is not functional for the IO target" and,
+    // with compatibility mode allowed (cufile.json `allow_compat_mode`, which the emulator
+    // assumes), cuFile "fall[s] back to the standard POSIX read/write path" (NVIDIA GPUDirect
+    // Storage configuration guide, "GPUDirect Storage Parameters").
     let direct_fd = if switches::get().gds {
         handles::reopen(fd, flags, true)
     } else {

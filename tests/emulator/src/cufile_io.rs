@@ -12,10 +12,11 @@
 //!   the library software deems fit, it will follow the GDS enabled O_DIRECT path" (NVIDIA
 //!   GPUDirect Storage Troubleshooting Guide, "Managing Coherency of Data in the Page Cache
 //!   and on Disk").
-//! * **Compatibility mode** (`H5GDS_EMU_GDS=0`, or a file system that refuses `O_DIRECT`):
-//!   POSIX I/O through the page cache into host bounce buffers of `per_buffer_cache_size`,
-//!   each then copied to or from device memory ("compat mode will use posix bounce buffers"),
-//!   so a compatibility-mode transfer costs a read plus a copy per buffer, as on a GPU.
+//! * **Compatibility mode** (`H5GDS_EMU_GDS=0`, or a file system that refuses `O_DIRECT`): "the
+//!   standard POSIX read/write path" (NVIDIA GPUDirect Storage configuration guide), through
+//!   the page cache into host bounce buffers of `per_buffer_cache_size`, each then copied to or
+//!   from device memory (libcufile 1.20 logs "compat mode will use posix bounce buffers"), so a
+//!   compatibility-mode transfer costs a read plus a copy per buffer, as on a GPU.
 //!
 //! Host buffers (pageable or pinned) are accepted in both modes: `cufile.h` 1.20 documents
 //! `bufPtr_base` as the "base address of buffer in device or host memory". In compatibility
@@ -31,8 +32,10 @@ use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::AtomicU64;
 
-/// `properties:per_buffer_cache_size_kb` of cufile.json, default 1024 (what
-/// `cuFileDriverGetProperties` reports as `per_buffer_cache_size`, in KiB).
+/// `properties:per_buffer_cache_size_kb` of cufile.json (what `cuFileDriverGetProperties`
+/// reports as `per_buffer_cache_size`, in KiB): 1024, the smallest size cufile.json's own
+/// comments allow ("ranging from 1024kb to 16384kb") and max_device_cache_size_kb's default
+/// 131072 divided by io_batchsize's default 128.
 pub const PER_BUFFER_CACHE_KB: usize = 1024;
 /// The bounce buffer size in bytes.
 pub const BOUNCE_BYTES: usize = PER_BUFFER_CACHE_KB * 1024;
