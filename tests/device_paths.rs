@@ -113,6 +113,13 @@ fn gds_path_reads_and_writes_device_memory() {
             "{:?}",
             run.report
         );
+        // Around the page cache, as nvidia-fs: the emulator's GDS path, not its compat mode.
+        assert!(
+            run.counter("cufile o_direct requests") > 0,
+            "{:?}",
+            run.report
+        );
+        assert_eq!(run.counter("cufile posix bounce copies"), 0);
     }
 }
 
@@ -144,6 +151,13 @@ fn compat_mode_off_uses_cufile_even_in_its_compatibility_mode() {
     run.assert_device_ok();
     run.assert_log("in cuFile's own compatibility mode");
     assert!(run.counter("cufile reads") > 0);
+    // cuFile's compatibility mode moves device data through its POSIX bounce buffers.
+    assert!(
+        run.counter("cufile posix bounce copies") > 0,
+        "{:?}",
+        run.report
+    );
+    assert_eq!(run.counter("cufile o_direct requests"), 0);
 }
 
 #[test]
