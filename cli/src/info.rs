@@ -158,7 +158,7 @@ pub fn find_plugin_dir(flag: Option<PathBuf>) -> Result<PathBuf, String> {
 }
 
 pub fn gather(plugin_dir: Option<&Path>) -> Info {
-    let config = std::env::var("HDF5_DRIVER_CONFIG").ok();
+    let config = h5gds::config::config_from_environment();
     let loaded = Settings::load(config.as_deref());
     let (settings, settings_error) = match loaded {
         Ok(s) => (Some(s), None),

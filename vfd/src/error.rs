@@ -7,15 +7,15 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("invalid value {value:?} for {setting}: accepted values are {accepted}")]
+    #[error("invalid value {value} for {setting}: accepted values are {accepted}")]
     InvalidSetting {
         setting: String,
         value: String,
         accepted: &'static str,
     },
-    #[error("unknown key {key:?} in the gds config string: accepted keys are {}", crate::config::SETTINGS.iter().map(|s| s.config_key).collect::<Vec<_>>().join(", "))]
+    #[error("unknown key {key} in the gds config string: accepted keys are {}", crate::config::SETTINGS.iter().map(|s| s.config_key).collect::<Vec<_>>().join(", "))]
     UnknownConfigKey { key: String },
-    #[error("malformed item {item:?} in the gds config string: expected key=value pairs separated by commas")]
+    #[error("malformed item {item} in the gds config string: expected key=value pairs separated by commas")]
     MalformedConfig { item: String },
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -157,10 +157,10 @@ fn ignore_disabled_locks(fapl: hid_t) -> bool {
 
 /// The config string for this open: from the fapl when HDF5 is reachable, else from the
 /// environment variable HDF5 itself would have read.
-fn config_string(fapl: hid_t) -> Option<String> {
+fn config_string(fapl: hid_t) -> Option<Vec<u8>> {
     match hdf5_runtime::api() {
         Some(api) => api.driver_config(fapl),
-        None => std::env::var("HDF5_DRIVER_CONFIG").ok(),
+        None => crate::config::config_from_environment(),
     }
 }
 
