@@ -188,9 +188,7 @@ impl Settings {
                 let spec = std::str::from_utf8(key)
                     .ok()
                     .and_then(|key| SETTINGS.iter().find(|s| s.config_key == key))
-                    .ok_or_else(|| Error::UnknownConfigKey {
-                        key: shown(key),
-                    })?;
+                    .ok_or_else(|| Error::UnknownConfigKey { key: shown(key) })?;
                 settings.apply(spec, value, Source::ConfigString)?;
             }
         }
@@ -310,7 +308,11 @@ pub fn shown(raw: &[u8]) -> String {
         pieces.extend(chunk.valid().chars().map(|c| c.escape_debug().to_string()));
         pieces.extend(chunk.invalid().iter().map(|b| format!("\\x{b:02x}")));
     }
-    let quoted: String = pieces.iter().take(QUOTED_CHARS).map(String::as_str).collect();
+    let quoted: String = pieces
+        .iter()
+        .take(QUOTED_CHARS)
+        .map(String::as_str)
+        .collect();
     if pieces.len() <= QUOTED_CHARS {
         format!("\"{quoted}\"")
     } else {
@@ -447,13 +449,18 @@ mod tests {
             text.contains("H5GDS_NTHREADS") && text.contains("\\xff") && text.contains("1 to 256"),
             "{text}"
         );
-        let err = Settings::from_sources(env_of(&[]), Some(b"direct_io=o\xffn".as_slice()))
-            .unwrap_err();
-        let text = err.to_string();
-        assert!(text.contains("direct_io") && text.contains("o\\xffn"), "{text}");
         let err =
-            Settings::from_sources(env_of(&[]), Some(b"\xfe\xff=1".as_slice())).unwrap_err();
-        assert!(err.to_string().contains("unknown key \"\\xfe\\xff\""), "{err}");
+            Settings::from_sources(env_of(&[]), Some(b"direct_io=o\xffn".as_slice())).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("direct_io") && text.contains("o\\xffn"),
+            "{text}"
+        );
+        let err = Settings::from_sources(env_of(&[]), Some(b"\xfe\xff=1".as_slice())).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown key \"\\xfe\\xff\""),
+            "{err}"
+        );
     }
 
     #[test]
@@ -462,7 +469,10 @@ mod tests {
         let err = Settings::from_sources(env_of(&[]), cfg(&long)).unwrap_err();
         let text = err.to_string();
         assert!(text.len() < 400, "{} bytes: {}", text.len(), &text[..400]);
-        assert!(text.contains("nthreads") && text.contains("100000 bytes in all"), "{text}");
+        assert!(
+            text.contains("nthreads") && text.contains("100000 bytes in all"),
+            "{text}"
+        );
         let long_item = "x".repeat(50_000);
         let err = Settings::from_sources(env_of(&[]), cfg(&long_item)).unwrap_err();
         assert!(err.to_string().len() < 400);

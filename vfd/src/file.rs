@@ -125,23 +125,21 @@ impl OpenFile {
         let direct = match settings.direct_io {
             DirectIo::Off => None,
             // O_CREAT/O_TRUNC/O_EXCL were applied by the first open.
-            mode => match open_fd(c_path, (o_flags & libc::O_ACCMODE) | libc::O_DIRECT) {
-                Ok(f) => Some(f),
-                Err(err) if mode == DirectIo::On => {
-                    return Err(Error::Open {
-                        path: path.to_string(),
-                        flags,
-                        source: io::Error::new(
-                            err.kind(),
-                            format!("direct_io=on but the file system refuses O_DIRECT ({err}); use direct_io=auto or off"),
-                        ),
-                    })
+            mode => {
+                match open_fd(c_path, (o_flags & libc::O_ACCMODE) | libc::O_DIRECT) {
+                    Ok(f) => Some(f),
+                    Err(source) if mode == DirectIo::On => {
+                        return Err(Error::DirectIoRefused {
+                            path: path.to_string(),
+                            source,
+                        })
+                    }
+                    Err(err) => {
+                        tracing::info!("direct_io=auto: O_DIRECT refused for {path:?} ({err}); using buffered I/O");
+                        None
+                    }
                 }
-                Err(err) => {
-                    tracing::info!("direct_io=auto: O_DIRECT refused for {path:?} ({err}); using buffered I/O");
-                    None
-                }
-            },
+            }
         };
         let device_path = match device_plan.finish(&settings, c_path, flags & H5F_ACC_RDWR != 0) {
             Ok(path) => path,
