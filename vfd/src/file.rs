@@ -551,6 +551,30 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_open_removes_only_the_file_it_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mine.h5");
+        let create = H5F_ACC_RDWR | H5F_ACC_CREAT | H5F_ACC_TRUNC;
+        let (ours, created) = open_untouched(&c(&path), libc::O_RDWR, create).unwrap();
+        assert!(created);
+        // Another process replaces the name between this open and its refusal.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, b"another process's file").unwrap();
+        remove_if_same(&c(&path), &ours);
+        assert_eq!(std::fs::read(&path).unwrap(), b"another process's file");
+        // An existing file is opened, not created, and not truncated yet.
+        let (again, created) = open_untouched(&c(&path), libc::O_RDWR, create).unwrap();
+        assert!(!created);
+        assert_eq!(again.metadata().unwrap().len(), 22);
+        // The name still holding this open's own file: removed.
+        std::fs::remove_file(&path).unwrap();
+        let (ours, created) = open_untouched(&c(&path), libc::O_RDWR, create).unwrap();
+        assert!(created);
+        remove_if_same(&c(&path), &ours);
+        assert!(!path.exists());
+    }
+
+    #[test]
     fn locks_conflict_between_open_files() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("lock.h5");
