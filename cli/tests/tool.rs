@@ -241,6 +241,10 @@ fn tiny_bench_writes_json_and_svg() {
 fn bench_without_cuda_runs_the_host_benchmarks_and_says_why_not_device() {
     let work = tempfile::tempdir().unwrap();
     let dir = plugin_dir();
+    let (json, svg) = (
+        work.path().join("bench.json"),
+        work.path().join("bench.svg"),
+    );
     let args = [
         "bench",
         "--size",
@@ -255,6 +259,10 @@ fn bench_without_cuda_runs_the_host_benchmarks_and_says_why_not_device() {
         work.path().to_str().unwrap(),
         "--plugin-dir",
         dir.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
     ];
     let out = tool(&args, &[("LD_LIBRARY_PATH", work.path().as_os_str())]);
     assert!(out.status.success());
@@ -264,4 +272,27 @@ fn bench_without_cuda_runs_the_host_benchmarks_and_says_why_not_device() {
         text.contains("DEVICE MEMORY: skipped: the device benchmarks need a CUDA driver library"),
         "{text}"
     );
+    // The outputs hold what was measured, and say what was skipped and why.
+    let value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let results = value["results"].as_array().unwrap();
+    assert!(
+        results
+            .iter()
+            .any(|r| r["benchmark"] == "read 1 MiB contiguous f32" && r["path"] == "gds"),
+        "{value}"
+    );
+    assert!(results
+        .iter()
+        .all(|r| !r["benchmark"].as_str().unwrap().starts_with("device")));
+    let skipped = value["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1, "{value}");
+    assert_eq!(skipped[0]["part"], "device");
+    assert!(skipped[0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("need a CUDA driver library"));
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert!(picture.contains("device benchmarks skipped: the device benchmarks need a CUDA"));
+    assert!(picture.contains("read 1 MiB contiguous f32"));
 }
