@@ -5,6 +5,7 @@
 //! plain `pread` roofline) in one process, alternating, and prints a table of medians and ratios.
 
 mod info;
+mod plugins;
 
 use clap::{Parser, Subcommand};
 use h5gds_bench::{device, gpu, h5, host, report, stats};

@@ -89,6 +89,13 @@ pub fn class() -> *const H5FD_class_t {
     &CLASS.0
 }
 
+/// Marks this library as h5gds's `gds` driver. Another GDS driver (vfd-gds) is registered under
+/// the same name and value; `h5gds info` tells the two apart on the plugin path by this symbol.
+#[no_mangle]
+pub extern "C" fn h5gds_plugin_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
 /// Tells HDF5's plugin loader that this library is a virtual file driver.
 #[no_mangle]
 pub extern "C" fn H5PLget_plugin_type() -> c_int {
