@@ -5,6 +5,7 @@
 //! plain `pread` roofline) in one process, alternating, and prints a table of medians and ratios.
 
 mod info;
+mod plugins;
 
 use clap::{Parser, Subcommand};
 use h5gds_bench::{device, gpu, h5, host, report, stats};
@@ -161,7 +162,15 @@ fn bench(args: BenchArgs) -> Result<(), String> {
             gds_config: args.gds_config,
         };
         if let Err(err) = gpu::init_cuda() {
-            println!("\nDEVICE MEMORY: skipped: the device benchmarks need a CUDA driver library ({err})");
+            let reason = format!("the device benchmarks need a CUDA driver library ({err})");
+            println!("\nDEVICE MEMORY: skipped: {reason}");
+            // What was measured is saved all the same, with the reason the rest is missing.
+            let skipped = [report::Skipped {
+                part: "device",
+                reason,
+            }];
+            let outputs = (args.json.as_deref(), args.plot.as_deref());
+            save(&all, &machine, false, &skipped, outputs)?;
             return if args.only == Only::Device {
                 Err(err)
             } else {
@@ -192,8 +201,8 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         &all,
         &machine,
         emulated,
-        args.json.as_deref(),
-        args.plot.as_deref(),
+        &[],
+        (args.json.as_deref(), args.plot.as_deref()),
     )
 }
 
@@ -202,8 +211,8 @@ fn save(
     all: &[stats::Measurement],
     machine: &str,
     emulated: bool,
-    json: Option<&Path>,
-    plot: Option<&Path>,
+    skipped: &[report::Skipped],
+    (json, plot): (Option<&Path>, Option<&Path>),
 ) -> Result<(), String> {
     let device = if emulated {
         "EMULATED (CPU emulator of CUDA and cuFile; its GDS path bypasses the page cache with O_DIRECT, the staged path does not)"
@@ -215,6 +224,7 @@ fn save(
             all,
             &["sec2", "pread", device::STAGED],
             &[("machine", machine), ("device_results", device)],
+            skipped,
         );
         let text = serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?;
         std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -224,7 +234,7 @@ fn save(
         if emulated {
             title.push_str(" (device rows EMULATED; emulated GDS bypasses the page cache)");
         }
-        std::fs::write(path, report::svg(all, &title))
+        std::fs::write(path, report::svg(all, &title, skipped))
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(())

@@ -247,6 +247,10 @@ fn tiny_bench_writes_json_and_svg() {
 fn bench_without_cuda_runs_the_host_benchmarks_and_says_why_not_device() {
     let work = tempfile::tempdir().unwrap();
     let dir = plugin_dir();
+    let (json, svg) = (
+        work.path().join("bench.json"),
+        work.path().join("bench.svg"),
+    );
     let args = [
         "bench",
         "--size",
@@ -261,6 +265,10 @@ fn bench_without_cuda_runs_the_host_benchmarks_and_says_why_not_device() {
         work.path().to_str().unwrap(),
         "--plugin-dir",
         dir.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
     ];
     let libs = emulator_lib_dir();
     let out = tool(&args, &borrowed(&no_gpu(&libs)));
@@ -270,5 +278,74 @@ fn bench_without_cuda_runs_the_host_benchmarks_and_says_why_not_device() {
     assert!(
         text.contains("DEVICE MEMORY: skipped: the device benchmarks need a CUDA driver library"),
         "{text}"
+    );
+    // The outputs hold what was measured, and say what was skipped and why.
+    let value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let results = value["results"].as_array().unwrap();
+    assert!(
+        results
+            .iter()
+            .any(|r| r["benchmark"] == "read 1 MiB contiguous f32" && r["path"] == "gds"),
+        "{value}"
+    );
+    assert!(results
+        .iter()
+        .all(|r| !r["benchmark"].as_str().unwrap().starts_with("device")));
+    let skipped = value["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1, "{value}");
+    assert_eq!(skipped[0]["part"], "device");
+    assert!(skipped[0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("need a CUDA driver library"));
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert!(picture.contains("device benchmarks skipped: the device benchmarks need a CUDA"));
+    assert!(picture.contains("read 1 MiB contiguous f32"));
+}
+
+#[test]
+fn info_names_which_gds_driver_the_plugin_path_gives() {
+    let work = tempfile::tempdir().unwrap();
+    let other = work.path().join("libother_gds.so");
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&other)
+        .arg(workspace_root().join("tests/shims/other_gds_driver.c"))
+        .status()
+        .expect("a C compiler (cc)");
+    assert!(status.success());
+    let ours = plugin_dir();
+    let path_of = |dirs: &[&std::path::Path]| std::env::join_paths(dirs).unwrap();
+    // Another project's gds driver first on the path: that is what HDF5 would load.
+    let both = path_of(&[work.path(), &ours]);
+    let info = info_json(&[("HDF5_PLUGIN_PATH", both.as_os_str())]);
+    let found = info["gds_plugins"]["found"].as_array().unwrap();
+    assert_eq!(found.len(), 2, "{info}");
+    assert_eq!(found[0]["path"], other.to_str().unwrap());
+    assert!(found[0]["h5gds_version"].is_null());
+    assert_eq!(found[1]["path"], ours.join("libh5gds.so").to_str().unwrap());
+    assert!(found[1]["h5gds_version"].is_string(), "{info}");
+    let out = tool(
+        &["info", "--plugin-dir", ours.to_str().unwrap()],
+        &[("HDF5_PLUGIN_PATH", both.as_os_str())],
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains("HDF5_DRIVER=gds loads: ANOTHER gds driver, not h5gds")
+            && text.contains("2 gds drivers on the path"),
+        "{text}"
+    );
+    // h5gds's directory first: h5gds.
+    let ours_first = path_of(&[&ours, work.path()]);
+    let out = tool(
+        &["info", "--plugin-dir", ours.to_str().unwrap()],
+        &[("HDF5_PLUGIN_PATH", ours_first.as_os_str())],
+    );
+    assert!(
+        stdout(&out).contains("HDF5_DRIVER=gds loads: h5gds 0.")
+            && !stdout(&out).contains("ANOTHER"),
+        "{}",
+        stdout(&out)
     );
 }

@@ -89,6 +89,13 @@ pub fn class() -> *const H5FD_class_t {
     &CLASS.0
 }
 
+/// Marks this library as h5gds's `gds` driver. Another GDS driver (vfd-gds) is registered under
+/// the same name and value; `h5gds info` tells the two apart on the plugin path by this symbol.
+#[no_mangle]
+pub extern "C" fn h5gds_plugin_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
 /// Tells HDF5's plugin loader that this library is a virtual file driver.
 #[no_mangle]
 pub extern "C" fn H5PLget_plugin_type() -> c_int {
@@ -157,10 +164,10 @@ fn ignore_disabled_locks(fapl: hid_t) -> bool {
 
 /// The config string for this open: from the fapl when HDF5 is reachable, else from the
 /// environment variable HDF5 itself would have read.
-fn config_string(fapl: hid_t) -> Option<String> {
+fn config_string(fapl: hid_t) -> Option<Vec<u8>> {
     match hdf5_runtime::api() {
         Some(api) => api.driver_config(fapl),
-        None => std::env::var("HDF5_DRIVER_CONFIG").ok(),
+        None => crate::config::config_from_environment(),
     }
 }
 
