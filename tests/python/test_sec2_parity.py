@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from support import PLUGIN_DIR, ROOT, emulator_library, without_gpu
+
 SCENARIOS = Path(__file__).with_name("sec2_parity_scenarios.py")
-PLUGIN_DIR = Path(os.environ.get("H5GDS_PLUGIN_DIR", ROOT / "target" / "release"))
-EMULATOR = ROOT / "target" / "debug" / "libh5gds_emu.so"
 
 
 def run(driver, *args, env=None, timeout=300):
@@ -79,18 +78,17 @@ def refuse_o_direct(tmp_path_factory):
 @pytest.fixture(scope="module")
 def emulator_dir(tmp_path_factory):
     """A directory that makes a child load the CUDA/cuFile emulator as libcuda and libcufile."""
-    assert EMULATOR.is_file(), "build the emulator first: cargo build -p h5gds-cuda-emulator"
     directory = tmp_path_factory.mktemp("emulator")
     for name in ("libcuda.so.1", "libcuda.so", "libcufile.so.0", "libcufile.so"):
-        (directory / name).symlink_to(EMULATOR)
+        (directory / name).symlink_to(emulator_library())
     return directory
 
 
-def refusals(shim, emulator, empty):
+def refusals(shim, emulator, no_gpu):
     """Each way the driver refuses an open, as environment settings."""
     return {
         "direct_io=on, O_DIRECT refused": {"H5GDS_DIRECT_IO": "on", "LD_PRELOAD": str(shim)},
-        "compat_mode=off, no CUDA": {"H5GDS_COMPAT_MODE": "off", "LD_LIBRARY_PATH": str(empty)},
+        "compat_mode=off, no CUDA": {"H5GDS_COMPAT_MODE": "off", **no_gpu},
         "compat_mode=off, cuFile refuses the file": {
             "H5GDS_COMPAT_MODE": "off", "LD_PRELOAD": str(shim), "LD_LIBRARY_PATH": str(emulator)},
         "invalid setting": {"H5GDS_NTHREADS": "0"},
@@ -110,9 +108,7 @@ def snapshot(directory):
                                      "setting not UTF-8"])
 def test_a_refused_open_leaves_the_file_system_as_it_found_it(tmp_path, refuse_o_direct, emulator_dir, refusal,
                                                               mode):
-    empty = tmp_path / "no-libraries"
-    empty.mkdir()
-    env = refusals(refuse_o_direct, emulator_dir, empty)[refusal]
+    env = refusals(refuse_o_direct, emulator_dir, without_gpu(tmp_path))[refusal]
     files = tmp_path / "files"
     files.mkdir()
     existing = files / "existing.h5"
