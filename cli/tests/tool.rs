@@ -4,9 +4,9 @@
 //! which holds on any machine, also one with an NVIDIA driver in the system's library cache.
 
 use h5gds_tests::emulator::{emulator_cuda_lib_dir, emulator_lib_dir, EmulatorLibDir, NO_DEVICE};
-use h5gds_tests::plugin_dir;
 use h5gds_tests::process::{clean_env, output_within};
 use h5gds_tests::python::cufile_lib_dir;
+use h5gds_tests::{plugin_dir, workspace_root};
 use std::ffi::{OsStr, OsString};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
