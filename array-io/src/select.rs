@@ -4,7 +4,7 @@
 
 /// A box (hyperslab) of an array: `count[i]` elements from `start[i]` in each dimension.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Block {
+pub struct Block {
     pub start: Vec<u64>,
     pub count: Vec<u64>,
 }
