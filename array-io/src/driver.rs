@@ -156,8 +156,8 @@ fn register() -> std::result::Result<(hid_t, Registration), String> {
     }
     // SAFETY: the h5gds class is a static of HDF5 1.14.4+/2.x's H5FD_class_t layout (tested in
     // h5gds against the C headers).
-    let id = unsafe { hdf5_raw::register_driver(h5gds::class().cast()) }
-        .map_err(|e| e.to_string())?;
+    let id =
+        unsafe { hdf5_raw::register_driver(h5gds::class().cast()) }.map_err(|e| e.to_string())?;
     crate::log::debug(format_args!(
         "registered the gds driver in-process (id {id})"
     ));
@@ -184,7 +184,9 @@ fn h5gds_library(class: *const std::ffi::c_void) -> std::result::Result<(), Stri
     // entry point returning a class with this very `open`).
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only looks the address up; `info` is a valid out-pointer.
-    if unsafe { libc::dladdr(open as *const libc::c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+    if unsafe { libc::dladdr(open as *const libc::c_void, &mut info) } == 0
+        || info.dli_fname.is_null()
+    {
         return Err("an unknown library".into());
     }
     // SAFETY: dladdr returned a C string naming a loaded object.

@@ -119,8 +119,8 @@ pub(crate) fn open_dataset(
     let dapl = dapl
         .finish()
         .map_err(|e| fail("creating a dataset access list", e))?;
-    let dset = hdf5_raw::open_dataset(&file, name, &dapl)
-        .map_err(|e| fail("opening the dataset", e))?;
+    let dset =
+        hdf5_raw::open_dataset(&file, name, &dapl).map_err(|e| fail("opening the dataset", e))?;
     let space = dset.space().map_err(|e| fail("getting the dataspace", e))?;
     if space.is_null() {
         return Err(Error::UnsupportedDataset {

@@ -72,7 +72,10 @@ pub enum FileDriver {
     Sec2,
     /// A driver by name with its config string, loaded as a plugin if it is not registered
     /// (`H5Pset_driver_by_name`, what C programs and `HDF5_DRIVER` do).
-    ByName { name: String, config: String },
+    ByName {
+        name: String,
+        config: String,
+    },
     /// A registered driver by id (the in-process `gds` class).
     Registered(hid_t),
 }
@@ -335,7 +338,10 @@ pub fn read_into_plain<T: Plain>(
     // SAFETY: MaybeUninit<T> has T's layout; only initialised bytes of a Plain type are
     // written through the view (HDF5's), so `out` stays initialised.
     let view = unsafe {
-        std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<std::mem::MaybeUninit<T>>(), out.len())
+        std::slice::from_raw_parts_mut(
+            out.as_mut_ptr().cast::<std::mem::MaybeUninit<T>>(),
+            out.len(),
+        )
     };
     read_into(dset, mem_type, spaces, view)
 }
@@ -366,11 +372,14 @@ pub fn registered_driver(value: i32) -> Result<Option<hid_t>> {
         // load a plugin only if none were registered).
         let fapl = FileAccess::try_new()?;
         // SAFETY: a valid list; no config string.
-        check(unsafe {
-            hdf5_sys::h5p::H5Pset_driver_by_value(fapl.id(), value, std::ptr::null())
-        } as i64)?;
+        check(
+            unsafe { hdf5_sys::h5p::H5Pset_driver_by_value(fapl.id(), value, std::ptr::null()) }
+                as i64,
+        )?;
         // SAFETY: a valid list.
-        Ok(Some(check(unsafe { hdf5_sys::h5p::H5Pget_driver(fapl.id()) })?))
+        Ok(Some(check(unsafe {
+            hdf5_sys::h5p::H5Pget_driver(fapl.id())
+        })?))
     })
 }
 
@@ -413,7 +422,13 @@ mod tests {
         let file = create_file(&dir.join("typed.h5"), &fapl).unwrap();
         let dset = file.new_dataset::<f64>().shape(4).create("x").unwrap();
         let f64_type = Datatype::from_type::<f64>().unwrap();
-        write_from(&dset, &f64_type, Spaces::default(), &[1.0f64, 2.0, 3.0, 4.0]).unwrap();
+        write_from(
+            &dset,
+            &f64_type,
+            Spaces::default(),
+            &[1.0f64, 2.0, 3.0, 4.0],
+        )
+        .unwrap();
         (file, dset, f64_type)
     }
 
@@ -425,10 +440,16 @@ mod tests {
         let mut small = [MaybeUninit::<f32>::uninit(); 4];
         let err = read_into(&dset, &f64_type, Spaces::default(), &mut small).unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("8-byte elements") && text.contains("4-byte"), "{text}");
+        assert!(
+            text.contains("8-byte elements") && text.contains("4-byte"),
+            "{text}"
+        );
         let mut short = [MaybeUninit::<f64>::uninit(); 3];
         let err = read_into(&dset, &f64_type, Spaces::default(), &mut short).unwrap_err();
-        assert!(err.to_string().contains("4 elements, the buffer 3"), "{err}");
+        assert!(
+            err.to_string().contains("4 elements, the buffer 3"),
+            "{err}"
+        );
         let err = write_from(&dset, &f64_type, Spaces::default(), &[9u8; 4]).unwrap_err();
         assert!(err.to_string().contains("1-byte"), "{err}");
         // The refused write left the data as it was.
@@ -445,6 +466,10 @@ mod tests {
         assert_eq!(space.selection_size(), 8);
         assert_eq!(select_blocks(&[4, 4], &[]).unwrap().selection_size(), 0);
         let err = select_blocks(&[4, 4], &[(&[0], &[2])]).unwrap_err();
-        assert!(err.to_string().contains("rank 1/1 in a dataspace of rank 2"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("rank 1/1 in a dataspace of rank 2"),
+            "{err}"
+        );
     }
 }

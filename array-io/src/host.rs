@@ -96,8 +96,11 @@ pub(crate) fn read_region<T: Element>(
         } else {
             let file = select_blocks(&ds.shape, &[(&region.start, &region.count)])
                 .map_err(|e| fail("selecting a hyperslab", e))?;
-            let mem = select_blocks(&region.count, &[(&vec![0; region.count.len()], &region.count)])
-                .map_err(|e| fail("creating a dataspace", e))?;
+            let mem = select_blocks(
+                &region.count,
+                &[(&vec![0; region.count.len()], &region.count)],
+            )
+            .map_err(|e| fail("creating a dataspace", e))?;
             Some((mem, file))
         };
         let spaces = spaces.as_ref().map_or(Spaces::default(), |(m, f)| Spaces {

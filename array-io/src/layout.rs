@@ -75,42 +75,47 @@ pub(crate) fn storage(ds: &OpenDataset) -> Result<Storage> {
         .dset
         .dcpl()
         .map_err(|e| fail("getting the creation properties", e))?;
-    Ok(match dcpl.get_layout().map_err(|e| fail("getting the layout", e))? {
-        Layout::Contiguous => {
-            let external = dcpl
-                .get_external()
-                .map_err(|e| fail("listing external files", e))?;
-            if !external.is_empty() {
-                Storage::External
-            } else {
-                // Contiguous storage has an address once it is allocated.
-                Storage::Contiguous {
-                    allocated: ds.dset.offset().is_some(),
+    Ok(
+        match dcpl
+            .get_layout()
+            .map_err(|e| fail("getting the layout", e))?
+        {
+            Layout::Contiguous => {
+                let external = dcpl
+                    .get_external()
+                    .map_err(|e| fail("listing external files", e))?;
+                if !external.is_empty() {
+                    Storage::External
+                } else {
+                    // Contiguous storage has an address once it is allocated.
+                    Storage::Contiguous {
+                        allocated: ds.dset.offset().is_some(),
+                    }
                 }
             }
-        }
-        Layout::Compact => Storage::Compact,
-        Layout::Chunked => {
-            let chunk = dcpl
-                .get_chunk()
-                .map_err(|e| fail("getting the chunk shape", e))?
-                .unwrap_or_default();
-            let filters = dcpl
-                .get_filters()
-                .map_err(|e| fail("listing the filters", e))?;
-            let mut allocated = HashSet::new();
-            ds.dset
-                .chunks_visit(|info| {
-                    allocated.insert(info.offset.to_vec());
-                    0
-                })
-                .map_err(|e| fail("listing the allocated chunks", e))?;
-            Storage::Chunked {
-                chunk: chunk.iter().map(|&c| c as u64).collect(),
-                filtered: !filters.is_empty(),
-                allocated,
+            Layout::Compact => Storage::Compact,
+            Layout::Chunked => {
+                let chunk = dcpl
+                    .get_chunk()
+                    .map_err(|e| fail("getting the chunk shape", e))?
+                    .unwrap_or_default();
+                let filters = dcpl
+                    .get_filters()
+                    .map_err(|e| fail("listing the filters", e))?;
+                let mut allocated = HashSet::new();
+                ds.dset
+                    .chunks_visit(|info| {
+                        allocated.insert(info.offset.to_vec());
+                        0
+                    })
+                    .map_err(|e| fail("listing the allocated chunks", e))?;
+                Storage::Chunked {
+                    chunk: chunk.iter().map(|&c| c as u64).collect(),
+                    filtered: !filters.is_empty(),
+                    allocated,
+                }
             }
-        }
-        Layout::Virtual => Storage::Virtual,
-    })
+            Layout::Virtual => Storage::Virtual,
+        },
+    )
 }

@@ -23,6 +23,11 @@ impl Block {
         self.count.iter().product()
     }
 
+    /// Whether it holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The intersection with `other`, if not empty.
     pub fn intersect(&self, other: &Block) -> Option<Block> {
         let mut out = Block {

@@ -185,8 +185,8 @@ pub(crate) fn read_block(
             .collect();
         let file_space =
             select_blocks(&ds.shape, &pieces).map_err(|e| fail("selecting a hyperslab", e))?;
-        let mem_space = Dataspace::try_new((b - a) as usize)
-            .map_err(|e| fail("creating a dataspace", e))?;
+        let mem_space =
+            Dataspace::try_new((b - a) as usize).map_err(|e| fail("creating a dataspace", e))?;
         let buf = staging.as_mut_ptr()?;
         let spaces = Spaces {
             memory: Some(&mem_space),
@@ -257,8 +257,8 @@ pub(crate) fn write_all(
             .collect();
         let file_space =
             select_blocks(shape, &pieces).map_err(|e| fail("selecting a hyperslab", e))?;
-        let mem_space = Dataspace::try_new((b - a) as usize)
-            .map_err(|e| fail("creating a dataspace", e))?;
+        let mem_space =
+            Dataspace::try_new((b - a) as usize).map_err(|e| fail("creating a dataspace", e))?;
         let spaces = Spaces {
             memory: Some(&mem_space),
             file: Some(&file_space),

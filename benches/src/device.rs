@@ -7,8 +7,8 @@ use crate::gpu::{cu, DeviceBuffer};
 use crate::host::{create, create_f32, gds, open, Result};
 use crate::stats::Measurement;
 use array_io::hdf5_raw::{self, named as h5, FileDriver as Driver, Spaces};
-use hdf5::{Dataset, Dataspace, Datatype};
 use cudarc::driver::sys;
+use hdf5::{Dataset, Dataspace, Datatype};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -58,7 +58,10 @@ fn staged_read(path: &Path, dev: &DeviceBuffer, staging: &mut [f32]) -> Result<(
             file: Some(&selected),
         };
         let part = &mut staging[..count];
-        h5("H5Dread", hdf5_raw::read_into_plain(&dset, &f32_type, spaces, part))?;
+        h5(
+            "H5Dread",
+            hdf5_raw::read_into_plain(&dset, &f32_type, spaces, part),
+        )?;
         // SAFETY: the device range lies inside `dev`; `part` holds count floats.
         cu("cuMemcpyHtoD", unsafe {
             sys::cuMemcpyHtoD_v2(dev.ptr + start as u64 * 4, part.as_ptr().cast(), count * 4)
@@ -82,14 +85,21 @@ fn staged_write(path: &Path, dev: &DeviceBuffer, staging: &mut [f32]) -> Result<
         let part = &mut staging[..count];
         // SAFETY: the device range lies inside `dev`; `part` has room for count floats.
         cu("cuMemcpyDtoH", unsafe {
-            sys::cuMemcpyDtoH_v2(part.as_mut_ptr().cast(), dev.ptr + start as u64 * 4, count * 4)
+            sys::cuMemcpyDtoH_v2(
+                part.as_mut_ptr().cast(),
+                dev.ptr + start as u64 * 4,
+                count * 4,
+            )
         })?;
         let (memory, selected) = piece(&dset, start, count)?;
         let spaces = Spaces {
             memory: Some(&memory),
             file: Some(&selected),
         };
-        h5("H5Dwrite", hdf5_raw::write_from(&dset, &f32_type, spaces, part))?;
+        h5(
+            "H5Dwrite",
+            hdf5_raw::write_from(&dset, &f32_type, spaces, part),
+        )?;
         start += count;
     }
     drop(dset);
@@ -120,7 +130,12 @@ fn gds_write(path: &Path, dev: &DeviceBuffer, config: &str) -> Result<()> {
 fn check_device(what: &str, dev: &DeviceBuffer, want: &[f32]) -> Result<()> {
     for (k, part) in want.chunks(16 << 20).enumerate() {
         let got = dev.download(k * (64 << 20), part.len() * 4)?;
-        if got.iter().ne(part.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>().iter()) {
+        if got.iter().ne(part
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect::<Vec<u8>>()
+            .iter())
+        {
             return Err(format!(
                 "{what}: device memory differs from the file in the 64 MiB block {k}"
             ));
@@ -132,8 +147,15 @@ fn check_device(what: &str, dev: &DeviceBuffer, want: &[f32]) -> Result<()> {
 /// Compares a file's dataset with `want`.
 fn check_file(what: &str, path: &Path, want: &[f32]) -> Result<()> {
     let file = open(path, &Driver::Sec2)?;
-    let got = h5("H5Dread", h5("H5Dopen2", file.dataset("data"))?.read_raw::<f32>())?;
-    if got.iter().map(|x| x.to_bits()).ne(want.iter().map(|x| x.to_bits())) {
+    let got = h5(
+        "H5Dread",
+        h5("H5Dopen2", file.dataset("data"))?.read_raw::<f32>(),
+    )?;
+    if got
+        .iter()
+        .map(|x| x.to_bits())
+        .ne(want.iter().map(|x| x.to_bits()))
+    {
         return Err(format!(
             "{what}: the file written differs from device memory"
         ));

@@ -94,7 +94,10 @@ pub(crate) fn open(path: &Path, driver: &Driver) -> Result<hdf5::File> {
 
 /// A contiguous float32 dataset `name` of `len` elements.
 pub(crate) fn create_f32(file: &hdf5::File, name: &str, len: usize) -> Result<hdf5::Dataset> {
-    h5("H5Dcreate2", file.new_dataset::<f32>().shape(len).create(name))
+    h5(
+        "H5Dcreate2",
+        file.new_dataset::<f32>().shape(len).create(name),
+    )
 }
 
 fn write_contiguous(path: &Path, driver: &Driver, data: &[f32]) -> Result<()> {
@@ -310,7 +313,10 @@ fn strided(
                 memory: Some(&memory),
                 file: Some(&selected),
             };
-            h5("H5Dread", hdf5_raw::read_into_plain(&dset, &f32_type, spaces, out))?;
+            h5(
+                "H5Dread",
+                hdf5_raw::read_into_plain(&dset, &f32_type, spaces, out),
+            )?;
             drop(dset);
             h5("H5Fclose", file.close())
         })

@@ -6,8 +6,8 @@
 
 mod info;
 
-use clap::{Parser, Subcommand};
 use array_io::hdf5_raw;
+use clap::{Parser, Subcommand};
 use h5gds_bench::{device, gpu, host, report, stats};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};

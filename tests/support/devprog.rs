@@ -64,10 +64,17 @@ fn create(file: &Group, name: &str, len: usize, layout: Layout, unwritten: bool)
 ///
 /// # Safety
 /// `buf` must be device memory with room for the selection's bytes.
-unsafe fn read_device(dset: &Dataset, file: Option<&Dataspace>, buf: *mut std::ffi::c_void) -> Check<()> {
+unsafe fn read_device(
+    dset: &Dataset,
+    file: Option<&Dataspace>,
+    buf: *mut std::ffi::c_void,
+) -> Check<()> {
     let u8_type = h5("H5Tcopy", Datatype::from_type::<u8>())?;
     let memory = match file {
-        Some(f) => Some(h5("H5Screate_simple", Dataspace::try_new(f.selection_size()))?),
+        Some(f) => Some(h5(
+            "H5Screate_simple",
+            Dataspace::try_new(f.selection_size()),
+        )?),
         None => None,
     };
     let spaces = Spaces {
@@ -75,7 +82,9 @@ unsafe fn read_device(dset: &Dataset, file: Option<&Dataspace>, buf: *mut std::f
         file,
     };
     // SAFETY: as the caller guarantees.
-    h5("H5Dread", unsafe { hdf5_raw::read(dset, &u8_type, spaces, buf) })
+    h5("H5Dread", unsafe {
+        hdf5_raw::read(dset, &u8_type, spaces, buf)
+    })
 }
 
 /// Writes all of `dset` from device memory at `buf`.

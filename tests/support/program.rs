@@ -54,13 +54,27 @@ fn write_dataset<T: H5Type>(
 fn write(path: &std::path::Path, fapl: &FileAccess) -> Check<()> {
     let file = h5("H5Fcreate", hdf5_raw::create_file(path, fapl))?;
     let contig: Vec<f32> = (0..CONTIG_LEN).map(contig_value).collect();
-    write_dataset(&file, "contig", &[CONTIG_LEN], Layout::Contiguous, None, &contig)?;
+    write_dataset(
+        &file,
+        "contig",
+        &[CONTIG_LEN],
+        Layout::Contiguous,
+        None,
+        &contig,
+    )?;
 
     let (rows, cols) = MATRIX;
     let matrix: Vec<f32> = (0..rows * cols)
         .map(|i| matrix_value(i / cols, i % cols))
         .collect();
-    write_dataset(&file, "matrix", &[rows, cols], Layout::Contiguous, None, &matrix)?;
+    write_dataset(
+        &file,
+        "matrix",
+        &[rows, cols],
+        Layout::Contiguous,
+        None,
+        &matrix,
+    )?;
 
     let (rows, cols) = CHUNKED;
     let chunked: Vec<i32> = (0..rows * cols)
@@ -68,7 +82,14 @@ fn write(path: &std::path::Path, fapl: &FileAccess) -> Check<()> {
         .collect();
     let chunk = [CHUNK.0, CHUNK.1];
     let dims = [rows, cols];
-    write_dataset(&file, "chunked", &dims, Layout::Chunked, Some(&chunk), &chunked)?;
+    write_dataset(
+        &file,
+        "chunked",
+        &dims,
+        Layout::Chunked,
+        Some(&chunk),
+        &chunked,
+    )?;
 
     let compact: Vec<i32> = (0..10).map(|i| i * i).collect();
     write_dataset(&file, "compact", &[10], Layout::Compact, None, &compact)?;
@@ -134,7 +155,9 @@ fn verify(path: &std::path::Path, fapl: &FileAccess) -> Check<()> {
     expect_eq("compact", &read_all::<i32>(&file, "compact")?, |i| {
         (i * i) as i32
     })?;
-    expect_eq("g/h/small", &read_all::<u8>(&file, "g/h/small")?, |i| i as u8)?;
+    expect_eq("g/h/small", &read_all::<u8>(&file, "g/h/small")?, |i| {
+        i as u8
+    })?;
 
     let attr = h5("H5Aopen(answer)", file.attr("answer"))?;
     let answer = h5("H5Aread", attr.read_scalar::<i64>())?;
@@ -162,12 +185,12 @@ pub fn main() -> i32 {
     });
     let path = std::path::Path::new(path);
     // A failure prints the failed call with HDF5's error stack.
-    let result = h5("H5Pset_driver", hdf5_raw::file_access(&driver)).and_then(|fapl| {
-        match command.as_str() {
-            "write" => write(path, &fapl).map(|_| "WRITE OK"),
-            "verify" => verify(path, &fapl).map(|_| "VERIFY OK"),
-            other => Err(format!("unknown command {other:?}")),
-        }
+    let result = h5("H5Pset_driver", hdf5_raw::file_access(&driver)).and_then(|fapl| match command
+        .as_str()
+    {
+        "write" => write(path, &fapl).map(|_| "WRITE OK"),
+        "verify" => verify(path, &fapl).map(|_| "VERIFY OK"),
+        other => Err(format!("unknown command {other:?}")),
     });
     match result {
         Ok(message) => {
