@@ -180,8 +180,9 @@ fn h5gds_library(class: *const std::ffi::c_void) -> std::result::Result<(), Stri
     let Some(open) = addr(open) else {
         return Err("an unknown library".into());
     };
-    // The library whose code the class runs, and whether it is h5gds (it exports the plugin
-    // entry point returning a class with this very `open`).
+    // The library whose code the class runs, and whether it is h5gds: it exports h5gds's
+    // identity symbol, returning a class with this very `open`.
+    // SAFETY: Dl_info is pointers and integers, for which all zeros is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only looks the address up; `info` is a valid out-pointer.
     if unsafe { libc::dladdr(open as *const libc::c_void, &mut info) } == 0
@@ -219,8 +220,8 @@ fn h5gds_library(class: *const std::ffi::c_void) -> std::result::Result<(), Stri
 /// The error for another driver registered as `gds`, saying what the user can do.
 fn another_gds_driver(library: &str) -> String {
     format!(
-        "another HDF5 driver with value 512 (the name \"gds\") is already registered in this \
-         process, from {library}: probably vfd-gds, the GPUDirect Storage driver Legate and \
+        "another HDF5 driver is registered as gds (value 512) in this process, from \
+         {library}: probably vfd-gds, the GPUDirect Storage driver Legate and \
          others ship. array-io uses only h5gds's gds driver. Do not load the other one in this \
          process (take its directory out of HDF5_PLUGIN_PATH, or put h5gds's first, where \
          HDF5_DRIVER=gds is set), or set H5GDS_USE_VFD_GDS=0 to read and write through sec2 \
@@ -283,8 +284,6 @@ mod tests {
         let (id, how) = gds_driver().unwrap();
         assert_eq!(gds_driver().unwrap(), (id, how));
         let fapl = file_access(Driver::Gds, Path::new("x.h5")).unwrap();
-        // SAFETY: a valid list.
-        let selected = hdf5_raw::locked(|| unsafe { hdf5_sys::h5p::H5Pget_driver(fapl.id()) });
-        assert_eq!(selected, id);
+        assert_eq!(hdf5_raw::selected_driver(&fapl).unwrap(), id);
     }
 }

@@ -107,6 +107,12 @@ pub fn file_access(driver: &FileDriver) -> Result<FileAccess> {
     Ok(fapl)
 }
 
+/// The id of the driver `fapl` selects (hdf5-metno names only the drivers it knows).
+pub fn selected_driver(fapl: &FileAccess) -> Result<hid_t> {
+    // SAFETY: a valid list.
+    check(locked(|| unsafe { hdf5_sys::h5p::H5Pget_driver(fapl.id()) }))
+}
+
 /// Creates (truncating) the file at `path` with `fapl`.
 pub fn create_file(path: &Path, fapl: &FileAccess) -> Result<File> {
     let name = c_path(path)?;
@@ -376,10 +382,7 @@ pub fn registered_driver(value: i32) -> Result<Option<hid_t>> {
             unsafe { hdf5_sys::h5p::H5Pset_driver_by_value(fapl.id(), value, std::ptr::null()) }
                 as i64,
         )?;
-        // SAFETY: a valid list.
-        Ok(Some(check(unsafe {
-            hdf5_sys::h5p::H5Pget_driver(fapl.id())
-        })?))
+        selected_driver(&fapl).map(Some)
     })
 }
 

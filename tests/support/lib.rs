@@ -1,6 +1,6 @@
 //! Shared pieces of the integration tests: where things are, and `program`, an HDF5 program
-//! written against the C API (through hdf5-metno-sys, HDF5 built from source) that the tests run
-//! as a child process, since HDF5 reads `HDF5_DRIVER` only once per process.
+//! (hdf5-metno and array-io's raw HDF5 layer, HDF5 built from source) that the tests run as a
+//! child process, since HDF5 reads `HDF5_DRIVER` only once per process.
 
 pub mod devprog;
 pub mod emulator;
