@@ -110,7 +110,9 @@ pub fn file_access(driver: &FileDriver) -> Result<FileAccess> {
 /// The id of the driver `fapl` selects (hdf5-metno names only the drivers it knows).
 pub fn selected_driver(fapl: &FileAccess) -> Result<hid_t> {
     // SAFETY: a valid list.
-    check(locked(|| unsafe { hdf5_sys::h5p::H5Pget_driver(fapl.id()) }))
+    check(locked(|| unsafe {
+        hdf5_sys::h5p::H5Pget_driver(fapl.id())
+    }))
 }
 
 /// Creates (truncating) the file at `path` with `fapl`.

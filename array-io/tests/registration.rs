@@ -94,7 +94,10 @@ fn another_driver_registered_as_gds_is_refused_with_advice() {
             .unwrap();
 
         let err = gds_driver().unwrap_err().to_string();
-        assert!(err.contains("another HDF5 driver is registered as gds"), "{err}");
+        assert!(
+            err.contains("another HDF5 driver is registered as gds"),
+            "{err}"
+        );
         assert!(err.contains("vfd-gds"), "{err}");
         assert!(err.contains("HDF5_PLUGIN_PATH"), "{err}");
         assert!(err.contains("H5GDS_USE_VFD_GDS=0"), "{err}");
