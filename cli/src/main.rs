@@ -7,8 +7,9 @@
 mod info;
 mod plugins;
 
+use array_io::hdf5_raw;
 use clap::{Parser, Subcommand};
-use h5gds_bench::{device, gpu, h5, host, report, stats};
+use h5gds_bench::{device, gpu, host, report, stats};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -127,7 +128,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
     }
     let plugin_dir = info::find_plugin_dir(args.plugin_dir)?;
     let dir = args.dir.unwrap_or_else(std::env::temp_dir);
-    h5::init(Some(&plugin_dir))?;
+    hdf5_raw::named("H5PLprepend", hdf5_raw::prepend_plugin_path(&plugin_dir))?;
     let machine = machine_line();
     println!(
         "h5gds bench: {} on {machine}",

@@ -1,8 +1,8 @@
 //! Shared pieces of the integration tests of every crate: where things are (`workspace_root`,
 //! `plugin_dir`), child processes (`process`), the CUDA/cuFile emulator and its report
 //! (`emulator`), test data (`pattern`), the project's Python environment (`python`), whether
-//! the run targets a real GPU (`real_cuda`), and the HDF5 programs the tests run as child
-//! processes (`program`, `devprog`), since HDF5 reads `HDF5_DRIVER` only once per process.
+//! the run targets a real GPU (`real_cuda`), and the HDF5 programs (hdf5-metno and array-io's raw
+//! layer) the tests run as child processes (`program`, `devprog`), since HDF5 reads `HDF5_DRIVER` only once per process.
 
 pub mod devprog;
 pub mod emulator;
