@@ -4,7 +4,8 @@
 //! projects ship (vfd-gds) as well as used by h5gds, deliberately (h5gds is a drop-in for it).
 //! With both on the plugin path, HDF5 takes the first library that declares a VFD named `gds`:
 //! directories in path order, files within a directory in the order the file system lists them.
-//! h5gds's library exports `h5gds_plugin_version`, which tells it apart.
+//! h5gds's library exports `h5gds_driver_class` (the driver's identity symbol), which tells it
+//! apart.
 
 use serde::Serialize;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -19,8 +20,8 @@ const H5PL_TYPE_VFD: c_int = 2;
 #[derive(Serialize)]
 pub struct GdsPlugin {
     pub path: PathBuf,
-    /// `Some(version)` for h5gds's own library, `None` for another `gds` driver.
-    pub h5gds_version: Option<String>,
+    /// Whether this is h5gds's own library (else another project's `gds` driver).
+    pub is_h5gds: bool,
 }
 
 /// The plugin path as HDF5 reads it, and every `gds` driver on it in HDF5's search order.
@@ -36,9 +37,10 @@ impl GdsPluginSearch {
         match self.found.first() {
             None => "no gds driver on the plugin path".into(),
             Some(first) => {
-                let who = match &first.h5gds_version {
-                    Some(v) => format!("h5gds {v}"),
-                    None => "ANOTHER gds driver, not h5gds".into(),
+                let who = if first.is_h5gds {
+                    "h5gds"
+                } else {
+                    "ANOTHER gds driver, not h5gds"
                 };
                 let mut text = format!("{who}: {}", first.path.display());
                 if self.found.len() > 1 {
@@ -119,15 +121,6 @@ fn inspect(path: PathBuf) -> Option<GdsPlugin> {
     if name.to_bytes() != b"gds" {
         return None;
     }
-    let h5gds_version = symbol(c"h5gds_plugin_version").map(|f| {
-        // SAFETY: h5gds exports `const char *h5gds_plugin_version(void)`, a static string.
-        unsafe {
-            let f = std::mem::transmute::<*mut c_void, extern "C" fn() -> *const c_char>(f);
-            CStr::from_ptr(f()).to_string_lossy().into_owned()
-        }
-    });
-    Some(GdsPlugin {
-        path,
-        h5gds_version,
-    })
+    let is_h5gds = symbol(h5gds::plugin::IDENTITY_SYMBOL).is_some();
+    Some(GdsPlugin { path, is_h5gds })
 }

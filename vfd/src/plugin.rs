@@ -89,13 +89,6 @@ pub fn class() -> *const H5FD_class_t {
     &CLASS.0
 }
 
-/// Marks this library as h5gds's `gds` driver. Another GDS driver (vfd-gds) is registered under
-/// the same name and value; `h5gds info` tells the two apart on the plugin path by this symbol.
-#[no_mangle]
-pub extern "C" fn h5gds_plugin_version() -> *const c_char {
-    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
-}
-
 /// Tells HDF5's plugin loader that this library is a virtual file driver.
 #[no_mangle]
 pub extern "C" fn H5PLget_plugin_type() -> c_int {
@@ -113,7 +106,8 @@ pub const IDENTITY_SYMBOL: &CStr = c"h5gds_driver_class";
 
 /// The driver class, under a name only h5gds exports: a process holding a driver registered as
 /// `gds` (value 512) finds out whether it is h5gds's by looking this symbol up in the library
-/// whose code the registered class runs (vfd-gds shares the name and value).
+/// whose code the registered class runs (vfd-gds shares the name and value), and `h5gds info`
+/// tells the `gds` drivers on the plugin path apart by it.
 #[no_mangle]
 pub extern "C" fn h5gds_driver_class() -> *const H5FD_class_t {
     class()
