@@ -182,10 +182,11 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         emulated = gpu::is_emulated();
         if emulated {
             println!("\nDEVICE MEMORY, EMULATED: libcuda and libcufile are h5gds's CPU emulator; these are not GPU figures");
-            println!("(the emulated GDS path bypasses the page cache with O_DIRECT where the file system allows, as nvidia-fs does; the staged path reads and writes through it)");
+            println!("(the emulated GDS path bypasses the page cache with O_DIRECT where the file system allows, as nvidia-fs does)");
         } else {
             println!("\nDEVICE MEMORY: gds vs the staged path (sec2 through a {staging} host buffer, then a copy)");
         }
+        println!("(storage to device: the file is dropped from the page cache before each read, and each write ends with fsync)");
         let bar = progress_bar(device::steps(&opts))?;
         let results = device::run(&opts, &mut || bar.inc(1));
         bar.finish_and_clear();
@@ -216,7 +217,7 @@ fn save(
     (json, plot): (Option<&Path>, Option<&Path>),
 ) -> Result<(), String> {
     let device = if emulated {
-        "EMULATED (CPU emulator of CUDA and cuFile; its GDS path bypasses the page cache with O_DIRECT, the staged path does not)"
+        "EMULATED (CPU emulator of CUDA and cuFile; its GDS path bypasses the page cache with O_DIRECT); both device paths timed from and to storage (page cache dropped before reads, fsync after writes)"
     } else {
         "real CUDA, if any device rows"
     };
