@@ -4,8 +4,7 @@
 //! a verdict per path; `h5gds bench` runs the benchmarks: the `gds` plugin against sec2 (and a
 //! plain `pread` roofline) in one process, alternating, and prints a table of medians and ratios.
 
-mod info;
-mod plugins;
+use h5gds_info as info;
 
 use array_io::hdf5_raw;
 use clap::{Parser, Subcommand};

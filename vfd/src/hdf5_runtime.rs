@@ -28,11 +28,18 @@ type EPush2 = unsafe extern "C" fn(
     fmt: *const c_char,
     ...
 ) -> herr_t;
+type FdRegister = unsafe extern "C" fn(class: *const crate::abi::H5FD_class_t) -> hid_t;
+type SetDriverByName =
+    unsafe extern "C" fn(fapl: hid_t, name: *const c_char, config: *const c_char) -> herr_t;
 
 /// The HDF5 entry points the driver uses, from one loaded HDF5 library.
 pub struct Hdf5Api {
     /// Path of the object the symbols came from ("" for the main program).
     pub library: String,
+    /// The library's dlopen handle, kept open so its symbols stay valid.
+    handle: *mut c_void,
+    register: Option<FdRegister>,
+    set_driver_by_name: Option<SetDriverByName>,
     get_driver_config_str: GetDriverConfigStr,
     get_file_locking: Option<GetFileLocking>,
     epush2: Option<EPush2>,
@@ -52,10 +59,12 @@ unsafe impl Sync for Hdf5Api {}
 
 const H5E_DEFAULT: hid_t = 0;
 
+/// The HDF5 library this copy of the driver works with, chosen once.
+static API: OnceLock<Option<Hdf5Api>> = OnceLock::new();
+
 /// The HDF5 library of this process, looked up once.
 pub fn api() -> Option<&'static Hdf5Api> {
-    static API: OnceLock<Option<Hdf5Api>> = OnceLock::new();
-    API.get_or_init(find_hdf5).as_ref()
+    API.get_or_init(|| find_hdf5(None)).as_ref()
 }
 
 impl Hdf5Api {
@@ -177,6 +186,11 @@ fn candidate(name: &CStr) -> Option<(Hdf5Api, *mut c_void)> {
     let api = unsafe {
         Hdf5Api {
             library: name.to_string_lossy().into_owned(),
+            handle,
+            register: sym(c"H5FDregister")
+                .map(|p| std::mem::transmute::<*mut c_void, FdRegister>(p)),
+            set_driver_by_name: sym(c"H5Pset_driver_by_name")
+                .map(|p| std::mem::transmute::<*mut c_void, SetDriverByName>(p)),
             get_driver_config_str: std::mem::transmute::<*mut c_void, GetDriverConfigStr>(
                 config_fn,
             ),
@@ -195,8 +209,9 @@ fn candidate(name: &CStr) -> Option<(Hdf5Api, *mut c_void)> {
 }
 
 /// The loaded HDF5 library. Processes can hold several (h5py, netCDF4 and PyTables wheels each
-/// bring their own): then the one that has this driver registered is the one calling it.
-fn find_hdf5() -> Option<Hdf5Api> {
+/// bring their own): then the one `preferred` names (a library path) is chosen, else the one that
+/// has this driver registered, as it is the one calling it.
+fn find_hdf5(preferred: Option<&CStr>) -> Option<Hdf5Api> {
     let mut found: Vec<(Hdf5Api, *mut c_void)> = loaded_objects()
         .iter()
         .filter_map(|n| candidate(n))
@@ -213,7 +228,14 @@ fn find_hdf5() -> Option<Hdf5Api> {
                     .gds_registered
                     .is_some_and(|f| unsafe { f(crate::plugin::DRIVER_VALUE) } > 0)
         };
-        if let Some(i) = found.iter().position(|(api, _)| registered(api)) {
+        let wanted = |api: &Hdf5Api| {
+            preferred.is_some_and(|p| same_object(api.library.as_bytes(), p.to_bytes()))
+        };
+        if let Some(i) = found
+            .iter()
+            .position(|(api, _)| wanted(api))
+            .or_else(|| found.iter().position(|(api, _)| registered(api)))
+        {
             found.swap(0, i);
         }
         tracing::debug!(
@@ -229,4 +251,131 @@ fn find_hdf5() -> Option<Hdf5Api> {
         unsafe { libc::dlclose(handle) };
     }
     chosen
+}
+
+/// Whether two paths name the same loaded object (the loader may report a path unresolved).
+fn same_object(a: &[u8], b: &[u8]) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let canonical = |p: &[u8]| std::fs::canonicalize(std::ffi::OsStr::from_bytes(p)).ok();
+    a == b || (canonical(a).is_some() && canonical(a) == canonical(b))
+}
+
+/// The HDF5 library that a loaded object (`near`, for example one of h5py's extension modules)
+/// resolves HDF5 symbols to: the file name of that library.
+fn hdf5_library_of(near: &CStr) -> Result<CString, String> {
+    let shown = near.to_string_lossy();
+    // SAFETY: RTLD_NOLOAD only returns a handle to an already loaded object; nothing new runs.
+    let handle = unsafe { libc::dlopen(near.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if handle.is_null() {
+        return Err(format!("{shown} is not loaded in this process"));
+    }
+    // A handle's lookup searches the object and its dependencies: the HDF5 it was linked with.
+    // SAFETY: a lookup in a valid handle.
+    let symbol = unsafe { libc::dlsym(handle, c"H5Pget_driver_config_str".as_ptr()) };
+    // SAFETY: Dl_info is pointers and integers, for which all zeros is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only looks the address up; `info` is a valid out-pointer.
+    let found = !symbol.is_null()
+        && unsafe { libc::dladdr(symbol, &mut info) } != 0
+        && !info.dli_fname.is_null();
+    // SAFETY: dli_fname names a loaded object; copied before the handle is released.
+    let library = found.then(|| unsafe { CStr::from_ptr(info.dli_fname) }.to_owned());
+    // SAFETY: balances the dlopen above; the object stays loaded by its owner.
+    unsafe { libc::dlclose(handle) };
+    library
+        .ok_or_else(|| format!("{shown} uses no HDF5 1.14+ library (no H5Pget_driver_config_str)"))
+}
+
+/// How [`register_in_loaded_hdf5`] found the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Registration {
+    /// This copy of the driver was registered now; HDF5's id for it.
+    Registered(hid_t),
+    /// A driver of value 512 was already registered there (for example h5gds's plugin, loaded
+    /// through `HDF5_PLUGIN_PATH` and `HDF5_DRIVER=gds`); it is left in place.
+    AlreadyRegistered,
+}
+
+/// Registers this copy of the driver (`H5FDregister`) in an HDF5 library already loaded in the
+/// process: the one `near` (a loaded object, such as one of h5py's extension modules) is linked
+/// with, else the one [`api`] picks. That library becomes the one this copy of the driver calls.
+/// The caller must hold whatever lock serialises calls into that HDF5 (h5py's `phil`).
+pub fn register_in_loaded_hdf5(near: Option<&CStr>) -> Result<Registration, String> {
+    let preferred = near.map(hdf5_library_of).transpose()?;
+    let api = API
+        .get_or_init(|| find_hdf5(preferred.as_deref()))
+        .as_ref()
+        .ok_or("no HDF5 library with exported symbols is loaded in this process")?;
+    if let Some(wanted) = &preferred {
+        if !same_object(api.library.as_bytes(), wanted.to_bytes()) {
+            return Err(format!(
+                "the gds driver already works with the HDF5 library {}, not {}",
+                api.library,
+                wanted.to_string_lossy()
+            ));
+        }
+    }
+    let missing = |name: &str| format!("{} has no {name} (HDF5 1.14+ needed)", api.library);
+    let is_registered = api
+        .gds_registered
+        .ok_or_else(|| missing("H5FDis_driver_registered_by_value"))?;
+    let register = api.register.ok_or_else(|| missing("H5FDregister"))?;
+    // SAFETY: a plain query of the driver table.
+    match unsafe { is_registered(crate::plugin::DRIVER_VALUE) } {
+        n if n > 0 => return Ok(Registration::AlreadyRegistered),
+        n if n < 0 => {
+            return Err(format!(
+                "{}: H5FDis_driver_registered_by_value failed",
+                api.library
+            ))
+        }
+        _ => {}
+    }
+    // SAFETY: the class is a static of HDF5 1.14.4+/2.x's H5FD_class_t layout; HDF5 copies it.
+    let id = unsafe { register(crate::plugin::class()) };
+    if id < 0 {
+        return Err(format!(
+            "{}: H5FDregister refused the gds driver",
+            api.library
+        ));
+    }
+    Ok(Registration::Registered(id))
+}
+
+/// Selects the `gds` driver on a file access property list with a config string
+/// (`H5Pset_driver_by_name`), in the HDF5 library [`register_in_loaded_hdf5`] chose. The string is
+/// passed as given; an empty one stores none, so the environment's settings apply.
+pub fn set_fapl_driver(fapl: hid_t, config: &str) -> Result<(), String> {
+    let api = api().ok_or("no HDF5 library with exported symbols is loaded in this process")?;
+    let set = api.set_driver_by_name.ok_or_else(|| {
+        format!(
+            "{} has no H5Pset_driver_by_name (HDF5 1.14+ needed)",
+            api.library
+        )
+    })?;
+    let config = CString::new(config)
+        .map_err(|_| "the gds config string contains a NUL byte".to_string())?;
+    let config_ptr = if config.as_bytes().is_empty() {
+        std::ptr::null()
+    } else {
+        config.as_ptr()
+    };
+    // SAFETY: valid C strings for the call's duration; HDF5 checks the fapl id itself.
+    let status = unsafe { set(fapl, crate::plugin::DRIVER_NAME.as_ptr(), config_ptr) };
+    if status < 0 {
+        return Err(format!(
+            "H5Pset_driver_by_name(fapl {fapl}, \"gds\") failed in {}",
+            api.library
+        ));
+    }
+    Ok(())
+}
+
+/// A symbol of the HDF5 library this copy of the driver works with (for callers that make their
+/// own HDF5 calls into the same library, such as the Python extension's H5Dread).
+pub fn hdf5_symbol(name: &CStr) -> Option<*mut c_void> {
+    let api = api()?;
+    // SAFETY: a lookup in the library's open handle.
+    let p = unsafe { libc::dlsym(api.handle, name.as_ptr()) };
+    (!p.is_null()).then_some(p)
 }

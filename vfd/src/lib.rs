@@ -16,4 +16,5 @@ pub mod log;
 pub mod memory;
 pub mod plugin;
 
+pub use hdf5_runtime::{hdf5_symbol, register_in_loaded_hdf5, set_fapl_driver, Registration};
 pub use plugin::{class, DRIVER_NAME, DRIVER_VALUE};

@@ -1,4 +1,5 @@
-//! `h5gds info`: everything that decides which path data will take, and a verdict per path.
+//! What `h5gds info` and Python's `h5gds.info()` report: everything that decides which path data
+//! will take, and a verdict per path. Gathered here once, for both.
 //!
 //! It never hangs: libcufile is only opened after CUDA is known to work (the same guard the
 //! driver uses), because without an NVIDIA driver cuFile's driver open spins forever.
@@ -7,6 +8,8 @@ use h5gds::config::{Settings, SETTINGS};
 use h5gds::cuda;
 use h5gds::io::device::DevicePlan;
 use h5gds::io::gds;
+pub mod plugins;
+
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,23 @@
+"""h5gds: the ``gds`` HDF5 driver for h5py.
+
+Importing this package registers the driver into the HDF5 library h5py loaded (h5py's wheel
+carries a private copy; the driver joins that copy), so that::
+
+    h5py.File(path, "r", driver="gds", nthreads=8, compat_mode="off")
+
+works. The keywords are the driver's settings (see ``SETTING_KEYS``); the environment variables
+(``H5GDS_NTHREADS``, ...) keep working for every setting not given as a keyword.
+
+``read(dset, out=None, sel=None)`` and ``write(dset, array, sel=None)`` move a dataset's bytes
+into or out of a NumPy array with HDF5's own H5Dread/H5Dwrite (the GIL released meanwhile),
+``info()`` reports what ``h5gds info --json`` prints.
+"""
+
+import h5py  # h5gds joins the HDF5 library h5py loads, so h5py must be loaded first
+
+from . import _native
+from ._driver import HDF5_LIBRARY, SETTING_KEYS
+from ._info import info
+from ._io import read, write
+
+__all__ = ["HDF5_LIBRARY", "SETTING_KEYS", "info", "read", "write"]

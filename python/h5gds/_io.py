@@ -1,0 +1,79 @@
+"""``h5gds.read`` and ``h5gds.write``: a dataset's bytes into or out of an array through h5py's own
+HDF5 (H5Dread/H5Dwrite), under h5py's lock, with the GIL released while bytes move."""
+
+import h5py
+import numpy as np
+from h5py import h5t
+from h5py._objects import phil
+
+from . import _arrays, _native
+from ._selection import hyperslab
+
+
+def _dataset(dset):
+    if not isinstance(dset, h5py.Dataset):
+        raise TypeError(f"dset must be an h5py.Dataset, not {type(dset).__module__}.{type(dset).__name__}")
+    with phil:
+        if not dset.id.valid:
+            raise ValueError("dset is closed (its file was closed)")
+        shape, dtype, name = dset.shape, dset.dtype, dset.name
+    if shape is None:
+        raise ValueError(f"dataset {name} is empty (null dataspace): it has no elements to move")
+    if dtype.hasobject:
+        raise TypeError(
+            f"dataset {name} has dtype {dtype} (variable-length data, Python objects in NumPy): "
+            "h5gds.read and h5gds.write move fixed-size elements only; use dset[...]"
+        )
+    return shape, dtype, name
+
+
+def _check(view, role, dtype, shape, name, writable):
+    if view.device is not None:
+        raise TypeError(f"{role} is device memory: not supported yet by this build of h5gds")
+    if view.dtype != dtype:
+        raise TypeError(
+            f"{role} has dtype {view.dtype}, dataset {name} has dtype {dtype}: they must be the "
+            "same (h5gds converts no types)"
+        )
+    if view.shape != tuple(shape):
+        raise ValueError(
+            f"{role} has shape {view.shape}, the selection of dataset {name} has shape {tuple(shape)}"
+        )
+    if not view.c_contiguous:
+        raise ValueError(f"{role} must be C-contiguous (np.ascontiguousarray makes a copy that is)")
+    if writable and view.readonly:
+        raise ValueError(f"{role} is read-only")
+
+
+def _transfer(write, dset, view, slab):
+    with phil:
+        mem_type = h5t.py_create(view.dtype)
+        _native.dataset_io(
+            write, dset.id.id, mem_type.id, list(slab.start), list(slab.step), list(slab.count),
+            list(slab.shape), view.address, view.nbytes,
+        )
+
+
+def read(dset, out=None, sel=None):
+    """Reads ``dset[sel]`` (all of it when ``sel`` is None) into ``out`` and returns ``out``; a new
+    NumPy array when ``out`` is None. ``sel``: ints, slices (steps of 1 or more) and ``...``.
+    ``out`` must have the dataset's dtype and the selection's shape, be C-contiguous and writable.
+    """
+    shape, dtype, name = _dataset(dset)
+    slab = hyperslab(sel, shape)
+    if out is None:
+        out = np.empty(slab.shape, dtype=dtype)
+    view = _arrays.view(out, "out")
+    _check(view, "out", dtype, slab.shape, name, writable=True)
+    _transfer(False, dset, view, slab)
+    return out
+
+
+def write(dset, array, sel=None):
+    """Writes ``array`` into ``dset[sel]`` (all of it when ``sel`` is None). ``array`` must have the
+    dataset's dtype and the selection's shape and be C-contiguous."""
+    shape, dtype, name = _dataset(dset)
+    slab = hyperslab(sel, shape)
+    view = _arrays.view(array, "array")
+    _check(view, "array", dtype, slab.shape, name, writable=False)
+    _transfer(True, dset, view, slab)

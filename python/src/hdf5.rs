@@ -1,0 +1,328 @@
+//! Dataset reads and writes through the HDF5 library h5py loaded, with its functions resolved at
+//! run time (`h5gds::hdf5_symbol`): the extension links no libhdf5, exactly like the driver.
+//!
+//! Every id and size the caller passes is checked against HDF5 before bytes move, so a wrong
+//! argument is an error, never a write past a buffer. The caller holds h5py's lock (`phil`),
+//! which serialises all calls into that HDF5.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+
+pub type Hid = i64;
+type Herr = c_int;
+type Hsize = u64;
+
+const H5P_DEFAULT: Hid = 0;
+const H5E_DEFAULT: Hid = 0;
+const H5I_DATATYPE: c_int = 3;
+const H5I_DATASET: c_int = 5;
+const H5S_SCALAR: c_int = 0;
+const H5S_SELECT_SET: c_int = 0;
+const H5E_WALK_DOWNWARD: c_int = 1;
+/// HDF5's largest rank (H5S_MAX_RANK).
+const MAX_RANK: usize = 32;
+
+#[repr(C)]
+struct ErrorRecord {
+    cls_id: Hid,
+    maj_num: Hid,
+    min_num: Hid,
+    line: c_uint,
+    func_name: *const c_char,
+    file_name: *const c_char,
+    desc: *const c_char,
+}
+
+type Walk = unsafe extern "C" fn(c_uint, *const ErrorRecord, *mut c_void) -> Herr;
+type Io = unsafe extern "C" fn(Hid, Hid, Hid, Hid, Hid, *mut c_void) -> Herr;
+
+/// The HDF5 functions this module calls, from h5py's HDF5.
+struct Api {
+    iget_type: unsafe extern "C" fn(Hid) -> c_int,
+    dget_space: unsafe extern "C" fn(Hid) -> Hid,
+    sget_simple_extent_dims: unsafe extern "C" fn(Hid, *mut Hsize, *mut Hsize) -> c_int,
+    sselect_hyperslab:
+        unsafe extern "C" fn(Hid, c_int, *const Hsize, *const Hsize, *const Hsize, *const Hsize) -> Herr,
+    sget_select_npoints: unsafe extern "C" fn(Hid) -> i64,
+    screate: unsafe extern "C" fn(c_int) -> Hid,
+    screate_simple: unsafe extern "C" fn(c_int, *const Hsize, *const Hsize) -> Hid,
+    sclose: unsafe extern "C" fn(Hid) -> Herr,
+    tget_size: unsafe extern "C" fn(Hid) -> usize,
+    dread: Io,
+    dwrite: Io,
+    ewalk2: unsafe extern "C" fn(Hid, c_int, Walk, *mut c_void) -> Herr,
+    eclear2: unsafe extern "C" fn(Hid) -> Herr,
+}
+
+fn api() -> Result<&'static Api, String> {
+    static API: std::sync::OnceLock<Result<Api, String>> = std::sync::OnceLock::new();
+    API.get_or_init(|| {
+        let sym = |name: &CStr| {
+            h5gds::hdf5_symbol(name).ok_or_else(|| {
+                format!(
+                    "{} not found in the HDF5 library h5gds registered with",
+                    name.to_string_lossy()
+                )
+            })
+        };
+        // SAFETY: each symbol is the HDF5 1.14/2.x function of the C signature declared above
+        // (hid_t is int64_t, hsize_t uint64_t, hssize_t int64_t, enums int).
+        unsafe {
+            Ok(Api {
+                iget_type: std::mem::transmute::<*mut c_void, _>(sym(c"H5Iget_type")?),
+                dget_space: std::mem::transmute::<*mut c_void, _>(sym(c"H5Dget_space")?),
+                sget_simple_extent_dims: std::mem::transmute::<*mut c_void, _>(sym(
+                    c"H5Sget_simple_extent_dims",
+                )?),
+                sselect_hyperslab: std::mem::transmute::<*mut c_void, _>(sym(
+                    c"H5Sselect_hyperslab",
+                )?),
+                sget_select_npoints: std::mem::transmute::<*mut c_void, _>(sym(
+                    c"H5Sget_select_npoints",
+                )?),
+                screate: std::mem::transmute::<*mut c_void, _>(sym(c"H5Screate")?),
+                screate_simple: std::mem::transmute::<*mut c_void, _>(sym(c"H5Screate_simple")?),
+                sclose: std::mem::transmute::<*mut c_void, _>(sym(c"H5Sclose")?),
+                tget_size: std::mem::transmute::<*mut c_void, _>(sym(c"H5Tget_size")?),
+                dread: std::mem::transmute::<*mut c_void, Io>(sym(c"H5Dread")?),
+                dwrite: std::mem::transmute::<*mut c_void, Io>(sym(c"H5Dwrite")?),
+                ewalk2: std::mem::transmute::<*mut c_void, _>(sym(c"H5Ewalk2")?),
+                eclear2: std::mem::transmute::<*mut c_void, _>(sym(c"H5Eclear2")?),
+            })
+        }
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+/// Why a call failed: a wrong argument (the caller's mistake) or HDF5 refusing the operation.
+#[derive(Debug)]
+pub enum IoError {
+    Argument(String),
+    Hdf5(String),
+}
+
+impl Api {
+    /// HDF5's error stack as one line (most general first), and the stack cleared.
+    fn stack(&self) -> String {
+        unsafe extern "C" fn collect(_n: c_uint, rec: *const ErrorRecord, data: *mut c_void) -> Herr {
+            // SAFETY: `data` is the Vec below; HDF5 passes a valid record for the call.
+            let lines = unsafe { &mut *data.cast::<Vec<String>>() };
+            let rec = unsafe { &*rec };
+            if !rec.desc.is_null() {
+                // SAFETY: HDF5's description is a NUL-terminated string.
+                let desc = unsafe { CStr::from_ptr(rec.desc) }.to_string_lossy();
+                let func = if rec.func_name.is_null() {
+                    String::new()
+                } else {
+                    // SAFETY: as above.
+                    format!("{}: ", unsafe { CStr::from_ptr(rec.func_name) }.to_string_lossy())
+                };
+                lines.push(format!("{func}{desc}"));
+            }
+            0
+        }
+        let mut lines: Vec<String> = Vec::new();
+        // SAFETY: the callback only appends to `lines`, alive for the call.
+        unsafe {
+            (self.ewalk2)(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect, (&mut lines as *mut Vec<String>).cast());
+            (self.eclear2)(H5E_DEFAULT);
+        }
+        if lines.is_empty() {
+            "no HDF5 error message".into()
+        } else {
+            lines.join("; ")
+        }
+    }
+}
+
+/// A dataspace closed when dropped.
+struct Space<'a>(Hid, &'a Api);
+
+impl Drop for Space<'_> {
+    fn drop(&mut self) {
+        // SAFETY: a dataspace id this module created and owns.
+        unsafe { (self.1.sclose)(self.0) };
+    }
+}
+
+/// One read or write: a dataset, the memory type, the file selection (a hyperslab: start, step,
+/// count per axis), the memory shape, and the buffer.
+pub struct Transfer<'a> {
+    pub write: bool,
+    pub dataset: Hid,
+    pub mem_type: Hid,
+    pub start: &'a [u64],
+    pub step: &'a [u64],
+    pub count: &'a [u64],
+    pub mem_shape: &'a [u64],
+    pub buffer: usize,
+    pub nbytes: usize,
+}
+
+/// The checked arguments of one transfer, ready to run without the GIL.
+pub struct Prepared {
+    api: &'static Api,
+    io: Io,
+    dataset: Hid,
+    mem_type: Hid,
+    file_space: Hid,
+    mem_space: Hid,
+    buffer: usize,
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        // SAFETY: dataspace ids created by `prepare` and owned here.
+        unsafe {
+            (self.api.sclose)(self.mem_space);
+            (self.api.sclose)(self.file_space);
+        }
+    }
+}
+
+fn argument(message: String) -> IoError {
+    IoError::Argument(message)
+}
+
+/// Checks every argument against HDF5 and builds the dataspaces. `Ok(None)`: nothing to move
+/// (an empty selection).
+pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, IoError> {
+    let api = api().map_err(IoError::Hdf5)?;
+    // SAFETY: plain queries; an invalid id yields an error code (the stack is cleared below).
+    let (dset_kind, type_kind) = unsafe { ((api.iget_type)(t.dataset), (api.iget_type)(t.mem_type)) };
+    if dset_kind != H5I_DATASET || type_kind != H5I_DATATYPE {
+        api.stack();
+        return Err(argument(format!(
+            "id {} is not an open dataset or id {} not a datatype",
+            t.dataset, t.mem_type
+        )));
+    }
+    // SAFETY: a valid dataset id.
+    let file_space = Space(unsafe { (api.dget_space)(t.dataset) }, api);
+    if file_space.0 < 0 {
+        return Err(IoError::Hdf5(api.stack()));
+    }
+    let mut dims = [0 as Hsize; MAX_RANK];
+    // SAFETY: `dims` has room for HDF5's largest rank.
+    let rank = unsafe { (api.sget_simple_extent_dims)(file_space.0, dims.as_mut_ptr(), std::ptr::null_mut()) };
+    if rank < 0 {
+        return Err(IoError::Hdf5(api.stack()));
+    }
+    let dims = &dims[..rank as usize];
+    if [t.start.len(), t.step.len(), t.count.len()] != [dims.len(); 3] {
+        return Err(argument(format!(
+            "the selection has {} axes, the dataset {}",
+            t.count.len(),
+            dims.len()
+        )));
+    }
+    let mut elements: u64 = 1;
+    for axis in 0..dims.len() {
+        let (start, step, count, dim) = (t.start[axis], t.step[axis], t.count[axis], dims[axis]);
+        let last = (count.max(1) - 1).checked_mul(step).and_then(|d| d.checked_add(start));
+        if step == 0 || (count > 0 && !last.is_some_and(|l| l < dim)) {
+            return Err(argument(format!(
+                "selection out of range on axis {axis}: start {start}, step {step}, count {count} \
+                 for a size of {dim}"
+            )));
+        }
+        elements = elements.saturating_mul(count);
+    }
+    let mem_elements = t.mem_shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
+    if mem_elements != Some(elements) || t.mem_shape.len() > MAX_RANK {
+        return Err(argument(format!(
+            "the memory shape {:?} does not hold the {elements} elements selected",
+            t.mem_shape
+        )));
+    }
+    // SAFETY: a valid datatype id.
+    let type_size = unsafe { (api.tget_size)(t.mem_type) };
+    let needed = (elements as u128) * (type_size as u128);
+    if type_size == 0 || needed != t.nbytes as u128 {
+        api.stack();
+        return Err(argument(format!(
+            "the buffer has {} bytes, the selection needs {needed} ({elements} elements of {type_size} bytes)",
+            t.nbytes
+        )));
+    }
+    if elements == 0 {
+        return Ok(None);
+    }
+    if !dims.is_empty() {
+        // SAFETY: arrays of the space's rank; block NULL means blocks of 1.
+        let status = unsafe {
+            (api.sselect_hyperslab)(
+                file_space.0,
+                H5S_SELECT_SET,
+                t.start.as_ptr(),
+                t.step.as_ptr(),
+                t.count.as_ptr(),
+                std::ptr::null(),
+            )
+        };
+        if status < 0 {
+            return Err(IoError::Hdf5(api.stack()));
+        }
+    }
+    // SAFETY: a valid dataspace.
+    let selected = unsafe { (api.sget_select_npoints)(file_space.0) };
+    if selected != elements as i64 {
+        api.stack();
+        return Err(argument(format!(
+            "the dataset has no data to select (its dataspace holds {selected} elements, the \
+             selection {elements})"
+        )));
+    }
+    // SAFETY: creating a dataspace from a shape of at most MAX_RANK axes.
+    let mem_space = Space(
+        unsafe {
+            if t.mem_shape.is_empty() {
+                (api.screate)(H5S_SCALAR)
+            } else {
+                (api.screate_simple)(t.mem_shape.len() as c_int, t.mem_shape.as_ptr(), std::ptr::null())
+            }
+        },
+        api,
+    );
+    if mem_space.0 < 0 {
+        return Err(IoError::Hdf5(api.stack()));
+    }
+    let prepared = Prepared {
+        api,
+        io: if t.write { api.dwrite } else { api.dread },
+        dataset: t.dataset,
+        mem_type: t.mem_type,
+        file_space: file_space.0,
+        mem_space: mem_space.0,
+        buffer: t.buffer,
+    };
+    std::mem::forget(file_space);
+    std::mem::forget(mem_space);
+    Ok(Some(prepared))
+}
+
+impl Prepared {
+    /// Moves the bytes (H5Dread or H5Dwrite). Runs without the GIL; h5py's lock stays held.
+    ///
+    /// # Safety
+    /// The buffer must hold `nbytes` (checked in `prepare`) valid, writable (for reads) bytes for
+    /// the duration of the call.
+    pub unsafe fn run(&self) -> Result<(), String> {
+        // SAFETY: ids checked in `prepare`; the buffer as the caller guarantees.
+        let status = unsafe {
+            (self.io)(
+                self.dataset,
+                self.mem_type,
+                self.mem_space,
+                self.file_space,
+                H5P_DEFAULT,
+                self.buffer as *mut c_void,
+            )
+        };
+        if status < 0 {
+            Err(self.api.stack())
+        } else {
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! `h5gds._native`: the extension module of the h5gds Python package. It carries the `gds`
+//! driver itself (the `h5gds` crate, linked in) and registers it into the HDF5 library h5py
+//! loaded; the pure-Python part (python/h5gds/) does the argument handling around it.
+
+mod hdf5;
+
+use h5gds::config::{Settings, SETTINGS};
+use h5gds::error::Error as DriverError;
+use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyInt, PyString};
+use std::ffi::CString;
+
+/// Registers the driver into the HDF5 that the loaded object `near` (one of h5py's extension
+/// modules) is linked with. Returns that library's path and the driver's id (None when a `gds`
+/// driver was already registered there, such as h5gds's plugin loaded through
+/// `HDF5_PLUGIN_PATH`). The caller holds h5py's lock.
+#[pyfunction]
+fn register_driver(near: &str) -> PyResult<(String, Option<i64>)> {
+    let near = CString::new(near).map_err(|_| PyValueError::new_err("path contains a NUL byte"))?;
+    let registration =
+        h5gds::register_in_loaded_hdf5(Some(&near)).map_err(PyOSError::new_err)?;
+    let library = h5gds::hdf5_runtime::api()
+        .map(|api| api.library.clone())
+        .unwrap_or_default();
+    Ok(match registration {
+        h5gds::Registration::Registered(id) => (library, Some(id)),
+        h5gds::Registration::AlreadyRegistered => (library, None),
+    })
+}
+
+/// The config string for keyword settings (`nthreads=8, compat_mode="off"`), validated by the
+/// driver's own parser: an unknown key raises TypeError, a bad value ValueError, each naming the
+/// setting and what it accepts.
+#[pyfunction]
+fn config_string(settings: &Bound<'_, PyDict>) -> PyResult<String> {
+    let keys = || {
+        SETTINGS
+            .iter()
+            .map(|s| s.config_key)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut items = Vec::new();
+    for (key, value) in settings.iter() {
+        let key: String = key.extract()?;
+        let Some(spec) = SETTINGS.iter().find(|s| s.config_key == key) else {
+            return Err(PyTypeError::new_err(format!(
+                "unknown keyword argument '{key}' for driver=\"gds\": accepted keywords are {}",
+                keys()
+            )));
+        };
+        let bad = |shown: String| {
+            PyValueError::new_err(format!(
+                "invalid value {shown} for {key}: accepted values are {}",
+                spec.accepted
+            ))
+        };
+        let text = if value.is_instance_of::<PyBool>() {
+            if value.extract::<bool>()? { "on" } else { "off" }.to_string()
+        } else if value.is_instance_of::<PyInt>() {
+            value.str()?.to_string()
+        } else if value.is_instance_of::<PyString>() {
+            let text: String = value.extract()?;
+            // A comma or NUL would smuggle another item into the string.
+            if text.contains([',', '\0']) {
+                return Err(bad(format!("{text:?}")));
+            }
+            text
+        } else {
+            return Err(bad(value.repr()?.to_string()));
+        };
+        items.push(format!("{key}={text}"));
+    }
+    let config = items.join(",");
+    match Settings::from_sources(|_| None, Some(config.as_bytes())) {
+        Ok(_) => Ok(config),
+        Err(err @ DriverError::UnknownConfigKey { .. }) => Err(PyTypeError::new_err(err.to_string())),
+        Err(err) => Err(PyValueError::new_err(err.to_string())),
+    }
+}
+
+/// Selects the `gds` driver with a config string on a file access property list (h5py's
+/// `PropFAID.id`). The caller holds h5py's lock.
+#[pyfunction]
+fn set_fapl(fapl: i64, config: &str) -> PyResult<()> {
+    h5gds::set_fapl_driver(fapl, config).map_err(PyOSError::new_err)
+}
+
+/// What `h5gds info --json` prints, as JSON text; `plugin` is the library carrying the driver
+/// (this extension module), and no exports are needed (import h5gds registers the driver).
+#[pyfunction]
+fn info_json(module_path: std::path::PathBuf) -> PyResult<String> {
+    let mut info = h5gds_info::gather(None);
+    info.plugin = Some(module_path);
+    serde_json::to_string(&info).map_err(|e| PyOSError::new_err(e.to_string()))
+}
+
+/// One H5Dread/H5Dwrite of a hyperslab (`start`, `step`, `count` per axis) of dataset `dataset`
+/// with memory type `mem_type` into or from `nbytes` at address `buffer`, shaped `mem_shape`.
+/// Every id and size is checked against HDF5 first (ValueError on a mismatch); the bytes move
+/// with the GIL released. The caller holds h5py's lock and keeps the buffer alive.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn dataset_io(
+    py: Python<'_>,
+    write: bool,
+    dataset: i64,
+    mem_type: i64,
+    start: Vec<u64>,
+    step: Vec<u64>,
+    count: Vec<u64>,
+    mem_shape: Vec<u64>,
+    buffer: usize,
+    nbytes: usize,
+) -> PyResult<()> {
+    let transfer = hdf5::Transfer {
+        write,
+        dataset,
+        mem_type,
+        start: &start,
+        step: &step,
+        count: &count,
+        mem_shape: &mem_shape,
+        buffer,
+        nbytes,
+    };
+    let prepared = match hdf5::prepare(&transfer) {
+        Ok(Some(prepared)) => prepared,
+        Ok(None) => return Ok(()),
+        Err(hdf5::IoError::Argument(message)) => return Err(PyValueError::new_err(message)),
+        Err(hdf5::IoError::Hdf5(message)) => return Err(PyOSError::new_err(message)),
+    };
+    let op = if write { "H5Dwrite" } else { "H5Dread" };
+    // SAFETY: the Python caller passes the address and size of a live buffer it keeps
+    // referenced for the call (checked against the selection in `prepare`).
+    py.detach(|| unsafe { prepared.run() })
+        .map_err(|message| PyOSError::new_err(format!("{op} failed: {message}")))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(register_driver, m)?)?;
+    m.add_function(wrap_pyfunction!(config_string, m)?)?;
+    m.add_function(wrap_pyfunction!(set_fapl, m)?)?;
+    m.add_function(wrap_pyfunction!(info_json, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset_io, m)?)?;
+    m.add("DRIVER_NAME", "gds")?;
+    m.add("DRIVER_VALUE", h5gds::DRIVER_VALUE)?;
+    m.add(
+        "SETTING_KEYS",
+        SETTINGS.iter().map(|s| s.config_key).collect::<Vec<_>>(),
+    )?;
+    Ok(())
+}
