@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing h5gds needs into project-local places:
-#   .venv/        cmake (HDF5 is built from source by hdf5-metno-sys), h5py with HDF5 2.x, numpy
+#   .venv/        cmake (HDF5 is built from source by hdf5-metno-sys), h5py with HDF5 2.x, numpy,
+#                 maturin (builds the Python package's wheel)
 #   .venv-114/    h5py whose wheel bundles HDF5 1.14, for the old-HDF5 compatibility test
 # Idempotent: a second run only checks what is there.
 set -euo pipefail
@@ -22,7 +23,7 @@ make_venv() {  # dir, requirements...
 }
 
 make_venv .venv "cmake>=3.26" "h5py==$H5PY_NEW" numpy pytest \
-  "nvidia-cufile==$CUFILE" "libclang==$LIBCLANG"
+  "nvidia-cufile==$CUFILE" "libclang==$LIBCLANG" "maturin>=1.7,<2"
 make_venv .venv-114 "h5py==$H5PY_OLD" "numpy<2.3"
 
 # Report what the test suite will run against.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): installs what the tests need, builds the plugin, runs the
-# Rust tests (unit, property, ABI layout, C-API HDF5 program) and the h5py tests.
+# Rust tests (unit, property, ABI layout, C-API HDF5 program), the h5py tests, and the Python
+# package's tests against its wheel installed into a fresh environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || . "$HOME/.cargo/env"
@@ -17,4 +18,15 @@ readelf -d target/release/libh5gds.so | grep -q 'NEEDED.*libhdf5' && {
 }
 cargo build -p h5gds-cuda-emulator   # the CPU stand-in for libcuda/libcufile used by device tests
 cargo test --workspace
-.venv/bin/python -m pytest -q tests/python
+.venv/bin/python -m pytest -q tests/python --ignore=tests/python/package
+
+# The Python package as a user gets it: the wheel (maturin, pyproject.toml) installed into a fresh
+# environment with h5py and numpy from PyPI, so a file missing from the wheel fails here.
+rm -rf target/wheels .venv-wheel
+.venv/bin/maturin build --release --quiet -o target/wheels
+"${PYTHON:-python3}" -m venv .venv-wheel
+H5PY_VERSION=$(.venv/bin/python -c 'import h5py; print(h5py.__version__)')
+.venv-wheel/bin/python -m pip install --quiet --disable-pip-version-check \
+  "h5py==$H5PY_VERSION" numpy pytest target/wheels/h5gds-*.whl
+# From tests/python/package, so `import h5gds` can only find the installed package.
+(cd tests/python/package && ../../../.venv-wheel/bin/python -m pytest -q -p no:cacheprovider .)

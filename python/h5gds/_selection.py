@@ -3,6 +3,8 @@
 import operator
 from typing import NamedTuple, Tuple
 
+import numpy as np
+
 
 class Hyperslab(NamedTuple):
     start: Tuple[int, ...]
@@ -15,12 +17,16 @@ class Hyperslab(NamedTuple):
 def _item_kind(item):
     if item is Ellipsis or isinstance(item, slice):
         return item
-    if isinstance(item, bool) or not hasattr(item, "__index__"):
-        raise TypeError(
-            f"selection item {item!r} ({type(item).__name__}): h5gds.read and h5gds.write take "
-            "ints, slices and ... (NumPy basic indexing)"
-        )
-    return operator.index(item)
+    refused = TypeError(
+        f"selection item {item!r} ({type(item).__name__}): h5gds.read and h5gds.write take "
+        "ints, slices and ... (NumPy basic indexing)"
+    )
+    if isinstance(item, (bool, np.bool_)):
+        raise refused
+    try:
+        return operator.index(item)
+    except TypeError:
+        raise refused from None
 
 
 def hyperslab(sel, shape):

@@ -40,8 +40,14 @@ struct Api {
     iget_type: unsafe extern "C" fn(Hid) -> c_int,
     dget_space: unsafe extern "C" fn(Hid) -> Hid,
     sget_simple_extent_dims: unsafe extern "C" fn(Hid, *mut Hsize, *mut Hsize) -> c_int,
-    sselect_hyperslab:
-        unsafe extern "C" fn(Hid, c_int, *const Hsize, *const Hsize, *const Hsize, *const Hsize) -> Herr,
+    sselect_hyperslab: unsafe extern "C" fn(
+        Hid,
+        c_int,
+        *const Hsize,
+        *const Hsize,
+        *const Hsize,
+        *const Hsize,
+    ) -> Herr,
     sget_select_npoints: unsafe extern "C" fn(Hid) -> i64,
     screate: unsafe extern "C" fn(c_int) -> Hid,
     screate_simple: unsafe extern "C" fn(c_int, *const Hsize, *const Hsize) -> Hid,
@@ -53,40 +59,42 @@ struct Api {
     eclear2: unsafe extern "C" fn(Hid) -> Herr,
 }
 
+/// The function `name` of h5py's HDF5 as a function pointer of type `F`.
+///
+/// # Safety
+/// `F` must be the C signature of that HDF5 function.
+unsafe fn function<F: Copy>(name: &CStr) -> Result<F, String> {
+    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
+    let p = h5gds::hdf5_symbol(name).ok_or_else(|| {
+        format!(
+            "{} not found in the HDF5 library h5gds registered with",
+            name.to_string_lossy()
+        )
+    })?;
+    // SAFETY: a non-null code address, of the signature the caller names.
+    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+}
+
 fn api() -> Result<&'static Api, String> {
     static API: std::sync::OnceLock<Result<Api, String>> = std::sync::OnceLock::new();
     API.get_or_init(|| {
-        let sym = |name: &CStr| {
-            h5gds::hdf5_symbol(name).ok_or_else(|| {
-                format!(
-                    "{} not found in the HDF5 library h5gds registered with",
-                    name.to_string_lossy()
-                )
-            })
-        };
-        // SAFETY: each symbol is the HDF5 1.14/2.x function of the C signature declared above
+        // SAFETY: each field's type is the C signature of the HDF5 1.14/2.x function named
         // (hid_t is int64_t, hsize_t uint64_t, hssize_t int64_t, enums int).
         unsafe {
             Ok(Api {
-                iget_type: std::mem::transmute::<*mut c_void, _>(sym(c"H5Iget_type")?),
-                dget_space: std::mem::transmute::<*mut c_void, _>(sym(c"H5Dget_space")?),
-                sget_simple_extent_dims: std::mem::transmute::<*mut c_void, _>(sym(
-                    c"H5Sget_simple_extent_dims",
-                )?),
-                sselect_hyperslab: std::mem::transmute::<*mut c_void, _>(sym(
-                    c"H5Sselect_hyperslab",
-                )?),
-                sget_select_npoints: std::mem::transmute::<*mut c_void, _>(sym(
-                    c"H5Sget_select_npoints",
-                )?),
-                screate: std::mem::transmute::<*mut c_void, _>(sym(c"H5Screate")?),
-                screate_simple: std::mem::transmute::<*mut c_void, _>(sym(c"H5Screate_simple")?),
-                sclose: std::mem::transmute::<*mut c_void, _>(sym(c"H5Sclose")?),
-                tget_size: std::mem::transmute::<*mut c_void, _>(sym(c"H5Tget_size")?),
-                dread: std::mem::transmute::<*mut c_void, Io>(sym(c"H5Dread")?),
-                dwrite: std::mem::transmute::<*mut c_void, Io>(sym(c"H5Dwrite")?),
-                ewalk2: std::mem::transmute::<*mut c_void, _>(sym(c"H5Ewalk2")?),
-                eclear2: std::mem::transmute::<*mut c_void, _>(sym(c"H5Eclear2")?),
+                iget_type: function(c"H5Iget_type")?,
+                dget_space: function(c"H5Dget_space")?,
+                sget_simple_extent_dims: function(c"H5Sget_simple_extent_dims")?,
+                sselect_hyperslab: function(c"H5Sselect_hyperslab")?,
+                sget_select_npoints: function(c"H5Sget_select_npoints")?,
+                screate: function(c"H5Screate")?,
+                screate_simple: function(c"H5Screate_simple")?,
+                sclose: function(c"H5Sclose")?,
+                tget_size: function(c"H5Tget_size")?,
+                dread: function(c"H5Dread")?,
+                dwrite: function(c"H5Dwrite")?,
+                ewalk2: function(c"H5Ewalk2")?,
+                eclear2: function(c"H5Eclear2")?,
             })
         }
     })
@@ -104,9 +112,14 @@ pub enum IoError {
 impl Api {
     /// HDF5's error stack as one line (most general first), and the stack cleared.
     fn stack(&self) -> String {
-        unsafe extern "C" fn collect(_n: c_uint, rec: *const ErrorRecord, data: *mut c_void) -> Herr {
+        unsafe extern "C" fn collect(
+            _n: c_uint,
+            rec: *const ErrorRecord,
+            data: *mut c_void,
+        ) -> Herr {
             // SAFETY: `data` is the Vec below; HDF5 passes a valid record for the call.
             let lines = unsafe { &mut *data.cast::<Vec<String>>() };
+            // SAFETY: as above, the record is valid for the callback's duration.
             let rec = unsafe { &*rec };
             if !rec.desc.is_null() {
                 // SAFETY: HDF5's description is a NUL-terminated string.
@@ -115,7 +128,11 @@ impl Api {
                     String::new()
                 } else {
                     // SAFETY: as above.
-                    format!("{}: ", unsafe { CStr::from_ptr(rec.func_name) }.to_string_lossy())
+                    format!(
+                        "{}: ",
+                        // SAFETY: HDF5's function name is a NUL-terminated string.
+                        unsafe { CStr::from_ptr(rec.func_name) }.to_string_lossy()
+                    )
                 };
                 lines.push(format!("{func}{desc}"));
             }
@@ -124,7 +141,12 @@ impl Api {
         let mut lines: Vec<String> = Vec::new();
         // SAFETY: the callback only appends to `lines`, alive for the call.
         unsafe {
-            (self.ewalk2)(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect, (&mut lines as *mut Vec<String>).cast());
+            (self.ewalk2)(
+                H5E_DEFAULT,
+                H5E_WALK_DOWNWARD,
+                collect,
+                (&mut lines as *mut Vec<String>).cast(),
+            );
             (self.eclear2)(H5E_DEFAULT);
         }
         if lines.is_empty() {
@@ -136,9 +158,19 @@ impl Api {
 }
 
 /// A dataspace closed when dropped.
-struct Space<'a>(Hid, &'a Api);
+struct Space(Hid, &'static Api);
 
-impl Drop for Space<'_> {
+impl Space {
+    /// Owns the id a dataspace call returned, or reports HDF5's error for a failed one.
+    fn new(id: Hid, api: &'static Api) -> Result<Space, IoError> {
+        if id < 0 {
+            return Err(IoError::Hdf5(api.stack()));
+        }
+        Ok(Space(id, api))
+    }
+}
+
+impl Drop for Space {
     fn drop(&mut self) {
         // SAFETY: a dataspace id this module created and owns.
         unsafe { (self.1.sclose)(self.0) };
@@ -165,19 +197,9 @@ pub struct Prepared {
     io: Io,
     dataset: Hid,
     mem_type: Hid,
-    file_space: Hid,
-    mem_space: Hid,
+    file_space: Space,
+    mem_space: Space,
     buffer: usize,
-}
-
-impl Drop for Prepared {
-    fn drop(&mut self) {
-        // SAFETY: dataspace ids created by `prepare` and owned here.
-        unsafe {
-            (self.api.sclose)(self.mem_space);
-            (self.api.sclose)(self.file_space);
-        }
-    }
 }
 
 fn argument(message: String) -> IoError {
@@ -189,7 +211,8 @@ fn argument(message: String) -> IoError {
 pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, IoError> {
     let api = api().map_err(IoError::Hdf5)?;
     // SAFETY: plain queries; an invalid id yields an error code (the stack is cleared below).
-    let (dset_kind, type_kind) = unsafe { ((api.iget_type)(t.dataset), (api.iget_type)(t.mem_type)) };
+    let (dset_kind, type_kind) =
+        unsafe { ((api.iget_type)(t.dataset), (api.iget_type)(t.mem_type)) };
     if dset_kind != H5I_DATASET || type_kind != H5I_DATATYPE {
         api.stack();
         return Err(argument(format!(
@@ -198,13 +221,12 @@ pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, IoError> {
         )));
     }
     // SAFETY: a valid dataset id.
-    let file_space = Space(unsafe { (api.dget_space)(t.dataset) }, api);
-    if file_space.0 < 0 {
-        return Err(IoError::Hdf5(api.stack()));
-    }
+    let file_space = Space::new(unsafe { (api.dget_space)(t.dataset) }, api)?;
     let mut dims = [0 as Hsize; MAX_RANK];
     // SAFETY: `dims` has room for HDF5's largest rank.
-    let rank = unsafe { (api.sget_simple_extent_dims)(file_space.0, dims.as_mut_ptr(), std::ptr::null_mut()) };
+    let rank = unsafe {
+        (api.sget_simple_extent_dims)(file_space.0, dims.as_mut_ptr(), std::ptr::null_mut())
+    };
     if rank < 0 {
         return Err(IoError::Hdf5(api.stack()));
     }
@@ -217,10 +239,12 @@ pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, IoError> {
         )));
     }
     let mut elements: u64 = 1;
-    for axis in 0..dims.len() {
-        let (start, step, count, dim) = (t.start[axis], t.step[axis], t.count[axis], dims[axis]);
-        let last = (count.max(1) - 1).checked_mul(step).and_then(|d| d.checked_add(start));
-        if step == 0 || (count > 0 && !last.is_some_and(|l| l < dim)) {
+    for (axis, &dim) in dims.iter().enumerate() {
+        let (start, step, count) = (t.start[axis], t.step[axis], t.count[axis]);
+        let last = (count.max(1) - 1)
+            .checked_mul(step)
+            .and_then(|d| d.checked_add(start));
+        if step == 0 || (count > 0 && last.is_none_or(|l| l >= dim)) {
             return Err(argument(format!(
                 "selection out of range on axis {axis}: start {start}, step {step}, count {count} \
                  for a size of {dim}"
@@ -274,31 +298,29 @@ pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, IoError> {
         )));
     }
     // SAFETY: creating a dataspace from a shape of at most MAX_RANK axes.
-    let mem_space = Space(
+    let mem_space = Space::new(
         unsafe {
             if t.mem_shape.is_empty() {
                 (api.screate)(H5S_SCALAR)
             } else {
-                (api.screate_simple)(t.mem_shape.len() as c_int, t.mem_shape.as_ptr(), std::ptr::null())
+                (api.screate_simple)(
+                    t.mem_shape.len() as c_int,
+                    t.mem_shape.as_ptr(),
+                    std::ptr::null(),
+                )
             }
         },
         api,
-    );
-    if mem_space.0 < 0 {
-        return Err(IoError::Hdf5(api.stack()));
-    }
-    let prepared = Prepared {
+    )?;
+    Ok(Some(Prepared {
         api,
         io: if t.write { api.dwrite } else { api.dread },
         dataset: t.dataset,
         mem_type: t.mem_type,
-        file_space: file_space.0,
-        mem_space: mem_space.0,
+        file_space,
+        mem_space,
         buffer: t.buffer,
-    };
-    std::mem::forget(file_space);
-    std::mem::forget(mem_space);
-    Ok(Some(prepared))
+    }))
 }
 
 impl Prepared {
@@ -313,8 +335,8 @@ impl Prepared {
             (self.io)(
                 self.dataset,
                 self.mem_type,
-                self.mem_space,
-                self.file_space,
+                self.mem_space.0,
+                self.file_space.0,
                 H5P_DEFAULT,
                 self.buffer as *mut c_void,
             )

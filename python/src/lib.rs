@@ -18,8 +18,7 @@ use std::ffi::CString;
 #[pyfunction]
 fn register_driver(near: &str) -> PyResult<(String, Option<i64>)> {
     let near = CString::new(near).map_err(|_| PyValueError::new_err("path contains a NUL byte"))?;
-    let registration =
-        h5gds::register_in_loaded_hdf5(Some(&near)).map_err(PyOSError::new_err)?;
+    let registration = h5gds::register_in_loaded_hdf5(Some(&near)).map_err(PyOSError::new_err)?;
     let library = h5gds::hdf5_runtime::api()
         .map(|api| api.library.clone())
         .unwrap_or_default();
@@ -57,7 +56,12 @@ fn config_string(settings: &Bound<'_, PyDict>) -> PyResult<String> {
             ))
         };
         let text = if value.is_instance_of::<PyBool>() {
-            if value.extract::<bool>()? { "on" } else { "off" }.to_string()
+            if value.extract::<bool>()? {
+                "on"
+            } else {
+                "off"
+            }
+            .to_string()
         } else if value.is_instance_of::<PyInt>() {
             value.str()?.to_string()
         } else if value.is_instance_of::<PyString>() {
@@ -75,7 +79,9 @@ fn config_string(settings: &Bound<'_, PyDict>) -> PyResult<String> {
     let config = items.join(",");
     match Settings::from_sources(|_| None, Some(config.as_bytes())) {
         Ok(_) => Ok(config),
-        Err(err @ DriverError::UnknownConfigKey { .. }) => Err(PyTypeError::new_err(err.to_string())),
+        Err(err @ DriverError::UnknownConfigKey { .. }) => {
+            Err(PyTypeError::new_err(err.to_string()))
+        }
         Err(err) => Err(PyValueError::new_err(err.to_string())),
     }
 }
