@@ -149,7 +149,8 @@ fn register() -> std::result::Result<(hid_t, Registration), String> {
     let value = h5gds::DRIVER_VALUE;
     if let Some(id) = hdf5_raw::registered_driver(value).map_err(|e| e.to_string())? {
         let class = hdf5_raw::driver_class(id).map_err(|e| e.to_string())?;
-        return match h5gds_library(class) {
+        // SAFETY: HDF5's copy of the registered class.
+        return match unsafe { h5gds::plugin::h5gds_library(class.cast()) } {
             Ok(()) => Ok((id, Registration::AlreadyRegistered)),
             Err(library) => Err(another_gds_driver(&library)),
         };
@@ -162,59 +163,6 @@ fn register() -> std::result::Result<(hid_t, Registration), String> {
         "registered the gds driver in-process (id {id})"
     ));
     Ok((id, Registration::InProcess))
-}
-
-/// Whether the registered `class` is h5gds's: the linked class, or the class of a loaded h5gds
-/// plugin library. Else the library the class's code lives in, for the message.
-fn h5gds_library(class: *const std::ffi::c_void) -> std::result::Result<(), String> {
-    let ours = h5gds::class();
-    // SAFETY: HDF5 keeps a full copy of every registered class, of the layout h5gds::abi
-    // describes (the same for every driver of HDF5 1.14.4+ and 2.x).
-    let open = unsafe { (*class.cast::<h5gds::abi::H5FD_class_t>()).open };
-    // SAFETY: a static of that layout.
-    let our_open = unsafe { (*ours).open };
-    let addr = |f: Option<_>| f.map(|f| f as usize);
-    if addr(open) == addr(our_open) {
-        return Ok(());
-    }
-    let Some(open) = addr(open) else {
-        return Err("an unknown library".into());
-    };
-    // The library whose code the class runs, and whether it is h5gds: it exports h5gds's
-    // identity symbol, returning a class with this very `open`.
-    // SAFETY: Dl_info is pointers and integers, for which all zeros is a valid value.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr only looks the address up; `info` is a valid out-pointer.
-    if unsafe { libc::dladdr(open as *const libc::c_void, &mut info) } == 0
-        || info.dli_fname.is_null()
-    {
-        return Err("an unknown library".into());
-    }
-    // SAFETY: dladdr returned a C string naming a loaded object.
-    let file = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
-    let library = file.to_string_lossy().into_owned();
-    // SAFETY: RTLD_NOLOAD only returns a handle of an object already loaded (the one found).
-    let handle = unsafe { libc::dlopen(file.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-    if handle.is_null() {
-        return Err(library);
-    }
-    // SAFETY: a valid handle and C string.
-    let marker = unsafe { libc::dlsym(handle, h5gds::plugin::IDENTITY_SYMBOL.as_ptr()) };
-    // SAFETY: the handle was opened above (and only counts a reference).
-    unsafe { libc::dlclose(handle) };
-    if marker.is_null() {
-        return Err(library);
-    }
-    // SAFETY: the symbol is h5gds's `extern "C" fn() -> *const H5FD_class_t`.
-    let plugin_class: extern "C" fn() -> *const h5gds::abi::H5FD_class_t =
-        unsafe { std::mem::transmute(marker) };
-    // SAFETY: the plugin's static class.
-    let plugin_open = unsafe { (*plugin_class()).open };
-    if addr(plugin_open) == Some(open) {
-        Ok(())
-    } else {
-        Err(library)
-    }
 }
 
 /// The error for another driver registered as `gds`, saying what the user can do.

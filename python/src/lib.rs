@@ -12,19 +12,21 @@ use pyo3::types::{PyBool, PyDict, PyInt, PyString};
 use std::ffi::CString;
 
 /// Registers the driver into the HDF5 that the loaded object `near` (one of h5py's extension
-/// modules) is linked with. Returns that library's path and the driver's id (None when a `gds`
-/// driver was already registered there, such as h5gds's plugin loaded through
-/// `HDF5_PLUGIN_PATH`). The caller holds h5py's lock.
+/// modules) is linked with. Returns that library's path, the driver's id (None when h5gds's driver
+/// was already registered there, such as its plugin loaded through `HDF5_PLUGIN_PATH`), and the
+/// library of another driver holding the name `gds` there, if one does (then h5gds's is not
+/// registered). The caller holds h5py's lock.
 #[pyfunction]
-fn register_driver(near: &str) -> PyResult<(String, Option<i64>)> {
+fn register_driver(near: &str) -> PyResult<(String, Option<i64>, Option<String>)> {
     let near = CString::new(near).map_err(|_| PyValueError::new_err("path contains a NUL byte"))?;
     let registration = h5gds::register_in_loaded_hdf5(Some(&near)).map_err(PyOSError::new_err)?;
     let library = h5gds::hdf5_runtime::api()
         .map(|api| api.library.clone())
         .unwrap_or_default();
     Ok(match registration {
-        h5gds::Registration::Registered(id) => (library, Some(id)),
-        h5gds::Registration::AlreadyRegistered => (library, None),
+        h5gds::Registration::Registered(id) => (library, Some(id), None),
+        h5gds::Registration::AlreadyRegistered => (library, None, None),
+        h5gds::Registration::Another(other) => (library, None, Some(other)),
     })
 }
 

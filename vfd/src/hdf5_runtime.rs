@@ -287,13 +287,16 @@ fn hdf5_library_of(near: &CStr) -> Result<CString, String> {
 }
 
 /// How [`register_in_loaded_hdf5`] found the driver.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Registration {
     /// This copy of the driver was registered now; HDF5's id for it.
     Registered(hid_t),
-    /// A driver of value 512 was already registered there (for example h5gds's plugin, loaded
-    /// through `HDF5_PLUGIN_PATH` and `HDF5_DRIVER=gds`); it is left in place.
+    /// h5gds's driver was already registered there (for example the plugin, loaded through
+    /// `HDF5_PLUGIN_PATH` and `HDF5_DRIVER=gds`); it is left in place and serves `gds`.
     AlreadyRegistered,
+    /// Another driver holds the name `gds` and value 512 there (vfd-gds, the GPUDirect Storage
+    /// driver other projects ship), from the library named; h5gds could not register.
+    Another(String),
 }
 
 /// Registers this copy of the driver (`H5FDregister`) in an HDF5 library already loaded in the
@@ -322,7 +325,16 @@ pub fn register_in_loaded_hdf5(near: Option<&CStr>) -> Result<Registration, Stri
     let register = api.register.ok_or_else(|| missing("H5FDregister"))?;
     // SAFETY: a plain query of the driver table.
     match unsafe { is_registered(crate::plugin::DRIVER_VALUE) } {
-        n if n > 0 => return Ok(Registration::AlreadyRegistered),
+        n if n > 0 => {
+            // SAFETY: HDF5's copy of a registered class.
+            let ours =
+                registered_gds_class(api).map(|c| unsafe { crate::plugin::h5gds_library(c) });
+            return Ok(match ours {
+                Some(Err(library)) => Registration::Another(library),
+                // Ours, or no way to look (an HDF5 without the symbols): it stays in place.
+                _ => Registration::AlreadyRegistered,
+            });
+        }
         n if n < 0 => {
             return Err(format!(
                 "{}: H5FDis_driver_registered_by_value failed",
@@ -340,6 +352,56 @@ pub fn register_in_loaded_hdf5(near: Option<&CStr>) -> Result<Registration, Stri
         ));
     }
     Ok(Registration::Registered(id))
+}
+
+/// HDF5's copy of the class registered as value 512, found through a scratch file access list
+/// (HDF5 has no public lookup of a class by value).
+fn registered_gds_class(api: &Hdf5Api) -> Option<*const crate::abi::H5FD_class_t> {
+    let sym = |name: &CStr| {
+        // SAFETY: a lookup in the library's open handle.
+        let p = unsafe { libc::dlsym(api.handle, name.as_ptr()) };
+        (!p.is_null()).then_some(p)
+    };
+    let fapl_class = sym(c"H5P_CLS_FILE_ACCESS_ID_g")? as *const hid_t;
+    // SAFETY: the symbols have these C signatures in HDF5 1.14 and 2.x (H5FD_get_class is
+    // library-private but exported by every shared build).
+    let (create, set_by_value, get_driver, get_class, close) = unsafe {
+        (
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(hid_t) -> hid_t>(sym(
+                c"H5Pcreate",
+            )?),
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(hid_t, c_int, *const c_char) -> herr_t,
+            >(sym(c"H5Pset_driver_by_value")?),
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(hid_t) -> hid_t>(sym(
+                c"H5Pget_driver",
+            )?),
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(hid_t) -> *const crate::abi::H5FD_class_t,
+            >(sym(c"H5FD_get_class")?),
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(hid_t) -> herr_t>(sym(
+                c"H5Pclose",
+            )?),
+        )
+    };
+    // SAFETY: the library is initialised (the driver is registered in it), so the class id
+    // global holds the file access class; the list is closed before returning.
+    unsafe {
+        let fapl = create(*fapl_class);
+        if fapl < 0 {
+            return None;
+        }
+        let class = if set_by_value(fapl, crate::plugin::DRIVER_VALUE, std::ptr::null()) >= 0 {
+            let id = get_driver(fapl);
+            (id >= 0).then(|| get_class(id)).filter(|c| !c.is_null())
+        } else {
+            None
+        };
+        close(fapl);
+        class
+    }
 }
 
 /// Selects the `gds` driver on a file access property list with a config string

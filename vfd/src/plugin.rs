@@ -113,6 +113,63 @@ pub extern "C" fn h5gds_driver_class() -> *const H5FD_class_t {
     class()
 }
 
+/// Whether a registered driver `class` (HDF5's copy of it) is h5gds's: this very class, or the
+/// class of another loaded copy of h5gds (the plugin library, an extension module carrying the
+/// driver), recognised by its identity symbol. Else the library the class's code lives in, for
+/// the message that names it.
+///
+/// # Safety
+/// `class` must be null or point to a driver class of HDF5 1.14.4+/2.x's layout (HDF5's copy of
+/// a registered class is).
+pub unsafe fn h5gds_library(class: *const H5FD_class_t) -> std::result::Result<(), String> {
+    if class.is_null() {
+        return Err("an unknown library".into());
+    }
+    // SAFETY: HDF5 keeps a full copy of every registered class, of this layout (the same for
+    // every driver of HDF5 1.14.4+ and 2.x); ours is a static of it.
+    let (open, our_open) = unsafe { ((*class).open, (*self::class()).open) };
+    let addr = |f: Option<_>| f.map(|f| f as usize);
+    if addr(open) == addr(our_open) {
+        return Ok(());
+    }
+    let Some(open) = addr(open) else {
+        return Err("an unknown library".into());
+    };
+    // The library whose code the class runs, and whether it is h5gds: it exports h5gds's
+    // identity symbol, returning a class with this very `open`.
+    // SAFETY: Dl_info is pointers and integers, for which all zeros is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only looks the address up; `info` is a valid out-pointer.
+    if unsafe { libc::dladdr(open as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+        return Err("an unknown library".into());
+    }
+    // SAFETY: dladdr returned a C string naming a loaded object.
+    let file = unsafe { CStr::from_ptr(info.dli_fname) };
+    let library = file.to_string_lossy().into_owned();
+    // SAFETY: RTLD_NOLOAD only returns a handle of an object already loaded (the one found).
+    let handle = unsafe { libc::dlopen(file.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if handle.is_null() {
+        return Err(library);
+    }
+    // SAFETY: a valid handle and C string.
+    let marker = unsafe { libc::dlsym(handle, IDENTITY_SYMBOL.as_ptr()) };
+    // SAFETY: the handle was opened above (and only counts a reference).
+    unsafe { libc::dlclose(handle) };
+    if marker.is_null() {
+        return Err(library);
+    }
+    // SAFETY: the symbol is h5gds's `extern "C" fn() -> *const H5FD_class_t`.
+    let other_class: extern "C" fn() -> *const H5FD_class_t =
+        unsafe { std::mem::transmute(marker) };
+    // SAFETY: that copy's static class.
+    let other_open = unsafe { (*other_class()).open };
+    if addr(other_open) == Some(open) {
+        Ok(())
+    } else {
+        Err(library)
+    }
+}
+
 /// Runs a callback body: panics are caught and errors reported; `fail` is returned for both.
 fn guard<T>(func: &'static str, fail: T, body: impl FnOnce() -> Result<T>) -> T {
     with_logging(|| match catch_unwind(AssertUnwindSafe(body)) {

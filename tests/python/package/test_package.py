@@ -185,7 +185,8 @@ def test_info_is_what_h5gds_info_json_prints(monkeypatch):
     assert task == {"key": "task_size", "env": "H5GDS_TASK_SIZE", "value": "8M",
                     "source": "environment (H5GDS_TASK_SIZE)"}
     assert Path(ours["plugin"]) == Path(_native.__file__)
-    assert ours["python"] == {"hdf5_library": h5gds.HDF5_LIBRARY, "registered_here": True}
+    assert ours["python"] == {"hdf5_library": h5gds.HDF5_LIBRARY, "registered_here": True,
+                              "other_gds_driver": None}
 
 
 def test_info_reports_an_invalid_environment_setting(monkeypatch):
@@ -240,3 +241,34 @@ def test_the_plugin_already_loaded_through_hdf5_plugin_path_is_used(tmp_path):
     opens = [line for line in proc.stderr.splitlines() if f'opened "{path}"' in line]
     assert "(config string)" not in opens[0], opens  # the first, through HDF5_DRIVER
     assert "nthreads=2 (config string)" in opens[-1], opens  # then through driver="gds"
+
+
+def test_another_driver_registered_as_gds_is_refused_with_advice(tmp_path):
+    # As vfd-gds would appear: HDF5's sec2 class, copied, renamed "gds" with value 512 and
+    # registered in h5py's HDF5 before h5gds is imported.
+    path = tmp_path / "refused.h5"
+    code = ("import ctypes, h5py\n"
+            "from h5py import h5\n"
+            "lib = ctypes.CDLL(h5.__file__)\n"  # its lookups reach h5py's own HDF5
+            "lib.H5FD_get_class.restype = ctypes.c_void_p\n"
+            "lib.H5FDregister.restype = ctypes.c_int64\n"
+            "sec2_id = ctypes.c_int64.in_dll(lib, 'H5FD_SEC2_id_g')\n"  # set once HDF5 is initialised
+            "sec2 = lib.H5FD_get_class(sec2_id)\n"
+            "other = ctypes.create_string_buffer(ctypes.string_at(sec2, 336), 336)\n"
+            "name = ctypes.c_char_p(b'gds')\n"
+            "ctypes.c_int.from_buffer(other, 4).value = 512\n"
+            "ctypes.c_void_p.from_buffer(other, 8).value = ctypes.cast(name, ctypes.c_void_p).value\n"
+            "assert lib.H5FDregister(other) >= 0\n"
+            "import h5gds\n"
+            "print(h5gds.info()['python']['other_gds_driver'])\n"
+            "try:\n"
+            f"    h5py.File({str(path)!r}, 'w', driver='gds')\n"
+            "except OSError as err:\n"
+            "    print('REFUSED', err)\n")
+    proc = child(code)
+    assert proc.returncode == 0, proc.stderr
+    other, refused = proc.stdout.splitlines()[:2]
+    assert Path(other).resolve() == Path(h5gds.HDF5_LIBRARY).resolve(), other  # sec2's code lives there
+    assert refused.startswith("REFUSED another HDF5 driver is registered as gds") and "vfd-gds" in refused \
+        and "HDF5_PLUGIN_PATH" in refused, refused
+    assert not path.exists()
