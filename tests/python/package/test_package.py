@@ -272,3 +272,26 @@ def test_another_driver_registered_as_gds_is_refused_with_advice(tmp_path):
     assert refused.startswith("REFUSED another HDF5 driver is registered as gds") and "vfd-gds" in refused \
         and "HDF5_PLUGIN_PATH" in refused, refused
     assert not path.exists()
+
+
+def test_exit_with_open_files_and_a_warm_pool_and_a_forked_child(tmp_path):
+    # The driver inside the extension module runs its I/O pool like the plugin: a forked child
+    # gets a working pool, and the process exits cleanly with files left open.
+    path = tmp_path / "exit.h5"
+    code = ("import os, h5gds, h5py, numpy as np\n"
+            f"f = h5py.File({str(path)!r}, 'w', driver='gds', nthreads=4, task_size='4K')\n"
+            "f['x'] = np.arange(1 << 20, dtype='f8')\n"
+            "f.flush()\n"
+            "assert np.array_equal(h5gds.read(f['x'], sel=slice(0, None, 2)), np.arange(0, 1 << 20, 2.0))\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    ok = np.array_equal(h5gds.read(f['x']), np.arange(1 << 20, dtype='f8'))\n"
+            "    os._exit(0 if ok else 3)\n"
+            "_, status = os.waitpid(pid, 0)\n"
+            "print('CHILD', os.waitstatus_to_exitcode(status))\n"
+            "g = h5py.File(f.filename, 'r', driver='gds', nthreads=4, task_size='4K')\n"
+            "print(g['x'][-1])\n")  # exits with both files open
+    proc = child(code, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["CHILD", "0", str(float((1 << 20) - 1))], proc.stdout
+    assert proc.stderr == "", proc.stderr
