@@ -20,13 +20,17 @@ cargo build -p h5gds-cuda-emulator   # the CPU stand-in for libcuda/libcufile us
 cargo test --workspace
 .venv/bin/python -m pytest -q tests/python --ignore=tests/python/package
 
-# The Python package as a user gets it: the wheel (maturin, pyproject.toml) installed into a fresh
-# environment with h5py and numpy from PyPI, so a file missing from the wheel fails here.
-rm -rf target/wheels .venv-wheel
+# The Python package as a user gets it: the wheel (maturin, pyproject.toml) installed into fresh
+# environments with h5py and numpy from PyPI, so a file missing from the wheel fails here; once
+# with .venv's h5py (HDF5 2.x), once with .venv-114's (HDF5 1.14).
+rm -rf target/wheels .venv-wheel .venv-wheel-114
 .venv/bin/maturin build --release --quiet -o target/wheels
-"${PYTHON:-python3}" -m venv .venv-wheel
-H5PY_VERSION=$(.venv/bin/python -c 'import h5py; print(h5py.__version__)')
-.venv-wheel/bin/python -m pip install --quiet --disable-pip-version-check \
-  "h5py==$H5PY_VERSION" numpy pytest target/wheels/h5gds-*.whl
-# From tests/python/package, so `import h5gds` can only find the installed package.
-(cd tests/python/package && ../../../.venv-wheel/bin/python -m pytest -q -p no:cacheprovider .)
+for env in .venv .venv-114; do
+  wheel_env=.venv-wheel${env#.venv}
+  "${PYTHON:-python3}" -m venv "$wheel_env"
+  pins=$("$env/bin/python" -c 'import h5py, numpy; print(f"h5py=={h5py.__version__} numpy=={numpy.__version__}")')
+  # shellcheck disable=SC2086 # two requirements
+  "$wheel_env/bin/python" -m pip install --quiet --disable-pip-version-check $pins pytest target/wheels/h5gds-*.whl
+  # From tests/python/package, so `import h5gds` can only find the installed package.
+  (cd tests/python/package && "../../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider .)
+done

@@ -197,11 +197,15 @@ def test_info_reports_an_invalid_environment_setting(monkeypatch):
 
 
 def test_another_hdf5_loaded_and_initialised_first_does_not_capture_the_driver(tmp_path):
-    # Another wheel's private HDF5 (h5py 3.14's 1.14.6 from .venv-114, as PyTables or netCDF4 would
-    # bring), loaded and initialised before h5py: the driver must still join h5py's own HDF5.
-    libs = sorted((ROOT / ".venv-114").glob("lib/python3*/site-packages/h5py.libs"))
-    assert libs, "scripts/setup.sh creates .venv-114 (h5py 3.14)"
-    other = [sorted(libs[-1].glob(f"{name}-*.so*")) for name in ("libaec", "libsz", "libhdf5")]
+    # Another wheel's private HDF5 (as PyTables or netCDF4 would bring): the one of the project's
+    # other h5py environment (.venv with HDF5 2.x, .venv-114 with 1.14), loaded and initialised
+    # before h5py. The driver must still join h5py's own HDF5.
+    ours = Path(h5gds.HDF5_LIBRARY).resolve()
+    candidates = [libs for env in (".venv", ".venv-114")
+                  for libs in sorted((ROOT / env).glob("lib/python3*/site-packages/h5py.libs"))]
+    other_libs = [libs for libs in candidates if ours.name not in [p.name for p in libs.glob("libhdf5-*.so*")]]
+    assert other_libs, f"scripts/setup.sh creates .venv and .venv-114; none holds an HDF5 other than {ours}"
+    other = [sorted(other_libs[0].glob(f"{name}-*.so*")) for name in ("libaec", "libsz", "libhdf5")]
     assert all(len(found) == 1 for found in other), other
     other = [found[0] for found in other]
     path = tmp_path / "two.h5"
@@ -252,8 +256,8 @@ def test_another_driver_registered_as_gds_is_refused_with_advice(tmp_path):
             "lib = ctypes.CDLL(h5.__file__)\n"  # its lookups reach h5py's own HDF5
             "lib.H5FD_get_class.restype = ctypes.c_void_p\n"
             "lib.H5FDregister.restype = ctypes.c_int64\n"
-            "sec2_id = ctypes.c_int64.in_dll(lib, 'H5FD_SEC2_id_g')\n"  # set once HDF5 is initialised
-            "sec2 = lib.H5FD_get_class(sec2_id)\n"
+            "from h5py import h5fd\n"
+            "sec2 = lib.H5FD_get_class(ctypes.c_int64(h5fd.SEC2))\n"
             "other = ctypes.create_string_buffer(ctypes.string_at(sec2, 336), 336)\n"
             "name = ctypes.c_char_p(b'gds')\n"
             "ctypes.c_int.from_buffer(other, 4).value = 512\n"
