@@ -5,10 +5,9 @@
 mod hdf5;
 
 use h5gds::config::{Settings, SETTINGS};
-use h5gds::error::Error as DriverError;
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyInt, PyString};
+use pyo3::types::{PyBool, PyDict, PyString};
 use std::ffi::CString;
 
 /// Registers the driver into the HDF5 that the loaded object `near` (one of h5py's extension
@@ -64,8 +63,9 @@ fn config_string(settings: &Bound<'_, PyDict>) -> PyResult<String> {
                 "off"
             }
             .to_string()
-        } else if value.is_instance_of::<PyInt>() {
-            value.str()?.to_string()
+        } else if let Ok(number) = value.extract::<i128>() {
+            // Python and NumPy integers (anything with __index__), never floats.
+            number.to_string()
         } else if value.is_instance_of::<PyString>() {
             let text: String = value.extract()?;
             // A comma or NUL would smuggle another item into the string.
@@ -79,13 +79,10 @@ fn config_string(settings: &Bound<'_, PyDict>) -> PyResult<String> {
         items.push(format!("{key}={text}"));
     }
     let config = items.join(",");
-    match Settings::from_sources(|_| None, Some(config.as_bytes())) {
-        Ok(_) => Ok(config),
-        Err(err @ DriverError::UnknownConfigKey { .. }) => {
-            Err(PyTypeError::new_err(err.to_string()))
-        }
-        Err(err) => Err(PyValueError::new_err(err.to_string())),
-    }
+    // Keys are known by now, so what the parser refuses is a value.
+    Settings::from_sources(|_| None, Some(config.as_bytes()))
+        .map(|_| config)
+        .map_err(|err| PyValueError::new_err(err.to_string()))
 }
 
 /// Selects the `gds` driver with a config string on a file access property list (h5py's

@@ -140,6 +140,8 @@ def test_an_unknown_keyword_raises_type_error_naming_it_and_the_accepted_ones(tm
     ("nthreads", 0, "an integer from 1 to 256"),
     ("nthreads", 2.5, "an integer from 1 to 256"),
     ("nthreads", True, "an integer from 1 to 256"),
+    ("nthreads", -3, "an integer from 1 to 256"),
+    ("nthreads", 2**80, "an integer from 1 to 256"),
     ("compat_mode", "maybe", "auto, on, off"),
     ("compat_mode", "on,nthreads=4", "auto, on, off"),
     ("task_size", "3T", "a size from 4K to 1G"),
@@ -159,6 +161,8 @@ def test_a_bad_value_raises_value_error_naming_the_setting_and_accepted_values(t
 def test_boolean_keywords_mean_on_and_off(tmp_path):
     assert _native.config_string({"direct_io": True, "compat_mode": False}) == "direct_io=on,compat_mode=off"
     assert _native.config_string({"nthreads": 8, "task_size": "8M"}) == "nthreads=8,task_size=8M"
+    assert _native.config_string({"nthreads": np.int64(3), "task_size": np.uint32(65536)}) == \
+        "nthreads=3,task_size=65536"
 
 
 # --- h5gds.info() ------------------------------------------------------------------------------------------
