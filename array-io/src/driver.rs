@@ -10,7 +10,7 @@
 
 use crate::error::{Error, Result};
 use crate::hdf::{check, locked, Handle};
-use h5gds::config::parse_size;
+use h5gds::parse_size;
 use hdf5_sys::h5fd::{H5FD_class_t, H5FDis_driver_registered_by_value, H5FDregister};
 use hdf5_sys::h5i::hid_t;
 use hdf5_sys::h5p::{
@@ -91,7 +91,7 @@ impl Settings {
         Ok(match self.device_path()? {
             DevicePath::Gds => true,
             DevicePath::Staged => false,
-            DevicePath::Auto => h5gds::cuda::cuda().is_ok(),
+            DevicePath::Auto => h5gds::cuda().is_ok(),
         })
     }
 }

@@ -3,10 +3,9 @@
 //! staging buffer, then a copy to or from the GPU, as array libraries do by default).
 //! Alternatives are interleaved; every transfer is checked, untimed, against the data.
 
-use crate::gpu::{cu, DeviceBuffer};
+use crate::gpu::DeviceBuffer;
 use crate::h5::{self, h5t, Driver, Layout, Selection};
 use crate::stats::Measurement;
-use cudarc::driver::sys;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -53,10 +52,7 @@ fn staged_read(path: &Path, dev: &DeviceBuffer, staging: &mut [u8]) -> h5::Resul
             )?
         };
         let bytes = count as usize * 4;
-        // SAFETY: the device range lies inside `dev`; staging holds `bytes` bytes.
-        cu("cuMemcpyHtoD", unsafe {
-            sys::cuMemcpyHtoD_v2(dev.ptr + start * 4, staging.as_ptr().cast(), bytes)
-        })?;
+        dev.upload(start as usize * 4, &staging[..bytes])?;
         start += count;
     }
     drop(dset);
@@ -80,10 +76,7 @@ fn staged_write(path: &Path, dev: &DeviceBuffer, staging: &mut [u8]) -> h5::Resu
     while start < total {
         let count = per.min(total - start);
         let bytes = count as usize * 4;
-        // SAFETY: the device range lies inside `dev`; staging has room for `bytes` bytes.
-        cu("cuMemcpyDtoH", unsafe {
-            sys::cuMemcpyDtoH_v2(staging.as_mut_ptr().cast(), dev.ptr + start * 4, bytes)
-        })?;
+        dev.download_into(start as usize * 4, &mut staging[..bytes])?;
         let (s, c) = ([start], [count]);
         let sel = Selection::Slab {
             start: &s,

@@ -83,7 +83,7 @@ enum Only {
 }
 
 fn parse_size(text: &str) -> Result<u64, String> {
-    match h5gds::config::parse_size(text) {
+    match h5gds::parse_size(text) {
         Some(n) if n >= 4096 && n % 4 == 0 => Ok(n),
         _ => Err(format!(
             "{text:?} is not a size of at least 4K in whole float32 elements (e.g. 256M, 1G)"
@@ -168,7 +168,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
                 Ok(())
             };
         }
-        let staging = h5gds::config::format_size(args.staging);
+        let staging = h5gds::format_size(args.staging);
         emulated = gpu::is_emulated();
         if emulated {
             println!("\nDEVICE MEMORY, EMULATED: libcuda and libcufile are h5gds's CPU emulator; these are not GPU figures");

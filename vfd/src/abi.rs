@@ -18,6 +18,10 @@ pub type H5FD_mem_t = c_int;
 pub type H5FD_class_value_t = c_int;
 pub type H5F_close_degree_t = c_int;
 
+/// This driver's registered name and value (the GPUDirect Storage VFD's, so h5gds is a drop-in).
+pub const DRIVER_NAME: &std::ffi::CStr = c"gds";
+pub const DRIVER_VALUE: H5FD_class_value_t = 512;
+
 pub const HADDR_UNDEF: haddr_t = u64::MAX;
 /// The largest address a POSIX `off_t` can hold (what sec2 calls `H5FD_MAXADDR`).
 pub const MAXADDR: haddr_t = i64::MAX as u64;

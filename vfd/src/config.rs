@@ -1,4 +1,4 @@
-//! Settings: one table (`SETTINGS`) that names every setting, its environment variable, its
+//! VfdSettings: one table (`SETTINGS`) that names every setting, its environment variable, its
 //! config-string key, default and accepted values; parsing from the environment and from config
 //! strings (`HDF5_DRIVER_CONFIG`, `H5Pset_driver_by_name`); validation with errors that name the
 //! setting and what it accepts.
@@ -128,7 +128,7 @@ pub const LOG_ENV: &str = "H5GDS_LOG";
 
 /// The settings in effect for one open file.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settings {
+pub struct VfdSettings {
     pub compat_mode: CompatMode,
     pub nthreads: usize,
     pub task_size: usize,
@@ -138,9 +138,9 @@ pub struct Settings {
     pub sources: Vec<(Key, Source)>,
 }
 
-impl Default for Settings {
+impl Default for VfdSettings {
     fn default() -> Self {
-        Settings {
+        VfdSettings {
             compat_mode: CompatMode::Auto,
             nthreads: default_nthreads(),
             task_size: 4 << 20,
@@ -159,18 +159,18 @@ pub fn default_nthreads() -> usize {
         .min(16)
 }
 
-impl Settings {
-    /// Settings from the process environment and an optional config string.
-    pub fn load(config: Option<&str>) -> Result<Settings> {
+impl VfdSettings {
+    /// VfdSettings from the process environment and an optional config string.
+    pub fn load(config: Option<&str>) -> Result<VfdSettings> {
         Self::from_sources(|name| std::env::var(name).ok(), config)
     }
 
-    /// Settings from an environment lookup function (for tests) and an optional config string.
+    /// VfdSettings from an environment lookup function (for tests) and an optional config string.
     pub fn from_sources(
         env: impl Fn(&str) -> Option<String>,
         config: Option<&str>,
-    ) -> Result<Settings> {
-        let mut settings = Settings::default();
+    ) -> Result<VfdSettings> {
+        let mut settings = VfdSettings::default();
         for spec in SETTINGS {
             // Aliases first, so the newer name wins when both are set.
             for var in spec.aliases.iter().chain(std::iter::once(&spec.env)) {
@@ -186,6 +186,11 @@ impl Settings {
                     .find(|s| s.config_key == key)
                     .ok_or_else(|| Error::UnknownConfigKey {
                         key: key.to_string(),
+                        accepted: SETTINGS
+                            .iter()
+                            .map(|s| s.config_key)
+                            .collect::<Vec<_>>()
+                            .join(", "),
                     })?;
                 settings.apply(spec, value, Source::ConfigString)?;
             }
@@ -339,7 +344,7 @@ mod tests {
 
     #[test]
     fn defaults_match_the_design_table() {
-        let s = Settings::from_sources(env_of(&[]), None).unwrap();
+        let s = VfdSettings::from_sources(env_of(&[]), None).unwrap();
         assert_eq!(s.compat_mode, CompatMode::Auto);
         assert_eq!(s.task_size, 4 << 20);
         assert_eq!(s.bounce_buffer_size, 16 << 20);
@@ -369,15 +374,15 @@ mod tests {
             ("H5GDS_NTHREADS", "5"),
             ("H5_GDS_VFD_IO_BLOCK_SIZE", "1M"),
         ]);
-        let s = Settings::from_sources(&env, None).unwrap();
+        let s = VfdSettings::from_sources(&env, None).unwrap();
         assert_eq!(s.nthreads, 5);
         assert_eq!(s.task_size, 1 << 20);
         assert_eq!(
             *s.source(Key::TaskSize),
             Source::Environment("H5_GDS_VFD_IO_BLOCK_SIZE")
         );
-        let s =
-            Settings::from_sources(&env, Some("nthreads=4, task_size=8M,compat_mode=ON")).unwrap();
+        let s = VfdSettings::from_sources(&env, Some("nthreads=4, task_size=8M,compat_mode=ON"))
+            .unwrap();
         assert_eq!(s.nthreads, 4);
         assert_eq!(s.task_size, 8 << 20);
         assert_eq!(s.compat_mode, CompatMode::On);
@@ -387,20 +392,20 @@ mod tests {
     #[test]
     fn invalid_values_name_the_setting_and_accepted_values() {
         let err =
-            Settings::from_sources(env_of(&[("H5GDS_COMPAT_MODE", "maybe")]), None).unwrap_err();
+            VfdSettings::from_sources(env_of(&[("H5GDS_COMPAT_MODE", "maybe")]), None).unwrap_err();
         let text = err.to_string();
         assert!(
             text.contains("H5GDS_COMPAT_MODE")
                 && text.contains("maybe")
                 && text.contains("auto, on, off")
         );
-        let err = Settings::from_sources(env_of(&[]), Some("nthreads=0")).unwrap_err();
+        let err = VfdSettings::from_sources(env_of(&[]), Some("nthreads=0")).unwrap_err();
         assert!(err.to_string().contains("nthreads") && err.to_string().contains("1 to 256"));
-        let err = Settings::from_sources(env_of(&[]), Some("task_size=2G")).unwrap_err();
+        let err = VfdSettings::from_sources(env_of(&[]), Some("task_size=2G")).unwrap_err();
         assert!(err.to_string().contains("task_size"));
-        let err = Settings::from_sources(env_of(&[]), Some("bogus=1")).unwrap_err();
+        let err = VfdSettings::from_sources(env_of(&[]), Some("bogus=1")).unwrap_err();
         assert!(err.to_string().contains("bogus") && err.to_string().contains("compat_mode"));
-        let err = Settings::from_sources(env_of(&[]), Some("nthreads")).unwrap_err();
+        let err = VfdSettings::from_sources(env_of(&[]), Some("nthreads")).unwrap_err();
         assert!(err.to_string().contains("key=value"));
     }
 }

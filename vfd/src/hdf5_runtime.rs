@@ -125,11 +125,14 @@ fn loaded_objects() -> Vec<CString> {
         _size: usize,
         data: *mut c_void,
     ) -> c_int {
-        // SAFETY: `data` is the Vec passed below; `info` is valid for the callback's duration.
-        let names = &mut *(data as *mut Vec<CString>);
-        let name = (*info).dlpi_name;
-        if !name.is_null() {
-            names.push(CStr::from_ptr(name).to_owned());
+        // SAFETY: `data` is the Vec passed below; `info` is valid for the callback's duration,
+        // and a non-null name is a NUL-terminated string.
+        unsafe {
+            let names = &mut *(data as *mut Vec<CString>);
+            let name = (*info).dlpi_name;
+            if !name.is_null() {
+                names.push(CStr::from_ptr(name).to_owned());
+            }
         }
         0
     }
@@ -211,7 +214,7 @@ fn find_hdf5() -> Option<Hdf5Api> {
             initialised(api)
                 && api
                     .gds_registered
-                    .is_some_and(|f| unsafe { f(crate::plugin::DRIVER_VALUE) } > 0)
+                    .is_some_and(|f| unsafe { f(crate::abi::DRIVER_VALUE) } > 0)
         };
         if let Some(i) = found.iter().position(|(api, _)| registered(api)) {
             found.swap(0, i);

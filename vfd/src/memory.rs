@@ -7,6 +7,7 @@
 
 use crate::abi::{H5FD_mem_t, H5FD_MEM_DEFAULT, H5FD_MEM_DRAW};
 use crate::cuda::{self, CUdeviceptr, PointerKind};
+use crate::io::BufPtr;
 use std::sync::RwLock;
 
 /// Device allocations seen so far, as (base, size).
@@ -32,41 +33,42 @@ fn remember(base: CUdeviceptr, size: usize) {
     }
 }
 
-/// Forgets a cached range that the driver no longer confirms (freed and reused memory).
-pub fn forget(base: CUdeviceptr) {
+/// Forgets a cached device range: the driver calls it when its answer no longer holds, and
+/// programs that free device memory they handed to HDF5 may call it (array-io does).
+pub fn forget_device_range(base: CUdeviceptr) {
     if let Ok(mut ranges) = DEVICE_RANGES.write() {
         ranges.retain(|(b, _)| *b != base);
     }
 }
 
 /// Whether HDF5 may hand this memory type a device buffer (raw data only).
-pub fn may_be_device(mem_type: H5FD_mem_t) -> bool {
+fn may_be_device(mem_type: H5FD_mem_t) -> bool {
     mem_type == H5FD_MEM_DRAW || mem_type == H5FD_MEM_DEFAULT
 }
 
 /// What `ptr` is, for a transfer of memory type `mem_type`.
-pub fn classify(ptr: usize, mem_type: H5FD_mem_t) -> PointerKind {
+pub(crate) fn classify(ptr: BufPtr, mem_type: H5FD_mem_t) -> PointerKind {
     if !may_be_device(mem_type) || cuda::cuda().is_err() {
         return PointerKind::Host;
     }
-    if let Some(kind) = cached(ptr as u64) {
+    if let Some(kind) = cached(ptr.addr() as u64) {
         return kind;
     }
-    query(ptr)
+    query(ptr.addr())
 }
 
 /// Runs `host` or `device` (with the allocation base) for the memory at `ptr`. If a device
 /// transfer fails on a range that came from the cache, the range may have been freed and its
 /// addresses reused: the driver is asked afresh, and if its answer differs the transfer runs
 /// once more on the new answer. Otherwise the error stands.
-pub fn dispatch<T>(
-    ptr: usize,
+pub(crate) fn dispatch<T>(
+    ptr: BufPtr,
     mem_type: H5FD_mem_t,
     host: impl Fn() -> crate::error::Result<T>,
     device: impl Fn(CUdeviceptr) -> crate::error::Result<T>,
 ) -> crate::error::Result<T> {
     let from_cache =
-        may_be_device(mem_type) && cuda::cuda().is_ok() && cached(ptr as u64).is_some();
+        may_be_device(mem_type) && cuda::cuda().is_ok() && cached(ptr.addr() as u64).is_some();
     let kind = classify(ptr, mem_type);
     let PointerKind::Device { base, .. } = kind else {
         return host();
@@ -75,12 +77,12 @@ pub fn dispatch<T>(
     if result.is_ok() || !from_cache {
         return result;
     }
-    forget(base);
-    let fresh = query(ptr);
+    forget_device_range(base);
+    let fresh = query(ptr.addr());
     if fresh == kind {
         return result;
     }
-    tracing::debug!("device memory at {ptr:#x} changed since it was cached; transferring again");
+    tracing::debug!("device memory at {ptr:?} changed since it was cached; transferring again");
     match fresh {
         PointerKind::Host => host(),
         PointerKind::Device { base, .. } => device(base),

@@ -5,24 +5,20 @@
 //! value plus an error-stack record and a log line. Nothing unwinds into HDF5.
 
 use crate::abi::*;
-use crate::config::Settings;
+use crate::config::VfdSettings;
 use crate::error::{Error, ErrorClass, Result};
 use crate::file::OpenFile;
 use crate::hdf5_runtime;
-use crate::io::{parallel, vector};
+use crate::io::{parallel, vector, BufPtr, Direction};
 use crate::log::with_logging;
 use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-
-/// The driver's registered name and value (the GPUDirect Storage VFD's, so h5gds is a drop-in).
-pub const DRIVER_NAME: &CStr = c"gds";
-pub const DRIVER_VALUE: H5FD_class_value_t = 512;
 
 /// sec2's features, without DATA_SIEVE: raw-data buffers must reach the driver untouched (the
 /// GPU paths depend on it, and selection I/O then delivers strided reads as vectors); with
 /// MEMMANAGE, so HDF5 asks the driver (`ctl(MEM_COPY)`) to copy compact data to and from
 /// possibly device buffers.
-pub const FEATURES: c_ulong = H5FD_FEAT_AGGREGATE_METADATA
+const FEATURES: c_ulong = H5FD_FEAT_AGGREGATE_METADATA
     | H5FD_FEAT_ACCUMULATE_METADATA
     | H5FD_FEAT_AGGREGATE_SMALLDATA
     | H5FD_FEAT_POSIX_COMPAT_HANDLE
@@ -31,6 +27,8 @@ pub const FEATURES: c_ulong = H5FD_FEAT_AGGREGATE_METADATA
     | H5FD_FEAT_MEMMANAGE;
 
 /// The memory HDF5 sees for an open file: its public header first, then the driver's state.
+/// HDF5 owns the header (it writes it after `open`); the driver only ever makes shared
+/// references to `state`.
 #[repr(C)]
 struct GdsFile {
     public: H5FD_t,
@@ -132,16 +130,20 @@ fn report(func: &'static str, err: &Error) {
     }
 }
 
-/// The driver state behind an `H5FD_t` HDF5 hands back.
+/// The driver state behind an `H5FD_t` HDF5 hands back. Only a shared reference is made, never
+/// `&mut`: HDF5 passes the same file through `const` and non-`const` pointers, and `cmp` may
+/// get one file twice. The state changes through interior mutability (see `OpenFile`).
 ///
 /// # Safety
-/// `file` must be a pointer this driver's `open` returned and `close` has not yet freed.
-unsafe fn state<'a>(file: *const H5FD_t) -> Result<&'a mut OpenFile> {
+/// `file` must be null or a pointer this driver's `open` returned and `close` has not yet freed,
+/// and the state must outlive `'a`.
+unsafe fn state<'a>(file: *const H5FD_t) -> Result<&'a OpenFile> {
     if file.is_null() {
         return Err(Error::InvalidArgument("null file pointer".into()));
     }
-    // SAFETY: every H5FD_t this driver hands out is the first field of a GdsFile.
-    Ok(&mut (*(file as *mut GdsFile)).state)
+    // SAFETY: every H5FD_t this driver hands out is the first field of a live GdsFile
+    // (repr(C)); the caller guarantees it is still open.
+    Ok(unsafe { &(*file.cast::<GdsFile>()).state })
 }
 
 /// sec2's reading of `HDF5_USE_FILE_LOCKING`, else the fapl's flag, else HDF5's default (true).
@@ -176,7 +178,7 @@ unsafe extern "C" fn gds_open(
         }
         // SAFETY: HDF5 passes a NUL-terminated file name.
         let c_name = unsafe { CStr::from_ptr(name) };
-        let settings = Settings::load(config_string(fapl).as_deref())?;
+        let settings = VfdSettings::load(config_string(fapl).as_deref())?;
         let state = OpenFile::open(
             c_name,
             flags,
@@ -184,11 +186,10 @@ unsafe extern "C" fn gds_open(
             settings,
             ignore_disabled_locks(fapl),
         )?;
+        let (host, device) = state.path_descriptions();
         tracing::info!(
-            "opened {:?} (flags {flags:#x}); host buffers: {}; device buffers: {}; settings: {}",
+            "opened {:?} (flags {flags:#x}); host buffers: {host}; device buffers: {device}; settings: {}",
             state.path,
-            state.host_path_description(),
-            state.device_path_description(),
             state.settings.describe()
         );
         let file = Box::new(GdsFile {
@@ -232,7 +233,7 @@ unsafe extern "C" fn gds_query(_file: *const H5FD_t, flags: *mut c_ulong) -> her
 unsafe extern "C" fn gds_get_eoa(file: *const H5FD_t, _type: H5FD_mem_t) -> haddr_t {
     // SAFETY: HDF5 passes an open file of this driver.
     guard("gds_get_eoa", HADDR_UNDEF, || {
-        Ok(unsafe { state(file)? }.eoa)
+        Ok(unsafe { state(file)? }.eoa())
     })
 }
 
@@ -247,7 +248,7 @@ unsafe extern "C" fn gds_set_eoa(file: *mut H5FD_t, _type: H5FD_mem_t, addr: had
 unsafe extern "C" fn gds_get_eof(file: *const H5FD_t, _type: H5FD_mem_t) -> haddr_t {
     // SAFETY: HDF5 passes an open file of this driver.
     guard("gds_get_eof", HADDR_UNDEF, || {
-        Ok(unsafe { state(file)? }.eof)
+        Ok(unsafe { state(file)? }.eof())
     })
 }
 
@@ -260,11 +261,9 @@ unsafe extern "C" fn gds_get_handle(
         if handle.is_null() {
             return Err(Error::InvalidArgument("file handle not valid".into()));
         }
-        // SAFETY: HDF5 passes an open file of this driver and a valid out-pointer.
-        unsafe {
-            let st = state(file)?;
-            *handle = (&mut st.raw_fd as *mut c_int).cast();
-        }
+        // SAFETY: HDF5 passes an open file of this driver and a valid out-pointer. The
+        // descriptor is handed out as sec2 does (a pointer to the int), and HDF5 only reads it.
+        unsafe { *handle = (&raw const state(file)?.raw_fd).cast_mut().cast() };
         Ok(0)
     })
 }
@@ -281,8 +280,16 @@ unsafe extern "C" fn gds_read(
         if buf.is_null() && size > 0 {
             return Err(Error::InvalidArgument("read into a null buffer".into()));
         }
-        // SAFETY: HDF5 passes an open file and a buffer of at least `size` bytes.
-        unsafe { state(file)?.read(addr, size, buf.cast(), mem_type)? };
+        // SAFETY: HDF5 passes an open file and a writable buffer of at least `size` bytes.
+        unsafe {
+            state(file)?.transfer(
+                Direction::Read,
+                addr,
+                size,
+                BufPtr::new(buf.cast()),
+                mem_type,
+            )?
+        };
         Ok(0)
     })
 }
@@ -300,7 +307,8 @@ unsafe extern "C" fn gds_write(
             return Err(Error::InvalidArgument("write from a null buffer".into()));
         }
         // SAFETY: HDF5 passes an open file and a buffer of at least `size` bytes.
-        unsafe { state(file)?.write(addr, size, buf.cast(), mem_type)? };
+        let buf = BufPtr::from_const(buf.cast());
+        unsafe { state(file)?.transfer(Direction::Write, addr, size, buf, mem_type)? };
         Ok(0)
     })
 }
@@ -314,7 +322,7 @@ unsafe fn vector_pieces(
     types: *const H5FD_mem_t,
     addrs: *const haddr_t,
     sizes: *const usize,
-    bufs: *const usize,
+    bufs: *const BufPtr,
 ) -> Result<Vec<vector::Piece>> {
     let n = count as usize;
     if n == 0 {
@@ -335,7 +343,7 @@ unsafe fn vector_pieces(
         )
     };
     let pieces = vector::expand(types, addrs, sizes, bufs)?;
-    if let Some(p) = pieces.iter().find(|p| p.buf == 0 && p.len > 0) {
+    if let Some(p) = pieces.iter().find(|p| p.buf.is_null() && p.len > 0) {
         return Err(Error::InvalidArgument(format!(
             "vector request with a null buffer at address {}",
             p.addr
@@ -357,7 +365,7 @@ unsafe extern "C" fn gds_read_vector(
         // SAFETY: HDF5 passes `count` entries in each array and valid buffers.
         unsafe {
             let pieces = vector_pieces(count, types, addrs, sizes, bufs.cast())?;
-            state(file)?.read_vector(pieces)?;
+            state(file)?.transfer_vector(Direction::Read, pieces)?;
         }
         Ok(0)
     })
@@ -376,7 +384,7 @@ unsafe extern "C" fn gds_write_vector(
         // SAFETY: HDF5 passes `count` entries in each array and valid buffers.
         unsafe {
             let pieces = vector_pieces(count, types, addrs, sizes, bufs.cast())?;
-            state(file)?.write_vector(pieces)?;
+            state(file)?.transfer_vector(Direction::Write, pieces)?;
         }
         Ok(0)
     })
@@ -464,8 +472,8 @@ unsafe extern "C" fn gds_ctl(
             if args.len > 0 && (args.dstbuf.is_null() || args.srcbuf.is_null()) {
                 return Err(Error::InvalidArgument("MEM_COPY with a null buffer".into()));
             }
-            let dst = args.dstbuf as usize + args.dst_off as usize;
-            let src = args.srcbuf as usize + args.src_off as usize;
+            let dst = BufPtr::new(args.dstbuf.cast()).add(args.dst_off as usize);
+            let src = BufPtr::from_const(args.srcbuf.cast()).add(args.src_off as usize);
             // SAFETY: HDF5 guarantees both ranges hold `len` bytes.
             unsafe { OpenFile::mem_copy(dst, src, args.len)? };
             return Ok(0);

@@ -1,10 +1,73 @@
-//! Moving bytes between the file and memory.
+//! Moving bytes between the file and memory. Every transfer is written once and told which way
+//! bytes move by a [`Direction`].
 
-pub mod device;
-pub mod gds;
-pub mod host;
-pub mod parallel;
-pub mod posix;
-pub mod readahead;
-pub mod staged;
-pub mod vector;
+pub(crate) mod device;
+pub(crate) mod gds;
+pub(crate) mod host;
+pub(crate) mod parallel;
+pub(crate) mod posix;
+pub(crate) mod readahead;
+pub(crate) mod staged;
+pub(crate) mod vector;
+
+/// Which way bytes move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Direction {
+    /// File to memory.
+    Read,
+    /// Memory to file.
+    Write,
+}
+
+impl Direction {
+    /// "read" or "write", for error messages.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Direction::Read => "read",
+            Direction::Write => "write",
+        }
+    }
+}
+
+/// A caller's host buffer: written by reads, only read by writes. It is an address that pool
+/// threads may carry; every function that dereferences it is `unsafe` and states what the caller
+/// guarantees, and concurrent tasks touch disjoint parts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(transparent)]
+pub(crate) struct BufPtr(*mut u8);
+
+// SAFETY: a plain address; access through it is governed by the unsafe functions that take it.
+unsafe impl Send for BufPtr {}
+// SAFETY: as above.
+unsafe impl Sync for BufPtr {}
+
+impl BufPtr {
+    pub(crate) fn new(ptr: *mut u8) -> Self {
+        BufPtr(ptr)
+    }
+    /// A buffer that is only read (the source of a write).
+    pub(crate) fn from_const(ptr: *const u8) -> Self {
+        BufPtr(ptr.cast_mut())
+    }
+    /// The buffer `offset` bytes further on (no access, so no validity requirement).
+    pub(crate) fn add(self, offset: usize) -> Self {
+        BufPtr(self.0.wrapping_add(offset))
+    }
+    pub(crate) fn as_ptr(self) -> *mut u8 {
+        self.0
+    }
+    /// The address, for alignment checks and CUDA pointer queries.
+    pub(crate) fn addr(self) -> usize {
+        self.0 as usize
+    }
+    pub(crate) fn is_null(self) -> bool {
+        self.0.is_null()
+    }
+}
+
+/// A transfer that failed after `done` of its bytes had moved.
+#[derive(Debug)]
+pub(crate) struct PartialTransfer {
+    pub(crate) source: std::io::Error,
+    pub(crate) done: usize,
+}
