@@ -496,3 +496,69 @@ unsafe extern "C" fn gds_terminate() -> herr_t {
         Ok(0)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CString;
+
+    /// Opens a new file through the class, as HDF5 does (no HDF5 here: settings come from the
+    /// environment).
+    fn open(path: &std::path::Path) -> *mut H5FD_t {
+        let name = CString::new(path.to_str().unwrap()).unwrap();
+        let flags = H5F_ACC_RDWR | H5F_ACC_CREAT | H5F_ACC_TRUNC;
+        // SAFETY: a valid NUL-terminated name; -1 is no property list.
+        let file = unsafe { gds_open(name.as_ptr(), flags, -1, MAXADDR) };
+        assert!(!file.is_null());
+        file
+    }
+
+    /// HDF5 may pass one file to `cmp` twice and calls `const` callbacks on a file it also
+    /// passes mutably: every callback here gets the same pointer while the others' results are
+    /// still in use, and the state is only ever borrowed shared (`state` returns `&OpenFile`).
+    #[test]
+    fn callbacks_share_one_file_through_const_and_mut_pointers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (f, g) = (
+            open(&dir.path().join("f.h5")),
+            open(&dir.path().join("g.h5")),
+        );
+        let data = *b"abcdefgh";
+        let mut out = [0u8; 8];
+        let mut handle: *mut c_void = std::ptr::null_mut();
+        // SAFETY: f and g are open files of this driver until closed at the end; every buffer
+        // is a live local of the length passed.
+        unsafe {
+            assert_eq!(gds_cmp(f, f), 0);
+            assert_eq!(gds_set_eoa(f, H5FD_MEM_DRAW, 4096), 0);
+            assert_eq!(gds_get_eoa(f, H5FD_MEM_DRAW), 4096);
+            assert_eq!(
+                gds_write(f, H5FD_MEM_DRAW, 0, 100, 8, data.as_ptr().cast()),
+                0
+            );
+            assert_eq!(gds_get_eof(f, H5FD_MEM_DRAW), 108);
+            assert_eq!(gds_get_handle(f, -1, &mut handle), 0);
+            let fd = *handle.cast::<c_int>();
+            assert_eq!(
+                gds_read(f, H5FD_MEM_DRAW, 0, 100, 8, out.as_mut_ptr().cast()),
+                0
+            );
+            assert_eq!(out, data);
+            // The handed-out descriptor is the file's: it sees the same bytes.
+            let mut direct = [0u8; 8];
+            assert_eq!(libc::pread(fd, direct.as_mut_ptr().cast(), 8, 100), 8);
+            assert_eq!(direct, data);
+            assert_ne!(gds_cmp(f, g), 0);
+            assert_eq!(gds_cmp(f, g), -gds_cmp(g, f));
+            assert_eq!(gds_cmp(f, f), 0);
+            assert_eq!(gds_truncate(f, 0, false), 0);
+            assert_eq!(gds_get_eof(f, H5FD_MEM_DRAW), 4096);
+            assert_eq!(gds_close(g), 0);
+            assert_eq!(gds_close(f), 0);
+        }
+        assert_eq!(
+            std::fs::metadata(dir.path().join("f.h5")).unwrap().len(),
+            4096
+        );
+    }
+}
