@@ -89,20 +89,17 @@ fn cufile_code_name(code: CUfileOpError) -> String {
 /// int (which fails on unknown values rather than misbehaving).
 fn cu_result_name(code: c_int) -> String {
     type GetErrorName = unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int;
-    let named = cuda().ok().and_then(|_| {
-        // SAFETY: CUDA works, so cudarc's libcuda is loaded; the symbol has this C signature.
-        let get = unsafe { sys::culib().get::<GetErrorName>(b"cuGetErrorName\0") }.ok()?;
-        let mut name: *const c_char = std::ptr::null();
-        // SAFETY: a valid out-pointer; on success it points at a static string.
-        let ok = unsafe { get(code, &mut name) } == 0 && !name.is_null();
-        // SAFETY: checked non-null above; libcuda's names are NUL-terminated statics.
-        ok.then(|| {
-            unsafe { CStr::from_ptr(name) }
-                .to_string_lossy()
-                .into_owned()
-        })
+    let mut name: *const c_char = std::ptr::null();
+    // SAFETY: CUDA works, so cudarc's libcuda is loaded and has this symbol with this signature;
+    // on success `name` points at a NUL-terminated static string.
+    let named = cuda().is_ok().then(|| unsafe {
+        let get = sys::culib().get::<GetErrorName>(b"cuGetErrorName\0").ok()?;
+        (get(code, &mut name) == 0 && !name.is_null()).then(|| CStr::from_ptr(name))
     });
-    named.unwrap_or_else(|| format!("CUDA result {code}"))
+    match named.flatten() {
+        Some(name) => name.to_string_lossy().into_owned(),
+        None => format!("CUDA result {code}"),
+    }
 }
 
 /// Runs a cudarc call, naming the code of a failure and turning a panic (missing library or
@@ -341,21 +338,17 @@ pub(crate) unsafe fn copy_async(
 ) -> Result<(), CudaError> {
     use crate::io::Direction;
     make_current()?;
-    match dir {
-        Direction::Read => call("cuMemcpyHtoDAsync", || {
-            // SAFETY: the caller's contract.
-            unsafe {
-                let src = std::slice::from_raw_parts(host, len);
-                result::memcpy_htod_async(dev, src, stream.raw())
-            }
-        }),
-        Direction::Write => call("cuMemcpyDtoHAsync", || {
-            // SAFETY: the caller's contract.
-            unsafe {
-                let dst = std::slice::from_raw_parts_mut(host, len);
-                result::memcpy_dtoh_async(dst, dev, stream.raw())
-            }
-        }),
+    let stream = stream.raw();
+    // SAFETY: the caller's contract.
+    unsafe {
+        match dir {
+            Direction::Read => call("cuMemcpyHtoDAsync", || {
+                result::memcpy_htod_async(dev, std::slice::from_raw_parts(host, len), stream)
+            }),
+            Direction::Write => call("cuMemcpyDtoHAsync", || {
+                result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(host, len), dev, stream)
+            }),
+        }
     }
 }
 

@@ -4,11 +4,8 @@
 //! `HDF5_PLUGIN_PATH=<dir> HDF5_DRIVER=gds`. Host buffers go through POSIX I/O, split across a
 //! thread pool when large. The library links no libhdf5: HDF5 calls it needs are resolved at run
 //! time from the HDF5 already loaded in the process (see `hdf5_runtime`).
-//!
-//! As a Rust library it offers a small surface to array-io, the `h5gds` tool and the tests: the
-//! driver class for in-process registration, the settings table and its parsing, the driver's
-//! logger, what this process's CUDA and cuFile look like, and the paths a file would take.
-//! Everything else is private to the driver.
+//! For array-io, the `h5gds` tool and tests it exports a small surface (below); the rest is
+//! private to the driver.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 /// The HDF5 virtual-file-driver ABI (public so its layout can be checked against real headers).

@@ -7,6 +7,7 @@
 
 use crate::abi::{H5FD_mem_t, H5FD_MEM_DEFAULT, H5FD_MEM_DRAW};
 use crate::cuda::{self, CUdeviceptr, PointerKind};
+use crate::error::Result;
 use crate::io::BufPtr;
 use std::sync::RwLock;
 
@@ -48,13 +49,18 @@ fn may_be_device(mem_type: H5FD_mem_t) -> bool {
 
 /// What `ptr` is, for a transfer of memory type `mem_type`.
 pub(crate) fn classify(ptr: BufPtr, mem_type: H5FD_mem_t) -> PointerKind {
+    lookup(ptr, mem_type).0
+}
+
+/// What `ptr` is, and whether the answer came from the cache.
+fn lookup(ptr: BufPtr, mem_type: H5FD_mem_t) -> (PointerKind, bool) {
     if !may_be_device(mem_type) || cuda::cuda().is_err() {
-        return PointerKind::Host;
+        return (PointerKind::Host, false);
     }
-    if let Some(kind) = cached(ptr.addr() as u64) {
-        return kind;
+    match cached(ptr.addr() as u64) {
+        Some(kind) => (kind, true),
+        None => (query(ptr.addr()), false),
     }
-    query(ptr.addr())
 }
 
 /// Runs `host` or `device` (with the allocation base) for the memory at `ptr`. If a device
@@ -64,12 +70,10 @@ pub(crate) fn classify(ptr: BufPtr, mem_type: H5FD_mem_t) -> PointerKind {
 pub(crate) fn dispatch<T>(
     ptr: BufPtr,
     mem_type: H5FD_mem_t,
-    host: impl Fn() -> crate::error::Result<T>,
-    device: impl Fn(CUdeviceptr) -> crate::error::Result<T>,
-) -> crate::error::Result<T> {
-    let from_cache =
-        may_be_device(mem_type) && cuda::cuda().is_ok() && cached(ptr.addr() as u64).is_some();
-    let kind = classify(ptr, mem_type);
+    host: impl Fn() -> Result<T>,
+    device: impl Fn(CUdeviceptr) -> Result<T>,
+) -> Result<T> {
+    let (kind, from_cache) = lookup(ptr, mem_type);
     let PointerKind::Device { base, .. } = kind else {
         return host();
     };

@@ -26,9 +26,8 @@ const FEATURES: c_ulong = H5FD_FEAT_AGGREGATE_METADATA
     | H5FD_FEAT_DEFAULT_VFD_COMPATIBLE
     | H5FD_FEAT_MEMMANAGE;
 
-/// The memory HDF5 sees for an open file: its public header first, then the driver's state.
-/// HDF5 owns the header (it writes it after `open`); the driver only ever makes shared
-/// references to `state`.
+/// The memory HDF5 sees for an open file: its public header first, then the driver's state, to
+/// which the driver only makes shared references (see `state`).
 #[repr(C)]
 struct GdsFile {
     public: H5FD_t,
@@ -130,9 +129,8 @@ fn report(func: &'static str, err: &Error) {
     }
 }
 
-/// The driver state behind an `H5FD_t` HDF5 hands back. Only a shared reference is made, never
-/// `&mut`: HDF5 passes the same file through `const` and non-`const` pointers, and `cmp` may
-/// get one file twice. The state changes through interior mutability (see `OpenFile`).
+/// The driver state behind an `H5FD_t` HDF5 hands back: never `&mut`, since HDF5 passes one file
+/// through `const` and non-`const` pointers and `cmp` may get it twice (see `OpenFile`).
 ///
 /// # Safety
 /// `file` must be null or a pointer this driver's `open` returned and `close` has not yet freed,
@@ -343,7 +341,10 @@ unsafe fn vector_pieces(
         )
     };
     let pieces = vector::expand(types, addrs, sizes, bufs)?;
-    if let Some(p) = pieces.iter().find(|p| p.buf.is_null() && p.len > 0) {
+    if let Some(p) = pieces
+        .iter()
+        .find(|p| p.buf.as_ptr().is_null() && p.len > 0)
+    {
         return Err(Error::InvalidArgument(format!(
             "vector request with a null buffer at address {}",
             p.addr

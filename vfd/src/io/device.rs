@@ -160,16 +160,6 @@ impl DeviceIo<'_> {
         })
     }
 
-    /// The staged path for `len` bytes at device address `dev` and file offset `addr`.
-    ///
-    /// # Safety
-    /// `dev .. dev + len` must be device memory.
-    unsafe fn staged(&self, dir: Direction, dev: CUdeviceptr, len: usize, addr: u64) -> Result<()> {
-        let bounce = self.settings.bounce_buffer_size;
-        // SAFETY: the caller's contract.
-        unsafe { staged::transfer(dir, self.fd, self.file_name, dev, len, addr, bounce) }
-    }
-
     /// One task on the file's path. Through cuFile, a read ending short at end of file is
     /// zero-filled on the device, and an error sends the rest of the task through the staged
     /// path.
@@ -185,10 +175,13 @@ impl DeviceIo<'_> {
         addr: u64,
     ) -> Result<()> {
         let dev = base + buf_off as u64;
+        let (fd, name, bounce) = (self.fd, self.file_name, self.settings.bounce_buffer_size);
+        // SAFETY (both uses below): `dev .. dev + len` is device memory (caller's contract).
+        let staged =
+            |dev, len, addr| unsafe { staged::transfer(dir, fd, name, dev, len, addr, bounce) };
         let handle = match self.path {
             FileDevicePath::Gds(handle) => handle,
-            // SAFETY: dev .. dev + len is device memory (caller's contract).
-            FileDevicePath::Staged(_) => return unsafe { self.staged(dir, dev, len, addr) },
+            FileDevicePath::Staged(_) => return staged(dev, len, addr),
             FileDevicePath::Unavailable(why) => {
                 return Err(Error::Device(format!(
                     "device buffer, but device I/O is {why}"
@@ -213,8 +206,7 @@ impl DeviceIo<'_> {
                     addr + done as u64,
                     self.file_name
                 );
-                // SAFETY: the rest of the task's device range.
-                unsafe { self.staged(dir, dev + done as u64, rest, addr + done as u64) }
+                staged(dev + done as u64, rest, addr + done as u64)
             }
         }
     }

@@ -165,36 +165,24 @@ impl GdsHandle {
         len: usize,
         offset: u64,
     ) -> Result<usize, PartialTransfer> {
-        let lib = &self.driver.lib;
-        let (read, write) = (
-            symbol(&lib.cuFileRead, "cuFileRead"),
-            symbol(&lib.cuFileWrite, "cuFileWrite"),
-        );
+        let (read, write) = (&self.driver.lib.cuFileRead, &self.driver.lib.cuFileWrite);
         let call = match dir {
             Direction::Read => "cuFileRead",
             Direction::Write => "cuFileWrite",
         };
         let fail = |source, done| PartialTransfer { source, done };
+        let missing = || io::Error::other(format!("no {call} in libcufile"));
         let mut done = 0usize;
         while done < len {
-            let pos = (offset + done as u64) as libc::off_t;
-            let at = (buf_off + done) as libc::off_t;
-            // SAFETY: the handle is registered; base + at .. + (len - done) lies in the caller's
-            // device allocation.
+            let (n, pos, at) = (len - done, offset + done as u64, buf_off + done);
+            let (pos, at) = (pos as libc::off_t, at as libc::off_t);
+            // SAFETY: the handle is registered; base + at .. + n lies in the caller's device
+            // allocation.
             let n = unsafe {
-                match dir {
-                    Direction::Read => {
-                        let f = read
-                            .as_ref()
-                            .map_err(|e| fail(io::Error::other(e.clone()), done))?;
-                        f(self.handle, base as *mut c_void, len - done, pos, at)
-                    }
-                    Direction::Write => {
-                        let f = write
-                            .as_ref()
-                            .map_err(|e| fail(io::Error::other(e.clone()), done))?;
-                        f(self.handle, base as *const c_void, len - done, pos, at)
-                    }
+                match (dir, read, write) {
+                    (Direction::Read, Ok(f), _) => f(self.handle, base as *mut c_void, n, pos, at),
+                    (Direction::Write, _, Ok(f)) => f(self.handle, base as _, n, pos, at),
+                    _ => return Err(fail(missing(), done)),
                 }
             };
             match n {

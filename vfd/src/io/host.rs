@@ -35,24 +35,26 @@ impl HostIo<'_> {
     /// # Safety
     /// `buf` must be valid for `len` bytes in direction `dir` (see `posix::transfer`).
     unsafe fn one(&self, dir: Direction, addr: u64, buf: BufPtr, len: usize) -> Result<()> {
-        let direct = self.direct_for(addr, buf, len);
+        let fd = self.fd;
         // SAFETY: the caller's contract, for `buf` and every part of it.
-        let result =
-            unsafe {
-                match (dir, direct) {
-                    // A direct read ends short only at end of file; the buffered loop finishes the
-                    // rest (and zero-fills), since the remainder is no longer aligned.
-                    (Direction::Read, Some(dfd)) => posix::read_direct(dfd, buf, len, addr)
-                        .and_then(|n| {
-                            posix::transfer(dir, self.fd, buf.add(n), len - n, addr + n as u64)
-                                .map_err(|f| PartialTransfer {
-                                    done: f.done + n,
-                                    ..f
-                                })
-                        }),
-                    (_, fd) => posix::transfer(dir, fd.unwrap_or(self.fd), buf, len, addr),
+        let result = unsafe {
+            match self.direct_for(addr, buf, len) {
+                // A direct read ends short only at end of file (or where O_DIRECT is refused); the
+                // buffered loop finishes the rest (and zero-fills), as it is no longer aligned.
+                Some(dfd) if dir == Direction::Read => {
+                    posix::transfer(dir, dfd, buf, len, addr, true).and_then(|n| {
+                        let rest = (buf.add(n), len - n, addr + n as u64);
+                        posix::transfer(dir, fd, rest.0, rest.1, rest.2, false).map_err(|f| {
+                            PartialTransfer {
+                                done: f.done + n,
+                                ..f
+                            }
+                        })
+                    })
                 }
-            };
+                direct => posix::transfer(dir, direct.unwrap_or(fd), buf, len, addr, false),
+            }
+        };
         result.map(drop).map_err(|f| Error::Io {
             op: dir.name(),
             path: self.path.to_string(),

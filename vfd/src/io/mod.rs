@@ -1,5 +1,4 @@
-//! Moving bytes between the file and memory. Every transfer is written once and told which way
-//! bytes move by a [`Direction`].
+//! Moving bytes between the file and memory; each transfer is written once, over a [`Direction`].
 
 pub(crate) mod device;
 pub(crate) mod gds;
@@ -29,9 +28,8 @@ impl Direction {
     }
 }
 
-/// A caller's host buffer: written by reads, only read by writes. It is an address that pool
-/// threads may carry; every function that dereferences it is `unsafe` and states what the caller
-/// guarantees, and concurrent tasks touch disjoint parts.
+/// A caller's buffer, written by reads and only read by writes: an address pool threads may
+/// carry. Functions that dereference it are `unsafe` and state the caller's guarantee.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(transparent)]
 pub(crate) struct BufPtr(*mut u8);
@@ -45,7 +43,7 @@ impl BufPtr {
     pub(crate) fn new(ptr: *mut u8) -> Self {
         BufPtr(ptr)
     }
-    /// A buffer that is only read (the source of a write).
+    /// The source of a write, which is only read.
     pub(crate) fn from_const(ptr: *const u8) -> Self {
         BufPtr(ptr.cast_mut())
     }
@@ -59,9 +57,6 @@ impl BufPtr {
     /// The address, for alignment checks and CUDA pointer queries.
     pub(crate) fn addr(self) -> usize {
         self.0 as usize
-    }
-    pub(crate) fn is_null(self) -> bool {
-        self.0.is_null()
     }
 }
 

@@ -5,16 +5,19 @@ use super::{BufPtr, Direction, PartialTransfer};
 use std::io;
 use std::os::fd::RawFd;
 
-/// The largest count Linux moves in one call; larger requests are looped anyway.
+/// The largest count Linux moves in one call (a multiple of `DIRECT_ALIGN`); larger requests are
+/// looped anyway.
 const MAX_PER_CALL: usize = 0x7fff_f000;
 
 /// `O_DIRECT` needs file offset, length and memory address aligned to the logical block size;
 /// 4 KiB covers every common device.
 pub(crate) const DIRECT_ALIGN: usize = 4096;
 
-/// Moves `len` bytes between `buf` and the file at `offset`. A read that reaches end of file
-/// zero-fills the rest of `buf`, as sec2 does. Returns how many bytes came from or went to the
-/// file.
+/// Moves `len` bytes between `buf` and the file at `offset`, continuing short transfers and
+/// retrying `EINTR`; returns how many bytes came from or went to the file. A read that reaches
+/// end of file zero-fills the rest of `buf`, as sec2 does; except a read on an `O_DIRECT`
+/// descriptor (`direct`), which stops at end of file, where the transfer stops being aligned, or
+/// where the file system refuses (`EINVAL`): the caller finishes that with buffered I/O.
 ///
 /// # Safety
 /// `buf` must be valid for `len` bytes (writes for a read, reads for a write), and no other code
@@ -25,44 +28,12 @@ pub(crate) unsafe fn transfer(
     buf: BufPtr,
     len: usize,
     offset: u64,
-) -> Result<usize, PartialTransfer> {
-    // SAFETY: the caller's contract.
-    unsafe { run(dir, fd, buf, len, offset, false) }
-}
-
-/// Reads on an `O_DIRECT` descriptor for as long as the transfer stays aligned; returns how many
-/// bytes it read, which is less than `len` at end of file or when the file system refuses the
-/// descriptor (`EINVAL`): the caller finishes the rest with buffered I/O (which zero-fills).
-///
-/// # Safety
-/// As for `transfer`.
-pub(crate) unsafe fn read_direct(
-    fd: RawFd,
-    buf: BufPtr,
-    len: usize,
-    offset: u64,
-) -> Result<usize, PartialTransfer> {
-    // SAFETY: the caller's contract.
-    unsafe { run(Direction::Read, fd, buf, len, offset, true) }
-}
-
-/// The loop behind `transfer` and `read_direct`.
-unsafe fn run(
-    dir: Direction,
-    fd: RawFd,
-    buf: BufPtr,
-    len: usize,
-    offset: u64,
     direct: bool,
 ) -> Result<usize, PartialTransfer> {
-    let per_call = if direct {
-        MAX_PER_CALL & !(DIRECT_ALIGN - 1)
-    } else {
-        MAX_PER_CALL
-    };
+    let direct = direct && dir == Direction::Read;
     let mut done = 0usize;
     while done < len {
-        let want = (len - done).min(per_call);
+        let want = (len - done).min(MAX_PER_CALL);
         let (at, pos) = (
             buf.add(done).as_ptr(),
             (offset + done as u64) as libc::off_t,
@@ -118,7 +89,7 @@ mod tests {
         let mut buf = [0xffu8; 10];
         let at = BufPtr::new(buf.as_mut_ptr());
         // SAFETY: buf is a live local array of 10 bytes.
-        let got = unsafe { transfer(Direction::Read, file.as_raw_fd(), at, 10, 2) }.unwrap();
+        let got = unsafe { transfer(Direction::Read, file.as_raw_fd(), at, 10, 2, false) }.unwrap();
         assert_eq!(got, 4);
         assert_eq!(&buf, b"cdef\0\0\0\0\0\0");
     }
@@ -131,12 +102,12 @@ mod tests {
         // SAFETY: data and out are live vectors of the given lengths.
         unsafe {
             let src = BufPtr::from_const(data.as_ptr());
-            transfer(Direction::Write, fd, src, data.len(), 4096).unwrap();
+            transfer(Direction::Write, fd, src, data.len(), 4096, false).unwrap();
         }
         let mut out = vec![0u8; data.len()];
         let dst = BufPtr::new(out.as_mut_ptr());
         // SAFETY: as above.
-        let got = unsafe { transfer(Direction::Read, fd, dst, out.len(), 4096) }.unwrap();
+        let got = unsafe { transfer(Direction::Read, fd, dst, out.len(), 4096, false) }.unwrap();
         assert_eq!(got, data.len());
         assert_eq!(out, data);
     }
@@ -146,7 +117,7 @@ mod tests {
         let mut buf = [0u8; 4];
         let at = BufPtr::new(buf.as_mut_ptr());
         // SAFETY: buf is valid; fd -1 is invalid on purpose.
-        let err = unsafe { transfer(Direction::Read, -1, at, 4, 0) }.unwrap_err();
+        let err = unsafe { transfer(Direction::Read, -1, at, 4, 0, false) }.unwrap_err();
         assert_eq!(err.source.raw_os_error(), Some(libc::EBADF));
         assert_eq!(err.done, 0);
     }

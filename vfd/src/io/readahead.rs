@@ -51,13 +51,8 @@ impl ReadAhead {
             // SAFETY: the read fills every byte of the capacity (zeros past end of file) before
             // the length is set.
             unsafe {
-                posix::transfer(
-                    Direction::Read,
-                    fd,
-                    BufPtr::new(data.as_mut_ptr()),
-                    WINDOW,
-                    addr,
-                )?;
+                let at = BufPtr::new(data.as_mut_ptr());
+                posix::transfer(Direction::Read, fd, at, WINDOW, addr, false)?;
                 data.set_len(WINDOW);
             }
             *guard = Some((addr, data));

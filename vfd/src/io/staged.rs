@@ -109,7 +109,7 @@ pub(crate) unsafe fn transfer(
     let file_io = |buf: *mut u8, off: usize, n: usize| -> std::result::Result<(), FailedStep> {
         // SAFETY: the bounce buffer holds at least n bytes and no copy into or out of it is in
         // flight (its stream is idle).
-        unsafe { posix::transfer(dir, fd, BufPtr::new(buf), n, offset + off as u64) }
+        unsafe { posix::transfer(dir, fd, BufPtr::new(buf), n, offset + off as u64, false) }
             .map(drop)
             .map_err(|f| (op, f))
     };
