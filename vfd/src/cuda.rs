@@ -7,6 +7,7 @@
 //! `is_culib_present()` before anything else and every call goes through `call`, which turns a
 //! panic into an error.
 
+use crate::transfer::Direction;
 use cudarc::driver::{result, sys, DriverError};
 use cufile_sys::{CUfileError_t, CUfileOpError};
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -330,13 +331,12 @@ pub(crate) fn thread_streams() -> Result<[Stream; 2], CudaError> {
 /// `host` must be valid for `len` bytes and stay so, untouched by anything else, until `stream`
 /// is synchronized; `dev` must be device memory of at least `len` bytes.
 pub(crate) unsafe fn copy_async(
-    dir: crate::io::Direction,
+    dir: Direction,
     host: *mut u8,
     dev: CUdeviceptr,
     len: usize,
     stream: Stream,
 ) -> Result<(), CudaError> {
-    use crate::io::Direction;
     make_current()?;
     let stream = stream.raw();
     // SAFETY: the caller's contract.

@@ -21,6 +21,7 @@ mod memory;
 #[cfg(test)]
 mod model_tests;
 mod plugin;
+mod transfer;
 
 pub use abi::{DRIVER_NAME, DRIVER_VALUE};
 pub use config::{
