@@ -250,13 +250,13 @@ impl OpenFile {
     }
 
     /// Empties the read-ahead window before anything changes the file.
-    fn file_changes(&self) {
+    pub(crate) fn file_changes(&self) {
         if let Some(window) = &self.readahead {
             window.invalidate();
         }
     }
 
-    fn host(&self) -> HostIo<'_> {
+    pub(crate) fn host(&self) -> HostIo<'_> {
         HostIo {
             fd: self.raw_fd,
             direct_fd: self.direct.as_ref().map(|f| f.as_raw_fd()),
@@ -267,7 +267,7 @@ impl OpenFile {
     }
 
     /// Checks a read's range; notes (at debug level) a read that reaches past end of file.
-    fn check_read(&self, addr: haddr_t, size: usize) -> Result<()> {
+    pub(crate) fn check_read(&self, addr: haddr_t, size: usize) -> Result<()> {
         check_region(addr, size as u64, MAXADDR)?;
         if addr + size as u64 > self.eof {
             tracing::debug!(
