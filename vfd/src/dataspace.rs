@@ -192,16 +192,21 @@ impl SpaceApi {
                         block.as_mut_ptr(),
                     ) as i64,
                 )?;
-                // A selection moved with H5Soffset_simple keeps its hyperslab but not its
-                // bounds; only HDF5's iterator applies the offset.
+                // A selection moved by an offset (H5Soffset_simple; HDF5 1.14 reads chunks that
+                // way) reports its hyperslab without the offset, its bounds with it: a regular
+                // hyperslab starts at its lower bound.
                 let (mut lo, mut hi) = ([0 as hsize_t; H5S_MAX_RANK], [0 as hsize_t; H5S_MAX_RANK]);
                 check(
                     "H5Sget_select_bounds",
                     (self.get_bounds)(space, lo.as_mut_ptr(), hi.as_mut_ptr()) as i64,
                 )?;
-                if (0..rank).any(|d| lo[d] != start[d]) {
-                    return Ok(Shape::Irregular);
+                if (0..rank).any(|d| hi[d] >= dims[d]) {
+                    return Err(Error::InvalidArgument(format!(
+                        "selection reaches {:?}, outside the extent {dims:?}",
+                        &hi[..rank]
+                    )));
                 }
+                start[..rank].copy_from_slice(&lo[..rank]);
             } else {
                 return Ok(Shape::Irregular);
             }

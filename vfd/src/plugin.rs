@@ -243,8 +243,17 @@ unsafe extern "C" fn gds_cmp(f1: *const H5FD_t, f2: *const H5FD_t) -> c_int {
 unsafe extern "C" fn gds_query(_file: *const H5FD_t, flags: *mut c_ulong) -> herr_t {
     guard("gds_query", -1, || {
         if !flags.is_null() {
+            // HDF5 routes every copy out of a cached chunk or compact dataset through
+            // ctl(MEM_COPY) when MEMMANAGE is set, one call per sequence (each element of
+            // `chunked[::3]`); without CUDA there is no device memory to manage, and HDF5's own
+            // copy loop is faster.
+            let features = if crate::memory::cuda_works() {
+                FEATURES
+            } else {
+                FEATURES & !H5FD_FEAT_MEMMANAGE
+            };
             // SAFETY: HDF5 passes a valid out-pointer.
-            unsafe { *flags = FEATURES };
+            unsafe { *flags = features };
         }
         Ok(0)
     })
@@ -407,7 +416,8 @@ unsafe extern "C" fn gds_write_vector(
 /// null buffer means "the previous entry's", as in HDF5's own translation).
 ///
 /// # Safety
-/// Each non-null array must hold `count` entries.
+/// The space and offset arrays must hold `count` entries, the size and buffer arrays entries up to
+/// the first 0 (or `count`).
 unsafe fn selection_entries(
     count: usize,
     mem_spaces: *const hid_t,
@@ -433,37 +443,44 @@ unsafe fn selection_entries(
         ));
     }
     let mut entries: Vec<selection::Entry> = Vec::with_capacity(count);
+    // Once a size of 0 (or a null buffer) appears, the array may end there: HDF5 1.14 passes
+    // two-entry arrays for requests of many chunks.
+    let (mut elem, mut buf) = (None, None);
+    let (mut elem_fixed, mut buf_fixed) = (false, false);
     for i in 0..count {
-        // SAFETY: the caller guarantees each array holds `count` entries.
-        let (elem, buf) = unsafe { (*element_sizes.add(i), *bufs.add(i)) };
-        let prev = entries.last();
-        let elem = match (elem, prev) {
-            (0, Some(p)) => p.elem,
-            (0, None) => {
-                return Err(Error::InvalidArgument(
-                    "selection request: element_sizes[0] is zero".into(),
-                ))
+        if !elem_fixed {
+            // SAFETY: entries up to the first 0 are present (the caller's contract).
+            match (unsafe { *element_sizes.add(i) }, elem) {
+                (0, None) => {
+                    return Err(Error::InvalidArgument(
+                        "selection request: element_sizes[0] is zero".into(),
+                    ))
+                }
+                (0, Some(_)) => elem_fixed = true,
+                (e, _) => elem = Some(e),
             }
-            (e, _) => e,
-        };
-        let buf = match (buf, prev) {
-            (0, Some(p)) => p.buf,
-            (0, None) => {
-                return Err(Error::InvalidArgument(
-                    "selection request: bufs[0] is null".into(),
-                ))
+        }
+        if !buf_fixed {
+            // SAFETY: entries up to the first null are present (the caller's contract).
+            match (unsafe { *bufs.add(i) }, buf) {
+                (0, None) => {
+                    return Err(Error::InvalidArgument(
+                        "selection request: bufs[0] is null".into(),
+                    ))
+                }
+                (0, Some(_)) => buf_fixed = true,
+                (b, _) => buf = Some(b),
             }
-            (b, _) => b,
-        };
-        // SAFETY: as above.
+        }
+        // SAFETY: the caller guarantees these arrays hold `count` entries.
         let (mem_space, file_space, offset) =
             unsafe { (*mem_spaces.add(i), *file_spaces.add(i), *offsets.add(i)) };
         entries.push(selection::Entry {
             mem_space,
             file_space,
             offset,
-            elem,
-            buf,
+            elem: elem.unwrap_or(0),
+            buf: buf.unwrap_or(0),
         });
     }
     Ok(entries)
@@ -605,27 +622,6 @@ unsafe extern "C" fn gds_ctl(
     input: *const c_void,
     _output: *mut *mut c_void,
 ) -> herr_t {
-    // HDF5 asks for MEM_COPY once per sequence of a cached chunk (every element of `x[::3]`);
-    // without CUDA both buffers are host memory, and the copy needs neither the logger nor the
-    // error machinery.
-    if op_code == H5FD_CTL_MEM_COPY && !input.is_null() && !crate::memory::cuda_works() {
-        // SAFETY: HDF5 passes an H5FD_ctl_memcpy_args_t for this op code.
-        let args = unsafe { &*(input as *const MemcpyArgs) };
-        if args.len == 0 {
-            return 0;
-        }
-        if !args.dstbuf.is_null() && !args.srcbuf.is_null() {
-            // SAFETY: HDF5 guarantees both ranges hold `len` bytes; they may overlap.
-            unsafe {
-                std::ptr::copy(
-                    args.srcbuf.cast::<u8>().add(args.src_off as usize),
-                    args.dstbuf.cast::<u8>().add(args.dst_off as usize),
-                    args.len,
-                )
-            };
-            return 0;
-        }
-    }
     guard("gds_ctl", -1, || {
         if op_code == H5FD_CTL_MEM_COPY {
             if input.is_null() {
