@@ -163,7 +163,53 @@ fn run(path: &Path, sizes: &[usize]) -> Check<usize> {
         &vec![0; len],
     )?;
     checks += 1;
-    drop((cset, eset));
+
+    // Strided selections (every 3rd byte) into and out of device memory: the driver's selection
+    // callbacks take these through the vector path, piece by piece.
+    let len = 30_000u64;
+    let full = pattern(len as usize, 55);
+    let sset = h5::create_dataset(
+        &file,
+        "strided",
+        *h5t::H5T_STD_U8LE,
+        &[len],
+        Layout::Contiguous,
+    )?;
+    h5::write_all(&sset, u8_type, &full)?;
+    let (start, stride, count) = ([1u64], [3u64], [len / 3 - 1]);
+    let sel = || Selection::Slab {
+        start: &start,
+        stride: &stride,
+        count: &count,
+    };
+    let every_third: Vec<u8> = full
+        .iter()
+        .skip(1)
+        .step_by(3)
+        .take(count[0] as usize)
+        .copied()
+        .collect();
+    let dev = DeviceBuffer::new(count[0] as usize)?;
+    // SAFETY: the device buffer holds one byte per selected element.
+    unsafe { h5::read_raw(&sset, u8_type, sel(), dev.at(0))? };
+    expect_bytes(
+        "strided read into device",
+        &dev.download(0, count[0] as usize)?,
+        &every_third,
+    )?;
+    let back = pattern(count[0] as usize, 66);
+    dev.upload(0, &back)?;
+    // SAFETY: as above.
+    unsafe { h5::write_raw(&sset, u8_type, sel(), dev.at(0))? };
+    let mut host = vec![0u8; len as usize];
+    h5::read_all(&sset, u8_type, &mut host)?;
+    let mut want = full.clone();
+    for (i, b) in back.iter().enumerate() {
+        want[1 + 3 * i] = *b;
+    }
+    expect_bytes("strided write from device", &host, &want)?;
+    checks += 2;
+    drop((cset, eset, sset));
     file.close()?;
     Ok(checks)
 }
