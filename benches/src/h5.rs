@@ -149,6 +149,8 @@ pub fn open_file(path: &Path, fapl: &Id) -> Result<Id> {
 pub enum Layout<'a> {
     Contiguous,
     Chunked(&'a [hsize_t]),
+    /// Chunked and gzip-compressed (level 1).
+    ChunkedGzip(&'a [hsize_t]),
     Compact,
     /// Contiguous storage allocated when the dataset is created and never filled: until written,
     /// its bytes lie past the end of the file.
@@ -183,6 +185,13 @@ pub fn create_dataset(
                 H5Pset_chunk(dcpl_id, chunk.len() as i32, chunk.as_ptr()) as i64,
                 "H5Pset_chunk",
             )?,
+            Layout::ChunkedGzip(chunk) => {
+                check(
+                    H5Pset_chunk(dcpl_id, chunk.len() as i32, chunk.as_ptr()) as i64,
+                    "H5Pset_chunk",
+                )?;
+                check(H5Pset_deflate(dcpl_id, 1) as i64, "H5Pset_deflate")?
+            }
             Layout::Compact => check(
                 H5Pset_layout(dcpl_id, H5D_layout_t::H5D_COMPACT) as i64,
                 "H5Pset_layout",
@@ -306,7 +315,8 @@ pub fn dataset_offset(dset: &Id) -> Result<u64> {
     Ok(addr)
 }
 
-/// A selection of a dataset: all of it, or a hyperslab (start, stride, count per dimension).
+/// A selection of a dataset: all of it, a hyperslab (start, stride, count per dimension), or
+/// points of a 1-D dataset in the order given.
 #[derive(Clone, Copy, Debug)]
 pub enum Selection<'a> {
     All,
@@ -315,17 +325,38 @@ pub enum Selection<'a> {
         stride: &'a [hsize_t],
         count: &'a [hsize_t],
     },
+    Points(&'a [hsize_t]),
 }
 
 /// Dataspaces (memory, file) for a selection; `None` means `H5S_ALL`.
 fn spaces(dset: &Id, sel: Selection) -> Result<Option<(Id, Id)>> {
-    let Selection::Slab {
-        start,
-        stride,
-        count,
-    } = sel
-    else {
-        return Ok(None);
+    let (start, stride, count) = match sel {
+        Selection::All => return Ok(None),
+        Selection::Slab {
+            start,
+            stride,
+            count,
+        } => (start, stride, count),
+        Selection::Points(points) => {
+            // SAFETY: ids created here; the array outlives the calls.
+            return unsafe {
+                let file_space = Id::new(H5Dget_space(dset.raw()), H5Sclose, "H5Dget_space")?;
+                let status = H5Sselect_elements(
+                    file_space.raw(),
+                    H5S_SELECT_SET,
+                    points.len(),
+                    points.as_ptr(),
+                );
+                check(status as i64, "H5Sselect_elements")?;
+                let n = [points.len() as hsize_t];
+                let mem_space = Id::new(
+                    H5Screate_simple(1, n.as_ptr(), std::ptr::null()),
+                    H5Sclose,
+                    "H5Screate_simple",
+                )?;
+                Ok(Some((mem_space, file_space)))
+            };
+        }
     };
     // SAFETY: ids created here; the arrays outlive the calls.
     unsafe {

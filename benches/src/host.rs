@@ -29,7 +29,7 @@ fn drivers(config: &str) -> [Driver; 2] {
 
 /// Runs `f` for each alternative, `reps` times, rotating the order each repetition so neither
 /// side always goes first; `progress` hears about every run.
-fn interleave<A>(
+pub(crate) fn interleave<A>(
     alternatives: &[A],
     reps: usize,
     progress: &mut dyn FnMut(),
@@ -46,7 +46,7 @@ fn interleave<A>(
     Ok(times)
 }
 
-fn timed(f: impl FnOnce() -> h5::Result<()>) -> h5::Result<f64> {
+pub(crate) fn timed(f: impl FnOnce() -> h5::Result<()>) -> h5::Result<f64> {
     let start = Instant::now();
     f()?;
     Ok(start.elapsed().as_secs_f64())
@@ -102,7 +102,7 @@ fn pread_two_threads(path: &Path, offset: u64, out: &mut [f32]) -> h5::Result<()
     })
 }
 
-fn check_equal(what: &str, got: &[f32], want: &[f32]) -> h5::Result<()> {
+pub(crate) fn check_equal(what: &str, got: &[f32], want: &[f32]) -> h5::Result<()> {
     match got
         .iter()
         .zip(want)
@@ -118,7 +118,7 @@ fn check_equal(what: &str, got: &[f32], want: &[f32]) -> h5::Result<()> {
 
 /// How many progress steps `run` reports.
 pub fn steps(opts: &HostOptions) -> usize {
-    opts.reps * (2 + 3 + 2 + 2 + 2 + 2)
+    opts.reps * (2 + 3 + 2 + 2 + 2 + 2) + crate::access::steps(opts)
 }
 
 pub fn run(opts: &HostOptions, progress: &mut dyn FnMut()) -> h5::Result<Vec<Measurement>> {
@@ -188,6 +188,7 @@ pub fn run(opts: &HostOptions, progress: &mut dyn FnMut()) -> h5::Result<Vec<Mea
 
     results.extend(small_datasets(opts, &drivers, progress)?);
     results.extend(strided(opts, &drivers, progress)?);
+    results.extend(crate::access::run(opts, &drivers, progress)?);
     Ok(results)
 }
 

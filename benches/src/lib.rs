@@ -2,6 +2,7 @@
 //! roofline for host memory, and against the 128 MB staged path for device memory; alternatives
 //! interleaved in one run and reported as ratios.
 
+pub mod access;
 pub mod device;
 pub mod gpu;
 pub mod h5;

@@ -345,7 +345,7 @@ impl OpenFile {
         match host.as_slice() {
             [] => {}
             [one] => self.host_read(one.addr, one.len, one.buf as *mut u8, one.mem_type)?,
-            _ => self.host().read_vector(host)?,
+            _ => crate::io::selection::host_pieces(&self.host(), host, false)?,
         }
         for p in device {
             // Through `dispatch` again (a cache hit), for its retry on stale ranges.
@@ -376,7 +376,7 @@ impl OpenFile {
             .unwrap_or(0);
         let (host, device) = Self::partition(pieces);
         if !host.is_empty() {
-            self.host().write_vector(host)?;
+            crate::io::selection::host_pieces(&self.host(), host, true)?;
         }
         for p in device {
             memory::dispatch(

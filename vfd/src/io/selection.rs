@@ -12,7 +12,7 @@
 //! whose device transfers are the proven ones.
 
 use super::host::{HostIo, COALESCE_GAP};
-use super::parallel::run_tasks;
+use super::parallel::{run_tasks, split};
 use super::vector::{any_overlap, plan_reads, Piece};
 use crate::abi::{hid_t, H5FD_mem_t};
 use crate::cuda::PointerKind;
@@ -392,18 +392,36 @@ unsafe fn transfer_pieces(host: &HostIo<'_>, pieces: Vec<Piece>, dir: Dir) -> Re
         nthreads: 1,
         ..*host
     };
-    run_tasks(host.nthreads, runs.len(), parallel, |r| {
+    // A run of one piece moves in place, in task_size parts; a run of several goes through a
+    // window.
+    enum Job {
+        InPlace { addr: u64, buf: usize, len: usize },
+        Window(usize),
+    }
+    let mut jobs = Vec::with_capacity(runs.len());
+    for (r, run) in runs.iter().enumerate() {
+        match &sorted[run.pieces.clone()] {
+            [one] => jobs.extend(split(one.len, host.task_size).map(|(off, n)| Job::InPlace {
+                addr: one.addr + off as u64,
+                buf: one.buf + off,
+                len: n,
+            })),
+            _ => jobs.push(Job::Window(r)),
+        }
+    }
+    run_tasks(host.nthreads, jobs.len(), parallel, |j| {
+        let r = match jobs[j] {
+            Job::Window(r) => r,
+            // SAFETY: the piece's buffer is valid for its length (caller's contract).
+            Job::InPlace { addr, buf, len } => unsafe {
+                return match dir {
+                    Dir::Read => io.read(addr, buf as *mut u8, len),
+                    Dir::Write => io.write(addr, buf as *const u8, len),
+                };
+            },
+        };
         let run = &runs[r];
         let group = &sorted[run.pieces.clone()];
-        if let [one] = group {
-            // SAFETY: the piece's buffer is valid for its length (caller's contract).
-            return unsafe {
-                match dir {
-                    Dir::Read => io.read(one.addr, one.buf as *mut u8, one.len),
-                    Dir::Write => io.write(one.addr, one.buf as *const u8, one.len),
-                }
-            };
-        }
         SCRATCH.with(|scratch| -> Result<()> {
             let mut scratch = scratch.borrow_mut();
             if scratch.len() < run.len {
@@ -428,6 +446,14 @@ unsafe fn transfer_pieces(host: &HostIo<'_>, pieces: Vec<Piece>, dir: Dir) -> Re
             Ok(())
         })
     })
+}
+
+/// The vector callbacks' host pieces (reads, or writes when `write`), through the same windows.
+///
+/// # Safety
+/// Every piece's buffer must be valid for the transfer; buffers of a read must not overlap.
+pub unsafe fn host_pieces(host: &HostIo<'_>, pieces: Vec<Piece>, write: bool) -> Result<()> {
+    transfer_pieces(host, pieces, if write { Dir::Write } else { Dir::Read })
 }
 
 /// One selection of a request: a file dataspace at `offset`, a memory dataspace over `buf`.
