@@ -21,9 +21,7 @@ type GetRegular = unsafe extern "C" fn(
     count: *mut hsize_t,
     block: *mut hsize_t,
 ) -> herr_t;
-type GetNdims = unsafe extern "C" fn(space: hid_t) -> c_int;
 type GetDims = unsafe extern "C" fn(space: hid_t, dims: *mut hsize_t, max: *mut hsize_t) -> c_int;
-type GetNpoints = unsafe extern "C" fn(space: hid_t) -> i64;
 type GetBounds =
     unsafe extern "C" fn(space: hid_t, start: *mut hsize_t, end: *mut hsize_t) -> herr_t;
 type IterCreate = unsafe extern "C" fn(space: hid_t, elmt_size: usize, flags: c_uint) -> hid_t;
@@ -43,22 +41,18 @@ pub struct SpaceApi {
     get_select_type: GetSelectType,
     is_regular: IsRegular,
     get_regular: GetRegular,
-    get_ndims: GetNdims,
     get_dims: GetDims,
-    get_npoints: GetNpoints,
     get_bounds: GetBounds,
     iter_create: IterCreate,
     iter_get_seq_list: IterGetSeqList,
     iter_close: IterClose,
 }
 
-const SYMBOLS: [&CStr; 10] = [
+const SYMBOLS: [&CStr; 8] = [
     c"H5Sget_select_type",
     c"H5Sis_regular_hyperslab",
     c"H5Sget_regular_hyperslab",
-    c"H5Sget_simple_extent_ndims",
     c"H5Sget_simple_extent_dims",
-    c"H5Sget_select_npoints",
     c"H5Sget_select_bounds",
     c"H5Ssel_iter_create",
     c"H5Ssel_iter_get_seq_list",
@@ -79,7 +73,7 @@ fn resolve(library: &str) -> Option<SpaceApi> {
     if handle.is_null() {
         return None;
     }
-    let mut found: [*mut c_void; 10] = [std::ptr::null_mut(); 10];
+    let mut found: [*mut c_void; 8] = [std::ptr::null_mut(); 8];
     for (slot, symbol) in found.iter_mut().zip(SYMBOLS) {
         // SAFETY: looking a name up in a valid handle has no side effects.
         *slot = unsafe { libc::dlsym(handle, symbol.as_ptr()) };
@@ -93,13 +87,11 @@ fn resolve(library: &str) -> Option<SpaceApi> {
             get_select_type: std::mem::transmute::<*mut c_void, GetSelectType>(found[0]),
             is_regular: std::mem::transmute::<*mut c_void, IsRegular>(found[1]),
             get_regular: std::mem::transmute::<*mut c_void, GetRegular>(found[2]),
-            get_ndims: std::mem::transmute::<*mut c_void, GetNdims>(found[3]),
-            get_dims: std::mem::transmute::<*mut c_void, GetDims>(found[4]),
-            get_npoints: std::mem::transmute::<*mut c_void, GetNpoints>(found[5]),
-            get_bounds: std::mem::transmute::<*mut c_void, GetBounds>(found[6]),
-            iter_create: std::mem::transmute::<*mut c_void, IterCreate>(found[7]),
-            iter_get_seq_list: std::mem::transmute::<*mut c_void, IterGetSeqList>(found[8]),
-            iter_close: std::mem::transmute::<*mut c_void, IterClose>(found[9]),
+            get_dims: std::mem::transmute::<*mut c_void, GetDims>(found[3]),
+            get_bounds: std::mem::transmute::<*mut c_void, GetBounds>(found[4]),
+            iter_create: std::mem::transmute::<*mut c_void, IterCreate>(found[5]),
+            iter_get_seq_list: std::mem::transmute::<*mut c_void, IterGetSeqList>(found[6]),
+            iter_close: std::mem::transmute::<*mut c_void, IterClose>(found[7]),
         })
     }
 }
@@ -143,14 +135,6 @@ fn check(call: &str, status: i64) -> Result<()> {
 }
 
 impl SpaceApi {
-    /// Number of selected elements.
-    pub fn npoints(&self, space: hid_t) -> Result<u64> {
-        // SAFETY: a query on a dataspace id HDF5 handed the driver.
-        let n = unsafe { (self.get_npoints)(space) };
-        check("H5Sget_select_npoints", n)?;
-        Ok(n as u64)
-    }
-
     /// The layout of `space`'s selection for elements of `elem` bytes.
     pub fn shape(&self, space: hid_t, elem: usize) -> Result<Shape> {
         // SAFETY: queries on a dataspace id HDF5 handed the driver, with out-arrays of the
@@ -158,20 +142,14 @@ impl SpaceApi {
         unsafe {
             let sel = (self.get_select_type)(space);
             check("H5Sget_select_type", sel as i64)?;
-            if sel == H5S_SEL_NONE || self.npoints(space)? == 0 {
+            if sel == H5S_SEL_NONE {
                 return Ok(Shape::Empty);
             }
-            let rank = (self.get_ndims)(space);
-            check("H5Sget_simple_extent_ndims", rank as i64)?;
-            let rank = rank as usize;
-            if rank > H5S_MAX_RANK {
-                return Err(Error::InvalidArgument(format!("dataspace of rank {rank}")));
-            }
+            // Each H5S call costs about half a microsecond; a small read makes few of them.
             let mut dims = [0 as hsize_t; H5S_MAX_RANK];
-            check(
-                "H5Sget_simple_extent_dims",
-                (self.get_dims)(space, dims.as_mut_ptr(), std::ptr::null_mut()) as i64,
-            )?;
+            let rank = (self.get_dims)(space, dims.as_mut_ptr(), std::ptr::null_mut());
+            check("H5Sget_simple_extent_dims", rank as i64)?;
+            let rank = (rank as usize).min(H5S_MAX_RANK);
             let dims = &dims[..rank];
             let (mut start, mut stride, mut count, mut block) = (
                 [0 as hsize_t; H5S_MAX_RANK],
@@ -209,6 +187,9 @@ impl SpaceApi {
                 start[..rank].copy_from_slice(&lo[..rank]);
             } else {
                 return Ok(Shape::Irregular);
+            }
+            if (0..rank).any(|d| count[d] == 0 || block[d] == 0) {
+                return Ok(Shape::Empty);
             }
             Ok(Shape::Strided(Strided::from_hyperslab(
                 elem,

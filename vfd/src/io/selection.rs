@@ -561,10 +561,13 @@ fn zip_pieces(
     Ok(())
 }
 
-/// The memory address of the contiguous memory side, if the memory selection is one run.
-fn contiguous_mem(shape: &Shape, buf: usize) -> Option<usize> {
+/// The memory address and length of the contiguous memory side, if the memory selection is one
+/// run.
+fn contiguous_mem(shape: &Shape, buf: usize) -> Option<(usize, u64)> {
     match shape {
-        Shape::Strided(pat) if pat.levels.is_empty() => Some(buf + pat.base as usize),
+        Shape::Strided(pat) if pat.levels.is_empty() => {
+            Some((buf + pat.base as usize, pat.run as u64))
+        }
         _ => None,
     }
 }
@@ -587,11 +590,10 @@ unsafe fn transfer(
     }
     let host = memory::classify(entry.buf, mem_type) == PointerKind::Host;
     if host {
-        if let (Shape::Strided(pat), Some(mem)) =
+        if let (Shape::Strided(pat), Some((mem, mem_bytes))) =
             (&file_shape, contiguous_mem(&mem_shape, entry.buf))
         {
             let bytes = pat.runs() * pat.run as u64;
-            let mem_bytes = api.npoints(entry.mem_space)? * entry.elem as u64;
             if bytes != mem_bytes {
                 return Err(Error::InvalidArgument(format!(
                     "memory selection holds {mem_bytes} bytes, file selection {bytes}"
