@@ -30,6 +30,10 @@ pub const BATCH: usize = 16 << 10;
 /// of 128 MiB took 0.029 s with 64 KiB windows and 0.043 s with 4 MiB ones.
 const WINDOW: usize = 128 << 10;
 
+/// File span of one pool job of a large strided transfer: small enough that two busy cores share
+/// the work evenly, large enough that a job is many windows.
+const JOB_SPAN: u64 = 1 << 20;
+
 /// Runs at least this long are transferred in place, never through a window.
 const DIRECT_RUN: usize = 256 << 10;
 
@@ -345,8 +349,9 @@ impl StridedJob<'_> {
         Ok(())
     }
 
-    /// The whole pattern: split into jobs of about `task_size` bytes of file span, on the pool when
-    /// there are several (writes only where `HostIo` runs writes concurrently).
+    /// The whole pattern: on the calling thread, or, when it spans at least `task_size`, in jobs of
+    /// about [`JOB_SPAN`] bytes of file span on the pool (writes only where `HostIo` runs writes
+    /// concurrently).
     ///
     /// # Safety
     /// The memory range of the pattern must be valid for the transfer.
@@ -360,10 +365,15 @@ impl StridedJob<'_> {
             };
         }
         let span = self.pat.end() - self.pat.base;
-        let jobs = (span / WINDOW as u64).clamp(1, runs);
+        let parallel = span >= self.host.task_size as u64
+            && (self.dir == Dir::Read || self.host.direct_fd.is_some());
+        let jobs = if parallel {
+            (span / JOB_SPAN).clamp(1, runs)
+        } else {
+            1
+        };
         let per_job = runs.div_ceil(jobs);
         let jobs = runs.div_ceil(per_job);
-        let parallel = self.dir == Dir::Read || self.host.direct_fd.is_some();
         run_tasks(self.host.nthreads, jobs as usize, parallel, |j| {
             let k0 = j as u64 * per_job;
             // SAFETY: jobs cover disjoint runs of the caller's memory range.
