@@ -2,9 +2,13 @@
 //! datasets, strided and point writes, threads sharing one file, and an open/read/close loop;
 //! `gds` against sec2, interleaved. Every read is checked against the data, outside the timing.
 
-use crate::h5::{self, h5t, Driver, Layout, Selection};
-use crate::host::{check_equal, interleave, timed, HostOptions};
+use crate::host::{
+    check_equal, create, driver_label, interleave, open, timed, HostOptions, Result,
+};
 use crate::stats::Measurement;
+use array_io::hdf5_raw::{self, named as h5, FileDriver as Driver, Spaces};
+use hdf5::{Dataset, Dataspace, Datatype, Selection};
+use ndarray::{s, Array1};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -39,19 +43,71 @@ fn random_indices(count: usize, n: usize, seed: u64) -> Vec<u64> {
     out
 }
 
-fn write_file(
-    path: &Path,
-    name: &str,
-    layout: Layout,
-    dims: &[u64],
-    data: &[f32],
-) -> h5::Result<()> {
-    let fapl = h5::file_access(&Driver::Sec2)?;
-    let file = h5::create_file(path, &fapl)?;
-    let dset = h5::create_dataset(&file, name, *h5t::H5T_IEEE_F32LE, dims, layout)?;
-    h5::write_all(&dset, *h5t::H5T_NATIVE_FLOAT, data)?;
+/// Writes `data` as the float32 dataset `name` of `shape` in a new file (sec2) at `path`.
+fn write_file(path: &Path, name: &str, shape: &[usize], data: &[f32]) -> Result<()> {
+    let file = create(path, &Driver::Sec2)?;
+    let dset = h5(
+        "H5Dcreate2",
+        file.new_dataset::<f32>().shape(shape).create(name),
+    )?;
+    h5("H5Dwrite", dset.write_raw(data))?;
     drop(dset);
-    file.close()
+    h5("H5Fclose", file.close())
+}
+
+/// A selection of `indices` of a 1-D dataset, in the order given.
+fn point_selection(indices: &[u64]) -> Selection {
+    Selection::from(Array1::from_iter(indices.iter().map(|&i| i as usize)))
+}
+
+/// A selection from an ndarray slice (`s![..]`), with HDF5's error as text.
+fn slab<T: TryInto<Selection, Error = hdf5::Error>>(slice: T) -> Result<Selection> {
+    h5("H5Sselect_hyperslab", Selection::try_new(slice))
+}
+
+/// Dataspaces for `sel` of `dset`: the file's with `sel` selected, and a 1-D memory one of the
+/// same number of elements; `None` for `Selection::All` (HDF5's `H5S_ALL` on both sides).
+fn selected(dset: &Dataset, sel: &Selection) -> Result<Option<(Dataspace, Dataspace)>> {
+    if matches!(sel, Selection::All) {
+        return Ok(None);
+    }
+    let space = h5("H5Dget_space", dset.space())?;
+    let file = h5("H5Sselect", space.select(sel))?;
+    let memory = h5(
+        "H5Screate_simple",
+        Dataspace::try_new(file.selection_size()),
+    )?;
+    Ok(Some((memory, file)))
+}
+
+fn f32_type() -> Result<Datatype> {
+    h5("H5Tcopy", Datatype::from_type::<f32>())
+}
+
+/// Reads `sel` of `dset` into `out` (whose length must be the selection's).
+fn read_dset(dset: &Dataset, sel: &Selection, out: &mut [f32]) -> Result<()> {
+    let spaces = selected(dset, sel)?;
+    let spaces = spaces.as_ref().map_or(Spaces::default(), |(m, f)| Spaces {
+        memory: Some(m),
+        file: Some(f),
+    });
+    h5(
+        "H5Dread",
+        hdf5_raw::read_into_plain(dset, &f32_type()?, spaces, out),
+    )
+}
+
+/// Writes `vals` to `sel` of `dset` (`vals`' length must be the selection's).
+fn write_dset(dset: &Dataset, sel: &Selection, vals: &[f32]) -> Result<()> {
+    let spaces = selected(dset, sel)?;
+    let spaces = spaces.as_ref().map_or(Spaces::default(), |(m, f)| Spaces {
+        memory: Some(m),
+        file: Some(f),
+    });
+    h5(
+        "H5Dwrite",
+        hdf5_raw::write_from(dset, &f32_type()?, spaces, vals),
+    )
 }
 
 /// Opens `path` under `driver`, reads `sel` of dataset `name` into `out`, closes.
@@ -59,21 +115,19 @@ fn read_sel(
     path: &Path,
     driver: &Driver,
     name: &str,
-    sel: Selection,
+    sel: &Selection,
     out: &mut [f32],
-) -> h5::Result<()> {
-    let fapl = h5::file_access(driver)?;
-    let file = h5::open_file(path, &fapl)?;
-    let dset = h5::open_dataset(&file, name)?;
-    // SAFETY: every caller sizes `out` to the selection.
-    unsafe { h5::read_raw(&dset, *h5t::H5T_NATIVE_FLOAT, sel, out.as_mut_ptr().cast())? };
+) -> Result<()> {
+    let file = open(path, driver)?;
+    let dset = h5("H5Dopen2", file.dataset(name))?;
+    read_dset(&dset, sel, out)?;
     drop(dset);
-    file.close()
+    h5("H5Fclose", file.close())
 }
 
 fn rows(out: &mut Vec<Measurement>, name: &str, drivers: &[Driver], times: Vec<Vec<f64>>) {
     for (d, t) in drivers.iter().zip(times) {
-        out.push(Measurement::duration(name, d.name(), t));
+        out.push(Measurement::duration(name, driver_label(d), t));
     }
 }
 
@@ -81,13 +135,13 @@ pub fn run(
     opts: &HostOptions,
     drivers: &[Driver],
     progress: &mut dyn FnMut(),
-) -> h5::Result<Vec<Measurement>> {
+) -> Result<Vec<Measurement>> {
     let mut out = Vec::new();
     let n = (opts.bytes.min(MAX_BYTES) / 4) as usize;
     let label = crate::stats::size_label(n as u64 * 4);
     let path = opts.dir.join("h5gds-access.h5");
     let data: Vec<f32> = (0..n).map(value).collect();
-    write_file(&path, "x", Layout::Contiguous, &[n as u64], &data)?;
+    write_file(&path, "x", &[n], &data)?;
     drop(data);
 
     // 1-D steps.
@@ -95,15 +149,10 @@ pub fn run(
         let count = n.div_ceil(step);
         let want: Vec<f32> = (0..count).map(|k| value(k * step)).collect();
         let mut got = vec![0f32; count];
-        let (start, stride, cnt) = ([0u64], [step as u64], [count as u64]);
+        let sel = slab(s![..;step])?;
         let times = interleave(drivers, opts.reps, progress, |d| {
             got.fill(-1.0);
-            let sel = Selection::Slab {
-                start: &start,
-                stride: &stride,
-                count: &cnt,
-            };
-            let t = timed(|| read_sel(&path, d, "x", sel, &mut got))?;
+            let t = timed(|| read_sel(&path, d, "x", &sel, &mut got))?;
             check_equal(&format!("x[::{step}]"), &got, &want)?;
             Ok(t)
         })?;
@@ -123,9 +172,10 @@ pub fn run(
     for (what, idx) in [("sorted", &sorted), ("unsorted", &unsorted)] {
         let want: Vec<f32> = idx.iter().map(|&i| value(i as usize)).collect();
         let mut got = vec![0f32; idx.len()];
+        let sel = point_selection(idx);
         let times = interleave(drivers, opts.reps, progress, |d| {
             got.fill(-1.0);
-            let t = timed(|| read_sel(&path, d, "x", Selection::Points(idx), &mut got))?;
+            let t = timed(|| read_sel(&path, d, "x", &sel, &mut got))?;
             check_equal(&format!("{what} points"), &got, &want)?;
             Ok(t)
         })?;
@@ -141,13 +191,7 @@ pub fn run(
     let m = opts.matrix;
     let mpath = opts.dir.join("h5gds-access-matrix.h5");
     let matrix: Vec<f32> = (0..m * m).map(value).collect();
-    write_file(
-        &mpath,
-        "m",
-        Layout::Contiguous,
-        &[m as u64, m as u64],
-        &matrix,
-    )?;
+    write_file(&mpath, "m", &[m, m], &matrix)?;
     drop(matrix);
     let b = (m / 2).min(64);
     let (r0, c0) = (m / 3, m / 3);
@@ -155,15 +199,10 @@ pub fn run(
         .map(|i| value((r0 + i / b) * m + c0 + i % b))
         .collect();
     let mut got = vec![0f32; b * b];
-    let (start, stride, cnt) = ([r0 as u64, c0 as u64], [1u64, 1], [b as u64, b as u64]);
+    let sel = slab(s![r0..r0 + b, c0..c0 + b])?;
     let times = interleave(drivers, opts.reps, progress, |d| {
         got.fill(-1.0);
-        let sel = Selection::Slab {
-            start: &start,
-            stride: &stride,
-            count: &cnt,
-        };
-        let t = timed(|| read_sel(&mpath, d, "m", sel, &mut got))?;
+        let t = timed(|| read_sel(&mpath, d, "m", &sel, &mut got))?;
         check_equal("block", &got, &want)?;
         Ok(t)
     })?;
@@ -176,34 +215,29 @@ pub fn run(
 
     // Partial reads of chunked datasets: every 3rd element of the middle 80%.
     let cpath = opts.dir.join("h5gds-access-chunked.h5");
-    let chunk = [(n as u64 / 16).clamp(1, 256 << 10)];
+    let chunk = (n / 16).clamp(1, 256 << 10);
     {
         let data: Vec<f32> = (0..n).map(value).collect();
-        let fapl = h5::file_access(&Driver::Sec2)?;
-        let file = h5::create_file(&cpath, &fapl)?;
-        for (name, layout) in [
-            ("plain", Layout::Chunked(&chunk)),
-            ("gzip", Layout::ChunkedGzip(&chunk)),
-        ] {
-            let dset = h5::create_dataset(&file, name, *h5t::H5T_IEEE_F32LE, &[n as u64], layout)?;
-            h5::write_all(&dset, *h5t::H5T_NATIVE_FLOAT, &data)?;
+        let file = create(&cpath, &Driver::Sec2)?;
+        for (name, gzip) in [("plain", false), ("gzip", true)] {
+            let mut builder = file.new_dataset::<f32>().shape(n).chunk(chunk);
+            if gzip {
+                builder = builder.deflate(1);
+            }
+            let dset = h5("H5Dcreate2", builder.create(name))?;
+            h5("H5Dwrite", dset.write_raw(&data))?;
         }
-        file.close()?;
+        h5("H5Fclose", file.close())?;
     }
     let (first, last) = (n / 10, n - n / 10);
     let count = (last - first).div_ceil(3);
     for name in ["plain", "gzip"] {
         let want: Vec<f32> = (0..count).map(|k| value(first + 3 * k)).collect();
         let mut got = vec![0f32; count];
-        let (start, stride, cnt) = ([first as u64], [3u64], [count as u64]);
+        let sel = slab(s![first..last;3])?;
         let times = interleave(drivers, opts.reps, progress, |d| {
             got.fill(-1.0);
-            let sel = Selection::Slab {
-                start: &start,
-                stride: &stride,
-                count: &cnt,
-            };
-            let t = timed(|| read_sel(&cpath, d, name, sel, &mut got))?;
+            let t = timed(|| read_sel(&cpath, d, name, &sel, &mut got))?;
             check_equal(&format!("{name} chunks"), &got, &want)?;
             Ok(t)
         })?;
@@ -217,37 +251,27 @@ pub fn run(
     }
 
     // Writes: a fresh file each run, x[::3] (or points) written, closed; checked afterwards.
-    let wpath = |d: &Driver| opts.dir.join(format!("h5gds-access-w-{}.h5", d.name()));
+    let wpath = |d: &Driver| {
+        opts.dir
+            .join(format!("h5gds-access-w-{}.h5", driver_label(d)))
+    };
     let thirds = n.div_ceil(3);
     let values: Vec<f32> = (0..thirds).map(|k| value(k + 1)).collect();
-    let write = |d: &Driver, sel: Selection, vals: &[f32]| {
+    let write = |d: &Driver, sel: &Selection, vals: &[f32]| {
         let _ = std::fs::remove_file(wpath(d));
         timed(|| {
-            let fapl = h5::file_access(d)?;
-            let file = h5::create_file(&wpath(d), &fapl)?;
-            let dset = h5::create_dataset(
-                &file,
-                "x",
-                *h5t::H5T_IEEE_F32LE,
-                &[n as u64],
-                Layout::Contiguous,
-            )?;
-            // SAFETY: `vals` holds one element per selected point.
-            unsafe { h5::write_raw(&dset, *h5t::H5T_NATIVE_FLOAT, sel, vals.as_ptr().cast())? };
+            let file = create(&wpath(d), d)?;
+            let dset = h5("H5Dcreate2", file.new_dataset::<f32>().shape(n).create("x"))?;
+            write_dset(&dset, sel, vals)?;
             drop(dset);
-            file.close()
+            h5("H5Fclose", file.close())
         })
     };
     let mut back = vec![0f32; n];
-    let (start, stride, cnt) = ([0u64], [3u64], [thirds as u64]);
+    let sel = slab(s![..;3])?;
     let times = interleave(drivers, opts.reps, progress, |d| {
-        let sel = Selection::Slab {
-            start: &start,
-            stride: &stride,
-            count: &cnt,
-        };
-        let t = write(d, sel, &values)?;
-        read_sel(&wpath(d), &Driver::Sec2, "x", Selection::All, &mut back)?;
+        let t = write(d, &sel, &values)?;
+        read_sel(&wpath(d), &Driver::Sec2, "x", &Selection::All, &mut back)?;
         let want: Vec<f32> = (0..n)
             .map(|i| if i % 3 == 0 { value(i / 3 + 1) } else { 0.0 })
             .collect();
@@ -261,9 +285,10 @@ pub fn run(
         times,
     );
     let pvals: Vec<f32> = (0..unsorted.len()).map(|k| value(k + 1)).collect();
+    let sel = point_selection(&unsorted);
     let times = interleave(drivers, opts.reps, progress, |d| {
-        let t = write(d, Selection::Points(&unsorted), &pvals)?;
-        read_sel(&wpath(d), &Driver::Sec2, "x", Selection::All, &mut back)?;
+        let t = write(d, &sel, &pvals)?;
+        read_sel(&wpath(d), &Driver::Sec2, "x", &Selection::All, &mut back)?;
         let mut want = vec![0f32; n];
         for (k, &i) in unsorted.iter().enumerate() {
             want[i as usize] = pvals[k];
@@ -284,60 +309,33 @@ pub fn run(
 
     // Threads sharing one open file, each reading mixed selections (HDF5 serialises them, as
     // h5py's lock does): x[t::7] over a slice, a column, sorted points.
+    let sorted_sel = point_selection(&sorted);
     for threads in [1usize, 2, 8] {
         let times = interleave(drivers, opts.reps, progress, |d| {
-            let fapl = h5::file_access(d)?;
-            let file = h5::open_file(&path, &fapl)?;
-            let mfile = h5::open_file(&mpath, &fapl)?;
+            let file = open(&path, d)?;
+            let mfile = open(&mpath, d)?;
             let lock = Mutex::new(());
             let t = timed(|| {
                 std::thread::scope(|s| {
                     let workers: Vec<_> = (0..threads)
                         .map(|t| {
-                            let (file, mfile, lock, sorted) = (&file, &mfile, &lock, &sorted);
-                            s.spawn(move || -> h5::Result<()> {
+                            let (file, mfile, lock) = (&file, &mfile, &lock);
+                            let (sorted, sorted_sel) = (&sorted, &sorted_sel);
+                            s.spawn(move || -> Result<()> {
                                 let count = (n / 8).div_ceil(7);
                                 let mut strided = vec![0f32; count];
                                 let mut column = vec![0f32; m];
                                 let mut pts = vec![0f32; sorted.len()];
-                                let (start, stride, cnt) = ([t as u64], [7u64], [count as u64]);
-                                let (cstart, cstride, ccnt) =
-                                    ([0u64, t as u64 % m as u64], [1u64, 1], [m as u64, 1]);
+                                let strided_sel = slab(s![t..t + 7 * (count - 1) + 1;7])?;
+                                let column_sel = slab(s![.., t % m])?;
                                 {
                                     let _held =
                                         lock.lock().map_err(|_| "lock poisoned".to_string())?;
-                                    let x = h5::open_dataset(file, "x")?;
-                                    let mm = h5::open_dataset(mfile, "m")?;
-                                    let f = *h5t::H5T_NATIVE_FLOAT;
-                                    // SAFETY: each buffer is sized to its selection.
-                                    unsafe {
-                                        h5::read_raw(
-                                            &x,
-                                            f,
-                                            Selection::Slab {
-                                                start: &start,
-                                                stride: &stride,
-                                                count: &cnt,
-                                            },
-                                            strided.as_mut_ptr().cast(),
-                                        )?;
-                                        h5::read_raw(
-                                            &mm,
-                                            f,
-                                            Selection::Slab {
-                                                start: &cstart,
-                                                stride: &cstride,
-                                                count: &ccnt,
-                                            },
-                                            column.as_mut_ptr().cast(),
-                                        )?;
-                                        h5::read_raw(
-                                            &x,
-                                            f,
-                                            Selection::Points(sorted),
-                                            pts.as_mut_ptr().cast(),
-                                        )?;
-                                    }
+                                    let x = h5("H5Dopen2", file.dataset("x"))?;
+                                    let mm = h5("H5Dopen2", mfile.dataset("m"))?;
+                                    read_dset(&x, &strided_sel, &mut strided)?;
+                                    read_dset(&mm, &column_sel, &mut column)?;
+                                    read_dset(&x, sorted_sel, &mut pts)?;
                                 }
                                 check_equal(
                                     "thread strided",
@@ -365,8 +363,8 @@ pub fn run(
                     })
                 })
             })?;
-            mfile.close()?;
-            file.close()?;
+            h5("H5Fclose", mfile.close())?;
+            h5("H5Fclose", file.close())?;
             Ok(t)
         })?;
         rows(
@@ -381,19 +379,26 @@ pub fn run(
     let cycles = opts.small_datasets.max(1);
     let spath = opts.dir.join("h5gds-access-small-chunks.h5");
     let small: Vec<f32> = (0..100_000).map(value).collect();
-    write_file(&spath, "c", Layout::Chunked(&[10_000]), &[100_000], &small)?;
+    {
+        let file = create(&spath, &Driver::Sec2)?;
+        let dset = h5(
+            "H5Dcreate2",
+            file.new_dataset::<f32>()
+                .shape(small.len())
+                .chunk(10_000)
+                .create("c"),
+        )?;
+        h5("H5Dwrite", dset.write_raw(&small))?;
+        drop(dset);
+        h5("H5Fclose", file.close())?;
+    }
     let want: Vec<f32> = small.iter().step_by(3).copied().collect();
     let mut got = vec![0f32; want.len()];
-    let (start, stride, cnt) = ([0u64], [3u64], [want.len() as u64]);
+    let sel = slab(s![..;3])?;
     let times = interleave(drivers, opts.reps, progress, |d| {
         let t = timed(|| {
             for _ in 0..cycles {
-                let sel = Selection::Slab {
-                    start: &start,
-                    stride: &stride,
-                    count: &cnt,
-                };
-                read_sel(&spath, d, "c", sel, &mut got)?;
+                read_sel(&spath, d, "c", &sel, &mut got)?;
             }
             Ok(())
         })?;

@@ -4,9 +4,11 @@
 //! Alternatives are interleaved; every transfer is checked, untimed, against the data.
 
 use crate::gpu::{cu, DeviceBuffer};
-use crate::h5::{self, h5t, Driver, Layout, Selection};
+use crate::host::{create, create_f32, gds, open, Result};
 use crate::stats::Measurement;
+use array_io::hdf5_raw::{self, named as h5, FileDriver as Driver, Spaces};
 use cudarc::driver::sys;
+use hdf5::{Dataset, Dataspace, Datatype};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -27,108 +29,113 @@ pub fn steps(opts: &DeviceOptions) -> usize {
     opts.reps * 4
 }
 
+/// The float32 memory type.
+fn f32_type() -> Result<Datatype> {
+    h5("H5Tcopy", Datatype::from_type::<f32>())
+}
+
+/// Spaces of elements `start..start + count` of a one-dimensional dataset.
+fn piece(dset: &Dataset, start: usize, count: usize) -> Result<(Dataspace, Dataspace)> {
+    let space = h5("H5Dget_space", dset.space())?;
+    let file = h5("H5Sselect_hyperslab", space.select(start..start + count))?;
+    let memory = h5("H5Screate_simple", Dataspace::try_new(count))?;
+    Ok((memory, file))
+}
+
 /// Reads the whole dataset `data` of `path` into device memory in pieces of the staging size.
-fn staged_read(path: &Path, dev: &DeviceBuffer, staging: &mut [u8]) -> h5::Result<()> {
-    let fapl = h5::file_access(&Driver::Sec2)?;
-    let file = h5::open_file(path, &fapl)?;
-    let dset = h5::open_dataset(&file, "data")?;
-    let per = (staging.len() / 4) as u64;
-    let total = (dev.len / 4) as u64;
-    let mut start = 0u64;
+fn staged_read(path: &Path, dev: &DeviceBuffer, staging: &mut [f32]) -> Result<()> {
+    let file = open(path, &Driver::Sec2)?;
+    let dset = h5("H5Dopen2", file.dataset("data"))?;
+    let f32_type = f32_type()?;
+    let per = staging.len();
+    let total = dev.len / 4;
+    let mut start = 0;
     while start < total {
         let count = per.min(total - start);
-        let (s, c) = ([start], [count]);
-        let sel = Selection::Slab {
-            start: &s,
-            stride: &[1],
-            count: &c,
+        let (memory, selected) = piece(&dset, start, count)?;
+        let spaces = Spaces {
+            memory: Some(&memory),
+            file: Some(&selected),
         };
-        // SAFETY: the staging buffer holds `count` floats.
-        unsafe {
-            h5::read_raw(
-                &dset,
-                *h5t::H5T_NATIVE_FLOAT,
-                sel,
-                staging.as_mut_ptr().cast(),
-            )?
-        };
-        let bytes = count as usize * 4;
-        // SAFETY: the device range lies inside `dev`; staging holds `bytes` bytes.
+        let part = &mut staging[..count];
+        h5(
+            "H5Dread",
+            hdf5_raw::read_into_plain(&dset, &f32_type, spaces, part),
+        )?;
+        // SAFETY: the device range lies inside `dev`; `part` holds count floats.
         cu("cuMemcpyHtoD", unsafe {
-            sys::cuMemcpyHtoD_v2(dev.ptr + start * 4, staging.as_ptr().cast(), bytes)
+            sys::cuMemcpyHtoD_v2(dev.ptr + start as u64 * 4, part.as_ptr().cast(), count * 4)
         })?;
         start += count;
     }
     drop(dset);
-    file.close()
+    h5("H5Fclose", file.close())
 }
 
 /// Writes device memory to a new file in pieces of the staging size.
-fn staged_write(path: &Path, dev: &DeviceBuffer, staging: &mut [u8]) -> h5::Result<()> {
-    let fapl = h5::file_access(&Driver::Sec2)?;
-    let file = h5::create_file(path, &fapl)?;
-    let total = (dev.len / 4) as u64;
-    let dset = h5::create_dataset(
-        &file,
-        "data",
-        *h5t::H5T_IEEE_F32LE,
-        &[total],
-        Layout::Contiguous,
-    )?;
-    let per = (staging.len() / 4) as u64;
-    let mut start = 0u64;
+fn staged_write(path: &Path, dev: &DeviceBuffer, staging: &mut [f32]) -> Result<()> {
+    let file = create(path, &Driver::Sec2)?;
+    let total = dev.len / 4;
+    let dset = create_f32(&file, "data", total)?;
+    let f32_type = f32_type()?;
+    let per = staging.len();
+    let mut start = 0;
     while start < total {
         let count = per.min(total - start);
-        let bytes = count as usize * 4;
-        // SAFETY: the device range lies inside `dev`; staging has room for `bytes` bytes.
+        let part = &mut staging[..count];
+        // SAFETY: the device range lies inside `dev`; `part` has room for count floats.
         cu("cuMemcpyDtoH", unsafe {
-            sys::cuMemcpyDtoH_v2(staging.as_mut_ptr().cast(), dev.ptr + start * 4, bytes)
+            sys::cuMemcpyDtoH_v2(
+                part.as_mut_ptr().cast(),
+                dev.ptr + start as u64 * 4,
+                count * 4,
+            )
         })?;
-        let (s, c) = ([start], [count]);
-        let sel = Selection::Slab {
-            start: &s,
-            stride: &[1],
-            count: &c,
+        let (memory, selected) = piece(&dset, start, count)?;
+        let spaces = Spaces {
+            memory: Some(&memory),
+            file: Some(&selected),
         };
-        // SAFETY: the staging buffer holds `count` floats.
-        unsafe { h5::write_raw(&dset, *h5t::H5T_NATIVE_FLOAT, sel, staging.as_ptr().cast())? };
+        h5(
+            "H5Dwrite",
+            hdf5_raw::write_from(&dset, &f32_type, spaces, part),
+        )?;
         start += count;
     }
     drop(dset);
-    file.close()
+    h5("H5Fclose", file.close())
 }
 
-fn gds_read(path: &Path, dev: &DeviceBuffer, config: &str) -> h5::Result<()> {
-    let fapl = h5::file_access(&Driver::Gds(config.to_string()))?;
-    let file = h5::open_file(path, &fapl)?;
-    let dset = h5::open_dataset(&file, "data")?;
+fn gds_read(path: &Path, dev: &DeviceBuffer, config: &str) -> Result<()> {
+    let file = open(path, &gds(config))?;
+    let dset = h5("H5Dopen2", file.dataset("data"))?;
     // SAFETY: the device buffer holds the whole dataset.
-    unsafe { h5::read_raw(&dset, *h5t::H5T_NATIVE_FLOAT, Selection::All, dev.at(0))? };
+    let read = unsafe { hdf5_raw::read(&dset, &f32_type()?, Spaces::default(), dev.at(0)) };
+    h5("H5Dread", read)?;
     drop(dset);
-    file.close()
+    h5("H5Fclose", file.close())
 }
 
-fn gds_write(path: &Path, dev: &DeviceBuffer, config: &str) -> h5::Result<()> {
-    let fapl = h5::file_access(&Driver::Gds(config.to_string()))?;
-    let file = h5::create_file(path, &fapl)?;
-    let dset = h5::create_dataset(
-        &file,
-        "data",
-        *h5t::H5T_IEEE_F32LE,
-        &[(dev.len / 4) as u64],
-        Layout::Contiguous,
-    )?;
+fn gds_write(path: &Path, dev: &DeviceBuffer, config: &str) -> Result<()> {
+    let file = create(path, &gds(config))?;
+    let dset = create_f32(&file, "data", dev.len / 4)?;
     // SAFETY: the device buffer holds the whole dataset.
-    unsafe { h5::write_raw(&dset, *h5t::H5T_NATIVE_FLOAT, Selection::All, dev.at(0))? };
+    let written = unsafe { hdf5_raw::write(&dset, &f32_type()?, Spaces::default(), dev.at(0)) };
+    h5("H5Dwrite", written)?;
     drop(dset);
-    file.close()
+    h5("H5Fclose", file.close())
 }
 
 /// Compares device memory with `want`, 64 MiB at a time.
-fn check_device(what: &str, dev: &DeviceBuffer, want: &[u8]) -> h5::Result<()> {
-    for (k, part) in want.chunks(64 << 20).enumerate() {
-        let got = dev.download(k * (64 << 20), part.len())?;
-        if got != part {
+fn check_device(what: &str, dev: &DeviceBuffer, want: &[f32]) -> Result<()> {
+    for (k, part) in want.chunks(16 << 20).enumerate() {
+        let got = dev.download(k * (64 << 20), part.len() * 4)?;
+        if got.iter().ne(part
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect::<Vec<u8>>()
+            .iter())
+        {
             return Err(format!(
                 "{what}: device memory differs from the file in the 64 MiB block {k}"
             ));
@@ -138,20 +145,17 @@ fn check_device(what: &str, dev: &DeviceBuffer, want: &[u8]) -> h5::Result<()> {
 }
 
 /// Compares a file's dataset with `want`.
-fn check_file(what: &str, path: &Path, want: &[u8]) -> h5::Result<()> {
-    let fapl = h5::file_access(&Driver::Sec2)?;
-    let file = h5::open_file(path, &fapl)?;
-    let mut got = vec![0u8; want.len()];
-    // SAFETY: got holds the whole dataset.
-    unsafe {
-        h5::read_raw(
-            &h5::open_dataset(&file, "data")?,
-            *h5t::H5T_NATIVE_FLOAT,
-            Selection::All,
-            got.as_mut_ptr().cast(),
-        )?
-    };
-    if got != want {
+fn check_file(what: &str, path: &Path, want: &[f32]) -> Result<()> {
+    let file = open(path, &Driver::Sec2)?;
+    let got = h5(
+        "H5Dread",
+        h5("H5Dopen2", file.dataset("data"))?.read_raw::<f32>(),
+    )?;
+    if got
+        .iter()
+        .map(|x| x.to_bits())
+        .ne(want.iter().map(|x| x.to_bits()))
+    {
         return Err(format!(
             "{what}: the file written differs from device memory"
         ));
@@ -159,36 +163,19 @@ fn check_file(what: &str, path: &Path, want: &[u8]) -> h5::Result<()> {
     Ok(())
 }
 
-pub fn run(opts: &DeviceOptions, progress: &mut dyn FnMut()) -> h5::Result<Vec<Measurement>> {
+pub fn run(opts: &DeviceOptions, progress: &mut dyn FnMut()) -> Result<Vec<Measurement>> {
     crate::gpu::init_cuda()?;
     std::fs::create_dir_all(&opts.dir).map_err(|e| format!("cannot create {:?}: {e}", opts.dir))?;
     let n = (opts.bytes / 4) as usize;
-    let data: Vec<u8> = (0..n).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let data: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let source = opts.dir.join("h5gds-device-source.h5");
     {
-        let fapl = h5::file_access(&Driver::Sec2)?;
-        let file = h5::create_file(&source, &fapl)?;
-        let dset = h5::create_dataset(
-            &file,
-            "data",
-            *h5t::H5T_IEEE_F32LE,
-            &[n as u64],
-            Layout::Contiguous,
-        )?;
-        // SAFETY: data holds n little-endian floats.
-        unsafe {
-            h5::write_raw(
-                &dset,
-                *h5t::H5T_NATIVE_FLOAT,
-                Selection::All,
-                data.as_ptr().cast(),
-            )?
-        };
-        drop(dset);
-        file.close()?;
+        let file = create(&source, &Driver::Sec2)?;
+        h5("H5Dwrite", create_f32(&file, "data", n)?.write_raw(&data))?;
+        h5("H5Fclose", file.close())?;
     }
     let dev = DeviceBuffer::new(opts.bytes as usize)?;
-    let mut staging = vec![0u8; opts.staging.min(opts.bytes as usize)];
+    let mut staging = vec![0f32; (opts.staging.min(opts.bytes as usize) / 4).max(1)];
     let label = crate::stats::size_label(opts.bytes);
     let paths = ["gds", STAGED];
     let mut read_times = vec![Vec::new(), Vec::new()];

@@ -10,13 +10,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from support import NEW_PYTHON, OLD_PYTHON, PLUGIN_DIR
+
 SCENARIOS = Path(__file__).with_name("selection_scenarios.py")
-PLUGIN_DIR = Path(os.environ.get("H5GDS_PLUGIN_DIR", ROOT / "target" / "release"))
-PYTHONS = {
-    "hdf5-2": Path(os.environ.get("H5GDS_PYTHON", ROOT / ".venv" / "bin" / "python")),
-    "hdf5-1.14": Path(os.environ.get("H5GDS_PYTHON_114", ROOT / ".venv-114" / "bin" / "python")),
-}
+PYTHONS = {"hdf5-2": NEW_PYTHON, "hdf5-1.14": OLD_PYTHON}
 
 
 def run(python, driver, *args):

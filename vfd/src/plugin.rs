@@ -122,6 +122,18 @@ pub extern "C" fn H5PLget_plugin_info() -> *const c_void {
     class().cast()
 }
 
+/// The exported name of [`h5gds_driver_class`].
+pub const IDENTITY_SYMBOL: &CStr = c"h5gds_driver_class";
+
+/// The driver class, under a name only h5gds exports: a process holding a driver registered as
+/// `gds` (value 512) finds out whether it is h5gds's by looking this symbol up in the library
+/// whose code the registered class runs (vfd-gds shares the name and value), and `h5gds info`
+/// tells the `gds` drivers on the plugin path apart by it.
+#[no_mangle]
+pub extern "C" fn h5gds_driver_class() -> *const H5FD_class_t {
+    class()
+}
+
 /// Runs a callback body: panics are caught and errors reported; `fail` is returned for both.
 fn guard<T>(func: &'static str, fail: T, body: impl FnOnce() -> Result<T>) -> T {
     with_logging(|| match catch_unwind(AssertUnwindSafe(body)) {
@@ -178,10 +190,10 @@ fn ignore_disabled_locks(fapl: hid_t) -> bool {
 
 /// The config string for this open: from the fapl when HDF5 is reachable, else from the
 /// environment variable HDF5 itself would have read.
-fn config_string(fapl: hid_t) -> Option<String> {
+fn config_string(fapl: hid_t) -> Option<Vec<u8>> {
     match hdf5_runtime::api() {
         Some(api) => api.driver_config(fapl),
-        None => std::env::var("HDF5_DRIVER_CONFIG").ok(),
+        None => crate::config::config_from_environment(),
     }
 }
 
