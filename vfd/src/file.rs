@@ -289,13 +289,13 @@ impl OpenFile {
     }
 
     /// Empties the read-ahead window before anything changes the file.
-    fn file_changes(&self) {
+    pub(crate) fn file_changes(&self) {
         if let Some(window) = &self.readahead {
             window.invalidate();
         }
     }
 
-    fn host(&self) -> HostIo<'_> {
+    pub(crate) fn host(&self) -> HostIo<'_> {
         HostIo {
             fd: self.raw_fd,
             direct_fd: self.direct.as_ref().map(|f| f.as_raw_fd()),
@@ -306,7 +306,7 @@ impl OpenFile {
     }
 
     /// Checks a read's range; notes (at debug level) a read that reaches past end of file.
-    fn check_read(&self, addr: haddr_t, size: usize) -> Result<()> {
+    pub(crate) fn check_read(&self, addr: haddr_t, size: usize) -> Result<()> {
         check_region(addr, size as u64, MAXADDR)?;
         if addr + size as u64 > self.eof {
             tracing::debug!(
@@ -384,7 +384,7 @@ impl OpenFile {
         match host.as_slice() {
             [] => {}
             [one] => self.host_read(one.addr, one.len, one.buf as *mut u8, one.mem_type)?,
-            _ => self.host().read_vector(host)?,
+            _ => crate::io::selection::host_pieces(&self.host(), host, false)?,
         }
         for p in device {
             // Through `dispatch` again (a cache hit), for its retry on stale ranges.
@@ -415,7 +415,7 @@ impl OpenFile {
             .unwrap_or(0);
         let (host, device) = Self::partition(pieces);
         if !host.is_empty() {
-            self.host().write_vector(host)?;
+            crate::io::selection::host_pieces(&self.host(), host, true)?;
         }
         for p in device {
             memory::dispatch(

@@ -118,6 +118,20 @@ impl Hdf5Api {
     }
 }
 
+/// Names of the loaded objects that are HDF5 libraries this module would consider (as `api`
+/// does), without choosing one.
+pub fn loaded_hdf5_libraries() -> Vec<String> {
+    loaded_objects()
+        .iter()
+        .filter_map(|name| {
+            let (api, handle) = candidate(name)?;
+            // SAFETY: balances the dlopen in `candidate`; the object stays loaded by its owner.
+            unsafe { libc::dlclose(handle) };
+            Some(api.library)
+        })
+        .collect()
+}
+
 /// Names of every object loaded in the process ("" is the main program).
 fn loaded_objects() -> Vec<CString> {
     unsafe extern "C" fn collect(

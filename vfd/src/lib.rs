@@ -8,6 +8,7 @@
 pub mod abi;
 pub mod config;
 pub mod cuda;
+pub mod dataspace;
 pub mod error;
 pub mod file;
 pub mod hdf5_runtime;

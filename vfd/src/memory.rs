@@ -39,6 +39,13 @@ pub fn forget(base: CUdeviceptr) {
     }
 }
 
+/// Whether CUDA works in this process, decided once (`cuda::cuda` hands out a fresh copy of its
+/// error on every failed call, too slow for a question asked per piece).
+pub fn cuda_works() -> bool {
+    static WORKS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WORKS.get_or_init(|| cuda::cuda().is_ok())
+}
+
 /// Whether HDF5 may hand this memory type a device buffer (raw data only).
 pub fn may_be_device(mem_type: H5FD_mem_t) -> bool {
     mem_type == H5FD_MEM_DRAW || mem_type == H5FD_MEM_DEFAULT
@@ -46,7 +53,7 @@ pub fn may_be_device(mem_type: H5FD_mem_t) -> bool {
 
 /// What `ptr` is, for a transfer of memory type `mem_type`.
 pub fn classify(ptr: usize, mem_type: H5FD_mem_t) -> PointerKind {
-    if !may_be_device(mem_type) || cuda::cuda().is_err() {
+    if !may_be_device(mem_type) || !cuda_works() {
         return PointerKind::Host;
     }
     if let Some(kind) = cached(ptr as u64) {
@@ -65,8 +72,7 @@ pub fn dispatch<T>(
     host: impl Fn() -> crate::error::Result<T>,
     device: impl Fn(CUdeviceptr) -> crate::error::Result<T>,
 ) -> crate::error::Result<T> {
-    let from_cache =
-        may_be_device(mem_type) && cuda::cuda().is_ok() && cached(ptr as u64).is_some();
+    let from_cache = may_be_device(mem_type) && cuda_works() && cached(ptr as u64).is_some();
     let kind = classify(ptr, mem_type);
     let PointerKind::Device { base, .. } = kind else {
         return host();

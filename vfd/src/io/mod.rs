@@ -6,5 +6,6 @@ pub mod host;
 pub mod parallel;
 pub mod posix;
 pub mod readahead;
+pub mod selection;
 pub mod staged;
 pub mod vector;
