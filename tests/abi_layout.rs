@@ -161,6 +161,10 @@ fn rust_layout() -> Vec<(&'static str, usize)> {
             "H5FD_CTL_ROUTE_TO_TERMINAL_VFD_FLAG",
             H5FD_CTL_ROUTE_TO_TERMINAL_VFD_FLAG as usize,
         ),
+        ("H5S_MAX_RANK", H5S_MAX_RANK),
+        ("H5S_SEL_NONE", H5S_SEL_NONE as usize),
+        ("H5S_SEL_HYPERSLABS", H5S_SEL_HYPERSLABS as usize),
+        ("H5S_SEL_ALL", H5S_SEL_ALL as usize),
     ]
 }
 

@@ -1,6 +1,7 @@
-//! Compiles the C layout probe against the HDF5 headers that hdf5-metno-src built, and exports the
+//! Compiles the C layout probe against the HDF5 headers that hdf5-metno-src built, exports the
 //! HDF5 symbols of the test binaries so the plugin can resolve HDF5 calls at run time, as it does
-//! inside any program that links HDF5 dynamically.
+//! inside any program that links HDF5 dynamically, and sets the `real_cuda` cfg from
+//! `H5GDS_TEST_REAL_CUDA`.
 
 fn main() {
     let include =
@@ -11,6 +12,13 @@ fn main() {
         .warnings(true)
         .compile("h5gds_layout_probe");
     println!("cargo::rerun-if-changed=probe/layout_probe.c");
+    // H5GDS_TEST_REAL_CUDA=1: device tests against the real libcuda/libcufile; the tests that
+    // need the emulator are then compiled as ignored (see `REAL_CUDA` in support/lib.rs).
+    println!("cargo::rustc-check-cfg=cfg(real_cuda)");
+    println!("cargo::rerun-if-env-changed=H5GDS_TEST_REAL_CUDA");
+    if std::env::var("H5GDS_TEST_REAL_CUDA").is_ok_and(|v| v == "1") {
+        println!("cargo::rustc-cfg=real_cuda");
+    }
     println!("cargo::rustc-link-arg-bin=h5prog=-Wl,--export-dynamic");
     println!("cargo::rustc-link-arg-bin=h5devprog=-Wl,--export-dynamic");
 }

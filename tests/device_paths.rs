@@ -4,20 +4,17 @@
 //! run compares all bytes with host-side reads, and the emulator's report must show no leaked
 //! device memory and no out-of-bounds access.
 //!
-//! With `H5GDS_TEST_REAL_CUDA=1` the same programs run against the machine's real libcuda and
-//! libcufile instead (the emulator's switches and report are then not used).
+//! Built with `H5GDS_TEST_REAL_CUDA=1` (`scripts/test-gpu.sh`), the same programs run against
+//! the machine's real libcuda and libcufile instead, and the tests that need the emulator (its
+//! switches, fault injection or report) are compiled as ignored: the harness lists them as
+//! ignored, and its summary counts what ran on the GPU.
 
-use h5gds_tests::emulator::emulator_lib_dir;
-use h5gds_tests::plugin_dir;
-use std::collections::HashMap;
-use std::path::Path;
+use h5gds_tests::emulator::{emulator_lib_dir, read_report, Report};
+use h5gds_tests::process::{clean_env, output_within, OutputText, TIME_LIMIT};
+use h5gds_tests::{plugin_dir, REAL_CUDA};
 use std::process::Output;
 
 const DEVPROG: &str = env!("CARGO_BIN_EXE_h5devprog");
-
-fn real_cuda() -> bool {
-    std::env::var("H5GDS_TEST_REAL_CUDA").is_ok_and(|v| v == "1")
-}
 
 /// Small task and bounce sizes, so that the test sizes cross every splitting boundary.
 const SMALL_SIZES: [(&str, &str); 3] = [
@@ -28,7 +25,8 @@ const SMALL_SIZES: [(&str, &str); 3] = [
 
 struct Run {
     out: Output,
-    report: HashMap<String, u64>,
+    /// The emulator's exit report (empty on a real GPU).
+    report: Report,
     /// The HDF5 file the program wrote (its directory lives as long as the Run).
     file: std::path::PathBuf,
     _dir: tempfile::TempDir,
@@ -36,16 +34,13 @@ struct Run {
 
 impl Run {
     fn stdout(&self) -> String {
-        String::from_utf8_lossy(&self.out.stdout).into_owned()
+        self.out.stdout_text()
     }
     fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.out.stderr).into_owned()
+        self.out.stderr_text()
     }
     fn counter(&self, name: &str) -> u64 {
-        *self
-            .report
-            .get(name)
-            .unwrap_or_else(|| panic!("no {name:?} in the emulator report: {:?}", self.report))
+        self.report.counter(name)
     }
     #[track_caller]
     fn assert_device_ok(&self) {
@@ -56,15 +51,12 @@ impl Run {
             self.stdout(),
             self.stderr()
         );
-        if !real_cuda() {
-            assert_eq!(
-                self.counter("leaked device allocations"),
-                0,
-                "{:?}",
-                self.report
-            );
-            assert_eq!(self.counter("bounds violations"), 0, "{:?}", self.report);
-            assert_eq!(self.counter("double frees"), 0, "{:?}", self.report);
+        if !REAL_CUDA {
+            self.report.assert_zero(&[
+                "leaked device allocations",
+                "bounds violations",
+                "double frees",
+            ]);
         }
     }
     #[track_caller]
@@ -75,18 +67,6 @@ impl Run {
             self.stderr()
         );
     }
-}
-
-/// Parses the emulator's report: `name: N` per line (anything after N ignored).
-fn parse_report(path: &Path) -> HashMap<String, u64> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| {
-            let (name, rest) = line.split_once(':')?;
-            let value = rest.split_whitespace().next()?.parse().ok()?;
-            Some((name.trim().to_string(), value))
-        })
-        .collect()
 }
 
 /// Runs h5devprog with the gds driver, the emulator (unless testing real CUDA) and `env`.
@@ -101,15 +81,11 @@ fn run_with(args: &[&str], env: &[(&str, &str)]) -> Run {
     let report = dir.path().join("emulator-report.txt");
     let mut cmd = std::process::Command::new(DEVPROG);
     cmd.arg(dir.path().join("device.h5")).args(args);
-    for (key, _) in std::env::vars() {
-        if key.starts_with("HDF5_") || key.starts_with("H5GDS_") || key.starts_with("CUFILE_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.env("HDF5_PLUGIN_PATH", plugin_dir())
+    clean_env(&mut cmd)
+        .env("HDF5_PLUGIN_PATH", plugin_dir())
         .env("HDF5_DRIVER", "gds")
         .env("H5GDS_LOG", "info");
-    if !real_cuda() {
+    if !REAL_CUDA {
         // Async copies really run late: a bounce buffer reused too early shows as wrong data.
         cmd.env("LD_LIBRARY_PATH", libs.path())
             .env("H5GDS_EMU_REPORT", &report)
@@ -117,10 +93,10 @@ fn run_with(args: &[&str], env: &[(&str, &str)]) -> Run {
     }
     cmd.current_dir(dir.path()); // cuFile may write cufile.log into the working directory
     cmd.envs(SMALL_SIZES).envs(env.iter().copied());
-    let out = cmd.output().expect("h5devprog runs");
+    let out = output_within(&mut cmd, TIME_LIMIT);
     Run {
         out,
-        report: parse_report(&report),
+        report: read_report(&report),
         file: dir.path().join("device.h5"),
         _dir: dir,
     }
@@ -131,12 +107,19 @@ fn gds_path_reads_and_writes_device_memory() {
     let run = run(&[("H5GDS_COMPAT_MODE", "auto")]);
     run.assert_device_ok();
     run.assert_log("device buffers: GPUDirect Storage through cuFile");
-    if !real_cuda() {
+    if !REAL_CUDA {
         assert!(
             run.counter("cufile reads") > 0 && run.counter("cufile writes") > 0,
             "{:?}",
             run.report
         );
+        // Around the page cache, as nvidia-fs: the emulator's GDS path, not its compat mode.
+        assert!(
+            run.counter("cufile o_direct requests") > 0,
+            "{:?}",
+            run.report
+        );
+        assert_eq!(run.counter("cufile posix bounce copies"), 0);
     }
 }
 
@@ -145,7 +128,7 @@ fn staged_path_with_compat_mode_on_never_touches_cufile() {
     let run = run(&[("H5GDS_COMPAT_MODE", "on")]);
     run.assert_device_ok();
     run.assert_log("device buffers: staged through pinned bounce buffers of 64K (compat_mode=on)");
-    if !real_cuda() {
+    if !REAL_CUDA {
         assert_eq!(run.counter("cufile reads"), 0);
         assert_eq!(run.counter("cufile writes"), 0);
         assert!(run.counter("copies htod") > 0 && run.counter("copies dtoh") > 0);
@@ -153,10 +136,8 @@ fn staged_path_with_compat_mode_on_never_touches_cufile() {
 }
 
 #[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator")]
 fn auto_without_the_gds_kernel_path_uses_the_staged_path() {
-    if real_cuda() {
-        return; // needs the emulator's switch
-    }
     let run = run(&[("H5GDS_COMPAT_MODE", "auto"), ("H5GDS_EMU_GDS", "0")]);
     run.assert_device_ok();
     run.assert_log("no GDS kernel path)");
@@ -164,21 +145,24 @@ fn auto_without_the_gds_kernel_path_uses_the_staged_path() {
 }
 
 #[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator")]
 fn compat_mode_off_uses_cufile_even_in_its_compatibility_mode() {
-    if real_cuda() {
-        return;
-    }
     let run = run(&[("H5GDS_COMPAT_MODE", "off"), ("H5GDS_EMU_GDS", "0")]);
     run.assert_device_ok();
     run.assert_log("in cuFile's own compatibility mode");
     assert!(run.counter("cufile reads") > 0);
+    // cuFile's compatibility mode moves device data through its POSIX bounce buffers.
+    assert!(
+        run.counter("cufile posix bounce copies") > 0,
+        "{:?}",
+        run.report
+    );
+    assert_eq!(run.counter("cufile o_direct requests"), 0);
 }
 
 #[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator")]
 fn compat_mode_off_fails_the_open_when_cufile_cannot_open() {
-    if real_cuda() {
-        return;
-    }
     let run = run(&[
         ("H5GDS_COMPAT_MODE", "off"),
         ("H5GDS_EMU_CUFILE_OPEN_ERROR", "5001"),
@@ -193,20 +177,16 @@ fn compat_mode_off_fails_the_open_when_cufile_cannot_open() {
 }
 
 #[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator")]
 fn a_cufile_error_mid_transfer_falls_back_to_the_staged_path() {
-    if real_cuda() {
-        return;
-    }
     let run = run(&[("H5GDS_COMPAT_MODE", "auto"), ("H5GDS_EMU_FAIL_IO", "3")]);
     run.assert_device_ok();
     run.assert_log("go through the staged path");
 }
 
 #[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator")]
 fn short_cufile_transfers_are_continued() {
-    if real_cuda() {
-        return;
-    }
     let run = run(&[
         ("H5GDS_COMPAT_MODE", "auto"),
         ("H5GDS_EMU_SHORT_IO", "1000"),
@@ -217,10 +197,8 @@ fn short_cufile_transfers_are_continued() {
 }
 
 #[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator")]
 fn a_failed_device_copy_fails_the_read_instead_of_reporting_success() {
-    if real_cuda() {
-        return;
-    }
     // Copy 1 is the program filling its buffer; copy 2 is the driver's first staged copy.
     let run = run(&[("H5GDS_COMPAT_MODE", "on"), ("H5GDS_EMU_FAIL_COPY", "2")]);
     assert_eq!(
@@ -235,10 +213,8 @@ fn a_failed_device_copy_fails_the_read_instead_of_reporting_success() {
 }
 
 #[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator")]
 fn without_pinned_memory_staging_uses_pageable_buffers() {
-    if real_cuda() {
-        return;
-    }
     // Allocation 1 is the program's first device buffer; 2 is the driver's first bounce buffer.
     let run = run(&[("H5GDS_COMPAT_MODE", "on"), ("H5GDS_EMU_FAIL_ALLOC", "2")]);
     run.assert_device_ok();
@@ -246,10 +222,8 @@ fn without_pinned_memory_staging_uses_pageable_buffers() {
 }
 
 #[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator")]
 fn a_cufile_error_on_a_pool_thread_falls_back_and_is_logged() {
-    if real_cuda() {
-        return;
-    }
     // cuFile call 40 falls inside the 5 MiB read, whose 256K tasks run on the pool's threads.
     let run = run(&[("H5GDS_COMPAT_MODE", "auto"), ("H5GDS_EMU_FAIL_IO", "40")]);
     run.assert_device_ok();
@@ -263,9 +237,10 @@ fn sizes_around_task_and_bounce_boundaries() {
     for mode in ["auto", "on"] {
         let run = run_with(&["--sizes", sizes], &[("H5GDS_COMPAT_MODE", mode)]);
         run.assert_device_ok();
-        // 8 sizes x (read, write), 7 hyperslabs (not for 3 bytes), compact (2), past EOF (1).
+        // 8 sizes x (read, write), 7 hyperslabs (not for 3 bytes), compact (2), past EOF (1),
+        // strided (2).
         assert!(
-            run.stdout().starts_with("DEVICE OK 26"),
+            run.stdout().starts_with("DEVICE OK 28"),
             "{mode}: {}",
             run.stdout()
         );
@@ -273,10 +248,8 @@ fn sizes_around_task_and_bounce_boundaries() {
 }
 
 #[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator")]
 fn gds_where_the_file_system_refuses_o_direct() {
-    if real_cuda() {
-        return;
-    }
     let shim = h5gds_tests::refuse_o_direct_shim();
     let preload = shim.to_str().unwrap();
     // auto: the staged path, with the reason in the open line.

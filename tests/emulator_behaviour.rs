@@ -9,6 +9,8 @@
 
 use cufile_sys::{CUfileDescr_t, CUfileDrvProps_t, CUfileError_t, CUfileHandle_t, CUfileOpError};
 use h5gds_tests::emulator::{emulator_lib_dir, emulator_library, LIBRARY_ALIASES};
+use h5gds_tests::pattern::bytes as pattern;
+use h5gds_tests::process::{self, remove_env};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
@@ -250,12 +252,6 @@ fn dtoh(src: CUdeviceptr, len: usize) -> Vec<u8> {
     out
 }
 
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
-}
-
 fn succeeded(status: &CUfileError_t) -> bool {
     status.err == CUfileOpError::CU_FILE_SUCCESS
 }
@@ -318,36 +314,14 @@ fn temp_file(dir: &Path, name: &str, direct: bool) -> std::fs::File {
 
 // ---- children: tests that need switches or a fresh process ----
 
-const CHILD_VAR: &str = "H5GDS_EMU_TEST_CHILD";
-
 /// Runs `body` in a child process (this test binary, only test `name`) whose environment has
 /// `env` and no other `H5GDS_EMU_*` switches. In the parent returns the child's output after
 /// checking that it passed; in the child runs `body` and returns `None`.
 fn in_child(name: &str, env: &[(&str, &str)], body: impl FnOnce()) -> Option<Output> {
-    if std::env::var(CHILD_VAR).as_deref() == Ok(name) {
-        body();
-        println!("CHILD PASSED {name}");
-        return None;
-    }
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let mut cmd = Command::new(exe);
-    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"]);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("H5GDS_EMU_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.env(CHILD_VAR, name);
-    cmd.envs(env.iter().copied());
-    let out = cmd.output().expect("re-run the test binary");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains(&format!("CHILD PASSED {name}")),
-        "child {name} failed: {:?}\nstdout:\n{stdout}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(out)
+    let configure = |cmd: &mut Command| {
+        remove_env(cmd, &["H5GDS_EMU_"]).envs(env.iter().copied());
+    };
+    process::in_child(name, configure, body)
 }
 
 // ---- initialisation and devices ----
@@ -1122,7 +1096,7 @@ fn host_code_dereferencing_device_memory_dies_of_sigsegv() {
 // ---- cuFile ----
 
 #[test]
-fn cufile_with_gds_requires_o_direct_and_round_trips_unaligned_data() {
+fn cufile_with_gds_registers_files_and_round_trips_unaligned_data() {
     let (_serial, _ctx) = setup();
     let api = api();
     let before = counters();
@@ -1149,11 +1123,10 @@ fn cufile_with_gds_requires_o_direct_and_round_trips_unaligned_data() {
     );
     assert_eq!(version, 1200);
 
-    assert_eq!(
-        register(buffered.as_raw_fd()).map(|_| ()),
-        Err((CUfileOpError::CU_FILE_INVALID_FILE_OPEN_FLAG, 0)),
-        "a buffered fd is refused"
-    );
+    // GDS >= 1.7 takes a descriptor without O_DIRECT too (see the fidelity tests below).
+    let buffered_fh = register(buffered.as_raw_fd()).expect("a buffered fd registers");
+    // SAFETY: buffered_fh is registered.
+    unsafe { (api.cuFileHandleDeregister)(buffered_fh) };
     let fh = register(direct.as_raw_fd()).expect("an O_DIRECT fd registers");
     assert_eq!(
         register(direct.as_raw_fd()).map(|_| ()),
@@ -1410,6 +1383,316 @@ fn injected_cufile_open_error_fails_open_and_registration() {
     );
 }
 
+// ---- fidelity to cuFile 1.20 and CUDA (issue 14) ----
+
+/// How many of the pages of `path`'s first `len` bytes are in the page cache.
+fn cached_pages(path: &Path, len: usize) -> usize {
+    let file = std::fs::File::open(path).unwrap();
+    // SAFETY: a new shared read-only mapping of an open file, unmapped below.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED, "mmap {}", path.display());
+    let count = resident_pages(map as usize, len);
+    // SAFETY: unmapping the mapping made above.
+    unsafe { libc::munmap(map, len) };
+    count
+}
+
+/// How many pages of the mapping `[addr, addr + len)` are resident (mincore).
+fn resident_pages(addr: usize, len: usize) -> usize {
+    let pages = len.div_ceil(4096);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: [addr, addr + len) is a mapping of this process; vec has one byte per page.
+    let rc = unsafe { libc::mincore(addr as *mut c_void, len, vec.as_mut_ptr()) };
+    assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+    vec.iter().filter(|&&b| b & 1 == 1).count()
+}
+
+/// Drops `path` from the page cache (written back first).
+fn evict(path: &Path) {
+    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.sync_all().unwrap();
+    // SAFETY: plain call on an open descriptor.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(rc, 0);
+}
+
+fn host_read(fh: CUfileHandle_t, buf: *mut u8, size: usize, off: i64, buf_off: i64) -> isize {
+    // SAFETY: the caller passes host memory valid for buf_off + size bytes.
+    unsafe { (api().cuFileRead)(fh, buf.cast(), size, off, buf_off) }
+}
+
+fn host_write(fh: CUfileHandle_t, buf: *const u8, size: usize, off: i64, buf_off: i64) -> isize {
+    // SAFETY: the caller passes host memory valid for buf_off + size bytes.
+    unsafe { (api().cuFileWrite)(fh, buf.cast(), size, off, buf_off) }
+}
+
+/// NVIDIA GPUDirect Storage O_DIRECT Requirements Guide: "O_DIRECT is the only supported mode
+/// before CUDA toolkit 12.2 (GDS version 1.7). CUDA 12.2 (GDS version 1.7) introduces support
+/// for non O_DIRECT file descriptors as well." Troubleshooting Guide, "Managing Coherency of
+/// Data in the Page Cache and on Disk": with such a descriptor, "whenever the library software
+/// deems fit, it will follow the GDS enabled O_DIRECT path". So with GDS on, a descriptor
+/// without O_DIRECT registers, and its transfers bypass the page cache like any other.
+#[test]
+fn gds_registers_descriptors_without_o_direct_and_bypasses_the_page_cache() {
+    let (_serial, _ctx) = setup();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plain.bin");
+    let file = temp_file(dir.path(), "plain.bin", false);
+    let fh = register(file.as_raw_fd()).expect("GDS >= 1.7 takes a non-O_DIRECT fd");
+    let size = 4 << 20;
+    let data = pattern(size, 3);
+    let dev = alloc(size);
+    check(htod(dev, &data));
+    // Aligned write: every page O_DIRECT, none left in the page cache.
+    assert_eq!(file_write(fh, dev, size, 0, 0), size as isize);
+    assert_eq!(
+        cached_pages(&path, size),
+        0,
+        "a GDS write left pages cached"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), data);
+    // Aligned read of an evicted file: still nothing cached.
+    evict(&path);
+    assert_eq!(cached_pages(&path, size), 0, "eviction failed");
+    check(htod(dev, &vec![0u8; size]));
+    assert_eq!(file_read(fh, dev, size, 0, 0), size as isize);
+    assert_eq!(dtoh(dev, size), data);
+    assert_eq!(
+        cached_pages(&path, size),
+        0,
+        "a GDS read went through the page cache"
+    );
+    // Unaligned: only the partial pages at the ends of a write go through the page cache.
+    evict(&path);
+    assert_eq!(
+        file_write(fh, dev, size - 3000, 1000, 0),
+        (size - 3000) as isize
+    );
+    assert!(
+        cached_pages(&path, size) <= 2,
+        "{}",
+        cached_pages(&path, size)
+    );
+    let mut want = data.clone();
+    want.copy_within(0..size - 3000, 1000);
+    assert_eq!(std::fs::read(&path).unwrap(), want);
+    // SAFETY: fh is registered.
+    unsafe { (api().cuFileHandleDeregister)(fh) };
+    free(dev);
+}
+
+/// In compatibility mode cuFile does POSIX I/O, through the page cache ("When you enable
+/// compatibility mode, and GDS is not functional for the IO target, the code that uses the
+/// cuFile APIs fall backs to the standard POSIX read/write path": NVIDIA GPUDirect Storage
+/// configuration guide, "GPUDirect Storage Parameters").
+#[test]
+fn compat_mode_goes_through_the_page_cache() {
+    in_child(
+        "compat_mode_goes_through_the_page_cache",
+        &[("H5GDS_EMU_GDS", "0")],
+        || {
+            init_with_context();
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("c.bin");
+            let file = temp_file(dir.path(), "c.bin", false);
+            let fh = register(file.as_raw_fd()).unwrap();
+            let size = 1 << 20;
+            let dev = alloc(size);
+            check(htod(dev, &pattern(size, 8)));
+            assert_eq!(file_write(fh, dev, size, 0, 0), size as isize);
+            evict(&path);
+            assert_eq!(file_read(fh, dev, size, 0, 0), size as isize);
+            assert_eq!(cached_pages(&path, size), size / 4096);
+            free(dev);
+        },
+    );
+}
+
+/// Where the file system refuses O_DIRECT, GDS is not functional for the file; with
+/// compatibility mode allowed (`allow_compat_mode`, which the emulator assumes), "the code that
+/// uses the cuFile APIs fall backs to the standard POSIX read/write path" (NVIDIA GPUDirect
+/// Storage configuration guide, "GPUDirect Storage Parameters"): the transfer still works,
+/// through POSIX bounce buffers and the page cache.
+#[test]
+fn gds_falls_back_to_compat_mode_where_o_direct_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.txt");
+    let shim = h5gds_tests::refuse_o_direct_shim();
+    let ran = in_child(
+        "gds_falls_back_to_compat_mode_where_o_direct_is_refused",
+        &[
+            ("LD_PRELOAD", shim.to_str().unwrap()),
+            ("H5GDS_EMU_REPORT", report.to_str().unwrap()),
+        ],
+        || {
+            init_with_context();
+            let dir = tempfile::tempdir().unwrap();
+            let file = temp_file(dir.path(), "r.bin", false);
+            let fh = register(file.as_raw_fd()).expect("registers without O_DIRECT");
+            let data = pattern(100_000, 6);
+            let dev = alloc(100_000);
+            check(htod(dev, &data));
+            assert_eq!(file_write(fh, dev, 100_000, 0, 0), 100_000);
+            check(htod(dev, &[0u8; 100_000]));
+            assert_eq!(file_read(fh, dev, 100_000, 0, 0), 100_000);
+            assert_eq!(dtoh(dev, 100_000), data);
+            free(dev);
+        },
+    );
+    if ran.is_some() {
+        let report = h5gds_tests::emulator::read_report(&report);
+        assert_eq!(report["cufile o_direct requests"], 0, "{report:?}");
+        assert_eq!(report["cufile posix bounce copies"], 2, "{report:?}");
+    }
+}
+
+/// `cufile.h` 1.20, `cuFileRead`/`cuFileWrite`: `bufPtr_base` is the "base address of buffer in
+/// device or host memory", and an unregistered buffer's data "will be buffered through
+/// preallocated pinned buffers if needed". Pageable and pinned host memory both work, with GDS
+/// and in compatibility mode.
+#[test]
+fn cufile_reads_and_writes_pageable_and_pinned_host_memory() {
+    fn round_trips(dir: &Path) {
+        let file = temp_file(dir, "host.bin", false);
+        let fh = register(file.as_raw_fd()).expect("registers");
+        let size = 3_000_000;
+        let data = pattern(size, 12);
+        // Pageable: a Vec, at an unaligned buffer offset and file offset.
+        assert_eq!(
+            host_write(fh, data.as_ptr(), size - 7, 4097, 7),
+            (size - 7) as isize
+        );
+        let on_disk = std::fs::read(dir.join("host.bin")).unwrap();
+        assert_eq!(on_disk[4097..], data[7..]);
+        let mut back = vec![0u8; size];
+        assert_eq!(
+            host_read(fh, back.as_mut_ptr(), size - 7, 4097, 7),
+            (size - 7) as isize
+        );
+        assert_eq!(back[7..], data[7..]);
+        // Pinned (cuMemHostAlloc), reading past the end of the file: short.
+        let pinned = host_alloc(size);
+        assert_eq!(
+            host_read(fh, pinned, size, 4097 + 1000, 0),
+            (size - 1007) as isize
+        );
+        // SAFETY: pinned holds size bytes.
+        let got = unsafe { std::slice::from_raw_parts(pinned, size - 1007) };
+        assert_eq!(got, &data[1007..]);
+        assert_eq!(host_write(fh, pinned, 5000, 0, 0), 5000);
+        assert_eq!(
+            std::fs::read(dir.join("host.bin")).unwrap()[..5000],
+            data[1007..6007]
+        );
+        // Host memory overlapping device memory is refused, as before.
+        let dev = alloc(4096);
+        let invalid = -(CUfileOpError::CU_FILE_INVALID_VALUE.0 as isize);
+        let below = (dev - 100) as *mut u8;
+        assert_eq!(host_read(fh, below, 200, 0, 0), invalid);
+        free(dev);
+        // SAFETY: plain calls on what this function registered and allocated.
+        unsafe {
+            (api().cuFileHandleDeregister)(fh);
+            check((api().cuMemFreeHost)(pinned.cast()));
+        }
+    }
+    {
+        let (_serial, _ctx) = setup();
+        let dir = tempfile::tempdir().unwrap();
+        round_trips(dir.path());
+    }
+    in_child(
+        "cufile_reads_and_writes_pageable_and_pinned_host_memory",
+        &[("H5GDS_EMU_GDS", "0")],
+        || {
+            init_with_context();
+            let dir = tempfile::tempdir().unwrap();
+            round_trips(dir.path());
+        },
+    );
+}
+
+/// Compatibility mode moves device data through cuFile's POSIX bounce buffers of
+/// `per_buffer_cache_size_kb` (cufile.json default 1024), then copies it: one bounce copy per
+/// MiB. Host memory needs no bounce. The properties report cufile.json's defaults (NVIDIA
+/// GPUDirect Storage configuration guide: max_direct_io_size_kb 16384,
+/// max_device_cache_size_kb 131072).
+#[test]
+fn compat_mode_bounces_device_data_through_1_mib_posix_buffers() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.txt");
+    let ran = in_child(
+        "compat_mode_bounces_device_data_through_1_mib_posix_buffers",
+        &[
+            ("H5GDS_EMU_GDS", "0"),
+            ("H5GDS_EMU_REPORT", report.to_str().unwrap()),
+        ],
+        || {
+            init_with_context();
+            // SAFETY: an all-zero CUfileDrvProps_t is a valid value.
+            let mut props: CUfileDrvProps_t = unsafe { std::mem::zeroed() };
+            // SAFETY: valid out-pointer.
+            check_cufile(unsafe { (api().cuFileDriverGetProperties)(&mut props) });
+            assert_eq!(props.per_buffer_cache_size, 1024);
+            assert_eq!(props.max_device_cache_size, 131_072);
+            assert_eq!(props.nvfs.max_direct_io_size, 16_384);
+            let dir = tempfile::tempdir().unwrap();
+            let file = temp_file(dir.path(), "b.bin", false);
+            let fh = register(file.as_raw_fd()).unwrap();
+            let size = (3 << 20) + 5; // four bounce buffers' worth
+            let data = pattern(size, 1);
+            let dev = alloc(size);
+            check(htod(dev, &data));
+            assert_eq!(file_write(fh, dev, size, 0, 0), size as isize); // 4 copies
+            check(htod(dev, &vec![0u8; size]));
+            assert_eq!(file_read(fh, dev, size, 0, 0), size as isize); // 4 copies
+            assert_eq!(dtoh(dev, size), data);
+            let mut host = vec![0u8; size];
+            assert_eq!(host_read(fh, host.as_mut_ptr(), size, 0, 0), size as isize); // none
+            assert_eq!(host, data);
+            free(dev);
+        },
+    );
+    if ran.is_some() {
+        let report = h5gds_tests::emulator::read_report(&report);
+        assert_eq!(report["cufile posix bounce copies"], 8, "{report:?}");
+        assert_eq!(report["cufile o_direct requests"], 0, "{report:?}");
+        assert_eq!(report["cufile reads"], 2, "{report:?}");
+    }
+}
+
+/// Device memory from `cuMemAlloc` is physical GPU memory from the start (only managed memory
+/// is demand-paged), and `cuMemHostAlloc` "allocates bytesize bytes of host memory that is
+/// page-locked" (CUDA Driver API reference): neither may pay first-touch page faults later.
+/// With poisoning off (as in benchmarks) nothing else touches the pages.
+#[test]
+fn device_and_pinned_memory_are_backed_when_allocated() {
+    in_child(
+        "device_and_pinned_memory_are_backed_when_allocated",
+        &[("H5GDS_EMU_POISON", "off")],
+        || {
+            init_with_context();
+            let size = 32 << 20;
+            let dev = alloc(size);
+            assert_eq!(resident_pages(dev as usize, size), size / 4096);
+            let pinned = host_alloc(size);
+            assert_eq!(resident_pages(pinned as usize, size), size / 4096);
+            // Still zeroed, as POISON=off promises.
+            assert!(dtoh(dev, size).iter().all(|&b| b == 0));
+            free(dev);
+        },
+    );
+}
+
 // ---- the exit report ----
 
 #[test]
@@ -1462,7 +1745,7 @@ fn exit_report_counts_leaks_misuse_and_traffic_even_with_busy_threads() {
     if ran.is_some() {
         let text = std::fs::read_to_string(&report).expect("the child wrote its report");
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 8, "{text}");
+        assert_eq!(lines.len(), 10, "{text}");
         assert_eq!(lines[0], "leaked device allocations: 5 (bytes 18884)");
         assert_eq!(lines[1], "leaked pinned host allocations: 1");
         assert_eq!(lines[2], "double frees: 1");
@@ -1477,6 +1760,9 @@ fn exit_report_counts_leaks_misuse_and_traffic_even_with_busy_threads() {
                 .is_some_and(|n| n >= 1),
             "{text}"
         );
+        // Compatibility mode: one posix bounce copy per 2500-byte transfer, no O_DIRECT.
+        assert_eq!(lines[8], "cufile posix bounce copies: 2");
+        assert_eq!(lines[9], "cufile o_direct requests: 0");
     }
 }
 

@@ -2,7 +2,9 @@
 //! `HDF5_PLUGIN_PATH` + `HDF5_DRIVER=gds` and through `H5Pset_driver_by_name` with a config string;
 //! files it writes read back under sec2; invalid settings fail with clear errors.
 
+use h5gds_tests::emulator::{emulator_lib_dir, NO_DEVICE};
 use h5gds_tests::plugin_dir;
+use h5gds_tests::process::{clean_env, output_within, text, TIME_LIMIT};
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -13,18 +15,9 @@ const PROG_HIDDEN: &str = env!("CARGO_BIN_EXE_h5prog_hidden");
 fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(program);
     cmd.args(args);
-    for (key, _) in std::env::vars() {
-        if key.starts_with("HDF5_") || key.starts_with("H5GDS_") || key.starts_with("H5_GDS_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.env("HDF5_PLUGIN_PATH", plugin_dir());
+    clean_env(&mut cmd).env("HDF5_PLUGIN_PATH", plugin_dir());
     cmd.envs(env.iter().copied());
-    cmd.output().expect("test program runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    output_within(&mut cmd, TIME_LIMIT)
 }
 
 #[track_caller]
@@ -191,10 +184,15 @@ fn without_reachable_hdf5_symbols_the_driver_reads_hdf5_driver_config_itself() {
 fn compat_mode_off_without_cuda_fails_the_open_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("off.h5");
+    // A CUDA driver without devices (the emulator's switch): holds on any machine, also one
+    // whose NVIDIA driver the system's library cache would find.
+    let libs = emulator_lib_dir();
+    let libs = libs.path().to_str().unwrap();
     let env = [
         ("HDF5_DRIVER", "gds"),
         ("H5GDS_COMPAT_MODE", "off"),
-        ("LD_LIBRARY_PATH", path_str(dir.path())),
+        ("LD_LIBRARY_PATH", libs),
+        NO_DEVICE,
     ];
     let out = run(PROG, &["write", path_str(&file)], &env);
     assert_eq!(out.status.code(), Some(1));
@@ -211,7 +209,8 @@ fn compat_mode_off_without_cuda_fails_the_open_clearly() {
     let env = [
         ("HDF5_DRIVER", "gds"),
         ("H5GDS_LOG", "info"),
-        ("LD_LIBRARY_PATH", path_str(dir.path())),
+        ("LD_LIBRARY_PATH", libs),
+        NO_DEVICE,
     ];
     let out = run(PROG, &["write", path_str(&file)], &env);
     assert_ok(&out, "WRITE OK");

@@ -9,15 +9,13 @@ use crate::driver::{Driver, Settings};
 use crate::element::{descriptor_of, Element};
 use crate::error::{Error, Result};
 use crate::file::{create_file, open_dataset, OpenDataset};
-use crate::hdf::{check, locked, selection};
-use crate::layout::{check_types, plan, storage, Route};
+use crate::hdf5_raw::{self, select_blocks, Spaces};
+use crate::layout::{check_types, storage};
+use crate::route::{blocker, driver_blocker, plan, Route, Transfer};
 use crate::select::Block;
 use crate::staging::{cuda, no_panic, read_block, synchronize, write_all, Elements, Staging};
 use crate::ReadOptions;
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use hdf5_sys::h5d::H5Dread;
-use hdf5_sys::h5p::H5P_DEFAULT;
-use hdf5_sys::h5s::H5S_ALL;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 use std::path::Path;
 use std::sync::Arc;
@@ -223,37 +221,14 @@ impl<T: Element> DeviceArray<T> {
     }
 }
 
-/// Why device data cannot go straight through the `gds` driver in this call, if so (reads
-/// also stage `bool`, see [`read_blocker`]).
-fn settings_blocker(settings: &Settings, stream: &Arc<CudaStream>) -> Result<Option<String>> {
-    if !settings.use_gds()? {
-        return Ok(Some(
-            "H5GDS_USE_VFD_GDS=0 (or unset without working CUDA) selects the staged path".into(),
-        ));
-    }
-    let ordinal = stream.context().ordinal();
-    if ordinal != 0 {
-        return Ok(Some(format!(
-            "the array is on device {ordinal}, and the gds driver works in device 0's context"
-        )));
-    }
-    Ok(None)
-}
-
-/// Why a read into device memory cannot go straight through the `gds` driver, if so.
-fn read_blocker<T: Element>(
-    settings: &Settings,
-    stream: &Arc<CudaStream>,
-) -> Result<Option<String>> {
-    if let Some(reason) = settings_blocker(settings, stream)? {
-        return Ok(Some(reason));
-    }
-    if T::CHECKED_BYTES {
-        return Ok(Some(
-            "bool values are checked on the host to be 0 or 1 before they reach the device".into(),
-        ));
-    }
-    Ok(None)
+/// The facts of a transfer of `T` on `stream` that the settings and the array decide.
+fn transfer<T: Element>(settings: &Settings, stream: &Arc<CudaStream>) -> Result<Transfer> {
+    Ok(Transfer {
+        staged_by_settings: !settings.use_gds()?,
+        device: stream.context().ordinal(),
+        checked_bytes: T::CHECKED_BYTES,
+        conversion: None,
+    })
 }
 
 /// Writes a device array as `dataset` of a new file at `path` (see [`crate::to_file`]).
@@ -277,14 +252,15 @@ fn write_unguarded<T: Element>(
     let desc = descriptor_of::<T>()?;
     crate::file::check_dataset_name(dataset)?;
     let stream = &array.stream;
-    let blocker = settings_blocker(settings, stream)?;
+    // Writes never check bytes or convert: only the settings and the device decide.
+    let blocker = driver_blocker(&transfer::<T>(settings, stream)?);
     let direct = blocker.is_none();
     let driver = if direct { Driver::Gds } else { Driver::Sec2 };
     let shape: Vec<u64> = array.shape.iter().map(|&d| d as u64).collect();
     let file = create_file(path, driver)?;
-    let mem_type = locked(|| hdf5::Datatype::from_descriptor(&desc))
+    let mem_type = hdf5_raw::locked(|| hdf5::Datatype::from_descriptor(&desc))
         .map_err(|e| Error::hdf5("creating the element type", path, Some(dataset), e))?;
-    let dset = crate::host::create_dataset(&file, path, dataset, mem_type.id(), &shape)?;
+    let dset = crate::host::create_dataset(&file, path, dataset, &mem_type, &shape)?;
     if let Some(data) = &array.data {
         // The data is ready once every stream that wrote it is done: device_ptr makes the
         // array's stream wait for recorded writes, then the stream is synchronized.
@@ -295,26 +271,10 @@ fn write_unguarded<T: Element>(
                 "{}: writing {dataset:?} straight from device memory through the gds driver",
                 path.display()
             ));
-            locked(|| {
-                // SAFETY: the allocation holds the whole array in the memory type; the gds
-                // driver hands device buffers to cuFile or its bounce buffers.
-                let status = unsafe {
-                    hdf5_sys::h5d::H5Dwrite(
-                        dset.id(),
-                        mem_type.id(),
-                        H5S_ALL,
-                        H5S_ALL,
-                        H5P_DEFAULT,
-                        ptr as *const std::ffi::c_void,
-                    )
-                };
-                check(
-                    status as i64,
-                    "writing from device memory",
-                    path,
-                    Some(dataset),
-                )
-            })?;
+            // SAFETY: the allocation holds the whole array in the memory type; the gds driver
+            // hands device buffers to cuFile or its bounce buffers.
+            unsafe { hdf5_raw::write(&dset, &mem_type, Spaces::default(), ptr as *const _) }
+                .map_err(|e| Error::hdf5("writing from device memory", path, Some(dataset), e))?;
         } else {
             let size = settings.staging_buffer_size()?;
             crate::log::debug(format_args!(
@@ -325,12 +285,12 @@ fn write_unguarded<T: Element>(
             let bytes = array.len() * std::mem::size_of::<T>();
             let mut staging = Staging::new(stream, size, bytes)?;
             let elements = Elements {
-                mem_type: mem_type.id(),
+                mem_type: &mem_type,
                 size: std::mem::size_of::<T>(),
                 check_bool: false,
             };
             write_all(
-                dset.id(),
+                &dset,
                 path,
                 dataset,
                 &shape,
@@ -342,15 +302,16 @@ fn write_unguarded<T: Element>(
         }
         drop(record);
     }
-    dset.close("closing the dataset", path, Some(dataset))?;
-    file.close("closing the file", path, None)
+    drop(dset);
+    file.close()
+        .map_err(|e| Error::hdf5("closing the file", path, None, e))
 }
 
 /// An open dataset prepared for device reads: its types, storage and the settings' verdict.
 pub(crate) struct DeviceSource {
     pub ds: OpenDataset,
     pub types: crate::layout::Types,
-    pub storage: crate::layout::Storage,
+    pub storage: crate::route::Storage,
     pub blocker: Option<String>,
     pub staging_size: usize,
 }
@@ -364,18 +325,18 @@ impl DeviceSource {
     ) -> Result<DeviceSource> {
         descriptor_of::<T>()?;
         let settings = &options.settings;
-        // The settings choose the driver; a bool or a conversion only stages the data.
-        let driver = match settings_blocker(settings, stream)? {
+        // The settings and the device choose the driver; a bool or a conversion only stages
+        // the data.
+        let mut facts = transfer::<T>(settings, stream)?;
+        let driver = match driver_blocker(&facts) {
             None => Driver::Gds,
             Some(_) => Driver::Sec2,
         };
-        let mut blocker = read_blocker::<T>(settings, stream)?;
         // With the cache off, HDF5 reads unfiltered chunks straight into the caller's buffer.
         let ds = open_dataset(path, dataset, driver, driver == Driver::Gds)?;
         let types = check_types::<T>(&ds, options.allow_conversion)?;
-        if blocker.is_none() {
-            blocker = types.conversion.clone();
-        }
+        facts.conversion = types.conversion.clone();
+        let blocker = blocker(&facts);
         let storage = storage(&ds)?;
         Ok(DeviceSource {
             ds,
@@ -405,7 +366,7 @@ impl DeviceSource {
         let routes = plan(&self.storage, region, self.blocker.clone());
         let mut staging: Option<Staging> = None;
         let elements = Elements {
-            mem_type: self.types.mem.id(),
+            mem_type: &self.types.mem,
             size: std::mem::size_of::<T>(),
             check_bool: T::CHECKED_BYTES,
         };
@@ -458,47 +419,26 @@ impl DeviceSource {
             block.start,
             block.count
         ));
+        let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
         let spaces = if whole {
             None
         } else {
-            let file = selection(
-                &ds.shape,
-                std::slice::from_ref(block),
-                &ds.path,
-                Some(&ds.name),
-            )?;
-            let mem = selection(
-                &region.count,
-                &[block.relative_to(&region.start)],
-                &ds.path,
-                Some(&ds.name),
-            )?;
+            let file = select_blocks(&ds.shape, &[(&block.start, &block.count)])
+                .map_err(|e| fail("selecting a hyperslab", e))?;
+            let inside = block.relative_to(&region.start);
+            let mem = select_blocks(&region.count, &[(&inside.start, &inside.count)])
+                .map_err(|e| fail("selecting a hyperslab", e))?;
             Some((mem, file))
         };
-        let (m, f) = spaces
-            .as_ref()
-            .map_or((H5S_ALL, H5S_ALL), |(m, f)| (m.id(), f.id()));
-        locked(|| {
-            // SAFETY: `dest` holds the region in the memory type, and the memory selection lies
-            // inside it; HDF5 neither converts nor caches here (see layout.rs), so the pointer
-            // reaches the driver untouched.
-            let status = unsafe {
-                H5Dread(
-                    ds.dset.id(),
-                    elements.mem_type,
-                    m,
-                    f,
-                    H5P_DEFAULT,
-                    dest as *mut std::ffi::c_void,
-                )
-            };
-            check(
-                status as i64,
-                "reading into device memory",
-                &ds.path,
-                Some(&ds.name),
-            )
-        })?;
+        let spaces = spaces.as_ref().map_or(Spaces::default(), |(m, f)| Spaces {
+            memory: Some(m),
+            file: Some(f),
+        });
+        // SAFETY: `dest` holds the region in the memory type, and the memory selection lies
+        // inside it; HDF5 neither converts nor caches here (see `route`), so the pointer reaches
+        // the driver untouched.
+        unsafe { hdf5_raw::read(&ds.dset, elements.mem_type, spaces, dest as *mut _) }
+            .map_err(|e| fail("reading into device memory", e))?;
         Ok(())
     }
 }

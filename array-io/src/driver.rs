@@ -3,20 +3,17 @@
 //!
 //! Rust programs link HDF5 statically, so HDF5's plugin loader would have to find
 //! `libh5gds.so` through `HDF5_PLUGIN_PATH`; instead the driver class from the `h5gds` crate is
-//! registered directly (`H5FDregister`). If a driver of value 512 is already registered — the
-//! plugin loaded through `HDF5_PLUGIN_PATH` and `HDF5_DRIVER=gds`, or a registration by other
-//! code — that one is used: `H5FDregister` itself would register a second class of the same
-//! value rather than return the first.
+//! registered directly (`H5FDregister`). If a driver of value 512 is already registered, it is
+//! used only when it is h5gds: this class, or the h5gds plugin (loaded through
+//! `HDF5_PLUGIN_PATH` and `HDF5_DRIVER=gds`). Another driver of the same name and value (the
+//! GPUDirect Storage VFD, vfd-gds, that Legate and others ship) is refused with an error that
+//! says what to do, rather than silently writing through it.
 
 use crate::error::{Error, Result};
-use crate::hdf::{check, locked, Handle};
+use crate::hdf5_raw::{self, FileDriver};
 use h5gds::parse_size;
-use hdf5_sys::h5fd::{H5FD_class_t, H5FDis_driver_registered_by_value, H5FDregister};
+use hdf5::plist::FileAccess;
 use hdf5_sys::h5i::hid_t;
-use hdf5_sys::h5p::{
-    H5Pclose, H5Pcreate, H5Pget_driver, H5Pset_driver, H5Pset_driver_by_value, H5Pset_fapl_sec2,
-    H5P_CLS_FILE_ACCESS,
-};
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -128,16 +125,17 @@ fn staging_error(value: &str) -> Error {
 pub enum Registration {
     /// array-io registered the class of the linked `h5gds` crate.
     InProcess,
-    /// A driver of value 512 was already registered (for example the plugin, loaded through
+    /// h5gds's driver was already registered (for example the plugin, loaded through
     /// `HDF5_PLUGIN_PATH` and `HDF5_DRIVER=gds`); array-io uses it.
     AlreadyRegistered,
 }
 
-/// The `gds` driver's HDF5 id, registering it on first use.
+/// The `gds` driver's HDF5 id, registering it on first use. Fails if another driver of the
+/// same value (512) is registered in this process.
 pub fn gds_driver() -> Result<(hid_t, Registration)> {
     static DRIVER: OnceLock<std::result::Result<(hid_t, Registration), String>> = OnceLock::new();
     DRIVER
-        .get_or_init(|| locked(register))
+        .get_or_init(|| hdf5_raw::locked(register))
         .clone()
         .map_err(|message| Error::Hdf5 {
             op: "registering the gds driver".into(),
@@ -149,44 +147,86 @@ pub fn gds_driver() -> Result<(hid_t, Registration)> {
 
 fn register() -> std::result::Result<(hid_t, Registration), String> {
     let value = h5gds::DRIVER_VALUE;
-    // SAFETY: a plain query; HDF5 is initialised by the lock's first use.
-    let registered = unsafe { H5FDis_driver_registered_by_value(value) };
-    if registered < 0 {
-        return Err(crate::hdf::last_error());
+    if let Some(id) = hdf5_raw::registered_driver(value).map_err(|e| e.to_string())? {
+        let class = hdf5_raw::driver_class(id).map_err(|e| e.to_string())?;
+        return match h5gds_library(class) {
+            Ok(()) => Ok((id, Registration::AlreadyRegistered)),
+            Err(library) => Err(another_gds_driver(&library)),
+        };
     }
-    if registered > 0 {
-        // Find its id: selecting the driver by value on a scratch list returns the registered
-        // one (and would load the plugin only if none were registered).
-        // SAFETY: plain calls on a list created and closed here.
-        unsafe {
-            let fapl = H5Pcreate(*H5P_CLS_FILE_ACCESS);
-            if fapl < 0 {
-                return Err(crate::hdf::last_error());
-            }
-            let result = if H5Pset_driver_by_value(fapl, value, std::ptr::null()) < 0 {
-                Err(crate::hdf::last_error())
-            } else {
-                let id = H5Pget_driver(fapl);
-                if id < 0 {
-                    Err(crate::hdf::last_error())
-                } else {
-                    Ok((id, Registration::AlreadyRegistered))
-                }
-            };
-            H5Pclose(fapl);
-            return result;
-        }
-    }
-    // SAFETY: the h5gds class has the layout of HDF5 1.14.4+/2.x's H5FD_class_t (tested in
-    // h5gds against the C headers); hdf5-metno-sys's own struct differs, hence the cast.
-    let id = unsafe { H5FDregister(h5gds::class() as *const H5FD_class_t) };
-    if id < 0 {
-        return Err(crate::hdf::last_error());
-    }
+    // SAFETY: the h5gds class is a static of HDF5 1.14.4+/2.x's H5FD_class_t layout (tested in
+    // h5gds against the C headers).
+    let id =
+        unsafe { hdf5_raw::register_driver(h5gds::class().cast()) }.map_err(|e| e.to_string())?;
     crate::log::debug(format_args!(
         "registered the gds driver in-process (id {id})"
     ));
     Ok((id, Registration::InProcess))
+}
+
+/// Whether the registered `class` is h5gds's: the linked class, or the class of a loaded h5gds
+/// plugin library. Else the library the class's code lives in, for the message.
+fn h5gds_library(class: *const std::ffi::c_void) -> std::result::Result<(), String> {
+    let ours = h5gds::class();
+    // SAFETY: HDF5 keeps a full copy of every registered class, of the layout h5gds::abi
+    // describes (the same for every driver of HDF5 1.14.4+ and 2.x).
+    let open = unsafe { (*class.cast::<h5gds::abi::H5FD_class_t>()).open };
+    // SAFETY: a static of that layout.
+    let our_open = unsafe { (*ours).open };
+    let addr = |f: Option<_>| f.map(|f| f as usize);
+    if addr(open) == addr(our_open) {
+        return Ok(());
+    }
+    let Some(open) = addr(open) else {
+        return Err("an unknown library".into());
+    };
+    // The library whose code the class runs, and whether it is h5gds: it exports h5gds's
+    // identity symbol, returning a class with this very `open`.
+    // SAFETY: Dl_info is pointers and integers, for which all zeros is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only looks the address up; `info` is a valid out-pointer.
+    if unsafe { libc::dladdr(open as *const libc::c_void, &mut info) } == 0
+        || info.dli_fname.is_null()
+    {
+        return Err("an unknown library".into());
+    }
+    // SAFETY: dladdr returned a C string naming a loaded object.
+    let file = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+    let library = file.to_string_lossy().into_owned();
+    // SAFETY: RTLD_NOLOAD only returns a handle of an object already loaded (the one found).
+    let handle = unsafe { libc::dlopen(file.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if handle.is_null() {
+        return Err(library);
+    }
+    // SAFETY: a valid handle and C string.
+    let marker = unsafe { libc::dlsym(handle, h5gds::IDENTITY_SYMBOL.as_ptr()) };
+    // SAFETY: the handle was opened above (and only counts a reference).
+    unsafe { libc::dlclose(handle) };
+    if marker.is_null() {
+        return Err(library);
+    }
+    // SAFETY: the symbol is h5gds's `extern "C" fn() -> *const H5FD_class_t`.
+    let plugin_class: extern "C" fn() -> *const h5gds::abi::H5FD_class_t =
+        unsafe { std::mem::transmute(marker) };
+    // SAFETY: the plugin's static class.
+    let plugin_open = unsafe { (*plugin_class()).open };
+    if addr(plugin_open) == Some(open) {
+        Ok(())
+    } else {
+        Err(library)
+    }
+}
+
+/// The error for another driver registered as `gds`, saying what the user can do.
+fn another_gds_driver(library: &str) -> String {
+    format!(
+        "another HDF5 driver is registered as gds (value 512) in this process, from \
+         {library}: probably vfd-gds, the GPUDirect Storage driver Legate and \
+         others ship. array-io uses only h5gds's gds driver. Do not load the other one in this \
+         process (take its directory out of HDF5_PLUGIN_PATH, or put h5gds's first, where \
+         HDF5_DRIVER=gds is set), or set H5GDS_USE_VFD_GDS=0 to read and write through sec2 \
+         and the staged path instead"
+    )
 }
 
 /// The file driver of one open.
@@ -197,29 +237,13 @@ pub(crate) enum Driver {
 }
 
 /// A file access property list selecting `driver`.
-pub(crate) fn file_access(driver: Driver, path: &Path) -> Result<Handle> {
-    let gds = match driver {
-        Driver::Gds => Some(gds_driver()?.0),
-        Driver::Sec2 => None,
+pub(crate) fn file_access(driver: Driver, path: &Path) -> Result<FileAccess> {
+    let driver = match driver {
+        Driver::Gds => FileDriver::Registered(gds_driver()?.0),
+        Driver::Sec2 => FileDriver::Sec2,
     };
-    locked(|| {
-        // SAFETY: plain calls on a list created here.
-        let fapl = Handle::new(
-            unsafe { H5Pcreate(*H5P_CLS_FILE_ACCESS) },
-            H5Pclose,
-            "creating a file access list",
-            path,
-            None,
-        )?;
-        let status = match gds {
-            // SAFETY: a registered driver id; the driver takes no driver info.
-            Some(id) => unsafe { H5Pset_driver(fapl.id(), id, std::ptr::null()) },
-            // SAFETY: a valid list.
-            None => unsafe { H5Pset_fapl_sec2(fapl.id()) },
-        };
-        check(status as i64, "selecting the file driver", path, None)?;
-        Ok(fapl)
-    })
+    hdf5_raw::file_access(&driver)
+        .map_err(|e| Error::hdf5("selecting the file driver", path, None, e))
 }
 
 #[cfg(test)]
@@ -260,7 +284,6 @@ mod tests {
         let (id, how) = gds_driver().unwrap();
         assert_eq!(gds_driver().unwrap(), (id, how));
         let fapl = file_access(Driver::Gds, Path::new("x.h5")).unwrap();
-        // SAFETY: a valid list.
-        assert_eq!(locked(|| unsafe { H5Pget_driver(fapl.id()) }), id);
+        assert_eq!(hdf5_raw::selected_driver(&fapl).unwrap(), id);
     }
 }

@@ -6,17 +6,11 @@ use crate::driver::{DevicePath, Driver, Settings};
 use crate::element::{descriptor_of, first_invalid_bool, Element};
 use crate::error::{Error, Result};
 use crate::file::{create_file, open_dataset, OpenDataset};
-use crate::hdf::{check, dataspace, locked, selection, Handle};
+use crate::hdf5_raw::{self, select_blocks, Spaces};
 use crate::layout::{check_types, Types};
 use crate::select::Block;
 use crate::ReadOptions;
-use hdf5_sys::h5d::{H5D_fill_time_t, H5Dclose, H5Dcreate2, H5Dread, H5Dwrite};
-use hdf5_sys::h5i::hid_t;
-use hdf5_sys::h5p::{
-    H5Pclose, H5Pcreate, H5Pset_create_intermediate_group, H5Pset_fill_time,
-    H5P_CLS_DATASET_CREATE, H5P_CLS_LINK_CREATE, H5P_DEFAULT,
-};
-use hdf5_sys::h5s::H5S_ALL;
+use hdf5::{Dataset, Datatype, File};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 use std::path::Path;
 
@@ -31,57 +25,27 @@ pub(crate) fn host_driver(settings: &Settings) -> Result<Driver> {
 /// Creates contiguous dataset `name` of `file_type` and `shape` in `file`, with any missing
 /// intermediate groups. Fill values are never written: the whole dataset is written next.
 pub(crate) fn create_dataset(
-    file: &Handle,
+    file: &File,
     path: &Path,
     name: &str,
-    file_type: hid_t,
+    file_type: &Datatype,
     shape: &[u64],
-) -> Result<Handle> {
-    let space = dataspace(shape, path, Some(name))?;
-    let c_name = crate::hdf::c_name(name)?;
-    locked(|| {
-        // SAFETY: plain calls on ids created here; the C string outlives them.
-        unsafe {
-            let lcpl = Handle::new(
-                H5Pcreate(*H5P_CLS_LINK_CREATE),
-                H5Pclose,
-                "creating a link creation list",
-                path,
-                Some(name),
-            )?;
-            let status = H5Pset_create_intermediate_group(lcpl.id(), 1);
-            check(
-                status as i64,
-                "asking for intermediate groups",
-                path,
-                Some(name),
-            )?;
-            let dcpl = Handle::new(
-                H5Pcreate(*H5P_CLS_DATASET_CREATE),
-                H5Pclose,
-                "creating a dataset creation list",
-                path,
-                Some(name),
-            )?;
-            let status = H5Pset_fill_time(dcpl.id(), H5D_fill_time_t::H5D_FILL_TIME_NEVER);
-            check(status as i64, "setting the fill time", path, Some(name))?;
-            Handle::new(
-                H5Dcreate2(
-                    file.id(),
-                    c_name.as_ptr(),
-                    file_type,
-                    space.id(),
-                    lcpl.id(),
-                    dcpl.id(),
-                    H5P_DEFAULT,
-                ),
-                H5Dclose,
-                "creating the dataset",
-                path,
-                Some(name),
-            )
-        }
+) -> Result<Dataset> {
+    let extents: hdf5::Extents = if shape.is_empty() {
+        ().into()
+    } else {
+        shape.iter().map(|&d| d as usize).collect::<Vec<_>>().into()
+    };
+    hdf5_raw::locked(|| {
+        file.new_dataset_builder()
+            .empty_as(file_type)
+            .shape(extents)
+            .no_chunk()
+            .fill_time(hdf5::dataset::FillTime::Never)
+            .create_intermediate_group(true)
+            .create(name)
     })
+    .map_err(|e| Error::hdf5("creating the dataset", path, Some(name), e))
 }
 
 /// Writes a host array as `dataset` of a new file at `path` (see [`crate::to_file`]).
@@ -102,28 +66,17 @@ where
     let shape: Vec<u64> = array.shape().iter().map(|&d| d as u64).collect();
     let standard = array.as_standard_layout();
     let file = create_file(path, driver)?;
-    let mem_type = locked(|| hdf5::Datatype::from_descriptor(&desc))
+    let mem_type = hdf5_raw::locked(|| Datatype::from_descriptor(&desc))
         .map_err(|e| Error::hdf5("creating the element type", path, Some(dataset), e))?;
-    let dset = create_dataset(&file, path, dataset, mem_type.id(), &shape)?;
+    let dset = create_dataset(&file, path, dataset, &mem_type, &shape)?;
     if !standard.is_empty() {
         let elements = standard.as_slice().expect("standard layout is contiguous");
-        locked(|| {
-            // SAFETY: `elements` holds the whole array, row-major, in the memory type.
-            let status = unsafe {
-                H5Dwrite(
-                    dset.id(),
-                    mem_type.id(),
-                    H5S_ALL,
-                    H5S_ALL,
-                    H5P_DEFAULT,
-                    elements.as_ptr().cast(),
-                )
-            };
-            check(status as i64, "writing the dataset", path, Some(dataset))
-        })?;
+        hdf5_raw::write_from(&dset, &mem_type, Spaces::default(), elements)
+            .map_err(|e| Error::hdf5("writing the dataset", path, Some(dataset), e))?;
     }
-    dset.close("closing the dataset", path, Some(dataset))?;
-    file.close("closing the file", path, None)
+    drop(dset);
+    file.close()
+        .map_err(|e| Error::hdf5("closing the file", path, None, e))
 }
 
 /// Reads `region` (file coordinates) of an open dataset into a host array of its shape.
@@ -136,41 +89,31 @@ pub(crate) fn read_region<T: Element>(
     let n = region.len() as usize;
     let mut values: Vec<T> = Vec::with_capacity(n);
     if n > 0 {
+        let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
         let whole = region.count == ds.shape;
         let spaces = if whole {
             None
         } else {
-            let file = selection(
-                &ds.shape,
-                std::slice::from_ref(region),
-                &ds.path,
-                Some(&ds.name),
-            )?;
-            let mem = dataspace(&region.count, &ds.path, Some(&ds.name))?;
+            let file = select_blocks(&ds.shape, &[(&region.start, &region.count)])
+                .map_err(|e| fail("selecting a hyperslab", e))?;
+            let mem = select_blocks(
+                &region.count,
+                &[(&vec![0; region.count.len()], &region.count)],
+            )
+            .map_err(|e| fail("creating a dataspace", e))?;
             Some((mem, file))
         };
-        let (m, f) = spaces
-            .as_ref()
-            .map_or((H5S_ALL, H5S_ALL), |(m, f)| (m.id(), f.id()));
-        locked(|| {
-            // SAFETY: the vector has room for the region's n elements of the memory type.
-            let status = unsafe {
-                H5Dread(
-                    ds.dset.id(),
-                    types.mem.id(),
-                    m,
-                    f,
-                    H5P_DEFAULT,
-                    values.as_mut_ptr().cast(),
-                )
-            };
-            check(
-                status as i64,
-                "reading the dataset",
-                &ds.path,
-                Some(&ds.name),
-            )
-        })?;
+        let spaces = spaces.as_ref().map_or(Spaces::default(), |(m, f)| Spaces {
+            memory: Some(m),
+            file: Some(f),
+        });
+        hdf5_raw::read_into(
+            &ds.dset,
+            &types.mem,
+            spaces,
+            &mut values.spare_capacity_mut()[..n],
+        )
+        .map_err(|e| fail("reading the dataset", e))?;
         if T::CHECKED_BYTES {
             // SAFETY: HDF5 has written all n one-byte elements; they are read as bytes only.
             let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), n) };

@@ -30,16 +30,19 @@
 //!
 //! `H5GDS_LOG=debug` logs, per read, which path each part took and why.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 mod batched;
 mod device;
 mod driver;
 mod element;
 mod error;
 mod file;
-mod hdf;
+pub mod hdf5_raw;
 mod host;
 mod layout;
 mod log;
+pub mod route;
 mod select;
 mod staging;
 

@@ -4,7 +4,7 @@
 
 /// A box (hyperslab) of an array: `count[i]` elements from `start[i]` in each dimension.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Block {
+pub struct Block {
     pub start: Vec<u64>,
     pub count: Vec<u64>,
 }
@@ -21,6 +21,11 @@ impl Block {
     /// The number of elements.
     pub fn len(&self) -> u64 {
         self.count.iter().product()
+    }
+
+    /// Whether it holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The intersection with `other`, if not empty.

@@ -9,12 +9,10 @@
 use crate::element::first_invalid_bool;
 use crate::error::{Error, Result};
 use crate::file::OpenDataset;
-use crate::hdf::{check, dataspace, locked, selection};
+use crate::hdf5_raw::{self, select_blocks, Spaces};
 use crate::select::{flat_range_blocks, Block, Runs};
 use cudarc::driver::{sys, CudaStream, DriverError, PinnedHostSlice};
-use hdf5_sys::h5d::{H5Dread, H5Dwrite};
-use hdf5_sys::h5i::hid_t;
-use hdf5_sys::h5p::H5P_DEFAULT;
+use hdf5::{Dataset, Dataspace, Datatype};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
@@ -150,9 +148,9 @@ impl Staging {
 }
 
 /// What a staged transfer needs to know about the elements.
-pub(crate) struct Elements {
+pub(crate) struct Elements<'a> {
     /// HDF5 memory type.
-    pub mem_type: hid_t,
+    pub mem_type: &'a Datatype,
     pub size: usize,
     /// Whether each byte must be 0 or 1 (`bool`).
     pub check_bool: bool,
@@ -180,28 +178,23 @@ pub(crate) fn read_block(
             .iter()
             .map(|piece| piece.offset_by(&block.start))
             .collect();
-        let file_space = selection(&ds.shape, &blocks, &ds.path, Some(&ds.name))?;
-        let mem_space = dataspace(&[b - a], &ds.path, Some(&ds.name))?;
+        let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
+        let pieces: Vec<hdf5_raw::Block> = blocks
+            .iter()
+            .map(|b| (b.start.as_slice(), b.count.as_slice()))
+            .collect();
+        let file_space =
+            select_blocks(&ds.shape, &pieces).map_err(|e| fail("selecting a hyperslab", e))?;
+        let mem_space =
+            Dataspace::try_new((b - a) as usize).map_err(|e| fail("creating a dataspace", e))?;
         let buf = staging.as_mut_ptr()?;
-        locked(|| {
-            // SAFETY: the staging buffer holds `per` >= b - a elements of the memory type.
-            let status = unsafe {
-                H5Dread(
-                    ds.dset.id(),
-                    elements.mem_type,
-                    mem_space.id(),
-                    file_space.id(),
-                    H5P_DEFAULT,
-                    buf.cast(),
-                )
-            };
-            check(
-                status as i64,
-                "reading into the staging buffer",
-                &ds.path,
-                Some(&ds.name),
-            )
-        })?;
+        let spaces = Spaces {
+            memory: Some(&mem_space),
+            file: Some(&file_space),
+        };
+        // SAFETY: the staging buffer holds `per` >= b - a elements of the memory type.
+        unsafe { hdf5_raw::read(&ds.dset, elements.mem_type, spaces, buf.cast()) }
+            .map_err(|e| fail("reading into the staging buffer", e))?;
         if elements.check_bool {
             // SAFETY: HDF5 has just written these b - a bytes.
             let bytes = unsafe { std::slice::from_raw_parts(buf, (b - a) as usize) };
@@ -236,7 +229,7 @@ pub(crate) fn read_block(
 /// Writes the whole dataset `dset` (of `shape`) from device memory `src` through `staging`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_all(
-    dset: hid_t,
+    dset: &Dataset,
     path: &std::path::Path,
     name: &str,
     shape: &[u64],
@@ -256,27 +249,23 @@ pub(crate) fn write_all(
         // (b - a) elements.
         unsafe { copy_from_device(stream, buf, src + a * es, ((b - a) * es) as usize)? };
         synchronize(stream)?;
-        let file_space = selection(shape, &flat_range_blocks(shape, a, b), path, Some(name))?;
-        let mem_space = dataspace(&[b - a], path, Some(name))?;
-        locked(|| {
-            // SAFETY: the staging buffer holds the b - a elements just copied.
-            let status = unsafe {
-                H5Dwrite(
-                    dset,
-                    elements.mem_type,
-                    mem_space.id(),
-                    file_space.id(),
-                    H5P_DEFAULT,
-                    buf.cast_const().cast(),
-                )
-            };
-            check(
-                status as i64,
-                "writing from the staging buffer",
-                path,
-                Some(name),
-            )
-        })?;
+        let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, path, Some(name), e);
+        let blocks = flat_range_blocks(shape, a, b);
+        let pieces: Vec<hdf5_raw::Block> = blocks
+            .iter()
+            .map(|b| (b.start.as_slice(), b.count.as_slice()))
+            .collect();
+        let file_space =
+            select_blocks(shape, &pieces).map_err(|e| fail("selecting a hyperslab", e))?;
+        let mem_space =
+            Dataspace::try_new((b - a) as usize).map_err(|e| fail("creating a dataspace", e))?;
+        let spaces = Spaces {
+            memory: Some(&mem_space),
+            file: Some(&file_space),
+        };
+        // SAFETY: the staging buffer holds the b - a elements just copied.
+        unsafe { hdf5_raw::write(dset, elements.mem_type, spaces, buf.cast_const().cast()) }
+            .map_err(|e| fail("writing from the staging buffer", e))?;
         a = b;
     }
     Ok(())

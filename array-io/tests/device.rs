@@ -32,10 +32,6 @@ fn h5py_files() -> tempfile::TempDir {
     dir
 }
 
-fn is_child_any() -> bool {
-    std::env::var("ARRAY_IO_TEST_CHILD").is_ok()
-}
-
 // ---- round trips of every element type and rank through device memory ----
 
 fn device_round_trip<T: Sample>(dir: &Path, entries: &mut Vec<(String, Entry)>) {

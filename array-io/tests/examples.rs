@@ -5,7 +5,8 @@
 mod common;
 
 use common::ChildRun;
-use std::collections::HashMap;
+use h5gds_tests::emulator::read_report;
+use h5gds_tests::process;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -30,29 +31,17 @@ fn run(name: &str, args: &[&str], env: &[(&str, &str)]) -> ChildRun {
     let libs = h5gds_tests::emulator::emulator_lib_dir();
     let mut cmd = Command::new(example(name));
     cmd.args(args).arg("--dir").arg(dir.path().join("data"));
-    for (key, _) in std::env::vars() {
-        if key.starts_with("H5GDS_") || key.starts_with("HDF5_") {
-            cmd.env_remove(key);
-        }
-    }
+    process::clean_env(&mut cmd);
     if args.contains(&"--device") {
         libs.configure(&mut cmd);
         cmd.env("H5GDS_EMU_REPORT", &report);
     }
     cmd.current_dir(dir.path()).envs(env.iter().copied());
-    let out = cmd.output().unwrap();
-    let text = std::fs::read_to_string(&report).unwrap_or_default();
-    let report: HashMap<String, u64> = text
-        .lines()
-        .filter_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            Some((
-                k.trim().to_string(),
-                v.split_whitespace().next()?.parse().ok()?,
-            ))
-        })
-        .collect();
-    let run = ChildRun { out, report };
+    let out = process::output_within(&mut cmd, process::TIME_LIMIT);
+    let run = ChildRun {
+        out,
+        report: read_report(&report),
+    };
     assert!(
         run.out.status.success(),
         "{name} {args:?} {env:?} failed: {:?}\nstdout:\n{}\nstderr:\n{}",

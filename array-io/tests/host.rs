@@ -195,7 +195,7 @@ fn conversion_happens_only_when_asked_for() {
 
 #[test]
 fn bool_datasets_holding_other_bytes_are_refused() {
-    use hdf5_sys::h5d::H5Dwrite;
+    use array_io::hdf5_raw::{write_from, Spaces};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("b.h5");
     to_file(&arr1(&[false, true, false, true]), &path, "/b").unwrap();
@@ -205,19 +205,8 @@ fn bool_datasets_holding_other_bytes_are_refused() {
         let file = hdf5::File::open_rw(&path).unwrap();
         let ds = file.dataset("b").unwrap();
         let dtype = ds.dtype().unwrap();
-        let bytes = [0u8, 1, 2, 1];
-        // SAFETY: four one-byte elements of the dataset's own type.
-        let status = hdf5::sync::sync(|| unsafe {
-            H5Dwrite(
-                ds.id(),
-                dtype.id(),
-                hdf5_sys::h5s::H5S_ALL,
-                hdf5_sys::h5s::H5S_ALL,
-                hdf5_sys::h5p::H5P_DEFAULT,
-                bytes.as_ptr().cast(),
-            )
-        });
-        assert!(status >= 0);
+        // Four one-byte elements of the dataset's own type.
+        write_from(&ds, &dtype, Spaces::default(), &[0u8, 1, 2, 1]).unwrap();
     }
     let err = from_file::<bool>(&path, "/b").unwrap_err();
     assert!(

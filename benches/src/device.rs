@@ -2,10 +2,18 @@
 //! through the `gds` driver, against "the 128 MB staged path" (sec2 through a bounded host
 //! staging buffer, then a copy to or from the GPU, as array libraries do by default).
 //! Alternatives are interleaved; every transfer is checked, untimed, against the data.
+//!
+//! Both paths are timed between storage and device memory: the source file is dropped from the
+//! page cache before every timed read, and every timed write ends with `fsync`. GPUDirect Storage
+//! bypasses the page cache (nvidia-fs, and the emulator's GDS path, use `O_DIRECT`), so timing
+//! the staged path against warm page-cache pages would compare memory with storage.
 
 use crate::gpu::DeviceBuffer;
-use crate::h5::{self, h5t, Driver, Layout, Selection};
+use crate::host::{create, create_f32, gds, open, Result};
 use crate::stats::Measurement;
+use array_io::hdf5_raw::{self, named as h5, FileDriver as Driver, Spaces};
+use hdf5::{Dataset, Dataspace, Datatype};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -26,102 +34,115 @@ pub fn steps(opts: &DeviceOptions) -> usize {
     opts.reps * 4
 }
 
+/// The bytes of a float slice (f32 has no padding and every byte pattern of u8 is valid).
+fn f32_bytes(v: &[f32]) -> &[u8] {
+    // SAFETY: same allocation, 4 bytes per element, u8 has alignment 1.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), v.len() * 4) }
+}
+
+/// The bytes of a float slice, writable (every byte pattern is a valid f32).
+fn f32_bytes_mut(v: &mut [f32]) -> &mut [u8] {
+    // SAFETY: as above, and the borrow is exclusive.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), v.len() * 4) }
+}
+
+/// The float32 memory type.
+fn f32_type() -> Result<Datatype> {
+    h5("H5Tcopy", Datatype::from_type::<f32>())
+}
+
+/// Spaces of elements `start..start + count` of a one-dimensional dataset.
+fn piece(dset: &Dataset, start: usize, count: usize) -> Result<(Dataspace, Dataspace)> {
+    let space = h5("H5Dget_space", dset.space())?;
+    let file = h5("H5Sselect_hyperslab", space.select(start..start + count))?;
+    let memory = h5("H5Screate_simple", Dataspace::try_new(count))?;
+    Ok((memory, file))
+}
+
 /// Reads the whole dataset `data` of `path` into device memory in pieces of the staging size.
-fn staged_read(path: &Path, dev: &DeviceBuffer, staging: &mut [u8]) -> h5::Result<()> {
-    let fapl = h5::file_access(&Driver::Sec2)?;
-    let file = h5::open_file(path, &fapl)?;
-    let dset = h5::open_dataset(&file, "data")?;
-    let per = (staging.len() / 4) as u64;
-    let total = (dev.len / 4) as u64;
-    let mut start = 0u64;
+fn staged_read(path: &Path, dev: &DeviceBuffer, staging: &mut [f32]) -> Result<()> {
+    let file = open(path, &Driver::Sec2)?;
+    let dset = h5("H5Dopen2", file.dataset("data"))?;
+    let f32_type = f32_type()?;
+    let per = staging.len();
+    let total = dev.len / 4;
+    let mut start = 0;
     while start < total {
         let count = per.min(total - start);
-        let (s, c) = ([start], [count]);
-        let sel = Selection::Slab {
-            start: &s,
-            stride: &[1],
-            count: &c,
+        let (memory, selected) = piece(&dset, start, count)?;
+        let spaces = Spaces {
+            memory: Some(&memory),
+            file: Some(&selected),
         };
-        // SAFETY: the staging buffer holds `count` floats.
-        unsafe {
-            h5::read_raw(
-                &dset,
-                *h5t::H5T_NATIVE_FLOAT,
-                sel,
-                staging.as_mut_ptr().cast(),
-            )?
-        };
-        let bytes = count as usize * 4;
-        dev.upload(start as usize * 4, &staging[..bytes])?;
+        let part = &mut staging[..count];
+        h5(
+            "H5Dread",
+            hdf5_raw::read_into_plain(&dset, &f32_type, spaces, part),
+        )?;
+        dev.upload(start * 4, f32_bytes(part))?;
         start += count;
     }
     drop(dset);
-    file.close()
+    h5("H5Fclose", file.close())
 }
 
 /// Writes device memory to a new file in pieces of the staging size.
-fn staged_write(path: &Path, dev: &DeviceBuffer, staging: &mut [u8]) -> h5::Result<()> {
-    let fapl = h5::file_access(&Driver::Sec2)?;
-    let file = h5::create_file(path, &fapl)?;
-    let total = (dev.len / 4) as u64;
-    let dset = h5::create_dataset(
-        &file,
-        "data",
-        *h5t::H5T_IEEE_F32LE,
-        &[total],
-        Layout::Contiguous,
-    )?;
-    let per = (staging.len() / 4) as u64;
-    let mut start = 0u64;
+fn staged_write(path: &Path, dev: &DeviceBuffer, staging: &mut [f32]) -> Result<()> {
+    let file = create(path, &Driver::Sec2)?;
+    let total = dev.len / 4;
+    let dset = create_f32(&file, "data", total)?;
+    let f32_type = f32_type()?;
+    let per = staging.len();
+    let mut start = 0;
     while start < total {
         let count = per.min(total - start);
-        let bytes = count as usize * 4;
-        dev.download_into(start as usize * 4, &mut staging[..bytes])?;
-        let (s, c) = ([start], [count]);
-        let sel = Selection::Slab {
-            start: &s,
-            stride: &[1],
-            count: &c,
+        let part = &mut staging[..count];
+        dev.download_into(start * 4, f32_bytes_mut(part))?;
+        let (memory, selected) = piece(&dset, start, count)?;
+        let spaces = Spaces {
+            memory: Some(&memory),
+            file: Some(&selected),
         };
-        // SAFETY: the staging buffer holds `count` floats.
-        unsafe { h5::write_raw(&dset, *h5t::H5T_NATIVE_FLOAT, sel, staging.as_ptr().cast())? };
+        h5(
+            "H5Dwrite",
+            hdf5_raw::write_from(&dset, &f32_type, spaces, part),
+        )?;
         start += count;
     }
     drop(dset);
-    file.close()
+    h5("H5Fclose", file.close())
 }
 
-fn gds_read(path: &Path, dev: &DeviceBuffer, config: &str) -> h5::Result<()> {
-    let fapl = h5::file_access(&Driver::Gds(config.to_string()))?;
-    let file = h5::open_file(path, &fapl)?;
-    let dset = h5::open_dataset(&file, "data")?;
+fn gds_read(path: &Path, dev: &DeviceBuffer, config: &str) -> Result<()> {
+    let file = open(path, &gds(config))?;
+    let dset = h5("H5Dopen2", file.dataset("data"))?;
     // SAFETY: the device buffer holds the whole dataset.
-    unsafe { h5::read_raw(&dset, *h5t::H5T_NATIVE_FLOAT, Selection::All, dev.at(0))? };
+    let read = unsafe { hdf5_raw::read(&dset, &f32_type()?, Spaces::default(), dev.at(0)) };
+    h5("H5Dread", read)?;
     drop(dset);
-    file.close()
+    h5("H5Fclose", file.close())
 }
 
-fn gds_write(path: &Path, dev: &DeviceBuffer, config: &str) -> h5::Result<()> {
-    let fapl = h5::file_access(&Driver::Gds(config.to_string()))?;
-    let file = h5::create_file(path, &fapl)?;
-    let dset = h5::create_dataset(
-        &file,
-        "data",
-        *h5t::H5T_IEEE_F32LE,
-        &[(dev.len / 4) as u64],
-        Layout::Contiguous,
-    )?;
+fn gds_write(path: &Path, dev: &DeviceBuffer, config: &str) -> Result<()> {
+    let file = create(path, &gds(config))?;
+    let dset = create_f32(&file, "data", dev.len / 4)?;
     // SAFETY: the device buffer holds the whole dataset.
-    unsafe { h5::write_raw(&dset, *h5t::H5T_NATIVE_FLOAT, Selection::All, dev.at(0))? };
+    let written = unsafe { hdf5_raw::write(&dset, &f32_type()?, Spaces::default(), dev.at(0)) };
+    h5("H5Dwrite", written)?;
     drop(dset);
-    file.close()
+    h5("H5Fclose", file.close())
 }
 
 /// Compares device memory with `want`, 64 MiB at a time.
-fn check_device(what: &str, dev: &DeviceBuffer, want: &[u8]) -> h5::Result<()> {
-    for (k, part) in want.chunks(64 << 20).enumerate() {
-        let got = dev.download(k * (64 << 20), part.len())?;
-        if got != part {
+fn check_device(what: &str, dev: &DeviceBuffer, want: &[f32]) -> Result<()> {
+    for (k, part) in want.chunks(16 << 20).enumerate() {
+        let got = dev.download(k * (64 << 20), part.len() * 4)?;
+        if got.iter().ne(part
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect::<Vec<u8>>()
+            .iter())
+        {
             return Err(format!(
                 "{what}: device memory differs from the file in the 64 MiB block {k}"
             ));
@@ -131,20 +152,17 @@ fn check_device(what: &str, dev: &DeviceBuffer, want: &[u8]) -> h5::Result<()> {
 }
 
 /// Compares a file's dataset with `want`.
-fn check_file(what: &str, path: &Path, want: &[u8]) -> h5::Result<()> {
-    let fapl = h5::file_access(&Driver::Sec2)?;
-    let file = h5::open_file(path, &fapl)?;
-    let mut got = vec![0u8; want.len()];
-    // SAFETY: got holds the whole dataset.
-    unsafe {
-        h5::read_raw(
-            &h5::open_dataset(&file, "data")?,
-            *h5t::H5T_NATIVE_FLOAT,
-            Selection::All,
-            got.as_mut_ptr().cast(),
-        )?
-    };
-    if got != want {
+fn check_file(what: &str, path: &Path, want: &[f32]) -> Result<()> {
+    let file = open(path, &Driver::Sec2)?;
+    let got = h5(
+        "H5Dread",
+        h5("H5Dopen2", file.dataset("data"))?.read_raw::<f32>(),
+    )?;
+    if got
+        .iter()
+        .map(|x| x.to_bits())
+        .ne(want.iter().map(|x| x.to_bits()))
+    {
         return Err(format!(
             "{what}: the file written differs from device memory"
         ));
@@ -152,36 +170,36 @@ fn check_file(what: &str, path: &Path, want: &[u8]) -> h5::Result<()> {
     Ok(())
 }
 
-pub fn run(opts: &DeviceOptions, progress: &mut dyn FnMut()) -> h5::Result<Vec<Measurement>> {
+/// Writes `path`'s dirty pages to storage and drops its pages from the page cache, so the next
+/// read of it comes from storage.
+fn evict(path: &Path) -> Result<()> {
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open {path:?}: {e}"))?;
+    file.sync_all()
+        .map_err(|e| format!("fsync of {path:?} failed: {e}"))?;
+    // SAFETY: an advisory call on a descriptor `file` owns; offset 0, length 0 = the whole file.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(format!(
+            "posix_fadvise(DONTNEED) of {path:?} failed: {}",
+            std::io::Error::from_raw_os_error(rc)
+        ));
+    }
+    Ok(())
+}
+
+pub fn run(opts: &DeviceOptions, progress: &mut dyn FnMut()) -> Result<Vec<Measurement>> {
     crate::gpu::init_cuda()?;
     std::fs::create_dir_all(&opts.dir).map_err(|e| format!("cannot create {:?}: {e}", opts.dir))?;
     let n = (opts.bytes / 4) as usize;
-    let data: Vec<u8> = (0..n).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let data: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let source = opts.dir.join("h5gds-device-source.h5");
     {
-        let fapl = h5::file_access(&Driver::Sec2)?;
-        let file = h5::create_file(&source, &fapl)?;
-        let dset = h5::create_dataset(
-            &file,
-            "data",
-            *h5t::H5T_IEEE_F32LE,
-            &[n as u64],
-            Layout::Contiguous,
-        )?;
-        // SAFETY: data holds n little-endian floats.
-        unsafe {
-            h5::write_raw(
-                &dset,
-                *h5t::H5T_NATIVE_FLOAT,
-                Selection::All,
-                data.as_ptr().cast(),
-            )?
-        };
-        drop(dset);
-        file.close()?;
+        let file = create(&source, &Driver::Sec2)?;
+        h5("H5Dwrite", create_f32(&file, "data", n)?.write_raw(&data))?;
+        h5("H5Fclose", file.close())?;
     }
     let dev = DeviceBuffer::new(opts.bytes as usize)?;
-    let mut staging = vec![0u8; opts.staging.min(opts.bytes as usize)];
+    let mut staging = vec![0f32; (opts.staging.min(opts.bytes as usize) / 4).max(1)];
     let label = crate::stats::size_label(opts.bytes);
     let paths = ["gds", STAGED];
     let mut read_times = vec![Vec::new(), Vec::new()];
@@ -197,6 +215,7 @@ pub fn run(opts: &DeviceOptions, progress: &mut dyn FnMut()) -> h5::Result<Vec<M
         for k in 0..2 {
             let i = (k + rep) % 2;
             dev.upload(0, &vec![0xAB; 1 << 20])?; // spoil the head so a no-op read cannot pass
+            evict(&source)?;
             let start = Instant::now();
             match paths[i] {
                 "gds" => gds_read(&source, &dev, &opts.gds_config)?,
@@ -214,6 +233,7 @@ pub fn run(opts: &DeviceOptions, progress: &mut dyn FnMut()) -> h5::Result<Vec<M
                 "gds" => gds_write(&target(paths[i]), &dev, &opts.gds_config)?,
                 _ => staged_write(&target(paths[i]), &dev, &mut staging)?,
             }
+            evict(&target(paths[i]))?; // on storage: the staged path's pages are only cached
             write_times[i].push(start.elapsed().as_secs_f64());
             check_file(&format!("{} write", paths[i]), &target(paths[i]), &data)?;
             progress();

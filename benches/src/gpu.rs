@@ -86,21 +86,24 @@ pub fn is_emulated() -> bool {
         _size: usize,
         found: *mut libc::c_void,
     ) -> libc::c_int {
-        // SAFETY: `info` is valid during the callback; `found` is the bool passed below.
-        let name = (*info).dlpi_name;
-        if name.is_null()
-            || !std::ffi::CStr::from_ptr(name)
-                .to_string_lossy()
-                .contains("libcuda")
-        {
-            return 0;
-        }
-        let handle = libc::dlopen(name, libc::RTLD_LAZY | libc::RTLD_NOLOAD);
-        if !handle.is_null() {
-            if !libc::dlsym(handle, c"h5gds_emu_counters".as_ptr()).is_null() {
-                *(found as *mut bool) = true;
+        // SAFETY: `info` is valid during the callback and names a loaded object; `found` is the
+        // bool passed below; the handle is opened without loading and closed here.
+        unsafe {
+            let name = (*info).dlpi_name;
+            if name.is_null()
+                || !std::ffi::CStr::from_ptr(name)
+                    .to_string_lossy()
+                    .contains("libcuda")
+            {
+                return 0;
             }
-            libc::dlclose(handle);
+            let handle = libc::dlopen(name, libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+            if !handle.is_null() {
+                if !libc::dlsym(handle, c"h5gds_emu_counters".as_ptr()).is_null() {
+                    *(found as *mut bool) = true;
+                }
+                libc::dlclose(handle);
+            }
         }
         0
     }

@@ -2,8 +2,10 @@
 //! plain two-thread `pread` of the same bytes as the roofline for reads. Every read is checked
 //! against the data written, outside the timed region.
 
-use crate::h5::{self, h5t, Driver};
 use crate::stats::Measurement;
+use array_io::hdf5_raw::{self, named as h5, FileDriver as Driver, Spaces};
+use hdf5::Dataspace;
+use ndarray::s;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -23,18 +25,38 @@ pub struct HostOptions {
     pub gds_config: String,
 }
 
+/// The result type of the benchmarks: errors as text.
+pub type Result<T> = std::result::Result<T, String>;
+
 fn drivers(config: &str) -> [Driver; 2] {
-    [Driver::Sec2, Driver::Gds(config.to_string())]
+    [Driver::Sec2, gds(config)]
+}
+
+/// The `gds` plugin by name with its config string, as C programs select it.
+pub(crate) fn gds(config: &str) -> Driver {
+    Driver::ByName {
+        name: "gds".into(),
+        config: config.to_string(),
+    }
+}
+
+/// The label of a driver in the results.
+pub(crate) fn driver_label(driver: &Driver) -> &'static str {
+    match driver {
+        Driver::Sec2 => "sec2",
+        Driver::ByName { .. } | Driver::Registered(_) => "gds",
+        Driver::Default => "default",
+    }
 }
 
 /// Runs `f` for each alternative, `reps` times, rotating the order each repetition so neither
 /// side always goes first; `progress` hears about every run.
-fn interleave<A>(
+pub(crate) fn interleave<A>(
     alternatives: &[A],
     reps: usize,
     progress: &mut dyn FnMut(),
-    mut f: impl FnMut(&A) -> h5::Result<f64>,
-) -> h5::Result<Vec<Vec<f64>>> {
+    mut f: impl FnMut(&A) -> Result<f64>,
+) -> Result<Vec<Vec<f64>>> {
     let mut times = vec![Vec::with_capacity(reps); alternatives.len()];
     for rep in 0..reps {
         for k in 0..alternatives.len() {
@@ -46,7 +68,7 @@ fn interleave<A>(
     Ok(times)
 }
 
-fn timed(f: impl FnOnce() -> h5::Result<()>) -> h5::Result<f64> {
+pub(crate) fn timed(f: impl FnOnce() -> Result<()>) -> Result<f64> {
     let start = Instant::now();
     f()?;
     Ok(start.elapsed().as_secs_f64())
@@ -58,32 +80,44 @@ fn settle_page_cache() {
     unsafe { libc::sync() };
 }
 
-fn write_contiguous(path: &Path, driver: &Driver, data: &[f32]) -> h5::Result<()> {
-    let fapl = h5::file_access(driver)?;
-    let file = h5::create_file(path, &fapl)?;
-    let dset = h5::create_dataset(
-        &file,
-        "data",
-        *h5t::H5T_IEEE_F32LE,
-        &[data.len() as u64],
-        h5::Layout::Contiguous,
-    )?;
-    h5::write_all(&dset, *h5t::H5T_NATIVE_FLOAT, data)?;
-    drop(dset);
-    file.close()
+/// Creates the file at `path` with `driver`.
+pub(crate) fn create(path: &Path, driver: &Driver) -> Result<hdf5::File> {
+    let fapl = h5("H5Pset_driver", hdf5_raw::file_access(driver))?;
+    h5("H5Fcreate", hdf5_raw::create_file(path, &fapl))
 }
 
-fn read_contiguous(path: &Path, driver: &Driver, out: &mut [f32]) -> h5::Result<()> {
-    let fapl = h5::file_access(driver)?;
-    let file = h5::open_file(path, &fapl)?;
-    let dset = h5::open_dataset(&file, "data")?;
-    h5::read_all(&dset, *h5t::H5T_NATIVE_FLOAT, out)?;
+/// Opens the file at `path` read-only with `driver`.
+pub(crate) fn open(path: &Path, driver: &Driver) -> Result<hdf5::File> {
+    let fapl = h5("H5Pset_driver", hdf5_raw::file_access(driver))?;
+    h5("H5Fopen", hdf5_raw::open_file(path, &fapl))
+}
+
+/// A contiguous float32 dataset `name` of `len` elements.
+pub(crate) fn create_f32(file: &hdf5::File, name: &str, len: usize) -> Result<hdf5::Dataset> {
+    h5(
+        "H5Dcreate2",
+        file.new_dataset::<f32>().shape(len).create(name),
+    )
+}
+
+fn write_contiguous(path: &Path, driver: &Driver, data: &[f32]) -> Result<()> {
+    let file = create(path, driver)?;
+    let dset = create_f32(&file, "data", data.len())?;
+    h5("H5Dwrite", dset.write_raw(data))?;
     drop(dset);
-    file.close()
+    h5("H5Fclose", file.close())
+}
+
+fn read_contiguous(path: &Path, driver: &Driver, out: &mut [f32]) -> Result<()> {
+    let file = open(path, driver)?;
+    let dset = h5("H5Dopen2", file.dataset("data"))?;
+    h5("H5Dread", dset.read_into_raw(out))?;
+    drop(dset);
+    h5("H5Fclose", file.close())
 }
 
 /// The roofline: the dataset's bytes read with `pread` by two threads, no HDF5.
-fn pread_two_threads(path: &Path, offset: u64, out: &mut [f32]) -> h5::Result<()> {
+fn pread_two_threads(path: &Path, offset: u64, out: &mut [f32]) -> Result<()> {
     let file = std::fs::File::open(path).map_err(|e| format!("open {path:?}: {e}"))?;
     // SAFETY: viewing f32s as bytes; every bit pattern is a valid f32.
     let bytes = unsafe {
@@ -102,7 +136,7 @@ fn pread_two_threads(path: &Path, offset: u64, out: &mut [f32]) -> h5::Result<()
     })
 }
 
-fn check_equal(what: &str, got: &[f32], want: &[f32]) -> h5::Result<()> {
+pub(crate) fn check_equal(what: &str, got: &[f32], want: &[f32]) -> Result<()> {
     match got
         .iter()
         .zip(want)
@@ -118,16 +152,16 @@ fn check_equal(what: &str, got: &[f32], want: &[f32]) -> h5::Result<()> {
 
 /// How many progress steps `run` reports.
 pub fn steps(opts: &HostOptions) -> usize {
-    opts.reps * (2 + 3 + 2 + 2 + 2 + 2)
+    opts.reps * (2 + 3 + 2 + 2 + 2 + 2) + crate::access::steps(opts)
 }
 
-pub fn run(opts: &HostOptions, progress: &mut dyn FnMut()) -> h5::Result<Vec<Measurement>> {
+pub fn run(opts: &HostOptions, progress: &mut dyn FnMut()) -> Result<Vec<Measurement>> {
     std::fs::create_dir_all(&opts.dir).map_err(|e| format!("cannot create {:?}: {e}", opts.dir))?;
     let mut results = Vec::new();
     let label = crate::stats::size_label(opts.bytes);
     let n = (opts.bytes / 4) as usize;
     let data: Vec<f32> = (0..n).map(|i| i as f32).collect();
-    let file_of = |d: &Driver| opts.dir.join(format!("h5gds-bench-{}.h5", d.name()));
+    let file_of = |d: &Driver| opts.dir.join(format!("h5gds-bench-{}.h5", driver_label(d)));
     let drivers = drivers(&opts.gds_config);
 
     // Write: each driver writes its own file; the time includes closing (and so flushing to the
@@ -146,7 +180,7 @@ pub fn run(opts: &HostOptions, progress: &mut dyn FnMut()) -> h5::Result<Vec<Mea
     for (d, t) in drivers.iter().zip(times) {
         results.push(Measurement::throughput(
             &format!("write {label} contiguous f32"),
-            d.name(),
+            driver_label(d),
             opts.bytes,
             t,
         ));
@@ -154,11 +188,9 @@ pub fn run(opts: &HostOptions, progress: &mut dyn FnMut()) -> h5::Result<Vec<Mea
 
     // Read the file gds wrote (in page cache now), through sec2, gds and plain pread.
     let source = file_of(&drivers[1]);
-    let offset = {
-        let fapl = h5::file_access(&Driver::Sec2)?;
-        let file = h5::open_file(&source, &fapl)?;
-        h5::dataset_offset(&h5::open_dataset(&file, "data")?)?
-    };
+    let offset = h5("H5Dopen2", open(&source, &Driver::Sec2)?.dataset("data"))?
+        .offset()
+        .ok_or("the dataset has no contiguous storage")?;
     let mut out = vec![0f32; n];
     read_contiguous(&source, &Driver::Sec2, &mut out)?; // warm the page cache
     let readers = ["sec2", "gds", "pread"];
@@ -188,6 +220,7 @@ pub fn run(opts: &HostOptions, progress: &mut dyn FnMut()) -> h5::Result<Vec<Mea
 
     results.extend(small_datasets(opts, &drivers, progress)?);
     results.extend(strided(opts, &drivers, progress)?);
+    results.extend(crate::access::run(opts, &drivers, progress)?);
     Ok(results)
 }
 
@@ -196,56 +229,45 @@ fn small_datasets(
     opts: &HostOptions,
     drivers: &[Driver],
     progress: &mut dyn FnMut(),
-) -> h5::Result<Vec<Measurement>> {
+) -> Result<Vec<Measurement>> {
     let count = opts.small_datasets;
-    let path_of = |d: &Driver| opts.dir.join(format!("h5gds-small-{}.h5", d.name()));
-    let create = |d: &Driver| {
+    let path_of = |d: &Driver| opts.dir.join(format!("h5gds-small-{}.h5", driver_label(d)));
+    let create_all = |d: &Driver| {
         timed(|| {
-            let fapl = h5::file_access(d)?;
-            let file = h5::create_file(&path_of(d), &fapl)?;
+            let file = create(&path_of(d), d)?;
             for i in 0..count {
-                let dset = h5::create_dataset(
-                    &file,
-                    &format!("d{i}"),
-                    *h5t::H5T_IEEE_F32LE,
-                    &[16],
-                    h5::Layout::Contiguous,
-                )?;
-                h5::write_all(&dset, *h5t::H5T_NATIVE_FLOAT, &[i as f32; 16])?;
+                let dset = create_f32(&file, &format!("d{i}"), 16)?;
+                h5("H5Dwrite", dset.write_raw(&[i as f32; 16]))?;
             }
-            file.close()
+            h5("H5Fclose", file.close())
         })
     };
     let scan = |d: &Driver| {
         timed(|| {
-            let fapl = h5::file_access(d)?;
-            let file = h5::open_file(&path_of(d), &fapl)?;
+            let file = open(&path_of(d), d)?;
             let mut buf = [0f32; 16];
             for i in 0..count {
-                h5::read_all(
-                    &h5::open_dataset(&file, &format!("d{i}"))?,
-                    *h5t::H5T_NATIVE_FLOAT,
-                    &mut buf,
-                )?;
+                let dset = h5("H5Dopen2", file.dataset(&format!("d{i}")))?;
+                h5("H5Dread", dset.read_into_raw(&mut buf))?;
                 check_equal("small dataset", &buf, &[i as f32; 16])?;
             }
-            file.close()
+            h5("H5Fclose", file.close())
         })
     };
-    let created = interleave(drivers, opts.reps, progress, create)?;
+    let created = interleave(drivers, opts.reps, progress, create_all)?;
     let scanned = interleave(drivers, opts.reps, progress, scan)?;
     let mut out = Vec::new();
     for (d, t) in drivers.iter().zip(created) {
         out.push(Measurement::duration(
             &format!("create {count} small datasets"),
-            d.name(),
+            driver_label(d),
             t,
         ));
     }
     for (d, t) in drivers.iter().zip(scanned) {
         out.push(Measurement::duration(
             &format!("scan {count} small datasets"),
-            d.name(),
+            driver_label(d),
             t,
         ));
     }
@@ -260,46 +282,57 @@ fn strided(
     opts: &HostOptions,
     drivers: &[Driver],
     progress: &mut dyn FnMut(),
-) -> h5::Result<Vec<Measurement>> {
+) -> Result<Vec<Measurement>> {
     let m = opts.matrix;
     let path = opts.dir.join("h5gds-strided.h5");
     let value = |r: usize, c: usize| (r * m + c) as f32;
     {
         let matrix: Vec<f32> = (0..m * m).map(|i| value(i / m, i % m)).collect();
-        let fapl = h5::file_access(&Driver::Sec2)?;
-        let file = h5::create_file(&path, &fapl)?;
-        let dset = h5::create_dataset(
-            &file,
-            "data",
-            *h5t::H5T_IEEE_F32LE,
-            &[m as u64, m as u64],
-            h5::Layout::Contiguous,
+        let file = create(&path, &Driver::Sec2)?;
+        let dset = h5(
+            "H5Dcreate2",
+            file.new_dataset::<f32>().shape([m, m]).create("data"),
         )?;
-        h5::write_all(&dset, *h5t::H5T_NATIVE_FLOAT, &matrix)?;
+        h5("H5Dwrite", dset.write_raw(&matrix))?;
         drop(dset);
-        file.close()?;
+        h5("H5Fclose", file.close())?;
     }
-    let read = |d: &Driver, stride: [u64; 2], count: [u64; 2], out: &mut Vec<f32>| {
+    let f32_type = h5("H5Tcopy", hdf5::Datatype::from_type::<f32>())?;
+    // Reads a strided selection (every `step`th row, `cols` columns) into `out`.
+    let read = |d: &Driver, step: usize, cols: usize, out: &mut Vec<f32>| {
         timed(|| {
-            let fapl = h5::file_access(d)?;
-            let file = h5::open_file(&path, &fapl)?;
-            let dset = h5::open_dataset(&file, "data")?;
-            h5::read_slab(&dset, *h5t::H5T_NATIVE_FLOAT, &[0, 0], &stride, &count, out)?;
+            let file = open(&path, d)?;
+            let dset = h5("H5Dopen2", file.dataset("data"))?;
+            let space = h5("H5Dget_space", dset.space())?;
+            let selection = hdf5::Selection::try_new(s![..;step, ..cols]);
+            let selected = h5(
+                "H5Sselect_hyperslab",
+                selection.and_then(|sel| space.select(sel)),
+            )?;
+            let memory = h5("H5Screate_simple", Dataspace::try_new(out.len()))?;
+            let spaces = Spaces {
+                memory: Some(&memory),
+                file: Some(&selected),
+            };
+            h5(
+                "H5Dread",
+                hdf5_raw::read_into_plain(&dset, &f32_type, spaces, out),
+            )?;
             drop(dset);
-            file.close()
+            h5("H5Fclose", file.close())
         })
     };
     let mut column = vec![0f32; m];
     let col_times = interleave(drivers, opts.reps, progress, |d| {
-        let t = read(d, [1, 1], [m as u64, 1], &mut column)?;
+        let t = read(d, 1, 1, &mut column)?;
         let want: Vec<f32> = (0..m).map(|r| value(r, 0)).collect();
         check_equal("column", &column, &want)?;
         Ok(t)
     })?;
-    let rows = m / 4;
+    let rows = m.div_ceil(4);
     let mut every4 = vec![0f32; rows * m];
     let row_times = interleave(drivers, opts.reps, progress, |d| {
-        let t = read(d, [4, 1], [rows as u64, m as u64], &mut every4)?;
+        let t = read(d, 4, m, &mut every4)?;
         let want: Vec<f32> = (0..rows * m).map(|i| value((i / m) * 4, i % m)).collect();
         check_equal("every 4th row", &every4, &want)?;
         Ok(t)
@@ -309,14 +342,14 @@ fn strided(
     for (d, t) in drivers.iter().zip(col_times) {
         out.push(Measurement::duration(
             &format!("read one column of {m}x{m} f32"),
-            d.name(),
+            driver_label(d),
             t,
         ));
     }
     for (d, t) in drivers.iter().zip(row_times) {
         out.push(Measurement::duration(
             &format!("read every 4th row of {m}x{m} f32"),
-            d.name(),
+            driver_label(d),
             t,
         ));
     }

@@ -54,7 +54,19 @@ pub fn table(all: &[Measurement], baselines: &[&str]) -> String {
 }
 
 /// The results as JSON: per measurement its timings, summary, and ratios against `baselines`.
-pub fn json(all: &[Measurement], baselines: &[&str], labels: &[(&str, &str)]) -> serde_json::Value {
+/// A part of a run that did not run, and why; reported in the JSON and the plot, so that a file
+/// without device rows says it has none and why.
+pub struct Skipped {
+    pub part: &'static str,
+    pub reason: String,
+}
+
+pub fn json(
+    all: &[Measurement],
+    baselines: &[&str],
+    labels: &[(&str, &str)],
+    skipped: &[Skipped],
+) -> serde_json::Value {
     let rows: Vec<serde_json::Value> = all
         .iter()
         .map(|m| {
@@ -82,7 +94,11 @@ pub fn json(all: &[Measurement], baselines: &[&str], labels: &[(&str, &str)]) ->
         .iter()
         .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
         .collect();
-    serde_json::json!({ "labels": labels, "results": rows })
+    let skipped: Vec<serde_json::Value> = skipped
+        .iter()
+        .map(|s| serde_json::json!({ "part": s.part, "reason": s.reason }))
+        .collect();
+    serde_json::json!({ "labels": labels, "results": rows, "skipped": skipped })
 }
 
 fn escape(text: &str) -> String {
@@ -93,14 +109,14 @@ fn escape(text: &str) -> String {
 
 /// A horizontal bar chart of median throughput per path, grouped by benchmark (throughput
 /// measurements only), with the min–max range drawn as a whisker.
-pub fn svg(all: &[Measurement], title: &str) -> String {
+pub fn svg(all: &[Measurement], title: &str, skipped: &[Skipped]) -> String {
     let rows: Vec<&Measurement> = all.iter().filter(|m| m.bytes.is_some()).collect();
     let max_rate = rows
         .iter()
         .filter_map(|m| m.mib_per_s(m.min()))
         .fold(1.0f64, f64::max);
     let (left, bar_width, row_h) = (330.0, 420.0, 22.0);
-    let height = 60.0 + row_h * rows.len() as f64 + 30.0;
+    let height = 60.0 + row_h * (rows.len() + skipped.len()) as f64 + 30.0;
     let mut out = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"860\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
          <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
@@ -141,6 +157,14 @@ pub fn svg(all: &[Measurement], title: &str) -> String {
             y + row_h / 2.0,
             left + scale(hi).max(scale(median)) + 6.0,
             y + 15.0,
+        ));
+    }
+    for (i, s) in skipped.iter().enumerate() {
+        let y = 60.0 + row_h * (rows.len() + i) as f64 + 15.0;
+        out.push_str(&format!(
+            "<text x=\"10\" y=\"{y}\" fill=\"#a00\">{} benchmarks skipped: {}</text>\n",
+            escape(s.part),
+            escape(&s.reason)
         ));
     }
     out.push_str("</svg>\n");

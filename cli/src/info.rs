@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 pub struct Info {
     pub plugin: Option<PathBuf>,
     pub exports: Vec<String>,
+    /// The `gds` drivers on `HDF5_PLUGIN_PATH`, h5gds's or another project's.
+    pub gds_plugins: crate::plugins::GdsPluginSearch,
     pub cuda: CudaInfo,
     pub cufile: CufileInfo,
     pub settings: Vec<SettingInfo>,
@@ -128,7 +130,7 @@ pub fn find_plugin_dir(flag: Option<PathBuf>) -> Result<PathBuf, String> {
 }
 
 pub fn gather(plugin_dir: Option<&Path>) -> Info {
-    let config = std::env::var("HDF5_DRIVER_CONFIG").ok();
+    let config = h5gds::config_from_environment();
     let loaded = VfdSettings::load(config.as_deref());
     let (settings, settings_error) = match loaded {
         Ok(s) => (Some(s), None),
@@ -162,6 +164,7 @@ pub fn gather(plugin_dir: Option<&Path>) -> Info {
     Info {
         plugin,
         exports,
+        gds_plugins: crate::plugins::search(),
         cuda,
         cufile,
         settings: settings_rows,
@@ -183,6 +186,10 @@ pub fn render(info: &Info) -> String {
     for e in &info.exports {
         line(format!("          {e}"));
     }
+    line(format!(
+        "HDF5_DRIVER=gds loads: {}",
+        info.gds_plugins.summary()
+    ));
     let c = &info.cuda;
     match (c.available, &c.problem) {
         (true, _) => {

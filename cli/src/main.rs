@@ -5,9 +5,11 @@
 //! plain `pread` roofline) in one process, alternating, and prints a table of medians and ratios.
 
 mod info;
+mod plugins;
 
+use array_io::hdf5_raw;
 use clap::{Parser, Subcommand};
-use h5gds_bench::{device, gpu, h5, host, report, stats};
+use h5gds_bench::{device, gpu, host, report, stats};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -126,7 +128,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
     }
     let plugin_dir = info::find_plugin_dir(args.plugin_dir)?;
     let dir = args.dir.unwrap_or_else(std::env::temp_dir);
-    h5::init(Some(&plugin_dir))?;
+    hdf5_raw::named("H5PLprepend", hdf5_raw::prepend_plugin_path(&plugin_dir))?;
     let machine = machine_line();
     println!(
         "h5gds bench: {} on {machine}",
@@ -161,7 +163,15 @@ fn bench(args: BenchArgs) -> Result<(), String> {
             gds_config: args.gds_config,
         };
         if let Err(err) = gpu::init_cuda() {
-            println!("\nDEVICE MEMORY: skipped: the device benchmarks need a CUDA driver library ({err})");
+            let reason = format!("the device benchmarks need a CUDA driver library ({err})");
+            println!("\nDEVICE MEMORY: skipped: {reason}");
+            // What was measured is saved all the same, with the reason the rest is missing.
+            let skipped = [report::Skipped {
+                part: "device",
+                reason,
+            }];
+            let outputs = (args.json.as_deref(), args.plot.as_deref());
+            save(&all, &machine, false, &skipped, outputs)?;
             return if args.only == Only::Device {
                 Err(err)
             } else {
@@ -172,9 +182,11 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         emulated = gpu::is_emulated();
         if emulated {
             println!("\nDEVICE MEMORY, EMULATED: libcuda and libcufile are h5gds's CPU emulator; these are not GPU figures");
+            println!("(the emulated GDS path bypasses the page cache with O_DIRECT where the file system allows, as nvidia-fs does)");
         } else {
             println!("\nDEVICE MEMORY: gds vs the staged path (sec2 through a {staging} host buffer, then a copy)");
         }
+        println!("(storage to device: the file is dropped from the page cache before each read, and each write ends with fsync)");
         let bar = progress_bar(device::steps(&opts))?;
         let results = device::run(&opts, &mut || bar.inc(1));
         bar.finish_and_clear();
@@ -191,8 +203,8 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         &all,
         &machine,
         emulated,
-        args.json.as_deref(),
-        args.plot.as_deref(),
+        &[],
+        (args.json.as_deref(), args.plot.as_deref()),
     )
 }
 
@@ -201,11 +213,11 @@ fn save(
     all: &[stats::Measurement],
     machine: &str,
     emulated: bool,
-    json: Option<&Path>,
-    plot: Option<&Path>,
+    skipped: &[report::Skipped],
+    (json, plot): (Option<&Path>, Option<&Path>),
 ) -> Result<(), String> {
     let device = if emulated {
-        "EMULATED (CPU emulator of CUDA and cuFile)"
+        "EMULATED (CPU emulator of CUDA and cuFile; its GDS path bypasses the page cache with O_DIRECT); both device paths timed from and to storage (page cache dropped before reads, fsync after writes)"
     } else {
         "real CUDA, if any device rows"
     };
@@ -214,6 +226,7 @@ fn save(
             all,
             &["sec2", "pread", device::STAGED],
             &[("machine", machine), ("device_results", device)],
+            skipped,
         );
         let text = serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?;
         std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -221,9 +234,9 @@ fn save(
     if let Some(path) = plot {
         let mut title = format!("h5gds bench on {machine}");
         if emulated {
-            title.push_str(" (device rows EMULATED)");
+            title.push_str(" (device rows EMULATED; emulated GDS bypasses the page cache)");
         }
-        std::fs::write(path, report::svg(all, &title))
+        std::fs::write(path, report::svg(all, &title, skipped))
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(())

@@ -1,44 +1,46 @@
 //! The `h5gds` tool: `info` without CUDA, on the emulator, and with the real libcufile but no
-//! NVIDIA driver (must return promptly); `bench` with tiny sizes writes valid JSON and an SVG.
+//! usable CUDA device (must return promptly); `bench` with tiny sizes writes valid JSON and an
+//! SVG. "No CUDA" is a CUDA driver without devices (the emulator's `H5GDS_EMU_DEVICES=0`),
+//! which holds on any machine, also one with an NVIDIA driver in the system's library cache.
 
-use h5gds_tests::emulator::emulator_lib_dir;
+use h5gds_tests::emulator::{emulator_cuda_lib_dir, emulator_lib_dir, EmulatorLibDir, NO_DEVICE};
+use h5gds_tests::process::{clean_env, output_within};
+use h5gds_tests::python::cufile_lib_dir;
 use h5gds_tests::{plugin_dir, workspace_root};
-use std::process::{Command, Output, Stdio};
+use std::ffi::{OsStr, OsString};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 const TOOL: &str = env!("CARGO_BIN_EXE_h5gds");
 
-/// Runs the tool with a clean h5gds/HDF5 environment plus `env`, failing if it takes over a
-/// minute (the tool must never hang).
-fn tool(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Output {
+/// Runs the tool with a clean h5gds/HDF5 environment and no inherited `LD_LIBRARY_PATH`, plus
+/// `env`, failing if it takes over a minute (the tool must never hang).
+fn tool(args: &[&str], env: &[(&str, &OsStr)]) -> Output {
     let mut cmd = Command::new(TOOL);
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (key, _) in std::env::vars() {
-        if key.starts_with("HDF5_") || key.starts_with("H5GDS_") || key == "LD_LIBRARY_PATH" {
-            cmd.env_remove(key);
-        }
-    }
+    cmd.args(args);
+    clean_env(&mut cmd).env_remove("LD_LIBRARY_PATH");
     cmd.envs(env.iter().map(|(k, v)| (*k, *v)));
-    let mut child = cmd.spawn().expect("h5gds runs");
-    let start = Instant::now();
-    while child.try_wait().expect("waitable").is_none() {
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("h5gds {args:?} did not finish within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
+    output_within(&mut cmd, Duration::from_secs(60))
+}
+
+/// The environment of a machine whose CUDA driver has no device: the emulator as libcuda (and
+/// libcufile) with its zero-device switch.
+fn no_gpu(libs: &EmulatorLibDir) -> [(&'static str, OsString); 2] {
+    [
+        ("LD_LIBRARY_PATH", libs.path().as_os_str().to_owned()),
+        (NO_DEVICE.0, OsString::from(NO_DEVICE.1)),
+    ]
+}
+
+fn borrowed<'a>(env: &'a [(&'static str, OsString)]) -> Vec<(&'static str, &'a OsStr)> {
+    env.iter().map(|(k, v)| (*k, v.as_os_str())).collect()
 }
 
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn info_json(env: &[(&str, &std::ffi::OsStr)]) -> serde_json::Value {
+fn info_json(env: &[(&str, &OsStr)]) -> serde_json::Value {
     let dir = plugin_dir();
     let out = tool(
         &["info", "--json", "--plugin-dir", dir.to_str().unwrap()],
@@ -54,8 +56,9 @@ fn info_json(env: &[(&str, &std::ffi::OsStr)]) -> serde_json::Value {
 
 #[test]
 fn info_without_cuda() {
-    let empty = tempfile::tempdir().unwrap();
-    let env = [("LD_LIBRARY_PATH", empty.path().as_os_str())];
+    let libs = emulator_lib_dir();
+    let env = no_gpu(&libs);
+    let env = borrowed(&env);
     let info = info_json(&env);
     assert_eq!(info["cuda"]["available"], false);
     assert_eq!(info["cufile"]["loaded"], false);
@@ -75,8 +78,8 @@ fn info_without_cuda() {
 
 #[test]
 fn info_reports_where_each_setting_came_from() {
-    let cfg = std::ffi::OsStr::new("task_size=8M");
-    let threads = std::ffi::OsStr::new("3");
+    let cfg = OsStr::new("task_size=8M");
+    let threads = OsStr::new("3");
     let info = info_json(&[("HDF5_DRIVER_CONFIG", cfg), ("H5GDS_NTHREADS", threads)]);
     let row = |key: &str| {
         info["settings"]
@@ -91,7 +94,7 @@ fn info_reports_where_each_setting_came_from() {
     assert_eq!(row("task_size")["source"], "config string");
     assert_eq!(row("nthreads")["source"], "environment (H5GDS_NTHREADS)");
     assert_eq!(row("direct_io")["source"], "default");
-    let bad = std::ffi::OsStr::new("sometimes");
+    let bad = OsStr::new("sometimes");
     let info = info_json(&[("H5GDS_COMPAT_MODE", bad)]);
     assert!(info["settings_error"]
         .as_str()
@@ -113,8 +116,8 @@ fn info_on_the_emulator_sees_cuda_and_gds() {
         .unwrap()
         .starts_with("GPUDirect Storage"));
 
-    let no_gds = std::ffi::OsStr::new("0");
-    let two = std::ffi::OsStr::new("2");
+    let no_gds = OsStr::new("0");
+    let two = OsStr::new("2");
     let info = info_json(&[
         ("LD_LIBRARY_PATH", libs.path().as_os_str()),
         ("H5GDS_EMU_GDS", no_gds),
@@ -137,13 +140,16 @@ fn info_on_the_emulator_sees_cuda_and_gds() {
 
 #[test]
 fn info_with_real_libcufile_and_no_driver_returns_promptly() {
-    let cufile = workspace_root().join(".venv/lib/python3.11/site-packages/nvidia/cu13/lib");
-    assert!(
-        cufile.join("libcufile.so.0").is_file(),
-        "scripts/setup.sh installs nvidia-cufile"
-    );
+    // The installed nvidia-cufile package's libcufile 1.20, behind a CUDA driver without
+    // devices (the emulator stands in for libcuda only).
+    let cufile = cufile_lib_dir();
+    let cuda = emulator_cuda_lib_dir();
+    let mut path = cuda.path().as_os_str().to_owned();
+    path.push(":");
+    path.push(&cufile);
+    let zero = OsStr::new(NO_DEVICE.1);
     let start = Instant::now();
-    let info = info_json(&[("LD_LIBRARY_PATH", cufile.as_os_str())]);
+    let info = info_json(&[("LD_LIBRARY_PATH", &path), (NO_DEVICE.0, zero)]);
     assert!(start.elapsed() < Duration::from_secs(30));
     assert_eq!(info["cuda"]["available"], false);
     assert_eq!(info["cufile"]["loaded"], false);
@@ -241,6 +247,10 @@ fn tiny_bench_writes_json_and_svg() {
 fn bench_without_cuda_runs_the_host_benchmarks_and_says_why_not_device() {
     let work = tempfile::tempdir().unwrap();
     let dir = plugin_dir();
+    let (json, svg) = (
+        work.path().join("bench.json"),
+        work.path().join("bench.svg"),
+    );
     let args = [
         "bench",
         "--size",
@@ -255,13 +265,87 @@ fn bench_without_cuda_runs_the_host_benchmarks_and_says_why_not_device() {
         work.path().to_str().unwrap(),
         "--plugin-dir",
         dir.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
     ];
-    let out = tool(&args, &[("LD_LIBRARY_PATH", work.path().as_os_str())]);
+    let libs = emulator_lib_dir();
+    let out = tool(&args, &borrowed(&no_gpu(&libs)));
     assert!(out.status.success());
     let text = stdout(&out);
     assert!(text.contains("HOST MEMORY"), "{text}");
     assert!(
         text.contains("DEVICE MEMORY: skipped: the device benchmarks need a CUDA driver library"),
         "{text}"
+    );
+    // The outputs hold what was measured, and say what was skipped and why.
+    let value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let results = value["results"].as_array().unwrap();
+    assert!(
+        results
+            .iter()
+            .any(|r| r["benchmark"] == "read 1 MiB contiguous f32" && r["path"] == "gds"),
+        "{value}"
+    );
+    assert!(results
+        .iter()
+        .all(|r| !r["benchmark"].as_str().unwrap().starts_with("device")));
+    let skipped = value["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1, "{value}");
+    assert_eq!(skipped[0]["part"], "device");
+    assert!(skipped[0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("need a CUDA driver library"));
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert!(picture.contains("device benchmarks skipped: the device benchmarks need a CUDA"));
+    assert!(picture.contains("read 1 MiB contiguous f32"));
+}
+
+#[test]
+fn info_names_which_gds_driver_the_plugin_path_gives() {
+    let work = tempfile::tempdir().unwrap();
+    let other = work.path().join("libother_gds.so");
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&other)
+        .arg(workspace_root().join("tests/shims/other_gds_driver.c"))
+        .status()
+        .expect("a C compiler (cc)");
+    assert!(status.success());
+    let ours = plugin_dir();
+    let path_of = |dirs: &[&std::path::Path]| std::env::join_paths(dirs).unwrap();
+    // Another project's gds driver first on the path: that is what HDF5 would load.
+    let both = path_of(&[work.path(), &ours]);
+    let info = info_json(&[("HDF5_PLUGIN_PATH", both.as_os_str())]);
+    let found = info["gds_plugins"]["found"].as_array().unwrap();
+    assert_eq!(found.len(), 2, "{info}");
+    assert_eq!(found[0]["path"], other.to_str().unwrap());
+    assert_eq!(found[0]["is_h5gds"], false);
+    assert_eq!(found[1]["path"], ours.join("libh5gds.so").to_str().unwrap());
+    assert_eq!(found[1]["is_h5gds"], true, "{info}");
+    let out = tool(
+        &["info", "--plugin-dir", ours.to_str().unwrap()],
+        &[("HDF5_PLUGIN_PATH", both.as_os_str())],
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains("HDF5_DRIVER=gds loads: ANOTHER gds driver, not h5gds")
+            && text.contains("2 gds drivers on the path"),
+        "{text}"
+    );
+    // h5gds's directory first: h5gds.
+    let ours_first = path_of(&[&ours, work.path()]);
+    let out = tool(
+        &["info", "--plugin-dir", ours.to_str().unwrap()],
+        &[("HDF5_PLUGIN_PATH", ours_first.as_os_str())],
+    );
+    assert!(
+        stdout(&out).contains("HDF5_DRIVER=gds loads: h5gds: ")
+            && !stdout(&out).contains("ANOTHER"),
+        "{}",
+        stdout(&out)
     );
 }

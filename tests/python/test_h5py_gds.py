@@ -9,13 +9,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from support import NEW_PYTHON, OLD_PYTHON, PLUGIN_DIR, site_packages, without_gpu
+
 SCENARIOS = Path(__file__).with_name("h5py_scenarios.py")
-PLUGIN_DIR = Path(os.environ.get("H5GDS_PLUGIN_DIR", ROOT / "target" / "release"))
-NEW_PYTHON = Path(os.environ.get("H5GDS_PYTHON", ROOT / ".venv" / "bin" / "python"))
-OLD_PYTHON = Path(os.environ.get("H5GDS_PYTHON_114", ROOT / ".venv-114" / "bin" / "python"))
-# The real libcufile 1.20 from PyPI's nvidia-cufile wheel (scripts/setup.sh installs it).
-CUFILE_LIB_DIR = ROOT / ".venv" / "lib" / "python3.11" / "site-packages" / "nvidia" / "cu13" / "lib"
 
 
 def run(command, path, driver, python=NEW_PYTHON, extra_env=None, timeout=600):
@@ -134,10 +130,9 @@ def test_hdf5_1_14_program(tmp_path):
 
 @pytest.mark.parametrize("mode", ["auto", "on"])
 def test_real_libcufile_without_nvidia_driver_does_not_hang(tmp_path, mode):
-    # With libcufile loadable and no NVIDIA driver, cuFileDriverOpen would spin forever: the
+    # With libcufile loadable and no usable CUDA device, cuFileDriverOpen would spin forever: the
     # driver must not touch libcufile when CUDA does not work. A hang fails on the timeout.
-    assert (CUFILE_LIB_DIR / "libcufile.so.0").is_file(), CUFILE_LIB_DIR
-    env = {"LD_LIBRARY_PATH": str(CUFILE_LIB_DIR), "H5GDS_COMPAT_MODE": mode}
+    env = {**without_gpu(tmp_path), "H5GDS_COMPAT_MODE": mode}
     out, err = run("write", tmp_path / "nohang.h5", "gds", extra_env=env, timeout=60)
     assert "WRITE OK" in out
     assert "device buffers: not possible: no usable CUDA" in err
@@ -146,8 +141,7 @@ def test_real_libcufile_without_nvidia_driver_does_not_hang(tmp_path, mode):
 
 def test_real_libcufile_with_compat_mode_off_fails_promptly(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HDF5_", "H5GDS_"))}
-    env.update(HDF5_PLUGIN_PATH=str(PLUGIN_DIR), HDF5_DRIVER="gds", H5GDS_COMPAT_MODE="off",
-               LD_LIBRARY_PATH=str(CUFILE_LIB_DIR))
+    env.update(HDF5_PLUGIN_PATH=str(PLUGIN_DIR), HDF5_DRIVER="gds", H5GDS_COMPAT_MODE="off", **without_gpu(tmp_path))
     code = "import h5py\ntry:\n    h5py.File(%r, 'w')\nexcept OSError as e:\n    print('ERR', e)\n" % str(
         tmp_path / "off.h5")
     proc = subprocess.run([str(NEW_PYTHON), "-c", code], env=env, capture_output=True, text=True, timeout=60)
@@ -159,7 +153,7 @@ def test_real_libcufile_with_compat_mode_off_fails_promptly(tmp_path):
 def test_second_hdf5_library_loaded_first_does_not_capture_the_driver(tmp_path):
     # Another wheel's private HDF5 (here h5py 3.14's 1.14.6), loaded before h5py's own: the
     # driver must still talk to the HDF5 that calls it (it reads the config string through it).
-    libs = OLD_PYTHON.parent.parent / "lib" / "python3.11" / "site-packages" / "h5py.libs"
+    libs = site_packages(OLD_PYTHON) / "h5py.libs"
     # Its dependencies first (the wheel finds them through the extension modules' RPATH).
     other = sorted(libs.glob("libaec-*.so*")) + sorted(libs.glob("libsz-*.so*")) + sorted(libs.glob("libhdf5-*.so*"))
     assert len(other) == 3, f"unexpected h5py.libs content: {other}"

@@ -5,27 +5,19 @@
 //! `h5devprog FILE [--sizes N,N,...]`: with the driver chosen by `HDF5_DRIVER=gds`, writes
 //! reference datasets from host memory, then for every size reads them into device buffers (at
 //! an unaligned offset, whole and by hyperslab), writes them back from device memory, reads a
-//! compact dataset and storage past end of file into device memory, and compares every byte
-//! with host-side reads. Prints `DEVICE OK <checks>`; on a mismatch or error prints `FAILED: ...`
+//! compact dataset and storage past end of file into device memory, reads and writes every 3rd
+//! byte of a dataset through device memory, and compares every byte with host-side reads. Prints `DEVICE OK <checks>`; on a mismatch or error prints `FAILED: ...`
 //! and exits 1.
 
+use crate::pattern::bytes as pattern;
+use array_io::hdf5_raw::{self, named as h5, FileDriver, Spaces};
 use h5gds_bench::gpu::{init_cuda, DeviceBuffer};
-use h5gds_bench::h5::{self, h5t, Layout, Selection};
+use hdf5::dataset::{AllocTime, FillTime, Layout};
+use hdf5::{Dataset, Dataspace, Datatype, Group};
+use ndarray::s;
 use std::path::Path;
 
 type Check<T> = Result<T, String>;
-
-/// Reference bytes for a dataset of `len` bytes.
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            (i as u32)
-                .wrapping_mul(2_654_435_761)
-                .rotate_left(seed as u32 % 31) as u8
-                ^ seed
-        })
-        .collect()
-}
 
 fn expect_bytes(what: &str, got: &[u8], want: &[u8]) -> Check<()> {
     if got.len() != want.len() {
@@ -46,27 +38,80 @@ fn expect_bytes(what: &str, got: &[u8], want: &[u8]) -> Check<()> {
 
 const PAD: usize = 3; // device buffers are used at an unaligned offset
 
+/// A `u8` dataset `name` of `len` elements with `layout`; `unwritten` allocates its storage at
+/// creation and never fills it (until written, its bytes lie past the end of the file).
+fn create(file: &Group, name: &str, len: usize, layout: Layout, unwritten: bool) -> Check<Dataset> {
+    let mut builder = file.new_dataset::<u8>().shape(len).layout(layout);
+    if unwritten {
+        builder = builder
+            .alloc_time(Some(AllocTime::Early))
+            .fill_time(FillTime::Never);
+    }
+    h5(&format!("H5Dcreate2({name})"), builder.create(name))
+}
+
+/// A 1-D memory dataspace as long as the `file` selection (`None`: all of both sides).
+fn memory_space(file: Option<&Dataspace>) -> Check<Option<Dataspace>> {
+    file.map(|f| h5("H5Screate_simple", Dataspace::try_new(f.selection_size())))
+        .transpose()
+}
+
+/// Reads `dset` (or its `file` selection) into device memory at `buf`.
+///
+/// # Safety
+/// `buf` must be device memory with room for the selection's bytes.
+unsafe fn read_device(
+    dset: &Dataset,
+    file: Option<&Dataspace>,
+    buf: *mut std::ffi::c_void,
+) -> Check<()> {
+    let u8_type = h5("H5Tcopy", Datatype::from_type::<u8>())?;
+    let memory = memory_space(file)?;
+    let spaces = Spaces {
+        memory: memory.as_ref(),
+        file,
+    };
+    // SAFETY: as the caller guarantees.
+    h5("H5Dread", unsafe {
+        hdf5_raw::read(dset, &u8_type, spaces, buf)
+    })
+}
+
+/// Writes `dset` (or its `file` selection) from device memory at `buf`.
+///
+/// # Safety
+/// `buf` must be device memory holding the selection's bytes.
+unsafe fn write_device(
+    dset: &Dataset,
+    file: Option<&Dataspace>,
+    buf: *const std::ffi::c_void,
+) -> Check<()> {
+    let u8_type = h5("H5Tcopy", Datatype::from_type::<u8>())?;
+    let memory = memory_space(file)?;
+    let spaces = Spaces {
+        memory: memory.as_ref(),
+        file,
+    };
+    // SAFETY: as the caller guarantees.
+    h5("H5Dwrite", unsafe {
+        hdf5_raw::write(dset, &u8_type, spaces, buf)
+    })
+}
+
 fn run(path: &Path, sizes: &[usize]) -> Check<usize> {
-    let u8_type = *h5t::H5T_NATIVE_UCHAR;
-    let fapl = h5::file_access(&h5::Driver::Default)?;
-    let file = h5::create_file(path, &fapl)?;
+    let fapl = h5("H5Pcreate", hdf5_raw::file_access(&FileDriver::Default))?;
+    let file = h5("H5Fcreate", hdf5_raw::create_file(path, &fapl))?;
     let mut checks = 0;
     for (k, &size) in sizes.iter().enumerate() {
         let want = pattern(size, k as u8 + 1);
-        let dset = h5::create_dataset(
-            &file,
-            &format!("d{size}"),
-            *h5t::H5T_STD_U8LE,
-            &[size as u64],
-            Layout::Contiguous,
-        )?;
-        h5::write_all(&dset, u8_type, &want)?;
+        let dset = create(&file, &format!("d{size}"), size, Layout::Contiguous, false)?;
+        h5("H5Dwrite", dset.write_raw(&want))?;
 
         // Whole dataset into device memory at an unaligned offset.
         let dev = DeviceBuffer::new(size + 2 * PAD)?;
         dev.upload(0, &vec![0xAA; size + 2 * PAD])?;
         // SAFETY: the device buffer holds size bytes from offset PAD.
-        unsafe { h5::read_raw(&dset, u8_type, Selection::All, dev.at(PAD))? };
+        unsafe { read_device(&dset, None, dev.at(PAD))? };
         expect_bytes(
             &format!("device read of {size} bytes"),
             &dev.download(PAD, size)?,
@@ -82,20 +127,15 @@ fn run(path: &Path, sizes: &[usize]) -> Check<usize> {
 
         // A hyperslab starting at an odd offset.
         if size > 10 {
-            let (start, count) = ((size as u64 / 3) | 1, size as u64 / 2);
-            let (start_a, count_a) = ([start], [count]);
-            let sel = Selection::Slab {
-                start: &start_a,
-                stride: &[1],
-                count: &count_a,
-            };
+            let (start, count) = ((size / 3) | 1, size / 2);
+            let space = h5("H5Dget_space", dset.space())?;
+            let sel = h5("H5Sselect_hyperslab", space.select(start..start + count))?;
             // SAFETY: the device buffer holds count bytes from offset PAD.
-            unsafe { h5::read_raw(&dset, u8_type, sel, dev.at(PAD))? };
-            let part = &want[start as usize..(start + count) as usize];
+            unsafe { read_device(&dset, Some(&sel), dev.at(PAD))? };
             expect_bytes(
                 &format!("device hyperslab of {size}"),
-                &dev.download(PAD, count as usize)?,
-                part,
+                &dev.download(PAD, count)?,
+                &want[start..start + count],
             )?;
             checks += 1;
         }
@@ -103,40 +143,26 @@ fn run(path: &Path, sizes: &[usize]) -> Check<usize> {
         // Written from device memory, read back on the host.
         let back = pattern(size, k as u8 + 101);
         dev.upload(PAD, &back)?;
-        let wset = h5::create_dataset(
-            &file,
-            &format!("w{size}"),
-            *h5t::H5T_STD_U8LE,
-            &[size as u64],
-            Layout::Contiguous,
-        )?;
+        let wset = create(&file, &format!("w{size}"), size, Layout::Contiguous, false)?;
         // SAFETY: the device buffer holds size bytes from offset PAD.
-        unsafe { h5::write_raw(&wset, u8_type, Selection::All, dev.at(PAD))? };
-        let mut host = vec![0u8; size];
-        h5::read_all(&wset, u8_type, &mut host)?;
+        unsafe { write_device(&wset, None, dev.at(PAD))? };
+        let host = h5("H5Dread", wset.read_raw::<u8>())?;
         expect_bytes(&format!("device write of {size} bytes"), &host, &back)?;
         checks += 1;
     }
 
     // Compact datasets go through ctl(MEM_COPY) in both directions.
     let compact = pattern(200, 77);
-    let cset = h5::create_dataset(
-        &file,
-        "compact",
-        *h5t::H5T_STD_U8LE,
-        &[200],
-        Layout::Compact,
-    )?;
+    let cset = create(&file, "compact", 200, Layout::Compact, false)?;
     let dev = DeviceBuffer::new(200 + PAD)?;
     dev.upload(PAD, &compact)?;
     // SAFETY: the device buffer holds 200 bytes from offset PAD.
-    unsafe { h5::write_raw(&cset, u8_type, Selection::All, dev.at(PAD))? };
-    let mut host = vec![0u8; 200];
-    h5::read_all(&cset, u8_type, &mut host)?;
+    unsafe { write_device(&cset, None, dev.at(PAD))? };
+    let host = h5("H5Dread", cset.read_raw::<u8>())?;
     expect_bytes("compact write from device", &host, &compact)?;
     dev.upload(PAD, &[0u8; 200])?;
     // SAFETY: as above.
-    unsafe { h5::read_raw(&cset, u8_type, Selection::All, dev.at(PAD))? };
+    unsafe { read_device(&cset, None, dev.at(PAD))? };
     expect_bytes(
         "compact read into device",
         &dev.download(PAD, 200)?,
@@ -146,25 +172,58 @@ fn run(path: &Path, sizes: &[usize]) -> Check<usize> {
 
     // Storage allocated but never written lies past end of file: it reads as zeros.
     let len = 300_000;
-    let eset = h5::create_dataset(
-        &file,
-        "unwritten",
-        *h5t::H5T_STD_U8LE,
-        &[len as u64],
-        Layout::AllocatedUnwritten,
-    )?;
+    let eset = create(&file, "unwritten", len, Layout::Contiguous, true)?;
     let dev = DeviceBuffer::new(len)?;
     dev.upload(0, &vec![0xAA; len])?;
     // SAFETY: the device buffer holds len bytes.
-    unsafe { h5::read_raw(&eset, u8_type, Selection::All, dev.at(0))? };
+    unsafe { read_device(&eset, None, dev.at(0))? };
     expect_bytes(
         "device read past end of file",
         &dev.download(0, len)?,
         &vec![0; len],
     )?;
     checks += 1;
-    drop((cset, eset));
-    file.close()?;
+
+    // Strided selections (every 3rd byte) into and out of device memory: the driver's selection
+    // callbacks take these through the vector path, piece by piece.
+    let len = 30_000;
+    let full = pattern(len, 55);
+    let sset = create(&file, "strided", len, Layout::Contiguous, false)?;
+    h5("H5Dwrite", sset.write_raw(&full))?;
+    let count = len / 3 - 1;
+    let space = h5("H5Dget_space", sset.space())?;
+    let sel = h5(
+        "H5Sselect_hyperslab",
+        hdf5::Selection::try_new(s![1..1 + 3 * count;3]).and_then(|sel| space.select(sel)),
+    )?;
+    let every_third: Vec<u8> = full
+        .iter()
+        .skip(1)
+        .step_by(3)
+        .take(count)
+        .copied()
+        .collect();
+    let dev = DeviceBuffer::new(count)?;
+    // SAFETY: the device buffer holds one byte per selected element.
+    unsafe { read_device(&sset, Some(&sel), dev.at(0))? };
+    expect_bytes(
+        "strided read into device",
+        &dev.download(0, count)?,
+        &every_third,
+    )?;
+    let back = pattern(count, 66);
+    dev.upload(0, &back)?;
+    // SAFETY: as above.
+    unsafe { write_device(&sset, Some(&sel), dev.at(0))? };
+    let host = h5("H5Dread", sset.read_raw::<u8>())?;
+    let mut want = full.clone();
+    for (i, b) in back.iter().enumerate() {
+        want[1 + 3 * i] = *b;
+    }
+    expect_bytes("strided write from device", &host, &want)?;
+    checks += 2;
+    drop((cset, eset, sset));
+    h5("H5Fclose", file.close())?;
     Ok(checks)
 }
 
@@ -189,9 +248,7 @@ pub fn main() -> i32 {
         },
         None => vec![1, 7, 4096, 65_536 + 13, 1 << 20, (5 << 20) + 5],
     };
-    let result = init_cuda()
-        .and_then(|_| h5::init(None))
-        .and_then(|_| run(Path::new(path), &sizes));
+    let result = init_cuda().and_then(|_| run(Path::new(path), &sizes));
     match result {
         Ok(checks) => {
             println!("DEVICE OK {checks}");

@@ -17,6 +17,7 @@
 //! The emulator is not a dependency of this package, so build it first:
 //! `cargo build -p h5gds-cuda-emulator`.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,6 +33,15 @@ pub const LIBRARY_ALIASES: [&str; 4] = [
     "libcufile.so.0",
     "libcufile.so",
 ];
+
+/// The CUDA driver's names only, linked in [`emulator_cuda_lib_dir`].
+pub const CUDA_ALIASES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
+
+/// The emulator's switch for a CUDA driver without devices: `cuInit` fails with
+/// CUDA_ERROR_NO_DEVICE, as the real driver does on a machine without a GPU. Tests fake "no
+/// usable CUDA" with it: an empty `LD_LIBRARY_PATH` does not, on a machine whose NVIDIA
+/// driver is found through the system's library cache.
+pub const NO_DEVICE: (&str, &str) = ("H5GDS_EMU_DEVICES", "0");
 
 /// The built emulator library: `H5GDS_EMULATOR_LIB` if set, else the newest of
 /// `<target>/debug/libh5gds_emu.so` and `<target>/release/libh5gds_emu.so`, where `<target>`
@@ -112,18 +122,105 @@ impl EmulatorLibDir {
     }
 }
 
-/// A fresh [`EmulatorLibDir`] for [`emulator_library`].
+/// A fresh [`EmulatorLibDir`] for [`emulator_library`], standing in for libcuda and libcufile.
 pub fn emulator_lib_dir() -> EmulatorLibDir {
+    lib_dir_with(&LIBRARY_ALIASES)
+}
+
+/// A fresh [`EmulatorLibDir`] standing in for libcuda only, so that a libcufile later on
+/// `LD_LIBRARY_PATH` (the real one) is the one loaded.
+pub fn emulator_cuda_lib_dir() -> EmulatorLibDir {
+    lib_dir_with(&CUDA_ALIASES)
+}
+
+fn lib_dir_with(aliases: &[&str]) -> EmulatorLibDir {
     let library = emulator_library();
     let library = library.canonicalize().unwrap_or(library);
     let dir = tempfile::Builder::new()
         .prefix("h5gds-emu-libs-")
         .tempdir()
         .expect("create a temporary directory for the emulator links");
-    for alias in LIBRARY_ALIASES {
+    for alias in aliases {
         let link = dir.path().join(alias);
         std::os::unix::fs::symlink(&library, &link)
             .unwrap_or_else(|e| panic!("link {} -> {}: {e}", link.display(), library.display()));
     }
     EmulatorLibDir { dir, library }
+}
+
+/// The emulator's exit report (`H5GDS_EMU_REPORT=PATH`): each line's name and first number.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report(pub HashMap<String, u64>);
+
+impl Report {
+    /// Parses report text: `name: N ...` per line (anything after N ignored).
+    pub fn parse(text: &str) -> Report {
+        Report(
+            text.lines()
+                .filter_map(|line| {
+                    let (name, rest) = line.split_once(':')?;
+                    let value = rest.split_whitespace().next()?.parse().ok()?;
+                    Some((name.trim().to_string(), value))
+                })
+                .collect(),
+        )
+    }
+
+    /// Whether the report has no counters (no report was written).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The counter `name`; panics, showing the report, if there is none.
+    #[track_caller]
+    pub fn counter(&self, name: &str) -> u64 {
+        *self
+            .0
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name:?} in the emulator report {:?}", self.0))
+    }
+
+    /// Asserts that each counter of `names` is 0.
+    #[track_caller]
+    pub fn assert_zero(&self, names: &[&str]) {
+        for name in names {
+            assert_eq!(self.counter(name), 0, "{name}: {:?}", self.0);
+        }
+    }
+}
+
+impl std::ops::Index<&str> for Report {
+    type Output = u64;
+    #[track_caller]
+    fn index(&self, name: &str) -> &u64 {
+        self.0
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name:?} in the emulator report {:?}", self.0))
+    }
+}
+
+/// The report at `path`; empty if the file is missing (the child never wrote one).
+pub fn read_report(path: &Path) -> Report {
+    Report::parse(&std::fs::read_to_string(path).unwrap_or_default())
+}
+
+impl EmulatorLibDir {
+    /// As [`EmulatorLibDir::configure`], with [`NO_DEVICE`]: CUDA loads but has no device.
+    pub fn configure_without_gpu<'a>(&self, cmd: &'a mut Command) -> &'a mut Command {
+        self.configure(cmd).env(NO_DEVICE.0, NO_DEVICE.1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Report;
+
+    #[test]
+    fn reports_parse_names_and_first_numbers() {
+        let r = Report::parse("leaked device allocations: 2 (bytes 30)\ncopies htod: 5\njunk\n");
+        assert_eq!(r.counter("leaked device allocations"), 2);
+        assert_eq!(r["copies htod"], 5);
+        assert_eq!(r.0.len(), 2);
+        r.assert_zero(&[]);
+    }
 }

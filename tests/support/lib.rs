@@ -1,14 +1,25 @@
-//! Shared pieces of the integration tests: where things are, and `program`, an HDF5 program
-//! written against the C API (through hdf5-metno-sys, HDF5 built from source) that the tests run
-//! as a child process, since HDF5 reads `HDF5_DRIVER` only once per process.
+//! Shared pieces of the integration tests of every crate: where things are (`workspace_root`,
+//! `plugin_dir`), child processes (`process`), the CUDA/cuFile emulator and its report
+//! (`emulator`), test data (`pattern`), the project's Python environment (`python`), whether
+//! the run targets a real GPU (`real_cuda`), and the HDF5 programs (hdf5-metno and array-io's raw
+//! layer) the tests run as child processes (`program`, `devprog`), since HDF5 reads `HDF5_DRIVER` only once per process.
 
 pub mod devprog;
 pub mod emulator;
+pub mod pattern;
+pub mod process;
 pub mod program;
+pub mod python;
 
 use std::collections::BTreeMap;
 use std::ffi::{c_char, CStr};
 use std::path::PathBuf;
+
+/// Whether the device tests run on the machine's real CUDA and cuFile instead of the emulator:
+/// `H5GDS_TEST_REAL_CUDA=1` when the tests were compiled. build.rs turns that into the
+/// `real_cuda` cfg, under which tests that need the emulator are compiled with
+/// `#[ignore = ...]`, so the harness reports them as ignored, never as passed.
+pub const REAL_CUDA: bool = cfg!(real_cuda);
 
 /// The workspace root (the directory holding the top-level Cargo.toml).
 pub fn workspace_root() -> PathBuf {

@@ -1,4 +1,6 @@
-//! An HDF5 program written against the C API, run by the tests as a child process.
+//! An HDF5 program, run by the tests as a child process (HDF5 reads `HDF5_DRIVER` once per
+//! process): hdf5-metno's API, with the file access list and the files opened through array-io's
+//! raw HDF5 layer as a C program would (`H5Pset_driver_by_name`).
 //!
 //! `h5prog write FILE [--config CFG]` creates FILE with contiguous, 2-D, chunked (with partial
 //! edge chunks), compact and nested datasets and an attribute; `h5prog verify FILE [--config CFG]`
@@ -8,13 +10,17 @@
 //! Prints `WRITE OK` / `VERIFY OK` and exits 0, or prints what failed plus HDF5's error stack
 //! and exits 1 (2 for a usage error).
 
-use h5gds_bench::h5::{self, h5t::*, Driver, Layout};
+use array_io::hdf5_raw::{self, named as h5, FileDriver};
+use hdf5::dataset::Layout;
+use hdf5::plist::FileAccess;
+use hdf5::{Group, H5Type};
+use ndarray::s;
 
 /// Sizes of the test data.
 pub const CONTIG_LEN: usize = 3_000_000;
 pub const MATRIX: (usize, usize) = (256, 1024);
 pub const CHUNKED: (usize, usize) = (300, 300);
-pub const CHUNK: (u64, u64) = (64, 64);
+pub const CHUNK: (usize, usize) = (64, 64);
 
 type Check<T> = Result<T, String>;
 
@@ -28,29 +34,32 @@ pub fn chunked_value(r: usize, c: usize) -> i32 {
     (r * CHUNKED.1 + c) as i32 - 1000
 }
 
-/// Creates a dataset of `dims` and writes all of `data` (of `mem_type`) to it.
-fn write_dataset<T>(
-    loc: &h5::Id,
+/// Creates dataset `name` of `dims` with `layout` (chunked with `chunk`) holding `data`.
+fn write_dataset<T: H5Type>(
+    loc: &Group,
     name: &str,
-    types: (i64, i64),
-    dims: &[u64],
+    dims: &[usize],
     layout: Layout,
+    chunk: Option<&[usize]>,
     data: &[T],
 ) -> Check<()> {
-    let dset = h5::create_dataset(loc, name, types.0, dims, layout)?;
-    h5::write_all(&dset, types.1, data)
+    let mut builder = loc.new_dataset::<T>().shape(dims).layout(layout);
+    if let Some(chunk) = chunk {
+        builder = builder.chunk(chunk);
+    }
+    let dset = h5(&format!("H5Dcreate2({name})"), builder.create(name))?;
+    h5("H5Dwrite", dset.write_raw(data))
 }
 
-fn write(path: &std::path::Path, fapl: &h5::Id) -> Check<()> {
-    let file = h5::create_file(path, fapl)?;
+fn write(path: &std::path::Path, fapl: &FileAccess) -> Check<()> {
+    let file = h5("H5Fcreate", hdf5_raw::create_file(path, fapl))?;
     let contig: Vec<f32> = (0..CONTIG_LEN).map(contig_value).collect();
-    let float = (*H5T_IEEE_F32LE, *H5T_NATIVE_FLOAT);
     write_dataset(
         &file,
         "contig",
-        float,
-        &[CONTIG_LEN as u64],
+        &[CONTIG_LEN],
         Layout::Contiguous,
+        None,
         &contig,
     )?;
 
@@ -61,9 +70,9 @@ fn write(path: &std::path::Path, fapl: &h5::Id) -> Check<()> {
     write_dataset(
         &file,
         "matrix",
-        float,
-        &[rows as u64, cols as u64],
+        &[rows, cols],
         Layout::Contiguous,
+        None,
         &matrix,
     )?;
 
@@ -71,35 +80,33 @@ fn write(path: &std::path::Path, fapl: &h5::Id) -> Check<()> {
     let chunked: Vec<i32> = (0..rows * cols)
         .map(|i| chunked_value(i / cols, i % cols))
         .collect();
-    let int = (*H5T_STD_I32LE, *H5T_NATIVE_INT);
     let chunk = [CHUNK.0, CHUNK.1];
+    let dims = [rows, cols];
     write_dataset(
         &file,
         "chunked",
-        int,
-        &[rows as u64, cols as u64],
-        Layout::Chunked(&chunk),
+        &dims,
+        Layout::Chunked,
+        Some(&chunk),
         &chunked,
     )?;
 
     let compact: Vec<i32> = (0..10).map(|i| i * i).collect();
-    write_dataset(&file, "compact", int, &[10], Layout::Compact, &compact)?;
+    write_dataset(&file, "compact", &[10], Layout::Compact, None, &compact)?;
 
-    let g = h5::create_group(&file, "g")?;
-    let h = h5::create_group(&g, "h")?;
+    let g = h5("H5Gcreate2(g)", file.create_group("g"))?;
+    let h = h5("H5Gcreate2(h)", g.create_group("h"))?;
     let small: Vec<u8> = (0..100u8).collect();
-    write_dataset(
-        &h,
-        "small",
-        (*H5T_STD_U8LE, *H5T_NATIVE_UCHAR),
-        &[100],
-        Layout::Contiguous,
-        &small,
-    )?;
+    write_dataset(&h, "small", &[100], Layout::Contiguous, None, &small)?;
     drop((h, g));
 
-    h5::write_scalar_attribute(&file, "answer", *H5T_STD_I64LE, *H5T_NATIVE_LLONG, &42i64)?;
-    file.close()
+    let attr = h5(
+        "H5Acreate2(answer)",
+        file.new_attr::<i64>().create("answer"),
+    )?;
+    h5("H5Awrite", attr.write_scalar(&42i64))?;
+    drop(attr);
+    h5("H5Fclose", file.close())
 }
 
 fn expect_eq<T: PartialEq + std::fmt::Debug>(
@@ -116,72 +123,49 @@ fn expect_eq<T: PartialEq + std::fmt::Debug>(
     }
 }
 
-fn verify(path: &std::path::Path, fapl: &h5::Id) -> Check<()> {
-    let file = h5::open_file(path, fapl)?;
-    let float = *H5T_NATIVE_FLOAT;
-    let mut contig = vec![0f32; CONTIG_LEN];
-    h5::read_all(&h5::open_dataset(&file, "contig")?, float, &mut contig)?;
-    expect_eq("contig", &contig, contig_value)?;
+/// Reads a whole dataset as `T`.
+fn read_all<T: H5Type>(file: &hdf5::File, name: &str) -> Check<Vec<T>> {
+    let dset = h5(&format!("H5Dopen2({name})"), file.dataset(name))?;
+    h5("H5Dread", dset.read_raw::<T>())
+}
+
+fn verify(path: &std::path::Path, fapl: &FileAccess) -> Check<()> {
+    let file = h5("H5Fopen", hdf5_raw::open_file(path, fapl))?;
+    expect_eq("contig", &read_all::<f32>(&file, "contig")?, contig_value)?;
 
     let (rows, cols) = MATRIX;
-    let matrix = h5::open_dataset(&file, "matrix")?;
-    let mut column = vec![0f32; rows];
-    h5::read_slab(
-        &matrix,
-        float,
-        &[0, 7],
-        &[1, 1],
-        &[rows as u64, 1],
-        &mut column,
-    )?;
-    expect_eq("matrix column 7", &column, |r| matrix_value(r, 7))?;
+    let matrix = h5("H5Dopen2(matrix)", file.dataset("matrix"))?;
+    let column = h5("H5Dread", matrix.read_slice_1d::<f32, _>(s![.., 7]))?;
+    expect_eq("matrix column 7", column.as_slice().unwrap(), |r| {
+        matrix_value(r, 7)
+    })?;
 
-    let every4 = rows / 4;
-    let mut strided = vec![0f32; every4 * cols];
-    h5::read_slab(
-        &matrix,
-        float,
-        &[0, 0],
-        &[4, 1],
-        &[every4 as u64, cols as u64],
-        &mut strided,
-    )?;
-    expect_eq("matrix every 4th row", &strided, |i| {
+    let strided = h5("H5Dread", matrix.read_slice_2d::<f32, _>(s![..;4, ..]))?;
+    if strided.shape() != [rows / 4, cols] {
+        return Err(format!("every 4th row: shape {:?}", strided.shape()));
+    }
+    expect_eq("matrix every 4th row", strided.as_slice().unwrap(), |i| {
         matrix_value((i / cols) * 4, i % cols)
     })?;
 
-    let (rows, cols) = CHUNKED;
-    let mut chunked = vec![0i32; rows * cols];
-    h5::read_all(
-        &h5::open_dataset(&file, "chunked")?,
-        *H5T_NATIVE_INT,
-        &mut chunked,
-    )?;
-    expect_eq("chunked", &chunked, |i| chunked_value(i / cols, i % cols))?;
+    let (_, cols) = CHUNKED;
+    expect_eq("chunked", &read_all::<i32>(&file, "chunked")?, |i| {
+        chunked_value(i / cols, i % cols)
+    })?;
+    expect_eq("compact", &read_all::<i32>(&file, "compact")?, |i| {
+        (i * i) as i32
+    })?;
+    expect_eq("g/h/small", &read_all::<u8>(&file, "g/h/small")?, |i| {
+        i as u8
+    })?;
 
-    let mut compact = vec![0i32; 10];
-    h5::read_all(
-        &h5::open_dataset(&file, "compact")?,
-        *H5T_NATIVE_INT,
-        &mut compact,
-    )?;
-    expect_eq("compact", &compact, |i| (i * i) as i32)?;
-
-    let mut small = vec![0u8; 100];
-    h5::read_all(
-        &h5::open_dataset(&file, "g/h/small")?,
-        *H5T_NATIVE_UCHAR,
-        &mut small,
-    )?;
-    expect_eq("g/h/small", &small, |i| i as u8)?;
-
-    let mut answer = 0i64;
-    h5::read_scalar_attribute(&file, "answer", *H5T_NATIVE_LLONG, &mut answer)?;
+    let attr = h5("H5Aopen(answer)", file.attr("answer"))?;
+    let answer = h5("H5Aread", attr.read_scalar::<i64>())?;
     if answer != 42 {
         return Err(format!("attribute answer is {answer}, expected 42"));
     }
-    drop(matrix);
-    file.close()
+    drop((attr, matrix));
+    h5("H5Fclose", file.close())
 }
 
 /// Entry point of `h5prog`; returns the exit code.
@@ -195,16 +179,19 @@ pub fn main() -> i32 {
         eprintln!("usage: h5prog write|verify FILE [--config CFG]");
         return 2;
     };
-    let driver = config.map_or(Driver::Default, |c| Driver::Gds(c.clone()));
+    let driver = config.map_or(FileDriver::Default, |c| FileDriver::ByName {
+        name: "gds".into(),
+        config: c.clone(),
+    });
     let path = std::path::Path::new(path);
-    // HDF5's error stack is printed where a call fails (h5::check).
-    let result = h5::init(None)
-        .and_then(|()| h5::file_access(&driver))
-        .and_then(|fapl| match command.as_str() {
-            "write" => write(path, &fapl).map(|_| "WRITE OK"),
-            "verify" => verify(path, &fapl).map(|_| "VERIFY OK"),
-            other => Err(format!("unknown command {other:?}")),
-        });
+    // A failure prints the failed call with HDF5's error stack.
+    let result = h5("H5Pset_driver", hdf5_raw::file_access(&driver)).and_then(|fapl| match command
+        .as_str()
+    {
+        "write" => write(path, &fapl).map(|_| "WRITE OK"),
+        "verify" => verify(path, &fapl).map(|_| "VERIFY OK"),
+        other => Err(format!("unknown command {other:?}")),
+    });
     match result {
         Ok(message) => {
             println!("{message}");

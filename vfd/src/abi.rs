@@ -62,6 +62,12 @@ pub const H5FD_CTL_MEM_COPY: u64 = 7;
 pub const H5FD_CTL_FAIL_IF_UNKNOWN_FLAG: u64 = 0x0001;
 pub const H5FD_CTL_ROUTE_TO_TERMINAL_VFD_FLAG: u64 = 0x0002;
 
+// Dataspace selections (`H5S_sel_type`, `H5S_MAX_RANK`), for the selection callbacks.
+pub const H5S_MAX_RANK: usize = 32;
+pub const H5S_SEL_NONE: c_int = 0;
+pub const H5S_SEL_HYPERSLABS: c_int = 2;
+pub const H5S_SEL_ALL: c_int = 3;
+
 /// The public part of every open file; the driver's own state follows it in memory.
 #[repr(C)]
 #[derive(Debug)]

@@ -7,7 +7,9 @@
 //! the default.
 
 use crate::error::{Error, Result};
+use std::ffi::OsString;
 use std::fmt;
+use std::os::unix::ffi::OsStringExt;
 
 /// How device buffers reach the file (takes effect with the GPU paths).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,41 +153,47 @@ impl Default for VfdSettings {
     }
 }
 
-/// One I/O thread per core, at most 16.
+/// One I/O thread per core, at most 16. Counted once: `available_parallelism` reads cgroup files,
+/// 2% of a loop of opens and small reads measured on the 2-core VM.
 pub fn default_nthreads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(16)
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .min(16)
+    })
 }
 
 impl VfdSettings {
-    /// VfdSettings from the process environment and an optional config string.
-    pub fn load(config: Option<&str>) -> Result<VfdSettings> {
-        Self::from_sources(|name| std::env::var(name).ok(), config)
+    /// VfdSettings from the process environment and an optional config string (its raw bytes, as
+    /// HDF5 or the environment hold them).
+    pub fn load(config: Option<&[u8]>) -> Result<VfdSettings> {
+        Self::from_sources(|name| std::env::var_os(name), config)
     }
 
     /// VfdSettings from an environment lookup function (for tests) and an optional config string.
+    /// A value that is not valid UTF-8 is invalid like any other, never skipped.
     pub fn from_sources(
-        env: impl Fn(&str) -> Option<String>,
-        config: Option<&str>,
+        env: impl Fn(&str) -> Option<OsString>,
+        config: Option<&[u8]>,
     ) -> Result<VfdSettings> {
         let mut settings = VfdSettings::default();
         for spec in SETTINGS {
             // Aliases first, so the newer name wins when both are set.
             for var in spec.aliases.iter().chain(std::iter::once(&spec.env)) {
                 if let Some(value) = env(var) {
-                    settings.apply(spec, &value, Source::Environment(var))?;
+                    settings.apply(spec, &value.into_vec(), Source::Environment(var))?;
                 }
             }
         }
         if let Some(config) = config {
             for (key, value) in parse_config_string(config)? {
-                let spec = SETTINGS
-                    .iter()
-                    .find(|s| s.config_key == key)
+                let spec = std::str::from_utf8(key)
+                    .ok()
+                    .and_then(|key| SETTINGS.iter().find(|s| s.config_key == key))
                     .ok_or_else(|| Error::UnknownConfigKey {
-                        key: key.to_string(),
+                        key: shown(key),
                         accepted: SETTINGS
                             .iter()
                             .map(|s| s.config_key)
@@ -198,16 +206,16 @@ impl VfdSettings {
         Ok(settings)
     }
 
-    fn apply(&mut self, spec: &'static SettingSpec, raw: &str, source: Source) -> Result<()> {
-        let value = raw.trim();
+    fn apply(&mut self, spec: &'static SettingSpec, raw: &[u8], source: Source) -> Result<()> {
         let invalid = || Error::InvalidSetting {
             setting: match &source {
                 Source::Environment(var) => (*var).to_string(),
                 _ => spec.config_key.to_string(),
             },
-            value: raw.to_string(),
+            value: shown(raw),
             accepted: spec.accepted,
         };
+        let value = std::str::from_utf8(raw).map_err(|_| invalid())?.trim();
         match spec.key {
             Key::CompatMode => {
                 self.compat_mode = match value.to_ascii_lowercase().as_str() {
@@ -279,20 +287,48 @@ impl VfdSettings {
     }
 }
 
-/// Splits `key=value,key=value` into pairs; empty items are ignored.
-pub fn parse_config_string(config: &str) -> Result<Vec<(&str, &str)>> {
+/// The config string HDF5 itself reads from the environment, as raw bytes.
+pub fn config_from_environment() -> Option<Vec<u8>> {
+    std::env::var_os("HDF5_DRIVER_CONFIG").map(OsString::into_vec)
+}
+
+/// Splits `key=value,key=value` into pairs; empty items are ignored. Works on bytes, so that an
+/// item that is not UTF-8 is reported under its key rather than spoiling the whole string.
+pub fn parse_config_string(config: &[u8]) -> Result<Vec<(&[u8], &[u8])>> {
     config
-        .split(',')
-        .map(str::trim)
+        .split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
         .filter(|item| !item.is_empty())
         .map(|item| {
-            item.split_once('=')
-                .map(|(k, v)| (k.trim(), v.trim()))
-                .ok_or_else(|| Error::MalformedConfig {
-                    item: item.to_string(),
-                })
+            let eq = item.iter().position(|&b| b == b'=');
+            eq.map(|i| (item[..i].trim_ascii(), item[i + 1..].trim_ascii()))
+                .ok_or_else(|| Error::MalformedConfig { item: shown(item) })
         })
         .collect()
+}
+
+/// How much of a user's value an error message quotes: enough to recognise it, never a
+/// 100,000-character config string back in full.
+const QUOTED_CHARS: usize = 64;
+
+/// A user-supplied value for an error message: quoted and escaped (bytes that are not UTF-8 show
+/// as `\xNN`), cut after `QUOTED_CHARS` characters with the full length said.
+pub fn shown(raw: &[u8]) -> String {
+    let mut pieces: Vec<String> = Vec::new();
+    for chunk in raw.utf8_chunks() {
+        pieces.extend(chunk.valid().chars().map(|c| c.escape_debug().to_string()));
+        pieces.extend(chunk.invalid().iter().map(|b| format!("\\x{b:02x}")));
+    }
+    let quoted: String = pieces
+        .iter()
+        .take(QUOTED_CHARS)
+        .map(String::as_str)
+        .collect();
+    if pieces.len() <= QUOTED_CHARS {
+        format!("\"{quoted}\"")
+    } else {
+        format!("\"{quoted}\"... ({} bytes in all)", raw.len())
+    }
 }
 
 /// A byte count with an optional `K`/`M`/`G` suffix (binary units; `KB`, `KiB` also accepted).
@@ -334,12 +370,16 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let map: HashMap<String, OsString> = pairs
             .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
             .collect();
         move |name| map.get(name).cloned()
+    }
+
+    fn cfg(text: &str) -> Option<&[u8]> {
+        Some(text.as_bytes())
     }
 
     #[test]
@@ -381,7 +421,7 @@ mod tests {
             *s.source(Key::TaskSize),
             Source::Environment("H5_GDS_VFD_IO_BLOCK_SIZE")
         );
-        let s = VfdSettings::from_sources(&env, Some("nthreads=4, task_size=8M,compat_mode=ON"))
+        let s = VfdSettings::from_sources(&env, cfg("nthreads=4, task_size=8M,compat_mode=ON"))
             .unwrap();
         assert_eq!(s.nthreads, 4);
         assert_eq!(s.task_size, 8 << 20);
@@ -399,13 +439,57 @@ mod tests {
                 && text.contains("maybe")
                 && text.contains("auto, on, off")
         );
-        let err = VfdSettings::from_sources(env_of(&[]), Some("nthreads=0")).unwrap_err();
+        let err = VfdSettings::from_sources(env_of(&[]), cfg("nthreads=0")).unwrap_err();
         assert!(err.to_string().contains("nthreads") && err.to_string().contains("1 to 256"));
-        let err = VfdSettings::from_sources(env_of(&[]), Some("task_size=2G")).unwrap_err();
+        let err = VfdSettings::from_sources(env_of(&[]), cfg("task_size=2G")).unwrap_err();
         assert!(err.to_string().contains("task_size"));
-        let err = VfdSettings::from_sources(env_of(&[]), Some("bogus=1")).unwrap_err();
+        let err = VfdSettings::from_sources(env_of(&[]), cfg("bogus=1")).unwrap_err();
         assert!(err.to_string().contains("bogus") && err.to_string().contains("compat_mode"));
-        let err = VfdSettings::from_sources(env_of(&[]), Some("nthreads")).unwrap_err();
+        let err = VfdSettings::from_sources(env_of(&[]), cfg("nthreads")).unwrap_err();
         assert!(err.to_string().contains("key=value"));
+    }
+
+    #[test]
+    fn values_that_are_not_utf8_are_invalid_not_ignored() {
+        use std::os::unix::ffi::OsStringExt;
+        let bad = OsString::from_vec(vec![0xff]);
+        let env = move |name: &str| (name == "H5GDS_NTHREADS").then(|| bad.clone());
+        let err = VfdSettings::from_sources(env, None).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("H5GDS_NTHREADS") && text.contains("\\xff") && text.contains("1 to 256"),
+            "{text}"
+        );
+        let err = VfdSettings::from_sources(env_of(&[]), Some(b"direct_io=o\xffn".as_slice()))
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("direct_io") && text.contains("o\\xffn"),
+            "{text}"
+        );
+        let err =
+            VfdSettings::from_sources(env_of(&[]), Some(b"\xfe\xff=1".as_slice())).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown key \"\\xfe\\xff\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn messages_quote_a_bounded_part_of_a_value() {
+        let long = format!("nthreads={}", "9".repeat(100_000));
+        let err = VfdSettings::from_sources(env_of(&[]), cfg(&long)).unwrap_err();
+        let text = err.to_string();
+        assert!(text.len() < 400, "{} bytes: {}", text.len(), &text[..400]);
+        assert!(
+            text.contains("nthreads") && text.contains("100000 bytes in all"),
+            "{text}"
+        );
+        let long_item = "x".repeat(50_000);
+        let err = VfdSettings::from_sources(env_of(&[]), cfg(&long_item)).unwrap_err();
+        assert!(err.to_string().len() < 400);
+        let env = env_of(&[("H5GDS_TASK_SIZE", &"7".repeat(10_000))]);
+        let err = VfdSettings::from_sources(env, None).unwrap_err();
+        assert!(err.to_string().len() < 400);
     }
 }

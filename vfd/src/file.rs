@@ -19,6 +19,7 @@ use std::ffi::{c_int, CStr};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// The state of one open file. HDF5 hands callbacks `const` and non-`const` pointers to the same
@@ -54,7 +55,7 @@ fn addr_overflows(addr: haddr_t) -> bool {
 }
 
 /// sec2's `REGION_OVERFLOW`, as an error naming the range.
-fn check_region(addr: haddr_t, size: u64, maxaddr: haddr_t) -> Result<()> {
+pub(crate) fn check_region(addr: haddr_t, size: u64, maxaddr: haddr_t) -> Result<()> {
     let end = addr.checked_add(size);
     let bad = addr_overflows(addr)
         || addr_overflows(size)
@@ -99,6 +100,51 @@ pub(crate) fn host_path_description(settings: &VfdSettings, direct: bool) -> Str
     )
 }
 
+/// Opens `path` as sec2 would for HDF5 access `flags`, but without changing the file system
+/// beyond creating a file that did not exist: no O_TRUNC (the caller truncates once the open is
+/// accepted), and creation only through O_EXCL, so the returned flag says for certain whether
+/// this open created the file.
+fn open_untouched(path: &CStr, access: c_int, flags: u32) -> io::Result<(File, bool)> {
+    let create = libc::O_CREAT | libc::O_EXCL;
+    if flags & H5F_ACC_CREAT == 0 {
+        return open_fd(path, access).map(|f| (f, false));
+    }
+    if flags & H5F_ACC_EXCL != 0 {
+        return open_fd(path, access | create).map(|f| (f, true));
+    }
+    // Open if it exists, else create: retried while another process creates or removes the
+    // same name between the two calls (a few times suffice; each round makes progress unless
+    // the other process keeps flipping the name).
+    let mut last = io::Error::from_raw_os_error(libc::EEXIST);
+    for _ in 0..16 {
+        match open_fd(path, access) {
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+            other => return other.map(|f| (f, false)),
+        }
+        match open_fd(path, access | create) {
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => last = err,
+            other => return other.map(|f| (f, true)),
+        }
+    }
+    Err(last)
+}
+
+/// Removes the file this open created, after a refusal: only if `path` still names that very
+/// file (same device and inode), so a file another process put there meanwhile stays.
+fn remove_if_same(path: &CStr, file: &File) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(ours) = file.metadata() else { return };
+    let name = std::path::Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
+    match std::fs::symlink_metadata(name) {
+        Ok(now) if now.dev() == ours.dev() && now.ino() == ours.ino() => {
+            if let Err(err) = std::fs::remove_file(name) {
+                tracing::warn!("could not remove {name:?}, created by a refused open: {err}");
+            }
+        }
+        _ => tracing::debug!("{name:?} is no longer the file a refused open created; left alone"),
+    }
+}
+
 impl OpenFile {
     /// Opens `path` with HDF5 access `flags` (RDWR, CREAT, TRUNC, EXCL) as sec2 does.
     pub(crate) fn open(
@@ -115,68 +161,61 @@ impl OpenFile {
         if maxaddr == 0 || addr_overflows(maxaddr) {
             return Err(Error::InvalidArgument(format!("bogus maxaddr {maxaddr}")));
         }
-        let mut o_flags = if flags & H5F_ACC_RDWR != 0 {
+        let access = if flags & H5F_ACC_RDWR != 0 {
             libc::O_RDWR
         } else {
             libc::O_RDONLY
         };
-        if flags & H5F_ACC_TRUNC != 0 {
-            o_flags |= libc::O_TRUNC;
-        }
-        if flags & H5F_ACC_CREAT != 0 {
-            o_flags |= libc::O_CREAT;
-        }
-        if flags & H5F_ACC_EXCL != 0 {
-            o_flags |= libc::O_EXCL;
-        }
         let open_error = |source| Error::Open {
             path: path.to_string(),
             flags,
             source,
         };
-        // Decided before the file is touched, so a failure leaves nothing behind.
+        // Every check that can refuse the open runs before the file system is changed: settings
+        // and CUDA first, then (needing the file) O_DIRECT and cuFile on a file opened without
+        // O_TRUNC, or created with O_EXCL so that it is known to be this open's own.
         let device_plan = DevicePathPlan::prepare(&settings)?;
-        // SAFETY: access(2) on a valid C string.
-        let existed = unsafe { libc::access(c_path.as_ptr(), libc::F_OK) } == 0;
-        let file = open_fd(c_path, o_flags).map_err(open_error)?;
+        let (file, created) = open_untouched(c_path, access, flags).map_err(open_error)?;
+        let refuse = |err: Error| {
+            if created {
+                remove_if_same(c_path, &file);
+            }
+            err
+        };
+        let direct = match settings.direct_io {
+            DirectIo::Off => None,
+            mode => {
+                match open_fd(c_path, access | libc::O_DIRECT) {
+                    Ok(f) => Some(f),
+                    Err(source) if mode == DirectIo::On => {
+                        return Err(refuse(Error::DirectIoRefused {
+                            path: path.to_string(),
+                            source,
+                        }))
+                    }
+                    Err(err) => {
+                        tracing::info!("direct_io=auto: O_DIRECT refused for {path:?} ({err}); using buffered I/O");
+                        None
+                    }
+                }
+            }
+        };
+        let device_path = device_plan
+            .finish(&settings, c_path, flags & H5F_ACC_RDWR != 0)
+            .map_err(refuse)?;
+        // Accepted: now the file may be emptied, as sec2's O_TRUNC would have.
+        if flags & H5F_ACC_TRUNC != 0 && !created {
+            file.set_len(0).map_err(|source| Error::File {
+                op: "truncate (open with H5F_ACC_TRUNC)",
+                path: path.to_string(),
+                source,
+            })?;
+        }
         let meta = file.metadata().map_err(|source| Error::File {
             op: "fstat",
             path: path.to_string(),
             source,
         })?;
-        let direct = match settings.direct_io {
-            DirectIo::Off => None,
-            // O_CREAT/O_TRUNC/O_EXCL were applied by the first open.
-            mode => match open_fd(c_path, (o_flags & libc::O_ACCMODE) | libc::O_DIRECT) {
-                Ok(f) => Some(f),
-                Err(err) if mode == DirectIo::On => {
-                    return Err(Error::Open {
-                        path: path.to_string(),
-                        flags,
-                        source: io::Error::new(
-                            err.kind(),
-                            format!("direct_io=on but the file system refuses O_DIRECT ({err}); use direct_io=auto or off"),
-                        ),
-                    })
-                }
-                Err(err) => {
-                    tracing::info!("direct_io=auto: O_DIRECT refused for {path:?} ({err}); using buffered I/O");
-                    None
-                }
-            },
-        };
-        let device_path = match device_plan.finish(&settings, c_path, flags & H5F_ACC_RDWR != 0) {
-            Ok(path) => path,
-            Err(err) => {
-                if !existed {
-                    // This open created the file; a refused open leaves nothing behind.
-                    drop(file);
-                    // SAFETY: unlink(2) on a valid C string.
-                    unsafe { libc::unlink(c_path.as_ptr()) };
-                }
-                return Err(err);
-            }
-        };
         use std::os::unix::fs::MetadataExt;
         Ok(OpenFile {
             path: path.to_string(),
@@ -225,7 +264,7 @@ impl OpenFile {
         self.eof.load(Relaxed)
     }
 
-    fn host(&self) -> HostIo<'_> {
+    pub(crate) fn host(&self) -> HostIo<'_> {
         HostIo {
             fd: self.raw_fd,
             direct_fd: self.direct.as_ref().map(|f| f.as_raw_fd()),
@@ -303,7 +342,7 @@ impl OpenFile {
 
     /// Checks a request's range before anything moves; notes (at debug level) a read that
     /// reaches past end of file, which reads zeros.
-    fn check(&self, dir: Direction, addr: haddr_t, size: usize) -> Result<()> {
+    pub(crate) fn check(&self, dir: Direction, addr: haddr_t, size: usize) -> Result<()> {
         check_region(addr, size as u64, MAXADDR)?;
         if dir == Direction::Read && addr + size as u64 > self.eof() {
             tracing::debug!(
@@ -315,8 +354,13 @@ impl OpenFile {
         Ok(())
     }
 
+    /// Moves end of file up to `end` after a write that reached it.
+    pub(crate) fn grow_eof(&self, end: haddr_t) {
+        self.eof.fetch_max(end, Relaxed);
+    }
+
     /// Empties the read-ahead window before anything changes the file.
-    fn file_changes(&self) {
+    pub(crate) fn file_changes(&self) {
         if let Some(window) = &self.readahead {
             window.invalidate();
         }
@@ -364,11 +408,10 @@ impl OpenFile {
             .partition(|p| memory::classify(p.buf, p.mem_type) == PointerKind::Host);
         // SAFETY: the caller's contract, piece by piece.
         unsafe {
-            match (dir, host.as_slice()) {
-                (_, []) => {}
-                (_, [one]) => self.host_transfer(dir, one.addr, one.len, one.buf, one.mem_type)?,
-                (Direction::Read, _) => self.host().read_vector(host)?,
-                (Direction::Write, _) => self.host().write_vector(host)?,
+            match host.as_slice() {
+                [] => {}
+                [one] => self.host_transfer(dir, one.addr, one.len, one.buf, one.mem_type)?,
+                _ => crate::io::selection::host_pieces(&self.host(), host, dir)?,
             }
             // Through `dispatch` again (a cache hit), for its retry on stale ranges.
             for p in device {
@@ -513,6 +556,30 @@ mod tests {
         // Writing through a read-only descriptor fails with EBADF, naming file and offset.
         let err = write(&read_only, 8, &[1u8, 2, 3, 4]).unwrap_err();
         assert!(err.to_string().contains("offset 8"), "{err}");
+    }
+
+    #[test]
+    fn a_refused_open_removes_only_the_file_it_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mine.h5");
+        let create = H5F_ACC_RDWR | H5F_ACC_CREAT | H5F_ACC_TRUNC;
+        let (ours, created) = open_untouched(&c(&path), libc::O_RDWR, create).unwrap();
+        assert!(created);
+        // Another process replaces the name between this open and its refusal.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, b"another process's file").unwrap();
+        remove_if_same(&c(&path), &ours);
+        assert_eq!(std::fs::read(&path).unwrap(), b"another process's file");
+        // An existing file is opened, not created, and not truncated yet.
+        let (again, created) = open_untouched(&c(&path), libc::O_RDWR, create).unwrap();
+        assert!(!created);
+        assert_eq!(again.metadata().unwrap().len(), 22);
+        // The name still holding this open's own file: removed.
+        std::fs::remove_file(&path).unwrap();
+        let (ours, created) = open_untouched(&c(&path), libc::O_RDWR, create).unwrap();
+        assert!(created);
+        remove_if_same(&c(&path), &ours);
+        assert!(!path.exists());
     }
 
     #[test]

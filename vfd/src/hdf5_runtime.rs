@@ -59,8 +59,8 @@ pub fn api() -> Option<&'static Hdf5Api> {
 }
 
 impl Hdf5Api {
-    /// The config string stored on a file access property list, if any.
-    pub fn driver_config(&self, fapl: hid_t) -> Option<String> {
+    /// The config string stored on a file access property list, if any, as raw bytes.
+    pub fn driver_config(&self, fapl: hid_t) -> Option<Vec<u8>> {
         // SAFETY: a null buffer with size 0 asks only for the length, as documented.
         let len = unsafe { (self.get_driver_config_str)(fapl, std::ptr::null_mut(), 0) };
         if len <= 0 {
@@ -74,7 +74,7 @@ impl Hdf5Api {
             return None;
         }
         buf.truncate(written as usize);
-        Some(String::from_utf8_lossy(&buf).into_owned())
+        Some(buf)
     }
 
     /// The fapl's "ignore file locking errors when locking is disabled" flag.
@@ -116,6 +116,20 @@ impl Hdf5Api {
             );
         }
     }
+}
+
+/// Names of the loaded objects that are HDF5 libraries this module would consider (as `api`
+/// does), without choosing one.
+pub fn loaded_hdf5_libraries() -> Vec<String> {
+    loaded_objects()
+        .iter()
+        .filter_map(|name| {
+            let (api, handle) = candidate(name)?;
+            // SAFETY: balances the dlopen in `candidate`; the object stays loaded by its owner.
+            unsafe { libc::dlclose(handle) };
+            Some(api.library)
+        })
+        .collect()
 }
 
 /// Names of every object loaded in the process ("" is the main program).

@@ -12,6 +12,7 @@
 pub mod abi;
 mod config;
 mod cuda;
+mod dataspace;
 mod error;
 mod file;
 mod hdf5_runtime;
@@ -25,15 +26,15 @@ mod transfer;
 
 pub use abi::{DRIVER_NAME, DRIVER_VALUE};
 pub use config::{
-    format_size, parse_size, CompatMode, DirectIo, Key as SettingKey, SettingSpec,
-    Source as SettingSource, VfdSettings, SETTINGS,
+    config_from_environment, format_size, parse_size, CompatMode, DirectIo, Key as SettingKey,
+    SettingSpec, Source as SettingSource, VfdSettings, SETTINGS,
 };
 pub use cuda::{cuda, CudaDriver, CudaError};
 pub use error::Error;
 pub use io::gds::CuFileDriver;
 pub use log::with_logging;
 pub use memory::forget_device_range;
-pub use plugin::class;
+pub use plugin::{class, IDENTITY_SYMBOL};
 
 /// The paths a file opened now would take, in the words of the driver's open log line.
 #[derive(Clone, Debug, PartialEq, Eq)]

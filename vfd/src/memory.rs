@@ -42,6 +42,13 @@ pub fn forget_device_range(base: CUdeviceptr) {
     }
 }
 
+/// Whether CUDA works in this process, decided once (`cuda::cuda` hands out a fresh copy of its
+/// error on every failed call, too slow for a question asked per piece).
+pub(crate) fn cuda_works() -> bool {
+    static WORKS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WORKS.get_or_init(|| cuda::cuda().is_ok())
+}
+
 /// Whether HDF5 may hand this memory type a device buffer (raw data only).
 fn may_be_device(mem_type: H5FD_mem_t) -> bool {
     mem_type == H5FD_MEM_DRAW || mem_type == H5FD_MEM_DEFAULT
@@ -54,7 +61,7 @@ pub(crate) fn classify(ptr: BufPtr, mem_type: H5FD_mem_t) -> PointerKind {
 
 /// What `ptr` is, and whether the answer came from the cache.
 fn lookup(ptr: BufPtr, mem_type: H5FD_mem_t) -> (PointerKind, bool) {
-    if !may_be_device(mem_type) || cuda::cuda().is_err() {
+    if !may_be_device(mem_type) || !cuda_works() {
         return (PointerKind::Host, false);
     }
     match cached(ptr.addr() as u64) {

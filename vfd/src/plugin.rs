@@ -9,7 +9,7 @@ use crate::config::VfdSettings;
 use crate::error::{Error, ErrorClass, Result};
 use crate::file::OpenFile;
 use crate::hdf5_runtime;
-use crate::io::{parallel, vector, BufPtr, Direction};
+use crate::io::{parallel, selection, vector, BufPtr, Direction};
 use crate::log::with_logging;
 use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -38,52 +38,73 @@ struct Class(H5FD_class_t);
 // SAFETY: the class is immutable; its pointers are to static strings and functions.
 unsafe impl Sync for Class {}
 
-static CLASS: Class = Class(H5FD_class_t {
-    version: H5FD_CLASS_VERSION,
-    value: DRIVER_VALUE,
-    name: DRIVER_NAME.as_ptr(),
-    maxaddr: MAXADDR,
-    fc_degree: H5F_CLOSE_WEAK,
-    terminate: Some(gds_terminate),
-    sb_size: None,
-    sb_encode: None,
-    sb_decode: None,
-    fapl_size: 0,
-    fapl_get: None,
-    fapl_copy: None,
-    fapl_free: None,
-    dxpl_size: 0,
-    dxpl_copy: None,
-    dxpl_free: None,
-    open: Some(gds_open),
-    close: Some(gds_close),
-    cmp: Some(gds_cmp),
-    query: Some(gds_query),
-    get_type_map: None,
-    alloc: None,
-    free: None,
-    get_eoa: Some(gds_get_eoa),
-    set_eoa: Some(gds_set_eoa),
-    get_eof: Some(gds_get_eof),
-    get_handle: Some(gds_get_handle),
-    read: Some(gds_read),
-    write: Some(gds_write),
-    read_vector: Some(gds_read_vector),
-    write_vector: Some(gds_write_vector),
-    read_selection: None,
-    write_selection: None,
-    flush: Some(gds_flush),
-    truncate: Some(gds_truncate),
-    lock: Some(gds_lock),
-    unlock: Some(gds_unlock),
-    del: Some(gds_delete),
-    ctl: Some(gds_ctl),
-    fl_map: FLMAP_DICHOTOMY,
-});
+/// The class, with or without the selection callbacks (which need HDF5's H5S calls).
+const fn make_class(selection: bool) -> H5FD_class_t {
+    H5FD_class_t {
+        version: H5FD_CLASS_VERSION,
+        value: DRIVER_VALUE,
+        name: DRIVER_NAME.as_ptr(),
+        maxaddr: MAXADDR,
+        fc_degree: H5F_CLOSE_WEAK,
+        terminate: Some(gds_terminate),
+        sb_size: None,
+        sb_encode: None,
+        sb_decode: None,
+        fapl_size: 0,
+        fapl_get: None,
+        fapl_copy: None,
+        fapl_free: None,
+        dxpl_size: 0,
+        dxpl_copy: None,
+        dxpl_free: None,
+        open: Some(gds_open),
+        close: Some(gds_close),
+        cmp: Some(gds_cmp),
+        query: Some(gds_query),
+        get_type_map: None,
+        alloc: None,
+        free: None,
+        get_eoa: Some(gds_get_eoa),
+        set_eoa: Some(gds_set_eoa),
+        get_eof: Some(gds_get_eof),
+        get_handle: Some(gds_get_handle),
+        read: Some(gds_read),
+        write: Some(gds_write),
+        read_vector: Some(gds_read_vector),
+        write_vector: Some(gds_write_vector),
+        read_selection: if selection {
+            Some(gds_read_selection)
+        } else {
+            None
+        },
+        write_selection: if selection {
+            Some(gds_write_selection)
+        } else {
+            None
+        },
+        flush: Some(gds_flush),
+        truncate: Some(gds_truncate),
+        lock: Some(gds_lock),
+        unlock: Some(gds_unlock),
+        del: Some(gds_delete),
+        ctl: Some(gds_ctl),
+        fl_map: FLMAP_DICHOTOMY,
+    }
+}
+
+static CLASS: Class = Class(make_class(true));
+static CLASS_WITHOUT_SELECTION: Class = Class(make_class(false));
 
 /// The driver class, for programs that register it in-process with `H5FDregister`.
+/// Selection callbacks are offered only where the loaded HDF5 exports the H5S calls they use
+/// (not, for example, in a program linking HDF5 statically without exporting its symbols); HDF5
+/// then hands selections over as vectors.
 pub fn class() -> *const H5FD_class_t {
-    &CLASS.0
+    if crate::dataspace::available_in_process() {
+        &CLASS.0
+    } else {
+        &CLASS_WITHOUT_SELECTION.0
+    }
 }
 
 /// Tells HDF5's plugin loader that this library is a virtual file driver.
@@ -96,6 +117,18 @@ pub extern "C" fn H5PLget_plugin_type() -> c_int {
 #[no_mangle]
 pub extern "C" fn H5PLget_plugin_info() -> *const c_void {
     class().cast()
+}
+
+/// The exported name of [`h5gds_driver_class`].
+pub const IDENTITY_SYMBOL: &CStr = c"h5gds_driver_class";
+
+/// The driver class, under a name only h5gds exports: a process holding a driver registered as
+/// `gds` (value 512) finds out whether it is h5gds's by looking this symbol up in the library
+/// whose code the registered class runs (vfd-gds shares the name and value), and `h5gds info`
+/// tells the `gds` drivers on the plugin path apart by it.
+#[no_mangle]
+pub extern "C" fn h5gds_driver_class() -> *const H5FD_class_t {
+    class()
 }
 
 /// Runs a callback body: panics are caught and errors reported; `fail` is returned for both.
@@ -157,10 +190,10 @@ fn ignore_disabled_locks(fapl: hid_t) -> bool {
 
 /// The config string for this open: from the fapl when HDF5 is reachable, else from the
 /// environment variable HDF5 itself would have read.
-fn config_string(fapl: hid_t) -> Option<String> {
+fn config_string(fapl: hid_t) -> Option<Vec<u8>> {
     match hdf5_runtime::api() {
         Some(api) => api.driver_config(fapl),
-        None => std::env::var("HDF5_DRIVER_CONFIG").ok(),
+        None => crate::config::config_from_environment(),
     }
 }
 
@@ -221,8 +254,17 @@ unsafe extern "C" fn gds_cmp(f1: *const H5FD_t, f2: *const H5FD_t) -> c_int {
 unsafe extern "C" fn gds_query(_file: *const H5FD_t, flags: *mut c_ulong) -> herr_t {
     guard("gds_query", -1, || {
         if !flags.is_null() {
+            // HDF5 routes every copy out of a cached chunk or compact dataset through
+            // ctl(MEM_COPY) when MEMMANAGE is set, one call per sequence (each element of
+            // `chunked[::3]`); without CUDA there is no device memory to manage, and HDF5's own
+            // copy loop is faster.
+            let features = if crate::memory::cuda_works() {
+                FEATURES
+            } else {
+                FEATURES & !H5FD_FEAT_MEMMANAGE
+            };
             // SAFETY: HDF5 passes a valid out-pointer.
-            unsafe { *flags = FEATURES };
+            unsafe { *flags = features };
         }
         Ok(0)
     })
@@ -386,6 +428,144 @@ unsafe extern "C" fn gds_write_vector(
         unsafe {
             let pieces = vector_pieces(count, types, addrs, sizes, bufs.cast())?;
             state(file)?.transfer_vector(Direction::Write, pieces)?;
+        }
+        Ok(0)
+    })
+}
+
+/// The entries of a selection request, from HDF5's parallel arrays (an element size of 0 or a
+/// null buffer means "the previous entry's", as in HDF5's own translation).
+///
+/// # Safety
+/// The space and offset arrays must hold `count` entries, the size and buffer arrays entries up to
+/// the first 0 (or `count`).
+unsafe fn selection_entries(
+    count: usize,
+    mem_spaces: *const hid_t,
+    file_spaces: *const hid_t,
+    offsets: *const haddr_t,
+    element_sizes: *const usize,
+    bufs: *const usize,
+) -> Result<Vec<selection::Entry>> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    if [
+        mem_spaces.is_null(),
+        file_spaces.is_null(),
+        offsets.is_null(),
+    ]
+    .into_iter()
+    .chain([element_sizes.is_null(), bufs.is_null()])
+    .any(|null| null)
+    {
+        return Err(Error::InvalidArgument(
+            "selection request with a null array".into(),
+        ));
+    }
+    let mut entries: Vec<selection::Entry> = Vec::with_capacity(count);
+    // Once a size of 0 (or a null buffer) appears, the array may end there: HDF5 1.14 passes
+    // two-entry arrays for requests of many chunks.
+    let (mut elem, mut buf) = (None, None);
+    let (mut elem_fixed, mut buf_fixed) = (false, false);
+    for i in 0..count {
+        if !elem_fixed {
+            // SAFETY: entries up to the first 0 are present (the caller's contract).
+            match (unsafe { *element_sizes.add(i) }, elem) {
+                (0, None) => {
+                    return Err(Error::InvalidArgument(
+                        "selection request: element_sizes[0] is zero".into(),
+                    ))
+                }
+                (0, Some(_)) => elem_fixed = true,
+                (e, _) => elem = Some(e),
+            }
+        }
+        if !buf_fixed {
+            // SAFETY: entries up to the first null are present (the caller's contract).
+            match (unsafe { *bufs.add(i) }, buf) {
+                (0, None) => {
+                    return Err(Error::InvalidArgument(
+                        "selection request: bufs[0] is null".into(),
+                    ))
+                }
+                (0, Some(_)) => buf_fixed = true,
+                (b, _) => buf = Some(b),
+            }
+        }
+        // SAFETY: the caller guarantees these arrays hold `count` entries.
+        let (mem_space, file_space, offset) =
+            unsafe { (*mem_spaces.add(i), *file_spaces.add(i), *offsets.add(i)) };
+        entries.push(selection::Entry {
+            mem_space,
+            file_space,
+            offset,
+            elem: elem.unwrap_or(0),
+            buf: buf.unwrap_or(0),
+        });
+    }
+    Ok(entries)
+}
+
+fn space_api() -> Result<&'static crate::dataspace::SpaceApi> {
+    crate::dataspace::api().ok_or_else(|| {
+        Error::InvalidArgument("selection request, but HDF5's H5S calls are not reachable".into())
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn gds_read_selection(
+    file: *mut H5FD_t,
+    mem_type: H5FD_mem_t,
+    _dxpl: hid_t,
+    count: usize,
+    mem_spaces: *mut hid_t,
+    file_spaces: *mut hid_t,
+    offsets: *mut haddr_t,
+    element_sizes: *mut usize,
+    bufs: *mut *mut c_void,
+) -> herr_t {
+    guard("gds_read_selection", -1, || {
+        // SAFETY: HDF5 passes `count` entries in each array, valid dataspace ids and buffers.
+        unsafe {
+            let entries = selection_entries(
+                count,
+                mem_spaces,
+                file_spaces,
+                offsets,
+                element_sizes,
+                bufs.cast(),
+            )?;
+            selection::read(state(file)?, space_api()?, &entries, mem_type)?;
+        }
+        Ok(0)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn gds_write_selection(
+    file: *mut H5FD_t,
+    mem_type: H5FD_mem_t,
+    _dxpl: hid_t,
+    count: usize,
+    mem_spaces: *mut hid_t,
+    file_spaces: *mut hid_t,
+    offsets: *mut haddr_t,
+    element_sizes: *mut usize,
+    bufs: *mut *mut c_void,
+) -> herr_t {
+    guard("gds_write_selection", -1, || {
+        // SAFETY: HDF5 passes `count` entries in each array, valid dataspace ids and buffers.
+        unsafe {
+            let entries = selection_entries(
+                count,
+                mem_spaces,
+                file_spaces,
+                offsets,
+                element_sizes,
+                bufs.cast(),
+            )?;
+            selection::write(state(file)?, space_api()?, &entries, mem_type)?;
         }
         Ok(0)
     })

@@ -5,8 +5,9 @@
 #![allow(dead_code)]
 
 use array_io::Element;
+use h5gds_tests::emulator::{read_report, Report};
+use h5gds_tests::process::{self, output_within, OutputText, TIME_LIMIT};
 use ndarray::{ArrayD, IxDyn};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -127,28 +128,24 @@ pub struct Entry {
 
 /// The project's Python with h5py.
 pub fn python() -> PathBuf {
-    workspace().join(".venv/bin/python")
+    h5gds_tests::python::python()
 }
 
 pub fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    h5gds_tests::workspace_root()
 }
 
 /// Runs the h5py side: `h5py_interop.py <command> <dir>`; panics with its output on failure.
 pub fn run_h5py(command: &str, dir: &Path) -> String {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h5py_interop.py");
-    let out = Command::new(python())
-        .arg(&script)
+    let mut cmd = Command::new(python());
+    cmd.arg(&script)
         .arg(command)
         .arg(dir)
         .env_remove("HDF5_DRIVER")
-        .env_remove("HDF5_PLUGIN_PATH")
-        .output()
-        .expect("run the project's Python (.venv/bin/python, with h5py)");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        .env_remove("HDF5_PLUGIN_PATH");
+    let out = output_within(&mut cmd, TIME_LIMIT);
+    let stdout = out.stdout_text();
     assert!(
         out.status.success() && stdout.starts_with("OK"),
         "h5py {command} failed: {:?}\nstdout:\n{stdout}\nstderr:\n{}",
@@ -203,45 +200,38 @@ pub fn write_manifest(dir: &Path, entries: &[(String, Entry)]) {
 
 // ---- child processes ----
 
-const CHILD_VAR: &str = "ARRAY_IO_TEST_CHILD";
-
 /// What a child run produced.
 pub struct ChildRun {
     pub out: Output,
     /// The emulator's exit report (empty when not emulated).
-    pub report: HashMap<String, u64>,
+    pub report: Report,
 }
 
 impl ChildRun {
     pub fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.out.stderr).into_owned()
+        self.out.stderr_text()
     }
     pub fn stdout(&self) -> String {
-        String::from_utf8_lossy(&self.out.stdout).into_owned()
+        self.out.stdout_text()
     }
     pub fn counter(&self, name: &str) -> u64 {
-        *self
-            .report
-            .get(name)
-            .unwrap_or_else(|| panic!("no {name:?} in the emulator report {:?}", self.report))
+        self.report.counter(name)
     }
     /// The emulator saw no leak, no out-of-bounds access and no double free.
     #[track_caller]
     pub fn assert_clean(&self) {
-        for name in [
+        self.report.assert_zero(&[
             "leaked device allocations",
             "leaked pinned host allocations",
             "bounds violations",
             "double frees",
-        ] {
-            assert_eq!(self.counter(name), 0, "{name}: {:?}", self.report);
-        }
+        ]);
     }
 }
 
-/// Whether this process is the child running test `name`.
-pub fn is_child(name: &str) -> bool {
-    std::env::var(CHILD_VAR).as_deref() == Ok(name)
+/// Whether this process is a child running any test.
+pub fn is_child_any() -> bool {
+    process::is_any_child()
 }
 
 /// Runs test `name` of this test binary again in a child process whose environment has no
@@ -254,51 +244,26 @@ pub fn in_child(
     env: &[(&str, &str)],
     body: impl FnOnce(),
 ) -> Option<ChildRun> {
-    if is_child(name) {
-        body();
-        println!("CHILD PASSED {name}");
+    if process::is_child(name) {
+        process::in_child(name, |_| {}, body);
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("emulator-report.txt");
     let libs = h5gds_tests::emulator::emulator_lib_dir();
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"]);
-    for (key, _) in std::env::vars() {
-        if key.starts_with("H5GDS_") || key.starts_with("HDF5_") || key.starts_with("CUFILE_") {
-            cmd.env_remove(key);
+    let configure = |cmd: &mut Command| {
+        process::clean_env(cmd);
+        if emulated {
+            libs.configure(cmd);
+            cmd.env("H5GDS_EMU_REPORT", &report);
         }
-    }
-    if emulated {
-        libs.configure(&mut cmd);
-        cmd.env("H5GDS_EMU_REPORT", &report);
-    }
-    cmd.env(CHILD_VAR, name).current_dir(dir.path());
-    cmd.envs(env.iter().copied());
-    let out = cmd.output().expect("re-run the test binary");
-    let run = ChildRun {
-        report: parse_report(&report),
-        out,
+        cmd.current_dir(dir.path()).envs(env.iter().copied());
     };
-    assert!(
-        run.out.status.success() && run.stdout().contains(&format!("CHILD PASSED {name}")),
-        "child {name} failed: {:?}\nstdout:\n{}\nstderr:\n{}",
-        run.out.status,
-        run.stdout(),
-        run.stderr()
-    );
-    Some(run)
-}
-
-fn parse_report(path: &Path) -> HashMap<String, u64> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| {
-            let (name, rest) = line.split_once(':')?;
-            let value = rest.split_whitespace().next()?.parse().ok()?;
-            Some((name.trim().to_string(), value))
-        })
-        .collect()
+    let out = process::in_child(name, configure, body)?;
+    Some(ChildRun {
+        out,
+        report: read_report(&report),
+    })
 }
 
 /// A stream on device 0 (in a child running on the emulator, or on a real GPU).

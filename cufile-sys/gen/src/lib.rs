@@ -3,13 +3,34 @@
 
 use std::path::{Path, PathBuf};
 
-/// The cufile.h that `scripts/setup.sh` installs (PyPI `nvidia-cufile` 1.20), or `CUFILE_HEADER`.
+/// `CUFILE_HEADER`, else the cufile.h that `scripts/setup.sh` installs (PyPI `nvidia-cufile`
+/// 1.20): `.venv/lib/<python>/site-packages/nvidia/<package>/include/cufile.h`, whatever the
+/// venv's Python version and the package's CUDA major. If none is found, the path where the
+/// current package puts it, for the error message.
 pub fn default_header() -> PathBuf {
     if let Some(path) = std::env::var_os("CUFILE_HEADER") {
         return PathBuf::from(path);
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    root.join(".venv/lib/python3.11/site-packages/nvidia/cu13/include/cufile.h")
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/lib");
+    let found = subdirs(&lib)
+        .into_iter()
+        .flat_map(|python| subdirs(&python.join("site-packages/nvidia")))
+        .map(|package| package.join("include/cufile.h"))
+        .filter(|header| header.is_file())
+        .max();
+    found.unwrap_or_else(|| lib.join("python3/site-packages/nvidia/cu13/include/cufile.h"))
+}
+
+/// The subdirectories of `dir` (none if it cannot be read).
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|entry| Some(entry.ok()?.path()))
+                .filter(|path| path.is_dir())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The committed bindings file.

@@ -2,16 +2,17 @@
 //!
 //! The driver opens implicitly on the first `cuFileHandleRegister` / `cuFileBufRegister`, as
 //! real cuFile does, and opening it initialises CUDA (so it fails, instead of hanging, when
-//! CUDA has no device). Transfers go between the file and the shadow mapping of device memory
-//! with pread/pwrite on the handle's buffered descriptor; they are synchronous and complete
+//! CUDA has no device). Transfers move bytes between the file and device memory (its shadow
+//! mapping) or host memory the way `cufile_io` describes; they are synchronous and complete
 //! unless the end of the file (reads), an error after some bytes, or `H5GDS_EMU_SHORT_IO`
 //! stops them early.
 
 use crate::consts::{CUDA_SUCCESS, CUFILE_VERSION, NVFS_VERSION};
 use crate::counters::{self, bump};
 use crate::cufile_handles::{self as handles, FileHandle};
-use crate::ffi::{self, call, cufile_panic, cufile_status, errno, set_errno};
-use crate::memory;
+use crate::cufile_io::{self, Buffer, Direction};
+use crate::ffi::{self, call, cufile_panic, cufile_status, set_errno};
+use crate::memory::{self, DeviceBlock};
 use crate::switches;
 use cufile_sys::{
     CUfileDescr_t, CUfileDriverControlFlags, CUfileDriverStatusFlags, CUfileDrvProps_t,
@@ -19,6 +20,7 @@ use cufile_sys::{
     CU_FILE_RDMA_RELAXED_ORDERING,
 };
 use std::ffi::{c_int, c_void};
+use std::sync::Arc;
 
 type Status = Result<(), CUfileError_t>;
 
@@ -106,7 +108,11 @@ pub unsafe extern "C" fn cuFileDriverClose_v2() -> CUfileError_t {
     )
 }
 
-/// The properties reported with GDS present (`gds`) or in compat mode.
+/// The properties reported with GDS present (`gds`) or in compat mode: cufile.json's defaults
+/// in KiB, as NVIDIA's GPUDirect Storage configuration guide ("GPUDirect Storage Parameters")
+/// lists them (max_direct_io_size_kb 16384, max_device_cache_size_kb 131072,
+/// max_device_pinned_mem_size_kb 33554432) and per_buffer_cache_size_kb 1024, the size of the
+/// bounce buffers `cufile_io` moves compatibility-mode data through.
 fn properties(gds: bool) -> CUfileDrvProps_t {
     let mut props = CUfileDrvProps_t {
         nvfs: cufile_sys::CUfileDrvProps__bindgen_ty_1 {
@@ -119,7 +125,7 @@ fn properties(gds: bool) -> CUfileDrvProps_t {
         },
         fflags: 0,
         max_device_cache_size: 128 * 1024,
-        per_buffer_cache_size: 1024,
+        per_buffer_cache_size: cufile_io::PER_BUFFER_CACHE_KB as u32,
         max_device_pinned_mem_size: 32 * 1024 * 1024,
         max_batch_io_size: 128,
         max_batch_io_timeout_msecs: 5,
@@ -209,23 +215,37 @@ unsafe fn register_handle(fh: *mut CUfileHandle_t, descr: *const CUfileDescr_t) 
     if kind != libc::S_IFREG && kind != libc::S_IFBLK {
         return Err(fail(E::CU_FILE_INVALID_FILE_TYPE));
     }
-    if switches::get().gds && flags & libc::O_DIRECT == 0 {
-        return Err(fail(E::CU_FILE_INVALID_FILE_OPEN_FLAG));
-    }
+    // No O_DIRECT check: GDS >= 1.7 (CUDA 12.2) takes descriptors opened without it and still
+    // moves their data the O_DIRECT way (see `cufile_io`).
     if handles::is_registered_fd(fd) {
         return Err(fail(E::CU_FILE_HANDLE_ALREADY_REGISTERED));
     }
-    let io_fd = handles::reopen_buffered(fd, flags).ok_or(fail(E::CU_FILE_GETNEWFD_FAILED))?;
-    let value = handles::insert(FileHandle { user_fd: fd, io_fd });
+    let io_fd = handles::reopen(fd, flags, false).ok_or(fail(E::CU_FILE_GETNEWFD_FAILED))?;
+    // Where the file system refuses O_DIRECT, "GDS is not functional for the IO target" and,
+    // with compatibility mode allowed (cufile.json `allow_compat_mode`, which the emulator
+    // assumes), cuFile "fall[s] back to the standard POSIX read/write path" (NVIDIA GPUDirect
+    // Storage configuration guide, "GPUDirect Storage Parameters").
+    let direct_fd = if switches::get().gds {
+        handles::reopen(fd, flags, true)
+    } else {
+        None
+    };
+    let value = handles::insert(FileHandle {
+        user_fd: fd,
+        io_fd,
+        direct_fd,
+    });
     // SAFETY: checked non-null; the caller passes a writable handle slot.
     unsafe { fh.write_unaligned(value as CUfileHandle_t) };
     Ok(())
 }
 
 /// `CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh, CUfileDescr_t *descr)`: takes a
-/// CU_FILE_HANDLE_TYPE_OPAQUE_FD descriptor of a regular file or block device. With GDS
-/// present the fd must have O_DIRECT (else CU_FILE_INVALID_FILE_OPEN_FLAG, as `cufile.h`
-/// documents); in compat mode any fd is accepted. Registering an fd twice is
+/// CU_FILE_HANDLE_TYPE_OPAQUE_FD descriptor of a regular file or block device, with or without
+/// O_DIRECT: "O_DIRECT is the only supported mode before CUDA toolkit 12.2 (GDS version 1.7).
+/// CUDA 12.2 (GDS version 1.7) introduces support for non O_DIRECT file descriptors as well"
+/// (NVIDIA GPUDirect Storage O_DIRECT Requirements Guide, introduction; `cufile.h`'s
+/// CU_FILE_INVALID_FILE_OPEN_FLAG predates it). Registering an fd twice is
 /// CU_FILE_HANDLE_ALREADY_REGISTERED.
 ///
 /// # Safety
@@ -320,10 +340,36 @@ pub unsafe extern "C" fn cuFileBufDeregister(base: *const c_void) -> CUfileError
     )
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Direction {
-    Read,
-    Write,
+/// The buffer of a transfer: `[start, start + size)` inside one device allocation, or host
+/// memory (pageable or pinned) touching no device allocation. Addresses in the first page
+/// are refused as invalid (they are never a buffer, and would crash the emulator).
+fn buffer_of(start: usize, size: usize) -> Result<(Buffer, Option<Arc<DeviceBlock>>), isize> {
+    let invalid = || {
+        bump(&counters::BOUNDS_VIOLATIONS);
+        negated(CUfileOpError::CU_FILE_INVALID_VALUE)
+    };
+    match memory::find(start) {
+        memory::Region::Device(block) if block.contains(start, size) => {
+            let ptr = block.shadow_of(start);
+            Ok((
+                Buffer {
+                    ptr,
+                    on_device: true,
+                },
+                Some(block),
+            ))
+        }
+        memory::Region::Device(_) => Err(invalid()),
+        _ if start < 4096 || start.checked_add(size).is_none() => Err(invalid()),
+        _ if memory::overlaps_device(start, size) => Err(invalid()),
+        _ => Ok((
+            Buffer {
+                ptr: start as *mut u8,
+                on_device: false,
+            },
+            None,
+        )),
+    }
 }
 
 /// The common body of `cuFileRead` / `cuFileWrite`.
@@ -358,9 +404,10 @@ fn transfer(
         bump(&counters::BOUNDS_VIOLATIONS);
         return negated(E::CU_FILE_INVALID_VALUE);
     };
-    let Some(block) = memory::device_range(start, size) else {
-        bump(&counters::BOUNDS_VIOLATIONS);
-        return negated(E::CU_FILE_INVALID_VALUE);
+    // The Arc keeps a device allocation mapped while its bytes move.
+    let (buf, _keep) = match buffer_of(start, size) {
+        Ok(found) => found,
+        Err(code) => return code,
     };
     let switches = switches::get();
     if counters::is_nth_call(&counters::IO_CALLS, switches.fail_io) {
@@ -368,10 +415,18 @@ fn transfer(
         return -1;
     }
     let len = switches.short_io.map_or(size, |limit| size.min(limit));
-    let buf = block.shadow_of(start);
-    // SAFETY: [start, start + len) lies inside the allocation, so the shadow range is mapped
-    // (the Arc keeps it so) and read-write; io_fd is open while the Arc<FileHandle> lives.
-    let result = unsafe { move_bytes(direction, handle.io_fd, buf, len, file_offset) };
+    // SAFETY: buf is the shadow of [start, start + len) inside a live allocation (kept mapped
+    // by _keep) or the caller's host memory of at least size bytes; the descriptors are open
+    // while the Arc<FileHandle> lives.
+    let result = unsafe {
+        cufile_io::transfer(
+            direction,
+            handle.descriptors(),
+            buf,
+            len,
+            file_offset as u64,
+        )
+    };
     if result >= 0 {
         bump(match direction {
             Direction::Read => &counters::CUFILE_READS,
@@ -381,57 +436,17 @@ fn transfer(
     result
 }
 
-/// pread/pwrite `len` bytes between `buf` and `fd` at `offset`, retrying EINTR and short
-/// counts. Returns the bytes moved (fewer at end of file, or if an error follows some
-/// progress), or -1 with errno.
-///
-/// # Safety
-/// `buf` must be valid for reads and writes of `len` bytes.
-unsafe fn move_bytes(
-    direction: Direction,
-    fd: c_int,
-    buf: *mut u8,
-    len: usize,
-    offset: libc::off_t,
-) -> isize {
-    let mut done = 0usize;
-    while done < len {
-        let at = offset + done as libc::off_t;
-        // SAFETY: buf + done .. buf + len is inside the caller's buffer.
-        let n = unsafe {
-            let p = buf.add(done);
-            match direction {
-                Direction::Read => libc::pread(fd, p.cast(), len - done, at),
-                Direction::Write => libc::pwrite(fd, p.cast::<c_void>(), len - done, at),
-            }
-        };
-        if n < 0 {
-            let e = errno();
-            if e == libc::EINTR {
-                continue;
-            }
-            if done > 0 {
-                break;
-            }
-            set_errno(e);
-            return -1;
-        }
-        if n == 0 {
-            break;
-        }
-        done += n as usize;
-    }
-    done as isize
-}
-
 /// `ssize_t cuFileRead(CUfileHandle_t fh, void *bufPtr_base, size_t size, off_t file_offset,
 /// off_t bufPtr_offset)`: bytes read (short at end of file, 0 at or past it), -1 with errno,
 /// or a negated `CUfileOpError`: CU_FILE_HANDLE_NOT_REGISTERED for an unknown handle,
-/// CU_FILE_INVALID_VALUE for negative offsets or a buffer range not inside one device
-/// allocation (also a bounds violation).
+/// CU_FILE_INVALID_VALUE for negative offsets or a buffer range that starts in a device
+/// allocation and leaves it, or host memory overlapping one (also a bounds violation). The
+/// buffer may be device or host memory ("base address of buffer in device or host memory",
+/// `cufile.h` 1.20).
 ///
 /// # Safety
-/// None beyond the C API's: the buffer is validated against the device allocations.
+/// A host buffer must be valid for `size` bytes from `base + buf_offset`, as the C API
+/// requires; device buffers are validated against the allocations.
 #[no_mangle]
 pub unsafe extern "C" fn cuFileRead(
     fh: CUfileHandle_t,
@@ -463,7 +478,7 @@ pub unsafe extern "C" fn cuFileRead(
 /// file_offset, off_t bufPtr_offset)`: as `cuFileRead`, in the other direction.
 ///
 /// # Safety
-/// None beyond the C API's: the buffer is validated against the device allocations.
+/// As `cuFileRead`.
 #[no_mangle]
 pub unsafe extern "C" fn cuFileWrite(
     fh: CUfileHandle_t,

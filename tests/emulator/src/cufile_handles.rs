@@ -1,9 +1,9 @@
 //! Registered cuFile file handles and the driver's open count.
 //!
-//! Each handle keeps its own buffered descriptor of the file, opened through
-//! `/proc/self/fd/N` without `O_DIRECT`, so unaligned transfers work as they do in real cuFile
-//! (which bounces them through its own buffers). The handle values given out are opaque
-//! integers dressed as pointers.
+//! Each handle keeps its own descriptors of the file, opened through `/proc/self/fd/N`: a
+//! buffered one (compatibility mode, and the partial pages of unaligned GDS writes) and, with
+//! GDS present, an `O_DIRECT` one (see `cufile_io`), whatever flags the caller's descriptor
+//! has. The handle values given out are opaque integers dressed as pointers.
 
 use std::collections::BTreeMap;
 use std::ffi::{c_int, CString};
@@ -20,12 +20,29 @@ pub struct FileHandle {
     pub user_fd: c_int,
     /// The emulator's own buffered descriptor of the same file.
     pub io_fd: c_int,
+    /// Its `O_DIRECT` descriptor: with GDS present where the file system accepts `O_DIRECT`.
+    pub direct_fd: Option<c_int>,
+}
+
+impl FileHandle {
+    /// The descriptors transfers use.
+    pub fn descriptors(&self) -> crate::cufile_io::Descriptors {
+        crate::cufile_io::Descriptors {
+            buffered: self.io_fd,
+            direct: self.direct_fd,
+        }
+    }
 }
 
 impl Drop for FileHandle {
     fn drop(&mut self) {
-        // SAFETY: io_fd was opened by `reopen_buffered` and is closed only here.
-        unsafe { libc::close(self.io_fd) };
+        // SAFETY: the descriptors were opened by `reopen` and are closed only here.
+        unsafe {
+            libc::close(self.io_fd);
+            if let Some(fd) = self.direct_fd {
+                libc::close(fd);
+            }
+        }
     }
 }
 
@@ -69,10 +86,14 @@ pub fn driver_closed() -> bool {
     true
 }
 
-/// Opens a second, buffered descriptor of the file behind `fd` with `fd`'s access mode.
-pub fn reopen_buffered(fd: c_int, status_flags: c_int) -> Option<c_int> {
+/// Opens another descriptor of the file behind `fd` with `fd`'s access mode, plus `O_DIRECT`
+/// if `direct` (None if the file system refuses it, or on any other failure).
+pub fn reopen(fd: c_int, status_flags: c_int, direct: bool) -> Option<c_int> {
     let path = CString::new(format!("/proc/self/fd/{fd}")).ok()?;
-    let flags = (status_flags & libc::O_ACCMODE) | libc::O_CLOEXEC;
+    let mut flags = (status_flags & libc::O_ACCMODE) | libc::O_CLOEXEC;
+    if direct {
+        flags |= libc::O_DIRECT;
+    }
     // SAFETY: path is a valid C string.
     let io_fd = unsafe { libc::open(path.as_ptr(), flags) };
     (io_fd >= 0).then_some(io_fd)

@@ -58,9 +58,15 @@
 //!   RDMA as `H5GDS_EMU_GDS`; any other attribute fails with CUDA_ERROR_NOT_SUPPORTED (801), a
 //!   negative or zero one with CUDA_ERROR_INVALID_VALUE.
 //! * Pointer queries answer as the driver does with unified addressing (see `cuda_pointer`).
-//! * cuFile: see `cufile_api`. With GDS "present", `cuFileHandleRegister` requires `O_DIRECT`
-//!   (else CU_FILE_INVALID_FILE_OPEN_FLAG, 5019); transfers use a second, buffered descriptor,
-//!   so unaligned transfers work as in real cuFile.
+//! * cuFile: see `cufile_api` and `cufile_io`, which follow cuFile 1.20: `cuFileHandleRegister`
+//!   takes descriptors with or without `O_DIRECT` (GDS >= 1.7); `cuFileRead`/`cuFileWrite` take
+//!   device or host (pageable or pinned) buffers. With GDS "present", transfers bypass the
+//!   page cache (`O_DIRECT` through page-aligned 1 MiB bounce buffers; the emulator falls back
+//!   to compatibility mode where the file system refuses `O_DIRECT`); in compatibility mode they
+//!   go through the page cache and, for device memory, through 1 MiB POSIX bounce buffers
+//!   (`per_buffer_cache_size_kb`) and a copy each. Unaligned transfers work in both.
+//! * Device and pinned host memory are backed when allocated (`MAP_POPULATE`): the first
+//!   transfer into fresh memory pays no page faults, as on a GPU.
 //! * No panic crosses the C boundary: a panic becomes CUDA_ERROR_UNKNOWN (999) /
 //!   CU_FILE_INTERNAL_ERROR (5030) and a line on stderr. All state is behind mutexes or
 //!   atomics; the locks are not held during copies or file I/O.
@@ -76,7 +82,7 @@
 //! |---|---|---|
 //! | `H5GDS_EMU_DEVICES=N` | devices reported by `cuDeviceGetCount` (0..=64); 0 = no device, and then `cuInit` fails with CUDA_ERROR_NO_DEVICE (100) as the real driver does | 1 |
 //! | `H5GDS_EMU_INIT_ERROR=code` | every `cuInit` fails with this `CUresult` (0 = no injection); `cuFileDriverOpen` then fails with CU_FILE_CUDA_DRIVER_ERROR and `cu_err` = code | unset |
-//! | `H5GDS_EMU_GDS=0\|1` | 1: GDS kernel path present (nvfs 2.20, `O_DIRECT` required); 0: compat mode (nvfs 0.0, any fd) | 1 |
+//! | `H5GDS_EMU_GDS=0\|1` | 1: GDS kernel path present (nvfs 2.20, transfers around the page cache); 0: compat mode (nvfs 0.0, POSIX bounce buffers) | 1 |
 //! | `H5GDS_EMU_CUFILE_OPEN_ERROR=code` | every `cuFileDriverOpen` (also the implicit one) fails with this `CUfileOpError` (0 = none) | unset |
 //! | `H5GDS_EMU_FAIL_ALLOC=N` | the Nth allocation (`cuMemAlloc_v2` and `cuMemHostAlloc` counted together) fails with CUDA_ERROR_OUT_OF_MEMORY (2) | unset |
 //! | `H5GDS_EMU_FAIL_IO=N` | the Nth `cuFileRead`/`cuFileWrite` (counted together) moves nothing and returns -1 with errno | unset |
@@ -89,7 +95,7 @@
 //! | `H5GDS_EMU_TRACE=1` | one stderr line per call: arguments and result | 0 |
 //! | `H5GDS_EMU_DEFER_ASYNC=1` | async copies with pinned host memory run at synchronization | 0 |
 //!
-//! The report has eight lines:
+//! The report has ten lines:
 //!
 //! ```text
 //! leaked device allocations: N (bytes B)
@@ -100,10 +106,14 @@
 //! cufile writes: N
 //! copies htod: N
 //! copies dtoh: N
+//! cufile posix bounce copies: N
+//! cufile o_direct requests: N
 //! ```
 //!
 //! "cufile reads/writes" count calls that returned a byte count (0 included); "copies" count
-//! completed copies by direction (device-to-device and host-to-host ones are not counted).
+//! completed copies by direction (device-to-device and host-to-host ones are not counted);
+//! "posix bounce copies" count the 1 MiB bounce-buffer pieces of compatibility-mode device
+//! transfers, "o_direct requests" the `O_DIRECT` requests of GDS transfers.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![allow(non_snake_case)]
@@ -117,6 +127,7 @@ mod cuda_memory;
 mod cuda_pointer;
 mod cufile_api;
 mod cufile_handles;
+mod cufile_io;
 mod errors;
 mod ffi;
 mod memory;

@@ -6,7 +6,8 @@
 //! emulator moves data through a second, read-write "shadow" mapping of the same memfd. A
 //! lookup hands out an `Arc` of the allocation, so copies run without the lock and the
 //! mappings stay valid until the last copy using them ends, even if the memory is freed
-//! meanwhile. Pinned host memory is ordinary anonymous memory, page-aligned.
+//! meanwhile. Pinned host memory is ordinary anonymous memory, page-aligned. Both kinds are
+//! backed when allocated (`MAP_POPULATE`), as on a GPU: no first-touch page faults later.
 
 use crate::consts::{CUresult, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY};
 use crate::counters;
@@ -158,13 +159,15 @@ fn map_device(map_len: usize) -> Result<(usize, *mut u8), CUresult> {
         if device == libc::MAP_FAILED {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
-        // SAFETY: as above, read-write this time.
+        // SAFETY: as above, read-write this time. MAP_POPULATE backs every page now, as
+        // cuMemAlloc does on a GPU (only managed memory is demand-paged there), so the first
+        // transfer into fresh memory pays no page faults a GPU would not.
         let shadow = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 map_len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
                 fd,
                 0,
             )
@@ -252,13 +255,14 @@ pub fn alloc_host(
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let map_len = round_to_pages(size).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
-    // SAFETY: a new private anonymous mapping at an address the kernel picks.
+    // SAFETY: a new private anonymous mapping at an address the kernel picks. Populated now:
+    // cuMemHostAlloc returns page-locked memory, which is resident from the start.
     let ptr = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
             map_len,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
             -1,
             0,
         )

@@ -64,7 +64,9 @@ fn render(text: &mut StackText) {
          cufile reads: {}\n\
          cufile writes: {}\n\
          copies htod: {}\n\
-         copies dtoh: {}\n",
+         copies dtoh: {}\n\
+         cufile posix bounce copies: {}\n\
+         cufile o_direct requests: {}\n",
         c.live_device_allocations,
         c.live_device_bytes,
         c.live_pinned_host_allocations,
@@ -74,6 +76,8 @@ fn render(text: &mut StackText) {
         c.cufile_writes,
         c.copies_htod,
         c.copies_dtoh,
+        crate::cufile_io::POSIX_BOUNCE_COPIES.load(Ordering::Relaxed),
+        crate::cufile_io::DIRECT_REQUESTS.load(Ordering::Relaxed),
     );
 }
 
@@ -121,7 +125,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn report_has_the_eight_lines() {
+    fn report_has_the_ten_lines() {
         let mut text = StackText {
             bytes: [0; 1024],
             len: 0,
@@ -129,10 +133,12 @@ mod tests {
         render(&mut text);
         let text = std::str::from_utf8(&text.bytes[..text.len]).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 8, "{text}");
+        assert_eq!(lines.len(), 10, "{text}");
         assert!(lines[0].starts_with("leaked device allocations: "));
         assert!(lines[0].contains(" (bytes "));
         assert!(lines[7].starts_with("copies dtoh: "));
+        assert!(lines[8].starts_with("cufile posix bounce copies: "));
+        assert!(lines[9].starts_with("cufile o_direct requests: "));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use super::parallel::{run_split, run_tasks, split};
 use super::posix::{self, DIRECT_ALIGN};
-use super::vector::{any_overlap, plan_reads, Piece};
+use super::vector::{any_overlap, Piece};
 use super::{BufPtr, Direction, PartialTransfer};
 use crate::error::{Error, Result};
 use std::os::fd::RawFd;
@@ -91,72 +91,6 @@ impl HostIo<'_> {
             // SAFETY: each task moves a disjoint sub-range of the caller's buffer.
             unsafe { self.one(dir, addr + off as u64, buf.add(off), n) }
         })
-    }
-
-    /// Reads every piece. Pieces close together in the file are read as one run and scattered;
-    /// runs go to the pool when the request is large in total.
-    ///
-    /// # Safety
-    /// Every piece's buffer must be valid for writes of its length; pieces' buffers must not
-    /// overlap each other.
-    pub(crate) unsafe fn read_vector(&self, mut pieces: Vec<Piece>) -> Result<()> {
-        pieces.sort_by_key(|p| p.addr);
-        let total: usize = pieces.iter().map(|p| p.len).sum();
-        let runs = plan_reads(&pieces, COALESCE_GAP, self.task_size);
-        // A run that is one piece is read in place (split if large); a run of several pieces is
-        // read into scratch memory and scattered.
-        enum Job {
-            Direct { addr: u64, buf: BufPtr, len: usize },
-            Scatter(usize),
-        }
-        let mut jobs = Vec::new();
-        for (r, run) in runs.iter().enumerate() {
-            if run.pieces.len() == 1 {
-                let p = pieces[run.pieces.start];
-                jobs.extend(split(p.len, self.task_size).map(|(off, n)| Job::Direct {
-                    addr: p.addr + off as u64,
-                    buf: p.buf.add(off),
-                    len: n,
-                }));
-            } else {
-                jobs.push(Job::Scatter(r));
-            }
-        }
-        run_tasks(
-            self.nthreads,
-            jobs.len(),
-            total >= self.task_size,
-            |j| match jobs[j] {
-                // SAFETY: the piece's buffer is valid for `len` bytes (caller's contract).
-                Job::Direct { addr, buf, len } => unsafe {
-                    self.one(Direction::Read, addr, buf, len)
-                },
-                Job::Scatter(r) => {
-                    let run = &runs[r];
-                    // Uninitialised on purpose: the read fills every byte (zeros past EOF).
-                    let mut scratch = Vec::<u8>::with_capacity(run.len);
-                    // SAFETY: scratch has capacity for run.len bytes; on success all were written.
-                    unsafe {
-                        let at = BufPtr::new(scratch.as_mut_ptr());
-                        self.one(Direction::Read, run.addr, at, run.len)?;
-                        scratch.set_len(run.len);
-                    }
-                    for p in &pieces[run.pieces.clone()] {
-                        let from = (p.addr - run.addr) as usize;
-                        // SAFETY: from + p.len <= run.len by construction of the run; the piece's
-                        // buffer is valid for p.len bytes and disjoint from scratch.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                scratch.as_ptr().add(from),
-                                p.buf.as_ptr(),
-                                p.len,
-                            )
-                        };
-                    }
-                    Ok(())
-                }
-            },
-        )
     }
 
     /// Writes every piece, concurrently when the request is large, `parallel_writes` allows, and

@@ -7,6 +7,7 @@ pub(crate) mod host;
 pub(crate) mod parallel;
 pub(crate) mod posix;
 pub(crate) mod readahead;
+pub(crate) mod selection;
 pub(crate) mod staged;
 pub(crate) mod vector;
 

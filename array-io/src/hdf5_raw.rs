@@ -1,0 +1,480 @@
+//! The HDF5 calls that must stay raw, for every Rust program of the workspace: array-io itself,
+//! the benchmarks behind `h5gds bench`, the CLI and the test programs. Everything else uses
+//! hdf5-metno's high-level API, whose objects (`File`, `Dataset`, `Dataspace`, `FileAccess`)
+//! these functions take and return.
+//!
+//! Raw here: file access lists selecting a driver hdf5-metno does not know (`gds`, by name for
+//! the plugin or by id for the in-process class) and files opened with them (hdf5-metno's
+//! `FileBuilder` rebuilds the list and rejects unknown drivers); `H5Dread`/`H5Dwrite` with a
+//! pointer that may be device memory; selections that are unions of blocks; driver registration
+//! and lookup; the plugin search path. Every call runs under hdf5-metno's library lock.
+//!
+//! Why a module of array-io and not a crate of its own: array-io is the workspace's HDF5 layer
+//! (it links hdf5-metno and registers the driver), and every other user already needs either
+//! array-io or nothing else from HDF5, so one module keeps one lock discipline and one error
+//! style without another crate to version. Code that runs inside another program's HDF5 (the
+//! Python package, inside h5py's) cannot use this module; what it shares with array-io is the
+//! decision of how data may reach device memory, which lives in `route` over plain data.
+
+use hdf5::plist::{DatasetAccess, FileAccess};
+use hdf5::{Dataset, Dataspace, Datatype, File};
+use hdf5_sys::h5::hsize_t;
+use hdf5_sys::h5i::hid_t;
+use hdf5_sys::h5s::{H5S_seloper_t, H5S_ALL};
+use std::ffi::{c_void, CString};
+use std::path::Path;
+
+pub use hdf5::Result;
+
+/// Runs `f` holding HDF5's library lock (hdf5-metno's, reentrant).
+pub fn locked<T>(f: impl FnOnce() -> T) -> T {
+    hdf5::sync::sync(f)
+}
+
+/// Fails with HDF5's error stack when `status` is negative.
+fn check(status: i64) -> Result<i64> {
+    hdf5::h5check(status)
+}
+
+/// Every record of an error's HDF5 stack, outermost first, as `function(): description` lines
+/// (what `H5Eprint` shows), or the error's own text when it carries no stack.
+pub fn error_stack(err: &hdf5::Error) -> String {
+    match err.stack() {
+        Some(stack) if !stack.is_empty() => stack
+            .iter()
+            .map(|frame| format!("{}(): {}", frame.func(), frame.desc()))
+            .collect::<Vec<_>>()
+            .join("\n  "),
+        _ => err.to_string(),
+    }
+}
+
+/// `result`, with an error turned into text for programs that report errors as text: the
+/// failed call's name, then HDF5's whole stack.
+pub fn named<T>(call: &str, result: Result<T>) -> std::result::Result<T, String> {
+    result.map_err(|err| format!("{call} failed\n  {}", error_stack(&err)))
+}
+
+fn c_string(text: &[u8], what: &str) -> Result<CString> {
+    CString::new(text).map_err(|_| hdf5::Error::from(format!("{what} contains a NUL byte")))
+}
+
+fn c_path(path: &Path) -> Result<CString> {
+    use std::os::unix::ffi::OsStrExt;
+    c_string(path.as_os_str().as_bytes(), "the path")
+}
+
+/// The driver a file access list selects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FileDriver {
+    /// HDF5's default (`HDF5_DRIVER` if set, else sec2).
+    Default,
+    Sec2,
+    /// A driver by name with its config string, loaded as a plugin if it is not registered
+    /// (`H5Pset_driver_by_name`, what C programs and `HDF5_DRIVER` do).
+    ByName {
+        name: String,
+        config: String,
+    },
+    /// A registered driver by id (the in-process `gds` class).
+    Registered(hid_t),
+}
+
+/// A file access property list selecting `driver`.
+pub fn file_access(driver: &FileDriver) -> Result<FileAccess> {
+    let mut builder = FileAccess::build();
+    if *driver == FileDriver::Sec2 {
+        builder.sec2();
+    }
+    let fapl = builder.finish()?;
+    match driver {
+        FileDriver::Default | FileDriver::Sec2 => {}
+        FileDriver::ByName { name, config } => {
+            let name = c_string(name.as_bytes(), "the driver name")?;
+            let config = c_string(config.as_bytes(), "the driver config")?;
+            // SAFETY: a valid list and two C strings that outlive the call.
+            check(locked(|| unsafe {
+                hdf5_sys::h5p::H5Pset_driver_by_name(fapl.id(), name.as_ptr(), config.as_ptr())
+            }) as i64)?;
+        }
+        FileDriver::Registered(id) => {
+            // SAFETY: a valid list; HDF5 checks the id; the drivers used here take no info.
+            check(locked(|| unsafe {
+                hdf5_sys::h5p::H5Pset_driver(fapl.id(), *id, std::ptr::null())
+            }) as i64)?;
+        }
+    }
+    Ok(fapl)
+}
+
+/// The id of the driver `fapl` selects (hdf5-metno names only the drivers it knows).
+pub fn selected_driver(fapl: &FileAccess) -> Result<hid_t> {
+    // SAFETY: a valid list.
+    check(locked(|| unsafe {
+        hdf5_sys::h5p::H5Pget_driver(fapl.id())
+    }))
+}
+
+/// Creates (truncating) the file at `path` with `fapl`.
+pub fn create_file(path: &Path, fapl: &FileAccess) -> Result<File> {
+    let name = c_path(path)?;
+    locked(|| {
+        // SAFETY: a valid C string and list.
+        let id = unsafe {
+            hdf5_sys::h5f::H5Fcreate(
+                name.as_ptr(),
+                hdf5_sys::h5f::H5F_ACC_TRUNC,
+                hdf5_sys::h5p::H5P_DEFAULT,
+                fapl.id(),
+            )
+        };
+        // SAFETY: a fresh id (checked by from_id), owned by the File from here on.
+        unsafe { hdf5::from_id(check(id)?) }
+    })
+}
+
+/// Opens the file at `path` read-only with `fapl`.
+pub fn open_file(path: &Path, fapl: &FileAccess) -> Result<File> {
+    let name = c_path(path)?;
+    locked(|| {
+        // SAFETY: a valid C string and list.
+        let id = unsafe {
+            hdf5_sys::h5f::H5Fopen(name.as_ptr(), hdf5_sys::h5f::H5F_ACC_RDONLY, fapl.id())
+        };
+        // SAFETY: a fresh id, owned by the File from here on.
+        unsafe { hdf5::from_id(check(id)?) }
+    })
+}
+
+/// Opens dataset `name` below `file` with the access list `dapl` (hdf5-metno opens with the
+/// default list only).
+pub fn open_dataset(file: &File, name: &str, dapl: &DatasetAccess) -> Result<Dataset> {
+    let c_name = c_string(name.as_bytes(), "the dataset name")?;
+    locked(|| {
+        // SAFETY: a valid location, C string and list.
+        let id = unsafe { hdf5_sys::h5d::H5Dopen2(file.id(), c_name.as_ptr(), dapl.id()) };
+        // SAFETY: a fresh id, owned by the Dataset from here on.
+        unsafe { hdf5::from_id(check(id)?) }
+    })
+}
+
+/// Puts `dir` first on HDF5's plugin search path.
+pub fn prepend_plugin_path(dir: &Path) -> Result<()> {
+    let dir = c_path(dir)?;
+    // SAFETY: a valid C string.
+    check(locked(|| unsafe { hdf5_sys::h5pl::H5PLprepend(dir.as_ptr()) }) as i64).map(drop)
+}
+
+/// A block of elements: `start` and `count` per dimension.
+pub type Block<'a> = (&'a [u64], &'a [u64]);
+
+/// A dataspace of `shape` (scalar when empty) with the union of `blocks` selected (nothing
+/// selected when there are none). hdf5-metno's selections cannot express unions.
+pub fn select_blocks(shape: &[u64], blocks: &[Block]) -> Result<Dataspace> {
+    let extents: hdf5::Extents = if shape.is_empty() {
+        ().into()
+    } else {
+        shape.iter().map(|&d| d as usize).collect::<Vec<_>>().into()
+    };
+    let space = Dataspace::try_new(extents)?;
+    if shape.is_empty() {
+        return Ok(space); // a scalar: its one element is selected
+    }
+    locked(|| {
+        if blocks.is_empty() {
+            // SAFETY: a valid dataspace.
+            check(unsafe { hdf5_sys::h5s::H5Sselect_none(space.id()) } as i64)?;
+        }
+        for (k, (start, count)) in blocks.iter().enumerate() {
+            if start.len() != shape.len() || count.len() != shape.len() {
+                return Err(format!(
+                    "a block of rank {}/{} in a dataspace of rank {}",
+                    start.len(),
+                    count.len(),
+                    shape.len()
+                )
+                .into());
+            }
+            let op = if k == 0 {
+                H5S_seloper_t::H5S_SELECT_SET
+            } else {
+                H5S_seloper_t::H5S_SELECT_OR
+            };
+            // SAFETY: start and count hold one entry per dimension (checked above).
+            let status = unsafe {
+                hdf5_sys::h5s::H5Sselect_hyperslab(
+                    space.id(),
+                    op,
+                    start.as_ptr() as *const hsize_t,
+                    std::ptr::null(),
+                    count.as_ptr() as *const hsize_t,
+                    std::ptr::null(),
+                )
+            };
+            check(status as i64)?;
+        }
+        Ok(space)
+    })
+}
+
+/// Memory and file dataspaces of a transfer; `None` is all of the dataset (`H5S_ALL`).
+#[derive(Clone, Copy, Default)]
+pub struct Spaces<'a> {
+    pub memory: Option<&'a Dataspace>,
+    pub file: Option<&'a Dataspace>,
+}
+
+impl Spaces<'_> {
+    fn ids(&self) -> (hid_t, hid_t) {
+        let id = |s: Option<&Dataspace>| s.map_or(H5S_ALL, |s| s.id());
+        (id(self.memory), id(self.file))
+    }
+
+    /// The number of elements the memory side holds.
+    fn memory_len(&self, dset: &Dataset) -> Result<usize> {
+        Ok(match (self.memory, self.file) {
+            (Some(m), _) => m.selection_size(),
+            (None, Some(f)) => f.selection_size(),
+            (None, None) => dset.space()?.size(),
+        })
+    }
+}
+
+/// Reads from `dset` into memory at `buf`, which may be device memory when the driver takes it.
+///
+/// # Safety
+/// `buf` must be valid for writes of the memory selection's elements of `mem_type`, and must be
+/// memory HDF5 (or, for device memory, the driver) can write.
+pub unsafe fn read(
+    dset: &Dataset,
+    mem_type: &Datatype,
+    spaces: Spaces,
+    buf: *mut c_void,
+) -> Result<()> {
+    let (m, f) = spaces.ids();
+    // SAFETY: valid ids; `buf` as the caller guarantees.
+    check(locked(|| unsafe {
+        hdf5_sys::h5d::H5Dread(
+            dset.id(),
+            mem_type.id(),
+            m,
+            f,
+            hdf5_sys::h5p::H5P_DEFAULT,
+            buf,
+        )
+    }) as i64)
+    .map(drop)
+}
+
+/// Writes to `dset` from memory at `buf`, which may be device memory when the driver takes it.
+///
+/// # Safety
+/// `buf` must be valid for reads of the memory selection's elements of `mem_type`.
+pub unsafe fn write(
+    dset: &Dataset,
+    mem_type: &Datatype,
+    spaces: Spaces,
+    buf: *const c_void,
+) -> Result<()> {
+    let (m, f) = spaces.ids();
+    // SAFETY: valid ids; `buf` as the caller guarantees.
+    check(locked(|| unsafe {
+        hdf5_sys::h5d::H5Dwrite(
+            dset.id(),
+            mem_type.id(),
+            m,
+            f,
+            hdf5_sys::h5p::H5P_DEFAULT,
+            buf,
+        )
+    }) as i64)
+    .map(drop)
+}
+
+/// Checks that `len` elements of `T` match the memory side of a transfer of `mem_type`.
+fn check_buffer<T>(dset: &Dataset, mem_type: &Datatype, spaces: &Spaces, len: usize) -> Result<()> {
+    let (size, want) = (mem_type.size(), std::mem::size_of::<T>());
+    if size != want {
+        return Err(format!(
+            "the memory type has {size}-byte elements, the buffer {want}-byte ones ({})",
+            std::any::type_name::<T>()
+        )
+        .into());
+    }
+    let needed = spaces.memory_len(dset)?;
+    if needed != len {
+        return Err(format!("the selection has {needed} elements, the buffer {len}").into());
+    }
+    Ok(())
+}
+
+/// Reads into a host slice whose element size and length must match `mem_type` and the
+/// selection (checked: a mismatch is an error, not a buffer overrun).
+pub fn read_into<T: Copy>(
+    dset: &Dataset,
+    mem_type: &Datatype,
+    spaces: Spaces,
+    out: &mut [std::mem::MaybeUninit<T>],
+) -> Result<()> {
+    check_buffer::<T>(dset, mem_type, &spaces, out.len())?;
+    // SAFETY: `out` holds exactly the selection's elements of `mem_type`'s size.
+    unsafe { read(dset, mem_type, spaces, out.as_mut_ptr().cast()) }
+}
+
+/// Element types for which every bit pattern is a valid value, so HDF5 may write any bytes
+/// into an initialised slice of them.
+///
+/// # Safety
+/// Implement only for types without invalid bit patterns or padding.
+pub unsafe trait Plain: Copy {}
+
+macro_rules! plain {
+    ($($t:ty),*) => {$(
+        // SAFETY: a primitive number: every bit pattern is a value.
+        unsafe impl Plain for $t {}
+    )*};
+}
+plain!(i8, i16, i32, i64, u8, u16, u32, u64, f32, f64);
+
+/// [`read_into`] an initialised slice (of a [`Plain`] type, whatever HDF5 writes is a value).
+pub fn read_into_plain<T: Plain>(
+    dset: &Dataset,
+    mem_type: &Datatype,
+    spaces: Spaces,
+    out: &mut [T],
+) -> Result<()> {
+    // SAFETY: MaybeUninit<T> has T's layout; only initialised bytes of a Plain type are
+    // written through the view (HDF5's), so `out` stays initialised.
+    let view = unsafe {
+        std::slice::from_raw_parts_mut(
+            out.as_mut_ptr().cast::<std::mem::MaybeUninit<T>>(),
+            out.len(),
+        )
+    };
+    read_into(dset, mem_type, spaces, view)
+}
+
+/// Writes from a host slice whose element size and length must match `mem_type` and the
+/// selection (checked).
+pub fn write_from<T: Copy>(
+    dset: &Dataset,
+    mem_type: &Datatype,
+    spaces: Spaces,
+    data: &[T],
+) -> Result<()> {
+    check_buffer::<T>(dset, mem_type, &spaces, data.len())?;
+    // SAFETY: `data` holds exactly the selection's elements of `mem_type`'s size.
+    unsafe { write(dset, mem_type, spaces, data.as_ptr().cast()) }
+}
+
+/// The id of the driver registered with `value`, if one is.
+pub fn registered_driver(value: i32) -> Result<Option<hid_t>> {
+    locked(|| {
+        // SAFETY: a plain query.
+        let registered =
+            check(unsafe { hdf5_sys::h5fd::H5FDis_driver_registered_by_value(value) } as i64)?;
+        if registered == 0 {
+            return Ok(None);
+        }
+        // Selecting the driver by value on a scratch list finds the registered one (it would
+        // load a plugin only if none were registered).
+        let fapl = FileAccess::try_new()?;
+        // SAFETY: a valid list; no config string.
+        check(
+            unsafe { hdf5_sys::h5p::H5Pset_driver_by_value(fapl.id(), value, std::ptr::null()) }
+                as i64,
+        )?;
+        selected_driver(&fapl).map(Some)
+    })
+}
+
+/// Registers a driver class.
+///
+/// # Safety
+/// `class` must point to a valid `H5FD_class_t` of the linked HDF5's layout that lives for the
+/// rest of the process.
+pub unsafe fn register_driver(class: *const c_void) -> Result<hid_t> {
+    // SAFETY: as the caller guarantees; hdf5-metno-sys's own struct differs, hence the cast.
+    check(locked(|| unsafe {
+        hdf5_sys::h5fd::H5FDregister(class.cast())
+    }))
+}
+
+extern "C" {
+    /// HDF5's library-private map from a driver id to its class: the public API has none
+    /// (`H5Iobject_verify` refuses library id types). Every HDF5 1.14 and 2.x build has it, and
+    /// the HDF5 of a Rust program here is linked statically, so the symbol is always there.
+    fn H5FD_get_class(id: hid_t) -> *const c_void;
+}
+
+/// HDF5's copy of the class registered as driver `id` (HDF5 keeps one per registration).
+pub fn driver_class(id: hid_t) -> Result<*const c_void> {
+    // SAFETY: a plain lookup under the lock; HDF5 checks the id and its type.
+    let class = locked(|| unsafe { H5FD_get_class(id) });
+    if class.is_null() {
+        return Err(format!("{id} is not a registered file driver").into());
+    }
+    Ok(class)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::MaybeUninit;
+
+    fn dataset_of_four_f64(dir: &Path) -> (File, Dataset, Datatype) {
+        let fapl = file_access(&FileDriver::Sec2).unwrap();
+        let file = create_file(&dir.join("typed.h5"), &fapl).unwrap();
+        let dset = file.new_dataset::<f64>().shape(4).create("x").unwrap();
+        let f64_type = Datatype::from_type::<f64>().unwrap();
+        write_from(
+            &dset,
+            &f64_type,
+            Spaces::default(),
+            &[1.0f64, 2.0, 3.0, 4.0],
+        )
+        .unwrap();
+        (file, dset, f64_type)
+    }
+
+    #[test]
+    fn typed_calls_refuse_buffers_of_another_element_size_or_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_file, dset, f64_type) = dataset_of_four_f64(dir.path());
+        // f64 elements into an f32 slice of the same length would overrun it by half.
+        let mut small = [MaybeUninit::<f32>::uninit(); 4];
+        let err = read_into(&dset, &f64_type, Spaces::default(), &mut small).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("8-byte elements") && text.contains("4-byte"),
+            "{text}"
+        );
+        let mut short = [MaybeUninit::<f64>::uninit(); 3];
+        let err = read_into(&dset, &f64_type, Spaces::default(), &mut short).unwrap_err();
+        assert!(
+            err.to_string().contains("4 elements, the buffer 3"),
+            "{err}"
+        );
+        let err = write_from(&dset, &f64_type, Spaces::default(), &[9u8; 4]).unwrap_err();
+        assert!(err.to_string().contains("1-byte"), "{err}");
+        // The refused write left the data as it was.
+        let mut out = [MaybeUninit::<f64>::uninit(); 4];
+        read_into(&dset, &f64_type, Spaces::default(), &mut out).unwrap();
+        // SAFETY: read_into succeeded, so HDF5 initialised all four.
+        let out = out.map(|v| unsafe { v.assume_init() });
+        assert_eq!(out, [1.0, 2.0, 3.0, 4.0]);
+    }
+
+    #[test]
+    fn block_selections_check_their_rank_and_count_their_union() {
+        let space = select_blocks(&[4, 4], &[(&[0, 0], &[2, 2]), (&[2, 2], &[2, 2])]).unwrap();
+        assert_eq!(space.selection_size(), 8);
+        assert_eq!(select_blocks(&[4, 4], &[]).unwrap().selection_size(), 0);
+        let err = select_blocks(&[4, 4], &[(&[0], &[2])]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("rank 1/1 in a dataspace of rank 2"),
+            "{err}"
+        );
+    }
+}

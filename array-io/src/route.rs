@@ -1,0 +1,253 @@
+//! How a dataset's bytes may reach device memory: straight through the `gds` driver, or staged
+//! through pinned host memory, and why. The one place this is decided, as pure functions over
+//! plain facts that any HDF5 binding can gather (array-io gathers them with hdf5-metno in
+//! `layout`; code running inside h5py's HDF5 gathers the same facts with its own calls).
+//!
+//! HDF5 hands the driver the caller's buffer untouched only when it has nothing to do to the
+//! data itself (DESIGN.md, "Facts about HDF5"). It touches the buffer — fatal for a
+//! device pointer — for type conversion, fill values of unallocated storage, filtered chunks,
+//! chunks that fit the chunk cache, external and virtual storage, and compact data. So:
+//!
+//! * **direct**: contiguous datasets whose storage is allocated, and unfiltered chunked datasets
+//!   chunk by chunk (allocated chunks, read with the chunk cache disabled so none is cached);
+//! * **staged**: everything else — filtered (compressed) chunks, chunks never written (HDF5
+//!   fills them), unallocated contiguous storage, compact, external and virtual storage, type
+//!   conversion, data on another device than the driver's, and `bool` (every byte is checked to
+//!   be 0 or 1 on the host).
+
+use crate::select::chunks_touching;
+pub use crate::select::Block;
+use std::collections::HashSet;
+
+/// How a dataset's elements are stored.
+#[derive(Clone, Debug)]
+pub enum Storage {
+    /// One block in the file; `allocated` is false until the data is written.
+    Contiguous { allocated: bool },
+    /// Raw data in external files, read by HDF5's own I/O.
+    External,
+    /// Data inside the object header.
+    Compact,
+    /// A virtual dataset mapping other datasets.
+    Virtual,
+    /// Chunks of `chunk` elements; the offsets of the allocated ones.
+    Chunked {
+        chunk: Vec<u64>,
+        filtered: bool,
+        allocated: HashSet<Vec<u64>>,
+    },
+}
+
+/// Facts about one transfer that can stage all of it, whatever the storage.
+#[derive(Clone, Debug, Default)]
+pub struct Transfer {
+    /// The settings select the staged path (`H5GDS_USE_VFD_GDS=0`, or unset without CUDA).
+    pub staged_by_settings: bool,
+    /// The CUDA device of the array (the driver works in device 0's context).
+    pub device: usize,
+    /// A read whose stored bytes must be checked on the host (`bool`: 0 or 1).
+    pub checked_bytes: bool,
+    /// Why HDF5 converts the element type in the buffer, if it does.
+    pub conversion: Option<String>,
+}
+
+/// Why the driver cannot be used at all for this transfer (it opens the file with sec2), if so.
+pub fn driver_blocker(transfer: &Transfer) -> Option<String> {
+    if transfer.staged_by_settings {
+        return Some(
+            "H5GDS_USE_VFD_GDS=0 (or unset without working CUDA) selects the staged path".into(),
+        );
+    }
+    if transfer.device != 0 {
+        return Some(format!(
+            "the array is on device {}, and the gds driver works in device 0's context",
+            transfer.device
+        ));
+    }
+    None
+}
+
+/// Why the whole transfer is staged, whatever the storage, if so.
+pub fn blocker(transfer: &Transfer) -> Option<String> {
+    if let Some(reason) = driver_blocker(transfer) {
+        return Some(reason);
+    }
+    if transfer.checked_bytes {
+        return Some(
+            "bool values are checked on the host to be 0 or 1 before they reach the device".into(),
+        );
+    }
+    transfer.conversion.clone()
+}
+
+/// How one block of a device transfer travels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Straight between the file and device memory.
+    Direct,
+    /// Through pinned host memory, for this reason.
+    Staged(String),
+}
+
+/// Plans the device read of `region` (file coordinates) of a dataset stored as `storage`.
+/// `blocker` (see [`blocker`]), if any, stages the whole read. Returns blocks covering `region`
+/// exactly once, each with its route.
+pub fn plan(storage: &Storage, region: &Block, blocker: Option<String>) -> Vec<(Block, Route)> {
+    let whole = |route: Route| vec![(region.clone(), route)];
+    if let Some(reason) = blocker {
+        return whole(Route::Staged(reason));
+    }
+    match storage {
+        Storage::Contiguous { allocated: true } => whole(Route::Direct),
+        Storage::Contiguous { allocated: false } => whole(Route::Staged(
+            "its storage was never written, so HDF5 fills the buffer with the fill value itself"
+                .into(),
+        )),
+        Storage::External => whole(Route::Staged(
+            "its data lives in external files, which HDF5 reads itself".into(),
+        )),
+        Storage::Compact => whole(Route::Staged(
+            "it is compact (its data lives in the object header)".into(),
+        )),
+        Storage::Virtual => whole(Route::Staged(
+            "it is a virtual dataset, assembled by HDF5 from other datasets".into(),
+        )),
+        Storage::Chunked { filtered: true, .. } => whole(Route::Staged(
+            "its chunks are filtered (compressed), and HDF5 decodes them in host memory".into(),
+        )),
+        Storage::Chunked {
+            chunk, allocated, ..
+        } => {
+            let parts = chunks_touching(region, chunk);
+            if parts.iter().all(|(offset, _)| allocated.contains(offset)) {
+                return whole(Route::Direct);
+            }
+            parts
+                .into_iter()
+                .map(|(offset, part)| {
+                    let route = if allocated.contains(&offset) {
+                        Route::Direct
+                    } else {
+                        Route::Staged(format!(
+                            "its chunk at {offset:?} was never written, so HDF5 fills it with \
+                             the fill value itself"
+                        ))
+                    };
+                    (part, route)
+                })
+                .collect()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(start: &[u64], count: &[u64]) -> Block {
+        Block {
+            start: start.to_vec(),
+            count: count.to_vec(),
+        }
+    }
+
+    #[test]
+    fn only_allocated_contiguous_and_unfiltered_allocated_chunks_go_direct() {
+        let region = block(&[0, 0], &[4, 4]);
+        let direct = vec![(region.clone(), Route::Direct)];
+        assert_eq!(
+            plan(&Storage::Contiguous { allocated: true }, &region, None),
+            direct
+        );
+        for storage in [
+            Storage::Contiguous { allocated: false },
+            Storage::External,
+            Storage::Compact,
+            Storage::Virtual,
+            Storage::Chunked {
+                chunk: vec![2, 2],
+                filtered: true,
+                allocated: HashSet::new(),
+            },
+        ] {
+            let p = plan(&storage, &region, None);
+            assert_eq!(p.len(), 1);
+            assert!(matches!(p[0].1, Route::Staged(_)), "{storage:?}");
+        }
+        let staged = plan(
+            &Storage::Contiguous { allocated: true },
+            &region,
+            Some("type conversion".into()),
+        );
+        assert_eq!(staged[0].1, Route::Staged("type conversion".into()));
+    }
+
+    #[test]
+    fn missing_chunks_are_staged_one_by_one() {
+        let all: HashSet<Vec<u64>> = [[0, 0], [0, 2], [2, 0], [2, 2]]
+            .iter()
+            .map(|a| a.to_vec())
+            .collect();
+        let region = block(&[1, 1], &[3, 3]);
+        let full = Storage::Chunked {
+            chunk: vec![2, 2],
+            filtered: false,
+            allocated: all.clone(),
+        };
+        assert_eq!(
+            plan(&full, &region, None),
+            vec![(region.clone(), Route::Direct)]
+        );
+        let mut some = all;
+        some.remove(&vec![2, 2]);
+        let sparse = Storage::Chunked {
+            chunk: vec![2, 2],
+            filtered: false,
+            allocated: some,
+        };
+        let p = plan(&sparse, &region, None);
+        assert_eq!(p.len(), 4);
+        assert_eq!(p.iter().map(|(b, _)| b.len()).sum::<u64>(), 9);
+        let staged: Vec<&Block> = p
+            .iter()
+            .filter(|(_, r)| matches!(r, Route::Staged(_)))
+            .map(|(b, _)| b)
+            .collect();
+        assert_eq!(staged, [&block(&[2, 2], &[2, 2])]);
+    }
+
+    #[test]
+    fn settings_device_bool_and_conversion_stage_the_whole_transfer_in_that_order() {
+        let direct = Transfer::default();
+        assert_eq!(driver_blocker(&direct), None);
+        assert_eq!(blocker(&direct), None);
+        let all = Transfer {
+            staged_by_settings: true,
+            device: 1,
+            checked_bytes: true,
+            conversion: Some("HDF5 converts i16 to f64".into()),
+        };
+        let first = blocker(&all).unwrap();
+        assert!(first.contains("H5GDS_USE_VFD_GDS=0"), "{first}");
+        let other_device = Transfer {
+            staged_by_settings: false,
+            ..all.clone()
+        };
+        assert!(driver_blocker(&other_device).unwrap().contains("device 1"));
+        let bools = Transfer {
+            device: 0,
+            ..other_device
+        };
+        // bool and conversion stage the data but still open the file with the gds driver.
+        assert_eq!(driver_blocker(&bools), None);
+        assert!(blocker(&bools).unwrap().contains("bool values"));
+        let converted = Transfer {
+            checked_bytes: false,
+            ..bools
+        };
+        assert_eq!(
+            blocker(&converted).as_deref(),
+            Some("HDF5 converts i16 to f64")
+        );
+    }
+}

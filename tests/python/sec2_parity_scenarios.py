@@ -1,0 +1,79 @@
+"""Child-process programs for test_sec2_parity.py: each runs under whatever driver the
+environment selects (HDF5_DRIVER) and prints what a user would see."""
+
+import os
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+
+
+def outcome(path, mode):
+    """'OPENED', or the exception's class, errno and message as h5py raised it."""
+    try:
+        h5py.File(path, mode).close()
+        return "OPENED"
+    except Exception as exc:  # the class is the point of the test
+        return f"{type(exc).__name__} errno={getattr(exc, 'errno', None)} :: {exc}"
+
+
+def errors(directory):
+    """The failed opens every h5py user meets, one line each: case, class, errno."""
+    existing = os.path.join(directory, "existing.h5")
+    with h5py.File(existing, "w") as f:
+        f["x"] = np.arange(4)
+    locked = os.path.join(directory, "locked.h5")
+    with h5py.File(locked, "w") as f:
+        f["x"] = np.arange(4)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import h5py, sys, time\n"
+         f"f = h5py.File({locked!r}, 'r+'); print('HELD', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "HELD"
+    cases = [
+        ("missing file, r", os.path.join(directory, "missing.h5"), "r"),
+        ("missing directory, w", os.path.join(directory, "no", "such", "dir.h5"), "w"),
+        ("existing file, x", existing, "x"),
+        ("existing file, w-", existing, "w-"),
+        ("a directory, r", directory, "r"),
+        ("a directory, w", directory, "w"),
+        ("locked file, r", locked, "r"),
+        ("locked file, r+", locked, "r+"),
+    ]
+    try:
+        for name, path, mode in cases:
+            result = outcome(path, mode)
+            print(f"{name}: {result.split(' :: ')[0]}")
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+
+
+def permission(directory):
+    """A file the user may not read: opened after giving up root in a forked child."""
+    path = os.path.join(directory, "secret.h5")
+    with h5py.File(path, "w") as f:  # also loads the driver while still root
+        f["x"] = np.arange(4)
+    os.chmod(path, 0)
+    os.chmod(directory, 0o755)
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.setgid(65534)
+        os.setuid(65534)
+        print(f"unreadable file, r: {outcome(path, 'r').split(' :: ')[0]}", flush=True)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, status
+
+
+def open_once(path, mode):
+    """One open, reported with its message (for refusals)."""
+    print(outcome(path, mode))
+
+
+if __name__ == "__main__":
+    command, *args = sys.argv[1:]
+    {"errors": errors, "permission": permission, "open": open_once}[command](*args)
