@@ -4,13 +4,11 @@ gzip), strided and point writes, and 1, 2 and 8 threads reading one file. Each s
 checks its data against NumPy itself (selection_scenarios.py), under HDF5 2.0 (h5py 3.16) and 1.14
 (h5py 3.14)."""
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from support import NEW_PYTHON, OLD_PYTHON, PLUGIN_DIR
+from support import NEW_PYTHON, OLD_PYTHON, assert_ran, run_child
 
 SCENARIOS = Path(__file__).with_name("selection_scenarios.py")
 PYTHONS = {"hdf5-2": NEW_PYTHON, "hdf5-1.14": OLD_PYTHON}
@@ -18,18 +16,8 @@ PYTHONS = {"hdf5-2": NEW_PYTHON, "hdf5-1.14": OLD_PYTHON}
 
 def run(python, driver, *args):
     """Runs one scenario in a child interpreter under `driver`; returns its stdout."""
-    assert (PLUGIN_DIR / "libh5gds.so").is_file(), f"build the plugin first: {PLUGIN_DIR}/libh5gds.so"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HDF5_", "H5GDS_", "H5_GDS_"))}
-    env["HDF5_PLUGIN_PATH"] = str(PLUGIN_DIR)
-    env["H5GDS_LOG"] = "info"
-    if driver == "gds":
-        env["HDF5_DRIVER"] = "gds"
-    proc = subprocess.run([str(python), str(SCENARIOS), *map(str, args)], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, f"{args} under {driver} failed:\n{proc.stdout}\n{proc.stderr}"
-    gds_opened = f'opened "{args[1]}"' in proc.stderr
-    assert gds_opened == (driver == "gds"), f"gds {'not ' if driver == 'gds' else ''}used:\n{proc.stderr}"
-    return proc.stdout
+    proc = run_child(SCENARIOS, args, driver, python)
+    return assert_ran(proc, f"{args} under {driver}", args[1], driver).stdout
 
 
 @pytest.fixture(scope="module", params=sorted(PYTHONS))

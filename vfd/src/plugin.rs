@@ -513,6 +513,41 @@ fn space_api() -> Result<&'static crate::dataspace::SpaceApi> {
     })
 }
 
+/// The body of both selection callbacks.
+///
+/// # Safety
+/// As HDF5 guarantees: `count` entries in each array, valid dataspace ids, and buffers valid in
+/// direction `dir` for their memory selections.
+#[allow(clippy::too_many_arguments)]
+unsafe fn selection_callback(
+    func: &'static str,
+    dir: Direction,
+    file: *mut H5FD_t,
+    mem_type: H5FD_mem_t,
+    count: usize,
+    mem_spaces: *mut hid_t,
+    file_spaces: *mut hid_t,
+    offsets: *mut haddr_t,
+    element_sizes: *mut usize,
+    bufs: *mut *mut c_void,
+) -> herr_t {
+    guard(func, -1, || {
+        // SAFETY: the function's contract (HDF5's).
+        unsafe {
+            let entries = selection_entries(
+                count,
+                mem_spaces,
+                file_spaces,
+                offsets,
+                element_sizes,
+                bufs.cast(),
+            )?;
+            selection::transfer_entries(state(file)?, space_api()?, &entries, mem_type, dir)?;
+        }
+        Ok(0)
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn gds_read_selection(
     file: *mut H5FD_t,
@@ -525,21 +560,22 @@ unsafe extern "C" fn gds_read_selection(
     element_sizes: *mut usize,
     bufs: *mut *mut c_void,
 ) -> herr_t {
-    guard("gds_read_selection", -1, || {
-        // SAFETY: HDF5 passes `count` entries in each array, valid dataspace ids and buffers.
-        unsafe {
-            let entries = selection_entries(
-                count,
-                mem_spaces,
-                file_spaces,
-                offsets,
-                element_sizes,
-                bufs.cast(),
-            )?;
-            selection::read(state(file)?, space_api()?, &entries, mem_type)?;
-        }
-        Ok(0)
-    })
+    let (m, f, o, e) = (mem_spaces, file_spaces, offsets, element_sizes);
+    // SAFETY: HDF5 calls this with the arrays and buffers its contract describes.
+    unsafe {
+        selection_callback(
+            "gds_read_selection",
+            Direction::Read,
+            file,
+            mem_type,
+            count,
+            m,
+            f,
+            o,
+            e,
+            bufs,
+        )
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -554,21 +590,22 @@ unsafe extern "C" fn gds_write_selection(
     element_sizes: *mut usize,
     bufs: *mut *mut c_void,
 ) -> herr_t {
-    guard("gds_write_selection", -1, || {
-        // SAFETY: HDF5 passes `count` entries in each array, valid dataspace ids and buffers.
-        unsafe {
-            let entries = selection_entries(
-                count,
-                mem_spaces,
-                file_spaces,
-                offsets,
-                element_sizes,
-                bufs.cast(),
-            )?;
-            selection::write(state(file)?, space_api()?, &entries, mem_type)?;
-        }
-        Ok(0)
-    })
+    let (m, f, o, e) = (mem_spaces, file_spaces, offsets, element_sizes);
+    // SAFETY: HDF5 calls this with the arrays and buffers its contract describes.
+    unsafe {
+        selection_callback(
+            "gds_write_selection",
+            Direction::Write,
+            file,
+            mem_type,
+            count,
+            m,
+            f,
+            o,
+            e,
+            bufs,
+        )
+    }
 }
 
 /// Every write is complete when its callback returns and nothing is cached in the driver, so

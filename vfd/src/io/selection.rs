@@ -700,42 +700,23 @@ unsafe fn transfer(
     }
 }
 
-/// `read_selection`: every entry read into its buffer.
+/// `read_selection` / `write_selection`: every entry moved between the file and its buffer.
 ///
 /// # Safety
-/// Each entry's buffer must be valid for writes of the bytes its memory selection covers.
-pub(crate) unsafe fn read(
+/// Each entry's buffer must be valid, in direction `dir`, for the bytes its memory selection
+/// covers.
+pub(crate) unsafe fn transfer_entries(
     file: &OpenFile,
     api: &SpaceApi,
     entries: &[Entry],
     mem_type: H5FD_mem_t,
+    dir: Direction,
 ) -> Result<()> {
-    // SAFETY: the caller's contract, entry by entry.
-    unsafe {
-        for entry in entries {
-            transfer(file, api, entry, mem_type, Direction::Read)?;
-        }
-        Ok(())
+    for entry in entries {
+        // SAFETY: the caller's contract, entry by entry.
+        unsafe { transfer(file, api, entry, mem_type, dir) }?;
     }
-}
-
-/// `write_selection`: every entry written from its buffer.
-///
-/// # Safety
-/// Each entry's buffer must be valid for reads of the bytes its memory selection covers.
-pub(crate) unsafe fn write(
-    file: &OpenFile,
-    api: &SpaceApi,
-    entries: &[Entry],
-    mem_type: H5FD_mem_t,
-) -> Result<()> {
-    // SAFETY: the caller's contract, entry by entry.
-    unsafe {
-        for entry in entries {
-            transfer(file, api, entry, mem_type, Direction::Write)?;
-        }
-        Ok(())
-    }
+    Ok(())
 }
 
 #[cfg(test)]
