@@ -5,7 +5,8 @@
 //! thread pool when large. The library links no libhdf5: HDF5 calls it needs are resolved at run
 //! time from the HDF5 already loaded in the process (see `hdf5_runtime`).
 //! For array-io, the `h5gds` tool and tests it exports a small surface (below); the rest is
-//! private to the driver.
+//! private to the driver. ARCHITECTURE.md at the repository root maps the modules, the path of a
+//! read and a write through them, and the invariants each one enforces.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 /// The HDF5 virtual-file-driver ABI (public so its layout can be checked against real headers).
