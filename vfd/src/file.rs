@@ -429,9 +429,14 @@ impl OpenFile {
     ///
     /// # Safety
     /// `src` must be valid for reads and `dst` for writes of `len` bytes.
-    pub(crate) unsafe fn mem_copy(dst: BufPtr, src: BufPtr, len: usize) -> Result<()> {
-        let host = |p| memory::classify(p, H5FD_MEM_DRAW) == PointerKind::Host;
-        if host(dst) && host(src) {
+    pub(crate) unsafe fn mem_copy(
+        (dst_base, dst_off): (BufPtr, usize),
+        (src_base, src_off): (BufPtr, usize),
+        len: usize,
+    ) -> Result<()> {
+        let host = |side, base| memory::classify_copy_base(side, base) == PointerKind::Host;
+        let (dst, src) = (dst_base.add(dst_off), src_base.add(src_off));
+        if host(0, dst_base) && host(1, src_base) {
             // SAFETY: the caller's contract; `copy` allows overlap.
             unsafe { std::ptr::copy(src.as_ptr(), dst.as_ptr(), len) };
             return Ok(());
