@@ -222,7 +222,43 @@ fn run(path: &Path, sizes: &[usize]) -> Check<usize> {
     }
     expect_bytes("strided write from device", &host, &want)?;
     checks += 2;
-    drop((cset, eset, sset));
+
+    // The same selection of a chunked dataset whose chunks fit HDF5's chunk cache: HDF5 copies
+    // each element out of the cached chunk through the driver's ctl(MEM_COPY), into host memory
+    // and into device memory (each copy loop's base pointers classified once).
+    let kset = h5(
+        "H5Dcreate2(cached)",
+        file.new_dataset::<u8>()
+            .shape(len)
+            .chunk(4096)
+            .create("cached"),
+    )?;
+    h5("H5Dwrite", kset.write_raw(&full))?;
+    let host: Vec<u8> = h5(
+        "H5Dread",
+        kset.read_slice_1d::<u8, _>(s![1..1 + 3 * count;3]),
+    )?
+    .to_vec();
+    expect_bytes(
+        "strided read of cached chunks into host",
+        &host,
+        &every_third,
+    )?;
+    let kspace = h5("H5Dget_space", kset.space())?;
+    let ksel = h5(
+        "H5Sselect_hyperslab",
+        hdf5::Selection::try_new(s![1..1 + 3 * count;3]).and_then(|sel| kspace.select(sel)),
+    )?;
+    dev.upload(0, &vec![0xAA; count])?;
+    // SAFETY: the device buffer holds one byte per selected element.
+    unsafe { read_device(&kset, Some(&ksel), dev.at(0))? };
+    expect_bytes(
+        "strided read of cached chunks into device",
+        &dev.download(0, count)?,
+        &every_third,
+    )?;
+    checks += 2;
+    drop((cset, eset, sset, kset));
     h5("H5Fclose", file.close())?;
     Ok(checks)
 }
