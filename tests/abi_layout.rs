@@ -161,6 +161,10 @@ fn rust_layout() -> Vec<(&'static str, usize)> {
             "H5FD_CTL_ROUTE_TO_TERMINAL_VFD_FLAG",
             H5FD_CTL_ROUTE_TO_TERMINAL_VFD_FLAG as usize,
         ),
+        ("H5S_MAX_RANK", H5S_MAX_RANK),
+        ("H5S_SEL_NONE", H5S_SEL_NONE as usize),
+        ("H5S_SEL_HYPERSLABS", H5S_SEL_HYPERSLABS as usize),
+        ("H5S_SEL_ALL", H5S_SEL_ALL as usize),
     ]
 }
 
@@ -186,7 +190,7 @@ fn every_size_offset_and_constant_matches_the_c_headers() {
 
 #[test]
 fn documented_sizes_on_x86_64() {
-    // DESIGN.md: 336 and 80 bytes on x86-64 for HDF5 1.14.4+ and 2.x.
+    // ARCHITECTURE.md (`abi`): 336 and 80 bytes on x86-64 for HDF5 1.14.4+ and 2.x.
     if cfg!(target_arch = "x86_64") {
         assert_eq!(size_of::<H5FD_class_t>(), 336);
         assert_eq!(size_of::<H5FD_t>(), 80);

@@ -49,7 +49,7 @@ impl<T> Drop for DeviceArray<T> {
 fn forget_range<T>(data: Option<&CudaSlice<T>>, stream: &Arc<CudaStream>) {
     if let Some(data) = data {
         let (base, _record) = data.device_ptr(stream);
-        h5gds::memory::forget(base);
+        h5gds::forget_device_range(base);
     }
 }
 

@@ -11,7 +11,7 @@
 
 use crate::error::{Error, Result};
 use crate::hdf5_raw::{self, FileDriver};
-use h5gds::config::parse_size;
+use h5gds::parse_size;
 use hdf5::plist::FileAccess;
 use hdf5_sys::h5i::hid_t;
 use std::path::Path;
@@ -88,7 +88,7 @@ impl Settings {
         Ok(match self.device_path()? {
             DevicePath::Gds => true,
             DevicePath::Staged => false,
-            DevicePath::Auto => h5gds::cuda::cuda().is_ok(),
+            DevicePath::Auto => h5gds::cuda().is_ok(),
         })
     }
 }
@@ -150,7 +150,7 @@ fn register() -> std::result::Result<(hid_t, Registration), String> {
     if let Some(id) = hdf5_raw::registered_driver(value).map_err(|e| e.to_string())? {
         let class = hdf5_raw::driver_class(id).map_err(|e| e.to_string())?;
         // SAFETY: HDF5's copy of the registered class.
-        return match unsafe { h5gds::plugin::h5gds_library(class.cast()) } {
+        return match unsafe { h5gds::h5gds_library(class.cast()) } {
             Ok(()) => Ok((id, Registration::AlreadyRegistered)),
             Err(library) => Err(another_gds_driver(&library)),
         };

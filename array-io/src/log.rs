@@ -4,5 +4,5 @@
 
 /// Writes a debug line.
 pub(crate) fn debug(message: std::fmt::Arguments<'_>) {
-    h5gds::log::with_logging(|| tracing::debug!(target: "array_io", "{message}"));
+    h5gds::with_logging(|| tracing::debug!(target: "array_io", "{message}"));
 }

@@ -8,11 +8,10 @@
 //! bypasses the page cache (nvidia-fs, and the emulator's GDS path, use `O_DIRECT`), so timing
 //! the staged path against warm page-cache pages would compare memory with storage.
 
-use crate::gpu::{cu, DeviceBuffer};
+use crate::gpu::DeviceBuffer;
 use crate::host::{create, create_f32, gds, open, Result};
 use crate::stats::Measurement;
 use array_io::hdf5_raw::{self, named as h5, FileDriver as Driver, Spaces};
-use cudarc::driver::sys;
 use hdf5::{Dataset, Dataspace, Datatype};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -33,6 +32,18 @@ pub const STAGED: &str = "staged";
 
 pub fn steps(opts: &DeviceOptions) -> usize {
     opts.reps * 4
+}
+
+/// The bytes of a float slice (f32 has no padding and every byte pattern of u8 is valid).
+fn f32_bytes(v: &[f32]) -> &[u8] {
+    // SAFETY: same allocation, 4 bytes per element, u8 has alignment 1.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), v.len() * 4) }
+}
+
+/// The bytes of a float slice, writable (every byte pattern is a valid f32).
+fn f32_bytes_mut(v: &mut [f32]) -> &mut [u8] {
+    // SAFETY: as above, and the borrow is exclusive.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), v.len() * 4) }
 }
 
 /// The float32 memory type.
@@ -68,10 +79,7 @@ fn staged_read(path: &Path, dev: &DeviceBuffer, staging: &mut [f32]) -> Result<(
             "H5Dread",
             hdf5_raw::read_into_plain(&dset, &f32_type, spaces, part),
         )?;
-        // SAFETY: the device range lies inside `dev`; `part` holds count floats.
-        cu("cuMemcpyHtoD", unsafe {
-            sys::cuMemcpyHtoD_v2(dev.ptr + start as u64 * 4, part.as_ptr().cast(), count * 4)
-        })?;
+        dev.upload(start * 4, f32_bytes(part))?;
         start += count;
     }
     drop(dset);
@@ -89,14 +97,7 @@ fn staged_write(path: &Path, dev: &DeviceBuffer, staging: &mut [f32]) -> Result<
     while start < total {
         let count = per.min(total - start);
         let part = &mut staging[..count];
-        // SAFETY: the device range lies inside `dev`; `part` has room for count floats.
-        cu("cuMemcpyDtoH", unsafe {
-            sys::cuMemcpyDtoH_v2(
-                part.as_mut_ptr().cast(),
-                dev.ptr + start as u64 * 4,
-                count * 4,
-            )
-        })?;
+        dev.download_into(start * 4, f32_bytes_mut(part))?;
         let (memory, selected) = piece(&dset, start, count)?;
         let spaces = Spaces {
             memory: Some(&memory),

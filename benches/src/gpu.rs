@@ -1,17 +1,16 @@
-//! Device memory for the device benchmarks and test programs, through cudarc's driver API:
-//! the primary context made current, and allocations freed on drop. (On the emulator, device
-//! memory cannot be read by host code; every access goes through these copies.)
+//! Device memory for the device benchmarks and test programs, through cudarc's result layer (the
+//! same layer the driver uses): the primary context made current, and allocations freed on drop.
+//! (On the emulator, device memory cannot be read by host code; every access goes through these
+//! copies.) Failures name the CUDA result code, as the driver's do.
 
-use cudarc::driver::sys;
+use cudarc::driver::{result, sys, DriverError};
 use std::ffi::c_void;
 
 type Check<T> = Result<T, String>;
 
-pub fn cu(what: &str, result: sys::CUresult) -> Check<()> {
-    match result {
-        sys::CUresult::CUDA_SUCCESS => Ok(()),
-        code => Err(format!("{what} failed: {code:?}")),
-    }
+/// Names the failed call and its result code (cudarc's `CUresult` enum prints its name).
+fn named(call: &str) -> impl Fn(DriverError) -> String + '_ {
+    move |err| format!("{call}: {:?}", err.0)
 }
 
 /// A device allocation freed on drop.
@@ -22,11 +21,8 @@ pub struct DeviceBuffer {
 
 impl DeviceBuffer {
     pub fn new(len: usize) -> Check<DeviceBuffer> {
-        let mut ptr = 0;
-        // SAFETY: a valid out-pointer; a context is current (see `init_cuda`).
-        cu("cuMemAlloc", unsafe {
-            sys::cuMemAlloc_v2(&mut ptr, len.max(1))
-        })?;
+        // SAFETY: a context is current (see `init_cuda`); the memory is only used as bytes.
+        let ptr = unsafe { result::malloc_sync(len.max(1)) }.map_err(named("cuMemAlloc"))?;
         Ok(DeviceBuffer { ptr, len })
     }
     fn check_range(&self, offset: usize, len: usize) -> Check<()> {
@@ -41,17 +37,18 @@ impl DeviceBuffer {
     pub fn upload(&self, offset: usize, data: &[u8]) -> Check<()> {
         self.check_range(offset, data.len())?;
         // SAFETY: the range lies inside this allocation; data is a live slice.
-        cu("cuMemcpyHtoD", unsafe {
-            sys::cuMemcpyHtoD_v2(self.ptr + offset as u64, data.as_ptr().cast(), data.len())
-        })
+        unsafe { result::memcpy_htod_sync(self.ptr + offset as u64, data) }
+            .map_err(named("cuMemcpyHtoD"))
+    }
+    pub fn download_into(&self, offset: usize, out: &mut [u8]) -> Check<()> {
+        self.check_range(offset, out.len())?;
+        // SAFETY: the range lies inside this allocation; out is a live, exclusive slice.
+        unsafe { result::memcpy_dtoh_sync(out, self.ptr + offset as u64) }
+            .map_err(named("cuMemcpyDtoH"))
     }
     pub fn download(&self, offset: usize, len: usize) -> Check<Vec<u8>> {
-        self.check_range(offset, len)?;
         let mut out = vec![0u8; len];
-        // SAFETY: the range lies inside this allocation; out has len bytes.
-        cu("cuMemcpyDtoH", unsafe {
-            sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr + offset as u64, len)
-        })?;
+        self.download_into(offset, &mut out)?;
         Ok(out)
     }
     pub fn at(&self, offset: usize) -> *mut c_void {
@@ -61,8 +58,8 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new`, freed once.
-        unsafe { sys::cuMemFree_v2(self.ptr) };
+        // SAFETY: allocated in `new`, freed once; a failure cannot be reported from drop.
+        let _ = unsafe { result::free_sync(self.ptr) };
     }
 }
 
@@ -72,18 +69,13 @@ pub fn init_cuda() -> Check<()> {
     if !unsafe { sys::is_culib_present() } {
         return Err("no CUDA driver library (libcuda.so.1) on the library path".into());
     }
-    // SAFETY: plain driver API calls with valid out-pointers.
-    unsafe {
-        cu("cuInit", sys::cuInit(0))?;
-        let mut device = 0;
-        cu("cuDeviceGet", sys::cuDeviceGet(&mut device, 0))?;
-        let mut context = std::ptr::null_mut();
-        cu(
-            "cuDevicePrimaryCtxRetain",
-            sys::cuDevicePrimaryCtxRetain(&mut context, device),
-        )?;
-        cu("cuCtxSetCurrent", sys::cuCtxSetCurrent(context))
-    }
+    result::init().map_err(named("cuInit"))?;
+    let device = result::device::get(0).map_err(named("cuDeviceGet"))?;
+    // SAFETY: a device handle from cuDeviceGet; the retained context is never released.
+    let context = unsafe { result::primary_ctx::retain(device) }
+        .map_err(named("cuDevicePrimaryCtxRetain"))?;
+    // SAFETY: the context was just retained.
+    unsafe { result::ctx::set_current(context) }.map_err(named("cuCtxSetCurrent"))
 }
 
 /// Whether the libcuda in this process is h5gds's CPU emulator (it exports a counters function

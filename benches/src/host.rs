@@ -41,7 +41,7 @@ pub(crate) fn gds(config: &str) -> Driver {
 }
 
 /// The label of a driver in the results.
-fn driver_label(driver: &Driver) -> &'static str {
+pub(crate) fn driver_label(driver: &Driver) -> &'static str {
     match driver {
         Driver::Sec2 => "sec2",
         Driver::ByName { .. } | Driver::Registered(_) => "gds",
@@ -51,7 +51,7 @@ fn driver_label(driver: &Driver) -> &'static str {
 
 /// Runs `f` for each alternative, `reps` times, rotating the order each repetition so neither
 /// side always goes first; `progress` hears about every run.
-fn interleave<A>(
+pub(crate) fn interleave<A>(
     alternatives: &[A],
     reps: usize,
     progress: &mut dyn FnMut(),
@@ -68,7 +68,7 @@ fn interleave<A>(
     Ok(times)
 }
 
-fn timed(f: impl FnOnce() -> Result<()>) -> Result<f64> {
+pub(crate) fn timed(f: impl FnOnce() -> Result<()>) -> Result<f64> {
     let start = Instant::now();
     f()?;
     Ok(start.elapsed().as_secs_f64())
@@ -136,7 +136,7 @@ fn pread_two_threads(path: &Path, offset: u64, out: &mut [f32]) -> Result<()> {
     })
 }
 
-fn check_equal(what: &str, got: &[f32], want: &[f32]) -> Result<()> {
+pub(crate) fn check_equal(what: &str, got: &[f32], want: &[f32]) -> Result<()> {
     match got
         .iter()
         .zip(want)
@@ -152,7 +152,7 @@ fn check_equal(what: &str, got: &[f32], want: &[f32]) -> Result<()> {
 
 /// How many progress steps `run` reports.
 pub fn steps(opts: &HostOptions) -> usize {
-    opts.reps * (2 + 3 + 2 + 2 + 2 + 2)
+    opts.reps * (2 + 3 + 2 + 2 + 2 + 2) + crate::access::steps(opts)
 }
 
 pub fn run(opts: &HostOptions, progress: &mut dyn FnMut()) -> Result<Vec<Measurement>> {
@@ -220,6 +220,7 @@ pub fn run(opts: &HostOptions, progress: &mut dyn FnMut()) -> Result<Vec<Measure
 
     results.extend(small_datasets(opts, &drivers, progress)?);
     results.extend(strided(opts, &drivers, progress)?);
+    results.extend(crate::access::run(opts, &drivers, progress)?);
     Ok(results)
 }
 

@@ -5,6 +5,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod access;
 pub mod device;
 pub mod gpu;
 pub mod host;

@@ -3,6 +3,7 @@
 //! `h5gds info` reports what decides the path data takes (plugin, CUDA, cuFile, settings) with
 //! a verdict per path; `h5gds bench` runs the benchmarks: the `gds` plugin against sec2 (and a
 //! plain `pread` roofline) in one process, alternating, and prints a table of medians and ratios.
+#![deny(unsafe_op_in_unsafe_fn)]
 
 use h5gds_info as info;
 
@@ -84,7 +85,7 @@ enum Only {
 }
 
 fn parse_size(text: &str) -> Result<u64, String> {
-    match h5gds::config::parse_size(text) {
+    match h5gds::parse_size(text) {
         Some(n) if n >= 4096 && n % 4 == 0 => Ok(n),
         _ => Err(format!(
             "{text:?} is not a size of at least 4K in whole float32 elements (e.g. 256M, 1G)"
@@ -177,7 +178,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
                 Ok(())
             };
         }
-        let staging = h5gds::config::format_size(args.staging);
+        let staging = h5gds::format_size(args.staging);
         emulated = gpu::is_emulated();
         if emulated {
             println!("\nDEVICE MEMORY, EMULATED: libcuda and libcufile are h5gds's CPU emulator; these are not GPU figures");

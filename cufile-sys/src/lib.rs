@@ -8,7 +8,20 @@
 //!
 //! Calling into libcufile before CUDA is known to work (libcuda loads, `cuInit` succeeds, a
 //! device exists) can hang forever: `cuFileDriverOpen` spins without an NVIDIA driver.
+//!
+//! Why not `cudarc::cufile` (checked against cudarc 0.19.10, which the driver uses for CUDA):
+//! - it cannot fail softly: its loader panics when no library is found and on any missing symbol,
+//!   whereas the driver runs inside other programs and must turn both into an error;
+//! - it does not find the library users have: it looks for `libcufile.so`, `libcufile.so.<CUDA
+//!   major>` and a few other names, but not `libcufile.so.0`, the soname of libcufile 1.x and the
+//!   only name PyPI's `nvidia-cufile` ships;
+//! - its bindings are chosen by the CUDA toolkit feature (`cuda-12080` here), not generated from
+//!   the cuFile 1.20 header this crate checks against;
+//! - its `CUfileOpError` is a Rust enum, and its `result::read`/`write` transmute a negative
+//!   return into it, which is undefined behaviour for a code the enum does not list (a newer
+//!   library); here codes are integers with named constants, and [`op_error_name`] names them.
 
+#![deny(unsafe_op_in_unsafe_fn)]
 #![allow(
     non_upper_case_globals,
     non_camel_case_types,
@@ -24,6 +37,8 @@ pub mod cuda_types {
     pub type CUstream = *mut std::ffi::c_void;
 }
 
+// Generated code: its `unsafe fn` wrappers call the loaded symbols without inner unsafe blocks.
+#[allow(unsafe_op_in_unsafe_fn)]
 mod bindings {
     include!("bindings.rs");
 }
@@ -37,6 +52,76 @@ pub fn load() -> Result<CuFileLib, libloading::Error> {
     // SAFETY: loading a shared library runs its initialisers; libcufile's do not open the driver.
     unsafe { CuFileLib::new(LIBRARY_NAME) }
 }
+
+/// Expands to `op_error_name` over the listed constants: each must exist in the bindings (so a
+/// typo does not compile), and a test checks that every constant of the bindings is listed.
+macro_rules! op_error_names {
+    ($($name:ident),* $(,)?) => {
+        /// The header's name of a cuFile error code (`CU_FILE_DRIVER_NOT_INITIALIZED`), or
+        /// `None` for a code the header does not list.
+        pub fn op_error_name(code: CUfileOpError) -> Option<&'static str> {
+            $(if code == CUfileOpError::$name {
+                return Some(stringify!($name));
+            })*
+            None
+        }
+
+        #[cfg(test)]
+        const OP_ERROR_NAMES: &[&str] = &[$(stringify!($name)),*];
+    };
+}
+
+op_error_names!(
+    CU_FILE_SUCCESS,
+    CU_FILE_DRIVER_NOT_INITIALIZED,
+    CU_FILE_DRIVER_INVALID_PROPS,
+    CU_FILE_DRIVER_UNSUPPORTED_LIMIT,
+    CU_FILE_DRIVER_VERSION_MISMATCH,
+    CU_FILE_DRIVER_VERSION_READ_ERROR,
+    CU_FILE_DRIVER_CLOSING,
+    CU_FILE_PLATFORM_NOT_SUPPORTED,
+    CU_FILE_IO_NOT_SUPPORTED,
+    CU_FILE_DEVICE_NOT_SUPPORTED,
+    CU_FILE_NVFS_DRIVER_ERROR,
+    CU_FILE_CUDA_DRIVER_ERROR,
+    CU_FILE_CUDA_POINTER_INVALID,
+    CU_FILE_CUDA_MEMORY_TYPE_INVALID,
+    CU_FILE_CUDA_POINTER_RANGE_ERROR,
+    CU_FILE_CUDA_CONTEXT_MISMATCH,
+    CU_FILE_INVALID_MAPPING_SIZE,
+    CU_FILE_INVALID_MAPPING_RANGE,
+    CU_FILE_INVALID_FILE_TYPE,
+    CU_FILE_INVALID_FILE_OPEN_FLAG,
+    CU_FILE_DIO_NOT_SET,
+    CU_FILE_INVALID_VALUE,
+    CU_FILE_MEMORY_ALREADY_REGISTERED,
+    CU_FILE_MEMORY_NOT_REGISTERED,
+    CU_FILE_PERMISSION_DENIED,
+    CU_FILE_DRIVER_ALREADY_OPEN,
+    CU_FILE_HANDLE_NOT_REGISTERED,
+    CU_FILE_HANDLE_ALREADY_REGISTERED,
+    CU_FILE_DEVICE_NOT_FOUND,
+    CU_FILE_INTERNAL_ERROR,
+    CU_FILE_GETNEWFD_FAILED,
+    CU_FILE_NVFS_SETUP_ERROR,
+    CU_FILE_IO_DISABLED,
+    CU_FILE_BATCH_SUBMIT_FAILED,
+    CU_FILE_GPU_MEMORY_PINNING_FAILED,
+    CU_FILE_BATCH_FULL,
+    CU_FILE_ASYNC_NOT_SUPPORTED,
+    CU_FILE_INTERNAL_BATCH_SETUP_ERROR,
+    CU_FILE_INTERNAL_BATCH_SUBMIT_ERROR,
+    CU_FILE_INTERNAL_BATCH_GETSTATUS_ERROR,
+    CU_FILE_INTERNAL_BATCH_CANCEL_ERROR,
+    CU_FILE_NOMEM_ERROR,
+    CU_FILE_IO_ERROR,
+    CU_FILE_INTERNAL_BUF_REGISTER_ERROR,
+    CU_FILE_HASH_OPR_ERROR,
+    CU_FILE_INVALID_CONTEXT_ERROR,
+    CU_FILE_NVFS_INTERNAL_DRIVER_ERROR,
+    CU_FILE_BATCH_NOCOMPAT_ERROR,
+    CU_FILE_IO_MAX_ERROR,
+);
 
 /// Whether a `CUfileError_t` reports success.
 pub fn succeeded(status: &CUfileError_t) -> bool {
@@ -52,6 +137,20 @@ mod tests {
         // SAFETY: the name does not exist, so nothing is loaded.
         let err = unsafe { CuFileLib::new("libh5gds-no-such-cufile.so.0") };
         assert!(err.is_err());
+    }
+
+    #[test]
+    fn every_error_code_has_its_name() {
+        let bindings = include_str!("bindings.rs");
+        let declared: Vec<&str> = bindings
+            .lines()
+            .filter(|l| l.contains(": CUfileOpError = CUfileOpError("))
+            .filter_map(|l| l.trim().strip_prefix("pub const ")?.split(':').next())
+            .collect();
+        assert_eq!(declared, OP_ERROR_NAMES);
+        let code = CUfileOpError::CU_FILE_DRIVER_NOT_INITIALIZED;
+        assert_eq!(op_error_name(code), Some("CU_FILE_DRIVER_NOT_INITIALIZED"));
+        assert_eq!(op_error_name(CUfileOpError(4999)), None);
     }
 
     #[test]

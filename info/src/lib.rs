@@ -1,15 +1,16 @@
 //! What `h5gds info` and Python's `h5gds.info()` report: everything that decides which path data
-//! will take, and a verdict per path. Gathered here once, for both.
+//! will take, and a verdict per path. Gathered here once, for both. The decisions and their
+//! wording come from the driver itself (`h5gds::path_verdicts`, `h5gds::cufile_driver`), so the
+//! report cannot drift from what an open would do.
 //!
-//! It never hangs: libcufile is only opened after CUDA is known to work (the same guard the
-//! driver uses), because without an NVIDIA driver cuFile's driver open spins forever.
+//! It never hangs: the driver opens libcufile only after CUDA is known to work, because without
+//! an NVIDIA driver cuFile's driver open spins forever.
 
-use h5gds::config::{Settings, SETTINGS};
-use h5gds::cuda;
-use h5gds::io::device::DevicePlan;
-use h5gds::io::gds;
+#![deny(unsafe_op_in_unsafe_fn)]
+
 pub mod plugins;
 
+use h5gds::{VfdSettings, SETTINGS};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -61,7 +62,7 @@ pub struct Verdict {
 }
 
 fn cuda_info() -> CudaInfo {
-    match cuda::cuda() {
+    match h5gds::cuda() {
         Ok(c) => CudaInfo {
             available: true,
             driver_version: Some(c.driver_version),
@@ -79,21 +80,8 @@ fn cuda_info() -> CudaInfo {
     }
 }
 
-fn cufile_info(cuda_ok: bool, settings: Option<&Settings>) -> CufileInfo {
-    let skipped = |why: &str| CufileInfo {
-        loaded: false,
-        version: None,
-        nvfs_version: None,
-        gds_kernel_path: None,
-        problem: Some(why.to_string()),
-    };
-    if settings.is_some_and(|s| s.compat_mode == h5gds::config::CompatMode::On) {
-        return skipped("not opened: compat_mode=on never touches libcufile");
-    }
-    if !cuda_ok {
-        return skipped("not opened: CUDA does not work here, and cuFile would hang without it");
-    }
-    match gds::driver() {
+fn cufile_info(settings: Option<&VfdSettings>) -> CufileInfo {
+    match h5gds::cufile_driver(settings) {
         Ok(d) => CufileInfo {
             loaded: true,
             version: Some(format!("{}.{}", d.version / 1000, (d.version % 1000) / 10)),
@@ -101,12 +89,18 @@ fn cufile_info(cuda_ok: bool, settings: Option<&Settings>) -> CufileInfo {
             gds_kernel_path: Some(d.gds_available()),
             problem: None,
         },
-        Err(err) => skipped(&err),
+        Err(why) => CufileInfo {
+            loaded: false,
+            version: None,
+            nvfs_version: None,
+            gds_kernel_path: None,
+            problem: Some(why),
+        },
     }
 }
 
 /// The verdict per path, decided by the driver's own code for a file opened now.
-fn verdict(settings: Option<&Settings>) -> Verdict {
+fn verdict(settings: Option<&VfdSettings>) -> Verdict {
     let Some(settings) = settings else {
         let bad = "files will not open: fix the setting above".to_string();
         return Verdict {
@@ -114,29 +108,7 @@ fn verdict(settings: Option<&Settings>) -> Verdict {
             device: bad,
         };
     };
-    let host = format!(
-        "POSIX I/O, {} threads for requests of {} or more{}",
-        settings.nthreads,
-        h5gds::config::format_size(settings.task_size as u64),
-        match settings.direct_io {
-            h5gds::config::DirectIo::Off => "",
-            _ => ", O_DIRECT for aligned transfers",
-        }
-    );
-    let device = match DevicePlan::prepare(settings) {
-        Ok(DevicePlan::Gds(driver)) if driver.gds_available() => {
-            format!(
-                "GPUDirect Storage through {} (where the file system accepts O_DIRECT)",
-                driver.describe()
-            )
-        }
-        Ok(DevicePlan::Gds(driver)) => format!(
-            "{} in cuFile's own compatibility mode (no GDS kernel path)",
-            driver.describe()
-        ),
-        Ok(DevicePlan::Decided(path)) => path.describe(settings),
-        Err(err) => format!("files will not open: {err}"),
-    };
+    let h5gds::PathVerdicts { host, device } = h5gds::path_verdicts(settings);
     Verdict { host, device }
 }
 
@@ -163,14 +135,14 @@ pub fn find_plugin_dir(flag: Option<PathBuf>) -> Result<PathBuf, String> {
 }
 
 pub fn gather(plugin_dir: Option<&Path>) -> Info {
-    let config = h5gds::config::config_from_environment();
-    let loaded = Settings::load(config.as_deref());
+    let config = h5gds::config_from_environment();
+    let loaded = VfdSettings::load(config.as_deref());
     let (settings, settings_error) = match loaded {
         Ok(s) => (Some(s), None),
         Err(e) => (None, Some(e.to_string())),
     };
     let cuda = cuda_info();
-    let cufile = cufile_info(cuda.available, settings.as_ref());
+    let cufile = cufile_info(settings.as_ref());
     let verdict = verdict(settings.as_ref());
     let plugin = plugin_dir.map(|d| d.join("libh5gds.so"));
     let exports = match plugin_dir {

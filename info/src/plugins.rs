@@ -121,6 +121,6 @@ fn inspect(path: PathBuf) -> Option<GdsPlugin> {
     if name.to_bytes() != b"gds" {
         return None;
     }
-    let is_h5gds = symbol(h5gds::plugin::IDENTITY_SYMBOL).is_some();
+    let is_h5gds = symbol(h5gds::IDENTITY_SYMBOL).is_some();
     Some(GdsPlugin { path, is_h5gds })
 }

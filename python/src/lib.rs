@@ -1,10 +1,11 @@
 //! `h5gds._native`: the extension module of the h5gds Python package. It carries the `gds`
 //! driver itself (the `h5gds` crate, linked in) and registers it into the HDF5 library h5py
 //! loaded; the pure-Python part (python/h5gds/) does the argument handling around it.
+#![deny(unsafe_op_in_unsafe_fn)]
 
 mod hdf5;
 
-use h5gds::config::{Settings, SETTINGS};
+use h5gds::{VfdSettings, SETTINGS};
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyString};
@@ -19,13 +20,11 @@ use std::ffi::CString;
 fn register_driver(near: &str) -> PyResult<(String, Option<i64>, Option<String>)> {
     let near = CString::new(near).map_err(|_| PyValueError::new_err("path contains a NUL byte"))?;
     let registration = h5gds::register_in_loaded_hdf5(Some(&near)).map_err(PyOSError::new_err)?;
-    let library = h5gds::hdf5_runtime::api()
-        .map(|api| api.library.clone())
-        .unwrap_or_default();
+    let library = h5gds::hdf5_library().unwrap_or_default().to_string();
     Ok(match registration {
-        h5gds::Registration::Registered(id) => (library, Some(id), None),
-        h5gds::Registration::AlreadyRegistered => (library, None, None),
-        h5gds::Registration::Another(other) => (library, None, Some(other)),
+        h5gds::DriverRegistration::Registered(id) => (library, Some(id), None),
+        h5gds::DriverRegistration::AlreadyRegistered => (library, None, None),
+        h5gds::DriverRegistration::Another(other) => (library, None, Some(other)),
     })
 }
 
@@ -80,7 +79,7 @@ fn config_string(settings: &Bound<'_, PyDict>) -> PyResult<String> {
     }
     let config = items.join(",");
     // Keys are known by now, so what the parser refuses is a value.
-    Settings::from_sources(|_| None, Some(config.as_bytes()))
+    VfdSettings::from_sources(|_| None, Some(config.as_bytes()))
         .map(|_| config)
         .map_err(|err| PyValueError::new_err(err.to_string()))
 }

@@ -93,5 +93,9 @@ const h5gds_probe_entry h5gds_probe_table[] = {
     {"H5FD_CTL_MEM_COPY", (size_t)(H5FD_CTL_MEM_COPY)},
     {"H5FD_CTL_FAIL_IF_UNKNOWN_FLAG", (size_t)(H5FD_CTL_FAIL_IF_UNKNOWN_FLAG)},
     {"H5FD_CTL_ROUTE_TO_TERMINAL_VFD_FLAG", (size_t)(H5FD_CTL_ROUTE_TO_TERMINAL_VFD_FLAG)},
+    {"H5S_MAX_RANK", (size_t)(H5S_MAX_RANK)},
+    {"H5S_SEL_NONE", (size_t)(H5S_SEL_NONE)},
+    {"H5S_SEL_HYPERSLABS", (size_t)(H5S_SEL_HYPERSLABS)},
+    {"H5S_SEL_ALL", (size_t)(H5S_SEL_ALL)},
     {0, 0},
 };

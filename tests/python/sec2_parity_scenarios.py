@@ -4,7 +4,6 @@ environment selects (HDF5_DRIVER) and prints what a user would see."""
 import os
 import subprocess
 import sys
-import time
 
 import h5py
 import numpy as np

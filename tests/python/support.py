@@ -3,6 +3,7 @@ emulator are, and an environment that makes a child see a CUDA driver without de
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,3 +47,39 @@ def without_gpu(tmp_path):
     for name in ("libcuda.so.1", "libcuda.so"):
         (cuda / name).symlink_to(emulator_library())
     return {"LD_LIBRARY_PATH": f"{cuda}:{cufile_lib_dir()}", "H5GDS_EMU_DEVICES": "0"}
+
+
+def clean_env(extra_env=None):
+    """This process's environment without any HDF5 or h5gds variable, plus `extra_env`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HDF5_", "H5GDS_", "H5_GDS_"))}
+    env.update(extra_env or {})
+    return env
+
+
+def driver_env(driver, extra_env=None, log="info"):
+    """The environment of a child run under `driver` ('sec2' or 'gds'): this process's HDF5 and
+    h5gds variables removed, the plugin directory on HDF5's plugin path, the driver's open log on."""
+    assert (PLUGIN_DIR / "libh5gds.so").is_file(), f"build the plugin first: {PLUGIN_DIR}/libh5gds.so"
+    env = clean_env()
+    env["HDF5_PLUGIN_PATH"] = str(PLUGIN_DIR)
+    if log:
+        env["H5GDS_LOG"] = log
+    if driver == "gds":
+        env["HDF5_DRIVER"] = "gds"
+    env.update(extra_env or {})
+    return env
+
+
+def run_child(script, args, driver, python=None, extra_env=None, timeout=600, log="info"):
+    """Runs `script` with `args` in a child interpreter under `driver`; returns the completed process."""
+    return subprocess.run([str(python or sys.executable), str(script), *map(str, args)],
+                          env=driver_env(driver, extra_env, log), capture_output=True, text=True, timeout=timeout)
+
+
+def assert_ran(proc, what, path=None, driver=None):
+    """`proc` succeeded; with `path`, the gds open log line names it exactly when `driver` is gds."""
+    assert proc.returncode == 0, f"{what} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    if path is not None:
+        gds_opened = f'opened "{path}"' in proc.stderr
+        assert gds_opened == (driver == "gds"), f"gds {'not ' if driver == 'gds' else ''}used:\n{proc.stderr}"
+    return proc

@@ -4,30 +4,19 @@ second environment's h5py bundles HDF5 1.14."""
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from support import NEW_PYTHON, OLD_PYTHON, PLUGIN_DIR, site_packages, without_gpu
+from support import NEW_PYTHON, OLD_PYTHON, assert_ran, driver_env, run_child, site_packages, without_gpu
 
 SCENARIOS = Path(__file__).with_name("h5py_scenarios.py")
 
 
 def run(command, path, driver, python=NEW_PYTHON, extra_env=None, timeout=600):
     """Runs one scenario in a child interpreter; returns (stdout, stderr) or fails the test."""
-    assert (PLUGIN_DIR / "libh5gds.so").is_file(), f"build the plugin first: {PLUGIN_DIR}/libh5gds.so"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HDF5_", "H5GDS_", "H5_GDS_"))}
-    env["HDF5_PLUGIN_PATH"] = str(PLUGIN_DIR)
-    env["H5GDS_LOG"] = "info"
-    if driver == "gds":
-        env["HDF5_DRIVER"] = "gds"
-    env.update(extra_env or {})
-    proc = subprocess.run([str(python), str(SCENARIOS), command, str(path)], env=env, capture_output=True,
-                          text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{command} under {driver} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-    gds_opened = f'opened "{path}"' in proc.stderr
-    assert gds_opened == (driver == "gds"), f"gds {'not ' if driver == 'gds' else ''}used:\n{proc.stderr}"
+    proc = run_child(SCENARIOS, [command, path], driver, python, extra_env, timeout)
+    assert_ran(proc, f"{command} under {driver}", path, driver)
     return proc.stdout, proc.stderr
 
 
@@ -105,8 +94,7 @@ def test_config_string_from_environment(tmp_path):
 
 
 def test_invalid_setting_fails_with_a_clear_error(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HDF5_", "H5GDS_"))}
-    env.update(HDF5_PLUGIN_PATH=str(PLUGIN_DIR), HDF5_DRIVER="gds", H5GDS_TASK_SIZE="huge")
+    env = driver_env("gds", {"H5GDS_TASK_SIZE": "huge"}, log=None)
     code = "import h5py\ntry:\n    h5py.File(%r, 'w')\nexcept OSError as e:\n    print('ERR', e)\n" % str(
         tmp_path / "x.h5")
     proc = subprocess.run([str(NEW_PYTHON), "-c", code], env=env, capture_output=True, text=True, timeout=120)
@@ -140,8 +128,7 @@ def test_real_libcufile_without_nvidia_driver_does_not_hang(tmp_path, mode):
 
 
 def test_real_libcufile_with_compat_mode_off_fails_promptly(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HDF5_", "H5GDS_"))}
-    env.update(HDF5_PLUGIN_PATH=str(PLUGIN_DIR), HDF5_DRIVER="gds", H5GDS_COMPAT_MODE="off", **without_gpu(tmp_path))
+    env = driver_env("gds", {"H5GDS_COMPAT_MODE": "off", **without_gpu(tmp_path)}, log=None)
     code = "import h5py\ntry:\n    h5py.File(%r, 'w')\nexcept OSError as e:\n    print('ERR', e)\n" % str(
         tmp_path / "off.h5")
     proc = subprocess.run([str(NEW_PYTHON), "-c", code], env=env, capture_output=True, text=True, timeout=60)
@@ -157,9 +144,7 @@ def test_second_hdf5_library_loaded_first_does_not_capture_the_driver(tmp_path):
     # Its dependencies first (the wheel finds them through the extension modules' RPATH).
     other = sorted(libs.glob("libaec-*.so*")) + sorted(libs.glob("libsz-*.so*")) + sorted(libs.glob("libhdf5-*.so*"))
     assert len(other) == 3, f"unexpected h5py.libs content: {other}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HDF5_", "H5GDS_"))}
-    env.update(HDF5_PLUGIN_PATH=str(PLUGIN_DIR), HDF5_DRIVER="gds", HDF5_DRIVER_CONFIG="nthreads=3",
-               H5GDS_LOG="info")
+    env = driver_env("gds", {"HDF5_DRIVER_CONFIG": "nthreads=3"})
     code = (f"import ctypes\nfor lib in {[str(p) for p in other]!r}:\n    ctypes.CDLL(lib)\n"
             "import h5py, numpy as np\n"
             f"with h5py.File({str(tmp_path / 'two.h5')!r}, 'w') as f:\n"

@@ -5,31 +5,22 @@ fail rather than be ignored. Each program runs in a child interpreter under both
 import hashlib
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from support import PLUGIN_DIR, ROOT, emulator_library, without_gpu
+from support import ROOT, assert_ran, emulator_library, run_child, without_gpu
 
 SCENARIOS = Path(__file__).with_name("sec2_parity_scenarios.py")
 
 
 def run(driver, *args, env=None, timeout=300):
     """Runs a scenario under `driver` ('sec2' or 'gds'); returns the completed process."""
-    assert (PLUGIN_DIR / "libh5gds.so").is_file(), f"build the plugin first: {PLUGIN_DIR}/libh5gds.so"
-    child_env = {k: v for k, v in os.environ.items() if not k.startswith(("HDF5_", "H5GDS_", "H5_GDS_"))}
-    child_env["HDF5_PLUGIN_PATH"] = str(PLUGIN_DIR)
-    if driver == "gds":
-        child_env["HDF5_DRIVER"] = "gds"
-    child_env.update(env or {})
-    return subprocess.run([sys.executable, str(SCENARIOS), *map(str, args)], env=child_env,
-                          capture_output=True, text=True, timeout=timeout)
+    return run_child(SCENARIOS, args, driver, extra_env=env, timeout=timeout, log=None)
 
 
 def ok(proc):
-    assert proc.returncode == 0, f"status {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
+    return assert_ran(proc, "scenario").stdout
 
 
 EXPECTED = {

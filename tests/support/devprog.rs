@@ -5,8 +5,8 @@
 //! `h5devprog FILE [--sizes N,N,...]`: with the driver chosen by `HDF5_DRIVER=gds`, writes
 //! reference datasets from host memory, then for every size reads them into device buffers (at
 //! an unaligned offset, whole and by hyperslab), writes them back from device memory, reads a
-//! compact dataset and storage past end of file into device memory, and compares every byte
-//! with host-side reads. Prints `DEVICE OK <checks>`; on a mismatch or error prints `FAILED: ...`
+//! compact dataset and storage past end of file into device memory, reads and writes every 3rd
+//! byte of a dataset through device memory, and compares every byte with host-side reads. Prints `DEVICE OK <checks>`; on a mismatch or error prints `FAILED: ...`
 //! and exits 1.
 
 use crate::pattern::bytes as pattern;
@@ -14,6 +14,7 @@ use array_io::hdf5_raw::{self, named as h5, FileDriver, Spaces};
 use h5gds_bench::gpu::{init_cuda, DeviceBuffer};
 use hdf5::dataset::{AllocTime, FillTime, Layout};
 use hdf5::{Dataset, Dataspace, Datatype, Group};
+use ndarray::s;
 use std::path::Path;
 
 type Check<T> = Result<T, String>;
@@ -49,6 +50,12 @@ fn create(file: &Group, name: &str, len: usize, layout: Layout, unwritten: bool)
     h5(&format!("H5Dcreate2({name})"), builder.create(name))
 }
 
+/// A 1-D memory dataspace as long as the `file` selection (`None`: all of both sides).
+fn memory_space(file: Option<&Dataspace>) -> Check<Option<Dataspace>> {
+    file.map(|f| h5("H5Screate_simple", Dataspace::try_new(f.selection_size())))
+        .transpose()
+}
+
 /// Reads `dset` (or its `file` selection) into device memory at `buf`.
 ///
 /// # Safety
@@ -59,13 +66,7 @@ unsafe fn read_device(
     buf: *mut std::ffi::c_void,
 ) -> Check<()> {
     let u8_type = h5("H5Tcopy", Datatype::from_type::<u8>())?;
-    let memory = match file {
-        Some(f) => Some(h5(
-            "H5Screate_simple",
-            Dataspace::try_new(f.selection_size()),
-        )?),
-        None => None,
-    };
+    let memory = memory_space(file)?;
     let spaces = Spaces {
         memory: memory.as_ref(),
         file,
@@ -76,15 +77,24 @@ unsafe fn read_device(
     })
 }
 
-/// Writes all of `dset` from device memory at `buf`.
+/// Writes `dset` (or its `file` selection) from device memory at `buf`.
 ///
 /// # Safety
-/// `buf` must be device memory holding the dataset's bytes.
-unsafe fn write_device(dset: &Dataset, buf: *const std::ffi::c_void) -> Check<()> {
+/// `buf` must be device memory holding the selection's bytes.
+unsafe fn write_device(
+    dset: &Dataset,
+    file: Option<&Dataspace>,
+    buf: *const std::ffi::c_void,
+) -> Check<()> {
     let u8_type = h5("H5Tcopy", Datatype::from_type::<u8>())?;
+    let memory = memory_space(file)?;
+    let spaces = Spaces {
+        memory: memory.as_ref(),
+        file,
+    };
     // SAFETY: as the caller guarantees.
     h5("H5Dwrite", unsafe {
-        hdf5_raw::write(dset, &u8_type, Spaces::default(), buf)
+        hdf5_raw::write(dset, &u8_type, spaces, buf)
     })
 }
 
@@ -135,7 +145,7 @@ fn run(path: &Path, sizes: &[usize]) -> Check<usize> {
         dev.upload(PAD, &back)?;
         let wset = create(&file, &format!("w{size}"), size, Layout::Contiguous, false)?;
         // SAFETY: the device buffer holds size bytes from offset PAD.
-        unsafe { write_device(&wset, dev.at(PAD))? };
+        unsafe { write_device(&wset, None, dev.at(PAD))? };
         let host = h5("H5Dread", wset.read_raw::<u8>())?;
         expect_bytes(&format!("device write of {size} bytes"), &host, &back)?;
         checks += 1;
@@ -147,7 +157,7 @@ fn run(path: &Path, sizes: &[usize]) -> Check<usize> {
     let dev = DeviceBuffer::new(200 + PAD)?;
     dev.upload(PAD, &compact)?;
     // SAFETY: the device buffer holds 200 bytes from offset PAD.
-    unsafe { write_device(&cset, dev.at(PAD))? };
+    unsafe { write_device(&cset, None, dev.at(PAD))? };
     let host = h5("H5Dread", cset.read_raw::<u8>())?;
     expect_bytes("compact write from device", &host, &compact)?;
     dev.upload(PAD, &[0u8; 200])?;
@@ -173,7 +183,82 @@ fn run(path: &Path, sizes: &[usize]) -> Check<usize> {
         &vec![0; len],
     )?;
     checks += 1;
-    drop((cset, eset));
+
+    // Strided selections (every 3rd byte) into and out of device memory: the driver's selection
+    // callbacks take these through the vector path, piece by piece.
+    let len = 30_000;
+    let full = pattern(len, 55);
+    let sset = create(&file, "strided", len, Layout::Contiguous, false)?;
+    h5("H5Dwrite", sset.write_raw(&full))?;
+    let count = len / 3 - 1;
+    let space = h5("H5Dget_space", sset.space())?;
+    let sel = h5(
+        "H5Sselect_hyperslab",
+        hdf5::Selection::try_new(s![1..1 + 3 * count;3]).and_then(|sel| space.select(sel)),
+    )?;
+    let every_third: Vec<u8> = full
+        .iter()
+        .skip(1)
+        .step_by(3)
+        .take(count)
+        .copied()
+        .collect();
+    let dev = DeviceBuffer::new(count)?;
+    // SAFETY: the device buffer holds one byte per selected element.
+    unsafe { read_device(&sset, Some(&sel), dev.at(0))? };
+    expect_bytes(
+        "strided read into device",
+        &dev.download(0, count)?,
+        &every_third,
+    )?;
+    let back = pattern(count, 66);
+    dev.upload(0, &back)?;
+    // SAFETY: as above.
+    unsafe { write_device(&sset, Some(&sel), dev.at(0))? };
+    let host = h5("H5Dread", sset.read_raw::<u8>())?;
+    let mut want = full.clone();
+    for (i, b) in back.iter().enumerate() {
+        want[1 + 3 * i] = *b;
+    }
+    expect_bytes("strided write from device", &host, &want)?;
+    checks += 2;
+
+    // The same selection of a chunked dataset whose chunks fit HDF5's chunk cache: HDF5 copies
+    // each element out of the cached chunk through the driver's ctl(MEM_COPY), into host memory
+    // and into device memory (each copy loop's base pointers classified once).
+    let kset = h5(
+        "H5Dcreate2(cached)",
+        file.new_dataset::<u8>()
+            .shape(len)
+            .chunk(4096)
+            .create("cached"),
+    )?;
+    h5("H5Dwrite", kset.write_raw(&full))?;
+    let host: Vec<u8> = h5(
+        "H5Dread",
+        kset.read_slice_1d::<u8, _>(s![1..1 + 3 * count;3]),
+    )?
+    .to_vec();
+    expect_bytes(
+        "strided read of cached chunks into host",
+        &host,
+        &every_third,
+    )?;
+    let kspace = h5("H5Dget_space", kset.space())?;
+    let ksel = h5(
+        "H5Sselect_hyperslab",
+        hdf5::Selection::try_new(s![1..1 + 3 * count;3]).and_then(|sel| kspace.select(sel)),
+    )?;
+    dev.upload(0, &vec![0xAA; count])?;
+    // SAFETY: the device buffer holds one byte per selected element.
+    unsafe { read_device(&kset, Some(&ksel), dev.at(0))? };
+    expect_bytes(
+        "strided read of cached chunks into device",
+        &dev.download(0, count)?,
+        &every_third,
+    )?;
+    checks += 2;
+    drop((cset, eset, sset, kset));
     h5("H5Fclose", file.close())?;
     Ok(checks)
 }

@@ -3,6 +3,7 @@
 //! (`emulator`), test data (`pattern`), the project's Python environment (`python`), whether
 //! the run targets a real GPU (`real_cuda`), and the HDF5 programs (hdf5-metno and array-io's raw
 //! layer) the tests run as child processes (`program`, `devprog`), since HDF5 reads `HDF5_DRIVER` only once per process.
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod devprog;
 pub mod emulator;

@@ -18,6 +18,10 @@ pub type H5FD_mem_t = c_int;
 pub type H5FD_class_value_t = c_int;
 pub type H5F_close_degree_t = c_int;
 
+/// This driver's registered name and value (the GPUDirect Storage VFD's, so h5gds is a drop-in).
+pub const DRIVER_NAME: &std::ffi::CStr = c"gds";
+pub const DRIVER_VALUE: H5FD_class_value_t = 512;
+
 pub const HADDR_UNDEF: haddr_t = u64::MAX;
 /// The largest address a POSIX `off_t` can hold (what sec2 calls `H5FD_MAXADDR`).
 pub const MAXADDR: haddr_t = i64::MAX as u64;
@@ -57,6 +61,12 @@ pub const H5FD_CTL_MEM_FREE: u64 = 6;
 pub const H5FD_CTL_MEM_COPY: u64 = 7;
 pub const H5FD_CTL_FAIL_IF_UNKNOWN_FLAG: u64 = 0x0001;
 pub const H5FD_CTL_ROUTE_TO_TERMINAL_VFD_FLAG: u64 = 0x0002;
+
+// Dataspace selections (`H5S_sel_type`, `H5S_MAX_RANK`), for the selection callbacks.
+pub const H5S_MAX_RANK: usize = 32;
+pub const H5S_SEL_NONE: c_int = 0;
+pub const H5S_SEL_HYPERSLABS: c_int = 2;
+pub const H5S_SEL_ALL: c_int = 3;
 
 /// The public part of every open file; the driver's own state follows it in memory.
 #[repr(C)]

@@ -1,4 +1,4 @@
-//! Settings: one table (`SETTINGS`) that names every setting, its environment variable, its
+//! VfdSettings: one table (`SETTINGS`) that names every setting, its environment variable, its
 //! config-string key, default and accepted values; parsing from the environment and from config
 //! strings (`HDF5_DRIVER_CONFIG`, `H5Pset_driver_by_name`); validation with errors that name the
 //! setting and what it accepts.
@@ -130,7 +130,7 @@ pub const LOG_ENV: &str = "H5GDS_LOG";
 
 /// The settings in effect for one open file.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settings {
+pub struct VfdSettings {
     pub compat_mode: CompatMode,
     pub nthreads: usize,
     pub task_size: usize,
@@ -140,9 +140,9 @@ pub struct Settings {
     pub sources: Vec<(Key, Source)>,
 }
 
-impl Default for Settings {
+impl Default for VfdSettings {
     fn default() -> Self {
-        Settings {
+        VfdSettings {
             compat_mode: CompatMode::Auto,
             nthreads: default_nthreads(),
             task_size: 4 << 20,
@@ -153,28 +153,32 @@ impl Default for Settings {
     }
 }
 
-/// One I/O thread per core, at most 16.
+/// One I/O thread per core, at most 16. Counted once: `available_parallelism` reads cgroup files,
+/// 2% of a loop of opens and small reads measured on the 2-core VM.
 pub fn default_nthreads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(16)
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .min(16)
+    })
 }
 
-impl Settings {
-    /// Settings from the process environment and an optional config string (its raw bytes, as
+impl VfdSettings {
+    /// VfdSettings from the process environment and an optional config string (its raw bytes, as
     /// HDF5 or the environment hold them).
-    pub fn load(config: Option<&[u8]>) -> Result<Settings> {
+    pub fn load(config: Option<&[u8]>) -> Result<VfdSettings> {
         Self::from_sources(|name| std::env::var_os(name), config)
     }
 
-    /// Settings from an environment lookup function (for tests) and an optional config string.
+    /// VfdSettings from an environment lookup function (for tests) and an optional config string.
     /// A value that is not valid UTF-8 is invalid like any other, never skipped.
     pub fn from_sources(
         env: impl Fn(&str) -> Option<OsString>,
         config: Option<&[u8]>,
-    ) -> Result<Settings> {
-        let mut settings = Settings::default();
+    ) -> Result<VfdSettings> {
+        let mut settings = VfdSettings::default();
         for spec in SETTINGS {
             // Aliases first, so the newer name wins when both are set.
             for var in spec.aliases.iter().chain(std::iter::once(&spec.env)) {
@@ -188,7 +192,14 @@ impl Settings {
                 let spec = std::str::from_utf8(key)
                     .ok()
                     .and_then(|key| SETTINGS.iter().find(|s| s.config_key == key))
-                    .ok_or_else(|| Error::UnknownConfigKey { key: shown(key) })?;
+                    .ok_or_else(|| Error::UnknownConfigKey {
+                        key: shown(key),
+                        accepted: SETTINGS
+                            .iter()
+                            .map(|s| s.config_key)
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    })?;
                 settings.apply(spec, value, Source::ConfigString)?;
             }
         }
@@ -373,7 +384,7 @@ mod tests {
 
     #[test]
     fn defaults_match_the_design_table() {
-        let s = Settings::from_sources(env_of(&[]), None).unwrap();
+        let s = VfdSettings::from_sources(env_of(&[]), None).unwrap();
         assert_eq!(s.compat_mode, CompatMode::Auto);
         assert_eq!(s.task_size, 4 << 20);
         assert_eq!(s.bounce_buffer_size, 16 << 20);
@@ -403,15 +414,15 @@ mod tests {
             ("H5GDS_NTHREADS", "5"),
             ("H5_GDS_VFD_IO_BLOCK_SIZE", "1M"),
         ]);
-        let s = Settings::from_sources(&env, None).unwrap();
+        let s = VfdSettings::from_sources(&env, None).unwrap();
         assert_eq!(s.nthreads, 5);
         assert_eq!(s.task_size, 1 << 20);
         assert_eq!(
             *s.source(Key::TaskSize),
             Source::Environment("H5_GDS_VFD_IO_BLOCK_SIZE")
         );
-        let s =
-            Settings::from_sources(&env, cfg("nthreads=4, task_size=8M,compat_mode=ON")).unwrap();
+        let s = VfdSettings::from_sources(&env, cfg("nthreads=4, task_size=8M,compat_mode=ON"))
+            .unwrap();
         assert_eq!(s.nthreads, 4);
         assert_eq!(s.task_size, 8 << 20);
         assert_eq!(s.compat_mode, CompatMode::On);
@@ -421,20 +432,20 @@ mod tests {
     #[test]
     fn invalid_values_name_the_setting_and_accepted_values() {
         let err =
-            Settings::from_sources(env_of(&[("H5GDS_COMPAT_MODE", "maybe")]), None).unwrap_err();
+            VfdSettings::from_sources(env_of(&[("H5GDS_COMPAT_MODE", "maybe")]), None).unwrap_err();
         let text = err.to_string();
         assert!(
             text.contains("H5GDS_COMPAT_MODE")
                 && text.contains("maybe")
                 && text.contains("auto, on, off")
         );
-        let err = Settings::from_sources(env_of(&[]), cfg("nthreads=0")).unwrap_err();
+        let err = VfdSettings::from_sources(env_of(&[]), cfg("nthreads=0")).unwrap_err();
         assert!(err.to_string().contains("nthreads") && err.to_string().contains("1 to 256"));
-        let err = Settings::from_sources(env_of(&[]), cfg("task_size=2G")).unwrap_err();
+        let err = VfdSettings::from_sources(env_of(&[]), cfg("task_size=2G")).unwrap_err();
         assert!(err.to_string().contains("task_size"));
-        let err = Settings::from_sources(env_of(&[]), cfg("bogus=1")).unwrap_err();
+        let err = VfdSettings::from_sources(env_of(&[]), cfg("bogus=1")).unwrap_err();
         assert!(err.to_string().contains("bogus") && err.to_string().contains("compat_mode"));
-        let err = Settings::from_sources(env_of(&[]), cfg("nthreads")).unwrap_err();
+        let err = VfdSettings::from_sources(env_of(&[]), cfg("nthreads")).unwrap_err();
         assert!(err.to_string().contains("key=value"));
     }
 
@@ -443,20 +454,21 @@ mod tests {
         use std::os::unix::ffi::OsStringExt;
         let bad = OsString::from_vec(vec![0xff]);
         let env = move |name: &str| (name == "H5GDS_NTHREADS").then(|| bad.clone());
-        let err = Settings::from_sources(env, None).unwrap_err();
+        let err = VfdSettings::from_sources(env, None).unwrap_err();
         let text = err.to_string();
         assert!(
             text.contains("H5GDS_NTHREADS") && text.contains("\\xff") && text.contains("1 to 256"),
             "{text}"
         );
-        let err =
-            Settings::from_sources(env_of(&[]), Some(b"direct_io=o\xffn".as_slice())).unwrap_err();
+        let err = VfdSettings::from_sources(env_of(&[]), Some(b"direct_io=o\xffn".as_slice()))
+            .unwrap_err();
         let text = err.to_string();
         assert!(
             text.contains("direct_io") && text.contains("o\\xffn"),
             "{text}"
         );
-        let err = Settings::from_sources(env_of(&[]), Some(b"\xfe\xff=1".as_slice())).unwrap_err();
+        let err =
+            VfdSettings::from_sources(env_of(&[]), Some(b"\xfe\xff=1".as_slice())).unwrap_err();
         assert!(
             err.to_string().contains("unknown key \"\\xfe\\xff\""),
             "{err}"
@@ -466,7 +478,7 @@ mod tests {
     #[test]
     fn messages_quote_a_bounded_part_of_a_value() {
         let long = format!("nthreads={}", "9".repeat(100_000));
-        let err = Settings::from_sources(env_of(&[]), cfg(&long)).unwrap_err();
+        let err = VfdSettings::from_sources(env_of(&[]), cfg(&long)).unwrap_err();
         let text = err.to_string();
         assert!(text.len() < 400, "{} bytes: {}", text.len(), &text[..400]);
         assert!(
@@ -474,10 +486,10 @@ mod tests {
             "{text}"
         );
         let long_item = "x".repeat(50_000);
-        let err = Settings::from_sources(env_of(&[]), cfg(&long_item)).unwrap_err();
+        let err = VfdSettings::from_sources(env_of(&[]), cfg(&long_item)).unwrap_err();
         assert!(err.to_string().len() < 400);
         let env = env_of(&[("H5GDS_TASK_SIZE", &"7".repeat(10_000))]);
-        let err = Settings::from_sources(env, None).unwrap_err();
+        let err = VfdSettings::from_sources(env, None).unwrap_err();
         assert!(err.to_string().len() < 400);
     }
 }

@@ -1,20 +1,24 @@
-//! CUDA through cudarc's dynamically loaded driver API: whether CUDA works in this process, the
-//! primary context made current on the threads that move device data, and the few calls the
-//! driver makes (pointer queries, copies, pinned memory).
+//! CUDA through cudarc's result layer (the dynamically loaded driver API): whether CUDA works in
+//! this process, the primary context made current on the threads that move device data, and the
+//! few calls the driver makes (pointer queries, copies, pinned memory, streams). Also the one
+//! place where CUDA and cuFile return codes become errors, which name the code.
 //!
-//! cudarc panics when libcuda or one of its symbols is missing, so every call goes through
-//! `call`, which checks `is_culib_present()` first and turns a panic into an error.
+//! cudarc panics when libcuda or one of its symbols is missing, so `init` asks
+//! `is_culib_present()` before anything else and every call goes through `call`, which turns a
+//! panic into an error.
 
-use cudarc::driver::sys;
-use std::ffi::c_void;
+use crate::transfer::Direction;
+use cudarc::driver::{result, sys, DriverError};
+use cufile_sys::{CUfileError_t, CUfileOpError};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 
-pub use sys::CUdeviceptr;
+pub(crate) use sys::CUdeviceptr;
 
 /// What this process's CUDA looks like, once it is known to work.
 #[derive(Debug)]
-pub struct Cuda {
+pub struct CudaDriver {
     pub driver_version: i32,
     pub device_count: i32,
     /// Names of all devices, by ordinal; the driver works with device 0.
@@ -22,112 +26,157 @@ pub struct Cuda {
     context: usize,
 }
 
-/// A failed CUDA call: its name and result code.
+/// A failed CUDA or cuFile call: the call, and the name of the code it returned.
 #[derive(Clone, Debug)]
 pub struct CudaError {
-    pub call: &'static str,
-    pub detail: String,
+    call: &'static str,
+    detail: String,
 }
 
 impl std::fmt::Display for CudaError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} failed: {}", self.call, self.detail)
+        write!(f, "{}: {}", self.call, self.detail)
     }
 }
 
-/// Runs a cudarc call, turning a panic (missing library or symbol) into an error.
-fn call<T>(name: &'static str, f: impl FnOnce() -> T) -> Result<T, CudaError> {
-    catch_unwind(AssertUnwindSafe(f)).map_err(|payload| CudaError {
-        call: name,
-        detail: payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "panicked".into()),
+impl std::error::Error for CudaError {}
+
+impl CudaError {
+    fn new(call: &'static str, detail: impl Into<String>) -> Self {
+        CudaError {
+            call,
+            detail: detail.into(),
+        }
+    }
+
+    /// A CUDA driver result. cudarc's `CUresult` is a Rust enum whose `Debug` form is the code's
+    /// name, so naming it needs no call into libcuda.
+    fn driver(call: &'static str, err: DriverError) -> Self {
+        Self::new(call, format!("{:?}", err.0))
+    }
+
+    /// A cuFile status: the cuFile code's name and, for a CUDA driver error, the CUDA result's.
+    pub(crate) fn cufile(call: &'static str, status: &CUfileError_t) -> Self {
+        let mut detail = cufile_code_name(status.err);
+        if status.err == CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR {
+            detail = format!("{detail} ({})", cu_result_name(status.cu_err));
+        }
+        Self::new(call, detail)
+    }
+
+    /// A negative return of `cuFileRead`/`cuFileWrite`: -1 with `errno` set, else minus a cuFile
+    /// code.
+    pub(crate) fn cufile_io(call: &'static str, ret: isize) -> std::io::Error {
+        if ret == -1 {
+            let err = std::io::Error::last_os_error();
+            return std::io::Error::new(err.kind(), format!("{call}: {err}"));
+        }
+        let code = CUfileOpError(ret.unsigned_abs() as _);
+        std::io::Error::other(Self::new(call, cufile_code_name(code)))
+    }
+}
+
+/// `cuFile error 5001 (CU_FILE_DRIVER_NOT_INITIALIZED)`; the name is left out for a code the
+/// header does not list.
+fn cufile_code_name(code: CUfileOpError) -> String {
+    match cufile_sys::op_error_name(code) {
+        Some(name) => format!("cuFile error {} ({name})", code.0),
+        None => format!("cuFile error {}", code.0),
+    }
+}
+
+/// The name libcuda gives a `CUresult` number. cudarc's enum cannot hold a number the CUDA
+/// version it was built for does not list, so the number goes to `cuGetErrorName` as a plain
+/// int (which fails on unknown values rather than misbehaving).
+fn cu_result_name(code: c_int) -> String {
+    type GetErrorName = unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int;
+    let mut name: *const c_char = std::ptr::null();
+    // SAFETY: CUDA works, so cudarc's libcuda is loaded and has this symbol with this signature;
+    // on success `name` points at a NUL-terminated static string.
+    let named = cuda().is_ok().then(|| unsafe {
+        let get = sys::culib().get::<GetErrorName>(b"cuGetErrorName\0").ok()?;
+        (get(code, &mut name) == 0 && !name.is_null()).then(|| CStr::from_ptr(name))
+    });
+    match named.flatten() {
+        Some(name) => name.to_string_lossy().into_owned(),
+        None => format!("CUDA result {code}"),
+    }
+}
+
+/// Runs a cudarc call, naming the code of a failure and turning a panic (missing library or
+/// symbol) into an error.
+fn call<T>(name: &'static str, f: impl FnOnce() -> Result<T, DriverError>) -> Result<T, CudaError> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(result) => result.map_err(|e| CudaError::driver(name, e)),
+        Err(payload) => Err(CudaError::new(
+            name,
+            payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panicked".into()),
+        )),
+    }
+}
+
+fn init() -> Result<CudaDriver, CudaError> {
+    // SAFETY: only tries to dlopen libcuda under its usual names.
+    if !call("is_culib_present", || {
+        Ok(unsafe { sys::is_culib_present() })
+    })? {
+        return Err(CudaError::new(
+            "loading libcuda",
+            "no CUDA driver library (libcuda.so.1) found",
+        ));
+    }
+    call("cuInit", result::init)?;
+    let driver_version = call("cuDriverGetVersion", || {
+        let mut version = 0;
+        // SAFETY: a valid out-pointer (cudarc's result layer has no wrapper for this call).
+        unsafe { sys::cuDriverGetVersion(&mut version) }
+            .result()
+            .map(|()| version)
+    })?;
+    let device_count = call("cuDeviceGetCount", result::device::get_count)?;
+    if device_count < 1 {
+        return Err(CudaError::new("cuDeviceGetCount", "no CUDA device"));
+    }
+    let device_names = (0..device_count)
+        .map(|ordinal| {
+            call("cuDeviceGetName", || {
+                result::device::get_name(result::device::get(ordinal)?)
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let device = call("cuDeviceGet", || result::device::get(0))?;
+    // SAFETY: a device handle from cuDeviceGet; the context is retained for the process.
+    let context = call("cuDevicePrimaryCtxRetain", || unsafe {
+        result::primary_ctx::retain(device)
+    })?;
+    Ok(CudaDriver {
+        driver_version,
+        device_count,
+        device_names,
+        context: context as usize,
     })
 }
 
-/// Runs a cudarc call returning `CUresult`; anything but success is an error.
-fn check(name: &'static str, f: impl FnOnce() -> sys::CUresult) -> Result<(), CudaError> {
-    match call(name, f)? {
-        sys::CUresult::CUDA_SUCCESS => Ok(()),
-        code => Err(CudaError {
-            call: name,
-            detail: format!("{code:?}"),
-        }),
-    }
-}
-
-fn init() -> Result<Cuda, CudaError> {
-    // SAFETY: only tries to dlopen libcuda under its usual names.
-    if !call("is_culib_present", || unsafe { sys::is_culib_present() })? {
-        return Err(CudaError {
-            call: "loading libcuda",
-            detail: "no CUDA driver library (libcuda.so.1) found".into(),
-        });
-    }
-    // SAFETY: plain driver API calls with valid out-pointers.
-    unsafe {
-        check("cuInit", || sys::cuInit(0))?;
-        let mut driver_version = 0;
-        check("cuDriverGetVersion", || {
-            sys::cuDriverGetVersion(&mut driver_version)
-        })?;
-        let mut device_count = 0;
-        check("cuDeviceGetCount", || {
-            sys::cuDeviceGetCount(&mut device_count)
-        })?;
-        if device_count < 1 {
-            return Err(CudaError {
-                call: "cuDeviceGetCount",
-                detail: "no CUDA device".into(),
-            });
-        }
-        let mut device_names = Vec::new();
-        for ordinal in 0..device_count {
-            let mut device = 0;
-            check("cuDeviceGet", || sys::cuDeviceGet(&mut device, ordinal))?;
-            let mut name = [0 as std::ffi::c_char; 256];
-            check("cuDeviceGetName", || {
-                sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device)
-            })?;
-            device_names.push(
-                std::ffi::CStr::from_ptr(name.as_ptr())
-                    .to_string_lossy()
-                    .into_owned(),
-            );
-        }
-        let mut device = 0;
-        check("cuDeviceGet", || sys::cuDeviceGet(&mut device, 0))?;
-        let mut context: sys::CUcontext = std::ptr::null_mut();
-        check("cuDevicePrimaryCtxRetain", || {
-            sys::cuDevicePrimaryCtxRetain(&mut context, device)
-        })?;
-        Ok(Cuda {
-            driver_version,
-            device_count,
-            device_names,
-            context: context as usize,
-        })
-    }
-}
-
 /// CUDA for this process: libcuda loads, `cuInit` succeeds and a device exists. Decided once.
-pub fn cuda() -> Result<&'static Cuda, CudaError> {
-    static CUDA: OnceLock<Result<Cuda, CudaError>> = OnceLock::new();
+pub fn cuda() -> Result<&'static CudaDriver, CudaError> {
+    static CUDA: OnceLock<Result<CudaDriver, CudaError>> = OnceLock::new();
     CUDA.get_or_init(init).as_ref().map_err(Clone::clone)
 }
 
 /// Makes device 0's primary context current on this thread (copies need one).
-pub fn make_current() -> Result<&'static Cuda, CudaError> {
+pub(crate) fn make_current() -> Result<&'static CudaDriver, CudaError> {
     let cuda = cuda()?;
     thread_local! {
         static CURRENT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
     if !CURRENT.with(|c| c.get()) {
         // SAFETY: the context was retained in `init` and is never released.
-        check("cuCtxSetCurrent", || unsafe {
-            sys::cuCtxSetCurrent(cuda.context as sys::CUcontext)
+        call("cuCtxSetCurrent", || unsafe {
+            result::ctx::set_current(cuda.context as sys::CUcontext)
         })?;
         CURRENT.with(|c| c.set(true));
     }
@@ -136,7 +185,7 @@ pub fn make_current() -> Result<&'static Cuda, CudaError> {
 
 /// Where a buffer lives, as the CUDA driver reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PointerKind {
+pub(crate) enum PointerKind {
     /// Ordinary or pinned host memory, or memory CUDA does not know.
     Host,
     /// Device (or managed) memory: `base` and `size` of the allocation containing the pointer.
@@ -144,7 +193,7 @@ pub enum PointerKind {
 }
 
 /// Asks the driver what `ptr` is. Unknown pointers are host memory.
-pub fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
+pub(crate) fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
     use sys::CUpointer_attribute as A;
     let mut attrs = [
         A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
@@ -162,14 +211,18 @@ pub fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
         (&mut start as *mut CUdeviceptr).cast(),
         (&mut size as *mut usize).cast(),
     ];
-    // SAFETY: each data slot points at storage of the attribute's documented type.
-    check("cuPointerGetAttributes", || unsafe {
-        sys::cuPointerGetAttributes(
-            attrs.len() as u32,
-            attrs.as_mut_ptr(),
-            data.as_mut_ptr(),
-            ptr as CUdeviceptr,
-        )
+    call("cuPointerGetAttributes", || {
+        // SAFETY: each data slot points at storage of the attribute's documented type (cudarc's
+        // result layer has no wrapper for this call).
+        unsafe {
+            sys::cuPointerGetAttributes(
+                attrs.len() as u32,
+                attrs.as_mut_ptr(),
+                data.as_mut_ptr(),
+                ptr as CUdeviceptr,
+            )
+        }
+        .result()
     })?;
     let device = memory_type == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 || managed != 0;
     Ok(if device && size > 0 {
@@ -179,44 +232,15 @@ pub fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
     })
 }
 
-/// Copies `len` bytes from host memory to device memory.
-///
-/// # Safety
-/// `src` must be valid for reads of `len` bytes; `dst` must be device memory of that size.
-pub unsafe fn copy_to_device(
-    dst: CUdeviceptr,
-    src: *const u8,
-    len: usize,
-) -> Result<(), CudaError> {
-    make_current()?;
-    check("cuMemcpyHtoD", || {
-        sys::cuMemcpyHtoD_v2(dst, src.cast(), len)
-    })
-}
-
-/// Copies `len` bytes from device memory to host memory.
-///
-/// # Safety
-/// `dst` must be valid for writes of `len` bytes; `src` must be device memory of that size.
-pub unsafe fn copy_from_device(
-    dst: *mut u8,
-    src: CUdeviceptr,
-    len: usize,
-) -> Result<(), CudaError> {
-    make_current()?;
-    check("cuMemcpyDtoH", || {
-        sys::cuMemcpyDtoH_v2(dst.cast(), src, len)
-    })
-}
-
 /// Copies between any two buffers CUDA can address (unified addressing).
 ///
 /// # Safety
 /// Both ranges must be valid for `len` bytes.
-pub unsafe fn copy_any(dst: usize, src: usize, len: usize) -> Result<(), CudaError> {
+pub(crate) unsafe fn copy_any(dst: usize, src: usize, len: usize) -> Result<(), CudaError> {
     make_current()?;
-    check("cuMemcpy", || {
-        sys::cuMemcpy(dst as CUdeviceptr, src as CUdeviceptr, len)
+    call("cuMemcpy", || {
+        // SAFETY: the caller's contract (cudarc's result layer has no unified-address copy).
+        unsafe { sys::cuMemcpy(dst as CUdeviceptr, src as CUdeviceptr, len) }.result()
     })
 }
 
@@ -224,13 +248,16 @@ pub unsafe fn copy_any(dst: usize, src: usize, len: usize) -> Result<(), CudaErr
 ///
 /// # Safety
 /// `dst` must be device memory of at least `len` bytes.
-pub unsafe fn zero_device(dst: CUdeviceptr, len: usize) -> Result<(), CudaError> {
+pub(crate) unsafe fn zero_device(dst: CUdeviceptr, len: usize) -> Result<(), CudaError> {
     make_current()?;
-    check("cuMemsetD8", || sys::cuMemsetD8_v2(dst, 0, len))
+    // SAFETY: the caller's contract.
+    call("cuMemsetD8", || unsafe {
+        result::memset_d8_sync(dst, 0, len)
+    })
 }
 
 /// Pinned (page-locked) host memory from the CUDA driver.
-pub struct PinnedBuffer {
+pub(crate) struct PinnedBuffer {
     ptr: *mut u8,
     len: usize,
 }
@@ -239,34 +266,28 @@ pub struct PinnedBuffer {
 unsafe impl Send for PinnedBuffer {}
 
 impl PinnedBuffer {
-    pub fn new(len: usize) -> Result<PinnedBuffer, CudaError> {
+    pub(crate) fn new(len: usize) -> Result<PinnedBuffer, CudaError> {
         make_current()?;
-        let mut ptr: *mut c_void = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer; flags 0 = portable-less default pinned memory.
-        check("cuMemHostAlloc", || unsafe {
-            sys::cuMemHostAlloc(&mut ptr, len, 0)
-        })?;
+        // SAFETY: flags 0 = default pinned memory; the bytes are only ever used as u8.
+        let ptr = call("cuMemHostAlloc", || unsafe { result::malloc_host(len, 0) })?;
         Ok(PinnedBuffer {
             ptr: ptr.cast(),
             len,
         })
     }
-    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
         self.ptr
     }
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 }
 
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
-        // SAFETY: allocated by cuMemHostAlloc in `new`; a failure here is only logged.
-        if let Err(err) = check("cuMemFreeHost", || unsafe {
-            sys::cuMemFreeHost(self.ptr.cast())
+        // SAFETY: allocated by cuMemHostAlloc in `new` and freed once; a failure is only logged.
+        if let Err(err) = call("cuMemFreeHost", || unsafe {
+            result::free_host(self.ptr.cast())
         }) {
             tracing::debug!("{err}");
         }
@@ -275,7 +296,7 @@ impl Drop for PinnedBuffer {
 
 /// A CUDA stream made by `thread_streams`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Stream(usize);
+pub(crate) struct Stream(usize);
 
 impl Stream {
     fn raw(self) -> sys::CUstream {
@@ -285,7 +306,7 @@ impl Stream {
 
 /// Two non-blocking streams for this thread's pipelined staged copies, made on first use. They
 /// are never destroyed: a pool thread may still hold them while the process exits.
-pub fn thread_streams() -> Result<[Stream; 2], CudaError> {
+pub(crate) fn thread_streams() -> Result<[Stream; 2], CudaError> {
     thread_local! {
         static STREAMS: std::cell::Cell<Option<[usize; 2]>> = const { std::cell::Cell::new(None) };
     }
@@ -295,53 +316,77 @@ pub fn thread_streams() -> Result<[Stream; 2], CudaError> {
     make_current()?;
     let mut made = [0usize; 2];
     for slot in &mut made {
-        let mut stream: sys::CUstream = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer; flag 1 = CU_STREAM_NON_BLOCKING.
-        check("cuStreamCreate", || unsafe {
-            sys::cuStreamCreate(&mut stream, 1)
-        })?;
-        *slot = stream as usize;
+        let kind = result::stream::StreamKind::NonBlocking;
+        *slot = call("cuStreamCreate", || result::stream::create(kind))? as usize;
     }
     STREAMS.with(|s| s.set(Some(made)));
     Ok(made.map(Stream))
 }
 
-/// Starts a host-to-device copy on `stream` (asynchronous from pinned memory).
+/// Starts a copy of `len` bytes on `stream` between pinned host memory `host` and device memory
+/// `dev`: host to device for a read (the file's bytes go to the device), device to host for a
+/// write.
 ///
 /// # Safety
-/// As for `copy_to_device`; `src` must stay valid until `stream` is synchronized.
-pub unsafe fn copy_to_device_async(
-    dst: CUdeviceptr,
-    src: *const u8,
+/// `host` must be valid for `len` bytes and stay so, untouched by anything else, until `stream`
+/// is synchronized; `dev` must be device memory of at least `len` bytes.
+pub(crate) unsafe fn copy_async(
+    dir: Direction,
+    host: *mut u8,
+    dev: CUdeviceptr,
     len: usize,
     stream: Stream,
 ) -> Result<(), CudaError> {
     make_current()?;
-    check("cuMemcpyHtoDAsync", || {
-        sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, stream.raw())
-    })
-}
-
-/// Starts a device-to-host copy on `stream` (asynchronous into pinned memory).
-///
-/// # Safety
-/// As for `copy_from_device`; `dst` must not be read until `stream` is synchronized.
-pub unsafe fn copy_from_device_async(
-    dst: *mut u8,
-    src: CUdeviceptr,
-    len: usize,
-    stream: Stream,
-) -> Result<(), CudaError> {
-    make_current()?;
-    check("cuMemcpyDtoHAsync", || {
-        sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, stream.raw())
-    })
+    let stream = stream.raw();
+    // SAFETY: the caller's contract.
+    unsafe {
+        match dir {
+            Direction::Read => call("cuMemcpyHtoDAsync", || {
+                result::memcpy_htod_async(dev, std::slice::from_raw_parts(host, len), stream)
+            }),
+            Direction::Write => call("cuMemcpyDtoHAsync", || {
+                result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(host, len), dev, stream)
+            }),
+        }
+    }
 }
 
 /// Waits for everything queued on `stream`.
-pub fn synchronize(stream: Stream) -> Result<(), CudaError> {
+pub(crate) fn synchronize(stream: Stream) -> Result<(), CudaError> {
     // SAFETY: the stream was created by `thread_streams` and is never destroyed.
-    check("cuStreamSynchronize", || unsafe {
-        sys::cuStreamSynchronize(stream.raw())
+    call("cuStreamSynchronize", || unsafe {
+        result::stream::synchronize(stream.raw())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_code() {
+        let err = CudaError::driver(
+            "cuMemAlloc",
+            DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE),
+        );
+        assert_eq!(err.to_string(), "cuMemAlloc: CUDA_ERROR_INVALID_VALUE");
+        let status = CUfileError_t {
+            err: CUfileOpError::CU_FILE_DRIVER_NOT_INITIALIZED,
+            cu_err: 0,
+        };
+        let err = CudaError::cufile("cuFileHandleRegister", &status);
+        assert!(
+            err.to_string()
+                .contains("cuFile error 5001 (CU_FILE_DRIVER_NOT_INITIALIZED)"),
+            "{err}"
+        );
+        let io = CudaError::cufile_io("cuFileRead", -5008);
+        assert!(io.to_string().contains("CU_FILE_IO_NOT_SUPPORTED"), "{io}");
+        let unknown = CudaError::cufile_io("cuFileWrite", -4999);
+        assert!(
+            unknown.to_string().contains("cuFile error 4999"),
+            "{unknown}"
+        );
+    }
 }

@@ -3,7 +3,7 @@
 
 use std::io;
 
-pub type Result<T> = std::result::Result<T, Error>;
+pub(crate) type Result<T> = std::result::Result<T, Error>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -13,8 +13,8 @@ pub enum Error {
         value: String,
         accepted: &'static str,
     },
-    #[error("unknown key {key} in the gds config string: accepted keys are {}", crate::config::SETTINGS.iter().map(|s| s.config_key).collect::<Vec<_>>().join(", "))]
-    UnknownConfigKey { key: String },
+    #[error("unknown key {key} in the gds config string: accepted keys are {accepted}")]
+    UnknownConfigKey { key: String, accepted: String },
     #[error("malformed item {item} in the gds config string: expected key=value pairs separated by commas")]
     MalformedConfig { item: String },
     #[error("invalid argument: {0}")]
@@ -52,8 +52,6 @@ pub enum Error {
     },
     #[error("device I/O: {0}")]
     Device(String),
-    #[error("the I/O thread pool could not be started: {0}")]
-    Pool(String),
     #[error("a panic inside the gds driver was caught in {0}")]
     Panic(&'static str),
 }
@@ -70,7 +68,7 @@ pub enum ErrorClass {
 }
 
 impl Error {
-    pub fn class(&self) -> ErrorClass {
+    pub(crate) fn class(&self) -> ErrorClass {
         match self {
             Error::InvalidSetting { .. }
             | Error::UnknownConfigKey { .. }
@@ -80,9 +78,7 @@ impl Error {
             Error::Overflow { .. } => ErrorClass::Overflow,
             Error::Io { op, .. } if op.starts_with("read") => ErrorClass::Read,
             Error::Io { .. } => ErrorClass::Write,
-            Error::File { .. } | Error::Device(_) | Error::Pool(_) | Error::Panic(_) => {
-                ErrorClass::Other
-            }
+            Error::File { .. } | Error::Device(_) | Error::Panic(_) => ErrorClass::Other,
         }
     }
 }

@@ -5,13 +5,14 @@ use crate::abi::{
     haddr_t, H5FD_mem_t, H5FD_MEM_DRAW, H5F_ACC_CREAT, H5F_ACC_EXCL, H5F_ACC_RDWR,
     H5F_ACC_SWMR_READ, H5F_ACC_TRUNC, HADDR_UNDEF, MAXADDR,
 };
-use crate::config::{DirectIo, Settings};
+use crate::config::{DirectIo, VfdSettings};
 use crate::cuda::PointerKind;
 use crate::error::{Error, Result};
-use crate::io::device::{DeviceIo, DevicePath, DevicePlan};
+use crate::io::device::{DeviceIo, DevicePathPlan, FileDevicePath};
 use crate::io::host::HostIo;
 use crate::io::readahead::ReadAhead;
 use crate::io::vector::Piece;
+use crate::io::{BufPtr, Direction};
 use crate::memory;
 use std::cmp::Ordering;
 use std::ffi::{c_int, CStr};
@@ -19,35 +20,42 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+/// The state of one open file. HDF5 hands callbacks `const` and non-`const` pointers to the same
+/// file, and `cmp` may get one file twice, so every method takes `&self`: what changes (the
+/// markers, the read-ahead window) is behind atomics or a lock, and no `&mut` to a file's state
+/// is ever made.
 #[derive(Debug)]
-pub struct OpenFile {
-    pub path: String,
+pub(crate) struct OpenFile {
+    pub(crate) path: String,
     file: File,
     /// The descriptor as a C int, whose address `get_handle` hands out.
-    pub raw_fd: c_int,
+    pub(crate) raw_fd: c_int,
     /// A second descriptor with `O_DIRECT`, when `direct_io` is in effect for this file.
     direct: Option<File>,
-    pub eoa: haddr_t,
-    pub eof: haddr_t,
+    /// End of address space and end of file. HDF5 serialises its calls into a driver, so
+    /// relaxed ordering suffices; atomics only make the markers changeable through `&self`.
+    eoa: AtomicU64,
+    eof: AtomicU64,
     device: u64,
     inode: u64,
     ignore_disabled_locks: bool,
-    pub settings: Settings,
+    pub(crate) settings: VfdSettings,
     /// How device buffers reach this file.
-    pub device_path: DevicePath,
+    device_path: FileDevicePath,
     /// Small raw-data reads into host memory (HDF5's sieve buffer, kept by the driver); off for
     /// SWMR readers, whose file another process changes.
     readahead: Option<ReadAhead>,
 }
 
 /// sec2's `ADDR_OVERFLOW`: undefined, or beyond what `off_t` can address.
-pub fn addr_overflows(addr: haddr_t) -> bool {
+fn addr_overflows(addr: haddr_t) -> bool {
     addr == HADDR_UNDEF || addr & !MAXADDR != 0
 }
 
 /// sec2's `REGION_OVERFLOW`, as an error naming the range.
-pub fn check_region(addr: haddr_t, size: u64, maxaddr: haddr_t) -> Result<()> {
+pub(crate) fn check_region(addr: haddr_t, size: u64, maxaddr: haddr_t) -> Result<()> {
     let end = addr.checked_add(size);
     let bad = addr_overflows(addr)
         || addr_overflows(size)
@@ -76,6 +84,20 @@ fn open_fd(path: &CStr, flags: c_int) -> io::Result<File> {
     }
     // SAFETY: fd was just opened and is owned by nothing else.
     Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// The I/O path for host buffers under `settings`, for the open log line and `h5gds info`.
+pub(crate) fn host_path_description(settings: &VfdSettings, direct: bool) -> String {
+    format!(
+        "POSIX pread/pwrite{}, {} threads for requests of {} or more",
+        if direct {
+            " with O_DIRECT for aligned transfers"
+        } else {
+            ""
+        },
+        settings.nthreads,
+        crate::config::format_size(settings.task_size as u64),
+    )
 }
 
 /// Opens `path` as sec2 would for HDF5 access `flags`, but without changing the file system
@@ -125,11 +147,11 @@ fn remove_if_same(path: &CStr, file: &File) {
 
 impl OpenFile {
     /// Opens `path` with HDF5 access `flags` (RDWR, CREAT, TRUNC, EXCL) as sec2 does.
-    pub fn open(
+    pub(crate) fn open(
         c_path: &CStr,
         flags: u32,
         maxaddr: haddr_t,
-        settings: Settings,
+        settings: VfdSettings,
         ignore_disabled_locks: bool,
     ) -> Result<Self> {
         let path = &*c_path.to_string_lossy();
@@ -152,7 +174,7 @@ impl OpenFile {
         // Every check that can refuse the open runs before the file system is changed: settings
         // and CUDA first, then (needing the file) O_DIRECT and cuFile on a file opened without
         // O_TRUNC, or created with O_EXCL so that it is known to be this open's own.
-        let device_plan = DevicePlan::prepare(&settings)?;
+        let device_plan = DevicePathPlan::prepare(&settings)?;
         let (file, created) = open_untouched(c_path, access, flags).map_err(open_error)?;
         let refuse = |err: Error| {
             if created {
@@ -200,8 +222,8 @@ impl OpenFile {
             raw_fd: file.as_raw_fd(),
             file,
             direct,
-            eoa: 0,
-            eof: meta.len(),
+            eoa: AtomicU64::new(0),
+            eof: AtomicU64::new(meta.len()),
             device: meta.dev(),
             inode: meta.ino(),
             ignore_disabled_locks,
@@ -212,7 +234,7 @@ impl OpenFile {
     }
 
     /// Closes the descriptors, reporting a failed `close` as sec2 does.
-    pub fn close(self) -> Result<()> {
+    pub(crate) fn close(self) -> Result<()> {
         drop(self.direct);
         let fd = self.file.into_raw_fd();
         // SAFETY: fd was owned by `self.file`, which gave it up above.
@@ -226,51 +248,51 @@ impl OpenFile {
         Ok(())
     }
 
-    /// The I/O path actually in effect for host buffers, for the open log line.
-    pub fn host_path_description(&self) -> String {
-        format!(
-            "POSIX pread/pwrite{}, {} threads for requests of {} or more",
-            if self.direct.is_some() {
-                " with O_DIRECT for aligned transfers"
-            } else {
-                ""
-            },
-            self.settings.nthreads,
-            crate::config::format_size(self.settings.task_size as u64),
+    /// The I/O paths in effect for host and device buffers, for the open log line.
+    pub(crate) fn path_descriptions(&self) -> (String, String) {
+        (
+            host_path_description(&self.settings, self.direct.is_some()),
+            self.device_path.describe(&self.settings),
         )
     }
 
-    /// The I/O path in effect for device buffers, for the open log line.
-    pub fn device_path_description(&self) -> String {
-        self.device_path.describe(&self.settings)
+    pub(crate) fn eoa(&self) -> haddr_t {
+        self.eoa.load(Relaxed)
     }
 
-    fn device_io(&self) -> DeviceIo<'_> {
-        DeviceIo {
-            path: &self.device_path,
+    pub(crate) fn eof(&self) -> haddr_t {
+        self.eof.load(Relaxed)
+    }
+
+    pub(crate) fn host(&self) -> HostIo<'_> {
+        HostIo {
             fd: self.raw_fd,
-            file_name: &self.path,
-            settings: &self.settings,
+            direct_fd: self.direct.as_ref().map(|f| f.as_raw_fd()),
+            path: &self.path,
+            nthreads: self.settings.nthreads,
+            task_size: self.settings.task_size,
         }
     }
 
-    /// A host read: small raw-data reads through the read-ahead window, the rest directly.
+    /// A host transfer; small raw-data reads go through the read-ahead window.
     ///
     /// # Safety
-    /// `buf` must be valid for writes of `size` bytes.
-    unsafe fn host_read(
+    /// `buf` must be valid for `size` bytes in direction `dir`.
+    unsafe fn host_transfer(
         &self,
+        dir: Direction,
         addr: haddr_t,
         size: usize,
-        buf: *mut u8,
+        buf: BufPtr,
         mem_type: H5FD_mem_t,
     ) -> Result<()> {
-        if let Some(window) = self
+        let window = self
             .readahead
             .as_ref()
-            .filter(|_| mem_type == H5FD_MEM_DRAW)
-        {
-            match window.read(self.raw_fd, addr, size, buf) {
+            .filter(|_| mem_type == H5FD_MEM_DRAW);
+        if let (Direction::Read, Some(window)) = (dir, window) {
+            // SAFETY: `buf` is writable for `size` bytes (caller's contract).
+            match unsafe { window.read(self.raw_fd, addr, size, buf.as_ptr()) } {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
                 Err(f) => {
@@ -285,150 +307,120 @@ impl OpenFile {
                 }
             }
         }
-        self.host().read(addr, buf, size)
+        // SAFETY: the caller's contract.
+        unsafe { self.host().transfer(dir, addr, buf, size) }
     }
 
-    /// Empties the read-ahead window before anything changes the file.
-    fn file_changes(&self) {
-        if let Some(window) = &self.readahead {
-            window.invalidate();
-        }
-    }
-
-    fn host(&self) -> HostIo<'_> {
-        HostIo {
+    /// One transfer of `size` bytes at `addr`, to or from host or device memory at `buf`.
+    ///
+    /// # Safety
+    /// `buf` must be valid for `size` bytes in direction `dir`.
+    unsafe fn transfer_one(
+        &self,
+        dir: Direction,
+        addr: haddr_t,
+        size: usize,
+        buf: BufPtr,
+        mem_type: H5FD_mem_t,
+    ) -> Result<()> {
+        let device = DeviceIo {
+            path: &self.device_path,
             fd: self.raw_fd,
-            direct_fd: self.direct.as_ref().map(|f| f.as_raw_fd()),
-            path: &self.path,
-            nthreads: self.settings.nthreads,
-            task_size: self.settings.task_size,
-        }
+            file_name: &self.path,
+            settings: &self.settings,
+        };
+        memory::dispatch(
+            buf,
+            mem_type,
+            // SAFETY: the caller's contract.
+            || unsafe { self.host_transfer(dir, addr, size, buf, mem_type) },
+            // SAFETY: `buf` lies in the device allocation starting at `base` (the driver's
+            // answer) and holds `size` bytes (caller's contract).
+            |base| unsafe { device.transfer(dir, base, buf.addr() - base as usize, size, addr) },
+        )
     }
 
-    /// Checks a read's range; notes (at debug level) a read that reaches past end of file.
-    fn check_read(&self, addr: haddr_t, size: usize) -> Result<()> {
+    /// Checks a request's range before anything moves; notes (at debug level) a read that
+    /// reaches past end of file, which reads zeros.
+    pub(crate) fn check(&self, dir: Direction, addr: haddr_t, size: usize) -> Result<()> {
         check_region(addr, size as u64, MAXADDR)?;
-        if addr + size as u64 > self.eof {
+        if dir == Direction::Read && addr + size as u64 > self.eof() {
             tracing::debug!(
                 "read of {size} bytes at {addr} in {:?} extends past EOF {}: zero-filled",
                 self.path,
-                self.eof
+                self.eof()
             );
         }
         Ok(())
     }
 
-    /// Reads `size` bytes at `addr` into `buf`, host or device memory.
+    /// Moves end of file up to `end` after a write that reached it.
+    pub(crate) fn grow_eof(&self, end: haddr_t) {
+        self.eof.fetch_max(end, Relaxed);
+    }
+
+    /// Empties the read-ahead window before anything changes the file.
+    pub(crate) fn file_changes(&self) {
+        if let Some(window) = &self.readahead {
+            window.invalidate();
+        }
+    }
+
+    /// Moves `size` bytes between the file at `addr` and `buf`, host or device memory.
     ///
     /// # Safety
-    /// `buf` must be valid for writes of `size` bytes.
-    pub unsafe fn read(
+    /// `buf` must be valid for `size` bytes in direction `dir`.
+    pub(crate) unsafe fn transfer(
         &self,
+        dir: Direction,
         addr: haddr_t,
         size: usize,
-        buf: *mut u8,
+        buf: BufPtr,
         mem_type: H5FD_mem_t,
     ) -> Result<()> {
-        self.check_read(addr, size)?;
-        memory::dispatch(
-            buf as usize,
-            mem_type,
-            || self.host_read(addr, size, buf, mem_type),
-            |base| {
-                self.device_io()
-                    .read(base, buf as usize - base as usize, size, addr)
-            },
-        )
+        self.check(dir, addr, size)?;
+        if dir == Direction::Write {
+            self.file_changes();
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.transfer_one(dir, addr, size, buf, mem_type) }?;
+        if dir == Direction::Write {
+            self.eof.fetch_max(addr + size as u64, Relaxed);
+        }
+        Ok(())
     }
 
-    /// Writes `size` bytes from `buf`, host or device memory, at `addr`.
+    /// A vector request. Host pieces are handled together (coalesced); device pieces one by one.
     ///
     /// # Safety
-    /// `buf` must be valid for reads of `size` bytes.
-    pub unsafe fn write(
-        &mut self,
-        addr: haddr_t,
-        size: usize,
-        buf: *const u8,
-        mem_type: H5FD_mem_t,
-    ) -> Result<()> {
-        check_region(addr, size as u64, MAXADDR)?;
-        self.file_changes();
-        memory::dispatch(
-            buf as usize,
-            mem_type,
-            || self.host().write(addr, buf, size),
-            |base| {
-                self.device_io()
-                    .write(base, buf as usize - base as usize, size, addr)
-            },
-        )?;
-        self.eof = self.eof.max(addr + size as u64);
-        Ok(())
-    }
-
-    /// Splits pieces into host pieces (handled together, coalesced) and device pieces.
-    fn partition(pieces: Vec<Piece>) -> (Vec<Piece>, Vec<Piece>) {
-        pieces
+    /// Every piece's buffer must be valid for its length in direction `dir`; for reads, pieces'
+    /// buffers must not overlap each other.
+    pub(crate) unsafe fn transfer_vector(&self, dir: Direction, pieces: Vec<Piece>) -> Result<()> {
+        for p in &pieces {
+            self.check(dir, p.addr, p.len)?;
+        }
+        if dir == Direction::Write {
+            self.file_changes();
+        }
+        let end = pieces.iter().map(|p| p.addr + p.len as u64).max();
+        let (host, device): (Vec<Piece>, Vec<Piece>) = pieces
             .into_iter()
-            .partition(|p| memory::classify(p.buf, p.mem_type) == PointerKind::Host)
-    }
-
-    /// # Safety
-    /// Every piece's buffer must be valid for writes of its length.
-    pub unsafe fn read_vector(&self, pieces: Vec<Piece>) -> Result<()> {
-        for p in &pieces {
-            self.check_read(p.addr, p.len)?;
-        }
-        let (host, device) = Self::partition(pieces);
-        match host.as_slice() {
-            [] => {}
-            [one] => self.host_read(one.addr, one.len, one.buf as *mut u8, one.mem_type)?,
-            _ => self.host().read_vector(host)?,
-        }
-        for p in device {
+            .partition(|p| memory::classify(p.buf, p.mem_type) == PointerKind::Host);
+        // SAFETY: the caller's contract, piece by piece.
+        unsafe {
+            match host.as_slice() {
+                [] => {}
+                [one] => self.host_transfer(dir, one.addr, one.len, one.buf, one.mem_type)?,
+                _ => crate::io::selection::host_pieces(&self.host(), host, dir)?,
+            }
             // Through `dispatch` again (a cache hit), for its retry on stale ranges.
-            memory::dispatch(
-                p.buf,
-                p.mem_type,
-                || self.host_read(p.addr, p.len, p.buf as *mut u8, p.mem_type),
-                |base| {
-                    self.device_io()
-                        .read(base, p.buf - base as usize, p.len, p.addr)
-                },
-            )?;
+            for p in device {
+                self.transfer_one(dir, p.addr, p.len, p.buf, p.mem_type)?;
+            }
         }
-        Ok(())
-    }
-
-    /// # Safety
-    /// Every piece's buffer must be valid for reads of its length.
-    pub unsafe fn write_vector(&mut self, pieces: Vec<Piece>) -> Result<()> {
-        for p in &pieces {
-            check_region(p.addr, p.len as u64, MAXADDR)?;
+        if let (Direction::Write, Some(end)) = (dir, end) {
+            self.eof.fetch_max(end, Relaxed);
         }
-        self.file_changes();
-        let end = pieces
-            .iter()
-            .map(|p| p.addr + p.len as u64)
-            .max()
-            .unwrap_or(0);
-        let (host, device) = Self::partition(pieces);
-        if !host.is_empty() {
-            self.host().write_vector(host)?;
-        }
-        for p in device {
-            memory::dispatch(
-                p.buf,
-                p.mem_type,
-                || self.host().write(p.addr, p.buf as *const u8, p.len),
-                |base| {
-                    self.device_io()
-                        .write(base, p.buf - base as usize, p.len, p.addr)
-                },
-            )?;
-        }
-        self.eof = self.eof.max(end);
         Ok(())
     }
 
@@ -436,19 +428,25 @@ impl OpenFile {
     /// (compact datasets read into or written from a device buffer come through here).
     ///
     /// # Safety
-    /// Both ranges must be valid for `len` bytes.
-    pub unsafe fn mem_copy(dst: usize, src: usize, len: usize) -> Result<()> {
-        let dst_kind = memory::classify(dst, crate::abi::H5FD_MEM_DRAW);
-        let src_kind = memory::classify(src, crate::abi::H5FD_MEM_DRAW);
-        if dst_kind == PointerKind::Host && src_kind == PointerKind::Host {
-            std::ptr::copy(src as *const u8, dst as *mut u8, len);
+    /// `src` must be valid for reads and `dst` for writes of `len` bytes.
+    pub(crate) unsafe fn mem_copy(
+        (dst_base, dst_off): (BufPtr, usize),
+        (src_base, src_off): (BufPtr, usize),
+        len: usize,
+    ) -> Result<()> {
+        let host = |side, base| memory::classify_copy_base(side, base) == PointerKind::Host;
+        let (dst, src) = (dst_base.add(dst_off), src_base.add(src_off));
+        if host(0, dst_base) && host(1, src_base) {
+            // SAFETY: the caller's contract; `copy` allows overlap.
+            unsafe { std::ptr::copy(src.as_ptr(), dst.as_ptr(), len) };
             return Ok(());
         }
-        crate::cuda::copy_any(dst, src, len)
+        // SAFETY: the caller's contract; CUDA addresses host and device memory alike.
+        unsafe { crate::cuda::copy_any(dst.addr(), src.addr(), len) }
             .map_err(|e| Error::Device(format!("memory copy of {len} bytes: {e}")))
     }
 
-    pub fn set_eoa(&mut self, addr: haddr_t) -> Result<()> {
+    pub(crate) fn set_eoa(&self, addr: haddr_t) -> Result<()> {
         if addr_overflows(addr) {
             return Err(Error::Overflow {
                 addr,
@@ -456,20 +454,21 @@ impl OpenFile {
                 maxaddr: MAXADDR,
             });
         }
-        self.eoa = addr;
+        self.eoa.store(addr, Relaxed);
         Ok(())
     }
 
     /// Makes the file exactly EOA bytes long, as sec2 does (on flush and close).
-    pub fn truncate(&mut self) -> Result<()> {
+    pub(crate) fn truncate(&self) -> Result<()> {
         self.file_changes();
-        if self.eoa != self.eof {
-            self.file.set_len(self.eoa).map_err(|source| Error::File {
+        let eoa = self.eoa();
+        if eoa != self.eof() {
+            self.file.set_len(eoa).map_err(|source| Error::File {
                 op: "ftruncate",
                 path: self.path.clone(),
                 source,
             })?;
-            self.eof = self.eoa;
+            self.eof.store(eoa, Relaxed);
         }
         Ok(())
     }
@@ -492,19 +491,19 @@ impl OpenFile {
     }
 
     /// An advisory lock: exclusive for read-write access, shared for read-only.
-    pub fn lock(&self, rw: bool) -> Result<()> {
+    pub(crate) fn lock(&self, rw: bool) -> Result<()> {
         self.flock(
             if rw { libc::LOCK_EX } else { libc::LOCK_SH },
             "unable to lock file (flock)",
         )
     }
 
-    pub fn unlock(&self) -> Result<()> {
+    pub(crate) fn unlock(&self) -> Result<()> {
         self.flock(libc::LOCK_UN, "unable to unlock file (flock)")
     }
 
     /// Files are the same when device and inode match (sec2's order: device first).
-    pub fn compare(&self, other: &OpenFile) -> Ordering {
+    pub(crate) fn compare(&self, other: &OpenFile) -> Ordering {
         (self.device, self.inode).cmp(&(other.device, other.inode))
     }
 }
@@ -518,7 +517,19 @@ mod tests {
         CString::new(path.to_str().unwrap()).unwrap()
     }
 
-    fn create(path: &std::path::Path, settings: Settings) -> Result<OpenFile> {
+    fn read(f: &OpenFile, addr: haddr_t, buf: &mut [u8]) -> Result<()> {
+        let at = BufPtr::new(buf.as_mut_ptr());
+        // SAFETY: `at` is a live, exclusively borrowed slice of buf.len() bytes.
+        unsafe { f.transfer(Direction::Read, addr, buf.len(), at, H5FD_MEM_DRAW) }
+    }
+
+    fn write(f: &OpenFile, addr: haddr_t, data: &[u8]) -> Result<()> {
+        let at = BufPtr::from_const(data.as_ptr());
+        // SAFETY: `at` is a live slice of data.len() bytes, only read.
+        unsafe { f.transfer(Direction::Write, addr, data.len(), at, H5FD_MEM_DRAW) }
+    }
+
+    fn create(path: &std::path::Path, settings: VfdSettings) -> Result<OpenFile> {
         let flags = H5F_ACC_RDWR | H5F_ACC_CREAT | H5F_ACC_TRUNC;
         OpenFile::open(&c(path), flags, MAXADDR, settings, true)
     }
@@ -527,26 +538,28 @@ mod tests {
     fn open_flags_follow_sec2() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f.h5");
-        let missing = OpenFile::open(&c(&path), 0, MAXADDR, Settings::default(), true).unwrap_err();
+        let missing =
+            OpenFile::open(&c(&path), 0, MAXADDR, VfdSettings::default(), true).unwrap_err();
         assert!(
             matches!(&missing, Error::Open { source, .. } if source.kind() == io::ErrorKind::NotFound)
         );
         assert!(missing.to_string().contains("f.h5"));
-        create(&path, Settings::default()).unwrap().close().unwrap();
+        create(&path, VfdSettings::default())
+            .unwrap()
+            .close()
+            .unwrap();
         let excl = H5F_ACC_RDWR | H5F_ACC_CREAT | H5F_ACC_EXCL;
         let exists =
-            OpenFile::open(&c(&path), excl, MAXADDR, Settings::default(), true).unwrap_err();
+            OpenFile::open(&c(&path), excl, MAXADDR, VfdSettings::default(), true).unwrap_err();
         assert!(
             matches!(&exists, Error::Open { source, .. } if source.kind() == io::ErrorKind::AlreadyExists)
         );
-        let read_only = OpenFile::open(&c(&path), 0, MAXADDR, Settings::default(), true).unwrap();
-        let err = OpenFile::open(&c(&path), 0, 0, Settings::default(), true).unwrap_err();
+        let read_only =
+            OpenFile::open(&c(&path), 0, MAXADDR, VfdSettings::default(), true).unwrap();
+        let err = OpenFile::open(&c(&path), 0, 0, VfdSettings::default(), true).unwrap_err();
         assert!(err.to_string().contains("bogus maxaddr"));
-        let mut read_only = read_only;
         // Writing through a read-only descriptor fails with EBADF, naming file and offset.
-        // SAFETY: the buffer is a live 4-byte array.
-        let err =
-            unsafe { read_only.write(8, 4, [1u8, 2, 3, 4].as_ptr(), H5FD_MEM_DRAW) }.unwrap_err();
+        let err = write(&read_only, 8, &[1u8, 2, 3, 4]).unwrap_err();
         assert!(err.to_string().contains("offset 8"), "{err}");
     }
 
@@ -578,15 +591,15 @@ mod tests {
     fn locks_conflict_between_open_files() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("lock.h5");
-        let a = create(&path, Settings::default()).unwrap();
-        let b = OpenFile::open(&c(&path), 0, MAXADDR, Settings::default(), true).unwrap();
+        let a = create(&path, VfdSettings::default()).unwrap();
+        let b = OpenFile::open(&c(&path), 0, MAXADDR, VfdSettings::default(), true).unwrap();
         a.lock(true).unwrap();
         let err = b.lock(false).unwrap_err();
         assert!(err.to_string().contains("unable to lock file"), "{err}");
         a.unlock().unwrap();
         b.lock(false).unwrap();
         assert_eq!(a.compare(&b), Ordering::Equal);
-        let other = create(&dir.path().join("other.h5"), Settings::default()).unwrap();
+        let other = create(&dir.path().join("other.h5"), VfdSettings::default()).unwrap();
         assert_ne!(a.compare(&other), Ordering::Equal);
     }
 
@@ -597,14 +610,12 @@ mod tests {
         assert!(check_region(MAXADDR, 1, MAXADDR).is_err());
         assert!(check_region(1, u64::MAX - 1, MAXADDR).is_err());
         let dir = tempfile::tempdir().unwrap();
-        let mut f = create(&dir.path().join("o.h5"), Settings::default()).unwrap();
+        let f = create(&dir.path().join("o.h5"), VfdSettings::default()).unwrap();
         assert!(matches!(
             f.set_eoa(HADDR_UNDEF),
             Err(Error::Overflow { .. })
         ));
-        let mut buf = [0u8; 4];
-        // SAFETY: buf is a live 4-byte array.
-        let err = unsafe { f.read(MAXADDR - 1, 4, buf.as_mut_ptr(), H5FD_MEM_DRAW) }.unwrap_err();
+        let err = read(&f, MAXADDR - 1, &mut [0u8; 4]).unwrap_err();
         assert!(err.to_string().contains("overflows"), "{err}");
     }
 
@@ -612,11 +623,11 @@ mod tests {
     fn truncate_sets_the_length_to_eoa() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.h5");
-        let mut f = create(&path, Settings::default()).unwrap();
+        let f = create(&path, VfdSettings::default()).unwrap();
         f.set_eoa(10_000).unwrap();
         f.truncate().unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 10_000);
-        assert_eq!(f.eof, 10_000);
+        assert_eq!(f.eof(), 10_000);
         f.set_eoa(100).unwrap();
         f.truncate().unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 100);
@@ -625,13 +636,13 @@ mod tests {
     #[test]
     fn direct_io_on_opens_an_o_direct_descriptor() {
         let dir = tempfile::tempdir().unwrap();
-        let settings = Settings {
+        let settings = VfdSettings {
             direct_io: DirectIo::On,
-            ..Settings::default()
+            ..VfdSettings::default()
         };
         let f = create(&dir.path().join("d.h5"), settings).unwrap();
         assert!(f.direct.is_some());
-        assert!(f.host_path_description().contains("O_DIRECT"));
+        assert!(f.path_descriptions().0.contains("O_DIRECT"));
         // SAFETY: fcntl on a descriptor the file owns.
         let fl = unsafe { libc::fcntl(f.direct.as_ref().unwrap().as_raw_fd(), libc::F_GETFL) };
         assert_ne!(fl & libc::O_DIRECT, 0);
@@ -640,23 +651,20 @@ mod tests {
     #[test]
     fn small_reads_see_every_write_and_truncate() {
         let dir = tempfile::tempdir().unwrap();
-        let mut f = create(&dir.path().join("ra.h5"), Settings::default()).unwrap();
+        let f = create(&dir.path().join("ra.h5"), VfdSettings::default()).unwrap();
         let mut buf = [0u8; 4];
-        // SAFETY: every buffer below is a live local array of the length given.
-        unsafe {
-            f.write(100, 4, b"abcd".as_ptr(), H5FD_MEM_DRAW).unwrap();
-            f.read(100, 4, buf.as_mut_ptr(), H5FD_MEM_DRAW).unwrap();
-            assert_eq!(&buf, b"abcd");
-            // Past end of file, inside the window: zeros, until a write puts bytes there.
-            f.read(200, 4, buf.as_mut_ptr(), H5FD_MEM_DRAW).unwrap();
-            assert_eq!(buf, [0; 4]);
-            f.write(200, 4, b"wxyz".as_ptr(), H5FD_MEM_DRAW).unwrap();
-            f.read(200, 4, buf.as_mut_ptr(), H5FD_MEM_DRAW).unwrap();
-            assert_eq!(&buf, b"wxyz");
-            f.set_eoa(202).unwrap();
-            f.truncate().unwrap();
-            f.read(200, 4, buf.as_mut_ptr(), H5FD_MEM_DRAW).unwrap();
-            assert_eq!(&buf, b"wx\0\0");
-        }
+        write(&f, 100, b"abcd").unwrap();
+        read(&f, 100, &mut buf).unwrap();
+        assert_eq!(&buf, b"abcd");
+        // Past end of file, inside the window: zeros, until a write puts bytes there.
+        read(&f, 200, &mut buf).unwrap();
+        assert_eq!(buf, [0; 4]);
+        write(&f, 200, b"wxyz").unwrap();
+        read(&f, 200, &mut buf).unwrap();
+        assert_eq!(&buf, b"wxyz");
+        f.set_eoa(202).unwrap();
+        f.truncate().unwrap();
+        read(&f, 200, &mut buf).unwrap();
+        assert_eq!(&buf, b"wx\0\0");
     }
 }

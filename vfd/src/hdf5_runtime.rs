@@ -127,6 +127,20 @@ impl Hdf5Api {
     }
 }
 
+/// Names of the loaded objects that are HDF5 libraries this module would consider (as `api`
+/// does), without choosing one.
+pub fn loaded_hdf5_libraries() -> Vec<String> {
+    loaded_objects()
+        .iter()
+        .filter_map(|name| {
+            let (api, handle) = candidate(name)?;
+            // SAFETY: balances the dlopen in `candidate`; the object stays loaded by its owner.
+            unsafe { libc::dlclose(handle) };
+            Some(api.library)
+        })
+        .collect()
+}
+
 /// Names of every object loaded in the process ("" is the main program).
 fn loaded_objects() -> Vec<CString> {
     unsafe extern "C" fn collect(
@@ -134,11 +148,14 @@ fn loaded_objects() -> Vec<CString> {
         _size: usize,
         data: *mut c_void,
     ) -> c_int {
-        // SAFETY: `data` is the Vec passed below; `info` is valid for the callback's duration.
-        let names = &mut *(data as *mut Vec<CString>);
-        let name = (*info).dlpi_name;
-        if !name.is_null() {
-            names.push(CStr::from_ptr(name).to_owned());
+        // SAFETY: `data` is the Vec passed below; `info` is valid for the callback's duration,
+        // and a non-null name is a NUL-terminated string.
+        unsafe {
+            let names = &mut *(data as *mut Vec<CString>);
+            let name = (*info).dlpi_name;
+            if !name.is_null() {
+                names.push(CStr::from_ptr(name).to_owned());
+            }
         }
         0
     }
@@ -226,7 +243,7 @@ fn find_hdf5(preferred: Option<&CStr>) -> Option<Hdf5Api> {
             initialised(api)
                 && api
                     .gds_registered
-                    .is_some_and(|f| unsafe { f(crate::plugin::DRIVER_VALUE) } > 0)
+                    .is_some_and(|f| unsafe { f(crate::abi::DRIVER_VALUE) } > 0)
         };
         let wanted = |api: &Hdf5Api| {
             preferred.is_some_and(|p| same_object(api.library.as_bytes(), p.to_bytes()))
@@ -324,7 +341,7 @@ pub fn register_in_loaded_hdf5(near: Option<&CStr>) -> Result<Registration, Stri
         .ok_or_else(|| missing("H5FDis_driver_registered_by_value"))?;
     let register = api.register.ok_or_else(|| missing("H5FDregister"))?;
     // SAFETY: a plain query of the driver table.
-    match unsafe { is_registered(crate::plugin::DRIVER_VALUE) } {
+    match unsafe { is_registered(crate::abi::DRIVER_VALUE) } {
         n if n > 0 => {
             // SAFETY: HDF5's copy of a registered class.
             let ours =
@@ -393,7 +410,7 @@ fn registered_gds_class(api: &Hdf5Api) -> Option<*const crate::abi::H5FD_class_t
         if fapl < 0 {
             return None;
         }
-        let class = if set_by_value(fapl, crate::plugin::DRIVER_VALUE, std::ptr::null()) >= 0 {
+        let class = if set_by_value(fapl, crate::abi::DRIVER_VALUE, std::ptr::null()) >= 0 {
             let id = get_driver(fapl);
             (id >= 0).then(|| get_class(id)).filter(|c| !c.is_null())
         } else {
@@ -423,7 +440,7 @@ pub fn set_fapl_driver(fapl: hid_t, config: &str) -> Result<(), String> {
         config.as_ptr()
     };
     // SAFETY: valid C strings for the call's duration; HDF5 checks the fapl id itself.
-    let status = unsafe { set(fapl, crate::plugin::DRIVER_NAME.as_ptr(), config_ptr) };
+    let status = unsafe { set(fapl, crate::abi::DRIVER_NAME.as_ptr(), config_ptr) };
     if status < 0 {
         return Err(format!(
             "H5Pset_driver_by_name(fapl {fapl}, \"gds\") failed in {}",
@@ -440,4 +457,10 @@ pub fn hdf5_symbol(name: &CStr) -> Option<*mut c_void> {
     // SAFETY: a lookup in the library's open handle.
     let p = unsafe { libc::dlsym(api.handle, name.as_ptr()) };
     (!p.is_null()).then_some(p)
+}
+
+/// Path of the HDF5 library this copy of the driver works with ("" for the main program), once
+/// chosen (by [`register_in_loaded_hdf5`] or the first callback); None where none is loaded.
+pub fn hdf5_library() -> Option<&'static str> {
+    api().map(|api| api.library.as_str())
 }

@@ -4,17 +4,72 @@
 //! `HDF5_PLUGIN_PATH=<dir> HDF5_DRIVER=gds`. Host buffers go through POSIX I/O, split across a
 //! thread pool when large. The library links no libhdf5: HDF5 calls it needs are resolved at run
 //! time from the HDF5 already loaded in the process (see `hdf5_runtime`).
+//! For array-io, the `h5gds` tool, the Python extension and tests it exports a small surface
+//! (below); the rest is private to the driver. ARCHITECTURE.md at the repository root maps the
+//! modules, the path of a read and a write through them, and the invariants each one enforces.
+#![deny(unsafe_op_in_unsafe_fn)]
 
+/// The HDF5 virtual-file-driver ABI (public so its layout can be checked against real headers).
 pub mod abi;
-pub mod config;
-pub mod cuda;
-pub mod error;
-pub mod file;
-pub mod hdf5_runtime;
-pub mod io;
-pub mod log;
-pub mod memory;
-pub mod plugin;
+mod config;
+mod cuda;
+mod dataspace;
+mod error;
+mod file;
+mod hdf5_runtime;
+mod io;
+mod log;
+mod memory;
+#[cfg(test)]
+mod model_tests;
+mod plugin;
+mod transfer;
 
-pub use hdf5_runtime::{hdf5_symbol, register_in_loaded_hdf5, set_fapl_driver, Registration};
-pub use plugin::{class, DRIVER_NAME, DRIVER_VALUE};
+pub use abi::{DRIVER_NAME, DRIVER_VALUE};
+pub use config::{
+    config_from_environment, format_size, parse_size, CompatMode, DirectIo, Key as SettingKey,
+    SettingSpec, Source as SettingSource, VfdSettings, SETTINGS,
+};
+pub use cuda::{cuda, CudaDriver, CudaError};
+pub use error::Error;
+pub use hdf5_runtime::{
+    hdf5_library, hdf5_symbol, register_in_loaded_hdf5, set_fapl_driver,
+    Registration as DriverRegistration,
+};
+pub use io::gds::CuFileDriver;
+pub use log::with_logging;
+pub use memory::forget_device_range;
+pub use plugin::{class, h5gds_library, IDENTITY_SYMBOL};
+
+/// The paths a file opened now would take, in the words of the driver's open log line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathVerdicts {
+    pub host: String,
+    pub device: String,
+}
+
+/// Decides the paths for `settings` with the driver's own code (for `h5gds info`). Opening cuFile
+/// is part of deciding, so this touches libcufile only where an open would.
+pub fn path_verdicts(settings: &VfdSettings) -> PathVerdicts {
+    let device = match io::device::DevicePathPlan::prepare(settings) {
+        Ok(plan) => plan.describe(settings),
+        Err(err) => format!("files will not open: {err}"),
+    };
+    let direct = settings.direct_io != DirectIo::Off;
+    PathVerdicts {
+        host: file::host_path_description(settings, direct),
+        device,
+    }
+}
+
+/// The process's cuFile driver, if an open under `settings` would use one; else why not. Like the
+/// driver, it never touches libcufile before CUDA is known to work (cuFile would hang without it).
+pub fn cufile_driver(settings: Option<&VfdSettings>) -> Result<&'static CuFileDriver, String> {
+    if settings.is_some_and(|s| s.compat_mode == CompatMode::On) {
+        return Err("not opened: compat_mode=on never touches libcufile".into());
+    }
+    if cuda().is_err() {
+        return Err("not opened: CUDA does not work here, and cuFile would hang without it".into());
+    }
+    io::gds::driver()
+}

@@ -7,6 +7,10 @@
 
 use crate::abi::{H5FD_mem_t, H5FD_MEM_DEFAULT, H5FD_MEM_DRAW};
 use crate::cuda::{self, CUdeviceptr, PointerKind};
+use crate::error::Result;
+use crate::io::BufPtr;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::RwLock;
 
 /// Device allocations seen so far, as (base, size).
@@ -32,42 +36,100 @@ fn remember(base: CUdeviceptr, size: usize) {
     }
 }
 
-/// Forgets a cached range that the driver no longer confirms (freed and reused memory).
-pub fn forget(base: CUdeviceptr) {
+/// Forgets a cached device range: the driver calls it when its answer no longer holds, and
+/// programs that free device memory they handed to HDF5 may call it (array-io does).
+pub fn forget_device_range(base: CUdeviceptr) {
     if let Ok(mut ranges) = DEVICE_RANGES.write() {
         ranges.retain(|(b, _)| *b != base);
     }
 }
 
+/// Whether CUDA works in this process, decided once (`cuda::cuda` hands out a fresh copy of its
+/// error on every failed call, too slow for a question asked per piece).
+pub(crate) fn cuda_works() -> bool {
+    static WORKS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WORKS.get_or_init(|| cuda::cuda().is_ok())
+}
+
+/// Counts driver callbacks other than `ctl`; see `classify_copy_base`.
+static CALLBACKS: AtomicU64 = AtomicU64::new(0);
+
+/// Marks a driver callback other than `ctl(MEM_COPY)`: memoised MEM_COPY answers end here.
+pub(crate) fn callback_boundary() {
+    CALLBACKS.fetch_add(1, Relaxed);
+}
+
+thread_local! {
+    /// This thread's last MEM_COPY answer per side (destination, source): (callback count, base,
+    /// kind).
+    static COPY_BASES: Cell<[Option<(u64, usize, PointerKind)>; 2]> = const { Cell::new([None, None]) };
+}
+
+/// `classify` for the base pointers of HDF5's `ctl(MEM_COPY)` requests (`side` 0: destination,
+/// 1: source). HDF5 copies between a cached chunk and the caller's buffer one element run at a
+/// time, every request naming the same two base pointers with growing offsets: asking CUDA twice
+/// per element made `chunked[::3]` 4.4x slower than sec2 (measured with the emulator as libcuda).
+/// So the answer for a base pointer is reused until another driver callback runs (any read,
+/// write, open, close or query marks `callback_boundary`). A base answered "host" cannot turn into
+/// device memory meanwhile: with CUDA's unified addressing, device and managed allocations come
+/// from address ranges CUDA reserves, never from freed host memory; a stale "device" answer is
+/// harmless, as the copy then goes through CUDA, which handles host pointers too.
+pub(crate) fn classify_copy_base(side: usize, base: BufPtr) -> PointerKind {
+    if let Some(kind) = memoised_copy_base(side, base) {
+        return kind;
+    }
+    let kind = classify(base, H5FD_MEM_DRAW);
+    COPY_BASES.with(|memo| {
+        let mut entries = memo.get();
+        entries[side] = Some((CALLBACKS.load(Relaxed), base.addr(), kind));
+        memo.set(entries);
+    });
+    kind
+}
+
+/// The memoised answer of `classify_copy_base`, if it still holds; asks nobody and logs nothing,
+/// so the per-element MEM_COPY between two known host buffers needs no driver logger (whose
+/// set-up was half the time of each such copy, measured).
+pub(crate) fn memoised_copy_base(side: usize, base: BufPtr) -> Option<PointerKind> {
+    let now = CALLBACKS.load(Relaxed);
+    COPY_BASES.with(|memo| match memo.get()[side] {
+        Some((at, b, kind)) if at == now && b == base.addr() => Some(kind),
+        _ => None,
+    })
+}
+
 /// Whether HDF5 may hand this memory type a device buffer (raw data only).
-pub fn may_be_device(mem_type: H5FD_mem_t) -> bool {
+fn may_be_device(mem_type: H5FD_mem_t) -> bool {
     mem_type == H5FD_MEM_DRAW || mem_type == H5FD_MEM_DEFAULT
 }
 
 /// What `ptr` is, for a transfer of memory type `mem_type`.
-pub fn classify(ptr: usize, mem_type: H5FD_mem_t) -> PointerKind {
-    if !may_be_device(mem_type) || cuda::cuda().is_err() {
-        return PointerKind::Host;
+pub(crate) fn classify(ptr: BufPtr, mem_type: H5FD_mem_t) -> PointerKind {
+    lookup(ptr, mem_type).0
+}
+
+/// What `ptr` is, and whether the answer came from the cache.
+fn lookup(ptr: BufPtr, mem_type: H5FD_mem_t) -> (PointerKind, bool) {
+    if !may_be_device(mem_type) || !cuda_works() {
+        return (PointerKind::Host, false);
     }
-    if let Some(kind) = cached(ptr as u64) {
-        return kind;
+    match cached(ptr.addr() as u64) {
+        Some(kind) => (kind, true),
+        None => (query(ptr.addr()), false),
     }
-    query(ptr)
 }
 
 /// Runs `host` or `device` (with the allocation base) for the memory at `ptr`. If a device
 /// transfer fails on a range that came from the cache, the range may have been freed and its
 /// addresses reused: the driver is asked afresh, and if its answer differs the transfer runs
 /// once more on the new answer. Otherwise the error stands.
-pub fn dispatch<T>(
-    ptr: usize,
+pub(crate) fn dispatch<T>(
+    ptr: BufPtr,
     mem_type: H5FD_mem_t,
-    host: impl Fn() -> crate::error::Result<T>,
-    device: impl Fn(CUdeviceptr) -> crate::error::Result<T>,
-) -> crate::error::Result<T> {
-    let from_cache =
-        may_be_device(mem_type) && cuda::cuda().is_ok() && cached(ptr as u64).is_some();
-    let kind = classify(ptr, mem_type);
+    host: impl Fn() -> Result<T>,
+    device: impl Fn(CUdeviceptr) -> Result<T>,
+) -> Result<T> {
+    let (kind, from_cache) = lookup(ptr, mem_type);
     let PointerKind::Device { base, .. } = kind else {
         return host();
     };
@@ -75,12 +137,12 @@ pub fn dispatch<T>(
     if result.is_ok() || !from_cache {
         return result;
     }
-    forget(base);
-    let fresh = query(ptr);
+    forget_device_range(base);
+    let fresh = query(ptr.addr());
     if fresh == kind {
         return result;
     }
-    tracing::debug!("device memory at {ptr:#x} changed since it was cached; transferring again");
+    tracing::debug!("device memory at {ptr:?} changed since it was cached; transferring again");
     match fresh {
         PointerKind::Host => host(),
         PointerKind::Device { base, .. } => device(base),

@@ -17,20 +17,13 @@ import pytest
 
 import h5gds
 from h5gds import _native
-
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def clean_env(**extra):
-    """The environment without any HDF5 or h5gds setting, plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HDF5_", "H5GDS_", "H5_GDS_"))}
-    env.update(extra)
-    return env
+from support import PLUGIN_DIR, ROOT, assert_ran, clean_env  # tests/python, on the path by conftest.py
 
 
 def child(code, timeout=120, **env):
-    """Runs `code` in a child interpreter of this environment; returns the finished process."""
-    return subprocess.run([sys.executable, "-c", code], env=clean_env(**env), capture_output=True, text=True,
+    """Runs `code` in a child interpreter of this environment (no HDF5 or h5gds variable but `env`);
+    returns the finished process."""
+    return subprocess.run([sys.executable, "-c", code], env=clean_env(env), capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -76,7 +69,7 @@ def test_either_import_order_registers_the_driver(tmp_path, order):
         f"with h5py.File({str(path)!r}, 'r', driver='gds') as f:\n"
         "    print(f['x'][:].tolist())\n")
     proc = child(code, H5GDS_LOG="info")
-    assert proc.returncode == 0, proc.stderr
+    assert_ran(proc, "the import order child")
     assert proc.stdout.strip() == str(list(range(12)))
     # Both opens went through gds: the driver logs each open, with the keyword's source.
     assert proc.stderr.count(f'opened "{path}"') == 2, proc.stderr
@@ -88,7 +81,7 @@ def test_keywords_reach_the_driver_and_the_log_line_shows_them(tmp_path):
     proc = child("import h5gds, h5py\n"
                  f"h5py.File({str(path)!r}, 'w', driver='gds', compat_mode='on', task_size='8M', nthreads=2,"
                  " bounce_buffer_size=65536, direct_io=False).close()\n", H5GDS_LOG="info")
-    assert proc.returncode == 0, proc.stderr
+    assert_ran(proc, "the keyword child")
     line = next(l for l in proc.stderr.splitlines() if f'opened "{path}"' in l)
     for expected in ("compat_mode=on (config string)", "task_size=8M (config string)", "nthreads=2 (config string)",
                      "bounce_buffer_size=64K (config string)", "direct_io=off (config string)",
@@ -102,7 +95,7 @@ def test_environment_variables_keep_working_and_keywords_win(tmp_path):
                  f"h5py.File({str(path)!r}, 'w', driver='gds').close()\n"
                  f"h5py.File({str(path)!r}, 'r', driver='gds', nthreads=4).close()\n",
                  H5GDS_LOG="info", H5GDS_NTHREADS="5", H5GDS_TASK_SIZE="1M")
-    assert proc.returncode == 0, proc.stderr
+    assert_ran(proc, "the environment child")
     first, second = [l for l in proc.stderr.splitlines() if f'opened "{path}"' in l]
     assert "nthreads=5 (environment (H5GDS_NTHREADS))" in first, first
     assert "nthreads=4 (config string)" in second and "task_size=1M (environment (H5GDS_TASK_SIZE))" in second, second
@@ -223,7 +216,7 @@ def test_another_hdf5_loaded_and_initialised_first_does_not_capture_the_driver(t
             "    h5gds.read(f['x'])\n"
             "    print(h5gds.read(f['x'], sel=slice(2, 9, 3)).tolist())\n")
     proc = child(code, H5GDS_LOG="info")
-    assert proc.returncode == 0, proc.stderr
+    assert_ran(proc, "the child with another HDF5 loaded first")
     library, values = proc.stdout.split("\n")[:2]
     assert Path(library).resolve() == Path(h5gds.HDF5_LIBRARY).resolve(), library
     assert values == "[2, 5, 8]"
@@ -233,8 +226,7 @@ def test_another_hdf5_loaded_and_initialised_first_does_not_capture_the_driver(t
 def test_the_plugin_already_loaded_through_hdf5_plugin_path_is_used(tmp_path):
     # HDF5_DRIVER=gds with h5gds's plugin on HDF5_PLUGIN_PATH: h5py's HDF5 loads the plugin when it
     # initialises; importing h5gds then leaves that registration in place and driver="gds" uses it.
-    plugin_dir = Path(os.environ.get("H5GDS_PLUGIN_DIR", ROOT / "target" / "release"))
-    assert (plugin_dir / "libh5gds.so").is_file(), "cargo build --release -p h5gds-vfd"
+    assert (PLUGIN_DIR / "libh5gds.so").is_file(), "cargo build --release -p h5gds-vfd"
     path = tmp_path / "plugin.h5"
     code = ("import h5py, numpy as np\n"
             f"h5py.File({str(path)!r}, 'w').close()\n"  # HDF5_DRIVER=gds: loads the plugin
@@ -243,8 +235,8 @@ def test_the_plugin_already_loaded_through_hdf5_plugin_path_is_used(tmp_path):
             f"with h5py.File({str(path)!r}, 'w', driver='gds', nthreads=2) as f:\n"
             "    f['x'] = np.arange(5)\n"
             "    print(h5gds.read(f['x']).tolist())\n")
-    proc = child(code, H5GDS_LOG="info", HDF5_PLUGIN_PATH=str(plugin_dir), HDF5_DRIVER="gds")
-    assert proc.returncode == 0, proc.stderr
+    proc = child(code, H5GDS_LOG="info", HDF5_PLUGIN_PATH=str(PLUGIN_DIR), HDF5_DRIVER="gds")
+    assert_ran(proc, "the child with the plugin loaded first")
     assert proc.stdout.split() == ["None", "[0,", "1,", "2,", "3,", "4]"], proc.stdout
     opens = [line for line in proc.stderr.splitlines() if f'opened "{path}"' in line]
     assert "(config string)" not in opens[0], opens  # the first, through HDF5_DRIVER
@@ -274,7 +266,7 @@ def test_another_driver_registered_as_gds_is_refused_with_advice(tmp_path):
             "except OSError as err:\n"
             "    print('REFUSED', err)\n")
     proc = child(code)
-    assert proc.returncode == 0, proc.stderr
+    assert_ran(proc, "the child with another gds driver")
     other, refused = proc.stdout.splitlines()[:2]
     assert Path(other).resolve() == Path(h5gds.HDF5_LIBRARY).resolve(), other  # sec2's code lives there
     assert refused.startswith("REFUSED another HDF5 driver is registered as gds") and "vfd-gds" in refused \
@@ -300,6 +292,6 @@ def test_exit_with_open_files_and_a_warm_pool_and_a_forked_child(tmp_path):
             "g = h5py.File(f.filename, 'r', driver='gds', nthreads=4, task_size='4K')\n"
             "print(g['x'][-1])\n")  # exits with both files open
     proc = child(code, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    assert_ran(proc, "the exit and fork child")
     assert proc.stdout.split() == ["CHILD", "0", str(float((1 << 20) - 1))], proc.stdout
     assert proc.stderr == "", proc.stderr

@@ -1,19 +1,19 @@
-//! Device-memory I/O for one open file: the path chosen by `compat_mode` at open, and reads and
-//! writes split into tasks on the pool. A cuFile error in the middle of a transfer sends the rest
-//! of that task through the staged path, with a warning; nothing partial is reported as success.
+//! Device-memory I/O for one open file: the path chosen by `compat_mode` at open, and transfers
+//! split into tasks on the pool. A cuFile error in the middle of a transfer sends the rest of that
+//! task through the staged path, with a warning; nothing partial is reported as success.
 
-use super::gds::{self, GdsHandle};
+use super::gds::{self, CuFileDriver, GdsHandle};
 use super::parallel::run_split;
-use super::staged;
-use crate::config::{CompatMode, Settings};
+use super::{staged, Direction};
+use crate::config::{CompatMode, VfdSettings};
 use crate::cuda::{self, CUdeviceptr};
 use crate::error::{Error, Result};
 use std::ffi::CStr;
 use std::os::fd::RawFd;
 
-/// How device buffers reach this file.
+/// How device buffers reach one open file.
 #[derive(Debug)]
-pub enum DevicePath {
+pub(crate) enum FileDevicePath {
     /// GPUDirect Storage (or cuFile's own compatibility mode when `compat_mode=off` demanded
     /// cuFile on a machine without the GDS kernel path).
     Gds(GdsHandle),
@@ -25,16 +25,29 @@ pub enum DevicePath {
 
 /// The device path decided before the file is opened: everything but the cuFile handle, so a
 /// `compat_mode=off` failure leaves no file behind.
-pub enum DevicePlan {
+pub(crate) enum DevicePathPlan {
     /// Register the file with this cuFile driver once it is open.
-    Gds(&'static gds::CuFileDriver),
-    Decided(DevicePath),
+    Gds(&'static CuFileDriver),
+    Decided(FileDevicePath),
 }
 
-impl DevicePlan {
+/// The phrase for a file that goes through cuFile `driver`; `condition` is what only the open
+/// itself can check.
+fn through_cufile(driver: &CuFileDriver, condition: &str) -> String {
+    if driver.gds_available() {
+        format!("GPUDirect Storage through {}{condition}", driver.describe())
+    } else {
+        format!(
+            "{} in cuFile's own compatibility mode (no GDS kernel path)",
+            driver.describe()
+        )
+    }
+}
+
+impl DevicePathPlan {
     /// Decides per `compat_mode`: `on` never touches libcufile; `auto` uses cuFile only where
     /// GDS is really available; `off` requires cuFile or fails.
-    pub fn prepare(settings: &Settings) -> Result<DevicePlan> {
+    pub(crate) fn prepare(settings: &VfdSettings) -> Result<DevicePathPlan> {
         let strict = settings.compat_mode == CompatMode::Off;
         let cuda = match cuda::cuda() {
             Ok(cuda) => cuda,
@@ -44,9 +57,9 @@ impl DevicePlan {
                 )))
             }
             Err(err) => {
-                return Ok(DevicePlan::Decided(DevicePath::Unavailable(format!(
-                    "no usable CUDA ({err})"
-                ))))
+                return Ok(DevicePathPlan::Decided(FileDevicePath::Unavailable(
+                    format!("no usable CUDA ({err})"),
+                )))
             }
         };
         tracing::debug!(
@@ -56,7 +69,7 @@ impl DevicePlan {
             cuda.device_names.first().map_or("?", String::as_str)
         );
         if settings.compat_mode == CompatMode::On {
-            return Ok(DevicePlan::Decided(DevicePath::Staged(
+            return Ok(DevicePathPlan::Decided(FileDevicePath::Staged(
                 "compat_mode=on".into(),
             )));
         }
@@ -64,99 +77,75 @@ impl DevicePlan {
             Err(err) if strict => Err(Error::Device(format!(
                 "compat_mode=off requires cuFile: {err}"
             ))),
-            Err(err) => Ok(DevicePlan::Decided(DevicePath::Staged(err))),
-            Ok(driver) if !driver.gds_available() && !strict => Ok(DevicePlan::Decided(
-                DevicePath::Staged(format!("{}: no GDS kernel path", driver.describe())),
+            Err(err) => Ok(DevicePathPlan::Decided(FileDevicePath::Staged(err))),
+            Ok(driver) if !driver.gds_available() && !strict => Ok(DevicePathPlan::Decided(
+                FileDevicePath::Staged(format!("{}: no GDS kernel path", driver.describe())),
             )),
-            Ok(driver) => Ok(DevicePlan::Gds(driver)),
+            Ok(driver) => Ok(DevicePathPlan::Gds(driver)),
         }
     }
 
     /// Completes the plan for the opened file: registers it with cuFile where planned. Where
     /// that fails, `off` fails the open and `auto` stages.
-    pub fn finish(self, settings: &Settings, path: &CStr, rdwr: bool) -> Result<DevicePath> {
+    pub(crate) fn finish(
+        self,
+        settings: &VfdSettings,
+        path: &CStr,
+        rdwr: bool,
+    ) -> Result<FileDevicePath> {
         let driver = match self {
-            DevicePlan::Decided(path) => return Ok(path),
-            DevicePlan::Gds(driver) => driver,
+            DevicePathPlan::Decided(path) => return Ok(path),
+            DevicePathPlan::Gds(driver) => driver,
         };
         match GdsHandle::register(driver, path, rdwr) {
-            Ok(handle) => Ok(DevicePath::Gds(handle)),
+            Ok(handle) => Ok(FileDevicePath::Gds(handle)),
             Err(err) if settings.compat_mode == CompatMode::Off => Err(Error::Device(format!(
                 "compat_mode=off requires cuFile: {err}"
             ))),
-            Err(err) => Ok(DevicePath::Staged(err)),
+            Err(err) => Ok(FileDevicePath::Staged(err)),
+        }
+    }
+
+    /// The device path a file opened now would get, for `h5gds info`.
+    pub(crate) fn describe(&self, settings: &VfdSettings) -> String {
+        match self {
+            DevicePathPlan::Gds(driver) => {
+                through_cufile(driver, " (where the file system accepts O_DIRECT)")
+            }
+            DevicePathPlan::Decided(path) => path.describe(settings),
         }
     }
 }
 
-impl DevicePath {
+impl FileDevicePath {
     /// One phrase for the open log line and `h5gds info`.
-    pub fn describe(&self, settings: &Settings) -> String {
+    pub(crate) fn describe(&self, settings: &VfdSettings) -> String {
         match self {
-            DevicePath::Gds(h) if h.driver().gds_available() => {
-                format!("GPUDirect Storage through {}", h.driver().describe())
-            }
-            DevicePath::Gds(h) => format!(
-                "{} in cuFile's own compatibility mode (no GDS kernel path)",
-                h.driver().describe()
-            ),
-            DevicePath::Staged(why) => format!(
+            FileDevicePath::Gds(h) => through_cufile(h.driver(), ""),
+            FileDevicePath::Staged(why) => format!(
                 "staged through pinned bounce buffers of {} ({why})",
                 crate::config::format_size(settings.bounce_buffer_size as u64)
             ),
-            DevicePath::Unavailable(why) => format!("not possible: {why}"),
+            FileDevicePath::Unavailable(why) => format!("not possible: {why}"),
         }
     }
 }
 
 /// What device I/O needs to know about an open file.
-pub struct DeviceIo<'a> {
-    pub path: &'a DevicePath,
-    pub fd: RawFd,
-    pub file_name: &'a str,
-    pub settings: &'a Settings,
-}
-
-/// Which way bytes move.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Direction {
-    /// File to device memory.
-    Read,
-    /// Device memory to file.
-    Write,
+pub(crate) struct DeviceIo<'a> {
+    pub(crate) path: &'a FileDevicePath,
+    pub(crate) fd: RawFd,
+    pub(crate) file_name: &'a str,
+    pub(crate) settings: &'a VfdSettings,
 }
 
 impl DeviceIo<'_> {
-    /// Reads `len` bytes at file offset `addr` into device memory `base + buf_off`.
+    /// Moves `len` bytes between device memory `base + buf_off` and file offset `addr`, split
+    /// into `task_size` tasks, on the pool when it is large.
     ///
     /// # Safety
     /// `base + buf_off .. + len` must lie in one device allocation starting at `base`.
-    pub unsafe fn read(
-        &self,
-        base: CUdeviceptr,
-        buf_off: usize,
-        len: usize,
-        addr: u64,
-    ) -> Result<()> {
-        self.transfer(Direction::Read, base, buf_off, len, addr)
-    }
-
-    /// Writes `len` bytes from device memory `base + buf_off` at file offset `addr`.
-    ///
-    /// # Safety
-    /// As for `read`.
-    pub unsafe fn write(
-        &self,
-        base: CUdeviceptr,
-        buf_off: usize,
-        len: usize,
-        addr: u64,
-    ) -> Result<()> {
-        self.transfer(Direction::Write, base, buf_off, len, addr)
-    }
-
-    /// Splits a transfer into `task_size` tasks, on the pool when it is large.
-    unsafe fn transfer(
+    pub(crate) unsafe fn transfer(
         &self,
         dir: Direction,
         base: CUdeviceptr,
@@ -171,18 +160,12 @@ impl DeviceIo<'_> {
         })
     }
 
-    /// The staged path for `len` bytes at device address `dev` and file offset `addr`.
-    unsafe fn staged(&self, dir: Direction, dev: CUdeviceptr, len: usize, addr: u64) -> Result<()> {
-        let bounce = self.settings.bounce_buffer_size;
-        match dir {
-            Direction::Read => staged::read(self.fd, self.file_name, dev, len, addr, bounce),
-            Direction::Write => staged::write(self.fd, self.file_name, dev, len, addr, bounce),
-        }
-    }
-
     /// One task on the file's path. Through cuFile, a read ending short at end of file is
     /// zero-filled on the device, and an error sends the rest of the task through the staged
     /// path.
+    ///
+    /// # Safety
+    /// As for `transfer`.
     unsafe fn task(
         &self,
         dir: Direction,
@@ -192,10 +175,14 @@ impl DeviceIo<'_> {
         addr: u64,
     ) -> Result<()> {
         let dev = base + buf_off as u64;
+        let (fd, name, bounce) = (self.fd, self.file_name, self.settings.bounce_buffer_size);
+        // SAFETY (both uses below): `dev .. dev + len` is device memory (caller's contract).
+        let staged =
+            |dev, len, addr| unsafe { staged::transfer(dir, fd, name, dev, len, addr, bounce) };
         let handle = match self.path {
-            DevicePath::Gds(handle) => handle,
-            DevicePath::Staged(_) => return self.staged(dir, dev, len, addr),
-            DevicePath::Unavailable(why) => {
+            FileDevicePath::Gds(handle) => handle,
+            FileDevicePath::Staged(_) => return staged(dev, len, addr),
+            FileDevicePath::Unavailable(why) => {
                 return Err(Error::Device(format!(
                     "device buffer, but device I/O is {why}"
                 )))
@@ -203,24 +190,23 @@ impl DeviceIo<'_> {
         };
         let device_error = |e: cuda::CudaError| Error::Device(e.to_string());
         cuda::make_current().map_err(device_error)?;
-        let outcome = match dir {
-            Direction::Read => handle.read(base, buf_off, len, addr),
-            Direction::Write => handle.write(base, buf_off, len, addr).map(|()| len),
-        };
-        match outcome {
+        // SAFETY: the range lies in one allocation starting at `base` (caller's contract).
+        match unsafe { handle.transfer(dir, base, buf_off, len, addr) } {
+            // End of file: the rest of the read is zeros, as for host buffers.
             Ok(done) if done < len => {
-                cuda::zero_device(dev + done as u64, len - done).map_err(device_error)
+                // SAFETY: dev + done .. dev + len lies in the caller's device range.
+                unsafe { cuda::zero_device(dev + done as u64, len - done) }.map_err(device_error)
             }
             Ok(_) => Ok(()),
             Err(failure) => {
                 let (done, rest) = (failure.done, len - failure.done);
                 tracing::warn!(
                     "{} at offset {} of {:?}; the remaining {rest} bytes go through the staged path",
-                    failure.message,
+                    failure.source,
                     addr + done as u64,
                     self.file_name
                 );
-                self.staged(dir, dev + done as u64, rest, addr + done as u64)
+                staged(dev + done as u64, rest, addr + done as u64)
             }
         }
     }

@@ -5,9 +5,10 @@
 //! forever. The driver is opened once and deliberately never closed (closing it at process exit,
 //! while other threads may still run, is what crashes other cuFile users).
 
-use crate::cuda::{self, CUdeviceptr};
+use super::{Direction, PartialTransfer};
+use crate::cuda::{self, CUdeviceptr, CudaError};
 use cufile_sys::{
-    CUfileDescr_t, CUfileDrvProps_t, CUfileError_t, CUfileFileHandleType, CUfileHandle_t, CuFileLib,
+    CUfileDescr_t, CUfileDrvProps_t, CUfileFileHandleType, CUfileHandle_t, CuFileLib,
 };
 use std::ffi::{c_void, CStr};
 use std::fs::File;
@@ -46,14 +47,6 @@ impl CuFileDriver {
     }
 }
 
-/// A cuFile status as text: its code and, where the header names it, the name.
-fn status_text(status: &CUfileError_t) -> String {
-    format!(
-        "cuFile error {} (CUDA result {})",
-        status.err.0, status.cu_err
-    )
-}
-
 fn symbol<'a, T>(field: &'a Result<T, libloading::Error>, name: &str) -> Result<&'a T, String> {
     field
         .as_ref()
@@ -65,35 +58,34 @@ fn open_driver() -> Result<CuFileDriver, String> {
     cuda::cuda().map_err(|e| format!("CUDA is not available ({e}); libcufile was not touched"))?;
     let lib =
         cufile_sys::load().map_err(|e| format!("cannot load {}: {e}", cufile_sys::LIBRARY_NAME))?;
-    // SAFETY: functions of a loaded libcufile, called with valid out-pointers.
-    unsafe {
-        let status = symbol(&lib.cuFileDriverOpen, "cuFileDriverOpen")?();
-        if !cufile_sys::succeeded(&status) {
-            return Err(format!("cuFileDriverOpen: {}", status_text(&status)));
-        }
-        let mut props: CUfileDrvProps_t = std::mem::zeroed();
-        let status =
-            symbol(&lib.cuFileDriverGetProperties, "cuFileDriverGetProperties")?(&mut props);
-        if !cufile_sys::succeeded(&status) {
-            return Err(format!(
-                "cuFileDriverGetProperties: {}",
-                status_text(&status)
-            ));
-        }
-        let mut version = 0;
-        if let Ok(get_version) = lib.cuFileGetVersion.as_ref() {
-            get_version(&mut version);
-        }
-        Ok(CuFileDriver {
-            version,
-            nvfs: (props.nvfs.major_version, props.nvfs.minor_version),
-            lib,
-        })
+    let open = symbol(&lib.cuFileDriverOpen, "cuFileDriverOpen")?;
+    // SAFETY: a function of the loaded libcufile, taking no arguments.
+    let status = unsafe { open() };
+    if !cufile_sys::succeeded(&status) {
+        return Err(CudaError::cufile("cuFileDriverOpen", &status).to_string());
     }
+    // SAFETY: the properties struct is plain data; zeroed is a valid starting state.
+    let mut props: CUfileDrvProps_t = unsafe { std::mem::zeroed() };
+    let get_properties = symbol(&lib.cuFileDriverGetProperties, "cuFileDriverGetProperties")?;
+    // SAFETY: a valid out-pointer; the driver is open.
+    let status = unsafe { get_properties(&mut props) };
+    if !cufile_sys::succeeded(&status) {
+        return Err(CudaError::cufile("cuFileDriverGetProperties", &status).to_string());
+    }
+    let mut version = 0;
+    if let Ok(get_version) = lib.cuFileGetVersion.as_ref() {
+        // SAFETY: a valid out-pointer.
+        unsafe { get_version(&mut version) };
+    }
+    Ok(CuFileDriver {
+        version,
+        nvfs: (props.nvfs.major_version, props.nvfs.minor_version),
+        lib,
+    })
 }
 
 /// The process's cuFile driver, opened on first use.
-pub fn driver() -> Result<&'static CuFileDriver, String> {
+pub(crate) fn driver() -> Result<&'static CuFileDriver, String> {
     static DRIVER: OnceLock<Result<CuFileDriver, String>> = OnceLock::new();
     DRIVER
         .get_or_init(open_driver)
@@ -102,7 +94,7 @@ pub fn driver() -> Result<&'static CuFileDriver, String> {
 }
 
 /// One file registered with cuFile, through its own `O_DIRECT` descriptor.
-pub struct GdsHandle {
+pub(crate) struct GdsHandle {
     driver: &'static CuFileDriver,
     handle: CUfileHandle_t,
     _direct: File,
@@ -119,16 +111,9 @@ impl std::fmt::Debug for GdsHandle {
     }
 }
 
-/// A cuFile transfer that failed after `done` bytes.
-#[derive(Debug)]
-pub struct GdsFailure {
-    pub message: String,
-    pub done: usize,
-}
-
 impl GdsHandle {
     /// Opens `path` again with `O_DIRECT` (read-write when `rdwr`) and registers it with cuFile.
-    pub fn register(
+    pub(crate) fn register(
         driver: &'static CuFileDriver,
         path: &CStr,
         rdwr: bool,
@@ -153,7 +138,7 @@ impl GdsHandle {
         // SAFETY: valid out-pointer and descriptor; the driver is open.
         let status = unsafe { register(&mut handle, &mut descr) };
         if !cufile_sys::succeeded(&status) {
-            return Err(format!("cuFileHandleRegister: {}", status_text(&status)));
+            return Err(CudaError::cufile("cuFileHandleRegister", &status).to_string());
         }
         Ok(GdsHandle {
             driver,
@@ -162,85 +147,56 @@ impl GdsHandle {
         })
     }
 
-    pub fn driver(&self) -> &'static CuFileDriver {
+    pub(crate) fn driver(&self) -> &'static CuFileDriver {
         self.driver
     }
 
-    fn failure(result: isize, done: usize, op: &str) -> GdsFailure {
-        let message = if result == -1 {
-            format!("{op} failed: {}", io::Error::last_os_error())
-        } else {
-            format!("{op} failed: cuFile error {}", -result)
-        };
-        GdsFailure { message, done }
-    }
-
-    /// Reads `len` bytes at file offset `offset` into device memory `base + buf_off`, continuing
-    /// short reads. Returns the bytes that came from the file (fewer at end of file).
+    /// Moves `len` bytes between device memory `base + buf_off` and file offset `offset`,
+    /// continuing short transfers. Returns the bytes moved: fewer than `len` only for a read that
+    /// reaches end of file (the caller zero-fills the rest).
     ///
     /// # Safety
     /// `base + buf_off .. + len` must lie in one device allocation starting at `base`.
-    pub unsafe fn read(
+    pub(crate) unsafe fn transfer(
         &self,
+        dir: Direction,
         base: CUdeviceptr,
         buf_off: usize,
         len: usize,
         offset: u64,
-    ) -> Result<usize, GdsFailure> {
-        let read = symbol(&self.driver.lib.cuFileRead, "cuFileRead")
-            .map_err(|message| GdsFailure { message, done: 0 })?;
+    ) -> Result<usize, PartialTransfer> {
+        let (read, write) = (&self.driver.lib.cuFileRead, &self.driver.lib.cuFileWrite);
+        let call = match dir {
+            Direction::Read => "cuFileRead",
+            Direction::Write => "cuFileWrite",
+        };
+        let fail = |source, done| PartialTransfer { source, done };
+        let missing = || io::Error::other(format!("no {call} in libcufile"));
         let mut done = 0usize;
         while done < len {
-            let n = read(
-                self.handle,
-                base as *mut c_void,
-                len - done,
-                (offset + done as u64) as libc::off_t,
-                (buf_off + done) as libc::off_t,
-            );
+            let (n, pos, at) = (len - done, offset + done as u64, buf_off + done);
+            let (pos, at) = (pos as libc::off_t, at as libc::off_t);
+            // SAFETY: the handle is registered; base + at .. + n lies in the caller's device
+            // allocation.
+            let n = unsafe {
+                match (dir, read, write) {
+                    (Direction::Read, Ok(f), _) => f(self.handle, base as *mut c_void, n, pos, at),
+                    (Direction::Write, _, Ok(f)) => f(self.handle, base as _, n, pos, at),
+                    _ => return Err(fail(missing(), done)),
+                }
+            };
             match n {
-                0 => break,
                 n if n > 0 => done += n as usize,
-                n => return Err(Self::failure(n, done, "cuFileRead")),
+                0 if dir == Direction::Read => break,
+                0 => {
+                    let source =
+                        io::Error::new(io::ErrorKind::WriteZero, "cuFileWrite wrote nothing");
+                    return Err(fail(source, done));
+                }
+                n => return Err(fail(CudaError::cufile_io(call, n), done)),
             }
         }
         Ok(done)
-    }
-
-    /// Writes `len` bytes from device memory `base + buf_off` at file offset `offset`.
-    ///
-    /// # Safety
-    /// As for `read`.
-    pub unsafe fn write(
-        &self,
-        base: CUdeviceptr,
-        buf_off: usize,
-        len: usize,
-        offset: u64,
-    ) -> Result<(), GdsFailure> {
-        let write = symbol(&self.driver.lib.cuFileWrite, "cuFileWrite")
-            .map_err(|message| GdsFailure { message, done: 0 })?;
-        let mut done = 0usize;
-        while done < len {
-            let n = write(
-                self.handle,
-                base as *const c_void,
-                len - done,
-                (offset + done as u64) as libc::off_t,
-                (buf_off + done) as libc::off_t,
-            );
-            match n {
-                n if n > 0 => done += n as usize,
-                0 => {
-                    return Err(GdsFailure {
-                        message: "cuFileWrite wrote nothing".into(),
-                        done,
-                    })
-                }
-                n => return Err(Self::failure(n, done, "cuFileWrite")),
-            }
-        }
-        Ok(())
     }
 }
 

@@ -1,10 +1,14 @@
-//! Moving bytes between the file and memory.
+//! Moving bytes between the file and memory; each transfer is written once, over a [`Direction`]
+//! (defined in `crate::transfer`, which CUDA copies share).
 
-pub mod device;
-pub mod gds;
-pub mod host;
-pub mod parallel;
-pub mod posix;
-pub mod readahead;
-pub mod staged;
-pub mod vector;
+pub(crate) mod device;
+pub(crate) mod gds;
+pub(crate) mod host;
+pub(crate) mod parallel;
+pub(crate) mod posix;
+pub(crate) mod readahead;
+pub(crate) mod selection;
+pub(crate) mod staged;
+pub(crate) mod vector;
+
+pub(crate) use crate::transfer::{BufPtr, Direction, PartialTransfer};

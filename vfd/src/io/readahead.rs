@@ -6,7 +6,7 @@
 //! itself, for host buffers only: a small read outside the window refills it from the file.
 //! Every write and truncate empties the window, so it never serves stale bytes.
 
-use super::posix;
+use super::{posix, BufPtr, Direction, PartialTransfer};
 use std::os::fd::RawFd;
 use std::sync::Mutex;
 
@@ -33,7 +33,7 @@ impl ReadAhead {
         addr: u64,
         len: usize,
         buf: *mut u8,
-    ) -> Result<bool, posix::Failure> {
+    ) -> Result<bool, PartialTransfer> {
         if len == 0 || len > SMALL_READ || addr.saturating_add(WINDOW as u64) > crate::abi::MAXADDR
         {
             return Ok(false);
@@ -48,14 +48,19 @@ impl ReadAhead {
         if !guard.as_ref().is_some_and(covers) {
             *guard = None;
             let mut data = Vec::<u8>::with_capacity(WINDOW);
-            // The read fills every byte (zeros past end of file) before the length is set.
-            posix::read_full(fd, data.as_mut_ptr(), WINDOW, addr)?;
-            data.set_len(WINDOW);
+            // SAFETY: the read fills every byte of the capacity (zeros past end of file) before
+            // the length is set.
+            unsafe {
+                let at = BufPtr::new(data.as_mut_ptr());
+                posix::transfer(Direction::Read, fd, at, WINDOW, addr, false)?;
+                data.set_len(WINDOW);
+            }
             *guard = Some((addr, data));
         }
         if let Some((start, data)) = guard.as_ref() {
             let from = (addr - start) as usize;
-            std::ptr::copy_nonoverlapping(data.as_ptr().add(from), buf, len);
+            // SAFETY: from + len lies in the window (`covers`); `buf` holds len bytes (caller).
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(from), buf, len) };
         }
         Ok(true)
     }

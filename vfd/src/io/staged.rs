@@ -8,7 +8,7 @@
 //! CUDA driver's own teardown). When pinned memory cannot be had, ordinary host memory serves,
 //! with a warning.
 
-use super::posix;
+use super::{posix, BufPtr, Direction, PartialTransfer};
 use crate::cuda::{self, CUdeviceptr, PinnedBuffer};
 use crate::error::{Error, Result};
 use std::os::fd::RawFd;
@@ -69,51 +69,81 @@ fn give_back(buffer: Bounce) {
     // Otherwise the buffer is dropped here, which frees it.
 }
 
-/// A failed step: what failed, the error, and how many of the step's bytes were done.
-type Failure = (&'static str, std::io::Error, usize);
-
-fn cuda_failure(op: &'static str, err: cuda::CudaError) -> Failure {
-    (op, std::io::Error::other(err.to_string()), 0)
-}
+/// A failed step: what failed, and the error with how many of the step's bytes were done.
+type FailedStep = (&'static str, PartialTransfer);
 
 /// The pieces of a staged transfer: `(offset in the transfer, length)`, one bounce buffer each.
 fn pieces(len: usize, bounce: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..len.div_ceil(bounce.max(1))).map(move |k| (k * bounce, bounce.min(len - k * bounce)))
 }
 
-/// Runs a staged transfer through two bounce buffers and this thread's two streams, so that the
-/// file I/O of one piece overlaps the copy of the other. `start` begins piece `k` in buffer
-/// `k % 2` (queueing its copy on that buffer's stream where the copy comes second); `finish`
-/// completes it after that stream is synchronized. Before a buffer is reused, or returned to
-/// the pool, its stream is drained; an error stops the transfer after draining both.
-unsafe fn pipelined(
+/// Moves `len` bytes between device memory at `dev` and file offset `offset` through pinned
+/// bounce buffers of `bounce_size`, two at a time with a stream each, so that the file I/O of one
+/// piece overlaps the copy of the other. A read `pread`s a piece into its buffer and queues the
+/// copy to the device (past end of file the bounce buffer, and so the device memory, is
+/// zero-filled); a write queues the copy from the device and `pwrite`s the piece once its stream
+/// is synchronized. Before a buffer is reused, or returned to the pool, its stream is drained; an
+/// error stops the transfer after draining both.
+///
+/// # Safety
+/// `dev .. dev + len` must be device memory.
+pub(crate) unsafe fn transfer(
+    dir: Direction,
+    fd: RawFd,
     path: &str,
+    dev: CUdeviceptr,
     len: usize,
     offset: u64,
     bounce_size: usize,
-    start: &dyn Fn(*mut u8, usize, usize, cuda::Stream) -> std::result::Result<(), Failure>,
-    finish: &dyn Fn(*mut u8, usize, usize) -> std::result::Result<(), Failure>,
 ) -> Result<()> {
     let streams = cuda::thread_streams().map_err(|e| Error::Device(e.to_string()))?;
-    let mut bufs = [take(bounce_size), take(bounce_size)];
-    let mut pending: [Option<(usize, usize)>; 2] = [None, None];
-    let mut result: std::result::Result<(), (Failure, usize)> = Ok(());
-    // Completes the piece pending on buffer `b`, if any.
+    let (op, copy_op) = match dir {
+        Direction::Read => ("read (staged)", "read (staged copy to device)"),
+        Direction::Write => ("write (staged)", "write (staged copy from device)"),
+    };
+    let copy_failed = |op, e: cuda::CudaError| {
+        let source = std::io::Error::other(e.to_string());
+        (op, PartialTransfer { source, done: 0 })
+    };
+    // The file side of piece `(off, n)` in bounce buffer `buf`.
+    let file_io = |buf: *mut u8, off: usize, n: usize| -> std::result::Result<(), FailedStep> {
+        // SAFETY: the bounce buffer holds at least n bytes and no copy into or out of it is in
+        // flight (its stream is idle).
+        unsafe { posix::transfer(dir, fd, BufPtr::new(buf), n, offset + off as u64, false) }
+            .map(drop)
+            .map_err(|f| (op, f))
+    };
+    // Starts piece `(off, n)` in buffer `b`: the file I/O comes first for a read.
+    let start = |buf: *mut u8, off: usize, n: usize, b: usize| {
+        if dir == Direction::Read {
+            file_io(buf, off, n)?;
+        }
+        // SAFETY: the bounce buffer holds n bytes and is left alone until the stream is
+        // synchronized; dev + off .. + n is device memory (caller's contract).
+        unsafe { cuda::copy_async(dir, buf, dev + off as u64, n, streams[b]) }
+            .map_err(|e| copy_failed(copy_op, e))
+    };
+    // Completes the piece pending on buffer `b`, if any: the file I/O comes last for a write.
     let settle = |b: usize, bufs: &mut [Bounce; 2], pending: &mut [Option<(usize, usize)>; 2]| {
         let Some((off, n)) = pending[b].take() else {
             return Ok(());
         };
-        cuda::synchronize(streams[b])
-            .map_err(|e| (cuda_failure("staged copy (stream)", e), off))?;
-        finish(bufs[b].ptr(), off, n).map_err(|f| (f, off))
+        cuda::synchronize(streams[b]).map_err(|e| (copy_failed("staged copy (stream)", e), off))?;
+        if dir == Direction::Write {
+            file_io(bufs[b].ptr(), off, n).map_err(|f| (f, off))?;
+        }
+        Ok(())
     };
+    let mut bufs = [take(bounce_size), take(bounce_size)];
+    let mut pending: [Option<(usize, usize)>; 2] = [None, None];
+    let mut result: std::result::Result<(), (FailedStep, usize)> = Ok(());
     for (k, (off, n)) in pieces(len, bounce_size).enumerate() {
         let b = k % 2;
         if let Err(e) = settle(b, &mut bufs, &mut pending) {
             result = Err(e);
             break;
         }
-        if let Err(f) = start(bufs[b].ptr(), off, n, streams[b]) {
+        if let Err(f) = start(bufs[b].ptr(), off, n, b) {
             result = Err((f, off));
             break;
         }
@@ -129,80 +159,12 @@ unsafe fn pipelined(
     for buffer in bufs {
         give_back(buffer);
     }
-    result.map_err(|((op, source, partial), off)| Error::Io {
+    result.map_err(|((op, partial), off)| Error::Io {
         op,
         path: path.to_string(),
         offset: offset + off as u64,
         size: len.saturating_sub(off).min(bounce_size) as u64,
-        done: (off + partial) as u64,
-        source,
+        done: (off + partial.done) as u64,
+        source: partial.source,
     })
-}
-
-/// Reads `len` bytes at file offset `offset` into device memory at `dst`, through bounce
-/// buffers of `bounce_size`: the `pread` of one piece overlaps the copy of the previous one.
-/// Past end of file the device memory is zero-filled (the read zero-fills the bounce buffer).
-///
-/// # Safety
-/// `dst .. dst + len` must be device memory.
-pub unsafe fn read(
-    fd: RawFd,
-    path: &str,
-    dst: CUdeviceptr,
-    len: usize,
-    offset: u64,
-    bounce_size: usize,
-) -> Result<()> {
-    pipelined(
-        path,
-        len,
-        offset,
-        bounce_size,
-        &|bounce, off, n, stream| {
-            // SAFETY: the bounce buffer holds at least n bytes and no copy from it is in flight;
-            // dst + off .. + n is device memory.
-            unsafe {
-                posix::read_full(fd, bounce, n, offset + off as u64)
-                    .map_err(|f| ("read (staged)", f.source, f.done))?;
-                cuda::copy_to_device_async(dst + off as u64, bounce, n, stream)
-                    .map_err(|e| cuda_failure("read (staged copy to device)", e))
-            }
-        },
-        &|_, _, _| Ok(()),
-    )
-}
-
-/// Writes `len` bytes of device memory at `src` to file offset `offset` through bounce buffers:
-/// the copy of one piece overlaps the `pwrite` of the previous one.
-///
-/// # Safety
-/// `src .. src + len` must be device memory.
-pub unsafe fn write(
-    fd: RawFd,
-    path: &str,
-    src: CUdeviceptr,
-    len: usize,
-    offset: u64,
-    bounce_size: usize,
-) -> Result<()> {
-    pipelined(
-        path,
-        len,
-        offset,
-        bounce_size,
-        &|bounce, off, n, stream| {
-            // SAFETY: the bounce buffer holds at least n bytes and is not being written out.
-            unsafe {
-                cuda::copy_from_device_async(bounce, src + off as u64, n, stream)
-                    .map_err(|e| cuda_failure("write (staged copy from device)", e))
-            }
-        },
-        &|bounce, off, n| {
-            // SAFETY: the copy into the bounce buffer has completed (its stream was synchronized).
-            unsafe {
-                posix::write_full(fd, bounce, n, offset + off as u64)
-                    .map_err(|f| ("write (staged)", f.source, f.done))
-            }
-        },
-    )
 }

@@ -6,6 +6,7 @@
 //! into a scratch buffer and scattered; runs never span more than `max_span` bytes, so scratch
 //! memory stays bounded and sparse patterns stay sparse.
 
+use super::BufPtr;
 use crate::abi::{haddr_t, H5FD_mem_t, H5FD_MEM_NOLIST};
 use crate::error::{Error, Result};
 
@@ -14,7 +15,7 @@ use crate::error::{Error, Result};
 pub struct Piece {
     pub addr: u64,
     pub len: usize,
-    pub buf: usize,
+    pub buf: BufPtr,
     pub mem_type: H5FD_mem_t,
 }
 
@@ -24,7 +25,7 @@ pub fn expand(
     types: &[H5FD_mem_t],
     addrs: &[haddr_t],
     sizes: &[usize],
-    bufs: &[usize],
+    bufs: &[BufPtr],
 ) -> Result<Vec<Piece>> {
     let mut pieces = Vec::with_capacity(addrs.len());
     let (mut size, mut mem_type) = (None, None);
@@ -104,14 +105,20 @@ mod tests {
         Piece {
             addr,
             len,
-            buf: 0,
+            buf: BufPtr::new(std::ptr::null_mut()),
             mem_type: 3,
         }
     }
 
     #[test]
     fn zero_size_and_nolist_repeat_the_previous_entry() {
-        let pieces = expand(&[3, -1, 7], &[0, 10, 20], &[4, 0, 99], &[1, 2, 3]).unwrap();
+        let pieces = expand(
+            &[3, -1, 7],
+            &[0, 10, 20],
+            &[4, 0, 99],
+            &[piece(0, 0).buf; 3],
+        )
+        .unwrap();
         assert_eq!(
             pieces.iter().map(|p| p.len).collect::<Vec<_>>(),
             vec![4, 4, 4]
@@ -120,7 +127,7 @@ mod tests {
             pieces.iter().map(|p| p.mem_type).collect::<Vec<_>>(),
             vec![3, 3, 3]
         );
-        assert!(expand(&[3], &[0], &[0], &[1]).is_err());
+        assert!(expand(&[3], &[0], &[0], &[piece(0, 0).buf]).is_err());
     }
 
     #[test]

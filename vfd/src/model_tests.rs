@@ -3,10 +3,11 @@
 //! EOF, EOF grows with writes, truncate makes the file exactly EOA long). Small task sizes and
 //! several threads put the parallel and coalescing paths to work; `direct_io=on` adds `O_DIRECT`.
 
-use h5gds::abi::{H5FD_MEM_DRAW, H5F_ACC_CREAT, H5F_ACC_RDWR, H5F_ACC_TRUNC, MAXADDR};
-use h5gds::config::{DirectIo, Settings};
-use h5gds::file::OpenFile;
-use h5gds::io::vector::Piece;
+use crate::abi::{H5FD_MEM_DRAW, H5F_ACC_CREAT, H5F_ACC_RDWR, H5F_ACC_TRUNC, MAXADDR};
+use crate::config::{DirectIo, VfdSettings};
+use crate::file::OpenFile;
+use crate::io::vector::Piece;
+use crate::io::{BufPtr, Direction};
 use proptest::prelude::*;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ffi::CString;
@@ -105,33 +106,37 @@ fn run(ops: Vec<Op>, nthreads: usize, direct_io: DirectIo) -> Result<(), TestCas
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("model.bin");
     let c_path = CString::new(path.to_str().unwrap()).unwrap();
-    let settings = Settings {
+    let settings = VfdSettings {
         nthreads,
         task_size: 4096,
         direct_io,
-        ..Settings::default()
+        ..VfdSettings::default()
     };
     let flags = H5F_ACC_RDWR | H5F_ACC_CREAT | H5F_ACC_TRUNC;
-    let mut file = OpenFile::open(&c_path, flags, MAXADDR, settings, true).unwrap();
+    let file = OpenFile::open(&c_path, flags, MAXADDR, settings, true).unwrap();
     let mut model = Model::default();
     for op in ops {
         match op {
             Op::Write { addr, data } => {
+                let buf = BufPtr::from_const(data.as_ptr());
                 // SAFETY: data is a live vector of data.len() bytes.
-                unsafe { file.write(addr, data.len(), data.as_ptr(), H5FD_MEM_DRAW) }.unwrap();
+                unsafe { file.transfer(Direction::Write, addr, data.len(), buf, H5FD_MEM_DRAW) }
+                    .unwrap();
                 model.write(addr, &data);
             }
             Op::Read { addr, len } => {
                 let mut buf = vec![0xAAu8; len];
+                let at = BufPtr::new(buf.as_mut_ptr());
                 // SAFETY: buf is a live vector of len bytes.
-                unsafe { file.read(addr, len, buf.as_mut_ptr(), H5FD_MEM_DRAW) }.unwrap();
+                unsafe { file.transfer(Direction::Read, addr, len, at, H5FD_MEM_DRAW) }.unwrap();
                 prop_assert_eq!(buf, model.read(addr, len), "read of {} at {}", len, addr);
             }
             Op::ReadAligned { block, blocks } => {
                 let len = blocks * 4096;
                 let buf = Aligned::new(len);
+                let (at, addr) = (BufPtr::new(buf.ptr), block * 4096);
                 // SAFETY: buf holds len bytes.
-                unsafe { file.read(block * 4096, len, buf.ptr, H5FD_MEM_DRAW) }.unwrap();
+                unsafe { file.transfer(Direction::Read, addr, len, at, H5FD_MEM_DRAW) }.unwrap();
                 prop_assert_eq!(buf.bytes(), &model.read(block * 4096, len)[..]);
             }
             Op::WriteVector { pieces } => {
@@ -140,12 +145,12 @@ fn run(ops: Vec<Op>, nthreads: usize, direct_io: DirectIo) -> Result<(), TestCas
                     .map(|(addr, data)| Piece {
                         addr: *addr,
                         len: data.len(),
-                        buf: data.as_ptr() as usize,
+                        buf: BufPtr::from_const(data.as_ptr()),
                         mem_type: 3,
                     })
                     .collect();
                 // SAFETY: every piece points into a live vector of its length.
-                unsafe { file.write_vector(list) }.unwrap();
+                unsafe { file.transfer_vector(Direction::Write, list) }.unwrap();
                 for (addr, data) in &pieces {
                     model.write(*addr, data);
                 }
@@ -159,12 +164,12 @@ fn run(ops: Vec<Op>, nthreads: usize, direct_io: DirectIo) -> Result<(), TestCas
                     .map(|((addr, len), buf)| Piece {
                         addr: *addr,
                         len: *len,
-                        buf: buf.as_mut_ptr() as usize,
+                        buf: BufPtr::new(buf.as_mut_ptr()),
                         mem_type: 3,
                     })
                     .collect();
                 // SAFETY: every piece points into its own live vector of its length.
-                unsafe { file.read_vector(list) }.unwrap();
+                unsafe { file.transfer_vector(Direction::Read, list) }.unwrap();
                 for ((addr, len), buf) in pieces.iter().zip(&bufs) {
                     prop_assert_eq!(
                         buf,
@@ -184,8 +189,8 @@ fn run(ops: Vec<Op>, nthreads: usize, direct_io: DirectIo) -> Result<(), TestCas
                 model.bytes.resize(model.eoa as usize, 0);
             }
         }
-        prop_assert_eq!(file.eof, model.bytes.len() as u64, "EOF");
-        prop_assert_eq!(file.eoa, model.eoa, "EOA");
+        prop_assert_eq!(file.eof(), model.bytes.len() as u64, "EOF");
+        prop_assert_eq!(file.eoa(), model.eoa, "EOA");
     }
     prop_assert_eq!(std::fs::read(&path).unwrap(), model.bytes, "file contents");
     file.close().unwrap();
