@@ -66,7 +66,6 @@ fn open_driver() -> Status {
     if handles::driver_opened() {
         crate::cufile_log::driver_opened();
     }
-    bump(&counters::CUFILE_DRIVER_OPENS);
     Ok(())
 }
 
@@ -86,6 +85,7 @@ fn ensure_driver_open() -> Status {
 #[no_mangle]
 pub unsafe extern "C" fn cuFileDriverOpen() -> CUfileError_t {
     call("cuFileDriverOpen", format_args!(""), cufile_panic, || {
+        bump(&counters::CUFILE_DRIVER_OPEN_CALLS);
         status(open_driver())
     })
 }
@@ -322,7 +322,6 @@ unsafe fn register_handle(fh: *mut CUfileHandle_t, descr: *const CUfileDescr_t) 
     });
     // SAFETY: checked non-null; the caller passes a writable handle slot.
     unsafe { fh.write_unaligned(value as CUfileHandle_t) };
-    bump(&counters::CUFILE_HANDLE_REGISTRATIONS);
     Ok(())
 }
 
@@ -345,8 +344,11 @@ pub unsafe extern "C" fn cuFileHandleRegister(
         "cuFileHandleRegister",
         format_args!("{fh:?}, {descr:?}"),
         cufile_panic,
-        // SAFETY: the caller passes null or valid pointers.
-        || status(unsafe { register_handle(fh, descr) }),
+        || {
+            bump(&counters::CUFILE_HANDLE_REGISTER_CALLS);
+            // SAFETY: the caller passes null or valid pointers.
+            status(unsafe { register_handle(fh, descr) })
+        },
     )
 }
 

@@ -114,16 +114,16 @@
 //! copies dtoh: N
 //! cufile posix bounce copies: N
 //! cufile o_direct requests: N
-//! cufile driver opens: N
-//! cufile handle registrations: N
+//! cufile driver open calls: N
+//! cufile handle register calls: N
 //! ```
 //!
 //! "cufile reads/writes" count calls that returned a byte count (0 included); "copies" count
 //! completed copies by direction (device-to-device and host-to-host ones are not counted);
 //! "posix bounce copies" count the 1 MiB bounce-buffer pieces of compatibility-mode device
-//! transfers, "o_direct requests" the `O_DIRECT` requests of GDS transfers, "driver opens" the
-//! successful `cuFileDriverOpen`s (explicit or implied), "handle registrations" the successful
-//! `cuFileHandleRegister`s.
+//! transfers, "o_direct requests" the `O_DIRECT` requests of GDS transfers, "driver open calls" and
+//! "handle register calls" every call of `cuFileDriverOpen` and `cuFileHandleRegister`, failed
+//! ones included (whether a program touches cuFile at all).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![allow(non_snake_case)]

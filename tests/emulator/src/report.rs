@@ -67,8 +67,8 @@ fn render(text: &mut StackText) {
          copies dtoh: {}\n\
          cufile posix bounce copies: {}\n\
          cufile o_direct requests: {}\n\
-         cufile driver opens: {}\n\
-         cufile handle registrations: {}\n",
+         cufile driver open calls: {}\n\
+         cufile handle register calls: {}\n",
         c.live_device_allocations,
         c.live_device_bytes,
         c.live_pinned_host_allocations,
@@ -80,8 +80,8 @@ fn render(text: &mut StackText) {
         c.copies_dtoh,
         crate::cufile_io::POSIX_BOUNCE_COPIES.load(Ordering::Relaxed),
         crate::cufile_io::DIRECT_REQUESTS.load(Ordering::Relaxed),
-        counters::CUFILE_DRIVER_OPENS.load(Ordering::Relaxed),
-        counters::CUFILE_HANDLE_REGISTRATIONS.load(Ordering::Relaxed),
+        counters::CUFILE_DRIVER_OPEN_CALLS.load(Ordering::Relaxed),
+        counters::CUFILE_HANDLE_REGISTER_CALLS.load(Ordering::Relaxed),
     );
 }
 
@@ -143,8 +143,8 @@ mod tests {
         assert!(lines[7].starts_with("copies dtoh: "));
         assert!(lines[8].starts_with("cufile posix bounce copies: "));
         assert!(lines[9].starts_with("cufile o_direct requests: "));
-        assert!(lines[10].starts_with("cufile driver opens: "));
-        assert!(lines[11].starts_with("cufile handle registrations: "));
+        assert!(lines[10].starts_with("cufile driver open calls: "));
+        assert!(lines[11].starts_with("cufile handle register calls: "));
     }
 
     #[test]
