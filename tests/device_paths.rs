@@ -324,12 +324,22 @@ fn a_host_only_program_never_opens_cufile_and_leaves_no_cufile_log() {
         run.stdout(),
         run.stderr()
     );
-    assert_eq!(run.counter("cufile driver open calls"), 0, "{:?}", run.report);
+    assert_eq!(
+        run.counter("cufile driver open calls"),
+        0,
+        "{:?}",
+        run.report
+    );
     assert_eq!(run.counter("cufile handle register calls"), 0);
     let cwd = run.file.parent().unwrap();
-    assert!(!cwd.join("cufile.log").exists(), "cufile.log in the working directory");
+    assert!(
+        !cwd.join("cufile.log").exists(),
+        "cufile.log in the working directory"
+    );
     // The open line still says which path device buffers would take.
-    run.assert_log("device buffers: GPUDirect Storage through cuFile where it finds the GDS kernel path");
+    run.assert_log(
+        "device buffers: GPUDirect Storage through cuFile where it finds the GDS kernel path",
+    );
 }
 
 #[test]
@@ -337,9 +347,17 @@ fn a_host_only_program_never_opens_cufile_and_leaves_no_cufile_log() {
 fn cufiles_log_stays_out_of_the_working_directory_unless_the_user_places_it() {
     let run = run(&[("H5GDS_COMPAT_MODE", "auto")]);
     run.assert_device_ok();
-    assert_eq!(run.counter("cufile driver open calls"), 1, "{:?}", run.report);
+    assert_eq!(
+        run.counter("cufile driver open calls"),
+        1,
+        "{:?}",
+        run.report
+    );
     let cwd = run.file.parent().unwrap();
-    assert!(!cwd.join("cufile.log").exists(), "cufile.log in the working directory");
+    assert!(
+        !cwd.join("cufile.log").exists(),
+        "cufile.log in the working directory"
+    );
     // A place the user chose is kept.
     let mine = tempfile::tempdir().unwrap();
     let log = mine.path().join("my-cufile.log");

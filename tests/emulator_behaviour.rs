@@ -167,7 +167,8 @@ fn api() -> &'static Api {
             let dir = std::ffi::CString::new(dir.path().to_str().unwrap()).unwrap();
             use cufile_sys::CUFileStringConfigParameter_t as P;
             // SAFETY: a NUL-terminated string; the driver is not open yet.
-            let status = unsafe { (api.cuFileSetParameterString)(P::CUFILE_PARAM_LOG_DIR, dir.as_ptr()) };
+            let status =
+                unsafe { (api.cuFileSetParameterString)(P::CUFILE_PARAM_LOG_DIR, dir.as_ptr()) };
             assert_eq!(status.err, CUfileOpError::CU_FILE_SUCCESS);
         }
         api
@@ -1928,7 +1929,10 @@ fn each_thread_has_a_context_stack_that_push_pop_and_set_follow() {
                 check((api.cuDevicePrimaryCtxRetain)(&mut c1, 1));
                 // An empty stack: nothing current, nothing to pop.
                 assert!(current(api).is_null());
-                expect_code((api.cuCtxPopCurrent_v2)(&mut popped), CUDA_ERROR_INVALID_CONTEXT);
+                expect_code(
+                    (api.cuCtxPopCurrent_v2)(&mut popped),
+                    CUDA_ERROR_INVALID_CONTEXT,
+                );
                 // Push onto it, pop back to what was there.
                 check((api.cuCtxSetCurrent)(c1));
                 check((api.cuCtxPushCurrent_v2)(c0));
@@ -1976,11 +1980,17 @@ fn cufile_driver_open_and_handle_register_need_a_current_context() {
                 let status = (api.cuFileDriverOpen)();
                 assert_eq!(
                     (status.err, status.cu_err),
-                    (CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR, CUDA_ERROR_INVALID_CONTEXT)
+                    (
+                        CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR,
+                        CUDA_ERROR_INVALID_CONTEXT
+                    )
                 );
                 assert_eq!(
                     register(file.as_raw_fd()).err(),
-                    Some((CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR, CUDA_ERROR_INVALID_CONTEXT))
+                    Some((
+                        CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR,
+                        CUDA_ERROR_INVALID_CONTEXT
+                    ))
                 );
                 // With one (pushed, as the driver does), both succeed.
                 check((api.cuCtxPushCurrent_v2)(ctx));
@@ -1991,7 +2001,10 @@ fn cufile_driver_open_and_handle_register_need_a_current_context() {
                 // The driver is open now, but registration still needs the thread's context.
                 assert_eq!(
                     register(file.as_raw_fd()).err(),
-                    Some((CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR, CUDA_ERROR_INVALID_CONTEXT))
+                    Some((
+                        CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR,
+                        CUDA_ERROR_INVALID_CONTEXT
+                    ))
                 );
             }
         },
@@ -2040,15 +2053,22 @@ fn cufile_logs_where_its_parameters_and_environment_say() {
                 (api.cuFileGetParameterString)(P::CUFILE_PARAM_LOG_DIR, value.as_mut_ptr(), 512)
             });
             // SAFETY: cuFile NUL-terminated it.
-            let dir = unsafe { CStr::from_ptr(value.as_ptr()) }.to_str().unwrap().to_string();
+            let dir = unsafe { CStr::from_ptr(value.as_ptr()) }
+                .to_str()
+                .unwrap()
+                .to_string();
             assert!(!dir.is_empty());
             open_cufile_driver();
             let text = std::fs::read_to_string(Path::new(&dir).join("cufile.log")).unwrap();
             assert!(text.contains("cuFile driver opened"), "{text:?}");
-            assert!(!Path::new("cufile.log").exists(), "not in the working directory");
+            assert!(
+                !Path::new("cufile.log").exists(),
+                "not in the working directory"
+            );
             // Parameters are set before the driver opens, never after.
             // SAFETY: a NUL-terminated string.
-            let late = unsafe { (api.cuFileSetParameterString)(P::CUFILE_PARAM_LOG_DIR, c"/".as_ptr()) };
+            let late =
+                unsafe { (api.cuFileSetParameterString)(P::CUFILE_PARAM_LOG_DIR, c"/".as_ptr()) };
             assert_eq!(late.err, CUfileOpError::CU_FILE_DRIVER_ALREADY_OPEN);
         },
     );

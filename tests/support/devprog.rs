@@ -309,12 +309,17 @@ fn run_with_caller_context(path: &Path, which: &str) -> Check<usize> {
     let theirs: sys::CUcontext = match which {
         "none" => std::ptr::null_mut(),
         "device1" => {
-            let device = result::device::get(1).map_err(|e| format!("cuDeviceGet(1): {:?}", e.0))?;
+            let device =
+                result::device::get(1).map_err(|e| format!("cuDeviceGet(1): {:?}", e.0))?;
             // SAFETY: a device handle from cuDeviceGet; the context is never released.
             unsafe { result::primary_ctx::retain(device) }
                 .map_err(|e| format!("cuDevicePrimaryCtxRetain(1): {:?}", e.0))?
         }
-        other => return Err(format!("--caller-context takes none or device1, not {other:?}")),
+        other => {
+            return Err(format!(
+                "--caller-context takes none or device1, not {other:?}"
+            ))
+        }
     };
     let fapl = h5("H5Pcreate", hdf5_raw::file_access(&FileDriver::Default))?;
     let file = as_caller("H5Fcreate", theirs, || {
@@ -330,7 +335,11 @@ fn run_with_caller_context(path: &Path, which: &str) -> Check<usize> {
         as_caller(&format!("H5Dread of {size} bytes"), theirs, || unsafe {
             read_device(&dset, None, dev.at(0))
         })?;
-        expect_bytes(&format!("read of {size} bytes"), &dev.download(0, size)?, &want)?;
+        expect_bytes(
+            &format!("read of {size} bytes"),
+            &dev.download(0, size)?,
+            &want,
+        )?;
         let back = pattern(size, k as u8 + 21);
         dev.upload(0, &back)?;
         // SAFETY: as above.
@@ -359,7 +368,11 @@ fn run_with_caller_context(path: &Path, which: &str) -> Check<usize> {
     as_caller("H5Dread (past end of file)", theirs, || unsafe {
         read_device(&eset, None, dev.at(0))
     })?;
-    expect_bytes("read past end of file", &dev.download(0, len)?, &vec![0; len])?;
+    expect_bytes(
+        "read past end of file",
+        &dev.download(0, len)?,
+        &vec![0; len],
+    )?;
     checks += 2;
     drop((cset, eset));
     as_caller("H5Fclose", theirs, || h5("H5Fclose", file.close()))?;

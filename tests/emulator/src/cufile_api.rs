@@ -184,9 +184,7 @@ pub unsafe extern "C" fn cuFileGetParameterString(
                 return fail(CUfileOpError::CU_FILE_INVALID_VALUE);
             }
             // SAFETY: the caller's buffer holds len >= bytes.len() bytes.
-            unsafe {
-                std::ptr::copy_nonoverlapping(bytes.as_ptr().cast(), desc_str, bytes.len())
-            };
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr().cast(), desc_str, bytes.len()) };
             fail(CUfileOpError::CU_FILE_SUCCESS)
         },
     )

@@ -22,7 +22,9 @@ use std::sync::Mutex;
 static STAGED: Mutex<(Option<CString>, Option<CString>)> = Mutex::new((None, None));
 
 fn staged() -> std::sync::MutexGuard<'static, (Option<CString>, Option<CString>)> {
-    STAGED.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    STAGED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The parameter slot of `param` (0 LOGGING_LEVEL, 1 ENV_LOGFILE_PATH, 2 LOG_DIR, 3

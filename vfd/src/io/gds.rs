@@ -144,7 +144,9 @@ fn keep_log_out_of_working_directory(lib: &CuFileLib) {
                 tracing::debug!("{err}; cuFile keeps its default log place");
             }
         }
-        (Err(err), _) => tracing::debug!("cannot make {dir:?} ({err}); cuFile keeps its default log place"),
+        (Err(err), _) => {
+            tracing::debug!("cannot make {dir:?} ({err}); cuFile keeps its default log place")
+        }
         (_, Err(err)) => tracing::debug!("{err}; cuFile keeps its default log place"),
     }
 }
