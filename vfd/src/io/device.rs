@@ -221,6 +221,7 @@ impl FileDevicePath {
 }
 
 /// What device I/O needs to know about an open file.
+#[derive(Clone, Copy)]
 pub(crate) struct DeviceIo<'a> {
     pub(crate) path: &'a FileDevicePath,
     pub(crate) fd: RawFd,
@@ -243,10 +244,14 @@ impl DeviceIo<'_> {
         addr: u64,
     ) -> Result<()> {
         let (nthreads, task_size) = (self.settings.nthreads, self.settings.task_size);
-        let path = self.path.resolve(self.settings, self.file_name);
+        // A deferred path is decided here, on the caller's thread, before any task runs.
+        let io = DeviceIo {
+            path: self.path.resolve(self.settings, self.file_name),
+            ..*self
+        };
         run_split(nthreads, len, task_size, true, |off, n| {
             // SAFETY: each task covers a disjoint part of the caller's device range.
-            unsafe { self.task(path, dir, base, buf_off + off, n, addr + off as u64) }
+            unsafe { io.task(dir, base, buf_off + off, n, addr + off as u64) }
         })
     }
 
@@ -256,10 +261,8 @@ impl DeviceIo<'_> {
     ///
     /// # Safety
     /// As for `transfer`.
-    #[allow(clippy::too_many_arguments)]
     unsafe fn task(
         &self,
-        path: &FileDevicePath,
         dir: Direction,
         base: CUdeviceptr,
         buf_off: usize,
@@ -271,7 +274,7 @@ impl DeviceIo<'_> {
         // SAFETY (both uses below): `dev .. dev + len` is device memory (caller's contract).
         let staged =
             |dev, len, addr| unsafe { staged::transfer(dir, fd, name, dev, len, addr, bounce) };
-        let handle = match path {
+        let handle = match self.path {
             FileDevicePath::Gds(handle) => handle,
             // `resolve` never leaves a deferred path; staging is its fallback all the same.
             FileDevicePath::Staged(_) | FileDevicePath::Deferred(_) => {
