@@ -293,7 +293,7 @@ fn the_callers_missing_context_is_left_missing_and_cufile_still_opens() {
     // No context on the calling thread: cuFileDriverOpen and cuFileHandleRegister fail there
     // on real cuFile (and on the emulator), so the driver must bring its own, and take it away.
     let run = assert_caller_context_kept("none", "auto", &[]);
-    run.assert_log("device buffers: GPUDirect Storage through cuFile");
+    run.assert_log("first device transfer; device buffers: GPUDirect Storage through cuFile");
     if !REAL_CUDA {
         assert!(run.counter("cufile reads") > 0, "{:?}", run.report);
         assert!(run.counter("cufile writes") > 0, "{:?}", run.report);
@@ -338,7 +338,8 @@ fn a_host_only_program_never_opens_cufile_and_leaves_no_cufile_log() {
     );
     // The open line still says which path device buffers would take.
     run.assert_log(
-        "device buffers: GPUDirect Storage through cuFile where it finds the GDS kernel path",
+        "device buffers: cuFile opens at the first device transfer: then GPUDirect Storage where \
+         it finds the GDS kernel path and the file system accepts O_DIRECT, else staged",
     );
 }
 

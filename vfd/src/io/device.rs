@@ -171,8 +171,8 @@ fn deferred_description(settings: &VfdSettings) -> String {
             plan => plan.describe(settings),
         },
         None => format!(
-            "GPUDirect Storage through cuFile where it finds the GDS kernel path and the file \
-             system accepts O_DIRECT, else {}; cuFile is opened at the first device transfer",
+            "cuFile opens at the first device transfer: then GPUDirect Storage where it finds \
+             the GDS kernel path and the file system accepts O_DIRECT, else {}",
             staged_description(settings, "compat_mode=auto")
         ),
     }
