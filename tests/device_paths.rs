@@ -271,3 +271,105 @@ fn gds_where_the_file_system_refuses_o_direct() {
         "a refused open must not leave a file behind"
     );
 }
+
+/// Reads and writes with the caller's own current context (`--caller-context`): the program
+/// fails if `cuCtxGetCurrent` differs after any HDF5 call, for one task on the calling thread
+/// and several on the pool.
+fn assert_caller_context_kept(which: &str, mode: &str, env: &[(&str, &str)]) -> Run {
+    let mut all = vec![("H5GDS_COMPAT_MODE", mode)];
+    all.extend_from_slice(env);
+    let run = run_with(&["--caller-context", which], &all);
+    run.assert_device_ok();
+    assert!(
+        run.stdout().starts_with("DEVICE OK 6"),
+        "{which}, {mode}: {}",
+        run.stdout()
+    );
+    run
+}
+
+#[test]
+fn the_callers_missing_context_is_left_missing_and_cufile_still_opens() {
+    // No context on the calling thread: cuFileDriverOpen and cuFileHandleRegister fail there
+    // on real cuFile (and on the emulator), so the driver must bring its own, and take it away.
+    let run = assert_caller_context_kept("none", "auto", &[]);
+    run.assert_log("first device transfer; device buffers: GPUDirect Storage through cuFile");
+    if !REAL_CUDA {
+        assert!(run.counter("cufile reads") > 0, "{:?}", run.report);
+        assert!(run.counter("cufile writes") > 0, "{:?}", run.report);
+        assert_eq!(run.counter("cufile handle register calls"), 1);
+    }
+    // compat_mode=off opens cuFile and registers the file at open, on the caller's thread too.
+    let run = assert_caller_context_kept("none", "off", &[]);
+    run.assert_log("device buffers: GPUDirect Storage through cuFile");
+    assert_caller_context_kept("none", "on", &[]);
+}
+
+#[test]
+#[cfg_attr(real_cuda, ignore = "needs two devices: the CUDA/cuFile emulator")]
+fn another_devices_context_stays_current_after_device_reads_and_writes() {
+    // A PyTorch or CuPy user on cuda:1: device 1's primary context is current around each call.
+    for mode in ["auto", "on"] {
+        assert_caller_context_kept("device1", mode, &[("H5GDS_EMU_DEVICES", "2")]);
+    }
+}
+
+#[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator's report")]
+fn a_host_only_program_never_opens_cufile_and_leaves_no_cufile_log() {
+    let run = run_with(&["--host-only"], &[("H5GDS_COMPAT_MODE", "auto")]);
+    assert!(
+        run.out.status.success() && run.stdout().starts_with("DEVICE OK 1"),
+        "{}\n{}",
+        run.stdout(),
+        run.stderr()
+    );
+    assert_eq!(
+        run.counter("cufile driver open calls"),
+        0,
+        "{:?}",
+        run.report
+    );
+    assert_eq!(run.counter("cufile handle register calls"), 0);
+    let cwd = run.file.parent().unwrap();
+    assert!(
+        !cwd.join("cufile.log").exists(),
+        "cufile.log in the working directory"
+    );
+    // The open line still says which path device buffers would take.
+    run.assert_log(
+        "device buffers: cuFile opens at the first device transfer: then GPUDirect Storage where \
+         it finds the GDS kernel path and the file system accepts O_DIRECT, else staged",
+    );
+}
+
+#[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator's log model")]
+fn cufiles_log_stays_out_of_the_working_directory_unless_the_user_places_it() {
+    let run = run(&[("H5GDS_COMPAT_MODE", "auto")]);
+    run.assert_device_ok();
+    assert_eq!(
+        run.counter("cufile driver open calls"),
+        1,
+        "{:?}",
+        run.report
+    );
+    let cwd = run.file.parent().unwrap();
+    assert!(
+        !cwd.join("cufile.log").exists(),
+        "cufile.log in the working directory"
+    );
+    // A place the user chose is kept.
+    let mine = tempfile::tempdir().unwrap();
+    let log = mine.path().join("my-cufile.log");
+    let run = run_with(
+        &["--sizes", "4096"],
+        &[
+            ("H5GDS_COMPAT_MODE", "auto"),
+            ("CUFILE_LOGFILE_PATH", log.to_str().unwrap()),
+        ],
+    );
+    run.assert_device_ok();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(text.contains("cuFile driver opened"), "{log:?}: {text:?}");
+}

@@ -105,6 +105,8 @@ emulator_api! {
     cuDevicePrimaryCtxRelease_v2: fn(c_int) -> CUresult;
     cuCtxSetCurrent: fn(CUcontext) -> CUresult;
     cuCtxGetCurrent: fn(*mut CUcontext) -> CUresult;
+    cuCtxPushCurrent_v2: fn(CUcontext) -> CUresult;
+    cuCtxPopCurrent_v2: fn(*mut CUcontext) -> CUresult;
     cuCtxSynchronize: fn() -> CUresult;
     cuMemAlloc_v2: fn(*mut CUdeviceptr, usize) -> CUresult;
     cuMemFree_v2: fn(CUdeviceptr) -> CUresult;
@@ -138,6 +140,8 @@ emulator_api! {
     cuFileDriverClose_v2: fn() -> CUfileError_t;
     cuFileDriverGetProperties: fn(*mut CUfileDrvProps_t) -> CUfileError_t;
     cuFileGetVersion: fn(*mut c_int) -> CUfileError_t;
+    cuFileSetParameterString: fn(cufile_sys::CUFileStringConfigParameter_t, *const c_char) -> CUfileError_t;
+    cuFileGetParameterString: fn(cufile_sys::CUFileStringConfigParameter_t, *mut c_char, c_int) -> CUfileError_t;
     cuFileHandleRegister: fn(*mut CUfileHandle_t, *mut CUfileDescr_t) -> CUfileError_t;
     cuFileHandleDeregister: fn(CUfileHandle_t) -> ();
     cuFileBufRegister: fn(*const c_void, usize, c_int) -> CUfileError_t;
@@ -147,10 +151,28 @@ emulator_api! {
     h5gds_emu_counters: fn(*mut Counters) -> c_int;
 }
 
-/// The emulator, loaded once into this process.
+/// Set (to anything) for a child that checks where cuFile's log goes by default.
+const DEFAULT_LOG_PLACE: &str = "H5GDS_TEST_DEFAULT_CUFILE_LOG_PLACE";
+
+/// The emulator, loaded once into this process. Its cuFile log is placed in a temporary
+/// directory before any test can open the driver, as it would otherwise land in the working
+/// directory (the source tree), unless the test checks that default.
 fn api() -> &'static Api {
     static API: OnceLock<Api> = OnceLock::new();
-    API.get_or_init(|| Api::load(&emulator_library()))
+    static LOGS: OnceLock<tempfile::TempDir> = OnceLock::new();
+    API.get_or_init(|| {
+        let api = Api::load(&emulator_library());
+        if std::env::var_os(DEFAULT_LOG_PLACE).is_none() {
+            let dir = LOGS.get_or_init(|| tempfile::tempdir().unwrap());
+            let dir = std::ffi::CString::new(dir.path().to_str().unwrap()).unwrap();
+            use cufile_sys::CUFileStringConfigParameter_t as P;
+            // SAFETY: a NUL-terminated string; the driver is not open yet.
+            let status =
+                unsafe { (api.cuFileSetParameterString)(P::CUFILE_PARAM_LOG_DIR, dir.as_ptr()) };
+            assert_eq!(status.err, CUfileOpError::CU_FILE_SUCCESS);
+        }
+        api
+    })
 }
 
 /// In-process tests share the emulator's global state (counters, allocations): one at a time.
@@ -1745,7 +1767,7 @@ fn exit_report_counts_leaks_misuse_and_traffic_even_with_busy_threads() {
     if ran.is_some() {
         let text = std::fs::read_to_string(&report).expect("the child wrote its report");
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 10, "{text}");
+        assert_eq!(lines.len(), 12, "{text}");
         assert_eq!(lines[0], "leaked device allocations: 5 (bytes 18884)");
         assert_eq!(lines[1], "leaked pinned host allocations: 1");
         assert_eq!(lines[2], "double frees: 1");
@@ -1763,6 +1785,9 @@ fn exit_report_counts_leaks_misuse_and_traffic_even_with_busy_threads() {
         // Compatibility mode: one posix bounce copy per 2500-byte transfer, no O_DIRECT.
         assert_eq!(lines[8], "cufile posix bounce copies: 2");
         assert_eq!(lines[9], "cufile o_direct requests: 0");
+        // compat_round_trip registers one file; the driver opens implicitly there.
+        assert_eq!(lines[10], "cufile driver open calls: 0");
+        assert_eq!(lines[11], "cufile handle register calls: 1");
     }
 }
 
@@ -1776,9 +1801,15 @@ fn emulator_lib_dir_stands_in_for_libcuda_and_libcufile() {
         assert_eq!(target, std::fs::canonicalize(emulator_library()).unwrap());
     }
     let ld_path = libs.ld_library_path().into_string().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("cufile.log");
     in_child(
         "emulator_lib_dir_stands_in_for_libcuda_and_libcufile",
-        &[("LD_LIBRARY_PATH", &ld_path), ("H5GDS_EMU_GDS", "0")],
+        &[
+            ("LD_LIBRARY_PATH", &ld_path),
+            ("H5GDS_EMU_GDS", "0"),
+            ("CUFILE_LOGFILE_PATH", log.to_str().unwrap()),
+        ],
         || {
             // By bare name, as cudarc and the cuFile loader open them.
             // SAFETY: loading the emulator under its aliases.
@@ -1799,12 +1830,19 @@ fn emulator_lib_dir_stands_in_for_libcuda_and_libcufile() {
             assert_eq!(a as usize, b as usize, "one emulator behind both names");
             // The project's own cuFile loader finds it, and every field it needs resolves.
             let lib = cufile_sys::load().expect("cufile-sys loads libcufile.so.0");
-            // SAFETY: cuInit first, as the project must, then the driver.
+            // SAFETY: cuInit and a current context first, as the project must, then the driver.
             unsafe {
                 let init = *cuda
                     .get::<unsafe extern "C" fn(c_uint) -> CUresult>(b"cuInit\0")
                     .unwrap();
                 check(init(0));
+                type Retain = unsafe extern "C" fn(*mut CUcontext, c_int) -> CUresult;
+                type SetCurrent = unsafe extern "C" fn(CUcontext) -> CUresult;
+                let retain = *cuda.get::<Retain>(b"cuDevicePrimaryCtxRetain\0").unwrap();
+                let set_current = *cuda.get::<SetCurrent>(b"cuCtxSetCurrent\0").unwrap();
+                let mut ctx: CUcontext = std::ptr::null_mut();
+                check(retain(&mut ctx, 0));
+                check(set_current(ctx));
                 let open = lib.cuFileDriverOpen.as_ref().expect("cuFileDriverOpen");
                 check_cufile(open());
                 let mut version: c_int = 0;
@@ -1863,4 +1901,199 @@ fn deferred_async_copies_run_when_their_stream_is_synchronized() {
             free(dev);
         },
     );
+}
+
+// ---- contexts, and what cuFile needs of them ----
+
+fn current(api: &Api) -> CUcontext {
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    check(unsafe { (api.cuCtxGetCurrent)(&mut ctx) });
+    ctx
+}
+
+#[test]
+fn each_thread_has_a_context_stack_that_push_pop_and_set_follow() {
+    in_child(
+        "each_thread_has_a_context_stack_that_push_pop_and_set_follow",
+        &[("H5GDS_EMU_DEVICES", "2")],
+        || {
+            let api = api();
+            let (mut c0, mut c1): (CUcontext, CUcontext) =
+                (std::ptr::null_mut(), std::ptr::null_mut());
+            let mut popped: CUcontext = std::ptr::null_mut();
+            // SAFETY: plain calls with valid out-pointers.
+            unsafe {
+                check((api.cuInit)(0));
+                check((api.cuDevicePrimaryCtxRetain)(&mut c0, 0));
+                check((api.cuDevicePrimaryCtxRetain)(&mut c1, 1));
+                // An empty stack: nothing current, nothing to pop.
+                assert!(current(api).is_null());
+                expect_code(
+                    (api.cuCtxPopCurrent_v2)(&mut popped),
+                    CUDA_ERROR_INVALID_CONTEXT,
+                );
+                // Push onto it, pop back to what was there.
+                check((api.cuCtxSetCurrent)(c1));
+                check((api.cuCtxPushCurrent_v2)(c0));
+                assert_eq!(current(api), c0);
+                check((api.cuCtxPopCurrent_v2)(&mut popped));
+                assert_eq!((popped, current(api)), (c0, c1));
+                // Set replaces the top; null pops it.
+                check((api.cuCtxPushCurrent_v2)(c0));
+                check((api.cuCtxSetCurrent)(c1));
+                check((api.cuCtxPopCurrent_v2)(std::ptr::null_mut()));
+                assert_eq!(current(api), c1);
+                check((api.cuCtxSetCurrent)(std::ptr::null_mut()));
+                assert!(current(api).is_null());
+                // Only live contexts are pushed; another thread starts with an empty stack.
+                expect_code(
+                    (api.cuCtxPushCurrent_v2)(0x1234 as CUcontext),
+                    CUDA_ERROR_INVALID_CONTEXT,
+                );
+                check((api.cuCtxPushCurrent_v2)(c0));
+                let other = std::thread::spawn(|| current(self::api()) as usize)
+                    .join()
+                    .unwrap();
+                assert_eq!(other, 0);
+                assert_eq!(current(api), c0);
+            }
+        },
+    );
+}
+
+#[test]
+fn cufile_driver_open_and_handle_register_need_a_current_context() {
+    in_child(
+        "cufile_driver_open_and_handle_register_need_a_current_context",
+        &[],
+        || {
+            let api = api();
+            let dir = tempfile::tempdir().unwrap();
+            let file = temp_file(dir.path(), "ctx.bin", false);
+            let mut ctx: CUcontext = std::ptr::null_mut();
+            // SAFETY: plain calls with valid out-pointers.
+            unsafe {
+                check((api.cuInit)(0));
+                check((api.cuDevicePrimaryCtxRetain)(&mut ctx, 0));
+                // Without a current context: the CUDA driver error INVALID_CONTEXT.
+                let status = (api.cuFileDriverOpen)();
+                assert_eq!(
+                    (status.err, status.cu_err),
+                    (
+                        CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR,
+                        CUDA_ERROR_INVALID_CONTEXT
+                    )
+                );
+                assert_eq!(
+                    register(file.as_raw_fd()).err(),
+                    Some((
+                        CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR,
+                        CUDA_ERROR_INVALID_CONTEXT
+                    ))
+                );
+                // With one (pushed, as the driver does), both succeed.
+                check((api.cuCtxPushCurrent_v2)(ctx));
+                check_cufile((api.cuFileDriverOpen)());
+                let fh = register(file.as_raw_fd()).expect("registers with a context");
+                (api.cuFileHandleDeregister)(fh);
+                check((api.cuCtxPopCurrent_v2)(std::ptr::null_mut()));
+                // The driver is open now, but registration still needs the thread's context.
+                assert_eq!(
+                    register(file.as_raw_fd()).err(),
+                    Some((
+                        CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR,
+                        CUDA_ERROR_INVALID_CONTEXT
+                    ))
+                );
+            }
+        },
+    );
+}
+
+/// Opens the cuFile driver with a context, in a child (see the callers).
+fn open_cufile_driver() {
+    let api = api();
+    init_with_context();
+    // SAFETY: plain call.
+    check_cufile(unsafe { (api.cuFileDriverOpen)() });
+}
+
+#[test]
+fn cufile_logs_into_the_working_directory_by_default() {
+    let cwd = tempfile::tempdir().unwrap();
+    let cwd_path = cwd.path().to_path_buf();
+    let ran = process::in_child(
+        "cufile_logs_into_the_working_directory_by_default",
+        |cmd| {
+            remove_env(cmd, &["H5GDS_EMU_", "CUFILE_"])
+                .env(DEFAULT_LOG_PLACE, "1")
+                .current_dir(&cwd_path);
+        },
+        open_cufile_driver,
+    );
+    if ran.is_some() {
+        let text = std::fs::read_to_string(cwd.path().join("cufile.log")).unwrap_or_default();
+        assert!(text.contains("cuFile driver opened"), "{text:?}");
+    }
+}
+
+#[test]
+fn cufile_logs_where_its_parameters_and_environment_say() {
+    in_child(
+        "cufile_logs_where_its_parameters_and_environment_say",
+        &[],
+        || {
+            use cufile_sys::CUFileStringConfigParameter_t as P;
+            let api = api();
+            // `api()` staged a log directory: it reads back before the driver opens.
+            let mut value = [0 as c_char; 512];
+            // SAFETY: the buffer holds 512 bytes.
+            check_cufile(unsafe {
+                (api.cuFileGetParameterString)(P::CUFILE_PARAM_LOG_DIR, value.as_mut_ptr(), 512)
+            });
+            // SAFETY: cuFile NUL-terminated it.
+            let dir = unsafe { CStr::from_ptr(value.as_ptr()) }
+                .to_str()
+                .unwrap()
+                .to_string();
+            assert!(!dir.is_empty());
+            open_cufile_driver();
+            let text = std::fs::read_to_string(Path::new(&dir).join("cufile.log")).unwrap();
+            assert!(text.contains("cuFile driver opened"), "{text:?}");
+            assert!(
+                !Path::new("cufile.log").exists(),
+                "not in the working directory"
+            );
+            // Parameters are set before the driver opens, never after.
+            // SAFETY: a NUL-terminated string.
+            let late =
+                unsafe { (api.cuFileSetParameterString)(P::CUFILE_PARAM_LOG_DIR, c"/".as_ptr()) };
+            assert_eq!(late.err, CUfileOpError::CU_FILE_DRIVER_ALREADY_OPEN);
+        },
+    );
+}
+
+#[test]
+fn cufile_logs_to_the_file_cufile_logfile_path_names() {
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("mine.log");
+    let cwd = tempfile::tempdir().unwrap();
+    let cwd_path = cwd.path().to_path_buf();
+    let log_str = log.to_str().unwrap().to_string();
+    let ran = process::in_child(
+        "cufile_logs_to_the_file_cufile_logfile_path_names",
+        |cmd| {
+            remove_env(cmd, &["H5GDS_EMU_", "CUFILE_"])
+                .env(DEFAULT_LOG_PLACE, "1")
+                .env("CUFILE_LOGFILE_PATH", &log_str)
+                .current_dir(&cwd_path);
+        },
+        open_cufile_driver,
+    );
+    if ran.is_some() {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(text.contains("cuFile driver opened"), "{text:?}");
+        assert!(!cwd.path().join("cufile.log").exists());
+    }
 }

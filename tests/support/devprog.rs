@@ -8,9 +8,19 @@
 //! compact dataset and storage past end of file into device memory, reads and writes every 3rd
 //! byte of a dataset through device memory, and compares every byte with host-side reads. Prints `DEVICE OK <checks>`; on a mismatch or error prints `FAILED: ...`
 //! and exits 1.
+//!
+//! `--caller-context none|device1`: instead, the program keeps a context of its own current
+//! around every HDF5 call (none at all, or device 1's primary context, as a PyTorch user on
+//! `cuda:1`), reads and writes device buffers of one task and of several, a compact dataset and
+//! storage past end of file, and checks with `cuCtxGetCurrent` after each call that the driver
+//! left that context current.
+//!
+//! `--host-only`: never touches CUDA; writes and reads one dataset from host memory (a program
+//! that never uses a GPU, for the side effects of merely opening files).
 
 use crate::pattern::bytes as pattern;
 use array_io::hdf5_raw::{self, named as h5, FileDriver, Spaces};
+use cudarc::driver::{result, sys};
 use h5gds_bench::gpu::{init_cuda, DeviceBuffer};
 use hdf5::dataset::{AllocTime, FillTime, Layout};
 use hdf5::{Dataset, Dataspace, Datatype, Group};
@@ -263,11 +273,133 @@ fn run(path: &Path, sizes: &[usize]) -> Check<usize> {
     Ok(checks)
 }
 
+/// The caller's current context: `cuCtxGetCurrent`, null for none.
+fn current_context() -> Check<sys::CUcontext> {
+    let current = result::ctx::get_current().map_err(|e| format!("cuCtxGetCurrent: {:?}", e.0))?;
+    Ok(current.unwrap_or(std::ptr::null_mut()))
+}
+
+fn set_context(ctx: sys::CUcontext) -> Check<()> {
+    // SAFETY: null or a primary context retained by this program and never released.
+    unsafe { result::ctx::set_current(ctx) }.map_err(|e| format!("cuCtxSetCurrent: {:?}", e.0))
+}
+
+/// Runs `call` (an HDF5 call) with `theirs` current, as the caller's own context, and checks that
+/// it is still current afterwards; the program's device-0 context is current again on return
+/// (for its own uploads and downloads).
+fn as_caller<T>(what: &str, theirs: sys::CUcontext, call: impl FnOnce() -> Check<T>) -> Check<T> {
+    let ours = current_context()?;
+    set_context(theirs)?;
+    let result = call();
+    let after = current_context();
+    set_context(ours)?;
+    let after = after?;
+    if after != theirs {
+        return Err(format!(
+            "{what}: the caller's CUDA context was {theirs:?} before and {after:?} after"
+        ));
+    }
+    result
+}
+
+/// `--caller-context`: reads and writes through the driver with the caller's own context (or
+/// none) current, checking it is left alone. Sizes: one task on the calling thread (4096) and
+/// several on the pool (1 MiB + 5 with the tests' 256K tasks).
+fn run_with_caller_context(path: &Path, which: &str) -> Check<usize> {
+    let theirs: sys::CUcontext = match which {
+        "none" => std::ptr::null_mut(),
+        "device1" => {
+            let device =
+                result::device::get(1).map_err(|e| format!("cuDeviceGet(1): {:?}", e.0))?;
+            // SAFETY: a device handle from cuDeviceGet; the context is never released.
+            unsafe { result::primary_ctx::retain(device) }
+                .map_err(|e| format!("cuDevicePrimaryCtxRetain(1): {:?}", e.0))?
+        }
+        other => {
+            return Err(format!(
+                "--caller-context takes none or device1, not {other:?}"
+            ))
+        }
+    };
+    let fapl = h5("H5Pcreate", hdf5_raw::file_access(&FileDriver::Default))?;
+    let file = as_caller("H5Fcreate", theirs, || {
+        h5("H5Fcreate", hdf5_raw::create_file(path, &fapl))
+    })?;
+    let mut checks = 0;
+    for (k, size) in [4096usize, (1 << 20) + 5].into_iter().enumerate() {
+        let want = pattern(size, k as u8 + 11);
+        let dset = create(&file, &format!("c{size}"), size, Layout::Contiguous, false)?;
+        h5("H5Dwrite", dset.write_raw(&want))?;
+        let dev = DeviceBuffer::new(size)?;
+        // SAFETY: the device buffer holds size bytes.
+        as_caller(&format!("H5Dread of {size} bytes"), theirs, || unsafe {
+            read_device(&dset, None, dev.at(0))
+        })?;
+        expect_bytes(
+            &format!("read of {size} bytes"),
+            &dev.download(0, size)?,
+            &want,
+        )?;
+        let back = pattern(size, k as u8 + 21);
+        dev.upload(0, &back)?;
+        // SAFETY: as above.
+        as_caller(&format!("H5Dwrite of {size} bytes"), theirs, || unsafe {
+            write_device(&dset, None, dev.at(0))
+        })?;
+        let host = h5("H5Dread", dset.read_raw::<u8>())?;
+        expect_bytes(&format!("write of {size} bytes"), &host, &back)?;
+        checks += 2;
+    }
+    // A compact dataset (ctl MEM_COPY) and storage past end of file (zero-filled on the device).
+    let compact = pattern(200, 31);
+    let cset = create(&file, "compact", 200, Layout::Compact, false)?;
+    h5("H5Dwrite", cset.write_raw(&compact))?;
+    let dev = DeviceBuffer::new(200)?;
+    // SAFETY: the device buffer holds 200 bytes.
+    as_caller("H5Dread (compact)", theirs, || unsafe {
+        read_device(&cset, None, dev.at(0))
+    })?;
+    expect_bytes("compact read", &dev.download(0, 200)?, &compact)?;
+    let len = 300_000;
+    let eset = create(&file, "unwritten", len, Layout::Contiguous, true)?;
+    let dev = DeviceBuffer::new(len)?;
+    dev.upload(0, &vec![0xAA; len])?;
+    // SAFETY: the device buffer holds len bytes.
+    as_caller("H5Dread (past end of file)", theirs, || unsafe {
+        read_device(&eset, None, dev.at(0))
+    })?;
+    expect_bytes(
+        "read past end of file",
+        &dev.download(0, len)?,
+        &vec![0; len],
+    )?;
+    checks += 2;
+    drop((cset, eset));
+    as_caller("H5Fclose", theirs, || h5("H5Fclose", file.close()))?;
+    Ok(checks)
+}
+
+/// `--host-only`: one dataset written and read from host memory; CUDA is never touched here.
+fn run_host_only(path: &Path) -> Check<usize> {
+    let fapl = h5("H5Pcreate", hdf5_raw::file_access(&FileDriver::Default))?;
+    let file = h5("H5Fcreate", hdf5_raw::create_file(path, &fapl))?;
+    let want = pattern(100_000, 41);
+    let dset = create(&file, "host", want.len(), Layout::Contiguous, false)?;
+    h5("H5Dwrite", dset.write_raw(&want))?;
+    let got = h5("H5Dread", dset.read_raw::<u8>())?;
+    expect_bytes("host read", &got, &want)?;
+    drop(dset);
+    h5("H5Fclose", file.close())?;
+    Ok(1)
+}
+
 /// Entry point of `h5devprog`; returns the exit code.
 pub fn main() -> i32 {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(path) = args.first() else {
-        eprintln!("usage: h5devprog FILE [--sizes N,N,...]");
+        eprintln!(
+            "usage: h5devprog FILE [--sizes N,N,... | --caller-context none|device1 | --host-only]"
+        );
         return 2;
     };
     let sizes: Vec<usize> = match args
@@ -284,7 +416,19 @@ pub fn main() -> i32 {
         },
         None => vec![1, 7, 4096, 65_536 + 13, 1 << 20, (5 << 20) + 5],
     };
-    let result = init_cuda().and_then(|_| run(Path::new(path), &sizes));
+    let option = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .map(|i| args.get(i + 1).cloned().unwrap_or_default())
+    };
+    let path = Path::new(path);
+    let result = if args.iter().any(|a| a == "--host-only") {
+        run_host_only(path)
+    } else if let Some(which) = option("--caller-context") {
+        init_cuda().and_then(|_| run_with_caller_context(path, &which))
+    } else {
+        init_cuda().and_then(|_| run(path, &sizes))
+    };
     match result {
         Ok(checks) => {
             println!("DEVICE OK {checks}");

@@ -1,6 +1,6 @@
 //! CUDA through cudarc's result layer (the dynamically loaded driver API): whether CUDA works in
-//! this process, the primary context made current on the threads that move device data, and the
-//! few calls the driver makes (pointer queries, copies, pinned memory, streams). Also the one
+//! this process, device 0's primary context pushed on the threads that move device data (and
+//! popped again, so the caller's context is left as it was), and the few calls the driver makes (pointer queries, copies, pinned memory, streams). Also the one
 //! place where CUDA and cuFile return codes become errors, which name the code.
 //!
 //! cudarc panics when libcuda or one of its symbols is missing, so `init` asks
@@ -167,20 +167,53 @@ pub fn cuda() -> Result<&'static CudaDriver, CudaError> {
     CUDA.get_or_init(init).as_ref().map_err(Clone::clone)
 }
 
-/// Makes device 0's primary context current on this thread (copies need one).
-pub(crate) fn make_current() -> Result<&'static CudaDriver, CudaError> {
-    let cuda = cuda()?;
-    thread_local! {
-        static CURRENT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
-    if !CURRENT.with(|c| c.get()) {
-        // SAFETY: the context was retained in `init` and is never released.
-        call("cuCtxSetCurrent", || unsafe {
-            result::ctx::set_current(cuda.context as sys::CUcontext)
+/// Device 0's primary context, current on this thread while the value lives. The driver runs on
+/// its caller's threads, whose current context belongs to the caller (a PyTorch or CuPy user on
+/// another device, a context of their own, or none): so the context is pushed onto the thread's
+/// context stack, unless it is already current, and popped again on drop, leaving the stack as
+/// it was found (CUDA Driver API, Context Management: `cuCtxPushCurrent` "pushes the given
+/// context ctx onto the CPU thread's stack of current contexts", `cuCtxPopCurrent` "pops the
+/// current CUDA context from the CPU thread ... the previous current context is made current";
+/// KvikIO pushes and pops around its calls the same way).
+#[must_use = "the context is current only while the value lives"]
+pub(crate) struct CurrentContext {
+    pushed: bool,
+    // Popping must happen on the thread that pushed.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+/// Makes device 0's primary context current on this thread until the returned value is dropped.
+pub(crate) fn enter_context() -> Result<CurrentContext, CudaError> {
+    let ours = cuda()?.context as sys::CUcontext;
+    let current = call("cuCtxGetCurrent", result::ctx::get_current)?;
+    let pushed = current != Some(ours);
+    if pushed {
+        call("cuCtxPushCurrent", || {
+            // SAFETY: the context was retained in `init` and is never released (cudarc's result
+            // layer has no wrapper for this call).
+            unsafe { sys::cuCtxPushCurrent_v2(ours) }.result()
         })?;
-        CURRENT.with(|c| c.set(true));
     }
-    Ok(cuda)
+    Ok(CurrentContext {
+        pushed,
+        _not_send: std::marker::PhantomData,
+    })
+}
+
+impl Drop for CurrentContext {
+    fn drop(&mut self) {
+        if !self.pushed {
+            return;
+        }
+        let mut popped: sys::CUcontext = std::ptr::null_mut();
+        let result = call("cuCtxPopCurrent", || {
+            // SAFETY: a valid out-pointer; this thread pushed a context in `enter_context`.
+            unsafe { sys::cuCtxPopCurrent_v2(&mut popped) }.result()
+        });
+        if let Err(err) = result {
+            tracing::warn!("{err}: the calling thread's CUDA context may not be restored");
+        }
+    }
 }
 
 /// Where a buffer lives, as the CUDA driver reports it.
@@ -237,7 +270,7 @@ pub(crate) fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
 /// # Safety
 /// Both ranges must be valid for `len` bytes.
 pub(crate) unsafe fn copy_any(dst: usize, src: usize, len: usize) -> Result<(), CudaError> {
-    make_current()?;
+    let _context = enter_context()?;
     call("cuMemcpy", || {
         // SAFETY: the caller's contract (cudarc's result layer has no unified-address copy).
         unsafe { sys::cuMemcpy(dst as CUdeviceptr, src as CUdeviceptr, len) }.result()
@@ -249,7 +282,7 @@ pub(crate) unsafe fn copy_any(dst: usize, src: usize, len: usize) -> Result<(), 
 /// # Safety
 /// `dst` must be device memory of at least `len` bytes.
 pub(crate) unsafe fn zero_device(dst: CUdeviceptr, len: usize) -> Result<(), CudaError> {
-    make_current()?;
+    let _context = enter_context()?;
     // SAFETY: the caller's contract.
     call("cuMemsetD8", || unsafe {
         result::memset_d8_sync(dst, 0, len)
@@ -267,7 +300,7 @@ unsafe impl Send for PinnedBuffer {}
 
 impl PinnedBuffer {
     pub(crate) fn new(len: usize) -> Result<PinnedBuffer, CudaError> {
-        make_current()?;
+        let _context = enter_context()?;
         // SAFETY: flags 0 = default pinned memory; the bytes are only ever used as u8.
         let ptr = call("cuMemHostAlloc", || unsafe { result::malloc_host(len, 0) })?;
         Ok(PinnedBuffer {
@@ -285,10 +318,14 @@ impl PinnedBuffer {
 
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
-        // SAFETY: allocated by cuMemHostAlloc in `new` and freed once; a failure is only logged.
-        if let Err(err) = call("cuMemFreeHost", || unsafe {
-            result::free_host(self.ptr.cast())
-        }) {
+        // Without a context the buffer cannot be freed: it is left allocated, and logged.
+        let freed = enter_context().and_then(|_context| {
+            // SAFETY: allocated by cuMemHostAlloc in `new` and freed once.
+            call("cuMemFreeHost", || unsafe {
+                result::free_host(self.ptr.cast())
+            })
+        });
+        if let Err(err) = freed {
             tracing::debug!("{err}");
         }
     }
@@ -313,7 +350,7 @@ pub(crate) fn thread_streams() -> Result<[Stream; 2], CudaError> {
     if let Some(streams) = STREAMS.with(|s| s.get()) {
         return Ok(streams.map(Stream));
     }
-    make_current()?;
+    let _context = enter_context()?;
     let mut made = [0usize; 2];
     for slot in &mut made {
         let kind = result::stream::StreamKind::NonBlocking;
@@ -337,7 +374,7 @@ pub(crate) unsafe fn copy_async(
     len: usize,
     stream: Stream,
 ) -> Result<(), CudaError> {
-    make_current()?;
+    let _context = enter_context()?;
     let stream = stream.raw();
     // SAFETY: the caller's contract.
     unsafe {
@@ -354,6 +391,7 @@ pub(crate) unsafe fn copy_async(
 
 /// Waits for everything queued on `stream`.
 pub(crate) fn synchronize(stream: Stream) -> Result<(), CudaError> {
+    let _context = enter_context()?;
     // SAFETY: the stream was created by `thread_streams` and is never destroyed.
     call("cuStreamSynchronize", || unsafe {
         result::stream::synchronize(stream.raw())

@@ -174,7 +174,7 @@ impl OpenFile {
         // Every check that can refuse the open runs before the file system is changed: settings
         // and CUDA first, then (needing the file) O_DIRECT and cuFile on a file opened without
         // O_TRUNC, or created with O_EXCL so that it is known to be this open's own.
-        let device_plan = DevicePathPlan::prepare(&settings)?;
+        let device_plan = DevicePathPlan::prepare(&settings, true)?;
         let (file, created) = open_untouched(c_path, access, flags).map_err(open_error)?;
         let refuse = |err: Error| {
             if created {

@@ -49,9 +49,10 @@ pub struct PathVerdicts {
 }
 
 /// Decides the paths for `settings` with the driver's own code (for `h5gds info`). Opening cuFile
-/// is part of deciding, so this touches libcufile only where an open would.
+/// is part of deciding, so this touches libcufile only where a device transfer would (a file
+/// open under `compat_mode=auto` leaves it to the first device transfer).
 pub fn path_verdicts(settings: &VfdSettings) -> PathVerdicts {
-    let device = match io::device::DevicePathPlan::prepare(settings) {
+    let device = match io::device::DevicePathPlan::prepare(settings, false) {
         Ok(plan) => plan.describe(settings),
         Err(err) => format!("files will not open: {err}"),
     };

@@ -1,5 +1,14 @@
 //! Driver state: whether `cuInit` succeeded, the devices, their primary contexts (reference
-//! counted; one current context per thread), the streams and the events.
+//! counted), each thread's context stack, the streams and the events.
+//!
+//! The context stack follows the CUDA Driver API reference (Context Management): "The context
+//! stack is per-thread"; `cuCtxPushCurrent` "pushes the given context onto the CPU thread's stack
+//! of current contexts"; `cuCtxPopCurrent` "pops the current CUDA context from the CPU thread"
+//! and makes the previous one current again, CUDA_ERROR_INVALID_CONTEXT on an empty stack;
+//! `cuCtxSetCurrent` "binds the specified CUDA context to the calling CPU thread. If there exists
+//! a CUDA context stack on the calling CPU thread, this will replace the top of that stack with
+//! ctx. If ctx is NULL then this will be equivalent to popping the top of the calling CPU
+//! thread's CUDA context stack"; `cuCtxGetCurrent` returns the top, or NULL.
 //!
 //! Context and stream handles are opaque integers dressed as pointers; callers never
 //! dereference them, and the emulator only compares them.
@@ -32,10 +41,15 @@ static NEXT_STREAM: AtomicUsize = AtomicUsize::new(1);
 static EVENTS: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
 static NEXT_EVENT: AtomicUsize = AtomicUsize::new(1);
 
+/// How deep a thread's context stack may grow; deeper pushes fail with CUDA_ERROR_OUT_OF_MEMORY
+/// (the real driver's limit is undocumented; no program of the tests comes near this).
+const MAX_STACK: usize = 64;
+
 thread_local! {
-    /// The calling thread's current context handle (0 = none). No destructor, so it is usable
-    /// while the thread exits.
-    static CURRENT: Cell<usize> = const { Cell::new(0) };
+    /// The calling thread's context stack: `STACK[..DEPTH]`, the current context on top. Plain
+    /// `Cell`s without destructors, so they are usable while the thread exits.
+    static STACK: Cell<[usize; MAX_STACK]> = const { Cell::new([0; MAX_STACK]) };
+    static DEPTH: Cell<usize> = const { Cell::new(0) };
 }
 
 fn lock<T>(m: &'static Mutex<T>) -> MutexGuard<'static, T> {
@@ -131,21 +145,65 @@ pub fn release_primary(dev: CUdevice) -> Result<(), CUresult> {
     }
 }
 
-/// `cuCtxSetCurrent`: null unbinds; otherwise a retained primary context.
-pub fn set_current(handle: usize) -> Result<(), CUresult> {
-    if handle != 0 {
-        let dev = device_of(handle).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
-        if !is_retained(dev) {
-            return Err(CUDA_ERROR_INVALID_CONTEXT);
-        }
+/// INVALID_CONTEXT unless `handle` is a retained primary context.
+fn check_context(handle: usize) -> Result<(), CUresult> {
+    let dev = device_of(handle).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+    if !is_retained(dev) {
+        return Err(CUDA_ERROR_INVALID_CONTEXT);
     }
-    CURRENT.with(|current| current.set(handle));
     Ok(())
 }
 
-/// `cuCtxGetCurrent`: the calling thread's context handle, 0 if none.
+/// `cuCtxSetCurrent`: replaces the top of the stack (pushes onto an empty one); null pops.
+pub fn set_current(handle: usize) -> Result<(), CUresult> {
+    let depth = DEPTH.with(Cell::get);
+    if handle == 0 {
+        DEPTH.with(|d| d.set(depth.saturating_sub(1)));
+        return Ok(());
+    }
+    check_context(handle)?;
+    let top = depth.max(1) - 1;
+    STACK.with(|s| {
+        let mut stack = s.get();
+        stack[top] = handle;
+        s.set(stack);
+    });
+    DEPTH.with(|d| d.set(top + 1));
+    Ok(())
+}
+
+/// `cuCtxPushCurrent`: a retained primary context onto the stack.
+pub fn push_current(handle: usize) -> Result<(), CUresult> {
+    check_context(handle)?;
+    let depth = DEPTH.with(Cell::get);
+    if depth == MAX_STACK {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    STACK.with(|s| {
+        let mut stack = s.get();
+        stack[depth] = handle;
+        s.set(stack);
+    });
+    DEPTH.with(|d| d.set(depth + 1));
+    Ok(())
+}
+
+/// `cuCtxPopCurrent`: the top of the stack, removed; INVALID_CONTEXT on an empty stack.
+pub fn pop_current() -> Result<usize, CUresult> {
+    let depth = DEPTH.with(Cell::get);
+    if depth == 0 {
+        return Err(CUDA_ERROR_INVALID_CONTEXT);
+    }
+    DEPTH.with(|d| d.set(depth - 1));
+    Ok(STACK.with(|s| s.get()[depth - 1]))
+}
+
+/// `cuCtxGetCurrent`: the top of the calling thread's stack, 0 if it is empty.
 pub fn current_handle() -> usize {
-    CURRENT.with(Cell::get)
+    match DEPTH.with(Cell::get) {
+        0 => 0,
+        depth => STACK.with(|s| s.get()[depth - 1]),
+    }
 }
 
 /// The calling thread's current context and its device; INVALID_CONTEXT if there is none or

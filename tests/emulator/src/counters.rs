@@ -19,6 +19,10 @@ pub static BOUNDS_VIOLATIONS: AtomicU64 = AtomicU64::new(0);
 pub static CUFILE_READS: AtomicU64 = AtomicU64::new(0);
 /// cuFileWrite calls that completed.
 pub static CUFILE_WRITES: AtomicU64 = AtomicU64::new(0);
+/// cuFileDriverOpen calls, whatever their outcome.
+pub static CUFILE_DRIVER_OPEN_CALLS: AtomicU64 = AtomicU64::new(0);
+/// cuFileHandleRegister calls, whatever their outcome.
+pub static CUFILE_HANDLE_REGISTER_CALLS: AtomicU64 = AtomicU64::new(0);
 /// Host-to-device copies that completed.
 pub static COPIES_HTOD: AtomicU64 = AtomicU64::new(0);
 /// Device-to-host copies that completed.

@@ -173,6 +173,44 @@ pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
     )
 }
 
+/// `CUresult cuCtxPushCurrent_v2(CUcontext ctx)`: onto the calling thread's context stack.
+///
+/// # Safety
+/// None beyond the C API's: arguments are validated.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
+    call(
+        "cuCtxPushCurrent_v2",
+        format_args!("{ctx:?}"),
+        cuda_panic,
+        || code(context::require_init().and_then(|()| context::push_current(ctx as usize))),
+    )
+}
+
+/// `CUresult cuCtxPopCurrent_v2(CUcontext *pctx)`: off the calling thread's context stack;
+/// the popped context goes to `pctx` unless it is null.
+///
+/// # Safety
+/// `pctx` must be null or valid for writing a `CUcontext`.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
+    call(
+        "cuCtxPopCurrent_v2",
+        format_args!("{pctx:?}"),
+        cuda_panic,
+        || {
+            code(context::require_init().and_then(|()| {
+                let popped = context::pop_current()?;
+                if pctx.is_null() {
+                    return Ok(());
+                }
+                // SAFETY: the caller passes null (handled above) or a writable CUcontext.
+                unsafe { put(pctx, popped as CUcontext) }
+            }))
+        },
+    )
+}
+
 /// `CUresult cuCtxSynchronize(void)`: all work is synchronous, so only the context is checked.
 ///
 /// # Safety

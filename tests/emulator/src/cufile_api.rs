@@ -37,7 +37,21 @@ fn negated(err: CUfileOpError) -> isize {
     -(err.0 as isize)
 }
 
-/// `cuFileDriverOpen`'s work: injected failure, else CUDA initialisation, else one more user.
+/// CU_FILE_CUDA_DRIVER_ERROR with `cu_err` = CUDA_ERROR_INVALID_CONTEXT unless the calling
+/// thread has a current CUDA context. Real cuFile needs one for `cuFileDriverOpen` and
+/// `cuFileHandleRegister`: called without, libcufile's own `cuCtxPopCurrent_v2` fails with
+/// CUDA_ERROR_INVALID_CONTEXT (201) (compute-sanitizer trace in NVIDIA/cudf issue #14140, whose
+/// fix, cudf PR #15293, makes a CUDA call first), and cuFile reports a failed CUDA driver call as
+/// CU_FILE_CUDA_DRIVER_ERROR (5011, "CUDA Driver API error") with the `CUresult` in `cu_err`
+/// (`cufile.h`: `IS_CUDA_ERR(status)`, `CU_FILE_CUDA_ERR(status)`).
+fn require_context() -> Status {
+    crate::context::require_current()
+        .map(drop)
+        .map_err(|cu_err| cufile_status(CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR, cu_err))
+}
+
+/// `cuFileDriverOpen`'s work: injected failure, else CUDA initialisation and a current context,
+/// else one more user (the first writes the log line, see `cufile_log`).
 fn open_driver() -> Status {
     if let Some(code) = switches::get().cufile_open_error {
         return Err(fail(CUfileOpError(code)));
@@ -48,7 +62,10 @@ fn open_driver() -> Status {
             cu_err,
         ));
     }
-    handles::driver_opened();
+    require_context()?;
+    if handles::driver_opened() {
+        crate::cufile_log::driver_opened();
+    }
     Ok(())
 }
 
@@ -68,6 +85,7 @@ fn ensure_driver_open() -> Status {
 #[no_mangle]
 pub unsafe extern "C" fn cuFileDriverOpen() -> CUfileError_t {
     call("cuFileDriverOpen", format_args!(""), cufile_panic, || {
+        bump(&counters::CUFILE_DRIVER_OPEN_CALLS);
         status(open_driver())
     })
 }
@@ -105,6 +123,70 @@ pub unsafe extern "C" fn cuFileDriverClose_v2() -> CUfileError_t {
         format_args!(""),
         cufile_panic,
         close_driver,
+    )
+}
+
+/// `CUfileError_t cuFileSetParameterString(CUFileStringConfigParameter_t param, const char *s)`:
+/// stages a string parameter (see `cufile_log`); CU_FILE_DRIVER_ALREADY_OPEN once the driver
+/// is open, CU_FILE_INVALID_VALUE for a null string or an unknown parameter.
+///
+/// # Safety
+/// `desc_str` must be null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileSetParameterString(
+    param: cufile_sys::CUFileStringConfigParameter_t,
+    desc_str: *const std::ffi::c_char,
+) -> CUfileError_t {
+    call(
+        "cuFileSetParameterString",
+        format_args!("{}, {desc_str:?}", param.0),
+        cufile_panic,
+        || {
+            if handles::driver_is_open() {
+                return fail(CUfileOpError::CU_FILE_DRIVER_ALREADY_OPEN);
+            }
+            if desc_str.is_null() {
+                return fail(CUfileOpError::CU_FILE_INVALID_VALUE);
+            }
+            // SAFETY: checked non-null; the caller passes a NUL-terminated string.
+            let value = unsafe { std::ffi::CStr::from_ptr(desc_str) }.to_owned();
+            if crate::cufile_log::set(param.0, value) {
+                fail(CUfileOpError::CU_FILE_SUCCESS)
+            } else {
+                fail(CUfileOpError::CU_FILE_INVALID_VALUE)
+            }
+        },
+    )
+}
+
+/// `CUfileError_t cuFileGetParameterString(CUFileStringConfigParameter_t param, char *s, int
+/// len)`: the staged value, NUL-terminated; CU_FILE_INVALID_VALUE for a null or too short
+/// buffer or an unknown parameter.
+///
+/// # Safety
+/// `desc_str` must be null or valid for writing `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileGetParameterString(
+    param: cufile_sys::CUFileStringConfigParameter_t,
+    desc_str: *mut std::ffi::c_char,
+    len: c_int,
+) -> CUfileError_t {
+    call(
+        "cuFileGetParameterString",
+        format_args!("{}, {desc_str:?}, {len}", param.0),
+        cufile_panic,
+        || {
+            let Some(value) = crate::cufile_log::get(param.0) else {
+                return fail(CUfileOpError::CU_FILE_INVALID_VALUE);
+            };
+            let bytes = value.as_bytes_with_nul();
+            if desc_str.is_null() || len < 0 || (len as usize) < bytes.len() {
+                return fail(CUfileOpError::CU_FILE_INVALID_VALUE);
+            }
+            // SAFETY: the caller's buffer holds len >= bytes.len() bytes.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr().cast(), desc_str, bytes.len()) };
+            fail(CUfileOpError::CU_FILE_SUCCESS)
+        },
     )
 }
 
@@ -199,6 +281,7 @@ unsafe fn register_handle(fh: *mut CUfileHandle_t, descr: *const CUfileDescr_t) 
     if fd < 0 {
         return Err(fail(E::CU_FILE_INVALID_VALUE));
     }
+    require_context()?;
     ensure_driver_open()?;
     // SAFETY: fcntl on any integer is memory-safe; a bad fd gives -1/EBADF.
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
@@ -259,8 +342,11 @@ pub unsafe extern "C" fn cuFileHandleRegister(
         "cuFileHandleRegister",
         format_args!("{fh:?}, {descr:?}"),
         cufile_panic,
-        // SAFETY: the caller passes null or valid pointers.
-        || status(unsafe { register_handle(fh, descr) }),
+        || {
+            bump(&counters::CUFILE_HANDLE_REGISTER_CALLS);
+            // SAFETY: the caller passes null or valid pointers.
+            status(unsafe { register_handle(fh, descr) })
+        },
     )
 }
 
@@ -286,6 +372,7 @@ fn register_buffer(base: usize, length: usize, flags: c_int) -> Status {
     if base == 0 || length == 0 || flags & !known_flags != 0 {
         return Err(fail(E::CU_FILE_INVALID_VALUE));
     }
+    require_context()?;
     ensure_driver_open()?;
     let inside_device = memory::device_range(base, length).is_some();
     if !inside_device && memory::overlaps_device(base, length) {

@@ -71,9 +71,11 @@ pub fn driver_is_open() -> bool {
 }
 
 /// Counts one more user of the driver.
-pub fn driver_opened() {
+/// Counts one more user; true if the driver was closed until now.
+pub fn driver_opened() -> bool {
     let mut h = handles();
     h.driver_users = h.driver_users.saturating_add(1);
+    h.driver_users == 1
 }
 
 /// Counts one user less; false if the driver was not open.

@@ -13,7 +13,8 @@
 //!
 //! * CUDA: `cuInit`, `cuDriverGetVersion`, `cuDeviceGetCount`, `cuDeviceGet`,
 //!   `cuDeviceGetName`, `cuDevicePrimaryCtxRetain`, `cuDevicePrimaryCtxRelease_v2`,
-//!   `cuCtxSetCurrent`, `cuCtxGetCurrent`, `cuCtxSynchronize`, `cuMemAlloc_v2`, `cuMemFree_v2`,
+//!   `cuCtxSetCurrent`, `cuCtxGetCurrent`, `cuCtxPushCurrent_v2`, `cuCtxPopCurrent_v2`,
+//!   `cuCtxSynchronize`, `cuMemAlloc_v2`, `cuMemFree_v2`,
 //!   `cuMemHostAlloc`, `cuMemFreeHost`, `cuMemcpyHtoD_v2`, `cuMemcpyDtoH_v2`,
 //!   `cuMemcpyDtoD_v2`, `cuMemcpy`, `cuMemcpyHtoDAsync_v2`, `cuMemcpyDtoHAsync_v2`,
 //!   `cuMemsetD8_v2`, `cuPointerGetAttribute`, `cuPointerGetAttributes`,
@@ -23,7 +24,8 @@
 //!   `cuMemsetD8Async`, `cuEventCreate`, `cuEventDestroy_v2`, `cuEventRecord`,
 //!   `cuEventQuery`, `cuEventSynchronize`, `cuStreamWaitEvent`.
 //! * cuFile: `cuFileDriverOpen`, `cuFileDriverClose`, `cuFileDriverClose_v2`,
-//!   `cuFileDriverGetProperties`, `cuFileGetVersion`, `cuFileHandleRegister`,
+//!   `cuFileDriverGetProperties`, `cuFileGetVersion`, `cuFileSetParameterString`,
+//!   `cuFileGetParameterString`, `cuFileHandleRegister`,
 //!   `cuFileHandleDeregister`, `cuFileBufRegister`, `cuFileBufDeregister`, `cuFileRead`,
 //!   `cuFileWrite`.
 //! * Not CUDA: `int h5gds_emu_counters(struct h5gds_emu_counters *out)` fills nine `uint64_t`:
@@ -65,6 +67,10 @@
 //!   to compatibility mode where the file system refuses `O_DIRECT`); in compatibility mode they
 //!   go through the page cache and, for device memory, through 1 MiB POSIX bounce buffers
 //!   (`per_buffer_cache_size_kb`) and a copy each. Unaligned transfers work in both.
+//!   `cuFileDriverOpen` and `cuFileHandleRegister` need a current CUDA context on the calling
+//!   thread, else CU_FILE_CUDA_DRIVER_ERROR with `cu_err` CUDA_ERROR_INVALID_CONTEXT (201), as
+//!   real cuFile (see `cufile_api::require_context`). Opening the driver writes a line to
+//!   `cufile.log` where cuFile would (see `cufile_log`).
 //! * Device and pinned host memory are backed when allocated (`MAP_POPULATE`): the first
 //!   transfer into fresh memory pays no page faults, as on a GPU.
 //! * No panic crosses the C boundary: a panic becomes CUDA_ERROR_UNKNOWN (999) /
@@ -95,7 +101,7 @@
 //! | `H5GDS_EMU_TRACE=1` | one stderr line per call: arguments and result | 0 |
 //! | `H5GDS_EMU_DEFER_ASYNC=1` | async copies with pinned host memory run at synchronization | 0 |
 //!
-//! The report has ten lines:
+//! The report has twelve lines:
 //!
 //! ```text
 //! leaked device allocations: N (bytes B)
@@ -108,12 +114,16 @@
 //! copies dtoh: N
 //! cufile posix bounce copies: N
 //! cufile o_direct requests: N
+//! cufile driver open calls: N
+//! cufile handle register calls: N
 //! ```
 //!
 //! "cufile reads/writes" count calls that returned a byte count (0 included); "copies" count
 //! completed copies by direction (device-to-device and host-to-host ones are not counted);
 //! "posix bounce copies" count the 1 MiB bounce-buffer pieces of compatibility-mode device
-//! transfers, "o_direct requests" the `O_DIRECT` requests of GDS transfers.
+//! transfers, "o_direct requests" the `O_DIRECT` requests of GDS transfers, "driver open calls" and
+//! "handle register calls" every call of `cuFileDriverOpen` and `cuFileHandleRegister`, failed
+//! ones included (whether a program touches cuFile at all).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![allow(non_snake_case)]
@@ -128,6 +138,7 @@ mod cuda_pointer;
 mod cufile_api;
 mod cufile_handles;
 mod cufile_io;
+mod cufile_log;
 mod errors;
 mod ffi;
 mod memory;

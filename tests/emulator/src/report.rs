@@ -66,7 +66,9 @@ fn render(text: &mut StackText) {
          copies htod: {}\n\
          copies dtoh: {}\n\
          cufile posix bounce copies: {}\n\
-         cufile o_direct requests: {}\n",
+         cufile o_direct requests: {}\n\
+         cufile driver open calls: {}\n\
+         cufile handle register calls: {}\n",
         c.live_device_allocations,
         c.live_device_bytes,
         c.live_pinned_host_allocations,
@@ -78,6 +80,8 @@ fn render(text: &mut StackText) {
         c.copies_dtoh,
         crate::cufile_io::POSIX_BOUNCE_COPIES.load(Ordering::Relaxed),
         crate::cufile_io::DIRECT_REQUESTS.load(Ordering::Relaxed),
+        counters::CUFILE_DRIVER_OPEN_CALLS.load(Ordering::Relaxed),
+        counters::CUFILE_HANDLE_REGISTER_CALLS.load(Ordering::Relaxed),
     );
 }
 
@@ -125,7 +129,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn report_has_the_ten_lines() {
+    fn report_has_the_twelve_lines() {
         let mut text = StackText {
             bytes: [0; 1024],
             len: 0,
@@ -133,12 +137,14 @@ mod tests {
         render(&mut text);
         let text = std::str::from_utf8(&text.bytes[..text.len]).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 10, "{text}");
+        assert_eq!(lines.len(), 12, "{text}");
         assert!(lines[0].starts_with("leaked device allocations: "));
         assert!(lines[0].contains(" (bytes "));
         assert!(lines[7].starts_with("copies dtoh: "));
         assert!(lines[8].starts_with("cufile posix bounce copies: "));
         assert!(lines[9].starts_with("cufile o_direct requests: "));
+        assert!(lines[10].starts_with("cufile driver open calls: "));
+        assert!(lines[11].starts_with("cufile handle register calls: "));
     }
 
     #[test]

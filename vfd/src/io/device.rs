@@ -1,5 +1,6 @@
-//! Device-memory I/O for one open file: the path chosen by `compat_mode` at open, and transfers
-//! split into tasks on the pool. A cuFile error in the middle of a transfer sends the rest of that
+//! Device-memory I/O for one open file: the path chosen by `compat_mode` (at open, or for
+//! `auto` at the first device transfer, so that host-only programs never open cuFile), and
+//! transfers split into tasks on the pool. A cuFile error in the middle of a transfer sends the rest of that
 //! task through the staged path, with a warning; nothing partial is reported as success.
 
 use super::gds::{self, CuFileDriver, GdsHandle};
@@ -8,8 +9,9 @@ use super::{staged, Direction};
 use crate::config::{CompatMode, VfdSettings};
 use crate::cuda::{self, CUdeviceptr};
 use crate::error::{Error, Result};
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::os::fd::RawFd;
+use std::sync::OnceLock;
 
 /// How device buffers reach one open file.
 #[derive(Debug)]
@@ -21,13 +23,26 @@ pub(crate) enum FileDevicePath {
     Staged(String),
     /// No working CUDA: every buffer is host memory.
     Unavailable(String),
+    /// `compat_mode=auto`: cuFile is opened, and the file registered, when a device buffer first
+    /// needs them, so programs that never move device data never touch libcufile.
+    Deferred(DeferredGds),
+}
+
+/// The cuFile decision of a `compat_mode=auto` file, made at its first device transfer.
+#[derive(Debug)]
+pub(crate) struct DeferredGds {
+    path: CString,
+    rdwr: bool,
+    decided: OnceLock<Box<FileDevicePath>>,
 }
 
 /// The device path decided before the file is opened: everything but the cuFile handle, so a
 /// `compat_mode=off` failure leaves no file behind.
 pub(crate) enum DevicePathPlan {
-    /// Register the file with this cuFile driver once it is open.
+    /// Register the file with this cuFile driver once it is open (`compat_mode=off`).
     Gds(&'static CuFileDriver),
+    /// Decide at the first device transfer (`compat_mode=auto` with working CUDA).
+    Deferred,
     Decided(FileDevicePath),
 }
 
@@ -44,10 +59,24 @@ fn through_cufile(driver: &CuFileDriver, condition: &str) -> String {
     }
 }
 
+/// `compat_mode=auto`'s use of an opened (or unopenable) cuFile driver: GDS only where the GDS
+/// kernel path is there.
+fn auto_plan(driver: std::result::Result<&'static CuFileDriver, String>) -> DevicePathPlan {
+    match driver {
+        Err(err) => DevicePathPlan::Decided(FileDevicePath::Staged(err)),
+        Ok(driver) if !driver.gds_available() => DevicePathPlan::Decided(FileDevicePath::Staged(
+            format!("{}: no GDS kernel path", driver.describe()),
+        )),
+        Ok(driver) => DevicePathPlan::Gds(driver),
+    }
+}
+
 impl DevicePathPlan {
     /// Decides per `compat_mode`: `on` never touches libcufile; `auto` uses cuFile only where
-    /// GDS is really available; `off` requires cuFile or fails.
-    pub(crate) fn prepare(settings: &VfdSettings) -> Result<DevicePathPlan> {
+    /// GDS is really available, and when `defer` leaves cuFile unopened until a device buffer
+    /// needs it (file opens defer; `h5gds info` does not, to say exactly what a transfer gets);
+    /// `off` requires cuFile or fails, before the file is touched.
+    pub(crate) fn prepare(settings: &VfdSettings, defer: bool) -> Result<DevicePathPlan> {
         let strict = settings.compat_mode == CompatMode::Off;
         let cuda = match cuda::cuda() {
             Ok(cuda) => cuda,
@@ -68,20 +97,18 @@ impl DevicePathPlan {
             cuda.device_count,
             cuda.device_names.first().map_or("?", String::as_str)
         );
-        if settings.compat_mode == CompatMode::On {
-            return Ok(DevicePathPlan::Decided(FileDevicePath::Staged(
+        match settings.compat_mode {
+            CompatMode::On => Ok(DevicePathPlan::Decided(FileDevicePath::Staged(
                 "compat_mode=on".into(),
-            )));
-        }
-        match gds::driver() {
-            Err(err) if strict => Err(Error::Device(format!(
-                "compat_mode=off requires cuFile: {err}"
             ))),
-            Err(err) => Ok(DevicePathPlan::Decided(FileDevicePath::Staged(err))),
-            Ok(driver) if !driver.gds_available() && !strict => Ok(DevicePathPlan::Decided(
-                FileDevicePath::Staged(format!("{}: no GDS kernel path", driver.describe())),
-            )),
-            Ok(driver) => Ok(DevicePathPlan::Gds(driver)),
+            CompatMode::Off => match gds::driver() {
+                Err(err) => Err(Error::Device(format!(
+                    "compat_mode=off requires cuFile: {err}"
+                ))),
+                Ok(driver) => Ok(DevicePathPlan::Gds(driver)),
+            },
+            CompatMode::Auto if defer => Ok(DevicePathPlan::Deferred),
+            CompatMode::Auto => Ok(auto_plan(gds::driver())),
         }
     }
 
@@ -95,6 +122,13 @@ impl DevicePathPlan {
     ) -> Result<FileDevicePath> {
         let driver = match self {
             DevicePathPlan::Decided(path) => return Ok(path),
+            DevicePathPlan::Deferred => {
+                return Ok(FileDevicePath::Deferred(DeferredGds {
+                    path: path.to_owned(),
+                    rdwr,
+                    decided: OnceLock::new(),
+                }))
+            }
             DevicePathPlan::Gds(driver) => driver,
         };
         match GdsHandle::register(driver, path, rdwr) {
@@ -112,8 +146,54 @@ impl DevicePathPlan {
             DevicePathPlan::Gds(driver) => {
                 through_cufile(driver, " (where the file system accepts O_DIRECT)")
             }
+            DevicePathPlan::Deferred => deferred_description(settings),
             DevicePathPlan::Decided(path) => path.describe(settings),
         }
+    }
+}
+
+fn staged_description(settings: &VfdSettings, why: &str) -> String {
+    format!(
+        "staged through pinned bounce buffers of {} ({why})",
+        crate::config::format_size(settings.bounce_buffer_size as u64)
+    )
+}
+
+/// What a deferred file's device buffers will get, said without opening cuFile: exactly, once
+/// this process has opened it (or failed to).
+fn deferred_description(settings: &VfdSettings) -> String {
+    match gds::driver_if_opened() {
+        Some(driver) => match auto_plan(driver) {
+            DevicePathPlan::Gds(driver) => through_cufile(
+                driver,
+                " (where the file system accepts O_DIRECT; registered at the first device transfer)",
+            ),
+            plan => plan.describe(settings),
+        },
+        None => format!(
+            "cuFile opens at the first device transfer: then GPUDirect Storage where it finds \
+             the GDS kernel path and the file system accepts O_DIRECT, else {}",
+            staged_description(settings, "compat_mode=auto")
+        ),
+    }
+}
+
+impl DeferredGds {
+    /// The path, decided on first use: cuFile opened, the file registered; any failure stages.
+    fn decide(&self, settings: &VfdSettings, file_name: &str) -> &FileDevicePath {
+        self.decided.get_or_init(|| {
+            let plan = auto_plan(gds::driver());
+            let path = match plan.finish(settings, &self.path, self.rdwr) {
+                Ok(path) => path,
+                // `finish` fails only under compat_mode=off, which never defers.
+                Err(err) => FileDevicePath::Staged(err.to_string()),
+            };
+            tracing::info!(
+                "{file_name:?}: first device transfer; device buffers: {}",
+                path.describe(settings)
+            );
+            Box::new(path)
+        })
     }
 }
 
@@ -122,16 +202,26 @@ impl FileDevicePath {
     pub(crate) fn describe(&self, settings: &VfdSettings) -> String {
         match self {
             FileDevicePath::Gds(h) => through_cufile(h.driver(), ""),
-            FileDevicePath::Staged(why) => format!(
-                "staged through pinned bounce buffers of {} ({why})",
-                crate::config::format_size(settings.bounce_buffer_size as u64)
-            ),
+            FileDevicePath::Staged(why) => staged_description(settings, why),
             FileDevicePath::Unavailable(why) => format!("not possible: {why}"),
+            FileDevicePath::Deferred(deferred) => match deferred.decided.get() {
+                Some(path) => path.describe(settings),
+                None => deferred_description(settings),
+            },
+        }
+    }
+
+    /// The path itself: a deferred one is decided now (its first device transfer).
+    fn resolve(&self, settings: &VfdSettings, file_name: &str) -> &FileDevicePath {
+        match self {
+            FileDevicePath::Deferred(deferred) => deferred.decide(settings, file_name),
+            path => path,
         }
     }
 }
 
 /// What device I/O needs to know about an open file.
+#[derive(Clone, Copy)]
 pub(crate) struct DeviceIo<'a> {
     pub(crate) path: &'a FileDevicePath,
     pub(crate) fd: RawFd,
@@ -154,9 +244,14 @@ impl DeviceIo<'_> {
         addr: u64,
     ) -> Result<()> {
         let (nthreads, task_size) = (self.settings.nthreads, self.settings.task_size);
+        // A deferred path is decided here, on the caller's thread, before any task runs.
+        let io = DeviceIo {
+            path: self.path.resolve(self.settings, self.file_name),
+            ..*self
+        };
         run_split(nthreads, len, task_size, true, |off, n| {
             // SAFETY: each task covers a disjoint part of the caller's device range.
-            unsafe { self.task(dir, base, buf_off + off, n, addr + off as u64) }
+            unsafe { io.task(dir, base, buf_off + off, n, addr + off as u64) }
         })
     }
 
@@ -181,7 +276,10 @@ impl DeviceIo<'_> {
             |dev, len, addr| unsafe { staged::transfer(dir, fd, name, dev, len, addr, bounce) };
         let handle = match self.path {
             FileDevicePath::Gds(handle) => handle,
-            FileDevicePath::Staged(_) => return staged(dev, len, addr),
+            // `resolve` never leaves a deferred path; staging is its fallback all the same.
+            FileDevicePath::Staged(_) | FileDevicePath::Deferred(_) => {
+                return staged(dev, len, addr)
+            }
             FileDevicePath::Unavailable(why) => {
                 return Err(Error::Device(format!(
                     "device buffer, but device I/O is {why}"
@@ -189,7 +287,8 @@ impl DeviceIo<'_> {
             }
         };
         let device_error = |e: cuda::CudaError| Error::Device(e.to_string());
-        cuda::make_current().map_err(device_error)?;
+        // cuFileRead/cuFileWrite need a current context; the caller's is restored afterwards.
+        let _context = cuda::enter_context().map_err(device_error)?;
         // SAFETY: the range lies in one allocation starting at `base` (caller's contract).
         match unsafe { handle.transfer(dir, base, buf_off, len, addr) } {
             // End of file: the rest of the read is zeros, as for host buffers.

@@ -2,8 +2,14 @@
 //!
 //! libcufile is touched only after CUDA is known to work (libcuda loads, `cuInit` succeeds, a
 //! device exists): without an NVIDIA driver, `cuFileDriverOpen` and `cuFileHandleRegister` spin
-//! forever. The driver is opened once and deliberately never closed (closing it at process exit,
-//! while other threads may still run, is what crashes other cuFile users).
+//! forever. The driver is opened once, when a device buffer first needs it (never by an open
+//! that moves only host data), and deliberately never closed (closing it at process exit, while
+//! other threads may still run, is what crashes other cuFile users).
+//!
+//! `cuFileDriverOpen` and `cuFileHandleRegister` fail on a thread without a current CUDA context
+//! (NVIDIA/cudf issue #14140), so both run inside `cuda::enter_context`, which leaves the
+//! caller's context as it was. cuFile writes `cufile.log` into the working directory unless told
+//! otherwise; `keep_log_out_of_working_directory` tells it otherwise where the user has not.
 
 use super::{Direction, PartialTransfer};
 use crate::cuda::{self, CUdeviceptr, CudaError};
@@ -59,6 +65,8 @@ fn open_driver() -> Result<CuFileDriver, String> {
     let lib =
         cufile_sys::load().map_err(|e| format!("cannot load {}: {e}", cufile_sys::LIBRARY_NAME))?;
     let open = symbol(&lib.cuFileDriverOpen, "cuFileDriverOpen")?;
+    keep_log_out_of_working_directory(&lib);
+    let _context = cuda::enter_context().map_err(|e| e.to_string())?;
     // SAFETY: a function of the loaded libcufile, taking no arguments.
     let status = unsafe { open() };
     if !cufile_sys::succeeded(&status) {
@@ -84,13 +92,78 @@ fn open_driver() -> Result<CuFileDriver, String> {
     })
 }
 
+/// Points cuFile's log at a directory of the driver's own, unless the user (or the system's
+/// cufile.json) placed it: cuFile writes `cufile.log` "in the current working directory" by
+/// default, and `CUFILE_LOGFILE_PATH` or cufile.json's `"logging": {"dir": ...}` (a config file
+/// the user names with `CUFILE_ENV_PATH_JSON`) move it (NVIDIA GPUDirect Storage troubleshooting
+/// guide, "Enabling a Different cufile.log File for Each Application"; configuration guide,
+/// "GPUDirect Storage Parameters"). cuFile 1.20's `cuFileSetParameterString(CUFILE_PARAM_LOG_DIR)`
+/// sets the directory before the driver opens and takes precedence over both (`cufile.h`), so it
+/// is used only where neither variable is set and cuFile reports no directory of its own. Older
+/// cuFile without the call keeps its default.
+fn keep_log_out_of_working_directory(lib: &CuFileLib) {
+    use cufile_sys::CUFileStringConfigParameter_t as P;
+    let user_set = |var| std::env::var_os(var).is_some_and(|v| !v.is_empty());
+    if user_set("CUFILE_LOGFILE_PATH") || user_set("CUFILE_ENV_PATH_JSON") {
+        return;
+    }
+    let (Ok(get), Ok(set)) = (
+        lib.cuFileGetParameterString.as_ref(),
+        lib.cuFileSetParameterString.as_ref(),
+    ) else {
+        tracing::debug!("this libcufile cannot place its log; it keeps its default");
+        return;
+    };
+    for param in [P::CUFILE_PARAM_LOG_DIR, P::CUFILE_PARAM_ENV_LOGFILE_PATH] {
+        let mut value = [0 as std::ffi::c_char; 4096];
+        // SAFETY: the buffer holds `len` bytes; cuFile NUL-terminates what it writes.
+        let status = unsafe { get(param, value.as_mut_ptr(), value.len() as i32) };
+        // SAFETY: as above; the buffer was zeroed, so it ends in a NUL either way.
+        let placed = unsafe { !CStr::from_ptr(value.as_ptr()).is_empty() };
+        if cufile_sys::succeeded(&status) && placed {
+            return;
+        }
+    }
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let dir = std::env::temp_dir().join(format!("h5gds-cufile-{uid}"));
+    use std::os::unix::fs::DirBuilderExt;
+    let made = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir);
+    let c_dir = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()));
+    match (made, c_dir) {
+        (Ok(()), Ok(c_dir)) => {
+            // SAFETY: a NUL-terminated string; the driver is not open yet.
+            let status = unsafe { set(P::CUFILE_PARAM_LOG_DIR, c_dir.as_ptr()) };
+            if cufile_sys::succeeded(&status) {
+                tracing::debug!("cuFile logs to {dir:?}");
+            } else {
+                let err = CudaError::cufile("cuFileSetParameterString", &status);
+                tracing::debug!("{err}; cuFile keeps its default log place");
+            }
+        }
+        (Err(err), _) => {
+            tracing::debug!("cannot make {dir:?} ({err}); cuFile keeps its default log place")
+        }
+        (_, Err(err)) => tracing::debug!("{err}; cuFile keeps its default log place"),
+    }
+}
+
+static DRIVER: OnceLock<Result<CuFileDriver, String>> = OnceLock::new();
+
 /// The process's cuFile driver, opened on first use.
 pub(crate) fn driver() -> Result<&'static CuFileDriver, String> {
-    static DRIVER: OnceLock<Result<CuFileDriver, String>> = OnceLock::new();
     DRIVER
         .get_or_init(open_driver)
         .as_ref()
         .map_err(Clone::clone)
+}
+
+/// The outcome of `driver`, if it has been asked already; opens nothing.
+pub(crate) fn driver_if_opened() -> Option<Result<&'static CuFileDriver, String>> {
+    DRIVER.get().map(|d| d.as_ref().map_err(Clone::clone))
 }
 
 /// One file registered with cuFile, through its own `O_DIRECT` descriptor.
@@ -135,8 +208,10 @@ impl GdsHandle {
         descr.handle.fd = direct.as_raw_fd();
         let mut handle: CUfileHandle_t = std::ptr::null_mut();
         let register = symbol(&driver.lib.cuFileHandleRegister, "cuFileHandleRegister")?;
+        let context = cuda::enter_context().map_err(|e| e.to_string())?;
         // SAFETY: valid out-pointer and descriptor; the driver is open.
         let status = unsafe { register(&mut handle, &mut descr) };
+        drop(context);
         if !cufile_sys::succeeded(&status) {
             return Err(CudaError::cufile("cuFileHandleRegister", &status).to_string());
         }
@@ -203,6 +278,7 @@ impl GdsHandle {
 impl Drop for GdsHandle {
     fn drop(&mut self) {
         if let Ok(deregister) = self.driver.lib.cuFileHandleDeregister.as_ref() {
+            let _context = cuda::enter_context();
             // SAFETY: the handle was registered in `register` and is deregistered once.
             unsafe { deregister(self.handle) };
         }
