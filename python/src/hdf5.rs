@@ -18,8 +18,8 @@ const H5I_DATASET: c_int = 5;
 const H5S_SCALAR: c_int = 0;
 const H5S_SELECT_SET: c_int = 0;
 const H5E_WALK_DOWNWARD: c_int = 1;
-/// HDF5's largest rank (H5S_MAX_RANK).
-const MAX_RANK: usize = 32;
+/// HDF5's largest rank, from the driver's layout-checked ABI constants.
+const MAX_RANK: usize = h5gds::abi::H5S_MAX_RANK;
 
 #[repr(C)]
 struct ErrorRecord {
