@@ -13,8 +13,9 @@ Decisions (README, Python section):
   to the native byte order explicitly before it goes to the device. Variable-length data (strings)
   comes back as h5py's ``dset[()]`` returns it (an object array of ``bytes``), into NumPy only.
 * ``to_file`` writes the logical array (transposed and broadcast views are copied into C order
-  first), validates everything before it truncates an existing file, and leaves one ordinary
-  contiguous dataset in one self-contained file.
+  first) into a new file next to ``path`` and renames it over ``path`` once complete, so a write
+  that fails leaves the old file as it was; the result is one ordinary contiguous dataset in one
+  self-contained file.
 """
 
 import errno
@@ -22,6 +23,8 @@ import importlib
 import itertools
 import operator
 import os
+import secrets
+import stat
 import sys
 import types
 from contextlib import contextmanager
@@ -356,21 +359,42 @@ def to_file(array, path, dataset):
     **Destructive**: an existing file at ``path`` is replaced with everything in it. Missing parent
     directories and groups are created. The logical array is written (transposed, sliced or
     broadcast views included), in its own dtype (big-endian kept). A NumPy array, or a device
-    array through ``h5gds.write``. Everything is checked before an existing file is touched:
-    ValueError for a directory as ``path`` or a bad name, TypeError for an array or dtype HDF5
-    cannot store."""
+    array through ``h5gds.write``. The file is written next to ``path`` and renamed over it when
+    complete: a failed write leaves an existing file as it was. ValueError for a directory as
+    ``path`` or a bad name, TypeError for an array or dtype HDF5 cannot store."""
     name = dataset_name(dataset)
     path = _file_path(path)
     driver = _driver()
     source, shape, dtype = _logical(array)
     _check_storable(dtype)
-    if path.parent != Path(""):
-        path.parent.mkdir(parents=True, exist_ok=True)
-    with h5py.File(path, "w", driver=driver) as file:
+
+    def fill(file):
         # Contiguous and never filled: every element is written next.
         dset = file.create_dataset(name, shape=shape, dtype=dtype, fill_time="never")
         if int(np.prod(shape)):
             _io.write(dset, source)
+
+    _replace(path, driver, fill)
+
+
+def _replace(path, driver, fill):
+    """Creates a new file next to ``path``, ``fill``s it and renames it over ``path``: a write that
+    fails (a refused array, a full disk) leaves the old file as it was. Through a symlink the file
+    it points to is replaced; an existing file's permission bits are kept."""
+    target = Path(os.path.realpath(path))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    new = target.with_name(f".{target.name}.{os.getpid()}-{secrets.token_hex(4)}.h5gds-tmp")
+    try:
+        with h5py.File(new, "x", driver=driver) as file:
+            fill(file)
+        try:
+            os.chmod(new, stat.S_IMODE(os.stat(target).st_mode))
+        except FileNotFoundError:
+            pass
+        os.replace(new, target)
+    except BaseException:
+        new.unlink(missing_ok=True)
+        raise
 
 
 class Batches:

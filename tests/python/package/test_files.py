@@ -192,6 +192,34 @@ def test_arrays_hdf5_cannot_store_are_refused_before_the_file_is_touched(tmp_pat
     assert path.read_bytes() == before
 
 
+def test_a_write_that_fails_leaves_the_old_file_and_no_other(tmp_path, monkeypatch):
+    path = tmp_path / "keep.h5"
+    h5gds.to_file(np.arange(4.0), path, "x")
+    before = path.read_bytes()
+
+    def failing_write(dset, array, sel=None):
+        raise OSError("H5Dwrite failed: No space left on device (simulated)")
+
+    monkeypatch.setattr(h5gds._files._io, "write", failing_write)
+    with pytest.raises(OSError, match="simulated"):
+        h5gds.to_file(np.arange(100.0), path, "x")
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.h5"]
+
+
+def test_to_file_through_a_symlink_replaces_its_target_and_keeps_permissions(tmp_path):
+    real = tmp_path / "real.h5"
+    h5gds.to_file(np.arange(3), real, "x")
+    real.chmod(0o640)
+    link = tmp_path / "link.h5"
+    link.symlink_to(real)
+    h5gds.to_file(np.arange(5, dtype="<i2"), link, "y")
+    assert link.is_symlink() and link.resolve() == real
+    assert (real.stat().st_mode & 0o777) == 0o640
+    assert_same(h5gds.from_file(real, "y"), np.arange(5, dtype="<i2"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.h5", "real.h5"]
+
+
 # --- names -------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, reason", [
@@ -462,9 +490,11 @@ def test_files_go_through_the_gds_driver_unless_h5gds_use_vfd_gds_is_0(tmp_path)
             f"print(sum(c.sum() for c, _ in h5gds.from_file_batched({str(path)!r}, 'x', (3,))))\n")
     proc = assert_ran(child(code, H5GDS_LOG="info"), "the gds child")
     assert proc.stdout.split() == ["45.0", "45.0"]
-    assert proc.stderr.count(f'opened "{path}"') == 3, proc.stderr
+    # to_file writes a new file next to `path` (renamed over it when complete), then two reads.
+    assert proc.stderr.count(f'opened "{tmp_path}/.d.h5.') == 1, proc.stderr
+    assert proc.stderr.count(f'opened "{path}"') == 2, proc.stderr
     proc = assert_ran(child(code, H5GDS_LOG="info", H5GDS_USE_VFD_GDS="0"), "the sec2 child")
-    assert proc.stdout.split() == ["45.0", "45.0"] and f'opened "{path}"' not in proc.stderr, proc.stderr
+    assert proc.stdout.split() == ["45.0", "45.0"] and "opened" not in proc.stderr, proc.stderr
     proc = child(code, H5GDS_USE_VFD_GDS="yes")
     assert proc.returncode != 0 and "ValueError: invalid value 'yes' for H5GDS_USE_VFD_GDS" in proc.stderr
     assert "1 (the gds driver), 0 (the staged path) or unset" in proc.stderr
@@ -535,5 +565,6 @@ def test_a_process_that_also_loads_netcdf4s_hdf5(tmp_path, order):
     assert lines[2:] == ["276", "[(0, 0), (0, 4), (3, 0), (3, 4)]", "[8, 14] 23",
                          "[0.0, 1.5, 3.0, 4.5, 6.0, 7.5]", "276", "[0.0, 1.5, 3.0, 4.5, 6.0, 7.5]"], lines
     # to_file, from_file, the batches and h5py's driver="gds" open all went through h5gds's driver.
-    assert proc.stderr.count(f'opened "{ours}"') == 4, proc.stderr
+    assert proc.stderr.count(f'opened "{tmp_path}/.o.h5.') == 1, proc.stderr
+    assert proc.stderr.count(f'opened "{ours}"') == 3, proc.stderr
     assert proc.stderr.count(f'opened "{nc}"') == 1, proc.stderr
