@@ -8,6 +8,7 @@ Rust functions, `like=`, and a process that also loads netCDF4's own HDF5."""
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import h5py
@@ -414,65 +415,133 @@ def test_like_refuses_what_it_does_not_know(tmp_path):
         h5gds.from_file(path, "x", like=os)
 
 
-class StandInTorch:
-    """A stand-in `torch` module over host memory (DLPack, device "cpu"): enough for from_file's
-    PyTorch results to be allocated, filled by h5gds.read and converted (no PyTorch here)."""
+class HostTensor:
+    """An array of a stand-in GPU library over host memory (DLPack, CPU), on a named device."""
 
-    class Tensor:
-        def __init__(self, array, device):
-            self.array, self.device = array, device
+    def __init__(self, array, device):
+        self.array, self.device = array, device
 
-        def __dlpack__(self, **kwargs):
-            return self.array.__dlpack__(**kwargs)
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
 
-        def __dlpack_device__(self):
-            return self.array.__dlpack_device__()
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
 
-        def to(self, device):
-            return StandInTorch.Tensor(self.array, device)
+    def to(self, device):  # PyTorch's
+        return HostTensor(self.array, device)
 
-    def __init__(self):
+
+class StandInTorch(types.ModuleType):
+    """A stand-in `torch` module over host memory: enough for from_file's PyTorch results to be
+    allocated, filled by h5gds.read and converted (no PyTorch here). Records its calls."""
+
+    Tensor = HostTensor
+
+    def __init__(self, cuda_available=True):
+        super().__init__("torch")
         for name in ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"):
             setattr(self, name, name)
+        self.cuda = types.SimpleNamespace(is_available=lambda: cuda_available, current_device=lambda: 2)
         self.calls = []
+
+    def device(self, kind, index):
+        return f"{kind}:{index}"
 
     def empty(self, shape, dtype, device):
         self.calls.append(("empty", shape, dtype, device))
-        return StandInTorch.Tensor(np.empty(shape, dtype=dtype), device)
+        return HostTensor(np.empty(shape, dtype=dtype), device)
 
     def from_numpy(self, array):
         self.calls.append(("from_numpy", array.dtype.str))
-        return StandInTorch.Tensor(array, "cpu")
+        return HostTensor(array, "cpu")
 
 
-def test_like_a_tensor_follows_its_library_and_device(tmp_path, monkeypatch):
+class StandInCupy(types.ModuleType):
+    """A stand-in `cupy` module over host memory, with CuPy's current-device context manager."""
+
+    def __init__(self):
+        super().__init__("cupy")
+        self.current, self.calls = 0, []
+        module = self
+
+        class Device:
+            def __init__(self, index):
+                self.id = index
+
+            def __enter__(self):
+                self.previous, module.current = module.current, self.id
+
+            def __exit__(self, *exc):
+                module.current = self.previous
+
+        self.cuda = types.SimpleNamespace(Device=Device, runtime=types.SimpleNamespace(getDevice=lambda: 3))
+
+    def empty(self, shape, dtype):
+        self.calls.append(("empty", shape, np.dtype(dtype).str, self.current))
+        return HostTensor(np.empty(shape, dtype=dtype), self.current)
+
+    def asarray(self, array):
+        self.calls.append(("asarray", array.dtype.str, self.current))
+        return HostTensor(array, self.current)
+
+
+@pytest.fixture
+def tensor_type_in(monkeypatch):
+    """Makes HostTensor look like a class of the given library (from_file follows its type)."""
+    def set_library(name):
+        monkeypatch.setattr(HostTensor, "__module__", name)
+    return set_library
+
+
+def test_like_torch_allocates_on_the_device_and_converts_big_endian(tmp_path, monkeypatch, tensor_type_in):
     torch = StandInTorch()
     monkeypatch.setitem(sys.modules, "torch", torch)
-    StandInTorch.Tensor.__module__ = "torch"
-    try:
-        path = tmp_path / "t.h5"
-        h5gds.to_file(values((4, 5), "<f4"), path, "x")
-        like = StandInTorch.Tensor(np.empty(0), "cuda:1")
+    tensor_type_in("torch")
+    path = tmp_path / "t.h5"
+    h5gds.to_file(values((4, 5), "<f4"), path, "x")
+    for like, device in (("torch", "cuda:2"), (torch, "cuda:2"), (HostTensor(np.empty(0), "cuda:1"), "cuda:1")):
         got = h5gds.from_file(path, "x", like=like)
-        assert isinstance(got, StandInTorch.Tensor) and got.device == "cuda:1"
+        assert isinstance(got, HostTensor) and got.device == device
         assert got.array.tobytes() == values((4, 5), "<f4").tobytes()
-        assert torch.calls == [("empty", (4, 5), "float32", "cuda:1")]
-        # Big-endian data: converted to the native order explicitly, values kept.
-        h5gds.to_file(values((6,), ">i8"), path, "be")
-        got = h5gds.from_file(path, "be", like=like)
-        assert torch.calls[-1] == ("from_numpy", "<i8") and got.device == "cuda:1"
-        assert np.array_equal(got.array, values((6,), ">i8")) and got.array.dtype == np.dtype("<i8")
-        chunks = [(c.array.tolist(), o) for c, o in h5gds.from_file_batched(path, "be", (4,), like=like)]
-        assert chunks == [(values((4,), "<i8").tolist(), (0,)), (values((6,), "<i8")[4:].tolist(), (4,))]
-        # No device type for strings, structured data or types the library lacks.
-        h5gds.to_file(np.array([b"ab"]), path, "s")
-        with pytest.raises(TypeError, match=r"dataset '/s' has dtype \|S2: PyTorch arrays hold numbers and bools"):
-            h5gds.from_file(path, "s", like=like)
-        h5gds.to_file(np.arange(3, dtype="<u4"), path, "u")
-        with pytest.raises(TypeError, match=r"dtype uint32, which this PyTorch has no type for"):
-            h5gds.from_file(path, "u", like=like)
-    finally:
-        StandInTorch.Tensor.__module__ = __name__
+        assert torch.calls[-1] == ("empty", (4, 5), "float32", device)
+    like = HostTensor(np.empty(0), "cuda:1")
+    # Big-endian data: converted to the native order explicitly, values kept.
+    h5gds.to_file(values((6,), ">i8"), path, "be")
+    got = h5gds.from_file(path, "be", like=like)
+    assert torch.calls[-1] == ("from_numpy", "<i8") and got.device == "cuda:1"
+    assert np.array_equal(got.array, values((6,), ">i8")) and got.array.dtype == np.dtype("<i8")
+    chunks = [(c.array.tolist(), o) for c, o in h5gds.from_file_batched(path, "be", (4,), like=like)]
+    assert chunks == [(values((4,), "<i8").tolist(), (0,)), (values((6,), "<i8")[4:].tolist(), (4,))]
+    # No device type for strings, structured data or types the library lacks.
+    h5gds.to_file(np.array([b"ab"]), path, "s")
+    with pytest.raises(TypeError, match=r"dataset '/s' has dtype \|S2: PyTorch arrays hold numbers and bools"):
+        h5gds.from_file(path, "s", like=like)
+    h5gds.to_file(np.arange(3, dtype="<u4"), path, "u")
+    with pytest.raises(TypeError, match=r"dtype uint32, which this PyTorch has no type for"):
+        h5gds.from_file(path, "u", like=like)
+    monkeypatch.setitem(sys.modules, "torch", StandInTorch(cuda_available=False))
+    with pytest.raises(RuntimeError, match=r"like='torch' makes CUDA tensors, but PyTorch sees no CUDA device"):
+        h5gds.from_file(path, "x", like="torch")
+
+
+def test_like_cupy_allocates_under_the_device_and_converts_big_endian(tmp_path, monkeypatch, tensor_type_in):
+    cupy = StandInCupy()
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    tensor_type_in("cupy")
+    path = tmp_path / "c.h5"
+    h5gds.to_file(values((3, 4), "<i2"), path, "x")
+    on_device_1 = HostTensor(np.empty(0), types.SimpleNamespace(id=1))
+    for like, device in (("cupy", 3), (cupy, 3), (on_device_1, 1)):
+        got = h5gds.from_file(path, "x", like=like)
+        assert got.array.tobytes() == values((3, 4), "<i2").tobytes()
+        assert cupy.calls[-1] == ("empty", (3, 4), "<i2", device) and cupy.current == 0
+    h5gds.to_file(values((5,), ">f8"), path, "be")
+    got = h5gds.from_file(path, "be", like=on_device_1)
+    assert cupy.calls[-1] == ("asarray", "<f8", 1)
+    assert np.array_equal(got.array, values((5,), ">f8")) and got.array.dtype == np.dtype("<f8")
+    h5gds.to_file(np.zeros(2, dtype=[("a", "<i4"), ("b", "<f8")]), path, "rec")
+    with pytest.raises(TypeError, match=r"CuPy arrays hold numbers and bools only; read it with like='numpy'"):
+        h5gds.from_file(path, "rec", like="cupy")
 
 
 # --- the driver, and array-io ------------------------------------------------------------------------------
