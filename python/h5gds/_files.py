@@ -97,7 +97,8 @@ def _driver():
                      "driver), 0 (the staged path) or unset (automatic)")
 
 
-def _datasets_in(group, limit=20):
+def _datasets_in(group, limit):
+    """The absolute names of the first ``limit`` datasets in ``group``, in h5py's visiting order."""
     names = []
 
     def visit(name, obj):
@@ -119,15 +120,17 @@ def _dataset(path, dataset):
     try:
         file = h5py.File(path, "r", driver=_driver())
     except OSError as err:
-        raise OSError(f"{str(path)!r} could not be opened as an HDF5 file: {err}") from err
+        # The same class (PermissionError, ...), the path and h5py's reason.
+        raise type(err)(f"{str(path)!r} could not be opened as an HDF5 file: {err}") from err
     with file:
         try:
             obj = file[name]
         except KeyError:
-            existing = _datasets_in(file)
-            raise ValueError(
-                f"{str(path)!r} has no dataset {name!r}; its datasets: "
-                f"{', '.join(existing) if existing else '(none)'}") from None
+            limit = 20
+            existing = _datasets_in(file, limit)
+            listed = ", ".join(existing) + (", ..." if len(existing) == limit else "")
+            raise ValueError(f"{str(path)!r} has no dataset {name!r}; its datasets: "
+                             f"{listed or '(none)'}") from None
         if not isinstance(obj, h5py.Dataset):
             kind = "a group" if isinstance(obj, h5py.Group) else f"a {type(obj).__name__}"
             raise ValueError(f"{name!r} in {str(path)!r} is {kind}, not a dataset")
@@ -298,6 +301,9 @@ def _logical(array):
     its dtype."""
     if isinstance(array, np.generic):
         array = np.asarray(array)
+    if isinstance(array, np.ma.MaskedArray):
+        raise TypeError("array is a masked array: HDF5 stores no mask; write array.filled(value) "
+                        "or np.ma.getdata(array)")
     if isinstance(array, np.ndarray):
         if not array.flags.c_contiguous:
             array = np.ascontiguousarray(array)

@@ -183,6 +183,7 @@ def test_a_directory_as_path_raises_value_error_and_is_left_alone(tmp_path):
     (np.array([object(), 1], dtype=object), TypeError, "fixed-size elements"),
     ([1, 2, 3], TypeError, "np.asarray"),
     (np.zeros(3, dtype="M8[s]"), TypeError, "has no HDF5 type"),
+    (np.ma.masked_array([1, 2], mask=[0, 1]), TypeError, "masked array: HDF5 stores no mask"),
 ])
 def test_arrays_hdf5_cannot_store_are_refused_before_the_file_is_touched(tmp_path, array, error, message):
     path = tmp_path / "keep.h5"
@@ -285,6 +286,12 @@ def test_read_errors_name_the_culprit(tmp_path):
         h5gds.from_file(not_hdf5, "x")
     with pytest.raises(TypeError, match=r"path must be a str or os.PathLike"):
         h5gds.from_file(3, "x")
+    many = tmp_path / "many.h5"
+    with h5py.File(many, "w") as f:
+        for i in range(25):
+            f[f"d{i:02}"] = np.arange(2)
+    with pytest.raises(ValueError, match=r"its datasets: /d00, /d01, .*, /d19, \.\.\.$"):
+        h5gds.from_file(many, "d99")
 
 
 # --- strings -----------------------------------------------------------------------------------------------
