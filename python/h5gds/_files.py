@@ -23,12 +23,10 @@ import importlib
 import itertools
 import operator
 import os
-import secrets
 import stat
 import sys
 import types
 from contextlib import contextmanager
-from pathlib import Path
 
 import h5py
 import numpy as np
@@ -75,10 +73,9 @@ def _file_path(path):
         path = os.fsdecode(path)
     if not path:
         raise ValueError("path is empty: name an HDF5 file such as 'out/data.h5'")
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"path {str(path)!r} is a directory: name an HDF5 file in it, such as "
-                         f"{str(path / 'data.h5')!r}")
+    if os.path.isdir(path):
+        raise ValueError(f"path {path!r} is a directory: name an HDF5 file in it, such as "
+                         f"{os.path.join(path, 'data.h5')!r}")
     return path
 
 
@@ -115,13 +112,13 @@ def _dataset(path, dataset):
     """Opens dataset ``dataset`` of the file at ``path`` for reading; the file closes on exit."""
     name = dataset_name(dataset)
     path = _file_path(path)
-    if not path.exists():
-        raise FileNotFoundError(errno.ENOENT, "no such HDF5 file", str(path))
+    if not os.path.exists(path):
+        raise FileNotFoundError(errno.ENOENT, "no such HDF5 file", path)
     try:
         file = h5py.File(path, "r", driver=_driver())
     except OSError as err:
         # The same class (PermissionError, ...), the path and h5py's reason.
-        raise type(err)(f"{str(path)!r} could not be opened as an HDF5 file: {err}") from err
+        raise type(err)(f"{path!r} could not be opened as an HDF5 file: {err}") from err
     with file:
         try:
             obj = file[name]
@@ -129,13 +126,13 @@ def _dataset(path, dataset):
             limit = 20
             existing = _datasets_in(file, limit)
             listed = ", ".join(existing) + (", ..." if len(existing) == limit else "")
-            raise ValueError(f"{str(path)!r} has no dataset {name!r}; its datasets: "
+            raise ValueError(f"{path!r} has no dataset {name!r}; its datasets: "
                              f"{listed or '(none)'}") from None
         if not isinstance(obj, h5py.Dataset):
             kind = "a group" if isinstance(obj, h5py.Group) else f"a {type(obj).__name__}"
-            raise ValueError(f"{name!r} in {str(path)!r} is {kind}, not a dataset")
+            raise ValueError(f"{name!r} in {path!r} is {kind}, not a dataset")
         if obj.shape is None:
-            raise ValueError(f"dataset {name!r} in {str(path)!r} has a null dataspace (no shape and "
+            raise ValueError(f"dataset {name!r} in {path!r} has a null dataspace (no shape and "
                              "no elements; h5py writes these for h5py.Empty)")
         yield obj
 
@@ -387,9 +384,10 @@ def _replace(path, driver, fill):
     """Creates a new file next to ``path``, ``fill``s it and renames it over ``path``: a write that
     fails (a refused array, a full disk) leaves the old file as it was. Through a symlink the file
     it points to is replaced; an existing file's permission bits are kept."""
-    target = Path(os.path.realpath(path))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    new = target.with_name(f".{target.name}.{os.getpid()}-{secrets.token_hex(4)}.h5gds-tmp")
+    target = os.path.realpath(path)
+    directory, name = os.path.split(target)
+    os.makedirs(directory, exist_ok=True)
+    new = os.path.join(directory, f".{name}.{os.getpid()}-{os.urandom(4).hex()}.h5gds-tmp")
     try:
         with h5py.File(new, "x", driver=driver) as file:
             fill(file)
@@ -399,7 +397,8 @@ def _replace(path, driver, fill):
             pass
         os.replace(new, target)
     except BaseException:
-        new.unlink(missing_ok=True)
+        if os.path.lexists(new):
+            os.unlink(new)
         raise
 
 
