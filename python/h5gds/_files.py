@@ -272,12 +272,17 @@ def result_type(like):
 _DLPACK_HOST = (1, 3)
 
 
-def _c_strides(shape, itemsize):
-    strides, step = [], itemsize
-    for n in reversed(shape):
-        strides.append(step)
+def _c_contiguous(shape, strides, itemsize):
+    """Whether byte ``strides`` lay ``shape`` out in C order (axes of length 1 may have any
+    stride; an empty array is contiguous)."""
+    if strides is None or 0 in shape:
+        return True
+    step = itemsize
+    for n, stride in zip(reversed(shape), reversed(strides)):
+        if n != 1 and stride != step:
+            return False
         step *= n
-    return tuple(reversed(strides))
+    return True
 
 
 def _contiguous_copy(array):
@@ -308,9 +313,7 @@ def _logical(array):
     interface = getattr(array, "__cuda_array_interface__", None)
     if interface is not None:
         shape, dtype = tuple(interface["shape"]), np.dtype(interface["typestr"])
-        strides = interface.get("strides")
-        if strides is not None and tuple(strides) != _c_strides(shape, dtype.itemsize) \
-                and np.prod(shape) > 1:
+        if not _c_contiguous(shape, interface.get("strides"), dtype.itemsize):
             array = _contiguous_copy(array)
         return array, shape, dtype
     if hasattr(array, "__dlpack__") and hasattr(array, "__dlpack_device__"):
