@@ -232,9 +232,10 @@ _NAMES = {"numpy": "numpy", "np": "numpy", "cupy": "cupy", "torch": "torch", "py
 
 
 def result_type(like):
-    """What ``like`` selects: None, 'numpy' or the numpy module or a NumPy array: NumPy; 'cupy' or
-    the cupy module: CuPy on the current device, a CuPy array: CuPy on its device; 'torch' or the
-    torch module: PyTorch on the current CUDA device, a tensor: PyTorch on its device."""
+    """What ``like`` selects: 'numpy' (the default), None, the numpy module or a NumPy array:
+    NumPy; 'cupy' or the cupy module: CuPy on the current device, a CuPy array: CuPy on its device;
+    'torch' or the torch module: PyTorch on the current CUDA device, a tensor: PyTorch on its
+    device."""
     if like is None:
         return _NumPy()
     if isinstance(like, str):
@@ -346,11 +347,11 @@ def _check_storable(dtype):
 # --- the functions -----------------------------------------------------------------------------------------
 
 
-def from_file(path, dataset, like=None):
+def from_file(path, dataset, like="numpy"):
     """Reads dataset ``dataset`` (``"data"``, ``"/group/data"``) of the HDF5 file at ``path`` whole.
 
-    ``like`` chooses the result: NumPy (None, the default), CuPy or PyTorch on the GPU ('cupy',
-    'torch', the module, or an array whose library and device to follow). Raises
+    ``like`` chooses the result: NumPy ('numpy', the default, or None), CuPy or PyTorch on the GPU
+    ('cupy', 'torch', the module, or an array whose library and device to follow). Raises
     FileNotFoundError for a missing file, ValueError for a directory as ``path``, a missing
     dataset (listing those that exist), a group as ``dataset`` or a bad name,
     ModuleNotFoundError naming what to install when ``like``'s library is missing."""
@@ -411,7 +412,7 @@ class Batches:
     The file stays open until the last chunk is read or ``close()`` is called (also a context
     manager)."""
 
-    def __init__(self, path, dataset, chunk_size, like=None):
+    def __init__(self, path, dataset, chunk_size, like="numpy"):
         self._result = result_type(like)
         self._opened = _dataset(path, dataset)
         dset = self._opened.__enter__()
@@ -482,7 +483,7 @@ def _chunk_shape(chunk_size, shape, name):
     return tuple(chunk)
 
 
-def from_file_batched(path, dataset, chunk_size, like=None):
+def from_file_batched(path, dataset, chunk_size, like="numpy"):
     """Reads dataset ``dataset`` of the file at ``path`` in chunks of ``chunk_size`` (one positive
     int per dimension): an iterator (``Batches``) of ``(chunk, offsets)`` in row-major order, the
     chunks at the far edges clipped (a length of 5 in chunks of 2 gives 2, 2, 1), each read
