@@ -30,7 +30,7 @@ from contextlib import contextmanager
 
 import h5py
 import numpy as np
-from h5py import h5t
+from h5py import h5d, h5p, h5s, h5t
 
 from . import _io
 from ._selection import hyperslab
@@ -376,12 +376,31 @@ def to_file(array, path, dataset):
     _check_storable(dtype)
 
     def fill(file):
-        # Contiguous and never filled: every element is written next.
-        dset = file.create_dataset(name, shape=shape, dtype=dtype, fill_time="never")
+        dset = _new_dataset(file, name, shape, dtype)
         if int(np.prod(shape)):
             _io.write(dset, source)
 
     _replace(path, driver, fill)
+
+
+def _new_dataset(file, name, shape, dtype):
+    """Dataset ``name`` (missing groups created) of ``shape`` and ``dtype``: contiguous, its storage
+    allocated at creation and never filled (every element is written next). Allocated storage is
+    what lets a device array's bytes go straight through the ``gds`` driver (unwritten storage is
+    staged); h5py's ``create_dataset`` would allocate late, and ignores the creation list of 0-d
+    datasets."""
+    dcpl = h5p.create(h5p.DATASET_CREATE)
+    dcpl.set_layout(h5d.CONTIGUOUS)
+    dcpl.set_alloc_time(h5d.ALLOC_TIME_EARLY)
+    dcpl.set_fill_time(h5d.FILL_TIME_NEVER)
+    dcpl.set_obj_track_times(False)  # as h5py: the same array gives the same bytes
+    lcpl = h5p.create(h5p.LINK_CREATE)
+    lcpl.set_create_intermediate_group(True)
+    lcpl.set_char_encoding(h5t.CSET_UTF8)
+    space = h5s.create_simple(tuple(shape))
+    dsid = h5d.create(file.id, name.encode(), h5t.py_create(dtype, logical=True), space, dcpl=dcpl,
+                      lcpl=lcpl)
+    return h5py.Dataset(dsid)
 
 
 def _replace(path, driver, fill):

@@ -112,6 +112,34 @@ def test_scalars_and_numpy_scalars(tmp_path):
     assert isinstance(got, np.ndarray) and got.shape == () and got.dtype == np.float32 and got[()] == 2.5
     with h5py.File(path, "r") as f:
         assert f["s"].shape == () and f["s"][()] == np.float32(2.5)
+        assert f["s"].id.get_space().get_simple_extent_type() == h5py.h5s.SCALAR
+
+
+@pytest.mark.parametrize("shape", [(), (3, 4), (0, 2)], ids=str)
+def test_datasets_are_allocated_at_creation_and_never_filled(tmp_path, monkeypatch, shape):
+    # Allocated storage is what lets a device array's write go straight through gds; no fill
+    # value is ever written (every element is written next).
+    seen = {}
+
+    def record_write(dset, array, sel=None):
+        plist = dset.id.get_create_plist()
+        seen.update(offset=dset.id.get_offset(), alloc=plist.get_alloc_time(), fill=plist.get_fill_time(),
+                    layout=plist.get_layout(), size=dset.id.get_storage_size())
+        return write(dset, array, sel)
+
+    write = h5gds._files._io.write
+    monkeypatch.setattr(h5gds._files._io, "write", record_write)
+    h5gds.to_file(values(shape, "<i8"), tmp_path / "a.h5", "/g/x")
+    if 0 in shape:
+        assert seen == {}  # nothing to write
+        with h5py.File(tmp_path / "a.h5", "r") as f:
+            plist = f["g/x"].id.get_create_plist()
+            assert plist.get_alloc_time() == h5py.h5d.ALLOC_TIME_EARLY and f["g/x"].shape == shape
+    else:
+        assert seen["offset"] is not None and seen["size"] == 8 * int(np.prod(shape)), seen
+        assert (seen["alloc"], seen["fill"], seen["layout"]) == \
+            (h5py.h5d.ALLOC_TIME_EARLY, h5py.h5d.FILL_TIME_NEVER, h5py.h5d.CONTIGUOUS)
+    assert_same(h5gds.from_file(tmp_path / "a.h5", "g/x"), values(shape, "<i8"))
 
 
 def test_empty_arrays_keep_their_shape(tmp_path):
@@ -162,6 +190,8 @@ def test_the_file_is_one_self_contained_ordinary_hdf5_file(tmp_path):
         dset = f["g/data"]
         assert dset.chunks is None and dset.external is None and not dset.is_virtual
         assert dset.compression is None
+        assert dset.id.get_create_plist().get_layout() == h5py.h5d.CONTIGUOUS
+        assert dset.id.get_offset() is not None  # allocated, so device reads can go straight
     assert_same(h5gds.from_file(moved, "g/data"), values((100, 10), "<f4"))
 
 
@@ -298,6 +328,10 @@ def test_names_without_leading_slash_are_the_same_dataset(tmp_path):
         assert_same(h5gds.from_file(path, name), values((3, 2), "<i4"))
     with h5py.File(path, "r") as f:
         assert f["/g/data"].name == "/g/data"
+    h5gds.to_file(np.arange(3), path, "gr\u00fc\u00dfe/\u6570\u636e")  # UTF-8 names, as h5py writes them
+    with h5py.File(path, "r") as f:
+        assert list(f) == ["gr\u00fc\u00dfe"] and list(f["gr\u00fc\u00dfe"]) == ["\u6570\u636e"]
+    assert_same(h5gds.from_file(path, "/gr\u00fc\u00dfe/\u6570\u636e"), np.arange(3))
 
 
 # --- from_file errors --------------------------------------------------------------------------------------
