@@ -3,7 +3,8 @@ Legate's functions of the same names (destructive writes, parent directories and
 clipped row-major chunks with int offsets, ValueError for a directory, a group or a bad chunk_size),
 the cases Legate gets wrong (0-d and empty arrays, views, nested groups, trailing slashes, strings,
 big-endian data, rewrites, self-contained files), files both ways with h5py and with array-io's
-Rust functions, `like=`, and a process that also loads netCDF4's own HDF5."""
+Rust functions, `like=`, device arrays on the CUDA/cuFile emulator (once h5gds.read/write take them),
+and a process that also loads netCDF4's own HDF5."""
 
 import os
 import subprocess
@@ -677,6 +678,82 @@ def test_files_go_both_ways_with_array_io(tmp_path, rust, dtype):
                              timeout=60)
         assert out.returncode == 0, out.stderr
         assert out.stdout.split() == [f"shape={text}", f"bytes={values(shape, dtype).tobytes().hex()}"]
+
+
+# --- device memory, on the emulator ------------------------------------------------------------------------
+
+DEVICE_CHILD = """
+import sys, types
+import numpy as np, h5gds
+from device_arrays import DeviceArray, cuda
+
+class Device:  # CuPy's current-device context manager, over the test arrays' ordinals
+    def __init__(self, index):
+        self.id = index
+    def __enter__(self):
+        cupy.current = self.id
+    def __exit__(self, *exc):
+        cupy.current = 0
+
+# A stand-in `cupy` whose arrays are the package tests' device arrays (over the emulator).
+cupy = types.ModuleType("cupy")
+cupy.current = 0
+cupy.cuda = types.SimpleNamespace(Device=Device, runtime=types.SimpleNamespace(getDevice=lambda: 0))
+cupy.empty = lambda shape, dtype: DeviceArray(shape, dtype, ordinal=cupy.current)
+cupy.asarray = lambda host: DeviceArray.from_host(np.ascontiguousarray(host), ordinal=cupy.current)
+sys.modules["cupy"] = cupy
+
+d = sys.argv[1]
+a = (np.arange(300 * 257, dtype="<f4") * 0.5).reshape(300, 257)
+before = cuda().counters()
+h5gds.to_file(DeviceArray.from_host(a), d + "/dev.h5", "/g/x")
+after = cuda().counters()
+print("to_file", after["cufile_writes"] - before["cufile_writes"], after["dtoh"] - before["dtoh"],
+      np.array_equal(h5gds.from_file(d + "/dev.h5", "g/x"), a))
+got = h5gds.from_file(d + "/dev.h5", "g/x", like="cupy")
+final = cuda().counters()
+print("from_file", type(got).__name__, final["cufile_reads"] - after["cufile_reads"], final["htod"] - after["htod"],
+      np.array_equal(got.to_host(), a))
+whole, n = np.zeros_like(a), 0
+for chunk, (i, j) in h5gds.from_file_batched(d + "/dev.h5", "g/x", (128, 100), like="cupy"):
+    whole[i:i + chunk.shape[0], j:j + chunk.shape[1]] = chunk.to_host()
+    n += 1
+print("batched", n, np.array_equal(whole, a))
+h5gds.to_file(np.arange(10, dtype=">i8"), d + "/be.h5", "be")
+be = h5gds.from_file(d + "/be.h5", "be", like="cupy").to_host()
+print("big-endian", be.dtype.str, be.tolist() == list(range(10)))
+h5gds.to_file(DeviceArray.from_host(np.array(2.5)), d + "/s.h5", "s")
+print("0-d", h5gds.from_file(d + "/s.h5", "s").tolist(), h5gds.from_file(d + "/s.h5", "s", like="cupy").to_host().tolist())
+h5gds.to_file(DeviceArray((3, 0), "f4"), d + "/e.h5", "e")
+print("empty", h5gds.from_file(d + "/e.h5", "e", like="cupy").shape)
+"""
+
+
+def test_device_arrays_go_to_and_from_files_straight_through_gds_on_the_emulator(tmp_path):
+    # Needs h5gds.read/write on device arrays and their test arrays (tests/python/package/device_arrays.py).
+    if not (Path(__file__).parent / "device_arrays.py").is_file():
+        pytest.skip("device arrays in h5gds.read/write (and tests/python/package/device_arrays.py) are not in "
+                    "this tree")
+    from support import emulator_library
+    libs = tmp_path / "emulator"
+    libs.mkdir()
+    for name in ("libcuda.so.1", "libcufile.so.0"):
+        (libs / name).symlink_to(emulator_library())
+    proc = subprocess.run([sys.executable, "-c", DEVICE_CHILD, str(tmp_path)], cwd=Path(__file__).parent,
+                          env=clean_env({"LD_LIBRARY_PATH": str(libs), "H5GDS_EMU_DEVICES": "1", "H5GDS_LOG": "info",
+                                         "PYTHONPATH": str(Path(__file__).parent)}),
+                          capture_output=True, text=True, timeout=120)
+    assert_ran(proc, "the device child")
+    assert proc.stdout.splitlines() == [
+        "to_file 1 0 True",  # one cuFile write, no device-to-host copy: straight from device memory
+        "from_file DeviceArray 1 0 True",  # one cuFile read, no host-to-device copy
+        "batched 9 True",
+        "big-endian <i8 True",
+        "0-d 2.5 2.5",
+        "empty (3, 0)",
+    ], proc.stdout
+    assert 'h5gds.write "/g/x": 308400 bytes straight from device memory through the gds driver' in proc.stderr
+    assert 'h5gds.read "/g/x": 308400 bytes straight into device memory through the gds driver' in proc.stderr
 
 
 # --- another HDF5 in the process (netCDF4's wheel) ---------------------------------------------------------
