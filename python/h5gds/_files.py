@@ -108,14 +108,17 @@ def _datasets_in(group, limit):
 
 
 @contextmanager
-def _dataset(path, dataset):
-    """Opens dataset ``dataset`` of the file at ``path`` for reading; the file closes on exit."""
+def _dataset(path, dataset, chunk_cache=True):
+    """Opens dataset ``dataset`` of the file at ``path`` for reading; the file closes on exit.
+    Without ``chunk_cache`` HDF5 reads unfiltered chunks straight into the caller's buffer (a
+    cached chunk is copied by HDF5 itself, so a device buffer would be staged), as array-io opens
+    files for device reads."""
     name = dataset_name(dataset)
     path = _file_path(path)
     if not os.path.exists(path):
         raise FileNotFoundError(errno.ENOENT, "no such HDF5 file", path)
     try:
-        file = h5py.File(path, "r", driver=_driver())
+        file = h5py.File(path, "r", driver=_driver(), **({} if chunk_cache else {"rdcc_nbytes": 0}))
     except OSError as err:
         # The same class (PermissionError, ...), the path and h5py's reason.
         raise type(err)(f"{path!r} could not be opened as an HDF5 file: {err}") from err
@@ -154,6 +157,7 @@ class _NumPy:
     """Results as NumPy arrays of the file's dtype."""
 
     label = "NumPy"
+    chunk_cache = True
 
     def read(self, dset, sel):
         if dset.dtype.hasobject:
@@ -165,6 +169,8 @@ class _NumPy:
 
 class _Device:
     """Results as arrays of a GPU library (CuPy, PyTorch) on one device."""
+
+    chunk_cache = False
 
     def __init__(self, library, module, device):
         self.library, self.module, self.device = library, module, device
@@ -356,7 +362,7 @@ def from_file(path, dataset, like="numpy"):
     dataset (listing those that exist), a group as ``dataset`` or a bad name,
     ModuleNotFoundError naming what to install when ``like``'s library is missing."""
     result = result_type(like)
-    with _dataset(path, dataset) as dset:
+    with _dataset(path, dataset, result.chunk_cache) as dset:
         return result.read(dset, ())
 
 
@@ -433,7 +439,7 @@ class Batches:
 
     def __init__(self, path, dataset, chunk_size, like="numpy"):
         self._result = result_type(like)
-        self._opened = _dataset(path, dataset)
+        self._opened = _dataset(path, dataset, self._result.chunk_cache)
         dset = self._opened.__enter__()
         try:
             self._chunk = _chunk_shape(chunk_size, dset.shape, dset.name)

@@ -590,6 +590,18 @@ def test_like_torch_allocates_on_the_device_and_converts_big_endian(tmp_path, mo
         assert got.array.tobytes() == values((4, 5), "<f4").tobytes()
         assert torch.calls[-1] == ("empty", (4, 5), "float32", device)
     like = HostTensor(np.empty(0), "cuda:1")
+    # Device results are read with the chunk cache off (HDF5 copies cached chunks itself), NumPy ones with it.
+    caches = []
+    read = h5gds._files._io.read
+    monkeypatch.setattr(h5gds._files._io, "read", lambda dset, out=None, sel=None: (
+        caches.append(dset.id.get_access_plist().get_chunk_cache()[1]), read(dset, out=out, sel=sel))[1])
+    chunked = tmp_path / "chunked.h5"
+    with h5py.File(chunked, "w") as f:
+        f.create_dataset("c", data=values((8, 8), "<f4"), chunks=(4, 4))
+    h5gds.from_file(chunked, "c", like=like)
+    h5gds.from_file(chunked, "c")
+    next(h5gds.from_file_batched(chunked, "c", (2, 2), like=like))
+    assert caches[0] == 0 and caches[1] > 0 and caches[2] == 0, caches
     # Big-endian data: converted to the native order explicitly, values kept.
     h5gds.to_file(values((6,), ">i8"), path, "be")
     got = h5gds.from_file(path, "be", like=like)
@@ -726,6 +738,14 @@ h5gds.to_file(DeviceArray.from_host(np.array(2.5)), d + "/s.h5", "s")
 print("0-d", h5gds.from_file(d + "/s.h5", "s").tolist(), h5gds.from_file(d + "/s.h5", "s", like="cupy").to_host().tolist())
 h5gds.to_file(DeviceArray((3, 0), "f4"), d + "/e.h5", "e")
 print("empty", h5gds.from_file(d + "/e.h5", "e", like="cupy").shape)
+import h5py
+with h5py.File(d + "/chunked.h5", "w") as f:  # unfiltered chunks far smaller than h5py's chunk cache
+    f.create_dataset("c", data=a, chunks=(64, 64))
+before = cuda().counters()
+got = h5gds.from_file(d + "/chunked.h5", "c", like="cupy")
+after = cuda().counters()
+print("chunked", after["cufile_reads"] - before["cufile_reads"] > 0, after["htod"] - before["htod"],
+      np.array_equal(got.to_host(), a))
 """
 
 
@@ -751,6 +771,7 @@ def test_device_arrays_go_to_and_from_files_straight_through_gds_on_the_emulator
         "big-endian <i8 True",
         "0-d 2.5 2.5",
         "empty (3, 0)",
+        "chunked True 0 True",  # the chunk cache off, as array-io opens files for device reads
     ], proc.stdout
     assert 'h5gds.write "/g/x": 308400 bytes straight from device memory through the gds driver' in proc.stderr
     assert 'h5gds.read "/g/x": 308400 bytes straight into device memory through the gds driver' in proc.stderr
