@@ -7,7 +7,7 @@ those can put them.
 Decisions (README, Python section):
 
 * ``dataset`` may omit the leading ``/`` (``"data"`` is ``"/data"``); a trailing ``/``, ``//``,
-  ``.`` or ``..`` components raise ValueError naming the name (array-io's rule).
+  ``.`` or ``..`` path components raise ValueError naming the name (array-io's rule).
 * Result types (``like``): NumPy keeps the file's dtype, big-endian included, as h5py does. CuPy
   and PyTorch have no big-endian types: a big-endian dataset is read on the host and converted
   to the native byte order explicitly before it goes to the device. Variable-length data (strings)
