@@ -169,6 +169,11 @@ class DeviceArray:
         self.stream = stream.value
         return pinned, stream
 
+    def synchronize(self):
+        """Waits for the work queued on the array's stream."""
+        if self.stream is not None:
+            self.cuda.run(self.ordinal, "cuStreamSynchronize", ctypes.c_void_p(self.stream))
+
     def to_host(self):
         out = np.empty(self.shape, dtype=self.dtype)
         if self.nbytes:

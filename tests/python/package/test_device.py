@@ -337,6 +337,7 @@ def test_a_read_waits_for_the_producers_stream_before_overwriting(gds_file):
     array = DeviceArray(SHAPE, "<f8")
     array.copy_from_host_async(np.zeros(SHAPE))  # pending: must not land after h5gds's read
     h5gds.read(dset, out=array)
+    array.synchronize()  # whatever was still queued lands now
     assert array.to_host().tobytes() == reference().tobytes()
 
 
