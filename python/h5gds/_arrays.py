@@ -55,9 +55,22 @@ def _c_contiguous(shape, strides, itemsize):
     return True
 
 
-def _cuda_view(array, name):
+def _cuda_interface(array, name):
+    """``array.__cuda_array_interface__``, or None when it has none, or when asking raises and
+    DLPack remains (a PyTorch CPU tensor raises TypeError here)."""
     try:
-        interface = dict(array.__cuda_array_interface__)
+        return array.__cuda_array_interface__
+    except AttributeError:
+        return None
+    except Exception as exc:
+        if hasattr(array, "__dlpack__"):
+            return None
+        raise TypeError(f"{name} ({_type_name(array)}): __cuda_array_interface__ raised {exc!r}") from None
+
+
+def _cuda_view(array, interface, name):
+    try:
+        interface = dict(interface)
         shape = tuple(int(d) for d in interface["shape"])
         typestr = interface["typestr"]
         address, readonly = interface["data"]
@@ -69,7 +82,9 @@ def _cuda_view(array, name):
         raise TypeError(f"{name} ({_type_name(array)}) has an invalid __cuda_array_interface__: {exc!r}") from None
     if interface.get("mask") is not None:
         raise ValueError(f"{name} has a mask in its __cuda_array_interface__: masked arrays are not supported")
-    stream = interface.get("stream") if interface.get("version", 0) >= 3 else None
+    # v3 names the stream to wait for (None: nothing to wait for). Older versions name none, and
+    # producers such as PyTorch (version 2) may have work queued: then the whole device is waited for.
+    stream = interface.get("stream") if interface.get("version", 0) >= 3 else 1
     if stream == 0:
         raise ValueError(f"{name}'s __cuda_array_interface__ has stream 0, which the interface disallows "
                          "(1 is the legacy default stream, 2 the per-thread default stream)")
@@ -123,8 +138,9 @@ def view(array, name):
     """The ``ArrayView`` of ``array``; TypeError for what is not an array, ValueError for memory on a
     device h5gds cannot reach (not CUDA)."""
     if not isinstance(array, np.ndarray):
-        if hasattr(array, "__cuda_array_interface__"):
-            return _cuda_view(array, name)
+        interface = _cuda_interface(array, name)
+        if interface is not None:
+            return _cuda_view(array, interface, name)
         dlpack_device = getattr(array, "__dlpack_device__", None)
         if dlpack_device is None or not hasattr(array, "__dlpack__"):
             raise TypeError(

@@ -273,7 +273,11 @@ pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, IoError> {
     if elements == 0 {
         return Ok(None);
     }
-    if !dims.is_empty() {
+    // A selection of everything stays HDF5's "all" selection (the dataspace's own), which the
+    // driver reads as one request split over its threads, as it does for h5py's own reads.
+    let whole = (0..dims.len())
+        .all(|i| t.start[i] == 0 && t.count[i] == dims[i] && (t.step[i] == 1 || dims[i] <= 1));
+    if !dims.is_empty() && !whole {
         // SAFETY: arrays of the space's rank; block NULL means blocks of 1.
         let status = unsafe {
             (api.sselect_hyperslab)(

@@ -133,6 +133,7 @@ class DeviceArray:
         self.strides = None
         self.readonly = False
         self.stream = None
+        self.cai_version = 3
         self.dlpack_device = (2, ordinal)
         self.dlpack_streams = []
         self.ptr = ctypes.c_uint64(0)
@@ -195,8 +196,11 @@ class DeviceArray:
     @property
     def __cuda_array_interface__(self):
         descr = self.dtype.descr if self.dtype.names else [("", self.dtype.str)]
-        return {"shape": self.shape, "typestr": self.dtype.str, "descr": descr, "data": (self.ptr.value, self.readonly),
-                "strides": self.strides, "version": 3, "stream": self.stream}
+        interface = {"shape": self.shape, "typestr": self.dtype.str, "descr": descr,
+                     "data": (self.ptr.value, self.readonly), "strides": self.strides, "version": self.cai_version}
+        if self.cai_version >= 3:
+            interface["stream"] = self.stream
+        return interface
 
 
 class DlpackArray:

@@ -332,6 +332,15 @@ def test_a_write_waits_for_the_producers_stream(gds_file):
     assert dset[...].tobytes() == reference().tobytes()
 
 
+def test_a_version_2_interface_names_no_stream_so_the_device_is_waited_for(gds_file):
+    dset = gds_file.create_dataset("x", shape=SHAPE, dtype="<f8")
+    array = DeviceArray(SHAPE, "<f8")
+    array.copy_from_host_async(reference())
+    array.cai_version = 2  # as PyTorch's: no stream named, work may be queued
+    h5gds.write(dset, array)
+    assert dset[...].tobytes() == reference().tobytes()
+
+
 def test_a_read_waits_for_the_producers_stream_before_overwriting(gds_file):
     dset = gds_file.create_dataset("x", data=reference())
     array = DeviceArray(SHAPE, "<f8")

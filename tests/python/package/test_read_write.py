@@ -94,6 +94,35 @@ def test_scalar_datasets(h5file):
     assert dset[()] == np.float32(4.25)
 
 
+def test_a_host_array_whose_cuda_interface_raises_goes_through_dlpack():
+    class CpuTensor:  # as a PyTorch CPU tensor: __cuda_array_interface__ raises, DLPack works
+        def __init__(self, array):
+            self._array = array
+
+        @property
+        def __cuda_array_interface__(self):
+            raise TypeError("Can't get __cuda_array_interface__ on non-CUDA tensor type")
+
+        def __dlpack__(self, **kwargs):
+            return self._array.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return self._array.__dlpack_device__()
+
+    class Raising:  # no DLPack to fall back to
+        @property
+        def __cuda_array_interface__(self):
+            raise RuntimeError("requires grad")
+
+    backing = np.zeros((12, 9), dtype="<f8")
+    with h5py.File("cpu.h5", "w", driver="core", backing_store=False) as f:
+        dset = f.create_dataset("x", data=reference()[:, :, 2])
+        h5gds.read(dset, out=CpuTensor(backing))
+        assert np.array_equal(backing, reference()[:, :, 2])
+        with pytest.raises(TypeError, match=r"out \(.*Raising\): __cuda_array_interface__ raised RuntimeError"):
+            h5gds.read(dset, out=Raising())
+
+
 def test_host_dlpack_arrays_are_read_into():
     class HostTensor:  # another library's CPU array, reached through DLPack only
         def __init__(self, array):
