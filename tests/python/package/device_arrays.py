@@ -88,6 +88,16 @@ class DLManagedTensor(ctypes.Structure):
 _DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
 DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
 
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    """DLPack 1.x: a version, flags (bit 0: read-only), then the tensor."""
+
+
+_DELETER_VERSIONED = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))
+DLManagedTensorVersioned._fields_ = [("version", ctypes.c_uint32 * 2), ("manager_ctx", ctypes.c_void_p),
+                                     ("deleter", _DELETER_VERSIONED), ("flags", ctypes.c_uint64),
+                                     ("dl_tensor", DLTensor)]
+
 # The destructor gets the dying capsule as a raw pointer: taking it as a Python object would
 # resurrect it mid-deallocation.
 _CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -108,12 +118,17 @@ def _delete(managed):
     _EXPORTED.pop(ctypes.addressof(managed.contents), None)
 
 
+@_DELETER_VERSIONED
+def _delete_versioned(managed):
+    _EXPORTED.pop(ctypes.addressof(managed.contents), None)
+
+
 @_CAPSULE_DESTRUCTOR
 def _destroy_capsule(capsule):
     # An unconsumed capsule owns its tensor (DLPack: the consumer renames a capsule it takes).
-    if _capsule_is_valid(capsule, b"dltensor"):
-        address = _capsule_pointer(capsule, b"dltensor")
-        _EXPORTED.pop(address, None)
+    for name in (b"dltensor", b"dltensor_versioned"):
+        if _capsule_is_valid(capsule, name):
+            _EXPORTED.pop(_capsule_pointer(capsule, name), None)
 
 
 _DLPACK_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
@@ -204,10 +219,13 @@ class DeviceArray:
 
 
 class DlpackArray:
-    """The same memory reachable through DLPack only (as a JAX array is)."""
+    """The same memory reachable through DLPack only (as a JAX array is); `versioned`: a DLPack 1.x
+    capsule when the consumer asks for one (max_version), flagged read-only if the array is."""
 
-    def __init__(self, array):
+    def __init__(self, array, versioned=False):
         self.array = array
+        self.versioned = versioned
+        self.max_versions = []
 
     def __dlpack_device__(self):
         return self.array.dlpack_device
@@ -215,6 +233,7 @@ class DlpackArray:
     def __dlpack__(self, stream=None, max_version=None, **kwargs):
         a = self.array
         a.dlpack_streams.append(stream)
+        self.max_versions.append(max_version)
         if a.stream is not None:
             # A producer orders its pending work before the consumer's stream; one that cannot
             # record events waits for it.
@@ -225,7 +244,11 @@ class DlpackArray:
         if a.strides is not None:
             strides = (ctypes.c_int64 * max(ndim, 1))(*(s // a.dtype.itemsize for s in a.strides))
         kind = a.dtype.kind
-        managed = DLManagedTensor()
+        versioned = self.versioned and max_version is not None and tuple(max_version) >= (1, 0)
+        managed = DLManagedTensorVersioned() if versioned else DLManagedTensor()
+        if versioned:
+            managed.version[0], managed.version[1] = 1, 0
+            managed.flags = 1 if a.readonly else 0
         managed.dl_tensor.data = a.ptr.value
         managed.dl_tensor.device = DLDevice(*a.dlpack_device)
         managed.dl_tensor.ndim = ndim
@@ -233,6 +256,7 @@ class DlpackArray:
         managed.dl_tensor.shape = shape
         managed.dl_tensor.strides = strides if strides is not None else ctypes.POINTER(ctypes.c_int64)()
         managed.dl_tensor.byte_offset = 0
-        managed.deleter = _delete
+        managed.deleter = _delete_versioned if versioned else _delete
         _EXPORTED[ctypes.addressof(managed)] = (managed, shape, strides, a)
-        return _pythonapi.PyCapsule_New(ctypes.addressof(managed), b"dltensor", _destroy_capsule)
+        name = b"dltensor_versioned" if versioned else b"dltensor"
+        return _pythonapi.PyCapsule_New(ctypes.addressof(managed), name, _destroy_capsule)

@@ -412,6 +412,21 @@ def test_non_contiguous_output_is_refused(dset, kind):
     unchanged(dset)
 
 
+def test_versioned_dlpack_capsules_and_their_read_only_flag(dset):
+    inner = DeviceArray(SHAPE, "<f8", fill=0.0)
+    versioned = DlpackArray(inner, versioned=True)
+    h5gds.read(dset, out=versioned)
+    assert versioned.max_versions == [(1, 0)]
+    assert inner.to_host().tobytes() == reference().tobytes()
+    frozen = DeviceArray(SHAPE, "<f8", fill=0.0)
+    frozen.readonly = True
+    with pytest.raises(ValueError, match="out is read-only"):
+        h5gds.read(dset, out=DlpackArray(frozen, versioned=True))
+    assert not frozen.to_host().any()
+    h5gds.write(dset, DlpackArray(frozen, versioned=True))  # a read-only source is fine to write from
+    assert not dset[...].any()
+
+
 def test_read_only_output_is_refused(dset):
     out = DeviceArray(SHAPE, "<f8", fill=0.0)
     out.readonly = True
