@@ -131,13 +131,20 @@ def main():
 
         with h5py.File(path, "r") as f:  # the file back in the page cache, as for the host rows
             f["x"].read_direct(out)
-        print("\nfresh process (page cache warm; a new array's first touch, its page faults, included):")
-        for what, read in (("h5gds.read(f['x'])", "h5gds.read(f['x'])"), ("h5py f['x'][...]", "f['x'][...]")):
-            code = ("import time; t0 = time.perf_counter(); import h5py, h5gds; t1 = time.perf_counter()\n"
-                    f"with h5py.File({str(path)!r}, 'r', driver='gds') as f: a = {read}\n"
-                    "print(t1 - t0, time.perf_counter() - t1)")
-            imports, first = map(float, subprocess.run([sys.executable, "-c", code], capture_output=True,
-                                                       text=True, check=True).stdout.split())
+        print(f"\nfresh processes, alternating, medians of {args.reps} (page cache warm; a new array's first "
+              "touch, its page faults, included):")
+        firsts = {"h5gds.read(f['x'])": [], "h5py f['x'][...]": []}
+        for _ in range(args.reps):
+            for what in firsts:
+                read = what.replace("h5py ", "")
+                code = ("import time; t0 = time.perf_counter(); import h5py, h5gds; t1 = time.perf_counter()\n"
+                        f"with h5py.File({str(path)!r}, 'r', driver='gds') as f: a = {read}\n"
+                        "print(t1 - t0, time.perf_counter() - t1)")
+                firsts[what].append(tuple(map(float, subprocess.run(
+                    [sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())))
+        for what, runs in firsts.items():
+            imports = statistics.median(r[0] for r in runs)
+            first = statistics.median(r[1] for r in runs)
             print(f"  import h5py, h5gds {imports * 1e3:5.0f} ms, then the first {what} (open included) "
                   f"{first * 1e3:5.0f} ms")
 
