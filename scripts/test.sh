@@ -25,6 +25,12 @@ cargo test --workspace
 # with .venv's h5py (HDF5 2.x), once with .venv-114's (HDF5 1.14). netCDF4 brings another private
 # HDF5 (1.14.2) into the same process, for the tests of h5gds next to another HDF5 wheel.
 rm -rf target/wheels .venv-wheel .venv-wheel-114
+# The emulator under the names of the libraries it stands in for (as tests/support/emulator.rs links them).
+emulator_libs="$PWD/target/emulator-lib-python"
+mkdir -p "$emulator_libs"
+for name in libcuda.so.1 libcuda.so libcufile.so.0 libcufile.so; do
+  ln -sf "$PWD/target/debug/libh5gds_emu.so" "$emulator_libs/$name"
+done
 .venv/bin/maturin build --release --quiet -o target/wheels
 for env in .venv .venv-114; do
   wheel_env=.venv-wheel${env#.venv}
@@ -35,4 +41,8 @@ for env in .venv .venv-114; do
     target/wheels/h5gds-*.whl
   # From tests/python/package, so `import h5gds` can only find the installed package.
   (cd tests/python/package && "../../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider .)
+  # The device-array tests, in a process whose libcuda and libcufile are the emulator (test_device.py
+  # skips in the run above, which has no CUDA driver; here it must run).
+  (cd tests/python/package && LD_LIBRARY_PATH="$emulator_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    H5GDS_REQUIRE_DEVICE_TESTS=1 "../../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider test_device.py)
 done

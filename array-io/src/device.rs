@@ -228,6 +228,7 @@ fn transfer<T: Element>(settings: &Settings, stream: &Arc<CudaStream>) -> Result
         device: stream.context().ordinal(),
         checked_bytes: T::CHECKED_BYTES,
         conversion: None,
+        other_driver: None,
     })
 }
 

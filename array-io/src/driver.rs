@@ -11,36 +11,16 @@
 
 use crate::error::{Error, Result};
 use crate::hdf5_raw::{self, FileDriver};
-use h5gds::parse_size;
 use hdf5::plist::FileAccess;
 use hdf5_sys::h5i::hid_t;
 use std::path::Path;
 use std::sync::OnceLock;
 
-/// `H5GDS_USE_VFD_GDS`: `1` = device data through the `gds` driver, `0` = the staged path,
-/// unset = the driver when CUDA works in this process.
-pub const USE_VFD_GDS_ENV: &str = "H5GDS_USE_VFD_GDS";
-/// `H5GDS_STAGING_BUFFER_SIZE`: the host staging buffer of the staged path (default 128M).
-pub const STAGING_BUFFER_SIZE_ENV: &str = "H5GDS_STAGING_BUFFER_SIZE";
-/// The default staging buffer: 128 MiB, the size array libraries stage through by default.
-pub const DEFAULT_STAGING_BUFFER_SIZE: usize = 128 << 20;
-/// The smallest staging buffer accepted (it must hold at least one element of any type).
-pub const MIN_STAGING_BUFFER_SIZE: usize = 4 << 10;
-
-const USE_VFD_GDS_ACCEPTED: &str = "1 (the gds driver), 0 (the staged path) or unset (automatic)";
-const STAGING_ACCEPTED: &str =
-    "a byte count of at least 4K, with an optional K, M or G suffix (default 128M)";
-
-/// Where device data goes, as the settings ask.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DevicePath {
-    /// Through the `gds` driver, straight between the file and device memory where safe.
-    Gds,
-    /// Through sec2 into a host staging buffer, then copied.
-    Staged,
-    /// `Gds` when CUDA works in this process, else `Staged`.
-    Auto,
-}
+use h5gds_route::settings::{self, InvalidSetting};
+pub use h5gds_route::settings::{
+    DevicePath, DEFAULT_STAGING_BUFFER_SIZE, MIN_STAGING_BUFFER_SIZE, STAGING_BUFFER_SIZE_ENV,
+    USE_VFD_GDS_ENV,
+};
 
 /// The settings of one call: each field `None` takes the environment's value (or the default).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -49,38 +29,36 @@ pub struct Settings {
     pub staging_buffer_size: Option<usize>,
 }
 
+/// An environment variable's value; one that is not Unicode is passed on as lossy text, which
+/// the parsers refuse.
+fn env_value(variable: &str) -> Option<String> {
+    std::env::var_os(variable).map(|v| v.to_string_lossy().into_owned())
+}
+
+fn invalid(err: InvalidSetting) -> Error {
+    Error::InvalidSetting {
+        variable: err.variable,
+        value: err.value,
+        accepted: err.accepted,
+    }
+}
+
 impl Settings {
     /// The device path: the explicit setting, else `H5GDS_USE_VFD_GDS`.
     pub fn device_path(&self) -> Result<DevicePath> {
         if let Some(path) = self.device_path {
             return Ok(path);
         }
-        match std::env::var(USE_VFD_GDS_ENV) {
-            Err(std::env::VarError::NotPresent) => Ok(DevicePath::Auto),
-            Ok(value) => parse_device_path(&value),
-            Err(std::env::VarError::NotUnicode(value)) => Err(Error::InvalidSetting {
-                variable: USE_VFD_GDS_ENV,
-                value: value.to_string_lossy().into_owned(),
-                accepted: USE_VFD_GDS_ACCEPTED,
-            }),
-        }
+        settings::device_path(env_value(USE_VFD_GDS_ENV).as_deref()).map_err(invalid)
     }
 
     /// The staging buffer size: the explicit setting, else `H5GDS_STAGING_BUFFER_SIZE`.
     pub fn staging_buffer_size(&self) -> Result<usize> {
         if let Some(size) = self.staging_buffer_size {
-            return check_staging(size, &size.to_string());
+            return settings::check_staging_buffer_size(size, &size.to_string()).map_err(invalid);
         }
-        match std::env::var(STAGING_BUFFER_SIZE_ENV) {
-            Err(std::env::VarError::NotPresent) => Ok(DEFAULT_STAGING_BUFFER_SIZE),
-            Ok(value) => match parse_size(&value) {
-                Some(size) if size <= usize::MAX as u64 => check_staging(size as usize, &value),
-                _ => Err(staging_error(&value)),
-            },
-            Err(std::env::VarError::NotUnicode(value)) => {
-                Err(staging_error(&value.to_string_lossy()))
-            }
-        }
+        settings::staging_buffer_size(env_value(STAGING_BUFFER_SIZE_ENV).as_deref())
+            .map_err(invalid)
     }
 
     /// Whether device data goes through the `gds` driver.
@@ -90,33 +68,6 @@ impl Settings {
             DevicePath::Staged => false,
             DevicePath::Auto => h5gds::cuda().is_ok(),
         })
-    }
-}
-
-fn parse_device_path(value: &str) -> Result<DevicePath> {
-    match value.trim() {
-        "1" => Ok(DevicePath::Gds),
-        "0" => Ok(DevicePath::Staged),
-        _ => Err(Error::InvalidSetting {
-            variable: USE_VFD_GDS_ENV,
-            value: value.to_string(),
-            accepted: USE_VFD_GDS_ACCEPTED,
-        }),
-    }
-}
-
-fn check_staging(size: usize, text: &str) -> Result<usize> {
-    if size < MIN_STAGING_BUFFER_SIZE {
-        return Err(staging_error(text));
-    }
-    Ok(size)
-}
-
-fn staging_error(value: &str) -> Error {
-    Error::InvalidSetting {
-        variable: STAGING_BUFFER_SIZE_ENV,
-        value: value.to_string(),
-        accepted: STAGING_ACCEPTED,
     }
 }
 
@@ -217,9 +168,9 @@ mod tests {
 
     #[test]
     fn use_vfd_gds_accepts_only_0_and_1() {
-        assert_eq!(parse_device_path("1").unwrap(), DevicePath::Gds);
-        assert_eq!(parse_device_path("0").unwrap(), DevicePath::Staged);
-        let err = parse_device_path("yes").unwrap_err().to_string();
+        assert_eq!(settings::device_path(Some("1")), Ok(DevicePath::Gds));
+        assert_eq!(settings::device_path(Some("0")), Ok(DevicePath::Staged));
+        let err = invalid(settings::device_path(Some("yes")).unwrap_err()).to_string();
         assert!(err.contains("H5GDS_USE_VFD_GDS=\"yes\""), "{err}");
         assert!(
             err.contains("1 (the gds driver), 0 (the staged path)"),

@@ -113,6 +113,8 @@ pub(crate) fn storage(ds: &OpenDataset) -> Result<Storage> {
                     chunk: chunk.iter().map(|&c| c as u64).collect(),
                     filtered: !filters.is_empty(),
                     allocated,
+                    // array-io opens datasets for device reads with the chunk cache disabled.
+                    cached: false,
                 }
             }
             Layout::Virtual => Storage::Virtual,

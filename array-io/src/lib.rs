@@ -42,8 +42,8 @@ pub mod hdf5_raw;
 mod host;
 mod layout;
 mod log;
-pub mod route;
-mod select;
+pub use h5gds_route::route;
+use h5gds_route::select;
 mod staging;
 
 pub use batched::{Batches, DeviceBatches};

@@ -1,16 +1,26 @@
 """What an I/O call needs from an array: its address, size, shape, dtype and where it lives.
 
 Host memory: NumPy arrays, and objects whose DLPack device is the CPU (or CUDA pinned host
-memory). Device arrays (``__cuda_array_interface__``, DLPack on a GPU) are recognised here and
-refused until a build with the device path adds their adapter.
+memory). Device memory: objects with ``__cuda_array_interface__`` (CuPy, Numba, PyTorch; v3 with
+its ``stream``) or with DLPack on a CUDA device (PyTorch, JAX, CuPy; ``__dlpack__(stream=1)``: the
+producer orders its pending work before the legacy default stream, which h5gds then waits for).
 """
 
 from typing import Any, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-# DLPack device types (dlpack.h): CPU, CUDA pinned host memory; every other is a device.
-_DLPACK_HOST = (1, 3)
+from . import _native
+
+# DLPack device types (dlpack.h).
+_DLPACK_HOST = (1, 3)  # CPU, CUDA pinned host memory
+_DLPACK_CUDA = (2, 13)  # CUDA, CUDA managed memory
+_DLPACK_NAMES = {4: "OpenCL", 7: "Vulkan", 8: "Metal", 9: "VPI", 10: "ROCm", 11: "ROCm host",
+                 12: "ext_dev", 14: "oneAPI", 15: "WebGPU", 16: "Hexagon", 17: "MAIA"}
+# DLPack type codes (kDLInt, kDLUInt, kDLFloat, kDLComplex, kDLBool) as NumPy kinds.
+_DLPACK_KINDS = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
+#: The stream passed to ``__dlpack__``: CUDA's legacy default stream (array API standard).
+DLPACK_STREAM = 1
 
 
 class ArrayView(NamedTuple):
@@ -18,35 +28,133 @@ class ArrayView(NamedTuple):
     nbytes: int
     shape: Tuple[int, ...]
     dtype: np.dtype
-    #: None for host memory, else (kind, ordinal) of the device.
-    device: Optional[Tuple[str, int]]
+    #: None for host memory, else ("cuda", ordinal or None when the array does not say).
+    device: Optional[Tuple[str, Optional[int]]]
     readonly: bool
     c_contiguous: bool
     #: The object that keeps the memory alive while the view is used.
     owner: Any
+    #: For device memory: the CUDA stream whose work must finish before bytes move (0: none).
+    stream: int = 0
 
 
-def _device_refusal(name, array, where):
-    return TypeError(
-        f"{name} is a device array ({type(array).__module__}.{type(array).__name__}, {where}): "
-        "device arrays are not supported yet by this build of h5gds; pass a NumPy array"
+def _type_name(array):
+    return f"{type(array).__module__}.{type(array).__name__}"
+
+
+def _c_contiguous(shape, strides, itemsize):
+    """Whether byte `strides` are those of a C-contiguous array of `shape` (axes of length 1 and
+    empty arrays have any stride)."""
+    if strides is None or 0 in shape:
+        return True
+    expected = itemsize
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _cuda_interface(array, name):
+    """``array.__cuda_array_interface__``, or None when it has none, or when asking raises and
+    DLPack remains (a PyTorch CPU tensor raises TypeError here)."""
+    try:
+        return array.__cuda_array_interface__
+    except AttributeError:
+        return None
+    except Exception as exc:
+        if hasattr(array, "__dlpack__"):
+            return None
+        raise TypeError(f"{name} ({_type_name(array)}): __cuda_array_interface__ raised {exc!r}") from None
+
+
+def _cuda_view(array, interface, name):
+    try:
+        interface = dict(interface)
+        shape = tuple(int(d) for d in interface["shape"])
+        typestr = interface["typestr"]
+        address, readonly = interface["data"]
+        dtype = np.dtype(typestr)
+        descr = interface.get("descr")
+        if dtype.kind == "V" and descr and descr != [("", typestr)]:
+            dtype = np.dtype([tuple(field) for field in descr])
+    except (TypeError, KeyError, ValueError, AttributeError) as exc:
+        raise TypeError(f"{name} ({_type_name(array)}) has an invalid __cuda_array_interface__: {exc!r}") from None
+    if interface.get("mask") is not None:
+        raise ValueError(f"{name} has a mask in its __cuda_array_interface__: masked arrays are not supported")
+    # v3 names the stream to wait for (None: nothing to wait for). Older versions name none, and
+    # producers such as PyTorch (version 2) may have work queued: then the whole device is waited for.
+    stream = interface.get("stream") if interface.get("version", 0) >= 3 else 1
+    if stream == 0:
+        raise ValueError(f"{name}'s __cuda_array_interface__ has stream 0, which the interface disallows "
+                         "(1 is the legacy default stream, 2 the per-thread default stream)")
+    strides = interface.get("strides")
+    return ArrayView(
+        address=int(address or 0),
+        nbytes=int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,
+        shape=shape,
+        dtype=dtype,
+        device=("cuda", None),
+        readonly=bool(readonly),
+        c_contiguous=_c_contiguous(shape, None if strides is None else tuple(strides), dtype.itemsize),
+        owner=array,
+        stream=int(stream or 0),
+    )
+
+
+def _dlpack_dtype(name, code, bits, lanes):
+    kind = _DLPACK_KINDS.get(code)
+    if kind is None or lanes != 1 or bits % 8 or (kind == "b" and bits != 8):
+        raise TypeError(f"{name} has DLPack element type (code {code}, {bits} bits, {lanes} lanes), "
+                        "which has no NumPy dtype (bfloat16 and vector types are not supported)")
+    return np.dtype("?" if kind == "b" else f"<{kind}{bits // 8}")
+
+
+def _dlpack_device_view(array, name, kind, ordinal):
+    try:
+        capsule = array.__dlpack__(stream=DLPACK_STREAM, max_version=(1, 0))
+    except TypeError:  # a producer of DLPack < 1.0, without max_version
+        capsule = array.__dlpack__(stream=DLPACK_STREAM)
+    address, shape, strides, (code, bits, lanes), (dev_kind, dev_id), readonly = _native.dlpack_tensor(capsule)
+    dtype = _dlpack_dtype(name, code, bits, lanes)
+    shape = tuple(shape)
+    return ArrayView(
+        address=address,
+        nbytes=int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,
+        shape=shape,
+        dtype=dtype,
+        device=("cuda", dev_id),
+        readonly=readonly,
+        c_contiguous=_c_contiguous(shape, None if strides is None else tuple(s * dtype.itemsize for s in strides),
+                                   dtype.itemsize),
+        # The capsule (its producer frees the tensor when it is dropped) and the array.
+        owner=(array, capsule),
+        # The producer ordered its work before the legacy default stream; h5gds waits for it.
+        stream=DLPACK_STREAM,
     )
 
 
 def view(array, name):
-    """The ``ArrayView`` of ``array``; TypeError for what is not an array or is device memory."""
+    """The ``ArrayView`` of ``array``; TypeError for what is not an array, ValueError for memory on a
+    device h5gds cannot reach (not CUDA)."""
     if not isinstance(array, np.ndarray):
-        if hasattr(array, "__cuda_array_interface__"):
-            raise _device_refusal(name, array, "__cuda_array_interface__")
+        interface = _cuda_interface(array, name)
+        if interface is not None:
+            return _cuda_view(array, interface, name)
         dlpack_device = getattr(array, "__dlpack_device__", None)
         if dlpack_device is None or not hasattr(array, "__dlpack__"):
             raise TypeError(
-                f"{name} must be a NumPy array (or a host array with DLPack), not "
-                f"{type(array).__module__}.{type(array).__name__}"
+                f"{name} must be a NumPy array, an array with __cuda_array_interface__ or one with DLPack, "
+                f"not {_type_name(array)}"
             )
-        kind, _ordinal = dlpack_device()
+        kind, ordinal = dlpack_device()
+        if kind in _DLPACK_CUDA:
+            return _dlpack_device_view(array, name, kind, ordinal)
         if kind not in _DLPACK_HOST:
-            raise _device_refusal(name, array, f"DLPack device type {kind}")
+            raise ValueError(
+                f"{name} is on a {_DLPACK_NAMES.get(kind, f'DLPack type {kind}')} device ({ordinal}): "
+                "h5gds moves data between files and CUDA devices or host memory only"
+            )
         array = np.from_dlpack(array)
     interface = array.__array_interface__
     address, readonly = interface["data"]

@@ -32,7 +32,7 @@ import h5py
 import numpy as np
 from h5py import h5d, h5p, h5s, h5t
 
-from . import _io
+from . import _io, _native
 from ._selection import hyperslab
 
 # --- names and paths ---------------------------------------------------------------------------------------
@@ -79,19 +79,11 @@ def _file_path(path):
     return path
 
 
-_USE_VFD_GDS = "H5GDS_USE_VFD_GDS"
-
-
 def _driver():
     """h5py's driver for the file: ``gds`` unless ``H5GDS_USE_VFD_GDS=0`` asks for sec2 (the staged
-    path), as array-io chooses for host data."""
-    value = os.environ.get(_USE_VFD_GDS)
-    if value is None or value.strip() == "1":
-        return "gds"
-    if value.strip() == "0":
-        return None
-    raise ValueError(f"invalid value {value!r} for {_USE_VFD_GDS}: accepted values are 1 (the gds "
-                     "driver), 0 (the staged path) or unset (automatic)")
+    path), as array-io chooses for host data; the setting is parsed by the extension, which shares
+    array-io's parser."""
+    return None if _native.staged_by_settings() else "gds"
 
 
 def _datasets_in(group, limit):

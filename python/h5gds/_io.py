@@ -1,12 +1,14 @@
 """``h5gds.read`` and ``h5gds.write``: a dataset's bytes into or out of an array through h5py's own
-HDF5 (H5Dread/H5Dwrite), under h5py's lock, with the GIL released while bytes move."""
+HDF5 (H5Dread/H5Dwrite), under h5py's lock, with the GIL released while bytes move. Host arrays
+go through HDF5 as they are; device arrays through ``_device`` (straight through the ``gds``
+driver where the layout allows, else staged through pinned host memory)."""
 
 import h5py
 import numpy as np
 from h5py import h5t
 from h5py._objects import phil
 
-from . import _arrays, _native
+from . import _arrays, _device, _native
 from ._selection import hyperslab
 
 
@@ -28,8 +30,6 @@ def _dataset(dset):
 
 
 def _check(view, role, dtype, shape, name, writable):
-    if view.device is not None:
-        raise TypeError(f"{role} is device memory: not supported yet by this build of h5gds")
     if view.dtype != dtype:
         raise TypeError(
             f"{role} has dtype {view.dtype}, dataset {name} has dtype {dtype}: they must be the "
@@ -40,12 +40,16 @@ def _check(view, role, dtype, shape, name, writable):
             f"{role} has shape {view.shape}, the selection of dataset {name} has shape {tuple(shape)}"
         )
     if not view.c_contiguous:
-        raise ValueError(f"{role} must be C-contiguous (np.ascontiguousarray makes a copy that is)")
+        raise ValueError(f"{role} must be C-contiguous (np.ascontiguousarray, cupy.ascontiguousarray or "
+                         "torch's .contiguous() make a copy that is)")
     if writable and view.readonly:
         raise ValueError(f"{role} is read-only")
 
 
-def _transfer(write, dset, view, slab):
+def _transfer(write, dset, view, slab, role, name):
+    if view.device is not None:
+        _device.transfer(write, dset, view, slab, role, name)
+        return
     with phil:
         mem_type = h5t.py_create(view.dtype)
         _native.dataset_io(
@@ -57,7 +61,8 @@ def _transfer(write, dset, view, slab):
 def read(dset, out=None, sel=None):
     """Reads ``dset[sel]`` (all of it when ``sel`` is None) into ``out`` and returns ``out``; a new
     NumPy array when ``out`` is None. ``sel``: ints, slices (steps of 1 or more) and ``...``.
-    ``out`` must have the dataset's dtype and the selection's shape, be C-contiguous and writable.
+    ``out`` (NumPy, ``__cuda_array_interface__`` or DLPack) must have the dataset's dtype and the
+    selection's shape, be C-contiguous and writable. The data is complete when this returns.
     """
     shape, dtype, name = _dataset(dset)
     slab = hyperslab(sel, shape)
@@ -65,15 +70,16 @@ def read(dset, out=None, sel=None):
         out = np.empty(slab.shape, dtype=dtype)
     view = _arrays.view(out, "out")
     _check(view, "out", dtype, slab.shape, name, writable=True)
-    _transfer(False, dset, view, slab)
+    _transfer(False, dset, view, slab, "out", name)
     return out
 
 
 def write(dset, array, sel=None):
     """Writes ``array`` into ``dset[sel]`` (all of it when ``sel`` is None). ``array`` must have the
-    dataset's dtype and the selection's shape and be C-contiguous."""
+    dataset's dtype and the selection's shape and be C-contiguous. A device array's pending work
+    (its ``__cuda_array_interface__`` stream, or its DLPack producer's) finishes first."""
     shape, dtype, name = _dataset(dset)
     slab = hyperslab(sel, shape)
     view = _arrays.view(array, "array")
     _check(view, "array", dtype, slab.shape, name, writable=False)
-    _transfer(True, dset, view, slab)
+    _transfer(True, dset, view, slab, "array", name)

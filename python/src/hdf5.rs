@@ -200,6 +200,7 @@ pub struct Prepared {
     file_space: Space,
     mem_space: Space,
     buffer: usize,
+    rank: usize,
 }
 
 fn argument(message: String) -> IoError {
@@ -272,7 +273,11 @@ pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, IoError> {
     if elements == 0 {
         return Ok(None);
     }
-    if !dims.is_empty() {
+    // A selection of everything stays HDF5's "all" selection (the dataspace's own), which the
+    // driver reads as one request split over its threads, as it does for h5py's own reads.
+    let whole = (0..dims.len())
+        .all(|i| t.start[i] == 0 && t.count[i] == dims[i] && (t.step[i] == 1 || dims[i] <= 1));
+    if !dims.is_empty() && !whole {
         // SAFETY: arrays of the space's rank; block NULL means blocks of 1.
         let status = unsafe {
             (api.sselect_hyperslab)(
@@ -320,10 +325,88 @@ pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, IoError> {
         file_space,
         mem_space,
         buffer: t.buffer,
+        rank: dims.len(),
     }))
 }
 
 impl Prepared {
+    /// The dataset's rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Moves the elements of the file hyperslab (`start`, `step`, `count`: a part of the
+    /// prepared selection) between the dataset and a host buffer holding them in row-major
+    /// order. Runs without the GIL; h5py's lock stays held.
+    ///
+    /// # Safety
+    /// `buffer` must hold the hyperslab's elements in the memory type (writable for reads), and
+    /// the hyperslab must lie inside the dataset (a part of the checked selection).
+    pub unsafe fn run_hyperslab(
+        &self,
+        start: &[u64],
+        step: &[u64],
+        count: &[u64],
+        buffer: *mut c_void,
+    ) -> Result<(), String> {
+        let api = self.api;
+        let failed = |_: IoError| api.stack();
+        if self.rank == 0 {
+            // A scalar dataset has one element: the prepared spaces select it.
+            // SAFETY: as the caller guarantees.
+            return unsafe { self.io_with(self.mem_space.0, self.file_space.0, buffer) };
+        }
+        // SAFETY: a dataset id checked in `prepare`.
+        let file = Space::new(unsafe { (api.dget_space)(self.dataset) }, api).map_err(failed)?;
+        // SAFETY: arrays of the dataset's rank (the caller's part of the checked selection).
+        let status = unsafe {
+            (api.sselect_hyperslab)(
+                file.0,
+                H5S_SELECT_SET,
+                start.as_ptr(),
+                step.as_ptr(),
+                count.as_ptr(),
+                std::ptr::null(),
+            )
+        };
+        if status < 0 {
+            return Err(api.stack());
+        }
+        let elements: u64 = count.iter().product();
+        // SAFETY: a one-dimensional space of the hyperslab's element count.
+        let memory = Space::new(
+            unsafe { (api.screate_simple)(1, &elements, std::ptr::null()) },
+            api,
+        )
+        .map_err(failed)?;
+        // SAFETY: as the caller guarantees.
+        unsafe { self.io_with(memory.0, file.0, buffer) }
+    }
+
+    /// H5Dread/H5Dwrite with the given spaces.
+    ///
+    /// # Safety
+    /// `buffer` must hold the memory selection's elements in the memory type.
+    unsafe fn io_with(&self, memory: Hid, file: Hid, buffer: *mut c_void) -> Result<(), String> {
+        // SAFETY: ids checked in `prepare` or made from them; the buffer as the caller
+        // guarantees.
+        let status = unsafe {
+            (self.io)(
+                self.dataset,
+                self.mem_type,
+                memory,
+                file,
+                H5P_DEFAULT,
+                buffer,
+            )
+        };
+        if status < 0 {
+            Err(self.api.stack())
+        } else {
+            Ok(())
+        }
+    }
+
     /// Moves the bytes (H5Dread or H5Dwrite). Runs without the GIL; h5py's lock stays held.
     ///
     /// # Safety
@@ -346,5 +429,62 @@ impl Prepared {
         } else {
             Ok(())
         }
+    }
+}
+
+/// The driver the file holding `dataset` is open with: `None` when it is h5gds's `gds` driver,
+/// else its name (or a description when HDF5 cannot tell). The caller holds h5py's lock.
+pub fn other_driver(dataset: Hid) -> Result<Option<String>, IoError> {
+    let api = api().map_err(IoError::Hdf5)?;
+    type IdOf = unsafe extern "C" fn(Hid) -> Hid;
+    type Close = unsafe extern "C" fn(Hid) -> Herr;
+    type ClassOf = unsafe extern "C" fn(Hid) -> *const h5gds::abi::H5FD_class_t;
+    // SAFETY: the C signatures of these HDF5 1.14/2.x functions (H5FD_get_class is
+    // library-private but exported by every shared build).
+    let calls = unsafe {
+        (|| -> Result<_, String> {
+            Ok((
+                function::<IdOf>(c"H5Iget_file_id")?,
+                function::<IdOf>(c"H5Fget_access_plist")?,
+                function::<IdOf>(c"H5Pget_driver")?,
+                function::<ClassOf>(c"H5FD_get_class")?,
+                function::<Close>(c"H5Pclose")?,
+                function::<Close>(c"H5Fclose")?,
+            ))
+        })()
+    };
+    let Ok((file_of, access_of, driver_of, class_of, close_plist, close_file)) = calls else {
+        return Ok(Some("(unknown: HDF5 cannot tell which)".into()));
+    };
+    // SAFETY: plain queries on ids HDF5 checks; every id opened here is closed here.
+    unsafe {
+        let file = file_of(dataset);
+        if file < 0 {
+            return Err(IoError::Hdf5(api.stack()));
+        }
+        let fapl = access_of(file);
+        let driver = if fapl < 0 { -1 } else { driver_of(fapl) };
+        let class = if driver < 0 {
+            std::ptr::null()
+        } else {
+            class_of(driver)
+        };
+        if fapl >= 0 {
+            close_plist(fapl);
+        }
+        close_file(file);
+        if class.is_null() {
+            api.stack();
+            return Ok(Some("(unknown: HDF5 cannot tell which)".into()));
+        }
+        if h5gds::h5gds_library(class).is_ok() {
+            return Ok(None);
+        }
+        let name = (*class).name;
+        Ok(Some(if name.is_null() {
+            "(unnamed)".into()
+        } else {
+            CStr::from_ptr(name).to_string_lossy().into_owned()
+        }))
     }
 }

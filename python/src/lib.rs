@@ -3,12 +3,15 @@
 //! loaded; the pure-Python part (python/h5gds/) does the argument handling around it.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod cuda;
+mod device;
+mod dlpack;
 mod hdf5;
 
 use h5gds::{VfdSettings, SETTINGS};
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyString};
+use pyo3::types::{PyAny, PyBool, PyDict, PyString};
 use std::ffi::CString;
 
 /// Registers the driver into the HDF5 that the loaded object `near` (one of h5py's extension
@@ -142,6 +145,94 @@ fn dataset_io(
         .map_err(|message| PyOSError::new_err(format!("{op} failed: {message}")))
 }
 
+/// `dataset_io` for device memory: the same arguments and checks, plus what decides the route
+/// (`storage`: the facts h5py gathered about how the dataset is stored; `conversion`: why HDF5
+/// would convert the elements, if it would; `checked_bytes`: bool elements) and what the array
+/// says about itself (`claimed_ordinal`: its DLPack device; `stream`: the stream to wait for,
+/// 0 for none). Returns the route taken ("gds" or "staged: <reason>"). The caller holds h5py's
+/// lock and keeps the array alive.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (write, dataset, mem_type, start, step, count, mem_shape, address, nbytes, role, dataset_name, claimed_ordinal, stream, storage, conversion, checked_bytes))]
+fn device_io(
+    py: Python<'_>,
+    write: bool,
+    dataset: i64,
+    mem_type: i64,
+    start: Vec<u64>,
+    step: Vec<u64>,
+    count: Vec<u64>,
+    mem_shape: Vec<u64>,
+    address: u64,
+    nbytes: usize,
+    role: String,
+    dataset_name: String,
+    claimed_ordinal: Option<i32>,
+    stream: u64,
+    storage: &Bound<'_, PyDict>,
+    conversion: Option<String>,
+    checked_bytes: bool,
+) -> PyResult<String> {
+    let item = |key: &str| -> PyResult<Bound<'_, PyAny>> {
+        storage
+            .get_item(key)?
+            .ok_or_else(|| PyValueError::new_err(format!("storage facts lack {key:?}")))
+    };
+    let facts = device::StorageFacts {
+        kind: item("kind")?.extract()?,
+        allocated: item("allocated")?.extract()?,
+        chunk: item("chunk")?.extract()?,
+        filtered: item("filtered")?.extract()?,
+        chunks: item("chunks")?.extract()?,
+        cached: item("cached")?.extract()?,
+    };
+    let transfer = hdf5::Transfer {
+        write,
+        dataset,
+        mem_type,
+        start: &start,
+        step: &step,
+        count: &count,
+        mem_shape: &mem_shape,
+        buffer: address as usize,
+        nbytes,
+    };
+    let hdf5_error = |e| match e {
+        hdf5::IoError::Argument(message) => PyValueError::new_err(message),
+        hdf5::IoError::Hdf5(message) => PyOSError::new_err(message),
+    };
+    let prepared = hdf5::prepare(&transfer).map_err(hdf5_error)?;
+    let other_driver = hdf5::other_driver(dataset).map_err(hdf5_error)?;
+    let transfer = device::DeviceTransfer {
+        role: &role,
+        dataset_name: &dataset_name,
+        write,
+        prepared,
+        start: &start,
+        step: &step,
+        count: &count,
+        address,
+        nbytes,
+        claimed_ordinal,
+        stream,
+        conversion,
+        checked_bytes,
+        other_driver,
+    };
+    py.detach(|| device::run(transfer, facts))
+        .map_err(|e| match e {
+            device::DeviceError::Argument(message) => PyValueError::new_err(message),
+            device::DeviceError::Failed(message) => PyOSError::new_err(message),
+        })
+}
+
+/// Whether `H5GDS_USE_VFD_GDS=0` asks for the staged path: Python's `from_file`/`to_file` then
+/// open files with sec2. A refused value raises `ValueError` naming the setting.
+#[pyfunction]
+fn staged_by_settings() -> PyResult<bool> {
+    device::staged_by_settings().map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(register_driver, m)?)?;
@@ -149,6 +240,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_fapl, m)?)?;
     m.add_function(wrap_pyfunction!(info_json, m)?)?;
     m.add_function(wrap_pyfunction!(dataset_io, m)?)?;
+    m.add_function(wrap_pyfunction!(device_io, m)?)?;
+    m.add_function(wrap_pyfunction!(staged_by_settings, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::dlpack_tensor, m)?)?;
     m.add("DRIVER_NAME", "gds")?;
     m.add("DRIVER_VALUE", h5gds::DRIVER_VALUE)?;
     m.add(

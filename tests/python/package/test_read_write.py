@@ -94,6 +94,35 @@ def test_scalar_datasets(h5file):
     assert dset[()] == np.float32(4.25)
 
 
+def test_a_host_array_whose_cuda_interface_raises_goes_through_dlpack():
+    class CpuTensor:  # as a PyTorch CPU tensor: __cuda_array_interface__ raises, DLPack works
+        def __init__(self, array):
+            self._array = array
+
+        @property
+        def __cuda_array_interface__(self):
+            raise TypeError("Can't get __cuda_array_interface__ on non-CUDA tensor type")
+
+        def __dlpack__(self, **kwargs):
+            return self._array.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return self._array.__dlpack_device__()
+
+    class Raising:  # no DLPack to fall back to
+        @property
+        def __cuda_array_interface__(self):
+            raise RuntimeError("requires grad")
+
+    backing = np.zeros((12, 9), dtype="<f8")
+    with h5py.File("cpu.h5", "w", driver="core", backing_store=False) as f:
+        dset = f.create_dataset("x", data=reference()[:, :, 2])
+        h5gds.read(dset, out=CpuTensor(backing))
+        assert np.array_equal(backing, reference()[:, :, 2])
+        with pytest.raises(TypeError, match=r"out \(.*Raising\): __cuda_array_interface__ raised RuntimeError"):
+            h5gds.read(dset, out=Raising())
+
+
 def test_host_dlpack_arrays_are_read_into():
     class HostTensor:  # another library's CPU array, reached through DLPack only
         def __init__(self, array):
@@ -186,29 +215,34 @@ def test_not_a_dataset_or_not_an_array(dset):
         h5gds.read(dset.parent)
     with pytest.raises(TypeError, match="dset must be an h5py.Dataset, not numpy.ndarray"):
         h5gds.read(reference())
-    with pytest.raises(TypeError, match="out must be a NumPy array .* not builtins.list"):
+    with pytest.raises(TypeError, match="out must be a NumPy array, .* not builtins.list"):
         h5gds.read(dset, out=[0.0] * 540)
-    with pytest.raises(TypeError, match="array must be a NumPy array .* not builtins.bytes"):
+    with pytest.raises(TypeError, match="array must be a NumPy array, .* not builtins.bytes"):
         h5gds.write(dset, b"\0" * 4320)
     unchanged(dset)
 
 
-def test_device_arrays_are_refused_clearly(dset):
+def test_device_arrays_this_process_cannot_reach_are_refused_clearly(dset):
+    """Without a CUDA driver in the process (this run; test_device.py runs with the emulator), or with one
+    that does not know the address, a device array is refused by name, never dereferenced."""
     class CudaArray:
         __cuda_array_interface__ = {"shape": SHAPE, "typestr": "<f8", "data": (0xDEAD0000, False), "version": 3}
 
-    class DlpackGpuArray:
+    refused = r"out is CUDA device memory, but CUDA does not work in this process|out's address 0xdead0000 is not CUDA"
+    with pytest.raises(ValueError, match=refused):
+        h5gds.read(dset, out=CudaArray())
+    with pytest.raises(ValueError, match=refused.replace("out", "array")):
+        h5gds.write(dset, CudaArray())
+
+    class RocmArray:
         def __dlpack__(self, **kwargs):
             raise AssertionError("must not be exported")
 
         def __dlpack_device__(self):
-            return (2, 0)  # kDLCUDA
+            return (10, 0)  # kDLROCM
 
-    for array in (CudaArray(), DlpackGpuArray()):
-        with pytest.raises(TypeError, match="device arrays are not supported yet by this build of h5gds"):
-            h5gds.read(dset, out=array)
-        with pytest.raises(TypeError, match="device arrays are not supported yet by this build of h5gds"):
-            h5gds.write(dset, array)
+    with pytest.raises(ValueError, match=r"out is on a ROCm device \(0\): h5gds moves data between files and CUDA"):
+        h5gds.read(dset, out=RocmArray())
     unchanged(dset)
 
 

@@ -9,11 +9,14 @@
 //! chunks that fit the chunk cache, external and virtual storage, and compact data. So:
 //!
 //! * **direct**: contiguous datasets whose storage is allocated, and unfiltered chunked datasets
-//!   chunk by chunk (allocated chunks, read with the chunk cache disabled so none is cached);
+//!   chunk by chunk (allocated chunks whose size exceeds the dataset's chunk cache, so HDF5 never
+//!   caches them: array-io opens datasets with the cache disabled; an h5py dataset keeps the
+//!   cache it was opened with), in files opened with the `gds` driver;
 //! * **staged**: everything else — filtered (compressed) chunks, chunks never written (HDF5
 //!   fills them), unallocated contiguous storage, compact, external and virtual storage, type
-//!   conversion, data on another device than the driver's, and `bool` (every byte is checked to
-//!   be 0 or 1 on the host).
+//!   conversion, data on another device than the driver's, files opened with another driver
+//!   (an h5py file opened with sec2, say), chunks the chunk cache can hold, and `bool` (every
+//!   byte is checked to be 0 or 1 on the host).
 
 use crate::select::chunks_touching;
 pub use crate::select::Block;
@@ -30,11 +33,13 @@ pub enum Storage {
     Compact,
     /// A virtual dataset mapping other datasets.
     Virtual,
-    /// Chunks of `chunk` elements; the offsets of the allocated ones.
+    /// Chunks of `chunk` elements; the offsets of the allocated ones; `cached`: HDF5 keeps
+    /// chunks in its chunk cache (a chunk fits the dataset's cache), copying them itself.
     Chunked {
         chunk: Vec<u64>,
         filtered: bool,
         allocated: HashSet<Vec<u64>>,
+        cached: bool,
     },
 }
 
@@ -49,6 +54,9 @@ pub struct Transfer {
     pub checked_bytes: bool,
     /// Why HDF5 converts the element type in the buffer, if it does.
     pub conversion: Option<String>,
+    /// The driver the file is open with when it is not `gds` (array-io opens files itself, so
+    /// never; an h5py file may be opened with any driver).
+    pub other_driver: Option<String>,
 }
 
 /// Why the driver cannot be used at all for this transfer (it opens the file with sec2), if so.
@@ -57,6 +65,12 @@ pub fn driver_blocker(transfer: &Transfer) -> Option<String> {
         return Some(
             "H5GDS_USE_VFD_GDS=0 (or unset without working CUDA) selects the staged path".into(),
         );
+    }
+    if let Some(driver) = &transfer.other_driver {
+        return Some(format!(
+            "the file is open with the {driver} driver, which reads only into host memory \
+             (open it with driver=\"gds\" for direct transfers)"
+        ));
     }
     if transfer.device != 0 {
         return Some(format!(
@@ -115,6 +129,11 @@ pub fn plan(storage: &Storage, region: &Block, blocker: Option<String>) -> Vec<(
         Storage::Chunked { filtered: true, .. } => whole(Route::Staged(
             "its chunks are filtered (compressed), and HDF5 decodes them in host memory".into(),
         )),
+        Storage::Chunked { cached: true, .. } => whole(Route::Staged(
+            "its chunks fit the dataset's chunk cache, through which HDF5 copies them itself \
+             (open the file with rdcc_nbytes=0 for direct transfers)"
+                .into(),
+        )),
         Storage::Chunked {
             chunk, allocated, ..
         } => {
@@ -168,6 +187,13 @@ mod tests {
                 chunk: vec![2, 2],
                 filtered: true,
                 allocated: HashSet::new(),
+                cached: false,
+            },
+            Storage::Chunked {
+                chunk: vec![4, 4],
+                filtered: false,
+                allocated: [vec![0, 0]].into_iter().collect(),
+                cached: true,
             },
         ] {
             let p = plan(&storage, &region, None);
@@ -193,6 +219,7 @@ mod tests {
             chunk: vec![2, 2],
             filtered: false,
             allocated: all.clone(),
+            cached: false,
         };
         assert_eq!(
             plan(&full, &region, None),
@@ -204,6 +231,7 @@ mod tests {
             chunk: vec![2, 2],
             filtered: false,
             allocated: some,
+            cached: false,
         };
         let p = plan(&sparse, &region, None);
         assert_eq!(p.len(), 4);
@@ -226,6 +254,7 @@ mod tests {
             device: 1,
             checked_bytes: true,
             conversion: Some("HDF5 converts i16 to f64".into()),
+            other_driver: None,
         };
         let first = blocker(&all).unwrap();
         assert!(first.contains("H5GDS_USE_VFD_GDS=0"), "{first}");
@@ -249,5 +278,11 @@ mod tests {
             blocker(&converted).as_deref(),
             Some("HDF5 converts i16 to f64")
         );
+        // A file open with another driver never sees device memory, whatever else holds.
+        let sec2 = Transfer {
+            other_driver: Some("sec2".into()),
+            ..Transfer::default()
+        };
+        assert!(driver_blocker(&sec2).unwrap().contains("the sec2 driver"));
     }
 }

@@ -66,7 +66,7 @@ impl Block {
 /// The blocks whose union is the elements `[a, b)` of an array of `shape` in row-major order,
 /// each in row-major order, in order: at most `2 * rank - 1` of them. A rank-0 array has one
 /// element and one empty-shaped block.
-pub(crate) fn flat_range_blocks(shape: &[u64], a: u64, b: u64) -> Vec<Block> {
+pub fn flat_range_blocks(shape: &[u64], a: u64, b: u64) -> Vec<Block> {
     let mut out = Vec::new();
     if a >= b {
         return out;
@@ -128,7 +128,7 @@ fn push_range(shape: &[u64], prefix: &mut Vec<u64>, a: u64, b: u64, out: &mut Ve
 }
 
 /// Row-major strides (in elements) of an array of `shape`.
-pub(crate) fn strides(shape: &[u64]) -> Vec<u64> {
+pub fn strides(shape: &[u64]) -> Vec<u64> {
     let mut out = vec![1u64; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
         out[i] = out[i + 1] * shape[i + 1];
@@ -139,7 +139,7 @@ pub(crate) fn strides(shape: &[u64]) -> Vec<u64> {
 /// How a block's elements, in its own row-major order, lie in an enclosing array: contiguous
 /// runs of `run_len` elements, run `k` starting at element `run_start(k)` of the array.
 #[derive(Clone, Debug)]
-pub(crate) struct Runs {
+pub struct Runs {
     pub run_len: u64,
     /// Block counts of the dimensions that index runs (outer), and the array's strides of them.
     outer_count: Vec<u64>,
@@ -199,7 +199,7 @@ impl Runs {
 
 /// The chunks of `chunk_shape` tiling an array of `shape`, in row-major order, clipped at the
 /// boundary. An array with a zero-length dimension has no chunks; a rank-0 array has one.
-pub(crate) fn chunk_grid(shape: &[u64], chunk_shape: &[u64]) -> ChunkGrid {
+pub fn chunk_grid(shape: &[u64], chunk_shape: &[u64]) -> ChunkGrid {
     let counts: Vec<u64> = shape
         .iter()
         .zip(chunk_shape)
@@ -217,7 +217,7 @@ pub(crate) fn chunk_grid(shape: &[u64], chunk_shape: &[u64]) -> ChunkGrid {
 
 /// Iterator over the chunk blocks of [`chunk_grid`].
 #[derive(Clone, Debug)]
-pub(crate) struct ChunkGrid {
+pub struct ChunkGrid {
     shape: Vec<u64>,
     chunk_shape: Vec<u64>,
     counts: Vec<u64>,
@@ -266,7 +266,7 @@ impl Iterator for ChunkGrid {
 /// The storage chunks (of `chunk_shape`, the dataset's layout) that `block` touches, as their
 /// grid coordinates times the chunk shape (HDF5's chunk offsets), with the part of `block`
 /// inside each.
-pub(crate) fn chunks_touching(block: &Block, chunk_shape: &[u64]) -> Vec<(Vec<u64>, Block)> {
+pub fn chunks_touching(block: &Block, chunk_shape: &[u64]) -> Vec<(Vec<u64>, Block)> {
     let rank = chunk_shape.len();
     let first: Vec<u64> = (0..rank).map(|i| block.start[i] / chunk_shape[i]).collect();
     let last: Vec<u64> = (0..rank)

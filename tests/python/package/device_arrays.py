@@ -1,0 +1,262 @@
+"""Test-only device arrays over whatever libcuda this process loads — h5gds's CPU emulator of CUDA
+(tests/emulator, put on LD_LIBRARY_PATH by scripts/test.sh) or a real driver — exposing
+``__cuda_array_interface__`` (v3, with a stream) and DLPack, as CuPy, Numba and PyTorch arrays do.
+Never shipped: the package's tests only."""
+
+import ctypes
+import ctypes.util
+
+import numpy as np
+
+CUresult = ctypes.c_int
+
+
+class Cuda:
+    """The few CUDA driver calls the test arrays need, each run with the device's primary context
+    pushed and popped again (the thread's context is left as found)."""
+
+    def __init__(self):
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.emulated = hasattr(self.lib, "h5gds_emu_counters")
+        self._check("cuInit", self.lib.cuInit(0))
+        count = ctypes.c_int()
+        self._check("cuDeviceGetCount", self.lib.cuDeviceGetCount(ctypes.byref(count)))
+        self.device_count = count.value
+        self._contexts = {}
+
+    @staticmethod
+    def _check(call, result):
+        if result != 0:
+            raise RuntimeError(f"{call} failed with CUDA result {result}")
+
+    def _context(self, ordinal):
+        if ordinal not in self._contexts:
+            device, context = ctypes.c_int(), ctypes.c_void_p()
+            self._check("cuDeviceGet", self.lib.cuDeviceGet(ctypes.byref(device), ordinal))
+            self._check("cuDevicePrimaryCtxRetain",
+                        self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device))
+            self._contexts[ordinal] = context
+        return self._contexts[ordinal]
+
+    def run(self, ordinal, name, *args):
+        """Calls `name(*args)` with device `ordinal`'s primary context current."""
+        self._check("cuCtxPushCurrent", self.lib.cuCtxPushCurrent_v2(self._context(ordinal)))
+        try:
+            self._check(name, getattr(self.lib, name)(*args))
+        finally:
+            popped = ctypes.c_void_p()
+            self.lib.cuCtxPopCurrent_v2(ctypes.byref(popped))
+
+    def counters(self):
+        """The emulator's counters: cuFile reads and writes, host<->device copies (emulator only)."""
+        values = (ctypes.c_uint64 * 9)()
+        assert self.lib.h5gds_emu_counters(values) == 0
+        names = ("device_allocs", "device_bytes", "pinned_allocs", "double_frees", "bounds_violations",
+                 "cufile_reads", "cufile_writes", "htod", "dtoh")
+        return dict(zip(names, values))
+
+
+_CUDA = None
+
+
+def cuda():
+    global _CUDA
+    if _CUDA is None:
+        _CUDA = Cuda()
+    return _CUDA
+
+
+# DLPack structs (dlpack.h) for exporting a tensor.
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
+DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    """DLPack 1.x: a version, flags (bit 0: read-only), then the tensor."""
+
+
+_DELETER_VERSIONED = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))
+DLManagedTensorVersioned._fields_ = [("version", ctypes.c_uint32 * 2), ("manager_ctx", ctypes.c_void_p),
+                                     ("deleter", _DELETER_VERSIONED), ("flags", ctypes.c_uint64),
+                                     ("dl_tensor", DLTensor)]
+
+# The destructor gets the dying capsule as a raw pointer: taking it as a Python object would
+# resurrect it mid-deallocation.
+_CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_pythonapi = ctypes.pythonapi
+_pythonapi.PyCapsule_New.restype = ctypes.py_object
+_pythonapi.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CAPSULE_DESTRUCTOR]
+_capsule_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", _pythonapi))
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", _pythonapi))
+
+#: Exported tensors alive until their capsule (or consumer) lets go, by address.
+_EXPORTED = {}
+
+
+@_DELETER
+def _delete(managed):
+    _EXPORTED.pop(ctypes.addressof(managed.contents), None)
+
+
+@_DELETER_VERSIONED
+def _delete_versioned(managed):
+    _EXPORTED.pop(ctypes.addressof(managed.contents), None)
+
+
+@_CAPSULE_DESTRUCTOR
+def _destroy_capsule(capsule):
+    # An unconsumed capsule owns its tensor (DLPack: the consumer renames a capsule it takes).
+    for name in (b"dltensor", b"dltensor_versioned"):
+        if _capsule_is_valid(capsule, name):
+            _EXPORTED.pop(_capsule_pointer(capsule, name), None)
+
+
+_DLPACK_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
+
+
+class DeviceArray:
+    """`shape` elements of `dtype` in device memory of device `ordinal` (row-major), exposed through
+    ``__cuda_array_interface__`` and DLPack. `strides` (bytes) and `readonly` change only what the
+    interfaces claim; `dlpack_device` overrides what ``__dlpack_device__`` says."""
+
+    def __init__(self, shape, dtype, ordinal=0, fill=None):
+        self.cuda = cuda()
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.ordinal = ordinal
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self.strides = None
+        self.readonly = False
+        self.stream = None
+        self.cai_version = 3
+        self.dlpack_device = (2, ordinal)
+        self.dlpack_streams = []
+        self.ptr = ctypes.c_uint64(0)
+        if self.nbytes:
+            self.cuda.run(ordinal, "cuMemAlloc_v2", ctypes.byref(self.ptr), ctypes.c_size_t(self.nbytes))
+        if fill is not None:
+            self.copy_from_host(np.full(self.shape, fill, dtype=self.dtype))
+
+    @classmethod
+    def from_host(cls, array, ordinal=0):
+        array = np.array(array, order="C")  # (ascontiguousarray makes 0-d arrays 1-d)
+        out = cls(array.shape, array.dtype, ordinal)
+        out.copy_from_host(array)
+        return out
+
+    def copy_from_host(self, array):
+        array = np.array(array, dtype=self.dtype, order="C")
+        assert array.nbytes == self.nbytes
+        if self.nbytes:
+            self.cuda.run(self.ordinal, "cuMemcpyHtoD_v2", self.ptr, array.ctypes.data_as(ctypes.c_void_p),
+                          ctypes.c_size_t(self.nbytes))
+
+    def copy_from_host_async(self, array):
+        """Queues a copy of `array` on a new stream of this array's device (through pinned memory, so
+        the emulator with H5GDS_EMU_DEFER_ASYNC=1 runs it only when the stream is synchronised), and
+        names that stream in ``__cuda_array_interface__``: pending work a consumer must wait for."""
+        array = np.array(array, dtype=self.dtype, order="C")
+        pinned, stream = ctypes.c_void_p(), ctypes.c_void_p()
+        self.cuda.run(self.ordinal, "cuMemHostAlloc", ctypes.byref(pinned), ctypes.c_size_t(self.nbytes), 0)
+        ctypes.memmove(pinned, array.ctypes.data, self.nbytes)
+        self.cuda.run(self.ordinal, "cuStreamCreate", ctypes.byref(stream), 0)
+        self.cuda.run(self.ordinal, "cuMemcpyHtoDAsync_v2", self.ptr, pinned, ctypes.c_size_t(self.nbytes), stream)
+        self._pending = (pinned, stream)
+        self.stream = stream.value
+        return pinned, stream
+
+    def synchronize(self):
+        """Waits for the work queued on the array's stream."""
+        if self.stream is not None:
+            self.cuda.run(self.ordinal, "cuStreamSynchronize", ctypes.c_void_p(self.stream))
+
+    def to_host(self):
+        out = np.empty(self.shape, dtype=self.dtype)
+        if self.nbytes:
+            self.cuda.run(self.ordinal, "cuMemcpyDtoH_v2", out.ctypes.data_as(ctypes.c_void_p), self.ptr,
+                          ctypes.c_size_t(self.nbytes))
+        return out
+
+    def free(self):
+        if self.ptr.value:
+            self.cuda.run(self.ordinal, "cuMemFree_v2", self.ptr)
+            self.ptr = ctypes.c_uint64(0)
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:  # interpreter shutdown
+            pass
+
+    @property
+    def __cuda_array_interface__(self):
+        descr = self.dtype.descr if self.dtype.names else [("", self.dtype.str)]
+        interface = {"shape": self.shape, "typestr": self.dtype.str, "descr": descr,
+                     "data": (self.ptr.value, self.readonly), "strides": self.strides, "version": self.cai_version}
+        if self.cai_version >= 3:
+            interface["stream"] = self.stream
+        return interface
+
+
+class DlpackArray:
+    """The same memory reachable through DLPack only (as a JAX array is); `versioned`: a DLPack 1.x
+    capsule when the consumer asks for one (max_version), flagged read-only if the array is."""
+
+    def __init__(self, array, versioned=False):
+        self.array = array
+        self.versioned = versioned
+        self.max_versions = []
+
+    def __dlpack_device__(self):
+        return self.array.dlpack_device
+
+    def __dlpack__(self, stream=None, max_version=None, **kwargs):
+        a = self.array
+        a.dlpack_streams.append(stream)
+        self.max_versions.append(max_version)
+        if a.stream is not None:
+            # A producer orders its pending work before the consumer's stream; one that cannot
+            # record events waits for it.
+            a.cuda.run(a.ordinal, "cuStreamSynchronize", ctypes.c_void_p(a.stream))
+        ndim = len(a.shape)
+        shape = (ctypes.c_int64 * max(ndim, 1))(*a.shape)
+        strides = None
+        if a.strides is not None:
+            strides = (ctypes.c_int64 * max(ndim, 1))(*(s // a.dtype.itemsize for s in a.strides))
+        kind = a.dtype.kind
+        versioned = self.versioned and max_version is not None and tuple(max_version) >= (1, 0)
+        managed = DLManagedTensorVersioned() if versioned else DLManagedTensor()
+        if versioned:
+            managed.version[0], managed.version[1] = 1, 0
+            managed.flags = 1 if a.readonly else 0
+        managed.dl_tensor.data = a.ptr.value
+        managed.dl_tensor.device = DLDevice(*a.dlpack_device)
+        managed.dl_tensor.ndim = ndim
+        managed.dl_tensor.dtype = DLDataType(_DLPACK_CODES[kind], a.dtype.itemsize * 8, 1)
+        managed.dl_tensor.shape = shape
+        managed.dl_tensor.strides = strides if strides is not None else ctypes.POINTER(ctypes.c_int64)()
+        managed.dl_tensor.byte_offset = 0
+        managed.deleter = _delete_versioned if versioned else _delete
+        _EXPORTED[ctypes.addressof(managed)] = (managed, shape, strides, a)
+        name = b"dltensor_versioned" if versioned else b"dltensor"
+        return _pythonapi.PyCapsule_New(ctypes.addressof(managed), name, _destroy_capsule)

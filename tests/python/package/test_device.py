@@ -1,0 +1,566 @@
+"""h5gds.read and h5gds.write on device arrays: every layout's route (straight through the gds driver,
+or staged through pinned host memory, as h5gds_route decides) byte-compared with h5py's host reads and
+writes, for ``__cuda_array_interface__`` and DLPack arrays; the producer's stream waited for; every
+refusal naming the culprit and leaving the dataset and the array as they were.
+
+scripts/test.sh runs this file with h5gds's CPU emulator of CUDA and cuFile on LD_LIBRARY_PATH (test
+arrays: device_arrays.py). On a GPU machine run it without the emulator: the same tests then use the
+real driver, and also run against CuPy and PyTorch where they are installed with CUDA."""
+
+import os
+
+# Before anything loads CUDA: two emulated devices, async copies on streams deferred until the
+# stream is synchronised (so pending work is visible), and the route log line on.
+os.environ.setdefault("H5GDS_EMU_DEVICES", "2")
+os.environ.setdefault("H5GDS_EMU_DEFER_ASYNC", "1")
+os.environ["H5GDS_LOG"] = "info"
+
+import ctypes  # noqa: E402
+import threading  # noqa: E402
+
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import h5gds  # noqa: E402
+from device_arrays import DeviceArray, DlpackArray, cuda  # noqa: E402
+
+
+def _cuda():
+    try:
+        return cuda()
+    except (OSError, RuntimeError) as exc:
+        if os.environ.get("H5GDS_REQUIRE_DEVICE_TESTS") == "1":
+            raise
+        pytest.skip(f"no CUDA driver in this process ({exc}): scripts/test.sh runs this file with the emulator "
+                    "on LD_LIBRARY_PATH", allow_module_level=True)
+
+
+CUDA = _cuda()
+SHAPE = (24, 10, 6)
+GDS = "straight {} device memory through the gds driver"
+STAGED = "device memory through pinned host memory"
+
+
+def reference(shape=SHAPE, dtype="<f8"):
+    return (np.arange(np.prod(shape)).reshape(shape) * 1.25 - 30).astype(dtype)
+
+
+# --- array kinds: the test arrays, and CuPy / PyTorch when installed with CUDA -----------------------------
+
+def _real(module):
+    try:
+        if module == "cupy":
+            import cupy
+            cupy.zeros(1)
+            return cupy
+        import torch
+        if not torch.cuda.is_available():
+            return None
+        return torch
+    except Exception:
+        return None
+
+
+def _kinds():
+    kinds = {
+        "cai": (lambda host: DeviceArray.from_host(host), lambda a: a.to_host()),
+        "dlpack": (lambda host: DlpackArray(DeviceArray.from_host(host)), lambda a: a.array.to_host()),
+    }
+    cp, torch = (None, None) if CUDA.emulated else (_real("cupy"), _real("torch"))
+    if cp is not None:
+        kinds["cupy"] = (lambda host: cp.asarray(host), lambda a: cp.asnumpy(a))
+    if torch is not None:
+        kinds["torch"] = (lambda host: torch.from_numpy(np.ascontiguousarray(host)).cuda(),
+                          lambda a: a.cpu().numpy())
+        kinds["torch-dlpack"] = (lambda host: DlpackOnly(torch.from_numpy(np.ascontiguousarray(host)).cuda()),
+                                 lambda a: a.inner.cpu().numpy())
+    return kinds
+
+
+class DlpackOnly:
+    """A real library's array seen through DLPack only."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __dlpack__(self, **kwargs):
+        return self.inner.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.inner.__dlpack_device__()
+
+
+KINDS = _kinds()
+REAL_KINDS = [
+    pytest.param(name, marks=pytest.mark.skipif(
+        name not in KINDS, reason=f"{name} with CUDA is not importable here (or CUDA is the emulator)"))
+    for name in ("cupy", "torch", "torch-dlpack")
+]
+ALL_KINDS = ["cai", "dlpack"] + REAL_KINDS
+
+
+def device(kind, host):
+    return KINDS[kind][0](host)
+
+
+def to_host(kind, array):
+    return KINDS[kind][1](array)
+
+
+# --- files and layouts -------------------------------------------------------------------------------------
+
+#: layout -> (create_dataset keywords, route of a read, reason fragment for staged ones)
+LAYOUTS = {
+    "contiguous": ({}, "gds", None),
+    "chunked": ({"chunks": (8, 10, 6)}, "gds", None),
+    "chunked-cached": ({"chunks": (4, 5, 6)}, "staged", "chunk cache"),
+    "filtered": ({"chunks": (8, 5, 6), "compression": "gzip"}, "staged", "filtered"),
+    "compact": ({"layout": "compact"}, "staged", "compact"),
+    "chunked-sparse": ({"chunks": (8, 10, 6)}, "staged", "never written"),
+    "unwritten": ({}, "staged", "never written"),
+}
+
+
+def create(f, name, layout, data):
+    kwargs, _, _ = LAYOUTS[layout]
+    kwargs = dict(kwargs)
+    if kwargs.pop("layout", None) == "compact":
+        plist = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        plist.set_layout(h5py.h5d.COMPACT)
+        space = h5py.h5s.create_simple(data.shape)
+        dsid = h5py.h5d.create(f.id, name.encode(), h5py.h5t.py_create(data.dtype), space, dcpl=plist)
+        dset = h5py.Dataset(dsid)
+        dset[...] = data
+        return dset
+    if layout == "unwritten":
+        return f.create_dataset(name, shape=data.shape, dtype=data.dtype, fillvalue=data.flat[0])
+    if layout == "chunked-sparse":
+        dset = f.create_dataset(name, shape=data.shape, dtype=data.dtype, fillvalue=-1.5, **kwargs)
+        dset[:8] = data[:8]
+        dset[16:] = data[16:]
+        return dset
+    return f.create_dataset(name, data=data, **kwargs)
+
+
+def open_gds(path, mode="r+", **kwargs):
+    # Chunks larger than the chunk cache bypass it; the "chunked-cached" layout's chunks (960 B) fit 1 KiB.
+    return h5py.File(path, mode, driver="gds", rdcc_nbytes=1024, **kwargs)
+
+
+@pytest.fixture
+def gds_file(tmp_path):
+    with open_gds(tmp_path / "d.h5", "w") as f:
+        yield f
+
+
+def read_route(capfd, expect, reason, op="read"):
+    """The h5gds log line of the last transfer names the expected route."""
+    err = capfd.readouterr().err
+    if expect == "gds":
+        assert GDS.format("into" if op == "read" else "from") in err, err
+        assert STAGED not in err, err
+    else:
+        assert STAGED in err and reason in err, err
+        assert "through the gds driver" not in err.split(f"h5gds.{op}")[-1].split("\n")[0], err
+
+
+class Counters:
+    """The emulator's cuFile and copy counters across a block (nothing on a real GPU)."""
+
+    def __enter__(self):
+        self.before = CUDA.counters() if CUDA.emulated else None
+        return self
+
+    def __exit__(self, *exc):
+        self.after = CUDA.counters() if CUDA.emulated else None
+
+    def delta(self, key):
+        return self.after[key] - self.before[key]
+
+    def check(self, route, op):
+        if not CUDA.emulated:
+            return
+        cufile = "cufile_reads" if op == "read" else "cufile_writes"
+        copies = "htod" if op == "read" else "dtoh"
+        if route == "gds":
+            assert self.delta(cufile) > 0 and self.delta(copies) == 0, (self.before, self.after)
+        else:
+            assert self.delta(cufile) == 0 and self.delta(copies) > 0, (self.before, self.after)
+
+
+def expected_route(layout, sel):
+    """The route and reason fragment h5gds_route gives `layout` for `sel`: the sparse dataset's rows 8-15
+    were never written, and row 5 lies in a written chunk."""
+    if layout == "chunked-sparse" and sel == 5:
+        return "gds", None
+    return LAYOUTS[layout][1:]
+
+
+SELECTIONS = [None, 5, (slice(3, 20), slice(None), 2), (slice(1, 23, 4), slice(2, 9, 3)), (Ellipsis, slice(1, 5))]
+
+
+@pytest.mark.parametrize("sel", SELECTIONS, ids=repr)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_read_into_device_memory_matches_h5py(gds_file, capfd, kind, layout, sel):
+    dset = create(gds_file, "x", layout, reference())
+    expected = dset[() if sel is None else sel]
+    out = device(kind, np.zeros(expected.shape, expected.dtype))
+    capfd.readouterr()
+    with Counters() as counters:
+        assert h5gds.read(dset, out=out, sel=sel) is out
+    got = to_host(kind, out)
+    assert got.shape == expected.shape and got.tobytes() == expected.tobytes()
+    route, reason = expected_route(layout, sel)
+    read_route(capfd, route, reason)
+    counters.check(route, "read")
+
+
+WRITABLE = ["contiguous", "chunked", "chunked-cached", "filtered", "compact", "chunked-sparse"]
+
+
+@pytest.mark.parametrize("sel", SELECTIONS, ids=repr)
+@pytest.mark.parametrize("layout", WRITABLE)
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_write_from_device_memory_matches_h5py(gds_file, capfd, kind, layout, sel):
+    ours = create(gds_file, "ours", layout, reference())
+    theirs = create(gds_file, "theirs", layout, reference())
+    shape = np.empty(SHAPE)[() if sel is None else sel].shape
+    values = np.random.default_rng(7).standard_normal(shape)
+    array = device(kind, values)
+    capfd.readouterr()
+    with Counters() as counters:
+        h5gds.write(ours, array, sel=sel)
+    theirs[() if sel is None else sel] = values
+    assert ours[...].tobytes() == theirs[...].tobytes()
+    route, reason = expected_route(layout, sel)
+    read_route(capfd, route, reason, op="write")
+    counters.check(route, "write")
+
+
+@pytest.mark.parametrize("kind", ["cai", "dlpack"])
+def test_a_file_opened_with_sec2_is_staged(tmp_path, capfd, kind):
+    with h5py.File(tmp_path / "s.h5", "w") as f:
+        dset = f.create_dataset("x", data=reference())
+        out = device(kind, np.zeros(SHAPE))
+        capfd.readouterr()
+        h5gds.read(dset, out=out)
+        assert to_host(kind, out).tobytes() == reference().tobytes()
+        read_route(capfd, "staged", "the sec2 driver")
+        h5gds.write(dset, device(kind, -reference()), sel=None)
+        assert dset[...].tobytes() == (-reference()).tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["<f4", "<i2", "u1", "<c16", "bool"])
+def test_element_types(gds_file, capfd, dtype):
+    data = reference(dtype=dtype) if dtype != "bool" else (reference() > 0)
+    dset = gds_file.create_dataset("x", data=data)
+    out = DeviceArray(SHAPE, dtype)
+    capfd.readouterr()
+    h5gds.read(dset, out=out)
+    assert out.to_host().tobytes() == dset[...].tobytes()
+    # bool bytes are checked on the host (0 or 1), as array-io does.
+    read_route(capfd, "staged" if dtype == "bool" else "gds", "bool values")
+    h5gds.write(dset, DeviceArray.from_host(data[::-1].copy()))
+    assert dset[...].tobytes() == data[::-1].tobytes()
+
+
+def test_a_big_endian_dataset_into_a_big_endian_device_array(gds_file, capfd):
+    dset = gds_file.create_dataset("x", data=reference(dtype=">f8"))
+    out = DeviceArray(SHAPE, ">f8")
+    capfd.readouterr()
+    h5gds.read(dset, out=out)
+    assert out.to_host().tobytes() == dset[...].tobytes()
+    read_route(capfd, "gds", None)
+
+
+def test_scalar_and_empty_selections(gds_file):
+    scalar = gds_file.create_dataset("s", data=np.float64(2.5))
+    out = DeviceArray((), "<f8")
+    h5gds.read(scalar, out=out)
+    assert out.to_host()[()] == 2.5
+    h5gds.write(scalar, DeviceArray.from_host(np.array(-4.0)))
+    assert scalar[()] == -4.0
+    dset = gds_file.create_dataset("x", data=reference())
+    empty = DeviceArray((0, 10, 6), "<f8")
+    assert h5gds.read(dset, out=empty, sel=slice(5, 5)) is empty
+    h5gds.write(dset, empty, sel=slice(5, 5))
+    assert dset[...].tobytes() == reference().tobytes()
+
+
+# --- settings ----------------------------------------------------------------------------------------------
+
+def test_use_vfd_gds_0_stages_and_the_staging_buffer_size_bounds_the_pieces(gds_file, capfd, monkeypatch):
+    data = reference((300, 70))
+    dset = gds_file.create_dataset("x", data=data)
+    monkeypatch.setenv("H5GDS_USE_VFD_GDS", "0")
+    monkeypatch.setenv("H5GDS_STAGING_BUFFER_SIZE", "4K")  # 168 kB through a 4 KiB buffer
+    out = DeviceArray((100, 23), "<f8")
+    capfd.readouterr()
+    with Counters() as counters:
+        h5gds.read(dset, out=out, sel=(slice(1, 300, 3), slice(2, 70, 3)))
+    assert out.to_host().tobytes() == data[1::3, 2::3].tobytes()
+    read_route(capfd, "staged", "H5GDS_USE_VFD_GDS=0")
+    if CUDA.emulated:
+        assert counters.delta("htod") == -(-100 * 23 * 8 // 4096)  # one copy per full buffer
+    h5gds.write(dset, DeviceArray.from_host(-data))
+    assert dset[...].tobytes() == (-data).tobytes()
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("H5GDS_USE_VFD_GDS", "yes", r"invalid H5GDS_USE_VFD_GDS=\"yes\": accepted values are 1 \(the gds driver\)"),
+    ("H5GDS_STAGING_BUFFER_SIZE", "1K", r"invalid H5GDS_STAGING_BUFFER_SIZE=\"1K\": accepted values are a byte "
+                                        r"count of at least 4K"),
+])
+def test_invalid_settings_are_refused_by_name(gds_file, monkeypatch, variable, value, message):
+    dset = gds_file.create_dataset("x", data=reference())
+    monkeypatch.setenv(variable, value)
+    out = DeviceArray(SHAPE, "<f8", fill=0.0)
+    with pytest.raises(ValueError, match=message):
+        h5gds.read(dset, out=out)
+    assert not out.to_host().any()
+
+
+# --- streams -----------------------------------------------------------------------------------------------
+
+def test_a_write_waits_for_the_producers_stream(gds_file):
+    dset = gds_file.create_dataset("x", shape=SHAPE, dtype="<f8")
+    array = DeviceArray(SHAPE, "<f8")
+    array.copy_from_host_async(reference())  # pending on array's stream (deferred by the emulator)
+    h5gds.write(dset, array)
+    assert dset[...].tobytes() == reference().tobytes()
+
+
+def test_a_version_2_interface_names_no_stream_so_the_device_is_waited_for(gds_file):
+    dset = gds_file.create_dataset("x", shape=SHAPE, dtype="<f8")
+    array = DeviceArray(SHAPE, "<f8")
+    array.copy_from_host_async(reference())
+    array.cai_version = 2  # as PyTorch's: no stream named, work may be queued
+    h5gds.write(dset, array)
+    assert dset[...].tobytes() == reference().tobytes()
+
+
+def test_a_read_waits_for_the_producers_stream_before_overwriting(gds_file):
+    dset = gds_file.create_dataset("x", data=reference())
+    array = DeviceArray(SHAPE, "<f8")
+    array.copy_from_host_async(np.zeros(SHAPE))  # pending: must not land after h5gds's read
+    h5gds.read(dset, out=array)
+    array.synchronize()  # whatever was still queued lands now
+    assert array.to_host().tobytes() == reference().tobytes()
+
+
+def test_dlpack_is_asked_for_the_legacy_default_stream(gds_file):
+    dset = gds_file.create_dataset("x", data=reference())
+    inner = DeviceArray(SHAPE, "<f8")
+    inner.copy_from_host_async(-reference())
+    h5gds.write(dset, DlpackArray(inner))
+    assert inner.dlpack_streams == [1]
+    assert dset[...].tobytes() == (-reference()).tobytes()
+
+
+# --- devices -----------------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(CUDA.device_count < 2, reason="one CUDA device")
+@pytest.mark.parametrize("kind", ["cai", "dlpack"])
+def test_an_array_on_device_1_is_staged_through_its_own_context(gds_file, capfd, kind):
+    dset = gds_file.create_dataset("x", data=reference())
+    inner = DeviceArray(SHAPE, "<f8", ordinal=1)
+    out = inner if kind == "cai" else DlpackArray(inner)
+    capfd.readouterr()
+    h5gds.read(dset, out=out)
+    assert inner.to_host().tobytes() == reference().tobytes()
+    read_route(capfd, "staged", "on device 1")
+    h5gds.write(dset, DeviceArray.from_host(-reference(), ordinal=1))
+    assert dset[...].tobytes() == (-reference()).tobytes()
+
+
+# --- refusals ----------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def dset(gds_file):
+    return gds_file.create_dataset("x", data=reference())
+
+
+def unchanged(dset):
+    assert dset[...].tobytes() == reference().tobytes()
+
+
+@pytest.mark.parametrize("kind", ["cai", "dlpack"])
+def test_wrong_dtype_and_shape_name_both(dset, kind):
+    with pytest.raises(TypeError, match=r"out has dtype float32, dataset /x has dtype float64"):
+        h5gds.read(dset, out=device(kind, np.zeros(SHAPE, "<f4")))
+    with pytest.raises(TypeError, match=r"array has dtype int64, dataset /x has dtype float64"):
+        h5gds.write(dset, device(kind, np.zeros(SHAPE, "<i8")))
+    with pytest.raises(ValueError, match=r"out has shape \(24, 10\), the selection of dataset /x has shape \(10, 6\)"):
+        h5gds.read(dset, out=device(kind, np.zeros((24, 10))), sel=0)
+    with pytest.raises(ValueError, match=r"array has shape \(24, 10, 5\), the selection .* has shape \(24, 10, 6\)"):
+        h5gds.write(dset, device(kind, np.zeros((24, 10, 5))))
+    unchanged(dset)
+
+
+@pytest.mark.parametrize("kind", ["cai", "dlpack"])
+def test_non_contiguous_output_is_refused(dset, kind):
+    inner = DeviceArray(SHAPE, "<f8", fill=0.0)
+    inner.strides = (8, 24 * 8, 24 * 10 * 8)  # Fortran order
+    out = inner if kind == "cai" else DlpackArray(inner)
+    with pytest.raises(ValueError, match="out must be C-contiguous"):
+        h5gds.read(dset, out=out)
+    with pytest.raises(ValueError, match="array must be C-contiguous"):
+        h5gds.write(dset, out)
+    assert not inner.to_host().any()
+    unchanged(dset)
+
+
+def test_versioned_dlpack_capsules_and_their_read_only_flag(dset):
+    inner = DeviceArray(SHAPE, "<f8", fill=0.0)
+    versioned = DlpackArray(inner, versioned=True)
+    h5gds.read(dset, out=versioned)
+    assert versioned.max_versions == [(1, 0)]
+    assert inner.to_host().tobytes() == reference().tobytes()
+    frozen = DeviceArray(SHAPE, "<f8", fill=0.0)
+    frozen.readonly = True
+    with pytest.raises(ValueError, match="out is read-only"):
+        h5gds.read(dset, out=DlpackArray(frozen, versioned=True))
+    assert not frozen.to_host().any()
+    h5gds.write(dset, DlpackArray(frozen, versioned=True))  # a read-only source is fine to write from
+    assert not dset[...].any()
+
+
+def test_read_only_output_is_refused(dset):
+    out = DeviceArray(SHAPE, "<f8", fill=0.0)
+    out.readonly = True
+    with pytest.raises(ValueError, match="out is read-only"):
+        h5gds.read(dset, out=out)
+    assert not out.to_host().any()
+    h5gds.write(dset, out)  # a read-only source is fine to write from
+    assert not dset[...].any()
+
+
+def test_arrays_on_devices_h5gds_cannot_reach(dset):
+    claims_1 = DeviceArray(SHAPE, "<f8", fill=0.0)
+    claims_1.dlpack_device = (2, 1)  # says device 1, lives on device 0
+    rocm = DeviceArray(SHAPE, "<f8", fill=0.0)
+    rocm.dlpack_device = (10, 0)
+    beyond = DeviceArray(SHAPE, "<f8", fill=0.0)
+    beyond.dlpack_device = (2, 7)
+    expected_1 = (r"out says it is on CUDA device 1, but its memory is on device 0" if CUDA.device_count > 1
+                  else r"out is on CUDA device 1, and this process sees 1 CUDA device")
+    for array, message in [
+        (DlpackArray(claims_1), expected_1),
+        (DlpackArray(rocm), r"out is on a ROCm device \(0\): h5gds moves data between files and CUDA devices"),
+        (DlpackArray(beyond), rf"out is on CUDA device 7, and this process sees {CUDA.device_count} CUDA device"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            h5gds.read(dset, out=array)
+    host = np.zeros(SHAPE)
+
+    class HostPointer:  # claims device memory at a host address
+        __cuda_array_interface__ = {"shape": SHAPE, "typestr": "<f8", "data": (host.ctypes.data, False), "version": 3}
+
+    with pytest.raises(ValueError, match=r"out's address 0x[0-9a-f]+ is not CUDA device memory"):
+        h5gds.read(dset, out=HostPointer())
+    with pytest.raises(ValueError, match=r"array's address 0x[0-9a-f]+ is not CUDA device memory"):
+        h5gds.write(dset, HostPointer())
+    small = DeviceArray((4,), "<f8", fill=0.0)
+
+    class TooBig:  # claims more bytes than its allocation holds
+        __cuda_array_interface__ = {"shape": SHAPE, "typestr": "<f8", "data": (small.ptr.value, False), "version": 3}
+
+    with pytest.raises(ValueError, match=r"out claims 11520 bytes at 0x[0-9a-f]+, beyond its allocation \(32 bytes"):
+        h5gds.read(dset, out=TooBig())
+    assert not host.any() and not small.to_host().any()
+    for array in (claims_1, rocm, beyond):
+        assert not array.to_host().any()
+    unchanged(dset)
+
+
+@pytest.mark.parametrize("sel, error, message", [
+    (24, IndexError, "index 24 is out of range for axis 0 with size 24"),
+    ((0, -11), IndexError, "index -11 is out of range for axis 1 with size 10"),
+    ((0, 0, 0, 0), IndexError, "too many indices"),
+])
+def test_selections_out_of_range(dset, sel, error, message):
+    out = DeviceArray((), "<f8", fill=0.0)
+    with pytest.raises(error, match=message):
+        h5gds.read(dset, out=out, sel=sel)
+    with pytest.raises(error, match=message):
+        h5gds.write(dset, out, sel=sel)
+    unchanged(dset)
+
+
+def test_bad_interfaces_raise_instead_of_crashing(dset):
+    class Broken:
+        __cuda_array_interface__ = {"shape": SHAPE, "typestr": "<f8", "version": 3}  # no data
+
+    class Masked:
+        __cuda_array_interface__ = {"shape": SHAPE, "typestr": "<f8", "data": (0, False), "version": 3,
+                                    "mask": object()}
+
+    class StreamZero:
+        __cuda_array_interface__ = {"shape": SHAPE, "typestr": "<f8", "data": (0, False), "version": 3, "stream": 0}
+
+    class NotACapsule:
+        def __dlpack__(self, **kwargs):
+            return "capsule"
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    with pytest.raises(TypeError, match="invalid __cuda_array_interface__"):
+        h5gds.read(dset, out=Broken())
+    with pytest.raises(ValueError, match="has a mask"):
+        h5gds.read(dset, out=Masked())
+    with pytest.raises(ValueError, match="stream 0"):
+        h5gds.write(dset, StreamZero())
+    with pytest.raises(TypeError):
+        h5gds.read(dset, out=NotACapsule())
+    unchanged(dset)
+
+
+# --- threads -----------------------------------------------------------------------------------------------
+
+def test_device_reads_in_threads_while_others_use_h5py(tmp_path):
+    data = reference((256, 1024))
+    with open_gds(tmp_path / "t.h5", "w") as f:
+        f["a"] = data
+        f.create_dataset("b", data=data[::-1], chunks=(32, 256), compression="gzip")
+    failures = []
+
+    def guarded(work):
+        def run():
+            try:
+                for i in range(4):
+                    work(i)
+            except BaseException as exc:
+                failures.append(repr(exc))
+        return run
+
+    with open_gds(tmp_path / "t.h5", "r") as f:
+        def device_reader(i):
+            out = DeviceArray((256 // 4, 1024), "<f8")
+            h5gds.read(f["a"], out=out, sel=slice(i, 256, 4))
+            assert out.to_host().tobytes() == data[i::4].tobytes()
+
+        def staged_reader(i):
+            out = DeviceArray((16, 1024), "<f8")
+            h5gds.read(f["b"], out=out, sel=slice(i * 16, (i + 1) * 16))
+            assert out.to_host().tobytes() == data[::-1][i * 16:(i + 1) * 16].tobytes()
+
+        def h5py_reader(i):
+            assert np.array_equal(f["b"][i:i + 40], data[::-1][i:i + 40])
+
+        threads = [threading.Thread(target=guarded(w)) for w in (device_reader, staged_reader, h5py_reader, device_reader)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not [t for t in threads if t.is_alive()], "a thread hung"
+        assert not failures, failures
+
+
+def test_the_emulator_saw_no_bounds_violation_or_double_free():
+    if not CUDA.emulated:
+        pytest.skip("counters exist on the emulator only")
+    counters = CUDA.counters()
+    assert counters["bounds_violations"] == 0 and counters["double_frees"] == 0, counters
