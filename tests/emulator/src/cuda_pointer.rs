@@ -78,6 +78,14 @@ fn value_of(
         CU_POINTER_ATTRIBUTE_RANGE_START_ADDR => Value::Word(base as u64),
         CU_POINTER_ATTRIBUTE_RANGE_SIZE => Value::Word(size as u64),
         CU_POINTER_ATTRIBUTE_MAPPED => Value::Bool(true),
+        // "The start address of the mapping that the pointer belongs to" and "Size of the actual
+        // underlying mapping" (`cuda.h` 12, CUpointer_attribute): for cuMemAlloc'd memory, the
+        // allocation.
+        CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR if is_device => Value::Word(base as u64),
+        CU_POINTER_ATTRIBUTE_MAPPING_SIZE if is_device => Value::Word(size as u64),
+        CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR | CU_POINTER_ATTRIBUTE_MAPPING_SIZE => {
+            return Ok(None)
+        }
         _ => return Err(CUDA_ERROR_NOT_SUPPORTED),
     };
     Ok(Some(value))
@@ -90,7 +98,9 @@ fn default_of(attr: CUpointerAttribute) -> Result<Value, CUresult> {
         | CU_POINTER_ATTRIBUTE_DEVICE_POINTER
         | CU_POINTER_ATTRIBUTE_HOST_POINTER
         | CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
-        | CU_POINTER_ATTRIBUTE_RANGE_SIZE => Value::Word(0),
+        | CU_POINTER_ATTRIBUTE_RANGE_SIZE
+        | CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR
+        | CU_POINTER_ATTRIBUTE_MAPPING_SIZE => Value::Word(0),
         CU_POINTER_ATTRIBUTE_MEMORY_TYPE => Value::Uint(0),
         CU_POINTER_ATTRIBUTE_BUFFER_ID => Value::U64(0),
         CU_POINTER_ATTRIBUTE_SYNC_MEMOPS

@@ -76,6 +76,8 @@ pub struct HostBlock {
     pub size: usize,
     pub context: usize,
     pub device: c_int,
+    /// Allocated CU_MEMHOSTALLOC_PORTABLE: pinned for every context, not only `context`.
+    pub portable: bool,
     pub id: u64,
     map_len: usize,
 }
@@ -249,6 +251,7 @@ pub fn alloc_host(
     size: usize,
     context: usize,
     device: c_int,
+    portable: bool,
     poison: Option<u8>,
 ) -> Result<usize, CUresult> {
     if size == 0 {
@@ -285,6 +288,7 @@ pub fn alloc_host(
             size,
             context,
             device,
+            portable,
             id,
             map_len,
         },
@@ -387,7 +391,7 @@ mod tests {
 
     #[test]
     fn pinned_host_memory_is_writable_and_freed_once() {
-        let base = alloc_host(100, 0, 0, None).unwrap();
+        let base = alloc_host(100, 0, 0, false, None).unwrap();
         assert_eq!(base % page_size(), 0);
         // SAFETY: 100 bytes of read-write pinned memory start at base.
         unsafe { std::ptr::write_bytes(base as *mut u8, 7, 100) };
@@ -399,6 +403,9 @@ mod tests {
     #[test]
     fn zero_sized_allocations_are_invalid() {
         assert_eq!(alloc_device(0, 0, 0, None), Err(CUDA_ERROR_INVALID_VALUE));
-        assert_eq!(alloc_host(0, 0, 0, None), Err(CUDA_ERROR_INVALID_VALUE));
+        assert_eq!(
+            alloc_host(0, 0, 0, false, None),
+            Err(CUDA_ERROR_INVALID_VALUE)
+        );
     }
 }
