@@ -373,3 +373,44 @@ fn cufiles_log_stays_out_of_the_working_directory_unless_the_user_places_it() {
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(text.contains("cuFile driver opened"), "{log:?}: {text:?}");
 }
+
+#[test]
+#[cfg_attr(real_cuda, ignore = "needs two devices: the CUDA/cuFile emulator")]
+fn device_1_buffers_move_in_device_1s_context_and_streams() {
+    // Buffers on device 1, the caller with no context or with device 0's current: one task and
+    // several, compact (MEM_COPY) and past end of file. cuFile refuses a buffer of another
+    // context than the current one (CU_FILE_CUDA_CONTEXT_MISMATCH), and the emulator counts every
+    // copy, memset or stream call that uses device 1's memory from another context, or a stream
+    // of another context.
+    for mode in ["auto", "on"] {
+        for caller in ["none", "device0"] {
+            let run = run_with(
+                &["--buffers-on", "1", "--caller-context", caller],
+                &[("H5GDS_COMPAT_MODE", mode), ("H5GDS_EMU_DEVICES", "2")],
+            );
+            run.assert_device_ok();
+            assert!(
+                run.stdout().starts_with("DEVICE OK 6"),
+                "{mode}, {caller}: {}",
+                run.stdout()
+            );
+            assert_eq!(
+                run.counter("cross-context uses"),
+                0,
+                "{mode}, {caller}: {:?}",
+                run.report
+            );
+            assert!(
+                !run.stderr().contains("go through the staged path"),
+                "{mode}, {caller}: a cuFile call failed:\n{}",
+                run.stderr()
+            );
+            if mode == "auto" {
+                assert!(run.counter("cufile reads") > 0, "{:?}", run.report);
+                assert!(run.counter("cufile writes") > 0, "{:?}", run.report);
+            } else {
+                assert!(run.counter("copies htod") > 0, "{:?}", run.report);
+            }
+        }
+    }
+}

@@ -9,11 +9,14 @@
 //! byte of a dataset through device memory, and compares every byte with host-side reads. Prints `DEVICE OK <checks>`; on a mismatch or error prints `FAILED: ...`
 //! and exits 1.
 //!
-//! `--caller-context none|device1`: instead, the program keeps a context of its own current
-//! around every HDF5 call (none at all, or device 1's primary context, as a PyTorch user on
-//! `cuda:1`), reads and writes device buffers of one task and of several, a compact dataset and
+//! `--caller-context none|device0|device1`: instead, the program keeps a context of its own
+//! current around every HDF5 call (none at all, or a device's primary context, as a PyTorch user
+//! on `cuda:1`), reads and writes device buffers of one task and of several, a compact dataset and
 //! storage past end of file, and checks with `cuCtxGetCurrent` after each call that the driver
 //! left that context current.
+//!
+//! `--buffers-on N`: the device buffers are allocated on device N (in its primary context),
+//! not device 0.
 //!
 //! `--host-only`: never touches CUDA; writes and reads one dataset from host memory (a program
 //! that never uses a GPU, for the side effects of merely opening files).
@@ -302,22 +305,36 @@ fn as_caller<T>(what: &str, theirs: sys::CUcontext, call: impl FnOnce() -> Check
     result
 }
 
+/// Device `ordinal`'s primary context, retained for the rest of the program.
+fn primary_context(ordinal: i32) -> Check<sys::CUcontext> {
+    let device = result::device::get(ordinal)
+        .map_err(|e| format!("cuDeviceGet({ordinal}): {:?}", e.0))?;
+    // SAFETY: a device handle from cuDeviceGet; the context is never released.
+    unsafe { result::primary_ctx::retain(device) }
+        .map_err(|e| format!("cuDevicePrimaryCtxRetain({ordinal}): {:?}", e.0))
+}
+
+/// CUDA loaded, with device `ordinal`'s primary context current: the program's device buffers
+/// are allocated there.
+fn init_cuda_on(ordinal: i32) -> Check<()> {
+    init_cuda()?;
+    if ordinal != 0 {
+        set_context(primary_context(ordinal)?)?;
+    }
+    Ok(())
+}
+
 /// `--caller-context`: reads and writes through the driver with the caller's own context (or
 /// none) current, checking it is left alone. Sizes: one task on the calling thread (4096) and
 /// several on the pool (1 MiB + 5 with the tests' 256K tasks).
 fn run_with_caller_context(path: &Path, which: &str) -> Check<usize> {
     let theirs: sys::CUcontext = match which {
         "none" => std::ptr::null_mut(),
-        "device1" => {
-            let device =
-                result::device::get(1).map_err(|e| format!("cuDeviceGet(1): {:?}", e.0))?;
-            // SAFETY: a device handle from cuDeviceGet; the context is never released.
-            unsafe { result::primary_ctx::retain(device) }
-                .map_err(|e| format!("cuDevicePrimaryCtxRetain(1): {:?}", e.0))?
-        }
+        "device0" => primary_context(0)?,
+        "device1" => primary_context(1)?,
         other => {
             return Err(format!(
-                "--caller-context takes none or device1, not {other:?}"
+                "--caller-context takes none, device0 or device1, not {other:?}"
             ))
         }
     };
@@ -398,7 +415,8 @@ pub fn main() -> i32 {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(path) = args.first() else {
         eprintln!(
-            "usage: h5devprog FILE [--sizes N,N,... | --caller-context none|device1 | --host-only]"
+            "usage: h5devprog FILE [--sizes N,N,... | --caller-context none|device0|device1 | \
+             --host-only] [--buffers-on N]"
         );
         return 2;
     };
@@ -422,12 +440,16 @@ pub fn main() -> i32 {
             .map(|i| args.get(i + 1).cloned().unwrap_or_default())
     };
     let path = Path::new(path);
+    let Ok(buffers_on) = option("--buffers-on").map_or(Ok(0), |n| n.parse::<i32>()) else {
+        eprintln!("--buffers-on takes a device ordinal");
+        return 2;
+    };
     let result = if args.iter().any(|a| a == "--host-only") {
         run_host_only(path)
     } else if let Some(which) = option("--caller-context") {
-        init_cuda().and_then(|_| run_with_caller_context(path, &which))
+        init_cuda_on(buffers_on).and_then(|_| run_with_caller_context(path, &which))
     } else {
-        init_cuda().and_then(|_| run(path, &sizes))
+        init_cuda_on(buffers_on).and_then(|_| run(path, &sizes))
     };
     match result {
         Ok(checks) => {
