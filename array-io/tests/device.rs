@@ -393,8 +393,8 @@ fn a_failed_device_copy_fails_the_read() {
 }
 
 #[test]
-fn arrays_on_another_device_take_the_staged_path() {
-    let name = "arrays_on_another_device_take_the_staged_path";
+fn arrays_on_another_device_go_direct() {
+    let name = "arrays_on_another_device_go_direct";
     let env = [
         ("H5GDS_EMU_DEVICES", "2"),
         ("H5GDS_USE_VFD_GDS", "1"),
@@ -409,15 +409,20 @@ fn arrays_on_another_device_take_the_staged_path() {
         to_file(&device, &path, "/x").unwrap();
         let back = from_file_to_device::<i64>(&path, "/x", &ctx).unwrap();
         assert_eq!(back.to_host().unwrap(), host);
+        assert_eq!(from_file::<i64>(&path, "/x").unwrap(), host);
     });
     if let Some(run) = run {
         run.assert_clean();
-        assert_eq!(run.counter("cufile reads"), 0, "{:?}", run.report);
-        assert_eq!(run.counter("cufile writes"), 0, "{:?}", run.report);
-        assert!(
-            run.stderr().contains("the array is on device 1"),
-            "{}",
-            run.stderr()
-        );
+        // Through cuFile in device 1's context: no refusal, no staging, nothing of device 1
+        // moved in device 0's context or on its streams.
+        assert!(run.counter("cufile reads") > 0, "{:?}", run.report);
+        assert!(run.counter("cufile writes") > 0, "{:?}", run.report);
+        assert_eq!(run.counter("cross-context uses"), 0, "{:?}", run.report);
+        let log = run.stderr();
+        assert!(log.contains("straight from device memory"), "{log}");
+        assert!(log.contains("straight into device memory"), "{log}");
+        assert!(!log.contains("through a host staging buffer"), "{log}");
+        assert!(!log.contains("through pinned host memory"), "{log}");
+        assert!(!log.contains("go through the staged path"), "{log}");
     }
 }

@@ -307,8 +307,8 @@ fn as_caller<T>(what: &str, theirs: sys::CUcontext, call: impl FnOnce() -> Check
 
 /// Device `ordinal`'s primary context, retained for the rest of the program.
 fn primary_context(ordinal: i32) -> Check<sys::CUcontext> {
-    let device = result::device::get(ordinal)
-        .map_err(|e| format!("cuDeviceGet({ordinal}): {:?}", e.0))?;
+    let device =
+        result::device::get(ordinal).map_err(|e| format!("cuDeviceGet({ordinal}): {:?}", e.0))?;
     // SAFETY: a device handle from cuDeviceGet; the context is never released.
     unsafe { result::primary_ctx::retain(device) }
         .map_err(|e| format!("cuDevicePrimaryCtxRetain({ordinal}): {:?}", e.0))

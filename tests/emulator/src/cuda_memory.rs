@@ -132,9 +132,7 @@ fn copy_async(
     // it is pageable memory, copied before the call returns, and counted.
     let pinned = match host {
         End::Host(addr) => match memory::find(*addr) {
-            memory::Region::PinnedHost(block) if block.portable || block.context == current => {
-                true
-            }
+            memory::Region::PinnedHost(block) if block.portable || block.context == current => true,
             memory::Region::PinnedHost(block) => {
                 context::note_use(block.context, block.device);
                 false
