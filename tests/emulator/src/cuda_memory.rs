@@ -272,6 +272,10 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
                 context::require_current()?;
                 let base = usize::try_from(dptr).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
                 run_deferred(None);
+                // Pool allocations may be freed synchronously too.
+                if crate::cuda_vmm::pool_free(base)? {
+                    return Ok(());
+                }
                 memory::free_device(base)
             })())
         },

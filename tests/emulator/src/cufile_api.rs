@@ -449,7 +449,7 @@ fn buffer_of(start: usize, size: usize) -> Result<(Buffer, Option<Arc<DeviceBloc
         negated(CUfileOpError::CU_FILE_INVALID_VALUE)
     };
     match memory::find(start) {
-        memory::Region::Device(block) if block.contains(start, size) => {
+        memory::Region::Device(block) if block.usable(start, size) => {
             let ptr = block.shadow_of(start);
             Ok((
                 Buffer {
@@ -510,6 +510,19 @@ fn transfer(
         Err(code) => return code,
     };
     if let Some(block) = &keep {
+        // Managed memory: cuFile documents `bufPtr_base` as the "base address of buffer in device
+        // or host memory" (`cufile.h` 1.20) and has a code for any other, "invalid pointer memory
+        // type"; the emulator refuses managed memory with it.
+        if block.is_managed() {
+            return negated(E::CU_FILE_CUDA_MEMORY_TYPE_INVALID);
+        }
+        // cuFile takes `bufPtr_base` as the start of one buffer that holds `bufPtr_offset +
+        // size` bytes: a range from it that leaves its mapping (a VMM or pool reservation's
+        // range attributes taken for the buffer) is CU_FILE_CUDA_POINTER_RANGE_ERROR ("pointer
+        // range error", `cufile.h` 1.20).
+        if !block.in_one_mapping(base, start + size - base) {
+            return negated(E::CU_FILE_CUDA_POINTER_RANGE_ERROR);
+        }
         if !in_current_context(block) {
             return negated(E::CU_FILE_CUDA_CONTEXT_MISMATCH);
         }

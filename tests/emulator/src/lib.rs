@@ -22,7 +22,10 @@
 //!   `cuGetErrorString`, `cuGetErrorName`; and, for cudarc's safe API (`CudaContext`,
 //!   `CudaStream`, `CudaSlice`, pinned host slices): `cuDeviceGetAttribute`,
 //!   `cuMemsetD8Async`, `cuEventCreate`, `cuEventDestroy_v2`, `cuEventRecord`,
-//!   `cuEventQuery`, `cuEventSynchronize`, `cuStreamWaitEvent`.
+//!   `cuEventQuery`, `cuEventSynchronize`, `cuStreamWaitEvent`; for VMM, pool and managed memory
+//!   (`cuda_vmm`): `cuMemAddressReserve`, `cuMemAddressFree`, `cuMemCreate`, `cuMemRelease`,
+//!   `cuMemMap`, `cuMemUnmap`, `cuMemSetAccess`, `cuMemAllocAsync`, `cuMemFreeAsync`,
+//!   `cuMemAllocManaged`.
 //! * cuFile: `cuFileDriverOpen`, `cuFileDriverClose`, `cuFileDriverClose_v2`,
 //!   `cuFileDriverGetProperties`, `cuFileGetVersion`, `cuFileSetParameterString`,
 //!   `cuFileGetParameterString`, `cuFileHandleRegister`,
@@ -100,6 +103,7 @@
 //! | `H5GDS_EMU_REPORT=PATH` | at exit, write the counters to PATH (format below) | unset |
 //! | `H5GDS_EMU_TRACE=1` | one stderr line per call: arguments and result | 0 |
 //! | `H5GDS_EMU_DEFER_ASYNC=1` | async copies with pinned host memory run at synchronization | 0 |
+//! | `H5GDS_EMU_POOLS=1` | `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED` is 1, so cudarc allocates with `cuMemAllocAsync` | 0 |
 //!
 //! The report has twelve lines:
 //!
@@ -135,6 +139,7 @@ mod cuda_device;
 mod cuda_events;
 mod cuda_memory;
 mod cuda_pointer;
+mod cuda_vmm;
 mod cufile_api;
 mod cufile_handles;
 mod cufile_io;
