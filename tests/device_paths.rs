@@ -414,3 +414,84 @@ fn device_1_buffers_move_in_device_1s_context_and_streams() {
         }
     }
 }
+
+/// Reads and writes (one task, several, compact, past end of file) with device buffers allocated
+/// as `memory` says, with no context current on the caller's thread; returns the run.
+fn run_with_memory(memory: &str, mode: &str, env: &[(&str, &str)]) -> Run {
+    let mut all = vec![("H5GDS_COMPAT_MODE", mode)];
+    all.extend_from_slice(env);
+    let run = run_with(&["--caller-context", "none", "--memory", memory], &all);
+    run.assert_device_ok();
+    let checks = if memory == "vmm" { 7 } else { 6 };
+    assert!(
+        run.stdout().starts_with(&format!("DEVICE OK {checks}")),
+        "{memory}, {mode}: {}",
+        run.stdout()
+    );
+    run
+}
+
+#[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator's report")]
+fn pool_and_vmm_buffers_go_to_cufile_one_mapping_at_a_time() {
+    // Pool memory (no context; the pool's range starts at another allocation) and VMM buffers
+    // spanning two mappings, with memory unmapped and mapped again at one address: cuFile refuses
+    // a range that leaves its mapping (CU_FILE_CUDA_POINTER_RANGE_ERROR), so a driver that takes
+    // the reservation for the buffer, or remembers a mapping that is gone, falls back to staging.
+    for memory in ["pool", "vmm"] {
+        let run = run_with_memory(memory, "auto", &[]);
+        assert!(
+            !run.stderr().contains("go through the staged path"),
+            "{memory}: a cuFile call failed:\n{}",
+            run.stderr()
+        );
+        assert!(
+            run.counter("cufile reads") > 0,
+            "{memory}: {:?}",
+            run.report
+        );
+        assert!(
+            run.counter("cufile writes") > 0,
+            "{memory}: {:?}",
+            run.report
+        );
+        assert_eq!(run.counter("cross-context uses"), 0, "{:?}", run.report);
+        // The staged path too: copies stay inside mapped memory (the report's bounds check).
+        run_with_memory(memory, "on", &[]);
+    }
+    // Pool memory of device 1 names no context: the driver must find device 1's.
+    let run = run_with(
+        &[
+            "--buffers-on",
+            "1",
+            "--caller-context",
+            "device0",
+            "--memory",
+            "pool",
+        ],
+        &[("H5GDS_COMPAT_MODE", "auto"), ("H5GDS_EMU_DEVICES", "2")],
+    );
+    run.assert_device_ok();
+    assert!(
+        !run.stderr().contains("go through the staged path"),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(run.counter("cross-context uses"), 0, "{:?}", run.report);
+}
+
+#[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator's report")]
+fn managed_memory_is_staged_not_given_to_cufile() {
+    // cuFile documents device and host buffers only; the emulator refuses managed memory with
+    // CU_FILE_CUDA_MEMORY_TYPE_INVALID, so handing it to cuFile shows as a fallback warning.
+    let run = run_with_memory("managed", "auto", &[]);
+    assert!(
+        !run.stderr().contains("go through the staged path"),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(run.counter("cufile reads"), 0, "{:?}", run.report);
+    assert_eq!(run.counter("cufile writes"), 0, "{:?}", run.report);
+    assert!(run.counter("copies htod") > 0, "{:?}", run.report);
+}

@@ -285,6 +285,9 @@ pub(crate) struct DeviceRange {
     pub(crate) base: CUdeviceptr,
     pub(crate) size: usize,
     pub(crate) context: DeviceContext,
+    /// CU_POINTER_ATTRIBUTE_BUFFER_ID, "a process-wide unique ID for an allocated memory
+    /// region": a cached range is used again only while the memory there still has this id.
+    pub(crate) id: u64,
     /// Managed (unified) memory: cuFile documents device and host buffers only (`cufile.h`:
     /// `bufPtr_base` is the "base address of buffer in device or host memory", and
     /// CU_FILE_CUDA_MEMORY_TYPE_INVALID is "invalid pointer memory type"), so it is staged.
@@ -319,6 +322,7 @@ pub(crate) fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
         A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
         A::CU_POINTER_ATTRIBUTE_CONTEXT,
         A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        A::CU_POINTER_ATTRIBUTE_BUFFER_ID,
     ];
     let mut memory_type: u32 = 0;
     // C bools, written as one byte.
@@ -327,13 +331,15 @@ pub(crate) fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
     let mut size: usize = 0;
     let mut context: sys::CUcontext = std::ptr::null_mut();
     let mut ordinal: c_int = -1;
-    let mut data: [*mut c_void; 6] = [
+    let mut id: u64 = 0;
+    let mut data: [*mut c_void; 7] = [
         (&mut memory_type as *mut u32).cast(),
         (&mut managed as *mut u8).cast(),
         (&mut start as *mut CUdeviceptr).cast(),
         (&mut size as *mut usize).cast(),
         (&mut context as *mut sys::CUcontext).cast(),
         (&mut ordinal as *mut c_int).cast(),
+        (&mut id as *mut u64).cast(),
     ];
     call("cuPointerGetAttributes", || {
         // SAFETY: each data slot points at storage of the attribute's documented type (cudarc's
@@ -369,8 +375,21 @@ pub(crate) fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
         base,
         size,
         context,
+        id,
         managed,
     }))
+}
+
+/// CU_POINTER_ATTRIBUTE_BUFFER_ID of the memory at `ptr`, if CUDA knows it.
+pub(crate) fn buffer_id(ptr: usize) -> Option<u64> {
+    let mut id: u64 = 0;
+    let attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID;
+    // SAFETY: `id` is storage of the attribute's type (unsigned long long).
+    call("cuPointerGetAttribute", || unsafe {
+        sys::cuPointerGetAttribute((&mut id as *mut u64).cast(), attr, ptr as CUdeviceptr).result()
+    })
+    .ok()
+    .map(|()| id)
 }
 
 /// The mapping holding `ptr` (CUDA 12's mapping attributes), if the driver knows them.

@@ -20,12 +20,19 @@ static DEVICE_RANGES: RwLock<Vec<DeviceRange>> = RwLock::new(Vec::new());
 /// At most this many ranges are remembered; past that the oldest half is forgotten.
 const MAX_CACHED: usize = 1024;
 
+/// The cached range holding `ptr`, if the memory there is still the one cached: memory freed and
+/// allocated or mapped again at the same address (pools and VMM allocators do this all the time)
+/// has a new buffer id, and its stale range is forgotten.
 fn cached(ptr: u64) -> Option<PointerKind> {
-    let ranges = DEVICE_RANGES.read().ok()?;
-    ranges
-        .iter()
-        .find(|r| ptr >= r.base && ptr < r.end())
-        .map(|&r| PointerKind::Device(r))
+    let range = {
+        let ranges = DEVICE_RANGES.read().ok()?;
+        *ranges.iter().find(|r| ptr >= r.base && ptr < r.end())?
+    };
+    if cuda::buffer_id(ptr as usize) == Some(range.id) {
+        return Some(PointerKind::Device(range));
+    }
+    forget_device_range(range.base);
+    None
 }
 
 fn remember(range: DeviceRange) {

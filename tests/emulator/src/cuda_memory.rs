@@ -40,8 +40,8 @@ impl End {
 
     /// Counts device memory of another context than the current one (`context::note_use`).
     fn note_owner(&self) {
-        if let End::Device(block, _) = self {
-            context::note_use(block.context, block.device);
+        if let End::Device(block, addr) = self {
+            context::note_use(block.context, block.owner_device(*addr));
         }
     }
 }

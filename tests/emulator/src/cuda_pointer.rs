@@ -117,7 +117,7 @@ fn reservation_value(
     block: &memory::DeviceBlock,
     ptr: u64,
 ) -> Result<Option<Value>, CUresult> {
-    let Some((map_base, map_size, device)) = block.mapping_at(ptr as usize) else {
+    let Some((map_base, map_size, device, id)) = block.mapping_and_id(ptr as usize) else {
         return match attr {
             CU_POINTER_ATTRIBUTE_MAPPED => Ok(Some(Value::Bool(false))),
             _ => default_of(attr).map(|_| None),
@@ -129,7 +129,8 @@ fn reservation_value(
         CU_POINTER_ATTRIBUTE_DEVICE_POINTER => Value::Word(ptr),
         CU_POINTER_ATTRIBUTE_HOST_POINTER => return Ok(None),
         CU_POINTER_ATTRIBUTE_SYNC_MEMOPS | CU_POINTER_ATTRIBUTE_IS_MANAGED => Value::Bool(false),
-        CU_POINTER_ATTRIBUTE_BUFFER_ID => Value::U64(block.id),
+        // "A process-wide unique ID for an allocated memory region": the mapping's.
+        CU_POINTER_ATTRIBUTE_BUFFER_ID => Value::U64(id),
         CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => Value::Int(device),
         CU_POINTER_ATTRIBUTE_RANGE_START_ADDR => Value::Word(block.base as u64),
         CU_POINTER_ATTRIBUTE_RANGE_SIZE => Value::Word(block.size as u64),

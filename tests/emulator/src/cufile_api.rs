@@ -432,10 +432,10 @@ pub unsafe extern "C" fn cuFileBufDeregister(base: *const c_void) -> CUfileError
 /// CU_FILE_CUDA_CONTEXT_MISMATCH ("cuda context mismatch", `cufile.h` 1.20) otherwise, which is
 /// why KvikIO pushes the buffer's own context (CU_POINTER_ATTRIBUTE_CONTEXT, else the primary
 /// context of CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) around every cuFileRead and cuFileWrite.
-fn in_current_context(block: &DeviceBlock) -> bool {
+fn in_current_context(block: &DeviceBlock, addr: usize) -> bool {
     match crate::context::require_current() {
         Ok((current, _)) if block.context != 0 => current == block.context,
-        Ok((_, device)) => device == block.device,
+        Ok((_, device)) => block.owner_device(addr) == device,
         Err(_) => false,
     }
 }
@@ -523,7 +523,7 @@ fn transfer(
         if !block.in_one_mapping(base, start + size - base) {
             return negated(E::CU_FILE_CUDA_POINTER_RANGE_ERROR);
         }
-        if !in_current_context(block) {
+        if !in_current_context(block, start) {
             return negated(E::CU_FILE_CUDA_CONTEXT_MISMATCH);
         }
     }

@@ -37,6 +37,8 @@ pub enum Kind {
 #[derive(Debug, Clone, Copy)]
 pub struct Mapping {
     pub len: usize,
+    /// CU_POINTER_ATTRIBUTE_BUFFER_ID of the mapped memory: new for every `cuMemMap`.
+    pub id: u64,
     /// `cuMemSetAccess` made it accessible.
     pub accessible: bool,
     pub device: c_int,
@@ -101,14 +103,26 @@ impl DeviceBlock {
     /// The mapping holding `addr` (start address, length, device); the whole block for memory
     /// that is not a reservation; `None` for an unmapped address of a reservation.
     pub fn mapping_at(&self, addr: usize) -> Option<(usize, usize, c_int)> {
+        self.mapping_and_id(addr)
+            .map(|(start, len, device, _)| (start, len, device))
+    }
+
+    /// The device the memory at `addr` is on (a reservation's mapping's, else the block's).
+    pub fn owner_device(&self, addr: usize) -> c_int {
+        self.mapping_at(addr)
+            .map_or(self.device, |(_, _, device)| device)
+    }
+
+    /// `mapping_at`, and the buffer id of the memory there.
+    pub fn mapping_and_id(&self, addr: usize) -> Option<(usize, usize, c_int, u64)> {
         let Some(mappings) = self.mappings() else {
             return self
                 .contains(addr, 0)
-                .then_some((self.base, self.size, self.device));
+                .then_some((self.base, self.size, self.device, self.id));
         };
         let offset = addr.checked_sub(self.base)?;
         let (&start, m) = mappings.range(..=offset).next_back()?;
-        (offset < start + m.len).then_some((self.base + start, m.len, m.device))
+        (offset < start + m.len).then_some((self.base + start, m.len, m.device, m.id))
     }
 
     /// Whether `[addr, addr + len)` is usable memory: inside the block and, for a reservation,
@@ -151,11 +165,15 @@ impl DeviceBlock {
         if len == 0 || end > self.size || overlaps {
             return false;
         }
+        static NEXT_MAPPING_ID: std::sync::atomic::AtomicU64 =
+            std::sync::atomic::AtomicU64::new(1 << 32);
+        let id = NEXT_MAPPING_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let accessible = false;
         mappings.insert(
             offset,
             Mapping {
                 len,
+                id,
                 accessible,
                 device,
             },
