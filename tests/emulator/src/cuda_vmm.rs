@@ -295,9 +295,16 @@ fn place(live: &BTreeMap<usize, usize>, size: usize) -> Option<usize> {
                 at = chunk_end;
                 continue;
             }
-            match live.range(..at + size).next_back() {
-                Some((&s, &n)) if s + n > at => at = (s + n).div_ceil(POOL_ALIGN) * POOL_ALIGN,
-                _ => return Some(at),
+            // A chunk holding part of a large allocation is that allocation's own mapping.
+            let chunk = at / GRANULARITY * GRANULARITY;
+            match live.range(..chunk_end).find(|(&s, &n)| s + n > chunk && n > GRANULARITY) {
+                Some((&s, &n)) => at = (s + n).div_ceil(GRANULARITY) * GRANULARITY,
+                None => match live.range(..at + size).next_back() {
+                    Some((&s, &n)) if s + n > at => {
+                        at = (s + n).div_ceil(POOL_ALIGN) * POOL_ALIGN
+                    }
+                    _ => return Some(at),
+                },
             }
         }
         return None;
@@ -484,6 +491,10 @@ mod tests {
         assert_eq!(place(&live, GRANULARITY + 1), Some(GRANULARITY));
         live.insert(GRANULARITY, 10);
         assert_eq!(place(&live, GRANULARITY + 1), Some(2 * GRANULARITY));
+        // Small allocations never share a large allocation's mapping.
+        live.insert(2 * GRANULARITY, GRANULARITY + 1);
+        live.insert(GRANULARITY + 10, GRANULARITY - 10);
+        assert_eq!(place(&live, 1000), Some(4 * GRANULARITY));
         // A freed address is reused.
         live.remove(&0);
         assert_eq!(place(&live, 100), Some(0));
