@@ -446,8 +446,16 @@ fn pool_and_vmm_buffers_go_to_cufile_one_mapping_at_a_time() {
             run.stderr()
         );
         if !REAL_CUDA {
-            assert!(run.counter("cufile reads") > 0, "{memory}: {:?}", run.report);
-            assert!(run.counter("cufile writes") > 0, "{memory}: {:?}", run.report);
+            assert!(
+                run.counter("cufile reads") > 0,
+                "{memory}: {:?}",
+                run.report
+            );
+            assert!(
+                run.counter("cufile writes") > 0,
+                "{memory}: {:?}",
+                run.report
+            );
             assert_eq!(run.counter("cross-context uses"), 0, "{:?}", run.report);
         }
         // The staged path too: copies stay inside mapped memory (the report's bounds check).
@@ -459,7 +467,14 @@ fn pool_and_vmm_buffers_go_to_cufile_one_mapping_at_a_time() {
 #[cfg_attr(real_cuda, ignore = "needs two devices: the CUDA/cuFile emulator")]
 fn device_1_pool_memory_names_no_context_and_moves_in_device_1s() {
     let run = run_with(
-        &["--buffers-on", "1", "--caller-context", "device0", "--memory", "pool"],
+        &[
+            "--buffers-on",
+            "1",
+            "--caller-context",
+            "device0",
+            "--memory",
+            "pool",
+        ],
         &[("H5GDS_COMPAT_MODE", "auto"), ("H5GDS_EMU_DEVICES", "2")],
     );
     run.assert_device_ok();

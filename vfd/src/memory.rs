@@ -3,8 +3,8 @@
 //! Metadata buffers are always host memory (HDF5 allocates them). For raw data, the CUDA driver
 //! is asked (`cuPointerGetAttributes`) unless the pointer falls in a device range seen before:
 //! those ranges (an allocation, or one mapping of VMM or pool memory, with its context) are
-//! cached, so repeated raw-data calls on one device buffer pay one query. Without working CUDA
-//! every buffer is host memory and no query is made.
+//! cached, so repeated raw-data calls on one device buffer pay one buffer-id query instead of the
+//! full set. Without working CUDA every buffer is host memory and no query is made.
 
 use crate::abi::{H5FD_mem_t, H5FD_MEM_DEFAULT, H5FD_MEM_DRAW};
 use crate::cuda::{self, CUdeviceptr, DeviceRange, PointerKind};

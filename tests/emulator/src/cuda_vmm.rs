@@ -297,12 +297,13 @@ fn place(live: &BTreeMap<usize, usize>, size: usize) -> Option<usize> {
             }
             // A chunk holding part of a large allocation is that allocation's own mapping.
             let chunk = at / GRANULARITY * GRANULARITY;
-            match live.range(..chunk_end).find(|(&s, &n)| s + n > chunk && n > GRANULARITY) {
+            match live
+                .range(..chunk_end)
+                .find(|(&s, &n)| s + n > chunk && n > GRANULARITY)
+            {
                 Some((&s, &n)) => at = (s + n).div_ceil(GRANULARITY) * GRANULARITY,
                 None => match live.range(..at + size).next_back() {
-                    Some((&s, &n)) if s + n > at => {
-                        at = (s + n).div_ceil(POOL_ALIGN) * POOL_ALIGN
-                    }
+                    Some((&s, &n)) if s + n > at => at = (s + n).div_ceil(POOL_ALIGN) * POOL_ALIGN,
                     _ => return Some(at),
                 },
             }

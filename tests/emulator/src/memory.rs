@@ -1,5 +1,5 @@
-//! The memory table: every device allocation, pinned host allocation and cuFile buffer
-//! registration, behind one mutex.
+//! The memory table: every device allocation (plain, managed, or a VMM or pool reservation with
+//! its mappings), pinned host allocation and cuFile buffer registration, behind one mutex.
 //!
 //! Device memory is a memfd mapped twice: the address handed out is a `PROT_NONE` mapping
 //! (host code that dereferences it dies of SIGSEGV, as with a real device pointer), and the
