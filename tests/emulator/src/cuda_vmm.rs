@@ -282,10 +282,9 @@ pub unsafe extern "C" fn cuMemSetAccess(
 fn place(live: &BTreeMap<usize, usize>, size: usize) -> Option<usize> {
     let size = size.div_ceil(POOL_ALIGN) * POOL_ALIGN;
     let free = |start: usize, end: usize| {
-        !live
-            .range(..end)
+        live.range(..end)
             .next_back()
-            .is_some_and(|(&s, &n)| s + n > start)
+            .is_none_or(|(&s, &n)| s + n <= start)
     };
     if size <= GRANULARITY {
         let mut at = 0;
