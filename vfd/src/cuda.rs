@@ -367,10 +367,18 @@ pub(crate) fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
             device: ordinal,
         }
     };
-    let (base, size) = match mapping_of(ptr) {
-        Some(mapping) => mapping,
-        None => address_range(context, ptr).unwrap_or((start, size)),
+    let holds_ptr = |&(base, size): &(CUdeviceptr, usize)| {
+        (base..base + size as CUdeviceptr).contains(&(ptr as CUdeviceptr))
     };
+    let (base, size) = mapping_of(ptr)
+        .or_else(|| address_range(context, ptr).filter(holds_ptr))
+        .or_else(|| Some((start, size)).filter(holds_ptr))
+        .ok_or_else(|| {
+            CudaError::new(
+                "cuPointerGetAttributes",
+                format!("device memory at {ptr:#x}, but no range the driver names holds it"),
+            )
+        })?;
     Ok(PointerKind::Device(DeviceRange {
         base,
         size,

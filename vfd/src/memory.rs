@@ -149,7 +149,14 @@ pub(crate) fn dispatch(
     let mut done = 0;
     loop {
         let at = ptr.addr() + done;
-        let n = (len - done).min((range.end() - at as u64) as usize);
+        // Every range holds the address it was found for (`cuda::query_pointer`, `cached`).
+        let n = (len - done).min(range.end().saturating_sub(at as u64) as usize);
+        if n == 0 && len > 0 {
+            return Err(Error::Device(format!(
+                "device range {:#x}+{} does not hold {at:#x}",
+                range.base, range.size
+            )));
+        }
         let result = device(range, done, n);
         if let Err(err) = result {
             if !from_cache {
