@@ -373,3 +373,133 @@ fn cufiles_log_stays_out_of_the_working_directory_unless_the_user_places_it() {
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(text.contains("cuFile driver opened"), "{log:?}: {text:?}");
 }
+
+#[test]
+#[cfg_attr(real_cuda, ignore = "needs two devices: the CUDA/cuFile emulator")]
+fn device_1_buffers_move_in_device_1s_context_and_streams() {
+    // Buffers on device 1, the caller with no context or with device 0's current: one task and
+    // several, compact (MEM_COPY) and past end of file. cuFile refuses a buffer of another
+    // context than the current one (CU_FILE_CUDA_CONTEXT_MISMATCH), and the emulator counts every
+    // copy, memset or stream call that uses device 1's memory from another context, or a stream
+    // of another context.
+    for mode in ["auto", "on"] {
+        for caller in ["none", "device0"] {
+            let run = run_with(
+                &["--buffers-on", "1", "--caller-context", caller],
+                &[("H5GDS_COMPAT_MODE", mode), ("H5GDS_EMU_DEVICES", "2")],
+            );
+            run.assert_device_ok();
+            assert!(
+                run.stdout().starts_with("DEVICE OK 6"),
+                "{mode}, {caller}: {}",
+                run.stdout()
+            );
+            assert_eq!(
+                run.counter("cross-context uses"),
+                0,
+                "{mode}, {caller}: {:?}",
+                run.report
+            );
+            assert!(
+                !run.stderr().contains("go through the staged path"),
+                "{mode}, {caller}: a cuFile call failed:\n{}",
+                run.stderr()
+            );
+            if mode == "auto" {
+                assert!(run.counter("cufile reads") > 0, "{:?}", run.report);
+                assert!(run.counter("cufile writes") > 0, "{:?}", run.report);
+            } else {
+                assert!(run.counter("copies htod") > 0, "{:?}", run.report);
+            }
+        }
+    }
+}
+
+/// Reads and writes (one task, several, compact, past end of file) with device buffers allocated
+/// as `memory` says, with no context current on the caller's thread; returns the run.
+fn run_with_memory(memory: &str, mode: &str, env: &[(&str, &str)]) -> Run {
+    let mut all = vec![("H5GDS_COMPAT_MODE", mode)];
+    all.extend_from_slice(env);
+    let run = run_with(&["--caller-context", "none", "--memory", memory], &all);
+    run.assert_device_ok();
+    let checks = if memory == "vmm" { 7 } else { 6 };
+    assert!(
+        run.stdout().starts_with(&format!("DEVICE OK {checks}")),
+        "{memory}, {mode}: {}",
+        run.stdout()
+    );
+    run
+}
+
+#[test]
+fn pool_and_vmm_buffers_go_to_cufile_one_mapping_at_a_time() {
+    // Pool memory (no context; the pool's range starts at another allocation) and VMM buffers
+    // spanning two mappings, with memory unmapped and mapped again at one address: cuFile refuses
+    // a range that leaves its mapping (CU_FILE_CUDA_POINTER_RANGE_ERROR in the emulator), so a
+    // driver that takes the reservation for the buffer, or remembers a mapping that is gone,
+    // falls back to staging with a warning.
+    for memory in ["pool", "vmm"] {
+        let run = run_with_memory(memory, "auto", &[]);
+        assert!(
+            !run.stderr().contains("go through the staged path"),
+            "{memory}: a cuFile call failed:\n{}",
+            run.stderr()
+        );
+        if !REAL_CUDA {
+            assert!(
+                run.counter("cufile reads") > 0,
+                "{memory}: {:?}",
+                run.report
+            );
+            assert!(
+                run.counter("cufile writes") > 0,
+                "{memory}: {:?}",
+                run.report
+            );
+            assert_eq!(run.counter("cross-context uses"), 0, "{:?}", run.report);
+        }
+        // The staged path too: copies stay inside mapped memory (the report's bounds check).
+        run_with_memory(memory, "on", &[]);
+    }
+}
+
+#[test]
+#[cfg_attr(real_cuda, ignore = "needs two devices: the CUDA/cuFile emulator")]
+fn device_1_pool_memory_names_no_context_and_moves_in_device_1s() {
+    let run = run_with(
+        &[
+            "--buffers-on",
+            "1",
+            "--caller-context",
+            "device0",
+            "--memory",
+            "pool",
+        ],
+        &[("H5GDS_COMPAT_MODE", "auto"), ("H5GDS_EMU_DEVICES", "2")],
+    );
+    run.assert_device_ok();
+    assert!(
+        !run.stderr().contains("go through the staged path"),
+        "{}",
+        run.stderr()
+    );
+    assert!(run.counter("cufile reads") > 0, "{:?}", run.report);
+    assert_eq!(run.counter("cross-context uses"), 0, "{:?}", run.report);
+}
+
+#[test]
+fn managed_memory_is_staged_not_given_to_cufile() {
+    // cuFile documents device and host buffers only; the emulator refuses managed memory with
+    // CU_FILE_CUDA_MEMORY_TYPE_INVALID, so handing it to cuFile shows as a fallback warning.
+    let run = run_with_memory("managed", "auto", &[]);
+    assert!(
+        !run.stderr().contains("go through the staged path"),
+        "{}",
+        run.stderr()
+    );
+    if !REAL_CUDA {
+        assert_eq!(run.counter("cufile reads"), 0, "{:?}", run.report);
+        assert_eq!(run.counter("cufile writes"), 0, "{:?}", run.report);
+        assert!(run.counter("copies htod") > 0, "{:?}", run.report);
+    }
+}

@@ -221,11 +221,11 @@ impl<T: Element> DeviceArray<T> {
     }
 }
 
-/// The facts of a transfer of `T` on `stream` that the settings and the array decide.
-fn transfer<T: Element>(settings: &Settings, stream: &Arc<CudaStream>) -> Result<Transfer> {
+/// The facts of a transfer of `T` that the settings and the element type decide. The array's
+/// device is not one of them: the driver moves every device's memory in its own context.
+fn transfer<T: Element>(settings: &Settings, _stream: &Arc<CudaStream>) -> Result<Transfer> {
     Ok(Transfer {
         staged_by_settings: !settings.use_gds()?,
-        device: stream.context().ordinal(),
         checked_bytes: T::CHECKED_BYTES,
         conversion: None,
         other_driver: None,

@@ -393,8 +393,8 @@ fn a_failed_device_copy_fails_the_read() {
 }
 
 #[test]
-fn arrays_on_another_device_take_the_staged_path() {
-    let name = "arrays_on_another_device_take_the_staged_path";
+fn arrays_on_another_device_go_direct() {
+    let name = "arrays_on_another_device_go_direct";
     let env = [
         ("H5GDS_EMU_DEVICES", "2"),
         ("H5GDS_USE_VFD_GDS", "1"),
@@ -409,15 +409,53 @@ fn arrays_on_another_device_take_the_staged_path() {
         to_file(&device, &path, "/x").unwrap();
         let back = from_file_to_device::<i64>(&path, "/x", &ctx).unwrap();
         assert_eq!(back.to_host().unwrap(), host);
+        assert_eq!(from_file::<i64>(&path, "/x").unwrap(), host);
     });
     if let Some(run) = run {
         run.assert_clean();
-        assert_eq!(run.counter("cufile reads"), 0, "{:?}", run.report);
-        assert_eq!(run.counter("cufile writes"), 0, "{:?}", run.report);
-        assert!(
-            run.stderr().contains("the array is on device 1"),
-            "{}",
-            run.stderr()
-        );
+        // Through cuFile in device 1's context: no refusal, no staging, nothing of device 1
+        // moved in device 0's context or on its streams.
+        assert!(run.counter("cufile reads") > 0, "{:?}", run.report);
+        assert!(run.counter("cufile writes") > 0, "{:?}", run.report);
+        assert_eq!(run.counter("cross-context uses"), 0, "{:?}", run.report);
+        let log = run.stderr();
+        assert!(log.contains("straight from device memory"), "{log}");
+        assert!(log.contains("straight into device memory"), "{log}");
+        assert!(!log.contains("through a host staging buffer"), "{log}");
+        assert!(!log.contains("through pinned host memory"), "{log}");
+        assert!(!log.contains("go through the staged path"), "{log}");
+    }
+}
+
+#[test]
+fn pool_allocated_arrays_go_direct() {
+    // With stream-ordered pools (as on real GPUs) cudarc allocates with cuMemAllocAsync: memory
+    // of no context, whose range attributes describe the pool's whole reservation.
+    let name = "pool_allocated_arrays_go_direct";
+    let env = [
+        ("H5GDS_EMU_POOLS", "1"),
+        ("H5GDS_USE_VFD_GDS", "1"),
+        ("H5GDS_LOG", "debug"),
+    ];
+    let run = in_child(name, true, &env, || {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pool.h5");
+        let ctx = cudarc::driver::CudaContext::new(0).unwrap();
+        assert!(ctx.has_async_alloc());
+        // Another allocation first, so the arrays do not start the pool's range.
+        let _other = ctx.default_stream().alloc_zeros::<u8>(3 << 20).unwrap();
+        let host = sample_array::<f32>(&[300, 70], 4);
+        let device = DeviceArray::from_host(&ctx, &host).unwrap();
+        to_file(&device, &path, "/x").unwrap();
+        let back = from_file_to_device::<f32>(&path, "/x", &ctx).unwrap();
+        assert_eq!(back.to_host().unwrap(), host);
+    });
+    if let Some(run) = run {
+        run.assert_clean();
+        assert!(run.counter("cufile reads") > 0, "{:?}", run.report);
+        assert!(run.counter("cufile writes") > 0, "{:?}", run.report);
+        let log = run.stderr();
+        assert!(!log.contains("go through the staged path"), "{log}");
+        assert!(!log.contains("through pinned host memory"), "{log}");
     }
 }

@@ -141,7 +141,6 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
     let facts = Transfer {
         // CUDA works here (checked above), so only an explicit 0 stages.
         staged_by_settings: path == DevicePath::Staged,
-        device: pointer.ordinal.max(0) as usize,
         checked_bytes: t.checked_bytes,
         conversion: t.conversion.clone(),
         other_driver: t.other_driver.clone(),

@@ -14,9 +14,10 @@
 //!   cache it was opened with), in files opened with the `gds` driver;
 //! * **staged**: everything else — filtered (compressed) chunks, chunks never written (HDF5
 //!   fills them), unallocated contiguous storage, compact, external and virtual storage, type
-//!   conversion, data on another device than the driver's, files opened with another driver
-//!   (an h5py file opened with sec2, say), chunks the chunk cache can hold, and `bool` (every
-//!   byte is checked to be 0 or 1 on the host).
+//!   conversion, files opened with another driver (an h5py file opened with sec2, say), chunks
+//!   the chunk cache can hold, and `bool` (every byte is checked to be 0 or 1 on the host).
+//!   The array's device is no reason to stage: the driver takes each buffer's device and
+//!   context from the pointer.
 
 use crate::select::chunks_touching;
 pub use crate::select::Block;
@@ -48,8 +49,6 @@ pub enum Storage {
 pub struct Transfer {
     /// The settings select the staged path (`H5GDS_USE_VFD_GDS=0`, or unset without CUDA).
     pub staged_by_settings: bool,
-    /// The CUDA device of the array (the driver works in device 0's context).
-    pub device: usize,
     /// A read whose stored bytes must be checked on the host (`bool`: 0 or 1).
     pub checked_bytes: bool,
     /// Why HDF5 converts the element type in the buffer, if it does.
@@ -70,12 +69,6 @@ pub fn driver_blocker(transfer: &Transfer) -> Option<String> {
         return Some(format!(
             "the file is open with the {driver} driver, which reads only into host memory \
              (open it with driver=\"gds\" for direct transfers)"
-        ));
-    }
-    if transfer.device != 0 {
-        return Some(format!(
-            "the array is on device {}, and the gds driver works in device 0's context",
-            transfer.device
         ));
     }
     None
@@ -245,27 +238,24 @@ mod tests {
     }
 
     #[test]
-    fn settings_device_bool_and_conversion_stage_the_whole_transfer_in_that_order() {
+    fn settings_bool_and_conversion_stage_the_whole_transfer_in_that_order() {
         let direct = Transfer::default();
         assert_eq!(driver_blocker(&direct), None);
         assert_eq!(blocker(&direct), None);
         let all = Transfer {
             staged_by_settings: true,
-            device: 1,
             checked_bytes: true,
             conversion: Some("HDF5 converts i16 to f64".into()),
             other_driver: None,
         };
         let first = blocker(&all).unwrap();
         assert!(first.contains("H5GDS_USE_VFD_GDS=0"), "{first}");
-        let other_device = Transfer {
-            staged_by_settings: false,
-            ..all.clone()
-        };
-        assert!(driver_blocker(&other_device).unwrap().contains("device 1"));
+        assert!(driver_blocker(&all)
+            .unwrap()
+            .contains("H5GDS_USE_VFD_GDS=0"));
         let bools = Transfer {
-            device: 0,
-            ..other_device
+            staged_by_settings: false,
+            ..all
         };
         // bool and conversion stage the data but still open the file with the gds driver.
         assert_eq!(driver_blocker(&bools), None);

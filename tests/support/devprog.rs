@@ -9,11 +9,22 @@
 //! byte of a dataset through device memory, and compares every byte with host-side reads. Prints `DEVICE OK <checks>`; on a mismatch or error prints `FAILED: ...`
 //! and exits 1.
 //!
-//! `--caller-context none|device1`: instead, the program keeps a context of its own current
-//! around every HDF5 call (none at all, or device 1's primary context, as a PyTorch user on
-//! `cuda:1`), reads and writes device buffers of one task and of several, a compact dataset and
+//! `--caller-context none|device0|device1`: instead, the program keeps a context of its own
+//! current around every HDF5 call (none at all, or a device's primary context, as a PyTorch user
+//! on `cuda:1`), reads and writes device buffers of one task and of several, a compact dataset and
 //! storage past end of file, and checks with `cuCtxGetCurrent` after each call that the driver
 //! left that context current.
+//!
+//! `--buffers-on N`: the device buffers are allocated on device N (in its primary context),
+//! not device 0.
+//!
+//! `--memory plain|pool|vmm|managed` (with `--caller-context`): how those buffers are allocated —
+//! `cuMemAlloc`; `cuMemAllocAsync` from the device's stream-ordered pool, which already holds
+//! another allocation at its start; VMM, 2 MiB physical handles mapped side by side into a
+//! reservation with the buffer starting 1 MiB in, so a buffer of more than 1 MiB spans two
+//! mappings (as PyTorch's expandable segments); or `cuMemAllocManaged`. With `vmm`, one more
+//! check unmaps a 4 MiB mapping after a read and maps two 2 MiB handles at the same address, then
+//! reads again (memory freed and reused at one address).
 //!
 //! `--host-only`: never touches CUDA; writes and reads one dataset from host memory (a program
 //! that never uses a GPU, for the side effects of merely opening files).
@@ -302,22 +313,262 @@ fn as_caller<T>(what: &str, theirs: sys::CUcontext, call: impl FnOnce() -> Check
     result
 }
 
+/// Device `ordinal`'s primary context, retained for the rest of the program.
+fn primary_context(ordinal: i32) -> Check<sys::CUcontext> {
+    let device =
+        result::device::get(ordinal).map_err(|e| format!("cuDeviceGet({ordinal}): {:?}", e.0))?;
+    // SAFETY: a device handle from cuDeviceGet; the context is never released.
+    unsafe { result::primary_ctx::retain(device) }
+        .map_err(|e| format!("cuDevicePrimaryCtxRetain({ordinal}): {:?}", e.0))
+}
+
+/// CUDA loaded, with device `ordinal`'s primary context current: the program's device buffers
+/// are allocated there.
+fn init_cuda_on(ordinal: i32) -> Check<()> {
+    init_cuda()?;
+    if ordinal != 0 {
+        set_context(primary_context(ordinal)?)?;
+    }
+    Ok(())
+}
+
+/// How `--memory` allocates the device buffers of `run_with_caller_context`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Memory {
+    Plain,
+    Pool,
+    Vmm,
+    Managed,
+}
+
+static MEMORY: std::sync::OnceLock<Memory> = std::sync::OnceLock::new();
+/// `--buffers-on`.
+static BUFFERS_ON: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+
+fn memory() -> Memory {
+    *MEMORY.get().unwrap_or(&Memory::Plain)
+}
+
+const MIB: usize = 1 << 20;
+/// The VMM granularity of current GPUs (and the emulator).
+const GRANULE: usize = 2 * MIB;
+
+fn cu(call: &str, result: sys::CUresult) -> Check<()> {
+    match result {
+        sys::CUresult::CUDA_SUCCESS => Ok(()),
+        err => Err(format!("{call}: {err:?}")),
+    }
+}
+
+/// A VMM reservation with handles mapped into it (unmapped and freed on drop).
+struct Reservation {
+    base: sys::CUdeviceptr,
+    size: usize,
+    /// (address, size, handle) of each mapping.
+    mapped: Vec<(sys::CUdeviceptr, usize, u64)>,
+}
+
+impl Reservation {
+    fn new(size: usize) -> Check<Reservation> {
+        let mut base = 0;
+        // SAFETY: a valid out-pointer; size is a multiple of the granularity.
+        cu("cuMemAddressReserve", unsafe {
+            sys::cuMemAddressReserve(&mut base, size, 0, 0, 0)
+        })?;
+        Ok(Reservation {
+            base,
+            size,
+            mapped: Vec::new(),
+        })
+    }
+
+    /// Maps a new physical handle of `size` bytes on the buffers' device at `offset`, readable
+    /// and writable by it.
+    fn map(&mut self, offset: usize, size: usize) -> Check<()> {
+        let device = *BUFFERS_ON.get().unwrap_or(&0);
+        // SAFETY: an all-zero CUmemAllocationProp is valid (every enum has a 0 value).
+        let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+        prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = device;
+        let mut handle = 0;
+        // SAFETY: valid out-pointer and properties.
+        cu("cuMemCreate", unsafe {
+            sys::cuMemCreate(&mut handle, size, &prop, 0)
+        })?;
+        let at = self.base + offset as u64;
+        // SAFETY: the range lies in this reservation, unmapped.
+        cu("cuMemMap", unsafe { sys::cuMemMap(at, size, 0, handle, 0) })?;
+        self.mapped.push((at, size, handle));
+        let access = sys::CUmemAccessDesc {
+            location: prop.location,
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: one valid descriptor for the mapping just made.
+        cu("cuMemSetAccess", unsafe {
+            sys::cuMemSetAccess(at, size, &access, 1)
+        })
+    }
+
+    /// Unmaps and releases every mapping.
+    fn unmap_all(&mut self) -> Check<()> {
+        for (at, size, handle) in self.mapped.drain(..) {
+            // SAFETY: mapped by `map`, unmapped and released once.
+            cu("cuMemUnmap", unsafe { sys::cuMemUnmap(at, size) })?;
+            // SAFETY: as above.
+            cu("cuMemRelease", unsafe { sys::cuMemRelease(handle) })?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let _ = self.unmap_all();
+        // SAFETY: reserved in `new`, freed once.
+        let _ = unsafe { sys::cuMemAddressFree(self.base, self.size) };
+    }
+}
+
+/// A device buffer allocated as `--memory` says.
+struct TestBuffer {
+    ptr: sys::CUdeviceptr,
+    len: usize,
+    owner: Owner,
+}
+
+/// What frees the buffer: the allocation types that free themselves on drop, or the call
+/// `TestBuffer`'s drop makes.
+enum Owner {
+    Plain { _freed_on_drop: DeviceBuffer },
+    Pool,
+    Managed,
+    Vmm { _freed_on_drop: Reservation },
+}
+
+impl TestBuffer {
+    fn new(len: usize) -> Check<TestBuffer> {
+        let (ptr, owner) = match memory() {
+            Memory::Plain => {
+                let buffer = DeviceBuffer::new(len)?;
+                (
+                    buffer.ptr,
+                    Owner::Plain {
+                        _freed_on_drop: buffer,
+                    },
+                )
+            }
+            Memory::Pool => {
+                // SAFETY: a context is current; the legacy default stream.
+                let ptr = unsafe { result::malloc_async(std::ptr::null_mut(), len) }
+                    .map_err(|e| format!("cuMemAllocAsync: {:?}", e.0))?;
+                (ptr, Owner::Pool)
+            }
+            Memory::Managed => {
+                let mut ptr = 0;
+                // SAFETY: a valid out-pointer; CU_MEM_ATTACH_GLOBAL.
+                cu("cuMemAllocManaged", unsafe {
+                    sys::cuMemAllocManaged(&mut ptr, len, 1)
+                })?;
+                (ptr, Owner::Managed)
+            }
+            Memory::Vmm => {
+                // The buffer starts 1 MiB into a run of 2 MiB mappings.
+                let mapped = (MIB + len).div_ceil(GRANULE) * GRANULE;
+                let mut reservation = Reservation::new(mapped + GRANULE)?;
+                for k in 0..mapped / GRANULE {
+                    reservation.map(k * GRANULE, GRANULE)?;
+                }
+                let ptr = reservation.base + MIB as u64;
+                (
+                    ptr,
+                    Owner::Vmm {
+                        _freed_on_drop: reservation,
+                    },
+                )
+            }
+        };
+        Ok(TestBuffer { ptr, len, owner })
+    }
+    fn upload(&self, offset: usize, data: &[u8]) -> Check<()> {
+        if offset + data.len() > self.len {
+            return Err("upload past the end of a test buffer".into());
+        }
+        // SAFETY: the range lies in this buffer; data is a live slice.
+        unsafe { result::memcpy_htod_sync(self.ptr + offset as u64, data) }
+            .map_err(|e| format!("cuMemcpyHtoD: {:?}", e.0))
+    }
+    fn download(&self, offset: usize, len: usize) -> Check<Vec<u8>> {
+        if offset + len > self.len {
+            return Err("download past the end of a test buffer".into());
+        }
+        let mut out = vec![0u8; len];
+        // SAFETY: the range lies in this buffer; out is a live, exclusive slice.
+        unsafe { result::memcpy_dtoh_sync(&mut out, self.ptr + offset as u64) }
+            .map_err(|e| format!("cuMemcpyDtoH: {:?}", e.0))?;
+        Ok(out)
+    }
+    fn at(&self, offset: usize) -> *mut std::ffi::c_void {
+        (self.ptr + offset as u64) as *mut std::ffi::c_void
+    }
+}
+
+impl Drop for TestBuffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` and freed once; failures cannot be reported from drop.
+        match self.owner {
+            Owner::Pool => {
+                let _ = unsafe { sys::cuMemFreeAsync(self.ptr, std::ptr::null_mut()) };
+            }
+            Owner::Managed => {
+                let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
+            }
+            Owner::Plain { .. } | Owner::Vmm { .. } => {}
+        }
+    }
+}
+
+/// `--memory vmm`: a dataset read into a 4 MiB mapping, which is then unmapped and replaced by
+/// two 2 MiB mappings at the same address, and read into it again.
+fn remapped_reads(file: &Group, theirs: sys::CUcontext) -> Check<()> {
+    let len = 3 * MIB;
+    let want = pattern(len, 91);
+    let dset = create(file, "remapped", len, Layout::Contiguous, false)?;
+    h5("H5Dwrite", dset.write_raw(&want))?;
+    let mut reservation = Reservation::new(4 * GRANULE)?;
+    reservation.map(0, 2 * GRANULE)?;
+    let at = reservation.base as *mut std::ffi::c_void;
+    let read = |what: &str| -> Check<()> {
+        // SAFETY: the reservation's first 4 MiB are mapped, and hold len bytes.
+        as_caller(what, theirs, || unsafe { read_device(&dset, None, at) })?;
+        let mut got = vec![0u8; len];
+        // SAFETY: as above; got is a live, exclusive slice.
+        unsafe { result::memcpy_dtoh_sync(&mut got, at as sys::CUdeviceptr) }
+            .map_err(|e| format!("cuMemcpyDtoH: {:?}", e.0))?;
+        expect_bytes(what, &got, &want)
+    };
+    read("read into one 4 MiB mapping")?;
+    reservation.unmap_all()?;
+    reservation.map(0, GRANULE)?;
+    reservation.map(GRANULE, GRANULE)?;
+    let zeros = vec![0u8; len];
+    // SAFETY: both new mappings are readable and writable and hold len bytes together.
+    unsafe { result::memcpy_htod_sync(reservation.base, &zeros) }
+        .map_err(|e| format!("cuMemcpyHtoD: {:?}", e.0))?;
+    read("read into two 2 MiB mappings at the same address")
+}
+
 /// `--caller-context`: reads and writes through the driver with the caller's own context (or
 /// none) current, checking it is left alone. Sizes: one task on the calling thread (4096) and
 /// several on the pool (1 MiB + 5 with the tests' 256K tasks).
 fn run_with_caller_context(path: &Path, which: &str) -> Check<usize> {
     let theirs: sys::CUcontext = match which {
         "none" => std::ptr::null_mut(),
-        "device1" => {
-            let device =
-                result::device::get(1).map_err(|e| format!("cuDeviceGet(1): {:?}", e.0))?;
-            // SAFETY: a device handle from cuDeviceGet; the context is never released.
-            unsafe { result::primary_ctx::retain(device) }
-                .map_err(|e| format!("cuDevicePrimaryCtxRetain(1): {:?}", e.0))?
-        }
+        "device0" => primary_context(0)?,
+        "device1" => primary_context(1)?,
         other => {
             return Err(format!(
-                "--caller-context takes none or device1, not {other:?}"
+                "--caller-context takes none, device0 or device1, not {other:?}"
             ))
         }
     };
@@ -326,11 +577,16 @@ fn run_with_caller_context(path: &Path, which: &str) -> Check<usize> {
         h5("H5Fcreate", hdf5_raw::create_file(path, &fapl))
     })?;
     let mut checks = 0;
+    // A pool that already holds another allocation where it starts.
+    let _spacer = match memory() {
+        Memory::Pool => Some(TestBuffer::new(GRANULE + GRANULE / 4)?),
+        _ => None,
+    };
     for (k, size) in [4096usize, (1 << 20) + 5].into_iter().enumerate() {
         let want = pattern(size, k as u8 + 11);
         let dset = create(&file, &format!("c{size}"), size, Layout::Contiguous, false)?;
         h5("H5Dwrite", dset.write_raw(&want))?;
-        let dev = DeviceBuffer::new(size)?;
+        let dev = TestBuffer::new(size)?;
         // SAFETY: the device buffer holds size bytes.
         as_caller(&format!("H5Dread of {size} bytes"), theirs, || unsafe {
             read_device(&dset, None, dev.at(0))
@@ -354,7 +610,7 @@ fn run_with_caller_context(path: &Path, which: &str) -> Check<usize> {
     let compact = pattern(200, 31);
     let cset = create(&file, "compact", 200, Layout::Compact, false)?;
     h5("H5Dwrite", cset.write_raw(&compact))?;
-    let dev = DeviceBuffer::new(200)?;
+    let dev = TestBuffer::new(200)?;
     // SAFETY: the device buffer holds 200 bytes.
     as_caller("H5Dread (compact)", theirs, || unsafe {
         read_device(&cset, None, dev.at(0))
@@ -362,7 +618,7 @@ fn run_with_caller_context(path: &Path, which: &str) -> Check<usize> {
     expect_bytes("compact read", &dev.download(0, 200)?, &compact)?;
     let len = 300_000;
     let eset = create(&file, "unwritten", len, Layout::Contiguous, true)?;
-    let dev = DeviceBuffer::new(len)?;
+    let dev = TestBuffer::new(len)?;
     dev.upload(0, &vec![0xAA; len])?;
     // SAFETY: the device buffer holds len bytes.
     as_caller("H5Dread (past end of file)", theirs, || unsafe {
@@ -374,6 +630,10 @@ fn run_with_caller_context(path: &Path, which: &str) -> Check<usize> {
         &vec![0; len],
     )?;
     checks += 2;
+    if memory() == Memory::Vmm {
+        remapped_reads(&file, theirs)?;
+        checks += 1;
+    }
     drop((cset, eset));
     as_caller("H5Fclose", theirs, || h5("H5Fclose", file.close()))?;
     Ok(checks)
@@ -398,7 +658,8 @@ pub fn main() -> i32 {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(path) = args.first() else {
         eprintln!(
-            "usage: h5devprog FILE [--sizes N,N,... | --caller-context none|device1 | --host-only]"
+            "usage: h5devprog FILE [--sizes N,N,... | --caller-context none|device0|device1 | \
+             --host-only] [--buffers-on N] [--memory plain|pool|vmm|managed]"
         );
         return 2;
     };
@@ -422,12 +683,28 @@ pub fn main() -> i32 {
             .map(|i| args.get(i + 1).cloned().unwrap_or_default())
     };
     let path = Path::new(path);
+    let Ok(buffers_on) = option("--buffers-on").map_or(Ok(0), |n| n.parse::<i32>()) else {
+        eprintln!("--buffers-on takes a device ordinal");
+        return 2;
+    };
+    let memory = match option("--memory").as_deref() {
+        None | Some("plain") => Memory::Plain,
+        Some("pool") => Memory::Pool,
+        Some("vmm") => Memory::Vmm,
+        Some("managed") => Memory::Managed,
+        Some(other) => {
+            eprintln!("--memory takes plain, pool, vmm or managed, not {other:?}");
+            return 2;
+        }
+    };
+    let _ = MEMORY.set(memory);
+    let _ = BUFFERS_ON.set(buffers_on);
     let result = if args.iter().any(|a| a == "--host-only") {
         run_host_only(path)
     } else if let Some(which) = option("--caller-context") {
-        init_cuda().and_then(|_| run_with_caller_context(path, &which))
+        init_cuda_on(buffers_on).and_then(|_| run_with_caller_context(path, &which))
     } else {
-        init_cuda().and_then(|_| run(path, &sizes))
+        init_cuda_on(buffers_on).and_then(|_| run(path, &sizes))
     };
     match result {
         Ok(checks) => {

@@ -1,7 +1,9 @@
 //! CUDA through cudarc's result layer (the dynamically loaded driver API): whether CUDA works in
-//! this process, device 0's primary context pushed on the threads that move device data (and
-//! popped again, so the caller's context is left as it was), and the few calls the driver makes (pointer queries, copies, pinned memory, streams). Also the one
-//! place where CUDA and cuFile return codes become errors, which name the code.
+//! this process, the context of each device buffer (its own, or its device's primary context)
+//! pushed on the threads that move its data (and popped again, so the caller's context is left as
+//! it was), and the few calls the driver makes (pointer queries, copies, pinned memory, streams
+//! per context). Also the one place where CUDA and cuFile return codes become errors, which name
+//! the code.
 //!
 //! cudarc panics when libcuda or one of its symbols is missing, so `init` asks
 //! `is_culib_present()` before anything else and every call goes through `call`, which turns a
@@ -21,7 +23,7 @@ pub(crate) use sys::CUdeviceptr;
 pub struct CudaDriver {
     pub driver_version: i32,
     pub device_count: i32,
-    /// Names of all devices, by ordinal; the driver works with device 0.
+    /// Names of all devices, by ordinal.
     pub device_names: Vec<String>,
     context: usize,
 }
@@ -167,7 +169,8 @@ pub fn cuda() -> Result<&'static CudaDriver, CudaError> {
     CUDA.get_or_init(init).as_ref().map_err(Clone::clone)
 }
 
-/// Device 0's primary context, current on this thread while the value lives. The driver runs on
+/// A context (a buffer's, or device 0's primary context), current on this thread while the value
+/// lives. The driver runs on
 /// its caller's threads, whose current context belongs to the caller (a PyTorch or CuPy user on
 /// another device, a context of their own, or none): so the context is pushed onto the thread's
 /// context stack, unless it is already current, and popped again on drop, leaving the stack as
@@ -182,15 +185,22 @@ pub(crate) struct CurrentContext {
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
-/// Makes device 0's primary context current on this thread until the returned value is dropped.
+/// Makes device 0's primary context current on this thread until the returned value is dropped
+/// (for calls tied to no buffer: opening cuFile, registering files, pinned host memory).
 pub(crate) fn enter_context() -> Result<CurrentContext, CudaError> {
-    let ours = cuda()?.context as sys::CUcontext;
+    enter(primary_context(0)?)
+}
+
+/// Makes `context` current on this thread until the returned value is dropped: pushed unless it
+/// is current already, popped on drop.
+pub(crate) fn enter(context: DeviceContext) -> Result<CurrentContext, CudaError> {
+    let ours = context.handle as sys::CUcontext;
     let current = call("cuCtxGetCurrent", result::ctx::get_current)?;
     let pushed = current != Some(ours);
     if pushed {
         call("cuCtxPushCurrent", || {
-            // SAFETY: the context was retained in `init` and is never released (cudarc's result
-            // layer has no wrapper for this call).
+            // SAFETY: a context retained by this process or named by the driver for a live
+            // allocation (cudarc's result layer has no wrapper for this call).
             unsafe { sys::cuCtxPushCurrent_v2(ours) }.result()
         })?;
     }
@@ -198,6 +208,48 @@ pub(crate) fn enter_context() -> Result<CurrentContext, CudaError> {
         pushed,
         _not_send: std::marker::PhantomData,
     })
+}
+
+/// A CUDA context the driver works in, and its device: the context a device buffer was allocated
+/// in, or, for memory that names none (stream-ordered pools, VMM mappings), the primary context
+/// of the buffer's device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DeviceContext {
+    handle: usize,
+    pub(crate) device: i32,
+}
+
+/// Device `device`'s primary context, retained on first use and never released (releasing it at
+/// exit races other users of the device; KvikIO keeps its primary contexts the same way).
+pub(crate) fn primary_context(device: i32) -> Result<DeviceContext, CudaError> {
+    let driver = cuda()?;
+    if device == 0 {
+        return Ok(DeviceContext {
+            handle: driver.context,
+            device,
+        });
+    }
+    if !(0..driver.device_count).contains(&device) {
+        return Err(CudaError::new(
+            "cuDeviceGet",
+            format!(
+                "no device {device} (this process sees {})",
+                driver.device_count
+            ),
+        ));
+    }
+    static RETAINED: std::sync::Mutex<Vec<(i32, usize)>> = std::sync::Mutex::new(Vec::new());
+    let mut retained = RETAINED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(&(_, handle)) = retained.iter().find(|(d, _)| *d == device) {
+        return Ok(DeviceContext { handle, device });
+    }
+    let dev = call("cuDeviceGet", || result::device::get(device))?;
+    // SAFETY: a device handle from cuDeviceGet; the context is retained for the process.
+    let handle = call("cuDevicePrimaryCtxRetain", || unsafe {
+        result::primary_ctx::retain(dev)
+    })? as usize;
+    retained.push((device, handle));
+    Ok(DeviceContext { handle, device })
 }
 
 impl Drop for CurrentContext {
@@ -221,11 +273,46 @@ impl Drop for CurrentContext {
 pub(crate) enum PointerKind {
     /// Ordinary or pinned host memory, or memory CUDA does not know.
     Host,
-    /// Device (or managed) memory: `base` and `size` of the allocation containing the pointer.
-    Device { base: CUdeviceptr, size: usize },
+    /// Device or managed memory.
+    Device(DeviceRange),
+}
+
+/// The device memory around a pointer: one allocation, or for VMM and pool memory one mapping
+/// (never a range that spans mappings, which cuFile and copies cannot take as one buffer), with
+/// the context to move it in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DeviceRange {
+    pub(crate) base: CUdeviceptr,
+    pub(crate) size: usize,
+    pub(crate) context: DeviceContext,
+    /// CU_POINTER_ATTRIBUTE_BUFFER_ID, "a process-wide unique ID for an allocated memory
+    /// region": a cached range is used again only while the memory there still has this id.
+    pub(crate) id: u64,
+    /// Managed (unified) memory: cuFile documents device and host buffers only (`cufile.h`:
+    /// `bufPtr_base` is the "base address of buffer in device or host memory", and
+    /// CU_FILE_CUDA_MEMORY_TYPE_INVALID is "invalid pointer memory type"), so it is staged.
+    pub(crate) managed: bool,
+}
+
+impl DeviceRange {
+    /// One past the last address of the range.
+    pub(crate) fn end(&self) -> CUdeviceptr {
+        self.base + self.size as CUdeviceptr
+    }
 }
 
 /// Asks the driver what `ptr` is. Unknown pointers are host memory.
+///
+/// The context is the pointer's own (CU_POINTER_ATTRIBUTE_CONTEXT, "the CUcontext in which ptr
+/// was allocated or registered"); memory from stream-ordered pools (`cuMemAllocAsync`) and VMM
+/// mappings (`cuMemCreate`/`cuMemMap`) belongs to a device, not a context, and reports none, so
+/// the primary context of its device (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) serves, as in KvikIO.
+/// The bounds are those of the mapping holding `ptr` (CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR and
+/// _MAPPING_SIZE, CUDA 12): for VMM and pool memory the range attributes
+/// (CU_POINTER_ATTRIBUTE_RANGE_START_ADDR/_SIZE) may describe the whole address reservation,
+/// parts of which are unmapped or mapped to other allocations. Where the mapping attributes are
+/// not known (older drivers), `cuMemGetAddressRange` in the pointer's context gives the
+/// allocation, and the range attributes are the last resort.
 pub(crate) fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
     use sys::CUpointer_attribute as A;
     let mut attrs = [
@@ -233,16 +320,26 @@ pub(crate) fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
         A::CU_POINTER_ATTRIBUTE_IS_MANAGED,
         A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
         A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+        A::CU_POINTER_ATTRIBUTE_CONTEXT,
+        A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        A::CU_POINTER_ATTRIBUTE_BUFFER_ID,
     ];
     let mut memory_type: u32 = 0;
-    let mut managed: u32 = 0;
+    // C bools, written as one byte.
+    let mut managed: u8 = 0;
     let mut start: CUdeviceptr = 0;
     let mut size: usize = 0;
-    let mut data: [*mut c_void; 4] = [
+    let mut context: sys::CUcontext = std::ptr::null_mut();
+    let mut ordinal: c_int = -1;
+    let mut id: u64 = 0;
+    let mut data: [*mut c_void; 7] = [
         (&mut memory_type as *mut u32).cast(),
-        (&mut managed as *mut u32).cast(),
+        (&mut managed as *mut u8).cast(),
         (&mut start as *mut CUdeviceptr).cast(),
         (&mut size as *mut usize).cast(),
+        (&mut context as *mut sys::CUcontext).cast(),
+        (&mut ordinal as *mut c_int).cast(),
+        (&mut id as *mut u64).cast(),
     ];
     call("cuPointerGetAttributes", || {
         // SAFETY: each data slot points at storage of the attribute's documented type (cudarc's
@@ -257,32 +354,117 @@ pub(crate) fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
         }
         .result()
     })?;
-    let device = memory_type == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 || managed != 0;
-    Ok(if device && size > 0 {
-        PointerKind::Device { base: start, size }
+    let managed = managed != 0;
+    let device = memory_type == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 || managed;
+    if !device || size == 0 {
+        return Ok(PointerKind::Host);
+    }
+    let context = if context.is_null() {
+        primary_context(ordinal)?
     } else {
-        PointerKind::Host
-    })
+        DeviceContext {
+            handle: context as usize,
+            device: ordinal,
+        }
+    };
+    let holds_ptr = |&(base, size): &(CUdeviceptr, usize)| {
+        (base..base + size as CUdeviceptr).contains(&(ptr as CUdeviceptr))
+    };
+    let (base, size) = mapping_of(ptr)
+        .or_else(|| address_range(context, ptr).filter(holds_ptr))
+        .or_else(|| Some((start, size)).filter(holds_ptr))
+        .ok_or_else(|| {
+            CudaError::new(
+                "cuPointerGetAttributes",
+                format!("device memory at {ptr:#x}, but no range the driver names holds it"),
+            )
+        })?;
+    Ok(PointerKind::Device(DeviceRange {
+        base,
+        size,
+        context,
+        id,
+        managed,
+    }))
 }
 
-/// Copies between any two buffers CUDA can address (unified addressing).
+/// CU_POINTER_ATTRIBUTE_BUFFER_ID of the memory at `ptr`, if CUDA knows it.
+pub(crate) fn buffer_id(ptr: usize) -> Option<u64> {
+    let mut id: u64 = 0;
+    let attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID;
+    // SAFETY: `id` is storage of the attribute's type (unsigned long long).
+    call("cuPointerGetAttribute", || unsafe {
+        sys::cuPointerGetAttribute((&mut id as *mut u64).cast(), attr, ptr as CUdeviceptr).result()
+    })
+    .ok()
+    .map(|()| id)
+}
+
+/// The mapping holding `ptr` (CUDA 12's mapping attributes), if the driver knows them.
+fn mapping_of(ptr: usize) -> Option<(CUdeviceptr, usize)> {
+    use sys::CUpointer_attribute as A;
+    let mut base: CUdeviceptr = 0;
+    let mut size: usize = 0;
+    for (attr, out) in [
+        (
+            A::CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
+            (&mut base as *mut CUdeviceptr).cast::<c_void>(),
+        ),
+        (
+            A::CU_POINTER_ATTRIBUTE_MAPPING_SIZE,
+            (&mut size as *mut usize).cast::<c_void>(),
+        ),
+    ] {
+        // SAFETY: `out` points at storage of the attribute's type (CUdeviceptr, size_t).
+        let known = call("cuPointerGetAttribute", || unsafe {
+            sys::cuPointerGetAttribute(out, attr, ptr as CUdeviceptr).result()
+        });
+        known.ok()?;
+    }
+    (size > 0 && (base..base + size as CUdeviceptr).contains(&(ptr as CUdeviceptr)))
+        .then_some((base, size))
+}
+
+/// `cuMemGetAddressRange` for `ptr`, asked in `context` (the allocation must be visible there).
+fn address_range(context: DeviceContext, ptr: usize) -> Option<(CUdeviceptr, usize)> {
+    let _context = enter(context).ok()?;
+    let (mut base, mut size): (CUdeviceptr, usize) = (0, 0);
+    // SAFETY: valid out-pointers (cudarc's result layer has no wrapper for this call).
+    call("cuMemGetAddressRange", || unsafe {
+        sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr as CUdeviceptr).result()
+    })
+    .ok()?;
+    (size > 0).then_some((base, size))
+}
+
+/// Copies between any two buffers CUDA can address (unified addressing), in `context` (the
+/// device side's).
 ///
 /// # Safety
 /// Both ranges must be valid for `len` bytes.
-pub(crate) unsafe fn copy_any(dst: usize, src: usize, len: usize) -> Result<(), CudaError> {
-    let _context = enter_context()?;
+pub(crate) unsafe fn copy_any(
+    context: DeviceContext,
+    dst: usize,
+    src: usize,
+    len: usize,
+) -> Result<(), CudaError> {
+    let _context = enter(context)?;
     call("cuMemcpy", || {
         // SAFETY: the caller's contract (cudarc's result layer has no unified-address copy).
         unsafe { sys::cuMemcpy(dst as CUdeviceptr, src as CUdeviceptr, len) }.result()
     })
 }
 
-/// Sets `len` bytes of device memory to zero.
+/// Sets `len` bytes of device memory to zero, in `context` (the memory's).
 ///
 /// # Safety
 /// `dst` must be device memory of at least `len` bytes.
-pub(crate) unsafe fn zero_device(dst: CUdeviceptr, len: usize) -> Result<(), CudaError> {
-    let _context = enter_context()?;
+pub(crate) unsafe fn zero_device(
+    context: DeviceContext,
+    dst: CUdeviceptr,
+    len: usize,
+) -> Result<(), CudaError> {
+    let _context = enter(context)?;
     // SAFETY: the caller's contract.
     call("cuMemsetD8", || unsafe {
         result::memset_d8_sync(dst, 0, len)
@@ -301,8 +483,15 @@ unsafe impl Send for PinnedBuffer {}
 impl PinnedBuffer {
     pub(crate) fn new(len: usize) -> Result<PinnedBuffer, CudaError> {
         let _context = enter_context()?;
-        // SAFETY: flags 0 = default pinned memory; the bytes are only ever used as u8.
-        let ptr = call("cuMemHostAlloc", || unsafe { result::malloc_host(len, 0) })?;
+        // Portable: bounce buffers serve buffers of every device, and cuMemHostAlloc's memory is
+        // pinned only for the allocating context without CU_MEMHOSTALLOC_PORTABLE ("The memory
+        // returned by this call will be considered as pinned memory by all CUDA contexts, not
+        // just the one that performed the allocation", CUDA Driver API, cuMemHostAlloc).
+        let flags = sys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: portable pinned memory; the bytes are only ever used as u8.
+        let ptr = call("cuMemHostAlloc", || unsafe {
+            result::malloc_host(len, flags)
+        })?;
         Ok(PinnedBuffer {
             ptr: ptr.cast(),
             len,
@@ -331,38 +520,52 @@ impl Drop for PinnedBuffer {
     }
 }
 
-/// A CUDA stream made by `thread_streams`.
+/// A CUDA stream made by `thread_streams`, and the context it belongs to (a stream is used with
+/// its own context current: `cuStreamCreate` makes it in the current context, and
+/// `cuStreamGetCtx` "returns the CUDA context that the stream is associated with").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Stream(usize);
+pub(crate) struct Stream {
+    handle: usize,
+    context: DeviceContext,
+}
 
 impl Stream {
     fn raw(self) -> sys::CUstream {
-        self.0 as sys::CUstream
+        self.handle as sys::CUstream
     }
 }
 
-/// Two non-blocking streams for this thread's pipelined staged copies, made on first use. They
-/// are never destroyed: a pool thread may still hold them while the process exits.
-pub(crate) fn thread_streams() -> Result<[Stream; 2], CudaError> {
+/// Two non-blocking streams of `context` for this thread's pipelined staged copies, made on first
+/// use. They are never destroyed: a pool thread may still hold them while the process exits.
+pub(crate) fn thread_streams(context: DeviceContext) -> Result<[Stream; 2], CudaError> {
     thread_local! {
-        static STREAMS: std::cell::Cell<Option<[usize; 2]>> = const { std::cell::Cell::new(None) };
+        /// (context, its two streams), one entry per context this thread has staged for.
+        static STREAMS: std::cell::RefCell<Vec<(usize, [usize; 2])>> =
+            const { std::cell::RefCell::new(Vec::new()) };
     }
-    if let Some(streams) = STREAMS.with(|s| s.get()) {
-        return Ok(streams.map(Stream));
+    let stream = |handle| Stream { handle, context };
+    let known = STREAMS.with(|s| {
+        s.borrow()
+            .iter()
+            .find(|(ctx, _)| *ctx == context.handle)
+            .map(|(_, streams)| *streams)
+    });
+    if let Some(streams) = known {
+        return Ok(streams.map(stream));
     }
-    let _context = enter_context()?;
+    let _context = enter(context)?;
     let mut made = [0usize; 2];
     for slot in &mut made {
         let kind = result::stream::StreamKind::NonBlocking;
         *slot = call("cuStreamCreate", || result::stream::create(kind))? as usize;
     }
-    STREAMS.with(|s| s.set(Some(made)));
-    Ok(made.map(Stream))
+    STREAMS.with(|s| s.borrow_mut().push((context.handle, made)));
+    Ok(made.map(stream))
 }
 
 /// Starts a copy of `len` bytes on `stream` between pinned host memory `host` and device memory
-/// `dev`: host to device for a read (the file's bytes go to the device), device to host for a
-/// write.
+/// `dev` (of the stream's context): host to device for a read (the file's bytes go to the
+/// device), device to host for a write.
 ///
 /// # Safety
 /// `host` must be valid for `len` bytes and stay so, untouched by anything else, until `stream`
@@ -374,7 +577,7 @@ pub(crate) unsafe fn copy_async(
     len: usize,
     stream: Stream,
 ) -> Result<(), CudaError> {
-    let _context = enter_context()?;
+    let _context = enter(stream.context)?;
     let stream = stream.raw();
     // SAFETY: the caller's contract.
     unsafe {
@@ -391,7 +594,7 @@ pub(crate) unsafe fn copy_async(
 
 /// Waits for everything queued on `stream`.
 pub(crate) fn synchronize(stream: Stream) -> Result<(), CudaError> {
-    let _context = enter_context()?;
+    let _context = enter(stream.context)?;
     // SAFETY: the stream was created by `thread_streams` and is never destroyed.
     call("cuStreamSynchronize", || unsafe {
         result::stream::synchronize(stream.raw())

@@ -331,12 +331,16 @@ impl OpenFile {
         };
         memory::dispatch(
             buf,
+            size,
             mem_type,
             // SAFETY: the caller's contract.
             || unsafe { self.host_transfer(dir, addr, size, buf, mem_type) },
-            // SAFETY: `buf` lies in the device allocation starting at `base` (the driver's
-            // answer) and holds `size` bytes (caller's contract).
-            |base| unsafe { device.transfer(dir, base, buf.addr() - base as usize, size, addr) },
+            // SAFETY: `buf + off .. + n` lies in the device range (the driver's answer) and in
+            // the caller's buffer of `size` bytes.
+            |range, off, n| unsafe {
+                let buf_off = buf.addr() + off - range.base as usize;
+                device.transfer(dir, range, buf_off, n, addr + off as u64)
+            },
         )
     }
 
@@ -434,15 +438,22 @@ impl OpenFile {
         (src_base, src_off): (BufPtr, usize),
         len: usize,
     ) -> Result<()> {
-        let host = |side, base| memory::classify_copy_base(side, base) == PointerKind::Host;
+        let (dst_kind, src_kind) = (
+            memory::classify_copy_base(0, dst_base),
+            memory::classify_copy_base(1, src_base),
+        );
         let (dst, src) = (dst_base.add(dst_off), src_base.add(src_off));
-        if host(0, dst_base) && host(1, src_base) {
-            // SAFETY: the caller's contract; `copy` allows overlap.
-            unsafe { std::ptr::copy(src.as_ptr(), dst.as_ptr(), len) };
-            return Ok(());
-        }
+        // The copy runs in the device side's context (the destination's if both are device).
+        let context = match (dst_kind, src_kind) {
+            (PointerKind::Device(range), _) | (_, PointerKind::Device(range)) => range.context,
+            (PointerKind::Host, PointerKind::Host) => {
+                // SAFETY: the caller's contract; `copy` allows overlap.
+                unsafe { std::ptr::copy(src.as_ptr(), dst.as_ptr(), len) };
+                return Ok(());
+            }
+        };
         // SAFETY: the caller's contract; CUDA addresses host and device memory alike.
-        unsafe { crate::cuda::copy_any(dst.addr(), src.addr(), len) }
+        unsafe { crate::cuda::copy_any(context, dst.addr(), src.addr(), len) }
             .map_err(|e| Error::Device(format!("memory copy of {len} bytes: {e}")))
     }
 

@@ -1,38 +1,48 @@
 //! Host or device? Classification of the buffers HDF5 hands the driver.
 //!
 //! Metadata buffers are always host memory (HDF5 allocates them). For raw data, the CUDA driver
-//! is asked (`cuPointerGetAttributes`) unless the pointer falls in a device allocation seen
-//! before: those ranges are cached, so repeated raw-data calls on one device buffer pay one
-//! query. Without working CUDA every buffer is host memory and no query is made.
+//! is asked (`cuPointerGetAttributes`) unless the pointer falls in a device range seen before:
+//! those ranges (an allocation, or one mapping of VMM or pool memory, with its context) are
+//! cached, so repeated raw-data calls on one device buffer pay one buffer-id query instead of the
+//! full set. Without working CUDA every buffer is host memory and no query is made.
 
 use crate::abi::{H5FD_mem_t, H5FD_MEM_DEFAULT, H5FD_MEM_DRAW};
-use crate::cuda::{self, CUdeviceptr, PointerKind};
-use crate::error::Result;
+use crate::cuda::{self, CUdeviceptr, DeviceRange, PointerKind};
+use crate::error::{Error, Result};
 use crate::io::BufPtr;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::RwLock;
 
-/// Device allocations seen so far, as (base, size).
-static DEVICE_RANGES: RwLock<Vec<(u64, usize)>> = RwLock::new(Vec::new());
+/// Device ranges seen so far.
+static DEVICE_RANGES: RwLock<Vec<DeviceRange>> = RwLock::new(Vec::new());
 
 /// At most this many ranges are remembered; past that the oldest half is forgotten.
 const MAX_CACHED: usize = 1024;
 
+/// The cached range holding `ptr`, if the memory there is still the one cached: memory freed and
+/// allocated or mapped again at the same address (pools and VMM allocators do this all the time)
+/// has a new buffer id, and its stale range is forgotten.
 fn cached(ptr: u64) -> Option<PointerKind> {
-    let ranges = DEVICE_RANGES.read().ok()?;
-    ranges
-        .iter()
-        .find(|(base, size)| ptr >= *base && ptr < base + *size as u64)
-        .map(|&(base, size)| PointerKind::Device { base, size })
+    let range = {
+        let ranges = DEVICE_RANGES.read().ok()?;
+        *ranges.iter().find(|r| ptr >= r.base && ptr < r.end())?
+    };
+    if cuda::buffer_id(ptr as usize) == Some(range.id) {
+        return Some(PointerKind::Device(range));
+    }
+    forget_device_range(range.base);
+    None
 }
 
-fn remember(base: CUdeviceptr, size: usize) {
+fn remember(range: DeviceRange) {
     if let Ok(mut ranges) = DEVICE_RANGES.write() {
+        // A range overlapping the new one was freed and its addresses reused.
+        ranges.retain(|r| r.end() <= range.base || r.base >= range.end());
         if ranges.len() >= MAX_CACHED {
             ranges.drain(..MAX_CACHED / 2);
         }
-        ranges.push((base, size));
+        ranges.push(range);
     }
 }
 
@@ -40,7 +50,7 @@ fn remember(base: CUdeviceptr, size: usize) {
 /// programs that free device memory they handed to HDF5 may call it (array-io does).
 pub fn forget_device_range(base: CUdeviceptr) {
     if let Ok(mut ranges) = DEVICE_RANGES.write() {
-        ranges.retain(|(b, _)| *b != base);
+        ranges.retain(|r| r.base != base);
     }
 }
 
@@ -119,42 +129,81 @@ fn lookup(ptr: BufPtr, mem_type: H5FD_mem_t) -> (PointerKind, bool) {
     }
 }
 
-/// Runs `host` or `device` (with the allocation base) for the memory at `ptr`. If a device
-/// transfer fails on a range that came from the cache, the range may have been freed and its
-/// addresses reused: the driver is asked afresh, and if its answer differs the transfer runs
+/// Runs `host` for the `len` bytes at `ptr`, or, for device memory, `device(range, offset, n)`
+/// for each part of the request (`n` bytes from `offset`) that lies in one device range: a buffer
+/// of VMM or pool memory may span several mappings, and each goes to cuFile and CUDA separately.
+/// If a device transfer fails on a range that came from the cache, the range may have been freed
+/// and its addresses reused: the driver is asked afresh, and if its answer differs the part runs
 /// once more on the new answer. Otherwise the error stands.
-pub(crate) fn dispatch<T>(
+pub(crate) fn dispatch(
     ptr: BufPtr,
+    len: usize,
     mem_type: H5FD_mem_t,
-    host: impl Fn() -> Result<T>,
-    device: impl Fn(CUdeviceptr) -> Result<T>,
-) -> Result<T> {
-    let (kind, from_cache) = lookup(ptr, mem_type);
-    let PointerKind::Device { base, .. } = kind else {
+    host: impl Fn() -> Result<()>,
+    device: impl Fn(DeviceRange, usize, usize) -> Result<()>,
+) -> Result<()> {
+    let (kind, mut from_cache) = lookup(ptr, mem_type);
+    let PointerKind::Device(mut range) = kind else {
         return host();
     };
-    let result = device(base);
-    if result.is_ok() || !from_cache {
-        return result;
+    let mut done = 0;
+    loop {
+        let at = ptr.addr() + done;
+        // Every range holds the address it was found for (`cuda::query_pointer`, `cached`).
+        let n = (len - done).min(range.end().saturating_sub(at as u64) as usize);
+        if n == 0 && len > 0 {
+            return Err(Error::Device(format!(
+                "device range {:#x}+{} does not hold {at:#x}",
+                range.base, range.size
+            )));
+        }
+        let result = device(range, done, n);
+        if let Err(err) = result {
+            if !from_cache {
+                return Err(err);
+            }
+            forget_device_range(range.base);
+            match query(at) {
+                fresh if fresh == PointerKind::Device(range) => return Err(err),
+                PointerKind::Host if done == 0 => {
+                    tracing::debug!("memory at {ptr:?} is no longer device memory");
+                    return host();
+                }
+                PointerKind::Host => return Err(split_buffer(ptr, done, len)),
+                PointerKind::Device(fresh) => {
+                    tracing::debug!(
+                        "device memory at {at:#x} changed since it was cached; transferring again"
+                    );
+                    (range, from_cache) = (fresh, false);
+                    continue;
+                }
+            }
+        }
+        done += n;
+        if done >= len {
+            return Ok(());
+        }
+        match lookup(ptr.add(done), mem_type) {
+            (PointerKind::Device(next), cached) => (range, from_cache) = (next, cached),
+            (PointerKind::Host, _) => return Err(split_buffer(ptr, done, len)),
+        }
     }
-    forget_device_range(base);
-    let fresh = query(ptr.addr());
-    if fresh == kind {
-        return result;
-    }
-    tracing::debug!("device memory at {ptr:?} changed since it was cached; transferring again");
-    match fresh {
-        PointerKind::Host => host(),
-        PointerKind::Device { base, .. } => device(base),
-    }
+}
+
+/// A buffer that starts in device memory and runs on into memory that is not.
+fn split_buffer(ptr: BufPtr, done: usize, len: usize) -> Error {
+    Error::Device(format!(
+        "the buffer at {ptr:?} is device memory for its first {done} bytes but not for the rest \
+         of its {len}"
+    ))
 }
 
 /// Asks the CUDA driver, and remembers device ranges.
 fn query(ptr: usize) -> PointerKind {
     match cuda::query_pointer(ptr) {
-        Ok(PointerKind::Device { base, size }) => {
-            remember(base, size);
-            PointerKind::Device { base, size }
+        Ok(PointerKind::Device(range)) => {
+            remember(range);
+            PointerKind::Device(range)
         }
         Ok(PointerKind::Host) => PointerKind::Host,
         Err(err) => {

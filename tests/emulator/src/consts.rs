@@ -49,6 +49,11 @@ pub const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: CUpointerAttribute = 9;
 pub const CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: CUpointerAttribute = 11;
 pub const CU_POINTER_ATTRIBUTE_RANGE_SIZE: CUpointerAttribute = 12;
 pub const CU_POINTER_ATTRIBUTE_MAPPED: CUpointerAttribute = 13;
+pub const CU_POINTER_ATTRIBUTE_MAPPING_SIZE: CUpointerAttribute = 18;
+pub const CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: CUpointerAttribute = 19;
+
+/// `cuMemHostAlloc` flag: pinned for every context.
+pub const CU_MEMHOSTALLOC_PORTABLE: c_uint = 1;
 
 /// `CUdevice_attribute` values the emulator answers (see `cuda_events::attribute`).
 pub const CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: CUdeviceAttribute = 19;

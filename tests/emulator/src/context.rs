@@ -12,11 +12,23 @@
 //!
 //! Context and stream handles are opaque integers dressed as pointers; callers never
 //! dereference them, and the emulator only compares them.
+//!
+//! Streams and memory belong to a context (several-device mode, `H5GDS_EMU_DEVICES` > 1, is where
+//! that matters): `cuStreamCreate` makes a stream in the current context and `cuStreamGetCtx`
+//! "returns the CUDA context that the stream is associated with"; `cuMemAlloc` allocates for the
+//! current context and CU_POINTER_ATTRIBUTE_CONTEXT names "the CUcontext in which ptr was
+//! allocated or registered" (CUDA Driver API, Stream Management, Memory Management, Unified
+//! Addressing). A copy on another device's stream still succeeds ("A memory copy will succeed even
+//! if it is issued to a stream that is not associated to the current device", CUDA C++
+//! Programming Guide, Multi-Device System, Stream and Event Behavior), as does a copy of another
+//! context's memory under unified addressing, but on a GPU both run through another device or
+//! context than the caller meant: the emulator lets them succeed and counts them (`note_use`, the
+//! report's "cross-context uses"), and cuFile refuses them (see `cufile_api`).
 
 use crate::consts::*;
 use crate::switches;
 use std::cell::Cell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -34,8 +46,8 @@ const EVENT_BASE: usize = 0x0000_0e7e_0000_0000;
 
 /// Primary context reference counts, by device ordinal.
 static PRIMARY_REFS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
-/// Live streams.
-static STREAMS: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
+/// Live streams, and the context each was created in.
+static STREAMS: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
 static NEXT_STREAM: AtomicUsize = AtomicUsize::new(1);
 /// Live events.
 static EVENTS: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
@@ -217,17 +229,17 @@ pub fn require_current() -> Result<(usize, CUdevice), CUresult> {
     Ok((handle, dev))
 }
 
-/// `cuStreamCreate`: a new stream handle.
-pub fn create_stream() -> usize {
+/// `cuStreamCreate`: a new stream handle, of `context`.
+pub fn create_stream(context: usize) -> usize {
     let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
     let handle = STREAM_BASE + id * 0x10;
-    lock(&STREAMS).insert(handle);
+    lock(&STREAMS).insert(handle, context);
     handle
 }
 
 /// `cuStreamDestroy_v2`: INVALID_HANDLE for anything but a live stream.
 pub fn destroy_stream(handle: usize) -> Result<(), CUresult> {
-    if lock(&STREAMS).remove(&handle) {
+    if lock(&STREAMS).remove(&handle).is_some() {
         Ok(())
     } else {
         Err(CUDA_ERROR_INVALID_HANDLE)
@@ -240,11 +252,35 @@ pub fn check_stream(handle: usize) -> Result<(), CUresult> {
     if handle == 0
         || handle == CU_STREAM_LEGACY
         || handle == CU_STREAM_PER_THREAD
-        || lock(&STREAMS).contains(&handle)
+        || lock(&STREAMS).contains_key(&handle)
     {
         Ok(())
     } else {
         Err(CUDA_ERROR_INVALID_HANDLE)
+    }
+}
+
+/// Counts the use of a live stream made in another context than the current one (default
+/// streams belong to whichever context is current).
+pub fn note_stream_use(handle: usize) {
+    let owner = lock(&STREAMS).get(&handle).copied();
+    if let Some(owner) = owner {
+        note_use(owner, device_of(owner).unwrap_or(-1));
+    }
+}
+
+/// Counts the use of memory or a stream of context `owner` (0: memory that belongs to device
+/// `owner_device` and no context, as pool and VMM memory) while another context, or another
+/// device's, is current.
+pub fn note_use(owner: usize, owner_device: CUdevice) {
+    let current = current_handle();
+    let foreign = if owner == 0 {
+        device_of(current) != Some(owner_device)
+    } else {
+        owner != current
+    };
+    if foreign {
+        crate::counters::bump(&crate::counters::CROSS_CONTEXT_USES);
     }
 }
 

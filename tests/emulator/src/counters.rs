@@ -28,6 +28,10 @@ pub static COPIES_HTOD: AtomicU64 = AtomicU64::new(0);
 /// Device-to-host copies that completed.
 pub static COPIES_DTOH: AtomicU64 = AtomicU64::new(0);
 
+/// Copies, memsets and stream calls on memory or a stream of another context than the current
+/// one (see `context::note_use`).
+pub static CROSS_CONTEXT_USES: AtomicU64 = AtomicU64::new(0);
+
 /// Allocation calls that passed their argument checks (for `H5GDS_EMU_FAIL_ALLOC`).
 pub static ALLOCATION_CALLS: AtomicU64 = AtomicU64::new(0);
 /// cuFile read/write calls that passed their argument checks (for `H5GDS_EMU_FAIL_IO`).

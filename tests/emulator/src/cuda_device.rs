@@ -241,12 +241,12 @@ pub unsafe extern "C" fn cuStreamCreate(stream: *mut CUstream, flags: c_uint) ->
         || {
             code((|| {
                 context::require_init()?;
-                context::require_current()?;
+                let (current, _) = context::require_current()?;
                 // CU_STREAM_DEFAULT (0) and CU_STREAM_NON_BLOCKING (1) are the only flags.
                 if stream.is_null() || flags > 1 {
                     return Err(CUDA_ERROR_INVALID_VALUE);
                 }
-                let handle = context::create_stream();
+                let handle = context::create_stream(current);
                 // SAFETY: checked non-null; the caller passes a writable CUstream.
                 unsafe { put(stream, handle as CUstream) }
             })())
@@ -290,6 +290,7 @@ pub unsafe extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
                 context::require_init()?;
                 context::require_current()?;
                 context::check_stream(stream as usize)?;
+                context::note_stream_use(stream as usize);
                 crate::cuda_memory::run_deferred(Some(stream as usize));
                 Ok(())
             })())

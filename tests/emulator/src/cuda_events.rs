@@ -18,9 +18,10 @@ fn attribute(attrib: CUdeviceAttribute) -> Result<c_int, CUresult> {
         CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY | CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING => 1,
         CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR => 8,
         CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR => 0,
-        CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY
-        | CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS
-        | CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED => 0,
+        // cuMemAllocManaged works; host and device never access it concurrently.
+        CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY => 1,
+        CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS => 0,
+        CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED => c_int::from(switches::get().pools),
         CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED => c_int::from(switches::get().gds),
         _ => return Err(CUDA_ERROR_NOT_SUPPORTED),
     })

@@ -37,6 +37,13 @@ impl End {
     fn is_device(&self) -> bool {
         matches!(self, End::Device(..))
     }
+
+    /// Counts device memory of another context than the current one (`context::note_use`).
+    fn note_owner(&self) {
+        if let End::Device(block, addr) = self {
+            context::note_use(block.context, block.owner_device(*addr));
+        }
+    }
 }
 
 fn violation() -> CUresult {
@@ -86,6 +93,8 @@ fn copy(
     }
     let dst = dst()?;
     let src = src()?;
+    dst.note_owner();
+    src.note_owner();
     let switches = switches::get();
     if counters::is_nth_call(&counters::COPY_CALLS, switches.fail_copy) {
         return Err(switches.fail_copy_error);
@@ -107,14 +116,31 @@ fn copy_async(
     src: impl FnOnce() -> Result<End, CUresult>,
 ) -> Result<(), CUresult> {
     context::require_init()?;
-    context::require_current()?;
+    let (current, _) = context::require_current()?;
     context::check_stream(stream as usize)?;
+    context::note_stream_use(stream as usize);
     if !switches::get().defer_async || stream.is_null() || len == 0 {
         return copy(len, dst, src);
     }
     let (dst, src) = (dst()?, src()?);
+    dst.note_owner();
+    src.note_owner();
     let host = if dst.is_device() { &src } else { &dst };
-    let pinned = matches!(host, End::Host(addr) if matches!(memory::find(*addr), memory::Region::PinnedHost(_)));
+    // Pinned memory is pinned for the context that allocated it, and for every context only if
+    // allocated CU_MEMHOSTALLOC_PORTABLE ("considered as pinned memory by all CUDA contexts, not
+    // just the one that performed the allocation", CUDA Driver API, cuMemHostAlloc): elsewhere
+    // it is pageable memory, copied before the call returns, and counted.
+    let pinned = match host {
+        End::Host(addr) => match memory::find(*addr) {
+            memory::Region::PinnedHost(block) if block.portable || block.context == current => true,
+            memory::Region::PinnedHost(block) => {
+                context::note_use(block.context, block.device);
+                false
+            }
+            _ => false,
+        },
+        End::Device(..) => false,
+    };
     let switches = switches::get();
     if counters::is_nth_call(&counters::COPY_CALLS, switches.fail_copy) {
         return Err(switches.fail_copy_error);
@@ -184,8 +210,9 @@ pub fn run_deferred(stream: Option<usize>) {
     }
 }
 
-/// The current context's allocation for `H5GDS_EMU_FAIL_ALLOC` and friends.
-fn allocate(size: usize, device: bool) -> Result<usize, CUresult> {
+/// The current context's allocation for `H5GDS_EMU_FAIL_ALLOC` and friends; `host_flags` are
+/// `cuMemHostAlloc`'s, `None` for device memory.
+fn allocate(size: usize, host_flags: Option<c_uint>) -> Result<usize, CUresult> {
     context::require_init()?;
     let (ctx, dev) = context::require_current()?;
     if size == 0 {
@@ -195,10 +222,12 @@ fn allocate(size: usize, device: bool) -> Result<usize, CUresult> {
     if counters::is_nth_call(&counters::ALLOCATION_CALLS, switches.fail_alloc) {
         return Err(CUDA_ERROR_OUT_OF_MEMORY);
     }
-    if device {
-        memory::alloc_device(size, ctx, dev, switches.poison)
-    } else {
-        memory::alloc_host(size, ctx, dev, switches.poison)
+    match host_flags {
+        None => memory::alloc_device(size, ctx, dev, switches.poison),
+        Some(flags) => {
+            let portable = flags & CU_MEMHOSTALLOC_PORTABLE != 0;
+            memory::alloc_host(size, ctx, dev, portable, switches.poison)
+        }
     }
 }
 
@@ -219,7 +248,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
                     context::require_init()?;
                     return Err(CUDA_ERROR_INVALID_VALUE);
                 }
-                let base = allocate(bytesize, true)?;
+                let base = allocate(bytesize, None)?;
                 // SAFETY: checked non-null; the caller passes a writable CUdeviceptr.
                 unsafe { put(dptr, base as CUdeviceptr) }
             })())
@@ -243,6 +272,10 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
                 context::require_current()?;
                 let base = usize::try_from(dptr).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
                 run_deferred(None);
+                // Pool allocations may be freed synchronously too.
+                if crate::cuda_vmm::pool_free(base)? {
+                    return Ok(());
+                }
                 memory::free_device(base)
             })())
         },
@@ -251,7 +284,7 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
 
 /// `CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)`: page-aligned
 /// host memory, tracked as pinned. Flags (PORTABLE 1, DEVICEMAP 2, WRITECOMBINED 4) are
-/// accepted and have no effect.
+/// accepted; PORTABLE makes it pinned for every context, not only the current one.
 ///
 /// # Safety
 /// `pp` must be null or valid for writing a pointer.
@@ -271,7 +304,7 @@ pub unsafe extern "C" fn cuMemHostAlloc(
                     context::require_init()?;
                     return Err(CUDA_ERROR_INVALID_VALUE);
                 }
-                let base = allocate(bytesize, false)?;
+                let base = allocate(bytesize, Some(flags))?;
                 // SAFETY: checked non-null; the caller passes a writable pointer.
                 unsafe { put(pp, base as *mut c_void) }
             })())
@@ -458,6 +491,7 @@ fn memset(dst: CUdeviceptr, value: u8, n: usize) -> Result<(), CUresult> {
         return Ok(());
     }
     let end = device_end(dst, n)?;
+    end.note_owner();
     // SAFETY: the range lies inside a live allocation whose shadow mapping the Arc in `end`
     // keeps mapped.
     unsafe { std::ptr::write_bytes(end.ptr(), value, n) };

@@ -7,6 +7,20 @@
 //! writes default values (null, 0, false, device ordinal -2). Boolean attributes are written
 //! as one byte (C `bool`), so pass a zero-initialised variable if yours is wider. No context
 //! is needed for these queries.
+//!
+//! Memory that is not a plain allocation (see `cuda_vmm`) answers as follows. Managed memory:
+//! CU_POINTER_ATTRIBUTE_IS_MANAGED true ("Indicates if the pointer points to managed memory"),
+//! memory type DEVICE, and a host pointer (it is host-accessible). VMM and pool memory, which
+//! belongs to a device and not to a context (`cuMemCreate` names a location, not a context):
+//! CU_POINTER_ATTRIBUTE_CONTEXT null (KvikIO's `get_context_from_pointer` handles exactly that
+//! case), CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL the mapping's device, the range attributes
+//! (RANGE_START_ADDR "Starting address for this requested pointer", RANGE_SIZE "Size of the
+//! address range for this requested pointer", `cuda.h`) the whole reservation, which other
+//! allocations and unmapped holes share, and MAPPING_BASE_ADDR / MAPPING_SIZE ("The start address
+//! of the mapping that the pointer belongs to", "Size of the actual underlying mapping that the
+//! pointer belongs to", `cuda.h` 12) the mapping. An unmapped address of a reservation answers
+//! only CU_POINTER_ATTRIBUTE_MAPPED ("1 if this pointer is in a valid address range that is
+//! mapped to a backing allocation, 0 otherwise"), false.
 
 use crate::consts::*;
 use crate::context;
@@ -55,6 +69,12 @@ fn value_of(
     region: &Region,
     ptr: u64,
 ) -> Result<Option<Value>, CUresult> {
+    if let Region::Device(b) = region {
+        if b.is_reservation() {
+            return reservation_value(attr, b, ptr);
+        }
+    }
+    let managed = matches!(region, Region::Device(b) if b.is_managed());
     // (base, size, context, device, id, memory type, is device memory)
     let (base, size, ctx, dev, id, is_device) = match region {
         Region::Device(b) => (b.base, b.size, b.context, b.device, b.id, true),
@@ -69,15 +89,54 @@ fn value_of(
             CU_MEMORYTYPE_HOST
         }),
         CU_POINTER_ATTRIBUTE_DEVICE_POINTER => Value::Word(ptr),
-        CU_POINTER_ATTRIBUTE_HOST_POINTER if is_device => return Ok(None),
+        CU_POINTER_ATTRIBUTE_HOST_POINTER if is_device && !managed => return Ok(None),
         CU_POINTER_ATTRIBUTE_HOST_POINTER => Value::Word(ptr),
         CU_POINTER_ATTRIBUTE_SYNC_MEMOPS => Value::Bool(false),
         CU_POINTER_ATTRIBUTE_BUFFER_ID => Value::U64(id),
-        CU_POINTER_ATTRIBUTE_IS_MANAGED => Value::Bool(false),
+        CU_POINTER_ATTRIBUTE_IS_MANAGED => Value::Bool(managed),
         CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => Value::Int(dev),
         CU_POINTER_ATTRIBUTE_RANGE_START_ADDR => Value::Word(base as u64),
         CU_POINTER_ATTRIBUTE_RANGE_SIZE => Value::Word(size as u64),
         CU_POINTER_ATTRIBUTE_MAPPED => Value::Bool(true),
+        // "The start address of the mapping that the pointer belongs to" and "Size of the actual
+        // underlying mapping" (`cuda.h` 12, CUpointer_attribute): for cuMemAlloc'd memory, the
+        // allocation.
+        CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR if is_device => Value::Word(base as u64),
+        CU_POINTER_ATTRIBUTE_MAPPING_SIZE if is_device => Value::Word(size as u64),
+        CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR | CU_POINTER_ATTRIBUTE_MAPPING_SIZE => {
+            return Ok(None)
+        }
+        _ => return Err(CUDA_ERROR_NOT_SUPPORTED),
+    };
+    Ok(Some(value))
+}
+
+/// `value_of` for an address of a VMM or pool reservation (see the module documentation).
+fn reservation_value(
+    attr: CUpointerAttribute,
+    block: &memory::DeviceBlock,
+    ptr: u64,
+) -> Result<Option<Value>, CUresult> {
+    let Some((map_base, map_size, device, id)) = block.mapping_and_id(ptr as usize) else {
+        return match attr {
+            CU_POINTER_ATTRIBUTE_MAPPED => Ok(Some(Value::Bool(false))),
+            _ => default_of(attr).map(|_| None),
+        };
+    };
+    let value = match attr {
+        CU_POINTER_ATTRIBUTE_CONTEXT => Value::Word(0),
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE => Value::Uint(CU_MEMORYTYPE_DEVICE),
+        CU_POINTER_ATTRIBUTE_DEVICE_POINTER => Value::Word(ptr),
+        CU_POINTER_ATTRIBUTE_HOST_POINTER => return Ok(None),
+        CU_POINTER_ATTRIBUTE_SYNC_MEMOPS | CU_POINTER_ATTRIBUTE_IS_MANAGED => Value::Bool(false),
+        // "A process-wide unique ID for an allocated memory region": the mapping's.
+        CU_POINTER_ATTRIBUTE_BUFFER_ID => Value::U64(id),
+        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => Value::Int(device),
+        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR => Value::Word(block.base as u64),
+        CU_POINTER_ATTRIBUTE_RANGE_SIZE => Value::Word(block.size as u64),
+        CU_POINTER_ATTRIBUTE_MAPPED => Value::Bool(true),
+        CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR => Value::Word(map_base as u64),
+        CU_POINTER_ATTRIBUTE_MAPPING_SIZE => Value::Word(map_size as u64),
         _ => return Err(CUDA_ERROR_NOT_SUPPORTED),
     };
     Ok(Some(value))
@@ -90,7 +149,9 @@ fn default_of(attr: CUpointerAttribute) -> Result<Value, CUresult> {
         | CU_POINTER_ATTRIBUTE_DEVICE_POINTER
         | CU_POINTER_ATTRIBUTE_HOST_POINTER
         | CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
-        | CU_POINTER_ATTRIBUTE_RANGE_SIZE => Value::Word(0),
+        | CU_POINTER_ATTRIBUTE_RANGE_SIZE
+        | CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR
+        | CU_POINTER_ATTRIBUTE_MAPPING_SIZE => Value::Word(0),
         CU_POINTER_ATTRIBUTE_MEMORY_TYPE => Value::Uint(0),
         CU_POINTER_ATTRIBUTE_BUFFER_ID => Value::U64(0),
         CU_POINTER_ATTRIBUTE_SYNC_MEMOPS
@@ -174,7 +235,10 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
 
 /// `CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)`:
 /// the allocation (device or pinned host) holding `dptr`; either output may be null;
-/// CUDA_ERROR_NOT_FOUND for memory CUDA does not know.
+/// CUDA_ERROR_NOT_FOUND for memory CUDA does not know. The documentation speaks of "the
+/// allocation by cuMemAlloc() or cuMemAllocPitch() that contains the input pointer"; for VMM and
+/// pool memory it says nothing, and the emulator answers the whole reservation, the least
+/// useful answer a driver could give (a driver must not take it for the buffer's bounds).
 ///
 /// # Safety
 /// `pbase` and `psize` must each be null or valid for writing.

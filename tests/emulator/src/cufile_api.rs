@@ -427,6 +427,19 @@ pub unsafe extern "C" fn cuFileBufDeregister(base: *const c_void) -> CUfileError
     )
 }
 
+/// Whether device memory `block` may be moved by cuFile on this thread: its context (for memory
+/// of no context, pool and VMM memory, a context of its device) must be current. cuFile reports
+/// CU_FILE_CUDA_CONTEXT_MISMATCH ("cuda context mismatch", `cufile.h` 1.20) otherwise, which is
+/// why KvikIO pushes the buffer's own context (CU_POINTER_ATTRIBUTE_CONTEXT, else the primary
+/// context of CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) around every cuFileRead and cuFileWrite.
+fn in_current_context(block: &DeviceBlock, addr: usize) -> bool {
+    match crate::context::require_current() {
+        Ok((current, _)) if block.context != 0 => current == block.context,
+        Ok((_, device)) => block.owner_device(addr) == device,
+        Err(_) => false,
+    }
+}
+
 /// The buffer of a transfer: `[start, start + size)` inside one device allocation, or host
 /// memory (pageable or pinned) touching no device allocation. Addresses in the first page
 /// are refused as invalid (they are never a buffer, and would crash the emulator).
@@ -436,7 +449,7 @@ fn buffer_of(start: usize, size: usize) -> Result<(Buffer, Option<Arc<DeviceBloc
         negated(CUfileOpError::CU_FILE_INVALID_VALUE)
     };
     match memory::find(start) {
-        memory::Region::Device(block) if block.contains(start, size) => {
+        memory::Region::Device(block) if block.usable(start, size) => {
             let ptr = block.shadow_of(start);
             Ok((
                 Buffer {
@@ -492,10 +505,28 @@ fn transfer(
         return negated(E::CU_FILE_INVALID_VALUE);
     };
     // The Arc keeps a device allocation mapped while its bytes move.
-    let (buf, _keep) = match buffer_of(start, size) {
+    let (buf, keep) = match buffer_of(start, size) {
         Ok(found) => found,
         Err(code) => return code,
     };
+    if let Some(block) = &keep {
+        // Managed memory: cuFile documents `bufPtr_base` as the "base address of buffer in device
+        // or host memory" (`cufile.h` 1.20) and has a code for any other, "invalid pointer memory
+        // type"; the emulator refuses managed memory with it.
+        if block.is_managed() {
+            return negated(E::CU_FILE_CUDA_MEMORY_TYPE_INVALID);
+        }
+        // cuFile takes `bufPtr_base` as the start of one buffer that holds `bufPtr_offset +
+        // size` bytes: a range from it that leaves its mapping (a VMM or pool reservation's
+        // range attributes taken for the buffer) is CU_FILE_CUDA_POINTER_RANGE_ERROR ("pointer
+        // range error", `cufile.h` 1.20).
+        if !block.in_one_mapping(base, start + size - base) {
+            return negated(E::CU_FILE_CUDA_POINTER_RANGE_ERROR);
+        }
+        if !in_current_context(block, start) {
+            return negated(E::CU_FILE_CUDA_CONTEXT_MISMATCH);
+        }
+    }
     let switches = switches::get();
     if counters::is_nth_call(&counters::IO_CALLS, switches.fail_io) {
         set_errno(switches.fail_io_errno);

@@ -22,7 +22,10 @@
 //!   `cuGetErrorString`, `cuGetErrorName`; and, for cudarc's safe API (`CudaContext`,
 //!   `CudaStream`, `CudaSlice`, pinned host slices): `cuDeviceGetAttribute`,
 //!   `cuMemsetD8Async`, `cuEventCreate`, `cuEventDestroy_v2`, `cuEventRecord`,
-//!   `cuEventQuery`, `cuEventSynchronize`, `cuStreamWaitEvent`.
+//!   `cuEventQuery`, `cuEventSynchronize`, `cuStreamWaitEvent`; for VMM, pool and managed memory
+//!   (`cuda_vmm`): `cuMemAddressReserve`, `cuMemAddressFree`, `cuMemCreate`, `cuMemRelease`,
+//!   `cuMemMap`, `cuMemUnmap`, `cuMemSetAccess`, `cuMemAllocAsync`, `cuMemFreeAsync`,
+//!   `cuMemAllocManaged`.
 //! * cuFile: `cuFileDriverOpen`, `cuFileDriverClose`, `cuFileDriverClose_v2`,
 //!   `cuFileDriverGetProperties`, `cuFileGetVersion`, `cuFileSetParameterString`,
 //!   `cuFileGetParameterString`, `cuFileHandleRegister`,
@@ -55,11 +58,19 @@
 //!   handles: every event is complete as soon as it is recorded, waits return at once, and an
 //!   unknown or destroyed stream or event is CUDA_ERROR_INVALID_HANDLE (400).
 //! * `cuDeviceGetAttribute` answers the attributes an emulated device can answer honestly:
-//!   unified addressing and host mapping 1, compute capability 8.0, memory pools 0 (there is no
-//!   stream-ordered allocator, so cudarc uses `cuMemAlloc_v2`), managed memory 0, GPUDirect
-//!   RDMA as `H5GDS_EMU_GDS`; any other attribute fails with CUDA_ERROR_NOT_SUPPORTED (801), a
+//!   unified addressing and host mapping 1, compute capability 8.0, memory pools as
+//!   `H5GDS_EMU_POOLS` (0 by default, so cudarc uses `cuMemAlloc_v2`), managed memory 1
+//!   (concurrent managed access 0), GPUDirect RDMA as `H5GDS_EMU_GDS`; any other attribute fails with CUDA_ERROR_NOT_SUPPORTED (801), a
 //!   negative or zero one with CUDA_ERROR_INVALID_VALUE.
-//! * Pointer queries answer as the driver does with unified addressing (see `cuda_pointer`).
+//! * Pointer queries answer as the driver does with unified addressing (see `cuda_pointer`),
+//!   VMM, pool and managed memory included (see `cuda_vmm`).
+//! * Several devices (`H5GDS_EMU_DEVICES` > 1): streams and memory belong to the context (or,
+//!   for VMM and pool memory, the device) they were made in. A copy, memset or stream call on
+//!   another context's memory or stream succeeds, as the CUDA documentation says copies do, and
+//!   counts as a cross-context use; `cuFileRead`/`cuFileWrite` on device memory of another
+//!   context than the current one fail with CU_FILE_CUDA_CONTEXT_MISMATCH (see `context` and
+//!   `cufile_api`). Pinned memory is pinned only for its own context unless allocated
+//!   CU_MEMHOSTALLOC_PORTABLE; elsewhere its async copies run synchronously and count.
 //! * cuFile: see `cufile_api` and `cufile_io`, which follow cuFile 1.20: `cuFileHandleRegister`
 //!   takes descriptors with or without `O_DIRECT` (GDS >= 1.7); `cuFileRead`/`cuFileWrite` take
 //!   device or host (pageable or pinned) buffers. With GDS "present", transfers bypass the
@@ -100,8 +111,9 @@
 //! | `H5GDS_EMU_REPORT=PATH` | at exit, write the counters to PATH (format below) | unset |
 //! | `H5GDS_EMU_TRACE=1` | one stderr line per call: arguments and result | 0 |
 //! | `H5GDS_EMU_DEFER_ASYNC=1` | async copies with pinned host memory run at synchronization | 0 |
+//! | `H5GDS_EMU_POOLS=1` | `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED` is 1, so cudarc allocates with `cuMemAllocAsync` | 0 |
 //!
-//! The report has twelve lines:
+//! The report has thirteen lines:
 //!
 //! ```text
 //! leaked device allocations: N (bytes B)
@@ -116,6 +128,7 @@
 //! cufile o_direct requests: N
 //! cufile driver open calls: N
 //! cufile handle register calls: N
+//! cross-context uses: N
 //! ```
 //!
 //! "cufile reads/writes" count calls that returned a byte count (0 included); "copies" count
@@ -135,6 +148,7 @@ mod cuda_device;
 mod cuda_events;
 mod cuda_memory;
 mod cuda_pointer;
+mod cuda_vmm;
 mod cufile_api;
 mod cufile_handles;
 mod cufile_io;

@@ -68,7 +68,8 @@ fn render(text: &mut StackText) {
          cufile posix bounce copies: {}\n\
          cufile o_direct requests: {}\n\
          cufile driver open calls: {}\n\
-         cufile handle register calls: {}\n",
+         cufile handle register calls: {}\n\
+         cross-context uses: {}\n",
         c.live_device_allocations,
         c.live_device_bytes,
         c.live_pinned_host_allocations,
@@ -82,6 +83,7 @@ fn render(text: &mut StackText) {
         crate::cufile_io::DIRECT_REQUESTS.load(Ordering::Relaxed),
         counters::CUFILE_DRIVER_OPEN_CALLS.load(Ordering::Relaxed),
         counters::CUFILE_HANDLE_REGISTER_CALLS.load(Ordering::Relaxed),
+        counters::CROSS_CONTEXT_USES.load(Ordering::Relaxed),
     );
 }
 
@@ -129,7 +131,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn report_has_the_twelve_lines() {
+    fn report_has_the_thirteen_lines() {
         let mut text = StackText {
             bytes: [0; 1024],
             len: 0,
@@ -137,7 +139,7 @@ mod tests {
         render(&mut text);
         let text = std::str::from_utf8(&text.bytes[..text.len]).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 12, "{text}");
+        assert_eq!(lines.len(), 13, "{text}");
         assert!(lines[0].starts_with("leaked device allocations: "));
         assert!(lines[0].contains(" (bytes "));
         assert!(lines[7].starts_with("copies dtoh: "));
@@ -145,6 +147,7 @@ mod tests {
         assert!(lines[9].starts_with("cufile o_direct requests: "));
         assert!(lines[10].starts_with("cufile driver open calls: "));
         assert!(lines[11].starts_with("cufile handle register calls: "));
+        assert!(lines[12].starts_with("cross-context uses: "));
     }
 
     #[test]

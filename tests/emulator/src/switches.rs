@@ -37,6 +37,8 @@ pub struct Switches {
     /// `H5GDS_EMU_DEFER_ASYNC`: async copies between device and pinned host memory run only
     /// when their stream is synchronized (a real GPU may run them any time before then).
     pub defer_async: bool,
+    /// `H5GDS_EMU_POOLS`: devices report stream-ordered pool support.
+    pub pools: bool,
 }
 
 impl Default for Switches {
@@ -55,6 +57,7 @@ impl Default for Switches {
             poison: Some(DEFAULT_POISON),
             trace: false,
             defer_async: false,
+            pools: false,
         }
     }
 }
@@ -146,6 +149,9 @@ impl Switches {
         if let Some(v) = read("H5GDS_EMU_DEFER_ASYNC", &|v| v == "0" || v == "1") {
             out.defer_async = v == "1";
         }
+        if let Some(v) = read("H5GDS_EMU_POOLS", &|v| v == "0" || v == "1") {
+            out.pools = v == "1";
+        }
         (out, complaints)
     }
 }
@@ -196,6 +202,7 @@ mod tests {
             ("H5GDS_EMU_POISON", "0x5a"),
             ("H5GDS_EMU_TRACE", "1"),
             ("H5GDS_EMU_DEFER_ASYNC", "1"),
+            ("H5GDS_EMU_POOLS", "1"),
         ]);
         assert!(complaints.is_empty(), "{complaints:?}");
         assert_eq!(
@@ -214,6 +221,7 @@ mod tests {
                 poison: Some(0x5a),
                 trace: true,
                 defer_async: true,
+                pools: true,
             }
         );
     }

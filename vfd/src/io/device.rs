@@ -7,7 +7,7 @@ use super::gds::{self, CuFileDriver, GdsHandle};
 use super::parallel::run_split;
 use super::{staged, Direction};
 use crate::config::{CompatMode, VfdSettings};
-use crate::cuda::{self, CUdeviceptr};
+use crate::cuda::{self, DeviceRange};
 use crate::error::{Error, Result};
 use std::ffi::{CStr, CString};
 use std::os::fd::RawFd;
@@ -230,15 +230,16 @@ pub(crate) struct DeviceIo<'a> {
 }
 
 impl DeviceIo<'_> {
-    /// Moves `len` bytes between device memory `base + buf_off` and file offset `addr`, split
-    /// into `task_size` tasks, on the pool when it is large.
+    /// Moves `len` bytes between device memory `range.base + buf_off` and file offset `addr`,
+    /// split into `task_size` tasks, on the pool when it is large. Every CUDA and cuFile call for
+    /// the buffer runs in its range's context. Managed memory is always staged.
     ///
     /// # Safety
-    /// `base + buf_off .. + len` must lie in one device allocation starting at `base`.
+    /// `range.base + buf_off .. + len` must lie in `range`.
     pub(crate) unsafe fn transfer(
         &self,
         dir: Direction,
-        base: CUdeviceptr,
+        range: DeviceRange,
         buf_off: usize,
         len: usize,
         addr: u64,
@@ -251,7 +252,7 @@ impl DeviceIo<'_> {
         };
         run_split(nthreads, len, task_size, true, |off, n| {
             // SAFETY: each task covers a disjoint part of the caller's device range.
-            unsafe { io.task(dir, base, buf_off + off, n, addr + off as u64) }
+            unsafe { io.task(dir, range, buf_off + off, n, addr + off as u64) }
         })
     }
 
@@ -264,37 +265,45 @@ impl DeviceIo<'_> {
     unsafe fn task(
         &self,
         dir: Direction,
-        base: CUdeviceptr,
+        range: DeviceRange,
         buf_off: usize,
         len: usize,
         addr: u64,
     ) -> Result<()> {
+        let (base, context) = (range.base, range.context);
         let dev = base + buf_off as u64;
         let (fd, name, bounce) = (self.fd, self.file_name, self.settings.bounce_buffer_size);
-        // SAFETY (both uses below): `dev .. dev + len` is device memory (caller's contract).
-        let staged =
-            |dev, len, addr| unsafe { staged::transfer(dir, fd, name, dev, len, addr, bounce) };
+        // SAFETY (both uses below): `dev .. dev + len` is device memory of `context` (caller's
+        // contract).
+        let staged = |dev, len, addr| unsafe {
+            staged::transfer(dir, fd, name, context, dev, len, addr, bounce)
+        };
         let handle = match self.path {
-            FileDevicePath::Gds(handle) => handle,
-            // `resolve` never leaves a deferred path; staging is its fallback all the same.
-            FileDevicePath::Staged(_) | FileDevicePath::Deferred(_) => {
-                return staged(dev, len, addr)
-            }
             FileDevicePath::Unavailable(why) => {
                 return Err(Error::Device(format!(
                     "device buffer, but device I/O is {why}"
                 )))
             }
+            // cuFile does not document managed memory as a buffer it takes.
+            _ if range.managed => return staged(dev, len, addr),
+            FileDevicePath::Gds(handle) => handle,
+            // `resolve` never leaves a deferred path; staging is its fallback all the same.
+            FileDevicePath::Staged(_) | FileDevicePath::Deferred(_) => {
+                return staged(dev, len, addr)
+            }
         };
         let device_error = |e: cuda::CudaError| Error::Device(e.to_string());
-        // cuFileRead/cuFileWrite need a current context; the caller's is restored afterwards.
-        let _context = cuda::enter_context().map_err(device_error)?;
-        // SAFETY: the range lies in one allocation starting at `base` (caller's contract).
+        // cuFileRead/cuFileWrite need the buffer's context current (cuFile refuses another with
+        // CU_FILE_CUDA_CONTEXT_MISMATCH); the caller's is restored afterwards.
+        let _context = cuda::enter(context).map_err(device_error)?;
+        // SAFETY: the range lies in one allocation or mapping starting at `base` (caller's
+        // contract).
         match unsafe { handle.transfer(dir, base, buf_off, len, addr) } {
             // End of file: the rest of the read is zeros, as for host buffers.
             Ok(done) if done < len => {
                 // SAFETY: dev + done .. dev + len lies in the caller's device range.
-                unsafe { cuda::zero_device(dev + done as u64, len - done) }.map_err(device_error)
+                unsafe { cuda::zero_device(context, dev + done as u64, len - done) }
+                    .map_err(device_error)
             }
             Ok(_) => Ok(()),
             Err(failure) => {

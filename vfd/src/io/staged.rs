@@ -9,7 +9,7 @@
 //! with a warning.
 
 use super::{posix, BufPtr, Direction, PartialTransfer};
-use crate::cuda::{self, CUdeviceptr, PinnedBuffer};
+use crate::cuda::{self, CUdeviceptr, DeviceContext, PinnedBuffer};
 use crate::error::{Error, Result};
 use std::os::fd::RawFd;
 use std::sync::Mutex;
@@ -83,20 +83,23 @@ fn pieces(len: usize, bounce: usize) -> impl Iterator<Item = (usize, usize)> {
 /// copy to the device (past end of file the bounce buffer, and so the device memory, is
 /// zero-filled); a write queues the copy from the device and `pwrite`s the piece once its stream
 /// is synchronized. Before a buffer is reused, or returned to the pool, its stream is drained; an
-/// error stops the transfer after draining both.
+/// error stops the transfer after draining both. The streams are this thread's for `context`, the
+/// memory's (bounce buffers are portable pinned memory, usable from every context).
 ///
 /// # Safety
-/// `dev .. dev + len` must be device memory.
+/// `dev .. dev + len` must be device memory of `context`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn transfer(
     dir: Direction,
     fd: RawFd,
     path: &str,
+    context: DeviceContext,
     dev: CUdeviceptr,
     len: usize,
     offset: u64,
     bounce_size: usize,
 ) -> Result<()> {
-    let streams = cuda::thread_streams().map_err(|e| Error::Device(e.to_string()))?;
+    let streams = cuda::thread_streams(context).map_err(|e| Error::Device(e.to_string()))?;
     let (op, copy_op) = match dir {
         Direction::Read => ("read (staged)", "read (staged copy to device)"),
         Direction::Write => ("write (staged)", "write (staged copy from device)"),
