@@ -373,3 +373,57 @@ fn cufiles_log_stays_out_of_the_working_directory_unless_the_user_places_it() {
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(text.contains("cuFile driver opened"), "{log:?}: {text:?}");
 }
+
+#[test]
+fn a_forked_child_reads_host_data_and_never_calls_into_cuda_or_cufile() {
+    // A data-loader worker forked after the parent moved device data through the driver (cuFile
+    // opened, the file registered). Host reads work in the child; a device read fails naming
+    // fork; the child's exit (HDF5 closing the inherited file) deregisters nothing.
+    for mode in ["auto", "on"] {
+        let run = run_with(&["--fork"], &[("H5GDS_COMPAT_MODE", mode)]);
+        let stdout = run.stdout();
+        assert!(
+            run.out.status.success()
+                && stdout.contains("CHILD OK")
+                && stdout.contains("DEVICE OK 4"),
+            "{mode}: status {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+            run.out.status,
+            run.stderr()
+        );
+        let error = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("CHILD DEVICE ERROR: "))
+            .unwrap_or_default();
+        assert!(
+            error.contains("is a fork of process")
+                && error.contains("device memory cannot be used here"),
+            "{mode}: {error}"
+        );
+        assert!(!error.contains("Bad address"), "{mode}: {error}");
+        if REAL_CUDA {
+            continue;
+        }
+        // The child's own emulator report: no CUDA or cuFile call reached the emulator.
+        let dir = run.file.parent().unwrap();
+        let children: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("emulator-report.txt.forked-")
+            })
+            .collect();
+        assert_eq!(children.len(), 1, "{mode}: {children:?}");
+        let child = read_report(&children[0].path());
+        assert_eq!(
+            child.counter("calls from a forked child"),
+            0,
+            "{mode}: {child:?}\n{}",
+            run.stderr()
+        );
+        assert!(!run.stderr().contains("h5gds-emu: "), "{}", run.stderr());
+        assert_eq!(run.counter("calls from a forked child"), 0);
+        run.report.assert_zero(&["bounds violations", "double frees"]);
+    }
+}

@@ -15,6 +15,9 @@
 //! storage past end of file, and checks with `cuCtxGetCurrent` after each call that the driver
 //! left that context current.
 //!
+//! `--fork`: a data-loader worker forked after the parent moved device data through the driver
+//! (see `run_fork`).
+//!
 //! `--host-only`: never touches CUDA; writes and reads one dataset from host memory (a program
 //! that never uses a GPU, for the side effects of merely opening files).
 
@@ -393,12 +396,105 @@ fn run_host_only(path: &Path) -> Check<usize> {
     Ok(1)
 }
 
+/// The child of `--fork`: host reads from the file its parent opened (into a fresh host
+/// buffer, whole and by hyperslab), a device read into the parent's device buffer (which must
+/// fail, naming fork), and a new file written and read from host memory. Returns the device
+/// read's error text.
+fn forked_child(dset: &Dataset, dev: &DeviceBuffer, want: &[u8], other: &Path) -> Check<String> {
+    let got = h5("H5Dread", dset.read_raw::<u8>())?;
+    expect_bytes("child's host read of the parent's open file", &got, want)?;
+    let (start, count) = (1001usize, want.len() / 2);
+    let part: Vec<u8> = h5(
+        "H5Dread",
+        dset.read_slice_1d::<u8, _>(s![start..start + count]),
+    )?
+    .to_vec();
+    expect_bytes(
+        "child's host hyperslab",
+        &part,
+        &want[start..start + count],
+    )?;
+    // SAFETY: the device buffer holds want.len() bytes (in the parent's CUDA state).
+    let device_error = match unsafe { read_device(dset, None, dev.at(0)) } {
+        Ok(()) => return Err("a device read in the forked child succeeded".into()),
+        Err(err) => err,
+    };
+    let fapl = h5("H5Pcreate", hdf5_raw::file_access(&FileDriver::Default))?;
+    let file = h5("H5Fcreate", hdf5_raw::create_file(other, &fapl))?;
+    let mine = pattern(300_000, 99);
+    let mset = create(&file, "child", mine.len(), Layout::Contiguous, false)?;
+    h5("H5Dwrite", mset.write_raw(&mine))?;
+    let back = h5("H5Dread", mset.read_raw::<u8>())?;
+    expect_bytes("child's new file", &back, &mine)?;
+    drop(mset);
+    h5("H5Fclose", file.close())?;
+    Ok(device_error)
+}
+
+/// `--fork`: a data loader's life. The parent opens a file with gds and reads it into device
+/// memory (cuFile opened, the file registered), then forks; the child (`forked_child`) prints
+/// `CHILD OK` and the device read's error as `CHILD DEVICE ERROR: ...`, and exits normally
+/// with the file still open (HDF5 closes it at exit, in the child). The parent then reads into
+/// device memory again.
+fn run_fork(path: &Path) -> Check<usize> {
+    let fapl = h5("H5Pcreate", hdf5_raw::file_access(&FileDriver::Default))?;
+    let file = h5("H5Fcreate", hdf5_raw::create_file(path, &fapl))?;
+    let want = pattern((1 << 20) + 5, 17);
+    let dset = create(&file, "data", want.len(), Layout::Contiguous, false)?;
+    h5("H5Dwrite", dset.write_raw(&want))?;
+    let dev = DeviceBuffer::new(want.len())?;
+    // SAFETY: the device buffer holds want.len() bytes.
+    unsafe { read_device(&dset, None, dev.at(0))? };
+    expect_bytes("parent's device read", &dev.download(0, want.len())?, &want)?;
+    // SAFETY: fork in a program whose other threads (the driver's pool) hold no lock the child
+    // needs: the driver rebuilds its pool in the child.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        let code = match forked_child(&dset, &dev, &want, &path.with_extension("child.h5")) {
+            Ok(device_error) => {
+                println!("CHILD DEVICE ERROR: {}", device_error.replace('\n', " | "));
+                println!("CHILD OK");
+                0
+            }
+            Err(what) => {
+                println!("CHILD FAILED: {what}");
+                1
+            }
+        };
+        // A normal exit: HDF5 closes the inherited file at exit, in the child.
+        std::process::exit(code);
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child just forked; `status` is a valid out-pointer.
+    if unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
+        return Err(format!("waitpid: {}", std::io::Error::last_os_error()));
+    }
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        return Err(format!("the forked child ended with status {status:#x}"));
+    }
+    dev.upload(0, &vec![0u8; want.len()])?;
+    // SAFETY: as above.
+    unsafe { read_device(&dset, None, dev.at(0))? };
+    expect_bytes(
+        "parent's device read after the fork",
+        &dev.download(0, want.len())?,
+        &want,
+    )?;
+    drop(dset);
+    h5("H5Fclose", file.close())?;
+    Ok(4)
+}
+
 /// Entry point of `h5devprog`; returns the exit code.
 pub fn main() -> i32 {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(path) = args.first() else {
         eprintln!(
-            "usage: h5devprog FILE [--sizes N,N,... | --caller-context none|device1 | --host-only]"
+            "usage: h5devprog FILE [--sizes N,N,... | --caller-context none|device1 | --host-only \
+             | --fork]"
         );
         return 2;
     };
@@ -424,6 +520,8 @@ pub fn main() -> i32 {
     let path = Path::new(path);
     let result = if args.iter().any(|a| a == "--host-only") {
         run_host_only(path)
+    } else if args.iter().any(|a| a == "--fork") {
+        init_cuda().and_then(|_| run_fork(path))
     } else if let Some(which) = option("--caller-context") {
         init_cuda().and_then(|_| run_with_caller_context(path, &which))
     } else {

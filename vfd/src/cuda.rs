@@ -24,6 +24,8 @@ pub struct CudaDriver {
     /// Names of all devices, by ordinal; the driver works with device 0.
     pub device_names: Vec<String>,
     context: usize,
+    /// The process that initialised CUDA: in a fork of it, CUDA's state is undefined.
+    pid: u32,
 }
 
 /// A failed CUDA or cuFile call: the call, and the name of the code it returned.
@@ -158,13 +160,47 @@ fn init() -> Result<CudaDriver, CudaError> {
         device_count,
         device_names,
         context: context as usize,
+        pid: std::process::id(),
     })
 }
 
-/// CUDA for this process: libcuda loads, `cuInit` succeeds and a device exists. Decided once.
+static CUDA: OnceLock<Result<CudaDriver, CudaError>> = OnceLock::new();
+
+/// CUDA for this process: libcuda loads, `cuInit` succeeds and a device exists. Decided once;
+/// in a process forked after that, an error (`forked_from`).
 pub fn cuda() -> Result<&'static CudaDriver, CudaError> {
-    static CUDA: OnceLock<Result<CudaDriver, CudaError>> = OnceLock::new();
-    CUDA.get_or_init(init).as_ref().map_err(Clone::clone)
+    let driver = CUDA.get_or_init(init).as_ref().map_err(Clone::clone)?;
+    match forked_from() {
+        Some(parent) => Err(forked_error(parent)),
+        None => Ok(driver),
+    }
+}
+
+/// The process that initialised CUDA, when this process is a fork of it. CUDA and cuFile keep
+/// no state valid across `fork`: "CUDA does not duplicate any of its internal data structures
+/// or threads to other processes upon a call to fork. Any use of CUDA after a call to fork and
+/// before a subsequent call to exec has undefined behavior" (CUDA C++ guidelines, rule on
+/// fork; the CUDA C++ Programming Guide likewise). So in such a child nothing calls into CUDA
+/// or cuFile again, not even to clean up: contexts, streams, pinned buffers and cuFile handles
+/// inherited from the parent are left alone.
+pub(crate) fn forked_from() -> Option<u32> {
+    match CUDA.get() {
+        Some(Ok(driver)) if driver.pid != std::process::id() => Some(driver.pid),
+        _ => None,
+    }
+}
+
+fn forked_error(parent: u32) -> CudaError {
+    CudaError::new(
+        "CUDA after fork",
+        format!(
+            "this process ({}) is a fork of process {parent}, which initialised CUDA; CUDA and \
+             cuFile state is undefined in a forked child, so device memory cannot be used here \
+             (host buffers still work); start workers that need the GPU with the spawn or \
+             forkserver method",
+            std::process::id()
+        ),
+    )
 }
 
 /// Device 0's primary context, current on this thread while the value lives. The driver runs on
@@ -227,6 +263,9 @@ pub(crate) enum PointerKind {
 
 /// Asks the driver what `ptr` is. Unknown pointers are host memory.
 pub(crate) fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
+    if let Some(parent) = forked_from() {
+        return Err(forked_error(parent));
+    }
     use sys::CUpointer_attribute as A;
     let mut attrs = [
         A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,

@@ -403,9 +403,14 @@ impl OpenFile {
             self.file_changes();
         }
         let end = pieces.iter().map(|p| p.addr + p.len as u64).max();
-        let (host, device): (Vec<Piece>, Vec<Piece>) = pieces
-            .into_iter()
-            .partition(|p| memory::classify(p.buf, p.mem_type) == PointerKind::Host);
+        let mut host = Vec::with_capacity(pieces.len());
+        let mut device = Vec::new();
+        for p in pieces {
+            match memory::classify(p.buf, p.mem_type)? {
+                PointerKind::Host => host.push(p),
+                PointerKind::Device { .. } => device.push(p),
+            }
+        }
         // SAFETY: the caller's contract, piece by piece.
         unsafe {
             match host.as_slice() {
@@ -434,9 +439,11 @@ impl OpenFile {
         (src_base, src_off): (BufPtr, usize),
         len: usize,
     ) -> Result<()> {
-        let host = |side, base| memory::classify_copy_base(side, base) == PointerKind::Host;
+        let host = |side, base| -> Result<bool> {
+            Ok(memory::classify_copy_base(side, base)? == PointerKind::Host)
+        };
         let (dst, src) = (dst_base.add(dst_off), src_base.add(src_off));
-        if host(0, dst_base) && host(1, src_base) {
+        if host(0, dst_base)? && host(1, src_base)? {
             // SAFETY: the caller's contract; `copy` allows overlap.
             unsafe { std::ptr::copy(src.as_ptr(), dst.as_ptr(), len) };
             return Ok(());

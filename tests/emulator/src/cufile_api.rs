@@ -501,6 +501,9 @@ fn transfer(
         set_errno(switches.fail_io_errno);
         return -1;
     }
+    if let (Some(code), true) = (switches.cufile_io_error, buf.on_device) {
+        return negated(CUfileOpError(code));
+    }
     let len = switches.short_io.map_or(size, |limit| size.min(limit));
     // SAFETY: buf is the shadow of [start, start + len) inside a live allocation (kept mapped
     // by _keep) or the caller's host memory of at least size bytes; the descriptors are open
@@ -519,6 +522,14 @@ fn transfer(
             Direction::Read => &counters::CUFILE_READS,
             Direction::Write => &counters::CUFILE_WRITES,
         });
+    }
+    result
+}
+
+/// Counts a transfer that failed ("cufile failed transfers" in the report).
+fn counted(result: isize) -> isize {
+    if result < 0 {
+        bump(&counters::CUFILE_FAILED_TRANSFERS);
     }
     result
 }
@@ -549,14 +560,14 @@ pub unsafe extern "C" fn cuFileRead(
         ),
         || negated(CUfileOpError::CU_FILE_INTERNAL_ERROR),
         || {
-            transfer(
+            counted(transfer(
                 Direction::Read,
                 fh as usize,
                 base as usize,
                 size,
                 file_offset,
                 buf_offset,
-            )
+            ))
         },
     )
 }
@@ -581,14 +592,14 @@ pub unsafe extern "C" fn cuFileWrite(
         ),
         || negated(CUfileOpError::CU_FILE_INTERNAL_ERROR),
         || {
-            transfer(
+            counted(transfer(
                 Direction::Write,
                 fh as usize,
                 base as usize,
                 size,
                 file_offset,
                 buf_offset,
-            )
+            ))
         },
     )
 }

@@ -73,6 +73,11 @@
 //!   `cufile.log` where cuFile would (see `cufile_log`).
 //! * Device and pinned host memory are backed when allocated (`MAP_POPULATE`): the first
 //!   transfer into fresh memory pays no page faults, as on a GPU.
+//! * fork: once a process has called `cuInit` successfully, every CUDA or cuFile call from
+//!   another process (a fork of it) fails (CUDA_ERROR_NOT_INITIALIZED, or
+//!   CU_FILE_CUDA_DRIVER_ERROR with it), writes a line on stderr and is counted: CUDA and
+//!   cuFile state is undefined in a forked child (see `lifecycle`). A sticky error
+//!   (`H5GDS_EMU_STICKY_ERROR`) fails every call after it the same way.
 //! * No panic crosses the C boundary: a panic becomes CUDA_ERROR_UNKNOWN (999) /
 //!   CU_FILE_INTERNAL_ERROR (5030) and a line on stderr. All state is behind mutexes or
 //!   atomics; the locks are not held during copies or file I/O.
@@ -100,8 +105,11 @@
 //! | `H5GDS_EMU_REPORT=PATH` | at exit, write the counters to PATH (format below) | unset |
 //! | `H5GDS_EMU_TRACE=1` | one stderr line per call: arguments and result | 0 |
 //! | `H5GDS_EMU_DEFER_ASYNC=1` | async copies with pinned host memory run at synchronization | 0 |
+//! | `H5GDS_EMU_STICKY_ERROR=N` | the Nth `cuPointerGetAttributes` fails with CUDA_ERROR_ILLEGAL_ADDRESS (700), and so does every CUDA or cuFile call after it | unset |
+//! | `H5GDS_EMU_CUFILE_IO_ERROR=code` | every `cuFileRead`/`cuFileWrite` of device memory returns this `CUfileOpError` (> 5000), negated | unset |
 //!
-//! The report has twelve lines:
+//! The report has fourteen lines (a forked child that exits normally writes its own, to
+//! `PATH.forked-PID`):
 //!
 //! ```text
 //! leaked device allocations: N (bytes B)
@@ -116,6 +124,8 @@
 //! cufile o_direct requests: N
 //! cufile driver open calls: N
 //! cufile handle register calls: N
+//! cufile failed transfers: N
+//! calls from a forked child: N
 //! ```
 //!
 //! "cufile reads/writes" count calls that returned a byte count (0 included); "copies" count
@@ -123,7 +133,9 @@
 //! "posix bounce copies" count the 1 MiB bounce-buffer pieces of compatibility-mode device
 //! transfers, "o_direct requests" the `O_DIRECT` requests of GDS transfers, "driver open calls" and
 //! "handle register calls" every call of `cuFileDriverOpen` and `cuFileHandleRegister`, failed
-//! ones included (whether a program touches cuFile at all).
+//! ones included (whether a program touches cuFile at all), "failed transfers" the
+//! `cuFileRead`/`cuFileWrite` calls that returned an error, "calls from a forked child" the
+//! calls refused because they came from a fork of the process that called `cuInit`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![allow(non_snake_case)]
@@ -141,6 +153,7 @@ mod cufile_io;
 mod cufile_log;
 mod errors;
 mod ffi;
+mod lifecycle;
 mod memory;
 mod report;
 mod switches;

@@ -37,6 +37,12 @@ pub struct Switches {
     /// `H5GDS_EMU_DEFER_ASYNC`: async copies between device and pinned host memory run only
     /// when their stream is synchronized (a real GPU may run them any time before then).
     pub defer_async: bool,
+    /// `H5GDS_EMU_STICKY_ERROR`: the Nth `cuPointerGetAttributes` (from 1) fails with
+    /// CUDA_ERROR_ILLEGAL_ADDRESS, and every call after it.
+    pub sticky_error: Option<u64>,
+    /// `H5GDS_EMU_CUFILE_IO_ERROR`: every `cuFileRead`/`cuFileWrite` of device memory returns
+    /// this `CUfileOpError`, negated.
+    pub cufile_io_error: Option<u32>,
 }
 
 impl Default for Switches {
@@ -55,6 +61,8 @@ impl Default for Switches {
             poison: Some(DEFAULT_POISON),
             trace: false,
             defer_async: false,
+            sticky_error: None,
+            cufile_io_error: None,
         }
     }
 }
@@ -146,6 +154,14 @@ impl Switches {
         if let Some(v) = read("H5GDS_EMU_DEFER_ASYNC", &|v| v == "0" || v == "1") {
             out.defer_async = v == "1";
         }
+        if let Some(v) = read("H5GDS_EMU_STICKY_ERROR", &positive) {
+            out.sticky_error = v.parse().ok();
+        }
+        if let Some(v) = read("H5GDS_EMU_CUFILE_IO_ERROR", &|v| {
+            v.parse::<u32>().is_ok_and(|code| code > 5000)
+        }) {
+            out.cufile_io_error = v.parse().ok();
+        }
         (out, complaints)
     }
 }
@@ -196,6 +212,8 @@ mod tests {
             ("H5GDS_EMU_POISON", "0x5a"),
             ("H5GDS_EMU_TRACE", "1"),
             ("H5GDS_EMU_DEFER_ASYNC", "1"),
+            ("H5GDS_EMU_STICKY_ERROR", "2"),
+            ("H5GDS_EMU_CUFILE_IO_ERROR", "5008"),
         ]);
         assert!(complaints.is_empty(), "{complaints:?}");
         assert_eq!(
@@ -214,6 +232,8 @@ mod tests {
                 poison: Some(0x5a),
                 trace: true,
                 defer_async: true,
+                sticky_error: Some(2),
+                cufile_io_error: Some(5008),
             }
         );
     }

@@ -243,6 +243,14 @@ impl DeviceIo<'_> {
         len: usize,
         addr: u64,
     ) -> Result<()> {
+        // Nothing of CUDA or cuFile is touched in a forked child (`cuda::forked_from`).
+        if let Some(parent) = cuda::forked_from() {
+            let err = cuda::cuda().err().map_or_else(
+                || format!("process {parent} initialised CUDA"),
+                |e| e.to_string(),
+            );
+            return Err(Error::Device(format!("device buffer: {err}")));
+        }
         let (nthreads, task_size) = (self.settings.nthreads, self.settings.task_size);
         // A deferred path is decided here, on the caller's thread, before any task runs.
         let io = DeviceIo {

@@ -277,6 +277,10 @@ impl GdsHandle {
 
 impl Drop for GdsHandle {
     fn drop(&mut self) {
+        // In a forked child the handle is the parent's: cuFile's state is undefined here.
+        if cuda::forked_from().is_some() {
+            return;
+        }
         if let Ok(deregister) = self.driver.lib.cuFileHandleDeregister.as_ref() {
             let _context = cuda::enter_context();
             // SAFETY: the handle was registered in `register` and is deregistered once.
