@@ -427,3 +427,73 @@ fn a_forked_child_reads_host_data_and_never_calls_into_cuda_or_cufile() {
         run.report.assert_zero(&["bounds violations", "double frees"]);
     }
 }
+
+/// Lines of `stderr` containing `needle`.
+fn count_lines(text: &str, needle: &str) -> usize {
+    text.lines().filter(|l| l.contains(needle)).count()
+}
+
+#[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator's fault injection")]
+fn a_cufile_error_that_recurs_is_met_once_per_file_and_buffer_kind() {
+    // IO_NOT_SUPPORTED rules out the file; MEMORY_TYPE_INVALID and CONTEXT_MISMATCH the kind of
+    // buffer (all of the program's buffers are plain device memory of device 0). Either way: one
+    // failed cuFile call and one warning for the whole program (dozens of transfers, many of
+    // several tasks), every byte still right through the staged path.
+    for (code, name, which) in [
+        ("5008", "CU_FILE_IO_NOT_SUPPORTED", "device buffers of this file"),
+        (
+            "5013",
+            "CU_FILE_CUDA_MEMORY_TYPE_INVALID",
+            "buffers in device memory of device 0 of this file",
+        ),
+        (
+            "5015",
+            "CU_FILE_CUDA_CONTEXT_MISMATCH",
+            "buffers in device memory of device 0 of this file",
+        ),
+    ] {
+        let run = run(&[
+            ("H5GDS_COMPAT_MODE", "auto"),
+            ("H5GDS_EMU_CUFILE_IO_ERROR", code),
+        ]);
+        run.assert_device_ok();
+        assert_eq!(
+            run.counter("cufile failed transfers"),
+            1,
+            "{name}: {:?}\n{}",
+            run.report,
+            run.stderr()
+        );
+        let stderr = run.stderr();
+        assert_eq!(count_lines(&stderr, name), 1, "{name}:\n{stderr}");
+        run.assert_log(&format!("{name}) at offset "));
+        run.assert_log(&format!(
+            " of {:?}: an error that recurs, so {which} go through the staged path from now on",
+            run.file
+        ));
+        assert_eq!(count_lines(&stderr, "WARN"), 1, "{name}:\n{stderr}");
+    }
+}
+
+#[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator's fault injection")]
+fn a_failed_pointer_query_is_an_error_naming_cuda_not_efault() {
+    // The program's host write makes the driver's first two pointer queries (selection
+    // callback, then transfer); its device read the third, which meets a sticky CUDA error. That buffer is neither known host nor device memory:
+    // the read fails naming the query and CUDA's code, instead of a pread into device memory.
+    let run = run_with(&["--sizes", "4096"], &[("H5GDS_EMU_STICKY_ERROR", "3")]);
+    let stdout = run.stdout();
+    assert!(
+        !run.out.status.success() && stdout.starts_with("FAILED: H5Dread"),
+        "{stdout}\n{}",
+        run.stderr()
+    );
+    for needle in [
+        "cannot tell whether the buffer at 0x",
+        "cuPointerGetAttributes: CUDA_ERROR_ILLEGAL_ADDRESS",
+    ] {
+        assert!(stdout.contains(needle), "{needle:?} in {stdout}");
+    }
+    assert!(!stdout.contains("Bad address"), "{stdout}");
+}

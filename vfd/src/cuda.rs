@@ -33,6 +33,8 @@ pub struct CudaDriver {
 pub struct CudaError {
     call: &'static str,
     detail: String,
+    /// The `CUfileOpError` of a failed cuFile call.
+    cufile_code: Option<CUfileOpError>,
 }
 
 impl std::fmt::Display for CudaError {
@@ -48,7 +50,13 @@ impl CudaError {
         CudaError {
             call,
             detail: detail.into(),
+            cufile_code: None,
         }
+    }
+
+    /// The `CUfileOpError` of a failed cuFile call (not for `-1` with errno).
+    pub(crate) fn cufile_code(&self) -> Option<CUfileOpError> {
+        self.cufile_code
     }
 
     /// A CUDA driver result. cudarc's `CUresult` is a Rust enum whose `Debug` form is the code's
@@ -63,7 +71,10 @@ impl CudaError {
         if status.err == CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR {
             detail = format!("{detail} ({})", cu_result_name(status.cu_err));
         }
-        Self::new(call, detail)
+        CudaError {
+            cufile_code: Some(status.err),
+            ..Self::new(call, detail)
+        }
     }
 
     /// A negative return of `cuFileRead`/`cuFileWrite`: -1 with `errno` set, else minus a cuFile
@@ -74,7 +85,10 @@ impl CudaError {
             return std::io::Error::new(err.kind(), format!("{call}: {err}"));
         }
         let code = CUfileOpError(ret.unsigned_abs() as _);
-        std::io::Error::other(Self::new(call, cufile_code_name(code)))
+        std::io::Error::other(CudaError {
+            cufile_code: Some(code),
+            ..Self::new(call, cufile_code_name(code))
+        })
     }
 }
 
@@ -301,6 +315,57 @@ pub(crate) fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
         PointerKind::Device { base: start, size }
     } else {
         PointerKind::Host
+    })
+}
+
+/// What kind of device memory a buffer is, as far as cuFile's refusals go: its device and
+/// whether it is managed memory (cuFile refuses by memory type and by context, never by
+/// address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BufferKind {
+    pub(crate) device: i32,
+    pub(crate) managed: bool,
+}
+
+impl std::fmt::Display for BufferKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = if self.managed { "managed" } else { "device" };
+        write!(f, "{what} memory of device {}", self.device)
+    }
+}
+
+/// The kind of the device memory at `ptr`.
+pub(crate) fn buffer_kind(ptr: CUdeviceptr) -> Result<BufferKind, CudaError> {
+    use sys::CUpointer_attribute as A;
+    if let Some(parent) = forked_from() {
+        return Err(forked_error(parent));
+    }
+    let mut attrs = [
+        A::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+    ];
+    let mut managed: u32 = 0;
+    let mut device: c_int = -1;
+    let mut data: [*mut c_void; 2] = [
+        (&mut managed as *mut u32).cast(),
+        (&mut device as *mut c_int).cast(),
+    ];
+    call("cuPointerGetAttributes", || {
+        // SAFETY: each data slot points at storage of the attribute's documented type (a C bool
+        // is written into the low byte of the zeroed u32).
+        unsafe {
+            sys::cuPointerGetAttributes(
+                attrs.len() as u32,
+                attrs.as_mut_ptr(),
+                data.as_mut_ptr(),
+                ptr,
+            )
+        }
+        .result()
+    })?;
+    Ok(BufferKind {
+        device,
+        managed: managed != 0,
     })
 }
 

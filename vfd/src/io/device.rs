@@ -1,7 +1,9 @@
 //! Device-memory I/O for one open file: the path chosen by `compat_mode` (at open, or for
 //! `auto` at the first device transfer, so that host-only programs never open cuFile), and
 //! transfers split into tasks on the pool. A cuFile error in the middle of a transfer sends the rest of that
-//! task through the staged path, with a warning; nothing partial is reported as success.
+//! task through the staged path, with a warning; nothing partial is reported as success. A cuFile
+//! error that will recur (`recurring_scope`) is decided once: that file, or that kind of buffer
+//! on that file, goes through the staged path from then on, with one warning.
 
 use super::gds::{self, CuFileDriver, GdsHandle};
 use super::parallel::run_split;
@@ -11,14 +13,15 @@ use crate::cuda::{self, CUdeviceptr};
 use crate::error::{Error, Result};
 use std::ffi::{CStr, CString};
 use std::os::fd::RawFd;
-use std::sync::OnceLock;
+use cufile_sys::CUfileOpError;
+use std::sync::{Mutex, OnceLock};
 
 /// How device buffers reach one open file.
 #[derive(Debug)]
 pub(crate) enum FileDevicePath {
     /// GPUDirect Storage (or cuFile's own compatibility mode when `compat_mode=off` demanded
     /// cuFile on a machine without the GDS kernel path).
-    Gds(GdsHandle),
+    Gds(GdsFile),
     /// The driver's pinned bounce buffers; the reason GDS is not used.
     Staged(String),
     /// No working CUDA: every buffer is host memory.
@@ -26,6 +29,97 @@ pub(crate) enum FileDevicePath {
     /// `compat_mode=auto`: cuFile is opened, and the file registered, when a device buffer first
     /// needs them, so programs that never move device data never touch libcufile.
     Deferred(DeferredGds),
+}
+
+/// A file registered with cuFile, and what cuFile has refused for good.
+#[derive(Debug)]
+pub(crate) struct GdsFile {
+    handle: GdsHandle,
+    refused: Mutex<Vec<Refusal>>,
+}
+
+/// What a recurring cuFile error rules out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scope {
+    /// The file, for every buffer.
+    File,
+    /// One kind of buffer (device, managed) on the file.
+    Buffer(cuda::BufferKind),
+}
+
+#[derive(Debug)]
+struct Refusal {
+    scope: Scope,
+    /// The cuFile error, as first met.
+    why: String,
+}
+
+/// Whether cuFile error `code` will recur, and for what: the file (its file system, its open
+/// flags, the platform, the GPU, the configuration: nothing a retry changes) or the kind of
+/// buffer (its memory type, its context). Codes and meanings from `cufile.h` 1.20 and NVIDIA's
+/// cuFile API reference ("cuFile IO Error codes"). Everything else (`-1` with errno, a pointer
+/// range, memory pinning, internal errors) may be transient and is decided per task.
+fn recurring_scope(code: CUfileOpError) -> Option<fn(cuda::BufferKind) -> Scope> {
+    use CUfileOpError as E;
+    match code {
+        // "GPUDirect Storage not supported on current platform", "IO not supported", "GPUDirect
+        // Storage not supported on current device", "unsupported file type", "unsupported file
+        // open flags", "fd direct IO not set", "GPUDirect Storage disabled by config on
+        // current file".
+        E::CU_FILE_PLATFORM_NOT_SUPPORTED
+        | E::CU_FILE_IO_NOT_SUPPORTED
+        | E::CU_FILE_DEVICE_NOT_SUPPORTED
+        | E::CU_FILE_INVALID_FILE_TYPE
+        | E::CU_FILE_INVALID_FILE_OPEN_FLAG
+        | E::CU_FILE_DIO_NOT_SET
+        | E::CU_FILE_IO_DISABLED => Some(|_| Scope::File),
+        // "invalid pointer memory type", "CUDA context mismatch".
+        E::CU_FILE_CUDA_MEMORY_TYPE_INVALID | E::CU_FILE_CUDA_CONTEXT_MISMATCH => {
+            Some(Scope::Buffer)
+        }
+        _ => None,
+    }
+}
+
+impl GdsFile {
+    fn new(handle: GdsHandle) -> GdsFile {
+        GdsFile {
+            handle,
+            refused: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn refusals(&self) -> std::sync::MutexGuard<'_, Vec<Refusal>> {
+        self.refused.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Why cuFile will refuse a buffer at `dev` on this file, if an earlier transfer found out.
+    /// Asks CUDA for the buffer's kind only if some kind was refused.
+    fn refusal_for(&self, dev: CUdeviceptr) -> Result<Option<String>> {
+        let refused = self.refusals();
+        if let Some(r) = refused.iter().find(|r| r.scope == Scope::File) {
+            return Ok(Some(r.why.clone()));
+        }
+        if refused.is_empty() {
+            return Ok(None);
+        }
+        let kind = cuda::buffer_kind(dev).map_err(|e| Error::Device(e.to_string()))?;
+        Ok(refused
+            .iter()
+            .find(|r| r.scope == Scope::Buffer(kind))
+            .map(|r| r.why.clone()))
+    }
+
+    /// Records a recurring cuFile error; true if it is the first for its scope (then the caller
+    /// warns).
+    fn refuse(&self, scope: Scope, why: String) -> bool {
+        let mut refused = self.refusals();
+        if refused.iter().any(|r| r.scope == scope) {
+            return false;
+        }
+        refused.push(Refusal { scope, why });
+        true
+    }
 }
 
 /// The cuFile decision of a `compat_mode=auto` file, made at its first device transfer.
@@ -132,7 +226,7 @@ impl DevicePathPlan {
             DevicePathPlan::Gds(driver) => driver,
         };
         match GdsHandle::register(driver, path, rdwr) {
-            Ok(handle) => Ok(FileDevicePath::Gds(handle)),
+            Ok(handle) => Ok(FileDevicePath::Gds(GdsFile::new(handle))),
             Err(err) if settings.compat_mode == CompatMode::Off => Err(Error::Device(format!(
                 "compat_mode=off requires cuFile: {err}"
             ))),
@@ -201,7 +295,16 @@ impl FileDevicePath {
     /// One phrase for the open log line and `h5gds info`.
     pub(crate) fn describe(&self, settings: &VfdSettings) -> String {
         match self {
-            FileDevicePath::Gds(h) => through_cufile(h.driver(), ""),
+            FileDevicePath::Gds(file) => {
+                let path = through_cufile(file.handle.driver(), "");
+                match file.refusals().iter().find(|r| r.scope == Scope::File) {
+                    Some(r) => staged_description(
+                        settings,
+                        &format!("cuFile refused the file: {}", r.why),
+                    ),
+                    None => path,
+                }
+            }
             FileDevicePath::Staged(why) => staged_description(settings, why),
             FileDevicePath::Unavailable(why) => format!("not possible: {why}"),
             FileDevicePath::Deferred(deferred) => match deferred.decided.get() {
@@ -282,8 +385,8 @@ impl DeviceIo<'_> {
         // SAFETY (both uses below): `dev .. dev + len` is device memory (caller's contract).
         let staged =
             |dev, len, addr| unsafe { staged::transfer(dir, fd, name, dev, len, addr, bounce) };
-        let handle = match self.path {
-            FileDevicePath::Gds(handle) => handle,
+        let gds = match self.path {
+            FileDevicePath::Gds(gds) => gds,
             // `resolve` never leaves a deferred path; staging is its fallback all the same.
             FileDevicePath::Staged(_) | FileDevicePath::Deferred(_) => {
                 return staged(dev, len, addr)
@@ -294,11 +397,14 @@ impl DeviceIo<'_> {
                 )))
             }
         };
+        if gds.refusal_for(base)?.is_some() {
+            return staged(dev, len, addr);
+        }
         let device_error = |e: cuda::CudaError| Error::Device(e.to_string());
         // cuFileRead/cuFileWrite need a current context; the caller's is restored afterwards.
         let _context = cuda::enter_context().map_err(device_error)?;
         // SAFETY: the range lies in one allocation starting at `base` (caller's contract).
-        match unsafe { handle.transfer(dir, base, buf_off, len, addr) } {
+        match unsafe { gds.handle.transfer(dir, base, buf_off, len, addr) } {
             // End of file: the rest of the read is zeros, as for host buffers.
             Ok(done) if done < len => {
                 // SAFETY: dev + done .. dev + len lies in the caller's device range.
@@ -307,6 +413,29 @@ impl DeviceIo<'_> {
             Ok(_) => Ok(()),
             Err(failure) => {
                 let (done, rest) = (failure.done, len - failure.done);
+                let code = failure
+                    .source
+                    .get_ref()
+                    .and_then(|e| e.downcast_ref::<cuda::CudaError>())
+                    .and_then(cuda::CudaError::cufile_code);
+                if let Some(scope) = code.and_then(recurring_scope) {
+                    let kind = cuda::buffer_kind(base).map_err(device_error)?;
+                    let scope = scope(kind);
+                    if gds.refuse(scope, failure.source.to_string()) {
+                        let which = match scope {
+                            Scope::File => "device buffers".to_string(),
+                            Scope::Buffer(kind) => format!("buffers in {kind}"),
+                        };
+                        tracing::warn!(
+                            "{} at offset {} of {:?}: an error that recurs, so {which} of this \
+                             file go through the staged path from now on",
+                            failure.source,
+                            addr + done as u64,
+                            self.file_name
+                        );
+                    }
+                    return staged(dev + done as u64, rest, addr + done as u64);
+                }
                 tracing::warn!(
                     "{} at offset {} of {:?}; the remaining {rest} bytes go through the staged path",
                     failure.source,
