@@ -497,3 +497,16 @@ fn a_failed_pointer_query_is_an_error_naming_cuda_not_efault() {
     }
     assert!(!stdout.contains("Bad address"), "{stdout}");
 }
+
+#[test]
+fn reads_are_in_place_on_return_and_writes_wait_for_the_legacy_stream() {
+    // The emulator (H5GDS_EMU_DEFER_ASYNC=1, set by `run`) leaves memsets, copies from pageable
+    // memory and device-to-device copies on the legacy stream until something synchronizes
+    // with it, as a GPU may: a zero fill or compact copy not waited for shows as 0xAA from
+    // another stream, a write that does not wait for the upload writes stale bytes.
+    for mode in ["auto", "on", "off"] {
+        let run = run_with(&["--stream-order"], &[("H5GDS_COMPAT_MODE", mode)]);
+        run.assert_device_ok();
+        assert!(run.stdout().starts_with("DEVICE OK 4"), "{mode}: {}", run.stdout());
+    }
+}

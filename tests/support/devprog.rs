@@ -15,6 +15,9 @@
 //! storage past end of file, and checks with `cuCtxGetCurrent` after each call that the driver
 //! left that context current.
 //!
+//! `--stream-order`: device memory right after a read, seen from another non-blocking stream,
+//! and a write right after a legacy-stream upload (see `run_stream_order`).
+//!
 //! `--fork`: a data-loader worker forked after the parent moved device data through the driver
 //! (see `run_fork`).
 //!
@@ -488,13 +491,113 @@ fn run_fork(path: &Path) -> Check<usize> {
     Ok(4)
 }
 
+/// A non-blocking stream of the program's own and a pinned buffer: how a user of another
+/// stream reads device memory (nothing orders it after the legacy default stream).
+struct OtherStream {
+    stream: sys::CUstream,
+    pinned: *mut u8,
+    len: usize,
+}
+
+impl OtherStream {
+    fn new(len: usize) -> Check<OtherStream> {
+        let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .map_err(|e| format!("cuStreamCreate: {:?}", e.0))?;
+        // SAFETY: plain pinned memory, used as bytes.
+        let pinned = unsafe { result::malloc_host(len, 0) }
+            .map_err(|e| format!("cuMemHostAlloc: {:?}", e.0))?;
+        Ok(OtherStream {
+            stream,
+            pinned: pinned.cast(),
+            len,
+        })
+    }
+
+    /// `len` bytes of `dev` as this stream sees them.
+    fn download(&self, dev: &DeviceBuffer, len: usize) -> Check<Vec<u8>> {
+        if len > self.len || len > dev.len {
+            return Err(format!("{len} bytes do not fit the buffers"));
+        }
+        // SAFETY: the pinned buffer holds self.len >= len bytes and is left alone until the
+        // stream is synchronized; the device range lies in `dev`.
+        unsafe {
+            let host = std::slice::from_raw_parts_mut(self.pinned, len);
+            result::memcpy_dtoh_async(host, dev.ptr, self.stream)
+                .map_err(|e| format!("cuMemcpyDtoHAsync: {:?}", e.0))?;
+            result::stream::synchronize(self.stream)
+                .map_err(|e| format!("cuStreamSynchronize: {:?}", e.0))?;
+            Ok(host.to_vec())
+        }
+    }
+}
+
+/// Fills `dev` with `byte` and waits until it is there.
+fn fill(dev: &DeviceBuffer, byte: u8) -> Check<()> {
+    dev.upload(0, &vec![byte; dev.len])?;
+    result::ctx::synchronize().map_err(|e| format!("cuCtxSynchronize: {:?}", e.0))
+}
+
+/// `--stream-order`: what a read leaves in device memory, seen from another non-blocking stream
+/// right after the read returns (a compact dataset, copied by `ctl(MEM_COPY)`, and storage past
+/// end of file, zero-filled on the device); and a write from a device buffer that a
+/// legacy-stream upload (`cuMemcpyHtoD` from pageable memory, which may return before the
+/// bytes land) has just filled, read back on the host.
+fn run_stream_order(path: &Path) -> Check<usize> {
+    let fapl = h5("H5Pcreate", hdf5_raw::file_access(&FileDriver::Default))?;
+    let file = h5("H5Fcreate", hdf5_raw::create_file(path, &fapl))?;
+    let other = OtherStream::new(1 << 20)?;
+    let compact = pattern(200, 45);
+    let cset = create(&file, "compact", 200, Layout::Compact, false)?;
+    h5("H5Dwrite", cset.write_raw(&compact))?;
+    let dev = DeviceBuffer::new(200)?;
+    fill(&dev, 0xAA)?;
+    // SAFETY: the device buffer holds 200 bytes.
+    unsafe { read_device(&cset, None, dev.at(0))? };
+    expect_bytes(
+        "compact read, seen from another stream",
+        &other.download(&dev, 200)?,
+        &compact,
+    )?;
+    let len = 300_000;
+    let eset = create(&file, "unwritten", len, Layout::Contiguous, true)?;
+    let dev = DeviceBuffer::new(len)?;
+    fill(&dev, 0xAA)?;
+    // SAFETY: the device buffer holds len bytes.
+    unsafe { read_device(&eset, None, dev.at(0))? };
+    expect_bytes(
+        "read past end of file, seen from another stream",
+        &other.download(&dev, len)?,
+        &vec![0; len],
+    )?;
+    let mut checks = 2;
+    for size in [4096usize, (1 << 20) + 5] {
+        let want = pattern(size, 71);
+        let wset = create(&file, &format!("w{size}"), size, Layout::Contiguous, false)?;
+        let dev = DeviceBuffer::new(size)?;
+        fill(&dev, 0xAA)?;
+        dev.upload(0, &want)?;
+        // SAFETY: the device buffer holds size bytes.
+        unsafe { write_device(&wset, None, dev.at(0))? };
+        let host = h5("H5Dread", wset.read_raw::<u8>())?;
+        expect_bytes(
+            &format!("write of {size} bytes right after a legacy-stream upload"),
+            &host,
+            &want,
+        )?;
+        checks += 1;
+    }
+    drop((cset, eset));
+    h5("H5Fclose", file.close())?;
+    Ok(checks)
+}
+
 /// Entry point of `h5devprog`; returns the exit code.
 pub fn main() -> i32 {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(path) = args.first() else {
         eprintln!(
             "usage: h5devprog FILE [--sizes N,N,... | --caller-context none|device1 | --host-only \
-             | --fork]"
+             | --fork | --stream-order]"
         );
         return 2;
     };
@@ -520,6 +623,8 @@ pub fn main() -> i32 {
     let path = Path::new(path);
     let result = if args.iter().any(|a| a == "--host-only") {
         run_host_only(path)
+    } else if args.iter().any(|a| a == "--stream-order") {
+        init_cuda().and_then(|_| run_stream_order(path))
     } else if args.iter().any(|a| a == "--fork") {
         init_cuda().and_then(|_| run_fork(path))
     } else if let Some(which) = option("--caller-context") {

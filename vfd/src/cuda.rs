@@ -369,7 +369,33 @@ pub(crate) fn buffer_kind(ptr: CUdeviceptr) -> Result<BufferKind, CudaError> {
     })
 }
 
-/// Copies between any two buffers CUDA can address (unified addressing).
+/// `CU_STREAM_LEGACY`: the legacy default stream, whichever default stream the caller's code
+/// was built for.
+const LEGACY_STREAM: usize = 0x1;
+
+/// Waits for the work queued on the current context's legacy default stream (and so on the
+/// blocking streams, which synchronize with it).
+fn synchronize_legacy_stream() -> Result<(), CudaError> {
+    call("cuStreamSynchronize", || {
+        // SAFETY: CU_STREAM_LEGACY is a valid stream handle in every context.
+        unsafe { result::stream::synchronize(LEGACY_STREAM as sys::CUstream) }
+    })
+}
+
+/// Orders a device transfer after the work the caller queued on the legacy default stream: a
+/// write must not read a buffer before the kernel or upload producing it has finished (the
+/// driver reads it through cuFile or on its own non-blocking streams, which do not wait for the
+/// legacy stream), nor a read fill one still in use. Work on the caller's own non-blocking
+/// streams is the caller's to finish before calling HDF5 (README).
+pub(crate) fn wait_for_legacy_stream() -> Result<(), CudaError> {
+    let _context = enter_context()?;
+    synchronize_legacy_stream()
+}
+
+/// Copies between any two buffers CUDA can address (unified addressing), and waits until the
+/// bytes are in place: `cuMemcpy` runs on the legacy stream and, from pageable memory to the
+/// device or between device buffers, "the DMA to final destination may not have completed" when
+/// it returns (CUDA Driver API, "API synchronization behavior").
 ///
 /// # Safety
 /// Both ranges must be valid for `len` bytes.
@@ -378,10 +404,13 @@ pub(crate) unsafe fn copy_any(dst: usize, src: usize, len: usize) -> Result<(), 
     call("cuMemcpy", || {
         // SAFETY: the caller's contract (cudarc's result layer has no unified-address copy).
         unsafe { sys::cuMemcpy(dst as CUdeviceptr, src as CUdeviceptr, len) }.result()
-    })
+    })?;
+    synchronize_legacy_stream()
 }
 
-/// Sets `len` bytes of device memory to zero.
+/// Sets `len` bytes of device memory to zero, and waits until they are: "the synchronous memset
+/// functions are asynchronous with respect to the host" for device memory (CUDA Driver API,
+/// "API synchronization behavior").
 ///
 /// # Safety
 /// `dst` must be device memory of at least `len` bytes.
@@ -390,7 +419,8 @@ pub(crate) unsafe fn zero_device(dst: CUdeviceptr, len: usize) -> Result<(), Cud
     // SAFETY: the caller's contract.
     call("cuMemsetD8", || unsafe {
         result::memset_d8_sync(dst, 0, len)
-    })
+    })?;
+    synchronize_legacy_stream()
 }
 
 /// Pinned (page-locked) host memory from the CUDA driver.

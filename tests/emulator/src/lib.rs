@@ -51,7 +51,14 @@
 //! * All copies are synchronous (the `Async` ones too, unless `H5GDS_EMU_DEFER_ASYNC=1`: then
 //!   an async copy between device and pinned host memory on a non-default stream runs when
 //!   that stream or the context is synchronized, the stream destroyed, or memory freed, which
-//!   exposes a buffer reused or read before its copy finished); streams and events are tracked
+//!   exposes a buffer reused or read before its copy finished; and what the real driver may
+//!   leave running on the legacy default stream when a call returns, as NVIDIA's "API
+//!   synchronization behavior" page of the Driver API allows (memsets of device memory, copies
+//!   from pageable memory to the device, whose bytes are taken at the call, and device-to-device
+//!   copies), runs when something synchronizes with the legacy stream: a stream or context
+//!   synchronization of it, a synchronous copy to the host or from pinned memory (which waits
+//!   for the stream's earlier work), or a free. cuFile transfers and other streams do not wait
+//!   for it, so a missing synchronization shows as stale bytes); streams and events are tracked
 //!   handles: every event is complete as soon as it is recorded, waits return at once, and an
 //!   unknown or destroyed stream or event is CUDA_ERROR_INVALID_HANDLE (400).
 //! * `cuDeviceGetAttribute` answers the attributes an emulated device can answer honestly:
@@ -104,7 +111,7 @@
 //! | `H5GDS_EMU_POISON=byte\|off` | fill byte of new allocations (decimal or `0xNN`); `off` leaves them zeroed | 0xA5 |
 //! | `H5GDS_EMU_REPORT=PATH` | at exit, write the counters to PATH (format below) | unset |
 //! | `H5GDS_EMU_TRACE=1` | one stderr line per call: arguments and result | 0 |
-//! | `H5GDS_EMU_DEFER_ASYNC=1` | async copies with pinned host memory run at synchronization | 0 |
+//! | `H5GDS_EMU_DEFER_ASYNC=1` | async copies with pinned host memory, and the legacy stream's memsets and early-returning copies, run at synchronization | 0 |
 //! | `H5GDS_EMU_STICKY_ERROR=N` | the Nth `cuPointerGetAttributes` fails with CUDA_ERROR_ILLEGAL_ADDRESS (700), and so does every CUDA or cuFile call after it | unset |
 //! | `H5GDS_EMU_CUFILE_IO_ERROR=code` | every `cuFileRead`/`cuFileWrite` of device memory returns this `CUfileOpError` (> 5000), negated | unset |
 //!

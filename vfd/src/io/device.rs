@@ -360,6 +360,10 @@ impl DeviceIo<'_> {
             path: self.path.resolve(self.settings, self.file_name),
             ..*self
         };
+        // The caller's legacy-stream work on the buffer (its producer, for a write) comes first.
+        if !matches!(io.path, FileDevicePath::Unavailable(_)) {
+            cuda::wait_for_legacy_stream().map_err(|e| Error::Device(e.to_string()))?;
+        }
         run_split(nthreads, len, task_size, true, |off, n| {
             // SAFETY: each task covers a disjoint part of the caller's device range.
             unsafe { io.task(dir, base, buf_off + off, n, addr + off as u64) }
