@@ -510,3 +510,65 @@ fn reads_are_in_place_on_return_and_writes_wait_for_the_legacy_stream() {
         assert!(run.stdout().starts_with("DEVICE OK 4"), "{mode}: {}", run.stdout());
     }
 }
+
+#[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator's NFS and GDS-target models")]
+fn a_file_system_cufile_does_not_list_gets_exactly_the_path_it_really_takes() {
+    // nvidia-fs is loaded, but the file lives on NFS (the shim's fstatfs) and cuFile lists only
+    // local devices as GDS targets: cuFile would register the file in its compatibility mode
+    // without a word.
+    let shim = h5gds_tests::nfs_statfs_shim();
+    let preload = shim.to_str().unwrap();
+    let not_listed = [("LD_PRELOAD", preload), ("H5GDS_EMU_GDS_TARGETS", "nvme,scsi")];
+    // auto: the driver's own staged path, saying why.
+    let mut env = vec![("H5GDS_COMPAT_MODE", "auto")];
+    env.extend_from_slice(&not_listed);
+    let run_auto = run(&env);
+    run_auto.assert_device_ok();
+    run_auto.assert_log(
+        "first device transfer; device buffers: staged through pinned bounce buffers of 64K (NFS: \
+         cuFile does not list NFS among the file systems it supports for GDS, so cuFile would use \
+         its compatibility mode)",
+    );
+    assert_eq!(run_auto.counter("cufile reads"), 0);
+    assert_eq!(run_auto.counter("cufile handle register calls"), 0);
+    // off: cuFile, and the line says it is cuFile's compatibility mode (which the emulator's
+    // counters confirm: POSIX bounce copies, no O_DIRECT requests).
+    let mut env = vec![("H5GDS_COMPAT_MODE", "off")];
+    env.extend_from_slice(&not_listed);
+    let run_off = run(&env);
+    run_off.assert_device_ok();
+    run_off.assert_log(
+        "device buffers: cuFile 1.20 (nvidia-fs 2.20) in cuFile's own compatibility mode for NFS \
+         (cuFile does not list NFS among the file systems it supports for GDS)",
+    );
+    assert!(run_off.counter("cufile posix bounce copies") > 0);
+    assert_eq!(run_off.counter("cufile o_direct requests"), 0);
+    // NFS listed: GPU-direct, and the line names the storage.
+    let run_listed = run(&[
+        ("H5GDS_COMPAT_MODE", "auto"),
+        ("LD_PRELOAD", preload),
+        ("H5GDS_EMU_GDS_TARGETS", "nfs,nvme"),
+    ]);
+    run_listed.assert_device_ok();
+    run_listed.assert_log(
+        "first device transfer; device buffers: GPUDirect Storage through cuFile 1.20 (nvidia-fs \
+         2.20) to NFS",
+    );
+    assert!(run_listed.counter("cufile o_direct requests") > 0);
+    assert_eq!(run_listed.counter("cufile posix bounce copies"), 0);
+}
+
+#[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator's P2PDMA model")]
+fn pci_p2pdma_without_nvidia_fs_is_gpudirect_storage() {
+    let run = run(&[("H5GDS_COMPAT_MODE", "auto"), ("H5GDS_EMU_GDS", "p2pdma")]);
+    run.assert_device_ok();
+    run.assert_log(
+        "first device transfer; device buffers: GPUDirect Storage through cuFile 1.20 (PCI \
+         P2PDMA, no nvidia-fs) to ",
+    );
+    assert!(run.counter("cufile reads") > 0 && run.counter("cufile writes") > 0);
+    assert!(run.counter("cufile o_direct requests") > 0);
+    assert_eq!(run.counter("cufile posix bounce copies"), 0);
+}

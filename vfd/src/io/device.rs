@@ -5,7 +5,8 @@
 //! error that will recur (`recurring_scope`) is decided once: that file, or that kind of buffer
 //! on that file, goes through the staged path from then on, with one warning.
 
-use super::gds::{self, CuFileDriver, GdsHandle};
+use super::gds::{self, CuFileDriver, DirectFile, GdsHandle};
+use super::target::Storage;
 use super::parallel::run_split;
 use super::{staged, Direction};
 use crate::config::{CompatMode, VfdSettings};
@@ -140,6 +141,24 @@ pub(crate) enum DevicePathPlan {
     Decided(FileDevicePath),
 }
 
+/// The phrase for a registered file: GPU-direct to its storage, or cuFile's compatibility mode
+/// and why.
+fn through_cufile_to(driver: &CuFileDriver, storage: Option<&Storage>) -> String {
+    match storage {
+        Some(storage) if driver.gds_available() => match driver.refuses(storage) {
+            Some(why) => format!(
+                "{} in cuFile's own compatibility mode for {storage} ({why})",
+                driver.describe()
+            ),
+            None => format!(
+                "GPUDirect Storage through {} to {storage}",
+                driver.describe()
+            ),
+        },
+        _ => through_cufile(driver, ""),
+    }
+}
+
 /// The phrase for a file that goes through cuFile `driver`; `condition` is what only the open
 /// itself can check.
 fn through_cufile(driver: &CuFileDriver, condition: &str) -> String {
@@ -225,7 +244,18 @@ impl DevicePathPlan {
             }
             DevicePathPlan::Gds(driver) => driver,
         };
-        match GdsHandle::register(driver, path, rdwr) {
+        let direct = DirectFile::open(path, rdwr);
+        // compat_mode=auto takes its own staged path where cuFile would use its compatibility
+        // mode for this file.
+        let refused = direct.as_ref().ok().and_then(|d| {
+            let storage = d.storage.as_ref()?;
+            let why = driver.refuses(storage)?;
+            Some(format!("{storage}: {why}, so cuFile would use its compatibility mode"))
+        });
+        if let (Some(why), CompatMode::Auto) = (refused, settings.compat_mode) {
+            return Ok(FileDevicePath::Staged(why));
+        }
+        match direct.and_then(|direct| GdsHandle::register(driver, direct)) {
             Ok(handle) => Ok(FileDevicePath::Gds(GdsFile::new(handle))),
             Err(err) if settings.compat_mode == CompatMode::Off => Err(Error::Device(format!(
                 "compat_mode=off requires cuFile: {err}"
@@ -296,7 +326,7 @@ impl FileDevicePath {
     pub(crate) fn describe(&self, settings: &VfdSettings) -> String {
         match self {
             FileDevicePath::Gds(file) => {
-                let path = through_cufile(file.handle.driver(), "");
+                let path = through_cufile_to(file.handle.driver(), file.handle.storage());
                 match file.refusals().iter().find(|r| r.scope == Scope::File) {
                     Some(r) => staged_description(
                         settings,
