@@ -1,4 +1,4 @@
-/* LD_PRELOAD shim for tests: fstatfs() reports every regular file as living on NFS (f_type
+/* LD_PRELOAD shim for tests: fstatfs() reports every regular file and directory as living on NFS (f_type
  * NFS_SUPER_MAGIC), so that the driver's and the emulator's treatment of a shared file system
  * cuFile may not support for GDS can be tested on a machine with local disks only. Everything
  * else is the real fstatfs's answer. */
@@ -21,7 +21,7 @@ static int on_nfs(const char *symbol, int fd, struct statfs *buf) {
     }
     int ret = real(fd, buf);
     struct stat st;
-    if (ret == 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    if (ret == 0 && fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) {
         buf->f_type = NFS_SUPER_MAGIC;
     }
     return ret;

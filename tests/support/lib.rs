@@ -52,7 +52,7 @@ pub fn refuse_o_direct_shim() -> PathBuf {
 }
 
 /// Builds (once per test process) the LD_PRELOAD shim that makes `fstatfs` report every
-/// regular file as living on NFS; returns its path.
+/// regular file and directory as living on NFS; returns its path.
 pub fn nfs_statfs_shim() -> PathBuf {
     static SHIM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     SHIM.get_or_init(|| build_shim("nfs_statfs")).clone()

@@ -264,16 +264,37 @@ impl DevicePathPlan {
         }
     }
 
-    /// The device path a file opened now would get, for `h5gds info`.
+    /// The device path a file opened now would get, for `h5gds info`: for a file in the working
+    /// directory, whose storage is known.
     pub(crate) fn describe(&self, settings: &VfdSettings) -> String {
         match self {
-            DevicePathPlan::Gds(driver) => {
-                through_cufile(driver, " (where the file system accepts O_DIRECT)")
-            }
+            DevicePathPlan::Gds(driver) => match working_directory_storage() {
+                Some(storage) => match driver.refuses(&storage) {
+                    Some(why) if settings.compat_mode == CompatMode::Auto => staged_description(
+                        settings,
+                        &format!(
+                            "files in the working directory, on {storage}: {why}, so cuFile \
+                             would use its compatibility mode"
+                        ),
+                    ),
+                    _ => format!(
+                        "{} for files in the working directory (where the file system accepts \
+                         O_DIRECT)",
+                        through_cufile_to(driver, Some(&storage))
+                    ),
+                },
+                None => through_cufile(driver, " (where the file system accepts O_DIRECT)"),
+            },
             DevicePathPlan::Deferred => deferred_description(settings),
             DevicePathPlan::Decided(path) => path.describe(settings),
         }
     }
+}
+
+/// The storage of the working directory, where files opened by relative path live.
+fn working_directory_storage() -> Option<Storage> {
+    let dir = std::fs::File::open(".").ok()?;
+    super::target::storage_of(std::os::fd::AsRawFd::as_raw_fd(&dir))
 }
 
 fn staged_description(settings: &VfdSettings, why: &str) -> String {
