@@ -424,7 +424,8 @@ fn a_forked_child_reads_host_data_and_never_calls_into_cuda_or_cufile() {
         );
         assert!(!run.stderr().contains("h5gds-emu: "), "{}", run.stderr());
         assert_eq!(run.counter("calls from a forked child"), 0);
-        run.report.assert_zero(&["bounds violations", "double frees"]);
+        run.report
+            .assert_zero(&["bounds violations", "double frees"]);
     }
 }
 
@@ -441,7 +442,11 @@ fn a_cufile_error_that_recurs_is_met_once_per_file_and_buffer_kind() {
     // failed cuFile call and one warning for the whole program (dozens of transfers, many of
     // several tasks), every byte still right through the staged path.
     for (code, name, which) in [
-        ("5008", "CU_FILE_IO_NOT_SUPPORTED", "device buffers of this file"),
+        (
+            "5008",
+            "CU_FILE_IO_NOT_SUPPORTED",
+            "device buffers of this file",
+        ),
         (
             "5013",
             "CU_FILE_CUDA_MEMORY_TYPE_INVALID",
@@ -507,19 +512,29 @@ fn reads_are_in_place_on_return_and_writes_wait_for_the_legacy_stream() {
     for mode in ["auto", "on", "off"] {
         let run = run_with(&["--stream-order"], &[("H5GDS_COMPAT_MODE", mode)]);
         run.assert_device_ok();
-        assert!(run.stdout().starts_with("DEVICE OK 4"), "{mode}: {}", run.stdout());
+        assert!(
+            run.stdout().starts_with("DEVICE OK 4"),
+            "{mode}: {}",
+            run.stdout()
+        );
     }
 }
 
 #[test]
-#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator's NFS and GDS-target models")]
+#[cfg_attr(
+    real_cuda,
+    ignore = "needs the CUDA/cuFile emulator's NFS and GDS-target models"
+)]
 fn a_file_system_cufile_does_not_list_gets_exactly_the_path_it_really_takes() {
     // nvidia-fs is loaded, but the file lives on NFS (the shim's fstatfs) and cuFile lists only
     // local devices as GDS targets: cuFile would register the file in its compatibility mode
     // without a word.
     let shim = h5gds_tests::nfs_statfs_shim();
     let preload = shim.to_str().unwrap();
-    let not_listed = [("LD_PRELOAD", preload), ("H5GDS_EMU_GDS_TARGETS", "nvme,scsi")];
+    let not_listed = [
+        ("LD_PRELOAD", preload),
+        ("H5GDS_EMU_GDS_TARGETS", "nvme,scsi"),
+    ];
     // auto: the driver's own staged path, saying why.
     let mut env = vec![("H5GDS_COMPAT_MODE", "auto")];
     env.extend_from_slice(&not_listed);

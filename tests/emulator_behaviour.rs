@@ -1925,19 +1925,19 @@ fn legacy_stream_memsets_and_pageable_copies_land_at_synchronization() {
                     check((api.cuStreamSynchronize)(other));
                     std::slice::from_raw_parts(pinned, 64).to_vec()
                 };
-                let poison = seen(&api);
+                let poison = seen(api);
                 check((api.cuMemsetD8_v2)(dev, 0, 64));
-                assert_eq!(seen(&api), poison, "a memset landed before synchronization");
+                assert_eq!(seen(api), poison, "a memset landed before synchronization");
                 check((api.cuStreamSynchronize)(std::ptr::null_mut()));
-                assert_eq!(seen(&api), vec![0u8; 64]);
+                assert_eq!(seen(api), vec![0u8; 64]);
                 // Pageable to device: the bytes are taken at the call, land later.
                 let mut pageable = [5u8; 64];
                 check(htod(dev, &pageable));
                 pageable.fill(6);
-                assert_eq!(seen(&api), vec![0u8; 64]);
+                assert_eq!(seen(api), vec![0u8; 64]);
                 // CU_STREAM_LEGACY
                 check((api.cuStreamSynchronize)(0x1 as CUstream));
-                assert_eq!(seen(&api), vec![5u8; 64]);
+                assert_eq!(seen(api), vec![5u8; 64]);
                 // A synchronous copy to the host waits for the legacy stream's earlier work.
                 check((api.cuMemsetD8_v2)(dev, 8, 64));
                 assert_eq!(dtoh(dev, 64), vec![8u8; 64]);

@@ -412,11 +412,7 @@ fn forked_child(dset: &Dataset, dev: &DeviceBuffer, want: &[u8], other: &Path) -
         dset.read_slice_1d::<u8, _>(s![start..start + count]),
     )?
     .to_vec();
-    expect_bytes(
-        "child's host hyperslab",
-        &part,
-        &want[start..start + count],
-    )?;
+    expect_bytes("child's host hyperslab", &part, &want[start..start + count])?;
     // SAFETY: the device buffer holds want.len() bytes (in the parent's CUDA state).
     let device_error = match unsafe { read_device(dset, None, dev.at(0)) } {
         Ok(()) => return Err("a device read in the forked child succeeded".into()),

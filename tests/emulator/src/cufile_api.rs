@@ -15,9 +15,8 @@ use crate::ffi::{self, call, cufile_panic, cufile_status, set_errno};
 use crate::memory::{self, DeviceBlock};
 use crate::switches;
 use cufile_sys::{
-    CUfileDescr_t, CUfileDriverControlFlags, CUfileDrvProps_t,
-    CUfileError_t, CUfileFileHandleType, CUfileHandle_t, CUfileOpError, CU_FILE_RDMA_REGISTER,
-    CU_FILE_RDMA_RELAXED_ORDERING,
+    CUfileDescr_t, CUfileDriverControlFlags, CUfileDrvProps_t, CUfileError_t, CUfileFileHandleType,
+    CUfileHandle_t, CUfileOpError, CU_FILE_RDMA_REGISTER, CU_FILE_RDMA_RELAXED_ORDERING,
 };
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;

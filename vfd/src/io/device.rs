@@ -6,15 +6,15 @@
 //! on that file, goes through the staged path from then on, with one warning.
 
 use super::gds::{self, CuFileDriver, DirectFile, GdsHandle};
-use super::target::Storage;
 use super::parallel::run_split;
+use super::target::Storage;
 use super::{staged, Direction};
 use crate::config::{CompatMode, VfdSettings};
 use crate::cuda::{self, CUdeviceptr};
 use crate::error::{Error, Result};
+use cufile_sys::CUfileOpError;
 use std::ffi::{CStr, CString};
 use std::os::fd::RawFd;
-use cufile_sys::CUfileOpError;
 use std::sync::{Mutex, OnceLock};
 
 /// How device buffers reach one open file.
@@ -250,7 +250,9 @@ impl DevicePathPlan {
         let refused = direct.as_ref().ok().and_then(|d| {
             let storage = d.storage.as_ref()?;
             let why = driver.refuses(storage)?;
-            Some(format!("{storage}: {why}, so cuFile would use its compatibility mode"))
+            Some(format!(
+                "{storage}: {why}, so cuFile would use its compatibility mode"
+            ))
         });
         if let (Some(why), CompatMode::Auto) = (refused, settings.compat_mode) {
             return Ok(FileDevicePath::Staged(why));
@@ -349,10 +351,9 @@ impl FileDevicePath {
             FileDevicePath::Gds(file) => {
                 let path = through_cufile_to(file.handle.driver(), file.handle.storage());
                 match file.refusals().iter().find(|r| r.scope == Scope::File) {
-                    Some(r) => staged_description(
-                        settings,
-                        &format!("cuFile refused the file: {}", r.why),
-                    ),
+                    Some(r) => {
+                        staged_description(settings, &format!("cuFile refused the file: {}", r.why))
+                    }
                     None => path,
                 }
             }

@@ -51,7 +51,11 @@ impl CuFileDriver {
     }
 
     pub fn describe(&self) -> String {
-        let version = format!("cuFile {}.{}", self.version / 1000, (self.version % 1000) / 10);
+        let version = format!(
+            "cuFile {}.{}",
+            self.version / 1000,
+            (self.version % 1000) / 10
+        );
         if self.nvfs == (0, 0) && self.p2pdma {
             return format!("{version} (PCI P2PDMA, no nvidia-fs)");
         }

@@ -57,6 +57,8 @@ pub(crate) fn storage_of(fd: RawFd) -> Option<Storage> {
     if unsafe { libc::fstatfs(fd, &mut fs) } != 0 || unsafe { libc::fstat(fd, &mut st) } != 0 {
         return None;
     }
+    // f_type's width differs between targets (i64 on 64-bit Linux).
+    #[allow(clippy::unnecessary_cast)]
     let magic = fs.f_type as i64;
     if let Some(&(_, name, flag)) = SHARED.iter().find(|(m, ..)| *m == magic) {
         return Some(Storage::Shared { name, flag });
