@@ -60,7 +60,7 @@ struct Refusal {
 /// buffer (its memory type, its context). Codes and meanings from `cufile.h` 1.20 and NVIDIA's
 /// cuFile API reference ("cuFile IO Error codes"). Everything else (`-1` with errno, a pointer
 /// range, memory pinning, internal errors) may be transient and is decided per task.
-fn recurring_scope(code: CUfileOpError) -> Option<fn(cuda::BufferKind) -> Scope> {
+fn recurring_scope(code: CUfileOpError) -> Option<Recurs> {
     use CUfileOpError as E;
     match code {
         // "GPUDirect Storage not supported on current platform", "IO not supported", "GPUDirect
@@ -73,13 +73,19 @@ fn recurring_scope(code: CUfileOpError) -> Option<fn(cuda::BufferKind) -> Scope>
         | E::CU_FILE_INVALID_FILE_TYPE
         | E::CU_FILE_INVALID_FILE_OPEN_FLAG
         | E::CU_FILE_DIO_NOT_SET
-        | E::CU_FILE_IO_DISABLED => Some(|_| Scope::File),
+        | E::CU_FILE_IO_DISABLED => Some(Recurs::ForTheFile),
         // "invalid pointer memory type", "CUDA context mismatch".
         E::CU_FILE_CUDA_MEMORY_TYPE_INVALID | E::CU_FILE_CUDA_CONTEXT_MISMATCH => {
-            Some(Scope::Buffer)
+            Some(Recurs::ForTheBufferKind)
         }
         _ => None,
     }
+}
+
+/// For what a cuFile error recurs.
+enum Recurs {
+    ForTheFile,
+    ForTheBufferKind,
 }
 
 impl GdsFile {
@@ -474,9 +480,13 @@ impl DeviceIo<'_> {
                     .get_ref()
                     .and_then(|e| e.downcast_ref::<cuda::CudaError>())
                     .and_then(cuda::CudaError::cufile_code);
-                if let Some(scope) = code.and_then(recurring_scope) {
-                    let kind = cuda::buffer_kind(base).map_err(device_error)?;
-                    let scope = scope(kind);
+                if let Some(recurs) = code.and_then(recurring_scope) {
+                    let scope = match recurs {
+                        Recurs::ForTheFile => Scope::File,
+                        Recurs::ForTheBufferKind => {
+                            Scope::Buffer(cuda::buffer_kind(base).map_err(device_error)?)
+                        }
+                    };
                     if gds.refuse(scope, failure.source.to_string()) {
                         let which = match scope {
                             Scope::File => "device buffers".to_string(),
