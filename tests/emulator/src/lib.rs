@@ -25,7 +25,7 @@
 //!   `cuEventQuery`, `cuEventSynchronize`, `cuStreamWaitEvent`.
 //! * cuFile: `cuFileDriverOpen`, `cuFileDriverClose`, `cuFileDriverClose_v2`,
 //!   `cuFileDriverGetProperties`, `cuFileGetVersion`, `cuFileSetParameterString`,
-//!   `cuFileGetParameterString`, `cuFileHandleRegister`,
+//!   `cuFileGetParameterString`, `cuFileGetParameterBool`, `cuFileHandleRegister`,
 //!   `cuFileHandleDeregister`, `cuFileBufRegister`, `cuFileBufDeregister`, `cuFileRead`,
 //!   `cuFileWrite`.
 //! * Not CUDA: `int h5gds_emu_counters(struct h5gds_emu_counters *out)` fills nine `uint64_t`:
@@ -100,7 +100,8 @@
 //! |---|---|---|
 //! | `H5GDS_EMU_DEVICES=N` | devices reported by `cuDeviceGetCount` (0..=64); 0 = no device, and then `cuInit` fails with CUDA_ERROR_NO_DEVICE (100) as the real driver does | 1 |
 //! | `H5GDS_EMU_INIT_ERROR=code` | every `cuInit` fails with this `CUresult` (0 = no injection); `cuFileDriverOpen` then fails with CU_FILE_CUDA_DRIVER_ERROR and `cu_err` = code | unset |
-//! | `H5GDS_EMU_GDS=0\|1` | 1: GDS kernel path present (nvfs 2.20, transfers around the page cache); 0: compat mode (nvfs 0.0, POSIX bounce buffers) | 1 |
+//! | `H5GDS_EMU_GDS=0\|1\|p2pdma` | 1: GDS kernel path present (nvfs 2.20, transfers around the page cache); `p2pdma`: the same through PCI P2PDMA (nvfs 0.0, feature flag `CU_FILE_P2P_SUPPORTED`, `use_pci_p2pdma` true); 0: compat mode (nvfs 0.0, POSIX bounce buffers) | 1 |
+//! | `H5GDS_EMU_GDS_TARGETS=list` | the storage cuFile reports as GDS targets (`dstatusflags`): comma-separated `lustre`, `wekafs`, `nfs`, `gpfs`, `nvme`, `nvmeof`, `scsi`, `beegfs`, or `none`; a file on a shared file system (NFS, Lustre, GPFS, BeeGFS by `fstatfs`) not listed registers in compatibility mode, silently, as cuFile does | `nvme,nvmeof,scsi` |
 //! | `H5GDS_EMU_CUFILE_OPEN_ERROR=code` | every `cuFileDriverOpen` (also the implicit one) fails with this `CUfileOpError` (0 = none) | unset |
 //! | `H5GDS_EMU_FAIL_ALLOC=N` | the Nth allocation (`cuMemAlloc_v2` and `cuMemHostAlloc` counted together) fails with CUDA_ERROR_OUT_OF_MEMORY (2) | unset |
 //! | `H5GDS_EMU_FAIL_IO=N` | the Nth `cuFileRead`/`cuFileWrite` (counted together) moves nothing and returns -1 with errno | unset |
