@@ -464,6 +464,113 @@ fn pool_and_vmm_buffers_go_to_cufile_one_mapping_at_a_time() {
 }
 
 #[test]
+fn a_forked_child_reads_host_data_and_never_calls_into_cuda_or_cufile() {
+    // A data-loader worker forked after the parent moved device data through the driver (cuFile
+    // opened, the file registered). Host reads work in the child; a device read fails naming
+    // fork; the child's exit (HDF5 closing the inherited file) deregisters nothing.
+    for mode in ["auto", "on"] {
+        let run = run_with(&["--fork"], &[("H5GDS_COMPAT_MODE", mode)]);
+        let stdout = run.stdout();
+        assert!(
+            run.out.status.success()
+                && stdout.contains("CHILD OK")
+                && stdout.contains("DEVICE OK 4"),
+            "{mode}: status {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+            run.out.status,
+            run.stderr()
+        );
+        let error = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("CHILD DEVICE ERROR: "))
+            .unwrap_or_default();
+        assert!(
+            error.contains("is a fork of process")
+                && error.contains("device memory cannot be used here"),
+            "{mode}: {error}"
+        );
+        assert!(!error.contains("Bad address"), "{mode}: {error}");
+        if REAL_CUDA {
+            continue;
+        }
+        // The child's own emulator report: no CUDA or cuFile call reached the emulator.
+        let dir = run.file.parent().unwrap();
+        let children: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("emulator-report.txt.forked-")
+            })
+            .collect();
+        assert_eq!(children.len(), 1, "{mode}: {children:?}");
+        let child = read_report(&children[0].path());
+        assert_eq!(
+            child.counter("calls from a forked child"),
+            0,
+            "{mode}: {child:?}\n{}",
+            run.stderr()
+        );
+        assert!(!run.stderr().contains("h5gds-emu: "), "{}", run.stderr());
+        assert_eq!(run.counter("calls from a forked child"), 0);
+        run.report
+            .assert_zero(&["bounds violations", "double frees"]);
+    }
+}
+
+/// Lines of `stderr` containing `needle`.
+fn count_lines(text: &str, needle: &str) -> usize {
+    text.lines().filter(|l| l.contains(needle)).count()
+}
+
+#[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator's fault injection")]
+fn a_cufile_error_that_recurs_is_met_once_per_file_and_buffer_kind() {
+    // IO_NOT_SUPPORTED rules out the file; MEMORY_TYPE_INVALID and CONTEXT_MISMATCH the kind of
+    // buffer (all of the program's buffers are plain device memory of device 0). Either way: one
+    // failed cuFile call and one warning for the whole program (dozens of transfers, many of
+    // several tasks), every byte still right through the staged path.
+    for (code, name, which) in [
+        (
+            "5008",
+            "CU_FILE_IO_NOT_SUPPORTED",
+            "device buffers of this file",
+        ),
+        (
+            "5013",
+            "CU_FILE_CUDA_MEMORY_TYPE_INVALID",
+            "buffers in device memory of device 0 of this file",
+        ),
+        (
+            "5015",
+            "CU_FILE_CUDA_CONTEXT_MISMATCH",
+            "buffers in device memory of device 0 of this file",
+        ),
+    ] {
+        let run = run(&[
+            ("H5GDS_COMPAT_MODE", "auto"),
+            ("H5GDS_EMU_CUFILE_IO_ERROR", code),
+        ]);
+        run.assert_device_ok();
+        assert_eq!(
+            run.counter("cufile failed transfers"),
+            1,
+            "{name}: {:?}\n{}",
+            run.report,
+            run.stderr()
+        );
+        let stderr = run.stderr();
+        assert_eq!(count_lines(&stderr, name), 1, "{name}:\n{stderr}");
+        run.assert_log(&format!("{name}) at offset "));
+        run.assert_log(&format!(
+            " of {:?}: an error that recurs, so {which} go through the staged path from now on",
+            run.file
+        ));
+        assert_eq!(count_lines(&stderr, "WARN"), 1, "{name}:\n{stderr}");
+    }
+}
+
+#[test]
 #[cfg_attr(real_cuda, ignore = "needs two devices: the CUDA/cuFile emulator")]
 fn device_1_pool_memory_names_no_context_and_moves_in_device_1s() {
     let run = run_with(
@@ -502,4 +609,111 @@ fn managed_memory_is_staged_not_given_to_cufile() {
         assert_eq!(run.counter("cufile writes"), 0, "{:?}", run.report);
         assert!(run.counter("copies htod") > 0, "{:?}", run.report);
     }
+}
+
+#[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator's fault injection")]
+fn a_failed_pointer_query_is_an_error_naming_cuda_not_efault() {
+    // The program's host write makes the driver's first two pointer queries (selection
+    // callback, then transfer); its device read the third, which meets a sticky CUDA error. That buffer is neither known host nor device memory:
+    // the read fails naming the query and CUDA's code, instead of a pread into device memory.
+    let run = run_with(&["--sizes", "4096"], &[("H5GDS_EMU_STICKY_ERROR", "3")]);
+    let stdout = run.stdout();
+    assert!(
+        !run.out.status.success() && stdout.starts_with("FAILED: H5Dread"),
+        "{stdout}\n{}",
+        run.stderr()
+    );
+    for needle in [
+        "cannot tell whether the buffer at 0x",
+        "cuPointerGetAttributes: CUDA_ERROR_ILLEGAL_ADDRESS",
+    ] {
+        assert!(stdout.contains(needle), "{needle:?} in {stdout}");
+    }
+    assert!(!stdout.contains("Bad address"), "{stdout}");
+}
+
+#[test]
+fn reads_are_in_place_on_return_and_writes_wait_for_the_legacy_stream() {
+    // The emulator (H5GDS_EMU_DEFER_ASYNC=1, set by `run`) leaves memsets, copies from pageable
+    // memory and device-to-device copies on the legacy stream until something synchronizes
+    // with it, as a GPU may: a zero fill or compact copy not waited for shows as 0xAA from
+    // another stream, a write that does not wait for the upload writes stale bytes.
+    for mode in ["auto", "on", "off"] {
+        let run = run_with(&["--stream-order"], &[("H5GDS_COMPAT_MODE", mode)]);
+        run.assert_device_ok();
+        assert!(
+            run.stdout().starts_with("DEVICE OK 4"),
+            "{mode}: {}",
+            run.stdout()
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(
+    real_cuda,
+    ignore = "needs the CUDA/cuFile emulator's NFS and GDS-target models"
+)]
+fn a_file_system_cufile_does_not_list_gets_exactly_the_path_it_really_takes() {
+    // nvidia-fs is loaded, but the file lives on NFS (the shim's fstatfs) and cuFile lists only
+    // local devices as GDS targets: cuFile would register the file in its compatibility mode
+    // without a word.
+    let shim = h5gds_tests::nfs_statfs_shim();
+    let preload = shim.to_str().unwrap();
+    let not_listed = [
+        ("LD_PRELOAD", preload),
+        ("H5GDS_EMU_GDS_TARGETS", "nvme,scsi"),
+    ];
+    // auto: the driver's own staged path, saying why.
+    let mut env = vec![("H5GDS_COMPAT_MODE", "auto")];
+    env.extend_from_slice(&not_listed);
+    let run_auto = run(&env);
+    run_auto.assert_device_ok();
+    run_auto.assert_log(
+        "first device transfer; device buffers: staged through pinned bounce buffers of 64K (NFS: \
+         cuFile does not list NFS among the file systems it supports for GDS, so cuFile would use \
+         its compatibility mode)",
+    );
+    assert_eq!(run_auto.counter("cufile reads"), 0);
+    assert_eq!(run_auto.counter("cufile handle register calls"), 0);
+    // off: cuFile, and the line says it is cuFile's compatibility mode (which the emulator's
+    // counters confirm: POSIX bounce copies, no O_DIRECT requests).
+    let mut env = vec![("H5GDS_COMPAT_MODE", "off")];
+    env.extend_from_slice(&not_listed);
+    let run_off = run(&env);
+    run_off.assert_device_ok();
+    run_off.assert_log(
+        "device buffers: cuFile 1.20 (nvidia-fs 2.20) in cuFile's own compatibility mode for NFS \
+         (cuFile does not list NFS among the file systems it supports for GDS)",
+    );
+    assert!(run_off.counter("cufile posix bounce copies") > 0);
+    assert_eq!(run_off.counter("cufile o_direct requests"), 0);
+    // NFS listed: GPU-direct, and the line names the storage.
+    let run_listed = run(&[
+        ("H5GDS_COMPAT_MODE", "auto"),
+        ("LD_PRELOAD", preload),
+        ("H5GDS_EMU_GDS_TARGETS", "nfs,nvme"),
+    ]);
+    run_listed.assert_device_ok();
+    run_listed.assert_log(
+        "first device transfer; device buffers: GPUDirect Storage through cuFile 1.20 (nvidia-fs \
+         2.20) to NFS",
+    );
+    assert!(run_listed.counter("cufile o_direct requests") > 0);
+    assert_eq!(run_listed.counter("cufile posix bounce copies"), 0);
+}
+
+#[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator's P2PDMA model")]
+fn pci_p2pdma_without_nvidia_fs_is_gpudirect_storage() {
+    let run = run(&[("H5GDS_COMPAT_MODE", "auto"), ("H5GDS_EMU_GDS", "p2pdma")]);
+    run.assert_device_ok();
+    run.assert_log(
+        "first device transfer; device buffers: GPUDirect Storage through cuFile 1.20 (PCI \
+         P2PDMA, no nvidia-fs) to ",
+    );
+    assert!(run.counter("cufile reads") > 0 && run.counter("cufile writes") > 0);
+    assert!(run.counter("cufile o_direct requests") > 0);
+    assert_eq!(run.counter("cufile posix bounce copies"), 0);
 }

@@ -1768,7 +1768,7 @@ fn exit_report_counts_leaks_misuse_and_traffic_even_with_busy_threads() {
     if ran.is_some() {
         let text = std::fs::read_to_string(&report).expect("the child wrote its report");
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 13, "{text}");
+        assert_eq!(lines.len(), 15, "{text}");
         assert_eq!(lines[0], "leaked device allocations: 5 (bytes 18884)");
         assert_eq!(lines[1], "leaked pinned host allocations: 1");
         assert_eq!(lines[2], "double frees: 1");
@@ -1791,6 +1791,8 @@ fn exit_report_counts_leaks_misuse_and_traffic_even_with_busy_threads() {
         assert_eq!(lines[11], "cufile handle register calls: 1");
         // One context on every thread: nothing crossed contexts.
         assert_eq!(lines[12], "cross-context uses: 0");
+        assert_eq!(lines[13], "cufile failed transfers: 0");
+        assert_eq!(lines[14], "calls from a forked child: 0");
     }
 }
 
@@ -1902,6 +1904,87 @@ fn deferred_async_copies_run_when_their_stream_is_synchronized() {
                 check((api.cuMemFreeHost)(pinned.cast()));
             }
             free(dev);
+        },
+    );
+}
+
+#[test]
+fn legacy_stream_memsets_and_pageable_copies_land_at_synchronization() {
+    in_child(
+        "legacy_stream_memsets_and_pageable_copies_land_at_synchronization",
+        &[("H5GDS_EMU_DEFER_ASYNC", "1")],
+        || {
+            let _ctx = init_with_context();
+            let api = api();
+            let dev = alloc(64);
+            let pinned = host_alloc(64);
+            let mut other: CUstream = std::ptr::null_mut();
+            // SAFETY: plain calls; `pinned` holds 64 bytes.
+            unsafe {
+                check((api.cuStreamCreate)(&mut other, 1));
+                // Seen from a non-blocking stream: nothing of the legacy stream's work yet.
+                let seen = |api: &Api| {
+                    check((api.cuMemcpyDtoHAsync_v2)(pinned.cast(), dev, 64, other));
+                    check((api.cuStreamSynchronize)(other));
+                    std::slice::from_raw_parts(pinned, 64).to_vec()
+                };
+                let poison = seen(api);
+                check((api.cuMemsetD8_v2)(dev, 0, 64));
+                assert_eq!(seen(api), poison, "a memset landed before synchronization");
+                check((api.cuStreamSynchronize)(std::ptr::null_mut()));
+                assert_eq!(seen(api), vec![0u8; 64]);
+                // Pageable to device: the bytes are taken at the call, land later.
+                let mut pageable = [5u8; 64];
+                check(htod(dev, &pageable));
+                pageable.fill(6);
+                assert_eq!(seen(api), vec![0u8; 64]);
+                // CU_STREAM_LEGACY
+                check((api.cuStreamSynchronize)(0x1 as CUstream));
+                assert_eq!(seen(api), vec![5u8; 64]);
+                // A synchronous copy to the host waits for the legacy stream's earlier work.
+                check((api.cuMemsetD8_v2)(dev, 8, 64));
+                assert_eq!(dtoh(dev, 64), vec![8u8; 64]);
+                check((api.cuStreamDestroy_v2)(other));
+                check((api.cuMemFreeHost)(pinned.cast()));
+            }
+            free(dev);
+        },
+    );
+}
+
+#[test]
+fn calls_from_a_process_forked_after_cuinit_are_refused_and_counted() {
+    in_child(
+        "calls_from_a_process_forked_after_cuinit_are_refused_and_counted",
+        &[],
+        || {
+            let _ctx = init_with_context();
+            let api = api();
+            // SAFETY: fork in a single-threaded test child; the grandchild only calls the
+            // emulator and exits with _exit.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0);
+            if pid == 0 {
+                let mut n: c_int = -1;
+                // SAFETY: plain calls with valid out-pointers; _exit ends the grandchild.
+                unsafe {
+                    let cuda = (api.cuDeviceGetCount)(&mut n);
+                    let cufile = (api.cuFileDriverOpen)();
+                    let ok = cuda == CUDA_ERROR_NOT_INITIALIZED
+                        && cufile.err == CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR
+                        && cufile.cu_err == CUDA_ERROR_NOT_INITIALIZED;
+                    libc::_exit(if ok { 0 } else { 1 });
+                }
+            }
+            let mut status = 0;
+            // SAFETY: waits for the grandchild just forked.
+            assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+            // The parent, which initialised CUDA, is unaffected.
+            let mut n: c_int = -1;
+            // SAFETY: a valid out-pointer.
+            check(unsafe { (api.cuDeviceGetCount)(&mut n) });
+            assert_eq!(n, 1);
         },
     );
 }

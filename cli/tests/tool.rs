@@ -139,6 +139,46 @@ fn info_on_the_emulator_sees_cuda_and_gds() {
 }
 
 #[test]
+fn info_says_which_path_a_file_in_the_working_directory_gets() {
+    let libs = emulator_lib_dir();
+    let lib_path = libs.path().as_os_str();
+    // PCI P2PDMA without nvidia-fs is GPUDirect Storage; the storage is named.
+    let info = info_json(&[
+        ("LD_LIBRARY_PATH", lib_path),
+        ("H5GDS_EMU_GDS", OsStr::new("p2pdma")),
+    ]);
+    let device = info["verdict"]["device"].as_str().unwrap();
+    assert!(
+        device.starts_with("GPUDirect Storage through cuFile 1.20 (PCI P2PDMA, no nvidia-fs) to ")
+            && device.contains(" for files in the working directory"),
+        "{info}"
+    );
+    // On NFS (the shim), which cuFile does not list: staged under auto, cuFile's compatibility
+    // mode under off, each saying why.
+    let shim = h5gds_tests::nfs_statfs_shim();
+    let unlisted = [
+        ("LD_LIBRARY_PATH", lib_path),
+        ("LD_PRELOAD", shim.as_os_str()),
+        ("H5GDS_EMU_GDS_TARGETS", OsStr::new("nvme")),
+    ];
+    let info = info_json(&unlisted);
+    let device = info["verdict"]["device"].as_str().unwrap();
+    assert!(
+        device.starts_with("staged")
+            && device.contains("on NFS: cuFile does not list NFS among the file systems"),
+        "{info}"
+    );
+    let mut off = unlisted.to_vec();
+    off.push(("H5GDS_COMPAT_MODE", OsStr::new("off")));
+    let info = info_json(&off);
+    let device = info["verdict"]["device"].as_str().unwrap();
+    assert!(
+        device.contains("in cuFile's own compatibility mode for NFS"),
+        "{info}"
+    );
+}
+
+#[test]
 fn info_with_real_libcufile_and_no_driver_returns_promptly() {
     // The installed nvidia-cufile package's libcufile 1.20, behind a CUDA driver without
     // devices (the emulator stands in for libcuda only).

@@ -26,6 +26,12 @@
 //! check unmaps a 4 MiB mapping after a read and maps two 2 MiB handles at the same address, then
 //! reads again (memory freed and reused at one address).
 //!
+//! `--stream-order`: device memory right after a read, seen from another non-blocking stream,
+//! and a write right after a legacy-stream upload (see `run_stream_order`).
+//!
+//! `--fork`: a data-loader worker forked after the parent moved device data through the driver
+//! (see `run_fork`).
+//!
 //! `--host-only`: never touches CUDA; writes and reads one dataset from host memory (a program
 //! that never uses a GPU, for the side effects of merely opening files).
 
@@ -653,13 +659,201 @@ fn run_host_only(path: &Path) -> Check<usize> {
     Ok(1)
 }
 
+/// The child of `--fork`: host reads from the file its parent opened (into a fresh host
+/// buffer, whole and by hyperslab), a device read into the parent's device buffer (which must
+/// fail, naming fork), and a new file written and read from host memory. Returns the device
+/// read's error text.
+fn forked_child(dset: &Dataset, dev: &DeviceBuffer, want: &[u8], other: &Path) -> Check<String> {
+    let got = h5("H5Dread", dset.read_raw::<u8>())?;
+    expect_bytes("child's host read of the parent's open file", &got, want)?;
+    let (start, count) = (1001usize, want.len() / 2);
+    let part: Vec<u8> = h5(
+        "H5Dread",
+        dset.read_slice_1d::<u8, _>(s![start..start + count]),
+    )?
+    .to_vec();
+    expect_bytes("child's host hyperslab", &part, &want[start..start + count])?;
+    // SAFETY: the device buffer holds want.len() bytes (in the parent's CUDA state).
+    let device_error = match unsafe { read_device(dset, None, dev.at(0)) } {
+        Ok(()) => return Err("a device read in the forked child succeeded".into()),
+        Err(err) => err,
+    };
+    let fapl = h5("H5Pcreate", hdf5_raw::file_access(&FileDriver::Default))?;
+    let file = h5("H5Fcreate", hdf5_raw::create_file(other, &fapl))?;
+    let mine = pattern(300_000, 99);
+    let mset = create(&file, "child", mine.len(), Layout::Contiguous, false)?;
+    h5("H5Dwrite", mset.write_raw(&mine))?;
+    let back = h5("H5Dread", mset.read_raw::<u8>())?;
+    expect_bytes("child's new file", &back, &mine)?;
+    drop(mset);
+    h5("H5Fclose", file.close())?;
+    Ok(device_error)
+}
+
+/// `--fork`: a data loader's life. The parent opens a file with gds and reads it into device
+/// memory (cuFile opened, the file registered), then forks; the child (`forked_child`) prints
+/// `CHILD OK` and the device read's error as `CHILD DEVICE ERROR: ...`, and exits normally
+/// with the file still open (HDF5 closes it at exit, in the child). The parent then reads into
+/// device memory again.
+fn run_fork(path: &Path) -> Check<usize> {
+    let fapl = h5("H5Pcreate", hdf5_raw::file_access(&FileDriver::Default))?;
+    let file = h5("H5Fcreate", hdf5_raw::create_file(path, &fapl))?;
+    let want = pattern((1 << 20) + 5, 17);
+    let dset = create(&file, "data", want.len(), Layout::Contiguous, false)?;
+    h5("H5Dwrite", dset.write_raw(&want))?;
+    let dev = DeviceBuffer::new(want.len())?;
+    // SAFETY: the device buffer holds want.len() bytes.
+    unsafe { read_device(&dset, None, dev.at(0))? };
+    expect_bytes("parent's device read", &dev.download(0, want.len())?, &want)?;
+    // SAFETY: fork in a program whose other threads (the driver's pool) hold no lock the child
+    // needs: the driver rebuilds its pool in the child.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        let code = match forked_child(&dset, &dev, &want, &path.with_extension("child.h5")) {
+            Ok(device_error) => {
+                println!("CHILD DEVICE ERROR: {}", device_error.replace('\n', " | "));
+                println!("CHILD OK");
+                0
+            }
+            Err(what) => {
+                println!("CHILD FAILED: {what}");
+                1
+            }
+        };
+        // A normal exit: HDF5 closes the inherited file at exit, in the child.
+        std::process::exit(code);
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child just forked; `status` is a valid out-pointer.
+    if unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
+        return Err(format!("waitpid: {}", std::io::Error::last_os_error()));
+    }
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        return Err(format!("the forked child ended with status {status:#x}"));
+    }
+    dev.upload(0, &vec![0u8; want.len()])?;
+    // SAFETY: as above.
+    unsafe { read_device(&dset, None, dev.at(0))? };
+    expect_bytes(
+        "parent's device read after the fork",
+        &dev.download(0, want.len())?,
+        &want,
+    )?;
+    drop(dset);
+    h5("H5Fclose", file.close())?;
+    Ok(4)
+}
+
+/// A non-blocking stream of the program's own and a pinned buffer: how a user of another
+/// stream reads device memory (nothing orders it after the legacy default stream).
+struct OtherStream {
+    stream: sys::CUstream,
+    pinned: *mut u8,
+    len: usize,
+}
+
+impl OtherStream {
+    fn new(len: usize) -> Check<OtherStream> {
+        let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .map_err(|e| format!("cuStreamCreate: {:?}", e.0))?;
+        // SAFETY: plain pinned memory, used as bytes.
+        let pinned = unsafe { result::malloc_host(len, 0) }
+            .map_err(|e| format!("cuMemHostAlloc: {:?}", e.0))?;
+        Ok(OtherStream {
+            stream,
+            pinned: pinned.cast(),
+            len,
+        })
+    }
+
+    /// `len` bytes of `dev` as this stream sees them.
+    fn download(&self, dev: &DeviceBuffer, len: usize) -> Check<Vec<u8>> {
+        if len > self.len || len > dev.len {
+            return Err(format!("{len} bytes do not fit the buffers"));
+        }
+        // SAFETY: the pinned buffer holds self.len >= len bytes and is left alone until the
+        // stream is synchronized; the device range lies in `dev`.
+        unsafe {
+            let host = std::slice::from_raw_parts_mut(self.pinned, len);
+            result::memcpy_dtoh_async(host, dev.ptr, self.stream)
+                .map_err(|e| format!("cuMemcpyDtoHAsync: {:?}", e.0))?;
+            result::stream::synchronize(self.stream)
+                .map_err(|e| format!("cuStreamSynchronize: {:?}", e.0))?;
+            Ok(host.to_vec())
+        }
+    }
+}
+
+/// Fills `dev` with `byte` and waits until it is there.
+fn fill(dev: &DeviceBuffer, byte: u8) -> Check<()> {
+    dev.upload(0, &vec![byte; dev.len])?;
+    result::ctx::synchronize().map_err(|e| format!("cuCtxSynchronize: {:?}", e.0))
+}
+
+/// `--stream-order`: what a read leaves in device memory, seen from another non-blocking stream
+/// right after the read returns (a compact dataset, copied by `ctl(MEM_COPY)`, and storage past
+/// end of file, zero-filled on the device); and a write from a device buffer that a
+/// legacy-stream upload (`cuMemcpyHtoD` from pageable memory, which may return before the
+/// bytes land) has just filled, read back on the host.
+fn run_stream_order(path: &Path) -> Check<usize> {
+    let fapl = h5("H5Pcreate", hdf5_raw::file_access(&FileDriver::Default))?;
+    let file = h5("H5Fcreate", hdf5_raw::create_file(path, &fapl))?;
+    let other = OtherStream::new(1 << 20)?;
+    let compact = pattern(200, 45);
+    let cset = create(&file, "compact", 200, Layout::Compact, false)?;
+    h5("H5Dwrite", cset.write_raw(&compact))?;
+    let dev = DeviceBuffer::new(200)?;
+    fill(&dev, 0xAA)?;
+    // SAFETY: the device buffer holds 200 bytes.
+    unsafe { read_device(&cset, None, dev.at(0))? };
+    expect_bytes(
+        "compact read, seen from another stream",
+        &other.download(&dev, 200)?,
+        &compact,
+    )?;
+    let len = 300_000;
+    let eset = create(&file, "unwritten", len, Layout::Contiguous, true)?;
+    let dev = DeviceBuffer::new(len)?;
+    fill(&dev, 0xAA)?;
+    // SAFETY: the device buffer holds len bytes.
+    unsafe { read_device(&eset, None, dev.at(0))? };
+    expect_bytes(
+        "read past end of file, seen from another stream",
+        &other.download(&dev, len)?,
+        &vec![0; len],
+    )?;
+    let mut checks = 2;
+    for size in [4096usize, (1 << 20) + 5] {
+        let want = pattern(size, 71);
+        let wset = create(&file, &format!("w{size}"), size, Layout::Contiguous, false)?;
+        let dev = DeviceBuffer::new(size)?;
+        fill(&dev, 0xAA)?;
+        dev.upload(0, &want)?;
+        // SAFETY: the device buffer holds size bytes.
+        unsafe { write_device(&wset, None, dev.at(0))? };
+        let host = h5("H5Dread", wset.read_raw::<u8>())?;
+        expect_bytes(
+            &format!("write of {size} bytes right after a legacy-stream upload"),
+            &host,
+            &want,
+        )?;
+        checks += 1;
+    }
+    drop((cset, eset));
+    h5("H5Fclose", file.close())?;
+    Ok(checks)
+}
+
 /// Entry point of `h5devprog`; returns the exit code.
 pub fn main() -> i32 {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(path) = args.first() else {
         eprintln!(
             "usage: h5devprog FILE [--sizes N,N,... | --caller-context none|device0|device1 | \
-             --host-only] [--buffers-on N] [--memory plain|pool|vmm|managed]"
+             --host-only | --fork | --stream-order] [--buffers-on N] [--memory plain|pool|vmm|managed]"
         );
         return 2;
     };
@@ -701,6 +895,10 @@ pub fn main() -> i32 {
     let _ = BUFFERS_ON.set(buffers_on);
     let result = if args.iter().any(|a| a == "--host-only") {
         run_host_only(path)
+    } else if args.iter().any(|a| a == "--stream-order") {
+        init_cuda_on(buffers_on).and_then(|_| run_stream_order(path))
+    } else if args.iter().any(|a| a == "--fork") {
+        init_cuda_on(buffers_on).and_then(|_| run_fork(path))
     } else if let Some(which) = option("--caller-context") {
         init_cuda_on(buffers_on).and_then(|_| run_with_caller_context(path, &which))
     } else {

@@ -48,27 +48,35 @@ pub fn plugin_dir() -> PathBuf {
 /// with EINVAL, as file systems without direct I/O do; returns its path.
 pub fn refuse_o_direct_shim() -> PathBuf {
     static SHIM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    SHIM.get_or_init(|| {
-        let source = workspace_root().join("tests/shims/refuse_o_direct.c");
-        let dir = workspace_root().join("target/test-shims");
-        std::fs::create_dir_all(&dir).expect("target/test-shims can be created");
-        // Built under a name of this process, then renamed: concurrent test processes never
-        // preload a half-written library.
-        let partial = dir.join(format!("refuse_o_direct.{}.so", std::process::id()));
-        let status =
-            std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-                .args(["-shared", "-fPIC", "-O1", "-o"])
-                .arg(&partial)
-                .arg(&source)
-                .arg("-ldl")
-                .status()
-                .expect("a C compiler (cc) to build the O_DIRECT shim");
-        assert!(status.success(), "building {} failed", source.display());
-        let out = dir.join("refuse_o_direct.so");
-        std::fs::rename(&partial, &out).expect("the shim can be moved into place");
-        out
-    })
-    .clone()
+    SHIM.get_or_init(|| build_shim("refuse_o_direct")).clone()
+}
+
+/// Builds (once per test process) the LD_PRELOAD shim that makes `fstatfs` report every
+/// regular file and directory as living on NFS; returns its path.
+pub fn nfs_statfs_shim() -> PathBuf {
+    static SHIM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    SHIM.get_or_init(|| build_shim("nfs_statfs")).clone()
+}
+
+/// Compiles `tests/shims/NAME.c` into `target/test-shims/NAME.so`.
+fn build_shim(name: &str) -> PathBuf {
+    let source = workspace_root().join(format!("tests/shims/{name}.c"));
+    let dir = workspace_root().join("target/test-shims");
+    std::fs::create_dir_all(&dir).expect("target/test-shims can be created");
+    // Built under a name of this process, then renamed: concurrent test processes never
+    // preload a half-written library.
+    let partial = dir.join(format!("{name}.{}.so", std::process::id()));
+    let status = std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&partial)
+        .arg(&source)
+        .arg("-ldl")
+        .status()
+        .expect("a C compiler (cc) to build the test shims");
+    assert!(status.success(), "building {} failed", source.display());
+    let out = dir.join(format!("{name}.so"));
+    std::fs::rename(&partial, &out).expect("the shim can be moved into place");
+    out
 }
 
 #[repr(C)]

@@ -26,6 +26,8 @@ pub struct CudaDriver {
     /// Names of all devices, by ordinal.
     pub device_names: Vec<String>,
     context: usize,
+    /// The process that initialised CUDA: in a fork of it, CUDA's state is undefined.
+    pid: u32,
 }
 
 /// A failed CUDA or cuFile call: the call, and the name of the code it returned.
@@ -33,6 +35,8 @@ pub struct CudaDriver {
 pub struct CudaError {
     call: &'static str,
     detail: String,
+    /// The `CUfileOpError` of a failed cuFile call.
+    cufile_code: Option<CUfileOpError>,
 }
 
 impl std::fmt::Display for CudaError {
@@ -48,7 +52,13 @@ impl CudaError {
         CudaError {
             call,
             detail: detail.into(),
+            cufile_code: None,
         }
+    }
+
+    /// The `CUfileOpError` of a failed cuFile call (not for `-1` with errno).
+    pub(crate) fn cufile_code(&self) -> Option<CUfileOpError> {
+        self.cufile_code
     }
 
     /// A CUDA driver result. cudarc's `CUresult` is a Rust enum whose `Debug` form is the code's
@@ -63,7 +73,10 @@ impl CudaError {
         if status.err == CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR {
             detail = format!("{detail} ({})", cu_result_name(status.cu_err));
         }
-        Self::new(call, detail)
+        CudaError {
+            cufile_code: Some(status.err),
+            ..Self::new(call, detail)
+        }
     }
 
     /// A negative return of `cuFileRead`/`cuFileWrite`: -1 with `errno` set, else minus a cuFile
@@ -74,7 +87,10 @@ impl CudaError {
             return std::io::Error::new(err.kind(), format!("{call}: {err}"));
         }
         let code = CUfileOpError(ret.unsigned_abs() as _);
-        std::io::Error::other(Self::new(call, cufile_code_name(code)))
+        std::io::Error::other(CudaError {
+            cufile_code: Some(code),
+            ..Self::new(call, cufile_code_name(code))
+        })
     }
 }
 
@@ -160,13 +176,47 @@ fn init() -> Result<CudaDriver, CudaError> {
         device_count,
         device_names,
         context: context as usize,
+        pid: std::process::id(),
     })
 }
 
-/// CUDA for this process: libcuda loads, `cuInit` succeeds and a device exists. Decided once.
+static CUDA: OnceLock<Result<CudaDriver, CudaError>> = OnceLock::new();
+
+/// CUDA for this process: libcuda loads, `cuInit` succeeds and a device exists. Decided once;
+/// in a process forked after that, an error (`forked_from`).
 pub fn cuda() -> Result<&'static CudaDriver, CudaError> {
-    static CUDA: OnceLock<Result<CudaDriver, CudaError>> = OnceLock::new();
-    CUDA.get_or_init(init).as_ref().map_err(Clone::clone)
+    let driver = CUDA.get_or_init(init).as_ref().map_err(Clone::clone)?;
+    match forked_from() {
+        Some(parent) => Err(forked_error(parent)),
+        None => Ok(driver),
+    }
+}
+
+/// The process that initialised CUDA, when this process is a fork of it. CUDA and cuFile keep
+/// no state valid across `fork`: "CUDA does not duplicate any of its internal data structures
+/// or threads to other processes upon a call to fork. Any use of CUDA after a call to fork and
+/// before a subsequent call to exec has undefined behavior" (CUDA C++ guidelines, rule on
+/// fork; the CUDA C++ Programming Guide likewise). So in such a child nothing calls into CUDA
+/// or cuFile again, not even to clean up: contexts, streams, pinned buffers and cuFile handles
+/// inherited from the parent are left alone.
+pub(crate) fn forked_from() -> Option<u32> {
+    match CUDA.get() {
+        Some(Ok(driver)) if driver.pid != std::process::id() => Some(driver.pid),
+        _ => None,
+    }
+}
+
+fn forked_error(parent: u32) -> CudaError {
+    CudaError::new(
+        "CUDA after fork",
+        format!(
+            "this process ({}) is a fork of process {parent}, which initialised CUDA; CUDA and \
+             cuFile state is undefined in a forked child, so device memory cannot be used here \
+             (host buffers still work); start workers that need the GPU with the spawn or \
+             forkserver method",
+            std::process::id()
+        ),
+    )
 }
 
 /// A context (a buffer's, or device 0's primary context), current on this thread while the value
@@ -314,6 +364,9 @@ impl DeviceRange {
 /// not known (older drivers), `cuMemGetAddressRange` in the pointer's context gives the
 /// allocation, and the range attributes are the last resort.
 pub(crate) fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
+    if let Some(parent) = forked_from() {
+        return Err(forked_error(parent));
+    }
     use sys::CUpointer_attribute as A;
     let mut attrs = [
         A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
@@ -390,6 +443,9 @@ pub(crate) fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
 
 /// CU_POINTER_ATTRIBUTE_BUFFER_ID of the memory at `ptr`, if CUDA knows it.
 pub(crate) fn buffer_id(ptr: usize) -> Option<u64> {
+    if forked_from().is_some() {
+        return None;
+    }
     let mut id: u64 = 0;
     let attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID;
     // SAFETY: `id` is storage of the attribute's type (unsigned long long).
@@ -437,8 +493,85 @@ fn address_range(context: DeviceContext, ptr: usize) -> Option<(CUdeviceptr, usi
     (size > 0).then_some((base, size))
 }
 
+/// What kind of device memory a buffer is, as far as cuFile's refusals go: its device and
+/// whether it is managed memory (cuFile refuses by memory type and by context, never by
+/// address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BufferKind {
+    pub(crate) device: i32,
+    pub(crate) managed: bool,
+}
+
+impl std::fmt::Display for BufferKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = if self.managed { "managed" } else { "device" };
+        write!(f, "{what} memory of device {}", self.device)
+    }
+}
+
+/// The kind of the device memory at `ptr`.
+pub(crate) fn buffer_kind(ptr: CUdeviceptr) -> Result<BufferKind, CudaError> {
+    use sys::CUpointer_attribute as A;
+    if let Some(parent) = forked_from() {
+        return Err(forked_error(parent));
+    }
+    let mut attrs = [
+        A::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+    ];
+    let mut managed: u32 = 0;
+    let mut device: c_int = -1;
+    let mut data: [*mut c_void; 2] = [
+        (&mut managed as *mut u32).cast(),
+        (&mut device as *mut c_int).cast(),
+    ];
+    call("cuPointerGetAttributes", || {
+        // SAFETY: each data slot points at storage of the attribute's documented type (a C bool
+        // is written into the low byte of the zeroed u32).
+        unsafe {
+            sys::cuPointerGetAttributes(
+                attrs.len() as u32,
+                attrs.as_mut_ptr(),
+                data.as_mut_ptr(),
+                ptr,
+            )
+        }
+        .result()
+    })?;
+    Ok(BufferKind {
+        device,
+        managed: managed != 0,
+    })
+}
+
+/// `CU_STREAM_LEGACY`: the legacy default stream, whichever default stream the caller's code
+/// was built for.
+const LEGACY_STREAM: usize = 0x1;
+
+/// Waits for the work queued on the current context's legacy default stream (and so on the
+/// blocking streams, which synchronize with it).
+fn synchronize_legacy_stream() -> Result<(), CudaError> {
+    call("cuStreamSynchronize", || {
+        // SAFETY: CU_STREAM_LEGACY is a valid stream handle in every context.
+        unsafe { result::stream::synchronize(LEGACY_STREAM as sys::CUstream) }
+    })
+}
+
+/// Orders a device transfer after the work the caller queued on the legacy default stream: a
+/// write must not read a buffer before the kernel or upload producing it has finished (the
+/// driver reads it through cuFile or on its own non-blocking streams, which do not wait for the
+/// legacy stream), nor a read fill one still in use. Work on the caller's own non-blocking
+/// streams is the caller's to finish before calling HDF5 (README). In `context`, the buffer's:
+/// each context has its own legacy stream.
+pub(crate) fn wait_for_legacy_stream(context: DeviceContext) -> Result<(), CudaError> {
+    let _context = enter(context)?;
+    synchronize_legacy_stream()
+}
+
 /// Copies between any two buffers CUDA can address (unified addressing), in `context` (the
-/// device side's).
+/// device side's), and waits until the bytes are in place: `cuMemcpy` runs on the legacy stream and, from pageable memory to the
+/// device or between device buffers, "the DMA to final destination may not have completed" when
+/// it returns (CUDA Driver API, "API synchronization behavior").
 ///
 /// # Safety
 /// Both ranges must be valid for `len` bytes.
@@ -452,10 +585,13 @@ pub(crate) unsafe fn copy_any(
     call("cuMemcpy", || {
         // SAFETY: the caller's contract (cudarc's result layer has no unified-address copy).
         unsafe { sys::cuMemcpy(dst as CUdeviceptr, src as CUdeviceptr, len) }.result()
-    })
+    })?;
+    synchronize_legacy_stream()
 }
 
-/// Sets `len` bytes of device memory to zero, in `context` (the memory's).
+/// Sets `len` bytes of device memory to zero, in `context` (the memory's), and waits until they are: "the synchronous memset
+/// functions are asynchronous with respect to the host" for device memory (CUDA Driver API,
+/// "API synchronization behavior").
 ///
 /// # Safety
 /// `dst` must be device memory of at least `len` bytes.
@@ -468,7 +604,8 @@ pub(crate) unsafe fn zero_device(
     // SAFETY: the caller's contract.
     call("cuMemsetD8", || unsafe {
         result::memset_d8_sync(dst, 0, len)
-    })
+    })?;
+    synchronize_legacy_stream()
 }
 
 /// Pinned (page-locked) host memory from the CUDA driver.

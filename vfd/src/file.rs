@@ -407,9 +407,14 @@ impl OpenFile {
             self.file_changes();
         }
         let end = pieces.iter().map(|p| p.addr + p.len as u64).max();
-        let (host, device): (Vec<Piece>, Vec<Piece>) = pieces
-            .into_iter()
-            .partition(|p| memory::classify(p.buf, p.mem_type) == PointerKind::Host);
+        let mut host = Vec::with_capacity(pieces.len());
+        let mut device = Vec::new();
+        for p in pieces {
+            match memory::classify(p.buf, p.mem_type)? {
+                PointerKind::Host => host.push(p),
+                PointerKind::Device { .. } => device.push(p),
+            }
+        }
         // SAFETY: the caller's contract, piece by piece.
         unsafe {
             match host.as_slice() {
@@ -439,8 +444,8 @@ impl OpenFile {
         len: usize,
     ) -> Result<()> {
         let (dst_kind, src_kind) = (
-            memory::classify_copy_base(0, dst_base),
-            memory::classify_copy_base(1, src_base),
+            memory::classify_copy_base(0, dst_base)?,
+            memory::classify_copy_base(1, src_base)?,
         );
         let (dst, src) = (dst_base.add(dst_off), src_base.add(src_off));
         // The copy runs in the device side's context (the destination's if both are device).

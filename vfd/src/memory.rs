@@ -4,7 +4,11 @@
 //! is asked (`cuPointerGetAttributes`) unless the pointer falls in a device range seen before:
 //! those ranges (an allocation, or one mapping of VMM or pool memory, with its context) are
 //! cached, so repeated raw-data calls on one device buffer pay one buffer-id query instead of the
-//! full set. Without working CUDA every buffer is host memory and no query is made.
+//! full set. Without working CUDA every buffer is host memory and no query is made. A query that
+//! fails (a sticky CUDA error) is an error, never a guess: taking such a buffer for host memory
+//! turned a device pointer into a misleading `EFAULT` from `pread`. In a process forked after
+//! CUDA was initialised CUDA cannot be asked: a buffer the host can read is host memory, an
+//! address the host cannot read is refused with the reason.
 
 use crate::abi::{H5FD_mem_t, H5FD_MEM_DEFAULT, H5FD_MEM_DRAW};
 use crate::cuda::{self, CUdeviceptr, DeviceRange, PointerKind};
@@ -84,17 +88,17 @@ thread_local! {
 /// device memory meanwhile: with CUDA's unified addressing, device and managed allocations come
 /// from address ranges CUDA reserves, never from freed host memory; a stale "device" answer is
 /// harmless, as the copy then goes through CUDA, which handles host pointers too.
-pub(crate) fn classify_copy_base(side: usize, base: BufPtr) -> PointerKind {
+pub(crate) fn classify_copy_base(side: usize, base: BufPtr) -> Result<PointerKind> {
     if let Some(kind) = memoised_copy_base(side, base) {
-        return kind;
+        return Ok(kind);
     }
-    let kind = classify(base, H5FD_MEM_DRAW);
+    let kind = classify(base, H5FD_MEM_DRAW)?;
     COPY_BASES.with(|memo| {
         let mut entries = memo.get();
         entries[side] = Some((CALLBACKS.load(Relaxed), base.addr(), kind));
         memo.set(entries);
     });
-    kind
+    Ok(kind)
 }
 
 /// The memoised answer of `classify_copy_base`, if it still holds; asks nobody and logs nothing,
@@ -114,18 +118,18 @@ fn may_be_device(mem_type: H5FD_mem_t) -> bool {
 }
 
 /// What `ptr` is, for a transfer of memory type `mem_type`.
-pub(crate) fn classify(ptr: BufPtr, mem_type: H5FD_mem_t) -> PointerKind {
-    lookup(ptr, mem_type).0
+pub(crate) fn classify(ptr: BufPtr, mem_type: H5FD_mem_t) -> Result<PointerKind> {
+    lookup(ptr, mem_type).map(|(kind, _)| kind)
 }
 
 /// What `ptr` is, and whether the answer came from the cache.
-fn lookup(ptr: BufPtr, mem_type: H5FD_mem_t) -> (PointerKind, bool) {
+fn lookup(ptr: BufPtr, mem_type: H5FD_mem_t) -> Result<(PointerKind, bool)> {
     if !may_be_device(mem_type) || !cuda_works() {
-        return (PointerKind::Host, false);
+        return Ok((PointerKind::Host, false));
     }
     match cached(ptr.addr() as u64) {
-        Some(kind) => (kind, true),
-        None => (query(ptr.addr()), false),
+        Some(kind) => Ok((kind, true)),
+        None => Ok((query(ptr.addr())?, false)),
     }
 }
 
@@ -142,7 +146,7 @@ pub(crate) fn dispatch(
     host: impl Fn() -> Result<()>,
     device: impl Fn(DeviceRange, usize, usize) -> Result<()>,
 ) -> Result<()> {
-    let (kind, mut from_cache) = lookup(ptr, mem_type);
+    let (kind, mut from_cache) = lookup(ptr, mem_type)?;
     let PointerKind::Device(mut range) = kind else {
         return host();
     };
@@ -164,13 +168,14 @@ pub(crate) fn dispatch(
             }
             forget_device_range(range.base);
             match query(at) {
-                fresh if fresh == PointerKind::Device(range) => return Err(err),
-                PointerKind::Host if done == 0 => {
+                Err(_) => return Err(err),
+                Ok(fresh) if fresh == PointerKind::Device(range) => return Err(err),
+                Ok(PointerKind::Host) if done == 0 => {
                     tracing::debug!("memory at {ptr:?} is no longer device memory");
                     return host();
                 }
-                PointerKind::Host => return Err(split_buffer(ptr, done, len)),
-                PointerKind::Device(fresh) => {
+                Ok(PointerKind::Host) => return Err(split_buffer(ptr, done, len)),
+                Ok(PointerKind::Device(fresh)) => {
                     tracing::debug!(
                         "device memory at {at:#x} changed since it was cached; transferring again"
                     );
@@ -183,7 +188,7 @@ pub(crate) fn dispatch(
         if done >= len {
             return Ok(());
         }
-        match lookup(ptr.add(done), mem_type) {
+        match lookup(ptr.add(done), mem_type)? {
             (PointerKind::Device(next), cached) => (range, from_cache) = (next, cached),
             (PointerKind::Host, _) => return Err(split_buffer(ptr, done, len)),
         }
@@ -198,19 +203,48 @@ fn split_buffer(ptr: BufPtr, done: usize, len: usize) -> Error {
     ))
 }
 
-/// Asks the CUDA driver, and remembers device ranges.
-fn query(ptr: usize) -> PointerKind {
+/// Asks the CUDA driver, and remembers device ranges. A failed query is an error naming the
+/// buffer and CUDA's answer. In a forked child, where CUDA cannot be asked, memory the host can
+/// read is host memory, and anything else is refused with the reason.
+fn query(ptr: usize) -> Result<PointerKind> {
+    if let Some(parent) = cuda::forked_from() {
+        if host_readable(ptr) {
+            return Ok(PointerKind::Host);
+        }
+        return Err(Error::Device(format!(
+            "the buffer at {ptr:#x} is not host memory, and this process ({}) is a fork of \
+             process {parent}, which initialised CUDA: CUDA and cuFile state is undefined in a \
+             forked child, so device memory cannot be used here (host buffers still work)",
+            std::process::id()
+        )));
+    }
     match cuda::query_pointer(ptr) {
         Ok(PointerKind::Device(range)) => {
             remember(range);
-            PointerKind::Device(range)
+            Ok(PointerKind::Device(range))
         }
-        Ok(PointerKind::Host) => PointerKind::Host,
-        Err(err) => {
-            tracing::debug!(
-                "pointer query for {ptr:#x} failed ({err}); treating it as host memory"
-            );
-            PointerKind::Host
-        }
+        Ok(PointerKind::Host) => Ok(PointerKind::Host),
+        Err(err) => Err(Error::Device(format!(
+            "cannot tell whether the buffer at {ptr:#x} is host or device memory: {err}"
+        ))),
     }
+}
+
+/// Whether the host can read the byte at `ptr`, asked of the kernel (`process_vm_readv` on this
+/// process fails with EFAULT for an unmapped or `PROT_NONE` address, which is what device
+/// memory's address range is to the host) instead of by touching it, which would crash.
+fn host_readable(ptr: usize) -> bool {
+    let mut byte = 0u8;
+    let local = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    let remote = libc::iovec {
+        iov_base: ptr as *mut libc::c_void,
+        iov_len: 1,
+    };
+    // SAFETY: reads one byte of this process's memory into `byte` through the kernel, which
+    // checks the remote address; nothing is dereferenced here.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    n == 1
 }

@@ -85,6 +85,7 @@ pub fn init(flags: u32) -> Result<(), CUresult> {
         refs.resize(switches.devices as usize, 0);
     }
     INITIALIZED.store(true, Ordering::Release);
+    crate::lifecycle::initialised_here();
     Ok(())
 }
 

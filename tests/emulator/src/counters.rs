@@ -23,6 +23,10 @@ pub static CUFILE_WRITES: AtomicU64 = AtomicU64::new(0);
 pub static CUFILE_DRIVER_OPEN_CALLS: AtomicU64 = AtomicU64::new(0);
 /// cuFileHandleRegister calls, whatever their outcome.
 pub static CUFILE_HANDLE_REGISTER_CALLS: AtomicU64 = AtomicU64::new(0);
+/// CUDA and cuFile calls from a process forked after `cuInit` (all refused; see `lifecycle`).
+pub static FORKED_CHILD_CALLS: AtomicU64 = AtomicU64::new(0);
+/// cuFileRead/cuFileWrite calls that returned an error (-1 or a negated cuFile code).
+pub static CUFILE_FAILED_TRANSFERS: AtomicU64 = AtomicU64::new(0);
 /// Host-to-device copies that completed.
 pub static COPIES_HTOD: AtomicU64 = AtomicU64::new(0);
 /// Device-to-host copies that completed.
@@ -36,6 +40,8 @@ pub static CROSS_CONTEXT_USES: AtomicU64 = AtomicU64::new(0);
 pub static ALLOCATION_CALLS: AtomicU64 = AtomicU64::new(0);
 /// cuFile read/write calls that passed their argument checks (for `H5GDS_EMU_FAIL_IO`).
 pub static IO_CALLS: AtomicU64 = AtomicU64::new(0);
+/// `cuPointerGetAttributes` calls (for `H5GDS_EMU_STICKY_ERROR`).
+pub static POINTER_QUERY_CALLS: AtomicU64 = AtomicU64::new(0);
 /// Copy calls that passed their argument checks (for `H5GDS_EMU_FAIL_COPY`).
 pub static COPY_CALLS: AtomicU64 = AtomicU64::new(0);
 

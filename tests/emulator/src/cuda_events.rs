@@ -100,7 +100,8 @@ pub unsafe extern "C" fn cuEventDestroy_v2(event: CUevent) -> CUresult {
 }
 
 /// `CUresult cuEventRecord(CUevent hEvent, CUstream hStream)`: needs a current context; the
-/// event is complete at once.
+/// event is complete at once, so the work queued on `hStream` before it (`H5GDS_EMU_DEFER_ASYNC`)
+/// runs now: whoever waits for the event sees it done.
 ///
 /// # Safety
 /// None beyond the C API's: handles are looked up, never dereferenced.
@@ -115,7 +116,9 @@ pub unsafe extern "C" fn cuEventRecord(event: CUevent, stream: CUstream) -> CUre
                 context::require_init()?;
                 context::require_current()?;
                 context::check_event(event as usize)?;
-                context::check_stream(stream as usize)
+                context::check_stream(stream as usize)?;
+                crate::cuda_memory::run_deferred(Some(stream as usize));
+                Ok(())
             })())
         },
     )

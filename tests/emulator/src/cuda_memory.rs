@@ -2,8 +2,10 @@
 //!
 //! Every call needs `cuInit` and a current context (CUDA_ERROR_INVALID_CONTEXT otherwise, as
 //! with the real driver: each thread of an I/O pool must set the context). All copies are
-//! synchronous, the `Async` ones too (unless `H5GDS_EMU_DEFER_ASYNC` queues them), so data is in
-//! place when a call returns. Device ranges
+//! synchronous, the `Async` ones too, so data is in place when a call returns, unless
+//! `H5GDS_EMU_DEFER_ASYNC=1`: then what the real driver may leave running when the call
+//! returns is queued on its stream and runs when something synchronizes with that stream
+//! (`legacy_copy`, `memset`). Device ranges
 //! must lie inside one allocation (interior pointers allowed): anything else is
 //! CUDA_ERROR_INVALID_VALUE and counts as a bounds violation, as does passing device memory
 //! where host memory is expected. Host pointers are taken on trust (a bad one crashes, as it
@@ -99,10 +101,47 @@ fn copy(
     if counters::is_nth_call(&counters::COPY_CALLS, switches.fail_copy) {
         return Err(switches.fail_copy_error);
     }
+    if switches.defer_async {
+        return legacy_copy(dst, src, len);
+    }
     // SAFETY: device ends were checked to lie inside live allocations, whose shadow mappings
     // the Arcs keep mapped; host ends are the caller's buffers of at least len bytes, as the
     // API requires. ptr::copy allows overlap.
     unsafe { perform(&dst, &src, len) };
+    Ok(())
+}
+
+/// Whether `end` is pinned host memory.
+fn is_pinned(end: &End) -> bool {
+    matches!(end, End::Host(addr) if matches!(memory::find(*addr), memory::Region::PinnedHost(_)))
+}
+
+/// A synchronous copy (`cuMemcpy`, `cuMemcpyHtoD`, ...), which runs on the legacy default
+/// stream, with the timing NVIDIA documents for it (CUDA Driver API, "API synchronization
+/// behavior", Memcpy, synchronous): "For transfers from pageable host memory to device memory,
+/// a stream sync is performed before the copy is initiated. The function will return once the
+/// pageable buffer has been copied to the staging memory for DMA transfer to device memory, but
+/// the DMA to final destination may not have completed" (queued, with the bytes taken now);
+/// "For transfers from device memory to device memory, no host-side synchronization is
+/// performed" (queued); pinned host to device is "synchronous with respect to the host", and
+/// device to host "returns only once the copy has completed" (both run now, after the stream's
+/// earlier work).
+fn legacy_copy(dst: End, src: End, len: usize) -> Result<(), CUresult> {
+    match (src.is_device(), dst.is_device()) {
+        (true, true) => queue(LEGACY, Op::Copy { dst, src }, len),
+        (false, true) if !is_pinned(&src) => {
+            run_deferred(Some(LEGACY));
+            // SAFETY: a host end holds len bytes (the API's contract, checked to touch no
+            // device memory).
+            let bytes = unsafe { std::slice::from_raw_parts(src.ptr(), len) }.to_vec();
+            queue(LEGACY, Op::Staged { dst, bytes }, len)
+        }
+        _ => {
+            run_deferred(Some(LEGACY));
+            // SAFETY: as in `copy`.
+            unsafe { perform(&dst, &src, len) };
+        }
+    }
     Ok(())
 }
 
@@ -151,12 +190,7 @@ fn copy_async(
         unsafe { perform(&dst, &src, len) };
         return Ok(());
     }
-    deferred().push(Deferred {
-        stream: stream as usize,
-        dst,
-        src,
-        len,
-    });
+    queue(stream as usize, Op::Copy { dst, src }, len);
     Ok(())
 }
 
@@ -174,12 +208,59 @@ unsafe fn perform(dst: &End, src: &End, len: usize) {
     }
 }
 
-/// A copy queued on a stream (`H5GDS_EMU_DEFER_ASYNC`).
+/// The queue key of the legacy default stream (the null stream and CU_STREAM_LEGACY).
+const LEGACY: usize = 0;
+
+/// What a queued operation does.
+enum Op {
+    /// A copy between two checked ends.
+    Copy { dst: End, src: End },
+    /// A host-to-device copy of bytes taken from pageable memory when the call was made.
+    Staged { dst: End, bytes: Vec<u8> },
+    /// A memset of device memory.
+    Fill { dst: End, value: u8 },
+}
+
+/// An operation queued on a stream (`H5GDS_EMU_DEFER_ASYNC`).
 struct Deferred {
     stream: usize,
-    dst: End,
-    src: End,
+    op: Op,
     len: usize,
+}
+
+/// The queue a stream handle's work goes to.
+fn queue_key(stream: usize) -> usize {
+    if stream == CU_STREAM_LEGACY {
+        LEGACY
+    } else {
+        stream
+    }
+}
+
+fn queue(stream: usize, op: Op, len: usize) {
+    deferred().push(Deferred {
+        stream: queue_key(stream),
+        op,
+        len,
+    });
+}
+
+/// Runs one queued operation.
+///
+/// # Safety
+/// As `perform`.
+unsafe fn run_op(op: &Op, len: usize) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match op {
+            Op::Copy { dst, src } => perform(dst, src, len),
+            Op::Staged { dst, bytes } => {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst.ptr(), len);
+                bump(&counters::COPIES_HTOD);
+            }
+            Op::Fill { dst, value } => std::ptr::write_bytes(dst.ptr(), *value, len),
+        }
+    }
 }
 
 // SAFETY: the ends are addresses checked when queued; the Arcs keep device shadows mapped.
@@ -192,10 +273,12 @@ fn deferred() -> std::sync::MutexGuard<'static, Vec<Deferred>> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Runs the copies queued on `stream` (every stream for `None`), in the order they were made:
-/// called where CUDA would have finished them (stream or context synchronization, stream
-/// destruction, and before memory is freed).
+/// Runs the operations queued on `stream` (every stream for `None`), in the order they were
+/// made: called where CUDA would have finished them (stream or context synchronization, stream
+/// destruction, a synchronous copy on the legacy stream, and before memory is freed). cuFile
+/// transfers are not stream operations and run nothing.
 pub fn run_deferred(stream: Option<usize>) {
+    let stream = stream.map(queue_key);
     let ready: Vec<Deferred> = {
         let mut queue = deferred();
         let (ready, rest): (Vec<_>, Vec<_>) = queue
@@ -206,7 +289,7 @@ pub fn run_deferred(stream: Option<usize>) {
     };
     for d in ready {
         // SAFETY: checked when queued; freeing memory runs the queue first.
-        unsafe { perform(&d.dst, &d.src, d.len) };
+        unsafe { run_op(&d.op, d.len) };
     }
 }
 
@@ -479,12 +562,17 @@ pub unsafe extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, value: u8, n: usize) ->
         "cuMemsetD8_v2",
         format_args!("dst={dst:#x}, value={value}, n={n}"),
         cuda_panic,
-        || code(memset(dst, value, n)),
+        || code(memset(dst, value, n, LEGACY)),
     )
 }
 
-/// Checks init and context, then sets `n` bytes of device memory at `dst` to `value`.
-fn memset(dst: CUdeviceptr, value: u8, n: usize) -> Result<(), CUresult> {
+/// Checks init and context, then sets `n` bytes of device memory at `dst` to `value`, or with
+/// `H5GDS_EMU_DEFER_ASYNC=1` queues that on `stream`: "The synchronous memset functions are
+/// asynchronous with respect to the host except when the target is pinned host memory or a
+/// Unified Memory region ... The Async versions are always asynchronous with respect to the
+/// host" (CUDA Driver API, "API synchronization behavior", Memset); the target here is always
+/// device memory.
+fn memset(dst: CUdeviceptr, value: u8, n: usize, stream: usize) -> Result<(), CUresult> {
     context::require_init()?;
     context::require_current()?;
     if n == 0 {
@@ -492,6 +580,10 @@ fn memset(dst: CUdeviceptr, value: u8, n: usize) -> Result<(), CUresult> {
     }
     let end = device_end(dst, n)?;
     end.note_owner();
+    if switches::get().defer_async {
+        queue(stream, Op::Fill { dst: end, value }, n);
+        return Ok(());
+    }
     // SAFETY: the range lies inside a live allocation whose shadow mapping the Arc in `end`
     // keeps mapped.
     unsafe { std::ptr::write_bytes(end.ptr(), value, n) };
@@ -519,7 +611,7 @@ pub unsafe extern "C" fn cuMemsetD8Async(
                 context::require_init()?;
                 context::require_current()?;
                 context::check_stream(stream as usize)?;
-                memset(dst, value, n)
+                memset(dst, value, n, stream as usize)
             })())
         },
     )

@@ -216,6 +216,9 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
                 if n == 0 || attributes.is_null() || data.is_null() {
                     return Err(CUDA_ERROR_INVALID_VALUE);
                 }
+                if crate::lifecycle::pointer_query_turns_sticky() {
+                    return Err(crate::lifecycle::CUDA_ERROR_ILLEGAL_ADDRESS);
+                }
                 let region = region_of(ptr);
                 for i in 0..n as usize {
                     // SAFETY: both arrays hold n entries, as the caller guarantees.

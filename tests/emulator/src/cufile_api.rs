@@ -15,9 +15,8 @@ use crate::ffi::{self, call, cufile_panic, cufile_status, set_errno};
 use crate::memory::{self, DeviceBlock};
 use crate::switches;
 use cufile_sys::{
-    CUfileDescr_t, CUfileDriverControlFlags, CUfileDriverStatusFlags, CUfileDrvProps_t,
-    CUfileError_t, CUfileFileHandleType, CUfileHandle_t, CUfileOpError, CU_FILE_RDMA_REGISTER,
-    CU_FILE_RDMA_RELAXED_ORDERING,
+    CUfileDescr_t, CUfileDriverControlFlags, CUfileDrvProps_t, CUfileError_t, CUfileFileHandleType,
+    CUfileHandle_t, CUfileOpError, CU_FILE_RDMA_REGISTER, CU_FILE_RDMA_RELAXED_ORDERING,
 };
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
@@ -159,6 +158,41 @@ pub unsafe extern "C" fn cuFileSetParameterString(
     )
 }
 
+/// `CUfileError_t cuFileGetParameterBool(CUFileBoolConfigParameter_t param, bool *value)`:
+/// cufile.json's value: `use_pci_p2pdma` as `H5GDS_EMU_GDS=p2pdma` says, `allow_compat_mode`
+/// true, `force_compat_mode` and `use_poll_mode` false (the configuration guide's defaults);
+/// CU_FILE_INVALID_VALUE for a null `value` or a parameter the emulator does not model.
+///
+/// # Safety
+/// `value` must be null or valid for writing a C bool.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileGetParameterBool(
+    param: cufile_sys::CUFileBoolConfigParameter_t,
+    value: *mut bool,
+) -> CUfileError_t {
+    use cufile_sys::CUFileBoolConfigParameter_t as P;
+    call(
+        "cuFileGetParameterBool",
+        format_args!("{}, {value:?}", param.0),
+        cufile_panic,
+        || {
+            let answer = match param {
+                P::CUFILE_PARAM_USE_PCIP2PDMA => switches::get().p2pdma,
+                P::CUFILE_PARAM_PROPERTIES_ALLOW_COMPAT_MODE => true,
+                P::CUFILE_PARAM_FORCE_COMPAT_MODE | P::CUFILE_PARAM_PROPERTIES_USE_POLL_MODE => {
+                    false
+                }
+                _ => return fail(CUfileOpError::CU_FILE_INVALID_VALUE),
+            };
+            // SAFETY: the caller passes null or a writable bool.
+            match unsafe { ffi::put(value, answer) } {
+                Ok(()) => fail(CUfileOpError::CU_FILE_SUCCESS),
+                Err(_) => fail(CUfileOpError::CU_FILE_INVALID_VALUE),
+            }
+        },
+    )
+}
+
 /// `CUfileError_t cuFileGetParameterString(CUFileStringConfigParameter_t param, char *s, int
 /// len)`: the staged value, NUL-terminated; CU_FILE_INVALID_VALUE for a null or too short
 /// buffer or an unknown parameter.
@@ -196,6 +230,7 @@ pub unsafe extern "C" fn cuFileGetParameterString(
 /// max_device_pinned_mem_size_kb 33554432) and per_buffer_cache_size_kb 1024, the size of the
 /// bounce buffers `cufile_io` moves compatibility-mode data through.
 fn properties(gds: bool) -> CUfileDrvProps_t {
+    let switches = switches::get();
     let mut props = CUfileDrvProps_t {
         nvfs: cufile_sys::CUfileDrvProps__bindgen_ty_1 {
             major_version: 0,
@@ -213,9 +248,14 @@ fn properties(gds: bool) -> CUfileDrvProps_t {
         max_batch_io_timeout_msecs: 5,
     };
     if gds {
-        props.nvfs.major_version = NVFS_VERSION.0;
-        props.nvfs.minor_version = NVFS_VERSION.1;
-        props.nvfs.dstatusflags = 1 << CUfileDriverStatusFlags::CU_FILE_NVME_SUPPORTED.0;
+        props.nvfs.dstatusflags = switches.gds_targets;
+        if switches.p2pdma {
+            // PCI P2PDMA: no nvidia-fs (version 0.0), the feature flag instead.
+            props.fflags |= 1 << cufile_sys::CUfileFeatureFlags::CU_FILE_P2P_SUPPORTED.0;
+        } else {
+            props.nvfs.major_version = NVFS_VERSION.0;
+            props.nvfs.minor_version = NVFS_VERSION.1;
+        }
     }
     props
 }
@@ -308,7 +348,7 @@ unsafe fn register_handle(fh: *mut CUfileHandle_t, descr: *const CUfileDescr_t) 
     // with compatibility mode allowed (cufile.json `allow_compat_mode`, which the emulator
     // assumes), cuFile "fall[s] back to the standard POSIX read/write path" (NVIDIA GPUDirect
     // Storage configuration guide, "GPUDirect Storage Parameters").
-    let direct_fd = if switches::get().gds {
+    let direct_fd = if switches::get().gds && gds_target(fd) {
         handles::reopen(fd, flags, true)
     } else {
         None
@@ -321,6 +361,32 @@ unsafe fn register_handle(fh: *mut CUfileHandle_t, descr: *const CUfileDescr_t) 
     // SAFETY: checked non-null; the caller passes a writable handle slot.
     unsafe { fh.write_unaligned(value as CUfileHandle_t) };
     Ok(())
+}
+
+/// Whether cuFile moves `fd`'s file GPU-direct: a shared file system only where it is among
+/// the reported targets (`H5GDS_EMU_GDS_TARGETS`); any other file system is taken as local on a
+/// supported device (the emulator does not model cuFile's block-device check). Elsewhere the
+/// handle registers in compatibility mode, silently, as cuFile does: "cuFileHandleRegister GDS
+/// not supported or disabled by config, using cuFile posix read/write with compat mode enabled"
+/// (cufile.log in NVIDIA/gds-nvidia-fs issue #62).
+fn gds_target(fd: c_int) -> bool {
+    // statfs magic numbers of NFS, Lustre, GPFS, BeeGFS and their flag bits.
+    const SHARED: [(i64, u32); 4] = [
+        (0x6969, 2),
+        (0x0BD0_0BD0, 0),
+        (0x4750_4653, 3),
+        (0x1983_0326, 9),
+    ];
+    // SAFETY: a zeroed statfs is a valid value for the kernel to overwrite.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer; a bad fd gives -1.
+    if unsafe { libc::fstatfs(fd, &mut fs) } != 0 {
+        return false;
+    }
+    match SHARED.iter().find(|(magic, _)| *magic == fs.f_type as i64) {
+        Some((_, bit)) => switches::get().gds_targets & (1 << bit) != 0,
+        None => true,
+    }
 }
 
 /// `CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh, CUfileDescr_t *descr)`: takes a
@@ -532,6 +598,9 @@ fn transfer(
         set_errno(switches.fail_io_errno);
         return -1;
     }
+    if let (Some(code), true) = (switches.cufile_io_error, buf.on_device) {
+        return negated(CUfileOpError(code));
+    }
     let len = switches.short_io.map_or(size, |limit| size.min(limit));
     // SAFETY: buf is the shadow of [start, start + len) inside a live allocation (kept mapped
     // by _keep) or the caller's host memory of at least size bytes; the descriptors are open
@@ -550,6 +619,14 @@ fn transfer(
             Direction::Read => &counters::CUFILE_READS,
             Direction::Write => &counters::CUFILE_WRITES,
         });
+    }
+    result
+}
+
+/// Counts a transfer that failed ("cufile failed transfers" in the report).
+fn counted(result: isize) -> isize {
+    if result < 0 {
+        bump(&counters::CUFILE_FAILED_TRANSFERS);
     }
     result
 }
@@ -580,14 +657,14 @@ pub unsafe extern "C" fn cuFileRead(
         ),
         || negated(CUfileOpError::CU_FILE_INTERNAL_ERROR),
         || {
-            transfer(
+            counted(transfer(
                 Direction::Read,
                 fh as usize,
                 base as usize,
                 size,
                 file_offset,
                 buf_offset,
-            )
+            ))
         },
     )
 }
@@ -612,14 +689,14 @@ pub unsafe extern "C" fn cuFileWrite(
         ),
         || negated(CUfileOpError::CU_FILE_INTERNAL_ERROR),
         || {
-            transfer(
+            counted(transfer(
                 Direction::Write,
                 fh as usize,
                 base as usize,
                 size,
                 file_offset,
                 buf_offset,
-            )
+            ))
         },
     )
 }

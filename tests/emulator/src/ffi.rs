@@ -12,6 +12,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 /// A value an exported function returns, as the trace shows it.
 pub trait Outcome {
     fn describe(&self, out: &mut String);
+    /// What the function returns when the CUDA driver fails it with `code` before it runs
+    /// (see `lifecycle::refuse`).
+    fn refused(code: CUresult) -> Self;
 }
 
 impl Outcome for c_int {
@@ -20,6 +23,9 @@ impl Outcome for c_int {
         if let Some(name) = crate::errors::name(*self) {
             let _ = write!(out, " ({})", name.to_string_lossy());
         }
+    }
+    fn refused(code: CUresult) -> Self {
+        code
     }
 }
 
@@ -30,11 +36,18 @@ impl Outcome for isize {
             let _ = write!(out, " (errno {})", errno());
         }
     }
+    /// cuFile reports a failed CUDA driver call as CU_FILE_CUDA_DRIVER_ERROR.
+    fn refused(_code: CUresult) -> Self {
+        -(CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR.0 as isize)
+    }
 }
 
 impl Outcome for CUfileError_t {
     fn describe(&self, out: &mut String) {
         let _ = write!(out, "{{err: {}, cu_err: {}}}", self.err.0, self.cu_err);
+    }
+    fn refused(code: CUresult) -> Self {
+        cufile_status(CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR, code)
     }
 }
 
@@ -42,10 +55,12 @@ impl Outcome for () {
     fn describe(&self, out: &mut String) {
         out.push_str("void");
     }
+    fn refused(_code: CUresult) -> Self {}
 }
 
 /// Runs `body`, the work of exported function `name` called with `args`. A panic in `body`
-/// becomes `on_panic()` plus a line on stderr. With tracing on, writes one line per call
+/// becomes `on_panic()` plus a line on stderr. A call the process may no longer make (from a
+/// forked child, after a sticky error: see `lifecycle`) fails without running `body`. With tracing on, writes one line per call
 /// (errno is preserved across the tracing).
 pub fn call<R: Outcome>(
     name: &str,
@@ -53,7 +68,12 @@ pub fn call<R: Outcome>(
     on_panic: impl FnOnce() -> R,
     body: impl FnOnce() -> R,
 ) -> R {
-    let result = match catch_unwind(AssertUnwindSafe(body)) {
+    let refusal = catch_unwind(AssertUnwindSafe(|| crate::lifecycle::refuse(name)));
+    let result = match refusal {
+        Ok(Some(code)) => Ok(R::refused(code)),
+        _ => catch_unwind(AssertUnwindSafe(body)),
+    };
+    let result = match result {
         Ok(result) => result,
         Err(_) => {
             stderr_line(&format!(

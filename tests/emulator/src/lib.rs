@@ -28,7 +28,7 @@
 //!   `cuMemAllocManaged`.
 //! * cuFile: `cuFileDriverOpen`, `cuFileDriverClose`, `cuFileDriverClose_v2`,
 //!   `cuFileDriverGetProperties`, `cuFileGetVersion`, `cuFileSetParameterString`,
-//!   `cuFileGetParameterString`, `cuFileHandleRegister`,
+//!   `cuFileGetParameterString`, `cuFileGetParameterBool`, `cuFileHandleRegister`,
 //!   `cuFileHandleDeregister`, `cuFileBufRegister`, `cuFileBufDeregister`, `cuFileRead`,
 //!   `cuFileWrite`.
 //! * Not CUDA: `int h5gds_emu_counters(struct h5gds_emu_counters *out)` fills nine `uint64_t`:
@@ -54,7 +54,14 @@
 //! * All copies are synchronous (the `Async` ones too, unless `H5GDS_EMU_DEFER_ASYNC=1`: then
 //!   an async copy between device and pinned host memory on a non-default stream runs when
 //!   that stream or the context is synchronized, the stream destroyed, or memory freed, which
-//!   exposes a buffer reused or read before its copy finished); streams and events are tracked
+//!   exposes a buffer reused or read before its copy finished; and what the real driver may
+//!   leave running on the legacy default stream when a call returns, as NVIDIA's "API
+//!   synchronization behavior" page of the Driver API allows (memsets of device memory, copies
+//!   from pageable memory to the device, whose bytes are taken at the call, and device-to-device
+//!   copies), runs when something synchronizes with the legacy stream: a stream or context
+//!   synchronization of it, a synchronous copy to the host or from pinned memory (which waits
+//!   for the stream's earlier work), or a free. cuFile transfers and other streams do not wait
+//!   for it, so a missing synchronization shows as stale bytes); streams and events are tracked
 //!   handles: every event is complete as soon as it is recorded, waits return at once, and an
 //!   unknown or destroyed stream or event is CUDA_ERROR_INVALID_HANDLE (400).
 //! * `cuDeviceGetAttribute` answers the attributes an emulated device can answer honestly:
@@ -84,6 +91,11 @@
 //!   `cufile.log` where cuFile would (see `cufile_log`).
 //! * Device and pinned host memory are backed when allocated (`MAP_POPULATE`): the first
 //!   transfer into fresh memory pays no page faults, as on a GPU.
+//! * fork: once a process has called `cuInit` successfully, every CUDA or cuFile call from
+//!   another process (a fork of it) fails (CUDA_ERROR_NOT_INITIALIZED, or
+//!   CU_FILE_CUDA_DRIVER_ERROR with it), writes a line on stderr and is counted: CUDA and
+//!   cuFile state is undefined in a forked child (see `lifecycle`). A sticky error
+//!   (`H5GDS_EMU_STICKY_ERROR`) fails every call after it the same way.
 //! * No panic crosses the C boundary: a panic becomes CUDA_ERROR_UNKNOWN (999) /
 //!   CU_FILE_INTERNAL_ERROR (5030) and a line on stderr. All state is behind mutexes or
 //!   atomics; the locks are not held during copies or file I/O.
@@ -99,7 +111,8 @@
 //! |---|---|---|
 //! | `H5GDS_EMU_DEVICES=N` | devices reported by `cuDeviceGetCount` (0..=64); 0 = no device, and then `cuInit` fails with CUDA_ERROR_NO_DEVICE (100) as the real driver does | 1 |
 //! | `H5GDS_EMU_INIT_ERROR=code` | every `cuInit` fails with this `CUresult` (0 = no injection); `cuFileDriverOpen` then fails with CU_FILE_CUDA_DRIVER_ERROR and `cu_err` = code | unset |
-//! | `H5GDS_EMU_GDS=0\|1` | 1: GDS kernel path present (nvfs 2.20, transfers around the page cache); 0: compat mode (nvfs 0.0, POSIX bounce buffers) | 1 |
+//! | `H5GDS_EMU_GDS=0\|1\|p2pdma` | 1: GDS kernel path present (nvfs 2.20, transfers around the page cache); `p2pdma`: the same through PCI P2PDMA (nvfs 0.0, feature flag `CU_FILE_P2P_SUPPORTED`, `use_pci_p2pdma` true); 0: compat mode (nvfs 0.0, POSIX bounce buffers) | 1 |
+//! | `H5GDS_EMU_GDS_TARGETS=list` | the storage cuFile reports as GDS targets (`dstatusflags`): comma-separated `lustre`, `wekafs`, `nfs`, `gpfs`, `nvme`, `nvmeof`, `scsi`, `beegfs`, or `none`; a file on a shared file system (NFS, Lustre, GPFS, BeeGFS by `fstatfs`) not listed registers in compatibility mode, silently, as cuFile does | `nvme,nvmeof,scsi` |
 //! | `H5GDS_EMU_CUFILE_OPEN_ERROR=code` | every `cuFileDriverOpen` (also the implicit one) fails with this `CUfileOpError` (0 = none) | unset |
 //! | `H5GDS_EMU_FAIL_ALLOC=N` | the Nth allocation (`cuMemAlloc_v2` and `cuMemHostAlloc` counted together) fails with CUDA_ERROR_OUT_OF_MEMORY (2) | unset |
 //! | `H5GDS_EMU_FAIL_IO=N` | the Nth `cuFileRead`/`cuFileWrite` (counted together) moves nothing and returns -1 with errno | unset |
@@ -110,10 +123,13 @@
 //! | `H5GDS_EMU_POISON=byte\|off` | fill byte of new allocations (decimal or `0xNN`); `off` leaves them zeroed | 0xA5 |
 //! | `H5GDS_EMU_REPORT=PATH` | at exit, write the counters to PATH (format below) | unset |
 //! | `H5GDS_EMU_TRACE=1` | one stderr line per call: arguments and result | 0 |
-//! | `H5GDS_EMU_DEFER_ASYNC=1` | async copies with pinned host memory run at synchronization | 0 |
+//! | `H5GDS_EMU_DEFER_ASYNC=1` | async copies with pinned host memory, and the legacy stream's memsets and early-returning copies, run at synchronization | 0 |
 //! | `H5GDS_EMU_POOLS=1` | `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED` is 1, so cudarc allocates with `cuMemAllocAsync` | 0 |
+//! | `H5GDS_EMU_STICKY_ERROR=N` | the Nth `cuPointerGetAttributes` fails with CUDA_ERROR_ILLEGAL_ADDRESS (700), and so does every CUDA or cuFile call after it | unset |
+//! | `H5GDS_EMU_CUFILE_IO_ERROR=code` | every `cuFileRead`/`cuFileWrite` of device memory returns this `CUfileOpError` (> 5000), negated | unset |
 //!
-//! The report has thirteen lines:
+//! The report has fifteen lines (a forked child that exits normally writes its own, to
+//! `PATH.forked-PID`):
 //!
 //! ```text
 //! leaked device allocations: N (bytes B)
@@ -129,6 +145,8 @@
 //! cufile driver open calls: N
 //! cufile handle register calls: N
 //! cross-context uses: N
+//! cufile failed transfers: N
+//! calls from a forked child: N
 //! ```
 //!
 //! "cufile reads/writes" count calls that returned a byte count (0 included); "copies" count
@@ -136,7 +154,9 @@
 //! "posix bounce copies" count the 1 MiB bounce-buffer pieces of compatibility-mode device
 //! transfers, "o_direct requests" the `O_DIRECT` requests of GDS transfers, "driver open calls" and
 //! "handle register calls" every call of `cuFileDriverOpen` and `cuFileHandleRegister`, failed
-//! ones included (whether a program touches cuFile at all).
+//! ones included (whether a program touches cuFile at all), "failed transfers" the
+//! `cuFileRead`/`cuFileWrite` calls that returned an error, "calls from a forked child" the
+//! calls refused because they came from a fork of the process that called `cuInit`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![allow(non_snake_case)]
@@ -155,6 +175,7 @@ mod cufile_io;
 mod cufile_log;
 mod errors;
 mod ffi;
+mod lifecycle;
 mod memory;
 mod report;
 mod switches;

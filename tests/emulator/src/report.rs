@@ -4,8 +4,8 @@
 //! The destructor must never crash or hang, even while other threads still call into the
 //! emulator: it reads only atomics (no lock), tears nothing down (other threads may still use
 //! device memory), formats into a stack buffer, writes with plain `open`/`write`, and catches
-//! any panic. A forked child that exits normally does not overwrite its parent's report: only
-//! the process that loaded the library writes one.
+//! any panic. A forked child that exits normally does not overwrite its parent's report: it
+//! writes its own, to `PATH.forked-PID`.
 
 use crate::counters;
 use std::ffi::CStr;
@@ -69,7 +69,9 @@ fn render(text: &mut StackText) {
          cufile o_direct requests: {}\n\
          cufile driver open calls: {}\n\
          cufile handle register calls: {}\n\
-         cross-context uses: {}\n",
+         cross-context uses: {}\n\
+         cufile failed transfers: {}\n\
+         calls from a forked child: {}\n",
         c.live_device_allocations,
         c.live_device_bytes,
         c.live_pinned_host_allocations,
@@ -84,6 +86,8 @@ fn render(text: &mut StackText) {
         counters::CUFILE_DRIVER_OPEN_CALLS.load(Ordering::Relaxed),
         counters::CUFILE_HANDLE_REGISTER_CALLS.load(Ordering::Relaxed),
         counters::CROSS_CONTEXT_USES.load(Ordering::Relaxed),
+        counters::CUFILE_FAILED_TRANSFERS.load(Ordering::Relaxed),
+        counters::FORKED_CHILD_CALLS.load(Ordering::Relaxed),
     );
 }
 
@@ -95,14 +99,30 @@ fn write_report() {
     }
     // SAFETY: getpid cannot fail.
     let pid = unsafe { libc::getpid() };
-    let loaded_by = LOADED_BY.load(Ordering::Relaxed);
-    if loaded_by != 0 && loaded_by != pid {
-        return;
-    }
     // SAFETY: non-null getenv results are NUL-terminated strings.
-    if unsafe { CStr::from_ptr(path) }.is_empty() {
+    let path = unsafe { CStr::from_ptr(path) };
+    if path.is_empty() {
         return;
     }
+    // A forked child writes its own report next to its parent's: `PATH.forked-PID`.
+    let loaded_by = LOADED_BY.load(Ordering::Relaxed);
+    let mut child_path = [0u8; 4096];
+    let path = if loaded_by != 0 && loaded_by != pid {
+        let mut name = StackText {
+            bytes: [0; 1024],
+            len: 0,
+        };
+        let Ok(parent) = std::str::from_utf8(path.to_bytes()) else {
+            return;
+        };
+        if write!(name, "{parent}.forked-{pid}").is_err() {
+            return;
+        }
+        child_path[..name.len].copy_from_slice(&name.bytes[..name.len]);
+        child_path.as_ptr().cast()
+    } else {
+        path.as_ptr()
+    };
     let mut text = StackText {
         bytes: [0; 1024],
         len: 0,
@@ -131,7 +151,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn report_has_the_thirteen_lines() {
+    fn report_has_the_fifteen_lines() {
         let mut text = StackText {
             bytes: [0; 1024],
             len: 0,
@@ -139,7 +159,7 @@ mod tests {
         render(&mut text);
         let text = std::str::from_utf8(&text.bytes[..text.len]).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 13, "{text}");
+        assert_eq!(lines.len(), 15, "{text}");
         assert!(lines[0].starts_with("leaked device allocations: "));
         assert!(lines[0].contains(" (bytes "));
         assert!(lines[7].starts_with("copies dtoh: "));
@@ -148,6 +168,8 @@ mod tests {
         assert!(lines[10].starts_with("cufile driver open calls: "));
         assert!(lines[11].starts_with("cufile handle register calls: "));
         assert!(lines[12].starts_with("cross-context uses: "));
+        assert!(lines[13].starts_with("cufile failed transfers: "));
+        assert!(lines[14].starts_with("calls from a forked child: "));
     }
 
     #[test]

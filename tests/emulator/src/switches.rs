@@ -14,8 +14,12 @@ pub struct Switches {
     pub devices: c_int,
     /// `H5GDS_EMU_INIT_ERROR`: `cuInit` fails with this code (0 or unset: no injection).
     pub init_error: Option<CUresult>,
-    /// `H5GDS_EMU_GDS`: whether the GDS kernel path (nvidia-fs) is "present".
+    /// `H5GDS_EMU_GDS`: whether a GDS kernel path (nvidia-fs, or PCI P2PDMA) is "present".
     pub gds: bool,
+    /// `H5GDS_EMU_GDS=p2pdma`: that path is PCI P2PDMA, without nvidia-fs.
+    pub p2pdma: bool,
+    /// `H5GDS_EMU_GDS_TARGETS`: the `CUfileDriverStatusFlags` bits cuFile reports.
+    pub gds_targets: u32,
     /// `H5GDS_EMU_CUFILE_OPEN_ERROR`: `cuFileDriverOpen` fails with this `CUfileOpError`.
     pub cufile_open_error: Option<u32>,
     /// `H5GDS_EMU_FAIL_ALLOC`: the Nth allocation (device and pinned host, from 1) fails.
@@ -39,6 +43,12 @@ pub struct Switches {
     pub defer_async: bool,
     /// `H5GDS_EMU_POOLS`: devices report stream-ordered pool support.
     pub pools: bool,
+    /// `H5GDS_EMU_STICKY_ERROR`: the Nth `cuPointerGetAttributes` (from 1) fails with
+    /// CUDA_ERROR_ILLEGAL_ADDRESS, and every call after it.
+    pub sticky_error: Option<u64>,
+    /// `H5GDS_EMU_CUFILE_IO_ERROR`: every `cuFileRead`/`cuFileWrite` of device memory returns
+    /// this `CUfileOpError`, negated.
+    pub cufile_io_error: Option<u32>,
 }
 
 impl Default for Switches {
@@ -47,6 +57,8 @@ impl Default for Switches {
             devices: 1,
             init_error: None,
             gds: true,
+            p2pdma: false,
+            gds_targets: DEFAULT_GDS_TARGETS,
             cufile_open_error: None,
             fail_alloc: None,
             fail_io: None,
@@ -58,6 +70,8 @@ impl Default for Switches {
             trace: false,
             defer_async: false,
             pools: false,
+            sticky_error: None,
+            cufile_io_error: None,
         }
     }
 }
@@ -104,8 +118,12 @@ impl Switches {
         if let Some(v) = read("H5GDS_EMU_INIT_ERROR", &int) {
             out.init_error = v.parse().ok().filter(|&code: &CUresult| code != 0);
         }
-        if let Some(v) = read("H5GDS_EMU_GDS", &|v| v == "0" || v == "1") {
-            out.gds = v == "1";
+        if let Some(v) = read("H5GDS_EMU_GDS", &|v| matches!(v, "0" | "1" | "p2pdma")) {
+            out.gds = v != "0";
+            out.p2pdma = v == "p2pdma";
+        }
+        if let Some(v) = read("H5GDS_EMU_GDS_TARGETS", &|v| parse_targets(v).is_some()) {
+            out.gds_targets = parse_targets(&v).unwrap_or(DEFAULT_GDS_TARGETS);
         }
         if let Some(v) = read("H5GDS_EMU_CUFILE_OPEN_ERROR", &|v| v.parse::<u32>().is_ok()) {
             out.cufile_open_error = v.parse().ok().filter(|&code: &u32| code != 0);
@@ -152,8 +170,42 @@ impl Switches {
         if let Some(v) = read("H5GDS_EMU_POOLS", &|v| v == "0" || v == "1") {
             out.pools = v == "1";
         }
+        if let Some(v) = read("H5GDS_EMU_STICKY_ERROR", &positive) {
+            out.sticky_error = v.parse().ok();
+        }
+        if let Some(v) = read("H5GDS_EMU_CUFILE_IO_ERROR", &|v| {
+            v.parse::<u32>().is_ok_and(|code| code > 5000)
+        }) {
+            out.cufile_io_error = v.parse().ok();
+        }
         (out, complaints)
     }
+}
+
+/// The storage names of `H5GDS_EMU_GDS_TARGETS`, and their `CUfileDriverStatusFlags` bits.
+pub const GDS_TARGET_NAMES: [(&str, u32); 8] = [
+    ("lustre", 0),
+    ("wekafs", 1),
+    ("nfs", 2),
+    ("gpfs", 3),
+    ("nvme", 4),
+    ("nvmeof", 5),
+    ("scsi", 6),
+    ("beegfs", 9),
+];
+
+/// What cuFile reports by default: local NVMe, NVMe-oF and SCSI devices.
+pub const DEFAULT_GDS_TARGETS: u32 = 1 << 4 | 1 << 5 | 1 << 6;
+
+/// A comma-separated list of target names (or `none`) as flag bits.
+fn parse_targets(v: &str) -> Option<u32> {
+    if v == "none" {
+        return Some(0);
+    }
+    v.split(',').try_fold(0u32, |bits, name| {
+        let (_, bit) = GDS_TARGET_NAMES.iter().find(|(n, _)| *n == name.trim())?;
+        Some(bits | 1 << bit)
+    })
 }
 
 /// `0xNN` (case-insensitive) as a byte.
@@ -191,7 +243,8 @@ mod tests {
         let (s, complaints) = parse(&[
             ("H5GDS_EMU_DEVICES", "3"),
             ("H5GDS_EMU_INIT_ERROR", "100"),
-            ("H5GDS_EMU_GDS", "0"),
+            ("H5GDS_EMU_GDS", "p2pdma"),
+            ("H5GDS_EMU_GDS_TARGETS", "nfs,nvme"),
             ("H5GDS_EMU_CUFILE_OPEN_ERROR", "5001"),
             ("H5GDS_EMU_FAIL_ALLOC", "2"),
             ("H5GDS_EMU_FAIL_IO", "4"),
@@ -203,6 +256,8 @@ mod tests {
             ("H5GDS_EMU_TRACE", "1"),
             ("H5GDS_EMU_DEFER_ASYNC", "1"),
             ("H5GDS_EMU_POOLS", "1"),
+            ("H5GDS_EMU_STICKY_ERROR", "2"),
+            ("H5GDS_EMU_CUFILE_IO_ERROR", "5008"),
         ]);
         assert!(complaints.is_empty(), "{complaints:?}");
         assert_eq!(
@@ -210,7 +265,9 @@ mod tests {
             Switches {
                 devices: 3,
                 init_error: Some(100),
-                gds: false,
+                gds: true,
+                p2pdma: true,
+                gds_targets: 1 << 2 | 1 << 4,
                 cufile_open_error: Some(5001),
                 fail_alloc: Some(2),
                 fail_io: Some(4),
@@ -222,6 +279,8 @@ mod tests {
                 trace: true,
                 defer_async: true,
                 pools: true,
+                sticky_error: Some(2),
+                cufile_io_error: Some(5008),
             }
         );
     }

@@ -170,6 +170,10 @@ class DeviceArray:
         if self.nbytes:
             self.cuda.run(self.ordinal, "cuMemcpyHtoD_v2", self.ptr, array.ctypes.data_as(ctypes.c_void_p),
                           ctypes.c_size_t(self.nbytes))
+            # From pageable memory the copy may return before the bytes land (CUDA Driver API, "API
+            # synchronization behavior"; the emulator defers it under H5GDS_EMU_DEFER_ASYNC=1): the test
+            # array is settled here, so the counters around a transfer count that transfer alone.
+            self.cuda.run(self.ordinal, "cuCtxSynchronize")
 
     def copy_from_host_async(self, array):
         """Queues a copy of `array` on a new stream of this array's device (through pinned memory, so

@@ -1,24 +1,28 @@
 //! Device-memory I/O for one open file: the path chosen by `compat_mode` (at open, or for
 //! `auto` at the first device transfer, so that host-only programs never open cuFile), and
 //! transfers split into tasks on the pool. A cuFile error in the middle of a transfer sends the rest of that
-//! task through the staged path, with a warning; nothing partial is reported as success.
+//! task through the staged path, with a warning; nothing partial is reported as success. A cuFile
+//! error that will recur (`recurring_scope`) is decided once: that file, or that kind of buffer
+//! on that file, goes through the staged path from then on, with one warning.
 
-use super::gds::{self, CuFileDriver, GdsHandle};
+use super::gds::{self, CuFileDriver, DirectFile, GdsHandle};
 use super::parallel::run_split;
+use super::target::Storage;
 use super::{staged, Direction};
 use crate::config::{CompatMode, VfdSettings};
-use crate::cuda::{self, DeviceRange};
+use crate::cuda::{self, CUdeviceptr, DeviceRange};
 use crate::error::{Error, Result};
+use cufile_sys::CUfileOpError;
 use std::ffi::{CStr, CString};
 use std::os::fd::RawFd;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 /// How device buffers reach one open file.
 #[derive(Debug)]
 pub(crate) enum FileDevicePath {
     /// GPUDirect Storage (or cuFile's own compatibility mode when `compat_mode=off` demanded
     /// cuFile on a machine without the GDS kernel path).
-    Gds(GdsHandle),
+    Gds(GdsFile),
     /// The driver's pinned bounce buffers; the reason GDS is not used.
     Staged(String),
     /// No working CUDA: every buffer is host memory.
@@ -26,6 +30,103 @@ pub(crate) enum FileDevicePath {
     /// `compat_mode=auto`: cuFile is opened, and the file registered, when a device buffer first
     /// needs them, so programs that never move device data never touch libcufile.
     Deferred(DeferredGds),
+}
+
+/// A file registered with cuFile, and what cuFile has refused for good.
+#[derive(Debug)]
+pub(crate) struct GdsFile {
+    handle: GdsHandle,
+    refused: Mutex<Vec<Refusal>>,
+}
+
+/// What a recurring cuFile error rules out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scope {
+    /// The file, for every buffer.
+    File,
+    /// One kind of buffer (device, managed) on the file.
+    Buffer(cuda::BufferKind),
+}
+
+#[derive(Debug)]
+struct Refusal {
+    scope: Scope,
+    /// The cuFile error, as first met.
+    why: String,
+}
+
+/// Whether cuFile error `code` will recur, and for what: the file (its file system, its open
+/// flags, the platform, the GPU, the configuration: nothing a retry changes) or the kind of
+/// buffer (its memory type, its context). Codes and meanings from `cufile.h` 1.20 and NVIDIA's
+/// cuFile API reference ("cuFile IO Error codes"). Everything else (`-1` with errno, a pointer
+/// range, memory pinning, internal errors) may be transient and is decided per task.
+fn recurring_scope(code: CUfileOpError) -> Option<Recurs> {
+    use CUfileOpError as E;
+    match code {
+        // "GPUDirect Storage not supported on current platform", "IO not supported", "GPUDirect
+        // Storage not supported on current device", "unsupported file type", "unsupported file
+        // open flags", "fd direct IO not set", "GPUDirect Storage disabled by config on
+        // current file".
+        E::CU_FILE_PLATFORM_NOT_SUPPORTED
+        | E::CU_FILE_IO_NOT_SUPPORTED
+        | E::CU_FILE_DEVICE_NOT_SUPPORTED
+        | E::CU_FILE_INVALID_FILE_TYPE
+        | E::CU_FILE_INVALID_FILE_OPEN_FLAG
+        | E::CU_FILE_DIO_NOT_SET
+        | E::CU_FILE_IO_DISABLED => Some(Recurs::ForTheFile),
+        // "invalid pointer memory type", "CUDA context mismatch".
+        E::CU_FILE_CUDA_MEMORY_TYPE_INVALID | E::CU_FILE_CUDA_CONTEXT_MISMATCH => {
+            Some(Recurs::ForTheBufferKind)
+        }
+        _ => None,
+    }
+}
+
+/// For what a cuFile error recurs.
+enum Recurs {
+    ForTheFile,
+    ForTheBufferKind,
+}
+
+impl GdsFile {
+    fn new(handle: GdsHandle) -> GdsFile {
+        GdsFile {
+            handle,
+            refused: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn refusals(&self) -> std::sync::MutexGuard<'_, Vec<Refusal>> {
+        self.refused.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Why cuFile will refuse a buffer at `dev` on this file, if an earlier transfer found out.
+    /// Asks CUDA for the buffer's kind only if some kind was refused.
+    fn refusal_for(&self, dev: CUdeviceptr) -> Result<Option<String>> {
+        let refused = self.refusals();
+        if let Some(r) = refused.iter().find(|r| r.scope == Scope::File) {
+            return Ok(Some(r.why.clone()));
+        }
+        if refused.is_empty() {
+            return Ok(None);
+        }
+        let kind = cuda::buffer_kind(dev).map_err(|e| Error::Device(e.to_string()))?;
+        Ok(refused
+            .iter()
+            .find(|r| r.scope == Scope::Buffer(kind))
+            .map(|r| r.why.clone()))
+    }
+
+    /// Records a recurring cuFile error; true if it is the first for its scope (then the caller
+    /// warns).
+    fn refuse(&self, scope: Scope, why: String) -> bool {
+        let mut refused = self.refusals();
+        if refused.iter().any(|r| r.scope == scope) {
+            return false;
+        }
+        refused.push(Refusal { scope, why });
+        true
+    }
 }
 
 /// The cuFile decision of a `compat_mode=auto` file, made at its first device transfer.
@@ -44,6 +145,24 @@ pub(crate) enum DevicePathPlan {
     /// Decide at the first device transfer (`compat_mode=auto` with working CUDA).
     Deferred,
     Decided(FileDevicePath),
+}
+
+/// The phrase for a registered file: GPU-direct to its storage, or cuFile's compatibility mode
+/// and why.
+fn through_cufile_to(driver: &CuFileDriver, storage: Option<&Storage>) -> String {
+    match storage {
+        Some(storage) if driver.gds_available() => match driver.refuses(storage) {
+            Some(why) => format!(
+                "{} in cuFile's own compatibility mode for {storage} ({why})",
+                driver.describe()
+            ),
+            None => format!(
+                "GPUDirect Storage through {} to {storage}",
+                driver.describe()
+            ),
+        },
+        _ => through_cufile(driver, ""),
+    }
 }
 
 /// The phrase for a file that goes through cuFile `driver`; `condition` is what only the open
@@ -131,8 +250,21 @@ impl DevicePathPlan {
             }
             DevicePathPlan::Gds(driver) => driver,
         };
-        match GdsHandle::register(driver, path, rdwr) {
-            Ok(handle) => Ok(FileDevicePath::Gds(handle)),
+        let direct = DirectFile::open(path, rdwr);
+        // compat_mode=auto takes its own staged path where cuFile would use its compatibility
+        // mode for this file.
+        let refused = direct.as_ref().ok().and_then(|d| {
+            let storage = d.storage.as_ref()?;
+            let why = driver.refuses(storage)?;
+            Some(format!(
+                "{storage}: {why}, so cuFile would use its compatibility mode"
+            ))
+        });
+        if let (Some(why), CompatMode::Auto) = (refused, settings.compat_mode) {
+            return Ok(FileDevicePath::Staged(why));
+        }
+        match direct.and_then(|direct| GdsHandle::register(driver, direct)) {
+            Ok(handle) => Ok(FileDevicePath::Gds(GdsFile::new(handle))),
             Err(err) if settings.compat_mode == CompatMode::Off => Err(Error::Device(format!(
                 "compat_mode=off requires cuFile: {err}"
             ))),
@@ -140,16 +272,37 @@ impl DevicePathPlan {
         }
     }
 
-    /// The device path a file opened now would get, for `h5gds info`.
+    /// The device path a file opened now would get, for `h5gds info`: for a file in the working
+    /// directory, whose storage is known.
     pub(crate) fn describe(&self, settings: &VfdSettings) -> String {
         match self {
-            DevicePathPlan::Gds(driver) => {
-                through_cufile(driver, " (where the file system accepts O_DIRECT)")
-            }
+            DevicePathPlan::Gds(driver) => match working_directory_storage() {
+                Some(storage) => match driver.refuses(&storage) {
+                    Some(why) if settings.compat_mode == CompatMode::Auto => staged_description(
+                        settings,
+                        &format!(
+                            "files in the working directory, on {storage}: {why}, so cuFile \
+                             would use its compatibility mode"
+                        ),
+                    ),
+                    _ => format!(
+                        "{} for files in the working directory (where the file system accepts \
+                         O_DIRECT)",
+                        through_cufile_to(driver, Some(&storage))
+                    ),
+                },
+                None => through_cufile(driver, " (where the file system accepts O_DIRECT)"),
+            },
             DevicePathPlan::Deferred => deferred_description(settings),
             DevicePathPlan::Decided(path) => path.describe(settings),
         }
     }
+}
+
+/// The storage of the working directory, where files opened by relative path live.
+fn working_directory_storage() -> Option<Storage> {
+    let dir = std::fs::File::open(".").ok()?;
+    super::target::storage_of(std::os::fd::AsRawFd::as_raw_fd(&dir))
 }
 
 fn staged_description(settings: &VfdSettings, why: &str) -> String {
@@ -201,7 +354,15 @@ impl FileDevicePath {
     /// One phrase for the open log line and `h5gds info`.
     pub(crate) fn describe(&self, settings: &VfdSettings) -> String {
         match self {
-            FileDevicePath::Gds(h) => through_cufile(h.driver(), ""),
+            FileDevicePath::Gds(file) => {
+                let path = through_cufile_to(file.handle.driver(), file.handle.storage());
+                match file.refusals().iter().find(|r| r.scope == Scope::File) {
+                    Some(r) => {
+                        staged_description(settings, &format!("cuFile refused the file: {}", r.why))
+                    }
+                    None => path,
+                }
+            }
             FileDevicePath::Staged(why) => staged_description(settings, why),
             FileDevicePath::Unavailable(why) => format!("not possible: {why}"),
             FileDevicePath::Deferred(deferred) => match deferred.decided.get() {
@@ -244,12 +405,25 @@ impl DeviceIo<'_> {
         len: usize,
         addr: u64,
     ) -> Result<()> {
+        // Nothing of CUDA or cuFile is touched in a forked child (`cuda::forked_from`).
+        if let Some(parent) = cuda::forked_from() {
+            let err = cuda::cuda().err().map_or_else(
+                || format!("process {parent} initialised CUDA"),
+                |e| e.to_string(),
+            );
+            return Err(Error::Device(format!("device buffer: {err}")));
+        }
         let (nthreads, task_size) = (self.settings.nthreads, self.settings.task_size);
         // A deferred path is decided here, on the caller's thread, before any task runs.
         let io = DeviceIo {
             path: self.path.resolve(self.settings, self.file_name),
             ..*self
         };
+        // The caller's legacy-stream work on the buffer (its producer, for a write) comes first.
+        if !matches!(io.path, FileDevicePath::Unavailable(_)) {
+            cuda::wait_for_legacy_stream(range.context)
+                .map_err(|e| Error::Device(e.to_string()))?;
+        }
         run_split(nthreads, len, task_size, true, |off, n| {
             // SAFETY: each task covers a disjoint part of the caller's device range.
             unsafe { io.task(dir, range, buf_off + off, n, addr + off as u64) }
@@ -278,7 +452,7 @@ impl DeviceIo<'_> {
         let staged = |dev, len, addr| unsafe {
             staged::transfer(dir, fd, name, context, dev, len, addr, bounce)
         };
-        let handle = match self.path {
+        let gds = match self.path {
             FileDevicePath::Unavailable(why) => {
                 return Err(Error::Device(format!(
                     "device buffer, but device I/O is {why}"
@@ -286,19 +460,22 @@ impl DeviceIo<'_> {
             }
             // cuFile does not document managed memory as a buffer it takes.
             _ if range.managed => return staged(dev, len, addr),
-            FileDevicePath::Gds(handle) => handle,
+            FileDevicePath::Gds(gds) => gds,
             // `resolve` never leaves a deferred path; staging is its fallback all the same.
             FileDevicePath::Staged(_) | FileDevicePath::Deferred(_) => {
                 return staged(dev, len, addr)
             }
         };
+        if gds.refusal_for(base)?.is_some() {
+            return staged(dev, len, addr);
+        }
         let device_error = |e: cuda::CudaError| Error::Device(e.to_string());
         // cuFileRead/cuFileWrite need the buffer's context current (cuFile refuses another with
         // CU_FILE_CUDA_CONTEXT_MISMATCH); the caller's is restored afterwards.
         let _context = cuda::enter(context).map_err(device_error)?;
         // SAFETY: the range lies in one allocation or mapping starting at `base` (caller's
         // contract).
-        match unsafe { handle.transfer(dir, base, buf_off, len, addr) } {
+        match unsafe { gds.handle.transfer(dir, base, buf_off, len, addr) } {
             // End of file: the rest of the read is zeros, as for host buffers.
             Ok(done) if done < len => {
                 // SAFETY: dev + done .. dev + len lies in the caller's device range.
@@ -308,6 +485,33 @@ impl DeviceIo<'_> {
             Ok(_) => Ok(()),
             Err(failure) => {
                 let (done, rest) = (failure.done, len - failure.done);
+                let code = failure
+                    .source
+                    .get_ref()
+                    .and_then(|e| e.downcast_ref::<cuda::CudaError>())
+                    .and_then(cuda::CudaError::cufile_code);
+                if let Some(recurs) = code.and_then(recurring_scope) {
+                    let scope = match recurs {
+                        Recurs::ForTheFile => Scope::File,
+                        Recurs::ForTheBufferKind => {
+                            Scope::Buffer(cuda::buffer_kind(base).map_err(device_error)?)
+                        }
+                    };
+                    if gds.refuse(scope, failure.source.to_string()) {
+                        let which = match scope {
+                            Scope::File => "device buffers".to_string(),
+                            Scope::Buffer(kind) => format!("buffers in {kind}"),
+                        };
+                        tracing::warn!(
+                            "{} at offset {} of {:?}: an error that recurs, so {which} of this \
+                             file go through the staged path from now on",
+                            failure.source,
+                            addr + done as u64,
+                            self.file_name
+                        );
+                    }
+                    return staged(dev + done as u64, rest, addr + done as u64);
+                }
                 tracing::warn!(
                     "{} at offset {} of {:?}; the remaining {rest} bytes go through the staged path",
                     failure.source,

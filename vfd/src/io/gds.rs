@@ -11,6 +11,7 @@
 //! caller's context as it was. cuFile writes `cufile.log` into the working directory unless told
 //! otherwise; `keep_log_out_of_working_directory` tells it otherwise where the user has not.
 
+use super::target::Storage;
 use super::{Direction, PartialTransfer};
 use crate::cuda::{self, CUdeviceptr, CudaError};
 use cufile_sys::{
@@ -27,8 +28,12 @@ pub struct CuFileDriver {
     lib: CuFileLib,
     /// `cuFileGetVersion`, e.g. 1200 for 1.20.
     pub version: i32,
-    /// nvidia-fs kernel module version; 0.0 means no GDS kernel path.
+    /// nvidia-fs kernel module version; 0.0 means no nvidia-fs.
     pub nvfs: (u32, u32),
+    /// cuFile moves data GPU-direct through the kernel's PCI P2PDMA, without nvidia-fs.
+    pub p2pdma: bool,
+    /// `CUfileDriverStatusFlags` bits: the storage cuFile reports it supports.
+    dstatusflags: u32,
 }
 
 // SAFETY: cuFile's API is thread-safe; the struct holds the loaded library and plain numbers.
@@ -37,19 +42,36 @@ unsafe impl Sync for CuFileDriver {}
 unsafe impl Send for CuFileDriver {}
 
 impl CuFileDriver {
-    /// Whether reads and writes really go GPU-direct (the GDS kernel path is present).
+    /// Whether reads and writes can go GPU-direct: a GDS kernel path is present, nvidia-fs or
+    /// PCI P2PDMA (which "works without nvidia-fs": `cuFileDriverGetProperties` then reports
+    /// nvidia-fs 0.0 but the feature flag `CU_FILE_P2P_SUPPORTED`, and cufile.json's
+    /// `use_pci_p2pdma` is on).
     pub fn gds_available(&self) -> bool {
-        self.nvfs != (0, 0)
+        self.nvfs != (0, 0) || self.p2pdma
     }
 
     pub fn describe(&self) -> String {
-        format!(
-            "cuFile {}.{} (nvidia-fs {}.{})",
+        let version = format!(
+            "cuFile {}.{}",
             self.version / 1000,
-            (self.version % 1000) / 10,
-            self.nvfs.0,
-            self.nvfs.1
-        )
+            (self.version % 1000) / 10
+        );
+        if self.nvfs == (0, 0) && self.p2pdma {
+            return format!("{version} (PCI P2PDMA, no nvidia-fs)");
+        }
+        format!("{version} (nvidia-fs {}.{})", self.nvfs.0, self.nvfs.1)
+    }
+
+    /// Why cuFile would do `storage`'s I/O in its compatibility mode although a GDS kernel path
+    /// is present, where cuFile says so: a shared file system it does not list as supported.
+    /// Local file systems are decided by cuFile from the block device (`target`).
+    pub(crate) fn refuses(&self, storage: &Storage) -> Option<String> {
+        match storage {
+            Storage::Shared { name, flag } if self.dstatusflags & (1 << flag.0) == 0 => Some(
+                format!("cuFile does not list {name} among the file systems it supports for GDS"),
+            ),
+            _ => None,
+        }
     }
 }
 
@@ -85,11 +107,27 @@ fn open_driver() -> Result<CuFileDriver, String> {
         // SAFETY: a valid out-pointer.
         unsafe { get_version(&mut version) };
     }
+    let p2p_feature = props.fflags & (1 << cufile_sys::CUfileFeatureFlags::CU_FILE_P2P_SUPPORTED.0);
+    let p2pdma = p2p_feature != 0 && use_pci_p2pdma(&lib);
     Ok(CuFileDriver {
         version,
         nvfs: (props.nvfs.major_version, props.nvfs.minor_version),
+        p2pdma,
+        dstatusflags: props.nvfs.dstatusflags,
         lib,
     })
+}
+
+/// cufile.json's `use_pci_p2pdma` (`CUFILE_PARAM_USE_PCIP2PDMA`); false where cuFile cannot say.
+fn use_pci_p2pdma(lib: &CuFileLib) -> bool {
+    let Ok(get) = lib.cuFileGetParameterBool.as_ref() else {
+        return false;
+    };
+    let mut value = false;
+    let param = cufile_sys::CUFileBoolConfigParameter_t::CUFILE_PARAM_USE_PCIP2PDMA;
+    // SAFETY: a valid out-pointer for a C bool.
+    let status = unsafe { get(param, &mut value) };
+    cufile_sys::succeeded(&status) && value
 }
 
 /// Points cuFile's log at a directory of the driver's own, unless the user (or the system's
@@ -171,6 +209,32 @@ pub(crate) struct GdsHandle {
     driver: &'static CuFileDriver,
     handle: CUfileHandle_t,
     _direct: File,
+    storage: Option<Storage>,
+}
+
+/// A file opened with `O_DIRECT` for cuFile, and the storage it lives on.
+pub(crate) struct DirectFile {
+    file: File,
+    pub(crate) storage: Option<Storage>,
+}
+
+impl DirectFile {
+    /// Opens `path` again with `O_DIRECT` (read-write when `rdwr`).
+    pub(crate) fn open(path: &CStr, rdwr: bool) -> Result<DirectFile, String> {
+        let mode = if rdwr { libc::O_RDWR } else { libc::O_RDONLY };
+        // SAFETY: a valid C string; the descriptor is owned by the File below.
+        let fd = unsafe { libc::open(path.as_ptr(), mode | libc::O_DIRECT | libc::O_CLOEXEC) };
+        if fd < 0 {
+            let err = io::Error::last_os_error();
+            return Err(format!(
+                "the file system refuses O_DIRECT, which cuFile needs ({err})"
+            ));
+        }
+        // SAFETY: fd was just opened and is owned by nothing else.
+        let file = unsafe { File::from_raw_fd(fd) };
+        let storage = super::target::storage_of(file.as_raw_fd());
+        Ok(DirectFile { file, storage })
+    }
 }
 
 // SAFETY: a cuFile handle may be used from any thread; the descriptor is owned here.
@@ -185,23 +249,15 @@ impl std::fmt::Debug for GdsHandle {
 }
 
 impl GdsHandle {
-    /// Opens `path` again with `O_DIRECT` (read-write when `rdwr`) and registers it with cuFile.
+    /// Registers a file opened with `O_DIRECT` with cuFile.
     pub(crate) fn register(
         driver: &'static CuFileDriver,
-        path: &CStr,
-        rdwr: bool,
+        direct: DirectFile,
     ) -> Result<GdsHandle, String> {
-        let mode = if rdwr { libc::O_RDWR } else { libc::O_RDONLY };
-        // SAFETY: a valid C string; the descriptor is owned by the File below.
-        let fd = unsafe { libc::open(path.as_ptr(), mode | libc::O_DIRECT | libc::O_CLOEXEC) };
-        if fd < 0 {
-            let err = io::Error::last_os_error();
-            return Err(format!(
-                "the file system refuses O_DIRECT, which cuFile needs ({err})"
-            ));
-        }
-        // SAFETY: fd was just opened and is owned by nothing else.
-        let direct = unsafe { File::from_raw_fd(fd) };
+        let DirectFile {
+            file: direct,
+            storage,
+        } = direct;
         // SAFETY: the descriptor struct is plain data; zeroed is a valid starting state.
         let mut descr: CUfileDescr_t = unsafe { std::mem::zeroed() };
         descr.type_ = CUfileFileHandleType::CU_FILE_HANDLE_TYPE_OPAQUE_FD;
@@ -219,11 +275,17 @@ impl GdsHandle {
             driver,
             handle,
             _direct: direct,
+            storage,
         })
     }
 
     pub(crate) fn driver(&self) -> &'static CuFileDriver {
         self.driver
+    }
+
+    /// The storage the file lives on, where the kernel said.
+    pub(crate) fn storage(&self) -> Option<&Storage> {
+        self.storage.as_ref()
     }
 
     /// Moves `len` bytes between device memory `base + buf_off` and file offset `offset`,
@@ -277,6 +339,10 @@ impl GdsHandle {
 
 impl Drop for GdsHandle {
     fn drop(&mut self) {
+        // In a forked child the handle is the parent's: cuFile's state is undefined here.
+        if cuda::forked_from().is_some() {
+            return;
+        }
         if let Ok(deregister) = self.driver.lib.cuFileHandleDeregister.as_ref() {
             let _context = cuda::enter_context();
             // SAFETY: the handle was registered in `register` and is deregistered once.

@@ -9,6 +9,7 @@ pub(crate) mod posix;
 pub(crate) mod readahead;
 pub(crate) mod selection;
 pub(crate) mod staged;
+pub(crate) mod target;
 pub(crate) mod vector;
 
 pub(crate) use crate::transfer::{BufPtr, Direction, PartialTransfer};

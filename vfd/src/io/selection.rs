@@ -636,7 +636,7 @@ unsafe fn transfer(
             return Ok(());
         }
         let host =
-            memory::classify(BufPtr::new(entry.buf as *mut u8), mem_type) == PointerKind::Host;
+            memory::classify(BufPtr::new(entry.buf as *mut u8), mem_type)? == PointerKind::Host;
         if host {
             if let (Shape::Strided(pat), Some((mem, mem_bytes))) =
                 (&file_shape, contiguous_mem(&mem_shape, entry.buf))
