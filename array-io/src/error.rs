@@ -143,8 +143,9 @@ pub enum Error {
         failures: Vec<(usize, String)>,
     },
 
-    /// The ranks' tiles do not form one array (feature `mpi`); the reason names the ranks.
-    #[error("the tiles do not form one array: {reason}")]
+    /// The ranks' tiles do not form one array, or a tile lies outside the dataset (feature
+    /// `mpi`); the reason names the ranks.
+    #[error("invalid decomposition: {reason}")]
     Decomposition { reason: String },
 
     /// A CUDA call failed (or CUDA is not usable in this process).

@@ -411,9 +411,16 @@ impl DriverFile {
     /// Opens the existing file at `path` read-write with the driver `fapl` selects.
     pub fn open_rdwr(path: &Path, fapl: &FileAccess) -> Result<DriverFile> {
         let name = c_path(path)?;
-        // SAFETY: a valid C string and list; maxaddr 0 takes the driver's own maximum.
+        // The largest address of a signed 64-bit file offset, as sec2's and gds's maxaddr.
+        const MAXADDR: u64 = (1 << 63) - 1;
+        // SAFETY: a valid C string and list.
         let file = locked(|| unsafe {
-            hdf5_sys::h5fd::H5FDopen(name.as_ptr(), hdf5_sys::h5f::H5F_ACC_RDWR, fapl.id(), 0)
+            hdf5_sys::h5fd::H5FDopen(
+                name.as_ptr(),
+                hdf5_sys::h5f::H5F_ACC_RDWR,
+                fapl.id(),
+                MAXADDR,
+            )
         });
         if file.is_null() {
             // HDF5 left its error stack; h5check turns it into an error.
