@@ -28,7 +28,8 @@ cargo test -p h5gds-tests --features mpi --test mpi
 
 # The Python package as a user gets it: the wheel (maturin, pyproject.toml) installed into fresh
 # environments with h5py and numpy from PyPI, so a file missing from the wheel fails here; once
-# with .venv's h5py (HDF5 2.x), once with .venv-114's (HDF5 1.14).
+# with .venv's h5py (HDF5 2.x), once with .venv-114's (HDF5 1.14). netCDF4 brings another private
+# HDF5 (1.14.2) into the same process, for the tests of h5gds next to another HDF5 wheel.
 rm -rf target/wheels .venv-wheel .venv-wheel-114
 .venv/bin/maturin build --release --quiet -o target/wheels
 for env in .venv .venv-114; do
@@ -36,7 +37,8 @@ for env in .venv .venv-114; do
   "${PYTHON:-python3}" -m venv "$wheel_env"
   pins=$("$env/bin/python" -c 'import h5py, numpy; print(f"h5py=={h5py.__version__} numpy=={numpy.__version__}")')
   # shellcheck disable=SC2086 # two requirements
-  "$wheel_env/bin/python" -m pip install --quiet --disable-pip-version-check $pins pytest target/wheels/h5gds-*.whl
+  "$wheel_env/bin/python" -m pip install --quiet --disable-pip-version-check $pins pytest netCDF4==1.7.2 \
+    target/wheels/h5gds-*.whl
   # From tests/python/package, so `import h5gds` can only find the installed package.
   (cd tests/python/package && "../../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider .)
 done

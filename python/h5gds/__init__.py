@@ -11,13 +11,19 @@ works. The keywords are the driver's settings (see ``SETTING_KEYS``); the enviro
 ``read(dset, out=None, sel=None)`` and ``write(dset, array, sel=None)`` move a dataset's bytes
 into or out of a NumPy array with HDF5's own H5Dread/H5Dwrite (the GIL released meanwhile),
 ``info()`` reports what ``h5gds info --json`` prints.
+
+``from_file(path, dataset, like=None)``, ``to_file(array, path, dataset)`` and
+``from_file_batched(path, dataset, chunk_size, like=None)`` read and write whole arrays (or chunks)
+with the semantics of array-io's functions of the same names and of Legate's ``legate.io.hdf5``.
 """
 
 import h5py  # h5gds joins the HDF5 library h5py loads, so h5py must be loaded first
 
 from . import _native
 from ._driver import HDF5_LIBRARY, SETTING_KEYS
+from ._files import from_file, from_file_batched, to_file
 from ._info import info
 from ._io import read, write
 
-__all__ = ["HDF5_LIBRARY", "SETTING_KEYS", "info", "read", "write"]
+__all__ = ["HDF5_LIBRARY", "SETTING_KEYS", "from_file", "from_file_batched", "info", "read", "to_file",
+           "write"]
