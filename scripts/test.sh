@@ -39,6 +39,10 @@ for env in .venv .venv-114; do
   # shellcheck disable=SC2086 # two requirements
   "$wheel_env/bin/python" -m pip install --quiet --disable-pip-version-check $pins pytest netCDF4==1.7.2 \
     target/wheels/h5gds-*.whl
+  # mpi4py for the collective calls' tests (tests/python/package/test_mpi.py), built against Open
+  # MPI as in .venv (pip reuses the wheel it built there).
+  MPICC=mpicc "$wheel_env/bin/python" -m pip install --quiet --disable-pip-version-check \
+    --no-binary=mpi4py "mpi4py>=4,<5"
   # From tests/python/package, so `import h5gds` can only find the installed package.
   (cd tests/python/package && "../../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider .)
 done
