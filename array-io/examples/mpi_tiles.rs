@@ -15,13 +15,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let universe = collective::mpi::initialize().ok_or("MPI was already initialised")?;
     let world = universe.world();
     let (rank, size) = (world.rank() as usize, world.size() as usize);
-    let path = std::env::args().nth(1).unwrap_or_else(|| "out/tiles.h5".into());
+    let path = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "out/tiles.h5".into());
     let device = std::env::args().any(|a| a == "--device");
 
     // 1000 rows over p ranks: rank r holds rows [r*1000/p, (r+1)*1000/p), 256 columns.
     let (n, cols) = (1000, 256);
     let (first, end) = (rank * n / size, (rank + 1) * n / size);
-    let tile = Array2::from_shape_fn((end - first, cols), |(i, j)| ((first + i) * cols + j) as f32);
+    let tile = Array2::from_shape_fn((end - first, cols), |(i, j)| {
+        ((first + i) * cols + j) as f32
+    });
 
     if device {
         let ctx = collective::local_device(&world)?;
@@ -39,7 +43,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let whole = array_io::from_file::<f32>(&path, "/x")?; // one ordinary HDF5 file
         assert_eq!(whole.shape(), [n, cols]);
         assert_eq!(whole[[n - 1, cols - 1]], (n * cols - 1) as f32);
-        println!("MPI TILES OK ({size} ranks, {})", if device { "device" } else { "host" });
+        println!(
+            "MPI TILES OK ({size} ranks, {})",
+            if device { "device" } else { "host" }
+        );
     }
     Ok(())
 }
