@@ -8,7 +8,7 @@
 //!                                            "bytes=<hex>": the elements in native byte order
 //! ```
 //!
-//! TYPE: i8 i16 i32 i64 u8 u16 u32 u64 f32 f64 bool. SHAPE: `3,4`, `0,5`, or `scalar`.
+//! TYPE: i8 i16 i32 i64 u8 u16 u32 u64 f16 f32 f64 bool. SHAPE: `3,4`, `0,5`, or `scalar`.
 
 use array_io::{from_file, to_file, Element};
 use ndarray::{ArrayD, IxDyn};
@@ -40,6 +40,12 @@ impl Value for f32 {
 impl Value for f64 {
     fn value(k: i64) -> f64 {
         k as f64 * 0.25 - 100.0
+    }
+}
+
+impl Value for half::f16 {
+    fn value(k: i64) -> half::f16 {
+        half::f16::from_f64(k as f64 * 0.25 - 100.0)
     }
 }
 
@@ -98,6 +104,7 @@ macro_rules! by_type {
             "u16" => $f::<u16>($($arg),*),
             "u32" => $f::<u32>($($arg),*),
             "u64" => $f::<u64>($($arg),*),
+            "f16" => $f::<half::f16>($($arg),*),
             "f32" => $f::<f32>($($arg),*),
             "f64" => $f::<f64>($($arg),*),
             "bool" => $f::<bool>($($arg),*),

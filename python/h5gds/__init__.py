@@ -12,11 +12,12 @@ works. The keywords are the driver's settings (see ``SETTING_KEYS``); the enviro
 into or out of a NumPy array with HDF5's own H5Dread/H5Dwrite (the GIL released meanwhile),
 ``info()`` reports what ``h5gds info --json`` prints.
 
-``from_file(path, dataset, like=None)``, ``to_file(array, path, dataset)`` and
-``from_file_batched(path, dataset, chunk_size, like=None)`` read and write whole arrays (or chunks)
-with the semantics of array-io's functions of the same names and of Legate's ``legate.io.hdf5``;
-with ``comm=`` (an mpi4py communicator) they are collective, each rank writing or reading its own
-tile of one file (``CollectiveError`` when ranks fail with different exception classes).
+``from_file(path, dataset, like="numpy")``, ``to_file(array, path, dataset)`` and
+``from_file_batched(path, dataset, chunk_size, like="numpy")`` read and write whole arrays (or
+chunks) with the semantics of array-io's functions of the same names and of Legate's
+``legate.io.hdf5``; with ``comm=`` (an mpi4py communicator) they are collective, each rank writing
+or reading its own tile of one file (``CollectiveError`` when ranks fail with different exception
+classes).
 """
 
 import h5py  # h5gds joins the HDF5 library h5py loads, so h5py must be loaded first

@@ -294,11 +294,8 @@ def to_file(array, path, dataset, comm, decomposition, files):
         tmp = os.path.join(directory, f".{base}.h5gds-{os.getpid()}.partial")
         try:
             with h5py.File(tmp, "w", driver="gds" if use_gds else None) as f:
-                dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-                dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
-                dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
-                dset = f.create_dataset(name, shape=shape, dtype=dtype, dcpl=dcpl)
-                offset = dset.id.get_offset()
+                # Contiguous, allocated now (so it has an offset), never filled.
+                offset = files._new_dataset(f, name, shape, dtype).id.get_offset()
             if offset is None and math.prod(shape):
                 raise OSError(f"{target!r}: HDF5 gave the early-allocated dataset no offset")
         except BaseException:
@@ -344,7 +341,7 @@ def from_file(path, dataset, like, comm, decomposition, files):
 
     def read():
         result = files.result_type(like)
-        with files._dataset(path, dataset) as dset:
+        with files._dataset(path, dataset, result.chunk_cache) as dset:
             return result.read(dset, tile_of(dset.shape, rank, ranks, decomposition))
 
     tile, error = _attempt(read)

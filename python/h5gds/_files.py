@@ -7,7 +7,7 @@ those can put them.
 Decisions (README, Python section):
 
 * ``dataset`` may omit the leading ``/`` (``"data"`` is ``"/data"``); a trailing ``/``, ``//``,
-  ``.`` or ``..`` components raise ValueError naming the name (array-io's rule).
+  ``.`` or ``..`` path components raise ValueError naming the name (array-io's rule).
 * Result types (``like``): NumPy keeps the file's dtype, big-endian included, as h5py does. CuPy
   and PyTorch have no big-endian types: a big-endian dataset is read on the host and converted
   to the native byte order explicitly before it goes to the device. Variable-length data (strings)
@@ -30,7 +30,7 @@ from contextlib import contextmanager
 
 import h5py
 import numpy as np
-from h5py import h5t
+from h5py import h5d, h5p, h5s, h5t
 
 from . import _collective, _io
 from ._selection import hyperslab
@@ -108,14 +108,17 @@ def _datasets_in(group, limit):
 
 
 @contextmanager
-def _dataset(path, dataset):
-    """Opens dataset ``dataset`` of the file at ``path`` for reading; the file closes on exit."""
+def _dataset(path, dataset, chunk_cache=True):
+    """Opens dataset ``dataset`` of the file at ``path`` for reading; the file closes on exit.
+    Without ``chunk_cache`` HDF5 reads unfiltered chunks straight into the caller's buffer (a
+    cached chunk is copied by HDF5 itself, so a device buffer would be staged), as array-io opens
+    files for device reads."""
     name = dataset_name(dataset)
     path = _file_path(path)
     if not os.path.exists(path):
         raise FileNotFoundError(errno.ENOENT, "no such HDF5 file", path)
     try:
-        file = h5py.File(path, "r", driver=_driver())
+        file = h5py.File(path, "r", driver=_driver(), **({} if chunk_cache else {"rdcc_nbytes": 0}))
     except OSError as err:
         # The same class (PermissionError, ...), the path and h5py's reason.
         raise type(err)(f"{path!r} could not be opened as an HDF5 file: {err}") from err
@@ -154,6 +157,7 @@ class _NumPy:
     """Results as NumPy arrays of the file's dtype."""
 
     label = "NumPy"
+    chunk_cache = True
 
     def read(self, dset, sel):
         if dset.dtype.hasobject:
@@ -165,6 +169,8 @@ class _NumPy:
 
 class _Device:
     """Results as arrays of a GPU library (CuPy, PyTorch) on one device."""
+
+    chunk_cache = False
 
     def __init__(self, library, module, device):
         self.library, self.module, self.device = library, module, device
@@ -232,9 +238,10 @@ _NAMES = {"numpy": "numpy", "np": "numpy", "cupy": "cupy", "torch": "torch", "py
 
 
 def result_type(like):
-    """What ``like`` selects: None, 'numpy' or the numpy module or a NumPy array: NumPy; 'cupy' or
-    the cupy module: CuPy on the current device, a CuPy array: CuPy on its device; 'torch' or the
-    torch module: PyTorch on the current CUDA device, a tensor: PyTorch on its device."""
+    """What ``like`` selects: 'numpy' (the default), None, the numpy module or a NumPy array:
+    NumPy; 'cupy' or the cupy module: CuPy on the current device, a CuPy array: CuPy on its device;
+    'torch' or the torch module: PyTorch on the current CUDA device, a tensor: PyTorch on its
+    device."""
     if like is None:
         return _NumPy()
     if isinstance(like, str):
@@ -272,12 +279,17 @@ def result_type(like):
 _DLPACK_HOST = (1, 3)
 
 
-def _c_strides(shape, itemsize):
-    strides, step = [], itemsize
-    for n in reversed(shape):
-        strides.append(step)
+def _c_contiguous(shape, strides, itemsize):
+    """Whether byte ``strides`` lay ``shape`` out in C order (axes of length 1 may have any
+    stride; an empty array is contiguous)."""
+    if strides is None or 0 in shape:
+        return True
+    step = itemsize
+    for n, stride in zip(reversed(shape), reversed(strides)):
+        if n != 1 and stride != step:
+            return False
         step *= n
-    return tuple(reversed(strides))
+    return True
 
 
 def _contiguous_copy(array):
@@ -308,9 +320,7 @@ def _logical(array):
     interface = getattr(array, "__cuda_array_interface__", None)
     if interface is not None:
         shape, dtype = tuple(interface["shape"]), np.dtype(interface["typestr"])
-        strides = interface.get("strides")
-        if strides is not None and tuple(strides) != _c_strides(shape, dtype.itemsize) \
-                and np.prod(shape) > 1:
+        if not _c_contiguous(shape, interface.get("strides"), dtype.itemsize):
             array = _contiguous_copy(array)
         return array, shape, dtype
     if hasattr(array, "__dlpack__") and hasattr(array, "__dlpack_device__"):
@@ -343,11 +353,11 @@ def _check_storable(dtype):
 # --- the functions -----------------------------------------------------------------------------------------
 
 
-def from_file(path, dataset, like=None, comm=None, decomposition=None):
+def from_file(path, dataset, like="numpy", comm=None, decomposition=None):
     """Reads dataset ``dataset`` (``"data"``, ``"/group/data"``) of the HDF5 file at ``path`` whole.
 
-    ``like`` chooses the result: NumPy (None, the default), CuPy or PyTorch on the GPU ('cupy',
-    'torch', the module, or an array whose library and device to follow). Raises
+    ``like`` chooses the result: NumPy ('numpy', the default, or None), CuPy or PyTorch on the GPU
+    ('cupy', 'torch', the module, or an array whose library and device to follow). Raises
     FileNotFoundError for a missing file, ValueError for a directory as ``path``, a missing
     dataset (listing those that exist), a group as ``dataset`` or a bad name,
     ModuleNotFoundError naming what to install when ``like``'s library is missing.
@@ -361,7 +371,7 @@ def from_file(path, dataset, like=None, comm=None, decomposition=None):
     if decomposition is not None:
         raise ValueError("decomposition= needs comm= (an mpi4py communicator)")
     result = result_type(like)
-    with _dataset(path, dataset) as dset:
+    with _dataset(path, dataset, result.chunk_cache) as dset:
         return result.read(dset, ())
 
 
@@ -391,12 +401,31 @@ def to_file(array, path, dataset, comm=None, decomposition=None):
     _check_storable(dtype)
 
     def fill(file):
-        # Contiguous and never filled: every element is written next.
-        dset = file.create_dataset(name, shape=shape, dtype=dtype, fill_time="never")
+        dset = _new_dataset(file, name, shape, dtype)
         if int(np.prod(shape)):
             _io.write(dset, source)
 
     _replace(path, driver, fill)
+
+
+def _new_dataset(file, name, shape, dtype):
+    """Dataset ``name`` (missing groups created) of ``shape`` and ``dtype``: contiguous, its storage
+    allocated at creation and never filled (every element is written next). Allocated storage is
+    what lets a device array's bytes go straight through the ``gds`` driver (unwritten storage is
+    staged); h5py's ``create_dataset`` would allocate late, and ignores the creation list of 0-d
+    datasets."""
+    dcpl = h5p.create(h5p.DATASET_CREATE)
+    dcpl.set_layout(h5d.CONTIGUOUS)
+    dcpl.set_alloc_time(h5d.ALLOC_TIME_EARLY)
+    dcpl.set_fill_time(h5d.FILL_TIME_NEVER)
+    dcpl.set_obj_track_times(False)  # as h5py: the same array gives the same bytes
+    lcpl = h5p.create(h5p.LINK_CREATE)
+    lcpl.set_create_intermediate_group(True)
+    lcpl.set_char_encoding(h5t.CSET_UTF8)
+    space = h5s.create_simple(tuple(shape))
+    dsid = h5d.create(file.id, name.encode(), h5t.py_create(dtype, logical=True), space, dcpl=dcpl,
+                      lcpl=lcpl)
+    return h5py.Dataset(dsid)
 
 
 def _replace(path, driver, fill):
@@ -427,9 +456,9 @@ class Batches:
     The file stays open until the last chunk is read or ``close()`` is called (also a context
     manager)."""
 
-    def __init__(self, path, dataset, chunk_size, like=None):
+    def __init__(self, path, dataset, chunk_size, like="numpy"):
         self._result = result_type(like)
-        self._opened = _dataset(path, dataset)
+        self._opened = _dataset(path, dataset, self._result.chunk_cache)
         dset = self._opened.__enter__()
         try:
             self._chunk = _chunk_shape(chunk_size, dset.shape, dset.name)
@@ -502,7 +531,7 @@ def _chunk_shape(chunk_size, shape, name):
     return tuple(chunk)
 
 
-def from_file_batched(path, dataset, chunk_size, like=None, comm=None):
+def from_file_batched(path, dataset, chunk_size, like="numpy", comm=None):
     """Reads dataset ``dataset`` of the file at ``path`` in chunks of ``chunk_size`` (one positive
     int per dimension): an iterator (``Batches``) of ``(chunk, offsets)`` in row-major order, the
     chunks at the far edges clipped (a length of 5 in chunks of 2 gives 2, 2, 1), each read

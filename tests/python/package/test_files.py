@@ -3,7 +3,8 @@ Legate's functions of the same names (destructive writes, parent directories and
 clipped row-major chunks with int offsets, ValueError for a directory, a group or a bad chunk_size),
 the cases Legate gets wrong (0-d and empty arrays, views, nested groups, trailing slashes, strings,
 big-endian data, rewrites, self-contained files), files both ways with h5py and with array-io's
-Rust functions, `like=`, and a process that also loads netCDF4's own HDF5."""
+Rust functions, `like=`, device arrays on the CUDA/cuFile emulator (once h5gds.read/write take them),
+and a process that also loads netCDF4's own HDF5."""
 
 import os
 import subprocess
@@ -112,6 +113,34 @@ def test_scalars_and_numpy_scalars(tmp_path):
     assert isinstance(got, np.ndarray) and got.shape == () and got.dtype == np.float32 and got[()] == 2.5
     with h5py.File(path, "r") as f:
         assert f["s"].shape == () and f["s"][()] == np.float32(2.5)
+        assert f["s"].id.get_space().get_simple_extent_type() == h5py.h5s.SCALAR
+
+
+@pytest.mark.parametrize("shape", [(), (3, 4), (0, 2)], ids=str)
+def test_datasets_are_allocated_at_creation_and_never_filled(tmp_path, monkeypatch, shape):
+    # Allocated storage is what lets a device array's write go straight through gds; no fill
+    # value is ever written (every element is written next).
+    seen = {}
+
+    def record_write(dset, array, sel=None):
+        plist = dset.id.get_create_plist()
+        seen.update(offset=dset.id.get_offset(), alloc=plist.get_alloc_time(), fill=plist.get_fill_time(),
+                    layout=plist.get_layout(), size=dset.id.get_storage_size())
+        return write(dset, array, sel)
+
+    write = h5gds._files._io.write
+    monkeypatch.setattr(h5gds._files._io, "write", record_write)
+    h5gds.to_file(values(shape, "<i8"), tmp_path / "a.h5", "/g/x")
+    if 0 in shape:
+        assert seen == {}  # nothing to write
+        with h5py.File(tmp_path / "a.h5", "r") as f:
+            plist = f["g/x"].id.get_create_plist()
+            assert plist.get_alloc_time() == h5py.h5d.ALLOC_TIME_EARLY and f["g/x"].shape == shape
+    else:
+        assert seen["offset"] is not None and seen["size"] == 8 * int(np.prod(shape)), seen
+        assert (seen["alloc"], seen["fill"], seen["layout"]) == \
+            (h5py.h5d.ALLOC_TIME_EARLY, h5py.h5d.FILL_TIME_NEVER, h5py.h5d.CONTIGUOUS)
+    assert_same(h5gds.from_file(tmp_path / "a.h5", "g/x"), values(shape, "<i8"))
 
 
 def test_empty_arrays_keep_their_shape(tmp_path):
@@ -162,6 +191,8 @@ def test_the_file_is_one_self_contained_ordinary_hdf5_file(tmp_path):
         dset = f["g/data"]
         assert dset.chunks is None and dset.external is None and not dset.is_virtual
         assert dset.compression is None
+        assert dset.id.get_create_plist().get_layout() == h5py.h5d.CONTIGUOUS
+        assert dset.id.get_offset() is not None  # allocated, so device reads can go straight
     assert_same(h5gds.from_file(moved, "g/data"), values((100, 10), "<f4"))
 
 
@@ -222,6 +253,49 @@ def test_to_file_through_a_symlink_replaces_its_target_and_keeps_permissions(tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.h5", "real.h5"]
 
 
+def test_host_dlpack_arrays_are_written_as_their_logical_array(tmp_path):
+    transposed = HostTensor(np.arange(12, dtype="<i4").reshape(3, 4).T, "cpu")
+    h5gds.to_file(transposed, tmp_path / "d.h5", "x")
+    assert_same(h5gds.from_file(tmp_path / "d.h5", "x"), np.arange(12, dtype="<i4").reshape(3, 4).T.copy())
+
+
+class DeviceView:
+    """A stand-in device array: only its __cuda_array_interface__ (never dereferenced here)."""
+
+    def __init__(self, shape, strides, typestr="<f4"):
+        self.__cuda_array_interface__ = {"shape": shape, "strides": strides, "typestr": typestr,
+                                         "data": (0x7000_0000, False), "version": 3}
+
+
+class TorchLikeView(DeviceView):
+    """... with PyTorch's contiguous(), recording the copies it makes."""
+
+    def __init__(self, shape, strides):
+        super().__init__(shape, strides)
+        self.copies = []
+
+    def contiguous(self):
+        self.copies.append(DeviceView(self.__cuda_array_interface__["shape"], None))
+        return self.copies[-1]
+
+
+@pytest.mark.parametrize("shape, strides, copied", [
+    ((4, 3), None, False), ((4, 3), (12, 4), False), ((4, 3), (4, 16), True), ((4, 3), (0, 4), True),
+    ((1, 5), (999, 4), False), ((5, 1), (4, 999), False), ((0, 3), (4, 4), False), ((3,), (8,), True),
+])
+def test_device_views_are_made_contiguous_by_their_library_before_writing(shape, strides, copied):
+    view = TorchLikeView(shape, strides)
+    source, got_shape, dtype = h5gds._files._logical(view)
+    assert got_shape == shape and dtype == np.dtype("<f4")
+    assert view.copies == ([source] if copied else []) and (source is view) == (not copied)
+
+
+def test_a_device_view_without_a_way_to_copy_it_is_refused():
+    with pytest.raises(ValueError, match=r"\(test_files.DeviceView\) is not C-contiguous, and its library offers "
+                                         r"no ascontiguousarray or contiguous\(\) to copy it"):
+        h5gds._files._logical(DeviceView((4, 3), (4, 16)))
+
+
 # --- names -------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, reason", [
@@ -255,6 +329,10 @@ def test_names_without_leading_slash_are_the_same_dataset(tmp_path):
         assert_same(h5gds.from_file(path, name), values((3, 2), "<i4"))
     with h5py.File(path, "r") as f:
         assert f["/g/data"].name == "/g/data"
+    h5gds.to_file(np.arange(3), path, "gr\u00fc\u00dfe/\u6570\u636e")  # UTF-8 names, as h5py writes them
+    with h5py.File(path, "r") as f:
+        assert list(f) == ["gr\u00fc\u00dfe"] and list(f["gr\u00fc\u00dfe"]) == ["\u6570\u636e"]
+    assert_same(h5gds.from_file(path, "/gr\u00fc\u00dfe/\u6570\u636e"), np.arange(3))
 
 
 # --- from_file errors --------------------------------------------------------------------------------------
@@ -512,6 +590,18 @@ def test_like_torch_allocates_on_the_device_and_converts_big_endian(tmp_path, mo
         assert got.array.tobytes() == values((4, 5), "<f4").tobytes()
         assert torch.calls[-1] == ("empty", (4, 5), "float32", device)
     like = HostTensor(np.empty(0), "cuda:1")
+    # Device results are read with the chunk cache off (HDF5 copies cached chunks itself), NumPy ones with it.
+    caches = []
+    read = h5gds._files._io.read
+    monkeypatch.setattr(h5gds._files._io, "read", lambda dset, out=None, sel=None: (
+        caches.append(dset.id.get_access_plist().get_chunk_cache()[1]), read(dset, out=out, sel=sel))[1])
+    chunked = tmp_path / "chunked.h5"
+    with h5py.File(chunked, "w") as f:
+        f.create_dataset("c", data=values((8, 8), "<f4"), chunks=(4, 4))
+    h5gds.from_file(chunked, "c", like=like)
+    h5gds.from_file(chunked, "c")
+    next(h5gds.from_file_batched(chunked, "c", (2, 2), like=like))
+    assert caches[0] == 0 and caches[1] > 0 and caches[2] == 0, caches
     # Big-endian data: converted to the native order explicitly, values kept.
     h5gds.to_file(values((6,), ">i8"), path, "be")
     got = h5gds.from_file(path, "be", like=like)
@@ -585,7 +675,7 @@ def array_file():
 
 
 ARRAY_IO_TYPES = {"i8": "<i1", "i16": "<i2", "i32": "<i4", "i64": "<i8", "u8": "u1", "u16": "<u2", "u32": "<u4",
-                  "u64": "<u8", "f32": "<f4", "f64": "<f8", "bool": "bool"}
+                  "u64": "<u8", "f16": "<f2", "f32": "<f4", "f64": "<f8", "bool": "bool"}
 
 
 @pytest.mark.parametrize("rust, dtype", ARRAY_IO_TYPES.items())
@@ -600,6 +690,91 @@ def test_files_go_both_ways_with_array_io(tmp_path, rust, dtype):
                              timeout=60)
         assert out.returncode == 0, out.stderr
         assert out.stdout.split() == [f"shape={text}", f"bytes={values(shape, dtype).tobytes().hex()}"]
+
+
+# --- device memory, on the emulator ------------------------------------------------------------------------
+
+DEVICE_CHILD = """
+import sys, types
+import numpy as np, h5gds
+from device_arrays import DeviceArray, cuda
+
+class Device:  # CuPy's current-device context manager, over the test arrays' ordinals
+    def __init__(self, index):
+        self.id = index
+    def __enter__(self):
+        cupy.current = self.id
+    def __exit__(self, *exc):
+        cupy.current = 0
+
+# A stand-in `cupy` whose arrays are the package tests' device arrays (over the emulator).
+cupy = types.ModuleType("cupy")
+cupy.current = 0
+cupy.cuda = types.SimpleNamespace(Device=Device, runtime=types.SimpleNamespace(getDevice=lambda: 0))
+cupy.empty = lambda shape, dtype: DeviceArray(shape, dtype, ordinal=cupy.current)
+cupy.asarray = lambda host: DeviceArray.from_host(np.ascontiguousarray(host), ordinal=cupy.current)
+sys.modules["cupy"] = cupy
+
+d = sys.argv[1]
+a = (np.arange(300 * 257, dtype="<f4") * 0.5).reshape(300, 257)
+before = cuda().counters()
+h5gds.to_file(DeviceArray.from_host(a), d + "/dev.h5", "/g/x")
+after = cuda().counters()
+print("to_file", after["cufile_writes"] - before["cufile_writes"], after["dtoh"] - before["dtoh"],
+      np.array_equal(h5gds.from_file(d + "/dev.h5", "g/x"), a))
+got = h5gds.from_file(d + "/dev.h5", "g/x", like="cupy")
+final = cuda().counters()
+print("from_file", type(got).__name__, final["cufile_reads"] - after["cufile_reads"], final["htod"] - after["htod"],
+      np.array_equal(got.to_host(), a))
+whole, n = np.zeros_like(a), 0
+for chunk, (i, j) in h5gds.from_file_batched(d + "/dev.h5", "g/x", (128, 100), like="cupy"):
+    whole[i:i + chunk.shape[0], j:j + chunk.shape[1]] = chunk.to_host()
+    n += 1
+print("batched", n, np.array_equal(whole, a))
+h5gds.to_file(np.arange(10, dtype=">i8"), d + "/be.h5", "be")
+be = h5gds.from_file(d + "/be.h5", "be", like="cupy").to_host()
+print("big-endian", be.dtype.str, be.tolist() == list(range(10)))
+h5gds.to_file(DeviceArray.from_host(np.array(2.5)), d + "/s.h5", "s")
+print("0-d", h5gds.from_file(d + "/s.h5", "s").tolist(), h5gds.from_file(d + "/s.h5", "s", like="cupy").to_host().tolist())
+h5gds.to_file(DeviceArray((3, 0), "f4"), d + "/e.h5", "e")
+print("empty", h5gds.from_file(d + "/e.h5", "e", like="cupy").shape)
+import h5py
+with h5py.File(d + "/chunked.h5", "w") as f:  # unfiltered chunks far smaller than h5py's chunk cache
+    f.create_dataset("c", data=a, chunks=(64, 64))
+before = cuda().counters()
+got = h5gds.from_file(d + "/chunked.h5", "c", like="cupy")
+after = cuda().counters()
+print("chunked", after["cufile_reads"] - before["cufile_reads"] > 0, after["htod"] - before["htod"],
+      np.array_equal(got.to_host(), a))
+"""
+
+
+def test_device_arrays_go_to_and_from_files_straight_through_gds_on_the_emulator(tmp_path):
+    # Needs h5gds.read/write on device arrays and their test arrays (tests/python/package/device_arrays.py).
+    if not (Path(__file__).parent / "device_arrays.py").is_file():
+        pytest.skip("device arrays in h5gds.read/write (and tests/python/package/device_arrays.py) are not in "
+                    "this tree")
+    from support import emulator_library
+    libs = tmp_path / "emulator"
+    libs.mkdir()
+    for name in ("libcuda.so.1", "libcufile.so.0"):
+        (libs / name).symlink_to(emulator_library())
+    proc = subprocess.run([sys.executable, "-c", DEVICE_CHILD, str(tmp_path)], cwd=Path(__file__).parent,
+                          env=clean_env({"LD_LIBRARY_PATH": str(libs), "H5GDS_EMU_DEVICES": "1", "H5GDS_LOG": "info",
+                                         "PYTHONPATH": str(Path(__file__).parent)}),
+                          capture_output=True, text=True, timeout=120)
+    assert_ran(proc, "the device child")
+    assert proc.stdout.splitlines() == [
+        "to_file 1 0 True",  # one cuFile write, no device-to-host copy: straight from device memory
+        "from_file DeviceArray 1 0 True",  # one cuFile read, no host-to-device copy
+        "batched 9 True",
+        "big-endian <i8 True",
+        "0-d 2.5 2.5",
+        "empty (3, 0)",
+        "chunked True 0 True",  # the chunk cache off, as array-io opens files for device reads
+    ], proc.stdout
+    assert 'h5gds.write "/g/x": 308400 bytes straight from device memory through the gds driver' in proc.stderr
+    assert 'h5gds.read "/g/x": 308400 bytes straight into device memory through the gds driver' in proc.stderr
 
 
 # --- another HDF5 in the process (netCDF4's wheel) ---------------------------------------------------------
@@ -618,8 +793,8 @@ def test_a_process_that_also_loads_netcdf4s_hdf5(tmp_path, order):
     nc, ours = tmp_path / "n.nc", tmp_path / "o.h5"
     code = NETCDF4_ORDERS[order] + (
         "import numpy as np, os\n"
-        "libs = [l.split()[-1] for l in open('/proc/self/maps') if 'libhdf5' in l and 'hl' not in l]\n"
-        "print(len({os.path.basename(l) for l in libs}))\n"
+        "libs = {os.path.basename(l.split()[-1]) for l in open('/proc/self/maps') if '/' in l}\n"
+        "print(len([l for l in libs if l.startswith('libhdf5-')]))\n"
         "print(h5gds.HDF5_LIBRARY)\n"
         f"with netCDF4.Dataset({str(nc)!r}, 'w') as d:\n"
         "    d.createDimension('n', 6)\n"
