@@ -46,9 +46,13 @@ fn collective_writes_and_reads_with_1_to_4_ranks_are_verified_by_h5py() {
                 stdout.contains(&format!("rank {rank}: ALL OK")),
                 "rank {rank} of {ranks} did not finish:\n{stdout}\n{stderr}"
             );
-            // Node-local rank modulo the emulator's two devices.
+            // Node-local rank modulo the emulator's two devices, and the path the tiles took.
             assert!(
                 stdout.contains(&format!("rank {rank}: device {}", rank % 2)),
+                "{stdout}"
+            );
+            assert!(
+                stdout.contains(&format!("rank {rank}: device paths checked")),
                 "{stdout}"
             );
         }

@@ -387,6 +387,54 @@ impl Job {
     }
 }
 
+/// The emulator's counters (`h5gds_emu_counters`: live allocations, their bytes, live pinned
+/// buffers, double frees, bounds violations, cuFile reads, cuFile writes, copies to and from the
+/// device), or `None` when libcuda is not the emulator.
+fn emulator_counters() -> Option<[u64; 9]> {
+    // SAFETY: RTLD_NOLOAD only finds the already loaded libcuda; the symbol has the emulator's
+    // documented signature (one out-pointer to nine u64).
+    unsafe {
+        let handle = libc::dlopen(
+            c"libcuda.so.1".as_ptr(),
+            libc::RTLD_LAZY | libc::RTLD_NOLOAD,
+        );
+        if handle.is_null() {
+            return None;
+        }
+        let f = libc::dlsym(handle, c"h5gds_emu_counters".as_ptr());
+        if f.is_null() {
+            return None;
+        }
+        let f: unsafe extern "C" fn(*mut [u64; 9]) -> libc::c_int = std::mem::transmute(f);
+        let mut out = [0u64; 9];
+        (f(&mut out) == 0).then_some(out)
+    }
+}
+
+/// After the device round trips: no device access outside an allocation on any rank, and a
+/// rank on device 0 moved its tiles through cuFile (the direct path) while a rank on another
+/// device, which the driver does not serve directly yet, staged them through host copies.
+fn check_device_paths(job: &Job) {
+    let Some(c) = emulator_counters() else {
+        return; // a real GPU: the counters are the emulator's
+    };
+    let [_, _, _, double_frees, bounds, cufile_reads, cufile_writes, _, dtoh] = c;
+    assert_eq!((double_frees, bounds), (0, 0), "rank {}: {c:?}", job.rank);
+    if job.device.as_ref().map(|d| d.ordinal()) == Some(0) {
+        assert!(
+            cufile_writes > 0 && cufile_reads > 0,
+            "rank {} on device 0: tiles did not go through cuFile: {c:?}",
+            job.rank
+        );
+    } else {
+        assert!(dtoh > 0, "rank {}: {c:?}", job.rank);
+    }
+    println!(
+        "rank {}: device paths checked (cuFile reads {cufile_reads}, writes {cufile_writes})",
+        job.rank
+    );
+}
+
 /// Sets (or lifts) this process's file size limit; writes past it fail with EFBIG (SIGXFSZ
 /// ignored, so the write returns the error instead of killing the process).
 fn set_file_size_limit(limit: Option<u64>) {
@@ -447,6 +495,7 @@ fn main() {
         job.round_trip::<half::f16>("dev_grid", &[2 * p + 1, 5], &grid, true);
         job.round_trip::<bool>("dev_bool", &[2 * p + 1], &Decomposition::LeadingAxis, true);
         job.round_trip::<u16>("dev_columns", &[4, cols], &columns, true);
+        check_device_paths(&job);
     }
     job.batched();
     job.failures();
