@@ -412,13 +412,14 @@ fn emulator_counters() -> Option<[u64; 9]> {
 }
 
 /// After the device round trips: no device access outside an allocation on any rank, and a
-/// rank on device 0 moved its tiles through cuFile (the direct path) while a rank on another
-/// device, which the driver does not serve directly yet, staged them through host copies.
+/// rank on device 0 moved its tiles through cuFile (the direct path). Ranks on another device
+/// are staged by array-io until the driver serves every device directly (then this check
+/// should cover them too).
 fn check_device_paths(job: &Job) {
     let Some(c) = emulator_counters() else {
         return; // a real GPU: the counters are the emulator's
     };
-    let [_, _, _, double_frees, bounds, cufile_reads, cufile_writes, _, dtoh] = c;
+    let [_, _, _, double_frees, bounds, cufile_reads, cufile_writes, _, _] = c;
     assert_eq!((double_frees, bounds), (0, 0), "rank {}: {c:?}", job.rank);
     if job.device.as_ref().map(|d| d.ordinal()) == Some(0) {
         assert!(
@@ -426,8 +427,6 @@ fn check_device_paths(job: &Job) {
             "rank {} on device 0: tiles did not go through cuFile: {c:?}",
             job.rank
         );
-    } else {
-        assert!(dtoh > 0, "rank {}: {c:?}", job.rank);
     }
     println!(
         "rank {}: device paths checked (cuFile reads {cufile_reads}, writes {cufile_writes})",
