@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing h5gds needs into project-local places:
 #   .venv/        cmake (HDF5 is built from source by hdf5-metno-sys), h5py with HDF5 2.x, numpy,
-#                 maturin (builds the Python package's wheel)
+#                 maturin (builds the Python package's wheel), mpi4py (built against Open MPI)
+#   Open MPI      Debian's libopenmpi-dev and openmpi-bin (apt-get, only when missing)
 #   .venv-114/    h5py whose wheel bundles HDF5 1.14, for the old-HDF5 compatibility test
 # Idempotent: a second run only checks what is there.
 set -euo pipefail
@@ -12,6 +13,16 @@ H5PY_NEW=3.16.0   # bundles HDF5 2.0
 H5PY_OLD=3.14.0   # bundles HDF5 1.14.6
 CUFILE=1.20.0.107 # cufile.h for the bindings check; the real libcufile for the no-hang test
 LIBCLANG=18.1.1   # libclang for bindgen (the bindings check)
+
+# Open MPI from Debian's archive, for the MPI build of array-io (the `mpi` crate builds against
+# it), mpi4py and the MPI tests; installed only when missing.
+if ! dpkg-query -W -f='${Status}\n' libopenmpi-dev openmpi-bin 2>/dev/null |
+    awk '$3 != "installed" { bad = 1 } END { exit bad || NR != 2 }'; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libopenmpi-dev openmpi-bin
+fi
 
 make_venv() {  # dir, requirements...
   local dir=$1; shift
@@ -24,6 +35,11 @@ make_venv() {  # dir, requirements...
 
 make_venv .venv "cmake>=3.26" "h5py==$H5PY_NEW" numpy pytest \
   "nvidia-cufile==$CUFILE" "libclang==$LIBCLANG" "maturin>=1.7,<2"
+# mpi4py built from source against Open MPI's mpicc (a binary wheel could carry another MPI).
+if ! .venv/bin/python -c 'import mpi4py' 2>/dev/null; then
+  MPICC=mpicc .venv/bin/python -m pip install --quiet --disable-pip-version-check \
+    --no-binary=mpi4py "mpi4py>=4,<5"
+fi
 make_venv .venv-114 "h5py==$H5PY_OLD" "numpy<2.3"
 
 # Report what the test suite will run against.

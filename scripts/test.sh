@@ -10,6 +10,9 @@ command -v cargo >/dev/null || . "$HOME/.cargo/env"
 export PATH="$PWD/.venv/bin:$PATH"   # cmake, for HDF5 built from source by hdf5-metno-sys
 # libclang for the check of the cufile-sys bindings against cufile.h
 export LIBCLANG_PATH="$(.venv/bin/python -c 'import clang, os; print(os.path.join(os.path.dirname(clang.__file__), "native"))')"
+# ... and the C compiler's own headers (stddef.h) for bindgen runs that add none, such as the
+# mpi crate's bindings of Open MPI's mpi.h: a libclang from PyPI ships no resource headers.
+export BINDGEN_EXTRA_CLANG_ARGS="-isystem $(gcc -print-file-name=include)"
 
 cargo build --release -p h5gds-vfd
 readelf -d target/release/libh5gds.so | grep -q 'NEEDED.*libhdf5' && {
@@ -18,6 +21,9 @@ readelf -d target/release/libh5gds.so | grep -q 'NEEDED.*libhdf5' && {
 }
 cargo build -p h5gds-cuda-emulator   # the CPU stand-in for libcuda/libcufile used by device tests
 cargo test --workspace
+# Collective I/O over MPI (array-io's feature `mpi`): a test program under
+# `mpirun -np N --oversubscribe` for N = 1..4, each job inside `timeout`, files checked by h5py.
+cargo test -p h5gds-tests --features mpi --test mpi
 .venv/bin/python -m pytest -q tests/python --ignore=tests/python/package
 
 # The Python package as a user gets it: the wheel (maturin, pyproject.toml) installed into fresh
@@ -39,6 +45,10 @@ for env in .venv .venv-114; do
   # shellcheck disable=SC2086 # two requirements
   "$wheel_env/bin/python" -m pip install --quiet --disable-pip-version-check $pins pytest netCDF4==1.7.2 \
     target/wheels/h5gds-*.whl
+  # mpi4py for the collective calls' tests (tests/python/package/test_mpi.py), built against Open
+  # MPI as in .venv (pip reuses the wheel it built there).
+  MPICC=mpicc "$wheel_env/bin/python" -m pip install --quiet --disable-pip-version-check \
+    --no-binary=mpi4py "mpi4py>=4,<5"
   # From tests/python/package, so `import h5gds` can only find the installed package.
   (cd tests/python/package && "../../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider .)
   # The device-array tests, in a process whose libcuda and libcufile are the emulator (test_device.py

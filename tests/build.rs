@@ -21,4 +21,7 @@ fn main() {
     }
     println!("cargo::rustc-link-arg-bin=h5prog=-Wl,--export-dynamic");
     println!("cargo::rustc-link-arg-bin=h5devprog=-Wl,--export-dynamic");
+    if std::env::var_os("CARGO_FEATURE_MPI").is_some() {
+        println!("cargo::rustc-link-arg-bin=h5mpiprog=-Wl,--export-dynamic");
+    }
 }

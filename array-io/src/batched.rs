@@ -76,6 +76,12 @@ impl<T: Element> Batches<T> {
     pub fn total(&self) -> usize {
         self.grid.total() as usize
     }
+
+    /// Yields only chunks `[first, end)` (a rank's share of a collective batched read).
+    #[cfg(feature = "mpi")]
+    pub(crate) fn restrict(&mut self, first: u64, end: u64) {
+        self.grid.restrict(first, end);
+    }
 }
 
 impl<T: Element> Iterator for Batches<T> {
@@ -141,6 +147,12 @@ impl<T: Element> DeviceBatches<T> {
     /// The number of chunks in all (read or not).
     pub fn total(&self) -> usize {
         self.grid.total() as usize
+    }
+
+    /// Yields only chunks `[first, end)` (a rank's share of a collective batched read).
+    #[cfg(feature = "mpi")]
+    pub(crate) fn restrict(&mut self, first: u64, end: u64) {
+        self.grid.restrict(first, end);
     }
 }
 

@@ -232,6 +232,16 @@ fn transfer<T: Element>(settings: &Settings, _stream: &Arc<CudaStream>) -> Resul
     })
 }
 
+/// Why a write of `array` must go through the staged path instead of the `gds` driver, if it
+/// must (the settings, or the device).
+#[cfg(feature = "mpi")]
+pub(crate) fn write_blocker<T: Element>(
+    array: &DeviceArray<T>,
+    settings: &Settings,
+) -> Result<Option<String>> {
+    Ok(driver_blocker(&transfer::<T>(settings, &array.stream)?))
+}
+
 /// Writes a device array as `dataset` of a new file at `path` (see [`crate::to_file`]).
 pub(crate) fn write<T: Element>(
     array: &DeviceArray<T>,
@@ -261,7 +271,7 @@ fn write_unguarded<T: Element>(
     let file = create_file(path, driver)?;
     let mem_type = hdf5_raw::locked(|| hdf5::Datatype::from_descriptor(&desc))
         .map_err(|e| Error::hdf5("creating the element type", path, Some(dataset), e))?;
-    let dset = crate::host::create_dataset(&file, path, dataset, &mem_type, &shape)?;
+    let dset = crate::host::create_dataset(&file, path, dataset, &mem_type, &shape, false)?;
     if let Some(data) = &array.data {
         // The data is ready once every stream that wrote it is done: device_ptr makes the
         // array's stream wait for recorded writes, then the stream is synchronized.

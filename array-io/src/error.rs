@@ -134,6 +134,20 @@ pub enum Error {
         message: String,
     },
 
+    /// A collective call (feature `mpi`) failed on one or more ranks: every rank returns this
+    /// same error, naming each failed rank and its cause.
+    #[error("{}", collective_message(op, *ranks, failures))]
+    Collective {
+        op: &'static str,
+        ranks: usize,
+        failures: Vec<(usize, String)>,
+    },
+
+    /// The ranks' tiles do not form one array, or a tile lies outside the dataset (feature
+    /// `mpi`); the reason names the ranks.
+    #[error("invalid decomposition: {reason}")]
+    Decomposition { reason: String },
+
     /// A CUDA call failed (or CUDA is not usable in this process).
     #[error("CUDA: {op}: {message}")]
     Cuda { op: String, message: String },
@@ -157,6 +171,24 @@ fn list(names: &[String]) -> String {
         text.push_str(&format!(" and {} more", names.len() - SHOWN));
     }
     text
+}
+
+fn collective_message(op: &str, ranks: usize, failures: &[(usize, String)]) -> String {
+    let same = failures.iter().all(|(_, m)| *m == failures[0].1);
+    if failures.len() == ranks && ranks > 1 && same {
+        return format!("{op} failed on every rank ({ranks}): {}", failures[0].1);
+    }
+    let which: Vec<String> = failures.iter().map(|(r, _)| r.to_string()).collect();
+    let causes: Vec<String> = failures
+        .iter()
+        .map(|(r, m)| format!("rank {r}: {m}"))
+        .collect();
+    format!(
+        "{op} failed on rank{} {} of {ranks}: {}",
+        if failures.len() == 1 { "" } else { "s" },
+        which.join(", "),
+        causes.join("; ")
+    )
 }
 
 fn for_dataset(dataset: &Option<String>) -> String {

@@ -400,6 +400,82 @@ pub unsafe fn register_driver(class: *const c_void) -> Result<hid_t> {
     }))
 }
 
+/// A file opened through HDF5's public driver API (`H5FDopen`): bytes at addresses through a
+/// driver's I/O engine, with no HDF5 metadata read or written. The collective write uses it so
+/// that every MPI rank writes its own bytes of a dataset rank 0 created.
+pub struct DriverFile {
+    file: *mut hdf5_sys::h5fd::H5FD_t,
+}
+
+impl DriverFile {
+    /// Opens the existing file at `path` read-write with the driver `fapl` selects.
+    pub fn open_rdwr(path: &Path, fapl: &FileAccess) -> Result<DriverFile> {
+        let name = c_path(path)?;
+        // The largest address of a signed 64-bit file offset, as sec2's and gds's maxaddr.
+        const MAXADDR: u64 = (1 << 63) - 1;
+        // SAFETY: a valid C string and list.
+        let file = locked(|| unsafe {
+            hdf5_sys::h5fd::H5FDopen(
+                name.as_ptr(),
+                hdf5_sys::h5f::H5F_ACC_RDWR,
+                fapl.id(),
+                MAXADDR,
+            )
+        });
+        if file.is_null() {
+            // HDF5 left its error stack; h5check turns it into an error.
+            return Err(check(-1).unwrap_err());
+        }
+        Ok(DriverFile { file })
+    }
+
+    /// Sets the end of the address space: writes must lie below it.
+    pub fn set_eoa(&self, eoa: u64) -> Result<()> {
+        // SAFETY: an open driver file.
+        check(locked(|| unsafe {
+            hdf5_sys::h5fd::H5FDset_eoa(self.file, hdf5_sys::h5fd::H5FD_MEM_DRAW, eoa)
+        }) as i64)
+        .map(drop)
+    }
+
+    /// Writes `len` bytes at file address `addr` as raw data; `buf` may be device memory, which
+    /// the `gds` driver moves itself.
+    ///
+    /// # Safety
+    /// `buf` must be valid for reads of `len` bytes (host memory, or device memory under the
+    /// `gds` driver).
+    pub unsafe fn write(&self, addr: u64, len: usize, buf: *const c_void) -> Result<()> {
+        // SAFETY: an open driver file; `buf` as the caller guarantees.
+        check(locked(|| unsafe {
+            hdf5_sys::h5fd::H5FDwrite(
+                self.file,
+                hdf5_sys::h5fd::H5FD_MEM_DRAW,
+                hdf5_sys::h5p::H5P_DEFAULT,
+                addr,
+                len,
+                buf,
+            )
+        }) as i64)
+        .map(drop)
+    }
+
+    /// Closes the file (its descriptor), reporting a failed close.
+    pub fn close(mut self) -> Result<()> {
+        let file = std::mem::replace(&mut self.file, std::ptr::null_mut());
+        // SAFETY: an open driver file, closed once (Drop skips a null pointer).
+        check(locked(|| unsafe { hdf5_sys::h5fd::H5FDclose(file) }) as i64).map(drop)
+    }
+}
+
+impl Drop for DriverFile {
+    fn drop(&mut self) {
+        if !self.file.is_null() {
+            // SAFETY: an open driver file, closed once; a failure here has no one to report to.
+            locked(|| unsafe { hdf5_sys::h5fd::H5FDclose(self.file) });
+        }
+    }
+}
+
 extern "C" {
     /// HDF5's library-private map from a driver id to its class: the public API has none
     /// (`H5Iobject_verify` refuses library id types). Every HDF5 1.14 and 2.x build has it, and

@@ -24,12 +24,15 @@ pub(crate) fn host_driver(settings: &Settings) -> Result<Driver> {
 
 /// Creates contiguous dataset `name` of `file_type` and `shape` in `file`, with any missing
 /// intermediate groups. Fill values are never written: the whole dataset is written next.
+/// With `early`, its storage is allocated now (so it has a file offset other processes can
+/// write at).
 pub(crate) fn create_dataset(
     file: &File,
     path: &Path,
     name: &str,
     file_type: &Datatype,
     shape: &[u64],
+    early: bool,
 ) -> Result<Dataset> {
     let extents: hdf5::Extents = if shape.is_empty() {
         ().into()
@@ -42,6 +45,7 @@ pub(crate) fn create_dataset(
             .shape(extents)
             .no_chunk()
             .fill_time(hdf5::dataset::FillTime::Never)
+            .alloc_time(early.then_some(hdf5::dataset::AllocTime::Early))
             .create_intermediate_group(true)
             .create(name)
     })
@@ -68,7 +72,7 @@ where
     let file = create_file(path, driver)?;
     let mem_type = hdf5_raw::locked(|| Datatype::from_descriptor(&desc))
         .map_err(|e| Error::hdf5("creating the element type", path, Some(dataset), e))?;
-    let dset = create_dataset(&file, path, dataset, &mem_type, &shape)?;
+    let dset = create_dataset(&file, path, dataset, &mem_type, &shape, false)?;
     if !standard.is_empty() {
         let elements = standard.as_slice().expect("standard layout is contiguous");
         hdf5_raw::write_from(&dset, &mem_type, Spaces::default(), elements)

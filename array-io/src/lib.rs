@@ -33,6 +33,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod batched;
+#[cfg(feature = "mpi")]
+pub mod collective;
 mod device;
 mod driver;
 mod element;

@@ -14,16 +14,20 @@ into or out of a NumPy array with HDF5's own H5Dread/H5Dwrite (the GIL released 
 
 ``from_file(path, dataset, like="numpy")``, ``to_file(array, path, dataset)`` and
 ``from_file_batched(path, dataset, chunk_size, like="numpy")`` read and write whole arrays (or
-chunks) with the semantics of array-io's functions of the same names and of Legate's ``legate.io.hdf5``.
+chunks) with the semantics of array-io's functions of the same names and of Legate's
+``legate.io.hdf5``; with ``comm=`` (an mpi4py communicator) they are collective, each rank writing
+or reading its own tile of one file (``CollectiveError`` when ranks fail with different exception
+classes).
 """
 
 import h5py  # h5gds joins the HDF5 library h5py loads, so h5py must be loaded first
 
 from . import _native
 from ._driver import HDF5_LIBRARY, SETTING_KEYS
+from ._collective import CollectiveError
 from ._files import from_file, from_file_batched, to_file
 from ._info import info
 from ._io import read, write
 
-__all__ = ["HDF5_LIBRARY", "SETTING_KEYS", "from_file", "from_file_batched", "info", "read", "to_file",
+__all__ = ["CollectiveError", "HDF5_LIBRARY", "SETTING_KEYS", "from_file", "from_file_batched", "info", "read", "to_file",
            "write"]

@@ -32,7 +32,7 @@ import h5py
 import numpy as np
 from h5py import h5d, h5p, h5s, h5t
 
-from . import _io, _native
+from . import _collective, _io, _native
 from ._selection import hyperslab
 
 # --- names and paths ---------------------------------------------------------------------------------------
@@ -345,20 +345,29 @@ def _check_storable(dtype):
 # --- the functions -----------------------------------------------------------------------------------------
 
 
-def from_file(path, dataset, like="numpy"):
+def from_file(path, dataset, like="numpy", comm=None, decomposition=None):
     """Reads dataset ``dataset`` (``"data"``, ``"/group/data"``) of the HDF5 file at ``path`` whole.
 
     ``like`` chooses the result: NumPy ('numpy', the default, or None), CuPy or PyTorch on the GPU
     ('cupy', 'torch', the module, or an array whose library and device to follow). Raises
     FileNotFoundError for a missing file, ValueError for a directory as ``path``, a missing
     dataset (listing those that exist), a group as ``dataset`` or a bad name,
-    ModuleNotFoundError naming what to install when ``like``'s library is missing."""
+    ModuleNotFoundError naming what to install when ``like``'s library is missing.
+
+    With ``comm`` (an mpi4py communicator), collective: every rank receives its tile, rows
+    ``[r*n//p, (r+1)*n//p)`` of the leading axis, or its block of a 2-D grid with
+    ``decomposition="grid"`` or ``(rows, cols)``; errors are raised on every rank, naming the
+    failed ranks."""
+    if comm is not None:
+        return _collective.from_file(path, dataset, like, comm, decomposition, sys.modules[__name__])
+    if decomposition is not None:
+        raise ValueError("decomposition= needs comm= (an mpi4py communicator)")
     result = result_type(like)
     with _dataset(path, dataset, result.chunk_cache) as dset:
         return result.read(dset, ())
 
 
-def to_file(array, path, dataset):
+def to_file(array, path, dataset, comm=None, decomposition=None):
     """Writes ``array`` as dataset ``dataset`` of a new HDF5 file at ``path``.
 
     **Destructive**: an existing file at ``path`` is replaced with everything in it. Missing parent
@@ -366,7 +375,17 @@ def to_file(array, path, dataset):
     broadcast views included), in its own dtype (big-endian kept). A NumPy array, or a device
     array through ``h5gds.write``. The file is written next to ``path`` and renamed over it when
     complete: a failed write leaves an existing file as it was. ValueError for a directory as
-    ``path`` or a bad name, TypeError for an array or dtype HDF5 cannot store."""
+    ``path`` or a bad name, TypeError for an array or dtype HDF5 cannot store.
+
+    With ``comm`` (an mpi4py communicator), collective: every rank passes its tile, stacked along
+    axis 0 in rank order (or placed on a 2-D grid with ``decomposition="grid"`` or ``(rows,
+    cols)``) into one contiguous dataset; each rank writes its own bytes through the gds driver.
+    A failure on any rank is raised on every rank, naming the ranks, and leaves ``path`` as it
+    was."""
+    if comm is not None:
+        return _collective.to_file(array, path, dataset, comm, decomposition, sys.modules[__name__])
+    if decomposition is not None:
+        raise ValueError("decomposition= needs comm= (an mpi4py communicator)")
     name = dataset_name(dataset)
     path = _file_path(path)
     driver = _driver()
@@ -462,6 +481,10 @@ class Batches:
             raise
         return chunk, tuple(int(s) for s in start)
 
+    def restrict(self, first, end):
+        """Yields only chunks ``[first, end)`` of the row-major order (a rank's share)."""
+        self._starts = itertools.islice(self._starts, first, end)
+
     def close(self):
         """Closes the file; no more chunks come."""
         if self._dset is not None:
@@ -500,11 +523,18 @@ def _chunk_shape(chunk_size, shape, name):
     return tuple(chunk)
 
 
-def from_file_batched(path, dataset, chunk_size, like="numpy"):
+def from_file_batched(path, dataset, chunk_size, like="numpy", comm=None):
     """Reads dataset ``dataset`` of the file at ``path`` in chunks of ``chunk_size`` (one positive
     int per dimension): an iterator (``Batches``) of ``(chunk, offsets)`` in row-major order, the
     chunks at the far edges clipped (a length of 5 in chunks of 2 gives 2, 2, 1), each read
     touching only its own elements. ``like`` as for ``from_file``. The file, the dataset and
     ``chunk_size`` are checked at this call (ValueError for a bad ``chunk_size``: wrong length,
-    zero or negative entries)."""
+    zero or negative entries).
+
+    With ``comm`` (an mpi4py communicator), the open is collective and each rank iterates over its
+    share of the chunks: contiguous blocks of the row-major chunk order, rank r of p taking
+    chunks ``[r*n//p, (r+1)*n//p)`` of n."""
+    if comm is not None:
+        return _collective.from_file_batched(path, dataset, chunk_size, like, comm,
+                                             sys.modules[__name__])
     return Batches(path, dataset, chunk_size, like)

@@ -211,6 +211,7 @@ pub fn chunk_grid(shape: &[u64], chunk_shape: &[u64]) -> ChunkGrid {
         chunk_shape: chunk_shape.to_vec(),
         counts,
         next: 0,
+        end: total,
         total,
     }
 }
@@ -222,6 +223,8 @@ pub struct ChunkGrid {
     chunk_shape: Vec<u64>,
     counts: Vec<u64>,
     next: u64,
+    /// One past the last chunk the iterator yields (`total` unless restricted).
+    end: u64,
     total: u64,
 }
 
@@ -244,12 +247,19 @@ impl ChunkGrid {
     pub fn total(&self) -> u64 {
         self.total
     }
+
+    /// Restricts the iteration to chunks `[first, end)` (clipped to the grid): one rank's share
+    /// of a collective `from_file_batched`.
+    pub fn restrict(&mut self, first: u64, end: u64) {
+        self.end = end.min(self.total);
+        self.next = first.min(self.end);
+    }
 }
 
 impl Iterator for ChunkGrid {
     type Item = Block;
     fn next(&mut self) -> Option<Block> {
-        if self.next >= self.total {
+        if self.next >= self.end {
             return None;
         }
         let block = self.block(self.next);
@@ -258,7 +268,7 @@ impl Iterator for ChunkGrid {
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let left = (self.total - self.next) as usize;
+        let left = (self.end - self.next) as usize;
         (left, Some(left))
     }
 }

@@ -1,0 +1,317 @@
+//! Many processes, one file (cargo feature `mpi`): collective [`to_file`], [`from_file`] and
+//! [`from_file_batched`] over an MPI communicator, each rank passing or receiving its own tile
+//! of the global array, on the host (`ndarray`) or on its GPU ([`DeviceArray`]).
+//!
+//! ```no_run
+//! use array_io::collective::{self, mpi::traits::*};
+//! # fn main() -> array_io::Result<()> {
+//! let universe = collective::mpi::initialize().unwrap();
+//! let world = universe.world();
+//! let (rank, size) = (world.rank() as usize, world.size() as usize);
+//! // Rank r holds rows [r*10/p, (r+1)*10/p) of a 10 x 4 array: uneven shares are fine.
+//! let rows = (rank + 1) * 10 / size - rank * 10 / size;
+//! let tile = ndarray::Array2::<f32>::from_elem((rows, 4), rank as f32);
+//! collective::to_file(&world, &tile, "out/data.h5", "/x")?; // stacked along axis 0
+//! let mine = collective::from_file::<_, f32>(&world, "out/data.h5", "/x")?; // this rank's rows
+//! assert_eq!(mine, tile.into_dyn());
+//! # Ok(()) }
+//! ```
+//!
+//! The file is one ordinary HDF5 file with one contiguous dataset, which any HDF5 program reads.
+//! Rank 0 writes all HDF5 metadata; every rank writes its own tile's bytes through the `gds`
+//! driver (device tiles straight from GPU memory). Every call is collective (all ranks of the
+//! communicator must make it) and its errors are too: every rank returns the same
+//! [`Error::Collective`] naming each failed rank and its cause, and no rank is left waiting.
+//! After a failed write the target path is as it was before the call. See ARCHITECTURE.md.
+
+mod agree;
+mod decompose;
+mod write;
+
+pub use decompose::Decomposition;
+/// The `mpi` crate (rsmpi) array-io is built with, so callers use the same version.
+pub use mpi;
+
+use crate::batched::{Batches, DeviceBatches};
+use crate::device::{DeviceArray, DeviceSource, IntoStream};
+use crate::driver::Settings;
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::staging::no_panic;
+use crate::ReadOptions;
+use agree::agree;
+use cudarc::driver::CudaContext;
+use decompose::{read_box, share};
+use mpi::traits::*;
+use ndarray::{ArrayBase, ArrayD, Data, Dimension};
+use std::path::Path;
+use std::sync::Arc;
+use write::{DeviceTile, HostTile};
+
+/// A tile [`to_file`] can write: a host array (`ndarray`, any dimension, any memory order) or a
+/// [`DeviceArray`].
+pub trait Tile {
+    #[doc(hidden)]
+    fn write_collective<C: Communicator>(
+        &self,
+        comm: &C,
+        path: &Path,
+        dataset: &str,
+        decomposition: &Decomposition,
+        settings: &Settings,
+    ) -> Result<()>;
+}
+
+impl<T, S, D> Tile for ArrayBase<S, D>
+where
+    T: Element,
+    S: Data<Elem = T>,
+    D: Dimension,
+{
+    fn write_collective<C: Communicator>(
+        &self,
+        comm: &C,
+        path: &Path,
+        dataset: &str,
+        decomposition: &Decomposition,
+        settings: &Settings,
+    ) -> Result<()> {
+        let standard = self.as_standard_layout();
+        let tile = HostTile {
+            elements: standard.as_slice().unwrap_or(&[]),
+            shape: self.shape().iter().map(|&d| d as u64).collect(),
+        };
+        write::write(comm, &tile, path, dataset, decomposition, settings)
+    }
+}
+
+impl<T: Element> Tile for DeviceArray<T> {
+    fn write_collective<C: Communicator>(
+        &self,
+        comm: &C,
+        path: &Path,
+        dataset: &str,
+        decomposition: &Decomposition,
+        settings: &Settings,
+    ) -> Result<()> {
+        write::write(
+            comm,
+            &DeviceTile(self),
+            path,
+            dataset,
+            decomposition,
+            settings,
+        )
+    }
+}
+
+/// Collectively writes every rank's `tile`, stacked along axis 0 in rank order, as dataset
+/// `dataset` of a new HDF5 file at `path` (the same on every rank; a shared file system
+/// across nodes). The tiles must agree on every dimension but the first, which may differ
+/// (also be 0).
+///
+/// **Destructive** once it succeeds: an existing file at `path` is replaced. A failed call
+/// leaves `path` as it was (see the module documentation).
+pub fn to_file<C: Communicator, A: Tile + ?Sized>(
+    comm: &C,
+    tile: &A,
+    path: impl AsRef<Path>,
+    dataset: &str,
+) -> Result<()> {
+    tile.write_collective(
+        comm,
+        path.as_ref(),
+        dataset,
+        &Decomposition::LeadingAxis,
+        &Settings::default(),
+    )
+}
+
+/// [`to_file`] with another decomposition (a 2-D grid, or caller-given boxes) and settings.
+pub fn to_file_with<C: Communicator, A: Tile + ?Sized>(
+    comm: &C,
+    tile: &A,
+    path: impl AsRef<Path>,
+    dataset: &str,
+    decomposition: &Decomposition,
+    settings: &Settings,
+) -> Result<()> {
+    tile.write_collective(comm, path.as_ref(), dataset, decomposition, settings)
+}
+
+/// The box (`start`, `shape`) of the dataset of `shape` that rank `rank` of `size` receives
+/// from the collective reads under `decomposition`.
+pub fn tile_of(
+    decomposition: &Decomposition,
+    shape: &[usize],
+    rank: usize,
+    size: usize,
+) -> Result<(Vec<usize>, Vec<usize>)> {
+    let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+    let block = read_box(decomposition, &shape, rank, size)
+        .map_err(|reason| Error::Decomposition { reason })?;
+    let usizes = |v: &[u64]| v.iter().map(|&d| d as usize).collect();
+    Ok((usizes(&block.start), usizes(&block.count)))
+}
+
+fn rank_and_size<C: Communicator>(comm: &C) -> (usize, usize) {
+    (comm.rank() as usize, comm.size() as usize)
+}
+
+/// Collectively reads dataset `dataset` of the file at `path`: every rank receives its block
+/// of the leading axis (rank r of p: rows `[r*n/p, (r+1)*n/p)` of n; see [`tile_of`]).
+pub fn from_file<C: Communicator, T: Element>(
+    comm: &C,
+    path: impl AsRef<Path>,
+    dataset: &str,
+) -> Result<ArrayD<T>> {
+    from_file_with(
+        comm,
+        path,
+        dataset,
+        &Decomposition::LeadingAxis,
+        &ReadOptions::default(),
+    )
+}
+
+/// [`from_file`] with another decomposition and options.
+pub fn from_file_with<C: Communicator, T: Element>(
+    comm: &C,
+    path: impl AsRef<Path>,
+    dataset: &str,
+    decomposition: &Decomposition,
+    options: &ReadOptions,
+) -> Result<ArrayD<T>> {
+    let (rank, size) = rank_and_size(comm);
+    let path = path.as_ref();
+    let read = (|| {
+        let (ds, types) = crate::host::open_checked::<T>(path, dataset, options)?;
+        let block = read_box(decomposition, &ds.shape, rank, size)
+            .map_err(|reason| Error::Decomposition { reason })?;
+        let tile = crate::host::read_region::<T>(&ds, &types, &block)?;
+        drop(types);
+        ds.close()?;
+        Ok(tile)
+    })();
+    agree(comm, "reading the tiles", read)
+}
+
+/// Collectively reads every rank's block (as [`from_file`]) into device memory on `stream`
+/// (each rank its own device: see [`local_device`]). Contiguous and unfiltered chunked datasets
+/// go straight into GPU memory through the `gds` driver; others are staged as in
+/// [`crate::from_file_to_device`].
+pub fn from_file_to_device<C: Communicator, T: Element>(
+    comm: &C,
+    path: impl AsRef<Path>,
+    dataset: &str,
+    stream: impl IntoStream,
+) -> Result<DeviceArray<T>> {
+    from_file_to_device_with(
+        comm,
+        path,
+        dataset,
+        stream,
+        &Decomposition::LeadingAxis,
+        &ReadOptions::default(),
+    )
+}
+
+/// [`from_file_to_device`] with another decomposition and options.
+pub fn from_file_to_device_with<C: Communicator, T: Element>(
+    comm: &C,
+    path: impl AsRef<Path>,
+    dataset: &str,
+    stream: impl IntoStream,
+    decomposition: &Decomposition,
+    options: &ReadOptions,
+) -> Result<DeviceArray<T>> {
+    let (rank, size) = rank_and_size(comm);
+    let path = path.as_ref();
+    let stream = stream.into_stream();
+    let read = no_panic("reading a tile into device memory", || {
+        let source = DeviceSource::open::<T>(path, dataset, options, &stream)?;
+        let block = read_box(decomposition, &source.ds.shape, rank, size)
+            .map_err(|reason| Error::Decomposition { reason })?;
+        let tile = source.read::<T>(&block, &stream)?;
+        source.ds.close()?;
+        Ok(tile)
+    });
+    agree(comm, "reading the tiles", read)
+}
+
+/// Collectively opens dataset `dataset` for batched reads in chunks of `chunk_shape`: every
+/// rank receives its share of the chunks — the row-major chunk grid split into contiguous
+/// blocks of chunk indices by the r*n/p rule — as `(chunk, offsets)` pairs. The open is
+/// collective; the iteration is each rank's own.
+pub fn from_file_batched<C: Communicator, T: Element>(
+    comm: &C,
+    path: impl AsRef<Path>,
+    dataset: &str,
+    chunk_shape: &[usize],
+) -> Result<Batches<T>> {
+    from_file_batched_with(comm, path, dataset, chunk_shape, &ReadOptions::default())
+}
+
+/// [`from_file_batched`] with options.
+pub fn from_file_batched_with<C: Communicator, T: Element>(
+    comm: &C,
+    path: impl AsRef<Path>,
+    dataset: &str,
+    chunk_shape: &[usize],
+    options: &ReadOptions,
+) -> Result<Batches<T>> {
+    let (rank, size) = rank_and_size(comm);
+    let opened = Batches::open(path.as_ref(), dataset, chunk_shape, options).map(|mut batches| {
+        let (first, count) = share(batches.total() as u64, size as u64, rank as u64);
+        batches.restrict(first, first + count);
+        batches
+    });
+    agree(comm, "opening for batched reads", opened)
+}
+
+/// [`from_file_batched`] into device memory: each chunk a [`DeviceArray`] on `stream`.
+pub fn from_file_batched_to_device<C: Communicator, T: Element>(
+    comm: &C,
+    path: impl AsRef<Path>,
+    dataset: &str,
+    chunk_shape: &[usize],
+    stream: impl IntoStream,
+) -> Result<DeviceBatches<T>> {
+    let (rank, size) = rank_and_size(comm);
+    let opened = DeviceBatches::open(
+        path.as_ref(),
+        dataset,
+        chunk_shape,
+        stream.into_stream(),
+        &ReadOptions::default(),
+    )
+    .map(|mut batches| {
+        let (first, count) = share(batches.total() as u64, size as u64, rank as u64);
+        batches.restrict(first, first + count);
+        batches
+    });
+    agree(comm, "opening for batched reads", opened)
+}
+
+/// This process's rank among the ranks of `comm` on the same node (sharing memory:
+/// `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`). Collective.
+pub fn local_rank<C: Communicator>(comm: &C) -> usize {
+    comm.split_shared(comm.rank()).rank() as usize
+}
+
+/// The GPU of this rank: device `local_rank % device count`, so that the ranks of a node
+/// spread over its GPUs without a per-rank `CUDA_VISIBLE_DEVICES`. Collective (through
+/// [`local_rank`]); fails on every rank, naming the ranks, where CUDA does not work.
+pub fn local_device<C: Communicator>(comm: &C) -> Result<Arc<CudaContext>> {
+    let local = local_rank(comm);
+    let device = no_panic("choosing this rank's device", || {
+        h5gds::cuda().map_err(|e| Error::cuda("initialising CUDA", e))?;
+        let count = crate::staging::cuda("counting devices", CudaContext::device_count)?;
+        if count <= 0 {
+            return Err(Error::cuda("counting devices", "no CUDA device"));
+        }
+        let ordinal = local % count as usize;
+        crate::staging::cuda("creating a context", || CudaContext::new(ordinal))
+    });
+    agree(comm, "choosing each rank's device", device)
+}

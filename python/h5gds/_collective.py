@@ -1,0 +1,364 @@
+"""Collective ``to_file`` / ``from_file`` / ``from_file_batched`` over an mpi4py communicator: the
+``comm=`` argument of the functions in ``_files``. The same design as array-io's ``collective``
+module (ARCHITECTURE.md): one ordinary HDF5 file with one contiguous dataset; rank 0 writes all
+HDF5 metadata (creating the file under a temporary name, the dataset allocated early); every rank
+writes its own tile's bytes at their file offsets through the driver's I/O engine (HDF5's public
+driver API, ``H5FDopen``/``H5FDwrite``, in h5py's HDF5: no HDF5 metadata); rank 0 renames the
+file into place once every rank has succeeded, or removes it. Every step ends in an agreement (an
+allgather of every rank's outcome), so every rank raises the same error naming each failed rank
+and its cause, and no rank waits in a collective another rank skipped.
+
+Decompositions: ``None`` (the default) splits the leading axis in rank order — on reads rank r of
+p gets rows ``[r*n//p, (r+1)*n//p)``, on writes the tiles (which must agree on every other
+dimension) are stacked; ``"grid"`` or ``(rows, cols)``: a 2-D block grid over the first two axes,
+rank r at grid position ``(r // cols, r % cols)``.
+"""
+
+import ctypes
+import math
+import os
+
+import h5py
+import numpy as np
+from h5py._objects import phil
+
+from . import _arrays, _native
+from ._driver import HDF5_LIBRARY
+
+
+class CollectiveError(RuntimeError):
+    """A collective call failed on ranks whose exceptions differ in class. ``failures`` maps each
+    failed rank to its exception's text."""
+
+    def __init__(self, message, failures):
+        super().__init__(message)
+        self.failures = failures
+
+
+def _agree(comm, op, error, payload=None):
+    """Every rank's payload when no rank failed, else raises on every rank the same error: the
+    failed ranks' exception class when they all share it (ValueError for a directory, ...), else
+    CollectiveError; its message names each failed rank and its cause."""
+    outcomes = comm.allgather((None, payload) if error is None else (error, None))
+    failures = {r: e for r, (e, _) in enumerate(outcomes) if e is not None}
+    if not failures:
+        return [p for _, p in outcomes]
+    ranks = comm.Get_size()
+    texts = {r: f"{type(e).__name__}: {e}" for r, e in failures.items()}
+    distinct = set(str(e) for e in failures.values())
+    if len(failures) == ranks and ranks > 1 and len(distinct) == 1:
+        message = f"{op} failed on every rank ({ranks}): {next(iter(distinct))}"
+    else:
+        which = ", ".join(str(r) for r in failures)
+        causes = "; ".join(f"rank {r}: {e}" for r, e in failures.items())
+        message = f"{op} failed on rank{'s' if len(failures) > 1 else ''} {which} of {ranks}: {causes}"
+    classes = {type(e) for e in failures.values()}
+    cls = classes.pop() if len(classes) == 1 else None
+    mine = failures.get(comm.Get_rank())
+    if cls is not None and cls is not CollectiveError:
+        try:
+            err = cls(message)
+        except Exception:  # an exception class that wants other arguments
+            err = None
+        if err is not None:
+            err.failures = texts
+            raise err from mine
+    raise CollectiveError(message, texts) from mine
+
+
+def _attempt(fn, *args):
+    """``(fn(*args), None)``, or ``(None, the exception)``: every rank reaches the agreement."""
+    try:
+        return fn(*args), None
+    except Exception as err:  # noqa: BLE001 - every failure is agreed on, then raised
+        return None, err
+
+
+# --- decompositions ----------------------------------------------------------------------------
+
+
+def grid_of(ranks):
+    """The grid of ``ranks`` blocks closest to square (rows >= cols): 4 -> (2, 2), 6 -> (3, 2)."""
+    cols = max(int(math.isqrt(ranks)), 1)
+    while cols > 1 and ranks % cols:
+        cols -= 1
+    return ranks // cols, cols
+
+
+def _grid(decomposition, ranks):
+    if decomposition is None:
+        return None
+    if isinstance(decomposition, str) and decomposition == "grid":
+        return grid_of(ranks)
+    if isinstance(decomposition, tuple) and len(decomposition) == 2 and \
+            all(isinstance(x, int) and x > 0 for x in decomposition):
+        rows, cols = decomposition
+        if rows * cols != ranks:
+            raise ValueError(f"decomposition {decomposition}: a {rows} x {cols} grid has "
+                             f"{rows * cols} blocks, but there are {ranks} ranks")
+        return rows, cols
+    raise ValueError(f"decomposition={decomposition!r}: accepted are None (blocks of the leading "
+                     "axis), 'grid' (a near-square 2-D grid) or (rows, cols)")
+
+
+def _share(n, p, r):
+    return r * n // p, (r + 1) * n // p
+
+
+def tile_of(shape, rank, ranks, decomposition=None):
+    """The selection (a tuple of slices) of a dataset of ``shape`` that ``rank`` of ``ranks``
+    reads under ``decomposition``."""
+    if len(shape) == 0:
+        raise ValueError("the dataset is a scalar (no axis to split); read it without comm=")
+    grid = _grid(decomposition, ranks)
+    sel = [slice(0, n) for n in shape]
+    if grid is None:
+        sel[0] = slice(*_share(shape[0], ranks, rank))
+    else:
+        rows, cols = grid
+        if len(shape) < 2:
+            raise ValueError(f"a 2-D grid needs at least 2 dimensions; the dataset has {len(shape)}")
+        sel[0] = slice(*_share(shape[0], rows, rank // cols))
+        sel[1] = slice(*_share(shape[1], cols, rank % cols))
+    return tuple(sel)
+
+
+def _write_boxes(shapes, grid):
+    """The global shape and every rank's start, from every rank's tile shape; ValueError naming the
+    rank whose tile does not fit."""
+    ndim = len(shapes[0])
+    if ndim == 0:
+        raise ValueError("the tiles are scalars (no axis to stack them along); write 1-D tiles")
+    for r, s in enumerate(shapes):
+        if len(s) != ndim:
+            raise ValueError(f"rank {r}'s tile has {len(s)} dimensions {s}, rank 0's {ndim} "
+                             f"{shapes[0]}")
+    if grid is None:
+        for r, s in enumerate(shapes):
+            if s[1:] != shapes[0][1:]:
+                raise ValueError(f"rank {r}'s tile has shape {s}, rank 0's {shapes[0]}: stacked "
+                                 "along axis 0, tiles must agree on every other dimension")
+        starts, row = [], 0
+        for s in shapes:
+            starts.append((row,) + (0,) * (ndim - 1))
+            row += s[0]
+        return (row,) + tuple(shapes[0][1:]), starts
+    rows, cols = grid
+    if ndim < 2:
+        raise ValueError(f"a 2-D grid needs at least 2 dimensions; the tiles have {ndim}")
+    heights = [shapes[g * cols][0] for g in range(rows)]
+    widths = [shapes[g][1] for g in range(cols)]
+    starts = []
+    for r, s in enumerate(shapes):
+        gr, gc = divmod(r, cols)
+        if s[0] != heights[gr] or s[1] != widths[gc] or s[2:] != shapes[0][2:]:
+            raise ValueError(f"rank {r}'s tile (grid position ({gr}, {gc})) has shape {s}, but "
+                             f"its grid row's tiles have {heights[gr]} rows, its grid column's "
+                             f"{widths[gc]} columns and every tile the trailing shape "
+                             f"{shapes[0][2:]}")
+        starts.append((sum(heights[:gr]), sum(widths[:gc])) + (0,) * (ndim - 2))
+    return (sum(heights), sum(widths)) + tuple(shapes[0][2:]), starts
+
+
+def _runs(start, count, shape):
+    """The contiguous runs of a box (``start``, ``count``) in a row-major array of ``shape``: for
+    each, the position in the box's own row-major order, the array element, the length."""
+    ndim = len(shape)
+    d = ndim
+    while d > 0 and count[d - 1] == shape[d - 1]:
+        d -= 1
+    split = max(d - 1, 0)
+    run = math.prod(count[split:])
+    if run == 0:
+        return
+    strides = [math.prod(shape[i + 1:]) for i in range(ndim)]
+    base = sum(s * st for s, st in zip(start, strides))
+    outer = count[:split]
+    for k, index in enumerate(np.ndindex(*outer) if outer else [()]):
+        yield k * run, base + sum(i * strides[j] for j, i in enumerate(index)), run
+
+
+# --- HDF5's public driver API, in h5py's HDF5 ---------------------------------------------------
+
+_H5F_ACC_RDWR = 1
+_H5FD_MEM_DRAW = 3
+_H5P_DEFAULT = 0
+_MAXADDR = (1 << 63) - 1
+
+
+class _ErrorRecord(ctypes.Structure):
+    _fields_ = [("cls_id", ctypes.c_int64), ("maj_num", ctypes.c_int64),
+                ("min_num", ctypes.c_int64), ("line", ctypes.c_uint),
+                ("func_name", ctypes.c_char_p), ("file_name", ctypes.c_char_p),
+                ("desc", ctypes.c_char_p)]
+
+
+_WALK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint, ctypes.POINTER(_ErrorRecord), ctypes.c_void_p)
+_lib = None
+
+
+def _hdf5():
+    """h5py's HDF5 library (already loaded: the handle is the same), with the calls used here."""
+    global _lib
+    if _lib is None:
+        lib = ctypes.CDLL(HDF5_LIBRARY)
+        lib.H5FDopen.restype = ctypes.c_void_p
+        lib.H5FDopen.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_int64, ctypes.c_uint64]
+        lib.H5FDset_eoa.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
+        lib.H5FDwrite.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_uint64,
+                                  ctypes.c_size_t, ctypes.c_void_p]
+        lib.H5FDclose.argtypes = [ctypes.c_void_p]
+        lib.H5Ewalk2.argtypes = [ctypes.c_int64, ctypes.c_int, _WALK, ctypes.c_void_p]
+        _lib = lib
+    return _lib
+
+
+def _stack(lib):
+    """The current HDF5 error stack, innermost record first, as text."""
+    lines = []
+
+    def visit(_n, record, _data):
+        r = record.contents
+        lines.append(f"{(r.func_name or b'?').decode(errors='replace')}(): "
+                     f"{(r.desc or b'').decode(errors='replace')}")
+        return 0
+
+    lib.H5Ewalk2(0, 0, _WALK(visit), None)
+    return "; ".join(lines) or "no HDF5 error record"
+
+
+def _write_tile(tmp, path, view, offset, end, box_start, shape, use_gds):
+    """Writes the tile ``view`` (its runs of the box at ``box_start``) into ``tmp``."""
+    lib = _hdf5()
+    size = view.dtype.itemsize
+    with phil:
+        fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+        if use_gds:
+            _native.set_fapl(fapl.id, _native.config_string({}))
+        else:
+            fapl.set_fapl_sec2()
+        handle = lib.H5FDopen(os.fsencode(tmp), _H5F_ACC_RDWR, fapl.id, _MAXADDR)
+        if not handle:
+            raise OSError(f"{path!r}: opening the file for the tile's bytes: {_stack(lib)}")
+        try:
+            if lib.H5FDset_eoa(handle, _H5FD_MEM_DRAW, end) < 0:
+                raise OSError(f"{path!r}: setting the end of address: {_stack(lib)}")
+            for at, element, length in _runs(box_start, view.shape, shape):
+                if lib.H5FDwrite(handle, _H5FD_MEM_DRAW, _H5P_DEFAULT, offset + element * size,
+                                 length * size, view.address + at * size) < 0:
+                    raise OSError(f"{path!r}: writing the tile: {_stack(lib)}")
+        finally:
+            closed = lib.H5FDclose(handle)
+        if closed < 0:
+            raise OSError(f"{path!r}: closing the file: {_stack(lib)}")
+
+
+# --- the collective calls -----------------------------------------------------------------------
+
+
+def to_file(array, path, dataset, comm, decomposition, files):
+    """See ``h5gds.to_file``; ``files`` is the ``_files`` module (its checks and conventions)."""
+    rank, ranks = comm.Get_rank(), comm.Get_size()
+
+    def describe():
+        name = files.dataset_name(dataset)
+        target = files._file_path(path) if rank == 0 else os.fspath(path)
+        source, shape, dtype = files._logical(array)
+        files._check_storable(dtype)
+        use_gds = files._driver() == "gds"
+        return name, target, source, tuple(shape), dtype, use_gds
+
+    local, error = _attempt(describe)
+    facts = None if local is None else (local[0], os.path.abspath(local[1]), local[3],
+                                        local[4].str)
+    described = _agree(comm, "describing the tiles", error, facts)
+    name, target, source, _, dtype, use_gds = local
+    first = described[0]
+    for r, (n, p, _, d) in enumerate(described):
+        if (n, p) != (first[0], first[1]):
+            raise ValueError(f"invalid decomposition: rank {r} writes {p!r}:{n}, rank 0 "
+                             f"{first[1]!r}:{first[0]}")
+        if d != first[3]:
+            raise ValueError(f"invalid decomposition: rank {r} has a tile of {np.dtype(d)}, "
+                             f"rank 0 of {np.dtype(first[3])}")
+    grid = _grid(decomposition, ranks)
+    try:
+        shape, starts = _write_boxes([tuple(f[2]) for f in described], grid)
+    except ValueError as err:
+        raise ValueError(f"invalid decomposition: {err}") from None
+
+    def create():
+        real = os.path.realpath(target)
+        directory, base = os.path.split(real)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{base}.h5gds-{os.getpid()}.partial")
+        try:
+            with h5py.File(tmp, "w", driver="gds" if use_gds else None) as f:
+                # Contiguous, allocated now (so it has an offset), never filled.
+                offset = files._new_dataset(f, name, shape, dtype).id.get_offset()
+            if offset is None and math.prod(shape):
+                raise OSError(f"{target!r}: HDF5 gave the early-allocated dataset no offset")
+        except BaseException:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            raise
+        return tmp, offset
+
+    created, error = _attempt(create) if rank == 0 else ((None, None), None)
+    tmp, offset = _agree(comm, "creating the file", error, created)[0]
+
+    def write():
+        view = _arrays.view(source, "array")
+        if offset is None or not view.nbytes:
+            return
+        end = offset + math.prod(shape) * dtype.itemsize
+        _write_tile(tmp, target, view, offset, end, starts[rank], shape, use_gds)
+
+    _, write_error = _attempt(write)
+    try:
+        _agree(comm, "writing the tiles", write_error)
+        written = None
+    except Exception as err:  # noqa: BLE001 - raised after rank 0 has cleaned up
+        written = err
+
+    def finish():
+        if written is None:
+            os.replace(tmp, os.path.realpath(target))
+        else:
+            os.unlink(tmp)
+
+    _, finish_error = _attempt(finish) if rank == 0 else (None, None)
+    try:
+        _agree(comm, "finishing the file", finish_error)
+    finally:
+        if written is not None:
+            raise written
+
+
+def from_file(path, dataset, like, comm, decomposition, files):
+    """See ``h5gds.from_file``."""
+    rank, ranks = comm.Get_rank(), comm.Get_size()
+
+    def read():
+        result = files.result_type(like)
+        with files._dataset(path, dataset, result.chunk_cache) as dset:
+            return result.read(dset, tile_of(dset.shape, rank, ranks, decomposition))
+
+    tile, error = _attempt(read)
+    _agree(comm, "reading the tiles", error)
+    return tile
+
+
+def from_file_batched(path, dataset, chunk_size, like, comm, files):
+    """See ``h5gds.from_file_batched``: this rank's share of the chunks (contiguous blocks of the
+    row-major chunk grid by the r*n//p rule); the open is collective, the iteration is not."""
+    rank, ranks = comm.Get_rank(), comm.Get_size()
+    batches, error = _attempt(files.Batches, path, dataset, chunk_size, like)
+    try:
+        _agree(comm, "opening for batched reads", error)
+    except BaseException:
+        if batches is not None:
+            batches.close()
+        raise
+    batches.restrict(*_share(batches.total, ranks, rank))
+    return batches
