@@ -12,6 +12,8 @@ H5PY_NEW=3.16.0   # bundles HDF5 2.0
 H5PY_OLD=3.14.0   # bundles HDF5 1.14.6
 CUFILE=1.20.0.107 # cufile.h for the bindings check; the real libcufile for the no-hang test
 LIBCLANG=18.1.1   # libclang for bindgen (the bindings check)
+NVCOMP=6.0.0.12   # nvcomp.h for the nvcomp-sys bindings check (the library needs a GPU)
+HDF5PLUGIN=7.1.0  # Zstandard (32015) and LZ4 (32004) filters: test files for the GPU codec path
 
 make_venv() {  # dir, requirements...
   local dir=$1; shift
@@ -23,7 +25,8 @@ make_venv() {  # dir, requirements...
 }
 
 make_venv .venv "cmake>=3.26" "h5py==$H5PY_NEW" numpy pytest \
-  "nvidia-cufile==$CUFILE" "libclang==$LIBCLANG" "maturin>=1.7,<2"
+  "nvidia-cufile==$CUFILE" "libclang==$LIBCLANG" "maturin>=1.7,<2" \
+  "nvidia-libnvcomp-cu12==$NVCOMP" "hdf5plugin==$HDF5PLUGIN"
 make_venv .venv-114 "h5py==$H5PY_OLD" "numpy<2.3"
 
 # Report what the test suite will run against.
