@@ -291,6 +291,61 @@ pub unsafe fn write(
     .map(drop)
 }
 
+/// Reads the stored bytes of the chunk at element `offset` of `dset` (compressed as stored, no
+/// filter applied) into `buf`, which may be device memory when the driver takes it; returns the
+/// chunk's filter mask (bit k set: filter k of the pipeline was skipped for this chunk).
+///
+/// # Safety
+/// `buf` must be valid for writes of `size` bytes, the chunk's stored size.
+pub unsafe fn read_chunk(
+    dset: &Dataset,
+    offset: &[u64],
+    buf: *mut c_void,
+    size: usize,
+) -> Result<u32> {
+    let mut mask = 0u32;
+    let mut len = size;
+    // SAFETY: valid id; `offset` has one entry per dimension; `buf` as the caller guarantees,
+    // and HDF5 2.x refuses a chunk larger than `len`.
+    check(locked(|| unsafe {
+        hdf5_sys::h5d::H5Dread_chunk2(
+            dset.id(),
+            hdf5_sys::h5p::H5P_DEFAULT,
+            offset.as_ptr(),
+            &mut mask,
+            buf,
+            &mut len,
+        )
+    }) as i64)?;
+    Ok(mask)
+}
+
+/// Writes `size` already-encoded bytes at `buf` (device memory when the driver takes it) as
+/// the chunk at element `offset` of `dset`, with `filter_mask` (0: every filter applied).
+///
+/// # Safety
+/// `buf` must be valid for reads of `size` bytes.
+pub unsafe fn write_chunk(
+    dset: &Dataset,
+    offset: &[u64],
+    filter_mask: u32,
+    buf: *const c_void,
+    size: usize,
+) -> Result<()> {
+    // SAFETY: valid id; `offset` has one entry per dimension; `buf` as the caller guarantees.
+    check(locked(|| unsafe {
+        hdf5_sys::h5d::H5Dwrite_chunk(
+            dset.id(),
+            hdf5_sys::h5p::H5P_DEFAULT,
+            filter_mask,
+            offset.as_ptr(),
+            size,
+            buf,
+        )
+    }) as i64)
+    .map(drop)
+}
+
 /// Checks that `len` elements of `T` match the memory side of a transfer of `mem_type`.
 fn check_buffer<T>(dset: &Dataset, mem_type: &Datatype, spaces: &Spaces, len: usize) -> Result<()> {
     let (size, want) = (mem_type.size(), std::mem::size_of::<T>());

@@ -33,15 +33,18 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod batched;
+mod codec;
 mod device;
 mod driver;
 mod element;
 mod error;
 mod file;
+mod gpu_codec;
 pub mod hdf5_raw;
 mod host;
 mod layout;
 mod log;
+mod nvcomp;
 pub mod route;
 mod select;
 mod staging;
@@ -54,6 +57,7 @@ pub use driver::{
 };
 pub use element::Element;
 pub use error::{Error, Result};
+pub use gpu_codec::VERIFY_CHECKSUMS_ENV;
 
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 use std::path::Path;
