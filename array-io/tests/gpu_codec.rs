@@ -1,0 +1,296 @@
+//! Compressed datasets read into device memory with nvCOMP on the emulators: the CUDA/cuFile
+//! emulator as libcuda/libcufile and the nvCOMP emulator as libnvcomp (tests/emulator-nvcomp,
+//! reference codecs over emulated device memory). h5py with hdf5plugin writes the files
+//! (`gpu_codec_files.py`); each body runs in a child process and compares every byte with what
+//! h5py read; the parent checks the child's log (which path, and why) and the emulator's report.
+//!
+//! Build the emulators first: `cargo build -p h5gds-cuda-emulator -p h5gds-nvcomp-emulator`.
+
+mod common;
+
+use array_io::{from_file_batched_to_device, from_file_to_device, DeviceArray, Error};
+use common::*;
+use ndarray::{ArrayD, IxDyn, Slice};
+use std::path::{Path, PathBuf};
+
+const DIR_VAR: &str = "ARRAY_IO_TEST_DIR";
+
+fn test_dir() -> PathBuf {
+    PathBuf::from(std::env::var(DIR_VAR).expect("the parent passes the test directory"))
+}
+
+/// h5py's compressed files in a fresh directory (written in the parent only).
+fn files() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    if !is_child_any() {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/gpu_codec_files.py");
+        let out = std::process::Command::new(python())
+            .arg(&script)
+            .arg(dir.path())
+            .env_remove("HDF5_DRIVER")
+            .env_remove("HDF5_PLUGIN_PATH")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "gpu_codec_files.py failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    dir
+}
+
+/// The damaged datasets: (name, chunk offset, how it was damaged).
+fn damaged(dir: &Path) -> Vec<(String, String, String)> {
+    std::fs::read_to_string(dir.join("corrupt.tsv"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            (f[0].into(), f[1].into(), f[2].into())
+        })
+        .collect()
+}
+
+/// Runs `body` in a child on the CUDA and nvCOMP emulators (or, with `nvcomp` false, the CUDA
+/// emulator alone), with `env` and the test directory.
+fn run(name: &str, nvcomp: bool, dir: &Path, env: &[(&str, &str)], body: fn()) -> Option<ChildRun> {
+    let libs = (!is_child_any()).then(|| {
+        if nvcomp {
+            h5gds_tests::nvcomp_emulator::nvcomp_emulator_lib_dir()
+        } else {
+            h5gds_tests::emulator::emulator_lib_dir()
+        }
+    });
+    let ld = libs
+        .as_ref()
+        .map(|l| l.ld_library_path().into_string().unwrap())
+        .unwrap_or_default();
+    let dir_text = dir.to_str().unwrap().to_string();
+    let mut all = vec![
+        ("H5GDS_USE_VFD_GDS", "1"),
+        ("H5GDS_LOG", "debug"),
+        (DIR_VAR, dir_text.as_str()),
+        ("LD_LIBRARY_PATH", ld.as_str()),
+    ];
+    all.extend_from_slice(env);
+    in_child(name, true, &all, body)
+}
+
+fn read_and_compare<T: Sample>(path: &Path, entry: &Entry) {
+    let array: DeviceArray<T> = from_file_to_device(path, &entry.name, stream())
+        .unwrap_or_else(|e| panic!("{}: {e}", entry.name));
+    assert_eq!(array.shape(), entry.shape.as_slice(), "{}", entry.name);
+    let host = array.to_host().unwrap();
+    assert_eq!(
+        bytes_of(&host),
+        entry.bytes,
+        "{} ({})",
+        entry.name,
+        entry.dtype
+    );
+}
+
+/// Batches of 7 along every axis (never chunk-aligned): each batch matches h5py's bytes there.
+fn batched_and_compare<T: Sample>(path: &Path, entry: &Entry) {
+    let expected = ArrayD::<T>::from_shape_vec(
+        IxDyn(&entry.shape),
+        entry
+            .bytes
+            .chunks_exact(std::mem::size_of::<T>())
+            // SAFETY: the bytes are h5py's native-endian values of T.
+            .map(|b| unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
+            .collect(),
+    )
+    .unwrap();
+    let batch = vec![7usize; entry.shape.len()];
+    let mut seen = 0;
+    for item in from_file_batched_to_device::<T>(path, &entry.name, &batch, stream()).unwrap() {
+        let (chunk, offsets) = item.unwrap_or_else(|e| panic!("{}: {e}", entry.name));
+        let host = chunk.to_host().unwrap();
+        let mut want = expected.view();
+        for (axis, (&start, &len)) in offsets.iter().zip(host.shape()).enumerate() {
+            want.slice_axis_inplace(ndarray::Axis(axis), Slice::from(start..start + len));
+        }
+        assert_eq!(host, want, "{} at {offsets:?}", entry.name);
+        seen += host.len();
+    }
+    assert_eq!(seen, expected.len(), "{}", entry.name);
+}
+
+fn decode_body() {
+    let dir = test_dir();
+    let file = dir.join("h5py.h5");
+    for entry in h5py_manifest(&dir) {
+        for_dtype!(entry.dtype.as_str(), read_and_compare(&file, &entry));
+        if entry.name.contains("rank") || entry.name.contains("sparse") {
+            for_dtype!(entry.dtype.as_str(), batched_and_compare(&file, &entry));
+        }
+    }
+}
+
+#[test]
+fn every_codec_rank_edge_missing_and_unfiltered_chunk_decodes_on_the_gpu() {
+    let name = "every_codec_rank_edge_missing_and_unfiltered_chunk_decodes_on_the_gpu";
+    let dir = files();
+    let Some(run) = run(name, true, dir.path(), &[], decode_body) else {
+        return;
+    };
+    run.assert_clean();
+    assert!(run.counter("cufile reads") > 0, "{:?}", run.report);
+    let log = run.stderr();
+    for codec in ["gzip", "zstd", "lz4"] {
+        for kind in ["rank1", "rank2", "rank3", "sparse", "raw"] {
+            let dataset = format!("\"/{codec}/{kind}\"");
+            assert!(
+                log.lines()
+                    .any(|l| l.contains(&dataset) && l.contains("decoded on the GPU with nvCOMP")),
+                "{dataset} was not decoded on the GPU:\n{log}"
+            );
+        }
+    }
+    assert!(log.contains("\"/lz4/blocks\""), "{log}");
+    // The sparse datasets' missing chunks were filled by HDF5 through the staged path.
+    assert!(
+        log.lines().any(|l| l.contains("\"/zstd/sparse\"")
+            && l.contains("3 chunks move compressed")
+            && l.contains("9 chunks were never written")),
+        "{log}"
+    );
+    // Chains stay on HDF5's CPU filters, saying why.
+    for (dataset, why) in [
+        (
+            "/chain/shuffle_gzip",
+            "chain of filters (shuffle (2), deflate (1))",
+        ),
+        ("/chain/fletcher_gzip", "fletcher32"),
+    ] {
+        let line = log
+            .lines()
+            .find(|l| l.contains(&format!("{dataset:?}")) && l.contains("not on the GPU"))
+            .unwrap_or_else(|| panic!("no reason for {dataset} in:\n{log}"));
+        assert!(line.contains(why), "{line}");
+    }
+}
+
+fn corrupt_body() {
+    let dir = test_dir();
+    let file = dir.join("h5py.h5");
+    let verify = std::env::var(array_io::VERIFY_CHECKSUMS_ENV).as_deref() == Ok("1");
+    for (dataset, chunk, how) in damaged(&dir) {
+        let result = from_file_to_device::<f32>(&file, &dataset, stream());
+        if how == "adler32" && !verify {
+            // Intact Deflate data behind a wrong trailer decodes; only the check catches it.
+            let host = result.unwrap().to_host().unwrap();
+            assert_eq!(host.len(), 200, "{dataset}");
+            continue;
+        }
+        let err = result
+            .err()
+            .unwrap_or_else(|| panic!("{dataset}: a damaged chunk read"));
+        assert!(
+            matches!(err, Error::ChunkDecode { .. }),
+            "{dataset}: {err:?}"
+        );
+        let text = err.to_string();
+        assert!(text.contains(&format!("dataset {dataset:?}")), "{text}");
+        assert!(text.contains(&format!("chunk at [{chunk}]")), "{text}");
+        if how == "adler32" {
+            assert!(text.contains("Adler-32"), "{text}");
+        }
+        println!("{text}");
+    }
+}
+
+#[test]
+fn corrupted_chunks_fail_the_read_naming_dataset_and_chunk() {
+    let name = "corrupted_chunks_fail_the_read_naming_dataset_and_chunk";
+    let dir = files();
+    let Some(run) = run(name, true, dir.path(), &[], corrupt_body) else {
+        return;
+    };
+    run.assert_clean();
+    assert_eq!(
+        run.stdout().matches("chunk at [25]").count(),
+        3,
+        "{}",
+        run.stdout()
+    );
+}
+
+#[test]
+fn with_checksums_on_a_wrong_adler32_fails_the_read() {
+    let name = "with_checksums_on_a_wrong_adler32_fails_the_read";
+    let dir = files();
+    let env = [(array_io::VERIFY_CHECKSUMS_ENV, "1")];
+    let Some(run) = run(name, true, dir.path(), &env, corrupt_body) else {
+        return;
+    };
+    run.assert_clean();
+    assert!(run.stdout().contains("chunk at [50]"), "{}", run.stdout());
+}
+
+fn fault_body() {
+    let dir = test_dir();
+    let err = from_file_to_device::<f32>(dir.join("h5py.h5"), "/zstd/rank1", stream())
+        .err()
+        .expect("a failed decode fails the read");
+    println!("{err}");
+}
+
+#[test]
+fn a_chunk_the_gpu_fails_to_decode_fails_the_read() {
+    let name = "a_chunk_the_gpu_fails_to_decode_fails_the_read";
+    let dir = files();
+    let env = [("H5GDS_EMU_NVCOMP_FAIL_CHUNK", "3")];
+    let Some(run) = run(name, true, dir.path(), &env, fault_body) else {
+        return;
+    };
+    run.assert_clean();
+    let out = run.stdout();
+    // The third chunk of /zstd/rank1 (chunks of 128) starts at element 256.
+    assert!(out.contains("\"/zstd/rank1\", chunk at [256]"), "{out}");
+    assert!(out.contains("nvcompErrorCannotDecompress"), "{out}");
+}
+
+#[test]
+fn a_failed_nvcomp_call_fails_the_read() {
+    let name = "a_failed_nvcomp_call_fails_the_read";
+    let dir = files();
+    let env = [("H5GDS_EMU_NVCOMP_FAIL_CALL", "1")];
+    let Some(run) = run(name, true, dir.path(), &env, fault_body) else {
+        return;
+    };
+    run.assert_clean();
+    let out = run.stdout();
+    assert!(out.contains("\"/zstd/rank1\""), "{out}");
+    assert!(out.contains("nvcompErrorCudaError"), "{out}");
+}
+
+fn without_nvcomp_body() {
+    let dir = test_dir();
+    let file = dir.join("h5py.h5");
+    for entry in h5py_manifest(&dir) {
+        // Without nvCOMP, HDF5's own filters decode; this HDF5 has deflate built in only.
+        if entry.name.starts_with("/gzip/") || entry.name.starts_with("/chain/") {
+            for_dtype!(entry.dtype.as_str(), read_and_compare(&file, &entry));
+        }
+    }
+}
+
+#[test]
+fn without_nvcomp_hdf5_decodes_on_the_host_and_the_log_says_why() {
+    let name = "without_nvcomp_hdf5_decodes_on_the_host_and_the_log_says_why";
+    let dir = files();
+    let Some(run) = run(name, false, dir.path(), &[], without_nvcomp_body) else {
+        return;
+    };
+    run.assert_clean();
+    let log = run.stderr();
+    assert!(
+        log.lines().any(|l| l.contains("\"/gzip/rank2\"")
+            && l.contains("nvCOMP is not available: libnvcomp.so.6 cannot be loaded")),
+        "{log}"
+    );
+    assert!(!log.contains("decoded on the GPU"), "{log}");
+}
