@@ -216,6 +216,18 @@ fn corrupted_chunks_fail_the_read_naming_dataset_and_chunk() {
         "{}",
         run.stdout()
     );
+    let out = run.stdout();
+    for (dataset, why) in [
+        ("/gzip/corrupt", "nvcompErrorCannotDecompress"),
+        ("/zstd/corrupt", "nvcompErrorCannotDecompress"),
+        ("/lz4/corrupt", "its LZ4 block at byte 12 claims"),
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.contains(&format!("{dataset:?}")))
+            .unwrap_or_else(|| panic!("no error for {dataset}: {out}"));
+        assert!(line.contains(why), "{line}");
+    }
 }
 
 #[test]

@@ -60,8 +60,7 @@ impl Codec {
     pub fn encode(self, input: &[u8], output: &mut [u8]) -> Option<usize> {
         match self {
             Codec::Deflate => {
-                let mut deflater =
-                    flate2::Compress::new(flate2::Compression::new(6), false);
+                let mut deflater = flate2::Compress::new(flate2::Compression::new(6), false);
                 let status = deflater
                     .compress(input, output, flate2::FlushCompress::Finish)
                     .ok()?;

@@ -59,7 +59,9 @@ use std::ffi::{c_char, c_void};
 /// # Safety
 /// `properties` is null or points to writable memory for one `nvcompProperties_t`.
 #[no_mangle]
-pub unsafe extern "C" fn nvcompGetProperties(properties: *mut nvcompProperties_t) -> nvcompStatus_t {
+pub unsafe extern "C" fn nvcompGetProperties(
+    properties: *mut nvcompProperties_t,
+) -> nvcompStatus_t {
     if properties.is_null() {
         return nvcompStatus_t::nvcompErrorInvalidValue;
     }
