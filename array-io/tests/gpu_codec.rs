@@ -245,8 +245,7 @@ fn with_checksums_on_a_wrong_adler32_fails_the_read() {
 fn fault_body() {
     let dir = test_dir();
     let err = from_file_to_device::<f32>(dir.join("h5py.h5"), "/zstd/rank1", stream())
-        .err()
-        .expect("a failed decode fails the read");
+        .expect_err("a failed decode fails the read");
     println!("{err}");
 }
 

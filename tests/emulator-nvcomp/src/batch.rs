@@ -178,14 +178,14 @@ pub fn decompress(codec: Codec, arrays: Arrays, n: usize, temp: u64, temp_bytes:
     let Some(capacity) = v.output_capacity else {
         return Status::nvcompErrorInvalidValue;
     };
-    for k in 0..n {
+    for (k, &room) in capacity.iter().enumerate() {
         let (input, output) = (v.inputs[k], v.outputs[k]);
         let (status, written) = if input as usize % align != 0 || output as usize % align != 0 {
             (Status::nvcompErrorAlignment, 0)
         } else {
             // SAFETY: each range is checked against one device allocation.
             let src = unsafe { device::bytes(input, v.input_bytes[k]) };
-            let dst = unsafe { device::bytes(output, capacity[k]) };
+            let dst = unsafe { device::bytes(output, room) };
             match (src, dst) {
                 (Some(src), Some(dst)) => {
                     if is_nth(&CHUNKS, switches().fail_chunk) {

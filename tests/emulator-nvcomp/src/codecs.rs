@@ -78,7 +78,9 @@ mod tests {
 
     #[test]
     fn every_codec_round_trips_and_a_truncated_stream_never_decodes_whole() {
-        let data: Vec<u8> = (0..100_000u32).map(|k| (k % 251 ^ k / 7) as u8).collect();
+        let data: Vec<u8> = (0..100_000u32)
+            .map(|k| ((k % 251) ^ (k / 7)) as u8)
+            .collect();
         for codec in [Codec::Deflate, Codec::Zstd, Codec::Lz4] {
             let mut encoded = vec![0u8; codec.max_encoded(data.len())];
             let n = codec.encode(&data, &mut encoded).unwrap();
