@@ -42,12 +42,15 @@ fn verify_checksums() -> Result<bool> {
     }
 }
 
-fn align_up(n: usize, align: usize) -> usize {
+pub(crate) fn align_up(n: usize, align: usize) -> usize {
     n.div_ceil(align) * align
 }
 
 /// An uninitialised device buffer of `len` bytes (at least 1) and its address.
-fn scratch(stream: &Arc<CudaStream>, len: usize) -> Result<(CudaSlice<u8>, sys::CUdeviceptr)> {
+pub(crate) fn scratch(
+    stream: &Arc<CudaStream>,
+    len: usize,
+) -> Result<(CudaSlice<u8>, sys::CUdeviceptr)> {
     // SAFETY: the buffer is written (raw chunk reads, copies, decoding) before it is read.
     let slice = cuda(
         "allocating device memory for compressed chunks",
@@ -59,7 +62,7 @@ fn scratch(stream: &Arc<CudaStream>, len: usize) -> Result<(CudaSlice<u8>, sys::
 }
 
 /// Copies `len` device bytes from `src` to `dst`.
-fn copy_on_device(
+pub(crate) fn copy_on_device(
     stream: &Arc<CudaStream>,
     dst: sys::CUdeviceptr,
     src: sys::CUdeviceptr,

@@ -40,6 +40,7 @@ mod element;
 mod error;
 mod file;
 mod gpu_codec;
+mod gpu_encode;
 pub mod hdf5_raw;
 mod host;
 mod layout;
@@ -58,6 +59,7 @@ pub use driver::{
 pub use element::Element;
 pub use error::{Error, Result};
 pub use gpu_codec::VERIFY_CHECKSUMS_ENV;
+pub use gpu_encode::{to_file_compressed, Compression};
 
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 use std::path::Path;

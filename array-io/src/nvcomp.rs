@@ -241,3 +241,196 @@ pub(crate) fn decompress(
         })
         .collect())
 }
+
+/// Zeroed compression options: nvCOMP 6's defaults for Zstandard and LZ4 (plain bytes), and
+/// Deflate's `algorithm` 1 (high throughput), the header's default too.
+fn deflate_compress_opts() -> nvcomp_sys::nvcompBatchedDeflateCompressOpts_t {
+    nvcomp_sys::nvcompBatchedDeflateCompressOpts_t {
+        algorithm: 1,
+        reserved: [0; 60],
+    }
+}
+
+fn zstd_compress_opts() -> nvcomp_sys::nvcompBatchedZstdCompressOpts_t {
+    nvcomp_sys::nvcompBatchedZstdCompressOpts_t { reserved: [0; 64] }
+}
+
+fn lz4_compress_opts() -> nvcomp_sys::nvcompBatchedLZ4CompressOpts_t {
+    nvcomp_sys::nvcompBatchedLZ4CompressOpts_t {
+        data_type: nvcomp_sys::nvcompType_t::NVCOMP_TYPE_CHAR,
+        bitshuffle_mode: nvcomp_sys::nvcompBitshuffleMode_t::NVCOMP_BITSHUFFLE_NONE,
+        reserved: [0; 56],
+    }
+}
+
+/// The alignment (bytes) every buffer of `codec`'s encoder must have.
+pub(crate) fn compress_alignment(lib: &NvcompLib, codec: GpuCodec) -> Result<usize> {
+    let mut req = nvcompAlignmentRequirements_t {
+        input: 1,
+        output: 1,
+        temp: 1,
+    };
+    // SAFETY: default options; `req` is writable.
+    let status = unsafe {
+        match codec {
+            GpuCodec::Deflate => function!(lib, nvcompBatchedDeflateCompressGetRequiredAlignments)(
+                deflate_compress_opts(),
+                &mut req,
+            ),
+            GpuCodec::Zstd => function!(lib, nvcompBatchedZstdCompressGetRequiredAlignments)(
+                zstd_compress_opts(),
+                &mut req,
+            ),
+            GpuCodec::Lz4 => function!(lib, nvcompBatchedLZ4CompressGetRequiredAlignments)(
+                lz4_compress_opts(),
+                &mut req,
+            ),
+        }
+    };
+    checked("querying the encoder's alignment", status)?;
+    Ok(req.input.max(req.output).max(req.temp).max(1))
+}
+
+/// The most bytes `codec` may encode `len` bytes into.
+pub(crate) fn max_encoded(lib: &NvcompLib, codec: GpuCodec, len: usize) -> Result<usize> {
+    let mut max = 0usize;
+    // SAFETY: plain values in, one writable size out.
+    let status = unsafe {
+        match codec {
+            GpuCodec::Deflate => function!(lib, nvcompBatchedDeflateCompressGetMaxOutputChunkSize)(
+                len,
+                deflate_compress_opts(),
+                &mut max,
+            ),
+            GpuCodec::Zstd => function!(lib, nvcompBatchedZstdCompressGetMaxOutputChunkSize)(
+                len,
+                zstd_compress_opts(),
+                &mut max,
+            ),
+            GpuCodec::Lz4 => function!(lib, nvcompBatchedLZ4CompressGetMaxOutputChunkSize)(
+                len,
+                lz4_compress_opts(),
+                &mut max,
+            ),
+        }
+    };
+    checked("querying the encoder's largest output", status)?;
+    Ok(max)
+}
+
+/// Encodes every job (input: the bytes; output: room for `max_encoded` of them) in one batched
+/// nvCOMP call on `stream` and waits for it; the outcomes' `decoded` is the encoded size.
+pub(crate) fn compress(
+    lib: &NvcompLib,
+    codec: GpuCodec,
+    stream: &Arc<CudaStream>,
+    jobs: &[Job],
+) -> Result<Vec<Outcome>> {
+    let n = jobs.len();
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let inputs: Vec<u64> = jobs.iter().map(|j| j.input).collect();
+    let input_lens: Vec<usize> = jobs.iter().map(|j| j.input_len).collect();
+    let outputs: Vec<u64> = jobs.iter().map(|j| j.output).collect();
+    let max_in = input_lens.iter().copied().max().unwrap_or(0);
+    let total_in: usize = input_lens.iter().sum();
+    let (_inputs, d_inputs) = on_device(stream, &inputs)?;
+    let (_input_lens, d_input_lens) = on_device(stream, &input_lens)?;
+    let (_outputs, d_outputs) = on_device(stream, &outputs)?;
+    let encoded = cuda("allocating nvCOMP's size array", || {
+        stream.alloc_zeros::<usize>(n)
+    })?;
+    let statuses = cuda("allocating nvCOMP's status array", || {
+        stream.alloc_zeros::<u32>(n)
+    })?;
+    let (d_encoded, r1) = encoded.device_ptr(stream);
+    drop(r1);
+    let (d_statuses, r2) = statuses.device_ptr(stream);
+    drop(r2);
+    let cu_stream = stream.cu_stream() as *mut c_void;
+    let mut temp_bytes = 0usize;
+    // SAFETY: plain values in, one writable size out.
+    let status = unsafe {
+        match codec {
+            GpuCodec::Deflate => function!(lib, nvcompBatchedDeflateCompressGetTempSize)(
+                n,
+                max_in,
+                deflate_compress_opts(),
+                &mut temp_bytes,
+                total_in,
+                cu_stream,
+            ),
+            GpuCodec::Zstd => function!(lib, nvcompBatchedZstdCompressGetTempSize)(
+                n,
+                max_in,
+                zstd_compress_opts(),
+                &mut temp_bytes,
+                total_in,
+                cu_stream,
+            ),
+            GpuCodec::Lz4 => function!(lib, nvcompBatchedLZ4CompressGetTempSize)(
+                n,
+                max_in,
+                lz4_compress_opts(),
+                &mut temp_bytes,
+                total_in,
+                cu_stream,
+            ),
+        }
+    };
+    checked("querying the encoder's temp size", status)?;
+    // SAFETY: nvCOMP only writes the temp space.
+    let temp = cuda("allocating nvCOMP's temp space", || unsafe {
+        stream.alloc::<u8>(temp_bytes.max(1))
+    })?;
+    let (d_temp, r3) = temp.device_ptr(stream);
+    drop(r3);
+    cuda("making the stream's context current", || {
+        stream.context().bind_to_thread()
+    })?;
+    // SAFETY: as in `decompress`: device arrays of n entries, alive until the synchronisation;
+    // each output has room for `max_encoded` of its input.
+    let status = unsafe {
+        macro_rules! run {
+            ($f:ident, $opts:expr) => {
+                function!(lib, $f)(
+                    d_inputs as *const *const c_void,
+                    d_input_lens as *const usize,
+                    max_in,
+                    n,
+                    d_temp as *mut c_void,
+                    temp_bytes,
+                    d_outputs as *const *mut c_void,
+                    d_encoded as *mut usize,
+                    $opts,
+                    d_statuses as *mut nvcompStatus_t,
+                    cu_stream,
+                )
+            };
+        }
+        match codec {
+            GpuCodec::Deflate => run!(nvcompBatchedDeflateCompressAsync, deflate_compress_opts()),
+            GpuCodec::Zstd => run!(nvcompBatchedZstdCompressAsync, zstd_compress_opts()),
+            GpuCodec::Lz4 => run!(nvcompBatchedLZ4CompressAsync, lz4_compress_opts()),
+        }
+    };
+    checked("launching the batched encoder", status)?;
+    synchronize(stream)?;
+    let encoded = cuda("copying nvCOMP's sizes back", || {
+        stream.clone_dtoh(&encoded)
+    })?;
+    let statuses = cuda("copying nvCOMP's statuses back", || {
+        stream.clone_dtoh(&statuses)
+    })?;
+    synchronize(stream)?;
+    drop(temp);
+    Ok(statuses
+        .into_iter()
+        .zip(encoded)
+        .map(|(status, encoded)| Outcome {
+            status: nvcompStatus_t(status),
+            decoded: encoded,
+        })
+        .collect())
+}

@@ -219,6 +219,33 @@ pub fn gpu_decode(
     }
 }
 
+/// nvCOMP's largest LZ4 input (`nvcompLZ4CompressionMaxAllowedChunkSize`, 16 MiB): the GPU
+/// path writes one LZ4 block per chunk.
+pub const NVCOMP_LZ4_MAX_CHUNK: usize = 1 << 24;
+
+/// Whether a device array's chunks of `chunk_bytes` can be encoded with `codec` on the GPU and
+/// written straight from device memory, or why not. `nvcomp_missing` and `driver_blocker` (see
+/// [`driver_blocker`]) as for [`gpu_decode`].
+pub fn gpu_encode(
+    codec: GpuCodec,
+    chunk_bytes: usize,
+    nvcomp_missing: Option<&str>,
+    driver_blocker: Option<&str>,
+) -> std::result::Result<(), String> {
+    if let Some(reason) = driver_blocker {
+        return Err(reason.to_string());
+    }
+    if let Some(why) = nvcomp_missing {
+        return Err(format!("nvCOMP is not available: {why}"));
+    }
+    if codec == GpuCodec::Lz4 && chunk_bytes > NVCOMP_LZ4_MAX_CHUNK {
+        return Err(format!(
+            "chunks of {chunk_bytes} bytes exceed nvCOMP's LZ4 limit of {NVCOMP_LZ4_MAX_CHUNK}"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,5 +385,22 @@ mod tests {
         // The transfer's own blocker (settings, conversion) comes first.
         let staged = gpu_decode(&[1], Some("x"), Some("HDF5 converts i16 to f64")).unwrap_err();
         assert_eq!(staged, "HDF5 converts i16 to f64");
+    }
+
+    #[test]
+    fn encoding_on_the_gpu_needs_the_driver_nvcomp_and_lz4_sized_chunks() {
+        assert_eq!(gpu_encode(GpuCodec::Zstd, 1 << 30, None, None), Ok(()));
+        assert_eq!(gpu_encode(GpuCodec::Lz4, 1 << 24, None, None), Ok(()));
+        let big = gpu_encode(GpuCodec::Lz4, (1 << 24) + 1, None, None).unwrap_err();
+        assert!(big.contains("LZ4 limit"), "{big}");
+        let missing = gpu_encode(GpuCodec::Deflate, 64, Some("gone"), None).unwrap_err();
+        assert_eq!(missing, "nvCOMP is not available: gone");
+        let staged = gpu_encode(
+            GpuCodec::Deflate,
+            64,
+            Some("gone"),
+            Some("H5GDS_USE_VFD_GDS=0"),
+        );
+        assert_eq!(staged.unwrap_err(), "H5GDS_USE_VFD_GDS=0");
     }
 }

@@ -305,3 +305,151 @@ fn without_nvcomp_hdf5_decodes_on_the_host_and_the_log_says_why() {
     );
     assert!(!log.contains("decoded on the GPU"), "{log}");
 }
+
+// ---- writes: encoded on the GPU, read by h5py with hdf5plugin ----
+
+use array_io::{to_file_compressed, Compression};
+
+fn write_codec<T: Sample>(
+    dir: &Path,
+    compression: Compression,
+    filter: &str,
+    lines: &mut Vec<String>,
+) {
+    let stream = stream();
+    for (rank, (shape, chunk)) in [
+        (&[1000usize][..], &[128usize][..]),
+        (&[37, 50][..], &[8, 16][..]),
+        (&[9, 10, 11][..], &[4, 4, 4][..]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let host = sample_array::<T>(shape, rank as u64 + 3);
+        let device = DeviceArray::from_host(&stream, &host).unwrap();
+        let file = format!("{compression:?}-{}-{rank}.h5", T::NAME);
+        let path = dir.join(&file);
+        to_file_compressed(&device, &path, "/g/x", chunk, compression)
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        // Read back through the GPU decoder.
+        let back: DeviceArray<T> = from_file_to_device(&path, "/g/x", &stream).unwrap();
+        assert_eq!(
+            bytes_of(&back.to_host().unwrap()),
+            bytes_of(&host),
+            "{file}"
+        );
+        let n = lines.len();
+        std::fs::write(dir.join(format!("{n}.bin")), bytes_of(&host)).unwrap();
+        let shape_text: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+        lines.push(format!(
+            "{file}\t/g/x\t{}\t{}\t{filter}\n",
+            dtype_name::<T>(),
+            shape_text.join(",")
+        ));
+    }
+}
+
+fn write_body() {
+    let dir = test_dir();
+    let mut lines = Vec::new();
+    for (compression, filter) in [
+        (Compression::Deflate, "1"),
+        (Compression::Zstd, "32015"),
+        (Compression::Lz4, "32004"),
+    ] {
+        write_codec::<f32>(&dir, compression, filter, &mut lines);
+        write_codec::<i16>(&dir, compression, filter, &mut lines);
+        write_codec::<u8>(&dir, compression, filter, &mut lines);
+    }
+    std::fs::write(dir.join("manifest.tsv"), lines.concat()).unwrap();
+}
+
+#[test]
+fn arrays_encoded_on_the_gpu_are_read_by_h5py_with_hdf5plugin() {
+    let name = "arrays_encoded_on_the_gpu_are_read_by_h5py_with_hdf5plugin";
+    let dir = tempfile::tempdir().unwrap();
+    let Some(run) = run(name, true, dir.path(), &[], write_body) else {
+        return;
+    };
+    run.assert_clean();
+    assert!(run.counter("cufile writes") > 0, "{:?}", run.report);
+    let log = run.stderr();
+    for codec in ["Deflate", "Zstd", "Lz4"] {
+        assert!(
+            log.contains(&format!(
+                "encoded ({codec}) on the GPU with nvCOMP and written straight"
+            )),
+            "{codec}:\n{log}"
+        );
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/gpu_codec_files.py");
+    let out = std::process::Command::new(python())
+        .arg(&script)
+        .arg("check")
+        .arg(dir.path())
+        .env_remove("HDF5_DRIVER")
+        .env_remove("HDF5_PLUGIN_PATH")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.trim() == "OK 27",
+        "h5py check failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn host_deflate_body() {
+    let dir = test_dir();
+    let host = sample_array::<f32>(&[50, 20], 9);
+    let device = DeviceArray::from_host(stream(), &host).unwrap();
+    let path = dir.join("Deflate-f32-host.h5");
+    to_file_compressed(&device, &path, "/g/x", &[16, 16], Compression::Deflate).unwrap();
+    std::fs::write(dir.join("0.bin"), bytes_of(&host)).unwrap();
+    std::fs::write(
+        dir.join("manifest.tsv"),
+        "Deflate-f32-host.h5\t/g/x\tfloat32\t50,20\t1\n",
+    )
+    .unwrap();
+    let err = to_file_compressed(
+        &device,
+        dir.join("z.h5"),
+        "/x",
+        &[16, 16],
+        Compression::Zstd,
+    )
+    .expect_err("Zstandard needs nvCOMP here");
+    println!("{err}");
+    let err = to_file_compressed(&device, dir.join("c.h5"), "/x", &[16, 0], Compression::Lz4)
+        .expect_err("a zero chunk entry is refused");
+    println!("{err}");
+}
+
+#[test]
+fn without_nvcomp_deflate_is_encoded_by_hdf5_and_zstd_is_refused_saying_why() {
+    let name = "without_nvcomp_deflate_is_encoded_by_hdf5_and_zstd_is_refused_saying_why";
+    let dir = tempfile::tempdir().unwrap();
+    let Some(run) = run(name, false, dir.path(), &[], host_deflate_body) else {
+        return;
+    };
+    run.assert_clean();
+    let log = run.stderr();
+    assert!(
+        log.contains("HDF5's deflate filter encodes a host copy, not nvCOMP on the GPU: nvCOMP is not available"),
+        "{log}"
+    );
+    let out = run.stdout();
+    assert!(
+        out.contains("\"/x\" cannot be written with Zstd: not on the GPU (nvCOMP is not available"),
+        "{out}"
+    );
+    assert!(out.contains("entry 1 must be between 1 and"), "{out}");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/gpu_codec_files.py");
+    let check = std::process::Command::new(python())
+        .arg(&script)
+        .arg("check")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&check.stdout).trim(), "OK 1");
+}

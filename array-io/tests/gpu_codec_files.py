@@ -8,7 +8,13 @@
                              DIR/<n>.bin), and DIR/corrupt.tsv ("name<TAB>chunk offset<TAB>how")
                              for datasets with one chunk damaged on purpose.
 
-Prints "OK <count>" and exits 0.
+    gpu_codec_files.py check DIR
+                             reads DIR/manifest.tsv written by the Rust side ("file<TAB>name
+                             <TAB>dtype<TAB>shape<TAB>filter id", bytes in DIR/<n>.bin) and
+                             checks that h5py with hdf5plugin reads each dataset with those bytes
+                             and that its one filter is that id.
+
+Prints "OK <count>" and exits 0 (check: or prints what differs and exits 1).
 """
 
 import os
@@ -98,5 +104,33 @@ def main(directory):
     print("OK", len(lines))
 
 
+def check(directory):
+    bad = []
+    count = 0
+    with open(os.path.join(directory, "manifest.tsv")) as manifest:
+        for n, line in enumerate(manifest):
+            file, name, dtype, shape, filter_id = line.rstrip("\n").split("\t")
+            shape = tuple(int(d) for d in shape.split(","))
+            with h5py.File(os.path.join(directory, file), "r") as f:
+                dset = f[name]
+                filters = list(dset._filters)
+                data = dset[()]
+            want = np.fromfile(os.path.join(directory, f"{n}.bin"), dtype=dtype).reshape(shape)
+            if filters not in ([filter_id], ["gzip"] if filter_id == "1" else None):
+                bad.append(f"{file}:{name}: filters {filters}, expected {filter_id}")
+            elif data.dtype != np.dtype(dtype) or data.shape != shape:
+                bad.append(f"{file}:{name}: {data.dtype} {data.shape}, expected {dtype} {shape}")
+            elif data.tobytes() != want.tobytes():
+                bad.append(f"{file}:{name}: bytes differ")
+            count += 1
+    if bad:
+        print("\n".join(bad))
+        sys.exit(1)
+    print("OK", count)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "check":
+        check(sys.argv[2])
+    else:
+        main(sys.argv[1])
