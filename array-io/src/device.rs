@@ -344,9 +344,10 @@ impl DeviceSource {
             Storage::Chunked { filtered: true, .. } => {
                 let filters = filter_ids(&ds)?;
                 // libnvcomp is loaded only for a read it could serve.
-                let decision = gpu_decode(&filters, None, blocker.as_deref()).and_then(|_| {
+                let stop = blocker.clone().or(crate::gpu_codec::turned_off()?);
+                let decision = gpu_decode(&filters, None, stop.as_deref()).and_then(|_| {
                     let missing = crate::nvcomp::library().err();
-                    gpu_decode(&filters, missing.as_deref(), blocker.as_deref())
+                    gpu_decode(&filters, missing.as_deref(), stop.as_deref())
                 });
                 match decision {
                     Ok(codec) => Some(codec),

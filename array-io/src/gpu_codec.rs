@@ -27,6 +27,23 @@ use std::sync::Arc;
 /// The setting that turns on the host-side Adler-32 check of deflate chunks.
 pub const VERIFY_CHECKSUMS_ENV: &str = "H5GDS_VERIFY_CHECKSUMS";
 
+/// The setting that turns the GPU codec path off (`0`) for reads: HDF5's CPU filters decode,
+/// then the data is copied (the baseline the compressed-read benchmark compares against).
+pub const GPU_CODEC_ENV: &str = "H5GDS_GPU_CODEC";
+
+/// Why the settings turn decoding on the GPU off, if they do.
+pub(crate) fn turned_off() -> Result<Option<String>> {
+    match std::env::var(GPU_CODEC_ENV).as_deref() {
+        Err(_) | Ok("") | Ok("1") => Ok(None),
+        Ok("0") => Ok(Some(format!("{GPU_CODEC_ENV}=0 turns decoding on the GPU off"))),
+        Ok(other) => Err(Error::InvalidSetting {
+            variable: GPU_CODEC_ENV,
+            value: other.to_string(),
+            accepted: "0 or 1",
+        }),
+    }
+}
+
 /// Decoded bytes a batch may hold in device scratch memory (at least one chunk per batch).
 const BATCH_BYTES: usize = 256 << 20;
 

@@ -58,7 +58,7 @@ pub use driver::{
 };
 pub use element::Element;
 pub use error::{Error, Result};
-pub use gpu_codec::VERIFY_CHECKSUMS_ENV;
+pub use gpu_codec::{GPU_CODEC_ENV, VERIFY_CHECKSUMS_ENV};
 pub use gpu_encode::{to_file_compressed, Compression};
 
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
