@@ -64,7 +64,11 @@ with h5py.File(sys.argv[1], "w") as f:
 }
 
 fn download(array: &DeviceArray<f32>) -> Vec<f32> {
-    array.to_host().expect("download").into_raw_vec_and_offset().0
+    array
+        .to_host()
+        .expect("download")
+        .into_raw_vec_and_offset()
+        .0
 }
 
 fn read(path: &Path, stream: &Arc<CudaStream>, gpu: bool) -> (f64, DeviceArray<f32>) {
@@ -100,7 +104,10 @@ fn main() {
         "GPU"
     };
     let n = size / 4;
-    println!("compressed float32 reads into device memory, {} MiB, {label}", size >> 20);
+    println!(
+        "compressed float32 reads into device memory, {} MiB, {label}",
+        size >> 20
+    );
     println!("| codec | stored MiB | nvCOMP path | CPU filter + copy | nvCOMP vs CPU | link bytes nvCOMP | link bytes CPU | link ratio |");
     println!("|---|---|---|---|---|---|---|---|");
     for codec in &codecs {
@@ -108,14 +115,21 @@ fn main() {
         let stored = write_file(&path, codec, n);
         let mut times = [Vec::new(), Vec::new()];
         for rep in 0..reps {
-            let order = if rep % 2 == 0 { [true, false] } else { [false, true] };
+            let order = if rep % 2 == 0 {
+                [true, false]
+            } else {
+                [false, true]
+            };
             let mut results = Vec::new();
             for gpu in order {
                 let (seconds, array) = read(&path, &stream, gpu);
                 times[usize::from(!gpu)].push(seconds);
                 results.push(download(&array));
             }
-            assert!(results[0] == results[1], "{codec}: the two paths read different data");
+            assert!(
+                results[0] == results[1],
+                "{codec}: the two paths read different data"
+            );
         }
         let (g, c) = (median(times[0].clone()), median(times[1].clone()));
         let decoded = (n * 4) as f64;

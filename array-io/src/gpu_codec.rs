@@ -35,7 +35,9 @@ pub const GPU_CODEC_ENV: &str = "H5GDS_GPU_CODEC";
 pub(crate) fn turned_off() -> Result<Option<String>> {
     match std::env::var(GPU_CODEC_ENV).as_deref() {
         Err(_) | Ok("") | Ok("1") => Ok(None),
-        Ok("0") => Ok(Some(format!("{GPU_CODEC_ENV}=0 turns decoding on the GPU off"))),
+        Ok("0") => Ok(Some(format!(
+            "{GPU_CODEC_ENV}=0 turns decoding on the GPU off"
+        ))),
         Ok(other) => Err(Error::InvalidSetting {
             variable: GPU_CODEC_ENV,
             value: other.to_string(),

@@ -7,9 +7,9 @@
 //!
 //! Deflate's Adler-32 covers the decoded bytes and nvCOMP does not compute it: each chunk is
 //! copied to the host for it (the only host copy on this path, and only for deflate).
-//! `route::gpu_encode` decides when this path is taken; without it, deflate is encoded by
-//! HDF5's own filter on a host copy, and Zstandard or LZ4 fail with the reason (this HDF5 has
-//! no such filter to encode with).
+//! `route::gpu_encode` decides when this path is taken; without it, HDF5's own filter encodes a
+//! host copy (deflate is built in; Zstandard and LZ4 where HDF5 finds hdf5plugin's plugins on
+//! `HDF5_PLUGIN_PATH`), and where HDF5 has no such filter the write fails saying why.
 
 use crate::codec;
 use crate::device::DeviceArray;
@@ -147,22 +147,34 @@ fn write<T: Element>(
     let lib = match (decision, nvcomp::library()) {
         (Ok(()), Ok(lib)) => lib,
         (Err(reason), _) | (Ok(()), Err(reason)) => {
-            if compression != Compression::Deflate {
+            let (id, cd) = compression.filter();
+            // Deflate is built in; Zstandard and LZ4 when HDF5 finds the plugin (hdf5plugin's
+            // directory on HDF5_PLUGIN_PATH).
+            let filter = hdf5::filters::Filter::user(id, cd);
+            if !hdf5_raw::locked(|| filter.is_available()) {
                 return Err(Error::UnsupportedDataset {
                     path: path.to_path_buf(),
                     dataset: dataset.to_string(),
                     reason: format!(
                         "cannot be written with {compression:?}: not on the GPU ({reason}), and \
-                         this HDF5 has no {compression:?} filter to encode on the host"
+                         this HDF5 has no {compression:?} filter (id {id}) to encode on the host"
                     ),
                 });
             }
             crate::log::debug(format_args!(
-                "{}: writing {dataset:?}: HDF5's deflate filter encodes a host copy, not nvCOMP \
-                 on the GPU: {reason}",
+                "{}: writing {dataset:?}: HDF5's {compression:?} filter encodes a host copy, \
+                 not nvCOMP on the GPU: {reason}",
                 path.display()
             ));
-            return write_on_host(array, path, dataset, &chunk64, &mem_type, &shape);
+            return write_on_host(
+                array,
+                path,
+                dataset,
+                &chunk64,
+                compression,
+                &mem_type,
+                &shape,
+            );
         }
     };
     let file = create_file(path, Driver::Gds)?;
@@ -192,18 +204,19 @@ fn write<T: Element>(
         .map_err(|e| Error::hdf5("closing the file", path, None, e))
 }
 
-/// Without the GPU path: deflate by HDF5's own filter, on a host copy.
+/// Without the GPU path: HDF5's own filter encodes a host copy.
 fn write_on_host<T: Element>(
     array: &DeviceArray<T>,
     path: &Path,
     dataset: &str,
     chunk: &[u64],
+    compression: Compression,
     mem_type: &hdf5::Datatype,
     shape: &[u64],
 ) -> Result<()> {
     let host = array.to_host()?;
     let file = create_file(path, Driver::Sec2)?;
-    let (id, cd) = Compression::Deflate.filter();
+    let (id, cd) = compression.filter();
     let dset = hdf5_raw::create_filtered_dataset(&file, dataset, mem_type, shape, chunk, id, cd)
         .map_err(|e| Error::hdf5("creating the dataset", path, Some(dataset), e))?;
     if let Some(elements) = host.as_slice().filter(|e| !e.is_empty()) {

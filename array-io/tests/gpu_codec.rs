@@ -281,29 +281,77 @@ fn a_failed_nvcomp_call_fails_the_read() {
 fn without_nvcomp_body() {
     let dir = test_dir();
     let file = dir.join("h5py.h5");
+    // Without nvCOMP, HDF5's own filters decode: deflate built in, Zstandard and LZ4 from
+    // hdf5plugin's plugin directory (HDF5_PLUGIN_PATH).
     for entry in h5py_manifest(&dir) {
-        // Without nvCOMP, HDF5's own filters decode; this HDF5 has deflate built in only.
-        if entry.name.starts_with("/gzip/") || entry.name.starts_with("/chain/") {
-            for_dtype!(entry.dtype.as_str(), read_and_compare(&file, &entry));
-        }
+        for_dtype!(entry.dtype.as_str(), read_and_compare(&file, &entry));
     }
+}
+
+/// hdf5plugin's directory of filter plugins (they link no libhdf5, so this HDF5 loads them).
+fn hdf5plugin_dir() -> String {
+    let out = std::process::Command::new(python())
+        .args(["-c", "import hdf5plugin; print(hdf5plugin.PLUGIN_PATH)"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "hdf5plugin is installed (scripts/setup.sh)"
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 #[test]
 fn without_nvcomp_hdf5_decodes_on_the_host_and_the_log_says_why() {
     let name = "without_nvcomp_hdf5_decodes_on_the_host_and_the_log_says_why";
     let dir = files();
-    let Some(run) = run(name, false, dir.path(), &[], without_nvcomp_body) else {
+    let plugins = if is_child_any() {
+        String::new()
+    } else {
+        hdf5plugin_dir()
+    };
+    let env = [("HDF5_PLUGIN_PATH", plugins.as_str())];
+    let Some(run) = run(name, false, dir.path(), &env, without_nvcomp_body) else {
+        return;
+    };
+    run.assert_clean();
+    let log = run.stderr();
+    for dataset in ["/gzip/rank2", "/zstd/rank2", "/lz4/rank2"] {
+        assert!(
+            log.lines().any(|l| l.contains(&format!("{dataset:?}"))
+                && l.contains("nvCOMP is not available: libnvcomp.so.6 cannot be loaded")),
+            "{dataset}:\n{log}"
+        );
+    }
+    assert!(!log.contains("decoded on the GPU"), "{log}");
+}
+
+#[test]
+fn h5gds_gpu_codec_0_keeps_decoding_on_the_host() {
+    let name = "h5gds_gpu_codec_0_keeps_decoding_on_the_host";
+    let dir = files();
+    let plugins = if is_child_any() {
+        String::new()
+    } else {
+        hdf5plugin_dir()
+    };
+    let env = [
+        ("HDF5_PLUGIN_PATH", plugins.as_str()),
+        (array_io::GPU_CODEC_ENV, "0"),
+    ];
+    let Some(run) = run(name, true, dir.path(), &env, without_nvcomp_body) else {
         return;
     };
     run.assert_clean();
     let log = run.stderr();
     assert!(
-        log.lines().any(|l| l.contains("\"/gzip/rank2\"")
-            && l.contains("nvCOMP is not available: libnvcomp.so.6 cannot be loaded")),
+        log.contains(
+            "\"/lz4/rank3\": its chunks are decoded by HDF5 on the host, not on the GPU \
+                      with nvCOMP: H5GDS_GPU_CODEC=0 turns decoding on the GPU off"
+        ),
         "{log}"
     );
-    assert!(!log.contains("decoded on the GPU"), "{log}");
+    assert!(!log.contains("decoded on the GPU with nvCOMP"), "{log}");
 }
 
 // ---- writes: encoded on the GPU, read by h5py with hdf5plugin ----
@@ -435,12 +483,16 @@ fn without_nvcomp_deflate_is_encoded_by_hdf5_and_zstd_is_refused_saying_why() {
     run.assert_clean();
     let log = run.stderr();
     assert!(
-        log.contains("HDF5's deflate filter encodes a host copy, not nvCOMP on the GPU: nvCOMP is not available"),
+        log.contains(
+            "HDF5's Deflate filter encodes a host copy, not nvCOMP on the GPU: nvCOMP is not \
+             available"
+        ),
         "{log}"
     );
     let out = run.stdout();
     assert!(
-        out.contains("\"/x\" cannot be written with Zstd: not on the GPU (nvCOMP is not available"),
+        out.contains("\"/x\" cannot be written with Zstd: not on the GPU (nvCOMP is not available")
+            && out.contains("this HDF5 has no Zstd filter (id 32015)"),
         "{out}"
     );
     assert!(out.contains("entry 1 must be between 1 and"), "{out}");
@@ -452,4 +504,57 @@ fn without_nvcomp_deflate_is_encoded_by_hdf5_and_zstd_is_refused_saying_why() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&check.stdout).trim(), "OK 1");
+}
+
+fn host_plugin_body() {
+    let dir = test_dir();
+    let host = sample_array::<i32>(&[30, 40], 11);
+    let device = DeviceArray::from_host(stream(), &host).unwrap();
+    let mut manifest = String::new();
+    for (n, (compression, filter)) in [(Compression::Zstd, "32015"), (Compression::Lz4, "32004")]
+        .into_iter()
+        .enumerate()
+    {
+        let file = format!("{compression:?}.h5");
+        to_file_compressed(&device, dir.join(&file), "/x", &[8, 16], compression).unwrap();
+        std::fs::write(dir.join(format!("{n}.bin")), bytes_of(&host)).unwrap();
+        manifest.push_str(&format!("{file}\t/x\tint32\t30,40\t{filter}\n"));
+    }
+    std::fs::write(dir.join("manifest.tsv"), manifest).unwrap();
+}
+
+#[test]
+fn without_nvcomp_hdf5plugin_filters_encode_zstd_and_lz4_on_the_host() {
+    let name = "without_nvcomp_hdf5plugin_filters_encode_zstd_and_lz4_on_the_host";
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = if is_child_any() {
+        String::new()
+    } else {
+        hdf5plugin_dir()
+    };
+    let env = [("HDF5_PLUGIN_PATH", plugins.as_str())];
+    let Some(run) = run(name, false, dir.path(), &env, host_plugin_body) else {
+        return;
+    };
+    run.assert_clean();
+    let log = run.stderr();
+    for codec in ["Zstd", "Lz4"] {
+        assert!(
+            log.contains(&format!("HDF5's {codec} filter encodes a host copy")),
+            "{codec}:\n{log}"
+        );
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/gpu_codec_files.py");
+    let check = std::process::Command::new(python())
+        .arg(&script)
+        .arg("check")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&check.stdout).trim(),
+        "OK 2",
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
 }
