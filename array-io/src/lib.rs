@@ -64,6 +64,13 @@ pub use gpu_encode::{to_file_compressed, Compression};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 use std::path::Path;
 
+/// Whether compressed chunks can be decoded and encoded on the GPU in this process: `Ok` when
+/// nvCOMP (`libnvcomp.so.6`) loads, else why not. Reads and writes work either way (HDF5's CPU
+/// filters then do the work); `H5GDS_LOG=debug` says per dataset which path was taken.
+pub fn gpu_codec_status() -> std::result::Result<(), String> {
+    nvcomp::library().map(drop)
+}
+
 /// Options of a read.
 #[derive(Clone, Debug, Default)]
 pub struct ReadOptions {

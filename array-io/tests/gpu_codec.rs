@@ -558,3 +558,58 @@ fn without_nvcomp_hdf5plugin_filters_encode_zstd_and_lz4_on_the_host() {
         String::from_utf8_lossy(&check.stderr)
     );
 }
+
+// ---- the example that checks the path on a GPU, here on the emulators ----
+
+#[test]
+fn the_compressed_gpu_example_passes_on_the_emulators_and_refuses_without_nvcomp() {
+    let exe = std::env::current_exe().unwrap();
+    let example = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/compressed_gpu");
+    assert!(
+        example.is_file(),
+        "{} is missing: `cargo test -p array-io` builds the examples",
+        example.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.txt");
+    for nvcomp in [true, false] {
+        let libs = if nvcomp {
+            h5gds_tests::nvcomp_emulator::nvcomp_emulator_lib_dir()
+        } else {
+            h5gds_tests::emulator::emulator_lib_dir()
+        };
+        let mut cmd = std::process::Command::new(&example);
+        cmd.arg("--dir").arg(dir.path().join("data"));
+        h5gds_tests::process::clean_env(&mut cmd);
+        libs.configure(&mut cmd);
+        cmd.env("H5GDS_EMU_REPORT", &report).current_dir(dir.path());
+        let out = h5gds_tests::process::output_within(&mut cmd, h5gds_tests::process::TIME_LIMIT);
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        if nvcomp {
+            assert!(out.status.success(), "{stdout}\n{stderr}");
+            assert!(
+                stdout.starts_with("HDF5 COMPRESSED GPU OK (18 h5py datasets"),
+                "{stdout}"
+            );
+            h5gds_tests::emulator::read_report(&report).assert_zero(&[
+                "leaked device allocations",
+                "bounds violations",
+                "double frees",
+            ]);
+        } else {
+            assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
+            assert!(
+                stderr.contains("nvCOMP is needed for this check"),
+                "{stderr}"
+            );
+        }
+    }
+}
