@@ -14,6 +14,10 @@
 //!   fills them), unallocated contiguous storage, compact, external and virtual storage, type
 //!   conversion, data on another device than the driver's, and `bool` (every byte is checked to
 //!   be 0 or 1 on the host).
+//!
+//! Filtered chunks have a third way: where the only filter is deflate, Zstandard or LZ4 and
+//! nvCOMP loads, their stored bytes go to the GPU compressed and nvCOMP decodes them there
+//! ([`gpu_decode`]); device writes can be encoded there too ([`gpu_encode`]).
 
 use crate::select::chunks_touching;
 pub use crate::select::Block;
