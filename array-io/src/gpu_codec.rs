@@ -290,7 +290,33 @@ fn decode_batch(
         cursor = c.slot + c.size;
     }
     let (_compressed, comp) = scratch(stream, cursor)?;
-    let (_decoded, dec) = scratch(stream, stride * batch.len())?;
+    // A chunk that lands whole and contiguous in the output (1-D chunks, chunks spanning whole
+    // rows) is decoded straight into place; the others into scratch, then copied into place.
+    let es = (chunk_bytes / chunk.iter().product::<u64>().max(1) as usize) as u64;
+    let direct: Vec<Option<sys::CUdeviceptr>> = batch
+        .iter()
+        .map(
+            |c| match placement_runs(&c.part, &c.offset, chunk, region)[..] {
+                [(0, dst, len)] if (len * es) as usize == chunk_bytes => {
+                    let at = dest + dst * es;
+                    (at as usize % align == 0).then_some(at)
+                }
+                _ => None,
+            },
+        )
+        .collect();
+    let staged = direct.iter().filter(|d| d.is_none()).count();
+    let (_decoded, dec) = scratch(stream, stride * staged)?;
+    let mut next = 0u64;
+    let bases: Vec<sys::CUdeviceptr> = direct
+        .iter()
+        .map(|d| {
+            d.unwrap_or_else(|| {
+                next += 1;
+                dec + (next - 1) * stride as u64
+            })
+        })
+        .collect();
     for c in batch.iter_mut() {
         // SAFETY: the slot holds the chunk's stored size inside the compressed buffer; the gds
         // driver moves the bytes into device memory.
@@ -319,7 +345,7 @@ fn decode_batch(
     let mut trailers: Vec<Option<u32>> = vec![None; batch.len()];
     for (i, c) in batch.iter().enumerate() {
         let base = comp + c.slot as u64;
-        let out = dec + (i * stride) as u64;
+        let out = bases[i];
         if c.mask & 1 != 0 {
             // Stored unfiltered: the stored bytes are the chunk.
             if c.size != chunk_bytes {
@@ -442,20 +468,22 @@ fn decode_batch(
     }
     for (i, trailer) in trailers.iter().enumerate() {
         if let Some(expected) = trailer {
-            let bytes = peek(stream, dec + (i * stride) as u64, chunk_bytes)?;
+            let bytes = peek(stream, bases[i], chunk_bytes)?;
             let actual = adler2::adler32_slice(&bytes);
             if actual != *expected {
                 return Err(bad(&batch[i].offset, format!("its decoded bytes have Adler-32 {actual:#010x}, but the stream stores {expected:#010x}; the file is corrupt")));
             }
         }
     }
-    let es = (chunk_bytes / chunk.iter().product::<u64>().max(1) as usize) as u64;
     for (i, c) in batch.iter().enumerate() {
+        if direct[i].is_some() {
+            continue;
+        }
         for (src, dst, len) in placement_runs(&c.part, &c.offset, chunk, region) {
             copy_on_device(
                 stream,
                 dest + dst * es,
-                dec + (i * stride) as u64 + src * es,
+                bases[i] + src * es,
                 (len * es) as usize,
             )?;
         }
