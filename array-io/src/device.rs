@@ -316,6 +316,8 @@ pub(crate) struct DeviceSource {
     pub staging_size: usize,
     /// The codec nvCOMP decodes the chunks with on the GPU, if it does (see `gpu_codec`).
     pub gpu_codec: Option<GpuCodec>,
+    /// The allocated chunks' stored sizes, listed at the first GPU-decoded read.
+    chunk_index: std::cell::OnceCell<crate::gpu_codec::ChunkIndex>,
 }
 
 impl DeviceSource {
@@ -371,7 +373,17 @@ impl DeviceSource {
             blocker,
             staging_size: settings.staging_buffer_size()?,
             gpu_codec,
+            chunk_index: std::cell::OnceCell::new(),
         })
+    }
+
+    /// The allocated chunks' stored sizes and filter masks (listed once).
+    pub fn chunk_index(&self) -> Result<&crate::gpu_codec::ChunkIndex> {
+        if let Some(index) = self.chunk_index.get() {
+            return Ok(index);
+        }
+        let index = crate::gpu_codec::chunk_index(&self.ds)?;
+        Ok(self.chunk_index.get_or_init(|| index))
     }
 
     /// Reads `region` (file coordinates) into a new device array of its shape.

@@ -157,6 +157,21 @@ pub(crate) fn placement_runs(
     runs
 }
 
+/// Stored size and filter mask of every allocated chunk, by first element.
+pub(crate) type ChunkIndex = HashMap<Vec<u64>, (usize, u32)>;
+
+/// Lists the allocated chunks of a dataset (once per `DeviceSource`: batched reads ask again).
+pub(crate) fn chunk_index(ds: &crate::file::OpenDataset) -> Result<ChunkIndex> {
+    let mut index = ChunkIndex::new();
+    ds.dset
+        .chunks_visit(|info| {
+            index.insert(info.offset.to_vec(), (info.size as usize, info.filter_mask));
+            0
+        })
+        .map_err(|e| Error::hdf5("listing the allocated chunks", &ds.path, Some(&ds.name), e))?;
+    Ok(index)
+}
+
 /// One allocated chunk of a batch.
 struct Stored {
     offset: Vec<u64>,
@@ -181,18 +196,14 @@ pub(crate) fn read(
 ) -> Result<()> {
     let ds = &source.ds;
     let crate::route::Storage::Chunked { chunk, .. } = &source.storage else {
-        unreachable!("route::gpu_decode is only asked about chunked storage")
+        return Err(Error::UnsupportedDataset {
+            path: ds.path.clone(),
+            dataset: ds.name.clone(),
+            reason: "is not chunked, so it has no chunks to decode on the GPU".into(),
+        });
     };
     let verify = verify_checksums()? && codec == GpuCodec::Deflate;
-    let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
-    // Stored size and filter mask of every allocated chunk.
-    let mut stored: HashMap<Vec<u64>, (usize, u32)> = HashMap::new();
-    ds.dset
-        .chunks_visit(|info| {
-            stored.insert(info.offset.to_vec(), (info.size as usize, info.filter_mask));
-            0
-        })
-        .map_err(|e| fail("listing the allocated chunks", e))?;
+    let stored = source.chunk_index()?;
     let es = elements.size;
     let chunk_bytes = chunk.iter().product::<u64>() as usize * es;
     let align = nvcomp::alignment(lib, codec)?;
