@@ -316,8 +316,8 @@ fn decode_batch(
             },
         )
         .collect();
-    let staged = direct.iter().filter(|d| d.is_none()).count();
-    let (_decoded, dec) = scratch(stream, stride * staged)?;
+    let in_scratch = direct.iter().filter(|d| d.is_none()).count();
+    let (_decoded, dec) = scratch(stream, stride * in_scratch)?;
     let mut next = 0u64;
     let bases: Vec<sys::CUdeviceptr> = direct
         .iter()
