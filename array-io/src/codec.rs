@@ -76,11 +76,6 @@ pub(crate) fn zlib_pieces(
     }])
 }
 
-/// Where the Adler-32 trailer of a zlib chunk of `stored` bytes starts.
-pub(crate) fn adler_trailer_at(stored: usize) -> usize {
-    stored - ADLER_TRAILER
-}
-
 /// The Adler-32 a zlib trailer holds.
 pub(crate) fn adler_trailer(tail: &[u8; 4]) -> u32 {
     u32::from_be_bytes(*tail)
@@ -178,7 +173,6 @@ mod tests {
             .contains("dictionary"));
         assert!(zlib_pieces(&[0x78, 0x9c], 6, 400).is_err());
         assert_eq!(adler_trailer(&[0, 0, 1, 2]), 258);
-        assert_eq!(adler_trailer_at(100), 96);
     }
 
     fn framed(total: u64, block: u32, blocks: &[&[u8]]) -> Vec<u8> {

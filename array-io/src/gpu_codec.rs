@@ -46,6 +46,9 @@ pub(crate) fn turned_off() -> Result<Option<String>> {
     }
 }
 
+/// Bytes of framing gathered per chunk: its first 16 bytes, then its last 4 (at 16).
+const HEAD: usize = 32;
+
 /// Decoded bytes a batch may hold in device scratch memory (at least one chunk per batch).
 const BATCH_BYTES: usize = 256 << 20;
 
@@ -349,6 +352,23 @@ fn decode_batch(
         })?;
         c.mask = mask;
     }
+    // The framing bytes of every chunk (deflate: header and trailer; LZ4: header and first
+    // block size), gathered on the device and brought to the host in one copy, not one
+    // round trip per chunk.
+    let (_heads, heads) = scratch(stream, HEAD * batch.len())?;
+    for (i, c) in batch.iter().enumerate() {
+        let base = comp + c.slot as u64;
+        let at = heads + (i * HEAD) as u64;
+        let (front, back) = (c.size.min(HEAD / 2), c.size.min(4));
+        copy_on_device(stream, at, base, front)?;
+        copy_on_device(
+            stream,
+            at + (HEAD / 2) as u64,
+            base + (c.size - back) as u64,
+            back,
+        )?;
+    }
+    let framing = peek(stream, heads, HEAD * batch.len())?;
     // What to decode (or copy) where.
     let mut jobs: Vec<(usize, Job)> = Vec::new();
     // Jobs whose buffers miss nvCOMP's alignment go through aligned scratch: (job, final output).
@@ -382,11 +402,11 @@ fn decode_batch(
         }
         let pieces: Vec<Piece> = match codec {
             GpuCodec::Deflate => {
-                let head = peek(stream, base, c.size.min(2))?;
-                let pieces = codec::zlib_pieces(&head, c.size, chunk_bytes)
-                    .map_err(|r| bad(&c.offset, r))?;
+                let head = &framing[i * HEAD..i * HEAD + c.size.min(2)];
+                let pieces =
+                    codec::zlib_pieces(head, c.size, chunk_bytes).map_err(|r| bad(&c.offset, r))?;
                 if verify {
-                    let tail = peek(stream, base + codec::adler_trailer_at(c.size) as u64, 4)?;
+                    let tail = &framing[i * HEAD + HEAD / 2..i * HEAD + HEAD / 2 + 4];
                     trailers[i] = Some(codec::adler_trailer(&tail.try_into().expect("4 bytes")));
                 }
                 pieces
@@ -400,7 +420,11 @@ fn decode_batch(
             }],
             GpuCodec::Lz4 => {
                 let mut failure = None;
+                let front = &framing[i * HEAD..i * HEAD + c.size.min(HEAD / 2)];
                 let pieces = codec::lz4_pieces(c.size, chunk_bytes, |at, len| {
+                    if at + len <= front.len() {
+                        return Ok(front[at..at + len].to_vec());
+                    }
                     peek(stream, base + at as u64, len).map_err(|e| {
                         let text = e.to_string();
                         failure = Some(e);
