@@ -488,12 +488,12 @@ fn decode_batch(
                 ),
             ));
         }
-        if outcome.decoded != job.output_len {
+        if outcome.written != job.output_len {
             return Err(bad(
                 offset,
                 format!(
                     "it decoded to {} bytes, not the {} expected; the file may be corrupt",
-                    outcome.decoded, job.output_len
+                    outcome.written, job.output_len
                 ),
             ));
         }

@@ -320,7 +320,7 @@ impl<'a> Encoder<'a> {
                     nvcomp::status_text(outcome.status),
                 ));
             }
-            let (start, len) = self.frame(job, outcome.decoded)?;
+            let (start, len) = self.frame(job, outcome.written)?;
             // SAFETY: the framed chunk lies inside the output buffer; the gds driver moves the
             // bytes from device memory to the file.
             unsafe { hdf5_raw::write_chunk(dset, offset, 0, start as *const _, len) }.map_err(

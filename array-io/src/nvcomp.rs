@@ -33,11 +33,11 @@ pub(crate) struct Job {
     pub output_len: usize,
 }
 
-/// What nvCOMP reported for one job: its status and the bytes it decoded.
+/// What nvCOMP reported for one job: its status and the bytes it wrote (decoded or encoded).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Outcome {
     pub status: nvcompStatus_t,
-    pub decoded: usize,
+    pub written: usize,
 }
 
 /// The header's name of a status, for messages.
@@ -235,9 +235,9 @@ pub(crate) fn decompress(
     Ok(statuses
         .into_iter()
         .zip(decoded)
-        .map(|(status, decoded)| Outcome {
+        .map(|(status, written)| Outcome {
             status: nvcompStatus_t(status),
-            decoded,
+            written,
         })
         .collect())
 }
@@ -319,7 +319,7 @@ pub(crate) fn max_encoded(lib: &NvcompLib, codec: GpuCodec, len: usize) -> Resul
 }
 
 /// Encodes every job (input: the bytes; output: room for `max_encoded` of them) in one batched
-/// nvCOMP call on `stream` and waits for it; the outcomes' `decoded` is the encoded size.
+/// nvCOMP call on `stream` and waits for it; the outcomes' `written` is the encoded size.
 pub(crate) fn compress(
     lib: &NvcompLib,
     codec: GpuCodec,
@@ -430,7 +430,7 @@ pub(crate) fn compress(
         .zip(encoded)
         .map(|(status, encoded)| Outcome {
             status: nvcompStatus_t(status),
-            decoded: encoded,
+            written: encoded,
         })
         .collect())
 }
