@@ -13,6 +13,8 @@ H5PY_NEW=3.16.0   # bundles HDF5 2.0
 H5PY_OLD=3.14.0   # bundles HDF5 1.14.6
 CUFILE=1.20.0.107 # cufile.h for the bindings check; the real libcufile for the no-hang test
 LIBCLANG=18.1.1   # libclang for bindgen (the bindings check)
+NVCOMP=6.0.0.12   # nvcomp.h for the nvcomp-sys bindings check (the library needs a GPU)
+HDF5PLUGIN=7.1.0  # Zstandard (32015) and LZ4 (32004) filters: test files for the GPU codec path
 
 # Open MPI from Debian's archive, for the MPI build of array-io (the `mpi` crate builds against
 # it), mpi4py and the MPI tests; installed only when missing.
@@ -34,7 +36,8 @@ make_venv() {  # dir, requirements...
 }
 
 make_venv .venv "cmake>=3.26" "h5py==$H5PY_NEW" numpy pytest \
-  "nvidia-cufile==$CUFILE" "libclang==$LIBCLANG" "maturin>=1.7,<2"
+  "nvidia-cufile==$CUFILE" "libclang==$LIBCLANG" "maturin>=1.7,<2" \
+  "nvidia-libnvcomp-cu12==$NVCOMP" "hdf5plugin==$HDF5PLUGIN"
 # mpi4py built from source against Open MPI's mpicc (a binary wheel could carry another MPI).
 if ! .venv/bin/python -c 'import mpi4py' 2>/dev/null; then
   MPICC=mpicc .venv/bin/python -m pip install --quiet --disable-pip-version-check \

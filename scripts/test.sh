@@ -8,7 +8,7 @@ command -v cargo >/dev/null || . "$HOME/.cargo/env"
 
 ./scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"   # cmake, for HDF5 built from source by hdf5-metno-sys
-# libclang for the check of the cufile-sys bindings against cufile.h
+# libclang for the checks of the cufile-sys and nvcomp-sys bindings against their headers
 export LIBCLANG_PATH="$(.venv/bin/python -c 'import clang, os; print(os.path.join(os.path.dirname(clang.__file__), "native"))')"
 # ... and the C compiler's own headers (stddef.h) for bindgen runs that add none, such as the
 # mpi crate's bindings of Open MPI's mpi.h: a libclang from PyPI ships no resource headers.
@@ -19,7 +19,8 @@ readelf -d target/release/libh5gds.so | grep -q 'NEEDED.*libhdf5' && {
   echo "target/release/libh5gds.so must not link libhdf5" >&2
   exit 1
 }
-cargo build -p h5gds-cuda-emulator   # the CPU stand-in for libcuda/libcufile used by device tests
+# The CPU stand-ins for libcuda/libcufile and libnvcomp used by device tests
+cargo build -p h5gds-cuda-emulator -p h5gds-nvcomp-emulator
 cargo test --workspace
 # Collective I/O over MPI (array-io's feature `mpi`): a test program under
 # `mpirun -np N --oversubscribe` for N = 1..4, each job inside `timeout`, files checked by h5py.

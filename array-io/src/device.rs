@@ -10,8 +10,8 @@ use crate::element::{descriptor_of, Element};
 use crate::error::{Error, Result};
 use crate::file::{create_file, open_dataset, OpenDataset};
 use crate::hdf5_raw::{self, select_blocks, Spaces};
-use crate::layout::{check_types, storage};
-use crate::route::{blocker, driver_blocker, plan, Route, Transfer};
+use crate::layout::{check_types, filter_ids, storage};
+use crate::route::{blocker, driver_blocker, gpu_decode, plan, GpuCodec, Route, Storage, Transfer};
 use crate::select::Block;
 use crate::staging::{cuda, no_panic, read_block, synchronize, write_all, Elements, Staging};
 use crate::ReadOptions;
@@ -325,6 +325,10 @@ pub(crate) struct DeviceSource {
     pub storage: crate::route::Storage,
     pub blocker: Option<String>,
     pub staging_size: usize,
+    /// The codec nvCOMP decodes the chunks with on the GPU, if it does (see `gpu_codec`).
+    pub gpu_codec: Option<GpuCodec>,
+    /// The allocated chunks' stored sizes, listed at the first GPU-decoded read.
+    chunk_index: std::cell::OnceCell<crate::gpu_codec::ChunkIndex>,
 }
 
 impl DeviceSource {
@@ -349,13 +353,48 @@ impl DeviceSource {
         facts.conversion = types.conversion.clone();
         let blocker = blocker(&facts);
         let storage = storage(&ds)?;
+        let gpu_codec = match &storage {
+            Storage::Chunked { filtered: true, .. } => {
+                let filters = filter_ids(&ds)?;
+                // libnvcomp is loaded only for a read it could serve.
+                let stop = blocker.clone().or(crate::gpu_codec::turned_off()?);
+                let decision = gpu_decode(&filters, None, stop.as_deref()).and_then(|_| {
+                    let missing = crate::nvcomp::library().err();
+                    gpu_decode(&filters, missing.as_deref(), stop.as_deref())
+                });
+                match decision {
+                    Ok(codec) => Some(codec),
+                    Err(reason) => {
+                        crate::log::debug(format_args!(
+                            "{}: {:?}: its chunks are decoded by HDF5 on the host, not on the \
+                             GPU with nvCOMP: {reason}",
+                            ds.path.display(),
+                            ds.name
+                        ));
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         Ok(DeviceSource {
             ds,
             types,
             storage,
             blocker,
             staging_size: settings.staging_buffer_size()?,
+            gpu_codec,
+            chunk_index: std::cell::OnceCell::new(),
         })
+    }
+
+    /// The allocated chunks' stored sizes and filter masks (listed once).
+    pub fn chunk_index(&self) -> Result<&crate::gpu_codec::ChunkIndex> {
+        if let Some(index) = self.chunk_index.get() {
+            return Ok(index);
+        }
+        let index = crate::gpu_codec::chunk_index(&self.ds)?;
+        Ok(self.chunk_index.get_or_init(|| index))
     }
 
     /// Reads `region` (file coordinates) into a new device array of its shape.
@@ -374,13 +413,19 @@ impl DeviceSource {
         // The allocation is usable by other contexts and threads (the driver's) once the
         // stream has made it.
         synchronize(stream)?;
-        let routes = plan(&self.storage, region, self.blocker.clone());
         let mut staging: Option<Staging> = None;
         let elements = Elements {
             mem_type: &self.types.mem,
             size: std::mem::size_of::<T>(),
             check_bool: T::CHECKED_BYTES,
         };
+        if let (Some(codec), Ok(lib)) = (self.gpu_codec, crate::nvcomp::library()) {
+            crate::gpu_codec::read(self, lib, codec, &elements, region, dest, stream)?;
+            synchronize(stream)?;
+            drop(record);
+            return Ok(array);
+        }
+        let routes = plan(&self.storage, region, self.blocker.clone());
         let whole = region.count == ds.shape && routes.len() == 1;
         let mut staged_reasons: Vec<&str> = Vec::new();
         for (block, route) in &routes {

@@ -148,6 +148,16 @@ pub enum Error {
     #[error("invalid decomposition: {reason}")]
     Decomposition { reason: String },
 
+    /// A stored chunk of a compressed dataset that does not decode: corrupt, cut short, or not
+    /// in the format its filter writes. `chunk` is the chunk's first element.
+    #[error("{}: dataset {dataset:?}, chunk at {chunk:?}: {reason}", path.display())]
+    ChunkDecode {
+        path: PathBuf,
+        dataset: String,
+        chunk: Vec<u64>,
+        reason: String,
+    },
+
     /// A CUDA call failed (or CUDA is not usable in this process).
     #[error("CUDA: {op}: {message}")]
     Cuda { op: String, message: String },

@@ -146,6 +146,55 @@ pub fn open_file(path: &Path, fapl: &FileAccess) -> Result<File> {
     })
 }
 
+/// Creates chunked dataset `name` (missing groups created) of `dtype` and `shape` in chunks of
+/// `chunk`, whose pipeline is the one filter `filter` with `cd_values`, marked optional as h5py
+/// marks filters. The filter need not be registered in this HDF5 (hdf5-metno's builder refuses
+/// that): chunks are written already encoded (`write_chunk`), so it never runs here.
+pub fn create_filtered_dataset(
+    file: &File,
+    name: &str,
+    dtype: &Datatype,
+    shape: &[u64],
+    chunk: &[u64],
+    filter: i32,
+    cd_values: &[u32],
+) -> Result<Dataset> {
+    let c_name = c_string(name.as_bytes(), "the dataset name")?;
+    locked(|| {
+        let dcpl = hdf5::plist::DatasetCreate::build()
+            .chunk(chunk.iter().map(|&c| c as usize).collect::<Vec<_>>())
+            .finish()?;
+        // SAFETY: a valid list; cd_values has cd_values.len() entries.
+        check(unsafe {
+            hdf5_sys::h5p::H5Pset_filter(
+                dcpl.id(),
+                filter,
+                hdf5_sys::h5z::H5Z_FLAG_OPTIONAL,
+                cd_values.len(),
+                cd_values.as_ptr(),
+            )
+        } as i64)?;
+        let lcpl = hdf5::plist::LinkCreate::build()
+            .create_intermediate_group(true)
+            .finish()?;
+        let space = Dataspace::try_new(shape.iter().map(|&d| d as usize).collect::<Vec<_>>())?;
+        // SAFETY: valid ids and C string.
+        let id = unsafe {
+            hdf5_sys::h5d::H5Dcreate2(
+                file.id(),
+                c_name.as_ptr(),
+                dtype.id(),
+                space.id(),
+                lcpl.id(),
+                dcpl.id(),
+                hdf5_sys::h5p::H5P_DEFAULT,
+            )
+        };
+        // SAFETY: a fresh id, owned by the Dataset from here on.
+        unsafe { hdf5::from_id(check(id)?) }
+    })
+}
+
 /// Opens dataset `name` below `file` with the access list `dapl` (hdf5-metno opens with the
 /// default list only).
 pub fn open_dataset(file: &File, name: &str, dapl: &DatasetAccess) -> Result<Dataset> {
@@ -285,6 +334,61 @@ pub unsafe fn write(
             m,
             f,
             hdf5_sys::h5p::H5P_DEFAULT,
+            buf,
+        )
+    }) as i64)
+    .map(drop)
+}
+
+/// Reads the stored bytes of the chunk at element `offset` of `dset` (compressed as stored, no
+/// filter applied) into `buf`, which may be device memory when the driver takes it; returns the
+/// chunk's filter mask (bit k set: filter k of the pipeline was skipped for this chunk).
+///
+/// # Safety
+/// `buf` must be valid for writes of `size` bytes, the chunk's stored size.
+pub unsafe fn read_chunk(
+    dset: &Dataset,
+    offset: &[u64],
+    buf: *mut c_void,
+    size: usize,
+) -> Result<u32> {
+    let mut mask = 0u32;
+    let mut len = size;
+    // SAFETY: valid id; `offset` has one entry per dimension; `buf` as the caller guarantees,
+    // and HDF5 2.x refuses a chunk larger than `len`.
+    check(locked(|| unsafe {
+        hdf5_sys::h5d::H5Dread_chunk2(
+            dset.id(),
+            hdf5_sys::h5p::H5P_DEFAULT,
+            offset.as_ptr(),
+            &mut mask,
+            buf,
+            &mut len,
+        )
+    }) as i64)?;
+    Ok(mask)
+}
+
+/// Writes `size` already-encoded bytes at `buf` (device memory when the driver takes it) as
+/// the chunk at element `offset` of `dset`, with `filter_mask` (0: every filter applied).
+///
+/// # Safety
+/// `buf` must be valid for reads of `size` bytes.
+pub unsafe fn write_chunk(
+    dset: &Dataset,
+    offset: &[u64],
+    filter_mask: u32,
+    buf: *const c_void,
+    size: usize,
+) -> Result<()> {
+    // SAFETY: valid id; `offset` has one entry per dimension; `buf` as the caller guarantees.
+    check(locked(|| unsafe {
+        hdf5_sys::h5d::H5Dwrite_chunk(
+            dset.id(),
+            hdf5_sys::h5p::H5P_DEFAULT,
+            filter_mask,
+            offset.as_ptr(),
+            size,
             buf,
         )
     }) as i64)

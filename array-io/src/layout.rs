@@ -121,3 +121,16 @@ pub(crate) fn storage(ds: &OpenDataset) -> Result<Storage> {
         },
     )
 }
+
+/// The ids of the dataset's filters, in pipeline order (empty when unfiltered).
+pub(crate) fn filter_ids(ds: &OpenDataset) -> Result<Vec<i32>> {
+    let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
+    let dcpl = ds
+        .dset
+        .dcpl()
+        .map_err(|e| fail("getting the creation properties", e))?;
+    let filters = dcpl
+        .get_filters()
+        .map_err(|e| fail("listing the filters", e))?;
+    Ok(filters.iter().map(|f| f.id()).collect())
+}

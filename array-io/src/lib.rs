@@ -33,6 +33,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod batched;
+mod codec;
 #[cfg(feature = "mpi")]
 pub mod collective;
 mod device;
@@ -40,10 +41,13 @@ mod driver;
 mod element;
 mod error;
 mod file;
+mod gpu_codec;
+mod gpu_encode;
 pub mod hdf5_raw;
 mod host;
 mod layout;
 mod log;
+mod nvcomp;
 pub use h5gds_route::route;
 use h5gds_route::select;
 mod staging;
@@ -56,9 +60,18 @@ pub use driver::{
 };
 pub use element::Element;
 pub use error::{Error, Result};
+pub use gpu_codec::{GPU_CODEC_ENV, VERIFY_CHECKSUMS_ENV};
+pub use gpu_encode::{to_file_compressed, Compression};
 
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 use std::path::Path;
+
+/// Whether compressed chunks can be decoded and encoded on the GPU in this process: `Ok` when
+/// nvCOMP (`libnvcomp.so.6`) loads, else why not. Reads and writes work either way (HDF5's CPU
+/// filters then do the work); `H5GDS_LOG=debug` says per dataset which path was taken.
+pub fn gpu_codec_status() -> std::result::Result<(), String> {
+    nvcomp::library().map(drop)
+}
 
 /// Options of a read.
 #[derive(Clone, Debug, Default)]

@@ -18,6 +18,10 @@
 //!   the chunk cache can hold, and `bool` (every byte is checked to be 0 or 1 on the host).
 //!   The array's device is no reason to stage: the driver takes each buffer's device and
 //!   context from the pointer.
+//!
+//! Filtered chunks have a third way: where the only filter is deflate, Zstandard or LZ4 and
+//! nvCOMP loads, their stored bytes go to the GPU compressed and nvCOMP decodes them there
+//! ([`gpu_decode`]); device writes can be encoded there too ([`gpu_encode`]).
 
 use crate::select::chunks_touching;
 pub use crate::select::Block;
@@ -152,6 +156,112 @@ pub fn plan(storage: &Storage, region: &Block, blocker: Option<String>) -> Vec<(
     }
 }
 
+/// HDF5's identifier of the deflate filter (h5py's `compression="gzip"`).
+pub const FILTER_DEFLATE: i32 = 1;
+/// The Zstandard filter's registered identifier (hdf5plugin's `Zstd`).
+pub const FILTER_ZSTD: i32 = 32015;
+/// The LZ4 filter's registered identifier (hdf5plugin's `LZ4`).
+pub const FILTER_LZ4: i32 = 32004;
+
+/// A codec nvCOMP decodes on the GPU, as an HDF5 filter stores it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuCodec {
+    /// A zlib stream (2-byte header, raw Deflate, Adler-32); nvCOMP decodes the raw Deflate.
+    Deflate,
+    /// One Zstandard frame per chunk.
+    Zstd,
+    /// hdf5plugin's LZ4 framing (sizes, then LZ4 blocks); nvCOMP decodes the blocks.
+    Lz4,
+}
+
+/// The name of a filter in messages.
+fn filter_name(id: i32) -> String {
+    let known = match id {
+        FILTER_DEFLATE => "deflate",
+        2 => "shuffle",
+        3 => "fletcher32 (checksum)",
+        4 => "szip",
+        5 => "nbit",
+        6 => "scaleoffset",
+        32000 => "LZF",
+        32001 => "Blosc",
+        FILTER_LZ4 => "LZ4",
+        32008 => "bitshuffle",
+        FILTER_ZSTD => "Zstandard",
+        32026 => "Blosc2",
+        _ => return format!("filter {id}"),
+    };
+    format!("{known} ({id})")
+}
+
+/// Whether a filtered chunked dataset's chunks can move file -> GPU compressed and be decoded
+/// there with nvCOMP, or why not. `filters` is the pipeline's filter ids in order;
+/// `nvcomp_missing` says why nvCOMP cannot be used in this process, if so; `blocker` (see
+/// [`blocker`]) stages the whole read.
+pub fn gpu_decode(
+    filters: &[i32],
+    nvcomp_missing: Option<&str>,
+    blocker: Option<&str>,
+) -> std::result::Result<GpuCodec, String> {
+    if let Some(reason) = blocker {
+        return Err(reason.to_string());
+    }
+    let codec = match filters {
+        [] => return Err("its chunks are not filtered".into()),
+        [FILTER_DEFLATE] => GpuCodec::Deflate,
+        [FILTER_ZSTD] => GpuCodec::Zstd,
+        [FILTER_LZ4] => GpuCodec::Lz4,
+        [only] => {
+            return Err(format!(
+                "its filter {} has no nvCOMP decoder (deflate, Zstandard 32015 and LZ4 32004 do)",
+                filter_name(*only)
+            ))
+        }
+        chain => {
+            return Err(format!(
+                "its chunks pass a chain of filters ({}), which nvCOMP does not decode; only a \
+                 single deflate, Zstandard or LZ4 filter is",
+                chain
+                    .iter()
+                    .map(|&id| filter_name(id))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        }
+    };
+    match nvcomp_missing {
+        Some(why) => Err(format!("nvCOMP is not available: {why}")),
+        None => Ok(codec),
+    }
+}
+
+/// nvCOMP's largest LZ4 input (`nvcompLZ4CompressionMaxAllowedChunkSize`, 16 MiB): the GPU
+/// path writes one LZ4 block per chunk.
+pub const NVCOMP_LZ4_MAX_CHUNK: usize = 1 << 24;
+
+/// Whether a device array's chunks of `chunk_bytes` can be encoded with `codec` on the GPU and
+/// written straight from device memory, or why not. `nvcomp_missing` and `driver_blocker` (see
+/// [`driver_blocker`]) as for [`gpu_decode`].
+pub fn gpu_encode(
+    codec: GpuCodec,
+    chunk_bytes: usize,
+    nvcomp_missing: Option<&str>,
+    driver_blocker: Option<&str>,
+) -> std::result::Result<(), String> {
+    if let Some(reason) = driver_blocker {
+        return Err(reason.to_string());
+    }
+    if let Some(why) = nvcomp_missing {
+        return Err(format!("nvCOMP is not available: {why}"));
+    }
+    if codec == GpuCodec::Lz4 && chunk_bytes > NVCOMP_LZ4_MAX_CHUNK {
+        return Err(format!(
+            "chunks of {chunk_bytes} bytes exceed nvCOMP's LZ4 limit of {NVCOMP_LZ4_MAX_CHUNK}"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,5 +384,52 @@ mod tests {
             ..Transfer::default()
         };
         assert!(driver_blocker(&sec2).unwrap().contains("the sec2 driver"));
+    }
+
+    #[test]
+    fn only_a_lone_deflate_zstd_or_lz4_filter_with_nvcomp_decodes_on_the_gpu() {
+        assert_eq!(gpu_decode(&[1], None, None), Ok(GpuCodec::Deflate));
+        assert_eq!(gpu_decode(&[32015], None, None), Ok(GpuCodec::Zstd));
+        assert_eq!(gpu_decode(&[32004], None, None), Ok(GpuCodec::Lz4));
+        let shuffled = gpu_decode(&[2, 1], None, None).unwrap_err();
+        assert!(
+            shuffled.contains("chain of filters (shuffle (2), deflate (1))"),
+            "{shuffled}"
+        );
+        let checked = gpu_decode(&[1, 3], None, None).unwrap_err();
+        assert!(checked.contains("fletcher32"), "{checked}");
+        let blosc = gpu_decode(&[32001], None, None).unwrap_err();
+        assert!(
+            blosc.contains("Blosc (32001) has no nvCOMP decoder"),
+            "{blosc}"
+        );
+        assert!(gpu_decode(&[], None, None)
+            .unwrap_err()
+            .contains("not filtered"));
+        let missing = gpu_decode(&[1], Some("libnvcomp.so.6: not found"), None).unwrap_err();
+        assert_eq!(
+            missing,
+            "nvCOMP is not available: libnvcomp.so.6: not found"
+        );
+        // The transfer's own blocker (settings, conversion) comes first.
+        let staged = gpu_decode(&[1], Some("x"), Some("HDF5 converts i16 to f64")).unwrap_err();
+        assert_eq!(staged, "HDF5 converts i16 to f64");
+    }
+
+    #[test]
+    fn encoding_on_the_gpu_needs_the_driver_nvcomp_and_lz4_sized_chunks() {
+        assert_eq!(gpu_encode(GpuCodec::Zstd, 1 << 30, None, None), Ok(()));
+        assert_eq!(gpu_encode(GpuCodec::Lz4, 1 << 24, None, None), Ok(()));
+        let big = gpu_encode(GpuCodec::Lz4, (1 << 24) + 1, None, None).unwrap_err();
+        assert!(big.contains("LZ4 limit"), "{big}");
+        let missing = gpu_encode(GpuCodec::Deflate, 64, Some("gone"), None).unwrap_err();
+        assert_eq!(missing, "nvCOMP is not available: gone");
+        let staged = gpu_encode(
+            GpuCodec::Deflate,
+            64,
+            Some("gone"),
+            Some("H5GDS_USE_VFD_GDS=0"),
+        );
+        assert_eq!(staged.unwrap_err(), "H5GDS_USE_VFD_GDS=0");
     }
 }

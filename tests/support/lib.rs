@@ -7,6 +7,7 @@
 
 pub mod devprog;
 pub mod emulator;
+pub mod nvcomp_emulator;
 pub mod pattern;
 pub mod process;
 pub mod program;

@@ -35,6 +35,9 @@
 //!   live device allocations, their bytes, live pinned host allocations, double frees, bounds
 //!   violations, cuFile reads, cuFile writes, host-to-device copies, device-to-host copies
 //!   (returns 0, or -1 for a null `out`; works before `cuInit`).
+//! * Not CUDA: `uint8_t *h5gds_emu_device_shadow(CUdeviceptr addr, size_t len)`, the
+//!   host-accessible view of device bytes for the nvCOMP emulator (`tests/emulator-nvcomp`),
+//!   which plays code running on the device (NULL and a bounds violation outside an allocation).
 //!
 //! # How it behaves
 //!
@@ -173,6 +176,7 @@ mod cufile_api;
 mod cufile_handles;
 mod cufile_io;
 mod cufile_log;
+mod device_access;
 mod errors;
 mod ffi;
 mod lifecycle;

@@ -1,0 +1,436 @@
+//! nvCOMP's batched decoders through nvcomp-sys: the library loaded once per process (never
+//! required: a missing library is a reason to take HDF5's CPU filters), and one batched
+//! decompression call over chunks already in device memory, with the argument arrays nvCOMP
+//! reads from device memory and the per-chunk statuses it writes there (NVIDIA, "Low-level C
+//! Quick Start Guide", <https://docs.nvidia.com/cuda/nvcomp/samples/lowlevel_c_quickstart.html>).
+
+use crate::error::{Error, Result};
+use crate::route::GpuCodec;
+use crate::staging::{cuda, synchronize};
+use cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr, DeviceRepr};
+use nvcomp_sys::{nvcompAlignmentRequirements_t, nvcompStatus_t, NvcompLib};
+use std::ffi::c_void;
+use std::sync::{Arc, OnceLock};
+
+/// libnvcomp, loaded at the first compressed device read; or why it cannot be used.
+pub(crate) fn library() -> std::result::Result<&'static NvcompLib, String> {
+    static LIBRARY: OnceLock<std::result::Result<NvcompLib, String>> = OnceLock::new();
+    LIBRARY
+        .get_or_init(|| {
+            nvcomp_sys::load()
+                .map_err(|e| format!("{} cannot be loaded ({e})", nvcomp_sys::LIBRARY_NAME))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// One chunk (or block) to decode: device addresses and sizes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Job {
+    pub input: sys::CUdeviceptr,
+    pub input_len: usize,
+    pub output: sys::CUdeviceptr,
+    pub output_len: usize,
+}
+
+/// What nvCOMP reported for one job: its status and the bytes it wrote (decoded or encoded).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Outcome {
+    pub status: nvcompStatus_t,
+    pub written: usize,
+}
+
+/// The header's name of a status, for messages.
+pub(crate) fn status_text(status: nvcompStatus_t) -> String {
+    match nvcomp_sys::status_name(status) {
+        Some(name) => name.to_string(),
+        None => format!("nvCOMP status {}", status.0),
+    }
+}
+
+fn missing(name: &str, e: &libloading::Error) -> Error {
+    Error::cuda(
+        format!("nvCOMP: {name}"),
+        format!("missing from libnvcomp ({e})"),
+    )
+}
+
+fn checked(op: &str, status: nvcompStatus_t) -> Result<()> {
+    if status == nvcompStatus_t::nvcompSuccess {
+        Ok(())
+    } else {
+        Err(Error::cuda(format!("nvCOMP: {op}"), status_text(status)))
+    }
+}
+
+/// Expands to the codec's function of the given kind, or an error naming the missing symbol.
+macro_rules! function {
+    ($lib:expr, $field:ident) => {
+        $lib.$field
+            .as_ref()
+            .map_err(|e| missing(stringify!($field), e))?
+    };
+}
+
+/// The alignment (bytes) every input, output and temp buffer of `codec`'s decoder must have.
+pub(crate) fn alignment(lib: &NvcompLib, codec: GpuCodec) -> Result<usize> {
+    let mut req = nvcompAlignmentRequirements_t {
+        input: 1,
+        output: 1,
+        temp: 1,
+    };
+    // SAFETY: the options are the header's defaults and `req` is writable.
+    let status = unsafe {
+        match codec {
+            GpuCodec::Deflate => function!(
+                lib,
+                nvcompBatchedDeflateDecompressGetRequiredAlignments
+            )(nvcomp_sys::deflate_decompress_opts(), &mut req),
+            GpuCodec::Zstd => function!(lib, nvcompBatchedZstdDecompressGetRequiredAlignments)(
+                nvcomp_sys::zstd_decompress_opts(),
+                &mut req,
+            ),
+            GpuCodec::Lz4 => function!(lib, nvcompBatchedLZ4DecompressGetRequiredAlignments)(
+                nvcomp_sys::lz4_decompress_opts(),
+                &mut req,
+            ),
+        }
+    };
+    checked("querying the decoder's alignment", status)?;
+    Ok(req.input.max(req.output).max(req.temp).max(1))
+}
+
+/// A device copy of `values` and its address (valid while the slice lives).
+fn on_device<T: DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    values: &[T],
+) -> Result<(CudaSlice<T>, sys::CUdeviceptr)> {
+    let slice = cuda("copying nvCOMP's arguments to the device", || {
+        stream.clone_htod(values)
+    })?;
+    let (ptr, record) = slice.device_ptr(stream);
+    drop(record);
+    Ok((slice, ptr))
+}
+
+/// Decodes every job in one batched nvCOMP call on `stream` and waits for it. A failed call is
+/// an error; per-job failures are in the outcomes (the caller names the chunk).
+pub(crate) fn decompress(
+    lib: &NvcompLib,
+    codec: GpuCodec,
+    stream: &Arc<CudaStream>,
+    jobs: &[Job],
+) -> Result<Vec<Outcome>> {
+    let n = jobs.len();
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let inputs: Vec<u64> = jobs.iter().map(|j| j.input).collect();
+    let input_lens: Vec<usize> = jobs.iter().map(|j| j.input_len).collect();
+    let outputs: Vec<u64> = jobs.iter().map(|j| j.output).collect();
+    let output_lens: Vec<usize> = jobs.iter().map(|j| j.output_len).collect();
+    let max_out = output_lens.iter().copied().max().unwrap_or(0);
+    let total_out: usize = output_lens.iter().sum();
+    let (_inputs, d_inputs) = on_device(stream, &inputs)?;
+    let (_input_lens, d_input_lens) = on_device(stream, &input_lens)?;
+    let (_outputs, d_outputs) = on_device(stream, &outputs)?;
+    let (_output_lens, d_output_lens) = on_device(stream, &output_lens)?;
+    let decoded = cuda("allocating nvCOMP's size array", || {
+        stream.alloc_zeros::<usize>(n)
+    })?;
+    let statuses = cuda("allocating nvCOMP's status array", || {
+        stream.alloc_zeros::<u32>(n)
+    })?;
+    let (d_decoded, r1) = decoded.device_ptr(stream);
+    drop(r1);
+    let (d_statuses, r2) = statuses.device_ptr(stream);
+    drop(r2);
+    let cu_stream = stream.cu_stream() as *mut c_void;
+    let mut temp_bytes = 0usize;
+    // SAFETY: plain values in, one writable size out.
+    let status = unsafe {
+        match codec {
+            GpuCodec::Deflate => function!(lib, nvcompBatchedDeflateDecompressGetTempSize)(
+                n,
+                max_out,
+                nvcomp_sys::deflate_decompress_opts(),
+                &mut temp_bytes,
+                total_out,
+                cu_stream,
+            ),
+            GpuCodec::Zstd => function!(lib, nvcompBatchedZstdDecompressGetTempSize)(
+                n,
+                max_out,
+                nvcomp_sys::zstd_decompress_opts(),
+                &mut temp_bytes,
+                total_out,
+                cu_stream,
+            ),
+            GpuCodec::Lz4 => function!(lib, nvcompBatchedLZ4DecompressGetTempSize)(
+                n,
+                max_out,
+                nvcomp_sys::lz4_decompress_opts(),
+                &mut temp_bytes,
+                total_out,
+                cu_stream,
+            ),
+        }
+    };
+    checked("querying the decoder's temp size", status)?;
+    // SAFETY: nvCOMP only writes the temp space; nothing reads it before.
+    let temp = cuda("allocating nvCOMP's temp space", || unsafe {
+        stream.alloc::<u8>(temp_bytes.max(1))
+    })?;
+    let (d_temp, r3) = temp.device_ptr(stream);
+    drop(r3);
+    cuda("making the stream's context current", || {
+        stream.context().bind_to_thread()
+    })?;
+    // SAFETY: every array lives in device memory for n entries and stays allocated until the
+    // stream is synchronized below; each job's buffers lie inside device allocations the
+    // caller keeps alive, aligned as `alignment` says.
+    let status = unsafe {
+        macro_rules! run {
+            ($f:ident, $opts:expr) => {
+                function!(lib, $f)(
+                    d_inputs as *const *const c_void,
+                    d_input_lens as *const usize,
+                    d_output_lens as *const usize,
+                    d_decoded as *mut usize,
+                    n,
+                    d_temp as *mut c_void,
+                    temp_bytes,
+                    d_outputs as *const *mut c_void,
+                    $opts,
+                    d_statuses as *mut nvcompStatus_t,
+                    cu_stream,
+                )
+            };
+        }
+        match codec {
+            GpuCodec::Deflate => run!(
+                nvcompBatchedDeflateDecompressAsync,
+                nvcomp_sys::deflate_decompress_opts()
+            ),
+            GpuCodec::Zstd => run!(
+                nvcompBatchedZstdDecompressAsync,
+                nvcomp_sys::zstd_decompress_opts()
+            ),
+            GpuCodec::Lz4 => run!(
+                nvcompBatchedLZ4DecompressAsync,
+                nvcomp_sys::lz4_decompress_opts()
+            ),
+        }
+    };
+    checked("launching the batched decoder", status)?;
+    synchronize(stream)?;
+    let decoded = cuda("copying nvCOMP's sizes back", || {
+        stream.clone_dtoh(&decoded)
+    })?;
+    let statuses = cuda("copying nvCOMP's statuses back", || {
+        stream.clone_dtoh(&statuses)
+    })?;
+    synchronize(stream)?;
+    drop(temp);
+    Ok(statuses
+        .into_iter()
+        .zip(decoded)
+        .map(|(status, written)| Outcome {
+            status: nvcompStatus_t(status),
+            written,
+        })
+        .collect())
+}
+
+/// Zeroed compression options: nvCOMP 6's defaults for Zstandard and LZ4 (plain bytes), and
+/// Deflate's `algorithm` 1 (high throughput), the header's default too.
+fn deflate_compress_opts() -> nvcomp_sys::nvcompBatchedDeflateCompressOpts_t {
+    nvcomp_sys::nvcompBatchedDeflateCompressOpts_t {
+        algorithm: 1,
+        reserved: [0; 60],
+    }
+}
+
+fn zstd_compress_opts() -> nvcomp_sys::nvcompBatchedZstdCompressOpts_t {
+    nvcomp_sys::nvcompBatchedZstdCompressOpts_t { reserved: [0; 64] }
+}
+
+fn lz4_compress_opts() -> nvcomp_sys::nvcompBatchedLZ4CompressOpts_t {
+    nvcomp_sys::nvcompBatchedLZ4CompressOpts_t {
+        data_type: nvcomp_sys::nvcompType_t::NVCOMP_TYPE_CHAR,
+        bitshuffle_mode: nvcomp_sys::nvcompBitshuffleMode_t::NVCOMP_BITSHUFFLE_NONE,
+        reserved: [0; 56],
+    }
+}
+
+/// The alignment (bytes) every buffer of `codec`'s encoder must have.
+pub(crate) fn compress_alignment(lib: &NvcompLib, codec: GpuCodec) -> Result<usize> {
+    let mut req = nvcompAlignmentRequirements_t {
+        input: 1,
+        output: 1,
+        temp: 1,
+    };
+    // SAFETY: default options; `req` is writable.
+    let status = unsafe {
+        match codec {
+            GpuCodec::Deflate => function!(lib, nvcompBatchedDeflateCompressGetRequiredAlignments)(
+                deflate_compress_opts(),
+                &mut req,
+            ),
+            GpuCodec::Zstd => function!(lib, nvcompBatchedZstdCompressGetRequiredAlignments)(
+                zstd_compress_opts(),
+                &mut req,
+            ),
+            GpuCodec::Lz4 => function!(lib, nvcompBatchedLZ4CompressGetRequiredAlignments)(
+                lz4_compress_opts(),
+                &mut req,
+            ),
+        }
+    };
+    checked("querying the encoder's alignment", status)?;
+    Ok(req.input.max(req.output).max(req.temp).max(1))
+}
+
+/// The most bytes `codec` may encode `len` bytes into.
+pub(crate) fn max_encoded(lib: &NvcompLib, codec: GpuCodec, len: usize) -> Result<usize> {
+    let mut max = 0usize;
+    // SAFETY: plain values in, one writable size out.
+    let status = unsafe {
+        match codec {
+            GpuCodec::Deflate => function!(lib, nvcompBatchedDeflateCompressGetMaxOutputChunkSize)(
+                len,
+                deflate_compress_opts(),
+                &mut max,
+            ),
+            GpuCodec::Zstd => function!(lib, nvcompBatchedZstdCompressGetMaxOutputChunkSize)(
+                len,
+                zstd_compress_opts(),
+                &mut max,
+            ),
+            GpuCodec::Lz4 => function!(lib, nvcompBatchedLZ4CompressGetMaxOutputChunkSize)(
+                len,
+                lz4_compress_opts(),
+                &mut max,
+            ),
+        }
+    };
+    checked("querying the encoder's largest output", status)?;
+    Ok(max)
+}
+
+/// Encodes every job (input: the bytes; output: room for `max_encoded` of them) in one batched
+/// nvCOMP call on `stream` and waits for it; the outcomes' `written` is the encoded size.
+pub(crate) fn compress(
+    lib: &NvcompLib,
+    codec: GpuCodec,
+    stream: &Arc<CudaStream>,
+    jobs: &[Job],
+) -> Result<Vec<Outcome>> {
+    let n = jobs.len();
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let inputs: Vec<u64> = jobs.iter().map(|j| j.input).collect();
+    let input_lens: Vec<usize> = jobs.iter().map(|j| j.input_len).collect();
+    let outputs: Vec<u64> = jobs.iter().map(|j| j.output).collect();
+    let max_in = input_lens.iter().copied().max().unwrap_or(0);
+    let total_in: usize = input_lens.iter().sum();
+    let (_inputs, d_inputs) = on_device(stream, &inputs)?;
+    let (_input_lens, d_input_lens) = on_device(stream, &input_lens)?;
+    let (_outputs, d_outputs) = on_device(stream, &outputs)?;
+    let encoded = cuda("allocating nvCOMP's size array", || {
+        stream.alloc_zeros::<usize>(n)
+    })?;
+    let statuses = cuda("allocating nvCOMP's status array", || {
+        stream.alloc_zeros::<u32>(n)
+    })?;
+    let (d_encoded, r1) = encoded.device_ptr(stream);
+    drop(r1);
+    let (d_statuses, r2) = statuses.device_ptr(stream);
+    drop(r2);
+    let cu_stream = stream.cu_stream() as *mut c_void;
+    let mut temp_bytes = 0usize;
+    // SAFETY: plain values in, one writable size out.
+    let status = unsafe {
+        match codec {
+            GpuCodec::Deflate => function!(lib, nvcompBatchedDeflateCompressGetTempSize)(
+                n,
+                max_in,
+                deflate_compress_opts(),
+                &mut temp_bytes,
+                total_in,
+                cu_stream,
+            ),
+            GpuCodec::Zstd => function!(lib, nvcompBatchedZstdCompressGetTempSize)(
+                n,
+                max_in,
+                zstd_compress_opts(),
+                &mut temp_bytes,
+                total_in,
+                cu_stream,
+            ),
+            GpuCodec::Lz4 => function!(lib, nvcompBatchedLZ4CompressGetTempSize)(
+                n,
+                max_in,
+                lz4_compress_opts(),
+                &mut temp_bytes,
+                total_in,
+                cu_stream,
+            ),
+        }
+    };
+    checked("querying the encoder's temp size", status)?;
+    // SAFETY: nvCOMP only writes the temp space.
+    let temp = cuda("allocating nvCOMP's temp space", || unsafe {
+        stream.alloc::<u8>(temp_bytes.max(1))
+    })?;
+    let (d_temp, r3) = temp.device_ptr(stream);
+    drop(r3);
+    cuda("making the stream's context current", || {
+        stream.context().bind_to_thread()
+    })?;
+    // SAFETY: as in `decompress`: device arrays of n entries, alive until the synchronisation;
+    // each output has room for `max_encoded` of its input.
+    let status = unsafe {
+        macro_rules! run {
+            ($f:ident, $opts:expr) => {
+                function!(lib, $f)(
+                    d_inputs as *const *const c_void,
+                    d_input_lens as *const usize,
+                    max_in,
+                    n,
+                    d_temp as *mut c_void,
+                    temp_bytes,
+                    d_outputs as *const *mut c_void,
+                    d_encoded as *mut usize,
+                    $opts,
+                    d_statuses as *mut nvcompStatus_t,
+                    cu_stream,
+                )
+            };
+        }
+        match codec {
+            GpuCodec::Deflate => run!(nvcompBatchedDeflateCompressAsync, deflate_compress_opts()),
+            GpuCodec::Zstd => run!(nvcompBatchedZstdCompressAsync, zstd_compress_opts()),
+            GpuCodec::Lz4 => run!(nvcompBatchedLZ4CompressAsync, lz4_compress_opts()),
+        }
+    };
+    checked("launching the batched encoder", status)?;
+    synchronize(stream)?;
+    let encoded = cuda("copying nvCOMP's sizes back", || {
+        stream.clone_dtoh(&encoded)
+    })?;
+    let statuses = cuda("copying nvCOMP's statuses back", || {
+        stream.clone_dtoh(&statuses)
+    })?;
+    synchronize(stream)?;
+    drop(temp);
+    Ok(statuses
+        .into_iter()
+        .zip(encoded)
+        .map(|(status, encoded)| Outcome {
+            status: nvcompStatus_t(status),
+            written: encoded,
+        })
+        .collect())
+}

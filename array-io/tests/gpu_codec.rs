@@ -1,0 +1,615 @@
+//! Compressed datasets read into device memory with nvCOMP on the emulators: the CUDA/cuFile
+//! emulator as libcuda/libcufile and the nvCOMP emulator as libnvcomp (tests/emulator-nvcomp,
+//! reference codecs over emulated device memory). h5py with hdf5plugin writes the files
+//! (`gpu_codec_files.py`); each body runs in a child process and compares every byte with what
+//! h5py read; the parent checks the child's log (which path, and why) and the emulator's report.
+//!
+//! Build the emulators first: `cargo build -p h5gds-cuda-emulator -p h5gds-nvcomp-emulator`.
+
+mod common;
+
+use array_io::{from_file_batched_to_device, from_file_to_device, DeviceArray, Error};
+use common::*;
+use ndarray::{ArrayD, IxDyn, Slice};
+use std::path::{Path, PathBuf};
+
+const DIR_VAR: &str = "ARRAY_IO_TEST_DIR";
+
+fn test_dir() -> PathBuf {
+    PathBuf::from(std::env::var(DIR_VAR).expect("the parent passes the test directory"))
+}
+
+/// h5py's compressed files in a fresh directory (written in the parent only).
+fn files() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    if !is_child_any() {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/gpu_codec_files.py");
+        let out = std::process::Command::new(python())
+            .arg(&script)
+            .arg(dir.path())
+            .env_remove("HDF5_DRIVER")
+            .env_remove("HDF5_PLUGIN_PATH")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "gpu_codec_files.py failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    dir
+}
+
+/// The damaged datasets: (name, chunk offset, how it was damaged).
+fn damaged(dir: &Path) -> Vec<(String, String, String)> {
+    std::fs::read_to_string(dir.join("corrupt.tsv"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            (f[0].into(), f[1].into(), f[2].into())
+        })
+        .collect()
+}
+
+/// Runs `body` in a child on the CUDA and nvCOMP emulators (or, with `nvcomp` false, the CUDA
+/// emulator alone), with `env` and the test directory.
+fn run(name: &str, nvcomp: bool, dir: &Path, env: &[(&str, &str)], body: fn()) -> Option<ChildRun> {
+    let libs = (!is_child_any()).then(|| {
+        if nvcomp {
+            h5gds_tests::nvcomp_emulator::nvcomp_emulator_lib_dir()
+        } else {
+            h5gds_tests::emulator::emulator_lib_dir()
+        }
+    });
+    let ld = libs
+        .as_ref()
+        .map(|l| l.ld_library_path().into_string().unwrap())
+        .unwrap_or_default();
+    let dir_text = dir.to_str().unwrap().to_string();
+    let mut all = vec![
+        ("H5GDS_USE_VFD_GDS", "1"),
+        ("H5GDS_LOG", "debug"),
+        (DIR_VAR, dir_text.as_str()),
+        ("LD_LIBRARY_PATH", ld.as_str()),
+    ];
+    all.extend_from_slice(env);
+    in_child(name, true, &all, body)
+}
+
+fn read_and_compare<T: Sample>(path: &Path, entry: &Entry) {
+    let array: DeviceArray<T> = from_file_to_device(path, &entry.name, stream())
+        .unwrap_or_else(|e| panic!("{}: {e}", entry.name));
+    assert_eq!(array.shape(), entry.shape.as_slice(), "{}", entry.name);
+    let host = array.to_host().unwrap();
+    assert_eq!(
+        bytes_of(&host),
+        entry.bytes,
+        "{} ({})",
+        entry.name,
+        entry.dtype
+    );
+}
+
+/// Batches of 7 along every axis (never chunk-aligned): each batch matches h5py's bytes there.
+fn batched_and_compare<T: Sample>(path: &Path, entry: &Entry) {
+    let expected = ArrayD::<T>::from_shape_vec(
+        IxDyn(&entry.shape),
+        entry
+            .bytes
+            .chunks_exact(std::mem::size_of::<T>())
+            // SAFETY: the bytes are h5py's native-endian values of T.
+            .map(|b| unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
+            .collect(),
+    )
+    .unwrap();
+    let batch = vec![7usize; entry.shape.len()];
+    let mut seen = 0;
+    for item in from_file_batched_to_device::<T>(path, &entry.name, &batch, stream()).unwrap() {
+        let (chunk, offsets) = item.unwrap_or_else(|e| panic!("{}: {e}", entry.name));
+        let host = chunk.to_host().unwrap();
+        let mut want = expected.view();
+        for (axis, (&start, &len)) in offsets.iter().zip(host.shape()).enumerate() {
+            want.slice_axis_inplace(ndarray::Axis(axis), Slice::from(start..start + len));
+        }
+        assert_eq!(host, want, "{} at {offsets:?}", entry.name);
+        seen += host.len();
+    }
+    assert_eq!(seen, expected.len(), "{}", entry.name);
+}
+
+fn decode_body() {
+    let dir = test_dir();
+    let file = dir.join("h5py.h5");
+    for entry in h5py_manifest(&dir) {
+        for_dtype!(entry.dtype.as_str(), read_and_compare(&file, &entry));
+        if entry.name.contains("rank") || entry.name.contains("sparse") {
+            for_dtype!(entry.dtype.as_str(), batched_and_compare(&file, &entry));
+        }
+    }
+}
+
+#[test]
+fn every_codec_rank_edge_missing_and_unfiltered_chunk_decodes_on_the_gpu() {
+    let name = "every_codec_rank_edge_missing_and_unfiltered_chunk_decodes_on_the_gpu";
+    let dir = files();
+    let Some(run) = run(name, true, dir.path(), &[], decode_body) else {
+        return;
+    };
+    run.assert_clean();
+    assert!(run.counter("cufile reads") > 0, "{:?}", run.report);
+    let log = run.stderr();
+    for codec in ["gzip", "zstd", "lz4"] {
+        for kind in ["rank1", "rank2", "rank3", "sparse", "raw"] {
+            let dataset = format!("\"/{codec}/{kind}\"");
+            assert!(
+                log.lines()
+                    .any(|l| l.contains(&dataset) && l.contains("decoded on the GPU with nvCOMP")),
+                "{dataset} was not decoded on the GPU:\n{log}"
+            );
+        }
+    }
+    assert!(log.contains("\"/lz4/blocks\""), "{log}");
+    // The sparse datasets' missing chunks were filled by HDF5 through the staged path.
+    assert!(
+        log.lines().any(|l| l.contains("\"/zstd/sparse\"")
+            && l.contains("3 chunks move compressed")
+            && l.contains("9 chunks were never written")),
+        "{log}"
+    );
+    // Chains stay on HDF5's CPU filters, saying why.
+    for (dataset, why) in [
+        (
+            "/chain/shuffle_gzip",
+            "chain of filters (shuffle (2), deflate (1))",
+        ),
+        ("/chain/fletcher_gzip", "fletcher32"),
+    ] {
+        let line = log
+            .lines()
+            .find(|l| l.contains(&format!("{dataset:?}")) && l.contains("not on the GPU"))
+            .unwrap_or_else(|| panic!("no reason for {dataset} in:\n{log}"));
+        assert!(line.contains(why), "{line}");
+    }
+}
+
+fn corrupt_body() {
+    let dir = test_dir();
+    let file = dir.join("h5py.h5");
+    let verify = std::env::var(array_io::VERIFY_CHECKSUMS_ENV).as_deref() == Ok("1");
+    for (dataset, chunk, how) in damaged(&dir) {
+        let result = from_file_to_device::<f32>(&file, &dataset, stream());
+        if how == "adler32" && !verify {
+            // Intact Deflate data behind a wrong trailer decodes; only the check catches it.
+            let host = result.unwrap().to_host().unwrap();
+            assert_eq!(host.len(), 200, "{dataset}");
+            continue;
+        }
+        let err = result
+            .err()
+            .unwrap_or_else(|| panic!("{dataset}: a damaged chunk read"));
+        assert!(
+            matches!(err, Error::ChunkDecode { .. }),
+            "{dataset}: {err:?}"
+        );
+        let text = err.to_string();
+        assert!(text.contains(&format!("dataset {dataset:?}")), "{text}");
+        assert!(text.contains(&format!("chunk at [{chunk}]")), "{text}");
+        if how == "adler32" {
+            assert!(text.contains("Adler-32"), "{text}");
+        }
+        println!("{text}");
+    }
+}
+
+#[test]
+fn corrupted_chunks_fail_the_read_naming_dataset_and_chunk() {
+    let name = "corrupted_chunks_fail_the_read_naming_dataset_and_chunk";
+    let dir = files();
+    let Some(run) = run(name, true, dir.path(), &[], corrupt_body) else {
+        return;
+    };
+    run.assert_clean();
+    assert_eq!(
+        run.stdout().matches("chunk at [25]").count(),
+        3,
+        "{}",
+        run.stdout()
+    );
+    let out = run.stdout();
+    for (dataset, why) in [
+        ("/gzip/corrupt", "nvcompErrorCannotDecompress"),
+        ("/zstd/corrupt", "nvcompErrorCannotDecompress"),
+        ("/lz4/corrupt", "its LZ4 block at byte 12 claims"),
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.contains(&format!("{dataset:?}")))
+            .unwrap_or_else(|| panic!("no error for {dataset}: {out}"));
+        assert!(line.contains(why), "{line}");
+    }
+}
+
+#[test]
+fn with_checksums_on_a_wrong_adler32_fails_the_read() {
+    let name = "with_checksums_on_a_wrong_adler32_fails_the_read";
+    let dir = files();
+    let env = [(array_io::VERIFY_CHECKSUMS_ENV, "1")];
+    let Some(run) = run(name, true, dir.path(), &env, corrupt_body) else {
+        return;
+    };
+    run.assert_clean();
+    assert!(run.stdout().contains("chunk at [50]"), "{}", run.stdout());
+}
+
+fn fault_body() {
+    let dir = test_dir();
+    let err = from_file_to_device::<f32>(dir.join("h5py.h5"), "/zstd/rank1", stream())
+        .expect_err("a failed decode fails the read");
+    println!("{err}");
+}
+
+#[test]
+fn a_chunk_the_gpu_fails_to_decode_fails_the_read() {
+    let name = "a_chunk_the_gpu_fails_to_decode_fails_the_read";
+    let dir = files();
+    let env = [("H5GDS_EMU_NVCOMP_FAIL_CHUNK", "3")];
+    let Some(run) = run(name, true, dir.path(), &env, fault_body) else {
+        return;
+    };
+    run.assert_clean();
+    let out = run.stdout();
+    // The third chunk of /zstd/rank1 (chunks of 128) starts at element 256.
+    assert!(out.contains("\"/zstd/rank1\", chunk at [256]"), "{out}");
+    assert!(out.contains("nvcompErrorCannotDecompress"), "{out}");
+}
+
+#[test]
+fn a_failed_nvcomp_call_fails_the_read() {
+    let name = "a_failed_nvcomp_call_fails_the_read";
+    let dir = files();
+    let env = [("H5GDS_EMU_NVCOMP_FAIL_CALL", "1")];
+    let Some(run) = run(name, true, dir.path(), &env, fault_body) else {
+        return;
+    };
+    run.assert_clean();
+    let out = run.stdout();
+    assert!(out.contains("\"/zstd/rank1\""), "{out}");
+    assert!(out.contains("nvcompErrorCudaError"), "{out}");
+}
+
+fn without_nvcomp_body() {
+    let dir = test_dir();
+    let file = dir.join("h5py.h5");
+    // Without nvCOMP, HDF5's own filters decode: deflate built in, Zstandard and LZ4 from
+    // hdf5plugin's plugin directory (HDF5_PLUGIN_PATH).
+    for entry in h5py_manifest(&dir) {
+        for_dtype!(entry.dtype.as_str(), read_and_compare(&file, &entry));
+    }
+}
+
+/// hdf5plugin's directory of filter plugins (they link no libhdf5, so this HDF5 loads them).
+fn hdf5plugin_dir() -> String {
+    let out = std::process::Command::new(python())
+        .args(["-c", "import hdf5plugin; print(hdf5plugin.PLUGIN_PATH)"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "hdf5plugin is installed (scripts/setup.sh)"
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn without_nvcomp_hdf5_decodes_on_the_host_and_the_log_says_why() {
+    let name = "without_nvcomp_hdf5_decodes_on_the_host_and_the_log_says_why";
+    let dir = files();
+    let plugins = if is_child_any() {
+        String::new()
+    } else {
+        hdf5plugin_dir()
+    };
+    let env = [("HDF5_PLUGIN_PATH", plugins.as_str())];
+    let Some(run) = run(name, false, dir.path(), &env, without_nvcomp_body) else {
+        return;
+    };
+    run.assert_clean();
+    let log = run.stderr();
+    for dataset in ["/gzip/rank2", "/zstd/rank2", "/lz4/rank2"] {
+        assert!(
+            log.lines().any(|l| l.contains(&format!("{dataset:?}"))
+                && l.contains("nvCOMP is not available: libnvcomp.so.6 cannot be loaded")),
+            "{dataset}:\n{log}"
+        );
+    }
+    assert!(!log.contains("decoded on the GPU"), "{log}");
+}
+
+#[test]
+fn h5gds_gpu_codec_0_keeps_decoding_on_the_host() {
+    let name = "h5gds_gpu_codec_0_keeps_decoding_on_the_host";
+    let dir = files();
+    let plugins = if is_child_any() {
+        String::new()
+    } else {
+        hdf5plugin_dir()
+    };
+    let env = [
+        ("HDF5_PLUGIN_PATH", plugins.as_str()),
+        (array_io::GPU_CODEC_ENV, "0"),
+    ];
+    let Some(run) = run(name, true, dir.path(), &env, without_nvcomp_body) else {
+        return;
+    };
+    run.assert_clean();
+    let log = run.stderr();
+    assert!(
+        log.contains(
+            "\"/lz4/rank3\": its chunks are decoded by HDF5 on the host, not on the GPU \
+                      with nvCOMP: H5GDS_GPU_CODEC=0 turns decoding on the GPU off"
+        ),
+        "{log}"
+    );
+    assert!(!log.contains("decoded on the GPU with nvCOMP"), "{log}");
+}
+
+// ---- writes: encoded on the GPU, read by h5py with hdf5plugin ----
+
+use array_io::{to_file_compressed, Compression};
+
+fn write_codec<T: Sample>(
+    dir: &Path,
+    compression: Compression,
+    filter: &str,
+    lines: &mut Vec<String>,
+) {
+    let stream = stream();
+    for (rank, (shape, chunk)) in [
+        (&[1000usize][..], &[128usize][..]),
+        (&[37, 50][..], &[8, 16][..]),
+        (&[9, 10, 11][..], &[4, 4, 4][..]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let host = sample_array::<T>(shape, rank as u64 + 3);
+        let device = DeviceArray::from_host(&stream, &host).unwrap();
+        let file = format!("{compression:?}-{}-{rank}.h5", T::NAME);
+        let path = dir.join(&file);
+        to_file_compressed(&device, &path, "/g/x", chunk, compression)
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        // Read back through the GPU decoder.
+        let back: DeviceArray<T> = from_file_to_device(&path, "/g/x", &stream).unwrap();
+        assert_eq!(
+            bytes_of(&back.to_host().unwrap()),
+            bytes_of(&host),
+            "{file}"
+        );
+        let n = lines.len();
+        std::fs::write(dir.join(format!("{n}.bin")), bytes_of(&host)).unwrap();
+        let shape_text: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+        lines.push(format!(
+            "{file}\t/g/x\t{}\t{}\t{filter}\n",
+            dtype_name::<T>(),
+            shape_text.join(",")
+        ));
+    }
+}
+
+fn write_body() {
+    let dir = test_dir();
+    let mut lines = Vec::new();
+    for (compression, filter) in [
+        (Compression::Deflate, "1"),
+        (Compression::Zstd, "32015"),
+        (Compression::Lz4, "32004"),
+    ] {
+        write_codec::<f32>(&dir, compression, filter, &mut lines);
+        write_codec::<i16>(&dir, compression, filter, &mut lines);
+        write_codec::<u8>(&dir, compression, filter, &mut lines);
+    }
+    std::fs::write(dir.join("manifest.tsv"), lines.concat()).unwrap();
+}
+
+#[test]
+fn arrays_encoded_on_the_gpu_are_read_by_h5py_with_hdf5plugin() {
+    let name = "arrays_encoded_on_the_gpu_are_read_by_h5py_with_hdf5plugin";
+    let dir = tempfile::tempdir().unwrap();
+    let Some(run) = run(name, true, dir.path(), &[], write_body) else {
+        return;
+    };
+    run.assert_clean();
+    assert!(run.counter("cufile writes") > 0, "{:?}", run.report);
+    let log = run.stderr();
+    for codec in ["Deflate", "Zstd", "Lz4"] {
+        assert!(
+            log.contains(&format!(
+                "encoded ({codec}) on the GPU with nvCOMP and written straight"
+            )),
+            "{codec}:\n{log}"
+        );
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/gpu_codec_files.py");
+    let out = std::process::Command::new(python())
+        .arg(&script)
+        .arg("check")
+        .arg(dir.path())
+        .env_remove("HDF5_DRIVER")
+        .env_remove("HDF5_PLUGIN_PATH")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.trim() == "OK 27",
+        "h5py check failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn host_deflate_body() {
+    let dir = test_dir();
+    let host = sample_array::<f32>(&[50, 20], 9);
+    let device = DeviceArray::from_host(stream(), &host).unwrap();
+    let path = dir.join("Deflate-f32-host.h5");
+    to_file_compressed(&device, &path, "/g/x", &[16, 16], Compression::Deflate).unwrap();
+    std::fs::write(dir.join("0.bin"), bytes_of(&host)).unwrap();
+    std::fs::write(
+        dir.join("manifest.tsv"),
+        "Deflate-f32-host.h5\t/g/x\tfloat32\t50,20\t1\n",
+    )
+    .unwrap();
+    let err = to_file_compressed(
+        &device,
+        dir.join("z.h5"),
+        "/x",
+        &[16, 16],
+        Compression::Zstd,
+    )
+    .expect_err("Zstandard needs nvCOMP here");
+    println!("{err}");
+    let err = to_file_compressed(&device, dir.join("c.h5"), "/x", &[16, 0], Compression::Lz4)
+        .expect_err("a zero chunk entry is refused");
+    println!("{err}");
+}
+
+#[test]
+fn without_nvcomp_deflate_is_encoded_by_hdf5_and_zstd_is_refused_saying_why() {
+    let name = "without_nvcomp_deflate_is_encoded_by_hdf5_and_zstd_is_refused_saying_why";
+    let dir = tempfile::tempdir().unwrap();
+    let Some(run) = run(name, false, dir.path(), &[], host_deflate_body) else {
+        return;
+    };
+    run.assert_clean();
+    let log = run.stderr();
+    assert!(
+        log.contains(
+            "HDF5's Deflate filter encodes a host copy, not nvCOMP on the GPU: nvCOMP is not \
+             available"
+        ),
+        "{log}"
+    );
+    let out = run.stdout();
+    assert!(
+        out.contains("\"/x\" cannot be written with Zstd: not on the GPU (nvCOMP is not available")
+            && out.contains("this HDF5 has no Zstd filter (id 32015)"),
+        "{out}"
+    );
+    assert!(out.contains("entry 1 must be between 1 and"), "{out}");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/gpu_codec_files.py");
+    let check = std::process::Command::new(python())
+        .arg(&script)
+        .arg("check")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&check.stdout).trim(), "OK 1");
+}
+
+fn host_plugin_body() {
+    let dir = test_dir();
+    let host = sample_array::<i32>(&[30, 40], 11);
+    let device = DeviceArray::from_host(stream(), &host).unwrap();
+    let mut manifest = String::new();
+    for (n, (compression, filter)) in [(Compression::Zstd, "32015"), (Compression::Lz4, "32004")]
+        .into_iter()
+        .enumerate()
+    {
+        let file = format!("{compression:?}.h5");
+        to_file_compressed(&device, dir.join(&file), "/x", &[8, 16], compression).unwrap();
+        std::fs::write(dir.join(format!("{n}.bin")), bytes_of(&host)).unwrap();
+        manifest.push_str(&format!("{file}\t/x\tint32\t30,40\t{filter}\n"));
+    }
+    std::fs::write(dir.join("manifest.tsv"), manifest).unwrap();
+}
+
+#[test]
+fn without_nvcomp_hdf5plugin_filters_encode_zstd_and_lz4_on_the_host() {
+    let name = "without_nvcomp_hdf5plugin_filters_encode_zstd_and_lz4_on_the_host";
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = if is_child_any() {
+        String::new()
+    } else {
+        hdf5plugin_dir()
+    };
+    let env = [("HDF5_PLUGIN_PATH", plugins.as_str())];
+    let Some(run) = run(name, false, dir.path(), &env, host_plugin_body) else {
+        return;
+    };
+    run.assert_clean();
+    let log = run.stderr();
+    for codec in ["Zstd", "Lz4"] {
+        assert!(
+            log.contains(&format!("HDF5's {codec} filter encodes a host copy")),
+            "{codec}:\n{log}"
+        );
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/gpu_codec_files.py");
+    let check = std::process::Command::new(python())
+        .arg(&script)
+        .arg("check")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&check.stdout).trim(),
+        "OK 2",
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+}
+
+// ---- the example that checks the path on a GPU, here on the emulators ----
+
+#[test]
+fn the_compressed_gpu_example_passes_on_the_emulators_and_refuses_without_nvcomp() {
+    let exe = std::env::current_exe().unwrap();
+    let example = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/compressed_gpu");
+    assert!(
+        example.is_file(),
+        "{} is missing: `cargo test -p array-io` builds the examples",
+        example.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.txt");
+    for nvcomp in [true, false] {
+        let libs = if nvcomp {
+            h5gds_tests::nvcomp_emulator::nvcomp_emulator_lib_dir()
+        } else {
+            h5gds_tests::emulator::emulator_lib_dir()
+        };
+        let mut cmd = std::process::Command::new(&example);
+        cmd.arg("--dir").arg(dir.path().join("data"));
+        h5gds_tests::process::clean_env(&mut cmd);
+        libs.configure(&mut cmd);
+        cmd.env("H5GDS_EMU_REPORT", &report).current_dir(dir.path());
+        let out = h5gds_tests::process::output_within(&mut cmd, h5gds_tests::process::TIME_LIMIT);
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        if nvcomp {
+            assert!(out.status.success(), "{stdout}\n{stderr}");
+            assert!(
+                stdout.starts_with("HDF5 COMPRESSED GPU OK (18 h5py datasets"),
+                "{stdout}"
+            );
+            h5gds_tests::emulator::read_report(&report).assert_zero(&[
+                "leaked device allocations",
+                "bounds violations",
+                "double frees",
+            ]);
+        } else {
+            assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
+            assert!(
+                stderr.contains("nvCOMP is needed for this check"),
+                "{stderr}"
+            );
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! Device memory as the emulated GPU sees it: through the CUDA emulator's shadow mapping
+//! (`h5gds_emu_device_shadow`), found in the libcuda the process already loaded. Host pointers,
+//! out-of-bounds ranges and a process without the CUDA emulator give `None`, never a crash.
+
+use std::sync::OnceLock;
+
+type ShadowFn = unsafe extern "C" fn(u64, usize) -> *mut u8;
+
+/// The CUDA emulator's shadow lookup, if libcuda is the emulator.
+fn shadow_fn() -> Option<ShadowFn> {
+    static SHADOW: OnceLock<Option<ShadowFn>> = OnceLock::new();
+    *SHADOW.get_or_init(|| {
+        use libloading::os::unix::{Library, RTLD_NOW};
+        // The copy the program loaded (RTLD_NOLOAD), else load it: both name the one emulator.
+        // SAFETY: opening libcuda.so.1, the CUDA emulator in every process this library runs in;
+        // its initialisers do nothing.
+        let library = unsafe { Library::open(Some("libcuda.so.1"), RTLD_NOW | libc::RTLD_NOLOAD) }
+            .or_else(|_| unsafe { Library::open(Some("libcuda.so.1"), RTLD_NOW) })
+            .ok()?;
+        // SAFETY: the symbol has this signature in the CUDA emulator (tests/emulator).
+        let symbol = unsafe { library.get::<ShadowFn>(b"h5gds_emu_device_shadow\0") }.ok()?;
+        let f = *symbol;
+        // The library stays loaded for the life of the process, so the pointer stays valid.
+        std::mem::forget(library);
+        Some(f)
+    })
+}
+
+/// Device bytes `[addr, addr + len)` (inside one allocation), readable and writable.
+///
+/// # Safety
+/// The caller must not hold two overlapping views mutably at once, and must not keep the slice
+/// past the allocation's free (as a kernel must not).
+pub unsafe fn bytes<'a>(addr: u64, len: usize) -> Option<&'a mut [u8]> {
+    if addr == 0 {
+        return None;
+    }
+    let f = shadow_fn()?;
+    // SAFETY: the lookup checks the range against the emulator's allocation table.
+    let ptr = unsafe { f(addr, len) };
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: the range lies inside one live device allocation's read-write shadow mapping.
+    Some(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+}
+
+/// `n` values of `T` at device address `addr` (a device array of pointers, sizes, statuses).
+///
+/// # Safety
+/// As [`bytes`]; `T` must be a plain integer type.
+pub unsafe fn array<'a, T: Copy>(addr: u64, n: usize) -> Option<&'a mut [T]> {
+    if addr as usize % std::mem::align_of::<T>() != 0 {
+        return None;
+    }
+    let raw = unsafe { bytes(addr, n.checked_mul(std::mem::size_of::<T>())?) }?;
+    // SAFETY: aligned (checked above; the shadow keeps the device address's page offset) and
+    // exactly n values long.
+    Some(unsafe { std::slice::from_raw_parts_mut(raw.as_mut_ptr().cast::<T>(), n) })
+}
