@@ -4,6 +4,7 @@
 //! which holds on any machine, also one with an NVIDIA driver in the system's library cache.
 
 use h5gds_tests::emulator::{emulator_cuda_lib_dir, emulator_lib_dir, EmulatorLibDir, NO_DEVICE};
+use h5gds_tests::nvcomp_emulator::nvcomp_emulator_lib_dir;
 use h5gds_tests::process::{clean_env, output_within};
 use h5gds_tests::python::cufile_lib_dir;
 use h5gds_tests::{plugin_dir, workspace_root};
@@ -100,6 +101,37 @@ fn info_reports_where_each_setting_came_from() {
         .as_str()
         .unwrap()
         .contains("H5GDS_COMPAT_MODE"));
+}
+
+#[test]
+fn info_says_whether_nvcomp_loads() {
+    // The CUDA emulator alone: no libnvcomp.so.6 on the library path.
+    let libs = emulator_lib_dir();
+    let info = info_json(&[("LD_LIBRARY_PATH", libs.path().as_os_str())]);
+    assert_eq!(info["nvcomp"]["loaded"], false, "{info}");
+    assert_eq!(info["nvcomp"]["library"], "libnvcomp.so.6");
+    assert!(
+        info["nvcomp"]["problem"]
+            .as_str()
+            .unwrap()
+            .contains("libnvcomp.so.6"),
+        "{info}"
+    );
+    // With the nvCOMP emulator standing in for libnvcomp.so.6, and the text report's line.
+    let libs = nvcomp_emulator_lib_dir();
+    let info = info_json(&[("LD_LIBRARY_PATH", libs.path().as_os_str())]);
+    assert_eq!(info["nvcomp"]["loaded"], true, "{info}");
+    assert!(info["nvcomp"]["problem"].is_null(), "{info}");
+    let dir = plugin_dir();
+    let out = tool(
+        &["info", "--plugin-dir", dir.to_str().unwrap()],
+        &[("LD_LIBRARY_PATH", libs.path().as_os_str())],
+    );
+    assert!(
+        stdout(&out).contains("nvCOMP:   libnvcomp.so.6 loads: array-io decodes"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]

@@ -22,6 +22,7 @@ pub struct Info {
     pub gds_plugins: crate::plugins::GdsPluginSearch,
     pub cuda: CudaInfo,
     pub cufile: CufileInfo,
+    pub nvcomp: NvcompInfo,
     pub settings: Vec<SettingInfo>,
     pub settings_error: Option<String>,
     pub verdict: Verdict,
@@ -44,6 +45,17 @@ pub struct CufileInfo {
     pub version: Option<String>,
     pub nvfs_version: Option<String>,
     pub gds_kernel_path: Option<bool>,
+    pub problem: Option<String>,
+}
+
+/// nvCOMP, which array-io's GPU codec path needs to decode and encode compressed chunks on the
+/// GPU (without it they go through HDF5's CPU filters, staged).
+#[derive(Serialize)]
+pub struct NvcompInfo {
+    /// The library array-io opens (`nvcomp_sys::LIBRARY_NAME`).
+    pub library: &'static str,
+    /// Whether it loads in this process (opened and closed again; no nvCOMP call is made).
+    pub loaded: bool,
     pub problem: Option<String>,
 }
 
@@ -96,6 +108,15 @@ fn cufile_info(settings: Option<&VfdSettings>) -> CufileInfo {
             gds_kernel_path: None,
             problem: Some(why),
         },
+    }
+}
+
+fn nvcomp_info() -> NvcompInfo {
+    let problem = nvcomp_sys::load().err().map(|e| e.to_string());
+    NvcompInfo {
+        library: nvcomp_sys::LIBRARY_NAME,
+        loaded: problem.is_none(),
+        problem,
     }
 }
 
@@ -172,6 +193,7 @@ pub fn gather(plugin_dir: Option<&Path>) -> Info {
         gds_plugins: crate::plugins::search(),
         cuda,
         cufile,
+        nvcomp: nvcomp_info(),
         settings: settings_rows,
         settings_error,
         verdict,
@@ -229,6 +251,17 @@ pub fn render(info: &Info) -> String {
             "cuFile:   {}",
             f.problem.as_deref().unwrap_or("not opened")
         ));
+    }
+    let n = &info.nvcomp;
+    match &n.problem {
+        None => line(format!(
+            "nvCOMP:   {} loads: array-io decodes and encodes deflate, Zstandard and LZ4 chunks on \
+             the GPU",
+            n.library
+        )),
+        Some(problem) => line(format!(
+            "nvCOMP:   not loaded ({problem}): compressed chunks go through HDF5's CPU filters"
+        )),
     }
     if let Some(err) = &info.settings_error {
         line(format!("settings: INVALID: {err}"));
