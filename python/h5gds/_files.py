@@ -32,7 +32,7 @@ import h5py
 import numpy as np
 from h5py import h5d, h5p, h5s, h5t
 
-from . import _collective, _io, _native
+from . import _arrays, _collective, _io, _native
 from ._selection import hyperslab
 
 # --- names and paths ---------------------------------------------------------------------------------------
@@ -318,12 +318,12 @@ def _logical(array):
     if hasattr(array, "__dlpack__") and hasattr(array, "__dlpack_device__"):
         if array.__dlpack_device__()[0] in _DLPACK_HOST:
             return _logical(np.from_dlpack(array))
-        try:
-            return array, tuple(array.shape), np.dtype(array.dtype)
-        except (AttributeError, TypeError):
-            raise TypeError(
-                f"array ({type(array).__module__}.{type(array).__name__}) is a DLPack device array "
-                "without a NumPy dtype and shape; pass one with __cuda_array_interface__") from None
+        # What the capsule says (shape, element type, strides): a strided view is copied by its
+        # library, as for __cuda_array_interface__ above.
+        view = _arrays.view(array, "array")
+        if not view.c_contiguous:
+            array = _contiguous_copy(array)
+        return array, view.shape, view.dtype
     raise TypeError(
         f"array must be a NumPy array, or an array with __cuda_array_interface__ or DLPack (CuPy, "
         f"PyTorch, JAX, Numba), not {type(array).__module__}.{type(array).__name__}; "

@@ -13,6 +13,7 @@ import numpy as np
 from mpi4py import MPI
 
 import h5gds
+from patterns import pattern  # the global arrays, as test_mpi.py computes them
 
 comm = MPI.COMM_WORLD
 rank, ranks = comm.Get_rank(), comm.Get_size()
@@ -20,19 +21,6 @@ directory = sys.argv[1]
 manifest = []
 
 DTYPES = ["i1", "i2", "<i4", "<i8", "u1", "<u2", "<u4", "<u8", "<f2", "<f4", "<f8", "?", ">f8"]
-
-
-def pattern(dtype, shape):
-    """The global array: the same computation the pytest check does."""
-    i = np.arange(int(np.prod(shape)), dtype=np.uint64)
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f":
-        values = ((i % 2048).astype(np.float64) * 0.25)
-    elif dtype.kind == "b":
-        values = i % 3 == 0
-    else:
-        values = (i * np.uint64(2654435761)) >> np.uint64(7)
-    return values.astype(dtype).reshape(shape)
 
 
 def round_trip(name, dtype, shape, decomposition=None):
