@@ -4,6 +4,7 @@ what it reads, provokes the collective failures and checks every rank's error. R
 manifest.txt (file, dataset, dtype, shape) for the check by h5py in the pytest process. Each rank
 prints `rank R: ALL OK` at the end; a failed check raises, which ends the job with an error."""
 
+import ctypes
 import os
 import resource
 import signal
@@ -118,6 +119,15 @@ expect("a missing dataset", lambda: h5gds.from_file(os.path.join(directory, "bat
                                                      comm=comm),
        ValueError, "reading the tiles failed on " + ("every rank" if p > 1 else "rank 0 of 1"),
        "no dataset '/nope'")
+
+# Each rank's device where this process has no CUDA driver (test_mpi.py's run; with a driver, the
+# device tests check h5gds.local_device): every rank fails, naming the cause.
+try:
+    ctypes.CDLL("libcuda.so.1")
+except OSError:
+    expect("no CUDA driver", lambda: h5gds.local_device(comm), OSError,
+           "choosing each rank's device failed on " + ("every rank" if p > 1 else "rank 0 of 1"),
+           "no CUDA driver library (libcuda.so.1) found")
 
 comm.Barrier()
 if rank == 0:
