@@ -106,6 +106,9 @@ def dlpack(host):
 def strided(host):
     """The tile as a transposed view of device memory holding its transpose (C order)."""
     t = cupy.asarray(np.ascontiguousarray(host.T))
+    if not CUDA.emulated:
+        return t.T
+    # The stand-in has no views: the same strides claimed over the same memory.
     t.shape, t.strides = host.shape, (host.dtype.itemsize, host.shape[0] * host.dtype.itemsize)
     return t
 
