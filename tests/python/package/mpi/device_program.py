@@ -174,6 +174,27 @@ for mode, gds in (("gds", True), ("staged", False)):
         raise AssertionError(f"rank {rank}: a strided DLPack tile was not refused")
     assert not os.path.exists(path)
 
+    # A rank whose tile claims more than its allocation fails in the write step: every rank
+    # raises naming it, the old file stays as it was, no temporary file is left.
+    path = os.path.join(directory, f"{mode}_kept.h5")
+    if rank == 0:
+        h5gds.to_file(np.full(3, 42.0), path, "old")
+    comm.Barrier()
+    bad = cupy.asarray(np.zeros((4, 3), "<f4"))
+    if rank == p - 1:
+        bad.shape = (8, 3)  # twice the bytes of its allocation
+    try:
+        h5gds.to_file(bad, path, "x", comm=comm)
+    except ValueError as err:
+        text = str(err)
+        assert f"writing the tiles failed on rank {p - 1} of {p}" in text, text
+        assert "beyond its allocation" in text, text
+    else:
+        raise AssertionError(f"rank {rank}: a tile beyond its allocation was not refused")
+    assert (h5gds.from_file(path, "old") == 42.0).all(), "the old file is untouched"
+    comm.Barrier()
+    assert not [n for n in os.listdir(directory) if n.endswith(".partial")]
+
 comm.Barrier()
 if CUDA.emulated:
     counters = CUDA.counters()
