@@ -356,8 +356,9 @@ def from_file(path, dataset, like="numpy", comm=None, decomposition=None):
 
     With ``comm`` (an mpi4py communicator), collective: every rank receives its tile, rows
     ``[r*n//p, (r+1)*n//p)`` of the leading axis, or its block of a 2-D grid with
-    ``decomposition="grid"`` or ``(rows, cols)``; errors are raised on every rank, naming the
-    failed ranks."""
+    ``decomposition="grid"`` or ``(rows, cols)``, as ``like`` says (device results on the current
+    device: ``h5gds.local_device(comm)`` is this rank's); errors are raised on every rank, naming
+    the failed ranks."""
     if comm is not None:
         return _collective.from_file(path, dataset, like, comm, decomposition, sys.modules[__name__])
     if decomposition is not None:
@@ -379,9 +380,10 @@ def to_file(array, path, dataset, comm=None, decomposition=None):
 
     With ``comm`` (an mpi4py communicator), collective: every rank passes its tile, stacked along
     axis 0 in rank order (or placed on a 2-D grid with ``decomposition="grid"`` or ``(rows,
-    cols)``) into one contiguous dataset; each rank writes its own bytes through the gds driver.
-    A failure on any rank is raised on every rank, naming the ranks, and leaves ``path`` as it
-    was."""
+    cols)``) into one contiguous dataset; each rank writes its own bytes through the gds driver
+    (a device tile's straight from its device memory; with ``H5GDS_USE_VFD_GDS=0`` through sec2,
+    staged through pinned host memory). A failure on any rank is raised on every rank, naming the
+    ranks, and leaves ``path`` as it was."""
     if comm is not None:
         return _collective.to_file(array, path, dataset, comm, decomposition, sys.modules[__name__])
     if decomposition is not None:
