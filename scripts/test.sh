@@ -53,7 +53,9 @@ for env in .venv .venv-114; do
   # From tests/python/package, so `import h5gds` can only find the installed package.
   (cd tests/python/package && "../../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider .)
   # The device-array tests, in a process whose libcuda and libcufile are the emulator (test_device.py
-  # skips in the run above, which has no CUDA driver; here it must run), with two emulated devices.
+  # and test_mpi_device.py skip in the run above, which has no CUDA driver; here they must run), with
+  # two emulated devices; test_mpi_device.py's MPI ranks inherit the emulator from this environment.
   (cd tests/python/package && LD_LIBRARY_PATH="$emulator_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-    H5GDS_REQUIRE_DEVICE_TESTS=1 H5GDS_EMU_DEVICES=2 "../../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider test_device.py)
+    H5GDS_REQUIRE_DEVICE_TESTS=1 H5GDS_EMU_DEVICES=2 "../../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider \
+    test_device.py test_mpi_device.py)
 done

@@ -17,17 +17,18 @@ into or out of a NumPy array with HDF5's own H5Dread/H5Dwrite (the GIL released 
 chunks) with the semantics of array-io's functions of the same names and of Legate's
 ``legate.io.hdf5``; with ``comm=`` (an mpi4py communicator) they are collective, each rank writing
 or reading its own tile of one file (``CollectiveError`` when ranks fail with different exception
-classes).
+classes), tiles in host memory (NumPy) or device memory (CuPy, PyTorch); ``local_device(comm)`` is
+this rank's GPU (node-local rank modulo the device count).
 """
 
 import h5py  # h5gds joins the HDF5 library h5py loads, so h5py must be loaded first
 
 from . import _native
 from ._driver import HDF5_LIBRARY, SETTING_KEYS
-from ._collective import CollectiveError
+from ._collective import CollectiveError, local_device
 from ._files import from_file, from_file_batched, to_file
 from ._info import info
 from ._io import read, write
 
-__all__ = ["CollectiveError", "HDF5_LIBRARY", "SETTING_KEYS", "from_file", "from_file_batched", "info", "read", "to_file",
-           "write"]
+__all__ = ["CollectiveError", "HDF5_LIBRARY", "SETTING_KEYS", "from_file", "from_file_batched", "info", "local_device", "read",
+           "to_file", "write"]

@@ -228,9 +228,17 @@ def _stack(lib):
 
 
 def _write_tile(tmp, path, view, offset, end, box_start, shape, use_gds):
-    """Writes the tile ``view`` (its runs of the box at ``box_start``) into ``tmp``."""
+    """Writes the tile ``view`` (its runs of the box at ``box_start``) into ``tmp``. A host tile's
+    runs go to ``H5FDwrite`` from here; a device tile's through the extension, which checks the
+    memory with CUDA, waits for the producer's stream and hands the device pointer to the ``gds``
+    driver, or, when the file is opened with sec2 (``H5GDS_USE_VFD_GDS=0``), copies the tile to
+    pinned host memory piece by piece first."""
     lib = _hdf5()
     size = view.dtype.itemsize
+    if not view.c_contiguous:
+        raise ValueError("the tile is not C-contiguous in memory and could not be made so")
+    runs = [(offset + element * size, at * size, length * size)
+            for at, element, length in _runs(box_start, view.shape, shape)]
     with phil:
         fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
         if use_gds:
@@ -243,10 +251,18 @@ def _write_tile(tmp, path, view, offset, end, box_start, shape, use_gds):
         try:
             if lib.H5FDset_eoa(handle, _H5FD_MEM_DRAW, end) < 0:
                 raise OSError(f"{path!r}: setting the end of address: {_stack(lib)}")
-            for at, element, length in _runs(box_start, view.shape, shape):
-                if lib.H5FDwrite(handle, _H5FD_MEM_DRAW, _H5P_DEFAULT, offset + element * size,
-                                 length * size, view.address + at * size) < 0:
-                    raise OSError(f"{path!r}: writing the tile: {_stack(lib)}")
+            if view.device is None:
+                for file_at, at, length in runs:
+                    if lib.H5FDwrite(handle, _H5FD_MEM_DRAW, _H5P_DEFAULT, file_at, length,
+                                     view.address + at) < 0:
+                        raise OSError(f"{path!r}: writing the tile: {_stack(lib)}")
+            else:
+                try:
+                    _native.device_tile_write(handle, runs, view.address, view.nbytes, size,
+                                              view.device[1], view.stream, use_gds)
+                except (OSError, ValueError) as err:
+                    raise type(err)(f"{path!r}: writing the tile from device memory: {err}") \
+                        from None
         finally:
             closed = lib.H5FDclose(handle)
         if closed < 0:
@@ -254,6 +270,25 @@ def _write_tile(tmp, path, view, offset, end, box_start, shape, use_gds):
 
 
 # --- the collective calls -----------------------------------------------------------------------
+
+
+def local_device(comm):
+    """This rank's CUDA device: ``(node-local rank) % (device count)``, the node-local rank from
+    ``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)``, so a node's ranks spread over its GPUs without
+    a per-rank ``CUDA_VISIBLE_DEVICES`` (as array-io's ``collective::local_device``). Collective;
+    where CUDA does not work on some rank, every rank raises, naming those ranks. Returns the
+    ordinal (``cupy.cuda.Device(h5gds.local_device(comm)).use()``,
+    ``torch.cuda.set_device(...)``)."""
+    from mpi4py import MPI
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    try:
+        local = node.Get_rank()
+    finally:
+        node.Free()
+    count, error = _attempt(_native.device_count)
+    _agree(comm, "choosing each rank's device", error)
+    return local % count
 
 
 def to_file(array, path, dataset, comm, decomposition, files):

@@ -32,7 +32,7 @@ import h5py
 import numpy as np
 from h5py import h5d, h5p, h5s, h5t
 
-from . import _collective, _io, _native
+from . import _arrays, _collective, _io, _native
 from ._selection import hyperslab
 
 # --- names and paths ---------------------------------------------------------------------------------------
@@ -318,12 +318,12 @@ def _logical(array):
     if hasattr(array, "__dlpack__") and hasattr(array, "__dlpack_device__"):
         if array.__dlpack_device__()[0] in _DLPACK_HOST:
             return _logical(np.from_dlpack(array))
-        try:
-            return array, tuple(array.shape), np.dtype(array.dtype)
-        except (AttributeError, TypeError):
-            raise TypeError(
-                f"array ({type(array).__module__}.{type(array).__name__}) is a DLPack device array "
-                "without a NumPy dtype and shape; pass one with __cuda_array_interface__") from None
+        # What the capsule says (shape, element type, strides): a strided view is copied by its
+        # library, as for __cuda_array_interface__ above.
+        view = _arrays.view(array, "array")
+        if not view.c_contiguous:
+            array = _contiguous_copy(array)
+        return array, view.shape, view.dtype
     raise TypeError(
         f"array must be a NumPy array, or an array with __cuda_array_interface__ or DLPack (CuPy, "
         f"PyTorch, JAX, Numba), not {type(array).__module__}.{type(array).__name__}; "
@@ -356,8 +356,9 @@ def from_file(path, dataset, like="numpy", comm=None, decomposition=None):
 
     With ``comm`` (an mpi4py communicator), collective: every rank receives its tile, rows
     ``[r*n//p, (r+1)*n//p)`` of the leading axis, or its block of a 2-D grid with
-    ``decomposition="grid"`` or ``(rows, cols)``; errors are raised on every rank, naming the
-    failed ranks."""
+    ``decomposition="grid"`` or ``(rows, cols)``, as ``like`` says (device results on the current
+    device: ``h5gds.local_device(comm)`` is this rank's); errors are raised on every rank, naming
+    the failed ranks."""
     if comm is not None:
         return _collective.from_file(path, dataset, like, comm, decomposition, sys.modules[__name__])
     if decomposition is not None:
@@ -379,9 +380,10 @@ def to_file(array, path, dataset, comm=None, decomposition=None):
 
     With ``comm`` (an mpi4py communicator), collective: every rank passes its tile, stacked along
     axis 0 in rank order (or placed on a 2-D grid with ``decomposition="grid"`` or ``(rows,
-    cols)``) into one contiguous dataset; each rank writes its own bytes through the gds driver.
-    A failure on any rank is raised on every rank, naming the ranks, and leaves ``path`` as it
-    was."""
+    cols)``) into one contiguous dataset; each rank writes its own bytes through the gds driver
+    (a device tile's straight from its device memory; with ``H5GDS_USE_VFD_GDS=0`` through sec2,
+    staged through pinned host memory). A failure on any rank is raised on every rank, naming the
+    ranks, and leaves ``path`` as it was."""
     if comm is not None:
         return _collective.to_file(array, path, dataset, comm, decomposition, sys.modules[__name__])
     if decomposition is not None:

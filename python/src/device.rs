@@ -6,7 +6,7 @@
 //! piece by piece, so any size works with any buffer.
 
 use crate::cuda::{self, Context, Pinned};
-use crate::hdf5::Prepared;
+use crate::hdf5::{self, Prepared};
 use h5gds_route::route::{blocker, plan, Block, Route, Storage, Transfer};
 use h5gds_route::select::flat_range_blocks;
 use h5gds_route::settings::{self, DevicePath, STAGING_BUFFER_SIZE_ENV, USE_VFD_GDS_ENV};
@@ -90,21 +90,22 @@ fn argument(message: String) -> DeviceError {
     DeviceError::Argument(message)
 }
 
-/// Checks the array's memory with CUDA, decides the route, and moves the bytes. Returns the
-/// route taken, in words ("gds", or "staged: <reason>").
-/// `storage`: how the dataset is stored, as h5py reported it.
-pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceError> {
-    let role = t.role;
-    if t.prepared.is_none() {
-        return Ok("nothing to move".into());
-    }
+/// The CUDA allocation an array's memory belongs to, checked: CUDA works here, the address is
+/// device memory of a device this process sees (the one the array claims, if it claims one), and
+/// all `nbytes` lie inside that one allocation.
+fn checked_pointer(
+    role: &str,
+    address: u64,
+    nbytes: usize,
+    claimed_ordinal: Option<i32>,
+) -> Result<cuda::Pointer, DeviceError> {
     let cuda_driver = h5gds::cuda().map_err(|err| {
         argument(format!(
             "{role} is CUDA device memory, but CUDA does not work in this process ({err})"
         ))
     })?;
-    let pointer = cuda::pointer(t.address).map_err(DeviceError::Failed)?;
-    if let Some(claimed) = t.claimed_ordinal {
+    let pointer = cuda::pointer(address).map_err(DeviceError::Failed)?;
+    if let Some(claimed) = claimed_ordinal {
         if claimed < 0 || claimed >= cuda_driver.device_count {
             return Err(argument(format!(
                 "{role} is on CUDA device {claimed}, and this process sees {} CUDA device(s)",
@@ -114,12 +115,11 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
     }
     if !pointer.device {
         return Err(argument(format!(
-            "{role}'s address {:#x} is not CUDA device memory in this process (CUDA does not \
-             know it as a device allocation)",
-            t.address
+            "{role}'s address {address:#x} is not CUDA device memory in this process (CUDA does \
+             not know it as a device allocation)"
         )));
     }
-    if let Some(claimed) = t.claimed_ordinal {
+    if let Some(claimed) = claimed_ordinal {
         if claimed != pointer.ordinal {
             return Err(argument(format!(
                 "{role} says it is on CUDA device {claimed}, but its memory is on device {}",
@@ -127,13 +127,40 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
             )));
         }
     }
-    let end = t.address.checked_add(t.nbytes as u64);
-    if t.address < pointer.base || end.is_none_or(|e| e > pointer.base + pointer.size as u64) {
+    let end = address.checked_add(nbytes as u64);
+    if address < pointer.base || end.is_none_or(|e| e > pointer.base + pointer.size as u64) {
         return Err(argument(format!(
-            "{role} claims {} bytes at {:#x}, beyond its allocation ({} bytes at {:#x})",
-            t.nbytes, t.address, pointer.size, pointer.base
+            "{role} claims {nbytes} bytes at {address:#x}, beyond its allocation ({} bytes at \
+             {:#x})",
+            pointer.size, pointer.base
         )));
     }
+    Ok(pointer)
+}
+
+/// The number of CUDA devices this process sees; an error naming the cause where CUDA does not
+/// work (no driver, no device).
+pub fn device_count() -> Result<i32, DeviceError> {
+    let driver = h5gds::cuda().map_err(|err| {
+        DeviceError::Failed(format!("CUDA does not work in this process ({err})"))
+    })?;
+    if driver.device_count <= 0 {
+        return Err(DeviceError::Failed(
+            "CUDA sees no device in this process".into(),
+        ));
+    }
+    Ok(driver.device_count)
+}
+
+/// Checks the array's memory with CUDA, decides the route, and moves the bytes. Returns the
+/// route taken, in words ("gds", or "staged: <reason>").
+/// `storage`: how the dataset is stored, as h5py reported it.
+pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceError> {
+    let role = t.role;
+    if t.prepared.is_none() {
+        return Ok("nothing to move".into());
+    }
+    let pointer = checked_pointer(role, t.address, t.nbytes, t.claimed_ordinal)?;
     let invalid = |e: settings::InvalidSetting| argument(e.to_string());
     let path = settings::device_path(env(USE_VFD_GDS_ENV).as_deref()).map_err(invalid)?;
     let staging_size =
@@ -210,6 +237,44 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
     Ok(route)
 }
 
+/// Moves `elements` elements of `item` bytes between device memory at `address` and the file
+/// through one pinned host buffer of at most `staging_size` bytes, piece by piece: `io(a, b,
+/// host)` moves elements `[a, b)` (in the array's row-major order) between the buffer and the
+/// file. For writes each piece is copied from the device before `io`, for reads to the device
+/// after it. The one staging loop of the extension (dataset selections and collective tiles).
+fn through_pinned(
+    address: u64,
+    elements: u64,
+    item: usize,
+    staging_size: usize,
+    write: bool,
+    mut io: impl FnMut(u64, u64, *mut u8) -> Result<(), DeviceError>,
+) -> Result<(), DeviceError> {
+    let failed = DeviceError::Failed;
+    let per = (staging_size / item).max(1) as u64;
+    let mut pinned = Pinned::new((per.min(elements) as usize) * item).map_err(failed)?;
+    let mut a = 0u64;
+    while a < elements {
+        let b = (a + per).min(elements);
+        let host = pinned.as_mut_ptr();
+        let device = address + a * item as u64;
+        let len = (b - a) as usize * item;
+        debug_assert!(len <= pinned.len());
+        if write {
+            // SAFETY: the pinned buffer holds `len` bytes; the caller checked that the device
+            // range lies inside one allocation.
+            unsafe { cuda::copy_from_device(host, device, len) }.map_err(failed)?;
+        }
+        io(a, b, host)?;
+        if !write {
+            // SAFETY: as for the copy from the device above.
+            unsafe { cuda::copy_to_device(device, host, len) }.map_err(failed)?;
+        }
+        a = b;
+    }
+    Ok(())
+}
+
 /// Moves the selection through a pinned buffer of at most `staging_size` bytes: for reads,
 /// HDF5 fills the buffer with a run of the selection's elements (in row-major order), which
 /// is then copied to the device; for writes the other way round.
@@ -217,66 +282,181 @@ fn staged(t: &DeviceTransfer, prepared: &Prepared, staging_size: usize) -> Resul
     let failed = DeviceError::Failed;
     let elements: u64 = t.count.iter().product();
     let item = t.nbytes / elements as usize;
-    let per = (staging_size / item).max(1) as u64;
-    let mut pinned = Pinned::new((per.min(elements) as usize) * item).map_err(failed)?;
-    let mut a = 0u64;
-    while a < elements {
-        let b = (a + per).min(elements);
-        let host = pinned.as_mut_ptr();
-        let device = t.address + a * item as u64;
-        let len = (b - a) as usize * item;
-        debug_assert!(len <= pinned.len());
-        if t.write {
-            // SAFETY: the pinned buffer holds `len` bytes; the device range lies inside the
-            // checked allocation.
-            unsafe { cuda::copy_from_device(host, device, len) }.map_err(failed)?;
-        }
-        let blocks = if prepared.rank() == 0 {
-            vec![Block::whole(&[])]
-        } else {
-            flat_range_blocks(t.count, a, b)
-        };
-        let mut offset = 0usize;
-        for block in blocks {
-            let start: Vec<u64> = (0..block.start.len())
-                .map(|i| t.start[i] + block.start[i] * t.step[i])
-                .collect();
-            // SAFETY: the block is part of the checked selection; its elements fit the pinned
-            // buffer from `offset` (the blocks of [a, b) hold b - a elements in order).
-            unsafe {
-                prepared.run_hyperslab(
-                    &start,
-                    t.step,
-                    &block.count,
-                    host.add(offset).cast::<c_void>(),
-                )
+    through_pinned(
+        t.address,
+        elements,
+        item,
+        staging_size,
+        t.write,
+        |a, b, host| {
+            let blocks = if prepared.rank() == 0 {
+                vec![Block::whole(&[])]
+            } else {
+                flat_range_blocks(t.count, a, b)
+            };
+            let mut offset = 0usize;
+            for block in blocks {
+                let start: Vec<u64> = (0..block.start.len())
+                    .map(|i| t.start[i] + block.start[i] * t.step[i])
+                    .collect();
+                // SAFETY: the block is part of the checked selection; its elements fit the pinned
+                // buffer from `offset` (the blocks of [a, b) hold b - a elements in order).
+                unsafe {
+                    prepared.run_hyperslab(
+                        &start,
+                        t.step,
+                        &block.count,
+                        host.add(offset).cast::<c_void>(),
+                    )
+                }
+                .map_err(|m| {
+                    failed(format!(
+                        "H5D{} failed: {m}",
+                        if t.write { "write" } else { "read" }
+                    ))
+                })?;
+                offset += block.len() as usize * item;
             }
-            .map_err(|m| {
-                failed(format!(
-                    "H5D{} failed: {m}",
-                    if t.write { "write" } else { "read" }
-                ))
-            })?;
-            offset += block.len() as usize * item;
-        }
-        if !t.write {
-            if t.checked_bytes {
+            if !t.write && t.checked_bytes {
+                let len = (b - a) as usize * item;
                 // SAFETY: HDF5 filled `len` bytes of the buffer above.
                 let bytes = unsafe { std::slice::from_raw_parts(host, len) };
                 if let Some(at) = bytes.iter().position(|&v| v > 1) {
                     return Err(argument(format!(
                         "dataset {} holds the byte {} at element {} of the selection, which is \
-                         not a bool (0 or 1)",
+                     not a bool (0 or 1)",
                         t.dataset_name,
                         bytes[at],
                         a + at as u64
                     )));
                 }
             }
-            // SAFETY: as for the copy from the device above.
-            unsafe { cuda::copy_to_device(device, host, len) }.map_err(failed)?;
-        }
-        a = b;
+            Ok(())
+        },
+    )
+}
+
+/// One rank's tile of a collective `to_file`, in device memory, and where its bytes go: `runs`,
+/// each `(file address, byte offset in the tile, byte length)`, in the tile's memory order.
+pub struct TileWrite<'a> {
+    /// The open file (`H5FD_t *` from `H5FDopen` in h5py's HDF5).
+    pub file: usize,
+    pub runs: &'a [(u64, u64, u64)],
+    pub address: u64,
+    pub nbytes: usize,
+    /// The element size: pieces of the staged path hold whole elements.
+    pub item: usize,
+    /// The device the array says it is on (DLPack), if it says.
+    pub claimed_ordinal: Option<i32>,
+    /// The stream to synchronise before bytes move (0: none named).
+    pub stream: u64,
+    /// The file's driver is `gds`, which takes device pointers (else sec2: staged here).
+    pub direct: bool,
+}
+
+/// Writes a device tile's runs through the file's driver: the device pointer straight to the
+/// `gds` driver, or, for a file opened with sec2 (`H5GDS_USE_VFD_GDS=0`), copied to pinned host
+/// memory piece by piece first. The producer's stream is waited for first in both cases.
+/// Returns the route taken ("gds" or "staged").
+pub fn write_tile(t: TileWrite) -> Result<String, DeviceError> {
+    if t.nbytes == 0 {
+        return Ok("nothing to move".into());
     }
-    Ok(())
+    if t.item == 0 || t.nbytes % t.item != 0 {
+        return Err(argument(format!(
+            "the tile's {} bytes are not a whole number of {}-byte elements",
+            t.nbytes, t.item
+        )));
+    }
+    let mut end = 0u64;
+    for &(_, at, len) in t.runs {
+        if at < end || at.checked_add(len).is_none_or(|e| e > t.nbytes as u64) {
+            return Err(argument(format!(
+                "the tile's byte runs must be in memory order inside its {} bytes; a run of {len} \
+                 bytes at offset {at} is not",
+                t.nbytes
+            )));
+        }
+        end = at + len;
+    }
+    let pointer = checked_pointer("array", t.address, t.nbytes, t.claimed_ordinal)?;
+    let context = Context::enter(pointer.ordinal).map_err(DeviceError::Failed)?;
+    if t.stream != 0 {
+        context.synchronize(t.stream).map_err(DeviceError::Failed)?;
+    }
+    let written = |m: String| DeviceError::Failed(format!("H5FDwrite failed: {m}"));
+    let route = if t.direct {
+        h5gds::with_logging(|| {
+            tracing::info!(
+                "collective to_file: {} bytes straight from device memory through the gds driver",
+                t.nbytes
+            )
+        });
+        let mut moved = Ok(());
+        for &(file_at, at, len) in t.runs {
+            // SAFETY: the run lies inside the tile (checked above), which lies inside one device
+            // allocation (checked_pointer); the file's driver is gds, which takes device memory.
+            moved = unsafe {
+                hdf5::driver_write(
+                    t.file,
+                    file_at,
+                    len as usize,
+                    (t.address + at) as *const c_void,
+                )
+            };
+            if moved.is_err() {
+                break;
+            }
+        }
+        // The array may be freed once this returns; the driver must not keep its range.
+        h5gds::forget_device_range(pointer.base);
+        moved.map_err(written)?;
+        "gds"
+    } else {
+        let staging_size = settings::staging_buffer_size(env(STAGING_BUFFER_SIZE_ENV).as_deref())
+            .map_err(|e| argument(e.to_string()))?;
+        h5gds::with_logging(|| {
+            tracing::info!(
+                "collective to_file: {} bytes from device memory through pinned host memory \
+                 ({staging_size} bytes at a time): {USE_VFD_GDS_ENV}=0",
+                t.nbytes
+            )
+        });
+        let item = t.item as u64;
+        let mut next = 0usize; // the first run not yet written to its end
+        through_pinned(
+            t.address,
+            t.nbytes as u64 / item,
+            t.item,
+            staging_size,
+            true,
+            |a, b, host| {
+                let (lo, hi) = (a * item, b * item);
+                while let Some(&(file_at, at, len)) = t.runs.get(next) {
+                    let (from, to) = (at.max(lo), (at + len).min(hi));
+                    if from < to {
+                        // SAFETY: bytes [lo, hi) of the tile are in the pinned buffer from its
+                        // start, and [from, to) lies inside them; the file's driver is sec2.
+                        unsafe {
+                            hdf5::driver_write(
+                                t.file,
+                                file_at + (from - at),
+                                (to - from) as usize,
+                                host.add((from - lo) as usize).cast::<c_void>(),
+                            )
+                        }
+                        .map_err(written)?;
+                    }
+                    if at + len > hi {
+                        break; // the run goes on in the next piece
+                    }
+                    next += 1;
+                }
+                Ok(())
+            },
+        )?;
+        "staged"
+    };
+    drop(context);
+    Ok(route.into())
 }

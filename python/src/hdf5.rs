@@ -55,6 +55,8 @@ struct Api {
     tget_size: unsafe extern "C" fn(Hid) -> usize,
     dread: Io,
     dwrite: Io,
+    /// H5FDwrite(file, type, dxpl, addr, size, buf): a raw write through a file's driver.
+    fdwrite: unsafe extern "C" fn(*mut c_void, c_int, Hid, u64, usize, *const c_void) -> Herr,
     ewalk2: unsafe extern "C" fn(Hid, c_int, Walk, *mut c_void) -> Herr,
     eclear2: unsafe extern "C" fn(Hid) -> Herr,
 }
@@ -93,6 +95,7 @@ fn api() -> Result<&'static Api, String> {
                 tget_size: function(c"H5Tget_size")?,
                 dread: function(c"H5Dread")?,
                 dwrite: function(c"H5Dwrite")?,
+                fdwrite: function(c"H5FDwrite")?,
                 ewalk2: function(c"H5Ewalk2")?,
                 eclear2: function(c"H5Eclear2")?,
             })
@@ -155,6 +158,40 @@ impl Api {
             lines.join("; ")
         }
     }
+}
+
+/// H5FD_MEM_DRAW: raw data, the type of the bytes a collective write puts into a dataset.
+const H5FD_MEM_DRAW: c_int = 3;
+
+/// Writes `size` bytes from `buffer` at file address `addr` through the driver of `file` (an
+/// `H5FD_t *` from `H5FDopen` in h5py's HDF5): the raw writes of a collective `to_file`, which
+/// write no HDF5 metadata. The caller holds h5py's lock.
+///
+/// # Safety
+/// `file` must be an open `H5FD_t *` of h5py's HDF5, and `buffer` valid for `size` bytes (host
+/// memory, or device memory when the file's driver is `gds`).
+pub unsafe fn driver_write(
+    file: usize,
+    addr: u64,
+    size: usize,
+    buffer: *const c_void,
+) -> Result<(), String> {
+    let api = api()?;
+    // SAFETY: as the caller guarantees; H5P_DEFAULT is the default transfer list.
+    let status = unsafe {
+        (api.fdwrite)(
+            file as *mut c_void,
+            H5FD_MEM_DRAW,
+            H5P_DEFAULT,
+            addr,
+            size,
+            buffer,
+        )
+    };
+    if status < 0 {
+        return Err(api.stack());
+    }
+    Ok(())
 }
 
 /// A dataspace closed when dropped.

@@ -220,10 +220,54 @@ fn device_io(
         other_driver,
     };
     py.detach(|| device::run(transfer, facts))
-        .map_err(|e| match e {
-            device::DeviceError::Argument(message) => PyValueError::new_err(message),
-            device::DeviceError::Failed(message) => PyOSError::new_err(message),
-        })
+        .map_err(device_error)
+}
+
+/// Writes one rank's device tile of a collective `to_file` through the driver of `file` (the
+/// `H5FD_t *` that `H5FDopen` returned in h5py's HDF5): `runs` are `(file address, byte offset in
+/// the tile, byte length)` in the tile's memory order; `direct`: the file's driver is `gds`
+/// (device pointers handed to it), else sec2 (the tile copied to pinned host memory in pieces of
+/// `H5GDS_STAGING_BUFFER_SIZE`). The array's memory is checked with CUDA and `stream` (0: none)
+/// waited for first; the bytes move with the GIL released. Returns the route ("gds", "staged").
+/// The caller holds h5py's lock and keeps the array alive.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn device_tile_write(
+    py: Python<'_>,
+    file: usize,
+    runs: Vec<(u64, u64, u64)>,
+    address: u64,
+    nbytes: usize,
+    item: usize,
+    claimed_ordinal: Option<i32>,
+    stream: u64,
+    direct: bool,
+) -> PyResult<String> {
+    let tile = device::TileWrite {
+        file,
+        runs: &runs,
+        address,
+        nbytes,
+        item,
+        claimed_ordinal,
+        stream,
+        direct,
+    };
+    py.detach(|| device::write_tile(tile)).map_err(device_error)
+}
+
+/// The number of CUDA devices this process sees (`h5gds.local_device`); OSError where CUDA does
+/// not work or sees no device.
+#[pyfunction]
+fn device_count() -> PyResult<i32> {
+    device::device_count().map_err(device_error)
+}
+
+fn device_error(e: device::DeviceError) -> PyErr {
+    match e {
+        device::DeviceError::Argument(message) => PyValueError::new_err(message),
+        device::DeviceError::Failed(message) => PyOSError::new_err(message),
+    }
 }
 
 /// Whether `H5GDS_USE_VFD_GDS=0` asks for the staged path: Python's `from_file`/`to_file` then
@@ -242,6 +286,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dataset_io, m)?)?;
     m.add_function(wrap_pyfunction!(device_io, m)?)?;
     m.add_function(wrap_pyfunction!(staged_by_settings, m)?)?;
+    m.add_function(wrap_pyfunction!(device_tile_write, m)?)?;
+    m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_tensor, m)?)?;
     m.add("DRIVER_NAME", "gds")?;
     m.add("DRIVER_VALUE", h5gds::DRIVER_VALUE)?;

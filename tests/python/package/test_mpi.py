@@ -15,19 +15,9 @@ import pytest
 mpi4py = pytest.importorskip("mpi4py", reason="scripts/test.sh installs mpi4py for these tests")
 
 PROGRAM = Path(__file__).parent / "mpi" / "collective_program.py"
+sys.path.insert(0, str(PROGRAM.parent))
+from patterns import pattern  # noqa: E402
 LIMIT = 120  # seconds per job; a healthy one takes a few
-
-
-def pattern(dtype, shape):
-    i = np.arange(int(np.prod(shape)), dtype=np.uint64)
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f":
-        values = (i % 2048).astype(np.float64) * 0.25
-    elif dtype.kind == "b":
-        values = i % 3 == 0
-    else:
-        values = (i * np.uint64(2654435761)) >> np.uint64(7)
-    return values.astype(dtype).reshape(shape)
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])

@@ -4,6 +4,7 @@ what it reads, provokes the collective failures and checks every rank's error. R
 manifest.txt (file, dataset, dtype, shape) for the check by h5py in the pytest process. Each rank
 prints `rank R: ALL OK` at the end; a failed check raises, which ends the job with an error."""
 
+import ctypes
 import os
 import resource
 import signal
@@ -13,6 +14,7 @@ import numpy as np
 from mpi4py import MPI
 
 import h5gds
+from patterns import pattern  # the global arrays, as test_mpi.py computes them
 
 comm = MPI.COMM_WORLD
 rank, ranks = comm.Get_rank(), comm.Get_size()
@@ -20,19 +22,6 @@ directory = sys.argv[1]
 manifest = []
 
 DTYPES = ["i1", "i2", "<i4", "<i8", "u1", "<u2", "<u4", "<u8", "<f2", "<f4", "<f8", "?", ">f8"]
-
-
-def pattern(dtype, shape):
-    """The global array: the same computation the pytest check does."""
-    i = np.arange(int(np.prod(shape)), dtype=np.uint64)
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f":
-        values = ((i % 2048).astype(np.float64) * 0.25)
-    elif dtype.kind == "b":
-        values = i % 3 == 0
-    else:
-        values = (i * np.uint64(2654435761)) >> np.uint64(7)
-    return values.astype(dtype).reshape(shape)
 
 
 def round_trip(name, dtype, shape, decomposition=None):
@@ -130,6 +119,15 @@ expect("a missing dataset", lambda: h5gds.from_file(os.path.join(directory, "bat
                                                      comm=comm),
        ValueError, "reading the tiles failed on " + ("every rank" if p > 1 else "rank 0 of 1"),
        "no dataset '/nope'")
+
+# Each rank's device where this process has no CUDA driver (test_mpi.py's run; with a driver, the
+# device tests check h5gds.local_device): every rank fails, naming the cause.
+try:
+    ctypes.CDLL("libcuda.so.1")
+except OSError:
+    expect("no CUDA driver", lambda: h5gds.local_device(comm), OSError,
+           "choosing each rank's device failed on " + ("every rank" if p > 1 else "rank 0 of 1"),
+           "no CUDA driver library (libcuda.so.1) found")
 
 comm.Barrier()
 if rank == 0:
