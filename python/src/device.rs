@@ -3,7 +3,8 @@
 //! `h5gds_route` (the decision array-io makes, over facts h5py gathered), the producer's stream
 //! synchronised, then the bytes moved: straight through the `gds` driver (H5Dread/H5Dwrite with
 //! the device pointer), or through a pinned host buffer of `H5GDS_STAGING_BUFFER_SIZE` bytes,
-//! piece by piece, so any size works with any buffer.
+//! piece by piece, so any size works with any buffer. Reads of compressed chunks that
+//! `route::gpu_decode` allows go to the GPU compressed and are decoded there (`compressed`).
 
 use crate::compressed::{self, CompressedRead};
 use crate::cuda::{self, Context, Pinned};
