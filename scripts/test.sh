@@ -38,13 +38,16 @@ mkdir -p "$emulator_libs"
 for name in libcuda.so.1 libcuda.so libcufile.so.0 libcufile.so; do
   ln -sf "$PWD/target/debug/libh5gds_emu.so" "$emulator_libs/$name"
 done
+# nvCOMP's emulator as libnvcomp.so.6 (as tests/support/nvcomp_emulator.rs links it): h5gds.read
+# decodes compressed chunks on the emulated GPU (test_gpu_codec.py).
+ln -sf "$PWD/target/debug/libh5gds_emu_nvcomp.so" "$emulator_libs/libnvcomp.so.6"
 .venv/bin/maturin build --release --quiet -o target/wheels
 for env in .venv .venv-114; do
   wheel_env=.venv-wheel${env#.venv}
   "${PYTHON:-python3}" -m venv "$wheel_env"
   pins=$("$env/bin/python" -c 'import h5py, numpy; print(f"h5py=={h5py.__version__} numpy=={numpy.__version__}")')
   # shellcheck disable=SC2086 # two requirements
-  "$wheel_env/bin/python" -m pip install --quiet --disable-pip-version-check $pins pytest netCDF4==1.7.2 \
+  "$wheel_env/bin/python" -m pip install --quiet --disable-pip-version-check $pins pytest netCDF4==1.7.2 hdf5plugin==7.1.0 \
     target/wheels/h5gds-*.whl
   # mpi4py for the collective calls' tests (tests/python/package/test_mpi.py), built against Open
   # MPI as in .venv (pip reuses the wheel it built there).
@@ -57,5 +60,5 @@ for env in .venv .venv-114; do
   # two emulated devices; test_mpi_device.py's MPI ranks inherit the emulator from this environment.
   (cd tests/python/package && LD_LIBRARY_PATH="$emulator_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     H5GDS_REQUIRE_DEVICE_TESTS=1 H5GDS_EMU_DEVICES=2 "../../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider \
-    test_device.py test_mpi_device.py)
+    test_device.py test_gpu_codec.py test_mpi_device.py)
 done

@@ -359,7 +359,7 @@ impl DeviceSource {
                 // libnvcomp is loaded only for a read it could serve.
                 let stop = blocker.clone().or(crate::gpu_codec::turned_off()?);
                 let decision = gpu_decode(&filters, None, stop.as_deref()).and_then(|_| {
-                    let missing = crate::nvcomp::library().err();
+                    let missing = h5gds_gpu_codec::nvcomp::library().err();
                     gpu_decode(&filters, missing.as_deref(), stop.as_deref())
                 });
                 match decision {
@@ -419,7 +419,7 @@ impl DeviceSource {
             size: std::mem::size_of::<T>(),
             check_bool: T::CHECKED_BYTES,
         };
-        if let (Some(codec), Ok(lib)) = (self.gpu_codec, crate::nvcomp::library()) {
+        if let (Some(codec), Ok(lib)) = (self.gpu_codec, h5gds_gpu_codec::nvcomp::library()) {
             crate::gpu_codec::read(self, lib, codec, &elements, region, dest, stream)?;
             synchronize(stream)?;
             drop(record);

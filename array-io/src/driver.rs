@@ -36,11 +36,7 @@ fn env_value(variable: &str) -> Option<String> {
 }
 
 fn invalid(err: InvalidSetting) -> Error {
-    Error::InvalidSetting {
-        variable: err.variable,
-        value: err.value,
-        accepted: err.accepted,
-    }
+    err.into()
 }
 
 impl Settings {

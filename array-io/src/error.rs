@@ -232,3 +232,22 @@ impl Error {
         }
     }
 }
+
+impl From<h5gds_gpu_codec::DeviceFailure> for Error {
+    fn from(failure: h5gds_gpu_codec::DeviceFailure) -> Error {
+        Error::Cuda {
+            op: failure.op,
+            message: failure.message,
+        }
+    }
+}
+
+impl From<h5gds_route::settings::InvalidSetting> for Error {
+    fn from(invalid: h5gds_route::settings::InvalidSetting) -> Error {
+        Error::InvalidSetting {
+            variable: invalid.variable,
+            value: invalid.value,
+            accepted: invalid.accepted,
+        }
+    }
+}

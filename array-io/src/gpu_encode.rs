@@ -11,19 +11,20 @@
 //! host copy (deflate is built in; Zstandard and LZ4 where HDF5 finds hdf5plugin's plugins on
 //! `HDF5_PLUGIN_PATH`), and where HDF5 has no such filter the write fails saying why.
 
-use crate::codec;
 use crate::device::DeviceArray;
 use crate::driver::{Driver, Settings};
 use crate::element::{descriptor_of, Element};
 use crate::error::{Error, Result};
 use crate::file::{check_dataset_name, create_file};
-use crate::gpu_codec::{align_up, copy_on_device, placement_runs, scratch};
 use crate::hdf5_raw::{self, Spaces};
-use crate::nvcomp::{self, Job};
 use crate::route::{driver_blocker, gpu_encode, GpuCodec, FILTER_DEFLATE, FILTER_LZ4, FILTER_ZSTD};
 use crate::select::{chunks_touching, Block};
 use crate::staging::{copy_from_device, copy_to_device, cuda, no_panic, synchronize};
 use cudarc::driver::{sys, CudaStream, DevicePtr};
+use h5gds_gpu_codec::codec;
+use h5gds_gpu_codec::decode::placement_runs;
+use h5gds_gpu_codec::device::{align_up, copy_on_device, scratch};
+use h5gds_gpu_codec::nvcomp::{self, Job};
 use std::path::Path;
 use std::sync::Arc;
 

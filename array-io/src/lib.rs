@@ -33,7 +33,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod batched;
-mod codec;
 #[cfg(feature = "mpi")]
 pub mod collective;
 mod device;
@@ -47,7 +46,6 @@ pub mod hdf5_raw;
 mod host;
 mod layout;
 mod log;
-mod nvcomp;
 pub use h5gds_route::route;
 use h5gds_route::select;
 mod staging;
@@ -70,7 +68,7 @@ use std::path::Path;
 /// nvCOMP (`libnvcomp.so.6`) loads, else why not. Reads and writes work either way (HDF5's CPU
 /// filters then do the work); `H5GDS_LOG=debug` says per dataset which path was taken.
 pub fn gpu_codec_status() -> std::result::Result<(), String> {
-    nvcomp::library().map(drop)
+    h5gds_gpu_codec::nvcomp::library().map(drop)
 }
 
 /// Options of a read.

@@ -19,18 +19,7 @@ use std::sync::Arc;
 /// Runs a cudarc call; a panic (cudarc's reaction to a missing library or symbol) becomes an
 /// error, as does a failed call.
 pub(crate) fn cuda<T>(op: &str, f: impl FnOnce() -> Result<T, DriverError>) -> Result<T> {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(err)) => Err(Error::cuda(op, err)),
-        Err(payload) => {
-            let detail = payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "cudarc panicked".into());
-            Err(Error::cuda(op, detail))
-        }
-    }
+    Ok(h5gds_gpu_codec::device::cuda(op, f)?)
 }
 
 /// Runs a device operation, turning any panic that escapes it (cudarc panics when a CUDA
@@ -39,10 +28,7 @@ pub(crate) fn no_panic<T>(op: &str, f: impl FnOnce() -> Result<T>) -> Result<T> 
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(result) => result,
         Err(payload) => {
-            let detail = payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            let detail = h5gds_gpu_codec::device::panic_text(payload.as_ref())
                 .unwrap_or_else(|| "panicked".into());
             Err(Error::cuda(op, detail))
         }
@@ -81,19 +67,13 @@ pub(crate) unsafe fn copy_from_device(
     src: sys::CUdeviceptr,
     len: usize,
 ) -> Result<()> {
-    if len == 0 {
-        return Ok(());
-    }
-    cuda("copying from the device", || {
-        stream.context().bind_to_thread()?;
-        // SAFETY: as the caller guarantees.
-        unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, stream.cu_stream()) }.result()
-    })
+    // SAFETY: as the caller guarantees.
+    Ok(unsafe { h5gds_gpu_codec::device::copy_from_device(stream, dst, src, len) }?)
 }
 
 /// Waits for everything queued on `stream`.
 pub(crate) fn synchronize(stream: &Arc<CudaStream>) -> Result<()> {
-    cuda("synchronizing the stream", || stream.synchronize())
+    Ok(h5gds_gpu_codec::device::synchronize(stream)?)
 }
 
 /// Host memory the staged path moves data through.

@@ -21,7 +21,8 @@ def _allocated_chunks(dsid):
 
 def storage_facts(dsid):
     """How the dataset is stored, in the terms of ``h5gds_route::route::Storage``."""
-    facts = {"kind": "", "allocated": False, "chunk": [], "filtered": False, "chunks": [], "cached": False}
+    facts = {"kind": "", "allocated": False, "chunk": [], "filtered": False, "chunks": [], "cached": False,
+             "filters": []}
     dcpl = dsid.get_create_plist()
     layout = dcpl.get_layout()
     if layout == h5d.CONTIGUOUS:
@@ -37,6 +38,8 @@ def storage_facts(dsid):
         facts["kind"] = "chunked"
         facts["chunk"] = list(chunk)
         facts["filtered"] = dcpl.get_nfilters() > 0
+        # The pipeline's filter ids, for the decision to decode on the GPU (route::gpu_decode).
+        facts["filters"] = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
         # HDF5 copies a chunk through its chunk cache whenever the chunk fits the cache.
         chunk_bytes = int(np.prod(chunk, dtype=np.int64)) * dsid.get_type().get_size()
         cache_bytes = dsid.get_access_plist().get_chunk_cache()[1]

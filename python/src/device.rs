@@ -3,11 +3,13 @@
 //! `h5gds_route` (the decision array-io makes, over facts h5py gathered), the producer's stream
 //! synchronised, then the bytes moved: straight through the `gds` driver (H5Dread/H5Dwrite with
 //! the device pointer), or through a pinned host buffer of `H5GDS_STAGING_BUFFER_SIZE` bytes,
-//! piece by piece, so any size works with any buffer.
+//! piece by piece, so any size works with any buffer. Reads of compressed chunks that
+//! `route::gpu_decode` allows go to the GPU compressed and are decoded there (`compressed`).
 
+use crate::compressed::{self, CompressedRead};
 use crate::cuda::{self, Context, Pinned};
-use crate::hdf5::{self, Prepared};
-use h5gds_route::route::{blocker, plan, Block, Route, Storage, Transfer};
+use crate::hdf5::{self, Hid, Prepared};
+use h5gds_route::route::{blocker, gpu_decode, plan, Block, GpuCodec, Route, Storage, Transfer};
 use h5gds_route::select::flat_range_blocks;
 use h5gds_route::settings::{self, DevicePath, STAGING_BUFFER_SIZE_ENV, USE_VFD_GDS_ENV};
 use std::collections::HashSet;
@@ -30,10 +32,12 @@ pub struct StorageFacts {
     pub filtered: bool,
     pub chunks: Vec<Vec<u64>>,
     pub cached: bool,
+    /// The filter pipeline's ids, in order (chunked datasets).
+    pub filters: Vec<i32>,
 }
 
 impl StorageFacts {
-    fn storage(self) -> Result<Storage, DeviceError> {
+    fn storage(&self) -> Result<Storage, DeviceError> {
         Ok(match self.kind.as_str() {
             "contiguous" => Storage::Contiguous {
                 allocated: self.allocated,
@@ -42,9 +46,9 @@ impl StorageFacts {
             "compact" => Storage::Compact,
             "virtual" => Storage::Virtual,
             "chunked" => Storage::Chunked {
-                chunk: self.chunk,
+                chunk: self.chunk.clone(),
                 filtered: self.filtered,
-                allocated: self.chunks.into_iter().collect::<HashSet<_>>(),
+                allocated: self.chunks.iter().cloned().collect::<HashSet<_>>(),
                 cached: self.cached,
             },
             other => {
@@ -60,6 +64,8 @@ impl StorageFacts {
 pub struct DeviceTransfer<'a> {
     pub role: &'a str,
     pub dataset_name: &'a str,
+    /// The dataset's id in h5py's HDF5 (for raw chunk reads).
+    pub dataset: Hid,
     pub write: bool,
     pub prepared: Option<Prepared>,
     pub start: &'a [u64],
@@ -181,7 +187,8 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
             .map(|(&c, &s)| if c == 0 { 0 } else { (c - 1) * s + 1 })
             .collect(),
     };
-    let storage = storage.storage()?;
+    let storage_facts = storage;
+    let storage = storage_facts.storage()?;
     // The Python API moves one selection in one go: where the plan mixes routes (a chunked
     // dataset with unwritten chunks), all of it is staged, for the first staged part's reason.
     let staged_reason = plan(&storage, &region, blocker(&facts))
@@ -197,6 +204,36 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
     let context = Context::enter(pointer.ordinal).map_err(DeviceError::Failed)?;
     if t.stream != 0 {
         context.synchronize(t.stream).map_err(DeviceError::Failed)?;
+    }
+    if let Some(codec) = gpu_codec(&t, &storage_facts, &region, blocker(&facts))? {
+        let item = t.nbytes / t.count.iter().product::<u64>() as usize;
+        let read = CompressedRead {
+            dataset: t.dataset,
+            name: t.dataset_name,
+            codec,
+            chunk: &storage_facts.chunk,
+            element_size: item,
+            region: &region,
+            dest: t.address,
+            ordinal: pointer.ordinal,
+            staging_size,
+        };
+        let done = compressed::read(&read, prepared);
+        // The array may be freed once this returns; the driver must not keep its range.
+        h5gds::forget_device_range(pointer.base);
+        let (decoded, missing) = done?;
+        h5gds::with_logging(|| {
+            tracing::info!(
+                "h5gds.read {:?}: {} bytes into device memory: {decoded} chunks move compressed \
+                 ({codec:?}) from the file straight into device memory through the gds driver \
+                 and are decoded on the GPU with nvCOMP; {missing} chunks were never written \
+                 (filled through pinned host memory)",
+                t.dataset_name,
+                t.nbytes,
+            )
+        });
+        drop(context);
+        return Ok(format!("gds: decoded on the GPU with nvCOMP ({codec:?})"));
     }
     let route = match &staged_reason {
         None => {
@@ -235,6 +272,51 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
     };
     drop(context);
     Ok(route)
+}
+
+/// The codec nvCOMP decodes a read's chunks with on the GPU, as `route::gpu_decode` decides
+/// (the decision array-io makes), or `None` with the reason in the log: the transfer's
+/// blocker, `H5GDS_GPU_CODEC=0`, a filter nvCOMP does not decode, nvCOMP missing, or a
+/// selection with steps.
+fn gpu_codec(
+    t: &DeviceTransfer,
+    storage: &StorageFacts,
+    region: &Block,
+    blocker: Option<String>,
+) -> Result<Option<GpuCodec>, DeviceError> {
+    if t.write || storage.kind != "chunked" || !storage.filtered {
+        return Ok(None);
+    }
+    let strided = t.step.iter().zip(t.count).any(|(&s, &c)| s > 1 && c > 1);
+    let stop = match blocker {
+        Some(reason) => Some(reason),
+        None => h5gds_gpu_codec::settings::turned_off().map_err(|e| argument(e.to_string()))?,
+    }
+    .or_else(|| {
+        strided.then(|| {
+            "the selection has steps greater than 1, which the GPU decoding path does not place"
+                .to_string()
+        })
+    });
+    // libnvcomp is loaded only for a read it could serve.
+    let decision = gpu_decode(&storage.filters, None, stop.as_deref()).and_then(|_| {
+        let missing = h5gds_gpu_codec::nvcomp::library().err();
+        gpu_decode(&storage.filters, missing.as_deref(), stop.as_deref())
+    });
+    match decision {
+        Ok(codec) if region.count.len() == storage.chunk.len() => Ok(Some(codec)),
+        Ok(_) => Ok(None),
+        Err(reason) => {
+            h5gds::with_logging(|| {
+                tracing::info!(
+                    "h5gds.read {:?}: its chunks are decoded by HDF5 on the host, not on the GPU \
+                     with nvCOMP: {reason}",
+                    t.dataset_name
+                )
+            });
+            Ok(None)
+        }
+    }
 }
 
 /// Moves `elements` elements of `item` bytes between device memory at `address` and the file

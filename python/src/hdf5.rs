@@ -525,3 +525,98 @@ pub fn other_driver(dataset: Hid) -> Result<Option<String>, IoError> {
         }))
     }
 }
+
+/// The raw chunk calls of h5py's HDF5 (1.14: `H5Dread_chunk`; 2.x: `H5Dread_chunk2`, which
+/// also takes the buffer's size), resolved at the first compressed device read.
+struct ChunkApi {
+    info_by_coord:
+        unsafe extern "C" fn(Hid, *const Hsize, *mut c_uint, *mut u64, *mut Hsize) -> Herr,
+    read: ReadChunk,
+}
+
+#[derive(Clone, Copy)]
+enum ReadChunk {
+    V1(unsafe extern "C" fn(Hid, Hid, *const Hsize, *mut u32, *mut c_void) -> Herr),
+    V2(unsafe extern "C" fn(Hid, Hid, *const Hsize, *mut u32, *mut c_void, *mut usize) -> Herr),
+}
+
+fn chunk_api() -> Result<&'static ChunkApi, String> {
+    static API: std::sync::OnceLock<Result<ChunkApi, String>> = std::sync::OnceLock::new();
+    API.get_or_init(|| {
+        // SAFETY: each type is the C signature of the HDF5 function named (haddr_t is
+        // uint64_t, uint32_t filter masks).
+        unsafe {
+            let read = match function(c"H5Dread_chunk2") {
+                Ok(f) => ReadChunk::V2(f),
+                Err(_) => ReadChunk::V1(function(c"H5Dread_chunk")?),
+            };
+            Ok(ChunkApi {
+                info_by_coord: function(c"H5Dget_chunk_info_by_coord")?,
+                read,
+            })
+        }
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+/// HDF5's "undefined address": a chunk never written.
+const HADDR_UNDEF: u64 = u64::MAX;
+
+/// The stored size and filter mask of the chunk whose first element is `offset`, or `None`
+/// when it was never written. The caller holds h5py's lock.
+pub fn chunk_info(dataset: Hid, offset: &[u64]) -> Result<Option<(usize, u32)>, String> {
+    let (api, chunks) = (api()?, chunk_api()?);
+    let (mut mask, mut addr, mut size): (c_uint, u64, Hsize) = (0, HADDR_UNDEF, 0);
+    // SAFETY: `offset` has one entry per dimension of the dataset (the caller's chunk grid);
+    // the out-pointers are valid.
+    let status = unsafe {
+        (chunks.info_by_coord)(dataset, offset.as_ptr(), &mut mask, &mut addr, &mut size)
+    };
+    if status < 0 {
+        return Err(format!(
+            "H5Dget_chunk_info_by_coord for the chunk at {offset:?} failed: {}",
+            api.stack()
+        ));
+    }
+    Ok((addr != HADDR_UNDEF && size > 0).then_some((size as usize, mask)))
+}
+
+/// Reads the stored (still compressed) bytes of the chunk at `offset` into `buf`, device
+/// memory when the file is open with the `gds` driver; returns the chunk's filter mask. The
+/// caller holds h5py's lock.
+///
+/// # Safety
+/// `buf` must be valid for writes of `size` bytes, the chunk's stored size.
+pub unsafe fn read_chunk(
+    dataset: Hid,
+    offset: &[u64],
+    buf: *mut c_void,
+    size: usize,
+) -> Result<u32, String> {
+    let (api, chunks) = (api()?, chunk_api()?);
+    let mut mask = 0u32;
+    let mut len = size;
+    // SAFETY: `offset` has one entry per dimension; `buf` as the caller guarantees (HDF5 2.x
+    // also refuses a chunk larger than `len`).
+    let status = unsafe {
+        match chunks.read {
+            ReadChunk::V2(f) => f(
+                dataset,
+                H5P_DEFAULT,
+                offset.as_ptr(),
+                &mut mask,
+                buf,
+                &mut len,
+            ),
+            ReadChunk::V1(f) => f(dataset, H5P_DEFAULT, offset.as_ptr(), &mut mask, buf),
+        }
+    };
+    if status < 0 {
+        return Err(format!(
+            "H5Dread_chunk for the chunk at {offset:?} failed: {}",
+            api.stack()
+        ));
+    }
+    Ok(mask)
+}

@@ -3,6 +3,7 @@
 //! loaded; the pure-Python part (python/h5gds/) does the argument handling around it.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod compressed;
 mod cuda;
 mod device;
 mod dlpack;
@@ -185,6 +186,7 @@ fn device_io(
         filtered: item("filtered")?.extract()?,
         chunks: item("chunks")?.extract()?,
         cached: item("cached")?.extract()?,
+        filters: item("filters")?.extract()?,
     };
     let transfer = hdf5::Transfer {
         write,
@@ -206,6 +208,7 @@ fn device_io(
     let transfer = device::DeviceTransfer {
         role: &role,
         dataset_name: &dataset_name,
+        dataset,
         write,
         prepared,
         start: &start,

@@ -26,6 +26,36 @@ fn shadow_fn() -> Option<ShadowFn> {
     })
 }
 
+type SyncFn = unsafe extern "C" fn(*mut std::ffi::c_void) -> i32;
+
+/// The CUDA emulator's `cuStreamSynchronize`, if libcuda is the emulator.
+fn stream_sync_fn() -> Option<SyncFn> {
+    static SYNC: OnceLock<Option<SyncFn>> = OnceLock::new();
+    *SYNC.get_or_init(|| {
+        use libloading::os::unix::{Library, RTLD_NOW};
+        // SAFETY: as in `shadow_fn`.
+        let library = unsafe { Library::open(Some("libcuda.so.1"), RTLD_NOW | libc::RTLD_NOLOAD) }
+            .or_else(|_| unsafe { Library::open(Some("libcuda.so.1"), RTLD_NOW) })
+            .ok()?;
+        // SAFETY: cuStreamSynchronize's C signature (CUresult is an int-sized enum).
+        let symbol = unsafe { library.get::<SyncFn>(b"cuStreamSynchronize\0") }.ok()?;
+        let f = *symbol;
+        std::mem::forget(library);
+        Some(f)
+    })
+}
+
+/// Runs the work queued on `stream` before a batched call (`H5GDS_EMU_DEFER_ASYNC=1` queues
+/// copies and memsets until a synchronisation): a kernel launched on a stream starts after
+/// everything queued there before it, so the call must see that work done.
+pub fn in_stream_order(stream: *mut std::ffi::c_void) {
+    if let Some(sync) = stream_sync_fn() {
+        // SAFETY: the caller's stream (the null stream included), with its context current
+        // as nvCOMP's launch requires; a failure shows in the call's own checks.
+        unsafe { sync(stream) };
+    }
+}
+
 /// Device bytes `[addr, addr + len)` (inside one allocation), readable and writable.
 ///
 /// # Safety

@@ -126,8 +126,9 @@ macro_rules! codec_exports {
             device_uncompressed_chunk_ptrs: *const *mut c_void,
             _opts: $dopts,
             device_statuses: *mut nvcompStatus_t,
-            _stream: cudaStream_t,
+            stream: cudaStream_t,
         ) -> nvcompStatus_t {
+            device::in_stream_order(stream);
             batch::guard(|| {
                 batch::decompress(
                     $codec,
@@ -203,8 +204,9 @@ macro_rules! codec_exports {
             device_compressed_chunk_bytes: *mut usize,
             _opts: $copts,
             device_statuses: *mut nvcompStatus_t,
-            _stream: cudaStream_t,
+            stream: cudaStream_t,
         ) -> nvcompStatus_t {
+            device::in_stream_order(stream);
             batch::guard(|| {
                 batch::compress(
                     $codec,

@@ -11,11 +11,11 @@
 //!   block, or the bytes as they are when the stored size equals the block's decoded size
 //!   (compression did not help). The last block may be shorter.
 
-use crate::route::GpuCodec;
+use h5gds_route::route::GpuCodec;
 
 /// One piece of a stored chunk and where its decoded bytes go in the chunk.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Piece {
+pub struct Piece {
     /// Offset of the piece in the stored chunk.
     pub at: usize,
     /// Its stored length.
@@ -30,7 +30,7 @@ pub(crate) struct Piece {
 
 /// Bytes of framing before a stored chunk's first coded byte: the chunk is placed so that this
 /// byte meets nvCOMP's input alignment.
-pub(crate) fn payload_offset(codec: GpuCodec) -> usize {
+pub fn payload_offset(codec: GpuCodec) -> usize {
     match codec {
         GpuCodec::Deflate => ZLIB_HEADER,
         GpuCodec::Zstd => 0,
@@ -44,11 +44,7 @@ const LZ4_HEADER: usize = 12;
 
 /// The raw Deflate piece of a zlib-wrapped chunk of `stored` bytes decoding to `out_len`, given
 /// its first two bytes; or why the header is not one HDF5's deflate filter writes.
-pub(crate) fn zlib_pieces(
-    head: &[u8],
-    stored: usize,
-    out_len: usize,
-) -> Result<Vec<Piece>, String> {
+pub fn zlib_pieces(head: &[u8], stored: usize, out_len: usize) -> Result<Vec<Piece>, String> {
     let [cmf, flg] = <[u8; 2]>::try_from(head.get(..2).unwrap_or_default())
         .map_err(|_| "it is shorter than a zlib header".to_string())?;
     if cmf & 0x0f != 8 || cmf >> 4 > 7 {
@@ -77,7 +73,7 @@ pub(crate) fn zlib_pieces(
 }
 
 /// The Adler-32 a zlib trailer holds.
-pub(crate) fn adler_trailer(tail: &[u8; 4]) -> u32 {
+pub fn adler_trailer(tail: &[u8; 4]) -> u32 {
     u32::from_be_bytes(*tail)
 }
 
@@ -87,7 +83,7 @@ fn be32(bytes: &[u8]) -> u32 {
 
 /// The blocks of an hdf5plugin LZ4 chunk of `stored` bytes that decodes to `out_len`.
 /// `peek(at, len)` returns `len` stored bytes from `at` (the caller reads them from the device).
-pub(crate) fn lz4_pieces(
+pub fn lz4_pieces(
     stored: usize,
     out_len: usize,
     mut peek: impl FnMut(usize, usize) -> Result<Vec<u8>, String>,

@@ -4,16 +4,17 @@
 //! reads from device memory and the per-chunk statuses it writes there (NVIDIA, "Low-level C
 //! Quick Start Guide", <https://docs.nvidia.com/cuda/nvcomp/samples/lowlevel_c_quickstart.html>).
 
-use crate::error::{Error, Result};
-use crate::route::GpuCodec;
-use crate::staging::{cuda, synchronize};
+use crate::device::{cuda, synchronize, DeviceFailure};
 use cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr, DeviceRepr};
+use h5gds_route::route::GpuCodec;
 use nvcomp_sys::{nvcompAlignmentRequirements_t, nvcompStatus_t, NvcompLib};
 use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
 
+type Result<T> = std::result::Result<T, DeviceFailure>;
+
 /// libnvcomp, loaded at the first compressed device read; or why it cannot be used.
-pub(crate) fn library() -> std::result::Result<&'static NvcompLib, String> {
+pub fn library() -> std::result::Result<&'static NvcompLib, String> {
     static LIBRARY: OnceLock<std::result::Result<NvcompLib, String>> = OnceLock::new();
     LIBRARY
         .get_or_init(|| {
@@ -26,7 +27,7 @@ pub(crate) fn library() -> std::result::Result<&'static NvcompLib, String> {
 
 /// One chunk (or block) to decode: device addresses and sizes.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Job {
+pub struct Job {
     pub input: sys::CUdeviceptr,
     pub input_len: usize,
     pub output: sys::CUdeviceptr,
@@ -35,21 +36,21 @@ pub(crate) struct Job {
 
 /// What nvCOMP reported for one job: its status and the bytes it wrote (decoded or encoded).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Outcome {
+pub struct Outcome {
     pub status: nvcompStatus_t,
     pub written: usize,
 }
 
 /// The header's name of a status, for messages.
-pub(crate) fn status_text(status: nvcompStatus_t) -> String {
+pub fn status_text(status: nvcompStatus_t) -> String {
     match nvcomp_sys::status_name(status) {
         Some(name) => name.to_string(),
         None => format!("nvCOMP status {}", status.0),
     }
 }
 
-fn missing(name: &str, e: &libloading::Error) -> Error {
-    Error::cuda(
+fn missing(name: &str, e: &libloading::Error) -> DeviceFailure {
+    DeviceFailure::new(
         format!("nvCOMP: {name}"),
         format!("missing from libnvcomp ({e})"),
     )
@@ -59,7 +60,10 @@ fn checked(op: &str, status: nvcompStatus_t) -> Result<()> {
     if status == nvcompStatus_t::nvcompSuccess {
         Ok(())
     } else {
-        Err(Error::cuda(format!("nvCOMP: {op}"), status_text(status)))
+        Err(DeviceFailure::new(
+            format!("nvCOMP: {op}"),
+            status_text(status),
+        ))
     }
 }
 
@@ -73,7 +77,7 @@ macro_rules! function {
 }
 
 /// The alignment (bytes) every input, output and temp buffer of `codec`'s decoder must have.
-pub(crate) fn alignment(lib: &NvcompLib, codec: GpuCodec) -> Result<usize> {
+pub fn alignment(lib: &NvcompLib, codec: GpuCodec) -> Result<usize> {
     let mut req = nvcompAlignmentRequirements_t {
         input: 1,
         output: 1,
@@ -115,7 +119,7 @@ fn on_device<T: DeviceRepr>(
 
 /// Decodes every job in one batched nvCOMP call on `stream` and waits for it. A failed call is
 /// an error; per-job failures are in the outcomes (the caller names the chunk).
-pub(crate) fn decompress(
+pub fn decompress(
     lib: &NvcompLib,
     codec: GpuCodec,
     stream: &Arc<CudaStream>,
@@ -264,7 +268,7 @@ fn lz4_compress_opts() -> nvcomp_sys::nvcompBatchedLZ4CompressOpts_t {
 }
 
 /// The alignment (bytes) every buffer of `codec`'s encoder must have.
-pub(crate) fn compress_alignment(lib: &NvcompLib, codec: GpuCodec) -> Result<usize> {
+pub fn compress_alignment(lib: &NvcompLib, codec: GpuCodec) -> Result<usize> {
     let mut req = nvcompAlignmentRequirements_t {
         input: 1,
         output: 1,
@@ -292,7 +296,7 @@ pub(crate) fn compress_alignment(lib: &NvcompLib, codec: GpuCodec) -> Result<usi
 }
 
 /// The most bytes `codec` may encode `len` bytes into.
-pub(crate) fn max_encoded(lib: &NvcompLib, codec: GpuCodec, len: usize) -> Result<usize> {
+pub fn max_encoded(lib: &NvcompLib, codec: GpuCodec, len: usize) -> Result<usize> {
     let mut max = 0usize;
     // SAFETY: plain values in, one writable size out.
     let status = unsafe {
@@ -320,7 +324,7 @@ pub(crate) fn max_encoded(lib: &NvcompLib, codec: GpuCodec, len: usize) -> Resul
 
 /// Encodes every job (input: the bytes; output: room for `max_encoded` of them) in one batched
 /// nvCOMP call on `stream` and waits for it; the outcomes' `written` is the encoded size.
-pub(crate) fn compress(
+pub fn compress(
     lib: &NvcompLib,
     codec: GpuCodec,
     stream: &Arc<CudaStream>,

@@ -1,0 +1,14 @@
+//! Compressed HDF5 chunks decoded on the GPU with NVIDIA nvCOMP, with no HDF5 binding of its
+//! own: shared by array-io (which reads raw chunks through hdf5-metno) and the Python extension
+//! (which reads them through h5py's HDF5). The caller supplies each chunk's stored bytes
+//! ([`decode::ChunkSource`]); this crate knows the filters' stored formats ([`codec`]), calls
+//! nvCOMP ([`nvcomp`]) and places decoded chunks into the output ([`decode`]).
+//! `h5gds_route::route::gpu_decode` decides when this path is taken.
+
+pub mod codec;
+pub mod decode;
+pub mod device;
+pub mod nvcomp;
+pub mod settings;
+
+pub use device::DeviceFailure;

@@ -1,0 +1,151 @@
+//! `h5gds.read` of compressed chunks into device memory, decoded on the GPU: the h5py side of
+//! `h5gds_gpu_codec` (the decoding array-io uses too). Each needed chunk's stored bytes are
+//! found with `H5Dget_chunk_info_by_coord` and read raw with `H5Dread_chunk` into device
+//! memory through the `gds` driver (h5py's HDF5, through `hdf5`), nvCOMP decodes them and the
+//! decoded chunks are placed into the output array on the device. Chunks never written are
+//! read through pinned host memory, where HDF5 fills them with the fill value, as array-io
+//! does. `h5gds_route::route::gpu_decode` decides when this path is taken.
+
+use crate::cuda;
+use crate::device::DeviceError;
+use crate::hdf5::{self, Hid, Prepared};
+use cudarc::driver::{sys, CudaContext};
+use h5gds_gpu_codec::decode::{self, placement_runs, ChunkIndex, ChunkSource, Decoding};
+use h5gds_gpu_codec::DeviceFailure;
+use h5gds_route::route::{Block, GpuCodec};
+use h5gds_route::select::{chunks_touching, flat_range_blocks};
+use std::ffi::c_void;
+
+impl From<DeviceFailure> for DeviceError {
+    fn from(failure: DeviceFailure) -> DeviceError {
+        DeviceError::Failed(failure.to_string())
+    }
+}
+
+/// Raw chunk reads of one h5py dataset.
+struct H5pyChunks<'a> {
+    dataset: Hid,
+    name: &'a str,
+}
+
+impl ChunkSource for H5pyChunks<'_> {
+    type Error = DeviceError;
+
+    unsafe fn read_chunk(
+        &self,
+        offset: &[u64],
+        dest: sys::CUdeviceptr,
+        size: usize,
+    ) -> Result<u32, DeviceError> {
+        // SAFETY: as the caller guarantees; the gds driver moves the bytes into device memory.
+        unsafe { hdf5::read_chunk(self.dataset, offset, dest as *mut c_void, size) }
+            .map_err(|m| DeviceError::Failed(format!("dataset {}: {m}", self.name)))
+    }
+
+    fn corrupt(&self, offset: &[u64], reason: String) -> DeviceError {
+        DeviceError::Failed(format!(
+            "dataset {}: the chunk at {offset:?} cannot be decoded: {reason}",
+            self.name
+        ))
+    }
+}
+
+/// One compressed read: the dataset, its chunks' codec and shape, the region (file
+/// coordinates, steps of 1) and the device array holding it in row-major order.
+pub struct CompressedRead<'a> {
+    pub dataset: Hid,
+    pub name: &'a str,
+    pub codec: GpuCodec,
+    pub chunk: &'a [u64],
+    pub element_size: usize,
+    pub region: &'a Block,
+    pub dest: u64,
+    pub ordinal: i32,
+    pub staging_size: usize,
+}
+
+/// Reads the region, decoding its allocated chunks on the GPU; returns (chunks decoded,
+/// chunks never written). The caller has made the device's primary context current and holds
+/// h5py's lock.
+pub fn read(r: &CompressedRead, prepared: &Prepared) -> Result<(usize, usize), DeviceError> {
+    let failed = DeviceError::Failed;
+    let lib = h5gds_gpu_codec::nvcomp::library().map_err(failed)?;
+    let verify = h5gds_gpu_codec::settings::verify_checksums()
+        .map_err(|e| DeviceError::Argument(e.to_string()))?;
+    let mut index = ChunkIndex::new();
+    for (offset, _) in chunks_touching(r.region, r.chunk) {
+        if let Some(stored) = hdf5::chunk_info(r.dataset, &offset)
+            .map_err(|m| failed(format!("dataset {}: {m}", r.name)))?
+        {
+            index.insert(offset, stored);
+        }
+    }
+    let (mut present, missing) = decode::split(&index, r.region, r.chunk);
+    let context = h5gds_gpu_codec::device::cuda("making the array's device's context", || {
+        CudaContext::new(r.ordinal as usize)
+    })?;
+    let stream = context.default_stream();
+    let how = Decoding {
+        lib,
+        codec: r.codec,
+        chunk: r.chunk,
+        element_size: r.element_size,
+        verify,
+    };
+    let source = H5pyChunks {
+        dataset: r.dataset,
+        name: r.name,
+    };
+    decode::read(&source, &how, &mut present, r.region, r.dest, &stream)?;
+    for part in &missing {
+        fill_missing(r, prepared, part)?;
+    }
+    Ok((present.len(), missing.len()))
+}
+
+/// Reads `part` (a chunk never written) through pinned host memory of at most the staging
+/// size, where HDF5 fills it with the fill value, and copies it into place on the device.
+fn fill_missing(r: &CompressedRead, prepared: &Prepared, part: &Block) -> Result<(), DeviceError> {
+    let failed = DeviceError::Failed;
+    let es = r.element_size;
+    let elements = part.len();
+    let per = (r.staging_size / es).max(1) as u64;
+    let mut pinned = cuda::Pinned::new(per.min(elements) as usize * es).map_err(failed)?;
+    let ones = vec![1u64; part.count.len()];
+    let mut a = 0u64;
+    while a < elements {
+        let b = (a + per).min(elements);
+        for piece in flat_range_blocks(&part.count, a, b) {
+            let piece = Block {
+                start: piece
+                    .start
+                    .iter()
+                    .zip(&part.start)
+                    .map(|(s, p)| s + p)
+                    .collect(),
+                count: piece.count,
+            };
+            let host = pinned.as_mut_ptr();
+            // SAFETY: the piece is part of the checked selection and its elements fit the
+            // pinned buffer (at most `per` of them).
+            unsafe {
+                prepared.run_hyperslab(&piece.start, &ones, &piece.count, host.cast::<c_void>())
+            }
+            .map_err(|m| failed(format!("H5Dread of the chunk never written failed: {m}")))?;
+            for (src, dst, len) in placement_runs(&piece, &piece.start, &piece.count, r.region) {
+                // SAFETY: HDF5 filled the piece's elements in the pinned buffer; the run lies
+                // inside the device array holding the region (checked by the caller).
+                unsafe {
+                    cuda::copy_to_device(
+                        r.dest + dst * es as u64,
+                        host.add(src as usize * es),
+                        len as usize * es,
+                    )
+                }
+                .map_err(failed)?;
+            }
+        }
+        a = b;
+    }
+    Ok(())
+}

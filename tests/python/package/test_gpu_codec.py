@@ -1,0 +1,260 @@
+"""h5gds.read of compressed datasets into device memory, decoded on the GPU with nvCOMP (issue 15, the
+Python package's reads): files written by h5py + hdf5plugin with deflate, Zstandard and LZ4, 1-D to 3-D,
+edge chunks, chunks never written (fill value), a chunk stored unfiltered and corrupted chunks, read into
+device arrays and byte-compared with h5py's own reads; the log line and the emulator's counters show the
+chunks moved compressed (cuFile reads) and nvCOMP decoded them, and which reads stay on HDF5's CPU filters.
+
+scripts/test.sh runs this file with the CUDA/cuFile emulator and the nvCOMP emulator (libnvcomp.so.6) on
+LD_LIBRARY_PATH, like test_device.py (whose helpers it uses, and whose skip without CUDA it shares)."""
+
+import itertools
+import os
+import subprocess
+import sys
+
+import h5py
+import hdf5plugin
+import numpy as np
+import pytest
+
+import h5gds
+from device_arrays import DeviceArray
+from test_device import CUDA, STAGED, open_gds
+
+DECODED = "decoded on the GPU with nvCOMP"
+ON_HOST = "its chunks are decoded by HDF5 on the host, not on the GPU with nvCOMP"
+
+#: h5py keywords of each codec (the filters hdf5plugin registers: Zstandard 32015, LZ4 32004).
+CODECS = {
+    "gzip": {"compression": "gzip"},
+    "zstd": dict(hdf5plugin.Zstd()),
+    "lz4": dict(hdf5plugin.LZ4()),
+}
+
+#: name -> (shape, chunk, rows left unwritten (whole chunks along axis 0), selections)
+CASES = {
+    "1d": ((1000,), (64,), (320, 448), [None, (slice(37, 901),), (slice(330, 340),)]),
+    "2d": ((37, 23), (8, 5), (16, 24), [None, (slice(3, 30), slice(2, 21)), (5, slice(None))]),
+    "3d": ((9, 7, 11), (4, 3, 5), (4, 8), [None, (slice(1, 8), 2, slice(3, 10)), (Ellipsis, slice(4, 5))]),
+}
+
+
+def data_for(shape, dtype="<f4"):
+    # Whole numbers (compressible by every codec, LZ4 included), varied enough that a misplaced element
+    # shows.
+    values = np.arange(np.prod(shape)).reshape(shape)
+    return (np.round(np.sin(values * 0.01) * 100) + (values % 7)).astype(dtype)
+
+
+def build(f, codec, case):
+    """A dataset of `case` compressed with `codec`: rows `gap` never written (fill value -7), and the
+    chunk at the origin stored unfiltered (filter mask 1), as HDF5 stores a chunk compression did not
+    shrink. (HDF5 2.0 itself misreads such a chunk until the file is reopened: the tests reopen it.)"""
+    shape, chunk, gap, _ = CASES[case]
+    data = data_for(shape)
+    dset = f.create_dataset(f"{codec}/{case}", shape=shape, dtype=data.dtype, chunks=chunk, fillvalue=-7.0,
+                            **CODECS[codec])
+    dset[:gap[0]] = data[:gap[0]]
+    dset[gap[1]:] = data[gap[1]:]
+    raw = np.ascontiguousarray(data[tuple(slice(0, c) for c in chunk)])
+    dset.id.write_direct_chunk((0,) * len(shape), raw.tobytes(), filter_mask=1)
+    return dset
+
+
+def region_of(sel, shape):
+    """Start and stop per axis of a selection of ints, slices of step 1 and Ellipsis."""
+    sel = () if sel is None else sel
+    if Ellipsis in sel:
+        at = sel.index(Ellipsis)
+        sel = sel[:at] + (slice(None),) * (len(shape) - len(sel) + 1) + sel[at + 1:]
+    sel = sel + (slice(None),) * (len(shape) - len(sel))
+    bounds = []
+    for s, n in zip(sel, shape):
+        if isinstance(s, int):
+            bounds.append((s, s + 1))
+        else:
+            start, stop, _ = s.indices(n)
+            bounds.append((start, stop))
+    return bounds
+
+
+def chunk_counts(dset, sel):
+    """(allocated, never written) chunks touching the selection, as HDF5 lists them."""
+    bounds = region_of(sel, dset.shape)
+    axes = [range(a // c * c, b, c) for (a, b), c in zip(bounds, dset.chunks)]
+    allocated = missing = 0
+    for offset in itertools.product(*axes):
+        if dset.id.get_chunk_info_by_coord(offset).byte_offset is None:
+            missing += 1
+        else:
+            allocated += 1
+    return allocated, missing
+
+
+def read_on_device(dset, sel):
+    expected = dset[() if sel is None else sel]
+    out = DeviceArray(expected.shape, expected.dtype, fill=0)
+    before = CUDA.counters() if CUDA.emulated else None
+    assert h5gds.read(dset, out=out, sel=sel) is out
+    after = CUDA.counters() if CUDA.emulated else None
+    return expected, out.to_host(), before, after
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("codec", CODECS)
+def test_compressed_chunks_are_decoded_on_the_gpu_and_match_h5py(tmp_path, capfd, codec, case):
+    with h5py.File(tmp_path / "c.h5", "w") as f:
+        build(f, codec, case)
+    with open_gds(tmp_path / "c.h5", "r") as f:
+        dset = f[f"{codec}/{case}"]
+        assert dset.id.get_chunk_info_by_coord((0,) * dset.ndim).filter_mask == 1
+        for sel in CASES[case][3]:
+            capfd.readouterr()
+            expected, got, before, after = read_on_device(dset, sel)
+            assert got.shape == expected.shape and got.tobytes() == expected.tobytes(), (codec, case, sel)
+            err = capfd.readouterr().err
+            allocated, missing = chunk_counts(dset, sel)
+            line = [ln for ln in err.splitlines() if DECODED in ln]
+            assert len(line) == 1, err
+            assert (f"{allocated} chunks move compressed" in line[0]
+                    and f"{missing} chunks were never written" in line[0]), (sel, line[0])
+            assert STAGED not in err, err
+            if CUDA.emulated:
+                delta = {k: after[k] - before[k] for k in after}
+                # Every allocated chunk's stored bytes moved file -> device through cuFile.
+                assert delta["cufile_reads"] >= allocated, (sel, delta)
+                # Host -> device: nvCOMP's four argument arrays (one batched call) and nothing else
+                # unless chunks were never written (HDF5's fill, made on the host, is copied up).
+                nvcomp_arguments = 4 if allocated else 0
+                if missing:
+                    assert delta["htod"] > nvcomp_arguments, (sel, delta)
+                else:
+                    assert delta["htod"] == nvcomp_arguments, (sel, delta)
+                assert delta["bounds_violations"] == 0, delta
+    # The file is still what h5py wrote (the reads changed nothing).
+    with h5py.File(tmp_path / "c.h5", "r") as f:
+        dset = f[f"{codec}/{case}"]
+        shape, _, gap, _ = CASES[case]
+        data = data_for(shape)
+        assert np.array_equal(dset[gap[1]:], data[gap[1]:])
+        assert (dset[gap[0]:gap[1]] == -7.0).all()
+
+
+def test_whole_chunk_rows_read_with_more_chunks_than_one_batch_holds(tmp_path, capfd):
+    # Many small chunks of a 2-D dataset whose chunks span whole rows: decoded straight into place.
+    data = data_for((512, 16), "<i4")
+    with open_gds(tmp_path / "rows.h5", "w") as f:
+        dset = f.create_dataset("rows", data=data, chunks=(4, 16), **CODECS["zstd"])
+        capfd.readouterr()
+        expected, got, _, _ = read_on_device(dset, None)
+        assert got.tobytes() == expected.tobytes() == data.tobytes()
+        assert "128 chunks move compressed" in capfd.readouterr().err
+
+
+def corrupt(dset, codec):
+    """Overwrites the stored bytes of the chunk at (64,) with bytes the codec's decoder refuses, keeping
+    the framing where one exists, so that the decoder (not a framing check) finds the damage."""
+    offset = (64,)
+    stored = bytearray(dset.id.read_direct_chunk(offset)[1])
+    keep = {"gzip": 2, "zstd": 7, "lz4": 16}[codec]  # zlib header; frame header; LZ4 sizes
+    stored[keep:] = bytes([0xFF]) * (len(stored) - keep)
+    dset.id.write_direct_chunk(offset, bytes(stored))
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_corrupted_chunk_raises_naming_the_dataset_and_the_chunk(tmp_path, codec):
+    data = np.tile(np.array([1.5, 2.5, 3.5, -1], "<f4"), 64)  # compresses: every chunk holds coded blocks
+    with open_gds(tmp_path / "bad.h5", "w") as f:
+        dset = f.create_dataset("bad", data=data, chunks=(64,), **CODECS[codec])
+        corrupt(dset, codec)
+        out = DeviceArray((256,), "<f4", fill=0)
+        with pytest.raises(OSError) as info:
+            h5gds.read(dset, out=out)
+        message = str(info.value)
+        assert "dataset /bad" in message and "chunk at [64]" in message, message
+        assert "cannot be decoded" in message, message
+        if codec != "zstd":
+            # HDF5's own filter refuses the same chunk. (hdf5plugin's Zstandard filter returns garbage
+            # for this block without an error; the GPU path refuses it.)
+            with pytest.raises(OSError):
+                dset[...]
+        # The intact chunks read fine on the GPU path.
+        good = DeviceArray((64,), "<f4", fill=0)
+        h5gds.read(dset, out=good, sel=(slice(128, 192),))
+        assert good.to_host().tobytes() == data[128:192].tobytes()
+
+
+FAILED_DECODE = """
+import sys
+import h5py, hdf5plugin, numpy as np
+import h5gds
+from device_arrays import DeviceArray
+with h5py.File(sys.argv[1], "r", driver="gds", rdcc_nbytes=0) as f:
+    out = DeviceArray((256,), "<f4", fill=0)
+    try:
+        h5gds.read(f["z"], out=out)
+    except OSError as exc:
+        print("refused:", exc)
+    else:
+        print("read:", out.to_host().tobytes() == f["z"][...].tobytes())
+"""
+
+
+def test_a_decode_the_gpu_reports_failed_fails_the_read(tmp_path):
+    # The nvCOMP emulator's fault switch: the second chunk decoded reports failure (and leaves poison in
+    # its output, as a failed kernel leaves garbage). The read must raise, never return that data.
+    data = np.tile(np.array([1.5, 2.5, 3.5, -1], "<f4"), 64)
+    with h5py.File(tmp_path / "z.h5", "w") as f:
+        f.create_dataset("z", data=data, chunks=(64,), **CODECS["zstd"])
+    env = dict(os.environ, H5GDS_EMU_NVCOMP_FAIL_CHUNK="2")
+    run = subprocess.run([sys.executable, "-c", FAILED_DECODE, str(tmp_path / "z.h5")], env=env,
+                         capture_output=True, text=True, timeout=120, cwd=os.path.dirname(__file__))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("refused: dataset /z: the chunk at [64] cannot be decoded"), run.stdout
+    assert "nvcompErrorCannotDecompress" in run.stdout, run.stdout
+
+
+def stays_on_host(capfd, dset, sel, reason):
+    capfd.readouterr()
+    expected, got, before, after = read_on_device(dset, sel)
+    assert got.tobytes() == expected.tobytes()
+    err = capfd.readouterr().err
+    assert DECODED not in err, err
+    line = [ln for ln in err.splitlines() if ON_HOST in ln]
+    assert line and reason in line[0], err
+    assert STAGED in err, err
+    if CUDA.emulated:
+        assert after["cufile_reads"] == before["cufile_reads"], (before, after)
+
+
+def test_reads_nvcomp_cannot_serve_stay_on_hdf5s_filters_and_say_why(tmp_path, capfd, monkeypatch):
+    data = data_for((40, 12))
+    with open_gds(tmp_path / "host.h5", "w") as f:
+        chain = f.create_dataset("chain", data=data, chunks=(8, 12), compression="gzip", shuffle=True)
+        stays_on_host(capfd, chain, None, "chain of filters (shuffle (2), deflate (1))")
+        blosc = f.create_dataset("blosc", data=data, chunks=(8, 12), **dict(hdf5plugin.Blosc()))
+        stays_on_host(capfd, blosc, None, "Blosc (32001) has no nvCOMP decoder")
+        zstd = f.create_dataset("zstd", data=data, chunks=(8, 12), **CODECS["zstd"])
+        stays_on_host(capfd, zstd, (slice(1, 30, 3),), "steps greater than 1")
+        monkeypatch.setenv("H5GDS_GPU_CODEC", "0")
+        stays_on_host(capfd, zstd, None, "H5GDS_GPU_CODEC=0")
+        monkeypatch.setenv("H5GDS_GPU_CODEC", "2")
+        with pytest.raises(ValueError, match="H5GDS_GPU_CODEC"):
+            h5gds.read(zstd, out=DeviceArray((40, 12), "<f4"))
+        monkeypatch.delenv("H5GDS_GPU_CODEC")
+        monkeypatch.setenv("H5GDS_USE_VFD_GDS", "0")
+        stays_on_host(capfd, zstd, None, "H5GDS_USE_VFD_GDS=0")
+
+
+def test_a_file_opened_with_sec2_stays_on_hdf5s_filters(tmp_path, capfd):
+    data = data_for((40, 12))
+    with h5py.File(tmp_path / "sec2.h5", "w") as f:
+        dset = f.create_dataset("zstd", data=data, chunks=(8, 12), **CODECS["zstd"])
+        stays_on_host(capfd, dset, None, "the sec2 driver")
+
+
+def test_the_emulator_saw_no_bounds_violation_or_double_free_after_decoding():
+    if not CUDA.emulated:
+        pytest.skip("counters exist on the emulator only")
+    counters = CUDA.counters()
+    assert counters["bounds_violations"] == 0 and counters["double_frees"] == 0, counters
