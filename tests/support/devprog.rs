@@ -524,9 +524,11 @@ impl Drop for TestBuffer {
         // SAFETY: allocated in `new` and freed once; failures cannot be reported from drop.
         match self.owner {
             Owner::Pool => {
+                // SAFETY: as above; pool memory is freed on the stream it was allocated on.
                 let _ = unsafe { sys::cuMemFreeAsync(self.ptr, std::ptr::null_mut()) };
             }
             Owner::Managed => {
+                // SAFETY: as above; managed memory is freed with cuMemFree.
                 let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
             }
             Owner::Plain { .. } | Owner::Vmm { .. } => {}

@@ -83,6 +83,7 @@ pub unsafe fn array<'a, T: Copy>(addr: u64, n: usize) -> Option<&'a mut [T]> {
     if addr as usize % std::mem::align_of::<T>() != 0 {
         return None;
     }
+    // SAFETY: the caller's contract (as for `bytes`).
     let raw = unsafe { bytes(addr, n.checked_mul(std::mem::size_of::<T>())?) }?;
     // SAFETY: aligned (checked above; the shadow keeps the device address's page offset) and
     // exactly n values long.
