@@ -117,6 +117,101 @@ fn on_device<T: DeviceRepr>(
     Ok((slice, ptr))
 }
 
+/// The device-side arrays of one batched call: the jobs' input pointers and sizes, their output
+/// pointers (and, for decoding, output sizes), and the per-job byte counts and statuses nvCOMP
+/// writes. Each allocation stays alive while the value lives, so past the synchronisation.
+struct BatchArrays {
+    n: usize,
+    inputs: sys::CUdeviceptr,
+    input_lens: sys::CUdeviceptr,
+    outputs: sys::CUdeviceptr,
+    output_lens: sys::CUdeviceptr,
+    written: (CudaSlice<usize>, sys::CUdeviceptr),
+    statuses: (CudaSlice<u32>, sys::CUdeviceptr),
+    _held: (
+        CudaSlice<u64>,
+        CudaSlice<usize>,
+        CudaSlice<u64>,
+        Option<CudaSlice<usize>>,
+    ),
+}
+
+impl BatchArrays {
+    /// Copies the jobs' arguments to the device (the output sizes only `with_output_lens`: the
+    /// encoder takes one bound for all) and allocates the zeroed result arrays.
+    fn new(stream: &Arc<CudaStream>, jobs: &[Job], with_output_lens: bool) -> Result<Self> {
+        let n = jobs.len();
+        let inputs: Vec<u64> = jobs.iter().map(|j| j.input).collect();
+        let input_lens: Vec<usize> = jobs.iter().map(|j| j.input_len).collect();
+        let outputs: Vec<u64> = jobs.iter().map(|j| j.output).collect();
+        let (inputs, d_inputs) = on_device(stream, &inputs)?;
+        let (input_lens, d_input_lens) = on_device(stream, &input_lens)?;
+        let (outputs, d_outputs) = on_device(stream, &outputs)?;
+        let (output_lens, d_output_lens) = if with_output_lens {
+            let lens: Vec<usize> = jobs.iter().map(|j| j.output_len).collect();
+            let (slice, ptr) = on_device(stream, &lens)?;
+            (Some(slice), ptr)
+        } else {
+            (None, 0)
+        };
+        let written = cuda("allocating nvCOMP's size array", || {
+            stream.alloc_zeros::<usize>(n)
+        })?;
+        let statuses = cuda("allocating nvCOMP's status array", || {
+            stream.alloc_zeros::<u32>(n)
+        })?;
+        let (d_written, r1) = written.device_ptr(stream);
+        drop(r1);
+        let (d_statuses, r2) = statuses.device_ptr(stream);
+        drop(r2);
+        Ok(Self {
+            n,
+            inputs: d_inputs,
+            input_lens: d_input_lens,
+            outputs: d_outputs,
+            output_lens: d_output_lens,
+            written: (written, d_written),
+            statuses: (statuses, d_statuses),
+            _held: (inputs, input_lens, outputs, output_lens),
+        })
+    }
+
+    /// Waits for the call on `stream`, then reads back each job's status and byte count.
+    fn outcomes(self, stream: &Arc<CudaStream>) -> Result<Vec<Outcome>> {
+        synchronize(stream)?;
+        let written = cuda("copying nvCOMP's sizes back", || {
+            stream.clone_dtoh(&self.written.0)
+        })?;
+        let statuses = cuda("copying nvCOMP's statuses back", || {
+            stream.clone_dtoh(&self.statuses.0)
+        })?;
+        synchronize(stream)?;
+        Ok(statuses
+            .into_iter()
+            .zip(written)
+            .map(|(status, written)| Outcome {
+                status: nvcompStatus_t(status),
+                written,
+            })
+            .collect())
+    }
+}
+
+/// nvCOMP's temp space of `bytes` (at least one) on `stream`, with the stream's context made
+/// current for the batched call that follows.
+fn temp_space(stream: &Arc<CudaStream>, bytes: usize) -> Result<(CudaSlice<u8>, sys::CUdeviceptr)> {
+    // SAFETY: nvCOMP only writes the temp space; nothing reads it before.
+    let temp = cuda("allocating nvCOMP's temp space", || unsafe {
+        stream.alloc::<u8>(bytes.max(1))
+    })?;
+    let (d_temp, record) = temp.device_ptr(stream);
+    drop(record);
+    cuda("making the stream's context current", || {
+        stream.context().bind_to_thread()
+    })?;
+    Ok((temp, d_temp))
+}
+
 /// Decodes every job in one batched nvCOMP call on `stream` and waits for it. A failed call is
 /// an error; per-job failures are in the outcomes (the caller names the chunk).
 pub fn decompress(
@@ -129,26 +224,9 @@ pub fn decompress(
     if n == 0 {
         return Ok(Vec::new());
     }
-    let inputs: Vec<u64> = jobs.iter().map(|j| j.input).collect();
-    let input_lens: Vec<usize> = jobs.iter().map(|j| j.input_len).collect();
-    let outputs: Vec<u64> = jobs.iter().map(|j| j.output).collect();
-    let output_lens: Vec<usize> = jobs.iter().map(|j| j.output_len).collect();
-    let max_out = output_lens.iter().copied().max().unwrap_or(0);
-    let total_out: usize = output_lens.iter().sum();
-    let (_inputs, d_inputs) = on_device(stream, &inputs)?;
-    let (_input_lens, d_input_lens) = on_device(stream, &input_lens)?;
-    let (_outputs, d_outputs) = on_device(stream, &outputs)?;
-    let (_output_lens, d_output_lens) = on_device(stream, &output_lens)?;
-    let decoded = cuda("allocating nvCOMP's size array", || {
-        stream.alloc_zeros::<usize>(n)
-    })?;
-    let statuses = cuda("allocating nvCOMP's status array", || {
-        stream.alloc_zeros::<u32>(n)
-    })?;
-    let (d_decoded, r1) = decoded.device_ptr(stream);
-    drop(r1);
-    let (d_statuses, r2) = statuses.device_ptr(stream);
-    drop(r2);
+    let max_out = jobs.iter().map(|j| j.output_len).max().unwrap_or(0);
+    let total_out: usize = jobs.iter().map(|j| j.output_len).sum();
+    let batch = BatchArrays::new(stream, jobs, true)?;
     let cu_stream = stream.cu_stream() as *mut c_void;
     let mut temp_bytes = 0usize;
     // SAFETY: plain values in, one writable size out.
@@ -181,32 +259,24 @@ pub fn decompress(
         }
     };
     checked("querying the decoder's temp size", status)?;
-    // SAFETY: nvCOMP only writes the temp space; nothing reads it before.
-    let temp = cuda("allocating nvCOMP's temp space", || unsafe {
-        stream.alloc::<u8>(temp_bytes.max(1))
-    })?;
-    let (d_temp, r3) = temp.device_ptr(stream);
-    drop(r3);
-    cuda("making the stream's context current", || {
-        stream.context().bind_to_thread()
-    })?;
-    // SAFETY: every array lives in device memory for n entries and stays allocated until the
-    // stream is synchronized below; each job's buffers lie inside device allocations the
+    let (temp, d_temp) = temp_space(stream, temp_bytes)?;
+    // SAFETY: every array lives in device memory for n entries and stays allocated until
+    // `outcomes` has synchronised the stream; each job's buffers lie inside device allocations the
     // caller keeps alive, aligned as `alignment` says.
     let status = unsafe {
         macro_rules! run {
             ($f:ident, $opts:expr) => {
                 function!(lib, $f)(
-                    d_inputs as *const *const c_void,
-                    d_input_lens as *const usize,
-                    d_output_lens as *const usize,
-                    d_decoded as *mut usize,
-                    n,
+                    batch.inputs as *const *const c_void,
+                    batch.input_lens as *const usize,
+                    batch.output_lens as *const usize,
+                    batch.written.1 as *mut usize,
+                    batch.n,
                     d_temp as *mut c_void,
                     temp_bytes,
-                    d_outputs as *const *mut c_void,
+                    batch.outputs as *const *mut c_void,
                     $opts,
-                    d_statuses as *mut nvcompStatus_t,
+                    batch.statuses.1 as *mut nvcompStatus_t,
                     cu_stream,
                 )
             };
@@ -227,23 +297,9 @@ pub fn decompress(
         }
     };
     checked("launching the batched decoder", status)?;
-    synchronize(stream)?;
-    let decoded = cuda("copying nvCOMP's sizes back", || {
-        stream.clone_dtoh(&decoded)
-    })?;
-    let statuses = cuda("copying nvCOMP's statuses back", || {
-        stream.clone_dtoh(&statuses)
-    })?;
-    synchronize(stream)?;
+    let outcomes = batch.outcomes(stream);
     drop(temp);
-    Ok(statuses
-        .into_iter()
-        .zip(decoded)
-        .map(|(status, written)| Outcome {
-            status: nvcompStatus_t(status),
-            written,
-        })
-        .collect())
+    outcomes
 }
 
 /// Zeroed compression options: nvCOMP 6's defaults for Zstandard and LZ4 (plain bytes), and
@@ -334,24 +390,9 @@ pub fn compress(
     if n == 0 {
         return Ok(Vec::new());
     }
-    let inputs: Vec<u64> = jobs.iter().map(|j| j.input).collect();
-    let input_lens: Vec<usize> = jobs.iter().map(|j| j.input_len).collect();
-    let outputs: Vec<u64> = jobs.iter().map(|j| j.output).collect();
-    let max_in = input_lens.iter().copied().max().unwrap_or(0);
-    let total_in: usize = input_lens.iter().sum();
-    let (_inputs, d_inputs) = on_device(stream, &inputs)?;
-    let (_input_lens, d_input_lens) = on_device(stream, &input_lens)?;
-    let (_outputs, d_outputs) = on_device(stream, &outputs)?;
-    let encoded = cuda("allocating nvCOMP's size array", || {
-        stream.alloc_zeros::<usize>(n)
-    })?;
-    let statuses = cuda("allocating nvCOMP's status array", || {
-        stream.alloc_zeros::<u32>(n)
-    })?;
-    let (d_encoded, r1) = encoded.device_ptr(stream);
-    drop(r1);
-    let (d_statuses, r2) = statuses.device_ptr(stream);
-    drop(r2);
+    let max_in = jobs.iter().map(|j| j.input_len).max().unwrap_or(0);
+    let total_in: usize = jobs.iter().map(|j| j.input_len).sum();
+    let batch = BatchArrays::new(stream, jobs, false)?;
     let cu_stream = stream.cu_stream() as *mut c_void;
     let mut temp_bytes = 0usize;
     // SAFETY: plain values in, one writable size out.
@@ -384,31 +425,23 @@ pub fn compress(
         }
     };
     checked("querying the encoder's temp size", status)?;
-    // SAFETY: nvCOMP only writes the temp space.
-    let temp = cuda("allocating nvCOMP's temp space", || unsafe {
-        stream.alloc::<u8>(temp_bytes.max(1))
-    })?;
-    let (d_temp, r3) = temp.device_ptr(stream);
-    drop(r3);
-    cuda("making the stream's context current", || {
-        stream.context().bind_to_thread()
-    })?;
+    let (temp, d_temp) = temp_space(stream, temp_bytes)?;
     // SAFETY: as in `decompress`: device arrays of n entries, alive until the synchronisation;
     // each output has room for `max_encoded` of its input.
     let status = unsafe {
         macro_rules! run {
             ($f:ident, $opts:expr) => {
                 function!(lib, $f)(
-                    d_inputs as *const *const c_void,
-                    d_input_lens as *const usize,
+                    batch.inputs as *const *const c_void,
+                    batch.input_lens as *const usize,
                     max_in,
-                    n,
+                    batch.n,
                     d_temp as *mut c_void,
                     temp_bytes,
-                    d_outputs as *const *mut c_void,
-                    d_encoded as *mut usize,
+                    batch.outputs as *const *mut c_void,
+                    batch.written.1 as *mut usize,
                     $opts,
-                    d_statuses as *mut nvcompStatus_t,
+                    batch.statuses.1 as *mut nvcompStatus_t,
                     cu_stream,
                 )
             };
@@ -420,21 +453,7 @@ pub fn compress(
         }
     };
     checked("launching the batched encoder", status)?;
-    synchronize(stream)?;
-    let encoded = cuda("copying nvCOMP's sizes back", || {
-        stream.clone_dtoh(&encoded)
-    })?;
-    let statuses = cuda("copying nvCOMP's statuses back", || {
-        stream.clone_dtoh(&statuses)
-    })?;
-    synchronize(stream)?;
+    let outcomes = batch.outcomes(stream);
     drop(temp);
-    Ok(statuses
-        .into_iter()
-        .zip(encoded)
-        .map(|(status, encoded)| Outcome {
-            status: nvcompStatus_t(status),
-            written: encoded,
-        })
-        .collect())
+    outcomes
 }
