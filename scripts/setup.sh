@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing h5gds needs into project-local places:
 #   .venv/        cmake (HDF5 is built from source by hdf5-metno-sys), h5py with HDF5 2.x, numpy,
+#                 netCDF4, PyTables, xarray and h5netcdf (other HDF5 copies in one process),
 #                 maturin (builds the Python package's wheel), mpi4py (built against Open MPI)
 #   Open MPI      Debian's libopenmpi-dev and openmpi-bin (apt-get, only when missing)
 #   .venv-114/    h5py whose wheel bundles HDF5 1.14, for the old-HDF5 compatibility test
@@ -15,6 +16,11 @@ CUFILE=1.20.0.107 # cufile.h for the bindings check; the real libcufile for the 
 LIBCLANG=18.1.1   # libclang for bindgen (the bindings check)
 NVCOMP=6.0.0.12   # nvcomp.h for the nvcomp-sys bindings check (the library needs a GPU)
 HDF5PLUGIN=7.1.0  # Zstandard (32015) and LZ4 (32004) filters: test files for the GPU codec path
+# Wheels with HDF5 copies of their own, for the tests of several HDF5 copies in one process:
+NETCDF4=1.7.5.1.post1  # HDF5 2.2
+TABLES=3.11.1          # HDF5 1.14.6
+XARRAY=2026.9.0        # with both netCDF engines, h5netcdf (h5py's HDF5) and netcdf4
+H5NETCDF=1.8.2
 
 # Open MPI from Debian's archive, for the MPI build of array-io (the `mpi` crate builds against
 # it), mpi4py and the MPI tests; installed only when missing.
@@ -37,7 +43,8 @@ make_venv() {  # dir, requirements...
 
 make_venv .venv "cmake>=3.26" "h5py==$H5PY_NEW" numpy pytest \
   "nvidia-cufile==$CUFILE" "libclang==$LIBCLANG" "maturin>=1.7,<2" \
-  "nvidia-libnvcomp-cu12==$NVCOMP" "hdf5plugin==$HDF5PLUGIN"
+  "nvidia-libnvcomp-cu12==$NVCOMP" "hdf5plugin==$HDF5PLUGIN" \
+  "netCDF4==$NETCDF4" "tables==$TABLES" "xarray==$XARRAY" "h5netcdf==$H5NETCDF"
 # mpi4py built from source against Open MPI's mpicc (a binary wheel could carry another MPI).
 if ! .venv/bin/python -c 'import mpi4py' 2>/dev/null; then
   MPICC=mpicc .venv/bin/python -m pip install --quiet --disable-pip-version-check \

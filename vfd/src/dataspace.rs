@@ -1,5 +1,6 @@
-//! HDF5 dataspace selections, read through the H5S API of the HDF5 library loaded in the process
-//! (resolved at run time, like everything in `hdf5_runtime`), for the driver's selection callbacks.
+//! HDF5 dataspace selections, read through the H5S API of the HDF5 library that made the request
+//! (resolved at run time with the rest of that library's API in `hdf5_runtime`), for the driver's
+//! selection callbacks.
 //!
 //! A selection becomes either a [`Strided`] pattern (any regular hyperslab, or "all"), computed
 //! in Rust without a call per element, or an irregular selection walked with HDF5's own selection
@@ -9,8 +10,7 @@ use crate::abi::{herr_t, hid_t, hsize_t, htri_t, H5S_MAX_RANK, H5S_SEL_ALL};
 use crate::abi::{H5S_SEL_HYPERSLABS, H5S_SEL_NONE};
 use crate::error::{Error, Result};
 use crate::io::selection::Strided;
-use std::ffi::{c_int, c_uint, c_void, CStr, CString};
-use std::sync::OnceLock;
+use std::ffi::{c_int, c_uint, c_void, CStr};
 
 type GetSelectType = unsafe extern "C" fn(space: hid_t) -> c_int;
 type IsRegular = unsafe extern "C" fn(space: hid_t) -> htri_t;
@@ -59,60 +59,27 @@ const SYMBOLS: [&CStr; 8] = [
     c"H5Ssel_iter_close",
 ];
 
-/// Looks the H5S symbols up in the loaded object called `library` ("" for the main program).
-fn resolve(library: &str) -> Option<SpaceApi> {
-    let name = CString::new(library).ok()?;
-    let path = if library.is_empty() {
-        std::ptr::null()
-    } else {
-        name.as_ptr()
-    };
-    // SAFETY: RTLD_NOLOAD only returns a handle to an already loaded object; nothing new runs.
-    // The handle is kept open (never closed) so the symbols stay valid.
-    let handle = unsafe { libc::dlopen(path, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-    if handle.is_null() {
-        return None;
-    }
-    let mut found: [*mut c_void; 8] = [std::ptr::null_mut(); 8];
-    for (slot, symbol) in found.iter_mut().zip(SYMBOLS) {
-        // SAFETY: looking a name up in a valid handle has no side effects.
-        *slot = unsafe { libc::dlsym(handle, symbol.as_ptr()) };
-        if slot.is_null() {
-            return None;
+impl SpaceApi {
+    /// The H5S entry points as `symbol` finds them in one HDF5 library; None unless all are there.
+    pub fn resolve(symbol: impl Fn(&CStr) -> Option<*mut c_void>) -> Option<SpaceApi> {
+        let mut found: [*mut c_void; 8] = [std::ptr::null_mut(); 8];
+        for (slot, name) in found.iter_mut().zip(SYMBOLS) {
+            *slot = symbol(name)?;
+        }
+        // SAFETY: each symbol has the C signature declared above (HDF5 1.14 and 2.x, H5Spublic.h).
+        unsafe {
+            Some(SpaceApi {
+                get_select_type: std::mem::transmute::<*mut c_void, GetSelectType>(found[0]),
+                is_regular: std::mem::transmute::<*mut c_void, IsRegular>(found[1]),
+                get_regular: std::mem::transmute::<*mut c_void, GetRegular>(found[2]),
+                get_dims: std::mem::transmute::<*mut c_void, GetDims>(found[3]),
+                get_bounds: std::mem::transmute::<*mut c_void, GetBounds>(found[4]),
+                iter_create: std::mem::transmute::<*mut c_void, IterCreate>(found[5]),
+                iter_get_seq_list: std::mem::transmute::<*mut c_void, IterGetSeqList>(found[6]),
+                iter_close: std::mem::transmute::<*mut c_void, IterClose>(found[7]),
+            })
         }
     }
-    // SAFETY: each symbol has the C signature declared above (HDF5 1.14 and 2.x, H5Spublic.h).
-    unsafe {
-        Some(SpaceApi {
-            get_select_type: std::mem::transmute::<*mut c_void, GetSelectType>(found[0]),
-            is_regular: std::mem::transmute::<*mut c_void, IsRegular>(found[1]),
-            get_regular: std::mem::transmute::<*mut c_void, GetRegular>(found[2]),
-            get_dims: std::mem::transmute::<*mut c_void, GetDims>(found[3]),
-            get_bounds: std::mem::transmute::<*mut c_void, GetBounds>(found[4]),
-            iter_create: std::mem::transmute::<*mut c_void, IterCreate>(found[5]),
-            iter_get_seq_list: std::mem::transmute::<*mut c_void, IterGetSeqList>(found[6]),
-            iter_close: std::mem::transmute::<*mut c_void, IterClose>(found[7]),
-        })
-    }
-}
-
-/// The H5S API of the HDF5 library this driver talks to (`hdf5_runtime::api`), looked up once.
-pub fn api() -> Option<&'static SpaceApi> {
-    static API: OnceLock<Option<SpaceApi>> = OnceLock::new();
-    API.get_or_init(|| crate::hdf5_runtime::api().and_then(|hdf5| resolve(&hdf5.library)))
-        .as_ref()
-}
-
-/// Whether selection callbacks can work in this process: every loaded HDF5 library (an object
-/// defining `H5Pget_driver_config_str`, what `hdf5_runtime` looks for) also exports the H5S calls,
-/// so whichever one the driver ends up talking to can interpret dataspace ids. Checked without
-/// fixing the choice of library, which is made later, once the driver is registered.
-pub fn available_in_process() -> bool {
-    static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
-        let libraries = crate::hdf5_runtime::loaded_hdf5_libraries();
-        !libraries.is_empty() && libraries.iter().all(|lib| resolve(lib).is_some())
-    })
 }
 
 /// How one side (memory or file) of a selection is laid out.

@@ -1,17 +1,25 @@
-//! HDF5 calls resolved at run time from the HDF5 library already loaded in the process.
+//! HDF5 calls resolved at run time from the HDF5 libraries already loaded in the process, each
+//! bound to the HDF5 copy that called the driver.
 //!
-//! The plugin links no libhdf5: h5py and other wheels load their own HDF5 privately under a hashed
-//! file name, so a plain-name reference would fail to resolve or reach a second HDF5. Instead the
-//! loaded objects are walked (`dl_iterate_phdr`) and the first one that defines
-//! `H5Pget_driver_config_str` is used (where several are loaded, the one with this driver
-//! registered). When none does (for example a statically linked HDF5 whose
-//! symbols are not exported), the driver still works: it reads `HDF5_DRIVER_CONFIG` itself and
-//! reports errors only through the log.
+//! The plugin links no libhdf5: h5py, netCDF4 and PyTables wheels each load their own HDF5
+//! privately under a hashed file name, so a plain-name reference would fail to resolve or reach
+//! another HDF5. A process may hold several such copies, each loading this plugin (the loader
+//! maps the file once, so one copy of the driver serves them all), and an id of one copy means
+//! nothing, or something else, to another. So every HDF5 copy that asks for the driver class gets
+//! a class of its own ("binding"): the class's file-less callbacks (`open`, `del`) are distinct
+//! functions that know their binding, and each open file remembers it, so every call back into
+//! HDF5 (config string, file locking flag, error stack, dataspace selections) goes to the copy
+//! that made the request. The copy is recognised by the address of its code: the plugin loader's
+//! call of `H5PLget_plugin_info` returns into it, and in-process registration passes a function
+//! of it. A caller that cannot be recognised (an HDF5 linked statically without exported symbols,
+//! more copies than bindings) gets the unbound class, which needs no HDF5 call: settings from
+//! the environment, errors through the log only, selections handed over as vectors.
 
 use crate::abi::{herr_t, hid_t};
+use crate::dataspace::SpaceApi;
 use crate::error::ErrorClass;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 type GetDriverConfigStr = unsafe extern "C" fn(fapl: hid_t, buf: *mut c_char, size: usize) -> isize;
 type GetFileLocking =
@@ -33,9 +41,11 @@ type SetDriverByName =
     unsafe extern "C" fn(fapl: hid_t, name: *const c_char, config: *const c_char) -> herr_t;
 
 /// The HDF5 entry points the driver uses, from one loaded HDF5 library.
-pub struct Hdf5Api {
+pub struct Hdf5Library {
     /// Path of the object the symbols came from ("" for the main program).
-    pub library: String,
+    pub path: String,
+    /// Where the object is loaded (its load bias): tells two objects of one path apart.
+    base: usize,
     /// The library's dlopen handle, kept open so its symbols stay valid.
     handle: *mut c_void,
     register: Option<FdRegister>,
@@ -44,30 +54,22 @@ pub struct Hdf5Api {
     get_file_locking: Option<GetFileLocking>,
     epush2: Option<EPush2>,
     gds_registered: Option<IsDriverRegistered>,
-    /// HDF5's "library initialised" flag, where exported.
-    libinit: *const bool,
     err_cls: *const hid_t,
     maj_vfl: *const hid_t,
     minors: [*const hid_t; 6],
+    /// The H5S calls of the selection callbacks, where this library exports them all.
+    pub space: Option<SpaceApi>,
 }
 
 // SAFETY: the pointers refer to functions and global variables of a loaded library that is never
-// unloaded while HDF5 uses this driver; reading them from any thread is what HDF5 itself does.
-unsafe impl Send for Hdf5Api {}
+// unloaded (its handle is kept open); reading them from any thread is what HDF5 itself does.
+unsafe impl Send for Hdf5Library {}
 // SAFETY: as above; the struct is immutable after construction.
-unsafe impl Sync for Hdf5Api {}
+unsafe impl Sync for Hdf5Library {}
 
 const H5E_DEFAULT: hid_t = 0;
 
-/// The HDF5 library this copy of the driver works with, chosen once.
-static API: OnceLock<Option<Hdf5Api>> = OnceLock::new();
-
-/// The HDF5 library of this process, looked up once.
-pub fn api() -> Option<&'static Hdf5Api> {
-    API.get_or_init(|| find_hdf5(None)).as_ref()
-}
-
-impl Hdf5Api {
+impl Hdf5Library {
     /// The config string stored on a file access property list, if any, as raw bytes.
     pub fn driver_config(&self, fapl: hid_t) -> Option<Vec<u8>> {
         // SAFETY: a null buffer with size 0 asks only for the length, as documented.
@@ -95,9 +97,11 @@ impl Hdf5Api {
         (status >= 0).then_some(ignore)
     }
 
-    /// Pushes one record onto HDF5's default error stack.
-    pub fn push_error(&self, func: &str, class: ErrorClass, message: &str) {
-        let Some(push) = self.epush2 else { return };
+    /// Pushes one record onto this library's default error stack; whether it was pushed.
+    pub fn push_error(&self, func: &str, class: ErrorClass, message: &str) -> bool {
+        let Some(push) = self.epush2 else {
+            return false;
+        };
         let minor = self.minors[match class {
             ErrorClass::BadValue => 0,
             ErrorClass::CantOpen => 1,
@@ -111,7 +115,7 @@ impl Hdf5Api {
         let message = CString::new(message.replace('\0', " ")).unwrap_or_default();
         // SAFETY: the id globals are initialised by HDF5 before any driver callback runs; the
         // format is "%s" with one C string argument.
-        unsafe {
+        let status = unsafe {
             push(
                 H5E_DEFAULT,
                 file.as_ptr(),
@@ -122,65 +126,108 @@ impl Hdf5Api {
                 *minor,
                 c"%s".as_ptr(),
                 message.as_ptr(),
-            );
-        }
+            )
+        };
+        status >= 0
+    }
+
+    /// A symbol of this library.
+    fn symbol(&self, name: &CStr) -> Option<*mut c_void> {
+        // SAFETY: a lookup in the library's open handle has no side effects.
+        let p = unsafe { libc::dlsym(self.handle, name.as_ptr()) };
+        (!p.is_null()).then_some(p)
     }
 }
 
-/// Names of the loaded objects that are HDF5 libraries this module would consider (as `api`
-/// does), without choosing one.
-pub fn loaded_hdf5_libraries() -> Vec<String> {
-    loaded_objects()
-        .iter()
-        .filter_map(|name| {
-            let (api, handle) = candidate(name)?;
-            // SAFETY: balances the dlopen in `candidate`; the object stays loaded by its owner.
-            unsafe { libc::dlclose(handle) };
-            Some(api.library)
-        })
-        .collect()
+/// One object loaded in the process, as the dynamic loader reports it.
+struct LoadedObject {
+    /// Its path ("" for the main program).
+    name: CString,
+    /// Its load bias.
+    base: usize,
+    /// The address ranges of its loaded segments.
+    segments: Vec<std::ops::Range<usize>>,
 }
 
-/// Names of every object loaded in the process ("" is the main program).
-fn loaded_objects() -> Vec<CString> {
+impl LoadedObject {
+    fn contains(&self, addr: usize) -> bool {
+        self.segments.iter().any(|s| s.contains(&addr))
+    }
+}
+
+/// Every object loaded in the process.
+fn loaded_objects() -> Vec<LoadedObject> {
     unsafe extern "C" fn collect(
         info: *mut libc::dl_phdr_info,
         _size: usize,
         data: *mut c_void,
     ) -> c_int {
-        // SAFETY: `data` is the Vec passed below; `info` is valid for the callback's duration,
-        // and a non-null name is a NUL-terminated string.
+        // SAFETY: `data` is the Vec passed below; `info` and its program headers are valid for
+        // the callback's duration, and a non-null name is a NUL-terminated string.
         unsafe {
-            let names = &mut *(data as *mut Vec<CString>);
-            let name = (*info).dlpi_name;
-            if !name.is_null() {
-                names.push(CStr::from_ptr(name).to_owned());
+            let objects = &mut *(data as *mut Vec<LoadedObject>);
+            let info = &*info;
+            if info.dlpi_name.is_null() {
+                return 0;
             }
+            let base = info.dlpi_addr as usize;
+            let headers = if info.dlpi_phdr.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize)
+            };
+            let segments = headers
+                .iter()
+                .filter(|h| h.p_type == libc::PT_LOAD)
+                .map(|h| {
+                    let start = base.wrapping_add(h.p_vaddr as usize);
+                    start..start.wrapping_add(h.p_memsz as usize)
+                })
+                .collect();
+            objects.push(LoadedObject {
+                name: CStr::from_ptr(info.dlpi_name).to_owned(),
+                base,
+                segments,
+            });
         }
         0
     }
-    let mut names: Vec<CString> = Vec::new();
-    // SAFETY: the callback only reads `info` and appends to `names`.
-    unsafe { libc::dl_iterate_phdr(Some(collect), (&mut names as *mut Vec<CString>).cast()) };
-    names
+    let mut objects: Vec<LoadedObject> = Vec::new();
+    // SAFETY: the callback only reads `info` and appends to `objects`.
+    unsafe {
+        libc::dl_iterate_phdr(
+            Some(collect),
+            (&mut objects as *mut Vec<LoadedObject>).cast(),
+        )
+    };
+    objects
 }
 
-/// The HDF5 API of one loaded object, if it is an HDF5 library; with its dlopen handle.
-fn candidate(name: &CStr) -> Option<(Hdf5Api, *mut c_void)> {
-    let path_ptr = if name.to_bytes().is_empty() {
+/// The loaded object whose code or data is at `addr`.
+fn object_containing(addr: usize) -> Option<LoadedObject> {
+    loaded_objects().into_iter().find(|o| o.contains(addr))
+}
+
+/// The HDF5 API of one loaded object, if it is an HDF5 library itself: it defines
+/// `H5Pget_driver_config_str` (an object that merely links one, such as an extension module, is
+/// not one). The returned library holds a dlopen handle of the object.
+fn open_library(object: &LoadedObject) -> Option<Hdf5Library> {
+    let path_ptr = if object.name.to_bytes().is_empty() {
         std::ptr::null()
     } else {
-        name.as_ptr()
+        object.name.as_ptr()
     };
     // SAFETY: RTLD_NOLOAD only returns a handle to an already loaded object; nothing new runs.
     let handle = unsafe { libc::dlopen(path_ptr, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
     if handle.is_null() {
         return None;
     }
+    // A handle's lookup also searches the object's dependencies: keep only symbols defined in
+    // the object itself.
     let sym = |symbol: &CStr| {
         // SAFETY: looking a name up in a valid handle has no side effects.
         let p = unsafe { libc::dlsym(handle, symbol.as_ptr()) };
-        (!p.is_null()).then_some(p)
+        (!p.is_null() && object.contains(p as usize)).then_some(p)
     };
     let Some(config_fn) = sym(c"H5Pget_driver_config_str") else {
         // SAFETY: balances the dlopen above; the object stays loaded by its owner.
@@ -199,10 +246,12 @@ fn candidate(name: &CStr) -> Option<(Hdf5Api, *mut c_void)> {
     ];
     let epush = sym(c"H5Epush2").filter(|_| ids.iter().all(Option::is_some));
     let id = |i: usize| ids[i].map_or(std::ptr::null(), |p| p as *const hid_t);
+    let space = SpaceApi::resolve(|name| sym(name));
     // SAFETY: the symbols have the C signatures declared above (HDF5 1.14 and 2.x).
-    let api = unsafe {
-        Hdf5Api {
-            library: name.to_string_lossy().into_owned(),
+    let library = unsafe {
+        Hdf5Library {
+            path: object.name.to_string_lossy().into_owned(),
+            base: object.base,
             handle,
             register: sym(c"H5FDregister")
                 .map(|p| std::mem::transmute::<*mut c_void, FdRegister>(p)),
@@ -214,72 +263,91 @@ fn candidate(name: &CStr) -> Option<(Hdf5Api, *mut c_void)> {
             get_file_locking: sym(c"H5Pget_file_locking")
                 .map(|p| std::mem::transmute::<*mut c_void, GetFileLocking>(p)),
             epush2: epush.map(|p| std::mem::transmute::<*mut c_void, EPush2>(p)),
-            libinit: sym(c"H5_libinit_g").map_or(std::ptr::null(), |p| p as *const bool),
             gds_registered: sym(c"H5FDis_driver_registered_by_value")
                 .map(|p| std::mem::transmute::<*mut c_void, IsDriverRegistered>(p)),
             err_cls: id(0),
             maj_vfl: id(1),
             minors: [id(2), id(3), id(4), id(5), id(6), id(7)],
+            space,
         }
     };
-    Some((api, handle))
+    Some(library)
 }
 
-/// The loaded HDF5 library. Processes can hold several (h5py, netCDF4 and PyTables wheels each
-/// bring their own): then the one `preferred` names (a library path) is chosen, else the one that
-/// has this driver registered, as it is the one calling it.
-fn find_hdf5(preferred: Option<&CStr>) -> Option<Hdf5Api> {
-    let mut found: Vec<(Hdf5Api, *mut c_void)> = loaded_objects()
+/// Paths of the HDF5 libraries loaded in the process ("" is the main program): objects that
+/// define HDF5's API themselves, not every object that links it.
+pub fn loaded_hdf5_libraries() -> Vec<String> {
+    loaded_objects()
         .iter()
-        .filter_map(|n| candidate(n))
-        .collect();
-    if found.len() > 1 {
-        // Only an initialised library can be the caller, and asking an uninitialised one
-        // anything would initialise it (and make it load this plugin too).
-        // SAFETY: reading a bool global of a loaded library.
-        let initialised = |api: &Hdf5Api| api.libinit.is_null() || unsafe { *api.libinit };
-        let registered = |api: &Hdf5Api| {
-            // SAFETY: a plain query of an initialised library's driver table.
-            initialised(api)
-                && api
-                    .gds_registered
-                    .is_some_and(|f| unsafe { f(crate::abi::DRIVER_VALUE) } > 0)
-        };
-        let wanted = |api: &Hdf5Api| {
-            preferred.is_some_and(|p| same_object(api.library.as_bytes(), p.to_bytes()))
-        };
-        if let Some(i) = found
-            .iter()
-            .position(|(api, _)| wanted(api))
-            .or_else(|| found.iter().position(|(api, _)| registered(api)))
-        {
-            found.swap(0, i);
-        }
-        tracing::debug!(
-            "{} HDF5 libraries loaded; using {:?}",
-            found.len(),
-            found.first().map(|(api, _)| api.library.as_str())
-        );
-    }
-    let mut found = found.into_iter();
-    let chosen = found.next().map(|(api, _)| api); // its handle stays open: the symbols must stay valid
-    for (_, handle) in found {
-        // SAFETY: balances the dlopen in `candidate`; the object stays loaded by its owner.
-        unsafe { libc::dlclose(handle) };
-    }
-    chosen
+        .filter_map(|object| {
+            let library = open_library(object)?;
+            // SAFETY: balances the dlopen in `open_library`; the object stays loaded by its owner.
+            unsafe { libc::dlclose(library.handle) };
+            Some(library.path)
+        })
+        .collect()
 }
 
-/// Whether two paths name the same loaded object (the loader may report a path unresolved).
-fn same_object(a: &[u8], b: &[u8]) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let canonical = |p: &[u8]| std::fs::canonicalize(std::ffi::OsStr::from_bytes(p)).ok();
-    a == b || (canonical(a).is_some() && canonical(a) == canonical(b))
+/// How many HDF5 copies one copy of the driver can tell apart; a further one gets the unbound
+/// class. Processes seen hold up to three (h5py's, netCDF4's, PyTables').
+pub const BINDINGS: usize = 8;
+
+/// The library each binding talks to, set once (under `BINDING_LOCK`) and never changed.
+static BOUND: [OnceLock<Hdf5Library>; BINDINGS] = [const { OnceLock::new() }; BINDINGS];
+static BINDING_LOCK: Mutex<()> = Mutex::new(());
+
+/// The HDF5 library of binding `slot`, once bound.
+pub fn bound_library(slot: usize) -> Option<&'static Hdf5Library> {
+    BOUND.get(slot)?.get()
+}
+
+/// The binding of the HDF5 library whose code is at `addr` (for example the return address of
+/// the plugin loader's call), bound now if it is the first request from that library. None where
+/// the object at `addr` is not an HDF5 library with exported symbols, or every binding is taken.
+pub fn bind_code(addr: usize) -> Option<usize> {
+    let object = object_containing(addr)?;
+    let slot = bind_object(&object);
+    match slot {
+        Some(slot) => tracing::debug!(
+            "HDF5 library {:?} calls the driver through binding {slot} ({} HDF5 libraries loaded)",
+            object.name,
+            loaded_hdf5_libraries().len()
+        ),
+        None => tracing::debug!(
+            "the code at {addr:#x} ({:?}) is no HDF5 library the driver can call back, or every \
+             binding is taken: it gets the class that makes no HDF5 call",
+            object.name
+        ),
+    }
+    slot
+}
+
+/// The binding of a loaded object, bound now if new.
+fn bind_object(object: &LoadedObject) -> Option<usize> {
+    let _serial = BINDING_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let same =
+        |l: &Hdf5Library| l.base == object.base && l.path.as_bytes() == object.name.to_bytes();
+    if let Some(slot) = BOUND.iter().position(|b| b.get().is_some_and(same)) {
+        return Some(slot);
+    }
+    let slot = BOUND.iter().position(|b| b.get().is_none())?;
+    let library = open_library(object)?;
+    // Under the lock, the free slot stays free until set here.
+    let _ = BOUND[slot].set(library);
+    Some(slot)
+}
+
+/// The binding whose library the Python extension registered its class into (it makes its own
+/// calls into that library: `hdf5_symbol`, `set_fapl_driver`).
+static PRIMARY: OnceLock<usize> = OnceLock::new();
+
+fn primary() -> Option<&'static Hdf5Library> {
+    bound_library(*PRIMARY.get()?)
 }
 
 /// The HDF5 library that a loaded object (`near`, for example one of h5py's extension modules)
-/// resolves HDF5 symbols to: the file name of that library.
-fn hdf5_library_of(near: &CStr) -> Result<CString, String> {
+/// resolves HDF5 symbols to.
+fn hdf5_object_of(near: &CStr) -> Result<LoadedObject, String> {
     let shown = near.to_string_lossy();
     // SAFETY: RTLD_NOLOAD only returns a handle to an already loaded object; nothing new runs.
     let handle = unsafe { libc::dlopen(near.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
@@ -289,18 +357,16 @@ fn hdf5_library_of(near: &CStr) -> Result<CString, String> {
     // A handle's lookup searches the object and its dependencies: the HDF5 it was linked with.
     // SAFETY: a lookup in a valid handle.
     let symbol = unsafe { libc::dlsym(handle, c"H5Pget_driver_config_str".as_ptr()) };
-    // SAFETY: Dl_info is pointers and integers, for which all zeros is a valid value.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr only looks the address up; `info` is a valid out-pointer.
-    let found = !symbol.is_null()
-        && unsafe { libc::dladdr(symbol, &mut info) } != 0
-        && !info.dli_fname.is_null();
-    // SAFETY: dli_fname names a loaded object; copied before the handle is released.
-    let library = found.then(|| unsafe { CStr::from_ptr(info.dli_fname) }.to_owned());
-    // SAFETY: balances the dlopen above; the object stays loaded by its owner.
+    // SAFETY: balances the dlopen above; the object stays loaded by its owner, and so does the
+    // library the symbol belongs to.
     unsafe { libc::dlclose(handle) };
-    library
-        .ok_or_else(|| format!("{shown} uses no HDF5 1.14+ library (no H5Pget_driver_config_str)"))
+    if symbol.is_null() {
+        return Err(format!(
+            "{shown} uses no HDF5 1.14+ library (no H5Pget_driver_config_str)"
+        ));
+    }
+    object_containing(symbol as usize)
+        .ok_or_else(|| format!("the HDF5 library {shown} uses is not among the loaded objects"))
 }
 
 /// How [`register_in_loaded_hdf5`] found the driver.
@@ -316,26 +382,25 @@ pub enum Registration {
     Another(String),
 }
 
-/// Registers this copy of the driver (`H5FDregister`) in an HDF5 library already loaded in the
-/// process: the one `near` (a loaded object, such as one of h5py's extension modules) is linked
-/// with, else the one [`api`] picks. That library becomes the one this copy of the driver calls.
-/// The caller must hold whatever lock serialises calls into that HDF5 (h5py's `phil`).
-pub fn register_in_loaded_hdf5(near: Option<&CStr>) -> Result<Registration, String> {
-    let preferred = near.map(hdf5_library_of).transpose()?;
-    let api = API
-        .get_or_init(|| find_hdf5(preferred.as_deref()))
-        .as_ref()
-        .ok_or("no HDF5 library with exported symbols is loaded in this process")?;
-    if let Some(wanted) = &preferred {
-        if !same_object(api.library.as_bytes(), wanted.to_bytes()) {
-            return Err(format!(
-                "the gds driver already works with the HDF5 library {}, not {}",
-                api.library,
-                wanted.to_string_lossy()
-            ));
-        }
+/// Registers this copy of the driver (`H5FDregister`) in the HDF5 library that `near` (a loaded
+/// object, such as one of h5py's extension modules) is linked with, with a class bound to that
+/// library, which becomes the one [`hdf5_symbol`] and [`set_fapl_driver`] call. The caller must
+/// hold whatever lock serialises calls into that HDF5 (h5py's `phil`).
+pub fn register_in_loaded_hdf5(near: &CStr) -> Result<Registration, String> {
+    let object = hdf5_object_of(near)?;
+    let shown = object.name.to_string_lossy().into_owned();
+    let slot = bind_object(&object).ok_or_else(|| {
+        format!("{shown} exports no HDF5 1.14+ API, or this process holds more than {BINDINGS} HDF5 libraries")
+    })?;
+    let chosen = *PRIMARY.get_or_init(|| slot);
+    let api = bound_library(slot).ok_or("binding without a library")?;
+    if chosen != slot {
+        let previous = primary().map_or("", |l| l.path.as_str());
+        return Err(format!(
+            "the gds driver already works with the HDF5 library {previous}, not {shown}"
+        ));
     }
-    let missing = |name: &str| format!("{} has no {name} (HDF5 1.14+ needed)", api.library);
+    let missing = |name: &str| format!("{} has no {name} (HDF5 1.14+ needed)", api.path);
     let is_registered = api
         .gds_registered
         .ok_or_else(|| missing("H5FDis_driver_registered_by_value"))?;
@@ -355,30 +420,23 @@ pub fn register_in_loaded_hdf5(near: Option<&CStr>) -> Result<Registration, Stri
         n if n < 0 => {
             return Err(format!(
                 "{}: H5FDis_driver_registered_by_value failed",
-                api.library
+                api.path
             ))
         }
         _ => {}
     }
     // SAFETY: the class is a static of HDF5 1.14.4+/2.x's H5FD_class_t layout; HDF5 copies it.
-    let id = unsafe { register(crate::plugin::class()) };
+    let id = unsafe { register(crate::plugin::bound_class(Some(slot))) };
     if id < 0 {
-        return Err(format!(
-            "{}: H5FDregister refused the gds driver",
-            api.library
-        ));
+        return Err(format!("{}: H5FDregister refused the gds driver", api.path));
     }
     Ok(Registration::Registered(id))
 }
 
 /// HDF5's copy of the class registered as value 512, found through a scratch file access list
 /// (HDF5 has no public lookup of a class by value).
-fn registered_gds_class(api: &Hdf5Api) -> Option<*const crate::abi::H5FD_class_t> {
-    let sym = |name: &CStr| {
-        // SAFETY: a lookup in the library's open handle.
-        let p = unsafe { libc::dlsym(api.handle, name.as_ptr()) };
-        (!p.is_null()).then_some(p)
-    };
+fn registered_gds_class(api: &Hdf5Library) -> Option<*const crate::abi::H5FD_class_t> {
+    let sym = |name: &CStr| api.symbol(name);
     let fapl_class = sym(c"H5P_CLS_FILE_ACCESS_ID_g")? as *const hid_t;
     // SAFETY: the symbols have these C signatures in HDF5 1.14 and 2.x (H5FD_get_class is
     // library-private but exported by every shared build).
@@ -422,14 +480,14 @@ fn registered_gds_class(api: &Hdf5Api) -> Option<*const crate::abi::H5FD_class_t
 }
 
 /// Selects the `gds` driver on a file access property list with a config string
-/// (`H5Pset_driver_by_name`), in the HDF5 library [`register_in_loaded_hdf5`] chose. The string is
-/// passed as given; an empty one stores none, so the environment's settings apply.
+/// (`H5Pset_driver_by_name`), in the HDF5 library [`register_in_loaded_hdf5`] registered into.
+/// The string is passed as given; an empty one stores none, so the environment's settings apply.
 pub fn set_fapl_driver(fapl: hid_t, config: &str) -> Result<(), String> {
-    let api = api().ok_or("no HDF5 library with exported symbols is loaded in this process")?;
+    let api = primary().ok_or("the gds driver is not registered in any HDF5 library yet")?;
     let set = api.set_driver_by_name.ok_or_else(|| {
         format!(
             "{} has no H5Pset_driver_by_name (HDF5 1.14+ needed)",
-            api.library
+            api.path
         )
     })?;
     let config = CString::new(config)
@@ -444,23 +502,45 @@ pub fn set_fapl_driver(fapl: hid_t, config: &str) -> Result<(), String> {
     if status < 0 {
         return Err(format!(
             "H5Pset_driver_by_name(fapl {fapl}, \"gds\") failed in {}",
-            api.library
+            api.path
         ));
     }
     Ok(())
 }
 
-/// A symbol of the HDF5 library this copy of the driver works with (for callers that make their
-/// own HDF5 calls into the same library, such as the Python extension's H5Dread).
+/// A symbol of the HDF5 library [`register_in_loaded_hdf5`] registered into (for callers that
+/// make their own HDF5 calls into the same library, such as the Python extension's H5Dread).
 pub fn hdf5_symbol(name: &CStr) -> Option<*mut c_void> {
-    let api = api()?;
-    // SAFETY: a lookup in the library's open handle.
-    let p = unsafe { libc::dlsym(api.handle, name.as_ptr()) };
-    (!p.is_null()).then_some(p)
+    primary()?.symbol(name)
 }
 
-/// Path of the HDF5 library this copy of the driver works with ("" for the main program), once
-/// chosen (by [`register_in_loaded_hdf5`] or the first callback); None where none is loaded.
+/// Path of the HDF5 library [`register_in_loaded_hdf5`] registered into ("" for the main
+/// program); None before that.
 pub fn hdf5_library() -> Option<&'static str> {
-    api().map(|api| api.library.as_str())
+    primary().map(|api| api.path.as_str())
+}
+
+/// The return address into the code that called this library's entry point now running: the
+/// first frame, walking up the stack, outside the object holding this code. Only this library's
+/// own unwind tables are needed to get there.
+pub fn calling_code() -> Option<usize> {
+    // A private static, addressed directly: an exported function's address could be another
+    // object's copy that interposes it (a program linking the driver's crate and exporting its
+    // symbols, as the test programs do).
+    static HERE: u8 = 0;
+    let own = object_containing(std::ptr::addr_of!(HERE) as usize)?;
+    let (mut inside, mut caller) = (false, None);
+    backtrace::trace(|frame| {
+        let ip = frame.ip() as usize;
+        if own.contains(ip) {
+            inside = true;
+            true
+        } else if inside {
+            caller = Some(ip);
+            false
+        } else {
+            true
+        }
+    });
+    caller
 }

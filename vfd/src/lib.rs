@@ -3,7 +3,8 @@
 //! Built as `libh5gds.so`, an HDF5 VFD plugin that any HDF5 1.14.4+ or 2.x program loads with
 //! `HDF5_PLUGIN_PATH=<dir> HDF5_DRIVER=gds`. Host buffers go through POSIX I/O, split across a
 //! thread pool when large. The library links no libhdf5: HDF5 calls it needs are resolved at run
-//! time from the HDF5 already loaded in the process (see `hdf5_runtime`).
+//! time from the HDF5 copy that calls the driver, which may be one of several in the process
+//! (see `hdf5_runtime`).
 //! For array-io, the `h5gds` tool, the Python extension and tests it exports a small surface
 //! (below); the rest is private to the driver. ARCHITECTURE.md at the repository root maps the
 //! modules, the path of a read and a write through them, and the invariants each one enforces.
@@ -33,13 +34,13 @@ pub use config::{
 pub use cuda::{cuda, CudaDriver, CudaError};
 pub use error::Error;
 pub use hdf5_runtime::{
-    hdf5_library, hdf5_symbol, register_in_loaded_hdf5, set_fapl_driver,
+    hdf5_library, hdf5_symbol, loaded_hdf5_libraries, register_in_loaded_hdf5, set_fapl_driver,
     Registration as DriverRegistration,
 };
 pub use io::gds::CuFileDriver;
 pub use log::with_logging;
 pub use memory::forget_device_range;
-pub use plugin::{class, h5gds_library, IDENTITY_SYMBOL};
+pub use plugin::{class_for_hdf5_at, h5gds_library, IDENTITY_SYMBOL};
 
 /// The paths a file opened now would take, in the words of the driver's open log line.
 #[derive(Clone, Debug, PartialEq, Eq)]

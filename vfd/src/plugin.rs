@@ -1,18 +1,23 @@
-//! The plugin entry points (`H5PLget_plugin_type`, `H5PLget_plugin_info`), the static driver class,
+//! The plugin entry points (`H5PLget_plugin_type`, `H5PLget_plugin_info`), the driver classes,
 //! and the `extern "C"` trampolines HDF5 calls.
 //!
-//! Every trampoline runs its body through `guard`: panics are caught, errors become HDF5's failure
-//! value plus an error-stack record and a log line. Nothing unwinds into HDF5.
+//! Every HDF5 copy in the process that asks for the driver gets a class bound to it (see
+//! `hdf5_runtime`): the callbacks that get no file (`open`, `del`) are distinct functions per
+//! binding, and each open file keeps its binding's library, so every call back into HDF5 goes to
+//! the copy that made the request. Every trampoline runs its body through `guard`: panics are
+//! caught, errors become HDF5's failure value plus an error-stack record in that copy (and a log
+//! line). Nothing unwinds into HDF5.
 
 use crate::abi::*;
 use crate::config::VfdSettings;
 use crate::error::{Error, ErrorClass, Result};
 use crate::file::OpenFile;
-use crate::hdf5_runtime;
+use crate::hdf5_runtime::{self, Hdf5Library, BINDINGS};
 use crate::io::{parallel, selection, vector, BufPtr, Direction};
 use crate::log::with_logging;
 use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
 
 /// sec2's features, without DATA_SIEVE: raw-data buffers must reach the driver untouched (the
 /// GPU paths depend on it, and selection I/O then delivers strided reads as vectors); with
@@ -27,19 +32,55 @@ const FEATURES: c_ulong = H5FD_FEAT_AGGREGATE_METADATA
     | H5FD_FEAT_MEMMANAGE;
 
 /// The memory HDF5 sees for an open file: its public header first, then the driver's state, to
-/// which the driver only makes shared references (see `state`).
+/// which the driver only makes shared references (see `state`), and the HDF5 library that opened
+/// it (None for the unbound class).
 #[repr(C)]
 struct GdsFile {
     public: H5FD_t,
     state: OpenFile,
+    hdf5: Option<&'static Hdf5Library>,
 }
 
 struct Class(H5FD_class_t);
 // SAFETY: the class is immutable; its pointers are to static strings and functions.
 unsafe impl Sync for Class {}
+// SAFETY: as above: nothing in it belongs to a thread.
+unsafe impl Send for Class {}
 
-/// The class, with or without the selection callbacks (which need HDF5's H5S calls).
-const fn make_class(selection: bool) -> H5FD_class_t {
+type OpenFn = unsafe extern "C" fn(*const c_char, c_uint, hid_t, haddr_t) -> *mut H5FD_t;
+type DeleteFn = unsafe extern "C" fn(*const c_char, hid_t) -> herr_t;
+
+/// The index of the unbound class's callbacks in `OPENS` and `DELETES`.
+const UNBOUND: usize = BINDINGS;
+
+/// `open` and `del` of each binding (the last: the unbound class's), distinct functions so that
+/// HDF5's copy of a class tells the driver which library it belongs to.
+const OPENS: [OpenFn; BINDINGS + 1] = [
+    gds_open::<0>,
+    gds_open::<1>,
+    gds_open::<2>,
+    gds_open::<3>,
+    gds_open::<4>,
+    gds_open::<5>,
+    gds_open::<6>,
+    gds_open::<7>,
+    gds_open::<UNBOUND>,
+];
+const DELETES: [DeleteFn; BINDINGS + 1] = [
+    gds_delete::<0>,
+    gds_delete::<1>,
+    gds_delete::<2>,
+    gds_delete::<3>,
+    gds_delete::<4>,
+    gds_delete::<5>,
+    gds_delete::<6>,
+    gds_delete::<7>,
+    gds_delete::<UNBOUND>,
+];
+
+/// The class of binding `slot`, with or without the selection callbacks (which need the H5S calls
+/// of that binding's library).
+const fn make_class(slot: usize, selection: bool) -> H5FD_class_t {
     H5FD_class_t {
         version: H5FD_CLASS_VERSION,
         value: DRIVER_VALUE,
@@ -57,7 +98,7 @@ const fn make_class(selection: bool) -> H5FD_class_t {
         dxpl_size: 0,
         dxpl_copy: None,
         dxpl_free: None,
-        open: Some(gds_open),
+        open: Some(OPENS[slot]),
         close: Some(gds_close),
         cmp: Some(gds_cmp),
         query: Some(gds_query),
@@ -86,25 +127,36 @@ const fn make_class(selection: bool) -> H5FD_class_t {
         truncate: Some(gds_truncate),
         lock: Some(gds_lock),
         unlock: Some(gds_unlock),
-        del: Some(gds_delete),
+        del: Some(DELETES[slot]),
         ctl: Some(gds_ctl),
         fl_map: FLMAP_DICHOTOMY,
     }
 }
 
-static CLASS: Class = Class(make_class(true));
-static CLASS_WITHOUT_SELECTION: Class = Class(make_class(false));
+static BOUND_CLASSES: [OnceLock<Class>; BINDINGS] = [const { OnceLock::new() }; BINDINGS];
+/// The class for an HDF5 that cannot be told apart: it makes no call into HDF5, so no selection
+/// callbacks (HDF5 then hands selections over as vectors).
+static UNBOUND_CLASS: Class = Class(make_class(UNBOUND, false));
 
-/// The driver class, for programs that register it in-process with `H5FDregister`.
-/// Selection callbacks are offered only where the loaded HDF5 exports the H5S calls they use
-/// (not, for example, in a program linking HDF5 statically without exporting its symbols); HDF5
-/// then hands selections over as vectors.
-pub fn class() -> *const H5FD_class_t {
-    if crate::dataspace::available_in_process() {
-        &CLASS.0
-    } else {
-        &CLASS_WITHOUT_SELECTION.0
-    }
+/// The class of binding `slot` (the unbound class for None or a slot not bound).
+pub(crate) fn bound_class(slot: Option<usize>) -> *const H5FD_class_t {
+    let Some((slot, library)) = slot.and_then(|s| Some((s, hdf5_runtime::bound_library(s)?)))
+    else {
+        return &UNBOUND_CLASS.0;
+    };
+    &BOUND_CLASSES[slot]
+        .get_or_init(|| Class(make_class(slot, library.space.is_some())))
+        .0
+}
+
+/// The driver class for registering in-process (`H5FDregister`) into the HDF5 library whose code
+/// is at `hdf5_code` (pass a function of that library, such as the `H5FDregister` being called):
+/// bound to that library, or unbound where it exports no API to call back (a static HDF5).
+pub fn class_for_hdf5_at(hdf5_code: *const c_void) -> *const H5FD_class_t {
+    with_logging(|| {
+        let slot = catch_unwind(|| hdf5_runtime::bind_code(hdf5_code as usize));
+        bound_class(slot.ok().flatten())
+    })
 }
 
 /// Tells HDF5's plugin loader that this library is a virtual file driver.
@@ -113,28 +165,33 @@ pub extern "C" fn H5PLget_plugin_type() -> c_int {
     H5PL_TYPE_VFD
 }
 
-/// Hands HDF5's plugin loader the driver class.
+/// Hands HDF5's plugin loader the class bound to the HDF5 copy calling: the one this call returns
+/// into.
 #[no_mangle]
+#[inline(never)]
 pub extern "C" fn H5PLget_plugin_info() -> *const c_void {
-    class().cast()
+    with_logging(|| {
+        let slot = catch_unwind(|| hdf5_runtime::calling_code().and_then(hdf5_runtime::bind_code));
+        bound_class(slot.ok().flatten()).cast()
+    })
 }
 
 /// The exported name of [`h5gds_driver_class`].
 pub const IDENTITY_SYMBOL: &CStr = c"h5gds_driver_class";
 
-/// The driver class, under a name only h5gds exports: a process holding a driver registered as
-/// `gds` (value 512) finds out whether it is h5gds's by looking this symbol up in the library
-/// whose code the registered class runs (vfd-gds shares the name and value), and `h5gds info`
-/// tells the `gds` drivers on the plugin path apart by it.
+/// The unbound driver class, under a name only h5gds exports: a process holding a driver
+/// registered as `gds` (value 512) finds out whether it is h5gds's by looking this symbol up in
+/// the library whose code the registered class runs (vfd-gds shares the name and value), and
+/// `h5gds info` tells the `gds` drivers on the plugin path apart by it.
 #[no_mangle]
 pub extern "C" fn h5gds_driver_class() -> *const H5FD_class_t {
-    class()
+    &UNBOUND_CLASS.0
 }
 
-/// Whether a registered driver `class` (HDF5's copy of it) is h5gds's: this very class, or the
-/// class of another loaded copy of h5gds (the plugin library, an extension module carrying the
-/// driver), recognised by its identity symbol. Else the library the class's code lives in, for
-/// the message that names it.
+/// Whether a registered driver `class` (HDF5's copy of it) is h5gds's: a class of this copy of
+/// the driver, or one whose code lives in another loaded copy of h5gds (the plugin library, an
+/// extension module carrying the driver), recognised by its identity symbol. Else the library
+/// the class's code lives in, for the message that names it.
 ///
 /// # Safety
 /// `class` must be null or point to a driver class of HDF5 1.14.4+/2.x's layout (HDF5's copy of
@@ -144,17 +201,15 @@ pub unsafe fn h5gds_library(class: *const H5FD_class_t) -> std::result::Result<(
         return Err("an unknown library".into());
     }
     // SAFETY: HDF5 keeps a full copy of every registered class, of this layout (the same for
-    // every driver of HDF5 1.14.4+ and 2.x); ours is a static of it.
-    let (open, our_open) = unsafe { ((*class).open, (*self::class()).open) };
-    let addr = |f: Option<_>| f.map(|f| f as usize);
-    if addr(open) == addr(our_open) {
-        return Ok(());
-    }
-    let Some(open) = addr(open) else {
+    // every driver of HDF5 1.14.4+ and 2.x).
+    let Some(open) = (unsafe { (*class).open }).map(|f| f as usize) else {
         return Err("an unknown library".into());
     };
+    if OPENS.iter().any(|ours| *ours as usize == open) {
+        return Ok(());
+    }
     // The library whose code the class runs, and whether it is h5gds: it exports h5gds's
-    // identity symbol, returning a class with this very `open`.
+    // identity symbol.
     // SAFETY: Dl_info is pointers and integers, for which all zeros is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only looks the address up; `info` is a valid out-pointer.
@@ -173,108 +228,123 @@ pub unsafe fn h5gds_library(class: *const H5FD_class_t) -> std::result::Result<(
     let marker = unsafe { libc::dlsym(handle, IDENTITY_SYMBOL.as_ptr()) };
     // SAFETY: the handle was opened above (and only counts a reference).
     unsafe { libc::dlclose(handle) };
-    if marker.is_null() {
-        return Err(library);
-    }
-    // SAFETY: the symbol is h5gds's `extern "C" fn() -> *const H5FD_class_t`.
-    let other_class: extern "C" fn() -> *const H5FD_class_t =
-        unsafe { std::mem::transmute(marker) };
-    // SAFETY: that copy's static class.
-    let other_open = unsafe { (*other_class()).open };
-    if addr(other_open) == Some(open) {
+    // The marker must be the object's own, not one of its dependencies'.
+    // SAFETY: as above.
+    let mut marker_info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let own = !marker.is_null()
+        && unsafe { libc::dladdr(marker, &mut marker_info) } != 0
+        && marker_info.dli_fbase == info.dli_fbase;
+    if own {
         Ok(())
     } else {
         Err(library)
     }
 }
 
-/// Runs a callback body: panics are caught and errors reported; `fail` is returned for both.
-fn guard<T>(func: &'static str, fail: T, body: impl FnOnce() -> Result<T>) -> T {
+/// Runs a callback body: panics are caught and errors reported (to `hdf5`, the library that
+/// called, where known); `fail` is returned for both.
+fn guard<T>(
+    func: &'static str,
+    hdf5: Option<&Hdf5Library>,
+    fail: T,
+    body: impl FnOnce() -> Result<T>,
+) -> T {
     with_logging(|| match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(value)) => value,
         Ok(Err(err)) => {
-            report(func, &err);
+            report(func, hdf5, &err);
             fail
         }
         Err(_) => {
-            report(func, &Error::Panic(func));
+            report(func, hdf5, &Error::Panic(func));
             fail
         }
     })
 }
 
-fn report(func: &'static str, err: &Error) {
+/// An error reaches the caller through HDF5's error stack where the calling library took the
+/// record; then, as sec2 does, the driver prints nothing at the default level (programs probe for
+/// files and catch the exceptions as control flow). What HDF5 cannot pass on is printed, except
+/// a missing or already existing file, which HDF5's own failure says well enough.
+fn report(func: &'static str, hdf5: Option<&Hdf5Library>, err: &Error) {
     let message = err.to_string();
-    // HDF5 programs probe for files routinely (h5py's mode "a" opens, then creates); a missing or
-    // already existing file is not worth a warning of its own. HDF5's error stack still has it.
+    let pushed = hdf5.is_some_and(|api| api.push_error(func, err.class(), &message));
     let routine = matches!(err, Error::Open { source, .. }
         if matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::AlreadyExists));
     match err.class() {
-        _ if routine => tracing::debug!("{func}: {message}"),
+        _ if pushed || routine => tracing::info!("{func}: {message}"),
         ErrorClass::BadValue => tracing::error!("{func}: {message}"),
         _ => tracing::warn!("{func}: {message}"),
     }
-    if let Some(api) = hdf5_runtime::api() {
-        api.push_error(func, err.class(), &message);
-    }
 }
 
-/// The driver state behind an `H5FD_t` HDF5 hands back: never `&mut`, since HDF5 passes one file
-/// through `const` and non-`const` pointers and `cmp` may get it twice (see `OpenFile`).
+/// The driver state behind an `H5FD_t` HDF5 hands back, and the HDF5 library that opened it
+/// (None for the unbound class): never `&mut`, since HDF5 passes one file through `const` and
+/// non-`const` pointers and `cmp` may get it twice (see `OpenFile`). A null pointer is an error
+/// for the callback to report.
 ///
 /// # Safety
 /// `file` must be null or a pointer this driver's `open` returned and `close` has not yet freed,
 /// and the state must outlive `'a`.
-unsafe fn state<'a>(file: *const H5FD_t) -> Result<&'a OpenFile> {
+unsafe fn open_file<'a>(
+    file: *const H5FD_t,
+) -> (Option<&'static Hdf5Library>, Result<&'a OpenFile>) {
     crate::memory::callback_boundary();
     if file.is_null() {
-        return Err(Error::InvalidArgument("null file pointer".into()));
+        return (
+            None,
+            Err(Error::InvalidArgument("null file pointer".into())),
+        );
     }
     // SAFETY: every H5FD_t this driver hands out is the first field of a live GdsFile
     // (repr(C)); the caller guarantees it is still open.
-    Ok(unsafe { &(*file.cast::<GdsFile>()).state })
+    let file = unsafe { &*file.cast::<GdsFile>() };
+    (file.hdf5, Ok(&file.state))
 }
 
 /// sec2's reading of `HDF5_USE_FILE_LOCKING`, else the fapl's flag, else HDF5's default (true).
-fn ignore_disabled_locks(fapl: hid_t) -> bool {
+fn ignore_disabled_locks(hdf5: Option<&Hdf5Library>, fapl: hid_t) -> bool {
     match std::env::var("HDF5_USE_FILE_LOCKING").as_deref() {
         Ok("BEST_EFFORT") => true,
         Ok("TRUE") | Ok("1") => false,
-        _ => hdf5_runtime::api()
+        _ => hdf5
             .and_then(|api| api.ignore_disabled_file_locks(fapl))
             .unwrap_or(true),
     }
 }
 
-/// The config string for this open: from the fapl when HDF5 is reachable, else from the
+/// The config string for this open: from the fapl when the calling HDF5 is known, else from the
 /// environment variable HDF5 itself would have read.
-fn config_string(fapl: hid_t) -> Option<Vec<u8>> {
-    match hdf5_runtime::api() {
+fn config_string(hdf5: Option<&Hdf5Library>, fapl: hid_t) -> Option<Vec<u8>> {
+    match hdf5 {
         Some(api) => api.driver_config(fapl),
         None => crate::config::config_from_environment(),
     }
 }
 
-unsafe extern "C" fn gds_open(
+/// `open` of binding `SLOT` (or the unbound class's, `UNBOUND`).
+unsafe extern "C" fn gds_open<const SLOT: usize>(
     name: *const c_char,
     flags: c_uint,
     fapl: hid_t,
     maxaddr: haddr_t,
 ) -> *mut H5FD_t {
-    guard("gds_open", std::ptr::null_mut(), || {
+    let hdf5 = hdf5_runtime::bound_library(SLOT);
+    guard("gds_open", hdf5, std::ptr::null_mut(), || {
         crate::memory::callback_boundary();
         if name.is_null() {
             return Err(Error::InvalidArgument("invalid file name: null".into()));
         }
         // SAFETY: HDF5 passes a NUL-terminated file name.
         let c_name = unsafe { CStr::from_ptr(name) };
-        let settings = VfdSettings::load(config_string(fapl).as_deref())?;
+        let settings = VfdSettings::load(config_string(hdf5, fapl).as_deref())?;
         let state = OpenFile::open(
             c_name,
             flags,
             maxaddr,
             settings,
-            ignore_disabled_locks(fapl),
+            ignore_disabled_locks(hdf5, fapl),
         )?;
         let (host, device) = state.path_descriptions();
         tracing::info!(
@@ -285,17 +355,17 @@ unsafe extern "C" fn gds_open(
         let file = Box::new(GdsFile {
             public: H5FD_t::empty(),
             state,
+            hdf5,
         });
         Ok(Box::into_raw(file).cast::<H5FD_t>())
     })
 }
 
 unsafe extern "C" fn gds_close(file: *mut H5FD_t) -> herr_t {
-    guard("gds_close", -1, || {
-        crate::memory::callback_boundary();
-        if file.is_null() {
-            return Err(Error::InvalidArgument("null file pointer".into()));
-        }
+    // SAFETY: HDF5 passes an open file of this driver (or null, refused).
+    let (hdf5, open) = unsafe { open_file(file) };
+    guard("gds_close", hdf5, -1, || {
+        open?;
         // SAFETY: `file` came from `gds_open` (a boxed GdsFile) and HDF5 closes it once.
         let boxed = unsafe { Box::from_raw(file.cast::<GdsFile>()) };
         boxed.state.close()?;
@@ -304,15 +374,15 @@ unsafe extern "C" fn gds_close(file: *mut H5FD_t) -> herr_t {
 }
 
 unsafe extern "C" fn gds_cmp(f1: *const H5FD_t, f2: *const H5FD_t) -> c_int {
-    guard("gds_cmp", -1, || {
-        // SAFETY: both are open files of this driver (HDF5 compares files of one class).
-        let (a, b) = unsafe { (state(f1)?, state(f2)?) };
-        Ok(a.compare(b) as c_int)
-    })
+    // SAFETY: both are open files of this driver (HDF5 compares files of one class).
+    let ((hdf5, a), (_, b)) = unsafe { (open_file(f1), open_file(f2)) };
+    guard("gds_cmp", hdf5, -1, || Ok(a?.compare(b?) as c_int))
 }
 
-unsafe extern "C" fn gds_query(_file: *const H5FD_t, flags: *mut c_ulong) -> herr_t {
-    guard("gds_query", -1, || {
+unsafe extern "C" fn gds_query(file: *const H5FD_t, flags: *mut c_ulong) -> herr_t {
+    // SAFETY: HDF5 passes an open file of this driver, or null to ask about the class.
+    let (hdf5, _) = unsafe { open_file(file) };
+    guard("gds_query", hdf5, -1, || {
         if !flags.is_null() {
             // HDF5 routes every copy out of a cached chunk or compact dataset through
             // ctl(MEM_COPY) when MEMMANAGE is set, one call per sequence (each element of
@@ -332,24 +402,20 @@ unsafe extern "C" fn gds_query(_file: *const H5FD_t, flags: *mut c_ulong) -> her
 
 unsafe extern "C" fn gds_get_eoa(file: *const H5FD_t, _type: H5FD_mem_t) -> haddr_t {
     // SAFETY: HDF5 passes an open file of this driver.
-    guard("gds_get_eoa", HADDR_UNDEF, || {
-        Ok(unsafe { state(file)? }.eoa())
-    })
+    let (hdf5, f) = unsafe { open_file(file) };
+    guard("gds_get_eoa", hdf5, HADDR_UNDEF, || Ok(f?.eoa()))
 }
 
 unsafe extern "C" fn gds_set_eoa(file: *mut H5FD_t, _type: H5FD_mem_t, addr: haddr_t) -> herr_t {
-    guard("gds_set_eoa", -1, || {
-        // SAFETY: HDF5 passes an open file of this driver.
-        unsafe { state(file)? }.set_eoa(addr)?;
-        Ok(0)
-    })
+    // SAFETY: HDF5 passes an open file of this driver.
+    let (hdf5, f) = unsafe { open_file(file) };
+    guard("gds_set_eoa", hdf5, -1, || f?.set_eoa(addr).map(|_| 0))
 }
 
 unsafe extern "C" fn gds_get_eof(file: *const H5FD_t, _type: H5FD_mem_t) -> haddr_t {
     // SAFETY: HDF5 passes an open file of this driver.
-    guard("gds_get_eof", HADDR_UNDEF, || {
-        Ok(unsafe { state(file)? }.eof())
-    })
+    let (hdf5, f) = unsafe { open_file(file) };
+    guard("gds_get_eof", hdf5, HADDR_UNDEF, || Ok(f?.eof()))
 }
 
 unsafe extern "C" fn gds_get_handle(
@@ -357,13 +423,16 @@ unsafe extern "C" fn gds_get_handle(
     _fapl: hid_t,
     handle: *mut *mut c_void,
 ) -> herr_t {
-    guard("gds_get_handle", -1, || {
+    // SAFETY: HDF5 passes an open file of this driver.
+    let (hdf5, f) = unsafe { open_file(file) };
+    guard("gds_get_handle", hdf5, -1, || {
+        let f = f?;
         if handle.is_null() {
             return Err(Error::InvalidArgument("file handle not valid".into()));
         }
-        // SAFETY: HDF5 passes an open file of this driver and a valid out-pointer. The
-        // descriptor is handed out as sec2 does (a pointer to the int), and HDF5 only reads it.
-        unsafe { *handle = (&raw const state(file)?.raw_fd).cast_mut().cast() };
+        // SAFETY: HDF5 passes a valid out-pointer. The descriptor is handed out as sec2 does (a
+        // pointer to the int), and HDF5 only reads it.
+        unsafe { *handle = (&raw const f.raw_fd).cast_mut().cast() };
         Ok(0)
     })
 }
@@ -376,20 +445,16 @@ unsafe extern "C" fn gds_read(
     size: usize,
     buf: *mut c_void,
 ) -> herr_t {
-    guard("gds_read", -1, || {
+    // SAFETY: HDF5 passes an open file of this driver.
+    let (hdf5, f) = unsafe { open_file(file) };
+    guard("gds_read", hdf5, -1, || {
+        let f = f?;
         if buf.is_null() && size > 0 {
             return Err(Error::InvalidArgument("read into a null buffer".into()));
         }
-        // SAFETY: HDF5 passes an open file and a writable buffer of at least `size` bytes.
-        unsafe {
-            state(file)?.transfer(
-                Direction::Read,
-                addr,
-                size,
-                BufPtr::new(buf.cast()),
-                mem_type,
-            )?
-        };
+        let buf = BufPtr::new(buf.cast());
+        // SAFETY: HDF5 passes a writable buffer of at least `size` bytes.
+        unsafe { f.transfer(Direction::Read, addr, size, buf, mem_type)? };
         Ok(0)
     })
 }
@@ -402,13 +467,16 @@ unsafe extern "C" fn gds_write(
     size: usize,
     buf: *const c_void,
 ) -> herr_t {
-    guard("gds_write", -1, || {
+    // SAFETY: HDF5 passes an open file of this driver.
+    let (hdf5, f) = unsafe { open_file(file) };
+    guard("gds_write", hdf5, -1, || {
+        let f = f?;
         if buf.is_null() && size > 0 {
             return Err(Error::InvalidArgument("write from a null buffer".into()));
         }
-        // SAFETY: HDF5 passes an open file and a buffer of at least `size` bytes.
         let buf = BufPtr::from_const(buf.cast());
-        unsafe { state(file)?.transfer(Direction::Write, addr, size, buf, mem_type)? };
+        // SAFETY: HDF5 passes a buffer of at least `size` bytes.
+        unsafe { f.transfer(Direction::Write, addr, size, buf, mem_type)? };
         Ok(0)
     })
 }
@@ -455,6 +523,32 @@ unsafe fn vector_pieces(
     Ok(pieces)
 }
 
+/// The body of both vector callbacks.
+///
+/// # Safety
+/// As HDF5 guarantees: an open file of this driver, `count` entries in each array, buffers valid
+/// in direction `dir` for their sizes.
+#[allow(clippy::too_many_arguments)]
+unsafe fn vector_callback(
+    func: &'static str,
+    dir: Direction,
+    file: *mut H5FD_t,
+    count: u32,
+    types: *const H5FD_mem_t,
+    addrs: *const haddr_t,
+    sizes: *const usize,
+    bufs: *const BufPtr,
+) -> herr_t {
+    // SAFETY: the function's contract (HDF5's).
+    let (hdf5, f) = unsafe { open_file(file) };
+    guard(func, hdf5, -1, || {
+        let f = f?;
+        // SAFETY: the function's contract: `count` entries in each array, valid buffers.
+        unsafe { f.transfer_vector(dir, vector_pieces(count, types, addrs, sizes, bufs)?)? };
+        Ok(0)
+    })
+}
+
 unsafe extern "C" fn gds_read_vector(
     file: *mut H5FD_t,
     _dxpl: hid_t,
@@ -464,14 +558,9 @@ unsafe extern "C" fn gds_read_vector(
     sizes: *mut usize,
     bufs: *mut *mut c_void,
 ) -> herr_t {
-    guard("gds_read_vector", -1, || {
-        // SAFETY: HDF5 passes `count` entries in each array and valid buffers.
-        unsafe {
-            let pieces = vector_pieces(count, types, addrs, sizes, bufs.cast())?;
-            state(file)?.transfer_vector(Direction::Read, pieces)?;
-        }
-        Ok(0)
-    })
+    let (read, b) = (Direction::Read, bufs.cast());
+    // SAFETY: HDF5 passes `count` entries in each array and valid buffers.
+    unsafe { vector_callback("gds_read_vector", read, file, count, types, addrs, sizes, b) }
 }
 
 unsafe extern "C" fn gds_write_vector(
@@ -483,14 +572,20 @@ unsafe extern "C" fn gds_write_vector(
     sizes: *mut usize,
     bufs: *mut *const c_void,
 ) -> herr_t {
-    guard("gds_write_vector", -1, || {
-        // SAFETY: HDF5 passes `count` entries in each array and valid buffers.
-        unsafe {
-            let pieces = vector_pieces(count, types, addrs, sizes, bufs.cast())?;
-            state(file)?.transfer_vector(Direction::Write, pieces)?;
-        }
-        Ok(0)
-    })
+    let (write, b) = (Direction::Write, bufs.cast());
+    // SAFETY: HDF5 passes `count` entries in each array and valid buffers.
+    unsafe {
+        vector_callback(
+            "gds_write_vector",
+            write,
+            file,
+            count,
+            types,
+            addrs,
+            sizes,
+            b,
+        )
+    }
 }
 
 /// The entries of a selection request, from HDF5's parallel arrays (an element size of 0 or a
@@ -567,12 +662,6 @@ unsafe fn selection_entries(
     Ok(entries)
 }
 
-fn space_api() -> Result<&'static crate::dataspace::SpaceApi> {
-    crate::dataspace::api().ok_or_else(|| {
-        Error::InvalidArgument("selection request, but HDF5's H5S calls are not reachable".into())
-    })
-}
-
 /// The body of both selection callbacks.
 ///
 /// # Safety
@@ -591,7 +680,17 @@ unsafe fn selection_callback(
     element_sizes: *mut usize,
     bufs: *mut *mut c_void,
 ) -> herr_t {
-    guard(func, -1, || {
+    // SAFETY: the function's contract (HDF5's).
+    let (hdf5, f) = unsafe { open_file(file) };
+    // The dataspace ids belong to the library that opened the file: only its H5S calls may read
+    // them (a class without a library offers no selection callbacks).
+    let spaces = hdf5.and_then(|l| l.space.as_ref());
+    guard(func, hdf5, -1, || {
+        let spaces = spaces.ok_or_else(|| {
+            Error::InvalidArgument(
+                "selection request, but the calling HDF5's H5S calls are not reachable".into(),
+            )
+        })?;
         // SAFETY: the function's contract (HDF5's).
         unsafe {
             let entries = selection_entries(
@@ -602,7 +701,7 @@ unsafe fn selection_callback(
                 element_sizes,
                 bufs.cast(),
             )?;
-            selection::transfer_entries(state(file)?, space_api()?, &entries, mem_type, dir)?;
+            selection::transfer_entries(f?, spaces, &entries, mem_type, dir)?;
         }
         Ok(0)
     })
@@ -671,39 +770,32 @@ unsafe extern "C" fn gds_write_selection(
 /// Every write is complete when its callback returns and nothing is cached in the driver, so
 /// there is nothing to flush; sec2 likewise does not `fsync`.
 unsafe extern "C" fn gds_flush(file: *mut H5FD_t, _dxpl: hid_t, _closing: bool) -> herr_t {
-    guard("gds_flush", -1, || {
-        // SAFETY: HDF5 passes an open file of this driver; only validity is checked.
-        unsafe { state(file)? };
-        Ok(0)
-    })
+    // SAFETY: HDF5 passes an open file of this driver; only validity is checked.
+    let (hdf5, f) = unsafe { open_file(file) };
+    guard("gds_flush", hdf5, -1, || f.map(|_| 0))
 }
 
 unsafe extern "C" fn gds_truncate(file: *mut H5FD_t, _dxpl: hid_t, _closing: bool) -> herr_t {
-    guard("gds_truncate", -1, || {
-        // SAFETY: HDF5 passes an open file of this driver.
-        unsafe { state(file)? }.truncate()?;
-        Ok(0)
-    })
+    // SAFETY: HDF5 passes an open file of this driver.
+    let (hdf5, f) = unsafe { open_file(file) };
+    guard("gds_truncate", hdf5, -1, || f?.truncate().map(|_| 0))
 }
 
 unsafe extern "C" fn gds_lock(file: *mut H5FD_t, rw: bool) -> herr_t {
-    guard("gds_lock", -1, || {
-        // SAFETY: HDF5 passes an open file of this driver.
-        unsafe { state(file)? }.lock(rw)?;
-        Ok(0)
-    })
+    // SAFETY: HDF5 passes an open file of this driver.
+    let (hdf5, f) = unsafe { open_file(file) };
+    guard("gds_lock", hdf5, -1, || f?.lock(rw).map(|_| 0))
 }
 
 unsafe extern "C" fn gds_unlock(file: *mut H5FD_t) -> herr_t {
-    guard("gds_unlock", -1, || {
-        // SAFETY: HDF5 passes an open file of this driver.
-        unsafe { state(file)? }.unlock()?;
-        Ok(0)
-    })
+    // SAFETY: HDF5 passes an open file of this driver.
+    let (hdf5, f) = unsafe { open_file(file) };
+    guard("gds_unlock", hdf5, -1, || f?.unlock().map(|_| 0))
 }
 
-unsafe extern "C" fn gds_delete(name: *const c_char, _fapl: hid_t) -> herr_t {
-    guard("gds_delete", -1, || {
+/// `del` of binding `SLOT` (or the unbound class's, `UNBOUND`).
+unsafe extern "C" fn gds_delete<const SLOT: usize>(name: *const c_char, _fapl: hid_t) -> herr_t {
+    guard("gds_delete", hdf5_runtime::bound_library(SLOT), -1, || {
         if name.is_null() {
             return Err(Error::InvalidArgument("invalid file name: null".into()));
         }
@@ -765,7 +857,7 @@ unsafe fn mem_copy_between_known_host_buffers(args: *const MemcpyArgs) -> bool {
 /// `MEM_COPY` copies between host and device buffers; other op codes are not understood and fail
 /// only when the caller asks for that, as in sec2.
 unsafe extern "C" fn gds_ctl(
-    _file: *mut H5FD_t,
+    file: *mut H5FD_t,
     op_code: u64,
     flags: u64,
     input: *const c_void,
@@ -779,7 +871,12 @@ unsafe extern "C" fn gds_ctl(
             return 0;
         }
     }
-    guard("gds_ctl", -1, || {
+    // Not through `open_file`: `ctl` is no callback boundary (see `memory::callback_boundary`).
+    // SAFETY: HDF5 passes an open file of this driver, whose GdsFile is live.
+    let hdf5 = (!file.is_null())
+        .then(|| unsafe { (*file.cast::<GdsFile>()).hdf5 })
+        .flatten();
+    guard("gds_ctl", hdf5, -1, || {
         if op_code == H5FD_CTL_MEM_COPY {
             if input.is_null() {
                 return Err(Error::InvalidArgument("MEM_COPY without arguments".into()));
@@ -811,7 +908,7 @@ unsafe extern "C" fn gds_ctl(
 /// outlives the driver's use. The library is linked `-z nodelete`, so a thread still finishing
 /// never runs unmapped code.
 unsafe extern "C" fn gds_terminate() -> herr_t {
-    guard("gds_terminate", -1, || {
+    guard("gds_terminate", None, -1, || {
         parallel::shutdown();
         Ok(0)
     })
@@ -828,7 +925,7 @@ mod tests {
         let name = CString::new(path.to_str().unwrap()).unwrap();
         let flags = H5F_ACC_RDWR | H5F_ACC_CREAT | H5F_ACC_TRUNC;
         // SAFETY: a valid NUL-terminated name; -1 is no property list.
-        let file = unsafe { gds_open(name.as_ptr(), flags, -1, MAXADDR) };
+        let file = unsafe { gds_open::<UNBOUND>(name.as_ptr(), flags, -1, MAXADDR) };
         assert!(!file.is_null());
         file
     }
