@@ -25,6 +25,11 @@ cargo test --workspace
 # Collective I/O over MPI (array-io's feature `mpi`): a test program under
 # `mpirun -np N --oversubscribe` for N = 1..4, each job inside `timeout`, files checked by h5py.
 cargo test -p h5gds-tests --features mpi --test mpi
+# The real-GPU test set (what scripts/test-gpu.sh runs on a GPU: the tests that need the emulator
+# compiled as ignored) on the emulator configured as the first real-GPU machine, an H200 VM
+# without nvidia-fs whose cuFile registered no file handle (5027): a test that assumes GDS
+# where the machine gives the staged path fails here.
+H5GDS_TEST_REAL_CUDA=1 H5GDS_TEST_EMULATED_MACHINE=h200-vm cargo test -p h5gds-tests --test device_paths
 .venv/bin/python -m pytest -q tests/python --ignore=tests/python/package
 
 # The Python package as a user gets it: the wheel (maturin, pyproject.toml) installed into fresh

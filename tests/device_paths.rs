@@ -7,9 +7,14 @@
 //! Built with `H5GDS_TEST_REAL_CUDA=1` (`scripts/test-gpu.sh`), the same programs run against
 //! the machine's real libcuda and libcufile instead, and the tests that need the emulator (its
 //! switches, fault injection or report) are compiled as ignored: the harness lists them as
-//! ignored, and its summary counts what ran on the GPU.
+//! ignored, and its summary counts what ran on the GPU. Those tests expect the device path the
+//! machine gives (what `h5gds info` says for their directory: GPUDirect Storage where the GDS
+//! kernel path and a listed file system are there, the staged path otherwise), so they hold on
+//! GPU machines with and without nvidia-fs. `H5GDS_TEST_EMULATED_MACHINE=h200-vm` runs that
+//! build on the emulator configured as the first real-GPU machine (no nvidia-fs, every cuFile
+//! handle registration refused with 5027), as `scripts/test.sh` does.
 
-use h5gds_tests::emulator::{emulator_lib_dir, read_report, Report};
+use h5gds_tests::emulator::{emulated_machine, emulator_lib_dir, read_report, Report};
 use h5gds_tests::process::{clean_env, output_within, OutputText, TIME_LIMIT};
 use h5gds_tests::{plugin_dir, REAL_CUDA};
 use std::process::Output;
@@ -90,6 +95,11 @@ fn run_with(args: &[&str], env: &[(&str, &str)]) -> Run {
         cmd.env("LD_LIBRARY_PATH", libs.path())
             .env("H5GDS_EMU_REPORT", &report)
             .env("H5GDS_EMU_DEFER_ASYNC", "1");
+    } else if let Some(switches) = emulated_machine() {
+        // The real-GPU build on the emulator configured as a real machine (no report checks).
+        cmd.env("LD_LIBRARY_PATH", libs.path())
+            .env("H5GDS_EMU_DEFER_ASYNC", "1")
+            .envs(switches);
     }
     cmd.current_dir(dir.path()); // cuFile may write cufile.log into the working directory
     cmd.envs(SMALL_SIZES).envs(env.iter().copied());
@@ -102,11 +112,51 @@ fn run_with(args: &[&str], env: &[(&str, &str)]) -> Run {
     }
 }
 
+/// The device path files get on this machine under `compat_mode=auto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MachinePath {
+    /// GPUDirect Storage through cuFile.
+    Gds,
+    /// The driver's pinned bounce buffers (no GDS kernel path, or cuFile refuses the files).
+    Staged,
+}
+
+impl MachinePath {
+    /// The start of the log line a file's first device transfer writes on this path.
+    fn log_line(self) -> &'static str {
+        match self {
+            MachinePath::Gds => "device buffers: GPUDirect Storage through cuFile",
+            MachinePath::Staged => "device buffers: staged through pinned bounce buffers",
+        }
+    }
+}
+
+/// What `h5gds info` says device buffers of a file in a fresh directory get here (h5devprog
+/// `--device-path` decides it with the driver's code, as the tool does), asked once.
+fn machine_path() -> MachinePath {
+    static PATH: std::sync::OnceLock<MachinePath> = std::sync::OnceLock::new();
+    *PATH.get_or_init(|| {
+        let run = run_with(&["--device-path"], &[("H5GDS_COMPAT_MODE", "auto")]);
+        let stdout = run.stdout();
+        let verdict = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("DEVICE PATH: "))
+            .unwrap_or_else(|| panic!("no device path:\n{stdout}\n{}", run.stderr()));
+        if verdict.starts_with("GPUDirect Storage through cuFile") {
+            MachinePath::Gds
+        } else if verdict.starts_with("staged through pinned bounce buffers") {
+            MachinePath::Staged
+        } else {
+            panic!("device buffers cannot move on this machine: {verdict}")
+        }
+    })
+}
+
 #[test]
-fn gds_path_reads_and_writes_device_memory() {
+fn auto_reads_and_writes_device_memory_through_the_path_this_machine_gives() {
     let run = run(&[("H5GDS_COMPAT_MODE", "auto")]);
     run.assert_device_ok();
-    run.assert_log("device buffers: GPUDirect Storage through cuFile");
+    run.assert_log(machine_path().log_line());
     if !REAL_CUDA {
         assert!(
             run.counter("cufile reads") > 0 && run.counter("cufile writes") > 0,
@@ -174,6 +224,42 @@ fn compat_mode_off_fails_the_open_when_cufile_cannot_open() {
         run.stdout()
     );
     run.assert_log("compat_mode=off requires cuFile: cuFileDriverOpen: cuFile error 5001");
+}
+
+/// The first real-GPU machine (an H200 VM): no nvidia-fs, and cuFile refuses every file handle
+/// (5027) because it cannot read its virtual disk's attributes.
+const H200_VM: [(&str, &str); 2] = [
+    ("H5GDS_EMU_GDS", "0"),
+    ("H5GDS_EMU_CUFILE_REGISTER_ERROR", "5027"),
+];
+
+#[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator")]
+fn where_cufile_refuses_every_file_auto_stages_and_off_says_why_and_where_the_log_is() {
+    let mut env = vec![("H5GDS_COMPAT_MODE", "auto")];
+    env.extend_from_slice(&H200_VM);
+    let run_auto = run(&env);
+    run_auto.assert_device_ok();
+    run_auto.assert_log(
+        "first device transfer; device buffers: staged through pinned bounce buffers of 64K",
+    );
+    assert_eq!(run_auto.counter("cufile reads"), 0);
+    // off: the open fails naming the code, what it means there, and where cuFile's log is.
+    let log = run_auto.file.parent().unwrap().join("cufile-log-here.log");
+    env[0] = ("H5GDS_COMPAT_MODE", "off");
+    let log_var = log.to_str().unwrap().to_owned();
+    env.push(("CUFILE_LOGFILE_PATH", &log_var));
+    let run_off = run(&env);
+    assert_eq!(run_off.out.status.code(), Some(1), "{}", run_off.stderr());
+    assert!(!run_off.file.exists(), "a refused open must leave no file");
+    for needle in [
+        "compat_mode=off requires cuFile: cuFileHandleRegister: cuFile error 5027 \
+         (CU_FILE_HANDLE_NOT_REGISTERED)",
+        "cannot read the attributes of the volume the file is on",
+        &format!("cuFile's log: {log_var:?}"),
+    ] {
+        run_off.assert_log(needle);
+    }
 }
 
 #[test]
@@ -291,17 +377,24 @@ fn assert_caller_context_kept(which: &str, mode: &str, env: &[(&str, &str)]) -> 
 #[test]
 fn the_callers_missing_context_is_left_missing_and_cufile_still_opens() {
     // No context on the calling thread: cuFileDriverOpen and cuFileHandleRegister fail there
-    // on real cuFile (and on the emulator), so the driver must bring its own, and take it away.
+    // on real cuFile (and on the emulator), so the driver must bring its own, and take it away;
+    // whichever path the machine gives, the caller's (missing) context is left as it was.
     let run = assert_caller_context_kept("none", "auto", &[]);
-    run.assert_log("first device transfer; device buffers: GPUDirect Storage through cuFile");
+    run.assert_log(&format!(
+        "first device transfer; {}",
+        machine_path().log_line()
+    ));
     if !REAL_CUDA {
         assert!(run.counter("cufile reads") > 0, "{:?}", run.report);
         assert!(run.counter("cufile writes") > 0, "{:?}", run.report);
         assert_eq!(run.counter("cufile handle register calls"), 1);
     }
-    // compat_mode=off opens cuFile and registers the file at open, on the caller's thread too.
-    let run = assert_caller_context_kept("none", "off", &[]);
-    run.assert_log("device buffers: GPUDirect Storage through cuFile");
+    // compat_mode=off opens cuFile and registers the file at open, on the caller's thread too
+    // (where the machine gives GDS: elsewhere cuFile may refuse every file, and off fails).
+    if machine_path() == MachinePath::Gds {
+        let run = assert_caller_context_kept("none", "off", &[]);
+        run.assert_log("device buffers: GPUDirect Storage through cuFile");
+    }
     assert_caller_context_kept("none", "on", &[]);
 }
 
@@ -639,7 +732,13 @@ fn reads_are_in_place_on_return_and_writes_wait_for_the_legacy_stream() {
     // memory and device-to-device copies on the legacy stream until something synchronizes
     // with it, as a GPU may: a zero fill or compact copy not waited for shows as 0xAA from
     // another stream, a write that does not wait for the upload writes stale bytes.
-    for mode in ["auto", "on", "off"] {
+    // Through the path the machine gives (auto), the staged path (on), and cuFile itself (off)
+    // where the machine gives GDS.
+    let modes: &[&str] = match machine_path() {
+        MachinePath::Gds => &["auto", "on", "off"],
+        MachinePath::Staged => &["auto", "on"],
+    };
+    for &mode in modes {
         let run = run_with(&["--stream-order"], &[("H5GDS_COMPAT_MODE", mode)]);
         run.assert_device_ok();
         assert!(

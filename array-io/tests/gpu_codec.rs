@@ -230,6 +230,52 @@ fn corrupted_chunks_fail_the_read_naming_dataset_and_chunk() {
     }
 }
 
+fn zstd_corrupt_body() {
+    let dir = test_dir();
+    let err = from_file_to_device::<f32>(dir.join("h5py.h5"), "/zstd/corrupt", stream())
+        .expect_err("a damaged chunk fails the read");
+    let text = err.to_string();
+    match &err {
+        Error::ChunkDecode { chunk, .. } => assert_eq!(chunk, &[25], "{text}"),
+        other => panic!("not a chunk error: {other:?}"),
+    }
+    // Only [25]: neither the batch's intact chunks nor a list of them.
+    for intact in ["[0]", "[50]", "[75]"] {
+        assert!(!text.contains(intact), "{text}");
+    }
+    println!("{text}");
+}
+
+/// /zstd/corrupt's 4 chunks are one batch, its chunk at [25] a truncated frame. Real nvCOMP
+/// (6.0, H200; issue 20) does not report such a batch per chunk: under each of the nvCOMP
+/// emulator's Zstandard modes (the bad chunk's status alone with no sizes written, every
+/// status failed, the call failed, or per chunk) the read names [25] and only [25].
+#[test]
+fn a_damaged_zstd_chunk_is_named_whatever_nvcomp_reports_for_its_batch() {
+    let name = "a_damaged_zstd_chunk_is_named_whatever_nvcomp_reports_for_its_batch";
+    let dir = files();
+    for (mode, why) in [
+        ("", "nvcompErrorCannotDecompress"),
+        ("sizes", "nvcompErrorCannotDecompress"),
+        ("statuses", "nvcompErrorCannotDecompress"),
+        ("call", "nvcompErrorCudaError"),
+        ("chunk", "nvcompErrorCannotDecompress"),
+    ] {
+        let env = [("H5GDS_EMU_NVCOMP_ZSTD_CORRUPT", mode)];
+        let Some(run) = run(name, true, dir.path(), &env, zstd_corrupt_body) else {
+            return;
+        };
+        run.assert_clean();
+        let out = run.stdout();
+        let line = out
+            .lines()
+            .find(|l| l.contains("\"/zstd/corrupt\""))
+            .unwrap_or_else(|| panic!("mode {mode:?}: no error in {out}"));
+        assert!(line.contains("chunk at [25]: "), "mode {mode:?}: {line}");
+        assert!(line.contains(why), "mode {mode:?}: {line}");
+    }
+}
+
 #[test]
 fn with_checksums_on_a_wrong_adler32_fails_the_read() {
     let name = "with_checksums_on_a_wrong_adler32_fails_the_read";
@@ -276,6 +322,11 @@ fn a_failed_nvcomp_call_fails_the_read() {
     let out = run.stdout();
     assert!(out.contains("\"/zstd/rank1\""), "{out}");
     assert!(out.contains("nvcompErrorCudaError"), "{out}");
+    // Each chunk, decoded again in a call of its own, decodes: no chunk is blamed as corrupt.
+    assert!(
+        out.contains("decodes in a call of its own, so the device rather than the file"),
+        "{out}"
+    );
 }
 
 fn without_nvcomp_body() {
@@ -596,7 +647,10 @@ fn the_compressed_gpu_example_passes_on_the_emulators_and_refuses_without_nvcomp
         if nvcomp {
             assert!(out.status.success(), "{stdout}\n{stderr}");
             assert!(
-                stdout.starts_with("HDF5 COMPRESSED GPU OK (18 h5py datasets"),
+                stdout.starts_with(
+                    "HDF5 COMPRESSED GPU OK (18 h5py datasets read, 4 damaged chunks refused, \
+                     3 written"
+                ),
                 "{stdout}"
             );
             h5gds_tests::emulator::read_report(&report).assert_zero(&[

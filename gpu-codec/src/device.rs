@@ -54,6 +54,17 @@ pub fn synchronize(stream: &Arc<CudaStream>) -> Result<(), DeviceFailure> {
     cuda("synchronizing the stream", || stream.synchronize())
 }
 
+/// Whether `stream`'s context still works after a failure. A sticky error (an illegal address
+/// in a kernel, for one) "leaves the process in an inconsistent state and any further CUDA work
+/// will return the same error" (CUDA Driver API, CUDA_ERROR_ILLEGAL_ADDRESS): then nothing more
+/// can be run on the device to find out which chunk was at fault.
+pub fn context_usable(stream: &Arc<CudaStream>) -> bool {
+    cuda("checking the CUDA context", || {
+        stream.context().synchronize()
+    })
+    .is_ok()
+}
+
 pub fn align_up(n: usize, align: usize) -> usize {
     n.div_ceil(align) * align
 }

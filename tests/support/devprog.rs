@@ -849,13 +849,30 @@ fn run_stream_order(path: &Path) -> Check<usize> {
     Ok(checks)
 }
 
+/// `--device-path`: prints the device path a file in the working directory gets on this
+/// machine, decided as `h5gds info` decides it (cuFile opened first where CUDA works), so tests
+/// can expect what the machine really gives.
+fn print_device_path() -> i32 {
+    let settings = match h5gds::VfdSettings::load(None) {
+        Ok(settings) => settings,
+        Err(err) => {
+            println!("FAILED: {err}");
+            return 1;
+        }
+    };
+    let _ = h5gds::cufile_driver(Some(&settings));
+    println!("DEVICE PATH: {}", h5gds::path_verdicts(&settings).device);
+    0
+}
+
 /// Entry point of `h5devprog`; returns the exit code.
 pub fn main() -> i32 {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(path) = args.first() else {
         eprintln!(
             "usage: h5devprog FILE [--sizes N,N,... | --caller-context none|device0|device1 | \
-             --host-only | --fork | --stream-order] [--buffers-on N] [--memory plain|pool|vmm|managed]"
+             --host-only | --fork | --stream-order | --device-path] [--buffers-on N] \
+             [--memory plain|pool|vmm|managed]"
         );
         return 2;
     };
@@ -895,6 +912,9 @@ pub fn main() -> i32 {
     };
     let _ = MEMORY.set(memory);
     let _ = BUFFERS_ON.set(buffers_on);
+    if args.iter().any(|a| a == "--device-path") {
+        return print_device_path();
+    }
     let result = if args.iter().any(|a| a == "--host-only") {
         run_host_only(path)
     } else if args.iter().any(|a| a == "--stream-order") {

@@ -122,6 +122,22 @@ impl EmulatorLibDir {
     }
 }
 
+/// The emulator's switches for the real machine `H5GDS_TEST_EMULATED_MACHINE` names, for the
+/// real-GPU build of the device tests (`H5GDS_TEST_REAL_CUDA=1`) run on the emulator; None when
+/// unset (on a real GPU). Panics on an unknown name, rather than testing something else.
+/// `h200-vm`: the first real-GPU machine, an NVIDIA H200 VM without nvidia-fs, where cuFile
+/// opened its driver but registered no file handle (5027, its virtio disk's attributes unread).
+pub fn emulated_machine() -> Option<Vec<(&'static str, &'static str)>> {
+    let name = std::env::var("H5GDS_TEST_EMULATED_MACHINE").ok()?;
+    match name.as_str() {
+        "h200-vm" => Some(vec![
+            ("H5GDS_EMU_GDS", "0"),
+            ("H5GDS_EMU_CUFILE_REGISTER_ERROR", "5027"),
+        ]),
+        other => panic!("H5GDS_TEST_EMULATED_MACHINE={other:?}: the emulator models h200-vm"),
+    }
+}
+
 /// A fresh [`EmulatorLibDir`] for [`emulator_library`], standing in for libcuda and libcufile.
 pub fn emulator_lib_dir() -> EmulatorLibDir {
     lib_dir_with(&LIBRARY_ALIASES)

@@ -29,6 +29,33 @@ pub struct Arrays {
 struct Switches {
     fail_call: Option<u64>,
     fail_chunk: Option<u64>,
+    zstd_corrupt: ZstdCorrupt,
+}
+
+/// What a batched Zstandard decode reports when the reference decoder refuses one of its chunks
+/// (`H5GDS_EMU_NVCOMP_ZSTD_CORRUPT`). nvCOMP 6.0's `zstd.h` promises, for
+/// `device_statuses`, only that "if the decompression is successful, the status will be set
+/// to `nvcompSuccess`. Passing corrupt, invalid, or insufficient data leads to undefined
+/// behavior or out-of-bound errors. Error reporting cannot be guaranteed in this scenario as
+/// only a limited validation is performed to maintain performance", and says nothing of
+/// `device_uncompressed_chunk_bytes` for a failed chunk; its release notes (Known Issues) say
+/// the Zstandard and Deflate decompressors "can only operate on valid input data". nvCOMP's
+/// Zstandard decoder works on the batch as one shared pool of blocks, and only its frame-header
+/// pass writes statuses, so one bad chunk can leave the whole batch's sizes unwritten. On an
+/// NVIDIA H200 with nvCOMP 6.0 (issue 20), a truncated frame at job 1 of a batch of 4 made
+/// h5gds, reading job by job, blame job 0: job 0's status and size read back as the caller's
+/// zero fill (`nvcompSuccess`, 0 bytes). Each mode is one behaviour consistent with that.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZstdCorrupt {
+    /// The default: the bad chunk's status is `nvcompErrorCannotDecompress`, the other
+    /// statuses and every chunk's actual size are left as the caller filled them.
+    Sizes,
+    /// Every chunk of the batch gets `nvcompErrorCannotDecompress`; sizes as decoded.
+    Statuses,
+    /// The call returns `nvcompErrorCudaError`; no status or size is written.
+    Call,
+    /// Per chunk, as Deflate and LZ4 report (the bad chunk alone fails, with size 0).
+    Chunk,
 }
 
 fn switches() -> &'static Switches {
@@ -44,9 +71,24 @@ fn switches() -> &'static Switches {
                 }
             }
         };
+        const ZSTD: &str = "H5GDS_EMU_NVCOMP_ZSTD_CORRUPT";
+        let zstd_corrupt = match std::env::var(ZSTD).as_deref() {
+            Err(_) | Ok("") | Ok("sizes") => ZstdCorrupt::Sizes,
+            Ok("statuses") => ZstdCorrupt::Statuses,
+            Ok("call") => ZstdCorrupt::Call,
+            Ok("chunk") => ZstdCorrupt::Chunk,
+            Ok(other) => {
+                eprintln!(
+                    "h5gds-emu-nvcomp: ignoring {ZSTD}={other:?} (want sizes, statuses, call or \
+                     chunk)"
+                );
+                ZstdCorrupt::Sizes
+            }
+        };
         Switches {
             fail_call: number("H5GDS_EMU_NVCOMP_FAIL_CALL"),
             fail_chunk: number("H5GDS_EMU_NVCOMP_FAIL_CHUNK"),
+            zstd_corrupt,
         }
     })
 }
@@ -83,7 +125,17 @@ pub fn status_cstr(status: Status) -> &'static CStr {
         nvcompErrorNotSupported,
         nvcompErrorCannotDecompress,
         nvcompErrorBadChecksum,
+        nvcompErrorCannotVerifyChecksums,
+        nvcompErrorOutputBufferTooSmall,
+        nvcompErrorWrongHeaderLength,
         nvcompErrorAlignment,
+        nvcompErrorChunkSizeTooLarge,
+        nvcompErrorCannotCompress,
+        nvcompErrorWrongInputLength,
+        nvcompErrorBatchSizeTooLarge,
+        nvcompErrorSubChunkCountTooLarge,
+        nvcompErrorSubChunkCountTooSmall,
+        nvcompErrorOutputBufferAlignmentTooSmall,
         nvcompErrorCudaError,
         nvcompErrorInternal
     );
@@ -178,10 +230,12 @@ pub fn decompress(codec: Codec, arrays: Arrays, n: usize, temp: u64, temp_bytes:
     let Some(capacity) = v.output_capacity else {
         return Status::nvcompErrorInvalidValue;
     };
+    // Per chunk: (status, size, whether the reference decoder refused its stream).
+    let mut results = Vec::with_capacity(n);
     for (k, &room) in capacity.iter().enumerate() {
         let (input, output) = (v.inputs[k], v.outputs[k]);
-        let (status, written) = if input as usize % align != 0 || output as usize % align != 0 {
-            (Status::nvcompErrorAlignment, 0)
+        let result = if input as usize % align != 0 || output as usize % align != 0 {
+            (Status::nvcompErrorAlignment, 0, false)
         } else {
             // SAFETY: each range is checked against one device allocation.
             let src = unsafe { device::bytes(input, v.input_bytes[k]) };
@@ -190,19 +244,53 @@ pub fn decompress(codec: Codec, arrays: Arrays, n: usize, temp: u64, temp_bytes:
                 (Some(src), Some(dst)) => {
                     if is_nth(&CHUNKS, switches().fail_chunk) {
                         dst.fill(POISON);
-                        (Status::nvcompErrorCannotDecompress, 0)
+                        (Status::nvcompErrorCannotDecompress, 0, false)
                     } else {
                         match codec.decode(src, dst) {
-                            Some(len) => (Status::nvcompSuccess, len),
-                            None => (Status::nvcompErrorCannotDecompress, 0),
+                            Some(len) => (Status::nvcompSuccess, len, false),
+                            None => (Status::nvcompErrorCannotDecompress, 0, true),
                         }
                     }
                 }
-                _ => (Status::nvcompErrorInvalidValue, 0),
+                _ => (Status::nvcompErrorInvalidValue, 0, false),
             }
         };
-        v.statuses[k] = status;
-        v.output_bytes[k] = written;
+        results.push(result);
+    }
+    let refused = results.iter().any(|r| r.2);
+    let mode = if codec == Codec::Zstd && refused {
+        switches().zstd_corrupt
+    } else {
+        ZstdCorrupt::Chunk
+    };
+    report(mode, &results, v.statuses, v.output_bytes)
+}
+
+/// Writes a decode's per-chunk `results` (status, size, refused by the decoder) into the
+/// call's status and size arrays as `mode` says; the call's return value.
+fn report(
+    mode: ZstdCorrupt,
+    results: &[(Status, usize, bool)],
+    statuses: &mut [Status],
+    sizes: &mut [usize],
+) -> Status {
+    for (k, &(status, written, _)) in results.iter().enumerate() {
+        match mode {
+            ZstdCorrupt::Chunk => {
+                statuses[k] = status;
+                sizes[k] = written;
+            }
+            ZstdCorrupt::Sizes => {
+                if status != Status::nvcompSuccess {
+                    statuses[k] = status;
+                }
+            }
+            ZstdCorrupt::Statuses => {
+                statuses[k] = Status::nvcompErrorCannotDecompress;
+                sizes[k] = written;
+            }
+            ZstdCorrupt::Call => return Status::nvcompErrorCudaError,
+        }
     }
     Status::nvcompSuccess
 }
@@ -241,4 +329,54 @@ pub fn compress(codec: Codec, arrays: Arrays, n: usize, temp: u64, temp_bytes: u
         v.output_bytes[k] = written;
     }
     Status::nvcompSuccess
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_status_of_nvcomp_6_has_its_header_name() {
+        for value in (0..=30).chain([1000, 10000]) {
+            let status = Status(value);
+            let name = status_cstr(status).to_str().unwrap();
+            match nvcomp_sys::status_name(status) {
+                Some(expected) => assert_eq!(name, expected),
+                None => assert_eq!(name, "unknown nvcompStatus_t"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_refused_zstd_chunk_is_reported_as_each_mode_says() {
+        use Status as S;
+        let bad = S::nvcompErrorCannotDecompress;
+        let results = [
+            (S::nvcompSuccess, 100, false),
+            (bad, 0, true),
+            (S::nvcompSuccess, 100, false),
+        ];
+        // The caller's zero fill, and a marker to see what is left untouched.
+        let untouched = S(777);
+        let run = |mode| {
+            let mut statuses = [untouched; 3];
+            let mut sizes = [7usize; 3];
+            let call = report(mode, &results, &mut statuses, &mut sizes);
+            (call, statuses, sizes)
+        };
+        let ok = S::nvcompSuccess;
+        assert_eq!(
+            run(ZstdCorrupt::Sizes),
+            (ok, [untouched, bad, untouched], [7, 7, 7])
+        );
+        assert_eq!(
+            run(ZstdCorrupt::Statuses),
+            (ok, [bad, bad, bad], [100, 0, 100])
+        );
+        assert_eq!(
+            run(ZstdCorrupt::Call),
+            (S::nvcompErrorCudaError, [untouched; 3], [7; 3])
+        );
+        assert_eq!(run(ZstdCorrupt::Chunk), (ok, [ok, bad, ok], [100, 0, 100]));
+    }
 }

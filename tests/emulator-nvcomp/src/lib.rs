@@ -30,10 +30,23 @@
 //!   `nvcompErrorAlignment` in its status, a misaligned temp buffer fails the call.
 //! * Temp space: 64 bytes per chunk, which the call checks was passed (device memory, large
 //!   enough): a caller that skips the temp-size query fails here as it would on a GPU.
-//! * Per chunk: a stream that does not decode, or does not fit its output buffer, gets
-//!   `nvcompErrorCannotDecompress` and an actual size of 0; a good one `nvcompSuccess` and its
-//!   size. (Real nvCOMP promises only limited validation of corrupt input; the emulator's
-//!   reference decoders catch more, so tests must not rely on its leniency.)
+//! * Deflate and LZ4, per chunk: a stream that does not decode, or does not fit its output
+//!   buffer, gets `nvcompErrorCannotDecompress` and an actual size of 0; a good one
+//!   `nvcompSuccess` and its size. (Real nvCOMP promises only limited validation of corrupt
+//!   input; the emulator's reference decoders catch more, so tests must not rely on its
+//!   leniency.)
+//! * Zstandard: a batch whose chunks all decode is reported per chunk, as above. A batch with a
+//!   chunk the reference decoder refuses is reported as real nvCOMP 6.0 may: by default the bad
+//!   chunk's status is `nvcompErrorCannotDecompress` while every other status and every actual
+//!   size is left as the caller filled it (`H5GDS_EMU_NVCOMP_ZSTD_CORRUPT` picks another
+//!   plausible behaviour). nvCOMP's `zstd.h` (6.0) promises only that "if the decompression is
+//!   successful, the status will be set to `nvcompSuccess`. Passing corrupt, invalid, or
+//!   insufficient data leads to undefined behavior or out-of-bound errors. Error reporting
+//!   cannot be guaranteed in this scenario as only a limited validation is performed to
+//!   maintain performance", and nothing of the sizes of a failed batch; on an NVIDIA H200 with
+//!   nvCOMP 6.0 (issue 20) a truncated frame at job 1 of a batch of 4 left job 0 reading as the
+//!   zero fill (`nvcompSuccess`, 0 bytes), so that a caller checking job by job blamed job 0.
+//!   A caller must look at every job before naming one (`h5gds_gpu_codec::decode`).
 //! * Argument arrays outside device memory: `nvcompErrorInvalidValue` for the call.
 //!
 //! # Switches (environment variables, read once)
@@ -41,7 +54,8 @@
 //! | variable | effect |
 //! |---|---|
 //! | `H5GDS_EMU_NVCOMP_FAIL_CALL=N` | the Nth batched decompress or compress call (counted together, from 1) returns `nvcompErrorCudaError` and does nothing |
-//! | `H5GDS_EMU_NVCOMP_FAIL_CHUNK=N` | the Nth chunk decoded (counted over all calls, from 1) reports `nvcompErrorCannotDecompress` and leaves poison (0xA5) in its output, as a failed kernel leaves garbage |
+//! | `H5GDS_EMU_NVCOMP_FAIL_CHUNK=N` | the Nth chunk decoded (counted over all calls, from 1) reports `nvcompErrorCannotDecompress` and leaves poison (0xA5) in its output, as a failed kernel leaves garbage; reported per chunk whatever the codec |
+//! | `H5GDS_EMU_NVCOMP_ZSTD_CORRUPT=MODE` | what a Zstandard batch holding a chunk that does not decode reports: `sizes` (the default) the bad chunk's status `nvcompErrorCannotDecompress`, no other status and no size written; `statuses` every chunk's status `nvcompErrorCannotDecompress`, sizes as decoded; `call` the call returns `nvcompErrorCudaError`, no status or size written; `chunk` per chunk, as Deflate and LZ4 |
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![allow(non_snake_case)]

@@ -343,6 +343,10 @@ unsafe fn register_handle(fh: *mut CUfileHandle_t, descr: *const CUfileDescr_t) 
     if handles::is_registered_fd(fd) {
         return Err(fail(E::CU_FILE_HANDLE_ALREADY_REGISTERED));
     }
+    if let Some(code) = switches::get().cufile_register_error {
+        crate::cufile_log::handle_not_registered(code);
+        return Err(fail(CUfileOpError(code)));
+    }
     let io_fd = handles::reopen(fd, flags, false).ok_or(fail(E::CU_FILE_GETNEWFD_FAILED))?;
     // Where the file system refuses O_DIRECT, "GDS is not functional for the IO target" and,
     // with compatibility mode allowed (cufile.json `allow_compat_mode`, which the emulator

@@ -83,3 +83,22 @@ pub fn driver_opened() {
         );
     }
 }
+
+/// A handle registration refused (`H5GDS_EMU_CUFILE_REGISTER_ERROR`): the lines the first
+/// real-GPU machine's cufile.log held for it (an H200 VM whose virtio disk udev describes
+/// without a file-system usage, so cuFile cannot read the volume's attributes).
+pub fn handle_not_registered(code: u32) {
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path())
+    {
+        let _ = writeln!(
+            f,
+            "h5gds CUDA emulator: udev property not found: ID_FS_USAGE vda\n\
+             h5gds CUDA emulator: error getting volume attributes error for device: dev_no: 254:0\n\
+             h5gds CUDA emulator: cuFileHandleRegister error, failed to allocate file object \
+             (cuFile error {code})"
+        );
+    }
+}

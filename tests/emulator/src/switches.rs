@@ -22,6 +22,9 @@ pub struct Switches {
     pub gds_targets: u32,
     /// `H5GDS_EMU_CUFILE_OPEN_ERROR`: `cuFileDriverOpen` fails with this `CUfileOpError`.
     pub cufile_open_error: Option<u32>,
+    /// `H5GDS_EMU_CUFILE_REGISTER_ERROR`: `cuFileHandleRegister` fails with this `CUfileOpError`
+    /// for every file (a VM whose disk cuFile cannot read the attributes of: 5027).
+    pub cufile_register_error: Option<u32>,
     /// `H5GDS_EMU_FAIL_ALLOC`: the Nth allocation (device and pinned host, from 1) fails.
     pub fail_alloc: Option<u64>,
     /// `H5GDS_EMU_FAIL_IO`: the Nth `cuFileRead`/`cuFileWrite` (from 1) fails with -1/errno.
@@ -60,6 +63,7 @@ impl Default for Switches {
             p2pdma: false,
             gds_targets: DEFAULT_GDS_TARGETS,
             cufile_open_error: None,
+            cufile_register_error: None,
             fail_alloc: None,
             fail_io: None,
             fail_io_errno: libc::EIO,
@@ -127,6 +131,11 @@ impl Switches {
         }
         if let Some(v) = read("H5GDS_EMU_CUFILE_OPEN_ERROR", &|v| v.parse::<u32>().is_ok()) {
             out.cufile_open_error = v.parse().ok().filter(|&code: &u32| code != 0);
+        }
+        if let Some(v) = read("H5GDS_EMU_CUFILE_REGISTER_ERROR", &|v| {
+            v.parse::<u32>().is_ok()
+        }) {
+            out.cufile_register_error = v.parse().ok().filter(|&code: &u32| code != 0);
         }
         if let Some(v) = read("H5GDS_EMU_FAIL_ALLOC", &positive) {
             out.fail_alloc = v.parse().ok();
@@ -246,6 +255,7 @@ mod tests {
             ("H5GDS_EMU_GDS", "p2pdma"),
             ("H5GDS_EMU_GDS_TARGETS", "nfs,nvme"),
             ("H5GDS_EMU_CUFILE_OPEN_ERROR", "5001"),
+            ("H5GDS_EMU_CUFILE_REGISTER_ERROR", "5027"),
             ("H5GDS_EMU_FAIL_ALLOC", "2"),
             ("H5GDS_EMU_FAIL_IO", "4"),
             ("H5GDS_EMU_FAIL_IO_ERRNO", "28"),
@@ -269,6 +279,7 @@ mod tests {
                 p2pdma: true,
                 gds_targets: 1 << 2 | 1 << 4,
                 cufile_open_error: Some(5001),
+                cufile_register_error: Some(5027),
                 fail_alloc: Some(2),
                 fail_io: Some(4),
                 fail_io_errno: 28,

@@ -6,3 +6,46 @@ import sys
 from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))
+
+#: The device tests: device arrays over this process's libcuda, the emulator (scripts/test.sh) or a real driver.
+DEVICE_TEST_FILES = ("test_device.py", "test_gpu_codec.py", "test_mpi_device.py")
+
+
+def _in_device_file(report):
+    return report.nodeid.split("::")[0].rsplit("/", 1)[-1] in DEVICE_TEST_FILES
+
+
+def _skip_reason(report):
+    longrepr = report.longrepr
+    reason = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """After device tests, one line saying where they ran: on the real GPU, what passed and failed there and
+    how many need the emulator (skipped with device_arrays.NEEDS_EMULATOR), as scripts/test-gpu.sh counts the
+    Rust device tests; on the emulator, a line saying so (no GPU was used). Nothing when no device test found
+    a CUDA driver. Written at the very end (pytest_unconfigure), after pytest's own counts."""
+    device_arrays = sys.modules.get("device_arrays")
+    found = getattr(device_arrays, "_CUDA", None)
+    if found is None:
+        return
+    stats = terminalreporter.stats
+    passed = sum(1 for r in stats.get("passed", []) if _in_device_file(r))
+    failed = len({r.nodeid for key in ("failed", "error") for r in stats.get(key, []) if _in_device_file(r)})
+    skips = [_skip_reason(r) for r in stats.get("skipped", []) if _in_device_file(r)]
+    for_emulator = sum(1 for reason in skips if reason.startswith(device_arrays.NEEDS_EMULATOR))
+    if found.emulated:
+        config._h5gds_device_line = (f"EMULATED (h5gds's CPU emulators, no GPU used): {passed} Python device tests "
+                                     f"passed, {failed} failed; {len(skips)} skipped")
+    else:
+        config._h5gds_device_line = (f"ON THE REAL GPU: {passed} Python device tests passed, {failed} failed; "
+                                     f"{for_emulator} need the emulator and were not run; {len(skips) - for_emulator} "
+                                     "skipped for other reasons (pytest -rs lists them)")
+
+
+def pytest_unconfigure(config):
+    line = getattr(config, "_h5gds_device_line", None)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if line and reporter is not None:
+        reporter.write_line(line)

@@ -5,6 +5,7 @@ Never shipped: the package's tests only."""
 
 import ctypes
 import ctypes.util
+import os
 
 import numpy as np
 
@@ -64,6 +65,79 @@ def cuda():
     if _CUDA is None:
         _CUDA = Cuda()
     return _CUDA
+
+
+#: How the reason of every skip of a test that needs h5gds's emulators (their switches, fault injection,
+#: counters) starts, so that conftest.py can count them in the last line of a run on a real GPU.
+NEEDS_EMULATOR = "needs h5gds's emulator"
+
+#: The nvCOMP emulator's file (tests/emulator-nvcomp): tests link it as libnvcomp.so.6 (scripts/test.sh,
+#: tests/support/nvcomp_emulator.rs).
+NVCOMP_EMULATOR_FILE_NAME = "libh5gds_emu_nvcomp.so"
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def _file_of(lib, symbol):
+    """The file `symbol` of `lib` was loaded from, links resolved (dladdr), or None."""
+    for libdl in (None, "libdl.so.2"):  # dladdr: in libc since glibc 2.34, in libdl before
+        try:
+            dladdr = ctypes.CDLL(libdl).dladdr
+            break
+        except (OSError, AttributeError):
+            continue
+    else:
+        return None
+    dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+    info = _DlInfo()
+    try:
+        address = ctypes.cast(getattr(lib, symbol), ctypes.c_void_p)
+    except AttributeError:
+        return None
+    if not dladdr(address, ctypes.byref(info)) or not info.dli_fname:
+        return None
+    return os.path.realpath(os.fsdecode(info.dli_fname))
+
+
+_NVCOMP_EMULATED = None
+
+
+def nvcomp_emulated():
+    """Whether libnvcomp.so.6, as this process finds it, is h5gds's nvCOMP emulator. The emulator exports
+    nothing nvCOMP lacks, so the file tells: the copy already loaded (h5gds's) or else the one the loader
+    finds, resolved through the link to the emulator's file. False without any libnvcomp.so.6."""
+    global _NVCOMP_EMULATED
+    if _NVCOMP_EMULATED is None:
+        try:
+            lib = ctypes.CDLL("libnvcomp.so.6", mode=os.RTLD_NOW | os.RTLD_NOLOAD)
+        except OSError:
+            try:
+                lib = ctypes.CDLL("libnvcomp.so.6")
+            except OSError:
+                lib = None
+        path = _file_of(lib, "nvcompGetProperties") if lib is not None else None
+        _NVCOMP_EMULATED = path is not None and os.path.basename(path) == NVCOMP_EMULATOR_FILE_NAME
+    return _NVCOMP_EMULATED
+
+
+def require_emulator(what, nvcomp=False):
+    """Skips the calling test, with a reason starting with NEEDS_EMULATOR, unless this process's libcuda
+    is h5gds's CUDA/cuFile emulator (it exports h5gds_emu_counters) and, with `nvcomp`, its libnvcomp is
+    the nvCOMP emulator: `what` (switches, counters, fault injection) exists on the emulators only. On a
+    real GPU such tests are not run, as the Rust device tests are compiled as ignored there."""
+    import pytest
+
+    if not cuda().emulated:
+        pytest.skip(f"{NEEDS_EMULATOR} ({what}); libcuda here is a real CUDA driver")
+    if nvcomp and not nvcomp_emulated():
+        if os.environ.get("H5GDS_REQUIRE_DEVICE_TESTS") == "1":
+            # scripts/test.sh: the CUDA emulator without the nvCOMP emulator beside it is a broken setup.
+            pytest.fail(f"libcuda is the emulator but libnvcomp.so.6 is not {NVCOMP_EMULATOR_FILE_NAME}")
+        pytest.skip(f"{NEEDS_EMULATOR} ({what}); libnvcomp.so.6 here is not the nvCOMP emulator "
+                    f"({NVCOMP_EMULATOR_FILE_NAME})")
 
 
 # DLPack structs (dlpack.h) for exporting a tensor.

@@ -5,7 +5,9 @@ refusal naming the culprit and leaving the dataset and the array as they were.
 
 scripts/test.sh runs this file with h5gds's CPU emulator of CUDA and cuFile on LD_LIBRARY_PATH (test
 arrays: device_arrays.py). On a GPU machine run it without the emulator: the same tests then use the
-real driver, and also run against CuPy and PyTorch where they are installed with CUDA."""
+real driver, and also run against CuPy and PyTorch where they are installed with CUDA; those that need the
+emulator (its counters, switches, fault injection) skip there (device_arrays.require_emulator), and the run's
+last line (conftest.py) counts what passed on the GPU and what needs the emulator."""
 
 import os
 
@@ -23,7 +25,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import h5gds  # noqa: E402
-from device_arrays import DeviceArray, DlpackArray, cuda  # noqa: E402
+from device_arrays import DeviceArray, DlpackArray, cuda, require_emulator  # noqa: E402
 
 
 def _cuda():
@@ -569,7 +571,6 @@ def test_device_reads_in_threads_while_others_use_h5py(tmp_path):
 
 
 def test_the_emulator_saw_no_bounds_violation_or_double_free():
-    if not CUDA.emulated:
-        pytest.skip("counters exist on the emulator only")
+    require_emulator("its bounds and double-free counters")
     counters = CUDA.counters()
     assert counters["bounds_violations"] == 0 and counters["double_frees"] == 0, counters

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import h5gds
-from device_arrays import DeviceArray
+from device_arrays import DeviceArray, require_emulator
 from test_device import CUDA, STAGED, open_gds
 
 DECODED = "decoded on the GPU with nvCOMP"
@@ -202,7 +202,9 @@ with h5py.File(sys.argv[1], "r", driver="gds", rdcc_nbytes=0) as f:
 
 def test_a_decode_the_gpu_reports_failed_fails_the_read(tmp_path):
     # The nvCOMP emulator's fault switch: the second chunk decoded reports failure (and leaves poison in
-    # its output, as a failed kernel leaves garbage). The read must raise, never return that data.
+    # its output, as a failed kernel leaves garbage). The read must raise, never return that data. Real
+    # nvCOMP has no such switch: there the child would read the chunk fine.
+    require_emulator("the fault switch H5GDS_EMU_NVCOMP_FAIL_CHUNK", nvcomp=True)
     data = np.tile(np.array([1.5, 2.5, 3.5, -1], "<f4"), 64)
     with h5py.File(tmp_path / "z.h5", "w") as f:
         f.create_dataset("z", data=data, chunks=(64,), **CODECS["zstd"])
@@ -254,7 +256,6 @@ def test_a_file_opened_with_sec2_stays_on_hdf5s_filters(tmp_path, capfd):
 
 
 def test_the_emulator_saw_no_bounds_violation_or_double_free_after_decoding():
-    if not CUDA.emulated:
-        pytest.skip("counters exist on the emulator only")
+    require_emulator("its bounds and double-free counters")
     counters = CUDA.counters()
     assert counters["bounds_violations"] == 0 and counters["double_frees"] == 0, counters

@@ -15,7 +15,7 @@ use super::target::Storage;
 use super::{Direction, PartialTransfer};
 use crate::cuda::{self, CUdeviceptr, CudaError};
 use cufile_sys::{
-    CUfileDescr_t, CUfileDrvProps_t, CUfileFileHandleType, CUfileHandle_t, CuFileLib,
+    CUfileDescr_t, CUfileDrvProps_t, CUfileFileHandleType, CUfileHandle_t, CUfileOpError, CuFileLib,
 };
 use std::ffi::{c_void, CStr};
 use std::fs::File;
@@ -189,6 +189,37 @@ fn keep_log_out_of_working_directory(lib: &CuFileLib) {
     }
 }
 
+/// Where cuFile writes its log, by its precedence (see `keep_log_out_of_working_directory`).
+fn cufile_log_location(lib: &CuFileLib) -> String {
+    use cufile_sys::CUFileStringConfigParameter_t as P;
+    if let Some(file) = std::env::var_os("CUFILE_LOGFILE_PATH").filter(|v| !v.is_empty()) {
+        return format!("{file:?}");
+    }
+    if let Ok(get) = lib.cuFileGetParameterString.as_ref() {
+        let mut value = [0 as std::ffi::c_char; 4096];
+        // SAFETY: the buffer holds `len` bytes; cuFile NUL-terminates what it writes.
+        let status = unsafe {
+            get(
+                P::CUFILE_PARAM_LOG_DIR,
+                value.as_mut_ptr(),
+                value.len() as i32,
+            )
+        };
+        // SAFETY: as above; the buffer was zeroed, so it ends in a NUL either way.
+        let dir = unsafe { CStr::from_ptr(value.as_ptr()) }.to_string_lossy();
+        if cufile_sys::succeeded(&status) && !dir.is_empty() {
+            return format!("{:?}", std::path::Path::new(&*dir).join("cufile.log"));
+        }
+    }
+    match std::env::var_os("CUFILE_ENV_PATH_JSON") {
+        Some(json) => format!(
+            "the directory \"logging\": {{\"dir\"}} names in {json:?}, else cufile.log in the \
+             working directory"
+        ),
+        None => "cufile.log in the working directory".into(),
+    }
+}
+
 static DRIVER: OnceLock<Result<CuFileDriver, String>> = OnceLock::new();
 
 /// The process's cuFile driver, opened on first use.
@@ -269,7 +300,17 @@ impl GdsHandle {
         let status = unsafe { register(&mut handle, &mut descr) };
         drop(context);
         if !cufile_sys::succeeded(&status) {
-            return Err(CudaError::cufile("cuFileHandleRegister", &status).to_string());
+            let err = CudaError::cufile("cuFileHandleRegister", &status);
+            return Err(match status.err {
+                CUfileOpError::CU_FILE_HANDLE_NOT_REGISTERED => format!(
+                    "{err}: cuFile could not register the file, usually because it cannot read \
+                     the attributes of the volume the file is on (common in VMs and containers, \
+                     whose virtual disks udev describes without a file-system usage: \
+                     \"udev property not found: ID_FS_USAGE\" in cuFile's log); cuFile's log: {}",
+                    cufile_log_location(&driver.lib)
+                ),
+                _ => err.to_string(),
+            });
         }
         Ok(GdsHandle {
             driver,
