@@ -656,9 +656,30 @@ fn run_host_only(path: &Path) -> Check<usize> {
     h5("H5Dwrite", dset.write_raw(&want))?;
     let got = h5("H5Dread", dset.read_raw::<u8>())?;
     expect_bytes("host read", &got, &want)?;
-    drop(dset);
+    // What HDF5 copies itself (a compact dataset, elements of cached chunks), into host memory:
+    // through the driver's ctl(MEM_COPY) only when the file asked for it (device_copies=on).
+    let compact = pattern(200, 43);
+    let cset = create(&file, "compact", compact.len(), Layout::Compact, false)?;
+    h5("H5Dwrite", cset.write_raw(&compact))?;
+    expect_bytes(
+        "host compact read",
+        &h5("H5Dread", cset.read_raw::<u8>())?,
+        &compact,
+    )?;
+    let kset = h5(
+        "H5Dcreate2(cached)",
+        file.new_dataset::<u8>()
+            .shape(want.len())
+            .chunk(4096)
+            .create("cached"),
+    )?;
+    h5("H5Dwrite", kset.write_raw(&want))?;
+    let third: Vec<u8> = want.iter().step_by(3).copied().collect();
+    let got = h5("H5Dread", kset.read_slice_1d::<u8, _>(s![..;3]))?.to_vec();
+    expect_bytes("host strided read of cached chunks", &got, &third)?;
+    drop((dset, cset, kset));
     h5("H5Fclose", file.close())?;
-    Ok(1)
+    Ok(3)
 }
 
 /// The child of `--fork`: host reads from the file its parent opened (into a fresh host

@@ -57,6 +57,7 @@ pub enum Key {
     TaskSize,
     BounceBufferSize,
     DirectIo,
+    DeviceCopies,
 }
 
 /// The description of one setting: the single source for parsing, errors and documentation.
@@ -123,6 +124,18 @@ pub const SETTINGS: &[SettingSpec] = &[
         default: "off",
         accepted: "off, on, auto",
     },
+    SettingSpec {
+        key: Key::DeviceCopies,
+        env: "H5GDS_DEVICE_COPIES",
+        config_key: "device_copies",
+        aliases: &[],
+        meaning: "device buffers for the data HDF5 copies itself (compact datasets, chunks in the \
+                  chunk cache): on = HDF5 asks the driver to make those copies \
+                  (H5FD_FEAT_MEMMANAGE), so they may go to and from GPU memory, at a cost to host \
+                  reads of such data; off = HDF5 copies them itself, host buffers only",
+        default: "off",
+        accepted: "off, on",
+    },
 ];
 
 /// The environment variable that sets the log filter (not a per-file setting).
@@ -136,6 +149,9 @@ pub struct VfdSettings {
     pub task_size: usize,
     pub bounce_buffer_size: usize,
     pub direct_io: DirectIo,
+    /// Whether HDF5's own copies (compact data, cached chunks) go through the driver, so device
+    /// buffers work for them (`device_copies`).
+    pub device_copies: bool,
     /// Where each value came from, in `SETTINGS` order.
     pub sources: Vec<(Key, Source)>,
 }
@@ -148,6 +164,7 @@ impl Default for VfdSettings {
             task_size: 4 << 20,
             bounce_buffer_size: 16 << 20,
             direct_io: DirectIo::Off,
+            device_copies: false,
             sources: SETTINGS.iter().map(|s| (s.key, Source::Default)).collect(),
         }
     }
@@ -233,6 +250,13 @@ impl VfdSettings {
                     _ => return Err(invalid()),
                 }
             }
+            Key::DeviceCopies => {
+                self.device_copies = match value.to_ascii_lowercase().as_str() {
+                    "off" => false,
+                    "on" => true,
+                    _ => return Err(invalid()),
+                }
+            }
             Key::NThreads => {
                 self.nthreads = value
                     .parse::<usize>()
@@ -264,6 +288,7 @@ impl VfdSettings {
         match key {
             Key::CompatMode => format!("{:?}", self.compat_mode).to_lowercase(),
             Key::DirectIo => format!("{:?}", self.direct_io).to_lowercase(),
+            Key::DeviceCopies => if self.device_copies { "on" } else { "off" }.to_string(),
             Key::NThreads => self.nthreads.to_string(),
             Key::TaskSize => format_size(self.task_size as u64),
             Key::BounceBufferSize => format_size(self.bounce_buffer_size as u64),

@@ -151,6 +151,7 @@
 //! cross-context uses: N
 //! cufile failed transfers: N
 //! calls from a forked child: N
+//! pointer queries: N
 //! ```
 //!
 //! "cufile reads/writes" count calls that returned a byte count (0 included); "copies" count
@@ -160,7 +161,8 @@
 //! "handle register calls" every call of `cuFileDriverOpen` and `cuFileHandleRegister`, failed
 //! ones included (whether a program touches cuFile at all), "failed transfers" the
 //! `cuFileRead`/`cuFileWrite` calls that returned an error, "calls from a forked child" the
-//! calls refused because they came from a fork of the process that called `cuInit`.
+//! calls refused because they came from a fork of the process that called `cuInit`, "pointer
+//! queries" the `cuPointerGetAttributes` calls (what classifying a buffer costs a program).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![allow(non_snake_case)]

@@ -71,7 +71,8 @@ fn render(text: &mut StackText) {
          cufile handle register calls: {}\n\
          cross-context uses: {}\n\
          cufile failed transfers: {}\n\
-         calls from a forked child: {}\n",
+         calls from a forked child: {}\n\
+         pointer queries: {}\n",
         c.live_device_allocations,
         c.live_device_bytes,
         c.live_pinned_host_allocations,
@@ -88,6 +89,7 @@ fn render(text: &mut StackText) {
         counters::CROSS_CONTEXT_USES.load(Ordering::Relaxed),
         counters::CUFILE_FAILED_TRANSFERS.load(Ordering::Relaxed),
         counters::FORKED_CHILD_CALLS.load(Ordering::Relaxed),
+        counters::POINTER_QUERY_CALLS.load(Ordering::Relaxed),
     );
 }
 
