@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device tests on a machine with an NVIDIA GPU (README, "Verifying on a GPU"): the test
+# The device tests on a machine with an NVIDIA GPU (docs/verifying-on-a-gpu.md): the test
 # programs read into and write from real device memory through the machine's libcuda and
 # libcufile. Tests that need the CPU emulator (its switches, fault injection, exit report) are
 # compiled as ignored (H5GDS_TEST_REAL_CUDA=1 sets the `real_cuda` cfg): they are listed as

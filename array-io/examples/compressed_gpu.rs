@@ -1,4 +1,4 @@
-//! Checks the GPU codec path end to end (README, "Verifying on a GPU"): h5py + hdf5plugin
+//! Checks the GPU codec path end to end (docs/verifying-on-a-gpu.md): h5py + hdf5plugin
 //! write compressed datasets (deflate, Zstandard, LZ4; ranks 1-3, edge, missing, unfiltered and
 //! damaged chunks: `tests/gpu_codec_files.py`); each is read into device memory, decoded by
 //! nvCOMP, and compared byte for byte with h5py's read; damaged chunks must fail naming the

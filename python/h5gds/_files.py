@@ -4,7 +4,7 @@ Legate's ``legate.io.hdf5`` (where Legate fails, these raise an exception naming
 the right thing). The bytes move with ``h5gds.read`` / ``h5gds.write``, so results go wherever
 those can put them.
 
-Decisions (README, Python section):
+Decisions (docs/python.md):
 
 * ``dataset`` may omit the leading ``/`` (``"data"`` is ``"/data"``); a trailing ``/``, ``//``,
   ``.`` or ``..`` path components raise ValueError naming the name (array-io's rule).

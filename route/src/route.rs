@@ -4,7 +4,7 @@
 //! `layout`; code running inside h5py's HDF5 gathers the same facts with its own calls).
 //!
 //! HDF5 hands the driver the caller's buffer untouched only when it has nothing to do to the
-//! data itself (README, "When device buffers are safe"; ARCHITECTURE.md). It touches the buffer — fatal for a
+//! data itself (docs/driver.md, "When device buffers are safe"; ARCHITECTURE.md). It touches the buffer — fatal for a
 //! device pointer — for type conversion, fill values of unallocated storage, filtered chunks,
 //! chunks that fit the chunk cache, external and virtual storage, and compact data. So:
 //!

@@ -561,7 +561,7 @@ fn synchronize_legacy_stream() -> Result<(), CudaError> {
 /// write must not read a buffer before the kernel or upload producing it has finished (the
 /// driver reads it through cuFile or on its own non-blocking streams, which do not wait for the
 /// legacy stream), nor a read fill one still in use. Work on the caller's own non-blocking
-/// streams is the caller's to finish before calling HDF5 (README). In `context`, the buffer's:
+/// streams is the caller's to finish before calling HDF5 (docs/driver.md, "Streams"). In `context`, the buffer's:
 /// each context has its own legacy stream.
 pub(crate) fn wait_for_legacy_stream(context: DeviceContext) -> Result<(), CudaError> {
     let _context = enter(context)?;
