@@ -2,7 +2,8 @@
 # Installs what building and testing h5gds needs into project-local places:
 #   .venv/        cmake (HDF5 is built from source by hdf5-metno-sys), h5py with HDF5 2.x, numpy,
 #                 netCDF4, PyTables, xarray and h5netcdf (other HDF5 copies in one process),
-#                 maturin (builds the Python package's wheel), mpi4py (built against Open MPI)
+#                 maturin with ziglang and auditwheel (the Python package's manylinux_2_28 wheel),
+#                 mpi4py (built against Open MPI)
 #   Open MPI      Debian's libopenmpi-dev and openmpi-bin (apt-get, only when missing)
 #   .venv-114/    h5py whose wheel bundles HDF5 1.14, for the old-HDF5 compatibility test
 # Idempotent: a second run only checks what is there.
@@ -21,6 +22,8 @@ NETCDF4=1.7.5.1.post1  # HDF5 2.2
 TABLES=3.11.1          # HDF5 1.14.6
 XARRAY=2026.9.0        # with both netCDF engines, h5netcdf (h5py's HDF5) and netcdf4
 H5NETCDF=1.8.2
+ZIGLANG=0.17.1    # zig as linker: wheels built against glibc 2.28 (manylinux_2_28) on this Debian 12
+AUDITWHEEL=6.8.2  # checks the wheel's platform tag
 
 # Open MPI from Debian's archive, for the MPI build of array-io (the `mpi` crate builds against
 # it), mpi4py and the MPI tests; installed only when missing.
@@ -44,7 +47,8 @@ make_venv() {  # dir, requirements...
 make_venv .venv "cmake>=3.26" "h5py==$H5PY_NEW" numpy pytest \
   "nvidia-cufile==$CUFILE" "libclang==$LIBCLANG" "maturin>=1.7,<2" \
   "nvidia-libnvcomp-cu12==$NVCOMP" "hdf5plugin==$HDF5PLUGIN" \
-  "netCDF4==$NETCDF4" "tables==$TABLES" "xarray==$XARRAY" "h5netcdf==$H5NETCDF"
+  "netCDF4==$NETCDF4" "tables==$TABLES" "xarray==$XARRAY" "h5netcdf==$H5NETCDF" \
+  "ziglang==$ZIGLANG" "auditwheel==$AUDITWHEEL"
 # mpi4py built from source against Open MPI's mpicc (a binary wheel could carry another MPI).
 if ! .venv/bin/python -c 'import mpi4py' 2>/dev/null; then
   MPICC=mpicc .venv/bin/python -m pip install --quiet --disable-pip-version-check \

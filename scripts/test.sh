@@ -46,14 +46,22 @@ done
 # nvCOMP's emulator as libnvcomp.so.6 (as tests/support/nvcomp_emulator.rs links it): h5gds.read
 # decodes compressed chunks on the emulated GPU (test_gpu_codec.py).
 ln -sf "$PWD/target/debug/libh5gds_emu_nvcomp.so" "$emulator_libs/libnvcomp.so.6"
-.venv/bin/maturin build --release --quiet -o target/wheels
+# A wheel clusters accept: glibc 2.28 symbols only (zig as linker), abi3, checked by auditwheel.
+PATH="$PWD/.venv/bin:$PATH" .venv/bin/maturin build --release --quiet --zig --compatibility manylinux_2_28 \
+  -o target/wheels
+wheel=$(ls target/wheels/h5gds-*-cp39-abi3-manylinux_2_28_x86_64.whl)
+.venv/bin/auditwheel show "$wheel" | tr -s '\n ' ' ' | grep -q 'consistent with the following platform tag: "manylinux_2_28_x86_64"' || {
+  .venv/bin/auditwheel show "$wheel" >&2
+  echo "$wheel is not a manylinux_2_28 wheel" >&2
+  exit 1
+}
 for env in .venv .venv-114; do
   wheel_env=.venv-wheel${env#.venv}
   "${PYTHON:-python3}" -m venv "$wheel_env"
   pins=$("$env/bin/python" -c 'import h5py, numpy; print(f"h5py=={h5py.__version__} numpy=={numpy.__version__}")')
   # shellcheck disable=SC2086 # two requirements
   "$wheel_env/bin/python" -m pip install --quiet --disable-pip-version-check $pins pytest netCDF4==1.7.2 hdf5plugin==7.1.0 \
-    target/wheels/h5gds-*.whl
+    "$wheel"
   # mpi4py for the collective calls' tests (tests/python/package/test_mpi.py), built against Open
   # MPI as in .venv (pip reuses the wheel it built there).
   MPICC=mpicc "$wheel_env/bin/python" -m pip install --quiet --disable-pip-version-check \
@@ -67,3 +75,12 @@ for env in .venv .venv-114; do
     H5GDS_REQUIRE_DEVICE_TESTS=1 H5GDS_EMU_DEVICES=2 "../../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider \
     test_device.py test_gpu_codec.py test_mpi_device.py)
 done
+# `pip install h5gds[cu12]`: cuFile and nvCOMP from NVIDIA's wheels, found in site-packages with
+# LD_LIBRARY_PATH unset (both load without a GPU).
+rm -rf .venv-wheel-cu12
+"${PYTHON:-python3}" -m venv .venv-wheel-cu12
+pins=$(.venv/bin/python -c 'import h5py, numpy; print(f"h5py=={h5py.__version__} numpy=={numpy.__version__}")')
+# shellcheck disable=SC2086 # two requirements
+.venv-wheel-cu12/bin/python -m pip install --quiet --disable-pip-version-check $pins pytest "$wheel[cu12]"
+(cd tests/python/package && env -u LD_LIBRARY_PATH H5GDS_EXPECT_NVIDIA_WHEELS=cu12 \
+  ../../../.venv-wheel-cu12/bin/python -m pytest -q -p no:cacheprovider test_nvidia_libraries.py)

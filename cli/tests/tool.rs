@@ -122,13 +122,19 @@ fn info_says_whether_nvcomp_loads() {
     let info = info_json(&[("LD_LIBRARY_PATH", libs.path().as_os_str())]);
     assert_eq!(info["nvcomp"]["loaded"], true, "{info}");
     assert!(info["nvcomp"]["problem"].is_null(), "{info}");
+    // The file it was loaded from: the emulator under the soname, in that directory.
+    let file = std::path::PathBuf::from(info["nvcomp"]["file"].as_str().unwrap_or_default());
+    assert_eq!(file, libs.path().join("libnvcomp.so.6"), "{info}");
     let dir = plugin_dir();
     let out = tool(
         &["info", "--plugin-dir", dir.to_str().unwrap()],
         &[("LD_LIBRARY_PATH", libs.path().as_os_str())],
     );
     assert!(
-        stdout(&out).contains("nvCOMP:   libnvcomp.so.6 loads: array-io decodes"),
+        stdout(&out).contains(&format!(
+            "nvCOMP:   libnvcomp.so.6 loads (from {}): array-io decodes",
+            file.display()
+        )),
         "{}",
         stdout(&out)
     );
@@ -160,12 +166,13 @@ fn info_on_the_emulator_sees_cuda_and_gds() {
         2,
         "{info}"
     );
-    assert_eq!(info["cufile"]["gds_kernel_path"], false);
+    // No nvidia-fs and P2PDMA off: under auto, cuFile is not even opened, and info says so.
+    assert_eq!(info["cufile"]["loaded"], false, "{info}");
+    let not_opened = "cuFile not opened: no nvidia-fs and P2PDMA off";
+    assert_eq!(info["cufile"]["problem"], not_opened, "{info}");
+    let device = info["verdict"]["device"].as_str().unwrap();
     assert!(
-        info["verdict"]["device"]
-            .as_str()
-            .unwrap()
-            .starts_with("staged"),
+        device.starts_with("staged") && device.ends_with(&format!("({not_opened})")),
         "{info}"
     );
 }

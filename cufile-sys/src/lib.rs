@@ -47,10 +47,24 @@ pub use bindings::*;
 /// The library name the loader opens (the soname of libcufile 1.x).
 pub const LIBRARY_NAME: &str = "libcufile.so.0";
 
-/// Opens libcufile. Its constructors run, but no cuFile function is called.
+/// The file [`load`] opens before searching by soname, once [`prefer_file`] named one.
+static PREFERRED_FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Makes [`load`] open `file` (the Python package: NVIDIA's `nvidia-cufile` wheel in
+/// site-packages) before the soname, so no `LD_LIBRARY_PATH` is needed; the first call wins.
+pub fn prefer_file(file: std::path::PathBuf) {
+    let _ = PREFERRED_FILE.set(file);
+}
+
+/// Opens libcufile: the preferred file where one was named and loads, else by soname. Its
+/// constructors run, but no cuFile function is called.
 pub fn load() -> Result<CuFileLib, libloading::Error> {
+    let preferred = PREFERRED_FILE.get().map(|f| f.as_os_str());
     // SAFETY: loading a shared library runs its initialisers; libcufile's do not open the driver.
-    unsafe { CuFileLib::new(LIBRARY_NAME) }
+    let open = |name: &std::ffi::OsStr| unsafe { CuFileLib::new(name) };
+    preferred
+        .and_then(|f| open(f).ok())
+        .map_or_else(|| open(LIBRARY_NAME.as_ref()), Ok)
 }
 
 /// Expands to `op_error_name` over the listed constants: each must exist in the bindings (so a

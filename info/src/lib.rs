@@ -40,7 +40,11 @@ pub struct CudaInfo {
 
 #[derive(Serialize)]
 pub struct CufileInfo {
-    /// Whether libcufile was opened (only tried when CUDA works).
+    /// The file libcufile loads from (loading calls nothing, so it is safe without CUDA).
+    pub library_file: Option<String>,
+    /// Why libcufile does not load, where it does not.
+    pub library_problem: Option<String>,
+    /// Whether cuFile's driver was opened (only tried when CUDA works).
     pub loaded: bool,
     pub version: Option<String>,
     pub nvfs_version: Option<String>,
@@ -54,6 +58,8 @@ pub struct CufileInfo {
 pub struct NvcompInfo {
     /// The library array-io opens (`nvcomp_sys::LIBRARY_NAME`).
     pub library: &'static str,
+    /// The file it was loaded from, where it loads.
+    pub file: Option<String>,
     /// Whether it loads in this process (opened and closed again; no nvCOMP call is made).
     pub loaded: bool,
     pub problem: Option<String>,
@@ -92,9 +98,32 @@ fn cuda_info() -> CudaInfo {
     }
 }
 
+/// The file a loaded library's function lives in.
+fn file_of(function: Option<*const std::ffi::c_void>) -> Option<String> {
+    // SAFETY: Dl_info is pointers and integers, for which all zeros is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only looks the address up; `info` is a valid out-pointer.
+    let found = unsafe { libc::dladdr(function?, &mut info) } != 0 && !info.dli_fname.is_null();
+    // SAFETY: dladdr returned a C string naming a loaded object.
+    found.then(|| {
+        unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }
+            .to_string_lossy()
+            .into()
+    })
+}
+
 fn cufile_info(settings: Option<&VfdSettings>) -> CufileInfo {
+    let (library_file, library_problem) = match cufile_sys::load() {
+        Ok(lib) => {
+            let symbol = lib.cuFileDriverOpen.as_ref().ok().map(|f| *f as *const _);
+            (file_of(symbol), None)
+        }
+        Err(err) => (None, Some(err.to_string())),
+    };
     match h5gds::cufile_driver(settings) {
         Ok(d) => CufileInfo {
+            library_file,
+            library_problem,
             loaded: true,
             version: Some(format!("{}.{}", d.version / 1000, (d.version % 1000) / 10)),
             nvfs_version: Some(format!("{}.{}", d.nvfs.0, d.nvfs.1)),
@@ -102,6 +131,8 @@ fn cufile_info(settings: Option<&VfdSettings>) -> CufileInfo {
             problem: None,
         },
         Err(why) => CufileInfo {
+            library_file,
+            library_problem,
             loaded: false,
             version: None,
             nvfs_version: None,
@@ -112,9 +143,20 @@ fn cufile_info(settings: Option<&VfdSettings>) -> CufileInfo {
 }
 
 fn nvcomp_info() -> NvcompInfo {
-    let problem = nvcomp_sys::load().err().map(|e| e.to_string());
+    let (file, problem) = match nvcomp_sys::load() {
+        Ok(lib) => {
+            let symbol = lib
+                .nvcompGetProperties
+                .as_ref()
+                .ok()
+                .map(|f| *f as *const _);
+            (file_of(symbol), None)
+        }
+        Err(err) => (None, Some(err.to_string())),
+    };
     NvcompInfo {
         library: nvcomp_sys::LIBRARY_NAME,
+        file,
         loaded: problem.is_none(),
         problem,
     }
@@ -235,6 +277,11 @@ pub fn render(info: &Info) -> String {
         )),
     }
     let f = &info.cufile;
+    match (&f.library_file, &f.library_problem) {
+        (Some(file), _) => line(format!("libcufile: {file}")),
+        (None, Some(why)) => line(format!("libcufile: does not load: {why}")),
+        (None, None) => line("libcufile: loaded from an unknown file".into()),
+    }
     if f.loaded {
         line(format!(
             "cuFile:   {} (nvidia-fs {}): {}",
@@ -255,9 +302,10 @@ pub fn render(info: &Info) -> String {
     let n = &info.nvcomp;
     match &n.problem {
         None => line(format!(
-            "nvCOMP:   {} loads: array-io decodes and encodes deflate, Zstandard and LZ4 chunks on \
-             the GPU",
-            n.library
+            "nvCOMP:   {} loads (from {}): array-io decodes and encodes deflate, Zstandard and \
+             LZ4 chunks on the GPU",
+            n.library,
+            n.file.as_deref().unwrap_or("an unknown file")
         )),
         Some(problem) => line(format!(
             "nvCOMP:   not loaded ({problem}): compressed chunks go through HDF5's CPU filters"

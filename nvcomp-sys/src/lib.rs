@@ -38,10 +38,24 @@ pub use bindings::*;
 /// The library name the loader opens (the soname of nvCOMP 6).
 pub const LIBRARY_NAME: &str = "libnvcomp.so.6";
 
-/// Opens libnvcomp. Its constructors run, but no nvCOMP function is called.
+/// The file [`load`] opens before searching by soname, once [`prefer_file`] named one.
+static PREFERRED_FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Makes [`load`] open `file` (the Python package: NVIDIA's `nvidia-libnvcomp-cu*` wheel in
+/// site-packages) before the soname, so no `LD_LIBRARY_PATH` is needed; the first call wins.
+pub fn prefer_file(file: std::path::PathBuf) {
+    let _ = PREFERRED_FILE.set(file);
+}
+
+/// Opens libnvcomp: the preferred file where one was named and loads, else by soname. Its
+/// constructors run, but no nvCOMP function is called.
 pub fn load() -> Result<NvcompLib, libloading::Error> {
+    let preferred = PREFERRED_FILE.get().map(|f| f.as_os_str());
     // SAFETY: loading a shared library runs its initialisers; nvCOMP's touch no GPU state.
-    unsafe { NvcompLib::new(LIBRARY_NAME) }
+    let open = |name: &std::ffi::OsStr| unsafe { NvcompLib::new(name) };
+    preferred
+        .and_then(|f| open(f).ok())
+        .map_or_else(|| open(LIBRARY_NAME.as_ref()), Ok)
 }
 
 /// `nvcompBatchedDeflateDecompressDefaultOpts`: backend chosen by nvCOMP, reserved bytes zero.

@@ -23,7 +23,10 @@ this rank's GPU (node-local rank modulo the device count).
 
 import h5py  # h5gds joins the HDF5 library h5py loads, so h5py must be loaded first
 
-from . import _native
+from . import _native, _nvidia
+
+# Before anything loads them: cuFile and nvCOMP from NVIDIA's pip wheels, where installed.
+_native.prefer_library_files(**_nvidia.find())
 from ._driver import HDF5_LIBRARY, SETTING_KEYS
 from ._collective import CollectiveError, local_device
 from ._files import from_file, from_file_batched, to_file

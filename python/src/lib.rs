@@ -99,9 +99,20 @@ fn set_fapl(fapl: i64, config: &str) -> PyResult<()> {
 /// (this extension module), and no exports are needed (import h5gds registers the driver).
 #[pyfunction]
 fn info_json(module_path: std::path::PathBuf) -> PyResult<String> {
+    serde_json::to_string(&package_info(module_path)).map_err(|e| PyOSError::new_err(e.to_string()))
+}
+
+/// What `h5gds info` prints (`python -m h5gds info`), for this extension module as the plugin.
+#[pyfunction]
+fn info_text(module_path: std::path::PathBuf) -> String {
+    h5gds_info::render(&package_info(module_path))
+}
+
+/// The report for the package: the extension module is the library carrying the driver.
+fn package_info(module_path: std::path::PathBuf) -> h5gds_info::Info {
     let mut info = h5gds_info::gather(None);
     info.plugin = Some(module_path);
-    serde_json::to_string(&info).map_err(|e| PyOSError::new_err(e.to_string()))
+    info
 }
 
 /// One H5Dread/H5Dwrite of a hyperslab (`start`, `step`, `count` per axis) of dataset `dataset`
@@ -280,12 +291,27 @@ fn staged_by_settings() -> PyResult<bool> {
     device::staged_by_settings().map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
+/// Makes the driver and the GPU codec path load libcufile and libnvcomp from these files (NVIDIA's
+/// pip wheels in site-packages) before searching by soname; None leaves a library to the soname.
+#[pyfunction]
+#[pyo3(signature = (cufile=None, nvcomp=None))]
+fn prefer_library_files(cufile: Option<std::path::PathBuf>, nvcomp: Option<std::path::PathBuf>) {
+    if let Some(file) = cufile {
+        cufile_sys::prefer_file(file);
+    }
+    if let Some(file) = nvcomp {
+        nvcomp_sys::prefer_file(file);
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(prefer_library_files, m)?)?;
     m.add_function(wrap_pyfunction!(register_driver, m)?)?;
     m.add_function(wrap_pyfunction!(config_string, m)?)?;
     m.add_function(wrap_pyfunction!(set_fapl, m)?)?;
     m.add_function(wrap_pyfunction!(info_json, m)?)?;
+    m.add_function(wrap_pyfunction!(info_text, m)?)?;
     m.add_function(wrap_pyfunction!(dataset_io, m)?)?;
     m.add_function(wrap_pyfunction!(device_io, m)?)?;
     m.add_function(wrap_pyfunction!(staged_by_settings, m)?)?;

@@ -65,7 +65,8 @@ pub fn path_verdicts(settings: &VfdSettings) -> PathVerdicts {
 }
 
 /// The process's cuFile driver, if an open under `settings` would use one; else why not. Like the
-/// driver, it never touches libcufile before CUDA is known to work (cuFile would hang without it).
+/// driver, it never touches libcufile before CUDA is known to work (cuFile would hang without it),
+/// and under `compat_mode=auto` opens it only where it could give GDS.
 pub fn cufile_driver(settings: Option<&VfdSettings>) -> Result<&'static CuFileDriver, String> {
     if settings.is_some_and(|s| s.compat_mode == CompatMode::On) {
         return Err("not opened: compat_mode=on never touches libcufile".into());
@@ -73,5 +74,9 @@ pub fn cufile_driver(settings: Option<&VfdSettings>) -> Result<&'static CuFileDr
     if cuda().is_err() {
         return Err("not opened: CUDA does not work here, and cuFile would hang without it".into());
     }
-    io::gds::driver()
+    match settings.map(|s| s.compat_mode) {
+        // Exactly what a device transfer under auto opens.
+        Some(CompatMode::Auto) => io::gds::driver_for_auto(),
+        _ => io::gds::driver(),
+    }
 }

@@ -159,9 +159,13 @@ pub unsafe extern "C" fn cuFileSetParameterString(
 }
 
 /// `CUfileError_t cuFileGetParameterBool(CUFileBoolConfigParameter_t param, bool *value)`:
-/// cufile.json's value: `use_pci_p2pdma` as `H5GDS_EMU_GDS=p2pdma` says, `allow_compat_mode`
-/// true, `force_compat_mode` and `use_poll_mode` false (the configuration guide's defaults);
-/// CU_FILE_INVALID_VALUE for a null `value` or a parameter the emulator does not model.
+/// cufile.json's value: `use_pci_p2pdma` true wherever the emulated machine has a GDS kernel
+/// path (`H5GDS_EMU_GDS=1` or `p2pdma`: an emulated nvidia-fs cannot appear in
+/// `/proc/driver/nvidia-fs`, where the driver looks before it opens cuFile under
+/// `compat_mode=auto`, so the emulated GDS machine also asks for P2PDMA in its cufile.json; a
+/// real one may), `allow_compat_mode` true, `force_compat_mode` and `use_poll_mode` false (the
+/// configuration guide's defaults); CU_FILE_INVALID_VALUE for a null `value` or a parameter the
+/// emulator does not model. Readable before `cuFileDriverOpen`, as cuFile's configuration is.
 ///
 /// # Safety
 /// `value` must be null or valid for writing a C bool.
@@ -177,7 +181,7 @@ pub unsafe extern "C" fn cuFileGetParameterBool(
         cufile_panic,
         || {
             let answer = match param {
-                P::CUFILE_PARAM_USE_PCIP2PDMA => switches::get().p2pdma,
+                P::CUFILE_PARAM_USE_PCIP2PDMA => switches::get().gds,
                 P::CUFILE_PARAM_PROPERTIES_ALLOW_COMPAT_MODE => true,
                 P::CUFILE_PARAM_FORCE_COMPAT_MODE | P::CUFILE_PARAM_PROPERTIES_USE_POLL_MODE => {
                     false

@@ -114,7 +114,7 @@
 //! |---|---|---|
 //! | `H5GDS_EMU_DEVICES=N` | devices reported by `cuDeviceGetCount` (0..=64); 0 = no device, and then `cuInit` fails with CUDA_ERROR_NO_DEVICE (100) as the real driver does | 1 |
 //! | `H5GDS_EMU_INIT_ERROR=code` | every `cuInit` fails with this `CUresult` (0 = no injection); `cuFileDriverOpen` then fails with CU_FILE_CUDA_DRIVER_ERROR and `cu_err` = code | unset |
-//! | `H5GDS_EMU_GDS=0\|1\|p2pdma` | 1: GDS kernel path present (nvfs 2.20, transfers around the page cache); `p2pdma`: the same through PCI P2PDMA (nvfs 0.0, feature flag `CU_FILE_P2P_SUPPORTED`, `use_pci_p2pdma` true); 0: compat mode (nvfs 0.0, POSIX bounce buffers) | 1 |
+//! | `H5GDS_EMU_GDS=0\|1\|p2pdma` | 1: GDS kernel path present (nvfs 2.20, transfers around the page cache; cufile.json's `use_pci_p2pdma` reads true, so the driver's look before opening cuFile under `compat_mode=auto`, which cannot see an emulated `/proc/driver/nvidia-fs`, lets it open); `p2pdma`: the same through PCI P2PDMA (nvfs 0.0, feature flag `CU_FILE_P2P_SUPPORTED`, `use_pci_p2pdma` true); 0: compat mode (nvfs 0.0, POSIX bounce buffers, `use_pci_p2pdma` false: the driver under `compat_mode=auto` never opens cuFile, as on the first real-GPU machine) | 1 |
 //! | `H5GDS_EMU_GDS_TARGETS=list` | the storage cuFile reports as GDS targets (`dstatusflags`): comma-separated `lustre`, `wekafs`, `nfs`, `gpfs`, `nvme`, `nvmeof`, `scsi`, `beegfs`, or `none`; a file on a shared file system (NFS, Lustre, GPFS, BeeGFS by `fstatfs`) not listed registers in compatibility mode, silently, as cuFile does | `nvme,nvmeof,scsi` |
 //! | `H5GDS_EMU_CUFILE_OPEN_ERROR=code` | every `cuFileDriverOpen` (also the implicit one) fails with this `CUfileOpError` (0 = none) | unset |
 //! | `H5GDS_EMU_CUFILE_REGISTER_ERROR=code` | every `cuFileHandleRegister` whose arguments pass its checks fails with this `CUfileOpError` (0 = none), and the log says why, as on the first real-GPU machine (an H200 VM, no nvidia-fs, a virtio disk): 5027 `CU_FILE_HANDLE_NOT_REGISTERED` with "udev property not found: ID_FS_USAGE vda" and "cuFileHandleRegister error, failed to allocate file object" in cufile.log, whatever `allow_compat_mode` says. With `H5GDS_EMU_GDS=0` this is that machine | unset |
@@ -132,7 +132,7 @@
 //! | `H5GDS_EMU_STICKY_ERROR=N` | the Nth `cuPointerGetAttributes` fails with CUDA_ERROR_ILLEGAL_ADDRESS (700), and so does every CUDA or cuFile call after it | unset |
 //! | `H5GDS_EMU_CUFILE_IO_ERROR=code` | every `cuFileRead`/`cuFileWrite` of device memory returns this `CUfileOpError` (> 5000), negated | unset |
 //!
-//! The report has fifteen lines (a forked child that exits normally writes its own, to
+//! The report has sixteen lines (a forked child that exits normally writes its own, to
 //! `PATH.forked-PID`):
 //!
 //! ```text

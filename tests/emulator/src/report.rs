@@ -153,7 +153,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn report_has_the_fifteen_lines() {
+    fn report_has_the_sixteen_lines() {
         let mut text = StackText {
             bytes: [0; 1024],
             len: 0,
@@ -161,7 +161,7 @@ mod tests {
         render(&mut text);
         let text = std::str::from_utf8(&text.bytes[..text.len]).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 15, "{text}");
+        assert_eq!(lines.len(), 16, "{text}");
         assert!(lines[0].starts_with("leaked device allocations: "));
         assert!(lines[0].contains(" (bytes "));
         assert!(lines[7].starts_with("copies dtoh: "));
@@ -172,6 +172,7 @@ mod tests {
         assert!(lines[12].starts_with("cross-context uses: "));
         assert!(lines[13].starts_with("cufile failed transfers: "));
         assert!(lines[14].starts_with("calls from a forked child: "));
+        assert!(lines[15].starts_with("pointer queries: "));
     }
 
     #[test]

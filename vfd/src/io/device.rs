@@ -227,7 +227,7 @@ impl DevicePathPlan {
                 Ok(driver) => Ok(DevicePathPlan::Gds(driver)),
             },
             CompatMode::Auto if defer => Ok(DevicePathPlan::Deferred),
-            CompatMode::Auto => Ok(auto_plan(gds::driver())),
+            CompatMode::Auto => Ok(auto_plan(gds::driver_for_auto())),
         }
     }
 
@@ -335,7 +335,7 @@ impl DeferredGds {
     /// The path, decided on first use: cuFile opened, the file registered; any failure stages.
     fn decide(&self, settings: &VfdSettings, file_name: &str) -> &FileDevicePath {
         self.decided.get_or_init(|| {
-            let plan = auto_plan(gds::driver());
+            let plan = auto_plan(gds::driver_for_auto());
             let path = match plan.finish(settings, &self.path, self.rdwr) {
                 Ok(path) => path,
                 // `finish` fails only under compat_mode=off, which never defers.

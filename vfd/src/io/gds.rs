@@ -235,6 +235,39 @@ pub(crate) fn driver_if_opened() -> Option<Result<&'static CuFileDriver, String>
     DRIVER.get().map(|d| d.as_ref().map_err(Clone::clone))
 }
 
+/// The process's cuFile driver for `compat_mode=auto`, which uses cuFile only for GDS: opened only
+/// where it could give GDS (see [`gds_kernel_path_possible`]); one already open is used as it is.
+pub(crate) fn driver_for_auto() -> Result<&'static CuFileDriver, String> {
+    if let Some(driver) = driver_if_opened() {
+        return driver;
+    }
+    gds_kernel_path_possible()?;
+    driver()
+}
+
+/// Whether opening cuFile could find a GDS kernel path: the nvidia-fs module is loaded (its
+/// `/proc/driver/nvidia-fs`), or cuFile's configuration asks for PCI P2PDMA (`use_pci_p2pdma`,
+/// which libcufile reads from the cufile.json in effect, `CUFILE_ENV_PATH_JSON` else
+/// `/etc/cufile.json`, without opening its driver). Where neither holds, `cuFileDriverOpen` would
+/// only find that out, and it took 0.47 s on the first real-GPU machine (an H200 VM), the
+/// longest part of the first device read. Asked once per process; call only where CUDA works.
+pub(crate) fn gds_kernel_path_possible() -> Result<(), String> {
+    static POSSIBLE: OnceLock<Result<(), String>> = OnceLock::new();
+    POSSIBLE
+        .get_or_init(|| {
+            if std::path::Path::new("/proc/driver/nvidia-fs").exists() {
+                return Ok(());
+            }
+            let lib = cufile_sys::load()
+                .map_err(|e| format!("cannot load {}: {e}", cufile_sys::LIBRARY_NAME))?;
+            if use_pci_p2pdma(&lib) {
+                return Ok(());
+            }
+            Err("cuFile not opened: no nvidia-fs and P2PDMA off".into())
+        })
+        .clone()
+}
+
 /// One file registered with cuFile, through its own `O_DIRECT` descriptor.
 pub(crate) struct GdsHandle {
     driver: &'static CuFileDriver,
