@@ -17,6 +17,17 @@ def run(driver, *args, log=None):
     return assert_ran(proc, f"{args[0]} under {driver}")
 
 
+def under_both_drivers(tmp_path, scenario, *args):
+    """Runs `scenario` under sec2 and under gds, each in its own directory below `tmp_path`;
+    returns (stdout, stderr) dicts by driver."""
+    out, err = {}, {}
+    for driver in ("sec2", "gds"):
+        (tmp_path / driver).mkdir()
+        proc = run(driver, scenario, tmp_path / driver, *args)
+        out[driver], err[driver] = proc.stdout, proc.stderr
+    return out, err
+
+
 def hdf5_libraries(stderr):
     """The HDF5 libraries the driver's debug log says called it, and the counts of loaded ones."""
     lines = [line for line in stderr.splitlines() if "calls the driver through binding" in line]
@@ -27,11 +38,7 @@ def hdf5_libraries(stderr):
 
 @pytest.mark.parametrize("third", ["", "tables"], ids=["h5py+netCDF4", "h5py+netCDF4+PyTables"])
 def test_interleaved_selections_through_each_hdf5_copy_match_sec2(tmp_path, third):
-    out, err = {}, {}
-    for driver in ("sec2", "gds"):
-        (tmp_path / driver).mkdir()
-        proc = run(driver, "interleaved", tmp_path / driver, third)
-        out[driver], err[driver] = proc.stdout, proc.stderr
+    out, err = under_both_drivers(tmp_path, "interleaved", third)
     assert "INTERLEAVED OK" in out["sec2"]
     assert out["gds"] == out["sec2"]
     assert err["gds"] == err["sec2"] == ""
@@ -59,11 +66,7 @@ def test_each_hdf5_copy_gets_its_own_binding(tmp_path):
 
 @pytest.mark.parametrize("order", ["h5netcdf,netcdf4", "netcdf4,h5netcdf"])
 def test_xarray_opens_one_file_with_both_engines(tmp_path, order):
-    out, err = {}, {}
-    for driver in ("sec2", "gds"):
-        (tmp_path / driver).mkdir()
-        proc = run(driver, "xarray", tmp_path / driver, order)
-        out[driver], err[driver] = proc.stdout, proc.stderr
+    out, err = under_both_drivers(tmp_path, "xarray", order)
     assert "XARRAY OK" in out["sec2"]
     assert out["gds"] == out["sec2"]
     assert err["gds"] == err["sec2"] == ""

@@ -109,37 +109,22 @@ pub fn guard(body: impl FnOnce() -> Status) -> Status {
     })
 }
 
-/// The header's name of a status, as a C string.
+/// The header's name of a status (nvcomp-sys's table), as a C string kept for the process.
 pub fn status_cstr(status: Status) -> &'static CStr {
-    macro_rules! names {
-        ($($name:ident),*) => {
-            $(if status == Status::$name {
-                return CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes())
-                    .unwrap_or(c"nvcompErrorInternal");
-            })*
-        };
+    static NAMES: std::sync::Mutex<Vec<(Status, &'static CStr)>> =
+        std::sync::Mutex::new(Vec::new());
+    let Some(name) = nvcomp_sys::status_name(status) else {
+        return c"unknown nvcompStatus_t";
+    };
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&(_, known)) = names.iter().find(|(s, _)| *s == status) {
+        return known;
     }
-    names!(
-        nvcompSuccess,
-        nvcompErrorInvalidValue,
-        nvcompErrorNotSupported,
-        nvcompErrorCannotDecompress,
-        nvcompErrorBadChecksum,
-        nvcompErrorCannotVerifyChecksums,
-        nvcompErrorOutputBufferTooSmall,
-        nvcompErrorWrongHeaderLength,
-        nvcompErrorAlignment,
-        nvcompErrorChunkSizeTooLarge,
-        nvcompErrorCannotCompress,
-        nvcompErrorWrongInputLength,
-        nvcompErrorBatchSizeTooLarge,
-        nvcompErrorSubChunkCountTooLarge,
-        nvcompErrorSubChunkCountTooSmall,
-        nvcompErrorOutputBufferAlignmentTooSmall,
-        nvcompErrorCudaError,
-        nvcompErrorInternal
-    );
-    c"unknown nvcompStatus_t"
+    let owned = std::ffi::CString::new(name).unwrap_or_else(|_| c"nvcompErrorInternal".into());
+    // At most one per status value nvcomp-sys names: a bounded, process-long table.
+    let leaked: &'static CStr = Box::leak(owned.into_boxed_c_str());
+    names.push((status, leaked));
+    leaked
 }
 
 /// Fills `out` with one alignment for input, output and temp.
