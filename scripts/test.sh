@@ -50,6 +50,12 @@ ln -sf "$PWD/target/debug/libh5gds_emu_nvcomp.so" "$emulator_libs/libnvcomp.so.6
 PATH="$PWD/.venv/bin:$PATH" .venv/bin/maturin build --release --quiet --zig --compatibility manylinux_2_28 \
   -o target/wheels
 wheel=$(ls target/wheels/h5gds-*-cp39-abi3-manylinux_2_28_x86_64.whl)
+# The sdist builds a wheel where Rust is present (pip's own build, maturin fetched from PyPI).
+.venv/bin/maturin sdist -o target/wheels >/dev/null
+rm -rf target/sdist-wheel
+CARGO_TARGET_DIR="$PWD/target/sdist-build" .venv/bin/python -m pip wheel --quiet --disable-pip-version-check \
+  --no-deps -w target/sdist-wheel target/wheels/h5gds-*.tar.gz
+ls target/sdist-wheel/h5gds-*-cp39-abi3-*.whl >/dev/null
 .venv/bin/auditwheel show "$wheel" | tr -s '\n ' ' ' | grep -q 'consistent with the following platform tag: "manylinux_2_28_x86_64"' || {
   .venv/bin/auditwheel show "$wheel" >&2
   echo "$wheel is not a manylinux_2_28 wheel" >&2
