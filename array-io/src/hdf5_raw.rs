@@ -483,8 +483,8 @@ pub fn registered_driver(value: i32) -> Result<Option<hid_t>> {
         // Selecting the driver by value on a scratch list finds the registered one (it would
         // load a plugin only if none were registered).
         let fapl = FileAccess::try_new()?;
-        // SAFETY: a valid list; no config string.
         check(
+            // SAFETY: a valid list; no config string.
             unsafe { hdf5_sys::h5p::H5Pset_driver_by_value(fapl.id(), value, std::ptr::null()) }
                 as i64,
         )?;

@@ -3,7 +3,7 @@
 //! `h5gds info` reports what decides the path data takes (plugin, CUDA, cuFile, settings) with
 //! a verdict per path; `h5gds bench` runs the benchmarks: the `gds` plugin against sec2 (and a
 //! plain `pread` roofline) in one process, alternating, and prints a table of medians and ratios.
-#![deny(unsafe_op_in_unsafe_fn)]
+#![forbid(unsafe_code)]
 
 use h5gds_info as info;
 

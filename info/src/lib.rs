@@ -104,8 +104,8 @@ fn file_of(function: Option<*const std::ffi::c_void>) -> Option<String> {
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only looks the address up; `info` is a valid out-pointer.
     let found = unsafe { libc::dladdr(function?, &mut info) } != 0 && !info.dli_fname.is_null();
-    // SAFETY: dladdr returned a C string naming a loaded object.
     found.then(|| {
+        // SAFETY: dladdr returned a C string naming a loaded object.
         unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }
             .to_string_lossy()
             .into()

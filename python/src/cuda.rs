@@ -125,8 +125,8 @@ impl Context {
 impl Drop for Context {
     fn drop(&mut self) {
         let mut popped: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer; this thread pushed in `enter`.
         let _ = call("cuCtxPopCurrent", || {
+            // SAFETY: a valid out-pointer; this thread pushed in `enter`.
             unsafe { sys::cuCtxPopCurrent_v2(&mut popped) }.result()
         });
         let device = self.device;

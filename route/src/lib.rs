@@ -3,6 +3,7 @@
 //! `select` (the index arithmetic it and the staged paths use), `settings` (the two settings
 //! that choose the path). Pure functions without HDF5, so array-io (hdf5-metno) and the Python
 //! extension (h5py's own HDF5, no libhdf5 linked) share them.
+#![forbid(unsafe_code)]
 
 pub mod route;
 pub mod select;

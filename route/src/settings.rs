@@ -2,7 +2,7 @@
 //! parsed from their text: one parser for array-io (Rust) and the Python extension, so
 //! `H5GDS_USE_VFD_GDS` and `H5GDS_STAGING_BUFFER_SIZE` mean the same in both.
 
-use h5gds::parse_size;
+use h5gds_runtime::size::parse_size;
 
 /// `H5GDS_USE_VFD_GDS`: `1` = device data through the `gds` driver, `0` = the staged path,
 /// unset = the driver when CUDA works in this process.

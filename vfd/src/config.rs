@@ -7,6 +7,7 @@
 //! the default.
 
 use crate::error::{Error, Result};
+pub use h5gds_runtime::size::{format_size, parse_size};
 use std::ffi::OsString;
 use std::fmt;
 use std::os::unix::ffi::OsStringExt;
@@ -356,38 +357,10 @@ pub fn shown(raw: &[u8]) -> String {
     }
 }
 
-/// A byte count with an optional `K`/`M`/`G` suffix (binary units; `KB`, `KiB` also accepted).
-pub fn parse_size(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let digits_end = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, suffix) = text.split_at(digits_end);
-    let number: u64 = digits.parse().ok()?;
-    let shift = match suffix.trim().to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        _ => return None,
-    };
-    number.checked_mul(1u64 << shift)
-}
-
 fn parse_bounded_size(text: &str) -> Option<usize> {
     parse_size(text)
         .filter(|n| (MIN_SIZE..=MAX_SIZE).contains(n))
         .map(|n| n as usize)
-}
-
-/// A byte count in the shortest exact K/M/G form (`4M`, `1536K`, `100`).
-pub fn format_size(bytes: u64) -> String {
-    for (shift, suffix) in [(30, "G"), (20, "M"), (10, "K")] {
-        if bytes != 0 && bytes % (1u64 << shift) == 0 {
-            return format!("{}{}", bytes >> shift, suffix);
-        }
-    }
-    bytes.to_string()
 }
 
 #[cfg(test)]
@@ -416,20 +389,6 @@ mod tests {
         assert_eq!(s.direct_io, DirectIo::Off);
         assert!(s.nthreads >= 1 && s.nthreads <= 16);
         assert!(s.sources.iter().all(|(_, src)| *src == Source::Default));
-    }
-
-    #[test]
-    fn sizes_accept_suffixes() {
-        assert_eq!(parse_size("8M"), Some(8 << 20));
-        assert_eq!(parse_size("64k"), Some(64 << 10));
-        assert_eq!(parse_size("1G"), Some(1 << 30));
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("2MiB"), Some(2 << 20));
-        assert_eq!(parse_size("M"), None);
-        assert_eq!(parse_size("3T"), None);
-        assert_eq!(parse_size("-1"), None);
-        assert_eq!(format_size(4 << 20), "4M");
-        assert_eq!(format_size(1536 << 10), "1536K");
     }
 
     #[test]

@@ -138,8 +138,8 @@ fn call<T>(name: &'static str, f: impl FnOnce() -> Result<T, DriverError>) -> Re
 }
 
 fn init() -> Result<CudaDriver, CudaError> {
-    // SAFETY: only tries to dlopen libcuda under its usual names.
     if !call("is_culib_present", || {
+        // SAFETY: only tries to dlopen libcuda under its usual names.
         Ok(unsafe { sys::is_culib_present() })
     })? {
         return Err(CudaError::new(

@@ -1,5 +1,6 @@
 //! The bindgen configuration for cufile-sys, shared by the regeneration command and the test
 //! that checks the committed bindings against the header.
+#![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 

@@ -1,5 +1,6 @@
 //! Regenerates cufile-sys/src/bindings.rs: `cargo run -p cufile-bindgen [-- path/to/cufile.h]`.
 //! Needs libclang (scripts/setup.sh installs one; set LIBCLANG_PATH to its directory).
+#![forbid(unsafe_code)]
 
 fn main() {
     let header = std::env::args()

@@ -180,7 +180,7 @@ fn views<'a>(
     if temp_bytes < n * TEMP_PER_CHUNK || temp as usize % align != 0 {
         return Err(invalid);
     }
-    // SAFETY (all below): ranges checked against the device allocations by `device`; the
+    // SAFETY: every range below is checked against the device allocations by `device`; the
     // caller's arrays do not overlap (nvCOMP's contract).
     unsafe {
         device::bytes(temp, n * TEMP_PER_CHUNK).ok_or(invalid)?;
@@ -222,8 +222,9 @@ pub fn decompress(codec: Codec, arrays: Arrays, n: usize, temp: u64, temp_bytes:
         let result = if input as usize % align != 0 || output as usize % align != 0 {
             (Status::nvcompErrorAlignment, 0, false)
         } else {
-            // SAFETY: each range is checked against one device allocation.
+            // SAFETY: `device::bytes` checks the range against one device allocation.
             let src = unsafe { device::bytes(input, v.input_bytes[k]) };
+            // SAFETY: as above.
             let dst = unsafe { device::bytes(output, room) };
             match (src, dst) {
                 (Some(src), Some(dst)) => {
@@ -299,8 +300,9 @@ pub fn compress(codec: Codec, arrays: Arrays, n: usize, temp: u64, temp_bytes: u
             (Status::nvcompErrorAlignment, 0)
         } else {
             let len = v.input_bytes[k];
-            // SAFETY: each range is checked against one device allocation.
+            // SAFETY: `device::bytes` checks the range against one device allocation.
             let src = unsafe { device::bytes(input, len) };
+            // SAFETY: as above.
             let dst = unsafe { device::bytes(output, codec.max_encoded(len)) };
             match (src, dst) {
                 (Some(src), Some(dst)) => match codec.encode(src, dst) {

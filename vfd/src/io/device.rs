@@ -447,10 +447,9 @@ impl DeviceIo<'_> {
         let (base, context) = (range.base, range.context);
         let dev = base + buf_off as u64;
         let (fd, name, bounce) = (self.fd, self.file_name, self.settings.bounce_buffer_size);
-        // SAFETY (both uses below): `dev .. dev + len` is device memory of `context` (caller's
-        // contract).
-        let staged = |dev, len, addr| unsafe {
-            staged::transfer(dir, fd, name, context, dev, len, addr, bounce)
+        let staged = |dev, len, addr| {
+            // SAFETY: `dev .. dev + len` is device memory of `context` (caller's contract).
+            unsafe { staged::transfer(dir, fd, name, context, dev, len, addr, bounce) }
         };
         let gds = match self.path {
             FileDevicePath::Unavailable(why) => {
