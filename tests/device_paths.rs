@@ -333,6 +333,28 @@ fn a_cufile_error_on_a_pool_thread_falls_back_and_is_logged() {
 }
 
 #[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator's counters")]
+fn small_staged_transfers_pin_small_bounce_buffers() {
+    // 4 KiB transfers with 4M bounce buffers set: pinning 2 x 4M per task (32 x 16M for a first
+    // read through 16 threads with the defaults) is what a request of that size does not need.
+    let run = run_with(
+        &["--sizes", "4096"],
+        &[
+            ("H5GDS_COMPAT_MODE", "on"),
+            ("H5GDS_BOUNCE_BUFFER_SIZE", "4M"),
+        ],
+    );
+    run.assert_device_ok();
+    run.assert_log("staged through pinned bounce buffers of 4M (compat_mode=on)");
+    let pinned = run.counter("pinned host bytes allocated");
+    assert!(
+        pinned > 0 && pinned < 4 << 20,
+        "{pinned} bytes pinned for 4 KiB transfers: {:?}",
+        run.report
+    );
+}
+
+#[test]
 fn sizes_around_task_and_bounce_boundaries() {
     // Task size 256K and bounce buffers of 64K: one byte either side of each boundary.
     let sizes = "3,65535,65537,131073,262143,262145,786431,786433";

@@ -1768,7 +1768,7 @@ fn exit_report_counts_leaks_misuse_and_traffic_even_with_busy_threads() {
     if ran.is_some() {
         let text = std::fs::read_to_string(&report).expect("the child wrote its report");
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 16, "{text}");
+        assert_eq!(lines.len(), 17, "{text}");
         assert_eq!(lines[0], "leaked device allocations: 5 (bytes 18884)");
         assert_eq!(lines[1], "leaked pinned host allocations: 1");
         assert_eq!(lines[2], "double frees: 1");
@@ -1794,6 +1794,10 @@ fn exit_report_counts_leaks_misuse_and_traffic_even_with_busy_threads() {
         assert_eq!(lines[13], "cufile failed transfers: 0");
         assert_eq!(lines[14], "calls from a forked child: 0");
         assert!(lines[15].starts_with("pointer queries: "), "{text}");
+        assert!(
+            lines[16].starts_with("pinned host bytes allocated: "),
+            "{text}"
+        );
     }
 }
 

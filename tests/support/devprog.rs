@@ -888,6 +888,11 @@ fn print_device_path() -> i32 {
 
 /// Entry point of `h5devprog`; returns the exit code.
 pub fn main() -> i32 {
+    // This program hands HDF5 device pointers for compact data and cached chunks, so it asks
+    // the driver to make HDF5's own copies (device_copies=on), unless told otherwise.
+    if std::env::var_os("H5GDS_DEVICE_COPIES").is_none() {
+        std::env::set_var("H5GDS_DEVICE_COPIES", "on");
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(path) = args.first() else {
         eprintln!(

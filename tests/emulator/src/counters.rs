@@ -11,6 +11,8 @@ pub static LIVE_DEVICE_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 pub static LIVE_DEVICE_BYTES: AtomicU64 = AtomicU64::new(0);
 /// Pinned host allocations made and not yet freed.
 pub static LIVE_PINNED_HOST_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+/// Bytes of every pinned host allocation made (what pinning cost a program, freed or not).
+pub static PINNED_HOST_BYTES: AtomicU64 = AtomicU64::new(0);
 /// Frees of pointers that were not (or no longer) allocated.
 pub static DOUBLE_FREES: AtomicU64 = AtomicU64::new(0);
 /// Copies, memsets, cuFile transfers and registrations that reached outside device memory.

@@ -132,7 +132,7 @@
 //! | `H5GDS_EMU_STICKY_ERROR=N` | the Nth `cuPointerGetAttributes` fails with CUDA_ERROR_ILLEGAL_ADDRESS (700), and so does every CUDA or cuFile call after it | unset |
 //! | `H5GDS_EMU_CUFILE_IO_ERROR=code` | every `cuFileRead`/`cuFileWrite` of device memory returns this `CUfileOpError` (> 5000), negated | unset |
 //!
-//! The report has sixteen lines (a forked child that exits normally writes its own, to
+//! The report has seventeen lines (a forked child that exits normally writes its own, to
 //! `PATH.forked-PID`):
 //!
 //! ```text
@@ -152,6 +152,7 @@
 //! cufile failed transfers: N
 //! calls from a forked child: N
 //! pointer queries: N
+//! pinned host bytes allocated: N
 //! ```
 //!
 //! "cufile reads/writes" count calls that returned a byte count (0 included); "copies" count
@@ -162,7 +163,8 @@
 //! ones included (whether a program touches cuFile at all), "failed transfers" the
 //! `cuFileRead`/`cuFileWrite` calls that returned an error, "calls from a forked child" the
 //! calls refused because they came from a fork of the process that called `cuInit`, "pointer
-//! queries" the `cuPointerGetAttributes` calls (what classifying a buffer costs a program).
+//! queries" the `cuPointerGetAttributes` calls (what classifying a buffer costs a program), "pinned
+//! host bytes allocated" the bytes of every `cuMemHostAlloc` (what pinning costs it).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![allow(non_snake_case)]

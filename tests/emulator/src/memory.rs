@@ -493,6 +493,7 @@ pub fn alloc_host(
         },
     );
     counters::bump(&counters::LIVE_PINNED_HOST_ALLOCATIONS);
+    counters::PINNED_HOST_BYTES.fetch_add(size as u64, std::sync::atomic::Ordering::Relaxed);
     Ok(base)
 }
 

@@ -72,7 +72,8 @@ fn render(text: &mut StackText) {
          cross-context uses: {}\n\
          cufile failed transfers: {}\n\
          calls from a forked child: {}\n\
-         pointer queries: {}\n",
+         pointer queries: {}\n\
+         pinned host bytes allocated: {}\n",
         c.live_device_allocations,
         c.live_device_bytes,
         c.live_pinned_host_allocations,
@@ -90,6 +91,7 @@ fn render(text: &mut StackText) {
         counters::CUFILE_FAILED_TRANSFERS.load(Ordering::Relaxed),
         counters::FORKED_CHILD_CALLS.load(Ordering::Relaxed),
         counters::POINTER_QUERY_CALLS.load(Ordering::Relaxed),
+        counters::PINNED_HOST_BYTES.load(Ordering::Relaxed),
     );
 }
 
@@ -153,7 +155,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn report_has_the_sixteen_lines() {
+    fn report_has_the_seventeen_lines() {
         let mut text = StackText {
             bytes: [0; 1024],
             len: 0,
@@ -161,7 +163,7 @@ mod tests {
         render(&mut text);
         let text = std::str::from_utf8(&text.bytes[..text.len]).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 16, "{text}");
+        assert_eq!(lines.len(), 17, "{text}");
         assert!(lines[0].starts_with("leaked device allocations: "));
         assert!(lines[0].contains(" (bytes "));
         assert!(lines[7].starts_with("copies dtoh: "));
@@ -173,6 +175,7 @@ mod tests {
         assert!(lines[13].starts_with("cufile failed transfers: "));
         assert!(lines[14].starts_with("calls from a forked child: "));
         assert!(lines[15].starts_with("pointer queries: "));
+        assert!(lines[16].starts_with("pinned host bytes allocated: "));
     }
 
     #[test]

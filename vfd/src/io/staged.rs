@@ -43,10 +43,15 @@ fn idle() -> std::sync::MutexGuard<'static, Vec<Bounce>> {
     POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// A bounce buffer of at least `size` bytes: the smallest idle one that is large enough, else a
+/// new one of `size`.
 fn take(size: usize) -> Bounce {
     {
         let mut pool = idle();
-        if let Some(i) = pool.iter().position(|b| b.len() == size) {
+        let fitting = (0..pool.len())
+            .filter(|&i| pool[i].len() >= size)
+            .min_by_key(|&i| pool[i].len());
+        if let Some(i) = fitting {
             return pool.swap_remove(i);
         }
     }
@@ -67,6 +72,19 @@ fn give_back(buffer: Bounce) {
         pool.push(buffer);
     }
     // Otherwise the buffer is dropped here, which frees it.
+}
+
+/// The smallest bounce buffers worth pinning, so that small transfers share them.
+const MIN_BOUNCE: usize = 64 << 10;
+
+/// The bounce buffer a transfer of `len` bytes needs: the setting's size, or, for a transfer
+/// shorter than that (a small read, or one task of `task_size`, 4M by default against 16M bounce
+/// buffers), the transfer rounded up to a power of two (at least `MIN_BOUNCE`), so a process
+/// pins what its requests need (pinning is slow: a first read through 16 threads would otherwise
+/// pin 32 x 16M) and buffers of a few sizes serve every request.
+fn bounce_buffer_for(len: usize, bounce_size: usize) -> usize {
+    let need = len.max(1).min(bounce_size);
+    need.next_power_of_two().max(MIN_BOUNCE).min(bounce_size)
 }
 
 /// A failed step: what failed, and the error with how many of the step's bytes were done.
@@ -137,7 +155,8 @@ pub(crate) unsafe fn transfer(
         }
         Ok(())
     };
-    let mut bufs = [take(bounce_size), take(bounce_size)];
+    let size = bounce_buffer_for(len, bounce_size);
+    let mut bufs = [take(size), take(size)];
     let mut pending: [Option<(usize, usize)>; 2] = [None, None];
     let mut result: std::result::Result<(), (FailedStep, usize)> = Ok(());
     for (k, (off, n)) in pieces(len, bounce_size).enumerate() {
@@ -170,4 +189,32 @@ pub(crate) unsafe fn transfer(
         done: (off + partial.done) as u64,
         source: partial.source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounce_buffers_fit_the_transfer_and_every_piece() {
+        assert_eq!(bounce_buffer_for(4096, 16 << 20), MIN_BOUNCE);
+        assert_eq!(bounce_buffer_for(0, 16 << 20), MIN_BOUNCE);
+        assert_eq!(bounce_buffer_for(4 << 20, 16 << 20), 4 << 20);
+        assert_eq!(bounce_buffer_for((5 << 20) + 5, 16 << 20), 8 << 20);
+        assert_eq!(bounce_buffer_for(1 << 30, 16 << 20), 16 << 20);
+        // A setting below the minimum, and one that is no power of two, are kept.
+        assert_eq!(bounce_buffer_for(100, 4096), 4096);
+        assert_eq!(bounce_buffer_for(10 << 20, 3 << 20), 3 << 20);
+        for len in [1, 4095, 65_537, 3 << 20, (17 << 20) + 1] {
+            for bounce in [4096, 65_536, 3 << 20, 16 << 20] {
+                let size = bounce_buffer_for(len, bounce);
+                assert!(size <= bounce.max(MIN_BOUNCE.min(bounce)));
+                assert!(
+                    pieces(len, bounce).all(|(_, n)| n <= size),
+                    "{len} {bounce}"
+                );
+                assert_eq!(pieces(len, bounce).map(|(_, n)| n).sum::<usize>(), len);
+            }
+        }
+    }
 }
