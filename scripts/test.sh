@@ -50,9 +50,11 @@ ln -sf "$PWD/target/debug/libh5gds_emu_nvcomp.so" "$emulator_libs/libnvcomp.so.6
 PATH="$PWD/.venv/bin:$PATH" .venv/bin/maturin build --release --quiet --zig --compatibility manylinux_2_28 \
   -o target/wheels
 wheel=$(ls target/wheels/h5gds-*-cp39-abi3-manylinux_2_28_x86_64.whl)
-# The sdist builds a wheel where Rust is present (pip's own build, maturin fetched from PyPI).
+# The sdist builds a wheel where Rust is present (pip's own build, maturin fetched from PyPI),
+# from scratch: the sdist's files carry one fixed timestamp, so a reused build directory could
+# take its stale objects for fresh ones.
 .venv/bin/maturin sdist -o target/wheels >/dev/null
-rm -rf target/sdist-wheel
+rm -rf target/sdist-wheel target/sdist-build
 CARGO_TARGET_DIR="$PWD/target/sdist-build" .venv/bin/python -m pip wheel --quiet --disable-pip-version-check \
   --no-deps -w target/sdist-wheel target/wheels/h5gds-*.tar.gz
 ls target/sdist-wheel/h5gds-*-cp39-abi3-*.whl >/dev/null

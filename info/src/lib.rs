@@ -98,27 +98,10 @@ fn cuda_info() -> CudaInfo {
     }
 }
 
-/// The file a loaded library's function lives in.
-fn file_of(function: Option<*const std::ffi::c_void>) -> Option<String> {
-    // SAFETY: Dl_info is pointers and integers, for which all zeros is a valid value.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr only looks the address up; `info` is a valid out-pointer.
-    let found = unsafe { libc::dladdr(function?, &mut info) } != 0 && !info.dli_fname.is_null();
-    found.then(|| {
-        // SAFETY: dladdr returned a C string naming a loaded object.
-        unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }
-            .to_string_lossy()
-            .into()
-    })
-}
-
 fn cufile_info(settings: Option<&VfdSettings>) -> CufileInfo {
-    let (library_file, library_problem) = match cufile_sys::load() {
-        Ok(lib) => {
-            let symbol = lib.cuFileDriverOpen.as_ref().ok().map(|f| *f as *const _);
-            (file_of(symbol), None)
-        }
-        Err(err) => (None, Some(err.to_string())),
+    let (library_file, library_problem) = match h5gds::cufile_library_file() {
+        Ok(file) => (Some(file), None),
+        Err(why) => (None, Some(why)),
     };
     match h5gds::cufile_driver(settings) {
         Ok(d) => CufileInfo {
@@ -145,12 +128,11 @@ fn cufile_info(settings: Option<&VfdSettings>) -> CufileInfo {
 fn nvcomp_info() -> NvcompInfo {
     let (file, problem) = match nvcomp_sys::load() {
         Ok(lib) => {
-            let symbol = lib
-                .nvcompGetProperties
-                .as_ref()
-                .ok()
-                .map(|f| *f as *const _);
-            (file_of(symbol), None)
+            let function = lib.nvcompGetProperties.as_ref().ok();
+            (
+                function.and_then(|f| h5gds::loaded_file_of(*f as *const _)),
+                None,
+            )
         }
         Err(err) => (None, Some(err.to_string())),
     };
@@ -277,11 +259,9 @@ pub fn render(info: &Info) -> String {
         )),
     }
     let f = &info.cufile;
-    match (&f.library_file, &f.library_problem) {
-        (Some(file), _) => line(format!("libcufile: {file}")),
-        (None, Some(why)) => line(format!("libcufile: does not load: {why}")),
-        (None, None) => line("libcufile: loaded from an unknown file".into()),
-    }
+    // The file it loads from, or why it does not load: exactly one of them is set.
+    let library = f.library_file.as_ref().or(f.library_problem.as_ref());
+    line(format!("libcufile: {}", library.map_or("", String::as_str)));
     if f.loaded {
         line(format!(
             "cuFile:   {} (nvidia-fs {}): {}",

@@ -208,27 +208,57 @@ fn object_containing(addr: usize) -> Option<LoadedObject> {
     loaded_objects().into_iter().find(|o| o.contains(addr))
 }
 
-/// The HDF5 API of one loaded object, if it is an HDF5 library itself: it defines
-/// `H5Pget_driver_config_str` (an object that merely links one, such as an extension module, is
-/// not one). The returned library holds a dlopen handle of the object.
-fn open_library(object: &LoadedObject) -> Option<Hdf5Library> {
+/// `symbol` where `object` (opened as `handle`) defines it itself: a handle's lookup also searches
+/// the object's dependencies, whose definitions are not the object's.
+fn own_symbol(object: &LoadedObject, handle: *mut c_void, symbol: &CStr) -> Option<*mut c_void> {
+    // SAFETY: looking a name up in a valid handle has no side effects.
+    let p = unsafe { libc::dlsym(handle, symbol.as_ptr()) };
+    (!p.is_null() && object.contains(p as usize)).then_some(p)
+}
+
+/// The dlopen handle of a loaded object (`RTLD_NOLOAD`: never loads anything); null if none.
+fn handle_of(object: &LoadedObject) -> *mut c_void {
     let path_ptr = if object.name.to_bytes().is_empty() {
         std::ptr::null()
     } else {
         object.name.as_ptr()
     };
     // SAFETY: RTLD_NOLOAD only returns a handle to an already loaded object; nothing new runs.
-    let handle = unsafe { libc::dlopen(path_ptr, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    unsafe { libc::dlopen(path_ptr, libc::RTLD_LAZY | libc::RTLD_NOLOAD) }
+}
+
+/// The file of the loaded object whose code or data is at `addr` ("" for the main program).
+pub fn loaded_file_of(addr: *const c_void) -> Option<String> {
+    object_containing(addr as usize).map(|o| o.name.to_string_lossy().into_owned())
+}
+
+/// The loaded object whose code is at `addr`: its file (for messages), and whether it defines
+/// `symbol` itself. None where no loaded object holds `addr`.
+pub(crate) fn object_defining(addr: usize, symbol: &CStr) -> Option<(String, bool)> {
+    let object = object_containing(addr)?;
+    let name = match object.name.to_string_lossy() {
+        n if n.is_empty() => "the main program".to_string(),
+        n => n.into_owned(),
+    };
+    let handle = handle_of(&object);
+    if handle.is_null() {
+        return Some((name, false));
+    }
+    let defines = own_symbol(&object, handle, symbol).is_some();
+    // SAFETY: balances the dlopen in `handle_of`; the object stays loaded by its owner.
+    unsafe { libc::dlclose(handle) };
+    Some((name, defines))
+}
+
+/// The HDF5 API of one loaded object, if it is an HDF5 library itself: it defines
+/// `H5Pget_driver_config_str` (an object that merely links one, such as an extension module, is
+/// not one). The returned library holds a dlopen handle of the object.
+fn open_library(object: &LoadedObject) -> Option<Hdf5Library> {
+    let handle = handle_of(object);
     if handle.is_null() {
         return None;
     }
-    // A handle's lookup also searches the object's dependencies: keep only symbols defined in
-    // the object itself.
-    let sym = |symbol: &CStr| {
-        // SAFETY: looking a name up in a valid handle has no side effects.
-        let p = unsafe { libc::dlsym(handle, symbol.as_ptr()) };
-        (!p.is_null() && object.contains(p as usize)).then_some(p)
-    };
+    let sym = |symbol: &CStr| own_symbol(object, handle, symbol);
     let Some(config_fn) = sym(c"H5Pget_driver_config_str") else {
         // SAFETY: balances the dlopen above; the object stays loaded by its owner.
         unsafe { libc::dlclose(handle) };
@@ -276,7 +306,7 @@ fn open_library(object: &LoadedObject) -> Option<Hdf5Library> {
 
 /// Paths of the HDF5 libraries loaded in the process ("" is the main program): objects that
 /// define HDF5's API themselves, not every object that links it.
-pub fn loaded_hdf5_libraries() -> Vec<String> {
+fn loaded_hdf5_libraries() -> Vec<String> {
     loaded_objects()
         .iter()
         .filter_map(|object| {

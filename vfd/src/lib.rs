@@ -34,7 +34,7 @@ pub use config::{
 pub use cuda::{cuda, CudaDriver, CudaError};
 pub use error::Error;
 pub use hdf5_runtime::{
-    hdf5_library, hdf5_symbol, loaded_hdf5_libraries, register_in_loaded_hdf5, set_fapl_driver,
+    hdf5_library, hdf5_symbol, loaded_file_of, register_in_loaded_hdf5, set_fapl_driver,
     Registration as DriverRegistration,
 };
 pub use io::gds::CuFileDriver;
@@ -79,4 +79,18 @@ pub fn cufile_driver(settings: Option<&VfdSettings>) -> Result<&'static CuFileDr
         Some(CompatMode::Auto) => io::gds::driver_for_auto(),
         _ => io::gds::driver(),
     }
+}
+
+/// The file libcufile is loaded from (loading calls nothing in it, so this is safe without CUDA:
+/// only opening cuFile's driver can hang there); else why it does not load.
+pub fn cufile_library_file() -> Result<String, String> {
+    let lib = io::gds::library()?;
+    let function = lib
+        .cuFileDriverOpen
+        .as_ref()
+        .ok()
+        .map(|f| *f as *const std::ffi::c_void);
+    function
+        .and_then(loaded_file_of)
+        .ok_or_else(|| "libcufile loaded from an unknown file".into())
 }

@@ -209,36 +209,11 @@ pub unsafe fn h5gds_library(class: *const H5FD_class_t) -> std::result::Result<(
         return Ok(());
     }
     // The library whose code the class runs, and whether it is h5gds: it exports h5gds's
-    // identity symbol.
-    // SAFETY: Dl_info is pointers and integers, for which all zeros is a valid value.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr only looks the address up; `info` is a valid out-pointer.
-    if unsafe { libc::dladdr(open as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
-        return Err("an unknown library".into());
-    }
-    // SAFETY: dladdr returned a C string naming a loaded object.
-    let file = unsafe { CStr::from_ptr(info.dli_fname) };
-    let library = file.to_string_lossy().into_owned();
-    // SAFETY: RTLD_NOLOAD only returns a handle of an object already loaded (the one found).
-    let handle = unsafe { libc::dlopen(file.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-    if handle.is_null() {
-        return Err(library);
-    }
-    // SAFETY: a valid handle and C string.
-    let marker = unsafe { libc::dlsym(handle, IDENTITY_SYMBOL.as_ptr()) };
-    // SAFETY: the handle was opened above (and only counts a reference).
-    unsafe { libc::dlclose(handle) };
-    // The marker must be the object's own, not one of its dependencies'.
-    // SAFETY: as above.
-    let mut marker_info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let own = !marker.is_null()
-        && unsafe { libc::dladdr(marker, &mut marker_info) } != 0
-        && marker_info.dli_fbase == info.dli_fbase;
-    if own {
-        Ok(())
-    } else {
-        Err(library)
+    // identity symbol itself.
+    match hdf5_runtime::object_defining(open, IDENTITY_SYMBOL) {
+        Some((_, true)) => Ok(()),
+        Some((library, false)) => Err(library),
+        None => Err("an unknown library".into()),
     }
 }
 

@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 
 /// The cuFile library, opened.
 pub struct CuFileDriver {
-    lib: CuFileLib,
+    lib: &'static CuFileLib,
     /// `cuFileGetVersion`, e.g. 1200 for 1.20.
     pub version: i32,
     /// nvidia-fs kernel module version; 0.0 means no nvidia-fs.
@@ -81,13 +81,24 @@ fn symbol<'a, T>(field: &'a Result<T, libloading::Error>, name: &str) -> Result<
         .map_err(|e| format!("libcufile has no {name}: {e}"))
 }
 
+/// libcufile, loaded once per process and kept (loading calls nothing in it, so it is safe
+/// without CUDA; unloading a C++ library that may have started threads is not); or why not.
+pub(crate) fn library() -> Result<&'static CuFileLib, String> {
+    static LIBRARY: OnceLock<Result<CuFileLib, String>> = OnceLock::new();
+    LIBRARY
+        .get_or_init(|| {
+            cufile_sys::load().map_err(|e| format!("cannot load {}: {e}", cufile_sys::LIBRARY_NAME))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
 fn open_driver() -> Result<CuFileDriver, String> {
     // The guard that keeps libcufile from hanging: CUDA must work first.
     cuda::cuda().map_err(|e| format!("CUDA is not available ({e}); libcufile was not touched"))?;
-    let lib =
-        cufile_sys::load().map_err(|e| format!("cannot load {}: {e}", cufile_sys::LIBRARY_NAME))?;
+    let lib = library()?;
     let open = symbol(&lib.cuFileDriverOpen, "cuFileDriverOpen")?;
-    keep_log_out_of_working_directory(&lib);
+    keep_log_out_of_working_directory(lib);
     let _context = cuda::enter_context().map_err(|e| e.to_string())?;
     // SAFETY: a function of the loaded libcufile, taking no arguments.
     let status = unsafe { open() };
@@ -108,7 +119,7 @@ fn open_driver() -> Result<CuFileDriver, String> {
         unsafe { get_version(&mut version) };
     }
     let p2p_feature = props.fflags & (1 << cufile_sys::CUfileFeatureFlags::CU_FILE_P2P_SUPPORTED.0);
-    let p2pdma = p2p_feature != 0 && use_pci_p2pdma(&lib);
+    let p2pdma = p2p_feature != 0 && use_pci_p2pdma(lib);
     Ok(CuFileDriver {
         version,
         nvfs: (props.nvfs.major_version, props.nvfs.minor_version),
@@ -258,9 +269,7 @@ pub(crate) fn gds_kernel_path_possible() -> Result<(), String> {
             if std::path::Path::new("/proc/driver/nvidia-fs").exists() {
                 return Ok(());
             }
-            let lib = cufile_sys::load()
-                .map_err(|e| format!("cannot load {}: {e}", cufile_sys::LIBRARY_NAME))?;
-            if use_pci_p2pdma(&lib) {
+            if use_pci_p2pdma(library()?) {
                 return Ok(());
             }
             Err("cuFile not opened: no nvidia-fs and P2PDMA off".into())
@@ -340,7 +349,7 @@ impl GdsHandle {
                      the attributes of the volume the file is on (common in VMs and containers, \
                      whose virtual disks udev describes without a file-system usage: \
                      \"udev property not found: ID_FS_USAGE\" in cuFile's log); cuFile's log: {}",
-                    cufile_log_location(&driver.lib)
+                    cufile_log_location(driver.lib)
                 ),
                 _ => err.to_string(),
             });
