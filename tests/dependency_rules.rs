@@ -48,9 +48,25 @@ fn workspace_dependencies(dev: bool) -> BTreeMap<String, Vec<String>> {
 #[test]
 fn low_level_crates_depend_on_no_other_workspace_crate() {
     let deps = workspace_dependencies(true);
-    for low in ["h5gds-runtime", "cufile-sys", "nvcomp-sys"] {
+    for low in ["cufile-sys", "nvcomp-sys"] {
         assert_eq!(deps.get(low), Some(&Vec::new()), "{low}: {deps:?}");
     }
+    // The runtime crate stands on the bindings alone.
+    let runtime = deps.get("h5gds-runtime").expect("h5gds-runtime");
+    assert!(
+        runtime
+            .iter()
+            .all(|d| d == "cufile-sys" || d == "nvcomp-sys"),
+        "h5gds-runtime: {runtime:?}"
+    );
+}
+
+#[test]
+fn the_gpu_codec_depends_on_the_runtime_not_on_the_driver() {
+    let deps = workspace_dependencies(true);
+    let codec = deps.get("h5gds-gpu-codec").expect("h5gds-gpu-codec");
+    assert!(codec.contains(&"h5gds-runtime".to_string()), "{codec:?}");
+    assert!(!codec.contains(&"h5gds-vfd".to_string()), "{codec:?}");
 }
 
 #[test]

@@ -13,9 +13,10 @@ use crate::hdf5_raw::{self, select_blocks, Spaces};
 use crate::layout::{check_types, filter_ids, storage};
 use crate::route::{blocker, driver_blocker, gpu_decode, plan, GpuCodec, Route, Storage, Transfer};
 use crate::select::Block;
-use crate::staging::{cuda, no_panic, read_block, synchronize, write_all, Elements, Staging};
+use crate::staging::{cuda, no_panic, read_block, write_all, Elements, Staging};
 use crate::ReadOptions;
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use h5gds_runtime::stream::synchronize;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 use std::path::Path;
 use std::sync::Arc;
@@ -49,7 +50,7 @@ impl<T> Drop for DeviceArray<T> {
 fn forget_range<T>(data: Option<&CudaSlice<T>>, stream: &Arc<CudaStream>) {
     if let Some(data) = data {
         let (base, _record) = data.device_ptr(stream);
-        h5gds::forget_device_range(base);
+        h5gds_runtime::device_ranges::forget_device_range(base);
     }
 }
 

@@ -62,7 +62,7 @@ impl Settings {
         Ok(match self.device_path()? {
             DevicePath::Gds => true,
             DevicePath::Staged => false,
-            DevicePath::Auto => h5gds::cuda().is_ok(),
+            DevicePath::Auto => h5gds_runtime::cuda::cuda().is_ok(),
         })
     }
 }

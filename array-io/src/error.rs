@@ -242,6 +242,12 @@ impl From<h5gds_gpu_codec::DeviceFailure> for Error {
     }
 }
 
+impl From<h5gds_runtime::cuda::CudaError> for Error {
+    fn from(err: h5gds_runtime::cuda::CudaError) -> Error {
+        Error::cuda(err.call(), err.detail())
+    }
+}
+
 impl From<h5gds_route::settings::InvalidSetting> for Error {
     fn from(invalid: h5gds_route::settings::InvalidSetting) -> Error {
         Error::InvalidSetting {

@@ -19,12 +19,14 @@ use crate::file::{check_dataset_name, create_file};
 use crate::hdf5_raw::{self, Spaces};
 use crate::route::{driver_blocker, gpu_encode, GpuCodec, FILTER_DEFLATE, FILTER_LZ4, FILTER_ZSTD};
 use crate::select::{chunks_touching, Block};
-use crate::staging::{copy_from_device, copy_to_device, cuda, no_panic, synchronize};
+use crate::staging::{cuda, no_panic};
 use cudarc::driver::{sys, CudaStream, DevicePtr};
 use h5gds_gpu_codec::codec;
 use h5gds_gpu_codec::decode::placement_runs;
-use h5gds_gpu_codec::device::{align_up, copy_on_device, scratch};
+use h5gds_gpu_codec::device::align_up;
 use h5gds_gpu_codec::nvcomp::{self, Job};
+use h5gds_runtime::stream::{copy_from_device, copy_to_device, synchronize};
+use h5gds_runtime::stream::{copy_on_device, scratch};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -341,7 +343,7 @@ impl<'a> Encoder<'a> {
         let put = |at: sys::CUdeviceptr, bytes: &[u8]| -> Result<()> {
             // SAFETY: `bytes` outlives the synchronisation; `at` lies inside the output slot.
             unsafe { copy_to_device(stream, at, bytes.as_ptr(), bytes.len())? };
-            synchronize(stream)
+            Ok(synchronize(stream)?)
         };
         let payload = job.output;
         match self.codec {

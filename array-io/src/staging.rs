@@ -3,8 +3,6 @@
 //! size. HDF5 only ever sees host memory here, so it may convert types, fill unwritten storage
 //! and decode filtered chunks as it likes.
 //!
-//! Also the raw CUDA copies both paths share, with cudarc's panics (missing library or symbol)
-//! turned into errors.
 
 use crate::element::first_invalid_bool;
 use crate::error::{Error, Result};
@@ -12,14 +10,15 @@ use crate::file::OpenDataset;
 use crate::hdf5_raw::{self, select_blocks, Spaces};
 use crate::select::{flat_range_blocks, Block, Runs};
 use cudarc::driver::{sys, CudaStream, DriverError, PinnedHostSlice};
+use h5gds_runtime::stream::{copy_from_device, copy_to_device, synchronize};
 use hdf5::{Dataset, Dataspace, Datatype};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-/// Runs a cudarc call; a panic (cudarc's reaction to a missing library or symbol) becomes an
-/// error, as does a failed call.
-pub(crate) fn cuda<T>(op: &str, f: impl FnOnce() -> Result<T, DriverError>) -> Result<T> {
-    Ok(h5gds_gpu_codec::device::cuda(op, f)?)
+/// Runs a cudarc call through the runtime's one wrapper (a panic, cudarc's reaction to a missing
+/// library or symbol, becomes an error, as does a failed call).
+pub(crate) fn cuda<T>(op: &'static str, f: impl FnOnce() -> Result<T, DriverError>) -> Result<T> {
+    Ok(h5gds_runtime::cuda::call(op, f)?)
 }
 
 /// Runs a device operation, turning any panic that escapes it (cudarc panics when a CUDA
@@ -28,52 +27,11 @@ pub(crate) fn no_panic<T>(op: &str, f: impl FnOnce() -> Result<T>) -> Result<T> 
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(result) => result,
         Err(payload) => {
-            let detail = h5gds_gpu_codec::device::panic_text(payload.as_ref())
+            let detail = h5gds_runtime::cuda::panic_text(payload.as_ref())
                 .unwrap_or_else(|| "panicked".into());
             Err(Error::cuda(op, detail))
         }
     }
-}
-
-/// Copies `len` host bytes to device address `dst`, in `stream`'s order.
-///
-/// # Safety
-/// `src` must be valid for `len` bytes until the stream has finished the copy; `dst` must be
-/// device memory of at least `len` bytes.
-pub(crate) unsafe fn copy_to_device(
-    stream: &Arc<CudaStream>,
-    dst: sys::CUdeviceptr,
-    src: *const u8,
-    len: usize,
-) -> Result<()> {
-    if len == 0 {
-        return Ok(());
-    }
-    cuda("copying to the device", || {
-        stream.context().bind_to_thread()?;
-        // SAFETY: as the caller guarantees.
-        unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, stream.cu_stream()) }.result()
-    })
-}
-
-/// Copies `len` bytes from device address `src` to host memory, in `stream`'s order.
-///
-/// # Safety
-/// `dst` must be valid for `len` bytes until the stream has finished the copy; `src` must be
-/// device memory of at least `len` bytes.
-pub(crate) unsafe fn copy_from_device(
-    stream: &Arc<CudaStream>,
-    dst: *mut u8,
-    src: sys::CUdeviceptr,
-    len: usize,
-) -> Result<()> {
-    // SAFETY: as the caller guarantees.
-    Ok(unsafe { h5gds_gpu_codec::device::copy_from_device(stream, dst, src, len) }?)
-}
-
-/// Waits for everything queued on `stream`.
-pub(crate) fn synchronize(stream: &Arc<CudaStream>) -> Result<()> {
-    Ok(h5gds_gpu_codec::device::synchronize(stream)?)
 }
 
 /// Host memory the staged path moves data through.

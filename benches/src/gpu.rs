@@ -1,16 +1,16 @@
-//! Device memory for the device benchmarks and test programs, through cudarc's result layer (the
-//! same layer the driver uses): the primary context made current, and allocations freed on drop.
+//! Device memory for the device benchmarks and test programs, through the runtime crate's CUDA
+//! wrapper (the driver's own): the primary context made current, and allocations freed on drop.
 //! (On the emulator, device memory cannot be read by host code; every access goes through these
 //! copies.) Failures name the CUDA result code, as the driver's do.
 
-use cudarc::driver::{result, sys, DriverError};
+use cudarc::driver::{result, sys};
+use h5gds_runtime::cuda::{self, call, CudaError};
 use std::ffi::c_void;
 
 type Check<T> = Result<T, String>;
 
-/// Names the failed call and its result code (cudarc's `CUresult` enum prints its name).
-fn named(call: &str) -> impl Fn(DriverError) -> String + '_ {
-    move |err| format!("{call}: {:?}", err.0)
+fn text(err: CudaError) -> String {
+    err.to_string()
 }
 
 /// A device allocation freed on drop.
@@ -22,7 +22,8 @@ pub struct DeviceBuffer {
 impl DeviceBuffer {
     pub fn new(len: usize) -> Check<DeviceBuffer> {
         // SAFETY: a context is current (see `init_cuda`); the memory is only used as bytes.
-        let ptr = unsafe { result::malloc_sync(len.max(1)) }.map_err(named("cuMemAlloc"))?;
+        let ptr =
+            call("cuMemAlloc", || unsafe { result::malloc_sync(len.max(1)) }).map_err(text)?;
         Ok(DeviceBuffer { ptr, len })
     }
     fn check_range(&self, offset: usize, len: usize) -> Check<()> {
@@ -37,14 +38,18 @@ impl DeviceBuffer {
     pub fn upload(&self, offset: usize, data: &[u8]) -> Check<()> {
         self.check_range(offset, data.len())?;
         // SAFETY: the range lies inside this allocation; data is a live slice.
-        unsafe { result::memcpy_htod_sync(self.ptr + offset as u64, data) }
-            .map_err(named("cuMemcpyHtoD"))
+        call("cuMemcpyHtoD", || unsafe {
+            result::memcpy_htod_sync(self.ptr + offset as u64, data)
+        })
+        .map_err(text)
     }
     pub fn download_into(&self, offset: usize, out: &mut [u8]) -> Check<()> {
         self.check_range(offset, out.len())?;
         // SAFETY: the range lies inside this allocation; out is a live, exclusive slice.
-        unsafe { result::memcpy_dtoh_sync(out, self.ptr + offset as u64) }
-            .map_err(named("cuMemcpyDtoH"))
+        call("cuMemcpyDtoH", || unsafe {
+            result::memcpy_dtoh_sync(out, self.ptr + offset as u64)
+        })
+        .map_err(text)
     }
     pub fn download(&self, offset: usize, len: usize) -> Check<Vec<u8>> {
         let mut out = vec![0u8; len];
@@ -59,23 +64,17 @@ impl DeviceBuffer {
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         // SAFETY: allocated in `new`, freed once; a failure cannot be reported from drop.
-        let _ = unsafe { result::free_sync(self.ptr) };
+        let _ = call("cuMemFree", || unsafe { result::free_sync(self.ptr) });
     }
 }
 
-/// Loads CUDA and makes device 0's primary context current on this thread.
+/// Loads CUDA and makes device 0's primary context current on this thread, for the rest of
+/// the program (the context is pushed and never popped).
 pub fn init_cuda() -> Check<()> {
-    // SAFETY: only tries to dlopen libcuda; cudarc would panic on the calls below without it.
-    if !unsafe { sys::is_culib_present() } {
-        return Err("no CUDA driver library (libcuda.so.1) on the library path".into());
-    }
-    result::init().map_err(named("cuInit"))?;
-    let device = result::device::get(0).map_err(named("cuDeviceGet"))?;
-    // SAFETY: a device handle from cuDeviceGet; the retained context is never released.
-    let context = unsafe { result::primary_ctx::retain(device) }
-        .map_err(named("cuDevicePrimaryCtxRetain"))?;
-    // SAFETY: the context was just retained.
-    unsafe { result::ctx::set_current(context) }.map_err(named("cuCtxSetCurrent"))
+    cuda::cuda().map_err(text)?;
+    let current = cuda::enter(cuda::primary_context(0).map_err(text)?).map_err(text)?;
+    std::mem::forget(current);
+    Ok(())
 }
 
 /// Whether the libcuda in this process is h5gds's CPU emulator (it exports a counters function

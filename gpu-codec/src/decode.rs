@@ -25,11 +25,14 @@
 //! the batch's chunks, not one of them.
 
 use crate::codec::{self, Piece};
-use crate::device::{align_up, context_usable, copy_on_device, cuda, peek, scratch, DeviceFailure};
+use crate::device::{align_up, DeviceFailure};
 use crate::nvcomp::{self, Job, Outcome};
 use cudarc::driver::{sys, CudaStream};
 use h5gds_route::route::GpuCodec;
 use h5gds_route::select::{chunks_touching, Block};
+use h5gds_runtime::cuda::call;
+use h5gds_runtime::device_ranges::forget_device_range;
+use h5gds_runtime::stream::{context_usable, copy_on_device, peek, scratch};
 use nvcomp_sys::NvcompLib;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -43,7 +46,7 @@ const BATCH_BYTES: usize = 256 << 20;
 /// Where a dataset's stored chunks come from: the caller's HDF5 binding.
 pub trait ChunkSource {
     /// The caller's error, which device failures convert into.
-    type Error: From<DeviceFailure>;
+    type Error: From<DeviceFailure> + From<h5gds_runtime::cuda::CudaError>;
 
     /// Reads the stored bytes of the chunk whose first element is `offset` into device memory
     /// at `dest` (through the `gds` driver) and returns its filter mask.
@@ -406,11 +409,11 @@ fn decode_batch<S: ChunkSource>(
             )?;
         }
     }
-    cuda("waiting for the device copies", || {
+    call("waiting for the device copies", || {
         stream.context().synchronize()
     })?;
     // The scratch buffers are freed on return: the driver must not keep their ranges.
-    h5gds::forget_device_range(comp);
+    forget_device_range(comp);
     Ok(())
 }
 

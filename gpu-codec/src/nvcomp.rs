@@ -4,9 +4,11 @@
 //! reads from device memory and the per-chunk statuses it writes there (NVIDIA, "Low-level C
 //! Quick Start Guide", <https://docs.nvidia.com/cuda/nvcomp/samples/lowlevel_c_quickstart.html>).
 
-use crate::device::{cuda, synchronize, DeviceFailure};
+use crate::device::DeviceFailure;
 use cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr, DeviceRepr};
 use h5gds_route::route::GpuCodec;
+use h5gds_runtime::cuda::call;
+use h5gds_runtime::stream::synchronize;
 use nvcomp_sys::{nvcompAlignmentRequirements_t, nvcompStatus_t, NvcompLib};
 use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
@@ -109,7 +111,7 @@ fn on_device<T: DeviceRepr>(
     stream: &Arc<CudaStream>,
     values: &[T],
 ) -> Result<(CudaSlice<T>, sys::CUdeviceptr)> {
-    let slice = cuda("copying nvCOMP's arguments to the device", || {
+    let slice = call("copying nvCOMP's arguments to the device", || {
         stream.clone_htod(values)
     })?;
     let (ptr, record) = slice.device_ptr(stream);
@@ -154,10 +156,10 @@ impl BatchArrays {
         } else {
             (None, 0)
         };
-        let written = cuda("allocating nvCOMP's size array", || {
+        let written = call("allocating nvCOMP's size array", || {
             stream.alloc_zeros::<usize>(n)
         })?;
-        let statuses = cuda("allocating nvCOMP's status array", || {
+        let statuses = call("allocating nvCOMP's status array", || {
             stream.alloc_zeros::<u32>(n)
         })?;
         let (d_written, r1) = written.device_ptr(stream);
@@ -179,10 +181,10 @@ impl BatchArrays {
     /// Waits for the call on `stream`, then reads back each job's status and byte count.
     fn outcomes(self, stream: &Arc<CudaStream>) -> Result<Vec<Outcome>> {
         synchronize(stream)?;
-        let written = cuda("copying nvCOMP's sizes back", || {
+        let written = call("copying nvCOMP's sizes back", || {
             stream.clone_dtoh(&self.written.0)
         })?;
-        let statuses = cuda("copying nvCOMP's statuses back", || {
+        let statuses = call("copying nvCOMP's statuses back", || {
             stream.clone_dtoh(&self.statuses.0)
         })?;
         synchronize(stream)?;
@@ -201,12 +203,12 @@ impl BatchArrays {
 /// current for the batched call that follows.
 fn temp_space(stream: &Arc<CudaStream>, bytes: usize) -> Result<(CudaSlice<u8>, sys::CUdeviceptr)> {
     // SAFETY: nvCOMP only writes the temp space; nothing reads it before.
-    let temp = cuda("allocating nvCOMP's temp space", || unsafe {
+    let temp = call("allocating nvCOMP's temp space", || unsafe {
         stream.alloc::<u8>(bytes.max(1))
     })?;
     let (d_temp, record) = temp.device_ptr(stream);
     drop(record);
-    cuda("making the stream's context current", || {
+    call("making the stream's context current", || {
         stream.context().bind_to_thread()
     })?;
     Ok((temp, d_temp))

@@ -6,7 +6,6 @@
 //! read through pinned host memory, where HDF5 fills them with the fill value, as array-io
 //! does. `h5gds_route::route::gpu_decode` decides when this path is taken.
 
-use crate::cuda;
 use crate::device::DeviceError;
 use crate::hdf5::{self, Hid, Prepared};
 use cudarc::driver::{sys, CudaContext};
@@ -14,6 +13,7 @@ use h5gds_gpu_codec::decode::{self, placement_runs, ChunkIndex, ChunkSource, Dec
 use h5gds_gpu_codec::DeviceFailure;
 use h5gds_route::route::{Block, GpuCodec};
 use h5gds_route::select::{chunks_touching, flat_range_blocks};
+use h5gds_runtime::cuda::{self, DeviceContext, PinnedBuffer};
 use std::ffi::c_void;
 
 impl From<DeviceFailure> for DeviceError {
@@ -60,7 +60,8 @@ pub struct CompressedRead<'a> {
     pub element_size: usize,
     pub region: &'a Block,
     pub dest: u64,
-    pub ordinal: i32,
+    /// The array's context (its device's, for the codec's cudarc context).
+    pub context: DeviceContext,
     pub staging_size: usize,
 }
 
@@ -81,8 +82,8 @@ pub fn read(r: &CompressedRead, prepared: &Prepared) -> Result<(usize, usize), D
         }
     }
     let (mut present, missing) = decode::split(&index, r.region, r.chunk);
-    let context = h5gds_gpu_codec::device::cuda("making the array's device's context", || {
-        CudaContext::new(r.ordinal as usize)
+    let context = cuda::call("making the array's device's context", || {
+        CudaContext::new(r.context.device as usize)
     })?;
     let stream = context.default_stream();
     let how = Decoding {
@@ -110,7 +111,7 @@ fn fill_missing(r: &CompressedRead, prepared: &Prepared, part: &Block) -> Result
     let es = r.element_size;
     let elements = part.len();
     let per = (r.staging_size / es).max(1) as u64;
-    let mut pinned = cuda::Pinned::new(per.min(elements) as usize * es).map_err(failed)?;
+    let mut pinned = PinnedBuffer::new(per.min(elements) as usize * es)?;
     let ones = vec![1u64; part.count.len()];
     let mut a = 0u64;
     while a < elements {
@@ -136,13 +137,13 @@ fn fill_missing(r: &CompressedRead, prepared: &Prepared, part: &Block) -> Result
                 // SAFETY: HDF5 filled the piece's elements in the pinned buffer; the run lies
                 // inside the device array holding the region (checked by the caller).
                 unsafe {
-                    cuda::copy_to_device(
-                        r.dest + dst * es as u64,
-                        host.add(src as usize * es),
+                    cuda::copy_any(
+                        r.context,
+                        (r.dest + dst * es as u64) as usize,
+                        host.add(src as usize * es) as usize,
                         len as usize * es,
                     )
-                }
-                .map_err(failed)?;
+                }?;
             }
         }
         a = b;

@@ -7,11 +7,12 @@
 //! `route::gpu_decode` allows go to the GPU compressed and are decoded there (`compressed`).
 
 use crate::compressed::{self, CompressedRead};
-use crate::cuda::{self, Context, Pinned};
 use crate::hdf5::{self, Hid, Prepared};
 use h5gds_route::route::{blocker, gpu_decode, plan, Block, GpuCodec, Route, Storage, Transfer};
 use h5gds_route::select::flat_range_blocks;
 use h5gds_route::settings::{self, DevicePath, STAGING_BUFFER_SIZE_ENV, USE_VFD_GDS_ENV};
+use h5gds_runtime::cuda::{self, DeviceContext, DeviceRange, PinnedBuffer, PointerKind};
+use h5gds_runtime::device_ranges::{self, forget_device_range};
 use std::collections::HashSet;
 use std::ffi::c_void;
 
@@ -96,6 +97,21 @@ fn argument(message: String) -> DeviceError {
     DeviceError::Argument(message)
 }
 
+fn failed_cuda(err: cuda::CudaError) -> DeviceError {
+    DeviceError::Failed(err.to_string())
+}
+
+impl From<cuda::CudaError> for DeviceError {
+    fn from(err: cuda::CudaError) -> DeviceError {
+        failed_cuda(err)
+    }
+}
+
+/// The array's context, current on this thread while the value lives.
+fn enter(context: DeviceContext) -> Result<cuda::CurrentContext, DeviceError> {
+    cuda::enter(context).map_err(failed_cuda)
+}
+
 /// The CUDA allocation an array's memory belongs to, checked: CUDA works here, the address is
 /// device memory of a device this process sees (the one the array claims, if it claims one), and
 /// all `nbytes` lie inside that one allocation.
@@ -104,13 +120,13 @@ fn checked_pointer(
     address: u64,
     nbytes: usize,
     claimed_ordinal: Option<i32>,
-) -> Result<cuda::Pointer, DeviceError> {
-    let cuda_driver = h5gds::cuda().map_err(|err| {
+) -> Result<DeviceRange, DeviceError> {
+    let cuda_driver = cuda::cuda().map_err(|err| {
         argument(format!(
             "{role} is CUDA device memory, but CUDA does not work in this process ({err})"
         ))
     })?;
-    let pointer = cuda::pointer(address).map_err(DeviceError::Failed)?;
+    let kind = device_ranges::query(address as usize).map_err(DeviceError::Failed)?;
     if let Some(claimed) = claimed_ordinal {
         if claimed < 0 || claimed >= cuda_driver.device_count {
             return Err(argument(format!(
@@ -119,35 +135,35 @@ fn checked_pointer(
             )));
         }
     }
-    if !pointer.device {
+    let PointerKind::Device(range) = kind else {
         return Err(argument(format!(
             "{role}'s address {address:#x} is not CUDA device memory in this process (CUDA does \
              not know it as a device allocation)"
         )));
-    }
+    };
+    let ordinal = range.context.device;
     if let Some(claimed) = claimed_ordinal {
-        if claimed != pointer.ordinal {
+        if claimed != ordinal {
             return Err(argument(format!(
-                "{role} says it is on CUDA device {claimed}, but its memory is on device {}",
-                pointer.ordinal
+                "{role} says it is on CUDA device {claimed}, but its memory is on device {ordinal}"
             )));
         }
     }
+    let (base, size) = range.allocation;
     let end = address.checked_add(nbytes as u64);
-    if address < pointer.base || end.is_none_or(|e| e > pointer.base + pointer.size as u64) {
+    if address < base || end.is_none_or(|e| e > base + size as u64) {
         return Err(argument(format!(
-            "{role} claims {nbytes} bytes at {address:#x}, beyond its allocation ({} bytes at \
-             {:#x})",
-            pointer.size, pointer.base
+            "{role} claims {nbytes} bytes at {address:#x}, beyond its allocation ({size} bytes at \
+             {base:#x})"
         )));
     }
-    Ok(pointer)
+    Ok(range)
 }
 
 /// The number of CUDA devices this process sees; an error naming the cause where CUDA does not
 /// work (no driver, no device).
 pub fn device_count() -> Result<i32, DeviceError> {
-    let driver = h5gds::cuda().map_err(|err| {
+    let driver = cuda::cuda().map_err(|err| {
         DeviceError::Failed(format!("CUDA does not work in this process ({err})"))
     })?;
     if driver.device_count <= 0 {
@@ -201,9 +217,9 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
         return Ok("nothing to move".into());
     };
     let op = if t.write { "write" } else { "read" };
-    let context = Context::enter(pointer.ordinal).map_err(DeviceError::Failed)?;
+    let context = enter(pointer.context)?;
     if t.stream != 0 {
-        context.synchronize(t.stream).map_err(DeviceError::Failed)?;
+        cuda::synchronize_handle(t.stream).map_err(failed_cuda)?;
     }
     if let Some(codec) = gpu_codec(&t, &storage_facts, &region, blocker(&facts))? {
         let item = t.nbytes / t.count.iter().product::<u64>() as usize;
@@ -215,12 +231,12 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
             element_size: item,
             region: &region,
             dest: t.address,
-            ordinal: pointer.ordinal,
+            context: pointer.context,
             staging_size,
         };
         let done = compressed::read(&read, prepared);
         // The array may be freed once this returns; the driver must not keep its range.
-        h5gds::forget_device_range(pointer.base);
+        forget_device_range(pointer.base);
         let (decoded, missing) = done?;
         h5gds::with_logging(|| {
             tracing::info!(
@@ -250,7 +266,7 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
             // hands it to the gds driver untouched.
             let moved = unsafe { prepared.run() };
             // The array may be freed once this returns; the driver must not keep its range.
-            h5gds::forget_device_range(pointer.base);
+            forget_device_range(pointer.base);
             moved.map_err(|m| {
                 DeviceError::Failed(format!("H5D{op} into device memory failed: {m}"))
             })?;
@@ -266,7 +282,7 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
                     if t.write { "from" } else { "into" }
                 )
             });
-            staged(&t, prepared, staging_size)?;
+            staged(&t, pointer.context, prepared, staging_size)?;
             format!("staged: {reason}")
         }
     };
@@ -325,6 +341,7 @@ fn gpu_codec(
 /// file. For writes each piece is copied from the device before `io`, for reads to the device
 /// after it. The one staging loop of the extension (dataset selections and collective tiles).
 fn through_pinned(
+    context: DeviceContext,
     address: u64,
     elements: u64,
     item: usize,
@@ -332,9 +349,8 @@ fn through_pinned(
     write: bool,
     mut io: impl FnMut(u64, u64, *mut u8) -> Result<(), DeviceError>,
 ) -> Result<(), DeviceError> {
-    let failed = DeviceError::Failed;
     let per = (staging_size / item).max(1) as u64;
-    let mut pinned = Pinned::new((per.min(elements) as usize) * item).map_err(failed)?;
+    let mut pinned = PinnedBuffer::new((per.min(elements) as usize) * item).map_err(failed_cuda)?;
     let mut a = 0u64;
     while a < elements {
         let b = (a + per).min(elements);
@@ -345,12 +361,14 @@ fn through_pinned(
         if write {
             // SAFETY: the pinned buffer holds `len` bytes; the caller checked that the device
             // range lies inside one allocation.
-            unsafe { cuda::copy_from_device(host, device, len) }.map_err(failed)?;
+            unsafe { cuda::copy_any(context, host as usize, device as usize, len) }
+                .map_err(failed_cuda)?;
         }
         io(a, b, host)?;
         if !write {
             // SAFETY: as for the copy from the device above.
-            unsafe { cuda::copy_to_device(device, host, len) }.map_err(failed)?;
+            unsafe { cuda::copy_any(context, device as usize, host as usize, len) }
+                .map_err(failed_cuda)?;
         }
         a = b;
     }
@@ -360,11 +378,17 @@ fn through_pinned(
 /// Moves the selection through a pinned buffer of at most `staging_size` bytes: for reads,
 /// HDF5 fills the buffer with a run of the selection's elements (in row-major order), which
 /// is then copied to the device; for writes the other way round.
-fn staged(t: &DeviceTransfer, prepared: &Prepared, staging_size: usize) -> Result<(), DeviceError> {
+fn staged(
+    t: &DeviceTransfer,
+    context: DeviceContext,
+    prepared: &Prepared,
+    staging_size: usize,
+) -> Result<(), DeviceError> {
     let failed = DeviceError::Failed;
     let elements: u64 = t.count.iter().product();
     let item = t.nbytes / elements as usize;
     through_pinned(
+        context,
         t.address,
         elements,
         item,
@@ -462,9 +486,9 @@ pub fn write_tile(t: TileWrite) -> Result<String, DeviceError> {
         end = at + len;
     }
     let pointer = checked_pointer("array", t.address, t.nbytes, t.claimed_ordinal)?;
-    let context = Context::enter(pointer.ordinal).map_err(DeviceError::Failed)?;
+    let context = enter(pointer.context)?;
     if t.stream != 0 {
-        context.synchronize(t.stream).map_err(DeviceError::Failed)?;
+        cuda::synchronize_handle(t.stream).map_err(failed_cuda)?;
     }
     let written = |m: String| DeviceError::Failed(format!("H5FDwrite failed: {m}"));
     let route = if t.direct {
@@ -491,7 +515,7 @@ pub fn write_tile(t: TileWrite) -> Result<String, DeviceError> {
             }
         }
         // The array may be freed once this returns; the driver must not keep its range.
-        h5gds::forget_device_range(pointer.base);
+        forget_device_range(pointer.base);
         moved.map_err(written)?;
         "gds"
     } else {
@@ -507,6 +531,7 @@ pub fn write_tile(t: TileWrite) -> Result<String, DeviceError> {
         let item = t.item as u64;
         let mut next = 0usize; // the first run not yet written to its end
         through_pinned(
+            pointer.context,
             t.address,
             t.nbytes as u64 / item,
             t.item,

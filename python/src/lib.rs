@@ -4,7 +4,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod compressed;
-mod cuda;
 mod device;
 mod dlpack;
 mod hdf5;

@@ -1,7 +1,11 @@
 //! h5gds-runtime: the low-level crate beneath the `gds` driver. The driver, `route` and the
-//! crates around them share what is here without depending on the driver itself (its CUDA,
-//! cuFile and thread pool). ARCHITECTURE.md says what is meant to move here next (CUDA through
-//! one wrapper, the loaders of cuFile and nvCOMP, HDF5 resolved at run time, one settings table).
-#![forbid(unsafe_code)]
+//! crates around them (the Python extension, the GPU codec, array-io, the benchmarks) share what
+//! is here without depending on the driver itself: CUDA through one wrapper of cudarc's result
+//! layer ([`cuda`]), the device ranges seen so far ([`device_ranges`]), stream-ordered copies for
+//! code that holds cudarc streams ([`stream`]), and byte sizes as the settings write them
+//! ([`size`]).
 
+pub mod cuda;
+pub mod device_ranges;
 pub mod size;
+pub mod stream;

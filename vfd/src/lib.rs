@@ -13,7 +13,8 @@
 /// The HDF5 virtual-file-driver ABI (public so its layout can be checked against real headers).
 pub mod abi;
 mod config;
-mod cuda;
+/// CUDA lives in the runtime crate; `crate::cuda` names it for the driver's modules.
+use h5gds_runtime::cuda;
 mod dataspace;
 mod error;
 mod file;
@@ -31,15 +32,15 @@ pub use config::{
     config_from_environment, format_size, parse_size, CompatMode, DirectIo, Key as SettingKey,
     SettingSpec, Source as SettingSource, VfdSettings, SETTINGS,
 };
-pub use cuda::{cuda, CudaDriver, CudaError};
 pub use error::Error;
+pub use h5gds_runtime::cuda::{cuda, CudaDriver, CudaError};
+pub use h5gds_runtime::device_ranges::forget_device_range;
 pub use hdf5_runtime::{
     hdf5_library, hdf5_symbol, loaded_file_of, register_in_loaded_hdf5, set_fapl_driver,
     Registration as DriverRegistration,
 };
 pub use io::gds::CuFileDriver;
 pub use log::with_logging;
-pub use memory::forget_device_range;
 pub use plugin::{class_for_hdf5_at, h5gds_library, IDENTITY_SYMBOL};
 
 /// The paths a file opened now would take, in the words of the driver's open log line.

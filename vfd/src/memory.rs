@@ -1,69 +1,16 @@
 //! Host or device? Classification of the buffers HDF5 hands the driver.
 //!
-//! Metadata buffers are always host memory (HDF5 allocates them). For raw data, the CUDA driver
-//! is asked (`cuPointerGetAttributes`) unless the pointer falls in a device range seen before:
-//! those ranges (an allocation, or one mapping of VMM or pool memory, with its context) are
-//! cached, so repeated raw-data calls on one device buffer pay one buffer-id query instead of the
-//! full set. Without working CUDA every buffer is host memory and no query is made. A query that
-//! fails (a sticky CUDA error) is an error, never a guess: taking such a buffer for host memory
-//! turned a device pointer into a misleading `EFAULT` from `pread`. In a process forked after
-//! CUDA was initialised CUDA cannot be asked: a buffer the host can read is host memory, an
-//! address the host cannot read is refused with the reason.
+//! Metadata buffers are always host memory (HDF5 allocates them). For raw data, the runtime's
+//! cache of device ranges answers, asking the CUDA driver (`cuPointerGetAttributes`) for
+//! addresses it has not seen (`h5gds_runtime::device_ranges`).
 
 use crate::abi::{H5FD_mem_t, H5FD_MEM_DEFAULT, H5FD_MEM_DRAW};
-use crate::cuda::{self, CUdeviceptr, DeviceRange, PointerKind};
+use crate::cuda::{DeviceRange, PointerKind};
 use crate::error::{Error, Result};
 use crate::io::BufPtr;
+use h5gds_runtime::device_ranges::{self, forget_device_range};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::RwLock;
-
-/// Device ranges seen so far.
-static DEVICE_RANGES: RwLock<Vec<DeviceRange>> = RwLock::new(Vec::new());
-
-/// At most this many ranges are remembered; past that the oldest half is forgotten.
-const MAX_CACHED: usize = 1024;
-
-/// The cached range holding `ptr`, if the memory there is still the one cached: memory freed and
-/// allocated or mapped again at the same address (pools and VMM allocators do this all the time)
-/// has a new buffer id, and its stale range is forgotten.
-fn cached(ptr: u64) -> Option<PointerKind> {
-    let range = {
-        let ranges = DEVICE_RANGES.read().ok()?;
-        *ranges.iter().find(|r| ptr >= r.base && ptr < r.end())?
-    };
-    if cuda::buffer_id(ptr as usize) == Some(range.id) {
-        return Some(PointerKind::Device(range));
-    }
-    forget_device_range(range.base);
-    None
-}
-
-fn remember(range: DeviceRange) {
-    if let Ok(mut ranges) = DEVICE_RANGES.write() {
-        // A range overlapping the new one was freed and its addresses reused.
-        ranges.retain(|r| r.end() <= range.base || r.base >= range.end());
-        if ranges.len() >= MAX_CACHED {
-            ranges.drain(..MAX_CACHED / 2);
-        }
-        ranges.push(range);
-    }
-}
-
-/// Forgets a cached device range: the driver calls it when its answer no longer holds, and
-/// programs that free device memory they handed to HDF5 may call it (array-io does).
-pub fn forget_device_range(base: CUdeviceptr) {
-    if let Ok(mut ranges) = DEVICE_RANGES.write() {
-        ranges.retain(|r| r.base != base);
-    }
-}
-
-/// Whether CUDA works in this process, decided once (`cuda::cuda` hands out a fresh copy of its
-/// error on every failed call, too slow for a question asked per piece).
-pub(crate) fn cuda_works() -> bool {
-    static WORKS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *WORKS.get_or_init(|| cuda::cuda().is_ok())
-}
 
 /// Counts driver callbacks other than `ctl`; see `classify_copy_base`.
 static CALLBACKS: AtomicU64 = AtomicU64::new(0);
@@ -124,13 +71,10 @@ pub(crate) fn classify(ptr: BufPtr, mem_type: H5FD_mem_t) -> Result<PointerKind>
 
 /// What `ptr` is, and whether the answer came from the cache.
 fn lookup(ptr: BufPtr, mem_type: H5FD_mem_t) -> Result<(PointerKind, bool)> {
-    if !may_be_device(mem_type) || !cuda_works() {
+    if !may_be_device(mem_type) {
         return Ok((PointerKind::Host, false));
     }
-    match cached(ptr.addr() as u64) {
-        Some(kind) => Ok((kind, true)),
-        None => Ok((query(ptr.addr())?, false)),
-    }
+    device_ranges::lookup(ptr.addr()).map_err(Error::Device)
 }
 
 /// Runs `host` for the `len` bytes at `ptr`, or, for device memory, `device(range, offset, n)`
@@ -167,7 +111,7 @@ pub(crate) fn dispatch(
                 return Err(err);
             }
             forget_device_range(range.base);
-            match query(at) {
+            match device_ranges::query(at) {
                 Err(_) => return Err(err),
                 Ok(fresh) if fresh == PointerKind::Device(range) => return Err(err),
                 Ok(PointerKind::Host) if done == 0 => {
@@ -201,50 +145,4 @@ fn split_buffer(ptr: BufPtr, done: usize, len: usize) -> Error {
         "the buffer at {ptr:?} is device memory for its first {done} bytes but not for the rest \
          of its {len}"
     ))
-}
-
-/// Asks the CUDA driver, and remembers device ranges. A failed query is an error naming the
-/// buffer and CUDA's answer. In a forked child, where CUDA cannot be asked, memory the host can
-/// read is host memory, and anything else is refused with the reason.
-fn query(ptr: usize) -> Result<PointerKind> {
-    if let Some(parent) = cuda::forked_from() {
-        if host_readable(ptr) {
-            return Ok(PointerKind::Host);
-        }
-        return Err(Error::Device(format!(
-            "the buffer at {ptr:#x} is not host memory, and this process ({}) is a fork of \
-             process {parent}, which initialised CUDA: CUDA and cuFile state is undefined in a \
-             forked child, so device memory cannot be used here (host buffers still work)",
-            std::process::id()
-        )));
-    }
-    match cuda::query_pointer(ptr) {
-        Ok(PointerKind::Device(range)) => {
-            remember(range);
-            Ok(PointerKind::Device(range))
-        }
-        Ok(PointerKind::Host) => Ok(PointerKind::Host),
-        Err(err) => Err(Error::Device(format!(
-            "cannot tell whether the buffer at {ptr:#x} is host or device memory: {err}"
-        ))),
-    }
-}
-
-/// Whether the host can read the byte at `ptr`, asked of the kernel (`process_vm_readv` on this
-/// process fails with EFAULT for an unmapped or `PROT_NONE` address, which is what device
-/// memory's address range is to the host) instead of by touching it, which would crash.
-fn host_readable(ptr: usize) -> bool {
-    let mut byte = 0u8;
-    let local = libc::iovec {
-        iov_base: (&mut byte as *mut u8).cast(),
-        iov_len: 1,
-    };
-    let remote = libc::iovec {
-        iov_base: ptr as *mut libc::c_void,
-        iov_len: 1,
-    };
-    // SAFETY: reads one byte of this process's memory into `byte` through the kernel, which
-    // checks the remote address; nothing is dereferenced here.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    n == 1
 }

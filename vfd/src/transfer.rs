@@ -2,24 +2,8 @@
 //! and how a transfer that stops part way reports it ([`PartialTransfer`]). A leaf module: both
 //! the I/O paths and the CUDA copies use it.
 
-/// Which way bytes move.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Direction {
-    /// File to memory.
-    Read,
-    /// Memory to file.
-    Write,
-}
-
-impl Direction {
-    /// "read" or "write", for error messages.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Direction::Read => "read",
-            Direction::Write => "write",
-        }
-    }
-}
+/// Which way bytes move (defined with the CUDA copies, which take it too).
+pub(crate) use h5gds_runtime::cuda::Direction;
 
 /// A caller's buffer, written by reads and only read by writes: an address pool threads may
 /// carry. Functions that dereference it are `unsafe` and state the caller's guarantee.

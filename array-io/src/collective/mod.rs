@@ -305,7 +305,7 @@ pub fn local_rank<C: Communicator>(comm: &C) -> usize {
 pub fn local_device<C: Communicator>(comm: &C) -> Result<Arc<CudaContext>> {
     let local = local_rank(comm);
     let device = no_panic("choosing this rank's device", || {
-        h5gds::cuda().map_err(|e| Error::cuda("initialising CUDA", e))?;
+        h5gds_runtime::cuda::cuda().map_err(|e| Error::cuda("initialising CUDA", e))?;
         let count = crate::staging::cuda("counting devices", CudaContext::device_count)?;
         if count <= 0 {
             return Err(Error::cuda("counting devices", "no CUDA device"));

@@ -9,14 +9,32 @@
 //! `is_culib_present()` before anything else and every call goes through `call`, which turns a
 //! panic into an error.
 
-use crate::transfer::Direction;
 use cudarc::driver::{result, sys, DriverError};
 use cufile_sys::{CUfileError_t, CUfileOpError};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 
-pub(crate) use sys::CUdeviceptr;
+pub use sys::CUdeviceptr;
+
+/// Which way bytes move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// File to memory (host to device for a copy).
+    Read,
+    /// Memory to file (device to host for a copy).
+    Write,
+}
+
+impl Direction {
+    /// "read" or "write", for error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::Read => "read",
+            Direction::Write => "write",
+        }
+    }
+}
 
 /// What this process's CUDA looks like, once it is known to work.
 #[derive(Debug)]
@@ -48,7 +66,8 @@ impl std::fmt::Display for CudaError {
 impl std::error::Error for CudaError {}
 
 impl CudaError {
-    fn new(call: &'static str, detail: impl Into<String>) -> Self {
+    /// A failure of `call` (a CUDA or cuFile function, or what was being done) for `detail`.
+    pub fn new(call: &'static str, detail: impl Into<String>) -> Self {
         CudaError {
             call,
             detail: detail.into(),
@@ -56,8 +75,18 @@ impl CudaError {
         }
     }
 
+    /// The failed call, or what was being done.
+    pub fn call(&self) -> &'static str {
+        self.call
+    }
+
+    /// What went wrong: the name of the code returned, or why the call could not be made.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+
     /// The `CUfileOpError` of a failed cuFile call (not for `-1` with errno).
-    pub(crate) fn cufile_code(&self) -> Option<CUfileOpError> {
+    pub fn cufile_code(&self) -> Option<CUfileOpError> {
         self.cufile_code
     }
 
@@ -68,7 +97,7 @@ impl CudaError {
     }
 
     /// A cuFile status: the cuFile code's name and, for a CUDA driver error, the CUDA result's.
-    pub(crate) fn cufile(call: &'static str, status: &CUfileError_t) -> Self {
+    pub fn cufile(call: &'static str, status: &CUfileError_t) -> Self {
         let mut detail = cufile_code_name(status.err);
         if status.err == CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR {
             detail = format!("{detail} ({})", cu_result_name(status.cu_err));
@@ -81,7 +110,7 @@ impl CudaError {
 
     /// A negative return of `cuFileRead`/`cuFileWrite`: -1 with `errno` set, else minus a cuFile
     /// code.
-    pub(crate) fn cufile_io(call: &'static str, ret: isize) -> std::io::Error {
+    pub fn cufile_io(call: &'static str, ret: isize) -> std::io::Error {
         if ret == -1 {
             let err = std::io::Error::last_os_error();
             return std::io::Error::new(err.kind(), format!("{call}: {err}"));
@@ -121,20 +150,27 @@ fn cu_result_name(code: c_int) -> String {
     }
 }
 
-/// Runs a cudarc call, naming the code of a failure and turning a panic (missing library or
-/// symbol) into an error.
-fn call<T>(name: &'static str, f: impl FnOnce() -> Result<T, DriverError>) -> Result<T, CudaError> {
+/// Runs a cudarc call, naming the code of a failure and turning a panic (cudarc's reaction to a
+/// missing library or symbol) into an error. Every CUDA call of the workspace goes through here.
+pub fn call<T>(
+    name: &'static str,
+    f: impl FnOnce() -> Result<T, DriverError>,
+) -> Result<T, CudaError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(result) => result.map_err(|e| CudaError::driver(name, e)),
         Err(payload) => Err(CudaError::new(
             name,
-            payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "panicked".into()),
+            panic_text(payload.as_ref()).unwrap_or_else(|| "panicked".into()),
         )),
     }
+}
+
+/// The text of a caught panic's payload.
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> Option<String> {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
 }
 
 fn init() -> Result<CudaDriver, CudaError> {
@@ -199,7 +235,7 @@ pub fn cuda() -> Result<&'static CudaDriver, CudaError> {
 /// fork; the CUDA C++ Programming Guide likewise). So in such a child nothing calls into CUDA
 /// or cuFile again, not even to clean up: contexts, streams, pinned buffers and cuFile handles
 /// inherited from the parent are left alone.
-pub(crate) fn forked_from() -> Option<u32> {
+pub fn forked_from() -> Option<u32> {
     match CUDA.get() {
         Some(Ok(driver)) if driver.pid != std::process::id() => Some(driver.pid),
         _ => None,
@@ -229,7 +265,7 @@ fn forked_error(parent: u32) -> CudaError {
 /// current CUDA context from the CPU thread ... the previous current context is made current";
 /// KvikIO pushes and pops around its calls the same way).
 #[must_use = "the context is current only while the value lives"]
-pub(crate) struct CurrentContext {
+pub struct CurrentContext {
     pushed: bool,
     // Popping must happen on the thread that pushed.
     _not_send: std::marker::PhantomData<*const ()>,
@@ -237,13 +273,13 @@ pub(crate) struct CurrentContext {
 
 /// Makes device 0's primary context current on this thread until the returned value is dropped
 /// (for calls tied to no buffer: opening cuFile, registering files, pinned host memory).
-pub(crate) fn enter_context() -> Result<CurrentContext, CudaError> {
+pub fn enter_context() -> Result<CurrentContext, CudaError> {
     enter(primary_context(0)?)
 }
 
 /// Makes `context` current on this thread until the returned value is dropped: pushed unless it
 /// is current already, popped on drop.
-pub(crate) fn enter(context: DeviceContext) -> Result<CurrentContext, CudaError> {
+pub fn enter(context: DeviceContext) -> Result<CurrentContext, CudaError> {
     let ours = context.handle as sys::CUcontext;
     let current = call("cuCtxGetCurrent", result::ctx::get_current)?;
     let pushed = current != Some(ours);
@@ -264,14 +300,14 @@ pub(crate) fn enter(context: DeviceContext) -> Result<CurrentContext, CudaError>
 /// in, or, for memory that names none (stream-ordered pools, VMM mappings), the primary context
 /// of the buffer's device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct DeviceContext {
+pub struct DeviceContext {
     handle: usize,
-    pub(crate) device: i32,
+    pub device: i32,
 }
 
 /// Device `device`'s primary context, retained on first use and never released (releasing it at
 /// exit races other users of the device; KvikIO keeps its primary contexts the same way).
-pub(crate) fn primary_context(device: i32) -> Result<DeviceContext, CudaError> {
+pub fn primary_context(device: i32) -> Result<DeviceContext, CudaError> {
     let driver = cuda()?;
     if device == 0 {
         return Ok(DeviceContext {
@@ -320,7 +356,7 @@ impl Drop for CurrentContext {
 
 /// Where a buffer lives, as the CUDA driver reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum PointerKind {
+pub enum PointerKind {
     /// Ordinary or pinned host memory, or memory CUDA does not know.
     Host,
     /// Device or managed memory.
@@ -331,22 +367,26 @@ pub(crate) enum PointerKind {
 /// (never a range that spans mappings, which cuFile and copies cannot take as one buffer), with
 /// the context to move it in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct DeviceRange {
-    pub(crate) base: CUdeviceptr,
-    pub(crate) size: usize,
-    pub(crate) context: DeviceContext,
+pub struct DeviceRange {
+    pub base: CUdeviceptr,
+    pub size: usize,
+    pub context: DeviceContext,
     /// CU_POINTER_ATTRIBUTE_BUFFER_ID, "a process-wide unique ID for an allocated memory
     /// region": a cached range is used again only while the memory there still has this id.
-    pub(crate) id: u64,
+    pub id: u64,
     /// Managed (unified) memory: cuFile documents device and host buffers only (`cufile.h`:
     /// `bufPtr_base` is the "base address of buffer in device or host memory", and
     /// CU_FILE_CUDA_MEMORY_TYPE_INVALID is "invalid pointer memory type"), so it is staged.
-    pub(crate) managed: bool,
+    pub managed: bool,
+    /// What CUDA's range attributes (CU_POINTER_ATTRIBUTE_RANGE_START_ADDR/_SIZE) name: the
+    /// allocation, or for VMM and pool memory possibly the whole address reservation. The
+    /// bounds a caller's array must stay inside (the Python extension checks them).
+    pub allocation: (CUdeviceptr, usize),
 }
 
 impl DeviceRange {
     /// One past the last address of the range.
-    pub(crate) fn end(&self) -> CUdeviceptr {
+    pub fn end(&self) -> CUdeviceptr {
         self.base + self.size as CUdeviceptr
     }
 }
@@ -363,7 +403,7 @@ impl DeviceRange {
 /// parts of which are unmapped or mapped to other allocations. Where the mapping attributes are
 /// not known (older drivers), `cuMemGetAddressRange` in the pointer's context gives the
 /// allocation, and the range attributes are the last resort.
-pub(crate) fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
+pub fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
     if let Some(parent) = forked_from() {
         return Err(forked_error(parent));
     }
@@ -412,6 +452,7 @@ pub(crate) fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
     if !device || size == 0 {
         return Ok(PointerKind::Host);
     }
+    let allocation = (start, size);
     let context = if context.is_null() {
         primary_context(ordinal)?
     } else {
@@ -438,11 +479,12 @@ pub(crate) fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
         context,
         id,
         managed,
+        allocation,
     }))
 }
 
 /// CU_POINTER_ATTRIBUTE_BUFFER_ID of the memory at `ptr`, if CUDA knows it.
-pub(crate) fn buffer_id(ptr: usize) -> Option<u64> {
+pub fn buffer_id(ptr: usize) -> Option<u64> {
     if forked_from().is_some() {
         return None;
     }
@@ -497,9 +539,9 @@ fn address_range(context: DeviceContext, ptr: usize) -> Option<(CUdeviceptr, usi
 /// whether it is managed memory (cuFile refuses by memory type and by context, never by
 /// address).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct BufferKind {
-    pub(crate) device: i32,
-    pub(crate) managed: bool,
+pub struct BufferKind {
+    pub device: i32,
+    pub managed: bool,
 }
 
 impl std::fmt::Display for BufferKind {
@@ -510,7 +552,7 @@ impl std::fmt::Display for BufferKind {
 }
 
 /// The kind of the device memory at `ptr`.
-pub(crate) fn buffer_kind(ptr: CUdeviceptr) -> Result<BufferKind, CudaError> {
+pub fn buffer_kind(ptr: CUdeviceptr) -> Result<BufferKind, CudaError> {
     use sys::CUpointer_attribute as A;
     if let Some(parent) = forked_from() {
         return Err(forked_error(parent));
@@ -563,7 +605,7 @@ fn synchronize_legacy_stream() -> Result<(), CudaError> {
 /// legacy stream), nor a read fill one still in use. Work on the caller's own non-blocking
 /// streams is the caller's to finish before calling HDF5 (docs/driver.md, "Streams"). In `context`, the buffer's:
 /// each context has its own legacy stream.
-pub(crate) fn wait_for_legacy_stream(context: DeviceContext) -> Result<(), CudaError> {
+pub fn wait_for_legacy_stream(context: DeviceContext) -> Result<(), CudaError> {
     let _context = enter(context)?;
     synchronize_legacy_stream()
 }
@@ -575,7 +617,7 @@ pub(crate) fn wait_for_legacy_stream(context: DeviceContext) -> Result<(), CudaE
 ///
 /// # Safety
 /// Both ranges must be valid for `len` bytes.
-pub(crate) unsafe fn copy_any(
+pub unsafe fn copy_any(
     context: DeviceContext,
     dst: usize,
     src: usize,
@@ -595,7 +637,7 @@ pub(crate) unsafe fn copy_any(
 ///
 /// # Safety
 /// `dst` must be device memory of at least `len` bytes.
-pub(crate) unsafe fn zero_device(
+pub unsafe fn zero_device(
     context: DeviceContext,
     dst: CUdeviceptr,
     len: usize,
@@ -609,7 +651,7 @@ pub(crate) unsafe fn zero_device(
 }
 
 /// Pinned (page-locked) host memory from the CUDA driver.
-pub(crate) struct PinnedBuffer {
+pub struct PinnedBuffer {
     ptr: *mut u8,
     len: usize,
 }
@@ -618,7 +660,7 @@ pub(crate) struct PinnedBuffer {
 unsafe impl Send for PinnedBuffer {}
 
 impl PinnedBuffer {
-    pub(crate) fn new(len: usize) -> Result<PinnedBuffer, CudaError> {
+    pub fn new(len: usize) -> Result<PinnedBuffer, CudaError> {
         let _context = enter_context()?;
         // Portable: bounce buffers serve buffers of every device, and cuMemHostAlloc's memory is
         // pinned only for the allocating context without CU_MEMHOSTALLOC_PORTABLE ("The memory
@@ -634,11 +676,14 @@ impl PinnedBuffer {
             len,
         })
     }
-    pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
         self.ptr
     }
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 
@@ -661,7 +706,7 @@ impl Drop for PinnedBuffer {
 /// its own context current: `cuStreamCreate` makes it in the current context, and
 /// `cuStreamGetCtx` "returns the CUDA context that the stream is associated with").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Stream {
+pub struct Stream {
     handle: usize,
     context: DeviceContext,
 }
@@ -674,7 +719,7 @@ impl Stream {
 
 /// Two non-blocking streams of `context` for this thread's pipelined staged copies, made on first
 /// use. They are never destroyed: a pool thread may still hold them while the process exits.
-pub(crate) fn thread_streams(context: DeviceContext) -> Result<[Stream; 2], CudaError> {
+pub fn thread_streams(context: DeviceContext) -> Result<[Stream; 2], CudaError> {
     thread_local! {
         /// (context, its two streams), one entry per context this thread has staged for.
         static STREAMS: std::cell::RefCell<Vec<(usize, [usize; 2])>> =
@@ -707,7 +752,7 @@ pub(crate) fn thread_streams(context: DeviceContext) -> Result<[Stream; 2], Cuda
 /// # Safety
 /// `host` must be valid for `len` bytes and stay so, untouched by anything else, until `stream`
 /// is synchronized; `dev` must be device memory of at least `len` bytes.
-pub(crate) unsafe fn copy_async(
+pub unsafe fn copy_async(
     dir: Direction,
     host: *mut u8,
     dev: CUdeviceptr,
@@ -729,8 +774,22 @@ pub(crate) unsafe fn copy_async(
     }
 }
 
+/// Waits for the work queued on a caller's stream, given by its raw `CUstream` handle (the
+/// legacy and per-thread default streams, 1 and 2, and the null stream mean everything queued in
+/// the current context), with the stream's context current.
+pub fn synchronize_handle(stream: u64) -> Result<(), CudaError> {
+    if stream <= 2 {
+        return call("cuCtxSynchronize", result::ctx::synchronize);
+    }
+    call("cuStreamSynchronize", || {
+        // SAFETY: the caller names a live stream of the current context (the CUDA Array
+        // Interface v3 and DLPack producers promise it); a stale handle is an error from CUDA.
+        unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) }.result()
+    })
+}
+
 /// Waits for everything queued on `stream`.
-pub(crate) fn synchronize(stream: Stream) -> Result<(), CudaError> {
+pub fn synchronize(stream: Stream) -> Result<(), CudaError> {
     let _context = enter(stream.context)?;
     // SAFETY: the stream was created by `thread_streams` and is never destroyed.
     call("cuStreamSynchronize", || unsafe {
