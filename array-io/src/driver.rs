@@ -16,8 +16,8 @@ use hdf5_sys::h5i::hid_t;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use h5gds_route::settings::{self, InvalidSetting};
-pub use h5gds_route::settings::{
+use h5gds_runtime::settings::{self, InvalidSetting};
+pub use h5gds_runtime::settings::{
     DevicePath, DEFAULT_STAGING_BUFFER_SIZE, MIN_STAGING_BUFFER_SIZE, STAGING_BUFFER_SIZE_ENV,
     USE_VFD_GDS_ENV,
 };

@@ -248,8 +248,8 @@ impl From<h5gds_runtime::cuda::CudaError> for Error {
     }
 }
 
-impl From<h5gds_route::settings::InvalidSetting> for Error {
-    fn from(invalid: h5gds_route::settings::InvalidSetting) -> Error {
+impl From<h5gds_runtime::settings::InvalidSetting> for Error {
+    fn from(invalid: h5gds_runtime::settings::InvalidSetting) -> Error {
         Error::InvalidSetting {
             variable: invalid.variable,
             value: invalid.value,

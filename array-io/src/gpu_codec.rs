@@ -19,14 +19,14 @@ use crate::staging::{read_block, Elements, Staging};
 use cudarc::driver::{sys, CudaStream};
 pub use h5gds_gpu_codec::decode::ChunkIndex;
 use h5gds_gpu_codec::decode::{self, ChunkSource, Decoding};
-use h5gds_gpu_codec::settings;
-pub use h5gds_gpu_codec::settings::{GPU_CODEC_ENV, VERIFY_CHECKSUMS_ENV};
+use h5gds_runtime::settings;
+pub use h5gds_runtime::settings::{GPU_CODEC_ENV, VERIFY_CHECKSUMS_ENV};
 use nvcomp_sys::NvcompLib;
 use std::sync::Arc;
 
 /// Why the settings turn decoding on the GPU off, if they do.
 pub(crate) fn turned_off() -> Result<Option<String>> {
-    Ok(settings::turned_off()?)
+    Ok(settings::gpu_codec_turned_off()?)
 }
 
 /// Lists the allocated chunks of a dataset (once per `DeviceSource`: batched reads ask again).

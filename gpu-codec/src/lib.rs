@@ -9,6 +9,5 @@ pub mod codec;
 pub mod decode;
 pub mod device;
 pub mod nvcomp;
-pub mod settings;
 
 pub use device::DeviceFailure;

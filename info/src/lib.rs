@@ -11,6 +11,7 @@
 pub mod plugins;
 
 use h5gds::{VfdSettings, SETTINGS};
+use h5gds_runtime::settings::environment_value;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -67,7 +68,8 @@ pub struct NvcompInfo {
 
 #[derive(Serialize)]
 pub struct SettingInfo {
-    pub key: &'static str,
+    /// The driver's config-string key; `None` for the settings read outside the driver.
+    pub key: Option<&'static str>,
     pub env: &'static str,
     pub value: String,
     pub source: String,
@@ -165,7 +167,7 @@ pub fn find_plugin_dir(flag: Option<PathBuf>) -> Result<PathBuf, String> {
     let candidates = flag
         .into_iter()
         .chain(beside_exe)
-        .chain(std::env::var_os("H5GDS_PLUGIN_DIR").map(PathBuf::from));
+        .chain(std::env::var_os(h5gds_runtime::settings::PLUGIN_DIR_ENV).map(PathBuf::from));
     let mut tried = Vec::new();
     for dir in candidates {
         if dir.join("libh5gds.so").is_file() {
@@ -197,16 +199,27 @@ pub fn gather(plugin_dir: Option<&Path>) -> Info {
         ],
         None => Vec::new(),
     };
+    // The whole table: the driver's settings as a file opened now gets them, the others as this
+    // process's environment sets them.
     let settings_rows = settings
         .as_ref()
         .map(|s| {
             SETTINGS
                 .iter()
-                .map(|spec| SettingInfo {
-                    key: spec.config_key,
-                    env: spec.env,
-                    value: s.value_text(spec.key),
-                    source: s.source(spec.key).to_string(),
+                .map(|spec| {
+                    let (value, source) = match s.value_text(spec.key) {
+                        Some(value) => (value, s.source(spec.key).to_string()),
+                        None => {
+                            let (value, source) = environment_value(spec);
+                            (value, source.to_string())
+                        }
+                    };
+                    SettingInfo {
+                        key: spec.config_key,
+                        env: spec.env,
+                        value,
+                        source,
+                    }
                 })
                 .collect()
         })
@@ -298,7 +311,10 @@ pub fn render(info: &Info) -> String {
         for s in &info.settings {
             line(format!(
                 "          {:<20} {:<10} {} [{}]",
-                s.key, s.value, s.source, s.env
+                s.key.unwrap_or("-"),
+                s.value,
+                s.source,
+                s.env
             ));
         }
     }

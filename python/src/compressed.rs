@@ -71,7 +71,7 @@ pub struct CompressedRead<'a> {
 pub fn read(r: &CompressedRead, prepared: &Prepared) -> Result<(usize, usize), DeviceError> {
     let failed = DeviceError::Failed;
     let lib = h5gds_gpu_codec::nvcomp::library().map_err(failed)?;
-    let verify = h5gds_gpu_codec::settings::verify_checksums()
+    let verify = h5gds_runtime::settings::verify_checksums()
         .map_err(|e| DeviceError::Argument(e.to_string()))?;
     let mut index = ChunkIndex::new();
     for (offset, _) in chunks_touching(r.region, r.chunk) {

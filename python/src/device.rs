@@ -10,9 +10,9 @@ use crate::compressed::{self, CompressedRead};
 use crate::hdf5::{self, Hid, Prepared};
 use h5gds_route::route::{blocker, gpu_decode, plan, Block, GpuCodec, Route, Storage, Transfer};
 use h5gds_route::select::flat_range_blocks;
-use h5gds_route::settings::{self, DevicePath, STAGING_BUFFER_SIZE_ENV, USE_VFD_GDS_ENV};
 use h5gds_runtime::cuda::{self, DeviceContext, DeviceRange, PinnedBuffer, PointerKind};
 use h5gds_runtime::device_ranges::{self, forget_device_range};
+use h5gds_runtime::settings::{self, DevicePath, STAGING_BUFFER_SIZE_ENV, USE_VFD_GDS_ENV};
 use std::collections::HashSet;
 use std::ffi::c_void;
 
@@ -88,7 +88,7 @@ fn env(variable: &str) -> Option<String> {
 }
 
 /// Whether `H5GDS_USE_VFD_GDS` asks for the staged path (`0`), read by the one parser of the
-/// setting (`h5gds_route::settings`).
+/// setting (`h5gds_runtime::settings`).
 pub fn staged_by_settings() -> Result<bool, settings::InvalidSetting> {
     settings::device_path(env(USE_VFD_GDS_ENV).as_deref()).map(|path| path == DevicePath::Staged)
 }
@@ -306,7 +306,9 @@ fn gpu_codec(
     let strided = t.step.iter().zip(t.count).any(|(&s, &c)| s > 1 && c > 1);
     let stop = match blocker {
         Some(reason) => Some(reason),
-        None => h5gds_gpu_codec::settings::turned_off().map_err(|e| argument(e.to_string()))?,
+        None => {
+            h5gds_runtime::settings::gpu_codec_turned_off().map_err(|e| argument(e.to_string()))?
+        }
     }
     .or_else(|| {
         strided.then(|| {

@@ -8,7 +8,8 @@ mod device;
 mod dlpack;
 mod hdf5;
 
-use h5gds::{VfdSettings, SETTINGS};
+use h5gds::VfdSettings;
+use h5gds_runtime::settings::driver_settings;
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyAny, PyBool, PyDict, PyString};
@@ -37,16 +38,15 @@ fn register_driver(near: &str) -> PyResult<(String, Option<i64>, Option<String>)
 #[pyfunction]
 fn config_string(settings: &Bound<'_, PyDict>) -> PyResult<String> {
     let keys = || {
-        SETTINGS
-            .iter()
-            .map(|s| s.config_key)
+        driver_settings()
+            .map(|(_, key)| key)
             .collect::<Vec<_>>()
             .join(", ")
     };
     let mut items = Vec::new();
     for (key, value) in settings.iter() {
         let key: String = key.extract()?;
-        let Some(spec) = SETTINGS.iter().find(|s| s.config_key == key) else {
+        let Some((spec, _)) = driver_settings().find(|(_, k)| *k == key) else {
             return Err(PyTypeError::new_err(format!(
                 "unknown keyword argument '{key}' for driver=\"gds\": accepted keywords are {}",
                 keys()
@@ -321,7 +321,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DRIVER_VALUE", h5gds::DRIVER_VALUE)?;
     m.add(
         "SETTING_KEYS",
-        SETTINGS.iter().map(|s| s.config_key).collect::<Vec<_>>(),
+        driver_settings().map(|(_, key)| key).collect::<Vec<_>>(),
     )?;
     Ok(())
 }

@@ -7,5 +7,6 @@
 
 pub mod cuda;
 pub mod device_ranges;
+pub mod settings;
 pub mod size;
 pub mod stream;

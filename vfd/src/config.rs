@@ -7,9 +7,9 @@
 //! the default.
 
 use crate::error::{Error, Result};
+pub use h5gds_runtime::settings::{driver_settings, Key, SettingSpec, Source, LOG_ENV, SETTINGS};
 pub use h5gds_runtime::size::{format_size, parse_size};
 use std::ffi::OsString;
-use std::fmt;
 use std::os::unix::ffi::OsStringExt;
 
 /// How device buffers reach the file (takes effect with the GPU paths).
@@ -32,115 +32,9 @@ pub enum DirectIo {
     Auto,
 }
 
-/// Where a setting's value came from, for logs and `h5gds info`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Source {
-    Default,
-    Environment(&'static str),
-    ConfigString,
-}
-
-impl fmt::Display for Source {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Source::Default => f.write_str("default"),
-            Source::Environment(var) => write!(f, "environment ({var})"),
-            Source::ConfigString => f.write_str("config string"),
-        }
-    }
-}
-
-/// Identifies one setting.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Key {
-    CompatMode,
-    NThreads,
-    TaskSize,
-    BounceBufferSize,
-    DirectIo,
-    DeviceCopies,
-}
-
-/// The description of one setting: the single source for parsing, errors and documentation.
-pub struct SettingSpec {
-    pub key: Key,
-    pub env: &'static str,
-    pub config_key: &'static str,
-    /// Environment variables of the earlier GDS driver that set the same thing.
-    pub aliases: &'static [&'static str],
-    pub meaning: &'static str,
-    pub default: &'static str,
-    pub accepted: &'static str,
-}
-
 pub const MIN_SIZE: u64 = 4 << 10;
 pub const MAX_SIZE: u64 = 1 << 30;
 pub const MAX_THREADS: usize = 256;
-
-pub const SETTINGS: &[SettingSpec] = &[
-    SettingSpec {
-        key: Key::CompatMode,
-        env: "H5GDS_COMPAT_MODE",
-        config_key: "compat_mode",
-        aliases: &[],
-        meaning:
-            "device I/O path: auto = cuFile when GDS is really available, else the staged path; \
-                  on = never touch libcufile; off = require cuFile",
-        default: "auto",
-        accepted: "auto, on, off",
-    },
-    SettingSpec {
-        key: Key::NThreads,
-        env: "H5GDS_NTHREADS",
-        config_key: "nthreads",
-        aliases: &["H5_GDS_VFD_IO_THREADS"],
-        meaning: "I/O threads",
-        default: "cores, at most 16",
-        accepted: "an integer from 1 to 256",
-    },
-    SettingSpec {
-        key: Key::TaskSize,
-        env: "H5GDS_TASK_SIZE",
-        config_key: "task_size",
-        aliases: &["H5_GDS_VFD_IO_BLOCK_SIZE"],
-        meaning: "split size for large requests",
-        default: "4M",
-        accepted: "a size from 4K to 1G (bytes, or with a K/M/G suffix)",
-    },
-    SettingSpec {
-        key: Key::BounceBufferSize,
-        env: "H5GDS_BOUNCE_BUFFER_SIZE",
-        config_key: "bounce_buffer_size",
-        aliases: &[],
-        meaning: "pinned bounce buffer size",
-        default: "16M",
-        accepted: "a size from 4K to 1G (bytes, or with a K/M/G suffix)",
-    },
-    SettingSpec {
-        key: Key::DirectIo,
-        env: "H5GDS_DIRECT_IO",
-        config_key: "direct_io",
-        aliases: &[],
-        meaning: "O_DIRECT for host I/O",
-        default: "off",
-        accepted: "off, on, auto",
-    },
-    SettingSpec {
-        key: Key::DeviceCopies,
-        env: "H5GDS_DEVICE_COPIES",
-        config_key: "device_copies",
-        aliases: &[],
-        meaning: "device buffers for the data HDF5 copies itself (compact datasets, chunks in the \
-                  chunk cache): on = HDF5 asks the driver to make those copies \
-                  (H5FD_FEAT_MEMMANAGE), so they may go to and from GPU memory, at a cost to host \
-                  reads of such data; off = HDF5 copies them itself, host buffers only",
-        default: "off",
-        accepted: "off, on",
-    },
-];
-
-/// The environment variable that sets the log filter (not a per-file setting).
-pub const LOG_ENV: &str = "H5GDS_LOG";
 
 /// The settings in effect for one open file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -166,7 +60,9 @@ impl Default for VfdSettings {
             bounce_buffer_size: 16 << 20,
             direct_io: DirectIo::Off,
             device_copies: false,
-            sources: SETTINGS.iter().map(|s| (s.key, Source::Default)).collect(),
+            sources: driver_settings()
+                .map(|(s, _)| (s.key, Source::Default))
+                .collect(),
         }
     }
 }
@@ -197,7 +93,7 @@ impl VfdSettings {
         config: Option<&[u8]>,
     ) -> Result<VfdSettings> {
         let mut settings = VfdSettings::default();
-        for spec in SETTINGS {
+        for (spec, _) in driver_settings() {
             // Aliases first, so the newer name wins when both are set.
             for var in spec.aliases.iter().chain(std::iter::once(&spec.env)) {
                 if let Some(value) = env(var) {
@@ -209,12 +105,12 @@ impl VfdSettings {
             for (key, value) in parse_config_string(config)? {
                 let spec = std::str::from_utf8(key)
                     .ok()
-                    .and_then(|key| SETTINGS.iter().find(|s| s.config_key == key))
+                    .and_then(|key| driver_settings().find(|(_, k)| *k == key))
+                    .map(|(spec, _)| spec)
                     .ok_or_else(|| Error::UnknownConfigKey {
                         key: shown(key),
-                        accepted: SETTINGS
-                            .iter()
-                            .map(|s| s.config_key)
+                        accepted: driver_settings()
+                            .map(|(_, k)| k)
                             .collect::<Vec<_>>()
                             .join(", "),
                     })?;
@@ -228,7 +124,7 @@ impl VfdSettings {
         let invalid = || Error::InvalidSetting {
             setting: match &source {
                 Source::Environment(var) => (*var).to_string(),
-                _ => spec.config_key.to_string(),
+                _ => spec.config_key.unwrap_or(spec.env).to_string(),
             },
             value: shown(raw),
             accepted: spec.accepted,
@@ -269,6 +165,14 @@ impl VfdSettings {
             Key::BounceBufferSize => {
                 self.bounce_buffer_size = parse_bounded_size(value).ok_or_else(invalid)?
             }
+            // Read outside the driver (`h5gds_runtime::settings`); `driver_settings` never
+            // yields them, so no config string or driver environment lookup reaches here.
+            Key::UseVfdGds
+            | Key::StagingBufferSize
+            | Key::GpuCodec
+            | Key::VerifyChecksums
+            | Key::Log
+            | Key::PluginDir => return Err(invalid()),
         }
         if let Some(slot) = self.sources.iter_mut().find(|(k, _)| *k == spec.key) {
             slot.1 = source;
@@ -284,27 +188,32 @@ impl VfdSettings {
             .unwrap_or(&Source::Default)
     }
 
-    /// The value of one setting as text, as a user would write it.
-    pub fn value_text(&self, key: Key) -> String {
-        match key {
+    /// The value of one of the driver's settings as text, as a user would write it; `None` for
+    /// the settings read outside the driver.
+    pub fn value_text(&self, key: Key) -> Option<String> {
+        Some(match key {
             Key::CompatMode => format!("{:?}", self.compat_mode).to_lowercase(),
             Key::DirectIo => format!("{:?}", self.direct_io).to_lowercase(),
             Key::DeviceCopies => if self.device_copies { "on" } else { "off" }.to_string(),
             Key::NThreads => self.nthreads.to_string(),
             Key::TaskSize => format_size(self.task_size as u64),
             Key::BounceBufferSize => format_size(self.bounce_buffer_size as u64),
-        }
+            Key::UseVfdGds
+            | Key::StagingBufferSize
+            | Key::GpuCodec
+            | Key::VerifyChecksums
+            | Key::Log
+            | Key::PluginDir => return None,
+        })
     }
 
     /// `key=value (source), ...` for log lines.
     pub fn describe(&self) -> String {
-        SETTINGS
-            .iter()
-            .map(|s| {
+        driver_settings()
+            .map(|(s, key)| {
                 format!(
-                    "{}={} ({})",
-                    s.config_key,
-                    self.value_text(s.key),
+                    "{key}={} ({})",
+                    self.value_text(s.key).unwrap_or_default(),
                     self.source(s.key)
                 )
             })

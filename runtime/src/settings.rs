@@ -1,0 +1,345 @@
+//! Every `H5GDS_*` setting in one table ([`SETTINGS`]): its variable, the driver's config-string
+//! key where it has one, default, accepted values and meaning, the single source for parsing,
+//! errors, `h5gds info` and the documentation. The driver parses its own settings from the table
+//! (`h5gds::VfdSettings`); the few read outside the driver (how array-io and the Python
+//! extension move device arrays, GPU decoding, logging) are parsed here, once for every caller.
+
+use crate::size::parse_size;
+use std::fmt;
+
+/// Where a setting's value came from, for logs and `h5gds info`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    Default,
+    Environment(&'static str),
+    ConfigString,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::Environment(var) => write!(f, "environment ({var})"),
+            Source::ConfigString => f.write_str("config string"),
+        }
+    }
+}
+
+/// Identifies one setting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Key {
+    CompatMode,
+    NThreads,
+    TaskSize,
+    BounceBufferSize,
+    DirectIo,
+    DeviceCopies,
+    UseVfdGds,
+    StagingBufferSize,
+    GpuCodec,
+    VerifyChecksums,
+    Log,
+    PluginDir,
+}
+
+/// The description of one setting: the single source for parsing, errors and documentation.
+pub struct SettingSpec {
+    pub key: Key,
+    pub env: &'static str,
+    /// The key of the driver's config string (`HDF5_DRIVER_CONFIG`, `H5Pset_driver_by_name`);
+    /// `None` for the settings read outside the driver (array transfers, GPU decoding, logging).
+    pub config_key: Option<&'static str>,
+    /// Environment variables of the earlier GDS driver that set the same thing.
+    pub aliases: &'static [&'static str],
+    pub meaning: &'static str,
+    pub default: &'static str,
+    pub accepted: &'static str,
+}
+
+/// The driver's own settings (those with a config-string key), with that key.
+pub fn driver_settings() -> impl Iterator<Item = (&'static SettingSpec, &'static str)> {
+    SETTINGS
+        .iter()
+        .filter_map(|spec| spec.config_key.map(|key| (spec, key)))
+}
+
+/// The environment variable that sets the log filter (not a per-file setting).
+pub const LOG_ENV: &str = "H5GDS_LOG";
+/// The h5gds tool's last place to look for the plugin.
+pub const PLUGIN_DIR_ENV: &str = "H5GDS_PLUGIN_DIR";
+
+pub const SETTINGS: &[SettingSpec] = &[
+    SettingSpec {
+        key: Key::CompatMode,
+        env: "H5GDS_COMPAT_MODE",
+        config_key: Some("compat_mode"),
+        aliases: &[],
+        meaning:
+            "device I/O path: auto = cuFile when GDS is really available, else the staged path; \
+                  on = never touch libcufile; off = require cuFile",
+        default: "auto",
+        accepted: "auto, on, off",
+    },
+    SettingSpec {
+        key: Key::NThreads,
+        env: "H5GDS_NTHREADS",
+        config_key: Some("nthreads"),
+        aliases: &["H5_GDS_VFD_IO_THREADS"],
+        meaning: "I/O threads",
+        default: "cores, at most 16",
+        accepted: "an integer from 1 to 256",
+    },
+    SettingSpec {
+        key: Key::TaskSize,
+        env: "H5GDS_TASK_SIZE",
+        config_key: Some("task_size"),
+        aliases: &["H5_GDS_VFD_IO_BLOCK_SIZE"],
+        meaning: "split size for large requests",
+        default: "4M",
+        accepted: "a size from 4K to 1G (bytes, or with a K/M/G suffix)",
+    },
+    SettingSpec {
+        key: Key::BounceBufferSize,
+        env: "H5GDS_BOUNCE_BUFFER_SIZE",
+        config_key: Some("bounce_buffer_size"),
+        aliases: &[],
+        meaning: "pinned bounce buffer size",
+        default: "16M",
+        accepted: "a size from 4K to 1G (bytes, or with a K/M/G suffix)",
+    },
+    SettingSpec {
+        key: Key::DirectIo,
+        env: "H5GDS_DIRECT_IO",
+        config_key: Some("direct_io"),
+        aliases: &[],
+        meaning: "O_DIRECT for host I/O",
+        default: "off",
+        accepted: "off, on, auto",
+    },
+    SettingSpec {
+        key: Key::DeviceCopies,
+        env: "H5GDS_DEVICE_COPIES",
+        config_key: Some("device_copies"),
+        aliases: &[],
+        meaning: "device buffers for the data HDF5 copies itself (compact datasets, chunks in the \
+                  chunk cache): on = HDF5 asks the driver to make those copies \
+                  (H5FD_FEAT_MEMMANAGE), so they may go to and from GPU memory, at a cost to host \
+                  reads of such data; off = HDF5 copies them itself, host buffers only",
+        default: "off",
+        accepted: "off, on",
+    },
+    SettingSpec {
+        key: Key::UseVfdGds,
+        env: USE_VFD_GDS_ENV,
+        config_key: None,
+        aliases: &[],
+        meaning: "device arrays of array-io and h5gds.read/write: 1 = through the gds driver, \
+                  0 = through the host staging buffer",
+        default: "unset: the gds driver where CUDA works",
+        accepted: USE_VFD_GDS_ACCEPTED,
+    },
+    SettingSpec {
+        key: Key::StagingBufferSize,
+        env: STAGING_BUFFER_SIZE_ENV,
+        config_key: None,
+        aliases: &[],
+        meaning: "host staging buffer of array-io and h5gds.read/write for device arrays",
+        default: "128M",
+        accepted: STAGING_ACCEPTED,
+    },
+    SettingSpec {
+        key: Key::GpuCodec,
+        env: GPU_CODEC_ENV,
+        config_key: None,
+        aliases: &[],
+        meaning: "compressed chunks read into device arrays: 1 = decoded on the GPU with nvCOMP \
+                  where it can, 0 = decoded by HDF5's filters on the host, then copied",
+        default: "1",
+        accepted: ZERO_OR_ONE,
+    },
+    SettingSpec {
+        key: Key::VerifyChecksums,
+        env: VERIFY_CHECKSUMS_ENV,
+        config_key: None,
+        aliases: &[],
+        meaning: "check deflate chunks decoded on the GPU against their Adler-32 on the host",
+        default: "0",
+        accepted: ZERO_OR_ONE,
+    },
+    SettingSpec {
+        key: Key::Log,
+        env: LOG_ENV,
+        config_key: None,
+        aliases: &[],
+        meaning: "log filter for lines on stderr (tracing's EnvFilter syntax)",
+        default: "warn",
+        accepted: "error, warn, info, debug, trace, or a filter such as h5gds=debug",
+    },
+    SettingSpec {
+        key: Key::PluginDir,
+        env: PLUGIN_DIR_ENV,
+        config_key: None,
+        aliases: &[],
+        meaning: "where the h5gds tool finds libh5gds.so when no --plugin-dir is given and none \
+                  lies beside the program",
+        default: "unset",
+        accepted: "a directory",
+    },
+];
+
+/// `H5GDS_USE_VFD_GDS`: `1` = device data through the `gds` driver, `0` = the staged path,
+/// unset = the driver when CUDA works in this process.
+pub const USE_VFD_GDS_ENV: &str = "H5GDS_USE_VFD_GDS";
+/// `H5GDS_STAGING_BUFFER_SIZE`: the host staging buffer of the staged path (default 128M).
+pub const STAGING_BUFFER_SIZE_ENV: &str = "H5GDS_STAGING_BUFFER_SIZE";
+/// The default staging buffer: 128 MiB, the size array libraries stage through by default.
+pub const DEFAULT_STAGING_BUFFER_SIZE: usize = 128 << 20;
+/// The smallest staging buffer accepted (it must hold at least one element of any type).
+pub const MIN_STAGING_BUFFER_SIZE: usize = 4 << 10;
+
+pub const USE_VFD_GDS_ACCEPTED: &str =
+    "1 (the gds driver), 0 (the staged path) or unset (automatic)";
+pub const STAGING_ACCEPTED: &str =
+    "a byte count of at least 4K, with an optional K, M or G suffix (default 128M)";
+
+/// Where device data goes, as the settings ask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DevicePath {
+    /// Through the `gds` driver, straight between the file and device memory where safe.
+    Gds,
+    /// Through a host staging buffer, then copied.
+    Staged,
+    /// `Gds` when CUDA works in this process, else `Staged`.
+    Auto,
+}
+
+/// A setting's value that is refused: the variable, the value, what is accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidSetting {
+    pub variable: &'static str,
+    pub value: String,
+    pub accepted: &'static str,
+}
+
+impl std::fmt::Display for InvalidSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "invalid {}={:?}: accepted values are {}",
+            self.variable, self.value, self.accepted
+        )
+    }
+}
+
+/// The device path for `H5GDS_USE_VFD_GDS`'s value (`None`: unset).
+pub fn device_path(value: Option<&str>) -> Result<DevicePath, InvalidSetting> {
+    match value.map(str::trim) {
+        None => Ok(DevicePath::Auto),
+        Some("1") => Ok(DevicePath::Gds),
+        Some("0") => Ok(DevicePath::Staged),
+        Some(_) => Err(InvalidSetting {
+            variable: USE_VFD_GDS_ENV,
+            value: value.unwrap_or_default().to_string(),
+            accepted: USE_VFD_GDS_ACCEPTED,
+        }),
+    }
+}
+
+/// The staging buffer size for `H5GDS_STAGING_BUFFER_SIZE`'s value (`None`: unset).
+pub fn staging_buffer_size(value: Option<&str>) -> Result<usize, InvalidSetting> {
+    let Some(text) = value else {
+        return Ok(DEFAULT_STAGING_BUFFER_SIZE);
+    };
+    match parse_size(text) {
+        Some(size) if size <= usize::MAX as u64 => check_staging_buffer_size(size as usize, text),
+        _ => Err(staging_error(text)),
+    }
+}
+
+/// `size` if it is a staging buffer size accepted (`text` is how it was given).
+pub fn check_staging_buffer_size(size: usize, text: &str) -> Result<usize, InvalidSetting> {
+    if size < MIN_STAGING_BUFFER_SIZE {
+        return Err(staging_error(text));
+    }
+    Ok(size)
+}
+
+fn staging_error(value: &str) -> InvalidSetting {
+    InvalidSetting {
+        variable: STAGING_BUFFER_SIZE_ENV,
+        value: value.to_string(),
+        accepted: STAGING_ACCEPTED,
+    }
+}
+
+/// The setting that turns on the host-side Adler-32 check of deflate chunks.
+pub const VERIFY_CHECKSUMS_ENV: &str = "H5GDS_VERIFY_CHECKSUMS";
+
+/// The setting that turns the GPU codec path off (`0`) for reads: HDF5's CPU filters decode,
+/// then the data is copied (the baseline the compressed-read benchmark compares against).
+pub const GPU_CODEC_ENV: &str = "H5GDS_GPU_CODEC";
+
+const ZERO_OR_ONE: &str = "0 or 1";
+
+fn invalid(variable: &'static str, value: &str) -> InvalidSetting {
+    InvalidSetting {
+        variable,
+        value: value.to_string(),
+        accepted: ZERO_OR_ONE,
+    }
+}
+
+/// Why the settings turn decoding on the GPU off, if they do.
+pub fn gpu_codec_turned_off() -> Result<Option<String>, InvalidSetting> {
+    match std::env::var(GPU_CODEC_ENV).as_deref() {
+        Err(_) | Ok("") | Ok("1") => Ok(None),
+        Ok("0") => Ok(Some(format!(
+            "{GPU_CODEC_ENV}=0 turns decoding on the GPU off"
+        ))),
+        Ok(other) => Err(invalid(GPU_CODEC_ENV, other)),
+    }
+}
+
+/// Whether decoded deflate chunks are checked against their Adler-32 on the host.
+pub fn verify_checksums() -> Result<bool, InvalidSetting> {
+    match std::env::var(VERIFY_CHECKSUMS_ENV).as_deref() {
+        Err(_) | Ok("") | Ok("0") => Ok(false),
+        Ok("1") => Ok(true),
+        Ok(other) => Err(invalid(VERIFY_CHECKSUMS_ENV, other)),
+    }
+}
+
+/// The value `spec`'s setting has in this process's environment, as text, and where it came from
+/// (for `h5gds info`; the driver's own settings are shown as a file opened now would get them).
+pub fn environment_value(spec: &SettingSpec) -> (String, Source) {
+    match std::env::var(spec.env) {
+        Ok(value) => (value, Source::Environment(spec.env)),
+        Err(_) => (spec.default.to_string(), Source::Default),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_path_accepts_only_0_1_and_unset() {
+        assert_eq!(device_path(None), Ok(DevicePath::Auto));
+        assert_eq!(device_path(Some(" 1")), Ok(DevicePath::Gds));
+        assert_eq!(device_path(Some("0")), Ok(DevicePath::Staged));
+        let err = device_path(Some("yes")).unwrap_err();
+        assert_eq!(err.variable, USE_VFD_GDS_ENV);
+        assert!(err.to_string().contains("\"yes\""), "{err}");
+    }
+
+    #[test]
+    fn staging_sizes_parse_with_suffixes_and_a_minimum() {
+        assert_eq!(staging_buffer_size(None), Ok(DEFAULT_STAGING_BUFFER_SIZE));
+        assert_eq!(staging_buffer_size(Some("8M")), Ok(8 << 20));
+        assert_eq!(staging_buffer_size(Some("4K")), Ok(4096));
+        for bad in ["1K", "lots", "", "-5"] {
+            let err = staging_buffer_size(Some(bad)).unwrap_err();
+            assert_eq!(err.variable, STAGING_BUFFER_SIZE_ENV, "{bad}");
+        }
+    }
+}
