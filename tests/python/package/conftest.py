@@ -9,10 +9,14 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 #: The device tests: device arrays over this process's libcuda, the emulator (scripts/test.sh) or a real driver.
 DEVICE_TEST_FILES = ("test_device.py", "test_gpu_codec.py", "test_mpi_device.py")
+#: Files holding host and device tests: the device tests' names start with the prefix.
+DEVICE_TESTS_NAMED = {"test_xarray_backend.py": "test_device_"}
 
 
 def _in_device_file(report):
-    return report.nodeid.split("::")[0].rsplit("/", 1)[-1] in DEVICE_TEST_FILES
+    path, _, name = report.nodeid.partition("::")
+    file = path.rsplit("/", 1)[-1]
+    return file in DEVICE_TEST_FILES or (file in DEVICE_TESTS_NAMED and name.startswith(DEVICE_TESTS_NAMED[file]))
 
 
 def _skip_reason(report):

@@ -1,13 +1,20 @@
-"""A stand-in for the few CuPy calls h5gds makes for ``like="cupy"`` (and ``cupy.ascontiguousarray``
-for strided tiles), over the test arrays of device_arrays.py: used by mpi/device_program.py when
-libcuda is h5gds's CPU emulator, where real CuPy cannot run. Test-only, never shipped, and on
-sys.path only in that program on the emulator (real CuPy is used on a GPU machine)."""
+"""A stand-in for the CuPy h5gds meets, over the test arrays of device_arrays.py, where libcuda is
+h5gds's CPU emulator and real CuPy cannot run: the few calls h5gds makes for ``like="cupy"``
+(``cupy.ascontiguousarray`` for strided tiles; mpi/device_program.py), and enough of a CuPy array
+for xarray to hold one (test_xarray_backend.py, ``device=``): the duck-array protocols and
+``get()``. Like CuPy, it refuses implicit conversion to NumPy (``__array__`` raises TypeError), so
+code that would fail on real CuPy fails here too. The emulator has no kernels: arithmetic,
+indexing and NumPy functions run on a host copy whose result is copied back to the device.
+Test-only, never shipped, and on sys.path only in the tests on the emulator (real CuPy is used on
+a GPU machine)."""
 
 import types
 
 import numpy as np
 
-from device_arrays import DeviceArray
+from device_arrays import DeviceArray, cuda as _cuda
+
+__version__ = "13.0.0"  # xarray asks for one (DuckArrayModule)
 
 
 class _Runtime:
@@ -16,6 +23,10 @@ class _Runtime:
     @staticmethod
     def getDevice():
         return _Runtime.current
+
+    @staticmethod
+    def getDeviceCount():
+        return _cuda().device_count
 
 
 class Device:
@@ -39,24 +50,133 @@ class Device:
 cuda = types.SimpleNamespace(runtime=_Runtime, Device=Device)
 
 
-class ndarray(DeviceArray):
-    """An emulated device array of this module (so h5gds takes it for a CuPy array)."""
+def _host(value):
+    """``value`` with every emulated array in it copied to the host (lists and tuples walked)."""
+    if isinstance(value, ndarray):
+        return value.get()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_host(v) for v in value)
+    return value
+
+
+def _device(value, ordinal):
+    """Results of a host computation as emulated arrays on device ``ordinal`` (NumPy scalars as
+    0-d arrays, as CuPy's reductions return them)."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return ndarray.from_host(np.asarray(value), ordinal)
+    if isinstance(value, tuple):
+        return tuple(_device(v, ordinal) for v in value)
+    return value
+
+
+def _ordinal(values):
+    for value in values:
+        if isinstance(value, ndarray):
+            return value.ordinal
+        if isinstance(value, (list, tuple)):
+            found = _ordinal(value)
+            if found is not None:
+                return found
+    return None
+
+
+class ndarray(DeviceArray, np.lib.mixins.NDArrayOperatorsMixin):
+    """An emulated device array of this module (so h5gds and xarray take it for a CuPy array)."""
 
     @property
     def device(self):
         return Device(self.ordinal)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError("Implicit conversion to a NumPy array is not allowed. Please use `.get()` to construct "
+                        "a NumPy array explicitly.")
+
+    def __bool__(self):
+        return bool(self.get())
+
+    def __int__(self):
+        return int(self.get())
+
+    def __float__(self):
+        return float(self.get())
+
+    def get(self):
+        """A NumPy copy (CuPy's device-to-host copy)."""
+        return self.to_host()
+
+    def astype(self, dtype, copy=True, **kwargs):
+        return ndarray.from_host(self.get().astype(dtype, **kwargs), self.ordinal)
+
+    def copy(self):
+        return ndarray.from_host(self.get(), self.ordinal)
+
+    def __getitem__(self, key):
+        parts = key if isinstance(key, tuple) else (key,)
+        if all(part is Ellipsis or (isinstance(part, slice) and part == slice(None)) for part in parts):
+            return self  # CuPy's view of all of it: the same memory, no copy
+        return _device(np.asarray(self.get()[_host(key)]), self.ordinal)
+
+    def __setitem__(self, key, value):
+        host = self.get()
+        host[_host(key)] = _host(value)
+        self.copy_from_host(host)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        outs = kwargs.pop("out", None)
+        host_outs = tuple(_host(o) for o in outs) if outs else None
+        if host_outs is not None:
+            kwargs["out"] = host_outs
+        result = getattr(ufunc, method)(*_host(inputs), **kwargs)
+        if outs:
+            for device_out, host_out in zip(outs, host_outs):
+                if isinstance(device_out, ndarray):
+                    device_out.copy_from_host(host_out)
+            return outs[0] if len(outs) == 1 else outs
+        return _device(result, self.ordinal)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return _device(func(*_host(args), **_host(kwargs)), _ordinal(args) or self.ordinal)
+
+    def __getattr__(self, name):
+        # The rest of NumPy's array methods (reshape, sum, ...), computed on a host copy.
+        if name.startswith("_") or not callable(getattr(np.ndarray, name, None)):
+            raise AttributeError(name)
+
+        def method(*args, **kwargs):
+            return _device(getattr(self.get(), name)(*_host(args), **_host(kwargs)), self.ordinal)
+
+        return method
 
 
 def empty(shape, dtype=float):
     return ndarray(shape, dtype, _Runtime.current)
 
 
-def asarray(host):
-    return ndarray.from_host(host, _Runtime.current)
+def full(shape, fill_value, dtype=None):
+    return ndarray.from_host(np.full(shape, fill_value, dtype=dtype), _Runtime.current)
+
+
+def asarray(host, dtype=None):
+    if isinstance(host, ndarray):
+        return host if dtype is None else host.astype(dtype)
+    return ndarray.from_host(np.asarray(host, dtype=dtype), _Runtime.current)
 
 
 def asnumpy(array):
-    return array.to_host()
+    return array.get() if isinstance(array, ndarray) else np.asarray(array)
 
 
 def ascontiguousarray(array):
@@ -65,3 +185,15 @@ def ascontiguousarray(array):
     raw = DeviceArray.to_host(array).reshape(-1).view(np.uint8)  # the allocation's bytes
     logical = np.lib.stride_tricks.as_strided(raw.view(array.dtype), array.shape, array.strides)
     return ndarray.from_host(logical, array.ordinal)
+
+
+def __getattr__(name):
+    # NumPy's functions (concatenate, where, ...: what dask and xarray call on CuPy), on host copies.
+    func = getattr(np, name, None)
+    if name.startswith("_") or not callable(func) or isinstance(func, type):
+        raise AttributeError(f"module 'cupy' (h5gds's emulated stand-in) has no attribute {name!r}")
+
+    def on_host(*args, **kwargs):
+        return _device(func(*_host(args), **_host(kwargs)), _ordinal(args) or _Runtime.current)
+
+    return on_host

@@ -1,0 +1,408 @@
+"""xarray's ``engine="h5gds"``: netCDF-4 and HDF5 files opened as xarray's own h5netcdf engine
+opens them, with the variables' data read through ``h5gds.read``, into NumPy or, with
+``device=``, into CuPy arrays on a GPU (file to device memory, no host copy of the data).
+
+Registered through the ``xarray.backends`` entry point (pyproject.toml); importing ``h5gds``
+never imports this module, so the package works without xarray. ``DeviceDaskManager`` makes
+dask chunks of device variables CuPy arrays (``chunked_array_type=``).
+
+Decisions (docs/xarray.md):
+
+* The netCDF structure (dimensions, coordinates, attributes, groups, unlimited dimensions,
+  encodings) is h5netcdf's, read by xarray's ``H5NetCDFStore``, subclassed here; decoding
+  (``_FillValue``, scale/offset, times) is xarray's CF decoding, as for every backend. Only the
+  arrays differ: each indexing of a variable is one ``h5gds.read`` of a basic selection (ints,
+  slices with positive steps); xarray applies the rest (integer arrays, negative steps) to what
+  was read. Variable-length data (strings) and padding of non-numeric variables along a longer
+  unlimited dimension are left to h5netcdf's own reading, through h5py.
+* ``device``: the variables that become CuPy arrays are those whose decoded values are numbers
+  or bools and that are not indexes (xarray builds pandas indexes from those, on the host, as
+  cupy-xarray does); times, strings and indexes stay NumPy. xarray's CF decoding runs on the
+  device, except for two steps written for NumPy only (masking fill values and the ``_Unsigned``
+  cast call ``np.array``/``np.asarray``, which CuPy refuses): those are replaced by equivalents
+  written with array methods. A variable whose decoding holds a step that cannot run on the
+  device stays on the host.
+* Dask: xarray chunks every lazily read backend array as NumPy (``meta=np.ndarray``, chunks
+  converted with ``to_numpy``), which would copy device data back to the host; with
+  ``chunked_array_type=DeviceDaskManager()`` the chunks of device variables are CuPy arrays,
+  each read with one ``h5gds.read`` straight into device memory.
+* Files open through the ``gds`` driver (``H5GDS_USE_VFD_GDS=0``: HDF5's default), with the
+  chunk cache off when reading to the device, as ``h5gds.from_file`` does.
+"""
+
+import functools
+import importlib
+import operator
+
+import numpy as np
+from xarray.backends.common import _iter_nc_groups, datatree_from_dict_with_io_cleanup
+from xarray.backends.h5netcdf_ import (
+    H5NetCDFArrayWrapper,
+    H5NetCDFStore,
+    H5netcdfBackendEntrypoint,
+    _check_phony_dims,
+    _emit_phony_dims_warning,
+    _normalize_filename_or_obj,
+)
+from xarray.backends.store import StoreBackendEntrypoint
+from xarray.coding import variables as cf_variables
+from xarray.coding.common import _ElementwiseFunctionArray
+from xarray.core import indexing
+from xarray.core.treenode import NodePath
+from xarray.core.utils import close_on_error, is_remote_uri
+from xarray.core.variable import Variable
+from xarray.namedarray.daskmanager import DaskManager
+
+from . import _files, _io
+
+
+class H5gdsArrayWrapper(H5NetCDFArrayWrapper):
+    """One h5netcdf variable whose data ``h5gds.read`` reads; ``device``: None for NumPy, else the
+    CUDA device ordinal of the CuPy arrays it returns (set after decoding, ``_place``)."""
+
+    def __init__(self, variable_name, datastore):
+        super().__init__(variable_name, datastore)
+        self.device = None
+
+    def __getitem__(self, key):
+        # BASIC: h5gds.read takes ints and slices with positive steps; xarray indexes the result
+        # with whatever else the key holds.
+        return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.BASIC,
+                                                  self._getitem)
+
+    def _getitem(self, key):
+        with self.datastore.lock:
+            variable = self.get_array(needs_lock=False)
+            dset = variable._h5ds
+            if dset.shape is None or dset.dtype.hasobject:
+                # Null dataspaces, variable-length data: h5netcdf's (h5py's) conversions.
+                return variable[key]
+            padded = tuple(dset.shape) != tuple(variable.shape)
+            if padded and dset.dtype.kind not in "fiu":
+                # h5netcdf pads only numbers along a longer unlimited dimension.
+                return variable[key]
+            read = self._reader()
+            if padded:
+                data = _padded_read(read, dset, variable, key, self.device)
+            else:
+                data = read(dset, key)
+            if dset.dtype.names:
+                # Compound types holding char arrays: h5netcdf's view of them as strings.
+                datatype = variable.datatype
+                view = getattr(datatype, "dtype_view", None)
+                if view is not None:
+                    data = data.view(view)
+            return data
+
+    def _reader(self):
+        if self.device is None:
+            return lambda dset, sel: _io.read(dset, sel=sel)
+        return _files._Device("cupy", importlib.import_module("cupy"), self.device).read
+
+
+def _padded_read(read, dset, variable, key, device):
+    """``variable[key]`` of a numeric variable whose HDF5 dataset is shorter than its dimensions
+    (an unlimited dimension another variable extended): the part inside the dataset read with
+    one ``read``, the rest the dataset's fill value, as h5netcdf pads."""
+    inside, place, shape = [], [], []
+    empty = False
+    for k, n_variable, n_dataset in zip(key, variable.shape, dset.shape):
+        if isinstance(k, slice):
+            indices = range(*k.indices(n_variable))
+            kept = range(indices.start, min(indices.stop, n_dataset), indices.step)
+            inside.append(slice(kept.start, kept.stop, kept.step))
+            place.append(slice(0, len(kept)))
+            shape.append(len(indices))
+            empty = empty or not kept
+        else:
+            k = operator.index(k)
+            k = k + n_variable if k < 0 else k
+            inside.append(k)
+            empty = empty or k >= n_dataset
+    fill = variable.dtype.type(dset.fillvalue)
+    if device is None:
+        out = np.full(shape, fill, dtype=dset.dtype)
+    else:
+        cupy = importlib.import_module("cupy")
+        with cupy.cuda.Device(device):
+            out = cupy.full(shape, fill, dtype=dset.dtype.newbyteorder("="))
+    if not empty:
+        out[tuple(place)] = read(dset, tuple(inside))
+    return out
+
+
+class H5gdsStore(H5NetCDFStore):
+    """xarray's h5netcdf store, its variables' arrays read through ``h5gds.read``."""
+
+    __slots__ = ()
+
+    def open_store_variable(self, name, var):
+        # h5netcdf's dimensions, attributes and encoding; h5gds's array.
+        variable = super().open_store_variable(name, var)
+        data = indexing.LazilyIndexedArray(H5gdsArrayWrapper(name, self))
+        return Variable(variable.dims, data, variable.attrs, variable.encoding)
+
+
+# --- device= -----------------------------------------------------------------------------------------------
+
+
+def _cupy(device):
+    try:
+        return importlib.import_module("cupy")
+    except ImportError as err:
+        label, how = _files._INSTALL["cupy"]
+        raise ModuleNotFoundError(f"device={device!r} makes CuPy arrays, and {label} is not installed in "
+                                  f"this environment: {how}", name="cupy") from err
+
+
+def _device_ordinal(device):
+    """The CUDA device ordinal ``device`` names, or None for the host: None or 'cpu' (NumPy),
+    'cuda' (CuPy's current device), 'cuda:N' or N, or a ``cupy.cuda.Device``."""
+    if device is None:
+        return None
+    if isinstance(device, str):
+        name = device.strip().lower()
+        if name == "cpu":
+            return None
+        if name == "cuda":
+            return _checked(_cupy(device).cuda.runtime.getDevice(), device)
+        kind, _, number = name.partition(":")
+        if kind == "cuda" and number.isdigit():
+            return _checked(int(number), device)
+        raise ValueError(f"device={device!r}: accepted are None or 'cpu' (NumPy), 'cuda' (CuPy's current "
+                         "device), 'cuda:N' or N (CUDA device N), or a cupy.cuda.Device")
+    if isinstance(device, (bool, np.bool_)):
+        raise TypeError(f"device={device!r}: a bool names no device; use 'cuda' or an ordinal")
+    if type(device).__module__.split(".")[0] == "cupy" and hasattr(device, "id"):
+        return _checked(int(device.id), device)
+    try:
+        ordinal = operator.index(device)
+    except TypeError:
+        raise TypeError(f"device must be None, 'cpu', 'cuda', 'cuda:N', an int or a cupy.cuda.Device, not "
+                        f"{type(device).__module__}.{type(device).__name__}") from None
+    return _checked(ordinal, device)
+
+
+def _checked(ordinal, device):
+    count = _cupy(device).cuda.runtime.getDeviceCount()
+    if not 0 <= ordinal < count:
+        raise ValueError(f"device={device!r}: CUDA device {ordinal} does not exist here; CuPy sees {count} "
+                         f"device{'s' if count != 1 else ''} (0 to {count - 1})")
+    return ordinal
+
+
+def _mask(data, encoded_fill_values, decoded_fill_value, dtype):
+    """xarray's ``_apply_mask`` (fill values to ``decoded_fill_value``, in a copy of ``dtype``)
+    with the array's own methods, so that a CuPy array stays on its device."""
+    data = data.astype(data.dtype if dtype is None else dtype, copy=True)
+    for value in encoded_fill_values:
+        data[data == value] = decoded_fill_value
+    return data
+
+
+def _cast(data, dtype):
+    """``np.asarray(data, dtype=dtype)`` (xarray's ``_Unsigned`` decoding) as the array's own cast."""
+    return data.astype(dtype, copy=False)
+
+
+def _on_any_device(func):
+    """``func`` (a decoding step of xarray's), or its equivalent for arrays of any library; None
+    when there is none."""
+    if not isinstance(func, functools.partial) or func.args:
+        return None
+    if func.func is getattr(cf_variables, "_scale_offset_decoding", None):
+        return func  # astype and in-place arithmetic: any array library
+    if func.func is getattr(cf_variables, "_apply_mask", None):
+        return functools.partial(_mask, **func.keywords)
+    if func.func is np.asarray and set(func.keywords) == {"dtype"}:
+        return functools.partial(_cast, **func.keywords)
+    return None
+
+
+# The lazily decoded arrays xarray stacks over a backend array whose steps are array methods.
+_ANY_DEVICE = (indexing.LazilyIndexedArray, cf_variables.NativeEndiannessArray, cf_variables.BoolTypeArray)
+
+
+def _device_plan(array):
+    """The h5gds array under a decoded variable's lazy layers and the decoding steps to replace,
+    or None when a layer cannot run on the device."""
+    swaps = []
+    while not isinstance(array, H5gdsArrayWrapper):
+        if isinstance(array, _ElementwiseFunctionArray):
+            func = _on_any_device(array.func)
+            if func is None:
+                return None
+            if func is not array.func:
+                swaps.append((array, func))
+        elif not isinstance(array, _ANY_DEVICE):
+            return None
+        array = getattr(array, "array", None)
+    return array, swaps
+
+
+def _place(dataset, ordinal):
+    """Makes the decoded numeric variables of ``dataset`` that are not indexes read into CuPy
+    arrays on device ``ordinal`` (their data is not read yet; indexes were read, on the host)."""
+    if ordinal is None:
+        return dataset
+    for name, variable in dataset.variables.items():
+        # Dimension coordinates become pandas indexes (xarray may create them after this).
+        index = name in dataset.xindexes or variable.dims == (name,)
+        if index or variable.dtype.kind not in "biufc":
+            continue
+        plan = _device_plan(variable._data)
+        if plan is None:
+            continue
+        wrapper, swaps = plan
+        for layer, func in swaps:
+            layer.func = func
+        wrapper.device = ordinal
+    return dataset
+
+
+# --- dask ---------------------------------------------------------------------------------------------------
+
+
+def _device_of(array):
+    """The device ordinal the h5gds array under xarray's lazy layers reads into (None: host or not
+    h5gds's)."""
+    while not isinstance(array, H5gdsArrayWrapper):
+        array = getattr(array, "array", None)
+        if array is None:
+            return None
+    return array.device
+
+
+def _device_chunk(array, key, asarray=False, lock=None):
+    """One dask chunk: ``array[key]``'s decoded values, left where they were read (CuPy)."""
+    if lock:
+        lock.acquire()
+    try:
+        chunk = array[key]
+        return chunk.get_duck_array() if isinstance(chunk, indexing.ImplicitToExplicitIndexingAdapter) else chunk
+    finally:
+        if lock:
+            lock.release()
+
+
+class DeviceDaskManager(DaskManager):
+    """xarray's dask chunk manager, except that variables ``engine="h5gds"`` reads to a device
+    become dask arrays of CuPy chunks (xarray's own makes NumPy chunks of every lazily read
+    backend array, copying device data to the host). Pass an instance as ``chunked_array_type``
+    with ``chunks=``; other arrays are chunked as xarray's dask manager chunks them."""
+
+    def from_array(self, data, chunks, **kwargs):
+        ordinal = _device_of(data)
+        if ordinal is None:
+            return super().from_array(data, chunks, **kwargs)
+        import dask.array
+
+        cupy = importlib.import_module("cupy")
+        with cupy.cuda.Device(ordinal):
+            meta = cupy.empty((0,) * data.ndim, dtype=data.dtype)
+        kwargs.update(getitem=_device_chunk, asarray=False, meta=meta)
+        return dask.array.from_array(data, chunks, **kwargs)
+
+
+# --- the entry point ---------------------------------------------------------------------------------------
+
+
+class H5gdsBackendEntrypoint(H5netcdfBackendEntrypoint):
+    """xarray backend ``engine="h5gds"``: netCDF-4 and HDF5 files as the h5netcdf engine reads them
+    (the same keywords), each variable's data read with ``h5gds.read`` through the ``gds`` driver;
+    ``device="cuda"`` (or ``"cuda:N"``, N, a ``cupy.cuda.Device``) reads numeric variables into
+    CuPy arrays in GPU memory. Never guessed: name the engine."""
+
+    description = "Open netCDF-4 and HDF5 files with h5netcdf, data read by h5gds into NumPy or CuPy (device=)"
+    url = ""  # the project has no public address; docs/xarray.md describes the engine
+    supports_groups = True
+
+    def guess_can_open(self, filename_or_obj):
+        # h5netcdf's engine opens the same files; this one is chosen by name only.
+        return False
+
+    def _store(self, filename_or_obj, *, format, group, lock, invalid_netcdf, phony_dims, decode_vlen_strings,
+               driver, driver_kwds, storage_options, open_kwargs, ordinal):
+        filename_or_obj = _normalize_filename_or_obj(filename_or_obj)
+        local = isinstance(filename_or_obj, str) and not is_remote_uri(filename_or_obj)
+        if driver is None and local:
+            driver = _files._driver()
+        if ordinal is not None and "rdcc_nbytes" not in (driver_kwds or {}):
+            # No chunk cache: unfiltered chunks go straight into device memory (as from_file).
+            driver_kwds = dict(driver_kwds or {}, rdcc_nbytes=0)
+        # Remote files' keywords only when given: older xarray has no open_kwargs.
+        remote = {k: v for k, v in (("storage_options", storage_options), ("open_kwargs", open_kwargs))
+                  if v is not None}
+        return H5gdsStore.open(
+            filename_or_obj, format=format, group=group, lock=lock, invalid_netcdf=invalid_netcdf,
+            phony_dims=phony_dims, decode_vlen_strings=decode_vlen_strings, driver=driver,
+            driver_kwds=driver_kwds, **remote)
+
+    def open_dataset(self, filename_or_obj, *, mask_and_scale=True, decode_times=True, concat_characters=True,
+                     decode_coords=True, drop_variables=None, use_cftime=None, decode_timedelta=None,
+                     format="NETCDF4", group=None, lock=None, invalid_netcdf=None, phony_dims=None,
+                     decode_vlen_strings=True, driver=None, driver_kwds=None, storage_options=None,
+                     open_kwargs=None, device=None):
+        """As the h5netcdf engine's ``open_dataset``, plus ``device``: None (NumPy, the default) or
+        the GPU whose CuPy arrays receive the numeric variables ('cuda', 'cuda:N', N, a
+        ``cupy.cuda.Device``). ``driver``: None reads local files through h5gds's ``gds`` driver
+        (unless ``H5GDS_USE_VFD_GDS=0``); any h5py driver name otherwise, its settings (and the
+        ``gds`` driver's: ``nthreads``, ...) in ``driver_kwds``."""
+        ordinal = _device_ordinal(device)
+        warn_phony_dims, phony_dims = _check_phony_dims(phony_dims)
+        store = self._store(
+            filename_or_obj, format=format, group=group, lock=lock, invalid_netcdf=invalid_netcdf,
+            phony_dims=phony_dims, decode_vlen_strings=decode_vlen_strings, driver=driver, driver_kwds=driver_kwds,
+            storage_options=storage_options, open_kwargs=open_kwargs, ordinal=ordinal)
+        with close_on_error(store), store._manager.acquire_context():
+            dataset = StoreBackendEntrypoint().open_dataset(
+                store, mask_and_scale=mask_and_scale, decode_times=decode_times,
+                concat_characters=concat_characters, decode_coords=decode_coords, drop_variables=drop_variables,
+                use_cftime=use_cftime, decode_timedelta=decode_timedelta)
+            _place(dataset, ordinal)
+            if warn_phony_dims and store.ds._root._phony_dim_count > 0:
+                _emit_phony_dims_warning()
+        return dataset
+
+    def open_datatree(self, filename_or_obj, *, mask_and_scale=True, decode_times=True, concat_characters=True,
+                      decode_coords=True, drop_variables=None, use_cftime=None, decode_timedelta=None,
+                      format="NETCDF4", group=None, lock=None, invalid_netcdf=None, phony_dims=None,
+                      decode_vlen_strings=True, driver=None, driver_kwds=None, storage_options=None,
+                      open_kwargs=None, device=None):
+        """Every group below ``group`` (the root by default) as ``open_dataset`` opens it, as a
+        DataTree."""
+        return datatree_from_dict_with_io_cleanup(self.open_groups_as_dict(
+            filename_or_obj, mask_and_scale=mask_and_scale, decode_times=decode_times,
+            concat_characters=concat_characters, decode_coords=decode_coords, drop_variables=drop_variables,
+            use_cftime=use_cftime, decode_timedelta=decode_timedelta, format=format, group=group, lock=lock,
+            invalid_netcdf=invalid_netcdf, phony_dims=phony_dims, decode_vlen_strings=decode_vlen_strings,
+            driver=driver, driver_kwds=driver_kwds, storage_options=storage_options, open_kwargs=open_kwargs,
+            device=device))
+
+    def open_groups_as_dict(self, filename_or_obj, *, mask_and_scale=True, decode_times=True,
+                            concat_characters=True, decode_coords=True, drop_variables=None, use_cftime=None,
+                            decode_timedelta=None, format="NETCDF4", group=None, lock=None, invalid_netcdf=None,
+                            phony_dims=None, decode_vlen_strings=True, driver=None, driver_kwds=None,
+                            storage_options=None, open_kwargs=None, device=None):
+        """Every group below ``group`` (the root by default) as ``open_dataset`` opens it, by path
+        relative to ``group``; all share one open file."""
+        ordinal = _device_ordinal(device)
+        warn_phony_dims, phony_dims = _check_phony_dims(phony_dims)
+        store = self._store(
+            filename_or_obj, format=format, group=group, lock=lock, invalid_netcdf=invalid_netcdf,
+            phony_dims=phony_dims, decode_vlen_strings=decode_vlen_strings, driver=driver, driver_kwds=driver_kwds,
+            storage_options=storage_options, open_kwargs=open_kwargs, ordinal=ordinal)
+        parent = NodePath("/") / NodePath(group or "/")
+        groups = {}
+        with close_on_error(store), store._manager.acquire_context():
+            for path in _iter_nc_groups(store.ds, parent=parent):
+                group_store = H5gdsStore(store._manager, group=path, format=format, lock=store.lock)
+                with close_on_error(group_store):
+                    dataset = StoreBackendEntrypoint().open_dataset(
+                        group_store, mask_and_scale=mask_and_scale, decode_times=decode_times,
+                        concat_characters=concat_characters, decode_coords=decode_coords,
+                        drop_variables=drop_variables, use_cftime=use_cftime, decode_timedelta=decode_timedelta)
+                groups[str(NodePath(path).relative_to(parent)) if group else path] = _place(dataset, ordinal)
+            if warn_phony_dims and store.ds._root._phony_dim_count > 0:
+                _emit_phony_dims_warning()
+        return groups
