@@ -98,3 +98,173 @@ fn nothing_depends_on_the_programs_or_the_test_only_crates() {
     }
     assert!(deps.len() >= 15, "{deps:?}");
 }
+
+/// The modules of the crate whose sources are under `src`, by path (`io::strided`), with each
+/// one's source text (test modules cut off).
+fn modules(src: &std::path::Path) -> BTreeMap<String, String> {
+    fn walk(dir: &std::path::Path, src: &std::path::Path, out: &mut BTreeMap<String, String>) {
+        for entry in std::fs::read_dir(dir).expect("a source directory") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                walk(&path, src, out);
+                continue;
+            }
+            if path.extension().and_then(|e| e.to_str()) != Some("rs") {
+                continue;
+            }
+            let rel = path
+                .strip_prefix(src)
+                .expect("under src")
+                .with_extension("");
+            let mut parts: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if matches!(
+                parts.last().map(String::as_str),
+                Some("lib" | "main" | "mod")
+            ) {
+                parts.pop();
+            }
+            let text = std::fs::read_to_string(&path).expect("a source file");
+            let text = match text.find("#[cfg(test)]\nmod tests") {
+                Some(at) => text[..at].to_string(),
+                None => text,
+            };
+            out.insert(parts.join("::"), text);
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(src, src, &mut out);
+    out
+}
+
+/// The module paths a source text names through `crate::` (also inside `use crate::{..}`),
+/// without comments.
+fn named_paths(text: &str) -> Vec<String> {
+    let code: String = text
+        .lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    let mut paths = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        let rest = &code[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let inner = group.split('}').next().unwrap_or("");
+            paths.extend(inner.split(',').map(|item| {
+                item.trim()
+                    .split(|c: char| !ident(c))
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            }));
+        } else {
+            paths.push(rest.split(|c: char| !ident(c)).next().unwrap_or("").into());
+        }
+    }
+    paths
+}
+
+/// A cycle among the crate's modules (`a` uses `b` uses ... `a`), if there is one. A module using
+/// its own parent or child is not counted: a parent re-exports what its children define.
+fn module_cycle(src: &std::path::Path) -> Option<Vec<String>> {
+    let mods = modules(src);
+    let mut edges: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (name, text) in &mods {
+        let mut to = Vec::new();
+        for path in named_paths(text) {
+            let parts: Vec<&str> = path.split("::").filter(|p| !p.is_empty()).collect();
+            let target = (1..=parts.len())
+                .rev()
+                .map(|k| parts[..k].join("::"))
+                .find(|m| mods.contains_key(m));
+            let Some(target) = target else { continue };
+            let (target, _) = mods.get_key_value(&target).expect("a module");
+            let related = target == name
+                || target.starts_with(&format!("{name}::"))
+                || name.starts_with(&format!("{target}::"))
+                || name.is_empty();
+            if !related && !to.contains(&target.as_str()) {
+                to.push(target.as_str());
+            }
+        }
+        edges.insert(name.as_str(), to);
+    }
+    // Depth-first search with the path on the stack: an edge back into it closes a cycle.
+    fn visit<'a>(
+        at: &'a str,
+        edges: &BTreeMap<&'a str, Vec<&'a str>>,
+        path: &mut Vec<&'a str>,
+        done: &mut Vec<&'a str>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|m| *m == at) {
+            let mut cycle: Vec<String> = path[start..].iter().map(|m| m.to_string()).collect();
+            cycle.push(at.to_string());
+            return Some(cycle);
+        }
+        if done.contains(&at) {
+            return None;
+        }
+        path.push(at);
+        for next in edges.get(at).into_iter().flatten() {
+            if let Some(cycle) = visit(next, edges, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.push(at);
+        None
+    }
+    let mut done = Vec::new();
+    edges
+        .keys()
+        .find_map(|m| visit(m, &edges, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn no_crate_has_an_import_cycle_between_its_modules() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let crates = [
+        "runtime/src",
+        "cufile-sys/src",
+        "nvcomp-sys/src",
+        "vfd/src",
+        "route/src",
+        "gpu-codec/src",
+        "array-io/src",
+        "python/src",
+        "info/src",
+        "cli/src",
+        "benches/src",
+        "tests/emulator/src",
+        "tests/emulator-nvcomp/src",
+    ];
+    for krate in crates {
+        let src = root.join(krate);
+        assert!(!modules(&src).is_empty(), "{krate} has no sources");
+        assert_eq!(module_cycle(&src), None, "{krate}");
+    }
+}
+
+#[test]
+fn the_cycle_check_finds_a_cycle() {
+    let dir = std::env::temp_dir().join(format!("h5gds-cycle-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("io")).expect("a scratch source tree");
+    let files = [
+        ("lib.rs", "mod a;\nmod io;\n"),
+        ("a.rs", "use crate::io::b::Thing;\n"),
+        ("io/mod.rs", "pub mod b;\n"),
+        ("io/b.rs", "pub struct Thing;\nfn f() { crate::a::g() }\n"),
+    ];
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).expect("a scratch file");
+    }
+    let cycle = module_cycle(&dir);
+    std::fs::remove_dir_all(&dir).expect("scratch removed");
+    assert_eq!(
+        cycle,
+        Some(vec!["a".to_string(), "io::b".to_string(), "a".to_string()])
+    );
+}

@@ -329,7 +329,7 @@ pub(crate) struct DeviceSource {
     /// The codec nvCOMP decodes the chunks with on the GPU, if it does (see `gpu_codec`).
     pub gpu_codec: Option<GpuCodec>,
     /// The allocated chunks' stored sizes, listed at the first GPU-decoded read.
-    chunk_index: std::cell::OnceCell<crate::gpu_codec::ChunkIndex>,
+    chunk_index: std::cell::OnceCell<h5gds_gpu_codec::decode::ChunkIndex>,
 }
 
 impl DeviceSource {
@@ -390,7 +390,7 @@ impl DeviceSource {
     }
 
     /// The allocated chunks' stored sizes and filter masks (listed once).
-    pub fn chunk_index(&self) -> Result<&crate::gpu_codec::ChunkIndex> {
+    pub fn chunk_index(&self) -> Result<&h5gds_gpu_codec::decode::ChunkIndex> {
         if let Some(index) = self.chunk_index.get() {
             return Ok(index);
         }
@@ -421,7 +421,13 @@ impl DeviceSource {
             check_bool: T::CHECKED_BYTES,
         };
         if let (Some(codec), Ok(lib)) = (self.gpu_codec, h5gds_gpu_codec::nvcomp::library()) {
-            crate::gpu_codec::read(self, lib, codec, &elements, region, dest, stream)?;
+            let compressed = crate::gpu_codec::CompressedDataset {
+                ds: &self.ds,
+                storage: &self.storage,
+                index: self.chunk_index()?,
+                staging_size: self.staging_size,
+            };
+            crate::gpu_codec::read(&compressed, lib, codec, &elements, region, dest, stream)?;
             synchronize(stream)?;
             drop(record);
             return Ok(array);

@@ -10,8 +10,8 @@
 //! Adler-32 that ends every deflate chunk is not computed on the GPU (nvCOMP has no Adler-32);
 //! `H5GDS_VERIFY_CHECKSUMS=1` copies each decoded deflate chunk to the host to check it.
 
-use crate::device::DeviceSource;
 use crate::error::{Error, Result};
+use crate::file::OpenDataset;
 use crate::hdf5_raw;
 use crate::route::GpuCodec;
 use crate::select::Block;
@@ -30,7 +30,7 @@ pub(crate) fn turned_off() -> Result<Option<String>> {
 }
 
 /// Lists the allocated chunks of a dataset (once per `DeviceSource`: batched reads ask again).
-pub(crate) fn chunk_index(ds: &crate::file::OpenDataset) -> Result<ChunkIndex> {
+pub(crate) fn chunk_index(ds: &OpenDataset) -> Result<ChunkIndex> {
     let mut index = ChunkIndex::new();
     ds.dset
         .chunks_visit(|info| {
@@ -42,7 +42,7 @@ pub(crate) fn chunk_index(ds: &crate::file::OpenDataset) -> Result<ChunkIndex> {
 }
 
 /// Raw chunk reads with hdf5-metno's HDF5.
-impl ChunkSource for DeviceSource {
+impl ChunkSource for OpenDataset {
     type Error = Error;
 
     unsafe fn read_chunk(
@@ -51,7 +51,7 @@ impl ChunkSource for DeviceSource {
         dest: sys::CUdeviceptr,
         size: usize,
     ) -> Result<u32> {
-        let ds = &self.ds;
+        let ds = self;
         // SAFETY: as the caller guarantees; the gds driver moves the bytes into device memory.
         unsafe { hdf5_raw::read_chunk(&ds.dset, offset, dest as *mut _, size) }.map_err(|e| {
             Error::hdf5(
@@ -65,18 +65,27 @@ impl ChunkSource for DeviceSource {
 
     fn corrupt(&self, offset: &[u64], reason: String) -> Error {
         Error::ChunkDecode {
-            path: self.ds.path.clone(),
-            dataset: self.ds.name.clone(),
+            path: self.path.clone(),
+            dataset: self.name.clone(),
             chunk: offset.to_vec(),
             reason,
         }
     }
 }
 
+/// A dataset whose chunks are decoded on the GPU: its storage, its allocated chunks, and the
+/// staging buffer size for the chunks never written.
+pub(crate) struct CompressedDataset<'a> {
+    pub ds: &'a OpenDataset,
+    pub storage: &'a crate::route::Storage,
+    pub index: &'a ChunkIndex,
+    pub staging_size: usize,
+}
+
 /// Reads `region` of a dataset whose chunks use `codec` into device memory `dest` (holding the
 /// region in row-major order), decoding on the GPU.
 pub(crate) fn read(
-    source: &DeviceSource,
+    source: &CompressedDataset,
     lib: &NvcompLib,
     codec: GpuCodec,
     elements: &Elements,
@@ -84,8 +93,8 @@ pub(crate) fn read(
     dest: sys::CUdeviceptr,
     stream: &Arc<CudaStream>,
 ) -> Result<()> {
-    let ds = &source.ds;
-    let crate::route::Storage::Chunked { chunk, .. } = &source.storage else {
+    let ds = source.ds;
+    let crate::route::Storage::Chunked { chunk, .. } = source.storage else {
         return Err(Error::UnsupportedDataset {
             path: ds.path.clone(),
             dataset: ds.name.clone(),
@@ -99,7 +108,7 @@ pub(crate) fn read(
         element_size: elements.size,
         verify: settings::verify_checksums()?,
     };
-    let (mut present, missing) = decode::split(source.chunk_index()?, region, chunk);
+    let (mut present, missing) = decode::split(source.index, region, chunk);
     crate::log::debug(format_args!(
         "{}: reading {:?} (elements {:?} + {:?}): {} chunks move compressed ({codec:?}) from \
          the file straight into device memory through the gds driver and are decoded on the GPU \
@@ -111,7 +120,7 @@ pub(crate) fn read(
         present.len(),
         missing.len()
     ));
-    decode::read(source, &how, &mut present, region, dest, stream)?;
+    decode::read(ds, &how, &mut present, region, dest, stream)?;
     if !missing.is_empty() {
         let es = elements.size;
         let mut staging = Staging::new(

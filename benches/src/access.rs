@@ -2,7 +2,7 @@
 //! datasets, strided and point writes, threads sharing one file, and an open/read/close loop;
 //! `gds` against sec2, interleaved. Every read is checked against the data, outside the timing.
 
-use crate::host::{
+use crate::harness::{
     check_equal, create, driver_label, interleave, open, timed, HostOptions, Result,
 };
 use crate::stats::Measurement;

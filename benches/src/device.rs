@@ -9,7 +9,7 @@
 //! the staged path against warm page-cache pages would compare memory with storage.
 
 use crate::gpu::DeviceBuffer;
-use crate::host::{create, create_f32, gds, open, Result};
+use crate::harness::{create, create_f32, gds, open, Result};
 use crate::stats::Measurement;
 use array_io::hdf5_raw::{self, named as h5, FileDriver as Driver, Spaces};
 use hdf5::{Dataset, Dataspace, Datatype};

@@ -2,102 +2,23 @@
 //! plain two-thread `pread` of the same bytes as the roofline for reads. Every read is checked
 //! against the data written, outside the timed region.
 
+use crate::harness::{check_equal, create, create_f32, driver_label, gds, interleave, open, timed};
+pub use crate::harness::{HostOptions, Result};
 use crate::stats::Measurement;
 use array_io::hdf5_raw::{self, named as h5, FileDriver as Driver, Spaces};
 use hdf5::Dataspace;
 use ndarray::s;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::time::Instant;
-
-/// What to run and how big.
-#[derive(Clone, Debug)]
-pub struct HostOptions {
-    /// Size of the contiguous float32 dataset for the read and write benchmarks.
-    pub bytes: u64,
-    pub reps: usize,
-    /// Where the benchmark files go (removed afterwards).
-    pub dir: PathBuf,
-    /// Side of the square float32 dataset for the strided reads.
-    pub matrix: usize,
-    pub small_datasets: usize,
-    /// The config string given to the gds driver.
-    pub gds_config: String,
-}
-
-/// The result type of the benchmarks: errors as text.
-pub type Result<T> = std::result::Result<T, String>;
+use std::path::Path;
 
 fn drivers(config: &str) -> [Driver; 2] {
     [Driver::Sec2, gds(config)]
-}
-
-/// The `gds` plugin by name with its config string, as C programs select it.
-pub(crate) fn gds(config: &str) -> Driver {
-    Driver::ByName {
-        name: "gds".into(),
-        config: config.to_string(),
-    }
-}
-
-/// The label of a driver in the results.
-pub(crate) fn driver_label(driver: &Driver) -> &'static str {
-    match driver {
-        Driver::Sec2 => "sec2",
-        Driver::ByName { .. } | Driver::Registered(_) => "gds",
-        Driver::Default => "default",
-    }
-}
-
-/// Runs `f` for each alternative, `reps` times, rotating the order each repetition so neither
-/// side always goes first; `progress` hears about every run.
-pub(crate) fn interleave<A>(
-    alternatives: &[A],
-    reps: usize,
-    progress: &mut dyn FnMut(),
-    mut f: impl FnMut(&A) -> Result<f64>,
-) -> Result<Vec<Vec<f64>>> {
-    let mut times = vec![Vec::with_capacity(reps); alternatives.len()];
-    for rep in 0..reps {
-        for k in 0..alternatives.len() {
-            let i = (k + rep) % alternatives.len();
-            times[i].push(f(&alternatives[i])?);
-            progress();
-        }
-    }
-    Ok(times)
-}
-
-pub(crate) fn timed(f: impl FnOnce() -> Result<()>) -> Result<f64> {
-    let start = Instant::now();
-    f()?;
-    Ok(start.elapsed().as_secs_f64())
 }
 
 /// Writes back all dirty pages (`sync`), so background writeback does not land in a timed run.
 fn settle_page_cache() {
     // SAFETY: sync(2) takes no arguments and cannot fail.
     unsafe { libc::sync() };
-}
-
-/// Creates the file at `path` with `driver`.
-pub(crate) fn create(path: &Path, driver: &Driver) -> Result<hdf5::File> {
-    let fapl = h5("H5Pset_driver", hdf5_raw::file_access(driver))?;
-    h5("H5Fcreate", hdf5_raw::create_file(path, &fapl))
-}
-
-/// Opens the file at `path` read-only with `driver`.
-pub(crate) fn open(path: &Path, driver: &Driver) -> Result<hdf5::File> {
-    let fapl = h5("H5Pset_driver", hdf5_raw::file_access(driver))?;
-    h5("H5Fopen", hdf5_raw::open_file(path, &fapl))
-}
-
-/// A contiguous float32 dataset `name` of `len` elements.
-pub(crate) fn create_f32(file: &hdf5::File, name: &str, len: usize) -> Result<hdf5::Dataset> {
-    h5(
-        "H5Dcreate2",
-        file.new_dataset::<f32>().shape(len).create(name),
-    )
 }
 
 fn write_contiguous(path: &Path, driver: &Driver, data: &[f32]) -> Result<()> {
@@ -134,20 +55,6 @@ fn pread_two_threads(path: &Path, offset: u64, out: &mut [f32]) -> Result<()> {
             .map_err(|e| e.to_string())?;
         second.map_err(|e| e.to_string())
     })
-}
-
-pub(crate) fn check_equal(what: &str, got: &[f32], want: &[f32]) -> Result<()> {
-    match got
-        .iter()
-        .zip(want)
-        .position(|(g, w)| g.to_bits() != w.to_bits())
-    {
-        None => Ok(()),
-        Some(i) => Err(format!(
-            "{what}: element {i} is {}, expected {}",
-            got[i], want[i]
-        )),
-    }
 }
 
 /// How many progress steps `run` reports.

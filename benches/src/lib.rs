@@ -8,6 +8,7 @@
 pub mod access;
 pub mod device;
 pub mod gpu;
+pub mod harness;
 pub mod host;
 pub mod report;
 pub mod stats;

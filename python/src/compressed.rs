@@ -6,21 +6,14 @@
 //! read through pinned host memory, where HDF5 fills them with the fill value, as array-io
 //! does. `h5gds_route::route::gpu_decode` decides when this path is taken.
 
-use crate::device::DeviceError;
+use crate::error::DeviceError;
 use crate::hdf5::{self, Hid, Prepared};
 use cudarc::driver::{sys, CudaContext};
 use h5gds_gpu_codec::decode::{self, placement_runs, ChunkIndex, ChunkSource, Decoding};
-use h5gds_gpu_codec::DeviceFailure;
 use h5gds_route::route::{Block, GpuCodec};
 use h5gds_route::select::{chunks_touching, flat_range_blocks};
 use h5gds_runtime::cuda::{self, DeviceContext, PinnedBuffer};
 use std::ffi::c_void;
-
-impl From<DeviceFailure> for DeviceError {
-    fn from(failure: DeviceFailure) -> DeviceError {
-        DeviceError::Failed(failure.to_string())
-    }
-}
 
 /// Raw chunk reads of one h5py dataset.
 struct H5pyChunks<'a> {

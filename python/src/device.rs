@@ -7,6 +7,7 @@
 //! `route::gpu_decode` allows go to the GPU compressed and are decoded there (`compressed`).
 
 use crate::compressed::{self, CompressedRead};
+pub use crate::error::DeviceError;
 use crate::hdf5::{self, Hid, Prepared};
 use h5gds_route::route::{blocker, gpu_decode, plan, Block, GpuCodec, Route, Storage, Transfer};
 use h5gds_route::select::flat_range_blocks;
@@ -15,15 +16,6 @@ use h5gds_runtime::device_ranges::{self, forget_device_range};
 use h5gds_runtime::settings::{self, DevicePath, STAGING_BUFFER_SIZE_ENV, USE_VFD_GDS_ENV};
 use std::collections::HashSet;
 use std::ffi::c_void;
-
-/// Why a device transfer was refused or failed.
-#[derive(Debug)]
-pub enum DeviceError {
-    /// The array or a setting is wrong (ValueError).
-    Argument(String),
-    /// CUDA or HDF5 failed (OSError).
-    Failed(String),
-}
 
 /// The storage facts h5py gathered (see python/h5gds/_device.py).
 pub struct StorageFacts {
@@ -98,13 +90,7 @@ fn argument(message: String) -> DeviceError {
 }
 
 fn failed_cuda(err: cuda::CudaError) -> DeviceError {
-    DeviceError::Failed(err.to_string())
-}
-
-impl From<cuda::CudaError> for DeviceError {
-    fn from(err: cuda::CudaError) -> DeviceError {
-        failed_cuda(err)
-    }
+    DeviceError::from(err)
 }
 
 /// The array's context, current on this thread while the value lives.

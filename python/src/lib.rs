@@ -6,6 +6,7 @@
 mod compressed;
 mod device;
 mod dlpack;
+mod error;
 mod hdf5;
 
 use h5gds::VfdSettings;

@@ -9,7 +9,7 @@
 use crate::abi::{herr_t, hid_t, hsize_t, htri_t, H5S_MAX_RANK, H5S_SEL_ALL};
 use crate::abi::{H5S_SEL_HYPERSLABS, H5S_SEL_NONE};
 use crate::error::{Error, Result};
-use crate::io::selection::Strided;
+use crate::io::strided::Strided;
 use std::ffi::{c_int, c_uint, c_void, CStr};
 
 type GetSelectType = unsafe extern "C" fn(space: hid_t) -> c_int;

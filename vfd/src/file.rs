@@ -420,7 +420,7 @@ impl OpenFile {
             match host.as_slice() {
                 [] => {}
                 [one] => self.host_transfer(dir, one.addr, one.len, one.buf, one.mem_type)?,
-                _ => crate::io::selection::host_pieces(&self.host(), host, dir)?,
+                _ => crate::io::strided::transfer_pieces(&self.host(), host, dir)?,
             }
             // Through `dispatch` again (a cache hit), for its retry on stale ranges.
             for p in device {

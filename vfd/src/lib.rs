@@ -25,6 +25,7 @@ mod memory;
 #[cfg(test)]
 mod model_tests;
 mod plugin;
+mod selection;
 mod transfer;
 
 pub use abi::{DRIVER_NAME, DRIVER_VALUE};
@@ -35,13 +36,13 @@ pub use config::{
 pub use error::Error;
 pub use h5gds_runtime::cuda::{cuda, CudaDriver, CudaError};
 pub use h5gds_runtime::device_ranges::forget_device_range;
-pub use hdf5_runtime::{
-    hdf5_library, hdf5_symbol, loaded_file_of, register_in_loaded_hdf5, set_fapl_driver,
-    Registration as DriverRegistration,
-};
+pub use hdf5_runtime::{hdf5_library, hdf5_symbol, loaded_file_of, set_fapl_driver};
 pub use io::gds::CuFileDriver;
 pub use log::with_logging;
-pub use plugin::{class_for_hdf5_at, h5gds_library, IDENTITY_SYMBOL};
+pub use plugin::{
+    class_for_hdf5_at, h5gds_library, register_in_loaded_hdf5, Registration as DriverRegistration,
+    IDENTITY_SYMBOL,
+};
 
 /// The paths a file opened now would take, in the words of the driver's open log line.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -13,8 +13,9 @@ use crate::config::VfdSettings;
 use crate::error::{Error, ErrorClass, Result};
 use crate::file::OpenFile;
 use crate::hdf5_runtime::{self, Hdf5Library, BINDINGS};
-use crate::io::{parallel, selection, vector, BufPtr, Direction};
+use crate::io::{parallel, vector, BufPtr, Direction};
 use crate::log::with_logging;
+use crate::selection;
 use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
@@ -955,5 +956,102 @@ mod tests {
             std::fs::metadata(dir.path().join("f.h5")).unwrap().len(),
             4096
         );
+    }
+}
+
+/// How [`register_in_loaded_hdf5`] found the driver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Registration {
+    /// This copy of the driver was registered now; HDF5's id for it.
+    Registered(hid_t),
+    /// h5gds's driver was already registered there (for example the plugin, loaded through
+    /// `HDF5_PLUGIN_PATH` and `HDF5_DRIVER=gds`); it is left in place and serves `gds`.
+    AlreadyRegistered,
+    /// Another driver holds the name `gds` and value 512 there (vfd-gds, the GPUDirect Storage
+    /// driver other projects ship), from the library named; h5gds could not register.
+    Another(String),
+}
+
+/// Registers this copy of the driver (`H5FDregister`) in the HDF5 library that `near` (a loaded
+/// object, such as one of h5py's extension modules) is linked with, with a class bound to that
+/// library, which becomes the one `hdf5_symbol` and `set_fapl_driver` call. The caller must
+/// hold whatever lock serialises calls into that HDF5 (h5py's `phil`).
+pub fn register_in_loaded_hdf5(near: &CStr) -> std::result::Result<Registration, String> {
+    let (slot, api) = hdf5_runtime::bind_primary(near)?;
+    let missing = |name: &str| format!("{} has no {name} (HDF5 1.14+ needed)", api.path);
+    let is_registered = api
+        .gds_registered
+        .ok_or_else(|| missing("H5FDis_driver_registered_by_value"))?;
+    let register = api.register.ok_or_else(|| missing("H5FDregister"))?;
+    // SAFETY: a plain query of the driver table.
+    match unsafe { is_registered(crate::abi::DRIVER_VALUE) } {
+        n if n > 0 => {
+            // SAFETY: HDF5's copy of a registered class.
+            let ours = registered_gds_class(api).map(|c| unsafe { h5gds_library(c) });
+            return Ok(match ours {
+                Some(Err(library)) => Registration::Another(library),
+                // Ours, or no way to look (an HDF5 without the symbols): it stays in place.
+                _ => Registration::AlreadyRegistered,
+            });
+        }
+        n if n < 0 => {
+            return Err(format!(
+                "{}: H5FDis_driver_registered_by_value failed",
+                api.path
+            ))
+        }
+        _ => {}
+    }
+    // SAFETY: the class is a static of HDF5 1.14.4+/2.x's H5FD_class_t layout; HDF5 copies it.
+    let id = unsafe { register(bound_class(Some(slot))) };
+    if id < 0 {
+        return Err(format!("{}: H5FDregister refused the gds driver", api.path));
+    }
+    Ok(Registration::Registered(id))
+}
+
+/// HDF5's copy of the class registered as value 512, found through a scratch file access list
+/// (HDF5 has no public lookup of a class by value).
+fn registered_gds_class(api: &Hdf5Library) -> Option<*const crate::abi::H5FD_class_t> {
+    let sym = |name: &CStr| api.symbol(name);
+    let fapl_class = sym(c"H5P_CLS_FILE_ACCESS_ID_g")? as *const hid_t;
+    // SAFETY: the symbols have these C signatures in HDF5 1.14 and 2.x (H5FD_get_class is
+    // library-private but exported by every shared build).
+    let (create, set_by_value, get_driver, get_class, close) = unsafe {
+        (
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(hid_t) -> hid_t>(sym(
+                c"H5Pcreate",
+            )?),
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(hid_t, c_int, *const c_char) -> herr_t,
+            >(sym(c"H5Pset_driver_by_value")?),
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(hid_t) -> hid_t>(sym(
+                c"H5Pget_driver",
+            )?),
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(hid_t) -> *const crate::abi::H5FD_class_t,
+            >(sym(c"H5FD_get_class")?),
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(hid_t) -> herr_t>(sym(
+                c"H5Pclose",
+            )?),
+        )
+    };
+    // SAFETY: the library is initialised (the driver is registered in it), so the class id
+    // global holds the file access class; the list is closed before returning.
+    unsafe {
+        let fapl = create(*fapl_class);
+        if fapl < 0 {
+            return None;
+        }
+        let class = if set_by_value(fapl, crate::abi::DRIVER_VALUE, std::ptr::null()) >= 0 {
+            let id = get_driver(fapl);
+            (id >= 0).then(|| get_class(id)).filter(|c| !c.is_null())
+        } else {
+            None
+        };
+        close(fapl);
+        class
     }
 }

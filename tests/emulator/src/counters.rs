@@ -2,7 +2,6 @@
 //! counters that fault injection uses. All are atomics, so they can be read at exit without a
 //! lock even while other threads still run.
 
-use std::ffi::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Device allocations made and not yet freed.
@@ -94,29 +93,6 @@ pub fn snapshot() -> H5gdsEmuCounters {
         copies_htod: get(&COPIES_HTOD),
         copies_dtoh: get(&COPIES_DTOH),
     }
-}
-
-/// Not part of CUDA: copies the counters into `*out` (a `struct` of nine `uint64_t`:
-/// live device allocations, their bytes, live pinned host allocations, double frees, bounds
-/// violations, cuFile reads, cuFile writes, host-to-device copies, device-to-host copies).
-/// Returns 0, or -1 if `out` is null. Works before `cuInit`.
-///
-/// # Safety
-/// `out` must be null or valid for writing one `H5gdsEmuCounters`.
-#[no_mangle]
-pub unsafe extern "C" fn h5gds_emu_counters(out: *mut H5gdsEmuCounters) -> c_int {
-    crate::ffi::call(
-        "h5gds_emu_counters",
-        format_args!("{out:?}"),
-        || -1,
-        || {
-            // SAFETY: the caller passes null or a pointer valid for one H5gdsEmuCounters.
-            match unsafe { crate::ffi::put(out, snapshot()) } {
-                Ok(()) => 0,
-                Err(_) => -1,
-            }
-        },
-    )
 }
 
 #[cfg(test)]

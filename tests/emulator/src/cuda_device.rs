@@ -222,7 +222,7 @@ pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
             context::require_init()
                 .and_then(|()| context::require_current().map(drop))
                 .map(|()| {
-                    crate::cuda_memory::run_deferred(None);
+                    crate::copies::run_deferred(None);
                 }),
         )
     })
@@ -268,7 +268,7 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
             code((|| {
                 context::require_init()?;
                 context::require_current()?;
-                crate::cuda_memory::run_deferred(Some(stream as usize));
+                crate::copies::run_deferred(Some(stream as usize));
                 context::destroy_stream(stream as usize)
             })())
         },
@@ -291,7 +291,7 @@ pub unsafe extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
                 context::require_current()?;
                 context::check_stream(stream as usize)?;
                 context::note_stream_use(stream as usize);
-                crate::cuda_memory::run_deferred(Some(stream as usize));
+                crate::copies::run_deferred(Some(stream as usize));
                 Ok(())
             })())
         },

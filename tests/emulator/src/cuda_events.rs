@@ -117,7 +117,7 @@ pub unsafe extern "C" fn cuEventRecord(event: CUevent, stream: CUstream) -> CUre
                 context::require_current()?;
                 context::check_event(event as usize)?;
                 context::check_stream(stream as usize)?;
-                crate::cuda_memory::run_deferred(Some(stream as usize));
+                crate::copies::run_deferred(Some(stream as usize));
                 Ok(())
             })())
         },

@@ -116,7 +116,7 @@ pub unsafe extern "C" fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUre
         || {
             code((|| {
                 context::require_init()?;
-                crate::cuda_memory::run_deferred(None);
+                crate::copies::run_deferred(None);
                 memory::free_block(ptr as usize, true)?;
                 counters::drop_by(&counters::LIVE_DEVICE_ALLOCATIONS, 1);
                 Ok(())
@@ -231,7 +231,7 @@ pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
         || {
             code((|| {
                 context::require_init()?;
-                crate::cuda_memory::run_deferred(None);
+                crate::copies::run_deferred(None);
                 let block = reservation(ptr as usize)?;
                 if block.unmap(ptr as usize - block.base, size) {
                     Ok(())
@@ -376,7 +376,7 @@ pub fn pool_free(addr: usize) -> Result<bool, CUresult> {
         return Ok(false);
     };
     drop(pools);
-    crate::cuda_memory::run_deferred(None);
+    crate::copies::run_deferred(None);
     if size > GRANULARITY {
         let block = reservation(addr)?;
         block.unmap(addr - block.base, 1);

@@ -76,7 +76,7 @@ pub fn call<R: Outcome>(
     let result = match result {
         Ok(result) => result,
         Err(_) => {
-            stderr_line(&format!(
+            crate::stderr::stderr_line(&format!(
                 "h5gds-emu: internal error (panic) in {name}; returning an error"
             ));
             on_panic()
@@ -93,7 +93,7 @@ pub fn call<R: Outcome>(
                 thread_id()
             );
             result.describe(&mut line);
-            stderr_line(&line);
+            crate::stderr::stderr_line(&line);
             set_errno(saved);
         }
     }));
@@ -124,10 +124,7 @@ pub fn code(result: Result<(), CUresult>) -> CUresult {
     }
 }
 
-/// The calling thread's errno.
-pub fn errno() -> c_int {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
+pub use crate::stderr::errno;
 
 /// Sets the calling thread's errno.
 pub fn set_errno(value: c_int) {
@@ -139,33 +136,6 @@ pub fn set_errno(value: c_int) {
 fn thread_id() -> i64 {
     // SAFETY: gettid has no arguments and cannot fail.
     unsafe { libc::syscall(libc::SYS_gettid) }
-}
-
-/// Writes `text` plus a newline to stderr in one `write(2)` (so lines from several threads do
-/// not interleave), ignoring errors.
-pub fn stderr_line(text: &str) {
-    let mut bytes = Vec::with_capacity(text.len() + 1);
-    bytes.extend_from_slice(text.as_bytes());
-    bytes.push(b'\n');
-    write_all(libc::STDERR_FILENO, &bytes);
-}
-
-/// Writes all of `bytes` to `fd`, retrying on EINTR and short writes; gives up on other errors.
-pub fn write_all(fd: c_int, mut bytes: &[u8]) {
-    while !bytes.is_empty() {
-        // SAFETY: bytes is a valid slice for its whole length.
-        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
-        if n < 0 {
-            if errno() == libc::EINTR {
-                continue;
-            }
-            return;
-        }
-        if n == 0 {
-            return;
-        }
-        bytes = &bytes[n as usize..];
-    }
 }
 
 /// Stores `value` through the caller's output pointer `out`; a null pointer is

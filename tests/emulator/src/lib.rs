@@ -171,6 +171,7 @@
 
 mod consts;
 mod context;
+mod copies;
 mod counters;
 mod cuda_device;
 mod cuda_events;
@@ -187,4 +188,5 @@ mod ffi;
 mod lifecycle;
 mod memory;
 mod report;
+mod stderr;
 mod switches;

@@ -55,7 +55,7 @@ pub fn refuse(name: &str) -> Option<CUresult> {
     let pid = unsafe { libc::getpid() };
     if initialised_by != 0 && initialised_by != pid {
         bump(&counters::FORKED_CHILD_CALLS);
-        crate::ffi::stderr_line(&format!(
+        crate::stderr::stderr_line(&format!(
             "h5gds-emu: {name} called in process {pid}, a fork of process {initialised_by}, \
              which initialised CUDA: CUDA and cuFile state is undefined in a forked child; \
              failing the call"

@@ -8,7 +8,7 @@
 //! writes its own, to `PATH.forked-PID`.
 
 use crate::counters;
-use std::ffi::CStr;
+use std::ffi::{c_int, CStr};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -142,12 +142,35 @@ fn write_report() {
     };
     if fd < 0 {
         let msg = b"h5gds-emu: cannot write the H5GDS_EMU_REPORT file\n";
-        crate::ffi::write_all(libc::STDERR_FILENO, msg);
+        crate::stderr::write_all(libc::STDERR_FILENO, msg);
         return;
     }
-    crate::ffi::write_all(fd, &text.bytes[..text.len]);
+    crate::stderr::write_all(fd, &text.bytes[..text.len]);
     // SAFETY: fd was opened above.
     unsafe { libc::close(fd) };
+}
+
+/// Not part of CUDA: copies the counters into `*out` (a `struct` of nine `uint64_t`:
+/// live device allocations, their bytes, live pinned host allocations, double frees, bounds
+/// violations, cuFile reads, cuFile writes, host-to-device copies, device-to-host copies).
+/// Returns 0, or -1 if `out` is null. Works before `cuInit`.
+///
+/// # Safety
+/// `out` must be null or valid for writing one `H5gdsEmuCounters`.
+#[no_mangle]
+pub unsafe extern "C" fn h5gds_emu_counters(out: *mut counters::H5gdsEmuCounters) -> c_int {
+    crate::ffi::call(
+        "h5gds_emu_counters",
+        format_args!("{out:?}"),
+        || -1,
+        || {
+            // SAFETY: the caller passes null or a pointer valid for one H5gdsEmuCounters.
+            match unsafe { crate::ffi::put(out, counters::snapshot()) } {
+                Ok(()) => 0,
+                Err(_) => -1,
+            }
+        },
+    )
 }
 
 #[cfg(test)]

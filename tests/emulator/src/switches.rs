@@ -89,7 +89,7 @@ pub fn get() -> &'static Switches {
     SWITCHES.get_or_init(|| {
         let (switches, complaints) = Switches::parse(|key| std::env::var(key).ok());
         for complaint in complaints {
-            crate::ffi::stderr_line(&format!("h5gds-emu: {complaint}"));
+            crate::stderr::stderr_line(&format!("h5gds-emu: {complaint}"));
         }
         switches
     })

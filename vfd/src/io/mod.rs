@@ -7,8 +7,8 @@ pub(crate) mod host;
 pub(crate) mod parallel;
 pub(crate) mod posix;
 pub(crate) mod readahead;
-pub(crate) mod selection;
 pub(crate) mod staged;
+pub(crate) mod strided;
 pub(crate) mod target;
 pub(crate) mod vector;
 

@@ -1,30 +1,18 @@
-//! Selection I/O: HDF5 hands the driver a file selection and a memory selection instead of a
-//! vector of pieces, so a strided read costs arithmetic per element instead of a vector entry, a
-//! pointer classification and a scatter record per element.
-//!
-//! A regular file selection (every hyperslab h5py makes, and "all") becomes a [`Strided`] pattern;
-//! with the memory side contiguous (h5py's case) it is read in windows of at most `task_size`
-//! bytes, gaps of up to [`COALESCE_GAP`] read through, and gathered with a copy specialised for the
-//! run length; windows run on the pool. Writes patch the same windows (read, modify, write), as
-//! HDF5's sieve buffer does for sec2. Anything else (point selections, unions of hyperslabs, a
-//! non-contiguous memory side) is walked with HDF5's selection iterator in batches of
-//! [`BATCH`] pieces that go through the vector path. Device buffers always take the vector path,
-//! whose device transfers are the proven ones.
+//! Strided host I/O: a regular file selection (every hyperslab h5py makes, and "all") is a
+//! [`Strided`] pattern; against a contiguous memory range (h5py's case) it is read in windows of
+//! at most `task_size` bytes, gaps of up to [`COALESCE_GAP`] read through, and gathered with a
+//! copy specialised for the run length; windows run on the pool. Writes patch the same windows
+//! (read, modify, write), as HDF5's sieve buffer does for sec2. Scattered host pieces (the vector
+//! callbacks', and the selection callbacks' irregular selections) go through the same windows
+//! (`transfer_pieces`). No HDF5 here: `crate::selection` turns HDF5's selections into these
+//! patterns and pieces.
 
 use super::host::{HostIo, COALESCE_GAP};
 use super::parallel::{run_tasks, split};
 use super::vector::{any_overlap, plan_reads, Piece};
 use super::{BufPtr, Direction};
-use crate::abi::{hid_t, H5FD_mem_t};
-use crate::cuda::PointerKind;
-use crate::dataspace::{Shape, SpaceApi};
 use crate::error::{Error, Result};
-use crate::file::{check_region, OpenFile};
-use crate::memory;
 use std::cell::RefCell;
-
-/// Pieces per batch on the iterator path.
-pub const BATCH: usize = 16 << 10;
 
 /// Largest window read through and gathered (or patched), and so each thread's scratch memory.
 /// Small enough to stay in cache between the read and the copy: measured on the 2-core VM, `x[::2]`
@@ -184,6 +172,55 @@ impl<'a> Cursor<'a> {
             self.off -= n * step;
         }
     }
+}
+
+/// The runs of a [`Strided`] pattern as (offset, length) sequences, in batches (the selection
+/// callbacks walk a regular side this way against an irregular other side).
+pub(crate) struct Runs<'a> {
+    cur: Cursor<'a>,
+}
+
+impl<'a> Runs<'a> {
+    pub(crate) fn new(pat: &'a Strided) -> Self {
+        Runs {
+            cur: Cursor::at(pat, 0),
+        }
+    }
+
+    /// Fills `off`/`len` with the next runs; returns how many (0 at the end).
+    pub(crate) fn next_batch(&mut self, off: &mut [u64], len: &mut [usize]) -> usize {
+        let mut n = 0;
+        while n < off.len() && self.cur.k < self.cur.pat.runs() {
+            off[n] = self.cur.off;
+            len[n] = self.cur.pat.run;
+            self.cur.advance(1);
+            n += 1;
+        }
+        n
+    }
+}
+
+/// Moves the bytes of the file pattern `pat` (of a dataspace starting at file address
+/// `file_base`) to or from the contiguous memory at `mem`, through windows or in place.
+///
+/// # Safety
+/// The memory range of the pattern must be valid for the transfer.
+pub(crate) unsafe fn transfer_strided(
+    host: &HostIo<'_>,
+    file_base: u64,
+    pat: &Strided,
+    mem: usize,
+    dir: Direction,
+) -> Result<()> {
+    let job = StridedJob {
+        host,
+        file_base,
+        pat,
+        mem,
+        dir,
+    };
+    // SAFETY: the caller's contract.
+    unsafe { job.run() }
 }
 
 /// Copies `count` runs of `run` bytes, `step` apart at `src`, to consecutive runs at `dst`
@@ -408,14 +445,19 @@ impl StridedJob<'_> {
     }
 }
 
-/// Reads (or writes) pieces in host memory through windows: pieces close together in the file are
+/// Reads (or writes) pieces in host memory through windows (the selection callbacks' pieces and
+/// the vector callbacks' host pieces): pieces close together in the file are
 /// read as one range and gathered (or patched and written back); pieces far apart or long are
 /// moved in place. Writes of overlapping pieces go in request order, so the last one wins as in
 /// sec2.
 ///
 /// # Safety
 /// Every piece's buffer must be valid for the transfer; buffers of a read must not overlap.
-unsafe fn transfer_pieces(host: &HostIo<'_>, pieces: Vec<Piece>, dir: Direction) -> Result<()> {
+pub(crate) unsafe fn transfer_pieces(
+    host: &HostIo<'_>,
+    pieces: Vec<Piece>,
+    dir: Direction,
+) -> Result<()> {
     let mut sorted = pieces.clone();
     sorted.sort_by_key(|p| p.addr);
     if dir == Direction::Write && any_overlap(&sorted) {
@@ -484,239 +526,6 @@ unsafe fn transfer_pieces(host: &HostIo<'_>, pieces: Vec<Piece>, dir: Direction)
             Ok(())
         })
     })
-}
-
-/// The vector callbacks' host pieces, through the same windows.
-///
-/// # Safety
-/// Every piece's buffer must be valid for the transfer; buffers of a read must not overlap.
-pub(crate) unsafe fn host_pieces(
-    host: &HostIo<'_>,
-    pieces: Vec<Piece>,
-    dir: Direction,
-) -> Result<()> {
-    // SAFETY: the caller's contract.
-    unsafe { transfer_pieces(host, pieces, dir) }
-}
-
-/// One selection of a request: a file dataspace at `offset`, a memory dataspace over `buf`.
-pub struct Entry {
-    pub mem_space: hid_t,
-    pub file_space: hid_t,
-    pub offset: u64,
-    pub elem: usize,
-    pub buf: usize,
-}
-
-/// A source of (offset, length) sequences for one side of a selection.
-enum Seqs<'a> {
-    Strided(Cursor<'a>, u64),
-    Hdf5(crate::dataspace::SeqIter<'a>),
-}
-
-impl Seqs<'_> {
-    fn next_batch(&mut self, off: &mut [u64], len: &mut [usize]) -> Result<usize> {
-        match self {
-            Seqs::Hdf5(iter) => iter.next_batch(off, len),
-            Seqs::Strided(cur, total) => {
-                let mut n = 0;
-                while n < off.len() && cur.k < *total {
-                    off[n] = cur.off;
-                    len[n] = cur.pat.run;
-                    cur.advance(1);
-                    n += 1;
-                }
-                Ok(n)
-            }
-        }
-    }
-}
-
-fn seqs<'a>(api: &'a SpaceApi, shape: &'a Shape, space: hid_t, elem: usize) -> Result<Seqs<'a>> {
-    Ok(match shape {
-        Shape::Strided(pat) => Seqs::Strided(Cursor::at(pat, 0), pat.runs()),
-        _ => Seqs::Hdf5(api.iter(space, elem)?),
-    })
-}
-
-/// Walks the two sides together and hands `sink` the resulting pieces in batches.
-fn zip_pieces(
-    mut file: Seqs<'_>,
-    mut mem: Seqs<'_>,
-    entry: &Entry,
-    mem_type: H5FD_mem_t,
-    sink: &mut dyn FnMut(Vec<Piece>) -> Result<()>,
-) -> Result<()> {
-    const SEQ: usize = 1024;
-    let (mut f_off, mut f_len) = ([0u64; SEQ], [0usize; SEQ]);
-    let (mut m_off, mut m_len) = ([0u64; SEQ], [0usize; SEQ]);
-    let (mut fi, mut fn_, mut mi, mut mn) = (0, 0, 0, 0);
-    let mut pieces: Vec<Piece> = Vec::with_capacity(BATCH);
-    loop {
-        if fi == fn_ {
-            fn_ = file.next_batch(&mut f_off, &mut f_len)?;
-            fi = 0;
-        }
-        if mi == mn {
-            mn = mem.next_batch(&mut m_off, &mut m_len)?;
-            mi = 0;
-        }
-        match (fi < fn_, mi < mn) {
-            (false, false) => break,
-            (true, true) => {}
-            _ => {
-                return Err(Error::InvalidArgument(
-                    "memory and file selections select different numbers of bytes".into(),
-                ))
-            }
-        }
-        let len = f_len[fi].min(m_len[mi]);
-        let addr = entry.offset + f_off[fi];
-        let buf = entry.buf + m_off[mi] as usize;
-        match pieces.last_mut() {
-            Some(last)
-                if last.addr + last.len as u64 == addr && last.buf.addr() + last.len == buf =>
-            {
-                last.len += len
-            }
-            _ => pieces.push(Piece {
-                addr,
-                len,
-                buf: BufPtr::new(buf as *mut u8),
-                mem_type,
-            }),
-        }
-        if pieces.len() == BATCH {
-            sink(std::mem::replace(&mut pieces, Vec::with_capacity(BATCH)))?;
-        }
-        f_len[fi] -= len;
-        f_off[fi] += len as u64;
-        if f_len[fi] == 0 {
-            fi += 1;
-        }
-        m_len[mi] -= len;
-        m_off[mi] += len as u64;
-        if m_len[mi] == 0 {
-            mi += 1;
-        }
-    }
-    if !pieces.is_empty() {
-        sink(pieces)?;
-    }
-    Ok(())
-}
-
-/// The memory address and length of the contiguous memory side, if the memory selection is one
-/// run.
-fn contiguous_mem(shape: &Shape, buf: usize) -> Option<(usize, u64)> {
-    match shape {
-        Shape::Strided(pat) if pat.levels.is_empty() => {
-            Some((buf + pat.base as usize, pat.run as u64))
-        }
-        _ => None,
-    }
-}
-
-/// Reads (or writes) one selection entry.
-///
-/// # Safety
-/// `entry.buf` must be valid for the bytes the memory selection covers.
-unsafe fn transfer(
-    file: &OpenFile,
-    api: &SpaceApi,
-    entry: &Entry,
-    mem_type: H5FD_mem_t,
-    dir: Direction,
-) -> Result<()> {
-    // SAFETY: the caller's contract: `entry.buf` covers the memory selection.
-    unsafe {
-        let file_shape = api.shape(entry.file_space, entry.elem)?;
-        let mem_shape = api.shape(entry.mem_space, entry.elem)?;
-        if matches!(file_shape, Shape::Empty) && matches!(mem_shape, Shape::Empty) {
-            return Ok(());
-        }
-        let host =
-            memory::classify(BufPtr::new(entry.buf as *mut u8), mem_type)? == PointerKind::Host;
-        if host {
-            if let (Shape::Strided(pat), Some((mem, mem_bytes))) =
-                (&file_shape, contiguous_mem(&mem_shape, entry.buf))
-            {
-                let bytes = pat.runs() * pat.run as u64;
-                if bytes != mem_bytes {
-                    return Err(Error::InvalidArgument(format!(
-                        "memory selection holds {mem_bytes} bytes, file selection {bytes}"
-                    )));
-                }
-                let start = entry.offset + pat.base;
-                let len = pat.end() - pat.base;
-                match dir {
-                    Direction::Read => file.check(Direction::Read, start, len as usize)?,
-                    Direction::Write => {
-                        check_region(start, len, crate::abi::MAXADDR)?;
-                        file.file_changes();
-                    }
-                }
-                let host_io = file.host();
-                let job = StridedJob {
-                    host: &host_io,
-                    file_base: entry.offset,
-                    pat,
-                    mem,
-                    dir,
-                };
-                job.run()?;
-                if dir == Direction::Write {
-                    file.grow_eof(entry.offset + pat.end());
-                }
-                return Ok(());
-            }
-        }
-        let fs = seqs(api, &file_shape, entry.file_space, entry.elem)?;
-        let ms = seqs(api, &mem_shape, entry.mem_space, entry.elem)?;
-        zip_pieces(fs, ms, entry, mem_type, &mut |pieces| match (dir, host) {
-            (Direction::Read, true) => {
-                for p in &pieces {
-                    file.check(Direction::Read, p.addr, p.len)?;
-                }
-                transfer_pieces(&file.host(), pieces, dir)
-            }
-            (Direction::Write, true) => {
-                for p in &pieces {
-                    check_region(p.addr, p.len as u64, crate::abi::MAXADDR)?;
-                }
-                file.file_changes();
-                let end = pieces
-                    .iter()
-                    .map(|p| p.addr + p.len as u64)
-                    .max()
-                    .unwrap_or(0);
-                transfer_pieces(&file.host(), pieces, dir)?;
-                file.grow_eof(end);
-                Ok(())
-            }
-            // Device buffers: the vector path, which moves device pieces (and checks ranges).
-            (_, false) => file.transfer_vector(dir, pieces),
-        })
-    }
-}
-
-/// `read_selection` / `write_selection`: every entry moved between the file and its buffer.
-///
-/// # Safety
-/// Each entry's buffer must be valid, in direction `dir`, for the bytes its memory selection
-/// covers.
-pub(crate) unsafe fn transfer_entries(
-    file: &OpenFile,
-    api: &SpaceApi,
-    entries: &[Entry],
-    mem_type: H5FD_mem_t,
-    dir: Direction,
-) -> Result<()> {
-    for entry in entries {
-        // SAFETY: the caller's contract, entry by entry.
-        unsafe { transfer(file, api, entry, mem_type, dir) }?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

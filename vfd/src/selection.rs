@@ -1,0 +1,223 @@
+//! The selection callbacks' work (`read_selection`/`write_selection`): each entry's file and
+//! memory selections, read through the calling HDF5's H5S functions (`dataspace`), become a
+//! strided host transfer (a regular file selection against contiguous host memory, the common
+//! case), or pieces walked from both sides in batches of [`BATCH`] for the host windows or, for
+//! device buffers, the vector path, whose device transfers are the proven ones. A strided read
+//! costs arithmetic per element instead of a vector entry, a pointer classification and a
+//! scatter record per element.
+
+use crate::abi::{hid_t, H5FD_mem_t};
+use crate::cuda::PointerKind;
+use crate::dataspace::{SeqIter, Shape, SpaceApi};
+use crate::error::{Error, Result};
+use crate::file::{check_region, OpenFile};
+use crate::io::strided::{transfer_pieces, transfer_strided, Runs};
+use crate::io::vector::Piece;
+use crate::io::{BufPtr, Direction};
+use crate::memory;
+
+/// Pieces per batch on the iterator path.
+pub const BATCH: usize = 16 << 10;
+
+/// One selection of a request: a file dataspace at `offset`, a memory dataspace over `buf`.
+pub struct Entry {
+    pub mem_space: hid_t,
+    pub file_space: hid_t,
+    pub offset: u64,
+    pub elem: usize,
+    pub buf: usize,
+}
+
+/// A source of (offset, length) sequences for one side of a selection.
+enum Seqs<'a> {
+    Strided(Runs<'a>),
+    Hdf5(SeqIter<'a>),
+}
+
+impl Seqs<'_> {
+    fn next_batch(&mut self, off: &mut [u64], len: &mut [usize]) -> Result<usize> {
+        match self {
+            Seqs::Hdf5(iter) => iter.next_batch(off, len),
+            Seqs::Strided(runs) => Ok(runs.next_batch(off, len)),
+        }
+    }
+}
+
+fn seqs<'a>(api: &'a SpaceApi, shape: &'a Shape, space: hid_t, elem: usize) -> Result<Seqs<'a>> {
+    Ok(match shape {
+        Shape::Strided(pat) => Seqs::Strided(Runs::new(pat)),
+        _ => Seqs::Hdf5(api.iter(space, elem)?),
+    })
+}
+
+/// Walks the two sides together and hands `sink` the resulting pieces in batches.
+fn zip_pieces(
+    mut file: Seqs<'_>,
+    mut mem: Seqs<'_>,
+    entry: &Entry,
+    mem_type: H5FD_mem_t,
+    sink: &mut dyn FnMut(Vec<Piece>) -> Result<()>,
+) -> Result<()> {
+    const SEQ: usize = 1024;
+    let (mut f_off, mut f_len) = ([0u64; SEQ], [0usize; SEQ]);
+    let (mut m_off, mut m_len) = ([0u64; SEQ], [0usize; SEQ]);
+    let (mut fi, mut fn_, mut mi, mut mn) = (0, 0, 0, 0);
+    let mut pieces: Vec<Piece> = Vec::with_capacity(BATCH);
+    loop {
+        if fi == fn_ {
+            fn_ = file.next_batch(&mut f_off, &mut f_len)?;
+            fi = 0;
+        }
+        if mi == mn {
+            mn = mem.next_batch(&mut m_off, &mut m_len)?;
+            mi = 0;
+        }
+        match (fi < fn_, mi < mn) {
+            (false, false) => break,
+            (true, true) => {}
+            _ => {
+                return Err(Error::InvalidArgument(
+                    "memory and file selections select different numbers of bytes".into(),
+                ))
+            }
+        }
+        let len = f_len[fi].min(m_len[mi]);
+        let addr = entry.offset + f_off[fi];
+        let buf = entry.buf + m_off[mi] as usize;
+        match pieces.last_mut() {
+            Some(last)
+                if last.addr + last.len as u64 == addr && last.buf.addr() + last.len == buf =>
+            {
+                last.len += len
+            }
+            _ => pieces.push(Piece {
+                addr,
+                len,
+                buf: BufPtr::new(buf as *mut u8),
+                mem_type,
+            }),
+        }
+        if pieces.len() == BATCH {
+            sink(std::mem::replace(&mut pieces, Vec::with_capacity(BATCH)))?;
+        }
+        f_len[fi] -= len;
+        f_off[fi] += len as u64;
+        if f_len[fi] == 0 {
+            fi += 1;
+        }
+        m_len[mi] -= len;
+        m_off[mi] += len as u64;
+        if m_len[mi] == 0 {
+            mi += 1;
+        }
+    }
+    if !pieces.is_empty() {
+        sink(pieces)?;
+    }
+    Ok(())
+}
+
+/// The memory address and length of the contiguous memory side, if the memory selection is one
+/// run.
+fn contiguous_mem(shape: &Shape, buf: usize) -> Option<(usize, u64)> {
+    match shape {
+        Shape::Strided(pat) if pat.levels.is_empty() => {
+            Some((buf + pat.base as usize, pat.run as u64))
+        }
+        _ => None,
+    }
+}
+
+/// Reads (or writes) one selection entry.
+///
+/// # Safety
+/// `entry.buf` must be valid for the bytes the memory selection covers.
+unsafe fn transfer(
+    file: &OpenFile,
+    api: &SpaceApi,
+    entry: &Entry,
+    mem_type: H5FD_mem_t,
+    dir: Direction,
+) -> Result<()> {
+    // SAFETY: the caller's contract: `entry.buf` covers the memory selection.
+    unsafe {
+        let file_shape = api.shape(entry.file_space, entry.elem)?;
+        let mem_shape = api.shape(entry.mem_space, entry.elem)?;
+        if matches!(file_shape, Shape::Empty) && matches!(mem_shape, Shape::Empty) {
+            return Ok(());
+        }
+        let host =
+            memory::classify(BufPtr::new(entry.buf as *mut u8), mem_type)? == PointerKind::Host;
+        if host {
+            if let (Shape::Strided(pat), Some((mem, mem_bytes))) =
+                (&file_shape, contiguous_mem(&mem_shape, entry.buf))
+            {
+                let bytes = pat.runs() * pat.run as u64;
+                if bytes != mem_bytes {
+                    return Err(Error::InvalidArgument(format!(
+                        "memory selection holds {mem_bytes} bytes, file selection {bytes}"
+                    )));
+                }
+                let start = entry.offset + pat.base;
+                let len = pat.end() - pat.base;
+                match dir {
+                    Direction::Read => file.check(Direction::Read, start, len as usize)?,
+                    Direction::Write => {
+                        check_region(start, len, crate::abi::MAXADDR)?;
+                        file.file_changes();
+                    }
+                }
+                transfer_strided(&file.host(), entry.offset, pat, mem, dir)?;
+                if dir == Direction::Write {
+                    file.grow_eof(entry.offset + pat.end());
+                }
+                return Ok(());
+            }
+        }
+        let fs = seqs(api, &file_shape, entry.file_space, entry.elem)?;
+        let ms = seqs(api, &mem_shape, entry.mem_space, entry.elem)?;
+        zip_pieces(fs, ms, entry, mem_type, &mut |pieces| match (dir, host) {
+            (Direction::Read, true) => {
+                for p in &pieces {
+                    file.check(Direction::Read, p.addr, p.len)?;
+                }
+                transfer_pieces(&file.host(), pieces, dir)
+            }
+            (Direction::Write, true) => {
+                for p in &pieces {
+                    check_region(p.addr, p.len as u64, crate::abi::MAXADDR)?;
+                }
+                file.file_changes();
+                let end = pieces
+                    .iter()
+                    .map(|p| p.addr + p.len as u64)
+                    .max()
+                    .unwrap_or(0);
+                transfer_pieces(&file.host(), pieces, dir)?;
+                file.grow_eof(end);
+                Ok(())
+            }
+            // Device buffers: the vector path, which moves device pieces (and checks ranges).
+            (_, false) => file.transfer_vector(dir, pieces),
+        })
+    }
+}
+
+/// `read_selection` / `write_selection`: every entry moved between the file and its buffer.
+///
+/// # Safety
+/// Each entry's buffer must be valid, in direction `dir`, for the bytes its memory selection
+/// covers.
+pub(crate) unsafe fn transfer_entries(
+    file: &OpenFile,
+    api: &SpaceApi,
+    entries: &[Entry],
+    mem_type: H5FD_mem_t,
+    dir: Direction,
+) -> Result<()> {
+    for entry in entries {
+        // SAFETY: the caller's contract, entry by entry.
+        unsafe { transfer(file, api, entry, mem_type, dir) }?;
+    }
+    Ok(())
+}
