@@ -7,14 +7,18 @@
   (``H5GDS_USE_VFD_GDS=0``, 128 MiB pinned buffer), the file evicted from the page cache before
   each read. Without a GPU this runs on h5gds's CPU emulator
   of CUDA and cuFile and every device figure is labelled EMULATED;
-* and the time of the first ``h5gds.read`` in a fresh process.
+* the time of the first ``h5gds.read`` in a fresh process;
+* xarray: ``open_dataset`` + ``load`` of a compressed (deflate) float32 variable, the h5netcdf engine
+  against ``engine="h5gds"``, into NumPy and into CuPy (h5netcdf then ``cupy.asarray``, against
+  ``device=``), side by side (``--xarray-size``; 0 skips it). Without a GPU the CuPy rows use the
+  CuPy stand-in of the package tests over the emulators (nvCOMP's too) and are labelled EMULATED.
 
 Alternatives are interleaved, each repeated; medians and ratios are printed. Run it with the wheel's
 interpreter (it imports the test-only device arrays of tests/python/package), the emulator on
 LD_LIBRARY_PATH when there is no GPU (scripts/test.sh creates the wheel environment and the links)::
 
     LD_LIBRARY_PATH=$PWD/target/emulator-lib-python H5GDS_EMU_POISON=off \\
-        .venv-wheel/bin/python scripts/bench_python.py --size 1G
+        .venv-wheel/bin/python scripts/bench_python.py --size 1G --xarray-size 1G
 """
 
 import argparse
@@ -82,6 +86,8 @@ def main():
     parser.add_argument("--size", type=size_arg, default=size_arg("1G"), help="dataset bytes (default 1G)")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--dir", default=None, help="where the file goes (default: a temporary directory)")
+    parser.add_argument("--xarray-size", type=size_arg, default=size_arg("64M"),
+                        help="bytes of the xarray case's variable, uncompressed (default 64M; 0 skips it)")
     args = parser.parse_args()
     n = args.size // 4
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
@@ -147,6 +153,84 @@ def main():
             first = statistics.median(r[1] for r in runs)
             print(f"  import h5py, h5gds {imports * 1e3:5.0f} ms, then the first {what} (open included) "
                   f"{first * 1e3:5.0f} ms")
+
+        if args.xarray_size:
+            bench_xarray(Path(tmp) / "bench.nc", args.xarray_size, args.reps)
+
+
+def device_cupy():
+    """(cupy, label) for the device rows: real CuPy on a GPU, the package tests' CuPy stand-in over
+    the emulators (EMULATED); (None, why) where neither can run."""
+    try:
+        from device_arrays import cuda
+        emulated = cuda().emulated
+    except Exception as exc:  # no CUDA driver in this process
+        return None, f"no CUDA driver ({exc})"
+    if emulated:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "python" / "package" / "mpi"
+                               / "emulated"))
+    try:
+        import cupy
+    except ImportError as exc:
+        return None, f"CuPy is not installed ({exc})"
+    return cupy, " [EMULATED: CPU emulators of CUDA, cuFile and nvCOMP, not GPU figures]" if emulated else ""
+
+
+def bench_xarray(path, size, reps):
+    """xarray's open_dataset + load of one deflate-compressed float32 variable: the h5netcdf engine
+    against engine="h5gds", into NumPy and into CuPy, ratios side by side."""
+    try:
+        import xarray as xr
+    except ImportError as exc:
+        print(f"\nxarray: skipped ({exc}; pip install h5gds[xarray])")
+        return
+    width = 1024
+    rows = max(1, size // (4 * width))
+    # A smooth field at 1/16 precision: deflate shrinks it, as it does measured data.
+    values = (np.round(np.sin(np.arange(rows * width, dtype="<f8") / 5000.0) * 4096) / 16).astype("<f4")
+    chunk = (min(rows, 1024), width)  # 4 MiB chunks
+    xr.Dataset({"v": (("y", "x"), values.reshape(rows, width))}).to_netcdf(
+        path, engine="h5netcdf", encoding={"v": {"zlib": True, "complevel": 1, "shuffle": False, "chunksizes": chunk}})
+    del values
+    nbytes = rows * width * 4
+
+    def load(engine, **kwargs):
+        with xr.open_dataset(path, engine=engine, **kwargs) as ds:
+            return ds["v"].load().data
+
+    host = interleave({"h5netcdf": lambda: load("h5netcdf"), "h5gds": lambda: load("h5gds")}, reps)
+    cupy, label = device_cupy()
+    device = None
+    if cupy is not None:
+        def settled(fn):
+            def run():
+                fn()
+                cupy.cuda.Device().synchronize()
+            return run
+
+        ordinal = cupy.cuda.runtime.getDevice()
+        device = interleave({
+            "h5netcdf": settled(lambda: cupy.asarray(load("h5netcdf"))),
+            "h5gds": settled(lambda: load("h5gds", device=ordinal)),
+        }, reps, before=lambda: drop_from_page_cache(path))
+        assert type(load("h5gds", device=ordinal)) is cupy.ndarray
+    print(f"\nxarray open_dataset + load of a float32 variable, {nbytes} bytes ({os.path.getsize(path)} in the "
+          f"file: deflate level 1, {chunk[0]}x{chunk[1]} chunks), medians of {reps} interleaved rounds:")
+    heads = ("h5netcdf engine", 'engine="h5gds"')
+    print(f"  {'':<44} {heads[0]:>22}   {heads[1]:>22}   h5gds vs h5netcdf")
+
+    def row(name, medians):
+        theirs, ours = medians["h5netcdf"], medians["h5gds"]
+        print(f"  {name:<44} {theirs * 1e3:9.1f} ms {nbytes / theirs / 1e9:6.2f} GB/s   "
+              f"{ours * 1e3:9.1f} ms {nbytes / ours / 1e9:6.2f} GB/s   x{theirs / ours:5.2f}")
+
+    row("into NumPy (page cache warm)", host)
+    if device is None:
+        print(f"  into CuPy: skipped ({label})")
+    else:
+        row("into CuPy: cupy.asarray | device= (evicted)", device)
+        if label:
+            print(f"  {label.strip()}")
 
 
 if __name__ == "__main__":

@@ -125,7 +125,7 @@ impl<T: Element> DeviceBatches<T> {
         stream: Arc<CudaStream>,
         options: &ReadOptions,
     ) -> Result<DeviceBatches<T>> {
-        let source = crate::staging::no_panic("opening for device reads", || {
+        let source = crate::error::no_panic("opening for device reads", || {
             DeviceSource::open::<T>(path, dataset, options, &stream)
         })?;
         let chunk = check_chunk_shape(dataset, &source.ds.shape, chunk_shape)?;
@@ -164,7 +164,7 @@ impl<T: Element> Iterator for DeviceBatches<T> {
             return None;
         }
         let block = self.grid.next()?;
-        let result = crate::staging::no_panic("reading a chunk into device memory", || {
+        let result = crate::error::no_panic("reading a chunk into device memory", || {
             self.source.read::<T>(&block, &self.stream)
         })
         .map(|chunk| (chunk, block.start.iter().map(|&s| s as usize).collect()));

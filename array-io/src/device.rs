@@ -7,13 +7,14 @@
 
 use crate::driver::{Driver, Settings};
 use crate::element::{descriptor_of, Element};
+use crate::error::{cuda, no_panic};
 use crate::error::{Error, Result};
 use crate::file::{create_file, open_dataset, OpenDataset};
 use crate::hdf5_raw::{self, select_blocks, Spaces};
+use crate::host_staging::{read_block, write_all, Elements, HostStaging};
 use crate::layout::{check_types, filter_ids, storage};
 use crate::route::{blocker, driver_blocker, gpu_decode, plan, GpuCodec, Route, Storage, Transfer};
 use crate::select::Block;
-use crate::staging::{cuda, no_panic, read_block, write_all, Elements, Staging};
 use crate::ReadOptions;
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use h5gds_runtime::stream::synchronize;
@@ -295,7 +296,7 @@ fn write_unguarded<T: Element>(
                 blocker.as_deref().unwrap_or("")
             ));
             let bytes = array.len() * std::mem::size_of::<T>();
-            let mut staging = Staging::new(stream, size, bytes)?;
+            let mut staging = HostStaging::new(stream, size, bytes)?;
             let elements = Elements {
                 mem_type: &mem_type,
                 size: std::mem::size_of::<T>(),
@@ -414,7 +415,7 @@ impl DeviceSource {
         // The allocation is usable by other contexts and threads (the driver's) once the
         // stream has made it.
         synchronize(stream)?;
-        let mut staging: Option<Staging> = None;
+        let mut staging: Option<HostStaging> = None;
         let elements = Elements {
             mem_type: &self.types.mem,
             size: std::mem::size_of::<T>(),
@@ -452,7 +453,7 @@ impl DeviceSource {
                     }
                     if staging.is_none() {
                         let bytes = region.len() as usize * elements.size;
-                        staging = Some(Staging::new(stream, self.staging_size, bytes)?);
+                        staging = Some(HostStaging::new(stream, self.staging_size, bytes)?);
                     }
                     let buf = staging.as_mut().expect("created above");
                     read_block(ds, &elements, block, region, dest, stream, buf)?;

@@ -2,6 +2,8 @@
 //! the setting or the types involved, so that a failure deep inside a pipeline can be acted on
 //! without a debugger.
 
+use cudarc::driver::DriverError;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 /// Everything that can go wrong in array-io.
@@ -254,6 +256,25 @@ impl From<h5gds_runtime::settings::InvalidSetting> for Error {
             variable: invalid.variable,
             value: invalid.value,
             accepted: invalid.accepted,
+        }
+    }
+}
+
+/// Runs a cudarc call through the runtime's one wrapper (a panic, cudarc's reaction to a missing
+/// library or symbol, becomes an error, as does a failed call).
+pub(crate) fn cuda<T>(op: &'static str, f: impl FnOnce() -> Result<T, DriverError>) -> Result<T> {
+    Ok(h5gds_runtime::cuda::call(op, f)?)
+}
+
+/// Runs a device operation, turning any panic that escapes it (cudarc panics when a CUDA
+/// symbol is missing, also inside its destructors) into an error.
+pub(crate) fn no_panic<T>(op: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(result) => result,
+        Err(payload) => {
+            let detail = h5gds_runtime::cuda::panic_text(payload.as_ref())
+                .unwrap_or_else(|| "panicked".into());
+            Err(Error::cuda(op, detail))
         }
     }
 }

@@ -13,9 +13,9 @@
 use crate::error::{Error, Result};
 use crate::file::OpenDataset;
 use crate::hdf5_raw;
+use crate::host_staging::{read_block, Elements, HostStaging};
 use crate::route::GpuCodec;
 use crate::select::Block;
-use crate::staging::{read_block, Elements, Staging};
 use cudarc::driver::{sys, CudaStream};
 pub use h5gds_gpu_codec::decode::ChunkIndex;
 use h5gds_gpu_codec::decode::{self, ChunkSource, Decoding};
@@ -123,7 +123,7 @@ pub(crate) fn read(
     decode::read(ds, &how, &mut present, region, dest, stream)?;
     if !missing.is_empty() {
         let es = elements.size;
-        let mut staging = Staging::new(
+        let mut staging = HostStaging::new(
             stream,
             source.staging_size,
             missing

@@ -14,12 +14,12 @@
 use crate::device::DeviceArray;
 use crate::driver::{Driver, Settings};
 use crate::element::{descriptor_of, Element};
+use crate::error::{cuda, no_panic};
 use crate::error::{Error, Result};
 use crate::file::{check_dataset_name, create_file};
 use crate::hdf5_raw::{self, Spaces};
 use crate::route::{driver_blocker, gpu_encode, GpuCodec, FILTER_DEFLATE, FILTER_LZ4, FILTER_ZSTD};
 use crate::select::{chunks_touching, Block};
-use crate::staging::{cuda, no_panic};
 use cudarc::driver::{sys, CudaStream, DevicePtr};
 use h5gds_gpu_codec::codec;
 use h5gds_gpu_codec::decode::placement_runs;

@@ -48,7 +48,7 @@ mod layout;
 mod log;
 pub use h5gds_route::route;
 use h5gds_route::select;
-mod staging;
+mod host_staging;
 
 pub use batched::{Batches, DeviceBatches};
 pub use device::{DeviceArray, IntoStream};

@@ -36,8 +36,8 @@ use crate::batched::{Batches, DeviceBatches};
 use crate::device::{DeviceArray, DeviceSource, IntoStream};
 use crate::driver::Settings;
 use crate::element::Element;
+use crate::error::no_panic;
 use crate::error::{Error, Result};
-use crate::staging::no_panic;
 use crate::ReadOptions;
 use agree::agree;
 use cudarc::driver::CudaContext;
@@ -306,12 +306,12 @@ pub fn local_device<C: Communicator>(comm: &C) -> Result<Arc<CudaContext>> {
     let local = local_rank(comm);
     let device = no_panic("choosing this rank's device", || {
         h5gds_runtime::cuda::cuda().map_err(|e| Error::cuda("initialising CUDA", e))?;
-        let count = crate::staging::cuda("counting devices", CudaContext::device_count)?;
+        let count = crate::error::cuda("counting devices", CudaContext::device_count)?;
         if count <= 0 {
             return Err(Error::cuda("counting devices", "no CUDA device"));
         }
         let ordinal = local % count as usize;
-        crate::staging::cuda("creating a context", || CudaContext::new(ordinal))
+        crate::error::cuda("creating a context", || CudaContext::new(ordinal))
     });
     agree(comm, "choosing each rank's device", device)
 }

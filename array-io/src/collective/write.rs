@@ -8,11 +8,12 @@ use super::decompose::{write_boxes, Decomposition, TileClaim};
 use crate::device::{write_blocker, DeviceArray};
 use crate::driver::{file_access, Driver, Settings};
 use crate::element::{descriptor_of, Element};
+use crate::error::no_panic;
 use crate::error::{Error, Result};
 use crate::file::{check_dataset_name, create_file};
 use crate::hdf5_raw::{self, DriverFile};
+use crate::host_staging::HostStaging;
 use crate::select::{Block, Runs};
-use crate::staging::{no_panic, Staging};
 use cudarc::driver::DevicePtr;
 use h5gds_runtime::stream::{copy_from_device, synchronize};
 use mpi::traits::*;
@@ -137,7 +138,7 @@ impl<T: Element> DeviceTile<'_, T> {
                     "writing a tile through a host staging buffer: {reason}"
                 ));
                 let bytes = (n * es) as usize;
-                let mut staging = Staging::new(stream, settings.staging_buffer_size()?, bytes)?;
+                let mut staging = HostStaging::new(stream, settings.staging_buffer_size()?, bytes)?;
                 let per = (staging.len() as u64 / es).max(1);
                 let mut a = 0;
                 while a < n {

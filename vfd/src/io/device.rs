@@ -8,7 +8,7 @@
 use super::gds::{self, CuFileDriver, DirectFile, GdsHandle};
 use super::parallel::run_split;
 use super::target::Storage;
-use super::{staged, Direction};
+use super::Direction;
 use crate::config::{CompatMode, VfdSettings};
 use crate::cuda::{self, CUdeviceptr, DeviceRange};
 use crate::error::{Error, Result};
@@ -449,7 +449,7 @@ impl DeviceIo<'_> {
         let (fd, name, bounce) = (self.fd, self.file_name, self.settings.bounce_buffer_size);
         let staged = |dev, len, addr| {
             // SAFETY: `dev .. dev + len` is device memory of `context` (caller's contract).
-            unsafe { staged::transfer(dir, fd, name, context, dev, len, addr, bounce) }
+            unsafe { super::bounce::transfer(dir, fd, name, context, dev, len, addr, bounce) }
         };
         let gds = match self.path {
             FileDevicePath::Unavailable(why) => {

@@ -1,4 +1,4 @@
-//! The staged device path: file data moves through pinned host bounce buffers, two per task with
+//! The bounce-buffer device path ("staged" in the log lines): file data moves through pinned host bounce buffers, two per task with
 //! a stream each, so a task's `pread` of one piece overlaps the host-to-device copy of the
 //! previous piece (and the reverse for writes); several pool threads add more overlap. Used where GDS is not available, and for what remains of a transfer after
 //! a cuFile error.

@@ -51,7 +51,7 @@ fn median(mut xs: Vec<f64>) -> f64 {
 }
 
 fn parse_size(text: &str) -> usize {
-    h5gds::parse_size(text).unwrap_or_else(|| panic!("bad size {text:?}")) as usize
+    h5gds_runtime::size::parse_size(text).unwrap_or_else(|| panic!("bad size {text:?}")) as usize
 }
 
 fn bench(path: &Path, bytes: usize, reps: usize, stream: &Arc<CudaStream>) -> (f64, f64) {

@@ -46,7 +46,8 @@ fn args() -> Args {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--size" => {
-                out.size = h5gds::parse_size(&it.next().expect("--size N[K|M|G]")).expect("a size")
+                out.size = h5gds_runtime::size::parse_size(&it.next().expect("--size N[K|M|G]"))
+                    .expect("a size")
             }
             "--reps" => out.reps = it.next().expect("--reps N").parse().expect("a count"),
             "--device" => out.device = true,

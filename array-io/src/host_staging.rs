@@ -1,38 +1,19 @@
-//! The staged path: data moves between the file and device memory through a bounded host
-//! buffer (pinned when CUDA can pin it), piece by piece, so any size works with any buffer
-//! size. HDF5 only ever sees host memory here, so it may convert types, fill unwritten storage
-//! and decode filtered chunks as it likes.
-//!
+//! Host staging, the staged path: data moves between the file and device memory through a
+//! bounded host buffer (`H5GDS_STAGING_BUFFER_SIZE`, pinned when CUDA can pin it; not the
+//! driver's bounce buffers), piece by piece, so any size works with any buffer size. HDF5 only
+//! ever sees host memory here, so it may convert types, fill unwritten storage and decode
+//! filtered chunks as it likes.
 
 use crate::element::first_invalid_bool;
+use crate::error::cuda;
 use crate::error::{Error, Result};
 use crate::file::OpenDataset;
 use crate::hdf5_raw::{self, select_blocks, Spaces};
 use crate::select::{flat_range_blocks, Block, Runs};
-use cudarc::driver::{sys, CudaStream, DriverError, PinnedHostSlice};
+use cudarc::driver::{sys, CudaStream, PinnedHostSlice};
 use h5gds_runtime::stream::{copy_from_device, copy_to_device, synchronize};
 use hdf5::{Dataset, Dataspace, Datatype};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-
-/// Runs a cudarc call through the runtime's one wrapper (a panic, cudarc's reaction to a missing
-/// library or symbol, becomes an error, as does a failed call).
-pub(crate) fn cuda<T>(op: &'static str, f: impl FnOnce() -> Result<T, DriverError>) -> Result<T> {
-    Ok(h5gds_runtime::cuda::call(op, f)?)
-}
-
-/// Runs a device operation, turning any panic that escapes it (cudarc panics when a CUDA
-/// symbol is missing, also inside its destructors) into an error.
-pub(crate) fn no_panic<T>(op: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(result) => result,
-        Err(payload) => {
-            let detail = h5gds_runtime::cuda::panic_text(payload.as_ref())
-                .unwrap_or_else(|| "panicked".into());
-            Err(Error::cuda(op, detail))
-        }
-    }
-}
 
 /// Host memory the staged path moves data through.
 enum Memory {
@@ -42,15 +23,15 @@ enum Memory {
 }
 
 /// A staging buffer of a fixed size.
-pub(crate) struct Staging {
+pub(crate) struct HostStaging {
     memory: Memory,
     len: usize,
 }
 
-impl Staging {
+impl HostStaging {
     /// A buffer of `min(size, needed)` bytes (at least one byte), pinned in `stream`'s context
     /// if CUDA can pin it, else pageable (with a debug log line).
-    pub fn new(stream: &Arc<CudaStream>, size: usize, needed: usize) -> Result<Staging> {
+    pub fn new(stream: &Arc<CudaStream>, size: usize, needed: usize) -> Result<HostStaging> {
         let len = size.min(needed).max(1);
         let pinned = cuda("allocating pinned host memory", || {
             // SAFETY: the memory is unset; every use writes before it reads. Flags 0: plain
@@ -66,7 +47,7 @@ impl Staging {
                 Memory::Pageable(vec![0u64; len.div_ceil(8)])
             }
         };
-        Ok(Staging { memory, len })
+        Ok(HostStaging { memory, len })
     }
 
     pub fn len(&self) -> usize {
@@ -103,7 +84,7 @@ pub(crate) fn read_block(
     region: &Block,
     dest: sys::CUdeviceptr,
     stream: &Arc<CudaStream>,
-    staging: &mut Staging,
+    staging: &mut HostStaging,
 ) -> Result<()> {
     let es = elements.size as u64;
     let per = (staging.len() as u64 / es).max(1);
@@ -174,7 +155,7 @@ pub(crate) fn write_all(
     elements: &Elements,
     src: sys::CUdeviceptr,
     stream: &Arc<CudaStream>,
-    staging: &mut Staging,
+    staging: &mut HostStaging,
 ) -> Result<()> {
     let es = elements.size as u64;
     let per = (staging.len() as u64 / es).max(1);

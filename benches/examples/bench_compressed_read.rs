@@ -87,7 +87,7 @@ fn main() {
     while let Some(arg) = it.next() {
         let mut value = || it.next().unwrap_or_else(|| panic!("{arg} takes a value"));
         match arg.as_str() {
-            "--size" => size = h5gds::parse_size(&value()).expect("a size") as usize,
+            "--size" => size = h5gds_runtime::size::parse_size(&value()).expect("a size") as usize,
             "--reps" => reps = value().parse().expect("a count"),
             "--codecs" => codecs = value().split(',').map(str::to_string).collect(),
             "--dir" => dir = PathBuf::from(value()),
