@@ -238,8 +238,8 @@ fn no_crate_has_an_import_cycle_between_its_modules() {
         "info/src",
         "cli/src",
         "benches/src",
-        "tests/emulator/src",
-        "tests/emulator-nvcomp/src",
+        "emulators/cuda/src",
+        "emulators/nvcomp/src",
     ];
     for krate in crates {
         let src = root.join(krate);

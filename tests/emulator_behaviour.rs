@@ -1,4 +1,4 @@
-//! Behaviour of the CPU-backed CUDA / cuFile emulator (`tests/emulator`, `libh5gds_emu.so`):
+//! Behaviour of the CPU-backed CUDA / cuFile emulator (`emulators/cuda`, `libh5gds_emu.so`):
 //! it must be honest, or the GPU tests built on it prove nothing. Needs
 //! `cargo build -p h5gds-cuda-emulator` first.
 //!
@@ -759,7 +759,7 @@ fn device_attributes_answer_only_what_an_emulated_device_can() {
     assert_eq!(get(75, 0), (CUDA_SUCCESS, 8), "compute capability major");
     assert_eq!(get(76, 0), (CUDA_SUCCESS, 0), "compute capability minor");
     assert_eq!(get(115, 0), (CUDA_SUCCESS, 0), "no memory pools");
-    // cuMemAllocManaged works (see tests/emulator/src/cuda_vmm.rs); no concurrent access.
+    // cuMemAllocManaged works (see emulators/cuda/src/cuda_vmm.rs); no concurrent access.
     assert_eq!(get(83, 0), (CUDA_SUCCESS, 1), "managed memory");
     assert_eq!(get(116, 0), (CUDA_SUCCESS, 1), "GDS present by default");
     // Attributes it cannot answer honestly fail loudly, and leave the output alone.

@@ -1,5 +1,5 @@
 //! Compressed datasets read into device memory with nvCOMP on the emulators: the CUDA/cuFile
-//! emulator as libcuda/libcufile and the nvCOMP emulator as libnvcomp (tests/emulator-nvcomp,
+//! emulator as libcuda/libcufile and the nvCOMP emulator as libnvcomp (emulators/nvcomp,
 //! reference codecs over emulated device memory). h5py with hdf5plugin writes the files
 //! (`gpu_codec_files.py`); each body runs in a child process and compares every byte with what
 //! h5py read; the parent checks the child's log (which path, and why) and the emulator's report.

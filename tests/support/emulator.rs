@@ -1,4 +1,4 @@
-//! The CPU-backed CUDA / cuFile emulator (`tests/emulator`, built as `libh5gds_emu.so`): where
+//! The CPU-backed CUDA / cuFile emulator (`emulators/cuda`, built as `libh5gds_emu.so`): where
 //! it is, and a directory that makes a child process load it in place of libcuda and
 //! libcufile.
 //!

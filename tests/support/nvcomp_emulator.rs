@@ -1,4 +1,4 @@
-//! The nvCOMP emulator (`tests/emulator-nvcomp`, built as `libh5gds_emu_nvcomp.so`) next to
+//! The nvCOMP emulator (`emulators/nvcomp`, built as `libh5gds_emu_nvcomp.so`) next to
 //! the CUDA/cuFile emulator: a directory where `libnvcomp.so.6` is the nvCOMP emulator and
 //! libcuda/libcufile are the CUDA emulator, for a child's `LD_LIBRARY_PATH`.
 //!

@@ -1,5 +1,5 @@
 """Test-only device arrays over whatever libcuda this process loads — h5gds's CPU emulator of CUDA
-(tests/emulator, put on LD_LIBRARY_PATH by scripts/test.sh) or a real driver — exposing
+(emulators/cuda, put on LD_LIBRARY_PATH by scripts/test.sh) or a real driver — exposing
 ``__cuda_array_interface__`` (v3, with a stream) and DLPack, as CuPy, Numba and PyTorch arrays do.
 Never shipped: the package's tests only."""
 
@@ -71,7 +71,7 @@ def cuda():
 #: counters) starts, so that conftest.py can count them in the last line of a run on a real GPU.
 NEEDS_EMULATOR = "needs h5gds's emulator"
 
-#: The nvCOMP emulator's file (tests/emulator-nvcomp): tests link it as libnvcomp.so.6 (scripts/test.sh,
+#: The nvCOMP emulator's file (emulators/nvcomp): tests link it as libnvcomp.so.6 (scripts/test.sh,
 #: tests/support/nvcomp_emulator.rs).
 NVCOMP_EMULATOR_FILE_NAME = "libh5gds_emu_nvcomp.so"
 

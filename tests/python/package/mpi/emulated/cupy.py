@@ -38,6 +38,9 @@ class Device:
     def use(self):
         _Runtime.current = self.id
 
+    def synchronize(self):
+        _cuda().run(self.id, "cuCtxSynchronize")
+
     def __enter__(self):
         self._previous = _Runtime.current
         _Runtime.current = self.id

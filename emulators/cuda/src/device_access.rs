@@ -1,5 +1,5 @@
 //! Device memory for the emulator's companion libraries (the nvCOMP emulator,
-//! `tests/emulator-nvcomp`): they run "on the device", so they reach device memory through the
+//! `emulators/nvcomp`): they run "on the device", so they reach device memory through the
 //! shadow mapping, as a GPU kernel would reach it, without a host copy being counted.
 
 use crate::counters;

@@ -36,7 +36,7 @@
 //!   violations, cuFile reads, cuFile writes, host-to-device copies, device-to-host copies
 //!   (returns 0, or -1 for a null `out`; works before `cuInit`).
 //! * Not CUDA: `uint8_t *h5gds_emu_device_shadow(CUdeviceptr addr, size_t len)`, the
-//!   host-accessible view of device bytes for the nvCOMP emulator (`tests/emulator-nvcomp`),
+//!   host-accessible view of device bytes for the nvCOMP emulator (`emulators/nvcomp`),
 //!   which plays code running on the device (NULL and a bounds violation outside an allocation).
 //!
 //! # How it behaves

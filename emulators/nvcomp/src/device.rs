@@ -17,7 +17,7 @@ fn shadow_fn() -> Option<ShadowFn> {
         let library = unsafe { Library::open(Some("libcuda.so.1"), RTLD_NOW | libc::RTLD_NOLOAD) }
             .or_else(|_| unsafe { Library::open(Some("libcuda.so.1"), RTLD_NOW) })
             .ok()?;
-        // SAFETY: the symbol has this signature in the CUDA emulator (tests/emulator).
+        // SAFETY: the symbol has this signature in the CUDA emulator (emulators/cuda).
         let symbol = unsafe { library.get::<ShadowFn>(b"h5gds_emu_device_shadow\0") }.ok()?;
         let f = *symbol;
         // The library stays loaded for the life of the process, so the pointer stays valid.
