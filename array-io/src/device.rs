@@ -7,7 +7,7 @@
 
 use crate::driver::{Driver, Settings};
 use crate::element::{descriptor_of, Element};
-use crate::error::{cuda, no_panic};
+use crate::error::no_panic;
 use crate::error::{Error, Result};
 use crate::file::{create_file, open_dataset, OpenDataset};
 use crate::hdf5_raw::{self, select_blocks, Spaces};
@@ -17,6 +17,7 @@ use crate::route::{blocker, driver_blocker, gpu_decode, plan, GpuCodec, Route, S
 use crate::select::Block;
 use crate::ReadOptions;
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use h5gds_runtime::cuda::call;
 use h5gds_runtime::stream::synchronize;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 use std::path::Path;
@@ -121,7 +122,7 @@ impl<T: Element> DeviceArray<T> {
             None
         } else {
             // SAFETY: the memory is unset; every caller writes all of it before it is read.
-            Some(cuda("allocating device memory", || unsafe {
+            Some(call("allocating device memory", || unsafe {
                 stream.alloc::<T>(len)
             })?)
         };
@@ -137,7 +138,7 @@ impl<T: Element> DeviceArray<T> {
         let mut array = Self::alloc(stream.into_stream(), shape)?;
         if let Some(data) = array.data.as_mut() {
             let stream = array.stream.clone();
-            cuda("zeroing device memory", || stream.memset_zeros(data))?;
+            call("zeroing device memory", || stream.memset_zeros(data))?;
         }
         Ok(array)
     }
@@ -154,7 +155,7 @@ impl<T: Element> DeviceArray<T> {
         let data = if elements.is_empty() {
             None
         } else {
-            Some(cuda("copying to the device", || {
+            Some(call("copying to the device", || {
                 stream.clone_htod(elements)
             })?)
         };
@@ -170,7 +171,7 @@ impl<T: Element> DeviceArray<T> {
     pub fn to_host(&self) -> Result<ArrayD<T>> {
         let values = match &self.data {
             None => Vec::new(),
-            Some(data) => cuda("copying from the device", || self.stream.clone_dtoh(data))?,
+            Some(data) => call("copying from the device", || self.stream.clone_dtoh(data))?,
         };
         synchronize(&self.stream)?;
         ArrayD::from_shape_vec(IxDyn(&self.shape), values).map_err(|_| Error::ShapeMismatch {

@@ -2,7 +2,6 @@
 //! the setting or the types involved, so that a failure deep inside a pipeline can be acted on
 //! without a debugger.
 
-use cudarc::driver::DriverError;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
@@ -258,12 +257,6 @@ impl From<h5gds_runtime::settings::InvalidSetting> for Error {
             accepted: invalid.accepted,
         }
     }
-}
-
-/// Runs a cudarc call through the runtime's one wrapper (a panic, cudarc's reaction to a missing
-/// library or symbol, becomes an error, as does a failed call).
-pub(crate) fn cuda<T>(op: &'static str, f: impl FnOnce() -> Result<T, DriverError>) -> Result<T> {
-    Ok(h5gds_runtime::cuda::call(op, f)?)
 }
 
 /// Runs a device operation, turning any panic that escapes it (cudarc panics when a CUDA

@@ -14,7 +14,7 @@
 use crate::device::DeviceArray;
 use crate::driver::{Driver, Settings};
 use crate::element::{descriptor_of, Element};
-use crate::error::{cuda, no_panic};
+use crate::error::no_panic;
 use crate::error::{Error, Result};
 use crate::file::{check_dataset_name, create_file};
 use crate::hdf5_raw::{self, Spaces};
@@ -25,6 +25,7 @@ use h5gds_gpu_codec::codec;
 use h5gds_gpu_codec::decode::placement_runs;
 use h5gds_gpu_codec::device::align_up;
 use h5gds_gpu_codec::nvcomp::{self, Job};
+use h5gds_runtime::cuda::call;
 use h5gds_runtime::stream::{copy_from_device, copy_to_device, synchronize};
 use h5gds_runtime::stream::{copy_on_device, scratch};
 use std::path::Path;
@@ -281,7 +282,7 @@ impl<'a> Encoder<'a> {
         let (stream, es) = (self.stream, self.es as u64);
         let n = batch.len();
         // Edge chunks are stored whole; the part outside the array is zeros.
-        let input = cuda("allocating device memory for chunks", || {
+        let input = call("allocating device memory for chunks", || {
             stream.alloc_zeros::<u8>(self.in_stride * n)
         })?;
         let (inp, record) = input.device_ptr(stream);
@@ -332,7 +333,7 @@ impl<'a> Encoder<'a> {
                 },
             )?;
         }
-        cuda("waiting for the device", || stream.context().synchronize())?;
+        call("waiting for the device", || stream.context().synchronize())?;
         Ok(())
     }
 

@@ -5,12 +5,12 @@
 //! filtered chunks as it likes.
 
 use crate::element::first_invalid_bool;
-use crate::error::cuda;
 use crate::error::{Error, Result};
 use crate::file::OpenDataset;
 use crate::hdf5_raw::{self, select_blocks, Spaces};
 use crate::select::{flat_range_blocks, Block, Runs};
 use cudarc::driver::{sys, CudaStream, PinnedHostSlice};
+use h5gds_runtime::cuda::call;
 use h5gds_runtime::stream::{copy_from_device, copy_to_device, synchronize};
 use hdf5::{Dataset, Dataspace, Datatype};
 use std::sync::Arc;
@@ -33,7 +33,7 @@ impl HostStaging {
     /// if CUDA can pin it, else pageable (with a debug log line).
     pub fn new(stream: &Arc<CudaStream>, size: usize, needed: usize) -> Result<HostStaging> {
         let len = size.min(needed).max(1);
-        let pinned = cuda("allocating pinned host memory", || {
+        let pinned = call("allocating pinned host memory", || {
             // SAFETY: the memory is unset; every use writes before it reads. Flags 0: plain
             // pinned memory (write-combined memory would be slow to read back on the host).
             unsafe { stream.context().alloc_pinned_with_flags::<u8>(len, 0) }
@@ -42,7 +42,8 @@ impl HostStaging {
             Ok(slice) => Memory::Pinned(slice),
             Err(err) => {
                 crate::log::debug(format_args!(
-                    "staging through pageable memory of {len} bytes ({err})"
+                    "staging through pageable memory of {len} bytes ({})",
+                    Error::from(err)
                 ));
                 Memory::Pageable(vec![0u64; len.div_ceil(8)])
             }
@@ -58,7 +59,7 @@ impl HostStaging {
     pub fn as_mut_ptr(&mut self) -> Result<*mut u8> {
         match &mut self.memory {
             Memory::Pinned(slice) => {
-                let bytes = cuda("waiting for the staging buffer", || slice.as_mut_slice())?;
+                let bytes = call("waiting for the staging buffer", || slice.as_mut_slice())?;
                 Ok(bytes.as_mut_ptr())
             }
             Memory::Pageable(words) => Ok(words.as_mut_ptr().cast()),

@@ -89,15 +89,6 @@ fn argument(message: String) -> DeviceError {
     DeviceError::Argument(message)
 }
 
-fn failed_cuda(err: cuda::CudaError) -> DeviceError {
-    DeviceError::from(err)
-}
-
-/// The array's context, current on this thread while the value lives.
-fn enter(context: DeviceContext) -> Result<cuda::CurrentContext, DeviceError> {
-    cuda::enter(context).map_err(failed_cuda)
-}
-
 /// The CUDA allocation an array's memory belongs to, checked: CUDA works here, the address is
 /// device memory of a device this process sees (the one the array claims, if it claims one), and
 /// all `nbytes` lie inside that one allocation.
@@ -203,9 +194,9 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
         return Ok("nothing to move".into());
     };
     let op = if t.write { "write" } else { "read" };
-    let context = enter(pointer.context)?;
+    let context = cuda::enter(pointer.context)?;
     if t.stream != 0 {
-        cuda::synchronize_handle(t.stream).map_err(failed_cuda)?;
+        cuda::synchronize_handle(t.stream)?;
     }
     if let Some(codec) = gpu_codec(&t, &storage_facts, &region, blocker(&facts))? {
         let item = t.nbytes / t.count.iter().product::<u64>() as usize;
@@ -338,7 +329,7 @@ fn through_pinned(
     mut io: impl FnMut(u64, u64, *mut u8) -> Result<(), DeviceError>,
 ) -> Result<(), DeviceError> {
     let per = (staging_size / item).max(1) as u64;
-    let mut pinned = PinnedBuffer::new((per.min(elements) as usize) * item).map_err(failed_cuda)?;
+    let mut pinned = PinnedBuffer::new((per.min(elements) as usize) * item)?;
     let mut a = 0u64;
     while a < elements {
         let b = (a + per).min(elements);
@@ -349,14 +340,12 @@ fn through_pinned(
         if write {
             // SAFETY: the pinned buffer holds `len` bytes; the caller checked that the device
             // range lies inside one allocation.
-            unsafe { cuda::copy_any(context, host as usize, device as usize, len) }
-                .map_err(failed_cuda)?;
+            unsafe { cuda::copy_any(context, host as usize, device as usize, len) }?;
         }
         io(a, b, host)?;
         if !write {
             // SAFETY: as for the copy from the device above.
-            unsafe { cuda::copy_any(context, device as usize, host as usize, len) }
-                .map_err(failed_cuda)?;
+            unsafe { cuda::copy_any(context, device as usize, host as usize, len) }?;
         }
         a = b;
     }
@@ -474,9 +463,9 @@ pub fn write_tile(t: TileWrite) -> Result<String, DeviceError> {
         end = at + len;
     }
     let pointer = checked_pointer("array", t.address, t.nbytes, t.claimed_ordinal)?;
-    let context = enter(pointer.context)?;
+    let context = cuda::enter(pointer.context)?;
     if t.stream != 0 {
-        cuda::synchronize_handle(t.stream).map_err(failed_cuda)?;
+        cuda::synchronize_handle(t.stream)?;
     }
     let written = |m: String| DeviceError::Failed(format!("H5FDwrite failed: {m}"));
     let route = if t.direct {

@@ -434,19 +434,8 @@ pub fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
         (&mut ordinal as *mut c_int).cast(),
         (&mut id as *mut u64).cast(),
     ];
-    call("cuPointerGetAttributes", || {
-        // SAFETY: each data slot points at storage of the attribute's documented type (cudarc's
-        // result layer has no wrapper for this call).
-        unsafe {
-            sys::cuPointerGetAttributes(
-                attrs.len() as u32,
-                attrs.as_mut_ptr(),
-                data.as_mut_ptr(),
-                ptr as CUdeviceptr,
-            )
-        }
-        .result()
-    })?;
+    // SAFETY: each data slot points at storage of its attribute's documented type.
+    unsafe { pointer_attributes(ptr as CUdeviceptr, &mut attrs, &mut data) }?;
     let managed = managed != 0;
     let device = memory_type == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 || managed;
     if !device || size == 0 {
@@ -481,6 +470,32 @@ pub fn query_pointer(ptr: usize) -> Result<PointerKind, CudaError> {
         managed,
         allocation,
     }))
+}
+
+/// `cuPointerGetAttributes`: each of `attrs` written to the storage its slot of `data` points at
+/// (cudarc's result layer has no wrapper for this call). The plural query writes defaults for
+/// memory CUDA does not know instead of failing.
+///
+/// # Safety
+/// `data[i]` must point at storage of the C type of `attrs[i]`.
+unsafe fn pointer_attributes(
+    ptr: CUdeviceptr,
+    attrs: &mut [sys::CUpointer_attribute],
+    data: &mut [*mut c_void],
+) -> Result<(), CudaError> {
+    assert_eq!(attrs.len(), data.len(), "one storage slot per attribute");
+    call("cuPointerGetAttributes", || {
+        // SAFETY: the caller's contract; the counts match (asserted above).
+        unsafe {
+            sys::cuPointerGetAttributes(
+                attrs.len() as u32,
+                attrs.as_mut_ptr(),
+                data.as_mut_ptr(),
+                ptr,
+            )
+        }
+        .result()
+    })
 }
 
 /// CU_POINTER_ATTRIBUTE_BUFFER_ID of the memory at `ptr`, if CUDA knows it.
@@ -567,19 +582,9 @@ pub fn buffer_kind(ptr: CUdeviceptr) -> Result<BufferKind, CudaError> {
         (&mut managed as *mut u32).cast(),
         (&mut device as *mut c_int).cast(),
     ];
-    call("cuPointerGetAttributes", || {
-        // SAFETY: each data slot points at storage of the attribute's documented type (a C bool
-        // is written into the low byte of the zeroed u32).
-        unsafe {
-            sys::cuPointerGetAttributes(
-                attrs.len() as u32,
-                attrs.as_mut_ptr(),
-                data.as_mut_ptr(),
-                ptr,
-            )
-        }
-        .result()
-    })?;
+    // SAFETY: each data slot points at storage of its attribute's documented type (a C bool is
+    // written into the low byte of the zeroed u32).
+    unsafe { pointer_attributes(ptr, &mut attrs, &mut data) }?;
     Ok(BufferKind {
         device,
         managed: managed != 0,

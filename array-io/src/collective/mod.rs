@@ -306,12 +306,14 @@ pub fn local_device<C: Communicator>(comm: &C) -> Result<Arc<CudaContext>> {
     let local = local_rank(comm);
     let device = no_panic("choosing this rank's device", || {
         h5gds_runtime::cuda::cuda().map_err(|e| Error::cuda("initialising CUDA", e))?;
-        let count = crate::error::cuda("counting devices", CudaContext::device_count)?;
+        let count = h5gds_runtime::cuda::call("counting devices", CudaContext::device_count)?;
         if count <= 0 {
             return Err(Error::cuda("counting devices", "no CUDA device"));
         }
         let ordinal = local % count as usize;
-        crate::error::cuda("creating a context", || CudaContext::new(ordinal))
+        Ok(h5gds_runtime::cuda::call("creating a context", || {
+            CudaContext::new(ordinal)
+        })?)
     });
     agree(comm, "choosing each rank's device", device)
 }
