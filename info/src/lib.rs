@@ -132,7 +132,7 @@ fn nvcomp_info() -> NvcompInfo {
         Ok(lib) => {
             let function = lib.nvcompGetProperties.as_ref().ok();
             (
-                function.and_then(|f| h5gds::loaded_file_of(*f as *const _)),
+                function.and_then(|f| h5gds_runtime::hdf5::loaded_file_of(*f as *const _)),
                 None,
             )
         }

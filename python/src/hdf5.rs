@@ -1,5 +1,5 @@
 //! Dataset reads and writes through the HDF5 library h5py loaded, with its functions resolved at
-//! run time (`h5gds::hdf5_symbol`): the extension links no libhdf5, exactly like the driver.
+//! run time (`h5gds_runtime::hdf5::primary_symbol`): the extension links no libhdf5, exactly like the driver.
 //!
 //! Every id and size the caller passes is checked against HDF5 before bytes move, so a wrong
 //! argument is an error, never a write past a buffer. The caller holds h5py's lock (`phil`),
@@ -18,8 +18,8 @@ const H5I_DATASET: c_int = 5;
 const H5S_SCALAR: c_int = 0;
 const H5S_SELECT_SET: c_int = 0;
 const H5E_WALK_DOWNWARD: c_int = 1;
-/// HDF5's largest rank, from the driver's layout-checked ABI constants.
-const MAX_RANK: usize = h5gds::abi::H5S_MAX_RANK;
+/// HDF5's largest rank (checked against real headers by tests/abi_layout.rs).
+const MAX_RANK: usize = h5gds_runtime::hdf5::H5S_MAX_RANK;
 
 #[repr(C)]
 struct ErrorRecord {
@@ -67,7 +67,7 @@ struct Api {
 /// `F` must be the C signature of that HDF5 function.
 unsafe fn function<F: Copy>(name: &CStr) -> Result<F, String> {
     const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
-    let p = h5gds::hdf5_symbol(name).ok_or_else(|| {
+    let p = h5gds_runtime::hdf5::primary_symbol(name).ok_or_else(|| {
         format!(
             "{} not found in the HDF5 library h5gds registered with",
             name.to_string_lossy()

@@ -25,7 +25,7 @@ use std::ffi::CString;
 fn register_driver(near: &str) -> PyResult<(String, Option<i64>, Option<String>)> {
     let near = CString::new(near).map_err(|_| PyValueError::new_err("path contains a NUL byte"))?;
     let registration = h5gds::register_in_loaded_hdf5(&near).map_err(PyOSError::new_err)?;
-    let library = h5gds::hdf5_library().unwrap_or_default().to_string();
+    let library = h5gds_runtime::hdf5::primary_library().map_or(String::new(), |l| l.path.clone());
     Ok(match registration {
         h5gds::DriverRegistration::Registered(id) => (library, Some(id), None),
         h5gds::DriverRegistration::AlreadyRegistered => (library, None, None),

@@ -8,11 +8,11 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
 
-pub type hid_t = i64;
-pub type herr_t = c_int;
-pub type htri_t = c_int;
+/// HDF5's integer types and selection constants, from the runtime crate's run-time HDF5 layer
+/// (re-exported here so tests/abi_layout.rs checks them with the rest).
+pub use h5gds_runtime::hdf5::space::{H5S_SEL_ALL, H5S_SEL_HYPERSLABS, H5S_SEL_NONE};
+pub use h5gds_runtime::hdf5::{herr_t, hid_t, hsize_t, htri_t, H5S_MAX_RANK};
 pub type haddr_t = u64;
-pub type hsize_t = u64;
 /// `H5FD_mem_t` is a C enum (int-sized).
 pub type H5FD_mem_t = c_int;
 pub type H5FD_class_value_t = c_int;
@@ -61,12 +61,6 @@ pub const H5FD_CTL_MEM_FREE: u64 = 6;
 pub const H5FD_CTL_MEM_COPY: u64 = 7;
 pub const H5FD_CTL_FAIL_IF_UNKNOWN_FLAG: u64 = 0x0001;
 pub const H5FD_CTL_ROUTE_TO_TERMINAL_VFD_FLAG: u64 = 0x0002;
-
-// Dataspace selections (`H5S_sel_type`, `H5S_MAX_RANK`), for the selection callbacks.
-pub const H5S_MAX_RANK: usize = 32;
-pub const H5S_SEL_NONE: c_int = 0;
-pub const H5S_SEL_HYPERSLABS: c_int = 2;
-pub const H5S_SEL_ALL: c_int = 3;
 
 /// The public part of every open file; the driver's own state follows it in memory.
 #[repr(C)]

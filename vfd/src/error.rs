@@ -57,15 +57,7 @@ pub enum Error {
 }
 
 /// Which HDF5 minor error code best describes an error.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorClass {
-    BadValue,
-    CantOpen,
-    Read,
-    Write,
-    Overflow,
-    Other,
-}
+pub use h5gds_runtime::hdf5::ErrorClass;
 
 impl Error {
     pub(crate) fn class(&self) -> ErrorClass {

@@ -4,7 +4,7 @@
 //! `HDF5_PLUGIN_PATH=<dir> HDF5_DRIVER=gds`. Host buffers go through POSIX I/O, split across a
 //! thread pool when large. The library links no libhdf5: HDF5 calls it needs are resolved at run
 //! time from the HDF5 copy that calls the driver, which may be one of several in the process
-//! (see `hdf5_runtime`).
+//! (see `h5gds_runtime::hdf5`).
 //! For array-io, the `h5gds` tool, the Python extension and tests it exports a small surface
 //! (below); the rest is private to the driver. ARCHITECTURE.md at the repository root maps the
 //! modules, the path of a read and a write through them, and the invariants each one enforces.
@@ -18,7 +18,6 @@ use h5gds_runtime::cuda;
 mod dataspace;
 mod error;
 mod file;
-mod hdf5_runtime;
 mod io;
 mod log;
 mod memory;
@@ -36,12 +35,11 @@ pub use config::{
 pub use error::Error;
 pub use h5gds_runtime::cuda::{cuda, CudaDriver, CudaError};
 pub use h5gds_runtime::device_ranges::forget_device_range;
-pub use hdf5_runtime::{hdf5_library, hdf5_symbol, loaded_file_of, set_fapl_driver};
 pub use io::gds::CuFileDriver;
 pub use log::with_logging;
 pub use plugin::{
-    class_for_hdf5_at, h5gds_library, register_in_loaded_hdf5, Registration as DriverRegistration,
-    IDENTITY_SYMBOL,
+    class_for_hdf5_at, h5gds_library, register_in_loaded_hdf5, set_fapl_driver,
+    Registration as DriverRegistration, IDENTITY_SYMBOL,
 };
 
 /// The paths a file opened now would take, in the words of the driver's open log line.
@@ -93,6 +91,6 @@ pub fn cufile_library_file() -> Result<String, String> {
         .ok()
         .map(|f| *f as *const std::ffi::c_void);
     function
-        .and_then(loaded_file_of)
+        .and_then(h5gds_runtime::hdf5::loaded_file_of)
         .ok_or_else(|| "libcufile loaded from an unknown file".into())
 }

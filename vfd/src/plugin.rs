@@ -2,7 +2,7 @@
 //! and the `extern "C"` trampolines HDF5 calls.
 //!
 //! Every HDF5 copy in the process that asks for the driver gets a class bound to it (see
-//! `hdf5_runtime`): the callbacks that get no file (`open`, `del`) are distinct functions per
+//! `h5gds_runtime::hdf5`): the callbacks that get no file (`open`, `del`) are distinct functions per
 //! binding, and each open file keeps its binding's library, so every call back into HDF5 goes to
 //! the copy that made the request. Every trampoline runs its body through `guard`: panics are
 //! caught, errors become HDF5's failure value plus an error-stack record in that copy (and a log
@@ -12,10 +12,10 @@ use crate::abi::*;
 use crate::config::VfdSettings;
 use crate::error::{Error, ErrorClass, Result};
 use crate::file::OpenFile;
-use crate::hdf5_runtime::{self, Hdf5Library, BINDINGS};
 use crate::io::{parallel, vector, BufPtr, Direction};
 use crate::log::with_logging;
 use crate::selection;
+use h5gds_runtime::hdf5::{self as runtime_hdf5, Hdf5Library, BINDINGS};
 use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
@@ -141,7 +141,7 @@ static UNBOUND_CLASS: Class = Class(make_class(UNBOUND, false));
 
 /// The class of binding `slot` (the unbound class for None or a slot not bound).
 pub(crate) fn bound_class(slot: Option<usize>) -> *const H5FD_class_t {
-    let Some((slot, library)) = slot.and_then(|s| Some((s, hdf5_runtime::bound_library(s)?)))
+    let Some((slot, library)) = slot.and_then(|s| Some((s, runtime_hdf5::bound_library(s)?)))
     else {
         return &UNBOUND_CLASS.0;
     };
@@ -155,7 +155,7 @@ pub(crate) fn bound_class(slot: Option<usize>) -> *const H5FD_class_t {
 /// bound to that library, or unbound where it exports no API to call back (a static HDF5).
 pub fn class_for_hdf5_at(hdf5_code: *const c_void) -> *const H5FD_class_t {
     with_logging(|| {
-        let slot = catch_unwind(|| hdf5_runtime::bind_code(hdf5_code as usize));
+        let slot = catch_unwind(|| runtime_hdf5::bind_code(hdf5_code as usize));
         bound_class(slot.ok().flatten())
     })
 }
@@ -172,7 +172,7 @@ pub extern "C" fn H5PLget_plugin_type() -> c_int {
 #[inline(never)]
 pub extern "C" fn H5PLget_plugin_info() -> *const c_void {
     with_logging(|| {
-        let slot = catch_unwind(|| hdf5_runtime::calling_code().and_then(hdf5_runtime::bind_code));
+        let slot = catch_unwind(|| runtime_hdf5::calling_code().and_then(runtime_hdf5::bind_code));
         bound_class(slot.ok().flatten()).cast()
     })
 }
@@ -211,7 +211,7 @@ pub unsafe fn h5gds_library(class: *const H5FD_class_t) -> std::result::Result<(
     }
     // The library whose code the class runs, and whether it is h5gds: it exports h5gds's
     // identity symbol itself.
-    match hdf5_runtime::object_defining(open, IDENTITY_SYMBOL) {
+    match runtime_hdf5::object_defining(open, IDENTITY_SYMBOL) {
         Some((_, true)) => Ok(()),
         Some((library, false)) => Err(library),
         None => Err("an unknown library".into()),
@@ -306,7 +306,7 @@ unsafe extern "C" fn gds_open<const SLOT: usize>(
     fapl: hid_t,
     maxaddr: haddr_t,
 ) -> *mut H5FD_t {
-    let hdf5 = hdf5_runtime::bound_library(SLOT);
+    let hdf5 = runtime_hdf5::bound_library(SLOT);
     guard("gds_open", hdf5, std::ptr::null_mut(), || {
         crate::memory::callback_boundary();
         if name.is_null() {
@@ -774,7 +774,7 @@ unsafe extern "C" fn gds_unlock(file: *mut H5FD_t) -> herr_t {
 
 /// `del` of binding `SLOT` (or the unbound class's, `UNBOUND`).
 unsafe extern "C" fn gds_delete<const SLOT: usize>(name: *const c_char, _fapl: hid_t) -> herr_t {
-    guard("gds_delete", hdf5_runtime::bound_library(SLOT), -1, || {
+    guard("gds_delete", runtime_hdf5::bound_library(SLOT), -1, || {
         if name.is_null() {
             return Err(Error::InvalidArgument("invalid file name: null".into()));
         }
@@ -974,40 +974,31 @@ pub enum Registration {
 
 /// Registers this copy of the driver (`H5FDregister`) in the HDF5 library that `near` (a loaded
 /// object, such as one of h5py's extension modules) is linked with, with a class bound to that
-/// library, which becomes the one `hdf5_symbol` and `set_fapl_driver` call. The caller must
+/// library, which becomes the primary one (`h5gds_runtime::hdf5::primary_symbol`, `set_fapl_driver`). The caller must
 /// hold whatever lock serialises calls into that HDF5 (h5py's `phil`).
 pub fn register_in_loaded_hdf5(near: &CStr) -> std::result::Result<Registration, String> {
-    let (slot, api) = hdf5_runtime::bind_primary(near)?;
-    let missing = |name: &str| format!("{} has no {name} (HDF5 1.14+ needed)", api.path);
-    let is_registered = api
-        .gds_registered
-        .ok_or_else(|| missing("H5FDis_driver_registered_by_value"))?;
-    let register = api.register.ok_or_else(|| missing("H5FDregister"))?;
-    // SAFETY: a plain query of the driver table.
-    match unsafe { is_registered(crate::abi::DRIVER_VALUE) } {
-        n if n > 0 => {
-            // SAFETY: HDF5's copy of a registered class.
-            let ours = registered_gds_class(api).map(|c| unsafe { h5gds_library(c) });
-            return Ok(match ours {
-                Some(Err(library)) => Registration::Another(library),
-                // Ours, or no way to look (an HDF5 without the symbols): it stays in place.
-                _ => Registration::AlreadyRegistered,
-            });
-        }
-        n if n < 0 => {
-            return Err(format!(
-                "{}: H5FDis_driver_registered_by_value failed",
-                api.path
-            ))
-        }
-        _ => {}
+    let (slot, api) = runtime_hdf5::bind_primary(near)?;
+    if api.driver_registered(crate::abi::DRIVER_VALUE)? {
+        // SAFETY: HDF5's copy of a registered class.
+        let ours = registered_gds_class(api).map(|c| unsafe { h5gds_library(c) });
+        return Ok(match ours {
+            Some(Err(library)) => Registration::Another(library),
+            // Ours, or no way to look (an HDF5 without the symbols): it stays in place.
+            _ => Registration::AlreadyRegistered,
+        });
     }
     // SAFETY: the class is a static of HDF5 1.14.4+/2.x's H5FD_class_t layout; HDF5 copies it.
-    let id = unsafe { register(bound_class(Some(slot))) };
-    if id < 0 {
-        return Err(format!("{}: H5FDregister refused the gds driver", api.path));
-    }
+    let id = unsafe { api.register_class(bound_class(Some(slot)).cast()) }?;
     Ok(Registration::Registered(id))
+}
+
+/// Selects the `gds` driver on a file access property list with a config string
+/// (`H5Pset_driver_by_name`), in the HDF5 library `register_in_loaded_hdf5` registered into.
+/// The string is passed as given; an empty one stores none, so the environment's settings apply.
+pub fn set_fapl_driver(fapl: hid_t, config: &str) -> std::result::Result<(), String> {
+    runtime_hdf5::primary_library()
+        .ok_or("the gds driver is not registered in any HDF5 library yet")?
+        .set_driver_by_name(fapl, crate::abi::DRIVER_NAME, config)
 }
 
 /// HDF5's copy of the class registered as value 512, found through a scratch file access list

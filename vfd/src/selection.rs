@@ -8,13 +8,14 @@
 
 use crate::abi::{hid_t, H5FD_mem_t};
 use crate::cuda::PointerKind;
-use crate::dataspace::{SeqIter, Shape, SpaceApi};
+use crate::dataspace::{shape, Shape};
 use crate::error::{Error, Result};
 use crate::file::{check_region, OpenFile};
 use crate::io::strided::{transfer_pieces, transfer_strided, Runs};
 use crate::io::vector::Piece;
 use crate::io::{BufPtr, Direction};
 use crate::memory;
+use h5gds_runtime::hdf5::space::{SeqIter, SpaceApi};
 
 /// Pieces per batch on the iterator path.
 pub const BATCH: usize = 16 << 10;
@@ -37,7 +38,7 @@ enum Seqs<'a> {
 impl Seqs<'_> {
     fn next_batch(&mut self, off: &mut [u64], len: &mut [usize]) -> Result<usize> {
         match self {
-            Seqs::Hdf5(iter) => iter.next_batch(off, len),
+            Seqs::Hdf5(iter) => Ok(iter.next_batch(off, len)?),
             Seqs::Strided(runs) => Ok(runs.next_batch(off, len)),
         }
     }
@@ -141,8 +142,8 @@ unsafe fn transfer(
 ) -> Result<()> {
     // SAFETY: the caller's contract: `entry.buf` covers the memory selection.
     unsafe {
-        let file_shape = api.shape(entry.file_space, entry.elem)?;
-        let mem_shape = api.shape(entry.mem_space, entry.elem)?;
+        let file_shape = shape(api, entry.file_space, entry.elem)?;
+        let mem_shape = shape(api, entry.mem_space, entry.elem)?;
         if matches!(file_shape, Shape::Empty) && matches!(mem_shape, Shape::Empty) {
             return Ok(());
         }

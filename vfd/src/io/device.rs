@@ -1,5 +1,6 @@
 //! Device-memory I/O for one open file: the path chosen by `compat_mode` (at open, or for
-//! `auto` at the first device transfer, so that host-only programs never open cuFile), and
+//! `auto` at the first device transfer, so that host-only programs never open cuFile; where
+//! cuFile is still opening in the background, transfers are staged until it has opened), and
 //! transfers split into tasks on the pool. A cuFile error in the middle of a transfer sends the rest of that
 //! task through the staged path, with a warning; nothing partial is reported as success. A cuFile
 //! error that will recur (`recurring_scope`) is decided once: that file, or that kind of buffer
@@ -15,6 +16,7 @@ use crate::error::{Error, Result};
 use cufile_sys::CUfileOpError;
 use std::ffi::{CStr, CString};
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// How device buffers reach one open file.
@@ -30,7 +32,15 @@ pub(crate) enum FileDevicePath {
     /// `compat_mode=auto`: cuFile is opened, and the file registered, when a device buffer first
     /// needs them, so programs that never move device data never touch libcufile.
     Deferred(DeferredGds),
+    /// `compat_mode=auto` while cuFile opens in the background: the driver's pinned bounce
+    /// buffers, for the transfers that come before the open has finished (never a file's
+    /// decided path: see `DeferredGds::decide`).
+    StagedWhileCuFileOpens(&'static str),
 }
+
+/// What a deferred file's transfers get while cuFile opens; the reason GDS may follow.
+static STAGED_WHILE_NVIDIA_FS: FileDevicePath =
+    FileDevicePath::StagedWhileCuFileOpens(gds::NVIDIA_FS_LOADED);
 
 /// A file registered with cuFile, and what cuFile has refused for good.
 #[derive(Debug)]
@@ -129,12 +139,15 @@ impl GdsFile {
     }
 }
 
-/// The cuFile decision of a `compat_mode=auto` file, made at its first device transfer.
+/// The cuFile decision of a `compat_mode=auto` file, made at its first device transfer, or, where
+/// that transfer started cuFile's open in the background, at the first after the open finished.
 #[derive(Debug)]
 pub(crate) struct DeferredGds {
     path: CString,
     rdwr: bool,
     decided: OnceLock<Box<FileDevicePath>>,
+    /// Whether a transfer of this file was staged while cuFile opened (its line written).
+    staged_while_opening: AtomicBool,
 }
 
 /// The device path decided before the file is opened: everything but the cuFile handle, so a
@@ -246,6 +259,7 @@ impl DevicePathPlan {
                     path: path.to_owned(),
                     rdwr,
                     decided: OnceLock::new(),
+                    staged_while_opening: AtomicBool::new(false),
                 }))
             }
             DevicePathPlan::Gds(driver) => driver,
@@ -287,15 +301,31 @@ impl DevicePathPlan {
                     ),
                     _ => format!(
                         "{} for files in the working directory (where the file system accepts \
-                         O_DIRECT)",
-                        through_cufile_to(driver, Some(&storage))
+                         O_DIRECT){}",
+                        through_cufile_to(driver, Some(&storage)),
+                        background_note(settings, driver)
                     ),
                 },
-                None => through_cufile(driver, " (where the file system accepts O_DIRECT)"),
+                None => format!(
+                    "{}{}",
+                    through_cufile(driver, " (where the file system accepts O_DIRECT)"),
+                    background_note(settings, driver)
+                ),
             },
             DevicePathPlan::Deferred => deferred_description(settings),
             DevicePathPlan::Decided(path) => path.describe(settings),
         }
+    }
+}
+
+/// For `h5gds info` under `compat_mode=auto` where cuFile gives GDS: what a new process does
+/// before cuFile has opened.
+fn background_note(settings: &VfdSettings, driver: &CuFileDriver) -> &'static str {
+    if settings.compat_mode == CompatMode::Auto && driver.gds_available() {
+        "; a process stages its first device transfers while cuFile opens in the background, \
+         started by the first"
+    } else {
+        ""
     }
 }
 
@@ -323,32 +353,79 @@ fn deferred_description(settings: &VfdSettings) -> String {
             ),
             plan => plan.describe(settings),
         },
+        None if gds::opening_in_background() => format!(
+            "{} while cuFile opens in the background; then GPUDirect Storage where it finds the \
+             GDS kernel path and the file system accepts O_DIRECT",
+            staged_base(settings)
+        ),
         None => format!(
-            "cuFile opens at the first device transfer: then GPUDirect Storage where it finds \
-             the GDS kernel path and the file system accepts O_DIRECT, else {}",
+            "cuFile opens at the first device transfer, in the background where it could give \
+             GDS (that transfer and those until it has opened are staged): then GPUDirect \
+             Storage where it finds the GDS kernel path and the file system accepts O_DIRECT, \
+             else {}",
             staged_description(settings, "compat_mode=auto")
         ),
     }
 }
 
+/// The staged path, without its reason.
+fn staged_base(settings: &VfdSettings) -> String {
+    format!(
+        "staged through pinned bounce buffers of {}",
+        crate::config::format_size(settings.bounce_buffer_size as u64)
+    )
+}
+
 impl DeferredGds {
     /// The path, decided on first use: cuFile opened, the file registered; any failure stages.
+    /// Where cuFile could give GDS but is not open yet, its open starts in the background and
+    /// this transfer (and every one until the open has finished) is staged, undecided: no
+    /// transfer waits for cuFile.
     fn decide(&self, settings: &VfdSettings, file_name: &str) -> &FileDevicePath {
+        if let Some(path) = self.decided.get() {
+            return path;
+        }
+        let driver = match gds::driver_without_waiting() {
+            gds::AutoDriver::Ready(driver) => driver,
+            gds::AutoDriver::Opening(why) => {
+                let path = if why == gds::P2PDMA_ASKED {
+                    &STAGED_WHILE_P2PDMA
+                } else {
+                    &STAGED_WHILE_NVIDIA_FS
+                };
+                if !self.staged_while_opening.swap(true, Ordering::Relaxed) {
+                    tracing::info!(
+                        "{file_name:?}: first device transfer; device buffers: {}",
+                        path.describe(settings)
+                    );
+                }
+                return path;
+            }
+        };
         self.decided.get_or_init(|| {
-            let plan = auto_plan(gds::driver_for_auto());
+            let plan = auto_plan(driver);
             let path = match plan.finish(settings, &self.path, self.rdwr) {
                 Ok(path) => path,
                 // `finish` fails only under compat_mode=off, which never defers.
                 Err(err) => FileDevicePath::Staged(err.to_string()),
             };
+            let when = if self.staged_while_opening.load(Ordering::Relaxed) {
+                "cuFile has opened"
+            } else {
+                "first device transfer"
+            };
             tracing::info!(
-                "{file_name:?}: first device transfer; device buffers: {}",
+                "{file_name:?}: {when}; device buffers: {}",
                 path.describe(settings)
             );
             Box::new(path)
         })
     }
 }
+
+/// As `STAGED_WHILE_NVIDIA_FS`, where the configuration asks for PCI P2PDMA.
+static STAGED_WHILE_P2PDMA: FileDevicePath =
+    FileDevicePath::StagedWhileCuFileOpens(gds::P2PDMA_ASKED);
 
 impl FileDevicePath {
     /// One phrase for the open log line and `h5gds info`.
@@ -364,6 +441,11 @@ impl FileDevicePath {
                 }
             }
             FileDevicePath::Staged(why) => staged_description(settings, why),
+            FileDevicePath::StagedWhileCuFileOpens(why) => format!(
+                "{} while cuFile opens in the background ({why}, so cuFile may give GPUDirect \
+                 Storage; transfers after it has opened use what it gives)",
+                staged_base(settings)
+            ),
             FileDevicePath::Unavailable(why) => format!("not possible: {why}"),
             FileDevicePath::Deferred(deferred) => match deferred.decided.get() {
                 Some(path) => path.describe(settings),
@@ -461,9 +543,9 @@ impl DeviceIo<'_> {
             _ if range.managed => return staged(dev, len, addr),
             FileDevicePath::Gds(gds) => gds,
             // `resolve` never leaves a deferred path; staging is its fallback all the same.
-            FileDevicePath::Staged(_) | FileDevicePath::Deferred(_) => {
-                return staged(dev, len, addr)
-            }
+            FileDevicePath::Staged(_)
+            | FileDevicePath::StagedWhileCuFileOpens(_)
+            | FileDevicePath::Deferred(_) => return staged(dev, len, addr),
         };
         if gds.refusal_for(base)?.is_some() {
             return staged(dev, len, addr);

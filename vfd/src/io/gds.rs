@@ -6,6 +6,14 @@
 //! that moves only host data), and deliberately never closed (closing it at process exit, while
 //! other threads may still run, is what crashes other cuFile users).
 //!
+//! Under `compat_mode=auto` the open runs on a thread of its own (`driver_without_waiting`),
+//! started by the first device transfer, which the caller serves through the staged path
+//! meanwhile: `cuFileDriverOpen` took 0.47 s on the first real-GPU machine, longer than the first
+//! read it delayed. No transfer waits for it. Process exit does, for a bounded time
+//! (`wait_for_the_open_at_exit`), so that libcufile's static destructors never run under a
+//! `cuFileDriverOpen` still in progress; a forked child, which has no such thread, neither waits
+//! nor calls into cuFile.
+//!
 //! `cuFileDriverOpen` and `cuFileHandleRegister` fail on a thread without a current CUDA context
 //! (NVIDIA/cudf issue #14140), so both run inside `cuda::enter_context`, which leaves the
 //! caller's context as it was. cuFile writes `cufile.log` into the working directory unless told
@@ -21,7 +29,9 @@ use std::ffi::{c_void, CStr};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// The cuFile library, opened.
 pub struct CuFileDriver {
@@ -233,10 +243,26 @@ fn cufile_log_location(lib: &CuFileLib) -> String {
 
 static DRIVER: OnceLock<Result<CuFileDriver, String>> = OnceLock::new();
 
-/// The process's cuFile driver, opened on first use.
+/// The process's cuFile driver, opened on first use, on the calling thread; or, while the
+/// background open of `driver_without_waiting` runs, once that has finished. In a forked child,
+/// never: an open its parent had under way has no thread in the child to finish it.
 pub(crate) fn driver() -> Result<&'static CuFileDriver, String> {
+    if let Some(parent) = cuda::forked_from() {
+        if let Some(done) = driver_if_opened() {
+            return done;
+        }
+        return Err(format!(
+            "not opened: this process is a fork of process {parent}, and cuFile is not used in a \
+             forked child"
+        ));
+    }
     DRIVER
-        .get_or_init(open_driver)
+        .get_or_init(|| {
+            // A panic in the open (a bug) must not leave the cell to be initialised again by
+            // every later caller, nor cross a thread or C boundary.
+            std::panic::catch_unwind(open_driver)
+                .unwrap_or_else(|_| Err("opening cuFile panicked".into()))
+        })
         .as_ref()
         .map_err(Clone::clone)
 }
@@ -248,6 +274,8 @@ pub(crate) fn driver_if_opened() -> Option<Result<&'static CuFileDriver, String>
 
 /// The process's cuFile driver for `compat_mode=auto`, which uses cuFile only for GDS: opened only
 /// where it could give GDS (see [`gds_kernel_path_possible`]); one already open is used as it is.
+/// Opens it on the calling thread (or waits for the background open): for `h5gds info`, which
+/// says exactly what a transfer gets. Transfers use [`driver_without_waiting`].
 pub(crate) fn driver_for_auto() -> Result<&'static CuFileDriver, String> {
     if let Some(driver) = driver_if_opened() {
         return driver;
@@ -256,21 +284,138 @@ pub(crate) fn driver_for_auto() -> Result<&'static CuFileDriver, String> {
     driver()
 }
 
+/// `compat_mode=auto`'s cuFile driver as a device transfer sees it.
+pub(crate) enum AutoDriver {
+    /// Open, or known not to be usable (then why).
+    Ready(Result<&'static CuFileDriver, String>),
+    /// Opening on a background thread; the reason cuFile may give GDS here.
+    Opening(&'static str),
+}
+
+/// `compat_mode=auto`'s cuFile driver for a device transfer, without waiting for it: where cuFile
+/// could give GDS and is not open yet, its open is started on a background thread (once per
+/// process) and the transfer is told to go elsewhere meanwhile. Only where no thread can be
+/// started is the driver opened on the calling thread, as before there was a background open.
+/// Call only where CUDA works and not in a forked child.
+pub(crate) fn driver_without_waiting() -> AutoDriver {
+    if let Some(driver) = driver_if_opened() {
+        return AutoDriver::Ready(driver);
+    }
+    let why = match gds_kernel_path_possible() {
+        Ok(why) => why,
+        Err(err) => return AutoDriver::Ready(Err(err)),
+    };
+    match start_background_open() {
+        Ok(()) => match driver_if_opened() {
+            Some(driver) => AutoDriver::Ready(driver),
+            None => AutoDriver::Opening(why),
+        },
+        Err(err) => {
+            tracing::info!("{err}; opening cuFile on the calling thread");
+            AutoDriver::Ready(driver())
+        }
+    }
+}
+
+/// Whether the background open has started in this process and not yet finished.
+pub(crate) fn opening_in_background() -> bool {
+    OPEN_STARTED_IN.load(Ordering::Acquire) == std::process::id()
+        && !OPEN_FINISHED.load(Ordering::Acquire)
+        && DRIVER.get().is_none()
+}
+
+/// The process that started the background open (0: none has); a forked child of it is another.
+static OPEN_STARTED_IN: AtomicU32 = AtomicU32::new(0);
+/// Set when the background open's thread is done with cuFile (opened or failed).
+static OPEN_FINISHED: AtomicBool = AtomicBool::new(false);
+
+/// How long process exit waits for a background open still running: far beyond the 0.47 s the
+/// open took on the first real-GPU machine, and bounded, so exit never hangs on cuFile.
+const EXIT_WAIT: Duration = Duration::from_secs(10);
+
+/// Starts the background open of cuFile, once per process: the exit hook first, then the thread.
+/// Err where the thread could not be started.
+fn start_background_open() -> Result<(), String> {
+    static STARTED: OnceLock<Result<(), String>> = OnceLock::new();
+    STARTED.get_or_init(spawn_open_thread).clone()
+}
+
+fn spawn_open_thread() -> Result<(), String> {
+    // libcufile is loaded before the exit hook is registered, so that the hook runs before the
+    // library's static destructors (exit runs handlers in the reverse order of registration).
+    library()?;
+    OPEN_STARTED_IN.store(std::process::id(), Ordering::Release);
+    // SAFETY: registers a function that never unwinds (it catches panics) and touches only
+    // atomics and the clock; the driver is linked with -z nodelete, so it stays mapped at exit.
+    if unsafe { libc::atexit(wait_for_the_open_at_exit) } != 0 {
+        tracing::debug!("could not register the exit hook that waits for cuFile's open");
+    }
+    let spawned = std::thread::Builder::new()
+        .name("h5gds-cufile-open".into())
+        .spawn(|| {
+            let _ = std::panic::catch_unwind(|| {
+                crate::log::with_logging(|| {
+                    let started = Instant::now();
+                    match driver() {
+                        Ok(driver) => tracing::info!(
+                            "cuFile opened in the background in {:.3} s: {}",
+                            started.elapsed().as_secs_f64(),
+                            driver.describe()
+                        ),
+                        Err(err) => tracing::info!(
+                            "cuFile did not open in the background ({err}); device buffers stay \
+                             on the staged path"
+                        ),
+                    }
+                })
+            });
+            OPEN_FINISHED.store(true, Ordering::Release);
+        });
+    match spawned {
+        Ok(_detached) => Ok(()),
+        Err(err) => {
+            OPEN_STARTED_IN.store(0, Ordering::Release);
+            Err(format!("cannot start a thread to open cuFile ({err})"))
+        }
+    }
+}
+
+/// At process exit: lets a background `cuFileDriverOpen` still running finish (for at most
+/// `EXIT_WAIT`) before libcufile's static destructors run under it. In a forked child the thread
+/// does not exist, so nothing is waited for there.
+extern "C" fn wait_for_the_open_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if OPEN_STARTED_IN.load(Ordering::Acquire) != std::process::id() {
+            return;
+        }
+        let deadline = Instant::now() + EXIT_WAIT;
+        while !OPEN_FINISHED.load(Ordering::Acquire) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+}
+
+/// Why cuFile may give GDS: nvidia-fs.
+pub(crate) const NVIDIA_FS_LOADED: &str = "nvidia-fs is loaded";
+/// Why cuFile may give GDS: PCI P2PDMA.
+pub(crate) const P2PDMA_ASKED: &str = "cuFile's configuration asks for PCI P2PDMA";
+
 /// Whether opening cuFile could find a GDS kernel path: the nvidia-fs module is loaded (its
 /// `/proc/driver/nvidia-fs`), or cuFile's configuration asks for PCI P2PDMA (`use_pci_p2pdma`,
 /// which libcufile reads from the cufile.json in effect, `CUFILE_ENV_PATH_JSON` else
 /// `/etc/cufile.json`, without opening its driver). Where neither holds, `cuFileDriverOpen` would
 /// only find that out, and it took 0.47 s on the first real-GPU machine (an H200 VM), the
 /// longest part of the first device read. Asked once per process; call only where CUDA works.
-pub(crate) fn gds_kernel_path_possible() -> Result<(), String> {
-    static POSSIBLE: OnceLock<Result<(), String>> = OnceLock::new();
+/// Ok says which of the two holds.
+pub(crate) fn gds_kernel_path_possible() -> Result<&'static str, String> {
+    static POSSIBLE: OnceLock<Result<&'static str, String>> = OnceLock::new();
     POSSIBLE
         .get_or_init(|| {
             if std::path::Path::new("/proc/driver/nvidia-fs").exists() {
-                return Ok(());
+                return Ok(NVIDIA_FS_LOADED);
             }
             if use_pci_p2pdma(library()?) {
-                return Ok(());
+                return Ok(P2PDMA_ASKED);
             }
             Err("cuFile not opened: no nvidia-fs and P2PDMA off".into())
         })

@@ -1,0 +1,120 @@
+//! One binding per HDF5 copy that calls the driver, and the primary binding: the HDF5 library the
+//! Python extension registered the driver into and makes its own calls into.
+//!
+//! A binding is set once and never changed; the driver keeps a class per binding whose callbacks
+//! know it (see the driver's `plugin`). The copy is recognised by the address of its code: the
+//! plugin loader's call of `H5PLget_plugin_info` returns into it, and in-process registration
+//! passes a function of it. A caller that cannot be recognised (an HDF5 linked statically without
+//! exported symbols, more copies than bindings) gets no binding.
+
+use super::library::{loaded_hdf5_libraries, Hdf5Library};
+use super::objects::{object_containing, LoadedObject};
+use std::ffi::{c_void, CStr};
+use std::sync::{Mutex, OnceLock};
+
+/// How many HDF5 copies one copy of the driver can tell apart; a further one gets no binding.
+/// Processes seen hold up to three (h5py's, netCDF4's, PyTables').
+pub const BINDINGS: usize = 8;
+
+/// The library each binding talks to, set once (under `BINDING_LOCK`) and never changed.
+static BOUND: [OnceLock<Hdf5Library>; BINDINGS] = [const { OnceLock::new() }; BINDINGS];
+static BINDING_LOCK: Mutex<()> = Mutex::new(());
+
+/// The HDF5 library of binding `slot`, once bound.
+pub fn bound_library(slot: usize) -> Option<&'static Hdf5Library> {
+    BOUND.get(slot)?.get()
+}
+
+/// The binding of the HDF5 library whose code is at `addr` (for example the return address of
+/// the plugin loader's call), bound now if it is the first request from that library. None where
+/// the object at `addr` is not an HDF5 library with exported symbols, or every binding is taken.
+pub fn bind_code(addr: usize) -> Option<usize> {
+    let object = object_containing(addr)?;
+    let slot = bind_object(&object);
+    match slot {
+        Some(slot) => tracing::debug!(
+            "HDF5 library {:?} calls the driver through binding {slot} ({} HDF5 libraries loaded)",
+            object.name,
+            loaded_hdf5_libraries().len()
+        ),
+        None => tracing::debug!(
+            "the code at {addr:#x} ({:?}) is no HDF5 library the driver can call back, or every \
+             binding is taken: it gets the class that makes no HDF5 call",
+            object.name
+        ),
+    }
+    slot
+}
+
+/// The binding of a loaded object, bound now if new.
+fn bind_object(object: &LoadedObject) -> Option<usize> {
+    let _serial = BINDING_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let same =
+        |l: &Hdf5Library| l.base == object.base && l.path.as_bytes() == object.name.to_bytes();
+    if let Some(slot) = BOUND.iter().position(|b| b.get().is_some_and(same)) {
+        return Some(slot);
+    }
+    let slot = BOUND.iter().position(|b| b.get().is_none())?;
+    let library = Hdf5Library::open(object)?;
+    // Under the lock, the free slot stays free until set here.
+    let _ = BOUND[slot].set(library);
+    Some(slot)
+}
+
+/// The primary binding (see the module's comment), set by [`bind_primary`].
+static PRIMARY: OnceLock<usize> = OnceLock::new();
+
+/// The primary HDF5 library; None before [`bind_primary`].
+pub fn primary_library() -> Option<&'static Hdf5Library> {
+    bound_library(*PRIMARY.get()?)
+}
+
+/// A symbol of the primary HDF5 library (for callers that make their own HDF5 calls into the
+/// library the driver was registered into, such as the Python extension's H5Dread).
+pub fn primary_symbol(name: &CStr) -> Option<*mut c_void> {
+    primary_library()?.symbol(name)
+}
+
+/// The HDF5 library that a loaded object (`near`, for example one of h5py's extension modules)
+/// resolves HDF5 symbols to.
+fn hdf5_object_of(near: &CStr) -> Result<LoadedObject, String> {
+    let shown = near.to_string_lossy();
+    // SAFETY: RTLD_NOLOAD only returns a handle to an already loaded object; nothing new runs.
+    let handle = unsafe { libc::dlopen(near.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if handle.is_null() {
+        return Err(format!("{shown} is not loaded in this process"));
+    }
+    // A handle's lookup searches the object and its dependencies: the HDF5 it was linked with.
+    // SAFETY: a lookup in a valid handle.
+    let symbol = unsafe { libc::dlsym(handle, c"H5Pget_driver_config_str".as_ptr()) };
+    // SAFETY: balances the dlopen above; the object stays loaded by its owner, and so does the
+    // library the symbol belongs to.
+    unsafe { libc::dlclose(handle) };
+    if symbol.is_null() {
+        return Err(format!(
+            "{shown} uses no HDF5 1.14+ library (no H5Pget_driver_config_str)"
+        ));
+    }
+    object_containing(symbol as usize)
+        .ok_or_else(|| format!("the HDF5 library {shown} uses is not among the loaded objects"))
+}
+
+/// Binds the HDF5 library that `near` (a loaded object, such as one of h5py's extension modules)
+/// is linked with, and makes it the primary one: its binding slot and library. A second,
+/// different primary library is refused.
+pub fn bind_primary(near: &CStr) -> Result<(usize, &'static Hdf5Library), String> {
+    let object = hdf5_object_of(near)?;
+    let shown = object.name.to_string_lossy().into_owned();
+    let slot = bind_object(&object).ok_or_else(|| {
+        format!("{shown} exports no HDF5 1.14+ API, or this process holds more than {BINDINGS} HDF5 libraries")
+    })?;
+    let chosen = *PRIMARY.get_or_init(|| slot);
+    let api = bound_library(slot).ok_or("binding without a library")?;
+    if chosen != slot {
+        let previous = primary_library().map_or("", |l| l.path.as_str());
+        return Err(format!(
+            "the gds driver already works with the HDF5 library {previous}, not {shown}"
+        ));
+    }
+    Ok((slot, api))
+}
