@@ -1839,7 +1839,7 @@ fn emulator_lib_dir_stands_in_for_libcuda_and_libcufile() {
             };
             assert_eq!(a as usize, b as usize, "one emulator behind both names");
             // The project's own cuFile loader finds it, and every field it needs resolves.
-            let lib = cufile_sys::load().expect("cufile-sys loads libcufile.so.0");
+            let lib = h5gds_runtime::libraries::cufile().expect("the runtime loads libcufile.so.0");
             // SAFETY: cuInit and a current context first, as the project must, then the driver.
             unsafe {
                 let init = *cuda

@@ -11,20 +11,14 @@ use h5gds_runtime::cuda::call;
 use h5gds_runtime::stream::synchronize;
 use nvcomp_sys::{nvcompAlignmentRequirements_t, nvcompStatus_t, NvcompLib};
 use std::ffi::c_void;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 type Result<T> = std::result::Result<T, DeviceFailure>;
 
-/// libnvcomp, loaded at the first compressed device read; or why it cannot be used.
+/// libnvcomp (loaded once per process by the runtime crate, at the first compressed device
+/// read); or why it cannot be used.
 pub fn library() -> std::result::Result<&'static NvcompLib, String> {
-    static LIBRARY: OnceLock<std::result::Result<NvcompLib, String>> = OnceLock::new();
-    LIBRARY
-        .get_or_init(|| {
-            nvcomp_sys::load()
-                .map_err(|e| format!("{} cannot be loaded ({e})", nvcomp_sys::LIBRARY_NAME))
-        })
-        .as_ref()
-        .map_err(Clone::clone)
+    h5gds_runtime::libraries::nvcomp()
 }
 
 /// One chunk (or block) to decode: device addresses and sizes.

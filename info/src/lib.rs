@@ -128,7 +128,7 @@ fn cufile_info(settings: Option<&VfdSettings>) -> CufileInfo {
 }
 
 fn nvcomp_info() -> NvcompInfo {
-    let (file, problem) = match nvcomp_sys::load() {
+    let (file, problem) = match h5gds_runtime::libraries::nvcomp() {
         Ok(lib) => {
             let function = lib.nvcompGetProperties.as_ref().ok();
             (
@@ -136,7 +136,7 @@ fn nvcomp_info() -> NvcompInfo {
                 None,
             )
         }
-        Err(err) => (None, Some(err.to_string())),
+        Err(err) => (None, Some(err)),
     };
     NvcompInfo {
         library: nvcomp_sys::LIBRARY_NAME,

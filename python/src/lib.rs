@@ -296,12 +296,7 @@ fn staged_by_settings() -> PyResult<bool> {
 #[pyfunction]
 #[pyo3(signature = (cufile=None, nvcomp=None))]
 fn prefer_library_files(cufile: Option<std::path::PathBuf>, nvcomp: Option<std::path::PathBuf>) {
-    if let Some(file) = cufile {
-        cufile_sys::prefer_file(file);
-    }
-    if let Some(file) = nvcomp {
-        nvcomp_sys::prefer_file(file);
-    }
+    h5gds_runtime::libraries::prefer_files(cufile, nvcomp);
 }
 
 #[pymodule]

@@ -91,16 +91,9 @@ fn symbol<'a, T>(field: &'a Result<T, libloading::Error>, name: &str) -> Result<
         .map_err(|e| format!("libcufile has no {name}: {e}"))
 }
 
-/// libcufile, loaded once per process and kept (loading calls nothing in it, so it is safe
-/// without CUDA; unloading a C++ library that may have started threads is not); or why not.
+/// libcufile, loaded once per process and kept (by the runtime crate); or why not.
 pub(crate) fn library() -> Result<&'static CuFileLib, String> {
-    static LIBRARY: OnceLock<Result<CuFileLib, String>> = OnceLock::new();
-    LIBRARY
-        .get_or_init(|| {
-            cufile_sys::load().map_err(|e| format!("cannot load {}: {e}", cufile_sys::LIBRARY_NAME))
-        })
-        .as_ref()
-        .map_err(Clone::clone)
+    h5gds_runtime::libraries::cufile()
 }
 
 fn open_driver() -> Result<CuFileDriver, String> {
