@@ -118,24 +118,18 @@ pub type WriteFn = unsafe extern "C" fn(
     size: usize,
     buf: *const c_void,
 ) -> herr_t;
-pub type ReadVectorFn = unsafe extern "C" fn(
+/// `read_vector` (`B` = `*mut c_void`) and `write_vector` (`*const c_void`).
+pub type VectorFn<B> = unsafe extern "C" fn(
     file: *mut H5FD_t,
     dxpl: hid_t,
     count: u32,
     types: *mut H5FD_mem_t,
     addrs: *mut haddr_t,
     sizes: *mut usize,
-    bufs: *mut *mut c_void,
+    bufs: *mut B,
 ) -> herr_t;
-pub type WriteVectorFn = unsafe extern "C" fn(
-    file: *mut H5FD_t,
-    dxpl: hid_t,
-    count: u32,
-    types: *mut H5FD_mem_t,
-    addrs: *mut haddr_t,
-    sizes: *mut usize,
-    bufs: *mut *const c_void,
-) -> herr_t;
+pub type ReadVectorFn = VectorFn<*mut c_void>;
+pub type WriteVectorFn = VectorFn<*const c_void>;
 pub type SelectionFn = unsafe extern "C" fn(
     file: *mut H5FD_t,
     type_: H5FD_mem_t,

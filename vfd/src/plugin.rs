@@ -110,17 +110,17 @@ const fn make_class(slot: usize, selection: bool) -> H5FD_class_t {
         set_eoa: Some(gds_set_eoa),
         get_eof: Some(gds_get_eof),
         get_handle: Some(gds_get_handle),
-        read: Some(gds_read),
-        write: Some(gds_write),
-        read_vector: Some(gds_read_vector),
-        write_vector: Some(gds_write_vector),
+        read: Some(gds_io::<*mut c_void, false>),
+        write: Some(gds_io::<*const c_void, true>),
+        read_vector: Some(gds_vector::<*mut c_void, false>),
+        write_vector: Some(gds_vector::<*const c_void, true>),
         read_selection: if selection {
-            Some(gds_read_selection)
+            Some(gds_selection::<false>)
         } else {
             None
         },
         write_selection: if selection {
-            Some(gds_write_selection)
+            Some(gds_selection::<true>)
         } else {
             None
         },
@@ -416,46 +416,47 @@ unsafe extern "C" fn gds_get_handle(
     })
 }
 
-unsafe extern "C" fn gds_read(
-    file: *mut H5FD_t,
-    mem_type: H5FD_mem_t,
-    _dxpl: hid_t,
-    addr: haddr_t,
-    size: usize,
-    buf: *mut c_void,
-) -> herr_t {
-    // SAFETY: HDF5 passes an open file of this driver.
-    let (hdf5, f) = unsafe { open_file(file) };
-    guard("gds_read", hdf5, -1, || {
-        let f = f?;
-        if buf.is_null() && size > 0 {
-            return Err(Error::InvalidArgument("read into a null buffer".into()));
-        }
-        let buf = BufPtr::new(buf.cast());
-        // SAFETY: HDF5 passes a writable buffer of at least `size` bytes.
-        unsafe { f.transfer(Direction::Read, addr, size, buf, mem_type)? };
-        Ok(0)
-    })
+/// A buffer pointer as HDF5's read (`*mut c_void`) and write (`*const c_void`) callbacks pass it.
+trait CallerBuffer: Copy {
+    fn buf_ptr(self) -> BufPtr;
 }
 
-unsafe extern "C" fn gds_write(
+impl CallerBuffer for *mut c_void {
+    fn buf_ptr(self) -> BufPtr {
+        BufPtr::new(self.cast())
+    }
+}
+
+impl CallerBuffer for *const c_void {
+    fn buf_ptr(self) -> BufPtr {
+        BufPtr::from_const(self.cast())
+    }
+}
+
+/// `read` (`WRITE` false, `B` a `*mut c_void`) and `write` (true, `*const c_void`).
+unsafe extern "C" fn gds_io<B: CallerBuffer, const WRITE: bool>(
     file: *mut H5FD_t,
     mem_type: H5FD_mem_t,
     _dxpl: hid_t,
     addr: haddr_t,
     size: usize,
-    buf: *const c_void,
+    buf: B,
 ) -> herr_t {
+    let (func, dir, null) = if WRITE {
+        ("gds_write", Direction::Write, "write from a null buffer")
+    } else {
+        ("gds_read", Direction::Read, "read into a null buffer")
+    };
     // SAFETY: HDF5 passes an open file of this driver.
     let (hdf5, f) = unsafe { open_file(file) };
-    guard("gds_write", hdf5, -1, || {
+    guard(func, hdf5, -1, || {
         let f = f?;
-        if buf.is_null() && size > 0 {
-            return Err(Error::InvalidArgument("write from a null buffer".into()));
+        let buf = buf.buf_ptr();
+        if buf.as_ptr().is_null() && size > 0 {
+            return Err(Error::InvalidArgument(null.into()));
         }
-        let buf = BufPtr::from_const(buf.cast());
-        // SAFETY: HDF5 passes a buffer of at least `size` bytes.
-        unsafe { f.transfer(Direction::Write, addr, size, buf, mem_type)? };
+        // SAFETY: HDF5 passes a buffer of at least `size` bytes, writable for a read.
+        unsafe { f.transfer(dir, addr, size, buf, mem_type)? };
         Ok(0)
     })
 }
@@ -502,69 +503,35 @@ unsafe fn vector_pieces(
     Ok(pieces)
 }
 
-/// The body of both vector callbacks.
-///
-/// # Safety
-/// As HDF5 guarantees: an open file of this driver, `count` entries in each array, buffers valid
-/// in direction `dir` for their sizes.
-#[allow(clippy::too_many_arguments)]
-unsafe fn vector_callback(
-    func: &'static str,
-    dir: Direction,
+/// `read_vector` (`WRITE` false, `B` a `*mut c_void`) and `write_vector` (true, `*const
+/// c_void`): the two differ only in the constness of the buffer pointers.
+unsafe extern "C" fn gds_vector<B, const WRITE: bool>(
     file: *mut H5FD_t,
+    _dxpl: hid_t,
     count: u32,
-    types: *const H5FD_mem_t,
-    addrs: *const haddr_t,
-    sizes: *const usize,
-    bufs: *const BufPtr,
+    types: *mut H5FD_mem_t,
+    addrs: *mut haddr_t,
+    sizes: *mut usize,
+    bufs: *mut B,
 ) -> herr_t {
-    // SAFETY: the function's contract (HDF5's).
+    const { assert!(std::mem::size_of::<B>() == std::mem::size_of::<BufPtr>()) };
+    let (func, dir) = if WRITE {
+        ("gds_write_vector", Direction::Write)
+    } else {
+        ("gds_read_vector", Direction::Read)
+    };
+    // SAFETY: HDF5 passes an open file of this driver.
     let (hdf5, f) = unsafe { open_file(file) };
     guard(func, hdf5, -1, || {
         let f = f?;
-        // SAFETY: the function's contract: `count` entries in each array, valid buffers.
-        unsafe { f.transfer_vector(dir, vector_pieces(count, types, addrs, sizes, bufs)?)? };
+        // SAFETY: HDF5 passes `count` entries in each array and buffers valid in direction `dir`
+        // for their sizes; a buffer pointer has BufPtr's layout.
+        unsafe {
+            let pieces = vector_pieces(count, types, addrs, sizes, bufs.cast())?;
+            f.transfer_vector(dir, pieces)?
+        };
         Ok(0)
     })
-}
-
-unsafe extern "C" fn gds_read_vector(
-    file: *mut H5FD_t,
-    _dxpl: hid_t,
-    count: u32,
-    types: *mut H5FD_mem_t,
-    addrs: *mut haddr_t,
-    sizes: *mut usize,
-    bufs: *mut *mut c_void,
-) -> herr_t {
-    let (read, b) = (Direction::Read, bufs.cast());
-    // SAFETY: HDF5 passes `count` entries in each array and valid buffers.
-    unsafe { vector_callback("gds_read_vector", read, file, count, types, addrs, sizes, b) }
-}
-
-unsafe extern "C" fn gds_write_vector(
-    file: *mut H5FD_t,
-    _dxpl: hid_t,
-    count: u32,
-    types: *mut H5FD_mem_t,
-    addrs: *mut haddr_t,
-    sizes: *mut usize,
-    bufs: *mut *const c_void,
-) -> herr_t {
-    let (write, b) = (Direction::Write, bufs.cast());
-    // SAFETY: HDF5 passes `count` entries in each array and valid buffers.
-    unsafe {
-        vector_callback(
-            "gds_write_vector",
-            write,
-            file,
-            count,
-            types,
-            addrs,
-            sizes,
-            b,
-        )
-    }
 }
 
 /// The entries of a selection request, from HDF5's parallel arrays (an element size of 0 or a
@@ -641,17 +608,12 @@ unsafe fn selection_entries(
     Ok(entries)
 }
 
-/// The body of both selection callbacks.
-///
-/// # Safety
-/// As HDF5 guarantees: `count` entries in each array, valid dataspace ids, and buffers valid in
-/// direction `dir` for their memory selections.
+/// `read_selection` (`WRITE` false) and `write_selection` (true).
 #[allow(clippy::too_many_arguments)]
-unsafe fn selection_callback(
-    func: &'static str,
-    dir: Direction,
+unsafe extern "C" fn gds_selection<const WRITE: bool>(
     file: *mut H5FD_t,
     mem_type: H5FD_mem_t,
+    _dxpl: hid_t,
     count: usize,
     mem_spaces: *mut hid_t,
     file_spaces: *mut hid_t,
@@ -659,7 +621,12 @@ unsafe fn selection_callback(
     element_sizes: *mut usize,
     bufs: *mut *mut c_void,
 ) -> herr_t {
-    // SAFETY: the function's contract (HDF5's).
+    let (func, dir) = if WRITE {
+        ("gds_write_selection", Direction::Write)
+    } else {
+        ("gds_read_selection", Direction::Read)
+    };
+    // SAFETY: HDF5 passes an open file of this driver.
     let (hdf5, f) = unsafe { open_file(file) };
     // The dataspace ids belong to the library that opened the file: only its H5S calls may read
     // them (a class without a library offers no selection callbacks).
@@ -670,7 +637,8 @@ unsafe fn selection_callback(
                 "selection request, but the calling HDF5's H5S calls are not reachable".into(),
             )
         })?;
-        // SAFETY: the function's contract (HDF5's).
+        // SAFETY: HDF5 passes `count` entries in each array, valid dataspace ids, and buffers
+        // valid in direction `dir` for their memory selections.
         unsafe {
             let entries = selection_entries(
                 count,
@@ -684,66 +652,6 @@ unsafe fn selection_callback(
         }
         Ok(0)
     })
-}
-
-#[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn gds_read_selection(
-    file: *mut H5FD_t,
-    mem_type: H5FD_mem_t,
-    _dxpl: hid_t,
-    count: usize,
-    mem_spaces: *mut hid_t,
-    file_spaces: *mut hid_t,
-    offsets: *mut haddr_t,
-    element_sizes: *mut usize,
-    bufs: *mut *mut c_void,
-) -> herr_t {
-    let (m, f, o, e) = (mem_spaces, file_spaces, offsets, element_sizes);
-    // SAFETY: HDF5 calls this with the arrays and buffers its contract describes.
-    unsafe {
-        selection_callback(
-            "gds_read_selection",
-            Direction::Read,
-            file,
-            mem_type,
-            count,
-            m,
-            f,
-            o,
-            e,
-            bufs,
-        )
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn gds_write_selection(
-    file: *mut H5FD_t,
-    mem_type: H5FD_mem_t,
-    _dxpl: hid_t,
-    count: usize,
-    mem_spaces: *mut hid_t,
-    file_spaces: *mut hid_t,
-    offsets: *mut haddr_t,
-    element_sizes: *mut usize,
-    bufs: *mut *mut c_void,
-) -> herr_t {
-    let (m, f, o, e) = (mem_spaces, file_spaces, offsets, element_sizes);
-    // SAFETY: HDF5 calls this with the arrays and buffers its contract describes.
-    unsafe {
-        selection_callback(
-            "gds_write_selection",
-            Direction::Write,
-            file,
-            mem_type,
-            count,
-            m,
-            f,
-            o,
-            e,
-            bufs,
-        )
-    }
 }
 
 /// Every write is complete when its callback returns and nothing is cached in the driver, so
@@ -929,14 +837,14 @@ mod tests {
             assert_eq!(gds_set_eoa(f, H5FD_MEM_DRAW, 4096), 0);
             assert_eq!(gds_get_eoa(f, H5FD_MEM_DRAW), 4096);
             assert_eq!(
-                gds_write(f, H5FD_MEM_DRAW, 0, 100, 8, data.as_ptr().cast()),
+                gds_io::<*const c_void, true>(f, H5FD_MEM_DRAW, 0, 100, 8, data.as_ptr().cast()),
                 0
             );
             assert_eq!(gds_get_eof(f, H5FD_MEM_DRAW), 108);
             assert_eq!(gds_get_handle(f, -1, &mut handle), 0);
             let fd = *handle.cast::<c_int>();
             assert_eq!(
-                gds_read(f, H5FD_MEM_DRAW, 0, 100, 8, out.as_mut_ptr().cast()),
+                gds_io::<*mut c_void, false>(f, H5FD_MEM_DRAW, 0, 100, 8, out.as_mut_ptr().cast()),
                 0
             );
             assert_eq!(out, data);
