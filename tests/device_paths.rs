@@ -50,10 +50,17 @@ impl Run {
     fn counter(&self, name: &str) -> u64 {
         self.report.counter(name)
     }
+    /// The program succeeded: its last line is `DEVICE OK <checks>` (some modes print lines of
+    /// their own before it), and, on the emulator, nothing leaked or went out of bounds.
     #[track_caller]
     fn assert_device_ok(&self) {
+        let stdout = self.stdout();
         assert!(
-            self.out.status.success() && self.stdout().starts_with("DEVICE OK"),
+            self.out.status.success()
+                && stdout
+                    .lines()
+                    .last()
+                    .is_some_and(|l| l.starts_with("DEVICE OK")),
             "status {:?}\nstdout:\n{}\nstderr:\n{}",
             self.out.status,
             self.stdout(),
@@ -125,7 +132,8 @@ enum MachinePath {
 }
 
 impl MachinePath {
-    /// The start of the log line a file's first device transfer writes on this path.
+    /// The log line a file's device path is decided with on this path (at its first device
+    /// transfer, or, where cuFile opened in the background, at the first after it had opened).
     fn log_line(self) -> &'static str {
         match self {
             MachinePath::Gds => "device buffers: GPUDirect Storage through cuFile",
@@ -418,10 +426,7 @@ fn the_callers_missing_context_is_left_missing_and_cufile_still_opens() {
     // on real cuFile (and on the emulator), so the driver must bring its own, and take it away;
     // whichever path the machine gives, the caller's (missing) context is left as it was.
     let run = assert_caller_context_kept("none", "auto", &[]);
-    run.assert_log(&format!(
-        "first device transfer; {}",
-        machine_path().log_line()
-    ));
+    run.assert_log(machine_path().log_line());
     if !REAL_CUDA {
         assert!(run.counter("cufile reads") > 0, "{:?}", run.report);
         assert!(run.counter("cufile writes") > 0, "{:?}", run.report);
@@ -469,8 +474,10 @@ fn a_host_only_program_never_opens_cufile_and_leaves_no_cufile_log() {
     );
     // The open line still says which path device buffers would take.
     run.assert_log(
-        "device buffers: cuFile opens at the first device transfer: then GPUDirect Storage where \
-         it finds the GDS kernel path and the file system accepts O_DIRECT, else staged",
+        "device buffers: cuFile opens at the first device transfer, in the background where it \
+         could give GDS (that transfer and those until it has opened are staged): then \
+         GPUDirect Storage where it finds the GDS kernel path and the file system accepts \
+         O_DIRECT, else staged",
     );
 }
 
@@ -839,7 +846,7 @@ fn a_file_system_cufile_does_not_list_gets_exactly_the_path_it_really_takes() {
     let run_auto = run(&env);
     run_auto.assert_device_ok();
     run_auto.assert_log(
-        "first device transfer; device buffers: staged through pinned bounce buffers of 64K (NFS: \
+        "device buffers: staged through pinned bounce buffers of 64K (NFS: \
          cuFile does not list NFS among the file systems it supports for GDS, so cuFile would use \
          its compatibility mode)",
     );
@@ -865,8 +872,7 @@ fn a_file_system_cufile_does_not_list_gets_exactly_the_path_it_really_takes() {
     ]);
     run_listed.assert_device_ok();
     run_listed.assert_log(
-        "first device transfer; device buffers: GPUDirect Storage through cuFile 1.20 (nvidia-fs \
-         2.20) to NFS",
+        "device buffers: GPUDirect Storage through cuFile 1.20 (nvidia-fs 2.20) to NFS",
     );
     assert!(run_listed.counter("cufile o_direct requests") > 0);
     assert_eq!(run_listed.counter("cufile posix bounce copies"), 0);
@@ -878,10 +884,305 @@ fn pci_p2pdma_without_nvidia_fs_is_gpudirect_storage() {
     let run = run(&[("H5GDS_COMPAT_MODE", "auto"), ("H5GDS_EMU_GDS", "p2pdma")]);
     run.assert_device_ok();
     run.assert_log(
-        "first device transfer; device buffers: GPUDirect Storage through cuFile 1.20 (PCI \
-         P2PDMA, no nvidia-fs) to ",
+        "device buffers: GPUDirect Storage through cuFile 1.20 (PCI P2PDMA, no nvidia-fs) to ",
     );
     assert!(run.counter("cufile reads") > 0 && run.counter("cufile writes") > 0);
     assert!(run.counter("cufile o_direct requests") > 0);
     assert_eq!(run.counter("cufile posix bounce copies"), 0);
+}
+
+/// A cufile.json (in a directory of its own, kept while the value lives) that asks for PCI
+/// P2PDMA or not, as NVIDIA's "GDS Support for NVMe Drives Using Linux PCI P2PDMA Support" sets it
+/// up ("Setting cufile.json Configuration": `{"properties": {"use_pci_p2pdma": true}}` in
+/// /etc/cufile.json or the file `CUFILE_ENV_PATH_JSON` names).
+struct CufileJson {
+    path: String,
+    _dir: tempfile::TempDir,
+}
+
+fn cufile_json(use_pci_p2pdma: bool) -> CufileJson {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cufile.json");
+    std::fs::write(
+        &path,
+        format!(
+            "{{\n    // what this application changes\n    \"properties\": {{\n        \
+             \"allow_compat_mode\": true,\n        \"use_pci_p2pdma\": {use_pci_p2pdma}\n    }}\n}}\n"
+        ),
+    )
+    .unwrap();
+    CufileJson {
+        path: path.to_str().unwrap().to_owned(),
+        _dir: dir,
+    }
+}
+
+/// What opening cuFile costs in the tests of the background open: about what it cost on the
+/// first real-GPU machine (0.47 s), and far longer than a 1 MiB transfer on the emulator.
+const SLOW_OPEN_MS: &str = "500";
+
+/// The line `PREFIX: ...` of h5devprog's output, or a failure showing the run.
+#[track_caller]
+fn line_of(run: &Run, prefix: &str) -> String {
+    run.stdout()
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} in\n{}\n{}", run.stdout(), run.stderr()))
+        .to_owned()
+}
+
+/// The number after `name ` in one of h5devprog's counter lines.
+#[track_caller]
+fn number_after(line: &str, name: &str) -> u64 {
+    let rest = line
+        .split_once(&format!("{name} "))
+        .unwrap_or_else(|| panic!("no {name:?} in {line:?}"))
+        .1;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap()
+}
+
+#[test]
+#[cfg_attr(
+    real_cuda,
+    ignore = "needs the CUDA/cuFile emulator's cufile.json model"
+)]
+fn cufile_json_named_by_cufile_env_path_json_decides_whether_p2pdma_is_asked_for() {
+    // A PCI P2PDMA machine (no nvidia-fs) whose application cufile.json does not ask for it:
+    // under auto cuFile is never opened; under off cuFile runs in its compatibility mode.
+    let off_json = cufile_json(false);
+    let p2pdma_off = [
+        ("H5GDS_EMU_GDS", "p2pdma"),
+        ("CUFILE_ENV_PATH_JSON", off_json.path.as_str()),
+    ];
+    let mut env = vec![("H5GDS_COMPAT_MODE", "auto")];
+    env.extend_from_slice(&p2pdma_off);
+    let run_auto = run(&env);
+    run_auto.assert_device_ok();
+    run_auto.assert_log(
+        "first device transfer; device buffers: staged through pinned bounce buffers of 64K \
+         (cuFile not opened: no nvidia-fs and P2PDMA off)",
+    );
+    assert_eq!(run_auto.counter("cufile driver open calls"), 0);
+    assert_eq!(run_auto.counter("cufile reads"), 0);
+    env[0] = ("H5GDS_COMPAT_MODE", "off");
+    let run_off = run(&env);
+    run_off.assert_device_ok();
+    run_off.assert_log("in cuFile's own compatibility mode (no GDS kernel path)");
+    assert!(
+        run_off.counter("cufile posix bounce copies") > 0,
+        "{:?}",
+        run_off.report
+    );
+    assert_eq!(run_off.counter("cufile o_direct requests"), 0);
+    // The same machine with a cufile.json that asks for P2PDMA: GPU-direct.
+    let on_json = cufile_json(true);
+    let run_on = run(&[
+        ("H5GDS_COMPAT_MODE", "auto"),
+        ("H5GDS_EMU_GDS", "p2pdma"),
+        ("CUFILE_ENV_PATH_JSON", on_json.path.as_str()),
+    ]);
+    run_on.assert_device_ok();
+    run_on.assert_log(
+        "device buffers: GPUDirect Storage through cuFile 1.20 (PCI P2PDMA, no nvidia-fs)",
+    );
+    assert!(
+        run_on.counter("cufile o_direct requests") > 0,
+        "{:?}",
+        run_on.report
+    );
+    assert_eq!(run_on.counter("cufile posix bounce copies"), 0);
+}
+
+#[test]
+#[cfg_attr(
+    real_cuda,
+    ignore = "needs the CUDA/cuFile emulator's slow open and counters"
+)]
+fn the_first_transfers_are_staged_while_cufile_opens_and_later_ones_use_it() {
+    // P2PDMA asked for by the application's cufile.json, and an open as slow as on a real
+    // machine: the first device read and write return correct bytes before the open has
+    // returned, moved by the staged path; once it has, cuFile moves them.
+    let json = cufile_json(true);
+    let run = run_with(
+        &["--background-open"],
+        &[
+            ("H5GDS_COMPAT_MODE", "auto"),
+            ("H5GDS_EMU_GDS", "p2pdma"),
+            ("CUFILE_ENV_PATH_JSON", json.path.as_str()),
+            ("H5GDS_EMU_CUFILE_OPEN_MS", SLOW_OPEN_MS),
+        ],
+    );
+    run.assert_device_ok();
+    let first_read = line_of(&run, "FIRST READ: ");
+    assert_eq!(number_after(&first_read, "cufile reads"), 0, "{first_read}");
+    assert!(number_after(&first_read, "copies htod") > 0, "{first_read}");
+    assert_eq!(
+        number_after(&first_read, "opens completed"),
+        0,
+        "the first read waited for cuFile's open: {first_read}"
+    );
+    let first_write = line_of(&run, "FIRST WRITE: ");
+    assert_eq!(
+        number_after(&first_write, "cufile writes"),
+        0,
+        "{first_write}"
+    );
+    assert!(
+        number_after(&first_write, "copies dtoh") > 0,
+        "{first_write}"
+    );
+    assert_eq!(
+        number_after(&first_write, "opens completed"),
+        0,
+        "the first write waited for cuFile's open: {first_write}"
+    );
+    let after = line_of(&run, "AFTER THE OPEN: ");
+    assert!(number_after(&after, "cufile reads") > 0, "{after}");
+    assert!(number_after(&after, "cufile writes") > 0, "{after}");
+    assert_eq!(number_after(&after, "copies htod"), 0, "{after}");
+    assert_eq!(number_after(&after, "copies dtoh"), 0, "{after}");
+    // The log says which path each transfer got, and why.
+    run.assert_log(
+        "first device transfer; device buffers: staged through pinned bounce buffers of 64K while \
+         cuFile opens in the background (cuFile's configuration asks for PCI P2PDMA",
+    );
+    run.assert_log("cuFile opened in the background in ");
+    run.assert_log(
+        "cuFile has opened; device buffers: GPUDirect Storage through cuFile 1.20 (PCI P2PDMA, no \
+         nvidia-fs) to ",
+    );
+    assert_eq!(
+        run.counter("cufile driver open calls"),
+        1,
+        "{:?}",
+        run.report
+    );
+    assert_eq!(run.counter("cufile driver opens completed"), 1);
+    assert_eq!(run.counter("cufile handle register calls"), 1);
+    assert!(run.counter("cufile o_direct requests") > 0);
+}
+
+#[test]
+#[cfg_attr(
+    real_cuda,
+    ignore = "needs the CUDA/cuFile emulator's slow open and counters"
+)]
+fn compat_mode_off_opens_cufile_before_the_file_opens_however_slow() {
+    // GDS demanded: the open decides (and fails the open where cuFile cannot), so the first
+    // transfer already goes through cuFile.
+    let json = cufile_json(true);
+    let run = run_with(
+        &["--background-open"],
+        &[
+            ("H5GDS_COMPAT_MODE", "off"),
+            ("H5GDS_EMU_GDS", "p2pdma"),
+            ("CUFILE_ENV_PATH_JSON", json.path.as_str()),
+            ("H5GDS_EMU_CUFILE_OPEN_MS", SLOW_OPEN_MS),
+        ],
+    );
+    run.assert_device_ok();
+    let first_read = line_of(&run, "FIRST READ: ");
+    assert!(
+        number_after(&first_read, "cufile reads") > 0,
+        "{first_read}"
+    );
+    assert_eq!(number_after(&first_read, "copies htod"), 0, "{first_read}");
+    assert_eq!(
+        number_after(&first_read, "opens completed"),
+        1,
+        "{first_read}"
+    );
+    assert!(
+        !run.stderr().contains("in the background"),
+        "{}",
+        run.stderr()
+    );
+}
+
+#[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator's slow open")]
+fn a_child_forked_while_cufile_opens_works_and_does_not_wait_for_the_open() {
+    // The parent's first device read starts cuFile's open on a thread of the parent; the child
+    // forked before it has returned has no such thread: its host I/O works, its device read fails
+    // naming fork, and its exit does not wait for an open that nothing in it will finish.
+    let json = cufile_json(true);
+    let run = run_with(
+        &["--fork"],
+        &[
+            ("H5GDS_COMPAT_MODE", "auto"),
+            ("H5GDS_EMU_GDS", "p2pdma"),
+            ("CUFILE_ENV_PATH_JSON", json.path.as_str()),
+            ("H5GDS_EMU_CUFILE_OPEN_MS", "3000"),
+        ],
+    );
+    let stdout = run.stdout();
+    assert!(
+        run.out.status.success() && stdout.contains("CHILD OK") && stdout.contains("DEVICE OK 4"),
+        "status {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        run.out.status,
+        run.stderr()
+    );
+    let error = line_of(&run, "CHILD DEVICE ERROR: ");
+    assert!(error.contains("is a fork of process"), "{error}");
+    assert_eq!(
+        line_of(&run, "OPENS COMPLETED WHEN THE CHILD HAD EXITED: "),
+        "0",
+        "the child outlived the parent's cuFile open (did it wait for the open at exit?)"
+    );
+    run.assert_log("while cuFile opens in the background");
+    // The parent's own open finished, and the child called nothing of CUDA or cuFile.
+    assert_eq!(
+        run.counter("cufile driver opens completed"),
+        1,
+        "{:?}",
+        run.report
+    );
+    assert_eq!(run.counter("calls from a forked child"), 0);
+    let dir = run.file.parent().unwrap();
+    let child: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("emulator-report.txt.forked-")
+        })
+        .collect();
+    assert_eq!(child.len(), 1, "{child:?}");
+    let child = read_report(&child[0].path());
+    assert_eq!(child.counter("calls from a forked child"), 0, "{child:?}");
+}
+
+#[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator's slow open")]
+fn a_program_that_exits_while_cufile_opens_exits_cleanly_after_the_open() {
+    // A short program: a few 4 KiB transfers, all done long before a 3 s open returns. Its exit
+    // lets the open finish before libcufile's static destructors run (the emulator's report,
+    // written by its destructor, sees the open returned), and the program exits normally.
+    let json = cufile_json(true);
+    let run = run_with(
+        &["--sizes", "4096"],
+        &[
+            ("H5GDS_COMPAT_MODE", "auto"),
+            ("H5GDS_EMU_GDS", "p2pdma"),
+            ("CUFILE_ENV_PATH_JSON", json.path.as_str()),
+            ("H5GDS_EMU_CUFILE_OPEN_MS", "3000"),
+        ],
+    );
+    run.assert_device_ok();
+    run.assert_log("while cuFile opens in the background");
+    run.assert_log("cuFile opened in the background in ");
+    assert_eq!(
+        run.counter("cufile driver open calls"),
+        1,
+        "{:?}",
+        run.report
+    );
+    assert_eq!(
+        run.counter("cufile driver opens completed"),
+        1,
+        "{:?}",
+        run.report
+    );
 }

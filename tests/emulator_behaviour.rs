@@ -149,6 +149,8 @@ emulator_api! {
     cuFileRead: fn(CUfileHandle_t, *mut c_void, usize, libc::off_t, libc::off_t) -> isize;
     cuFileWrite: fn(CUfileHandle_t, *const c_void, usize, libc::off_t, libc::off_t) -> isize;
     h5gds_emu_counters: fn(*mut Counters) -> c_int;
+    h5gds_emu_report_counter: fn(*const c_char, *mut u64) -> c_int;
+    cuFileGetParameterBool: fn(cufile_sys::CUFileBoolConfigParameter_t, *mut bool) -> CUfileError_t;
 }
 
 /// Set (to anything) for a child that checks where cuFile's log goes by default.
@@ -1768,7 +1770,7 @@ fn exit_report_counts_leaks_misuse_and_traffic_even_with_busy_threads() {
     if ran.is_some() {
         let text = std::fs::read_to_string(&report).expect("the child wrote its report");
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 17, "{text}");
+        assert_eq!(lines.len(), 18, "{text}");
         assert_eq!(lines[0], "leaked device allocations: 5 (bytes 18884)");
         assert_eq!(lines[1], "leaked pinned host allocations: 1");
         assert_eq!(lines[2], "double frees: 1");
@@ -1788,14 +1790,15 @@ fn exit_report_counts_leaks_misuse_and_traffic_even_with_busy_threads() {
         assert_eq!(lines[9], "cufile o_direct requests: 0");
         // compat_round_trip registers one file; the driver opens implicitly there.
         assert_eq!(lines[10], "cufile driver open calls: 0");
-        assert_eq!(lines[11], "cufile handle register calls: 1");
+        assert_eq!(lines[11], "cufile driver opens completed: 1");
+        assert_eq!(lines[12], "cufile handle register calls: 1");
         // One context on every thread: nothing crossed contexts.
-        assert_eq!(lines[12], "cross-context uses: 0");
-        assert_eq!(lines[13], "cufile failed transfers: 0");
-        assert_eq!(lines[14], "calls from a forked child: 0");
-        assert!(lines[15].starts_with("pointer queries: "), "{text}");
+        assert_eq!(lines[13], "cross-context uses: 0");
+        assert_eq!(lines[14], "cufile failed transfers: 0");
+        assert_eq!(lines[15], "calls from a forked child: 0");
+        assert!(lines[16].starts_with("pointer queries: "), "{text}");
         assert!(
-            lines[16].starts_with("pinned host bytes allocated: "),
+            lines[17].starts_with("pinned host bytes allocated: "),
             "{text}"
         );
     }
@@ -2099,6 +2102,178 @@ fn cufile_driver_open_and_handle_register_need_a_current_context() {
                 );
             }
         },
+    );
+}
+
+/// The emulator's report counter `name` now (`h5gds_emu_report_counter`).
+#[track_caller]
+fn report_counter(name: &str) -> u64 {
+    let name = std::ffi::CString::new(name).unwrap();
+    let mut out = u64::MAX;
+    // SAFETY: a NUL-terminated string and a valid out-pointer.
+    let status = unsafe { (api().h5gds_emu_report_counter)(name.as_ptr(), &mut out) };
+    assert_eq!(status, 0, "{name:?}");
+    out
+}
+
+#[test]
+fn report_counters_can_be_read_while_the_program_runs() {
+    let _guard = serial();
+    assert_eq!(report_counter("double frees"), counters().double_frees);
+    assert_eq!(
+        report_counter("leaked device allocations"),
+        counters().live_device_allocations
+    );
+    report_counter("pinned host bytes allocated");
+    let mut out = 7u64;
+    // SAFETY: a NUL-terminated string, null and valid out-pointers.
+    unsafe {
+        let api = api();
+        assert_eq!(
+            (api.h5gds_emu_report_counter)(c"no such line".as_ptr(), &mut out),
+            -1
+        );
+        assert_eq!(
+            (api.h5gds_emu_report_counter)(std::ptr::null(), &mut out),
+            -1
+        );
+        let name = c"double frees".as_ptr();
+        assert_eq!(
+            (api.h5gds_emu_report_counter)(name, std::ptr::null_mut()),
+            -1
+        );
+    }
+    assert_eq!(out, 7);
+}
+
+#[test]
+fn opening_cufile_costs_what_the_switch_says_explicitly_or_implied_once() {
+    in_child(
+        "opening_cufile_costs_what_the_switch_says_explicitly_or_implied_once",
+        &[("H5GDS_EMU_CUFILE_OPEN_MS", "300")],
+        || {
+            let api = api();
+            init_with_context();
+            let dir = tempfile::tempdir().unwrap();
+            let file = temp_file(dir.path(), "open.bin", false);
+            assert_eq!(report_counter("cufile driver opens completed"), 0);
+            // The implied open of the first call that needs the driver pays the cost.
+            let start = std::time::Instant::now();
+            let fh = register(file.as_raw_fd()).expect("registers");
+            assert!(start.elapsed() >= std::time::Duration::from_millis(300));
+            assert_eq!(report_counter("cufile driver opens completed"), 1);
+            assert_eq!(report_counter("cufile driver open calls"), 0);
+            // SAFETY: a handle registered above; plain calls.
+            unsafe {
+                (api.cuFileHandleDeregister)(fh);
+                // The driver is open: an explicit open is counted, and costs nothing more.
+                check_cufile((api.cuFileDriverOpen)());
+                check_cufile((api.cuFileDriverClose)());
+                check_cufile((api.cuFileDriverClose)());
+                // Closed again: an explicit open pays again, and is counted when it returns.
+                let start = std::time::Instant::now();
+                check_cufile((api.cuFileDriverOpen)());
+                assert!(start.elapsed() >= std::time::Duration::from_millis(300));
+            }
+            assert_eq!(report_counter("cufile driver open calls"), 2);
+            assert_eq!(report_counter("cufile driver opens completed"), 3);
+        },
+    );
+}
+
+#[test]
+fn an_open_under_way_is_not_counted_as_completed() {
+    in_child(
+        "an_open_under_way_is_not_counted_as_completed",
+        &[("H5GDS_EMU_CUFILE_OPEN_MS", "2000")],
+        || {
+            init_with_context();
+            let ctx = {
+                let mut ctx: CUcontext = std::ptr::null_mut();
+                // SAFETY: a valid out-pointer.
+                check(unsafe { (api().cuCtxGetCurrent)(&mut ctx) });
+                ctx as usize
+            };
+            let opener = std::thread::spawn(move || {
+                // SAFETY: the context is device 0's primary context, retained by this process.
+                unsafe {
+                    check((api().cuCtxSetCurrent)(ctx as CUcontext));
+                    check_cufile((api().cuFileDriverOpen)());
+                }
+            });
+            while report_counter("cufile driver open calls") == 0 {
+                std::thread::yield_now();
+            }
+            assert_eq!(report_counter("cufile driver opens completed"), 0);
+            opener.join().unwrap();
+            assert_eq!(report_counter("cufile driver opens completed"), 1);
+        },
+    );
+}
+
+/// `cuFileGetParameterBool(CUFILE_PARAM_USE_PCIP2PDMA)` in a child (test `name`) with `env`
+/// and no other `H5GDS_EMU_*` or `CUFILE_*` variable; `json` is written to a file that
+/// `CUFILE_ENV_PATH_JSON` names.
+fn use_pci_p2pdma_reads(name: &str, env: &[(&str, &str)], json: Option<&str>, expected: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cufile.json");
+    if let Some(json) = json {
+        std::fs::write(&path, json).unwrap();
+    }
+    let path = path.to_str().unwrap().to_owned();
+    process::in_child(
+        name,
+        |cmd| {
+            remove_env(cmd, &["H5GDS_EMU_", "CUFILE_"]).envs(env.iter().copied());
+            if json.is_some() {
+                cmd.env("CUFILE_ENV_PATH_JSON", &path);
+            }
+        },
+        || {
+            let mut value = !expected;
+            // SAFETY: a valid out-pointer for a C bool.
+            check_cufile(unsafe {
+                (api().cuFileGetParameterBool)(
+                    cufile_sys::CUFileBoolConfigParameter_t::CUFILE_PARAM_USE_PCIP2PDMA,
+                    &mut value,
+                )
+            });
+            assert_eq!(value, expected);
+        },
+    );
+}
+
+#[test]
+fn use_pci_p2pdma_is_the_emulated_machines_without_cufile_env_path_json() {
+    // The emulated machine's own cufile.json asks for it wherever it has a GDS kernel path.
+    let name = "use_pci_p2pdma_is_the_emulated_machines_without_cufile_env_path_json";
+    use_pci_p2pdma_reads(name, &[("H5GDS_EMU_GDS", "1")], None, true);
+}
+
+#[test]
+fn use_pci_p2pdma_comes_from_the_file_cufile_env_path_json_names() {
+    // Whatever the machine, the application's file decides; NVIDIA's cufile.json has comments.
+    let name = "use_pci_p2pdma_comes_from_the_file_cufile_env_path_json_names";
+    let json = "{\n  // comments, as in NVIDIA's cufile.json\n  \"properties\": {\n    \
+                \"allow_compat_mode\": true, \"use_pci_p2pdma\": true\n  }\n}\n";
+    use_pci_p2pdma_reads(name, &[("H5GDS_EMU_GDS", "0")], Some(json), true);
+}
+
+#[test]
+fn use_pci_p2pdma_absent_from_the_file_is_cufiles_default_false() {
+    let name = "use_pci_p2pdma_absent_from_the_file_is_cufiles_default_false";
+    let json = r#"{"properties": {"allow_compat_mode": true}}"#;
+    use_pci_p2pdma_reads(name, &[("H5GDS_EMU_GDS", "p2pdma")], Some(json), false);
+}
+
+#[test]
+fn use_pci_p2pdma_of_a_broken_file_is_false() {
+    let name = "use_pci_p2pdma_of_a_broken_file_is_false";
+    use_pci_p2pdma_reads(
+        name,
+        &[("H5GDS_EMU_GDS", "1")],
+        Some(r#"{"properties": "#),
+        false,
     );
 }
 

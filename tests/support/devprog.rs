@@ -34,6 +34,11 @@
 //!
 //! `--host-only`: never touches CUDA; writes and reads one dataset from host memory (a program
 //! that never uses a GPU, for the side effects of merely opening files).
+//!
+//! `--background-open` (the emulator only, with a slow `cuFileDriverOpen`): the first device read
+//! and write while cuFile opens in the background, then, once the emulator says the open has
+//! returned, a read and a write after it; prints the emulator's counters around each (see
+//! `run_background_open`).
 
 use crate::pattern::bytes as pattern;
 use array_io::hdf5_raw::{self, named as h5, FileDriver, Spaces};
@@ -754,6 +759,12 @@ fn run_fork(path: &Path) -> Check<usize> {
     if unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
         return Err(format!("waitpid: {}", std::io::Error::last_os_error()));
     }
+    // Whether cuFile's open (started in the background by the first device read, where cuFile
+    // could give GDS) had returned when the child was gone: a child that waited at exit for the
+    // parent's open thread, which does not exist in it, would have outlived a slow open.
+    if let Some(done) = emulator_counter("cufile driver opens completed") {
+        println!("OPENS COMPLETED WHEN THE CHILD HAD EXITED: {done}");
+    }
     if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
         return Err(format!("the forked child ended with status {status:#x}"));
     }
@@ -766,6 +777,127 @@ fn run_fork(path: &Path) -> Check<usize> {
         &want,
     )?;
     drop(dset);
+    h5("H5Fclose", file.close())?;
+    Ok(4)
+}
+
+/// The emulator's report counter `name` now (`h5gds_emu_report_counter`), or `None` when
+/// libcuda is not the emulator.
+fn emulator_counter(name: &str) -> Option<u64> {
+    let name = std::ffi::CString::new(name).ok()?;
+    // SAFETY: RTLD_NOLOAD only finds the already loaded libcuda; the symbol has the emulator's
+    // documented signature (a C string and one out-pointer to a u64).
+    unsafe {
+        let handle = libc::dlopen(
+            c"libcuda.so.1".as_ptr(),
+            libc::RTLD_LAZY | libc::RTLD_NOLOAD,
+        );
+        if handle.is_null() {
+            return None;
+        }
+        let f = libc::dlsym(handle, c"h5gds_emu_report_counter".as_ptr());
+        if f.is_null() {
+            return None;
+        }
+        let f: unsafe extern "C" fn(*const std::ffi::c_char, *mut u64) -> libc::c_int =
+            std::mem::transmute(f);
+        let mut out = 0u64;
+        (f(name.as_ptr(), &mut out) == 0).then_some(out)
+    }
+}
+
+/// The emulator's counters a device transfer moves: cuFile reads, cuFile writes, host-to-device
+/// and device-to-host copies, and the cuFile opens that have returned.
+#[derive(Clone, Copy, Debug)]
+struct Moved {
+    cufile_reads: u64,
+    cufile_writes: u64,
+    htod: u64,
+    dtoh: u64,
+    opens_completed: u64,
+}
+
+impl Moved {
+    fn now() -> Check<Moved> {
+        let get = |name| {
+            emulator_counter(name)
+                .ok_or_else(|| format!("no emulator counter {name:?}: --background-open needs it"))
+        };
+        Ok(Moved {
+            cufile_reads: get("cufile reads")?,
+            cufile_writes: get("cufile writes")?,
+            htod: get("copies htod")?,
+            dtoh: get("copies dtoh")?,
+            opens_completed: get("cufile driver opens completed")?,
+        })
+    }
+
+    /// One line: what moved the bytes since `before`, and the opens completed now.
+    fn line(self, before: Moved) -> String {
+        format!(
+            "cufile reads {}, cufile writes {}, copies htod {}, copies dtoh {}; cufile driver \
+             opens completed {}",
+            self.cufile_reads - before.cufile_reads,
+            self.cufile_writes - before.cufile_writes,
+            self.htod - before.htod,
+            self.dtoh - before.dtoh,
+            self.opens_completed
+        )
+    }
+}
+
+/// `--background-open`: the first device read of the process (cuFile's open starts in the
+/// background where cuFile could give GDS) and a device write right after it, each followed by
+/// the emulator's counters (`FIRST READ: ...`, `FIRST WRITE: ...`: which path moved the bytes,
+/// and whether the open had returned when the transfer had); then waits, at most a minute, until
+/// the emulator says the open has returned, and reads and writes again (`AFTER THE OPEN: ...`).
+/// Every byte is checked on the host.
+fn run_background_open(path: &Path) -> Check<usize> {
+    let fapl = h5("H5Pcreate", hdf5_raw::file_access(&FileDriver::Default))?;
+    let file = h5("H5Fcreate", hdf5_raw::create_file(path, &fapl))?;
+    let want = pattern((1 << 20) + 5, 23);
+    let dset = create(&file, "data", want.len(), Layout::Contiguous, false)?;
+    h5("H5Dwrite", dset.write_raw(&want))?;
+    let out = create(&file, "out", want.len(), Layout::Contiguous, true)?;
+    let dev = DeviceBuffer::new(want.len())?;
+    let check_out = |what: &str| -> Check<()> {
+        let back = h5("H5Dread", out.read_raw::<u8>())?;
+        expect_bytes(what, &back, &want)
+    };
+    let before = Moved::now()?;
+    // SAFETY: the device buffer holds want.len() bytes.
+    unsafe { read_device(&dset, None, dev.at(0))? };
+    println!("FIRST READ: {}", Moved::now()?.line(before));
+    expect_bytes("first device read", &dev.download(0, want.len())?, &want)?;
+    let before = Moved::now()?;
+    // SAFETY: as above.
+    unsafe { write_device(&out, None, dev.at(0))? };
+    println!("FIRST WRITE: {}", Moved::now()?.line(before));
+    check_out("first device write")?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while Moved::now()?.opens_completed == 0 {
+        if std::time::Instant::now() > deadline {
+            return Err("cuFile's open had not returned after a minute".into());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    fill(&dev, 0)?;
+    let out_again = create(&file, "out_again", want.len(), Layout::Contiguous, true)?;
+    let before = Moved::now()?;
+    // SAFETY: as above.
+    unsafe {
+        read_device(&dset, None, dev.at(0))?;
+        write_device(&out_again, None, dev.at(0))?;
+    }
+    println!("AFTER THE OPEN: {}", Moved::now()?.line(before));
+    expect_bytes(
+        "device read after the open",
+        &dev.download(0, want.len())?,
+        &want,
+    )?;
+    let back = h5("H5Dread", out_again.read_raw::<u8>())?;
+    expect_bytes("device write after the open", &back, &want)?;
+    drop((dset, out, out_again));
     h5("H5Fclose", file.close())?;
     Ok(4)
 }
@@ -897,7 +1029,8 @@ pub fn main() -> i32 {
     let Some(path) = args.first() else {
         eprintln!(
             "usage: h5devprog FILE [--sizes N,N,... | --caller-context none|device0|device1 | \
-             --host-only | --fork | --stream-order | --device-path] [--buffers-on N] \
+             --host-only | --fork | --stream-order | --background-open | --device-path] \
+             [--buffers-on N] \
              [--memory plain|pool|vmm|managed]"
         );
         return 2;
@@ -947,6 +1080,8 @@ pub fn main() -> i32 {
         init_cuda_on(buffers_on).and_then(|_| run_stream_order(path))
     } else if args.iter().any(|a| a == "--fork") {
         init_cuda_on(buffers_on).and_then(|_| run_fork(path))
+    } else if args.iter().any(|a| a == "--background-open") {
+        init_cuda_on(buffers_on).and_then(|_| run_background_open(path))
     } else if let Some(which) = option("--caller-context") {
         init_cuda_on(buffers_on).and_then(|_| run_with_caller_context(path, &which))
     } else {

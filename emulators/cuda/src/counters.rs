@@ -22,6 +22,9 @@ pub static CUFILE_READS: AtomicU64 = AtomicU64::new(0);
 pub static CUFILE_WRITES: AtomicU64 = AtomicU64::new(0);
 /// cuFileDriverOpen calls, whatever their outcome.
 pub static CUFILE_DRIVER_OPEN_CALLS: AtomicU64 = AtomicU64::new(0);
+/// Driver opens, explicit (`cuFileDriverOpen`) or implied (the first call that needs the driver),
+/// that have returned, whatever their outcome: an open under way has not.
+pub static CUFILE_DRIVER_OPENS_COMPLETED: AtomicU64 = AtomicU64::new(0);
 /// cuFileHandleRegister calls, whatever their outcome.
 pub static CUFILE_HANDLE_REGISTER_CALLS: AtomicU64 = AtomicU64::new(0);
 /// CUDA and cuFile calls from a process forked after `cuInit` (all refused; see `lifecycle`).

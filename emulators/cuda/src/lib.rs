@@ -35,6 +35,10 @@
 //!   live device allocations, their bytes, live pinned host allocations, double frees, bounds
 //!   violations, cuFile reads, cuFile writes, host-to-device copies, device-to-host copies
 //!   (returns 0, or -1 for a null `out`; works before `cuInit`).
+//! * Not CUDA: `int h5gds_emu_report_counter(const char *name, uint64_t *out)` puts the value
+//!   the exit report's line `name` (below, without the colon) would show now into `*out`, so a
+//!   program can watch any counter while it runs, e.g. "cufile driver opens completed" (returns
+//!   0, or -1 for a null argument or an unknown name; works before `cuInit` and in a fork).
 //! * Not CUDA: `uint8_t *h5gds_emu_device_shadow(CUdeviceptr addr, size_t len)`, the
 //!   host-accessible view of device bytes for the nvCOMP emulator (`emulators/nvcomp`),
 //!   which plays code running on the device (NULL and a bounds violation outside an allocation).
@@ -91,7 +95,11 @@
 //!   `cuFileDriverOpen` and `cuFileHandleRegister` need a current CUDA context on the calling
 //!   thread, else CU_FILE_CUDA_DRIVER_ERROR with `cu_err` CUDA_ERROR_INVALID_CONTEXT (201), as
 //!   real cuFile (see `cufile_api::require_context`). Opening the driver writes a line to
-//!   `cufile.log` where cuFile would (see `cufile_log`).
+//!   `cufile.log` where cuFile would (see `cufile_log`), and costs what
+//!   `H5GDS_EMU_CUFILE_OPEN_MS` says. cufile.json's `properties.use_pci_p2pdma` is read from the
+//!   file `CUFILE_ENV_PATH_JSON` names, as cuFile reads it, else from the emulated machine's
+//!   own configuration (see `cufile_config`); on a PCI P2PDMA machine (`H5GDS_EMU_GDS=p2pdma`)
+//!   device data moves GPU-direct only where it is true, else in compatibility mode.
 //! * Device and pinned host memory are backed when allocated (`MAP_POPULATE`): the first
 //!   transfer into fresh memory pays no page faults, as on a GPU.
 //! * fork: once a process has called `cuInit` successfully, every CUDA or cuFile call from
@@ -114,9 +122,10 @@
 //! |---|---|---|
 //! | `H5GDS_EMU_DEVICES=N` | devices reported by `cuDeviceGetCount` (0..=64); 0 = no device, and then `cuInit` fails with CUDA_ERROR_NO_DEVICE (100) as the real driver does | 1 |
 //! | `H5GDS_EMU_INIT_ERROR=code` | every `cuInit` fails with this `CUresult` (0 = no injection); `cuFileDriverOpen` then fails with CU_FILE_CUDA_DRIVER_ERROR and `cu_err` = code | unset |
-//! | `H5GDS_EMU_GDS=0\|1\|p2pdma` | 1: GDS kernel path present (nvfs 2.20, transfers around the page cache; cufile.json's `use_pci_p2pdma` reads true, so the driver's look before opening cuFile under `compat_mode=auto`, which cannot see an emulated `/proc/driver/nvidia-fs`, lets it open); `p2pdma`: the same through PCI P2PDMA (nvfs 0.0, feature flag `CU_FILE_P2P_SUPPORTED`, `use_pci_p2pdma` true); 0: compat mode (nvfs 0.0, POSIX bounce buffers, `use_pci_p2pdma` false: the driver under `compat_mode=auto` never opens cuFile, as on the first real-GPU machine) | 1 |
+//! | `H5GDS_EMU_GDS=0\|1\|p2pdma` | 1: GDS kernel path present (nvfs 2.20, transfers around the page cache; cufile.json's `use_pci_p2pdma` reads true, so the driver's look before opening cuFile under `compat_mode=auto`, which cannot see an emulated `/proc/driver/nvidia-fs`, lets it open); `p2pdma`: the same through PCI P2PDMA (nvfs 0.0, feature flag `CU_FILE_P2P_SUPPORTED`, `use_pci_p2pdma` true); 0: compat mode (nvfs 0.0, POSIX bounce buffers, `use_pci_p2pdma` false: the driver under `compat_mode=auto` never opens cuFile, as on the first real-GPU machine). These `use_pci_p2pdma` values are the emulated machine's `/etc/cufile.json`; a file named by `CUFILE_ENV_PATH_JSON` overrides them, and under `p2pdma` transfers go GPU-direct only where the value is true | 1 |
 //! | `H5GDS_EMU_GDS_TARGETS=list` | the storage cuFile reports as GDS targets (`dstatusflags`): comma-separated `lustre`, `wekafs`, `nfs`, `gpfs`, `nvme`, `nvmeof`, `scsi`, `beegfs`, or `none`; a file on a shared file system (NFS, Lustre, GPFS, BeeGFS by `fstatfs`) not listed registers in compatibility mode, silently, as cuFile does | `nvme,nvmeof,scsi` |
 //! | `H5GDS_EMU_CUFILE_OPEN_ERROR=code` | every `cuFileDriverOpen` (also the implicit one) fails with this `CUfileOpError` (0 = none) | unset |
+//! | `H5GDS_EMU_CUFILE_OPEN_MS=ms` | what opening the cuFile driver costs (0..=60000): `cuFileDriverOpen`, and the implicit open of the first call that needs the driver, sleep this long before they do their work (failing ones too) where the driver is not open yet; the first real-GPU machine (an H200 VM) took about 470. "cufile driver opens completed" counts the opens that have returned | 0 |
 //! | `H5GDS_EMU_CUFILE_REGISTER_ERROR=code` | every `cuFileHandleRegister` whose arguments pass its checks fails with this `CUfileOpError` (0 = none), and the log says why, as on the first real-GPU machine (an H200 VM, no nvidia-fs, a virtio disk): 5027 `CU_FILE_HANDLE_NOT_REGISTERED` with "udev property not found: ID_FS_USAGE vda" and "cuFileHandleRegister error, failed to allocate file object" in cufile.log, whatever `allow_compat_mode` says. With `H5GDS_EMU_GDS=0` this is that machine | unset |
 //! | `H5GDS_EMU_FAIL_ALLOC=N` | the Nth allocation (`cuMemAlloc_v2` and `cuMemHostAlloc` counted together) fails with CUDA_ERROR_OUT_OF_MEMORY (2) | unset |
 //! | `H5GDS_EMU_FAIL_IO=N` | the Nth `cuFileRead`/`cuFileWrite` (counted together) moves nothing and returns -1 with errno | unset |
@@ -132,7 +141,7 @@
 //! | `H5GDS_EMU_STICKY_ERROR=N` | the Nth `cuPointerGetAttributes` fails with CUDA_ERROR_ILLEGAL_ADDRESS (700), and so does every CUDA or cuFile call after it | unset |
 //! | `H5GDS_EMU_CUFILE_IO_ERROR=code` | every `cuFileRead`/`cuFileWrite` of device memory returns this `CUfileOpError` (> 5000), negated | unset |
 //!
-//! The report has seventeen lines (a forked child that exits normally writes its own, to
+//! The report has eighteen lines (a forked child that exits normally writes its own, to
 //! `PATH.forked-PID`):
 //!
 //! ```text
@@ -147,6 +156,7 @@
 //! cufile posix bounce copies: N
 //! cufile o_direct requests: N
 //! cufile driver open calls: N
+//! cufile driver opens completed: N
 //! cufile handle register calls: N
 //! cross-context uses: N
 //! cufile failed transfers: N
@@ -160,7 +170,8 @@
 //! "posix bounce copies" count the 1 MiB bounce-buffer pieces of compatibility-mode device
 //! transfers, "o_direct requests" the `O_DIRECT` requests of GDS transfers, "driver open calls" and
 //! "handle register calls" every call of `cuFileDriverOpen` and `cuFileHandleRegister`, failed
-//! ones included (whether a program touches cuFile at all), "failed transfers" the
+//! ones included (whether a program touches cuFile at all), "driver opens completed" the driver
+//! opens, explicit or implied, that have returned (an open under way has not), "failed transfers" the
 //! `cuFileRead`/`cuFileWrite` calls that returned an error, "calls from a forked child" the
 //! calls refused because they came from a fork of the process that called `cuInit`, "pointer
 //! queries" the `cuPointerGetAttributes` calls (what classifying a buffer costs a program), "pinned
@@ -179,6 +190,7 @@ mod cuda_memory;
 mod cuda_pointer;
 mod cuda_vmm;
 mod cufile_api;
+mod cufile_config;
 mod cufile_handles;
 mod cufile_io;
 mod cufile_log;

@@ -52,47 +52,78 @@ impl std::fmt::Write for StackText {
     }
 }
 
+/// The report's lines after the first (which adds the bytes): name and value, in order.
+fn lines() -> [(&'static str, u64); 17] {
+    let c = counters::snapshot();
+    let get = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+    [
+        ("leaked device allocations", c.live_device_allocations),
+        (
+            "leaked pinned host allocations",
+            c.live_pinned_host_allocations,
+        ),
+        ("double frees", c.double_frees),
+        ("bounds violations", c.bounds_violations),
+        ("cufile reads", c.cufile_reads),
+        ("cufile writes", c.cufile_writes),
+        ("copies htod", c.copies_htod),
+        ("copies dtoh", c.copies_dtoh),
+        (
+            "cufile posix bounce copies",
+            get(&crate::cufile_io::POSIX_BOUNCE_COPIES),
+        ),
+        (
+            "cufile o_direct requests",
+            get(&crate::cufile_io::DIRECT_REQUESTS),
+        ),
+        (
+            "cufile driver open calls",
+            get(&counters::CUFILE_DRIVER_OPEN_CALLS),
+        ),
+        (
+            "cufile driver opens completed",
+            get(&counters::CUFILE_DRIVER_OPENS_COMPLETED),
+        ),
+        (
+            "cufile handle register calls",
+            get(&counters::CUFILE_HANDLE_REGISTER_CALLS),
+        ),
+        ("cross-context uses", get(&counters::CROSS_CONTEXT_USES)),
+        (
+            "cufile failed transfers",
+            get(&counters::CUFILE_FAILED_TRANSFERS),
+        ),
+        (
+            "calls from a forked child",
+            get(&counters::FORKED_CHILD_CALLS),
+        ),
+        ("pointer queries", get(&counters::POINTER_QUERY_CALLS)),
+    ]
+}
+
 /// The report text for the current counters.
 fn render(text: &mut StackText) {
-    let c = counters::snapshot();
-    let _ = write!(
-        text,
-        "leaked device allocations: {} (bytes {})\n\
-         leaked pinned host allocations: {}\n\
-         double frees: {}\n\
-         bounds violations: {}\n\
-         cufile reads: {}\n\
-         cufile writes: {}\n\
-         copies htod: {}\n\
-         copies dtoh: {}\n\
-         cufile posix bounce copies: {}\n\
-         cufile o_direct requests: {}\n\
-         cufile driver open calls: {}\n\
-         cufile handle register calls: {}\n\
-         cross-context uses: {}\n\
-         cufile failed transfers: {}\n\
-         calls from a forked child: {}\n\
-         pointer queries: {}\n\
-         pinned host bytes allocated: {}\n",
-        c.live_device_allocations,
-        c.live_device_bytes,
-        c.live_pinned_host_allocations,
-        c.double_frees,
-        c.bounds_violations,
-        c.cufile_reads,
-        c.cufile_writes,
-        c.copies_htod,
-        c.copies_dtoh,
-        crate::cufile_io::POSIX_BOUNCE_COPIES.load(Ordering::Relaxed),
-        crate::cufile_io::DIRECT_REQUESTS.load(Ordering::Relaxed),
-        counters::CUFILE_DRIVER_OPEN_CALLS.load(Ordering::Relaxed),
-        counters::CUFILE_HANDLE_REGISTER_CALLS.load(Ordering::Relaxed),
-        counters::CROSS_CONTEXT_USES.load(Ordering::Relaxed),
-        counters::CUFILE_FAILED_TRANSFERS.load(Ordering::Relaxed),
-        counters::FORKED_CHILD_CALLS.load(Ordering::Relaxed),
-        counters::POINTER_QUERY_CALLS.load(Ordering::Relaxed),
-        counters::PINNED_HOST_BYTES.load(Ordering::Relaxed),
-    );
+    let live_bytes = counters::LIVE_DEVICE_BYTES.load(Ordering::Relaxed);
+    let pinned_bytes = counters::PINNED_HOST_BYTES.load(Ordering::Relaxed);
+    for (i, (name, value)) in lines().iter().enumerate() {
+        let _ = if i == 0 {
+            writeln!(text, "{name}: {value} (bytes {live_bytes})")
+        } else {
+            writeln!(text, "{name}: {value}")
+        };
+    }
+    let _ = writeln!(text, "pinned host bytes allocated: {pinned_bytes}");
+}
+
+/// The value of the report line `name` (without the colon), as the report would show it now.
+fn counter_named(name: &[u8]) -> Option<u64> {
+    if name == b"pinned host bytes allocated" {
+        return Some(counters::PINNED_HOST_BYTES.load(Ordering::Relaxed));
+    }
+    lines()
+        .iter()
+        .find(|(n, _)| n.as_bytes() == name)
+        .map(|(_, value)| *value)
 }
 
 fn write_report() {
@@ -173,12 +204,46 @@ pub unsafe extern "C" fn h5gds_emu_counters(out: *mut counters::H5gdsEmuCounters
     )
 }
 
+/// Not part of CUDA: `int h5gds_emu_report_counter(const char *name, uint64_t *out)` puts the
+/// value the exit report's line `name` (without the colon, e.g. "cufile driver opens completed")
+/// would show now into `*out`, so a program can look at any counter while it runs. Returns 0, or
+/// -1 for a null argument or an unknown name. Works before `cuInit` and in a forked child.
+///
+/// # Safety
+/// `name` must be null or a NUL-terminated string; `out` null or valid for writing a `u64`.
+#[no_mangle]
+pub unsafe extern "C" fn h5gds_emu_report_counter(
+    name: *const std::ffi::c_char,
+    out: *mut u64,
+) -> c_int {
+    crate::ffi::call(
+        "h5gds_emu_report_counter",
+        format_args!("{name:?}, {out:?}"),
+        || -1,
+        || {
+            if name.is_null() {
+                return -1;
+            }
+            // SAFETY: checked non-null; the caller passes a NUL-terminated string.
+            let name = unsafe { CStr::from_ptr(name) };
+            let Some(value) = counter_named(name.to_bytes()) else {
+                return -1;
+            };
+            // SAFETY: the caller passes null or a pointer valid for one u64.
+            match unsafe { crate::ffi::put(out, value) } {
+                Ok(()) => 0,
+                Err(_) => -1,
+            }
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn report_has_the_seventeen_lines() {
+    fn report_has_the_eighteen_lines() {
         let mut text = StackText {
             bytes: [0; 1024],
             len: 0,
@@ -186,19 +251,35 @@ mod tests {
         render(&mut text);
         let text = std::str::from_utf8(&text.bytes[..text.len]).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 17, "{text}");
+        assert_eq!(lines.len(), 18, "{text}");
         assert!(lines[0].starts_with("leaked device allocations: "));
         assert!(lines[0].contains(" (bytes "));
         assert!(lines[7].starts_with("copies dtoh: "));
         assert!(lines[8].starts_with("cufile posix bounce copies: "));
         assert!(lines[9].starts_with("cufile o_direct requests: "));
         assert!(lines[10].starts_with("cufile driver open calls: "));
-        assert!(lines[11].starts_with("cufile handle register calls: "));
-        assert!(lines[12].starts_with("cross-context uses: "));
-        assert!(lines[13].starts_with("cufile failed transfers: "));
-        assert!(lines[14].starts_with("calls from a forked child: "));
-        assert!(lines[15].starts_with("pointer queries: "));
-        assert!(lines[16].starts_with("pinned host bytes allocated: "));
+        assert!(lines[11].starts_with("cufile driver opens completed: "));
+        assert!(lines[12].starts_with("cufile handle register calls: "));
+        assert!(lines[13].starts_with("cross-context uses: "));
+        assert!(lines[14].starts_with("cufile failed transfers: "));
+        assert!(lines[15].starts_with("calls from a forked child: "));
+        assert!(lines[16].starts_with("pointer queries: "));
+        assert!(lines[17].starts_with("pinned host bytes allocated: "));
+    }
+
+    #[test]
+    fn every_report_line_can_be_asked_for_by_name() {
+        let mut text = StackText {
+            bytes: [0; 1024],
+            len: 0,
+        };
+        render(&mut text);
+        let text = std::str::from_utf8(&text.bytes[..text.len]).unwrap();
+        for line in text.lines() {
+            let (name, _) = line.split_once(": ").unwrap();
+            assert!(counter_named(name.as_bytes()).is_some(), "{name}");
+        }
+        assert_eq!(counter_named(b"no such counter"), None);
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub struct Switches {
     pub gds_targets: u32,
     /// `H5GDS_EMU_CUFILE_OPEN_ERROR`: `cuFileDriverOpen` fails with this `CUfileOpError`.
     pub cufile_open_error: Option<u32>,
+    /// `H5GDS_EMU_CUFILE_OPEN_MS`: what opening the cuFile driver costs, in milliseconds.
+    pub cufile_open_ms: u64,
     /// `H5GDS_EMU_CUFILE_REGISTER_ERROR`: `cuFileHandleRegister` fails with this `CUfileOpError`
     /// for every file (a VM whose disk cuFile cannot read the attributes of: 5027).
     pub cufile_register_error: Option<u32>,
@@ -63,6 +65,7 @@ impl Default for Switches {
             p2pdma: false,
             gds_targets: DEFAULT_GDS_TARGETS,
             cufile_open_error: None,
+            cufile_open_ms: 0,
             cufile_register_error: None,
             fail_alloc: None,
             fail_io: None,
@@ -79,6 +82,9 @@ impl Default for Switches {
         }
     }
 }
+
+/// The longest `H5GDS_EMU_CUFILE_OPEN_MS` accepted (a minute): a cost, never a hang.
+pub const MAX_CUFILE_OPEN_MS: u64 = 60_000;
 
 /// The byte fresh allocations are filled with unless `H5GDS_EMU_POISON` says otherwise.
 pub const DEFAULT_POISON: u8 = 0xA5;
@@ -131,6 +137,11 @@ impl Switches {
         }
         if let Some(v) = read("H5GDS_EMU_CUFILE_OPEN_ERROR", &|v| v.parse::<u32>().is_ok()) {
             out.cufile_open_error = v.parse().ok().filter(|&code: &u32| code != 0);
+        }
+        if let Some(v) = read("H5GDS_EMU_CUFILE_OPEN_MS", &|v| {
+            v.parse::<u64>().is_ok_and(|ms| ms <= MAX_CUFILE_OPEN_MS)
+        }) {
+            out.cufile_open_ms = v.parse().unwrap_or(0);
         }
         if let Some(v) = read("H5GDS_EMU_CUFILE_REGISTER_ERROR", &|v| {
             v.parse::<u32>().is_ok()
@@ -255,6 +266,7 @@ mod tests {
             ("H5GDS_EMU_GDS", "p2pdma"),
             ("H5GDS_EMU_GDS_TARGETS", "nfs,nvme"),
             ("H5GDS_EMU_CUFILE_OPEN_ERROR", "5001"),
+            ("H5GDS_EMU_CUFILE_OPEN_MS", "470"),
             ("H5GDS_EMU_CUFILE_REGISTER_ERROR", "5027"),
             ("H5GDS_EMU_FAIL_ALLOC", "2"),
             ("H5GDS_EMU_FAIL_IO", "4"),
@@ -279,6 +291,7 @@ mod tests {
                 p2pdma: true,
                 gds_targets: 1 << 2 | 1 << 4,
                 cufile_open_error: Some(5001),
+                cufile_open_ms: 470,
                 cufile_register_error: Some(5027),
                 fail_alloc: Some(2),
                 fail_io: Some(4),
@@ -303,9 +316,10 @@ mod tests {
             ("H5GDS_EMU_GDS", "yes"),
             ("H5GDS_EMU_SHORT_IO", "0"),
             ("H5GDS_EMU_FAIL_IO", "0"),
+            ("H5GDS_EMU_CUFILE_OPEN_MS", "3600000"),
         ]);
         assert_eq!(s, Switches::default());
-        assert_eq!(complaints.len(), 4, "{complaints:?}");
+        assert_eq!(complaints.len(), 5, "{complaints:?}");
         assert!(complaints[0].contains("H5GDS_EMU_DEVICES"));
     }
 

@@ -299,10 +299,9 @@ pub(crate) fn driver_without_waiting() -> AutoDriver {
         Err(err) => return AutoDriver::Ready(Err(err)),
     };
     match start_background_open() {
-        Ok(()) => match driver_if_opened() {
-            Some(driver) => AutoDriver::Ready(driver),
-            None => AutoDriver::Opening(why),
-        },
+        // Even where the open has just finished (it never does that fast on a real machine),
+        // this transfer stays on the path it was told: the one that starts the open is staged.
+        Ok(()) => AutoDriver::Opening(why),
         Err(err) => {
             tracing::info!("{err}; opening cuFile on the calling thread");
             AutoDriver::Ready(driver())
