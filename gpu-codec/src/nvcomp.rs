@@ -9,6 +9,7 @@ use cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr, DeviceRepr};
 use h5gds_route::route::GpuCodec;
 use h5gds_runtime::cuda::call;
 use h5gds_runtime::stream::synchronize;
+use nvcomp_sys::{deflate_decompress_opts, lz4_decompress_opts, zstd_decompress_opts};
 use nvcomp_sys::{nvcompAlignmentRequirements_t, nvcompStatus_t, NvcompLib};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -69,6 +70,28 @@ macro_rules! function {
         $lib.$field
             .as_ref()
             .map_err(|e| missing(stringify!($field), e))?
+    };
+}
+
+/// Calls `codec`'s function among three of one shape (Deflate, Zstandard, LZ4: they differ only in
+/// the type of their options), with `$opts` bound to that codec's options; the arguments use it.
+macro_rules! per_codec {
+    ($lib:expr, $codec:expr, [$deflate:ident, $zstd:ident, $lz4:ident],
+     $opts:ident = [$d:expr, $z:expr, $l:expr], ($($arg:expr),+ $(,)?)) => {
+        match $codec {
+            GpuCodec::Deflate => {
+                let $opts = $d;
+                function!($lib, $deflate)($($arg),+)
+            }
+            GpuCodec::Zstd => {
+                let $opts = $z;
+                function!($lib, $zstd)($($arg),+)
+            }
+            GpuCodec::Lz4 => {
+                let $opts = $l;
+                function!($lib, $lz4)($($arg),+)
+            }
+        }
     };
 }
 
@@ -227,32 +250,21 @@ pub fn decompress(
     let mut temp_bytes = 0usize;
     // SAFETY: plain values in, one writable size out.
     let status = unsafe {
-        match codec {
-            GpuCodec::Deflate => function!(lib, nvcompBatchedDeflateDecompressGetTempSize)(
-                n,
-                max_out,
-                nvcomp_sys::deflate_decompress_opts(),
-                &mut temp_bytes,
-                total_out,
-                cu_stream,
-            ),
-            GpuCodec::Zstd => function!(lib, nvcompBatchedZstdDecompressGetTempSize)(
-                n,
-                max_out,
-                nvcomp_sys::zstd_decompress_opts(),
-                &mut temp_bytes,
-                total_out,
-                cu_stream,
-            ),
-            GpuCodec::Lz4 => function!(lib, nvcompBatchedLZ4DecompressGetTempSize)(
-                n,
-                max_out,
-                nvcomp_sys::lz4_decompress_opts(),
-                &mut temp_bytes,
-                total_out,
-                cu_stream,
-            ),
-        }
+        per_codec!(
+            lib,
+            codec,
+            [
+                nvcompBatchedDeflateDecompressGetTempSize,
+                nvcompBatchedZstdDecompressGetTempSize,
+                nvcompBatchedLZ4DecompressGetTempSize
+            ],
+            opts = [
+                deflate_decompress_opts(),
+                zstd_decompress_opts(),
+                lz4_decompress_opts()
+            ],
+            (n, max_out, opts, &mut temp_bytes, total_out, cu_stream)
+        )
     };
     checked("querying the decoder's temp size", status)?;
     let (temp, d_temp) = temp_space(stream, temp_bytes)?;
@@ -260,37 +272,33 @@ pub fn decompress(
     // `outcomes` has synchronised the stream; each job's buffers lie inside device allocations the
     // caller keeps alive, aligned as `alignment` says.
     let status = unsafe {
-        macro_rules! run {
-            ($f:ident, $opts:expr) => {
-                function!(lib, $f)(
-                    batch.inputs as *const *const c_void,
-                    batch.input_lens as *const usize,
-                    batch.output_lens as *const usize,
-                    batch.written.1 as *mut usize,
-                    batch.n,
-                    d_temp as *mut c_void,
-                    temp_bytes,
-                    batch.outputs as *const *mut c_void,
-                    $opts,
-                    batch.statuses.1 as *mut nvcompStatus_t,
-                    cu_stream,
-                )
-            };
-        }
-        match codec {
-            GpuCodec::Deflate => run!(
+        per_codec!(
+            lib,
+            codec,
+            [
                 nvcompBatchedDeflateDecompressAsync,
-                nvcomp_sys::deflate_decompress_opts()
-            ),
-            GpuCodec::Zstd => run!(
                 nvcompBatchedZstdDecompressAsync,
-                nvcomp_sys::zstd_decompress_opts()
-            ),
-            GpuCodec::Lz4 => run!(
-                nvcompBatchedLZ4DecompressAsync,
-                nvcomp_sys::lz4_decompress_opts()
-            ),
-        }
+                nvcompBatchedLZ4DecompressAsync
+            ],
+            opts = [
+                deflate_decompress_opts(),
+                zstd_decompress_opts(),
+                lz4_decompress_opts()
+            ],
+            (
+                batch.inputs as *const *const c_void,
+                batch.input_lens as *const usize,
+                batch.output_lens as *const usize,
+                batch.written.1 as *mut usize,
+                batch.n,
+                d_temp as *mut c_void,
+                temp_bytes,
+                batch.outputs as *const *mut c_void,
+                opts,
+                batch.statuses.1 as *mut nvcompStatus_t,
+                cu_stream,
+            )
+        )
     };
     checked("launching the batched decoder", status)?;
     let outcomes = batch.outcomes(stream);
@@ -328,20 +336,21 @@ pub fn compress_alignment(lib: &NvcompLib, codec: GpuCodec) -> Result<usize> {
     };
     // SAFETY: default options; `req` is writable.
     let status = unsafe {
-        match codec {
-            GpuCodec::Deflate => function!(lib, nvcompBatchedDeflateCompressGetRequiredAlignments)(
+        per_codec!(
+            lib,
+            codec,
+            [
+                nvcompBatchedDeflateCompressGetRequiredAlignments,
+                nvcompBatchedZstdCompressGetRequiredAlignments,
+                nvcompBatchedLZ4CompressGetRequiredAlignments
+            ],
+            opts = [
                 deflate_compress_opts(),
-                &mut req,
-            ),
-            GpuCodec::Zstd => function!(lib, nvcompBatchedZstdCompressGetRequiredAlignments)(
                 zstd_compress_opts(),
-                &mut req,
-            ),
-            GpuCodec::Lz4 => function!(lib, nvcompBatchedLZ4CompressGetRequiredAlignments)(
-                lz4_compress_opts(),
-                &mut req,
-            ),
-        }
+                lz4_compress_opts()
+            ],
+            (opts, &mut req)
+        )
     };
     checked("querying the encoder's alignment", status)?;
     Ok(req.input.max(req.output).max(req.temp).max(1))
@@ -352,23 +361,21 @@ pub fn max_encoded(lib: &NvcompLib, codec: GpuCodec, len: usize) -> Result<usize
     let mut max = 0usize;
     // SAFETY: plain values in, one writable size out.
     let status = unsafe {
-        match codec {
-            GpuCodec::Deflate => function!(lib, nvcompBatchedDeflateCompressGetMaxOutputChunkSize)(
-                len,
+        per_codec!(
+            lib,
+            codec,
+            [
+                nvcompBatchedDeflateCompressGetMaxOutputChunkSize,
+                nvcompBatchedZstdCompressGetMaxOutputChunkSize,
+                nvcompBatchedLZ4CompressGetMaxOutputChunkSize
+            ],
+            opts = [
                 deflate_compress_opts(),
-                &mut max,
-            ),
-            GpuCodec::Zstd => function!(lib, nvcompBatchedZstdCompressGetMaxOutputChunkSize)(
-                len,
                 zstd_compress_opts(),
-                &mut max,
-            ),
-            GpuCodec::Lz4 => function!(lib, nvcompBatchedLZ4CompressGetMaxOutputChunkSize)(
-                len,
-                lz4_compress_opts(),
-                &mut max,
-            ),
-        }
+                lz4_compress_opts()
+            ],
+            (len, opts, &mut max)
+        )
     };
     checked("querying the encoder's largest output", status)?;
     Ok(max)
@@ -393,60 +400,54 @@ pub fn compress(
     let mut temp_bytes = 0usize;
     // SAFETY: plain values in, one writable size out.
     let status = unsafe {
-        match codec {
-            GpuCodec::Deflate => function!(lib, nvcompBatchedDeflateCompressGetTempSize)(
-                n,
-                max_in,
+        per_codec!(
+            lib,
+            codec,
+            [
+                nvcompBatchedDeflateCompressGetTempSize,
+                nvcompBatchedZstdCompressGetTempSize,
+                nvcompBatchedLZ4CompressGetTempSize
+            ],
+            opts = [
                 deflate_compress_opts(),
-                &mut temp_bytes,
-                total_in,
-                cu_stream,
-            ),
-            GpuCodec::Zstd => function!(lib, nvcompBatchedZstdCompressGetTempSize)(
-                n,
-                max_in,
                 zstd_compress_opts(),
-                &mut temp_bytes,
-                total_in,
-                cu_stream,
-            ),
-            GpuCodec::Lz4 => function!(lib, nvcompBatchedLZ4CompressGetTempSize)(
-                n,
-                max_in,
-                lz4_compress_opts(),
-                &mut temp_bytes,
-                total_in,
-                cu_stream,
-            ),
-        }
+                lz4_compress_opts()
+            ],
+            (n, max_in, opts, &mut temp_bytes, total_in, cu_stream)
+        )
     };
     checked("querying the encoder's temp size", status)?;
     let (temp, d_temp) = temp_space(stream, temp_bytes)?;
     // SAFETY: as in `decompress`: device arrays of n entries, alive until the synchronisation;
     // each output has room for `max_encoded` of its input.
     let status = unsafe {
-        macro_rules! run {
-            ($f:ident, $opts:expr) => {
-                function!(lib, $f)(
-                    batch.inputs as *const *const c_void,
-                    batch.input_lens as *const usize,
-                    max_in,
-                    batch.n,
-                    d_temp as *mut c_void,
-                    temp_bytes,
-                    batch.outputs as *const *mut c_void,
-                    batch.written.1 as *mut usize,
-                    $opts,
-                    batch.statuses.1 as *mut nvcompStatus_t,
-                    cu_stream,
-                )
-            };
-        }
-        match codec {
-            GpuCodec::Deflate => run!(nvcompBatchedDeflateCompressAsync, deflate_compress_opts()),
-            GpuCodec::Zstd => run!(nvcompBatchedZstdCompressAsync, zstd_compress_opts()),
-            GpuCodec::Lz4 => run!(nvcompBatchedLZ4CompressAsync, lz4_compress_opts()),
-        }
+        per_codec!(
+            lib,
+            codec,
+            [
+                nvcompBatchedDeflateCompressAsync,
+                nvcompBatchedZstdCompressAsync,
+                nvcompBatchedLZ4CompressAsync
+            ],
+            opts = [
+                deflate_compress_opts(),
+                zstd_compress_opts(),
+                lz4_compress_opts()
+            ],
+            (
+                batch.inputs as *const *const c_void,
+                batch.input_lens as *const usize,
+                max_in,
+                batch.n,
+                d_temp as *mut c_void,
+                temp_bytes,
+                batch.outputs as *const *mut c_void,
+                batch.written.1 as *mut usize,
+                opts,
+                batch.statuses.1 as *mut nvcompStatus_t,
+                cu_stream,
+            )
+        )
     };
     checked("launching the batched encoder", status)?;
     let outcomes = batch.outcomes(stream);
