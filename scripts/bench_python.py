@@ -14,7 +14,7 @@
   CuPy stand-in of the package tests over the emulators (nvCOMP's too) and are labelled EMULATED.
 
 Alternatives are interleaved, each repeated; medians and ratios are printed. Run it with the wheel's
-interpreter (it imports the test-only device arrays of tests/python/package), the emulator on
+interpreter (it imports the test-only device arrays of python/tests), the emulator on
 LD_LIBRARY_PATH when there is no GPU (scripts/test.sh creates the wheel environment and the links)::
 
     LD_LIBRARY_PATH=$PWD/target/emulator-lib-python H5GDS_EMU_POISON=off \\
@@ -35,8 +35,10 @@ import numpy as np
 
 import h5gds
 
-# The test-only device arrays (tests/python/package/device_arrays.py).
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "python" / "package"))
+# The test-only device arrays (python/tests/device_arrays.py; python/tests holds no h5gds, so the
+# import above stays the installed package's).
+TESTS = Path(__file__).resolve().parent.parent / "python" / "tests"
+sys.path.insert(0, str(TESTS))
 
 
 def size_arg(text):
@@ -167,8 +169,7 @@ def device_cupy():
     except Exception as exc:  # no CUDA driver in this process
         return None, f"no CUDA driver ({exc})"
     if emulated:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "python" / "package" / "mpi"
-                               / "emulated"))
+        sys.path.insert(0, str(TESTS / "mpi" / "emulated"))
     try:
         import cupy
     except ImportError as exc:

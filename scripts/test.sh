@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): installs what the tests need, builds the plugin, runs the
 # Rust tests (unit, property, ABI layout, C-API HDF5 program), the h5py tests, and the Python
-# package's tests against its wheel installed into a fresh environment.
+# package's tests (python/tests) against its wheel installed into a fresh environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || . "$HOME/.cargo/env"
@@ -30,7 +30,7 @@ cargo test -p h5gds-tests --features mpi --test mpi
 # without nvidia-fs whose cuFile registered no file handle (5027): a test that assumes GDS
 # where the machine gives the staged path fails here.
 H5GDS_TEST_REAL_CUDA=1 H5GDS_TEST_EMULATED_MACHINE=h200-vm cargo test -p h5gds-tests --test device_paths
-.venv/bin/python -m pytest -q tests/python --ignore=tests/python/package
+.venv/bin/python -m pytest -q tests/python
 
 # The Python package as a user gets it: the wheel (maturin, pyproject.toml) installed into fresh
 # environments with h5py and numpy from PyPI, so a file missing from the wheel fails here; once
@@ -63,6 +63,13 @@ ls target/sdist-wheel/h5gds-*-cp39-abi3-*.whl >/dev/null
   echo "$wheel is not a manylinux_2_28 wheel" >&2
   exit 1
 }
+# The wheels hold the package (python/h5gds/: pyproject.toml's python-source and module-name) and
+# its metadata only, not the package's tests beside it (python/tests/).
+for built in "$wheel" target/sdist-wheel/h5gds-*-cp39-abi3-*.whl; do
+  .venv/bin/python -c 'import sys, zipfile
+extra = [n for n in zipfile.ZipFile(sys.argv[1]).namelist() if not n.startswith(("h5gds/", "h5gds-"))]
+sys.exit(f"{sys.argv[1]} holds more than the h5gds package: {extra}" if extra else 0)' "$built"
+done
 for env in .venv .venv-114; do
   wheel_env=.venv-wheel${env#.venv}
   "${PYTHON:-python3}" -m venv "$wheel_env"
@@ -70,17 +77,18 @@ for env in .venv .venv-114; do
   # shellcheck disable=SC2086 # two requirements
   "$wheel_env/bin/python" -m pip install --quiet --disable-pip-version-check $pins pytest netCDF4==1.7.2 hdf5plugin==7.1.0 \
     xarray==2026.9.0 h5netcdf==1.8.2 dask==2026.8.0 "$wheel[xarray]"
-  # mpi4py for the collective calls' tests (tests/python/package/test_mpi.py), built against Open
+  # mpi4py for the collective calls' tests (python/tests/test_mpi.py), built against Open
   # MPI as in .venv (pip reuses the wheel it built there).
   MPICC=mpicc "$wheel_env/bin/python" -m pip install --quiet --disable-pip-version-check \
     --no-binary=mpi4py "mpi4py>=4,<5"
-  # From tests/python/package, so `import h5gds` can only find the installed package.
-  (cd tests/python/package && "../../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider .)
+  # From python/tests, so `import h5gds` can only find the installed package (python/, which holds
+  # the package's sources, is never on the path; conftest.py refuses to run if it were).
+  (cd python/tests && "../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider .)
   # The device-array tests, in a process whose libcuda and libcufile are the emulator (test_device.py
   # and test_mpi_device.py skip in the run above, which has no CUDA driver; here they must run), with
   # two emulated devices; test_mpi_device.py's MPI ranks inherit the emulator from this environment.
-  (cd tests/python/package && LD_LIBRARY_PATH="$emulator_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-    H5GDS_REQUIRE_DEVICE_TESTS=1 H5GDS_EMU_DEVICES=2 "../../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider \
+  (cd python/tests && LD_LIBRARY_PATH="$emulator_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    H5GDS_REQUIRE_DEVICE_TESTS=1 H5GDS_EMU_DEVICES=2 "../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider \
     test_device.py test_gpu_codec.py test_mpi_device.py)
 done
 # `pip install h5gds[cu12]`: cuFile and nvCOMP from NVIDIA's wheels, found in site-packages with
@@ -90,5 +98,5 @@ rm -rf .venv-wheel-cu12
 pins=$(.venv/bin/python -c 'import h5py, numpy; print(f"h5py=={h5py.__version__} numpy=={numpy.__version__}")')
 # shellcheck disable=SC2086 # two requirements
 .venv-wheel-cu12/bin/python -m pip install --quiet --disable-pip-version-check $pins pytest "$wheel[cu12]"
-(cd tests/python/package && env -u LD_LIBRARY_PATH H5GDS_EXPECT_NVIDIA_WHEELS=cu12 \
-  ../../../.venv-wheel-cu12/bin/python -m pytest -q -p no:cacheprovider test_nvidia_libraries.py)
+(cd python/tests && env -u LD_LIBRARY_PATH H5GDS_EXPECT_NVIDIA_WHEELS=cu12 \
+  ../../.venv-wheel-cu12/bin/python -m pytest -q -p no:cacheprovider test_nvidia_libraries.py)

@@ -271,19 +271,6 @@ def result_type(like):
 _DLPACK_HOST = (1, 3)
 
 
-def _c_contiguous(shape, strides, itemsize):
-    """Whether byte ``strides`` lay ``shape`` out in C order (axes of length 1 may have any
-    stride; an empty array is contiguous)."""
-    if strides is None or 0 in shape:
-        return True
-    step = itemsize
-    for n, stride in zip(reversed(shape), reversed(strides)):
-        if n != 1 and stride != step:
-            return False
-        step *= n
-    return True
-
-
 def _contiguous_copy(array):
     """A C-contiguous copy of a device array, made by its own library."""
     if callable(getattr(array, "contiguous", None)):  # PyTorch
@@ -312,7 +299,7 @@ def _logical(array):
     interface = getattr(array, "__cuda_array_interface__", None)
     if interface is not None:
         shape, dtype = tuple(interface["shape"]), np.dtype(interface["typestr"])
-        if not _c_contiguous(shape, interface.get("strides"), dtype.itemsize):
+        if not _arrays._c_contiguous(shape, interface.get("strides"), dtype.itemsize):
             array = _contiguous_copy(array)
         return array, shape, dtype
     if hasattr(array, "__dlpack__") and hasattr(array, "__dlpack_device__"):

@@ -30,6 +30,7 @@ Decisions (docs/xarray.md):
   chunk cache off when reading to the device, as ``h5gds.from_file`` does.
 """
 
+import contextlib
 import functools
 import importlib
 import operator
@@ -321,8 +322,14 @@ class H5gdsBackendEntrypoint(H5netcdfBackendEntrypoint):
         # h5netcdf's engine opens the same files; this one is chosen by name only.
         return False
 
-    def _store(self, filename_or_obj, *, format, group, lock, invalid_netcdf, phony_dims, decode_vlen_strings,
-               driver, driver_kwds, storage_options, open_kwargs, ordinal):
+    @contextlib.contextmanager
+    def _opened(self, filename_or_obj, *, device, format, group, lock, invalid_netcdf, phony_dims,
+                decode_vlen_strings, driver, driver_kwds, storage_options, open_kwargs):
+        """The store of ``filename_or_obj`` and the ordinal of ``device`` (None for NumPy), with the
+        store's file held for the block: the store closed if the block fails, h5netcdf's warning
+        about phony dimensions after it, as the h5netcdf engine's opening."""
+        ordinal = _device_ordinal(device)
+        warn_phony_dims, phony_dims = _check_phony_dims(phony_dims)
         filename_or_obj = _normalize_filename_or_obj(filename_or_obj)
         local = isinstance(filename_or_obj, str) and not is_remote_uri(filename_or_obj)
         if driver is None and local:
@@ -333,10 +340,14 @@ class H5gdsBackendEntrypoint(H5netcdfBackendEntrypoint):
         # Remote files' keywords only when given: older xarray has no open_kwargs.
         remote = {k: v for k, v in (("storage_options", storage_options), ("open_kwargs", open_kwargs))
                   if v is not None}
-        return H5gdsStore.open(
+        store = H5gdsStore.open(
             filename_or_obj, format=format, group=group, lock=lock, invalid_netcdf=invalid_netcdf,
             phony_dims=phony_dims, decode_vlen_strings=decode_vlen_strings, driver=driver,
             driver_kwds=driver_kwds, **remote)
+        with close_on_error(store), store._manager.acquire_context():
+            yield store, ordinal
+            if warn_phony_dims and store.ds._root._phony_dim_count > 0:
+                _emit_phony_dims_warning()
 
     def open_dataset(self, filename_or_obj, *, mask_and_scale=True, decode_times=True, concat_characters=True,
                      decode_coords=True, drop_variables=None, use_cftime=None, decode_timedelta=None,
@@ -348,20 +359,15 @@ class H5gdsBackendEntrypoint(H5netcdfBackendEntrypoint):
         ``cupy.cuda.Device``). ``driver``: None reads local files through h5gds's ``gds`` driver
         (unless ``H5GDS_USE_VFD_GDS=0``); any h5py driver name otherwise, its settings (and the
         ``gds`` driver's: ``nthreads``, ...) in ``driver_kwds``."""
-        ordinal = _device_ordinal(device)
-        warn_phony_dims, phony_dims = _check_phony_dims(phony_dims)
-        store = self._store(
-            filename_or_obj, format=format, group=group, lock=lock, invalid_netcdf=invalid_netcdf,
-            phony_dims=phony_dims, decode_vlen_strings=decode_vlen_strings, driver=driver, driver_kwds=driver_kwds,
-            storage_options=storage_options, open_kwargs=open_kwargs, ordinal=ordinal)
-        with close_on_error(store), store._manager.acquire_context():
+        with self._opened(
+                filename_or_obj, device=device, format=format, group=group, lock=lock, invalid_netcdf=invalid_netcdf,
+                phony_dims=phony_dims, decode_vlen_strings=decode_vlen_strings, driver=driver,
+                driver_kwds=driver_kwds, storage_options=storage_options, open_kwargs=open_kwargs) as (store, ordinal):
             dataset = StoreBackendEntrypoint().open_dataset(
                 store, mask_and_scale=mask_and_scale, decode_times=decode_times,
                 concat_characters=concat_characters, decode_coords=decode_coords, drop_variables=drop_variables,
                 use_cftime=use_cftime, decode_timedelta=decode_timedelta)
             _place(dataset, ordinal)
-            if warn_phony_dims and store.ds._root._phony_dim_count > 0:
-                _emit_phony_dims_warning()
         return dataset
 
     def open_datatree(self, filename_or_obj, *, mask_and_scale=True, decode_times=True, concat_characters=True,
@@ -386,15 +392,12 @@ class H5gdsBackendEntrypoint(H5netcdfBackendEntrypoint):
                             storage_options=None, open_kwargs=None, device=None):
         """Every group below ``group`` (the root by default) as ``open_dataset`` opens it, by path
         relative to ``group``; all share one open file."""
-        ordinal = _device_ordinal(device)
-        warn_phony_dims, phony_dims = _check_phony_dims(phony_dims)
-        store = self._store(
-            filename_or_obj, format=format, group=group, lock=lock, invalid_netcdf=invalid_netcdf,
-            phony_dims=phony_dims, decode_vlen_strings=decode_vlen_strings, driver=driver, driver_kwds=driver_kwds,
-            storage_options=storage_options, open_kwargs=open_kwargs, ordinal=ordinal)
         parent = NodePath("/") / NodePath(group or "/")
         groups = {}
-        with close_on_error(store), store._manager.acquire_context():
+        with self._opened(
+                filename_or_obj, device=device, format=format, group=group, lock=lock, invalid_netcdf=invalid_netcdf,
+                phony_dims=phony_dims, decode_vlen_strings=decode_vlen_strings, driver=driver,
+                driver_kwds=driver_kwds, storage_options=storage_options, open_kwargs=open_kwargs) as (store, ordinal):
             for path in _iter_nc_groups(store.ds, parent=parent):
                 group_store = H5gdsStore(store._manager, group=path, format=format, lock=store.lock)
                 with close_on_error(group_store):
@@ -403,6 +406,4 @@ class H5gdsBackendEntrypoint(H5netcdfBackendEntrypoint):
                         concat_characters=concat_characters, decode_coords=decode_coords,
                         drop_variables=drop_variables, use_cftime=use_cftime, decode_timedelta=decode_timedelta)
                 groups[str(NodePath(path).relative_to(parent)) if group else path] = _place(dataset, ordinal)
-            if warn_phony_dims and store.ds._root._phony_dim_count > 0:
-                _emit_phony_dims_warning()
         return groups

@@ -1,11 +1,56 @@
 """The package tests run from this directory with the wheel environment's interpreter, so that
-`import h5gds` finds only the installed package; tests/python (the parent directory, holding no
-h5gds) goes on the path for the helpers shared with the h5py tests (support.py)."""
+`import h5gds` finds only the installed package: pytest puts this directory (no __init__.py) on the
+path, never python/ above it, which holds the package's sources. tests/python (holding no h5gds)
+goes on the path for the helpers shared with the h5py tests (support.py)."""
 
+import importlib.util
 import sys
+import threading
 from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parent.parent))
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.append(str(HERE.parents[1] / "tests" / "python"))
+
+
+def pytest_configure(config):
+    """Refuses to run against the package's sources (python/h5gds): `import h5gds` must find the
+    installed wheel. Looked up, not imported: the device tests set CUDA variables before the import."""
+    found = importlib.util.find_spec("h5gds")
+    if found is None or Path(found.origin).resolve().parent == HERE.parent / "h5gds":
+        raise pytest.UsageError(
+            f"the package tests check the installed h5gds, but `import h5gds` finds "
+            f"{'nothing' if found is None else found.origin}: run them from python/tests with an "
+            "interpreter that has the wheel installed (scripts/test.sh)")
+
+
+@pytest.fixture
+def run_in_threads():
+    """``run(works, repeats)``: each of `works` in a thread of its own, all at once, each calling
+    ``work(i)`` for i in range(repeats); fails naming what any thread raised, or if one still runs
+    after two minutes."""
+    def run(works, repeats):
+        failures = []
+
+        def guarded(work):
+            def loop():
+                try:
+                    for i in range(repeats):
+                        work(i)
+                except BaseException as exc:  # reported by the main thread
+                    failures.append(repr(exc))
+            return loop
+
+        threads = [threading.Thread(target=guarded(work)) for work in works]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not [t for t in threads if t.is_alive()], "a thread hung"
+        assert not failures, failures
+    return run
+
 
 #: The device tests: device arrays over this process's libcuda, the emulator (scripts/test.sh) or a real driver.
 DEVICE_TEST_FILES = ("test_device.py", "test_gpu_codec.py", "test_mpi_device.py")

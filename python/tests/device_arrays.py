@@ -67,6 +67,49 @@ def cuda():
     return _CUDA
 
 
+def cuda_or_skip():
+    """cuda(), for a module of device tests: without a CUDA driver in this process the module is
+    skipped, unless H5GDS_REQUIRE_DEVICE_TESTS=1 (scripts/test.sh's run on the emulator) demands it runs."""
+    import pytest
+
+    try:
+        return cuda()
+    except (OSError, RuntimeError) as exc:
+        if os.environ.get("H5GDS_REQUIRE_DEVICE_TESTS") == "1":
+            raise
+        pytest.skip(f"no CUDA driver in this process ({exc}): scripts/test.sh runs the device tests with the "
+                    "emulator on LD_LIBRARY_PATH", allow_module_level=True)
+
+
+class Counters:
+    """The emulator's counters across a block (``with Counters() as moved:``), to tell how bytes moved:
+    by cuFile or by host<->device copies. On a real GPU nothing is counted and ``check`` passes."""
+
+    def __enter__(self):
+        self.before = cuda().counters() if cuda().emulated else None
+        return self
+
+    def __exit__(self, *exc):
+        self.after = cuda().counters() if cuda().emulated else None
+
+    def delta(self, key):
+        return self.after[key] - self.before[key]
+
+    def check(self, route, op, what="the block", library_copies=False):
+        """`op` ("read" or "write") took `route`: "gds", cuFile moved bytes and no host<->device copy
+        did; "staged", no cuFile transfer did and CUDA copies did. `library_copies`: the block also
+        holds copies the array's own library made (the contiguous copy of a strided tile, through the
+        host in the CuPy stand-in), so under gds only cuFile's transfer tells."""
+        if not cuda().emulated:
+            return
+        cufile, copies = ("cufile_reads", "htod") if op == "read" else ("cufile_writes", "dtoh")
+        if route == "gds":
+            moved = self.delta(cufile) > 0 and (library_copies or self.delta(copies) == 0)
+        else:
+            moved = self.delta(cufile) == 0 and self.delta(copies) > 0
+        assert moved, f"{what}: a {route} {op} expected ({self.before} -> {self.after})"
+
+
 #: How the reason of every skip of a test that needs h5gds's emulators (their switches, fault injection,
 #: counters) starts, so that conftest.py can count them in the last line of a run on a real GPU.
 NEEDS_EMULATOR = "needs h5gds's emulator"
@@ -294,6 +337,20 @@ class DeviceArray:
         if self.cai_version >= 3:
             interface["stream"] = self.stream
         return interface
+
+
+class DlpackOnly:
+    """Another library's array, in host or device memory, reached through DLPack only (`inner`'s
+    ``__dlpack__`` and ``__dlpack_device__``, nothing else)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __dlpack__(self, **kwargs):
+        return self.inner.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.inner.__dlpack_device__()
 
 
 class DlpackArray:

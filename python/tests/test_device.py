@@ -17,28 +17,14 @@ os.environ.setdefault("H5GDS_EMU_DEVICES", "2")
 os.environ.setdefault("H5GDS_EMU_DEFER_ASYNC", "1")
 os.environ["H5GDS_LOG"] = "info"
 
-import ctypes  # noqa: E402
-import threading  # noqa: E402
-
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import h5gds  # noqa: E402
-from device_arrays import DeviceArray, DlpackArray, cuda, require_emulator  # noqa: E402
+from device_arrays import Counters, DeviceArray, DlpackArray, DlpackOnly, cuda_or_skip, require_emulator  # noqa: E402
 
-
-def _cuda():
-    try:
-        return cuda()
-    except (OSError, RuntimeError) as exc:
-        if os.environ.get("H5GDS_REQUIRE_DEVICE_TESTS") == "1":
-            raise
-        pytest.skip(f"no CUDA driver in this process ({exc}): scripts/test.sh runs this file with the emulator "
-                    "on LD_LIBRARY_PATH", allow_module_level=True)
-
-
-CUDA = _cuda()
+CUDA = cuda_or_skip()
 SHAPE = (24, 10, 6)
 GDS = "straight {} device memory through the gds driver"
 STAGED = "device memory through pinned host memory"
@@ -78,19 +64,6 @@ def _kinds():
         kinds["torch-dlpack"] = (lambda host: DlpackOnly(torch.from_numpy(np.ascontiguousarray(host)).cuda()),
                                  lambda a: a.inner.cpu().numpy())
     return kinds
-
-
-class DlpackOnly:
-    """A real library's array seen through DLPack only."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def __dlpack__(self, **kwargs):
-        return self.inner.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self.inner.__dlpack_device__()
 
 
 KINDS = _kinds()
@@ -166,30 +139,6 @@ def read_route(capfd, expect, reason, op="read"):
     else:
         assert STAGED in err and reason in err, err
         assert "through the gds driver" not in err.split(f"h5gds.{op}")[-1].split("\n")[0], err
-
-
-class Counters:
-    """The emulator's cuFile and copy counters across a block (nothing on a real GPU)."""
-
-    def __enter__(self):
-        self.before = CUDA.counters() if CUDA.emulated else None
-        return self
-
-    def __exit__(self, *exc):
-        self.after = CUDA.counters() if CUDA.emulated else None
-
-    def delta(self, key):
-        return self.after[key] - self.before[key]
-
-    def check(self, route, op):
-        if not CUDA.emulated:
-            return
-        cufile = "cufile_reads" if op == "read" else "cufile_writes"
-        copies = "htod" if op == "read" else "dtoh"
-        if route == "gds":
-            assert self.delta(cufile) > 0 and self.delta(copies) == 0, (self.before, self.after)
-        else:
-            assert self.delta(cufile) == 0 and self.delta(copies) > 0, (self.before, self.after)
 
 
 def expected_route(layout, sel):
@@ -531,22 +480,11 @@ def test_bad_interfaces_raise_instead_of_crashing(dset):
 
 # --- threads -----------------------------------------------------------------------------------------------
 
-def test_device_reads_in_threads_while_others_use_h5py(tmp_path):
+def test_device_reads_in_threads_while_others_use_h5py(tmp_path, run_in_threads):
     data = reference((256, 1024))
     with open_gds(tmp_path / "t.h5", "w") as f:
         f["a"] = data
         f.create_dataset("b", data=data[::-1], chunks=(32, 256), compression="gzip")
-    failures = []
-
-    def guarded(work):
-        def run():
-            try:
-                for i in range(4):
-                    work(i)
-            except BaseException as exc:
-                failures.append(repr(exc))
-        return run
-
     with open_gds(tmp_path / "t.h5", "r") as f:
         def device_reader(i):
             out = DeviceArray((256 // 4, 1024), "<f8")
@@ -561,13 +499,7 @@ def test_device_reads_in_threads_while_others_use_h5py(tmp_path):
         def h5py_reader(i):
             assert np.array_equal(f["b"][i:i + 40], data[::-1][i:i + 40])
 
-        threads = [threading.Thread(target=guarded(w)) for w in (device_reader, staged_reader, h5py_reader, device_reader)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        assert not [t for t in threads if t.is_alive()], "a thread hung"
-        assert not failures, failures
+        run_in_threads((device_reader, staged_reader, h5py_reader, device_reader), repeats=4)
 
 
 def test_the_emulator_saw_no_bounds_violation_or_double_free():

@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import sysconfig
-import threading
 from pathlib import Path
 
 import h5py

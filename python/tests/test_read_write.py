@@ -1,14 +1,13 @@
 """h5gds.read and h5gds.write on NumPy arrays, compared with h5py's own reads and writes of the
 same selections; every refusal names the culprit and leaves the dataset as it was."""
 
-import threading
-
 import h5py
 import numpy as np
 import pytest
 
 import h5gds
 from h5gds import _native
+from device_arrays import DlpackOnly
 
 SHAPE = (12, 9, 5)
 
@@ -95,19 +94,10 @@ def test_scalar_datasets(h5file):
 
 
 def test_a_host_array_whose_cuda_interface_raises_goes_through_dlpack():
-    class CpuTensor:  # as a PyTorch CPU tensor: __cuda_array_interface__ raises, DLPack works
-        def __init__(self, array):
-            self._array = array
-
+    class CpuTensor(DlpackOnly):  # as a PyTorch CPU tensor: __cuda_array_interface__ raises, DLPack works
         @property
         def __cuda_array_interface__(self):
             raise TypeError("Can't get __cuda_array_interface__ on non-CUDA tensor type")
-
-        def __dlpack__(self, **kwargs):
-            return self._array.__dlpack__(**kwargs)
-
-        def __dlpack_device__(self):
-            return self._array.__dlpack_device__()
 
     class Raising:  # no DLPack to fall back to
         @property
@@ -124,20 +114,10 @@ def test_a_host_array_whose_cuda_interface_raises_goes_through_dlpack():
 
 
 def test_host_dlpack_arrays_are_read_into():
-    class HostTensor:  # another library's CPU array, reached through DLPack only
-        def __init__(self, array):
-            self._array = array
-
-        def __dlpack__(self, **kwargs):
-            return self._array.__dlpack__(**kwargs)
-
-        def __dlpack_device__(self):
-            return self._array.__dlpack_device__()
-
     backing = np.zeros((12, 9), dtype="<f8")
     with h5py.File("dl.h5", "w", driver="core", backing_store=False) as f:
         dset = f.create_dataset("x", data=reference()[:, :, 1])
-        tensor = HostTensor(backing)
+        tensor = DlpackOnly(backing)  # another library's CPU array, reached through DLPack only
         assert h5gds.read(dset, out=tensor) is tensor
         assert np.array_equal(backing, reference()[:, :, 1])
 
@@ -308,7 +288,7 @@ def test_the_native_layer_checks_every_id_and_size(dset):
 
 # --- threads -----------------------------------------------------------------------------------------------
 
-def test_threads_reading_with_h5gds_while_others_use_h5py(tmp_path):
+def test_threads_reading_with_h5gds_while_others_use_h5py(tmp_path, run_in_threads):
     rows, cols = 256, 4096  # 8 MiB per dataset: reads long enough to overlap
     data = np.arange(rows * cols, dtype="<f8").reshape(rows, cols)
     path = tmp_path / "threads.h5"
@@ -316,17 +296,6 @@ def test_threads_reading_with_h5gds_while_others_use_h5py(tmp_path):
         f["a"] = data
         f.create_dataset("b", data=data[::-1], chunks=(32, 512))
         f.create_dataset("w", shape=(8, cols), dtype="<f8")
-    failures = []
-
-    def guarded(work):
-        def run():
-            try:
-                for i in range(6):
-                    work(i)
-            except BaseException as exc:  # reported by the main thread
-                failures.append(repr(exc))
-        return run
-
     with h5py.File(path, "r+", driver="gds", nthreads=2) as f:
         def h5gds_reader(i):
             got = h5gds.read(f["a"], sel=slice(i, rows, 3))
@@ -342,12 +311,5 @@ def test_threads_reading_with_h5gds_while_others_use_h5py(tmp_path):
             f["a"].attrs[f"n{i}"] = i
             assert f["a"].attrs[f"n{i}"] == i
 
-        threads = [threading.Thread(target=guarded(work)) for work in
-                   (h5gds_reader, h5gds_reader, h5py_reader, h5py_reader, h5gds_writer, h5py_attrs)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        assert not [t for t in threads if t.is_alive()], "a thread hung"
-        assert not failures, failures
+        run_in_threads((h5gds_reader, h5gds_reader, h5py_reader, h5py_reader, h5gds_writer, h5py_attrs), repeats=6)
         assert np.array_equal(f["w"][:6], np.repeat(np.arange(6.0)[:, None], cols, axis=1))

@@ -32,10 +32,10 @@ import h5gds  # noqa: E402
 import h5gds.xarray  # noqa: E402
 from h5gds import _io  # noqa: E402
 from device_arrays import cuda, require_emulator  # noqa: E402
-from support import clean_env  # noqa: E402
+from support import ROOT, clean_env  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-EMULATOR_LIBS = HERE.parents[2] / "target" / "emulator-lib-python"
+EMULATOR_LIBS = ROOT / "target" / "emulator-lib-python"
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:The specified chunks separate the stored chunks:UserWarning",
@@ -259,17 +259,10 @@ def _indexers(selection):
     return {k: xr.DataArray(v[1], dims=v[0]) if isinstance(v, tuple) else v for k, v in selection.items()}
 
 
-@pytest.mark.parametrize("selection", SELECTIONS, ids=repr)
-def test_lazily_indexed_netcdf4_python_variables_are_identical(files, selection):
-    path, _ = files["netcdf4-python"]
-    theirs, ours = open_both(path)
-    indexers = _indexers(selection)
-    assert_same(theirs.isel(indexers).load(), ours.isel(indexers).load())
-
-
-@pytest.mark.parametrize("selection", XARRAY_SELECTIONS, ids=repr)
-def test_lazily_indexed_xarray_variables_are_identical(files, selection):
-    path, _ = files["xarray"]
+@pytest.mark.parametrize("writer, selection", [("netcdf4-python", s) for s in SELECTIONS]
+                         + [("xarray", s) for s in XARRAY_SELECTIONS], ids=repr)
+def test_lazily_indexed_variables_are_identical(files, writer, selection):
+    path, _ = files[writer]
     theirs, ours = open_both(path)
     indexers = _indexers(selection)
     assert_same(theirs.isel(indexers).load(), ours.isel(indexers).load())

@@ -14,12 +14,12 @@ import numpy as np
 from mpi4py import MPI
 
 import h5gds
-from patterns import pattern  # the global arrays, as test_mpi.py computes them
+from jobs import Manifest, expect, pattern  # pattern: the global arrays, as test_mpi.py computes them
 
 comm = MPI.COMM_WORLD
 rank, ranks = comm.Get_rank(), comm.Get_size()
 directory = sys.argv[1]
-manifest = []
+manifest = Manifest(comm, directory)
 
 DTYPES = ["i1", "i2", "<i4", "<i8", "u1", "<u2", "<u4", "<u8", "<f2", "<f4", "<f8", "?", ">f8"]
 
@@ -32,20 +32,7 @@ def round_trip(name, dtype, shape, decomposition=None):
     back = h5gds.from_file(path, "g/x", comm=comm, decomposition=decomposition)
     assert back.dtype == mine.dtype and back.shape == mine.shape, (name, back.dtype, back.shape)
     assert back.tobytes() == mine.tobytes(), f"rank {rank}: {name} read back"
-    if rank == 0:
-        manifest.append(f"{name}.h5\t/g/x\t{np.dtype(dtype).str}\t{','.join(map(str, shape))}")
-
-
-def expect(what, fn, cls, *needles):
-    try:
-        fn()
-    except cls as err:
-        text = str(err)
-        for needle in needles:
-            assert needle in text, f"rank {rank}: {what}: {needle!r} not in {text!r}"
-        print(f"rank {rank}: expected error, {what}: {type(err).__name__}: {text}", flush=True)
-        return
-    raise AssertionError(f"rank {rank}: {what}: no {cls.__name__} raised")
+    manifest.add(f"{name}.h5", "/g/x", dtype, shape)
 
 
 p = ranks
@@ -71,21 +58,20 @@ everyone = comm.allgather(seen)
 flat = [at for share in everyone for at in share]
 assert len(flat) == len(set(flat)) == (-(-shape[0] // 2)) * 3, everyone
 assert flat == sorted(flat), "shares are contiguous blocks in rank order"
-if rank == 0:
-    manifest.append(f"batched.h5\t/b\t<i4\t{shape[0]},{shape[1]}")
+manifest.add("batched.h5", "/b", "<i4", shape)
 
 last = p - 1
 if p > 1:
     bad = np.zeros((2, 4 if rank == last else 3), "<f4")
-    expect("a wrong shape", lambda: h5gds.to_file(bad, os.path.join(directory, "ws.h5"), "x",
-                                                  comm=comm),
+    expect(comm, "a wrong shape", lambda: h5gds.to_file(bad, os.path.join(directory, "ws.h5"), "x",
+                                                        comm=comm),
            ValueError, f"rank {last}'s tile has shape (2, 4)")
     typed = np.zeros(2, "<i4" if rank == last else "<f4")
-    expect("a wrong type", lambda: h5gds.to_file(typed, os.path.join(directory, "wt.h5"), "x",
-                                                 comm=comm),
+    expect(comm, "a wrong type", lambda: h5gds.to_file(typed, os.path.join(directory, "wt.h5"), "x",
+                                                       comm=comm),
            ValueError, f"rank {last} has a tile of int32")
     assert not os.path.exists(os.path.join(directory, "ws.h5"))
-expect("a directory", lambda: h5gds.to_file(np.zeros(2), directory, "x", comm=comm), ValueError,
+expect(comm, "a directory", lambda: h5gds.to_file(np.zeros(2), directory, "x", comm=comm), ValueError,
        f"describing the tiles failed on rank 0 of {p}", "is a directory")
 
 # One rank fails mid-write (its file size limit makes its write fail with EFBIG, as a full disk
@@ -103,7 +89,7 @@ try:
     # Alone, rank 0 hits the limit already when HDF5 extends the new file to hold the allocated
     # dataset, which h5py reports as a RuntimeError of the file's close.
     step, cls = ("creating the file", RuntimeError) if p == 1 else ("writing the tiles", OSError)
-    expect("one rank failing mid-write", lambda: h5gds.to_file(tile, path, "x", comm=comm), cls,
+    expect(comm, "one rank failing mid-write", lambda: h5gds.to_file(tile, path, "x", comm=comm), cls,
            f"{step} failed on rank {last} of {p}", "File too large")
 finally:
     if rank == last:
@@ -111,12 +97,11 @@ finally:
 assert (h5gds.from_file(path, "old") == 42.0).all(), "the old file is untouched"
 comm.Barrier()
 assert not [n for n in os.listdir(directory) if n.endswith(".partial")]
-if rank == 0:
-    manifest.append("mid_write.h5\t/old\t<f8\t3")
+manifest.add("mid_write.h5", "/old", "<f8", (3,))
 
 # Reads: a missing dataset fails on every rank.
-expect("a missing dataset", lambda: h5gds.from_file(os.path.join(directory, "batched.h5"), "nope",
-                                                     comm=comm),
+expect(comm, "a missing dataset", lambda: h5gds.from_file(os.path.join(directory, "batched.h5"), "nope",
+                                                           comm=comm),
        ValueError, "reading the tiles failed on " + ("every rank" if p > 1 else "rank 0 of 1"),
        "no dataset '/nope'")
 
@@ -125,12 +110,8 @@ expect("a missing dataset", lambda: h5gds.from_file(os.path.join(directory, "bat
 try:
     ctypes.CDLL("libcuda.so.1")
 except OSError:
-    expect("no CUDA driver", lambda: h5gds.local_device(comm), OSError,
+    expect(comm, "no CUDA driver", lambda: h5gds.local_device(comm), OSError,
            "choosing each rank's device failed on " + ("every rank" if p > 1 else "rank 0 of 1"),
            "no CUDA driver library (libcuda.so.1) found")
 
-comm.Barrier()
-if rank == 0:
-    with open(os.path.join(directory, "manifest.txt"), "w") as f:
-        f.write("\n".join(manifest) + "\n")
-print(f"rank {rank}: ALL OK", flush=True)
+manifest.finish()

@@ -18,8 +18,8 @@ import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import h5gds  # noqa: E402
-from device_arrays import DeviceArray, DlpackArray, cuda  # noqa: E402
-from patterns import pattern  # noqa: E402
+from device_arrays import Counters, DeviceArray, DlpackArray, cuda  # noqa: E402
+from jobs import Manifest, expect, pattern  # noqa: E402
 
 CUDA = cuda()
 if CUDA.emulated:
@@ -29,7 +29,7 @@ import cupy  # noqa: E402  (the stand-in on the emulator)
 comm = MPI.COMM_WORLD
 rank, ranks = comm.Get_rank(), comm.Get_size()
 directory = sys.argv[1]
-manifest = []
+manifest = Manifest(comm, directory)
 p = ranks
 # Small pieces, so that staged tiles take several, and byte runs cross pieces.
 os.environ["H5GDS_STAGING_BUFFER_SIZE"] = "4K"
@@ -40,41 +40,11 @@ cupy.cuda.Device(device).use()
 print(f"rank {rank}: device {device}", flush=True)
 
 
-class Counters:
-    """The emulator's counters across a block, in this rank's process."""
-
-    def __enter__(self):
-        self.before = CUDA.counters() if CUDA.emulated else None
-        return self
-
-    def __exit__(self, *exc):
-        self.after = CUDA.counters() if CUDA.emulated else None
-
-    def __getitem__(self, name):
-        return self.after[name] - self.before[name]
-
-    def check(self, gds, op, what):
-        """Under gds, cuFile moved bytes; staged, it did not and CUDA copies did."""
-        if not CUDA.emulated:
-            return
-        cufile, copies = ("cufile_writes", "dtoh") if op == "write" else ("cufile_reads", "htod")
-        if gds:
-            assert self[cufile] > 0, f"rank {rank}: {what}: no cuFile {op} ({self.before} -> {self.after})"
-        else:
-            assert self[cufile] == 0 and self[copies] > 0, \
-                f"rank {rank}: {what}: staged {op} expected ({self.before} -> {self.after})"
-
-
 def host_of(array):
     return cupy.asnumpy(array) if hasattr(cupy, "asnumpy") else array.to_host()
 
 
-def record(name, dtype, shape):
-    if rank == 0:
-        manifest.append(f"{name}.h5\t/x\t{np.dtype(dtype).str}\t{','.join(map(str, shape))}")
-
-
-def round_trip(mode, gds, name, dtype, shape, make, decomposition=None):
+def round_trip(mode, name, dtype, shape, make, decomposition=None):
     """Writes this rank's tile (made on this rank's device by `make`) collectively, reads it back
     into device memory, byte-compares."""
     path = os.path.join(directory, f"{mode}_{name}.h5")
@@ -83,7 +53,7 @@ def round_trip(mode, gds, name, dtype, shape, make, decomposition=None):
     with Counters() as written:
         h5gds.to_file(tile, path, "x", comm=comm, decomposition=decomposition)
     if mine.size:
-        written.check(gds, "write", f"{mode} {name}")
+        written.check(mode, "write", f"rank {rank}: {mode} {name}", library_copies=make is strided)
     with Counters() as read:
         back = h5gds.from_file(path, "x", like="cupy", comm=comm, decomposition=decomposition)
     assert back.device.id == device, (rank, back.device.id)
@@ -91,8 +61,8 @@ def round_trip(mode, gds, name, dtype, shape, make, decomposition=None):
     assert got.dtype == mine.dtype.newbyteorder("=") and got.shape == mine.shape, (name, got.dtype, got.shape)
     assert got.tobytes() == mine.astype(got.dtype).tobytes(), f"rank {rank}: {mode} {name} read back"
     if mine.size and mine.dtype.kind != "b":  # bools are checked on the host (0 or 1)
-        read.check(gds, "read", f"{mode} {name}")
-    record(f"{mode}_{name}", dtype, shape)
+        read.check(mode, "read", f"rank {rank}: {mode} {name}")
+    manifest.add(f"{mode}_{name}.h5", "/x", dtype, shape)
 
 
 def cai(host):
@@ -121,18 +91,18 @@ def pending(host):
     return t
 
 
-for mode, gds in (("gds", True), ("staged", False)):
-    if gds:
+for mode in ("gds", "staged"):
+    if mode == "gds":
         os.environ.pop("H5GDS_USE_VFD_GDS", None)
     else:
         os.environ["H5GDS_USE_VFD_GDS"] = "0"
-    round_trip(mode, gds, "d1_f8", "<f8", (1000 * p + 7,), cai)
-    round_trip(mode, gds, "grid_f4", "<f4", (2 * p + 1, 1001), dlpack, "grid")
-    round_trip(mode, gds, "d3_u1", "u1", (p + 2, 30, 70), cai)
-    round_trip(mode, gds, "d2_bool", "?", (2 * p + 1, 33), dlpack)
-    round_trip(mode, gds, "d2_i2_strided", "<i2", (3 * p + 1, 900), strided)
-    round_trip(mode, gds, "d2_f8_pending", "<f8", (2 * p + 1, 700), pending)
-    round_trip(mode, gds, "short_i4", "<i4", (p - 1, 2000), cai)  # rank p-1 holds no rows
+    round_trip(mode, "d1_f8", "<f8", (1000 * p + 7,), cai)
+    round_trip(mode, "grid_f4", "<f4", (2 * p + 1, 1001), dlpack, "grid")
+    round_trip(mode, "d3_u1", "u1", (p + 2, 30, 70), cai)
+    round_trip(mode, "d2_bool", "?", (2 * p + 1, 33), dlpack)
+    round_trip(mode, "d2_i2_strided", "<i2", (3 * p + 1, 900), strided)
+    round_trip(mode, "d2_f8_pending", "<f8", (2 * p + 1, 700), pending)
+    round_trip(mode, "short_i4", "<i4", (p - 1, 2000), cai)  # rank p-1 holds no rows
 
     # like= a device array: results on its device (the other device, where there are two).
     path = os.path.join(directory, f"{mode}_d1_f8.h5")
@@ -154,7 +124,7 @@ for mode, gds in (("gds", True), ("staged", False)):
             assert chunk.device.id == device and host_of(chunk).tobytes() == whole[sel].tobytes(), (rank, at)
             seen.append(at)
     if seen:
-        read.check(gds, "read", f"{mode} batched")
+        read.check(mode, "read", f"rank {rank}: {mode} batched")
     flat = [at for share in comm.allgather(seen) for at in share]
     assert len(flat) == len(set(flat)) == (-(-shape[0] // 2)) * 2, flat
 
@@ -164,14 +134,9 @@ for mode, gds in (("gds", True), ("staged", False)):
     if rank == p - 1:
         bad.strides = (4, 16)
     path = os.path.join(directory, f"{mode}_refused.h5")
-    try:
-        h5gds.to_file(DlpackArray(bad), path, "x", comm=comm)
-    except ValueError as err:
-        text = str(err)
-        assert f"describing the tiles failed on rank {p - 1} of {p}" in text, text
-        assert "is not C-contiguous, and its library offers no ascontiguousarray" in text, text
-    else:
-        raise AssertionError(f"rank {rank}: a strided DLPack tile was not refused")
+    expect(comm, "a strided DLPack tile", lambda: h5gds.to_file(DlpackArray(bad), path, "x", comm=comm), ValueError,
+           f"describing the tiles failed on rank {p - 1} of {p}",
+           "is not C-contiguous, and its library offers no ascontiguousarray")
     assert not os.path.exists(path)
 
     # A rank whose tile claims more than its allocation fails in the write step: every rank
@@ -183,23 +148,13 @@ for mode, gds in (("gds", True), ("staged", False)):
     bad = cupy.asarray(np.zeros((4, 3), "<f4"))
     if rank == p - 1:
         bad.shape = (8, 3)  # twice the bytes of its allocation
-    try:
-        h5gds.to_file(bad, path, "x", comm=comm)
-    except ValueError as err:
-        text = str(err)
-        assert f"writing the tiles failed on rank {p - 1} of {p}" in text, text
-        assert "beyond its allocation" in text, text
-    else:
-        raise AssertionError(f"rank {rank}: a tile beyond its allocation was not refused")
+    expect(comm, "a tile beyond its allocation", lambda: h5gds.to_file(bad, path, "x", comm=comm), ValueError,
+           f"writing the tiles failed on rank {p - 1} of {p}", "beyond its allocation")
     assert (h5gds.from_file(path, "old") == 42.0).all(), "the old file is untouched"
     comm.Barrier()
     assert not [n for n in os.listdir(directory) if n.endswith(".partial")]
 
-comm.Barrier()
 if CUDA.emulated:
     counters = CUDA.counters()
     assert counters["bounds_violations"] == 0 and counters["double_frees"] == 0, (rank, counters)
-if rank == 0:
-    with open(os.path.join(directory, "manifest.txt"), "w") as f:
-        f.write("\n".join(manifest) + "\n")
-print(f"rank {rank}: ALL OK", flush=True)
+manifest.finish()
