@@ -7,7 +7,7 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::file::OpenDataset;
 use crate::layout::Types;
-use crate::select::{chunk_grid, ChunkGrid};
+use crate::select::{chunk_grid, Block, ChunkGrid};
 use crate::ReadOptions;
 use cudarc::driver::CudaStream;
 use ndarray::ArrayD;
@@ -38,38 +38,42 @@ fn check_chunk_shape(dataset: &str, shape: &[u64], chunk_shape: &[usize]) -> Res
     Ok(chunk_shape.iter().map(|&c| c as u64).collect())
 }
 
-/// Host chunks of a dataset: `(chunk, offsets)` pairs, `offsets` being the chunk's position in
-/// the dataset. Returned by [`crate::from_file_batched`].
-pub struct Batches<T> {
-    ds: OpenDataset,
-    types: Types,
-    grid: ChunkGrid,
-    failed: bool,
-    marker: PhantomData<T>,
+/// Where a batched read's chunks come from: the dataset's shape, and one block read at a time.
+pub trait BlockReader {
+    /// One chunk as read.
+    type Chunk;
+    /// The dataset's shape.
+    fn dims(&self) -> &[u64];
+    /// Reads one block of the dataset.
+    fn read(&mut self, block: &Block) -> Result<Self::Chunk>;
+    /// Closes the dataset and its file, reporting what HDF5 reports.
+    fn close(self) -> Result<()>;
 }
 
-impl<T: Element> Batches<T> {
-    pub(crate) fn open(
-        path: &Path,
-        dataset: &str,
-        chunk_shape: &[usize],
-        options: &ReadOptions,
-    ) -> Result<Batches<T>> {
-        let (ds, types) = crate::host::open_checked::<T>(path, dataset, options)?;
-        let chunk = check_chunk_shape(dataset, &ds.shape, chunk_shape)?;
-        let grid = chunk_grid(&ds.shape, &chunk);
-        Ok(Batches {
-            ds,
-            types,
+/// Chunks of a dataset: `(chunk, offsets)` pairs, `offsets` being the chunk's position in the
+/// dataset, read from `S` (host memory: [`Batches`], device memory: [`DeviceBatches`]). After an
+/// error it yields nothing more.
+pub struct ChunkBatches<S> {
+    source: S,
+    grid: ChunkGrid,
+    failed: bool,
+}
+
+impl<S: BlockReader> ChunkBatches<S> {
+    /// Batches of `chunk_shape` over what `source` reads.
+    pub(crate) fn over(source: S, dataset: &str, chunk_shape: &[usize]) -> Result<Self> {
+        let chunk = check_chunk_shape(dataset, source.dims(), chunk_shape)?;
+        let grid = chunk_grid(source.dims(), &chunk);
+        Ok(ChunkBatches {
+            source,
             grid,
             failed: false,
-            marker: PhantomData,
         })
     }
 
     /// The dataset's shape.
     pub fn shape(&self) -> Vec<usize> {
-        self.ds.shape.iter().map(|&d| d as usize).collect()
+        self.source.dims().iter().map(|&d| d as usize).collect()
     }
 
     /// The number of chunks in all (read or not).
@@ -84,15 +88,17 @@ impl<T: Element> Batches<T> {
     }
 }
 
-impl<T: Element> Iterator for Batches<T> {
-    type Item = Result<(ArrayD<T>, Vec<usize>)>;
+impl<S: BlockReader> Iterator for ChunkBatches<S> {
+    type Item = Result<(S::Chunk, Vec<usize>)>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.failed {
             return None;
         }
         let block = self.grid.next()?;
-        let result = crate::host::read_region::<T>(&self.ds, &self.types, &block)
+        let result = self
+            .source
+            .read(&block)
             .map(|chunk| (chunk, block.start.iter().map(|&s| s as usize).collect()));
         self.failed = result.is_err();
         Some(result)
@@ -107,79 +113,84 @@ impl<T: Element> Iterator for Batches<T> {
     }
 }
 
-/// Device chunks of a dataset: `(chunk, offsets)` pairs, each chunk a [`DeviceArray`]. Returned
-/// by [`crate::from_file_batched_to_device`].
-pub struct DeviceBatches<T> {
-    source: DeviceSource,
-    stream: Arc<CudaStream>,
-    grid: ChunkGrid,
-    failed: bool,
+/// A dataset read into host arrays.
+pub struct HostBlockReader<T> {
+    ds: OpenDataset,
+    types: Types,
     marker: PhantomData<T>,
 }
 
-impl<T: Element> DeviceBatches<T> {
-    pub(crate) fn open(
-        path: &Path,
-        dataset: &str,
-        chunk_shape: &[usize],
-        stream: Arc<CudaStream>,
-        options: &ReadOptions,
-    ) -> Result<DeviceBatches<T>> {
-        let source = crate::error::no_panic("opening for device reads", || {
-            DeviceSource::open::<T>(path, dataset, options, &stream)
-        })?;
-        let chunk = check_chunk_shape(dataset, &source.ds.shape, chunk_shape)?;
-        let grid = chunk_grid(&source.ds.shape, &chunk);
-        Ok(DeviceBatches {
-            source,
-            stream,
-            grid,
-            failed: false,
+impl<T: Element> HostBlockReader<T> {
+    pub(crate) fn open(path: &Path, dataset: &str, options: &ReadOptions) -> Result<Self> {
+        let (ds, types) = crate::host::open_checked::<T>(path, dataset, options)?;
+        Ok(HostBlockReader {
+            ds,
+            types,
             marker: PhantomData,
         })
     }
+}
 
-    /// The dataset's shape.
-    pub fn shape(&self) -> Vec<usize> {
-        self.source.ds.shape.iter().map(|&d| d as usize).collect()
+impl<T: Element> BlockReader for HostBlockReader<T> {
+    type Chunk = ArrayD<T>;
+    fn dims(&self) -> &[u64] {
+        &self.ds.shape
     }
-
-    /// The number of chunks in all (read or not).
-    pub fn total(&self) -> usize {
-        self.grid.total() as usize
+    fn read(&mut self, block: &Block) -> Result<ArrayD<T>> {
+        crate::host::read_region::<T>(&self.ds, &self.types, block)
     }
-
-    /// Yields only chunks `[first, end)` (a rank's share of a collective batched read).
-    #[cfg(feature = "mpi")]
-    pub(crate) fn restrict(&mut self, first: u64, end: u64) {
-        self.grid.restrict(first, end);
+    fn close(self) -> Result<()> {
+        drop(self.types);
+        self.ds.close()
     }
 }
 
-impl<T: Element> Iterator for DeviceBatches<T> {
-    type Item = Result<(DeviceArray<T>, Vec<usize>)>;
+/// A dataset read into device arrays on one stream.
+pub struct DeviceBlockReader<T> {
+    source: DeviceSource,
+    stream: Arc<CudaStream>,
+    marker: PhantomData<T>,
+}
 
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.failed {
-            return None;
-        }
-        let block = self.grid.next()?;
-        let result = crate::error::no_panic("reading a chunk into device memory", || {
-            self.source.read::<T>(&block, &self.stream)
+impl<T: Element> DeviceBlockReader<T> {
+    pub(crate) fn open(
+        path: &Path,
+        dataset: &str,
+        options: &ReadOptions,
+        stream: Arc<CudaStream>,
+    ) -> Result<Self> {
+        let source = crate::error::no_panic("opening for device reads", || {
+            DeviceSource::open::<T>(path, dataset, options, &stream)
+        })?;
+        Ok(DeviceBlockReader {
+            source,
+            stream,
+            marker: PhantomData,
         })
-        .map(|chunk| (chunk, block.start.iter().map(|&s| s as usize).collect()));
-        self.failed = result.is_err();
-        Some(result)
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        if self.failed {
-            (0, Some(0))
-        } else {
-            self.grid.size_hint()
-        }
     }
 }
+
+impl<T: Element> BlockReader for DeviceBlockReader<T> {
+    type Chunk = DeviceArray<T>;
+    fn dims(&self) -> &[u64] {
+        &self.source.ds.shape
+    }
+    fn read(&mut self, block: &Block) -> Result<DeviceArray<T>> {
+        crate::error::no_panic("reading a chunk into device memory", || {
+            self.source.read::<T>(block, &self.stream)
+        })
+    }
+    fn close(self) -> Result<()> {
+        self.source.ds.close()
+    }
+}
+
+/// Host chunks of a dataset, each an `ArrayD`. Returned by [`crate::from_file_batched`].
+pub type Batches<T> = ChunkBatches<HostBlockReader<T>>;
+
+/// Device chunks of a dataset, each a [`DeviceArray`]. Returned by
+/// [`crate::from_file_batched_to_device`].
+pub type DeviceBatches<T> = ChunkBatches<DeviceBlockReader<T>>;
 
 #[cfg(test)]
 mod tests {

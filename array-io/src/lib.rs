@@ -207,7 +207,7 @@ pub fn from_file_batched<T: Element>(
     dataset: &str,
     chunk_shape: &[usize],
 ) -> Result<Batches<T>> {
-    Batches::open(path.as_ref(), dataset, chunk_shape, &ReadOptions::default())
+    from_file_batched_with(path, dataset, chunk_shape, &ReadOptions::default())
 }
 
 /// [`from_file_batched`] with options.
@@ -217,7 +217,8 @@ pub fn from_file_batched_with<T: Element>(
     chunk_shape: &[usize],
     options: &ReadOptions,
 ) -> Result<Batches<T>> {
-    Batches::open(path.as_ref(), dataset, chunk_shape, options)
+    let reader = batched::HostBlockReader::open(path.as_ref(), dataset, options)?;
+    batched::ChunkBatches::over(reader, dataset, chunk_shape)
 }
 
 /// [`from_file_batched`] into device memory: each chunk a [`DeviceArray`] on `stream`.
@@ -227,13 +228,8 @@ pub fn from_file_batched_to_device<T: Element>(
     chunk_shape: &[usize],
     stream: impl IntoStream,
 ) -> Result<DeviceBatches<T>> {
-    DeviceBatches::open(
-        path.as_ref(),
-        dataset,
-        chunk_shape,
-        stream.into_stream(),
-        &ReadOptions::default(),
-    )
+    let options = ReadOptions::default();
+    from_file_batched_to_device_with(path, dataset, chunk_shape, stream, &options)
 }
 
 /// [`from_file_batched_to_device`] with options.
@@ -244,11 +240,7 @@ pub fn from_file_batched_to_device_with<T: Element>(
     stream: impl IntoStream,
     options: &ReadOptions,
 ) -> Result<DeviceBatches<T>> {
-    DeviceBatches::open(
-        path.as_ref(),
-        dataset,
-        chunk_shape,
-        stream.into_stream(),
-        options,
-    )
+    let stream = stream.into_stream();
+    let reader = batched::DeviceBlockReader::open(path.as_ref(), dataset, options, stream)?;
+    batched::ChunkBatches::over(reader, dataset, chunk_shape)
 }

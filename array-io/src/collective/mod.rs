@@ -32,8 +32,9 @@ pub use decompose::Decomposition;
 /// The `mpi` crate (rsmpi) array-io is built with, so callers use the same version.
 pub use mpi;
 
-use crate::batched::{Batches, DeviceBatches};
-use crate::device::{DeviceArray, DeviceSource, IntoStream};
+use crate::batched::HostBlockReader;
+use crate::batched::{Batches, BlockReader, ChunkBatches, DeviceBatches, DeviceBlockReader};
+use crate::device::{DeviceArray, IntoStream};
 use crate::driver::Settings;
 use crate::element::Element;
 use crate::error::no_panic;
@@ -182,17 +183,26 @@ pub fn from_file_with<C: Communicator, T: Element>(
     decomposition: &Decomposition,
     options: &ReadOptions,
 ) -> Result<ArrayD<T>> {
+    let reader = || HostBlockReader::<T>::open(path.as_ref(), dataset, options);
+    read_own_tile(comm, decomposition, reader)
+}
+
+/// Every rank's tile of `decomposition`, read through the reader `open` makes; collective (every
+/// rank learns whether all succeeded).
+fn read_own_tile<C: Communicator, R: BlockReader>(
+    comm: &C,
+    decomposition: &Decomposition,
+    open: impl FnOnce() -> Result<R>,
+) -> Result<R::Chunk> {
     let (rank, size) = rank_and_size(comm);
-    let path = path.as_ref();
-    let read = (|| {
-        let (ds, types) = crate::host::open_checked::<T>(path, dataset, options)?;
-        let block = read_box(decomposition, &ds.shape, rank, size)
+    let read = no_panic("reading a tile", || {
+        let mut reader = open()?;
+        let block = read_box(decomposition, reader.dims(), rank, size)
             .map_err(|reason| Error::Decomposition { reason })?;
-        let tile = crate::host::read_region::<T>(&ds, &types, &block)?;
-        drop(types);
-        ds.close()?;
+        let tile = reader.read(&block)?;
+        reader.close()?;
         Ok(tile)
-    })();
+    });
     agree(comm, "reading the tiles", read)
 }
 
@@ -225,18 +235,9 @@ pub fn from_file_to_device_with<C: Communicator, T: Element>(
     decomposition: &Decomposition,
     options: &ReadOptions,
 ) -> Result<DeviceArray<T>> {
-    let (rank, size) = rank_and_size(comm);
-    let path = path.as_ref();
     let stream = stream.into_stream();
-    let read = no_panic("reading a tile into device memory", || {
-        let source = DeviceSource::open::<T>(path, dataset, options, &stream)?;
-        let block = read_box(decomposition, &source.ds.shape, rank, size)
-            .map_err(|reason| Error::Decomposition { reason })?;
-        let tile = source.read::<T>(&block, &stream)?;
-        source.ds.close()?;
-        Ok(tile)
-    });
-    agree(comm, "reading the tiles", read)
+    let reader = || DeviceBlockReader::<T>::open(path.as_ref(), dataset, options, stream);
+    read_own_tile(comm, decomposition, reader)
 }
 
 /// Collectively opens dataset `dataset` for batched reads in chunks of `chunk_shape`: every
@@ -260,8 +261,18 @@ pub fn from_file_batched_with<C: Communicator, T: Element>(
     chunk_shape: &[usize],
     options: &ReadOptions,
 ) -> Result<Batches<T>> {
+    let opened = HostBlockReader::open(path.as_ref(), dataset, options)
+        .and_then(|reader| ChunkBatches::over(reader, dataset, chunk_shape));
+    own_share(comm, opened)
+}
+
+/// This rank's share of the chunks (see [`from_file_batched`]), once every rank has opened.
+fn own_share<C: Communicator, R: BlockReader>(
+    comm: &C,
+    opened: Result<ChunkBatches<R>>,
+) -> Result<ChunkBatches<R>> {
     let (rank, size) = rank_and_size(comm);
-    let opened = Batches::open(path.as_ref(), dataset, chunk_shape, options).map(|mut batches| {
+    let opened = opened.map(|mut batches| {
         let (first, count) = share(batches.total() as u64, size as u64, rank as u64);
         batches.restrict(first, first + count);
         batches
@@ -277,20 +288,10 @@ pub fn from_file_batched_to_device<C: Communicator, T: Element>(
     chunk_shape: &[usize],
     stream: impl IntoStream,
 ) -> Result<DeviceBatches<T>> {
-    let (rank, size) = rank_and_size(comm);
-    let opened = DeviceBatches::open(
-        path.as_ref(),
-        dataset,
-        chunk_shape,
-        stream.into_stream(),
-        &ReadOptions::default(),
-    )
-    .map(|mut batches| {
-        let (first, count) = share(batches.total() as u64, size as u64, rank as u64);
-        batches.restrict(first, first + count);
-        batches
-    });
-    agree(comm, "opening for batched reads", opened)
+    let options = ReadOptions::default();
+    let opened = DeviceBlockReader::open(path.as_ref(), dataset, &options, stream.into_stream())
+        .and_then(|reader| ChunkBatches::over(reader, dataset, chunk_shape));
+    own_share(comm, opened)
 }
 
 /// This process's rank among the ranks of `comm` on the same node (sharing memory:
