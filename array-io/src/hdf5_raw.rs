@@ -18,6 +18,7 @@
 
 use hdf5::plist::{DatasetAccess, FileAccess};
 use hdf5::{Dataset, Dataspace, Datatype, File};
+use hdf5_sys::h5::herr_t;
 use hdf5_sys::h5::hsize_t;
 use hdf5_sys::h5i::hid_t;
 use hdf5_sys::h5s::{H5S_seloper_t, H5S_ALL};
@@ -300,19 +301,11 @@ pub unsafe fn read(
     spaces: Spaces,
     buf: *mut c_void,
 ) -> Result<()> {
-    let (m, f) = spaces.ids();
+    let (d, t, p) = (dset.id(), mem_type.id(), hdf5_sys::h5p::H5P_DEFAULT);
     // SAFETY: valid ids; `buf` as the caller guarantees.
-    check(locked(|| unsafe {
-        hdf5_sys::h5d::H5Dread(
-            dset.id(),
-            mem_type.id(),
-            m,
-            f,
-            hdf5_sys::h5p::H5P_DEFAULT,
-            buf,
-        )
-    }) as i64)
-    .map(drop)
+    dataset_io(spaces, |m, f| unsafe {
+        hdf5_sys::h5d::H5Dread(d, t, m, f, p, buf)
+    })
 }
 
 /// Writes to `dset` from memory at `buf`, which may be device memory when the driver takes it.
@@ -325,19 +318,17 @@ pub unsafe fn write(
     spaces: Spaces,
     buf: *const c_void,
 ) -> Result<()> {
-    let (m, f) = spaces.ids();
+    let (d, t, p) = (dset.id(), mem_type.id(), hdf5_sys::h5p::H5P_DEFAULT);
     // SAFETY: valid ids; `buf` as the caller guarantees.
-    check(locked(|| unsafe {
-        hdf5_sys::h5d::H5Dwrite(
-            dset.id(),
-            mem_type.id(),
-            m,
-            f,
-            hdf5_sys::h5p::H5P_DEFAULT,
-            buf,
-        )
-    }) as i64)
-    .map(drop)
+    dataset_io(spaces, |m, f| unsafe {
+        hdf5_sys::h5d::H5Dwrite(d, t, m, f, p, buf)
+    })
+}
+
+/// One `H5Dread`/`H5Dwrite` (`call`, given the memory and file space ids) under HDF5's lock.
+fn dataset_io(spaces: Spaces, call: impl FnOnce(hid_t, hid_t) -> herr_t) -> Result<()> {
+    let (m, f) = spaces.ids();
+    check(locked(|| call(m, f)) as i64).map(drop)
 }
 
 /// Reads the stored bytes of the chunk at element `offset` of `dset` (compressed as stored, no

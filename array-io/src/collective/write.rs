@@ -22,10 +22,18 @@ use std::path::{Path, PathBuf};
 
 /// A tile as the write needs it: its facts, and how its bytes reach the file.
 pub(crate) trait Source {
+    /// The tile's element type.
+    type Item: Element;
     fn shape(&self) -> Vec<u64>;
-    fn element_name(&self) -> &'static str;
-    fn element_size(&self) -> usize;
-    fn descriptor(&self) -> Result<hdf5::types::TypeDescriptor>;
+    fn element_name(&self) -> &'static str {
+        Self::Item::NAME
+    }
+    fn element_size(&self) -> usize {
+        std::mem::size_of::<Self::Item>()
+    }
+    fn descriptor(&self) -> Result<hdf5::types::TypeDescriptor> {
+        descriptor_of::<Self::Item>()
+    }
     /// The driver the tile's bytes are written through.
     fn driver(&self, settings: &Settings) -> Result<Driver>;
     /// Writes the tile, whose elements in its own row-major order lie in the file as `runs`
@@ -40,17 +48,9 @@ pub(crate) struct HostTile<'a, T> {
 }
 
 impl<T: Element> Source for HostTile<'_, T> {
+    type Item = T;
     fn shape(&self) -> Vec<u64> {
         self.shape.clone()
-    }
-    fn element_name(&self) -> &'static str {
-        T::NAME
-    }
-    fn element_size(&self) -> usize {
-        std::mem::size_of::<T>()
-    }
-    fn descriptor(&self) -> Result<hdf5::types::TypeDescriptor> {
-        descriptor_of::<T>()
     }
     fn driver(&self, settings: &Settings) -> Result<Driver> {
         crate::host::host_driver(settings)
@@ -77,17 +77,9 @@ impl<T: Element> Source for HostTile<'_, T> {
 pub(crate) struct DeviceTile<'a, T>(pub &'a DeviceArray<T>);
 
 impl<T: Element> Source for DeviceTile<'_, T> {
+    type Item = T;
     fn shape(&self) -> Vec<u64> {
         self.0.shape().iter().map(|&d| d as u64).collect()
-    }
-    fn element_name(&self) -> &'static str {
-        T::NAME
-    }
-    fn element_size(&self) -> usize {
-        std::mem::size_of::<T>()
-    }
-    fn descriptor(&self) -> Result<hdf5::types::TypeDescriptor> {
-        descriptor_of::<T>()
     }
     fn driver(&self, settings: &Settings) -> Result<Driver> {
         Ok(match write_blocker(self.0, settings)? {
