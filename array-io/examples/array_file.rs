@@ -1,6 +1,6 @@
 //! One dataset written or read by array-io's `to_file` / `from_file`, for the Python package's
 //! tests of files going both ways between array-io and `h5gds.to_file` / `h5gds.from_file`
-//! (tests/python/package/test_files.py).
+//! (python/tests/test_files.py).
 //!
 //! ```text
 //! array_file write PATH DATASET TYPE SHAPE   element k = value(k) of TYPE (see `value`)
