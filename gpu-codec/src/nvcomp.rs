@@ -74,22 +74,31 @@ macro_rules! function {
 }
 
 /// Calls `codec`'s function among three of one shape (Deflate, Zstandard, LZ4: they differ only in
-/// the type of their options), with `$opts` bound to that codec's options; the arguments use it.
+/// the type of their options), with `$opts` bound to that codec's decoder or encoder options; the
+/// arguments use it.
 macro_rules! per_codec {
-    ($lib:expr, $codec:expr, [$deflate:ident, $zstd:ident, $lz4:ident],
-     $opts:ident = [$d:expr, $z:expr, $l:expr], ($($arg:expr),+ $(,)?)) => {
+    ($lib:expr, $codec:expr, [$d:ident, $z:ident, $l:ident], decoder $opts:ident, $args:tt) => {
+        per_codec!(@call $lib, $codec, [$d, $z, $l], $opts,
+            [deflate_decompress_opts(), zstd_decompress_opts(), lz4_decompress_opts()], $args)
+    };
+    ($lib:expr, $codec:expr, [$d:ident, $z:ident, $l:ident], encoder $opts:ident, $args:tt) => {
+        per_codec!(@call $lib, $codec, [$d, $z, $l], $opts,
+            [deflate_compress_opts(), zstd_compress_opts(), lz4_compress_opts()], $args)
+    };
+    (@call $lib:expr, $codec:expr, [$d:ident, $z:ident, $l:ident], $opts:ident,
+     [$do:expr, $zo:expr, $lo:expr], ($($arg:expr),+ $(,)?)) => {
         match $codec {
             GpuCodec::Deflate => {
-                let $opts = $d;
-                function!($lib, $deflate)($($arg),+)
+                let $opts = $do;
+                function!($lib, $d)($($arg),+)
             }
             GpuCodec::Zstd => {
-                let $opts = $z;
-                function!($lib, $zstd)($($arg),+)
+                let $opts = $zo;
+                function!($lib, $z)($($arg),+)
             }
             GpuCodec::Lz4 => {
-                let $opts = $l;
-                function!($lib, $lz4)($($arg),+)
+                let $opts = $lo;
+                function!($lib, $l)($($arg),+)
             }
         }
     };
@@ -258,11 +267,7 @@ pub fn decompress(
                 nvcompBatchedZstdDecompressGetTempSize,
                 nvcompBatchedLZ4DecompressGetTempSize
             ],
-            opts = [
-                deflate_decompress_opts(),
-                zstd_decompress_opts(),
-                lz4_decompress_opts()
-            ],
+            decoder opts,
             (n, max_out, opts, &mut temp_bytes, total_out, cu_stream)
         )
     };
@@ -280,11 +285,7 @@ pub fn decompress(
                 nvcompBatchedZstdDecompressAsync,
                 nvcompBatchedLZ4DecompressAsync
             ],
-            opts = [
-                deflate_decompress_opts(),
-                zstd_decompress_opts(),
-                lz4_decompress_opts()
-            ],
+            decoder opts,
             (
                 batch.inputs as *const *const c_void,
                 batch.input_lens as *const usize,
@@ -344,11 +345,7 @@ pub fn compress_alignment(lib: &NvcompLib, codec: GpuCodec) -> Result<usize> {
                 nvcompBatchedZstdCompressGetRequiredAlignments,
                 nvcompBatchedLZ4CompressGetRequiredAlignments
             ],
-            opts = [
-                deflate_compress_opts(),
-                zstd_compress_opts(),
-                lz4_compress_opts()
-            ],
+            encoder opts,
             (opts, &mut req)
         )
     };
@@ -369,11 +366,7 @@ pub fn max_encoded(lib: &NvcompLib, codec: GpuCodec, len: usize) -> Result<usize
                 nvcompBatchedZstdCompressGetMaxOutputChunkSize,
                 nvcompBatchedLZ4CompressGetMaxOutputChunkSize
             ],
-            opts = [
-                deflate_compress_opts(),
-                zstd_compress_opts(),
-                lz4_compress_opts()
-            ],
+            encoder opts,
             (len, opts, &mut max)
         )
     };
@@ -408,11 +401,7 @@ pub fn compress(
                 nvcompBatchedZstdCompressGetTempSize,
                 nvcompBatchedLZ4CompressGetTempSize
             ],
-            opts = [
-                deflate_compress_opts(),
-                zstd_compress_opts(),
-                lz4_compress_opts()
-            ],
+            encoder opts,
             (n, max_in, opts, &mut temp_bytes, total_in, cu_stream)
         )
     };
@@ -429,11 +418,7 @@ pub fn compress(
                 nvcompBatchedZstdCompressAsync,
                 nvcompBatchedLZ4CompressAsync
             ],
-            opts = [
-                deflate_compress_opts(),
-                zstd_compress_opts(),
-                lz4_compress_opts()
-            ],
+            encoder opts,
             (
                 batch.inputs as *const *const c_void,
                 batch.input_lens as *const usize,
