@@ -773,6 +773,62 @@ def test_device_arrays_go_to_and_from_files_straight_through_gds_on_the_emulator
     assert 'h5gds.read "/g/x": 308400 bytes straight into device memory through the gds driver' in proc.stderr
 
 
+FIRST_READ_CHILD = """
+import ctypes, sys, time
+import numpy as np, h5gds
+from device_arrays import cuda
+
+emulator = cuda().lib
+def opens_completed():
+    out = ctypes.c_uint64()
+    assert emulator.h5gds_emu_report_counter(b"cufile driver opens completed", ctypes.byref(out)) == 0
+    return out.value
+
+def moved(read):
+    before = cuda().counters(open_cufile=False)
+    got = read()
+    after = cuda().counters(open_cufile=False)
+    return got, after["cufile_reads"] - before["cufile_reads"], after["htod"] - before["htod"], opens_completed()
+
+d = sys.argv[1]
+a = np.arange(1 << 18, dtype="<f4")
+h5gds.to_file(a, d + "/x.h5", "x")
+read = lambda: h5gds.from_file(d + "/x.h5", "x", like="cupy")  # the CuPy stand-in over the emulator
+got, reads, htod, opened = moved(read)
+print("first", reads, htod > 0, opened, np.array_equal(got.to_host(), a))
+deadline = time.monotonic() + 60
+while opens_completed() == 0 and time.monotonic() < deadline:
+    time.sleep(0.005)
+got, reads, htod, opened = moved(read)
+print("after the open", reads > 0, htod, opened, np.array_equal(got.to_host(), a))
+"""
+
+
+def test_the_first_device_read_of_a_process_is_staged_while_cufile_opens_then_gds(tmp_path):
+    """Where cuFile could give GDS (the emulated machine's cufile.json asks for P2PDMA), a fresh
+    process's first from_file into device memory does not wait for cuFile's open (0.5 s here, 0.47 s
+    on the first real-GPU machine): it is staged, with the same bytes, and returns before the open
+    has; the reads after it go through cuFile."""
+    from support import emulator_library
+    libs = tmp_path / "emulator"
+    libs.mkdir()
+    for name in ("libcuda.so.1", "libcufile.so.0"):
+        (libs / name).symlink_to(emulator_library())
+    proc = subprocess.run([sys.executable, "-c", FIRST_READ_CHILD, str(tmp_path)], cwd=Path(__file__).parent,
+                          env=clean_env({"LD_LIBRARY_PATH": str(libs), "H5GDS_EMU_DEVICES": "1", "H5GDS_LOG": "info",
+                                         "H5GDS_EMU_CUFILE_OPEN_MS": "500",
+                                         "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent / "mpi" / "emulated"),
+                                                                        str(Path(__file__).parent)])}),
+                          capture_output=True, text=True, timeout=120)
+    assert_ran(proc, "the first-read child")
+    assert proc.stdout.splitlines() == [
+        "first 0 True 0 True",  # no cuFile read, host-to-device copies, the open not yet returned
+        "after the open True 0 1 True",  # cuFile reads, no host-to-device copy
+    ], (proc.stdout, proc.stderr)
+    assert "while cuFile opens in the background" in proc.stderr, proc.stderr
+    assert "cuFile has opened; device buffers: GPUDirect Storage through cuFile" in proc.stderr, proc.stderr
+
+
 # --- another HDF5 in the process (netCDF4's wheel) ---------------------------------------------------------
 
 NETCDF4_ORDERS = {
