@@ -1061,6 +1061,15 @@ fn the_first_transfers_are_staged_while_cufile_opens_and_later_ones_use_it() {
     assert_eq!(run.counter("cufile driver opens completed"), 1);
     assert_eq!(run.counter("cufile handle register calls"), 1);
     assert!(run.counter("cufile o_direct requests") > 0);
+    // The bounce buffers pinned for the staged transfers were released once the file went
+    // GPU-direct (pinned host memory the rest of the process would not use).
+    assert!(run.counter("pinned host bytes allocated") > 0);
+    assert_eq!(
+        run.counter("leaked pinned host allocations"),
+        0,
+        "{:?}",
+        run.report
+    );
 }
 
 #[test]

@@ -461,6 +461,14 @@ fn main() {
     };
     if let Some(ctx) = &device {
         println!("rank {rank}: device {}", ctx.ordinal());
+        // On the emulator, cuFile is opened first, as `h5gds info` does: the driver opens it in
+        // the background at a process's first device transfer and stages transfers until then,
+        // so `check_device_paths` would otherwise count how far that open had got.
+        if emulator_counters().is_some() {
+            if let Ok(settings) = h5gds::VfdSettings::load(None) {
+                let _ = h5gds::cufile_driver(Some(&settings));
+            }
+        }
     }
     let mut job = Job {
         world,

@@ -245,7 +245,14 @@ pub fn in_child(
     body: impl FnOnce(),
 ) -> Option<ChildRun> {
     if process::is_child(name) {
-        process::in_child(name, |_| {}, body);
+        process::in_child(
+            name,
+            |_| {},
+            || {
+                open_cufile_first();
+                body()
+            },
+        );
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -264,6 +271,20 @@ pub fn in_child(
         out,
         report: read_report(&report),
     })
+}
+
+/// On the emulator (its report requested), opens cuFile before the test's transfers, as
+/// `h5gds info` does: the driver opens it in the background at a process's first device transfer
+/// and stages transfers until it has opened, so the counters would otherwise tell how far that
+/// open had got rather than which path the test's transfers take (the background open has tests
+/// of its own in tests/device_paths.rs).
+fn open_cufile_first() {
+    if std::env::var_os("H5GDS_EMU_REPORT").is_none() {
+        return;
+    }
+    if let Ok(settings) = h5gds::VfdSettings::load(None) {
+        let _ = h5gds::cufile_driver(Some(&settings));
+    }
 }
 
 /// A stream on device 0 (in a child running on the emulator, or on a real GPU).

@@ -74,6 +74,15 @@ fn give_back(buffer: Bounce) {
     // Otherwise the buffer is dropped here, which frees it.
 }
 
+/// Frees the idle bounce buffers, where they were pinned only to bridge a wait (the transfers
+/// staged while cuFile opened in the background, once a file goes GPU-direct): pinned memory is
+/// the host's, and a later staged transfer pins what it needs again. Returns how many.
+pub(crate) fn release_idle() -> usize {
+    let released = std::mem::take(&mut *idle());
+    // Freed here, outside the pool's lock.
+    released.len()
+}
+
 /// The smallest bounce buffers worth pinning, so that small transfers share them.
 const MIN_BOUNCE: usize = 64 << 10;
 

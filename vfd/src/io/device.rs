@@ -393,6 +393,7 @@ impl DeferredGds {
                 } else {
                     &STAGED_WHILE_NVIDIA_FS
                 };
+                STAGED_WHILE_OPENING.store(true, Ordering::Relaxed);
                 if !self.staged_while_opening.swap(true, Ordering::Relaxed) {
                     tracing::info!(
                         "{file_name:?}: first device transfer; device buffers: {}",
@@ -409,7 +410,16 @@ impl DeferredGds {
                 // `finish` fails only under compat_mode=off, which never defers.
                 Err(err) => FileDevicePath::Staged(err.to_string()),
             };
-            let when = if self.staged_while_opening.load(Ordering::Relaxed) {
+            let bridged = self.staged_while_opening.load(Ordering::Relaxed);
+            if matches!(path, FileDevicePath::Gds(_))
+                && STAGED_WHILE_OPENING.swap(false, Ordering::Relaxed)
+            {
+                let released = super::bounce::release_idle();
+                tracing::debug!(
+                    "{released} idle bounce buffers, pinned while cuFile opened, released"
+                );
+            }
+            let when = if bridged {
                 "cuFile has opened"
             } else {
                 "first device transfer"
@@ -422,6 +432,10 @@ impl DeferredGds {
         })
     }
 }
+
+/// Whether transfers of this process were staged while cuFile opened, and the bounce buffers
+/// pinned for them not yet released (the first file that goes GPU-direct after the open does).
+static STAGED_WHILE_OPENING: AtomicBool = AtomicBool::new(false);
 
 /// As `STAGED_WHILE_NVIDIA_FS`, where the configuration asks for PCI P2PDMA.
 static STAGED_WHILE_P2PDMA: FileDevicePath =
