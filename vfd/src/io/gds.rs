@@ -338,7 +338,8 @@ fn spawn_open_thread() -> Result<(), String> {
     library()?;
     OPEN_STARTED_IN.store(std::process::id(), Ordering::Release);
     // SAFETY: registers a function that never unwinds (it catches panics) and touches only
-    // atomics and the clock; the driver is linked with -z nodelete, so it stays mapped at exit.
+    // atomics and the clock; its code stays mapped until exit (the plugin is linked with
+    // -z nodelete; Python never unloads extension modules; programs link the driver in).
     if unsafe { libc::atexit(wait_for_the_open_at_exit) } != 0 {
         tracing::debug!("could not register the exit hook that waits for cuFile's open");
     }
