@@ -825,8 +825,13 @@ def test_the_first_device_read_of_a_process_is_staged_while_cufile_opens_then_gd
         "first 0 True 0 True",  # no cuFile read, host-to-device copies, the open not yet returned
         "after the open True 0 1 True",  # cuFile reads, no host-to-device copy
     ], (proc.stdout, proc.stderr)
-    assert "while cuFile opens in the background" in proc.stderr, proc.stderr
-    assert "cuFile has opened; device buffers: GPUDirect Storage through cuFile" in proc.stderr, proc.stderr
+    log = proc.stderr
+    staged = log.index("while cuFile opens in the background")
+    opened = log.index("cuFile opened in the background")
+    # The read after the open says GPUDirect Storage: as the same file's switch ("cuFile has
+    # opened; ..."), or, the file being opened afresh by from_file, as its first device transfer.
+    direct = log.index("device buffers: GPUDirect Storage through cuFile", opened)
+    assert staged < opened < direct, log
 
 
 # --- another HDF5 in the process (netCDF4's wheel) ---------------------------------------------------------
