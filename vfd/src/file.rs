@@ -278,7 +278,7 @@ impl OpenFile {
     ///
     /// # Safety
     /// `buf` must be valid for `size` bytes in direction `dir`.
-    unsafe fn host_transfer(
+    pub(crate) unsafe fn host_transfer(
         &self,
         dir: Direction,
         addr: haddr_t,

@@ -161,15 +161,17 @@ unsafe fn transfer(
                 }
                 let start = entry.offset + pat.base;
                 let len = pat.end() - pat.base;
-                if dir == Direction::Read && pat.levels.is_empty() {
-                    // One run: the single-transfer path, whose read-ahead window serves small
-                    // raw-data reads as HDF5's sieve buffer does for sec2 (selection I/O bypasses
-                    // that buffer, so without the window each small dataset would cost a pread).
-                    let buf = BufPtr::new(mem as *mut u8);
-                    return file.transfer(Direction::Read, start, len as usize, buf, mem_type);
-                }
                 match dir {
-                    Direction::Read => file.check(Direction::Read, start, len as usize)?,
+                    Direction::Read => {
+                        file.check(Direction::Read, start, len as usize)?;
+                        if pat.levels.is_empty() {
+                            // One run: the host path of a plain read, whose read-ahead window
+                            // serves small raw-data reads as HDF5's sieve buffer does for sec2
+                            // (selection I/O bypasses that buffer).
+                            let buf = BufPtr::new(mem as *mut u8);
+                            return file.host_transfer(dir, start, len as usize, buf, mem_type);
+                        }
+                    }
                     Direction::Write => {
                         check_region(start, len, crate::abi::MAXADDR)?;
                         file.file_changes();
