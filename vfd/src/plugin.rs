@@ -905,7 +905,8 @@ pub fn register_in_loaded_hdf5(near: &CStr) -> std::result::Result<Registration,
         });
     }
     // SAFETY: the class is a static of HDF5 1.14.4+/2.x's H5FD_class_t layout; HDF5 copies it.
-    let id = unsafe { api.register_class(bound_class(Some(slot)).cast()) }?;
+    let id =
+        unsafe { api.register_class(bound_class(Some(slot)).cast(), crate::abi::DRIVER_NAME) }?;
     Ok(Registration::Registered(id))
 }
 

@@ -131,16 +131,24 @@ impl Hdf5Library {
         }
     }
 
-    /// Registers a driver class (`H5FDregister`); HDF5's id for it.
+    /// Registers the class of the driver `name` (`H5FDregister`); HDF5's id for it.
     ///
     /// # Safety
     /// `class` must point to an `H5FD_class_t` of this library's layout (HDF5 copies it).
-    pub unsafe fn register_class(&self, class: *const c_void) -> Result<hid_t, String> {
+    pub unsafe fn register_class(
+        &self,
+        class: *const c_void,
+        name: &CStr,
+    ) -> Result<hid_t, String> {
         let register = self.register.ok_or_else(|| self.missing("H5FDregister"))?;
         // SAFETY: the caller passes a class of the layout HDF5 expects.
         let id = unsafe { register(class) };
         if id < 0 {
-            return Err(format!("{}: H5FDregister refused the driver", self.path));
+            let name = name.to_string_lossy();
+            return Err(format!(
+                "{}: H5FDregister refused the {name} driver",
+                self.path
+            ));
         }
         Ok(id)
     }
@@ -151,8 +159,12 @@ impl Hdf5Library {
         let set = self
             .set_driver_by_name
             .ok_or_else(|| self.missing("H5Pset_driver_by_name"))?;
-        let config = CString::new(config)
-            .map_err(|_| "the driver's config string contains a NUL byte".to_string())?;
+        let config = CString::new(config).map_err(|_| {
+            format!(
+                "the {} config string contains a NUL byte",
+                name.to_string_lossy()
+            )
+        })?;
         let config_ptr = if config.as_bytes().is_empty() {
             std::ptr::null()
         } else {
