@@ -921,6 +921,21 @@ fn cufile_json(use_pci_p2pdma: bool) -> CufileJson {
 /// first real-GPU machine (0.47 s), and far longer than a 1 MiB transfer on the emulator.
 const SLOW_OPEN_MS: &str = "500";
 
+/// h5devprog with `args` on a P2PDMA machine whose cufile.json asks for P2PDMA, under
+/// `compat_mode`, with cuFile's open costing `open_ms`.
+fn run_with_slow_p2pdma_open(args: &[&str], compat_mode: &str, open_ms: &str) -> Run {
+    let json = cufile_json(true);
+    run_with(
+        args,
+        &[
+            ("H5GDS_COMPAT_MODE", compat_mode),
+            ("H5GDS_EMU_GDS", "p2pdma"),
+            ("CUFILE_ENV_PATH_JSON", json.path.as_str()),
+            ("H5GDS_EMU_CUFILE_OPEN_MS", open_ms),
+        ],
+    )
+}
+
 /// The line `PREFIX: ...` of h5devprog's output, or a failure showing the run.
 #[track_caller]
 fn line_of(run: &Run, prefix: &str) -> String {
@@ -1003,16 +1018,7 @@ fn the_first_transfers_are_staged_while_cufile_opens_and_later_ones_use_it() {
     // P2PDMA asked for by the application's cufile.json, and an open as slow as on a real
     // machine: the first device read and write return correct bytes before the open has
     // returned, moved by the staged path; once it has, cuFile moves them.
-    let json = cufile_json(true);
-    let run = run_with(
-        &["--background-open"],
-        &[
-            ("H5GDS_COMPAT_MODE", "auto"),
-            ("H5GDS_EMU_GDS", "p2pdma"),
-            ("CUFILE_ENV_PATH_JSON", json.path.as_str()),
-            ("H5GDS_EMU_CUFILE_OPEN_MS", SLOW_OPEN_MS),
-        ],
-    );
+    let run = run_with_slow_p2pdma_open(&["--background-open"], "auto", SLOW_OPEN_MS);
     run.assert_device_ok();
     let first_read = line_of(&run, "FIRST READ: ");
     assert_eq!(number_after(&first_read, "cufile reads"), 0, "{first_read}");
@@ -1080,16 +1086,7 @@ fn the_first_transfers_are_staged_while_cufile_opens_and_later_ones_use_it() {
 fn compat_mode_off_opens_cufile_before_the_file_opens_however_slow() {
     // GDS demanded: the open decides (and fails the open where cuFile cannot), so the first
     // transfer already goes through cuFile.
-    let json = cufile_json(true);
-    let run = run_with(
-        &["--background-open"],
-        &[
-            ("H5GDS_COMPAT_MODE", "off"),
-            ("H5GDS_EMU_GDS", "p2pdma"),
-            ("CUFILE_ENV_PATH_JSON", json.path.as_str()),
-            ("H5GDS_EMU_CUFILE_OPEN_MS", SLOW_OPEN_MS),
-        ],
-    );
+    let run = run_with_slow_p2pdma_open(&["--background-open"], "off", SLOW_OPEN_MS);
     run.assert_device_ok();
     let first_read = line_of(&run, "FIRST READ: ");
     assert!(
@@ -1115,16 +1112,7 @@ fn a_child_forked_while_cufile_opens_works_and_does_not_wait_for_the_open() {
     // The parent's first device read starts cuFile's open on a thread of the parent; the child
     // forked before it has returned has no such thread: its host I/O works, its device read fails
     // naming fork, and its exit does not wait for an open that nothing in it will finish.
-    let json = cufile_json(true);
-    let run = run_with(
-        &["--fork"],
-        &[
-            ("H5GDS_COMPAT_MODE", "auto"),
-            ("H5GDS_EMU_GDS", "p2pdma"),
-            ("CUFILE_ENV_PATH_JSON", json.path.as_str()),
-            ("H5GDS_EMU_CUFILE_OPEN_MS", "3000"),
-        ],
-    );
+    let run = run_with_slow_p2pdma_open(&["--fork"], "auto", "3000");
     let stdout = run.stdout();
     assert!(
         run.out.status.success() && stdout.contains("CHILD OK") && stdout.contains("DEVICE OK 4"),
@@ -1169,16 +1157,7 @@ fn a_program_that_exits_while_cufile_opens_exits_cleanly_after_the_open() {
     // A short program: a few 4 KiB transfers, all done long before a 3 s open returns. Its exit
     // lets the open finish before libcufile's static destructors run (the emulator's report,
     // written by its destructor, sees the open returned), and the program exits normally.
-    let json = cufile_json(true);
-    let run = run_with(
-        &["--sizes", "4096"],
-        &[
-            ("H5GDS_COMPAT_MODE", "auto"),
-            ("H5GDS_EMU_GDS", "p2pdma"),
-            ("CUFILE_ENV_PATH_JSON", json.path.as_str()),
-            ("H5GDS_EMU_CUFILE_OPEN_MS", "3000"),
-        ],
-    );
+    let run = run_with_slow_p2pdma_open(&["--sizes", "4096"], "auto", "3000");
     run.assert_device_ok();
     run.assert_log("while cuFile opens in the background");
     run.assert_log("cuFile opened in the background in ");

@@ -391,20 +391,9 @@ impl Job {
 /// buffers, double frees, bounds violations, cuFile reads, cuFile writes, copies to and from the
 /// device), or `None` when libcuda is not the emulator.
 fn emulator_counters() -> Option<[u64; 9]> {
-    // SAFETY: RTLD_NOLOAD only finds the already loaded libcuda; the symbol has the emulator's
-    // documented signature (one out-pointer to nine u64).
+    let f = h5gds_tests::emulator::loaded_emulator_symbol(c"h5gds_emu_counters")?;
+    // SAFETY: the symbol has the emulator's documented signature (one out-pointer to nine u64).
     unsafe {
-        let handle = libc::dlopen(
-            c"libcuda.so.1".as_ptr(),
-            libc::RTLD_LAZY | libc::RTLD_NOLOAD,
-        );
-        if handle.is_null() {
-            return None;
-        }
-        let f = libc::dlsym(handle, c"h5gds_emu_counters".as_ptr());
-        if f.is_null() {
-            return None;
-        }
         let f: unsafe extern "C" fn(*mut [u64; 9]) -> libc::c_int = std::mem::transmute(f);
         let mut out = [0u64; 9];
         (f(&mut out) == 0).then_some(out)

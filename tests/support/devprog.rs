@@ -785,20 +785,10 @@ fn run_fork(path: &Path) -> Check<usize> {
 /// libcuda is not the emulator.
 fn emulator_counter(name: &str) -> Option<u64> {
     let name = std::ffi::CString::new(name).ok()?;
-    // SAFETY: RTLD_NOLOAD only finds the already loaded libcuda; the symbol has the emulator's
-    // documented signature (a C string and one out-pointer to a u64).
+    let f = crate::emulator::loaded_emulator_symbol(c"h5gds_emu_report_counter")?;
+    // SAFETY: the symbol has the emulator's documented signature (a C string and one
+    // out-pointer to a u64).
     unsafe {
-        let handle = libc::dlopen(
-            c"libcuda.so.1".as_ptr(),
-            libc::RTLD_LAZY | libc::RTLD_NOLOAD,
-        );
-        if handle.is_null() {
-            return None;
-        }
-        let f = libc::dlsym(handle, c"h5gds_emu_report_counter".as_ptr());
-        if f.is_null() {
-            return None;
-        }
         let f: unsafe extern "C" fn(*const std::ffi::c_char, *mut u64) -> libc::c_int =
             std::mem::transmute(f);
         let mut out = 0u64;

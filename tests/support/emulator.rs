@@ -231,6 +231,26 @@ impl EmulatorLibDir {
     }
 }
 
+/// The emulator's function `name` where the emulator is the libcuda already loaded in this
+/// process (a program run under `emulator_lib_dir`); None where libcuda is not loaded or is not
+/// the emulator. Never loads anything.
+pub fn loaded_emulator_symbol(name: &std::ffi::CStr) -> Option<*mut std::ffi::c_void> {
+    // SAFETY: RTLD_NOLOAD only returns a handle to an already loaded libcuda; a lookup has no side
+    // effects; dlclose balances the dlopen, and libcuda stays loaded by whoever loaded it.
+    unsafe {
+        let handle = libc::dlopen(
+            c"libcuda.so.1".as_ptr(),
+            libc::RTLD_LAZY | libc::RTLD_NOLOAD,
+        );
+        if handle.is_null() {
+            return None;
+        }
+        let f = libc::dlsym(handle, name.as_ptr());
+        libc::dlclose(handle);
+        (!f.is_null()).then_some(f)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Report;
