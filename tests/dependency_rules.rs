@@ -70,6 +70,17 @@ fn the_gpu_codec_depends_on_the_runtime_not_on_the_driver() {
 }
 
 #[test]
+fn the_chunk_codec_depends_on_route_and_the_runtime_only() {
+    let deps = workspace_dependencies(true);
+    let mut codec = deps
+        .get("h5gds-chunk-codec")
+        .expect("h5gds-chunk-codec")
+        .clone();
+    codec.sort();
+    assert_eq!(codec, ["h5gds-route", "h5gds-runtime"], "{codec:?}");
+}
+
+#[test]
 fn route_depends_on_nothing_of_the_driver() {
     let deps = workspace_dependencies(true);
     assert_eq!(
@@ -233,6 +244,7 @@ fn no_crate_has_an_import_cycle_between_its_modules() {
         "vfd/src",
         "route/src",
         "gpu-codec/src",
+        "chunk-codec/src",
         "array-io/src",
         "python/src",
         "info/src",

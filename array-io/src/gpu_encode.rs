@@ -21,7 +21,7 @@ use crate::hdf5_raw::{self, Spaces};
 use crate::route::{driver_blocker, gpu_encode, GpuCodec, FILTER_DEFLATE, FILTER_LZ4, FILTER_ZSTD};
 use crate::select::{chunks_touching, Block};
 use cudarc::driver::{sys, CudaStream, DevicePtr};
-use h5gds_gpu_codec::codec;
+use h5gds_chunk_codec::format;
 use h5gds_gpu_codec::decode::placement_runs;
 use h5gds_gpu_codec::device::align_up;
 use h5gds_gpu_codec::nvcomp::{self, Job};
@@ -254,7 +254,7 @@ impl<'a> Encoder<'a> {
     ) -> Result<Encoder<'a>> {
         let align = nvcomp::compress_alignment(lib, codec)?;
         let max = nvcomp::max_encoded(lib, codec, chunk_bytes)?.max(chunk_bytes);
-        let framing = codec::payload_offset(codec) + 4;
+        let framing = format::payload_offset(codec) + 4;
         Ok(Encoder {
             lib,
             codec,
@@ -289,7 +289,7 @@ impl<'a> Encoder<'a> {
         drop(record);
         let (_output, out) = scratch(stream, self.out_stride * n)?;
         let whole = Block::whole(shape);
-        let prefix = codec::payload_offset(self.codec);
+        let prefix = format::payload_offset(self.codec);
         let mut jobs = Vec::with_capacity(n);
         for (i, (offset, part)) in batch.iter().enumerate() {
             let chunk_at = inp + (i * self.in_stride) as u64;

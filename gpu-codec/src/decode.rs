@@ -24,10 +24,10 @@
 //! first in chunk order). A call that leaves the CUDA context unusable (a sticky error) names
 //! the batch's chunks, not one of them.
 
-use crate::codec::{self, Piece};
 use crate::device::{align_up, DeviceFailure};
 use crate::nvcomp::{self, Job, Outcome};
 use cudarc::driver::{sys, CudaStream};
+use h5gds_chunk_codec::format::{self, Piece};
 use h5gds_route::route::GpuCodec;
 use h5gds_route::select::{chunks_touching, Block};
 use h5gds_runtime::cuda::call;
@@ -220,7 +220,7 @@ fn decode_batch<S: ChunkSource>(
         let skip = if c.mask & 1 != 0 {
             0
         } else {
-            codec::payload_offset(codec)
+            format::payload_offset(codec)
         };
         c.slot = align_up(cursor + skip, align) - skip;
         cursor = c.slot + c.size;
@@ -309,11 +309,11 @@ fn decode_batch<S: ChunkSource>(
         let pieces: Vec<Piece> = match codec {
             GpuCodec::Deflate => {
                 let head = &framing[i * HEAD..i * HEAD + c.size.min(2)];
-                let pieces =
-                    codec::zlib_pieces(head, c.size, chunk_bytes).map_err(|r| bad(&c.offset, r))?;
+                let pieces = format::zlib_pieces(head, c.size, chunk_bytes)
+                    .map_err(|r| bad(&c.offset, r))?;
                 if verify {
                     let tail = &framing[i * HEAD + HEAD / 2..i * HEAD + HEAD / 2 + 4];
-                    trailers[i] = Some(codec::adler_trailer(&tail.try_into().expect("4 bytes")));
+                    trailers[i] = Some(format::adler_trailer(&tail.try_into().expect("4 bytes")));
                 }
                 pieces
             }
@@ -327,7 +327,7 @@ fn decode_batch<S: ChunkSource>(
             GpuCodec::Lz4 => {
                 let mut failure = None;
                 let front = &framing[i * HEAD..i * HEAD + c.size.min(HEAD / 2)];
-                let pieces = codec::lz4_pieces(c.size, chunk_bytes, |at, len| {
+                let pieces = format::lz4_pieces(c.size, chunk_bytes, |at, len| {
                     if at + len <= front.len() {
                         return Ok(front[at..at + len].to_vec());
                     }

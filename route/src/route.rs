@@ -158,6 +158,10 @@ pub fn plan(storage: &Storage, region: &Block, blocker: Option<String>) -> Vec<(
 
 /// HDF5's identifier of the deflate filter (h5py's `compression="gzip"`).
 pub const FILTER_DEFLATE: i32 = 1;
+/// HDF5's byte-shuffle filter (h5py's `shuffle=True`).
+pub const FILTER_SHUFFLE: i32 = 2;
+/// HDF5's Fletcher-32 checksum filter (h5py's `fletcher32=True`).
+pub const FILTER_FLETCHER32: i32 = 3;
 /// The Zstandard filter's registered identifier (hdf5plugin's `Zstd`).
 pub const FILTER_ZSTD: i32 = 32015;
 /// The LZ4 filter's registered identifier (hdf5plugin's `LZ4`).
@@ -175,11 +179,11 @@ pub enum GpuCodec {
 }
 
 /// The name of a filter in messages.
-fn filter_name(id: i32) -> String {
+pub fn filter_name(id: i32) -> String {
     let known = match id {
         FILTER_DEFLATE => "deflate",
-        2 => "shuffle",
-        3 => "fletcher32 (checksum)",
+        FILTER_SHUFFLE => "shuffle",
+        FILTER_FLETCHER32 => "fletcher32 (checksum)",
         4 => "szip",
         5 => "nbit",
         6 => "scaleoffset",

@@ -12,7 +12,7 @@ use crate::abi::*;
 use crate::config::VfdSettings;
 use crate::error::{Error, ErrorClass, Result};
 use crate::file::OpenFile;
-use crate::io::{parallel, vector, BufPtr, Direction};
+use crate::io::{vector, BufPtr, Direction};
 use crate::log::with_logging;
 use crate::selection;
 use h5gds_runtime::hdf5::{self as runtime_hdf5, Hdf5Library, BINDINGS};
@@ -805,7 +805,7 @@ unsafe extern "C" fn gds_ctl(
 /// never runs unmapped code.
 unsafe extern "C" fn gds_terminate() -> herr_t {
     guard("gds_terminate", None, -1, || {
-        parallel::shutdown();
+        h5gds_runtime::pool::shutdown();
         Ok(0)
     })
 }

@@ -1,67 +1,9 @@
-//! The process-wide I/O thread pool and the splitting of large requests into tasks.
-//!
-//! Pools start lazily, one per thread count in use. A forked child finds pools built by its parent
-//! (whose threads do not exist in the child): it abandons them and builds its own. When the pool
-//! lock cannot be taken at once (another thread holds it, or a fork copied it held) the request
-//! runs on the calling thread instead, so the driver never waits on that lock.
+//! Large requests split into tasks and run on the process-wide thread pool
+//! (`h5gds_runtime::pool`, which the host decoding of compressed chunks shares); without a pool
+//! (busy, or not buildable) a request runs on the calling thread.
 
+use h5gds_runtime::pool;
 use rayon::prelude::*;
-use std::sync::{Arc, Mutex};
-
-struct Pools {
-    pid: u32,
-    by_size: Vec<(usize, Arc<rayon::ThreadPool>)>,
-}
-
-static POOLS: Mutex<Option<Pools>> = Mutex::new(None);
-
-/// A pool of `nthreads` threads for this process, or `None` when the request should stay on the
-/// calling thread (pool busy or unbuildable; the reason is logged).
-fn pool(nthreads: usize) -> Option<Arc<rayon::ThreadPool>> {
-    let Ok(mut guard) = POOLS.try_lock() else {
-        tracing::debug!("I/O pool lock busy; running this request on the calling thread");
-        return None;
-    };
-    let pid = std::process::id();
-    if guard.as_ref().is_some_and(|p| p.pid != pid) {
-        // Built by the parent before a fork: its threads are gone. Never drop it here, since
-        // dropping would signal threads that do not exist in this process.
-        std::mem::forget(guard.take());
-    }
-    let pools = guard.get_or_insert_with(|| Pools {
-        pid,
-        by_size: Vec::new(),
-    });
-    if let Some((_, p)) = pools.by_size.iter().find(|(n, _)| *n == nthreads) {
-        return Some(p.clone());
-    }
-    match rayon::ThreadPoolBuilder::new()
-        .num_threads(nthreads)
-        .thread_name(|i| format!("h5gds-io-{i}"))
-        .build()
-    {
-        Ok(p) => {
-            let p = Arc::new(p);
-            pools.by_size.push((nthreads, p.clone()));
-            Some(p)
-        }
-        Err(err) => {
-            tracing::warn!("could not start {nthreads} I/O threads ({err}); running requests on the calling thread");
-            None
-        }
-    }
-}
-
-/// Stops the pools' threads (they finish their current task and exit); called from `terminate`.
-pub fn shutdown() {
-    if let Ok(mut guard) = POOLS.try_lock() {
-        if guard.as_ref().is_some_and(|p| p.pid == std::process::id()) {
-            *guard = None;
-        } else {
-            std::mem::forget(guard.take());
-        }
-    }
-}
 
 /// Runs `task(0) .. task(count - 1)`, on the pool when `parallel` and there is more than one task,
 /// else in order on the calling thread. Returns the first error seen; every task that started has
@@ -72,7 +14,7 @@ where
     F: Fn(usize) -> Result<(), E> + Sync,
 {
     if parallel && count > 1 && nthreads > 1 {
-        if let Some(pool) = pool(nthreads) {
+        if let Some(pool) = pool::get(nthreads) {
             // Tasks log through the caller's dispatcher (the driver's logger), not the pool
             // threads' default, which has none.
             let dispatch = tracing::dispatcher::get_default(|d| d.clone());

@@ -1,0 +1,392 @@
+//! A hyperslab of a compressed chunked dataset read into a host array: the calling thread (which
+//! holds HDF5's lock) reads the needed chunks' stored bytes one after another through the
+//! caller's [`RawChunks`], and the process's thread pool (`h5gds_runtime::pool`, the driver's
+//! I/O threads) decodes them and copies their selected elements into place meanwhile. At most a
+//! bounded number of stored chunks wait for decoding, so memory stays a few chunks per thread.
+//! Chunks never written are returned to the caller, which reads them through HDF5 (it fills
+//! them with the fill value) and places them with [`place_missing`].
+
+use crate::pipeline::{Pipeline, Scratch};
+use crate::place::{chunks_selected, copy_box, ChunkPart, Hyperslab, Source};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Mutex};
+
+/// Where a dataset's stored chunks come from: the caller's HDF5 binding. Called on the calling
+/// thread only.
+pub trait RawChunks {
+    /// The caller's error.
+    type Error: Send;
+
+    /// The stored size and filter mask of the chunk whose first element is `offset`; `None` when
+    /// it was never written.
+    fn stored(&mut self, offset: &[u64]) -> Result<Option<(usize, u32)>, Self::Error>;
+
+    /// Reads the chunk's stored bytes into `buf` (its stored size) and returns its filter mask.
+    fn read(&mut self, offset: &[u64], buf: &mut [u8]) -> Result<u32, Self::Error>;
+
+    /// The error for the chunk at `offset`, which cannot be decoded for `reason`.
+    fn corrupt(&self, offset: &[u64], reason: String) -> Self::Error;
+}
+
+/// One read: how the chunks are stored and what is selected.
+pub struct HostRead<'a> {
+    pub pipeline: &'a Pipeline,
+    /// The chunk shape, in elements.
+    pub chunk: &'a [u64],
+    /// Bytes per element.
+    pub element_size: usize,
+    pub selection: Hyperslab<'a>,
+    /// Decoding threads (the driver's I/O thread count); 1 decodes on the calling thread.
+    pub threads: usize,
+}
+
+/// What a read did: the chunks decoded, and the parts in chunks never written.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub decoded: usize,
+    pub missing: Vec<ChunkPart>,
+}
+
+/// Stored bytes that may wait for decoding at once, across all chunks in flight.
+const IN_FLIGHT_BYTES: usize = 512 << 20;
+
+/// The output array's address, shared by the decoding tasks (each writes only its chunk's
+/// elements).
+#[derive(Clone, Copy)]
+struct Out(*mut u8);
+// SAFETY: tasks write disjoint elements (every element of the selection lies in one chunk) and
+// the read waits for every task before the caller's buffer is released.
+unsafe impl Send for Out {}
+// SAFETY: as above.
+unsafe impl Sync for Out {}
+
+/// A stored chunk's buffer and the scratch that decodes it, reused from chunk to chunk.
+#[derive(Default)]
+struct Slot {
+    stored: Vec<u8>,
+    scratch: Scratch,
+}
+
+impl HostRead<'_> {
+    fn chunk_bytes(&self) -> usize {
+        self.chunk.iter().product::<u64>() as usize * self.element_size
+    }
+
+    /// Decodes one chunk and copies its part into the output.
+    ///
+    /// # Safety
+    /// `out` must hold the selection, and no other thread may write `part`'s elements.
+    unsafe fn decode_into(
+        &self,
+        part: &ChunkPart,
+        mask: u32,
+        slot: &mut Slot,
+        out: Out,
+    ) -> Result<(), String> {
+        let decoded =
+            self.pipeline
+                .decode(&slot.stored, mask, self.chunk_bytes(), &mut slot.scratch)?;
+        let start: Vec<u64> = part
+            .file_start(&self.selection)
+            .iter()
+            .zip(&part.offset)
+            .map(|(s, o)| s - o)
+            .collect();
+        let src = Source {
+            bytes: decoded,
+            shape: self.chunk,
+            start: &start,
+            step: self.selection.step,
+        };
+        // SAFETY: as the caller guarantees; the part lies inside the selection.
+        unsafe {
+            copy_box(
+                &src,
+                out.0,
+                self.selection.count,
+                &part.first,
+                &part.count,
+                self.element_size,
+            )
+        };
+        Ok(())
+    }
+}
+
+/// Reads the selection of `r` into `out` (the selection's elements, row-major). Chunks never
+/// written are left for the caller ([`Outcome::missing`]). On an error nothing more is read;
+/// `out` may hold some chunks' elements.
+pub fn read<R: RawChunks>(
+    source: &mut R,
+    r: &HostRead,
+    out: &mut [u8],
+) -> Result<Outcome, R::Error> {
+    let elements: u64 = r.selection.count.iter().product();
+    assert_eq!(
+        out.len() as u64,
+        elements * r.element_size as u64,
+        "the output holds the selection"
+    );
+    let mut outcome = Outcome::default();
+    let mut jobs = Vec::new();
+    for part in chunks_selected(&r.selection, r.chunk) {
+        match source.stored(&part.offset)? {
+            Some((size, _)) => jobs.push((part, size)),
+            None => outcome.missing.push(part),
+        }
+    }
+    outcome.decoded = jobs.len();
+    let out = Out(out.as_mut_ptr());
+    let chunk_bytes = r.chunk_bytes().max(1);
+    let pool = (r.threads > 1 && jobs.len() > 1)
+        .then(|| h5gds_runtime::pool::get(r.threads))
+        .flatten();
+    let Some(pool) = pool else {
+        let mut slot = Slot::default();
+        for (part, size) in &jobs {
+            slot.stored.resize(*size, 0);
+            let mask = source.read(&part.offset, &mut slot.stored)?;
+            // SAFETY: one chunk at a time on this thread, into the caller's output.
+            unsafe { r.decode_into(part, mask, &mut slot, out) }
+                .map_err(|reason| source.corrupt(&part.offset, reason))?;
+        }
+        return Ok(outcome);
+    };
+    // Chunks in flight: enough to keep every thread busy while the next is read, within the
+    // memory bound (a stored chunk and two decoded ones per slot).
+    let slots = (2 * r.threads)
+        .min(IN_FLIGHT_BYTES / (3 * chunk_bytes))
+        .clamp(2, jobs.len());
+    let (free, freed) = mpsc::channel::<Slot>();
+    for _ in 0..slots {
+        free.send(Slot::default()).expect("the receiver is alive");
+    }
+    // The first chunk (in chunk order) that failed to decode, and why.
+    let failure: Mutex<Option<(usize, String)>> = Mutex::new(None);
+    let stop = AtomicBool::new(false);
+    let mut read_error = None;
+    pool.in_place_scope(|scope| {
+        for (i, (part, size)) in jobs.iter().enumerate() {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            // A slot comes back from every task, so this returns; `free` lives here too.
+            let Ok(mut slot) = freed.recv() else { break };
+            slot.stored.resize(*size, 0);
+            let mask = match source.read(&part.offset, &mut slot.stored) {
+                Ok(mask) => mask,
+                Err(e) => {
+                    read_error = Some(e);
+                    break;
+                }
+            };
+            let (free, failure, stop) = (free.clone(), &failure, &stop);
+            scope.spawn(move |_| {
+                let result = catch_unwind(AssertUnwindSafe(|| {
+                    // SAFETY: this task alone writes this chunk's elements of the output, which
+                    // the caller keeps until every task has finished.
+                    unsafe { r.decode_into(part, mask, &mut slot, out) }
+                }))
+                .unwrap_or_else(|_| Err("decoding it panicked".into()));
+                if let Err(reason) = result {
+                    stop.store(true, Ordering::Relaxed);
+                    let mut first = failure.lock().unwrap_or_else(|p| p.into_inner());
+                    if first.as_ref().is_none_or(|(j, _)| i < *j) {
+                        *first = Some((i, reason));
+                    }
+                }
+                let _ = free.send(slot);
+            });
+        }
+    });
+    if let Some(e) = read_error {
+        return Err(e);
+    }
+    if let Some((i, reason)) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(source.corrupt(&jobs[i].0.offset, reason));
+    }
+    tracing::debug!(
+        "decoded {} chunks on {} threads ({} in flight)",
+        jobs.len(),
+        r.threads,
+        slots
+    );
+    Ok(outcome)
+}
+
+/// Places a part of chunks never written, read by the caller (its elements, row-major, in
+/// `values`), into `out` as [`read`] would have.
+pub fn place_missing(part: &ChunkPart, values: &[u8], r: &HostRead, out: &mut [u8]) {
+    let zeros = vec![0u64; part.count.len()];
+    let ones = vec![1u64; part.count.len()];
+    let src = Source {
+        bytes: values,
+        shape: &part.count,
+        start: &zeros,
+        step: &ones,
+    };
+    let elements: u64 = r.selection.count.iter().product();
+    assert_eq!(out.len() as u64, elements * r.element_size as u64);
+    // SAFETY: `out` is borrowed exclusively and holds the selection, which holds the part.
+    unsafe {
+        copy_box(
+            &src,
+            out.as_mut_ptr(),
+            r.selection.count,
+            &part.first,
+            &part.count,
+            r.element_size,
+        )
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::Filter;
+    use std::collections::HashMap;
+
+    /// A 2-D dataset of u32 (value = flat index) in chunks, Zstandard-compressed in memory;
+    /// `holes` are chunks never written, `bad` one stored corrupt.
+    struct Memory {
+        chunks: HashMap<Vec<u64>, Vec<u8>>,
+        reads: usize,
+        fail_read: Option<Vec<u64>>,
+    }
+
+    const SHAPE: [u64; 2] = [50, 37];
+    const CHUNK: [u64; 2] = [8, 5];
+
+    fn memory(holes: &[[u64; 2]], bad: Option<[u64; 2]>) -> Memory {
+        let mut chunks = HashMap::new();
+        for r in (0..SHAPE[0]).step_by(CHUNK[0] as usize) {
+            for c in (0..SHAPE[1]).step_by(CHUNK[1] as usize) {
+                if holes.contains(&[r, c]) {
+                    continue;
+                }
+                let mut bytes = Vec::new();
+                for i in 0..CHUNK[0] {
+                    for j in 0..CHUNK[1] {
+                        let v = ((r + i) * SHAPE[1] + c + j) as u32;
+                        bytes.extend(v.to_le_bytes());
+                    }
+                }
+                let mut stored = zstd::bulk::compress(&bytes, 1).unwrap();
+                if bad == Some([r, c]) {
+                    stored.truncate(stored.len() / 2);
+                }
+                chunks.insert(vec![r, c], stored);
+            }
+        }
+        Memory {
+            chunks,
+            reads: 0,
+            fail_read: None,
+        }
+    }
+
+    impl RawChunks for Memory {
+        type Error = String;
+        fn stored(&mut self, offset: &[u64]) -> Result<Option<(usize, u32)>, String> {
+            Ok(self.chunks.get(offset).map(|c| (c.len(), 0)))
+        }
+        fn read(&mut self, offset: &[u64], buf: &mut [u8]) -> Result<u32, String> {
+            if self.fail_read.as_deref() == Some(offset) {
+                return Err(format!("read of {offset:?} failed"));
+            }
+            self.reads += 1;
+            buf.copy_from_slice(&self.chunks[offset]);
+            Ok(0)
+        }
+        fn corrupt(&self, offset: &[u64], reason: String) -> String {
+            format!("chunk {offset:?}: {reason}")
+        }
+    }
+
+    fn expected(start: &[u64], step: &[u64], count: &[u64]) -> Vec<u32> {
+        let mut v = Vec::new();
+        for i in 0..count[0] {
+            for j in 0..count[1] {
+                let (r, c) = (start[0] + i * step[0], start[1] + j * step[1]);
+                v.push((r * SHAPE[1] + c) as u32);
+            }
+        }
+        v
+    }
+
+    fn run(
+        m: &mut Memory,
+        start: &[u64],
+        step: &[u64],
+        count: &[u64],
+        threads: usize,
+    ) -> Result<(Vec<u32>, Outcome), String> {
+        let pipeline = Pipeline::for_filters(
+            &[Filter {
+                id: 32015,
+                values: vec![],
+            }],
+            4,
+        )
+        .unwrap();
+        let r = HostRead {
+            pipeline: &pipeline,
+            chunk: &CHUNK,
+            element_size: 4,
+            selection: Hyperslab { start, step, count },
+            threads,
+        };
+        let n = count.iter().product::<u64>() as usize;
+        let mut out = vec![0u8; n * 4];
+        let outcome = read(m, &r, &mut out)?;
+        Ok((
+            out.chunks(4)
+                .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+                .collect(),
+            outcome,
+        ))
+    }
+
+    #[test]
+    fn selections_read_the_same_elements_on_one_and_many_threads() {
+        for threads in [1, 3] {
+            for (start, step, count) in [
+                ([0, 0], [1, 1], [50, 37]),
+                ([3, 4], [1, 1], [40, 30]),
+                ([1, 2], [3, 7], [16, 5]),
+                ([49, 36], [1, 1], [1, 1]),
+            ] {
+                let mut m = memory(&[], None);
+                let (got, outcome) = run(&mut m, &start, &step, &count, threads).unwrap();
+                assert_eq!(got, expected(&start, &step, &count), "{start:?} {step:?}");
+                assert_eq!(outcome.decoded, m.reads);
+                assert!(outcome.missing.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn chunks_never_written_are_left_to_the_caller() {
+        let mut m = memory(&[[8, 5], [48, 35]], None);
+        let (got, outcome) = run(&mut m, &[0, 0], &[1, 1], &[50, 37], 2).unwrap();
+        let offsets: Vec<_> = outcome.missing.iter().map(|p| p.offset.clone()).collect();
+        assert_eq!(offsets, [vec![8, 5], vec![48, 35]]);
+        // Their elements are untouched (zero) until placed.
+        assert_eq!(got[8 * 37 + 5], 0);
+        assert_eq!(got[8 * 37 + 4], (8 * 37 + 4) as u32);
+    }
+
+    #[test]
+    fn a_corrupt_chunk_is_named_and_a_failed_read_stops_the_read() {
+        for threads in [1, 4] {
+            let mut m = memory(&[], Some([16, 10]));
+            let e = run(&mut m, &[0, 0], &[1, 1], &[50, 37], threads).unwrap_err();
+            assert!(e.starts_with("chunk [16, 10]: its Zstandard frame"), "{e}");
+            let mut m = memory(&[], None);
+            m.fail_read = Some(vec![24, 0]);
+            let e = run(&mut m, &[0, 0], &[1, 1], &[50, 37], threads).unwrap_err();
+            assert_eq!(e, "read of [24, 0] failed");
+        }
+    }
+}
