@@ -9,7 +9,8 @@ from h5py import h5t
 from h5py._objects import phil
 
 from . import _arrays, _device, _native
-from ._selection import hyperslab
+from ._gather import gather
+from ._selection import Gather, hyperslab, selection
 
 
 def _dataset(dset):
@@ -60,17 +61,23 @@ def _transfer(write, dset, view, slab, role, name):
 
 def read(dset, out=None, sel=None):
     """Reads ``dset[sel]`` (all of it when ``sel`` is None) into ``out`` and returns ``out``; a new
-    NumPy array when ``out`` is None. ``sel``: ints, slices (steps of 1 or more) and ``...``.
-    ``out`` (NumPy, ``__cuda_array_interface__`` or DLPack) must have the dataset's dtype and the
-    selection's shape, be C-contiguous and writable. The data is complete when this returns.
+    NumPy array when ``out`` is None. ``sel``: ints, slices (steps of 1 or more) and ``...``; or a
+    gather: a 1-D integer array (NumPy or list) of rows along the first axis, in any order, repeats
+    and negative indices as in NumPy, alone or as the first item of a tuple whose other items select
+    the other axes (host arrays only). ``out`` (NumPy, ``__cuda_array_interface__`` or DLPack) must
+    have the dataset's dtype and the selection's shape, be C-contiguous and writable. The data is
+    complete when this returns.
     """
     shape, dtype, name = _dataset(dset)
-    slab = hyperslab(sel, shape)
+    slab = selection(sel, shape)
     if out is None:
         out = np.empty(slab.shape, dtype=dtype)
     view = _arrays.view(out, "out")
     _check(view, "out", dtype, slab.shape, name, writable=True)
-    _transfer(False, dset, view, slab, "out", name)
+    if isinstance(slab, Gather):
+        gather(dset, view, slab, name)
+    else:
+        _transfer(False, dset, view, slab, "out", name)
     return out
 
 

@@ -620,3 +620,161 @@ pub unsafe fn read_chunk(
     }
     Ok(mask)
 }
+
+/// The checks and dataspaces of a gather (`crate::gather`): rows of the dataset's first axis
+/// given as sorted, disjoint runs (`runs`: first row and number of rows each), the other axes
+/// selected by one hyperslab (`rest_start`, `rest_step`, `rest_count`), read with one H5Dread
+/// into `nbytes` at `buffer`, which holds the runs' rows one after another in file order. The
+/// file selection is the union of one hyperslab per run; the memory selection all of a
+/// one-dimensional space of as many elements. `Ok(None)`: nothing to move. The caller holds
+/// h5py's lock.
+pub struct GatherRead<'a> {
+    pub dataset: Hid,
+    pub mem_type: Hid,
+    pub runs: &'a [(u64, u64)],
+    pub rest_start: &'a [u64],
+    pub rest_step: &'a [u64],
+    pub rest_count: &'a [u64],
+    pub buffer: usize,
+    pub nbytes: usize,
+}
+
+/// HDF5's `H5S_SELECT_OR`: a hyperslab added to the selection.
+const H5S_SELECT_OR: c_int = 1;
+
+/// Checks a gather's ids, runs and sizes against HDF5 and builds its dataspaces (see
+/// [`GatherRead`]); what it returns runs with [`Prepared::run`].
+pub fn prepare_gather(g: &GatherRead) -> Result<Option<Prepared>, IoError> {
+    let api = api().map_err(IoError::Hdf5)?;
+    // SAFETY: plain queries; an invalid id yields an error code (the stack is cleared below).
+    let (dset_kind, type_kind) =
+        unsafe { ((api.iget_type)(g.dataset), (api.iget_type)(g.mem_type)) };
+    if dset_kind != H5I_DATASET || type_kind != H5I_DATATYPE {
+        api.stack();
+        return Err(argument(format!(
+            "id {} is not an open dataset or id {} not a datatype",
+            g.dataset, g.mem_type
+        )));
+    }
+    // SAFETY: a valid dataset id.
+    let file_space = Space::new(unsafe { (api.dget_space)(g.dataset) }, api)?;
+    let mut dims = [0 as Hsize; MAX_RANK];
+    // SAFETY: `dims` has room for HDF5's largest rank.
+    let rank = unsafe {
+        (api.sget_simple_extent_dims)(file_space.0, dims.as_mut_ptr(), std::ptr::null_mut())
+    };
+    if rank < 0 {
+        return Err(IoError::Hdf5(api.stack()));
+    }
+    let dims = &dims[..rank as usize];
+    let Some((&rows, rest_dims)) = dims.split_first() else {
+        return Err(argument(
+            "a gather selects rows of the first axis, and the dataset is a scalar".into(),
+        ));
+    };
+    if [g.rest_start.len(), g.rest_step.len(), g.rest_count.len()] != [rest_dims.len(); 3] {
+        return Err(argument(format!(
+            "the selection of the axes after the first has {} axes, the dataset {}",
+            g.rest_count.len(),
+            rest_dims.len()
+        )));
+    }
+    let mut row_elements: u64 = 1;
+    for (axis, &dim) in rest_dims.iter().enumerate() {
+        let (start, step, count) = (g.rest_start[axis], g.rest_step[axis], g.rest_count[axis]);
+        let last = (count.max(1) - 1)
+            .checked_mul(step)
+            .and_then(|d| d.checked_add(start));
+        if step == 0 || (count > 0 && last.is_none_or(|l| l >= dim)) {
+            return Err(argument(format!(
+                "selection out of range on axis {}: start {start}, step {step}, count {count} \
+                 for a size of {dim}",
+                axis + 1
+            )));
+        }
+        row_elements = row_elements.saturating_mul(count);
+    }
+    let mut selected_rows: u64 = 0;
+    let mut end = 0;
+    for &(first, length) in g.runs {
+        let past = first.checked_add(length);
+        if length == 0 || first < end || past.is_none_or(|p| p > rows) {
+            return Err(argument(format!(
+                "rows {first}..{} are not a run after row {end} inside the first axis of size \
+                 {rows}",
+                first.saturating_add(length)
+            )));
+        }
+        end = first + length;
+        selected_rows += length;
+    }
+    let elements = selected_rows.saturating_mul(row_elements);
+    // SAFETY: a valid datatype id.
+    let type_size = unsafe { (api.tget_size)(g.mem_type) };
+    let needed = (elements as u128) * (type_size as u128);
+    if type_size == 0 || needed != g.nbytes as u128 {
+        api.stack();
+        return Err(argument(format!(
+            "the buffer has {} bytes, the gather needs {needed} ({elements} elements of \
+             {type_size} bytes)",
+            g.nbytes
+        )));
+    }
+    if elements == 0 {
+        return Ok(None);
+    }
+    let mut start = vec![0; dims.len()];
+    let mut step = vec![1; dims.len()];
+    let mut count = vec![0; dims.len()];
+    start[1..].copy_from_slice(g.rest_start);
+    step[1..].copy_from_slice(g.rest_step);
+    count[1..].copy_from_slice(g.rest_count);
+    for (i, &(first, length)) in g.runs.iter().enumerate() {
+        start[0] = first;
+        count[0] = length;
+        let op = if i == 0 {
+            H5S_SELECT_SET
+        } else {
+            H5S_SELECT_OR
+        };
+        // SAFETY: arrays of the space's rank, inside the dataset (checked above); block NULL
+        // means blocks of 1.
+        let status = unsafe {
+            (api.sselect_hyperslab)(
+                file_space.0,
+                op,
+                start.as_ptr(),
+                step.as_ptr(),
+                count.as_ptr(),
+                std::ptr::null(),
+            )
+        };
+        if status < 0 {
+            return Err(IoError::Hdf5(api.stack()));
+        }
+    }
+    // SAFETY: a valid dataspace.
+    let selected = unsafe { (api.sget_select_npoints)(file_space.0) };
+    if selected != elements as i64 {
+        api.stack();
+        return Err(argument(format!(
+            "the dataset has no data to select (its selection holds {selected} elements, the \
+             gather {elements})"
+        )));
+    }
+    // SAFETY: a one-dimensional space of the gather's element count.
+    let mem_space = Space::new(
+        unsafe { (api.screate_simple)(1, &elements, std::ptr::null()) },
+        api,
+    )?;
+    Ok(Some(Prepared {
+        api,
+        io: api.dread,
+        dataset: g.dataset,
+        mem_type: g.mem_type,
+        file_space,
+        mem_space,
+        buffer: g.buffer,
+        rank: dims.len(),
+    }))
+}

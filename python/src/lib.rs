@@ -7,6 +7,7 @@ mod compressed;
 mod device;
 mod dlpack;
 mod error;
+mod gather;
 mod hdf5;
 
 use h5gds::VfdSettings;
@@ -313,6 +314,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device_tile_write, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_tensor, m)?)?;
+    m.add_function(wrap_pyfunction!(gather::dataset_gather, m)?)?;
+    m.add_class::<gather::GatherPlan>()?;
     m.add("DRIVER_NAME", "gds")?;
     m.add("DRIVER_VALUE", h5gds::DRIVER_VALUE)?;
     m.add(

@@ -1,0 +1,36 @@
+"""Gathers for ``h5gds.read``: rows along the first axis named by a 1-D integer array, read in one
+call. The extension sorts the indices, drops repeats and coalesces neighbouring rows into runs
+(``_native.GatherPlan``, without the GIL), reads the distinct rows with one H5Dread of the union
+of the runs under h5py's lock (``_native.dataset_gather``), straight into the output when the
+indices are strictly increasing, and otherwise into a buffer of distinct rows that it then copies
+into the caller's order, repeats included, outside HDF5's lock (``GatherPlan.scatter``)."""
+
+import numpy as np
+from h5py import h5t
+from h5py._objects import phil
+
+from . import _native
+
+
+def gather(dset, view, sel, name):
+    """Reads the rows ``sel.rows`` (a ``_selection.Gather``) of ``dset`` into the host array
+    ``view`` (checked by the caller: dtype, shape, contiguity, writable)."""
+    if view.device is not None:
+        raise TypeError(
+            f"out is device memory: gathers (an index array as the selection of dataset {name}) read "
+            "into NumPy arrays only; read into a NumPy or pinned host array and copy it to the device"
+        )
+    rows = sel.rows
+    plan = _native.GatherPlan(rows.ctypes.data, len(rows), dset.shape[0])
+    row_bytes = int(np.prod(sel.rest.count, dtype=np.int64)) * view.dtype.itemsize
+    rest = (list(sel.rest.start), list(sel.rest.step), list(sel.rest.count))
+    if plan.in_order:
+        target, address, nbytes = None, view.address, view.nbytes
+    else:
+        target = np.empty(plan.distinct * row_bytes, dtype=np.uint8)
+        address, nbytes = target.ctypes.data, target.nbytes
+    with phil:
+        mem_type = h5t.py_create(view.dtype)
+        _native.dataset_gather(dset.id.id, mem_type.id, plan, *rest, address, nbytes)
+    if target is not None:
+        plan.scatter(address, nbytes, view.address, view.nbytes, row_bytes)

@@ -1,0 +1,211 @@
+//! Gathers: `h5gds.read(dset, sel=rows)` with a 1-D integer array of rows along the first axis.
+//!
+//! A [`GatherPlan`] is made from the caller's indices without HDF5 (sorted, repeats dropped,
+//! neighbouring rows coalesced into runs, and each caller position's rank among the distinct
+//! rows); [`dataset_gather`] reads the distinct rows with one H5Dread of the union of the runs
+//! (h5py's lock held, the GIL released), straight into the output when the indices are strictly
+//! increasing, else into a buffer of distinct rows that [`GatherPlan::scatter`] copies into the
+//! caller's order (repeats included) without HDF5's lock or the GIL.
+
+use crate::hdf5;
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+
+/// The caller's rows, sorted and coalesced (see the module's documentation).
+#[pyclass(frozen, module = "h5gds._native")]
+pub struct GatherPlan {
+    /// The distinct rows as runs in increasing order: first row, number of rows.
+    runs: Vec<(u64, u64)>,
+    /// For each of the caller's indices, the position of its row among the distinct rows
+    /// (empty when the indices are strictly increasing: then they are the distinct rows).
+    ranks: Vec<usize>,
+    /// How many distinct rows.
+    distinct: usize,
+    /// How many indices the caller gave.
+    len: usize,
+}
+
+impl GatherPlan {
+    /// The plan for `indices`, each checked to lie below `rows`.
+    fn of(indices: &[u64], rows: u64) -> Result<GatherPlan, String> {
+        if let Some((at, bad)) = indices.iter().enumerate().find(|(_, &i)| i >= rows) {
+            return Err(format!(
+                "index {bad} (position {at}) is out of range for axis 0 with size {rows}"
+            ));
+        }
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        let mut add = |row: u64| match runs.last_mut() {
+            Some((first, length)) if *first + *length == row => *length += 1,
+            Some((first, length)) if *first + *length > row => {} // a repeat
+            _ => runs.push((row, 1)),
+        };
+        if indices.windows(2).all(|w| w[0] < w[1]) {
+            indices.iter().for_each(|&row| add(row));
+            return Ok(GatherPlan {
+                runs,
+                ranks: Vec::new(),
+                distinct: indices.len(),
+                len: indices.len(),
+            });
+        }
+        let mut order: Vec<(u64, usize)> = indices.iter().copied().zip(0..).collect();
+        order.sort_unstable();
+        let mut ranks = vec![0; indices.len()];
+        let mut distinct = 0;
+        for (k, &(row, position)) in order.iter().enumerate() {
+            if k > 0 && order[k - 1].0 != row {
+                distinct += 1;
+            }
+            ranks[position] = distinct;
+            add(row);
+        }
+        Ok(GatherPlan {
+            runs,
+            ranks,
+            distinct: distinct + usize::from(!indices.is_empty()),
+            len: indices.len(),
+        })
+    }
+}
+
+#[pymethods]
+impl GatherPlan {
+    /// The plan for the `count` indices (uint64, each below `rows`) at `address`: a C-contiguous
+    /// NumPy array the caller keeps alive for the call. ValueError for an index out of range or a
+    /// misaligned address.
+    #[new]
+    fn new(py: Python<'_>, address: usize, count: usize, rows: u64) -> PyResult<GatherPlan> {
+        if count > 0 && (address == 0 || address % std::mem::align_of::<u64>() != 0) {
+            return Err(PyValueError::new_err(format!(
+                "the indices' address {address:#x} is not that of aligned uint64 elements"
+            )));
+        }
+        py.detach(|| {
+            let indices: &[u64] = if count == 0 {
+                &[]
+            } else {
+                // SAFETY: the Python caller passes the address and length of a live, aligned
+                // uint64 array it keeps referenced for the call (checked non-null and aligned
+                // above); nothing writes to it meanwhile (the caller made it for this call).
+                unsafe { std::slice::from_raw_parts(address as *const u64, count) }
+            };
+            GatherPlan::of(indices, rows)
+        })
+        .map_err(PyValueError::new_err)
+    }
+
+    /// How many distinct rows the indices name (the rows read).
+    #[getter]
+    fn distinct(&self) -> usize {
+        self.distinct
+    }
+
+    /// How many runs of neighbouring rows the distinct rows form (the hyperslabs of the read).
+    #[getter]
+    fn runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Whether the indices are strictly increasing: then the rows are read straight into the
+    /// output, and there is nothing to scatter.
+    #[getter]
+    fn in_order(&self) -> bool {
+        self.ranks.is_empty()
+    }
+
+    /// Copies the distinct rows (`source`, `source_nbytes`: `distinct` rows of `row_bytes`, in
+    /// increasing row order) into the caller's order (`target`, `target_nbytes`: one row per
+    /// index, repeats included), with the GIL released. The caller keeps both buffers alive;
+    /// ValueError when a size does not match the plan, before anything is copied.
+    fn scatter(
+        &self,
+        py: Python<'_>,
+        source: usize,
+        source_nbytes: usize,
+        target: usize,
+        target_nbytes: usize,
+        row_bytes: usize,
+    ) -> PyResult<()> {
+        let source_needed = self.distinct.checked_mul(row_bytes);
+        let target_needed = self.len.checked_mul(row_bytes);
+        if source_needed != Some(source_nbytes) || target_needed != Some(target_nbytes) {
+            return Err(PyValueError::new_err(format!(
+                "scatter of {} rows ({} distinct) of {row_bytes} bytes from {source_nbytes} \
+                 bytes into {target_nbytes} bytes: the sizes do not match",
+                self.len, self.distinct
+            )));
+        }
+        if self.ranks.is_empty() {
+            if source != target && row_bytes > 0 && self.len > 0 {
+                // SAFETY: both buffers hold `len` rows of `row_bytes` (checked above; the caller
+                // keeps them alive and passes distinct buffers).
+                py.detach(|| unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        source as *const u8,
+                        target as *mut u8,
+                        target_nbytes,
+                    )
+                });
+            }
+            return Ok(());
+        }
+        if row_bytes == 0 {
+            return Ok(());
+        }
+        py.detach(|| {
+            for (position, &rank) in self.ranks.iter().enumerate() {
+                // SAFETY: `rank` < `distinct` and `position` < `len` (the plan's invariants), so
+                // both rows lie inside the buffers checked above, which the caller keeps alive;
+                // the source (the rows read) and the target (the output) are distinct buffers.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        (source as *const u8).add(rank * row_bytes),
+                        (target as *mut u8).add(position * row_bytes),
+                        row_bytes,
+                    )
+                }
+            }
+        });
+        Ok(())
+    }
+}
+
+/// Reads the distinct rows of `plan` (each row: the hyperslab `rest_start`, `rest_step`,
+/// `rest_count` of the other axes) of dataset `dataset` with memory type `mem_type` into
+/// `nbytes` at `buffer`, in increasing row order, with one H5Dread of the union of the plan's
+/// runs, the GIL released. Every id and size is checked against HDF5 first (ValueError on a
+/// mismatch, OSError when HDF5 fails). The caller holds h5py's lock and keeps the buffer alive.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn dataset_gather(
+    py: Python<'_>,
+    dataset: i64,
+    mem_type: i64,
+    plan: &Bound<'_, GatherPlan>,
+    rest_start: Vec<u64>,
+    rest_step: Vec<u64>,
+    rest_count: Vec<u64>,
+    buffer: usize,
+    nbytes: usize,
+) -> PyResult<()> {
+    let read = hdf5::GatherRead {
+        dataset,
+        mem_type,
+        runs: &plan.get().runs,
+        rest_start: &rest_start,
+        rest_step: &rest_step,
+        rest_count: &rest_count,
+        buffer,
+        nbytes,
+    };
+    let prepared = match hdf5::prepare_gather(&read) {
+        Ok(Some(prepared)) => prepared,
+        Ok(None) => return Ok(()),
+        Err(hdf5::IoError::Argument(message)) => return Err(PyValueError::new_err(message)),
+        Err(hdf5::IoError::Hdf5(message)) => return Err(PyOSError::new_err(message)),
+    };
+    // SAFETY: the Python caller passes the address and size of a live buffer it keeps
+    // referenced for the call (checked against the selection in `prepare_gather`).
+    py.detach(|| unsafe { prepared.run() })
+        .map_err(|message| PyOSError::new_err(format!("H5Dread failed: {message}")))
+}

@@ -1,0 +1,298 @@
+"""Gathers: h5gds.read with a 1-D integer array of rows along the first axis (alone, or first in a
+tuple whose other items are basic indexing), compared with h5py's fancy indexing of the same
+distinct rows in increasing order (the only order h5py reads), rearranged by NumPy into the
+caller's order; every refusal names the culprit and leaves `out` as it was."""
+
+import h5py
+import numpy as np
+import pytest
+
+import h5gds
+from h5gds import _native
+
+SHAPE_3D = (40, 6, 5)
+LAYOUTS = {
+    "contiguous": {},
+    "chunked": {"chunks": (7, 4, 5)},
+    "chunked+gzip": {"chunks": (7, 4, 5), "compression": "gzip"},
+}
+
+
+def reference(shape=SHAPE_3D, dtype="<f8"):
+    return (np.arange(np.prod(shape), dtype=dtype).reshape(shape) * 1.5 - 7).astype(dtype)
+
+
+@pytest.fixture(params=["sec2", "gds"])
+def h5file(request, tmp_path):
+    driver = None if request.param == "sec2" else "gds"
+    with h5py.File(tmp_path / "data.h5", "w", driver=driver) as f:
+        yield f
+
+
+def make(h5file, layout, shape=SHAPE_3D, dtype="<f8"):
+    kwargs = dict(LAYOUTS[layout])
+    if "chunks" in kwargs:
+        kwargs["chunks"] = tuple(min(c, s) for c, s in zip(kwargs["chunks"], shape))[:len(shape)]
+    return h5file.create_dataset("x", data=reference(shape, dtype), **kwargs)
+
+
+def h5py_gather(dset, idx, rest=()):
+    """What the gather of `idx` (then `rest` for the other axes) holds, from h5py: its fancy indexing
+    of the distinct rows in increasing order, put into the caller's order by NumPy."""
+    idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+    idx = np.where(idx < 0, idx + dset.shape[0], idx)
+    distinct, inverse = np.unique(idx, return_inverse=True)
+    if distinct.size == 0:
+        shape = np.empty(dset.shape[1:])[rest].shape if rest else dset.shape[1:]
+        return np.empty((0,) + shape, dtype=dset.dtype)
+    rows = dset[(list(distinct),) + tuple(rest)]
+    return rows[inverse.reshape(-1)]
+
+
+INDICES = {
+    "sorted": [0, 3, 4, 5, 17, 39],
+    "one": [12],
+    "all": list(range(40)),
+    "unsorted": [30, 2, 17, 3, 4, 39, 0],
+    "repeats": [5, 5, 1, 5, 1, 38, 38],
+    "negative": [-1, -40, 3, -2, 0],
+    "reversed": list(range(39, -1, -1)),
+    "empty": [],
+}
+
+
+@pytest.mark.parametrize("name", INDICES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_gathers_of_3d_rows_match_h5py(h5file, layout, name):
+    dset = make(h5file, layout)
+    idx = INDICES[name]
+    expected = h5py_gather(dset, idx)
+    for sel in (idx, np.array(idx, dtype=np.int64)):
+        got = h5gds.read(dset, sel=sel)
+        assert got.shape == (len(idx),) + SHAPE_3D[1:] and got.dtype == expected.dtype
+        assert got.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_gathers_of_1d_elements_match_h5py(h5file, layout):
+    shape = (1000,)
+    dset = make(h5file, layout, shape, "<i4") if layout == "contiguous" else h5file.create_dataset(
+        "x", data=reference(shape, "<i4"), chunks=(64,), **({"compression": "gzip"} if "gzip" in layout else {}))
+    rng = np.random.default_rng(5)
+    for idx in (rng.integers(-1000, 1000, 300), np.sort(rng.choice(1000, 200, replace=False)), np.arange(1000)):
+        got = h5gds.read(dset, sel=idx)
+        assert got.tobytes() == h5py_gather(dset, idx).tobytes()
+
+
+@pytest.mark.parametrize("rest", [
+    (slice(1, 4),), (2,), (Ellipsis, 1), (slice(0, 6, 2), slice(1, None)), (-1, slice(None, None, 2)), (Ellipsis,),
+    (slice(4, 2),),
+], ids=repr)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_gathers_with_a_selection_of_the_other_axes_match_h5py(h5file, layout, rest):
+    dset = make(h5file, layout)
+    idx = np.array([33, 2, 2, -7, 8, 9, 10])
+    expected = h5py_gather(dset, idx, rest)
+    got = h5gds.read(dset, sel=(idx,) + rest)
+    assert got.shape == expected.shape
+    assert got.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "int8", "int32", "uint64", "int64"])
+def test_every_integer_index_dtype(h5file, dtype):
+    dset = make(h5file, "contiguous")
+    idx = np.array([7, 1, 39, 1], dtype=dtype)
+    assert h5gds.read(dset, sel=idx).tobytes() == h5py_gather(dset, idx).tobytes()
+
+
+def test_a_strided_index_array_and_numpy_integers_in_a_list(h5file):
+    dset = make(h5file, "chunked")
+    idx = np.arange(80)[::-4] // 2  # a view with a negative stride: read as given
+    assert h5gds.read(dset, sel=idx).tobytes() == h5py_gather(dset, idx).tobytes()
+    listed = [np.int16(3), np.uint32(1), 3]
+    assert h5gds.read(dset, sel=listed).tobytes() == h5py_gather(dset, [3, 1, 3]).tobytes()
+
+
+def test_gather_into_out_fills_and_returns_it(h5file):
+    dset = make(h5file, "chunked+gzip")
+    out = np.full((4, 6), -1.0)
+    assert h5gds.read(dset, out=out, sel=([9, 0, 9, 31], slice(None), 4)) is out
+    assert np.array_equal(out, reference()[[9, 0, 9, 31], :, 4])
+    empty = np.empty((0, 6, 5))
+    assert h5gds.read(dset, out=empty, sel=np.array([], dtype=np.int64)) is empty
+
+
+@pytest.mark.parametrize("dtype", [">i4", "<c8", "S3", [("a", "<i4"), ("b", ">f8")]], ids=str)
+def test_gathers_of_other_dtypes_match_h5py(h5file, dtype):
+    dtype = np.dtype(dtype)
+    values = np.zeros((30, 3), dtype=dtype)
+    if dtype.names:
+        values["a"] = np.arange(90).reshape(30, 3)
+        values["b"] = np.arange(90).reshape(30, 3) / 4
+    elif dtype.kind == "S":
+        values[...] = [[f"{i}{j}".encode() for j in range(3)] for i in range(30)]
+    else:
+        values[...] = np.arange(90).reshape(30, 3)
+    dset = h5file.create_dataset("x", data=values, chunks=(4, 3))
+    idx = [29, 0, 13, 13, -3]
+    assert h5gds.read(dset, sel=idx).tobytes() == h5py_gather(dset, idx).tobytes()
+
+
+def test_unwritten_chunks_read_as_the_fill_value(h5file):
+    dset = h5file.create_dataset("x", shape=(50, 4), dtype="<f4", chunks=(5, 4), fillvalue=2.5)
+    dset[10:15] = 7
+    idx = [49, 12, 0, 12]
+    got = h5gds.read(dset, sel=idx)
+    assert got.tobytes() == h5py_gather(dset, idx).tobytes()
+    assert got[:, 0].tolist() == [2.5, 7.0, 2.5, 7.0]
+
+
+def test_many_random_rows_from_a_file_opened_read_only(tmp_path):
+    path = tmp_path / "big.h5"
+    data = np.random.default_rng(2).standard_normal((20000, 64)).astype("<f4")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("contiguous", data=data)
+        f.create_dataset("chunked", data=data, chunks=(100, 64))
+    idx = np.random.default_rng(3).integers(0, 20000, 5000)
+    with h5py.File(path, "r", driver="gds") as f:
+        for name in ("contiguous", "chunked"):
+            assert h5gds.read(f[name], sel=idx).tobytes() == data[idx].tobytes()
+            assert h5gds.read(f[name], sel=np.sort(idx)).tobytes() == data[np.sort(idx)].tobytes()
+
+
+def test_gathers_from_threads_at_once(tmp_path, run_in_threads):
+    path = tmp_path / "t.h5"
+    data = reference((300, 16), "<f8")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=data, chunks=(10, 16))
+    with h5py.File(path, "r", driver="gds") as f:
+        dset = f["x"]
+
+        def work(seed):
+            def one(i):
+                idx = np.random.default_rng(seed * 1000 + i).integers(-300, 300, 50)
+                assert h5gds.read(dset, sel=idx).tobytes() == data[idx].tobytes()
+            return one
+
+        run_in_threads([work(seed) for seed in range(4)], 25)
+
+
+def test_the_plan_coalesces_neighbouring_rows():
+    idx = np.array([5, 6, 7, 1, 1, 2, 9], dtype=np.uint64)
+    plan = _native.GatherPlan(idx.ctypes.data, len(idx), 10)
+    assert (plan.distinct, plan.runs, plan.in_order) == (6, 3, False)
+    idx = np.array([0, 1, 2, 4, 5, 9], dtype=np.uint64)
+    plan = _native.GatherPlan(idx.ctypes.data, len(idx), 10)
+    assert (plan.distinct, plan.runs, plan.in_order) == (6, 3, True)
+    with pytest.raises(ValueError, match=r"^index 9 \(position 5\) is out of range for axis 0 with size 9$"):
+        _native.GatherPlan(idx.ctypes.data, len(idx), 9)
+    empty = _native.GatherPlan(0, 0, 10)
+    assert (empty.distinct, empty.runs, empty.in_order) == (0, 0, True)
+
+
+def test_scatter_refuses_sizes_that_do_not_match_the_plan():
+    idx = np.array([2, 0, 2], dtype=np.uint64)
+    plan = _native.GatherPlan(idx.ctypes.data, len(idx), 3)
+    source, target = np.arange(2, dtype="<i8"), np.full(3, -1, dtype="<i8")
+    with pytest.raises(ValueError, match=r"scatter of 3 rows \(2 distinct\) of 8 bytes from 16 bytes into 16 bytes"):
+        plan.scatter(source.ctypes.data, source.nbytes, target.ctypes.data, 16, 8)
+    assert target.tolist() == [-1, -1, -1]
+    plan.scatter(source.ctypes.data, source.nbytes, target.ctypes.data, target.nbytes, 8)
+    assert target.tolist() == [1, 0, 1]
+
+
+def test_the_native_read_checks_its_runs_and_buffer(h5file):
+    dset = make(h5file, "contiguous", (10, 2))
+    idx = np.array([3, 4, 8], dtype=np.uint64)
+    plan = _native.GatherPlan(idx.ctypes.data, len(idx), 10)
+    out = np.full((3, 2), -1.0)
+    mem_type = h5py.h5t.py_create(out.dtype)
+    with pytest.raises(ValueError, match=r"the buffer has 40 bytes, the gather needs 48 \(6 elements of 8 bytes\)"):
+        _native.dataset_gather(dset.id.id, mem_type.id, plan, [0], [1], [2], out.ctypes.data, 40)
+    with pytest.raises(ValueError, match=r"selection out of range on axis 1: start 1, step 1, count 2 for a size of 2"):
+        _native.dataset_gather(dset.id.id, mem_type.id, plan, [1], [1], [2], out.ctypes.data, 48)
+    wider = _native.GatherPlan(idx.ctypes.data, len(idx), 100)
+    small = h5file.create_dataset("small", data=np.zeros((5, 2)))
+    with pytest.raises(ValueError, match=r"rows 8\.\.9 are not a run after row 5 inside the first axis of size 5"):
+        _native.dataset_gather(small.id.id, mem_type.id, wider, [0], [1], [2], out.ctypes.data, 48)
+    assert (out == -1).all()
+    _native.dataset_gather(dset.id.id, mem_type.id, plan, [0], [1], [2], out.ctypes.data, 48)
+    assert out.tobytes() == dset[[3, 4, 8]].tobytes()
+
+
+# --- refusals ----------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def dset(tmp_path):
+    with h5py.File(tmp_path / "e.h5", "w") as f:
+        yield f.create_dataset("x", data=reference())
+
+
+@pytest.mark.parametrize("sel, error, message", [
+    ([0, 40], IndexError, r"^index 40 is out of range for axis 0 with size 40$"),
+    (np.array([3, -41, 50]), IndexError, r"^index -41 is out of range for axis 0 with size 40$"),
+    (np.array([2**63 + 5], dtype=np.uint64), IndexError, r"^index 9223372036854775813 is out of range for axis 0"),
+    ((np.array([1]), 6), IndexError, r"^index 6 is out of range for axis 1 with size 6$"),
+    (([1], 0, 0, 0), IndexError, r"^too many indices: the dataset has 3 dimension\(s\), the selection indexes 4$"),
+    (([1], slice(None, None, -1)), ValueError, r"^slice step -1 on axis 1: steps must be 1 or more"),
+    (np.array([True, False] * 20), TypeError, r"^boolean index arrays are not supported along axis 0 .*"
+                                               r"np\.flatnonzero\(mask\)"),
+    ([True, False], TypeError, r"^boolean index arrays are not supported"),
+    (np.array([1.0, 2.0]), TypeError, r"^index array along axis 0 has elements of dtype float64: "
+                                      r"gathers take integer indices$"),
+    ([1, 2.5], TypeError, r"^index list along axis 0 has elements of dtype float64"),
+    ([1, None], TypeError, r"^index list along axis 0 has elements of dtype object"),
+    (["a"], TypeError, r"^index list along axis 0 has elements of dtype <U1"),
+    (np.array([[1, 2]]), TypeError, r"^index array along axis 0 has 2 dimensions, shape \(1, 2\): gathers take a "
+                                    r"1-D array of row indices$"),
+    ([[1], [2, 3]], TypeError, r"^index list along axis 0 cannot be read as an integer array"),
+    ((0, np.array([1, 2])), TypeError, r"^selection item array\(\[1, 2\]\) \(ndarray\): .* h5gds\.read also takes "
+                                       r"a 1-D integer array of rows as the first item"),
+    ((slice(None), [1]), TypeError, r"^selection item \[1\] \(list\)"),
+])
+def test_bad_gathers_are_refused_and_out_untouched(dset, sel, error, message):
+    out = np.full((2,) + SHAPE_3D[1:], -3.0)
+    with pytest.raises(error, match=message):
+        h5gds.read(dset, out=out, sel=sel)
+    with pytest.raises(error, match=message):
+        h5gds.read(dset, sel=sel)
+    assert (out == -3.0).all()
+
+
+def test_out_of_the_wrong_shape_dtype_or_kind_is_refused_untouched(dset):
+    out = np.full((3, 6, 5), -3.0)
+    with pytest.raises(ValueError, match=r"^out has shape \(3, 6, 5\), the selection of dataset /x has shape "
+                                         r"\(2, 6, 5\)$"):
+        h5gds.read(dset, out=out, sel=[1, 2])
+    with pytest.raises(TypeError, match=r"^out has dtype float32, dataset /x has dtype float64"):
+        h5gds.read(dset, out=np.zeros((2, 6, 5), dtype="f4"), sel=[1, 2])
+    with pytest.raises(ValueError, match=r"^out must be C-contiguous"):
+        h5gds.read(dset, out=np.full((2, 6, 10), -3.0)[:, :, ::2], sel=[1, 2])
+    frozen = np.full((2, 6, 5), -3.0)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match=r"^out is read-only$"):
+        h5gds.read(dset, out=frozen, sel=[1, 2])
+    assert (out == -3.0).all() and (frozen == -3.0).all()
+
+
+def test_device_arrays_are_refused_for_gathers(dset):
+    class CudaArray:
+        __cuda_array_interface__ = {"shape": (2, 6, 5), "typestr": "<f8", "data": (0xDEAD0000, False), "version": 3}
+
+    with pytest.raises(TypeError, match=r"^out is device memory: gathers \(an index array as the selection of "
+                                        r"dataset /x\) read into NumPy arrays only"):
+        h5gds.read(dset, out=CudaArray(), sel=[1, 2])
+
+
+def test_scalar_datasets_have_no_rows_to_gather(tmp_path):
+    with h5py.File(tmp_path / "s.h5", "w") as f:
+        dset = f.create_dataset("s", data=np.float32(2.5))
+        with pytest.raises(IndexError, match=r"^too many indices: the dataset has 0 dimension\(s\), the selection "
+                                             r"indexes 1$"):
+            h5gds.read(dset, sel=[0])
+
+
+def test_writes_take_no_index_arrays(dset):
+    with pytest.raises(TypeError, match=r"^selection item \[1, 2\] \(list\): h5gds\.read and h5gds\.write take"):
+        h5gds.write(dset, np.zeros((2, 6, 5)), sel=[1, 2])
+    assert dset[...].tobytes() == reference().tobytes()
