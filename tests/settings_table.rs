@@ -43,6 +43,7 @@ fn every_variable_the_product_reads_is_in_the_settings_table() {
         "vfd/src",
         "route/src",
         "gpu-codec/src",
+        "chunk-codec/src",
         "array-io/src",
         "python/src",
         "python/h5gds",

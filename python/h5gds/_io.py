@@ -1,11 +1,12 @@
 """``h5gds.read`` and ``h5gds.write``: a dataset's bytes into or out of an array through h5py's own
 HDF5 (H5Dread/H5Dwrite), under h5py's lock, with the GIL released while bytes move. Host arrays
-go through HDF5 as they are; device arrays through ``_device`` (straight through the ``gds``
+go through HDF5 as they are (compressed chunks read raw and decoded by h5gds on all cores where it
+decodes the filters); device arrays through ``_device`` (straight through the ``gds``
 driver where the layout allows, else staged through pinned host memory)."""
 
 import h5py
 import numpy as np
-from h5py import h5t
+from h5py import h5d, h5t
 from h5py._objects import phil
 
 from . import _arrays, _device, _native
@@ -47,12 +48,33 @@ def _check(view, role, dtype, shape, name, writable):
         raise ValueError(f"{role} is read-only")
 
 
+def _decoded_by_h5gds(dsid, mem_type, view, slab, name):
+    """Reads a selection of a chunked, filtered dataset into the host array ``view`` with its
+    chunks decoded by h5gds on the driver's I/O threads, where it decodes the filters and HDF5
+    would convert nothing; False when HDF5 is to read it (nothing was read). Under ``phil``."""
+    dcpl = dsid.get_create_plist()
+    if dcpl.get_layout() != h5d.CHUNKED:
+        return False
+    nfilters = dcpl.get_nfilters()
+    if nfilters == 0 or not dsid.get_type().equal(mem_type):
+        return False
+    filters = [(code, list(values)) for code, _flags, values, _name in
+               (dcpl.get_filter(i) for i in range(nfilters))]
+    reason = _native.host_decode_read(
+        dsid.id, mem_type.id, list(slab.start), list(slab.step), list(slab.count), list(slab.shape),
+        view.address, view.nbytes, list(dcpl.get_chunk()), filters, name,
+    )
+    return reason is None
+
+
 def _transfer(write, dset, view, slab, role, name):
     if view.device is not None:
         _device.transfer(write, dset, view, slab, role, name)
         return
     with phil:
         mem_type = h5t.py_create(view.dtype)
+        if not write and _decoded_by_h5gds(dset.id, mem_type, view, slab, name):
+            return
         _native.dataset_io(
             write, dset.id.id, mem_type.id, list(slab.start), list(slab.step), list(slab.count),
             list(slab.shape), view.address, view.nbytes,

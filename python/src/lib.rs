@@ -9,6 +9,7 @@ mod dlpack;
 mod error;
 mod gather;
 mod hdf5;
+mod host_codec;
 
 use h5gds::VfdSettings;
 use h5gds_runtime::settings::driver_settings;
@@ -156,6 +157,91 @@ fn dataset_io(
     // referenced for the call (checked against the selection in `prepare`).
     py.detach(|| unsafe { prepared.run() })
         .map_err(|message| PyOSError::new_err(format!("{op} failed: {message}")))
+}
+
+/// Reads `dataset[start, step, count]` of a chunked, filtered dataset whose stored type is the
+/// memory type into the host buffer at `buffer` (`nbytes`), with its chunks read raw and decoded
+/// by h5gds on the driver's I/O threads (`host_codec`). `filters`: the pipeline's `(id, client
+/// values)` in order; `chunk`: the chunk shape. Returns None when the read is done, or why h5gds
+/// leaves it to HDF5 (nothing was read; the caller then calls `dataset_io`). The arguments are
+/// checked as `dataset_io` checks them. The caller holds h5py's lock and keeps the buffer alive.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn host_decode_read(
+    py: Python<'_>,
+    dataset: i64,
+    mem_type: i64,
+    start: Vec<u64>,
+    step: Vec<u64>,
+    count: Vec<u64>,
+    mem_shape: Vec<u64>,
+    buffer: usize,
+    nbytes: usize,
+    chunk: Vec<u64>,
+    filters: Vec<(i32, Vec<u32>)>,
+    dataset_name: String,
+) -> PyResult<Option<String>> {
+    let transfer = hdf5::Transfer {
+        write: false,
+        dataset,
+        mem_type,
+        start: &start,
+        step: &step,
+        count: &count,
+        mem_shape: &mem_shape,
+        buffer,
+        nbytes,
+    };
+    let prepared = match hdf5::prepare(&transfer) {
+        Ok(Some(prepared)) => prepared,
+        Ok(None) => return Ok(None),
+        Err(hdf5::IoError::Argument(message)) => return Err(PyValueError::new_err(message)),
+        Err(hdf5::IoError::Hdf5(message)) => return Err(PyOSError::new_err(message)),
+    };
+    let elements: u64 = count.iter().product();
+    let threads = VfdSettings::load(None)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?
+        .nthreads;
+    let filters: Vec<h5gds_chunk_codec::Filter> = filters
+        .into_iter()
+        .map(|(id, values)| h5gds_chunk_codec::Filter { id, values })
+        .collect();
+    let read = host_codec::CompressedHostRead {
+        dataset,
+        name: &dataset_name,
+        chunk: &chunk,
+        filters: &filters,
+        start: &start,
+        step: &step,
+        count: &count,
+        element_size: nbytes / elements as usize,
+        threads,
+    };
+    let pipeline = match read.plan() {
+        Ok(pipeline) => pipeline,
+        Err(reason) => {
+            h5gds::with_logging(|| {
+                tracing::debug!("h5gds.read of {dataset_name}: HDF5 decodes its chunks: {reason}")
+            });
+            return Ok(Some(reason));
+        }
+    };
+    let (decoded, missing) = py
+        .detach(|| {
+            // SAFETY: the Python caller passes the address and size of a live, writable host
+            // buffer it keeps referenced for the call (checked against the selection in
+            // `prepare`).
+            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
+            read.run(&pipeline, &prepared, out)
+        })
+        .map_err(|host_codec::Failed(message)| PyOSError::new_err(message))?;
+    h5gds::with_logging(|| {
+        tracing::debug!(
+            "h5gds.read of {dataset_name}: {decoded} chunks decoded on {threads} threads, \
+             {missing} parts of chunks never written read through HDF5"
+        )
+    });
+    Ok(None)
 }
 
 /// `dataset_io` for device memory: the same arguments and checks, plus what decides the route
@@ -310,6 +396,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(info_text, m)?)?;
     m.add_function(wrap_pyfunction!(dataset_io, m)?)?;
     m.add_function(wrap_pyfunction!(device_io, m)?)?;
+    m.add_function(wrap_pyfunction!(host_decode_read, m)?)?;
     m.add_function(wrap_pyfunction!(staged_by_settings, m)?)?;
     m.add_function(wrap_pyfunction!(device_tile_write, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;

@@ -37,6 +37,7 @@ pub enum Key {
     UseVfdGds,
     StagingBufferSize,
     GpuCodec,
+    HostCodec,
     VerifyChecksums,
     Log,
     PluginDir,
@@ -154,6 +155,18 @@ pub const SETTINGS: &[SettingSpec] = &[
         aliases: &[],
         meaning: "compressed chunks read into device arrays: 1 = decoded on the GPU with nvCOMP \
                   where it can, 0 = decoded by HDF5's filters on the host, then copied",
+        default: "1",
+        accepted: ZERO_OR_ONE,
+    },
+    SettingSpec {
+        key: Key::HostCodec,
+        env: HOST_CODEC_ENV,
+        config_key: None,
+        aliases: &[],
+        meaning: "compressed chunks read into host arrays (h5gds.read, from_file, array-io): 1 = \
+                  read raw and decoded by h5gds on the driver's I/O threads where it decodes the \
+                  filters (deflate, shuffle, fletcher32, Zstandard, LZ4), 0 = decoded by HDF5's \
+                  filters on one core",
         default: "1",
         accepted: ZERO_OR_ONE,
     },
@@ -279,6 +292,10 @@ pub const VERIFY_CHECKSUMS_ENV: &str = "H5GDS_VERIFY_CHECKSUMS";
 /// then the data is copied (the baseline the compressed-read benchmark compares against).
 pub const GPU_CODEC_ENV: &str = "H5GDS_GPU_CODEC";
 
+/// The setting that turns decoding compressed chunks on the host's cores off (`0`): HDF5's
+/// filters decode host reads on one core, as in h5py.
+pub const HOST_CODEC_ENV: &str = "H5GDS_HOST_CODEC";
+
 const ZERO_OR_ONE: &str = "0 or 1";
 
 fn invalid(variable: &'static str, value: &str) -> InvalidSetting {
@@ -297,6 +314,17 @@ pub fn gpu_codec_turned_off() -> Result<Option<String>, InvalidSetting> {
             "{GPU_CODEC_ENV}=0 turns decoding on the GPU off"
         ))),
         Ok(other) => Err(invalid(GPU_CODEC_ENV, other)),
+    }
+}
+
+/// Why the settings leave host reads of compressed chunks to HDF5's filters, if they do.
+pub fn host_codec_turned_off() -> Result<Option<String>, InvalidSetting> {
+    match std::env::var(HOST_CODEC_ENV).as_deref() {
+        Err(_) | Ok("") | Ok("1") => Ok(None),
+        Ok("0") => Ok(Some(format!(
+            "{HOST_CODEC_ENV}=0 leaves decoding to HDF5's filters"
+        ))),
+        Ok(other) => Err(invalid(HOST_CODEC_ENV, other)),
     }
 }
 

@@ -170,6 +170,7 @@ impl VfdSettings {
             Key::UseVfdGds
             | Key::StagingBufferSize
             | Key::GpuCodec
+            | Key::HostCodec
             | Key::VerifyChecksums
             | Key::Log
             | Key::PluginDir => return Err(invalid()),
@@ -201,6 +202,7 @@ impl VfdSettings {
             Key::UseVfdGds
             | Key::StagingBufferSize
             | Key::GpuCodec
+            | Key::HostCodec
             | Key::VerifyChecksums
             | Key::Log
             | Key::PluginDir => return None,

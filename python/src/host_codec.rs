@@ -1,0 +1,130 @@
+//! `h5gds.read` of compressed chunks into host memory on all cores: the h5py side of
+//! `h5gds_chunk_codec` (the decoding array-io uses too). Each needed chunk's stored size comes
+//! from `H5Dget_chunk_info_by_coord` and its stored bytes from `H5Dread_chunk`, both on the
+//! calling thread under h5py's lock; the driver's I/O threads decode them meanwhile and copy
+//! their elements into the output. Chunks never written are read through HDF5 (which fills
+//! them with the fill value) and placed. Pipelines h5gds does not decode, and selections inside
+//! one chunk (which HDF5 serves from its chunk cache), stay with HDF5.
+
+use crate::hdf5::{self, Hid, Prepared};
+use h5gds_chunk_codec::place::chunks_selected;
+use h5gds_chunk_codec::{place_missing, Filter, HostRead, Hyperslab, Pipeline, RawChunks};
+use std::ffi::c_void;
+
+/// Why a host read failed: HDF5 failed or a chunk does not decode (OSError).
+pub struct Failed(pub String);
+
+/// Raw chunk reads of one h5py dataset into host memory.
+struct H5pyChunks<'a> {
+    dataset: Hid,
+    name: &'a str,
+}
+
+impl RawChunks for H5pyChunks<'_> {
+    type Error = Failed;
+
+    fn stored(&mut self, offset: &[u64]) -> Result<Option<(usize, u32)>, Failed> {
+        hdf5::chunk_info(self.dataset, offset)
+            .map_err(|m| Failed(format!("dataset {}: {m}", self.name)))
+    }
+
+    fn read(&mut self, offset: &[u64], buf: &mut [u8]) -> Result<u32, Failed> {
+        // SAFETY: `buf` is host memory of the chunk's stored size, as `stored` reported it.
+        unsafe { hdf5::read_chunk(self.dataset, offset, buf.as_mut_ptr().cast(), buf.len()) }
+            .map_err(|m| Failed(format!("dataset {}: {m}", self.name)))
+    }
+
+    fn corrupt(&self, offset: &[u64], reason: String) -> Failed {
+        Failed(format!(
+            "dataset {}: the chunk at {offset:?} cannot be decoded: {reason}",
+            self.name
+        ))
+    }
+}
+
+/// One host read of a chunked, filtered dataset whose stored type is the memory type.
+pub struct CompressedHostRead<'a> {
+    pub dataset: Hid,
+    pub name: &'a str,
+    pub chunk: &'a [u64],
+    pub filters: &'a [Filter],
+    pub start: &'a [u64],
+    pub step: &'a [u64],
+    pub count: &'a [u64],
+    pub element_size: usize,
+    pub threads: usize,
+}
+
+impl CompressedHostRead<'_> {
+    /// Why this read stays with HDF5, if it does; else the pipeline h5gds decodes.
+    pub fn plan(&self) -> Result<Pipeline, String> {
+        if let Some(off) = h5gds_runtime::settings::host_codec_turned_off()
+            .map_err(|e| format!("{e}; HDF5 decodes"))?
+        {
+            return Err(off);
+        }
+        let pipeline = Pipeline::for_filters(self.filters, self.element_size)?;
+        if self.chunk.len() != self.count.len() {
+            return Err("its chunk shape does not match its rank".into());
+        }
+        let selection = self.selection();
+        if chunks_selected(&selection, self.chunk).len() < 2 {
+            return Err(
+                "the selection lies in one chunk, which HDF5 decodes and keeps in its chunk cache"
+                    .into(),
+            );
+        }
+        Ok(pipeline)
+    }
+
+    fn selection(&self) -> Hyperslab<'_> {
+        Hyperslab {
+            start: self.start,
+            step: self.step,
+            count: self.count,
+        }
+    }
+
+    /// Reads the selection into `out` (the prepared transfer's buffer); returns the chunks
+    /// decoded and the parts of chunks never written. Runs without the GIL, under h5py's lock.
+    pub fn run(
+        &self,
+        pipeline: &Pipeline,
+        prepared: &Prepared,
+        out: &mut [u8],
+    ) -> Result<(usize, usize), Failed> {
+        let r = HostRead {
+            pipeline,
+            chunk: self.chunk,
+            element_size: self.element_size,
+            selection: self.selection(),
+            threads: self.threads,
+        };
+        let mut source = H5pyChunks {
+            dataset: self.dataset,
+            name: self.name,
+        };
+        let outcome = h5gds_chunk_codec::read(&mut source, &r, out)?;
+        for part in &outcome.missing {
+            let mut values = vec![0u8; part.len() as usize * self.element_size];
+            // SAFETY: the part is a piece of the checked selection and `values` holds its
+            // elements in the memory type.
+            unsafe {
+                prepared.run_hyperslab(
+                    &part.file_start(&r.selection),
+                    self.step,
+                    &part.count,
+                    values.as_mut_ptr().cast::<c_void>(),
+                )
+            }
+            .map_err(|m| {
+                Failed(format!(
+                    "dataset {}: H5Dread of the chunk never written at {:?} failed: {m}",
+                    self.name, part.offset
+                ))
+            })?;
+            place_missing(part, &values, &r, out);
+        }
+        Ok((outcome.decoded, outcome.missing.len()))
+    }
+}
