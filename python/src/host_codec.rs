@@ -58,11 +58,6 @@ pub struct CompressedHostRead<'a> {
 impl CompressedHostRead<'_> {
     /// Why this read stays with HDF5, if it does; else the pipeline h5gds decodes.
     pub fn plan(&self) -> Result<Pipeline, String> {
-        if let Some(off) = h5gds_runtime::settings::host_codec_turned_off()
-            .map_err(|e| format!("{e}; HDF5 decodes"))?
-        {
-            return Err(off);
-        }
         let pipeline = Pipeline::for_filters(self.filters, self.element_size)?;
         if self.chunk.len() != self.count.len() {
             return Err("its chunk shape does not match its rank".into());

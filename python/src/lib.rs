@@ -217,7 +217,9 @@ fn host_decode_read(
         element_size: nbytes / elements as usize,
         threads,
     };
-    let pipeline = match read.plan() {
+    let turned_off = h5gds_runtime::settings::host_codec_turned_off()
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let pipeline = match turned_off.map_or_else(|| read.plan(), Err) {
         Ok(pipeline) => pipeline,
         Err(reason) => {
             h5gds::with_logging(|| {
