@@ -723,36 +723,18 @@ pub fn prepare_gather(g: &GatherRead) -> Result<Option<Prepared>, IoError> {
     if elements == 0 {
         return Ok(None);
     }
-    let mut start = vec![0; dims.len()];
-    let mut step = vec![1; dims.len()];
-    let mut count = vec![0; dims.len()];
-    start[1..].copy_from_slice(g.rest_start);
-    step[1..].copy_from_slice(g.rest_step);
-    count[1..].copy_from_slice(g.rest_count);
-    for (i, &(first, length)) in g.runs.iter().enumerate() {
-        start[0] = first;
-        count[0] = length;
-        let op = if i == 0 {
-            H5S_SELECT_SET
-        } else {
-            H5S_SELECT_OR
-        };
-        // SAFETY: arrays of the space's rank, inside the dataset (checked above); block NULL
-        // means blocks of 1.
-        let status = unsafe {
-            (api.sselect_hyperslab)(
-                file_space.0,
-                op,
-                start.as_ptr(),
-                step.as_ptr(),
-                count.as_ptr(),
-                std::ptr::null(),
-            )
-        };
-        if status < 0 {
-            return Err(IoError::Hdf5(api.stack()));
-        }
-    }
+    let mut rows_slab = RunsSlab {
+        api,
+        modify: modify_select()?,
+        dims,
+        start: [0; MAX_RANK],
+        step: [1; MAX_RANK],
+        count: [0; MAX_RANK],
+    };
+    rows_slab.start[1..dims.len()].copy_from_slice(g.rest_start);
+    rows_slab.step[1..dims.len()].copy_from_slice(g.rest_step);
+    rows_slab.count[1..dims.len()].copy_from_slice(g.rest_count);
+    rows_slab.select(file_space.0, g.runs)?;
     // SAFETY: a valid dataspace.
     let selected = unsafe { (api.sget_select_npoints)(file_space.0) };
     if selected != elements as i64 {
@@ -777,4 +759,89 @@ pub fn prepare_gather(g: &GatherRead) -> Result<Option<Prepared>, IoError> {
         buffer: g.buffer,
         rank: dims.len(),
     }))
+}
+
+/// `H5Smodify_select(space1, op, space2)`: `space2`'s selection combined into `space1`'s.
+type ModifySelect = unsafe extern "C" fn(Hid, c_int, Hid) -> Herr;
+
+/// H5Smodify_select of h5py's HDF5 (1.10.7 and later), resolved at the first gather.
+fn modify_select() -> Result<ModifySelect, IoError> {
+    static MODIFY: std::sync::OnceLock<Result<ModifySelect, String>> = std::sync::OnceLock::new();
+    MODIFY
+        // SAFETY: the C signature of H5Smodify_select (hid_t, H5S_seloper_t, hid_t).
+        .get_or_init(|| unsafe { function(c"H5Smodify_select") })
+        .clone()
+        .map_err(IoError::Hdf5)
+}
+
+/// Runs of rows below 16 are added to a selection one by one; longer lists are split in two
+/// halves selected in two dataspaces and combined, since HDF5 merges each hyperslab added to a
+/// selection with all the blocks it already holds (one by one, 4096 runs take a quarter of a
+/// second; halving, a few milliseconds).
+const RUNS_ONE_BY_ONE: usize = 16;
+
+/// The hyperslab of a run of rows: the other axes' start, step and count fixed, the first
+/// axis's set per run.
+struct RunsSlab<'a> {
+    api: &'static Api,
+    modify: ModifySelect,
+    dims: &'a [Hsize],
+    start: [Hsize; MAX_RANK],
+    step: [Hsize; MAX_RANK],
+    count: [Hsize; MAX_RANK],
+}
+
+impl RunsSlab<'_> {
+    /// Sets `space`'s selection (a dataspace of the dataset's extent) to the union of `runs`
+    /// (at least one; sorted, disjoint, inside the dataset).
+    fn select(&mut self, space: Hid, runs: &[(u64, u64)]) -> Result<(), IoError> {
+        let api = self.api;
+        if runs.len() > RUNS_ONE_BY_ONE {
+            let (left, right) = runs.split_at(runs.len() / 2);
+            self.select(space, left)?;
+            // SAFETY: a dataspace of the dataset's extent (`dims` has its rank, at most
+            // MAX_RANK axes).
+            let other = Space::new(
+                unsafe {
+                    (api.screate_simple)(
+                        self.dims.len() as c_int,
+                        self.dims.as_ptr(),
+                        std::ptr::null(),
+                    )
+                },
+                api,
+            )?;
+            self.select(other.0, right)?;
+            // SAFETY: two valid dataspaces of the same extent.
+            if unsafe { (self.modify)(space, H5S_SELECT_OR, other.0) } < 0 {
+                return Err(IoError::Hdf5(api.stack()));
+            }
+            return Ok(());
+        }
+        for (i, &(first, length)) in runs.iter().enumerate() {
+            self.start[0] = first;
+            self.count[0] = length;
+            let op = if i == 0 {
+                H5S_SELECT_SET
+            } else {
+                H5S_SELECT_OR
+            };
+            // SAFETY: arrays of at least the space's rank, the hyperslab inside the dataset
+            // (checked by the caller); block NULL means blocks of 1.
+            let status = unsafe {
+                (api.sselect_hyperslab)(
+                    space,
+                    op,
+                    self.start.as_ptr(),
+                    self.step.as_ptr(),
+                    self.count.as_ptr(),
+                    std::ptr::null(),
+                )
+            };
+            if status < 0 {
+                return Err(IoError::Hdf5(api.stack()));
+            }
+        }
+        Ok(())
+    }
 }
