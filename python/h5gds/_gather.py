@@ -5,11 +5,32 @@ of the runs under h5py's lock (``_native.dataset_gather``), straight into the ou
 indices are strictly increasing, and otherwise into a buffer of distinct rows that it then copies
 into the caller's order, repeats included, outside HDF5's lock (``GatherPlan.scatter``)."""
 
+import threading
+
 import numpy as np
 from h5py import h5t
 from h5py._objects import phil
 
 from . import _native
+
+
+#: The largest buffer of distinct rows a thread keeps between gathers (64 MiB).
+SCRATCH_KEPT = 64 << 20
+
+_kept = threading.local()
+
+
+def _scratch(nbytes):
+    """A buffer of ``nbytes`` for the distinct rows of an unordered gather: the calling thread's
+    kept buffer when it is large enough (a fresh one is page-faulted in on every gather, which cost
+    as much as the scatter itself), else a new one, kept when at most ``SCRATCH_KEPT`` bytes."""
+    kept = getattr(_kept, "buffer", None)
+    if kept is not None and kept.nbytes >= nbytes:
+        return kept[:nbytes]
+    fresh = np.empty(nbytes, dtype=np.uint8)
+    if nbytes <= SCRATCH_KEPT:
+        _kept.buffer = fresh
+    return fresh
 
 
 def gather(dset, view, sel, name):
@@ -27,7 +48,7 @@ def gather(dset, view, sel, name):
     if plan.in_order:
         target, address, nbytes = None, view.address, view.nbytes
     else:
-        target = np.empty(plan.distinct * row_bytes, dtype=np.uint8)
+        target = _scratch(plan.distinct * row_bytes)
         address, nbytes = target.ctypes.data, target.nbytes
     with phil:
         mem_type = h5t.py_create(view.dtype)

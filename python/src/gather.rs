@@ -152,22 +152,72 @@ impl GatherPlan {
         if row_bytes == 0 {
             return Ok(());
         }
-        py.detach(|| {
-            for (position, &rank) in self.ranks.iter().enumerate() {
-                // SAFETY: `rank` < `distinct` and `position` < `len` (the plan's invariants), so
-                // both rows lie inside the buffers checked above, which the caller keeps alive;
-                // the source (the rows read) and the target (the output) are distinct buffers.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        (source as *const u8).add(rank * row_bytes),
-                        (target as *mut u8).add(position * row_bytes),
-                        row_bytes,
-                    )
-                }
-            }
+        // SAFETY: every rank is below `distinct` and every position below `len` (the plan's
+        // invariants), so all rows lie inside the buffers checked above, which the caller keeps
+        // alive; the source (the rows read) and the target (the output) are distinct buffers.
+        py.detach(|| unsafe {
+            scatter_rows(
+                &self.ranks,
+                source as *const u8,
+                target as *mut u8,
+                row_bytes,
+            )
         });
         Ok(())
     }
+}
+
+/// Scatters of at least this many bytes are split over threads: the output's pages are often
+/// fresh (`out=None`), and faulting them in is most of a scatter's time.
+const SCATTER_SPLIT: usize = 8 << 20;
+
+/// At most this many threads scatter one gather.
+const SCATTER_THREADS: usize = 8;
+
+/// Copies row `ranks[i]` of `source` to row `i` of `target`, rows of `row_bytes`; large scatters
+/// in parts on scoped threads (a part whose thread cannot start is copied on this one).
+///
+/// # Safety
+/// `source` must hold more rows than the largest rank, `target` `ranks.len()` rows, both valid
+/// for the call and not overlapping.
+unsafe fn scatter_rows(ranks: &[usize], source: *const u8, target: *mut u8, row_bytes: usize) {
+    // Addresses as integers, so the parts can go to other threads.
+    let (source, target) = (source as usize, target as usize);
+    let copy = |first: usize, part: &[usize]| {
+        for (i, &rank) in part.iter().enumerate() {
+            // SAFETY: as the caller guarantees, for row `first + i` of the target.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (source as *const u8).add(rank * row_bytes),
+                    (target as *mut u8).add((first + i) * row_bytes),
+                    row_bytes,
+                )
+            }
+        }
+    };
+    let threads = if ranks.len().saturating_mul(row_bytes) < SCATTER_SPLIT {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(SCATTER_THREADS))
+    };
+    if threads <= 1 {
+        copy(0, ranks);
+        return;
+    }
+    let per = ranks.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let mut parts = ranks.chunks(per).enumerate();
+        let (_, own) = parts.next().unwrap_or((0, &[]));
+        for (k, part) in parts {
+            let spawned = std::thread::Builder::new()
+                .name("h5gds-scatter".into())
+                .spawn_scoped(scope, move || copy(k * per, part));
+            if spawned.is_err() {
+                copy(k * per, part);
+            }
+        }
+        copy(0, own);
+    });
 }
 
 /// Reads the distinct rows of `plan` (each row: the hyperslab `rest_start`, `rest_step`,

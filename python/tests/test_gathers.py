@@ -42,9 +42,9 @@ def h5py_gather(dset, idx, rest=()):
     idx = np.asarray(idx, dtype=np.int64).reshape(-1)
     idx = np.where(idx < 0, idx + dset.shape[0], idx)
     distinct, inverse = np.unique(idx, return_inverse=True)
-    if distinct.size == 0:
-        shape = np.empty(dset.shape[1:])[rest].shape if rest else dset.shape[1:]
-        return np.empty((0,) + shape, dtype=dset.dtype)
+    shape = np.empty(dset.shape[1:])[rest].shape if rest else dset.shape[1:]
+    if distinct.size == 0 or 0 in shape:  # nothing to read (h5py refuses some of these)
+        return np.empty((len(idx),) + shape, dtype=dset.dtype)
     rows = dset[(list(distinct),) + tuple(rest)]
     return rows[inverse.reshape(-1)]
 
@@ -91,11 +91,12 @@ def test_gathers_of_1d_elements_match_h5py(h5file, layout):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_gathers_with_a_selection_of_the_other_axes_match_h5py(h5file, layout, rest):
     dset = make(h5file, layout)
-    idx = np.array([33, 2, 2, -7, 8, 9, 10])
-    expected = h5py_gather(dset, idx, rest)
-    got = h5gds.read(dset, sel=(idx,) + rest)
-    assert got.shape == expected.shape
-    assert got.tobytes() == expected.tobytes()
+    # A few runs (added to the selection one by one), and 20 runs of one row (selected by halves).
+    for idx in (np.array([33, 2, 2, -7, 8, 9, 10]), np.arange(0, 40, 2)[::-1]):
+        expected = h5py_gather(dset, idx, rest)
+        got = h5gds.read(dset, sel=(idx,) + rest)
+        assert got.shape == expected.shape
+        assert got.tobytes() == expected.tobytes()
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "uint16", "int8", "int32", "uint64", "int64"])
@@ -158,6 +159,19 @@ def test_many_random_rows_from_a_file_opened_read_only(tmp_path):
         for name in ("contiguous", "chunked"):
             assert h5gds.read(f[name], sel=idx).tobytes() == data[idx].tobytes()
             assert h5gds.read(f[name], sel=np.sort(idx)).tobytes() == data[np.sort(idx)].tobytes()
+
+
+def test_a_large_unordered_gather_scattered_in_parts(tmp_path):
+    """More than 8 MiB of rows in another order than the file's: the copy into the caller's order
+    is split over threads; every row lands where its index is."""
+    data = np.random.default_rng(4).integers(0, 2**31, (4000, 1024), dtype="<i4")
+    with h5py.File(tmp_path / "l.h5", "w") as f:
+        dset = f.create_dataset("x", data=data)
+        idx = np.random.default_rng(5).integers(-4000, 4000, 3000)
+        assert h5gds.read(dset, sel=idx).tobytes() == data[idx].tobytes()
+        out = np.zeros((3001, 1024), dtype="<i4")
+        idx = np.concatenate([idx, idx[:1]])
+        assert h5gds.read(dset, out=out, sel=idx) is out and np.array_equal(out, data[idx])
 
 
 def test_gathers_from_threads_at_once(tmp_path, run_in_threads):
