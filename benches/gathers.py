@@ -9,7 +9,9 @@ written once, contiguous and chunked (``--chunk-rows`` rows per chunk, unfiltere
 * h5py's fancy indexing of the sorted rows (h5py takes increasing indices only), file opened with
   HDF5's default driver (sec2) and with ``driver="gds"``;
 * ``h5gds.read`` of the same sorted rows and of the rows in their random order (``driver="gds"``);
-* ``h5gds.read`` of the sorted rows with sec2, which tells the call's share from the driver's.
+* ``h5gds.read`` of the sorted rows with sec2, which tells the call's share from the driver's;
+* for the chunked dataset, both again with the chunk cache off (``rdcc_nbytes=0``): HDF5 then reads
+  the selected rows of each chunk, where with the cache it reads every chunk touched whole.
 
 Every result is checked against NumPy's gather of the data written. Medians of ``--reps`` rounds and
 the ratio to h5py (sec2) are printed; the page cache is warm (the file was just written, and each
@@ -75,7 +77,8 @@ def main():
         print(f"gathers of {args.rows} random rows of {row_elements * 4} bytes from a float32 dataset of shape "
               f"({n_rows}, {row_elements}) ({n_rows * row_elements * 4 / 2**30:.2f} GiB), page cache warm, "
               f"{args.reps} interleaved rounds, {os.cpu_count()} CPUs, host memory (NumPy)")
-        with h5py.File(path, "r") as sec2, h5py.File(path, "r", driver="gds") as gds:
+        with h5py.File(path, "r") as sec2, h5py.File(path, "r", driver="gds") as gds, \
+                h5py.File(path, "r", driver="gds", rdcc_nbytes=0) as uncached:
             for layout in args.layouts.split(","):
                 alternatives = {
                     "h5py dset[sorted] (sec2)": lambda s, u: sec2[layout][s],
@@ -84,6 +87,10 @@ def main():
                     "h5gds.read sorted (gds)": lambda s, u: h5gds.read(gds[layout], sel=s),
                     "h5gds.read random order (gds)": lambda s, u: h5gds.read(gds[layout], sel=u),
                 }
+                if layout == "chunked":
+                    alternatives["h5py dset[sorted] (gds, no cache)"] = lambda s, u: uncached[layout][s]
+                    alternatives["h5gds.read random (gds, no cache)"] = (
+                        lambda s, u: h5gds.read(uncached[layout], sel=u))
                 times = {name: [] for name in alternatives}
                 for _ in range(args.reps):
                     unsorted = rng.choice(n_rows, args.rows, replace=False)

@@ -8,11 +8,16 @@ into the caller's order, repeats included, outside HDF5's lock (``GatherPlan.sca
 import threading
 
 import numpy as np
-from h5py import h5t
+from h5py import h5d, h5t
 from h5py._objects import phil
 
 from . import _native
 
+
+#: Runs of rows per H5Dread of a chunked dataset: HDF5's mapping of one selection onto the chunks
+#: it touches grows faster than their number (4096 random rows of a chunked dataset: 0.33 s in one
+#: read, 0.17 s in reads of 64 to 256 runs).
+CHUNKED_RUNS_PER_READ = 128
 
 #: The largest buffer of distinct rows a thread keeps between gathers (64 MiB).
 SCRATCH_KEPT = 64 << 20
@@ -52,6 +57,8 @@ def gather(dset, view, sel, name):
         address, nbytes = target.ctypes.data, target.nbytes
     with phil:
         mem_type = h5t.py_create(view.dtype)
-        _native.dataset_gather(dset.id.id, mem_type.id, plan, *rest, address, nbytes)
+        chunked = dset.id.get_create_plist().get_layout() == h5d.CHUNKED
+        _native.dataset_gather(dset.id.id, mem_type.id, plan, *rest, address, nbytes,
+                               CHUNKED_RUNS_PER_READ if chunked else 0)
     if target is not None:
         plan.scatter(address, nbytes, view.address, view.nbytes, row_bytes)

@@ -222,9 +222,12 @@ unsafe fn scatter_rows(ranks: &[usize], source: *const u8, target: *mut u8, row_
 
 /// Reads the distinct rows of `plan` (each row: the hyperslab `rest_start`, `rest_step`,
 /// `rest_count` of the other axes) of dataset `dataset` with memory type `mem_type` into
-/// `nbytes` at `buffer`, in increasing row order, with one H5Dread of the union of the plan's
-/// runs, the GIL released. Every id and size is checked against HDF5 first (ValueError on a
-/// mismatch, OSError when HDF5 fails). The caller holds h5py's lock and keeps the buffer alive.
+/// `nbytes` at `buffer`, in increasing row order: one H5Dread of the union of the plan's runs,
+/// or, with `runs_per_read` above 0, one per that many runs (HDF5 maps a selection onto a
+/// chunked dataset's chunks in time that grows faster than the number of chunks touched, so
+/// chunked gathers read in groups). The GIL is released while bytes move. Every id and size is
+/// checked against HDF5 for every group before any is read (ValueError on a mismatch, OSError
+/// when HDF5 fails). The caller holds h5py's lock and keeps the buffer alive.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 pub fn dataset_gather(
@@ -237,25 +240,55 @@ pub fn dataset_gather(
     rest_count: Vec<u64>,
     buffer: usize,
     nbytes: usize,
+    runs_per_read: usize,
 ) -> PyResult<()> {
-    let read = hdf5::GatherRead {
-        dataset,
-        mem_type,
-        runs: &plan.get().runs,
-        rest_start: &rest_start,
-        rest_step: &rest_step,
-        rest_count: &rest_count,
-        buffer,
-        nbytes,
+    let plan = plan.get();
+    if plan.distinct == 0 || plan.runs.is_empty() {
+        return Ok(());
+    }
+    if nbytes % plan.distinct != 0 {
+        return Err(PyValueError::new_err(format!(
+            "the buffer has {nbytes} bytes, not a whole number of rows for the {} rows of the \
+             gather",
+            plan.distinct
+        )));
+    }
+    let row_bytes = nbytes / plan.distinct;
+    let per_read = if runs_per_read == 0 {
+        plan.runs.len()
+    } else {
+        runs_per_read
     };
-    let prepared = match hdf5::prepare_gather(&read) {
-        Ok(Some(prepared)) => prepared,
-        Ok(None) => return Ok(()),
-        Err(hdf5::IoError::Argument(message)) => return Err(PyValueError::new_err(message)),
-        Err(hdf5::IoError::Hdf5(message)) => return Err(PyOSError::new_err(message)),
-    };
+    let mut reads = Vec::new();
+    let mut offset = 0;
+    for group in plan.runs.chunks(per_read) {
+        let rows: u64 = group.iter().map(|&(_, length)| length).sum();
+        let group_bytes = rows as usize * row_bytes;
+        let read = hdf5::GatherRead {
+            dataset,
+            mem_type,
+            runs: group,
+            rest_start: &rest_start,
+            rest_step: &rest_step,
+            rest_count: &rest_count,
+            buffer: buffer + offset,
+            nbytes: group_bytes,
+        };
+        offset += group_bytes;
+        match hdf5::prepare_gather(&read) {
+            Ok(Some(prepared)) => reads.push(prepared),
+            Ok(None) => {}
+            Err(hdf5::IoError::Argument(message)) => return Err(PyValueError::new_err(message)),
+            Err(hdf5::IoError::Hdf5(message)) => return Err(PyOSError::new_err(message)),
+        }
+    }
     // SAFETY: the Python caller passes the address and size of a live buffer it keeps
-    // referenced for the call (checked against the selection in `prepare_gather`).
-    py.detach(|| unsafe { prepared.run() })
-        .map_err(|message| PyOSError::new_err(format!("H5Dread failed: {message}")))
+    // referenced for the call; each group's part of it checked against its selection in
+    // `prepare_gather`, the parts one after another inside the buffer.
+    py.detach(|| {
+        reads
+            .iter()
+            .try_for_each(|prepared| unsafe { prepared.run() })
+    })
+    .map_err(|message| PyOSError::new_err(format!("H5Dread failed: {message}")))
 }

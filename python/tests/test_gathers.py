@@ -221,16 +221,22 @@ def test_the_native_read_checks_its_runs_and_buffer(h5file):
     plan = _native.GatherPlan(idx.ctypes.data, len(idx), 10)
     out = np.full((3, 2), -1.0)
     mem_type = h5py.h5t.py_create(out.dtype)
-    with pytest.raises(ValueError, match=r"the buffer has 40 bytes, the gather needs 48 \(6 elements of 8 bytes\)"):
-        _native.dataset_gather(dset.id.id, mem_type.id, plan, [0], [1], [2], out.ctypes.data, 40)
+    with pytest.raises(ValueError, match=r"the buffer has 40 bytes, not a whole number of rows for the 3 rows of the gather"):
+        _native.dataset_gather(dset.id.id, mem_type.id, plan, [0], [1], [2], out.ctypes.data, 40, 0)
     with pytest.raises(ValueError, match=r"selection out of range on axis 1: start 1, step 1, count 2 for a size of 2"):
-        _native.dataset_gather(dset.id.id, mem_type.id, plan, [1], [1], [2], out.ctypes.data, 48)
+        _native.dataset_gather(dset.id.id, mem_type.id, plan, [1], [1], [2], out.ctypes.data, 48, 0)
     wider = _native.GatherPlan(idx.ctypes.data, len(idx), 100)
     small = h5file.create_dataset("small", data=np.zeros((5, 2)))
     with pytest.raises(ValueError, match=r"rows 8\.\.9 are not a run after row 5 inside the first axis of size 5"):
-        _native.dataset_gather(small.id.id, mem_type.id, wider, [0], [1], [2], out.ctypes.data, 48)
+        _native.dataset_gather(small.id.id, mem_type.id, wider, [0], [1], [2], out.ctypes.data, 48, 0)
     assert (out == -1).all()
-    _native.dataset_gather(dset.id.id, mem_type.id, plan, [0], [1], [2], out.ctypes.data, 48)
+    with pytest.raises(ValueError, match=r"the buffer has 16 bytes, the gather needs 32 \(4 elements of 8 bytes\)"):
+        _native.dataset_gather(dset.id.id, mem_type.id, plan, [0], [1], [2], out.ctypes.data, 24, 1)
+    assert (out == -1).all()
+    _native.dataset_gather(dset.id.id, mem_type.id, plan, [0], [1], [2], out.ctypes.data, 48, 0)
+    assert out.tobytes() == dset[[3, 4, 8]].tobytes()
+    out[...] = -1
+    _native.dataset_gather(dset.id.id, mem_type.id, plan, [0], [1], [2], out.ctypes.data, 48, 1)  # a read per run
     assert out.tobytes() == dset[[3, 4, 8]].tobytes()
 
 
