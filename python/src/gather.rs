@@ -282,13 +282,13 @@ pub fn dataset_gather(
             Err(hdf5::IoError::Hdf5(message)) => return Err(PyOSError::new_err(message)),
         }
     }
-    // SAFETY: the Python caller passes the address and size of a live buffer it keeps
-    // referenced for the call; each group's part of it checked against its selection in
-    // `prepare_gather`, the parts one after another inside the buffer.
     py.detach(|| {
-        reads
-            .iter()
-            .try_for_each(|prepared| unsafe { prepared.run() })
+        reads.iter().try_for_each(|prepared| {
+            // SAFETY: the Python caller passes the address and size of a live buffer it keeps
+            // referenced for the call; each group's part of it checked against its selection in
+            // `prepare_gather`, the parts one after another inside the buffer.
+            unsafe { prepared.run() }
+        })
     })
     .map_err(|message| PyOSError::new_err(format!("H5Dread failed: {message}")))
 }
