@@ -115,6 +115,41 @@ impl Pipeline {
         chunk_bytes: usize,
         scratch: &'a mut Scratch,
     ) -> Result<&'a [u8], String> {
+        let at = self.run(stored, mask, chunk_bytes, scratch, None)?;
+        Ok(match at {
+            Place::Stored => &stored[..chunk_bytes],
+            Place::Buffer(k) => &scratch.bufs[k][..chunk_bytes],
+            Place::Dest => unreachable!("no destination was given"),
+        })
+    }
+
+    /// [`Pipeline::decode`] into `dest` (`chunk_bytes` long): the last stage writes there, so a
+    /// chunk that fills a run of the output is decoded in place, with no copy.
+    pub fn decode_into(
+        &self,
+        stored: &[u8],
+        mask: u32,
+        scratch: &mut Scratch,
+        dest: &mut [u8],
+    ) -> Result<(), String> {
+        let chunk_bytes = dest.len();
+        match self.run(stored, mask, chunk_bytes, scratch, Some(dest))? {
+            Place::Dest => {}
+            Place::Stored => dest.copy_from_slice(&stored[..chunk_bytes]),
+            Place::Buffer(k) => dest.copy_from_slice(&scratch.bufs[k][..chunk_bytes]),
+        }
+        Ok(())
+    }
+
+    /// Undoes the stages the mask did not skip, last first; returns where the decoded bytes are.
+    fn run(
+        &self,
+        stored: &[u8],
+        mask: u32,
+        chunk_bytes: usize,
+        scratch: &mut Scratch,
+        mut dest: Option<&mut [u8]>,
+    ) -> Result<Place, String> {
         let applied = |i: usize| i >= 32 || mask & (1 << i) == 0;
         // The size of the data before each stage, in pipeline order (known up to the one
         // compression stage, which is all decoding needs).
@@ -130,23 +165,29 @@ impl Pipeline {
                 };
             }
         }
+        // The stage that produces the decoded chunk may write into `dest`, unless a checksum
+        // undone after it needs the 4 bytes beyond the chunk.
+        let last = (0..self.stages.len())
+            .find(|&i| applied(i) && self.stages[i] != Stage::Fletcher32)
+            .filter(|&f| (0..f).all(|i| !applied(i)));
         let Scratch {
             bufs,
             deflate,
             zstd,
         } = scratch;
         let (first, second) = bufs.split_at_mut(1);
-        // Where the data is now: the stored bytes, or one of the two buffers; and its length.
-        let mut current: Option<usize> = None;
+        let mut at = Place::Stored;
         let mut len = stored.len();
         for (i, stage) in self.stages.iter().enumerate().rev() {
             if !applied(i) {
                 continue;
             }
-            let (out, input): (&mut Vec<u8>, &[u8]) = match current {
-                None => (&mut first[0], stored),
-                Some(0) => (&mut second[0], &first[0]),
-                Some(_) => (&mut first[0], &second[0]),
+            // The data now, and the buffer free to take the stage's output.
+            let (input, spare, k): (&[u8], &mut Vec<u8>, usize) = match at {
+                Place::Stored => (stored, &mut first[0], 0),
+                Place::Buffer(0) => (&first[0], &mut second[0], 1),
+                Place::Buffer(_) => (&second[0], &mut first[0], 0),
+                Place::Dest => unreachable!("the stage writing into dest is the last"),
             };
             let input = &input[..len];
             if *stage == Stage::Fletcher32 {
@@ -155,9 +196,15 @@ impl Pipeline {
                 continue;
             }
             let expected = before[i].unwrap_or(input.len());
-            if out.len() != expected {
-                out.resize(expected, 0);
-            }
+            let (out, next): (&mut [u8], Place) = match (last == Some(i), dest.as_deref_mut()) {
+                (true, Some(d)) if d.len() == expected => (d, Place::Dest),
+                _ => {
+                    if spare.len() != expected {
+                        spare.resize(expected, 0);
+                    }
+                    (&mut spare[..], Place::Buffer(k))
+                }
+            };
             match *stage {
                 Stage::Shuffle { element } => unshuffle(input, element, out),
                 Stage::Deflate => {
@@ -175,14 +222,14 @@ impl Pipeline {
                     }
                     let d = zstd.as_mut().expect("created above");
                     let n = d
-                        .decompress_to_buffer(input, &mut out[..])
+                        .decompress_to_buffer(input, out)
                         .map_err(|e| format!("its Zstandard frame does not decode: {e}"))?;
                     decoded_size("Zstandard", n, expected)?;
                 }
                 Stage::Lz4 => decode_lz4(input, out)?,
                 Stage::Fletcher32 => unreachable!("handled above"),
             }
-            current = Some(if current == Some(0) { 1 } else { 0 });
+            at = next;
             len = expected;
         }
         if len != chunk_bytes {
@@ -190,12 +237,16 @@ impl Pipeline {
                 "it decodes to {len} bytes, but a chunk holds {chunk_bytes}"
             ));
         }
-        Ok(match current {
-            None => &stored[..len],
-            Some(0) => &first[0][..len],
-            Some(_) => &second[0][..len],
-        })
+        Ok(at)
     }
+}
+
+/// Where decoding left a chunk's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    Stored,
+    Buffer(usize),
+    Dest,
 }
 
 fn decoded_size(codec: &str, n: usize, expected: usize) -> Result<(), String> {
@@ -222,7 +273,7 @@ fn decode_lz4(input: &[u8], out: &mut [u8]) -> Result<(), String> {
             &mut out[p.out_at..p.out_at + p.out_len],
         );
         if p.coded {
-            let n = lz4_flex::block::decompress_into(src, dst)
+            let n = lz4::block::decompress_to_buffer(src, Some(p.out_len as i32), dst)
                 .map_err(|e| format!("its LZ4 block at byte {} does not decode: {e}", p.at))?;
             if n != p.out_len {
                 return Err(format!(
@@ -408,7 +459,7 @@ mod tests {
         // hdf5plugin's LZ4 framing with blocks of 8000 bytes: one coded, two stored as they are.
         let mut framed = (data.len() as u64).to_be_bytes().to_vec();
         framed.extend(8000u32.to_be_bytes());
-        let coded = lz4_flex::block::compress(&data[..8000]);
+        let coded = lz4::block::compress(&data[..8000], None, false).unwrap();
         framed.extend((coded.len() as u32).to_be_bytes());
         framed.extend(&coded);
         for block in data[8000..].chunks(8000) {

@@ -97,6 +97,26 @@ pub fn chunks_selected(sel: &Hyperslab, chunk: &[u64]) -> Vec<ChunkPart> {
     out
 }
 
+/// Where a whole chunk lies in the output when its elements fill one run of it, in elements from
+/// the output's start: every element of the chunk selected (steps of 1), and the part spanning
+/// the output's trailing axes. `None` when its elements are scattered, or it is clipped.
+pub fn whole_chunk_run(part: &ChunkPart, sel: &Hyperslab, chunk: &[u64]) -> Option<u64> {
+    let rank = chunk.len();
+    let whole = (0..rank).all(|a| part.count[a] == chunk[a] && (chunk[a] == 1 || sel.step[a] == 1));
+    let split = part.count.iter().position(|&n| n > 1).unwrap_or(rank);
+    let spans = (split + 1..rank).all(|a| part.count[a] == sel.count[a]);
+    if !(whole && spans) {
+        return None;
+    }
+    let mut offset = 0u64;
+    let mut stride = 1u64;
+    for a in (0..rank).rev() {
+        offset += part.first[a] * stride;
+        stride *= sel.count[a];
+    }
+    Some(offset)
+}
+
 /// Where the elements of a copy come from: an array of `shape`, read from `start` with `step`
 /// per axis.
 pub struct Source<'a> {
@@ -214,6 +234,36 @@ mod tests {
             .collect();
         assert_eq!(got, [(0, 0, 3), (10, 3, 4), (20, 7, 1)]);
         assert_eq!(parts[1].file_start(&sel(&[1], &[3], &[8])), [10]);
+    }
+
+    #[test]
+    fn whole_chunks_filling_a_run_of_the_output_are_found() {
+        // Rows 0..20 of a 20x10 dataset in chunks of 5x10: each chunk is 50 elements in a row.
+        let s = sel(&[0, 0], &[1, 1], &[20, 10]);
+        let parts = chunks_selected(&s, &[5, 10]);
+        let runs: Vec<_> = parts
+            .iter()
+            .map(|p| whole_chunk_run(p, &s, &[5, 10]))
+            .collect();
+        assert_eq!(runs, [Some(0), Some(50), Some(100), Some(150)]);
+        // Chunks of 5x5 are not runs (each row of the output spans two chunks)...
+        let parts = chunks_selected(&s, &[5, 5]);
+        assert!(parts
+            .iter()
+            .all(|p| whole_chunk_run(p, &s, &[5, 5]).is_none()));
+        // ...unless a chunk is one row of them.
+        let parts = chunks_selected(&s, &[1, 10]);
+        assert_eq!(whole_chunk_run(&parts[3], &s, &[1, 10]), Some(30));
+        // A clipped or stepped chunk is not whole.
+        let clipped = sel(&[1, 0], &[1, 1], &[19, 10]);
+        let parts = chunks_selected(&clipped, &[5, 10]);
+        assert_eq!(whole_chunk_run(&parts[0], &clipped, &[5, 10]), None);
+        assert_eq!(whole_chunk_run(&parts[1], &clipped, &[5, 10]), Some(40));
+        let stepped = sel(&[0, 0], &[2, 1], &[10, 10]);
+        let parts = chunks_selected(&stepped, &[5, 10]);
+        assert!(parts
+            .iter()
+            .all(|p| whole_chunk_run(p, &stepped, &[5, 10]).is_none()));
     }
 
     #[test]

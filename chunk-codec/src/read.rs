@@ -7,7 +7,7 @@
 //! them with the fill value) and places them with [`place_missing`].
 
 use crate::pipeline::{Pipeline, Scratch};
-use crate::place::{chunks_selected, copy_box, ChunkPart, Hyperslab, Source};
+use crate::place::{chunks_selected, copy_box, whole_chunk_run, ChunkPart, Hyperslab, Source};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex};
@@ -22,8 +22,10 @@ pub trait RawChunks {
     /// it was never written.
     fn stored(&mut self, offset: &[u64]) -> Result<Option<(usize, u32)>, Self::Error>;
 
-    /// Reads the chunk's stored bytes into `buf` (its stored size) and returns its filter mask.
-    fn read(&mut self, offset: &[u64], buf: &mut [u8]) -> Result<u32, Self::Error>;
+    /// Reads the chunk's stored bytes (`size`, as [`RawChunks::stored`] said) into `buf`, which
+    /// then holds exactly them, and returns its filter mask. (A `Vec`, so that the implementation
+    /// may read into its spare capacity instead of zero-filling first.)
+    fn read(&mut self, offset: &[u64], size: usize, buf: &mut Vec<u8>) -> Result<u32, Self::Error>;
 
     /// The error for the chunk at `offset`, which cannot be decoded for `reason`.
     fn corrupt(&self, offset: &[u64], reason: String) -> Self::Error;
@@ -84,6 +86,15 @@ impl HostRead<'_> {
         slot: &mut Slot,
         out: Out,
     ) -> Result<(), String> {
+        if let Some(run) = whole_chunk_run(part, &self.selection, self.chunk) {
+            let at = run as usize * self.element_size;
+            // SAFETY: the chunk's run lies inside the output (the selection holds the part) and
+            // only this task writes it, as the caller guarantees.
+            let dest = unsafe { std::slice::from_raw_parts_mut(out.0.add(at), self.chunk_bytes()) };
+            return self
+                .pipeline
+                .decode_into(&slot.stored, mask, &mut slot.scratch, dest);
+        }
         let decoded =
             self.pipeline
                 .decode(&slot.stored, mask, self.chunk_bytes(), &mut slot.scratch)?;
@@ -145,8 +156,7 @@ pub fn read<R: RawChunks>(
     let Some(pool) = pool else {
         let mut slot = Slot::default();
         for (part, size) in &jobs {
-            slot.stored.resize(*size, 0);
-            let mask = source.read(&part.offset, &mut slot.stored)?;
+            let mask = source.read(&part.offset, *size, &mut slot.stored)?;
             // SAFETY: one chunk at a time on this thread, into the caller's output.
             unsafe { r.decode_into(part, mask, &mut slot, out) }
                 .map_err(|reason| source.corrupt(&part.offset, reason))?;
@@ -173,8 +183,7 @@ pub fn read<R: RawChunks>(
             }
             // A slot comes back from every task, so this returns; `free` lives here too.
             let Ok(mut slot) = freed.recv() else { break };
-            slot.stored.resize(*size, 0);
-            let mask = match source.read(&part.offset, &mut slot.stored) {
+            let mask = match source.read(&part.offset, *size, &mut slot.stored) {
                 Ok(mask) => mask,
                 Err(e) => {
                     read_error = Some(e);
@@ -291,12 +300,13 @@ mod tests {
         fn stored(&mut self, offset: &[u64]) -> Result<Option<(usize, u32)>, String> {
             Ok(self.chunks.get(offset).map(|c| (c.len(), 0)))
         }
-        fn read(&mut self, offset: &[u64], buf: &mut [u8]) -> Result<u32, String> {
+        fn read(&mut self, offset: &[u64], size: usize, buf: &mut Vec<u8>) -> Result<u32, String> {
             if self.fail_read.as_deref() == Some(offset) {
                 return Err(format!("read of {offset:?} failed"));
             }
             self.reads += 1;
-            buf.copy_from_slice(&self.chunks[offset]);
+            buf.clear();
+            buf.extend_from_slice(&self.chunks[offset][..size]);
             Ok(0)
         }
         fn corrupt(&self, offset: &[u64], reason: String) -> String {
@@ -356,6 +366,9 @@ mod tests {
                 ([3, 4], [1, 1], [40, 30]),
                 ([1, 2], [3, 7], [16, 5]),
                 ([49, 36], [1, 1], [1, 1]),
+                // Whole chunks that fill runs of the output (decoded in place).
+                ([0, 5], [1, 1], [48, 5]),
+                ([8, 30], [1, 1], [17, 5]),
             ] {
                 let mut m = memory(&[], None);
                 let (got, outcome) = run(&mut m, &start, &step, &count, threads).unwrap();

@@ -28,10 +28,16 @@ impl RawChunks for H5pyChunks<'_> {
             .map_err(|m| Failed(format!("dataset {}: {m}", self.name)))
     }
 
-    fn read(&mut self, offset: &[u64], buf: &mut [u8]) -> Result<u32, Failed> {
-        // SAFETY: `buf` is host memory of the chunk's stored size, as `stored` reported it.
-        unsafe { hdf5::read_chunk(self.dataset, offset, buf.as_mut_ptr().cast(), buf.len()) }
-            .map_err(|m| Failed(format!("dataset {}: {m}", self.name)))
+    fn read(&mut self, offset: &[u64], size: usize, buf: &mut Vec<u8>) -> Result<u32, Failed> {
+        buf.clear();
+        buf.reserve(size);
+        // SAFETY: `buf` has room for `size` bytes, the chunk's stored size as `stored` reported
+        // it (HDF5 2.x also checks the size it is given).
+        let mask = unsafe { hdf5::read_chunk(self.dataset, offset, buf.as_mut_ptr().cast(), size) }
+            .map_err(|m| Failed(format!("dataset {}: {m}", self.name)))?;
+        // SAFETY: H5Dread_chunk succeeded, so it wrote the chunk's `size` stored bytes.
+        unsafe { buf.set_len(size) };
+        Ok(mask)
     }
 
     fn corrupt(&self, offset: &[u64], reason: String) -> Failed {
