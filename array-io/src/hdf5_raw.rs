@@ -360,6 +360,24 @@ pub unsafe fn read_chunk(
     Ok(mask)
 }
 
+/// The stored size and filter mask of the chunk of `dset` whose first element is `offset`, or
+/// `None` when it was never written (`H5Dget_chunk_info_by_coord`, which hdf5-metno lacks).
+pub fn chunk_info_by_coord(dset: &Dataset, offset: &[u64]) -> Result<Option<(usize, u32)>> {
+    let (mut mask, mut addr, mut size) = (0u32, hdf5_sys::h5::HADDR_UNDEF, 0u64);
+    // SAFETY: valid id; `offset` has one entry per dimension (the caller's chunk grid); the
+    // out-pointers are valid.
+    check(locked(|| unsafe {
+        hdf5_sys::h5d::H5Dget_chunk_info_by_coord(
+            dset.id(),
+            offset.as_ptr(),
+            &mut mask,
+            &mut addr,
+            &mut size,
+        )
+    }) as i64)?;
+    Ok((addr != hdf5_sys::h5::HADDR_UNDEF && size > 0).then_some((size as usize, mask)))
+}
+
 /// Writes `size` already-encoded bytes at `buf` (device memory when the driver takes it) as
 /// the chunk at element `offset` of `dset`, with `filter_mask` (0: every filter applied).
 ///

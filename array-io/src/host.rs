@@ -111,13 +111,27 @@ pub(crate) fn read_region<T: Element>(
             memory: Some(m),
             file: Some(f),
         });
-        hdf5_raw::read_into(
-            &ds.dset,
-            &types.mem,
-            spaces,
-            &mut values.spare_capacity_mut()[..n],
-        )
-        .map_err(|e| fail("reading the dataset", e))?;
+        if let Some(planned) = crate::host_codec::plan(ds, types, region)? {
+            let spare = &mut values.spare_capacity_mut()[..n];
+            // SAFETY: the n elements' bytes are zeroed first, so the byte view is initialised;
+            // the decoded elements are the stored type's bytes (no conversion is planned).
+            let bytes = unsafe {
+                std::ptr::write_bytes(spare.as_mut_ptr(), 0, n);
+                std::slice::from_raw_parts_mut(
+                    spare.as_mut_ptr().cast::<u8>(),
+                    n * std::mem::size_of::<T>(),
+                )
+            };
+            crate::host_codec::read_region(ds, types, region, &planned, bytes)?;
+        } else {
+            hdf5_raw::read_into(
+                &ds.dset,
+                &types.mem,
+                spaces,
+                &mut values.spare_capacity_mut()[..n],
+            )
+            .map_err(|e| fail("reading the dataset", e))?;
+        }
         if T::CHECKED_BYTES {
             // SAFETY: HDF5 has written all n one-byte elements; they are read as bytes only.
             let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), n) };

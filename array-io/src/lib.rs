@@ -44,6 +44,7 @@ mod gpu_codec;
 mod gpu_encode;
 pub mod hdf5_raw;
 mod host;
+mod host_codec;
 mod layout;
 mod log;
 pub use h5gds_route::route;

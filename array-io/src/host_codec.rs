@@ -1,0 +1,186 @@
+//! Compressed chunks into host arrays on all cores, the hdf5-metno side of
+//! `h5gds_chunk_codec` (the decoding the Python extension uses too): each needed chunk's stored
+//! size (`H5Dget_chunk_info_by_coord`) and stored bytes (`H5Dread_chunk`) are read on the calling
+//! thread under HDF5's lock, and the driver's I/O threads decode them and copy their elements
+//! into place meanwhile. Chunks never written are read through HDF5, which fills them with the
+//! fill value. Pipelines h5gds does not decode, conversions, and regions inside one chunk stay
+//! with HDF5 (`H5Dread`), as does everything with `H5GDS_HOST_CODEC=0`.
+
+use crate::error::{Error, Result};
+use crate::file::OpenDataset;
+use crate::hdf5_raw::{self, select_blocks, Spaces};
+use crate::layout::Types;
+use crate::select::Block;
+use h5gds_chunk_codec::place::chunks_selected;
+use h5gds_chunk_codec::{place_missing, Filter, HostRead, Hyperslab, Pipeline, RawChunks};
+use hdf5::dataset::Layout;
+
+impl RawChunks for &OpenDataset {
+    type Error = Error;
+
+    fn stored(&mut self, offset: &[u64]) -> Result<Option<(usize, u32)>> {
+        hdf5_raw::chunk_info_by_coord(&self.dset, offset).map_err(|e| {
+            Error::hdf5(
+                format!("looking up the chunk at {offset:?}"),
+                &self.path,
+                Some(&self.name),
+                e,
+            )
+        })
+    }
+
+    fn read(&mut self, offset: &[u64], size: usize, buf: &mut Vec<u8>) -> Result<u32> {
+        buf.clear();
+        buf.reserve(size);
+        // SAFETY: `buf` has room for the chunk's `size` stored bytes (HDF5 2.x also checks).
+        let mask =
+            unsafe { hdf5_raw::read_chunk(&self.dset, offset, buf.as_mut_ptr().cast(), size) }
+                .map_err(|e| {
+                    Error::hdf5(
+                        format!("reading the stored bytes of the chunk at {offset:?}"),
+                        &self.path,
+                        Some(&self.name),
+                        e,
+                    )
+                })?;
+        // SAFETY: H5Dread_chunk succeeded, so it wrote the chunk's `size` stored bytes.
+        unsafe { buf.set_len(size) };
+        Ok(mask)
+    }
+
+    fn corrupt(&self, offset: &[u64], reason: String) -> Error {
+        Error::ChunkDecode {
+            path: self.path.clone(),
+            dataset: self.name.clone(),
+            chunk: offset.to_vec(),
+            reason,
+        }
+    }
+}
+
+/// How h5gds decodes a dataset's chunks: their shape and pipeline.
+pub(crate) struct Planned {
+    chunk: Vec<u64>,
+    pipeline: Pipeline,
+}
+
+/// The plan for reading `region` of `ds` with h5gds decoding its chunks, or `None` (with the
+/// reason in the debug log) when HDF5 is to read it.
+pub(crate) fn plan(ds: &OpenDataset, types: &Types, region: &Block) -> Result<Option<Planned>> {
+    Ok(match why_not(ds, types, region)? {
+        Ok((chunk, pipeline)) => Some(Planned { chunk, pipeline }),
+        Err(reason) => {
+            crate::log::debug(format_args!(
+                "{}: {:?}: HDF5 decodes its chunks: {reason}",
+                ds.path.display(),
+                ds.name
+            ));
+            None
+        }
+    })
+}
+
+type Decision = std::result::Result<(Vec<u64>, Pipeline), String>;
+
+fn why_not(ds: &OpenDataset, types: &Types, region: &Block) -> Result<Decision> {
+    if let Some(off) = h5gds_runtime::settings::host_codec_turned_off()? {
+        return Ok(Err(off));
+    }
+    if let Some(conversion) = &types.conversion {
+        return Ok(Err(conversion.clone()));
+    }
+    let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
+    let dcpl = hdf5_raw::locked(|| ds.dset.dcpl())
+        .map_err(|e| fail("getting the creation properties", e))?;
+    if dcpl.layout() != Layout::Chunked {
+        return Ok(Err("it is not chunked".into()));
+    }
+    let chunk: Vec<u64> = hdf5_raw::locked(|| dcpl.get_chunk())
+        .map_err(|e| fail("getting the chunk shape", e))?
+        .unwrap_or_default()
+        .iter()
+        .map(|&c| c as u64)
+        .collect();
+    let filters: Vec<Filter> = hdf5_raw::locked(|| dcpl.get_filters())
+        .map_err(|e| fail("listing the filters", e))?
+        .iter()
+        .map(|f| Filter {
+            id: f.id(),
+            values: Vec::new(),
+        })
+        .collect();
+    let element = types.mem.size();
+    let pipeline = match Pipeline::for_filters(&filters, element) {
+        Ok(p) => p,
+        Err(reason) => return Ok(Err(reason)),
+    };
+    let ones = vec![1u64; region.count.len()];
+    let selection = Hyperslab {
+        start: &region.start,
+        step: &ones,
+        count: &region.count,
+    };
+    if chunk.len() != region.count.len() || chunks_selected(&selection, &chunk).len() < 2 {
+        return Ok(Err(
+            "the region lies in one chunk, which HDF5 decodes and keeps in its chunk cache".into(),
+        ));
+    }
+    Ok(Ok((chunk, pipeline)))
+}
+
+/// Reads `region` of `ds` into `out` (its elements' bytes, row-major) as `planned`.
+pub(crate) fn read_region(
+    ds: &OpenDataset,
+    types: &Types,
+    region: &Block,
+    planned: &Planned,
+    out: &mut [u8],
+) -> Result<()> {
+    let Planned { chunk, pipeline } = planned;
+    let ones = vec![1u64; region.count.len()];
+    let threads = h5gds::VfdSettings::load(None).unwrap_or_default().nthreads;
+    let r = HostRead {
+        pipeline,
+        chunk,
+        element_size: types.mem.size(),
+        selection: Hyperslab {
+            start: &region.start,
+            step: &ones,
+            count: &region.count,
+        },
+        threads,
+    };
+    let outcome = h5gds_chunk_codec::read(&mut &*ds, &r, out)?;
+    for part in &outcome.missing {
+        let start = part.file_start(&r.selection);
+        let mut values = vec![0u8; part.len() as usize * r.element_size];
+        let fail = |e: hdf5::Error| {
+            Error::hdf5(
+                format!("reading the chunk never written at {:?}", part.offset),
+                &ds.path,
+                Some(&ds.name),
+                e,
+            )
+        };
+        let file = select_blocks(&ds.shape, &[(&start, &part.count)]).map_err(fail)?;
+        let zeros = vec![0u64; part.count.len()];
+        let memory = select_blocks(&part.count, &[(&zeros, &part.count)]).map_err(fail)?;
+        let spaces = Spaces {
+            memory: Some(&memory),
+            file: Some(&file),
+        };
+        // SAFETY: `values` holds the part's elements in the memory type.
+        unsafe { hdf5_raw::read(&ds.dset, &types.mem, spaces, values.as_mut_ptr().cast()) }
+            .map_err(fail)?;
+        place_missing(part, &values, &r, out);
+    }
+    crate::log::debug(format_args!(
+        "{}: {:?}: {} chunks decoded on {threads} threads, {} parts of chunks never written \
+         read through HDF5",
+        ds.path.display(),
+        ds.name,
+        outcome.decoded,
+        outcome.missing.len()
+    ));
+    Ok(())
+}

@@ -1,0 +1,218 @@
+//! Compressed datasets read into host arrays with their chunks decoded by h5gds on the driver's
+//! I/O threads (issue 24): the files of the GPU codec tests (`gpu_codec_files.py`: h5py's gzip,
+//! hdf5plugin's Zstd and LZ4, ranks 1 to 3 with edge chunks, chunks never written, chunks stored
+//! unfiltered, LZ4 chunks of several blocks, shuffle and fletcher32 chains), read whole and in
+//! batches with `from_file` / `from_file_batched` and compared byte for byte with h5py; damaged
+//! chunks fail naming the chunk; the debug log says who decoded. Each body runs in a child
+//! (no GPU, no emulator) whose log the parent reads.
+
+mod common;
+
+use array_io::{from_file, from_file_batched, Error};
+use common::*;
+use ndarray::{ArrayD, IxDyn, Slice};
+use std::path::{Path, PathBuf};
+
+const DIR_VAR: &str = "ARRAY_IO_TEST_DIR";
+
+fn test_dir() -> PathBuf {
+    PathBuf::from(std::env::var(DIR_VAR).expect("the parent passes the test directory"))
+}
+
+/// h5py's compressed files in a fresh directory (written in the parent only).
+fn files() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    if !is_child_any() {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/gpu_codec_files.py");
+        let out = std::process::Command::new(python())
+            .arg(&script)
+            .arg(dir.path())
+            .env_remove("HDF5_DRIVER")
+            .env_remove("HDF5_PLUGIN_PATH")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "gpu_codec_files.py failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    dir
+}
+
+/// hdf5plugin's directory of filter plugins, so that what stays with HDF5 decodes too.
+fn hdf5plugin_dir() -> String {
+    if is_child_any() {
+        return String::new();
+    }
+    let out = std::process::Command::new(python())
+        .args(["-c", "import hdf5plugin; print(hdf5plugin.PLUGIN_PATH)"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "hdf5plugin is installed (scripts/setup.sh)"
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn run(name: &str, dir: &Path, env: &[(&str, &str)], body: fn()) -> Option<ChildRun> {
+    let dir_text = dir.to_str().unwrap().to_string();
+    let plugins = hdf5plugin_dir();
+    let mut all = vec![
+        ("H5GDS_LOG", "debug"),
+        ("HDF5_PLUGIN_PATH", plugins.as_str()),
+        (DIR_VAR, dir_text.as_str()),
+    ];
+    all.extend_from_slice(env);
+    in_child(name, false, &all, body)
+}
+
+fn expected<T: Sample>(entry: &Entry) -> ArrayD<T> {
+    ArrayD::<T>::from_shape_vec(
+        IxDyn(&entry.shape),
+        entry
+            .bytes
+            .chunks_exact(std::mem::size_of::<T>())
+            // SAFETY: the bytes are h5py's native-endian values of T.
+            .map(|b| unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
+            .collect(),
+    )
+    .unwrap()
+}
+
+fn read_and_compare<T: Sample>(path: &Path, entry: &Entry) {
+    let array: ArrayD<T> =
+        from_file(path, &entry.name).unwrap_or_else(|e| panic!("{}: {e}", entry.name));
+    assert_eq!(
+        bytes_of(&array),
+        entry.bytes,
+        "{} ({})",
+        entry.name,
+        entry.dtype
+    );
+}
+
+/// Batches of 11 rows (never chunk-aligned, several chunks each): each matches h5py's bytes.
+fn batched_and_compare<T: Sample>(path: &Path, entry: &Entry) {
+    let want = expected::<T>(entry);
+    let mut batch = entry.shape.clone();
+    batch[0] = 11;
+    let mut seen = 0;
+    for item in from_file_batched::<T>(path, &entry.name, &batch).unwrap() {
+        let (chunk, offsets) = item.unwrap_or_else(|e| panic!("{}: {e}", entry.name));
+        let mut part = want.view();
+        for (axis, (&start, &len)) in offsets.iter().zip(chunk.shape()).enumerate() {
+            part.slice_axis_inplace(ndarray::Axis(axis), Slice::from(start..start + len));
+        }
+        assert_eq!(chunk, part, "{} at {offsets:?}", entry.name);
+        seen += chunk.len();
+    }
+    assert_eq!(seen, want.len(), "{}", entry.name);
+}
+
+fn decode_body() {
+    let dir = test_dir();
+    let file = dir.join("h5py.h5");
+    for entry in h5py_manifest(&dir) {
+        for_dtype!(entry.dtype.as_str(), read_and_compare(&file, &entry));
+        for_dtype!(entry.dtype.as_str(), batched_and_compare(&file, &entry));
+    }
+}
+
+#[test]
+fn every_codec_chain_rank_and_missing_chunk_reads_what_h5py_reads() {
+    let name = "every_codec_chain_rank_and_missing_chunk_reads_what_h5py_reads";
+    let dir = files();
+    for threads in ["1", "3"] {
+        let Some(run) = run(
+            name,
+            dir.path(),
+            &[("H5GDS_NTHREADS", threads)],
+            decode_body,
+        ) else {
+            return;
+        };
+        let log = run.stderr();
+        for dataset in [
+            "/gzip/rank3",
+            "/zstd/sparse",
+            "/lz4/blocks",
+            "/chain/shuffle_gzip",
+            "/chain/fletcher_gzip",
+        ] {
+            assert!(
+                log.lines().any(|l| l.contains(&format!("{dataset:?}: "))
+                    && l.contains(&format!("chunks decoded on {threads} threads"))),
+                "{dataset} with {threads} threads:\n{log}"
+            );
+        }
+        // 40x30 in chunks of 10x10, three of them written.
+        assert!(
+            log.contains(&format!(
+                "\"/zstd/sparse\": 3 chunks decoded on {threads} threads, 9 parts of chunks \
+                 never written read through HDF5"
+            )),
+            "{log}"
+        );
+    }
+}
+
+fn corrupt_body() {
+    let dir = test_dir();
+    let file = dir.join("h5py.h5");
+    let lines = std::fs::read_to_string(dir.join("corrupt.tsv")).unwrap();
+    for line in lines.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let (dataset, chunk) = (f[0], f[1]);
+        let err = from_file::<f32>(&file, dataset)
+            .err()
+            .unwrap_or_else(|| panic!("{dataset}: a damaged chunk read"));
+        assert!(
+            matches!(err, Error::ChunkDecode { .. }),
+            "{dataset}: {err:?}"
+        );
+        let text = err.to_string();
+        assert!(text.contains(&format!("dataset {dataset:?}")), "{text}");
+        assert!(text.contains(&format!("chunk at [{chunk}]")), "{text}");
+        println!("{text}");
+    }
+}
+
+#[test]
+fn damaged_chunks_fail_the_read_naming_dataset_and_chunk() {
+    let name = "damaged_chunks_fail_the_read_naming_dataset_and_chunk";
+    let dir = files();
+    let Some(run) = run(name, dir.path(), &[], corrupt_body) else {
+        return;
+    };
+    // The wrong Adler-32 behind intact Deflate data is caught too: libdeflate checks it.
+    let out = run.stdout();
+    assert!(
+        out.contains("\"/checksum/deflate\"") && out.contains("does not decode"),
+        "{out}"
+    );
+}
+
+fn off_body() {
+    let dir = test_dir();
+    let file = dir.join("h5py.h5");
+    for entry in h5py_manifest(&dir) {
+        for_dtype!(entry.dtype.as_str(), read_and_compare(&file, &entry));
+    }
+}
+
+#[test]
+fn h5gds_host_codec_0_leaves_decoding_to_hdf5() {
+    let name = "h5gds_host_codec_0_leaves_decoding_to_hdf5";
+    let dir = files();
+    let Some(run) = run(name, dir.path(), &[("H5GDS_HOST_CODEC", "0")], off_body) else {
+        return;
+    };
+    let log = run.stderr();
+    assert!(
+        log.contains("\"/zstd/rank2\": HDF5 decodes its chunks: H5GDS_HOST_CODEC=0 leaves decoding to HDF5's filters"),
+        "{log}"
+    );
+    assert!(!log.contains("chunks decoded on"), "{log}");
+}
