@@ -360,9 +360,10 @@ pub unsafe fn read_chunk(
     Ok(mask)
 }
 
-/// The stored size and filter mask of the chunk of `dset` whose first element is `offset`, or
-/// `None` when it was never written (`H5Dget_chunk_info_by_coord`, which hdf5-metno lacks).
-pub fn chunk_info_by_coord(dset: &Dataset, offset: &[u64]) -> Result<Option<(usize, u32)>> {
+/// The stored size, filter mask and file address of the chunk of `dset` whose first element is
+/// `offset`, or `None` when it was never written (`H5Dget_chunk_info_by_coord`, which
+/// hdf5-metno lacks).
+pub fn chunk_info_by_coord(dset: &Dataset, offset: &[u64]) -> Result<Option<(usize, u32, u64)>> {
     let (mut mask, mut addr, mut size) = (0u32, hdf5_sys::h5::HADDR_UNDEF, 0u64);
     // SAFETY: valid id; `offset` has one entry per dimension (the caller's chunk grid); the
     // out-pointers are valid.
@@ -375,7 +376,28 @@ pub fn chunk_info_by_coord(dset: &Dataset, offset: &[u64]) -> Result<Option<(usi
             &mut size,
         )
     }) as i64)?;
-    Ok((addr != hdf5_sys::h5::HADDR_UNDEF && size > 0).then_some((size as usize, mask)))
+    Ok((addr != hdf5_sys::h5::HADDR_UNDEF && size > 0).then_some((size as usize, mask, addr)))
+}
+
+/// The file descriptor of `file`, opened through sec2 or h5gds's `gds` driver (both hand out a
+/// pointer to their descriptor), when it is open read-only with no user block, so that its
+/// chunks may be read at the addresses HDF5 reports, with no newer bytes held by HDF5; `None`
+/// otherwise.
+pub fn read_only_descriptor(file: &File) -> Option<i32> {
+    let userblock = file.create_plist().ok()?.userblock();
+    let (mut intent, mut handle) = (hdf5_sys::h5f::H5F_ACC_RDWR, std::ptr::null_mut());
+    // SAFETY: a valid file id; valid out-pointers; the handle sec2 and gds hand out points to
+    // the descriptor (an int), read at once.
+    locked(|| unsafe {
+        let read_only = hdf5_sys::h5f::H5Fget_intent(file.id(), &mut intent) >= 0
+            && intent & hdf5_sys::h5f::H5F_ACC_RDWR == 0;
+        let ok = read_only
+            && userblock == 0
+            && hdf5_sys::h5f::H5Fget_vfd_handle(file.id(), hdf5_sys::h5p::H5P_DEFAULT, &mut handle)
+                >= 0
+            && !handle.is_null();
+        ok.then(|| *handle.cast::<i32>())
+    })
 }
 
 /// Writes `size` already-encoded bytes at `buf` (device memory when the driver takes it) as

@@ -12,21 +12,35 @@ use crate::hdf5_raw::{self, select_blocks, Spaces};
 use crate::layout::Types;
 use crate::select::Block;
 use h5gds_chunk_codec::place::chunks_selected;
-use h5gds_chunk_codec::{place_missing, Filter, HostRead, Hyperslab, Pipeline, RawChunks};
+use h5gds_chunk_codec::{
+    place_missing, Filter, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk,
+};
 use hdf5::dataset::Layout;
 
 impl RawChunks for &OpenDataset {
     type Error = Error;
 
-    fn stored(&mut self, offset: &[u64]) -> Result<Option<(usize, u32)>> {
-        hdf5_raw::chunk_info_by_coord(&self.dset, offset).map_err(|e| {
+    fn stored(&mut self, offset: &[u64]) -> Result<Option<StoredChunk>> {
+        let found = hdf5_raw::chunk_info_by_coord(&self.dset, offset).map_err(|e| {
             Error::hdf5(
                 format!("looking up the chunk at {offset:?}"),
                 &self.path,
                 Some(&self.name),
                 e,
             )
-        })
+        })?;
+        Ok(found.map(|(size, mask, address)| StoredChunk {
+            size,
+            mask,
+            address,
+        }))
+    }
+
+    fn direct_file(&mut self) -> Option<std::fs::File> {
+        // array-io opens files through gds or sec2 only.
+        let fd = hdf5_raw::read_only_descriptor(&self.file)?;
+        // The very file HDF5 has open, anew (without the driver's O_DIRECT, if it uses it).
+        std::fs::File::open(format!("/proc/self/fd/{fd}")).ok()
     }
 
     fn read(&mut self, offset: &[u64], size: usize, buf: &mut Vec<u8>) -> Result<u32> {
@@ -175,11 +189,16 @@ pub(crate) fn read_region(
         place_missing(part, &values, &r, out);
     }
     crate::log::debug(format_args!(
-        "{}: {:?}: {} chunks decoded on {threads} threads, {} parts of chunks never written \
-         read through HDF5",
+        "{}: {:?}: {} chunks decoded on {threads} threads (read {}), {} parts of chunks never \
+         written read through HDF5",
         ds.path.display(),
         ds.name,
         outcome.decoded,
+        if outcome.direct {
+            "from the file by those threads"
+        } else {
+            "through HDF5 on the calling thread"
+        },
         outcome.missing.len()
     ));
     Ok(())

@@ -150,8 +150,8 @@ fn every_codec_chain_rank_and_missing_chunk_reads_what_h5py_reads() {
         // 40x30 in chunks of 10x10, three of them written.
         assert!(
             log.contains(&format!(
-                "\"/zstd/sparse\": 3 chunks decoded on {threads} threads, 9 parts of chunks \
-                 never written read through HDF5"
+                "\"/zstd/sparse\": 3 chunks decoded on {threads} threads (read from the file \
+                 by those threads), 9 parts of chunks never written read through HDF5"
             )),
             "{log}"
         );

@@ -12,4 +12,4 @@ pub mod read;
 
 pub use pipeline::{Filter, Pipeline};
 pub use place::Hyperslab;
-pub use read::{place_missing, read, HostRead, Outcome, RawChunks};
+pub use read::{place_missing, read, HostRead, Outcome, RawChunks, StoredChunk};

@@ -12,23 +12,55 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex};
 
+/// A chunk as the dataset's chunk index records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredChunk {
+    /// Its stored size.
+    pub size: usize,
+    /// Its filter mask (bit `i` set: filter `i` was skipped).
+    pub mask: u32,
+    /// The file offset of its stored bytes.
+    pub address: u64,
+}
+
 /// Where a dataset's stored chunks come from: the caller's HDF5 binding. Called on the calling
 /// thread only.
 pub trait RawChunks {
     /// The caller's error.
     type Error: Send;
 
-    /// The stored size and filter mask of the chunk whose first element is `offset`; `None` when
-    /// it was never written.
-    fn stored(&mut self, offset: &[u64]) -> Result<Option<(usize, u32)>, Self::Error>;
+    /// The chunk whose first element is `offset`; `None` when it was never written.
+    fn stored(&mut self, offset: &[u64]) -> Result<Option<StoredChunk>, Self::Error>;
 
     /// Reads the chunk's stored bytes (`size`, as [`RawChunks::stored`] said) into `buf`, which
     /// then holds exactly them, and returns its filter mask. (A `Vec`, so that the implementation
     /// may read into its spare capacity instead of zero-filling first.)
     fn read(&mut self, offset: &[u64], size: usize, buf: &mut Vec<u8>) -> Result<u32, Self::Error>;
 
+    /// The file holding the stored chunks at their addresses, when they may be read from it
+    /// directly, from any thread, with no HDF5 call: the file open read-only (so HDF5 holds no
+    /// newer bytes of them) through a driver whose addresses are the file's own offsets. `None`:
+    /// every chunk is read through [`RawChunks::read`].
+    fn direct_file(&mut self) -> Option<std::fs::File> {
+        None
+    }
+
     /// The error for the chunk at `offset`, which cannot be decoded for `reason`.
     fn corrupt(&self, offset: &[u64], reason: String) -> Self::Error;
+}
+
+/// Reads a chunk's stored bytes from the file at its address.
+fn read_at(file: &std::fs::File, chunk: &StoredChunk, buf: &mut Vec<u8>) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    if buf.len() != chunk.size {
+        buf.resize(chunk.size, 0);
+    }
+    file.read_exact_at(buf, chunk.address).map_err(|e| {
+        format!(
+            "its {} stored bytes at byte {} of the file could not be read: {e}",
+            chunk.size, chunk.address
+        )
+    })
 }
 
 /// One read: how the chunks are stored and what is selected.
@@ -48,6 +80,8 @@ pub struct HostRead<'a> {
 pub struct Outcome {
     pub decoded: usize,
     pub missing: Vec<ChunkPart>,
+    /// Whether the stored bytes were read from the file directly (else through the source).
+    pub direct: bool,
 }
 
 /// Stored bytes that may wait for decoding at once, across all chunks in flight.
@@ -143,11 +177,16 @@ pub fn read<R: RawChunks>(
     let mut jobs = Vec::new();
     for part in chunks_selected(&r.selection, r.chunk) {
         match source.stored(&part.offset)? {
-            Some((size, _)) => jobs.push((part, size)),
+            Some(stored) => jobs.push((part, stored)),
             None => outcome.missing.push(part),
         }
     }
     outcome.decoded = jobs.len();
+    if jobs.is_empty() {
+        return Ok(outcome);
+    }
+    let direct = source.direct_file();
+    outcome.direct = direct.is_some();
     let out = Out(out.as_mut_ptr());
     let chunk_bytes = r.chunk_bytes().max(1);
     let pool = (r.threads > 1 && jobs.len() > 1)
@@ -155,8 +194,15 @@ pub fn read<R: RawChunks>(
         .flatten();
     let Some(pool) = pool else {
         let mut slot = Slot::default();
-        for (part, size) in &jobs {
-            let mask = source.read(&part.offset, *size, &mut slot.stored)?;
+        for (part, stored) in &jobs {
+            let mask = match &direct {
+                Some(file) => {
+                    read_at(file, stored, &mut slot.stored)
+                        .map_err(|reason| source.corrupt(&part.offset, reason))?;
+                    stored.mask
+                }
+                None => source.read(&part.offset, stored.size, &mut slot.stored)?,
+            };
             // SAFETY: one chunk at a time on this thread, into the caller's output.
             unsafe { r.decode_into(part, mask, &mut slot, out) }
                 .map_err(|reason| source.corrupt(&part.offset, reason))?;
@@ -177,22 +223,29 @@ pub fn read<R: RawChunks>(
     let stop = AtomicBool::new(false);
     let mut read_error = None;
     pool.in_place_scope(|scope| {
-        for (i, (part, size)) in jobs.iter().enumerate() {
+        for (i, (part, stored)) in jobs.iter().enumerate() {
             if stop.load(Ordering::Relaxed) {
                 break;
             }
             // A slot comes back from every task, so this returns; `free` lives here too.
             let Ok(mut slot) = freed.recv() else { break };
-            let mask = match source.read(&part.offset, *size, &mut slot.stored) {
-                Ok(mask) => mask,
-                Err(e) => {
-                    read_error = Some(e);
-                    break;
-                }
+            // Read here (through HDF5), or by the task itself (from the file).
+            let mask = match direct {
+                Some(_) => stored.mask,
+                None => match source.read(&part.offset, stored.size, &mut slot.stored) {
+                    Ok(mask) => mask,
+                    Err(e) => {
+                        read_error = Some(e);
+                        break;
+                    }
+                },
             };
-            let (free, failure, stop) = (free.clone(), &failure, &stop);
+            let (free, failure, stop, direct) = (free.clone(), &failure, &stop, &direct);
             scope.spawn(move |_| {
                 let result = catch_unwind(AssertUnwindSafe(|| {
+                    if let Some(file) = direct {
+                        read_at(file, stored, &mut slot.stored)?;
+                    }
                     // SAFETY: this task alone writes this chunk's elements of the output, which
                     // the caller keeps until every task has finished.
                     unsafe { r.decode_into(part, mask, &mut slot, out) }
@@ -260,8 +313,30 @@ mod tests {
     /// `holes` are chunks never written, `bad` one stored corrupt.
     struct Memory {
         chunks: HashMap<Vec<u64>, Vec<u8>>,
+        /// Where each chunk lies in `file`, when the chunks are read from one.
+        addresses: HashMap<Vec<u64>, u64>,
+        file: Option<tempfile::NamedTempFile>,
         reads: usize,
         fail_read: Option<Vec<u64>>,
+    }
+
+    impl Memory {
+        /// The same chunks, also stored one after another in a file read directly.
+        fn on_file(mut self) -> Memory {
+            use std::io::Write;
+            let mut file = tempfile::NamedTempFile::new().unwrap();
+            let mut at = 0u64;
+            let mut offsets: Vec<_> = self.chunks.keys().cloned().collect();
+            offsets.sort();
+            for offset in offsets {
+                let bytes = &self.chunks[&offset];
+                file.write_all(bytes).unwrap();
+                self.addresses.insert(offset, at);
+                at += bytes.len() as u64;
+            }
+            self.file = Some(file);
+            self
+        }
     }
 
     const SHAPE: [u64; 2] = [50, 37];
@@ -289,7 +364,9 @@ mod tests {
             }
         }
         Memory {
+            addresses: chunks.keys().map(|k| (k.clone(), 0)).collect(),
             chunks,
+            file: None,
             reads: 0,
             fail_read: None,
         }
@@ -297,8 +374,15 @@ mod tests {
 
     impl RawChunks for Memory {
         type Error = String;
-        fn stored(&mut self, offset: &[u64]) -> Result<Option<(usize, u32)>, String> {
-            Ok(self.chunks.get(offset).map(|c| (c.len(), 0)))
+        fn stored(&mut self, offset: &[u64]) -> Result<Option<StoredChunk>, String> {
+            Ok(self.chunks.get(offset).map(|c| StoredChunk {
+                size: c.len(),
+                mask: 0,
+                address: self.addresses[offset],
+            }))
+        }
+        fn direct_file(&mut self) -> Option<std::fs::File> {
+            self.file.as_ref().map(|f| f.reopen().unwrap())
         }
         fn read(&mut self, offset: &[u64], size: usize, buf: &mut Vec<u8>) -> Result<u32, String> {
             if self.fail_read.as_deref() == Some(offset) {
@@ -360,7 +444,7 @@ mod tests {
 
     #[test]
     fn selections_read_the_same_elements_on_one_and_many_threads() {
-        for threads in [1, 3] {
+        for (threads, direct) in [(1, false), (3, false), (1, true), (3, true)] {
             for (start, step, count) in [
                 ([0, 0], [1, 1], [50, 37]),
                 ([3, 4], [1, 1], [40, 30]),
@@ -371,9 +455,13 @@ mod tests {
                 ([8, 30], [1, 1], [17, 5]),
             ] {
                 let mut m = memory(&[], None);
+                if direct {
+                    m = m.on_file();
+                }
                 let (got, outcome) = run(&mut m, &start, &step, &count, threads).unwrap();
                 assert_eq!(got, expected(&start, &step, &count), "{start:?} {step:?}");
-                assert_eq!(outcome.decoded, m.reads);
+                // Read from the file directly, or each through the source.
+                assert_eq!(m.reads, if direct { 0 } else { outcome.decoded });
                 assert!(outcome.missing.is_empty());
             }
         }
@@ -388,6 +476,25 @@ mod tests {
         // Their elements are untouched (zero) until placed.
         assert_eq!(got[8 * 37 + 5], 0);
         assert_eq!(got[8 * 37 + 4], (8 * 37 + 4) as u32);
+    }
+
+    #[test]
+    fn chunks_read_from_the_file_name_a_short_file_and_a_corrupt_chunk() {
+        for threads in [1, 4] {
+            let mut m = memory(&[], Some([16, 10])).on_file();
+            let e = run(&mut m, &[0, 0], &[1, 1], &[50, 37], threads).unwrap_err();
+            assert!(e.starts_with("chunk [16, 10]: its Zstandard frame"), "{e}");
+            let mut m = memory(&[], None).on_file();
+            let last = m.addresses.values().max().copied().unwrap();
+            m.file.as_ref().unwrap().as_file().set_len(last).unwrap();
+            let e = run(&mut m, &[0, 0], &[1, 1], &[50, 37], threads).unwrap_err();
+            assert!(
+                e.contains(&format!(
+                    "stored bytes at byte {last} of the file could not be read"
+                )),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -566,6 +566,11 @@ const HADDR_UNDEF: u64 = u64::MAX;
 /// The stored size and filter mask of the chunk whose first element is `offset`, or `None`
 /// when it was never written. The caller holds h5py's lock.
 pub fn chunk_info(dataset: Hid, offset: &[u64]) -> Result<Option<(usize, u32)>, String> {
+    Ok(chunk_location(dataset, offset)?.map(|(size, mask, _)| (size, mask)))
+}
+
+/// [`chunk_info`] with the file address of the chunk's stored bytes.
+pub fn chunk_location(dataset: Hid, offset: &[u64]) -> Result<Option<(usize, u32, u64)>, String> {
     let (api, chunks) = (api()?, chunk_api()?);
     let (mut mask, mut addr, mut size): (c_uint, u64, Hsize) = (0, HADDR_UNDEF, 0);
     // SAFETY: `offset` has one entry per dimension of the dataset (the caller's chunk grid);
@@ -579,7 +584,68 @@ pub fn chunk_info(dataset: Hid, offset: &[u64]) -> Result<Option<(usize, u32)>, 
             api.stack()
         ));
     }
-    Ok((addr != HADDR_UNDEF && size > 0).then_some((size as usize, mask)))
+    Ok((addr != HADDR_UNDEF && size > 0).then_some((size as usize, mask, addr)))
+}
+
+/// The file holding `dataset`, opened anew for reading, when its chunks may be read from it
+/// directly at the addresses HDF5 reports: the file open read-only (HDF5 then holds no newer
+/// bytes than the file's), through sec2 or h5gds's `gds` driver (whose addresses are the file's
+/// offsets), with no user block. `None` otherwise, or when HDF5 cannot tell. The file is opened
+/// through `/proc/self/fd`, so it is the very file HDF5 has open, without its `O_DIRECT`. The
+/// caller holds h5py's lock.
+pub fn direct_file(dataset: Hid) -> Option<std::fs::File> {
+    match other_driver(dataset) {
+        Ok(None) => {}
+        Ok(Some(name)) if name == "sec2" => {}
+        _ => return None,
+    }
+    let api = api().ok()?;
+    type IdOf = unsafe extern "C" fn(Hid) -> Hid;
+    type Close = unsafe extern "C" fn(Hid) -> Herr;
+    type Intent = unsafe extern "C" fn(Hid, *mut c_uint) -> Herr;
+    type Userblock = unsafe extern "C" fn(Hid, *mut Hsize) -> Herr;
+    type Handle = unsafe extern "C" fn(Hid, Hid, *mut *mut c_void) -> Herr;
+    // SAFETY: the C signatures of these HDF5 1.14/2.x functions.
+    let (file_of, intent_of, create_of, userblock_of, handle_of, close_plist, close_file) = unsafe {
+        (
+            function::<IdOf>(c"H5Iget_file_id").ok()?,
+            function::<Intent>(c"H5Fget_intent").ok()?,
+            function::<IdOf>(c"H5Fget_create_plist").ok()?,
+            function::<Userblock>(c"H5Pget_userblock").ok()?,
+            function::<Handle>(c"H5Fget_vfd_handle").ok()?,
+            function::<Close>(c"H5Pclose").ok()?,
+            function::<Close>(c"H5Fclose").ok()?,
+        )
+    };
+    /// HDF5's H5F_ACC_RDWR.
+    const READ_WRITE: c_uint = 0x0001;
+    // SAFETY: plain queries on ids HDF5 checks; every id opened here is closed here; the
+    // handle sec2 and gds hand out points to the file's descriptor (an int), read at once.
+    let fd = unsafe {
+        let file = file_of(dataset);
+        if file < 0 {
+            api.stack();
+            return None;
+        }
+        let mut intent: c_uint = READ_WRITE;
+        let mut userblock: Hsize = 1;
+        let fcpl = create_of(file);
+        if fcpl >= 0 {
+            userblock_of(fcpl, &mut userblock);
+            close_plist(fcpl);
+        }
+        let mut handle: *mut c_void = std::ptr::null_mut();
+        let ok = intent_of(file, &mut intent) >= 0
+            && intent & READ_WRITE == 0
+            && userblock == 0
+            && handle_of(file, H5P_DEFAULT, &mut handle) >= 0
+            && !handle.is_null();
+        let fd = ok.then(|| *handle.cast::<c_int>());
+        close_file(file);
+        api.stack();
+        fd?
+    };
+    std::fs::File::open(format!("/proc/self/fd/{fd}")).ok()
 }
 
 /// Reads the stored (still compressed) bytes of the chunk at `offset` into `buf`, device

@@ -1,14 +1,17 @@
 //! `h5gds.read` of compressed chunks into host memory on all cores: the h5py side of
-//! `h5gds_chunk_codec` (the decoding array-io uses too). Each needed chunk's stored size comes
-//! from `H5Dget_chunk_info_by_coord` and its stored bytes from `H5Dread_chunk`, both on the
-//! calling thread under h5py's lock; the driver's I/O threads decode them meanwhile and copy
-//! their elements into the output. Chunks never written are read through HDF5 (which fills
+//! `h5gds_chunk_codec` (the decoding array-io uses too). Each needed chunk's stored size and
+//! address come from `H5Dget_chunk_info_by_coord` under h5py's lock; the driver's I/O threads
+//! read the stored bytes from the file directly where that is sound (`hdf5::direct_file`: a file
+//! open read-only through sec2 or gds), else the calling thread reads them with
+//! `H5Dread_chunk`; the threads decode them and copy their elements into the output. Chunks never written are read through HDF5 (which fills
 //! them with the fill value) and placed. Pipelines h5gds does not decode, and selections inside
 //! one chunk (which HDF5 serves from its chunk cache), stay with HDF5.
 
 use crate::hdf5::{self, Hid, Prepared};
 use h5gds_chunk_codec::place::chunks_selected;
-use h5gds_chunk_codec::{place_missing, Filter, HostRead, Hyperslab, Pipeline, RawChunks};
+use h5gds_chunk_codec::{
+    place_missing, Filter, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk,
+};
 use std::ffi::c_void;
 
 /// Why a host read failed: HDF5 failed or a chunk does not decode (OSError).
@@ -23,9 +26,18 @@ struct H5pyChunks<'a> {
 impl RawChunks for H5pyChunks<'_> {
     type Error = Failed;
 
-    fn stored(&mut self, offset: &[u64]) -> Result<Option<(usize, u32)>, Failed> {
-        hdf5::chunk_info(self.dataset, offset)
-            .map_err(|m| Failed(format!("dataset {}: {m}", self.name)))
+    fn stored(&mut self, offset: &[u64]) -> Result<Option<StoredChunk>, Failed> {
+        Ok(hdf5::chunk_location(self.dataset, offset)
+            .map_err(|m| Failed(format!("dataset {}: {m}", self.name)))?
+            .map(|(size, mask, address)| StoredChunk {
+                size,
+                mask,
+                address,
+            }))
+    }
+
+    fn direct_file(&mut self) -> Option<std::fs::File> {
+        hdf5::direct_file(self.dataset)
     }
 
     fn read(&mut self, offset: &[u64], size: usize, buf: &mut Vec<u8>) -> Result<u32, Failed> {
@@ -93,7 +105,7 @@ impl CompressedHostRead<'_> {
         pipeline: &Pipeline,
         prepared: &Prepared,
         out: &mut [u8],
-    ) -> Result<(usize, usize), Failed> {
+    ) -> Result<(usize, usize, bool), Failed> {
         let r = HostRead {
             pipeline,
             chunk: self.chunk,
@@ -126,6 +138,6 @@ impl CompressedHostRead<'_> {
             })?;
             place_missing(part, &values, &r, out);
         }
-        Ok((outcome.decoded, outcome.missing.len()))
+        Ok((outcome.decoded, outcome.missing.len(), outcome.direct))
     }
 }

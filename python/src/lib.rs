@@ -228,7 +228,7 @@ fn host_decode_read(
             return Ok(Some(reason));
         }
     };
-    let (decoded, missing) = py
+    let (decoded, missing, direct) = py
         .detach(|| {
             // SAFETY: the Python caller passes the address and size of a live, writable host
             // buffer it keeps referenced for the call (checked against the selection in
@@ -239,8 +239,13 @@ fn host_decode_read(
         .map_err(|host_codec::Failed(message)| PyOSError::new_err(message))?;
     h5gds::with_logging(|| {
         tracing::debug!(
-            "h5gds.read of {dataset_name}: {decoded} chunks decoded on {threads} threads, \
-             {missing} parts of chunks never written read through HDF5"
+            "h5gds.read of {dataset_name}: {decoded} chunks decoded on {threads} threads \
+             (read {}), {missing} parts of chunks never written read through HDF5",
+            if direct {
+                "from the file by those threads"
+            } else {
+                "through HDF5 on the calling thread"
+            }
         )
     });
     Ok(None)

@@ -189,7 +189,8 @@ def test_the_debug_log_says_who_decoded(tmp_path, threads):
     run = subprocess.run([sys.executable, "-c", program, str(path)], env=env, capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 0, run.stderr
-    assert f"h5gds.read of /x: 8 chunks decoded on {threads} threads" in run.stderr
+    assert f"h5gds.read of /x: 8 chunks decoded on {threads} threads (read from the file by those threads)" \
+        in run.stderr
     assert "h5gds.read of /x: HDF5 decodes its chunks: the selection lies in one chunk" in run.stderr
     assert "h5gds.read of /lzf: HDF5 decodes its chunks: its filter LZF (32000) is not one h5gds decodes" \
         in run.stderr
@@ -205,3 +206,32 @@ def test_deflate_streams_of_other_writers_decode(tmp_path):
             d.id.write_direct_chunk((row, 0), zlib.compress(data[row].tobytes(), row + 1))
     with h5py.File(path, "r") as f:
         assert np.array_equal(h5gds.read(f["x"]), data)
+
+
+def test_chunks_are_read_from_the_file_only_where_hdf5_holds_no_newer_bytes(tmp_path):
+    """The decoding threads read stored chunks from the file themselves only for files open read-only
+    through sec2 or gds with no user block; otherwise HDF5 reads them (H5Dread_chunk), which sees its
+    own cached and unflushed bytes. The data is the same either way."""
+    data = data_for((400,), "<f4")
+    plain, userblock = tmp_path / "plain.h5", tmp_path / "userblock.h5"
+    for path, keywords in [(plain, {}), (userblock, {"userblock_size": 512})]:
+        with h5py.File(path, "w", **keywords) as f:
+            f.create_dataset("x", data=data, chunks=(50,), compression="gzip")
+    program = (
+        "import sys, h5py, h5gds, numpy as np\n"
+        "want = np.arange(400)\n"
+        "for path, mode, driver in [(sys.argv[1], 'r', None), (sys.argv[1], 'r', 'gds'),\n"
+        "                           (sys.argv[1], 'r+', None), (sys.argv[2], 'r', None),\n"
+        "                           (sys.argv[1], 'r', 'core')]:\n"
+        "    with h5py.File(path, mode, driver=driver) as f:\n"
+        "        print(path[-12:], mode, driver, file=sys.stderr, flush=True)\n"
+        "        assert np.array_equal(h5gds.read(f['x']), f['x'][...])\n"
+    )
+    env = dict(os.environ, H5GDS_LOG="debug", H5GDS_NTHREADS="2")
+    run = subprocess.run([sys.executable, "-c", program, str(plain), str(userblock)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    routes = [line.split("threads (read ")[1].split(")")[0] for line in run.stderr.splitlines()
+              if "h5gds.read of /x: 8 chunks decoded" in line]
+    direct, through = "from the file by those threads", "through HDF5 on the calling thread"
+    assert routes == [direct, direct, through, through, through], run.stderr
