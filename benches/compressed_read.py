@@ -110,7 +110,7 @@ def main():
                         row(name, seconds, n * 4, base)
                     if cupy is None:
                         continue
-                    dev = cupy.empty(n, dtype="<f4")
+                    dev = cupy.empty((n,), dtype="<f4")
 
                     def settled(fn):
                         def run():
