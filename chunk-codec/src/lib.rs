@@ -4,12 +4,16 @@
 //! elements into place ([`place`]), and a selection read with its chunks decoded in parallel on
 //! the process's thread pool ([`read`]). The Python extension (h5py's HDF5) and array-io
 //! (hdf5-metno) supply the raw chunk reads; pipelines it does not decode stay with HDF5.
+//! Writing goes the other way ([`encode`]): an array cut into chunks encoded in parallel on the
+//! same pool, which the caller writes raw in chunk order.
 
+pub mod encode;
 pub mod format;
 pub mod pipeline;
 pub mod place;
 pub mod read;
 
+pub use encode::{ChunkWriter, EncodeScratch, Encoding, HostWrite};
 pub use pipeline::{Filter, Pipeline};
 pub use place::Hyperslab;
 pub use read::{place_missing, read, HostRead, Outcome, RawChunks, StoredChunk};
