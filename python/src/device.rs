@@ -3,13 +3,20 @@
 //! `h5gds_route` (the decision array-io makes, over facts h5py gathered), the producer's stream
 //! synchronised, then the bytes moved: straight through the `gds` driver (H5Dread/H5Dwrite with
 //! the device pointer), or through a pinned host buffer of `H5GDS_STAGING_BUFFER_SIZE` bytes,
-//! piece by piece, so any size works with any buffer. Reads of compressed chunks that
-//! `route::gpu_decode` allows go to the GPU compressed and are decoded there (`compressed`).
+//! piece by piece, so any size works with any buffer. Reads of compressed chunks are decoded on
+//! the GPU (`compressed`: they move compressed) or by h5gds on the host's threads
+//! (`host_codec`, into the pinned buffer), whichever `route::choose_decoder` picks.
 
 use crate::compressed::{self, CompressedRead};
 pub use crate::error::DeviceError;
 use crate::hdf5::{self, Hid, Prepared};
-use h5gds_route::route::{blocker, gpu_decode, plan, Block, GpuCodec, Route, Storage, Transfer};
+use crate::host_codec::CompressedHostRead;
+use h5gds_chunk_codec::place::chunks_selected;
+use h5gds_chunk_codec::{Filter, Hyperslab, Pipeline};
+use h5gds_route::route::{
+    blocker, choose_decoder, gpu_decode, plan, Block, Decoder, DecoderFacts, Route, Storage,
+    Transfer,
+};
 use h5gds_route::select::flat_range_blocks;
 use h5gds_runtime::cuda::{self, DeviceContext, DeviceRange, PinnedBuffer, PointerKind};
 use h5gds_runtime::device_ranges::{self, forget_device_range};
@@ -198,7 +205,12 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
     if t.stream != 0 {
         cuda::synchronize_handle(t.stream)?;
     }
-    if let Some(codec) = gpu_codec(&t, &storage_facts, &region, blocker(&facts))? {
+    let decoder = if t.write || storage_facts.kind != "chunked" || !storage_facts.filtered {
+        None
+    } else {
+        decoder(&t, &storage_facts, &region, blocker(&facts))?
+    };
+    if let Some(Decoder::Gpu(codec)) = decoder {
         let item = t.nbytes / t.count.iter().product::<u64>() as usize;
         let read = CompressedRead {
             dataset: t.dataset,
@@ -227,6 +239,21 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
         });
         drop(context);
         return Ok(format!("gds: decoded on the GPU with nvCOMP ({codec:?})"));
+    }
+    if let Some(Decoder::Host) = decoder {
+        h5gds::with_logging(|| {
+            tracing::info!(
+                "h5gds.read {:?}: {} bytes into device memory through pinned host memory \
+                 ({staging_size} bytes at a time), its chunks decoded by h5gds on the host's \
+                 threads: {}",
+                t.dataset_name,
+                t.nbytes,
+                staged_reason.as_deref().unwrap_or("its chunks are compressed")
+            )
+        });
+        host_decoded(&t, pointer.context, prepared, &storage_facts, staging_size)?;
+        drop(context);
+        return Ok("staged: decoded by h5gds on the host".into());
     }
     let route = match &staged_reason {
         None => {
@@ -267,51 +294,162 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
     Ok(route)
 }
 
-/// The codec nvCOMP decodes a read's chunks with on the GPU, as `route::gpu_decode` decides
-/// (the decision array-io makes), or `None` with the reason in the log: the transfer's
-/// blocker, `H5GDS_GPU_CODEC=0`, a filter nvCOMP does not decode, nvCOMP missing, or a
-/// selection with steps.
-fn gpu_codec(
+/// Where a read's compressed chunks are decoded (`route::choose_decoder`, over nvCOMP's verdict
+/// as `route::gpu_decode` gives it — the decision array-io makes — and whether h5gds decodes the
+/// pipeline on the host), with the choice and its reason in the log; `None`: HDF5's filters
+/// decode them (staged).
+fn decoder(
     t: &DeviceTransfer,
     storage: &StorageFacts,
     region: &Block,
     blocker: Option<String>,
-) -> Result<Option<GpuCodec>, DeviceError> {
-    if t.write || storage.kind != "chunked" || !storage.filtered {
-        return Ok(None);
-    }
+) -> Result<Option<Decoder>, DeviceError> {
+    let forced =
+        h5gds_runtime::settings::gpu_codec_forced().map_err(|e| argument(e.to_string()))?;
     let strided = t.step.iter().zip(t.count).any(|(&s, &c)| s > 1 && c > 1);
-    let stop = match blocker {
-        Some(reason) => Some(reason),
-        None => {
-            h5gds_runtime::settings::gpu_codec_turned_off().map_err(|e| argument(e.to_string()))?
-        }
-    }
-    .or_else(|| {
+    let stop = blocker.clone().or_else(|| {
         strided.then(|| {
             "the selection has steps greater than 1, which the GPU decoding path does not place"
                 .to_string()
         })
     });
-    // libnvcomp is loaded only for a read it could serve.
-    let decision = gpu_decode(&storage.filters, None, stop.as_deref()).and_then(|_| {
-        let missing = h5gds_gpu_codec::nvcomp::library().err();
-        gpu_decode(&storage.filters, missing.as_deref(), stop.as_deref())
+    let item = t.nbytes / t.count.iter().product::<u64>().max(1) as usize;
+    let filters: Vec<Filter> = storage
+        .filters
+        .iter()
+        .map(|&id| Filter { id, values: vec![] })
+        .collect();
+    let rank_matches = region.count.len() == storage.chunk.len();
+    let host = match (&t.conversion, rank_matches) {
+        (Some(conversion), _) => Err(conversion.clone()),
+        (None, false) => Err("its chunk shape does not match its rank".into()),
+        (None, true) => Pipeline::for_filters(&filters, item).map(drop),
+    };
+    // libnvcomp is loaded only for a read it could serve, and not when the GPU is turned off.
+    let gpu = if forced == Some(false) {
+        Err("H5GDS_GPU_CODEC=0 turns decoding on the GPU off".into())
+    } else {
+        gpu_decode(&storage.filters, None, stop.as_deref())
+            .and_then(|_| {
+                let missing = h5gds_gpu_codec::nvcomp::library().err();
+                gpu_decode(&storage.filters, missing.as_deref(), stop.as_deref())
+            })
+            .and_then(|codec| {
+                rank_matches
+                    .then_some(codec)
+                    .ok_or_else(|| "its chunk shape does not match its rank".to_string())
+            })
+    };
+    let selection = Hyperslab {
+        start: t.start,
+        step: t.step,
+        count: t.count,
+    };
+    let chunks = if rank_matches {
+        chunks_selected(&selection, &storage.chunk).len()
+    } else {
+        0
+    };
+    let facts = DecoderFacts {
+        gpu,
+        host,
+        chunk_bytes: storage.chunk.iter().product::<u64>() as usize * item,
+        chunks,
+        host_threads: host_threads()?,
+        forced,
+    };
+    let (choice, why) = choose_decoder(&facts);
+    let side = match choice {
+        Some(Decoder::Gpu(_)) => "on the GPU with nvCOMP".to_string(),
+        Some(Decoder::Host) => format!(
+            "by h5gds on {} host threads, then copied to device memory, not on the GPU with nvCOMP",
+            facts.host_threads
+        ),
+        None => "by HDF5 on the host, not on the GPU with nvCOMP".to_string(),
+    };
+    h5gds::with_logging(|| {
+        tracing::info!(
+            "h5gds.read {:?}: its chunks are decoded {side}: {why}",
+            t.dataset_name
+        )
     });
-    match decision {
-        Ok(codec) if region.count.len() == storage.chunk.len() => Ok(Some(codec)),
-        Ok(_) => Ok(None),
-        Err(reason) => {
-            h5gds::with_logging(|| {
-                tracing::info!(
-                    "h5gds.read {:?}: its chunks are decoded by HDF5 on the host, not on the GPU \
-                     with nvCOMP: {reason}",
-                    t.dataset_name
-                )
-            });
-            Ok(None)
-        }
-    }
+    Ok(choice)
+}
+
+/// The driver's I/O thread count, which decodes on the host.
+fn host_threads() -> Result<usize, DeviceError> {
+    Ok(h5gds::VfdSettings::load(None)
+        .map_err(|e| argument(e.to_string()))?
+        .nthreads)
+}
+
+/// [`staged`] for a read whose chunks h5gds decodes on the host: each piece of the selection
+/// that fits the pinned buffer is read with its chunks decoded on the driver's I/O threads
+/// (`host_codec`), then copied to the device.
+fn host_decoded(
+    t: &DeviceTransfer,
+    context: DeviceContext,
+    prepared: &Prepared,
+    storage: &StorageFacts,
+    staging_size: usize,
+) -> Result<(), DeviceError> {
+    let elements: u64 = t.count.iter().product();
+    let item = t.nbytes / elements as usize;
+    let filters: Vec<Filter> = storage
+        .filters
+        .iter()
+        .map(|&id| Filter { id, values: vec![] })
+        .collect();
+    let pipeline = Pipeline::for_filters(&filters, item).map_err(DeviceError::Failed)?;
+    let threads = host_threads()?;
+    through_pinned(
+        context,
+        t.address,
+        elements,
+        item,
+        staging_size,
+        false,
+        |a, b, host| {
+            let mut offset = 0usize;
+            for block in flat_range_blocks(t.count, a, b) {
+                let start: Vec<u64> = (0..block.start.len())
+                    .map(|i| t.start[i] + block.start[i] * t.step[i])
+                    .collect();
+                let len = block.len() as usize * item;
+                let read = CompressedHostRead {
+                    dataset: t.dataset,
+                    name: t.dataset_name,
+                    chunk: &storage.chunk,
+                    filters: &filters,
+                    start: &start,
+                    step: t.step,
+                    count: &block.count,
+                    element_size: item,
+                    threads,
+                };
+                // SAFETY: the pinned buffer holds the piece's elements from `offset` (the
+                // blocks of [a, b) hold b - a elements in order).
+                let out = unsafe { std::slice::from_raw_parts_mut(host.add(offset), len) };
+                read.run(&pipeline, prepared, out)
+                    .map_err(|crate::host_codec::Failed(m)| DeviceError::Failed(m))?;
+                offset += len;
+            }
+            if t.checked_bytes {
+                // SAFETY: the blocks above filled `offset` bytes of the buffer.
+                let bytes = unsafe { std::slice::from_raw_parts(host, offset) };
+                if let Some(at) = bytes.iter().position(|&v| v > 1) {
+                    return Err(argument(format!(
+                        "dataset {} holds the byte {} at element {} of the selection, which is \
+                         not a bool (0 or 1)",
+                        t.dataset_name,
+                        bytes[at],
+                        a + at as u64
+                    )));
+                }
+            }
+            Ok(())
+        },
+    )
 }
 
 /// Moves `elements` elements of `item` bytes between device memory at `address` and the file

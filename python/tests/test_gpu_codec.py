@@ -23,6 +23,15 @@ from test_device import CUDA, STAGED, open_gds
 
 DECODED = "decoded on the GPU with nvCOMP"
 ON_HOST = "its chunks are decoded by HDF5 on the host, not on the GPU with nvCOMP"
+BY_H5GDS = "its chunks are decoded by h5gds on"
+
+
+@pytest.fixture(autouse=True)
+def gpu_wherever_it_can(monkeypatch):
+    """H5GDS_GPU_CODEC=1: these tests are about the GPU path, which unset H5GDS_GPU_CODEC may leave
+    for the host's threads where h5gds estimates those faster (as for small chunks on few cores);
+    tests of that choice unset it."""
+    monkeypatch.setenv("H5GDS_GPU_CODEC", "1")
 
 #: h5py keywords of each codec (the filters hdf5plugin registers: Zstandard 32015, LZ4 32004).
 CODECS = {
@@ -114,7 +123,7 @@ def test_compressed_chunks_are_decoded_on_the_gpu_and_match_h5py(tmp_path, capfd
             assert got.shape == expected.shape and got.tobytes() == expected.tobytes(), (codec, case, sel)
             err = capfd.readouterr().err
             allocated, missing = chunk_counts(dset, sel)
-            line = [ln for ln in err.splitlines() if DECODED in ln]
+            line = [ln for ln in err.splitlines() if DECODED in ln and "move compressed" in ln]
             assert len(line) == 1, err
             assert (f"{allocated} chunks move compressed" in line[0]
                     and f"{missing} chunks were never written" in line[0]), (sel, line[0])
@@ -216,43 +225,69 @@ def test_a_decode_the_gpu_reports_failed_fails_the_read(tmp_path):
     assert "nvcompErrorCannotDecompress" in run.stdout, run.stdout
 
 
-def stays_on_host(capfd, dset, sel, reason):
+def stays_on_host(capfd, dset, sel, reason, by=ON_HOST):
+    """Reads `dset[sel]` into device memory with its chunks decoded on the host (`by` h5gds's threads or
+    HDF5's filters), for `reason`, through pinned host memory, with no cuFile read."""
     capfd.readouterr()
     expected, got, before, after = read_on_device(dset, sel)
     assert got.tobytes() == expected.tobytes()
     err = capfd.readouterr().err
     assert DECODED not in err, err
-    line = [ln for ln in err.splitlines() if ON_HOST in ln]
+    line = [ln for ln in err.splitlines() if by in ln]
     assert line and reason in line[0], err
     assert STAGED in err, err
     if CUDA.emulated:
         assert after["cufile_reads"] == before["cufile_reads"], (before, after)
 
 
-def test_reads_nvcomp_cannot_serve_stay_on_hdf5s_filters_and_say_why(tmp_path, capfd, monkeypatch):
+def test_reads_nvcomp_cannot_serve_are_decoded_on_the_host_and_say_why(tmp_path, capfd, monkeypatch):
+    """h5gds's host threads decode what nvCOMP cannot but h5gds can (chains with shuffle, steps, the
+    GPU turned off, the staged path); HDF5's filters what neither decodes (Blosc)."""
     data = data_for((40, 12))
     with open_gds(tmp_path / "host.h5", "w") as f:
         chain = f.create_dataset("chain", data=data, chunks=(8, 12), compression="gzip", shuffle=True)
-        stays_on_host(capfd, chain, None, "chain of filters (shuffle (2), deflate (1))")
+        stays_on_host(capfd, chain, None, "chain of filters (shuffle (2), deflate (1))", BY_H5GDS)
         blosc = f.create_dataset("blosc", data=data, chunks=(8, 12), **dict(hdf5plugin.Blosc()))
         stays_on_host(capfd, blosc, None, "Blosc (32001) has no nvCOMP decoder")
+        stays_on_host(capfd, blosc, None, "Blosc (32001) is not one h5gds decodes")
         zstd = f.create_dataset("zstd", data=data, chunks=(8, 12), **CODECS["zstd"])
-        stays_on_host(capfd, zstd, (slice(1, 30, 3),), "steps greater than 1")
+        stays_on_host(capfd, zstd, (slice(1, 30, 3),), "steps greater than 1", BY_H5GDS)
         monkeypatch.setenv("H5GDS_GPU_CODEC", "0")
-        stays_on_host(capfd, zstd, None, "H5GDS_GPU_CODEC=0")
+        stays_on_host(capfd, zstd, None, "H5GDS_GPU_CODEC=0 keeps decoding on the host", BY_H5GDS)
+        stays_on_host(capfd, blosc, None, "H5GDS_GPU_CODEC=0 keeps decoding on the host")
         monkeypatch.setenv("H5GDS_GPU_CODEC", "2")
         with pytest.raises(ValueError, match="H5GDS_GPU_CODEC"):
             h5gds.read(zstd, out=DeviceArray((40, 12), "<f4"))
         monkeypatch.delenv("H5GDS_GPU_CODEC")
         monkeypatch.setenv("H5GDS_USE_VFD_GDS", "0")
-        stays_on_host(capfd, zstd, None, "H5GDS_USE_VFD_GDS=0")
+        stays_on_host(capfd, zstd, None, "H5GDS_USE_VFD_GDS=0", BY_H5GDS)
 
 
-def test_a_file_opened_with_sec2_stays_on_hdf5s_filters(tmp_path, capfd):
+def test_a_file_opened_with_sec2_is_decoded_on_the_host(tmp_path, capfd):
     data = data_for((40, 12))
     with h5py.File(tmp_path / "sec2.h5", "w") as f:
         dset = f.create_dataset("zstd", data=data, chunks=(8, 12), **CODECS["zstd"])
-        stays_on_host(capfd, dset, None, "the sec2 driver")
+        stays_on_host(capfd, dset, None, "the sec2 driver", BY_H5GDS)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_unset_h5gds_gpu_codec_chooses_by_the_estimates_and_says_so(tmp_path, capfd, monkeypatch, codec):
+    """Unset, the faster side by h5gds's estimates decodes (route::choose_decoder): here few, small chunks
+    and two host threads; either way the bytes are h5py's and the log names the estimates."""
+    monkeypatch.delenv("H5GDS_GPU_CODEC")
+    monkeypatch.setenv("H5GDS_NTHREADS", "2")
+    data = data_for((400, 12))
+    with open_gds(tmp_path / "choice.h5", "w") as f:
+        dset = f.create_dataset(codec, data=data, chunks=(8, 12), **CODECS[codec])
+        capfd.readouterr()
+        expected, got, _, _ = read_on_device(dset, None)
+        assert got.tobytes() == expected.tobytes()
+        err = capfd.readouterr().err
+        line = [ln for ln in err.splitlines() if "its chunks are decoded" in ln]
+        assert len(line) == 1 and "ms on the GPU against" in line[0] and "ms on 2 host threads (50 chunks " \
+            "of 384 bytes)" in line[0], err
+        # 19 KB: the GPU call's fixed cost loses to two threads.
+        assert BY_H5GDS in line[0], line[0]
 
 
 def test_the_emulator_saw_no_bounds_violation_or_double_free_after_decoding():

@@ -266,9 +266,222 @@ pub fn gpu_encode(
     Ok(())
 }
 
+/// Where the compressed chunks of a read into device memory are decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decoder {
+    /// Read compressed into device memory and decoded there with nvCOMP.
+    Gpu(GpuCodec),
+    /// Read raw and decoded by h5gds on the host's threads, then copied to the device.
+    Host,
+}
+
+/// What the choice of a [`Decoder`] rests on.
+pub struct DecoderFacts {
+    /// [`gpu_decode`]'s verdict: the codec nvCOMP decodes, or why the GPU cannot.
+    pub gpu: std::result::Result<GpuCodec, String>,
+    /// Whether h5gds decodes the pipeline on the host, or why not.
+    pub host: std::result::Result<(), String>,
+    /// Decoded bytes per chunk.
+    pub chunk_bytes: usize,
+    /// Allocated chunks the read touches.
+    pub chunks: usize,
+    /// The host threads that would decode (the driver's I/O threads).
+    pub host_threads: usize,
+    /// `H5GDS_GPU_CODEC`: `Some(true)` = 1 (the GPU wherever it can), `Some(false)` = 0 (never
+    /// the GPU), `None` = unset (the faster by the estimates below).
+    pub forced: Option<bool>,
+}
+
+/// Decoded GB/s of nvCOMP 6.0 on an H200 for chunks of 4 MiB, as h5gds's batched path ran it
+/// (issue 24's measurements: deflate 5.6, Zstandard 6.7 and 8.2 in two runs, LZ4 4.6).
+fn gpu_rate_at_4m(codec: GpuCodec) -> f64 {
+    match codec {
+        GpuCodec::Deflate => 5.6,
+        GpuCodec::Zstd => 7.5,
+        GpuCodec::Lz4 => 4.6,
+    }
+}
+
+/// Decoded GB/s of one host thread (libdeflate, zstd, LZ4's C decoder), measured with
+/// `benches/compressed_read.py` on one thread of this project's 2-core VM and rounded down.
+fn host_rate_per_thread(codec: GpuCodec) -> f64 {
+    match codec {
+        GpuCodec::Deflate => 0.7,
+        GpuCodec::Zstd => 3.0,
+        GpuCodec::Lz4 => 4.0,
+    }
+}
+
+/// What host decoding plus the copy to the device can sustain at most, GB/s: the pinned copy
+/// ran at 55 GB/s on the H200, and decoding shares the memory bus with it.
+const HOST_TO_DEVICE_CAP: f64 = 20.0;
+
+/// The estimated decoded GB/s of nvCOMP for `chunks` chunks of `chunk_bytes`: on the H200,
+/// Zstandard ran 13.2 / 8.2 / 2.5 GB/s with chunks of 1 / 4 / 16 MiB (per batch the GPU decodes
+/// each chunk with few threads, so large chunks are slow), taken for every codec, log-linear in
+/// between; fewer than 32 chunks leave the GPU partly idle.
+pub fn gpu_rate(codec: GpuCodec, chunk_bytes: usize, chunks: usize) -> f64 {
+    let mib = (chunk_bytes as f64 / (1u64 << 20) as f64).max(1.0 / 64.0);
+    let log = mib.log2();
+    let factor = if log <= 0.0 {
+        1.6
+    } else if log <= 2.0 {
+        1.6 * (1.0_f64 / 1.6).powf(log / 2.0)
+    } else if log <= 4.0 {
+        0.3_f64.powf((log - 2.0) / 2.0)
+    } else {
+        0.3
+    };
+    gpu_rate_at_4m(codec) * factor * (chunks as f64 / 32.0).min(1.0)
+}
+
+/// The estimated decoded GB/s of h5gds's host decoding plus the copy to the device: one chunk
+/// per thread at a time, 85% parallel efficiency, capped by [`HOST_TO_DEVICE_CAP`].
+pub fn host_rate(codec: GpuCodec, chunks: usize, threads: usize) -> f64 {
+    let busy = threads.min(chunks).max(1) as f64;
+    (busy * host_rate_per_thread(codec) * 0.85).min(HOST_TO_DEVICE_CAP)
+}
+
+/// The fixed cost of one GPU decoding call, seconds: the argument arrays copied up, nvCOMP's
+/// temporary space, a synchronisation (an estimate; small reads are all overhead).
+const GPU_CALL_SECONDS: f64 = 1e-3;
+/// The fixed cost of handing a read to the host's threads, seconds (an estimate).
+const HOST_CALL_SECONDS: f64 = 5e-5;
+
+/// The estimated seconds to decode `chunks` chunks of `chunk_bytes` on the GPU and on `threads`
+/// host threads (plus the copy to the device): a fixed cost per call and the bytes at
+/// [`gpu_rate`] or [`host_rate`].
+pub fn decode_seconds(
+    codec: GpuCodec,
+    chunk_bytes: usize,
+    chunks: usize,
+    threads: usize,
+) -> (f64, f64) {
+    let bytes = (chunk_bytes * chunks) as f64;
+    let gpu = GPU_CALL_SECONDS + bytes / (gpu_rate(codec, chunk_bytes, chunks) * 1e9);
+    let host = HOST_CALL_SECONDS + bytes / (host_rate(codec, chunks, threads) * 1e9);
+    (gpu, host)
+}
+
+/// Where the compressed chunks of a read into device memory are decoded, and why: `None` when
+/// neither h5gds path can (HDF5's filters decode on the host, staged). `H5GDS_GPU_CODEC` forces
+/// a side where that side can; otherwise the faster by [`decode_seconds`].
+pub fn choose_decoder(f: &DecoderFacts) -> (Option<Decoder>, String) {
+    match (&f.gpu, &f.host, f.forced) {
+        (_, Ok(()), Some(false)) => (
+            Some(Decoder::Host),
+            "H5GDS_GPU_CODEC=0 keeps decoding on the host".into(),
+        ),
+        (_, Err(host), Some(false)) => (
+            None,
+            format!("H5GDS_GPU_CODEC=0 keeps decoding on the host, and h5gds does not decode it there ({host})"),
+        ),
+        (Err(gpu), Err(host), _) => (
+            None,
+            format!("not on the GPU ({gpu}), and h5gds does not decode it on the host ({host})"),
+        ),
+        (Err(gpu), Ok(()), _) => (Some(Decoder::Host), format!("not on the GPU: {gpu}")),
+        (Ok(codec), Err(host), _) => (
+            Some(Decoder::Gpu(*codec)),
+            format!("h5gds does not decode it on the host: {host}"),
+        ),
+        (Ok(codec), Ok(()), Some(true)) => (
+            Some(Decoder::Gpu(*codec)),
+            "H5GDS_GPU_CODEC=1 decodes on the GPU wherever it can".into(),
+        ),
+        (Ok(codec), Ok(()), None) => {
+            let (gpu, host) = decode_seconds(*codec, f.chunk_bytes, f.chunks, f.host_threads);
+            let why = format!(
+                "estimated {:.2} ms on the GPU against {:.2} ms on {} host threads ({} chunks \
+                 of {} bytes)",
+                gpu * 1e3,
+                host * 1e3,
+                f.host_threads,
+                f.chunks,
+                f.chunk_bytes
+            );
+            if host < gpu {
+                (Some(Decoder::Host), why)
+            } else {
+                (Some(Decoder::Gpu(*codec)), why)
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn facts(gpu: std::result::Result<GpuCodec, String>, host: bool) -> DecoderFacts {
+        DecoderFacts {
+            gpu,
+            host: if host { Ok(()) } else { Err("szip".into()) },
+            chunk_bytes: 4 << 20,
+            chunks: 256,
+            host_threads: 16,
+            forced: None,
+        }
+    }
+
+    #[test]
+    fn the_decoder_is_the_one_that_can_or_the_faster_or_the_forced() {
+        use GpuCodec::*;
+        // Sixteen threads outrun nvCOMP's measured rates; two do for LZ4 only.
+        let (d, why) = choose_decoder(&facts(Ok(Zstd), true));
+        assert_eq!(d, Some(Decoder::Host), "{why}");
+        // 1 GiB: 1 ms + 1.07 GB at 7.5 GB/s on the GPU, at 20 GB/s on the host.
+        assert!(
+            why.contains("estimated 144.17 ms on the GPU against 53.74 ms on 16 host threads"),
+            "{why}"
+        );
+        // A small read is mostly the GPU call's fixed cost.
+        let small = DecoderFacts {
+            chunks: 4,
+            chunk_bytes: 4096,
+            host_threads: 1,
+            ..facts(Ok(Deflate), true)
+        };
+        assert_eq!(choose_decoder(&small).0, Some(Decoder::Host));
+        let two = DecoderFacts {
+            host_threads: 2,
+            ..facts(Ok(Deflate), true)
+        };
+        assert_eq!(choose_decoder(&two).0, Some(Decoder::Gpu(Deflate)));
+        let two_lz4 = DecoderFacts {
+            host_threads: 2,
+            ..facts(Ok(Lz4), true)
+        };
+        assert_eq!(choose_decoder(&two_lz4).0, Some(Decoder::Host));
+        // Small chunks favour the GPU, large ones the host.
+        assert!(gpu_rate(Zstd, 1 << 20, 256) > gpu_rate(Zstd, 4 << 20, 256));
+        assert!((gpu_rate(Zstd, 16 << 20, 256) - 7.5 * 0.3).abs() < 1e-9);
+        assert!(gpu_rate(Zstd, 4 << 20, 8) < gpu_rate(Zstd, 4 << 20, 32));
+        // What cannot run on one side runs on the other, or on neither.
+        let (d, why) = choose_decoder(&facts(Err("nvCOMP is missing".into()), true));
+        assert_eq!(
+            (d, why.as_str()),
+            (Some(Decoder::Host), "not on the GPU: nvCOMP is missing")
+        );
+        assert_eq!(
+            choose_decoder(&facts(Ok(Lz4), false)).0,
+            Some(Decoder::Gpu(Lz4))
+        );
+        let (d, why) = choose_decoder(&facts(Err("two filters".into()), false));
+        assert_eq!(d, None);
+        assert!(why.contains("two filters") && why.contains("szip"), "{why}");
+        // H5GDS_GPU_CODEC forces a side where it can.
+        let on = DecoderFacts {
+            forced: Some(true),
+            ..facts(Ok(Zstd), true)
+        };
+        assert_eq!(choose_decoder(&on).0, Some(Decoder::Gpu(Zstd)));
+        let off = DecoderFacts {
+            forced: Some(false),
+            ..facts(Ok(Zstd), false)
+        };
+        assert_eq!(choose_decoder(&off).0, None);
+    }
 
     fn block(start: &[u64], count: &[u64]) -> Block {
         Block {

@@ -154,8 +154,10 @@ pub const SETTINGS: &[SettingSpec] = &[
         config_key: None,
         aliases: &[],
         meaning: "compressed chunks read into device arrays: 1 = decoded on the GPU with nvCOMP \
-                  where it can, 0 = decoded by HDF5's filters on the host, then copied",
-        default: "1",
+                  where it can, 0 = never on the GPU (decoded on the host, by h5gds where it \
+                  decodes the filters, else by HDF5's filters, then copied); unset = where h5gds \
+                  estimates it is faster, from the codec, chunk size, chunk count and host threads",
+        default: "unset",
         accepted: ZERO_OR_ONE,
     },
     SettingSpec {
@@ -288,8 +290,8 @@ fn staging_error(value: &str) -> InvalidSetting {
 /// The setting that turns on the host-side Adler-32 check of deflate chunks.
 pub const VERIFY_CHECKSUMS_ENV: &str = "H5GDS_VERIFY_CHECKSUMS";
 
-/// The setting that turns the GPU codec path off (`0`) for reads: HDF5's CPU filters decode,
-/// then the data is copied (the baseline the compressed-read benchmark compares against).
+/// The setting that forces (`1`) or turns off (`0`) the GPU codec path for reads; unset, h5gds
+/// chooses between decoding on the GPU and on the host's threads.
 pub const GPU_CODEC_ENV: &str = "H5GDS_GPU_CODEC";
 
 /// The setting that turns decoding compressed chunks on the host's cores off (`0`): HDF5's
@@ -325,6 +327,17 @@ pub fn host_codec_turned_off() -> Result<Option<String>, InvalidSetting> {
             "{HOST_CODEC_ENV}=0 leaves decoding to HDF5's filters"
         ))),
         Ok(other) => Err(invalid(HOST_CODEC_ENV, other)),
+    }
+}
+
+/// `H5GDS_GPU_CODEC` as a choice: `Some(true)` = 1, `Some(false)` = 0, `None` = unset (h5gds
+/// chooses).
+pub fn gpu_codec_forced() -> Result<Option<bool>, InvalidSetting> {
+    match std::env::var(GPU_CODEC_ENV).as_deref() {
+        Err(_) | Ok("") => Ok(None),
+        Ok("1") => Ok(Some(true)),
+        Ok("0") => Ok(Some(false)),
+        Ok(other) => Err(invalid(GPU_CODEC_ENV, other)),
     }
 }
 
