@@ -188,7 +188,9 @@ impl Encoding {
                 Step::Zstd { level } => {
                     if zstd.as_ref().is_none_or(|(l, _)| *l != level) {
                         let c = zstd::bulk::Compressor::new(level).map_err(|e| {
-                            format!("a Zstandard encoder at level {level} could not be created: {e}")
+                            format!(
+                                "a Zstandard encoder at level {level} could not be created: {e}"
+                            )
                         })?;
                         *zstd = Some((level, c));
                     }
@@ -334,10 +336,7 @@ impl HostWrite<'_> {
         if !(whole_after && inside) {
             return None;
         }
-        let mut at = 0u64;
-        for k in 0..rank {
-            at = at * self.shape[k] + offset[k];
-        }
+        let at = (0..rank).fold(0u64, |at, k| at * self.shape[k] + offset[k]);
         Some(at as usize * self.element_size)
     }
 
@@ -359,12 +358,9 @@ impl HostWrite<'_> {
         // Walk the rows of the part (every axis but the last), odometer style.
         let mut index = vec![0u64; rank.saturating_sub(1)];
         loop {
-            let (mut src, mut dst) = (0u64, 0u64);
-            for k in 0..rank {
-                let i = index.get(k).copied().unwrap_or(0);
-                src = src * self.shape[k] + offset[k] + i;
-                dst = dst * self.chunk[k] + i;
-            }
+            let i = |k: usize| index.get(k).copied().unwrap_or(0);
+            let src = (0..rank).fold(0u64, |at, k| at * self.shape[k] + offset[k] + i(k));
+            let dst = (0..rank).fold(0u64, |at, k| at * self.chunk[k] + i(k));
             let (src, dst) = ((src * es) as usize, (dst * es) as usize);
             out[dst..dst + run].copy_from_slice(&self.array[src..src + run]);
             let mut k = index.len();
@@ -589,7 +585,9 @@ mod tests {
 
     #[test]
     fn compression_shrinks_and_levels_are_the_filters_values() {
-        let data: Vec<u8> = (0..1u32 << 16).flat_map(|i| (i / 7).to_le_bytes()).collect();
+        let data: Vec<u8> = (0..1u32 << 16)
+            .flat_map(|i| (i / 7).to_le_bytes())
+            .collect();
         let mut scratch = EncodeScratch::default();
         let size = |filters: &[Filter], scratch: &mut EncodeScratch| {
             let enc = Encoding::for_filters(filters, 4).unwrap();
@@ -618,7 +616,9 @@ mod tests {
         // hdf5plugin's decoder sizes its output from the frame.
         let z = Encoding::for_filters(&[filter(FILTER_ZSTD, &[3])], 4).unwrap();
         let frame = z.encode(&data, &mut scratch).unwrap();
-        let size = zstd::zstd_safe::get_frame_content_size(frame).ok().flatten();
+        let size = zstd::zstd_safe::get_frame_content_size(frame)
+            .ok()
+            .flatten();
         assert_eq!(size, Some(data.len() as u64));
     }
 
@@ -631,15 +631,19 @@ mod tests {
         let stored = enc.encode(&data, &mut scratch).unwrap().to_vec();
         assert_eq!(&stored[..8], &3500u64.to_be_bytes());
         assert_eq!(&stored[8..12], &1000u32.to_be_bytes());
-        let pieces =
-            crate::format::lz4_pieces(stored.len(), 3500, |at, len| Ok(stored[at..at + len].to_vec()))
-                .unwrap();
+        let pieces = crate::format::lz4_pieces(stored.len(), 3500, |at, len| {
+            Ok(stored[at..at + len].to_vec())
+        })
+        .unwrap();
         let coded: Vec<_> = pieces.iter().map(|p| (p.out_len, p.coded)).collect();
         assert_eq!(
             coded,
             [(1000, true), (1000, true), (1000, false), (500, false)]
         );
-        assert_eq!(&stored[pieces[2].at..pieces[2].at + 1000], &data[2000..3000]);
+        assert_eq!(
+            &stored[pieces[2].at..pieces[2].at + 1000],
+            &data[2000..3000]
+        );
         // The default block (1 GiB) is cut to the chunk, as the filter writes it.
         let one = Encoding::for_filters(&[filter(FILTER_LZ4, &[0])], 4).unwrap();
         let stored = one.encode(&data, &mut scratch).unwrap();
@@ -659,7 +663,10 @@ mod tests {
         assert_eq!(bytes.encode(&data, &mut scratch).unwrap(), data);
         let shuffled = Encoding::for_filters(&[filter(FILTER_SHUFFLE, &[4])], 4).unwrap();
         let s = shuffled.encode(&data[..8], &mut scratch).unwrap();
-        assert_eq!(s, [data[0], data[4], data[1], data[5], data[2], data[6], data[3], data[7]]);
+        assert_eq!(
+            s,
+            [data[0], data[4], data[1], data[5], data[2], data[6], data[3], data[7]]
+        );
     }
 
     /// Chunks written to memory, each decoded again and placed back into an array.
@@ -721,7 +728,10 @@ mod tests {
         let mut scratch = Scratch::default();
         for (offset, stored) in &m.chunks {
             let bytes = match &pipeline {
-                Some(p) => p.decode(stored, 0, chunk_bytes, &mut scratch).unwrap().to_vec(),
+                Some(p) => p
+                    .decode(stored, 0, chunk_bytes, &mut scratch)
+                    .unwrap()
+                    .to_vec(),
                 None => stored.clone(),
             };
             assert_eq!(bytes.len(), chunk_bytes);

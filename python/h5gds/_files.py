@@ -15,7 +15,8 @@ Decisions (docs/python.md):
 * ``to_file`` writes the logical array (transposed and broadcast views are copied into C order
   first) into a new file next to ``path`` and renames it over ``path`` once complete, so a write
   that fails leaves the old file as it was; the result is one ordinary contiguous dataset in one
-  self-contained file.
+  self-contained file, or with ``chunks``/``compression``/``shuffle``/``fletcher32`` one chunked
+  dataset whose chunks h5gds encodes on all cores (``_encode``).
 """
 
 import errno
@@ -32,7 +33,7 @@ import h5py
 import numpy as np
 from h5py import h5d, h5p, h5s, h5t
 
-from . import _arrays, _collective, _io, _native
+from . import _arrays, _collective, _encode, _io, _native
 from ._selection import hyperslab
 
 # --- names and paths ---------------------------------------------------------------------------------------
@@ -355,7 +356,8 @@ def from_file(path, dataset, like="numpy", comm=None, decomposition=None):
         return result.read(dset, ())
 
 
-def to_file(array, path, dataset, comm=None, decomposition=None):
+def to_file(array, path, dataset, comm=None, decomposition=None, *, chunks=None, compression=None,
+            compression_opts=None, shuffle=False, fletcher32=False):
     """Writes ``array`` as dataset ``dataset`` of a new HDF5 file at ``path``.
 
     **Destructive**: an existing file at ``path`` is replaced with everything in it. Missing parent
@@ -370,16 +372,46 @@ def to_file(array, path, dataset, comm=None, decomposition=None):
     cols)``) into one contiguous dataset; each rank writes its own bytes through the gds driver
     (a device tile's straight from its device memory; with ``H5GDS_USE_VFD_GDS=0`` through sec2,
     staged through pinned host memory). A failure on any rank is raised on every rank, naming the
-    ranks, and leaves ``path`` as it was."""
+    ranks, and leaves ``path`` as it was.
+
+    Chunked and compressed, named as h5py names them: ``compression`` ``"gzip"`` (alias
+    ``"deflate"``; ``compression_opts`` the level, 0-9, default 4), ``"zstd"`` (hdf5plugin's
+    Zstandard, filter 32015; level 1-22, default 3) or ``"lz4"`` (hdf5plugin's LZ4, filter 32004;
+    no level); ``shuffle`` and ``fletcher32`` as in h5py; ``chunks`` a tuple of ints, one per axis
+    (None: row-major chunks of at most 1 MiB). The chunks are encoded in parallel on the driver's
+    I/O threads (``nthreads``; the GIL released) and written raw, edge chunks padded with zeros as
+    HDF5 pads them: h5py reads the file (with ``import hdf5plugin`` for Zstandard and LZ4). A
+    device array is first copied into host memory (a plain NumPy array the size of the array),
+    then encoded the same way. The arguments are checked before anything is created (ValueError
+    or TypeError naming the argument). With ``comm``, these are not supported (ValueError)."""
     if comm is not None:
+        if (chunks is not None or compression is not None or compression_opts is not None
+                or shuffle is not False or fletcher32 is not False):
+            raise ValueError("to_file with comm= writes one contiguous dataset: chunks, "
+                             "compression, compression_opts, shuffle and fletcher32 are not "
+                             "supported with comm=")
         return _collective.to_file(array, path, dataset, comm, decomposition, sys.modules[__name__])
     if decomposition is not None:
         raise ValueError("decomposition= needs comm= (an mpi4py communicator)")
     name = dataset_name(dataset)
     path = _file_path(path)
     driver = _driver()
+    if isinstance(array, np.ndarray) and not isinstance(array, np.ma.MaskedArray):
+        # The arguments are checked before a view is copied.
+        _check_storable(array.dtype)
+        _encode.plan(array.shape, array.dtype, chunks, compression, compression_opts, shuffle,
+                     fletcher32)
     source, shape, dtype = _logical(array)
     _check_storable(dtype)
+    chunked = _encode.plan(shape, dtype, chunks, compression, compression_opts, shuffle, fletcher32)
+    if chunked is not None:
+        host = _encode.host_copy(source, shape, dtype)
+
+        def fill(file):
+            _encode.write(_encode.create(file, name, shape, dtype, chunked), name, host)
+
+        _replace(path, driver, fill)
+        return
 
     def fill(file):
         dset = _new_dataset(file, name, shape, dtype)

@@ -687,6 +687,41 @@ pub unsafe fn read_chunk(
     Ok(mask)
 }
 
+/// `H5Dwrite_chunk(dset, dxpl, filter_mask, offset, size, buf)`, resolved at the first
+/// compressed `to_file` (the same signature in HDF5 1.14 and 2.x).
+type WriteChunk = unsafe extern "C" fn(Hid, Hid, u32, *const Hsize, usize, *const c_void) -> Herr;
+
+fn write_chunk_api() -> Result<WriteChunk, String> {
+    static API: std::sync::OnceLock<Result<WriteChunk, String>> = std::sync::OnceLock::new();
+    // SAFETY: the C signature of H5Dwrite_chunk.
+    API.get_or_init(|| unsafe { function(c"H5Dwrite_chunk") })
+        .clone()
+}
+
+/// Writes `size` stored (already filtered) bytes at `buf` as the chunk at `offset`, with filter
+/// mask 0 (every filter applied). The caller holds h5py's lock.
+///
+/// # Safety
+/// `buf` must be valid for reads of `size` bytes.
+pub unsafe fn write_chunk(
+    dataset: Hid,
+    offset: &[u64],
+    buf: *const c_void,
+    size: usize,
+) -> Result<(), String> {
+    let (api, write) = (api()?, write_chunk_api()?);
+    // SAFETY: `offset` has one entry per dimension of the dataset (the caller's chunk grid);
+    // `buf` as the caller guarantees.
+    let status = unsafe { write(dataset, H5P_DEFAULT, 0, offset.as_ptr(), size, buf) };
+    if status < 0 {
+        return Err(format!(
+            "H5Dwrite_chunk for the chunk at {offset:?} failed: {}",
+            api.stack()
+        ));
+    }
+    Ok(())
+}
+
 /// The checks and dataspaces of a gather (`crate::gather`): rows of the dataset's first axis
 /// given as sorted, disjoint runs (`runs`: first row and number of rows each), the other axes
 /// selected by one hyperslab (`rest_start`, `rest_step`, `rest_count`), read with one H5Dread

@@ -6,6 +6,7 @@
 mod compressed;
 mod device;
 mod dlpack;
+mod encode;
 mod error;
 mod gather;
 mod hdf5;
@@ -408,6 +409,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device_tile_write, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_tensor, m)?)?;
+    m.add_function(wrap_pyfunction!(encode::encode_write_chunks, m)?)?;
+    m.add_function(wrap_pyfunction!(encode::device_to_host, m)?)?;
     m.add_function(wrap_pyfunction!(gather::dataset_gather, m)?)?;
     m.add_class::<gather::GatherPlan>()?;
     m.add("DRIVER_NAME", "gds")?;

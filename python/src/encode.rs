@@ -1,0 +1,186 @@
+//! `h5gds.to_file(..., compression=...)` on all cores: the h5py side of
+//! `h5gds_chunk_codec::encode`. The dataset is created by h5py with its filter pipeline; here its
+//! chunks are gathered from the host array and encoded on the driver's I/O threads, and written
+//! raw (`H5Dwrite_chunk`, filter mask 0) in chunk order on the calling thread, under h5py's lock,
+//! with the GIL released. Device arrays are copied into host memory first
+//! ([`device_to_host`]).
+
+use crate::hdf5::{self, Hid};
+use h5gds::VfdSettings;
+use h5gds_chunk_codec::encode::{self, ChunkWriter, Encoding, HostWrite};
+use h5gds_chunk_codec::Filter;
+use h5gds_runtime::cuda::{self, PointerKind};
+use h5gds_runtime::device_ranges::{self, forget_device_range};
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+
+/// Raw chunk writes into one h5py dataset.
+struct H5pyChunks<'a> {
+    dataset: Hid,
+    name: &'a str,
+}
+
+impl ChunkWriter for H5pyChunks<'_> {
+    type Error = String;
+
+    fn write(&mut self, offset: &[u64], stored: &[u8]) -> Result<(), String> {
+        // SAFETY: `stored` is valid for its length.
+        unsafe { hdf5::write_chunk(self.dataset, offset, stored.as_ptr().cast(), stored.len()) }
+            .map_err(|m| format!("dataset {}: {m}", self.name))
+    }
+
+    fn failed(&self, offset: &[u64], reason: String) -> String {
+        format!(
+            "dataset {}: the chunk at {offset:?} could not be encoded: {reason}",
+            self.name
+        )
+    }
+}
+
+/// Writes the host array at `buffer` (`nbytes`, the dataset's elements row-major in its stored
+/// type `file_type`; `shape` the dataset's) into every chunk (shape `chunk`) of the chunked dataset `dataset`, each
+/// encoded by h5gds through `filters` (the dataset's pipeline: `(id, client values)` in order) on
+/// the driver's I/O threads and written raw. Returns the number of chunks written. Every id and
+/// size is checked against HDF5 first (ValueError); HDF5's failures and encoding failures raise
+/// OSError naming the chunk. The caller holds h5py's lock and keeps the buffer alive.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn encode_write_chunks(
+    py: Python<'_>,
+    dataset: i64,
+    file_type: i64,
+    buffer: usize,
+    nbytes: usize,
+    shape: Vec<u64>,
+    chunk: Vec<u64>,
+    filters: Vec<(i32, Vec<u32>)>,
+    dataset_name: String,
+) -> PyResult<usize> {
+    // The whole dataset as one write of the stored type: checks the ids, the extent and the
+    // buffer's size (nothing is written through it).
+    let elements: u64 = shape.iter().product();
+    let ones = vec![1u64; shape.len()];
+    let zeros = vec![0u64; shape.len()];
+    let transfer = hdf5::Transfer {
+        write: true,
+        dataset,
+        mem_type: file_type,
+        start: &zeros,
+        step: &ones,
+        count: &shape,
+        mem_shape: &shape,
+        buffer,
+        nbytes,
+    };
+    match hdf5::prepare(&transfer) {
+        Ok(Some(_)) => {}
+        Ok(None) => return Ok(0),
+        Err(hdf5::IoError::Argument(message)) => return Err(PyValueError::new_err(message)),
+        Err(hdf5::IoError::Hdf5(message)) => return Err(PyOSError::new_err(message)),
+    }
+    if chunk.len() != shape.len() || chunk.iter().zip(&shape).any(|(&c, &n)| c == 0 || c > n) {
+        return Err(PyValueError::new_err(format!(
+            "chunk shape {chunk:?} does not fit dataset {dataset_name} of shape {shape:?}"
+        )));
+    }
+    let element_size = nbytes / elements as usize;
+    let filters: Vec<Filter> = filters
+        .into_iter()
+        .map(|(id, values)| Filter { id, values })
+        .collect();
+    let encoding = Encoding::for_filters(&filters, element_size).map_err(|reason| {
+        PyValueError::new_err(format!(
+            "h5gds cannot encode the chunks of dataset {dataset_name}: {reason}"
+        ))
+    })?;
+    let threads = VfdSettings::load(None)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?
+        .nthreads;
+    let written = py
+        .detach(|| {
+            // SAFETY: the Python caller passes the address and size of a live host buffer it
+            // keeps referenced for the call (its size checked against the dataset above).
+            let array = unsafe { std::slice::from_raw_parts(buffer as *const u8, nbytes) };
+            let w = HostWrite {
+                encoding: &encoding,
+                array,
+                shape: &shape,
+                chunk: &chunk,
+                element_size,
+                threads,
+            };
+            let mut sink = H5pyChunks {
+                dataset,
+                name: &dataset_name,
+            };
+            encode::write(&mut sink, &w)
+        })
+        .map_err(PyOSError::new_err)?;
+    h5gds::with_logging(|| {
+        tracing::debug!(
+            "h5gds.to_file of {dataset_name}: {written} chunks encoded on {threads} threads \
+             and written raw"
+        )
+    });
+    Ok(written)
+}
+
+/// Copies the device array at `address` (`nbytes`; on device `claimed_ordinal` if it says) into
+/// the host buffer at `host` (plain host memory the caller allocated, `nbytes` long), after the
+/// producer's `stream` (0: none) has finished: a device array's way into a compressed `to_file`,
+/// whose chunks are encoded on the host cores. ValueError for memory that is not one CUDA
+/// allocation holding `nbytes`; OSError where CUDA fails. The caller keeps both arrays alive.
+#[pyfunction]
+pub fn device_to_host(
+    py: Python<'_>,
+    address: u64,
+    nbytes: usize,
+    claimed_ordinal: Option<i32>,
+    stream: u64,
+    host: usize,
+) -> PyResult<()> {
+    if nbytes == 0 {
+        return Ok(());
+    }
+    py.detach(|| {
+        let os =
+            |e: cuda::CudaError| PyOSError::new_err(format!("copying the array to the host: {e}"));
+        let driver = cuda::cuda().map_err(|e| {
+            PyValueError::new_err(format!(
+                "array is CUDA device memory, but CUDA does not work in this process ({e})"
+            ))
+        })?;
+        if let Some(claimed) = claimed_ordinal.filter(|&c| c < 0 || c >= driver.device_count) {
+            return Err(PyValueError::new_err(format!(
+                "array is on CUDA device {claimed}, and this process sees {} CUDA device(s)",
+                driver.device_count
+            )));
+        }
+        let kind = device_ranges::query(address as usize).map_err(PyOSError::new_err)?;
+        let PointerKind::Device(range) = kind else {
+            return Err(PyValueError::new_err(format!(
+                "array's address {address:#x} is not CUDA device memory in this process"
+            )));
+        };
+        let (base, size) = range.allocation;
+        let end = address.checked_add(nbytes as u64);
+        if address < base || end.is_none_or(|e| e > base + size as u64) {
+            return Err(PyValueError::new_err(format!(
+                "array claims {nbytes} bytes at {address:#x}, beyond its allocation ({size} \
+                 bytes at {base:#x})"
+            )));
+        }
+        let copied = (|| {
+            let _context = cuda::enter(range.context)?;
+            if stream != 0 {
+                cuda::synchronize_handle(stream)?;
+            }
+            // SAFETY: the device range was checked to hold `nbytes` above; the caller passes a
+            // live host buffer of `nbytes`.
+            unsafe { cuda::copy_any(range.context, host, address as usize, nbytes) }
+        })();
+        // The array may be freed once this returns: its range is not kept.
+        forget_device_range(range.base);
+        copied.map_err(os)
+    })
+}
