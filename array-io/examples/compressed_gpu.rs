@@ -131,6 +131,9 @@ fn main() {
         eprintln!("nvCOMP is needed for this check: {why}");
         std::process::exit(2);
     }
+    // The GPU path is what this checks: decoded on the GPU wherever it can (unset, small reads
+    // may be decoded on the host's threads instead). One thread so far, so setting is sound.
+    std::env::set_var(array_io::GPU_CODEC_ENV, "1");
     let mut dir =
         std::env::temp_dir().join(format!("array-io-compressed-gpu-{}", std::process::id()));
     let mut it = std::env::args().skip(1);

@@ -11,9 +11,13 @@ use crate::error::no_panic;
 use crate::error::{Error, Result};
 use crate::file::{create_file, open_dataset, OpenDataset};
 use crate::hdf5_raw::{self, select_blocks, Spaces};
+use crate::host_codec::Planned;
 use crate::host_staging::{read_block, write_all, Elements, HostStaging};
 use crate::layout::{check_types, filter_ids, storage};
-use crate::route::{blocker, driver_blocker, gpu_decode, plan, GpuCodec, Route, Storage, Transfer};
+use crate::route::{
+    blocker, choose_decoder, driver_blocker, gpu_decode, plan, Decoder, DecoderFacts, GpuCodec,
+    Route, Storage, Transfer,
+};
 use crate::select::Block;
 use crate::ReadOptions;
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
@@ -328,8 +332,13 @@ pub(crate) struct DeviceSource {
     pub storage: crate::route::Storage,
     pub blocker: Option<String>,
     pub staging_size: usize,
-    /// The codec nvCOMP decodes the chunks with on the GPU, if it does (see `gpu_codec`).
-    pub gpu_codec: Option<GpuCodec>,
+    /// The codec nvCOMP decodes the chunks with on the GPU, or why it cannot (filtered chunks;
+    /// see `gpu_codec`).
+    gpu: std::result::Result<GpuCodec, String>,
+    /// How h5gds decodes the chunks on the host's threads, or why it cannot (filtered chunks).
+    host: std::result::Result<Planned, String>,
+    /// Whether the chunks are filtered (then one of the three decodes them).
+    filtered: bool,
     /// The allocated chunks' stored sizes, listed at the first GPU-decoded read.
     chunk_index: std::cell::OnceCell<h5gds_gpu_codec::decode::ChunkIndex>,
 }
@@ -356,29 +365,19 @@ impl DeviceSource {
         facts.conversion = types.conversion.clone();
         let blocker = blocker(&facts);
         let storage = storage(&ds)?;
-        let gpu_codec = match &storage {
-            Storage::Chunked { filtered: true, .. } => {
-                let filters = filter_ids(&ds)?;
-                // libnvcomp is loaded only for a read it could serve.
-                let stop = blocker.clone().or(crate::gpu_codec::turned_off()?);
-                let decision = gpu_decode(&filters, None, stop.as_deref()).and_then(|_| {
-                    let missing = h5gds_gpu_codec::nvcomp::library().err();
-                    gpu_decode(&filters, missing.as_deref(), stop.as_deref())
-                });
-                match decision {
-                    Ok(codec) => Some(codec),
-                    Err(reason) => {
-                        crate::log::debug(format_args!(
-                            "{}: {:?}: its chunks are decoded by HDF5 on the host, not on the \
-                             GPU with nvCOMP: {reason}",
-                            ds.path.display(),
-                            ds.name
-                        ));
-                        None
-                    }
-                }
-            }
-            _ => None,
+        let filtered = matches!(storage, Storage::Chunked { filtered: true, .. });
+        const NOT_FILTERED: &str = "its chunks are not filtered";
+        let (gpu, host) = if filtered {
+            let filters = filter_ids(&ds)?;
+            // libnvcomp is loaded only for a read it could serve, and not with the GPU turned off.
+            let stop = blocker.clone().or(crate::gpu_codec::turned_off()?);
+            let gpu = gpu_decode(&filters, None, stop.as_deref()).and_then(|_| {
+                let missing = h5gds_gpu_codec::nvcomp::library().err();
+                gpu_decode(&filters, missing.as_deref(), stop.as_deref())
+            });
+            (gpu, crate::host_codec::for_dataset(&ds, &types)?)
+        } else {
+            (Err(NOT_FILTERED.to_string()), Err(NOT_FILTERED.to_string()))
         };
         Ok(DeviceSource {
             ds,
@@ -386,7 +385,9 @@ impl DeviceSource {
             storage,
             blocker,
             staging_size: settings.staging_buffer_size()?,
-            gpu_codec,
+            gpu,
+            host,
+            filtered,
             chunk_index: std::cell::OnceCell::new(),
         })
     }
@@ -422,7 +423,45 @@ impl DeviceSource {
             size: std::mem::size_of::<T>(),
             check_bool: T::CHECKED_BYTES,
         };
-        if let (Some(codec), Ok(lib)) = (self.gpu_codec, h5gds_gpu_codec::nvcomp::library()) {
+        let decoder = if self.filtered {
+            self.decoder(region)?
+        } else {
+            None
+        };
+        if let (Some(Decoder::Host), Ok(planned)) = (decoder, &self.host) {
+            let reason = plan(&self.storage, region, self.blocker.clone())
+                .into_iter()
+                .find_map(|(_, route)| match route {
+                    Route::Staged(reason) => Some(reason),
+                    Route::Direct => None,
+                })
+                .unwrap_or_else(|| "its chunks are compressed".into());
+            crate::log::debug(format_args!(
+                "{}: reading {:?} (elements {:?} + {:?}) through pinned host memory, its chunks \
+                 decoded by h5gds on the host's threads: {reason}",
+                ds.path.display(),
+                ds.name,
+                region.start,
+                region.count
+            ));
+            let bytes = region.len() as usize * elements.size;
+            let mut staging = HostStaging::new(stream, self.staging_size, bytes)?;
+            read_block(
+                ds,
+                &elements,
+                region,
+                region,
+                dest,
+                stream,
+                &mut staging,
+                Some(planned),
+            )?;
+            synchronize(stream)?;
+            drop(record);
+            return Ok(array);
+        }
+        if let (Some(Decoder::Gpu(codec)), Ok(lib)) = (decoder, h5gds_gpu_codec::nvcomp::library())
+        {
             let compressed = crate::gpu_codec::CompressedDataset {
                 ds: &self.ds,
                 storage: &self.storage,
@@ -457,13 +496,50 @@ impl DeviceSource {
                         staging = Some(HostStaging::new(stream, self.staging_size, bytes)?);
                     }
                     let buf = staging.as_mut().expect("created above");
-                    read_block(ds, &elements, block, region, dest, stream, buf)?;
+                    read_block(ds, &elements, block, region, dest, stream, buf, None)?;
                 }
             }
         }
         synchronize(stream)?;
         drop(record);
         Ok(array)
+    }
+
+    /// Where the chunks `region` touches are decoded (`route::choose_decoder`), with the
+    /// choice and its reason in the debug log; `None`: by HDF5 (staged).
+    fn decoder(&self, region: &Block) -> Result<Option<Decoder>> {
+        let forced = h5gds_runtime::settings::gpu_codec_forced()?;
+        let (chunk_bytes, chunks) = match &self.host {
+            Ok(planned) => (
+                planned.chunk().iter().product::<u64>() as usize * self.types.mem.size(),
+                crate::host_codec::chunks_in(planned, region),
+            ),
+            Err(_) => (0, 0),
+        };
+        let host_threads = h5gds::VfdSettings::load(None).unwrap_or_default().nthreads;
+        let facts = DecoderFacts {
+            gpu: self.gpu.clone(),
+            host: self.host.as_ref().map(drop).map_err(Clone::clone),
+            chunk_bytes,
+            chunks,
+            host_threads,
+            forced,
+        };
+        let (choice, why) = choose_decoder(&facts);
+        let side = match choice {
+            Some(Decoder::Gpu(_)) => "on the GPU with nvCOMP".to_string(),
+            Some(Decoder::Host) => format!(
+                "by h5gds on {host_threads} host threads, then copied to device memory, not on \
+                 the GPU with nvCOMP"
+            ),
+            None => "by HDF5 on the host, not on the GPU with nvCOMP".to_string(),
+        };
+        crate::log::debug(format_args!(
+            "{}: {:?}: its chunks are decoded {side}: {why}",
+            self.ds.path.display(),
+            self.ds.name
+        ));
+        Ok(choice)
     }
 
     /// Reads `block` straight into device memory `dest`, which holds the array `region`.

@@ -133,7 +133,7 @@ pub(crate) fn read(
                 .unwrap_or(es),
         )?;
         for part in &missing {
-            read_block(ds, elements, part, region, dest, stream, &mut staging)?;
+            read_block(ds, elements, part, region, dest, stream, &mut staging, None)?;
         }
     }
     Ok(())

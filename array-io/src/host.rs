@@ -122,7 +122,7 @@ pub(crate) fn read_region<T: Element>(
                     n * std::mem::size_of::<T>(),
                 )
             };
-            crate::host_codec::read_region(ds, types, region, &planned, bytes)?;
+            crate::host_codec::read_region(ds, &types.mem, region, &planned, bytes)?;
         } else {
             hdf5_raw::read_into(
                 &ds.dset,

@@ -16,6 +16,7 @@ use h5gds_chunk_codec::{
     place_missing, Filter, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk,
 };
 use hdf5::dataset::Layout;
+use hdf5::Datatype;
 
 impl RawChunks for &OpenDataset {
     type Error = Error;
@@ -78,11 +79,24 @@ pub(crate) struct Planned {
     pipeline: Pipeline,
 }
 
-/// The plan for reading `region` of `ds` with h5gds decoding its chunks, or `None` (with the
-/// reason in the debug log) when HDF5 is to read it.
+impl Planned {
+    /// The chunk shape, in elements.
+    pub fn chunk(&self) -> &[u64] {
+        &self.chunk
+    }
+}
+
+/// The plan for reading `region` of `ds` into host memory with h5gds decoding its chunks, or
+/// `None` (with the reason in the debug log) when HDF5 is to read it.
 pub(crate) fn plan(ds: &OpenDataset, types: &Types, region: &Block) -> Result<Option<Planned>> {
-    Ok(match why_not(ds, types, region)? {
-        Ok((chunk, pipeline)) => Some(Planned { chunk, pipeline }),
+    let decision = match for_dataset(ds, types)? {
+        Ok(planned) if chunks_in(&planned, region) < 2 => Err(
+            "the region lies in one chunk, which HDF5 decodes and keeps in its chunk cache".into(),
+        ),
+        other => other,
+    };
+    Ok(match decision {
+        Ok(planned) => Some(planned),
         Err(reason) => {
             crate::log::debug(format_args!(
                 "{}: {:?}: HDF5 decodes its chunks: {reason}",
@@ -94,9 +108,23 @@ pub(crate) fn plan(ds: &OpenDataset, types: &Types, region: &Block) -> Result<Op
     })
 }
 
-type Decision = std::result::Result<(Vec<u64>, Pipeline), String>;
+/// The chunks of `planned` that `region` touches.
+pub(crate) fn chunks_in(planned: &Planned, region: &Block) -> usize {
+    let ones = vec![1u64; region.count.len()];
+    let selection = Hyperslab {
+        start: &region.start,
+        step: &ones,
+        count: &region.count,
+    };
+    chunks_selected(&selection, &planned.chunk).len()
+}
 
-fn why_not(ds: &OpenDataset, types: &Types, region: &Block) -> Result<Decision> {
+/// Whether h5gds decodes the chunks of `ds` (chunked, filtered with a pipeline it decodes, read
+/// with no conversion, `H5GDS_HOST_CODEC` not 0), or why not.
+pub(crate) fn for_dataset(
+    ds: &OpenDataset,
+    types: &Types,
+) -> Result<std::result::Result<Planned, String>> {
     if let Some(off) = h5gds_runtime::settings::host_codec_turned_off()? {
         return Ok(Err(off));
     }
@@ -115,6 +143,9 @@ fn why_not(ds: &OpenDataset, types: &Types, region: &Block) -> Result<Decision> 
         .iter()
         .map(|&c| c as u64)
         .collect();
+    if chunk.len() != ds.shape.len() {
+        return Ok(Err("its chunk shape does not match its rank".into()));
+    }
     let filters: Vec<Filter> = hdf5_raw::locked(|| dcpl.get_filters())
         .map_err(|e| fail("listing the filters", e))?
         .iter()
@@ -123,29 +154,14 @@ fn why_not(ds: &OpenDataset, types: &Types, region: &Block) -> Result<Decision> 
             values: Vec::new(),
         })
         .collect();
-    let element = types.mem.size();
-    let pipeline = match Pipeline::for_filters(&filters, element) {
-        Ok(p) => p,
-        Err(reason) => return Ok(Err(reason)),
-    };
-    let ones = vec![1u64; region.count.len()];
-    let selection = Hyperslab {
-        start: &region.start,
-        step: &ones,
-        count: &region.count,
-    };
-    if chunk.len() != region.count.len() || chunks_selected(&selection, &chunk).len() < 2 {
-        return Ok(Err(
-            "the region lies in one chunk, which HDF5 decodes and keeps in its chunk cache".into(),
-        ));
-    }
-    Ok(Ok((chunk, pipeline)))
+    Ok(Pipeline::for_filters(&filters, types.mem.size())
+        .map(|pipeline| Planned { chunk, pipeline }))
 }
 
 /// Reads `region` of `ds` into `out` (its elements' bytes, row-major) as `planned`.
 pub(crate) fn read_region(
     ds: &OpenDataset,
-    types: &Types,
+    mem_type: &Datatype,
     region: &Block,
     planned: &Planned,
     out: &mut [u8],
@@ -156,7 +172,7 @@ pub(crate) fn read_region(
     let r = HostRead {
         pipeline,
         chunk,
-        element_size: types.mem.size(),
+        element_size: mem_type.size(),
         selection: Hyperslab {
             start: &region.start,
             step: &ones,
@@ -184,7 +200,7 @@ pub(crate) fn read_region(
             file: Some(&file),
         };
         // SAFETY: `values` holds the part's elements in the memory type.
-        unsafe { hdf5_raw::read(&ds.dset, &types.mem, spaces, values.as_mut_ptr().cast()) }
+        unsafe { hdf5_raw::read(&ds.dset, mem_type, spaces, values.as_mut_ptr().cast()) }
             .map_err(fail)?;
         place_missing(part, &values, &r, out);
     }

@@ -8,6 +8,7 @@ use crate::element::first_invalid_bool;
 use crate::error::{Error, Result};
 use crate::file::OpenDataset;
 use crate::hdf5_raw::{self, select_blocks, Spaces};
+use crate::host_codec::Planned;
 use crate::select::{flat_range_blocks, Block, Runs};
 use cudarc::driver::{sys, CudaStream, PinnedHostSlice};
 use h5gds_runtime::cuda::call;
@@ -77,7 +78,9 @@ pub(crate) struct Elements<'a> {
 }
 
 /// Reads `block` (file coordinates) of `ds` into device memory `dest`, which holds the array
-/// `region` (file coordinates) in row-major order, through `staging`.
+/// `region` (file coordinates) in row-major order, through `staging`: HDF5 fills the buffer,
+/// or, with `decoded`, h5gds decodes the chunks into it on the driver's I/O threads.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn read_block(
     ds: &OpenDataset,
     elements: &Elements,
@@ -86,6 +89,7 @@ pub(crate) fn read_block(
     dest: sys::CUdeviceptr,
     stream: &Arc<CudaStream>,
     staging: &mut HostStaging,
+    decoded: Option<&Planned>,
 ) -> Result<()> {
     let es = elements.size as u64;
     let per = (staging.len() as u64 / es).max(1);
@@ -103,18 +107,29 @@ pub(crate) fn read_block(
             .iter()
             .map(|b| (b.start.as_slice(), b.count.as_slice()))
             .collect();
-        let file_space =
-            select_blocks(&ds.shape, &pieces).map_err(|e| fail("selecting a hyperslab", e))?;
-        let mem_space =
-            Dataspace::try_new((b - a) as usize).map_err(|e| fail("creating a dataspace", e))?;
         let buf = staging.as_mut_ptr()?;
-        let spaces = Spaces {
-            memory: Some(&mem_space),
-            file: Some(&file_space),
-        };
-        // SAFETY: the staging buffer holds `per` >= b - a elements of the memory type.
-        unsafe { hdf5_raw::read(&ds.dset, elements.mem_type, spaces, buf.cast()) }
-            .map_err(|e| fail("reading into the staging buffer", e))?;
+        if let Some(planned) = decoded {
+            let mut at = 0usize;
+            for piece in &blocks {
+                let len = piece.len() as usize * elements.size;
+                // SAFETY: the staging buffer holds `per` >= b - a elements, the pieces' in order.
+                let out = unsafe { std::slice::from_raw_parts_mut(buf.add(at), len) };
+                crate::host_codec::read_region(ds, elements.mem_type, piece, planned, out)?;
+                at += len;
+            }
+        } else {
+            let file_space =
+                select_blocks(&ds.shape, &pieces).map_err(|e| fail("selecting a hyperslab", e))?;
+            let mem_space = Dataspace::try_new((b - a) as usize)
+                .map_err(|e| fail("creating a dataspace", e))?;
+            let spaces = Spaces {
+                memory: Some(&mem_space),
+                file: Some(&file_space),
+            };
+            // SAFETY: the staging buffer holds `per` >= b - a elements of the memory type.
+            unsafe { hdf5_raw::read(&ds.dset, elements.mem_type, spaces, buf.cast()) }
+                .map_err(|e| fail("reading into the staging buffer", e))?;
+        }
         if elements.check_bool {
             // SAFETY: HDF5 has just written these b - a bytes.
             let bytes = unsafe { std::slice::from_raw_parts(buf, (b - a) as usize) };
