@@ -68,6 +68,26 @@ pub(crate) struct OpenDataset {
 }
 
 impl OpenDataset {
+    /// The error for a failed read of the stored bytes of the chunk at `offset`.
+    pub fn chunk_read_error(&self, offset: &[u64], e: hdf5::Error) -> Error {
+        Error::hdf5(
+            format!("reading the stored bytes of the chunk at {offset:?}"),
+            &self.path,
+            Some(&self.name),
+            e,
+        )
+    }
+
+    /// The error for the chunk at `offset`, which cannot be decoded for `reason`.
+    pub fn chunk_decode_error(&self, offset: &[u64], reason: String) -> Error {
+        Error::ChunkDecode {
+            path: self.path.clone(),
+            dataset: self.name.clone(),
+            chunk: offset.to_vec(),
+            reason,
+        }
+    }
+
     /// Closes the dataset and the file, reporting failures.
     pub fn close(self) -> Result<()> {
         let OpenDataset {

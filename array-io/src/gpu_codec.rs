@@ -53,23 +53,12 @@ impl ChunkSource for OpenDataset {
     ) -> Result<u32> {
         let ds = self;
         // SAFETY: as the caller guarantees; the gds driver moves the bytes into device memory.
-        unsafe { hdf5_raw::read_chunk(&ds.dset, offset, dest as *mut _, size) }.map_err(|e| {
-            Error::hdf5(
-                format!("reading the stored bytes of the chunk at {offset:?}"),
-                &ds.path,
-                Some(&ds.name),
-                e,
-            )
-        })
+        unsafe { hdf5_raw::read_chunk(&ds.dset, offset, dest as *mut _, size) }
+            .map_err(|e| ds.chunk_read_error(offset, e))
     }
 
     fn corrupt(&self, offset: &[u64], reason: String) -> Error {
-        Error::ChunkDecode {
-            path: self.path.clone(),
-            dataset: self.name.clone(),
-            chunk: offset.to_vec(),
-            reason,
-        }
+        self.chunk_decode_error(offset, reason)
     }
 }
 

@@ -50,26 +50,14 @@ impl RawChunks for &OpenDataset {
         // SAFETY: `buf` has room for the chunk's `size` stored bytes (HDF5 2.x also checks).
         let mask =
             unsafe { hdf5_raw::read_chunk(&self.dset, offset, buf.as_mut_ptr().cast(), size) }
-                .map_err(|e| {
-                    Error::hdf5(
-                        format!("reading the stored bytes of the chunk at {offset:?}"),
-                        &self.path,
-                        Some(&self.name),
-                        e,
-                    )
-                })?;
+                .map_err(|e| self.chunk_read_error(offset, e))?;
         // SAFETY: H5Dread_chunk succeeded, so it wrote the chunk's `size` stored bytes.
         unsafe { buf.set_len(size) };
         Ok(mask)
     }
 
     fn corrupt(&self, offset: &[u64], reason: String) -> Error {
-        Error::ChunkDecode {
-            path: self.path.clone(),
-            dataset: self.name.clone(),
-            chunk: offset.to_vec(),
-            reason,
-        }
+        self.chunk_decode_error(offset, reason)
     }
 }
 

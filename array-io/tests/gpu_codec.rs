@@ -13,33 +13,6 @@ use common::*;
 use ndarray::{ArrayD, IxDyn, Slice};
 use std::path::{Path, PathBuf};
 
-const DIR_VAR: &str = "ARRAY_IO_TEST_DIR";
-
-fn test_dir() -> PathBuf {
-    PathBuf::from(std::env::var(DIR_VAR).expect("the parent passes the test directory"))
-}
-
-/// h5py's compressed files in a fresh directory (written in the parent only).
-fn files() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    if !is_child_any() {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/gpu_codec_files.py");
-        let out = std::process::Command::new(python())
-            .arg(&script)
-            .arg(dir.path())
-            .env_remove("HDF5_DRIVER")
-            .env_remove("HDF5_PLUGIN_PATH")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "gpu_codec_files.py failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    dir
-}
-
 /// The damaged datasets: (name, chunk offset, how it was damaged).
 fn damaged(dir: &Path) -> Vec<(String, String, String)> {
     std::fs::read_to_string(dir.join("corrupt.tsv"))
@@ -134,7 +107,7 @@ fn decode_body() {
 #[test]
 fn every_codec_rank_edge_missing_and_unfiltered_chunk_decodes_on_the_gpu() {
     let name = "every_codec_rank_edge_missing_and_unfiltered_chunk_decodes_on_the_gpu";
-    let dir = files();
+    let dir = codec_files();
     let Some(run) = run(name, true, dir.path(), &[], decode_body) else {
         return;
     };
@@ -207,7 +180,7 @@ fn corrupt_body() {
 #[test]
 fn corrupted_chunks_fail_the_read_naming_dataset_and_chunk() {
     let name = "corrupted_chunks_fail_the_read_naming_dataset_and_chunk";
-    let dir = files();
+    let dir = codec_files();
     let Some(run) = run(name, true, dir.path(), &[], corrupt_body) else {
         return;
     };
@@ -255,7 +228,7 @@ fn zstd_corrupt_body() {
 #[test]
 fn a_damaged_zstd_chunk_is_named_whatever_nvcomp_reports_for_its_batch() {
     let name = "a_damaged_zstd_chunk_is_named_whatever_nvcomp_reports_for_its_batch";
-    let dir = files();
+    let dir = codec_files();
     for (mode, why) in [
         ("", "nvcompErrorCannotDecompress"),
         ("sizes", "nvcompErrorCannotDecompress"),
@@ -281,7 +254,7 @@ fn a_damaged_zstd_chunk_is_named_whatever_nvcomp_reports_for_its_batch() {
 #[test]
 fn with_checksums_on_a_wrong_adler32_fails_the_read() {
     let name = "with_checksums_on_a_wrong_adler32_fails_the_read";
-    let dir = files();
+    let dir = codec_files();
     let env = [(array_io::VERIFY_CHECKSUMS_ENV, "1")];
     let Some(run) = run(name, true, dir.path(), &env, corrupt_body) else {
         return;
@@ -300,7 +273,7 @@ fn fault_body() {
 #[test]
 fn a_chunk_the_gpu_fails_to_decode_fails_the_read() {
     let name = "a_chunk_the_gpu_fails_to_decode_fails_the_read";
-    let dir = files();
+    let dir = codec_files();
     let env = [("H5GDS_EMU_NVCOMP_FAIL_CHUNK", "3")];
     let Some(run) = run(name, true, dir.path(), &env, fault_body) else {
         return;
@@ -315,7 +288,7 @@ fn a_chunk_the_gpu_fails_to_decode_fails_the_read() {
 #[test]
 fn a_failed_nvcomp_call_fails_the_read() {
     let name = "a_failed_nvcomp_call_fails_the_read";
-    let dir = files();
+    let dir = codec_files();
     let env = [("H5GDS_EMU_NVCOMP_FAIL_CALL", "1")];
     let Some(run) = run(name, true, dir.path(), &env, fault_body) else {
         return;
@@ -341,28 +314,11 @@ fn without_nvcomp_body() {
     }
 }
 
-/// hdf5plugin's directory of filter plugins (they link no libhdf5, so this HDF5 loads them).
-fn hdf5plugin_dir() -> String {
-    let out = std::process::Command::new(python())
-        .args(["-c", "import hdf5plugin; print(hdf5plugin.PLUGIN_PATH)"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "hdf5plugin is installed (scripts/setup.sh)"
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 #[test]
 fn without_nvcomp_hdf5_decodes_on_the_host_and_the_log_says_why() {
     let name = "without_nvcomp_hdf5_decodes_on_the_host_and_the_log_says_why";
-    let dir = files();
-    let plugins = if is_child_any() {
-        String::new()
-    } else {
-        hdf5plugin_dir()
-    };
+    let dir = codec_files();
+    let plugins = hdf5plugin_dir();
     let env = [("HDF5_PLUGIN_PATH", plugins.as_str())];
     let Some(run) = run(name, false, dir.path(), &env, without_nvcomp_body) else {
         return;
@@ -382,12 +338,8 @@ fn without_nvcomp_hdf5_decodes_on_the_host_and_the_log_says_why() {
 #[test]
 fn h5gds_gpu_codec_0_keeps_decoding_on_the_host() {
     let name = "h5gds_gpu_codec_0_keeps_decoding_on_the_host";
-    let dir = files();
-    let plugins = if is_child_any() {
-        String::new()
-    } else {
-        hdf5plugin_dir()
-    };
+    let dir = codec_files();
+    let plugins = hdf5plugin_dir();
     let env = [
         ("HDF5_PLUGIN_PATH", plugins.as_str()),
         (array_io::GPU_CODEC_ENV, "0"),
@@ -582,11 +534,7 @@ fn host_plugin_body() {
 fn without_nvcomp_hdf5plugin_filters_encode_zstd_and_lz4_on_the_host() {
     let name = "without_nvcomp_hdf5plugin_filters_encode_zstd_and_lz4_on_the_host";
     let dir = tempfile::tempdir().unwrap();
-    let plugins = if is_child_any() {
-        String::new()
-    } else {
-        hdf5plugin_dir()
-    };
+    let plugins = hdf5plugin_dir();
     let env = [("HDF5_PLUGIN_PATH", plugins.as_str())];
     let Some(run) = run(name, false, dir.path(), &env, host_plugin_body) else {
         return;

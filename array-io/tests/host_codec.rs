@@ -11,50 +11,7 @@ mod common;
 use array_io::{from_file, from_file_batched, Error};
 use common::*;
 use ndarray::{ArrayD, IxDyn, Slice};
-use std::path::{Path, PathBuf};
-
-const DIR_VAR: &str = "ARRAY_IO_TEST_DIR";
-
-fn test_dir() -> PathBuf {
-    PathBuf::from(std::env::var(DIR_VAR).expect("the parent passes the test directory"))
-}
-
-/// h5py's compressed files in a fresh directory (written in the parent only).
-fn files() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    if !is_child_any() {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/gpu_codec_files.py");
-        let out = std::process::Command::new(python())
-            .arg(&script)
-            .arg(dir.path())
-            .env_remove("HDF5_DRIVER")
-            .env_remove("HDF5_PLUGIN_PATH")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "gpu_codec_files.py failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    dir
-}
-
-/// hdf5plugin's directory of filter plugins, so that what stays with HDF5 decodes too.
-fn hdf5plugin_dir() -> String {
-    if is_child_any() {
-        return String::new();
-    }
-    let out = std::process::Command::new(python())
-        .args(["-c", "import hdf5plugin; print(hdf5plugin.PLUGIN_PATH)"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "hdf5plugin is installed (scripts/setup.sh)"
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
+use std::path::Path;
 
 fn run(name: &str, dir: &Path, env: &[(&str, &str)], body: fn()) -> Option<ChildRun> {
     let dir_text = dir.to_str().unwrap().to_string();
@@ -123,7 +80,7 @@ fn decode_body() {
 #[test]
 fn every_codec_chain_rank_and_missing_chunk_reads_what_h5py_reads() {
     let name = "every_codec_chain_rank_and_missing_chunk_reads_what_h5py_reads";
-    let dir = files();
+    let dir = codec_files();
     for threads in ["1", "3"] {
         let Some(run) = run(
             name,
@@ -182,7 +139,7 @@ fn corrupt_body() {
 #[test]
 fn damaged_chunks_fail_the_read_naming_dataset_and_chunk() {
     let name = "damaged_chunks_fail_the_read_naming_dataset_and_chunk";
-    let dir = files();
+    let dir = codec_files();
     let Some(run) = run(name, dir.path(), &[], corrupt_body) else {
         return;
     };
@@ -205,7 +162,7 @@ fn off_body() {
 #[test]
 fn h5gds_host_codec_0_leaves_decoding_to_hdf5() {
     let name = "h5gds_host_codec_0_leaves_decoding_to_hdf5";
-    let dir = files();
+    let dir = codec_files();
     let Some(run) = run(name, dir.path(), &[("H5GDS_HOST_CODEC", "0")], off_body) else {
         return;
     };

@@ -248,7 +248,9 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
                  threads: {}",
                 t.dataset_name,
                 t.nbytes,
-                staged_reason.as_deref().unwrap_or("its chunks are compressed")
+                staged_reason
+                    .as_deref()
+                    .unwrap_or("its chunks are compressed")
             )
         });
         host_decoded(&t, pointer.context, prepared, &storage_facts, staging_size)?;
@@ -314,11 +316,7 @@ fn decoder(
         })
     });
     let item = t.nbytes / t.count.iter().product::<u64>().max(1) as usize;
-    let filters: Vec<Filter> = storage
-        .filters
-        .iter()
-        .map(|&id| Filter { id, values: vec![] })
-        .collect();
+    let filters = host_filters(storage);
     let rank_matches = region.count.len() == storage.chunk.len();
     let host = match (&t.conversion, rank_matches) {
         (Some(conversion), _) => Err(conversion.clone()),
@@ -395,11 +393,7 @@ fn host_decoded(
 ) -> Result<(), DeviceError> {
     let elements: u64 = t.count.iter().product();
     let item = t.nbytes / elements as usize;
-    let filters: Vec<Filter> = storage
-        .filters
-        .iter()
-        .map(|&id| Filter { id, values: vec![] })
-        .collect();
+    let filters = host_filters(storage);
     let pipeline = Pipeline::for_filters(&filters, item).map_err(DeviceError::Failed)?;
     let threads = host_threads()?;
     through_pinned(
@@ -434,20 +428,8 @@ fn host_decoded(
                     .map_err(|crate::host_codec::Failed(m)| DeviceError::Failed(m))?;
                 offset += len;
             }
-            if t.checked_bytes {
-                // SAFETY: the blocks above filled `offset` bytes of the buffer.
-                let bytes = unsafe { std::slice::from_raw_parts(host, offset) };
-                if let Some(at) = bytes.iter().position(|&v| v > 1) {
-                    return Err(argument(format!(
-                        "dataset {} holds the byte {} at element {} of the selection, which is \
-                         not a bool (0 or 1)",
-                        t.dataset_name,
-                        bytes[at],
-                        a + at as u64
-                    )));
-                }
-            }
-            Ok(())
+            // SAFETY: the blocks above filled `offset` bytes of the buffer.
+            unsafe { check_bools(t, host, offset, a) }
         },
     )
 }
@@ -538,23 +520,51 @@ fn staged(
                 })?;
                 offset += block.len() as usize * item;
             }
-            if !t.write && t.checked_bytes {
-                let len = (b - a) as usize * item;
-                // SAFETY: HDF5 filled `len` bytes of the buffer above.
-                let bytes = unsafe { std::slice::from_raw_parts(host, len) };
-                if let Some(at) = bytes.iter().position(|&v| v > 1) {
-                    return Err(argument(format!(
-                        "dataset {} holds the byte {} at element {} of the selection, which is \
-                     not a bool (0 or 1)",
-                        t.dataset_name,
-                        bytes[at],
-                        a + at as u64
-                    )));
-                }
+            if t.write {
+                return Ok(());
             }
-            Ok(())
+            // SAFETY: HDF5 filled the piece's bytes of the buffer above.
+            unsafe { check_bools(t, host, (b - a) as usize * item, a) }
         },
     )
+}
+
+/// For a bool read (`checked_bytes`), refuses a byte of the `len` read into `host` that is not 0
+/// or 1, naming its element (`first`: the selection element the buffer starts at).
+///
+/// # Safety
+/// `host` must hold `len` initialised bytes.
+unsafe fn check_bools(
+    t: &DeviceTransfer,
+    host: *const u8,
+    len: usize,
+    first: u64,
+) -> Result<(), DeviceError> {
+    if !t.checked_bytes {
+        return Ok(());
+    }
+    // SAFETY: as the caller guarantees.
+    let bytes = unsafe { std::slice::from_raw_parts(host, len) };
+    match bytes.iter().position(|&v| v > 1) {
+        Some(at) => Err(argument(format!(
+            "dataset {} holds the byte {} at element {} of the selection, which is not a bool (0 \
+             or 1)",
+            t.dataset_name,
+            bytes[at],
+            first + at as u64
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The filters of `storage` as the host decoder takes them (shuffle's element size is the
+/// element's).
+fn host_filters(storage: &StorageFacts) -> Vec<Filter> {
+    storage
+        .filters
+        .iter()
+        .map(|&id| Filter { id, values: vec![] })
+        .collect()
 }
 
 /// One rank's tile of a collective `to_file`, in device memory, and where its bytes go: `runs`,

@@ -147,17 +147,23 @@ fn dataset_io(
         buffer,
         nbytes,
     };
-    let prepared = match hdf5::prepare(&transfer) {
-        Ok(Some(prepared)) => prepared,
-        Ok(None) => return Ok(()),
-        Err(hdf5::IoError::Argument(message)) => return Err(PyValueError::new_err(message)),
-        Err(hdf5::IoError::Hdf5(message)) => return Err(PyOSError::new_err(message)),
+    let Some(prepared) = prepare(&transfer)? else {
+        return Ok(());
     };
     let op = if write { "H5Dwrite" } else { "H5Dread" };
     // SAFETY: the Python caller passes the address and size of a live buffer it keeps
     // referenced for the call (checked against the selection in `prepare`).
     py.detach(|| unsafe { prepared.run() })
         .map_err(|message| PyOSError::new_err(format!("{op} failed: {message}")))
+}
+
+/// `hdf5::prepare`, its refusals as Python raises them: ValueError for the caller's arguments,
+/// OSError for HDF5's failures. `None`: nothing to move.
+fn prepare(transfer: &hdf5::Transfer) -> PyResult<Option<hdf5::Prepared>> {
+    hdf5::prepare(transfer).map_err(|e| match e {
+        hdf5::IoError::Argument(message) => PyValueError::new_err(message),
+        hdf5::IoError::Hdf5(message) => PyOSError::new_err(message),
+    })
 }
 
 /// Reads `dataset[start, step, count]` of a chunked, filtered dataset whose stored type is the
@@ -193,11 +199,8 @@ fn host_decode_read(
         buffer,
         nbytes,
     };
-    let prepared = match hdf5::prepare(&transfer) {
-        Ok(Some(prepared)) => prepared,
-        Ok(None) => return Ok(None),
-        Err(hdf5::IoError::Argument(message)) => return Err(PyValueError::new_err(message)),
-        Err(hdf5::IoError::Hdf5(message)) => return Err(PyOSError::new_err(message)),
+    let Some(prepared) = prepare(&transfer)? else {
+        return Ok(None);
     };
     let elements: u64 = count.iter().product();
     let threads = VfdSettings::load(None)

@@ -293,3 +293,52 @@ pub fn stream() -> std::sync::Arc<cudarc::driver::CudaStream> {
         .expect("CUDA (the emulator in tests) works")
         .default_stream()
 }
+
+// ---- the compressed files of the codec tests (gpu_codec.rs, host_codec.rs) ----
+
+/// The variable through which the parent hands its test directory to the child.
+pub const DIR_VAR: &str = "ARRAY_IO_TEST_DIR";
+
+/// The test directory, in a child.
+pub fn test_dir() -> PathBuf {
+    PathBuf::from(std::env::var(DIR_VAR).expect("the parent passes the test directory"))
+}
+
+/// h5py's compressed files (`gpu_codec_files.py`) in a fresh directory (written in the parent
+/// only).
+pub fn codec_files() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    if !is_child_any() {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/gpu_codec_files.py");
+        let out = Command::new(python())
+            .arg(&script)
+            .arg(dir.path())
+            .env_remove("HDF5_DRIVER")
+            .env_remove("HDF5_PLUGIN_PATH")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "gpu_codec_files.py failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    dir
+}
+
+/// hdf5plugin's directory of filter plugins (they link no libhdf5, so this HDF5 loads them);
+/// empty in a child, which gets it from its parent.
+pub fn hdf5plugin_dir() -> String {
+    if is_child_any() {
+        return String::new();
+    }
+    let out = Command::new(python())
+        .args(["-c", "import hdf5plugin; print(hdf5plugin.PLUGIN_PATH)"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "hdf5plugin is installed (scripts/setup.sh)"
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
