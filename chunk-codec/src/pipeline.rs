@@ -100,6 +100,11 @@ impl Pipeline {
         Ok(Pipeline { stages })
     }
 
+    /// The pipeline of chunks stored unfiltered: decoding is taking the stored bytes as they are.
+    pub fn unfiltered() -> Pipeline {
+        Pipeline { stages: Vec::new() }
+    }
+
     /// The stages, in pipeline order.
     pub fn stages(&self) -> &[Stage] {
         &self.stages

@@ -1,7 +1,8 @@
 """``h5gds.read`` and ``h5gds.write``: a dataset's bytes into or out of an array through h5py's own
-HDF5 (H5Dread/H5Dwrite), under h5py's lock, with the GIL released while bytes move. Host arrays
-go through HDF5 as they are (compressed chunks read raw and decoded by h5gds on all cores where it
-decodes the filters); device arrays through ``_device`` (straight through the ``gds``
+HDF5 (H5Dread/H5Dwrite), under h5py's lock, with the GIL released while bytes move. Host reads of
+read-only files are served with no HDF5 call where ``_layout`` resolved the dataset's storage
+(threads then read at once); other host arrays go through HDF5 as they are (compressed chunks read
+raw and decoded by h5gds on all cores where it decodes the filters); device arrays through ``_device`` (straight through the ``gds``
 driver where the layout allows, else staged through pinned host memory)."""
 
 import h5py
@@ -9,7 +10,7 @@ import numpy as np
 from h5py import h5d, h5t
 from h5py._objects import phil
 
-from . import _arrays, _device, _native
+from . import _arrays, _device, _layout, _native
 from ._gather import gather
 from ._selection import Gather, hyperslab, selection
 
@@ -71,6 +72,12 @@ def _transfer(write, dset, view, slab, role, name):
     if view.device is not None:
         _device.transfer(write, dset, view, slab, role, name)
         return
+    if not write:
+        # A read-only file's dataset: served with no HDF5 call, threads at once (_layout).
+        found = _layout.layout(dset, view.dtype)
+        if found is not None and found.read(list(slab.start), list(slab.step), list(slab.count), view.address,
+                                            view.nbytes):
+            return
     with phil:
         mem_type = h5t.py_create(view.dtype)
         if not write and _decoded_by_h5gds(dset.id, mem_type, view, slab, name):

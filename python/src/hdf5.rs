@@ -946,3 +946,66 @@ impl RunsSlab<'_> {
         Ok(())
     }
 }
+
+/// Every allocated chunk of `dataset` (of `rank` axes): its first element, and its stored size,
+/// filter mask and address (`H5Dchunk_iter`, one call for the whole index). The caller holds
+/// h5py's lock.
+pub fn chunk_index(
+    dataset: Hid,
+    rank: usize,
+) -> Result<std::collections::HashMap<Vec<u64>, h5gds_chunk_codec::StoredChunk>, String> {
+    type Visit = unsafe extern "C" fn(*const Hsize, c_uint, u64, Hsize, *mut c_void) -> c_int;
+    type Iterate = unsafe extern "C" fn(Hid, Hid, Visit, *mut c_void) -> Herr;
+    struct Found {
+        rank: usize,
+        chunks: std::collections::HashMap<Vec<u64>, h5gds_chunk_codec::StoredChunk>,
+    }
+    unsafe extern "C" fn visit(
+        offset: *const Hsize,
+        mask: c_uint,
+        addr: u64,
+        size: Hsize,
+        data: *mut c_void,
+    ) -> c_int {
+        // Never unwind into HDF5: a panic stops the iteration as a failure.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: `data` is the `Found` the caller passed, alive for the call.
+            let found = unsafe { &mut *data.cast::<Found>() };
+            // SAFETY: HDF5 passes one offset per axis of the dataset.
+            let offset = unsafe { std::slice::from_raw_parts(offset, found.rank) };
+            if addr != HADDR_UNDEF && size > 0 {
+                found.chunks.insert(
+                    offset.to_vec(),
+                    h5gds_chunk_codec::StoredChunk {
+                        size: size as usize,
+                        mask,
+                        address: addr,
+                    },
+                );
+            }
+            0
+        }))
+        .unwrap_or(-1)
+    }
+    let api = api()?;
+    // SAFETY: the C signature of H5Dchunk_iter (HDF5 1.14 and 2.x; the callback's size is an
+    // hsize_t since 1.14.0).
+    let iterate: Iterate = unsafe { function(c"H5Dchunk_iter")? };
+    let mut found = Found {
+        rank,
+        chunks: std::collections::HashMap::new(),
+    };
+    // SAFETY: a dataset id; the callback and its data as declared above.
+    let status = unsafe {
+        iterate(
+            dataset,
+            H5P_DEFAULT,
+            visit,
+            (&raw mut found).cast::<c_void>(),
+        )
+    };
+    if status < 0 {
+        return Err(format!("H5Dchunk_iter failed: {}", api.stack()));
+    }
+    Ok(found.chunks)
+}

@@ -11,6 +11,7 @@ mod error;
 mod gather;
 mod hdf5;
 mod host_codec;
+mod layout;
 
 use h5gds::VfdSettings;
 use h5gds_runtime::settings::driver_settings;
@@ -408,6 +409,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dataset_io, m)?)?;
     m.add_function(wrap_pyfunction!(device_io, m)?)?;
     m.add_function(wrap_pyfunction!(host_decode_read, m)?)?;
+    m.add_class::<layout::Layout>()?;
     m.add_function(wrap_pyfunction!(staged_by_settings, m)?)?;
     m.add_function(wrap_pyfunction!(device_tile_write, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;

@@ -150,7 +150,9 @@ def test_what_stays_with_hdf5(tmp_path, monkeypatch):
     HDF5: the same data, and HDF5's own error for a corrupt chunk."""
     path = tmp_path / "bad.h5"
     corrupt_file(path, {"compression": "gzip"})
-    with h5py.File(path, "r") as f:
+    # Open for writing, so that reads are not served from a layout with no HDF5 call
+    # (test_lock_free_reads.py), which decodes even one chunk itself.
+    with h5py.File(path, "r+") as f:
         with pytest.raises(OSError) as raised:
             h5gds.read(f["x"], sel=slice(33, 40))
         assert "cannot be decoded" not in str(raised.value)
@@ -182,8 +184,10 @@ def test_the_debug_log_says_who_decoded(tmp_path, threads):
         "import sys, h5py, h5gds, numpy as np\n"
         "f = h5py.File(sys.argv[1], 'r')\n"
         "assert np.array_equal(h5gds.read(f['x']), f['x'][...])\n"
-        "assert np.array_equal(h5gds.read(f['x'], sel=slice(0, 10)), f['x'][:10])\n"
         "assert np.array_equal(h5gds.read(f['lzf']), f['lzf'][...])\n"
+        "f.close()\n"
+        "f = h5py.File(sys.argv[1], 'r+')\n"
+        "assert np.array_equal(h5gds.read(f['x'], sel=slice(0, 10)), f['x'][:10])\n"
     )
     env = dict(os.environ, H5GDS_LOG="debug", H5GDS_NTHREADS=threads)
     run = subprocess.run([sys.executable, "-c", program, str(path)], env=env, capture_output=True, text=True,

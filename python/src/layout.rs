@@ -1,0 +1,500 @@
+//! Reads that need no HDF5 call (issue 26): a dataset's storage, resolved once under h5py's lock
+//! and kept while it cannot change, serves `h5gds.read` into host memory from any number of
+//! threads at once, with neither h5py's lock nor the GIL held while bytes move. Kept only where
+//! nothing can change the storage under it: the file open read-only and not for SWMR reading
+//! (the Python side checks that), through sec2 or `gds` with no user block
+//! (`hdf5::direct_file`, which also opens the file anew for reading). Contiguous datasets are
+//! read run by run at their address; chunked ones (unfiltered, or a pipeline h5gds decodes)
+//! through `h5gds_chunk_codec::read` over the chunk index listed once, a read inside one chunk
+//! from the chunk decoded and kept for the next (as HDF5's chunk cache does). A read that touches a
+//! chunk never written is left to HDF5 (which fills it), as is everything else (compact,
+//! external, virtual, conversions, other filters).
+
+use crate::hdf5::{self, Hid};
+use h5gds_chunk_codec::pipeline::Scratch;
+use h5gds_chunk_codec::place::{chunks_selected, copy_box, ChunkPart, Source};
+use h5gds_chunk_codec::{Filter, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk};
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use std::collections::HashMap;
+use std::collections::VecDeque;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::{Arc, Mutex};
+
+/// How the dataset's elements are stored.
+enum Storage {
+    /// One run of bytes at `address`.
+    Contiguous { address: u64 },
+    /// Chunks of `chunk` elements, each where `index` says.
+    Chunked {
+        chunk: Vec<u64>,
+        pipeline: Pipeline,
+        index: HashMap<Vec<u64>, StoredChunk>,
+        /// The last chunks reads inside one chunk decoded, as HDF5's chunk cache keeps them.
+        kept: Mutex<Kept>,
+    },
+}
+
+/// Decoded chunks kept for reads inside one chunk (rows read one at a time decode each chunk
+/// once, as with HDF5's chunk cache), the oldest dropped first.
+#[derive(Default)]
+struct Kept {
+    order: VecDeque<Vec<u64>>,
+    chunks: HashMap<Vec<u64>, Arc<Vec<u8>>>,
+}
+
+/// Decoded bytes kept per dataset (at least one chunk).
+const KEPT_BYTES: usize = 32 << 20;
+
+/// A dataset's storage, resolved once; `read` serves selections of it with no HDF5 call.
+#[pyclass(frozen, module = "h5gds._native")]
+pub struct Layout {
+    name: String,
+    file: File,
+    shape: Vec<u64>,
+    element: usize,
+    storage: Storage,
+    threads: usize,
+}
+
+/// Reads below this many bytes stay on the calling thread.
+const PARALLEL_BYTES: usize = 1 << 20;
+/// Pieces contiguous reads are split into, for the pool.
+const PIECE_BYTES: u64 = 4 << 20;
+
+/// The output array's address, shared by the threads filling disjoint parts of it.
+#[derive(Clone, Copy)]
+struct Out(*mut u8);
+// SAFETY: each thread writes its own bytes of the output, which the caller keeps alive until
+// every thread has finished.
+unsafe impl Send for Out {}
+// SAFETY: as above.
+unsafe impl Sync for Out {}
+
+impl Out {
+    /// The address `offset` bytes into the output (a method, so that closures take the whole
+    /// `Out`, which is `Sync`, rather than its raw pointer).
+    fn at(self, offset: u64) -> *mut u8 {
+        self.0.wrapping_add(offset as usize)
+    }
+}
+
+/// The chunk index as `h5gds_chunk_codec::read` asks for it; the bytes come from the file.
+struct Indexed<'a> {
+    layout: &'a Layout,
+    index: &'a HashMap<Vec<u64>, StoredChunk>,
+}
+
+impl RawChunks for Indexed<'_> {
+    type Error = String;
+
+    fn stored(&mut self, offset: &[u64]) -> Result<Option<StoredChunk>, String> {
+        Ok(self.index.get(offset).copied())
+    }
+
+    fn read(&mut self, offset: &[u64], _size: usize, _buf: &mut Vec<u8>) -> Result<u32, String> {
+        Err(format!(
+            "the chunk at {offset:?} has no copy of the file to be read from"
+        ))
+    }
+
+    fn direct_file(&mut self) -> Option<File> {
+        self.layout.file.try_clone().ok()
+    }
+
+    fn corrupt(&self, offset: &[u64], reason: String) -> String {
+        format!(
+            "dataset {}: the chunk at {offset:?} cannot be decoded: {reason}",
+            self.layout.name
+        )
+    }
+}
+
+fn threads() -> PyResult<usize> {
+    Ok(h5gds::VfdSettings::load(None)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?
+        .nthreads)
+}
+
+#[pymethods]
+impl Layout {
+    /// The layout of a contiguous dataset whose storage is at `address`, or None where it may
+    /// change or is not the file's own bytes. The caller holds h5py's lock.
+    #[staticmethod]
+    fn contiguous(
+        dataset: Hid,
+        name: String,
+        shape: Vec<u64>,
+        element: usize,
+        address: u64,
+    ) -> PyResult<Option<Layout>> {
+        let Some(file) = hdf5::direct_file(dataset) else {
+            return Ok(None);
+        };
+        Ok(Some(Layout {
+            name,
+            file,
+            shape,
+            element,
+            storage: Storage::Contiguous { address },
+            threads: threads()?,
+        }))
+    }
+
+    /// The layout of a chunked dataset with chunks of `chunk` and the pipeline `filters` (`(id,
+    /// client values)`), its chunk index listed now; None where it may change, is not the
+    /// file's own bytes, or h5gds does not decode the pipeline. The caller holds h5py's lock.
+    #[staticmethod]
+    fn chunked(
+        dataset: Hid,
+        name: String,
+        shape: Vec<u64>,
+        element: usize,
+        chunk: Vec<u64>,
+        filters: Vec<(i32, Vec<u32>)>,
+    ) -> PyResult<Option<Layout>> {
+        let filters: Vec<Filter> = filters
+            .into_iter()
+            .map(|(id, values)| Filter { id, values })
+            .collect();
+        let pipeline = if filters.is_empty() {
+            Pipeline::unfiltered()
+        } else {
+            match Pipeline::for_filters(&filters, element) {
+                Ok(p) => p,
+                Err(_) => return Ok(None),
+            }
+        };
+        if chunk.len() != shape.len() || chunk.contains(&0) {
+            return Ok(None);
+        }
+        let Some(file) = hdf5::direct_file(dataset) else {
+            return Ok(None);
+        };
+        let index = hdf5::chunk_index(dataset, shape.len()).map_err(PyOSError::new_err)?;
+        Ok(Some(Layout {
+            name,
+            file,
+            shape,
+            element,
+            storage: Storage::Chunked {
+                chunk,
+                pipeline,
+                index,
+                kept: Mutex::default(),
+            },
+            threads: threads()?,
+        }))
+    }
+
+    /// Reads the hyperslab (`start`, `step`, `count`) into the host buffer at `buffer`
+    /// (`nbytes`: the selection's elements, row-major), with no HDF5 call and neither h5py's lock
+    /// nor the GIL held. False when HDF5 is to read it (it touches chunks never written);
+    /// nothing was read then. The caller keeps the buffer alive.
+    #[allow(clippy::too_many_arguments)]
+    fn read(
+        &self,
+        py: Python<'_>,
+        start: Vec<u64>,
+        step: Vec<u64>,
+        count: Vec<u64>,
+        buffer: usize,
+        nbytes: usize,
+    ) -> PyResult<bool> {
+        let rank = self.shape.len();
+        if [start.len(), step.len(), count.len()] != [rank; 3] {
+            return Err(PyValueError::new_err(format!(
+                "the selection has {} axes, dataset {} has {rank}",
+                count.len(),
+                self.name
+            )));
+        }
+        for a in 0..rank {
+            let last = (count[a].max(1) - 1)
+                .checked_mul(step[a])
+                .and_then(|d| d.checked_add(start[a]));
+            if step[a] == 0 || (count[a] > 0 && last.is_none_or(|l| l >= self.shape[a])) {
+                return Err(PyValueError::new_err(format!(
+                    "selection out of range on axis {a}: start {}, step {}, count {} for a size \
+                     of {}",
+                    start[a], step[a], count[a], self.shape[a]
+                )));
+            }
+        }
+        let elements = count.iter().try_fold(1u64, |n, &c| n.checked_mul(c));
+        if elements.and_then(|n| n.checked_mul(self.element as u64)) != Some(nbytes as u64) {
+            return Err(PyValueError::new_err(format!(
+                "the buffer has {nbytes} bytes, the selection of dataset {} needs {:?} elements of \
+                 {} bytes",
+                self.name, elements, self.element
+            )));
+        }
+        if nbytes == 0 {
+            return Ok(true);
+        }
+        let sel = Hyperslab {
+            start: &start,
+            step: &step,
+            count: &count,
+        };
+        let mut parts = Vec::new();
+        if let Storage::Chunked {
+            chunk,
+            index,
+            pipeline,
+            ..
+        } = &self.storage
+        {
+            if !pipeline.stages().is_empty()
+                && h5gds_runtime::settings::host_codec_turned_off()
+                    .map_err(|e| PyValueError::new_err(e.to_string()))?
+                    .is_some()
+            {
+                return Ok(false);
+            }
+            parts = chunks_selected(&sel, chunk);
+            if parts.iter().any(|part| !index.contains_key(&part.offset)) {
+                return Ok(false);
+            }
+        }
+        py.detach(|| {
+            // SAFETY: the Python caller passes the address and size of a live, writable host
+            // buffer it keeps referenced for the call (its size checked above).
+            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
+            match &self.storage {
+                Storage::Contiguous { address } => self.read_runs(*address, &sel, out),
+                Storage::Chunked {
+                    chunk,
+                    pipeline,
+                    index,
+                    kept,
+                } => {
+                    if let [part] = &parts[..] {
+                        return self
+                            .read_in_one_chunk(part, &sel, chunk, pipeline, index, kept, out);
+                    }
+                    let r = HostRead {
+                        pipeline,
+                        chunk,
+                        element_size: self.element,
+                        selection: sel,
+                        threads: self.threads,
+                    };
+                    let mut source = Indexed {
+                        layout: self,
+                        index,
+                    };
+                    h5gds_chunk_codec::read(&mut source, &r, out)?;
+                    h5gds::with_logging(|| {
+                        tracing::debug!(
+                            "h5gds.read of {}: {} chunks decoded on {} threads (read from the file \
+                             by those threads), with no HDF5 call",
+                            self.name,
+                            parts.len(),
+                            self.threads
+                        )
+                    });
+                    Ok(())
+                }
+            }
+        })
+        .map_err(PyOSError::new_err)?;
+        Ok(true)
+    }
+}
+
+impl Layout {
+    /// Reads a selection inside one chunk from the chunk decoded, kept for the next reads.
+    #[allow(clippy::too_many_arguments)]
+    fn read_in_one_chunk(
+        &self,
+        part: &ChunkPart,
+        sel: &Hyperslab,
+        chunk: &[u64],
+        pipeline: &Pipeline,
+        index: &HashMap<Vec<u64>, StoredChunk>,
+        kept: &Mutex<Kept>,
+        out: &mut [u8],
+    ) -> Result<(), String> {
+        let lock = || kept.lock().unwrap_or_else(|p| p.into_inner());
+        let found = lock().chunks.get(&part.offset).cloned();
+        let decoded = match found {
+            Some(decoded) => decoded,
+            None => {
+                let stored = *index.get(&part.offset).ok_or_else(|| {
+                    format!(
+                        "dataset {}: the chunk at {:?} is not in its chunk index",
+                        self.name, part.offset
+                    )
+                })?;
+                let mut bytes = vec![0u8; stored.size];
+                self.file
+                    .read_exact_at(&mut bytes, stored.address)
+                    .map_err(|e| {
+                        format!(
+                            "dataset {}: reading the chunk at {:?} ({} bytes at byte {} of its \
+                             file) failed: {e}",
+                            self.name, part.offset, stored.size, stored.address
+                        )
+                    })?;
+                let chunk_bytes = chunk.iter().product::<u64>() as usize * self.element;
+                let mut scratch = Scratch::default();
+                let decoded = pipeline
+                    .decode(&bytes, stored.mask, chunk_bytes, &mut scratch)
+                    .map_err(|reason| {
+                        format!(
+                            "dataset {}: the chunk at {:?} cannot be decoded: {reason}",
+                            self.name, part.offset
+                        )
+                    })?;
+                let decoded = Arc::new(decoded.to_vec());
+                h5gds::with_logging(|| {
+                    tracing::debug!(
+                        "h5gds.read of {}: the chunk at {:?} decoded and kept for the next reads, \
+                         with no HDF5 call",
+                        self.name,
+                        part.offset
+                    )
+                });
+                let mut kept = lock();
+                let room = (KEPT_BYTES / chunk_bytes.max(1)).max(1);
+                while kept.order.len() >= room {
+                    if let Some(oldest) = kept.order.pop_front() {
+                        kept.chunks.remove(&oldest);
+                    }
+                }
+                if kept
+                    .chunks
+                    .insert(part.offset.clone(), decoded.clone())
+                    .is_none()
+                {
+                    kept.order.push_back(part.offset.clone());
+                }
+                decoded
+            }
+        };
+        let start: Vec<u64> = part
+            .file_start(sel)
+            .iter()
+            .zip(&part.offset)
+            .map(|(s, o)| s - o)
+            .collect();
+        let src = Source {
+            bytes: &decoded,
+            shape: chunk,
+            start: &start,
+            step: sel.step,
+        };
+        // SAFETY: `out` is borrowed exclusively and holds the selection, which is the part.
+        unsafe {
+            copy_box(
+                &src,
+                out.as_mut_ptr(),
+                sel.count,
+                &part.first,
+                &part.count,
+                self.element,
+            )
+        };
+        Ok(())
+    }
+
+    /// Reads a hyperslab of contiguous storage at `address`: one read per run of the file that
+    /// maps to a run of the output (rows of the selection, merged where whole trailing axes
+    /// are selected), split into pieces for the pool when large; where the last axis has steps,
+    /// each row's span is read and its elements picked.
+    fn read_runs(&self, address: u64, sel: &Hyperslab, out: &mut [u8]) -> Result<(), String> {
+        let rank = self.shape.len();
+        let e = self.element as u64;
+        let mut strides = vec![1u64; rank];
+        for a in (0..rank.saturating_sub(1)).rev() {
+            strides[a] = strides[a + 1] * self.shape[a + 1];
+        }
+        // Trailing axes selected whole merge into the run of the axis before them.
+        let full =
+            |a: usize| sel.count[a] == self.shape[a] && (sel.step[a] == 1 || sel.count[a] <= 1);
+        let mut split = rank;
+        while split > 0 && full(split - 1) {
+            split -= 1;
+        }
+        let tail: u64 = self.shape[split..].iter().product();
+        // The run, from the last axis not selected whole (`j`): with steps of 1 its count of
+        // whole trailing blocks (rows over the axes before it); with steps, one trailing block
+        // per index (rows over it too), or, where it is the last axis, its elements picked from
+        // the row's span (`stepped`).
+        let (rows_axes, run, stepped) = match split.checked_sub(1) {
+            None => (0, tail, false),
+            Some(j) if sel.step[j] == 1 || sel.count[j] <= 1 => (j, sel.count[j] * tail, false),
+            Some(j) if j + 1 < rank => (split, tail, false),
+            Some(j) => (j, sel.count[j], true),
+        };
+        let rows: u64 = sel.count[..rows_axes].iter().product();
+        let mut pieces: Vec<(u64, u64, u64)> = Vec::new(); // (file byte, output byte, bytes)
+        let mut index = vec![0u64; rows_axes];
+        let row_bytes = run * e;
+        for r in 0..rows {
+            let mut at = 0u64;
+            for a in 0..rows_axes {
+                at += (sel.start[a] + index[a] * sel.step[a]) * strides[a];
+            }
+            if rows_axes < rank {
+                at += sel.start[rows_axes] * strides[rows_axes];
+            }
+            let (file_at, out_at) = (address + at * e, r * row_bytes);
+            if stepped {
+                pieces.push((file_at, out_at, row_bytes));
+            } else {
+                let mut done = 0;
+                while done < row_bytes {
+                    let len = PIECE_BYTES.min(row_bytes - done);
+                    pieces.push((file_at + done, out_at + done, len));
+                    done += len;
+                }
+            }
+            for a in (0..rows_axes).rev() {
+                index[a] += 1;
+                if index[a] < sel.count[a] {
+                    break;
+                }
+                index[a] = 0;
+            }
+        }
+        let last_step = sel.step[rank - 1];
+        let out_ptr = Out(out.as_mut_ptr());
+        let read_piece = |&(file_at, out_at, len): &(u64, u64, u64)| -> Result<(), String> {
+            let failed = |err: std::io::Error| {
+                format!(
+                    "dataset {}: reading {len} bytes at byte {file_at} of its file failed: {err}",
+                    self.name
+                )
+            };
+            // SAFETY: the pieces are disjoint runs of the output, each written by one thread.
+            let dest = unsafe { std::slice::from_raw_parts_mut(out_ptr.at(out_at), len as usize) };
+            if !stepped {
+                return self.file.read_exact_at(dest, file_at).map_err(failed);
+            }
+            // A row whose elements are `last_step` apart: read its span, keep every one.
+            let n = len / e;
+            let mut span = vec![0u8; (((n - 1) * last_step + 1) * e) as usize];
+            self.file
+                .read_exact_at(&mut span, file_at)
+                .map_err(failed)?;
+            for (k, item) in dest.chunks_exact_mut(e as usize).enumerate() {
+                let from = k * (last_step * e) as usize;
+                item.copy_from_slice(&span[from..from + e as usize]);
+            }
+            Ok(())
+        };
+        let pool = (out.len() >= PARALLEL_BYTES && pieces.len() > 1 && self.threads > 1)
+            .then(|| h5gds_runtime::pool::get(self.threads))
+            .flatten();
+        match pool {
+            Some(pool) => {
+                use rayon::prelude::*;
+                pool.install(|| pieces.par_iter().try_for_each(read_piece))
+            }
+            None => pieces.iter().try_for_each(read_piece),
+        }
+    }
+}

@@ -1,0 +1,201 @@
+"""h5gds.read served with no HDF5 call (issue 26 item 1): a read-only file's contiguous and chunked
+datasets (unfiltered and compressed) are resolved once into a layout kept for the dataset's id, then read
+with neither h5py's lock nor the GIL held; from many threads at once the bytes are h5py's. Files open for
+writing, SWMR readers, user blocks, other layouts and reads touching chunks never written go through HDF5."""
+
+import os
+import subprocess
+import sys
+
+import h5py
+import hdf5plugin
+import numpy as np
+import pytest
+
+import h5gds
+from h5gds import _layout
+from h5gds._selection import hyperslab
+
+SELECTIONS = [None, (slice(3, 97),), (slice(10, 11),), (7,), (slice(1, 90, 7),), (slice(None), slice(2, 9)),
+              (slice(5, 60), slice(None, None, 3)), (slice(None, None, 4), 3), (Ellipsis, slice(1, 2))]
+
+
+def data(shape, dtype="<f4"):
+    return (np.arange(np.prod(shape)) % 1000 + np.arange(np.prod(shape)) // 7).astype(dtype).reshape(shape)
+
+
+@pytest.fixture
+def files(tmp_path):
+    path = tmp_path / "d.h5"
+    x = data((100, 12))
+    with h5py.File(path, "w") as f:
+        f.create_dataset("contiguous", data=x)
+        f.create_dataset("chunked", data=x, chunks=(8, 5))
+        f.create_dataset("gzip", data=x, chunks=(8, 12), compression="gzip", shuffle=True)
+        f.create_dataset("zstd", data=x, chunks=(16, 6), **hdf5plugin.Zstd())
+        f.create_dataset("ints", data=data((100, 12), "<i2"), chunks=(10, 12), **hdf5plugin.LZ4())
+        f.create_dataset("big_endian", data=data((100, 12), ">f8"))
+        f.create_dataset("cube", data=data((9, 10, 11)), chunks=(4, 3, 5), compression="gzip")
+        f.create_dataset("cube_contiguous", data=data((9, 10, 11)))
+    return path
+
+
+@pytest.mark.parametrize("driver", [None, "gds"])
+def test_every_selection_of_every_layout_reads_what_h5py_reads(files, driver):
+    with h5py.File(files, "r", driver=driver) as f:
+        for name in f:
+            dset = f[name]
+            found = _layout.layout(dset, dset.dtype)
+            assert found is not None, name
+            for sel in SELECTIONS:
+                want = dset[sel] if sel is not None else dset[...]
+                got = h5gds.read(dset, sel=sel)
+                assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), (name, sel)
+                # The layout itself served it (True: no HDF5 call).
+                slab = hyperslab(sel, dset.shape)
+                direct = np.zeros_like(want)
+                assert found.read(list(slab.start), list(slab.step), list(slab.count), direct.ctypes.data,
+                                  direct.nbytes) is True
+                assert direct.tobytes() == want.tobytes(), (name, sel)
+
+
+def test_many_threads_read_at_once_and_get_h5pys_bytes(files, run_in_threads):
+    with h5py.File(files, "r") as f:
+        names = list(f)
+        want = {name: f[name][...] for name in names}
+        rng = np.random.default_rng(26)
+
+        def work(seed):
+            local = np.random.default_rng(seed)
+
+            def one(_):
+                name = names[local.integers(len(names))]
+                dset = f[name]
+                a = int(local.integers(0, dset.shape[0] - 1))
+                b = int(local.integers(a + 1, dset.shape[0] + 1))
+                assert np.array_equal(h5gds.read(dset, sel=slice(a, b)), want[name][a:b], equal_nan=True)
+            return one
+
+        run_in_threads([work(int(s)) for s in rng.integers(0, 1 << 30, 8)], 40)
+
+
+def test_what_stays_with_hdf5(tmp_path):
+    path, swmr, block = tmp_path / "w.h5", tmp_path / "swmr.h5", tmp_path / "ub.h5"
+    x = data((40, 6))
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=x, chunks=(8, 6), compression="gzip")
+        f.create_dataset("lzf", data=x, chunks=(8, 6), compression="lzf")
+        f.create_dataset("empty", shape=(40, 6), dtype="<f4")
+    with h5py.File(swmr, "w", libver="latest") as f:
+        f.create_dataset("x", data=x, chunks=(8, 6), maxshape=(None, 6))
+    with h5py.File(block, "w", userblock_size=512) as f:
+        f.create_dataset("x", data=x)
+    with h5py.File(path, "r+") as f:
+        assert _layout.layout(f["x"], f["x"].dtype) is None
+        f["x"][3] = -1
+        assert np.array_equal(h5gds.read(f["x"]), f["x"][...])
+    with h5py.File(path, "r") as f:
+        assert _layout.layout(f["lzf"], f["lzf"].dtype) is None
+        assert _layout.layout(f["empty"], f["empty"].dtype) is None
+        assert np.array_equal(h5gds.read(f["lzf"]), x)
+    with h5py.File(swmr, "r", libver="latest", swmr=True) as f:
+        assert _layout.layout(f["x"], f["x"].dtype) is None
+        assert np.array_equal(h5gds.read(f["x"]), x)
+    with h5py.File(block, "r") as f:
+        assert _layout.layout(f["x"], f["x"].dtype) is None
+        assert np.array_equal(h5gds.read(f["x"]), x)
+
+
+def test_a_read_touching_chunks_never_written_goes_through_hdf5(tmp_path):
+    path = tmp_path / "holes.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", shape=(40, 6), chunks=(8, 6), dtype="<i4", fillvalue=-7, **hdf5plugin.Zstd())
+        d[8:24] = 5
+    with h5py.File(path, "r") as f:
+        assert _layout.layout(f["x"], f["x"].dtype) is not None
+        assert np.array_equal(h5gds.read(f["x"], sel=slice(8, 24)), np.full((16, 6), 5, "<i4"))
+        assert np.array_equal(h5gds.read(f["x"]), f["x"][...])
+        assert (h5gds.read(f["x"], sel=slice(0, 8)) == -7).all()
+
+
+def test_a_corrupt_chunk_and_a_closed_file_are_refused(tmp_path):
+    path = tmp_path / "bad.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", data=data((64,)), chunks=(16,), compression="gzip")
+        stored = d.id.read_direct_chunk((32,))[1]
+        d.id.write_direct_chunk((32,), stored[: len(stored) // 2])
+    f = h5py.File(path, "r")
+    dset = f["x"]
+    with pytest.raises(OSError, match=r"dataset /x: the chunk at \[32\] cannot be decoded"):
+        h5gds.read(dset)
+    f.close()
+    with pytest.raises(ValueError, match="closed"):
+        h5gds.read(dset)
+
+
+def test_the_layout_refuses_a_wrong_selection_or_buffer(files):
+    with h5py.File(files, "r") as f:
+        found = _layout.layout(f["zstd"], f["zstd"].dtype)
+        out = np.zeros(12, "<f4")
+        with pytest.raises(ValueError, match="out of range on axis 0"):
+            found.read([100, 0], [1, 1], [1, 12], out.ctypes.data, 48)
+        with pytest.raises(ValueError, match="the selection has 1 axes"):
+            found.read([0], [1], [1], out.ctypes.data, 48)
+        with pytest.raises(ValueError, match="the buffer has 40 bytes"):
+            found.read([0, 0], [1, 1], [1, 12], out.ctypes.data, 40)
+        assert not out.any()
+
+
+def test_a_layout_belongs_to_its_dataset_id(files):
+    with h5py.File(files, "r") as f:
+        first = f["zstd"]
+        found = _layout.layout(first, first.dtype)
+        assert _layout.layout(first, first.dtype) is found
+        again = f["zstd"]
+        assert again.id is not first.id
+        assert np.array_equal(h5gds.read(again), first[...])
+
+
+def test_h5gds_host_codec_0_leaves_compressed_chunks_to_hdf5_here_too(tmp_path, monkeypatch):
+    path = tmp_path / "bad.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", data=data((64,)), chunks=(16,), compression="gzip")
+        stored = d.id.read_direct_chunk((32,))[1]
+        d.id.write_direct_chunk((32,), stored[: len(stored) // 2])
+        f.create_dataset("plain", data=data((64,)), chunks=(16,))
+    with h5py.File(path, "r") as f:
+        monkeypatch.setenv("H5GDS_HOST_CODEC", "0")
+        with pytest.raises(OSError) as raised:
+            h5gds.read(f["x"], sel=slice(30, 40))
+        assert "cannot be decoded" not in str(raised.value)
+        # Unfiltered chunks are no decoding: still served by the layout.
+        assert _layout.layout(f["plain"], f["plain"].dtype).read([0], [1], [64], data((64,)).ctypes.data, 256)
+        monkeypatch.setenv("H5GDS_HOST_CODEC", "yes")
+        with pytest.raises(ValueError, match="H5GDS_HOST_CODEC"):
+            h5gds.read(f["x"])
+
+
+def test_rows_read_one_at_a_time_decode_each_chunk_once_and_match(tmp_path):
+    """As with HDF5's chunk cache, reads inside one chunk decode it once: 64 rows in chunks of 16 rows,
+    then four more rows, decode four chunks (the debug log lists each)."""
+    path = tmp_path / "rows.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=data((64, 10)), chunks=(16, 10), **hdf5plugin.Zstd())
+    program = (
+        "import sys, h5py, hdf5plugin, h5gds, numpy as np\n"
+        "f = h5py.File(sys.argv[1], 'r')\n"
+        "dset = f['x']\n"
+        "x = dset[...]\n"
+        "for i in range(64):\n"
+        "    assert np.array_equal(h5gds.read(dset, sel=i), x[i])\n"
+        "for i in (63, 0, 17, 40):\n"
+        "    assert np.array_equal(h5gds.read(dset, sel=(slice(i, i + 1), slice(2, 9, 3))), x[i:i + 1, 2:9:3])\n"
+    )
+    env = dict(os.environ, H5GDS_LOG="debug")
+    run = subprocess.run([sys.executable, "-c", program, str(path)], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    decoded = [line for line in run.stderr.splitlines() if "decoded and kept for the next reads" in line]
+    assert len(decoded) == 4, run.stderr
+    assert [line.split("the chunk at ")[1].split(" decoded")[0] for line in decoded] == \
+        ["[0, 0]", "[16, 0]", "[32, 0]", "[48, 0]"]
