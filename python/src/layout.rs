@@ -12,7 +12,7 @@
 
 use crate::hdf5::{self, Hid};
 use h5gds_chunk_codec::pipeline::Scratch;
-use h5gds_chunk_codec::place::{chunks_selected, copy_box, ChunkPart, Source};
+use h5gds_chunk_codec::place::{chunks_selected, copy_box, whole_chunk_run, ChunkPart, Source};
 use h5gds_chunk_codec::{Filter, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -44,8 +44,25 @@ struct Kept {
     chunks: HashMap<Vec<u64>, Arc<Vec<u8>>>,
 }
 
-/// Decoded bytes kept per dataset (at least one chunk).
-const KEPT_BYTES: usize = 32 << 20;
+/// Decoded bytes kept per dataset.
+const KEPT_BYTES: usize = 8 << 20;
+/// The largest chunk kept decoded (HDF5's chunk cache keeps chunks of up to its 1 MiB).
+const KEPT_CHUNK_MAX: usize = 1 << 20;
+
+/// A thread's buffers for decoding chunks it does not keep: the stored bytes and the decoders'
+/// scratch, reused from read to read.
+#[derive(Default)]
+struct Work {
+    stored: Vec<u8>,
+    scratch: Scratch,
+}
+
+thread_local! {
+    static WORK: std::cell::RefCell<Work> = std::cell::RefCell::default();
+}
+
+/// Chunks above this size leave no buffers with the thread that decoded them.
+const WORK_KEPT_MAX: usize = 8 << 20;
 
 /// A dataset's storage, resolved once; `read` serves selections of it with no HDF5 call.
 #[pyclass(frozen, module = "h5gds._native")]
@@ -263,7 +280,7 @@ impl Layout {
             // buffer it keeps referenced for the call (its size checked above).
             let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
             match &self.storage {
-                Storage::Contiguous { address } => self.read_runs(*address, &sel, out),
+                Storage::Contiguous { address } => self.read_runs(*address, &self.shape, &sel, out),
                 Storage::Chunked {
                     chunk,
                     pipeline,
@@ -305,7 +322,10 @@ impl Layout {
 }
 
 impl Layout {
-    /// Reads a selection inside one chunk from the chunk decoded, kept for the next reads.
+    /// Reads a selection inside one chunk: an unfiltered chunk's runs straight from the file;
+    /// a small compressed chunk from its decoded bytes, kept for the next reads as HDF5's chunk
+    /// cache keeps them; a larger one decoded into this thread's buffers (or straight into `out`
+    /// where the selection is the whole chunk).
     #[allow(clippy::too_many_arguments)]
     fn read_in_one_chunk(
         &self,
@@ -317,38 +337,103 @@ impl Layout {
         kept: &Mutex<Kept>,
         out: &mut [u8],
     ) -> Result<(), String> {
+        let stored = *index.get(&part.offset).ok_or_else(|| {
+            format!(
+                "dataset {}: the chunk at {:?} is not in its chunk index",
+                self.name, part.offset
+            )
+        })?;
+        let start: Vec<u64> = part
+            .file_start(sel)
+            .iter()
+            .zip(&part.offset)
+            .map(|(s, o)| s - o)
+            .collect();
+        let inside = Hyperslab {
+            start: &start,
+            step: sel.step,
+            count: sel.count,
+        };
+        if pipeline.stages().is_empty() {
+            return self.read_runs(stored.address, chunk, &inside, out);
+        }
+        let chunk_bytes = chunk.iter().product::<u64>() as usize * self.element;
+        let read_stored = |bytes: &mut Vec<u8>| {
+            bytes.resize(stored.size, 0);
+            self.file.read_exact_at(bytes, stored.address).map_err(|e| {
+                format!(
+                    "dataset {}: reading the chunk at {:?} ({} bytes at byte {} of its file) \
+                         failed: {e}",
+                    self.name, part.offset, stored.size, stored.address
+                )
+            })
+        };
+        let undecodable = |reason: String| {
+            format!(
+                "dataset {}: the chunk at {:?} cannot be decoded: {reason}",
+                self.name, part.offset
+            )
+        };
+        let place = |decoded: &[u8], out: &mut [u8]| {
+            let src = Source {
+                bytes: decoded,
+                shape: chunk,
+                start: &start,
+                step: sel.step,
+            };
+            // SAFETY: `out` is borrowed exclusively and holds the selection, which is the part.
+            unsafe {
+                copy_box(
+                    &src,
+                    out.as_mut_ptr(),
+                    sel.count,
+                    &part.first,
+                    &part.count,
+                    self.element,
+                )
+            };
+        };
+        if chunk_bytes > KEPT_CHUNK_MAX {
+            return WORK.with(|work| {
+                let mut work = work.borrow_mut();
+                let Work {
+                    stored: bytes,
+                    scratch,
+                } = &mut *work;
+                read_stored(bytes)?;
+                if part.count == chunk && whole_chunk_run(part, sel, chunk) == Some(0) {
+                    return pipeline
+                        .decode_into(bytes, stored.mask, scratch, out)
+                        .map_err(undecodable);
+                }
+                let decoded = pipeline
+                    .decode(bytes, stored.mask, chunk_bytes, scratch)
+                    .map_err(undecodable)?;
+                place(decoded, out);
+                if chunk_bytes > WORK_KEPT_MAX {
+                    // Buffers this large are not kept for the thread's next read.
+                    *work = Work::default();
+                }
+                Ok(())
+            });
+        }
         let lock = || kept.lock().unwrap_or_else(|p| p.into_inner());
         let found = lock().chunks.get(&part.offset).cloned();
         let decoded = match found {
             Some(decoded) => decoded,
             None => {
-                let stored = *index.get(&part.offset).ok_or_else(|| {
-                    format!(
-                        "dataset {}: the chunk at {:?} is not in its chunk index",
-                        self.name, part.offset
-                    )
+                let mut decoded = vec![0u8; chunk_bytes];
+                WORK.with(|work| {
+                    let mut work = work.borrow_mut();
+                    let Work {
+                        stored: bytes,
+                        scratch,
+                    } = &mut *work;
+                    read_stored(bytes)?;
+                    pipeline
+                        .decode_into(bytes, stored.mask, scratch, &mut decoded)
+                        .map_err(undecodable)
                 })?;
-                let mut bytes = vec![0u8; stored.size];
-                self.file
-                    .read_exact_at(&mut bytes, stored.address)
-                    .map_err(|e| {
-                        format!(
-                            "dataset {}: reading the chunk at {:?} ({} bytes at byte {} of its \
-                             file) failed: {e}",
-                            self.name, part.offset, stored.size, stored.address
-                        )
-                    })?;
-                let chunk_bytes = chunk.iter().product::<u64>() as usize * self.element;
-                let mut scratch = Scratch::default();
-                let decoded = pipeline
-                    .decode(&bytes, stored.mask, chunk_bytes, &mut scratch)
-                    .map_err(|reason| {
-                        format!(
-                            "dataset {}: the chunk at {:?} cannot be decoded: {reason}",
-                            self.name, part.offset
-                        )
-                    })?;
-                let decoded = Arc::new(decoded.to_vec());
                 h5gds::with_logging(|| {
                     tracing::debug!(
                         "h5gds.read of {}: the chunk at {:?} decoded and kept for the next reads, \
@@ -357,9 +442,9 @@ impl Layout {
                         part.offset
                     )
                 });
+                let decoded = Arc::new(decoded);
                 let mut kept = lock();
-                let room = (KEPT_BYTES / chunk_bytes.max(1)).max(1);
-                while kept.order.len() >= room {
+                while kept.order.len() >= KEPT_BYTES / chunk_bytes.max(1) {
                     if let Some(oldest) = kept.order.pop_front() {
                         kept.chunks.remove(&oldest);
                     }
@@ -374,51 +459,35 @@ impl Layout {
                 decoded
             }
         };
-        let start: Vec<u64> = part
-            .file_start(sel)
-            .iter()
-            .zip(&part.offset)
-            .map(|(s, o)| s - o)
-            .collect();
-        let src = Source {
-            bytes: &decoded,
-            shape: chunk,
-            start: &start,
-            step: sel.step,
-        };
-        // SAFETY: `out` is borrowed exclusively and holds the selection, which is the part.
-        unsafe {
-            copy_box(
-                &src,
-                out.as_mut_ptr(),
-                sel.count,
-                &part.first,
-                &part.count,
-                self.element,
-            )
-        };
+        place(&decoded, out);
         Ok(())
     }
 
-    /// Reads a hyperslab of contiguous storage at `address`: one read per run of the file that
+    /// Reads a hyperslab of row-major storage of `shape` at `address` (a contiguous dataset, or
+    /// an unfiltered chunk): one read per run of the file that
     /// maps to a run of the output (rows of the selection, merged where whole trailing axes
     /// are selected), split into pieces for the pool when large; where the last axis has steps,
     /// each row's span is read and its elements picked.
-    fn read_runs(&self, address: u64, sel: &Hyperslab, out: &mut [u8]) -> Result<(), String> {
-        let rank = self.shape.len();
+    fn read_runs(
+        &self,
+        address: u64,
+        shape: &[u64],
+        sel: &Hyperslab,
+        out: &mut [u8],
+    ) -> Result<(), String> {
+        let rank = shape.len();
         let e = self.element as u64;
         let mut strides = vec![1u64; rank];
         for a in (0..rank.saturating_sub(1)).rev() {
-            strides[a] = strides[a + 1] * self.shape[a + 1];
+            strides[a] = strides[a + 1] * shape[a + 1];
         }
         // Trailing axes selected whole merge into the run of the axis before them.
-        let full =
-            |a: usize| sel.count[a] == self.shape[a] && (sel.step[a] == 1 || sel.count[a] <= 1);
+        let full = |a: usize| sel.count[a] == shape[a] && (sel.step[a] == 1 || sel.count[a] <= 1);
         let mut split = rank;
         while split > 0 && full(split - 1) {
             split -= 1;
         }
-        let tail: u64 = self.shape[split..].iter().product();
+        let tail: u64 = shape[split..].iter().product();
         // The run, from the last axis not selected whole (`j`): with steps of 1 its count of
         // whole trailing blocks (rows over the axes before it); with steps, one trailing block
         // per index (rows over it too), or, where it is the last axis, its elements picked from
