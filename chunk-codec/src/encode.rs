@@ -437,7 +437,7 @@ pub fn write<W: ChunkWriter>(sink: &mut W, w: &HostWrite) -> Result<usize, W::Er
     let offsets = w.offsets();
     let chunk_bytes = w.chunk_bytes().max(1);
     let pool = (w.threads > 1 && offsets.len() > 1)
-        .then(|| h5gds_runtime::pool::get(w.threads))
+        .then(|| h5gds_runtime::pool::for_waiting_caller(w.threads))
         .flatten();
     let Some(pool) = pool else {
         let mut slot = Slot::default();

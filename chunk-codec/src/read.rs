@@ -190,7 +190,7 @@ pub fn read<R: RawChunks>(
     let out = Out(out.as_mut_ptr());
     let chunk_bytes = r.chunk_bytes().max(1);
     let pool = (r.threads > 1 && jobs.len() > 1)
-        .then(|| h5gds_runtime::pool::get(r.threads))
+        .then(|| h5gds_runtime::pool::for_waiting_caller(r.threads))
         .flatten();
     let Some(pool) = pool else {
         let mut slot = Slot::default();
@@ -464,6 +464,33 @@ mod tests {
                 assert_eq!(m.reads, if direct { 0 } else { outcome.decoded });
                 assert!(outcome.missing.is_empty());
             }
+        }
+    }
+
+    #[test]
+    fn reads_from_the_pools_own_threads_finish_on_those_threads() {
+        // Two pool threads each reading with three threads: waiting on the pool from its own
+        // threads would leave no thread for the decoding tasks.
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use rayon::prelude::*;
+            let pool = h5gds_runtime::pool::get(2).expect("a pool");
+            let got: Vec<Vec<u32>> = pool.install(|| {
+                (0..4)
+                    .into_par_iter()
+                    .map(|_| {
+                        let mut m = memory(&[], None);
+                        run(&mut m, &[0, 0], &[1, 1], &[50, 37], 3).unwrap().0
+                    })
+                    .collect()
+            });
+            let _ = done.send(got);
+        });
+        let got = finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("reads on the pool's threads finished");
+        for one in got {
+            assert_eq!(one, expected(&[0, 0], &[1, 1], &[50, 37]));
         }
     }
 

@@ -1,6 +1,7 @@
 """Gathers for ``h5gds.read``: rows along the first axis named by a 1-D integer array, read in one
 call. The extension sorts the indices, drops repeats and coalesces neighbouring rows into runs
-(``_native.GatherPlan``, without the GIL), reads the distinct rows with one H5Dread of the union
+(``_native.GatherPlan``, without the GIL); a read-only file's dataset with a layout (``_layout``)
+reads the runs on the pool's threads with no HDF5 call; otherwise it reads the distinct rows with one H5Dread of the union
 of the runs under h5py's lock (``_native.dataset_gather``), straight into the output when the
 indices are strictly increasing, and otherwise into a buffer of distinct rows that it then copies
 into the caller's order, repeats included, outside HDF5's lock (``GatherPlan.scatter``)."""
@@ -11,7 +12,7 @@ import numpy as np
 from h5py import h5d, h5t
 from h5py._objects import phil
 
-from . import _native
+from . import _layout, _native
 
 
 #: Runs of rows per H5Dread of a chunked dataset: HDF5's mapping of one selection onto the chunks
@@ -55,6 +56,12 @@ def gather(dset, view, sel, name):
     else:
         target = _scratch(plan.distinct * row_bytes)
         address, nbytes = target.ctypes.data, target.nbytes
+    # A read-only file's dataset: its runs read with no HDF5 call, on the pool's threads (_layout).
+    found = _layout.layout(dset, view.dtype)
+    if found is not None and found.gather(plan, *rest, address, nbytes):
+        if target is not None:
+            plan.scatter(address, nbytes, view.address, view.nbytes, row_bytes)
+        return
     with phil:
         mem_type = h5t.py_create(view.dtype)
         chunked = dset.id.get_create_plist().get_layout() == h5d.CHUNKED

@@ -26,6 +26,16 @@ pub struct GatherPlan {
 }
 
 impl GatherPlan {
+    /// The distinct rows as runs in increasing order: first row, number of rows.
+    pub(crate) fn row_runs(&self) -> &[(u64, u64)] {
+        &self.runs
+    }
+
+    /// How many distinct rows.
+    pub(crate) fn distinct_rows(&self) -> usize {
+        self.distinct
+    }
+
     /// The plan for `indices`, each checked to lie below `rows`.
     fn of(indices: &[u64], rows: u64) -> Result<GatherPlan, String> {
         if let Some((at, bad)) = indices.iter().enumerate().find(|(_, &i)| i >= rows) {

@@ -10,6 +10,7 @@
 //! chunk never written is left to HDF5 (which fills it), as is everything else (compact,
 //! external, virtual, conversions, other filters).
 
+use crate::gather::GatherPlan;
 use crate::hdf5::{self, Hid};
 use h5gds_chunk_codec::pipeline::Scratch;
 use h5gds_chunk_codec::place::{chunks_selected, copy_box, whole_chunk_run, ChunkPart, Source};
@@ -72,7 +73,6 @@ pub struct Layout {
     shape: Vec<u64>,
     element: usize,
     storage: Storage,
-    threads: usize,
 }
 
 /// Reads below this many bytes stay on the calling thread.
@@ -155,7 +155,6 @@ impl Layout {
             shape,
             element,
             storage: Storage::Contiguous { address },
-            threads: threads()?,
         }))
     }
 
@@ -201,15 +200,14 @@ impl Layout {
                 index,
                 kept: Mutex::default(),
             },
-            threads: threads()?,
         }))
     }
 
     /// Reads the hyperslab (`start`, `step`, `count`) into the host buffer at `buffer`
     /// (`nbytes`: the selection's elements, row-major), with no HDF5 call and neither h5py's lock
-    /// nor the GIL held. False when HDF5 is to read it (it touches chunks never written);
-    /// nothing was read then. The caller keeps the buffer alive.
-    #[allow(clippy::too_many_arguments)]
+    /// nor the GIL held. False when HDF5 is to read it (it touches chunks never written, or
+    /// `H5GDS_HOST_CODEC=0` and the chunks are filtered); nothing was read then. The caller keeps
+    /// the buffer alive.
     fn read(
         &self,
         py: Python<'_>,
@@ -219,105 +217,219 @@ impl Layout {
         buffer: usize,
         nbytes: usize,
     ) -> PyResult<bool> {
-        let rank = self.shape.len();
-        if [start.len(), step.len(), count.len()] != [rank; 3] {
-            return Err(PyValueError::new_err(format!(
-                "the selection has {} axes, dataset {} has {rank}",
-                count.len(),
-                self.name
-            )));
-        }
-        for a in 0..rank {
-            let last = (count[a].max(1) - 1)
-                .checked_mul(step[a])
-                .and_then(|d| d.checked_add(start[a]));
-            if step[a] == 0 || (count[a] > 0 && last.is_none_or(|l| l >= self.shape[a])) {
-                return Err(PyValueError::new_err(format!(
-                    "selection out of range on axis {a}: start {}, step {}, count {} for a size \
-                     of {}",
-                    start[a], step[a], count[a], self.shape[a]
-                )));
-            }
-        }
-        let elements = count.iter().try_fold(1u64, |n, &c| n.checked_mul(c));
-        if elements.and_then(|n| n.checked_mul(self.element as u64)) != Some(nbytes as u64) {
-            return Err(PyValueError::new_err(format!(
-                "the buffer has {nbytes} bytes, the selection of dataset {} needs {:?} elements of \
-                 {} bytes",
-                self.name, elements, self.element
-            )));
-        }
-        if nbytes == 0 {
-            return Ok(true);
-        }
         let sel = Hyperslab {
             start: &start,
             step: &step,
             count: &count,
         };
-        let mut parts = Vec::new();
-        if let Storage::Chunked {
+        self.check(&sel, nbytes).map_err(PyValueError::new_err)?;
+        if nbytes == 0 {
+            return Ok(true);
+        }
+        let Some(parts) = self.serves(&sel)? else {
+            return Ok(false);
+        };
+        let threads = threads()?;
+        py.detach(|| {
+            // SAFETY: the Python caller passes the address and size of a live, writable host
+            // buffer it keeps referenced for the call (its size checked above).
+            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
+            self.read_served(&sel, &parts, out, threads)
+        })
+        .map_err(PyOSError::new_err)?;
+        Ok(true)
+    }
+
+    /// Reads the distinct rows of a gather's `plan` (each row: the hyperslab `rest_*` of the
+    /// other axes) into the host buffer at `buffer` (`nbytes`: the rows in increasing order),
+    /// its runs of rows on the pool's threads at once, with no HDF5 call and neither h5py's lock
+    /// nor the GIL held. False when HDF5 is to read them; nothing was read then. The caller keeps
+    /// the buffer alive.
+    #[allow(clippy::too_many_arguments)]
+    fn gather(
+        &self,
+        py: Python<'_>,
+        plan: &Bound<'_, GatherPlan>,
+        rest_start: Vec<u64>,
+        rest_step: Vec<u64>,
+        rest_count: Vec<u64>,
+        buffer: usize,
+        nbytes: usize,
+    ) -> PyResult<bool> {
+        let plan = plan.get();
+        let distinct = plan.distinct_rows() as u64;
+        if distinct == 0 {
+            return Ok(true);
+        }
+        // One selection per run of rows, each checked, and where its bytes go.
+        let mut reads = Vec::with_capacity(plan.row_runs().len());
+        let row_bytes = nbytes as u64 / distinct;
+        if row_bytes * distinct != nbytes as u64 {
+            return Err(PyValueError::new_err(format!(
+                "the buffer has {nbytes} bytes, not a whole number of rows for the {distinct} rows \
+                 of the gather"
+            )));
+        }
+        let mut at = 0u64;
+        for &(first, rows) in plan.row_runs() {
+            let start: Vec<u64> = std::iter::once(first)
+                .chain(rest_start.iter().copied())
+                .collect();
+            let step: Vec<u64> = std::iter::once(1)
+                .chain(rest_step.iter().copied())
+                .collect();
+            let count: Vec<u64> = std::iter::once(rows)
+                .chain(rest_count.iter().copied())
+                .collect();
+            reads.push((start, step, count, at, rows * row_bytes));
+            at += rows * row_bytes;
+        }
+        let mut served = Vec::with_capacity(reads.len());
+        for (start, step, count, _, len) in &reads {
+            let sel = Hyperslab { start, step, count };
+            self.check(&sel, *len as usize)
+                .map_err(PyValueError::new_err)?;
+            let Some(parts) = self.serves(&sel)? else {
+                return Ok(false);
+            };
+            served.push(parts);
+        }
+        let threads = threads()?;
+        let pool = (reads.len() > 1 && nbytes >= PARALLEL_BYTES && threads > 1)
+            .then(|| h5gds_runtime::pool::get(threads))
+            .flatten();
+        // Runs read at once on the pool read their own chunks on one thread each.
+        let inner = if pool.is_some() { 1 } else { threads };
+        py.detach(|| {
+            let out = Out(buffer as *mut u8);
+            let one = |k: usize| -> Result<(), String> {
+                let (start, step, count, at, len) = &reads[k];
+                let sel = Hyperslab { start, step, count };
+                // SAFETY: the runs' bytes are disjoint parts of the caller's buffer (its size
+                // checked above), which it keeps alive for the call.
+                let dest = unsafe { std::slice::from_raw_parts_mut(out.at(*at), *len as usize) };
+                self.read_served(&sel, &served[k], dest, inner)
+            };
+            match pool {
+                Some(pool) => {
+                    use rayon::prelude::*;
+                    pool.install(|| (0..reads.len()).into_par_iter().try_for_each(one))
+                }
+                None => (0..reads.len()).try_for_each(one),
+            }
+        })
+        .map_err(PyOSError::new_err)?;
+        Ok(true)
+    }
+}
+
+impl Layout {
+    /// Checks a selection against the dataset's shape and a buffer of `nbytes` against it.
+    fn check(&self, sel: &Hyperslab, nbytes: usize) -> Result<(), String> {
+        let rank = self.shape.len();
+        if [sel.start.len(), sel.step.len(), sel.count.len()] != [rank; 3] {
+            return Err(format!(
+                "the selection has {} axes, dataset {} has {rank}",
+                sel.count.len(),
+                self.name
+            ));
+        }
+        for a in 0..rank {
+            let last = (sel.count[a].max(1) - 1)
+                .checked_mul(sel.step[a])
+                .and_then(|d| d.checked_add(sel.start[a]));
+            if sel.step[a] == 0 || (sel.count[a] > 0 && last.is_none_or(|l| l >= self.shape[a])) {
+                return Err(format!(
+                    "selection out of range on axis {a}: start {}, step {}, count {} for a size \
+                     of {}",
+                    sel.start[a], sel.step[a], sel.count[a], self.shape[a]
+                ));
+            }
+        }
+        let elements = sel.count.iter().try_fold(1u64, |n, &c| n.checked_mul(c));
+        if elements.and_then(|n| n.checked_mul(self.element as u64)) != Some(nbytes as u64) {
+            return Err(format!(
+                "the buffer has {nbytes} bytes, the selection of dataset {} needs {:?} elements of \
+                 {} bytes",
+                self.name, elements, self.element
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether this layout serves `sel` (a checked selection), with the chunks it touches;
+    /// `None`: HDF5 is to read it (chunks never written; filtered chunks with
+    /// `H5GDS_HOST_CODEC=0`).
+    fn serves(&self, sel: &Hyperslab) -> PyResult<Option<Vec<ChunkPart>>> {
+        let Storage::Chunked {
             chunk,
             index,
             pipeline,
             ..
         } = &self.storage
+        else {
+            return Ok(Some(Vec::new()));
+        };
+        if !pipeline.stages().is_empty()
+            && h5gds_runtime::settings::host_codec_turned_off()
+                .map_err(|e| PyValueError::new_err(e.to_string()))?
+                .is_some()
         {
-            if !pipeline.stages().is_empty()
-                && h5gds_runtime::settings::host_codec_turned_off()
-                    .map_err(|e| PyValueError::new_err(e.to_string()))?
-                    .is_some()
-            {
-                return Ok(false);
+            return Ok(None);
+        }
+        let parts = chunks_selected(sel, chunk);
+        if parts.iter().any(|part| !index.contains_key(&part.offset)) {
+            return Ok(None);
+        }
+        Ok(Some(parts))
+    }
+
+    /// Reads a selection [`Layout::serves`] (`parts`: the chunks it touches) into `out`, on
+    /// `threads` of the pool.
+    fn read_served(
+        &self,
+        sel: &Hyperslab,
+        parts: &[ChunkPart],
+        out: &mut [u8],
+        threads: usize,
+    ) -> Result<(), String> {
+        match &self.storage {
+            Storage::Contiguous { address } => {
+                self.read_runs(*address, &self.shape, sel, out, threads)
             }
-            parts = chunks_selected(&sel, chunk);
-            if parts.iter().any(|part| !index.contains_key(&part.offset)) {
-                return Ok(false);
+            Storage::Chunked {
+                chunk,
+                pipeline,
+                index,
+                kept,
+            } => {
+                if let [part] = parts {
+                    return self.read_in_one_chunk(part, sel, chunk, pipeline, index, kept, out);
+                }
+                let r = HostRead {
+                    pipeline,
+                    chunk,
+                    element_size: self.element,
+                    selection: *sel,
+                    threads,
+                };
+                let mut source = Indexed {
+                    layout: self,
+                    index,
+                };
+                h5gds_chunk_codec::read(&mut source, &r, out)?;
+                h5gds::with_logging(|| {
+                    tracing::debug!(
+                        "h5gds.read of {}: {} chunks decoded on {} threads (read from the file by \
+                         those threads), with no HDF5 call",
+                        self.name,
+                        parts.len(),
+                        threads
+                    )
+                });
+                Ok(())
             }
         }
-        py.detach(|| {
-            // SAFETY: the Python caller passes the address and size of a live, writable host
-            // buffer it keeps referenced for the call (its size checked above).
-            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
-            match &self.storage {
-                Storage::Contiguous { address } => self.read_runs(*address, &self.shape, &sel, out),
-                Storage::Chunked {
-                    chunk,
-                    pipeline,
-                    index,
-                    kept,
-                } => {
-                    if let [part] = &parts[..] {
-                        return self
-                            .read_in_one_chunk(part, &sel, chunk, pipeline, index, kept, out);
-                    }
-                    let r = HostRead {
-                        pipeline,
-                        chunk,
-                        element_size: self.element,
-                        selection: sel,
-                        threads: self.threads,
-                    };
-                    let mut source = Indexed {
-                        layout: self,
-                        index,
-                    };
-                    h5gds_chunk_codec::read(&mut source, &r, out)?;
-                    h5gds::with_logging(|| {
-                        tracing::debug!(
-                            "h5gds.read of {}: {} chunks decoded on {} threads (read from the file \
-                             by those threads), with no HDF5 call",
-                            self.name,
-                            parts.len(),
-                            self.threads
-                        )
-                    });
-                    Ok(())
-                }
-            }
-        })
-        .map_err(PyOSError::new_err)?;
-        Ok(true)
     }
 }
 
@@ -355,7 +467,7 @@ impl Layout {
             count: sel.count,
         };
         if pipeline.stages().is_empty() {
-            return self.read_runs(stored.address, chunk, &inside, out);
+            return self.read_runs(stored.address, chunk, &inside, out, 1);
         }
         let chunk_bytes = chunk.iter().product::<u64>() as usize * self.element;
         let read_stored = |bytes: &mut Vec<u8>| {
@@ -474,6 +586,7 @@ impl Layout {
         shape: &[u64],
         sel: &Hyperslab,
         out: &mut [u8],
+        threads: usize,
     ) -> Result<(), String> {
         let rank = shape.len();
         let e = self.element as u64;
@@ -555,8 +668,8 @@ impl Layout {
             }
             Ok(())
         };
-        let pool = (out.len() >= PARALLEL_BYTES && pieces.len() > 1 && self.threads > 1)
-            .then(|| h5gds_runtime::pool::get(self.threads))
+        let pool = (out.len() >= PARALLEL_BYTES && pieces.len() > 1 && threads > 1)
+            .then(|| h5gds_runtime::pool::get(threads))
             .flatten();
         match pool {
             Some(pool) => {

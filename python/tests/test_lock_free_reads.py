@@ -199,3 +199,21 @@ def test_rows_read_one_at_a_time_decode_each_chunk_once_and_match(tmp_path):
     assert len(decoded) == 4, run.stderr
     assert [line.split("the chunk at ")[1].split(" decoded")[0] for line in decoded] == \
         ["[0, 0]", "[16, 0]", "[32, 0]", "[48, 0]"]
+
+
+def test_gathers_of_rows_are_served_by_the_layout_and_match_numpy(files):
+    rng = np.random.default_rng(7)
+    with h5py.File(files, "r") as f:
+        for name in f:
+            dset = f[name]
+            x = dset[...]
+            found = _layout.layout(dset, dset.dtype)
+            for rows in (rng.integers(0, dset.shape[0], 50), np.array([5, 5, 2, -1]), np.arange(3, dset.shape[0], 3)):
+                assert np.array_equal(h5gds.read(dset, sel=rows), x[rows]), (name, rows)
+            # The layout reads the distinct rows itself (True), in increasing order.
+            distinct = np.unique(rng.integers(0, dset.shape[0], 30)).astype(np.uint64)
+            plan = h5gds._native.GatherPlan(distinct.ctypes.data, len(distinct), dset.shape[0])
+            rest = [0] * (dset.ndim - 1), [1] * (dset.ndim - 1), list(dset.shape[1:])
+            out = np.zeros((len(distinct),) + dset.shape[1:], dset.dtype)
+            assert found.gather(plan, *rest, out.ctypes.data, out.nbytes) is True
+            assert np.array_equal(out, x[distinct.astype(np.int64)]), name

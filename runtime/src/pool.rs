@@ -52,6 +52,16 @@ pub fn get(nthreads: usize) -> Option<Arc<rayon::ThreadPool>> {
     }
 }
 
+/// [`get`] for a caller that blocks until tasks it hands the pool finish (waiting for a buffer
+/// they return, say): `None` on a pool thread, where waiting could take the last thread the
+/// tasks need and hang; the caller then works on its own thread.
+pub fn for_waiting_caller(nthreads: usize) -> Option<Arc<rayon::ThreadPool>> {
+    if rayon::current_thread_index().is_some() {
+        return None;
+    }
+    get(nthreads)
+}
+
 /// Stops the pools' threads (they finish their current task and exit); called when the driver
 /// is unloaded.
 pub fn shutdown() {
