@@ -65,6 +65,25 @@ thread_local! {
 /// Chunks above this size leave no buffers with the thread that decoded them.
 const WORK_KEPT_MAX: usize = 8 << 20;
 
+/// Runs `decode` over a chunk's stored bytes, read by `read_stored` into this thread's buffers,
+/// with its scratch; buffers grown for a chunk over [`WORK_KEPT_MAX`] are let go afterwards.
+fn with_stored<R>(
+    read_stored: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
+    chunk_bytes: usize,
+    decode: impl FnOnce(&[u8], &mut Scratch) -> Result<R, String>,
+) -> Result<R, String> {
+    WORK.with(|work| {
+        let mut work = work.borrow_mut();
+        let Work { stored, scratch } = &mut *work;
+        read_stored(stored)?;
+        let done = decode(stored, scratch);
+        if chunk_bytes > WORK_KEPT_MAX {
+            *work = Work::default();
+        }
+        done
+    })
+}
+
 /// A dataset's storage, resolved once; `read` serves selections of it with no HDF5 call.
 #[pyclass(frozen, module = "h5gds._native")]
 pub struct Layout {
@@ -506,13 +525,7 @@ impl Layout {
             };
         };
         if chunk_bytes > KEPT_CHUNK_MAX {
-            return WORK.with(|work| {
-                let mut work = work.borrow_mut();
-                let Work {
-                    stored: bytes,
-                    scratch,
-                } = &mut *work;
-                read_stored(bytes)?;
+            return with_stored(read_stored, chunk_bytes, |bytes, scratch| {
                 if part.count == chunk && whole_chunk_run(part, sel, chunk) == Some(0) {
                     return pipeline
                         .decode_into(bytes, stored.mask, scratch, out)
@@ -522,10 +535,6 @@ impl Layout {
                     .decode(bytes, stored.mask, chunk_bytes, scratch)
                     .map_err(undecodable)?;
                 place(decoded, out);
-                if chunk_bytes > WORK_KEPT_MAX {
-                    // Buffers this large are not kept for the thread's next read.
-                    *work = Work::default();
-                }
                 Ok(())
             });
         }
@@ -535,13 +544,7 @@ impl Layout {
             Some(decoded) => decoded,
             None => {
                 let mut decoded = vec![0u8; chunk_bytes];
-                WORK.with(|work| {
-                    let mut work = work.borrow_mut();
-                    let Work {
-                        stored: bytes,
-                        scratch,
-                    } = &mut *work;
-                    read_stored(bytes)?;
+                with_stored(read_stored, chunk_bytes, |bytes, scratch| {
                     pipeline
                         .decode_into(bytes, stored.mask, scratch, &mut decoded)
                         .map_err(undecodable)
