@@ -10,7 +10,8 @@ works. The keywords are the driver's settings (see ``SETTING_KEYS``); the enviro
 
 ``read(dset, out=None, sel=None)`` and ``write(dset, array, sel=None)`` move a dataset's bytes
 into or out of a NumPy array with HDF5's own H5Dread/H5Dwrite (the GIL released meanwhile),
-``info()`` reports what ``h5gds info --json`` prints.
+``info()`` reports what ``h5gds info --json`` prints; ``batches(dset, batch_size)`` yields shuffled batches
+of rows for training loops, the next read while the current one is used.
 
 ``from_file(path, dataset, like="numpy")``, ``to_file(array, path, dataset)`` and
 ``from_file_batched(path, dataset, chunk_size, like="numpy")`` read and write whole arrays (or
@@ -28,10 +29,11 @@ from . import _native, _nvidia
 # Before anything loads them: cuFile and nvCOMP from NVIDIA's pip wheels, where installed.
 _native.prefer_library_files(**_nvidia.find())
 from ._driver import HDF5_LIBRARY, SETTING_KEYS
+from ._batches import batches
 from ._collective import CollectiveError, local_device
 from ._files import from_file, from_file_batched, to_file
 from ._info import info
 from ._io import read, write
 
-__all__ = ["CollectiveError", "HDF5_LIBRARY", "SETTING_KEYS", "from_file", "from_file_batched", "info", "local_device", "read",
+__all__ = ["CollectiveError", "HDF5_LIBRARY", "SETTING_KEYS", "batches", "from_file", "from_file_batched", "info", "local_device", "read",
            "to_file", "write"]

@@ -1,0 +1,54 @@
+"""``batches``: shuffled batches of rows for training loops, each read on a background thread while
+the caller uses the one before. A thin loop over ``h5gds.read``'s gathers (``_io``, ``_gather``): from
+a read-only file they need no HDF5 lock, so the read of the next batch overlaps the caller's work
+instead of waiting for it. Importing h5gds imports no GPU library; ``like=`` imports it when asked."""
+
+import concurrent.futures
+import numbers
+
+import numpy as np
+
+from . import _files, _io
+
+
+def _to(result, host):
+    """``host`` (a NumPy batch) as ``result`` (``_files.result_type``) holds it."""
+    if isinstance(result, _files._NumPy):
+        return host
+    return result._from_host(host if host.dtype.isnative else host.astype(host.dtype.newbyteorder("=")))
+
+
+def batches(dset, batch_size, *, shuffle=True, seed=None, drop_last=False, like="numpy"):
+    """Yields the rows of ``dset`` (along its first axis) in batches of ``batch_size``, every row once:
+    in a random order drawn with ``np.random.default_rng(seed)`` (``shuffle=True``), else in order; the
+    last batch shorter unless ``drop_last``. While the caller uses a batch, the next is read on a
+    background thread (``h5gds.read`` with the batch's row indices). Each batch is a new array:
+    NumPy, or with ``like='cupy'``/``'torch'`` (or a module or array, as for ``from_file``) a device
+    array of that library, the rows copied up from host memory. Call it again for the next epoch (with
+    another ``seed`` for another order). ValueError or TypeError for a bad argument, before anything is
+    read; a failed read raises when its batch is due."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
+        raise TypeError(f"batch_size must be an int, not {type(batch_size).__name__}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be 1 or more, not {batch_size}")
+    shape, _dtype, name = _io._dataset(dset)
+    if not shape:
+        raise ValueError(f"dataset {name} is a scalar: it has no rows to batch")
+    result = _files.result_type(like)
+    rows = shape[0]
+    order = np.random.default_rng(seed).permutation(rows) if shuffle else np.arange(rows)
+    ends = range(batch_size, rows + (0 if drop_last else batch_size), batch_size)
+    starts = [end - batch_size for end in ends]
+    return _batches(dset, order, starts, batch_size, result)
+
+
+def _batches(dset, order, starts, batch_size, result):
+    def read(start):
+        return _to(result, _io.read(dset, sel=order[start:start + batch_size]))
+
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="h5gds-batches") as pool:
+        pending = pool.submit(read, starts[0]) if starts else None
+        for k in range(len(starts)):
+            batch = pending.result()
+            pending = pool.submit(read, starts[k + 1]) if k + 1 < len(starts) else None
+            yield batch
