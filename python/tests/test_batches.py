@@ -104,3 +104,34 @@ def test_like_torch_without_torch_says_how_to_install_it(rows):
     with h5py.File(rows, "r") as f:
         with pytest.raises(ModuleNotFoundError, match="pip install torch"):
             h5gds.batches(f["zstd"], 8, like="torch")
+
+
+DEVICE_CHILD = """
+import sys
+from pathlib import Path
+sys.path.insert(0, str(Path.cwd() / "mpi" / "emulated"))  # the CuPy stand-in over the emulator
+import cupy
+import h5py, numpy as np, h5gds
+with h5py.File(sys.argv[1], "r") as f:
+    dset = f["big_endian"]
+    got = [b for b in h5gds.batches(dset, 40, seed=5, like="cupy")]
+    assert all(isinstance(b, cupy.ndarray) for b in got), [type(b) for b in got]
+    rows = np.concatenate([b.get() for b in got])
+    assert rows.dtype == np.dtype("=f8") and sorted(rows[:, 0].tolist()) == list(range(103))
+    assert rows[:, 0].tolist() == np.random.default_rng(5).permutation(103).astype(float).tolist()
+print("ok", len(got))
+"""
+
+
+def test_batches_into_cupy_on_the_emulator_are_device_arrays_in_native_byte_order(rows, tmp_path):
+    from support import clean_env, emulator_library
+    libs = tmp_path / "emulator"
+    libs.mkdir()
+    for name in ("libcuda.so.1", "libcufile.so.0"):
+        (libs / name).symlink_to(emulator_library())
+    here = os.path.dirname(os.path.abspath(__file__))
+    run = subprocess.run([sys.executable, "-c", DEVICE_CHILD, str(rows)], cwd=here, capture_output=True, text=True,
+                         timeout=120, env=clean_env({"LD_LIBRARY_PATH": str(libs), "H5GDS_EMU_DEVICES": "1",
+                                                     "PYTHONPATH": here}))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "ok 3"
