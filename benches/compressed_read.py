@@ -34,7 +34,7 @@ import numpy as np
 import h5gds
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from bench_python import device_cupy, interleave, size_arg  # noqa: E402
+from bench_python import device_cupy, interleave, size_arg, with_env  # noqa: E402
 
 CODECS = {
     "gzip": {"compression": "gzip", "compression_opts": 4},
@@ -52,20 +52,6 @@ def write(path, n, chunk_elements, codec):
             k = np.arange(a, min(n, a + step), dtype=np.float64)
             d[a:a + len(k)] = np.round((np.sin(k / 5000.0) * 100 + (k % 7)) * 64) / 64
         return sum(d.id.get_chunk_info(i).size for i in range(d.id.get_num_chunks()))
-
-
-def with_env(name, value, fn):
-    def run():
-        old = os.environ.get(name)
-        os.environ[name] = value
-        try:
-            fn()
-        finally:
-            if old is None:
-                del os.environ[name]
-            else:
-                os.environ[name] = old
-    return run
 
 
 def row(name, seconds, nbytes, baseline):

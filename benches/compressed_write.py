@@ -28,7 +28,7 @@ import numpy as np
 import h5gds
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from bench_python import interleave, size_arg  # noqa: E402
+from bench_python import interleave, size_arg, with_env  # noqa: E402
 
 # (h5py's keywords, h5gds.to_file's): the same pipeline.
 CODECS = {
@@ -43,20 +43,6 @@ CODECS = {
 def signal(n):
     k = np.arange(n, dtype=np.float64)
     return (np.round((np.sin(k / 5000.0) * 100 + (k % 7)) * 64) / 64).astype("<f4")
-
-
-def with_env(name, value, fn):
-    def run():
-        old = os.environ.get(name)
-        os.environ[name] = value
-        try:
-            fn()
-        finally:
-            if old is None:
-                del os.environ[name]
-            else:
-                os.environ[name] = old
-    return run
 
 
 def stored_bytes(path):

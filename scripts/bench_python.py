@@ -52,6 +52,21 @@ def timed(fn):
     return time.perf_counter() - t
 
 
+def with_env(name, value, fn):
+    """``fn`` as a call made with the environment variable ``name`` set to ``value`` (restored after)."""
+    def run():
+        old = os.environ.get(name)
+        os.environ[name] = value
+        try:
+            fn()
+        finally:
+            if old is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = old
+    return run
+
+
 def interleave(alternatives, reps, before=None):
     """Runs each alternative once per round, `reps` rounds, `before` (untimed) ahead of each run;
     median seconds per alternative."""

@@ -244,22 +244,23 @@ fn argument(message: String) -> IoError {
     IoError::Argument(message)
 }
 
-/// Checks every argument against HDF5 and builds the dataspaces. `Ok(None)`: nothing to move
-/// (an empty selection).
-pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, IoError> {
-    let api = api().map_err(IoError::Hdf5)?;
+/// Checks that `dataset` is an open dataset and `mem_type` a datatype, and returns the dataset's
+/// dataspace and its dimensions.
+fn dataset_space(
+    api: &'static Api,
+    dataset: Hid,
+    mem_type: Hid,
+) -> Result<(Space, Vec<Hsize>), IoError> {
     // SAFETY: plain queries; an invalid id yields an error code (the stack is cleared below).
-    let (dset_kind, type_kind) =
-        unsafe { ((api.iget_type)(t.dataset), (api.iget_type)(t.mem_type)) };
+    let (dset_kind, type_kind) = unsafe { ((api.iget_type)(dataset), (api.iget_type)(mem_type)) };
     if dset_kind != H5I_DATASET || type_kind != H5I_DATATYPE {
         api.stack();
         return Err(argument(format!(
-            "id {} is not an open dataset or id {} not a datatype",
-            t.dataset, t.mem_type
+            "id {dataset} is not an open dataset or id {mem_type} not a datatype"
         )));
     }
     // SAFETY: a valid dataset id.
-    let file_space = Space::new(unsafe { (api.dget_space)(t.dataset) }, api)?;
+    let file_space = Space::new(unsafe { (api.dget_space)(dataset) }, api)?;
     let mut dims = [0 as Hsize; MAX_RANK];
     // SAFETY: `dims` has room for HDF5's largest rank.
     let rank = unsafe {
@@ -268,7 +269,15 @@ pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, IoError> {
     if rank < 0 {
         return Err(IoError::Hdf5(api.stack()));
     }
-    let dims = &dims[..rank as usize];
+    Ok((file_space, dims[..rank as usize].to_vec()))
+}
+
+/// Checks every argument against HDF5 and builds the dataspaces. `Ok(None)`: nothing to move
+/// (an empty selection).
+pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, IoError> {
+    let api = api().map_err(IoError::Hdf5)?;
+    let (file_space, dims) = dataset_space(api, t.dataset, t.mem_type)?;
+    let dims = &dims[..];
     if [t.start.len(), t.step.len(), t.count.len()] != [dims.len(); 3] {
         return Err(argument(format!(
             "the selection has {} axes, the dataset {}",
@@ -747,27 +756,8 @@ const H5S_SELECT_OR: c_int = 1;
 /// [`GatherRead`]); what it returns runs with [`Prepared::run`].
 pub fn prepare_gather(g: &GatherRead) -> Result<Option<Prepared>, IoError> {
     let api = api().map_err(IoError::Hdf5)?;
-    // SAFETY: plain queries; an invalid id yields an error code (the stack is cleared below).
-    let (dset_kind, type_kind) =
-        unsafe { ((api.iget_type)(g.dataset), (api.iget_type)(g.mem_type)) };
-    if dset_kind != H5I_DATASET || type_kind != H5I_DATATYPE {
-        api.stack();
-        return Err(argument(format!(
-            "id {} is not an open dataset or id {} not a datatype",
-            g.dataset, g.mem_type
-        )));
-    }
-    // SAFETY: a valid dataset id.
-    let file_space = Space::new(unsafe { (api.dget_space)(g.dataset) }, api)?;
-    let mut dims = [0 as Hsize; MAX_RANK];
-    // SAFETY: `dims` has room for HDF5's largest rank.
-    let rank = unsafe {
-        (api.sget_simple_extent_dims)(file_space.0, dims.as_mut_ptr(), std::ptr::null_mut())
-    };
-    if rank < 0 {
-        return Err(IoError::Hdf5(api.stack()));
-    }
-    let dims = &dims[..rank as usize];
+    let (file_space, dims) = dataset_space(api, g.dataset, g.mem_type)?;
+    let dims = &dims[..];
     let Some((&rows, rest_dims)) = dims.split_first() else {
         return Err(argument(
             "a gather selects rows of the first axis, and the dataset is a scalar".into(),
