@@ -212,7 +212,7 @@ fn init() -> Result<CudaDriver, CudaError> {
         device_count,
         device_names,
         context: context as usize,
-        pid: std::process::id(),
+        pid: crate::process::id(),
     })
 }
 
@@ -237,7 +237,7 @@ pub fn cuda() -> Result<&'static CudaDriver, CudaError> {
 /// inherited from the parent are left alone.
 pub fn forked_from() -> Option<u32> {
     match CUDA.get() {
-        Some(Ok(driver)) if driver.pid != std::process::id() => Some(driver.pid),
+        Some(Ok(driver)) if driver.pid != crate::process::id() => Some(driver.pid),
         _ => None,
     }
 }
@@ -250,7 +250,7 @@ fn forked_error(parent: u32) -> CudaError {
              cuFile state is undefined in a forked child, so device memory cannot be used here \
              (host buffers still work); start workers that need the GPU with the spawn or \
              forkserver method",
-            std::process::id()
+            crate::process::id()
         ),
     )
 }

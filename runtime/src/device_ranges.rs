@@ -70,7 +70,7 @@ pub fn query(ptr: usize) -> Result<PointerKind, String> {
             "the buffer at {ptr:#x} is not host memory, and this process ({}) is a fork of \
              process {parent}, which initialised CUDA: CUDA and cuFile state is undefined in a \
              forked child, so device memory cannot be used here (host buffers still work)",
-            std::process::id()
+            crate::process::id()
         ));
     }
     match cuda::query_pointer(ptr) {

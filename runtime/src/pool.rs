@@ -22,7 +22,7 @@ pub fn get(nthreads: usize) -> Option<Arc<rayon::ThreadPool>> {
         tracing::debug!("thread pool lock busy; running this request on the calling thread");
         return None;
     };
-    let pid = std::process::id();
+    let pid = crate::process::id();
     if guard.as_ref().is_some_and(|p| p.pid != pid) {
         // Built by the parent before a fork: its threads are gone. Never drop it here, since
         // dropping would signal threads that do not exist in this process.
@@ -66,7 +66,10 @@ pub fn for_waiting_caller(nthreads: usize) -> Option<Arc<rayon::ThreadPool>> {
 /// is unloaded.
 pub fn shutdown() {
     if let Ok(mut guard) = POOLS.try_lock() {
-        if guard.as_ref().is_some_and(|p| p.pid == std::process::id()) {
+        if guard
+            .as_ref()
+            .is_some_and(|p| p.pid == crate::process::id())
+        {
             *guard = None;
         } else {
             std::mem::forget(guard.take());

@@ -311,7 +311,7 @@ pub(crate) fn driver_without_waiting() -> AutoDriver {
 
 /// Whether the background open has started in this process and not yet finished.
 pub(crate) fn opening_in_background() -> bool {
-    OPEN_STARTED_IN.load(Ordering::Acquire) == std::process::id()
+    OPEN_STARTED_IN.load(Ordering::Acquire) == h5gds_runtime::process::id()
         && !OPEN_FINISHED.load(Ordering::Acquire)
         && DRIVER.get().is_none()
 }
@@ -336,7 +336,7 @@ fn spawn_open_thread() -> Result<(), String> {
     // libcufile is loaded before the exit hook is registered, so that the hook runs before the
     // library's static destructors (exit runs handlers in the reverse order of registration).
     library()?;
-    OPEN_STARTED_IN.store(std::process::id(), Ordering::Release);
+    OPEN_STARTED_IN.store(h5gds_runtime::process::id(), Ordering::Release);
     // SAFETY: registers a function that never unwinds (it catches panics) and touches only
     // atomics and the clock; its code stays mapped until exit (the plugin is linked with
     // -z nodelete; Python never unloads extension modules; programs link the driver in).
@@ -378,7 +378,7 @@ fn spawn_open_thread() -> Result<(), String> {
 /// does not exist, so nothing is waited for there.
 extern "C" fn wait_for_the_open_at_exit() {
     let _ = std::panic::catch_unwind(|| {
-        if OPEN_STARTED_IN.load(Ordering::Acquire) != std::process::id() {
+        if OPEN_STARTED_IN.load(Ordering::Acquire) != h5gds_runtime::process::id() {
             return;
         }
         let deadline = Instant::now() + EXIT_WAIT;
