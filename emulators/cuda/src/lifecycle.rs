@@ -28,10 +28,35 @@ static STICKY: AtomicBool = AtomicBool::new(false);
 /// CUDA_ERROR_ILLEGAL_ADDRESS, the sticky error injected.
 pub const CUDA_ERROR_ILLEGAL_ADDRESS: CUresult = 700;
 
+/// This process's id, read once and again in a forked child (a `pthread_atfork` child
+/// handler): every emulated call checks it, and a `getpid` system call per call would charge the
+/// driver's emulated runs for work libcuda's calls do not do.
+fn current_pid() -> i32 {
+    static PID: AtomicI32 = AtomicI32::new(0);
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    extern "C" fn in_child() {
+        // SAFETY: getpid cannot fail (and is async-signal-safe).
+        PID.store(unsafe { libc::getpid() }, Ordering::Release);
+    }
+    REGISTER.call_once(|| {
+        in_child();
+        // SAFETY: the handler only stores the child's id; the emulator, loaded as libcuda,
+        // stays loaded for the life of the process. Were registration to fail, the id read now
+        // would go stale in a child, so it is then asked every time.
+        if unsafe { libc::pthread_atfork(None, None, Some(in_child)) } != 0 {
+            PID.store(0, Ordering::Release);
+        }
+    });
+    match PID.load(Ordering::Acquire) {
+        // SAFETY: getpid cannot fail.
+        0 => unsafe { libc::getpid() },
+        pid => pid,
+    }
+}
+
 /// Records that this process initialised CUDA (called on a successful `cuInit`).
 pub fn initialised_here() {
-    // SAFETY: getpid cannot fail.
-    let pid = unsafe { libc::getpid() };
+    let pid = current_pid();
     let _ = INITIALISED_BY.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire);
 }
 
@@ -51,8 +76,7 @@ pub fn refuse(name: &str) -> Option<CUresult> {
         return None;
     }
     let initialised_by = INITIALISED_BY.load(Ordering::Acquire);
-    // SAFETY: getpid cannot fail.
-    let pid = unsafe { libc::getpid() };
+    let pid = current_pid();
     if initialised_by != 0 && initialised_by != pid {
         bump(&counters::FORKED_CHILD_CALLS);
         crate::stderr::stderr_line(&format!(
