@@ -8,6 +8,9 @@
   each read. Without a GPU this runs on h5gds's CPU emulator
   of CUDA and cuFile and every device figure is labelled EMULATED;
 * the time of the first ``h5gds.read`` in a fresh process;
+* device memory as users compare it (CuPy, real or the emulators' stand-in): reads against the pinned
+  host-to-device copy (their limit), h5py + ``cupy.asarray`` and KvikIO's raw read where kvikio imports,
+  warm and cold; writes against ``cupy.asnumpy`` + h5py and KvikIO's raw write;
 * xarray: ``open_dataset`` + ``load`` of a compressed (deflate) float32 variable, the h5netcdf engine
   against ``engine="h5gds"``, into NumPy and into CuPy (h5netcdf then ``cupy.asarray``, against
   ``device=``), side by side (``--xarray-size``; 0 skips it). Without a GPU the CuPy rows use the
@@ -171,6 +174,7 @@ def main():
             print(f"  import h5py, h5gds {imports * 1e3:5.0f} ms, then the first {what} (open included) "
                   f"{first * 1e3:5.0f} ms")
 
+        bench_device_alternatives(path, n, args.reps)
         if args.xarray_size:
             bench_xarray(Path(tmp) / "bench.nc", args.xarray_size, args.reps)
 
@@ -190,6 +194,109 @@ def device_cupy():
     except ImportError as exc:
         return None, f"CuPy is not installed ({exc})"
     return cupy, " [EMULATED: CPU emulators of CUDA, cuFile and nvCOMP, not GPU figures]" if emulated else ""
+
+
+def pinned_copy(cupy, nbytes):
+    """The limit of a host-to-device read: one copy from pinned host memory into a CuPy array (None
+    where this CuPy cannot pin memory, as the emulators' stand-in cannot)."""
+    alloc = getattr(cupy.cuda, "alloc_pinned_memory", None)
+    if alloc is None:
+        return None
+    pinned = np.frombuffer(alloc(nbytes), dtype=np.uint8, count=nbytes)
+    pinned[:] = 1
+    target = cupy.empty((nbytes,), dtype=np.uint8)
+    return lambda: target.set(pinned)
+
+
+def kvikio_file(path):
+    """KvikIO's ``CuFile`` class where the kvikio package imports, else None and why."""
+    try:
+        import kvikio
+    except ImportError as exc:
+        return None, f"kvikio is not importable ({exc})"
+    return kvikio.CuFile, f"KvikIO {getattr(kvikio, '__version__', '?')}"
+
+
+def bench_device_alternatives(path, n, reps):
+    """Device reads and writes of the dataset against what bounds them and what users do instead, side
+    by side (issue 23): the pinned host-to-device copy (the read's limit), h5py + ``cupy.asarray`` and
+    ``cupy.asnumpy`` + h5py (what users do), ``h5gds.read``/``write`` with a CuPy array, and KvikIO's
+    raw ``CuFile`` read/write of the dataset's bytes where kvikio imports; warm (page cache) and cold
+    (file evicted before each read). EMULATED where CuPy is the emulators' stand-in."""
+    cupy, label = device_cupy()
+    if cupy is None:
+        print(f"\ndevice memory, as users compare it: skipped ({label})")
+        return
+    nbytes = n * 4
+    sync = cupy.cuda.Device().synchronize
+    dev = cupy.empty((n,), dtype="<f4")
+    cufile, kvikio_note = kvikio_file(path)
+    with h5py.File(path, "r") as f:
+        offset = f["x"].id.get_offset()
+
+    def settled(fn):
+        def run():
+            fn()
+            sync()
+        return run
+
+    def kvikio_read():
+        with cufile(str(path), "r") as k:
+            k.read(dev, nbytes, offset)
+
+    with h5py.File(path, "r") as plain, h5py.File(path, "r", driver="gds") as gds:
+        reads = {
+            "what users do: h5py read + cupy.asarray": settled(lambda: cupy.asarray(plain["x"][...])),
+            "h5gds.read(out=cupy array)": settled(lambda: h5gds.read(gds["x"], out=dev)),
+        }
+        limit = pinned_copy(cupy, nbytes)
+        if limit is not None:
+            reads["limit: pinned host -> device copy"] = settled(limit)
+        if cufile is not None and offset is not None:
+            reads[f"{kvikio_note} CuFile.read (no HDF5)"] = settled(kvikio_read)
+        warm = interleave(reads, reps)
+        cold = interleave({k: v for k, v in reads.items() if not k.startswith("limit")}, reps,
+                          before=lambda: drop_from_page_cache(path))
+    assert float(cupy.asnumpy(dev)[-1]) == float(n - 1)
+    base = "what users do: h5py read + cupy.asarray"
+    report("device reads, page cache warm:", warm, nbytes, base, label)
+    report("device reads, file evicted before each read:", cold, nbytes, base, label)
+    if cufile is None:
+        print(f"  (no KvikIO rows: {kvikio_note})")
+    if limit is None:
+        print("  (no pinned-copy row: this CuPy cannot allocate pinned memory)")
+
+    source = cupy.asarray(np.arange(n, dtype="<f4"))
+    target = Path(path).with_name("written.h5")
+    with h5py.File(target, "w") as f:
+        f.create_dataset("x", shape=(n,), dtype="<f4")
+    with h5py.File(target, "r") as f:
+        write_offset = f["x"].id.get_offset()
+
+    def users_write():
+        with h5py.File(target, "r+") as f:
+            f["x"][...] = cupy.asnumpy(source)
+
+    def h5gds_write():
+        with h5py.File(target, "r+", driver="gds") as f:
+            h5gds.write(f["x"], source)
+
+    def kvikio_write():
+        with cufile(str(target), "r+") as k:
+            k.write(source, nbytes, write_offset)
+
+    writes = {
+        "what users do: cupy.asnumpy + h5py write": settled(users_write),
+        "h5gds.write(cupy array)": settled(h5gds_write),
+    }
+    if cufile is not None and write_offset is not None:
+        writes[f"{kvikio_note} CuFile.write (no HDF5)"] = settled(kvikio_write)
+    timed_writes = interleave(writes, reps)
+    with h5py.File(target, "r") as f:
+        assert float(f["x"][-1]) == float(n - 1)
+    report("device writes (page cache, no fsync):", timed_writes, nbytes,
+           "what users do: cupy.asnumpy + h5py write", label)
+    target.unlink()
 
 
 def bench_xarray(path, size, reps):
