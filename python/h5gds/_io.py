@@ -15,13 +15,33 @@ from ._gather import gather
 from ._selection import Gather, hyperslab, selection
 
 
+class _Name:
+    """A dataset's name, asked of HDF5 (``H5Iget_name``) only when a message or a log line needs it:
+    on every read it would be a good part of a small read's cost."""
+
+    __slots__ = ("_dset", "_text")
+
+    def __init__(self, dset):
+        self._dset, self._text = dset, None
+
+    def __str__(self):
+        if self._text is None:
+            with phil:
+                self._text = self._dset.name
+        return self._text
+
+    def __format__(self, spec):
+        return format(str(self), spec)
+
+
 def _dataset(dset):
     if not isinstance(dset, h5py.Dataset):
         raise TypeError(f"dset must be an h5py.Dataset, not {type(dset).__module__}.{type(dset).__name__}")
     with phil:
         if not dset.id.valid:
             raise ValueError("dset is closed (its file was closed)")
-        shape, dtype, name = dset.shape, dset.dtype, dset.name
+        shape, dtype = dset.shape, dset.dtype
+    name = _Name(dset)
     if shape is None:
         raise ValueError(f"dataset {name} is empty (null dataspace): it has no elements to move")
     if dtype.hasobject:
@@ -63,14 +83,14 @@ def _decoded_by_h5gds(dsid, mem_type, view, slab, name):
                (dcpl.get_filter(i) for i in range(nfilters))]
     reason = _native.host_decode_read(
         dsid.id, mem_type.id, list(slab.start), list(slab.step), list(slab.count), list(slab.shape),
-        view.address, view.nbytes, list(dcpl.get_chunk()), filters, name,
+        view.address, view.nbytes, list(dcpl.get_chunk()), filters, str(name),
     )
     return reason is None
 
 
 def _transfer(write, dset, view, slab, role, name):
     if view.device is not None:
-        _device.transfer(write, dset, view, slab, role, name)
+        _device.transfer(write, dset, view, slab, role, str(name))
         return
     if not write:
         # A read-only file's dataset: served with no HDF5 call, threads at once (_layout).
