@@ -4,7 +4,8 @@ call. The extension sorts the indices, drops repeats and coalesces neighbouring 
 reads the runs on the pool's threads with no HDF5 call; otherwise it reads the distinct rows with one H5Dread of the union
 of the runs under h5py's lock (``_native.dataset_gather``), straight into the output when the
 indices are strictly increasing, and otherwise into a buffer of distinct rows that it then copies
-into the caller's order, repeats included, outside HDF5's lock (``GatherPlan.scatter``)."""
+into the caller's order, repeats included, outside HDF5's lock (``GatherPlan.scatter``). A device
+``out`` gets the rows gathered in host memory, copied up in one piece."""
 
 import threading
 
@@ -12,7 +13,7 @@ import numpy as np
 from h5py import h5d, h5t
 from h5py._objects import phil
 
-from . import _layout, _native
+from . import _arrays, _layout, _native
 
 
 #: Runs of rows per H5Dread of a chunked dataset: HDF5's mapping of one selection onto the chunks
@@ -43,10 +44,11 @@ def gather(dset, view, sel, name):
     """Reads the rows ``sel.rows`` (a ``_selection.Gather``) of ``dset`` into the host array
     ``view`` (checked by the caller: dtype, shape, contiguity, writable)."""
     if view.device is not None:
-        raise TypeError(
-            f"out is device memory: gathers (an index array as the selection of dataset {name}) read "
-            "into NumPy arrays only; read into a NumPy or pinned host array and copy it to the device"
-        )
+        # Into host memory first (the rows come from all over the file), then one copy up.
+        host = np.empty(view.shape, dtype=view.dtype)
+        gather(dset, _arrays.view(host, "out"), sel, name)
+        _native.host_to_device(view.address, view.nbytes, view.device[1], view.stream, host.ctypes.data)
+        return
     rows = sel.rows
     plan = _native.GatherPlan(rows.ctypes.data, len(rows), dset.shape[0])
     row_bytes = int(np.prod(sel.rest.count, dtype=np.int64)) * view.dtype.itemsize

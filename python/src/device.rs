@@ -567,6 +567,49 @@ fn host_filters(storage: &StorageFacts) -> Vec<Filter> {
         .collect()
 }
 
+/// Copies between the device array at `address` (`nbytes`; on device `claimed_ordinal` if it
+/// says) and the host buffer at `host` (`nbytes` long): to the device with `to_device`, else to the
+/// host. The producer's `stream` (0: none) finishes first; the copy is complete when this returns.
+/// The array's way to and from the host cores (a compressed `to_file` encodes a host copy; a gather
+/// into a device array reads into host memory first). `Argument` for memory that is not one CUDA
+/// allocation holding `nbytes` on a device this process sees; `Failed` where CUDA fails. The caller
+/// keeps both alive.
+pub fn copy_with_host(
+    address: u64,
+    nbytes: usize,
+    claimed_ordinal: Option<i32>,
+    stream: u64,
+    host: usize,
+    to_device: bool,
+) -> Result<(), DeviceError> {
+    if nbytes == 0 {
+        return Ok(());
+    }
+    let pointer = checked_pointer("array", address, nbytes, claimed_ordinal)?;
+    let copied = (|| {
+        let _context = cuda::enter(pointer.context)?;
+        if stream != 0 {
+            cuda::synchronize_handle(stream)?;
+        }
+        let (to, from) = if to_device {
+            (address as usize, host)
+        } else {
+            (host, address as usize)
+        };
+        // SAFETY: the device range holds `nbytes` (checked_pointer); the caller passes a live
+        // host buffer of `nbytes`.
+        unsafe { cuda::copy_any(pointer.context, to, from, nbytes) }
+    })();
+    // The array may be freed once this returns: its range is not kept.
+    forget_device_range(pointer.base);
+    copied.map_err(|e| {
+        DeviceError::Failed(format!(
+            "copying the array {} the host: {e}",
+            if to_device { "from" } else { "to" }
+        ))
+    })
+}
+
 /// One rank's tile of a collective `to_file`, in device memory, and where its bytes go: `runs`,
 /// each `(file address, byte offset in the tile, byte length)`, in the tile's memory order.
 pub struct TileWrite<'a> {

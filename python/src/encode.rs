@@ -9,8 +9,6 @@ use crate::hdf5::{self, Hid};
 use h5gds::VfdSettings;
 use h5gds_chunk_codec::encode::{self, ChunkWriter, Encoding, HostWrite};
 use h5gds_chunk_codec::Filter;
-use h5gds_runtime::cuda::{self, PointerKind};
-use h5gds_runtime::device_ranges::{self, forget_device_range};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
@@ -123,64 +121,4 @@ pub fn encode_write_chunks(
         )
     });
     Ok(written)
-}
-
-/// Copies the device array at `address` (`nbytes`; on device `claimed_ordinal` if it says) into
-/// the host buffer at `host` (plain host memory the caller allocated, `nbytes` long), after the
-/// producer's `stream` (0: none) has finished: a device array's way into a compressed `to_file`,
-/// whose chunks are encoded on the host cores. ValueError for memory that is not one CUDA
-/// allocation holding `nbytes`; OSError where CUDA fails. The caller keeps both arrays alive.
-#[pyfunction]
-pub fn device_to_host(
-    py: Python<'_>,
-    address: u64,
-    nbytes: usize,
-    claimed_ordinal: Option<i32>,
-    stream: u64,
-    host: usize,
-) -> PyResult<()> {
-    if nbytes == 0 {
-        return Ok(());
-    }
-    py.detach(|| {
-        let os =
-            |e: cuda::CudaError| PyOSError::new_err(format!("copying the array to the host: {e}"));
-        let driver = cuda::cuda().map_err(|e| {
-            PyValueError::new_err(format!(
-                "array is CUDA device memory, but CUDA does not work in this process ({e})"
-            ))
-        })?;
-        if let Some(claimed) = claimed_ordinal.filter(|&c| c < 0 || c >= driver.device_count) {
-            return Err(PyValueError::new_err(format!(
-                "array is on CUDA device {claimed}, and this process sees {} CUDA device(s)",
-                driver.device_count
-            )));
-        }
-        let kind = device_ranges::query(address as usize).map_err(PyOSError::new_err)?;
-        let PointerKind::Device(range) = kind else {
-            return Err(PyValueError::new_err(format!(
-                "array's address {address:#x} is not CUDA device memory in this process"
-            )));
-        };
-        let (base, size) = range.allocation;
-        let end = address.checked_add(nbytes as u64);
-        if address < base || end.is_none_or(|e| e > base + size as u64) {
-            return Err(PyValueError::new_err(format!(
-                "array claims {nbytes} bytes at {address:#x}, beyond its allocation ({size} \
-                 bytes at {base:#x})"
-            )));
-        }
-        let copied = (|| {
-            let _context = cuda::enter(range.context)?;
-            if stream != 0 {
-                cuda::synchronize_handle(stream)?;
-            }
-            // SAFETY: the device range was checked to hold `nbytes` above; the caller passes a
-            // live host buffer of `nbytes`.
-            unsafe { cuda::copy_any(range.context, host, address as usize, nbytes) }
-        })();
-        // The array may be freed once this returns: its range is not kept.
-        forget_device_range(range.base);
-        copied.map_err(os)
-    })
 }

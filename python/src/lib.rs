@@ -336,6 +336,39 @@ fn device_io(
         .map_err(device_error)
 }
 
+/// Copies the device array at `address` (`nbytes`; on device `claimed_ordinal` if it says) into
+/// the host buffer at `host` after the producer's `stream` (0: none) has finished (see
+/// `device::copy_with_host`). ValueError for memory that is not one CUDA allocation holding
+/// `nbytes`; OSError where CUDA fails. The caller keeps both arrays alive.
+#[pyfunction]
+fn device_to_host(
+    py: Python<'_>,
+    address: u64,
+    nbytes: usize,
+    claimed_ordinal: Option<i32>,
+    stream: u64,
+    host: usize,
+) -> PyResult<()> {
+    py.detach(|| device::copy_with_host(address, nbytes, claimed_ordinal, stream, host, false))
+        .map_err(device_error)
+}
+
+/// Copies the host buffer at `host` into the device array at `address` (`nbytes`), after the
+/// producer's `stream` (0: none) has finished; the copy is complete when this returns. Errors as
+/// for `device_to_host`. The caller keeps both arrays alive.
+#[pyfunction]
+fn host_to_device(
+    py: Python<'_>,
+    address: u64,
+    nbytes: usize,
+    claimed_ordinal: Option<i32>,
+    stream: u64,
+    host: usize,
+) -> PyResult<()> {
+    py.detach(|| device::copy_with_host(address, nbytes, claimed_ordinal, stream, host, true))
+        .map_err(device_error)
+}
+
 /// Writes one rank's device tile of a collective `to_file` through the driver of `file` (the
 /// `H5FD_t *` that `H5FDopen` returned in h5py's HDF5): `runs` are `(file address, byte offset in
 /// the tile, byte length)` in the tile's memory order; `direct`: the file's driver is `gds`
@@ -415,7 +448,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_tensor, m)?)?;
     m.add_function(wrap_pyfunction!(encode::encode_write_chunks, m)?)?;
-    m.add_function(wrap_pyfunction!(encode::device_to_host, m)?)?;
+    m.add_function(wrap_pyfunction!(device_to_host, m)?)?;
+    m.add_function(wrap_pyfunction!(host_to_device, m)?)?;
     m.add_function(wrap_pyfunction!(gather::dataset_gather, m)?)?;
     m.add_class::<gather::GatherPlan>()?;
     m.add("DRIVER_NAME", "gds")?;

@@ -506,3 +506,18 @@ def test_the_emulator_saw_no_bounds_violation_or_double_free():
     require_emulator("its bounds and double-free counters")
     counters = CUDA.counters()
     assert counters["bounds_violations"] == 0 and counters["double_frees"] == 0, counters
+
+
+def test_gathers_into_device_arrays_read_the_rows_then_copy_them_up(tmp_path):
+    path = tmp_path / "g.h5"
+    x = np.arange(60 * 5, dtype="<f4").reshape(60, 5)
+    with h5py.File(path, "w") as f:
+        f["x"] = x
+        f.create_dataset("z", data=x, chunks=(8, 5), compression="gzip")
+    for mode in ("r", "r+"):
+        with h5py.File(path, mode) as f:
+            for name in ("x", "z"):
+                out = DeviceArray((4, 5), "<f4", fill=0)
+                assert h5gds.read(f[name], out=out, sel=[7, 3, 3, -1]) is out
+                assert np.array_equal(out.to_host(), x[[7, 3, 3, -1]]), (mode, name)
+                out.free()

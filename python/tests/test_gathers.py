@@ -295,12 +295,13 @@ def test_out_of_the_wrong_shape_dtype_or_kind_is_refused_untouched(dset):
     assert (out == -3.0).all() and (frozen == -3.0).all()
 
 
-def test_device_arrays_are_refused_for_gathers(dset):
+def test_a_gather_into_memory_cuda_does_not_know_is_refused(dset):
+    """Gathers into device arrays read the rows into host memory and copy them up (test_device.py); an
+    address CUDA does not know (here: no CUDA at all) is refused, and nothing is written there."""
     class CudaArray:
         __cuda_array_interface__ = {"shape": (2, 6, 5), "typestr": "<f8", "data": (0xDEAD0000, False), "version": 3}
 
-    with pytest.raises(TypeError, match=r"^out is device memory: gathers \(an index array as the selection of "
-                                        r"dataset /x\) read into NumPy arrays only"):
+    with pytest.raises(ValueError, match=r"^array is CUDA device memory, but CUDA does not work in this process"):
         h5gds.read(dset, out=CudaArray(), sel=[1, 2])
 
 
