@@ -90,6 +90,18 @@ pub enum Error {
         reason: String,
     },
 
+    /// `from_file_rows` was given a row index outside the dataset.
+    #[error(
+        "{}: dataset {dataset:?}: index {index} is out of range for axis 0 with size {rows}",
+        path.display()
+    )]
+    RowOutOfRange {
+        path: PathBuf,
+        dataset: String,
+        index: i64,
+        rows: u64,
+    },
+
     /// `from_file_batched` was given an unusable chunk shape.
     #[error(
         "invalid chunk_shape {chunk_shape:?} for dataset {dataset:?} of shape {shape:?}: {reason}"

@@ -154,6 +154,114 @@ pub(crate) fn read_region<T: Element>(
     })
 }
 
+/// Reads rows `rows` of a dataset (indices along its first axis, in any order, repeats allowed,
+/// negative ones from the end) into a host array of one row per index (see
+/// [`crate::from_file_rows`]): the distinct rows with one `H5Dread` of the union of their runs,
+/// then copied into the caller's order.
+pub(crate) fn read_rows<T: Element>(
+    path: &Path,
+    dataset: &str,
+    rows: &[i64],
+    options: &ReadOptions,
+) -> Result<ArrayD<T>> {
+    let (ds, types) = open_checked::<T>(path, dataset, options)?;
+    let Some((&extent, rest)) = ds.shape.split_first() else {
+        return Err(Error::UnsupportedDataset {
+            path: ds.path.clone(),
+            dataset: ds.name.clone(),
+            reason: "is a scalar: it has no rows to read".into(),
+        });
+    };
+    let resolved = rows
+        .iter()
+        .map(|&index| {
+            let row = if index < 0 {
+                (extent as i64).checked_add(index)
+            } else {
+                Some(index)
+            };
+            row.filter(|&r| r >= 0 && (r as u64) < extent)
+                .map(|r| r as u64)
+                .ok_or_else(|| Error::RowOutOfRange {
+                    path: ds.path.clone(),
+                    dataset: ds.name.clone(),
+                    index,
+                    rows: extent,
+                })
+        })
+        .collect::<Result<Vec<u64>>>()?;
+    let mut distinct = resolved.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let row_len: u64 = rest.iter().product();
+    let mut shape: Vec<usize> = vec![rows.len()];
+    shape.extend(rest.iter().map(|&d| d as usize));
+    let mut values: Vec<T> = Vec::with_capacity(distinct.len() * row_len as usize);
+    if !distinct.is_empty() && row_len > 0 {
+        // Runs of neighbouring rows, each one block of the file selection.
+        let mut runs: Vec<(Vec<u64>, Vec<u64>)> = Vec::new();
+        for &row in &distinct {
+            match runs.last_mut() {
+                Some((start, count)) if start[0] + count[0] == row => count[0] += 1,
+                _ => {
+                    let mut start = vec![row];
+                    start.extend(rest.iter().map(|_| 0));
+                    let mut count = vec![1];
+                    count.extend_from_slice(rest);
+                    runs.push((start, count));
+                }
+            }
+        }
+        let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
+        let blocks: Vec<hdf5_raw::Block> = runs
+            .iter()
+            .map(|(s, c)| (s.as_slice(), c.as_slice()))
+            .collect();
+        let file = select_blocks(&ds.shape, &blocks).map_err(|e| fail("selecting the rows", e))?;
+        let n = distinct.len() * row_len as usize;
+        let memory = hdf5::Dataspace::try_new(n).map_err(|e| fail("creating a dataspace", e))?;
+        let spaces = Spaces {
+            memory: Some(&memory),
+            file: Some(&file),
+        };
+        hdf5_raw::read_into(
+            &ds.dset,
+            &types.mem,
+            spaces,
+            &mut values.spare_capacity_mut()[..n],
+        )
+        .map_err(|e| fail("reading the rows", e))?;
+        if T::CHECKED_BYTES {
+            // SAFETY: HDF5 has written all n one-byte elements; they are read as bytes only.
+            let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), n) };
+            if let Some((index, value)) = first_invalid_bool(bytes) {
+                return Err(Error::InvalidBool {
+                    path: ds.path.clone(),
+                    dataset: ds.name.clone(),
+                    index,
+                    value,
+                });
+            }
+        }
+        // SAFETY: HDF5 has initialised all n elements, and (for bool) each is 0 or 1.
+        unsafe { values.set_len(n) };
+    }
+    let row_len = row_len as usize;
+    let mut out = Vec::with_capacity(rows.len() * row_len);
+    for row in &resolved {
+        let at = distinct.binary_search(row).unwrap_or_default() * row_len;
+        out.extend_from_slice(&values[at..at + row_len]);
+    }
+    drop(types);
+    ds.close()?;
+    let expected = out.len();
+    ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|_| Error::ShapeMismatch {
+        shape: shape.clone(),
+        expected,
+        actual: expected,
+    })
+}
+
 /// Opens a dataset for host reads and checks its type against `T`.
 pub(crate) fn open_checked<T: Element>(
     path: &Path,

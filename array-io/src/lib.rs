@@ -172,6 +172,21 @@ pub fn from_file_with<T: Element>(
     host::read(path.as_ref(), dataset, options)
 }
 
+/// Reads rows of dataset `dataset` of the file at `path` into a host array with one row per
+/// index of `rows` (indices along the first axis, in any order, repeats allowed, negative ones
+/// counting from the end as in NumPy): a gather. The distinct rows are read with one `H5Dread`
+/// of the union of their runs, then copied into the caller's order.
+///
+/// Errors: those of [`from_file`]; an index out of range ([`Error::RowOutOfRange`], naming it
+/// and the axis size, before anything is read); a scalar dataset.
+pub fn from_file_rows<T: Element>(
+    path: impl AsRef<Path>,
+    dataset: &str,
+    rows: &[i64],
+) -> Result<ArrayD<T>> {
+    host::read_rows(path.as_ref(), dataset, rows, &ReadOptions::default())
+}
+
 /// Reads dataset `dataset` of the file at `path` into device memory, on `stream` (a cudarc
 /// `Arc<CudaStream>`, or an `Arc<CudaContext>` for its default stream). Errors as
 /// [`from_file`].

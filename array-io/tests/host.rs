@@ -328,3 +328,46 @@ fn batched_reads_refuse_bad_chunk_shapes() {
         );
     }
 }
+
+#[test]
+fn from_file_rows_gathers_rows_in_any_order_with_repeats_and_negative_indices() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rows.h5");
+    let data = sample_array::<i32>(&[40, 3, 4], 7);
+    to_file(&data, &path, "/x").unwrap();
+    let rows: [i64; 7] = [5, 0, 39, 5, -1, 6, 7];
+    let got: ArrayD<i32> = array_io::from_file_rows(&path, "/x", &rows).unwrap();
+    assert_eq!(got.shape(), &[7, 3, 4]);
+    for (k, &r) in rows.iter().enumerate() {
+        let row = if r < 0 { 40 + r } else { r } as usize;
+        assert_eq!(
+            got.index_axis(ndarray::Axis(0), k),
+            data.index_axis(ndarray::Axis(0), row),
+            "index {r}"
+        );
+    }
+    let none: ArrayD<i32> = array_io::from_file_rows(&path, "/x", &[]).unwrap();
+    assert_eq!(none.shape(), &[0, 3, 4]);
+    for bad in [40, -41] {
+        let err = array_io::from_file_rows::<i32>(&path, "/x", &[1, bad]).unwrap_err();
+        assert!(
+            matches!(err, Error::RowOutOfRange { index, rows: 40, .. } if index == bad),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().ends_with(&format!(
+                "index {bad} is out of range for axis 0 with size 40"
+            )),
+            "{err}"
+        );
+    }
+    // to_file replaces the file: the scalar goes into one of its own.
+    let scalar_path = dir.path().join("scalar.h5");
+    let one = arr1(&[1.5f32])
+        .into_dyn()
+        .index_axis(ndarray::Axis(0), 0)
+        .to_owned();
+    to_file(&one, &scalar_path, "/s").unwrap();
+    let scalar = array_io::from_file_rows::<f32>(&scalar_path, "/s", &[0]).unwrap_err();
+    assert!(scalar.to_string().contains("is a scalar"), "{scalar}");
+}
