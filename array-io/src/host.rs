@@ -132,26 +132,39 @@ pub(crate) fn read_region<T: Element>(
             )
             .map_err(|e| fail("reading the dataset", e))?;
         }
-        if T::CHECKED_BYTES {
-            // SAFETY: HDF5 has written all n one-byte elements; they are read as bytes only.
-            let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), n) };
-            if let Some((index, value)) = first_invalid_bool(bytes) {
-                return Err(Error::InvalidBool {
-                    path: ds.path.clone(),
-                    dataset: ds.name.clone(),
-                    index,
-                    value,
-                });
-            }
-        }
-        // SAFETY: HDF5 has initialised all n elements, and (for bool) each is 0 or 1.
-        unsafe { values.set_len(n) };
+        // SAFETY: the read above wrote all n elements.
+        unsafe { filled(ds, &mut values, n) }?;
     }
     ArrayD::from_shape_vec(IxDyn(&shape), values).map_err(|_| Error::ShapeMismatch {
         shape: shape.clone(),
         expected: n,
         actual: n,
     })
+}
+
+/// Takes the `n` elements a read wrote into `values`' spare capacity as its elements, after
+/// checking, for `bool`, that each byte is 0 or 1.
+///
+/// # Safety
+/// The first `n` elements of `values`' spare capacity must have been written.
+unsafe fn filled<T: Element>(ds: &OpenDataset, values: &mut Vec<T>, n: usize) -> Result<()> {
+    if T::CHECKED_BYTES {
+        // SAFETY: the n one-byte elements were written (as the caller guarantees); they are
+        // read as bytes only.
+        let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), n) };
+        if let Some((index, value)) = first_invalid_bool(bytes) {
+            return Err(Error::InvalidBool {
+                path: ds.path.clone(),
+                dataset: ds.name.clone(),
+                index,
+                value,
+            });
+        }
+    }
+    // SAFETY: all n elements are initialised (as the caller guarantees) and, for bool, each is
+    // 0 or 1 (checked above).
+    unsafe { values.set_len(n) };
+    Ok(())
 }
 
 /// Reads rows `rows` of a dataset (indices along its first axis, in any order, repeats allowed,
@@ -231,20 +244,8 @@ pub(crate) fn read_rows<T: Element>(
             &mut values.spare_capacity_mut()[..n],
         )
         .map_err(|e| fail("reading the rows", e))?;
-        if T::CHECKED_BYTES {
-            // SAFETY: HDF5 has written all n one-byte elements; they are read as bytes only.
-            let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), n) };
-            if let Some((index, value)) = first_invalid_bool(bytes) {
-                return Err(Error::InvalidBool {
-                    path: ds.path.clone(),
-                    dataset: ds.name.clone(),
-                    index,
-                    value,
-                });
-            }
-        }
-        // SAFETY: HDF5 has initialised all n elements, and (for bool) each is 0 or 1.
-        unsafe { values.set_len(n) };
+        // SAFETY: the read above wrote all n elements.
+        unsafe { filled(&ds, &mut values, n) }?;
     }
     let row_len = row_len as usize;
     let mut out = Vec::with_capacity(rows.len() * row_len);
