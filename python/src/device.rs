@@ -5,7 +5,8 @@
 //! the device pointer), or through a pinned host buffer of `H5GDS_STAGING_BUFFER_SIZE` bytes,
 //! piece by piece, so any size works with any buffer. Reads of compressed chunks are decoded on
 //! the GPU (`compressed`: they move compressed) or by h5gds on the host's threads
-//! (`host_codec`, into the pinned buffer), whichever `route::choose_decoder` picks.
+//! (`host_codec`, into the pinned buffer of the staged path), whichever
+//! `route::choose_decoder` picks.
 
 use crate::compressed::{self, CompressedRead};
 pub use crate::error::DeviceError;
@@ -253,7 +254,15 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
                     .unwrap_or("its chunks are compressed")
             )
         });
-        host_decoded(&t, pointer.context, prepared, &storage_facts, staging_size)?;
+        let item = t.nbytes / t.count.iter().product::<u64>() as usize;
+        let filters = host_filters(&storage_facts);
+        let decode = HostDecode {
+            pipeline: Pipeline::for_filters(&filters, item).map_err(DeviceError::Failed)?,
+            filters: &filters,
+            chunk: &storage_facts.chunk,
+            threads: host_threads()?,
+        };
+        staged(&t, pointer.context, prepared, staging_size, Some(&decode))?;
         drop(context);
         return Ok("staged: decoded by h5gds on the host".into());
     }
@@ -288,7 +297,7 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
                     if t.write { "from" } else { "into" }
                 )
             });
-            staged(&t, pointer.context, prepared, staging_size)?;
+            staged(&t, pointer.context, prepared, staging_size, None)?;
             format!("staged: {reason}")
         }
     };
@@ -381,59 +390,6 @@ fn host_threads() -> Result<usize, DeviceError> {
         .nthreads)
 }
 
-/// [`staged`] for a read whose chunks h5gds decodes on the host: each piece of the selection
-/// that fits the pinned buffer is read with its chunks decoded on the driver's I/O threads
-/// (`host_codec`), then copied to the device.
-fn host_decoded(
-    t: &DeviceTransfer,
-    context: DeviceContext,
-    prepared: &Prepared,
-    storage: &StorageFacts,
-    staging_size: usize,
-) -> Result<(), DeviceError> {
-    let elements: u64 = t.count.iter().product();
-    let item = t.nbytes / elements as usize;
-    let filters = host_filters(storage);
-    let pipeline = Pipeline::for_filters(&filters, item).map_err(DeviceError::Failed)?;
-    let threads = host_threads()?;
-    through_pinned(
-        context,
-        t.address,
-        elements,
-        item,
-        staging_size,
-        false,
-        |a, b, host| {
-            let mut offset = 0usize;
-            for block in flat_range_blocks(t.count, a, b) {
-                let start: Vec<u64> = (0..block.start.len())
-                    .map(|i| t.start[i] + block.start[i] * t.step[i])
-                    .collect();
-                let len = block.len() as usize * item;
-                let read = CompressedHostRead {
-                    dataset: t.dataset,
-                    name: t.dataset_name,
-                    chunk: &storage.chunk,
-                    filters: &filters,
-                    start: &start,
-                    step: t.step,
-                    count: &block.count,
-                    element_size: item,
-                    threads,
-                };
-                // SAFETY: the pinned buffer holds the piece's elements from `offset` (the
-                // blocks of [a, b) hold b - a elements in order).
-                let out = unsafe { std::slice::from_raw_parts_mut(host.add(offset), len) };
-                read.run(&pipeline, prepared, out)
-                    .map_err(|crate::host_codec::Failed(m)| DeviceError::Failed(m))?;
-                offset += len;
-            }
-            // SAFETY: the blocks above filled `offset` bytes of the buffer.
-            unsafe { check_bools(t, host, offset, a) }
-        },
-    )
-}
-
 /// Moves `elements` elements of `item` bytes between device memory at `address` and the file
 /// through one pinned host buffer of at most `staging_size` bytes, piece by piece: `io(a, b,
 /// host)` moves elements `[a, b)` (in the array's row-major order) between the buffer and the
@@ -472,14 +428,24 @@ fn through_pinned(
     Ok(())
 }
 
+/// How h5gds decodes a read's chunks on the host (`host_codec`), for [`staged`].
+struct HostDecode<'a> {
+    pipeline: Pipeline,
+    filters: &'a [Filter],
+    chunk: &'a [u64],
+    threads: usize,
+}
+
 /// Moves the selection through a pinned buffer of at most `staging_size` bytes: for reads,
-/// HDF5 fills the buffer with a run of the selection's elements (in row-major order), which
-/// is then copied to the device; for writes the other way round.
+/// HDF5 fills the buffer with a run of the selection's elements (in row-major order), or with
+/// `decoded` h5gds decodes their chunks into it on the driver's I/O threads, and the run is then
+/// copied to the device; for writes the other way round.
 fn staged(
     t: &DeviceTransfer,
     context: DeviceContext,
     prepared: &Prepared,
     staging_size: usize,
+    decoded: Option<&HostDecode>,
 ) -> Result<(), DeviceError> {
     let failed = DeviceError::Failed;
     let elements: u64 = t.count.iter().product();
@@ -502,23 +468,44 @@ fn staged(
                 let start: Vec<u64> = (0..block.start.len())
                     .map(|i| t.start[i] + block.start[i] * t.step[i])
                     .collect();
-                // SAFETY: the block is part of the checked selection; its elements fit the pinned
-                // buffer from `offset` (the blocks of [a, b) hold b - a elements in order).
-                unsafe {
-                    prepared.run_hyperslab(
-                        &start,
-                        t.step,
-                        &block.count,
-                        host.add(offset).cast::<c_void>(),
-                    )
+                let len = block.len() as usize * item;
+                if let Some(d) = decoded {
+                    let read = CompressedHostRead {
+                        dataset: t.dataset,
+                        name: t.dataset_name,
+                        chunk: d.chunk,
+                        filters: d.filters,
+                        start: &start,
+                        step: t.step,
+                        count: &block.count,
+                        element_size: item,
+                        threads: d.threads,
+                    };
+                    // SAFETY: the pinned buffer holds the block's elements from `offset` (the
+                    // blocks of [a, b) hold b - a elements in order).
+                    let out = unsafe { std::slice::from_raw_parts_mut(host.add(offset), len) };
+                    read.run(&d.pipeline, prepared, out)
+                        .map_err(|crate::host_codec::Failed(m)| failed(m))?;
+                } else {
+                    // SAFETY: the block is part of the checked selection; its elements fit the
+                    // pinned buffer from `offset` (the blocks of [a, b) hold b - a elements in
+                    // order).
+                    unsafe {
+                        prepared.run_hyperslab(
+                            &start,
+                            t.step,
+                            &block.count,
+                            host.add(offset).cast::<c_void>(),
+                        )
+                    }
+                    .map_err(|m| {
+                        failed(format!(
+                            "H5D{} failed: {m}",
+                            if t.write { "write" } else { "read" }
+                        ))
+                    })?;
                 }
-                .map_err(|m| {
-                    failed(format!(
-                        "H5D{} failed: {m}",
-                        if t.write { "write" } else { "read" }
-                    ))
-                })?;
-                offset += block.len() as usize * item;
+                offset += len;
             }
             if t.write {
                 return Ok(());
