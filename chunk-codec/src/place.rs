@@ -117,6 +117,34 @@ pub fn whole_chunk_run(part: &ChunkPart, sel: &Hyperslab, chunk: &[u64]) -> Opti
     Some(offset)
 }
 
+/// An output array's address, shared by threads that each write their own elements of it (the
+/// holder keeps the array alive until every thread has finished).
+#[derive(Clone, Copy, Debug)]
+pub struct SharedOut(*mut u8);
+
+// SAFETY: a plain address; whoever writes through it writes elements no other thread writes
+// (the contract of `SharedOut::new`).
+unsafe impl Send for SharedOut {}
+// SAFETY: as above.
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// Shares the output at `out`.
+    ///
+    /// # Safety
+    /// Every thread given it must write only elements no other thread writes, and `out` must
+    /// stay valid until all have finished.
+    pub unsafe fn new(out: *mut u8) -> SharedOut {
+        SharedOut(out)
+    }
+
+    /// The address `offset` bytes into the output (a method, so that closures capture the
+    /// whole `SharedOut`, which is `Sync`, rather than its raw pointer).
+    pub fn at(self, offset: u64) -> *mut u8 {
+        self.0.wrapping_add(offset as usize)
+    }
+}
+
 /// Where the elements of a copy come from: an array of `shape`, read from `start` with `step`
 /// per axis.
 pub struct Source<'a> {

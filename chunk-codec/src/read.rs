@@ -7,7 +7,9 @@
 //! them with the fill value) and places them with [`place_missing`].
 
 use crate::pipeline::{Pipeline, Scratch};
-use crate::place::{chunks_selected, copy_box, whole_chunk_run, ChunkPart, Hyperslab, Source};
+use crate::place::{
+    chunks_selected, copy_box, whole_chunk_run, ChunkPart, Hyperslab, SharedOut, Source,
+};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex};
@@ -87,16 +89,6 @@ pub struct Outcome {
 /// Stored bytes that may wait for decoding at once, across all chunks in flight.
 const IN_FLIGHT_BYTES: usize = 512 << 20;
 
-/// The output array's address, shared by the decoding tasks (each writes only its chunk's
-/// elements).
-#[derive(Clone, Copy)]
-struct Out(*mut u8);
-// SAFETY: tasks write disjoint elements (every element of the selection lies in one chunk) and
-// the read waits for every task before the caller's buffer is released.
-unsafe impl Send for Out {}
-// SAFETY: as above.
-unsafe impl Sync for Out {}
-
 /// A stored chunk's buffer and the scratch that decodes it, reused from chunk to chunk.
 #[derive(Default)]
 struct Slot {
@@ -118,13 +110,14 @@ impl HostRead<'_> {
         part: &ChunkPart,
         mask: u32,
         slot: &mut Slot,
-        out: Out,
+        out: SharedOut,
     ) -> Result<(), String> {
         if let Some(run) = whole_chunk_run(part, &self.selection, self.chunk) {
             let at = run as usize * self.element_size;
             // SAFETY: the chunk's run lies inside the output (the selection holds the part) and
             // only this task writes it, as the caller guarantees.
-            let dest = unsafe { std::slice::from_raw_parts_mut(out.0.add(at), self.chunk_bytes()) };
+            let dest =
+                unsafe { std::slice::from_raw_parts_mut(out.at(at as u64), self.chunk_bytes()) };
             return self
                 .pipeline
                 .decode_into(&slot.stored, mask, &mut slot.scratch, dest);
@@ -148,7 +141,7 @@ impl HostRead<'_> {
         unsafe {
             copy_box(
                 &src,
-                out.0,
+                out.at(0),
                 self.selection.count,
                 &part.first,
                 &part.count,
@@ -187,7 +180,9 @@ pub fn read<R: RawChunks>(
     }
     let direct = source.direct_file();
     outcome.direct = direct.is_some();
-    let out = Out(out.as_mut_ptr());
+    // SAFETY: each task writes only its chunk's elements (every element of the selection lies
+    // in one chunk), and the read waits for every task before it returns the caller's buffer.
+    let out = unsafe { SharedOut::new(out.as_mut_ptr()) };
     let chunk_bytes = r.chunk_bytes().max(1);
     let pool = (r.threads > 1 && jobs.len() > 1)
         .then(|| h5gds_runtime::pool::for_waiting_caller(r.threads))

@@ -13,7 +13,9 @@
 use crate::gather::GatherPlan;
 use crate::hdf5::{self, Hid};
 use h5gds_chunk_codec::pipeline::Scratch;
-use h5gds_chunk_codec::place::{chunks_selected, copy_box, whole_chunk_run, ChunkPart, Source};
+use h5gds_chunk_codec::place::{
+    chunks_selected, copy_box, whole_chunk_run, ChunkPart, SharedOut, Source,
+};
 use h5gds_chunk_codec::{Filter, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -98,23 +100,6 @@ pub struct Layout {
 const PARALLEL_BYTES: usize = 1 << 20;
 /// Pieces contiguous reads are split into, for the pool.
 const PIECE_BYTES: u64 = 4 << 20;
-
-/// The output array's address, shared by the threads filling disjoint parts of it.
-#[derive(Clone, Copy)]
-struct Out(*mut u8);
-// SAFETY: each thread writes its own bytes of the output, which the caller keeps alive until
-// every thread has finished.
-unsafe impl Send for Out {}
-// SAFETY: as above.
-unsafe impl Sync for Out {}
-
-impl Out {
-    /// The address `offset` bytes into the output (a method, so that closures take the whole
-    /// `Out`, which is `Sync`, rather than its raw pointer).
-    fn at(self, offset: u64) -> *mut u8 {
-        self.0.wrapping_add(offset as usize)
-    }
-}
 
 /// The chunk index as `h5gds_chunk_codec::read` asks for it; the bytes come from the file.
 struct Indexed<'a> {
@@ -320,7 +305,9 @@ impl Layout {
         // Runs read at once on the pool read their own chunks on one thread each.
         let inner = if pool.is_some() { 1 } else { threads };
         py.detach(|| {
-            let out = Out(buffer as *mut u8);
+            // SAFETY: the runs' bytes are disjoint parts of the caller's buffer, which it keeps
+            // alive for the call (the pool is done with them when this returns).
+            let out = unsafe { SharedOut::new(buffer as *mut u8) };
             let one = |k: usize| -> Result<(), String> {
                 let (start, step, count, at, len) = &reads[k];
                 let sel = Hyperslab { start, step, count };
@@ -646,7 +633,8 @@ impl Layout {
             }
         }
         let last_step = sel.step[rank - 1];
-        let out_ptr = Out(out.as_mut_ptr());
+        // SAFETY: the pieces are disjoint runs of `out`, which outlives the reads below.
+        let out_ptr = unsafe { SharedOut::new(out.as_mut_ptr()) };
         let read_piece = |&(file_at, out_at, len): &(u64, u64, u64)| -> Result<(), String> {
             let failed = |err: std::io::Error| {
                 format!(
