@@ -47,7 +47,7 @@ def gather(dset, view, sel, name):
         # Into host memory first (the rows come from all over the file), then one copy up.
         host = np.empty(view.shape, dtype=view.dtype)
         gather(dset, _arrays.view(host, "out"), sel, name)
-        _native.host_to_device(view.address, view.nbytes, view.device[1], view.stream, host.ctypes.data)
+        _native.device_copy(view.address, view.nbytes, view.device[1], view.stream, host.ctypes.data, True)
         return
     rows = sel.rows
     plan = _native.GatherPlan(rows.ctypes.data, len(rows), dset.shape[0])

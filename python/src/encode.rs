@@ -3,7 +3,7 @@
 //! chunks are gathered from the host array and encoded on the driver's I/O threads, and written
 //! raw (`H5Dwrite_chunk`, filter mask 0) in chunk order on the calling thread, under h5py's lock,
 //! with the GIL released. Device arrays are copied into host memory first
-//! ([`device_to_host`]).
+//! (`device::copy_with_host`, through `_native.device_copy`).
 
 use crate::hdf5::{self, Hid};
 use h5gds::VfdSettings;

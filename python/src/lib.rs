@@ -336,36 +336,22 @@ fn device_io(
         .map_err(device_error)
 }
 
-/// Copies the device array at `address` (`nbytes`; on device `claimed_ordinal` if it says) into
-/// the host buffer at `host` after the producer's `stream` (0: none) has finished (see
+/// Copies between the device array at `address` (`nbytes`; on device `claimed_ordinal` if it
+/// says) and the host buffer at `host`: into the device with `to_device`, else out of it, after
+/// the producer's `stream` (0: none) has finished; complete when this returns (see
 /// `device::copy_with_host`). ValueError for memory that is not one CUDA allocation holding
 /// `nbytes`; OSError where CUDA fails. The caller keeps both arrays alive.
 #[pyfunction]
-fn device_to_host(
+fn device_copy(
     py: Python<'_>,
     address: u64,
     nbytes: usize,
     claimed_ordinal: Option<i32>,
     stream: u64,
     host: usize,
+    to_device: bool,
 ) -> PyResult<()> {
-    py.detach(|| device::copy_with_host(address, nbytes, claimed_ordinal, stream, host, false))
-        .map_err(device_error)
-}
-
-/// Copies the host buffer at `host` into the device array at `address` (`nbytes`), after the
-/// producer's `stream` (0: none) has finished; the copy is complete when this returns. Errors as
-/// for `device_to_host`. The caller keeps both arrays alive.
-#[pyfunction]
-fn host_to_device(
-    py: Python<'_>,
-    address: u64,
-    nbytes: usize,
-    claimed_ordinal: Option<i32>,
-    stream: u64,
-    host: usize,
-) -> PyResult<()> {
-    py.detach(|| device::copy_with_host(address, nbytes, claimed_ordinal, stream, host, true))
+    py.detach(|| device::copy_with_host(address, nbytes, claimed_ordinal, stream, host, to_device))
         .map_err(device_error)
 }
 
@@ -448,8 +434,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_tensor, m)?)?;
     m.add_function(wrap_pyfunction!(encode::encode_write_chunks, m)?)?;
-    m.add_function(wrap_pyfunction!(device_to_host, m)?)?;
-    m.add_function(wrap_pyfunction!(host_to_device, m)?)?;
+    m.add_function(wrap_pyfunction!(device_copy, m)?)?;
     m.add_function(wrap_pyfunction!(gather::dataset_gather, m)?)?;
     m.add_class::<gather::GatherPlan>()?;
     m.add("DRIVER_NAME", "gds")?;
