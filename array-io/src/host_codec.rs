@@ -39,9 +39,7 @@ impl RawChunks for &OpenDataset {
 
     fn direct_file(&mut self) -> Option<std::fs::File> {
         // array-io opens files through gds or sec2 only.
-        let fd = hdf5_raw::read_only_descriptor(&self.file)?;
-        // The very file HDF5 has open, anew (without the driver's O_DIRECT, if it uses it).
-        std::fs::File::open(format!("/proc/self/fd/{fd}")).ok()
+        h5gds_chunk_codec::reopen(hdf5_raw::read_only_descriptor(&self.file)?)
     }
 
     fn read(&mut self, offset: &[u64], size: usize, buf: &mut Vec<u8>) -> Result<u32> {

@@ -51,6 +51,15 @@ pub trait RawChunks {
     fn corrupt(&self, offset: &[u64], reason: String) -> Self::Error;
 }
 
+/// The file behind descriptor `fd` (HDF5's own, through sec2 or gds), opened anew for the
+/// decoding threads' reads: through `/proc/self/fd`, so it is the very file HDF5 has open even if
+/// renamed since, with a file description of its own, without the driver's `O_DIRECT` (which
+/// would refuse unaligned reads). `None` when it cannot be opened; the chunks are then read
+/// through HDF5.
+pub fn reopen(fd: i32) -> Option<std::fs::File> {
+    std::fs::File::open(format!("/proc/self/fd/{fd}")).ok()
+}
+
 /// Reads a chunk's stored bytes from the file at its address.
 fn read_at(file: &std::fs::File, chunk: &StoredChunk, buf: &mut Vec<u8>) -> Result<(), String> {
     use std::os::unix::fs::FileExt;

@@ -599,9 +599,8 @@ pub fn chunk_location(dataset: Hid, offset: &[u64]) -> Result<Option<(usize, u32
 /// The file holding `dataset`, opened anew for reading, when its chunks may be read from it
 /// directly at the addresses HDF5 reports: the file open read-only (HDF5 then holds no newer
 /// bytes than the file's), through sec2 or h5gds's `gds` driver (whose addresses are the file's
-/// offsets), with no user block. `None` otherwise, or when HDF5 cannot tell. The file is opened
-/// through `/proc/self/fd`, so it is the very file HDF5 has open, without its `O_DIRECT`. The
-/// caller holds h5py's lock.
+/// offsets), with no user block. `None` otherwise, or when HDF5 cannot tell. The file is
+/// `h5gds_chunk_codec::reopen`ed. The caller holds h5py's lock.
 pub fn direct_file(dataset: Hid) -> Option<std::fs::File> {
     match other_driver(dataset) {
         Ok(None) => {}
@@ -654,7 +653,7 @@ pub fn direct_file(dataset: Hid) -> Option<std::fs::File> {
         api.stack();
         fd?
     };
-    std::fs::File::open(format!("/proc/self/fd/{fd}")).ok()
+    h5gds_chunk_codec::reopen(fd)
 }
 
 /// Reads the stored (still compressed) bytes of the chunk at `offset` into `buf`, device
