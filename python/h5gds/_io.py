@@ -90,6 +90,15 @@ def _decoded_by_h5gds(dsid, mem_type, view, slab, name):
 
 def _transfer(write, dset, view, slab, role, name):
     if view.device is not None:
+        # A read-only file's dataset, where the driver would stage the read too: read with no HDF5
+        # call into pinned memory and copied up (_layout). Bools go through the driver's path,
+        # which refuses bytes other than 0 and 1.
+        if not write and view.dtype != np.bool_:
+            found = _layout.layout(dset, view.dtype)
+            if found is not None and found.read_to_device(
+                    list(slab.start), list(slab.step), list(slab.count), view.address, view.nbytes,
+                    view.device[1], view.stream):
+                return
         _device.transfer(write, dset, view, slab, role, str(name))
         return
     if not write:

@@ -12,7 +12,8 @@ use cudarc::driver::{sys, CudaContext};
 use h5gds_gpu_codec::decode::{self, placement_runs, ChunkIndex, ChunkSource, Decoding};
 use h5gds_route::route::{Block, GpuCodec};
 use h5gds_route::select::{chunks_touching, flat_range_blocks};
-use h5gds_runtime::cuda::{self, DeviceContext, PinnedBuffer};
+use h5gds_runtime::cuda::{self, DeviceContext};
+use h5gds_runtime::pinned;
 use std::ffi::c_void;
 
 /// Raw chunk reads of one h5py dataset.
@@ -104,7 +105,7 @@ fn fill_missing(r: &CompressedRead, prepared: &Prepared, part: &Block) -> Result
     let es = r.element_size;
     let elements = part.len();
     let per = (r.staging_size / es).max(1) as u64;
-    let mut pinned = PinnedBuffer::new(per.min(elements) as usize * es)?;
+    let mut pinned = pinned::Taken::new(per.min(elements) as usize * es);
     let ones = vec![1u64; part.count.len()];
     let mut a = 0u64;
     while a < elements {

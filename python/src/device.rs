@@ -19,8 +19,9 @@ use h5gds_route::route::{
     Transfer,
 };
 use h5gds_route::select::flat_range_blocks;
-use h5gds_runtime::cuda::{self, DeviceContext, DeviceRange, PinnedBuffer, PointerKind};
+use h5gds_runtime::cuda::{self, DeviceContext, DeviceRange, PointerKind};
 use h5gds_runtime::device_ranges::{self, forget_device_range};
+use h5gds_runtime::pinned;
 use h5gds_runtime::settings::{self, DevicePath, STAGING_BUFFER_SIZE_ENV, USE_VFD_GDS_ENV};
 use std::collections::HashSet;
 use std::ffi::c_void;
@@ -255,7 +256,7 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
             )
         });
         let item = t.nbytes / t.count.iter().product::<u64>() as usize;
-        let filters = host_filters(&storage_facts);
+        let filters = host_filters(&storage_facts.filters);
         let decode = HostDecode {
             pipeline: Pipeline::for_filters(&filters, item).map_err(DeviceError::Failed)?,
             filters: &filters,
@@ -315,56 +316,22 @@ fn decoder(
     region: &Block,
     blocker: Option<String>,
 ) -> Result<Option<Decoder>, DeviceError> {
-    let forced =
-        h5gds_runtime::settings::gpu_codec_forced().map_err(|e| argument(e.to_string()))?;
-    let strided = t.step.iter().zip(t.count).any(|(&s, &c)| s > 1 && c > 1);
-    let stop = blocker.clone().or_else(|| {
-        strided.then(|| {
-            "the selection has steps greater than 1, which the GPU decoding path does not place"
-                .to_string()
-        })
-    });
-    let item = t.nbytes / t.count.iter().product::<u64>().max(1) as usize;
-    let filters = host_filters(storage);
-    let rank_matches = region.count.len() == storage.chunk.len();
-    let host = match (&t.conversion, rank_matches) {
-        (Some(conversion), _) => Err(conversion.clone()),
-        (None, false) => Err("its chunk shape does not match its rank".into()),
-        (None, true) => Pipeline::for_filters(&filters, item).map(drop),
-    };
-    // libnvcomp is loaded only for a read it could serve, and not when the GPU is turned off.
-    let gpu = if forced == Some(false) {
-        Err("H5GDS_GPU_CODEC=0 turns decoding on the GPU off".into())
-    } else {
-        gpu_decode(&storage.filters, None, stop.as_deref())
-            .and_then(|_| {
-                let missing = h5gds_gpu_codec::nvcomp::library().err();
-                gpu_decode(&storage.filters, missing.as_deref(), stop.as_deref())
-            })
-            .and_then(|codec| {
-                rank_matches
-                    .then_some(codec)
-                    .ok_or_else(|| "its chunk shape does not match its rank".to_string())
-            })
-    };
     let selection = Hyperslab {
         start: t.start,
         step: t.step,
         count: t.count,
     };
-    let chunks = if rank_matches {
-        chunks_selected(&selection, &storage.chunk).len()
-    } else {
-        0
-    };
-    let facts = DecoderFacts {
-        gpu,
-        host,
-        chunk_bytes: storage.chunk.iter().product::<u64>() as usize * item,
-        chunks,
-        host_threads: host_threads()?,
-        forced,
-    };
+    let item = t.nbytes / t.count.iter().product::<u64>().max(1) as usize;
+    let rank_matches = region.count.len() == storage.chunk.len();
+    let facts = decoder_facts(
+        &storage.filters,
+        &storage.chunk,
+        &selection,
+        item,
+        t.conversion.as_deref(),
+        blocker,
+        rank_matches,
+    )?;
     let (choice, why) = choose_decoder(&facts);
     let side = match choice {
         Some(Decoder::Gpu(_)) => "on the GPU with nvCOMP".to_string(),
@@ -381,6 +348,123 @@ fn decoder(
         )
     });
     Ok(choice)
+}
+
+/// What `route::choose_decoder` weighs for a read of `selection` (elements of `item` bytes)
+/// from chunks of `chunk` through the pipeline `filters`: whether nvCOMP can decode it (libnvcomp
+/// is loaded only for a read it could serve, and not when the GPU is turned off), whether h5gds
+/// can on the host, and the work. `conversion`: why HDF5 must convert the elements, if it must;
+/// `blocker`: why the driver cannot take the device pointer, if it cannot; `rank_matches`: the
+/// chunk shape has the selection's rank.
+pub fn decoder_facts(
+    filters: &[i32],
+    chunk: &[u64],
+    selection: &Hyperslab,
+    item: usize,
+    conversion: Option<&str>,
+    blocker: Option<String>,
+    rank_matches: bool,
+) -> Result<DecoderFacts, DeviceError> {
+    let forced =
+        h5gds_runtime::settings::gpu_codec_forced().map_err(|e| argument(e.to_string()))?;
+    let strided = selection
+        .step
+        .iter()
+        .zip(selection.count)
+        .any(|(&s, &c)| s > 1 && c > 1);
+    let stop = blocker.or_else(|| {
+        strided.then(|| {
+            "the selection has steps greater than 1, which the GPU decoding path does not place"
+                .to_string()
+        })
+    });
+    let host = match (conversion, rank_matches) {
+        (Some(conversion), _) => Err(conversion.to_string()),
+        (None, false) => Err("its chunk shape does not match its rank".into()),
+        (None, true) => Pipeline::for_filters(&host_filters(filters), item).map(drop),
+    };
+    let gpu = if forced == Some(false) {
+        Err("H5GDS_GPU_CODEC=0 turns decoding on the GPU off".into())
+    } else {
+        gpu_decode(filters, None, stop.as_deref())
+            .and_then(|_| {
+                let missing = h5gds_gpu_codec::nvcomp::library().err();
+                gpu_decode(filters, missing.as_deref(), stop.as_deref())
+            })
+            .and_then(|codec| {
+                rank_matches
+                    .then_some(codec)
+                    .ok_or_else(|| "its chunk shape does not match its rank".to_string())
+            })
+    };
+    let chunks = if rank_matches {
+        chunks_selected(selection, chunk).len()
+    } else {
+        0
+    };
+    Ok(DecoderFacts {
+        gpu,
+        host,
+        chunk_bytes: chunk.iter().product::<u64>() as usize * item,
+        chunks,
+        host_threads: host_threads()?,
+        forced,
+    })
+}
+
+/// The largest read into device memory that a dataset's layout may serve
+/// (`Layout::read_to_device`): read whole into pinned host memory, then copied up. Larger reads
+/// go through the driver, which overlaps the file reads with the copies.
+pub const LAYOUT_DEVICE_READ_MAX: usize = 16 << 20;
+
+/// Why a read into device memory would be staged through pinned memory anyway
+/// ([`staged_anyway`]).
+pub struct StagedAnyway {
+    pub why: String,
+    /// The gds driver would not see the device pointer at all (the file is open with sec2, or
+    /// `H5GDS_USE_VFD_GDS=0`), so compressed chunks cannot reach nvCOMP either.
+    pub past_the_driver: bool,
+}
+
+/// Why a read of `nbytes` into device memory may be served by the dataset's layout, with no HDF5
+/// call, through pinned host memory: it would be staged through pinned memory anyway (the file is
+/// open with sec2, `sec2`; or the driver would stage it). None where the driver is to take it: the
+/// read is larger than [`LAYOUT_DEVICE_READ_MAX`], the settings ask for the gds driver
+/// (`H5GDS_USE_VFD_GDS=1`, `compat_mode=off`), or cuFile could give GPUDirect Storage here
+/// (nvidia-fs, or P2PDMA in cuFile's configuration).
+pub fn staged_anyway(nbytes: usize, sec2: bool) -> Result<Option<StagedAnyway>, DeviceError> {
+    if nbytes > LAYOUT_DEVICE_READ_MAX {
+        return Ok(None);
+    }
+    let past = |why: &str| {
+        Some(StagedAnyway {
+            why: why.into(),
+            past_the_driver: true,
+        })
+    };
+    if sec2 {
+        return Ok(past(
+            "the file is open with the sec2 driver, which reads only into host memory",
+        ));
+    }
+    let invalid = |e: settings::InvalidSetting| argument(e.to_string());
+    match settings::device_path(env(USE_VFD_GDS_ENV).as_deref()).map_err(invalid)? {
+        DevicePath::Staged => return Ok(past("H5GDS_USE_VFD_GDS=0 stages device reads")),
+        DevicePath::Gds => return Ok(None),
+        DevicePath::Auto => {}
+    }
+    let vfd = h5gds::VfdSettings::load(None).map_err(|e| argument(e.to_string()))?;
+    let why = match vfd.compat_mode {
+        h5gds::CompatMode::On => Some("compat_mode=on: the driver stages device reads".into()),
+        h5gds::CompatMode::Off => None,
+        h5gds::CompatMode::Auto => h5gds::gds_kernel_path_possible()
+            .err()
+            .map(|why| format!("the driver would stage it too ({why})")),
+    };
+    Ok(why.map(|why| StagedAnyway {
+        why,
+        past_the_driver: false,
+    }))
 }
 
 /// The driver's I/O thread count, which decodes on the host.
@@ -405,7 +489,7 @@ fn through_pinned(
     mut io: impl FnMut(u64, u64, *mut u8) -> Result<(), DeviceError>,
 ) -> Result<(), DeviceError> {
     let per = (staging_size / item).max(1) as u64;
-    let mut pinned = PinnedBuffer::new((per.min(elements) as usize) * item)?;
+    let mut pinned = pinned::Taken::new((per.min(elements) as usize) * item);
     let mut a = 0u64;
     while a < elements {
         let b = (a + per).min(elements);
@@ -544,11 +628,10 @@ unsafe fn check_bools(
     }
 }
 
-/// The filters of `storage` as the host decoder takes them (shuffle's element size is the
+/// The pipeline's filter ids as the host decoder takes them (shuffle's element size is the
 /// element's).
-fn host_filters(storage: &StorageFacts) -> Vec<Filter> {
-    storage
-        .filters
+fn host_filters(filters: &[i32]) -> Vec<Filter> {
+    filters
         .iter()
         .map(|&id| Filter { id, values: vec![] })
         .collect()

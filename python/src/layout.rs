@@ -10,6 +10,8 @@
 //! chunk never written is left to HDF5 (which fills it), as is everything else (compact,
 //! external, virtual, conversions, other filters).
 
+use crate::device;
+use crate::device_error;
 use crate::gather::GatherPlan;
 use crate::hdf5::{self, Hid};
 use h5gds_chunk_codec::pipeline::Scratch;
@@ -17,6 +19,8 @@ use h5gds_chunk_codec::place::{
     chunks_selected, copy_box, whole_chunk_run, ChunkPart, SharedOut, Source,
 };
 use h5gds_chunk_codec::{Filter, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk};
+use h5gds_route::route::{choose_decoder, Decoder};
+use h5gds_runtime::pinned;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use std::collections::HashMap;
@@ -32,6 +36,8 @@ enum Storage {
     /// Chunks of `chunk` elements, each where `index` says.
     Chunked {
         chunk: Vec<u64>,
+        /// The pipeline's filter ids, for the choice of decoder of reads into device memory.
+        filters: Vec<i32>,
         pipeline: Pipeline,
         index: HashMap<Vec<u64>, StoredChunk>,
         /// The last chunks reads inside one chunk decoded, as HDF5's chunk cache keeps them.
@@ -91,6 +97,8 @@ fn with_stored<R>(
 pub struct Layout {
     name: String,
     file: File,
+    /// The file is open with sec2 (else `gds`): the driver would stage device reads.
+    sec2: bool,
     shape: Vec<u64>,
     element: usize,
     storage: Storage,
@@ -132,6 +140,12 @@ impl RawChunks for Indexed<'_> {
     }
 }
 
+/// Whether the file holding `dataset` is open with sec2 (`hdf5::direct_file` serves sec2 and
+/// `gds` only). The caller holds h5py's lock.
+fn sec2(dataset: Hid) -> bool {
+    matches!(hdf5::other_driver(dataset), Ok(Some(_)))
+}
+
 fn threads() -> PyResult<usize> {
     Ok(h5gds::VfdSettings::load(None)
         .map_err(|e| PyValueError::new_err(e.to_string()))?
@@ -156,6 +170,7 @@ impl Layout {
         Ok(Some(Layout {
             name,
             file,
+            sec2: sec2(dataset),
             shape,
             element,
             storage: Storage::Contiguous { address },
@@ -174,6 +189,7 @@ impl Layout {
         chunk: Vec<u64>,
         filters: Vec<(i32, Vec<u32>)>,
     ) -> PyResult<Option<Layout>> {
+        let ids = filters.iter().map(|(id, _)| *id).collect();
         let filters: Vec<Filter> = filters
             .into_iter()
             .map(|(id, values)| Filter { id, values })
@@ -196,10 +212,12 @@ impl Layout {
         Ok(Some(Layout {
             name,
             file,
+            sec2: sec2(dataset),
             shape,
             element,
             storage: Storage::Chunked {
                 chunk,
+                filters: ids,
                 pipeline,
                 index,
                 kept: Mutex::default(),
@@ -241,6 +259,79 @@ impl Layout {
             self.read_served(&sel, &parts, out, threads)
         })
         .map_err(PyOSError::new_err)?;
+        Ok(true)
+    }
+
+    /// Reads the hyperslab (`start`, `step`, `count`) into the device array at `address`
+    /// (`nbytes`; on device `claimed_ordinal` if it says; its producer's `stream`, 0 for none,
+    /// waited for first) where the read would be staged through pinned memory anyway
+    /// (`device::staged_anyway`), and compressed chunks are decoded faster on the host than on
+    /// the GPU (`route::choose_decoder`): read with no HDF5 call into pinned host memory, then
+    /// copied up, with neither h5py's lock nor the GIL held. False when the driver or HDF5 is to
+    /// read it; nothing was read then. The caller keeps the array alive.
+    #[allow(clippy::too_many_arguments)]
+    fn read_to_device(
+        &self,
+        py: Python<'_>,
+        start: Vec<u64>,
+        step: Vec<u64>,
+        count: Vec<u64>,
+        address: u64,
+        nbytes: usize,
+        claimed_ordinal: Option<i32>,
+        stream: u64,
+    ) -> PyResult<bool> {
+        let sel = Hyperslab {
+            start: &start,
+            step: &step,
+            count: &count,
+        };
+        self.check(&sel, nbytes).map_err(PyValueError::new_err)?;
+        if nbytes == 0 {
+            return Ok(false);
+        }
+        let Some(staged) = device::staged_anyway(nbytes, self.sec2).map_err(device_error)? else {
+            return Ok(false);
+        };
+        let why = &staged.why;
+        if let Storage::Chunked { chunk, filters, .. } = &self.storage {
+            if !filters.is_empty() {
+                let blocker = staged.past_the_driver.then(|| why.clone());
+                let facts =
+                    device::decoder_facts(filters, chunk, &sel, self.element, None, blocker, true)
+                        .map_err(device_error)?;
+                if choose_decoder(&facts).0 != Some(Decoder::Host) {
+                    return Ok(false);
+                }
+            }
+        }
+        let Some(parts) = self.serves(&sel)? else {
+            return Ok(false);
+        };
+        let threads = threads()?;
+        h5gds::with_logging(|| {
+            tracing::info!(
+                "h5gds.read {:?}: {nbytes} bytes into device memory through pinned host memory, \
+                 read with no HDF5 call: {why}",
+                self.name
+            )
+        });
+        py.detach(|| {
+            let mut host = pinned::Taken::new(nbytes);
+            // SAFETY: the buffer holds at least `nbytes` bytes and is this call's alone.
+            let out = unsafe { std::slice::from_raw_parts_mut(host.as_mut_ptr(), nbytes) };
+            self.read_served(&sel, &parts, out, threads)
+                .map_err(device::DeviceError::Failed)?;
+            device::copy_with_host(
+                address,
+                nbytes,
+                claimed_ordinal,
+                stream,
+                host.as_mut_ptr() as usize,
+                true,
+            )
+        })
+        .map_err(device_error)?;
         Ok(true)
     }
 
@@ -408,6 +499,7 @@ impl Layout {
                 pipeline,
                 index,
                 kept,
+                ..
             } => {
                 if let [part] = parts {
                     return self.read_in_one_chunk(part, sel, chunk, pipeline, index, kept, out);

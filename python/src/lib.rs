@@ -395,7 +395,7 @@ fn device_count() -> PyResult<i32> {
     device::device_count().map_err(device_error)
 }
 
-fn device_error(e: device::DeviceError) -> PyErr {
+pub(crate) fn device_error(e: device::DeviceError) -> PyErr {
     match e {
         device::DeviceError::Argument(message) => PyValueError::new_err(message),
         device::DeviceError::Failed(message) => PyOSError::new_err(message),

@@ -478,6 +478,160 @@ def test_bad_interfaces_raise_instead_of_crashing(dset):
     unchanged(dset)
 
 
+# --- read-only files: no HDF5 call (issue 26) ---------------------------------------------------------------
+
+LOCK_FREE = "read with no HDF5 call"
+
+
+@pytest.fixture(params=["sec2", "gds"])
+def read_only(tmp_path, request, monkeypatch):
+    """A file of every layout a dataset's layout serves (and one it does not: LZF), opened read-only with
+    sec2, or with gds and H5GDS_USE_VFD_GDS=0: either way a device read is staged through pinned memory."""
+    path = tmp_path / "ro.h5"
+    x = reference((40, 12, 6), "<f4")
+    with h5py.File(path, "w") as f:
+        f["contiguous"] = x
+        f.create_dataset("chunked", data=x, chunks=(7, 5, 6))
+        f.create_dataset("gzip", data=x, chunks=(8, 12, 3), compression="gzip", shuffle=True)
+        f.create_dataset("deflate", data=x, chunks=(8, 12, 6), compression="gzip")  # nvCOMP decodes it
+        f.create_dataset("lzf", data=x, chunks=(8, 12, 6), compression="lzf")
+    if request.param == "gds":
+        monkeypatch.setenv("H5GDS_USE_VFD_GDS", "0")
+    with h5py.File(path, "r", driver=None if request.param == "sec2" else "gds") as f:
+        yield f, x
+
+
+def _served(dset, sel, out):
+    """Whether the dataset's layout served the read of ``sel`` into the device array ``out`` itself."""
+    from h5gds import _layout
+    from h5gds._selection import hyperslab
+
+    found = _layout.layout(dset, dset.dtype)
+    if found is None:
+        return False
+    slab = hyperslab(sel, dset.shape)
+    return found.read_to_device(list(slab.start), list(slab.step), list(slab.count), out.ptr.value, out.nbytes,
+                                None, 0)
+
+
+def test_where_the_driver_would_stage_a_read_only_files_reads_need_no_hdf5_call(read_only, capfd):
+    f, x = read_only
+    for name in ("contiguous", "chunked", "gzip", "deflate"):
+        for sel in (None, (slice(3, 37), slice(None), 2), (slice(1, 40, 3), slice(2, 9)), 5, (Ellipsis, slice(1, 4))):
+            want = f[name][sel] if sel is not None else f[name][...]
+            out = DeviceArray(want.shape, "<f4", fill=0)
+            with Counters() as moved:
+                assert _served(f[name], sel, out) is True, (name, sel)
+            moved.check("staged", "read", f"{name}[{sel}]")
+            assert out.to_host().tobytes() == want.tobytes(), (name, sel)
+            # h5gds.read takes the same way, and says so.
+            again = DeviceArray(want.shape, "<f4", fill=0)
+            capfd.readouterr()
+            assert h5gds.read(f[name], out=again, sel=sel) is again
+            assert again.to_host().tobytes() == want.tobytes(), (name, sel)
+            read_route(capfd, "staged", LOCK_FREE)
+            out.free()
+            again.free()
+    # LZF is not decoded by h5gds: HDF5 reads it, staged.
+    out = DeviceArray(x.shape, "<f4", fill=0)
+    assert _served(f["lzf"], None, out) is False
+    capfd.readouterr()
+    h5gds.read(f["lzf"], out=out)
+    assert out.to_host().tobytes() == x.tobytes()
+    err = capfd.readouterr().err
+    assert STAGED in err and LOCK_FREE not in err, err
+
+
+def test_the_driver_keeps_reads_it_may_take_straight_or_that_are_large(read_only, capfd, monkeypatch):
+    f, x = read_only
+    out = DeviceArray(x.shape, "<f4", fill=0)
+    with open_gds(f.filename, "r") as straight:
+        with monkeypatch.context() as m:
+            m.delenv("H5GDS_USE_VFD_GDS", raising=False)
+            if CUDA.emulated:
+                # The emulator's machine has a GDS kernel path (H5GDS_EMU_GDS=1): the driver takes the read.
+                assert _served(straight["contiguous"], None, out) is False
+                capfd.readouterr()
+                h5gds.read(straight["contiguous"], out=out)
+                read_route(capfd, "gds", None)
+                assert out.to_host().tobytes() == x.tobytes()
+            for setting, value in (("H5GDS_USE_VFD_GDS", "1"), ("H5GDS_COMPAT_MODE", "off")):
+                with monkeypatch.context() as n:
+                    n.setenv(setting, value)
+                    assert _served(straight["contiguous"], None, out) is False, setting
+        # compat_mode=on: the driver stages, but nvCOMP could still decode compressed chunks read through
+        # it, so they stay with the driver where the GPU is told to decode them (or estimated faster).
+        with monkeypatch.context() as m:
+            m.delenv("H5GDS_USE_VFD_GDS", raising=False)
+            m.setenv("H5GDS_COMPAT_MODE", "on")
+            assert _served(straight["contiguous"], None, out) is True
+            assert out.to_host().tobytes() == x.tobytes()
+            m.setenv("H5GDS_GPU_CODEC", "1")
+            assert _served(straight["deflate"], None, out) is False
+            # (a shuffle chain, which nvCOMP does not decode, is decoded on the host)
+            assert _served(straight["gzip"], None, out) is True
+            m.setenv("H5GDS_GPU_CODEC", "0")
+            assert _served(straight["deflate"], None, out) is True
+            assert out.to_host().tobytes() == x.tobytes()
+    # Read past the driver (sec2, H5GDS_USE_VFD_GDS=0), compressed chunks cannot reach the GPU: the layout
+    # decodes them on the host even where the GPU is told to decode.
+    with monkeypatch.context() as m:
+        m.setenv("H5GDS_GPU_CODEC", "1")
+        assert _served(f["deflate"], None, out) is True
+        assert out.to_host().tobytes() == x.tobytes()
+    out.free()
+    # Above 16 MiB the driver's staged path, which overlaps file reads and copies, takes it.
+    path = f.filename + ".big"
+    big = np.arange((16 << 20) // 4 + 256, dtype="<f4")
+    with h5py.File(path, "w") as w:
+        w["x"] = big
+    with h5py.File(path, "r") as r:
+        whole = DeviceArray(big.shape, "<f4", fill=0)
+        assert _served(r["x"], None, whole) is False
+        part = DeviceArray(((16 << 20) // 4,), "<f4", fill=0)
+        assert _served(r["x"], slice(256, None), part) is True
+        assert part.to_host().tobytes() == big[256:].tobytes()
+        h5gds.read(r["x"], out=whole)
+        assert whole.to_host().tobytes() == big.tobytes()
+        whole.free()
+        part.free()
+
+
+def test_device_reads_of_a_read_only_file_from_many_threads_at_once(read_only, run_in_threads):
+    f, x = read_only
+
+    def reader(name, seed):
+        rng = np.random.default_rng(seed)
+
+        def one(_):
+            a = int(rng.integers(0, 39))
+            b = int(rng.integers(a + 1, 41))
+            out = DeviceArray((b - a, 12, 6), "<f4", fill=0)
+            h5gds.read(f[name], out=out, sel=slice(a, b))
+            assert out.to_host().tobytes() == x[a:b].tobytes(), (name, a, b)
+            out.free()
+        return one
+
+    run_in_threads([reader(name, seed) for seed, name in enumerate(["contiguous", "chunked", "gzip"] * 2)], 25)
+
+
+def test_a_wrong_device_array_is_refused_naming_it_and_the_file_is_untouched(read_only):
+    f, x = read_only
+    host = np.zeros(x.shape, "<f4")
+    from h5gds import _layout
+
+    found = _layout.layout(f["contiguous"], f["contiguous"].dtype)
+    with pytest.raises(ValueError, match="is not CUDA device memory"):
+        found.read_to_device([0, 0, 0], [1, 1, 1], list(x.shape), host.ctypes.data, host.nbytes, None, 0)
+    small = DeviceArray((2, 12, 6), "<f4", fill=0)
+    with pytest.raises(ValueError, match="the buffer has"):
+        found.read_to_device([0, 0, 0], [1, 1, 1], list(x.shape), small.ptr.value, small.nbytes, None, 0)
+    with pytest.raises(ValueError, match="beyond its allocation"):
+        found.read_to_device([0, 0, 0], [1, 1, 1], list(x.shape), small.ptr.value, host.nbytes, None, 0)
+    small.free()
+    assert f["contiguous"][...].tobytes() == x.tobytes()
+
+
 # --- threads -----------------------------------------------------------------------------------------------
 
 def test_device_reads_in_threads_while_others_use_h5py(tmp_path, run_in_threads):

@@ -3,13 +3,14 @@
 //! is here without depending on the driver itself: CUDA through one wrapper of cudarc's result
 //! layer ([`cuda`]), the device ranges seen so far ([`device_ranges`]), HDF5 functions resolved
 //! at run time from the HDF5 copies in the process, one binding per copy ([`hdf5`]), one table of
-//! every `H5GDS_*` setting ([`settings`]), libcufile and libnvcomp loaded once ([`libraries`]), the process-wide thread pools ([`pool`]), this process's id without a system call ([`process`]), stream-ordered copies for code that holds cudarc
+//! every `H5GDS_*` setting ([`settings`]), libcufile and libnvcomp loaded once ([`libraries`]), the process-wide thread pools ([`pool`]), pinned host buffers kept for staging ([`pinned`]), this process's id without a system call ([`process`]), stream-ordered copies for code that holds cudarc
 //! streams ([`stream`]), and byte sizes as the settings write them ([`size`]).
 
 pub mod cuda;
 pub mod device_ranges;
 pub mod hdf5;
 pub mod libraries;
+pub mod pinned;
 pub mod pool;
 pub mod process;
 pub mod settings;

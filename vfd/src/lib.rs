@@ -35,7 +35,7 @@ pub use config::{
 pub use error::Error;
 pub use h5gds_runtime::cuda::{cuda, CudaDriver, CudaError};
 pub use h5gds_runtime::device_ranges::forget_device_range;
-pub use io::gds::CuFileDriver;
+pub use io::gds::{gds_kernel_path_possible, CuFileDriver};
 pub use log::with_logging;
 pub use plugin::{
     class_for_hdf5_at, h5gds_library, register_in_loaded_hdf5, set_fapl_driver,

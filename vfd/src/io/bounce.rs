@@ -3,85 +3,14 @@
 //! previous piece (and the reverse for writes); several pool threads add more overlap. Used where GDS is not available, and for what remains of a transfer after
 //! a cuFile error.
 //!
-//! Bounce buffers come from a process-wide pool and are kept for reuse (the pool is a static, so
-//! idle buffers are deliberately never freed at exit, where freeing pinned memory can race the
-//! CUDA driver's own teardown). When pinned memory cannot be had, ordinary host memory serves,
-//! with a warning.
+//! Bounce buffers come from the process-wide pool of pinned host buffers
+//! (`h5gds_runtime::pinned`), kept for reuse and never freed at exit.
 
 use super::{posix, BufPtr, Direction, PartialTransfer};
-use crate::cuda::{self, CUdeviceptr, DeviceContext, PinnedBuffer};
+use crate::cuda::{self, CUdeviceptr, DeviceContext};
 use crate::error::{Error, Result};
+use h5gds_runtime::pinned::{self, Staging};
 use std::os::fd::RawFd;
-use std::sync::Mutex;
-
-enum Bounce {
-    Pinned(PinnedBuffer),
-    Pageable(Vec<u8>),
-}
-
-impl Bounce {
-    fn ptr(&mut self) -> *mut u8 {
-        match self {
-            Bounce::Pinned(p) => p.as_mut_ptr(),
-            Bounce::Pageable(v) => v.as_mut_ptr(),
-        }
-    }
-    fn len(&self) -> usize {
-        match self {
-            Bounce::Pinned(p) => p.len(),
-            Bounce::Pageable(v) => v.len(),
-        }
-    }
-}
-
-/// Idle bounce buffers, kept for reuse.
-static POOL: Mutex<Vec<Bounce>> = Mutex::new(Vec::new());
-const MAX_IDLE: usize = 32;
-
-fn idle() -> std::sync::MutexGuard<'static, Vec<Bounce>> {
-    // A poisoned pool only means a panic elsewhere while it was held; its buffers are intact.
-    POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// A bounce buffer of at least `size` bytes: the smallest idle one that is large enough, else a
-/// new one of `size`.
-fn take(size: usize) -> Bounce {
-    {
-        let mut pool = idle();
-        let fitting = (0..pool.len())
-            .filter(|&i| pool[i].len() >= size)
-            .min_by_key(|&i| pool[i].len());
-        if let Some(i) = fitting {
-            return pool.swap_remove(i);
-        }
-    }
-    match PinnedBuffer::new(size) {
-        Ok(p) => Bounce::Pinned(p),
-        Err(err) => {
-            tracing::warn!(
-                "no pinned bounce buffer of {size} bytes ({err}); staging through pageable memory"
-            );
-            Bounce::Pageable(vec![0; size])
-        }
-    }
-}
-
-fn give_back(buffer: Bounce) {
-    let mut pool = idle();
-    if pool.len() < MAX_IDLE {
-        pool.push(buffer);
-    }
-    // Otherwise the buffer is dropped here, which frees it.
-}
-
-/// Frees the idle bounce buffers, where they were pinned only to bridge a wait (the transfers
-/// staged while cuFile opened in the background, once a file goes GPU-direct): pinned memory is
-/// the host's, and a later staged transfer pins what it needs again. Returns how many.
-pub(crate) fn release_idle() -> usize {
-    let released = std::mem::take(&mut *idle());
-    // Freed here, outside the pool's lock.
-    released.len()
-}
 
 /// The smallest bounce buffers worth pinning, so that small transfers share them.
 const MIN_BOUNCE: usize = 64 << 10;
@@ -154,18 +83,18 @@ pub(crate) unsafe fn transfer(
             .map_err(|e| copy_failed(copy_op, e))
     };
     // Completes the piece pending on buffer `b`, if any: the file I/O comes last for a write.
-    let settle = |b: usize, bufs: &mut [Bounce; 2], pending: &mut [Option<(usize, usize)>; 2]| {
+    let settle = |b: usize, bufs: &mut [Staging; 2], pending: &mut [Option<(usize, usize)>; 2]| {
         let Some((off, n)) = pending[b].take() else {
             return Ok(());
         };
         cuda::synchronize(streams[b]).map_err(|e| (copy_failed("staged copy (stream)", e), off))?;
         if dir == Direction::Write {
-            file_io(bufs[b].ptr(), off, n).map_err(|f| (f, off))?;
+            file_io(bufs[b].as_mut_ptr(), off, n).map_err(|f| (f, off))?;
         }
         Ok(())
     };
     let size = bounce_buffer_for(len, bounce_size);
-    let mut bufs = [take(size), take(size)];
+    let mut bufs = [pinned::take(size), pinned::take(size)];
     let mut pending: [Option<(usize, usize)>; 2] = [None, None];
     let mut result: std::result::Result<(), (FailedStep, usize)> = Ok(());
     for (k, (off, n)) in pieces(len, bounce_size).enumerate() {
@@ -174,7 +103,7 @@ pub(crate) unsafe fn transfer(
             result = Err(e);
             break;
         }
-        if let Err(f) = start(bufs[b].ptr(), off, n, b) {
+        if let Err(f) = start(bufs[b].as_mut_ptr(), off, n, b) {
             result = Err((f, off));
             break;
         }
@@ -188,7 +117,7 @@ pub(crate) unsafe fn transfer(
         }
     }
     for buffer in bufs {
-        give_back(buffer);
+        pinned::give_back(buffer);
     }
     result.map_err(|((op, partial), off)| Error::Io {
         op,

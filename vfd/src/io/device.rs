@@ -414,7 +414,8 @@ impl DeferredGds {
             if matches!(path, FileDevicePath::Gds(_))
                 && STAGED_WHILE_OPENING.swap(false, Ordering::Relaxed)
             {
-                let released = super::bounce::release_idle();
+                // Pinned only to bridge the wait: a later staged transfer pins what it needs again.
+                let released = h5gds_runtime::pinned::release_idle();
                 tracing::debug!(
                     "{released} idle bounce buffers, pinned while cuFile opened, released"
                 );

@@ -400,7 +400,7 @@ pub(crate) const P2PDMA_ASKED: &str = "cuFile's configuration asks for PCI P2PDM
 /// only find that out, and it took 0.47 s on the first real-GPU machine (an H200 VM), the
 /// longest part of the first device read. Asked once per process; call only where CUDA works.
 /// Ok says which of the two holds.
-pub(crate) fn gds_kernel_path_possible() -> Result<&'static str, String> {
+pub fn gds_kernel_path_possible() -> Result<&'static str, String> {
     static POSSIBLE: OnceLock<Result<&'static str, String>> = OnceLock::new();
     POSSIBLE
         .get_or_init(|| {
