@@ -8,6 +8,10 @@ repeated; medians of GB/s, ratios to h5py in one thread, and each h5gds row's sc
 thread (the issue's goal: at least 0.8 x min(threads, cores)). Run with the wheel's interpreter::
 
     .venv-wheel/bin/python benches/threads.py --size 256M --rows 64K,1M
+
+``--device``: rows into CuPy arrays instead, h5py's rows copied up as users do (``out[...] = row``); no
+worker processes then. With real CuPy these are GPU figures; over h5gds's emulators (the package tests'
+CuPy stand-in, LD_LIBRARY_PATH as scripts/test.sh sets it) they are labelled EMULATED.
 """
 
 import argparse
@@ -27,7 +31,7 @@ import numpy as np
 import h5gds
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from bench_python import size_arg  # noqa: E402
+from bench_python import device_cupy, size_arg  # noqa: E402
 
 LAYOUTS = {
     "contiguous": {},
@@ -54,20 +58,23 @@ def h5gds_rows(dset, picks, out):
 
 
 def h5py_rows(dset, picks, out):
+    host = out if isinstance(out, np.ndarray) else np.empty(out.shape, dtype=out.dtype)
     for i in picks:
-        dset.read_direct(out, source_sel=np.s_[int(i)])
+        dset.read_direct(host, source_sel=np.s_[int(i)])
+        if host is not out:
+            out[...] = host  # what users do with a device array: read on the host, copy up
 
 
-def in_threads(fn, dset, picks, threads, row_elements):
+def in_threads(fn, dset, picks, threads, row_elements, empty=np.empty):
     parts = np.array_split(picks, threads)
-    outs = [np.empty(row_elements, dtype="<f4") for _ in range(threads)]
+    outs = [empty((row_elements,), dtype="<f4") for _ in range(threads)]
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         list(pool.map(fn, [dset] * threads, parts, outs))
 
 
 def process_worker(args):
     path, picks, row_elements = args
-    out = np.empty(row_elements, dtype="<f4")
+    out = np.empty((row_elements,), dtype="<f4")
     with h5py.File(path, "r") as f:
         h5py_rows(f["x"], picks, out)
 
@@ -80,9 +87,16 @@ def main():
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--layouts", default=",".join(LAYOUTS))
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--device", action="store_true", help="rows into CuPy arrays")
     args = parser.parse_args()
     cores = os.cpu_count()
-    print(f"Random rows, {args.size} bytes of float32, {args.reads} bytes read per alternative, "
+    empty, label = np.empty, "NumPy"
+    if args.device:
+        cupy, note = device_cupy()
+        if cupy is None:
+            sys.exit(f"--device: {note}")
+        empty, label = cupy.empty, f"CuPy{note}"
+    print(f"Random rows into {label}, {args.size} bytes of float32, {args.reads} bytes read per alternative, "
           f"{args.reps} interleaved rounds, {cores} CPUs; GB/s (medians) and ratios to h5py in one thread")
     context = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp, context.Pool(2) as workers:
@@ -99,16 +113,17 @@ def main():
                     dset = f["x"]
                     picks = rng.integers(0, rows, n)
                     want = dset[int(picks[0])]
-                    got = h5gds.read(dset, sel=(int(picks[0]),))
-                    assert np.array_equal(want, got)
+                    got = h5gds.read(dset, out=empty((row_elements,), dtype="<f4"), sel=(int(picks[0]),))
+                    assert np.array_equal(want, np.asarray(got if isinstance(got, np.ndarray) else got.get()))
                     alternatives = {}
                     for threads in (1, 2, 8):
                         alternatives[f"h5gds.read, {threads} threads"] = (
-                            lambda t=threads: in_threads(h5gds_rows, dset, picks, t, row_elements))
+                            lambda t=threads: in_threads(h5gds_rows, dset, picks, t, row_elements, empty))
                         alternatives[f"h5py, {threads} threads"] = (
-                            lambda t=threads: in_threads(h5py_rows, dset, picks, t, row_elements))
-                    alternatives["h5py, 2 worker processes"] = lambda: workers.map(
-                        process_worker, [(str(path), part, row_elements) for part in np.array_split(picks, 2)])
+                            lambda t=threads: in_threads(h5py_rows, dset, picks, t, row_elements, empty))
+                    if not args.device:
+                        alternatives["h5py, 2 worker processes"] = lambda: workers.map(
+                            process_worker, [(str(path), part, row_elements) for part in np.array_split(picks, 2)])
                     times = {name: [] for name in alternatives}
                     for _ in range(args.reps):
                         for name, fn in alternatives.items():

@@ -37,10 +37,12 @@ class _Name:
 def _dataset(dset):
     if not isinstance(dset, h5py.Dataset):
         raise TypeError(f"dset must be an h5py.Dataset, not {type(dset).__module__}.{type(dset).__name__}")
+    dsid = dset.id
     with phil:
-        if not dset.id.valid:
+        if not dsid.valid:
             raise ValueError("dset is closed (its file was closed)")
-        shape, dtype = dset.shape, dset.dtype
+        # (the id's dtype: Dataset.dtype takes phil again)
+        shape, dtype = dset.shape, dsid.dtype
     name = _Name(dset)
     if shape is None:
         raise ValueError(f"dataset {name} is empty (null dataspace): it has no elements to move")

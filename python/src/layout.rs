@@ -152,6 +152,16 @@ fn threads() -> PyResult<usize> {
         .nthreads)
 }
 
+/// The threads a read of `nbytes` over `parts` may use: one for a read below [`PARALLEL_BYTES`]
+/// inside one chunk or run (which stays on the calling thread, so the settings are not read: a
+/// row read costs a few microseconds, and reading them cost one), else the driver's I/O threads.
+fn threads_for(nbytes: usize, parts: &[ChunkPart]) -> PyResult<usize> {
+    if nbytes < PARALLEL_BYTES && parts.len() <= 1 {
+        return Ok(1);
+    }
+    threads()
+}
+
 #[pymethods]
 impl Layout {
     /// The layout of a contiguous dataset whose storage is at `address`, or None where it may
@@ -251,7 +261,7 @@ impl Layout {
         let Some(parts) = self.serves(&sel)? else {
             return Ok(false);
         };
-        let threads = threads()?;
+        let threads = threads_for(nbytes, &parts)?;
         py.detach(|| {
             // SAFETY: the Python caller passes the address and size of a live, writable host
             // buffer it keeps referenced for the call (its size checked above).
@@ -308,7 +318,7 @@ impl Layout {
         let Some(parts) = self.serves(&sel)? else {
             return Ok(false);
         };
-        let threads = threads()?;
+        let threads = threads_for(nbytes, &parts)?;
         h5gds::with_logging(|| {
             tracing::info!(
                 "h5gds.read {:?}: {nbytes} bytes into device memory through pinned host memory, \

@@ -28,6 +28,8 @@ SELECTIONS = [
     None, (), Ellipsis, 3, -1, np.int64(2), slice(2, 9, 3), slice(5, 100), slice(7, 3), slice(None, None, 4),
     (slice(None), 4), (Ellipsis, 2), (1, Ellipsis, slice(0, 5, 2)), (0, 0, 0), (-12, -9, -5),
     (slice(1, 11, 2), slice(None, None, 3), slice(4, None)), (slice(3, 3), 1),
+    # rows and runs of rows, alone or in a 1-tuple (the short way of _selection.hyperslab)
+    (5,), (-12,), (slice(2, 9),), slice(-3, None), slice(2, 9, 1), (slice(0, 0),), slice(4, 2), (slice(-100, 3),),
 ]
 
 
@@ -171,6 +173,9 @@ def test_non_contiguous_and_read_only_out(dset):
 
 @pytest.mark.parametrize("sel, error, message", [
     (12, IndexError, "index 12 is out of range for axis 0 with size 12"),
+    ((-13,), IndexError, "index -13 is out of range for axis 0 with size 12"),
+    ((slice(0, 5, 0),), ValueError, "slice step cannot be zero"),
+    (slice(0.5, 3), TypeError, "slice indices must be integers"),
     ((0, -10), IndexError, "index -10 is out of range for axis 1 with size 9"),
     ((0, 0, 0, 0), IndexError, "too many indices: the dataset has 3 dimension"),
     ((Ellipsis, 0, Ellipsis), IndexError, "single ellipsis"),
