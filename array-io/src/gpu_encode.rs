@@ -7,9 +7,10 @@
 //!
 //! Deflate's Adler-32 covers the decoded bytes and nvCOMP does not compute it: each chunk is
 //! copied to the host for it (the only host copy on this path, and only for deflate).
-//! `route::gpu_encode` decides when this path is taken; without it, HDF5's own filter encodes a
-//! host copy (deflate is built in; Zstandard and LZ4 where HDF5 finds hdf5plugin's plugins on
-//! `HDF5_PLUGIN_PATH`), and where HDF5 has no such filter the write fails saying why.
+//! `route::gpu_encode` decides when this path is taken; without it, the array is copied to the
+//! host and h5gds encodes its chunks on all host cores (`h5gds_chunk_codec::encode`, on the
+//! driver's thread pool) while this thread writes them raw in chunk order: HDF5's own filter
+//! would encode on one core, and needs hdf5plugin's plugins for Zstandard and LZ4.
 
 use crate::device::DeviceArray;
 use crate::driver::{Driver, Settings};
@@ -17,11 +18,12 @@ use crate::element::{descriptor_of, Element};
 use crate::error::no_panic;
 use crate::error::{Error, Result};
 use crate::file::{check_dataset_name, create_file};
-use crate::hdf5_raw::{self, Spaces};
+use crate::hdf5_raw;
 use crate::route::{driver_blocker, gpu_encode, GpuCodec, FILTER_DEFLATE, FILTER_LZ4, FILTER_ZSTD};
 use crate::select::{chunks_touching, Block};
 use cudarc::driver::{sys, CudaStream, DevicePtr};
-use h5gds_chunk_codec::format;
+use h5gds_chunk_codec::encode::{self, ChunkWriter, Encoding, HostWrite};
+use h5gds_chunk_codec::{format, Filter};
 use h5gds_gpu_codec::decode::placement_runs;
 use h5gds_gpu_codec::device::align_up;
 use h5gds_gpu_codec::nvcomp::{self, Job};
@@ -146,25 +148,6 @@ fn write<T: Element>(
     let lib = match (decision, nvcomp::library()) {
         (Ok(()), Ok(lib)) => lib,
         (Err(reason), _) | (Ok(()), Err(reason)) => {
-            let (id, cd) = compression.filter();
-            // Deflate is built in; Zstandard and LZ4 when HDF5 finds the plugin (hdf5plugin's
-            // directory on HDF5_PLUGIN_PATH).
-            let filter = hdf5::filters::Filter::user(id, cd);
-            if !hdf5_raw::locked(|| filter.is_available()) {
-                return Err(Error::UnsupportedDataset {
-                    path: path.to_path_buf(),
-                    dataset: dataset.to_string(),
-                    reason: format!(
-                        "cannot be written with {compression:?}: not on the GPU ({reason}), and \
-                         this HDF5 has no {compression:?} filter (id {id}) to encode on the host"
-                    ),
-                });
-            }
-            crate::log::debug(format_args!(
-                "{}: writing {dataset:?}: HDF5's {compression:?} filter encodes a host copy, \
-                 not nvCOMP on the GPU: {reason}",
-                path.display()
-            ));
             return write_on_host(
                 array,
                 path,
@@ -173,6 +156,7 @@ fn write<T: Element>(
                 compression,
                 &mem_type,
                 &shape,
+                &reason,
             );
         }
     };
@@ -203,7 +187,9 @@ fn write<T: Element>(
         .map_err(|e| Error::hdf5("closing the file", path, None, e))
 }
 
-/// Without the GPU path: HDF5's own filter encodes a host copy.
+/// Without the GPU path (for `why`): a host copy of the array, its chunks encoded by h5gds on
+/// the driver's I/O threads and written raw in chunk order by this thread.
+#[allow(clippy::too_many_arguments)]
 fn write_on_host<T: Element>(
     array: &DeviceArray<T>,
     path: &Path,
@@ -212,19 +198,88 @@ fn write_on_host<T: Element>(
     compression: Compression,
     mem_type: &hdf5::Datatype,
     shape: &[u64],
+    why: &str,
 ) -> Result<()> {
+    let (id, cd) = compression.filter();
+    let es = std::mem::size_of::<T>();
+    let filters = [Filter {
+        id,
+        values: cd.to_vec(),
+    }];
+    let encoding =
+        Encoding::for_filters(&filters, es).map_err(|reason| Error::UnsupportedDataset {
+            path: path.to_path_buf(),
+            dataset: dataset.to_string(),
+            reason: format!("cannot be written with {compression:?}: {reason}"),
+        })?;
     let host = array.to_host()?;
     let file = create_file(path, Driver::Sec2)?;
-    let (id, cd) = compression.filter();
     let dset = hdf5_raw::create_filtered_dataset(&file, dataset, mem_type, shape, chunk, id, cd)
         .map_err(|e| Error::hdf5("creating the dataset", path, Some(dataset), e))?;
     if let Some(elements) = host.as_slice().filter(|e| !e.is_empty()) {
-        hdf5_raw::write_from(&dset, mem_type, Spaces::default(), elements)
-            .map_err(|e| Error::hdf5("writing the dataset", path, Some(dataset), e))?;
+        // SAFETY: the elements are plain values (Element types), read as their bytes only.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                elements.as_ptr().cast::<u8>(),
+                std::mem::size_of_val(elements),
+            )
+        };
+        let threads = h5gds::VfdSettings::load(None).unwrap_or_default().nthreads;
+        let w = HostWrite {
+            encoding: &encoding,
+            array: bytes,
+            shape,
+            chunk,
+            element_size: es,
+            threads,
+        };
+        let mut sink = RawChunks {
+            dset: &dset,
+            path,
+            dataset,
+        };
+        let written = encode::write(&mut sink, &w)?;
+        crate::log::debug(format_args!(
+            "{}: writing {dataset:?}: {written} chunks encoded ({compression:?}) by h5gds on \
+             {threads} host threads and written raw, not on the GPU with nvCOMP: {why}",
+            path.display()
+        ));
     }
     drop(dset);
     file.close()
         .map_err(|e| Error::hdf5("closing the file", path, None, e))
+}
+
+/// Where the host encoder's chunks go: `H5Dwrite_chunk` into the new dataset.
+struct RawChunks<'a> {
+    dset: &'a hdf5::Dataset,
+    path: &'a Path,
+    dataset: &'a str,
+}
+
+impl ChunkWriter for RawChunks<'_> {
+    type Error = Error;
+
+    fn write(&mut self, offset: &[u64], stored: &[u8]) -> Result<()> {
+        // SAFETY: `stored` is a live host buffer of that many bytes; the file is open with sec2.
+        unsafe { hdf5_raw::write_chunk(self.dset, offset, 0, stored.as_ptr().cast(), stored.len()) }
+            .map_err(|e| {
+                Error::hdf5(
+                    format!("writing the chunk at {offset:?}"),
+                    self.path,
+                    Some(self.dataset),
+                    e,
+                )
+            })
+    }
+
+    fn failed(&self, offset: &[u64], reason: String) -> Error {
+        Error::UnsupportedDataset {
+            path: self.path.to_path_buf(),
+            dataset: self.dataset.to_string(),
+            reason: format!("the chunk at {offset:?} could not be encoded: {reason}"),
+        }
+    }
 }
 
 /// The sizes of one encoding run.
