@@ -1,7 +1,8 @@
 """Gathers for ``h5gds.read``: rows along the first axis named by a 1-D integer array, read in one
 call. The extension sorts the indices, drops repeats and coalesces neighbouring rows into runs
 (``_native.GatherPlan``, without the GIL); a read-only file's dataset with a layout (``_layout``)
-reads the runs on the pool's threads with no HDF5 call; otherwise it reads the distinct rows with one H5Dread of the union
+reads the runs on the pool's threads with no HDF5 call (whole rows of a contiguous dataset straight
+into the caller's order, repeats included, with nothing to scatter); otherwise it reads the distinct rows with one H5Dread of the union
 of the runs under h5py's lock (``_native.dataset_gather``), straight into the output when the
 indices are strictly increasing, and otherwise into a buffer of distinct rows that it then copies
 into the caller's order, repeats included, outside HDF5's lock (``GatherPlan.scatter``). A device
@@ -53,13 +54,16 @@ def gather(dset, view, sel, name):
     plan = _native.GatherPlan(rows.ctypes.data, len(rows), dset.shape[0])
     row_bytes = int(np.prod(sel.rest.count, dtype=np.int64)) * view.dtype.itemsize
     rest = (list(sel.rest.start), list(sel.rest.step), list(sel.rest.count))
+    found = _layout.layout(dset, view.dtype)
+    # Whole rows of a read-only file's contiguous dataset: read straight into the caller's order.
+    if found is not None and not plan.in_order and found.gather_in_place(plan, *rest, view.address, view.nbytes):
+        return
     if plan.in_order:
         target, address, nbytes = None, view.address, view.nbytes
     else:
         target = _scratch(plan.distinct * row_bytes)
         address, nbytes = target.ctypes.data, target.nbytes
     # A read-only file's dataset: its runs read with no HDF5 call, on the pool's threads (_layout).
-    found = _layout.layout(dset, view.dtype)
     if found is not None and found.gather(plan, *rest, address, nbytes):
         if target is not None:
             plan.scatter(address, nbytes, view.address, view.nbytes, row_bytes)

@@ -36,6 +36,24 @@ impl GatherPlan {
         self.distinct
     }
 
+    /// How many indices the caller gave.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The caller's rows, in the caller's order (repeats included).
+    pub(crate) fn caller_rows(&self) -> Vec<u64> {
+        let distinct: Vec<u64> = self
+            .runs
+            .iter()
+            .flat_map(|&(first, rows)| first..first + rows)
+            .collect();
+        if self.ranks.is_empty() {
+            return distinct;
+        }
+        self.ranks.iter().map(|&rank| distinct[rank]).collect()
+    }
+
     /// The plan for `indices`, each checked to lie below `rows`.
     fn of(indices: &[u64], rows: u64) -> Result<GatherPlan, String> {
         if let Some((at, bad)) = indices.iter().enumerate().find(|(_, &i)| i >= rows) {

@@ -345,6 +345,58 @@ impl Layout {
         Ok(true)
     }
 
+    /// Reads a gather's rows straight into the caller's order (the buffer at `buffer`,
+    /// `nbytes`: one row per index, repeats included), each run of rows that are neighbours both
+    /// in the file and in the caller's order read as one piece, on the pool's threads, with no
+    /// HDF5 call, no buffer of distinct rows to copy from, and neither h5py's lock nor the GIL
+    /// held. For contiguous datasets and whole rows only (`rest_*` selects all of the other
+    /// axes); False otherwise, with nothing read. The caller keeps the buffer alive.
+    #[allow(clippy::too_many_arguments)]
+    fn gather_in_place(
+        &self,
+        py: Python<'_>,
+        plan: &Bound<'_, GatherPlan>,
+        rest_start: Vec<u64>,
+        rest_step: Vec<u64>,
+        rest_count: Vec<u64>,
+        buffer: usize,
+        nbytes: usize,
+    ) -> PyResult<bool> {
+        let plan = plan.get();
+        let len = plan.len() as u64;
+        if len == 0 {
+            return Ok(true);
+        }
+        let row_bytes = nbytes as u64 / len;
+        if row_bytes * len != nbytes as u64 {
+            return Err(PyValueError::new_err(format!(
+                "the buffer has {nbytes} bytes, not a whole number of rows for the {len} indices \
+                 of the gather"
+            )));
+        }
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for row in plan.caller_rows() {
+            match runs.last_mut() {
+                Some((first, rows)) if *first + *rows == row => *rows += 1,
+                _ => runs.push((row, 1)),
+            }
+        }
+        let Some(pieces) =
+            self.whole_row_pieces(runs, &rest_start, &rest_step, &rest_count, row_bytes)
+        else {
+            return Ok(false);
+        };
+        let threads = threads()?;
+        py.detach(|| {
+            // SAFETY: the caller's buffer of `nbytes` (one row per index, checked above), which it
+            // keeps alive for the call.
+            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
+            self.read_pieces(&pieces, out, threads, None)
+        })
+        .map_err(PyOSError::new_err)?;
+        Ok(true)
+    }
+
     /// Reads the distinct rows of a gather's `plan` (each row: the hyperslab `rest_*` of the
     /// other axes) into the host buffer at `buffer` (`nbytes`: the rows in increasing order),
     /// its runs of rows on the pool's threads at once, with no HDF5 call and neither h5py's lock
@@ -366,8 +418,6 @@ impl Layout {
         if distinct == 0 {
             return Ok(true);
         }
-        // One selection per run of rows, each checked, and where its bytes go.
-        let mut reads = Vec::with_capacity(plan.row_runs().len());
         let row_bytes = nbytes as u64 / distinct;
         if row_bytes * distinct != nbytes as u64 {
             return Err(PyValueError::new_err(format!(
@@ -375,6 +425,25 @@ impl Layout {
                  of the gather"
             )));
         }
+        if let Some(pieces) = self.whole_row_pieces(
+            plan.row_runs().iter().copied(),
+            &rest_start,
+            &rest_step,
+            &rest_count,
+            row_bytes,
+        ) {
+            let threads = threads()?;
+            py.detach(|| {
+                // SAFETY: the caller's buffer of `nbytes` (the distinct rows, checked above), which
+                // it keeps alive for the call.
+                let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
+                self.read_pieces(&pieces, out, threads, None)
+            })
+            .map_err(PyOSError::new_err)?;
+            return Ok(true);
+        }
+        // One selection per run of rows, each checked, and where its bytes go.
+        let mut reads = Vec::with_capacity(plan.row_runs().len());
         let mut at = 0u64;
         for &(first, rows) in plan.row_runs() {
             let start: Vec<u64> = std::iter::once(first)
@@ -462,6 +531,45 @@ impl Layout {
             ));
         }
         Ok(())
+    }
+
+    /// For a contiguous dataset whose gather takes whole rows (`rest_*` selects every element
+    /// of the other axes), the runs of rows `runs` (first row, rows; in output order) as pieces
+    /// of the file (file byte, output byte, bytes), with no per-run selection to map: a gather of
+    /// thousands of small rows is then one `pread` per run. None otherwise, or where `row_bytes`
+    /// is not the dataset's row or a run lies outside it.
+    fn whole_row_pieces(
+        &self,
+        runs: impl IntoIterator<Item = (u64, u64)>,
+        rest_start: &[u64],
+        rest_step: &[u64],
+        rest_count: &[u64],
+        row_bytes: u64,
+    ) -> Option<Vec<(u64, u64, u64)>> {
+        let Storage::Contiguous { address } = self.storage else {
+            return None;
+        };
+        let rest = self.shape.get(1..)?;
+        let whole = rest_count == rest
+            && rest_start.iter().all(|&s| s == 0)
+            && rest_step.len() == rest.len()
+            && rest_step.iter().zip(rest).all(|(&t, &n)| t == 1 || n <= 1);
+        if !whole || rest.iter().product::<u64>() * self.element as u64 != row_bytes {
+            return None;
+        }
+        let mut at = 0u64;
+        let mut pieces = Vec::new();
+        for (first, rows) in runs {
+            if first
+                .checked_add(rows)
+                .is_none_or(|end| end > self.shape[0])
+            {
+                return None;
+            }
+            pieces.push((address + first * row_bytes, at, rows * row_bytes));
+            at += rows * row_bytes;
+        }
+        Some(pieces)
     }
 
     /// Whether this layout serves `sel` (a checked selection), with the chunks it touches;
@@ -734,7 +842,22 @@ impl Layout {
                 index[a] = 0;
             }
         }
-        let last_step = sel.step[rank - 1];
+        let stepped = stepped.then_some(sel.step[rank - 1]);
+        self.read_pieces(&pieces, out, threads, stepped)
+    }
+
+    /// Reads `pieces` (file byte, output byte, bytes: disjoint runs of `out`) from the file,
+    /// on `threads` of the pool where `out` is large enough to gain from it. `stepped`: each
+    /// piece is a row whose elements lie that many elements apart in the file (its span is read,
+    /// every one kept).
+    fn read_pieces(
+        &self,
+        pieces: &[(u64, u64, u64)],
+        out: &mut [u8],
+        threads: usize,
+        stepped: Option<u64>,
+    ) -> Result<(), String> {
+        let e = self.element as u64;
         // SAFETY: the pieces are disjoint runs of `out`, which outlives the reads below.
         let out_ptr = unsafe { SharedOut::new(out.as_mut_ptr()) };
         let read_piece = |&(file_at, out_at, len): &(u64, u64, u64)| -> Result<(), String> {
@@ -746,9 +869,9 @@ impl Layout {
             };
             // SAFETY: the pieces are disjoint runs of the output, each written by one thread.
             let dest = unsafe { std::slice::from_raw_parts_mut(out_ptr.at(out_at), len as usize) };
-            if !stepped {
+            let Some(last_step) = stepped else {
                 return self.file.read_exact_at(dest, file_at).map_err(failed);
-            }
+            };
             // A row whose elements are `last_step` apart: read its span, keep every one.
             let n = len / e;
             let mut span = vec![0u8; (((n - 1) * last_step + 1) * e) as usize];
@@ -767,7 +890,16 @@ impl Layout {
         match pool {
             Some(pool) => {
                 use rayon::prelude::*;
-                pool.install(|| pieces.par_iter().try_for_each(read_piece))
+                // Small pieces go to the threads in groups: one task per 4 KiB row costs more than
+                // the row's read.
+                let group = (PIECE_BYTES / (out.len() as u64 / pieces.len() as u64).max(1))
+                    .clamp(1, 64) as usize;
+                pool.install(|| {
+                    pieces
+                        .par_iter()
+                        .with_min_len(group)
+                        .try_for_each(read_piece)
+                })
             }
             None => pieces.iter().try_for_each(read_piece),
         }
