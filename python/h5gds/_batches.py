@@ -31,20 +31,28 @@ def batches(dset, batch_size, *, shuffle=True, seed=None, drop_last=False, like=
         raise TypeError(f"batch_size must be an int, not {type(batch_size).__name__}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be 1 or more, not {batch_size}")
-    shape, _dtype, name = _io._dataset(dset)
+    shape, dtype, name = _io._dataset(dset)
     if not shape:
         raise ValueError(f"dataset {name} is a scalar: it has no rows to batch")
     result = _files.result_type(like)
+    # A device library's element type for a native dtype: batches are then gathered straight into
+    # its arrays (through pinned memory from a read-only file); others are copied up from NumPy.
+    element = None
+    if isinstance(result, _files._Device) and dtype.isnative:
+        element = result._element(dtype, str(name))
     rows = shape[0]
     order = np.random.default_rng(seed).permutation(rows) if shuffle else np.arange(rows)
     ends = range(batch_size, rows + (0 if drop_last else batch_size), batch_size)
     starts = [end - batch_size for end in ends]
-    return _batches(dset, order, starts, batch_size, result)
+    return _batches(dset, order, starts, batch_size, result, element, shape[1:])
 
 
-def _batches(dset, order, starts, batch_size, result):
+def _batches(dset, order, starts, batch_size, result, element, row_shape):
     def read(start):
-        return _to(result, _io.read(dset, sel=order[start:start + batch_size]))
+        picks = order[start:start + batch_size]
+        if element is not None:
+            return _io.read(dset, out=result._empty((len(picks),) + tuple(row_shape), element), sel=picks)
+        return _to(result, _io.read(dset, sel=picks))
 
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="h5gds-batches") as pool:
         pending = pool.submit(read, starts[0]) if starts else None

@@ -45,7 +45,14 @@ def gather(dset, view, sel, name):
     """Reads the rows ``sel.rows`` (a ``_selection.Gather``) of ``dset`` into the host array
     ``view`` (checked by the caller: dtype, shape, contiguity, writable)."""
     if view.device is not None:
-        # Into host memory first (the rows come from all over the file), then one copy up.
+        # Into host memory first (the rows come from all over the file), then one copy up: from a
+        # read-only file's layout through pinned memory, with no HDF5 call (_layout).
+        found = _layout.layout(dset, view.dtype)
+        if found is not None:
+            plan = _native.GatherPlan(sel.rows.ctypes.data, len(sel.rows), dset.shape[0])
+            rest = (list(sel.rest.start), list(sel.rest.step), list(sel.rest.count))
+            if found.gather_to_device(plan, *rest, view.address, view.nbytes, view.device[1], view.stream):
+                return
         host = np.empty(view.shape, dtype=view.dtype)
         gather(dset, _arrays.view(host, "out"), sel, name)
         _native.device_copy(view.address, view.nbytes, view.device[1], view.stream, host.ctypes.data, True)

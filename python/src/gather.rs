@@ -137,7 +137,7 @@ impl GatherPlan {
     /// Whether the indices are strictly increasing: then the rows are read straight into the
     /// output, and there is nothing to scatter.
     #[getter]
-    fn in_order(&self) -> bool {
+    pub(crate) fn in_order(&self) -> bool {
         self.ranks.is_empty()
     }
 
@@ -145,7 +145,7 @@ impl GatherPlan {
     /// increasing row order) into the caller's order (`target`, `target_nbytes`: one row per
     /// index, repeats included), with the GIL released. The caller keeps both buffers alive;
     /// ValueError when a size does not match the plan, before anything is copied.
-    fn scatter(
+    pub(crate) fn scatter(
         &self,
         py: Python<'_>,
         source: usize,

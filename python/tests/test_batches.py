@@ -119,6 +119,13 @@ with h5py.File(sys.argv[1], "r") as f:
     rows = np.concatenate([b.get() for b in got])
     assert rows.dtype == np.dtype("=f8") and sorted(rows[:, 0].tolist()) == list(range(103))
     assert rows[:, 0].tolist() == np.random.default_rng(5).permutation(103).astype(float).tolist()
+    # A native dtype: gathered straight into CuPy arrays (through pinned memory: the file is read-only).
+    for name in ("contiguous", "zstd"):
+        native = [b for b in h5gds.batches(f[name], 16, seed=6, like="cupy")]
+        assert all(isinstance(b, cupy.ndarray) and b.dtype == np.dtype("<f4") for b in native), name
+        values = np.concatenate([b.get() for b in native])
+        assert (values == values[:, :1]).all(), name
+        assert values[:, 0].tolist() == np.random.default_rng(6).permutation(103).astype(float).tolist(), name
 print("ok", len(got))
 """
 
