@@ -6,7 +6,7 @@ into the caller's order, repeats included, with nothing to scatter); otherwise i
 of the runs under h5py's lock (``_native.dataset_gather``), straight into the output when the
 indices are strictly increasing, and otherwise into a buffer of distinct rows that it then copies
 into the caller's order, repeats included, outside HDF5's lock (``GatherPlan.scatter``). A device
-``out`` gets the rows gathered in host memory, copied up in one piece."""
+``out`` gets the rows gathered in pinned host memory (``_native.PinnedHost``), copied up in one piece."""
 
 import threading
 
@@ -21,6 +21,10 @@ from . import _arrays, _layout, _native
 #: it touches grows faster than their number (4096 random rows of a chunked dataset: 0.33 s in one
 #: read, 0.17 s in reads of 64 to 256 runs).
 CHUNKED_RUNS_PER_READ = 128
+
+#: The largest gather into a device array staged through pinned memory (256 MiB); larger ones go
+#: through an ordinary NumPy buffer, so as not to pin (and keep pinned in the pool) more than that.
+PINNED_GATHER_MAX = 256 << 20
 
 #: The largest buffer of distinct rows a thread keeps between gathers (64 MiB).
 SCRATCH_KEPT = 64 << 20
@@ -45,17 +49,17 @@ def gather(dset, view, sel, name):
     """Reads the rows ``sel.rows`` (a ``_selection.Gather``) of ``dset`` into the host array
     ``view`` (checked by the caller: dtype, shape, contiguity, writable)."""
     if view.device is not None:
-        # Into host memory first (the rows come from all over the file), then one copy up: from a
-        # read-only file's layout through pinned memory, with no HDF5 call (_layout).
-        found = _layout.layout(dset, view.dtype)
-        if found is not None:
-            plan = _native.GatherPlan(sel.rows.ctypes.data, len(sel.rows), dset.shape[0])
-            rest = (list(sel.rest.start), list(sel.rest.step), list(sel.rest.count))
-            if found.gather_to_device(plan, *rest, view.address, view.nbytes, view.device[1], view.stream):
-                return
-        host = np.empty(view.shape, dtype=view.dtype)
-        gather(dset, _arrays.view(host, "out"), sel, name)
-        _native.device_copy(view.address, view.nbytes, view.device[1], view.stream, host.ctypes.data, True)
+        # Into host memory first (the rows come from all over the file), then one copy up: through
+        # pinned memory from the pool (kept for the next batch) up to PINNED_GATHER_MAX.
+        if view.nbytes <= PINNED_GATHER_MAX:
+            staging = _native.PinnedHost(view.nbytes)
+            host = _arrays.ArrayView(address=staging.address, nbytes=view.nbytes, shape=view.shape, dtype=view.dtype,
+                                     device=None, readonly=False, c_contiguous=True, owner=staging)
+        else:
+            staging = np.empty(view.shape, dtype=view.dtype)
+            host = _arrays.view(staging, "out")
+        gather(dset, host, sel, name)
+        _native.device_copy(view.address, view.nbytes, view.device[1], view.stream, host.address, True)
         return
     rows = sel.rows
     plan = _native.GatherPlan(rows.ctypes.data, len(rows), dset.shape[0])

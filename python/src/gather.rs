@@ -41,17 +41,25 @@ impl GatherPlan {
         self.len
     }
 
-    /// The caller's rows, in the caller's order (repeats included).
-    pub(crate) fn caller_rows(&self) -> Vec<u64> {
+    /// The caller's rows in the caller's order (repeats included), as runs (first row, rows) of
+    /// rows that are neighbours both in the file and in that order.
+    pub(crate) fn caller_runs(&self) -> Vec<(u64, u64)> {
+        if self.ranks.is_empty() {
+            return self.runs.clone();
+        }
         let distinct: Vec<u64> = self
             .runs
             .iter()
             .flat_map(|&(first, rows)| first..first + rows)
             .collect();
-        if self.ranks.is_empty() {
-            return distinct;
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for row in self.ranks.iter().map(|&rank| distinct[rank]) {
+            match runs.last_mut() {
+                Some((first, rows)) if *first + *rows == row => *rows += 1,
+                _ => runs.push((row, 1)),
+            }
         }
-        self.ranks.iter().map(|&rank| distinct[rank]).collect()
+        runs
     }
 
     /// The plan for `indices`, each checked to lie below `rows`.
@@ -137,7 +145,7 @@ impl GatherPlan {
     /// Whether the indices are strictly increasing: then the rows are read straight into the
     /// output, and there is nothing to scatter.
     #[getter]
-    pub(crate) fn in_order(&self) -> bool {
+    fn in_order(&self) -> bool {
         self.ranks.is_empty()
     }
 
@@ -145,7 +153,7 @@ impl GatherPlan {
     /// increasing row order) into the caller's order (`target`, `target_nbytes`: one row per
     /// index, repeats included), with the GIL released. The caller keeps both buffers alive;
     /// ValueError when a size does not match the plan, before anything is copied.
-    pub(crate) fn scatter(
+    fn scatter(
         &self,
         py: Python<'_>,
         source: usize,

@@ -104,10 +104,6 @@ pub struct Layout {
     storage: Storage,
 }
 
-/// The largest gather into device memory staged through pinned memory (kept in the pool for the
-/// next batch afterwards); larger ones go through a pageable buffer.
-const PINNED_GATHER_MAX: usize = 256 << 20;
-
 /// Reads below this many bytes stay on the calling thread.
 const PARALLEL_BYTES: usize = 1 << 20;
 /// Pieces contiguous reads are split into, for the pool.
@@ -148,6 +144,19 @@ impl RawChunks for Indexed<'_> {
 /// `gds` only). The caller holds h5py's lock.
 fn sec2(dataset: Hid) -> bool {
     matches!(hdf5::other_driver(dataset), Ok(Some(_)))
+}
+
+/// The bytes of one row of a gather's buffer of `nbytes` holding `rows` rows (`what`: the rows
+/// counted, for the message); ValueError where they do not divide it.
+fn row_bytes(nbytes: usize, rows: u64, what: &str) -> PyResult<u64> {
+    let row_bytes = nbytes as u64 / rows;
+    if row_bytes * rows != nbytes as u64 {
+        return Err(PyValueError::new_err(format!(
+            "the buffer has {nbytes} bytes, not a whole number of rows for the {rows} {what} of \
+             the gather"
+        )));
+    }
+    Ok(row_bytes)
 }
 
 fn threads() -> PyResult<usize> {
@@ -371,92 +380,17 @@ impl Layout {
         if len == 0 {
             return Ok(true);
         }
-        let row_bytes = nbytes as u64 / len;
-        if row_bytes * len != nbytes as u64 {
-            return Err(PyValueError::new_err(format!(
-                "the buffer has {nbytes} bytes, not a whole number of rows for the {len} indices \
-                 of the gather"
-            )));
-        }
-        let mut runs: Vec<(u64, u64)> = Vec::new();
-        for row in plan.caller_rows() {
-            match runs.last_mut() {
-                Some((first, rows)) if *first + *rows == row => *rows += 1,
-                _ => runs.push((row, 1)),
-            }
-        }
-        let Some(pieces) =
-            self.whole_row_pieces(runs, &rest_start, &rest_step, &rest_count, row_bytes)
-        else {
+        let row_bytes = row_bytes(nbytes, len, "indices")?;
+        let Some(pieces) = self.whole_row_pieces(
+            plan.caller_runs(),
+            &rest_start,
+            &rest_step,
+            &rest_count,
+            row_bytes,
+        ) else {
             return Ok(false);
         };
-        let threads = threads()?;
-        py.detach(|| {
-            // SAFETY: the caller's buffer of `nbytes` (one row per index, checked above), which it
-            // keeps alive for the call.
-            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
-            self.read_pieces(&pieces, out, threads, None)
-        })
-        .map_err(PyOSError::new_err)?;
-        Ok(true)
-    }
-
-    /// Reads a gather's rows into the device array at `address` (`nbytes`: one row per index,
-    /// in the caller's order; on device `claimed_ordinal` if it says; its producer's `stream`, 0
-    /// for none, waited for first): gathered with no HDF5 call into pinned host memory, in the
-    /// caller's order, then copied up in one copy (a pageable buffer would halve the copy's rate
-    /// or worse: 7.6 against 55 GB/s on the H200). False where the layout does not serve it, or
-    /// the rows take more than [`PINNED_GATHER_MAX`]; nothing was read then. The caller keeps
-    /// the array alive.
-    #[allow(clippy::too_many_arguments)]
-    fn gather_to_device(
-        &self,
-        py: Python<'_>,
-        plan: &Bound<'_, GatherPlan>,
-        rest_start: Vec<u64>,
-        rest_step: Vec<u64>,
-        rest_count: Vec<u64>,
-        address: u64,
-        nbytes: usize,
-        claimed_ordinal: Option<i32>,
-        stream: u64,
-    ) -> PyResult<bool> {
-        let gather = plan.get();
-        let len = gather.len();
-        if len == 0 || nbytes == 0 {
-            return Ok(len == 0 && nbytes == 0);
-        }
-        if nbytes > PINNED_GATHER_MAX || nbytes % len != 0 {
-            return Ok(false);
-        }
-        let row_bytes = nbytes / len;
-        let mut pinned = pinned::Taken::new(nbytes);
-        let host = pinned.as_mut_ptr() as usize;
-        let rest = || (rest_start.clone(), rest_step.clone(), rest_count.clone());
-        let served = if gather.in_order() {
-            let (a, b, c) = rest();
-            self.gather(py, plan, a, b, c, host, nbytes)?
-        } else {
-            let (a, b, c) = rest();
-            if self.gather_in_place(py, plan, a, b, c, host, nbytes)? {
-                true
-            } else {
-                // The distinct rows, then copied into the caller's order in the pinned buffer.
-                let mut distinct = vec![0u8; gather.distinct_rows() * row_bytes];
-                let (a, b, c) = rest();
-                let at = distinct.as_mut_ptr() as usize;
-                let read = self.gather(py, plan, a, b, c, at, distinct.len())?;
-                if read {
-                    gather.scatter(py, at, distinct.len(), host, nbytes, row_bytes)?;
-                }
-                read
-            }
-        };
-        if !served {
-            return Ok(false);
-        }
-        py.detach(|| device::copy_with_host(address, nbytes, claimed_ordinal, stream, host, true))
-            .map_err(device_error)?;
+        self.read_pieces_into(py, &pieces, buffer, nbytes)?;
         Ok(true)
     }
 
@@ -481,13 +415,7 @@ impl Layout {
         if distinct == 0 {
             return Ok(true);
         }
-        let row_bytes = nbytes as u64 / distinct;
-        if row_bytes * distinct != nbytes as u64 {
-            return Err(PyValueError::new_err(format!(
-                "the buffer has {nbytes} bytes, not a whole number of rows for the {distinct} rows \
-                 of the gather"
-            )));
-        }
+        let row_bytes = row_bytes(nbytes, distinct, "rows")?;
         if let Some(pieces) = self.whole_row_pieces(
             plan.row_runs().iter().copied(),
             &rest_start,
@@ -495,14 +423,7 @@ impl Layout {
             &rest_count,
             row_bytes,
         ) {
-            let threads = threads()?;
-            py.detach(|| {
-                // SAFETY: the caller's buffer of `nbytes` (the distinct rows, checked above), which
-                // it keeps alive for the call.
-                let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
-                self.read_pieces(&pieces, out, threads, None)
-            })
-            .map_err(PyOSError::new_err)?;
+            self.read_pieces_into(py, &pieces, buffer, nbytes)?;
             return Ok(true);
         }
         // One selection per run of rows, each checked, and where its bytes go.
@@ -907,6 +828,26 @@ impl Layout {
         }
         let stepped = stepped.then_some(sel.step[rank - 1]);
         self.read_pieces(&pieces, out, threads, stepped)
+    }
+
+    /// [`Layout::read_pieces`] of whole pieces into the caller's host buffer at `buffer`
+    /// (`nbytes`, which the pieces lie inside), on the driver's I/O threads, with the GIL
+    /// released.
+    fn read_pieces_into(
+        &self,
+        py: Python<'_>,
+        pieces: &[(u64, u64, u64)],
+        buffer: usize,
+        nbytes: usize,
+    ) -> PyResult<()> {
+        let threads = threads()?;
+        py.detach(|| {
+            // SAFETY: the Python caller passes the address and size of a live, writable host
+            // buffer it keeps referenced for the call; the pieces lie inside it.
+            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
+            self.read_pieces(pieces, out, threads, None)
+        })
+        .map_err(PyOSError::new_err)
     }
 
     /// Reads `pieces` (file byte, output byte, bytes: disjoint runs of `out`) from the file,

@@ -336,6 +336,33 @@ fn device_io(
         .map_err(device_error)
 }
 
+/// Host memory from the process's pool of pinned staging buffers (`h5gds_runtime::pinned`), for
+/// Python code that fills a host buffer on its way to a device array (a gather, copied up with
+/// `device_copy` afterwards: from pinned memory the copy runs at the link's rate, 55 against 7.6
+/// GB/s from pageable memory on the H200). `address` holds at least `nbytes` bytes while the
+/// object lives; the buffer goes back to the pool with it.
+#[pyclass(frozen, module = "h5gds._native")]
+struct PinnedHost {
+    _taken: std::sync::Mutex<h5gds_runtime::pinned::Taken>,
+    #[pyo3(get)]
+    address: usize,
+    #[pyo3(get)]
+    nbytes: usize,
+}
+
+#[pymethods]
+impl PinnedHost {
+    #[new]
+    fn new(nbytes: usize) -> PinnedHost {
+        let mut taken = h5gds_runtime::pinned::Taken::new(nbytes);
+        PinnedHost {
+            address: taken.as_mut_ptr() as usize,
+            nbytes,
+            _taken: std::sync::Mutex::new(taken),
+        }
+    }
+}
+
 /// Copies between the device array at `address` (`nbytes`; on device `claimed_ordinal` if it
 /// says) and the host buffer at `host`: into the device with `to_device`, else out of it, after
 /// the producer's `stream` (0: none) has finished; complete when this returns (see
@@ -435,6 +462,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dlpack::dlpack_tensor, m)?)?;
     m.add_function(wrap_pyfunction!(encode::encode_write_chunks, m)?)?;
     m.add_function(wrap_pyfunction!(device_copy, m)?)?;
+    m.add_class::<PinnedHost>()?;
     m.add_function(wrap_pyfunction!(gather::dataset_gather, m)?)?;
     m.add_class::<gather::GatherPlan>()?;
     m.add("DRIVER_NAME", "gds")?;

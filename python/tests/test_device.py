@@ -677,10 +677,10 @@ def test_gathers_into_device_arrays_read_the_rows_then_copy_them_up(tmp_path):
                 out.free()
 
 
-@pytest.mark.parametrize("driver", [None, "gds"])
-def test_gathers_from_a_read_only_file_go_to_device_arrays_through_pinned_memory(tmp_path, driver):
-    from h5gds import _layout
-
+@pytest.mark.parametrize("mode, driver", [("r", None), ("r", "gds"), ("r+", None)])
+def test_gathers_go_to_device_arrays_through_pinned_memory_in_one_copy(tmp_path, mode, driver):
+    """Gathered in pinned host memory from the pool (read-only files through the layout, others
+    through HDF5), then one host-to-device copy."""
     path = tmp_path / "g.h5"
     x = np.arange(60 * 5 * 3, dtype="<f4").reshape(60, 5, 3)
     with h5py.File(path, "w") as f:
@@ -689,30 +689,29 @@ def test_gathers_from_a_read_only_file_go_to_device_arrays_through_pinned_memory
         f.create_dataset("z", data=x, chunks=(8, 5, 3), compression="gzip")
     cases = [([7, 3, 3, -1], ()), (list(range(0, 60, 7)), ()), ([9, 8, 10, 11, 2], ()),
              ([5, 1, 1], (slice(1, 4), 2)), (np.arange(60)[::-1], (Ellipsis, slice(0, 1)))]
-    with h5py.File(path, "r", driver=driver) as f:
+    with h5py.File(path, mode, driver=driver) as f:
         for name in ("x", "chunked", "z"):
             dset = f[name]
-            found = _layout.layout(dset, dset.dtype)
             for rows, rest in cases:
                 want = x[(np.asarray(rows),) + rest] if rest else x[np.asarray(rows)]
                 out = DeviceArray(want.shape, "<f4", fill=0)
-                assert h5gds.read(dset, out=out, sel=(rows,) + rest if rest else rows) is out
+                with Counters() as moved:
+                    assert h5gds.read(dset, out=out, sel=(rows,) + rest if rest else rows) is out
+                if CUDA.emulated:
+                    assert moved.delta("htod") == 1 and moved.delta("cufile_reads") == 0, (name, rows)
                 assert out.to_host().tobytes() == want.tobytes(), (name, rows, rest)
-                # The layout served it itself, through pinned memory (not the pageable fallback).
-                again = DeviceArray(want.shape, "<f4", fill=0)
-                from h5gds._selection import selection
-
-                sel = selection((rows,) + rest if rest else rows, dset.shape)
-                plan = h5gds._native.GatherPlan(sel.rows.ctypes.data, len(sel.rows), dset.shape[0])
-                assert found.gather_to_device(plan, list(sel.rest.start), list(sel.rest.step), list(sel.rest.count),
-                                              again.ptr.value, again.nbytes, None, 0) is True
-                assert again.to_host().tobytes() == want.tobytes(), (name, rows, rest)
                 out.free()
-                again.free()
-        # Host memory is refused naming it, and nothing is written there.
+        # The pinned staging buffer the gathers use.
+        staging = h5gds._native.PinnedHost(4096)
+        assert staging.nbytes == 4096 and staging.address != 0
+
+        # Host memory posing as device memory is refused naming it, and nothing is written there.
         host = np.zeros((2, 5, 3), "<f4")
-        plan = h5gds._native.GatherPlan(np.array([1, 0], np.uint64).ctypes.data, 2, 60)
+
+        class HostPosingAsDevice:
+            __cuda_array_interface__ = {"shape": host.shape, "typestr": "<f4", "data": (host.ctypes.data, False),
+                                        "version": 3, "stream": None}
+
         with pytest.raises(ValueError, match="is not CUDA device memory"):
-            _layout.layout(f["x"], f["x"].dtype).gather_to_device(plan, [0, 0], [1, 1], [5, 3], host.ctypes.data,
-                                                                  host.nbytes, None, 0)
+            h5gds.read(f["x"], out=HostPosingAsDevice(), sel=[1, 0])
         assert not host.any()
