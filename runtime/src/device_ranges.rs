@@ -104,9 +104,10 @@ fn host_readable(ptr: usize) -> bool {
     n == 1
 }
 
-/// What the memory at `ptr` is, and whether the answer came from the cache.
+/// What the memory at `ptr` is, and whether the answer came from the cache. The calling thread's
+/// stack and the brk heap are host memory without a question (`known_host`).
 pub fn lookup(ptr: usize) -> Result<(PointerKind, bool), String> {
-    if !cuda_works() {
+    if !cuda_works() || crate::known_host::certainly_host(ptr) {
         return Ok((PointerKind::Host, false));
     }
     match cached(ptr as u64) {

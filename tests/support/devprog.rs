@@ -652,6 +652,51 @@ fn run_with_caller_context(path: &Path, which: &str) -> Check<usize> {
     Ok(checks)
 }
 
+/// Host memory from an anonymous mapping, as large NumPy arrays and other `mmap`ed buffers are.
+struct HostMapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl HostMapping {
+    fn new(len: usize) -> Check<Self> {
+        // SAFETY: a new private anonymous mapping at an address the kernel picks.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(format!("mmap of {len} bytes failed"));
+        }
+        Ok(Self {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+
+    fn ptr(&self) -> *mut std::ffi::c_void {
+        self.ptr.cast()
+    }
+
+    fn bytes(&self, n: usize) -> &[u8] {
+        // SAFETY: the mapping is readable for `len` bytes and lives as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr, n.min(self.len)) }
+    }
+}
+
+impl Drop for HostMapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
 /// `--host-only`: one dataset written and read from host memory; CUDA is never touched here.
 fn run_host_only(path: &Path) -> Check<usize> {
     let fapl = h5("H5Pcreate", hdf5_raw::file_access(&FileDriver::Default))?;
@@ -662,15 +707,19 @@ fn run_host_only(path: &Path) -> Check<usize> {
     let got = h5("H5Dread", dset.read_raw::<u8>())?;
     expect_bytes("host read", &got, &want)?;
     // What HDF5 copies itself (a compact dataset, elements of cached chunks), into host memory:
-    // through the driver's ctl(MEM_COPY) only when the file asked for it (device_copies=on).
+    // through the driver's ctl(MEM_COPY) only when the file asked for it (device_copies=on). Read
+    // into an anonymous mapping, which the driver cannot tell from device memory without asking
+    // CUDA (the stack and the brk heap it can), so each copy loop's classification is counted.
+    let u8_type = h5("H5Tcopy", Datatype::from_type::<u8>())?;
     let compact = pattern(200, 43);
     let cset = create(&file, "compact", compact.len(), Layout::Compact, false)?;
     h5("H5Dwrite", cset.write_raw(&compact))?;
-    expect_bytes(
-        "host compact read",
-        &h5("H5Dread", cset.read_raw::<u8>())?,
-        &compact,
-    )?;
+    let mapped = HostMapping::new(want.len())?;
+    // SAFETY: the mapping has room for the dataset's bytes.
+    h5("H5Dread", unsafe {
+        hdf5_raw::read(&cset, &u8_type, Spaces::default(), mapped.ptr())
+    })?;
+    expect_bytes("host compact read", mapped.bytes(compact.len()), &compact)?;
     let kset = h5(
         "H5Dcreate2(cached)",
         file.new_dataset::<u8>()
@@ -680,8 +729,25 @@ fn run_host_only(path: &Path) -> Check<usize> {
     )?;
     h5("H5Dwrite", kset.write_raw(&want))?;
     let third: Vec<u8> = want.iter().step_by(3).copied().collect();
-    let got = h5("H5Dread", kset.read_slice_1d::<u8, _>(s![..;3]))?.to_vec();
-    expect_bytes("host strided read of cached chunks", &got, &third)?;
+    let kspace = h5("H5Dget_space", kset.space())?;
+    let ksel = h5(
+        "H5Sselect_hyperslab",
+        hdf5::Selection::try_new(s![..;3]).and_then(|sel| kspace.select(sel)),
+    )?;
+    let memory = memory_space(Some(&ksel))?;
+    let spaces = Spaces {
+        memory: memory.as_ref(),
+        file: Some(&ksel),
+    };
+    // SAFETY: the mapping has room for every third byte.
+    h5("H5Dread", unsafe {
+        hdf5_raw::read(&kset, &u8_type, spaces, mapped.ptr())
+    })?;
+    expect_bytes(
+        "host strided read of cached chunks",
+        mapped.bytes(third.len()),
+        &third,
+    )?;
     drop((dset, cset, kset));
     h5("H5Fclose", file.close())?;
     Ok(3)

@@ -400,6 +400,11 @@ impl OpenFile {
     /// Every piece's buffer must be valid for its length in direction `dir`; for reads, pieces'
     /// buffers must not overlap each other.
     pub(crate) unsafe fn transfer_vector(&self, dir: Direction, pieces: Vec<Piece>) -> Result<()> {
+        // HDF5's selection I/O hands each small contiguous write over as a vector of one.
+        if let [one] = pieces.as_slice() {
+            // SAFETY: the caller's contract for the one piece.
+            return unsafe { self.transfer(dir, one.addr, one.len, one.buf, one.mem_type) };
+        }
         for p in &pieces {
             self.check(dir, p.addr, p.len)?;
         }

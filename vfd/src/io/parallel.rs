@@ -41,6 +41,9 @@ where
     E: Send,
     F: Fn(usize, usize) -> Result<(), E> + Sync,
 {
+    if (1..=task_size).contains(&len) {
+        return task(0, len);
+    }
     let pieces: Vec<(usize, usize)> = split(len, task_size).collect();
     run_tasks(nthreads, pieces.len(), parallel && len >= task_size, |i| {
         let (off, n) = pieces[i];
