@@ -128,6 +128,11 @@ def read(dset, out=None, sel=None):
     have the dataset's dtype and the selection's shape, be C-contiguous and writable. The data is
     complete when this returns.
     """
+    # A read-only file's dataset already read once, all of it or rows of it into NumPy: checked
+    # and read in one native call (threads reading rows then hold the GIL only briefly).
+    known = _native.read_known_layout(_layout._layouts, dset, out, sel)
+    if known is not None:
+        return known
     shape, dtype, name = _dataset(dset)
     slab = selection(sel, shape)
     if out is None:

@@ -13,7 +13,8 @@ from h5py._objects import phil
 
 from . import _native
 
-#: id(DatasetID) -> (weak reference to it, its Layout or None when it has none)
+#: id(DatasetID) -> (weak reference to it, its Layout or None when it has none, its dtype); also
+#: read by ``_native.read_known_layout``, ``h5gds.read``'s short way
 _layouts = {}
 
 
@@ -32,7 +33,7 @@ def layout(dset, dtype):
         if current is not None and current[0] is ref:
             del _layouts[key]
 
-    _layouts[key] = (weakref.ref(dsid, forget), found)
+    _layouts[key] = (weakref.ref(dsid, forget), found, dtype)
     return found
 
 

@@ -6,6 +6,8 @@ from typing import NamedTuple, Tuple
 
 import numpy as np
 
+from . import _native
+
 
 class Hyperslab(NamedTuple):
     start: Tuple[int, ...]
@@ -102,34 +104,17 @@ def _item_kind(item):
         raise refused from None
 
 
-def _first_axis(item, shape):
-    """The hyperslab of ``item`` (an int or a slice of step 1) on the first axis of ``shape``, all of
-    the other axes; None where ``hyperslab``'s general path is needed (and says what is wrong). A
-    row or a run of rows is what training loops read, once per sample: this is their short way."""
-    size = shape[0]
-    rest = shape[1:]
-    ones = (1,) * len(shape)
-    if type(item) is int:
-        index = item + size if item < 0 else item
-        if not 0 <= index < size:
-            return None
-        return Hyperslab((index,) + (0,) * len(rest), ones, (1,) + rest, rest)
-    if type(item) is slice and item.step in (None, 1):
-        first, stop, _ = item.indices(size)
-        n = max(0, stop - first)
-        return Hyperslab(((first if n else 0),) + (0,) * len(rest), ones, (n,) + rest, (n,) + rest)
-    return None
-
-
 def hyperslab(sel, shape, leading=0):
     """The hyperslab ``sel`` selects in a dataset of ``shape``; slices clip as in NumPy, ints out
     of range raise IndexError, steps below 1 ValueError. ``leading``: axes before ``shape`` that
     another item already selected (a gather's rows), counted in the messages' axis numbers."""
     if shape and not leading:
-        item = sel[0] if type(sel) is tuple and len(sel) == 1 else sel
-        fast = _first_axis(item, shape) if item is not None else None
+        # An index or a slice along the first axis (what training loops read, once per sample):
+        # the short way, shared with h5gds.read's (None where the general path below is needed
+        # and says what is wrong).
+        fast = _native.first_axis_hyperslab(sel, shape)
         if fast is not None:
-            return fast
+            return Hyperslab(*fast)
     if sel is None:
         items = ()
     elif isinstance(sel, tuple):

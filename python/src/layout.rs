@@ -267,22 +267,9 @@ impl Layout {
             step: &step,
             count: &count,
         };
-        self.check(&sel, nbytes).map_err(PyValueError::new_err)?;
-        if nbytes == 0 {
-            return Ok(true);
-        }
-        let Some(parts) = self.serves(&sel)? else {
-            return Ok(false);
-        };
-        let threads = threads_for(nbytes, &parts)?;
-        py.detach(|| {
-            // SAFETY: the Python caller passes the address and size of a live, writable host
-            // buffer it keeps referenced for the call (its size checked above).
-            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
-            self.read_served(&sel, &parts, out, threads)
-        })
-        .map_err(PyOSError::new_err)?;
-        Ok(true)
+        // SAFETY: the Python caller passes the address and size of a live, writable host buffer
+        // it keeps referenced for the call.
+        unsafe { self.read_host(py, &sel, buffer, nbytes) }
     }
 
     /// Reads the hyperslab (`start`, `step`, `count`) into the device array at `address`
@@ -485,6 +472,40 @@ impl Layout {
 
 impl Layout {
     /// Checks a selection against the dataset's shape and a buffer of `nbytes` against it.
+    /// Reads the hyperslab `sel` into the host buffer at `buffer` (`nbytes`), with the GIL
+    /// released while bytes move; false where the layout does not serve it (nothing was read).
+    ///
+    /// # Safety
+    /// `buffer` must be writable for `nbytes` bytes, and stay so until this returns.
+    pub(crate) unsafe fn read_host(
+        &self,
+        py: Python<'_>,
+        sel: &Hyperslab,
+        buffer: usize,
+        nbytes: usize,
+    ) -> PyResult<bool> {
+        self.check(sel, nbytes).map_err(PyValueError::new_err)?;
+        if nbytes == 0 {
+            return Ok(true);
+        }
+        let Some(parts) = self.serves(sel)? else {
+            return Ok(false);
+        };
+        let threads = threads_for(nbytes, &parts)?;
+        py.detach(|| {
+            // SAFETY: the caller's contract (the size was checked against the selection above).
+            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
+            self.read_served(sel, &parts, out, threads)
+        })
+        .map_err(PyOSError::new_err)?;
+        Ok(true)
+    }
+
+    /// The dataset's shape.
+    pub(crate) fn shape(&self) -> &[u64] {
+        &self.shape
+    }
+
     fn check(&self, sel: &Hyperslab, nbytes: usize) -> Result<(), String> {
         let rank = self.shape.len();
         if [sel.start.len(), sel.step.len(), sel.count.len()] != [rank; 3] {

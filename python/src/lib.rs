@@ -11,6 +11,7 @@ mod error;
 mod gather;
 mod hdf5;
 mod host_codec;
+mod known_read;
 mod layout;
 
 use h5gds::VfdSettings;
@@ -456,6 +457,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device_io, m)?)?;
     m.add_function(wrap_pyfunction!(host_decode_read, m)?)?;
     m.add_class::<layout::Layout>()?;
+    m.add_function(wrap_pyfunction!(known_read::read_known_layout, m)?)?;
+    m.add_function(wrap_pyfunction!(known_read::first_axis_hyperslab, m)?)?;
     m.add_function(wrap_pyfunction!(staged_by_settings, m)?)?;
     m.add_function(wrap_pyfunction!(device_tile_write, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;

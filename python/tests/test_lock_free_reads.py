@@ -250,3 +250,88 @@ def test_whole_rows_of_contiguous_datasets_are_gathered_straight_into_the_caller
             with pytest.raises(ValueError, match="not a whole number of rows"):
                 plan = h5gds._native.GatherPlan(np.array([2, 1], np.uint64).ctypes.data, 2, dset.shape[0])
                 found.gather_in_place(plan, *rest, out.ctypes.data, 3)
+
+
+SHORT_WAY = [None, 0, 7, -1, -100, np.int64(42), np.uint8(99), slice(3, 97), slice(10, 11), slice(5, 5),
+             slice(-20, None), slice(1, 90, 7), slice(None, None, 40), (7,), (slice(2, 9),), (np.int32(-3),)]
+
+
+@pytest.mark.parametrize("driver", [None, "gds"])
+def test_the_short_way_reads_rows_of_a_known_layout_in_one_native_call(files, driver):
+    """h5gds.read's short way (``_native.read_known_layout``): once a dataset's layout is known, all
+    of it, an index or a slice along the first axis into NumPy are read in one native call; the bytes
+    are h5py's, into the caller's array or a new one of the dataset's dtype."""
+    from h5gds import _native
+
+    with h5py.File(files, "r", driver=driver) as f:
+        for name in f:
+            dset = f[name]
+            # Nothing known before the first read of this DatasetID: the general path resolves it.
+            assert _native.read_known_layout(_layout._layouts, dset, None, 0) is None
+            h5gds.read(dset, sel=0)
+            short_way = SHORT_WAY if dset.shape[0] == 100 else [None, 0, -1, 8, slice(2, 5), (np.int64(-9),)]
+            for sel in short_way:
+                want = dset[sel] if sel is not None else dset[...]
+                got = _native.read_known_layout(_layout._layouts, dset, None, sel)
+                assert got is not None, (name, sel)
+                assert got.dtype == want.dtype and got.shape == want.shape, (name, sel)
+                assert got.tobytes() == want.tobytes(), (name, sel)
+                out = np.full(want.shape, 77, dtype=want.dtype)
+                assert _native.read_known_layout(_layout._layouts, dset, out, sel) is out
+                assert out.tobytes() == want.tobytes(), (name, sel)
+                assert h5gds.read(dset, sel=sel).tobytes() == want.tobytes(), (name, sel)
+
+
+def test_the_short_way_declines_what_it_does_not_serve_and_h5gds_read_says_what_is_wrong(files):
+    from h5gds import _native
+
+    with h5py.File(files, "r") as f:
+        dset = f["chunked"]
+        h5gds.read(dset, sel=0)
+        row = np.zeros(12, "<f4")
+
+        def declined(out, sel):
+            before = None if out is None else out.copy()
+            assert _native.read_known_layout(_layout._layouts, dset, out, sel) is None, sel
+            if out is not None:
+                assert np.array_equal(out, before), sel
+
+        # Selections for the general path, which serves or refuses them as before.
+        for sel in [(slice(None), 3), (Ellipsis, 2), Ellipsis, [1, 3], np.array([4]), ()]:
+            declined(None, sel)
+            assert np.array_equal(h5gds.read(dset, sel=sel), dset[sel]), sel
+        for sel, error, message in [
+            (True, TypeError, "selection item True"),
+            (np.bool_(False), TypeError, "selection item"),
+            (100, IndexError, "index 100 is out of range for axis 0 with size 100"),
+            (-101, IndexError, "index -101 is out of range"),
+            (2.0, TypeError, "selection item 2.0"),
+            (slice(None, None, -1), ValueError, "slice step -1 on axis 0"),
+            ((1, 2, 3), IndexError, "too many indices"),
+        ]:
+            declined(row, sel)
+            with pytest.raises(error, match=message):
+                h5gds.read(dset, row, sel)
+        # Arrays it does not write into: the general path's errors, nothing written.
+        for out, error, message in [
+            (np.zeros(12, "<f8"), TypeError, "out has dtype float64, dataset /chunked has dtype float32"),
+            (np.zeros(11, "<f4"), ValueError, r"out has shape \(11,\)"),
+            (np.zeros((12, 2), "<f4")[:, 0], ValueError, "C-contiguous"),
+            (np.zeros(12, ">f4"), TypeError, "out has dtype >f4"),
+        ]:
+            declined(out, 5)
+            with pytest.raises(error, match=message):
+                h5gds.read(dset, out, 5)
+            assert not out.any()
+        frozen = np.zeros(12, "<f4")
+        frozen.flags.writeable = False
+        declined(frozen, 5)
+        with pytest.raises(ValueError, match="out is read-only"):
+            h5gds.read(dset, frozen, 5)
+        with pytest.raises(TypeError, match="dset must be an h5py.Dataset"):
+            h5gds.read(f, row, 5)
+    # Closed with its file: declined, and the general path's ValueError.
+    declined(row, 5)
+    with pytest.raises(ValueError, match="closed"):
+        h5gds.read(dset, row, 5)
+    assert not row.any()

@@ -1,0 +1,224 @@
+//! `h5gds.read` of a dataset whose layout `_layout` has already resolved, in one native call: the
+//! dataset's validity, the selection (all of the dataset, or an index or a slice along the first
+//! axis: the rows and runs of rows training loops read) and the NumPy output are checked here
+//! instead of in Python. A thread then holds the GIL about a microsecond per read instead of
+//! seven, so threads reading rows of a read-only file overlap their reads (issue 26: with seven
+//! microseconds of Python per 64 KiB row, two threads read less than one). Anything else (another
+//! selection, another kind of array, a dataset with no known layout, a wrong argument) answers
+//! None, and `h5gds.read`'s general path takes the call and raises its errors.
+
+use crate::layout::Layout;
+use h5gds_chunk_codec::Hyperslab;
+use numpy::npyffi::flags::NPY_ARRAY_WRITEABLE;
+use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyInt, PySlice, PyTuple};
+
+/// A selection along the first axis: `count` rows from `start` every `step`, all of the other
+/// axes; `keeps_axis` false for an index (NumPy drops the axis).
+struct FirstAxis {
+    start: u64,
+    step: u64,
+    count: u64,
+    keeps_axis: bool,
+}
+
+/// The selection `item` makes along an axis of `size`: an index (not a bool; negative from the
+/// end) in range, or a slice with a step of 1 or more. None for anything else, including what is
+/// wrong (the general path says what).
+fn first_axis(item: &Bound<'_, PyAny>, size: u64) -> Option<FirstAxis> {
+    if let Ok(slice) = item.cast::<PySlice>() {
+        let found = slice.indices(isize::try_from(size).ok()?).ok()?;
+        if found.step < 1 {
+            return None;
+        }
+        let count = found.slicelength as u64;
+        return Some(FirstAxis {
+            start: if count > 0 { found.start as u64 } else { 0 },
+            step: found.step as u64,
+            count,
+            keeps_axis: true,
+        });
+    }
+    // Python ints, and what has `__index__` (NumPy's integer scalars) as `operator.index` takes
+    // it, except bools (Python's and NumPy's, which NumPy 1 gave an `__index__`).
+    let index: i64 = if item.is_exact_instance_of::<PyInt>() {
+        item.extract().ok()?
+    } else {
+        let kind = item.get_type().name().ok()?;
+        if kind == "bool" || kind == "bool_" {
+            return None;
+        }
+        item.call_method0(intern!(item.py(), "__index__"))
+            .ok()?
+            .extract()
+            .ok()?
+    };
+    let index = if index < 0 {
+        index.checked_add(i64::try_from(size).ok()?)?
+    } else {
+        index
+    };
+    let index = u64::try_from(index).ok().filter(|&i| i < size)?;
+    Some(FirstAxis {
+        start: index,
+        step: 1,
+        count: 1,
+        keeps_axis: false,
+    })
+}
+
+/// The hyperslab `sel` selects in a dataset of `shape` when it is None, or an index or slice
+/// along the first axis (alone or as a tuple of one): (start, step, count, selected shape).
+fn hyperslab_of(sel: &Bound<'_, PyAny>, shape: &[u64]) -> Option<Selected> {
+    let rest = shape.get(1..)?;
+    let axis = if sel.is_none() {
+        FirstAxis {
+            start: 0,
+            step: 1,
+            count: shape[0],
+            keeps_axis: true,
+        }
+    } else {
+        let item = match sel.cast::<PyTuple>() {
+            Ok(tuple) if tuple.len() == 1 => tuple.get_item(0).ok()?,
+            Ok(_) => return None,
+            Err(_) => sel.clone(),
+        };
+        first_axis(&item, shape[0])?
+    };
+    let mut out_shape = Vec::with_capacity(shape.len());
+    if axis.keeps_axis {
+        out_shape.push(axis.count);
+    }
+    out_shape.extend_from_slice(rest);
+    let zeros = std::iter::repeat_n(0, rest.len());
+    let ones = std::iter::repeat_n(1, rest.len());
+    Some(Selected {
+        start: std::iter::once(axis.start).chain(zeros).collect(),
+        step: std::iter::once(axis.step).chain(ones).collect(),
+        count: std::iter::once(axis.count)
+            .chain(rest.iter().copied())
+            .collect(),
+        shape: out_shape,
+    })
+}
+
+struct Selected {
+    start: Vec<u64>,
+    step: Vec<u64>,
+    count: Vec<u64>,
+    shape: Vec<u64>,
+}
+
+/// `_selection`'s short way: the hyperslab of `sel` where it is None, or an index or a slice along
+/// the first axis of `shape`, as (start, step, count, selected shape); None where the general
+/// parser is needed.
+#[pyfunction]
+pub fn first_axis_hyperslab<'py>(
+    py: Python<'py>,
+    sel: &Bound<'py, PyAny>,
+    shape: Vec<u64>,
+) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    let Some(found) = hyperslab_of(sel, &shape) else {
+        return Ok(None);
+    };
+    let tuple = |v: Vec<u64>| PyTuple::new(py, v);
+    Ok(Some(PyTuple::new(
+        py,
+        [
+            tuple(found.start)?,
+            tuple(found.step)?,
+            tuple(found.count)?,
+            tuple(found.shape)?,
+        ],
+    )?))
+}
+
+/// `numpy.empty`, looked up once.
+fn numpy_empty(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static EMPTY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    EMPTY
+        .get_or_try_init(py, || {
+            py.import("numpy")?.getattr("empty").map(Bound::unbind)
+        })
+        .map(|f| f.bind(py))
+}
+
+/// Reads `dset[sel]` into `out` (a new NumPy array when None) and returns it, where `layouts`
+/// (`_layout`'s cache: id of a DatasetID -> (weak reference to it, its Layout or None, its
+/// dtype)) knows the dataset's layout and `sel` and `out` are of the kinds this module serves;
+/// else None, having read nothing.
+#[pyfunction]
+pub fn read_known_layout<'py>(
+    py: Python<'py>,
+    layouts: &Bound<'py, PyDict>,
+    dset: &Bound<'py, PyAny>,
+    out: &Bound<'py, PyAny>,
+    sel: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let Ok(dsid) = dset.getattr(intern!(py, "id")) else {
+        return Ok(None);
+    };
+    let Some(entry) = layouts.get_item(dsid.as_ptr() as usize)? else {
+        return Ok(None);
+    };
+    let Ok(entry) = entry.cast_into::<PyTuple>() else {
+        return Ok(None);
+    };
+    // The entry is this DatasetID's, not one of an object since freed at the same address.
+    if !entry.get_item(0)?.call0()?.is(&dsid) {
+        return Ok(None);
+    }
+    let Ok(layout) = entry.get_item(1)?.cast_into::<Layout>() else {
+        return Ok(None);
+    };
+    let dtype = entry.get_item(2)?;
+    // Closed with its file: the general path raises ValueError. (`valid` takes h5py's lock.)
+    if !dsid.getattr(intern!(py, "valid"))?.is_truthy()? {
+        return Ok(None);
+    }
+    let layout = layout.get();
+    let Some(selected) = hyperslab_of(sel, layout.shape()) else {
+        return Ok(None);
+    };
+    let out = if out.is_none() {
+        numpy_empty(py)?.call1((PyTuple::new(py, &selected.shape)?, &dtype))?
+    } else {
+        out.clone()
+    };
+    let Ok(array) = out.cast::<PyUntypedArray>() else {
+        return Ok(None);
+    };
+    let array_dtype = array.dtype();
+    let same_dtype = array_dtype.is(&dtype) || array_dtype.as_any().eq(&dtype)?;
+    let shape_matches = array.shape().len() == selected.shape.len()
+        && array
+            .shape()
+            .iter()
+            .zip(&selected.shape)
+            .all(|(&a, &s)| a as u64 == s);
+    // SAFETY: `array` is a live NumPy array; its flags are read under the GIL.
+    let writable = unsafe { (*array.as_array_ptr()).fields.flags } & NPY_ARRAY_WRITEABLE != 0;
+    let writable_c_order = writable && array.is_c_contiguous();
+    if !(same_dtype && shape_matches && writable_c_order) {
+        return Ok(None);
+    }
+    // SAFETY: as above, the data pointer of a live array.
+    let data = unsafe { (*array.as_array_ptr()).fields.data } as usize;
+    let nbytes = array.len() * array_dtype.itemsize();
+    let sel = Hyperslab {
+        start: &selected.start,
+        step: &selected.step,
+        count: &selected.count,
+    };
+    // SAFETY: `out` is a writable, C-contiguous array of `nbytes` bytes (checked above), kept
+    // referenced here for the read; an array another reference can see cannot be resized.
+    if unsafe { layout.read_host(py, &sel, data, nbytes) }? {
+        Ok(Some(out))
+    } else {
+        Ok(None)
+    }
+}
