@@ -110,11 +110,17 @@ def _dlpack_dtype(name, code, bits, lanes):
     return np.dtype("?" if kind == "b" else f"<{kind}{bits // 8}")
 
 
-def _dlpack_device_view(array, name, kind, ordinal):
+def _dlpack_view(array, name, on_cuda):
+    """The view of a DLPack array on a CUDA device (``on_cuda``) or in host memory, read from its
+    capsule (``np.from_dlpack`` would do for host memory, but NumPy 1 makes every such array
+    read-only)."""
+    # A CUDA producer orders its work before the legacy default stream, which h5gds then waits for;
+    # a host producer takes no stream.
+    stream = DLPACK_STREAM if on_cuda else None
     try:
-        capsule = array.__dlpack__(stream=DLPACK_STREAM, max_version=(1, 0))
+        capsule = array.__dlpack__(stream=stream, max_version=(1, 0))
     except TypeError:  # a producer of DLPack < 1.0, without max_version
-        capsule = array.__dlpack__(stream=DLPACK_STREAM)
+        capsule = array.__dlpack__(stream=stream)
     address, shape, strides, (code, bits, lanes), (dev_kind, dev_id), readonly = _native.dlpack_tensor(capsule)
     dtype = _dlpack_dtype(name, code, bits, lanes)
     shape = tuple(shape)
@@ -123,14 +129,13 @@ def _dlpack_device_view(array, name, kind, ordinal):
         nbytes=int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,
         shape=shape,
         dtype=dtype,
-        device=("cuda", dev_id),
+        device=("cuda", dev_id) if on_cuda else None,
         readonly=readonly,
         c_contiguous=_c_contiguous(shape, None if strides is None else tuple(s * dtype.itemsize for s in strides),
                                    dtype.itemsize),
         # The capsule (its producer frees the tensor when it is dropped) and the array.
         owner=(array, capsule),
-        # The producer ordered its work before the legacy default stream; h5gds waits for it.
-        stream=DLPACK_STREAM,
+        stream=DLPACK_STREAM if on_cuda else 0,
     )
 
 
@@ -148,14 +153,12 @@ def view(array, name):
                 f"not {_type_name(array)}"
             )
         kind, ordinal = dlpack_device()
-        if kind in _DLPACK_CUDA:
-            return _dlpack_device_view(array, name, kind, ordinal)
-        if kind not in _DLPACK_HOST:
+        if kind not in _DLPACK_CUDA and kind not in _DLPACK_HOST:
             raise ValueError(
                 f"{name} is on a {_DLPACK_NAMES.get(kind, f'DLPack type {kind}')} device ({ordinal}): "
                 "h5gds moves data between files and CUDA devices or host memory only"
             )
-        array = np.from_dlpack(array)
+        return _dlpack_view(array, name, kind in _DLPACK_CUDA)
     interface = array.__array_interface__
     address, readonly = interface["data"]
     return ArrayView(
