@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Many threads, one file (issue 26): random rows of a float32 dataset read by 1, 2 and 8 threads, side by
 side in one run, into NumPy: ``h5gds.read`` (a read-only file's reads served with no HDF5 call, so
-threads run at once) against h5py in the same threads (HDF5's global lock serialises them) and h5py in
+threads run at once) against h5py in the same threads (HDF5's global lock serialises them), and both in
 2 worker processes (each opening the file, as DataLoader workers do). Per layout (contiguous, chunked
 unfiltered, chunked Zstandard) and row size; files in the page cache. Alternatives interleaved, each
 repeated; medians of GB/s, ratios to h5py in one thread, and each h5gds row's scaling against its one
@@ -73,10 +73,10 @@ def in_threads(fn, dset, picks, threads, row_elements, empty=np.empty):
 
 
 def process_worker(args):
-    path, picks, row_elements = args
+    path, picks, row_elements, reader = args
     out = np.empty((row_elements,), dtype="<f4")
     with h5py.File(path, "r") as f:
-        h5py_rows(f["x"], picks, out)
+        (h5gds_rows if reader == "h5gds" else h5py_rows)(f["x"], picks, out)
 
 
 def main():
@@ -122,8 +122,9 @@ def main():
                         alternatives[f"h5py, {threads} threads"] = (
                             lambda t=threads: in_threads(h5py_rows, dset, picks, t, row_elements, empty))
                     if not args.device:
-                        alternatives["h5py, 2 worker processes"] = lambda: workers.map(
-                            process_worker, [(str(path), part, row_elements) for part in np.array_split(picks, 2)])
+                        for reader in ("h5gds.read", "h5py"):
+                            alternatives[f"{reader}, 2 worker processes"] = lambda r=reader.split(".")[0]: workers.map(
+                                process_worker, [(str(path), part, row_elements, r) for part in np.array_split(picks, 2)])
                     times = {name: [] for name in alternatives}
                     for _ in range(args.reps):
                         for name, fn in alternatives.items():
@@ -140,7 +141,7 @@ def main():
                         threads = int(name.split(", ")[1].split()[0])
                         scale = r / rate["h5gds.read, 1 threads"]
                         extra = f"  scaling x{scale:4.2f} (goal {0.8 * min(threads, cores):.1f})"
-                    print(f"    {name:<28} {r:7.2f} GB/s  x{r / base:5.2f}{extra}")
+                    print(f"    {name:<30} {r:7.2f} GB/s  x{r / base:5.2f}{extra}")
                 path.unlink()
 
 
