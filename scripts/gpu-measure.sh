@@ -11,13 +11,15 @@
 #   scripts/gpu-measure.sh threads   issue 26: threads and worker processes, host and device rows
 #   scripts/gpu-measure.sh codec     issue 24: h5py, the host's threads and nvCOMP side by side
 #   scripts/gpu-measure.sh first     issue 22: the first read in a fresh process
+#   scripts/gpu-measure.sh mpi       issue 23 item 3: collective device writes with 1, 2, 4 ranks on
+#                                    one GPU, then again under MPS where nvidia-cuda-mps-control is
 #
 # Without a GPU the same stages run on h5gds's emulators where LD_LIBRARY_PATH names them (as
 # scripts/test.sh sets it up); the benchmarks then label their device figures EMULATED. SIZE_MIB
 # (default 1024) sizes every dataset (4x that for io), for a quick run of the commands themselves.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?usage: scripts/gpu-measure.sh checks|io|threads|codec|first}
+stage=${1:?usage: scripts/gpu-measure.sh checks|io|threads|codec|first|mpi}
 out=${OUT:-/tmp/gpu-measure}
 mkdir -p "$out"
 py=${H5GDS_PYTHON:-python3}
@@ -65,8 +67,24 @@ case "$stage" in
   first)
     step first-read 300 "$py" benches/first_read.py --repeat 7
     ;;
+  mpi)
+    for ranks in 1 2 4; do
+      step "ranks-$ranks" 150 mpirun --oversubscribe -np "$ranks" -x LD_LIBRARY_PATH -x PYTHONPATH \
+        "$py" benches/mpi_tiles.py --size "${size_mib}M" --reps 3 --device
+    done
+    # Several processes on one GPU are time-sliced between their contexts unless MPS shares one.
+    if command -v nvidia-cuda-mps-control >/dev/null && nvidia-cuda-mps-control -d; then
+      trap 'echo quit | nvidia-cuda-mps-control' EXIT
+      for ranks in 1 4; do
+        step "ranks-$ranks-mps" 150 mpirun --oversubscribe -np "$ranks" -x LD_LIBRARY_PATH -x PYTHONPATH \
+          "$py" benches/mpi_tiles.py --size "${size_mib}M" --reps 3 --device
+      done
+    else
+      echo "== mpi: no MPS here (nvidia-cuda-mps-control missing or refused)"
+    fi
+    ;;
   *)
-    echo "unknown stage $stage (checks, io, threads, codec, first)" >&2
+    echo "unknown stage $stage (checks, io, threads, codec, first, mpi)" >&2
     exit 2
     ;;
 esac
