@@ -159,7 +159,12 @@ pub fn read_known_layout<'py>(
     out: &Bound<'py, PyAny>,
     sel: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
-    let Ok(dsid) = dset.getattr(intern!(py, "id")) else {
+    // h5py's `Dataset.id` returns `_id` under h5py's lock (half a microsecond a call); the
+    // attribute itself is read here (an object that is not an h5py Dataset finds no entry below).
+    let Ok(dsid) = dset
+        .getattr(intern!(py, "_id"))
+        .or_else(|_| dset.getattr(intern!(py, "id")))
+    else {
         return Ok(None);
     };
     let Some(entry) = layouts.get_item(dsid.as_ptr() as usize)? else {
@@ -176,8 +181,10 @@ pub fn read_known_layout<'py>(
         return Ok(None);
     };
     let dtype = entry.get_item(2)?;
-    // Closed with its file: the general path raises ValueError. (`valid` takes h5py's lock.)
-    if !dsid.getattr(intern!(py, "valid"))?.is_truthy()? {
+    // Closed (by its own close or its file's): h5py sets the id to 0, and the general path raises
+    // ValueError. (`valid` would also ask HDF5 under h5py's lock, for identifiers closed behind
+    // h5py's back, which a read-only file's unchanged bytes make no different to read.)
+    if dsid.getattr(intern!(py, "id"))?.extract::<i64>()? == 0 {
         return Ok(None);
     }
     let layout = layout.get();

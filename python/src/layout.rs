@@ -488,17 +488,19 @@ impl Layout {
         if nbytes == 0 {
             return Ok(true);
         }
-        let Some(parts) = self.serves(sel)? else {
-            return Ok(false);
-        };
-        let threads = threads_for(nbytes, &parts)?;
+        // Everything past the checks runs without the GIL: threads reading small rows hold it
+        // for as little as they can.
         py.detach(|| {
+            let Some(parts) = self.serves(sel)? else {
+                return Ok(false);
+            };
+            let threads = threads_for(nbytes, &parts)?;
             // SAFETY: the caller's contract (the size was checked against the selection above).
             let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
             self.read_served(sel, &parts, out, threads)
+                .map_err(PyOSError::new_err)?;
+            Ok(true)
         })
-        .map_err(PyOSError::new_err)?;
-        Ok(true)
     }
 
     /// The dataset's shape.
