@@ -512,7 +512,10 @@ fn hdf5s_own_copies_reach_the_driver_only_in_files_that_ask() {
     );
     // Without MEM_COPY the driver sees only buffers in the program's heap and HDF5's own (its
     // chunk cache): host memory known without asking CUDA (`h5gds_runtime::known_host`).
-    assert_eq!(off, 0, "pointer queries for heap buffers with device_copies=off");
+    assert_eq!(
+        off, 0,
+        "pointer queries for heap buffers with device_copies=off"
+    );
 }
 
 #[test]
