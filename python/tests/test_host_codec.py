@@ -178,12 +178,14 @@ def test_what_stays_with_hdf5(tmp_path, monkeypatch):
 def test_the_debug_log_says_who_decoded(tmp_path, threads):
     path = tmp_path / "log.h5"
     with h5py.File(path, "w") as f:
-        f.create_dataset("x", data=data_for((400,), "<f4"), chunks=(50,), compression="gzip")
+        # 8 chunks of 256 KiB: enough decoding for the I/O threads (1 MiB or more).
+        f.create_dataset("x", data=data_for((8 << 16,), "<f4"), chunks=(1 << 16,), compression="gzip")
         f.create_dataset("lzf", data=data_for((400,), "<f4"), chunks=(50,), compression="lzf")
     program = (
         "import sys, h5py, h5gds, numpy as np\n"
         "f = h5py.File(sys.argv[1], 'r')\n"
         "assert np.array_equal(h5gds.read(f['x']), f['x'][...])\n"
+        "assert np.array_equal(h5gds.read(f['x'], sel=slice(65530, 65540)), f['x'][65530:65540])\n"
         "assert np.array_equal(h5gds.read(f['lzf']), f['lzf'][...])\n"
         "f.close()\n"
         "f = h5py.File(sys.argv[1], 'r+')\n"
@@ -195,6 +197,9 @@ def test_the_debug_log_says_who_decoded(tmp_path, threads):
     assert run.returncode == 0, run.stderr
     assert f"h5gds.read of /x: 8 chunks decoded on {threads} threads (read from the file by those threads)" \
         in run.stderr
+    # A small read across two chunks stays on the calling thread: handing it to the pool cost more
+    # than decoding it.
+    assert "h5gds.read of /x: 2 chunks decoded on 1 threads (read from the file by those threads)" in run.stderr
     assert "h5gds.read of /x: HDF5 decodes its chunks: the selection lies in one chunk" in run.stderr
     assert "h5gds.read of /lzf: HDF5 decodes its chunks: its filter LZF (32000) is not one h5gds decodes" \
         in run.stderr
