@@ -176,7 +176,8 @@ fn threads_for(
     decoded_chunk: Option<usize>,
 ) -> PyResult<usize> {
     let work = match decoded_chunk {
-        Some(chunk_bytes) if !parts.is_empty() => parts.len().saturating_mul(chunk_bytes),
+        // (A read inside one chunk stays on the calling thread whatever its size.)
+        Some(chunk_bytes) if parts.len() > 1 => parts.len().saturating_mul(chunk_bytes),
         _ => nbytes,
     };
     if work < PARALLEL_BYTES {
