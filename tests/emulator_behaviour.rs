@@ -118,6 +118,7 @@ emulator_api! {
     cuMemcpy: fn(CUdeviceptr, CUdeviceptr, usize) -> CUresult;
     cuMemcpyHtoDAsync_v2: fn(CUdeviceptr, *const c_void, usize, CUstream) -> CUresult;
     cuMemcpyDtoHAsync_v2: fn(*mut c_void, CUdeviceptr, usize, CUstream) -> CUresult;
+    cuMemcpyDtoDAsync_v2: fn(CUdeviceptr, CUdeviceptr, usize, CUstream) -> CUresult;
     cuMemsetD8_v2: fn(CUdeviceptr, u8, usize) -> CUresult;
     cuPointerGetAttribute: fn(*mut c_void, c_uint, CUdeviceptr) -> CUresult;
     cuPointerGetAttributes: fn(c_uint, *mut c_uint, *mut *mut c_void, CUdeviceptr) -> CUresult;
@@ -150,6 +151,7 @@ emulator_api! {
     cuFileWrite: fn(CUfileHandle_t, *const c_void, usize, libc::off_t, libc::off_t) -> isize;
     h5gds_emu_counters: fn(*mut Counters) -> c_int;
     h5gds_emu_report_counter: fn(*const c_char, *mut u64) -> c_int;
+    h5gds_emu_enqueue: fn(CUstream, Option<unsafe extern "C" fn(*mut c_void)>, *mut c_void) -> c_int;
     cuFileGetParameterBool: fn(cufile_sys::CUFileBoolConfigParameter_t, *mut bool) -> CUfileError_t;
 }
 
@@ -1909,6 +1911,39 @@ fn deferred_async_copies_run_when_their_stream_is_synchronized() {
                     stream,
                 ));
                 assert_eq!(dtoh(dev, 64), vec![9u8; 64]);
+                // Device to device: lands at synchronization.
+                let other = alloc(64);
+                check(htod(other, &[3u8; 64]));
+                check((api.cuMemcpyDtoDAsync_v2)(dev, other, 64, stream));
+                assert_eq!(dtoh(dev, 64), vec![9u8; 64]);
+                // A pageable copy to the host waits for the stream's earlier work.
+                let mut back = [0u8; 64];
+                check((api.cuMemcpyDtoHAsync_v2)(
+                    back.as_mut_ptr().cast(),
+                    dev,
+                    64,
+                    stream,
+                ));
+                assert_eq!(back, [3u8; 64]);
+                // Device work a companion library launches (the nvCOMP emulator's calls) runs
+                // in stream order, at synchronization.
+                unsafe extern "C" fn mark(data: *mut c_void) {
+                    // SAFETY: `data` is the AtomicU8 below, alive until the stream is synced.
+                    unsafe { &*data.cast::<std::sync::atomic::AtomicU8>() }
+                        .store(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                let ran = std::sync::atomic::AtomicU8::new(0);
+                let data = (&ran as *const std::sync::atomic::AtomicU8)
+                    .cast_mut()
+                    .cast();
+                assert_eq!((api.h5gds_emu_enqueue)(stream, Some(mark), data), 0);
+                assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 0);
+                check((api.cuStreamSynchronize)(stream));
+                assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 1);
+                // An unknown stream is refused, and the work never runs.
+                let bogus = 0xdead_0000usize as CUstream;
+                assert_eq!((api.h5gds_emu_enqueue)(bogus, Some(mark), data), 400);
+                free(other);
                 check((api.cuMemFreeHost)(pinned.cast()));
             }
             free(dev);

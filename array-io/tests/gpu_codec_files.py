@@ -69,6 +69,19 @@ def main(directory):
             _, stored = bad.id.read_direct_chunk((25,))
             bad.id.write_direct_chunk((25,), stored[: len(stored) // 2], filter_mask=0)
             corrupt.append((f"/{codec}/corrupt", "25", "truncated"))
+            # More chunks than one batch of the GPU pipeline holds (512): three batches over its
+            # two slots, decoded in place (1-D) and through scratch (chunks of part rows).
+            g.create_dataset("many", data=values("float32", (1300 * 64,), 11), chunks=(64,),
+                             **opts())
+            g.create_dataset("many_rows", data=values("int16", (66, 1280), 12), chunks=(2, 40),
+                             **opts())
+            # Damaged chunks in the second and third batches: the first in chunk order is named.
+            late = g.create_dataset("many_corrupt", data=values("float32", (1300 * 64,), 13),
+                                    chunks=(64,), **opts())
+            for at in (700 * 64, 1200 * 64):
+                _, stored = late.id.read_direct_chunk((at,))
+                late.id.write_direct_chunk((at,), stored[: len(stored) // 2], filter_mask=0)
+            corrupt.append((f"/{codec}/many_corrupt", str(700 * 64), "truncated"))
         # LZ4 chunks of several blocks; 302-byte blocks leave later blocks unaligned.
         steps = (np.arange(1000) // 50).astype("int32")
         f.create_dataset("lz4/blocks", data=steps, chunks=(500,),

@@ -25,14 +25,13 @@
 //! the batch's chunks, not one of them.
 
 use crate::device::{align_up, DeviceFailure};
-use crate::nvcomp::{self, Job, Outcome};
+use crate::nvcomp::{self, CallSpace, Job, Launched, Outcome};
 use cudarc::driver::{sys, CudaStream};
 use h5gds_chunk_codec::format::{self, Piece};
 use h5gds_route::route::GpuCodec;
 use h5gds_route::select::{chunks_touching, Block};
 use h5gds_runtime::cuda::call;
-use h5gds_runtime::device_ranges::forget_device_range;
-use h5gds_runtime::stream::{context_usable, copy_on_device, peek, scratch};
+use h5gds_runtime::stream::{context_usable, copy_on_device, peek, synchronize, Scratch};
 use nvcomp_sys::NvcompLib;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -40,8 +39,17 @@ use std::sync::Arc;
 /// Bytes of framing gathered per chunk: its first 16 bytes, then its last 4 (at 16).
 const HEAD: usize = 32;
 
-/// Decoded bytes a batch may hold in device scratch memory (at least one chunk per batch).
-const BATCH_BYTES: usize = 256 << 20;
+/// Device scratch bytes one batch may take (the chunks' stored bytes, and the decoded chunks
+/// that cannot be decoded straight into the output), at least one chunk. Two batches are in
+/// flight, one per slot of the pipeline.
+const SLOT_BYTES: usize = 256 << 20;
+
+/// Chunks after which a batch is closed even with scratch left, so that the next batch's reads
+/// overlap its decoding. nvCOMP decodes each chunk of a batch with a few threads (on the H200,
+/// Zstandard batches of 16 chunks of 16 MiB decoded at 2.5 GB/s, 256 of 1 MiB at 13.2), so a
+/// batch needs many chunks to fill the GPU: 512 is about 4 per multiprocessor of an H200 (an
+/// estimate; `scripts/gpu-measure.sh codec` measures it).
+const BATCH_CHUNKS: usize = 512;
 
 /// Where a dataset's stored chunks come from: the caller's HDF5 binding.
 pub trait ChunkSource {
@@ -114,8 +122,14 @@ pub struct Decoding<'a> {
 }
 
 /// Decodes the allocated chunks `present` (from [`split`]) on the GPU into `dest`, device
-/// memory holding `region` (file coordinates) in row-major order, in batches of bounded
-/// scratch memory.
+/// memory holding `region` (file coordinates) in row-major order, after the work queued on
+/// `stream` (the caller's; everything is done when this returns).
+///
+/// A pipeline of two slots, each with a stream of its own and device memory reused from batch to
+/// batch: while the GPU decodes one slot's batch, this thread reads the next batch's stored
+/// chunks into the other slot through the `gds` driver. A slot's batch is waited for, and its
+/// outcomes checked, only before the slot is used again, and at the end, oldest first, so the
+/// chunk named in an error is the first bad one in chunk order.
 pub fn read<S: ChunkSource>(
     source: &S,
     how: &Decoding,
@@ -127,24 +141,387 @@ pub fn read<S: ChunkSource>(
     let chunk_bytes = how.chunk.iter().product::<u64>() as usize * how.element_size;
     let align = nvcomp::alignment(how.lib, how.codec)?;
     let stride = align_up(chunk_bytes, align);
-    let per_batch = (BATCH_BYTES / stride).max(1);
-    for batch in present.chunks_mut(per_batch) {
-        decode_batch(
-            source,
-            how.lib,
-            how.codec,
-            batch,
-            how.chunk,
+    let direct: Vec<Option<sys::CUdeviceptr>> = present
+        .iter()
+        .map(|c| decoded_in_place(c, how, chunk_bytes, align, region, dest))
+        .collect();
+    let batches = batches(present, &direct, how.codec, align, stride);
+    synchronize(stream)?;
+    let context = stream.context();
+    let new_stream = || call("creating a stream for decoding", || context.new_stream());
+    let mut slots = [Slot::new(new_stream()?), Slot::new(new_stream()?)];
+    let shape = Shape {
+        how,
+        chunk_bytes,
+        stride,
+        align,
+        region,
+        dest,
+    };
+    let mut run = || -> Result<(), S::Error> {
+        for (b, range) in batches.iter().enumerate() {
+            let slot = &mut slots[b % 2];
+            slot.finish(source, &shape)?;
+            let launched = slot.launch(
+                source,
+                &shape,
+                &mut present[range.clone()],
+                &direct[range.clone()],
+            );
+            if let Err(e) = launched {
+                // The batch before holds earlier chunks: its error comes first.
+                slots[(b + 1) % 2].finish(source, &shape)?;
+                return Err(e);
+            }
+        }
+        for b in batches.len().saturating_sub(2)..batches.len() {
+            slots[b % 2].finish(source, &shape)?;
+        }
+        Ok(())
+    };
+    let outcome = run();
+    if outcome.is_err() {
+        // Nothing may still be running on the slots' buffers when they are freed.
+        for slot in &slots {
+            let _ = synchronize(&slot.stream);
+        }
+    }
+    outcome
+}
+
+/// What every batch of one read shares.
+struct Shape<'a> {
+    how: &'a Decoding<'a>,
+    chunk_bytes: usize,
+    /// Bytes between decoded chunks in scratch (the chunk size aligned for nvCOMP).
+    stride: usize,
+    align: usize,
+    region: &'a Block,
+    dest: sys::CUdeviceptr,
+}
+
+/// Where chunk `c` is decoded straight into the output: a chunk that lands whole and
+/// contiguous there (1-D chunks, chunks spanning whole rows) at an address aligned for nvCOMP;
+/// `None` for the others, decoded into scratch and then copied into place.
+fn decoded_in_place(
+    c: &Stored,
+    how: &Decoding,
+    chunk_bytes: usize,
+    align: usize,
+    region: &Block,
+    dest: sys::CUdeviceptr,
+) -> Option<sys::CUdeviceptr> {
+    let es = how.element_size as u64;
+    match placement_runs(&c.part, &c.offset, how.chunk, region)[..] {
+        [(0, dst, len)] if (len * es) as usize == chunk_bytes => {
+            let at = dest + dst * es;
+            (at as usize % align == 0).then_some(at)
+        }
+        _ => None,
+    }
+}
+
+/// The chunks of each batch, in chunk order: closed at [`BATCH_CHUNKS`] chunks, or before the
+/// scratch it needs (stored bytes, aligned, plus a decoded chunk for each not decoded in place)
+/// would pass [`SLOT_BYTES`].
+fn batches(
+    present: &[Stored],
+    direct: &[Option<sys::CUdeviceptr>],
+    codec: GpuCodec,
+    align: usize,
+    stride: usize,
+) -> Vec<std::ops::Range<usize>> {
+    let mut batches = Vec::new();
+    let (mut start, mut bytes) = (0usize, 0usize);
+    for (i, c) in present.iter().enumerate() {
+        let need = align_up(c.size + format::payload_offset(codec), align)
+            + if direct[i].is_some() { 0 } else { stride };
+        if i > start && (i - start == BATCH_CHUNKS || bytes + need > SLOT_BYTES) {
+            batches.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes += need;
+    }
+    if start < present.len() {
+        batches.push(start..present.len());
+    }
+    batches
+}
+
+/// One slot of the pipeline: its stream, the device memory its batches reuse, and its batch
+/// launched and not yet checked.
+struct Slot {
+    stream: Arc<CudaStream>,
+    /// The stored chunks.
+    compressed: Scratch,
+    /// Chunks not decoded in place.
+    decoded: Scratch,
+    /// Each chunk's framing bytes.
+    heads: Scratch,
+    /// Jobs realigned for nvCOMP.
+    realigned: Scratch,
+    space: CallSpace,
+    pending: Option<Pending>,
+}
+
+/// A batch launched on a slot: what checking it needs.
+struct Pending {
+    offsets: Vec<Vec<u64>>,
+    jobs: Vec<Job>,
+    owners: Vec<usize>,
+    launched: Result<Launched, DeviceFailure>,
+    /// Deflate chunks to check against their Adler-32: (chunk, decoded bytes, stored sum).
+    sums: Vec<(usize, sys::CUdeviceptr, u32)>,
+}
+
+impl Slot {
+    fn new(stream: Arc<CudaStream>) -> Self {
+        Self {
+            stream,
+            compressed: Scratch::default(),
+            decoded: Scratch::default(),
+            heads: Scratch::default(),
+            realigned: Scratch::default(),
+            space: CallSpace::default(),
+            pending: None,
+        }
+    }
+
+    /// Waits for the slot's batch, if one is launched, and checks it: every job decoded to its
+    /// size (else the chunk at fault is named, `judge`), and deflate chunks' sums if asked.
+    fn finish<S: ChunkSource>(&mut self, source: &S, shape: &Shape) -> Result<(), S::Error> {
+        let Some(p) = self.pending.take() else {
+            return Ok(());
+        };
+        let stream = &self.stream;
+        let first = p
+            .launched
+            .and_then(|call| self.space.outcomes(stream, &call));
+        let offsets: Vec<&[u64]> = p.offsets.iter().map(Vec::as_slice).collect();
+        let how = shape.how;
+        match judge(
+            how.lib, how.codec, stream, first, &p.jobs, &p.owners, &offsets,
+        ) {
+            Ok(()) => {}
+            Err(Failed::Chunk(i, reason)) => return Err(source.corrupt(offsets[i], reason)),
+            Err(Failed::Device(failure)) => return Err(failure.into()),
+        }
+        for &(i, at, expected) in &p.sums {
+            let bytes = peek(stream, at, shape.chunk_bytes)?;
+            let actual = adler2::adler32_slice(&bytes);
+            if actual != expected {
+                return Err(source.corrupt(offsets[i], format!("its decoded bytes have Adler-32 {actual:#010x}, but the stream stores {expected:#010x}; the file is corrupt")));
+            }
+        }
+        synchronize(stream)?;
+        Ok(())
+    }
+
+    /// Reads the stored bytes of `batch` (whose chunks decode in place where `direct` says)
+    /// into the slot's memory and launches their decoding and placement on the slot's stream,
+    /// without waiting for it. The slot must be finished.
+    fn launch<S: ChunkSource>(
+        &mut self,
+        source: &S,
+        shape: &Shape,
+        batch: &mut [Stored],
+        direct: &[Option<sys::CUdeviceptr>],
+    ) -> Result<(), S::Error> {
+        let Shape {
+            how,
             chunk_bytes,
             stride,
             align,
-            how.verify && how.codec == GpuCodec::Deflate,
             region,
             dest,
-            stream,
-        )?;
+        } = *shape;
+        let (codec, chunk) = (how.codec, how.chunk);
+        let verify = how.verify && codec == GpuCodec::Deflate;
+        let stream = &self.stream;
+        let bad = |offset: &[u64], reason: String| source.corrupt(offset, reason);
+        // Place each stored chunk so that its first coded byte is aligned for nvCOMP.
+        let mut cursor = 0usize;
+        for c in batch.iter_mut() {
+            let skip = if c.mask & 1 != 0 {
+                0
+            } else {
+                format::payload_offset(codec)
+            };
+            c.slot = align_up(cursor + skip, align) - skip;
+            cursor = c.slot + c.size;
+        }
+        let comp = self.compressed.at_least(stream, cursor)?;
+        let in_scratch = direct.iter().filter(|d| d.is_none()).count();
+        let dec = self.decoded.at_least(stream, stride * in_scratch)?;
+        let es = (chunk_bytes / chunk.iter().product::<u64>().max(1) as usize) as u64;
+        let mut next = 0u64;
+        let bases: Vec<sys::CUdeviceptr> = direct
+            .iter()
+            .map(|d| {
+                d.unwrap_or_else(|| {
+                    next += 1;
+                    dec + (next - 1) * stride as u64
+                })
+            })
+            .collect();
+        for c in batch.iter_mut() {
+            // SAFETY: the slot holds the chunk's stored size inside the compressed buffer, which
+            // nothing on the GPU uses any more (the slot is finished).
+            let mask = unsafe { source.read_chunk(&c.offset, comp + c.slot as u64, c.size)? };
+            c.mask = mask;
+        }
+        // The framing bytes of every chunk (deflate: header and trailer; LZ4: header and first
+        // block size), gathered on the device and brought to the host in one copy, not one
+        // round trip per chunk.
+        let heads = self.heads.at_least(stream, HEAD * batch.len())?;
+        for (i, c) in batch.iter().enumerate() {
+            let base = comp + c.slot as u64;
+            let at = heads + (i * HEAD) as u64;
+            let (front, back) = (c.size.min(HEAD / 2), c.size.min(4));
+            copy_on_device(stream, at, base, front)?;
+            copy_on_device(
+                stream,
+                at + (HEAD / 2) as u64,
+                base + (c.size - back) as u64,
+                back,
+            )?;
+        }
+        let framing = peek(stream, heads, HEAD * batch.len())?;
+        // What to decode (or copy) where.
+        let mut jobs: Vec<(usize, Job)> = Vec::new();
+        // Jobs whose buffers miss nvCOMP's alignment go through aligned scratch: (job, final
+        // output).
+        let mut moved: Vec<(usize, sys::CUdeviceptr)> = Vec::new();
+        let mut sums = Vec::new();
+        for (i, c) in batch.iter().enumerate() {
+            let base = comp + c.slot as u64;
+            let out = bases[i];
+            if c.mask & 1 != 0 {
+                // Stored unfiltered: the stored bytes are the chunk.
+                if c.size != chunk_bytes {
+                    return Err(bad(
+                        &c.offset,
+                        format!(
+                            "it is stored unfiltered with {} bytes, but a chunk holds \
+                             {chunk_bytes}",
+                            c.size
+                        ),
+                    ));
+                }
+                copy_on_device(stream, out, base, chunk_bytes)?;
+                continue;
+            }
+            if c.mask != 0 {
+                return Err(bad(
+                    &c.offset,
+                    format!(
+                        "its filter mask {:#x} names filters the dataset does not have",
+                        c.mask
+                    ),
+                ));
+            }
+            let pieces: Vec<Piece> = match codec {
+                GpuCodec::Deflate => {
+                    let head = &framing[i * HEAD..i * HEAD + c.size.min(2)];
+                    let pieces = format::zlib_pieces(head, c.size, chunk_bytes)
+                        .map_err(|r| bad(&c.offset, r))?;
+                    if verify {
+                        let tail = &framing[i * HEAD + HEAD / 2..i * HEAD + HEAD / 2 + 4];
+                        let sum = format::adler_trailer(&tail.try_into().expect("4 bytes"));
+                        sums.push((i, out, sum));
+                    }
+                    pieces
+                }
+                GpuCodec::Zstd => vec![Piece {
+                    at: 0,
+                    len: c.size,
+                    out_at: 0,
+                    out_len: chunk_bytes,
+                    coded: true,
+                }],
+                GpuCodec::Lz4 => {
+                    let mut failure = None;
+                    let front = &framing[i * HEAD..i * HEAD + c.size.min(HEAD / 2)];
+                    let pieces = format::lz4_pieces(c.size, chunk_bytes, |at, len| {
+                        if at + len <= front.len() {
+                            return Ok(front[at..at + len].to_vec());
+                        }
+                        peek(stream, base + at as u64, len).map_err(|e| {
+                            let text = e.to_string();
+                            failure = Some(e);
+                            text
+                        })
+                    });
+                    if let Some(e) = failure {
+                        return Err(e.into());
+                    }
+                    pieces.map_err(|r| bad(&c.offset, r))?
+                }
+            };
+            for p in pieces {
+                let (input, output) = (base + p.at as u64, out + p.out_at as u64);
+                if !p.coded {
+                    copy_on_device(stream, output, input, p.out_len)?;
+                    continue;
+                }
+                let job = Job {
+                    input,
+                    input_len: p.len,
+                    output,
+                    output_len: p.out_len,
+                };
+                if input as usize % align != 0 || output as usize % align != 0 {
+                    moved.push((jobs.len(), output));
+                }
+                jobs.push((i, job));
+            }
+        }
+        // Realign the few jobs that need it (LZ4 blocks after the first of a chunk).
+        let moved_bytes: usize = moved
+            .iter()
+            .map(|&(j, _)| {
+                align_up(jobs[j].1.input_len, align) + align_up(jobs[j].1.output_len, align)
+            })
+            .sum();
+        let mut at = self.realigned.at_least(stream, moved_bytes)?;
+        for &(j, _) in &moved {
+            let job = &mut jobs[j].1;
+            copy_on_device(stream, at, job.input, job.input_len)?;
+            job.input = at;
+            at += align_up(job.input_len, align) as u64;
+            job.output = at;
+            at += align_up(job.output_len, align) as u64;
+        }
+        let list: Vec<Job> = jobs.iter().map(|&(_, j)| j).collect();
+        let owners: Vec<usize> = jobs.iter().map(|&(i, _)| i).collect();
+        let launched = self.space.launch_decompress(how.lib, codec, stream, &list);
+        if launched.is_ok() {
+            for &(j, output) in &moved {
+                copy_on_device(stream, output, jobs[j].1.output, jobs[j].1.output_len)?;
+            }
+            for (i, c) in batch.iter().enumerate() {
+                if direct[i].is_some() {
+                    continue;
+                }
+                for (src, dst, len) in placement_runs(&c.part, &c.offset, chunk, region) {
+                    copy_on_device(
+                        stream,
+                        dest + dst * es,
+                        bases[i] + src * es,
+                        (len * es) as usize,
+                    )?;
+                }
+            }
+        }
+        self.pending = Some(Pending {
+            offsets: batch.iter().map(|c| c.offset.clone()).collect(),
+            jobs: list,
+            owners,
+            launched,
+            sums,
+        });
+        Ok(())
     }
-    Ok(())
 }
 
 /// Contiguous runs copying `part` (file coordinates) out of a decoded chunk at `origin` of
@@ -196,225 +573,6 @@ pub fn placement_runs(
         }
     }
     runs
-}
-
-#[allow(clippy::too_many_arguments)]
-fn decode_batch<S: ChunkSource>(
-    source: &S,
-    lib: &NvcompLib,
-    codec: GpuCodec,
-    batch: &mut [Stored],
-    chunk: &[u64],
-    chunk_bytes: usize,
-    stride: usize,
-    align: usize,
-    verify: bool,
-    region: &Block,
-    dest: sys::CUdeviceptr,
-    stream: &Arc<CudaStream>,
-) -> Result<(), S::Error> {
-    let bad = |offset: &[u64], reason: String| source.corrupt(offset, reason);
-    // Place each stored chunk so that its first coded byte is aligned for nvCOMP.
-    let mut cursor = 0usize;
-    for c in batch.iter_mut() {
-        let skip = if c.mask & 1 != 0 {
-            0
-        } else {
-            format::payload_offset(codec)
-        };
-        c.slot = align_up(cursor + skip, align) - skip;
-        cursor = c.slot + c.size;
-    }
-    let (_compressed, comp) = scratch(stream, cursor)?;
-    // A chunk that lands whole and contiguous in the output (1-D chunks, chunks spanning whole
-    // rows) is decoded straight into place; the others into scratch, then copied into place.
-    let es = (chunk_bytes / chunk.iter().product::<u64>().max(1) as usize) as u64;
-    let direct: Vec<Option<sys::CUdeviceptr>> = batch
-        .iter()
-        .map(
-            |c| match placement_runs(&c.part, &c.offset, chunk, region)[..] {
-                [(0, dst, len)] if (len * es) as usize == chunk_bytes => {
-                    let at = dest + dst * es;
-                    (at as usize % align == 0).then_some(at)
-                }
-                _ => None,
-            },
-        )
-        .collect();
-    let in_scratch = direct.iter().filter(|d| d.is_none()).count();
-    let (_decoded, dec) = scratch(stream, stride * in_scratch)?;
-    let mut next = 0u64;
-    let bases: Vec<sys::CUdeviceptr> = direct
-        .iter()
-        .map(|d| {
-            d.unwrap_or_else(|| {
-                next += 1;
-                dec + (next - 1) * stride as u64
-            })
-        })
-        .collect();
-    for c in batch.iter_mut() {
-        // SAFETY: the slot holds the chunk's stored size inside the compressed buffer.
-        let mask = unsafe { source.read_chunk(&c.offset, comp + c.slot as u64, c.size)? };
-        c.mask = mask;
-    }
-    // The framing bytes of every chunk (deflate: header and trailer; LZ4: header and first
-    // block size), gathered on the device and brought to the host in one copy, not one
-    // round trip per chunk.
-    let (_heads, heads) = scratch(stream, HEAD * batch.len())?;
-    for (i, c) in batch.iter().enumerate() {
-        let base = comp + c.slot as u64;
-        let at = heads + (i * HEAD) as u64;
-        let (front, back) = (c.size.min(HEAD / 2), c.size.min(4));
-        copy_on_device(stream, at, base, front)?;
-        copy_on_device(
-            stream,
-            at + (HEAD / 2) as u64,
-            base + (c.size - back) as u64,
-            back,
-        )?;
-    }
-    let framing = peek(stream, heads, HEAD * batch.len())?;
-    // What to decode (or copy) where.
-    let mut jobs: Vec<(usize, Job)> = Vec::new();
-    // Jobs whose buffers miss nvCOMP's alignment go through aligned scratch: (job, final output).
-    let mut moved: Vec<(usize, sys::CUdeviceptr)> = Vec::new();
-    let mut trailers: Vec<Option<u32>> = vec![None; batch.len()];
-    for (i, c) in batch.iter().enumerate() {
-        let base = comp + c.slot as u64;
-        let out = bases[i];
-        if c.mask & 1 != 0 {
-            // Stored unfiltered: the stored bytes are the chunk.
-            if c.size != chunk_bytes {
-                return Err(bad(
-                    &c.offset,
-                    format!(
-                        "it is stored unfiltered with {} bytes, but a chunk holds {chunk_bytes}",
-                        c.size
-                    ),
-                ));
-            }
-            copy_on_device(stream, out, base, chunk_bytes)?;
-            continue;
-        }
-        if c.mask != 0 {
-            return Err(bad(
-                &c.offset,
-                format!(
-                    "its filter mask {:#x} names filters the dataset does not have",
-                    c.mask
-                ),
-            ));
-        }
-        let pieces: Vec<Piece> = match codec {
-            GpuCodec::Deflate => {
-                let head = &framing[i * HEAD..i * HEAD + c.size.min(2)];
-                let pieces = format::zlib_pieces(head, c.size, chunk_bytes)
-                    .map_err(|r| bad(&c.offset, r))?;
-                if verify {
-                    let tail = &framing[i * HEAD + HEAD / 2..i * HEAD + HEAD / 2 + 4];
-                    trailers[i] = Some(format::adler_trailer(&tail.try_into().expect("4 bytes")));
-                }
-                pieces
-            }
-            GpuCodec::Zstd => vec![Piece {
-                at: 0,
-                len: c.size,
-                out_at: 0,
-                out_len: chunk_bytes,
-                coded: true,
-            }],
-            GpuCodec::Lz4 => {
-                let mut failure = None;
-                let front = &framing[i * HEAD..i * HEAD + c.size.min(HEAD / 2)];
-                let pieces = format::lz4_pieces(c.size, chunk_bytes, |at, len| {
-                    if at + len <= front.len() {
-                        return Ok(front[at..at + len].to_vec());
-                    }
-                    peek(stream, base + at as u64, len).map_err(|e| {
-                        let text = e.to_string();
-                        failure = Some(e);
-                        text
-                    })
-                });
-                if let Some(e) = failure {
-                    return Err(e.into());
-                }
-                pieces.map_err(|r| bad(&c.offset, r))?
-            }
-        };
-        for p in pieces {
-            let (input, output) = (base + p.at as u64, out + p.out_at as u64);
-            if !p.coded {
-                copy_on_device(stream, output, input, p.out_len)?;
-                continue;
-            }
-            let job = Job {
-                input,
-                input_len: p.len,
-                output,
-                output_len: p.out_len,
-            };
-            if input as usize % align != 0 || output as usize % align != 0 {
-                moved.push((jobs.len(), output));
-            }
-            jobs.push((i, job));
-        }
-    }
-    // Realign the few jobs that need it (LZ4 blocks after the first of a chunk).
-    let moved_bytes: usize = moved
-        .iter()
-        .map(|&(j, _)| align_up(jobs[j].1.input_len, align) + align_up(jobs[j].1.output_len, align))
-        .sum();
-    let (_realigned, spare) = scratch(stream, moved_bytes)?;
-    let mut at = spare;
-    for &(j, _) in &moved {
-        let job = &mut jobs[j].1;
-        copy_on_device(stream, at, job.input, job.input_len)?;
-        job.input = at;
-        at += align_up(job.input_len, align) as u64;
-        job.output = at;
-        at += align_up(job.output_len, align) as u64;
-    }
-    let list: Vec<Job> = jobs.iter().map(|&(_, j)| j).collect();
-    let owners: Vec<usize> = jobs.iter().map(|&(i, _)| i).collect();
-    let offsets: Vec<&[u64]> = batch.iter().map(|c| c.offset.as_slice()).collect();
-    match decode_jobs(lib, codec, stream, &list, &owners, &offsets) {
-        Ok(()) => {}
-        Err(Failed::Chunk(i, reason)) => return Err(bad(&batch[i].offset, reason)),
-        Err(Failed::Device(failure)) => return Err(failure.into()),
-    }
-    for &(j, output) in &moved {
-        copy_on_device(stream, output, jobs[j].1.output, jobs[j].1.output_len)?;
-    }
-    for (i, trailer) in trailers.iter().enumerate() {
-        if let Some(expected) = trailer {
-            let bytes = peek(stream, bases[i], chunk_bytes)?;
-            let actual = adler2::adler32_slice(&bytes);
-            if actual != *expected {
-                return Err(bad(&batch[i].offset, format!("its decoded bytes have Adler-32 {actual:#010x}, but the stream stores {expected:#010x}; the file is corrupt")));
-            }
-        }
-    }
-    for (i, c) in batch.iter().enumerate() {
-        if direct[i].is_some() {
-            continue;
-        }
-        for (src, dst, len) in placement_runs(&c.part, &c.offset, chunk, region) {
-            copy_on_device(
-                stream,
-                dest + dst * es,
-                bases[i] + src * es,
-                (len * es) as usize,
-            )?;
-        }
-    }
-    call("waiting for the device copies", || {
-        stream.context().synchronize()
-    })?;
-    // The scratch buffers are freed on return: the driver must not keep their ranges.
-    forget_device_range(comp);
-    Ok(())
 }
 
 /// Why a batch's jobs did not all decode: the chunk to name (its index in the batch) and why,
@@ -485,17 +643,19 @@ fn sticky(e: &DeviceFailure, offsets: &[&[u64]]) -> Failed {
     ))
 }
 
-/// Decodes `jobs` in one batched nvCOMP call; job k belongs to the batch's chunk `owners[k]`,
-/// whose first element is `offsets[owners[k]]`. When the batch does not decode whole, names the
-/// chunk at fault (see the module's documentation): a single suspect at once; several suspects,
-/// or a failed call, after decoding each suspect chunk again in a call of its own (only after a
-/// failure, so the good path pays nothing). The chunks that still fail are named, the first in
-/// chunk order; if none does, the batch's failure is reported on its first suspect, saying that
-/// each chunk decodes alone.
-pub fn decode_jobs(
+/// Judges a batched call over `jobs` (`first`: its outcomes, or its failure); job k belongs to
+/// the batch's chunk `owners[k]`, whose first element is `offsets[owners[k]]`. When the batch
+/// did not decode whole, names the chunk at fault (see the module's documentation): a single
+/// suspect at once; several suspects, or a failed call, after decoding each suspect chunk again
+/// in a call of its own on `stream` (only after a failure, so the good path pays nothing; the
+/// jobs' buffers must still hold their input). The chunks that still fail are named, the first
+/// in chunk order; if none does, the batch's failure is reported on its first suspect, saying
+/// that each chunk decodes alone.
+pub fn judge(
     lib: &NvcompLib,
     codec: GpuCodec,
     stream: &Arc<CudaStream>,
+    first: Result<Vec<Outcome>, DeviceFailure>,
     jobs: &[Job],
     owners: &[usize],
     offsets: &[&[u64]],
@@ -507,10 +667,9 @@ pub fn decode_jobs(
         chunks
     };
     let in_batch = chunks_of(&mut (0..jobs.len()));
-    let call = nvcomp::decompress(lib, codec, stream, jobs);
     // The batch's own word on its first suspect: the failure of the call, or of a job.
     let said: String;
-    let suspects = match &call {
+    let suspects = match &first {
         Ok(outcomes) => {
             let ks = suspect_jobs(outcomes, jobs);
             let Some(&k) = ks.first() else {

@@ -5,10 +5,10 @@
 //! Quick Start Guide", <https://docs.nvidia.com/cuda/nvcomp/samples/lowlevel_c_quickstart.html>).
 
 use crate::device::DeviceFailure;
-use cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr, DeviceRepr};
+use cudarc::driver::{sys, CudaStream};
 use h5gds_route::route::GpuCodec;
 use h5gds_runtime::cuda::call;
-use h5gds_runtime::stream::synchronize;
+use h5gds_runtime::stream::{copy_to_device, peek, Scratch};
 use nvcomp_sys::{deflate_decompress_opts, lz4_decompress_opts, zstd_decompress_opts};
 use nvcomp_sys::{nvcompAlignmentRequirements_t, nvcompStatus_t, NvcompLib};
 use std::ffi::c_void;
@@ -132,112 +132,147 @@ pub fn alignment(lib: &NvcompLib, codec: GpuCodec) -> Result<usize> {
     Ok(req.input.max(req.output).max(req.temp).max(1))
 }
 
-/// A device copy of `values` and its address (valid while the slice lives).
-fn on_device<T: DeviceRepr>(
-    stream: &Arc<CudaStream>,
-    values: &[T],
-) -> Result<(CudaSlice<T>, sys::CUdeviceptr)> {
-    let slice = call("copying nvCOMP's arguments to the device", || {
-        stream.clone_htod(values)
-    })?;
-    let (ptr, record) = slice.device_ptr(stream);
-    drop(record);
-    Ok((slice, ptr))
+/// Device memory for batched calls, kept across calls (by a pipeline's slot, or for one call)
+/// and grown when a call needs more: one buffer of argument and result arrays, one of nvCOMP's
+/// temp space.
+#[derive(Default)]
+pub struct CallSpace {
+    arrays: Scratch,
+    temp: Scratch,
 }
 
-/// The device-side arrays of one batched call: the jobs' input pointers and sizes, their output
-/// pointers (and, for decoding, output sizes), and the per-job byte counts and statuses nvCOMP
-/// writes. Each allocation stays alive while the value lives, so past the synchronisation.
-struct BatchArrays {
+/// A batched call launched on a stream and not yet waited for: where its per-job sizes and
+/// statuses will be.
+pub struct Launched {
     n: usize,
-    inputs: sys::CUdeviceptr,
-    input_lens: sys::CUdeviceptr,
-    outputs: sys::CUdeviceptr,
-    output_lens: sys::CUdeviceptr,
-    written: (CudaSlice<usize>, sys::CUdeviceptr),
-    statuses: (CudaSlice<u32>, sys::CUdeviceptr),
-    _held: (
-        CudaSlice<u64>,
-        CudaSlice<usize>,
-        CudaSlice<u64>,
-        Option<CudaSlice<usize>>,
-    ),
+    results: sys::CUdeviceptr,
 }
 
-impl BatchArrays {
-    /// Copies the jobs' arguments to the device (the output sizes only `with_output_lens`: the
-    /// encoder takes one bound for all) and allocates the zeroed result arrays.
-    fn new(stream: &Arc<CudaStream>, jobs: &[Job], with_output_lens: bool) -> Result<Self> {
+/// Bytes of the argument and result arrays for `n` jobs: inputs, input sizes, outputs, output
+/// sizes, then the sizes (8 bytes each) and statuses (4) nvCOMP writes.
+fn arrays_bytes(n: usize) -> usize {
+    n * (5 * 8 + 4)
+}
+
+impl CallSpace {
+    /// Copies the jobs' arguments into the arrays buffer, with the result arrays zeroed (a
+    /// failed batch may leave them unwritten: they then read as the zero fill), in one copy in
+    /// `stream`'s order. Returns the buffer's address.
+    fn arguments(&mut self, stream: &Arc<CudaStream>, jobs: &[Job]) -> Result<sys::CUdeviceptr> {
         let n = jobs.len();
-        let inputs: Vec<u64> = jobs.iter().map(|j| j.input).collect();
-        let input_lens: Vec<usize> = jobs.iter().map(|j| j.input_len).collect();
-        let outputs: Vec<u64> = jobs.iter().map(|j| j.output).collect();
-        let (inputs, d_inputs) = on_device(stream, &inputs)?;
-        let (input_lens, d_input_lens) = on_device(stream, &input_lens)?;
-        let (outputs, d_outputs) = on_device(stream, &outputs)?;
-        let (output_lens, d_output_lens) = if with_output_lens {
-            let lens: Vec<usize> = jobs.iter().map(|j| j.output_len).collect();
-            let (slice, ptr) = on_device(stream, &lens)?;
-            (Some(slice), ptr)
-        } else {
-            (None, 0)
+        let mut host = vec![0u64; arrays_bytes(n).div_ceil(8)];
+        for (k, j) in jobs.iter().enumerate() {
+            host[k] = j.input;
+            host[n + k] = j.input_len as u64;
+            host[2 * n + k] = j.output;
+            host[3 * n + k] = j.output_len as u64;
+        }
+        let at = self.arrays.at_least(stream, host.len() * 8)?;
+        // SAFETY: `host` holds the bytes copied and is pageable memory, which CUDA copies out
+        // of before the call returns; the buffer holds them.
+        unsafe { copy_to_device(stream, at, host.as_ptr().cast(), host.len() * 8) }?;
+        Ok(at)
+    }
+
+    /// nvCOMP's temp space of `bytes` (at least one), with the stream's context made current
+    /// for the batched call that follows.
+    fn temp(&mut self, stream: &Arc<CudaStream>, bytes: usize) -> Result<sys::CUdeviceptr> {
+        let at = self.temp.at_least(stream, bytes)?;
+        call("making the stream's context current", || {
+            stream.context().bind_to_thread()
+        })?;
+        Ok(at)
+    }
+
+    /// Launches one batched decompression of every job on `stream`, without waiting for it. A
+    /// failed launch is an error; per-job failures are in the [`outcomes`](Self::outcomes),
+    /// which wait. The jobs' buffers, and this space, must not be reused before then.
+    pub fn launch_decompress(
+        &mut self,
+        lib: &NvcompLib,
+        codec: GpuCodec,
+        stream: &Arc<CudaStream>,
+        jobs: &[Job],
+    ) -> Result<Launched> {
+        let n = jobs.len();
+        let max_out = jobs.iter().map(|j| j.output_len).max().unwrap_or(0);
+        let total_out: usize = jobs.iter().map(|j| j.output_len).sum();
+        if n == 0 {
+            return Ok(Launched { n, results: 0 });
+        }
+        let arrays = self.arguments(stream, jobs)?;
+        let cu_stream = stream.cu_stream() as *mut c_void;
+        let mut temp_bytes = 0usize;
+        // SAFETY: plain values in, one writable size out.
+        let status = unsafe {
+            per_codec!(
+                lib,
+                codec,
+                [
+                    nvcompBatchedDeflateDecompressGetTempSize,
+                    nvcompBatchedZstdDecompressGetTempSize,
+                    nvcompBatchedLZ4DecompressGetTempSize
+                ],
+                decoder opts,
+                (n, max_out, opts, &mut temp_bytes, total_out, cu_stream)
+            )
         };
-        let written = call("allocating nvCOMP's size array", || {
-            stream.alloc_zeros::<usize>(n)
-        })?;
-        let statuses = call("allocating nvCOMP's status array", || {
-            stream.alloc_zeros::<u32>(n)
-        })?;
-        let (d_written, r1) = written.device_ptr(stream);
-        drop(r1);
-        let (d_statuses, r2) = statuses.device_ptr(stream);
-        drop(r2);
-        Ok(Self {
+        checked("querying the decoder's temp size", status)?;
+        let temp = self.temp(stream, temp_bytes)?;
+        let array = |k: u64| arrays + k * 8 * n as u64;
+        // SAFETY: every array lies in device memory for n entries (`arguments`) and stays
+        // allocated until the caller has waited (`outcomes`); each job's buffers lie inside
+        // device allocations the caller keeps alive, aligned as `alignment` says.
+        let status = unsafe {
+            per_codec!(
+                lib,
+                codec,
+                [
+                    nvcompBatchedDeflateDecompressAsync,
+                    nvcompBatchedZstdDecompressAsync,
+                    nvcompBatchedLZ4DecompressAsync
+                ],
+                decoder opts,
+                (
+                    array(0) as *const *const c_void,
+                    array(1) as *const usize,
+                    array(3) as *const usize,
+                    array(4) as *mut usize,
+                    n,
+                    temp as *mut c_void,
+                    temp_bytes,
+                    array(2) as *const *mut c_void,
+                    opts,
+                    array(5) as *mut nvcompStatus_t,
+                    cu_stream,
+                )
+            )
+        };
+        checked("launching the batched decoder", status)?;
+        Ok(Launched {
             n,
-            inputs: d_inputs,
-            input_lens: d_input_lens,
-            outputs: d_outputs,
-            output_lens: d_output_lens,
-            written: (written, d_written),
-            statuses: (statuses, d_statuses),
-            _held: (inputs, input_lens, outputs, output_lens),
+            results: array(4),
         })
     }
 
-    /// Waits for the call on `stream`, then reads back each job's status and byte count.
-    fn outcomes(self, stream: &Arc<CudaStream>) -> Result<Vec<Outcome>> {
-        synchronize(stream)?;
-        let written = call("copying nvCOMP's sizes back", || {
-            stream.clone_dtoh(&self.written.0)
-        })?;
-        let statuses = call("copying nvCOMP's statuses back", || {
-            stream.clone_dtoh(&self.statuses.0)
-        })?;
-        synchronize(stream)?;
+    /// Waits for `stream`, then reads back each job's status and byte count of a call launched
+    /// in this space.
+    pub fn outcomes(&self, stream: &Arc<CudaStream>, call: &Launched) -> Result<Vec<Outcome>> {
+        let n = call.n;
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let bytes = peek(stream, call.results, n * 12)?;
+        let (sizes, statuses) = bytes.split_at(n * 8);
         Ok(statuses
-            .into_iter()
-            .zip(written)
+            .chunks_exact(4)
+            .zip(sizes.chunks_exact(8))
             .map(|(status, written)| Outcome {
-                status: nvcompStatus_t(status),
-                written,
+                status: nvcompStatus_t(u32::from_ne_bytes(status.try_into().expect("4 bytes"))),
+                written: u64::from_ne_bytes(written.try_into().expect("8 bytes")) as usize,
             })
             .collect())
     }
-}
-
-/// nvCOMP's temp space of `bytes` (at least one) on `stream`, with the stream's context made
-/// current for the batched call that follows.
-fn temp_space(stream: &Arc<CudaStream>, bytes: usize) -> Result<(CudaSlice<u8>, sys::CUdeviceptr)> {
-    // SAFETY: nvCOMP only writes the temp space; nothing reads it before.
-    let temp = call("allocating nvCOMP's temp space", || unsafe {
-        stream.alloc::<u8>(bytes.max(1))
-    })?;
-    let (d_temp, record) = temp.device_ptr(stream);
-    drop(record);
-    call("making the stream's context current", || {
-        stream.context().bind_to_thread()
-    })?;
-    Ok((temp, d_temp))
 }
 
 /// Decodes every job in one batched nvCOMP call on `stream` and waits for it. A failed call is
@@ -248,63 +283,9 @@ pub fn decompress(
     stream: &Arc<CudaStream>,
     jobs: &[Job],
 ) -> Result<Vec<Outcome>> {
-    let n = jobs.len();
-    if n == 0 {
-        return Ok(Vec::new());
-    }
-    let max_out = jobs.iter().map(|j| j.output_len).max().unwrap_or(0);
-    let total_out: usize = jobs.iter().map(|j| j.output_len).sum();
-    let batch = BatchArrays::new(stream, jobs, true)?;
-    let cu_stream = stream.cu_stream() as *mut c_void;
-    let mut temp_bytes = 0usize;
-    // SAFETY: plain values in, one writable size out.
-    let status = unsafe {
-        per_codec!(
-            lib,
-            codec,
-            [
-                nvcompBatchedDeflateDecompressGetTempSize,
-                nvcompBatchedZstdDecompressGetTempSize,
-                nvcompBatchedLZ4DecompressGetTempSize
-            ],
-            decoder opts,
-            (n, max_out, opts, &mut temp_bytes, total_out, cu_stream)
-        )
-    };
-    checked("querying the decoder's temp size", status)?;
-    let (temp, d_temp) = temp_space(stream, temp_bytes)?;
-    // SAFETY: every array lives in device memory for n entries and stays allocated until
-    // `outcomes` has synchronised the stream; each job's buffers lie inside device allocations the
-    // caller keeps alive, aligned as `alignment` says.
-    let status = unsafe {
-        per_codec!(
-            lib,
-            codec,
-            [
-                nvcompBatchedDeflateDecompressAsync,
-                nvcompBatchedZstdDecompressAsync,
-                nvcompBatchedLZ4DecompressAsync
-            ],
-            decoder opts,
-            (
-                batch.inputs as *const *const c_void,
-                batch.input_lens as *const usize,
-                batch.output_lens as *const usize,
-                batch.written.1 as *mut usize,
-                batch.n,
-                d_temp as *mut c_void,
-                temp_bytes,
-                batch.outputs as *const *mut c_void,
-                opts,
-                batch.statuses.1 as *mut nvcompStatus_t,
-                cu_stream,
-            )
-        )
-    };
-    checked("launching the batched decoder", status)?;
-    let outcomes = batch.outcomes(stream);
-    drop(temp);
-    outcomes
+    let mut space = CallSpace::default();
+    let call = space.launch_decompress(lib, codec, stream, jobs)?;
+    space.outcomes(stream, &call)
 }
 
 /// Zeroed compression options: nvCOMP 6's defaults for Zstandard and LZ4 (plain bytes), and
@@ -388,7 +369,8 @@ pub fn compress(
     }
     let max_in = jobs.iter().map(|j| j.input_len).max().unwrap_or(0);
     let total_in: usize = jobs.iter().map(|j| j.input_len).sum();
-    let batch = BatchArrays::new(stream, jobs, false)?;
+    let mut space = CallSpace::default();
+    let arrays = space.arguments(stream, jobs)?;
     let cu_stream = stream.cu_stream() as *mut c_void;
     let mut temp_bytes = 0usize;
     // SAFETY: plain values in, one writable size out.
@@ -406,9 +388,10 @@ pub fn compress(
         )
     };
     checked("querying the encoder's temp size", status)?;
-    let (temp, d_temp) = temp_space(stream, temp_bytes)?;
-    // SAFETY: as in `decompress`: device arrays of n entries, alive until the synchronisation;
-    // each output has room for `max_encoded` of its input.
+    let temp = space.temp(stream, temp_bytes)?;
+    let array = |k: u64| arrays + k * 8 * n as u64;
+    // SAFETY: as in `launch_decompress`: device arrays of n entries, alive until the
+    // synchronisation in `outcomes`; each output has room for `max_encoded` of its input.
     let status = unsafe {
         per_codec!(
             lib,
@@ -420,22 +403,26 @@ pub fn compress(
             ],
             encoder opts,
             (
-                batch.inputs as *const *const c_void,
-                batch.input_lens as *const usize,
+                array(0) as *const *const c_void,
+                array(1) as *const usize,
                 max_in,
-                batch.n,
-                d_temp as *mut c_void,
+                n,
+                temp as *mut c_void,
                 temp_bytes,
-                batch.outputs as *const *mut c_void,
-                batch.written.1 as *mut usize,
+                array(2) as *const *mut c_void,
+                array(4) as *mut usize,
                 opts,
-                batch.statuses.1 as *mut nvcompStatus_t,
+                array(5) as *mut nvcompStatus_t,
                 cu_stream,
             )
         )
     };
     checked("launching the batched encoder", status)?;
-    let outcomes = batch.outcomes(stream);
-    drop(temp);
-    outcomes
+    space.outcomes(
+        stream,
+        &Launched {
+            n,
+            results: array(4),
+        },
+    )
 }

@@ -36,7 +36,48 @@ pub fn scratch(
     Ok((slice, ptr))
 }
 
-/// Copies `len` device bytes from `src` to `dst`, in `stream`'s context.
+/// A device buffer kept across the batches of one piece of work and grown when a batch needs
+/// more: reused, not allocated per batch. Its range is forgotten by the driver's pointer cache
+/// when it is freed (`forget_device_range`), since the driver may have been handed it.
+#[derive(Default)]
+pub struct Scratch {
+    held: Option<(CudaSlice<u8>, sys::CUdeviceptr)>,
+}
+
+impl Scratch {
+    /// The buffer's address, holding at least `len` bytes (at least 1), allocated on `stream`;
+    /// a smaller one is freed in `stream`'s order first. Its bytes are uninitialised.
+    pub fn at_least(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        len: usize,
+    ) -> Result<sys::CUdeviceptr, CudaError> {
+        if let Some((slice, ptr)) = &self.held {
+            if slice.len() >= len {
+                return Ok(*ptr);
+            }
+        }
+        self.release();
+        let (slice, ptr) = scratch(stream, len)?;
+        self.held = Some((slice, ptr));
+        Ok(ptr)
+    }
+
+    fn release(&mut self) {
+        if let Some((slice, ptr)) = self.held.take() {
+            drop(slice);
+            crate::device_ranges::forget_device_range(ptr);
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Copies `len` device bytes from `src` to `dst`, in `stream`'s order.
 pub fn copy_on_device(
     stream: &Arc<CudaStream>,
     dst: sys::CUdeviceptr,
@@ -48,8 +89,9 @@ pub fn copy_on_device(
     }
     call("copying on the device", || {
         stream.context().bind_to_thread()?;
-        // SAFETY: both ranges lie inside live device allocations of this context.
-        unsafe { sys::cuMemcpyDtoD_v2(dst, src, len) }.result()
+        // SAFETY: both ranges lie inside live device allocations of this context; the stream
+        // is one of its streams.
+        unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, len, stream.cu_stream()) }.result()
     })
 }
 

@@ -178,8 +178,16 @@ pub(crate) fn copy_async(
     if counters::is_nth_call(&counters::COPY_CALLS, switches.fail_copy) {
         return Err(switches.fail_copy_error);
     }
-    if !pinned || (dst.is_device() && src.is_device()) {
-        // Pageable memory: CUDA copies it before returning.
+    // Device to device is asynchronous with respect to the host ("For transfers from device
+    // memory to device memory, no host-side synchronization is performed", CUDA Driver API,
+    // "API synchronization behavior"): queued like a pinned copy.
+    let both_device = dst.is_device() && src.is_device();
+    if !pinned && !both_device {
+        // Pageable memory: "If pageable memory must first be staged to pinned memory, the
+        // driver may synchronize with the stream and stage the copy into pinned memory" (CUDA
+        // Driver API, "API synchronization behavior", Memcpy, asynchronous): the stream's
+        // earlier work runs, then the copy, before the call returns.
+        run_deferred(Some(stream as usize));
         // SAFETY: as in `copy`: ends checked above.
         unsafe { perform(&dst, &src, len) };
         return Ok(());
@@ -187,6 +195,26 @@ pub(crate) fn copy_async(
     queue(stream as usize, Op::Copy { dst, src }, len);
     Ok(())
 }
+
+/// Runs `run(data)` where work on `stream` runs: at once, or (`H5GDS_EMU_DEFER_ASYNC=1`)
+/// queued on the stream, the null stream's work on the legacy stream's queue, as a kernel
+/// launched there would run: after the stream's earlier work, before what synchronizes with it.
+pub(crate) fn on_stream(stream: CUstream, run: DeviceWork, data: usize) -> Result<(), CUresult> {
+    context::require_init()?;
+    context::require_current()?;
+    context::check_stream(stream as usize)?;
+    context::note_stream_use(stream as usize);
+    if switches::get().defer_async {
+        queue(stream as usize, Op::Work { run, data }, 0);
+    } else {
+        // SAFETY: the caller's contract for `data`.
+        unsafe { run(data as *mut std::ffi::c_void) };
+    }
+    Ok(())
+}
+
+/// Work a companion library runs "on the device" (`h5gds_emu_enqueue`).
+pub(crate) type DeviceWork = unsafe extern "C" fn(*mut std::ffi::c_void);
 
 /// Copies `len` bytes between two checked ends and counts the direction.
 ///
@@ -213,6 +241,8 @@ pub(crate) enum Op {
     Staged { dst: End, bytes: Vec<u8> },
     /// A memset of device memory.
     Fill { dst: End, value: u8 },
+    /// A companion library's device work (`on_stream`): `run(data)`.
+    Work { run: DeviceWork, data: usize },
 }
 
 /// An operation queued on a stream (`H5GDS_EMU_DEFER_ASYNC`).
@@ -253,6 +283,7 @@ unsafe fn run_op(op: &Op, len: usize) {
                 bump(&counters::COPIES_HTOD);
             }
             Op::Fill { dst, value } => std::ptr::write_bytes(dst.ptr(), *value, len),
+            Op::Work { run, data } => run(*data as *mut std::ffi::c_void),
         }
     }
 }

@@ -202,6 +202,34 @@ pub unsafe extern "C" fn cuMemcpyDtoD_v2(
     )
 }
 
+/// `CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t
+/// ByteCount, CUstream hStream)`: done before it returns, or queued on the stream
+/// (`H5GDS_EMU_DEFER_ASYNC=1`).
+///
+/// # Safety
+/// None beyond the C API's: arguments are validated.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    len: usize,
+    stream: CUstream,
+) -> CUresult {
+    call(
+        "cuMemcpyDtoDAsync_v2",
+        format_args!("dst={dst:#x}, src={src:#x}, len={len}, stream={stream:?}"),
+        cuda_panic,
+        || {
+            code(copy_async(
+                stream,
+                len,
+                || device_end(dst, len),
+                || device_end(src, len),
+            ))
+        },
+    )
+}
+
 /// `CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)`: unified
 /// addressing; each end is device memory if it starts in a device allocation, else host.
 ///

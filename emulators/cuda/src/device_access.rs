@@ -36,3 +36,32 @@ pub unsafe extern "C" fn h5gds_emu_device_shadow(addr: u64, len: usize) -> *mut 
         std::ptr::null_mut()
     }
 }
+
+/// `int h5gds_emu_enqueue(CUstream stream, void (*run)(void *), void *data)`: runs `run(data)`
+/// as device work on `stream` would run: at once, or with `H5GDS_EMU_DEFER_ASYNC=1` when the
+/// stream is synchronized (a kernel "launched" by the nvCOMP emulator, whose results a caller
+/// sees only after synchronizing, as on a GPU). Returns 0 once `run` has run or is queued (it
+/// then owns `data`); otherwise the `CUresult` why not (no context, an unknown stream), and
+/// `run` is never called.
+///
+/// # Safety
+/// `run` must be safe to call once with `data`, on any thread.
+#[no_mangle]
+pub unsafe extern "C" fn h5gds_emu_enqueue(
+    stream: crate::consts::CUstream,
+    run: Option<crate::copies::DeviceWork>,
+    data: *mut std::ffi::c_void,
+) -> c_int {
+    call(
+        "h5gds_emu_enqueue",
+        format_args!("{stream:?}, {data:?}"),
+        || 999,
+        || match run {
+            None => crate::consts::CUDA_ERROR_INVALID_VALUE as c_int,
+            Some(run) => match crate::copies::on_stream(stream, run, data as usize) {
+                Ok(()) => 0,
+                Err(code) => code as c_int,
+            },
+        },
+    )
+}

@@ -17,6 +17,7 @@
 //!   `cuCtxSynchronize`, `cuMemAlloc_v2`, `cuMemFree_v2`,
 //!   `cuMemHostAlloc`, `cuMemFreeHost`, `cuMemcpyHtoD_v2`, `cuMemcpyDtoH_v2`,
 //!   `cuMemcpyDtoD_v2`, `cuMemcpy`, `cuMemcpyHtoDAsync_v2`, `cuMemcpyDtoHAsync_v2`,
+//!   `cuMemcpyDtoDAsync_v2`,
 //!   `cuMemsetD8_v2`, `cuPointerGetAttribute`, `cuPointerGetAttributes`,
 //!   `cuMemGetAddressRange_v2`, `cuStreamCreate`, `cuStreamDestroy_v2`, `cuStreamSynchronize`,
 //!   `cuGetErrorString`, `cuGetErrorName`; and, for cudarc's safe API (`CudaContext`,
@@ -42,6 +43,9 @@
 //! * Not CUDA: `uint8_t *h5gds_emu_device_shadow(CUdeviceptr addr, size_t len)`, the
 //!   host-accessible view of device bytes for the nvCOMP emulator (`emulators/nvcomp`),
 //!   which plays code running on the device (NULL and a bounds violation outside an allocation).
+//! * Not CUDA: `int h5gds_emu_enqueue(CUstream stream, void (*run)(void *), void *data)`, the
+//!   nvCOMP emulator's kernel launch: `run(data)` runs as work on `stream` does, at once or,
+//!   with `H5GDS_EMU_DEFER_ASYNC=1`, when the stream is synchronized.
 //!
 //! # How it behaves
 //!
@@ -59,7 +63,8 @@
 //!   host memory is expected counts too. Freeing an unknown, interior or already freed pointer
 //!   is CUDA_ERROR_INVALID_VALUE and counts as a double free.
 //! * All copies are synchronous (the `Async` ones too, unless `H5GDS_EMU_DEFER_ASYNC=1`: then
-//!   an async copy between device and pinned host memory on a non-default stream runs when
+//!   an async copy between device and pinned host memory, or between two places in device
+//!   memory, on a non-default stream, and work the nvCOMP emulator launches, run when
 //!   that stream or the context is synchronized, the stream destroyed, or memory freed, which
 //!   exposes a buffer reused or read before its copy finished; and what the real driver may
 //!   leave running on the legacy default stream when a call returns, as NVIDIA's "API
@@ -136,7 +141,7 @@
 //! | `H5GDS_EMU_POISON=byte\|off` | fill byte of new allocations (decimal or `0xNN`); `off` leaves them zeroed | 0xA5 |
 //! | `H5GDS_EMU_REPORT=PATH` | at exit, write the counters to PATH (format below) | unset |
 //! | `H5GDS_EMU_TRACE=1` | one stderr line per call: arguments and result | 0 |
-//! | `H5GDS_EMU_DEFER_ASYNC=1` | async copies with pinned host memory, and the legacy stream's memsets and early-returning copies, run at synchronization | 0 |
+//! | `H5GDS_EMU_DEFER_ASYNC=1` | async copies with pinned host memory or within device memory, the nvCOMP emulator's batched calls, and the legacy stream's memsets and early-returning copies, run at synchronization | 0 |
 //! | `H5GDS_EMU_POOLS=1` | `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED` is 1, so cudarc allocates with `cuMemAllocAsync` | 0 |
 //! | `H5GDS_EMU_STICKY_ERROR=N` | the Nth `cuPointerGetAttributes` fails with CUDA_ERROR_ILLEGAL_ADDRESS (700), and so does every CUDA or cuFile call after it | unset |
 //! | `H5GDS_EMU_CUFILE_IO_ERROR=code` | every `cuFileRead`/`cuFileWrite` of device memory returns this `CUfileOpError` (> 5000), negated | unset |

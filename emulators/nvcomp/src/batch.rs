@@ -16,6 +16,7 @@ const TEMP_PER_CHUNK: usize = 64;
 const POISON: u8 = 0xA5;
 
 /// The device addresses of a batched call's arrays.
+#[derive(Clone, Copy)]
 pub struct Arrays {
     pub inputs: u64,
     pub input_bytes: u64,
@@ -199,8 +200,16 @@ fn views<'a>(
     }
 }
 
-/// `nvcompBatched<C>DecompressAsync`.
-pub fn decompress(codec: Codec, arrays: Arrays, n: usize, temp: u64, temp_bytes: usize) -> Status {
+/// `nvcompBatched<C>DecompressAsync`: the arguments checked now, the chunks decoded as work on
+/// `stream` (`device::launch`).
+pub fn decompress(
+    stream: nvcomp_sys::cudaStream_t,
+    codec: Codec,
+    arrays: Arrays,
+    n: usize,
+    temp: u64,
+    temp_bytes: usize,
+) -> Status {
     if n == 0 {
         return Status::nvcompSuccess;
     }
@@ -208,14 +217,57 @@ pub fn decompress(codec: Codec, arrays: Arrays, n: usize, temp: u64, temp_bytes:
         return Status::nvcompErrorCudaError;
     }
     let align = codec.decompress_alignment();
-    let v = match views(&arrays, n, temp, temp_bytes, align) {
-        Ok(v) => v,
+    match views(&arrays, n, temp, temp_bytes, align) {
         Err(status) => return status,
+        Ok(v) if v.output_capacity.is_none() => return Status::nvcompErrorInvalidValue,
+        Ok(_) => {}
+    }
+    // The one mode in which the call itself reports a bad chunk: the chunks are looked at now.
+    if codec == Codec::Zstd
+        && switches().zstd_corrupt == ZstdCorrupt::Call
+        && decode_each(codec, &arrays, n, temp, temp_bytes, true)
+            .iter()
+            .any(|r| r.2)
+    {
+        return Status::nvcompErrorCudaError;
+    }
+    let work = move || {
+        let results = decode_each(codec, &arrays, n, temp, temp_bytes, false);
+        if let Ok(v) = views(&arrays, n, temp, temp_bytes, align) {
+            let refused = results.iter().any(|r| r.2);
+            let mode = if codec == Codec::Zstd && refused {
+                switches().zstd_corrupt
+            } else {
+                ZstdCorrupt::Chunk
+            };
+            report(mode, &results, v.statuses, v.output_bytes);
+        }
+    };
+    if device::launch(stream, work) {
+        Status::nvcompSuccess
+    } else {
+        Status::nvcompErrorCudaError
+    }
+}
+
+/// Decodes each chunk of a checked call into its output (or, `dry`, into host memory, leaving
+/// the outputs and the fault switches alone): per chunk (status, size, whether the reference
+/// decoder refused its stream).
+fn decode_each(
+    codec: Codec,
+    arrays: &Arrays,
+    n: usize,
+    temp: u64,
+    temp_bytes: usize,
+    dry: bool,
+) -> Vec<(Status, usize, bool)> {
+    let align = codec.decompress_alignment();
+    let Ok(v) = views(arrays, n, temp, temp_bytes, align) else {
+        return Vec::new();
     };
     let Some(capacity) = v.output_capacity else {
-        return Status::nvcompErrorInvalidValue;
+        return Vec::new();
     };
-    // Per chunk: (status, size, whether the reference decoder refused its stream).
     let mut results = Vec::with_capacity(n);
     for (k, &room) in capacity.iter().enumerate() {
         let (input, output) = (v.inputs[k], v.outputs[k]);
@@ -227,6 +279,10 @@ pub fn decompress(codec: Codec, arrays: Arrays, n: usize, temp: u64, temp_bytes:
             // SAFETY: as above.
             let dst = unsafe { device::bytes(output, room) };
             match (src, dst) {
+                (Some(src), Some(_)) if dry => match codec.decode(src, &mut vec![0u8; room]) {
+                    Some(len) => (Status::nvcompSuccess, len, false),
+                    None => (Status::nvcompErrorCannotDecompress, 0, true),
+                },
                 (Some(src), Some(dst)) => {
                     if is_nth(&CHUNKS, switches().fail_chunk) {
                         dst.fill(POISON);
@@ -243,13 +299,7 @@ pub fn decompress(codec: Codec, arrays: Arrays, n: usize, temp: u64, temp_bytes:
         };
         results.push(result);
     }
-    let refused = results.iter().any(|r| r.2);
-    let mode = if codec == Codec::Zstd && refused {
-        switches().zstd_corrupt
-    } else {
-        ZstdCorrupt::Chunk
-    };
-    report(mode, &results, v.statuses, v.output_bytes)
+    results
 }
 
 /// Writes a decode's per-chunk `results` (status, size, refused by the decoder) into the
@@ -281,8 +331,16 @@ fn report(
     Status::nvcompSuccess
 }
 
-/// `nvcompBatched<C>CompressAsync`: each output buffer holds `max_encoded` of its input.
-pub fn compress(codec: Codec, arrays: Arrays, n: usize, temp: u64, temp_bytes: usize) -> Status {
+/// `nvcompBatched<C>CompressAsync`: each output buffer holds `max_encoded` of its input; the
+/// arguments checked now, the chunks encoded as work on `stream` (`device::launch`).
+pub fn compress(
+    stream: nvcomp_sys::cudaStream_t,
+    codec: Codec,
+    arrays: Arrays,
+    n: usize,
+    temp: u64,
+    temp_bytes: usize,
+) -> Status {
     if n == 0 {
         return Status::nvcompSuccess;
     }
@@ -290,32 +348,40 @@ pub fn compress(codec: Codec, arrays: Arrays, n: usize, temp: u64, temp_bytes: u
         return Status::nvcompErrorCudaError;
     }
     let align = codec.compress_alignment();
-    let v = match views(&arrays, n, temp, temp_bytes, align) {
-        Ok(v) => v,
-        Err(status) => return status,
-    };
-    for k in 0..n {
-        let (input, output) = (v.inputs[k], v.outputs[k]);
-        let (status, written) = if input as usize % align != 0 || output as usize % align != 0 {
-            (Status::nvcompErrorAlignment, 0)
-        } else {
-            let len = v.input_bytes[k];
-            // SAFETY: `device::bytes` checks the range against one device allocation.
-            let src = unsafe { device::bytes(input, len) };
-            // SAFETY: as above.
-            let dst = unsafe { device::bytes(output, codec.max_encoded(len)) };
-            match (src, dst) {
-                (Some(src), Some(dst)) => match codec.encode(src, dst) {
-                    Some(n) => (Status::nvcompSuccess, n),
-                    None => (Status::nvcompErrorCannotCompress, 0),
-                },
-                _ => (Status::nvcompErrorInvalidValue, 0),
-            }
-        };
-        v.statuses[k] = status;
-        v.output_bytes[k] = written;
+    if let Err(status) = views(&arrays, n, temp, temp_bytes, align) {
+        return status;
     }
-    Status::nvcompSuccess
+    let work = move || {
+        let Ok(v) = views(&arrays, n, temp, temp_bytes, align) else {
+            return;
+        };
+        for k in 0..n {
+            let (input, output) = (v.inputs[k], v.outputs[k]);
+            let (status, written) = if input as usize % align != 0 || output as usize % align != 0 {
+                (Status::nvcompErrorAlignment, 0)
+            } else {
+                let len = v.input_bytes[k];
+                // SAFETY: `device::bytes` checks the range against one device allocation.
+                let src = unsafe { device::bytes(input, len) };
+                // SAFETY: as above.
+                let dst = unsafe { device::bytes(output, codec.max_encoded(len)) };
+                match (src, dst) {
+                    (Some(src), Some(dst)) => match codec.encode(src, dst) {
+                        Some(n) => (Status::nvcompSuccess, n),
+                        None => (Status::nvcompErrorCannotCompress, 0),
+                    },
+                    _ => (Status::nvcompErrorInvalidValue, 0),
+                }
+            };
+            v.statuses[k] = status;
+            v.output_bytes[k] = written;
+        }
+    };
+    if device::launch(stream, work) {
+        Status::nvcompSuccess
+    } else {
+        Status::nvcompErrorCudaError
+    }
 }
 
 #[cfg(test)]

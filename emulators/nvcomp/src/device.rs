@@ -26,36 +26,62 @@ fn shadow_fn() -> Option<ShadowFn> {
     })
 }
 
-type SyncFn = unsafe extern "C" fn(*mut std::ffi::c_void) -> i32;
+type EnqueueFn = unsafe extern "C" fn(
+    *mut std::ffi::c_void,
+    Option<unsafe extern "C" fn(*mut std::ffi::c_void)>,
+    *mut std::ffi::c_void,
+) -> i32;
 
-/// The CUDA emulator's `cuStreamSynchronize`, if libcuda is the emulator.
-fn stream_sync_fn() -> Option<SyncFn> {
-    static SYNC: OnceLock<Option<SyncFn>> = OnceLock::new();
-    *SYNC.get_or_init(|| {
+/// The CUDA emulator's `h5gds_emu_enqueue`, if libcuda is the emulator.
+fn enqueue_fn() -> Option<EnqueueFn> {
+    static ENQUEUE: OnceLock<Option<EnqueueFn>> = OnceLock::new();
+    *ENQUEUE.get_or_init(|| {
         use libloading::os::unix::{Library, RTLD_NOW};
         // SAFETY: as in `shadow_fn`.
         let library = unsafe { Library::open(Some("libcuda.so.1"), RTLD_NOW | libc::RTLD_NOLOAD) }
             .or_else(|_| unsafe { Library::open(Some("libcuda.so.1"), RTLD_NOW) })
             .ok()?;
-        // SAFETY: cuStreamSynchronize's C signature (CUresult is an int-sized enum).
-        let symbol = unsafe { library.get::<SyncFn>(b"cuStreamSynchronize\0") }.ok()?;
+        // SAFETY: the symbol has this signature in the CUDA emulator (emulators/cuda).
+        let symbol = unsafe { library.get::<EnqueueFn>(b"h5gds_emu_enqueue\0") }.ok()?;
         let f = *symbol;
         std::mem::forget(library);
         Some(f)
     })
 }
 
-/// Runs the work queued on `stream` before a batched call (`H5GDS_EMU_DEFER_ASYNC=1` queues
-/// copies and memsets until a synchronisation): a kernel launched on a stream starts after
-/// everything queued there before it, so the call must see that work done.
-pub fn in_stream_order(stream: *mut std::ffi::c_void) {
-    if let Some(sync) = stream_sync_fn() {
-        // SAFETY: the caller's stream (the null stream included), with its context current
-        // as nvCOMP's launch requires; a failure shows in the call's own checks.
-        unsafe { sync(stream) };
+/// Work "launched" on a stream: a boxed closure behind a thin pointer.
+type Work = Box<dyn FnOnce() + Send>;
+
+/// Runs a [`Work`] the CUDA emulator hands back; a panic stops here (it would otherwise
+/// unwind into C).
+unsafe extern "C" fn run_work(data: *mut std::ffi::c_void) {
+    // SAFETY: `data` came from `Box::into_raw` in `launch`, and the emulator calls this once.
+    let work = unsafe { Box::from_raw(data.cast::<Work>()) };
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).is_err() {
+        eprintln!("h5gds-emu-nvcomp: internal error (panic) in a batched call's device work");
     }
 }
 
+/// Launches `work` on `stream` as a kernel would run: the CUDA emulator runs it after the
+/// stream's earlier work, at once or (`H5GDS_EMU_DEFER_ASYNC=1`) only when the stream is
+/// synchronized, so a caller that reads results or reuses buffers before synchronizing sees
+/// what it would on a GPU. Without the CUDA emulator `work` runs at once. False, with nothing
+/// run, where the CUDA emulator refuses the launch (no current context, an unknown stream).
+pub fn launch(stream: *mut std::ffi::c_void, work: impl FnOnce() + Send + 'static) -> bool {
+    let Some(enqueue) = enqueue_fn() else {
+        work();
+        return true;
+    };
+    let data = Box::into_raw(Box::new(Box::new(work) as Work));
+    // SAFETY: `run_work` takes `data` back once; on a refusal it is never called, and the box
+    // is taken back here.
+    if unsafe { enqueue(stream, Some(run_work), data.cast()) } != 0 {
+        // SAFETY: refused, so the emulator did not keep `data`.
+        drop(unsafe { Box::from_raw(data) });
+        return false;
+    }
+    true
+}
 /// Device bytes `[addr, addr + len)` (inside one allocation), readable and writable.
 ///
 /// # Safety

@@ -23,8 +23,13 @@
 //!
 //! # How it behaves
 //!
-//! * Work runs at once on the calling thread (the stream is accepted and not used); results
-//!   are in device memory when the call returns, as after a stream synchronisation.
+//! * A call's arguments are checked when it is made (the fault switches, the temp space, the
+//!   argument arrays in device memory); a bad one fails the call. Its work (each chunk decoded
+//!   or encoded, statuses and sizes written) is launched on its stream through the CUDA
+//!   emulator (`h5gds_emu_enqueue`): it runs after the stream's earlier work, at once, or with
+//!   `H5GDS_EMU_DEFER_ASYNC=1` only when the stream is synchronized, as a kernel's results are
+//!   seen on a GPU ("Async" calls, nvCOMP C API). A caller that reads the results, or reuses
+//!   the input buffers, before synchronizing the stream then gets what it would on a GPU.
 //! * Alignments are nvCOMP 6's constants (`nvcomp<C>RequiredDecompressionAlignment`: Deflate
 //!   4, Zstandard 8, LZ4 4; compression 8, 4, 4), and are enforced: a misaligned chunk gets
 //!   `nvcompErrorAlignment` in its status, a misaligned temp buffer fails the call.
@@ -142,9 +147,9 @@ macro_rules! codec_exports {
             device_statuses: *mut nvcompStatus_t,
             stream: cudaStream_t,
         ) -> nvcompStatus_t {
-            device::in_stream_order(stream);
             batch::guard(|| {
                 batch::decompress(
+                    stream,
                     $codec,
                     batch::Arrays {
                         inputs: device_compressed_chunk_ptrs as u64,
@@ -220,9 +225,9 @@ macro_rules! codec_exports {
             device_statuses: *mut nvcompStatus_t,
             stream: cudaStream_t,
         ) -> nvcompStatus_t {
-            device::in_stream_order(stream);
             batch::guard(|| {
                 batch::compress(
+                    stream,
                     $codec,
                     batch::Arrays {
                         inputs: device_uncompressed_chunk_ptrs as u64,
