@@ -789,6 +789,42 @@ mod tests {
         assert!(suspect_jobs(&good, &jobs).is_empty());
     }
 
+    fn stored(size: usize) -> Stored {
+        Stored {
+            offset: vec![0],
+            part: block(&[0], &[1]),
+            size,
+            mask: 0,
+            slot: 0,
+        }
+    }
+
+    #[test]
+    fn batches_close_at_their_chunk_count_or_their_scratch() {
+        let n = BATCH_CHUNKS * 2 + 3;
+        let present: Vec<Stored> = (0..n).map(|_| stored(1000)).collect();
+        // Decoded in place: only the stored bytes take scratch, so the count closes batches.
+        let direct = vec![Some(4096); n];
+        let got = batches(&present, &direct, GpuCodec::Zstd, 8, 1 << 20);
+        assert_eq!(
+            got,
+            vec![
+                0..BATCH_CHUNKS,
+                BATCH_CHUNKS..2 * BATCH_CHUNKS,
+                2 * BATCH_CHUNKS..n
+            ]
+        );
+        // Decoded through scratch: 64 MiB chunks close a batch at 3 (4 would pass 256 MiB).
+        let scratch = vec![None; 10];
+        let got = batches(&present[..10], &scratch, GpuCodec::Zstd, 8, 64 << 20);
+        assert_eq!(got, vec![0..3, 3..6, 6..9, 9..10]);
+        // A chunk larger than a slot still gets a batch of its own.
+        let huge = [stored(SLOT_BYTES + 1), stored(10)];
+        let got = batches(&huge, &[None, None], GpuCodec::Lz4, 4, 16);
+        assert_eq!(got, vec![0..1, 1..2]);
+        assert!(batches(&[], &[], GpuCodec::Deflate, 4, 16).is_empty());
+    }
+
     #[test]
     fn chunk_lists_are_bounded() {
         let offsets: Vec<Vec<u64>> = (0..10).map(|k| vec![k * 25]).collect();

@@ -60,6 +60,10 @@ impl Scratch {
         self.release();
         let (slice, ptr) = scratch(stream, len)?;
         self.held = Some((slice, ptr));
+        // An allocation from a memory pool (cuMemAllocAsync) may be usable only in `stream`'s
+        // order, and the buffer is written by work outside it (the driver's reads): wait until
+        // it is. Buffers grow rarely, so this costs little.
+        synchronize(stream)?;
         Ok(ptr)
     }
 
