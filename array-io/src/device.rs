@@ -341,6 +341,8 @@ pub(crate) struct DeviceSource {
     filtered: bool,
     /// The allocated chunks' stored sizes, listed at the first GPU-decoded read.
     chunk_index: std::cell::OnceCell<h5gds_gpu_codec::decode::ChunkIndex>,
+    /// The device path the settings ask for.
+    device_path: crate::DevicePath,
 }
 
 impl DeviceSource {
@@ -389,6 +391,7 @@ impl DeviceSource {
             host,
             filtered,
             chunk_index: std::cell::OnceCell::new(),
+            device_path: settings.device_path()?,
         })
     }
 
@@ -467,6 +470,7 @@ impl DeviceSource {
                 storage: &self.storage,
                 index: self.chunk_index()?,
                 staging_size: self.staging_size,
+                device_path: self.device_path,
             };
             crate::gpu_codec::read(&compressed, lib, codec, &elements, region, dest, stream)?;
             synchronize(stream)?;

@@ -18,7 +18,7 @@ use crate::route::GpuCodec;
 use crate::select::Block;
 use cudarc::driver::{sys, CudaStream};
 pub use h5gds_gpu_codec::decode::ChunkIndex;
-use h5gds_gpu_codec::decode::{self, ChunkSource, Decoding};
+use h5gds_gpu_codec::decode::{self, ChunkSource, Decoding, HostReads};
 use h5gds_runtime::settings;
 pub use h5gds_runtime::settings::{GPU_CODEC_ENV, VERIFY_CHECKSUMS_ENV};
 use nvcomp_sys::NvcompLib;
@@ -34,7 +34,10 @@ pub(crate) fn chunk_index(ds: &OpenDataset) -> Result<ChunkIndex> {
     let mut index = ChunkIndex::new();
     ds.dset
         .chunks_visit(|info| {
-            index.insert(info.offset.to_vec(), (info.size as usize, info.filter_mask));
+            index.insert(
+                info.offset.to_vec(),
+                (info.size as usize, info.filter_mask, info.addr),
+            );
             0
         })
         .map_err(|e| Error::hdf5("listing the allocated chunks", &ds.path, Some(&ds.name), e))?;
@@ -62,13 +65,35 @@ impl ChunkSource for OpenDataset {
     }
 }
 
-/// A dataset whose chunks are decoded on the GPU: its storage, its allocated chunks, and the
-/// staging buffer size for the chunks never written.
+/// A dataset whose chunks are decoded on the GPU: its storage, its allocated chunks, the
+/// staging buffer size for the chunks never written, and the device path the settings ask for.
 pub(crate) struct CompressedDataset<'a> {
     pub ds: &'a OpenDataset,
     pub storage: &'a crate::route::Storage,
     pub index: &'a ChunkIndex,
     pub staging_size: usize,
+    pub device_path: crate::DevicePath,
+}
+
+/// Where the stored chunks are read by the host's threads ([`HostReads`]): where the driver would
+/// stage them anyway (its settings, no GDS kernel path; not when `device_path` asks for the
+/// driver's device path, `H5GDS_USE_VFD_GDS=1`) and HDF5 has the file open read-only through a
+/// driver whose addresses are the file's offsets.
+fn host_reads(ds: &OpenDataset, device_path: crate::DevicePath) -> Result<Option<HostReads>> {
+    if device_path == crate::DevicePath::Gds {
+        return Ok(None);
+    }
+    let vfd = h5gds::VfdSettings::load(None).unwrap_or_default();
+    let Some(why) = h5gds::device_transfers_staged(&vfd) else {
+        return Ok(None);
+    };
+    Ok(crate::hdf5_raw::read_only_descriptor(&ds.file)
+        .and_then(h5gds_chunk_codec::reopen)
+        .map(|file| HostReads {
+            file,
+            threads: vfd.nthreads,
+            why,
+        }))
 }
 
 /// Reads `region` of a dataset whose chunks use `codec` into device memory `dest` (holding the
@@ -96,17 +121,18 @@ pub(crate) fn read(
         chunk,
         element_size: elements.size,
         verify: settings::verify_checksums()?,
+        host_reads: host_reads(ds, source.device_path)?,
     };
     let (mut present, missing) = decode::split(source.index, region, chunk);
     crate::log::debug(format_args!(
-        "{}: reading {:?} (elements {:?} + {:?}): {} chunks move compressed ({codec:?}) from \
-         the file straight into device memory through the gds driver and are decoded on the GPU \
-         with nvCOMP; {} chunks were never written",
+        "{}: reading {:?} (elements {:?} + {:?}): {} chunks move compressed ({codec:?}) {} and \
+         are decoded on the GPU with nvCOMP; {} chunks were never written",
         ds.path.display(),
         ds.name,
         region.start,
         region.count,
         present.len(),
+        HostReads::route(&how.host_reads),
         missing.len()
     ));
     decode::read(ds, &how, &mut present, region, dest, stream)?;

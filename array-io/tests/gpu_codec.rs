@@ -26,7 +26,8 @@ fn damaged(dir: &Path) -> Vec<(String, String, String)> {
 }
 
 /// Runs `body` in a child on the CUDA and nvCOMP emulators (or, with `nvcomp` false, the CUDA
-/// emulator alone), with `env` and the test directory.
+/// emulator alone), with `env` and the test directory; a variable of `env` with an empty value
+/// is left unset.
 fn run(name: &str, nvcomp: bool, dir: &Path, env: &[(&str, &str)], body: fn()) -> Option<ChildRun> {
     let libs = (!is_child_any()).then(|| {
         if nvcomp {
@@ -51,7 +52,12 @@ fn run(name: &str, nvcomp: bool, dir: &Path, env: &[(&str, &str)], body: fn()) -
         (DIR_VAR, dir_text.as_str()),
         ("LD_LIBRARY_PATH", ld.as_str()),
     ];
-    all.extend_from_slice(env);
+    for &(variable, value) in env {
+        all.retain(|&(v, _)| v != variable);
+        if !value.is_empty() {
+            all.push((variable, value));
+        }
+    }
     in_child(name, true, &all, body)
 }
 
@@ -177,6 +183,43 @@ fn corrupt_body() {
             assert!(text.contains("Adler-32"), "{text}");
         }
         println!("{text}");
+    }
+}
+
+/// Where the driver would stage device reads anyway (here: no GDS kernel path, as on the first
+/// real-GPU machine; or `compat_mode=on`), the stored chunks of a file open read-only are read by
+/// the host's threads into pinned memory and copied up a batch at a time, not one driver read per
+/// chunk: the same bytes, no cuFile read, and damaged chunks still named.
+#[test]
+fn chunks_the_driver_would_stage_are_read_by_host_threads_and_decoded_on_the_gpu() {
+    let name = "chunks_the_driver_would_stage_are_read_by_host_threads_and_decoded_on_the_gpu";
+    let dir = codec_files();
+    for (setting, why) in [
+        (("H5GDS_EMU_GDS", "0"), "no nvidia-fs and P2PDMA off"),
+        (("H5GDS_COMPAT_MODE", "on"), "compat_mode=on"),
+    ] {
+        let env = [("H5GDS_USE_VFD_GDS", ""), setting];
+        for body in [decode_body as fn(), corrupt_body] {
+            let Some(run) = run(name, true, dir.path(), &env, body) else {
+                return;
+            };
+            run.assert_clean();
+            assert_eq!(run.counter("cufile reads"), 0, "{:?}", run.report);
+            let log = run.stderr();
+            let lines: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("chunks move compressed"))
+                .collect();
+            assert!(!lines.is_empty(), "{log}");
+            for line in lines {
+                assert!(
+                    line.contains("into pinned host memory on 2 threads")
+                        && line.contains(why)
+                        && line.contains("decoded on the GPU with nvCOMP"),
+                    "{line}"
+                );
+            }
+        }
     }
 }
 

@@ -31,7 +31,10 @@ use h5gds_chunk_codec::format::{self, Piece};
 use h5gds_route::route::GpuCodec;
 use h5gds_route::select::{chunks_touching, Block};
 use h5gds_runtime::cuda::call;
-use h5gds_runtime::stream::{context_usable, copy_on_device, peek, synchronize, Scratch};
+use h5gds_runtime::pinned;
+use h5gds_runtime::stream::{
+    context_usable, copy_on_device, copy_to_device, peek, synchronize, Scratch,
+};
 use nvcomp_sys::NvcompLib;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -72,8 +75,8 @@ pub trait ChunkSource {
     fn corrupt(&self, offset: &[u64], reason: String) -> Self::Error;
 }
 
-/// Stored size and filter mask of every allocated chunk, by first element.
-pub type ChunkIndex = HashMap<Vec<u64>, (usize, u32)>;
+/// Stored size, filter mask and file address of every allocated chunk, by first element.
+pub type ChunkIndex = HashMap<Vec<u64>, (usize, u32, u64)>;
 
 /// One allocated chunk to decode.
 pub struct Stored {
@@ -85,6 +88,8 @@ pub struct Stored {
     pub size: usize,
     /// Filter mask HDF5 recorded: bit 0 set = stored unfiltered.
     pub mask: u32,
+    /// Where its stored bytes start in the file.
+    pub address: u64,
     /// Where its stored bytes start in the compressed buffer.
     slot: usize,
 }
@@ -96,11 +101,12 @@ pub fn split(index: &ChunkIndex, region: &Block, chunk: &[u64]) -> (Vec<Stored>,
     let mut present = Vec::new();
     for (offset, part) in chunks_touching(region, chunk) {
         match index.get(&offset) {
-            Some(&(size, mask)) => present.push(Stored {
+            Some(&(size, mask, address)) => present.push(Stored {
                 offset,
                 part,
                 size,
                 mask,
+                address,
                 slot: 0,
             }),
             None => missing.push(part),
@@ -119,6 +125,37 @@ pub struct Decoding<'a> {
     pub element_size: usize,
     /// Whether decoded deflate chunks are checked against their Adler-32 on the host.
     pub verify: bool,
+    /// Where the stored chunks are read by the host's threads rather than through the caller's
+    /// [`ChunkSource::read_chunk`] (the `gds` driver, one chunk per call).
+    pub host_reads: Option<HostReads>,
+}
+
+/// Stored chunks read from the file by the host's threads, at their addresses, into pinned
+/// memory, and copied up a batch at a time. For files the driver would stage anyway (no
+/// GPUDirect path): the bytes take the same way, without one HDF5 call and one driver transfer
+/// per chunk.
+pub struct HostReads {
+    /// The file, open read-only by HDF5 (so it holds no newer bytes of the chunks), whose
+    /// offsets are HDF5's addresses.
+    pub file: std::fs::File,
+    /// Reading threads.
+    pub threads: usize,
+    /// Why the driver would stage the chunks, for the log.
+    pub why: String,
+}
+
+impl HostReads {
+    /// How the stored chunks travel, in words for a log line ("chunks move compressed ...").
+    pub fn route(reads: &Option<HostReads>) -> String {
+        match reads {
+            Some(r) => format!(
+                "from the file into pinned host memory on {} threads and up to device memory a \
+                 batch at a time ({})",
+                r.threads, r.why
+            ),
+            None => "from the file straight into device memory through the gds driver".into(),
+        }
+    }
 }
 
 /// Decodes the allocated chunks `present` (from [`split`]) on the GPU into `dest`, device
@@ -260,6 +297,8 @@ struct Slot {
     heads: Scratch,
     /// Jobs realigned for nvCOMP.
     realigned: Scratch,
+    /// The stored chunks in host memory, where the host's threads read them.
+    host: Option<pinned::Taken>,
     space: CallSpace,
     pending: Option<Pending>,
 }
@@ -282,6 +321,7 @@ impl Slot {
             decoded: Scratch::default(),
             heads: Scratch::default(),
             realigned: Scratch::default(),
+            host: None,
             space: CallSpace::default(),
             pending: None,
         }
@@ -364,29 +404,59 @@ impl Slot {
                 })
             })
             .collect();
-        for c in batch.iter_mut() {
-            // SAFETY: the slot holds the chunk's stored size inside the compressed buffer, which
-            // nothing on the GPU uses any more (the slot is finished).
-            let mask = unsafe { source.read_chunk(&c.offset, comp + c.slot as u64, c.size)? };
-            c.mask = mask;
-        }
         // The framing bytes of every chunk (deflate: header and trailer; LZ4: header and first
-        // block size), gathered on the device and brought to the host in one copy, not one
-        // round trip per chunk.
-        let heads = self.heads.at_least(stream, HEAD * batch.len())?;
-        for (i, c) in batch.iter().enumerate() {
-            let base = comp + c.slot as u64;
-            let at = heads + (i * HEAD) as u64;
-            let (front, back) = (c.size.min(HEAD / 2), c.size.min(4));
-            copy_on_device(stream, at, base, front)?;
-            copy_on_device(
-                stream,
-                at + (HEAD / 2) as u64,
-                base + (c.size - back) as u64,
-                back,
-            )?;
-        }
-        let framing = peek(stream, heads, HEAD * batch.len())?;
+        // block size): HEAD bytes per chunk, its first 16, then its last 4.
+        let mut framing = vec![0u8; HEAD * batch.len()];
+        let host_stored: Option<&[u8]> = match &how.host_reads {
+            Some(reads) => {
+                if self.host.as_ref().is_none_or(|h| h.len() < cursor) {
+                    self.host = Some(pinned::Taken::new(cursor));
+                }
+                let host = self.host.as_mut().expect("taken above");
+                // SAFETY: the buffer holds at least `cursor` bytes, and nothing reads or
+                // writes it now (the slot is finished: its copy up has completed).
+                let bytes = unsafe { std::slice::from_raw_parts_mut(host.as_mut_ptr(), cursor) };
+                read_stored(reads, batch, bytes).map_err(|(i, why)| bad(&batch[i].offset, why))?;
+                // SAFETY: pinned memory (or pageable, which CUDA copies before returning) that
+                // stays untouched until the slot is finished, after the copy.
+                unsafe { copy_to_device(stream, comp, bytes.as_ptr(), cursor) }?;
+                for (i, c) in batch.iter().enumerate() {
+                    let stored = &bytes[c.slot..c.slot + c.size];
+                    let (front, back) = (c.size.min(HEAD / 2), c.size.min(4));
+                    let at = i * HEAD;
+                    framing[at..at + front].copy_from_slice(&stored[..front]);
+                    framing[at + HEAD / 2..at + HEAD / 2 + back]
+                        .copy_from_slice(&stored[c.size - back..]);
+                }
+                Some(bytes)
+            }
+            None => {
+                for c in batch.iter_mut() {
+                    // SAFETY: the slot holds the chunk's stored size inside the compressed
+                    // buffer, which nothing on the GPU uses any more (the slot is finished).
+                    let mask =
+                        unsafe { source.read_chunk(&c.offset, comp + c.slot as u64, c.size)? };
+                    c.mask = mask;
+                }
+                // Gathered on the device and brought to the host in one copy, not one round
+                // trip per chunk.
+                let heads = self.heads.at_least(stream, HEAD * batch.len())?;
+                for (i, c) in batch.iter().enumerate() {
+                    let base = comp + c.slot as u64;
+                    let at = heads + (i * HEAD) as u64;
+                    let (front, back) = (c.size.min(HEAD / 2), c.size.min(4));
+                    copy_on_device(stream, at, base, front)?;
+                    copy_on_device(
+                        stream,
+                        at + (HEAD / 2) as u64,
+                        base + (c.size - back) as u64,
+                        back,
+                    )?;
+                }
+                framing = peek(stream, heads, HEAD * batch.len())?;
+                None
+            }
+        };
         // What to decode (or copy) where.
         let mut jobs: Vec<(usize, Job)> = Vec::new();
         // Jobs whose buffers miss nvCOMP's alignment go through aligned scratch: (job, final
@@ -445,6 +515,10 @@ impl Slot {
                     let pieces = format::lz4_pieces(c.size, chunk_bytes, |at, len| {
                         if at + len <= front.len() {
                             return Ok(front[at..at + len].to_vec());
+                        }
+                        if let Some(stored) = host_stored {
+                            let at = c.slot + at;
+                            return Ok(stored[at..at + len].to_vec());
                         }
                         peek(stream, base + at as u64, len).map_err(|e| {
                             let text = e.to_string();
@@ -573,6 +647,66 @@ pub fn placement_runs(
         }
     }
     runs
+}
+
+/// Reads the stored bytes of every chunk of `batch` from the file into `bytes` at the chunk's
+/// slot, on the host's threads. On failure, the first chunk (in batch order) that could not be
+/// read, and why.
+fn read_stored(
+    reads: &HostReads,
+    batch: &[Stored],
+    bytes: &mut [u8],
+) -> Result<(), (usize, String)> {
+    use std::os::unix::fs::FileExt;
+    // Each chunk's bytes, apart: the slots do not overlap.
+    let mut parts: Vec<(usize, &Stored, &mut [u8])> = Vec::with_capacity(batch.len());
+    let mut rest = bytes;
+    let mut at = 0usize;
+    for (i, c) in batch.iter().enumerate() {
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(c.slot - at);
+        let (mine, tail) = tail.split_at_mut(c.size);
+        parts.push((i, c, mine));
+        rest = tail;
+        at = c.slot + c.size;
+    }
+    let read = |(i, c, buf): &mut (usize, &Stored, &mut [u8])| {
+        reads.file.read_exact_at(buf, c.address).map_err(|e| {
+            (
+                *i,
+                format!(
+                    "its {} stored bytes at byte {} of the file could not be read: {e}",
+                    c.size, c.address
+                ),
+            )
+        })
+    };
+    let pool = (reads.threads > 1 && parts.len() > 1)
+        .then(|| h5gds_runtime::pool::for_waiting_caller(reads.threads))
+        .flatten();
+    let Some(pool) = pool else {
+        return parts.iter_mut().try_for_each(read);
+    };
+    // A few chunks per task, so that small chunks do not cost a task each.
+    let per_task = parts.len().div_ceil(4 * reads.threads).max(1);
+    let failures: std::sync::Mutex<Vec<(usize, String)>> = std::sync::Mutex::new(Vec::new());
+    pool.in_place_scope(|scope| {
+        for group in parts.chunks_mut(per_task) {
+            let failures = &failures;
+            scope.spawn(move |_| {
+                if let Err(failure) = group.iter_mut().try_for_each(read) {
+                    failures
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(failure);
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    match failures.into_iter().min_by_key(|f| f.0) {
+        Some(first) => Err(first),
+        None => Ok(()),
+    }
 }
 
 /// Why a batch's jobs did not all decode: the chunk to name (its index in the batch) and why,
@@ -795,6 +929,7 @@ mod tests {
             part: block(&[0], &[1]),
             size,
             mask: 0,
+            address: 0,
             slot: 0,
         }
     }

@@ -9,7 +9,7 @@
 use crate::error::DeviceError;
 use crate::hdf5::{self, Hid, Prepared};
 use cudarc::driver::{sys, CudaContext};
-use h5gds_gpu_codec::decode::{self, placement_runs, ChunkIndex, ChunkSource, Decoding};
+use h5gds_gpu_codec::decode::{self, placement_runs, ChunkIndex, ChunkSource, Decoding, HostReads};
 use h5gds_route::route::{Block, GpuCodec};
 use h5gds_route::select::{chunks_touching, flat_range_blocks};
 use h5gds_runtime::cuda::{self, DeviceContext};
@@ -60,16 +60,19 @@ pub struct CompressedRead<'a> {
 }
 
 /// Reads the region, decoding its allocated chunks on the GPU; returns (chunks decoded,
-/// chunks never written). The caller has made the device's primary context current and holds
-/// h5py's lock.
-pub fn read(r: &CompressedRead, prepared: &Prepared) -> Result<(usize, usize), DeviceError> {
+/// chunks never written, how the stored chunks travelled in words). The caller has made the
+/// device's primary context current and holds h5py's lock.
+pub fn read(
+    r: &CompressedRead,
+    prepared: &Prepared,
+) -> Result<(usize, usize, String), DeviceError> {
     let failed = DeviceError::Failed;
     let lib = h5gds_gpu_codec::nvcomp::library().map_err(failed)?;
     let verify = h5gds_runtime::settings::verify_checksums()
         .map_err(|e| DeviceError::Argument(e.to_string()))?;
     let mut index = ChunkIndex::new();
     for (offset, _) in chunks_touching(r.region, r.chunk) {
-        if let Some(stored) = hdf5::chunk_info(r.dataset, &offset)
+        if let Some(stored) = hdf5::chunk_location(r.dataset, &offset)
             .map_err(|m| failed(format!("dataset {}: {m}", r.name)))?
         {
             index.insert(offset, stored);
@@ -86,6 +89,7 @@ pub fn read(r: &CompressedRead, prepared: &Prepared) -> Result<(usize, usize), D
         chunk: r.chunk,
         element_size: r.element_size,
         verify,
+        host_reads: host_reads(r.dataset)?,
     };
     let source = H5pyChunks {
         dataset: r.dataset,
@@ -95,7 +99,34 @@ pub fn read(r: &CompressedRead, prepared: &Prepared) -> Result<(usize, usize), D
     for part in &missing {
         fill_missing(r, prepared, part)?;
     }
-    Ok((present.len(), missing.len()))
+    Ok((
+        present.len(),
+        missing.len(),
+        HostReads::route(&how.host_reads),
+    ))
+}
+
+/// Where the stored chunks are read by the host's threads ([`HostReads`]): where the driver would
+/// stage them anyway (its settings, no GDS kernel path; not with `H5GDS_USE_VFD_GDS=1`, which asks
+/// for the driver's device path) and HDF5 has the file open read-only through a driver whose
+/// addresses are the file's offsets.
+fn host_reads(dataset: Hid) -> Result<Option<HostReads>, DeviceError> {
+    use h5gds_runtime::settings::{device_path, DevicePath, USE_VFD_GDS_ENV};
+    let argument = |e: String| DeviceError::Argument(e);
+    let path = device_path(crate::device::env(USE_VFD_GDS_ENV).as_deref())
+        .map_err(|e| argument(e.to_string()))?;
+    if path == DevicePath::Gds {
+        return Ok(None);
+    }
+    let vfd = h5gds::VfdSettings::load(None).map_err(|e| argument(e.to_string()))?;
+    let Some(why) = h5gds::device_transfers_staged(&vfd) else {
+        return Ok(None);
+    };
+    Ok(hdf5::direct_file(dataset).map(|file| HostReads {
+        file,
+        threads: vfd.nthreads,
+        why,
+    }))
 }
 
 /// Reads `part` (a chunk never written) through pinned host memory of at most the staging

@@ -84,7 +84,7 @@ pub struct DeviceTransfer<'a> {
     pub other_driver: Option<String>,
 }
 
-fn env(variable: &str) -> Option<String> {
+pub(crate) fn env(variable: &str) -> Option<String> {
     std::env::var_os(variable).map(|v| v.to_string_lossy().into_owned())
 }
 
@@ -228,13 +228,12 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
         let done = compressed::read(&read, prepared);
         // The array may be freed once this returns; the driver must not keep its range.
         forget_device_range(pointer.base);
-        let (decoded, missing) = done?;
+        let (decoded, missing, route) = done?;
         h5gds::with_logging(|| {
             tracing::info!(
                 "h5gds.read {:?}: {} bytes into device memory: {decoded} chunks move compressed \
-                 ({codec:?}) from the file straight into device memory through the gds driver \
-                 and are decoded on the GPU with nvCOMP; {missing} chunks were never written \
-                 (filled through pinned host memory)",
+                 ({codec:?}) {route} and are decoded on the GPU with nvCOMP; {missing} chunks \
+                 were never written (filled through pinned host memory)",
                 t.dataset_name,
                 t.nbytes,
             )
@@ -454,17 +453,12 @@ pub fn staged_anyway(nbytes: usize, sec2: bool) -> Result<Option<StagedAnyway>, 
         DevicePath::Auto => {}
     }
     let vfd = h5gds::VfdSettings::load(None).map_err(|e| argument(e.to_string()))?;
-    let why = match vfd.compat_mode {
-        h5gds::CompatMode::On => Some("compat_mode=on: the driver stages device reads".into()),
-        h5gds::CompatMode::Off => None,
-        h5gds::CompatMode::Auto => h5gds::gds_kernel_path_possible()
-            .err()
-            .map(|why| format!("the driver would stage it too ({why})")),
-    };
-    Ok(why.map(|why| StagedAnyway {
-        why,
-        past_the_driver: false,
-    }))
+    Ok(
+        h5gds::device_transfers_staged(&vfd).map(|why| StagedAnyway {
+            why,
+            past_the_driver: false,
+        }),
+    )
 }
 
 /// The driver's I/O thread count, which decodes on the host.

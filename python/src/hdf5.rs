@@ -572,13 +572,8 @@ fn chunk_api() -> Result<&'static ChunkApi, String> {
 /// HDF5's "undefined address": a chunk never written.
 const HADDR_UNDEF: u64 = u64::MAX;
 
-/// The stored size and filter mask of the chunk whose first element is `offset`, or `None`
-/// when it was never written. The caller holds h5py's lock.
-pub fn chunk_info(dataset: Hid, offset: &[u64]) -> Result<Option<(usize, u32)>, String> {
-    Ok(chunk_location(dataset, offset)?.map(|(size, mask, _)| (size, mask)))
-}
-
-/// [`chunk_info`] with the file address of the chunk's stored bytes.
+/// The stored size, filter mask and file address of the chunk whose first element is `offset`, or
+/// `None` when it was never written. The caller holds h5py's lock.
 pub fn chunk_location(dataset: Hid, offset: &[u64]) -> Result<Option<(usize, u32, u64)>, String> {
     let (api, chunks) = (api()?, chunk_api()?);
     let (mut mask, mut addr, mut size): (c_uint, u64, Hsize) = (0, HADDR_UNDEF, 0);

@@ -161,10 +161,35 @@ def test_whole_chunk_rows_read_with_more_chunks_than_one_batch_holds(tmp_path, c
         assert "128 chunks move compressed" in capfd.readouterr().err
 
 
-def corrupt(dset, codec):
-    """Overwrites the stored bytes of the chunk at (64,) with bytes the codec's decoder refuses, keeping
+@pytest.mark.parametrize("codec", CODECS)
+def test_chunks_the_driver_would_stage_are_read_by_host_threads(tmp_path, capfd, monkeypatch, codec):
+    """With compat_mode=on the driver stages device reads, so the stored chunks of a file open read-only
+    are read by the host's threads into pinned memory and copied up a batch at a time (no cuFile read),
+    across the pipeline's batches (1300 chunks; 512 per batch), and a damaged chunk in the second batch
+    is still the one named."""
+    monkeypatch.delenv("H5GDS_USE_VFD_GDS", raising=False)
+    monkeypatch.setenv("H5GDS_COMPAT_MODE", "on")
+    data = data_for((1300 * 256,), "<f4")
+    with h5py.File(tmp_path / "many.h5", "w") as f:
+        f.create_dataset("many", data=data, chunks=(256,), **CODECS[codec])
+        corrupt(f.create_dataset("bad", data=data, chunks=(256,), **CODECS[codec]), codec, (700 * 256,))
+    with open_gds(tmp_path / "many.h5", "r") as f:
+        capfd.readouterr()
+        expected, got, before, after = read_on_device(f["many"], None)
+        assert got.tobytes() == expected.tobytes() == data.tobytes()
+        err = capfd.readouterr().err
+        assert "1300 chunks move compressed" in err and "into pinned host memory on" in err, err
+        assert "compat_mode=on" in err and DECODED in err, err
+        if CUDA.emulated:
+            assert after["cufile_reads"] == before["cufile_reads"]
+        out = DeviceArray(data.shape, data.dtype, fill=0)
+        with pytest.raises(OSError, match=r"chunk at \[179200\]"):
+            h5gds.read(f["bad"], out=out)
+
+
+def corrupt(dset, codec, offset=(64,)):
+    """Overwrites the stored bytes of the chunk at `offset` with bytes the codec's decoder refuses, keeping
     the framing where one exists, so that the decoder (not a framing check) finds the damage."""
-    offset = (64,)
     stored = bytearray(dset.id.read_direct_chunk(offset)[1])
     keep = {"gzip": 2, "zstd": 7, "lz4": 16}[codec]  # zlib header; frame header; LZ4 sizes
     stored[keep:] = bytes([0xFF]) * (len(stored) - keep)

@@ -64,6 +64,21 @@ pub fn path_verdicts(settings: &VfdSettings) -> PathVerdicts {
     }
 }
 
+/// Why the driver stages every device transfer through its bounce buffers, whatever the file:
+/// `compat_mode=on`, or `compat_mode=auto` where no GDS kernel path can exist (no nvidia-fs and
+/// P2PDMA off, as on the first real-GPU machine). `None` where transfers may move GPU-direct
+/// (`compat_mode=off`, or a GDS kernel path possible); per file, cuFile may still stage them.
+/// Call only where CUDA works.
+pub fn device_transfers_staged(settings: &VfdSettings) -> Option<String> {
+    match settings.compat_mode {
+        CompatMode::On => Some("compat_mode=on: the driver stages device transfers".into()),
+        CompatMode::Off => None,
+        CompatMode::Auto => gds_kernel_path_possible()
+            .err()
+            .map(|why| format!("the driver stages device transfers ({why})")),
+    }
+}
+
 /// The process's cuFile driver, if an open under `settings` would use one; else why not. Like the
 /// driver, it never touches libcufile before CUDA is known to work (cuFile would hang without it),
 /// and under `compat_mode=auto` opens it only where it could give GDS.

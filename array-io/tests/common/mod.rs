@@ -250,7 +250,11 @@ pub fn in_child(
             |_| {},
             || {
                 open_cufile_first();
-                body()
+                body();
+                // Staging buffers idle in the process-wide pool are kept for reuse, never freed
+                // at exit; freed here, so that the emulator's leak count names only buffers never
+                // given back.
+                h5gds_runtime::pinned::release_idle();
             },
         );
         return None;
