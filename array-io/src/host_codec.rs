@@ -1,6 +1,7 @@
 //! Compressed chunks into host arrays on all cores, the hdf5-metno side of
 //! `h5gds_chunk_codec` (the decoding the Python extension uses too): each needed chunk's stored
-//! size (`H5Dget_chunk_info_by_coord`) and stored bytes (`H5Dread_chunk`) are read on the calling
+//! size (`H5Dget_chunk_info_by_coord`, or one listing of the chunk index for reads of many
+//! chunks) and stored bytes (`H5Dread_chunk`) are read on the calling
 //! thread under HDF5's lock, and the driver's I/O threads decode them and copy their elements
 //! into place meanwhile. Chunks never written are read through HDF5, which fills them with the
 //! fill value. Pipelines h5gds does not decode, conversions, and regions inside one chunk stay
@@ -18,15 +19,32 @@ use h5gds_chunk_codec::{
 use hdf5::dataset::Layout;
 use hdf5::Datatype;
 
-impl RawChunks for &OpenDataset {
+/// Raw chunk reads of one dataset with hdf5-metno's HDF5.
+struct DatasetChunks<'a> {
+    ds: &'a OpenDataset,
+    /// The dataset's chunk index, listed once for a read of many chunks
+    /// ([`h5gds_chunk_codec::LIST_INDEX_FROM`]); else each chunk is looked up.
+    listed: Option<crate::gpu_codec::ChunkIndex>,
+}
+
+impl RawChunks for DatasetChunks<'_> {
     type Error = Error;
 
     fn stored(&mut self, offset: &[u64]) -> Result<Option<StoredChunk>> {
-        let found = hdf5_raw::chunk_info_by_coord(&self.dset, offset).map_err(|e| {
+        if let Some(listed) = &self.listed {
+            return Ok(listed
+                .get(offset)
+                .map(|&(size, mask, address)| StoredChunk {
+                    size,
+                    mask,
+                    address,
+                }));
+        }
+        let found = hdf5_raw::chunk_info_by_coord(&self.ds.dset, offset).map_err(|e| {
             Error::hdf5(
                 format!("looking up the chunk at {offset:?}"),
-                &self.path,
-                Some(&self.name),
+                &self.ds.path,
+                Some(&self.ds.name),
                 e,
             )
         })?;
@@ -39,7 +57,7 @@ impl RawChunks for &OpenDataset {
 
     fn direct_file(&mut self) -> Option<std::fs::File> {
         // array-io opens files through gds or sec2 only.
-        h5gds_chunk_codec::reopen(hdf5_raw::read_only_descriptor(&self.file)?)
+        h5gds_chunk_codec::reopen(hdf5_raw::read_only_descriptor(&self.ds.file)?)
     }
 
     fn read(&mut self, offset: &[u64], size: usize, buf: &mut Vec<u8>) -> Result<u32> {
@@ -47,15 +65,15 @@ impl RawChunks for &OpenDataset {
         buf.reserve(size);
         // SAFETY: `buf` has room for the chunk's `size` stored bytes (HDF5 2.x also checks).
         let mask =
-            unsafe { hdf5_raw::read_chunk(&self.dset, offset, buf.as_mut_ptr().cast(), size) }
-                .map_err(|e| self.chunk_read_error(offset, e))?;
+            unsafe { hdf5_raw::read_chunk(&self.ds.dset, offset, buf.as_mut_ptr().cast(), size) }
+                .map_err(|e| self.ds.chunk_read_error(offset, e))?;
         // SAFETY: H5Dread_chunk succeeded, so it wrote the chunk's `size` stored bytes.
         unsafe { buf.set_len(size) };
         Ok(mask)
     }
 
     fn corrupt(&self, offset: &[u64], reason: String) -> Error {
-        self.chunk_decode_error(offset, reason)
+        self.ds.chunk_decode_error(offset, reason)
     }
 }
 
@@ -166,7 +184,14 @@ pub(crate) fn read_region(
         },
         threads,
     };
-    let outcome = h5gds_chunk_codec::read(&mut &*ds, &r, out)?;
+    let many = chunks_in(planned, region) >= h5gds_chunk_codec::LIST_INDEX_FROM;
+    let mut source = DatasetChunks {
+        ds,
+        listed: many
+            .then(|| crate::gpu_codec::chunk_index(ds))
+            .transpose()?,
+    };
+    let outcome = h5gds_chunk_codec::read(&mut source, &r, out)?;
     for part in &outcome.missing {
         let start = part.file_start(&r.selection);
         let mut values = vec![0u8; part.len() as usize * r.element_size];

@@ -16,4 +16,6 @@ pub mod read;
 pub use encode::{ChunkWriter, EncodeScratch, Encoding, HostWrite};
 pub use pipeline::{Filter, Pipeline};
 pub use place::Hyperslab;
-pub use read::{place_missing, read, reopen, HostRead, Outcome, RawChunks, StoredChunk};
+pub use read::{
+    place_missing, read, reopen, HostRead, Outcome, RawChunks, StoredChunk, LIST_INDEX_FROM,
+};

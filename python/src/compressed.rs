@@ -1,7 +1,8 @@
 //! `h5gds.read` of compressed chunks into device memory, decoded on the GPU: the h5py side of
 //! `h5gds_gpu_codec` (the decoding array-io uses too). Each needed chunk's stored bytes are
-//! found with `H5Dget_chunk_info_by_coord` and read raw with `H5Dread_chunk` into device
-//! memory through the `gds` driver (h5py's HDF5, through `hdf5`), nvCOMP decodes them and the
+//! found with `H5Dget_chunk_info_by_coord` (or one listing of the chunk index for reads of many
+//! chunks) and read raw with `H5Dread_chunk` into device memory through the `gds` driver (or,
+//! where the driver would stage them anyway, by the host's threads from the file) (h5py's HDF5, through `hdf5`), nvCOMP decodes them and the
 //! decoded chunks are placed into the output array on the device. Chunks never written are
 //! read through pinned host memory, where HDF5 fills them with the fill value, as array-io
 //! does. `h5gds_route::route::gpu_decode` decides when this path is taken.
@@ -70,12 +71,23 @@ pub fn read(
     let lib = h5gds_gpu_codec::nvcomp::library().map_err(failed)?;
     let verify = h5gds_runtime::settings::verify_checksums()
         .map_err(|e| DeviceError::Argument(e.to_string()))?;
+    let touched = chunks_touching(r.region, r.chunk);
     let mut index = ChunkIndex::new();
-    for (offset, _) in chunks_touching(r.region, r.chunk) {
-        if let Some(stored) = hdf5::chunk_location(r.dataset, &offset)
-            .map_err(|m| failed(format!("dataset {}: {m}", r.name)))?
-        {
-            index.insert(offset, stored);
+    if touched.len() >= h5gds_chunk_codec::LIST_INDEX_FROM {
+        let listed = hdf5::chunk_index(r.dataset, r.chunk.len())
+            .map_err(|m| failed(format!("dataset {}: {m}", r.name)))?;
+        for (offset, _) in touched {
+            if let Some(c) = listed.get(&offset) {
+                index.insert(offset, (c.size, c.mask, c.address));
+            }
+        }
+    } else {
+        for (offset, _) in touched {
+            if let Some(stored) = hdf5::chunk_location(r.dataset, &offset)
+                .map_err(|m| failed(format!("dataset {}: {m}", r.name)))?
+            {
+                index.insert(offset, stored);
+            }
         }
     }
     let (mut present, missing) = decode::split(&index, r.region, r.chunk);

@@ -1,6 +1,7 @@
 //! `h5gds.read` of compressed chunks into host memory on all cores: the h5py side of
 //! `h5gds_chunk_codec` (the decoding array-io uses too). Each needed chunk's stored size and
-//! address come from `H5Dget_chunk_info_by_coord` under h5py's lock; the driver's I/O threads
+//! address come from `H5Dget_chunk_info_by_coord` under h5py's lock (from one listing of the
+//! chunk index, `H5Dchunk_iter`, for reads of many chunks); the driver's I/O threads
 //! read the stored bytes from the file directly where that is sound (`hdf5::direct_file`: a file
 //! open read-only through sec2 or gds), else the calling thread reads them with
 //! `H5Dread_chunk`; the threads decode them and copy their elements into the output. Chunks never written are read through HDF5 (which fills
@@ -21,12 +22,18 @@ pub struct Failed(pub String);
 struct H5pyChunks<'a> {
     dataset: Hid,
     name: &'a str,
+    /// The dataset's chunk index, listed once for a read of many chunks
+    /// ([`h5gds_chunk_codec::LIST_INDEX_FROM`]); else each chunk is looked up.
+    listed: Option<std::collections::HashMap<Vec<u64>, StoredChunk>>,
 }
 
 impl RawChunks for H5pyChunks<'_> {
     type Error = Failed;
 
     fn stored(&mut self, offset: &[u64]) -> Result<Option<StoredChunk>, Failed> {
+        if let Some(listed) = &self.listed {
+            return Ok(listed.get(offset).copied());
+        }
         Ok(hdf5::chunk_location(self.dataset, offset)
             .map_err(|m| Failed(format!("dataset {}: {m}", self.name)))?
             .map(|(size, mask, address)| StoredChunk {
@@ -113,9 +120,16 @@ impl CompressedHostRead<'_> {
             selection: self.selection(),
             threads: self.threads,
         };
+        let many =
+            chunks_selected(&r.selection, self.chunk).len() >= h5gds_chunk_codec::LIST_INDEX_FROM;
+        let listed = many
+            .then(|| hdf5::chunk_index(self.dataset, self.chunk.len()))
+            .transpose()
+            .map_err(|m| Failed(format!("dataset {}: {m}", self.name)))?;
         let mut source = H5pyChunks {
             dataset: self.dataset,
             name: self.name,
+            listed,
         };
         let outcome = h5gds_chunk_codec::read(&mut source, &r, out)?;
         for part in &outcome.missing {
