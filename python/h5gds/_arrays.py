@@ -6,6 +6,7 @@ its ``stream``) or with DLPack on a CUDA device (PyTorch, JAX, CuPy; ``__dlpack_
 producer orders its pending work before the legacy default stream, which h5gds then waits for).
 """
 
+import math
 from typing import Any, NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -91,7 +92,7 @@ def _cuda_view(array, interface, name):
     strides = interface.get("strides")
     return ArrayView(
         address=int(address or 0),
-        nbytes=int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,
+        nbytes=math.prod(shape) * dtype.itemsize,
         shape=shape,
         dtype=dtype,
         device=("cuda", None),
@@ -126,7 +127,7 @@ def _dlpack_view(array, name, on_cuda):
     shape = tuple(shape)
     return ArrayView(
         address=address,
-        nbytes=int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,
+        nbytes=math.prod(shape) * dtype.itemsize,
         shape=shape,
         dtype=dtype,
         device=("cuda", dev_id) if on_cuda else None,

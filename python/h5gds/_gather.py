@@ -8,6 +8,7 @@ indices are strictly increasing, and otherwise into a buffer of distinct rows th
 into the caller's order, repeats included, outside HDF5's lock (``GatherPlan.scatter``). A device
 ``out`` gets the rows gathered in pinned host memory (``_native.PinnedHost``), copied up in one piece."""
 
+import math
 import threading
 
 import numpy as np
@@ -63,7 +64,7 @@ def gather(dset, view, sel, name):
         return
     rows = sel.rows
     plan = _native.GatherPlan(rows.ctypes.data, len(rows), dset.shape[0])
-    row_bytes = int(np.prod(sel.rest.count, dtype=np.int64)) * view.dtype.itemsize
+    row_bytes = math.prod(sel.rest.count) * view.dtype.itemsize
     rest = (list(sel.rest.start), list(sel.rest.step), list(sel.rest.count))
     found = _layout.layout(dset, view.dtype)
     # Whole rows of a read-only file's contiguous dataset: read straight into the caller's order.

@@ -128,8 +128,9 @@ def read(dset, out=None, sel=None):
     have the dataset's dtype and the selection's shape, be C-contiguous and writable. The data is
     complete when this returns.
     """
-    # A read-only file's dataset already read once, all of it or rows of it into NumPy: checked
-    # and read in one native call (threads reading rows then hold the GIL only briefly).
+    # A read-only file's dataset already read once, all of it or rows of it into NumPy (or into a
+    # device array where the layout serves it): checked and read in one native call (threads
+    # reading rows then hold the GIL only briefly).
     known = _native.read_known_layout(_layout._layouts, dset, out, sel)
     if known is not None:
         return known

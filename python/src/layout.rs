@@ -291,7 +291,7 @@ impl Layout {
     /// copied up, with neither h5py's lock nor the GIL held. False when the driver or HDF5 is to
     /// read it; nothing was read then. The caller keeps the array alive.
     #[allow(clippy::too_many_arguments)]
-    fn read_to_device(
+    pub(crate) fn read_to_device(
         &self,
         py: Python<'_>,
         start: Vec<u64>,

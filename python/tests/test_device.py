@@ -632,6 +632,62 @@ def test_a_wrong_device_array_is_refused_naming_it_and_the_file_is_untouched(rea
     assert f["contiguous"][...].tobytes() == x.tobytes()
 
 
+def test_the_short_way_reads_rows_of_a_known_layout_into_device_arrays(read_only, monkeypatch):
+    """h5gds.read's short way (``_native.read_known_layout``) for device arrays: once a read-only file's
+    dataset has been read, all of it, an index or a slice along the first axis into a device array with
+    ``__cuda_array_interface__`` are read in one native call (the general path's dataset and selection
+    checks are not called), with h5py's bytes; what it does not serve takes the general path, which
+    raises its errors and writes nothing."""
+    from h5gds import _io, _layout, _native
+
+    f, x = read_only
+    for name in ("contiguous", "chunked", "gzip"):
+        dset = f[name]
+        h5gds.read(dset, out=DeviceArray((12, 6), "<f4", fill=0), sel=0)
+        with monkeypatch.context() as m:
+            def general(*args):
+                raise AssertionError("the general path was taken")
+            m.setattr(_io, "_dataset", general)
+            for sel in (None, 0, -1, 17, np.int64(3), slice(2, 30), slice(1, 40, 9), (slice(5, 6),)):
+                want = dset[sel] if sel is not None else dset[...]
+                out = DeviceArray(want.shape, "<f4", fill=0)
+                assert h5gds.read(dset, out=out, sel=sel) is out
+                assert out.to_host().tobytes() == want.tobytes(), (name, sel)
+                out.free()
+            # Pending work on the array's stream finishes first (the emulator runs it at the
+            # stream's synchronisation): the read lands after it, not under it.
+            out = DeviceArray((12, 6), "<f4", fill=0)
+            out.copy_from_host_async(np.full((12, 6), 5, "<f4"))
+            assert h5gds.read(dset, out=out, sel=4) is out
+            assert out.to_host().tobytes() == x[4].tobytes()
+            out.free()
+        # Declined, then refused by the general path as before, nothing written.
+        row = DeviceArray((12, 6), "<f4", fill=0)
+        for out, sel, error, message in [
+            (DeviceArray((12, 6), "<f8", fill=0), 2, TypeError, "out has dtype float64"),
+            (DeviceArray((11, 6), "<f4", fill=0), 2, ValueError, r"out has shape \(11, 6\)"),
+            (row, 40, IndexError, "index 40 is out of range"),
+            (row, (slice(None), 3), ValueError, "out has shape"),
+        ]:
+            assert _native.read_known_layout(_layout._layouts, dset, out, sel) is None, (name, sel)
+            with pytest.raises(error, match=message):
+                h5gds.read(dset, out=out, sel=sel)
+            assert not out.to_host().any(), (name, sel)
+        row.readonly = True
+        assert _native.read_known_layout(_layout._layouts, dset, row, 2) is None
+        with pytest.raises(ValueError, match="out is read-only"):
+            h5gds.read(dset, out=row, sel=2)
+        row.readonly, row.strides = False, (4, 48)
+        assert _native.read_known_layout(_layout._layouts, dset, row, 2) is None
+        with pytest.raises(ValueError, match="C-contiguous"):
+            h5gds.read(dset, out=row, sel=2)
+        row.strides, row.stream = None, 0
+        assert _native.read_known_layout(_layout._layouts, dset, row, 2) is None
+        with pytest.raises(ValueError, match="stream 0"):
+            h5gds.read(dset, out=row, sel=2)
+        assert not row.to_host().any()
+
+
 # --- threads -----------------------------------------------------------------------------------------------
 
 def test_device_reads_in_threads_while_others_use_h5py(tmp_path, run_in_threads):
