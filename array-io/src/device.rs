@@ -400,7 +400,8 @@ impl DeviceSource {
         if let Some(index) = self.chunk_index.get() {
             return Ok(index);
         }
-        let index = crate::gpu_codec::chunk_index(&self.ds)?;
+        // Once per `DeviceSource`: batched reads ask again.
+        let index = self.ds.chunk_index()?;
         Ok(self.chunk_index.get_or_init(|| index))
     }
 

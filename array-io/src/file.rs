@@ -78,6 +78,30 @@ impl OpenDataset {
         )
     }
 
+    /// Every allocated chunk: its stored size, filter mask and address by first element, in one
+    /// listing of the chunk index (`H5Dchunk_iter`; a lookup by coordinate iterates over the
+    /// index each time, `h5gds_chunk_codec::LIST_INDEX_FROM`).
+    pub fn chunk_index(&self) -> Result<h5gds_gpu_codec::decode::ChunkIndex> {
+        let mut index = h5gds_gpu_codec::decode::ChunkIndex::new();
+        self.dset
+            .chunks_visit(|info| {
+                index.insert(
+                    info.offset.to_vec(),
+                    (info.size as usize, info.filter_mask, info.addr),
+                );
+                0
+            })
+            .map_err(|e| {
+                Error::hdf5(
+                    "listing the allocated chunks",
+                    &self.path,
+                    Some(&self.name),
+                    e,
+                )
+            })?;
+        Ok(index)
+    }
+
     /// The error for the chunk at `offset`, which cannot be decoded for `reason`.
     pub fn chunk_decode_error(&self, offset: &[u64], reason: String) -> Error {
         Error::ChunkDecode {

@@ -29,21 +29,6 @@ pub(crate) fn turned_off() -> Result<Option<String>> {
     Ok(settings::gpu_codec_turned_off()?)
 }
 
-/// Lists the allocated chunks of a dataset (once per `DeviceSource`: batched reads ask again).
-pub(crate) fn chunk_index(ds: &OpenDataset) -> Result<ChunkIndex> {
-    let mut index = ChunkIndex::new();
-    ds.dset
-        .chunks_visit(|info| {
-            index.insert(
-                info.offset.to_vec(),
-                (info.size as usize, info.filter_mask, info.addr),
-            );
-            0
-        })
-        .map_err(|e| Error::hdf5("listing the allocated chunks", &ds.path, Some(&ds.name), e))?;
-    Ok(index)
-}
-
 /// Raw chunk reads with hdf5-metno's HDF5.
 impl ChunkSource for OpenDataset {
     type Error = Error;

@@ -24,7 +24,7 @@ struct DatasetChunks<'a> {
     ds: &'a OpenDataset,
     /// The dataset's chunk index, listed once for a read of many chunks
     /// ([`h5gds_chunk_codec::LIST_INDEX_FROM`]); else each chunk is looked up.
-    listed: Option<crate::gpu_codec::ChunkIndex>,
+    listed: Option<h5gds_gpu_codec::decode::ChunkIndex>,
 }
 
 impl RawChunks for DatasetChunks<'_> {
@@ -187,9 +187,7 @@ pub(crate) fn read_region(
     let many = chunks_in(planned, region) >= h5gds_chunk_codec::LIST_INDEX_FROM;
     let mut source = DatasetChunks {
         ds,
-        listed: many
-            .then(|| crate::gpu_codec::chunk_index(ds))
-            .transpose()?,
+        listed: many.then(|| ds.chunk_index()).transpose()?,
     };
     let outcome = h5gds_chunk_codec::read(&mut source, &r, out)?;
     for part in &outcome.missing {

@@ -60,11 +60,13 @@ pub struct CompressedRead<'a> {
     pub staging_size: usize,
 }
 
-/// Reads the region, decoding its allocated chunks on the GPU; returns (chunks decoded,
+/// Reads the region, decoding its allocated chunks on the GPU, the stored chunks read by the
+/// host's threads where `host_reads` says (else through the driver); returns (chunks decoded,
 /// chunks never written, how the stored chunks travelled in words). The caller has made the
 /// device's primary context current and holds h5py's lock.
 pub fn read(
     r: &CompressedRead,
+    host_reads: Option<HostReads>,
     prepared: &Prepared,
 ) -> Result<(usize, usize, String), DeviceError> {
     let failed = DeviceError::Failed;
@@ -101,7 +103,7 @@ pub fn read(
         chunk: r.chunk,
         element_size: r.element_size,
         verify,
-        host_reads: host_reads(r.dataset)?,
+        host_reads,
     };
     let source = H5pyChunks {
         dataset: r.dataset,
@@ -116,29 +118,6 @@ pub fn read(
         missing.len(),
         HostReads::route(&how.host_reads),
     ))
-}
-
-/// Where the stored chunks are read by the host's threads ([`HostReads`]): where the driver would
-/// stage them anyway (its settings, no GDS kernel path; not with `H5GDS_USE_VFD_GDS=1`, which asks
-/// for the driver's device path) and HDF5 has the file open read-only through a driver whose
-/// addresses are the file's offsets.
-fn host_reads(dataset: Hid) -> Result<Option<HostReads>, DeviceError> {
-    use h5gds_runtime::settings::{device_path, DevicePath, USE_VFD_GDS_ENV};
-    let argument = |e: String| DeviceError::Argument(e);
-    let path = device_path(crate::device::env(USE_VFD_GDS_ENV).as_deref())
-        .map_err(|e| argument(e.to_string()))?;
-    if path == DevicePath::Gds {
-        return Ok(None);
-    }
-    let vfd = h5gds::VfdSettings::load(None).map_err(|e| argument(e.to_string()))?;
-    let Some(why) = h5gds::device_transfers_staged(&vfd) else {
-        return Ok(None);
-    };
-    Ok(hdf5::direct_file(dataset).map(|file| HostReads {
-        file,
-        threads: vfd.nthreads,
-        why,
-    }))
 }
 
 /// Reads `part` (a chunk never written) through pinned host memory of at most the staging

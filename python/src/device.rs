@@ -14,6 +14,7 @@ use crate::hdf5::{self, Hid, Prepared};
 use crate::host_codec::CompressedHostRead;
 use h5gds_chunk_codec::place::chunks_selected;
 use h5gds_chunk_codec::{Filter, Hyperslab, Pipeline};
+use h5gds_gpu_codec::decode::HostReads;
 use h5gds_route::route::{
     blocker, choose_decoder, gpu_decode, plan, Block, Decoder, DecoderFacts, Route, Storage,
     Transfer,
@@ -84,7 +85,7 @@ pub struct DeviceTransfer<'a> {
     pub other_driver: Option<String>,
 }
 
-pub(crate) fn env(variable: &str) -> Option<String> {
+fn env(variable: &str) -> Option<String> {
     std::env::var_os(variable).map(|v| v.to_string_lossy().into_owned())
 }
 
@@ -225,7 +226,7 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
             context: pointer.context,
             staging_size,
         };
-        let done = compressed::read(&read, prepared);
+        let done = compressed::read(&read, host_reads(t.dataset)?, prepared);
         // The array may be freed once this returns; the driver must not keep its range.
         forget_device_range(pointer.base);
         let (decoded, missing, route) = done?;
@@ -459,6 +460,27 @@ pub fn staged_anyway(nbytes: usize, sec2: bool) -> Result<Option<StagedAnyway>, 
             past_the_driver: false,
         }),
     )
+}
+
+/// Where the stored chunks are read by the host's threads ([`HostReads`]): where the driver would
+/// stage them anyway (its settings, no GDS kernel path; not with `H5GDS_USE_VFD_GDS=1`, which asks
+/// for the driver's device path) and HDF5 has the file open read-only through a driver whose
+/// addresses are the file's offsets.
+fn host_reads(dataset: Hid) -> Result<Option<HostReads>, DeviceError> {
+    let path = settings::device_path(env(USE_VFD_GDS_ENV).as_deref())
+        .map_err(|e| argument(e.to_string()))?;
+    if path == DevicePath::Gds {
+        return Ok(None);
+    }
+    let vfd = h5gds::VfdSettings::load(None).map_err(|e| argument(e.to_string()))?;
+    let Some(why) = h5gds::device_transfers_staged(&vfd) else {
+        return Ok(None);
+    };
+    Ok(hdf5::direct_file(dataset).map(|file| HostReads {
+        file,
+        threads: vfd.nthreads,
+        why,
+    }))
 }
 
 /// The driver's I/O thread count, which decodes on the host.
