@@ -17,5 +17,6 @@ pub use encode::{ChunkWriter, EncodeScratch, Encoding, HostWrite};
 pub use pipeline::{Filter, Pipeline};
 pub use place::Hyperslab;
 pub use read::{
-    place_missing, read, reopen, HostRead, Outcome, RawChunks, StoredChunk, LIST_INDEX_FROM,
+    place_missing, read, read_stored_at, reopen, HostRead, Outcome, RawChunks, StoredChunk,
+    LIST_INDEX_FROM,
 };

@@ -70,14 +70,20 @@ pub fn reopen(fd: i32) -> Option<std::fs::File> {
 
 /// Reads a chunk's stored bytes from the file at its address.
 fn read_at(file: &std::fs::File, chunk: &StoredChunk, buf: &mut Vec<u8>) -> Result<(), String> {
-    use std::os::unix::fs::FileExt;
     if buf.len() != chunk.size {
         buf.resize(chunk.size, 0);
     }
-    file.read_exact_at(buf, chunk.address).map_err(|e| {
+    read_stored_at(file, chunk.address, buf)
+}
+
+/// Reads the `buf.len()` stored bytes of a chunk at `address` of `file`; the error says what
+/// could not be read, for the chunk's error.
+pub fn read_stored_at(file: &std::fs::File, address: u64, buf: &mut [u8]) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    file.read_exact_at(buf, address).map_err(|e| {
         format!(
-            "its {} stored bytes at byte {} of the file could not be read: {e}",
-            chunk.size, chunk.address
+            "its {} stored bytes at byte {address} of the file could not be read: {e}",
+            buf.len()
         )
     })
 }

@@ -657,7 +657,6 @@ fn read_stored(
     batch: &[Stored],
     bytes: &mut [u8],
 ) -> Result<(), (usize, String)> {
-    use std::os::unix::fs::FileExt;
     // Each chunk's bytes, apart: the slots do not overlap.
     let mut parts: Vec<(usize, &Stored, &mut [u8])> = Vec::with_capacity(batch.len());
     let mut rest = bytes;
@@ -670,15 +669,7 @@ fn read_stored(
         at = c.slot + c.size;
     }
     let read = |(i, c, buf): &mut (usize, &Stored, &mut [u8])| {
-        reads.file.read_exact_at(buf, c.address).map_err(|e| {
-            (
-                *i,
-                format!(
-                    "its {} stored bytes at byte {} of the file could not be read: {e}",
-                    c.size, c.address
-                ),
-            )
-        })
+        h5gds_chunk_codec::read_stored_at(&reads.file, c.address, buf).map_err(|why| (*i, why))
     };
     let pool = (reads.threads > 1 && parts.len() > 1)
         .then(|| h5gds_runtime::pool::for_waiting_caller(reads.threads))

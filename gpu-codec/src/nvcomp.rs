@@ -145,22 +145,49 @@ pub struct CallSpace {
 /// statuses will be.
 pub struct Launched {
     n: usize,
+    /// The sizes nvCOMP writes, followed by its statuses (`Arrays`).
     results: sys::CUdeviceptr,
 }
 
-/// Bytes of the argument and result arrays for `n` jobs: inputs, input sizes, outputs, output
-/// sizes, then the sizes (8 bytes each) and statuses (4) nvCOMP writes.
-fn arrays_bytes(n: usize) -> usize {
-    n * (5 * 8 + 4)
+/// The device addresses of one call's argument and result arrays, laid out one after another in
+/// the arrays buffer: inputs, input sizes, outputs, output sizes (8 bytes an entry), then the
+/// sizes (8) and statuses (4) nvCOMP writes.
+struct Arrays {
+    inputs: sys::CUdeviceptr,
+    input_lens: sys::CUdeviceptr,
+    outputs: sys::CUdeviceptr,
+    output_lens: sys::CUdeviceptr,
+    written: sys::CUdeviceptr,
+    statuses: sys::CUdeviceptr,
+}
+
+impl Arrays {
+    /// Bytes of the arrays for `n` jobs.
+    fn bytes(n: usize) -> usize {
+        n * (5 * 8 + 4)
+    }
+
+    /// The arrays for `n` jobs in the buffer at `base`.
+    fn at(base: sys::CUdeviceptr, n: usize) -> Self {
+        let array = |k: u64| base + k * 8 * n as u64;
+        Arrays {
+            inputs: array(0),
+            input_lens: array(1),
+            outputs: array(2),
+            output_lens: array(3),
+            written: array(4),
+            statuses: array(5),
+        }
+    }
 }
 
 impl CallSpace {
     /// Copies the jobs' arguments into the arrays buffer, with the result arrays zeroed (a
     /// failed batch may leave them unwritten: they then read as the zero fill), in one copy in
-    /// `stream`'s order. Returns the buffer's address.
-    fn arguments(&mut self, stream: &Arc<CudaStream>, jobs: &[Job]) -> Result<sys::CUdeviceptr> {
+    /// `stream`'s order. Returns where the arrays are.
+    fn arguments(&mut self, stream: &Arc<CudaStream>, jobs: &[Job]) -> Result<Arrays> {
         let n = jobs.len();
-        let mut host = vec![0u64; arrays_bytes(n).div_ceil(8)];
+        let mut host = vec![0u64; Arrays::bytes(n).div_ceil(8)];
         for (k, j) in jobs.iter().enumerate() {
             host[k] = j.input;
             host[n + k] = j.input_len as u64;
@@ -171,7 +198,7 @@ impl CallSpace {
         // SAFETY: `host` holds the bytes copied and is pageable memory, which CUDA copies out
         // of before the call returns; the buffer holds them.
         unsafe { copy_to_device(stream, at, host.as_ptr().cast(), host.len() * 8) }?;
-        Ok(at)
+        Ok(Arrays::at(at, n))
     }
 
     /// nvCOMP's temp space of `bytes` (at least one), with the stream's context made current
@@ -219,7 +246,6 @@ impl CallSpace {
         };
         checked("querying the decoder's temp size", status)?;
         let temp = self.temp(stream, temp_bytes)?;
-        let array = |k: u64| arrays + k * 8 * n as u64;
         // SAFETY: every array lies in device memory for n entries (`arguments`) and stays
         // allocated until the caller has waited (`outcomes`); each job's buffers lie inside
         // device allocations the caller keeps alive, aligned as `alignment` says.
@@ -234,16 +260,16 @@ impl CallSpace {
                 ],
                 decoder opts,
                 (
-                    array(0) as *const *const c_void,
-                    array(1) as *const usize,
-                    array(3) as *const usize,
-                    array(4) as *mut usize,
+                    arrays.inputs as *const *const c_void,
+                    arrays.input_lens as *const usize,
+                    arrays.output_lens as *const usize,
+                    arrays.written as *mut usize,
                     n,
                     temp as *mut c_void,
                     temp_bytes,
-                    array(2) as *const *mut c_void,
+                    arrays.outputs as *const *mut c_void,
                     opts,
-                    array(5) as *mut nvcompStatus_t,
+                    arrays.statuses as *mut nvcompStatus_t,
                     cu_stream,
                 )
             )
@@ -251,7 +277,7 @@ impl CallSpace {
         checked("launching the batched decoder", status)?;
         Ok(Launched {
             n,
-            results: array(4),
+            results: arrays.written,
         })
     }
 
@@ -389,7 +415,6 @@ pub fn compress(
     };
     checked("querying the encoder's temp size", status)?;
     let temp = space.temp(stream, temp_bytes)?;
-    let array = |k: u64| arrays + k * 8 * n as u64;
     // SAFETY: as in `launch_decompress`: device arrays of n entries, alive until the
     // synchronisation in `outcomes`; each output has room for `max_encoded` of its input.
     let status = unsafe {
@@ -403,16 +428,16 @@ pub fn compress(
             ],
             encoder opts,
             (
-                array(0) as *const *const c_void,
-                array(1) as *const usize,
+                arrays.inputs as *const *const c_void,
+                arrays.input_lens as *const usize,
                 max_in,
                 n,
                 temp as *mut c_void,
                 temp_bytes,
-                array(2) as *const *mut c_void,
-                array(4) as *mut usize,
+                arrays.outputs as *const *mut c_void,
+                arrays.written as *mut usize,
                 opts,
-                array(5) as *mut nvcompStatus_t,
+                arrays.statuses as *mut nvcompStatus_t,
                 cu_stream,
             )
         )
@@ -422,7 +447,7 @@ pub fn compress(
         stream,
         &Launched {
             n,
-            results: array(4),
+            results: arrays.written,
         },
     )
 }

@@ -200,6 +200,16 @@ fn views<'a>(
     }
 }
 
+/// A checked call's `work` launched on `stream` (`device::launch`), as the call's status: a
+/// launch the CUDA emulator refuses is the CUDA error nvCOMP reports.
+fn launched(stream: nvcomp_sys::cudaStream_t, work: impl FnOnce() + Send + 'static) -> Status {
+    if device::launch(stream, work) {
+        Status::nvcompSuccess
+    } else {
+        Status::nvcompErrorCudaError
+    }
+}
+
 /// `nvcompBatched<C>DecompressAsync`: the arguments checked now, the chunks decoded as work on
 /// `stream` (`device::launch`).
 pub fn decompress(
@@ -243,11 +253,7 @@ pub fn decompress(
             report(mode, &results, v.statuses, v.output_bytes);
         }
     };
-    if device::launch(stream, work) {
-        Status::nvcompSuccess
-    } else {
-        Status::nvcompErrorCudaError
-    }
+    launched(stream, work)
 }
 
 /// Decodes each chunk of a checked call into its output (or, `dry`, into host memory, leaving
@@ -377,11 +383,7 @@ pub fn compress(
             v.output_bytes[k] = written;
         }
     };
-    if device::launch(stream, work) {
-        Status::nvcompSuccess
-    } else {
-        Status::nvcompErrorCudaError
-    }
+    launched(stream, work)
 }
 
 #[cfg(test)]
