@@ -162,9 +162,10 @@ impl HostReads {
 /// memory holding `region` (file coordinates) in row-major order, after the work queued on
 /// `stream` (the caller's; everything is done when this returns).
 ///
-/// A pipeline of two slots, each with a stream of its own and device memory reused from batch to
-/// batch: while the GPU decodes one slot's batch, this thread reads the next batch's stored
-/// chunks into the other slot through the `gds` driver. A slot's batch is waited for, and its
+/// A pipeline of two slots (one for a read of one batch), each with a stream of its own and device
+/// memory reused from batch to batch: while the GPU decodes one slot's batch, this thread reads
+/// the next batch's stored chunks into the other slot (through the `gds` driver, or the host's
+/// threads, [`HostReads`]). A slot's batch is waited for, and its
 /// outcomes checked, only before the slot is used again, and at the end, oldest first, so the
 /// chunk named in an error is the first bad one in chunk order.
 pub fn read<S: ChunkSource>(
@@ -186,7 +187,11 @@ pub fn read<S: ChunkSource>(
     synchronize(stream)?;
     let context = stream.context();
     let new_stream = || call("creating a stream for decoding", || context.new_stream());
-    let mut slots = [Slot::new(new_stream()?), Slot::new(new_stream()?)];
+    // A read of one batch (most small reads) makes one stream, not two.
+    let mut slots = (0..batches.len().min(2))
+        .map(|_| Ok(Slot::new(new_stream()?)))
+        .collect::<Result<Vec<Slot>, S::Error>>()?;
+    let n = slots.len();
     let shape = Shape {
         how,
         chunk_bytes,
@@ -197,7 +202,7 @@ pub fn read<S: ChunkSource>(
     };
     let mut run = || -> Result<(), S::Error> {
         for (b, range) in batches.iter().enumerate() {
-            let slot = &mut slots[b % 2];
+            let slot = &mut slots[b % n];
             slot.finish(source, &shape)?;
             let launched = slot.launch(
                 source,
@@ -207,12 +212,12 @@ pub fn read<S: ChunkSource>(
             );
             if let Err(e) = launched {
                 // The batch before holds earlier chunks: its error comes first.
-                slots[(b + 1) % 2].finish(source, &shape)?;
+                slots[(b + 1) % n].finish(source, &shape)?;
                 return Err(e);
             }
         }
         for b in batches.len().saturating_sub(2)..batches.len() {
-            slots[b % 2].finish(source, &shape)?;
+            slots[b % n].finish(source, &shape)?;
         }
         Ok(())
     };
