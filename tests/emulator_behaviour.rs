@@ -119,6 +119,8 @@ emulator_api! {
     cuMemcpyHtoDAsync_v2: fn(CUdeviceptr, *const c_void, usize, CUstream) -> CUresult;
     cuMemcpyDtoHAsync_v2: fn(*mut c_void, CUdeviceptr, usize, CUstream) -> CUresult;
     cuMemcpyDtoDAsync_v2: fn(CUdeviceptr, CUdeviceptr, usize, CUstream) -> CUresult;
+    cuMemcpy2DAsync_v2: fn(*const cudarc::driver::sys::CUDA_MEMCPY2D, CUstream) -> CUresult;
+    cuMemcpy3DAsync_v2: fn(*const cudarc::driver::sys::CUDA_MEMCPY3D, CUstream) -> CUresult;
     cuMemsetD8_v2: fn(CUdeviceptr, u8, usize) -> CUresult;
     cuPointerGetAttribute: fn(*mut c_void, c_uint, CUdeviceptr) -> CUresult;
     cuPointerGetAttributes: fn(c_uint, *mut c_uint, *mut *mut c_void, CUdeviceptr) -> CUresult;
@@ -1947,6 +1949,211 @@ fn deferred_async_copies_run_when_their_stream_is_synchronized() {
                 check((api.cuMemFreeHost)(pinned.cast()));
             }
             free(dev);
+        },
+    );
+}
+
+/// A 2-D copy descriptor (cudarc's, the layout of `cuda.h`) between two device addresses.
+fn copy_2d(
+    dst: CUdeviceptr,
+    dst_pitch: usize,
+    src: CUdeviceptr,
+    src_pitch: usize,
+    width: usize,
+    height: usize,
+) -> cudarc::driver::sys::CUDA_MEMCPY2D {
+    use cudarc::driver::sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+    let null = std::ptr::null_mut();
+    cudarc::driver::sys::CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: CU_MEMORYTYPE_DEVICE,
+        srcHost: null,
+        srcDevice: src,
+        srcArray: null.cast(),
+        srcPitch: src_pitch,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: CU_MEMORYTYPE_DEVICE,
+        dstHost: null,
+        dstDevice: dst,
+        dstArray: null.cast(),
+        dstPitch: dst_pitch,
+        WidthInBytes: width,
+        Height: height,
+    }
+}
+
+fn strided_copies_body() {
+    use cudarc::driver::sys::CUmemorytype;
+    let _ctx = init_with_context();
+    let api = api();
+    // A 4x6 array of bytes 0..24 on the device; copy its 3x2 block at (1, 2) into a 3x4 array.
+    let (src, dst) = (alloc(24), alloc(12));
+    let values: Vec<u8> = (0..24).collect();
+    check(htod(src, &values));
+    check(htod(dst, &[0u8; 12]));
+    let mut stream: CUstream = std::ptr::null_mut();
+    let before = counters();
+    // SAFETY: plain calls on checked descriptors.
+    unsafe {
+        check((api.cuStreamCreate)(&mut stream, 1));
+        let mut p = copy_2d(dst, 4, src, 6, 2, 3);
+        p.srcXInBytes = 2;
+        p.srcY = 1;
+        p.dstXInBytes = 1;
+        check((api.cuMemcpy2DAsync_v2)(&p, stream));
+        check((api.cuStreamSynchronize)(stream));
+    }
+    assert_eq!(
+        dtoh(dst, 12),
+        [0, 8, 9, 0, 0, 14, 15, 0, 0, 20, 21, 0],
+        "rows 1..4, columns 2..4 of the source at column 1 of the destination"
+    );
+    let mut copied = 0u64;
+    let name = std::ffi::CString::new("copies dtod").unwrap();
+    // SAFETY: a NUL-terminated name and a valid out pointer.
+    let found = unsafe { (api.h5gds_emu_report_counter)(name.as_ptr(), &mut copied) };
+    assert_eq!(found, 0);
+    assert_eq!(copied, 1, "a 2-D copy counts once");
+    // Refused as CUDA documents, nothing written: a row wider than its pitch, a pitch over
+    // the maximum, rows reaching outside the allocation, a CUDA array.
+    let refused = [
+        copy_2d(dst, 4, src, 6, 5, 2),
+        copy_2d(dst, 4, src, 1 << 31, 2, 2),
+        copy_2d(dst, 4, src, 6, 2, 5),
+        {
+            let mut p = copy_2d(dst, 4, src, 6, 2, 2);
+            p.srcMemoryType = CUmemorytype::CU_MEMORYTYPE_ARRAY;
+            p
+        },
+    ];
+    for p in &refused {
+        // SAFETY: as above.
+        expect_code(unsafe { (api.cuMemcpy2DAsync_v2)(p, stream) }, 1);
+    }
+    // SAFETY: as above.
+    expect_code(
+        unsafe { (api.cuMemcpy2DAsync_v2)(std::ptr::null(), stream) },
+        1,
+    );
+    assert_eq!(dtoh(dst, 12), [0, 8, 9, 0, 0, 14, 15, 0, 0, 20, 21, 0]);
+    assert_eq!(counters().bounds_violations, before.bounds_violations + 1);
+    // 3-D: two slices of two rows of 2 bytes out of a 2x3x4 array (slices of 3 rows) into a
+    // packed 2x2x2 one, then back from pinned host memory into the device, 2-D.
+    let packed = alloc(8);
+    let pinned = host_alloc(8);
+    // SAFETY: plain calls; `pinned` holds 8 bytes.
+    unsafe {
+        let null = std::ptr::null_mut();
+        let mut p = cudarc::driver::sys::CUDA_MEMCPY3D {
+            srcXInBytes: 1,
+            srcY: 1,
+            srcZ: 0,
+            srcLOD: 0,
+            srcMemoryType: CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            srcHost: null,
+            srcDevice: src,
+            srcArray: null.cast(),
+            reserved0: null,
+            srcPitch: 4,
+            srcHeight: 3,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstZ: 0,
+            dstLOD: 0,
+            dstMemoryType: CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+            dstHost: null,
+            dstDevice: packed,
+            dstArray: null.cast(),
+            reserved1: null,
+            dstPitch: 2,
+            dstHeight: 2,
+            WidthInBytes: 2,
+            Height: 2,
+            Depth: 2,
+        };
+        check((api.cuMemcpy3DAsync_v2)(&p, stream));
+        check((api.cuStreamSynchronize)(stream));
+        assert_eq!(dtoh(packed, 8), [5, 6, 9, 10, 17, 18, 21, 22]);
+        // Rows of a slice overrunning the array's height are refused.
+        p.srcY = 2;
+        expect_code((api.cuMemcpy3DAsync_v2)(&p, stream), 1);
+        std::ptr::copy_nonoverlapping([1u8, 2, 3, 4].as_ptr(), pinned, 4);
+        let mut h = copy_2d(dst, 4, 0, 2, 2, 2);
+        (h.srcMemoryType, h.srcHost) = (CUmemorytype::CU_MEMORYTYPE_HOST, pinned.cast());
+        check((api.cuMemcpy2DAsync_v2)(&h, stream));
+        check((api.cuStreamSynchronize)(stream));
+        check((api.cuStreamDestroy_v2)(stream));
+        check((api.cuMemFreeHost)(pinned.cast()));
+    }
+    assert_eq!(dtoh(dst, 12), [1, 2, 9, 0, 3, 4, 15, 0, 0, 20, 21, 0]);
+    for ptr in [src, dst, packed] {
+        free(ptr);
+    }
+}
+
+#[test]
+fn strided_copies_move_their_rows_and_refuse_what_cuda_refuses() {
+    in_child(
+        "strided_copies_move_their_rows_and_refuse_what_cuda_refuses",
+        &[],
+        strided_copies_body,
+    );
+}
+
+#[test]
+fn deferred_strided_copies_land_at_synchronization_and_can_be_refused_within_the_device() {
+    in_child(
+        "deferred_strided_copies_land_at_synchronization_and_can_be_refused_within_the_device",
+        &[
+            ("H5GDS_EMU_DEFER_ASYNC", "1"),
+            ("H5GDS_EMU_REFUSE_STRIDED_DTOD", "1"),
+        ],
+        || {
+            let _ctx = init_with_context();
+            let api = api();
+            let (src, dst) = (alloc(16), alloc(16));
+            check(htod(src, &[7u8; 16]));
+            check(htod(dst, &[0u8; 16]));
+            let pinned = host_alloc(16);
+            let mut stream: CUstream = std::ptr::null_mut();
+            // SAFETY: plain calls; `pinned` holds 16 bytes.
+            unsafe {
+                check((api.cuStreamCreate)(&mut stream, 1));
+                // Within the device, several rows: refused (CUDA says it may be).
+                expect_code(
+                    (api.cuMemcpy2DAsync_v2)(&copy_2d(dst, 4, src, 4, 2, 2), stream),
+                    1,
+                );
+                // One row is a plain copy, never refused.
+                check((api.cuMemcpy2DAsync_v2)(
+                    &copy_2d(dst, 4, src, 4, 2, 1),
+                    stream,
+                ));
+                assert_eq!(dtoh(dst, 4), [0, 0, 0, 0], "landed before synchronization");
+                check((api.cuStreamSynchronize)(stream));
+                assert_eq!(dtoh(dst, 4), [7, 7, 0, 0]);
+                // From pinned host memory: queued, reading the buffer at synchronization.
+                std::ptr::write_bytes(pinned, 1, 16);
+                let mut p = copy_2d(dst, 4, 0, 2, 2, 4);
+                (p.srcMemoryType, p.srcHost) = (
+                    cudarc::driver::sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+                    pinned.cast(),
+                );
+                check((api.cuMemcpy2DAsync_v2)(&p, stream));
+                std::ptr::write_bytes(pinned, 2, 16);
+                assert_eq!(dtoh(dst, 4), [7, 7, 0, 0]);
+                check((api.cuStreamSynchronize)(stream));
+                check((api.cuStreamDestroy_v2)(stream));
+                check((api.cuMemFreeHost)(pinned.cast()));
+            }
+            assert_eq!(
+                dtoh(dst, 16),
+                [2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0]
+            );
+            free(src);
+            free(dst);
         },
     );
 }

@@ -24,12 +24,12 @@ use crate::select::{chunks_touching, Block};
 use cudarc::driver::{sys, CudaStream, DevicePtr};
 use h5gds_chunk_codec::encode::{self, ChunkWriter, Encoding, HostWrite};
 use h5gds_chunk_codec::{format, Filter};
-use h5gds_gpu_codec::decode::placement_runs;
+use h5gds_gpu_codec::decode::placement;
 use h5gds_gpu_codec::device::align_up;
 use h5gds_gpu_codec::nvcomp::{self, Job};
 use h5gds_runtime::cuda::call;
 use h5gds_runtime::stream::{copy_from_device, copy_to_device, synchronize};
-use h5gds_runtime::stream::{copy_on_device, scratch};
+use h5gds_runtime::stream::{copy_on_device, copy_strided_on_device, scratch};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -334,7 +334,7 @@ impl<'a> Encoder<'a> {
         shape: &[u64],
         src: sys::CUdeviceptr,
     ) -> Result<()> {
-        let (stream, es) = (self.stream, self.es as u64);
+        let stream = self.stream;
         let n = batch.len();
         // Edge chunks are stored whole; the part outside the array is zeros.
         let input = call("allocating device memory for chunks", || {
@@ -348,13 +348,9 @@ impl<'a> Encoder<'a> {
         let mut jobs = Vec::with_capacity(n);
         for (i, (offset, part)) in batch.iter().enumerate() {
             let chunk_at = inp + (i * self.in_stride) as u64;
-            for (in_chunk, in_array, len) in placement_runs(part, offset, chunk, &whole) {
-                copy_on_device(
-                    stream,
-                    chunk_at + in_chunk * es,
-                    src + in_array * es,
-                    (len * es) as usize,
-                )?;
+            // The placement of a decoded chunk into the array, the other way round.
+            for copy in placement(part, offset, chunk, &whole, self.es) {
+                copy_strided_on_device(stream, chunk_at, src, &copy.reversed())?;
             }
             let slot = out + (i * self.out_stride) as u64;
             let payload = align_up(slot as usize + prefix, self.align) as u64;

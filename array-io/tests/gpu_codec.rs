@@ -223,6 +223,40 @@ fn chunks_the_driver_would_stage_are_read_by_host_threads_and_decoded_on_the_gpu
     }
 }
 
+fn rank3_body() {
+    let dir = test_dir();
+    let file = dir.join("h5py.h5");
+    for entry in h5py_manifest(&dir) {
+        if entry.name.ends_with("/rank3") {
+            for_dtype!(entry.dtype.as_str(), read_and_compare(&file, &entry));
+        }
+    }
+}
+
+/// Chunks not decoded in place are copied into the output one CUDA call each (a 3-D copy), not
+/// one call per row; where CUDA refuses such a copy within device memory (its documentation
+/// says it may, for pitches not from cuMemAllocPitch), row by row, with the same bytes.
+#[test]
+fn chunks_are_placed_one_copy_each_or_row_by_row_where_cuda_refuses() {
+    let name = "chunks_are_placed_one_copy_each_or_row_by_row_where_cuda_refuses";
+    let dir = codec_files();
+    // Three codecs' (9, 10, 11) datasets in chunks of (4, 4, 4): 27 chunks each, 9 x 10 rows of
+    // a chunk's width in each of the 3 chunk columns: 270 rows. Stored chunks come up through
+    // host memory (no GDS), so the only copies within the device place decoded chunks.
+    for (refuse, copies) in [("0", 3 * 27), ("1", 3 * 270)] {
+        let env = [
+            ("H5GDS_USE_VFD_GDS", ""),
+            ("H5GDS_EMU_GDS", "0"),
+            ("H5GDS_EMU_REFUSE_STRIDED_DTOD", refuse),
+        ];
+        let Some(run) = run(name, true, dir.path(), &env, rank3_body) else {
+            return;
+        };
+        run.assert_clean();
+        assert_eq!(run.counter("copies dtod"), copies, "{:?}", run.report);
+    }
+}
+
 #[test]
 fn corrupted_chunks_fail_the_read_naming_dataset_and_chunk() {
     let name = "corrupted_chunks_fail_the_read_naming_dataset_and_chunk";

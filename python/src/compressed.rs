@@ -10,7 +10,7 @@
 use crate::error::DeviceError;
 use crate::hdf5::{self, Hid, Prepared};
 use cudarc::driver::{sys, CudaContext};
-use h5gds_gpu_codec::decode::{self, placement_runs, ChunkIndex, ChunkSource, Decoding, HostReads};
+use h5gds_gpu_codec::decode::{self, placement, ChunkIndex, ChunkSource, Decoding, HostReads};
 use h5gds_route::route::{Block, GpuCodec};
 use h5gds_route::select::{chunks_touching, flat_range_blocks};
 use h5gds_runtime::cuda::{self, DeviceContext};
@@ -149,15 +149,16 @@ fn fill_missing(r: &CompressedRead, prepared: &Prepared, part: &Block) -> Result
                 prepared.run_hyperslab(&piece.start, &ones, &piece.count, host.cast::<c_void>())
             }
             .map_err(|m| failed(format!("H5Dread of the chunk never written failed: {m}")))?;
-            for (src, dst, len) in placement_runs(&piece, &piece.start, &piece.count, r.region) {
+            let copies = placement(&piece, &piece.start, &piece.count, r.region, es);
+            for (src, dst, len) in copies.iter().flat_map(|c| c.rows()) {
                 // SAFETY: HDF5 filled the piece's elements in the pinned buffer; the run lies
                 // inside the device array holding the region (checked by the caller).
                 unsafe {
                     cuda::copy_any(
                         r.context,
-                        (r.dest + dst * es as u64) as usize,
-                        host.add(src as usize * es) as usize,
-                        len as usize * es,
+                        (r.dest + dst) as usize,
+                        host.add(src as usize) as usize,
+                        len,
                     )
                 }?;
             }

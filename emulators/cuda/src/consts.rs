@@ -36,6 +36,65 @@ pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
 /// `CUmemorytype` values.
 pub const CU_MEMORYTYPE_HOST: c_uint = 1;
 pub const CU_MEMORYTYPE_DEVICE: c_uint = 2;
+pub const CU_MEMORYTYPE_ARRAY: c_uint = 3;
+pub const CU_MEMORYTYPE_UNIFIED: c_uint = 4;
+
+/// `CU_DEVICE_ATTRIBUTE_MAX_PITCH` as GPUs report it (2^31 - 1, CUDA's deviceQuery sample's
+/// "Maximum memory pitch"): the largest pitch a 2-D or 3-D copy takes.
+pub const MAX_PITCH: usize = (1 << 31) - 1;
+
+/// `CUDA_MEMCPY2D` (`CUDA_MEMCPY2D_v2` of `cuda.h`).
+#[repr(C)]
+#[derive(Debug)]
+pub struct CudaMemcpy2D {
+    pub src_x_in_bytes: usize,
+    pub src_y: usize,
+    pub src_memory_type: c_uint,
+    pub src_host: *const c_void,
+    pub src_device: CUdeviceptr,
+    pub src_array: *mut c_void,
+    pub src_pitch: usize,
+    pub dst_x_in_bytes: usize,
+    pub dst_y: usize,
+    pub dst_memory_type: c_uint,
+    pub dst_host: *mut c_void,
+    pub dst_device: CUdeviceptr,
+    pub dst_array: *mut c_void,
+    pub dst_pitch: usize,
+    pub width_in_bytes: usize,
+    pub height: usize,
+}
+
+/// `CUDA_MEMCPY3D` (`CUDA_MEMCPY3D_v2` of `cuda.h`).
+#[repr(C)]
+#[derive(Debug)]
+pub struct CudaMemcpy3D {
+    pub src_x_in_bytes: usize,
+    pub src_y: usize,
+    pub src_z: usize,
+    pub src_lod: usize,
+    pub src_memory_type: c_uint,
+    pub src_host: *const c_void,
+    pub src_device: CUdeviceptr,
+    pub src_array: *mut c_void,
+    pub reserved0: *mut c_void,
+    pub src_pitch: usize,
+    pub src_height: usize,
+    pub dst_x_in_bytes: usize,
+    pub dst_y: usize,
+    pub dst_z: usize,
+    pub dst_lod: usize,
+    pub dst_memory_type: c_uint,
+    pub dst_host: *mut c_void,
+    pub dst_device: CUdeviceptr,
+    pub dst_array: *mut c_void,
+    pub reserved1: *mut c_void,
+    pub dst_pitch: usize,
+    pub dst_height: usize,
+    pub width_in_bytes: usize,
+    pub height: usize,
+    pub depth: usize,
+}
 
 /// `CUpointer_attribute` values the emulator answers.
 pub const CU_POINTER_ATTRIBUTE_CONTEXT: CUpointerAttribute = 1;
@@ -86,3 +145,22 @@ pub const DRIVER_VERSION: c_int = 12090;
 pub const CUFILE_VERSION: c_int = 1200;
 /// The nvidia-fs version `cuFileDriverGetProperties` reports when GDS is "present".
 pub const NVFS_VERSION: (c_uint, c_uint) = (2, 20);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn copy_descriptors_have_cuda_h_layouts() {
+        // Every field is 8 bytes on x86-64, the memory types padded to 8.
+        assert_eq!(size_of::<CudaMemcpy2D>(), 128);
+        assert_eq!(offset_of!(CudaMemcpy2D, src_host), 24);
+        assert_eq!(offset_of!(CudaMemcpy2D, dst_x_in_bytes), 56);
+        assert_eq!(offset_of!(CudaMemcpy2D, height), 120);
+        assert_eq!(size_of::<CudaMemcpy3D>(), 200);
+        assert_eq!(offset_of!(CudaMemcpy3D, src_host), 40);
+        assert_eq!(offset_of!(CudaMemcpy3D, dst_x_in_bytes), 88);
+        assert_eq!(offset_of!(CudaMemcpy3D, depth), 192);
+    }
+}

@@ -42,6 +42,62 @@ impl End {
     }
 }
 
+/// What a copy moves: `depth` slices of `height` rows of `width` bytes; row `y` of slice `z`
+/// starts `(z * rows + y) * pitch` bytes after each end's address, with that end's pitch and
+/// rows (CUDA's 2-D and 3-D copies). A plain copy is one row.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Shape {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub src_pitch: usize,
+    pub dst_pitch: usize,
+    pub src_rows: usize,
+    pub dst_rows: usize,
+}
+
+impl Shape {
+    /// `len` contiguous bytes.
+    pub fn line(len: usize) -> Shape {
+        Shape {
+            width: len,
+            height: 1,
+            depth: 1,
+            src_pitch: len,
+            dst_pitch: len,
+            src_rows: 1,
+            dst_rows: 1,
+        }
+    }
+
+    /// Whether the copy moves nothing.
+    pub fn is_empty(&self) -> bool {
+        self.width == 0 || self.height == 0 || self.depth == 0
+    }
+
+    /// The bytes from an end's first byte to one past its last, for that end's pitch and rows.
+    pub fn extent(&self, pitch: usize, rows: usize) -> Option<usize> {
+        if self.is_empty() {
+            return Some(0);
+        }
+        let slices = (self.depth - 1).checked_mul(rows)?.checked_mul(pitch)?;
+        let lines = (self.height - 1).checked_mul(pitch)?;
+        slices.checked_add(lines)?.checked_add(self.width)
+    }
+
+    /// Each row's (source offset, destination offset).
+    fn rows(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        (0..self.depth).flat_map(move |z| {
+            (0..self.height).map(move |y| {
+                (
+                    (z * self.src_rows + y) * self.src_pitch,
+                    (z * self.dst_rows + y) * self.dst_pitch,
+                )
+            })
+        })
+    }
+}
+
 pub(crate) fn violation() -> CUresult {
     bump(&counters::BOUNDS_VIOLATIONS);
     CUDA_ERROR_INVALID_VALUE
@@ -82,9 +138,18 @@ pub(crate) fn copy(
     dst: impl FnOnce() -> Result<End, CUresult>,
     src: impl FnOnce() -> Result<End, CUresult>,
 ) -> Result<(), CUresult> {
+    copy_shaped(Shape::line(len), dst, src)
+}
+
+/// [`copy`] of any shape.
+pub(crate) fn copy_shaped(
+    shape: Shape,
+    dst: impl FnOnce() -> Result<End, CUresult>,
+    src: impl FnOnce() -> Result<End, CUresult>,
+) -> Result<(), CUresult> {
     context::require_init()?;
     context::require_current()?;
-    if len == 0 {
+    if shape.is_empty() {
         return Ok(());
     }
     let dst = dst()?;
@@ -96,12 +161,12 @@ pub(crate) fn copy(
         return Err(switches.fail_copy_error);
     }
     if switches.defer_async {
-        return legacy_copy(dst, src, len);
+        return legacy_copy(dst, src, shape);
     }
     // SAFETY: device ends were checked to lie inside live allocations, whose shadow mappings
-    // the Arcs keep mapped; host ends are the caller's buffers of at least len bytes, as the
+    // the Arcs keep mapped; host ends are the caller's buffers of the shape's extent, as the
     // API requires. ptr::copy allows overlap.
-    unsafe { perform(&dst, &src, len) };
+    unsafe { perform(&dst, &src, &shape) };
     Ok(())
 }
 
@@ -120,23 +185,124 @@ pub(crate) fn is_pinned(end: &End) -> bool {
 /// performed" (queued); pinned host to device is "synchronous with respect to the host", and
 /// device to host "returns only once the copy has completed" (both run now, after the stream's
 /// earlier work).
-pub(crate) fn legacy_copy(dst: End, src: End, len: usize) -> Result<(), CUresult> {
+pub(crate) fn legacy_copy(dst: End, src: End, shape: Shape) -> Result<(), CUresult> {
     match (src.is_device(), dst.is_device()) {
-        (true, true) => queue(LEGACY, Op::Copy { dst, src }, len),
+        (true, true) => queue(LEGACY, Op::Copy { dst, src, shape }),
         (false, true) if !is_pinned(&src) => {
             run_deferred(Some(LEGACY));
-            // SAFETY: a host end holds len bytes (the API's contract, checked to touch no
-            // device memory).
+            let len = shape.extent(shape.src_pitch, shape.src_rows).unwrap_or(0);
+            // SAFETY: a host end holds the shape's extent (the API's contract, checked to touch
+            // no device memory).
             let bytes = unsafe { std::slice::from_raw_parts(src.ptr(), len) }.to_vec();
-            queue(LEGACY, Op::Staged { dst, bytes }, len)
+            queue(LEGACY, Op::Staged { dst, bytes, shape })
         }
         _ => {
             run_deferred(Some(LEGACY));
             // SAFETY: as in `copy`.
-            unsafe { perform(&dst, &src, len) };
+            unsafe { perform(&dst, &src, &shape) };
         }
     }
     Ok(())
+}
+
+/// One end of a 2-D or 3-D copy as `CUDA_MEMCPY2D`/`CUDA_MEMCPY3D` describe it.
+pub(crate) struct Side {
+    pub memory_type: std::ffi::c_uint,
+    pub host: usize,
+    pub device: CUdeviceptr,
+    /// The CUDA array, and the 3-D descriptor's LOD and reserved pointer (all must be 0 here).
+    pub array: usize,
+    pub lod: usize,
+    pub reserved: usize,
+    pub x: usize,
+    pub y: usize,
+    pub z: usize,
+    pub pitch: usize,
+    /// Rows per slice of the whole array (`srcHeight`; a 2-D copy's own height).
+    pub rows: usize,
+}
+
+impl Side {
+    /// The checked end holding the copy's bytes of `shape` at this side.
+    fn end(&self, shape: &Shape) -> Result<End, CUresult> {
+        let lines = shape.height > 1 || shape.depth > 1;
+        if self.pitch > MAX_PITCH || (lines && self.x.saturating_add(shape.width) > self.pitch) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        if shape.depth > 1 && self.y.saturating_add(shape.height) > self.rows {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let start = (|| {
+            let rows = self.z.checked_mul(self.rows)?.checked_add(self.y)?;
+            rows.checked_mul(self.pitch)?.checked_add(self.x)
+        })()
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let extent = shape
+            .extent(self.pitch, self.rows)
+            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        match self.memory_type {
+            CU_MEMORYTYPE_HOST => host_end(
+                self.host
+                    .checked_add(start)
+                    .ok_or(CUDA_ERROR_INVALID_VALUE)?,
+                extent,
+            ),
+            CU_MEMORYTYPE_DEVICE => device_end(self.device.saturating_add(start as u64), extent),
+            CU_MEMORYTYPE_UNIFIED => unified_end(self.device.saturating_add(start as u64), extent),
+            // No CUDA array is ever created here, so none can be named.
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+
+    fn is_device(&self) -> bool {
+        self.memory_type == CU_MEMORYTYPE_DEVICE
+            || (self.memory_type == CU_MEMORYTYPE_UNIFIED
+                && matches!(
+                    memory::find(self.device as usize),
+                    memory::Region::Device(_)
+                ))
+    }
+}
+
+/// `cuMemcpy2DAsync`/`cuMemcpy3DAsync` of linear memory: `depth` slices of `height` rows of
+/// `width` bytes from `src` to `dst` on `stream`, as [`copy_async`] runs a plain copy. The
+/// arguments are refused with CUDA_ERROR_INVALID_VALUE as the CUDA Driver API documents
+/// (cuMemcpy2D, cuMemcpy3D): a row wider than its pitch, a pitch above
+/// `CU_DEVICE_ATTRIBUTE_MAX_PITCH`, slices whose rows overrun the array's height, nonzero LOD or
+/// reserved fields, a CUDA array; with `H5GDS_EMU_REFUSE_STRIDED_DTOD=1` any copy of several
+/// rows within device memory, which CUDA "may" refuse for pitches not from cuMemAllocPitch.
+pub(crate) fn strided_copy(
+    stream: CUstream,
+    (width, height, depth): (usize, usize, usize),
+    src: Side,
+    dst: Side,
+) -> Result<(), CUresult> {
+    context::require_init()?;
+    for side in [&src, &dst] {
+        if side.array != 0 || side.lod != 0 || side.reserved != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        if side.memory_type == CU_MEMORYTYPE_ARRAY {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+    }
+    let shape = Shape {
+        width,
+        height,
+        depth,
+        src_pitch: src.pitch,
+        dst_pitch: dst.pitch,
+        src_rows: src.rows,
+        dst_rows: dst.rows,
+    };
+    if switches::get().refuse_strided_dtod
+        && (height > 1 || depth > 1)
+        && src.is_device()
+        && dst.is_device()
+    {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    copy_async_shaped(stream, shape, || dst.end(&shape), || src.end(&shape))
 }
 
 /// Checks an async call's stream, then copies, or (`H5GDS_EMU_DEFER_ASYNC=1`, a non-default
@@ -148,12 +314,22 @@ pub(crate) fn copy_async(
     dst: impl FnOnce() -> Result<End, CUresult>,
     src: impl FnOnce() -> Result<End, CUresult>,
 ) -> Result<(), CUresult> {
+    copy_async_shaped(stream, Shape::line(len), dst, src)
+}
+
+/// [`copy_async`] of any shape.
+pub(crate) fn copy_async_shaped(
+    stream: CUstream,
+    shape: Shape,
+    dst: impl FnOnce() -> Result<End, CUresult>,
+    src: impl FnOnce() -> Result<End, CUresult>,
+) -> Result<(), CUresult> {
     context::require_init()?;
     let (current, _) = context::require_current()?;
     context::check_stream(stream as usize)?;
     context::note_stream_use(stream as usize);
-    if !switches::get().defer_async || stream.is_null() || len == 0 {
-        return copy(len, dst, src);
+    if !switches::get().defer_async || stream.is_null() || shape.is_empty() {
+        return copy_shaped(shape, dst, src);
     }
     let (dst, src) = (dst()?, src()?);
     dst.note_owner();
@@ -189,10 +365,10 @@ pub(crate) fn copy_async(
         // earlier work runs, then the copy, before the call returns.
         run_deferred(Some(stream as usize));
         // SAFETY: as in `copy`: ends checked above.
-        unsafe { perform(&dst, &src, len) };
+        unsafe { perform(&dst, &src, &shape) };
         return Ok(());
     }
-    queue(stream as usize, Op::Copy { dst, src }, len);
+    queue(stream as usize, Op::Copy { dst, src, shape });
     Ok(())
 }
 
@@ -205,7 +381,7 @@ pub(crate) fn on_stream(stream: CUstream, run: DeviceWork, data: usize) -> Resul
     context::check_stream(stream as usize)?;
     context::note_stream_use(stream as usize);
     if switches::get().defer_async {
-        queue(stream as usize, Op::Work { run, data }, 0);
+        queue(stream as usize, Op::Work { run, data });
     } else {
         // SAFETY: the caller's contract for `data`.
         unsafe { run(data as *mut std::ffi::c_void) };
@@ -216,17 +392,29 @@ pub(crate) fn on_stream(stream: CUstream, run: DeviceWork, data: usize) -> Resul
 /// Work a companion library runs "on the device" (`h5gds_emu_enqueue`).
 pub(crate) type DeviceWork = unsafe extern "C" fn(*mut std::ffi::c_void);
 
-/// Copies `len` bytes between two checked ends and counts the direction.
+/// Copies `shape` between two checked ends and counts the direction.
 ///
 /// # Safety
-/// As in `copy`: device ends lie in live allocations; host ends hold `len` bytes.
-pub(crate) unsafe fn perform(dst: &End, src: &End, len: usize) {
-    // SAFETY: the caller's contract; ptr::copy allows overlap.
-    unsafe { std::ptr::copy(src.ptr(), dst.ptr(), len) };
+/// As in `copy`: device ends lie in live allocations; host ends hold the shape's extent.
+pub(crate) unsafe fn perform(dst: &End, src: &End, shape: &Shape) {
+    // SAFETY: the caller's contract.
+    unsafe { copy_rows(dst.ptr(), src.ptr(), shape) };
     match (src.is_device(), dst.is_device()) {
         (false, true) => bump(&counters::COPIES_HTOD),
         (true, false) => bump(&counters::COPIES_DTOH),
-        _ => {}
+        (true, true) => bump(&counters::COPIES_DTOD),
+        (false, false) => {}
+    }
+}
+
+/// Copies each row of `shape` from `src` to `dst`.
+///
+/// # Safety
+/// Both pointers hold the shape's extent at their end; ptr::copy allows overlap.
+unsafe fn copy_rows(dst: *mut u8, src: *const u8, shape: &Shape) {
+    for (from, to) in shape.rows() {
+        // SAFETY: the caller's contract: each row lies inside the extent.
+        unsafe { std::ptr::copy(src.add(from), dst.add(to), shape.width) };
     }
 }
 
@@ -236,11 +424,15 @@ pub(crate) const LEGACY: usize = 0;
 /// What a queued operation does.
 pub(crate) enum Op {
     /// A copy between two checked ends.
-    Copy { dst: End, src: End },
+    Copy { dst: End, src: End, shape: Shape },
     /// A host-to-device copy of bytes taken from pageable memory when the call was made.
-    Staged { dst: End, bytes: Vec<u8> },
-    /// A memset of device memory.
-    Fill { dst: End, value: u8 },
+    Staged {
+        dst: End,
+        bytes: Vec<u8>,
+        shape: Shape,
+    },
+    /// A memset of `len` bytes of device memory.
+    Fill { dst: End, value: u8, len: usize },
     /// A companion library's device work (`on_stream`): `run(data)`.
     Work { run: DeviceWork, data: usize },
 }
@@ -249,7 +441,6 @@ pub(crate) enum Op {
 struct Deferred {
     stream: usize,
     op: Op,
-    len: usize,
 }
 
 /// The queue a stream handle's work goes to.
@@ -261,11 +452,10 @@ fn queue_key(stream: usize) -> usize {
     }
 }
 
-pub(crate) fn queue(stream: usize, op: Op, len: usize) {
+pub(crate) fn queue(stream: usize, op: Op) {
     deferred().push(Deferred {
         stream: queue_key(stream),
         op,
-        len,
     });
 }
 
@@ -273,16 +463,16 @@ pub(crate) fn queue(stream: usize, op: Op, len: usize) {
 ///
 /// # Safety
 /// As `perform`.
-unsafe fn run_op(op: &Op, len: usize) {
+unsafe fn run_op(op: &Op) {
     // SAFETY: the caller's contract.
     unsafe {
         match op {
-            Op::Copy { dst, src } => perform(dst, src, len),
-            Op::Staged { dst, bytes } => {
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst.ptr(), len);
+            Op::Copy { dst, src, shape } => perform(dst, src, shape),
+            Op::Staged { dst, bytes, shape } => {
+                copy_rows(dst.ptr(), bytes.as_ptr(), shape);
                 bump(&counters::COPIES_HTOD);
             }
-            Op::Fill { dst, value } => std::ptr::write_bytes(dst.ptr(), *value, len),
+            Op::Fill { dst, value, len } => std::ptr::write_bytes(dst.ptr(), *value, *len),
             Op::Work { run, data } => run(*data as *mut std::ffi::c_void),
         }
     }
@@ -314,7 +504,7 @@ pub fn run_deferred(stream: Option<usize>) {
     };
     for d in ready {
         // SAFETY: checked when queued; freeing memory runs the queue first.
-        unsafe { run_op(&d.op, d.len) };
+        unsafe { run_op(&d.op) };
     }
 }
 
@@ -333,7 +523,14 @@ pub(crate) fn memset(dst: CUdeviceptr, value: u8, n: usize, stream: usize) -> Re
     let end = device_end(dst, n)?;
     end.note_owner();
     if switches::get().defer_async {
-        queue(stream, Op::Fill { dst: end, value }, n);
+        queue(
+            stream,
+            Op::Fill {
+                dst: end,
+                value,
+                len: n,
+            },
+        );
         return Ok(());
     }
     // SAFETY: the range lies inside a live allocation whose shadow mapping the Arc in `end`

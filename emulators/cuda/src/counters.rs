@@ -35,6 +35,8 @@ pub static CUFILE_FAILED_TRANSFERS: AtomicU64 = AtomicU64::new(0);
 pub static COPIES_HTOD: AtomicU64 = AtomicU64::new(0);
 /// Device-to-host copies that completed.
 pub static COPIES_DTOH: AtomicU64 = AtomicU64::new(0);
+/// Copies within device memory that completed (a 2-D or 3-D copy counts once).
+pub static COPIES_DTOD: AtomicU64 = AtomicU64::new(0);
 
 /// Copies, memsets and stream calls on memory or a stream of another context than the current
 /// one (see `context::note_use`).

@@ -10,7 +10,8 @@
 use crate::consts::*;
 use crate::context;
 use crate::copies::{
-    copy, copy_async, device_end, host_end, memset, run_deferred, unified_end, LEGACY,
+    copy, copy_async, device_end, host_end, memset, run_deferred, strided_copy, unified_end, Side,
+    LEGACY,
 };
 use crate::counters;
 use crate::ffi::{call, code, cuda_panic, put};
@@ -226,6 +227,119 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
                 || device_end(dst, len),
                 || device_end(src, len),
             ))
+        },
+    )
+}
+
+/// `CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)`: linear
+/// memory only (`copies::strided_copy`); done before it returns, or queued on the stream as
+/// `cuMemcpyDtoDAsync_v2` and `cuMemcpyHtoDAsync_v2` are.
+///
+/// # Safety
+/// `copy` must be null or point to a `CUDA_MEMCPY2D`; host ends must hold the rows it names.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy2DAsync_v2(
+    copy: *const CudaMemcpy2D,
+    stream: CUstream,
+) -> CUresult {
+    // SAFETY: the caller passes null or a valid descriptor.
+    let p = unsafe { copy.as_ref() };
+    call(
+        "cuMemcpy2DAsync_v2",
+        format_args!("{p:?}, stream={stream:?}"),
+        cuda_panic,
+        || {
+            code((|| {
+                context::require_init()?;
+                let p = p.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+                let side = |kind, host, device, array: *mut c_void, x, y, pitch| Side {
+                    memory_type: kind,
+                    host,
+                    device,
+                    array: array as usize,
+                    lod: 0,
+                    reserved: 0,
+                    x,
+                    y,
+                    z: 0,
+                    pitch,
+                    rows: p.height,
+                };
+                strided_copy(
+                    stream,
+                    (p.width_in_bytes, p.height, 1),
+                    side(
+                        p.src_memory_type,
+                        p.src_host as usize,
+                        p.src_device,
+                        p.src_array,
+                        p.src_x_in_bytes,
+                        p.src_y,
+                        p.src_pitch,
+                    ),
+                    side(
+                        p.dst_memory_type,
+                        p.dst_host as usize,
+                        p.dst_device,
+                        p.dst_array,
+                        p.dst_x_in_bytes,
+                        p.dst_y,
+                        p.dst_pitch,
+                    ),
+                )
+            })())
+        },
+    )
+}
+
+/// `CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)`: as
+/// `cuMemcpy2DAsync_v2`, slice by slice.
+///
+/// # Safety
+/// `copy` must be null or point to a `CUDA_MEMCPY3D`; host ends must hold the rows it names.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy3DAsync_v2(
+    copy: *const CudaMemcpy3D,
+    stream: CUstream,
+) -> CUresult {
+    // SAFETY: the caller passes null or a valid descriptor.
+    let p = unsafe { copy.as_ref() };
+    call(
+        "cuMemcpy3DAsync_v2",
+        format_args!("{p:?}, stream={stream:?}"),
+        cuda_panic,
+        || {
+            code((|| {
+                context::require_init()?;
+                let p = p.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+                let src = Side {
+                    memory_type: p.src_memory_type,
+                    host: p.src_host as usize,
+                    device: p.src_device,
+                    array: p.src_array as usize,
+                    lod: p.src_lod,
+                    reserved: p.reserved0 as usize,
+                    x: p.src_x_in_bytes,
+                    y: p.src_y,
+                    z: p.src_z,
+                    pitch: p.src_pitch,
+                    rows: p.src_height,
+                };
+                let dst = Side {
+                    memory_type: p.dst_memory_type,
+                    host: p.dst_host as usize,
+                    device: p.dst_device,
+                    array: p.dst_array as usize,
+                    lod: p.dst_lod,
+                    reserved: p.reserved1 as usize,
+                    x: p.dst_x_in_bytes,
+                    y: p.dst_y,
+                    z: p.dst_z,
+                    pitch: p.dst_pitch,
+                    rows: p.dst_height,
+                };
+                strided_copy(stream, (p.width_in_bytes, p.height, p.depth), src, dst)
+            })())
         },
     )
 }

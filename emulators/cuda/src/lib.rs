@@ -17,7 +17,8 @@
 //!   `cuCtxSynchronize`, `cuMemAlloc_v2`, `cuMemFree_v2`,
 //!   `cuMemHostAlloc`, `cuMemFreeHost`, `cuMemcpyHtoD_v2`, `cuMemcpyDtoH_v2`,
 //!   `cuMemcpyDtoD_v2`, `cuMemcpy`, `cuMemcpyHtoDAsync_v2`, `cuMemcpyDtoHAsync_v2`,
-//!   `cuMemcpyDtoDAsync_v2`,
+//!   `cuMemcpyDtoDAsync_v2`, `cuMemcpy2DAsync_v2`, `cuMemcpy3DAsync_v2` (linear memory only:
+//!   host, device or unified ends, no CUDA arrays),
 //!   `cuMemsetD8_v2`, `cuPointerGetAttribute`, `cuPointerGetAttributes`,
 //!   `cuMemGetAddressRange_v2`, `cuStreamCreate`, `cuStreamDestroy_v2`, `cuStreamSynchronize`,
 //!   `cuGetErrorString`, `cuGetErrorName`; and, for cudarc's safe API (`CudaContext`,
@@ -145,8 +146,9 @@
 //! | `H5GDS_EMU_POOLS=1` | `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED` is 1, so cudarc allocates with `cuMemAllocAsync` | 0 |
 //! | `H5GDS_EMU_STICKY_ERROR=N` | the Nth `cuPointerGetAttributes` fails with CUDA_ERROR_ILLEGAL_ADDRESS (700), and so does every CUDA or cuFile call after it | unset |
 //! | `H5GDS_EMU_CUFILE_IO_ERROR=code` | every `cuFileRead`/`cuFileWrite` of device memory returns this `CUfileOpError` (> 5000), negated | unset |
+//! | `H5GDS_EMU_REFUSE_STRIDED_DTOD=1` | 2-D and 3-D copies within device memory fail with CUDA_ERROR_INVALID_VALUE, as CUDA says they may for pitches not from `cuMemAllocPitch` | 0 |
 //!
-//! The report has eighteen lines (a forked child that exits normally writes its own, to
+//! The report has nineteen lines (a forked child that exits normally writes its own, to
 //! `PATH.forked-PID`):
 //!
 //! ```text
@@ -167,11 +169,13 @@
 //! cufile failed transfers: N
 //! calls from a forked child: N
 //! pointer queries: N
+//! copies dtod: N
 //! pinned host bytes allocated: N
 //! ```
 //!
 //! "cufile reads/writes" count calls that returned a byte count (0 included); "copies" count
-//! completed copies by direction (device-to-device and host-to-host ones are not counted);
+//! completed copies by direction ("copies dtod" within device memory; host-to-host ones are not
+//! counted; a 2-D or 3-D copy counts once);
 //! "posix bounce copies" count the 1 MiB bounce-buffer pieces of compatibility-mode device
 //! transfers, "o_direct requests" the `O_DIRECT` requests of GDS transfers, "driver open calls" and
 //! "handle register calls" every call of `cuFileDriverOpen` and `cuFileHandleRegister`, failed

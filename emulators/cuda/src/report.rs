@@ -53,7 +53,7 @@ impl std::fmt::Write for StackText {
 }
 
 /// The report's lines after the first (which adds the bytes): name and value, in order.
-fn lines() -> [(&'static str, u64); 17] {
+fn lines() -> [(&'static str, u64); 18] {
     let c = counters::snapshot();
     let get = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
     [
@@ -98,6 +98,7 @@ fn lines() -> [(&'static str, u64); 17] {
             get(&counters::FORKED_CHILD_CALLS),
         ),
         ("pointer queries", get(&counters::POINTER_QUERY_CALLS)),
+        ("copies dtod", get(&counters::COPIES_DTOD)),
     ]
 }
 
@@ -243,7 +244,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn report_has_the_eighteen_lines() {
+    fn report_has_the_nineteen_lines() {
         let mut text = StackText {
             bytes: [0; 1024],
             len: 0,
@@ -251,7 +252,7 @@ mod tests {
         render(&mut text);
         let text = std::str::from_utf8(&text.bytes[..text.len]).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 18, "{text}");
+        assert_eq!(lines.len(), 19, "{text}");
         assert!(lines[0].starts_with("leaked device allocations: "));
         assert!(lines[0].contains(" (bytes "));
         assert!(lines[7].starts_with("copies dtoh: "));
@@ -264,7 +265,8 @@ mod tests {
         assert!(lines[14].starts_with("cufile failed transfers: "));
         assert!(lines[15].starts_with("calls from a forked child: "));
         assert!(lines[16].starts_with("pointer queries: "));
-        assert!(lines[17].starts_with("pinned host bytes allocated: "));
+        assert!(lines[17].starts_with("copies dtod: "));
+        assert!(lines[18].starts_with("pinned host bytes allocated: "));
     }
 
     #[test]

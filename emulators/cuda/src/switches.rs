@@ -54,6 +54,9 @@ pub struct Switches {
     /// `H5GDS_EMU_CUFILE_IO_ERROR`: every `cuFileRead`/`cuFileWrite` of device memory returns
     /// this `CUfileOpError`, negated.
     pub cufile_io_error: Option<u32>,
+    /// `H5GDS_EMU_REFUSE_STRIDED_DTOD`: 2-D and 3-D copies within device memory fail with
+    /// CUDA_ERROR_INVALID_VALUE, as CUDA says they "may" for pitches not from cuMemAllocPitch.
+    pub refuse_strided_dtod: bool,
 }
 
 impl Default for Switches {
@@ -79,6 +82,7 @@ impl Default for Switches {
             pools: false,
             sticky_error: None,
             cufile_io_error: None,
+            refuse_strided_dtod: false,
         }
     }
 }
@@ -198,6 +202,9 @@ impl Switches {
         }) {
             out.cufile_io_error = v.parse().ok();
         }
+        if let Some(v) = read("H5GDS_EMU_REFUSE_STRIDED_DTOD", &|v| v == "0" || v == "1") {
+            out.refuse_strided_dtod = v == "1";
+        }
         (out, complaints)
     }
 }
@@ -280,6 +287,7 @@ mod tests {
             ("H5GDS_EMU_POOLS", "1"),
             ("H5GDS_EMU_STICKY_ERROR", "2"),
             ("H5GDS_EMU_CUFILE_IO_ERROR", "5008"),
+            ("H5GDS_EMU_REFUSE_STRIDED_DTOD", "1"),
         ]);
         assert!(complaints.is_empty(), "{complaints:?}");
         assert_eq!(
@@ -305,6 +313,7 @@ mod tests {
                 pools: true,
                 sticky_error: Some(2),
                 cufile_io_error: Some(5008),
+                refuse_strided_dtod: true,
             }
         );
     }
