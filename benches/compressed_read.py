@@ -44,13 +44,28 @@ CODECS = {
 }
 
 
-def write(path, n, chunk_elements, codec):
+# Columns of the rank-2 datasets, and of their chunks: a chunk spans a quarter of a row, so no
+# chunk is contiguous in the array and every one is placed by a strided copy.
+COLUMNS, CHUNK_COLUMNS = 4096, 1024
+
+
+def layout(n, chunk_elements, rank):
+    """The dataset's shape and chunk shape: 1-D, or rows of COLUMNS in chunks CHUNK_COLUMNS wide."""
+    if rank == 1:
+        return (n,), (min(n, chunk_elements),)
+    rows = n // COLUMNS
+    return (rows, COLUMNS), (max(1, min(rows, chunk_elements // CHUNK_COLUMNS)), CHUNK_COLUMNS)
+
+
+def write(path, shape, chunks, codec):
     with h5py.File(path, "w") as f:
-        d = f.create_dataset("x", shape=(n,), dtype="<f4", chunks=(min(n, chunk_elements),), **CODECS[codec])
-        step = 1 << 24
-        for a in range(0, n, step):
-            k = np.arange(a, min(n, a + step), dtype=np.float64)
-            d[a:a + len(k)] = np.round((np.sin(k / 5000.0) * 100 + (k % 7)) * 64) / 64
+        d = f.create_dataset("x", shape=shape, dtype="<f4", chunks=chunks, **CODECS[codec])
+        width = int(np.prod(shape[1:]))
+        step = max(1, (1 << 24) // width)
+        for a in range(0, shape[0], step):
+            b = min(shape[0], a + step)
+            k = np.arange(a * width, b * width, dtype=np.float64)
+            d[a:b] = (np.round((np.sin(k / 5000.0) * 100 + (k % 7)) * 64) / 64).reshape((b - a,) + shape[1:])
         return sum(d.id.get_chunk_info(i).size for i in range(d.id.get_num_chunks()))
 
 
@@ -65,8 +80,12 @@ def main():
     parser.add_argument("--codecs", default=",".join(CODECS), help=f"of {', '.join(CODECS)}")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--dir", default=None, help="where the files go (default: a temporary directory)")
+    parser.add_argument("--rank", type=int, choices=(1, 2), default=1,
+                        help=f"1: a vector; 2: rows of {COLUMNS} in chunks {CHUNK_COLUMNS} columns wide (default 1)")
     args = parser.parse_args()
     n = args.size // 4
+    if args.rank == 2:
+        n -= n % COLUMNS
     cores = os.cpu_count()
     threads = os.environ.get("H5GDS_NTHREADS", str(min(cores, 16)))
     cupy, label = device_cupy()
@@ -74,13 +93,15 @@ def main():
           f"ratios against h5py (HDF5's filters)")
     if cupy is None:
         print(f"  device rows skipped: {label}")
-    host_out = np.empty(n, dtype="<f4")
+    shape, _ = layout(n, n, args.rank)
+    host_out = np.empty(shape, dtype="<f4")
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for codec in args.codecs.split(","):
             for chunk in args.chunks.split(","):
                 path = Path(tmp) / f"{codec}-{chunk}.h5"
-                stored = write(path, n, size_arg(chunk) // 4, codec)
-                print(f"\n  {codec}, chunks of {chunk}: stored {100 * stored / (n * 4):.1f}%")
+                shape, chunks = layout(n, size_arg(chunk) // 4, args.rank)
+                stored = write(path, shape, chunks, codec)
+                print(f"\n  {codec}, chunks of {chunk} {chunks}: stored {100 * stored / (n * 4):.1f}%")
                 with h5py.File(path, "r") as f:
                     d = f["x"]
                     want = d[...]
@@ -96,7 +117,7 @@ def main():
                         row(name, seconds, n * 4, base)
                     if cupy is None:
                         continue
-                    dev = cupy.empty((n,), dtype="<f4")
+                    dev = cupy.empty(shape, dtype="<f4")
 
                     def settled(fn):
                         def run():

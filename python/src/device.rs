@@ -16,8 +16,8 @@ use h5gds_chunk_codec::place::chunks_selected;
 use h5gds_chunk_codec::{Filter, Hyperslab, Pipeline};
 use h5gds_gpu_codec::decode::HostReads;
 use h5gds_route::route::{
-    blocker, choose_decoder, gpu_decode, plan, Block, Decoder, DecoderFacts, Route, Storage,
-    Transfer,
+    blocker, choose_decoder, data_blocker, gpu_decode, plan, Block, Decoder, DecoderFacts, Route,
+    Storage, Transfer,
 };
 use h5gds_route::select::flat_range_blocks;
 use h5gds_runtime::cuda::{self, DeviceContext, DeviceRange, PointerKind};
@@ -208,8 +208,18 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
     if t.stream != 0 {
         cuda::synchronize_handle(t.stream)?;
     }
-    let decoder = if t.write || storage_facts.kind != "chunked" || !storage_facts.filtered {
+    let compressed = !t.write && storage_facts.kind == "chunked" && storage_facts.filtered;
+    // Stored chunks the host's threads read reach the GPU without the driver: a file open
+    // with sec2 blocks the driver's path, not decoding on the GPU.
+    let reads = if compressed {
+        host_reads(t.dataset, &facts)?
+    } else {
         None
+    };
+    let decoder = if !compressed {
+        None
+    } else if reads.is_some() {
+        decoder(&t, &storage_facts, &region, data_blocker(&facts))?
     } else {
         decoder(&t, &storage_facts, &region, blocker(&facts))?
     };
@@ -226,7 +236,7 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
             context: pointer.context,
             staging_size,
         };
-        let done = compressed::read(&read, host_reads(t.dataset)?, prepared);
+        let done = compressed::read(&read, reads, prepared);
         // The array may be freed once this returns; the driver must not keep its range.
         forget_device_range(pointer.base);
         let (decoded, missing, route) = done?;
@@ -462,19 +472,29 @@ pub fn staged_anyway(nbytes: usize, sec2: bool) -> Result<Option<StagedAnyway>, 
     )
 }
 
-/// Where the stored chunks are read by the host's threads ([`HostReads`]): where the driver would
-/// stage them anyway (its settings, no GDS kernel path; not with `H5GDS_USE_VFD_GDS=1`, which asks
-/// for the driver's device path) and HDF5 has the file open read-only through a driver whose
-/// addresses are the file's offsets.
-fn host_reads(dataset: Hid) -> Result<Option<HostReads>, DeviceError> {
-    let path = settings::device_path(env(USE_VFD_GDS_ENV).as_deref())
-        .map_err(|e| argument(e.to_string()))?;
-    if path == DevicePath::Gds {
+/// Where the stored chunks of a GPU-decoded read are read by the host's threads ([`HostReads`]):
+/// HDF5 has the file open read-only through a driver whose addresses are the file's offsets, and
+/// either that driver is sec2 (which never reads into device memory) or the `gds` driver would
+/// stage device reads anyway (its settings, no GDS kernel path; not with `H5GDS_USE_VFD_GDS=1`,
+/// which asks for the driver's device path). Never with `H5GDS_USE_VFD_GDS=0`, which stages the
+/// whole read.
+fn host_reads(dataset: Hid, facts: &Transfer) -> Result<Option<HostReads>, DeviceError> {
+    if facts.staged_by_settings {
         return Ok(None);
     }
     let vfd = h5gds::VfdSettings::load(None).map_err(|e| argument(e.to_string()))?;
-    let Some(why) = h5gds::device_transfers_staged(&vfd) else {
-        return Ok(None);
+    let why = if let Some(driver) = &facts.other_driver {
+        format!("the file is open with the {driver} driver")
+    } else {
+        let path = settings::device_path(env(USE_VFD_GDS_ENV).as_deref())
+            .map_err(|e| argument(e.to_string()))?;
+        if path == DevicePath::Gds {
+            return Ok(None);
+        }
+        let Some(why) = h5gds::device_transfers_staged(&vfd) else {
+            return Ok(None);
+        };
+        why
     };
     Ok(hdf5::direct_file(dataset).map(|file| HostReads {
         file,

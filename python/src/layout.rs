@@ -317,7 +317,9 @@ impl Layout {
         let why = &staged.why;
         if let Storage::Chunked { chunk, filters, .. } = &self.storage {
             if !filters.is_empty() {
-                let blocker = staged.past_the_driver.then(|| why.clone());
+                // A layout's file is open read-only, so with sec2 the stored chunks can still
+                // reach the GPU, read by the host's threads (`device::host_reads`).
+                let blocker = (staged.past_the_driver && !self.sec2).then(|| why.clone());
                 let facts =
                     device::decoder_facts(filters, chunk, &sel, self.element, None, blocker, true)
                         .map_err(device_error)?;

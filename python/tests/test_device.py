@@ -573,11 +573,18 @@ def test_the_driver_keeps_reads_it_may_take_straight_or_that_are_large(read_only
             m.setenv("H5GDS_GPU_CODEC", "0")
             assert _served(straight["deflate"], None, out) is True
             assert out.to_host().tobytes() == x.tobytes()
-    # Read past the driver (sec2, H5GDS_USE_VFD_GDS=0), compressed chunks cannot reach the GPU: the layout
-    # decodes them on the host even where the GPU is told to decode.
+    # Told to decode on the GPU: with H5GDS_USE_VFD_GDS=0 (which stages everything) the layout decodes on
+    # the host; a file open read-only with sec2 has its stored chunks read by the host's threads and
+    # decoded on the GPU, so the layout leaves the read to that path.
     with monkeypatch.context() as m:
         m.setenv("H5GDS_GPU_CODEC", "1")
-        assert _served(f["deflate"], None, out) is True
+        sec2 = f.driver == "sec2"
+        assert _served(f["deflate"], None, out) is not sec2
+        if sec2:
+            capfd.readouterr()
+            h5gds.read(f["deflate"], out=out)
+            err = capfd.readouterr().err
+            assert "decoded on the GPU with nvCOMP" in err and "the sec2 driver" in err, err
         assert out.to_host().tobytes() == x.tobytes()
     out.free()
     # Above 16 MiB the driver's staged path, which overlaps file reads and copies, takes it.

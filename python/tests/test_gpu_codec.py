@@ -289,11 +289,35 @@ def test_reads_nvcomp_cannot_serve_are_decoded_on_the_host_and_say_why(tmp_path,
         stays_on_host(capfd, zstd, None, "H5GDS_USE_VFD_GDS=0", BY_H5GDS)
 
 
-def test_a_file_opened_with_sec2_is_decoded_on_the_host(tmp_path, capfd):
+def test_a_file_opened_for_writing_with_sec2_is_decoded_on_the_host(tmp_path, capfd):
     data = data_for((40, 12))
     with h5py.File(tmp_path / "sec2.h5", "w") as f:
         dset = f.create_dataset("zstd", data=data, chunks=(8, 12), **CODECS["zstd"])
         stays_on_host(capfd, dset, None, "the sec2 driver", BY_H5GDS)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_file_opened_read_only_with_sec2_is_decoded_on_the_gpu_from_host_reads(tmp_path, capfd, codec):
+    """h5py's default driver never reads into device memory, but a file it has open read-only holds its
+    stored chunks at their addresses: the host's threads read them into pinned memory and the GPU decodes
+    them (no cuFile read), chunks of every rank placed as h5py reads them; a damaged chunk is named."""
+    data = data_for((60, 50, 7))
+    with h5py.File(tmp_path / "sec2.h5", "w") as f:
+        f.create_dataset("x", data=data, chunks=(8, 16, 4), **CODECS[codec])
+        corrupt(f.create_dataset("bad", data=data, chunks=(8, 16, 4), **CODECS[codec]), codec, (8, 16, 4))
+    with h5py.File(tmp_path / "sec2.h5", "r") as f:
+        for sel in (None, (slice(3, 57), slice(5, 50), slice(1, 6))):
+            capfd.readouterr()
+            expected, got, before, after = read_on_device(f["x"], sel)
+            assert got.tobytes() == expected.tobytes()
+            err = capfd.readouterr().err
+            assert "chunks move compressed" in err and "into pinned host memory on" in err, err
+            assert "the file is open with the sec2 driver" in err and DECODED in err, err
+            if CUDA.emulated:
+                assert after["cufile_reads"] == before["cufile_reads"]
+        out = DeviceArray(data.shape, data.dtype, fill=0)
+        with pytest.raises(OSError, match=r"chunk at \[8, 16, 4\]"):
+            h5gds.read(f["bad"], out=out)
 
 
 @pytest.mark.parametrize("codec", CODECS)

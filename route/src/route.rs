@@ -80,9 +80,12 @@ pub fn driver_blocker(transfer: &Transfer) -> Option<String> {
 
 /// Why the whole transfer is staged, whatever the storage, if so.
 pub fn blocker(transfer: &Transfer) -> Option<String> {
-    if let Some(reason) = driver_blocker(transfer) {
-        return Some(reason);
-    }
+    driver_blocker(transfer).or_else(|| data_blocker(transfer))
+}
+
+/// Why the data must pass through host memory whoever reads it (checked bools, a conversion), if
+/// so.
+pub fn data_blocker(transfer: &Transfer) -> Option<String> {
     if transfer.checked_bytes {
         return Some(
             "bool values are checked on the host to be 0 or 1 before they reach the device".into(),
