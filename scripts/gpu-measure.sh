@@ -10,6 +10,8 @@
 #                                    what users do and KvikIO (scripts/bench_python.py)
 #   scripts/gpu-measure.sh threads   issue 26: threads and worker processes, host and device rows
 #   scripts/gpu-measure.sh codec     issue 24: h5py, the host's threads and nvCOMP side by side
+#   scripts/gpu-measure.sh codec2    the same for 2-D datasets in chunks a quarter row wide, which
+#                                    the GPU path places with one strided copy each
 #   scripts/gpu-measure.sh first     issue 22: the first read in a fresh process
 #   scripts/gpu-measure.sh mpi       issue 23 item 3: collective device writes with 1, 2, 4 ranks on
 #                                    one GPU, then again under MPS where nvidia-cuda-mps-control is
@@ -20,7 +22,7 @@
 # on one core), for a quick run of the commands themselves.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?usage: scripts/gpu-measure.sh checks|io|threads|codec|first|mpi}
+stage=${1:?usage: scripts/gpu-measure.sh checks|io|threads|codec|codec2|first|mpi}
 out=${OUT:-/tmp/gpu-measure}
 mkdir -p "$out"
 py=${H5GDS_PYTHON:-python3}
@@ -65,6 +67,10 @@ case "$stage" in
   codec)
     step compressed-read 540 "$py" benches/compressed_read.py --size "$(( size_mib / 2 ))M" --chunks 256K,1M,4M,16M --reps 3
     ;;
+  codec2)
+    step compressed-read-rank2 540 "$py" benches/compressed_read.py --rank 2 --size "$(( size_mib / 2 ))M" \
+      --codecs zstd,lz4,gzip --chunks 256K,1M,4M --reps 3
+    ;;
   first)
     step first-read 300 "$py" benches/first_read.py --repeat 7
     ;;
@@ -85,7 +91,7 @@ case "$stage" in
     fi
     ;;
   *)
-    echo "unknown stage $stage (checks, io, threads, codec, first, mpi)" >&2
+    echo "unknown stage $stage (checks, io, threads, codec, codec2, first, mpi)" >&2
     exit 2
     ;;
 esac
