@@ -19,8 +19,8 @@ use h5gds_route::route::{
     blocker, choose_decoder, data_blocker, gpu_decode, plan, Block, Decoder, DecoderFacts, Route,
     Storage, Transfer,
 };
-use h5gds_route::select::flat_range_blocks;
-use h5gds_runtime::cuda::{self, DeviceContext, DeviceRange, PointerKind};
+use h5gds_route::select::{chunk_layer_cuts, flat_range_blocks, staging_pieces};
+use h5gds_runtime::cuda::{self, DeviceContext, DeviceRange, Direction, PointerKind};
 use h5gds_runtime::device_ranges::{self, forget_device_range};
 use h5gds_runtime::pinned;
 use h5gds_runtime::settings::{self, DevicePath, STAGING_BUFFER_SIZE_ENV, USE_VFD_GDS_ENV};
@@ -511,40 +511,104 @@ fn host_threads() -> Result<usize, DeviceError> {
 }
 
 /// Moves `elements` elements of `item` bytes between device memory at `address` and the file
-/// through one pinned host buffer of at most `staging_size` bytes, piece by piece: `io(a, b,
-/// host)` moves elements `[a, b)` (in the array's row-major order) between the buffer and the
-/// file. For writes each piece is copied from the device before `io`, for reads to the device
-/// after it. The one staging loop of the extension (dataset selections and collective tiles).
+/// through pinned host buffers, piece by piece (`route::select::staging_pieces`: at most
+/// `staging_size` bytes each,
+/// cut at `cuts` where they fit): `io(a, b, host)` moves elements `[a, b)` (in the array's
+/// row-major order) between a buffer and the file. Two buffers take turns, each copied on a
+/// stream of its own, so that one piece's copy to (or from) the device runs while `io` reads (or
+/// writes) the next. The one staging loop of the extension (dataset selections and collective
+/// tiles).
+#[allow(clippy::too_many_arguments)]
 fn through_pinned(
     context: DeviceContext,
     address: u64,
     elements: u64,
     item: usize,
     staging_size: usize,
+    cuts: &[u64],
     write: bool,
     mut io: impl FnMut(u64, u64, *mut u8) -> Result<(), DeviceError>,
 ) -> Result<(), DeviceError> {
-    let per = (staging_size / item).max(1) as u64;
-    let mut pinned = pinned::Taken::new((per.min(elements) as usize) * item);
-    let mut a = 0u64;
-    while a < elements {
-        let b = (a + per).min(elements);
-        let host = pinned.as_mut_ptr();
-        let device = address + a * item as u64;
-        let len = (b - a) as usize * item;
-        debug_assert!(len <= pinned.len());
-        if write {
-            // SAFETY: the pinned buffer holds `len` bytes; the caller checked that the device
-            // range lies inside one allocation.
-            unsafe { cuda::copy_any(context, host as usize, device as usize, len) }?;
+    let pieces = staging_pieces(elements, (staging_size / item).max(1) as u64, cuts);
+    let largest = pieces.iter().map(|&(a, b)| b - a).max().unwrap_or(0) as usize * item;
+    let device = |a: u64| address + a * item as u64;
+    let bytes = |(a, b): (u64, u64)| (b - a) as usize * item;
+    if pieces.len() <= 1 {
+        let mut pinned = pinned::Taken::new(largest);
+        for &(a, b) in &pieces {
+            let host = pinned.as_mut_ptr();
+            if write {
+                // SAFETY: the pinned buffer holds the piece's bytes; the caller checked that the
+                // device range lies inside one allocation.
+                unsafe {
+                    cuda::copy_any(context, host as usize, device(a) as usize, bytes((a, b)))
+                }?;
+            }
+            io(a, b, host)?;
+            if !write {
+                // SAFETY: as for the copy from the device above.
+                unsafe {
+                    cuda::copy_any(context, device(a) as usize, host as usize, bytes((a, b)))
+                }?;
+            }
         }
-        io(a, b, host)?;
-        if !write {
-            // SAFETY: as for the copy from the device above.
-            unsafe { cuda::copy_any(context, device as usize, host as usize, len) }?;
-        }
-        a = b;
+        return Ok(());
     }
+    let streams = cuda::thread_streams(context)?;
+    let mut buffers = [pinned::Taken::new(largest), pinned::Taken::new(largest)];
+    let hosts = [buffers[0].as_mut_ptr(), buffers[1].as_mut_ptr()];
+    let direction = if write {
+        Direction::Write
+    } else {
+        Direction::Read
+    };
+    let start = |k: usize| {
+        let (a, b) = pieces[k];
+        // SAFETY: the buffer holds the piece's bytes and is not touched until its stream is
+        // synchronized below; the device range lies inside one allocation (checked by the
+        // caller).
+        unsafe {
+            cuda::copy_async(
+                direction,
+                hosts[k % 2],
+                device(a),
+                bytes((a, b)),
+                streams[k % 2],
+            )
+        }
+    };
+    let mut moved = || -> Result<(), DeviceError> {
+        if write {
+            start(0)?;
+            for (k, &(a, b)) in pieces.iter().enumerate() {
+                cuda::synchronize(streams[k % 2])?;
+                // The other buffer's piece has been written: its next copy overlaps this `io`.
+                if k + 1 < pieces.len() {
+                    start(k + 1)?;
+                }
+                io(a, b, hosts[k % 2])?;
+            }
+        } else {
+            for (k, &(a, b)) in pieces.iter().enumerate() {
+                if k >= 2 {
+                    // The copy of the piece two before, from the same buffer, has finished.
+                    cuda::synchronize(streams[k % 2])?;
+                }
+                io(a, b, hosts[k % 2])?;
+                start(k)?;
+            }
+        }
+        Ok(())
+    };
+    let result = moved();
+    // Whatever happened, no copy may still use a buffer once it goes back to the pool.
+    let waited = streams
+        .iter()
+        .map(|&stream| cuda::synchronize(stream))
+        .collect::<Result<Vec<_>, _>>();
+    drop(buffers);
+    result?;
+    waited?;
     Ok(())
 }
 
@@ -556,7 +620,25 @@ struct HostDecode<'a> {
     threads: usize,
 }
 
-/// Moves the selection through a pinned buffer of at most `staging_size` bytes: for reads,
+/// Most bytes decoded pieces stage at a time, so that a piece holds a chunk for each host thread.
+const DECODE_STAGING_MAX: usize = 256 << 20;
+
+/// For a read whose chunks h5gds decodes on the host: the staging size (`staging_size`, or more,
+/// up to [`DECODE_STAGING_MAX`], so that a piece holds a chunk for each of the decoding threads)
+/// and the element offsets where the selection crosses into the next layer of chunks along the
+/// first axis, where pieces are cut so that no chunk is decoded for two pieces.
+fn decode_pieces(
+    t: &DeviceTransfer,
+    d: &HostDecode,
+    item: usize,
+    staging_size: usize,
+) -> (usize, Vec<u64>) {
+    let chunk_bytes = d.chunk.iter().product::<u64>() as usize * item;
+    let size = staging_size.max((d.threads * chunk_bytes).min(DECODE_STAGING_MAX));
+    (size, chunk_layer_cuts(t.start, t.step, t.count, d.chunk))
+}
+
+/// Moves the selection through pinned buffers of at most `staging_size` bytes: for reads,
 /// HDF5 fills the buffer with a run of the selection's elements (in row-major order), or with
 /// `decoded` h5gds decodes their chunks into it on the driver's I/O threads, and the run is then
 /// copied to the device; for writes the other way round.
@@ -570,12 +652,17 @@ fn staged(
     let failed = DeviceError::Failed;
     let elements: u64 = t.count.iter().product();
     let item = t.nbytes / elements as usize;
+    let (staging_size, cuts) = match decoded {
+        Some(d) => decode_pieces(t, d, item, staging_size),
+        None => (staging_size, Vec::new()),
+    };
     through_pinned(
         context,
         t.address,
         elements,
         item,
         staging_size,
+        &cuts,
         t.write,
         |a, b, host| {
             let blocks = if prepared.rank() == 0 {
@@ -810,6 +897,7 @@ pub fn write_tile(t: TileWrite) -> Result<String, DeviceError> {
             t.nbytes as u64 / item,
             t.item,
             staging_size,
+            &[],
             true,
             |a, b, host| {
                 let (lo, hi) = (a * item, b * item);

@@ -320,6 +320,28 @@ def test_a_file_opened_read_only_with_sec2_is_decoded_on_the_gpu_from_host_reads
             h5gds.read(f["bad"], out=out)
 
 
+def test_host_decoded_reads_are_staged_in_pieces_cut_where_the_selection_enters_a_chunk_layer(
+        tmp_path, capfd, monkeypatch):
+    """Decoded on the host's threads into pinned buffers a piece at a time, two buffers taking turns so a
+    piece's copy up runs while the next decodes (with the emulator's copies deferred to synchronisation,
+    a buffer reused too early shows as wrong bytes). Pieces end where the selection enters a new layer of
+    chunks, so no chunk is decoded for two pieces: 400 x 50 float32 in chunks of 7 rows through 4 KiB
+    (1024 elements) is 29 pieces of two layers (700 elements), not 20 of 1024."""
+    monkeypatch.setenv("H5GDS_GPU_CODEC", "0")
+    monkeypatch.setenv("H5GDS_STAGING_BUFFER_SIZE", "4K")
+    monkeypatch.setenv("H5GDS_NTHREADS", "2")
+    data = data_for((400, 50))
+    with open_gds(tmp_path / "pieces.h5", "w") as f:
+        dset = f.create_dataset("x", data=data, chunks=(7, 16), **CODECS["zstd"])
+        for sel in (None, (slice(3, 390, 2), slice(1, 50))):
+            capfd.readouterr()
+            expected, got, before, after = read_on_device(dset, sel)
+            assert got.tobytes() == expected.tobytes(), sel
+            assert BY_H5GDS in capfd.readouterr().err
+            if CUDA.emulated and sel is None:
+                assert after["htod"] - before["htod"] == 29, (before, after)
+
+
 @pytest.mark.parametrize("codec", CODECS)
 def test_unset_h5gds_gpu_codec_chooses_by_the_estimates_and_says_so(tmp_path, capfd, monkeypatch, codec):
     """Unset, the faster side by h5gds's estimates decodes (route::choose_decoder): here few, small chunks

@@ -63,6 +63,53 @@ impl Block {
     }
 }
 
+/// Pieces of at most `per` elements covering `[0, elements)` in order, each ending at the last
+/// of `cuts` (increasing element offsets) it reaches, if any: so pieces cut where whole runs
+/// between cuts fit, and elsewhere hold `per` elements.
+pub fn staging_pieces(elements: u64, per: u64, cuts: &[u64]) -> Vec<(u64, u64)> {
+    let per = per.max(1);
+    let mut out = Vec::new();
+    let mut cuts = cuts.iter().copied().peekable();
+    let mut a = 0u64;
+    while a < elements {
+        let limit = (a + per).min(elements);
+        let mut b = limit;
+        while let Some(&c) = cuts.peek() {
+            if c > limit {
+                break;
+            }
+            if c > a && limit < elements {
+                b = c;
+            }
+            cuts.next();
+        }
+        out.push((a, b));
+        a = b;
+    }
+    out
+}
+
+/// The element offsets (in row-major order of the selection `count`, from file element `start`
+/// with `step`) where a selection crosses into the next layer of chunks of shape `chunk` along
+/// the first axis: staging pieces cut there never share a chunk.
+pub fn chunk_layer_cuts(start: &[u64], step: &[u64], count: &[u64], chunk: &[u64]) -> Vec<u64> {
+    let (Some(&c0), Some(&n0), Some(&s0), Some(&k0)) =
+        (chunk.first(), count.first(), start.first(), step.first())
+    else {
+        return Vec::new();
+    };
+    if n0 == 0 {
+        return Vec::new();
+    }
+    let row: u64 = count[1..].iter().product();
+    let (c0, k0) = (c0.max(1), k0.max(1));
+    let last = s0 + (n0 - 1) * k0;
+    // Selection index i reads file row s0 + i * k0; layer L starts at the first i reaching L * c0.
+    (s0 / c0 + 1..=last / c0)
+        .map(|layer| (layer * c0 - s0).div_ceil(k0) * row)
+        .collect()
+}
+
 /// The blocks whose union is the elements `[a, b)` of an array of `shape` in row-major order,
 /// each in row-major order, in order: at most `2 * rank - 1` of them. A rank-0 array has one
 /// element and one empty-shaped block.
@@ -314,6 +361,36 @@ pub fn chunks_touching(block: &Block, chunk_shape: &[u64]) -> Vec<(Vec<u64>, Blo
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn staging_pieces_cut_where_whole_runs_fit() {
+        // No cuts: pieces of `per`.
+        assert_eq!(staging_pieces(10, 4, &[]), [(0, 4), (4, 8), (8, 10)]);
+        // Cuts every 3: pieces end on the last cut each reaches.
+        assert_eq!(staging_pieces(10, 7, &[3, 6, 9]), [(0, 6), (6, 10)]);
+        // A run between cuts longer than `per` is split by `per`.
+        assert_eq!(
+            staging_pieces(10, 2, &[5]),
+            [(0, 2), (2, 4), (4, 5), (5, 7), (7, 9), (9, 10)]
+        );
+        assert!(staging_pieces(0, 4, &[]).is_empty());
+        assert_eq!(staging_pieces(3, 0, &[]), [(0, 1), (1, 2), (2, 3)]);
+    }
+
+    #[test]
+    fn chunk_layer_cuts_follow_the_selection_into_each_layer() {
+        // Rows 3..13 of chunks of 4 rows, rows of 5 elements: layers start at rows 4, 8, 12.
+        assert_eq!(
+            chunk_layer_cuts(&[3, 0], &[1, 1], &[10, 5], &[4, 2]),
+            [5, 25, 45]
+        );
+        // Every third row from 1 (1, 4, 7, 10): rows 4 and 10 start layers 1 and 2 (row 8 is not
+        // selected; 10 is the first in layer 2).
+        assert_eq!(chunk_layer_cuts(&[1], &[3], &[4], &[4]), [1, 3]);
+        // Inside one layer, or a scalar: no cut.
+        assert!(chunk_layer_cuts(&[0], &[1], &[4], &[4]).is_empty());
+        assert!(chunk_layer_cuts(&[], &[], &[], &[]).is_empty());
+    }
+
     use super::*;
 
     /// Every element of `shape`, flat index -> multi-index.
