@@ -301,7 +301,7 @@ fn write_unguarded<T: Element>(
                 blocker.as_deref().unwrap_or("")
             ));
             let bytes = array.len() * std::mem::size_of::<T>();
-            let mut staging = HostStaging::new(stream, size, bytes)?;
+            let mut staging = HostStaging::new(size, bytes);
             let elements = Elements {
                 mem_type: &mem_type,
                 size: std::mem::size_of::<T>(),
@@ -449,7 +449,7 @@ impl DeviceSource {
                 region.count
             ));
             let bytes = region.len() as usize * elements.size;
-            let mut staging = HostStaging::new(stream, self.staging_size, bytes)?;
+            let mut staging = HostStaging::new(self.staging_size, bytes);
             read_block(
                 ds,
                 &elements,
@@ -498,7 +498,7 @@ impl DeviceSource {
                     }
                     if staging.is_none() {
                         let bytes = region.len() as usize * elements.size;
-                        staging = Some(HostStaging::new(stream, self.staging_size, bytes)?);
+                        staging = Some(HostStaging::new(self.staging_size, bytes));
                     }
                     let buf = staging.as_mut().expect("created above");
                     read_block(ds, &elements, block, region, dest, stream, buf, None)?;

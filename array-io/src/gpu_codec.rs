@@ -124,14 +124,13 @@ pub(crate) fn read(
     if !missing.is_empty() {
         let es = elements.size;
         let mut staging = HostStaging::new(
-            stream,
             source.staging_size,
             missing
                 .iter()
                 .map(|b| b.len() as usize * es)
                 .max()
                 .unwrap_or(es),
-        )?;
+        );
         for part in &missing {
             read_block(ds, elements, part, region, dest, stream, &mut staging, None)?;
         }

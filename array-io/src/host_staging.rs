@@ -1,6 +1,7 @@
-//! Host staging, the staged path: data moves between the file and device memory through a
-//! bounded host buffer (`H5GDS_STAGING_BUFFER_SIZE`, pinned when CUDA can pin it; not the
-//! driver's bounce buffers), piece by piece, so any size works with any buffer size. HDF5 only
+//! Host staging, the staged path: data moves between the file and device memory through two
+//! bounded host buffers taking turns (`H5GDS_STAGING_BUFFER_SIZE` each, from the process's pool
+//! of pinned buffers; not the driver's bounce buffers), piece by piece, so any size works with
+//! any buffer size, and one piece's copy overlaps the next piece's file I/O. HDF5 only
 //! ever sees host memory here, so it may convert types, fill unwritten storage and decode
 //! filtered chunks as it likes.
 
@@ -10,61 +11,80 @@ use crate::file::OpenDataset;
 use crate::hdf5_raw::{self, select_blocks, Spaces};
 use crate::host_codec::Planned;
 use crate::select::{flat_range_blocks, Block, Runs};
-use cudarc::driver::{sys, CudaStream, PinnedHostSlice};
+use cudarc::driver::{sys, CudaStream};
 use h5gds_runtime::cuda::call;
+use h5gds_runtime::pinned;
 use h5gds_runtime::stream::{copy_from_device, copy_to_device, synchronize};
 use hdf5::{Dataset, Dataspace, Datatype};
 use std::sync::Arc;
 
-/// Host memory the staged path moves data through.
-enum Memory {
-    Pinned(PinnedHostSlice<u8>),
-    /// `u64`s, for 8-byte alignment of every element type.
-    Pageable(Vec<u64>),
-}
-
-/// A staging buffer of a fixed size.
+/// Two staging buffers of a fixed size from the process's pool of pinned buffers
+/// (`h5gds_runtime::pinned`, pageable where CUDA cannot pin), taking turns: piece `k` uses buffer
+/// `k % 2` and stream `k % 2` (the caller's, and one forked from it), so that one piece's copy
+/// runs while HDF5 (or the host decoding) moves the next. A buffer is handed out only once the
+/// copies last queued with it have finished.
 pub(crate) struct HostStaging {
-    memory: Memory,
+    buffers: [pinned::Taken; 2],
     len: usize,
+    /// The caller's stream and its fork, once a copy has been queued.
+    streams: Option<[Arc<CudaStream>; 2]>,
+    /// Whether copies with each buffer may still be running.
+    pending: [bool; 2],
 }
 
 impl HostStaging {
-    /// A buffer of `min(size, needed)` bytes (at least one byte), pinned in `stream`'s context
-    /// if CUDA can pin it, else pageable (with a debug log line).
-    pub fn new(stream: &Arc<CudaStream>, size: usize, needed: usize) -> Result<HostStaging> {
+    /// Buffers of `min(size, needed)` bytes (at least one byte).
+    pub fn new(size: usize, needed: usize) -> HostStaging {
         let len = size.min(needed).max(1);
-        let pinned = call("allocating pinned host memory", || {
-            // SAFETY: the memory is unset; every use writes before it reads. Flags 0: plain
-            // pinned memory (write-combined memory would be slow to read back on the host).
-            unsafe { stream.context().alloc_pinned_with_flags::<u8>(len, 0) }
-        });
-        let memory = match pinned {
-            Ok(slice) => Memory::Pinned(slice),
-            Err(err) => {
-                crate::log::debug(format_args!(
-                    "staging through pageable memory of {len} bytes ({})",
-                    Error::from(err)
-                ));
-                Memory::Pageable(vec![0u64; len.div_ceil(8)])
-            }
-        };
-        Ok(HostStaging { memory, len })
+        HostStaging {
+            buffers: [pinned::Taken::new(len), pinned::Taken::new(len)],
+            len,
+            streams: None,
+            pending: [false, false],
+        }
     }
 
     pub fn len(&self) -> usize {
         self.len
     }
 
-    /// The buffer, once no queued copy uses it any more.
-    pub fn as_mut_ptr(&mut self) -> Result<*mut u8> {
-        match &mut self.memory {
-            Memory::Pinned(slice) => {
-                let bytes = call("waiting for the staging buffer", || slice.as_mut_slice())?;
-                Ok(bytes.as_mut_ptr())
+    /// Piece `k`'s buffer, once no queued copy uses it any more.
+    pub fn buffer(&mut self, k: usize) -> Result<*mut u8> {
+        if std::mem::take(&mut self.pending[k % 2]) {
+            if let Some(streams) = &self.streams {
+                synchronize(&streams[k % 2])?;
             }
-            Memory::Pageable(words) => Ok(words.as_mut_ptr().cast()),
         }
+        Ok(self.buffers[k % 2].as_mut_ptr())
+    }
+
+    /// The stream for piece `k`'s copies (`caller`, or its fork), noting that copies with its
+    /// buffer will be queued.
+    pub fn stream(&mut self, k: usize, caller: &Arc<CudaStream>) -> Result<Arc<CudaStream>> {
+        if self.streams.is_none() {
+            let fork = call("creating a stream", || caller.fork())?;
+            self.streams = Some([caller.clone(), fork]);
+        }
+        self.pending[k % 2] = true;
+        Ok(self.streams.as_ref().expect("made above")[k % 2].clone())
+    }
+
+    /// Waits for every queued copy (after an error too, before the buffers go back to the pool).
+    fn settle(&mut self) -> Result<()> {
+        let mut first = Ok(());
+        for k in 0..2 {
+            if let Err(e) = self.buffer(k) {
+                first = first.and(Err(e));
+            }
+        }
+        first
+    }
+}
+
+impl Drop for HostStaging {
+    fn drop(&mut self) {
+        // A copy still queued must not meet a buffer another transfer has taken from the pool.
+        let _ = self.settle();
     }
 }
 
@@ -95,9 +115,13 @@ pub(crate) fn read_block(
     let per = (staging.len() as u64 / es).max(1);
     let runs = Runs::new(&block.relative_to(&region.start), &region.count);
     let total = block.len();
+    let mut pieces = Vec::new();
     let mut a = 0;
     while a < total {
-        let b = total.min(a + per);
+        pieces.push((a, total.min(a + per)));
+        a = total.min(a + per);
+    }
+    let moved = pieces.iter().enumerate().try_for_each(|(k, &(a, b))| {
         let blocks: Vec<Block> = flat_range_blocks(&block.count, a, b)
             .iter()
             .map(|piece| piece.offset_by(&block.start))
@@ -107,7 +131,7 @@ pub(crate) fn read_block(
             .iter()
             .map(|b| (b.start.as_slice(), b.count.as_slice()))
             .collect();
-        let buf = staging.as_mut_ptr()?;
+        let buf = staging.buffer(k)?;
         if let Some(planned) = decoded {
             let mut at = 0usize;
             for piece in &blocks {
@@ -142,22 +166,27 @@ pub(crate) fn read_block(
                 });
             }
         }
+        let on = staging.stream(k, stream)?;
         for (at, to, len) in runs.pieces(a, b) {
-            // SAFETY: the source lies inside the staging buffer, which is not touched again
-            // before the stream is synchronized below; the destination lies inside `dest`,
-            // which holds the whole region.
+            // SAFETY: the source lies inside the staging buffer, which is not handed out again
+            // before `on` is synchronized; the destination lies inside `dest`, which holds the
+            // whole region.
             unsafe {
                 copy_to_device(
-                    stream,
+                    &on,
                     dest + to * es,
                     buf.add((at * es) as usize),
                     (len * es) as usize,
                 )?
             };
         }
-        synchronize(stream)?;
-        a = b;
-    }
+        Ok(())
+    });
+    // The next piece is read while this one's copies run; all have finished when this returns.
+    let settled = staging.settle();
+    moved?;
+    settled?;
+    synchronize(stream)?;
     Ok(())
 }
 
@@ -176,32 +205,53 @@ pub(crate) fn write_all(
     let es = elements.size as u64;
     let per = (staging.len() as u64 / es).max(1);
     let total: u64 = shape.iter().product();
+    let mut pieces = Vec::new();
     let mut a = 0;
     while a < total {
-        let b = total.min(a + per);
-        let buf = staging.as_mut_ptr()?;
-        // SAFETY: the source range lies inside the device array; the staging buffer holds
-        // (b - a) elements.
-        unsafe { copy_from_device(stream, buf, src + a * es, ((b - a) * es) as usize)? };
-        synchronize(stream)?;
-        let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, path, Some(name), e);
-        let blocks = flat_range_blocks(shape, a, b);
-        let pieces: Vec<hdf5_raw::Block> = blocks
-            .iter()
-            .map(|b| (b.start.as_slice(), b.count.as_slice()))
-            .collect();
-        let file_space =
-            select_blocks(shape, &pieces).map_err(|e| fail("selecting a hyperslab", e))?;
-        let mem_space =
-            Dataspace::try_new((b - a) as usize).map_err(|e| fail("creating a dataspace", e))?;
-        let spaces = Spaces {
-            memory: Some(&mem_space),
-            file: Some(&file_space),
-        };
-        // SAFETY: the staging buffer holds the b - a elements just copied.
-        unsafe { hdf5_raw::write(dset, elements.mem_type, spaces, buf.cast_const().cast()) }
-            .map_err(|e| fail("writing from the staging buffer", e))?;
-        a = b;
+        pieces.push((a, total.min(a + per)));
+        a = total.min(a + per);
     }
-    Ok(())
+    // Queues piece `k`'s copy from the device into its buffer.
+    let fetch = |staging: &mut HostStaging, k: usize| -> Result<()> {
+        let (a, b): (u64, u64) = pieces[k];
+        let buf = staging.buffer(k)?;
+        let on = staging.stream(k, stream)?;
+        // SAFETY: the source range lies inside the device array; the staging buffer holds
+        // (b - a) elements and is not read before `on` is synchronized.
+        unsafe { copy_from_device(&on, buf, src + a * es, ((b - a) * es) as usize)? };
+        Ok(())
+    };
+    let moved = (|| -> Result<()> {
+        if !pieces.is_empty() {
+            fetch(staging, 0)?;
+        }
+        for (k, &(a, b)) in pieces.iter().enumerate() {
+            let buf = staging.buffer(k)?;
+            // The next piece comes from the device while this one is written.
+            if k + 1 < pieces.len() {
+                fetch(staging, k + 1)?;
+            }
+            let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, path, Some(name), e);
+            let blocks = flat_range_blocks(shape, a, b);
+            let pieces: Vec<hdf5_raw::Block> = blocks
+                .iter()
+                .map(|b| (b.start.as_slice(), b.count.as_slice()))
+                .collect();
+            let file_space =
+                select_blocks(shape, &pieces).map_err(|e| fail("selecting a hyperslab", e))?;
+            let mem_space = Dataspace::try_new((b - a) as usize)
+                .map_err(|e| fail("creating a dataspace", e))?;
+            let spaces = Spaces {
+                memory: Some(&mem_space),
+                file: Some(&file_space),
+            };
+            // SAFETY: the staging buffer holds the b - a elements just copied.
+            unsafe { hdf5_raw::write(dset, elements.mem_type, spaces, buf.cast_const().cast()) }
+                .map_err(|e| fail("writing from the staging buffer", e))?;
+        }
+        Ok(())
+    })();
+    let settled = staging.settle();
+    moved?;
+    settled
 }

@@ -130,12 +130,12 @@ impl<T: Element> DeviceTile<'_, T> {
                     "writing a tile through a host staging buffer: {reason}"
                 ));
                 let bytes = (n * es) as usize;
-                let mut staging = HostStaging::new(stream, settings.staging_buffer_size()?, bytes)?;
+                let mut staging = HostStaging::new(settings.staging_buffer_size()?, bytes);
                 let per = (staging.len() as u64 / es).max(1);
                 let mut a = 0;
                 while a < n {
                     let b = n.min(a + per);
-                    let buf = staging.as_mut_ptr()?;
+                    let buf = staging.buffer(0)?;
                     // SAFETY: elements [a, b) lie inside the allocation; the staging buffer
                     // holds b - a elements.
                     unsafe {
