@@ -107,5 +107,7 @@ fn main() {
         println!("  2-d {shape:?} in chunks of {chunk_shape:?}: {count} chunks");
     }
     std::fs::remove_dir_all(&dir).ok();
+    // Staged transfers keep their pinned buffers for reuse; hand them back before exiting.
+    array_io::release_pinned_buffers();
     println!("HDF5 BATCHED READ OK");
 }

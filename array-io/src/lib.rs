@@ -26,7 +26,10 @@
 //! * `H5GDS_USE_VFD_GDS`: `1` = through the `gds` driver; `0` = the staged path (sec2 into a
 //!   host staging buffer, then copied); unset = the driver when CUDA works in this process.
 //! * `H5GDS_STAGING_BUFFER_SIZE`: the staging buffer (default `128M`; `K`/`M`/`G` suffixes).
-//!   Data of any size moves through it in pieces.
+//!   Data of any size moves through it in pieces, two buffers taking turns. The buffers are
+//!   pinned once and kept for later transfers in a process-wide pool (never freed at exit, where
+//!   freeing pinned memory can race CUDA's teardown); [`release_pinned_buffers`] frees the idle
+//!   ones.
 //!
 //! `H5GDS_LOG=debug` logs, per read, which path each part took and why.
 
@@ -64,6 +67,13 @@ pub use gpu_encode::{to_file_compressed, Compression};
 
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 use std::path::Path;
+
+/// Frees the pinned host buffers that staged transfers keep for reuse and that no transfer is
+/// using now (as CuPy's pinned memory pool's `free_all_blocks` does); returns how many. A later
+/// staged transfer pins what it needs again.
+pub fn release_pinned_buffers() -> usize {
+    h5gds_runtime::pinned::release_idle()
+}
 
 /// Whether compressed chunks can be decoded and encoded on the GPU in this process: `Ok` when
 /// nvCOMP (`libnvcomp.so.6`) loads, else why not. Reads and writes work either way (HDF5's CPU

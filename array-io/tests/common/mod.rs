@@ -254,7 +254,7 @@ pub fn in_child(
                 // Staging buffers idle in the process-wide pool are kept for reuse, never freed
                 // at exit; freed here, so that the emulator's leak count names only buffers never
                 // given back.
-                h5gds_runtime::pinned::release_idle();
+                array_io::release_pinned_buffers();
             },
         );
         return None;
