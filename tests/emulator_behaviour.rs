@@ -1774,7 +1774,7 @@ fn exit_report_counts_leaks_misuse_and_traffic_even_with_busy_threads() {
     if ran.is_some() {
         let text = std::fs::read_to_string(&report).expect("the child wrote its report");
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 18, "{text}");
+        assert_eq!(lines.len(), 19, "{text}");
         assert_eq!(lines[0], "leaked device allocations: 5 (bytes 18884)");
         assert_eq!(lines[1], "leaked pinned host allocations: 1");
         assert_eq!(lines[2], "double frees: 1");
@@ -1801,8 +1801,16 @@ fn exit_report_counts_leaks_misuse_and_traffic_even_with_busy_threads() {
         assert_eq!(lines[14], "cufile failed transfers: 0");
         assert_eq!(lines[15], "calls from a forked child: 0");
         assert!(lines[16].starts_with("pointer queries: "), "{text}");
+        // The busy threads' copies within device memory.
         assert!(
-            lines[17].starts_with("pinned host bytes allocated: "),
+            lines[17]
+                .strip_prefix("copies dtod: ")
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n >= 1),
+            "{text}"
+        );
+        assert!(
+            lines[18].starts_with("pinned host bytes allocated: "),
             "{text}"
         );
     }
