@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::file::OpenDataset;
 use crate::hdf5_raw::{self, select_blocks, Spaces};
 use crate::host_codec::Planned;
-use crate::select::{flat_range_blocks, Block, Runs};
+use crate::select::{flat_range_blocks, staging_pieces, Block, Runs};
 use cudarc::driver::{sys, CudaStream};
 use h5gds_runtime::cuda::call;
 use h5gds_runtime::pinned;
@@ -115,13 +115,8 @@ pub(crate) fn read_block(
     let per = (staging.len() as u64 / es).max(1);
     let runs = Runs::new(&block.relative_to(&region.start), &region.count);
     let total = block.len();
-    let mut pieces = Vec::new();
-    let mut a = 0;
-    while a < total {
-        pieces.push((a, total.min(a + per)));
-        a = total.min(a + per);
-    }
-    let moved = pieces.iter().enumerate().try_for_each(|(k, &(a, b))| {
+    let spans = staging_pieces(total, per, &[]);
+    let moved = spans.iter().enumerate().try_for_each(|(k, &(a, b))| {
         let blocks: Vec<Block> = flat_range_blocks(&block.count, a, b)
             .iter()
             .map(|piece| piece.offset_by(&block.start))
@@ -205,15 +200,10 @@ pub(crate) fn write_all(
     let es = elements.size as u64;
     let per = (staging.len() as u64 / es).max(1);
     let total: u64 = shape.iter().product();
-    let mut pieces = Vec::new();
-    let mut a = 0;
-    while a < total {
-        pieces.push((a, total.min(a + per)));
-        a = total.min(a + per);
-    }
+    let spans = staging_pieces(total, per, &[]);
     // Queues piece `k`'s copy from the device into its buffer.
     let fetch = |staging: &mut HostStaging, k: usize| -> Result<()> {
-        let (a, b): (u64, u64) = pieces[k];
+        let (a, b): (u64, u64) = spans[k];
         let buf = staging.buffer(k)?;
         let on = staging.stream(k, stream)?;
         // SAFETY: the source range lies inside the device array; the staging buffer holds
@@ -222,13 +212,13 @@ pub(crate) fn write_all(
         Ok(())
     };
     let moved = (|| -> Result<()> {
-        if !pieces.is_empty() {
+        if !spans.is_empty() {
             fetch(staging, 0)?;
         }
-        for (k, &(a, b)) in pieces.iter().enumerate() {
+        for (k, &(a, b)) in spans.iter().enumerate() {
             let buf = staging.buffer(k)?;
             // The next piece comes from the device while this one is written.
-            if k + 1 < pieces.len() {
+            if k + 1 < spans.len() {
                 fetch(staging, k + 1)?;
             }
             let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, path, Some(name), e);
