@@ -1961,6 +1961,99 @@ fn deferred_async_copies_run_when_their_stream_is_synchronized() {
     );
 }
 
+#[test]
+fn the_modelled_link_times_copies_streams_and_events() {
+    // 256 KiB at 1 MB/s pinned (262 ms), 0.5 MB/s pageable: long against the calls themselves,
+    // so each check below is a lower bound or a state right after a call, never a race.
+    const LEN: usize = 256 << 10;
+    in_child(
+        "the_modelled_link_times_copies_streams_and_events",
+        &[("H5GDS_EMU_LINK_GBPS", "0.001,0.0005")],
+        || {
+            use std::time::{Duration, Instant};
+            let _ctx = init_with_context();
+            let api = api();
+            let one = Duration::from_secs_f64(LEN as f64 / 1e6);
+            let (dev, other) = (alloc(LEN), alloc(LEN));
+            let pinned = host_alloc(LEN);
+            let (mut a, mut b): (CUstream, CUstream) = (std::ptr::null_mut(), std::ptr::null_mut());
+            let (mut done_a, mut done_b): (CUevent, CUevent) =
+                (std::ptr::null_mut(), std::ptr::null_mut());
+            // SAFETY: plain calls; `pinned` holds LEN bytes.
+            unsafe {
+                check((api.cuStreamCreate)(&mut a, 1));
+                check((api.cuStreamCreate)(&mut b, 1));
+                check((api.cuEventCreate)(&mut done_a, 0));
+                check((api.cuEventCreate)(&mut done_b, 0));
+                std::ptr::write_bytes(pinned, 4, LEN);
+
+                // An async copy from pinned memory returns before its modelled end: the event
+                // recorded after it is not ready, and waiting for it takes the copy's time.
+                let start = Instant::now();
+                check((api.cuMemcpyHtoDAsync_v2)(dev, pinned.cast(), LEN, a));
+                check((api.cuEventRecord)(done_a, a));
+                expect_code((api.cuEventQuery)(done_a), 600);
+                check((api.cuEventSynchronize)(done_a));
+                assert!(start.elapsed() >= one);
+                check((api.cuEventQuery)(done_a));
+                assert_eq!(dtoh(dev, LEN), vec![4u8; LEN]);
+
+                // Two streams copying the same way share the link: both done takes twice as
+                // long as one.
+                let start = Instant::now();
+                check((api.cuMemcpyHtoDAsync_v2)(dev, pinned.cast(), LEN, a));
+                check((api.cuMemcpyHtoDAsync_v2)(other, pinned.cast(), LEN, b));
+                check((api.cuStreamSynchronize)(b));
+                assert!(start.elapsed() >= 2 * one);
+                check((api.cuCtxSynchronize)());
+
+                // A stream waiting for an event starts its next copy, even the other way,
+                // only after the event.
+                let start = Instant::now();
+                check((api.cuMemcpyHtoDAsync_v2)(dev, pinned.cast(), LEN, a));
+                check((api.cuEventRecord)(done_a, a));
+                check((api.cuStreamWaitEvent)(b, done_a, 0));
+                check((api.cuMemcpyDtoHAsync_v2)(pinned.cast(), other, LEN, b));
+                check((api.cuEventRecord)(done_b, b));
+                check((api.cuStreamSynchronize)(a));
+                expect_code((api.cuEventQuery)(done_b), 600);
+                check((api.cuStreamSynchronize)(b));
+                assert!(start.elapsed() >= 2 * one);
+
+                // A synchronous copy returns when it ends; pageable memory at its own rate,
+                // even through an async call.
+                let start = Instant::now();
+                check((api.cuMemcpyHtoD_v2)(dev, pinned.cast(), LEN));
+                assert!(start.elapsed() >= one);
+                let pageable = vec![6u8; LEN];
+                let start = Instant::now();
+                check((api.cuMemcpyHtoDAsync_v2)(dev, pageable.as_ptr().cast(), LEN, a));
+                assert!(start.elapsed() >= 2 * one);
+                assert_eq!(dtoh(dev, LEN), vec![6u8; LEN]);
+
+                // Copies within device memory do not cross the link.
+                check((api.cuMemcpyDtoDAsync_v2)(other, dev, LEN, a));
+                check((api.cuEventRecord)(done_a, a));
+                check((api.cuEventQuery)(done_a));
+
+                // Freeing waits for the work in flight.
+                let start = Instant::now();
+                check((api.cuMemcpyHtoDAsync_v2)(other, pinned.cast(), LEN, b));
+                check((api.cuMemFreeHost)(pinned.cast()));
+                assert!(start.elapsed() >= one);
+                for e in [done_a, done_b] {
+                    check((api.cuEventDestroy_v2)(e));
+                }
+                for s in [a, b] {
+                    check((api.cuStreamDestroy_v2)(s));
+                }
+            }
+            free(dev);
+            free(other);
+        },
+    );
+}
+
 /// A 2-D copy descriptor (cudarc's, the layout of `cuda.h`) between two device addresses.
 fn copy_2d(
     dst: CUdeviceptr,

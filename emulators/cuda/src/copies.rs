@@ -12,6 +12,7 @@ use crate::context;
 use crate::counters::{self, bump};
 use crate::memory::{self, DeviceBlock};
 use crate::switches;
+use crate::timeline;
 use std::sync::Arc;
 
 /// One end of a copy.
@@ -68,6 +69,11 @@ impl Shape {
             src_rows: 1,
             dst_rows: 1,
         }
+    }
+
+    /// The bytes the copy moves.
+    pub fn bytes(&self) -> usize {
+        self.width * self.height * self.depth
     }
 
     /// Whether the copy moves nothing.
@@ -147,8 +153,19 @@ pub(crate) fn copy_shaped(
     dst: impl FnOnce() -> Result<End, CUresult>,
     src: impl FnOnce() -> Result<End, CUresult>,
 ) -> Result<(), CUresult> {
+    copy_now(None, shape, dst, src)
+}
+
+/// [`copy_shaped`], timed on the link's timeline as a copy on stream queue key `stream` (`None`:
+/// a synchronous copy).
+fn copy_now(
+    stream: Option<usize>,
+    shape: Shape,
+    dst: impl FnOnce() -> Result<End, CUresult>,
+    src: impl FnOnce() -> Result<End, CUresult>,
+) -> Result<(), CUresult> {
     context::require_init()?;
-    context::require_current()?;
+    let (_, device) = context::require_current()?;
     if shape.is_empty() {
         return Ok(());
     }
@@ -160,13 +177,17 @@ pub(crate) fn copy_shaped(
     if counters::is_nth_call(&counters::COPY_CALLS, switches.fail_copy) {
         return Err(switches.fail_copy_error);
     }
+    let way = timeline::Way::of(src.is_device(), dst.is_device());
+    let pinned = is_pinned(&src) || is_pinned(&dst);
     if switches.defer_async {
-        return legacy_copy(dst, src, shape);
+        legacy_copy(dst, src, shape)?;
+    } else {
+        // SAFETY: device ends were checked to lie inside live allocations, whose shadow
+        // mappings the Arcs keep mapped; host ends are the caller's buffers of the shape's
+        // extent, as the API requires. ptr::copy allows overlap.
+        unsafe { perform(&dst, &src, &shape) };
     }
-    // SAFETY: device ends were checked to lie inside live allocations, whose shadow mappings
-    // the Arcs keep mapped; host ends are the caller's buffers of the shape's extent, as the
-    // API requires. ptr::copy allows overlap.
-    unsafe { perform(&dst, &src, &shape) };
+    timeline::copy(stream, device, way, shape.bytes(), pinned);
     Ok(())
 }
 
@@ -325,11 +346,12 @@ pub(crate) fn copy_async_shaped(
     src: impl FnOnce() -> Result<End, CUresult>,
 ) -> Result<(), CUresult> {
     context::require_init()?;
-    let (current, _) = context::require_current()?;
+    let (current, device) = context::require_current()?;
     context::check_stream(stream as usize)?;
     context::note_stream_use(stream as usize);
+    let key = queue_key(stream as usize);
     if !switches::get().defer_async || stream.is_null() || shape.is_empty() {
-        return copy_shaped(shape, dst, src);
+        return copy_now(Some(key), shape, dst, src);
     }
     let (dst, src) = (dst()?, src()?);
     dst.note_owner();
@@ -358,6 +380,7 @@ pub(crate) fn copy_async_shaped(
     // memory to device memory, no host-side synchronization is performed", CUDA Driver API,
     // "API synchronization behavior"): queued like a pinned copy.
     let both_device = dst.is_device() && src.is_device();
+    let (way, bytes) = (timeline::Way::of(src.is_device(), dst.is_device()), shape.bytes());
     if !pinned && !both_device {
         // Pageable memory: "If pageable memory must first be staged to pinned memory, the
         // driver may synchronize with the stream and stage the copy into pinned memory" (CUDA
@@ -366,9 +389,10 @@ pub(crate) fn copy_async_shaped(
         run_deferred(Some(stream as usize));
         // SAFETY: as in `copy`: ends checked above.
         unsafe { perform(&dst, &src, &shape) };
-        return Ok(());
+    } else {
+        queue(stream as usize, Op::Copy { dst, src, shape });
     }
-    queue(stream as usize, Op::Copy { dst, src, shape });
+    timeline::copy(Some(key), device, way, bytes, pinned);
     Ok(())
 }
 
@@ -444,7 +468,7 @@ struct Deferred {
 }
 
 /// The queue a stream handle's work goes to.
-fn queue_key(stream: usize) -> usize {
+pub(crate) fn queue_key(stream: usize) -> usize {
     if stream == CU_STREAM_LEGACY {
         LEGACY
     } else {

@@ -223,6 +223,7 @@ pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
                 .and_then(|()| context::require_current().map(drop))
                 .map(|()| {
                     crate::copies::run_deferred(None);
+                    crate::timeline::wait_all();
                 }),
         )
     })
@@ -269,7 +270,11 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
                 context::require_init()?;
                 context::require_current()?;
                 crate::copies::run_deferred(Some(stream as usize));
-                context::destroy_stream(stream as usize)
+                context::destroy_stream(stream as usize)?;
+                // The device finishes the stream's work on its own ("the function will return
+                // immediately", CUDA Driver API, cuStreamDestroy).
+                crate::timeline::forget(stream as usize);
+                Ok(())
             })())
         },
     )
@@ -292,6 +297,7 @@ pub unsafe extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
                 context::check_stream(stream as usize)?;
                 context::note_stream_use(stream as usize);
                 crate::copies::run_deferred(Some(stream as usize));
+                crate::timeline::wait_stream(crate::copies::queue_key(stream as usize));
                 Ok(())
             })())
         },

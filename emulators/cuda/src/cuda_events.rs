@@ -1,9 +1,10 @@
 //! CUDA driver API, part 3: what cudarc's safe API needs beyond plain copies — device
 //! attributes, events, stream waits and asynchronous memset.
 //!
-//! All work is synchronous, so an event is complete the moment it is recorded and a wait has
-//! nothing to wait for; the calls still check their handles, flags and context as the driver
-//! does, so misuse fails here as it would on a GPU.
+//! The bytes of all work have moved by the time an event is recorded, so a wait has nothing to
+//! wait for, except on the modelled link's timeline (`H5GDS_EMU_LINK_GBPS`, see `timeline`),
+//! where an event completes when the modelled copies queued before it end. The calls check their
+//! handles, flags and context as the driver does, so misuse fails here as it would on a GPU.
 
 use crate::consts::*;
 use crate::context;
@@ -95,7 +96,13 @@ pub unsafe extern "C" fn cuEventDestroy_v2(event: CUevent) -> CUresult {
         "cuEventDestroy_v2",
         format_args!("{event:?}"),
         cuda_panic,
-        || code(context::require_init().and_then(|()| context::destroy_event(event as usize))),
+        || {
+            code(
+                context::require_init()
+                    .and_then(|()| context::destroy_event(event as usize))
+                    .map(|()| crate::timeline::forget(event as usize)),
+            )
+        },
     )
 }
 
@@ -118,13 +125,16 @@ pub unsafe extern "C" fn cuEventRecord(event: CUevent, stream: CUstream) -> CUre
                 context::check_event(event as usize)?;
                 context::check_stream(stream as usize)?;
                 crate::copies::run_deferred(Some(stream as usize));
+                let key = crate::copies::queue_key(stream as usize);
+                crate::timeline::record(event as usize, key);
                 Ok(())
             })())
         },
     )
 }
 
-/// `CUresult cuEventQuery(CUevent hEvent)`: every event is complete (CUDA_SUCCESS).
+/// `CUresult cuEventQuery(CUevent hEvent)`: CUDA_SUCCESS, or CUDA_ERROR_NOT_READY while the
+/// modelled copies queued before the event run (`timeline`).
 ///
 /// # Safety
 /// None beyond the C API's: the handle is looked up, never dereferenced.
@@ -134,11 +144,18 @@ pub unsafe extern "C" fn cuEventQuery(event: CUevent) -> CUresult {
         "cuEventQuery",
         format_args!("{event:?}"),
         cuda_panic,
-        || code(context::require_init().and_then(|()| context::check_event(event as usize))),
+        || {
+            code(
+                context::require_init()
+                    .and_then(|()| context::check_event(event as usize))
+                    .and_then(|()| crate::timeline::query(event as usize)),
+            )
+        },
     )
 }
 
-/// `CUresult cuEventSynchronize(CUevent hEvent)`: nothing to wait for; checks the handle.
+/// `CUresult cuEventSynchronize(CUevent hEvent)`: checks the handle; waits for the event on the
+/// modelled timeline.
 ///
 /// # Safety
 /// None beyond the C API's: the handle is looked up, never dereferenced.
@@ -148,12 +165,18 @@ pub unsafe extern "C" fn cuEventSynchronize(event: CUevent) -> CUresult {
         "cuEventSynchronize",
         format_args!("{event:?}"),
         cuda_panic,
-        || code(context::require_init().and_then(|()| context::check_event(event as usize))),
+        || {
+            code(
+                context::require_init()
+                    .and_then(|()| context::check_event(event as usize))
+                    .map(|()| crate::timeline::wait_event(event as usize)),
+            )
+        },
     )
 }
 
 /// `CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)`: needs a
-/// current context; nothing to wait for.
+/// current context; on the modelled timeline the stream's later work starts after the event.
 ///
 /// # Safety
 /// None beyond the C API's: handles are looked up, never dereferenced.
@@ -175,7 +198,10 @@ pub unsafe extern "C" fn cuStreamWaitEvent(
                     return Err(CUDA_ERROR_INVALID_VALUE);
                 }
                 context::check_stream(stream as usize)?;
-                context::check_event(event as usize)
+                context::check_event(event as usize)?;
+                let key = crate::copies::queue_key(stream as usize);
+                crate::timeline::stream_waits(key, event as usize);
+                Ok(())
             })())
         },
     )

@@ -81,6 +81,7 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
                 context::require_current()?;
                 let base = usize::try_from(dptr).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
                 run_deferred(None);
+                crate::timeline::wait_all();
                 // Pool allocations may be freed synchronously too.
                 if crate::cuda_vmm::pool_free(base)? {
                     return Ok(());
@@ -132,6 +133,7 @@ pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
             context::require_init()?;
             context::require_current()?;
             run_deferred(None);
+            crate::timeline::wait_all();
             memory::free_host(p as usize)
         })())
     })

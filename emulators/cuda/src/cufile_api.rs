@@ -14,6 +14,7 @@ use crate::cufile_io::{self, Buffer, Direction};
 use crate::ffi::{self, call, cufile_panic, cufile_status, set_errno};
 use crate::memory::{self, DeviceBlock};
 use crate::switches;
+use crate::timeline::{self, Way};
 use cufile_sys::{
     CUfileDescr_t, CUfileDriverControlFlags, CUfileDrvProps_t, CUfileError_t, CUfileFileHandleType,
     CUfileHandle_t, CUfileOpError, CU_FILE_RDMA_REGISTER, CU_FILE_RDMA_RELAXED_ORDERING,
@@ -644,6 +645,14 @@ fn transfer(
             Direction::Read => &counters::CUFILE_READS,
             Direction::Write => &counters::CUFILE_WRITES,
         });
+    }
+    if let (Some(block), true) = (&keep, result > 0) {
+        let device = block.owner_device(start);
+        let way = match direction {
+            Direction::Read => Way::ToDevice,
+            Direction::Write => Way::ToHost,
+        };
+        timeline::file_transfer(device, way, result as usize);
     }
     result
 }

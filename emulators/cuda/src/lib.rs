@@ -75,8 +75,10 @@
 //!   synchronization of it, a synchronous copy to the host or from pinned memory (which waits
 //!   for the stream's earlier work), or a free. cuFile transfers and other streams do not wait
 //!   for it, so a missing synchronization shows as stale bytes); streams and events are tracked
-//!   handles: every event is complete as soon as it is recorded, waits return at once, and an
-//!   unknown or destroyed stream or event is CUDA_ERROR_INVALID_HANDLE (400).
+//!   handles: every event is complete as soon as it is recorded and waits return at once
+//!   (unless `H5GDS_EMU_LINK_GBPS` models the link's time: then both follow the modelled
+//!   copies, see `timeline`), and an unknown or destroyed stream or event is
+//!   CUDA_ERROR_INVALID_HANDLE (400).
 //! * `cuDeviceGetAttribute` answers the attributes an emulated device can answer honestly:
 //!   unified addressing and host mapping 1, compute capability 8.0, memory pools as
 //!   `H5GDS_EMU_POOLS` (0 by default, so cudarc uses `cuMemAlloc_v2`), managed memory 1
@@ -146,6 +148,7 @@
 //! | `H5GDS_EMU_POOLS=1` | `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED` is 1, so cudarc allocates with `cuMemAllocAsync` | 0 |
 //! | `H5GDS_EMU_STICKY_ERROR=N` | the Nth `cuPointerGetAttributes` fails with CUDA_ERROR_ILLEGAL_ADDRESS (700), and so does every CUDA or cuFile call after it | unset |
 //! | `H5GDS_EMU_CUFILE_IO_ERROR=code` | every `cuFileRead`/`cuFileWrite` of device memory returns this `CUfileOpError` (> 5000), negated | unset |
+//! | `H5GDS_EMU_LINK_GBPS=pinned[,pageable]` | models the host-device link's time (see `timeline`): each copy between host and device memory takes its direction's copy engine for bytes / rate (GB/s, 10^9 bytes/s; pageable host memory at the second rate, else the first), after its stream's earlier work; async pinned copies return at once, other copies when they end; stream, context and event synchronization, frees, `cuEventQuery` (CUDA_ERROR_NOT_READY) and `cuStreamWaitEvent` follow the timeline; device-memory cuFile transfers take the link too. The first real-GPU machine (an H200 on PCIe Gen5) measured `55.4,7.6`; a rate scaled to a slow machine's own file I/O shows whether copies overlap it | unset |
 //! | `H5GDS_EMU_REFUSE_STRIDED_DTOD=1` | 2-D and 3-D copies within device memory fail with CUDA_ERROR_INVALID_VALUE, as CUDA says they may for pitches not from `cuMemAllocPitch` | 0 |
 //!
 //! The report has nineteen lines (a forked child that exits normally writes its own, to
@@ -211,3 +214,4 @@ mod memory;
 mod report;
 mod stderr;
 mod switches;
+mod timeline;

@@ -4,6 +4,7 @@
 //! (see `report.rs`). The crate documentation lists the semantics.
 
 use crate::consts::{CUresult, CUDA_ERROR_UNKNOWN};
+use crate::timeline::LinkRates;
 use std::ffi::c_int;
 use std::sync::OnceLock;
 
@@ -57,6 +58,9 @@ pub struct Switches {
     /// `H5GDS_EMU_REFUSE_STRIDED_DTOD`: 2-D and 3-D copies within device memory fail with
     /// CUDA_ERROR_INVALID_VALUE, as CUDA says they "may" for pitches not from cuMemAllocPitch.
     pub refuse_strided_dtod: bool,
+    /// `H5GDS_EMU_LINK_GBPS`: the modelled rates of the host-device link (`timeline`); `None`:
+    /// copies cost only what moving their bytes here costs.
+    pub link: Option<LinkRates>,
 }
 
 impl Default for Switches {
@@ -83,6 +87,7 @@ impl Default for Switches {
             sticky_error: None,
             cufile_io_error: None,
             refuse_strided_dtod: false,
+            link: None,
         }
     }
 }
@@ -205,6 +210,9 @@ impl Switches {
         if let Some(v) = read("H5GDS_EMU_REFUSE_STRIDED_DTOD", &|v| v == "0" || v == "1") {
             out.refuse_strided_dtod = v == "1";
         }
+        if let Some(v) = read("H5GDS_EMU_LINK_GBPS", &|v| LinkRates::parse(v).is_some()) {
+            out.link = LinkRates::parse(&v);
+        }
         (out, complaints)
     }
 }
@@ -288,6 +296,7 @@ mod tests {
             ("H5GDS_EMU_STICKY_ERROR", "2"),
             ("H5GDS_EMU_CUFILE_IO_ERROR", "5008"),
             ("H5GDS_EMU_REFUSE_STRIDED_DTOD", "1"),
+            ("H5GDS_EMU_LINK_GBPS", "55.4,7.6"),
         ]);
         assert!(complaints.is_empty(), "{complaints:?}");
         assert_eq!(
@@ -314,6 +323,10 @@ mod tests {
                 sticky_error: Some(2),
                 cufile_io_error: Some(5008),
                 refuse_strided_dtod: true,
+                link: Some(LinkRates {
+                    pinned: 55_400_000_000,
+                    pageable: 7_600_000_000,
+                }),
             }
         );
     }
@@ -326,9 +339,10 @@ mod tests {
             ("H5GDS_EMU_SHORT_IO", "0"),
             ("H5GDS_EMU_FAIL_IO", "0"),
             ("H5GDS_EMU_CUFILE_OPEN_MS", "3600000"),
+            ("H5GDS_EMU_LINK_GBPS", "0"),
         ]);
         assert_eq!(s, Switches::default());
-        assert_eq!(complaints.len(), 5, "{complaints:?}");
+        assert_eq!(complaints.len(), 6, "{complaints:?}");
         assert!(complaints[0].contains("H5GDS_EMU_DEVICES"));
     }
 

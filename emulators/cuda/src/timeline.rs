@@ -1,0 +1,224 @@
+//! Modelled time of the link between host and device memory (`H5GDS_EMU_LINK_GBPS`), so that
+//! whether a program overlaps its copies with its own work shows in its wall-clock time here as
+//! it would on a GPU. Off by default: then copies cost only what copying the bytes costs.
+//!
+//! The model is a timeline beside the bytes, which move as they always do (at the call, or at
+//! synchronization under `H5GDS_EMU_DEFER_ASYNC`). Each device has one copy engine per
+//! direction (PCIe is full duplex; GPUs have a copy engine for each direction at least, CUDA C++
+//! Programming Guide, "Overlap of Data Transfer and Kernel Execution"), and a copy between host
+//! and device memory of `n` bytes occupies its direction's engine for `n / rate` seconds, after
+//! the work queued before it on its stream ("operations within a stream are executed in order",
+//! same guide, "Streams"). Two streams copying the same way share the engine, and so the link's
+//! rate; copies within device memory, memsets and the nvCOMP emulator's work cost nothing extra.
+//!
+//! What waits, and for what (CUDA Driver API, "API synchronization behavior", and the functions'
+//! reference pages):
+//! * an async copy between device and pinned memory returns at once; its stream's work ends when
+//!   the copy would;
+//! * a copy from or to pageable memory, and a synchronous copy (on the legacy stream), returns
+//!   when the modelled copy ends, pageable memory at its own rate;
+//! * `cuStreamSynchronize` returns when its stream's work ends, `cuCtxSynchronize` and frees
+//!   (which synchronize in practice) when every stream's has;
+//! * `cuEventRecord` completes the event when its stream's work queued so far ends:
+//!   `cuEventQuery` says CUDA_ERROR_NOT_READY until then, `cuEventSynchronize` waits for it, and
+//!   `cuStreamWaitEvent` makes the stream's later work start after it;
+//! * `cuFileRead`/`cuFileWrite` of device memory are synchronous and take the link for their
+//!   bytes (with or without GDS the bytes cross it).
+
+use crate::consts::CUresult;
+use crate::switches;
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The link's modelled rates, bytes per second (`H5GDS_EMU_LINK_GBPS=pinned[,pageable]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkRates {
+    /// Copies with pinned host memory, and cuFile transfers of device memory.
+    pub pinned: u64,
+    /// Copies with pageable host memory (the driver stages them through its own pinned buffers).
+    pub pageable: u64,
+}
+
+impl LinkRates {
+    /// `pinned[,pageable]` in GB/s (10^9 bytes/s), each a positive number; pageable defaults to
+    /// the pinned rate.
+    pub fn parse(v: &str) -> Option<LinkRates> {
+        let rate = |s: &str| {
+            let gbps: f64 = s.trim().parse().ok()?;
+            let bytes = gbps * 1e9;
+            (gbps.is_finite() && bytes >= 1.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
+        };
+        let mut parts = v.split(',');
+        let pinned = rate(parts.next()?)?;
+        let pageable = match parts.next() {
+            Some(p) => rate(p)?,
+            None => pinned,
+        };
+        parts.next().is_none().then_some(LinkRates { pinned, pageable })
+    }
+}
+
+/// Which way a copy crosses the link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Way {
+    ToDevice,
+    ToHost,
+}
+
+impl Way {
+    /// The way from host to device (`Some(ToDevice)`), device to host, or `None` for copies that
+    /// do not cross the link.
+    pub fn of(src_on_device: bool, dst_on_device: bool) -> Option<Way> {
+        match (src_on_device, dst_on_device) {
+            (false, true) => Some(Way::ToDevice),
+            (true, false) => Some(Way::ToHost),
+            _ => None,
+        }
+    }
+}
+
+/// When queued work ends, by stream queue key and event, and when each engine is free.
+#[derive(Default)]
+struct State {
+    streams: HashMap<usize, Instant>,
+    events: HashMap<usize, Instant>,
+    engines: HashMap<(c_int, Way), Instant>,
+}
+
+fn state() -> MutexGuard<'static, State> {
+    static STATE: LazyLock<Mutex<State>> = LazyLock::new(Mutex::default);
+    STATE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn rates() -> Option<LinkRates> {
+    switches::get().link
+}
+
+/// Sleeps until `end`, without holding the state's lock.
+fn sleep_until(end: Instant) {
+    let now = Instant::now();
+    if end > now {
+        std::thread::sleep(end - now);
+    }
+}
+
+/// Puts a copy of `bytes` on the engine for `way` of `device`, after the work queued on `key`
+/// (if any), and returns when it ends; the stream's work then ends there too.
+fn schedule(key: Option<usize>, device: c_int, way: Way, bytes: usize, rate: u64) -> Instant {
+    let mut s = state();
+    let now = Instant::now();
+    let after_stream = key.and_then(|k| s.streams.get(&k).copied());
+    let engine = s.engines.get(&(device, way)).copied();
+    let start = [Some(now), after_stream, engine].into_iter().flatten().max().unwrap_or(now);
+    let end = start + Duration::from_secs_f64(bytes as f64 / rate as f64);
+    s.engines.insert((device, way), end);
+    if let Some(k) = key {
+        s.streams.insert(k, end);
+    }
+    end
+}
+
+/// A copy of `bytes` crossing the link `way` for `device`: on stream queue key `stream`
+/// (`None`: a synchronous copy, on the legacy stream), from or to pinned memory or not. Returns
+/// when the call would: at once for an async pinned copy, else when the modelled copy ends.
+pub(crate) fn copy(stream: Option<usize>, device: c_int, way: Option<Way>, bytes: usize, pinned: bool) {
+    let (Some(rates), Some(way)) = (rates(), way) else {
+        return;
+    };
+    let rate = if pinned { rates.pinned } else { rates.pageable };
+    let key = stream.unwrap_or(crate::copies::LEGACY);
+    let end = schedule(Some(key), device, way, bytes, rate);
+    if stream.is_none() || !pinned {
+        sleep_until(end);
+    }
+}
+
+/// A synchronous cuFile transfer of `bytes` of device memory of `device`, which is on no stream.
+pub(crate) fn file_transfer(device: c_int, way: Way, bytes: usize) {
+    if let Some(rates) = rates() {
+        sleep_until(schedule(None, device, way, bytes, rates.pinned));
+    }
+}
+
+/// `cuStreamSynchronize`: returns when the work queued on `stream` (a queue key) ends.
+pub(crate) fn wait_stream(stream: usize) {
+    if rates().is_some() {
+        let end = state().streams.get(&stream).copied();
+        end.map(sleep_until);
+    }
+}
+
+/// `cuCtxSynchronize` and frees: returns when the work on every stream ends.
+pub(crate) fn wait_all() {
+    if rates().is_some() {
+        let end = state().streams.values().max().copied();
+        end.map(sleep_until);
+    }
+}
+
+/// `cuEventRecord`: the event completes when the work queued on `stream` so far ends.
+pub(crate) fn record(event: usize, stream: usize) {
+    if rates().is_some() {
+        let mut s = state();
+        let end = s.streams.get(&stream).copied().unwrap_or_else(Instant::now);
+        s.events.insert(event, end);
+    }
+}
+
+/// `cuEventQuery`: CUDA_ERROR_NOT_READY while the work the event was recorded after runs.
+pub(crate) fn query(event: usize) -> Result<(), CUresult> {
+    let end = state().events.get(&event).copied();
+    match end {
+        Some(end) if Instant::now() < end => Err(crate::consts::CUDA_ERROR_NOT_READY),
+        _ => Ok(()),
+    }
+}
+
+/// `cuEventSynchronize`: returns when the event completes.
+pub(crate) fn wait_event(event: usize) {
+    let end = state().events.get(&event).copied();
+    end.map(sleep_until);
+}
+
+/// `cuStreamWaitEvent`: the stream's later work starts no earlier than the event completes.
+pub(crate) fn stream_waits(stream: usize, event: usize) {
+    let mut s = state();
+    if let Some(end) = s.events.get(&event).copied() {
+        let at = s.streams.entry(stream).or_insert(end);
+        *at = (*at).max(end);
+    }
+}
+
+/// A destroyed stream or event: its entry goes (events recorded on a stream keep their time).
+pub(crate) fn forget(handle: usize) {
+    let mut s = state();
+    s.streams.remove(&handle);
+    s.events.remove(&handle);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse_as_gigabytes_per_second() {
+        let both = LinkRates::parse("55.4,7.6").unwrap();
+        assert_eq!(both.pinned, 55_400_000_000);
+        assert_eq!(both.pageable, 7_600_000_000);
+        let one = LinkRates::parse("2").unwrap();
+        assert_eq!((one.pinned, one.pageable), (2_000_000_000, 2_000_000_000));
+        for bad in ["", "0", "-1", "fast", "1,2,3", "inf", "NaN", "1,", "1e-10"] {
+            assert_eq!(LinkRates::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn only_copies_between_host_and_device_cross_the_link() {
+        assert_eq!(Way::of(false, true), Some(Way::ToDevice));
+        assert_eq!(Way::of(true, false), Some(Way::ToHost));
+        assert_eq!(Way::of(true, true), None);
+        assert_eq!(Way::of(false, false), None);
+    }
+}
