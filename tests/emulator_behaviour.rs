@@ -2027,7 +2027,12 @@ fn the_modelled_link_times_copies_streams_and_events() {
                 assert!(start.elapsed() >= one);
                 let pageable = vec![6u8; LEN];
                 let start = Instant::now();
-                check((api.cuMemcpyHtoDAsync_v2)(dev, pageable.as_ptr().cast(), LEN, a));
+                check((api.cuMemcpyHtoDAsync_v2)(
+                    dev,
+                    pageable.as_ptr().cast(),
+                    LEN,
+                    a,
+                ));
                 assert!(start.elapsed() >= 2 * one);
                 assert_eq!(dtoh(dev, LEN), vec![6u8; LEN]);
 

@@ -301,7 +301,7 @@ fn write_unguarded<T: Element>(
                 blocker.as_deref().unwrap_or("")
             ));
             let bytes = array.len() * std::mem::size_of::<T>();
-            let mut staging = HostStaging::new(size, bytes);
+            let mut staging = HostStaging::pipelined(size, bytes);
             let elements = Elements {
                 mem_type: &mem_type,
                 size: std::mem::size_of::<T>(),
@@ -498,7 +498,7 @@ impl DeviceSource {
                     }
                     if staging.is_none() {
                         let bytes = region.len() as usize * elements.size;
-                        staging = Some(HostStaging::new(self.staging_size, bytes));
+                        staging = Some(HostStaging::pipelined(self.staging_size, bytes));
                     }
                     let buf = staging.as_mut().expect("created above");
                     read_block(ds, &elements, block, region, dest, stream, buf, None)?;

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::file::OpenDataset;
 use crate::hdf5_raw::{self, select_blocks, Spaces};
 use crate::host_codec::Planned;
-use crate::select::{flat_range_blocks, staging_pieces, Block, Runs};
+use crate::select::{flat_range_blocks, staged_piece_bytes, staging_pieces, Block, Runs};
 use cudarc::driver::{sys, CudaStream};
 use h5gds_runtime::cuda::call;
 use h5gds_runtime::pinned;
@@ -42,6 +42,18 @@ impl HostStaging {
             streams: None,
             pending: [false, false],
         }
+    }
+
+    /// Buffers sized for a transfer of `needed` bytes through HDF5 to overlap its copies
+    /// (`route::select::staged_piece_bytes`): an eighth of it, at least a task for each of the
+    /// driver's I/O threads, at most `size`.
+    pub fn pipelined(size: usize, needed: usize) -> HostStaging {
+        let vfd = h5gds::VfdSettings::load(None).unwrap_or_default();
+        let floor = vfd.nthreads.saturating_mul(vfd.task_size) as u64;
+        HostStaging::new(
+            staged_piece_bytes(needed as u64, size as u64, floor) as usize,
+            needed,
+        )
     }
 
     pub fn len(&self) -> usize {

@@ -19,7 +19,9 @@ use h5gds_route::route::{
     blocker, choose_decoder, data_blocker, gpu_decode, plan, Block, Decoder, DecoderFacts, Route,
     Storage, Transfer,
 };
-use h5gds_route::select::{chunk_layer_cuts, flat_range_blocks, staging_pieces};
+use h5gds_route::select::{
+    chunk_layer_cuts, flat_range_blocks, staged_piece_bytes, staging_pieces,
+};
 use h5gds_runtime::cuda::{self, DeviceContext, DeviceRange, Direction, PointerKind};
 use h5gds_runtime::device_ranges::{self, forget_device_range};
 use h5gds_runtime::pinned;
@@ -256,7 +258,7 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
         h5gds::with_logging(|| {
             tracing::info!(
                 "h5gds.read {:?}: {} bytes into device memory through pinned host memory \
-                 ({staging_size} bytes at a time), its chunks decoded by h5gds on the host's \
+                 (pieces of up to {staging_size} bytes), its chunks decoded by h5gds on the host's \
                  threads: {}",
                 t.dataset_name,
                 t.nbytes,
@@ -302,7 +304,7 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
             h5gds::with_logging(|| {
                 tracing::info!(
                     "h5gds.{op} {:?}: {} bytes {} device memory through pinned host memory \
-                     ({staging_size} bytes at a time): {reason}",
+                     (pieces of up to {staging_size} bytes): {reason}",
                     t.dataset_name,
                     t.nbytes,
                     if t.write { "from" } else { "into" }
@@ -510,10 +512,16 @@ fn host_threads() -> Result<usize, DeviceError> {
         .nthreads)
 }
 
+/// The smallest staged piece that keeps the driver's I/O threads busy: a task each.
+fn file_side_floor() -> Result<usize, DeviceError> {
+    let vfd = h5gds::VfdSettings::load(None).map_err(|e| argument(e.to_string()))?;
+    Ok(vfd.nthreads.saturating_mul(vfd.task_size))
+}
+
 /// Moves `elements` elements of `item` bytes between device memory at `address` and the file
-/// through pinned host buffers, piece by piece (`route::select::staging_pieces`: at most
-/// `staging_size` bytes each,
-/// cut at `cuts` where they fit): `io(a, b, host)` moves elements `[a, b)` (in the array's
+/// through pinned host buffers, piece by piece (`route::select::staging_pieces`, each of
+/// `staged_piece_bytes`: an eighth of the transfer, at least `floor` bytes, at most
+/// `staging_size`; cut at `cuts` where they fit): `io(a, b, host)` moves elements `[a, b)` (in the array's
 /// row-major order) between a buffer and the file. Two buffers take turns, each copied on a
 /// stream of its own, so that one piece's copy to (or from) the device runs while `io` reads (or
 /// writes) the next. The one staging loop of the extension (dataset selections and collective
@@ -525,11 +533,14 @@ fn through_pinned(
     elements: u64,
     item: usize,
     staging_size: usize,
+    floor: usize,
     cuts: &[u64],
     write: bool,
     mut io: impl FnMut(u64, u64, *mut u8) -> Result<(), DeviceError>,
 ) -> Result<(), DeviceError> {
-    let pieces = staging_pieces(elements, (staging_size / item).max(1) as u64, cuts);
+    let total = elements * item as u64;
+    let piece = staged_piece_bytes(total, staging_size as u64, floor as u64) as usize;
+    let pieces = staging_pieces(elements, (piece / item).max(1) as u64, cuts);
     let largest = pieces.iter().map(|&(a, b)| b - a).max().unwrap_or(0) as usize * item;
     let device = |a: u64| address + a * item as u64;
     let bytes = |(a, b): (u64, u64)| (b - a) as usize * item;
@@ -624,18 +635,24 @@ struct HostDecode<'a> {
 const DECODE_STAGING_MAX: usize = 256 << 20;
 
 /// For a read whose chunks h5gds decodes on the host: the staging size (`staging_size`, or more,
-/// up to [`DECODE_STAGING_MAX`], so that a piece holds a chunk for each of the decoding threads)
-/// and the element offsets where the selection crosses into the next layer of chunks along the
-/// first axis, where pieces are cut so that no chunk is decoded for two pieces.
+/// up to [`DECODE_STAGING_MAX`], so that a piece holds a chunk for each of the decoding threads),
+/// the smallest piece (that chunk per thread), and the element offsets where the selection
+/// crosses into the next layer of chunks along the first axis, where pieces are cut so that no
+/// chunk is decoded for two pieces.
 fn decode_pieces(
     t: &DeviceTransfer,
     d: &HostDecode,
     item: usize,
     staging_size: usize,
-) -> (usize, Vec<u64>) {
+) -> (usize, usize, Vec<u64>) {
     let chunk_bytes = d.chunk.iter().product::<u64>() as usize * item;
-    let size = staging_size.max((d.threads * chunk_bytes).min(DECODE_STAGING_MAX));
-    (size, chunk_layer_cuts(t.start, t.step, t.count, d.chunk))
+    let per_thread = (d.threads * chunk_bytes).min(DECODE_STAGING_MAX);
+    let size = staging_size.max(per_thread);
+    (
+        size,
+        per_thread,
+        chunk_layer_cuts(t.start, t.step, t.count, d.chunk),
+    )
 }
 
 /// Moves the selection through pinned buffers of at most `staging_size` bytes: for reads,
@@ -652,9 +669,9 @@ fn staged(
     let failed = DeviceError::Failed;
     let elements: u64 = t.count.iter().product();
     let item = t.nbytes / elements as usize;
-    let (staging_size, cuts) = match decoded {
+    let (staging_size, floor, cuts) = match decoded {
         Some(d) => decode_pieces(t, d, item, staging_size),
-        None => (staging_size, Vec::new()),
+        None => (staging_size, file_side_floor()?, Vec::new()),
     };
     through_pinned(
         context,
@@ -662,6 +679,7 @@ fn staged(
         elements,
         item,
         staging_size,
+        floor,
         &cuts,
         t.write,
         |a, b, host| {
@@ -885,7 +903,7 @@ pub fn write_tile(t: TileWrite) -> Result<String, DeviceError> {
         h5gds::with_logging(|| {
             tracing::info!(
                 "collective to_file: {} bytes from device memory through pinned host memory \
-                 ({staging_size} bytes at a time): {USE_VFD_GDS_ENV}=0",
+                 (pieces of up to {staging_size} bytes): {USE_VFD_GDS_ENV}=0",
                 t.nbytes
             )
         });
@@ -897,6 +915,7 @@ pub fn write_tile(t: TileWrite) -> Result<String, DeviceError> {
             t.nbytes as u64 / item,
             t.item,
             staging_size,
+            file_side_floor()?,
             &[],
             true,
             |a, b, host| {

@@ -63,6 +63,29 @@ impl Block {
     }
 }
 
+/// At least how many pieces a staged transfer is cut into where its pieces can stay above their
+/// floor: two buffers take turns, so the first piece's file side and the last piece's copy run
+/// alone, and `n` even pieces hide at most `(n - 1) / n` of the shorter stage. Measured with the
+/// emulator's modelled link (`benches/staged_stages.py`, EMULATED): 4 pieces of 128 MiB hid 0.72 of
+/// a 512 MiB read's copies.
+pub const PIPELINE_PIECES: u64 = 8;
+
+/// The smallest staged piece: each costs an HDF5 call, a copy and a synchronization.
+pub const MIN_STAGED_PIECE: u64 = 16 << 20;
+
+/// The bytes of each piece of a staged transfer of `total` bytes through buffers of at most
+/// `largest` bytes: a [`PIPELINE_PIECES`]th of the transfer, but no less than `floor` (what keeps
+/// the file side's threads busy: the driver's tasks, or a chunk per decoding thread) nor
+/// [`MIN_STAGED_PIECE`], and never more than `largest` or the transfer.
+pub fn staged_piece_bytes(total: u64, largest: u64, floor: u64) -> u64 {
+    (total / PIPELINE_PIECES)
+        .max(floor)
+        .max(MIN_STAGED_PIECE)
+        .min(largest)
+        .min(total)
+        .max(1)
+}
+
 /// Pieces of at most `per` elements covering `[0, elements)` in order, each ending at the last
 /// of `cuts` (increasing element offsets) it reaches, if any: so pieces cut where whole runs
 /// between cuts fit, and elsewhere hold `per` elements.
@@ -361,6 +384,23 @@ pub fn chunks_touching(block: &Block, chunk_shape: &[u64]) -> Vec<(Vec<u64>, Blo
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn staged_pieces_are_an_eighth_of_the_transfer_between_their_floor_and_the_buffers() {
+        const M: u64 = 1 << 20;
+        // 512 MiB through 128 MiB buffers: 8 pieces of 64 MiB, not 4 of 128.
+        assert_eq!(staged_piece_bytes(512 * M, 128 * M, 0), 64 * M);
+        // 4 GiB: the buffers bound the pieces.
+        assert_eq!(staged_piece_bytes(4096 * M, 128 * M, 0), 128 * M);
+        // 64 MiB: pieces of at least 16 MiB, or of the floor (16 threads x 4 MiB tasks).
+        assert_eq!(staged_piece_bytes(64 * M, 128 * M, 0), 16 * M);
+        assert_eq!(staged_piece_bytes(512 * M, 128 * M, 64 * M), 64 * M);
+        assert_eq!(staged_piece_bytes(256 * M, 128 * M, 64 * M), 64 * M);
+        // Small transfers go in one piece; smaller buffers win over the floor.
+        assert_eq!(staged_piece_bytes(3 * M, 128 * M, 0), 3 * M);
+        assert_eq!(staged_piece_bytes(512 * M, 8 * M, 64 * M), 8 * M);
+        assert_eq!(staged_piece_bytes(0, 128 * M, 0), 1);
+    }
+
     #[test]
     fn staging_pieces_cut_where_whole_runs_fit() {
         // No cuts: pieces of `per`.

@@ -164,6 +164,7 @@ fn copy_now(
     dst: impl FnOnce() -> Result<End, CUresult>,
     src: impl FnOnce() -> Result<End, CUresult>,
 ) -> Result<(), CUresult> {
+    let called = std::time::Instant::now();
     context::require_init()?;
     let (_, device) = context::require_current()?;
     if shape.is_empty() {
@@ -187,7 +188,7 @@ fn copy_now(
         // extent, as the API requires. ptr::copy allows overlap.
         unsafe { perform(&dst, &src, &shape) };
     }
-    timeline::copy(stream, device, way, shape.bytes(), pinned);
+    timeline::copy(stream, called, device, way, shape.bytes(), pinned);
     Ok(())
 }
 
@@ -345,6 +346,7 @@ pub(crate) fn copy_async_shaped(
     dst: impl FnOnce() -> Result<End, CUresult>,
     src: impl FnOnce() -> Result<End, CUresult>,
 ) -> Result<(), CUresult> {
+    let called = std::time::Instant::now();
     context::require_init()?;
     let (current, device) = context::require_current()?;
     context::check_stream(stream as usize)?;
@@ -380,7 +382,10 @@ pub(crate) fn copy_async_shaped(
     // memory to device memory, no host-side synchronization is performed", CUDA Driver API,
     // "API synchronization behavior"): queued like a pinned copy.
     let both_device = dst.is_device() && src.is_device();
-    let (way, bytes) = (timeline::Way::of(src.is_device(), dst.is_device()), shape.bytes());
+    let (way, bytes) = (
+        timeline::Way::of(src.is_device(), dst.is_device()),
+        shape.bytes(),
+    );
     if !pinned && !both_device {
         // Pageable memory: "If pageable memory must first be staged to pinned memory, the
         // driver may synchronize with the stream and stage the copy into pinned memory" (CUDA
@@ -392,7 +397,7 @@ pub(crate) fn copy_async_shaped(
     } else {
         queue(stream as usize, Op::Copy { dst, src, shape });
     }
-    timeline::copy(Some(key), device, way, bytes, pinned);
+    timeline::copy(Some(key), called, device, way, bytes, pinned);
     Ok(())
 }
 

@@ -574,6 +574,7 @@ fn transfer(
     buf_offset: libc::off_t,
 ) -> isize {
     use CUfileOpError as E;
+    let called = std::time::Instant::now();
     if !handles::driver_is_open() {
         return negated(E::CU_FILE_DRIVER_NOT_INITIALIZED);
     }
@@ -652,7 +653,7 @@ fn transfer(
             Direction::Read => Way::ToDevice,
             Direction::Write => Way::ToHost,
         };
-        timeline::file_transfer(device, way, result as usize);
+        timeline::file_transfer(called, device, way, result as usize);
     }
     result
 }

@@ -56,7 +56,10 @@ impl LinkRates {
             Some(p) => rate(p)?,
             None => pinned,
         };
-        parts.next().is_none().then_some(LinkRates { pinned, pageable })
+        parts
+            .next()
+            .is_none()
+            .then_some(LinkRates { pinned, pageable })
     }
 }
 
@@ -104,15 +107,26 @@ fn sleep_until(end: Instant) {
     }
 }
 
-/// Puts a copy of `bytes` on the engine for `way` of `device`, after the work queued on `key`
-/// (if any), and returns when it ends; the stream's work then ends there too.
-fn schedule(key: Option<usize>, device: c_int, way: Way, bytes: usize, rate: u64) -> Instant {
+/// Puts a copy of `bytes`, called at `called`, on the engine for `way` of `device`, after the work
+/// queued on `key` (if any), and returns when it ends: no earlier than now, when the emulator has
+/// moved its bytes. The stream's work then ends there too.
+fn schedule(
+    key: Option<usize>,
+    called: Instant,
+    device: c_int,
+    way: Way,
+    bytes: usize,
+    rate: u64,
+) -> Instant {
     let mut s = state();
-    let now = Instant::now();
     let after_stream = key.and_then(|k| s.streams.get(&k).copied());
     let engine = s.engines.get(&(device, way)).copied();
-    let start = [Some(now), after_stream, engine].into_iter().flatten().max().unwrap_or(now);
-    let end = start + Duration::from_secs_f64(bytes as f64 / rate as f64);
+    let start = [Some(called), after_stream, engine]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(called);
+    let end = (start + Duration::from_secs_f64(bytes as f64 / rate as f64)).max(Instant::now());
     s.engines.insert((device, way), end);
     if let Some(k) = key {
         s.streams.insert(k, end);
@@ -120,41 +134,56 @@ fn schedule(key: Option<usize>, device: c_int, way: Way, bytes: usize, rate: u64
     end
 }
 
-/// A copy of `bytes` crossing the link `way` for `device`: on stream queue key `stream`
-/// (`None`: a synchronous copy, on the legacy stream), from or to pinned memory or not. Returns
-/// when the call would: at once for an async pinned copy, else when the modelled copy ends.
-pub(crate) fn copy(stream: Option<usize>, device: c_int, way: Option<Way>, bytes: usize, pinned: bool) {
+/// A copy of `bytes` crossing the link `way` for `device`, called at `called`: on stream queue key
+/// `stream` (`None`: a synchronous copy, on the legacy stream), from or to pinned memory or not.
+/// Returns when the call would: at once for an async pinned copy, else when the modelled copy
+/// ends.
+pub(crate) fn copy(
+    stream: Option<usize>,
+    called: Instant,
+    device: c_int,
+    way: Option<Way>,
+    bytes: usize,
+    pinned: bool,
+) {
     let (Some(rates), Some(way)) = (rates(), way) else {
         return;
     };
     let rate = if pinned { rates.pinned } else { rates.pageable };
     let key = stream.unwrap_or(crate::copies::LEGACY);
-    let end = schedule(Some(key), device, way, bytes, rate);
+    let end = schedule(Some(key), called, device, way, bytes, rate);
     if stream.is_none() || !pinned {
         sleep_until(end);
     }
 }
 
-/// A synchronous cuFile transfer of `bytes` of device memory of `device`, which is on no stream.
-pub(crate) fn file_transfer(device: c_int, way: Way, bytes: usize) {
+/// A synchronous cuFile transfer of `bytes` of device memory of `device`, called at `called`,
+/// which is on no stream.
+pub(crate) fn file_transfer(called: Instant, device: c_int, way: Way, bytes: usize) {
     if let Some(rates) = rates() {
-        sleep_until(schedule(None, device, way, bytes, rates.pinned));
+        sleep_until(schedule(None, called, device, way, bytes, rates.pinned));
     }
 }
 
 /// `cuStreamSynchronize`: returns when the work queued on `stream` (a queue key) ends.
 pub(crate) fn wait_stream(stream: usize) {
     if rates().is_some() {
+        // Bound first: the state's lock must not be held while sleeping.
         let end = state().streams.get(&stream).copied();
-        end.map(sleep_until);
+        if let Some(end) = end {
+            sleep_until(end);
+        }
     }
 }
 
 /// `cuCtxSynchronize` and frees: returns when the work on every stream ends.
 pub(crate) fn wait_all() {
     if rates().is_some() {
+        // Bound first: the state's lock must not be held while sleeping.
         let end = state().streams.values().max().copied();
-        end.map(sleep_until);
+        if let Some(end) = end {
+            sleep_until(end);
+        }
     }
 }
 
@@ -178,8 +207,11 @@ pub(crate) fn query(event: usize) -> Result<(), CUresult> {
 
 /// `cuEventSynchronize`: returns when the event completes.
 pub(crate) fn wait_event(event: usize) {
+    // Bound first: the state's lock must not be held while sleeping.
     let end = state().events.get(&event).copied();
-    end.map(sleep_until);
+    if let Some(end) = end {
+        sleep_until(end);
+    }
 }
 
 /// `cuStreamWaitEvent`: the stream's later work starts no earlier than the event completes.
