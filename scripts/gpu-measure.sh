@@ -8,6 +8,8 @@
 #   scripts/gpu-measure.sh checks    h5gds info, the Rust device tests, the package's device tests
 #   scripts/gpu-measure.sh io        issue 23: device reads and writes against the pinned-copy limit,
 #                                    what users do and KvikIO (scripts/bench_python.py)
+#   scripts/gpu-measure.sh stages    issue 23 item 1: each staged path timed whole and by stage (file
+#                                    side, link), and the overlap (benches/staged_stages.py)
 #   scripts/gpu-measure.sh threads   issue 26: threads and worker processes, host and device rows
 #   scripts/gpu-measure.sh codec     issue 24: h5py, the host's threads and nvCOMP side by side
 #   scripts/gpu-measure.sh codec2    the same for 2-D datasets in chunks a quarter row wide, which
@@ -22,7 +24,7 @@
 # on one core), for a quick run of the commands themselves.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?usage: scripts/gpu-measure.sh checks|io|threads|codec|codec2|first|mpi}
+stage=${1:?usage: scripts/gpu-measure.sh checks|io|stages|threads|codec|codec2|first|mpi}
 out=${OUT:-/tmp/gpu-measure}
 mkdir -p "$out"
 py=${H5GDS_PYTHON:-python3}
@@ -59,6 +61,9 @@ case "$stage" in
     ;;
   io)
     step bench-python 540 "$py" scripts/bench_python.py --size "$(( ${size_mib} * 4 ))M" --reps 3
+    ;;
+  stages)
+    step staged-stages 540 "$py" benches/staged_stages.py --size "${size_mib}M" --reps 3
     ;;
   threads)
     step host 270 "$py" benches/threads.py --size "${size_mib}M" --rows 64K,1M,4M --reads 256M --reps 3

@@ -1,5 +1,5 @@
 //! Host staging, the staged path: data moves between the file and device memory through two
-//! bounded host buffers taking turns (`H5GDS_STAGING_BUFFER_SIZE` each, from the process's pool
+//! bounded host buffers taking turns (at most `H5GDS_STAGING_BUFFER_SIZE` each, from the process's pool
 //! of pinned buffers; not the driver's bounce buffers), piece by piece, so any size works with
 //! any buffer size, and one piece's copy overlaps the next piece's file I/O. HDF5 only
 //! ever sees host memory here, so it may convert types, fill unwritten storage and decode
