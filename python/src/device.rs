@@ -636,9 +636,9 @@ const DECODE_STAGING_MAX: usize = 256 << 20;
 
 /// For a read whose chunks h5gds decodes on the host: the staging size (`staging_size`, or more,
 /// up to [`DECODE_STAGING_MAX`], so that a piece holds a chunk for each of the decoding threads),
-/// the smallest piece (that chunk per thread), and the element offsets where the selection
-/// crosses into the next layer of chunks along the first axis, where pieces are cut so that no
-/// chunk is decoded for two pieces.
+/// the smallest piece (that chunk per thread, and the selection's largest layer of chunks), and
+/// the element offsets where the selection crosses into the next layer of chunks along the first
+/// axis, where pieces are cut so that no chunk is decoded for two pieces.
 fn decode_pieces(
     t: &DeviceTransfer,
     d: &HostDecode,
@@ -648,11 +648,13 @@ fn decode_pieces(
     let chunk_bytes = d.chunk.iter().product::<u64>() as usize * item;
     let per_thread = (d.threads * chunk_bytes).min(DECODE_STAGING_MAX);
     let size = staging_size.max(per_thread);
-    (
-        size,
-        per_thread,
-        chunk_layer_cuts(t.start, t.step, t.count, d.chunk),
-    )
+    let cuts = chunk_layer_cuts(t.start, t.step, t.count, d.chunk);
+    // A piece smaller than a layer would end inside it, and the layer's chunks be decoded twice.
+    let elements: u64 = t.count.iter().product();
+    let starts = std::iter::once(0).chain(cuts.iter().copied());
+    let ends = cuts.iter().copied().chain(std::iter::once(elements));
+    let layer = starts.zip(ends).map(|(a, b)| b - a).max().unwrap_or(0) as usize * item;
+    (size, per_thread.max(layer), cuts)
 }
 
 /// Moves the selection through pinned buffers of at most `staging_size` bytes: for reads,

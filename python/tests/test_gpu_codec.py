@@ -342,6 +342,21 @@ def test_host_decoded_reads_are_staged_in_pieces_cut_where_the_selection_enters_
                 assert after["htod"] - before["htod"] == 29, (before, after)
 
 
+def test_host_decoded_pieces_hold_a_whole_layer_of_chunks(tmp_path, monkeypatch):
+    """Pieces are an eighth of a transfer (here the 16 MiB least), but never smaller than the selection's
+    largest layer of chunks, which would then be decoded for two pieces: 64 MiB whose chunk layers hold
+    32 MiB each moves in 2 pieces of a layer, not 4 of 16 MiB."""
+    monkeypatch.setenv("H5GDS_GPU_CODEC", "0")
+    monkeypatch.setenv("H5GDS_NTHREADS", "2")
+    data = np.tile(np.arange(1 << 18, dtype="<f4") % 97, (64, 1))
+    with open_gds(tmp_path / "layers.h5", "w") as f:
+        dset = f.create_dataset("x", data=data, chunks=(32, 1 << 16), **CODECS["zstd"])
+        expected, got, before, after = read_on_device(dset, None)
+        assert got.tobytes() == expected.tobytes()
+        if CUDA.emulated:
+            assert after["htod"] - before["htod"] == 2, (before, after)
+
+
 @pytest.mark.parametrize("codec", CODECS)
 def test_unset_h5gds_gpu_codec_chooses_by_the_estimates_and_says_so(tmp_path, capfd, monkeypatch, codec):
     """Unset, the faster side by h5gds's estimates decodes (route::choose_decoder): here few, small chunks

@@ -188,7 +188,8 @@ fn copy_now(
         // extent, as the API requires. ptr::copy allows overlap.
         unsafe { perform(&dst, &src, &shape) };
     }
-    timeline::copy(stream, called, device, way, shape.bytes(), pinned);
+    let (key, synchronous) = (stream.unwrap_or(LEGACY), stream.is_none());
+    timeline::copy(key, synchronous, called, device, way, shape.bytes(), pinned);
     Ok(())
 }
 
@@ -397,7 +398,7 @@ pub(crate) fn copy_async_shaped(
     } else {
         queue(stream as usize, Op::Copy { dst, src, shape });
     }
-    timeline::copy(Some(key), called, device, way, bytes, pinned);
+    timeline::copy(key, false, called, device, way, bytes, pinned);
     Ok(())
 }
 

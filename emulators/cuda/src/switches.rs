@@ -4,7 +4,6 @@
 //! (see `report.rs`). The crate documentation lists the semantics.
 
 use crate::consts::{CUresult, CUDA_ERROR_UNKNOWN};
-use crate::timeline::LinkRates;
 use std::ffi::c_int;
 use std::sync::OnceLock;
 
@@ -217,6 +216,37 @@ impl Switches {
     }
 }
 
+/// The link's modelled rates, bytes per second (`H5GDS_EMU_LINK_GBPS=pinned[,pageable]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkRates {
+    /// Copies with pinned host memory, and cuFile transfers of device memory.
+    pub pinned: u64,
+    /// Copies with pageable host memory (the driver stages them through its own pinned buffers).
+    pub pageable: u64,
+}
+
+impl LinkRates {
+    /// `pinned[,pageable]` in GB/s (10^9 bytes/s), each a positive number; pageable defaults to
+    /// the pinned rate.
+    pub fn parse(v: &str) -> Option<LinkRates> {
+        let rate = |s: &str| {
+            let gbps: f64 = s.trim().parse().ok()?;
+            let bytes = gbps * 1e9;
+            (gbps.is_finite() && bytes >= 1.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
+        };
+        let mut parts = v.split(',');
+        let pinned = rate(parts.next()?)?;
+        let pageable = match parts.next() {
+            Some(p) => rate(p)?,
+            None => pinned,
+        };
+        parts
+            .next()
+            .is_none()
+            .then_some(LinkRates { pinned, pageable })
+    }
+}
+
 /// The storage names of `H5GDS_EMU_GDS_TARGETS`, and their `CUfileDriverStatusFlags` bits.
 pub const GDS_TARGET_NAMES: [(&str, u32); 8] = [
     ("lustre", 0),
@@ -329,6 +359,18 @@ mod tests {
                 }),
             }
         );
+    }
+
+    #[test]
+    fn rates_parse_as_gigabytes_per_second() {
+        let both = LinkRates::parse("55.4,7.6").unwrap();
+        assert_eq!(both.pinned, 55_400_000_000);
+        assert_eq!(both.pageable, 7_600_000_000);
+        let one = LinkRates::parse("2").unwrap();
+        assert_eq!((one.pinned, one.pageable), (2_000_000_000, 2_000_000_000));
+        for bad in ["", "0", "-1", "fast", "1,2,3", "inf", "NaN", "1,", "1e-10"] {
+            assert_eq!(LinkRates::parse(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

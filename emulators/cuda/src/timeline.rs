@@ -26,42 +26,11 @@
 //!   bytes (with or without GDS the bytes cross it).
 
 use crate::consts::CUresult;
-use crate::switches;
+use crate::switches::{self, LinkRates};
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::{LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-
-/// The link's modelled rates, bytes per second (`H5GDS_EMU_LINK_GBPS=pinned[,pageable]`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LinkRates {
-    /// Copies with pinned host memory, and cuFile transfers of device memory.
-    pub pinned: u64,
-    /// Copies with pageable host memory (the driver stages them through its own pinned buffers).
-    pub pageable: u64,
-}
-
-impl LinkRates {
-    /// `pinned[,pageable]` in GB/s (10^9 bytes/s), each a positive number; pageable defaults to
-    /// the pinned rate.
-    pub fn parse(v: &str) -> Option<LinkRates> {
-        let rate = |s: &str| {
-            let gbps: f64 = s.trim().parse().ok()?;
-            let bytes = gbps * 1e9;
-            (gbps.is_finite() && bytes >= 1.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
-        };
-        let mut parts = v.split(',');
-        let pinned = rate(parts.next()?)?;
-        let pageable = match parts.next() {
-            Some(p) => rate(p)?,
-            None => pinned,
-        };
-        parts
-            .next()
-            .is_none()
-            .then_some(LinkRates { pinned, pageable })
-    }
-}
 
 /// Which way a copy crosses the link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -135,11 +104,12 @@ fn schedule(
 }
 
 /// A copy of `bytes` crossing the link `way` for `device`, called at `called`: on stream queue key
-/// `stream` (`None`: a synchronous copy, on the legacy stream), from or to pinned memory or not.
+/// `key` (a synchronous copy on the legacy stream's), from or to pinned memory or not.
 /// Returns when the call would: at once for an async pinned copy, else when the modelled copy
 /// ends.
 pub(crate) fn copy(
-    stream: Option<usize>,
+    key: usize,
+    synchronous: bool,
     called: Instant,
     device: c_int,
     way: Option<Way>,
@@ -150,9 +120,8 @@ pub(crate) fn copy(
         return;
     };
     let rate = if pinned { rates.pinned } else { rates.pageable };
-    let key = stream.unwrap_or(crate::copies::LEGACY);
     let end = schedule(Some(key), called, device, way, bytes, rate);
-    if stream.is_none() || !pinned {
+    if synchronous || !pinned {
         sleep_until(end);
     }
 }
@@ -233,18 +202,6 @@ pub(crate) fn forget(handle: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rates_parse_as_gigabytes_per_second() {
-        let both = LinkRates::parse("55.4,7.6").unwrap();
-        assert_eq!(both.pinned, 55_400_000_000);
-        assert_eq!(both.pageable, 7_600_000_000);
-        let one = LinkRates::parse("2").unwrap();
-        assert_eq!((one.pinned, one.pageable), (2_000_000_000, 2_000_000_000));
-        for bad in ["", "0", "-1", "fast", "1,2,3", "inf", "NaN", "1,", "1e-10"] {
-            assert_eq!(LinkRates::parse(bad), None, "{bad:?}");
-        }
-    }
 
     #[test]
     fn only_copies_between_host_and_device_cross_the_link() {
