@@ -1,6 +1,9 @@
 //! Device-memory benchmarks: a contiguous float32 dataset read into and written from GPU memory
 //! through the `gds` driver, against "the 128 MB staged path" (sec2 through a bounded host
-//! staging buffer, then a copy to or from the GPU, as array libraries do by default).
+//! staging buffer, then a copy to or from the GPU, as array libraries do by default), against
+//! what users do (`users`: the whole dataset read into host memory with sec2, then one copy up;
+//! one copy down, then the whole dataset written), and beside the link's limit (`limit`: one copy
+//! of the bytes between pinned host memory and the device, no file).
 //! Alternatives are interleaved; every transfer is checked, untimed, against the data.
 //!
 //! Both paths are timed between storage and device memory: the source file is dropped from the
@@ -30,8 +33,11 @@ pub struct DeviceOptions {
 /// The label of the staged baseline in the results.
 pub const STAGED: &str = "staged";
 
+/// The paths compared: the driver, the staged baseline, what users do, the link's limit.
+const PATHS: [&str; 4] = ["gds", STAGED, "users", "limit"];
+
 pub fn steps(opts: &DeviceOptions) -> usize {
-    opts.reps * 4
+    opts.reps * 2 * PATHS.len()
 }
 
 /// The bytes of a float slice (f32 has no padding and every byte pattern of u8 is valid).
@@ -109,6 +115,30 @@ fn staged_write(path: &Path, dev: &DeviceBuffer, staging: &mut [f32]) -> Result<
         )?;
         start += count;
     }
+    drop(dset);
+    h5("H5Fclose", file.close())
+}
+
+/// What users do: the whole dataset into host memory (sec2), then one copy to the device.
+fn users_read(path: &Path, dev: &DeviceBuffer, host: &mut [f32]) -> Result<()> {
+    let file = open(path, &Driver::Sec2)?;
+    let dset = h5("H5Dopen2", file.dataset("data"))?;
+    let read = hdf5_raw::read_into_plain(&dset, &f32_type()?, Spaces::default(), host);
+    h5("H5Dread", read)?;
+    drop(dset);
+    h5("H5Fclose", file.close())?;
+    dev.upload(0, f32_bytes(host))
+}
+
+/// What users do: one copy from the device, then the whole dataset written (sec2).
+fn users_write(path: &Path, dev: &DeviceBuffer, host: &mut [f32]) -> Result<()> {
+    dev.download_into(0, f32_bytes_mut(host))?;
+    let file = create(path, &Driver::Sec2)?;
+    let dset = create_f32(&file, "data", host.len())?;
+    h5(
+        "H5Dwrite",
+        hdf5_raw::write_from(&dset, &f32_type()?, Spaces::default(), host),
+    )?;
     drop(dset);
     h5("H5Fclose", file.close())
 }
@@ -200,46 +230,70 @@ pub fn run(opts: &DeviceOptions, progress: &mut dyn FnMut()) -> Result<Vec<Measu
     }
     let dev = DeviceBuffer::new(opts.bytes as usize)?;
     let mut staging = vec![0f32; (opts.staging.min(opts.bytes as usize) / 4).max(1)];
+    let mut whole = vec![0f32; n];
+    // The limit's pinned buffer holds the data (checked reads) and takes the device's bytes back.
+    let mut pinned = h5gds_runtime::pinned::Taken::new(opts.bytes as usize);
+    let pinned_ptr = pinned.as_mut_ptr();
+    // SAFETY: the buffer holds `opts.bytes` bytes and lives until the end of this function; it is
+    // only touched through this slice.
+    let pinned_bytes = unsafe { std::slice::from_raw_parts_mut(pinned_ptr, opts.bytes as usize) };
+    pinned_bytes.copy_from_slice(f32_bytes(&data));
     let label = crate::stats::size_label(opts.bytes);
-    let paths = ["gds", STAGED];
-    let mut read_times = vec![Vec::new(), Vec::new()];
-    let mut write_times = vec![Vec::new(), Vec::new()];
+    let mut read_times = vec![Vec::new(); PATHS.len()];
+    let mut write_times = vec![Vec::new(); PATHS.len()];
     let target = |p: &str| opts.dir.join(format!("h5gds-device-{p}.h5"));
+    let read = |p: &str, staging: &mut [f32], whole: &mut [f32], pinned: &[u8]| match p {
+        "gds" => gds_read(&source, &dev, &opts.gds_config),
+        STAGED => staged_read(&source, &dev, staging),
+        "users" => users_read(&source, &dev, whole),
+        _ => dev.upload(0, pinned),
+    };
+    let write = |p: &str, staging: &mut [f32], whole: &mut [f32], pinned: &mut [u8]| match p {
+        "gds" => gds_write(&target(p), &dev, &opts.gds_config),
+        STAGED => staged_write(&target(p), &dev, staging),
+        "users" => users_write(&target(p), &dev, whole),
+        _ => dev.download_into(0, pinned),
+    };
     // One untimed round first: the first touch of fresh memory and page cache is charged to
-    // neither path.
-    gds_read(&source, &dev, &opts.gds_config)?;
-    staged_read(&source, &dev, &mut staging)?;
-    gds_write(&target("gds"), &dev, &opts.gds_config)?;
-    staged_write(&target(STAGED), &dev, &mut staging)?;
+    // no path.
+    for p in PATHS {
+        read(p, &mut staging, &mut whole, pinned_bytes)?;
+        write(p, &mut staging, &mut whole, pinned_bytes)?;
+    }
     for rep in 0..opts.reps {
-        for k in 0..2 {
-            let i = (k + rep) % 2;
-            dev.upload(0, &vec![0xAB; 1 << 20])?; // spoil the head so a no-op read cannot pass
+        for k in 0..PATHS.len() {
+            let i = (k + rep) % PATHS.len();
+            dev.upload(0, &vec![0xAB; (1 << 20).min(opts.bytes as usize)])?; // spoil the head
             evict(&source)?;
             let start = Instant::now();
-            match paths[i] {
-                "gds" => gds_read(&source, &dev, &opts.gds_config)?,
-                _ => staged_read(&source, &dev, &mut staging)?,
-            }
+            read(PATHS[i], &mut staging, &mut whole, pinned_bytes)?;
             read_times[i].push(start.elapsed().as_secs_f64());
-            check_device(&format!("{} read", paths[i]), &dev, &data)?;
+            check_device(&format!("{} read", PATHS[i]), &dev, &data)?;
             progress();
         }
-        for k in 0..2 {
-            let i = (k + rep) % 2;
-            let _ = std::fs::remove_file(target(paths[i]));
+        for k in 0..PATHS.len() {
+            let i = (k + rep) % PATHS.len();
+            let p = PATHS[i];
+            let _ = std::fs::remove_file(target(p));
             let start = Instant::now();
-            match paths[i] {
-                "gds" => gds_write(&target(paths[i]), &dev, &opts.gds_config)?,
-                _ => staged_write(&target(paths[i]), &dev, &mut staging)?,
+            write(p, &mut staging, &mut whole, pinned_bytes)?;
+            if p != "limit" {
+                evict(&target(p))?; // on storage: the staged paths' pages are only cached
             }
-            evict(&target(paths[i]))?; // on storage: the staged path's pages are only cached
             write_times[i].push(start.elapsed().as_secs_f64());
-            check_file(&format!("{} write", paths[i]), &target(paths[i]), &data)?;
+            if p == "limit" {
+                if pinned_bytes != f32_bytes(&data) {
+                    return Err("limit write: the pinned buffer differs from device memory".into());
+                }
+            } else {
+                check_file(&format!("{p} write"), &target(p), &data)?;
+            }
             progress();
         }
     }
-    for p in paths
+    drop(pinned);
+    h5gds_runtime::pinned::release_idle();
+    for p in PATHS
         .iter()
         .map(|p| target(p))
         .chain(std::iter::once(source))
@@ -247,7 +301,7 @@ pub fn run(opts: &DeviceOptions, progress: &mut dyn FnMut()) -> Result<Vec<Measu
         let _ = std::fs::remove_file(p);
     }
     let mut out = Vec::new();
-    for (p, t) in paths.iter().zip(read_times) {
+    for (p, t) in PATHS.iter().zip(read_times) {
         out.push(Measurement::throughput(
             &format!("device read {label} f32"),
             p,
@@ -255,7 +309,7 @@ pub fn run(opts: &DeviceOptions, progress: &mut dyn FnMut()) -> Result<Vec<Measu
             t,
         ));
     }
-    for (p, t) in paths.iter().zip(write_times) {
+    for (p, t) in PATHS.iter().zip(write_times) {
         out.push(Measurement::throughput(
             &format!("device write {label} f32"),
             p,

@@ -186,6 +186,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         } else {
             println!("\nDEVICE MEMORY: gds vs the staged path (sec2 through a {staging} host buffer, then a copy)");
         }
+        println!("(users: the whole dataset through host memory and one copy, as with h5py + cupy; limit: one copy between pinned host memory and the device, no file)");
         println!("(storage to device: the file is dropped from the page cache before each read, and each write ends with fsync)");
         let bar = progress_bar(device::steps(&opts))?;
         let results = device::run(&opts, &mut || bar.inc(1));

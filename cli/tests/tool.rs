@@ -300,12 +300,16 @@ fn tiny_bench_writes_json_and_svg() {
             .unwrap()
             > 0.0
     );
-    assert!(
-        row("device read 1 MiB f32 EMULATED", "gds")["ratios"]["vs_staged"]
-            .as_f64()
-            .unwrap()
-            > 0.0
-    );
+    // Beside gds and the staged baseline: what users do, and the link's limit.
+    for bench in [
+        "device read 1 MiB f32 EMULATED",
+        "device write 1 MiB f32 EMULATED",
+    ] {
+        for path in ["gds", "users", "limit"] {
+            assert!(row(bench, path)["ratios"]["vs_staged"].as_f64().unwrap() > 0.0);
+            assert_eq!(row(bench, path)["seconds"].as_array().unwrap().len(), 2);
+        }
+    }
     assert!(value["labels"]["device_results"]
         .as_str()
         .unwrap()
