@@ -260,6 +260,30 @@ def test_use_vfd_gds_0_stages_and_the_staging_buffer_size_bounds_the_pieces(gds_
     assert dset[...].tobytes() == (-data).tobytes()
 
 
+def test_staged_transfers_move_in_eighths_so_the_copies_overlap_the_file_io(gds_file, monkeypatch):
+    """Two pinned buffers take turns, so the first piece's file I/O and the last piece's copy run alone:
+    pieces are an eighth of the transfer (at least 16 MiB and a task per I/O thread), not the whole
+    staging size. 64 MiB with the default 128 MiB buffers and 2 threads: 4 pieces of 16 MiB each way."""
+    monkeypatch.setenv("H5GDS_USE_VFD_GDS", "0")
+    monkeypatch.setenv("H5GDS_NTHREADS", "2")
+    data = np.arange(8 << 20, dtype="<f8")
+    dset = gds_file.create_dataset("x", data=data)
+    out = DeviceArray(data.shape, "<f8", fill=0.0)
+    with Counters() as counters:
+        h5gds.read(dset, out=out)
+    assert out.to_host().tobytes() == data.tobytes()
+    if CUDA.emulated:
+        assert counters.delta("htod") == 4
+    source = DeviceArray.from_host(-data)
+    with Counters() as counters:
+        h5gds.write(dset, source)
+    if CUDA.emulated:
+        assert counters.delta("dtoh") == 4
+    assert dset[...].tobytes() == (-data).tobytes()
+    out.free()
+    source.free()
+
+
 @pytest.mark.parametrize("variable, value, message", [
     ("H5GDS_USE_VFD_GDS", "yes", r"invalid H5GDS_USE_VFD_GDS=\"yes\": accepted values are 1 \(the gds driver\)"),
     ("H5GDS_STAGING_BUFFER_SIZE", "1K", r"invalid H5GDS_STAGING_BUFFER_SIZE=\"1K\": accepted values are a byte "
