@@ -449,7 +449,18 @@ impl DeviceSource {
                 region.count
             ));
             let bytes = region.len() as usize * elements.size;
-            let mut staging = HostStaging::new(self.staging_size, bytes);
+            let threads = h5gds::VfdSettings::load(None).unwrap_or_default().nthreads;
+            let ones = vec![1; region.count.len()];
+            let pieces = crate::select::decoded_pieces(
+                &region.start,
+                &ones,
+                &region.count,
+                planned.chunk(),
+                elements.size as u64,
+                threads as u64,
+                self.staging_size as u64,
+            );
+            let mut staging = HostStaging::new(pieces.piece_bytes as usize, bytes);
             read_block(
                 ds,
                 &elements,

@@ -10,7 +10,9 @@ use crate::error::{Error, Result};
 use crate::file::OpenDataset;
 use crate::hdf5_raw::{self, select_blocks, Spaces};
 use crate::host_codec::Planned;
-use crate::select::{flat_range_blocks, staged_piece_bytes, staging_pieces, Block, Runs};
+use crate::select::{
+    chunk_layer_cuts, flat_range_blocks, staged_piece_bytes, staging_pieces, Block, Runs,
+};
 use cudarc::driver::{sys, CudaStream};
 use h5gds_runtime::cuda::call;
 use h5gds_runtime::pinned;
@@ -111,7 +113,9 @@ pub(crate) struct Elements<'a> {
 
 /// Reads `block` (file coordinates) of `ds` into device memory `dest`, which holds the array
 /// `region` (file coordinates) in row-major order, through `staging`: HDF5 fills the buffer,
-/// or, with `decoded`, h5gds decodes the chunks into it on the driver's I/O threads.
+/// or, with `decoded`, h5gds decodes the chunks into it on the driver's I/O threads, in pieces
+/// that end where the block enters a new layer of chunks (so no chunk is decoded twice) where a
+/// buffer holds whole layers.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn read_block(
     ds: &OpenDataset,
@@ -127,7 +131,14 @@ pub(crate) fn read_block(
     let per = (staging.len() as u64 / es).max(1);
     let runs = Runs::new(&block.relative_to(&region.start), &region.count);
     let total = block.len();
-    let spans = staging_pieces(total, per, &[]);
+    let cuts = match decoded {
+        Some(planned) => {
+            let ones = vec![1; block.count.len()];
+            chunk_layer_cuts(&block.start, &ones, &block.count, planned.chunk())
+        }
+        None => Vec::new(),
+    };
+    let spans = staging_pieces(total, per, &cuts);
     let moved = spans.iter().enumerate().try_for_each(|(k, &(a, b))| {
         let blocks: Vec<Block> = flat_range_blocks(&block.count, a, b)
             .iter()

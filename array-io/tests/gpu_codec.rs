@@ -441,6 +441,41 @@ fn h5gds_gpu_codec_0_keeps_decoding_on_the_host() {
     assert!(!log.contains("decoded on the GPU with nvCOMP"), "{log}");
 }
 
+fn many_rows_body() {
+    let dir = test_dir();
+    let file = dir.join("h5py.h5");
+    for entry in h5py_manifest(&dir) {
+        if entry.name.ends_with("/many_rows") {
+            for_dtype!(entry.dtype.as_str(), read_and_compare(&file, &entry));
+        }
+    }
+}
+
+/// Decoded on the host's threads, a read moves through the staging buffers in pieces that end
+/// where it enters a new layer of chunks, so no chunk is decoded for two pieces: (66, 1280) int16
+/// in chunks of (2, 40), layers of 5 KiB, through 8 KiB buffers: 33 pieces of a layer each, not 21
+/// of 8 KiB; for each of the three codecs.
+#[test]
+fn host_decoded_reads_are_staged_in_whole_layers_of_chunks() {
+    let name = "host_decoded_reads_are_staged_in_whole_layers_of_chunks";
+    let dir = codec_files();
+    let env = [
+        (array_io::GPU_CODEC_ENV, "0"),
+        ("H5GDS_NTHREADS", "2"),
+        ("H5GDS_STAGING_BUFFER_SIZE", "8K"),
+    ];
+    let Some(run) = run(name, true, dir.path(), &env, many_rows_body) else {
+        return;
+    };
+    run.assert_clean();
+    assert!(
+        run.stderr().contains("decoded by h5gds on 2 host threads"),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(run.counter("copies htod"), 3 * 33, "{:?}", run.report);
+}
+
 // ---- writes: encoded on the GPU, read by h5py with hdf5plugin ----
 
 use array_io::{to_file_compressed, Compression};

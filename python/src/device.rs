@@ -19,9 +19,7 @@ use h5gds_route::route::{
     blocker, choose_decoder, data_blocker, gpu_decode, plan, Block, Decoder, DecoderFacts, Route,
     Storage, Transfer,
 };
-use h5gds_route::select::{
-    chunk_layer_cuts, flat_range_blocks, staged_piece_bytes, staging_pieces,
-};
+use h5gds_route::select::{decoded_pieces, flat_range_blocks, staged_piece_bytes, staging_pieces};
 use h5gds_runtime::cuda::{self, DeviceContext, DeviceRange, Direction, PointerKind};
 use h5gds_runtime::device_ranges::{self, forget_device_range};
 use h5gds_runtime::pinned;
@@ -519,9 +517,8 @@ fn file_side_floor() -> Result<usize, DeviceError> {
 }
 
 /// Moves `elements` elements of `item` bytes between device memory at `address` and the file
-/// through pinned host buffers, piece by piece (`route::select::staging_pieces`, each of
-/// `staged_piece_bytes`: an eighth of the transfer, at least `floor` bytes, at most
-/// `staging_size`; cut at `cuts` where they fit): `io(a, b, host)` moves elements `[a, b)` (in the array's
+/// through pinned host buffers, piece by piece (`route::select::staging_pieces`: at most
+/// `piece_bytes` each, cut at `cuts` where they fit): `io(a, b, host)` moves elements `[a, b)` (in the array's
 /// row-major order) between a buffer and the file. Two buffers take turns, each copied on a
 /// stream of its own, so that one piece's copy to (or from) the device runs while `io` reads (or
 /// writes) the next. The one staging loop of the extension (dataset selections and collective
@@ -532,15 +529,12 @@ fn through_pinned(
     address: u64,
     elements: u64,
     item: usize,
-    staging_size: usize,
-    floor: usize,
+    piece_bytes: usize,
     cuts: &[u64],
     write: bool,
     mut io: impl FnMut(u64, u64, *mut u8) -> Result<(), DeviceError>,
 ) -> Result<(), DeviceError> {
-    let total = elements * item as u64;
-    let piece = staged_piece_bytes(total, staging_size as u64, floor as u64) as usize;
-    let pieces = staging_pieces(elements, (piece / item).max(1) as u64, cuts);
+    let pieces = staging_pieces(elements, (piece_bytes / item).max(1) as u64, cuts);
     let largest = pieces.iter().map(|&(a, b)| b - a).max().unwrap_or(0) as usize * item;
     let device = |a: u64| address + a * item as u64;
     let bytes = |(a, b): (u64, u64)| (b - a) as usize * item;
@@ -631,32 +625,6 @@ struct HostDecode<'a> {
     threads: usize,
 }
 
-/// Most bytes decoded pieces stage at a time, so that a piece holds a chunk for each host thread.
-const DECODE_STAGING_MAX: usize = 256 << 20;
-
-/// For a read whose chunks h5gds decodes on the host: the staging size (`staging_size`, or more,
-/// up to [`DECODE_STAGING_MAX`], so that a piece holds a chunk for each of the decoding threads),
-/// the smallest piece (that chunk per thread, and the selection's largest layer of chunks), and
-/// the element offsets where the selection crosses into the next layer of chunks along the first
-/// axis, where pieces are cut so that no chunk is decoded for two pieces.
-fn decode_pieces(
-    t: &DeviceTransfer,
-    d: &HostDecode,
-    item: usize,
-    staging_size: usize,
-) -> (usize, usize, Vec<u64>) {
-    let chunk_bytes = d.chunk.iter().product::<u64>() as usize * item;
-    let per_thread = (d.threads * chunk_bytes).min(DECODE_STAGING_MAX);
-    let size = staging_size.max(per_thread);
-    let cuts = chunk_layer_cuts(t.start, t.step, t.count, d.chunk);
-    // A piece smaller than a layer would end inside it, and the layer's chunks be decoded twice.
-    let elements: u64 = t.count.iter().product();
-    let starts = std::iter::once(0).chain(cuts.iter().copied());
-    let ends = cuts.iter().copied().chain(std::iter::once(elements));
-    let layer = starts.zip(ends).map(|(a, b)| b - a).max().unwrap_or(0) as usize * item;
-    (size, per_thread.max(layer), cuts)
-}
-
 /// Moves the selection through pinned buffers of at most `staging_size` bytes: for reads,
 /// HDF5 fills the buffer with a run of the selection's elements (in row-major order), or with
 /// `decoded` h5gds decodes their chunks into it on the driver's I/O threads, and the run is then
@@ -671,17 +639,35 @@ fn staged(
     let failed = DeviceError::Failed;
     let elements: u64 = t.count.iter().product();
     let item = t.nbytes / elements as usize;
-    let (staging_size, floor, cuts) = match decoded {
-        Some(d) => decode_pieces(t, d, item, staging_size),
-        None => (staging_size, file_side_floor()?, Vec::new()),
+    let (piece_bytes, cuts) = match decoded {
+        Some(d) => {
+            let (threads, staging) = (d.threads as u64, staging_size as u64);
+            let p = decoded_pieces(
+                t.start,
+                t.step,
+                t.count,
+                d.chunk,
+                item as u64,
+                threads,
+                staging,
+            );
+            (p.piece_bytes, p.cuts)
+        }
+        None => {
+            let total = elements * item as u64;
+            let floor = file_side_floor()? as u64;
+            (
+                staged_piece_bytes(total, staging_size as u64, floor),
+                Vec::new(),
+            )
+        }
     };
     through_pinned(
         context,
         t.address,
         elements,
         item,
-        staging_size,
-        floor,
+        piece_bytes as usize,
         &cuts,
         t.write,
         |a, b, host| {
@@ -916,8 +902,11 @@ pub fn write_tile(t: TileWrite) -> Result<String, DeviceError> {
             t.address,
             t.nbytes as u64 / item,
             t.item,
-            staging_size,
-            file_side_floor()?,
+            staged_piece_bytes(
+                t.nbytes as u64,
+                staging_size as u64,
+                file_side_floor()? as u64,
+            ) as usize,
             &[],
             true,
             |a, b, host| {

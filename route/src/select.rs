@@ -86,6 +86,51 @@ pub fn staged_piece_bytes(total: u64, largest: u64, floor: u64) -> u64 {
         .max(1)
 }
 
+/// Most bytes a piece of a host-decoded read grows to, so that it holds a chunk for each decoding
+/// thread.
+pub const DECODE_STAGING_MAX: u64 = 256 << 20;
+
+/// How a read whose chunks are decoded on the host is staged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodedPieces {
+    /// The bytes of each piece ([`staged_piece_bytes`]).
+    pub piece_bytes: u64,
+    /// Where the selection enters a new layer of chunks ([`chunk_layer_cuts`]): pieces end there,
+    /// so no chunk is decoded for two pieces.
+    pub cuts: Vec<u64>,
+}
+
+/// The pieces of a read of the selection `start`/`step`/`count` (file coordinates) of a dataset in
+/// chunks of `chunk`, elements of `item` bytes, decoded on `threads` host threads through
+/// buffers of `staging` bytes: the buffers grow to hold a chunk per thread (up to
+/// [`DECODE_STAGING_MAX`]), and a piece holds at least that and the selection's largest layer of
+/// chunks (a smaller piece would end inside a layer, whose chunks would be decoded twice).
+pub fn decoded_pieces(
+    start: &[u64],
+    step: &[u64],
+    count: &[u64],
+    chunk: &[u64],
+    item: u64,
+    threads: u64,
+    staging: u64,
+) -> DecodedPieces {
+    let chunk_bytes = chunk.iter().product::<u64>() * item;
+    let per_thread = threads.saturating_mul(chunk_bytes).min(DECODE_STAGING_MAX);
+    let cuts = chunk_layer_cuts(start, step, count, chunk);
+    let elements: u64 = count.iter().product();
+    let starts = std::iter::once(0).chain(cuts.iter().copied());
+    let ends = cuts.iter().copied().chain(std::iter::once(elements));
+    let layer = starts.zip(ends).map(|(a, b)| b - a).max().unwrap_or(0) * item;
+    DecodedPieces {
+        piece_bytes: staged_piece_bytes(
+            elements * item,
+            staging.max(per_thread),
+            per_thread.max(layer),
+        ),
+        cuts,
+    }
+}
+
 /// Pieces of at most `per` elements covering `[0, elements)` in order, each ending at the last
 /// of `cuts` (increasing element offsets) it reaches, if any: so pieces cut where whole runs
 /// between cuts fit, and elsewhere hold `per` elements.
@@ -399,6 +444,34 @@ mod tests {
         assert_eq!(staged_piece_bytes(3 * M, 128 * M, 0), 3 * M);
         assert_eq!(staged_piece_bytes(512 * M, 8 * M, 64 * M), 8 * M);
         assert_eq!(staged_piece_bytes(0, 128 * M, 0), 1);
+    }
+
+    #[test]
+    fn decoded_pieces_hold_a_chunk_per_thread_and_a_whole_layer() {
+        const M: u64 = 1 << 20;
+        // 1-D, 512 MiB of float32 in 1 MiB chunks, 2 threads, 128 MiB buffers: eighths, cut at
+        // every chunk.
+        let n = 128 * M;
+        let d = decoded_pieces(&[0], &[1], &[n], &[M / 4], 4, 2, 128 * M);
+        assert_eq!(d.piece_bytes, 64 * M);
+        assert_eq!(d.cuts.len(), 511);
+        // 16 threads of 16 MiB chunks: pieces grow to 256 MiB.
+        let d = decoded_pieces(&[0], &[1], &[n], &[4 * M], 4, 16, 128 * M);
+        assert_eq!(d.piece_bytes, 256 * M);
+        // 2-D, 64 MiB whose chunk layers hold 32 MiB: pieces of a layer, not 16 MiB.
+        let d = decoded_pieces(
+            &[0, 0],
+            &[1, 1],
+            &[64, 256 * 1024],
+            &[32, 65536],
+            4,
+            2,
+            128 * M,
+        );
+        assert_eq!((d.piece_bytes, d.cuts), (32 * M, vec![32 * 256 * 1024]));
+        // Small buffers bound the pieces, whatever the layers.
+        let d = decoded_pieces(&[0, 0], &[1, 1], &[400, 50], &[7, 16], 4, 2, 4096);
+        assert_eq!(d.piece_bytes, 4096);
     }
 
     #[test]
