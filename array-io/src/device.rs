@@ -469,7 +469,7 @@ impl DeviceSource {
                 dest,
                 stream,
                 &mut staging,
-                Some(planned),
+                Some((planned, &pieces.cuts)),
             )?;
             synchronize(stream)?;
             drop(record);

@@ -10,9 +10,7 @@ use crate::error::{Error, Result};
 use crate::file::OpenDataset;
 use crate::hdf5_raw::{self, select_blocks, Spaces};
 use crate::host_codec::Planned;
-use crate::select::{
-    chunk_layer_cuts, flat_range_blocks, staged_piece_bytes, staging_pieces, Block, Runs,
-};
+use crate::select::{flat_range_blocks, staged_piece_bytes, staging_pieces, Block, Runs};
 use cudarc::driver::{sys, CudaStream};
 use h5gds_runtime::cuda::call;
 use h5gds_runtime::pinned;
@@ -50,8 +48,9 @@ impl HostStaging {
     /// (`route::select::staged_piece_bytes`): an eighth of it, at least a task for each of the
     /// driver's I/O threads, at most `size`.
     pub fn pipelined(size: usize, needed: usize) -> HostStaging {
-        let vfd = h5gds::VfdSettings::load(None).unwrap_or_default();
-        let floor = vfd.nthreads.saturating_mul(vfd.task_size) as u64;
+        let floor = h5gds::VfdSettings::load(None)
+            .unwrap_or_default()
+            .task_round_bytes() as u64;
         HostStaging::new(
             staged_piece_bytes(needed as u64, size as u64, floor) as usize,
             needed,
@@ -113,9 +112,9 @@ pub(crate) struct Elements<'a> {
 
 /// Reads `block` (file coordinates) of `ds` into device memory `dest`, which holds the array
 /// `region` (file coordinates) in row-major order, through `staging`: HDF5 fills the buffer,
-/// or, with `decoded`, h5gds decodes the chunks into it on the driver's I/O threads, in pieces
-/// that end where the block enters a new layer of chunks (so no chunk is decoded twice) where a
-/// buffer holds whole layers.
+/// or, with `decoded` (the plan, and `route::select::decoded_pieces`' cuts of `block`), h5gds
+/// decodes the chunks into it on the driver's I/O threads, in pieces that end where the block
+/// enters a new layer of chunks (so no chunk is decoded twice) where a buffer holds whole layers.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn read_block(
     ds: &OpenDataset,
@@ -125,20 +124,14 @@ pub(crate) fn read_block(
     dest: sys::CUdeviceptr,
     stream: &Arc<CudaStream>,
     staging: &mut HostStaging,
-    decoded: Option<&Planned>,
+    decoded: Option<(&Planned, &[u64])>,
 ) -> Result<()> {
     let es = elements.size as u64;
     let per = (staging.len() as u64 / es).max(1);
     let runs = Runs::new(&block.relative_to(&region.start), &region.count);
     let total = block.len();
-    let cuts = match decoded {
-        Some(planned) => {
-            let ones = vec![1; block.count.len()];
-            chunk_layer_cuts(&block.start, &ones, &block.count, planned.chunk())
-        }
-        None => Vec::new(),
-    };
-    let spans = staging_pieces(total, per, &cuts);
+    let cuts = decoded.map_or(&[][..], |(_, cuts)| cuts);
+    let spans = staging_pieces(total, per, cuts);
     let moved = spans.iter().enumerate().try_for_each(|(k, &(a, b))| {
         let blocks: Vec<Block> = flat_range_blocks(&block.count, a, b)
             .iter()
@@ -150,7 +143,7 @@ pub(crate) fn read_block(
             .map(|b| (b.start.as_slice(), b.count.as_slice()))
             .collect();
         let buf = staging.buffer(k)?;
-        if let Some(planned) = decoded {
+        if let Some((planned, _)) = decoded {
             let mut at = 0usize;
             for piece in &blocks {
                 let len = piece.len() as usize * elements.size;

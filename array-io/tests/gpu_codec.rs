@@ -223,14 +223,20 @@ fn chunks_the_driver_would_stage_are_read_by_host_threads_and_decoded_on_the_gpu
     }
 }
 
-fn rank3_body() {
+/// Reads every dataset of the h5py file whose name ends with `suffix` and compares it with
+/// h5py's bytes.
+fn read_datasets_ending(suffix: &str) {
     let dir = test_dir();
     let file = dir.join("h5py.h5");
     for entry in h5py_manifest(&dir) {
-        if entry.name.ends_with("/rank3") {
+        if entry.name.ends_with(suffix) {
             for_dtype!(entry.dtype.as_str(), read_and_compare(&file, &entry));
         }
     }
+}
+
+fn rank3_body() {
+    read_datasets_ending("/rank3");
 }
 
 /// Chunks not decoded in place are copied into the output one CUDA call each (a 3-D copy), not
@@ -442,13 +448,7 @@ fn h5gds_gpu_codec_0_keeps_decoding_on_the_host() {
 }
 
 fn many_rows_body() {
-    let dir = test_dir();
-    let file = dir.join("h5py.h5");
-    for entry in h5py_manifest(&dir) {
-        if entry.name.ends_with("/many_rows") {
-            for_dtype!(entry.dtype.as_str(), read_and_compare(&file, &entry));
-        }
-    }
+    read_datasets_ending("/many_rows");
 }
 
 /// Decoded on the host's threads, a read moves through the staging buffers in pieces that end

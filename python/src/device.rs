@@ -513,7 +513,7 @@ fn host_threads() -> Result<usize, DeviceError> {
 /// The smallest staged piece that keeps the driver's I/O threads busy: a task each.
 fn file_side_floor() -> Result<usize, DeviceError> {
     let vfd = h5gds::VfdSettings::load(None).map_err(|e| argument(e.to_string()))?;
-    Ok(vfd.nthreads.saturating_mul(vfd.task_size))
+    Ok(vfd.task_round_bytes())
 }
 
 /// Moves `elements` elements of `item` bytes between device memory at `address` and the file

@@ -80,6 +80,12 @@ pub fn default_nthreads() -> usize {
 }
 
 impl VfdSettings {
+    /// The bytes one task for each I/O thread covers: the least a piece of a staged transfer
+    /// holds so that every thread of a host read or write through the driver takes part.
+    pub fn task_round_bytes(&self) -> usize {
+        self.nthreads.saturating_mul(self.task_size)
+    }
+
     /// VfdSettings from the process environment and an optional config string (its raw bytes, as
     /// HDF5 or the environment hold them).
     pub fn load(config: Option<&[u8]>) -> Result<VfdSettings> {

@@ -179,7 +179,8 @@ fn copy_now(
         return Err(switches.fail_copy_error);
     }
     let way = timeline::Way::of(src.is_device(), dst.is_device());
-    let pinned = is_pinned(&src) || is_pinned(&dst);
+    // Two lookups in the allocation map, for the link's model only.
+    let pinned = timeline::modelled() && (is_pinned(&src) || is_pinned(&dst));
     if switches.defer_async {
         legacy_copy(dst, src, shape)?;
     } else {

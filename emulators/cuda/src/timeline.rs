@@ -68,6 +68,12 @@ fn rates() -> Option<LinkRates> {
     switches::get().link
 }
 
+/// Whether the link's time is modelled (`H5GDS_EMU_LINK_GBPS`), so callers look up what
+/// [`copy`] needs only then.
+pub(crate) fn modelled() -> bool {
+    rates().is_some()
+}
+
 /// Sleeps until `end`, without holding the state's lock.
 fn sleep_until(end: Instant) {
     let now = Instant::now();
