@@ -340,7 +340,7 @@ pub(crate) struct DeviceSource {
     /// Whether the chunks are filtered (then one of the three decodes them).
     filtered: bool,
     /// The allocated chunks' stored sizes, listed at the first GPU-decoded read.
-    chunk_index: std::cell::OnceCell<h5gds_gpu_codec::decode::ChunkIndex>,
+    chunk_index: std::cell::OnceCell<h5gds_chunk_codec::ChunkIndex>,
     /// The device path the settings ask for.
     device_path: crate::DevicePath,
 }
@@ -396,7 +396,7 @@ impl DeviceSource {
     }
 
     /// The allocated chunks' stored sizes and filter masks (listed once).
-    pub fn chunk_index(&self) -> Result<&h5gds_gpu_codec::decode::ChunkIndex> {
+    pub fn chunk_index(&self) -> Result<&h5gds_chunk_codec::ChunkIndex> {
         if let Some(index) = self.chunk_index.get() {
             return Ok(index);
         }

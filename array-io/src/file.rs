@@ -81,25 +81,35 @@ impl OpenDataset {
     /// Every allocated chunk: its stored size, filter mask and address by first element, in one
     /// listing of the chunk index (`H5Dchunk_iter`; a lookup by coordinate iterates over the
     /// index each time, `h5gds_chunk_codec::LIST_INDEX_FROM`).
-    pub fn chunk_index(&self) -> Result<h5gds_gpu_codec::decode::ChunkIndex> {
-        let mut index = h5gds_gpu_codec::decode::ChunkIndex::new();
+    pub fn chunk_index(&self) -> Result<h5gds_chunk_codec::ChunkIndex> {
+        let listing_error = |e| {
+            Error::hdf5(
+                "listing the allocated chunks",
+                &self.path,
+                Some(&self.name),
+                e,
+            )
+        };
+        let chunk: Vec<u64> = (self.dset.chunk())
+            .ok_or_else(|| listing_error(hdf5::Error::from("the dataset is not chunked")))?
+            .iter()
+            .map(|&d| d as u64)
+            .collect();
+        let mut listing = h5gds_chunk_codec::ChunkListing::new(&chunk);
         self.dset
             .chunks_visit(|info| {
-                index.insert(
-                    info.offset.to_vec(),
-                    (info.size as usize, info.filter_mask, info.addr),
+                listing.add(
+                    info.offset,
+                    h5gds_chunk_codec::StoredChunk {
+                        size: info.size as usize,
+                        mask: info.filter_mask,
+                        address: info.addr,
+                    },
                 );
                 0
             })
-            .map_err(|e| {
-                Error::hdf5(
-                    "listing the allocated chunks",
-                    &self.path,
-                    Some(&self.name),
-                    e,
-                )
-            })?;
-        Ok(index)
+            .map_err(listing_error)?;
+        Ok(listing.finish())
     }
 
     /// The error for the chunk at `offset`, which cannot be decoded for `reason`.

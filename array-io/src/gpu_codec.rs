@@ -17,7 +17,7 @@ use crate::host_staging::{read_block, Elements, HostStaging};
 use crate::route::GpuCodec;
 use crate::select::Block;
 use cudarc::driver::{sys, CudaStream};
-pub use h5gds_gpu_codec::decode::ChunkIndex;
+pub use h5gds_chunk_codec::ChunkIndex;
 use h5gds_gpu_codec::decode::{self, ChunkSource, Decoding, HostReads};
 use h5gds_runtime::settings;
 pub use h5gds_runtime::settings::{GPU_CODEC_ENV, VERIFY_CHECKSUMS_ENV};

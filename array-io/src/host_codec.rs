@@ -24,7 +24,7 @@ struct DatasetChunks<'a> {
     ds: &'a OpenDataset,
     /// The dataset's chunk index, listed once for a read of many chunks
     /// ([`h5gds_chunk_codec::LIST_INDEX_FROM`]); else each chunk is looked up.
-    listed: Option<h5gds_gpu_codec::decode::ChunkIndex>,
+    listed: Option<h5gds_chunk_codec::ChunkIndex>,
 }
 
 impl RawChunks for DatasetChunks<'_> {
@@ -32,13 +32,7 @@ impl RawChunks for DatasetChunks<'_> {
 
     fn stored(&mut self, offset: &[u64]) -> Result<Option<StoredChunk>> {
         if let Some(listed) = &self.listed {
-            return Ok(listed
-                .get(offset)
-                .map(|&(size, mask, address)| StoredChunk {
-                    size,
-                    mask,
-                    address,
-                }));
+            return Ok(listed.get(offset));
         }
         let found = hdf5_raw::chunk_info_by_coord(&self.ds.dset, offset).map_err(|e| {
             Error::hdf5(

@@ -1,7 +1,8 @@
 //! HDF5's compressed chunks on the host, with no HDF5 binding of its own: the filters' stored
 //! formats ([`format`], which the GPU codec uses too), the pipelines h5gds decodes itself and the
 //! decoding of one chunk ([`pipeline`]), which chunks a selection touches and the copy of their
-//! elements into place ([`place`]), and a selection read with its chunks decoded in parallel on
+//! elements into place ([`place`]), a dataset's chunk index held compactly for lookups with no HDF5
+//! call ([`index`]), and a selection read with its chunks decoded in parallel on
 //! the process's thread pool ([`read`]). The Python extension (h5py's HDF5) and array-io
 //! (hdf5-metno) supply the raw chunk reads; pipelines it does not decode stay with HDF5.
 //! Writing goes the other way ([`encode`]): an array cut into chunks encoded in parallel on the
@@ -9,11 +10,13 @@
 
 pub mod encode;
 pub mod format;
+pub mod index;
 pub mod pipeline;
 pub mod place;
 pub mod read;
 
 pub use encode::{ChunkWriter, EncodeScratch, Encoding, HostWrite};
+pub use index::{ChunkIndex, ChunkListing};
 pub use pipeline::{Filter, Pipeline};
 pub use place::Hyperslab;
 pub use read::{

@@ -28,6 +28,7 @@ use crate::device::{align_up, DeviceFailure};
 use crate::nvcomp::{self, CallSpace, Job, Launched, Outcome};
 use cudarc::driver::{sys, CudaStream};
 use h5gds_chunk_codec::format::{self, Piece};
+use h5gds_chunk_codec::ChunkIndex;
 use h5gds_route::route::GpuCodec;
 use h5gds_route::select::{chunks_touching, Block};
 use h5gds_runtime::cuda::call;
@@ -37,7 +38,6 @@ use h5gds_runtime::stream::{
     Scratch, Strided,
 };
 use nvcomp_sys::NvcompLib;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Bytes of framing gathered per chunk: its first 16 bytes, then its last 4 (at 16).
@@ -76,9 +76,6 @@ pub trait ChunkSource {
     fn corrupt(&self, offset: &[u64], reason: String) -> Self::Error;
 }
 
-/// Stored size, filter mask and file address of every allocated chunk, by first element.
-pub type ChunkIndex = HashMap<Vec<u64>, (usize, u32, u64)>;
-
 /// One allocated chunk to decode.
 pub struct Stored {
     /// Its first element.
@@ -102,12 +99,12 @@ pub fn split(index: &ChunkIndex, region: &Block, chunk: &[u64]) -> (Vec<Stored>,
     let mut present = Vec::new();
     for (offset, part) in chunks_touching(region, chunk) {
         match index.get(&offset) {
-            Some(&(size, mask, address)) => present.push(Stored {
+            Some(stored) => present.push(Stored {
                 offset,
                 part,
-                size,
-                mask,
-                address,
+                size: stored.size,
+                mask: stored.mask,
+                address: stored.address,
                 slot: 0,
             }),
             None => missing.push(part),

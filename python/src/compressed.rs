@@ -10,7 +10,7 @@
 use crate::error::DeviceError;
 use crate::hdf5::{self, Hid, Prepared};
 use cudarc::driver::{sys, CudaContext};
-use h5gds_gpu_codec::decode::{self, placement, ChunkIndex, ChunkSource, Decoding, HostReads};
+use h5gds_gpu_codec::decode::{self, placement, ChunkSource, Decoding, HostReads};
 use h5gds_route::route::{Block, GpuCodec};
 use h5gds_route::select::{chunks_touching, flat_range_blocks};
 use h5gds_runtime::cuda::{self, DeviceContext};
@@ -74,24 +74,20 @@ pub fn read(
     let verify = h5gds_runtime::settings::verify_checksums()
         .map_err(|e| DeviceError::Argument(e.to_string()))?;
     let touched = chunks_touching(r.region, r.chunk);
-    let mut index = ChunkIndex::new();
-    if touched.len() >= h5gds_chunk_codec::LIST_INDEX_FROM {
-        let listed = hdf5::chunk_index(r.dataset, r.chunk.len())
-            .map_err(|m| failed(format!("dataset {}: {m}", r.name)))?;
-        for (offset, _) in touched {
-            if let Some(c) = listed.get(&offset) {
-                index.insert(offset, (c.size, c.mask, c.address));
-            }
-        }
+    let index = if touched.len() >= h5gds_chunk_codec::LIST_INDEX_FROM {
+        hdf5::chunk_index(r.dataset, r.chunk)
+            .map_err(|m| failed(format!("dataset {}: {m}", r.name)))?
     } else {
+        let mut listing = h5gds_chunk_codec::ChunkListing::new(r.chunk);
         for (offset, _) in touched {
             if let Some(stored) = hdf5::chunk_location(r.dataset, &offset)
                 .map_err(|m| failed(format!("dataset {}: {m}", r.name)))?
             {
-                index.insert(offset, stored);
+                listing.add(&offset, stored);
             }
         }
-    }
+        listing.finish()
+    };
     let (mut present, missing) = decode::split(&index, r.region, r.chunk);
     let context = cuda::call("making the array's device's context", || {
         CudaContext::new(r.context.device as usize)

@@ -574,7 +574,10 @@ const HADDR_UNDEF: u64 = u64::MAX;
 
 /// The stored size, filter mask and file address of the chunk whose first element is `offset`, or
 /// `None` when it was never written. The caller holds h5py's lock.
-pub fn chunk_location(dataset: Hid, offset: &[u64]) -> Result<Option<(usize, u32, u64)>, String> {
+pub fn chunk_location(
+    dataset: Hid,
+    offset: &[u64],
+) -> Result<Option<h5gds_chunk_codec::StoredChunk>, String> {
     let (api, chunks) = (api()?, chunk_api()?);
     let (mut mask, mut addr, mut size): (c_uint, u64, Hsize) = (0, HADDR_UNDEF, 0);
     // SAFETY: `offset` has one entry per dimension of the dataset (the caller's chunk grid);
@@ -588,7 +591,13 @@ pub fn chunk_location(dataset: Hid, offset: &[u64]) -> Result<Option<(usize, u32
             api.stack()
         ));
     }
-    Ok((addr != HADDR_UNDEF && size > 0).then_some((size as usize, mask, addr)))
+    Ok(
+        (addr != HADDR_UNDEF && size > 0).then_some(h5gds_chunk_codec::StoredChunk {
+            size: size as usize,
+            mask,
+            address: addr,
+        }),
+    )
 }
 
 /// The file holding `dataset`, opened anew for reading, when its chunks may be read from it
@@ -931,18 +940,15 @@ impl RunsSlab<'_> {
     }
 }
 
-/// Every allocated chunk of `dataset` (of `rank` axes): its first element, and its stored size,
-/// filter mask and address (`H5Dchunk_iter`, one call for the whole index). The caller holds
+/// Every allocated chunk of `dataset` (chunks of `chunk` elements): its stored size, filter mask
+/// and address by first element (`H5Dchunk_iter`, one call for the whole index). The caller holds
 /// h5py's lock.
-pub fn chunk_index(
-    dataset: Hid,
-    rank: usize,
-) -> Result<std::collections::HashMap<Vec<u64>, h5gds_chunk_codec::StoredChunk>, String> {
+pub fn chunk_index(dataset: Hid, chunk: &[u64]) -> Result<h5gds_chunk_codec::ChunkIndex, String> {
     type Visit = unsafe extern "C" fn(*const Hsize, c_uint, u64, Hsize, *mut c_void) -> c_int;
     type Iterate = unsafe extern "C" fn(Hid, Hid, Visit, *mut c_void) -> Herr;
     struct Found {
         rank: usize,
-        chunks: std::collections::HashMap<Vec<u64>, h5gds_chunk_codec::StoredChunk>,
+        chunks: h5gds_chunk_codec::ChunkListing,
     }
     unsafe extern "C" fn visit(
         offset: *const Hsize,
@@ -958,8 +964,8 @@ pub fn chunk_index(
             // SAFETY: HDF5 passes one offset per axis of the dataset.
             let offset = unsafe { std::slice::from_raw_parts(offset, found.rank) };
             if addr != HADDR_UNDEF && size > 0 {
-                found.chunks.insert(
-                    offset.to_vec(),
+                found.chunks.add(
+                    offset,
                     h5gds_chunk_codec::StoredChunk {
                         size: size as usize,
                         mask,
@@ -976,8 +982,8 @@ pub fn chunk_index(
     // hsize_t since 1.14.0).
     let iterate: Iterate = unsafe { function(c"H5Dchunk_iter")? };
     let mut found = Found {
-        rank,
-        chunks: std::collections::HashMap::new(),
+        rank: chunk.len(),
+        chunks: h5gds_chunk_codec::ChunkListing::new(chunk),
     };
     // SAFETY: a dataset id; the callback and its data as declared above.
     let status = unsafe {
@@ -991,5 +997,5 @@ pub fn chunk_index(
     if status < 0 {
         return Err(format!("H5Dchunk_iter failed: {}", api.stack()));
     }
-    Ok(found.chunks)
+    Ok(found.chunks.finish())
 }

@@ -24,7 +24,7 @@ struct H5pyChunks<'a> {
     name: &'a str,
     /// The dataset's chunk index, listed once for a read of many chunks
     /// ([`h5gds_chunk_codec::LIST_INDEX_FROM`]); else each chunk is looked up.
-    listed: Option<std::collections::HashMap<Vec<u64>, StoredChunk>>,
+    listed: Option<h5gds_chunk_codec::ChunkIndex>,
 }
 
 impl RawChunks for H5pyChunks<'_> {
@@ -32,15 +32,10 @@ impl RawChunks for H5pyChunks<'_> {
 
     fn stored(&mut self, offset: &[u64]) -> Result<Option<StoredChunk>, Failed> {
         if let Some(listed) = &self.listed {
-            return Ok(listed.get(offset).copied());
+            return Ok(listed.get(offset));
         }
-        Ok(hdf5::chunk_location(self.dataset, offset)
-            .map_err(|m| Failed(format!("dataset {}: {m}", self.name)))?
-            .map(|(size, mask, address)| StoredChunk {
-                size,
-                mask,
-                address,
-            }))
+        hdf5::chunk_location(self.dataset, offset)
+            .map_err(|m| Failed(format!("dataset {}: {m}", self.name)))
     }
 
     fn direct_file(&mut self) -> Option<std::fs::File> {
@@ -123,7 +118,7 @@ impl CompressedHostRead<'_> {
         let many =
             chunks_selected(&r.selection, self.chunk).len() >= h5gds_chunk_codec::LIST_INDEX_FROM;
         let listed = many
-            .then(|| hdf5::chunk_index(self.dataset, self.chunk.len()))
+            .then(|| hdf5::chunk_index(self.dataset, self.chunk))
             .transpose()
             .map_err(|m| Failed(format!("dataset {}: {m}", self.name)))?;
         let mut source = H5pyChunks {

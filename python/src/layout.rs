@@ -18,7 +18,9 @@ use h5gds_chunk_codec::pipeline::Scratch;
 use h5gds_chunk_codec::place::{
     chunks_selected, copy_box, whole_chunk_run, ChunkPart, SharedOut, Source,
 };
-use h5gds_chunk_codec::{Filter, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk};
+use h5gds_chunk_codec::{
+    ChunkIndex, Filter, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk,
+};
 use h5gds_route::route::{choose_decoder, Decoder};
 use h5gds_runtime::pinned;
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -39,7 +41,7 @@ enum Storage {
         /// The pipeline's filter ids, for the choice of decoder of reads into device memory.
         filters: Vec<i32>,
         pipeline: Pipeline,
-        index: HashMap<Vec<u64>, StoredChunk>,
+        index: Box<ChunkIndex>,
         /// The last chunks reads inside one chunk decoded, as HDF5's chunk cache keeps them.
         kept: Mutex<Kept>,
     },
@@ -112,14 +114,14 @@ const PIECE_BYTES: u64 = 4 << 20;
 /// The chunk index as `h5gds_chunk_codec::read` asks for it; the bytes come from the file.
 struct Indexed<'a> {
     layout: &'a Layout,
-    index: &'a HashMap<Vec<u64>, StoredChunk>,
+    index: &'a ChunkIndex,
 }
 
 impl RawChunks for Indexed<'_> {
     type Error = String;
 
     fn stored(&mut self, offset: &[u64]) -> Result<Option<StoredChunk>, String> {
-        Ok(self.index.get(offset).copied())
+        Ok(self.index.get(offset))
     }
 
     fn read(&mut self, offset: &[u64], _size: usize, _buf: &mut Vec<u8>) -> Result<u32, String> {
@@ -242,7 +244,7 @@ impl Layout {
         let Some(file) = hdf5::direct_file(dataset) else {
             return Ok(None);
         };
-        let index = hdf5::chunk_index(dataset, shape.len()).map_err(PyOSError::new_err)?;
+        let index = hdf5::chunk_index(dataset, &chunk).map_err(PyOSError::new_err)?;
         Ok(Some(Layout {
             name,
             file,
@@ -253,7 +255,7 @@ impl Layout {
                 chunk,
                 filters: ids,
                 pipeline,
-                index,
+                index: Box::new(index),
                 kept: Mutex::default(),
             },
         }))
@@ -625,7 +627,7 @@ impl Layout {
             return Ok(None);
         }
         let parts = chunks_selected(sel, chunk);
-        if parts.iter().any(|part| !index.contains_key(&part.offset)) {
+        if parts.iter().any(|part| !index.contains(&part.offset)) {
             return Ok(None);
         }
         Ok(Some(parts))
@@ -693,11 +695,11 @@ impl Layout {
         sel: &Hyperslab,
         chunk: &[u64],
         pipeline: &Pipeline,
-        index: &HashMap<Vec<u64>, StoredChunk>,
+        index: &ChunkIndex,
         kept: &Mutex<Kept>,
         out: &mut [u8],
     ) -> Result<(), String> {
-        let stored = *index.get(&part.offset).ok_or_else(|| {
+        let stored = index.get(&part.offset).ok_or_else(|| {
             format!(
                 "dataset {}: the chunk at {:?} is not in its chunk index",
                 self.name, part.offset

@@ -118,6 +118,30 @@ def test_a_read_touching_chunks_never_written_goes_through_hdf5(tmp_path):
         assert (h5gds.read(f["x"], sel=slice(0, 8)) == -7).all()
 
 
+def test_chunks_far_apart_in_a_huge_grid_are_found(tmp_path):
+    # Three chunks written in a grid of 10^12 chunks: the layout's index holds the chunks listed,
+    # not the grid (a table of it would not fit in memory), and serves each of them itself.
+    path = tmp_path / "sparse.h5"
+    corners = [(0, 0), (999_999 * 4, 2), (123_456 * 4, 999_998 * 2)]
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", shape=(4_000_000, 2_000_000), chunks=(4, 2), dtype="<i4", fillvalue=-1,
+                             **hdf5plugin.Zstd())
+        for n, (row, col) in enumerate(corners):
+            d[row:row + 4, col:col + 2] = np.arange(8, dtype="<i4").reshape(4, 2) + 10 * n
+    with h5py.File(path, "r") as f:
+        d = f["x"]
+        layout = _layout.layout(d, d.dtype)
+        for n, (row, col) in enumerate(corners):
+            out = np.zeros((3, 2), "<i4")
+            assert layout.read([row + 1, col], [1, 1], [3, 2], out.ctypes.data, out.nbytes)
+            assert np.array_equal(out, np.arange(2, 8, dtype="<i4").reshape(3, 2) + 10 * n)
+            assert h5gds.read(d, sel=(row + 1, col + 1)) == 10 * n + 3
+        # A chunk never written is HDF5's to fill.
+        hole = np.zeros((4, 2), "<i4")
+        assert not layout.read([4, 0], [1, 1], [4, 2], hole.ctypes.data, hole.nbytes)
+        assert np.array_equal(h5gds.read(d, sel=(slice(4, 8), slice(0, 2))), np.full((4, 2), -1, "<i4"))
+
+
 def test_a_corrupt_chunk_and_a_closed_file_are_refused(tmp_path):
     path = tmp_path / "bad.h5"
     with h5py.File(path, "w") as f:
