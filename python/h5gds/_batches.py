@@ -42,7 +42,8 @@ def batches(dset, batch_size, *, shuffle=True, seed=None, drop_last=False, like=
         element = result._element(dtype, str(name))
     rows = shape[0]
     order = np.random.default_rng(seed).permutation(rows) if shuffle else np.arange(rows)
-    ends = range(batch_size, rows + (0 if drop_last else batch_size), batch_size)
+    # Batch ends: every full batch (the last ends at `rows`), then a short one unless drop_last.
+    ends = range(batch_size, rows + (1 if drop_last else batch_size), batch_size)
     starts = [end - batch_size for end in ends]
     return _batches(dset, order, starts, batch_size, result, element, shape[1:])
 

@@ -66,5 +66,5 @@ def transfer(write, dset, view, slab, role, name):
         return _native.device_io(
             write, dsid.id, mem_type.id, list(slab.start), list(slab.step), list(slab.count), list(slab.shape),
             view.address, view.nbytes, role, name, view.device[1], view.stream, facts, conversion,
-            view.dtype == np.bool_,
+            view.dtype.base == np.bool_,
         )

@@ -55,20 +55,30 @@ def _dataset(dset):
 
 
 def _check(view, role, dtype, shape, name, writable):
-    if view.dtype != dtype:
+    """Checks ``view`` against the selection (``shape``) of a dataset of ``dtype`` and returns the
+    view to move: for a dataset of arrays (an HDF5 array type, a NumPy subarray dtype such as
+    ``('<f4', (2, 3))``), the array holds their elements, as h5py returns them (the selection's
+    shape, then the element's), and the view returned has the dataset's dtype and the selection's
+    shape, as HDF5 counts them."""
+    base, inner = dtype.subdtype or (dtype, ())
+    each = f" (arrays of {inner} {base}, which {role} must hold as {base})" if inner else ""
+    if view.dtype != base:
         raise TypeError(
-            f"{role} has dtype {view.dtype}, dataset {name} has dtype {dtype}: they must be the "
+            f"{role} has dtype {view.dtype}, dataset {name} has dtype {dtype}{each}: they must be the "
             "same (h5gds converts no types)"
         )
-    if view.shape != tuple(shape):
+    expected = tuple(shape) + tuple(inner)
+    if view.shape != expected:
         raise ValueError(
             f"{role} has shape {view.shape}, the selection of dataset {name} has shape {tuple(shape)}"
+            + (f" of elements {inner}, {expected} in all" if inner else "")
         )
     if not view.c_contiguous:
         raise ValueError(f"{role} must be C-contiguous (np.ascontiguousarray, cupy.ascontiguousarray or "
                          "torch's .contiguous() make a copy that is)")
     if writable and view.readonly:
         raise ValueError(f"{role} is read-only")
+    return view._replace(dtype=dtype, shape=tuple(shape)) if inner else view
 
 
 def _decoded_by_h5gds(dsid, mem_type, view, slab, name):
@@ -95,7 +105,7 @@ def _transfer(write, dset, view, slab, role, name):
         # A read-only file's dataset, where the driver would stage the read too: read with no HDF5
         # call into pinned memory and copied up (_layout). Bools go through the driver's path,
         # which refuses bytes other than 0 and 1.
-        if not write and view.dtype != np.bool_:
+        if not write and view.dtype.base != np.bool_:
             found = _layout.layout(dset, view.dtype)
             if found is not None and found.read_to_device(
                     list(slab.start), list(slab.step), list(slab.count), view.address, view.nbytes,
@@ -138,8 +148,7 @@ def read(dset, out=None, sel=None):
     slab = selection(sel, shape)
     if out is None:
         out = np.empty(slab.shape, dtype=dtype)
-    view = _arrays.view(out, "out")
-    _check(view, "out", dtype, slab.shape, name, writable=True)
+    view = _check(_arrays.view(out, "out"), "out", dtype, slab.shape, name, writable=True)
     if isinstance(slab, Gather):
         gather(dset, view, slab, name)
     else:
@@ -153,6 +162,5 @@ def write(dset, array, sel=None):
     (its ``__cuda_array_interface__`` stream, or its DLPack producer's) finishes first."""
     shape, dtype, name = _dataset(dset)
     slab = hyperslab(sel, shape)
-    view = _arrays.view(array, "array")
-    _check(view, "array", dtype, slab.shape, name, writable=False)
+    view = _check(_arrays.view(array, "array"), "array", dtype, slab.shape, name, writable=False)
     _transfer(True, dset, view, slab, "array", name)

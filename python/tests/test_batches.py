@@ -56,6 +56,10 @@ def test_seed_order_drop_last_and_no_shuffle(rows):
         plain = np.concatenate(list(h5gds.batches(dset, 25, shuffle=False)))
         assert np.array_equal(plain, dset[...])
         assert len(list(h5gds.batches(dset, 500, drop_last=True))) == 0
+        # Batches that divide the rows: drop_last drops nothing.
+        assert [len(b) for b in h5gds.batches(dset, 103, drop_last=True)] == [103]
+        ones = list(h5gds.batches(dset, 1, shuffle=False, drop_last=True))
+        assert np.array_equal(np.concatenate(ones), dset[...])
         assert [len(b) for b in h5gds.batches(dset, 500)] == [103]
 
 

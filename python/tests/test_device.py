@@ -218,6 +218,21 @@ def test_element_types(gds_file, capfd, dtype):
     assert dset[...].tobytes() == data[::-1].tobytes()
 
 
+@pytest.mark.parametrize("mode", ["r+", "r"])
+def test_bytes_other_than_0_and_1_are_refused_for_device_bools_by_slabs_and_gathers_alike(tmp_path, mode):
+    raw = np.array([[0, 1], [2, 0], [1, 255]], "u1")
+    with h5py.File(tmp_path / "b.h5", "w") as f:
+        f["x"] = raw.view("?")
+    with h5py.File(tmp_path / "b.h5", mode) as f:
+        for sel, at in [(slice(1, 3), 0), ([2, 0, 1], 1)]:
+            out = DeviceArray.from_host(np.ones((3 if isinstance(sel, list) else 2, 2), "?"))
+            with pytest.raises(ValueError, match=f"holds the byte {2 if at == 0 else 255} at element {at} .*not a bool"):
+                h5gds.read(f["x"], out=out, sel=sel)
+        good = DeviceArray((2, 2), "?")
+        h5gds.read(f["x"], out=good, sel=[0, 0])
+        assert good.to_host().view("u1").tolist() == [[0, 1], [0, 1]]
+
+
 def test_a_big_endian_dataset_into_a_big_endian_device_array(gds_file, capfd):
     dset = gds_file.create_dataset("x", data=reference(dtype=">f8"))
     out = DeviceArray(SHAPE, ">f8")

@@ -2,6 +2,7 @@
 same selections; every refusal names the culprit and leaves the dataset as it was."""
 
 import h5py
+import hdf5plugin
 import numpy as np
 import pytest
 
@@ -79,6 +80,41 @@ def test_every_fixed_size_dtype_round_trips_as_h5py_stores_it(h5file, dtype):
     assert h5gds.read(dset).tobytes() == dset[...].tobytes()
     part = h5gds.read(dset, sel=(slice(3, 30, 4), 2))
     assert part.tobytes() == dset[3:30:4, 2].tobytes()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "chunked", "zstd"])
+@pytest.mark.parametrize("mode", ["r+", "r"])
+def test_datasets_of_arrays_read_and_write_as_h5py_gives_them(tmp_path, layout, mode):
+    # An HDF5 array type, NumPy's subarray dtype: h5py returns the base type with the element's
+    # shape after the selection's; h5gds takes and returns the same arrays.
+    element = np.dtype(("<f4", (2, 3)))
+    values = np.arange(7 * 4 * 6, dtype="<f4").reshape(7, 4, 2, 3)
+    path = tmp_path / "arrays.h5"
+    options = {"contiguous": {}, "chunked": {"chunks": (3, 2)}, "zstd": {"chunks": (3, 2), **hdf5plugin.Zstd()}}
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", shape=(7, 4), dtype=element, **options[layout])[...] = values
+    with h5py.File(path, mode) as f:
+        dset = f["x"]
+        for _ in range(2):  # the second read of a read-only file's dataset takes the short way
+            assert np.array_equal(h5gds.read(dset), dset[...]) and h5gds.read(dset).shape == (7, 4, 2, 3)
+            for sel in [2, (slice(1, 6, 2), 3), slice(2, 5), [5, 0, 5]]:
+                got = h5gds.read(dset, sel=sel)
+                assert got.dtype == np.float32 and np.array_equal(got, dset[sel] if not isinstance(sel, list)
+                                                                  else dset[...][sel]), sel
+        out = np.zeros((4, 2, 3), "<f4")
+        assert h5gds.read(dset, out=out, sel=1) is out and np.array_equal(out, values[1])
+        with pytest.raises(TypeError, match=r"out has dtype float64, dataset /x has dtype \('<f4', \(2, 3\)\) "
+                                            r"\(arrays of \(2, 3\) float32, which out must hold as float32\)"):
+            h5gds.read(dset, out=np.zeros((4, 2, 3)), sel=1)
+        with pytest.raises(ValueError, match=r"out has shape \(4, 6\), the selection of dataset /x has shape "
+                                             r"\(4,\) of elements \(2, 3\), \(4, 2, 3\) in all"):
+            h5gds.read(dset, out=np.zeros((4, 6), "<f4"), sel=1)
+        if mode == "r+":
+            h5gds.write(dset, -values[2:5], sel=slice(2, 5))
+            assert np.array_equal(dset[2:5], -values[2:5]) and np.array_equal(dset[5:], values[5:])
+            with pytest.raises(ValueError, match="of elements"):
+                h5gds.write(dset, values[:2].reshape(2, 4, 6), sel=slice(0, 2))
+            assert np.array_equal(dset[:2], values[:2])
 
 
 def test_read_into_out_fills_and_returns_it(h5file):
