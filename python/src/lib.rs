@@ -65,12 +65,18 @@ fn config_string(settings: &Bound<'_, PyDict>) -> PyResult<String> {
             ))
         };
         let text = if value.is_instance_of::<PyBool>() {
-            if value.extract::<bool>()? {
+            let text = if value.extract::<bool>()? {
                 "on"
             } else {
                 "off"
+            };
+            // Named as the caller wrote it (True), not as the config string spells it (on).
+            if VfdSettings::from_sources(|_| None, Some(format!("{key}={text}").as_bytes()))
+                .is_err()
+            {
+                return Err(bad(value.repr()?.to_string()));
             }
-            .to_string()
+            text.to_string()
         } else if let Ok(number) = value.extract::<i128>() {
             // Python and NumPy integers (anything with __index__), never floats.
             number.to_string()

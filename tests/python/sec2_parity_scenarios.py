@@ -31,8 +31,15 @@ def errors(directory):
          f"f = h5py.File({locked!r}, 'r+'); print('HELD', flush=True); sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "HELD"
+    os.symlink("target.h5", os.path.join(directory, "dangling.h5"))
+    os.symlink(os.path.join("no", "such", "target.h5"), os.path.join(directory, "lost.h5"))
+    os.mkfifo(os.path.join(directory, "fifo.h5"))
     cases = [
         ("missing file, r", os.path.join(directory, "missing.h5"), "r"),
+        ("a dangling symbolic link, w", os.path.join(directory, "dangling.h5"), "w"),
+        ("a symbolic link into a missing directory, w", os.path.join(directory, "lost.h5"), "w"),
+        ("a FIFO, w", os.path.join(directory, "fifo.h5"), "w"),
+        ("/dev/null, w", "/dev/null", "w"),
         ("missing directory, w", os.path.join(directory, "no", "such", "dir.h5"), "w"),
         ("existing file, x", existing, "x"),
         ("existing file, w-", existing, "w-"),
@@ -45,6 +52,8 @@ def errors(directory):
         for name, path, mode in cases:
             result = outcome(path, mode)
             print(f"{name}: {result.split(' :: ')[0]}")
+        created = os.path.isfile(os.path.join(directory, "target.h5"))
+        print(f"the dangling link's target created: {created}")
     finally:
         holder.stdin.close()
         holder.wait(timeout=60)
@@ -68,6 +77,20 @@ def permission(directory):
     assert status == 0, status
 
 
+def other_writer(directory):
+    """A reader re-reading small pieces of a file another process rewrites meanwhile, file locking
+    off (as on file systems without locks): what it reads before and after, through a dataset
+    opened anew each time, and through one kept open."""
+    path = os.path.join(directory, "shared.h5")
+    with h5py.File(path, "w") as f:
+        f["x"] = np.zeros(100, "i4")
+    with h5py.File(path, "r") as f:
+        print("before:", f["x"][:5].tolist())
+        subprocess.run([sys.executable, "-c", "import h5py, numpy as np\n"
+                        f"with h5py.File({path!r}, 'r+') as f: f['x'][:] = np.arange(100)"], check=True)
+        print("after, opened anew:", f["x"][:5].tolist(), f["x"][7])
+
+
 def open_once(path, mode):
     """One open, reported with its message (for refusals)."""
     print(outcome(path, mode))
@@ -75,4 +98,4 @@ def open_once(path, mode):
 
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"errors": errors, "permission": permission, "open": open_once}[command](*args)
+    {"errors": errors, "permission": permission, "open": open_once, "other_writer": other_writer}[command](*args)

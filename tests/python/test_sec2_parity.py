@@ -25,6 +25,11 @@ def ok(proc):
 
 EXPECTED = {
     "missing file, r": "FileNotFoundError errno=2",
+    "a dangling symbolic link, w": "OPENED",
+    "a symbolic link into a missing directory, w": "FileNotFoundError errno=2",
+    "a FIFO, w": "OSError errno=29",
+    "/dev/null, w": "RuntimeError errno=None",
+    "the dangling link's target created": "True",
     "missing directory, w": "FileNotFoundError errno=2",
     "existing file, x": "FileExistsError errno=17",
     "existing file, w-": "FileExistsError errno=17",
@@ -48,6 +53,18 @@ def test_failed_opens_raise_what_sec2_raises(tmp_path):
     # Programs catch these as control flow: the driver prints no more than sec2 does (nothing).
     assert printed["sec2"] == "", printed["sec2"]
     assert printed["gds"] == printed["sec2"]
+
+
+def test_a_reader_sees_another_processs_writes_as_under_sec2(tmp_path):
+    # File locking off, so that a writer may open the file the reader has open: the driver's
+    # read-ahead window must not keep the old bytes.
+    seen = {}
+    for driver in ("sec2", "gds"):
+        directory = tmp_path / driver
+        directory.mkdir()
+        seen[driver] = ok(run(driver, "other_writer", directory, env={"HDF5_USE_FILE_LOCKING": "FALSE"}))
+    assert seen["sec2"] == "before: [0, 0, 0, 0, 0]\nafter, opened anew: [0, 1, 2, 3, 4] 7\n", seen["sec2"]
+    assert seen["gds"] == seen["sec2"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give up privileges in a child")

@@ -15,7 +15,7 @@ use crate::io::vector::Piece;
 use crate::io::{BufPtr, Direction};
 use crate::memory;
 use std::cmp::Ordering;
-use std::ffi::{c_int, CStr};
+use std::ffi::{c_int, CStr, CString};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
@@ -102,15 +102,16 @@ pub(crate) fn host_path_description(settings: &VfdSettings, direct: bool) -> Str
 
 /// Opens `path` as sec2 would for HDF5 access `flags`, but without changing the file system
 /// beyond creating a file that did not exist: no O_TRUNC (the caller truncates once the open is
-/// accepted), and creation only through O_EXCL, so the returned flag says for certain whether
-/// this open created the file.
-fn open_untouched(path: &CStr, access: c_int, flags: u32) -> io::Result<(File, bool)> {
+/// accepted), and creation only through O_EXCL, so the path returned with the file says for
+/// certain which file this open created, if any (`path`, or the file a dangling symbolic link at
+/// `path` names, which sec2's O_CREAT creates too).
+fn open_untouched(path: &CStr, access: c_int, flags: u32) -> io::Result<(File, Option<CString>)> {
     let create = libc::O_CREAT | libc::O_EXCL;
     if flags & H5F_ACC_CREAT == 0 {
-        return open_fd(path, access).map(|f| (f, false));
+        return open_fd(path, access).map(|f| (f, None));
     }
     if flags & H5F_ACC_EXCL != 0 {
-        return open_fd(path, access | create).map(|f| (f, true));
+        return open_fd(path, access | create).map(|f| (f, Some(path.to_owned())));
     }
     // Open if it exists, else create: retried while another process creates or removes the
     // same name between the two calls (a few times suffice; each round makes progress unless
@@ -119,14 +120,51 @@ fn open_untouched(path: &CStr, access: c_int, flags: u32) -> io::Result<(File, b
     for _ in 0..16 {
         match open_fd(path, access) {
             Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-            other => return other.map(|f| (f, false)),
+            other => return other.map(|f| (f, None)),
         }
         match open_fd(path, access | create) {
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => last = err,
-            other => return other.map(|f| (f, true)),
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+                // O_EXCL does not follow a symbolic link, so a dangling one is "there".
+                if let Some(target) = dangling_link_target(path) {
+                    return open_fd(&target, access | create).map(|f| (f, Some(target)));
+                }
+                last = err;
+            }
+            other => return other.map(|f| (f, Some(path.to_owned()))),
         }
     }
     Err(last)
+}
+
+/// The path that the chain of symbolic links starting at `path` ends in, where that names nothing;
+/// None where `path` is not a symbolic link, or its chain ends in something, or is too long.
+fn dangling_link_target(path: &CStr) -> Option<CString> {
+    use std::os::unix::ffi::OsStringExt;
+    let mut at = std::path::PathBuf::from(path_os(path));
+    // (Linux follows at most 40 links in one lookup.)
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&at) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let target = std::fs::read_link(&at).ok()?;
+                let dir = at
+                    .parent()
+                    .map(std::path::Path::to_path_buf)
+                    .unwrap_or_default();
+                at = dir.join(target); // (an absolute target replaces `dir`)
+            }
+            Err(err)
+                if err.kind() == io::ErrorKind::NotFound && at.as_os_str() != path_os(path) =>
+            {
+                return CString::new(at.into_os_string().into_vec()).ok();
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+fn path_os(path: &CStr) -> &std::ffi::OsStr {
+    std::ffi::OsStr::from_bytes(path.to_bytes())
 }
 
 /// Removes the file this open created, after a refusal: only if `path` still names that very
@@ -134,7 +172,7 @@ fn open_untouched(path: &CStr, access: c_int, flags: u32) -> io::Result<(File, b
 fn remove_if_same(path: &CStr, file: &File) {
     use std::os::unix::fs::MetadataExt;
     let Ok(ours) = file.metadata() else { return };
-    let name = std::path::Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
+    let name = std::path::Path::new(path_os(path));
     match std::fs::symlink_metadata(name) {
         Ok(now) if now.dev() == ours.dev() && now.ino() == ours.ino() => {
             if let Err(err) = std::fs::remove_file(name) {
@@ -177,8 +215,8 @@ impl OpenFile {
         let device_plan = DevicePathPlan::prepare(&settings, true)?;
         let (file, created) = open_untouched(c_path, access, flags).map_err(open_error)?;
         let refuse = |err: Error| {
-            if created {
-                remove_if_same(c_path, &file);
+            if let Some(created) = &created {
+                remove_if_same(created, &file);
             }
             err
         };
@@ -203,19 +241,21 @@ impl OpenFile {
         let device_path = device_plan
             .finish(&settings, c_path, flags & H5F_ACC_RDWR != 0)
             .map_err(refuse)?;
-        // Accepted: now the file may be emptied, as sec2's O_TRUNC would have.
-        if flags & H5F_ACC_TRUNC != 0 && !created {
+        let meta = file.metadata().map_err(|source| Error::File {
+            op: "fstat",
+            path: path.to_string(),
+            source,
+        })?;
+        // Accepted: now the file may be emptied, as sec2's O_TRUNC would have (which leaves
+        // devices and FIFOs as they are).
+        let emptied = flags & H5F_ACC_TRUNC != 0 && created.is_none() && meta.is_file();
+        if emptied {
             file.set_len(0).map_err(|source| Error::File {
                 op: "truncate (open with H5F_ACC_TRUNC)",
                 path: path.to_string(),
                 source,
             })?;
         }
-        let meta = file.metadata().map_err(|source| Error::File {
-            op: "fstat",
-            path: path.to_string(),
-            source,
-        })?;
         use std::os::unix::fs::MetadataExt;
         Ok(OpenFile {
             path: path.to_string(),
@@ -223,7 +263,7 @@ impl OpenFile {
             file,
             direct,
             eoa: AtomicU64::new(0),
-            eof: AtomicU64::new(meta.len()),
+            eof: AtomicU64::new(if emptied { 0 } else { meta.len() }),
             device: meta.dev(),
             inode: meta.ino(),
             ignore_disabled_locks,
@@ -494,13 +534,14 @@ impl OpenFile {
         Ok(())
     }
 
-    fn flock(&self, op: c_int, what: &'static str) -> Result<()> {
+    /// `flock(op)`, without blocking; Ok(false) where the file system has no locks and the user
+    /// asked HDF5 to ignore that (nothing is locked then).
+    fn flock(&self, op: c_int, what: &'static str) -> Result<bool> {
         // SAFETY: flock on a descriptor this struct owns.
         if unsafe { libc::flock(self.raw_fd, op | libc::LOCK_NB) } < 0 {
             let err = io::Error::last_os_error();
-            // Locking disabled on this file system, and the user asked HDF5 to ignore that.
             if self.ignore_disabled_locks && err.raw_os_error() == Some(libc::ENOSYS) {
-                return Ok(());
+                return Ok(false);
             }
             return Err(Error::File {
                 op: what,
@@ -508,19 +549,28 @@ impl OpenFile {
                 source: err,
             });
         }
+        Ok(true)
+    }
+
+    /// An advisory lock: exclusive for read-write access, shared for read-only. While it is held,
+    /// no HDF5 in another process writes the file, so the read-ahead window may serve reads.
+    pub(crate) fn lock(&self, rw: bool) -> Result<()> {
+        let held = self.flock(
+            if rw { libc::LOCK_EX } else { libc::LOCK_SH },
+            "unable to lock file (flock)",
+        )?;
+        if let Some(window) = &self.readahead {
+            window.serve(held);
+        }
         Ok(())
     }
 
-    /// An advisory lock: exclusive for read-write access, shared for read-only.
-    pub(crate) fn lock(&self, rw: bool) -> Result<()> {
-        self.flock(
-            if rw { libc::LOCK_EX } else { libc::LOCK_SH },
-            "unable to lock file (flock)",
-        )
-    }
-
     pub(crate) fn unlock(&self) -> Result<()> {
+        if let Some(window) = &self.readahead {
+            window.serve(false);
+        }
         self.flock(libc::LOCK_UN, "unable to unlock file (flock)")
+            .map(drop)
     }
 
     /// Files are the same when device and inode match (sec2's order: device first).
@@ -532,7 +582,6 @@ impl OpenFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ffi::CString;
 
     fn c(path: &std::path::Path) -> CString {
         CString::new(path.to_str().unwrap()).unwrap()
@@ -590,7 +639,7 @@ mod tests {
         let path = dir.path().join("mine.h5");
         let create = H5F_ACC_RDWR | H5F_ACC_CREAT | H5F_ACC_TRUNC;
         let (ours, created) = open_untouched(&c(&path), libc::O_RDWR, create).unwrap();
-        assert!(created);
+        assert!(created.is_some());
         // Another process replaces the name between this open and its refusal.
         std::fs::remove_file(&path).unwrap();
         std::fs::write(&path, b"another process's file").unwrap();
@@ -598,12 +647,12 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), b"another process's file");
         // An existing file is opened, not created, and not truncated yet.
         let (again, created) = open_untouched(&c(&path), libc::O_RDWR, create).unwrap();
-        assert!(!created);
+        assert!(created.is_none());
         assert_eq!(again.metadata().unwrap().len(), 22);
         // The name still holding this open's own file: removed.
         std::fs::remove_file(&path).unwrap();
         let (ours, created) = open_untouched(&c(&path), libc::O_RDWR, create).unwrap();
-        assert!(created);
+        assert!(created.is_some());
         remove_if_same(&c(&path), &ours);
         assert!(!path.exists());
     }
@@ -673,6 +722,7 @@ mod tests {
     fn small_reads_see_every_write_and_truncate() {
         let dir = tempfile::tempdir().unwrap();
         let f = create(&dir.path().join("ra.h5"), VfdSettings::default()).unwrap();
+        f.lock(true).unwrap();
         let mut buf = [0u8; 4];
         write(&f, 100, b"abcd").unwrap();
         read(&f, 100, &mut buf).unwrap();
@@ -687,5 +737,64 @@ mod tests {
         f.truncate().unwrap();
         read(&f, 200, &mut buf).unwrap();
         assert_eq!(&buf, b"wx\0\0");
+    }
+
+    #[test]
+    fn the_window_serves_only_while_the_file_is_locked() {
+        // Another process writing the file is seen at the next small read unless this process
+        // holds the lock, which keeps HDF5 writers out (as sec2 reads a dataset opened anew).
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("locks.h5");
+        std::fs::write(&path, [1u8; 8192]).unwrap();
+        let other = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let f = OpenFile::open(&c(&path), 0, MAXADDR, VfdSettings::default(), true).unwrap();
+        let mut buf = [0u8; 4];
+        let changed = |byte: u8| {
+            use std::os::unix::fs::FileExt;
+            other.write_all_at(&[byte; 4], 4000).unwrap();
+        };
+        read(&f, 4000, &mut buf).unwrap();
+        changed(2);
+        read(&f, 4000, &mut buf).unwrap();
+        assert_eq!(buf, [2; 4], "unlocked: read from the file");
+        f.lock(false).unwrap();
+        read(&f, 4000, &mut buf).unwrap();
+        changed(3);
+        read(&f, 4000, &mut buf).unwrap();
+        assert_eq!(buf, [2; 4], "locked: served from the window");
+        f.unlock().unwrap();
+        read(&f, 4000, &mut buf).unwrap();
+        assert_eq!(buf, [3; 4], "unlocked again: the window is gone");
+    }
+
+    #[test]
+    fn creating_through_a_dangling_link_creates_its_target_as_sec2_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let (link, target) = (dir.path().join("link.h5"), dir.path().join("target.h5"));
+        std::os::unix::fs::symlink("target.h5", &link).unwrap();
+        let chained = dir.path().join("chained.h5");
+        std::os::unix::fs::symlink(&link, &chained).unwrap();
+        let flags = H5F_ACC_RDWR | H5F_ACC_CREAT | H5F_ACC_TRUNC;
+        let (_, created) = open_untouched(&c(&chained), libc::O_RDWR, flags).unwrap();
+        assert_eq!(created.as_deref(), Some(c(&target).as_c_str()));
+        assert!(target.is_file() && std::fs::symlink_metadata(&link).unwrap().is_symlink());
+        // Exclusive creation refuses a link, as O_EXCL does; a link into a missing directory
+        // is not found.
+        std::fs::remove_file(&target).unwrap();
+        let err = open_untouched(&c(&link), libc::O_RDWR, flags | H5F_ACC_EXCL).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EEXIST));
+        let lost = dir.path().join("lost.h5");
+        std::os::unix::fs::symlink("missing/target.h5", &lost).unwrap();
+        let err = open_untouched(&c(&lost), libc::O_RDWR, flags).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+        assert!(!target.exists());
+    }
+
+    #[test]
+    fn truncating_leaves_devices_as_o_trunc_does() {
+        let flags = H5F_ACC_RDWR | H5F_ACC_CREAT | H5F_ACC_TRUNC;
+        let null = std::path::Path::new("/dev/null");
+        let f = OpenFile::open(&c(null), flags, MAXADDR, VfdSettings::default(), true).unwrap();
+        assert_eq!(f.eof(), 0);
     }
 }

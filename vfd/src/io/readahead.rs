@@ -4,10 +4,14 @@
 //! datasets next to each other cost one `pread`. This driver must not advertise it (HDF5 would
 //! then copy through its own buffer, fatal for device pointers), so it keeps the equivalent
 //! itself, for host buffers only: a small read outside the window refills it from the file.
-//! Every write and truncate empties the window, so it never serves stale bytes.
+//! Every write and truncate empties the window. Other processes' writes cannot be seen, so the
+//! window serves only while this process holds the file's lock (which keeps HDF5 writers out);
+//! without one (`HDF5_USE_FILE_LOCKING=FALSE`, SWMR), every read goes to the file, as sec2's
+//! reads of a dataset opened anew do.
 
 use super::{posix, BufPtr, Direction, PartialTransfer};
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;
 
 /// Reads up to this size go through the window.
@@ -19,11 +23,14 @@ pub const WINDOW: usize = 64 << 10;
 #[derive(Debug, Default)]
 pub struct ReadAhead {
     window: Mutex<Option<(u64, Vec<u8>)>>,
+    /// Whether the window serves reads: while the file is locked by this process.
+    serving: AtomicBool,
 }
 
 impl ReadAhead {
     /// Serves a read of `len` bytes at `addr` from the window, refilling it when needed.
-    /// Returns `Ok(false)` when the read is not small (the caller reads directly).
+    /// Returns `Ok(false)` when the read is not small, or the window is not serving (the caller
+    /// reads directly).
     ///
     /// # Safety
     /// `buf` must be valid for writes of `len` bytes.
@@ -34,7 +41,10 @@ impl ReadAhead {
         len: usize,
         buf: *mut u8,
     ) -> Result<bool, PartialTransfer> {
-        if len == 0 || len > SMALL_READ || addr.saturating_add(WINDOW as u64) > crate::abi::MAXADDR
+        if len == 0
+            || len > SMALL_READ
+            || addr.saturating_add(WINDOW as u64) > crate::abi::MAXADDR
+            || !self.serving.load(Relaxed)
         {
             return Ok(false);
         }
@@ -63,6 +73,14 @@ impl ReadAhead {
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(from), buf, len) };
         }
         Ok(true)
+    }
+
+    /// Starts serving reads (the file was locked) or stops and forgets the window (unlocked).
+    pub fn serve(&self, locked: bool) {
+        self.serving.store(locked, Relaxed);
+        if !locked {
+            self.invalidate();
+        }
     }
 
     /// Forgets the window (after any write or truncate).
