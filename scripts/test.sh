@@ -47,8 +47,7 @@ done
 # decodes compressed chunks on the emulated GPU (test_gpu_codec.py).
 ln -sf "$PWD/target/debug/libh5gds_emu_nvcomp.so" "$emulator_libs/libnvcomp.so.6"
 # A wheel clusters accept: glibc 2.28 symbols only (zig as linker), abi3, checked by auditwheel.
-PATH="$PWD/.venv/bin:$PATH" .venv/bin/maturin build --release --quiet --zig --compatibility manylinux_2_28 \
-  -o target/wheels
+scripts/build-wheel.sh target/wheels
 wheel=$(ls target/wheels/h5gds-*-cp39-abi3-manylinux_2_28_x86_64.whl)
 # The sdist builds a wheel where Rust is present (pip's own build, maturin fetched from PyPI),
 # from scratch: the sdist's files carry one fixed timestamp, so a reused build directory could

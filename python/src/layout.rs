@@ -769,8 +769,15 @@ impl Layout {
                 Ok(())
             });
         }
-        let lock = || kept.lock().unwrap_or_else(|p| p.into_inner());
-        let found = lock().chunks.get(&part.offset).cloned();
+        // Never waited for: a fork may copy the lock into a child held by a thread the child
+        // does not have (a DataLoader worker forked while another thread reads), and a busy
+        // cache is only a chunk decoded again, or not kept.
+        let lock = || match kept.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        let found = lock().and_then(|kept| kept.chunks.get(&part.offset).cloned());
         let decoded = match found {
             Some(decoded) => decoded,
             None => {
@@ -780,6 +787,11 @@ impl Layout {
                         .decode_into(bytes, stored.mask, scratch, &mut decoded)
                         .map_err(undecodable)
                 })?;
+                let decoded = Arc::new(decoded);
+                let Some(mut kept) = lock() else {
+                    place(&decoded, out);
+                    return Ok(());
+                };
                 h5gds::with_logging(|| {
                     tracing::debug!(
                         "h5gds.read of {}: the chunk at {:?} decoded and kept for the next reads, \
@@ -788,8 +800,6 @@ impl Layout {
                         part.offset
                     )
                 });
-                let decoded = Arc::new(decoded);
-                let mut kept = lock();
                 while kept.order.len() >= KEPT_BYTES / chunk_bytes.max(1) {
                     if let Some(oldest) = kept.order.pop_front() {
                         kept.chunks.remove(&oldest);

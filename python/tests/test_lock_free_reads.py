@@ -225,6 +225,48 @@ def test_rows_read_one_at_a_time_decode_each_chunk_once_and_match(tmp_path):
         ["[0, 0]", "[16, 0]", "[32, 0]", "[48, 0]"]
 
 
+def test_a_child_forked_while_threads_read_compressed_rows_reads_them_too(tmp_path):
+    """A DataLoader worker forked while the parent's threads read rows of a compressed dataset (the
+    decoded chunks kept under a lock): the child reads the same dataset and finishes (each child is
+    killed after 10 s; 19 of 20 hung when the child waited on the lock a fork copied held)."""
+    path = tmp_path / "rows.h5"
+    with h5py.File(path, "w") as f:
+        # 64 chunks of 256 KiB, more than the 8 MiB of decoded chunks kept: the threads keep
+        # replacing them under the lock.
+        f.create_dataset("x", data=data((4096, 512), "<i8"), chunks=(64, 512), compression="gzip")
+    program = (
+        "import os, random, signal, sys, threading, time, h5py, h5gds, numpy as np\n"
+        "f = h5py.File(sys.argv[1], 'r')\n"
+        "d = f['x']\n"
+        "x = d[...]\n"
+        "h5gds.read(d, sel=0)\n"
+        "stop = False\n"
+        "def rows(seed):\n"
+        "    rng = random.Random(seed)\n"
+        "    while not stop:\n"
+        "        h5gds.read(d, sel=rng.randrange(4096))\n"
+        "threads = [threading.Thread(target=rows, args=(n,)) for n in range(4)]\n"
+        "for t in threads:\n"
+        "    t.start()\n"
+        "outcomes = []\n"
+        "for k in range(20):\n"
+        "    time.sleep(0.01)\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        signal.alarm(10)\n"
+        "        rows_read = [h5gds.read(d, sel=i) for i in (k, 3000 + k, k)]\n"
+        "        os._exit(0 if all(np.array_equal(r, x[i]) for r, i in zip(rows_read, (k, 3000 + k, k))) else 1)\n"
+        "    outcomes.append(os.waitpid(pid, 0)[1])\n"
+        "stop = True\n"
+        "for t in threads:\n"
+        "    t.join()\n"
+        "print(outcomes)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", program, str(path)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == str([0] * 20), run.stdout  # SIGALRM (14): a hung child
+
+
 def test_gathers_of_rows_are_served_by_the_layout_and_match_numpy(files):
     rng = np.random.default_rng(7)
     with h5py.File(files, "r") as f:

@@ -299,6 +299,30 @@ def test_exit_with_open_files_and_a_warm_pool_and_a_forked_child(tmp_path):
     assert without_fork_warning(proc.stderr) == "", proc.stderr
 
 
+def test_exit_while_a_daemon_thread_reads(tmp_path):
+    # CPython before 3.14 ends a daemon thread that takes the GIL back after exit began with
+    # pthread_exit, whose forced unwind runs through the extension's frames: they must unwind with
+    # the unwinder glibc uses (the wheel's module links libgcc_s; one linked with zig's own
+    # libunwind crashed at exit 10 times in 10).
+    path = tmp_path / "daemon.h5"
+    with h5py.File(path, "w") as f:
+        f["x"] = np.arange(1 << 22, dtype="f4").reshape(4096, 1024)
+    code = ("import threading, time, h5gds, h5py\n"
+            f"f = h5py.File({str(path)!r}, 'r')\n"
+            "d = f['x']\n"
+            "def rows():\n"
+            "    i = 0\n"
+            "    while True:\n"
+            "        h5gds.read(d, sel=i % 4096)\n"
+            "        i += 1\n"
+            "threading.Thread(target=rows, daemon=True).start()\n"
+            "time.sleep(0.3)\n"
+            "print('EXIT', flush=True)\n")
+    for _ in range(3):
+        proc = child(code, timeout=120)
+        assert proc.returncode == 0 and proc.stdout == "EXIT\n", (proc.returncode, proc.stdout, proc.stderr)
+
+
 #: Python 3.12+ warns when a process with more than one thread forks (here: the pool's threads), which is
 #: true; `warnings` prints the line, and on 3.13+ the source line `pid = os.fork()` under it.
 FORK_WARNING = re.compile(r"<string>:\d+: DeprecationWarning: This process \(pid=\d+\) is multi-threaded, use of "

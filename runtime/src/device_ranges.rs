@@ -46,6 +46,10 @@ fn remember(range: DeviceRange) {
 /// Forgets a cached device range: the driver calls it when its answer no longer holds, and
 /// programs that free device memory they handed to HDF5 may call it (array-io does).
 pub fn forget_device_range(base: CUdeviceptr) {
+    // (A forked child never reads the cache, nor waits on its lock: see `lookup`.)
+    if cuda::forked_from().is_some() {
+        return;
+    }
     if let Ok(mut ranges) = DEVICE_RANGES.write() {
         ranges.retain(|r| r.base != base);
     }
@@ -109,6 +113,11 @@ fn host_readable(ptr: usize) -> bool {
 pub fn lookup(ptr: usize) -> Result<(PointerKind, bool), String> {
     if !cuda_works() || crate::known_host::certainly_host(ptr) {
         return Ok((PointerKind::Host, false));
+    }
+    // A forked child asks the kernel (`query`), never the cache: its ranges are the parent's,
+    // and a fork may have copied its lock held by a thread the child does not have.
+    if cuda::forked_from().is_some() {
+        return Ok((query(ptr)?, false));
     }
     match cached(ptr as u64) {
         Some(kind) => Ok((kind, true)),

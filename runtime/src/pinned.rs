@@ -39,16 +39,21 @@ static POOL: Mutex<Vec<Staging>> = Mutex::new(Vec::new());
 /// The most idle buffers kept; more are freed when given back.
 const MAX_IDLE: usize = 32;
 
-fn idle() -> std::sync::MutexGuard<'static, Vec<Staging>> {
+/// The idle buffers; None in a child forked from a process that used CUDA, which must not touch
+/// the parent's pinned buffers (CUDA state is undefined after fork, `cuda::forked_from`) nor
+/// wait on a lock a fork may have copied held by a thread the child does not have.
+fn idle() -> Option<std::sync::MutexGuard<'static, Vec<Staging>>> {
+    if crate::cuda::forked_from().is_some() {
+        return None;
+    }
     // A poisoned pool only means a panic elsewhere while it was held; its buffers are intact.
-    POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    Some(POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
 }
 
 /// A buffer of at least `size` bytes: the smallest idle one that is large enough, else a new one
 /// of `size`.
 pub fn take(size: usize) -> Staging {
-    {
-        let mut pool = idle();
+    if let Some(mut pool) = idle() {
         let fitting = (0..pool.len())
             .filter(|&i| pool[i].len() >= size)
             .min_by_key(|&i| pool[i].len());
@@ -69,9 +74,10 @@ pub fn take(size: usize) -> Staging {
 
 /// Returns a buffer to the pool, once nothing (no copy in flight) uses it any more.
 pub fn give_back(buffer: Staging) {
-    let mut pool = idle();
-    if pool.len() < MAX_IDLE {
-        pool.push(buffer);
+    if let Some(mut pool) = idle() {
+        if pool.len() < MAX_IDLE {
+            pool.push(buffer);
+        }
     }
     // Otherwise the buffer is dropped here, which frees it.
 }
@@ -79,7 +85,9 @@ pub fn give_back(buffer: Staging) {
 /// Frees the idle buffers (pinned memory is the host's; a later transfer pins what it needs
 /// again). Returns how many.
 pub fn release_idle() -> usize {
-    let released = std::mem::take(&mut *idle());
+    let released = idle()
+        .map(|mut pool| std::mem::take(&mut *pool))
+        .unwrap_or_default();
     // Freed here, outside the pool's lock.
     released.len()
 }
