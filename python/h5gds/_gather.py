@@ -8,7 +8,6 @@ indices are strictly increasing, and otherwise into a buffer of distinct rows th
 into the caller's order, repeats included, outside HDF5's lock (``GatherPlan.scatter``). A device
 ``out`` gets the rows gathered in pinned host memory (``_native.PinnedHost``), copied up in one piece."""
 
-import ctypes
 import math
 import threading
 
@@ -47,16 +46,6 @@ def _scratch(nbytes):
     return fresh
 
 
-def _refuse_other_bytes_than_bools(host, name):
-    """ValueError where the gathered rows in the host buffer ``host`` hold a byte other than 0 or 1,
-    which a device library's bool arrays cannot hold (the driver's device path refuses them too)."""
-    found = np.ctypeslib.as_array((ctypes.c_uint8 * host.nbytes).from_address(host.address))
-    wrong = np.flatnonzero(found > 1)
-    if wrong.size:
-        raise ValueError(f"dataset {name} holds the byte {found[wrong[0]]} at element {wrong[0]} of the "
-                         "gathered rows, which is not a bool (0 or 1)")
-
-
 def gather(dset, view, sel, name):
     """Reads the rows ``sel.rows`` (a ``_selection.Gather``) of ``dset`` into the host array
     ``view`` (checked by the caller: dtype, shape, contiguity, writable)."""
@@ -71,9 +60,9 @@ def gather(dset, view, sel, name):
             staging = np.empty(view.shape, dtype=view.dtype)
             host = _arrays.view(staging, "out")
         gather(dset, host, sel, name)
-        if view.dtype.base == np.bool_:
-            _refuse_other_bytes_than_bools(host, name)
-        _native.device_copy(view.address, view.nbytes, view.device[1], view.stream, host.address, True)
+        # Bools: bytes other than 0 and 1 refused, as the driver's device path does.
+        _native.device_copy(view.address, view.nbytes, view.device[1], view.stream, host.address, True,
+                            str(name) if view.dtype.base == np.bool_ else None)
         return
     rows = sel.rows
     plan = _native.GatherPlan(rows.ctypes.data, len(rows), dset.shape[0])

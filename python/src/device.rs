@@ -744,12 +744,25 @@ unsafe fn check_bools(
         return Ok(());
     }
     // SAFETY: as the caller guarantees.
-    let bytes = unsafe { std::slice::from_raw_parts(host, len) };
+    refuse_other_bytes_than_bools(
+        t.dataset_name,
+        unsafe { std::slice::from_raw_parts(host, len) },
+        first,
+    )
+}
+
+/// Refuses a byte of `bytes`, bools read from dataset `dataset_name`, that is not 0 or 1 (which a
+/// device library's bool cannot hold), naming its element (`first`: the selection element
+/// `bytes` start at).
+pub fn refuse_other_bytes_than_bools(
+    dataset_name: &str,
+    bytes: &[u8],
+    first: u64,
+) -> Result<(), DeviceError> {
     match bytes.iter().position(|&v| v > 1) {
         Some(at) => Err(argument(format!(
-            "dataset {} holds the byte {} at element {} of the selection, which is not a bool (0 \
-             or 1)",
-            t.dataset_name,
+            "dataset {dataset_name} holds the byte {} at element {} of the selection, which is not \
+             a bool (0 or 1)",
             bytes[at],
             first + at as u64
         ))),

@@ -373,9 +373,13 @@ impl PinnedHost {
 /// Copies between the device array at `address` (`nbytes`; on device `claimed_ordinal` if it
 /// says) and the host buffer at `host`: into the device with `to_device`, else out of it, after
 /// the producer's `stream` (0: none) has finished; complete when this returns (see
-/// `device::copy_with_host`). ValueError for memory that is not one CUDA allocation holding
-/// `nbytes`; OSError where CUDA fails. The caller keeps both arrays alive.
+/// `device::copy_with_host`). `bools_of`: the host bytes are bools read from that dataset, and a
+/// byte other than 0 or 1 is refused (ValueError) before anything is copied. ValueError for
+/// memory that is not one CUDA allocation holding `nbytes`; OSError where CUDA fails. The caller
+/// keeps both arrays alive.
 #[pyfunction]
+#[pyo3(signature = (address, nbytes, claimed_ordinal, stream, host, to_device, bools_of=None))]
+#[allow(clippy::too_many_arguments)]
 fn device_copy(
     py: Python<'_>,
     address: u64,
@@ -384,9 +388,17 @@ fn device_copy(
     stream: u64,
     host: usize,
     to_device: bool,
+    bools_of: Option<String>,
 ) -> PyResult<()> {
-    py.detach(|| device::copy_with_host(address, nbytes, claimed_ordinal, stream, host, to_device))
-        .map_err(device_error)
+    py.detach(|| {
+        if let Some(name) = &bools_of {
+            // SAFETY: the caller passes a live host buffer of `nbytes`, filled.
+            let bytes = unsafe { std::slice::from_raw_parts(host as *const u8, nbytes) };
+            device::refuse_other_bytes_than_bools(name, bytes, 0)?;
+        }
+        device::copy_with_host(address, nbytes, claimed_ordinal, stream, host, to_device)
+    })
+    .map_err(device_error)
 }
 
 /// Writes one rank's device tile of a collective `to_file` through the driver of `file` (the
