@@ -118,7 +118,6 @@ fn rust_layout() -> Vec<(&'static str, usize)> {
         ("H5F_ACC_TRUNC", H5F_ACC_TRUNC as usize),
         ("H5F_ACC_EXCL", H5F_ACC_EXCL as usize),
         ("H5F_ACC_CREAT", H5F_ACC_CREAT as usize),
-        ("H5F_ACC_SWMR_READ", H5F_ACC_SWMR_READ as usize),
         ("H5FD_MEM_DEFAULT", H5FD_MEM_DEFAULT as usize),
         ("H5FD_MEM_SUPER", H5FD_MEM_SUPER as usize),
         ("H5FD_MEM_DRAW", H5FD_MEM_DRAW as usize),

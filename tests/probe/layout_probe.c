@@ -74,7 +74,6 @@ const h5gds_probe_entry h5gds_probe_table[] = {
     {"H5F_ACC_TRUNC", (size_t)(H5F_ACC_TRUNC)},
     {"H5F_ACC_EXCL", (size_t)(H5F_ACC_EXCL)},
     {"H5F_ACC_CREAT", (size_t)(H5F_ACC_CREAT)},
-    {"H5F_ACC_SWMR_READ", (size_t)(H5F_ACC_SWMR_READ)},
     {"H5FD_MEM_DEFAULT", (size_t)(H5FD_MEM_DEFAULT)},
     {"H5FD_MEM_SUPER", (size_t)(H5FD_MEM_SUPER)},
     {"H5FD_MEM_DRAW", (size_t)(H5FD_MEM_DRAW)},

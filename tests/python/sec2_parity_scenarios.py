@@ -2,6 +2,7 @@
 environment selects (HDF5_DRIVER) and prints what a user would see."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -91,6 +92,44 @@ def other_writer(directory):
         print("after, opened anew:", f["x"][:5].tolist(), f["x"][7])
 
 
+def rewritten_in_place(directory):
+    """A file this process holds open (the lock taken) rewritten in place by another program, as
+    `cp` or `shutil.copy` do (same inode, truncated and written again, no HDF5 lock): what a
+    200-byte dataset and the first and last rows of a 4 MB one next to it read after each
+    rewrite, through the File kept open and through a second File on the same path. Each read
+    after a rewrite comes right after a small read of the same bytes before it."""
+    path = os.path.join(directory, "data.h5")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("small", data=np.full(50, 1.0, "f4"))
+        f.create_dataset("large", data=np.full((1000, 1000), 1.0, "f4"))
+    # The same file with other values at the same addresses.
+    versions = {}
+    for value in (2.0, 3.0):
+        versions[value] = os.path.join(directory, f"{value}.h5")
+        shutil.copyfile(path, versions[value])
+        with h5py.File(versions[value], "r+") as f:
+            f["small"][...] = value
+            f["large"][...] = value
+
+    def rewrite(value):
+        inode = os.stat(path).st_ino
+        shutil.copyfile(versions[value], path)
+        assert os.stat(path).st_ino == inode, "the rewrite must keep the inode"
+
+    def values(f):
+        return [sorted(set(f["small"][...].tolist())), sorted(set(f["large"][0].tolist())),
+                f["large"][0, :3].tolist(), sorted(set(f["large"][-1].tolist()))]
+
+    with h5py.File(path, "r") as f:
+        print("before:", f["small"][...][:2].tolist(), f["large"][0, :2].tolist())
+        rewrite(2.0)
+        print("after, same File:", *values(f))
+        print("again:", f["small"][...][:2].tolist(), f["large"][0, :2].tolist())
+        rewrite(3.0)
+        with h5py.File(path, "r") as second:
+            print("after, second File:", *values(second))
+
+
 def open_once(path, mode):
     """One open, reported with its message (for refusals)."""
     print(outcome(path, mode))
@@ -98,4 +137,5 @@ def open_once(path, mode):
 
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"errors": errors, "permission": permission, "open": open_once, "other_writer": other_writer}[command](*args)
+    {"errors": errors, "permission": permission, "open": open_once, "other_writer": other_writer,
+     "rewritten_in_place": rewritten_in_place}[command](*args)

@@ -35,7 +35,6 @@ pub const H5F_ACC_RDWR: c_uint = 0x0001;
 pub const H5F_ACC_TRUNC: c_uint = 0x0002;
 pub const H5F_ACC_EXCL: c_uint = 0x0004;
 pub const H5F_ACC_CREAT: c_uint = 0x0010;
-pub const H5F_ACC_SWMR_READ: c_uint = 0x0040;
 
 // Memory types.
 pub const H5FD_MEM_NOLIST: H5FD_mem_t = -1;

@@ -2,15 +2,14 @@
 //! the dispatch of reads and writes to the I/O paths. Semantics follow HDF5's sec2 driver.
 
 use crate::abi::{
-    haddr_t, H5FD_mem_t, H5FD_MEM_DRAW, H5F_ACC_CREAT, H5F_ACC_EXCL, H5F_ACC_RDWR,
-    H5F_ACC_SWMR_READ, H5F_ACC_TRUNC, HADDR_UNDEF, MAXADDR,
+    haddr_t, H5FD_mem_t, H5F_ACC_CREAT, H5F_ACC_EXCL, H5F_ACC_RDWR, H5F_ACC_TRUNC, HADDR_UNDEF,
+    MAXADDR,
 };
 use crate::config::{DirectIo, VfdSettings};
 use crate::cuda::PointerKind;
 use crate::error::{Error, Result};
 use crate::io::device::{DeviceIo, DevicePathPlan, FileDevicePath};
 use crate::io::host::HostIo;
-use crate::io::readahead::ReadAhead;
 use crate::io::vector::Piece;
 use crate::io::{BufPtr, Direction};
 use crate::memory;
@@ -24,8 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// The state of one open file. HDF5 hands callbacks `const` and non-`const` pointers to the same
 /// file, and `cmp` may get one file twice, so every method takes `&self`: what changes (the
-/// markers, the read-ahead window) is behind atomics or a lock, and no `&mut` to a file's state
-/// is ever made.
+/// markers) is behind atomics, and no `&mut` to a file's state is ever made.
 #[derive(Debug)]
 pub(crate) struct OpenFile {
     pub(crate) path: String,
@@ -44,9 +42,6 @@ pub(crate) struct OpenFile {
     pub(crate) settings: VfdSettings,
     /// How device buffers reach this file.
     device_path: FileDevicePath,
-    /// Small raw-data reads into host memory (HDF5's sieve buffer, kept by the driver); off for
-    /// SWMR readers, whose file another process changes.
-    readahead: Option<ReadAhead>,
 }
 
 /// sec2's `ADDR_OVERFLOW`: undefined, or beyond what `off_t` can address.
@@ -269,7 +264,6 @@ impl OpenFile {
             ignore_disabled_locks,
             settings,
             device_path,
-            readahead: (flags & H5F_ACC_SWMR_READ == 0).then(ReadAhead::default),
         })
     }
 
@@ -314,43 +308,6 @@ impl OpenFile {
         }
     }
 
-    /// A host transfer; small raw-data reads go through the read-ahead window.
-    ///
-    /// # Safety
-    /// `buf` must be valid for `size` bytes in direction `dir`.
-    pub(crate) unsafe fn host_transfer(
-        &self,
-        dir: Direction,
-        addr: haddr_t,
-        size: usize,
-        buf: BufPtr,
-        mem_type: H5FD_mem_t,
-    ) -> Result<()> {
-        let window = self
-            .readahead
-            .as_ref()
-            .filter(|_| mem_type == H5FD_MEM_DRAW);
-        if let (Direction::Read, Some(window)) = (dir, window) {
-            // SAFETY: `buf` is writable for `size` bytes (caller's contract).
-            match unsafe { window.read(self.raw_fd, addr, size, buf.as_ptr()) } {
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
-                Err(f) => {
-                    return Err(Error::Io {
-                        op: "read (read-ahead)",
-                        path: self.path.clone(),
-                        offset: addr,
-                        size: size as u64,
-                        done: f.done as u64,
-                        source: f.source,
-                    })
-                }
-            }
-        }
-        // SAFETY: the caller's contract.
-        unsafe { self.host().transfer(dir, addr, buf, size) }
-    }
-
     /// One transfer of `size` bytes at `addr`, to or from host or device memory at `buf`.
     ///
     /// # Safety
@@ -374,7 +331,7 @@ impl OpenFile {
             size,
             mem_type,
             // SAFETY: the caller's contract.
-            || unsafe { self.host_transfer(dir, addr, size, buf, mem_type) },
+            || unsafe { self.host().transfer(dir, addr, buf, size) },
             // SAFETY: `buf + off .. + n` lies in the device range (the driver's answer) and in
             // the caller's buffer of `size` bytes.
             |range, off, n| unsafe {
@@ -403,13 +360,6 @@ impl OpenFile {
         self.eof.fetch_max(end, Relaxed);
     }
 
-    /// Empties the read-ahead window before anything changes the file.
-    pub(crate) fn file_changes(&self) {
-        if let Some(window) = &self.readahead {
-            window.invalidate();
-        }
-    }
-
     /// Moves `size` bytes between the file at `addr` and `buf`, host or device memory.
     ///
     /// # Safety
@@ -423,9 +373,6 @@ impl OpenFile {
         mem_type: H5FD_mem_t,
     ) -> Result<()> {
         self.check(dir, addr, size)?;
-        if dir == Direction::Write {
-            self.file_changes();
-        }
         // SAFETY: the caller's contract.
         unsafe { self.transfer_one(dir, addr, size, buf, mem_type) }?;
         if dir == Direction::Write {
@@ -448,9 +395,6 @@ impl OpenFile {
         for p in &pieces {
             self.check(dir, p.addr, p.len)?;
         }
-        if dir == Direction::Write {
-            self.file_changes();
-        }
         let end = pieces.iter().map(|p| p.addr + p.len as u64).max();
         let mut host = Vec::with_capacity(pieces.len());
         let mut device = Vec::new();
@@ -464,7 +408,7 @@ impl OpenFile {
         unsafe {
             match host.as_slice() {
                 [] => {}
-                [one] => self.host_transfer(dir, one.addr, one.len, one.buf, one.mem_type)?,
+                [one] => self.host().transfer(dir, one.addr, one.buf, one.len)?,
                 _ => crate::io::strided::transfer_pieces(&self.host(), host, dir)?,
             }
             // Through `dispatch` again (a cache hit), for its retry on stale ranges.
@@ -521,7 +465,6 @@ impl OpenFile {
 
     /// Makes the file exactly EOA bytes long, as sec2 does (on flush and close).
     pub(crate) fn truncate(&self) -> Result<()> {
-        self.file_changes();
         let eoa = self.eoa();
         if eoa != self.eof() {
             self.file.set_len(eoa).map_err(|source| Error::File {
@@ -534,14 +477,14 @@ impl OpenFile {
         Ok(())
     }
 
-    /// `flock(op)`, without blocking; Ok(false) where the file system has no locks and the user
+    /// `flock(op)`, without blocking; a file system without locks is no error where the user
     /// asked HDF5 to ignore that (nothing is locked then).
-    fn flock(&self, op: c_int, what: &'static str) -> Result<bool> {
+    fn flock(&self, op: c_int, what: &'static str) -> Result<()> {
         // SAFETY: flock on a descriptor this struct owns.
         if unsafe { libc::flock(self.raw_fd, op | libc::LOCK_NB) } < 0 {
             let err = io::Error::last_os_error();
             if self.ignore_disabled_locks && err.raw_os_error() == Some(libc::ENOSYS) {
-                return Ok(false);
+                return Ok(());
             }
             return Err(Error::File {
                 op: what,
@@ -549,28 +492,19 @@ impl OpenFile {
                 source: err,
             });
         }
-        Ok(true)
-    }
-
-    /// An advisory lock: exclusive for read-write access, shared for read-only. While it is held,
-    /// no HDF5 in another process writes the file, so the read-ahead window may serve reads.
-    pub(crate) fn lock(&self, rw: bool) -> Result<()> {
-        let held = self.flock(
-            if rw { libc::LOCK_EX } else { libc::LOCK_SH },
-            "unable to lock file (flock)",
-        )?;
-        if let Some(window) = &self.readahead {
-            window.serve(held);
-        }
         Ok(())
     }
 
+    /// An advisory lock: exclusive for read-write access, shared for read-only.
+    pub(crate) fn lock(&self, rw: bool) -> Result<()> {
+        self.flock(
+            if rw { libc::LOCK_EX } else { libc::LOCK_SH },
+            "unable to lock file (flock)",
+        )
+    }
+
     pub(crate) fn unlock(&self) -> Result<()> {
-        if let Some(window) = &self.readahead {
-            window.serve(false);
-        }
         self.flock(libc::LOCK_UN, "unable to unlock file (flock)")
-            .map(drop)
     }
 
     /// Files are the same when device and inode match (sec2's order: device first).
@@ -582,6 +516,7 @@ impl OpenFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::abi::H5FD_MEM_DRAW;
 
     fn c(path: &std::path::Path) -> CString {
         CString::new(path.to_str().unwrap()).unwrap()
@@ -727,7 +662,7 @@ mod tests {
         write(&f, 100, b"abcd").unwrap();
         read(&f, 100, &mut buf).unwrap();
         assert_eq!(&buf, b"abcd");
-        // Past end of file, inside the window: zeros, until a write puts bytes there.
+        // Past end of file: zeros, until a write puts bytes there.
         read(&f, 200, &mut buf).unwrap();
         assert_eq!(buf, [0; 4]);
         write(&f, 200, b"wxyz").unwrap();
@@ -740,9 +675,10 @@ mod tests {
     }
 
     #[test]
-    fn the_window_serves_only_while_the_file_is_locked() {
-        // Another process writing the file is seen at the next small read unless this process
-        // holds the lock, which keeps HDF5 writers out (as sec2 reads a dataset opened anew).
+    fn small_reads_see_another_writer_locked_or_not() {
+        // Another program writing the file (cp, rsync --inplace: no HDF5 lock keeps it out) is
+        // seen at the next read, whether or not this process holds the file's lock: sec2 never
+        // returns bytes the file no longer holds.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("locks.h5");
         std::fs::write(&path, [1u8; 8192]).unwrap();
@@ -756,15 +692,15 @@ mod tests {
         read(&f, 4000, &mut buf).unwrap();
         changed(2);
         read(&f, 4000, &mut buf).unwrap();
-        assert_eq!(buf, [2; 4], "unlocked: read from the file");
+        assert_eq!(buf, [2; 4], "unlocked");
         f.lock(false).unwrap();
-        read(&f, 4000, &mut buf).unwrap();
+        read(&f, 4002, &mut buf[..2]).unwrap();
         changed(3);
         read(&f, 4000, &mut buf).unwrap();
-        assert_eq!(buf, [2; 4], "locked: served from the window");
-        f.unlock().unwrap();
-        read(&f, 4000, &mut buf).unwrap();
-        assert_eq!(buf, [3; 4], "unlocked again: the window is gone");
+        assert_eq!(buf, [3; 4], "locked");
+        other.set_len(4001).unwrap();
+        read(&f, 3999, &mut buf).unwrap();
+        assert_eq!(buf, [1, 3, 0, 0], "locked, truncated by the other writer");
     }
 
     #[test]

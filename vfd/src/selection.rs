@@ -165,16 +165,14 @@ unsafe fn transfer(
                     Direction::Read => {
                         file.check(Direction::Read, start, len as usize)?;
                         if pat.levels.is_empty() {
-                            // One run: the host path of a plain read, whose read-ahead window
-                            // serves small raw-data reads as HDF5's sieve buffer does for sec2
-                            // (selection I/O bypasses that buffer).
+                            // One run: the host path of a plain read (large ones split
+                            // across the thread pool).
                             let buf = BufPtr::new(mem as *mut u8);
-                            return file.host_transfer(dir, start, len as usize, buf, mem_type);
+                            return file.host().transfer(dir, start, buf, len as usize);
                         }
                     }
                     Direction::Write => {
                         check_region(start, len, crate::abi::MAXADDR)?;
-                        file.file_changes();
                     }
                 }
                 transfer_strided(&file.host(), entry.offset, pat, mem, dir)?;
@@ -197,7 +195,6 @@ unsafe fn transfer(
                 for p in &pieces {
                     check_region(p.addr, p.len as u64, crate::abi::MAXADDR)?;
                 }
-                file.file_changes();
                 let end = pieces
                     .iter()
                     .map(|p| p.addr + p.len as u64)

@@ -7,7 +7,6 @@ pub(crate) mod gds;
 pub(crate) mod host;
 pub(crate) mod parallel;
 pub(crate) mod posix;
-pub(crate) mod readahead;
 pub(crate) mod strided;
 pub(crate) mod target;
 pub(crate) mod vector;
