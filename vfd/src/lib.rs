@@ -26,10 +26,12 @@ mod model_tests;
 mod plugin;
 mod selection;
 mod transfer;
+/// vfd-gds's public API on h5gds's driver, for the compatibility library (`vfd-gds-compat`).
+pub mod vfd_gds_api;
 
 pub use abi::{DRIVER_NAME, DRIVER_VALUE};
 pub use config::{
-    config_from_environment, format_size, parse_size, CompatMode, DirectIo, Key as SettingKey,
+    config_from_environment, CarriedSettings, format_size, parse_size, CompatMode, DirectIo, Key as SettingKey,
     SettingSpec, Source as SettingSource, VfdSettings, SETTINGS,
 };
 pub use error::Error;
