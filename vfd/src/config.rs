@@ -565,6 +565,101 @@ mod tests {
     }
 
     #[test]
+    fn every_driver_setting_fits_the_carried_settings() {
+        assert!(driver_settings().count() <= CARRIED_SLOTS);
+        assert!(driver_settings().all(|(spec, _)| {
+            let widest = match spec.key {
+                Key::CompatMode | Key::DirectIo | Key::DeviceCopies => "auto".len(),
+                Key::NThreads => MAX_THREADS.to_string().len(),
+                _ => format_size(MAX_SIZE - 1).len(),
+            };
+            widest <= CARRIED_VALUE_BYTES
+        }));
+    }
+
+    #[test]
+    fn carried_settings_keep_their_source_and_rank_between_config_strings() {
+        let env = env_of(&[("H5GDS_NTHREADS", "5"), ("H5GDS_TASK_SIZE", "1M")]);
+        let parent =
+            VfdSettings::from_sources(&env, cfg("nthreads=3,direct_io=auto,task_size=8M")).unwrap();
+        let carried = CarriedSettings::of_open_file(&parent, [0; 3]);
+        // A file opened from the parent's list (no config string of its own) gets its values and
+        // their sources; the environment is still read for the rest.
+        let child = VfdSettings::from_all_sources(
+            env_of(&[("H5GDS_NTHREADS", "5"), ("H5GDS_BOUNCE_BUFFER_SIZE", "64K")]),
+            None,
+            Some(&carried),
+        )
+        .unwrap();
+        assert_eq!(child.nthreads, 3);
+        assert_eq!(child.task_size, 8 << 20);
+        assert_eq!(child.direct_io, DirectIo::Auto);
+        assert_eq!(*child.source(Key::NThreads), Source::ConfigString);
+        assert_eq!(child.bounce_buffer_size, 64 << 10);
+        assert_eq!(
+            *child.source(Key::BounceBufferSize),
+            Source::Environment("H5GDS_BOUNCE_BUFFER_SIZE")
+        );
+        // A config string of the list itself wins over carried config-string values.
+        let own =
+            VfdSettings::from_all_sources(env_of(&[]), cfg("nthreads=7"), Some(&carried)).unwrap();
+        assert_eq!((own.nthreads, own.task_size), (7, 8 << 20));
+        // Bytes that are not carried settings are not read as such.
+        let zeros = [0u64; 64];
+        // SAFETY: 512 readable, aligned bytes.
+        assert!(unsafe { CarriedSettings::at(zeros.as_ptr().cast()) }.is_none());
+        // SAFETY: a CarriedSettings.
+        let back = unsafe { CarriedSettings::at(std::ptr::from_ref(&carried).cast()) };
+        assert_eq!(back, Some(&carried));
+    }
+
+    #[test]
+    fn set_fapl_gds_arguments_win_over_config_strings_and_are_checked() {
+        let carried = CarriedSettings::from_set_fapl_gds(0, 8192, 8 << 20).unwrap();
+        assert_eq!(carried.vfd_gds_sizes, [4096, 8192, 8 << 20]);
+        let s = VfdSettings::from_all_sources(
+            env_of(&[("H5GDS_BOUNCE_BUFFER_SIZE", "1M")]),
+            cfg("bounce_buffer_size=2M,nthreads=2"),
+            Some(&carried),
+        )
+        .unwrap();
+        assert_eq!(s.bounce_buffer_size, 8 << 20);
+        assert_eq!(
+            *s.source(Key::BounceBufferSize),
+            Source::Argument(SET_FAPL_GDS)
+        );
+        assert_eq!(s.nthreads, 2);
+        assert!(s
+            .describe()
+            .contains("bounce_buffer_size=8M (argument of H5Pset_fapl_gds)"));
+        // Passed on unchanged to the files opened from a file opened so.
+        let again = CarriedSettings::of_open_file(&s, carried.vfd_gds_sizes);
+        let child = VfdSettings::from_all_sources(env_of(&[]), None, Some(&again)).unwrap();
+        assert_eq!(child.bounce_buffer_size, 8 << 20);
+        assert_eq!(
+            *child.source(Key::BounceBufferSize),
+            Source::Argument(SET_FAPL_GDS)
+        );
+        assert_eq!(*child.source(Key::NThreads), Source::ConfigString);
+        // A 0 takes vfd-gds's default, and sets nothing of h5gds's.
+        let defaults = CarriedSettings::from_set_fapl_gds(0, 0, 0).unwrap();
+        assert_eq!(defaults.vfd_gds_sizes, VFD_GDS_DEFAULT_SIZES);
+        assert_eq!(defaults.entries().count(), 0);
+        let err = CarriedSettings::from_set_fapl_gds(4096, 4096, 12800).unwrap_err();
+        assert!(
+            err.to_string().contains("multiple of the block size"),
+            "{err}"
+        );
+        let err = CarriedSettings::from_set_fapl_gds(4096, 4096, 2 << 30).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("bounce_buffer_size (argument of H5Pset_fapl_gds)")
+                && text.contains("4K to 1G"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn messages_quote_a_bounded_part_of_a_value() {
         let long = format!("nthreads={}", "9".repeat(100_000));
         let err = VfdSettings::from_sources(env_of(&[]), cfg(&long)).unwrap_err();

@@ -31,8 +31,8 @@ pub mod vfd_gds_api;
 
 pub use abi::{DRIVER_NAME, DRIVER_VALUE};
 pub use config::{
-    config_from_environment, CarriedSettings, format_size, parse_size, CompatMode, DirectIo, Key as SettingKey,
-    SettingSpec, Source as SettingSource, VfdSettings, SETTINGS,
+    config_from_environment, format_size, parse_size, CarriedSettings, CompatMode, DirectIo,
+    Key as SettingKey, SettingSpec, Source as SettingSource, VfdSettings, SETTINGS,
 };
 pub use error::Error;
 pub use h5gds_runtime::cuda::{cuda, CudaDriver, CudaError};

@@ -892,6 +892,30 @@ mod tests {
         file
     }
 
+    /// `fapl_get` hands HDF5 the open file's settings to carry, `fapl_copy` copies them and
+    /// refuses bytes of another kind, `fapl_free` frees both.
+    #[test]
+    fn the_class_carries_settings_through_fapl_get_copy_and_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = open(&dir.path().join("f.h5"));
+        // SAFETY: f is an open file of this driver; every info is freed once, by fapl_free.
+        unsafe {
+            let info = gds_fapl_get(f);
+            let carried = CarriedSettings::at(info).expect("fapl_get returns carried settings");
+            let copy = gds_fapl_copy(info);
+            assert_eq!(CarriedSettings::at(copy), Some(carried));
+            let foreign = [0u64; 64];
+            assert!(gds_fapl_copy(foreign.as_ptr().cast()).is_null());
+            assert_eq!(gds_fapl_free(copy), 0);
+            assert_eq!(gds_fapl_free(info), 0);
+            assert_eq!(gds_close(f), 0);
+        }
+        assert_eq!(
+            UNBOUND_CLASS.0.fapl_size,
+            std::mem::size_of::<CarriedSettings>()
+        );
+    }
+
     /// HDF5 may pass one file to `cmp` twice and calls `const` callbacks on a file it also
     /// passes mutably: every callback here gets the same pointer while the others' results are
     /// still in use, and the state is only ever borrowed shared (`state` returns `&OpenFile`).

@@ -5,7 +5,7 @@
 //! on the list with the settings `H5Pset_fapl_gds` got. Unlike vfd-gds, nothing here needs cuFile
 //! or a GPU: device transfers take the driver's staged path where GDS cannot work.
 
-use crate::abi::{hid_t, DRIVER_VALUE, H5FD_class_t};
+use crate::abi::{hid_t, H5FD_class_t, DRIVER_VALUE};
 use crate::config::{CarriedSettings, VFD_GDS_DEFAULT_SIZES};
 use crate::error::{Error, Result};
 use crate::plugin::{bound_class, guard};
@@ -57,7 +57,10 @@ fn driver_id(slot: usize, api: &Hdf5Library) -> Result<hid_t> {
     // SAFETY: the class is a static of HDF5 1.14.4+/2.x's H5FD_class_t layout; HDF5 copies it.
     let id = unsafe { api.register_class(bound_class(Some(slot)).cast(), crate::abi::DRIVER_NAME) }
         .map_err(Error::InvalidArgument)?;
-    tracing::debug!("registered the gds driver in {} for vfd-gds's API: id {id}", api.path);
+    tracing::debug!(
+        "registered the gds driver in {} for vfd-gds's API: id {id}",
+        api.path
+    );
     ids[slot] = id;
     Ok(id)
 }
@@ -81,8 +84,11 @@ pub fn set_fapl_gds(fapl: hid_t, alignment: usize, block_size: usize, cbuf_size:
     let hdf5 = bound.as_ref().ok().map(|(_, api)| *api);
     guard("H5Pset_fapl_gds", hdf5, -1, || {
         let (slot, api) = bound?;
-        let carried =
-            CarriedSettings::from_set_fapl_gds(alignment as u64, block_size as u64, cbuf_size as u64)?;
+        let carried = CarriedSettings::from_set_fapl_gds(
+            alignment as u64,
+            block_size as u64,
+            cbuf_size as u64,
+        )?;
         let id = driver_id(slot, api)?;
         type SetDriver = unsafe extern "C" fn(hid_t, hid_t, *const c_void) -> c_int;
         // SAFETY: H5Pset_driver's type.
