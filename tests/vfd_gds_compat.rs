@@ -143,6 +143,14 @@ fn a_program_written_for_vfd_gds_moves_device_buffers() {
     assert_ok(&out, "device OK");
     let lines = open_lines(&out, &file);
     assert_eq!(lines.len(), 2, "{}", text(&out.stderr));
+    // Each open's first device transfer is logged: the device buffers reached the driver.
+    let first = format!("{:?}: first device transfer", file.to_str().unwrap());
+    assert_eq!(
+        text(&out.stderr).matches(&first).count(),
+        2,
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// Sizes vfd-gds refuses (a copy buffer not a multiple of the block size) or h5gds cannot use

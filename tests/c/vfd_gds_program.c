@@ -3,8 +3,9 @@
  * build it against h5gds's compatibility library and HDF5 built from source, and run it:
  *
  *   host FILE             write and read back a dataset from host buffers; sec2 reads the same bytes
- *   device FILE           the same from device buffers (cuMemAlloc through libcuda.so.1: the CUDA
- *                         emulator in the tests, a real GPU under H5GDS_TEST_REAL_CUDA)
+ *   device FILE           the same from device buffers (cuMemAlloc in the primary context, as
+ *                         cudaMalloc allocates, through libcuda.so.1: the CUDA emulator in the
+ *                         tests, a real GPU under H5GDS_TEST_REAL_CUDA)
  *   refuse FILE           sizes vfd-gds or h5gds refuse fail with the list left unchanged
  *   other PLUGIN FILE     another driver named gds (PLUGIN's class) registered first; host again
  *   links-make DIR        DIR/main.h5 with a virtual dataset of DIR/src.h5 and an external link to
@@ -103,7 +104,8 @@ static void host(const char *path) {
 /* The CUDA driver API, loaded at run time (no CUDA headers or libraries needed to build). */
 typedef int (*cu_init_t)(unsigned);
 typedef int (*cu_device_get_t)(int *, int);
-typedef int (*cu_ctx_create_t)(void **, unsigned, int);
+typedef int (*cu_primary_ctx_retain_t)(void **, int);
+typedef int (*cu_ctx_set_current_t)(void *);
 typedef int (*cu_mem_alloc_t)(unsigned long long *, size_t);
 typedef int (*cu_mem_free_t)(unsigned long long);
 typedef int (*cu_htod_t)(unsigned long long, const void *, size_t);
@@ -122,7 +124,9 @@ static void device(const char *path) {
     CHECK(lib != NULL, "libcuda.so.1: %s", dlerror());
     cu_init_t cu_init = (cu_init_t)cuda_symbol(lib, "cuInit");
     cu_device_get_t device_get = (cu_device_get_t)cuda_symbol(lib, "cuDeviceGet");
-    cu_ctx_create_t ctx_create = (cu_ctx_create_t)cuda_symbol(lib, "cuCtxCreate_v2");
+    cu_primary_ctx_retain_t retain =
+        (cu_primary_ctx_retain_t)cuda_symbol(lib, "cuDevicePrimaryCtxRetain");
+    cu_ctx_set_current_t set_current = (cu_ctx_set_current_t)cuda_symbol(lib, "cuCtxSetCurrent");
     cu_mem_alloc_t mem_alloc = (cu_mem_alloc_t)cuda_symbol(lib, "cuMemAlloc_v2");
     cu_mem_free_t mem_free = (cu_mem_free_t)cuda_symbol(lib, "cuMemFree_v2");
     cu_htod_t htod = (cu_htod_t)cuda_symbol(lib, "cuMemcpyHtoD_v2");
@@ -130,7 +134,9 @@ static void device(const char *path) {
     int dev = 0;
     void *ctx = NULL;
     unsigned long long src = 0, dst = 0;
-    CHECK(cu_init(0) == 0 && device_get(&dev, 0) == 0 && ctx_create(&ctx, 0, dev) == 0,
+    /* The device's primary context, as cudaMalloc uses. */
+    CHECK(cu_init(0) == 0 && device_get(&dev, 0) == 0 && retain(&ctx, dev) == 0 &&
+              set_current(ctx) == 0,
           "no CUDA device");
     CHECK(mem_alloc(&src, sizeof data) == 0 && mem_alloc(&dst, sizeof data) == 0, "cuMemAlloc");
     CHECK(htod(src, data, sizeof data) == 0, "cuMemcpyHtoD");
