@@ -7,7 +7,7 @@
 //! passes a function of it. A caller that cannot be recognised (an HDF5 linked statically without
 //! exported symbols, more copies than bindings) gets no binding.
 
-use super::library::{loaded_hdf5_libraries, Hdf5Library};
+use super::library::{loaded_hdf5_libraries, loaded_hdf5_objects, Hdf5Library};
 use super::objects::{object_containing, LoadedObject};
 use std::ffi::{c_void, CStr};
 use std::sync::{Mutex, OnceLock};
@@ -64,7 +64,8 @@ fn bind_object(object: &LoadedObject) -> Option<usize> {
 /// The binding of the HDF5 library that the loaded object holding `addr` calls (a program or
 /// library calling an HDF5 API of its own, such as vfd-gds's `H5Pset_fapl_gds`, whose file
 /// access list belongs to that HDF5): the first `H5Pget_driver_config_str` its lookup scope
-/// finds, which is its own where it is an HDF5 library itself.
+/// finds, which is its own where it is an HDF5 library itself. A caller that links no HDF5
+/// (Python's ctypes) gets the process's HDF5 where exactly one is loaded.
 pub fn bind_hdf5_used_by(addr: usize) -> Result<usize, String> {
     let object = object_containing(addr)
         .ok_or_else(|| format!("no loaded object holds the calling code at {addr:#x}"))?;
@@ -72,7 +73,17 @@ pub fn bind_hdf5_used_by(addr: usize) -> Result<usize, String> {
         n if n.is_empty() => "the main program".to_string(),
         n => n.into_owned(),
     };
-    let hdf5 = hdf5_object_of_handle(object.handle(), &shown)?;
+    let hdf5 = hdf5_object_of_handle(object.handle(), &shown).or_else(|err| {
+        let mut loaded = loaded_hdf5_objects();
+        match loaded.len() {
+            1 => Ok(loaded.remove(0)),
+            0 => Err(format!("{err}, and no HDF5 library is loaded")),
+            n => Err(format!(
+                "{err}, and {n} HDF5 libraries are loaded: call from code linked with the one \
+                 the file access list belongs to"
+            )),
+        }
+    })?;
     let hdf5_name = hdf5.name.to_string_lossy().into_owned();
     bind_object(&hdf5).ok_or_else(|| {
         format!(
