@@ -46,7 +46,7 @@ pub unsafe extern "C" fn H5Pget_fapl_gds(
     block_size: *mut usize,
     cbuf_size: *mut usize,
 ) -> herr_t {
-    let Ok(sizes) = vfd_gds_api::get_fapl_gds(fapl_id) else {
+    let Some(sizes) = vfd_gds_api::get_fapl_gds(fapl_id) else {
         return -1;
     };
     for (out, size) in [boundary, block_size, cbuf_size].into_iter().zip(sizes) {

@@ -106,11 +106,11 @@ pub fn set_fapl_gds(fapl: hid_t, alignment: usize, block_size: usize, cbuf_size:
 
 /// `H5Pget_fapl_gds`: the memory alignment, file block size and copy buffer size `fapl` carries
 /// (vfd-gds's defaults where it was given none, as for a list set by name); an error where the
-/// list's driver is not `gds`.
-pub fn get_fapl_gds(fapl: hid_t) -> std::result::Result<[usize; 3], ()> {
+/// list's driver is not `gds` (None, the error on HDF5's stack and in the log).
+pub fn get_fapl_gds(fapl: hid_t) -> Option<[usize; 3]> {
     let bound = callers_hdf5();
     let hdf5 = bound.as_ref().ok().map(|(_, api)| *api);
-    let sizes = guard("H5Pget_fapl_gds", hdf5, None, || {
+    guard("H5Pget_fapl_gds", hdf5, None, || {
         let (_, api) = bound?;
         type GetDriver = unsafe extern "C" fn(hid_t) -> hid_t;
         type GetClass = unsafe extern "C" fn(hid_t) -> *const H5FD_class_t;
@@ -158,6 +158,5 @@ pub fn get_fapl_gds(fapl: hid_t) -> std::result::Result<[usize; 3], ()> {
             *out = if given == 0 { default } else { given } as usize;
         }
         Ok(Some(sizes))
-    });
-    sizes.ok_or(())
+    })
 }
