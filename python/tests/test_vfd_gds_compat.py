@@ -1,6 +1,7 @@
 """The vfd-gds compatibility library the wheel carries (h5gds.vfd_gds_compat_library(),
 libhdf5_vfd_gds.so.1: vfd-gds's H5Pset_fapl_gds on h5gds's driver): where it is, what it exports,
-and vfd-gds's API called on one of h5py's file access lists."""
+and vfd-gds's API called on one of h5py's file access lists; and the driver's settings carried by
+the file access list to the files HDF5 opens from it."""
 
 import subprocess
 import sys
@@ -50,3 +51,31 @@ print("WRITTEN")
     import numpy as np
     with h5py.File(path, "r") as f:
         assert np.array_equal(f["x"][...], np.arange(100_000, dtype="i8"))
+
+
+def test_keywords_reach_a_virtual_datasets_source_and_an_external_links_target(tmp_path):
+    """h5py.File(..., driver="gds", nthreads=3): the files HDF5 opens from the file's access list get
+    the setting too, each open line saying it came from the config string."""
+    import h5py
+    import numpy as np
+    for name, scale in (("src.h5", 1), ("ext.h5", 2)):
+        with h5py.File(tmp_path / name, "w") as f:
+            f["d"] = np.arange(1000.0) * scale
+    layout = h5py.VirtualLayout(shape=(1000,), dtype="f8")
+    layout[:] = h5py.VirtualSource("src.h5", "d", shape=(1000,))
+    with h5py.File(tmp_path / "main.h5", "w") as f:
+        f.create_virtual_dataset("vds", layout)
+        f["ext"] = h5py.ExternalLink("ext.h5", "d")
+    code = f"""
+import h5gds, h5py, numpy as np
+with h5py.File({str(tmp_path / "main.h5")!r}, "r", driver="gds", nthreads=3) as f:
+    assert np.array_equal(f["vds"][...], np.arange(1000.0))
+    assert np.array_equal(f["ext"][...], np.arange(1000.0) * 2)
+print("READ")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], env=clean_env({"H5GDS_LOG": "info"}), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "READ" in proc.stdout, proc.stderr
+    for name in ("main.h5", "src.h5", "ext.h5"):
+        opened = [line for line in proc.stderr.splitlines() if f'opened "{tmp_path / name}"' in line]
+        assert opened and all("nthreads=3 (config string)" in line for line in opened), (name, proc.stderr)
