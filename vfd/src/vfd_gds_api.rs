@@ -11,10 +11,12 @@ use crate::error::{Error, Result};
 use crate::plugin::{bound_class, guard};
 use h5gds_runtime::hdf5::{self as runtime_hdf5, Hdf5Library, BINDINGS};
 use std::ffi::{c_int, c_void, CStr};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
 
-/// h5gds's driver id in each bound HDF5 copy, once registered there (-1: not yet).
-static REGISTERED: Mutex<[hid_t; BINDINGS]> = Mutex::new([-1; BINDINGS]);
+/// h5gds's driver id in each bound HDF5 copy, once registered there (-1: not yet). Atomics, not a
+/// lock: a child forked while another thread registers must not wait on it; two threads that race
+/// both register, and either id works.
+static REGISTERED: [AtomicI64; BINDINGS] = [const { AtomicI64::new(-1) }; BINDINGS];
 
 /// The HDF5 copy the code calling the compatibility library uses, and its binding.
 fn callers_hdf5() -> Result<(usize, &'static Hdf5Library)> {
@@ -49,10 +51,10 @@ fn driver_id(slot: usize, api: &Hdf5Library) -> Result<hid_t> {
     type IsValid = unsafe extern "C" fn(hid_t) -> c_int;
     // SAFETY: H5Iis_valid's type.
     let is_valid = unsafe { function::<IsValid>(api, c"H5Iis_valid")? };
-    let mut ids = REGISTERED.lock().unwrap_or_else(|e| e.into_inner());
+    let known = REGISTERED[slot].load(Ordering::Acquire);
     // SAFETY: a query of HDF5's id table; an id never comes back with another type.
-    if ids[slot] >= 0 && unsafe { is_valid(ids[slot]) } > 0 {
-        return Ok(ids[slot]);
+    if known >= 0 && unsafe { is_valid(known) } > 0 {
+        return Ok(known);
     }
     // SAFETY: the class is a static of HDF5 1.14.4+/2.x's H5FD_class_t layout; HDF5 copies it.
     let id = unsafe { api.register_class(bound_class(Some(slot)).cast(), crate::abi::DRIVER_NAME) }
@@ -61,7 +63,7 @@ fn driver_id(slot: usize, api: &Hdf5Library) -> Result<hid_t> {
         "registered the gds driver in {} for vfd-gds's API: id {id}",
         api.path
     );
-    ids[slot] = id;
+    REGISTERED[slot].store(id, Ordering::Release);
     Ok(id)
 }
 
