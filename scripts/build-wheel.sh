@@ -12,5 +12,18 @@ cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/build-wheel.sh OUT_DIR}
 libgcc_s=$(gcc -print-file-name=libgcc_s.so.1)
 [ -f "$libgcc_s" ] || { echo "no libgcc_s.so.1 ($libgcc_s)" >&2; exit 1; }
+# The vfd-gds compatibility library (docs/legate-and-vfd-gds.md) goes into the package as
+# h5gds/libhdf5_vfd_gds.so.1 (h5gds.vfd_gds_compat_library()), linked as the module is: glibc 2.28
+# symbols through maturin's zig wrapper (for the target only, as maturin does: hence --target), the
+# system's libgcc_s.
+zigcc="$PWD/target/zig-cc-x86_64-linux-gnu.2.28.sh"
+mkdir -p target
+printf '#!/bin/sh\nexec "%s/.venv/bin/maturin" zig cc -- -target x86_64-linux-gnu.2.28 "$@"\n' "$PWD" >"$zigcc"
+chmod +x "$zigcc"
+RUSTFLAGS="-C link-arg=$libgcc_s" CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER="$zigcc" \
+  PATH="$PWD/.venv/bin:$PATH" cargo build --release --quiet --target x86_64-unknown-linux-gnu \
+  -p h5gds-vfd-gds-compat
+strip --strip-debug -o python/h5gds/libhdf5_vfd_gds.so.1 \
+  target/x86_64-unknown-linux-gnu/release/libhdf5_vfd_gds.so
 RUSTFLAGS="-C link-arg=$libgcc_s" PATH="$PWD/.venv/bin:$PATH" \
   .venv/bin/maturin build --release --quiet --zig --compatibility manylinux_2_28 -o "$out"

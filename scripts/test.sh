@@ -14,9 +14,15 @@ export LIBCLANG_PATH="$(.venv/bin/python -c 'import clang, os; print(os.path.joi
 # mpi crate's bindings of Open MPI's mpi.h: a libclang from PyPI ships no resource headers.
 export BINDGEN_EXTRA_CLANG_ARGS="-isystem $(gcc -print-file-name=include)"
 
-cargo build --release -p h5gds-vfd
-readelf -d target/release/libh5gds.so | grep -q 'NEEDED.*libhdf5' && {
-  echo "target/release/libh5gds.so must not link libhdf5" >&2
+cargo build --release -p h5gds-vfd -p h5gds-vfd-gds-compat
+for lib in libh5gds.so libhdf5_vfd_gds.so; do
+  readelf -d "target/release/$lib" | grep -q 'NEEDED.*libhdf5' && {
+    echo "target/release/$lib must not link libhdf5" >&2
+    exit 1
+  }
+done
+readelf -d target/release/libhdf5_vfd_gds.so | grep -q 'SONAME.*\[libhdf5_vfd_gds.so.1\]' || {
+  echo "target/release/libhdf5_vfd_gds.so must have vfd-gds's soname, libhdf5_vfd_gds.so.1" >&2
   exit 1
 }
 # The CPU stand-ins for libcuda/libcufile and libnvcomp used by device tests

@@ -12,6 +12,14 @@ fn main() {
         .warnings(true)
         .compile("h5gds_layout_probe");
     println!("cargo::rerun-if-changed=probe/layout_probe.c");
+    // The vfd-gds C program (vfd_gds_compat.rs) links HDF5's static library and the zlib it needs
+    // (built from source by libz-sys where the system has none: then in DEP_Z_ROOT/lib).
+    let root = std::env::var("DEP_HDF5SRC_ROOT").expect("hdf5-metno-src exports its root");
+    println!("cargo::rustc-env=H5GDS_TEST_HDF5_ROOT={root}");
+    let zlib_dir = std::env::var("DEP_Z_ROOT")
+        .map(|root| format!("{root}/lib"))
+        .unwrap_or_default();
+    println!("cargo::rustc-env=H5GDS_TEST_ZLIB_DIR={zlib_dir}");
     // H5GDS_TEST_REAL_CUDA=1: device tests against the real libcuda/libcufile; the tests that
     // need the emulator are then compiled as ignored (see `REAL_CUDA` in support/lib.rs).
     println!("cargo::rustc-check-cfg=cfg(real_cuda)");

@@ -19,7 +19,8 @@ chunks) with the semantics of array-io's functions of the same names and of Lega
 ``legate.io.hdf5``; with ``comm=`` (an mpi4py communicator) they are collective, each rank writing
 or reading its own tile of one file (``CollectiveError`` when ranks fail with different exception
 classes), tiles in host memory (NumPy) or device memory (CuPy, PyTorch); ``local_device(comm)`` is
-this rank's GPU (node-local rank modulo the device count).
+this rank's GPU (node-local rank modulo the device count). ``vfd_gds_compat_library()`` is the
+path of ``libhdf5_vfd_gds.so.1``, vfd-gds's API on h5gds's driver (for Legate's GPU I/O).
 """
 
 import h5py  # h5gds joins the HDF5 library h5py loads, so h5py must be loaded first
@@ -34,6 +35,7 @@ from ._collective import CollectiveError, local_device
 from ._files import from_file, from_file_batched, to_file
 from ._info import info
 from ._io import read, write
+from ._vfd_gds import vfd_gds_compat_library
 
 __all__ = ["CollectiveError", "HDF5_LIBRARY", "SETTING_KEYS", "batches", "from_file", "from_file_batched", "info", "local_device", "read",
-           "to_file", "write"]
+           "to_file", "vfd_gds_compat_library", "write"]

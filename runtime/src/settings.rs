@@ -13,6 +13,8 @@ pub enum Source {
     Default,
     Environment(&'static str),
     ConfigString,
+    /// An argument of the named function (vfd-gds's `H5Pset_fapl_gds`).
+    Argument(&'static str),
 }
 
 impl fmt::Display for Source {
@@ -21,6 +23,7 @@ impl fmt::Display for Source {
             Source::Default => f.write_str("default"),
             Source::Environment(var) => write!(f, "environment ({var})"),
             Source::ConfigString => f.write_str("config string"),
+            Source::Argument(function) => write!(f, "argument of {function}"),
         }
     }
 }

@@ -45,6 +45,26 @@ pub fn plugin_dir() -> PathBuf {
     dir
 }
 
+/// The vfd-gds compatibility library (`libhdf5_vfd_gds.so`, soname `libhdf5_vfd_gds.so.1`):
+/// `H5GDS_VFD_GDS_COMPAT_LIB`, else the newest of `target/debug` and `target/release`. The test
+/// command builds it (`cargo build --release -p h5gds-vfd-gds-compat`) before the tests run.
+pub fn vfd_gds_compat_library() -> PathBuf {
+    if let Some(explicit) = std::env::var_os("H5GDS_VFD_GDS_COMPAT_LIB") {
+        return PathBuf::from(explicit);
+    }
+    let target = workspace_root().join("target");
+    ["debug", "release"]
+        .iter()
+        .map(|profile| target.join(profile).join("libhdf5_vfd_gds.so"))
+        .filter_map(|path| Some((path.metadata().ok()?.modified().ok()?, path)))
+        .max_by_key(|(modified, _)| *modified)
+        .map(|(_, path)| path)
+        .expect(
+            "target/{debug,release}/libhdf5_vfd_gds.so is missing: run \
+             `cargo build --release -p h5gds-vfd-gds-compat` first",
+        )
+}
+
 /// Builds (once per test process) the LD_PRELOAD shim that makes `open` refuse `O_DIRECT`
 /// with EINVAL, as file systems without direct I/O do; returns its path.
 pub fn refuse_o_direct_shim() -> PathBuf {

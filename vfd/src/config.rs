@@ -3,8 +3,10 @@
 //! strings (`HDF5_DRIVER_CONFIG`, `H5Pset_driver_by_name`); validation with errors that name the
 //! setting and what it accepts.
 //!
-//! Precedence: config string over environment variable over the earlier GDS driver's aliases over
-//! the default.
+//! Precedence: argument (vfd-gds's `H5Pset_fapl_gds`) over config string over environment
+//! variable over the earlier GDS driver's aliases over the default. The arguments and config-string
+//! values travel with the file access property list ([`CarriedSettings`]), so every file HDF5 opens
+//! from it (virtual dataset sources, external links) gets them too.
 
 use crate::error::{Error, Result};
 pub use h5gds_runtime::settings::{driver_settings, Key, SettingSpec, Source, LOG_ENV, SETTINGS};
@@ -92,11 +94,31 @@ impl VfdSettings {
         Self::from_sources(|name| std::env::var_os(name), config)
     }
 
+    /// VfdSettings for a file opened from a file access property list: the environment, the
+    /// values the list carries from where it was made (`carried`: the config string, then the
+    /// arguments of the list the file was opened from), and its own config string, in the order
+    /// of precedence.
+    pub fn load_for_open(
+        config: Option<&[u8]>,
+        carried: Option<&CarriedSettings>,
+    ) -> Result<VfdSettings> {
+        Self::from_all_sources(|name| std::env::var_os(name), config, carried)
+    }
+
     /// VfdSettings from an environment lookup function (for tests) and an optional config string.
     /// A value that is not valid UTF-8 is invalid like any other, never skipped.
     pub fn from_sources(
         env: impl Fn(&str) -> Option<OsString>,
         config: Option<&[u8]>,
+    ) -> Result<VfdSettings> {
+        Self::from_all_sources(env, config, None)
+    }
+
+    /// `from_sources` with the values a file access property list carries (see `load_for_open`).
+    pub fn from_all_sources(
+        env: impl Fn(&str) -> Option<OsString>,
+        config: Option<&[u8]>,
+        carried: Option<&CarriedSettings>,
     ) -> Result<VfdSettings> {
         let mut settings = VfdSettings::default();
         for (spec, _) in driver_settings() {
@@ -106,6 +128,10 @@ impl VfdSettings {
                     settings.apply(spec, &value.into_vec(), Source::Environment(var))?;
                 }
             }
+        }
+        if let Some(carried) = carried {
+            // Config-string values of the list this one was made from; its own string wins.
+            settings.apply_carried(carried, |s| *s == Source::ConfigString)?;
         }
         if let Some(config) = config {
             for (key, value) in parse_config_string(config)? {
@@ -123,13 +149,35 @@ impl VfdSettings {
                 settings.apply(spec, value, Source::ConfigString)?;
             }
         }
+        if let Some(carried) = carried {
+            // Arguments win over every config string.
+            settings.apply_carried(carried, |s| matches!(s, Source::Argument(_)))?;
+        }
         Ok(settings)
+    }
+
+    /// Applies the carried values whose source `which` accepts.
+    fn apply_carried(
+        &mut self,
+        carried: &CarriedSettings,
+        which: impl Fn(&Source) -> bool,
+    ) -> Result<()> {
+        for (spec, value, source) in carried.entries() {
+            if which(&source) {
+                self.apply(spec, value, source)?;
+            }
+        }
+        Ok(())
     }
 
     fn apply(&mut self, spec: &'static SettingSpec, raw: &[u8], source: Source) -> Result<()> {
         let invalid = || Error::InvalidSetting {
             setting: match &source {
                 Source::Environment(var) => (*var).to_string(),
+                Source::Argument(function) => format!(
+                    "{} (argument of {function})",
+                    spec.config_key.unwrap_or(spec.env)
+                ),
                 _ => spec.config_key.unwrap_or(spec.env).to_string(),
             },
             value: shown(raw),
@@ -227,6 +275,146 @@ impl VfdSettings {
             })
             .collect::<Vec<_>>()
             .join(", ")
+    }
+}
+
+/// The name under which vfd-gds's `H5Pset_fapl_gds` arguments are reported as a source.
+pub const SET_FAPL_GDS: &str = "H5Pset_fapl_gds";
+
+/// vfd-gds's defaults for the three sizes of `H5Pset_fapl_gds` (memory alignment, file block
+/// size, copy buffer size), which it puts in place of a 0.
+pub const VFD_GDS_DEFAULT_SIZES: [u64; 3] = [4096, 4096, 16 << 20];
+
+const CARRIED_SLOTS: usize = 8;
+const CARRIED_VALUE_BYTES: usize = 24;
+const CARRIED_MAGIC: u64 = u64::from_le_bytes(*b"h5gdsfa1");
+const FROM_CONFIG_STRING: u64 = 1;
+const FROM_SET_FAPL_GDS: u64 = 2;
+
+/// The driver's settings as a file access property list carries them (the class's `fapl_size`
+/// bytes): HDF5 copies them with the list, hands them to the driver's `open` of every file opened
+/// from it, and asks an open file for them (`fapl_get`) to make the list it opens that file's
+/// virtual dataset sources and external link targets with. Plain bytes, no pointers, no padding:
+/// HDF5 compares two lists' copies bytewise. Holds the values given by argument or config
+/// string (as text, each with where it came from; the environment is the same for every file)
+/// and vfd-gds's three sizes as `H5Pset_fapl_gds` got them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CarriedSettings {
+    /// `CARRIED_MAGIC`: tells this layout from bytes of any other kind.
+    magic: u64,
+    /// Memory alignment, file block size and copy buffer size of `H5Pset_fapl_gds` (0: not
+    /// given there).
+    pub vfd_gds_sizes: [u64; 3],
+    /// Per driver setting, in `driver_settings()` order: 0 not carried, `FROM_CONFIG_STRING`,
+    /// `FROM_SET_FAPL_GDS`.
+    origins: [u64; CARRIED_SLOTS],
+    /// Each carried value as text, NUL-padded.
+    values: [[u8; CARRIED_VALUE_BYTES]; CARRIED_SLOTS],
+}
+
+const _: () = assert!(std::mem::size_of::<CarriedSettings>() % 8 == 0);
+
+impl CarriedSettings {
+    fn empty() -> CarriedSettings {
+        CarriedSettings {
+            magic: CARRIED_MAGIC,
+            vfd_gds_sizes: [0; 3],
+            origins: [0; CARRIED_SLOTS],
+            values: [[0; CARRIED_VALUE_BYTES]; CARRIED_SLOTS],
+        }
+    }
+
+    /// What a file opened with `settings` passes on: its values from a config string or an
+    /// argument, and the vfd-gds sizes it was opened with.
+    pub fn of_open_file(settings: &VfdSettings, vfd_gds_sizes: [u64; 3]) -> CarriedSettings {
+        let mut carried = CarriedSettings::empty();
+        carried.vfd_gds_sizes = vfd_gds_sizes;
+        for (slot, (spec, _)) in driver_settings().enumerate().take(CARRIED_SLOTS) {
+            let origin = match settings.source(spec.key) {
+                Source::ConfigString => FROM_CONFIG_STRING,
+                Source::Argument(_) => FROM_SET_FAPL_GDS,
+                Source::Default | Source::Environment(_) => continue,
+            };
+            let text = settings.value_text(spec.key).unwrap_or_default();
+            let n = text.len().min(CARRIED_VALUE_BYTES);
+            carried.values[slot][..n].copy_from_slice(&text.as_bytes()[..n]);
+            carried.origins[slot] = origin;
+        }
+        carried
+    }
+
+    /// The settings of vfd-gds's `H5Pset_fapl_gds(fapl, alignment, block_size, cbuf_size)`,
+    /// checked as vfd-gds checks them (a 0 means vfd-gds's default; the copy buffer a multiple of
+    /// the block size) and as h5gds checks the setting the copy buffer size becomes
+    /// (`bounce_buffer_size`, the piece each bounce buffer of the staged path carries). The
+    /// alignment and block size have no h5gds setting: h5gds aligns what needs it itself; they
+    /// are kept for `H5Pget_fapl_gds`.
+    pub fn from_set_fapl_gds(
+        alignment: u64,
+        block_size: u64,
+        cbuf_size: u64,
+    ) -> Result<CarriedSettings> {
+        let given = [alignment, block_size, cbuf_size];
+        let mut sizes = VFD_GDS_DEFAULT_SIZES;
+        for (size, given) in sizes.iter_mut().zip(given) {
+            if given != 0 {
+                *size = given;
+            }
+        }
+        if sizes[2] % sizes[1] != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{SET_FAPL_GDS}: the copy buffer size ({}) must be a multiple of the block size ({})",
+                sizes[2], sizes[1]
+            )));
+        }
+        let mut carried = CarriedSettings::empty();
+        carried.vfd_gds_sizes = sizes;
+        if cbuf_size != 0 {
+            let (slot, _) = driver_settings()
+                .enumerate()
+                .find(|(_, (spec, _))| spec.key == Key::BounceBufferSize)
+                .ok_or_else(|| Error::InvalidArgument("no bounce_buffer_size setting".into()))?;
+            let text = format_size(cbuf_size);
+            let n = text.len().min(CARRIED_VALUE_BYTES);
+            carried.values[slot][..n].copy_from_slice(&text.as_bytes()[..n]);
+            carried.origins[slot] = FROM_SET_FAPL_GDS;
+        }
+        // Refused here, with the argument named, rather than at every open.
+        VfdSettings::default().apply_carried(&carried, |_| true)?;
+        Ok(carried)
+    }
+
+    /// The carried values: the setting, its text and where it came from.
+    fn entries(&self) -> impl Iterator<Item = (&'static SettingSpec, &[u8], Source)> + '_ {
+        driver_settings()
+            .take(CARRIED_SLOTS)
+            .enumerate()
+            .filter_map(|(slot, (spec, _))| {
+                let source = match self.origins[slot] {
+                    FROM_CONFIG_STRING => Source::ConfigString,
+                    FROM_SET_FAPL_GDS => Source::Argument(SET_FAPL_GDS),
+                    _ => return None,
+                };
+                let value = &self.values[slot];
+                let len = value.iter().position(|&b| b == 0).unwrap_or(value.len());
+                Some((spec, &value[..len], source))
+            })
+    }
+
+    /// The carried settings at `info` (a file access list's driver info), if it holds them.
+    ///
+    /// # Safety
+    /// `info` must be null or point to at least `size_of::<CarriedSettings>()` readable bytes
+    /// (HDF5's copy of a driver info of this class: `fapl_size` bytes).
+    pub unsafe fn at<'a>(info: *const std::ffi::c_void) -> Option<&'a CarriedSettings> {
+        if info.is_null() || info.align_offset(std::mem::align_of::<CarriedSettings>()) != 0 {
+            return None;
+        }
+        // SAFETY: the caller's contract; the magic is checked before the rest is trusted, and
+        // every bit pattern is a valid CarriedSettings.
+        let carried = unsafe { &*info.cast::<CarriedSettings>() };
+        (carried.magic == CARRIED_MAGIC).then_some(carried)
     }
 }
 
@@ -373,6 +561,101 @@ mod tests {
         assert!(
             err.to_string().contains("unknown key \"\\xfe\\xff\""),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn every_driver_setting_fits_the_carried_settings() {
+        assert!(driver_settings().count() <= CARRIED_SLOTS);
+        assert!(driver_settings().all(|(spec, _)| {
+            let widest = match spec.key {
+                Key::CompatMode | Key::DirectIo | Key::DeviceCopies => "auto".len(),
+                Key::NThreads => MAX_THREADS.to_string().len(),
+                _ => format_size(MAX_SIZE - 1).len(),
+            };
+            widest <= CARRIED_VALUE_BYTES
+        }));
+    }
+
+    #[test]
+    fn carried_settings_keep_their_source_and_rank_between_config_strings() {
+        let env = env_of(&[("H5GDS_NTHREADS", "5"), ("H5GDS_TASK_SIZE", "1M")]);
+        let parent =
+            VfdSettings::from_sources(&env, cfg("nthreads=3,direct_io=auto,task_size=8M")).unwrap();
+        let carried = CarriedSettings::of_open_file(&parent, [0; 3]);
+        // A file opened from the parent's list (no config string of its own) gets its values and
+        // their sources; the environment is still read for the rest.
+        let child = VfdSettings::from_all_sources(
+            env_of(&[("H5GDS_NTHREADS", "5"), ("H5GDS_BOUNCE_BUFFER_SIZE", "64K")]),
+            None,
+            Some(&carried),
+        )
+        .unwrap();
+        assert_eq!(child.nthreads, 3);
+        assert_eq!(child.task_size, 8 << 20);
+        assert_eq!(child.direct_io, DirectIo::Auto);
+        assert_eq!(*child.source(Key::NThreads), Source::ConfigString);
+        assert_eq!(child.bounce_buffer_size, 64 << 10);
+        assert_eq!(
+            *child.source(Key::BounceBufferSize),
+            Source::Environment("H5GDS_BOUNCE_BUFFER_SIZE")
+        );
+        // A config string of the list itself wins over carried config-string values.
+        let own =
+            VfdSettings::from_all_sources(env_of(&[]), cfg("nthreads=7"), Some(&carried)).unwrap();
+        assert_eq!((own.nthreads, own.task_size), (7, 8 << 20));
+        // Bytes that are not carried settings are not read as such.
+        let zeros = [0u64; 64];
+        // SAFETY: 512 readable, aligned bytes.
+        assert!(unsafe { CarriedSettings::at(zeros.as_ptr().cast()) }.is_none());
+        // SAFETY: a CarriedSettings.
+        let back = unsafe { CarriedSettings::at(std::ptr::from_ref(&carried).cast()) };
+        assert_eq!(back, Some(&carried));
+    }
+
+    #[test]
+    fn set_fapl_gds_arguments_win_over_config_strings_and_are_checked() {
+        let carried = CarriedSettings::from_set_fapl_gds(0, 8192, 8 << 20).unwrap();
+        assert_eq!(carried.vfd_gds_sizes, [4096, 8192, 8 << 20]);
+        let s = VfdSettings::from_all_sources(
+            env_of(&[("H5GDS_BOUNCE_BUFFER_SIZE", "1M")]),
+            cfg("bounce_buffer_size=2M,nthreads=2"),
+            Some(&carried),
+        )
+        .unwrap();
+        assert_eq!(s.bounce_buffer_size, 8 << 20);
+        assert_eq!(
+            *s.source(Key::BounceBufferSize),
+            Source::Argument(SET_FAPL_GDS)
+        );
+        assert_eq!(s.nthreads, 2);
+        assert!(s
+            .describe()
+            .contains("bounce_buffer_size=8M (argument of H5Pset_fapl_gds)"));
+        // Passed on unchanged to the files opened from a file opened so.
+        let again = CarriedSettings::of_open_file(&s, carried.vfd_gds_sizes);
+        let child = VfdSettings::from_all_sources(env_of(&[]), None, Some(&again)).unwrap();
+        assert_eq!(child.bounce_buffer_size, 8 << 20);
+        assert_eq!(
+            *child.source(Key::BounceBufferSize),
+            Source::Argument(SET_FAPL_GDS)
+        );
+        assert_eq!(*child.source(Key::NThreads), Source::ConfigString);
+        // A 0 takes vfd-gds's default, and sets nothing of h5gds's.
+        let defaults = CarriedSettings::from_set_fapl_gds(0, 0, 0).unwrap();
+        assert_eq!(defaults.vfd_gds_sizes, VFD_GDS_DEFAULT_SIZES);
+        assert_eq!(defaults.entries().count(), 0);
+        let err = CarriedSettings::from_set_fapl_gds(4096, 4096, 12800).unwrap_err();
+        assert!(
+            err.to_string().contains("multiple of the block size"),
+            "{err}"
+        );
+        let err = CarriedSettings::from_set_fapl_gds(4096, 4096, 2 << 30).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("bounce_buffer_size (argument of H5Pset_fapl_gds)")
+                && text.contains("4K to 1G"),
+            "{text}"
         );
     }
 

@@ -26,11 +26,13 @@ mod model_tests;
 mod plugin;
 mod selection;
 mod transfer;
+/// vfd-gds's public API on h5gds's driver, for the compatibility library (`vfd-gds-compat`).
+pub mod vfd_gds_api;
 
 pub use abi::{DRIVER_NAME, DRIVER_VALUE};
 pub use config::{
-    config_from_environment, format_size, parse_size, CompatMode, DirectIo, Key as SettingKey,
-    SettingSpec, Source as SettingSource, VfdSettings, SETTINGS,
+    config_from_environment, format_size, parse_size, CarriedSettings, CompatMode, DirectIo,
+    Key as SettingKey, SettingSpec, Source as SettingSource, VfdSettings, SETTINGS,
 };
 pub use error::Error;
 pub use h5gds_runtime::cuda::{cuda, CudaDriver, CudaError};

@@ -9,7 +9,7 @@
 //! line). Nothing unwinds into HDF5.
 
 use crate::abi::*;
-use crate::config::VfdSettings;
+use crate::config::{CarriedSettings, VfdSettings};
 use crate::error::{Error, ErrorClass, Result};
 use crate::file::OpenFile;
 use crate::io::{vector, BufPtr, Direction};
@@ -33,13 +33,15 @@ const FEATURES: c_ulong = H5FD_FEAT_AGGREGATE_METADATA
     | H5FD_FEAT_MEMMANAGE;
 
 /// The memory HDF5 sees for an open file: its public header first, then the driver's state, to
-/// which the driver only makes shared references (see `state`), and the HDF5 library that opened
-/// it (None for the unbound class).
+/// which the driver only makes shared references (see `state`), the HDF5 library that opened
+/// it (None for the unbound class), and the vfd-gds sizes its access list carried (passed on by
+/// `fapl_get`).
 #[repr(C)]
 struct GdsFile {
     public: H5FD_t,
     state: OpenFile,
     hdf5: Option<&'static Hdf5Library>,
+    vfd_gds_sizes: [u64; 3],
 }
 
 struct Class(H5FD_class_t);
@@ -92,10 +94,10 @@ const fn make_class(slot: usize, selection: bool) -> H5FD_class_t {
         sb_size: None,
         sb_encode: None,
         sb_decode: None,
-        fapl_size: 0,
-        fapl_get: None,
-        fapl_copy: None,
-        fapl_free: None,
+        fapl_size: std::mem::size_of::<CarriedSettings>(),
+        fapl_get: Some(gds_fapl_get),
+        fapl_copy: Some(gds_fapl_copy),
+        fapl_free: Some(gds_fapl_free),
         dxpl_size: 0,
         dxpl_copy: None,
         dxpl_free: None,
@@ -220,7 +222,7 @@ pub unsafe fn h5gds_library(class: *const H5FD_class_t) -> std::result::Result<(
 
 /// Runs a callback body with the driver's logger current: panics are caught and errors reported
 /// (to `hdf5`, the library that called, where known); `fail` is returned for both.
-fn guard<T>(
+pub(crate) fn guard<T>(
     func: &'static str,
     hdf5: Option<&Hdf5Library>,
     fail: T,
@@ -308,6 +310,67 @@ fn config_string(hdf5: Option<&Hdf5Library>, fapl: hid_t) -> Option<Vec<u8>> {
     }
 }
 
+/// The settings a file access list carries (its driver info, where it is this driver's), copied
+/// out of the list.
+fn carried_settings(api: &Hdf5Library, fapl: hid_t) -> Option<CarriedSettings> {
+    type GetDriverInfo = unsafe extern "C" fn(hid_t) -> *const c_void;
+    type ClearStack = unsafe extern "C" fn(hid_t) -> herr_t;
+    let get = api.symbol(c"H5Pget_driver_info")?;
+    // SAFETY: H5Pget_driver_info has this C signature in HDF5 1.14 and 2.x.
+    let get = unsafe { std::mem::transmute::<*mut c_void, GetDriverInfo>(get) };
+    // SAFETY: HDF5 checks the id; the info it returns is the list's copy, made by this class's
+    // `fapl_copy` (`fapl_size` bytes), valid while the list is, which outlasts this open.
+    let info = unsafe { get(fapl) };
+    if info.is_null() {
+        // A list with no driver info is no error for the open: drop the record HDF5 pushed.
+        if let Some(clear) = api.symbol(c"H5Eclear2") {
+            // SAFETY: H5Eclear2(H5E_DEFAULT) clears the default error stack.
+            unsafe { std::mem::transmute::<*mut c_void, ClearStack>(clear)(0) };
+        }
+        return None;
+    }
+    // SAFETY: see above: `fapl_size` readable bytes.
+    unsafe { CarriedSettings::at(info) }.copied()
+}
+
+/// `fapl_get`: the settings an open file passes on to the files HDF5 opens from its access list
+/// (virtual dataset sources, external link targets); HDF5 frees them with `fapl_free`.
+unsafe extern "C" fn gds_fapl_get(file: *mut H5FD_t) -> *mut c_void {
+    // SAFETY: HDF5 passes an open file of this driver.
+    let (hdf5, f) = unsafe { open_file(file) };
+    guard("gds_fapl_get", hdf5, std::ptr::null_mut(), || {
+        let f = f?;
+        // SAFETY: `open_file` succeeded, so `file` is a live GdsFile.
+        let sizes = unsafe { (*file.cast::<GdsFile>()).vfd_gds_sizes };
+        let carried = CarriedSettings::of_open_file(&f.settings, sizes);
+        Ok(Box::into_raw(Box::new(carried)).cast())
+    })
+}
+
+/// `fapl_copy`: a copy of a list's carried settings (HDF5 hands over what `H5Pset_driver` got or
+/// what `fapl_get` made); null for bytes that are not carried settings.
+unsafe extern "C" fn gds_fapl_copy(info: *const c_void) -> *mut c_void {
+    guard("gds_fapl_copy", None, std::ptr::null_mut(), || {
+        // SAFETY: HDF5 passes a driver info of this class: `fapl_size` bytes.
+        let carried = unsafe { CarriedSettings::at(info) }.ok_or_else(|| {
+            Error::InvalidArgument("driver info that is not the gds driver's settings".into())
+        })?;
+        Ok(Box::into_raw(Box::new(*carried)).cast())
+    })
+}
+
+/// `fapl_free`: frees what `fapl_copy` or `fapl_get` made.
+unsafe extern "C" fn gds_fapl_free(info: *mut c_void) -> herr_t {
+    guard("gds_fapl_free", None, -1, || {
+        if !info.is_null() {
+            // SAFETY: HDF5 frees only what this class's `fapl_copy`/`fapl_get` returned, a
+            // boxed CarriedSettings, once.
+            drop(unsafe { Box::from_raw(info.cast::<CarriedSettings>()) });
+        }
+        Ok(0)
+    })
+}
+
 /// `open` of binding `SLOT` (or the unbound class's, `UNBOUND`).
 unsafe extern "C" fn gds_open<const SLOT: usize>(
     name: *const c_char,
@@ -323,7 +386,9 @@ unsafe extern "C" fn gds_open<const SLOT: usize>(
         }
         // SAFETY: HDF5 passes a NUL-terminated file name.
         let c_name = unsafe { CStr::from_ptr(name) };
-        let settings = VfdSettings::load(config_string(hdf5, fapl).as_deref())?;
+        let carried = hdf5.and_then(|api| carried_settings(api, fapl));
+        let settings =
+            VfdSettings::load_for_open(config_string(hdf5, fapl).as_deref(), carried.as_ref())?;
         let state = OpenFile::open(
             c_name,
             flags,
@@ -341,6 +406,7 @@ unsafe extern "C" fn gds_open<const SLOT: usize>(
             public: H5FD_t::empty(),
             state,
             hdf5,
+            vfd_gds_sizes: carried.map_or([0; 3], |c| c.vfd_gds_sizes),
         });
         Ok(Box::into_raw(file).cast::<H5FD_t>())
     })
@@ -824,6 +890,30 @@ mod tests {
         let file = unsafe { gds_open::<UNBOUND>(name.as_ptr(), flags, -1, MAXADDR) };
         assert!(!file.is_null());
         file
+    }
+
+    /// `fapl_get` hands HDF5 the open file's settings to carry, `fapl_copy` copies them and
+    /// refuses bytes of another kind, `fapl_free` frees both.
+    #[test]
+    fn the_class_carries_settings_through_fapl_get_copy_and_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = open(&dir.path().join("f.h5"));
+        // SAFETY: f is an open file of this driver; every info is freed once, by fapl_free.
+        unsafe {
+            let info = gds_fapl_get(f);
+            let carried = CarriedSettings::at(info).expect("fapl_get returns carried settings");
+            let copy = gds_fapl_copy(info);
+            assert_eq!(CarriedSettings::at(copy), Some(carried));
+            let foreign = [0u64; 64];
+            assert!(gds_fapl_copy(foreign.as_ptr().cast()).is_null());
+            assert_eq!(gds_fapl_free(copy), 0);
+            assert_eq!(gds_fapl_free(info), 0);
+            assert_eq!(gds_close(f), 0);
+        }
+        assert_eq!(
+            UNBOUND_CLASS.0.fapl_size,
+            std::mem::size_of::<CarriedSettings>()
+        );
     }
 
     /// HDF5 may pass one file to `cmp` twice and calls `const` callbacks on a file it also

@@ -7,7 +7,7 @@
 //! passes a function of it. A caller that cannot be recognised (an HDF5 linked statically without
 //! exported symbols, more copies than bindings) gets no binding.
 
-use super::library::{loaded_hdf5_libraries, Hdf5Library};
+use super::library::{loaded_hdf5_libraries, loaded_hdf5_objects, Hdf5Library};
 use super::objects::{object_containing, LoadedObject};
 use std::ffi::{c_void, CStr};
 use std::sync::{Mutex, OnceLock};
@@ -61,6 +61,38 @@ fn bind_object(object: &LoadedObject) -> Option<usize> {
     Some(slot)
 }
 
+/// The binding of the HDF5 library that the loaded object holding `addr` calls (a program or
+/// library calling an HDF5 API of its own, such as vfd-gds's `H5Pset_fapl_gds`, whose file
+/// access list belongs to that HDF5): the first `H5Pget_driver_config_str` its lookup scope
+/// finds, which is its own where it is an HDF5 library itself. A caller that links no HDF5
+/// (Python's ctypes) gets the process's HDF5 where exactly one is loaded.
+pub fn bind_hdf5_used_by(addr: usize) -> Result<usize, String> {
+    let object = object_containing(addr)
+        .ok_or_else(|| format!("no loaded object holds the calling code at {addr:#x}"))?;
+    let shown = match object.name.to_string_lossy() {
+        n if n.is_empty() => "the main program".to_string(),
+        n => n.into_owned(),
+    };
+    let hdf5 = hdf5_object_of_handle(object.handle(), &shown).or_else(|err| {
+        let mut loaded = loaded_hdf5_objects();
+        match loaded.len() {
+            1 => Ok(loaded.remove(0)),
+            0 => Err(format!("{err}, and no HDF5 library is loaded")),
+            n => Err(format!(
+                "{err}, and {n} HDF5 libraries are loaded: call from code linked with the one \
+                 the file access list belongs to"
+            )),
+        }
+    })?;
+    let hdf5_name = hdf5.name.to_string_lossy().into_owned();
+    bind_object(&hdf5).ok_or_else(|| {
+        format!(
+            "{hdf5_name} (the HDF5 {shown} uses) exports no HDF5 1.14+ API, or this process \
+             holds more than {BINDINGS} HDF5 libraries"
+        )
+    })
+}
+
 /// The primary binding (see the module's comment), set by [`bind_primary`].
 static PRIMARY: OnceLock<usize> = OnceLock::new();
 
@@ -84,15 +116,25 @@ fn hdf5_object_of(near: &CStr) -> Result<LoadedObject, String> {
     if handle.is_null() {
         return Err(format!("{shown} is not loaded in this process"));
     }
+    hdf5_object_of_handle(handle, &shown)
+}
+
+/// The HDF5 library that the object opened as `handle` (null: not loaded) resolves HDF5
+/// symbols to; closes the handle.
+fn hdf5_object_of_handle(handle: *mut c_void, shown: &str) -> Result<LoadedObject, String> {
+    if handle.is_null() {
+        return Err(format!("{shown} is not loaded in this process"));
+    }
     // A handle's lookup searches the object and its dependencies: the HDF5 it was linked with.
     // SAFETY: a lookup in a valid handle.
     let symbol = unsafe { libc::dlsym(handle, c"H5Pget_driver_config_str".as_ptr()) };
-    // SAFETY: balances the dlopen above; the object stays loaded by its owner, and so does the
-    // library the symbol belongs to.
+    // SAFETY: balances the dlopen that made the handle; the object stays loaded by its owner,
+    // and so does the library the symbol belongs to.
     unsafe { libc::dlclose(handle) };
     if symbol.is_null() {
         return Err(format!(
-            "{shown} uses no HDF5 1.14+ library (no H5Pget_driver_config_str)"
+            "{shown} uses no HDF5 1.14+ library whose API can be reached (no exported \
+             H5Pget_driver_config_str)"
         ));
     }
     object_containing(symbol as usize)

@@ -250,13 +250,23 @@ impl Hdf5Library {
 /// Paths of the HDF5 libraries loaded in the process ("" is the main program): objects that
 /// define HDF5's API themselves, not every object that links it.
 pub(crate) fn loaded_hdf5_libraries() -> Vec<String> {
+    loaded_hdf5_objects()
+        .into_iter()
+        .map(|object| object.name.to_string_lossy().into_owned())
+        .collect()
+}
+
+/// The loaded objects that are HDF5 libraries (see `loaded_hdf5_libraries`).
+pub(crate) fn loaded_hdf5_objects() -> Vec<LoadedObject> {
     loaded_objects()
-        .iter()
-        .filter_map(|object| {
-            let library = Hdf5Library::open(object)?;
+        .into_iter()
+        .filter(|object| {
+            let Some(library) = Hdf5Library::open(object) else {
+                return false;
+            };
             // SAFETY: balances the dlopen in `open`; the object stays loaded by its owner.
             unsafe { libc::dlclose(library.handle) };
-            Some(library.path)
+            true
         })
         .collect()
 }

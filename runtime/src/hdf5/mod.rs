@@ -21,7 +21,8 @@ pub mod objects;
 pub mod space;
 
 pub use binding::{
-    bind_code, bind_primary, bound_library, primary_library, primary_symbol, BINDINGS,
+    bind_code, bind_hdf5_used_by, bind_primary, bound_library, primary_library, primary_symbol,
+    BINDINGS,
 };
 pub use library::Hdf5Library;
 pub use objects::{calling_code, loaded_file_of, object_defining};
