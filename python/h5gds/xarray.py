@@ -31,11 +31,15 @@ Decisions (docs/xarray.md):
 """
 
 import contextlib
+import contextvars
 import functools
 import importlib
+import inspect
 import operator
 
 import numpy as np
+from h5py import h5t, h5z
+from xarray.backends import writers
 from xarray.backends.common import _iter_nc_groups, datatree_from_dict_with_io_cleanup
 from xarray.backends.h5netcdf_ import (
     H5NetCDFArrayWrapper,
@@ -54,7 +58,7 @@ from xarray.core.utils import close_on_error, is_remote_uri
 from xarray.core.variable import Variable
 from xarray.namedarray.daskmanager import DaskManager
 
-from . import _files, _io
+from . import _driver, _encode, _files, _io, _layout, _native
 
 
 class H5gdsArrayWrapper(H5NetCDFArrayWrapper):
@@ -64,6 +68,9 @@ class H5gdsArrayWrapper(H5NetCDFArrayWrapper):
     def __init__(self, variable_name, datastore):
         super().__init__(variable_name, datastore)
         self.device = None
+        # The h5py dataset of the last read into NumPy h5gds made itself, for the reads that
+        # need no HDF5 call (_layout) and so no lock.
+        self._served = None
 
     def __getitem__(self, key):
         # BASIC: h5gds.read takes ints and slices with positive steps; xarray indexes the result
@@ -72,6 +79,14 @@ class H5gdsArrayWrapper(H5NetCDFArrayWrapper):
                                                   self._getitem)
 
     def _getitem(self, key):
+        served = self._served
+        if served is not None and self.device is None:
+            # A read-only file's dataset whose storage h5gds resolved: read with no HDF5 call
+            # (None, having read nothing, otherwise: closed, another selection), so without
+            # xarray's lock, which keeps HDF5's calls apart.
+            data = _native.read_known_layout(_layout._layouts, served, None, key)
+            if data is not None:
+                return data
         with self.datastore.lock:
             variable = self.get_array(needs_lock=False)
             dset = variable._h5ds
@@ -93,7 +108,18 @@ class H5gdsArrayWrapper(H5NetCDFArrayWrapper):
                 view = getattr(datatype, "dtype_view", None)
                 if view is not None:
                     data = data.view(view)
+            elif not padded and self.device is None:
+                self._served = dset
             return data
+
+    def __setitem__(self, key, value):
+        # xarray's writes (ArrayWriter, dask's store): the whole variable (...) or a region.
+        with self.datastore.lock:
+            variable = self.get_array(needs_lock=False)
+            if not _written(variable, key, value):
+                variable[key] = value
+            if self.datastore.autoclose:
+                self.datastore.close(needs_lock=False)
 
     def _reader(self):
         if self.device is None:
@@ -133,15 +159,164 @@ def _padded_read(read, dset, variable, key, device):
 
 
 class H5gdsStore(H5NetCDFStore):
-    """xarray's h5netcdf store, its variables' arrays read through ``h5gds.read``."""
+    """xarray's h5netcdf store, its variables' arrays read through ``h5gds.read`` and written
+    through ``h5gds.write``; local files open through the ``gds`` driver unless a driver is
+    named."""
 
     __slots__ = ()
+
+    @classmethod
+    def open(cls, filename, mode="r", *, driver=None, driver_kwds=None, **kwargs):
+        local = isinstance(filename, str) and not is_remote_uri(filename)
+        chosen = driver is None and local and _files._driver() is not None
+        try:
+            return super().open(filename, mode, driver="gds" if chosen else driver, driver_kwds=driver_kwds,
+                                **kwargs)
+        except BlockingIOError:
+            if not chosen or not _files.open_in_this_process(filename):
+                raise
+        # Open in this process through another driver (h5netcdf's writing it, say): opened as
+        # h5netcdf opens it, which HDF5 shares; the gds driver's settings do not apply.
+        kept = {k: v for k, v in (driver_kwds or {}).items() if k not in _driver.SETTING_KEYS}
+        return super().open(filename, mode, driver=None, driver_kwds=kept, **kwargs)
 
     def open_store_variable(self, name, var):
         # h5netcdf's dimensions, attributes and encoding; h5gds's array.
         variable = super().open_store_variable(name, var)
         data = indexing.LazilyIndexedArray(H5gdsArrayWrapper(name, self))
         return Variable(variable.dims, data, variable.attrs, variable.encoding)
+
+    def prepare_variable(self, name, variable, check_encoding=False, unlimited_dims=None):
+        # h5netcdf creates the variable (its netCDF-4 structure, encoding checks, attributes);
+        # its data is written through the target.
+        _, data = super().prepare_variable(name, variable, check_encoding=check_encoding,
+                                           unlimited_dims=unlimited_dims)
+        return H5gdsArrayWrapper(name, self), data
+
+
+# --- writing ------------------------------------------------------------------------------------------------
+
+#: The filters h5gds's encoders write (``_encode``).
+_ENCODED_FILTERS = frozenset((h5z.FILTER_DEFLATE, h5z.FILTER_SHUFFLE, h5z.FILTER_FLETCHER32,
+                              _encode.FILTER_ZSTD, _encode.FILTER_LZ4))
+
+
+def _region(key, shape):
+    """xarray's write key (``...`` or a tuple of slices, dask's regions) as slices inside
+    ``shape``; None for any other key or one reaching past the dataset (h5netcdf's then)."""
+    if key is Ellipsis:
+        return tuple(slice(0, n) for n in shape)
+    if not isinstance(key, tuple) or len(key) != len(shape):
+        return None
+    region = []
+    for k, n in zip(key, shape):
+        if not isinstance(k, slice) or k.step not in (None, 1):
+            return None
+        start = 0 if k.start is None else operator.index(k.start)
+        stop = n if k.stop is None else operator.index(k.stop)
+        if not 0 <= start <= stop <= n:
+            return None
+        region.append(slice(start, stop))
+    return tuple(region)
+
+
+def _encodable(dset, region):
+    """Whether the chunks of ``dset`` are written encoded by h5gds (on the host's cores): all of
+    a chunked dataset of fixed size whose filters it encodes. (An extensible dataset is left to
+    HDF5, which stores the fill value past the edge of its edge chunks for later extension.)"""
+    shape = dset.shape
+    if any(r.start != 0 or r.stop != n for r, n in zip(region, shape)) or not all(shape):
+        return False
+    if dset.chunks is None or dset.maxshape != shape or any(c > n for c, n in zip(dset.chunks, shape)):
+        return False
+    dcpl = dset.id.get_create_plist()
+    filters = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
+    # (the encoders write the array's bytes as they are: no padded or converted types)
+    return (bool(filters) and set(filters) <= _ENCODED_FILTERS
+            and dset.id.get_type().equal(h5t.py_create(dset.dtype)))
+
+
+def _written(variable, key, value):
+    """Writes ``value`` into ``variable[key]`` (an h5netcdf variable) with h5gds: the whole of
+    a compressed variable of fixed size encoded by h5gds's encoders, anything else of fixed-size
+    numbers and bools by ``h5gds.write``, device arrays straight from device memory. False,
+    having written nothing, where h5netcdf is to write it as it does: type conversions,
+    broadcasting, enums, strings, compound types, regions past the dataset's extent."""
+    dset = variable._h5ds
+    dtype = dset.dtype
+    if dset.shape is None or dtype.kind not in "biufc" or dtype.metadata or dtype.subdtype:
+        return False
+    region = _region(key, dset.shape)
+    if region is None:
+        return False
+    shape = tuple(r.stop - r.start for r in region)
+    if not all(shape):
+        return False
+    if hasattr(type(value), "__cuda_array_interface__"):
+        library = importlib.import_module(type(value).__module__.split(".")[0])
+        if tuple(value.shape) != shape or value.dtype != dtype:
+            # Big-endian files, conversions and broadcasts are HDF5's and h5py's: on a host copy.
+            value = library.asnumpy(value)
+        else:
+            # (reshaped: ascontiguousarray makes 0-d arrays 1-d)
+            value = library.ascontiguousarray(value).reshape(shape)
+            if _encodable(dset, region):
+                # Encoded on the host's cores (h5gds has no GPU encoder).
+                _encode.write(dset.id, dset.name, _encode.host_copy(value, shape, dtype))
+            else:
+                _io.write(dset, value, sel=region)
+            return True
+    value = np.asarray(value)
+    if value.shape != shape or value.dtype.newbyteorder("=") != dtype.newbyteorder("="):
+        return False
+    value = np.asarray(value, dtype=dtype, order="C")
+    if _encodable(dset, region):
+        _encode.write(dset.id, dset.name, value)
+    else:
+        _io.write(dset, value, sel=region)
+    return True
+
+
+# to_netcdf(engine="h5gds"): xarray's writers know their engines by name and take no plugin, so
+# h5gds.xarray wraps its two writing functions: engine="h5gds" runs as engine="h5netcdf" (the
+# same options, checks and errors), the file opened as an H5gdsStore.
+_WRITING = contextvars.ContextVar("h5gds_xarray_writing", default=False)
+
+
+def _open_writable(target, **kwargs):
+    """``WRITEABLE_STORES["h5netcdf"]``: h5netcdf's store, or h5gds's inside a write that named
+    ``engine="h5gds"``."""
+    return (H5gdsStore if _WRITING.get() else H5NetCDFStore).open(target, **kwargs)
+
+
+def _writing_as_h5netcdf(function):
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def write(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        if bound.arguments.get("engine") != "h5gds":
+            return function(*args, **kwargs)
+        bound.arguments["engine"] = "h5netcdf"
+        token = _WRITING.set(True)
+        try:
+            return function(*bound.args, **bound.kwargs)
+        finally:
+            _WRITING.reset(token)
+
+    write.h5gds_writes = True
+    return write
+
+
+def _install_writers():
+    writers.WRITEABLE_STORES["h5netcdf"] = _open_writable
+    for name in ("to_netcdf", "_datatree_to_netcdf"):
+        function = getattr(writers, name)
+        if not getattr(function, "h5gds_writes", False):
+            setattr(writers, name, _writing_as_h5netcdf(function))
+
+
+_install_writers()
 
 
 # --- device= -----------------------------------------------------------------------------------------------
@@ -331,9 +506,6 @@ class H5gdsBackendEntrypoint(H5netcdfBackendEntrypoint):
         ordinal = _device_ordinal(device)
         warn_phony_dims, phony_dims = _check_phony_dims(phony_dims)
         filename_or_obj = _normalize_filename_or_obj(filename_or_obj)
-        local = isinstance(filename_or_obj, str) and not is_remote_uri(filename_or_obj)
-        if driver is None and local:
-            driver = _files._driver()
         if ordinal is not None and "rdcc_nbytes" not in (driver_kwds or {}):
             # No chunk cache: unfiltered chunks go straight into device memory (as from_file).
             driver_kwds = dict(driver_kwds or {}, rdcc_nbytes=0)
