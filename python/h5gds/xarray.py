@@ -38,7 +38,7 @@ import inspect
 import operator
 
 import numpy as np
-from h5py import h5t, h5z
+from h5py import h5d, h5p, h5t, h5z
 from xarray.backends import writers
 from xarray.backends.common import _iter_nc_groups, datatree_from_dict_with_io_cleanup
 from xarray.backends.h5netcdf_ import (
@@ -58,7 +58,7 @@ from xarray.core.utils import close_on_error, is_remote_uri
 from xarray.core.variable import Variable
 from xarray.namedarray.daskmanager import DaskManager
 
-from . import _driver, _encode, _files, _io, _layout, _native
+from . import _driver, _encode, _files, _io
 
 
 class H5gdsArrayWrapper(H5NetCDFArrayWrapper):
@@ -84,7 +84,7 @@ class H5gdsArrayWrapper(H5NetCDFArrayWrapper):
             # A read-only file's dataset whose storage h5gds resolved: read with no HDF5 call
             # (None, having read nothing, otherwise: closed, another selection), so without
             # xarray's lock, which keeps HDF5's calls apart.
-            data = _native.read_known_layout(_layout._layouts, served, None, key)
+            data = _io.read_without_hdf5(served, key, self.shape)
             if data is not None:
                 return data
         with self.datastore.lock:
@@ -189,8 +189,22 @@ class H5gdsStore(H5NetCDFStore):
     def prepare_variable(self, name, variable, check_encoding=False, unlimited_dims=None):
         # h5netcdf creates the variable (its netCDF-4 structure, encoding checks, attributes);
         # its data is written through the target.
-        _, data = super().prepare_variable(name, variable, check_encoding=check_encoding,
-                                           unlimited_dims=unlimited_dims)
+        group = self.ds
+        allocate = name not in group and _written_whole_from_device(group, variable, unlimited_dims)
+        if allocate:
+            # Storage allocated at creation (h5netcdf's, through h5py, is allocated by the first
+            # write): what lets the device array's bytes go straight into the file through gds
+            # (h5gds stages writes into unallocated storage). Never filled: written whole next.
+            dcpl = h5p.create(h5p.DATASET_CREATE)
+            dcpl.set_alloc_time(h5d.ALLOC_TIME_EARLY)
+            group.create_variable = functools.partial(type(group).create_variable, group, dcpl=dcpl,
+                                                      fill_time="never")
+        try:
+            _, data = super().prepare_variable(name, variable, check_encoding=check_encoding,
+                                               unlimited_dims=unlimited_dims)
+        finally:
+            if allocate:
+                del group.create_variable
         return H5gdsArrayWrapper(name, self), data
 
 
@@ -199,6 +213,26 @@ class H5gdsStore(H5NetCDFStore):
 #: The filters h5gds's encoders write (``_encode``).
 _ENCODED_FILTERS = frozenset((h5z.FILTER_DEFLATE, h5z.FILTER_SHUFFLE, h5z.FILTER_FLETCHER32,
                               _encode.FILTER_ZSTD, _encode.FILTER_LZ4))
+
+
+def _written_whole_from_device(group, variable, unlimited_dims):
+    """Whether ``variable`` (encoded, about to be created in the h5netcdf ``group``) is a device
+    array written whole right after its creation into a contiguous dataset: numbers or bools,
+    not empty, no chunks or filters asked for, no unlimited dimension (those are chunked and
+    extensible)."""
+    if not hasattr(type(variable.data), "__cuda_array_interface__"):
+        return False
+    if not variable.ndim or not variable.size or variable.dtype.kind not in "biufc":
+        return False
+    encoding = variable.encoding
+    if (encoding.get("chunksizes") is not None or encoding.get("contiguous") is False
+            or encoding.get("compression") is not None or any(encoding.get(k) for k in ("zlib", "shuffle", "fletcher32"))):
+        return False
+    unlimited = set(unlimited_dims or ())
+    while group is not None:
+        unlimited.update(name for name, dim in group.dimensions.items() if dim.isunlimited())
+        group = group.parent if group.name != "/" else None
+    return not unlimited.intersection(variable.dims)
 
 
 def _region(key, shape):
