@@ -27,7 +27,16 @@ Decisions (docs/xarray.md):
   ``chunked_array_type=DeviceDaskManager()`` the chunks of device variables are CuPy arrays,
   each read with one ``h5gds.read`` straight into device memory.
 * Files open through the ``gds`` driver (``H5GDS_USE_VFD_GDS=0``: HDF5's default), with the
-  chunk cache off when reading to the device, as ``h5gds.from_file`` does.
+  chunk cache off when reading to the device, as ``h5gds.from_file`` does. A file h5py's HDF5
+  holds open in this process through another driver (which refuses a ``gds`` open: its lock)
+  opens as h5netcdf opens it, which HDF5 shares.
+* Locks: a read ``_io.read_without_hdf5`` serves makes no HDF5 call, so takes no xarray lock.
+* Writing (``to_netcdf(engine="h5gds")``, once this module is imported): xarray's writers run as
+  for ``engine="h5netcdf"`` with an ``H5gdsStore``; h5netcdf creates the structure, h5gds writes
+  the data (``_written``): whole compressed fixed-size variables through h5gds's encoders, other
+  fixed-size numbers through ``h5gds.write``, device arrays from device memory (those written
+  whole into storage allocated at creation, so that they go straight through ``gds``);
+  everything else h5netcdf writes.
 """
 
 import contextlib
