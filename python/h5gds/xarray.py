@@ -33,7 +33,7 @@ Decisions (docs/xarray.md):
 * Locks: a read ``_io.read_without_hdf5`` serves makes no HDF5 call, so takes no xarray lock.
 * Writing (``to_netcdf(engine="h5gds")``, once this module is imported): xarray's writers run as
   for ``engine="h5netcdf"`` with an ``H5gdsStore``; h5netcdf creates the structure, h5gds writes
-  the data (``_written``): whole compressed fixed-size variables through h5gds's encoders, other
+  the data (``_write``): whole compressed fixed-size variables through h5gds's encoders, other
   fixed-size numbers through ``h5gds.write``, device arrays from device memory (those written
   whole into storage allocated at creation, so that they go straight through ``gds``);
   everything else h5netcdf writes.
@@ -124,9 +124,7 @@ class H5gdsArrayWrapper(H5NetCDFArrayWrapper):
     def __setitem__(self, key, value):
         # xarray's writes (ArrayWriter, dask's store): the whole variable (...) or a region.
         with self.datastore.lock:
-            variable = self.get_array(needs_lock=False)
-            if not _written(variable, key, value):
-                variable[key] = value
+            _write(self.get_array(needs_lock=False), key, value)
             if self.datastore.autoclose:
                 self.datastore.close(needs_lock=False)
 
@@ -279,25 +277,21 @@ def _encodable(dset, region):
             and dset.id.get_type().equal(h5t.py_create(dset.dtype)))
 
 
-def _written(variable, key, value):
-    """Writes ``value`` into ``variable[key]`` (an h5netcdf variable) with h5gds: the whole of
-    a compressed variable of fixed size encoded by h5gds's encoders, anything else of fixed-size
-    numbers and bools by ``h5gds.write``, device arrays straight from device memory. False,
-    having written nothing, where h5netcdf is to write it as it does: type conversions,
-    broadcasting, enums, strings, compound types, regions past the dataset's extent."""
+def _write(variable, key, value):
+    """Writes ``value`` into ``variable[key]`` (an h5netcdf variable): with h5gds's encoders for
+    the whole of a compressed variable of fixed size, with ``h5gds.write`` for anything else of
+    fixed-size numbers and bools (device arrays from device memory); by h5netcdf, as it writes,
+    for the rest: type conversions, broadcasting, enums, strings, compound types, regions past
+    the dataset's extent (device arrays copied to the host first)."""
     dset = variable._h5ds
     dtype = dset.dtype
-    if dset.shape is None or dtype.kind not in "biufc" or dtype.metadata or dtype.subdtype:
-        return False
-    region = _region(key, dset.shape)
-    if region is None:
-        return False
-    shape = tuple(r.stop - r.start for r in region)
-    if not all(shape):
-        return False
+    region = None
+    if dset.shape is not None and dtype.kind in "biufc" and not dtype.metadata and not dtype.subdtype:
+        region = _region(key, dset.shape)
+    shape = None if region is None else tuple(r.stop - r.start for r in region)
     if hasattr(type(value), "__cuda_array_interface__"):
         library = importlib.import_module(type(value).__module__.split(".")[0])
-        if tuple(value.shape) != shape or value.dtype != dtype:
+        if shape is None or not all(shape) or tuple(value.shape) != shape or value.dtype != dtype:
             # Big-endian files, conversions and broadcasts are HDF5's and h5py's: on a host copy.
             value = library.asnumpy(value)
         else:
@@ -308,16 +302,17 @@ def _written(variable, key, value):
                 _encode.write(dset.id, dset.name, _encode.host_copy(value, shape, dtype))
             else:
                 _io.write(dset, value, sel=region)
-            return True
-    value = np.asarray(value)
-    if value.shape != shape or value.dtype.newbyteorder("=") != dtype.newbyteorder("="):
-        return False
-    value = np.asarray(value, dtype=dtype, order="C")
-    if _encodable(dset, region):
-        _encode.write(dset.id, dset.name, value)
-    else:
-        _io.write(dset, value, sel=region)
-    return True
+            return
+    if shape is not None and all(shape):
+        host = np.asarray(value)
+        if host.shape == shape and host.dtype.newbyteorder("=") == dtype.newbyteorder("="):
+            host = np.asarray(host, dtype=dtype, order="C")
+            if _encodable(dset, region):
+                _encode.write(dset.id, dset.name, host)
+            else:
+                _io.write(dset, host, sel=region)
+            return
+    variable[key] = value
 
 
 # to_netcdf(engine="h5gds"): xarray's writers know their engines by name and take no plugin, so
