@@ -233,7 +233,8 @@ def _written_whole_from_device(group, variable, unlimited_dims):
         return False
     encoding = variable.encoding
     if (encoding.get("chunksizes") is not None or encoding.get("contiguous") is False
-            or encoding.get("compression") is not None or any(encoding.get(k) for k in ("zlib", "shuffle", "fletcher32"))):
+            or encoding.get("compression") is not None
+            or any(encoding.get(k) for k in ("zlib", "shuffle", "fletcher32"))):
         return False
     unlimited = set(unlimited_dims or ())
     while group is not None:
