@@ -676,6 +676,34 @@ def test_to_netcdf_appends_and_datatrees_as_h5netcdf(tmp_path, writes):
                                 xr.open_datatree(tmp_path / "tree-a.nc", engine="h5netcdf").load())
 
 
+def test_save_mfdataset_and_the_engine_registered_by_its_module(tmp_path, writes):
+    ds = writes_dataset()
+    parts = [ds.isel(time=slice(0, 3)), ds.isel(time=slice(3, None))]
+    for engine in ("h5netcdf", "h5gds"):
+        xr.save_mfdataset(parts, [tmp_path / f"{engine}-{i}.nc" for i in range(2)], engine=engine)
+    for i in range(2):
+        assert_same_files(tmp_path / f"h5netcdf-{i}.nc", tmp_path / f"h5gds-{i}.nc")
+    assert ("/t", "write", "numpy") in writes.take()
+    # xarray's writers know engine="h5gds" once h5gds.xarray is imported, as opening with the
+    # engine imports it; before, xarray refuses the name.
+    child = subprocess.run(
+        [sys.executable, "-c",
+         "import sys, numpy as np, xarray as xr\n"
+         "ds = xr.Dataset({'v': (('x',), np.arange(3.0))})\n"
+         "try:\n"
+         "    ds.to_netcdf(sys.argv[1], engine='h5gds')\n"
+         "except ValueError as e:\n"
+         "    print(e)\n"
+         "ds.to_netcdf(sys.argv[1], engine='h5netcdf')\n"
+         "xr.open_dataset(sys.argv[1], engine='h5gds').close()\n"
+         "ds.to_netcdf(sys.argv[2], engine='h5gds')\n"
+         "print(xr.open_dataset(sys.argv[2], engine='h5netcdf').v.values.tolist())\n",
+         str(tmp_path / "a.nc"), str(tmp_path / "b.nc")],
+        env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.splitlines() == ["unrecognized engine for to_netcdf: 'h5gds'", "[0.0, 1.0, 2.0]"]
+
+
 def test_to_netcdf_invalid_netcdf_and_errors_are_h5netcdfs(tmp_path):
     ds = xr.Dataset({"z": (("x",), np.array([1 + 2j, 3 - 1j])), "b": (("x",), np.array([True, False]))},
                     attrs={"flag": np.bool_(True)})
