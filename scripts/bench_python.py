@@ -12,8 +12,8 @@
   host-to-device copy (their limit), h5py + ``cupy.asarray`` and KvikIO's raw read where kvikio imports,
   warm and cold; writes against ``cupy.asnumpy`` + h5py and KvikIO's raw write;
 * xarray: ``open_dataset`` + ``load`` of a compressed (deflate) float32 variable, the h5netcdf engine
-  against ``engine="h5gds"``, into NumPy and into CuPy (h5netcdf then ``cupy.asarray``, against
-  ``device=``), and ``to_netcdf`` of it with either engine (deflate and contiguous from NumPy;
+  against ``engine="h5gds"``, into NumPy (whole, and in dask chunks read by dask's threads) and into
+  CuPy (h5netcdf then ``cupy.asarray``, against ``device=``), and ``to_netcdf`` of it with either engine (deflate and contiguous from NumPy;
   contiguous from CuPy: ``as_numpy`` then h5netcdf against h5gds as is), side by side
   (``--xarray-size``; 0 skips it). Without a GPU the CuPy rows use the
   CuPy stand-in of the package tests over the emulators (nvCOMP's too) and are labelled EMULATED.
@@ -350,6 +350,20 @@ def bench_xarray(path, size, reps):
             return ds["v"].load().data
 
     host = interleave({"h5netcdf": lambda: load("h5netcdf"), "h5gds": lambda: load("h5gds")}, reps)
+    chunked = None
+    try:
+        import dask  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        # One chunk of the file's per dask chunk, read by dask's threads: h5netcdf's reads take
+        # xarray's HDF5 lock, h5gds's (no HDF5 call) do not.
+        def load_chunks(engine):
+            with xr.open_dataset(path, engine=engine, chunks={"y": chunk[0]}) as ds:
+                return ds["v"].compute(scheduler="threads").data
+
+        chunked = interleave({"h5netcdf": lambda: load_chunks("h5netcdf"), "h5gds": lambda: load_chunks("h5gds")},
+                             reps)
     cupy, label = device_cupy()
     device = None
     if cupy is not None:
@@ -383,6 +397,10 @@ def bench_xarray(path, size, reps):
               f"{ours * 1e3:9.1f} ms {nbytes / ours / 1e9:6.2f} GB/s   x{theirs / ours:5.2f}")
 
     row("into NumPy (page cache warm)", host)
+    if chunked is None:
+        print("  into NumPy, dask chunks: skipped (dask is not installed)")
+    else:
+        row("into NumPy, dask chunks, threads (warm)", chunked)
     if device is None:
         print(f"  into CuPy: skipped ({label})")
     else:
