@@ -2,7 +2,11 @@
 (compressed and chunked variables, groups, unlimited dimensions, strings, fill values, scale/offset,
 times, enums, big-endian and 0-d variables) opened with engine="h5gds" are identical to
 engine="h5netcdf" (values, dtypes, attributes, encodings), whole, lazily indexed and in dask chunks;
-each indexing is one h5gds.read through the gds driver; errors are h5netcdf's.
+each indexing is one h5gds.read through the gds driver; errors are h5netcdf's. Files written by
+to_netcdf(engine="h5gds") (NumPy, dask and, on the device, CuPy data; groups, DataTrees, appends,
+every option) are h5netcdf's in every object h5py sees, their data written by h5gds. Files this
+process holds open through another driver open as h5netcdf opens them; reads with no HDF5 call
+take no xarray lock.
 
 The device cases (test_device_*) read into CuPy arrays: on a GPU machine with real CuPy (skipped
 without it), and on h5gds's CPU emulator of CUDA with the CuPy stand-in mpi/emulated/cupy.py.
@@ -193,7 +197,8 @@ def driver(file):
 
 
 class Reads:
-    """Every h5gds.read the engine makes, as (dataset name, selection, file driver, result type)."""
+    """Every h5gds.read the engine makes (and every read served with no HDF5 call), as (dataset
+    name, selection, file driver, result type)."""
 
     def __init__(self, monkeypatch):
         self.calls = []
