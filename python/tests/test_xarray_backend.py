@@ -621,11 +621,16 @@ WRITE_OPTIONS = {
     "unlimited": {"encoding": WRITE_ENCODING, "unlimited_dims": ["time"]},
     "classic": {"format": "NETCDF4_CLASSIC", "encoding": {k: v for k, v in WRITE_ENCODING.items() if k != "wide"}},
     "group": {"encoding": WRITE_ENCODING, "group": "outer/inner"},
+    # hdf5plugin's Zstandard (filter 32015, level 5) through h5py's filter number
+    "zstd": {"encoding": dict(WRITE_ENCODING, t={"compression": 32015, "compression_opts": (5,),
+                                                 "chunksizes": (2, 5, 4)})},
 }
 
 
 @pytest.mark.parametrize("options", list(WRITE_OPTIONS))
 def test_to_netcdf_files_are_h5netcdfs_written_by_h5gds(tmp_path, writes, options):
+    if options == "zstd":
+        pytest.importorskip("hdf5plugin", reason="scripts/test.sh installs hdf5plugin")
     ds = writes_dataset()
     kwargs = WRITE_OPTIONS[options]
     if options == "classic":
