@@ -12,8 +12,10 @@
   host-to-device copy (their limit), h5py + ``cupy.asarray`` and KvikIO's raw read where kvikio imports,
   warm and cold; writes against ``cupy.asnumpy`` + h5py and KvikIO's raw write;
 * xarray: ``open_dataset`` + ``load`` of a compressed (deflate) float32 variable, the h5netcdf engine
-  against ``engine="h5gds"``, into NumPy and into CuPy (h5netcdf then ``cupy.asarray``, against
-  ``device=``), side by side (``--xarray-size``; 0 skips it). Without a GPU the CuPy rows use the
+  against ``engine="h5gds"``, into NumPy (whole, and in dask chunks read by dask's threads) and into
+  CuPy (h5netcdf then ``cupy.asarray``, against ``device=``), and ``to_netcdf`` of it with either engine (deflate and contiguous from NumPy;
+  contiguous from CuPy: ``as_numpy`` then h5netcdf against h5gds as is), side by side
+  (``--xarray-size``; 0 skips it). Without a GPU the CuPy rows use the
   CuPy stand-in of the package tests over the emulators (nvCOMP's too) and are labelled EMULATED.
 
 Alternatives are interleaved, each repeated; medians and ratios are printed. Run it with the wheel's
@@ -311,8 +313,8 @@ def bench_device_alternatives(path, n, reps):
 
 
 def bench_xarray(path, size, reps):
-    """xarray's open_dataset + load of one deflate-compressed float32 variable: the h5netcdf engine
-    against engine="h5gds", into NumPy and into CuPy, ratios side by side."""
+    """xarray's open_dataset + load of one deflate-compressed float32 variable, and to_netcdf of it: the
+    h5netcdf engine against engine="h5gds", from and into NumPy and CuPy, ratios side by side."""
     try:
         import xarray as xr
     except ImportError as exc:
@@ -323,16 +325,45 @@ def bench_xarray(path, size, reps):
     # A smooth field at 1/16 precision: deflate shrinks it, as it does measured data.
     values = (np.round(np.sin(np.arange(rows * width, dtype="<f8") / 5000.0) * 4096) / 16).astype("<f4")
     chunk = (min(rows, 1024), width)  # 4 MiB chunks
-    xr.Dataset({"v": (("y", "x"), values.reshape(rows, width))}).to_netcdf(
-        path, engine="h5netcdf", encoding={"v": {"zlib": True, "complevel": 1, "shuffle": False, "chunksizes": chunk}})
+    import h5gds.xarray  # noqa: F401  (to_netcdf's engine="h5gds")
+
+    dataset = xr.Dataset({"v": (("y", "x"), values.reshape(rows, width))})
+    compressed = {"v": {"zlib": True, "complevel": 1, "shuffle": False, "chunksizes": chunk}}
+    dataset.to_netcdf(path, engine="h5netcdf", encoding=compressed)
     del values
     nbytes = rows * width * 4
+    written = Path(path).with_name("written.nc")
+
+    def save(engine, data, encoding):
+        data.to_netcdf(written, engine=engine, encoding=encoding)
+
+    # Dirty pages written back (untimed) before each write, as for the device writes.
+    saves = {
+        "compressed": interleave({"h5netcdf": lambda: save("h5netcdf", dataset, compressed),
+                                  "h5gds": lambda: save("h5gds", dataset, compressed)}, reps, before=os.sync),
+        "plain": interleave({"h5netcdf": lambda: save("h5netcdf", dataset, None),
+                             "h5gds": lambda: save("h5gds", dataset, None)}, reps, before=os.sync),
+    }
 
     def load(engine, **kwargs):
         with xr.open_dataset(path, engine=engine, **kwargs) as ds:
             return ds["v"].load().data
 
     host = interleave({"h5netcdf": lambda: load("h5netcdf"), "h5gds": lambda: load("h5gds")}, reps)
+    chunked = None
+    try:
+        import dask  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        # One chunk of the file's per dask chunk, read by dask's threads: h5netcdf's reads take
+        # xarray's HDF5 lock, h5gds's (no HDF5 call) do not.
+        def load_chunks(engine):
+            with xr.open_dataset(path, engine=engine, chunks={"y": chunk[0]}) as ds:
+                return ds["v"].compute(scheduler="threads").data
+
+        chunked = interleave({"h5netcdf": lambda: load_chunks("h5netcdf"), "h5gds": lambda: load_chunks("h5gds")},
+                             reps)
     cupy, label = device_cupy()
     device = None
     if cupy is not None:
@@ -348,7 +379,14 @@ def bench_xarray(path, size, reps):
             "h5gds": settled(lambda: load("h5gds", device=ordinal)),
         }, reps, before=lambda: drop_from_page_cache(path))
         assert type(load("h5gds", device=ordinal)) is cupy.ndarray
-    print(f"\nxarray open_dataset + load of a float32 variable, {nbytes} bytes ({os.path.getsize(path)} in the "
+        on_device = dataset.copy(data={"v": cupy.asarray(dataset["v"].values)})
+        saves["device"] = interleave({
+            "h5netcdf": settled(lambda: save("h5netcdf", on_device.as_numpy(), None)),
+            "h5gds": settled(lambda: save("h5gds", on_device, None)),
+        }, reps, before=os.sync)
+    written.unlink(missing_ok=True)
+    print(f"\nxarray open_dataset + load, and to_netcdf, of a float32 variable, {nbytes} bytes "
+          f"({os.path.getsize(path)} in the "
           f"file: deflate level 1, {chunk[0]}x{chunk[1]} chunks), medians of {reps} interleaved rounds:")
     heads = ("h5netcdf engine", 'engine="h5gds"')
     print(f"  {'':<44} {heads[0]:>22}   {heads[1]:>22}   h5gds vs h5netcdf")
@@ -359,12 +397,22 @@ def bench_xarray(path, size, reps):
               f"{ours * 1e3:9.1f} ms {nbytes / ours / 1e9:6.2f} GB/s   x{theirs / ours:5.2f}")
 
     row("into NumPy (page cache warm)", host)
+    if chunked is None:
+        print("  into NumPy, dask chunks: skipped (dask is not installed)")
+    else:
+        row("into NumPy, dask chunks, threads (warm)", chunked)
     if device is None:
         print(f"  into CuPy: skipped ({label})")
     else:
         row("into CuPy: cupy.asarray | device= (evicted)", device)
-        if label:
-            print(f"  {label.strip()}")
+    row("to_netcdf from NumPy, deflate level 1", saves["compressed"])
+    row("to_netcdf from NumPy, contiguous", saves["plain"])
+    if device is None:
+        print(f"  to_netcdf from CuPy: skipped ({label})")
+    else:
+        row("to_netcdf from CuPy: as_numpy | as is", saves["device"])
+    if device is not None and label:
+        print(f"  {label.strip()} (the CuPy rows)")
 
 
 if __name__ == "__main__":

@@ -87,6 +87,26 @@ def _driver():
     return None if _native.staged_by_settings() else "gds"
 
 
+def open_in_this_process(path):
+    """Whether h5py's HDF5 holds the file at ``path`` (by any name) open in this process. HDF5
+    shares such a file with a second open only through the driver it is open with; through
+    another (``gds`` where it was opened with h5py's default) the second open takes the file's
+    lock again and is refused (BlockingIOError), so the callers open it as h5py would by
+    default, and h5gds still reads it (``h5gds.read`` reads files open with any driver)."""
+    try:
+        wanted = os.stat(path)
+    except OSError:
+        return False
+    for file_id in h5py.h5f.get_obj_ids(types=h5py.h5f.OBJ_FILE):
+        try:
+            held = os.stat(os.fsdecode(file_id.name))
+        except (OSError, ValueError):
+            continue  # a file opened in memory or since removed
+        if (held.st_dev, held.st_ino) == (wanted.st_dev, wanted.st_ino):
+            return True
+    return False
+
+
 def _datasets_in(group, limit):
     """The absolute names of the first ``limit`` datasets in ``group``, in h5py's visiting order."""
     names = []
@@ -110,8 +130,15 @@ def _dataset(path, dataset, chunk_cache=True):
     path = _file_path(path)
     if not os.path.exists(path):
         raise FileNotFoundError(errno.ENOENT, "no such HDF5 file", path)
+    cache = {} if chunk_cache else {"rdcc_nbytes": 0}
+    driver = _driver()
     try:
-        file = h5py.File(path, "r", driver=_driver(), **({} if chunk_cache else {"rdcc_nbytes": 0}))
+        try:
+            file = h5py.File(path, "r", driver=driver, **cache)
+        except BlockingIOError:
+            if driver is None or not open_in_this_process(path):
+                raise
+            file = h5py.File(path, "r", **cache)
     except OSError as err:
         # The same class (PermissionError, ...), the path and h5py's reason.
         raise type(err)(f"{path!r} could not be opened as an HDF5 file: {err}") from err

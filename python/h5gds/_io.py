@@ -156,6 +156,25 @@ def read(dset, out=None, sel=None):
     return out
 
 
+def read_without_hdf5(dset, sel, shape):
+    """``dset[sel]`` (ints and slices; ``shape`` the dataset's, known to the caller: asking HDF5
+    would be a call) into a new NumPy array, where ``_layout`` resolved the dataset's storage
+    already and serves the selection with no HDF5 call; None, having read nothing, otherwise."""
+    known = _native.read_known_layout(_layout._layouts, dset, None, sel)
+    if known is not None:
+        return known
+    dsid = dset.id
+    entry = _layout._layouts.get(id(dsid))
+    if entry is None or entry[0]() is not dsid or entry[1] is None or dsid.id == 0:
+        return None
+    found, dtype = entry[1], entry[2]
+    slab = hyperslab(sel, shape)
+    out = np.empty(slab.shape, dtype=dtype)
+    if found.read(list(slab.start), list(slab.step), list(slab.count), out.ctypes.data, out.nbytes):
+        return out
+    return None
+
+
 def write(dset, array, sel=None):
     """Writes ``array`` into ``dset[sel]`` (all of it when ``sel`` is None). ``array`` must have the
     dataset's dtype and the selection's shape and be C-contiguous. A device array's pending work

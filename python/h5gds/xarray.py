@@ -27,15 +27,28 @@ Decisions (docs/xarray.md):
   ``chunked_array_type=DeviceDaskManager()`` the chunks of device variables are CuPy arrays,
   each read with one ``h5gds.read`` straight into device memory.
 * Files open through the ``gds`` driver (``H5GDS_USE_VFD_GDS=0``: HDF5's default), with the
-  chunk cache off when reading to the device, as ``h5gds.from_file`` does.
+  chunk cache off when reading to the device, as ``h5gds.from_file`` does. A file h5py's HDF5
+  holds open in this process through another driver (which refuses a ``gds`` open: its lock)
+  opens as h5netcdf opens it, which HDF5 shares.
+* Locks: a read ``_io.read_without_hdf5`` serves makes no HDF5 call, so takes no xarray lock.
+* Writing (``to_netcdf(engine="h5gds")``, once this module is imported): xarray's writers run as
+  for ``engine="h5netcdf"`` with an ``H5gdsStore``; h5netcdf creates the structure, h5gds writes
+  the data (``_write``): whole compressed fixed-size variables through h5gds's encoders, other
+  fixed-size numbers through ``h5gds.write``, device arrays from device memory (those written
+  whole into storage allocated at creation, so that they go straight through ``gds``);
+  everything else h5netcdf writes.
 """
 
 import contextlib
+import contextvars
 import functools
 import importlib
+import inspect
 import operator
 
 import numpy as np
+from h5py import h5d, h5p, h5t, h5z
+from xarray.backends import writers
 from xarray.backends.common import _iter_nc_groups, datatree_from_dict_with_io_cleanup
 from xarray.backends.h5netcdf_ import (
     H5NetCDFArrayWrapper,
@@ -54,7 +67,7 @@ from xarray.core.utils import close_on_error, is_remote_uri
 from xarray.core.variable import Variable
 from xarray.namedarray.daskmanager import DaskManager
 
-from . import _files, _io
+from . import _driver, _encode, _files, _io
 
 
 class H5gdsArrayWrapper(H5NetCDFArrayWrapper):
@@ -64,6 +77,9 @@ class H5gdsArrayWrapper(H5NetCDFArrayWrapper):
     def __init__(self, variable_name, datastore):
         super().__init__(variable_name, datastore)
         self.device = None
+        # The h5py dataset of the last read into NumPy h5gds made itself, for the reads that
+        # need no HDF5 call (_layout) and so no lock.
+        self._served = None
 
     def __getitem__(self, key):
         # BASIC: h5gds.read takes ints and slices with positive steps; xarray indexes the result
@@ -72,6 +88,14 @@ class H5gdsArrayWrapper(H5NetCDFArrayWrapper):
                                                   self._getitem)
 
     def _getitem(self, key):
+        served = self._served
+        if served is not None and self.device is None:
+            # A read-only file's dataset whose storage h5gds resolved: read with no HDF5 call
+            # (None, having read nothing, otherwise: closed, another selection), so without
+            # xarray's lock, which keeps HDF5's calls apart.
+            data = _io.read_without_hdf5(served, key, self.shape)
+            if data is not None:
+                return data
         with self.datastore.lock:
             variable = self.get_array(needs_lock=False)
             dset = variable._h5ds
@@ -93,7 +117,16 @@ class H5gdsArrayWrapper(H5NetCDFArrayWrapper):
                 view = getattr(datatype, "dtype_view", None)
                 if view is not None:
                     data = data.view(view)
+            elif not padded and self.device is None:
+                self._served = dset
             return data
+
+    def __setitem__(self, key, value):
+        # xarray's writes (ArrayWriter, dask's store): the whole variable (...) or a region.
+        with self.datastore.lock:
+            _write(self.get_array(needs_lock=False), key, value)
+            if self.datastore.autoclose:
+                self.datastore.close(needs_lock=False)
 
     def _reader(self):
         if self.device is None:
@@ -133,15 +166,196 @@ def _padded_read(read, dset, variable, key, device):
 
 
 class H5gdsStore(H5NetCDFStore):
-    """xarray's h5netcdf store, its variables' arrays read through ``h5gds.read``."""
+    """xarray's h5netcdf store, its variables' arrays read through ``h5gds.read`` and written
+    through ``h5gds.write``; local files open through the ``gds`` driver unless a driver is
+    named."""
 
     __slots__ = ()
+
+    @classmethod
+    def open(cls, filename, mode="r", *, driver=None, driver_kwds=None, **kwargs):
+        local = isinstance(filename, str) and not is_remote_uri(filename)
+        chosen = driver is None and local and _files._driver() is not None
+        try:
+            return super().open(filename, mode, driver="gds" if chosen else driver, driver_kwds=driver_kwds,
+                                **kwargs)
+        except BlockingIOError:
+            if not chosen or not _files.open_in_this_process(filename):
+                raise
+        # Open in this process through another driver (h5netcdf's writing it, say): opened as
+        # h5netcdf opens it, which HDF5 shares; the gds driver's settings do not apply.
+        kept = {k: v for k, v in (driver_kwds or {}).items() if k not in _driver.SETTING_KEYS}
+        return super().open(filename, mode, driver=None, driver_kwds=kept, **kwargs)
 
     def open_store_variable(self, name, var):
         # h5netcdf's dimensions, attributes and encoding; h5gds's array.
         variable = super().open_store_variable(name, var)
         data = indexing.LazilyIndexedArray(H5gdsArrayWrapper(name, self))
         return Variable(variable.dims, data, variable.attrs, variable.encoding)
+
+    def prepare_variable(self, name, variable, check_encoding=False, unlimited_dims=None):
+        # h5netcdf creates the variable (its netCDF-4 structure, encoding checks, attributes);
+        # its data is written through the target.
+        group = self.ds
+        allocate = name not in group and _written_whole_from_device(group, variable, unlimited_dims)
+        if allocate:
+            # Storage allocated at creation (h5netcdf's, through h5py, is allocated by the first
+            # write): what lets the device array's bytes go straight into the file through gds
+            # (h5gds stages writes into unallocated storage). Never filled: written whole next.
+            dcpl = h5p.create(h5p.DATASET_CREATE)
+            dcpl.set_alloc_time(h5d.ALLOC_TIME_EARLY)
+            group.create_variable = functools.partial(type(group).create_variable, group, dcpl=dcpl,
+                                                      fill_time="never")
+        try:
+            _, data = super().prepare_variable(name, variable, check_encoding=check_encoding,
+                                               unlimited_dims=unlimited_dims)
+        finally:
+            if allocate:
+                del group.create_variable
+        return H5gdsArrayWrapper(name, self), data
+
+
+# --- writing ------------------------------------------------------------------------------------------------
+
+#: The filters h5gds's encoders write (``_encode``).
+_ENCODED_FILTERS = frozenset((h5z.FILTER_DEFLATE, h5z.FILTER_SHUFFLE, h5z.FILTER_FLETCHER32,
+                              _encode.FILTER_ZSTD, _encode.FILTER_LZ4))
+
+
+def _written_whole_from_device(group, variable, unlimited_dims):
+    """Whether ``variable`` (encoded, about to be created in the h5netcdf ``group``) is a device
+    array written whole right after its creation into a contiguous dataset: numbers or bools,
+    not empty, no chunks or filters asked for, no unlimited dimension (those are chunked and
+    extensible)."""
+    if not hasattr(type(variable.data), "__cuda_array_interface__"):
+        return False
+    if not variable.ndim or not variable.size or variable.dtype.kind not in "biufc":
+        return False
+    encoding = variable.encoding
+    if (encoding.get("chunksizes") is not None or encoding.get("contiguous") is False
+            or encoding.get("compression") is not None
+            or any(encoding.get(k) for k in ("zlib", "shuffle", "fletcher32"))):
+        return False
+    unlimited = set(unlimited_dims or ())
+    while group is not None:
+        unlimited.update(name for name, dim in group.dimensions.items() if dim.isunlimited())
+        group = group.parent if group.name != "/" else None
+    return not unlimited.intersection(variable.dims)
+
+
+def _region(key, shape):
+    """xarray's write key (``...`` or a tuple of slices, dask's regions) as slices inside
+    ``shape``; None for any other key or one reaching past the dataset (h5netcdf's then)."""
+    if key is Ellipsis:
+        return tuple(slice(0, n) for n in shape)
+    if not isinstance(key, tuple) or len(key) != len(shape):
+        return None
+    region = []
+    for k, n in zip(key, shape):
+        if not isinstance(k, slice) or k.step not in (None, 1):
+            return None
+        start = 0 if k.start is None else operator.index(k.start)
+        stop = n if k.stop is None else operator.index(k.stop)
+        if not 0 <= start <= stop <= n:
+            return None
+        region.append(slice(start, stop))
+    return tuple(region)
+
+
+def _encodable(dset, region):
+    """Whether the chunks of ``dset`` are written encoded by h5gds (on the host's cores): all of
+    a chunked dataset of fixed size whose filters it encodes. (An extensible dataset is left to
+    HDF5, which stores the fill value past the edge of its edge chunks for later extension.)"""
+    shape = dset.shape
+    if any(r.start != 0 or r.stop != n for r, n in zip(region, shape)) or not all(shape):
+        return False
+    if dset.chunks is None or dset.maxshape != shape or any(c > n for c, n in zip(dset.chunks, shape)):
+        return False
+    dcpl = dset.id.get_create_plist()
+    filters = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
+    # (the encoders write the array's bytes as they are: no padded or converted types)
+    return (bool(filters) and set(filters) <= _ENCODED_FILTERS
+            and dset.id.get_type().equal(h5t.py_create(dset.dtype)))
+
+
+def _write(variable, key, value):
+    """Writes ``value`` into ``variable[key]`` (an h5netcdf variable): with h5gds's encoders for
+    the whole of a compressed variable of fixed size, with ``h5gds.write`` for anything else of
+    fixed-size numbers and bools (device arrays from device memory); by h5netcdf, as it writes,
+    for the rest: type conversions, broadcasting, enums, strings, compound types, regions past
+    the dataset's extent (device arrays copied to the host first)."""
+    dset = variable._h5ds
+    dtype = dset.dtype
+    region = None
+    if dset.shape is not None and dtype.kind in "biufc" and not dtype.metadata and not dtype.subdtype:
+        region = _region(key, dset.shape)
+    shape = None if region is None else tuple(r.stop - r.start for r in region)
+    if hasattr(type(value), "__cuda_array_interface__"):
+        library = importlib.import_module(type(value).__module__.split(".")[0])
+        if shape is None or not all(shape) or tuple(value.shape) != shape or value.dtype != dtype:
+            # Big-endian files, conversions and broadcasts are HDF5's and h5py's: on a host copy.
+            value = library.asnumpy(value)
+        else:
+            # (reshaped: ascontiguousarray makes 0-d arrays 1-d)
+            value = library.ascontiguousarray(value).reshape(shape)
+            if _encodable(dset, region):
+                # Encoded on the host's cores (h5gds has no GPU encoder).
+                _encode.write(dset.id, dset.name, _encode.host_copy(value, shape, dtype))
+            else:
+                _io.write(dset, value, sel=region)
+            return
+    if shape is not None and all(shape):
+        host = np.asarray(value)
+        if host.shape == shape and host.dtype.newbyteorder("=") == dtype.newbyteorder("="):
+            host = np.asarray(host, dtype=dtype, order="C")
+            if _encodable(dset, region):
+                _encode.write(dset.id, dset.name, host)
+            else:
+                _io.write(dset, host, sel=region)
+            return
+    variable[key] = value
+
+
+# to_netcdf(engine="h5gds"): xarray's writers know their engines by name and take no plugin, so
+# h5gds.xarray wraps its two writing functions: engine="h5gds" runs as engine="h5netcdf" (the
+# same options, checks and errors), the file opened as an H5gdsStore.
+_WRITING = contextvars.ContextVar("h5gds_xarray_writing", default=False)
+
+
+def _open_writable(target, **kwargs):
+    """``WRITEABLE_STORES["h5netcdf"]``: h5netcdf's store, or h5gds's inside a write that named
+    ``engine="h5gds"``."""
+    return (H5gdsStore if _WRITING.get() else H5NetCDFStore).open(target, **kwargs)
+
+
+def _writing_as_h5netcdf(function):
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def write(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        if bound.arguments.get("engine") != "h5gds":
+            return function(*args, **kwargs)
+        bound.arguments["engine"] = "h5netcdf"
+        token = _WRITING.set(True)
+        try:
+            return function(*bound.args, **bound.kwargs)
+        finally:
+            _WRITING.reset(token)
+
+    write.h5gds_writes = True
+    return write
+
+
+def _install_writers():
+    writers.WRITEABLE_STORES["h5netcdf"] = _open_writable
+    for name in ("to_netcdf", "_datatree_to_netcdf"):
+        function = getattr(writers, name)
+        if not getattr(function, "h5gds_writes", False):
+            setattr(writers, name, _writing_as_h5netcdf(function))
+
+
+_install_writers()
 
 
 # --- device= -----------------------------------------------------------------------------------------------
@@ -331,9 +545,6 @@ class H5gdsBackendEntrypoint(H5netcdfBackendEntrypoint):
         ordinal = _device_ordinal(device)
         warn_phony_dims, phony_dims = _check_phony_dims(phony_dims)
         filename_or_obj = _normalize_filename_or_obj(filename_or_obj)
-        local = isinstance(filename_or_obj, str) and not is_remote_uri(filename_or_obj)
-        if driver is None and local:
-            driver = _files._driver()
         if ordinal is not None and "rdcc_nbytes" not in (driver_kwds or {}):
             # No chunk cache: unfiltered chunks go straight into device memory (as from_file).
             driver_kwds = dict(driver_kwds or {}, rdcc_nbytes=0)

@@ -2,7 +2,11 @@
 (compressed and chunked variables, groups, unlimited dimensions, strings, fill values, scale/offset,
 times, enums, big-endian and 0-d variables) opened with engine="h5gds" are identical to
 engine="h5netcdf" (values, dtypes, attributes, encodings), whole, lazily indexed and in dask chunks;
-each indexing is one h5gds.read through the gds driver; errors are h5netcdf's.
+each indexing is one h5gds.read through the gds driver; errors are h5netcdf's. Files written by
+to_netcdf(engine="h5gds") (NumPy, dask and, on the device, CuPy data; groups, DataTrees, appends,
+every option) are h5netcdf's in every object h5py sees, their data written by h5gds. Files this
+process holds open through another driver open as h5netcdf opens them; reads with no HDF5 call
+take no xarray lock.
 
 The device cases (test_device_*) read into CuPy arrays: on a GPU machine with real CuPy (skipped
 without it), and on h5gds's CPU emulator of CUDA with the CuPy stand-in mpi/emulated/cupy.py.
@@ -193,7 +197,8 @@ def driver(file):
 
 
 class Reads:
-    """Every h5gds.read the engine makes, as (dataset name, selection, file driver, result type)."""
+    """Every h5gds.read the engine makes (and every read served with no HDF5 call), as (dataset
+    name, selection, file driver, result type)."""
 
     def __init__(self, monkeypatch):
         self.calls = []
@@ -204,7 +209,16 @@ class Reads:
             self.calls.append((dset.name, sel, driver(dset.file), type(result).__module__.split(".")[0]))
             return result
 
+        def served(dset, sel, shape):
+            result = without_hdf5(dset, sel, shape)
+            if result is not None:
+                self.calls.append((dset.name, sel, driver(dset.file), "numpy"))
+            return result
+
+        without_hdf5 = getattr(_io, "read_without_hdf5", None)
         monkeypatch.setattr(_io, "read", counted)
+        if without_hdf5 is not None:
+            monkeypatch.setattr(_io, "read_without_hdf5", served)
 
     def take(self):
         calls, self.calls = self.calls, []
@@ -374,6 +388,367 @@ def test_importing_h5gds_imports_no_xarray_and_the_entry_point_finds_the_engine(
     assert h5gds.xarray.H5gdsBackendEntrypoint().guess_can_open(__file__) is False
 
 
+# --- files this process holds open, xarray's lock -----------------------------------------------------------
+
+def test_a_file_this_process_writes_opens_as_h5netcdf_opens_it(tmp_path, reads):
+    """HDF5 shares a file open in this process only through the same driver: where the gds open
+    is refused by the file's lock, the engine and h5gds.from_file open it as h5netcdf does and
+    still read through h5gds."""
+    pytest.importorskip("dask", reason="compute=False writes with dask")
+    import h5py
+
+    path = tmp_path / "open.nc"
+    ds = xr.Dataset({"v": (("x",), np.arange(6.0))}).chunk()
+    delayed = ds.to_netcdf(path, engine="h5netcdf", compute=False)  # keeps the file open
+    try:
+        values = []
+        for engine in ("h5netcdf", "h5gds"):
+            with xr.open_dataset(path, engine=engine) as opened:
+                values.append(opened.v.values)  # not written yet: the fill value
+        np.testing.assert_array_equal(values[1], values[0])
+        assert values[1].shape == (6,) and reads.take() == [("/v", (slice(None),), "sec2", "numpy")]
+        with h5py.File(path, "r") as held:
+            assert held["v"].shape == (6,)
+    finally:
+        delayed.compute()
+    with h5py.File(path, "a") as writer:
+        writer["v"][0] = 7.0
+        writer.flush()
+        # Another driver refused the same way through h5gds.from_file: opened as h5py opens it.
+        np.testing.assert_array_equal(h5gds.from_file(path, "v"), [7.0, 1, 2, 3, 4, 5])
+        np.testing.assert_array_equal(xr.open_dataset(path, engine="h5gds").v.values, [7.0, 1, 2, 3, 4, 5])
+    # Locked by another process: the open is refused as h5netcdf's is.
+    holder = subprocess.Popen([sys.executable, "-c", "import h5py, sys; f = h5py.File(sys.argv[1], 'a'); "
+                               "print('open', flush=True); sys.stdin.read()", str(path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        for engine in ("h5netcdf", "h5gds"):
+            with pytest.raises(BlockingIOError, match="unable to lock file"):
+                xr.open_dataset(path, engine=engine)
+        with pytest.raises(BlockingIOError, match="unable to lock file"):
+            h5gds.from_file(path, "v")
+    finally:
+        holder.communicate("", timeout=60)
+
+
+class CountingLock:
+    """A lock that counts its acquisitions."""
+
+    def __init__(self):
+        import threading
+
+        self.lock, self.acquired = threading.Lock(), 0
+
+    def acquire(self, blocking=True, timeout=-1):
+        self.acquired += 1
+        return self.lock.acquire(blocking, timeout)
+
+    def release(self):
+        self.lock.release()
+
+    def locked(self):
+        return self.lock.locked()
+
+    def __enter__(self):
+        self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def test_reads_h5gds_serves_without_hdf5_take_no_lock(files):
+    """xarray's lock keeps HDF5's calls apart; a read h5gds serves from the dataset's resolved
+    storage makes none, so takes none (dask's threads then read at once)."""
+    path, _ = files["xarray"]
+    expected = xr.open_dataset(path, engine="h5netcdf").load()
+    lock = CountingLock()
+    ds = xr.open_dataset(path, engine="h5gds", lock=lock, cache=False)
+    ds.plain.isel(y=slice(0, 3)).load()  # the first read resolves the storage, under the lock
+    taken = lock.acquired
+    assert taken >= 1
+    for y in range(6):
+        np.testing.assert_array_equal(ds.plain.isel(y=y).values, expected.plain.isel(y=y).values)
+        np.testing.assert_array_equal(ds.sst.isel(time=y).values, expected.sst.isel(time=y).values)
+    assert lock.acquired == taken + 1  # sst's first read only
+    # Reads through HDF5 keep it: a variable padded along a longer unlimited dimension, say.
+    path, _ = files["netcdf4-python"]
+    ds = xr.open_dataset(path, engine="h5gds", lock=lock, cache=False)
+    for repeat in range(2):
+        taken = lock.acquired
+        assert ds.series.values[:5].tolist() == [1.0, 2.0, 3.0, 4.0, netCDF4.default_fillvals["f8"]]
+        assert lock.acquired == taken + 1
+
+
+# --- writing: to_netcdf(engine="h5gds") ---------------------------------------------------------------------
+
+def h5_contents(path):
+    """All h5py sees of a file, comparable: each object's kind and attributes (references as the
+    names they point to), each dataset's type, shape, extent, layout, chunks, filters, fill
+    value, dimension-scale role and values."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        def plain(value):
+            if isinstance(value, h5py.Reference):
+                return ("ref", f[value].name)
+            if isinstance(value, (list, tuple)):
+                return [plain(v) for v in value]
+            if isinstance(value, np.ndarray):
+                if value.dtype.hasobject or value.dtype.names:
+                    return (value.dtype.str, value.shape, plain(value.tolist()))
+                return (value.dtype.str, value.shape, value.tobytes())
+            if isinstance(value, np.generic):
+                return (value.dtype.str, plain(value.tolist()) if value.dtype.names else value.tobytes())
+            return value
+
+        contents = {}
+
+        def visit(name, obj):
+            attrs = {k: plain(obj.attrs[k]) for k in obj.attrs}
+            if isinstance(obj, h5py.Group):
+                contents[name] = ("group", attrs)
+                return
+            if isinstance(obj, h5py.Datatype):
+                contents[name] = ("datatype", attrs, plain(obj.dtype.str), h5py.check_enum_dtype(obj.dtype))
+                return
+            dcpl = obj.id.get_create_plist()
+            filters = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())]
+            contents[name] = ("dataset", attrs, obj.dtype.str, obj.shape, obj.maxshape, dcpl.get_layout(),
+                              obj.chunks, filters, plain(obj.fillvalue), h5py.h5ds.is_scale(obj.id),
+                              plain(obj[()]))
+
+        visit("/", f)
+        f.visititems(visit)
+        return contents
+
+
+def assert_same_files(theirs, ours):
+    expected, got = h5_contents(theirs), h5_contents(ours)
+    assert list(got) == list(expected)
+    for name in expected:
+        assert got[name] == expected[name], name
+
+
+def writes_dataset():
+    """Variables of every kind netCDF-4 holds, with encodings: compressed (deflate, shuffle,
+    fletcher32), chunked with edge chunks, contiguous, packed, big-endian, bools, strings, times,
+    timedeltas, 0-d, empty."""
+    rng = np.random.default_rng(3)
+    times = np.arange("2021-03-01", "2021-03-08", dtype="datetime64[D]").astype("datetime64[ns]")
+    t = rng.standard_normal((7, 5, 6)).astype("f4")
+    t[1, 2, 3] = np.nan
+    return xr.Dataset(
+        {
+            "t": (("time", "y", "x"), t, {"units": "K", "valid_range": np.array([-9.0, 9.0], "f4")}),
+            "packed": (("time", "y", "x"), np.where(t > 1, np.nan, t.astype("f8"))),
+            "counts": (("x",), np.arange(6, dtype="i8") * 1000),
+            "wide": (("y", "x"), rng.integers(0, 2**31, (5, 6)).astype("u4")),
+            "big": (("y",), np.linspace(0.5, 2.5, 5)),
+            "mask": (("y", "x"), rng.random((5, 6)) > 0.5),
+            "label": (("y",), np.array([f"row-{i}é" for i in range(5)])),
+            "lag": (("time",), (np.arange(7) * 3600 * 10**9).astype("timedelta64[ns]")),
+            "level": ((), np.int32(500)),
+            "none": (("empty",), np.zeros(0, "f4")),
+        },
+        coords={"time": times, "y": np.arange(5) * 0.5, "x": np.arange(6.0)},
+        attrs={"title": "h5gds writes", "version": np.int16(3)},
+    )
+
+
+WRITE_ENCODING = {
+    "t": {"zlib": True, "complevel": 3, "shuffle": True, "fletcher32": True, "chunksizes": (2, 5, 4)},
+    "packed": {"dtype": "int16", "scale_factor": 0.01, "add_offset": 1.0, "_FillValue": -999,
+               "compression": "gzip", "compression_opts": 6, "chunksizes": (7, 2, 6)},
+    "counts": {"chunksizes": (4,)},
+    "wide": {"zlib": True, "shuffle": False, "chunksizes": (5, 6)},
+    "big": {"dtype": ">f8"},
+}
+
+
+class Writes:
+    """Every write h5gds makes for the engine, as (dataset name, route): 'encoded' (h5gds's
+    encoders) or 'write' (h5gds.write), with the array's library."""
+
+    def __init__(self, monkeypatch):
+        from h5gds import _encode
+
+        self.calls = []
+        # With a function returning the emulator's counters: what each h5gds.write moved, by name.
+        self.counters, self.moved = None, {}
+        write, encode = _io.write, _encode.write
+
+        def written(dset, array, sel=None):
+            self.calls.append((dset.name, "write", type(array).__module__.split(".")[0]))
+            before = self.counters() if self.counters else None
+            result = write(dset, array, sel=sel)
+            if before is not None:
+                after = self.counters()
+                self.moved[dset.name] = {k: after[k] - before[k] for k in after}
+            return result
+
+        def encoded(dsid, name, host):
+            self.calls.append((name, "encoded", type(host).__module__.split(".")[0]))
+            return encode(dsid, name, host)
+
+        monkeypatch.setattr(_io, "write", written)
+        monkeypatch.setattr(_encode, "write", encoded)
+
+    def take(self):
+        calls, self.calls = self.calls, []
+        return calls
+
+
+@pytest.fixture
+def writes(monkeypatch):
+    return Writes(monkeypatch)
+
+
+def write_both(ds, tmp_path, **kwargs):
+    theirs, ours = tmp_path / "h5netcdf.nc", tmp_path / "h5gds.nc"
+    for path, engine in ((theirs, "h5netcdf"), (ours, "h5gds")):
+        if path.exists():
+            path.unlink()
+        result = ds.to_netcdf(path, engine=engine, **kwargs)
+        if kwargs.get("compute") is False:
+            result.compute()
+    return theirs, ours
+
+
+WRITE_OPTIONS = {
+    "defaults": {},
+    "encodings": {"encoding": WRITE_ENCODING},
+    "unlimited": {"encoding": WRITE_ENCODING, "unlimited_dims": ["time"]},
+    "classic": {"format": "NETCDF4_CLASSIC", "encoding": {k: v for k, v in WRITE_ENCODING.items() if k != "wide"}},
+    "group": {"encoding": WRITE_ENCODING, "group": "outer/inner"},
+    # hdf5plugin's Zstandard (filter 32015, level 5) through h5py's filter number
+    "zstd": {"encoding": dict(WRITE_ENCODING, t={"compression": 32015, "compression_opts": (5,),
+                                                 "chunksizes": (2, 5, 4)})},
+}
+
+
+@pytest.mark.parametrize("options", list(WRITE_OPTIONS))
+def test_to_netcdf_files_are_h5netcdfs_written_by_h5gds(tmp_path, writes, options):
+    if options == "zstd":
+        pytest.importorskip("hdf5plugin", reason="scripts/test.sh installs hdf5plugin")
+    ds = writes_dataset()
+    kwargs = WRITE_OPTIONS[options]
+    if options == "classic":
+        ds = ds.drop_vars(["wide", "label"])  # NETCDF4_CLASSIC: no unsigned types, no strings
+    theirs, ours = write_both(ds, tmp_path, **kwargs)
+    assert_same_files(theirs, ours)
+    routes = {name.rsplit("/", 1)[-1]: route for name, route, _ in writes.take()}
+    # The whole of a compressed variable of fixed size through h5gds's encoders (with unlimited
+    # dimensions HDF5 writes the extensible ones, through h5gds.write); other fixed-size data
+    # through h5gds.write; strings (h5py's conversion) and empty variables by h5netcdf.
+    assert "label" not in routes and "none" not in routes
+    if "encoding" in kwargs:
+        assert routes["t"] == ("write" if options == "unlimited" else "encoded")
+        assert routes["packed"] == ("write" if options == "unlimited" else "encoded")
+        assert routes["counts"] == "write"
+    for name in ("x", "y", "mask", "lag", "level"):
+        assert routes[name] == "write", name
+    group = kwargs.get("group")
+    back = xr.open_dataset(ours, engine="h5gds", group=group).load()
+    xr.testing.assert_identical(back, xr.open_dataset(theirs, engine="h5netcdf", group=group).load())
+    # (packed is rounded to its scale factor)
+    xr.testing.assert_identical(back.drop_vars("packed").drop_encoding(), ds.drop_vars("packed").drop_encoding())
+
+
+def test_to_netcdf_from_dask_chunks_and_compute_false(tmp_path, writes):
+    pytest.importorskip("dask", reason="scripts/test.sh installs dask with the [xarray] extra")
+    ds = writes_dataset().chunk({"time": 3, "y": 2})
+    theirs, ours = write_both(ds, tmp_path, encoding=WRITE_ENCODING, compute=False)
+    assert_same_files(theirs, ours)
+    # Each chunk a region written by h5gds.write (compressed ones through HDF5's pipeline).
+    t = [call for call in writes.take() if call[0] == "/t"]
+    assert t == [("/t", "write", "numpy")] * (3 * 3)
+    xr.testing.assert_identical(xr.open_dataset(ours, engine="h5gds").load(),
+                                xr.open_dataset(theirs, engine="h5netcdf").load())
+
+
+def test_to_netcdf_appends_and_datatrees_as_h5netcdf(tmp_path, writes):
+    ds = writes_dataset()
+    extra = xr.Dataset({"more": (("x",), np.arange(6, dtype="f4") / 3)}, coords={"x": ds.x})
+    for path, engine in ((tmp_path / "a.nc", "h5netcdf"), (tmp_path / "b.nc", "h5gds")):
+        ds.to_netcdf(path, engine=engine, encoding=WRITE_ENCODING, unlimited_dims=["time"])
+        extra.to_netcdf(path, engine=engine, mode="a")
+        extra.to_netcdf(path, engine=engine, mode="a", group="added")
+    assert_same_files(tmp_path / "a.nc", tmp_path / "b.nc")
+    assert ("/more", "write", "numpy") in writes.take()
+    tree = xr.DataTree.from_dict({"/": ds.drop_vars("label"), "/child": extra,
+                                  "/child/grand": xr.Dataset({"g": (("k",), np.arange(3))})})
+    tree.to_netcdf(tmp_path / "tree-a.nc", engine="h5netcdf")
+    tree.to_netcdf(tmp_path / "tree-b.nc", engine="h5gds")
+    assert_same_files(tmp_path / "tree-a.nc", tmp_path / "tree-b.nc")
+    assert ("/child/grand/g", "write", "numpy") in writes.take()
+    xr.testing.assert_identical(xr.open_datatree(tmp_path / "tree-b.nc", engine="h5gds").load(),
+                                xr.open_datatree(tmp_path / "tree-a.nc", engine="h5netcdf").load())
+
+
+def test_save_mfdataset_and_the_engine_registered_by_its_module(tmp_path, writes):
+    ds = writes_dataset()
+    parts = [ds.isel(time=slice(0, 3)), ds.isel(time=slice(3, None))]
+    for engine in ("h5netcdf", "h5gds"):
+        xr.save_mfdataset(parts, [tmp_path / f"{engine}-{i}.nc" for i in range(2)], engine=engine)
+    for i in range(2):
+        assert_same_files(tmp_path / f"h5netcdf-{i}.nc", tmp_path / f"h5gds-{i}.nc")
+    assert ("/t", "write", "numpy") in writes.take()
+    # xarray's writers know engine="h5gds" once h5gds.xarray is imported, as opening with the
+    # engine imports it; before, xarray refuses the name.
+    child = subprocess.run(
+        [sys.executable, "-c",
+         "import sys, numpy as np, xarray as xr\n"
+         "ds = xr.Dataset({'v': (('x',), np.arange(3.0))})\n"
+         "try:\n"
+         "    ds.to_netcdf(sys.argv[1], engine='h5gds')\n"
+         "except ValueError as e:\n"
+         "    print(e)\n"
+         "ds.to_netcdf(sys.argv[1], engine='h5netcdf')\n"
+         "xr.open_dataset(sys.argv[1], engine='h5gds').close()\n"
+         "ds.to_netcdf(sys.argv[2], engine='h5gds')\n"
+         "print(xr.open_dataset(sys.argv[2], engine='h5netcdf').v.values.tolist())\n",
+         str(tmp_path / "a.nc"), str(tmp_path / "b.nc")],
+        env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.splitlines() == ["unrecognized engine for to_netcdf: 'h5gds'", "[0.0, 1.0, 2.0]"]
+
+
+def test_to_netcdf_invalid_netcdf_and_errors_are_h5netcdfs(tmp_path):
+    ds = xr.Dataset({"z": (("x",), np.array([1 + 2j, 3 - 1j])), "b": (("x",), np.array([True, False]))},
+                    attrs={"flag": np.bool_(True)})
+    theirs, ours = write_both(ds, tmp_path, invalid_netcdf=True)
+    assert_same_files(theirs, ours)
+    ds.attrs.clear()
+    bad = [({"encoding": {"z": {"chunksizes": (1,), "bogus": 1}}}, {}),
+           ({"encoding": {"z": {"chunksizes": (5,)}}}, {}),
+           ({"format": "NETCDF3_64BIT"}, {}),
+           ({"group": "a//b"}, {}),
+           ({"mode": "x"}, {"exists": True})]
+    for kwargs, how in bad:
+        for engine in ("h5netcdf", "h5gds"):
+            target = tmp_path / f"bad-{engine}.nc"
+            if how.get("exists"):
+                ds.to_netcdf(target, engine="h5netcdf", invalid_netcdf=True)
+            before = target.read_bytes() if target.exists() else None
+            with pytest.raises(Exception) as raised:
+                ds.to_netcdf(target, engine=engine, **kwargs)
+            if engine == "h5netcdf":
+                expected = raised.value
+            else:
+                assert type(raised.value) is type(expected), (kwargs, expected, raised.value)
+                if isinstance(expected, OSError):  # HDF5's, its driver's words
+                    assert "File exists" in str(raised.value)
+                else:
+                    assert str(raised.value) == str(expected).replace("bad-h5netcdf", "bad-h5gds"), kwargs
+                if before is not None:
+                    assert target.read_bytes() == before
+            target.unlink(missing_ok=True)
+    # Another engine's name is still refused as xarray refuses it.
+    with pytest.raises(ValueError, match="unrecognized engine for to_netcdf: 'h5gdss'"):
+        ds.to_netcdf(tmp_path / "x.nc", engine="h5gdss")
+
+
 # --- device -------------------------------------------------------------------------------------------------
 
 def _cuda_here():
@@ -497,6 +872,41 @@ def test_device_ordinals_are_checked(files, gpu):
         xr.open_dataset(path, engine="h5gds", device=f"cuda:{count}")
     with pytest.raises(ValueError, match=r"device=-1: CUDA device -1 does not exist"):
         xr.open_dataset(path, engine="h5gds", device=-1)
+
+
+def test_device_to_netcdf_writes_from_device_memory(tmp_path, gpu, writes):
+    require_emulator("its counters of cuFile writes and host-device copies")
+    cupy, ordinal = gpu
+    host = writes_dataset().drop_vars(["label", "lag", "none"])
+    with cupy.cuda.Device(ordinal):
+        on_device = host.copy(data={name: cupy.asarray(v.values) for name, v in host.data_vars.items()})
+    assert type(on_device.t.data) is cupy.ndarray
+    # (packing runs xarray's arithmetic on the CuPy stand-in, which lacks some of CuPy's names)
+    encoding = {k: v for k, v in WRITE_ENCODING.items() if k not in ("big", "packed")}
+    host.to_netcdf(tmp_path / "host.nc", engine="h5netcdf", encoding=encoding)
+    writes.counters = CUDA.counters
+    on_device.to_netcdf(tmp_path / "device.nc", engine="h5gds")
+    # Contiguous variables from device memory straight into the file: no copy to the host (the
+    # CuPy stand-in's own arithmetic, xarray's encoding, copies through the host; 0-d variables
+    # are staged).
+    for name in ("t", "packed", "counts", "wide", "mask"):
+        moved = writes.moved[f"/{name}"]
+        assert moved["cufile_writes"] == 1 and moved["dtoh"] == 0 and moved["pinned_allocs"] == 0, (name, moved)
+    writes.counters = None
+    host.to_netcdf(tmp_path / "host-plain.nc", engine="h5netcdf")
+    assert_same_files(tmp_path / "host-plain.nc", tmp_path / "device.nc")
+    routes = {name: (route, kind) for name, route, kind in writes.take()}
+    assert routes["/t"] == ("write", "cupy") and routes["/counts"] == ("write", "cupy")
+    # Chunked and unfiltered: h5gds.write from device memory too.
+    on_device.to_netcdf(tmp_path / "chunked.nc", engine="h5gds", encoding={"counts": encoding["counts"]})
+    host.to_netcdf(tmp_path / "host-chunked.nc", engine="h5netcdf", encoding={"counts": encoding["counts"]})
+    assert_same_files(tmp_path / "host-chunked.nc", tmp_path / "chunked.nc")
+    assert ("/counts", "write", "cupy") in writes.take()
+    # Compressed: encoded by h5gds on the host's cores, from one copy of the variable.
+    on_device.to_netcdf(tmp_path / "compressed.nc", engine="h5gds", encoding=encoding)
+    assert_same_files(tmp_path / "host.nc", tmp_path / "compressed.nc")
+    routes = {name: (route, kind) for name, route, kind in writes.take()}
+    assert routes["/t"] == ("encoded", "numpy") and routes["/wide"] == ("encoded", "numpy")
 
 
 def test_the_device_cases_on_the_emulator(request):
