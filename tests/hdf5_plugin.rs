@@ -4,7 +4,7 @@
 
 use h5gds_tests::emulator::{emulator_lib_dir, NO_DEVICE};
 use h5gds_tests::plugin_dir;
-use h5gds_tests::process::{clean_env, output_within, text, TIME_LIMIT};
+use h5gds_tests::process::{assert_ok, clean_env, output_within, text, TIME_LIMIT};
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -18,17 +18,6 @@ fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     clean_env(&mut cmd).env("HDF5_PLUGIN_PATH", plugin_dir());
     cmd.envs(env.iter().copied());
     output_within(&mut cmd, TIME_LIMIT)
-}
-
-#[track_caller]
-fn assert_ok(out: &Output, expected: &str) {
-    assert!(
-        out.status.success() && text(&out.stdout).contains(expected),
-        "expected {expected}; status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    );
 }
 
 fn path_str(p: &Path) -> &str {

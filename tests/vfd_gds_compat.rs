@@ -5,7 +5,7 @@
 //! access list reaching a virtual dataset's source and an external link's target.
 
 use h5gds_tests::emulator::{emulator_cuda_lib_dir, emulator_lib_dir, NO_DEVICE};
-use h5gds_tests::process::{clean_env, output_within, text, TIME_LIMIT};
+use h5gds_tests::process::{assert_ok, clean_env, output_within, text, TIME_LIMIT};
 use h5gds_tests::{vfd_gds_compat_library, workspace_root, REAL_CUDA};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -81,17 +81,6 @@ fn run(args: &[&str], ld_library_path: OsString, env: &[(&str, &str)]) -> Output
         .env("H5GDS_LOG", "info")
         .envs(env.iter().copied());
     output_within(&mut cmd, TIME_LIMIT)
-}
-
-#[track_caller]
-fn assert_ok(out: &Output, expected: &str) {
-    assert!(
-        out.status.success() && text(&out.stdout).contains(expected),
-        "expected {expected}; status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    );
 }
 
 /// The driver's open lines for `file`.

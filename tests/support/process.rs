@@ -69,6 +69,18 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
     }
 }
 
+/// The child exited 0 and printed `expected`; else fails showing its status and output.
+#[track_caller]
+pub fn assert_ok(out: &Output, expected: &str) {
+    assert!(
+        out.status.success() && text(&out.stdout).contains(expected),
+        "expected {expected}; status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
 /// Bytes of program output as text.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
