@@ -43,6 +43,15 @@ impl Stage {
     }
 }
 
+/// Chunks decoded in this process (a chunk whose every filter was skipped too), so tests can
+/// show that a read decodes each chunk it touches once.
+static CHUNKS_DECODED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many stored chunks of filtered datasets this process has decoded on the host.
+pub fn chunks_decoded() -> u64 {
+    CHUNKS_DECODED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The stages of a pipeline h5gds decodes, in pipeline (write) order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pipeline {
@@ -155,6 +164,9 @@ impl Pipeline {
         scratch: &mut Scratch,
         mut dest: Option<&mut [u8]>,
     ) -> Result<Place, String> {
+        if !self.stages.is_empty() {
+            CHUNKS_DECODED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let applied = |i: usize| i >= 32 || mask & (1 << i) == 0;
         // The size of the data before each stage, in pipeline order (known up to the one
         // compression stage, which is all decoding needs).

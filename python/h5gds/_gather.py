@@ -2,7 +2,8 @@
 call. The extension sorts the indices, drops repeats and coalesces neighbouring rows into runs
 (``_native.GatherPlan``, without the GIL); a read-only file's dataset with a layout (``_layout``)
 reads the runs on the pool's threads with no HDF5 call (whole rows of a contiguous dataset straight
-into the caller's order, repeats included, with nothing to scatter); otherwise it reads the distinct rows with one H5Dread of the union
+into the caller's order, repeats included, with nothing to scatter; compressed chunks read and decoded
+once per call for all the runs they hold); otherwise it reads the distinct rows with one H5Dread of the union
 of the runs under h5py's lock (``_native.dataset_gather``), straight into the output when the
 indices are strictly increasing, and otherwise into a buffer of distinct rows that it then copies
 into the caller's order, repeats included, outside HDF5's lock (``GatherPlan.scatter``). A device

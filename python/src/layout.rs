@@ -6,7 +6,8 @@
 //! (`hdf5::direct_file`, which also opens the file anew for reading). Contiguous datasets are
 //! read run by run at their address; chunked ones (unfiltered, or a pipeline h5gds decodes)
 //! through `h5gds_chunk_codec::read` over the chunk index listed once, a read inside one chunk
-//! from the chunk decoded and kept for the next (as HDF5's chunk cache does). A read that touches a
+//! from the chunk decoded and kept for the next (as HDF5's chunk cache does); a gather's runs of
+//! compressed rows share the chunks they touch, each decoded once per call. A read that touches a
 //! chunk never written is left to HDF5 (which fills it), as is everything else (compact,
 //! external, virtual, conversions, other filters).
 
@@ -19,7 +20,8 @@ use h5gds_chunk_codec::place::{
     chunks_selected, copy_box, whole_chunk_run, ChunkPart, SharedOut, Source,
 };
 use h5gds_chunk_codec::{
-    ChunkIndex, Filter, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk,
+    read_placed, ChunkIndex, Decoding, Filter, HostRead, Hyperslab, Pipeline, Placed, RawChunks,
+    StoredChunk,
 };
 use h5gds_route::route::{choose_decoder, Decoder};
 use h5gds_runtime::pinned;
@@ -398,9 +400,10 @@ impl Layout {
 
     /// Reads the distinct rows of a gather's `plan` (each row: the hyperslab `rest_*` of the
     /// other axes) into the host buffer at `buffer` (`nbytes`: the rows in increasing order),
-    /// its runs of rows on the pool's threads at once, with no HDF5 call and neither h5py's lock
-    /// nor the GIL held. False when HDF5 is to read them; nothing was read then. The caller keeps
-    /// the buffer alive.
+    /// its runs of rows on the pool's threads at once (compressed chunks: each chunk the runs
+    /// touch decoded once on the pool, the runs' rows copied from it), with no HDF5 call and
+    /// neither h5py's lock nor the GIL held. False when HDF5 is to read them; nothing was read
+    /// then. The caller keeps the buffer alive.
     #[allow(clippy::too_many_arguments)]
     fn gather(
         &self,
@@ -455,6 +458,9 @@ impl Layout {
             served.push(parts);
         }
         let threads = threads()?;
+        if let Some(decoded) = self.gather_decoding(&served) {
+            return self.gather_decoded(py, decoded, &reads, buffer, nbytes, threads);
+        }
         let pool = (reads.len() > 1 && nbytes >= PARALLEL_BYTES && threads > 1)
             .then(|| h5gds_runtime::pool::get(threads))
             .flatten();
@@ -485,7 +491,93 @@ impl Layout {
     }
 }
 
+/// A gather's runs of rows as selections: start, step, count, and the byte and length of the
+/// output they fill.
+type Runs = [(Vec<u64>, Vec<u64>, Vec<u64>, u64, u64)];
+
 impl Layout {
+    /// For a gather of compressed chunks (`served`: the chunks each run touches), the pipeline
+    /// and chunk shape to decode them with once for all the runs; None where each run is read on
+    /// its own: unfiltered chunks (runs read straight from the file), or runs inside one small
+    /// chunk (decoded once and kept, `read_in_one_chunk`).
+    fn gather_decoding(&self, served: &[Vec<ChunkPart>]) -> Option<(&Pipeline, &[u64])> {
+        let Storage::Chunked {
+            chunk, pipeline, ..
+        } = &self.storage
+        else {
+            return None;
+        };
+        if pipeline.stages().is_empty() {
+            return None;
+        }
+        let first = served.iter().flatten().next()?;
+        let one_chunk = served
+            .iter()
+            .flatten()
+            .all(|part| part.offset == first.offset);
+        let small = chunk.iter().product::<u64>() as usize * self.element <= KEPT_CHUNK_MAX;
+        (!(one_chunk && small)).then_some((pipeline, chunk.as_slice()))
+    }
+
+    /// Reads a gather's runs of rows (`reads`, into the host buffer at `buffer`, `nbytes`) with
+    /// every compressed chunk they touch read and decoded once, on `threads` of the pool, each
+    /// run's rows copied from it (`h5gds_chunk_codec::read_placed`); the GIL released. Every
+    /// chunk is in the index (`serves` said so).
+    fn gather_decoded(
+        &self,
+        py: Python<'_>,
+        (pipeline, chunk): (&Pipeline, &[u64]),
+        reads: &Runs,
+        buffer: usize,
+        nbytes: usize,
+        threads: usize,
+    ) -> PyResult<bool> {
+        let Storage::Chunked { index, .. } = &self.storage else {
+            return Ok(false);
+        };
+        let placed: Vec<Placed> = reads
+            .iter()
+            .map(|(start, step, count, at, _)| Placed {
+                selection: Hyperslab { start, step, count },
+                at: *at,
+            })
+            .collect();
+        let how = Decoding {
+            pipeline,
+            chunk,
+            element_size: self.element,
+            threads,
+        };
+        py.detach(|| {
+            // SAFETY: the Python caller passes the address and size of a live, writable host
+            // buffer it keeps referenced for the call; the runs' places lie inside it (checked).
+            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
+            let mut source = Indexed {
+                layout: self,
+                index,
+            };
+            let (outcome, _) = read_placed(&mut source, &how, &placed, out)?;
+            if !outcome.missing.is_empty() {
+                return Err(format!(
+                    "dataset {}: the chunk at {:?} is not in its chunk index",
+                    self.name, outcome.missing[0].offset
+                ));
+            }
+            h5gds::with_logging(|| {
+                tracing::debug!(
+                    "h5gds.read of {}: a gather of {} runs of rows, {} chunks each decoded once \
+                     on {threads} threads, with no HDF5 call",
+                    self.name,
+                    placed.len(),
+                    outcome.decoded
+                )
+            });
+            Ok(())
+        })
+        .map_err(PyOSError::new_err)?;
+        Ok(true)
+    }
+
     /// Checks a selection against the dataset's shape and a buffer of `nbytes` against it.
     /// Reads the hyperslab `sel` into the host buffer at `buffer` (`nbytes`), with the GIL
     /// released while bytes move; false where the layout does not serve it (nothing was read).

@@ -448,6 +448,13 @@ pub(crate) fn device_error(e: device::DeviceError) -> PyErr {
     }
 }
 
+/// How many compressed chunks h5gds has decoded on this process's host threads (all reads, all
+/// threads): the tests' proof that a read decodes each chunk it touches once.
+#[pyfunction]
+fn chunks_decoded() -> u64 {
+    h5gds_chunk_codec::chunks_decoded()
+}
+
 /// Whether `H5GDS_USE_VFD_GDS=0` asks for the staged path: Python's `from_file`/`to_file` then
 /// open files with sec2. A refused value raises `ValueError` naming the setting.
 #[pyfunction]
@@ -478,6 +485,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(known_read::read_known_layout, m)?)?;
     m.add_function(wrap_pyfunction!(known_read::first_axis_hyperslab, m)?)?;
     m.add_function(wrap_pyfunction!(staged_by_settings, m)?)?;
+    m.add_function(wrap_pyfunction!(chunks_decoded, m)?)?;
     m.add_function(wrap_pyfunction!(device_tile_write, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_tensor, m)?)?;

@@ -317,3 +317,50 @@ def test_writes_take_no_index_arrays(dset):
     with pytest.raises(TypeError, match=r"^selection item \[1, 2\] \(list\): h5gds\.read and h5gds\.write take"):
         h5gds.write(dset, np.zeros((2, 6, 5)), sel=[1, 2])
     assert dset[...].tobytes() == reference().tobytes()
+
+
+# --- compressed chunks: each chunk a read touches decoded once ------------------------------------------------
+
+#: Chunks larger than the 1 MiB h5gds keeps decoded between reads, so that only decoding once per call
+#: (not a cache) keeps the count down: 4 chunks of 16 rows of 20000 float32 (1.28 MB).
+BIG_CHUNKS = (64, 20000), (16, 20000)
+
+
+@pytest.fixture(params=["gzip", "zstd", "lz4"])
+def compressed(request, tmp_path):
+    import hdf5plugin
+
+    codec = {"gzip": {"compression": "gzip"}, "zstd": hdf5plugin.Zstd(), "lz4": hdf5plugin.LZ4()}[request.param]
+    shape, chunks = BIG_CHUNKS
+    data = np.round(np.sin(np.arange(np.prod(shape), dtype="f4").reshape(shape) / 300) * 64) / 64
+    path = tmp_path / f"{request.param}.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=data.astype("f4"), chunks=chunks, **codec)
+    with h5py.File(path, "r") as f:  # read-only: h5gds reads and decodes the chunks itself
+        yield f["x"]
+
+
+@pytest.mark.parametrize("sel, chunks", [
+    # Rows in chunks 0, 1 and 2, several runs in each, unordered with a repeat.
+    ([40, 1, 3, 17, 19, 5, 3], 3),
+    # The same rows with a slice of the other axis.
+    (([40, 1, 3, 17, 19, 5, 3], slice(100, 19000, 7)), 3),
+    # Every other row of one chunk: 8 runs, one chunk.
+    (list(range(16, 32, 2)), 1),
+    # A strided partial hyperslab across every chunk.
+    ((slice(2, 60, 3), slice(5, 19000, 7)), 4),
+    # Rows across a chunk boundary, part of the other axis.
+    ((slice(14, 18), slice(3, 50)), 2),
+])
+def test_compressed_reads_decode_each_chunk_they_touch_once(compressed, sel, chunks):
+    before = _native.chunks_decoded()
+    got = h5gds.read(compressed, sel=sel)
+    decoded = _native.chunks_decoded() - before
+    rows = sel[0] if isinstance(sel, tuple) else sel
+    if isinstance(rows, list):
+        rest = sel[1:] if isinstance(sel, tuple) else ()
+        expected = h5py_gather(compressed, rows, rest)
+    else:
+        expected = compressed[sel]
+    np.testing.assert_array_equal(got, expected)
+    assert decoded == chunks, f"{decoded} chunks decoded for a read touching {chunks}"
