@@ -20,6 +20,9 @@ chunks) with the semantics of array-io's functions of the same names and of Lega
 or reading its own tile of one file (``CollectiveError`` when ranks fail with different exception
 classes), tiles in host memory (NumPy) or device memory (CuPy, PyTorch); ``local_device(comm)`` is
 this rank's GPU (node-local rank modulo the device count).
+
+``LazyDataset(path, dataset, like="numpy")`` is a dataset as a lazy, picklable array for Dask
+(``dask.array.from_array``): each process that indexes it opens the file itself (docs/dask.md).
 """
 
 import h5py  # h5gds joins the HDF5 library h5py loads, so h5py must be loaded first
@@ -34,6 +37,7 @@ from ._collective import CollectiveError, local_device
 from ._files import from_file, from_file_batched, to_file
 from ._info import info
 from ._io import read, write
+from ._lazy import LazyDataset
 
-__all__ = ["CollectiveError", "HDF5_LIBRARY", "SETTING_KEYS", "batches", "from_file", "from_file_batched", "info", "local_device", "read",
+__all__ = ["CollectiveError", "HDF5_LIBRARY", "LazyDataset", "SETTING_KEYS", "batches", "from_file", "from_file_batched", "info", "local_device", "read",
            "to_file", "write"]
