@@ -121,6 +121,38 @@ struct Slot {
     scratch: Scratch,
 }
 
+/// Slots kept between reads, at most [`KEPT_SLOT_BYTES`] in all: a read of large chunks would
+/// otherwise fault in fresh pages for every chunk's buffers (32 MiB chunks: more time than
+/// decoding some of them). Never waited for, so a forked child whose copy of the lock is held
+/// takes fresh slots.
+static KEPT_SLOTS: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
+const KEPT_SLOT_BYTES: usize = 256 << 20;
+
+impl Slot {
+    fn held_bytes(&self) -> usize {
+        self.stored.capacity() + self.scratch.held_bytes()
+    }
+
+    /// A kept slot, or a new one.
+    fn take() -> Slot {
+        KEPT_SLOTS
+            .try_lock()
+            .ok()
+            .and_then(|mut kept| kept.pop())
+            .unwrap_or_default()
+    }
+
+    /// Keeps the slot for the next read where the budget allows.
+    fn give_back(self) {
+        if let Ok(mut kept) = KEPT_SLOTS.try_lock() {
+            let held: usize = kept.iter().map(Slot::held_bytes).sum();
+            if held + self.held_bytes() <= KEPT_SLOT_BYTES {
+                kept.push(self);
+            }
+        }
+    }
+}
+
 /// One selection of a read of several ([`read_placed`]): its hyperslab, and the byte of the output
 /// where its elements begin (row-major). The selections' elements lie in disjoint bytes.
 #[derive(Clone, Copy, Debug)]
@@ -152,6 +184,27 @@ impl Decoding<'_> {
         self.chunk.iter().product::<u64>() as usize * self.element_size
     }
 
+    /// The bytes of the decoded chunk up to the last element the job's parts take (the last
+    /// element of each part's box is its furthest in row-major order).
+    fn bytes_needed(&self, job: &Job, selections: &[Placed]) -> usize {
+        let rank = self.chunk.len();
+        let mut strides = vec![1u64; rank];
+        for a in (0..rank.saturating_sub(1)).rev() {
+            strides[a] = strides[a + 1] * self.chunk[a + 1];
+        }
+        let last = job.parts.iter().map(|(k, part)| {
+            let sel = &selections[*k].selection;
+            (0..rank)
+                .map(|a| {
+                    let first = sel.start[a] + part.first[a] * sel.step[a] - job.offset[a];
+                    (first + (part.count[a] - 1) * sel.step[a]) * strides[a]
+                })
+                .sum::<u64>()
+        });
+        last.max()
+            .map_or(0, |e| (e as usize + 1) * self.element_size)
+    }
+
     /// Decodes one chunk, once, and copies each of its parts into the output: straight into
     /// the output where the chunk is one selection's only part and fills a run of it.
     ///
@@ -179,9 +232,17 @@ impl Decoding<'_> {
                     .decode_into(&slot.stored, mask, &mut slot.scratch, dest);
             }
         }
-        let decoded =
+        // Parts that end early in a chunk whose first bytes decode alone (rows near its start):
+        // decoding stops after the last byte they need.
+        let chunk_bytes = self.chunk_bytes();
+        let needed = self.bytes_needed(job, selections);
+        let decoded = if needed < chunk_bytes && self.pipeline.decodes_prefix(mask) {
             self.pipeline
-                .decode(&slot.stored, mask, self.chunk_bytes(), &mut slot.scratch)?;
+                .decode_prefix(&slot.stored, mask, chunk_bytes, needed, &mut slot.scratch)?
+        } else {
+            self.pipeline
+                .decode(&slot.stored, mask, chunk_bytes, &mut slot.scratch)?
+        };
         for (k, part) in &job.parts {
             let placed = &selections[*k];
             let start: Vec<u64> = part
@@ -304,7 +365,7 @@ pub fn read_placed<R: RawChunks>(
         .then(|| h5gds_runtime::pool::for_waiting_caller(how.threads))
         .flatten();
     let Some(pool) = pool else {
-        let mut slot = Slot::default();
+        let mut slot = Slot::take();
         for job in &jobs {
             let mask = match &direct {
                 Some(file) => {
@@ -318,6 +379,7 @@ pub fn read_placed<R: RawChunks>(
             unsafe { how.decode_job(job, selections, mask, &mut slot, out) }
                 .map_err(|reason| source.corrupt(&job.offset, reason))?;
         }
+        slot.give_back();
         return Ok((outcome, missing_of));
     };
     // Chunks in flight: enough to keep every thread busy while the next is read, within the
@@ -327,7 +389,7 @@ pub fn read_placed<R: RawChunks>(
         .clamp(2, jobs.len());
     let (free, freed) = mpsc::channel::<Slot>();
     for _ in 0..slots {
-        free.send(Slot::default()).expect("the receiver is alive");
+        free.send(Slot::take()).expect("the receiver is alive");
     }
     // The first chunk (in chunk order) that failed to decode, and why.
     let failure: Mutex<Option<(usize, String)>> = Mutex::new(None);
@@ -373,6 +435,9 @@ pub fn read_placed<R: RawChunks>(
             });
         }
     });
+    // Every task has ended: the slots are back.
+    drop(free);
+    freed.into_iter().for_each(Slot::give_back);
     if let Some(e) = read_error {
         return Err(e);
     }
