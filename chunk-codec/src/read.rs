@@ -236,7 +236,7 @@ impl Decoding<'_> {
         // decoding stops after the last byte they need.
         let chunk_bytes = self.chunk_bytes();
         let needed = self.bytes_needed(job, selections);
-        let decoded = if needed < chunk_bytes && self.pipeline.decodes_prefix(mask) {
+        let decoded = if self.pipeline.prefix_pays(mask, needed, chunk_bytes) {
             self.pipeline
                 .decode_prefix(&slot.stored, mask, chunk_bytes, needed, &mut slot.scratch)?
         } else {
