@@ -689,7 +689,11 @@ mod tests {
             framed
         };
         let lp = Pipeline::for_filters(&filters(&[32004]), 4).unwrap();
-        for (p, stored) in [(&zp, z), (&lp, lz4_framed(data.len())), (&lp, lz4_framed(64_000))] {
+        for (p, stored) in [
+            (&zp, z),
+            (&lp, lz4_framed(data.len())),
+            (&lp, lz4_framed(64_000)),
+        ] {
             assert!(p.decodes_prefix(0));
             for wanted in [1, 4, 63_999, 64_000, 64_001, 150_000, data.len()] {
                 let mut dest = vec![0u8; wanted];

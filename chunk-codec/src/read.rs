@@ -237,8 +237,13 @@ impl Decoding<'_> {
         let chunk_bytes = self.chunk_bytes();
         let needed = self.bytes_needed(job, selections);
         let decoded = if self.pipeline.prefix_pays(mask, needed, chunk_bytes) {
-            self.pipeline
-                .decode_prefix(&slot.stored, mask, chunk_bytes, needed, &mut slot.scratch)?
+            self.pipeline.decode_prefix(
+                &slot.stored,
+                mask,
+                chunk_bytes,
+                needed,
+                &mut slot.scratch,
+            )?
         } else {
             self.pipeline
                 .decode(&slot.stored, mask, chunk_bytes, &mut slot.scratch)?
