@@ -791,4 +791,19 @@ mod tests {
         assert_eq!(missing_of, [2, 3]);
         assert!(outcome.missing.iter().all(|p| p.offset == [8, 0]));
     }
+
+    #[test]
+    fn slots_kept_between_reads_stay_within_their_budget() {
+        // Slots of 100 MiB given back one after another: at most the budget is kept.
+        for _ in 0..5 {
+            let slot = Slot {
+                stored: Vec::with_capacity(100 << 20),
+                ..Slot::default()
+            };
+            slot.give_back();
+            let kept = KEPT_SLOTS.lock().unwrap();
+            let held: usize = kept.iter().map(Slot::held_bytes).sum();
+            assert!(held <= KEPT_SLOT_BYTES, "{held} bytes kept");
+        }
+    }
 }
