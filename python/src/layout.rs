@@ -46,7 +46,39 @@ enum Storage {
         index: Box<ChunkIndex>,
         /// The last chunks reads inside one chunk decoded, as HDF5's chunk cache keeps them.
         kept: Mutex<Kept>,
+        /// The last chunk above [`KEPT_CHUNK_MAX`] a read inside one chunk decoded.
+        large: Box<LargeKept>,
     },
+}
+
+/// A chunk larger than [`KEPT_CHUNK_MAX`], decoded (its first `valid` bytes), kept for the next
+/// read of the same chunk: rows read one call at a time, or batches of neighbouring rows, then
+/// decode it once rather than once a call. One per dataset, and at most [`LARGE_KEPT_BYTES`] for
+/// all datasets of the process; dropped with the layout (whose file cannot change meanwhile).
+struct Large {
+    offset: Vec<u64>,
+    bytes: Arc<Vec<u8>>,
+    valid: usize,
+}
+
+/// A dataset's [`Large`] chunk, if any; its bytes counted in [`LARGE_KEPT_HELD`].
+#[derive(Default)]
+struct LargeKept(Mutex<Option<Large>>);
+
+/// Bytes of large decoded chunks kept by all layouts together, at most [`LARGE_KEPT_BYTES`].
+static LARGE_KEPT_HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+const LARGE_KEPT_BYTES: usize = 256 << 20;
+
+impl Drop for LargeKept {
+    fn drop(&mut self) {
+        let large = match self.0.get_mut() {
+            Ok(large) => large.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(large) = large {
+            LARGE_KEPT_HELD.fetch_sub(large.bytes.len(), std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 /// Decoded chunks kept for reads inside one chunk (rows read one at a time decode each chunk
@@ -94,6 +126,18 @@ fn with_stored<R>(
         }
         done
     })
+}
+
+/// The bytes of a chunk of shape `chunk` up to the last element of the box `start` (in the
+/// chunk), `step`, `count` (its furthest element in row-major order); `count` has no zeros.
+fn last_byte(start: &[u64], step: &[u64], count: &[u64], chunk: &[u64], element: usize) -> usize {
+    let mut flat = 0u64;
+    let mut stride = 1u64;
+    for a in (0..chunk.len()).rev() {
+        flat += (start[a] + (count[a] - 1) * step[a]) * stride;
+        stride *= chunk[a];
+    }
+    (flat as usize + 1) * element
 }
 
 /// A dataset's storage, resolved once; `read` serves selections of it with no HDF5 call.
@@ -259,6 +303,7 @@ impl Layout {
                 pipeline,
                 index: Box::new(index),
                 kept: Mutex::default(),
+                large: Box::default(),
             },
         }))
     }
@@ -457,6 +502,9 @@ impl Layout {
             };
             served.push(parts);
         }
+        if self.gather_in_one_large_chunk(py, &reads, &served, buffer, nbytes)? {
+            return Ok(true);
+        }
         let threads = threads()?;
         if let Some(decoded) = self.gather_decoding(&served) {
             return self.gather_decoded(py, decoded, &reads, buffer, nbytes, threads);
@@ -517,6 +565,98 @@ impl Layout {
             .all(|part| part.offset == first.offset);
         let small = chunk.iter().product::<u64>() as usize * self.element <= KEPT_CHUNK_MAX;
         (!(one_chunk && small)).then_some((pipeline, chunk.as_slice()))
+    }
+
+    /// Reads a gather's runs of rows (`reads`, into the host buffer at `buffer`, `nbytes`) that
+    /// all lie in one compressed chunk larger than [`KEPT_CHUNK_MAX`] from that chunk decoded
+    /// once, as far as the last run needs, and kept for the next read ([`Layout::large_chunk`]:
+    /// batches of neighbouring rows); false (nothing read) for any other gather.
+    fn gather_in_one_large_chunk(
+        &self,
+        py: Python<'_>,
+        reads: &Runs,
+        served: &[Vec<ChunkPart>],
+        buffer: usize,
+        nbytes: usize,
+    ) -> PyResult<bool> {
+        let Storage::Chunked {
+            chunk,
+            pipeline,
+            index,
+            large,
+            ..
+        } = &self.storage
+        else {
+            return Ok(false);
+        };
+        let chunk_bytes = chunk.iter().product::<u64>() as usize * self.element;
+        let Some(first) = served.iter().flatten().next() else {
+            return Ok(false);
+        };
+        if pipeline.stages().is_empty()
+            || chunk_bytes <= KEPT_CHUNK_MAX
+            || !served
+                .iter()
+                .flatten()
+                .all(|part| part.offset == first.offset)
+        {
+            return Ok(false);
+        }
+        let Some(stored) = index.get(&first.offset) else {
+            return Ok(false);
+        };
+        // Each run's start inside the chunk.
+        let starts: Vec<Vec<u64>> = reads
+            .iter()
+            .map(|(start, ..)| {
+                start
+                    .iter()
+                    .zip(&first.offset)
+                    .map(|(s, o)| s - o)
+                    .collect()
+            })
+            .collect();
+        let needed = reads
+            .iter()
+            .zip(&starts)
+            .map(|((_, step, count, ..), start)| last_byte(start, step, count, chunk, self.element))
+            .max()
+            .unwrap_or(0);
+        if reads.iter().any(|(.., at, len)| at + len > nbytes as u64) {
+            return Err(PyValueError::new_err(format!(
+                "dataset {}: a run of the gather lies outside its buffer of {nbytes} bytes",
+                self.name
+            )));
+        }
+        py.detach(|| {
+            let decoded =
+                self.large_chunk(&first.offset, &stored, pipeline, chunk_bytes, needed, large)?;
+            for ((_, step, count, at, _), start) in reads.iter().zip(&starts) {
+                let src = Source {
+                    bytes: &decoded,
+                    shape: chunk,
+                    start,
+                    step,
+                };
+                let zeros = vec![0u64; count.len()];
+                // SAFETY: the Python caller passes the address and size of a live, writable host
+                // buffer it keeps referenced for the call; the run's place lies inside it
+                // (checked above) and is written by this thread alone.
+                unsafe {
+                    copy_box(
+                        &src,
+                        (buffer as *mut u8).add(*at as usize),
+                        count,
+                        &zeros,
+                        count,
+                        self.element,
+                    )
+                };
+            }
+            Ok::<(), String>(())
+        })
+        .map_err(PyOSError::new_err)?;
+        Ok(true)
     }
 
     /// Reads a gather's runs of rows (`reads`, into the host buffer at `buffer`, `nbytes`) with
@@ -743,10 +883,12 @@ impl Layout {
                 pipeline,
                 index,
                 kept,
+                large,
                 ..
             } => {
                 if let [part] = parts {
-                    return self.read_in_one_chunk(part, sel, chunk, pipeline, index, kept, out);
+                    return self
+                        .read_in_one_chunk(part, sel, chunk, pipeline, index, kept, large, out);
                 }
                 let r = HostRead {
                     pipeline,
@@ -776,6 +918,111 @@ impl Layout {
 }
 
 impl Layout {
+    /// Reads the stored bytes of the chunk at `offset` into `bytes`.
+    fn read_stored(
+        &self,
+        offset: &[u64],
+        stored: &StoredChunk,
+        bytes: &mut Vec<u8>,
+    ) -> Result<(), String> {
+        bytes.resize(stored.size, 0);
+        self.file.read_exact_at(bytes, stored.address).map_err(|e| {
+            format!(
+                "dataset {}: reading the chunk at {offset:?} ({} bytes at byte {} of its file) \
+                 failed: {e}",
+                self.name, stored.size, stored.address
+            )
+        })
+    }
+
+    fn undecodable(&self, offset: &[u64], reason: String) -> String {
+        format!(
+            "dataset {}: the chunk at {offset:?} cannot be decoded: {reason}",
+            self.name
+        )
+    }
+
+    /// The decoded bytes of the large chunk at `offset` (`stored`, of `chunk_bytes`), valid at
+    /// least up to byte `needed`: the dataset's kept large chunk where it is this one and long
+    /// enough; else decoded now and kept in its place (within [`LARGE_KEPT_BYTES`]): only its
+    /// first `needed` bytes where that pays and the kept chunk is another (a first read of
+    /// this one), all of it where the kept chunk is this one (a reader walking through it).
+    /// Never waits for the lock (a forked child may hold a copy locked by a thread it lacks).
+    fn large_chunk(
+        &self,
+        offset: &[u64],
+        stored: &StoredChunk,
+        pipeline: &Pipeline,
+        chunk_bytes: usize,
+        needed: usize,
+        large: &LargeKept,
+    ) -> Result<Arc<Vec<u8>>, String> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let lock = || match large.0.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        let mut walking = false;
+        let mut reused = None;
+        if let Some(mut kept) = lock() {
+            if let Some(k) = kept.as_ref().filter(|k| k.offset == offset) {
+                if k.valid >= needed {
+                    return Ok(k.bytes.clone());
+                }
+                walking = true;
+            }
+            if let Some(old) = kept.take() {
+                LARGE_KEPT_HELD.fetch_sub(old.bytes.len(), Relaxed);
+                reused = Arc::try_unwrap(old.bytes).ok();
+            }
+        }
+        let upto = if !walking && pipeline.prefix_pays(stored.mask, needed, chunk_bytes) {
+            needed
+        } else {
+            chunk_bytes
+        };
+        let mut decoded = reused
+            .filter(|b| b.len() == chunk_bytes)
+            .unwrap_or_else(|| vec![0u8; chunk_bytes]);
+        with_stored(
+            |bytes| self.read_stored(offset, stored, bytes),
+            chunk_bytes,
+            |bytes, scratch| {
+                if upto < chunk_bytes {
+                    pipeline.decode_prefix_into(
+                        bytes,
+                        stored.mask,
+                        chunk_bytes,
+                        scratch,
+                        &mut decoded[..upto],
+                    )
+                } else {
+                    pipeline.decode_into(bytes, stored.mask, scratch, &mut decoded)
+                }
+                .map_err(|reason| self.undecodable(offset, reason))
+            },
+        )?;
+        let decoded = Arc::new(decoded);
+        if let Some(mut kept) = lock() {
+            let room = LARGE_KEPT_HELD
+                .fetch_update(Relaxed, Relaxed, |held| {
+                    (held + chunk_bytes <= LARGE_KEPT_BYTES).then_some(held + chunk_bytes)
+                })
+                .is_ok();
+            if room {
+                if let Some(old) = kept.replace(Large {
+                    offset: offset.to_vec(),
+                    bytes: decoded.clone(),
+                    valid: upto,
+                }) {
+                    LARGE_KEPT_HELD.fetch_sub(old.bytes.len(), Relaxed);
+                }
+            }
+        }
+        Ok(decoded)
+    }
+
     /// Reads a selection inside one chunk: an unfiltered chunk's runs straight from the file;
     /// a small compressed chunk from its decoded bytes, kept for the next reads as HDF5's chunk
     /// cache keeps them; a larger one decoded into this thread's buffers (or straight into `out`
@@ -789,6 +1036,7 @@ impl Layout {
         pipeline: &Pipeline,
         index: &ChunkIndex,
         kept: &Mutex<Kept>,
+        large: &LargeKept,
         out: &mut [u8],
     ) -> Result<(), String> {
         let stored = index.get(&part.offset).ok_or_else(|| {
@@ -812,22 +1060,8 @@ impl Layout {
             return self.read_runs(stored.address, chunk, &inside, out, 1);
         }
         let chunk_bytes = chunk.iter().product::<u64>() as usize * self.element;
-        let read_stored = |bytes: &mut Vec<u8>| {
-            bytes.resize(stored.size, 0);
-            self.file.read_exact_at(bytes, stored.address).map_err(|e| {
-                format!(
-                    "dataset {}: reading the chunk at {:?} ({} bytes at byte {} of its file) \
-                         failed: {e}",
-                    self.name, part.offset, stored.size, stored.address
-                )
-            })
-        };
-        let undecodable = |reason: String| {
-            format!(
-                "dataset {}: the chunk at {:?} cannot be decoded: {reason}",
-                self.name, part.offset
-            )
-        };
+        let read_stored = |bytes: &mut Vec<u8>| self.read_stored(&part.offset, &stored, bytes);
+        let undecodable = |reason: String| self.undecodable(&part.offset, reason);
         let place = |decoded: &[u8], out: &mut [u8]| {
             let src = Source {
                 bytes: decoded,
@@ -848,18 +1082,18 @@ impl Layout {
             };
         };
         if chunk_bytes > KEPT_CHUNK_MAX {
-            return with_stored(read_stored, chunk_bytes, |bytes, scratch| {
-                if part.count == chunk && whole_chunk_run(part, sel, chunk) == Some(0) {
-                    return pipeline
+            if part.count == chunk && whole_chunk_run(part, sel, chunk) == Some(0) {
+                return with_stored(read_stored, chunk_bytes, |bytes, scratch| {
+                    pipeline
                         .decode_into(bytes, stored.mask, scratch, out)
-                        .map_err(undecodable);
-                }
-                let decoded = pipeline
-                    .decode(bytes, stored.mask, chunk_bytes, scratch)
-                    .map_err(undecodable)?;
-                place(decoded, out);
-                Ok(())
-            });
+                        .map_err(undecodable)
+                });
+            }
+            let needed = last_byte(&start, sel.step, sel.count, chunk, self.element);
+            let decoded =
+                self.large_chunk(&part.offset, &stored, pipeline, chunk_bytes, needed, large)?;
+            place(&decoded, out);
+            return Ok(());
         }
         // Never waited for: a fork may copy the lock into a child held by a thread the child
         // does not have (a DataLoader worker forked while another thread reads), and a busy

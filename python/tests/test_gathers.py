@@ -364,3 +364,31 @@ def test_compressed_reads_decode_each_chunk_they_touch_once(compressed, sel, chu
         expected = compressed[sel]
     np.testing.assert_array_equal(got, expected)
     assert decoded == chunks, f"{decoded} chunks decoded for a read touching {chunks}"
+
+
+def test_a_large_chunk_read_a_call_at_a_time_is_decoded_at_most_twice(compressed):
+    """Rows read one call at a time through a 1.28 MB chunk (rows walked in order, as batches of
+    neighbouring rows read them): the first read decodes what it needs, the second the whole chunk,
+    kept for the rest; each read equal to h5py's."""
+    before = _native.chunks_decoded()
+    for row in range(16, 32):
+        np.testing.assert_array_equal(h5gds.read(compressed, sel=row), compressed[row])
+    for first in range(16, 32, 4):
+        rows = list(range(first, first + 4))
+        np.testing.assert_array_equal(h5gds.read(compressed, sel=rows), compressed[first:first + 4])
+    assert _native.chunks_decoded() - before <= 2
+
+
+def test_the_large_chunk_kept_goes_with_its_file(tmp_path):
+    """A kept decoded chunk belongs to the dataset as opened read-only: rewritten and reopened, the
+    file's new values are read."""
+    path = tmp_path / "kept.h5"
+    shape, chunks = BIG_CHUNKS
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=np.zeros(shape, "f4"), chunks=chunks, compression="gzip")
+    with h5py.File(path, "r") as f:
+        assert not h5gds.read(f["x"], sel=3).any() and not h5gds.read(f["x"], sel=[5, 9]).any()
+    with h5py.File(path, "r+") as f:
+        f["x"][:16] = 7
+    with h5py.File(path, "r") as f:
+        assert (h5gds.read(f["x"], sel=3) == 7).all() and (h5gds.read(f["x"], sel=[5, 9]) == 7).all()
