@@ -6,8 +6,9 @@
 //! (`hdf5::direct_file`, which also opens the file anew for reading). Contiguous datasets are
 //! read run by run at their address; chunked ones (unfiltered, or a pipeline h5gds decodes)
 //! through `h5gds_chunk_codec::read` over the chunk index listed once, a read inside one chunk
-//! from the chunk decoded and kept for the next (as HDF5's chunk cache does); a gather's runs of
-//! compressed rows share the chunks they touch, each decoded once per call. A read that touches a
+//! from the chunk decoded and kept for the next (as HDF5's chunk cache does; one chunk above its
+//! 1 MiB per dataset, within a budget for the process); a gather's runs of compressed rows share
+//! the chunks they touch, each decoded once per call. A read that touches a
 //! chunk never written is left to HDF5 (which fills it), as is everything else (compact,
 //! external, virtual, conversions, other filters).
 
