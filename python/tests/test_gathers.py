@@ -392,3 +392,40 @@ def test_the_large_chunk_kept_goes_with_its_file(tmp_path):
         f["x"][:16] = 7
     with h5py.File(path, "r") as f:
         assert (h5gds.read(f["x"], sel=3) == 7).all() and (h5gds.read(f["x"], sel=[5, 9]) == 7).all()
+
+
+@pytest.mark.parametrize("sel, chunks", [
+    ([40, 1, 3, 17, 19, 5, 3], 3),
+    (([40, 1, 3, 17, 19, 5, 3], slice(100, 19000, 7)), 3),
+    # Rows inside one chunk: left to HDF5, which keeps the chunk in its cache.
+    (list(range(16, 32, 2)), 0),
+])
+def test_gathers_from_a_file_open_for_writing_decode_each_chunk_once(compressed, sel, chunks):
+    """Files the layouts do not serve (here open for writing): the rows' chunks read raw through
+    h5py's HDF5 and decoded by h5gds, each once."""
+    path = compressed.file.filename
+    compressed.file.close()
+    with h5py.File(path, "r+") as f:
+        dset = f["x"]
+        before = _native.chunks_decoded()
+        got = h5gds.read(dset, sel=sel)
+        decoded = _native.chunks_decoded() - before
+        rows, rest = (sel[0], sel[1:]) if isinstance(sel, tuple) else (sel, ())
+        np.testing.assert_array_equal(got, h5py_gather(dset, rows, rest))
+    assert decoded == chunks, f"{decoded} chunks decoded for a read touching {chunks}"
+
+
+def test_gathers_of_chunks_never_written_from_a_file_open_for_writing(tmp_path):
+    import hdf5plugin
+
+    shape, chunks = BIG_CHUNKS
+    with h5py.File(tmp_path / "sparse.h5", "w") as f:
+        dset = f.create_dataset("x", shape=shape, dtype="f4", chunks=chunks, fillvalue=-2.5, **hdf5plugin.Zstd())
+        dset[16:32] = 4.0
+        dset[48:] = np.arange(16 * 20000, dtype="f4").reshape(16, 20000)
+        rows = [50, 3, 20, 40, 63, 3]
+        before = _native.chunks_decoded()
+        got = h5gds.read(dset, sel=rows)
+        assert _native.chunks_decoded() - before == 2  # the two chunks written
+        np.testing.assert_array_equal(got, h5py_gather(dset, rows))
+        assert (got[1] == -2.5).all() and (got[2] == 4).all()
