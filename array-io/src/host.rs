@@ -167,10 +167,42 @@ unsafe fn filled<T: Element>(ds: &OpenDataset, values: &mut Vec<T>, n: usize) ->
     Ok(())
 }
 
+/// Reads the `n` elements of the runs of rows `runs` (start, count: blocks of whole rows, in
+/// increasing order) into `values` (empty, with room for them) with one `H5Dread` of their union.
+fn read_rows_through_hdf5<T: Element>(
+    ds: &OpenDataset,
+    types: &Types,
+    runs: &[(Vec<u64>, Vec<u64>)],
+    values: &mut Vec<T>,
+    n: usize,
+) -> Result<()> {
+    let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
+    let blocks: Vec<hdf5_raw::Block> = runs
+        .iter()
+        .map(|(s, c)| (s.as_slice(), c.as_slice()))
+        .collect();
+    let file = select_blocks(&ds.shape, &blocks).map_err(|e| fail("selecting the rows", e))?;
+    let memory = hdf5::Dataspace::try_new(n).map_err(|e| fail("creating a dataspace", e))?;
+    let spaces = Spaces {
+        memory: Some(&memory),
+        file: Some(&file),
+    };
+    hdf5_raw::read_into(
+        &ds.dset,
+        &types.mem,
+        spaces,
+        &mut values.spare_capacity_mut()[..n],
+    )
+    .map_err(|e| fail("reading the rows", e))?;
+    // SAFETY: the read above wrote all n elements.
+    unsafe { filled(ds, values, n) }
+}
+
 /// Reads rows `rows` of a dataset (indices along its first axis, in any order, repeats allowed,
 /// negative ones from the end) into a host array of one row per index (see
-/// [`crate::from_file_rows`]): the distinct rows with one `H5Dread` of the union of their runs,
-/// then copied into the caller's order.
+/// [`crate::from_file_rows`]): the distinct rows, compressed chunks decoded by h5gds each once
+/// (`host_codec::read_runs`), else with one `H5Dread` of the union of their runs, then copied
+/// into the caller's order.
 pub(crate) fn read_rows<T: Element>(
     path: &Path,
     dataset: &str,
@@ -225,27 +257,32 @@ pub(crate) fn read_rows<T: Element>(
                 }
             }
         }
-        let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
-        let blocks: Vec<hdf5_raw::Block> = runs
-            .iter()
-            .map(|(s, c)| (s.as_slice(), c.as_slice()))
-            .collect();
-        let file = select_blocks(&ds.shape, &blocks).map_err(|e| fail("selecting the rows", e))?;
         let n = distinct.len() * row_len as usize;
-        let memory = hdf5::Dataspace::try_new(n).map_err(|e| fail("creating a dataspace", e))?;
-        let spaces = Spaces {
-            memory: Some(&memory),
-            file: Some(&file),
-        };
-        hdf5_raw::read_into(
-            &ds.dset,
-            &types.mem,
-            spaces,
-            &mut values.spare_capacity_mut()[..n],
-        )
-        .map_err(|e| fail("reading the rows", e))?;
-        // SAFETY: the read above wrote all n elements.
-        unsafe { filled(&ds, &mut values, n) }?;
+        // Compressed chunks h5gds decodes: each chunk the runs touch decoded once, on all cores.
+        if let Ok(planned) = crate::host_codec::for_dataset(&ds, &types)? {
+            let spare = &mut values.spare_capacity_mut()[..n];
+            // SAFETY: the n elements' bytes are zeroed first, so the byte view is initialised;
+            // the decoded elements are the stored type's bytes (no conversion is planned).
+            let bytes = unsafe {
+                std::ptr::write_bytes(spare.as_mut_ptr(), 0, n);
+                std::slice::from_raw_parts_mut(
+                    spare.as_mut_ptr().cast::<u8>(),
+                    n * std::mem::size_of::<T>(),
+                )
+            };
+            let blocks: Vec<Block> = runs
+                .iter()
+                .map(|(start, count)| Block {
+                    start: start.clone(),
+                    count: count.clone(),
+                })
+                .collect();
+            crate::host_codec::read_runs(&ds, &types.mem, &blocks, &planned, bytes)?;
+            // SAFETY: the elements were zeroed, then every one written by the read.
+            unsafe { filled(&ds, &mut values, n) }?;
+        } else {
+            read_rows_through_hdf5(&ds, &types, &runs, &mut values, n)?;
+        }
     }
     let row_len = row_len as usize;
     let mut out = Vec::with_capacity(rows.len() * row_len);

@@ -156,6 +156,110 @@ pub(crate) fn for_dataset(
         .map(|pipeline| Planned { chunk, pipeline }))
 }
 
+/// Reads runs of rows of `ds` (`runs`: blocks of whole rows, in increasing order) into `out`
+/// (their elements' bytes, one run after another) as `planned`: every chunk they touch read and
+/// decoded once however many runs it holds (`h5gds_chunk_codec::read_placed`), on the driver's
+/// I/O threads; parts of chunks never written read through HDF5.
+pub(crate) fn read_runs(
+    ds: &OpenDataset,
+    mem_type: &Datatype,
+    runs: &[Block],
+    planned: &Planned,
+    out: &mut [u8],
+) -> Result<()> {
+    let Planned { chunk, pipeline } = planned;
+    let element_size = mem_type.size();
+    let ones = vec![1u64; ds.shape.len()];
+    let mut placed = Vec::with_capacity(runs.len());
+    let mut at = 0u64;
+    for run in runs {
+        placed.push(h5gds_chunk_codec::Placed {
+            selection: Hyperslab {
+                start: &run.start,
+                step: &ones,
+                count: &run.count,
+            },
+            at,
+        });
+        at += run.count.iter().product::<u64>() * element_size as u64;
+    }
+    let threads = h5gds::VfdSettings::load(None).unwrap_or_default().nthreads;
+    let how = h5gds_chunk_codec::Decoding {
+        pipeline,
+        chunk,
+        element_size,
+        threads,
+    };
+    let touched: std::collections::BTreeSet<Vec<u64>> = placed
+        .iter()
+        .flat_map(|p| chunks_selected(&p.selection, chunk))
+        .map(|part| part.offset)
+        .collect();
+    let mut source = DatasetChunks {
+        ds,
+        listed: (touched.len() >= h5gds_chunk_codec::LIST_INDEX_FROM)
+            .then(|| ds.chunk_index())
+            .transpose()?,
+    };
+    let (outcome, missing_of) = h5gds_chunk_codec::read_placed(&mut source, &how, &placed, out)?;
+    for (part, &k) in outcome.missing.iter().zip(&missing_of) {
+        let run = &placed[k];
+        let first = run.at as usize;
+        let len = run.selection.count.iter().product::<u64>() as usize * element_size;
+        let r = HostRead {
+            pipeline,
+            chunk,
+            element_size,
+            selection: run.selection,
+            threads: 1,
+        };
+        read_missing(ds, mem_type, part, &r, &mut out[first..first + len])?;
+    }
+    crate::log::debug(format_args!(
+        "{}: {:?}: {} runs of rows, {} chunks each decoded once on {threads} threads, {} parts \
+         of chunks never written read through HDF5",
+        ds.path.display(),
+        ds.name,
+        runs.len(),
+        outcome.decoded,
+        outcome.missing.len()
+    ));
+    Ok(())
+}
+
+/// Reads a part of a chunk never written through HDF5 (which fills it with the fill value) and
+/// places it into `out`, the selection of `r`.
+fn read_missing(
+    ds: &OpenDataset,
+    mem_type: &Datatype,
+    part: &h5gds_chunk_codec::place::ChunkPart,
+    r: &HostRead,
+    out: &mut [u8],
+) -> Result<()> {
+    let start = part.file_start(&r.selection);
+    let mut values = vec![0u8; part.len() as usize * r.element_size];
+    let fail = |e: hdf5::Error| {
+        Error::hdf5(
+            format!("reading the chunk never written at {:?}", part.offset),
+            &ds.path,
+            Some(&ds.name),
+            e,
+        )
+    };
+    let file = select_blocks(&ds.shape, &[(&start, &part.count)]).map_err(fail)?;
+    let zeros = vec![0u64; part.count.len()];
+    let memory = select_blocks(&part.count, &[(&zeros, &part.count)]).map_err(fail)?;
+    let spaces = Spaces {
+        memory: Some(&memory),
+        file: Some(&file),
+    };
+    // SAFETY: `values` holds the part's elements in the memory type.
+    unsafe { hdf5_raw::read(&ds.dset, mem_type, spaces, values.as_mut_ptr().cast()) }
+        .map_err(fail)?;
+    place_missing(part, &values, r, out);
+    Ok(())
+}
+
 /// Reads `region` of `ds` into `out` (its elements' bytes, row-major) as `planned`.
 pub(crate) fn read_region(
     ds: &OpenDataset,
@@ -185,27 +289,7 @@ pub(crate) fn read_region(
     };
     let outcome = h5gds_chunk_codec::read(&mut source, &r, out)?;
     for part in &outcome.missing {
-        let start = part.file_start(&r.selection);
-        let mut values = vec![0u8; part.len() as usize * r.element_size];
-        let fail = |e: hdf5::Error| {
-            Error::hdf5(
-                format!("reading the chunk never written at {:?}", part.offset),
-                &ds.path,
-                Some(&ds.name),
-                e,
-            )
-        };
-        let file = select_blocks(&ds.shape, &[(&start, &part.count)]).map_err(fail)?;
-        let zeros = vec![0u64; part.count.len()];
-        let memory = select_blocks(&part.count, &[(&zeros, &part.count)]).map_err(fail)?;
-        let spaces = Spaces {
-            memory: Some(&memory),
-            file: Some(&file),
-        };
-        // SAFETY: `values` holds the part's elements in the memory type.
-        unsafe { hdf5_raw::read(&ds.dset, mem_type, spaces, values.as_mut_ptr().cast()) }
-            .map_err(fail)?;
-        place_missing(part, &values, &r, out);
+        read_missing(ds, mem_type, part, &r, out)?;
     }
     crate::log::debug(format_args!(
         "{}: {:?}: {} chunks decoded on {threads} threads (read {}), {} parts of chunks never \

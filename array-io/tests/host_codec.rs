@@ -8,7 +8,7 @@
 
 mod common;
 
-use array_io::{from_file, from_file_batched, Error};
+use array_io::{from_file, from_file_batched, from_file_rows, Error};
 use common::*;
 use ndarray::{ArrayD, IxDyn, Slice};
 use std::path::Path;
@@ -109,6 +109,49 @@ fn every_codec_chain_rank_and_missing_chunk_reads_what_h5py_reads() {
             log.contains(&format!(
                 "\"/zstd/sparse\": 3 chunks decoded on {threads} threads (read from the file \
                  by those threads), 9 parts of chunks never written read through HDF5"
+            )),
+            "{log}"
+        );
+    }
+}
+
+/// Rows in any order with a repeat (several runs sharing chunks): h5py's rows.
+fn rows_and_compare<T: Sample>(path: &Path, entry: &Entry) {
+    let n = entry.shape[0] as i64;
+    let rows: Vec<i64> = [n - 1, 0, 2, 2, n / 2 + 1, 5]
+        .into_iter()
+        .filter(|&r| r < n)
+        .collect();
+    let got: ArrayD<T> =
+        from_file_rows(path, &entry.name, &rows).unwrap_or_else(|e| panic!("{}: {e}", entry.name));
+    let picks: Vec<usize> = rows.iter().map(|&r| r as usize).collect();
+    let want = expected::<T>(entry).select(ndarray::Axis(0), &picks);
+    assert_eq!(got, want, "{} rows {rows:?}", entry.name);
+}
+
+fn rows_body() {
+    let dir = test_dir();
+    let file = dir.join("h5py.h5");
+    for entry in h5py_manifest(&dir) {
+        for_dtype!(entry.dtype.as_str(), rows_and_compare(&file, &entry));
+    }
+}
+
+#[test]
+fn row_gathers_decode_each_chunk_once_and_read_what_h5py_reads() {
+    let name = "row_gathers_decode_each_chunk_once_and_read_what_h5py_reads";
+    let dir = codec_files();
+    for threads in ["1", "3"] {
+        let Some(run) = run(name, dir.path(), &[("H5GDS_NTHREADS", threads)], rows_body) else {
+            return;
+        };
+        // 40x30 in chunks of 10x10, three written: rows 39, 0, 2, 21, 5 are 5 runs over 9
+        // chunks, the 3 written each decoded once; 10 parts of the others filled by HDF5.
+        let log = run.stderr();
+        assert!(
+            log.contains(&format!(
+                "\"/zstd/sparse\": 5 runs of rows, 3 chunks each decoded once on {threads} \
+                 threads, 10 parts of chunks never written read through HDF5"
             )),
             "{log}"
         );

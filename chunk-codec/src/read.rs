@@ -4,7 +4,9 @@
 //! I/O threads) decodes them and copies their selected elements into place meanwhile. At most a
 //! bounded number of stored chunks wait for decoding, so memory stays a few chunks per thread.
 //! Chunks never written are returned to the caller, which reads them through HDF5 (it fills
-//! them with the fill value) and places them with [`place_missing`].
+//! them with the fill value) and places them with [`place_missing`]. Several selections at once
+//! ([`read_placed`], a gather's runs of rows) share the chunks they touch: each is read and
+//! decoded once, and every selection's part of it copied into place.
 
 use crate::pipeline::{Pipeline, Scratch};
 use crate::place::{
@@ -119,58 +121,160 @@ struct Slot {
     scratch: Scratch,
 }
 
-impl HostRead<'_> {
+/// Slots kept between reads, at most [`KEPT_SLOT_BYTES`] in all: a read of large chunks would
+/// otherwise fault in fresh pages for every chunk's buffers (32 MiB chunks: more time than
+/// decoding some of them). Never waited for, so a forked child whose copy of the lock is held
+/// takes fresh slots.
+static KEPT_SLOTS: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
+const KEPT_SLOT_BYTES: usize = 256 << 20;
+
+impl Slot {
+    fn held_bytes(&self) -> usize {
+        self.stored.capacity() + self.scratch.held_bytes()
+    }
+
+    /// A kept slot, or a new one.
+    fn take() -> Slot {
+        KEPT_SLOTS
+            .try_lock()
+            .ok()
+            .and_then(|mut kept| kept.pop())
+            .unwrap_or_default()
+    }
+
+    /// Keeps the slot for the next read where the budget allows.
+    fn give_back(self) {
+        if let Ok(mut kept) = KEPT_SLOTS.try_lock() {
+            let held: usize = kept.iter().map(Slot::held_bytes).sum();
+            if held + self.held_bytes() <= KEPT_SLOT_BYTES {
+                kept.push(self);
+            }
+        }
+    }
+}
+
+/// One selection of a read of several ([`read_placed`]): its hyperslab, and the byte of the output
+/// where its elements begin (row-major). The selections' elements lie in disjoint bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Placed<'a> {
+    pub selection: Hyperslab<'a>,
+    pub at: u64,
+}
+
+/// How a read of several selections decodes: the pipeline, chunk shape, element size and
+/// threads of a [`HostRead`], with no selection of its own.
+#[derive(Clone, Copy)]
+pub struct Decoding<'a> {
+    pub pipeline: &'a Pipeline,
+    pub chunk: &'a [u64],
+    pub element_size: usize,
+    pub threads: usize,
+}
+
+/// One stored chunk a read needs, and every selected part inside it (the selection's position
+/// in the read's list, and the part).
+struct Job {
+    offset: Vec<u64>,
+    stored: StoredChunk,
+    parts: Vec<(usize, ChunkPart)>,
+}
+
+impl Decoding<'_> {
     fn chunk_bytes(&self) -> usize {
         self.chunk.iter().product::<u64>() as usize * self.element_size
     }
 
-    /// Decodes one chunk and copies its part into the output.
+    /// The bytes of the decoded chunk up to the last element the job's parts take (the last
+    /// element of each part's box is its furthest in row-major order).
+    fn bytes_needed(&self, job: &Job, selections: &[Placed]) -> usize {
+        let rank = self.chunk.len();
+        let mut strides = vec![1u64; rank];
+        for a in (0..rank.saturating_sub(1)).rev() {
+            strides[a] = strides[a + 1] * self.chunk[a + 1];
+        }
+        let last = job.parts.iter().map(|(k, part)| {
+            let sel = &selections[*k].selection;
+            (0..rank)
+                .map(|a| {
+                    let first = sel.start[a] + part.first[a] * sel.step[a] - job.offset[a];
+                    (first + (part.count[a] - 1) * sel.step[a]) * strides[a]
+                })
+                .sum::<u64>()
+        });
+        last.max()
+            .map_or(0, |e| (e as usize + 1) * self.element_size)
+    }
+
+    /// Decodes one chunk, once, and copies each of its parts into the output: straight into
+    /// the output where the chunk is one selection's only part and fills a run of it.
     ///
     /// # Safety
-    /// `out` must hold the selection, and no other thread may write `part`'s elements.
-    unsafe fn decode_into(
+    /// `out` must hold every selection at its place, and no other thread may write the parts'
+    /// elements.
+    unsafe fn decode_job(
         &self,
-        part: &ChunkPart,
+        job: &Job,
+        selections: &[Placed],
         mask: u32,
         slot: &mut Slot,
         out: SharedOut,
     ) -> Result<(), String> {
-        if let Some(run) = whole_chunk_run(part, &self.selection, self.chunk) {
-            let at = run as usize * self.element_size;
-            // SAFETY: the chunk's run lies inside the output (the selection holds the part) and
-            // only this task writes it, as the caller guarantees.
-            let dest =
-                unsafe { std::slice::from_raw_parts_mut(out.at(at as u64), self.chunk_bytes()) };
-            return self
-                .pipeline
-                .decode_into(&slot.stored, mask, &mut slot.scratch, dest);
+        if let [(k, part)] = job.parts.as_slice() {
+            let placed = &selections[*k];
+            if let Some(run) = whole_chunk_run(part, &placed.selection, self.chunk) {
+                let at = placed.at + run * self.element_size as u64;
+                // SAFETY: the chunk's run lies inside the selection's place in the output, which
+                // only this task writes, as the caller guarantees.
+                let dest =
+                    unsafe { std::slice::from_raw_parts_mut(out.at(at), self.chunk_bytes()) };
+                return self
+                    .pipeline
+                    .decode_into(&slot.stored, mask, &mut slot.scratch, dest);
+            }
         }
-        let decoded =
+        // Parts that end early in a chunk whose first bytes decode alone (rows near its start):
+        // decoding stops after the last byte they need.
+        let chunk_bytes = self.chunk_bytes();
+        let needed = self.bytes_needed(job, selections);
+        let decoded = if self.pipeline.prefix_pays(mask, needed, chunk_bytes) {
+            self.pipeline.decode_prefix(
+                &slot.stored,
+                mask,
+                chunk_bytes,
+                needed,
+                &mut slot.scratch,
+            )?
+        } else {
             self.pipeline
-                .decode(&slot.stored, mask, self.chunk_bytes(), &mut slot.scratch)?;
-        let start: Vec<u64> = part
-            .file_start(&self.selection)
-            .iter()
-            .zip(&part.offset)
-            .map(|(s, o)| s - o)
-            .collect();
-        let src = Source {
-            bytes: decoded,
-            shape: self.chunk,
-            start: &start,
-            step: self.selection.step,
+                .decode(&slot.stored, mask, chunk_bytes, &mut slot.scratch)?
         };
-        // SAFETY: as the caller guarantees; the part lies inside the selection.
-        unsafe {
-            copy_box(
-                &src,
-                out.at(0),
-                self.selection.count,
-                &part.first,
-                &part.count,
-                self.element_size,
-            )
-        };
+        for (k, part) in &job.parts {
+            let placed = &selections[*k];
+            let start: Vec<u64> = part
+                .file_start(&placed.selection)
+                .iter()
+                .zip(&job.offset)
+                .map(|(s, o)| s - o)
+                .collect();
+            let src = Source {
+                bytes: decoded,
+                shape: self.chunk,
+                start: &start,
+                step: placed.selection.step,
+            };
+            // SAFETY: as the caller guarantees; the part lies inside its selection, which lies
+            // at its place in the output.
+            unsafe {
+                copy_box(
+                    &src,
+                    out.at(placed.at),
+                    placed.selection.count,
+                    &part.first,
+                    &part.count,
+                    self.element_size,
+                )
+            };
+        }
         Ok(())
     }
 }
@@ -189,59 +293,115 @@ pub fn read<R: RawChunks>(
         elements * r.element_size as u64,
         "the output holds the selection"
     );
+    let how = Decoding {
+        pipeline: r.pipeline,
+        chunk: r.chunk,
+        element_size: r.element_size,
+        threads: r.threads,
+    };
+    let placed = [Placed {
+        selection: r.selection,
+        at: 0,
+    }];
+    let (outcome, _) = read_placed(source, &how, &placed, out)?;
+    Ok(outcome)
+}
+
+/// Reads several selections (a gather's runs of rows) into `out`, each at its place: every
+/// chunk they touch read and decoded once, on the pool's threads, and each selection's part of
+/// it copied into place, so a chunk that serves many runs is not decoded for each. Memory: the
+/// output, and a stored and a decoded chunk per chunk in flight. Parts in chunks never written
+/// are left for the caller, with the position of their selection in `selections` (the second
+/// value). On an error nothing more is read; `out` may hold some chunks' elements.
+pub fn read_placed<R: RawChunks>(
+    source: &mut R,
+    how: &Decoding,
+    selections: &[Placed],
+    out: &mut [u8],
+) -> Result<(Outcome, Vec<usize>), R::Error> {
+    for placed in selections {
+        let elements: u64 = placed.selection.count.iter().product();
+        assert!(
+            placed.at + elements * how.element_size as u64 <= out.len() as u64,
+            "the output holds every selection at its place"
+        );
+    }
+    // The chunks in chunk order, each with its parts (a BTreeMap: offsets compare row-major).
+    let mut by_chunk: std::collections::BTreeMap<Vec<u64>, Vec<(usize, ChunkPart)>> =
+        std::collections::BTreeMap::new();
+    for (k, placed) in selections.iter().enumerate() {
+        for part in chunks_selected(&placed.selection, how.chunk) {
+            by_chunk
+                .entry(part.offset.clone())
+                .or_default()
+                .push((k, part));
+        }
+    }
     let mut outcome = Outcome::default();
-    let mut jobs = Vec::new();
-    for part in chunks_selected(&r.selection, r.chunk) {
-        match source.stored(&part.offset)? {
-            Some(stored) => jobs.push((part, stored)),
-            None => outcome.missing.push(part),
+    let mut missing_of = Vec::new();
+    let mut jobs = Vec::with_capacity(by_chunk.len());
+    for (offset, parts) in by_chunk {
+        match source.stored(&offset)? {
+            Some(stored) => jobs.push(Job {
+                offset,
+                stored,
+                parts,
+            }),
+            None => {
+                for (k, part) in parts {
+                    missing_of.push(k);
+                    outcome.missing.push(part);
+                }
+            }
         }
     }
     outcome.decoded = jobs.len();
     if jobs.is_empty() {
-        return Ok(outcome);
+        return Ok((outcome, missing_of));
     }
     let direct = source.direct_file();
     outcome.direct = direct.is_some();
-    // SAFETY: each task writes only its chunk's elements (every element of the selection lies
-    // in one chunk), and the read waits for every task before it returns the caller's buffer.
+    // SAFETY: each task writes only its chunk's elements of the selections (every element of a
+    // selection lies in one chunk, and the selections' places are disjoint), and the read waits
+    // for every task before it returns the caller's buffer.
     let out = unsafe { SharedOut::new(out.as_mut_ptr()) };
-    let chunk_bytes = r.chunk_bytes().max(1);
-    let pool = (r.threads > 1 && jobs.len() > 1)
-        .then(|| h5gds_runtime::pool::for_waiting_caller(r.threads))
+    let chunk_bytes = how.chunk_bytes().max(1);
+    let pool = (how.threads > 1 && jobs.len() > 1)
+        .then(|| h5gds_runtime::pool::for_waiting_caller(how.threads))
         .flatten();
     let Some(pool) = pool else {
-        let mut slot = Slot::default();
-        for (part, stored) in &jobs {
+        let mut slot = Slot::take();
+        for job in &jobs {
             let mask = match &direct {
                 Some(file) => {
-                    read_at(file, stored, &mut slot.stored)
-                        .map_err(|reason| source.corrupt(&part.offset, reason))?;
-                    stored.mask
+                    read_at(file, &job.stored, &mut slot.stored)
+                        .map_err(|reason| source.corrupt(&job.offset, reason))?;
+                    job.stored.mask
                 }
-                None => source.read(&part.offset, stored.size, &mut slot.stored)?,
+                None => source.read(&job.offset, job.stored.size, &mut slot.stored)?,
             };
             // SAFETY: one chunk at a time on this thread, into the caller's output.
-            unsafe { r.decode_into(part, mask, &mut slot, out) }
-                .map_err(|reason| source.corrupt(&part.offset, reason))?;
+            unsafe { how.decode_job(job, selections, mask, &mut slot, out) }
+                .map_err(|reason| source.corrupt(&job.offset, reason))?;
         }
-        return Ok(outcome);
+        slot.give_back();
+        return Ok((outcome, missing_of));
     };
     // Chunks in flight: enough to keep every thread busy while the next is read, within the
     // memory bound (a stored chunk and two decoded ones per slot).
-    let slots = (2 * r.threads)
+    let slots = (2 * how.threads)
         .min(IN_FLIGHT_BYTES / (3 * chunk_bytes))
         .clamp(2, jobs.len());
     let (free, freed) = mpsc::channel::<Slot>();
     for _ in 0..slots {
-        free.send(Slot::default()).expect("the receiver is alive");
+        free.send(Slot::take()).expect("the receiver is alive");
     }
     // The first chunk (in chunk order) that failed to decode, and why.
     let failure: Mutex<Option<(usize, String)>> = Mutex::new(None);
     let stop = AtomicBool::new(false);
     let mut read_error = None;
     pool.in_place_scope(|scope| {
-        for (i, (part, stored)) in jobs.iter().enumerate() {
+        for (i, job) in jobs.iter().enumerate() {
             if stop.load(Ordering::Relaxed) {
                 break;
             }
@@ -249,8 +409,8 @@ pub fn read<R: RawChunks>(
             let Ok(mut slot) = freed.recv() else { break };
             // Read here (through HDF5), or by the task itself (from the file).
             let mask = match direct {
-                Some(_) => stored.mask,
-                None => match source.read(&part.offset, stored.size, &mut slot.stored) {
+                Some(_) => job.stored.mask,
+                None => match source.read(&job.offset, job.stored.size, &mut slot.stored) {
                     Ok(mask) => mask,
                     Err(e) => {
                         read_error = Some(e);
@@ -262,11 +422,11 @@ pub fn read<R: RawChunks>(
             scope.spawn(move |_| {
                 let result = catch_unwind(AssertUnwindSafe(|| {
                     if let Some(file) = direct {
-                        read_at(file, stored, &mut slot.stored)?;
+                        read_at(file, &job.stored, &mut slot.stored)?;
                     }
                     // SAFETY: this task alone writes this chunk's elements of the output, which
                     // the caller keeps until every task has finished.
-                    unsafe { r.decode_into(part, mask, &mut slot, out) }
+                    unsafe { how.decode_job(job, selections, mask, &mut slot, out) }
                 }))
                 .unwrap_or_else(|_| Err("decoding it panicked".into()));
                 if let Err(reason) = result {
@@ -280,19 +440,23 @@ pub fn read<R: RawChunks>(
             });
         }
     });
+    // Every task has ended: the slots are back.
+    drop(free);
+    freed.into_iter().for_each(Slot::give_back);
     if let Some(e) = read_error {
         return Err(e);
     }
     if let Some((i, reason)) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        return Err(source.corrupt(&jobs[i].0.offset, reason));
+        return Err(source.corrupt(&jobs[i].offset, reason));
     }
     tracing::debug!(
-        "decoded {} chunks on {} threads ({} in flight)",
+        "decoded {} chunks for {} selections on {} threads ({} in flight)",
         jobs.len(),
-        r.threads,
+        selections.len(),
+        how.threads,
         slots
     );
-    Ok(outcome)
+    Ok((outcome, missing_of))
 }
 
 /// Places a part of chunks never written, read by the caller (its elements, row-major, in
@@ -324,7 +488,7 @@ pub fn place_missing(part: &ChunkPart, values: &[u8], r: &HostRead, out: &mut [u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::Filter;
+    use crate::pipeline::{chunks_decoded, Filter};
     use std::collections::HashMap;
 
     /// A 2-D dataset of u32 (value = flat index) in chunks, Zstandard-compressed in memory;
@@ -552,6 +716,94 @@ mod tests {
             m.fail_read = Some(vec![24, 0]);
             let e = run(&mut m, &[0, 0], &[1, 1], &[50, 37], threads).unwrap_err();
             assert_eq!(e, "read of [24, 0] failed");
+        }
+    }
+
+    #[test]
+    fn runs_of_rows_decode_each_chunk_they_touch_once() {
+        let pipeline = Pipeline::for_filters(
+            &[Filter {
+                id: 32015,
+                values: vec![],
+            }],
+            4,
+        )
+        .unwrap();
+        // Rows 1, 3-4, 9 and 14 of columns 2..32 step 3: runs sharing the chunk rows 0-7 and 8-15.
+        let runs = [(1u64, 1u64), (3, 2), (9, 1), (14, 1)];
+        let (cstart, cstep, ccount) = (2u64, 3u64, 10u64);
+        let starts: Vec<[u64; 2]> = runs.iter().map(|&(r, _)| [r, cstart]).collect();
+        let counts: Vec<[u64; 2]> = runs.iter().map(|&(_, n)| [n, ccount]).collect();
+        let step = [1, cstep];
+        let mut at = 0;
+        let mut placed = Vec::new();
+        for k in 0..runs.len() {
+            placed.push(Placed {
+                selection: Hyperslab {
+                    start: &starts[k],
+                    step: &step,
+                    count: &counts[k],
+                },
+                at,
+            });
+            at += runs[k].1 * ccount * 4;
+        }
+        for (threads, direct) in [(1, false), (3, false), (3, true)] {
+            let mut m = memory(&[], None);
+            if direct {
+                m = m.on_file();
+            }
+            let how = Decoding {
+                pipeline: &pipeline,
+                chunk: &CHUNK,
+                element_size: 4,
+                threads,
+            };
+            let mut out = vec![0u8; at as usize];
+            let before = chunks_decoded();
+            let (outcome, missing_of) = read_placed(&mut m, &how, &placed, &mut out).unwrap();
+            // Columns 2..29 lie in chunks 0, 5, ..., 25: 6 column chunks by 2 row chunks.
+            assert_eq!(outcome.decoded, 12);
+            assert!(outcome.missing.is_empty() && missing_of.is_empty());
+            assert_eq!(m.reads, if direct { 0 } else { 12 });
+            // (Other tests decode at the same time: at least these 12.)
+            assert!(chunks_decoded() - before >= 12);
+            let mut want = Vec::new();
+            for &(first, rows) in &runs {
+                want.extend(expected(&[first, cstart], &step, &[rows, ccount]));
+            }
+            let got: Vec<u32> = out
+                .chunks(4)
+                .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+                .collect();
+            assert_eq!(got, want, "{threads} threads, direct {direct}");
+        }
+        // A chunk never written: its parts are left to the caller, with their selections.
+        let mut m = memory(&[[8, 0]], None);
+        let how = Decoding {
+            pipeline: &pipeline,
+            chunk: &CHUNK,
+            element_size: 4,
+            threads: 2,
+        };
+        let mut out = vec![0u8; at as usize];
+        let (outcome, missing_of) = read_placed(&mut m, &how, &placed, &mut out).unwrap();
+        assert_eq!(missing_of, [2, 3]);
+        assert!(outcome.missing.iter().all(|p| p.offset == [8, 0]));
+    }
+
+    #[test]
+    fn slots_kept_between_reads_stay_within_their_budget() {
+        // Slots of 100 MiB given back one after another: at most the budget is kept.
+        for _ in 0..5 {
+            let slot = Slot {
+                stored: Vec::with_capacity(100 << 20),
+                ..Slot::default()
+            };
+            slot.give_back();
+            let kept = KEPT_SLOTS.lock().unwrap();
+            let held: usize = kept.iter().map(Slot::held_bytes).sum();
+            assert!(held <= KEPT_SLOT_BYTES, "{held} bytes kept");
         }
     }
 }

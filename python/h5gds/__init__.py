@@ -21,6 +21,9 @@ or reading its own tile of one file (``CollectiveError`` when ranks fail with di
 classes), tiles in host memory (NumPy) or device memory (CuPy, PyTorch); ``local_device(comm)`` is
 this rank's GPU (node-local rank modulo the device count). ``vfd_gds_compat_library()`` is the
 path of ``libhdf5_vfd_gds.so.1``, vfd-gds's API on h5gds's driver (for Legate's GPU I/O).
+
+``LazyDataset(path, dataset, like="numpy")`` is a dataset as a lazy, picklable array for Dask
+(``dask.array.from_array``): each process that indexes it opens the file itself (docs/dask.md).
 """
 
 import h5py  # h5gds joins the HDF5 library h5py loads, so h5py must be loaded first
@@ -35,7 +38,8 @@ from ._collective import CollectiveError, local_device
 from ._files import from_file, from_file_batched, to_file
 from ._info import info
 from ._io import read, write
+from ._lazy import LazyDataset
 from ._vfd_gds import vfd_gds_compat_library
 
-__all__ = ["CollectiveError", "HDF5_LIBRARY", "SETTING_KEYS", "batches", "from_file", "from_file_batched", "info", "local_device", "read",
-           "to_file", "vfd_gds_compat_library", "write"]
+__all__ = ["CollectiveError", "HDF5_LIBRARY", "LazyDataset", "SETTING_KEYS", "batches", "from_file", "from_file_batched", "info", "local_device",
+           "read", "to_file", "vfd_gds_compat_library", "write"]

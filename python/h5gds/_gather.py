@@ -2,8 +2,10 @@
 call. The extension sorts the indices, drops repeats and coalesces neighbouring rows into runs
 (``_native.GatherPlan``, without the GIL); a read-only file's dataset with a layout (``_layout``)
 reads the runs on the pool's threads with no HDF5 call (whole rows of a contiguous dataset straight
-into the caller's order, repeats included, with nothing to scatter); otherwise it reads the distinct rows with one H5Dread of the union
-of the runs under h5py's lock (``_native.dataset_gather``), straight into the output when the
+into the caller's order, repeats included, with nothing to scatter; compressed chunks read and decoded
+once per call for all the runs they hold); otherwise it reads the distinct rows with one H5Dread of the union
+of the runs under h5py's lock (``_native.dataset_gather``; compressed chunks h5gds decodes read raw
+and decoded once each on the pool, ``_native.host_decode_gather``), straight into the output when the
 indices are strictly increasing, and otherwise into a buffer of distinct rows that it then copies
 into the caller's order, repeats included, outside HDF5's lock (``GatherPlan.scatter``). A device
 ``out`` gets the rows gathered in pinned host memory (``_native.PinnedHost``), copied up in one piece."""
@@ -46,6 +48,19 @@ def _scratch(nbytes):
     return fresh
 
 
+def _decoded_by_h5gds(dset, dcpl, mem_type, plan, rest, address, nbytes, name):
+    """Reads the distinct rows of a chunked, filtered dataset HDF5 would not convert with its chunks
+    decoded by h5gds, each chunk the rows touch once (``_native.host_decode_gather``); False when
+    HDF5 is to read them (nothing was read). Under ``phil``."""
+    nfilters = dcpl.get_nfilters()
+    if nfilters == 0 or not dset.id.get_type().equal(mem_type):
+        return False
+    filters = [(code, list(values)) for code, _flags, values, _name in
+               (dcpl.get_filter(i) for i in range(nfilters))]
+    return _native.host_decode_gather(dset.id.id, mem_type.id, plan, *rest, address, nbytes,
+                                      list(dcpl.get_chunk()), filters, str(name)) is None
+
+
 def gather(dset, view, sel, name):
     """Reads the rows ``sel.rows`` (a ``_selection.Gather``) of ``dset`` into the host array
     ``view`` (checked by the caller: dtype, shape, contiguity, writable)."""
@@ -84,8 +99,10 @@ def gather(dset, view, sel, name):
         return
     with phil:
         mem_type = h5t.py_create(view.dtype)
-        chunked = dset.id.get_create_plist().get_layout() == h5d.CHUNKED
-        _native.dataset_gather(dset.id.id, mem_type.id, plan, *rest, address, nbytes,
-                               CHUNKED_RUNS_PER_READ if chunked else 0)
+        dcpl = dset.id.get_create_plist()
+        chunked = dcpl.get_layout() == h5d.CHUNKED
+        if not (chunked and _decoded_by_h5gds(dset, dcpl, mem_type, plan, rest, address, nbytes, name)):
+            _native.dataset_gather(dset.id.id, mem_type.id, plan, *rest, address, nbytes,
+                                   CHUNKED_RUNS_PER_READ if chunked else 0)
     if target is not None:
         plan.scatter(address, nbytes, view.address, view.nbytes, row_bytes)

@@ -11,7 +11,8 @@
 use crate::hdf5::{self, Hid, Prepared};
 use h5gds_chunk_codec::place::chunks_selected;
 use h5gds_chunk_codec::{
-    place_missing, Filter, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk,
+    place_missing, read_placed, Decoding, Filter, HostRead, Hyperslab, Pipeline, Placed, RawChunks,
+    StoredChunk,
 };
 use std::ffi::c_void;
 
@@ -149,4 +150,76 @@ impl CompressedHostRead<'_> {
         }
         Ok((outcome.decoded, outcome.missing.len(), outcome.direct))
     }
+}
+
+/// Reads a gather's runs of rows (`runs`: hyperslabs, each at its byte of `out`) of a chunked,
+/// filtered dataset through h5py's HDF5 with every chunk they touch read raw and decoded once,
+/// on `threads` of the pool (`h5gds_chunk_codec::read_placed`), where HDF5 would decode them on
+/// this thread; parts of chunks never written read through HDF5 (`prepared`: a transfer checked
+/// over the runs' span). For files the layouts do not serve (open for writing, SWMR). Returns
+/// the chunks decoded and the parts never written. Runs without the GIL, under h5py's lock.
+#[allow(clippy::too_many_arguments)]
+pub fn gather_runs(
+    dataset: Hid,
+    name: &str,
+    chunk: &[u64],
+    pipeline: &Pipeline,
+    element_size: usize,
+    threads: usize,
+    runs: &[Placed],
+    prepared: &Prepared,
+    out: &mut [u8],
+) -> Result<(usize, usize), Failed> {
+    let touched: std::collections::BTreeSet<Vec<u64>> = runs
+        .iter()
+        .flat_map(|run| chunks_selected(&run.selection, chunk))
+        .map(|part| part.offset)
+        .collect();
+    let listed = (touched.len() >= h5gds_chunk_codec::LIST_INDEX_FROM)
+        .then(|| hdf5::chunk_index(dataset, chunk))
+        .transpose()
+        .map_err(|m| Failed(format!("dataset {name}: {m}")))?;
+    let mut source = H5pyChunks {
+        dataset,
+        name,
+        listed,
+    };
+    let how = Decoding {
+        pipeline,
+        chunk,
+        element_size,
+        threads,
+    };
+    let (outcome, missing_of) = read_placed(&mut source, &how, runs, out)?;
+    for (part, &k) in outcome.missing.iter().zip(&missing_of) {
+        let run = &runs[k];
+        let mut values = vec![0u8; part.len() as usize * element_size];
+        // SAFETY: the part is a piece of the run, inside the checked span, and `values` holds
+        // its elements in the memory type.
+        unsafe {
+            prepared.run_hyperslab(
+                &part.file_start(&run.selection),
+                run.selection.step,
+                &part.count,
+                values.as_mut_ptr().cast::<c_void>(),
+            )
+        }
+        .map_err(|m| {
+            Failed(format!(
+                "dataset {name}: H5Dread of the chunk never written at {:?} failed: {m}",
+                part.offset
+            ))
+        })?;
+        let first = run.at as usize;
+        let len = run.selection.count.iter().product::<u64>() as usize * element_size;
+        let r = HostRead {
+            pipeline,
+            chunk,
+            element_size,
+            selection: run.selection,
+            threads: 1,
+        };
+        place_missing(part, &values, &r, &mut out[first..first + len]);
+    }
+    Ok((outcome.decoded, outcome.missing.len()))
 }

@@ -6,7 +6,9 @@
 //! (`hdf5::direct_file`, which also opens the file anew for reading). Contiguous datasets are
 //! read run by run at their address; chunked ones (unfiltered, or a pipeline h5gds decodes)
 //! through `h5gds_chunk_codec::read` over the chunk index listed once, a read inside one chunk
-//! from the chunk decoded and kept for the next (as HDF5's chunk cache does). A read that touches a
+//! from the chunk decoded and kept for the next (as HDF5's chunk cache does; one chunk above its
+//! 1 MiB per dataset, within a budget for the process); a gather's runs of compressed rows share
+//! the chunks they touch, each decoded once per call. A read that touches a
 //! chunk never written is left to HDF5 (which fills it), as is everything else (compact,
 //! external, virtual, conversions, other filters).
 
@@ -19,7 +21,8 @@ use h5gds_chunk_codec::place::{
     chunks_selected, copy_box, whole_chunk_run, ChunkPart, SharedOut, Source,
 };
 use h5gds_chunk_codec::{
-    ChunkIndex, Filter, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk,
+    read_placed, ChunkIndex, Decoding, Filter, HostRead, Hyperslab, Pipeline, Placed, RawChunks,
+    StoredChunk,
 };
 use h5gds_route::route::{choose_decoder, Decoder};
 use h5gds_runtime::pinned;
@@ -44,7 +47,39 @@ enum Storage {
         index: Box<ChunkIndex>,
         /// The last chunks reads inside one chunk decoded, as HDF5's chunk cache keeps them.
         kept: Mutex<Kept>,
+        /// The last chunk above [`KEPT_CHUNK_MAX`] a read inside one chunk decoded.
+        large: Box<LargeKept>,
     },
+}
+
+/// A chunk larger than [`KEPT_CHUNK_MAX`], decoded (its first `valid` bytes), kept for the next
+/// read of the same chunk: rows read one call at a time, or batches of neighbouring rows, then
+/// decode it once rather than once a call. One per dataset, and at most [`LARGE_KEPT_BYTES`] for
+/// all datasets of the process; dropped with the layout (whose file cannot change meanwhile).
+struct Large {
+    offset: Vec<u64>,
+    bytes: Arc<Vec<u8>>,
+    valid: usize,
+}
+
+/// A dataset's [`Large`] chunk, if any; its bytes counted in [`LARGE_KEPT_HELD`].
+#[derive(Default)]
+struct LargeKept(Mutex<Option<Large>>);
+
+/// Bytes of large decoded chunks kept by all layouts together, at most [`LARGE_KEPT_BYTES`].
+static LARGE_KEPT_HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+const LARGE_KEPT_BYTES: usize = 256 << 20;
+
+impl Drop for LargeKept {
+    fn drop(&mut self) {
+        let large = match self.0.get_mut() {
+            Ok(large) => large.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(large) = large {
+            LARGE_KEPT_HELD.fetch_sub(large.bytes.len(), std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 /// Decoded chunks kept for reads inside one chunk (rows read one at a time decode each chunk
@@ -92,6 +127,18 @@ fn with_stored<R>(
         }
         done
     })
+}
+
+/// The bytes of a chunk of shape `chunk` up to the last element of the box `start` (in the
+/// chunk), `step`, `count` (its furthest element in row-major order); `count` has no zeros.
+fn last_byte(start: &[u64], step: &[u64], count: &[u64], chunk: &[u64], element: usize) -> usize {
+    let mut flat = 0u64;
+    let mut stride = 1u64;
+    for a in (0..chunk.len()).rev() {
+        flat += (start[a] + (count[a] - 1) * step[a]) * stride;
+        stride *= chunk[a];
+    }
+    (flat as usize + 1) * element
 }
 
 /// A dataset's storage, resolved once; `read` serves selections of it with no HDF5 call.
@@ -257,6 +304,7 @@ impl Layout {
                 pipeline,
                 index: Box::new(index),
                 kept: Mutex::default(),
+                large: Box::default(),
             },
         }))
     }
@@ -398,9 +446,10 @@ impl Layout {
 
     /// Reads the distinct rows of a gather's `plan` (each row: the hyperslab `rest_*` of the
     /// other axes) into the host buffer at `buffer` (`nbytes`: the rows in increasing order),
-    /// its runs of rows on the pool's threads at once, with no HDF5 call and neither h5py's lock
-    /// nor the GIL held. False when HDF5 is to read them; nothing was read then. The caller keeps
-    /// the buffer alive.
+    /// its runs of rows on the pool's threads at once (compressed chunks: each chunk the runs
+    /// touch decoded once on the pool, the runs' rows copied from it), with no HDF5 call and
+    /// neither h5py's lock nor the GIL held. False when HDF5 is to read them; nothing was read
+    /// then. The caller keeps the buffer alive.
     #[allow(clippy::too_many_arguments)]
     fn gather(
         &self,
@@ -454,7 +503,13 @@ impl Layout {
             };
             served.push(parts);
         }
+        if self.gather_in_one_large_chunk(py, &reads, &served, buffer, nbytes)? {
+            return Ok(true);
+        }
         let threads = threads()?;
+        if let Some(decoded) = self.gather_decoding(&served) {
+            return self.gather_decoded(py, decoded, &reads, buffer, nbytes, threads);
+        }
         let pool = (reads.len() > 1 && nbytes >= PARALLEL_BYTES && threads > 1)
             .then(|| h5gds_runtime::pool::get(threads))
             .flatten();
@@ -485,7 +540,185 @@ impl Layout {
     }
 }
 
+/// A gather's runs of rows as selections: start, step, count, and the byte and length of the
+/// output they fill.
+type Runs = [(Vec<u64>, Vec<u64>, Vec<u64>, u64, u64)];
+
 impl Layout {
+    /// For a gather of compressed chunks (`served`: the chunks each run touches), the pipeline
+    /// and chunk shape to decode them with once for all the runs; None where each run is read on
+    /// its own: unfiltered chunks (runs read straight from the file), or runs inside one small
+    /// chunk (decoded once and kept, `read_in_one_chunk`).
+    fn gather_decoding(&self, served: &[Vec<ChunkPart>]) -> Option<(&Pipeline, &[u64])> {
+        let Storage::Chunked {
+            chunk, pipeline, ..
+        } = &self.storage
+        else {
+            return None;
+        };
+        if pipeline.stages().is_empty() {
+            return None;
+        }
+        let first = served.iter().flatten().next()?;
+        let one_chunk = served
+            .iter()
+            .flatten()
+            .all(|part| part.offset == first.offset);
+        let small = chunk.iter().product::<u64>() as usize * self.element <= KEPT_CHUNK_MAX;
+        (!(one_chunk && small)).then_some((pipeline, chunk.as_slice()))
+    }
+
+    /// Reads a gather's runs of rows (`reads`, into the host buffer at `buffer`, `nbytes`) that
+    /// all lie in one compressed chunk larger than [`KEPT_CHUNK_MAX`] from that chunk decoded
+    /// once, as far as the last run needs, and kept for the next read ([`Layout::large_chunk`]:
+    /// batches of neighbouring rows); false (nothing read) for any other gather.
+    fn gather_in_one_large_chunk(
+        &self,
+        py: Python<'_>,
+        reads: &Runs,
+        served: &[Vec<ChunkPart>],
+        buffer: usize,
+        nbytes: usize,
+    ) -> PyResult<bool> {
+        let Storage::Chunked {
+            chunk,
+            pipeline,
+            index,
+            large,
+            ..
+        } = &self.storage
+        else {
+            return Ok(false);
+        };
+        let chunk_bytes = chunk.iter().product::<u64>() as usize * self.element;
+        let Some(first) = served.iter().flatten().next() else {
+            return Ok(false);
+        };
+        if pipeline.stages().is_empty()
+            || chunk_bytes <= KEPT_CHUNK_MAX
+            || !served
+                .iter()
+                .flatten()
+                .all(|part| part.offset == first.offset)
+        {
+            return Ok(false);
+        }
+        let Some(stored) = index.get(&first.offset) else {
+            return Ok(false);
+        };
+        // Each run's start inside the chunk.
+        let starts: Vec<Vec<u64>> = reads
+            .iter()
+            .map(|(start, ..)| {
+                start
+                    .iter()
+                    .zip(&first.offset)
+                    .map(|(s, o)| s - o)
+                    .collect()
+            })
+            .collect();
+        let needed = reads
+            .iter()
+            .zip(&starts)
+            .map(|((_, step, count, ..), start)| last_byte(start, step, count, chunk, self.element))
+            .max()
+            .unwrap_or(0);
+        if reads.iter().any(|(.., at, len)| at + len > nbytes as u64) {
+            return Err(PyValueError::new_err(format!(
+                "dataset {}: a run of the gather lies outside its buffer of {nbytes} bytes",
+                self.name
+            )));
+        }
+        py.detach(|| {
+            let decoded =
+                self.large_chunk(&first.offset, &stored, pipeline, chunk_bytes, needed, large)?;
+            for ((_, step, count, at, _), start) in reads.iter().zip(&starts) {
+                let src = Source {
+                    bytes: &decoded,
+                    shape: chunk,
+                    start,
+                    step,
+                };
+                let zeros = vec![0u64; count.len()];
+                // SAFETY: the Python caller passes the address and size of a live, writable host
+                // buffer it keeps referenced for the call; the run's place lies inside it
+                // (checked above) and is written by this thread alone.
+                unsafe {
+                    copy_box(
+                        &src,
+                        (buffer as *mut u8).add(*at as usize),
+                        count,
+                        &zeros,
+                        count,
+                        self.element,
+                    )
+                };
+            }
+            Ok::<(), String>(())
+        })
+        .map_err(PyOSError::new_err)?;
+        Ok(true)
+    }
+
+    /// Reads a gather's runs of rows (`reads`, into the host buffer at `buffer`, `nbytes`) with
+    /// every compressed chunk they touch read and decoded once, on `threads` of the pool, each
+    /// run's rows copied from it (`h5gds_chunk_codec::read_placed`); the GIL released. Every
+    /// chunk is in the index (`serves` said so).
+    fn gather_decoded(
+        &self,
+        py: Python<'_>,
+        (pipeline, chunk): (&Pipeline, &[u64]),
+        reads: &Runs,
+        buffer: usize,
+        nbytes: usize,
+        threads: usize,
+    ) -> PyResult<bool> {
+        let Storage::Chunked { index, .. } = &self.storage else {
+            return Ok(false);
+        };
+        let placed: Vec<Placed> = reads
+            .iter()
+            .map(|(start, step, count, at, _)| Placed {
+                selection: Hyperslab { start, step, count },
+                at: *at,
+            })
+            .collect();
+        let how = Decoding {
+            pipeline,
+            chunk,
+            element_size: self.element,
+            threads,
+        };
+        py.detach(|| {
+            // SAFETY: the Python caller passes the address and size of a live, writable host
+            // buffer it keeps referenced for the call; the runs' places lie inside it (checked).
+            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
+            let mut source = Indexed {
+                layout: self,
+                index,
+            };
+            let (outcome, _) = read_placed(&mut source, &how, &placed, out)?;
+            if !outcome.missing.is_empty() {
+                return Err(format!(
+                    "dataset {}: the chunk at {:?} is not in its chunk index",
+                    self.name, outcome.missing[0].offset
+                ));
+            }
+            h5gds::with_logging(|| {
+                tracing::debug!(
+                    "h5gds.read of {}: a gather of {} runs of rows, {} chunks each decoded once \
+                     on {threads} threads, with no HDF5 call",
+                    self.name,
+                    placed.len(),
+                    outcome.decoded
+                )
+            });
+            Ok(())
+        })
+        .map_err(PyOSError::new_err)?;
+        Ok(true)
+    }
+
     /// Checks a selection against the dataset's shape and a buffer of `nbytes` against it.
     /// Reads the hyperslab `sel` into the host buffer at `buffer` (`nbytes`), with the GIL
     /// released while bytes move; false where the layout does not serve it (nothing was read).
@@ -651,10 +884,12 @@ impl Layout {
                 pipeline,
                 index,
                 kept,
+                large,
                 ..
             } => {
                 if let [part] = parts {
-                    return self.read_in_one_chunk(part, sel, chunk, pipeline, index, kept, out);
+                    return self
+                        .read_in_one_chunk(part, sel, chunk, pipeline, index, kept, large, out);
                 }
                 let r = HostRead {
                     pipeline,
@@ -684,6 +919,111 @@ impl Layout {
 }
 
 impl Layout {
+    /// Reads the stored bytes of the chunk at `offset` into `bytes`.
+    fn read_stored(
+        &self,
+        offset: &[u64],
+        stored: &StoredChunk,
+        bytes: &mut Vec<u8>,
+    ) -> Result<(), String> {
+        bytes.resize(stored.size, 0);
+        self.file.read_exact_at(bytes, stored.address).map_err(|e| {
+            format!(
+                "dataset {}: reading the chunk at {offset:?} ({} bytes at byte {} of its file) \
+                 failed: {e}",
+                self.name, stored.size, stored.address
+            )
+        })
+    }
+
+    fn undecodable(&self, offset: &[u64], reason: String) -> String {
+        format!(
+            "dataset {}: the chunk at {offset:?} cannot be decoded: {reason}",
+            self.name
+        )
+    }
+
+    /// The decoded bytes of the large chunk at `offset` (`stored`, of `chunk_bytes`), valid at
+    /// least up to byte `needed`: the dataset's kept large chunk where it is this one and long
+    /// enough; else decoded now and kept in its place (within [`LARGE_KEPT_BYTES`]): only its
+    /// first `needed` bytes where that pays and the kept chunk is another (a first read of
+    /// this one), all of it where the kept chunk is this one (a reader walking through it).
+    /// Never waits for the lock (a forked child may hold a copy locked by a thread it lacks).
+    fn large_chunk(
+        &self,
+        offset: &[u64],
+        stored: &StoredChunk,
+        pipeline: &Pipeline,
+        chunk_bytes: usize,
+        needed: usize,
+        large: &LargeKept,
+    ) -> Result<Arc<Vec<u8>>, String> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let lock = || match large.0.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        let mut walking = false;
+        let mut reused = None;
+        if let Some(mut kept) = lock() {
+            if let Some(k) = kept.as_ref().filter(|k| k.offset == offset) {
+                if k.valid >= needed {
+                    return Ok(k.bytes.clone());
+                }
+                walking = true;
+            }
+            if let Some(old) = kept.take() {
+                LARGE_KEPT_HELD.fetch_sub(old.bytes.len(), Relaxed);
+                reused = Arc::try_unwrap(old.bytes).ok();
+            }
+        }
+        let upto = if !walking && pipeline.prefix_pays(stored.mask, needed, chunk_bytes) {
+            needed
+        } else {
+            chunk_bytes
+        };
+        let mut decoded = reused
+            .filter(|b| b.len() == chunk_bytes)
+            .unwrap_or_else(|| vec![0u8; chunk_bytes]);
+        with_stored(
+            |bytes| self.read_stored(offset, stored, bytes),
+            chunk_bytes,
+            |bytes, scratch| {
+                if upto < chunk_bytes {
+                    pipeline.decode_prefix_into(
+                        bytes,
+                        stored.mask,
+                        chunk_bytes,
+                        scratch,
+                        &mut decoded[..upto],
+                    )
+                } else {
+                    pipeline.decode_into(bytes, stored.mask, scratch, &mut decoded)
+                }
+                .map_err(|reason| self.undecodable(offset, reason))
+            },
+        )?;
+        let decoded = Arc::new(decoded);
+        if let Some(mut kept) = lock() {
+            let room = LARGE_KEPT_HELD
+                .fetch_update(Relaxed, Relaxed, |held| {
+                    (held + chunk_bytes <= LARGE_KEPT_BYTES).then_some(held + chunk_bytes)
+                })
+                .is_ok();
+            if room {
+                if let Some(old) = kept.replace(Large {
+                    offset: offset.to_vec(),
+                    bytes: decoded.clone(),
+                    valid: upto,
+                }) {
+                    LARGE_KEPT_HELD.fetch_sub(old.bytes.len(), Relaxed);
+                }
+            }
+        }
+        Ok(decoded)
+    }
+
     /// Reads a selection inside one chunk: an unfiltered chunk's runs straight from the file;
     /// a small compressed chunk from its decoded bytes, kept for the next reads as HDF5's chunk
     /// cache keeps them; a larger one decoded into this thread's buffers (or straight into `out`
@@ -697,6 +1037,7 @@ impl Layout {
         pipeline: &Pipeline,
         index: &ChunkIndex,
         kept: &Mutex<Kept>,
+        large: &LargeKept,
         out: &mut [u8],
     ) -> Result<(), String> {
         let stored = index.get(&part.offset).ok_or_else(|| {
@@ -720,22 +1061,8 @@ impl Layout {
             return self.read_runs(stored.address, chunk, &inside, out, 1);
         }
         let chunk_bytes = chunk.iter().product::<u64>() as usize * self.element;
-        let read_stored = |bytes: &mut Vec<u8>| {
-            bytes.resize(stored.size, 0);
-            self.file.read_exact_at(bytes, stored.address).map_err(|e| {
-                format!(
-                    "dataset {}: reading the chunk at {:?} ({} bytes at byte {} of its file) \
-                         failed: {e}",
-                    self.name, part.offset, stored.size, stored.address
-                )
-            })
-        };
-        let undecodable = |reason: String| {
-            format!(
-                "dataset {}: the chunk at {:?} cannot be decoded: {reason}",
-                self.name, part.offset
-            )
-        };
+        let read_stored = |bytes: &mut Vec<u8>| self.read_stored(&part.offset, &stored, bytes);
+        let undecodable = |reason: String| self.undecodable(&part.offset, reason);
         let place = |decoded: &[u8], out: &mut [u8]| {
             let src = Source {
                 bytes: decoded,
@@ -756,18 +1083,18 @@ impl Layout {
             };
         };
         if chunk_bytes > KEPT_CHUNK_MAX {
-            return with_stored(read_stored, chunk_bytes, |bytes, scratch| {
-                if part.count == chunk && whole_chunk_run(part, sel, chunk) == Some(0) {
-                    return pipeline
+            if part.count == chunk && whole_chunk_run(part, sel, chunk) == Some(0) {
+                return with_stored(read_stored, chunk_bytes, |bytes, scratch| {
+                    pipeline
                         .decode_into(bytes, stored.mask, scratch, out)
-                        .map_err(undecodable);
-                }
-                let decoded = pipeline
-                    .decode(bytes, stored.mask, chunk_bytes, scratch)
-                    .map_err(undecodable)?;
-                place(decoded, out);
-                Ok(())
-            });
+                        .map_err(undecodable)
+                });
+            }
+            let needed = last_byte(&start, sel.step, sel.count, chunk, self.element);
+            let decoded =
+                self.large_chunk(&part.offset, &stored, pipeline, chunk_bytes, needed, large)?;
+            place(&decoded, out);
+            return Ok(());
         }
         // Never waited for: a fork may copy the lock into a child held by a thread the child
         // does not have (a DataLoader worker forked while another thread reads), and a busy

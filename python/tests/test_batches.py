@@ -26,6 +26,24 @@ def rows(tmp_path):
     return path
 
 
+def test_shuffled_batches_of_compressed_rows_decode_each_chunk_once_per_batch(tmp_path):
+    """Chunks of 1.28 MB (above the 1 MiB h5gds keeps decoded between reads): each batch's gather
+    decodes every chunk its rows touch once, whatever number of runs they form in it."""
+    path = tmp_path / "big.h5"
+    x = np.repeat(np.arange(96, dtype="<f4")[:, None], 20000, axis=1)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=x, chunks=(16, 20000), **hdf5plugin.Zstd())
+    order = np.random.default_rng(9).permutation(96)
+    with h5py.File(path, "r") as f:
+        before = h5gds._native.chunks_decoded()
+        got = list(h5gds.batches(f["x"], 24, seed=9))
+        decoded = h5gds._native.chunks_decoded() - before
+    touched = sum(len(set(order[k:k + 24] // 16)) for k in range(0, 96, 24))
+    assert decoded == touched, (decoded, touched)
+    assert np.concatenate([b[:, 0] for b in got]).tolist() == order.astype(float).tolist()
+    assert all((b == b[:, :1]).all() for b in got)
+
+
 @pytest.mark.parametrize("name", ["contiguous", "zstd", "big_endian"])
 def test_every_row_once_in_batches_of_the_size(rows, name):
     with h5py.File(rows, "r") as f:

@@ -779,6 +779,23 @@ def test_gathers_into_device_arrays_read_the_rows_then_copy_them_up(tmp_path):
                 out.free()
 
 
+def test_device_gathers_of_compressed_rows_decode_each_chunk_once(tmp_path):
+    """Rows of a read-only file's compressed dataset whose chunks (1.28 MB) are larger than h5gds
+    keeps decoded: each chunk the gather touches decoded once, however many runs of rows it holds."""
+    path = tmp_path / "z.h5"
+    x = (np.arange(64 * 20000, dtype="<f4").reshape(64, 20000) % 977) / 8
+    with h5py.File(path, "w") as f:
+        f.create_dataset("z", data=x, chunks=(16, 20000), compression="gzip")
+    rows = [40, 1, 3, 17, 19, 5, 3]
+    with h5py.File(path, "r") as f:
+        out = DeviceArray((len(rows), 20000), "<f4", fill=0)
+        before = h5gds._native.chunks_decoded()
+        h5gds.read(f["z"], out=out, sel=rows)
+        assert h5gds._native.chunks_decoded() - before == 3
+        assert np.array_equal(out.to_host(), x[rows])
+        out.free()
+
+
 @pytest.mark.parametrize("mode, driver", [("r", None), ("r", "gds"), ("r+", None)])
 def test_gathers_go_to_device_arrays_through_pinned_memory_in_one_copy(tmp_path, mode, driver):
     """Gathered in pinned host memory from the pool (read-only files through the layout, others

@@ -317,3 +317,115 @@ def test_writes_take_no_index_arrays(dset):
     with pytest.raises(TypeError, match=r"^selection item \[1, 2\] \(list\): h5gds\.read and h5gds\.write take"):
         h5gds.write(dset, np.zeros((2, 6, 5)), sel=[1, 2])
     assert dset[...].tobytes() == reference().tobytes()
+
+
+# --- compressed chunks: each chunk a read touches decoded once ------------------------------------------------
+
+#: Chunks larger than the 1 MiB h5gds keeps decoded between reads, so that only decoding once per call
+#: (not a cache) keeps the count down: 4 chunks of 16 rows of 20000 float32 (1.28 MB).
+BIG_CHUNKS = (64, 20000), (16, 20000)
+
+
+@pytest.fixture(params=["gzip", "zstd", "lz4"])
+def compressed(request, tmp_path):
+    import hdf5plugin
+
+    codec = {"gzip": {"compression": "gzip"}, "zstd": hdf5plugin.Zstd(), "lz4": hdf5plugin.LZ4()}[request.param]
+    shape, chunks = BIG_CHUNKS
+    data = np.round(np.sin(np.arange(np.prod(shape), dtype="f4").reshape(shape) / 300) * 64) / 64
+    path = tmp_path / f"{request.param}.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=data.astype("f4"), chunks=chunks, **codec)
+    with h5py.File(path, "r") as f:  # read-only: h5gds reads and decodes the chunks itself
+        yield f["x"]
+
+
+@pytest.mark.parametrize("sel, chunks", [
+    # Rows in chunks 0, 1 and 2, several runs in each, unordered with a repeat.
+    ([40, 1, 3, 17, 19, 5, 3], 3),
+    # The same rows with a slice of the other axis.
+    (([40, 1, 3, 17, 19, 5, 3], slice(100, 19000, 7)), 3),
+    # Every other row of one chunk: 8 runs, one chunk.
+    (list(range(16, 32, 2)), 1),
+    # A strided partial hyperslab across every chunk.
+    ((slice(2, 60, 3), slice(5, 19000, 7)), 4),
+    # Rows across a chunk boundary, part of the other axis.
+    ((slice(14, 18), slice(3, 50)), 2),
+])
+def test_compressed_reads_decode_each_chunk_they_touch_once(compressed, sel, chunks):
+    before = _native.chunks_decoded()
+    got = h5gds.read(compressed, sel=sel)
+    decoded = _native.chunks_decoded() - before
+    rows = sel[0] if isinstance(sel, tuple) else sel
+    if isinstance(rows, list):
+        rest = sel[1:] if isinstance(sel, tuple) else ()
+        expected = h5py_gather(compressed, rows, rest)
+    else:
+        expected = compressed[sel]
+    np.testing.assert_array_equal(got, expected)
+    assert decoded == chunks, f"{decoded} chunks decoded for a read touching {chunks}"
+
+
+def test_a_large_chunk_read_a_call_at_a_time_is_decoded_at_most_twice(compressed):
+    """Rows read one call at a time through a 1.28 MB chunk (rows walked in order, as batches of
+    neighbouring rows read them): the first read decodes what it needs, the second the whole chunk,
+    kept for the rest; each read equal to h5py's."""
+    before = _native.chunks_decoded()
+    for row in range(16, 32):
+        np.testing.assert_array_equal(h5gds.read(compressed, sel=row), compressed[row])
+    for first in range(16, 32, 4):
+        rows = list(range(first, first + 4))
+        np.testing.assert_array_equal(h5gds.read(compressed, sel=rows), compressed[first:first + 4])
+    assert _native.chunks_decoded() - before <= 2
+
+
+def test_the_large_chunk_kept_goes_with_its_file(tmp_path):
+    """A kept decoded chunk belongs to the dataset as opened read-only: rewritten and reopened, the
+    file's new values are read."""
+    path = tmp_path / "kept.h5"
+    shape, chunks = BIG_CHUNKS
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=np.zeros(shape, "f4"), chunks=chunks, compression="gzip")
+    with h5py.File(path, "r") as f:
+        assert not h5gds.read(f["x"], sel=3).any() and not h5gds.read(f["x"], sel=[5, 9]).any()
+    with h5py.File(path, "r+") as f:
+        f["x"][:16] = 7
+    with h5py.File(path, "r") as f:
+        assert (h5gds.read(f["x"], sel=3) == 7).all() and (h5gds.read(f["x"], sel=[5, 9]) == 7).all()
+
+
+@pytest.mark.parametrize("sel, chunks", [
+    ([40, 1, 3, 17, 19, 5, 3], 3),
+    (([40, 1, 3, 17, 19, 5, 3], slice(100, 19000, 7)), 3),
+    # Rows inside one chunk: left to HDF5, which keeps the chunk in its cache.
+    (list(range(16, 32, 2)), 0),
+])
+def test_gathers_from_a_file_open_for_writing_decode_each_chunk_once(compressed, sel, chunks):
+    """Files the layouts do not serve (here open for writing): the rows' chunks read raw through
+    h5py's HDF5 and decoded by h5gds, each once."""
+    path = compressed.file.filename
+    compressed.file.close()
+    with h5py.File(path, "r+") as f:
+        dset = f["x"]
+        before = _native.chunks_decoded()
+        got = h5gds.read(dset, sel=sel)
+        decoded = _native.chunks_decoded() - before
+        rows, rest = (sel[0], sel[1:]) if isinstance(sel, tuple) else (sel, ())
+        np.testing.assert_array_equal(got, h5py_gather(dset, rows, rest))
+    assert decoded == chunks, f"{decoded} chunks decoded for a read touching {chunks}"
+
+
+def test_gathers_of_chunks_never_written_from_a_file_open_for_writing(tmp_path):
+    import hdf5plugin
+
+    shape, chunks = BIG_CHUNKS
+    with h5py.File(tmp_path / "sparse.h5", "w") as f:
+        dset = f.create_dataset("x", shape=shape, dtype="f4", chunks=chunks, fillvalue=-2.5, **hdf5plugin.Zstd())
+        dset[16:32] = 4.0
+        dset[48:] = np.arange(16 * 20000, dtype="f4").reshape(16, 20000)
+        rows = [50, 3, 20, 40, 63, 3]
+        before = _native.chunks_decoded()
+        got = h5gds.read(dset, sel=rows)
+        assert _native.chunks_decoded() - before == 2  # the two chunks written
+        np.testing.assert_array_equal(got, h5py_gather(dset, rows))
+        assert (got[1] == -2.5).all() and (got[2] == 4).all()
