@@ -189,7 +189,7 @@ fn every_size_offset_and_constant_matches_the_c_headers() {
 
 #[test]
 fn documented_sizes_on_x86_64() {
-    // ARCHITECTURE.md (`abi`): 336 and 80 bytes on x86-64 for HDF5 1.14.4+ and 2.x.
+    // docs/driver.md ("Inside the driver", `abi`): 336 and 80 bytes on x86-64, HDF5 1.14.4+, 2.x.
     if cfg!(target_arch = "x86_64") {
         assert_eq!(size_of::<H5FD_class_t>(), 336);
         assert_eq!(size_of::<H5FD_t>(), 80);

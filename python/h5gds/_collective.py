@@ -1,6 +1,6 @@
 """Collective ``to_file`` / ``from_file`` / ``from_file_batched`` over an mpi4py communicator: the
 ``comm=`` argument of the functions in ``_files``. The same design as array-io's ``collective``
-module (ARCHITECTURE.md): one ordinary HDF5 file with one contiguous dataset; rank 0 writes all
+module (docs/mpi.md): one ordinary HDF5 file with one contiguous dataset; rank 0 writes all
 HDF5 metadata (creating the file under a temporary name, the dataset allocated early); every rank
 writes its own tile's bytes at their file offsets through the driver's I/O engine (HDF5's public
 driver API, ``H5FDopen``/``H5FDwrite``, in h5py's HDF5: no HDF5 metadata); rank 0 renames the

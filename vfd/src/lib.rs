@@ -7,7 +7,8 @@
 //! (see `h5gds_runtime::hdf5`).
 //! For array-io, the `h5gds` tool, the Python extension and tests it exports a small surface
 //! (below); the rest is private to the driver. ARCHITECTURE.md at the repository root maps the
-//! modules, the path of a read and a write through them, and the invariants each one enforces.
+//! crates, the path of a read and a write, and the invariants; docs/driver.md ("Inside the
+//! driver") describes each module.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 /// The HDF5 virtual-file-driver ABI (public so its layout can be checked against real headers).

@@ -22,7 +22,7 @@
 //! driver (device tiles straight from GPU memory). Every call is collective (all ranks of the
 //! communicator must make it) and its errors are too: every rank returns the same
 //! [`Error::Collective`] naming each failed rank and its cause, and no rank is left waiting.
-//! After a failed write the target path is as it was before the call. See ARCHITECTURE.md.
+//! After a failed write the target path is as it was before the call. See docs/mpi.md.
 
 mod agree;
 mod decompose;

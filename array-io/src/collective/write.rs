@@ -1,7 +1,7 @@
-//! The collective write, in four agreed steps (see ARCHITECTURE.md): describe the tiles, create
-//! the file and its early-allocated dataset on rank 0 under a temporary name, write every
-//! rank's byte runs through the driver's I/O engine (`H5FDwrite`), and rename (or remove) the
-//! file on rank 0.
+//! The collective write, in four agreed steps (docs/mpi.md, "How a collective write works"):
+//! describe the tiles, create the file and its early-allocated dataset on rank 0 under a temporary
+//! name, write every rank's byte runs through the driver's I/O engine (`H5FDwrite`), and rename
+//! (or remove) the file on rank 0.
 
 use super::agree::{agree, agree_with, Unwire, Wire};
 use super::decompose::{write_boxes, Decomposition, TileClaim};
