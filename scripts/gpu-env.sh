@@ -23,17 +23,29 @@ if [ "$(cat "$gpu_root/.gpu/site/.stamp" 2>/dev/null)" != "$gpu_stamp" ]; then
   rm -rf "$gpu_root/.gpu/site" "$gpu_root/.gpu/lib"
   mkdir -p "$gpu_root/.gpu/site" "$gpu_root/.gpu/lib"
   xz -dc "$gpu_root/.gpu/libnvcomp.so.6.xz" >"$gpu_root/.gpu/lib/libnvcomp.so.6"
+  # The helpers (pytest, cuda-pathfinder) only where this Python lacks them: ahead on PYTHONPATH,
+  # another version would shadow the one CuPy was installed with.
+  gpu_wheels=()
+  for gpu_wheel in "$gpu_root"/.gpu/whl/*.whl; do
+    case "$(basename "$gpu_wheel")" in
+      cuda_pathfinder-*) gpu_module=cuda.pathfinder ;;
+      pytest-* | pluggy-* | iniconfig-* | packaging-*) gpu_module=$(basename "$gpu_wheel" | cut -d- -f1) ;;
+      *) gpu_module= ;;
+    esac
+    [ -n "$gpu_module" ] && "$H5GDS_PYTHON" -c "import $gpu_module" 2>/dev/null && continue
+    gpu_wheels+=("$gpu_wheel")
+  done
   # All at once; where that fails (a wheel for another Python: KvikIO's rows are then left out and
   # the report says so), one at a time, keeping those that install.
   if ! "$H5GDS_PYTHON" -m pip install --quiet --disable-pip-version-check --no-index --no-deps --no-compile \
-    --target "$gpu_root/.gpu/site" "$gpu_root"/.gpu/whl/*.whl 2>/dev/null; then
-    for gpu_wheel in "$gpu_root"/.gpu/whl/*.whl; do
+    --target "$gpu_root/.gpu/site" "${gpu_wheels[@]}" 2>/dev/null; then
+    for gpu_wheel in "${gpu_wheels[@]}"; do
       "$H5GDS_PYTHON" -m pip install --quiet --disable-pip-version-check --no-index --no-deps --no-compile \
         --target "$gpu_root/.gpu/site" "$gpu_wheel" 2>/dev/null ||
         echo "env.sh: $(basename "$gpu_wheel") does not install for $("$H5GDS_PYTHON" -V 2>&1); left out"
     done
   fi
-  tar -xzf "$gpu_root/.gpu/hdf5plugin.tar.gz" -C "$gpu_root/.gpu/site"
+  tar -xJf "$gpu_root/.gpu/hdf5plugin.tar.xz" -C "$gpu_root/.gpu/site"
   echo "$gpu_stamp" >"$gpu_root/.gpu/site/.stamp"
 fi
 export PYTHONPATH=$gpu_root/.gpu/site${PYTHONPATH:+:$PYTHONPATH}
@@ -50,4 +62,4 @@ export H5GDS_PLUGIN_DIR=$gpu_root/target/release H5GDS_PROFILE=$(cat "$gpu_root/
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "env.sh: builds in target/$H5GDS_PROFILE, wheels in .gpu/site for $H5GDS_PYTHON," \
   "cuFile from ${gpu_cufile:-nowhere found}, nvCOMP from .gpu/lib"
-unset gpu_stamp build_root gpu_wheel gpu_cufile
+unset gpu_stamp build_root gpu_wheel gpu_wheels gpu_module gpu_cufile

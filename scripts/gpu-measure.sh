@@ -13,7 +13,8 @@
 #             array-io-examples (--device), mpi-2-ranks, damaged-chunks (scripts/gpu_damaged_chunks.py)
 #   measure   io (issue 23: scripts/bench_python.py), headline (array-io's from_file against the
 #             128 MB staged path), codec (issue 24), threads-host, threads-device (issue 26),
-#             first-read (issue 22), mpi-1-rank, mpi-2-ranks-write, mpi-4-ranks (issue 23)
+#             first-read (issue 22), mpi-1-ranks-write, mpi-2-ranks-write, mpi-4-ranks-write
+#             (collective device writes and reads: issue 23)
 # then writes $OUT/report.md and $OUT/report.json (scripts/gpu_report.py: the machine, every
 # step's outcome, the tests counted, every figure with its comparison, each issue's goal met or
 # missed) and $OUT/logs.tar.xz. `identify`, `checks`, `measure` or step names run only those;
@@ -26,8 +27,8 @@
 # Settings: OUT (default /tmp/gpu-measure), H5GDS_PYTHON (python3), H5GDS_PROFILE (release: the
 # builds under target/<profile>), SIZE_MIB (1024: the io, headline and MPI datasets; a quarter for
 # codec, half for threads), REPS (3), DAMAGED_CHUNKS (300 per codec), FIRST_READ_SIZES (4K,256M),
-# MEASURE_DIR (where data files go; default .gpu/scratch, on the working directory's disk, which
-# the cold reads measure), H5GDS_EMULATOR_DIR (the emulator's library directory, on the emulators).
+# MEASURE_DIR (where a scratch directory for the data files goes; default .gpu, on the working
+# directory's disk, which the cold reads measure), H5GDS_EMULATOR_DIR (the emulator's library directory, on the emulators).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -37,11 +38,11 @@ profile=${H5GDS_PROFILE:-release}
 size=${SIZE_MIB:-1024}
 reps=${REPS:-3}
 budget=${MEASURE_SECONDS:-440}
-data=${MEASURE_DIR:-$root/.gpu/scratch}
 [ $# -gt 0 ] || set -- all
-mkdir -p "$out" "$data"
+mkdir -p "$out" "${MEASURE_DIR:-$root/.gpu}"
+data=$(mktemp -d "${MEASURE_DIR:-$root/.gpu}/scratch.XXXXXX")
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-measure.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work" "$data"' EXIT
 mkdir -p "$work/logs"
 export H5GDS_BENCH_RECORDS=$work/records.jsonl PYTHONUNBUFFERED=1
 : >"$H5GDS_BENCH_RECORDS"
@@ -117,14 +118,22 @@ machine() {
   echo "working directory: $root on $(findmnt -no FSTYPE,SOURCE -T "$root" 2>/dev/null | head -n 1)"
   echo "data directory: $data on $(findmnt -no FSTYPE,SOURCE -T "$data" 2>/dev/null | head -n 1)"
   echo "python: $("$py" -c 'import sys; print(sys.version.split()[0])')"
-  "$py" - <<'EOF'
+  # (stderr dropped: the trimmed hdf5plugin warns about each filter it was packed without)
+  "$py" - 2>/dev/null <<'EOF'
 import importlib
+import importlib.metadata
 for name in ("numpy", "h5py", "hdf5plugin", "h5gds", "cupy", "torch", "jax", "kvikio", "mpi4py", "xarray"):
     try:
         module = importlib.import_module(name)
-        print(f"{name}: {getattr(module, '__version__', '?')} ({getattr(module, '__file__', '?')})")
     except Exception as exc:  # absent or broken: say which
         print(f"{name}: not importable ({type(exc).__name__}: {exc})")
+        continue
+    version = getattr(module, "__version__", None) or getattr(module, "version", None)
+    try:
+        version = version or importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        version = "?"
+    print(f"{name}: {version} ({getattr(module, '__file__', '?')})")
 EOF
   # Whether libcuda here is h5gds's emulator: the report's labels follow it.
   (cd python/tests && "$py" -c 'from device_arrays import cuda; print("emulated:", cuda().emulated)') 2>&1 | tail -n 1
@@ -150,7 +159,8 @@ tests=$(ls "$bin"/deps/device_paths-* 2>/dev/null | grep -v '\.d$' | head -n 1)
 plugins=$("$py" -c 'import hdf5plugin; print(hdf5plugin.PLUGIN_PATH)' 2>/dev/null)
 
 step machine identify 30 machine
-step info identify 30 bash -c '"$0" info && "$0" info --json >"$1"' "$bin/h5gds" "$work/info.json"
+# The installed package's `h5gds info` (the same report as the command-line tool's).
+step info identify 30 bash -c '"$0" -m h5gds info && "$0" -m h5gds info --json >"$1"' "$py" "$work/info.json"
 
 if [ -n "$tests" ]; then
   step rust-device-tests checks 150 "$tests" --test-threads=4
@@ -172,7 +182,8 @@ fi
 step damaged-chunks checks 120 "$py" scripts/gpu_damaged_chunks.py --chunks "${DAMAGED_CHUNKS:-300}" \
   --dir "$data" --summary "$work/damaged.json"
 
-step io measure 120 "$py" scripts/bench_python.py --size "${size}M" --reps "$reps" --dir "$data"
+step io measure 120 "$py" scripts/bench_python.py --size "${size}M" --xarray-size "$((size / 4))M" --reps "$reps" \
+  --dir "$data"
 step headline measure 60 "$bin/examples/bench_device_read" --sizes "${size}M" --reps "$reps" --dir "$data"
 step codec measure 120 "$py" benches/compressed_read.py --size "$((size / 4))M" --codecs zstd,lz4,gzip \
   --chunks 256K,1M,4M,16M --reps "$reps" --dir "$data"

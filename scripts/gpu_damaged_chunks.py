@@ -9,7 +9,11 @@ by nvCOMP) and the outcome judged against HDF5's own filters (the host decoder) 
 * refused with an error naming the chunk (``chunk at [offset]``): right;
 * read, and equal to what the host decoder gives: right (the damage still decodes);
 * read where the host decoder refuses, and equal to the chunk before damage: right (the damage hit
-  what the GPU path does not check unless asked, such as deflate's Adler-32);
+  only what the GPU path does not check unless asked: deflate's Adler-32);
+* read where the host decoder refuses, with other bytes, but refused naming the chunk once
+  ``H5GDS_VERIFY_CHECKSUMS=1`` checks deflate's Adler-32: right as documented (docs/gpu-codec.md:
+  the GPU path leaves the checksum unverified by default), and counted apart, so the report shows
+  how many damaged deflate chunks read as wrong bytes without it;
 * anything else (an error not naming the chunk, bytes that differ) is a failure, and a crash or a
   hang fails the caller's time limit (scripts/gpu-measure.sh runs this under ``timeout``).
 
@@ -83,7 +87,8 @@ def check_codec(path, codec, chunks, chunk_elements, cupy):
     """Reads each damaged chunk on the host and into device memory; (outcome counts, failures)."""
     data, kinds = write(path, codec, chunks, chunk_elements)
     counts = {"refused naming the chunk": 0, "decoded, equal to the host decoder": 0,
-              "decoded the intact chunk the host decoder refuses": 0, "FAILED": 0}
+              "decoded the intact chunk the host decoder refuses": 0,
+              "read wrong unless H5GDS_VERIFY_CHECKSUMS=1, which refuses it naming the chunk": 0, "FAILED": 0}
     failures = []
     out = cupy.empty((chunk_elements,), dtype="<f4")
     with h5py.File(path, "r", driver="gds", rdcc_nbytes=0) as f:
@@ -109,11 +114,26 @@ def check_codec(path, codec, chunks, chunk_elements, cupy):
                 counts["decoded, equal to the host decoder"] += 1
             elif host is None and got == data[a:b].tobytes():
                 counts["decoded the intact chunk the host decoder refuses"] += 1
+            elif host is None and codec == "deflate" and refused_when_verified(d, out, a, b):
+                counts["read wrong unless H5GDS_VERIFY_CHECKSUMS=1, which refuses it naming the chunk"] += 1
             else:
                 counts["FAILED"] += 1
                 why = "differ from the host decoder's" if host is not None else "were read where the host decoder refuses"
                 failures.append(f"{where}: read as a success, but its bytes {why}")
     return counts, failures
+
+
+def refused_when_verified(dset, out, a, b):
+    """Whether reading elements a..b again with deflate's Adler-32 checked (H5GDS_VERIFY_CHECKSUMS=1)
+    refuses the chunk, naming it."""
+    os.environ["H5GDS_VERIFY_CHECKSUMS"] = "1"
+    try:
+        h5gds.read(dset, out=out, sel=(slice(a, b),))
+    except OSError as exc:
+        return f"chunk at [{a}]" in str(exc)
+    finally:
+        del os.environ["H5GDS_VERIFY_CHECKSUMS"]
+    return False
 
 
 def main():
@@ -129,6 +149,7 @@ def main():
         print(f"DAMAGED CHUNKS: not run: {label}")
         sys.exit(2)
     os.environ["H5GDS_GPU_CODEC"] = "1"  # nvCOMP wherever it can, which is what this checks
+    os.environ.pop("H5GDS_VERIFY_CHECKSUMS", None)  # the default first
     summary = {"label": label.strip(), "codecs": {}, "failures": []}
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for codec in args.codecs.split(","):

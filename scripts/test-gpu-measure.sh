@@ -20,6 +20,9 @@ copy=$(mktemp -d)
 trap 'rm -rf "$copy"' EXIT
 git ls-files -z --cached --others --exclude-standard | tar -cf - --null -T - .gpu | tar -xf - -C "$copy"
 echo "test-gpu-measure.sh: the checkout as it travels: $(du -sm "$copy" | cut -f1) MiB"
+# The results stay for a look after a failure.
+out=$root/target/gpu-measure-rehearsal
+rm -rf "$out"
 status=0
 (
   cd "$copy"
@@ -29,10 +32,9 @@ status=0
   # The emulators ahead of everything env.sh found, as the machine's libcuda/libcufile/libnvcomp; the
   # Rust device tests on the emulator configured as the first real-GPU machine (as scripts/test.sh runs them).
   export LD_LIBRARY_PATH=$emulator:$LD_LIBRARY_PATH H5GDS_EMULATOR_DIR=$emulator H5GDS_EMU_POISON=off \
-    H5GDS_TEST_EMULATED_MACHINE=h200-vm
-  OUT=$copy/out SIZE_MIB=16 REPS=1 DAMAGED_CHUNKS=24 FIRST_READ_SIZES=4K scripts/gpu-measure.sh all
+    H5GDS_TEST_EMULATED_MACHINE=h200-vm H5GDS_EMU_DEVICES=2
+  OUT=$out SIZE_MIB=16 REPS=1 DAMAGED_CHUNKS=24 FIRST_READ_SIZES=4K scripts/gpu-measure.sh all
 ) || status=$?
-out=$copy/out
 for file in report.md report.json logs.tar.xz; do
   [ -s "$out/$file" ] || { echo "test-gpu-measure.sh: $file was not written" >&2; exit 1; }
 done
