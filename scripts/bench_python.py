@@ -251,6 +251,9 @@ def kvikio_file(path, cupy):
     """KvikIO's ``CuFile`` class where the kvikio package imports and reads the head of `path` into a
     CuPy array, else None and why (no KvikIO rows then: on h5gds's emulators it finds a CUDA call
     the emulator lacks)."""
+    # KvikIO's own thread pool (one thread unless told) as wide as h5gds's I/O threads: the same threads.
+    threads = next(s["value"] for s in h5gds.info()["settings"] if s["key"] == "nthreads")
+    os.environ.setdefault("KVIKIO_NTHREADS", threads)
     try:
         import kvikio
 
@@ -259,7 +262,7 @@ def kvikio_file(path, cupy):
             k.read(probe, probe.nbytes, 0)
     except Exception as exc:  # absent, or unable to run here
         return None, f"KvikIO cannot read here ({type(exc).__name__}: {exc})"
-    return kvikio.CuFile, f"KvikIO {getattr(kvikio, '__version__', '?')}"
+    return kvikio.CuFile, f"KvikIO {getattr(kvikio, '__version__', '?')} ({os.environ['KVIKIO_NTHREADS']} threads)"
 
 
 def bench_device_alternatives(path, n, reps):

@@ -25,8 +25,8 @@
 # labelled EMULATED and the test counts say EMULATED, never "ON THE REAL GPU".
 #
 # Settings: OUT (default /tmp/gpu-measure), H5GDS_PYTHON (python3), H5GDS_PROFILE (release: the
-# builds under target/<profile>), SIZE_MIB (1024: the io, headline and MPI datasets; a quarter for
-# codec, half for threads), REPS (3), DAMAGED_CHUNKS (300 per codec), FIRST_READ_SIZES (4K,256M),
+# builds under target/<profile>), SIZE_MIB (1024: the io, headline and MPI datasets; an eighth for
+# codec, a quarter for threads), REPS (3), DAMAGED_CHUNKS (300 per codec), FIRST_READ_SIZES (256M),
 # MEASURE_DIR (where a scratch directory for the data files goes; default .gpu, on the working
 # directory's disk, which the cold reads measure), H5GDS_EMULATOR_DIR (the emulator's library directory, on the emulators).
 set -uo pipefail
@@ -182,16 +182,16 @@ fi
 step damaged-chunks checks 120 "$py" scripts/gpu_damaged_chunks.py --chunks "${DAMAGED_CHUNKS:-300}" \
   --dir "$data" --summary "$work/damaged.json"
 
-step io measure 120 "$py" scripts/bench_python.py --size "${size}M" --xarray-size "$((size / 4))M" --reps "$reps" \
+step io measure 120 "$py" scripts/bench_python.py --size "${size}M" --xarray-size "$((size / 8))M" --reps "$reps" \
   --dir "$data"
 step headline measure 60 "$bin/examples/bench_device_read" --sizes "${size}M" --reps "$reps" --dir "$data"
-step codec measure 120 "$py" benches/compressed_read.py --size "$((size / 4))M" --codecs zstd,lz4,gzip \
+step codec measure 150 "$py" benches/compressed_read.py --size "$((size / 8))M" --codecs zstd,lz4,gzip \
   --chunks 256K,1M,4M,16M --reps "$reps" --dir "$data"
-step threads-host measure 60 "$py" benches/threads.py --size "$((size / 2))M" --rows 64K,1M \
-  --reads "$((size / 8))M" --threads 1,2,8,16 --reps "$reps" --dir "$data"
-step threads-device measure 60 "$py" benches/threads.py --device --size "$((size / 2))M" --rows 64K,1M \
-  --reads "$((size / 8))M" --threads 1,2,8,16 --reps "$reps" --dir "$data"
-first_read_args=(--repeat "$((reps + 2))" --sizes "${FIRST_READ_SIZES:-4K,256M}" --dir "$data")
+step threads-host measure 60 "$py" benches/threads.py --size "$((size / 4))M" --rows 64K,1M \
+  --reads "$((size / 16))M" --threads 1,2,8,16 --reps "$reps" --dir "$data"
+step threads-device measure 60 "$py" benches/threads.py --device --size "$((size / 4))M" --rows 64K,1M \
+  --reads "$((size / 16))M" --threads 1,2,8,16 --reps "$reps" --dir "$data"
+first_read_args=(--repeat "$reps" --sizes "${FIRST_READ_SIZES:-256M}" --dir "$data")
 [ -n "${H5GDS_EMULATOR_DIR:-}" ] && first_read_args+=(--emulator "$H5GDS_EMULATOR_DIR")
 step first-read measure 60 "$py" benches/first_read.py "${first_read_args[@]}"
 if command -v mpirun >/dev/null; then

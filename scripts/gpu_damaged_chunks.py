@@ -99,28 +99,33 @@ def check_codec(path, codec, chunks, chunk_elements, cupy):
                 host = d[a:b].tobytes()
             except OSError:
                 host = None
-            where = f"{codec} chunk at [{a}] ({kind})"
-            try:
-                h5gds.read(d, out=out, sel=(slice(a, b),))
-            except OSError as exc:
-                if f"chunk at [{a}]" in str(exc):
-                    counts["refused naming the chunk"] += 1
-                else:
-                    counts["FAILED"] += 1
-                    failures.append(f"{where}: refused without naming it: {exc}")
-                continue
-            got = cupy.asnumpy(out).tobytes()
-            if host is not None and got == host:
-                counts["decoded, equal to the host decoder"] += 1
-            elif host is None and got == data[a:b].tobytes():
-                counts["decoded the intact chunk the host decoder refuses"] += 1
-            elif host is None and codec == "deflate" and refused_when_verified(d, out, a, b):
-                counts["read wrong unless H5GDS_VERIFY_CHECKSUMS=1, which refuses it naming the chunk"] += 1
-            else:
-                counts["FAILED"] += 1
-                why = "differ from the host decoder's" if host is not None else "were read where the host decoder refuses"
-                failures.append(f"{where}: read as a success, but its bytes {why}")
+            where = f"{codec} chunk at [{a}] ({kind}, host decoder {'refuses' if host is None else 'reads'})"
+            # Before the read, so that a crash or a hang leaves the chunk's name as the log's last line.
+            print(f"{where}: ", end="")
+            outcome = judge(d, out, a, b, codec, host, data, cupy)
+            print(outcome)
+            counts[outcome if outcome in counts else "FAILED"] += 1
+            if outcome not in counts:
+                failures.append(f"{where}: {outcome}")
     return counts, failures
+
+
+def judge(d, out, a, b, codec, host, data, cupy):
+    """The outcome of reading elements a..b (one damaged chunk) into device memory: one of
+    check_codec's counts, or why it failed."""
+    try:
+        h5gds.read(d, out=out, sel=(slice(a, b),))
+    except OSError as exc:
+        return "refused naming the chunk" if f"chunk at [{a}]" in str(exc) else f"refused without naming it: {exc}"
+    got = cupy.asnumpy(out).tobytes()
+    if host is not None and got == host:
+        return "decoded, equal to the host decoder"
+    if host is None and got == data[a:b].tobytes():
+        return "decoded the intact chunk the host decoder refuses"
+    if host is None and codec == "deflate" and refused_when_verified(d, out, a, b):
+        return "read wrong unless H5GDS_VERIFY_CHECKSUMS=1, which refuses it naming the chunk"
+    why = "differ from the host decoder's" if host is not None else "were read where the host decoder refuses"
+    return f"FAILED: read as a success, but its bytes {why}"
 
 
 def refused_when_verified(dset, out, a, b):
@@ -155,8 +160,6 @@ def main():
         for codec in args.codecs.split(","):
             counts, failures = check_codec(Path(tmp) / f"{codec}.h5", codec, args.chunks,
                                            args.chunk_bytes // 4, cupy)
-            for line in failures:
-                print(f"FAILED: {line}")
             print(f"{codec}: {args.chunks} damaged chunks: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
             summary["codecs"][codec] = counts
             summary["failures"] += failures[:20]
