@@ -114,7 +114,9 @@ machine() {
     echo "gpu: none (no nvidia-smi)"
   fi
   echo "nvidia-fs: $(cat /proc/driver/nvidia-fs/version 2>/dev/null | tr '\n' ' ' || true)$([ -e /proc/driver/nvidia-fs ] || echo absent)"
-  echo "p2pdma: $(grep -rhoE '"use_pci_p2pdma"[^,]*' /etc/cufile.json "${CUFILE_ENV_PATH_JSON:-/nonexistent}" 2>/dev/null | head -n 1 || true)"
+  local p2pdma
+  p2pdma=$(grep -hoE '"use_pci_p2pdma"[^,]*' "${CUFILE_ENV_PATH_JSON:-/etc/cufile.json}" 2>/dev/null | head -n 1)
+  echo "p2pdma: ${p2pdma:-not asked for (no use_pci_p2pdma in ${CUFILE_ENV_PATH_JSON:-/etc/cufile.json})}"
   echo "working directory: $root on $(findmnt -no FSTYPE,SOURCE -T "$root" 2>/dev/null | head -n 1)"
   echo "data directory: $data on $(findmnt -no FSTYPE,SOURCE -T "$data" 2>/dev/null | head -n 1)"
   echo "python: $("$py" -c 'import sys; print(sys.version.split()[0])')"

@@ -32,6 +32,8 @@ def read_steps(work):
         name, group, outcome, seconds, limit = line.split("\t")
         log = work / "logs" / f"{name}.log"
         text = log.read_text(errors="replace") if log.exists() else ""
+        if outcome == "skipped" and text.startswith("skipped: "):
+            outcome = text.splitlines()[0]  # with why
         steps.append({"name": name, "group": group, "outcome": outcome, "seconds": int(seconds),
                       "limit": int(limit), "tail": text.strip().splitlines()[-6:], "log": text})
     return steps
@@ -41,7 +43,7 @@ def count_tests(step, damaged):
     """(passed, failed, skipped) of one check step, from its log; a step that ran nothing countable
     counts as one check, passed or failed by its outcome."""
     log, outcome = step["log"], step["outcome"]
-    if outcome == "skipped":
+    if outcome.startswith("skipped"):
         return 0, 0, 1
     if step["name"] == "rust-device-tests":
         found = re.findall(r"test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored", log)
@@ -213,7 +215,7 @@ def markdown(report):
         c = s.get("tests", ("", "", ""))
         lines.append(f"| {s['name']} | {s['group']} | {s['outcome']} | {s['seconds']} ({s['limit']}) | "
                      f"{c[0]} | {c[1]} | {c[2]} |")
-    bad = [s for s in report["steps"] if s["outcome"] not in ("passed", "skipped")]
+    bad = [s for s in report["steps"] if s["outcome"] != "passed" and not s["outcome"].startswith("skipped")]
     for s in bad:
         lines += ["", f"`{s['name']}` {s['outcome']}; its log ends:", "", "```", *s["tail"], "```"]
     if report["damaged"]:
