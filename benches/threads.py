@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Many threads, one file (issue 26): random rows of a float32 dataset read by 1, 2 and 8 threads (``--threads``), side by
-side in one run, into NumPy: ``h5gds.read`` (a read-only file's reads served with no HDF5 call, so
-threads run at once) against h5py in the same threads (HDF5's global lock serialises them), and both in
-2 worker processes (each opening the file, as DataLoader workers do). Per layout (contiguous, chunked
-unfiltered, chunked Zstandard) and row size; files in the page cache. Alternatives interleaved, each
-repeated; medians of GB/s, ratios to h5py in one thread, and each h5gds row's scaling against its one
-thread (the issue's goal: at least 0.8 x min(threads, cores)). Run with the wheel's interpreter::
+"""Many threads, one file (issue 26): random rows of a float32 dataset read by 1, 2 and 8 threads
+(``--threads``), side by side in one run, into NumPy: ``h5gds.read`` (a read-only file's reads served
+with no HDF5 call, so threads run at once) against h5py in the same threads (HDF5's global lock
+serialises them), and both in 2 worker processes (each opening the file, as DataLoader workers do). Per
+layout (contiguous, chunked unfiltered, chunked Zstandard) and row size; files in the page cache.
+Alternatives interleaved, each repeated; medians of GB/s, ratios to h5py in one thread, and each h5gds
+row's scaling against its one thread (the issue's goal: at least 0.8 x min(threads, cores)). Run with
+the wheel's interpreter::
 
     .venv-wheel/bin/python benches/threads.py --size 256M --rows 64K,1M
 

@@ -113,7 +113,11 @@ machine() {
   else
     echo "gpu: none (no nvidia-smi)"
   fi
-  echo "nvidia-fs: $(cat /proc/driver/nvidia-fs/version 2>/dev/null | tr '\n' ' ' || true)$([ -e /proc/driver/nvidia-fs ] || echo absent)"
+  if [ -e /proc/driver/nvidia-fs ]; then
+    echo "nvidia-fs: $(tr '\n' ' ' </proc/driver/nvidia-fs/version 2>/dev/null)"
+  else
+    echo "nvidia-fs: absent"
+  fi
   local p2pdma
   p2pdma=$(grep -hoE '"use_pci_p2pdma"[^,]*' "${CUFILE_ENV_PATH_JSON:-/etc/cufile.json}" 2>/dev/null | head -n 1)
   echo "p2pdma: ${p2pdma:-not asked for (no use_pci_p2pdma in ${CUFILE_ENV_PATH_JSON:-/etc/cufile.json})}"

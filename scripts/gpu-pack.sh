@@ -114,6 +114,7 @@ mib=$(du -sm .gpu | cut -f1)
 echo "gpu-pack.sh: .gpu/ holds ${mib} MiB ($profile builds)"
 if [ "$mib" -ge "$limit_mib" ]; then
   du -sh .gpu/* >&2
-  echo "gpu-pack.sh: .gpu/ is ${mib} MiB, over the ${limit_mib} MiB that fit the GPU machine's 64 MiB with the checkout" >&2
+  echo "gpu-pack.sh: .gpu/ is ${mib} MiB, over the ${limit_mib} MiB that fit beside the checkout" \
+    "in the 64 MiB that travel to a GPU machine" >&2
   exit 1
 fi

@@ -230,7 +230,8 @@ def markdown(report):
         note = f" ({g['note']})" if g["note"] else ""
         lines.append(f"| {g['issue']} | {g['goal']} | {number(g['measured'])} {g['unit']} | {g['target']:.2f} "
                      f"{g['unit']} | {met}{note} |")
-    lines += ["", f"## Side by side{tag}", "", "| what | figure | against | its figure | ratio |", "|---|---|---|---|---|"]
+    lines += ["", f"## Side by side{tag}", "", "| what | figure | against | its figure | ratio |",
+              "|---|---|---|---|---|"]
     for c in report["comparisons"]:
         if "gbps" in c:
             lines.append(f"| {c['what']} | {c['gbps']:.2f} GB/s | {c['against']} | {c['against_gbps']:.2f} GB/s | "
@@ -290,7 +291,8 @@ def main():
     }
     met = [g for g in report["goals"] if g["met"]]
     missed = [g for g in report["goals"] if g["met"] is False]
-    report["goals_summary"] = f"{len(met)} met, {len(missed)} missed, {len(report['goals']) - len(met) - len(missed)} not measured"
+    unmeasured = len(report["goals"]) - len(met) - len(missed)
+    report["goals_summary"] = f"{len(met)} met, {len(missed)} missed, {unmeasured} not measured"
     text = markdown(report)
     data = json.dumps(report, indent=1)
     for name, body in (("report.md", text), ("report.json", data)):

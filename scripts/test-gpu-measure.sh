@@ -14,7 +14,10 @@ cd "$(dirname "$0")/.."
 root=$PWD
 python=$root/${1:-.venv-wheel/bin/python}
 emulator=$root/target/emulator-lib-python
-[ -e "$emulator/libcuda.so.1" ] || { echo "test-gpu-measure.sh: $emulator is missing (scripts/test.sh links it)" >&2; exit 1; }
+if [ ! -e "$emulator/libcuda.so.1" ]; then
+  echo "test-gpu-measure.sh: $emulator is missing (scripts/test.sh links it)" >&2
+  exit 1
+fi
 scripts/gpu-pack.sh --profile debug --wheel "$(ls target/wheels/h5gds-*-manylinux_2_28_x86_64.whl)"
 copy=$(mktemp -d)
 trap 'rm -rf "$copy"' EXIT
