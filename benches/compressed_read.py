@@ -34,7 +34,7 @@ import numpy as np
 import h5gds
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from bench_python import device_cupy, interleave, size_arg, with_env  # noqa: E402
+from bench_python import device_cupy, interleave, record, size_arg, with_env  # noqa: E402
 
 CODECS = {
     "gzip": {"compression": "gzip", "compression_opts": 4},
@@ -69,7 +69,8 @@ def write(path, shape, chunks, codec):
         return sum(d.id.get_chunk_info(i).size for i in range(d.id.get_num_chunks()))
 
 
-def row(name, seconds, nbytes, baseline):
+def row(name, seconds, nbytes, baseline, label="", **fields):
+    record("compressed_read", name, seconds, nbytes, label, **fields)
     print(f"    {name:<46} {seconds * 1e3:9.1f} ms  {nbytes / seconds / 1e9:6.2f} GB/s  x{baseline / seconds:5.2f}")
 
 
@@ -113,8 +114,10 @@ def main():
                     }, args.reps)
                     assert np.array_equal(h5gds.read(d), want)
                     base = host["into NumPy: h5py"]
+                    roles = dict(zip(host, ("h5py", "host threads", "host 1 thread")))
                     for name, seconds in host.items():
-                        row(name, seconds, n * 4, base)
+                        row(name, seconds, n * 4, base, codec=codec, chunk=chunk, rank=args.rank,
+                            role=roles[name], threads=int(threads) if roles[name] == "host threads" else 1)
                     if cupy is None:
                         continue
                     dev = cupy.empty(shape, dtype="<f4")
@@ -132,8 +135,10 @@ def main():
                     }, args.reps)
                     assert np.array_equal(cupy.asnumpy(dev), want)
                     base = device["into CuPy: h5py + cupy.asarray"]
+                    roles = dict(zip(device, ("users", "gpu", "gpu codec off")))
                     for name, seconds in device.items():
-                        row(name + label, seconds, n * 4, base)
+                        row(name + label, seconds, n * 4, base, label, codec=codec, chunk=chunk, rank=args.rank,
+                            role=roles[name])
                 path.unlink()
 
 

@@ -30,6 +30,8 @@ import h5py
 import numpy as np
 
 REPOSITORY = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPOSITORY / "scripts"))
+from bench_python import record  # noqa: E402
 
 
 def alternatives(path):
@@ -137,6 +139,9 @@ def main():
                 reference = device_reference if device else host_reference
                 shown = f"EMULATED {name}" if device and emulated else name
                 call = "  |  "
+                record("first_read", name, median, n * 4, "EMULATED" if device and emulated else "",
+                       size=key, device=device, reference=name in (DEVICE_REFERENCE, "h5py: File(p)['x'][()]"),
+                       call_seconds=statistics.median(calls[name]) if calls[name] else None)
                 if calls[name]:
                     c = statistics.median(calls[name])
                     call = f" {c * 1e3:6.0f} ms | {c / call_reference:.2f}x"

@@ -24,7 +24,7 @@ from mpi4py import MPI
 import h5gds
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from bench_python import device_cupy, size_arg  # noqa: E402
+from bench_python import device_cupy, record, size_arg  # noqa: E402
 
 
 def main():
@@ -68,6 +68,8 @@ def main():
     nbytes = rows * width * 4
     if rank == 0:
         for what, seconds in best.items():
+            record("mpi_tiles", f"collective {what}", seconds, nbytes, label, ranks=ranks, what=what,
+                   memory="device" if args.device else "host")
             print(f"{ranks} rank(s), {nbytes} bytes, {label} tiles: collective {what} "
                   f"{seconds * 1e3:8.1f} ms  {nbytes / seconds / 1e9:6.2f} GB/s (best of {args.reps})")
         os.remove(path)

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Many threads, one file (issue 26): random rows of a float32 dataset read by 1, 2 and 8 threads, side by
-side in one run, into NumPy: ``h5gds.read`` (a read-only file's reads served with no HDF5 call, so
-threads run at once) against h5py in the same threads (HDF5's global lock serialises them), and both in
-2 worker processes (each opening the file, as DataLoader workers do). Per layout (contiguous, chunked
-unfiltered, chunked Zstandard) and row size; files in the page cache. Alternatives interleaved, each
-repeated; medians of GB/s, ratios to h5py in one thread, and each h5gds row's scaling against its one
-thread (the issue's goal: at least 0.8 x min(threads, cores)). Run with the wheel's interpreter::
+"""Many threads, one file (issue 26): random rows of a float32 dataset read by 1, 2 and 8 threads
+(``--threads``), side by side in one run, into NumPy: ``h5gds.read`` (a read-only file's reads served
+with no HDF5 call, so threads run at once) against h5py in the same threads (HDF5's global lock
+serialises them), and both in 2 worker processes (each opening the file, as DataLoader workers do). Per
+layout (contiguous, chunked unfiltered, chunked Zstandard) and row size; files in the page cache.
+Alternatives interleaved, each repeated; medians of GB/s, ratios to h5py in one thread, and each h5gds
+row's scaling against its one thread (the issue's goal: at least 0.8 x min(threads, cores)). Run with
+the wheel's interpreter::
 
     .venv-wheel/bin/python benches/threads.py --size 256M --rows 64K,1M
 
@@ -31,7 +32,7 @@ import numpy as np
 import h5gds
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from bench_python import device_cupy, size_arg  # noqa: E402
+from bench_python import device_cupy, record, size_arg  # noqa: E402
 
 LAYOUTS = {
     "contiguous": {},
@@ -88,7 +89,11 @@ def main():
     parser.add_argument("--layouts", default=",".join(LAYOUTS))
     parser.add_argument("--dir", default=None)
     parser.add_argument("--device", action="store_true", help="rows into CuPy arrays")
+    parser.add_argument("--threads", default="1,2,8", help="thread counts, 1 among them (default 1,2,8)")
     args = parser.parse_args()
+    counts = [int(t) for t in args.threads.split(",")]
+    if 1 not in counts:
+        parser.error("--threads must include 1: every scaling is against one thread")
     cores = os.cpu_count()
     empty, label = np.empty, "NumPy"
     if args.device:
@@ -116,7 +121,7 @@ def main():
                     got = h5gds.read(dset, out=empty((row_elements,), dtype="<f4"), sel=(int(picks[0]),))
                     assert np.array_equal(want, np.asarray(got if isinstance(got, np.ndarray) else got.get()))
                     alternatives = {}
-                    for threads in (1, 2, 8):
+                    for threads in counts:
                         alternatives[f"h5gds.read, {threads} threads"] = (
                             lambda t=threads: in_threads(h5gds_rows, dset, picks, t, row_elements, empty))
                         alternatives[f"h5py, {threads} threads"] = (
@@ -136,6 +141,11 @@ def main():
                 base = rate["h5py, 1 threads"]
                 print(f"\n  {layout}, rows of {row} ({n} random rows)")
                 for name, r in rate.items():
+                    reader, how = name.split(", ")
+                    record("threads", name, statistics.median(times[name]), nbytes, label,
+                           case=f"{layout}, rows of {row}", memory="device" if args.device else "host",
+                           reader=reader.split(".")[0], threads=int(how.split()[0]),
+                           processes="worker processes" in how, cores=cores)
                     extra = ""
                     if name.startswith("h5gds") and not name.endswith(" 1 threads"):
                         threads = int(name.split(", ")[1].split()[0])

@@ -10,7 +10,8 @@
 * the time of the first ``h5gds.read`` in a fresh process;
 * device memory as users compare it (CuPy, real or the emulators' stand-in): reads against the pinned
   host-to-device copy (their limit), h5py + ``cupy.asarray`` and KvikIO's raw read where kvikio imports,
-  warm and cold; writes against ``cupy.asnumpy`` + h5py and KvikIO's raw write;
+  warm and cold (cold beside the disk's own O_DIRECT read, ``dd``); writes against ``cupy.asnumpy`` +
+  h5py and KvikIO's raw write;
 * xarray: ``open_dataset`` + ``load`` of a compressed (deflate) float32 variable, the h5netcdf engine
   against ``engine="h5gds"``, into NumPy (whole, and in dask chunks read by dask's threads) and into
   CuPy (h5netcdf then ``cupy.asarray``, against ``device=``), and ``to_netcdf`` of it with either engine (deflate and contiguous from NumPy;
@@ -18,7 +19,8 @@
   (``--xarray-size``; 0 skips it). Without a GPU the CuPy rows use the
   CuPy stand-in of the package tests over the emulators (nvCOMP's too) and are labelled EMULATED.
 
-Alternatives are interleaved, each repeated; medians and ratios are printed. Run it with the wheel's
+Alternatives are interleaved, each repeated; medians and ratios are printed (and, where
+H5GDS_BENCH_RECORDS names a file, appended to it as JSON lines: see ``record``). Run it with the wheel's
 interpreter (it imports the test-only device arrays of python/tests), the emulator on
 LD_LIBRARY_PATH when there is no GPU (scripts/test.sh creates the wheel environment and the links)::
 
@@ -27,6 +29,7 @@ LD_LIBRARY_PATH when there is no GPU (scripts/test.sh creates the wheel environm
 """
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -49,6 +52,20 @@ sys.path.insert(0, str(TESTS))
 def size_arg(text):
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     return int(float(text[:-1]) * units[text[-1].upper()]) if text[-1].upper() in units else int(text)
+
+
+def record(bench, alternative, seconds, nbytes, label="", **fields):
+    """Appends one figure as a JSON line to the file H5GDS_BENCH_RECORDS names, where set (what
+    scripts/gpu_report.py reads to mark each issue's goal met or missed); nothing otherwise.
+    `fields` say what the figure is (its case, its role among the alternatives, threads, ...)."""
+    target = os.environ.get("H5GDS_BENCH_RECORDS")
+    if not target:
+        return
+    line = {"bench": bench, "alternative": alternative.strip(), "seconds": seconds,
+            "gbps": nbytes / seconds / 1e9 if seconds > 0 else None, "bytes": nbytes,
+            "emulated": "EMULATED" in label, **fields}
+    with open(target, "a") as f:
+        f.write(json.dumps(line) + "\n")
 
 
 def timed(fn):
@@ -96,9 +113,13 @@ def drop_from_page_cache(path):
         os.close(fd)
 
 
-def report(title, medians, nbytes, baseline, label=""):
+def report(title, medians, nbytes, baseline, label="", case=None, roles=None):
+    """Prints the medians with their ratios to `baseline`; records each (`case`, and its role from
+    `roles`, a name -> role map, for scripts/gpu_report.py) where `case` is given."""
     print(f"\n{title}{label}")
     for name, seconds in medians.items():
+        if case is not None:
+            record("bench_python", name, seconds, nbytes, label, case=case, role=(roles or {}).get(name))
         print(f"  {name:<34} {seconds * 1e3:9.1f} ms  {nbytes / seconds / 1e9:6.2f} GB/s  "
               f"x{medians[baseline] / seconds:5.2f} vs {baseline}")
 
@@ -128,7 +149,7 @@ def main():
                 "h5gds.read into NumPy (gds)": lambda: h5gds.read(gds["x"], out=out),
             }, args.reps)
             assert out[-1] == np.float32(n - 1)
-        report("host memory (page cache warm):", host, nbytes, "h5py read_direct (sec2)")
+        report("host memory (page cache warm):", host, nbytes, "h5py read_direct (sec2)", case="host reads")
 
         try:
             from device_arrays import DeviceArray, cuda
@@ -154,7 +175,8 @@ def main():
                 }, args.reps, before=lambda: drop_from_page_cache(path))
             assert dev.to_host()[-1] == np.float32(n - 1)
             report("device memory (file evicted from the page cache before each read):", device, nbytes,
-                   "staged, 128 MiB pinned buffer", label)
+                   "staged, 128 MiB pinned buffer", label, case="gds vs staged, cold",
+                   roles={"staged, 128 MiB pinned buffer": "staged", "gds (straight to device memory)": "h5gds"})
             dev.free()
 
         with h5py.File(path, "r") as f:  # the file back in the page cache, as for the host rows
@@ -210,13 +232,39 @@ def pinned_copy(cupy, nbytes):
     return lambda: target.set(pinned)
 
 
-def kvikio_file(path):
-    """KvikIO's ``CuFile`` class where the kvikio package imports, else None and why."""
+def direct_read(path):
+    """(a call reading the whole file with `dd` and O_DIRECT, its row name): the storage's own read
+    rate, page cache bypassed, which bounds a cold read; (None, why) where the file system refuses
+    O_DIRECT (tmpfs) or there is no dd."""
+    command = ["dd", f"if={path}", "of=/dev/null", "bs=16M", "iflag=direct", "status=none"]
+    try:
+        probe = subprocess.run(command[:3] + ["count=1"] + command[4:], capture_output=True, text=True)
+    except OSError as exc:
+        return None, f"dd cannot run ({exc})"
+    if probe.returncode != 0:
+        return None, f"dd with O_DIRECT refused here: {probe.stderr.strip()}"
+
+    def run():
+        subprocess.run(command, check=True)
+    return run, "limit: the disk's O_DIRECT read (dd bs=16M)"
+
+
+def kvikio_file(path, cupy):
+    """KvikIO's ``CuFile`` class where the kvikio package imports and reads the head of `path` into a
+    CuPy array, else None and why (no KvikIO rows then: on h5gds's emulators it finds a CUDA call
+    the emulator lacks)."""
+    # KvikIO's own thread pool (one thread unless told) as wide as h5gds's I/O threads: the same threads.
+    threads = next(s["value"] for s in h5gds.info()["settings"] if s["key"] == "nthreads")
+    os.environ.setdefault("KVIKIO_NTHREADS", threads)
     try:
         import kvikio
-    except ImportError as exc:
-        return None, f"kvikio is not importable ({exc})"
-    return kvikio.CuFile, f"KvikIO {getattr(kvikio, '__version__', '?')}"
+
+        probe = cupy.empty((min(4096, os.path.getsize(path)),), dtype=np.uint8)
+        with kvikio.CuFile(str(path), "r") as k:
+            k.read(probe, probe.nbytes, 0)
+    except Exception as exc:  # absent, or unable to run here
+        return None, f"KvikIO cannot read here ({type(exc).__name__}: {exc})"
+    return kvikio.CuFile, f"KvikIO {getattr(kvikio, '__version__', '?')} ({os.environ['KVIKIO_NTHREADS']} threads)"
 
 
 def bench_device_alternatives(path, n, reps):
@@ -232,7 +280,7 @@ def bench_device_alternatives(path, n, reps):
     nbytes = n * 4
     sync = cupy.cuda.Device().synchronize
     dev = cupy.empty((n,), dtype="<f4")
-    cufile, kvikio_note = kvikio_file(path)
+    cufile, kvikio_note = kvikio_file(path, cupy)
     with h5py.File(path, "r") as f:
         offset = f["x"].id.get_offset()
 
@@ -246,6 +294,8 @@ def bench_device_alternatives(path, n, reps):
         with cufile(str(path), "r") as k:
             k.read(dev, nbytes, offset)
 
+    roles = {"what users do: h5py read + cupy.asarray": "users", "h5gds.read(out=cupy array)": "h5gds",
+             "limit: pinned host -> device copy": "limit", f"{kvikio_note} CuFile.read (no HDF5)": "kvikio"}
     with h5py.File(path, "r") as plain, h5py.File(path, "r", driver="gds") as gds:
         reads = {
             "what users do: h5py read + cupy.asarray": settled(lambda: cupy.asarray(plain["x"][...])),
@@ -257,12 +307,19 @@ def bench_device_alternatives(path, n, reps):
         if cufile is not None and offset is not None:
             reads[f"{kvikio_note} CuFile.read (no HDF5)"] = settled(kvikio_read)
         warm = interleave(reads, reps)
-        cold = interleave({k: v for k, v in reads.items() if not k.startswith("limit")}, reps,
-                          before=lambda: drop_from_page_cache(path))
+        cold_reads = {k: v for k, v in reads.items() if not k.startswith("limit")}
+        disk, disk_note = direct_read(path)
+        if disk is not None:
+            cold_reads[disk_note] = disk
+            roles[disk_note] = "disk"
+        cold = interleave(cold_reads, reps, before=lambda: drop_from_page_cache(path))
     assert float(cupy.asnumpy(dev)[-1]) == float(np.float32(n - 1))
     base = "what users do: h5py read + cupy.asarray"
-    report("device reads, page cache warm:", warm, nbytes, base, label)
-    report("device reads, file evicted before each read:", cold, nbytes, base, label)
+    report("device reads, page cache warm:", warm, nbytes, base, label, case="device reads, warm", roles=roles)
+    report("device reads, file evicted before each read:", cold, nbytes, base, label,
+           case="device reads, cold", roles=roles)
+    if disk is None:
+        print(f"  (no row of the disk's own rate: {disk_note})")
     if cufile is None:
         print(f"  (no KvikIO rows: {kvikio_note})")
     if limit is None:
@@ -308,7 +365,9 @@ def bench_device_alternatives(path, n, reps):
     with h5py.File(target, "r") as f:
         assert float(f["x"][-1]) == float(np.float32(n - 1))
     report("device writes (page cache, no fsync):", timed_writes, nbytes,
-           "what users do: cupy.asnumpy + h5py write", label)
+           "what users do: cupy.asnumpy + h5py write", label, case="device writes",
+           roles={"what users do: cupy.asnumpy + h5py write": "users", "h5gds.write(cupy array)": "h5gds",
+                  "h5gds.write(NumPy array), same file": "host", f"{kvikio_note} CuFile.write (no HDF5)": "kvikio"})
     target.unlink()
 
 

@@ -106,3 +106,7 @@ pins=$(.venv/bin/python -c 'import h5py, numpy; print(f"h5py=={h5py.__version__}
 .venv-wheel-cu12/bin/python -m pip install --quiet --disable-pip-version-check $pins pytest "$wheel[cu12]"
 (cd python/tests && env -u LD_LIBRARY_PATH H5GDS_EXPECT_NVIDIA_WHEELS=cu12 \
   ../../.venv-wheel-cu12/bin/python -m pytest -q -p no:cacheprovider test_nvidia_libraries.py)
+# The one-command GPU run (`scripts/gpu-measure.sh all`, packed by scripts/gpu-pack.sh as for a GPU
+# machine) rehearsed at small sizes on the emulators, so it cannot rot between GPU sessions
+# (about 2 minutes on two cores: the pack, then the run).
+scripts/test-gpu-measure.sh .venv-wheel/bin/python

@@ -7,7 +7,9 @@
 //!
 //! `cargo run --release -p array-io --example bench_device_read [-- --sizes 1G,4G] [--reps 3]
 //! [--dir DIR]`; on the emulator, put its library directory first on `LD_LIBRARY_PATH` and set
-//! `H5GDS_EMU_POISON=off` (so allocations are not filled with a poison byte).
+//! `H5GDS_EMU_POISON=off` (so allocations are not filled with a poison byte). Where
+//! `H5GDS_BENCH_RECORDS` names a file, each median is also appended to it as a JSON line, as the
+//! Python benchmarks do (scripts/gpu_report.py reads them).
 
 use array_io::{from_file_to_device_with, to_file, DeviceArray, DevicePath, ReadOptions};
 use cudarc::driver::CudaStream;
@@ -48,6 +50,30 @@ fn median(mut xs: Vec<f64>) -> f64 {
     } else {
         (xs[n / 2 - 1] + xs[n / 2]) / 2.0
     }
+}
+
+/// Appends one median to the JSON-lines file `H5GDS_BENCH_RECORDS` names, if any.
+fn record(path: &str, bytes: usize, seconds: f64, emulated: bool) {
+    let Some(target) = std::env::var_os("H5GDS_BENCH_RECORDS") else {
+        return;
+    };
+    let line = serde_json::json!({
+        "bench": "bench_device_read",
+        "alternative": format!("array-io from_file_to_device, {path}"),
+        "role": path,
+        "case": format!("{} MiB", bytes >> 20),
+        "seconds": seconds,
+        "gbps": bytes as f64 / seconds / 1e9,
+        "bytes": bytes,
+        "emulated": emulated,
+    });
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&target)
+        .unwrap_or_else(|e| panic!("cannot open H5GDS_BENCH_RECORDS {target:?}: {e}"));
+    std::io::Write::write_all(&mut file, format!("{line}\n").as_bytes())
+        .unwrap_or_else(|e| panic!("cannot append to {target:?}: {e}"));
 }
 
 fn parse_size(text: &str) -> usize {
@@ -101,7 +127,8 @@ fn main() {
     let staging = array_io::Settings::default()
         .staging_buffer_size()
         .expect("valid H5GDS_STAGING_BUFFER_SIZE");
-    if h5gds_bench::gpu::is_emulated() {
+    let emulated = h5gds_bench::gpu::is_emulated();
+    if emulated {
         println!(
             "device read benchmark -- EMULATED: the CPU emulator stands in for the GPU; these \
              figures compare the two paths' overheads and are not GPU results"
@@ -130,6 +157,8 @@ fn main() {
     println!("\n| size | gds (H5GDS_USE_VFD_GDS=1) | staged (=0) | gds vs staged |");
     println!("|---|---|---|---|");
     for (bytes, gds, staged) in rows {
+        record("gds", bytes, gds, emulated);
+        record("staged", bytes, staged, emulated);
         let mib = (bytes >> 20) as f64;
         println!(
             "| {} MiB | {:.0} ms, {:.0} MiB/s | {:.0} ms, {:.0} MiB/s | {:.2}x |",
