@@ -112,16 +112,7 @@ pub(crate) fn read_region<T: Element>(
             file: Some(f),
         });
         if let Some(planned) = crate::host_codec::plan(ds, types, region)? {
-            let spare = &mut values.spare_capacity_mut()[..n];
-            // SAFETY: the n elements' bytes are zeroed first, so the byte view is initialised;
-            // the decoded elements are the stored type's bytes (no conversion is planned).
-            let bytes = unsafe {
-                std::ptr::write_bytes(spare.as_mut_ptr(), 0, n);
-                std::slice::from_raw_parts_mut(
-                    spare.as_mut_ptr().cast::<u8>(),
-                    n * std::mem::size_of::<T>(),
-                )
-            };
+            let bytes = zeroed_bytes(&mut values, n);
             crate::host_codec::read_region(ds, &types.mem, region, &planned, bytes)?;
         } else {
             hdf5_raw::read_into(
@@ -140,6 +131,21 @@ pub(crate) fn read_region<T: Element>(
         expected: n,
         actual: n,
     })
+}
+
+/// The first `n` elements of `values`' spare capacity, zeroed, as bytes: where the host decoding
+/// writes the stored type's bytes (no conversion is planned when it decodes).
+fn zeroed_bytes<T: Element>(values: &mut Vec<T>, n: usize) -> &mut [u8] {
+    let spare = &mut values.spare_capacity_mut()[..n];
+    // SAFETY: the n elements' bytes are zeroed first, so the byte view is initialised; it spans
+    // exactly those n elements of the spare capacity, borrowed mutably from `values`.
+    unsafe {
+        std::ptr::write_bytes(spare.as_mut_ptr(), 0, n);
+        std::slice::from_raw_parts_mut(
+            spare.as_mut_ptr().cast::<u8>(),
+            std::mem::size_of_val(spare),
+        )
+    }
 }
 
 /// Takes the `n` elements a read wrote into `values`' spare capacity as its elements, after
@@ -260,16 +266,7 @@ pub(crate) fn read_rows<T: Element>(
         let n = distinct.len() * row_len as usize;
         // Compressed chunks h5gds decodes: each chunk the runs touch decoded once, on all cores.
         if let Ok(planned) = crate::host_codec::for_dataset(&ds, &types)? {
-            let spare = &mut values.spare_capacity_mut()[..n];
-            // SAFETY: the n elements' bytes are zeroed first, so the byte view is initialised;
-            // the decoded elements are the stored type's bytes (no conversion is planned).
-            let bytes = unsafe {
-                std::ptr::write_bytes(spare.as_mut_ptr(), 0, n);
-                std::slice::from_raw_parts_mut(
-                    spare.as_mut_ptr().cast::<u8>(),
-                    n * std::mem::size_of::<T>(),
-                )
-            };
+            let bytes = zeroed_bytes(&mut values, n);
             let blocks: Vec<Block> = runs
                 .iter()
                 .map(|(start, count)| Block {
