@@ -5,7 +5,6 @@
 //! with the GIL released. Device arrays are copied into host memory first
 //! (`device::copy_with_host`, through `_native.device_copy`).
 
-use crate::detach::detach;
 use crate::hdf5::{self, Hid};
 use h5gds::VfdSettings;
 use h5gds_chunk_codec::encode::{self, ChunkWriter, Encoding, HostWrite};
@@ -95,25 +94,26 @@ pub fn encode_write_chunks(
     let threads = VfdSettings::load(None)
         .map_err(|e| PyValueError::new_err(e.to_string()))?
         .nthreads;
-    let written = detach(py, || {
-        // SAFETY: the Python caller passes the address and size of a live host buffer it
-        // keeps referenced for the call (its size checked against the dataset above).
-        let array = unsafe { std::slice::from_raw_parts(buffer as *const u8, nbytes) };
-        let w = HostWrite {
-            encoding: &encoding,
-            array,
-            shape: &shape,
-            chunk: &chunk,
-            element_size,
-            threads,
-        };
-        let mut sink = H5pyChunks {
-            dataset,
-            name: &dataset_name,
-        };
-        encode::write(&mut sink, &w)
-    })
-    .map_err(PyOSError::new_err)?;
+    let written = py
+        .detach(|| {
+            // SAFETY: the Python caller passes the address and size of a live host buffer it
+            // keeps referenced for the call (its size checked against the dataset above).
+            let array = unsafe { std::slice::from_raw_parts(buffer as *const u8, nbytes) };
+            let w = HostWrite {
+                encoding: &encoding,
+                array,
+                shape: &shape,
+                chunk: &chunk,
+                element_size,
+                threads,
+            };
+            let mut sink = H5pyChunks {
+                dataset,
+                name: &dataset_name,
+            };
+            encode::write(&mut sink, &w)
+        })
+        .map_err(PyOSError::new_err)?;
     h5gds::with_logging(|| {
         tracing::debug!(
             "h5gds.to_file of {dataset_name}: {written} chunks encoded on {threads} threads \

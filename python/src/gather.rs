@@ -7,7 +7,6 @@
 //! increasing, else into a buffer of distinct rows that [`GatherPlan::scatter`] copies into the
 //! caller's order (repeats included) without HDF5's lock or the GIL.
 
-use crate::detach::detach;
 use crate::hdf5;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -117,7 +116,7 @@ impl GatherPlan {
                 "the indices' address {address:#x} is not that of aligned uint64 elements"
             )));
         }
-        detach(py, || {
+        py.detach(|| {
             let indices: &[u64] = if count == 0 {
                 &[]
             } else {
@@ -176,7 +175,7 @@ impl GatherPlan {
             if source != target && row_bytes > 0 && self.len > 0 {
                 // SAFETY: both buffers hold `len` rows of `row_bytes` (checked above; the caller
                 // keeps them alive and passes distinct buffers).
-                detach(py, || unsafe {
+                py.detach(|| unsafe {
                     std::ptr::copy_nonoverlapping(
                         source as *const u8,
                         target as *mut u8,
@@ -192,7 +191,7 @@ impl GatherPlan {
         // SAFETY: every rank is below `distinct` and every position below `len` (the plan's
         // invariants), so all rows lie inside the buffers checked above, which the caller keeps
         // alive; the source (the rows read) and the target (the output) are distinct buffers.
-        detach(py, || unsafe {
+        py.detach(|| unsafe {
             scatter_rows(
                 &self.ranks,
                 source as *const u8,
@@ -319,7 +318,7 @@ pub fn dataset_gather(
             Err(hdf5::IoError::Hdf5(message)) => return Err(PyOSError::new_err(message)),
         }
     }
-    detach(py, || {
+    py.detach(|| {
         reads.iter().try_for_each(|prepared| {
             // SAFETY: the Python caller passes the address and size of a live buffer it keeps
             // referenced for the call; each group's part of it checked against its selection in

@@ -12,7 +12,6 @@
 //! chunk never written is left to HDF5 (which fills it), as is everything else (compact,
 //! external, virtual, conversions, other filters).
 
-use crate::detach::detach;
 use crate::device;
 use crate::device_error;
 use crate::gather::GatherPlan;
@@ -390,7 +389,7 @@ impl Layout {
                 self.name
             )
         });
-        detach(py, || {
+        py.detach(|| {
             let mut host = pinned::Taken::new(nbytes);
             // SAFETY: the buffer holds at least `nbytes` bytes and is this call's alone.
             let out = unsafe { std::slice::from_raw_parts_mut(host.as_mut_ptr(), nbytes) };
@@ -516,7 +515,7 @@ impl Layout {
             .flatten();
         // Runs read at once on the pool read their own chunks on one thread each.
         let inner = if pool.is_some() { 1 } else { threads };
-        detach(py, || {
+        py.detach(|| {
             // SAFETY: the runs' bytes are disjoint parts of the caller's buffer, which it keeps
             // alive for the call (the pool is done with them when this returns).
             let out = unsafe { SharedOut::new(buffer as *mut u8) };
@@ -630,7 +629,7 @@ impl Layout {
                 self.name
             )));
         }
-        detach(py, || {
+        py.detach(|| {
             let decoded =
                 self.large_chunk(&first.offset, &stored, pipeline, chunk_bytes, needed, large)?;
             for ((_, step, count, at, _), start) in reads.iter().zip(&starts) {
@@ -690,7 +689,7 @@ impl Layout {
             element_size: self.element,
             threads,
         };
-        detach(py, || {
+        py.detach(|| {
             // SAFETY: the Python caller passes the address and size of a live, writable host
             // buffer it keeps referenced for the call; the runs' places lie inside it (checked).
             let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
@@ -739,7 +738,7 @@ impl Layout {
         }
         // Everything past the checks runs without the GIL: threads reading small rows hold it
         // for as little as they can.
-        detach(py, || {
+        py.detach(|| {
             let Some(parts) = self.serves(sel)? else {
                 return Ok(false);
             };
@@ -1229,7 +1228,7 @@ impl Layout {
         nbytes: usize,
     ) -> PyResult<()> {
         let threads = threads()?;
-        detach(py, || {
+        py.detach(|| {
             // SAFETY: the Python caller passes the address and size of a live, writable host
             // buffer it keeps referenced for the call; the pieces lie inside it.
             let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };

@@ -4,7 +4,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod compressed;
-mod detach;
 mod device;
 mod dlpack;
 mod encode;
@@ -15,7 +14,6 @@ mod host_codec;
 mod known_read;
 mod layout;
 
-use crate::detach::detach;
 use h5gds::VfdSettings;
 use h5gds_runtime::settings::driver_settings;
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
@@ -163,7 +161,7 @@ fn dataset_io(
     let op = if write { "H5Dwrite" } else { "H5Dread" };
     // SAFETY: the Python caller passes the address and size of a live buffer it keeps
     // referenced for the call (checked against the selection in `prepare`).
-    detach(py, || unsafe { prepared.run() })
+    py.detach(|| unsafe { prepared.run() })
         .map_err(|message| PyOSError::new_err(format!("{op} failed: {message}")))
 }
 
@@ -242,14 +240,15 @@ fn host_decode_read(
             return Ok(Some(reason));
         }
     };
-    let (decoded, missing, direct) = detach(py, || {
-        // SAFETY: the Python caller passes the address and size of a live, writable host
-        // buffer it keeps referenced for the call (checked against the selection in
-        // `prepare`).
-        let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
-        read.run(&pipeline, &prepared, out)
-    })
-    .map_err(|host_codec::Failed(message)| PyOSError::new_err(message))?;
+    let (decoded, missing, direct) = py
+        .detach(|| {
+            // SAFETY: the Python caller passes the address and size of a live, writable host
+            // buffer it keeps referenced for the call (checked against the selection in
+            // `prepare`).
+            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
+            read.run(&pipeline, &prepared, out)
+        })
+        .map_err(|host_codec::Failed(message)| PyOSError::new_err(message))?;
     h5gds::with_logging(|| {
         tracing::debug!(
             "h5gds.read of {dataset_name}: {decoded} chunks decoded on {threads} threads \
@@ -340,7 +339,8 @@ fn device_io(
         checked_bytes,
         other_driver,
     };
-    detach(py, || device::run(transfer, facts)).map_err(device_error)
+    py.detach(|| device::run(transfer, facts))
+        .map_err(device_error)
 }
 
 /// Host memory from the process's pool of pinned staging buffers (`h5gds_runtime::pinned`), for
@@ -390,7 +390,7 @@ fn device_copy(
     to_device: bool,
     bools_of: Option<String>,
 ) -> PyResult<()> {
-    detach(py, || {
+    py.detach(|| {
         if let Some(name) = &bools_of {
             // SAFETY: the caller passes a live host buffer of `nbytes`, filled.
             let bytes = unsafe { std::slice::from_raw_parts(host as *const u8, nbytes) };
@@ -431,7 +431,7 @@ fn device_tile_write(
         stream,
         direct,
     };
-    detach(py, || device::write_tile(tile)).map_err(device_error)
+    py.detach(|| device::write_tile(tile)).map_err(device_error)
 }
 
 /// The number of CUDA devices this process sees (`h5gds.local_device`); OSError where CUDA does
@@ -561,24 +561,25 @@ fn host_decode_gather(
             "the rows lie in one chunk, which HDF5 decodes and keeps in its chunk cache".into(),
         ));
     }
-    let (decoded, missing) = detach(py, || {
-        // SAFETY: the Python caller passes the address and size of a live, writable host
-        // buffer it keeps referenced for the call, which holds the distinct rows (checked
-        // above), one run after another.
-        let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
-        host_codec::gather_runs(
-            dataset,
-            &dataset_name,
-            &chunk,
-            &pipeline,
-            element_size,
-            threads,
-            &placed,
-            &prepared,
-            out,
-        )
-    })
-    .map_err(|host_codec::Failed(message)| PyOSError::new_err(message))?;
+    let (decoded, missing) = py
+        .detach(|| {
+            // SAFETY: the Python caller passes the address and size of a live, writable host
+            // buffer it keeps referenced for the call, which holds the distinct rows (checked
+            // above), one run after another.
+            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
+            host_codec::gather_runs(
+                dataset,
+                &dataset_name,
+                &chunk,
+                &pipeline,
+                element_size,
+                threads,
+                &placed,
+                &prepared,
+                out,
+            )
+        })
+        .map_err(|host_codec::Failed(message)| PyOSError::new_err(message))?;
     h5gds::with_logging(|| {
         tracing::debug!(
             "h5gds.read of {dataset_name}: a gather of {} runs of rows, {decoded} chunks each \
