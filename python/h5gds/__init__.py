@@ -28,7 +28,7 @@ path of ``libhdf5_vfd_gds.so.1``, vfd-gds's API on h5gds's driver (for Legate's 
 
 import h5py  # h5gds joins the HDF5 library h5py loads, so h5py must be loaded first
 
-from . import _native, _nvidia
+from . import _exit, _native, _nvidia  # _exit: its exit hook, registered after h5py's, runs before it
 
 # Before anything loads them: cuFile and nvCOMP from NVIDIA's pip wheels, where installed.
 _native.prefer_library_files(**_nvidia.find())

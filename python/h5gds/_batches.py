@@ -56,8 +56,22 @@ def _batches(dset, order, starts, batch_size, result, element, row_shape):
         return _to(result, _io.read(dset, sel=picks))
 
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="h5gds-batches") as pool:
-        pending = pool.submit(read, starts[0]) if starts else None
+        pending = _ahead(pool, read, starts[0]) if starts else None
         for k in range(len(starts)):
             batch = pending.result()
-            pending = pool.submit(read, starts[k + 1]) if k + 1 < len(starts) else None
+            pending = _ahead(pool, read, starts[k + 1]) if k + 1 < len(starts) else None
             yield batch
+
+
+def _ahead(pool, read, start):
+    """``read(start)`` on the pool's thread; on this one where the pool takes no more work: at
+    interpreter exit, concurrent.futures stops its pools while a daemon thread may still iterate."""
+    try:
+        return pool.submit(read, start)
+    except RuntimeError:
+        done = concurrent.futures.Future()
+        try:
+            done.set_result(read(start))
+        except Exception as error:
+            done.set_exception(error)
+        return done

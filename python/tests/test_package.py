@@ -323,6 +323,61 @@ def test_exit_while_a_daemon_thread_reads(tmp_path):
         assert proc.returncode == 0 and proc.stdout == "EXIT\n", (proc.returncode, proc.stdout, proc.stderr)
 
 
+#: Children of test_exit_while_daemon_threads_gather (issue 42 measured 200: H5GDS_EXIT_RUNS=200).
+EXIT_RUNS = int(os.environ.get("H5GDS_EXIT_RUNS", "16"))
+
+EXIT_WHILE_GATHERING = """\
+import sys, threading, time
+import numpy as np
+import h5gds, h5py
+rng = np.random.default_rng(int(sys.argv[3]))
+files = [h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r+")]
+def gather(dset, into):
+    rows = [rng.integers(-4096, 4096, 256) for _ in range(4)]
+    out = np.empty((256, 1024), dtype="f4")
+    while True:
+        for sel in rows:
+            h5gds.read(dset, out=out, sel=sel) if into else h5gds.read(dset, sel=sel)
+def epochs(dset):
+    while True:
+        for batch in h5gds.batches(dset, 512):
+            pass
+for n, (f, name) in enumerate([(0, "contiguous"), (0, "chunked"), (1, "contiguous"), (1, "chunked")]):
+    threading.Thread(target=gather, args=(files[f][name], n % 2 == 0), daemon=True).start()
+threading.Thread(target=epochs, args=(files[0]["chunked"],), daemon=True).start()
+time.sleep(rng.uniform(0.01, 0.3))
+print("EXIT", flush=True)
+"""
+
+
+def test_exit_while_daemon_threads_gather(tmp_path):
+    # Four daemon threads gathering rows (into `out=` arrays and new ones; contiguous and chunked;
+    # from a read-only file, served with no HDF5 call, and from one open for writing, read by
+    # H5Dread under h5py's lock) and one iterating h5gds.batches when the interpreter exits, at a
+    # random moment: no run may crash (h5py's exit hook calling HDF5 beside a daemon's HDF5 call)
+    # or hang (h5py's lock held by a daemon thread CPython ended), nor print an error.
+    data = np.arange(1 << 22, dtype="f4").reshape(4096, 1024)
+    paths = [tmp_path / "read.h5", tmp_path / "write.h5"]
+    for path in paths:
+        with h5py.File(path, "w") as f:
+            f["contiguous"] = data
+            f.create_dataset("chunked", data=data, chunks=(64, 1024))
+    failures = []
+    for run in range(EXIT_RUNS):
+        try:
+            proc = subprocess.run([sys.executable, "-c", EXIT_WHILE_GATHERING, *map(str, paths), str(run)],
+                                  env=clean_env({}), capture_output=True, text=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            failures.append((run, "hung", ""))
+        else:
+            if proc.returncode != 0 or proc.stdout != "EXIT\n" or proc.stderr:
+                failures.append((run, f"exit status {proc.returncode}", proc.stderr[-2000:]))
+        if len(failures) == 3:  # enough to tell (a hang costs the whole timeout)
+            break
+    hangs = sum(1 for _, what, _ in failures if what == "hung")
+    assert not failures, (f"{len(failures) - hangs} crashed, {hangs} hung in {run + 1} runs", failures)
+
+
 #: Python 3.12+ warns when a process with more than one thread forks (here: the pool's threads), which is
 #: true; `warnings` prints the line, and on 3.13+ the source line `pid = os.fork()` under it.
 FORK_WARNING = re.compile(r"<string>:\d+: DeprecationWarning: This process \(pid=\d+\) is multi-threaded, use of "
