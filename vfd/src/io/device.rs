@@ -9,7 +9,7 @@
 use super::gds::{self, CuFileDriver, DirectFile, GdsHandle};
 use super::parallel::run_split;
 use super::target::Storage;
-use super::Direction;
+use super::{Direction, PartialTransfer};
 use crate::config::{CompatMode, VfdSettings};
 use crate::cuda::{self, CUdeviceptr, DeviceRange};
 use crate::error::{Error, Result};
@@ -47,6 +47,11 @@ static STAGED_WHILE_NVIDIA_FS: FileDevicePath =
 pub(crate) struct GdsFile {
     handle: GdsHandle,
     refused: Mutex<Vec<Refusal>>,
+    /// Whether a cuFile transfer of this file has succeeded. Until one has, its cuFile transfers
+    /// go one at a time (`trial`), so that an error that recurs is met once, not by every task
+    /// of the first transfer at once.
+    proven: AtomicBool,
+    trial: Mutex<()>,
 }
 
 /// What a recurring cuFile error rules out.
@@ -103,6 +108,8 @@ impl GdsFile {
         GdsFile {
             handle,
             refused: Mutex::new(Vec::new()),
+            proven: AtomicBool::new(false),
+            trial: Mutex::new(()),
         }
     }
 
@@ -562,7 +569,11 @@ impl DeviceIo<'_> {
             | FileDevicePath::StagedWhileCuFileOpens(_)
             | FileDevicePath::Deferred(_) => return staged(dev, len, addr),
         };
+        // Until a cuFile transfer of the file has succeeded, one at a time (see `GdsFile`).
+        let trial = (!gds.proven.load(Ordering::Acquire))
+            .then(|| gds.trial.lock().unwrap_or_else(|p| p.into_inner()));
         if gds.refusal_for(base)?.is_some() {
+            drop(trial);
             return staged(dev, len, addr);
         }
         let device_error = |e: cuda::CudaError| Error::Device(e.to_string());
@@ -571,7 +582,14 @@ impl DeviceIo<'_> {
         let _context = cuda::enter(context).map_err(device_error)?;
         // SAFETY: the range lies in one allocation or mapping starting at `base` (caller's
         // contract).
-        match unsafe { gds.handle.transfer(dir, base, buf_off, len, addr) } {
+        let outcome = unsafe { gds.handle.transfer(dir, base, buf_off, len, addr) };
+        match &outcome {
+            Ok(_) => gds.proven.store(true, Ordering::Release),
+            // Recorded before the trial ends, so that the transfers waiting for it stage.
+            Err(failure) => self.note_failure(gds, base, addr, len, failure)?,
+        }
+        drop(trial);
+        match outcome {
             // End of file: the rest of the read is zeros, as for host buffers.
             Ok(done) if done < len => {
                 // SAFETY: dev + done .. dev + len lies in the caller's device range.
@@ -581,41 +599,54 @@ impl DeviceIo<'_> {
             Ok(_) => Ok(()),
             Err(failure) => {
                 let (done, rest) = (failure.done, len - failure.done);
-                let code = failure
-                    .source
-                    .get_ref()
-                    .and_then(|e| e.downcast_ref::<cuda::CudaError>())
-                    .and_then(cuda::CudaError::cufile_code);
-                if let Some(recurs) = code.and_then(recurring_scope) {
-                    let scope = match recurs {
-                        Recurs::ForTheFile => Scope::File,
-                        Recurs::ForTheBufferKind => {
-                            Scope::Buffer(cuda::buffer_kind(base).map_err(device_error)?)
-                        }
-                    };
-                    if gds.refuse(scope, failure.source.to_string()) {
-                        let which = match scope {
-                            Scope::File => "device buffers".to_string(),
-                            Scope::Buffer(kind) => format!("buffers in {kind}"),
-                        };
-                        tracing::warn!(
-                            "{} at offset {} of {:?}: an error that recurs, so {which} of this \
-                             file go through the staged path from now on",
-                            failure.source,
-                            addr + done as u64,
-                            self.file_name
-                        );
-                    }
-                    return staged(dev + done as u64, rest, addr + done as u64);
-                }
-                tracing::warn!(
-                    "{} at offset {} of {:?}; the remaining {rest} bytes go through the staged path",
-                    failure.source,
-                    addr + done as u64,
-                    self.file_name
-                );
                 staged(dev + done as u64, rest, addr + done as u64)
             }
         }
+    }
+
+    /// Says why a cuFile transfer failed (its remaining bytes go through the staged path), and
+    /// records an error that recurs for what it rules out, warning once per scope.
+    fn note_failure(
+        &self,
+        gds: &GdsFile,
+        base: CUdeviceptr,
+        addr: u64,
+        len: usize,
+        failure: &PartialTransfer,
+    ) -> Result<()> {
+        let at = addr + failure.done as u64;
+        let code = failure
+            .source
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<cuda::CudaError>())
+            .and_then(cuda::CudaError::cufile_code);
+        let Some(recurs) = code.and_then(recurring_scope) else {
+            tracing::warn!(
+                "{} at offset {at} of {:?}; the remaining {} bytes go through the staged path",
+                failure.source,
+                self.file_name,
+                len - failure.done
+            );
+            return Ok(());
+        };
+        let scope = match recurs {
+            Recurs::ForTheFile => Scope::File,
+            Recurs::ForTheBufferKind => {
+                Scope::Buffer(cuda::buffer_kind(base).map_err(|e| Error::Device(e.to_string()))?)
+            }
+        };
+        if gds.refuse(scope, failure.source.to_string()) {
+            let which = match scope {
+                Scope::File => "device buffers".to_string(),
+                Scope::Buffer(kind) => format!("buffers in {kind}"),
+            };
+            tracing::warn!(
+                "{} at offset {at} of {:?}: an error that recurs, so {which} of this file go \
+                 through the staged path from now on",
+                failure.source,
+                self.file_name
+            );
+        }
+        Ok(())
     }
 }
