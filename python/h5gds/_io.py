@@ -164,10 +164,10 @@ def read_without_hdf5(dset, sel, shape):
     if known is not None:
         return known
     dsid = dset.id
-    entry = _layout._layouts.get(id(dsid))
-    if entry is None or entry[0]() is not dsid or entry[1] is None or dsid.id == 0:
+    known = _layout.resolved(dsid)
+    if known is None or known[0] is None or dsid.id == 0:
         return None
-    found, dtype = entry[1], entry[2]
+    found, dtype = known
     slab = hyperslab(sel, shape)
     out = np.empty(slab.shape, dtype=dtype)
     if found.read(list(slab.start), list(slab.step), list(slab.count), out.ctypes.data, out.nbytes):

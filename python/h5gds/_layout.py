@@ -18,13 +18,22 @@ from . import _native
 _layouts = {}
 
 
+def resolved(dsid):
+    """``(Layout or None, dtype)`` as ``layout`` resolved them for the DatasetID ``dsid``, or None
+    where it has not yet (no HDF5 call)."""
+    entry = _layouts.get(id(dsid))
+    if entry is not None and entry[0]() is dsid:
+        return entry[1], entry[2]
+    return None
+
+
 def layout(dset, dtype):
     """The ``_native.Layout`` of ``dset`` for reads into ``dtype``, or None (HDF5 reads it)."""
     dsid = dset.id
+    known = resolved(dsid)
+    if known is not None:
+        return known[0]
     key = id(dsid)
-    entry = _layouts.get(key)
-    if entry is not None and entry[0]() is dsid:
-        return entry[1]
     with phil:
         found = _resolve(dset, dsid, dtype)
 
