@@ -643,6 +643,23 @@ mod tests {
         );
     }
 
+    /// `data` in hdf5plugin's LZ4 framing, in blocks of `block` bytes, those `stored_as_is` picks
+    /// (by index) stored uncoded, the others LZ4-coded.
+    fn lz4_framed(data: &[u8], block: usize, stored_as_is: impl Fn(usize) -> bool) -> Vec<u8> {
+        let mut framed = (data.len() as u64).to_be_bytes().to_vec();
+        framed.extend((block as u32).to_be_bytes());
+        for (k, part) in data.chunks(block).enumerate() {
+            let stored = if stored_as_is(k) {
+                part.to_vec()
+            } else {
+                lz4::block::compress(part, None, false).unwrap()
+            };
+            framed.extend((stored.len() as u32).to_be_bytes());
+            framed.extend(stored);
+        }
+        framed
+    }
+
     #[test]
     fn zstandard_and_lz4_chunks_decode() {
         let data = sample(5000);
@@ -650,16 +667,8 @@ mod tests {
         let z = zstd::bulk::compress(&data, 3).unwrap();
         let p = Pipeline::for_filters(&filters(&[32015]), 4).unwrap();
         assert_eq!(p.decode(&z, 0, data.len(), &mut scratch).unwrap(), data);
-        // hdf5plugin's LZ4 framing with blocks of 8000 bytes: one coded, two stored as they are.
-        let mut framed = (data.len() as u64).to_be_bytes().to_vec();
-        framed.extend(8000u32.to_be_bytes());
-        let coded = lz4::block::compress(&data[..8000], None, false).unwrap();
-        framed.extend((coded.len() as u32).to_be_bytes());
-        framed.extend(&coded);
-        for block in data[8000..].chunks(8000) {
-            framed.extend((block.len() as u32).to_be_bytes());
-            framed.extend(block);
-        }
+        // Blocks of 8000 bytes: one coded, two stored as they are.
+        let framed = lz4_framed(&data, 8000, |k| k > 0);
         let p = Pipeline::for_filters(&filters(&[32004]), 4).unwrap();
         assert_eq!(
             p.decode(&framed, 0, data.len(), &mut scratch).unwrap(),
@@ -673,21 +682,8 @@ mod tests {
         let mut scratch = Scratch::default();
         let z = zstd::bulk::compress(&data, 3).unwrap();
         let zp = Pipeline::for_filters(&filters(&[32015]), 4).unwrap();
-        // hdf5plugin's LZ4 framing: one block, and blocks of 64000 bytes (the last stored as it is).
-        let lz4_framed = |block: usize| {
-            let mut framed = (data.len() as u64).to_be_bytes().to_vec();
-            framed.extend((block as u32).to_be_bytes());
-            for (k, part) in data.chunks(block).enumerate() {
-                let stored = if k == 3 {
-                    part.to_vec()
-                } else {
-                    lz4::block::compress(part, None, false).unwrap()
-                };
-                framed.extend((stored.len() as u32).to_be_bytes());
-                framed.extend(stored);
-            }
-            framed
-        };
+        // One block, and blocks of 64000 bytes (the fourth stored as it is).
+        let lz4_framed = |block: usize| lz4_framed(&data, block, |k| k == 3);
         let lp = Pipeline::for_filters(&filters(&[32004]), 4).unwrap();
         for (p, stored) in [
             (&zp, z),
