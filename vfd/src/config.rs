@@ -337,11 +337,16 @@ impl CarriedSettings {
                 Source::Default | Source::Environment(_) => continue,
             };
             let text = settings.value_text(spec.key).unwrap_or_default();
-            let n = text.len().min(CARRIED_VALUE_BYTES);
-            carried.values[slot][..n].copy_from_slice(&text.as_bytes()[..n]);
-            carried.origins[slot] = origin;
+            carried.carry(slot, &text, origin);
         }
         carried
+    }
+
+    /// Carries `text` (cut to `CARRIED_VALUE_BYTES`) in `slot`, from `origin`.
+    fn carry(&mut self, slot: usize, text: &str, origin: u64) {
+        let n = text.len().min(CARRIED_VALUE_BYTES);
+        self.values[slot][..n].copy_from_slice(&text.as_bytes()[..n]);
+        self.origins[slot] = origin;
     }
 
     /// The settings of vfd-gds's `H5Pset_fapl_gds(fapl, alignment, block_size, cbuf_size)`,
@@ -375,10 +380,7 @@ impl CarriedSettings {
                 .enumerate()
                 .find(|(_, (spec, _))| spec.key == Key::BounceBufferSize)
                 .ok_or_else(|| Error::InvalidArgument("no bounce_buffer_size setting".into()))?;
-            let text = format_size(cbuf_size);
-            let n = text.len().min(CARRIED_VALUE_BYTES);
-            carried.values[slot][..n].copy_from_slice(&text.as_bytes()[..n]);
-            carried.origins[slot] = FROM_SET_FAPL_GDS;
+            carried.carry(slot, &format_size(cbuf_size), FROM_SET_FAPL_GDS);
         }
         // Refused here, with the argument named, rather than at every open.
         VfdSettings::default().apply_carried(&carried, |_| true)?;
