@@ -130,7 +130,7 @@ impl<T: Element> DeviceTile<'_, T> {
                     "writing a tile through a host staging buffer: {reason}"
                 ));
                 let bytes = (n * es) as usize;
-                let mut staging = HostStaging::new(settings.staging_buffer_size()?, bytes);
+                let mut staging = HostStaging::new(settings.staging_buffer_size()?, bytes, stream);
                 let per = (staging.len() as u64 / es).max(1);
                 let mut a = 0;
                 while a < n {
