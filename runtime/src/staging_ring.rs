@@ -242,7 +242,8 @@ impl<S: RingStream> StagingRing<S> {
         }
     }
 
-    /// Piece `piece`'s buffer, once no earlier piece's copy uses it.
+    /// Piece `piece`'s buffer, once no earlier piece's copy uses it (a ring made with buffers,
+    /// or after [`Self::buffer_at_least`]).
     pub fn buffer(&mut self, piece: usize) -> Result<&mut [u8], CudaError> {
         self.free_for(piece).map_err(|(_, error)| error)?;
         let lane = self.lane_of(piece);
@@ -252,7 +253,8 @@ impl<S: RingStream> StagingRing<S> {
             .expect("a ring made with buffers");
         let (host, len) = (taken.as_mut_ptr(), taken.len());
         // SAFETY: the pool's buffer holds `len` bytes, owned by this ring and borrowed mutably
-        // through it; no copy uses it (waited for above).
+        // through it; no earlier piece's copy uses it (waited for above), and the piece's own
+        // copies are ordered by the caller (`LaneCopies`' contracts).
         Ok(unsafe { std::slice::from_raw_parts_mut(host, len) })
     }
 
@@ -280,8 +282,13 @@ impl<S: RingStream> StagingRing<S> {
         }
         let lane = self.lane_of(piece);
         let lane = &mut self.lanes[lane];
+        // Without a stream only after making them failed once (`make` is gone).
+        let stream = lane
+            .stream
+            .clone()
+            .ok_or_else(|| CudaError::new("creating a stream", "an earlier attempt failed"))?;
         lane.pending = Some(piece);
-        Ok(lane.stream.clone().expect("streams made above"))
+        Ok(stream)
     }
 
     /// Piece `piece`'s buffer and stream, for queueing its copies (noted as [`Self::stream`]
