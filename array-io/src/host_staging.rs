@@ -25,7 +25,7 @@ use std::sync::Arc;
 /// caller's, and one forked from it when the first copy is queued), so that one piece's copy
 /// runs while HDF5 (or the host decoding) moves the next.
 pub(crate) struct HostStaging {
-    ring: StagingRing<Arc<CudaStream>>,
+    pub ring: StagingRing<Arc<CudaStream>>,
     len: usize,
 }
 
@@ -62,13 +62,6 @@ impl HostStaging {
 
     pub fn len(&self) -> usize {
         self.len
-    }
-
-    /// Piece `k`'s buffer, for a caller that copies through it itself, synchronously (the
-    /// collective write of a tile).
-    #[cfg(feature = "mpi")]
-    pub fn buffer(&mut self, k: usize) -> Result<*mut u8> {
-        Ok(self.ring.buffer(k)?.as_mut_ptr())
     }
 }
 
