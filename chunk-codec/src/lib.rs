@@ -10,11 +10,16 @@
 //! same pool, which the caller writes raw in chunk order.
 
 pub mod encode;
+mod fletcher32;
 pub mod format;
+mod in_flight;
 pub mod index;
+mod lz4_frame;
 pub mod pipeline;
 pub mod place;
 pub mod read;
+mod shuffle;
+mod step_buffers;
 
 pub use encode::{ChunkWriter, EncodeScratch, Encoding, HostWrite};
 pub use index::{ChunkIndex, ChunkListing};

@@ -154,6 +154,15 @@ pub struct Source<'a> {
     pub step: &'a [u64],
 }
 
+/// The elements between neighbours along each axis of a row-major array of `shape`.
+pub(crate) fn strides(shape: &[u64]) -> Vec<u64> {
+    let mut s = vec![1u64; shape.len()];
+    for a in (0..shape.len().saturating_sub(1)).rev() {
+        s[a] = s[a + 1] * shape[a + 1];
+    }
+    s
+}
+
 /// Copies a box of `count` elements of `element` bytes from `src` into the row-major array of
 /// `shape` at `out`, at position `at` (steps of 1).
 ///
@@ -173,13 +182,6 @@ pub unsafe fn copy_box(
     if rank == 0 || count.contains(&0) {
         return;
     }
-    let strides = |shape: &[u64]| {
-        let mut s = vec![1u64; shape.len()];
-        for a in (0..shape.len().saturating_sub(1)).rev() {
-            s[a] = s[a + 1] * shape[a + 1];
-        }
-        s
-    };
     let (src_strides, out_strides) = (strides(src.shape), strides(shape));
     let inner = rank - 1;
     let run = count[inner] as usize;
@@ -221,6 +223,31 @@ pub unsafe fn copy_box(
             index[a] = 0;
         }
     }
+}
+
+/// [`copy_box`] into an array borrowed whole, which is checked to hold `shape` and the box.
+pub fn copy_box_into(
+    src: &Source,
+    out: &mut [u8],
+    shape: &[u64],
+    at: &[u64],
+    count: &[u64],
+    element: usize,
+) {
+    let elements: u64 = shape.iter().product();
+    assert!(
+        out.len() as u64 >= elements * element as u64,
+        "the output holds its array"
+    );
+    assert!(
+        at.len() == shape.len()
+            && count.len() == shape.len()
+            && (0..shape.len()).all(|a| at[a] + count[a] <= shape[a]),
+        "the box lies inside the array"
+    );
+    // SAFETY: `out` is borrowed exclusively and holds the array of `shape`, inside which the box
+    // lies (both checked above).
+    unsafe { copy_box(src, out.as_mut_ptr(), shape, at, count, element) }
 }
 
 #[cfg(test)]
@@ -294,31 +321,39 @@ mod tests {
             .all(|p| whole_chunk_run(p, &stepped, &[5, 10]).is_none()));
     }
 
+    /// `src`'s box of `count` elements of `element` bytes copied into a fresh output of `shape`
+    /// at `at`.
+    fn copied(src: &Source, shape: &[u64], at: &[u64], count: &[u64], element: usize) -> Vec<u8> {
+        let mut out = vec![0u8; shape.iter().product::<u64>() as usize * element];
+        copy_box_into(src, &mut out, shape, at, count, element);
+        out
+    }
+
     #[test]
     fn boxes_copy_with_and_without_steps() {
         // A 4x6 source of bytes 0..24; take rows 1..3, columns 0,2,4 into a 3x5 output at (1,1).
         let src: Vec<u8> = (0..24).collect();
-        let mut out = vec![0u8; 15];
         let s = Source {
             bytes: &src,
             shape: &[4, 6],
             start: &[1, 0],
             step: &[1, 2],
         };
-        // SAFETY: the box (2x3 at (1,1)) lies inside the 3x5 output, owned here.
-        unsafe { copy_box(&s, out.as_mut_ptr(), &[3, 5], &[1, 1], &[2, 3], 1) };
-        assert_eq!(out, [0, 0, 0, 0, 0, 0, 6, 8, 10, 0, 0, 12, 14, 16, 0]);
+        assert_eq!(
+            copied(&s, &[3, 5], &[1, 1], &[2, 3], 1),
+            [0, 0, 0, 0, 0, 0, 6, 8, 10, 0, 0, 12, 14, 16, 0]
+        );
         // Elements of 2 bytes, contiguous rows.
         let src: Vec<u8> = (0..16).collect();
-        let mut out = vec![0u8; 8];
         let s = Source {
             bytes: &src,
             shape: &[2, 4],
             start: &[0, 2],
             step: &[1, 1],
         };
-        // SAFETY: a 2x2 box at the origin of a 2x2 output of 2-byte elements.
-        unsafe { copy_box(&s, out.as_mut_ptr(), &[2, 2], &[0, 0], &[2, 2], 2) };
-        assert_eq!(out, [4, 5, 6, 7, 12, 13, 14, 15]);
+        assert_eq!(
+            copied(&s, &[2, 2], &[0, 0], &[2, 2], 2),
+            [4, 5, 6, 7, 12, 13, 14, 15]
+        );
     }
 }
