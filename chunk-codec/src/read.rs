@@ -8,87 +8,21 @@
 //! ([`read_placed`], a gather's runs of rows) share the chunks they touch: each is read and
 //! decoded once, and every selection's part of it copied into place.
 
-use crate::pipeline::{Pipeline, Scratch};
-use crate::place::{
-    chunks_selected, copy_box, whole_chunk_run, ChunkPart, Hyperslab, SharedOut, Source,
-};
+mod job;
+mod raw_chunks;
+mod slot;
+
+pub use raw_chunks::{read_stored_at, reopen, RawChunks, StoredChunk, LIST_INDEX_FROM};
+
+use crate::in_flight::pool_and_slots;
+use crate::pipeline::Pipeline;
+use crate::place::{chunks_selected, copy_box_into, ChunkPart, Hyperslab, SharedOut, Source};
+use job::Job;
+use raw_chunks::read_at;
+use slot::Slot;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex};
-
-/// A chunk as the dataset's chunk index records it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StoredChunk {
-    /// Its stored size.
-    pub size: usize,
-    /// Its filter mask (bit `i` set: filter `i` was skipped).
-    pub mask: u32,
-    /// The file offset of its stored bytes.
-    pub address: u64,
-}
-
-/// Chunks a read touches from which the dataset's whole chunk index is listed once
-/// (`H5Dchunk_iter`), rather than each chunk looked up (`H5Dget_chunk_info_by_coord`): HDF5
-/// (1.14, 2.x) finds one chunk by iterating over the index until it meets it, so looking up k of
-/// n chunks visits about k n / 2 entries (2048 chunks: 24 µs a lookup, 49 ms in all, against
-/// 2.5 ms for one listing from h5py). Listing costs more per entry than a lookup's visit, so a
-/// few chunks are still looked up.
-pub const LIST_INDEX_FROM: usize = 16;
-
-/// Where a dataset's stored chunks come from: the caller's HDF5 binding. Called on the calling
-/// thread only.
-pub trait RawChunks {
-    /// The caller's error.
-    type Error: Send;
-
-    /// The chunk whose first element is `offset`; `None` when it was never written.
-    fn stored(&mut self, offset: &[u64]) -> Result<Option<StoredChunk>, Self::Error>;
-
-    /// Reads the chunk's stored bytes (`size`, as [`RawChunks::stored`] said) into `buf`, which
-    /// then holds exactly them, and returns its filter mask. (A `Vec`, so that the implementation
-    /// may read into its spare capacity instead of zero-filling first.)
-    fn read(&mut self, offset: &[u64], size: usize, buf: &mut Vec<u8>) -> Result<u32, Self::Error>;
-
-    /// The file holding the stored chunks at their addresses, when they may be read from it
-    /// directly, from any thread, with no HDF5 call: the file open read-only (so HDF5 holds no
-    /// newer bytes of them) through a driver whose addresses are the file's own offsets. `None`:
-    /// every chunk is read through [`RawChunks::read`].
-    fn direct_file(&mut self) -> Option<std::fs::File> {
-        None
-    }
-
-    /// The error for the chunk at `offset`, which cannot be decoded for `reason`.
-    fn corrupt(&self, offset: &[u64], reason: String) -> Self::Error;
-}
-
-/// The file behind descriptor `fd` (HDF5's own, through sec2 or gds), opened anew for the
-/// decoding threads' reads: through `/proc/self/fd`, so it is the very file HDF5 has open even if
-/// renamed since, with a file description of its own, without the driver's `O_DIRECT` (which
-/// would refuse unaligned reads). `None` when it cannot be opened; the chunks are then read
-/// through HDF5.
-pub fn reopen(fd: i32) -> Option<std::fs::File> {
-    std::fs::File::open(format!("/proc/self/fd/{fd}")).ok()
-}
-
-/// Reads a chunk's stored bytes from the file at its address.
-fn read_at(file: &std::fs::File, chunk: &StoredChunk, buf: &mut Vec<u8>) -> Result<(), String> {
-    if buf.len() != chunk.size {
-        buf.resize(chunk.size, 0);
-    }
-    read_stored_at(file, chunk.address, buf)
-}
-
-/// Reads the `buf.len()` stored bytes of a chunk at `address` of `file`; the error says what
-/// could not be read, for the chunk's error.
-pub fn read_stored_at(file: &std::fs::File, address: u64, buf: &mut [u8]) -> Result<(), String> {
-    use std::os::unix::fs::FileExt;
-    file.read_exact_at(buf, address).map_err(|e| {
-        format!(
-            "its {} stored bytes at byte {address} of the file could not be read: {e}",
-            buf.len()
-        )
-    })
-}
 
 /// One read: how the chunks are stored and what is selected.
 pub struct HostRead<'a> {
@@ -111,48 +45,6 @@ pub struct Outcome {
     pub direct: bool,
 }
 
-/// Stored bytes that may wait for decoding at once, across all chunks in flight.
-const IN_FLIGHT_BYTES: usize = 512 << 20;
-
-/// A stored chunk's buffer and the scratch that decodes it, reused from chunk to chunk.
-#[derive(Default)]
-struct Slot {
-    stored: Vec<u8>,
-    scratch: Scratch,
-}
-
-/// Slots kept between reads, at most [`KEPT_SLOT_BYTES`] in all: a read of large chunks would
-/// otherwise fault in fresh pages for every chunk's buffers (32 MiB chunks: more time than
-/// decoding some of them). Never waited for, so a forked child whose copy of the lock is held
-/// takes fresh slots.
-static KEPT_SLOTS: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
-const KEPT_SLOT_BYTES: usize = 256 << 20;
-
-impl Slot {
-    fn held_bytes(&self) -> usize {
-        self.stored.capacity() + self.scratch.held_bytes()
-    }
-
-    /// A kept slot, or a new one.
-    fn take() -> Slot {
-        KEPT_SLOTS
-            .try_lock()
-            .ok()
-            .and_then(|mut kept| kept.pop())
-            .unwrap_or_default()
-    }
-
-    /// Keeps the slot for the next read where the budget allows.
-    fn give_back(self) {
-        if let Ok(mut kept) = KEPT_SLOTS.try_lock() {
-            let held: usize = kept.iter().map(Slot::held_bytes).sum();
-            if held + self.held_bytes() <= KEPT_SLOT_BYTES {
-                kept.push(self);
-            }
-        }
-    }
-}
-
 /// One selection of a read of several ([`read_placed`]): its hyperslab, and the byte of the output
 /// where its elements begin (row-major). The selections' elements lie in disjoint bytes.
 #[derive(Clone, Copy, Debug)]
@@ -169,114 +61,6 @@ pub struct Decoding<'a> {
     pub chunk: &'a [u64],
     pub element_size: usize,
     pub threads: usize,
-}
-
-/// One stored chunk a read needs, and every selected part inside it (the selection's position
-/// in the read's list, and the part).
-struct Job {
-    offset: Vec<u64>,
-    stored: StoredChunk,
-    parts: Vec<(usize, ChunkPart)>,
-}
-
-impl Decoding<'_> {
-    fn chunk_bytes(&self) -> usize {
-        self.chunk.iter().product::<u64>() as usize * self.element_size
-    }
-
-    /// The bytes of the decoded chunk up to the last element the job's parts take (the last
-    /// element of each part's box is its furthest in row-major order).
-    fn bytes_needed(&self, job: &Job, selections: &[Placed]) -> usize {
-        let rank = self.chunk.len();
-        let mut strides = vec![1u64; rank];
-        for a in (0..rank.saturating_sub(1)).rev() {
-            strides[a] = strides[a + 1] * self.chunk[a + 1];
-        }
-        let last = job.parts.iter().map(|(k, part)| {
-            let sel = &selections[*k].selection;
-            (0..rank)
-                .map(|a| {
-                    let first = sel.start[a] + part.first[a] * sel.step[a] - job.offset[a];
-                    (first + (part.count[a] - 1) * sel.step[a]) * strides[a]
-                })
-                .sum::<u64>()
-        });
-        last.max()
-            .map_or(0, |e| (e as usize + 1) * self.element_size)
-    }
-
-    /// Decodes one chunk, once, and copies each of its parts into the output: straight into
-    /// the output where the chunk is one selection's only part and fills a run of it.
-    ///
-    /// # Safety
-    /// `out` must hold every selection at its place, and no other thread may write the parts'
-    /// elements.
-    unsafe fn decode_job(
-        &self,
-        job: &Job,
-        selections: &[Placed],
-        mask: u32,
-        slot: &mut Slot,
-        out: SharedOut,
-    ) -> Result<(), String> {
-        if let [(k, part)] = job.parts.as_slice() {
-            let placed = &selections[*k];
-            if let Some(run) = whole_chunk_run(part, &placed.selection, self.chunk) {
-                let at = placed.at + run * self.element_size as u64;
-                // SAFETY: the chunk's run lies inside the selection's place in the output, which
-                // only this task writes, as the caller guarantees.
-                let dest =
-                    unsafe { std::slice::from_raw_parts_mut(out.at(at), self.chunk_bytes()) };
-                return self
-                    .pipeline
-                    .decode_into(&slot.stored, mask, &mut slot.scratch, dest);
-            }
-        }
-        // Parts that end early in a chunk whose first bytes decode alone (rows near its start):
-        // decoding stops after the last byte they need.
-        let chunk_bytes = self.chunk_bytes();
-        let needed = self.bytes_needed(job, selections);
-        let decoded = if self.pipeline.prefix_pays(mask, needed, chunk_bytes) {
-            self.pipeline.decode_prefix(
-                &slot.stored,
-                mask,
-                chunk_bytes,
-                needed,
-                &mut slot.scratch,
-            )?
-        } else {
-            self.pipeline
-                .decode(&slot.stored, mask, chunk_bytes, &mut slot.scratch)?
-        };
-        for (k, part) in &job.parts {
-            let placed = &selections[*k];
-            let start: Vec<u64> = part
-                .file_start(&placed.selection)
-                .iter()
-                .zip(&job.offset)
-                .map(|(s, o)| s - o)
-                .collect();
-            let src = Source {
-                bytes: decoded,
-                shape: self.chunk,
-                start: &start,
-                step: placed.selection.step,
-            };
-            // SAFETY: as the caller guarantees; the part lies inside its selection, which lies
-            // at its place in the output.
-            unsafe {
-                copy_box(
-                    &src,
-                    out.at(placed.at),
-                    placed.selection.count,
-                    &part.first,
-                    &part.count,
-                    self.element_size,
-                )
-            };
-        }
-        Ok(())
-    }
 }
 
 /// Reads the selection of `r` into `out` (the selection's elements, row-major). Chunks never
@@ -365,11 +149,9 @@ pub fn read_placed<R: RawChunks>(
     // selection lies in one chunk, and the selections' places are disjoint), and the read waits
     // for every task before it returns the caller's buffer.
     let out = unsafe { SharedOut::new(out.as_mut_ptr()) };
-    let chunk_bytes = how.chunk_bytes().max(1);
-    let pool = (how.threads > 1 && jobs.len() > 1)
-        .then(|| h5gds_runtime::pool::for_waiting_caller(how.threads))
-        .flatten();
-    let Some(pool) = pool else {
+    // At least two chunks in flight, one read while the other decodes (a stored chunk and two
+    // decoded ones each).
+    let Some((pool, slots)) = pool_and_slots(how.threads, jobs.len(), how.chunk_bytes(), 2) else {
         let mut slot = Slot::take();
         for job in &jobs {
             let mask = match &direct {
@@ -387,11 +169,6 @@ pub fn read_placed<R: RawChunks>(
         slot.give_back();
         return Ok((outcome, missing_of));
     };
-    // Chunks in flight: enough to keep every thread busy while the next is read, within the
-    // memory bound (a stored chunk and two decoded ones per slot).
-    let slots = (2 * how.threads)
-        .min(IN_FLIGHT_BYTES / (3 * chunk_bytes))
-        .clamp(2, jobs.len());
     let (free, freed) = mpsc::channel::<Slot>();
     for _ in 0..slots {
         free.send(Slot::take()).expect("the receiver is alive");
@@ -472,17 +249,14 @@ pub fn place_missing(part: &ChunkPart, values: &[u8], r: &HostRead, out: &mut [u
     };
     let elements: u64 = r.selection.count.iter().product();
     assert_eq!(out.len() as u64, elements * r.element_size as u64);
-    // SAFETY: `out` is borrowed exclusively and holds the selection, which holds the part.
-    unsafe {
-        copy_box(
-            &src,
-            out.as_mut_ptr(),
-            r.selection.count,
-            &part.first,
-            &part.count,
-            r.element_size,
-        )
-    };
+    copy_box_into(
+        &src,
+        out,
+        r.selection.count,
+        &part.first,
+        &part.count,
+        r.element_size,
+    );
 }
 
 #[cfg(test)]
@@ -790,20 +564,5 @@ mod tests {
         let (outcome, missing_of) = read_placed(&mut m, &how, &placed, &mut out).unwrap();
         assert_eq!(missing_of, [2, 3]);
         assert!(outcome.missing.iter().all(|p| p.offset == [8, 0]));
-    }
-
-    #[test]
-    fn slots_kept_between_reads_stay_within_their_budget() {
-        // Slots of 100 MiB given back one after another: at most the budget is kept.
-        for _ in 0..5 {
-            let slot = Slot {
-                stored: Vec::with_capacity(100 << 20),
-                ..Slot::default()
-            };
-            slot.give_back();
-            let kept = KEPT_SLOTS.lock().unwrap();
-            let held: usize = kept.iter().map(Slot::held_bytes).sum();
-            assert!(held <= KEPT_SLOT_BYTES, "{held} bytes kept");
-        }
     }
 }
