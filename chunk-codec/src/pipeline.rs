@@ -16,15 +16,16 @@
 
 mod prefix;
 
+// Public here since before the filters' bytes had modules of their own.
+pub use crate::fletcher32::fletcher32;
+
+use crate::fletcher32::check_fletcher32;
 use crate::lz4_frame::decode_lz4;
 use crate::shuffle::unshuffle;
 use crate::step_buffers::{alternate, room};
 use h5gds_route::route::{
     filter_name, FILTER_DEFLATE, FILTER_FLETCHER32, FILTER_LZ4, FILTER_SHUFFLE, FILTER_ZSTD,
 };
-
-use crate::fletcher32::check_fletcher32;
-pub use crate::fletcher32::fletcher32;
 
 /// One filter of a dataset's pipeline, as `H5Pget_filter2` reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]

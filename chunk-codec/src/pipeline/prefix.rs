@@ -10,13 +10,13 @@ impl Pipeline {
     /// each element's bytes over the whole chunk, Fletcher-32 checks all of it, and libdeflate
     /// decodes whole streams only).
     pub fn decodes_prefix(&self, mask: u32) -> bool {
-        let mut applied = self
+        let mut undone = self
             .stages
             .iter()
             .enumerate()
             .filter(|&(i, _)| applied(mask, i));
         matches!(
-            (applied.next(), applied.next()),
+            (undone.next(), undone.next()),
             (Some((_, Stage::Zstd | Stage::Lz4)), None)
         )
     }
