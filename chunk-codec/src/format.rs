@@ -40,7 +40,8 @@ pub fn payload_offset(codec: GpuCodec) -> usize {
 
 const ZLIB_HEADER: usize = 2;
 const ADLER_TRAILER: usize = 4;
-const LZ4_HEADER: usize = 12;
+/// hdf5plugin's LZ4 framing before the first block: decoded size and block size.
+pub(crate) const LZ4_HEADER: usize = 12;
 
 /// The raw Deflate piece of a zlib-wrapped chunk of `stored` bytes decoding to `out_len`, given
 /// its first two bytes; or why the header is not one HDF5's deflate filter writes.

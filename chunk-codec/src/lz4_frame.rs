@@ -2,11 +2,8 @@
 //! ([`encode_lz4`]), a framed chunk decoded whole ([`decode_lz4`]), and only its first bytes
 //! ([`decode_lz4_prefix`]). The framing itself is parsed by [`crate::format::lz4_pieces`].
 
-use crate::format;
+use crate::format::{self, LZ4_HEADER};
 use crate::step_buffers::room;
-
-/// The bytes of the LZ4 framing before the first block: decoded size and block size.
-const LZ4_HEADER: usize = 12;
 
 /// hdf5plugin's LZ4 framing of `input` in blocks of `block` bytes (at most the input) into
 /// `spare`; returns the stored length.
