@@ -2,7 +2,7 @@
 //! dataset's filter pipeline stores ([`Encoding::encode`], the inverse of
 //! [`Pipeline::decode`](crate::Pipeline::decode)), and a whole array cut into chunks that are
 //! gathered and encoded in parallel on the process's thread pool while the calling thread writes
-//! them raw in chunk order ([`write`], in the child module `array`).
+//! them raw in chunk order ([`write()`], in the child module `array`).
 //!
 //! The stored formats are those of [`crate::format`], written as the filters write them:
 //!

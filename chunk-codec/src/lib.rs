@@ -1,13 +1,13 @@
 //! HDF5's compressed chunks on the host, with no HDF5 binding of its own: the filters' stored
-//! formats ([`format`], which the GPU codec uses too), the pipelines h5gds decodes itself and the
-//! decoding of one chunk ([`pipeline`]), which chunks a selection touches and the copy of their
-//! elements into place ([`place`]), a dataset's chunk index held compactly for lookups with no HDF5
-//! call ([`index`]), and a selection read with its chunks decoded in parallel on
-//! the process's thread pool ([`read`]; several selections, such as a gather's runs of rows, with
-//! each chunk decoded once for all of them: [`read_placed`]). The Python extension (h5py's HDF5) and array-io
-//! (hdf5-metno) supply the raw chunk reads; pipelines it does not decode stay with HDF5.
-//! Writing goes the other way ([`encode`]): an array cut into chunks encoded in parallel on the
-//! same pool, which the caller writes raw in chunk order.
+//! formats ([`format`](mod@format), which the GPU codec uses too), the pipelines h5gds decodes
+//! itself and the decoding of one chunk ([`pipeline`]), which chunks a selection touches and the
+//! copy of their elements into place ([`place`]), a dataset's chunk index held compactly for
+//! lookups with no HDF5 call ([`index`]), and a selection read with its chunks decoded in parallel
+//! on the process's thread pool ([`read()`]; several selections, such as a gather's runs of rows,
+//! with each chunk decoded once for all of them: [`read_placed`]). The Python extension (h5py's
+//! HDF5) and array-io (hdf5-metno) supply the raw chunk reads; pipelines it does not decode stay
+//! with HDF5. Writing goes the other way ([`encode`]): an array cut into chunks encoded in parallel
+//! on the same pool, which the caller writes raw in chunk order.
 
 pub mod encode;
 mod fletcher32;
