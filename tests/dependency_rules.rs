@@ -61,6 +61,25 @@ fn low_level_crates_depend_on_no_other_workspace_crate() {
     );
 }
 
+/// cuFile is reached through the runtime (`h5gds_runtime::cufile`, which decodes its results and
+/// re-exports the bindings), so no crate above it decodes cuFile's codes on its own; only the
+/// test-only crates, which play libcufile's part or call it raw, use the bindings directly.
+#[test]
+fn only_the_runtime_and_the_test_only_crates_use_the_cufile_bindings() {
+    let deps = workspace_dependencies(true);
+    let allowed = ["h5gds-runtime", "h5gds-cuda-emulator", "h5gds-tests"];
+    let users: Vec<&String> = deps
+        .iter()
+        .filter(|(_, on)| on.iter().any(|d| d == "cufile-sys"))
+        .map(|(krate, _)| krate)
+        .collect();
+    assert!(
+        users.iter().all(|k| allowed.contains(&k.as_str())),
+        "cufile-sys used by {users:?}; reach cuFile through h5gds_runtime::cufile"
+    );
+    assert!(users.iter().any(|k| *k == "h5gds-runtime"), "{users:?}");
+}
+
 #[test]
 fn the_gpu_codec_depends_on_the_runtime_not_on_the_driver() {
     let deps = workspace_dependencies(true);
