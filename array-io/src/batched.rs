@@ -160,7 +160,7 @@ impl<T: Element> DeviceBlockReader<T> {
         stream: Arc<CudaStream>,
     ) -> Result<Self> {
         let source = crate::error::no_panic("opening for device reads", || {
-            DeviceSource::open::<T>(path, dataset, options, &stream)
+            DeviceSource::open::<T>(path, dataset, options)
         })?;
         Ok(DeviceBlockReader {
             source,

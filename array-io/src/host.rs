@@ -2,12 +2,13 @@
 //! of one block, for batched reads) through the `gds` driver's host path, which is sec2 with
 //! large reads split across threads (or through sec2 itself with `H5GDS_USE_VFD_GDS=0`).
 
-use crate::driver::{DevicePath, Driver, Settings};
+use crate::driver::Driver;
 use crate::element::{descriptor_of, first_invalid_bool, Element};
 use crate::error::{Error, Result};
 use crate::file::{create_file, open_dataset, OpenDataset};
 use crate::hdf5_raw::{self, select_blocks, Spaces};
 use crate::layout::{check_types, Types};
+use crate::options::{DevicePath, Settings};
 use crate::select::Block;
 use crate::ReadOptions;
 use hdf5::{Dataset, Datatype, File};
@@ -265,7 +266,9 @@ pub(crate) fn read_rows<T: Element>(
         }
         let n = distinct.len() * row_len as usize;
         // Compressed chunks h5gds decodes: each chunk the runs touch decoded once, on all cores.
-        if let Ok(planned) = crate::host_codec::for_dataset(&ds, &types)? {
+        if let Ok(planned) =
+            crate::host_codec::for_dataset(&ds, &types, crate::options::driver_settings().nthreads)?
+        {
             let bytes = zeroed_bytes(&mut values, n);
             let blocks: Vec<Block> = runs
                 .iter()

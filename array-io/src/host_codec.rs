@@ -71,10 +71,12 @@ impl RawChunks for DatasetChunks<'_> {
     }
 }
 
-/// How h5gds decodes a dataset's chunks: their shape and pipeline.
+/// How h5gds decodes a dataset's chunks: their shape and pipeline, and on how many of the
+/// driver's I/O threads (its settings, read once when the plan is made).
 pub(crate) struct Planned {
     chunk: Vec<u64>,
     pipeline: Pipeline,
+    threads: usize,
 }
 
 impl Planned {
@@ -87,7 +89,8 @@ impl Planned {
 /// The plan for reading `region` of `ds` into host memory with h5gds decoding its chunks, or
 /// `None` (with the reason in the debug log) when HDF5 is to read it.
 pub(crate) fn plan(ds: &OpenDataset, types: &Types, region: &Block) -> Result<Option<Planned>> {
-    let decision = match for_dataset(ds, types)? {
+    let threads = crate::options::driver_settings().nthreads;
+    let decision = match for_dataset(ds, types, threads)? {
         Ok(planned) if chunks_in(&planned, region) < 2 => Err(
             "the region lies in one chunk, which HDF5 decodes and keeps in its chunk cache".into(),
         ),
@@ -118,10 +121,11 @@ pub(crate) fn chunks_in(planned: &Planned, region: &Block) -> usize {
 }
 
 /// Whether h5gds decodes the chunks of `ds` (chunked, filtered with a pipeline it decodes, read
-/// with no conversion, `H5GDS_HOST_CODEC` not 0), or why not.
+/// with no conversion, `H5GDS_HOST_CODEC` not 0), or why not; decoding on `threads` threads.
 pub(crate) fn for_dataset(
     ds: &OpenDataset,
     types: &Types,
+    threads: usize,
 ) -> Result<std::result::Result<Planned, String>> {
     if let Some(off) = h5gds_runtime::settings::host_codec_turned_off()? {
         return Ok(Err(off));
@@ -152,8 +156,13 @@ pub(crate) fn for_dataset(
             values: Vec::new(),
         })
         .collect();
-    Ok(Pipeline::for_filters(&filters, types.mem.size())
-        .map(|pipeline| Planned { chunk, pipeline }))
+    Ok(
+        Pipeline::for_filters(&filters, types.mem.size()).map(|pipeline| Planned {
+            chunk,
+            pipeline,
+            threads,
+        }),
+    )
 }
 
 /// Reads runs of rows of `ds` (`runs`: blocks of whole rows, in increasing order) into `out`
@@ -167,7 +176,11 @@ pub(crate) fn read_runs(
     planned: &Planned,
     out: &mut [u8],
 ) -> Result<()> {
-    let Planned { chunk, pipeline } = planned;
+    let Planned {
+        chunk,
+        pipeline,
+        threads,
+    } = planned;
     let element_size = mem_type.size();
     let ones = vec![1u64; ds.shape.len()];
     let mut placed = Vec::with_capacity(runs.len());
@@ -183,12 +196,11 @@ pub(crate) fn read_runs(
         });
         at += run.count.iter().product::<u64>() * element_size as u64;
     }
-    let threads = h5gds::VfdSettings::load(None).unwrap_or_default().nthreads;
     let how = h5gds_chunk_codec::Decoding {
         pipeline,
         chunk,
         element_size,
-        threads,
+        threads: *threads,
     };
     let touched: std::collections::BTreeSet<Vec<u64>> = placed
         .iter()
@@ -268,9 +280,13 @@ pub(crate) fn read_region(
     planned: &Planned,
     out: &mut [u8],
 ) -> Result<()> {
-    let Planned { chunk, pipeline } = planned;
+    let Planned {
+        chunk,
+        pipeline,
+        threads,
+    } = planned;
+    let threads = *threads;
     let ones = vec![1u64; region.count.len()];
-    let threads = h5gds::VfdSettings::load(None).unwrap_or_default().nthreads;
     let r = HostRead {
         pipeline,
         chunk,
