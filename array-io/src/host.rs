@@ -84,11 +84,13 @@ where
         .map_err(|e| Error::hdf5("closing the file", path, None, e))
 }
 
-/// Reads `region` (file coordinates) of an open dataset into a host array of its shape.
+/// Reads `region` (file coordinates) of an open dataset into a host array of its shape; chunks
+/// h5gds decodes are decoded on `threads` threads (the driver's settings, read once per file).
 pub(crate) fn read_region<T: Element>(
     ds: &OpenDataset,
     types: &Types,
     region: &Block,
+    threads: usize,
 ) -> Result<ArrayD<T>> {
     let shape: Vec<usize> = region.count.iter().map(|&d| d as usize).collect();
     let n = region.len() as usize;
@@ -112,7 +114,7 @@ pub(crate) fn read_region<T: Element>(
             memory: Some(m),
             file: Some(f),
         });
-        if let Some(planned) = crate::host_codec::plan(ds, types, region)? {
+        if let Some(planned) = crate::host_codec::plan(ds, types, region, threads)? {
             let bytes = zeroed_bytes(&mut values, n);
             crate::host_codec::read_region(ds, &types.mem, region, &planned, bytes)?;
         } else {
@@ -320,7 +322,8 @@ pub(crate) fn read<T: Element>(
     options: &ReadOptions,
 ) -> Result<ArrayD<T>> {
     let (ds, types) = open_checked::<T>(path, dataset, options)?;
-    let array = read_region(&ds, &types, &Block::whole(&ds.shape))?;
+    let threads = crate::options::driver_settings().nthreads;
+    let array = read_region(&ds, &types, &Block::whole(&ds.shape), threads)?;
     drop(types);
     ds.close()?;
     Ok(array)

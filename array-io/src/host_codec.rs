@@ -86,10 +86,14 @@ impl Planned {
     }
 }
 
-/// The plan for reading `region` of `ds` into host memory with h5gds decoding its chunks, or
-/// `None` (with the reason in the debug log) when HDF5 is to read it.
-pub(crate) fn plan(ds: &OpenDataset, types: &Types, region: &Block) -> Result<Option<Planned>> {
-    let threads = crate::options::driver_settings().nthreads;
+/// The plan for reading `region` of `ds` into host memory with h5gds decoding its chunks on
+/// `threads` threads, or `None` (with the reason in the debug log) when HDF5 is to read it.
+pub(crate) fn plan(
+    ds: &OpenDataset,
+    types: &Types,
+    region: &Block,
+    threads: usize,
+) -> Result<Option<Planned>> {
     let decision = match for_dataset(ds, types, threads)? {
         Ok(planned) if chunks_in(&planned, region) < 2 => Err(
             "the region lies in one chunk, which HDF5 decodes and keeps in its chunk cache".into(),

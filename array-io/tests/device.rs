@@ -10,8 +10,9 @@
 mod common;
 
 use array_io::{
-    from_file, from_file_batched_to_device, from_file_to_device, from_file_to_device_with, to_file,
-    to_file_compressed, Compression, DeviceArray, Error, ReadOptions,
+    from_file, from_file_batched, from_file_batched_to_device, from_file_to_device,
+    from_file_to_device_with, to_file, to_file_compressed, Compression, DeviceArray, Error,
+    ReadOptions,
 };
 use common::*;
 use ndarray::{ArrayD, IxDyn, SliceInfoElem};
@@ -474,10 +475,11 @@ fn settings_loads(read: impl FnOnce()) -> usize {
 }
 
 #[test]
-fn a_device_read_parses_the_driver_settings_at_most_once() {
+fn a_read_parses_the_driver_settings_at_most_once() {
     // Compressed chunks decoded on the host's threads (the GPU codec off) asked for the thread
-    // count at every step: choosing the decoder, sizing the pieces, decoding each piece.
-    let name = "a_device_read_parses_the_driver_settings_at_most_once";
+    // count at every step: choosing the decoder, sizing the pieces, decoding each piece, and
+    // again for every block of a batched read.
+    let name = "a_read_parses_the_driver_settings_at_most_once";
     let env = [("H5GDS_USE_VFD_GDS", "1"), ("H5GDS_GPU_CODEC", "0")];
     let run = in_child(name, true, &env, || {
         let dir = tempfile::tempdir().unwrap();
@@ -503,6 +505,19 @@ fn a_device_read_parses_the_driver_settings_at_most_once() {
             assert!(
                 loads <= 1,
                 "{path:?}: batches loaded the settings {loads} times"
+            );
+            let loads = settings_loads(|| assert_eq!(from_file::<f32>(path, "/x").unwrap(), host));
+            assert!(
+                loads <= 1,
+                "{path:?}: host read loaded the settings {loads} times"
+            );
+            let loads = settings_loads(|| {
+                let batches = from_file_batched::<f32>(path, "/x", &[16, 48]);
+                assert_eq!(batches.unwrap().map(Result::unwrap).count(), 4);
+            });
+            assert!(
+                loads <= 1,
+                "{path:?}: host batches loaded the settings {loads} times"
             );
         }
     });
