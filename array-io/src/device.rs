@@ -341,9 +341,9 @@ pub(crate) struct DeviceSource {
     chunk_index: std::cell::OnceCell<h5gds_chunk_codec::ChunkIndex>,
     /// The device path the settings ask for.
     device_path: crate::DevicePath,
-    /// The driver's settings (thread counts, its staging verdict), loaded once, at the first
-    /// read that needs them: a decoded read, or each of many batched reads, asks again.
-    driver: std::cell::OnceCell<h5gds::VfdSettings>,
+    /// The driver's settings (thread counts, its staging verdict), loaded at most once for the
+    /// dataset, however many reads decode its chunks (batched reads are many reads).
+    vfd_settings: std::cell::OnceCell<h5gds::VfdSettings>,
 }
 
 impl DeviceSource {
@@ -370,7 +370,7 @@ impl DeviceSource {
         let storage = storage(&ds)?;
         let filtered = matches!(storage, Storage::Chunked { filtered: true, .. });
         const NOT_FILTERED: &str = "its chunks are not filtered";
-        let driver = std::cell::OnceCell::new();
+        let vfd_settings = std::cell::OnceCell::new();
         let (gpu, host) = if filtered {
             let filters = filter_ids(&ds)?;
             // libnvcomp is loaded only for a read it could serve, and not with the GPU turned off.
@@ -379,7 +379,7 @@ impl DeviceSource {
                 let missing = h5gds_gpu_codec::nvcomp::library().err();
                 gpu_decode(&filters, missing.as_deref(), stop.as_deref())
             });
-            let threads = driver.get_or_init(driver_settings).nthreads;
+            let threads = vfd_settings.get_or_init(driver_settings).nthreads;
             (gpu, crate::host_codec::for_dataset(&ds, &types, threads)?)
         } else {
             (Err(NOT_FILTERED.to_string()), Err(NOT_FILTERED.to_string()))
@@ -395,13 +395,13 @@ impl DeviceSource {
             filtered,
             chunk_index: std::cell::OnceCell::new(),
             device_path,
-            driver,
+            vfd_settings,
         })
     }
 
     /// The driver's settings, loaded at the first call.
     fn driver_settings(&self) -> &h5gds::VfdSettings {
-        self.driver.get_or_init(driver_settings)
+        self.vfd_settings.get_or_init(driver_settings)
     }
 
     /// The allocated chunks' stored sizes and filter masks (listed once).
