@@ -97,8 +97,9 @@ pub fn from_file_with<T: Element>(
 /// counting from the end as in NumPy): a gather. The distinct rows are read with one `H5Dread`
 /// of the union of their runs, then copied into the caller's order.
 ///
-/// Errors: those of [`from_file`]; an index out of range ([`Error::RowOutOfRange`], naming it
-/// and the axis size, before anything is read); a scalar dataset.
+/// Errors: those of [`from_file`]; an index out of range
+/// ([`Error::RowOutOfRange`](crate::Error::RowOutOfRange), naming it and the axis size, before
+/// anything is read); a scalar dataset.
 pub fn from_file_rows<T: Element>(
     path: impl AsRef<Path>,
     dataset: &str,

@@ -20,7 +20,7 @@ pub fn class_for_hdf5_at(hdf5_code: *const c_void) -> *const H5FD_class_t {
     })
 }
 
-/// The exported name of [`h5gds_driver_class`].
+/// The exported name of `h5gds_driver_class`, the unbound class under a name only h5gds exports.
 pub const IDENTITY_SYMBOL: &CStr = c"h5gds_driver_class";
 
 /// The unbound driver class, under a name only h5gds exports: a process holding a driver
