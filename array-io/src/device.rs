@@ -299,22 +299,13 @@ fn write_unguarded<T: Element>(
                 blocker.as_deref().unwrap_or("")
             ));
             let bytes = array.len() * std::mem::size_of::<T>();
-            let mut staging = HostStaging::pipelined(size, bytes);
+            let mut staging = HostStaging::pipelined(size, bytes, stream);
             let elements = Elements {
                 mem_type: &mem_type,
                 size: std::mem::size_of::<T>(),
                 check_bool: false,
             };
-            write_all(
-                &dset,
-                path,
-                dataset,
-                &shape,
-                &elements,
-                ptr,
-                stream,
-                &mut staging,
-            )?;
+            write_all(&dset, path, dataset, &shape, &elements, ptr, &mut staging)?;
         }
         drop(record);
     }
@@ -469,7 +460,7 @@ impl DeviceSource {
                 threads as u64,
                 self.staging_size as u64,
             );
-            let mut staging = HostStaging::new(pieces.piece_bytes as usize, bytes);
+            let mut staging = HostStaging::new(pieces.piece_bytes as usize, bytes, stream);
             read_block(
                 ds,
                 &elements,
@@ -519,7 +510,7 @@ impl DeviceSource {
                     }
                     if staging.is_none() {
                         let bytes = region.len() as usize * elements.size;
-                        staging = Some(HostStaging::pipelined(self.staging_size, bytes));
+                        staging = Some(HostStaging::pipelined(self.staging_size, bytes, stream));
                     }
                     let buf = staging.as_mut().expect("created above");
                     read_block(ds, &elements, block, region, dest, stream, buf, None)?;

@@ -135,6 +135,7 @@ pub(crate) fn read(
                 .map(|b| b.len() as usize * es)
                 .max()
                 .unwrap_or(es),
+            stream,
         );
         for part in &missing {
             read_block(ds, elements, part, region, dest, stream, &mut staging, None)?;

@@ -1,4 +1,4 @@
-//! Compressed chunks into host arrays on all cores, the hdf5-metno side of
+//! Chunks (compressed or not) into host arrays on all cores, the hdf5-metno side of
 //! `h5gds_chunk_codec` (the decoding the Python extension uses too): each needed chunk's stored
 //! size (`H5Dget_chunk_info_by_coord`, or one listing of the chunk index for reads of many
 //! chunks) and stored bytes (`H5Dread_chunk`) are read on the calling
@@ -124,8 +124,9 @@ pub(crate) fn chunks_in(planned: &Planned, region: &Block) -> usize {
     chunks_selected(&selection, &planned.chunk).len()
 }
 
-/// Whether h5gds decodes the chunks of `ds` (chunked, filtered with a pipeline it decodes, read
-/// with no conversion, `H5GDS_HOST_CODEC` not 0), or why not; decoding on `threads` threads.
+/// Whether h5gds reads the chunks of `ds` itself (chunked, unfiltered or filtered with a pipeline
+/// it decodes, read with no conversion, `H5GDS_HOST_CODEC` not 0), or why not; on `threads`
+/// threads.
 pub(crate) fn for_dataset(
     ds: &OpenDataset,
     types: &Types,
@@ -160,13 +161,17 @@ pub(crate) fn for_dataset(
             values: Vec::new(),
         })
         .collect();
-    Ok(
-        Pipeline::for_filters(&filters, types.mem.size()).map(|pipeline| Planned {
-            chunk,
-            pipeline,
-            threads,
-        }),
-    )
+    // Unfiltered chunks too: read straight from the file by the driver's threads, as the
+    // Python package's reads of them are, where HDF5 would read them one after another.
+    let pipeline = match filters.is_empty() {
+        true => Ok(Pipeline::unfiltered()),
+        false => Pipeline::for_filters(&filters, types.mem.size()),
+    };
+    Ok(pipeline.map(|pipeline| Planned {
+        chunk,
+        pipeline,
+        threads,
+    }))
 }
 
 /// Reads runs of rows of `ds` (`runs`: blocks of whole rows, in increasing order) into `out`

@@ -14,90 +14,54 @@ use crate::select::{flat_range_blocks, staged_piece_bytes, staging_pieces, Block
 use cudarc::driver::{sys, CudaStream};
 use h5gds_runtime::cuda::call;
 use h5gds_runtime::pinned;
-use h5gds_runtime::stream::{copy_from_device, copy_to_device, synchronize};
+use h5gds_runtime::staging_ring::{LaneCopies, StagingRing, Stop};
+use h5gds_runtime::stream::synchronize;
 use hdf5::{Dataset, Dataspace, Datatype};
 use std::sync::Arc;
 
 /// Two staging buffers of a fixed size from the process's pool of pinned buffers
-/// (`h5gds_runtime::pinned`, pageable where CUDA cannot pin), taking turns: piece `k` uses buffer
-/// `k % 2` and stream `k % 2` (the caller's, and one forked from it), so that one piece's copy
-/// runs while HDF5 (or the host decoding) moves the next. A buffer is handed out only once the
-/// copies last queued with it have finished.
+/// (`h5gds_runtime::pinned`, pageable where CUDA cannot pin), taking turns in the staging ring
+/// (`h5gds_runtime::staging_ring`): piece `k` uses buffer `k % 2` and stream `k % 2` (the
+/// caller's, and one forked from it when the first copy is queued), so that one piece's copy
+/// runs while HDF5 (or the host decoding) moves the next.
 pub(crate) struct HostStaging {
-    buffers: [pinned::Taken; 2],
+    pub ring: StagingRing<Arc<CudaStream>>,
     len: usize,
-    /// The caller's stream and its fork, once a copy has been queued.
-    streams: Option<[Arc<CudaStream>; 2]>,
-    /// Whether copies with each buffer may still be running.
-    pending: [bool; 2],
 }
 
 impl HostStaging {
-    /// Buffers of `min(size, needed)` bytes (at least one byte).
-    pub fn new(size: usize, needed: usize) -> HostStaging {
+    /// Buffers of `min(size, needed)` bytes (at least one byte), for copies after the work
+    /// queued on `stream`.
+    pub fn new(size: usize, needed: usize, stream: &Arc<CudaStream>) -> HostStaging {
         let len = size.min(needed).max(1);
+        let caller = stream.clone();
+        let streams = move || {
+            let fork = call("creating a stream", || caller.fork())?;
+            Ok(vec![caller, fork])
+        };
+        let buffers = vec![pinned::Taken::new(len), pinned::Taken::new(len)];
         HostStaging {
-            buffers: [pinned::Taken::new(len), pinned::Taken::new(len)],
+            ring: StagingRing::streams_made_later(buffers, streams),
             len,
-            streams: None,
-            pending: [false, false],
         }
     }
 
     /// Buffers sized for a transfer of `needed` bytes through HDF5 to overlap its copies
     /// (`route::select::staged_piece_bytes`): an eighth of it, at least a task for each of the
     /// driver's I/O threads, at most `size`.
-    pub fn pipelined(size: usize, needed: usize) -> HostStaging {
+    pub fn pipelined(size: usize, needed: usize, stream: &Arc<CudaStream>) -> HostStaging {
         let floor = h5gds::VfdSettings::load(None)
             .unwrap_or_default()
             .task_round_bytes() as u64;
         HostStaging::new(
             staged_piece_bytes(needed as u64, size as u64, floor) as usize,
             needed,
+            stream,
         )
     }
 
     pub fn len(&self) -> usize {
         self.len
-    }
-
-    /// Piece `k`'s buffer, once no queued copy uses it any more.
-    pub fn buffer(&mut self, k: usize) -> Result<*mut u8> {
-        if std::mem::take(&mut self.pending[k % 2]) {
-            if let Some(streams) = &self.streams {
-                synchronize(&streams[k % 2])?;
-            }
-        }
-        Ok(self.buffers[k % 2].as_mut_ptr())
-    }
-
-    /// The stream for piece `k`'s copies (`caller`, or its fork), noting that copies with its
-    /// buffer will be queued.
-    pub fn stream(&mut self, k: usize, caller: &Arc<CudaStream>) -> Result<Arc<CudaStream>> {
-        if self.streams.is_none() {
-            let fork = call("creating a stream", || caller.fork())?;
-            self.streams = Some([caller.clone(), fork]);
-        }
-        self.pending[k % 2] = true;
-        Ok(self.streams.as_ref().expect("made above")[k % 2].clone())
-    }
-
-    /// Waits for every queued copy (after an error too, before the buffers go back to the pool).
-    fn settle(&mut self) -> Result<()> {
-        let mut first = Ok(());
-        for k in 0..2 {
-            if let Err(e) = self.buffer(k) {
-                first = first.and(Err(e));
-            }
-        }
-        first
-    }
-}
-
-impl Drop for HostStaging {
-    fn drop(&mut self) {
-        // A copy still queued must not meet a buffer another transfer has taken from the pool.
-        let _ = self.settle();
     }
 }
 
@@ -132,7 +96,9 @@ pub(crate) fn read_block(
     let total = block.len();
     let cuts = decoded.map_or(&[][..], |(_, cuts)| cuts);
     let spans = staging_pieces(total, per, cuts);
-    let moved = spans.iter().enumerate().try_for_each(|(k, &(a, b))| {
+    // Piece `k` into its buffer: HDF5 reads it, or h5gds decodes its chunks.
+    let fill = |k: usize, buf: &mut [u8]| -> Result<()> {
+        let (a, b) = spans[k];
         let blocks: Vec<Block> = flat_range_blocks(&block.count, a, b)
             .iter()
             .map(|piece| piece.offset_by(&block.start))
@@ -142,13 +108,12 @@ pub(crate) fn read_block(
             .iter()
             .map(|b| (b.start.as_slice(), b.count.as_slice()))
             .collect();
-        let buf = staging.buffer(k)?;
         if let Some((planned, _)) = decoded {
             let mut at = 0usize;
             for piece in &blocks {
                 let len = piece.len() as usize * elements.size;
-                // SAFETY: the staging buffer holds `per` >= b - a elements, the pieces' in order.
-                let out = unsafe { std::slice::from_raw_parts_mut(buf.add(at), len) };
+                // The staging buffer holds `per` >= b - a elements, the pieces' in order.
+                let out = &mut buf[at..at + len];
                 crate::host_codec::read_region(ds, elements.mem_type, piece, planned, out)?;
                 at += len;
             }
@@ -162,13 +127,11 @@ pub(crate) fn read_block(
                 file: Some(&file_space),
             };
             // SAFETY: the staging buffer holds `per` >= b - a elements of the memory type.
-            unsafe { hdf5_raw::read(&ds.dset, elements.mem_type, spaces, buf.cast()) }
+            unsafe { hdf5_raw::read(&ds.dset, elements.mem_type, spaces, buf.as_mut_ptr().cast()) }
                 .map_err(|e| fail("reading into the staging buffer", e))?;
         }
         if elements.check_bool {
-            // SAFETY: HDF5 has just written these b - a bytes.
-            let bytes = unsafe { std::slice::from_raw_parts(buf, (b - a) as usize) };
-            if let Some((index, value)) = first_invalid_bool(bytes) {
+            if let Some((index, value)) = first_invalid_bool(&buf[..(b - a) as usize]) {
                 return Err(Error::InvalidBool {
                     path: ds.path.clone(),
                     dataset: ds.name.clone(),
@@ -177,31 +140,29 @@ pub(crate) fn read_block(
                 });
             }
         }
-        let on = staging.stream(k, stream)?;
+        Ok(())
+    };
+    // Piece `k`'s runs from its buffer to their places in `dest`.
+    let send = |k: usize, copies: &LaneCopies<Arc<CudaStream>>| -> Result<()> {
+        let (a, b) = spans[k];
         for (at, to, len) in runs.pieces(a, b) {
-            // SAFETY: the source lies inside the staging buffer, which is not handed out again
-            // before `on` is synchronized; the destination lies inside `dest`, which holds the
-            // whole region.
-            unsafe {
-                copy_to_device(
-                    &on,
-                    dest + to * es,
-                    buf.add((at * es) as usize),
-                    (len * es) as usize,
-                )?
-            };
+            // SAFETY: the destination lies inside `dest`, which holds the whole region and
+            // outlives the ring's wait at the end of this transfer.
+            unsafe { copies.upload((at * es) as usize, dest + to * es, (len * es) as usize)? };
         }
         Ok(())
-    });
+    };
     // The next piece is read while this one's copies run; all have finished when this returns.
-    let settled = staging.settle();
-    moved?;
-    settled?;
+    staging
+        .ring
+        .to_device(spans.len(), fill, send)
+        .map_err(Stop::into_error)?;
     synchronize(stream)?;
     Ok(())
 }
 
-/// Writes the whole dataset `dset` (of `shape`) from device memory `src` through `staging`.
+/// Writes the whole dataset `dset` (of `shape`) from device memory `src` through `staging`,
+/// after the work queued on the stream `staging` was made for.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_all(
     dset: &Dataset,
@@ -210,7 +171,6 @@ pub(crate) fn write_all(
     shape: &[u64],
     elements: &Elements,
     src: sys::CUdeviceptr,
-    stream: &Arc<CudaStream>,
     staging: &mut HostStaging,
 ) -> Result<()> {
     let es = elements.size as u64;
@@ -218,46 +178,37 @@ pub(crate) fn write_all(
     let total: u64 = shape.iter().product();
     let spans = staging_pieces(total, per, &[]);
     // Queues piece `k`'s copy from the device into its buffer.
-    let fetch = |staging: &mut HostStaging, k: usize| -> Result<()> {
-        let (a, b): (u64, u64) = spans[k];
-        let buf = staging.buffer(k)?;
-        let on = staging.stream(k, stream)?;
-        // SAFETY: the source range lies inside the device array; the staging buffer holds
-        // (b - a) elements and is not read before `on` is synchronized.
-        unsafe { copy_from_device(&on, buf, src + a * es, ((b - a) * es) as usize)? };
+    let fetch = |k: usize, copies: &LaneCopies<Arc<CudaStream>>| -> Result<()> {
+        let (a, b) = spans[k];
+        // SAFETY: the source range lies inside the device array, which outlives the ring's wait
+        // at the end of this transfer.
+        unsafe { copies.download(0, src + a * es, ((b - a) * es) as usize)? };
         Ok(())
     };
-    let moved = (|| -> Result<()> {
-        if !spans.is_empty() {
-            fetch(staging, 0)?;
-        }
-        for (k, &(a, b)) in spans.iter().enumerate() {
-            let buf = staging.buffer(k)?;
-            // The next piece comes from the device while this one is written.
-            if k + 1 < spans.len() {
-                fetch(staging, k + 1)?;
-            }
-            let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, path, Some(name), e);
-            let blocks = flat_range_blocks(shape, a, b);
-            let pieces: Vec<hdf5_raw::Block> = blocks
-                .iter()
-                .map(|b| (b.start.as_slice(), b.count.as_slice()))
-                .collect();
-            let file_space =
-                select_blocks(shape, &pieces).map_err(|e| fail("selecting a hyperslab", e))?;
-            let mem_space = Dataspace::try_new((b - a) as usize)
-                .map_err(|e| fail("creating a dataspace", e))?;
-            let spaces = Spaces {
-                memory: Some(&mem_space),
-                file: Some(&file_space),
-            };
-            // SAFETY: the staging buffer holds the b - a elements just copied.
-            unsafe { hdf5_raw::write(dset, elements.mem_type, spaces, buf.cast_const().cast()) }
-                .map_err(|e| fail("writing from the staging buffer", e))?;
-        }
-        Ok(())
-    })();
-    let settled = staging.settle();
-    moved?;
-    settled
+    // Writes piece `k` from its buffer, once its copy has landed.
+    let write = |k: usize, buf: &[u8]| -> Result<()> {
+        let (a, b) = spans[k];
+        let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, path, Some(name), e);
+        let blocks = flat_range_blocks(shape, a, b);
+        let pieces: Vec<hdf5_raw::Block> = blocks
+            .iter()
+            .map(|b| (b.start.as_slice(), b.count.as_slice()))
+            .collect();
+        let file_space =
+            select_blocks(shape, &pieces).map_err(|e| fail("selecting a hyperslab", e))?;
+        let mem_space =
+            Dataspace::try_new((b - a) as usize).map_err(|e| fail("creating a dataspace", e))?;
+        let spaces = Spaces {
+            memory: Some(&mem_space),
+            file: Some(&file_space),
+        };
+        // SAFETY: the staging buffer holds the b - a elements just copied.
+        unsafe { hdf5_raw::write(dset, elements.mem_type, spaces, buf.as_ptr().cast()) }
+            .map_err(|e| fail("writing from the staging buffer", e))
+    };
+    // The next piece comes from the device while this one is written.
+    staging
+        .ring
+        .from_device(spans.len(), fetch, write)
+        .map_err(Stop::into_error)
 }

@@ -82,6 +82,13 @@ def main(directory):
                 _, stored = late.id.read_direct_chunk((at,))
                 late.id.write_direct_chunk((at,), stored[: len(stored) // 2], filter_mask=0)
             corrupt.append((f"/{codec}/many_corrupt", str(700 * 64), "truncated"))
+        # Unfiltered chunks, edge chunks and chunks never written among them (h5gds reads these
+        # from the file itself on the host, as it decodes compressed ones).
+        f.create_dataset("plain/cube", data=values("float64", (9, 10, 11), 14), chunks=(4, 4, 4))
+        holes = f.create_dataset("plain/holes", shape=(40, 30), dtype="int32", chunks=(10, 10),
+                                 fillvalue=-7)
+        holes[0:10, 0:10] = values("int32", (10, 10), 15)
+        holes[20:40, 10:20] = values("int32", (20, 10), 16)
         # LZ4 chunks of several blocks; 302-byte blocks leave later blocks unaligned.
         steps = (np.arange(1000) // 50).astype("int32")
         f.create_dataset("lz4/blocks", data=steps, chunks=(500,),

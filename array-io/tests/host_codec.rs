@@ -1,6 +1,7 @@
-//! Compressed datasets read into host arrays with their chunks decoded by h5gds on the driver's
-//! I/O threads (issue 24): the files of the GPU codec tests (`gpu_codec_files.py`: h5py's gzip,
-//! hdf5plugin's Zstd and LZ4, ranks 1 to 3 with edge chunks, chunks never written, chunks stored
+//! Chunked datasets (compressed, and unfiltered) read into host arrays with their chunks read and
+//! decoded by h5gds on the driver's I/O threads (issue 24): the files of the GPU codec tests
+//! (`gpu_codec_files.py`: h5py's gzip, hdf5plugin's Zstd and LZ4, unfiltered chunks, ranks 1
+//! to 3 with edge chunks, chunks never written, chunks stored
 //! unfiltered, LZ4 chunks of several blocks, shuffle and fletcher32 chains), read whole and in
 //! batches with `from_file` / `from_file_batched` and compared byte for byte with h5py; damaged
 //! chunks fail naming the chunk; the debug log says who decoded. Each body runs in a child
@@ -97,6 +98,7 @@ fn every_codec_chain_rank_and_missing_chunk_reads_what_h5py_reads() {
             "/lz4/blocks",
             "/chain/shuffle_gzip",
             "/chain/fletcher_gzip",
+            "/plain/cube",
         ] {
             assert!(
                 log.lines().any(|l| l.contains(&format!("{dataset:?}: "))
@@ -108,6 +110,15 @@ fn every_codec_chain_rank_and_missing_chunk_reads_what_h5py_reads() {
         assert!(
             log.contains(&format!(
                 "\"/zstd/sparse\": 3 chunks decoded on {threads} threads (read from the file \
+                 by those threads), 9 parts of chunks never written read through HDF5"
+            )),
+            "{log}"
+        );
+        // The same shape unfiltered: its chunks read from the file by the threads, not by HDF5
+        // one after another.
+        assert!(
+            log.contains(&format!(
+                "\"/plain/holes\": 3 chunks decoded on {threads} threads (read from the file \
                  by those threads), 9 parts of chunks never written read through HDF5"
             )),
             "{log}"

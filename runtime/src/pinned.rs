@@ -105,6 +105,11 @@ impl Taken {
         let rounded = size.checked_next_power_of_two().unwrap_or(size);
         Taken(Some(take(rounded.max(MIN_TAKEN))))
     }
+    /// A buffer of at least `size` bytes ([`take`]) as it is, for callers that size their
+    /// buffers themselves (the driver's bounce buffers).
+    pub fn exact(size: usize) -> Taken {
+        Taken(Some(take(size)))
+    }
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
         self.0
             .as_mut()

@@ -15,11 +15,13 @@ use crate::hdf5_raw::{self, DriverFile};
 use crate::host_staging::HostStaging;
 use crate::options::Settings;
 use crate::select::{Block, Runs};
-use cudarc::driver::DevicePtr;
-use h5gds_runtime::stream::{copy_from_device, synchronize};
+use cudarc::driver::{CudaStream, DevicePtr};
+use h5gds_runtime::staging_ring::{LaneCopies, Stop};
+use h5gds_runtime::stream::synchronize;
 use mpi::traits::*;
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A tile as the write needs it: its facts, and how its bytes reach the file.
 pub(crate) trait Source {
@@ -131,27 +133,35 @@ impl<T: Element> DeviceTile<'_, T> {
                     "writing a tile through a host staging buffer: {reason}"
                 ));
                 let bytes = (n * es) as usize;
-                let mut staging = HostStaging::new(settings.staging_buffer_size()?, bytes);
+                let mut staging = HostStaging::new(settings.staging_buffer_size()?, bytes, stream);
                 let per = (staging.len() as u64 / es).max(1);
-                let mut a = 0;
-                while a < n {
-                    let b = n.min(a + per);
-                    let buf = staging.buffer(0)?;
-                    // SAFETY: elements [a, b) lie inside the allocation; the staging buffer
-                    // holds b - a elements.
-                    unsafe {
-                        copy_from_device(stream, buf, ptr + a * es, ((b - a) * es) as usize)?
-                    };
-                    synchronize(stream)?;
+                let spans: Vec<(u64, u64)> = (0..n.div_ceil(per))
+                    .map(|k| (k * per, n.min((k + 1) * per)))
+                    .collect();
+                // Elements [a, b) of piece `k` from the device into its buffer.
+                let fetch = |k: usize, copies: &LaneCopies<Arc<CudaStream>>| -> Result<()> {
+                    let (a, b) = spans[k];
+                    // SAFETY: elements [a, b) lie inside the allocation, which outlives the
+                    // ring's wait at the end of the transfer.
+                    unsafe { copies.download(0, ptr + a * es, ((b - a) * es) as usize)? };
+                    Ok(())
+                };
+                // Piece `k`'s runs from its buffer to their places in the file.
+                let write = |k: usize, buf: &[u8]| -> Result<()> {
+                    let (a, b) = spans[k];
                     for (at, element, len) in runs.pieces(a, b) {
-                        // SAFETY: the piece lies inside the b - a elements just copied.
-                        let src = unsafe { buf.add((at * es) as usize) };
+                        let src = buf[(at * es) as usize..((at + len) * es) as usize].as_ptr();
                         // SAFETY: host memory of `len` elements.
                         unsafe { file.write(base + element * es, (len * es) as usize, src.cast()) }
                             .map_err(fail)?;
                     }
-                    a = b;
-                }
+                    Ok(())
+                };
+                // The next piece comes from the device while this one is written.
+                staging
+                    .ring
+                    .from_device(spans.len(), fetch, write)
+                    .map_err(Stop::into_error)?;
             }
         }
         drop(record);

@@ -4,12 +4,14 @@
 //! a cuFile error.
 //!
 //! Bounce buffers come from the process-wide pool of pinned host buffers
-//! (`h5gds_runtime::pinned`), kept for reuse and never freed at exit.
+//! (`h5gds_runtime::pinned`), kept for reuse and never freed at exit, and take turns in the
+//! staging ring (`h5gds_runtime::staging_ring`).
 
 use super::{posix, BufPtr, Direction, PartialTransfer};
 use crate::cuda::{self, CUdeviceptr, DeviceContext};
 use crate::error::{Error, Result};
-use h5gds_runtime::pinned::{self, Staging};
+use h5gds_runtime::pinned::Taken;
+use h5gds_runtime::staging_ring::{LaneCopies, StagingRing, Stop};
 use std::os::fd::RawFd;
 
 /// The smallest bounce buffers worth pinning, so that small transfers share them.
@@ -33,14 +35,14 @@ fn pieces(len: usize, bounce: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..len.div_ceil(bounce.max(1))).map(move |k| (k * bounce, bounce.min(len - k * bounce)))
 }
 
-/// Moves `len` bytes between device memory at `dev` and file offset `offset` through pinned
-/// bounce buffers of `bounce_size`, two at a time with a stream each, so that the file I/O of one
-/// piece overlaps the copy of the other. A read `pread`s a piece into its buffer and queues the
-/// copy to the device (past end of file the bounce buffer, and so the device memory, is
-/// zero-filled); a write queues the copy from the device and `pwrite`s the piece once its stream
-/// is synchronized. Before a buffer is reused, or returned to the pool, its stream is drained; an
-/// error stops the transfer after draining both. The streams are this thread's for `context`, the
-/// memory's (bounce buffers are portable pinned memory, usable from every context).
+/// Moves `len` bytes between device memory at `dev` and file offset `offset` through the
+/// staging ring (`h5gds_runtime::staging_ring`): two pinned bounce buffers of `bounce_size` with
+/// a stream each, so that the file I/O of one piece overlaps the copy of the other. A read
+/// `pread`s a piece into its buffer and queues the copy to the device (past end of file the
+/// bounce buffer, and so the device memory, is zero-filled); a write queues the copy from the
+/// device and `pwrite`s the piece once it has landed. An error stops the transfer once the
+/// queued copies have finished. The streams are this thread's for `context`, the memory's
+/// (bounce buffers are portable pinned memory, usable from every context).
 ///
 /// # Safety
 /// `dev .. dev + len` must be device memory of `context`.
@@ -64,68 +66,57 @@ pub(crate) unsafe fn transfer(
         let source = std::io::Error::other(e.to_string());
         (op, PartialTransfer { source, done: 0 })
     };
-    // The file side of piece `(off, n)` in bounce buffer `buf`.
-    let file_io = |buf: *mut u8, off: usize, n: usize| -> std::result::Result<(), FailedStep> {
-        // SAFETY: the bounce buffer holds at least n bytes and no copy into or out of it is in
-        // flight (its stream is idle).
+    let pieces: Vec<(usize, usize)> = pieces(len, bounce_size).collect();
+    // The file side of piece `k` in its bounce buffer `buf`, which no copy uses now (the ring
+    // hands it out only then): a read writes it, a write only reads it.
+    let file_io = |k: usize, buf: *mut u8| -> std::result::Result<(), (usize, FailedStep)> {
+        let (off, n) = pieces[k];
+        // SAFETY: the bounce buffer holds at least n bytes (`bounce_buffer_for`) and is borrowed
+        // from the ring for the call.
         unsafe { posix::transfer(dir, fd, BufPtr::new(buf), n, offset + off as u64, false) }
             .map(drop)
-            .map_err(|f| (op, f))
+            .map_err(|f| (k, (op, f)))
     };
-    // Starts piece `(off, n)` in buffer `b`: the file I/O comes first for a read.
-    let start = |buf: *mut u8, off: usize, n: usize, b: usize| {
-        if dir == Direction::Read {
-            file_io(buf, off, n)?;
-        }
-        // SAFETY: the bounce buffer holds n bytes and is left alone until the stream is
-        // synchronized; dev + off .. + n is device memory (caller's contract).
-        unsafe { cuda::copy_async(dir, buf, dev + off as u64, n, streams[b]) }
-            .map_err(|e| copy_failed(copy_op, e))
-    };
-    // Completes the piece pending on buffer `b`, if any: the file I/O comes last for a write.
-    let settle = |b: usize, bufs: &mut [Staging; 2], pending: &mut [Option<(usize, usize)>; 2]| {
-        let Some((off, n)) = pending[b].take() else {
-            return Ok(());
+    // The device side of piece `k`: one copy between its bounce buffer and `dev + off`.
+    let copy = |k: usize, copies: &LaneCopies<cuda::Stream>| {
+        let (off, n) = pieces[k];
+        // SAFETY: dev + off .. + n is device memory of `context` (the caller's contract), which
+        // outlives the transfer and so the ring's wait for the copy.
+        let queued = unsafe {
+            match dir {
+                Direction::Read => copies.upload(0, dev + off as u64, n),
+                Direction::Write => copies.download(0, dev + off as u64, n),
+            }
         };
-        cuda::synchronize(streams[b]).map_err(|e| (copy_failed("staged copy (stream)", e), off))?;
-        if dir == Direction::Write {
-            file_io(bufs[b].as_mut_ptr(), off, n).map_err(|f| (f, off))?;
-        }
-        Ok(())
+        queued.map_err(|e| (k, copy_failed(copy_op, e)))
     };
     let size = bounce_buffer_for(len, bounce_size);
-    let mut bufs = [pinned::take(size), pinned::take(size)];
-    let mut pending: [Option<(usize, usize)>; 2] = [None, None];
-    let mut result: std::result::Result<(), (FailedStep, usize)> = Ok(());
-    for (k, (off, n)) in pieces(len, bounce_size).enumerate() {
-        let b = k % 2;
-        if let Err(e) = settle(b, &mut bufs, &mut pending) {
-            result = Err(e);
-            break;
+    let mut ring = StagingRing::new(
+        vec![Taken::exact(size), Taken::exact(size)],
+        streams.to_vec(),
+    );
+    let moved = match dir {
+        Direction::Read => {
+            ring.to_device(pieces.len(), |k, buf| file_io(k, buf.as_mut_ptr()), copy)
         }
-        if let Err(f) = start(bufs[b].as_mut_ptr(), off, n, b) {
-            result = Err((f, off));
-            break;
+        Direction::Write => ring.from_device(pieces.len(), copy, |k, buf| {
+            file_io(k, buf.as_ptr().cast_mut())
+        }),
+    };
+    moved.map_err(|stop| {
+        let (piece, (op, partial)) = match stop {
+            Stop::Step(failed) => failed,
+            Stop::Cuda { piece, error } => (piece, copy_failed("staged copy (stream)", error)),
+        };
+        let off = pieces[piece].0;
+        Error::Io {
+            op,
+            path: path.to_string(),
+            offset: offset + off as u64,
+            size: len.saturating_sub(off).min(bounce_size) as u64,
+            done: (off + partial.done) as u64,
+            source: partial.source,
         }
-        pending[b] = Some((off, n));
-    }
-    for b in [0, 1] {
-        // Drain both streams whatever happened, before the buffers go back to the pool.
-        let settled = settle(b, &mut bufs, &mut pending);
-        if result.is_ok() {
-            result = settled;
-        }
-    }
-    for buffer in bufs {
-        pinned::give_back(buffer);
-    }
-    result.map_err(|((op, partial), off)| Error::Io {
-        op,
-        path: path.to_string(),
-        offset: offset + off as u64,
-        size: len.saturating_sub(off).min(bounce_size) as u64,
-        done: (off + partial.done) as u64,
-        source: partial.source,
     })
 }
 
