@@ -80,6 +80,35 @@ fn only_the_runtime_and_the_test_only_crates_use_the_cufile_bindings() {
     assert!(users.iter().any(|k| *k == "h5gds-runtime"), "{users:?}");
 }
 
+/// Nor does a crate above the runtime decode cuFile's results through the re-exported bindings
+/// (`h5gds_runtime::cufile::sys`): a status is checked, and a transfer's return read, only by
+/// `h5gds_runtime::cufile` (`check`, `transferred`), which names the call and the code.
+#[test]
+fn cufile_results_are_decoded_only_by_the_runtime() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let above = [
+        "vfd/src",
+        "vfd-gds-compat/src",
+        "array-io/src",
+        "gpu-codec/src",
+        "python/src",
+        "info/src",
+        "cli/src",
+        "benches/src",
+    ];
+    for krate in above {
+        for (module, text) in modules(&root.join(krate)) {
+            for decoding in ["sys::succeeded", "op_error_name", "CUfileOpError("] {
+                assert!(
+                    !text.contains(decoding),
+                    "{krate} {module} decodes cuFile results itself ({decoding}); use \
+                     h5gds_runtime::cufile"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn the_gpu_codec_depends_on_the_runtime_not_on_the_driver() {
     let deps = workspace_dependencies(true);
