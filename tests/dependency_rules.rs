@@ -61,6 +61,54 @@ fn low_level_crates_depend_on_no_other_workspace_crate() {
     );
 }
 
+/// cuFile is reached through the runtime (`h5gds_runtime::cufile`, which decodes its results and
+/// re-exports the bindings), so no crate above it decodes cuFile's codes on its own; only the
+/// test-only crates, which play libcufile's part or call it raw, use the bindings directly.
+#[test]
+fn only_the_runtime_and_the_test_only_crates_use_the_cufile_bindings() {
+    let deps = workspace_dependencies(true);
+    let allowed = ["h5gds-runtime", "h5gds-cuda-emulator", "h5gds-tests"];
+    let users: Vec<&String> = deps
+        .iter()
+        .filter(|(_, on)| on.iter().any(|d| d == "cufile-sys"))
+        .map(|(krate, _)| krate)
+        .collect();
+    assert!(
+        users.iter().all(|k| allowed.contains(&k.as_str())),
+        "cufile-sys used by {users:?}; reach cuFile through h5gds_runtime::cufile"
+    );
+    assert!(users.iter().any(|k| *k == "h5gds-runtime"), "{users:?}");
+}
+
+/// Nor does a crate above the runtime decode cuFile's results through the re-exported bindings
+/// (`h5gds_runtime::cufile::sys`): a status is checked, and a transfer's return read, only by
+/// `h5gds_runtime::cufile` (`check`, `transferred`), which names the call and the code.
+#[test]
+fn cufile_results_are_decoded_only_by_the_runtime() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let above = [
+        "vfd/src",
+        "vfd-gds-compat/src",
+        "array-io/src",
+        "gpu-codec/src",
+        "python/src",
+        "info/src",
+        "cli/src",
+        "benches/src",
+    ];
+    for krate in above {
+        for (module, text) in modules(&root.join(krate)) {
+            for decoding in ["sys::succeeded", "op_error_name", "CUfileOpError("] {
+                assert!(
+                    !text.contains(decoding),
+                    "{krate} {module} decodes cuFile results itself ({decoding}); use \
+                     h5gds_runtime::cufile"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn the_gpu_codec_depends_on_the_runtime_not_on_the_driver() {
     let deps = workspace_dependencies(true);

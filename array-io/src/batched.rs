@@ -117,6 +117,8 @@ impl<S: BlockReader> Iterator for ChunkBatches<S> {
 pub struct HostBlockReader<T> {
     ds: OpenDataset,
     types: Types,
+    /// The driver's I/O threads, which decode compressed chunks (its settings, read at open).
+    threads: usize,
     marker: PhantomData<T>,
 }
 
@@ -126,6 +128,7 @@ impl<T: Element> HostBlockReader<T> {
         Ok(HostBlockReader {
             ds,
             types,
+            threads: crate::options::driver_settings().nthreads,
             marker: PhantomData,
         })
     }
@@ -137,7 +140,7 @@ impl<T: Element> BlockReader for HostBlockReader<T> {
         &self.ds.shape
     }
     fn read(&mut self, block: &Block) -> Result<ArrayD<T>> {
-        crate::host::read_region::<T>(&self.ds, &self.types, block)
+        crate::host::read_region::<T>(&self.ds, &self.types, block, self.threads)
     }
     fn close(self) -> Result<()> {
         drop(self.types);
@@ -160,7 +163,7 @@ impl<T: Element> DeviceBlockReader<T> {
         stream: Arc<CudaStream>,
     ) -> Result<Self> {
         let source = crate::error::no_panic("opening for device reads", || {
-            DeviceSource::open::<T>(path, dataset, options, &stream)
+            DeviceSource::open::<T>(path, dataset, options)
         })?;
         Ok(DeviceBlockReader {
             source,

@@ -5,7 +5,7 @@
 //! driver (which hands device buffers to cuFile or its own bounce buffers) and through CUDA
 //! copies.
 
-use crate::driver::{Driver, Settings};
+use crate::driver::Driver;
 use crate::element::{descriptor_of, Element};
 use crate::error::no_panic;
 use crate::error::{Error, Result};
@@ -14,6 +14,7 @@ use crate::hdf5_raw::{self, select_blocks, Spaces};
 use crate::host_codec::Planned;
 use crate::host_staging::{read_block, write_all, Elements, HostStaging};
 use crate::layout::{check_types, filter_ids, storage};
+use crate::options::{driver_settings, goes_through_gds, Settings};
 use crate::route::{
     blocker, choose_decoder, driver_blocker, gpu_decode, plan, Decoder, DecoderFacts, GpuCodec,
     Route, Storage, Transfer,
@@ -228,25 +229,22 @@ impl<T: Element> DeviceArray<T> {
     }
 }
 
-/// The facts of a transfer of `T` that the settings and the element type decide. The array's
-/// device is not one of them: the driver moves every device's memory in its own context.
-fn transfer<T: Element>(settings: &Settings, _stream: &Arc<CudaStream>) -> Result<Transfer> {
-    Ok(Transfer {
-        staged_by_settings: !settings.use_gds()?,
+/// The facts of a transfer of `T` that the settings (`use_gds`) and the element type decide. The
+/// array's device is not one of them: the driver moves every device's memory in its own context.
+fn transfer<T: Element>(use_gds: bool) -> Transfer {
+    Transfer {
+        staged_by_settings: !use_gds,
         checked_bytes: T::CHECKED_BYTES,
         conversion: None,
         other_driver: None,
-    })
+    }
 }
 
-/// Why a write of `array` must go through the staged path instead of the `gds` driver, if it
-/// must (the settings, or the device).
+/// Why a write of `T` must go through the staged path instead of the `gds` driver, if it must
+/// (the settings, or the device).
 #[cfg(feature = "mpi")]
-pub(crate) fn write_blocker<T: Element>(
-    array: &DeviceArray<T>,
-    settings: &Settings,
-) -> Result<Option<String>> {
-    Ok(driver_blocker(&transfer::<T>(settings, &array.stream)?))
+pub(crate) fn write_blocker<T: Element>(settings: &Settings) -> Result<Option<String>> {
+    Ok(driver_blocker(&transfer::<T>(settings.use_gds()?)))
 }
 
 /// Writes a device array as `dataset` of a new file at `path` (see [`crate::to_file`]).
@@ -271,7 +269,7 @@ fn write_unguarded<T: Element>(
     crate::file::check_dataset_name(dataset)?;
     let stream = &array.stream;
     // Writes never check bytes or convert: only the settings and the device decide.
-    let blocker = driver_blocker(&transfer::<T>(settings, stream)?);
+    let blocker = driver_blocker(&transfer::<T>(settings.use_gds()?));
     let direct = blocker.is_none();
     let driver = if direct { Driver::Gds } else { Driver::Sec2 };
     let shape: Vec<u64> = array.shape.iter().map(|&d| d as u64).collect();
@@ -334,6 +332,9 @@ pub(crate) struct DeviceSource {
     chunk_index: std::cell::OnceCell<h5gds_chunk_codec::ChunkIndex>,
     /// The device path the settings ask for.
     device_path: crate::DevicePath,
+    /// The driver's settings (thread counts, its staging verdict), loaded at most once for the
+    /// dataset, however many reads decode its chunks (batched reads are many reads).
+    vfd_settings: std::cell::OnceCell<h5gds::VfdSettings>,
 }
 
 impl DeviceSource {
@@ -341,13 +342,13 @@ impl DeviceSource {
         path: &Path,
         dataset: &str,
         options: &ReadOptions,
-        stream: &Arc<CudaStream>,
     ) -> Result<DeviceSource> {
         descriptor_of::<T>()?;
         let settings = &options.settings;
+        let device_path = settings.device_path()?;
         // The settings and the device choose the driver; a bool or a conversion only stages
         // the data.
-        let mut facts = transfer::<T>(settings, stream)?;
+        let mut facts = transfer::<T>(goes_through_gds(device_path));
         let driver = match driver_blocker(&facts) {
             None => Driver::Gds,
             Some(_) => Driver::Sec2,
@@ -360,6 +361,7 @@ impl DeviceSource {
         let storage = storage(&ds)?;
         let filtered = matches!(storage, Storage::Chunked { filtered: true, .. });
         const NOT_FILTERED: &str = "its chunks are not filtered";
+        let vfd_settings = std::cell::OnceCell::new();
         let (gpu, host) = if filtered {
             let filters = filter_ids(&ds)?;
             // libnvcomp is loaded only for a read it could serve, and not with the GPU turned off.
@@ -368,7 +370,8 @@ impl DeviceSource {
                 let missing = h5gds_gpu_codec::nvcomp::library().err();
                 gpu_decode(&filters, missing.as_deref(), stop.as_deref())
             });
-            (gpu, crate::host_codec::for_dataset(&ds, &types)?)
+            let threads = vfd_settings.get_or_init(driver_settings).nthreads;
+            (gpu, crate::host_codec::for_dataset(&ds, &types, threads)?)
         } else {
             (Err(NOT_FILTERED.to_string()), Err(NOT_FILTERED.to_string()))
         };
@@ -382,8 +385,14 @@ impl DeviceSource {
             host,
             filtered,
             chunk_index: std::cell::OnceCell::new(),
-            device_path: settings.device_path()?,
+            device_path,
+            vfd_settings,
         })
+    }
+
+    /// The driver's settings, loaded at the first call.
+    fn driver_settings(&self) -> &h5gds::VfdSettings {
+        self.vfd_settings.get_or_init(driver_settings)
     }
 
     /// The allocated chunks' stored sizes and filter masks (listed once).
@@ -440,7 +449,7 @@ impl DeviceSource {
                 region.count
             ));
             let bytes = region.len() as usize * elements.size;
-            let threads = h5gds::VfdSettings::load(None).unwrap_or_default().nthreads;
+            let threads = self.driver_settings().nthreads;
             let ones = vec![1; region.count.len()];
             let pieces = crate::select::decoded_pieces(
                 &region.start,
@@ -474,6 +483,7 @@ impl DeviceSource {
                 index: self.chunk_index()?,
                 staging_size: self.staging_size,
                 device_path: self.device_path,
+                driver: self.driver_settings(),
             };
             crate::gpu_codec::read(&compressed, lib, codec, &elements, region, dest, stream)?;
             synchronize(stream)?;
@@ -523,7 +533,7 @@ impl DeviceSource {
             ),
             Err(_) => (0, 0),
         };
-        let host_threads = h5gds::VfdSettings::load(None).unwrap_or_default().nthreads;
+        let host_threads = self.driver_settings().nthreads;
         let facts = DecoderFacts {
             gpu: self.gpu.clone(),
             host: self.host.as_ref().map(drop).map_err(Clone::clone),
@@ -599,7 +609,7 @@ pub(crate) fn read<T: Element>(
     options: &ReadOptions,
 ) -> Result<DeviceArray<T>> {
     no_panic("reading into device memory", || {
-        let source = DeviceSource::open::<T>(path, dataset, options, &stream)?;
+        let source = DeviceSource::open::<T>(path, dataset, options)?;
         let region = Block::whole(&source.ds.shape);
         let array = source.read(&region, &stream)?;
         source.ds.close()?;

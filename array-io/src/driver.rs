@@ -1,5 +1,5 @@
-//! The `gds` driver registered in this process, and the two settings that choose between it and
-//! the staged path.
+//! The `gds` driver registered in this process, and the file access lists that select it or
+//! sec2 (which of the two a call takes, its settings decide: `options`).
 //!
 //! Rust programs link HDF5 statically, so HDF5's plugin loader would have to find
 //! `libh5gds.so` through `HDF5_PLUGIN_PATH`; instead the driver class from the `h5gds` crate is
@@ -15,57 +15,6 @@ use hdf5::plist::FileAccess;
 use hdf5_sys::h5i::hid_t;
 use std::path::Path;
 use std::sync::OnceLock;
-
-use h5gds_runtime::settings::{self, InvalidSetting};
-pub use h5gds_runtime::settings::{
-    DevicePath, DEFAULT_STAGING_BUFFER_SIZE, MIN_STAGING_BUFFER_SIZE, STAGING_BUFFER_SIZE_ENV,
-    USE_VFD_GDS_ENV,
-};
-
-/// The settings of one call: each field `None` takes the environment's value (or the default).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Settings {
-    pub device_path: Option<DevicePath>,
-    pub staging_buffer_size: Option<usize>,
-}
-
-/// An environment variable's value; one that is not Unicode is passed on as lossy text, which
-/// the parsers refuse.
-fn env_value(variable: &str) -> Option<String> {
-    std::env::var_os(variable).map(|v| v.to_string_lossy().into_owned())
-}
-
-fn invalid(err: InvalidSetting) -> Error {
-    err.into()
-}
-
-impl Settings {
-    /// The device path: the explicit setting, else `H5GDS_USE_VFD_GDS`.
-    pub fn device_path(&self) -> Result<DevicePath> {
-        if let Some(path) = self.device_path {
-            return Ok(path);
-        }
-        settings::device_path(env_value(USE_VFD_GDS_ENV).as_deref()).map_err(invalid)
-    }
-
-    /// The staging buffer size: the explicit setting, else `H5GDS_STAGING_BUFFER_SIZE`.
-    pub fn staging_buffer_size(&self) -> Result<usize> {
-        if let Some(size) = self.staging_buffer_size {
-            return settings::check_staging_buffer_size(size, &size.to_string()).map_err(invalid);
-        }
-        settings::staging_buffer_size(env_value(STAGING_BUFFER_SIZE_ENV).as_deref())
-            .map_err(invalid)
-    }
-
-    /// Whether device data goes through the `gds` driver.
-    pub(crate) fn use_gds(&self) -> Result<bool> {
-        Ok(match self.device_path()? {
-            DevicePath::Gds => true,
-            DevicePath::Staged => false,
-            DevicePath::Auto => h5gds_runtime::cuda::cuda().is_ok(),
-        })
-    }
-}
 
 /// How the `gds` driver came to be registered in this process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,35 +94,6 @@ pub(crate) fn file_access(driver: Driver, path: &Path) -> Result<FileAccess> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn explicit_settings_are_validated_like_the_environment() {
-        let s = Settings {
-            device_path: Some(DevicePath::Staged),
-            staging_buffer_size: Some(8192),
-        };
-        assert_eq!(s.device_path().unwrap(), DevicePath::Staged);
-        assert_eq!(s.staging_buffer_size().unwrap(), 8192);
-        let small = Settings {
-            staging_buffer_size: Some(100),
-            ..Default::default()
-        };
-        let err = small.staging_buffer_size().unwrap_err().to_string();
-        assert!(err.contains("H5GDS_STAGING_BUFFER_SIZE=\"100\""), "{err}");
-        assert!(err.contains("at least 4K"), "{err}");
-    }
-
-    #[test]
-    fn use_vfd_gds_accepts_only_0_and_1() {
-        assert_eq!(settings::device_path(Some("1")), Ok(DevicePath::Gds));
-        assert_eq!(settings::device_path(Some("0")), Ok(DevicePath::Staged));
-        let err = invalid(settings::device_path(Some("yes")).unwrap_err()).to_string();
-        assert!(err.contains("H5GDS_USE_VFD_GDS=\"yes\""), "{err}");
-        assert!(
-            err.contains("1 (the gds driver), 0 (the staged path)"),
-            "{err}"
-        );
-    }
 
     #[test]
     fn the_driver_registers_once_and_selects_on_a_file_access_list() {

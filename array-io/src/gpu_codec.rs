@@ -51,25 +51,30 @@ impl ChunkSource for OpenDataset {
 }
 
 /// A dataset whose chunks are decoded on the GPU: its storage, its allocated chunks, the
-/// staging buffer size for the chunks never written, and the device path the settings ask for.
+/// staging buffer size for the chunks never written, the device path the settings ask for, and
+/// the driver's settings (read once for the read).
 pub(crate) struct CompressedDataset<'a> {
     pub ds: &'a OpenDataset,
     pub storage: &'a crate::route::Storage,
     pub index: &'a ChunkIndex,
     pub staging_size: usize,
     pub device_path: crate::DevicePath,
+    pub driver: &'a h5gds::VfdSettings,
 }
 
 /// Where the stored chunks are read by the host's threads ([`HostReads`]): where the driver would
 /// stage them anyway (its settings, no GDS kernel path; not when `device_path` asks for the
 /// driver's device path, `H5GDS_USE_VFD_GDS=1`) and HDF5 has the file open read-only through a
 /// driver whose addresses are the file's offsets.
-fn host_reads(ds: &OpenDataset, device_path: crate::DevicePath) -> Result<Option<HostReads>> {
+fn host_reads(
+    ds: &OpenDataset,
+    device_path: crate::DevicePath,
+    vfd: &h5gds::VfdSettings,
+) -> Result<Option<HostReads>> {
     if device_path == crate::DevicePath::Gds {
         return Ok(None);
     }
-    let vfd = h5gds::VfdSettings::load(None).unwrap_or_default();
-    let Some(why) = h5gds::device_transfers_staged(&vfd) else {
+    let Some(why) = h5gds::device_transfers_staged(vfd) else {
         return Ok(None);
     };
     Ok(crate::hdf5_raw::read_only_descriptor(&ds.file)
@@ -106,7 +111,7 @@ pub(crate) fn read(
         chunk,
         element_size: elements.size,
         verify: settings::verify_checksums()?,
-        host_reads: host_reads(ds, source.device_path)?,
+        host_reads: host_reads(ds, source.device_path, source.driver)?,
     };
     let (mut present, missing) = decode::split(source.index, region, chunk);
     crate::log::debug(format_args!(

@@ -13,12 +13,13 @@
 //! would encode on one core, and needs hdf5plugin's plugins for Zstandard and LZ4.
 
 use crate::device::DeviceArray;
-use crate::driver::{Driver, Settings};
+use crate::driver::Driver;
 use crate::element::{descriptor_of, Element};
 use crate::error::no_panic;
 use crate::error::{Error, Result};
 use crate::file::{check_dataset_name, create_file};
 use crate::hdf5_raw;
+use crate::options::Settings;
 use crate::route::{driver_blocker, gpu_encode, GpuCodec, FILTER_DEFLATE, FILTER_LZ4, FILTER_ZSTD};
 use crate::select::{chunks_touching, Block};
 use cudarc::driver::{sys, CudaStream, DevicePtr};
@@ -224,7 +225,7 @@ fn write_on_host<T: Element>(
                 std::mem::size_of_val(elements),
             )
         };
-        let threads = h5gds::VfdSettings::load(None).unwrap_or_default().nthreads;
+        let threads = crate::options::driver_settings().nthreads;
         let w = HostWrite {
             encoding: &encoding,
             array: bytes,

@@ -2,12 +2,13 @@
 //! of one block, for batched reads) through the `gds` driver's host path, which is sec2 with
 //! large reads split across threads (or through sec2 itself with `H5GDS_USE_VFD_GDS=0`).
 
-use crate::driver::{DevicePath, Driver, Settings};
+use crate::driver::Driver;
 use crate::element::{descriptor_of, first_invalid_bool, Element};
 use crate::error::{Error, Result};
 use crate::file::{create_file, open_dataset, OpenDataset};
 use crate::hdf5_raw::{self, select_blocks, Spaces};
 use crate::layout::{check_types, Types};
+use crate::options::{DevicePath, Settings};
 use crate::select::Block;
 use crate::ReadOptions;
 use hdf5::{Dataset, Datatype, File};
@@ -83,11 +84,13 @@ where
         .map_err(|e| Error::hdf5("closing the file", path, None, e))
 }
 
-/// Reads `region` (file coordinates) of an open dataset into a host array of its shape.
+/// Reads `region` (file coordinates) of an open dataset into a host array of its shape; chunks
+/// h5gds decodes are decoded on `threads` threads (the driver's settings, read once per file).
 pub(crate) fn read_region<T: Element>(
     ds: &OpenDataset,
     types: &Types,
     region: &Block,
+    threads: usize,
 ) -> Result<ArrayD<T>> {
     let shape: Vec<usize> = region.count.iter().map(|&d| d as usize).collect();
     let n = region.len() as usize;
@@ -111,7 +114,7 @@ pub(crate) fn read_region<T: Element>(
             memory: Some(m),
             file: Some(f),
         });
-        if let Some(planned) = crate::host_codec::plan(ds, types, region)? {
+        if let Some(planned) = crate::host_codec::plan(ds, types, region, threads)? {
             let bytes = zeroed_bytes(&mut values, n);
             crate::host_codec::read_region(ds, &types.mem, region, &planned, bytes)?;
         } else {
@@ -290,7 +293,9 @@ pub(crate) fn read_rows<T: Element>(
         }
         let n = distinct.len() * row_len as usize;
         // Compressed chunks h5gds decodes: each chunk the runs touch decoded once, on all cores.
-        if let Ok(planned) = crate::host_codec::for_dataset(&ds, &types)? {
+        if let Ok(planned) =
+            crate::host_codec::for_dataset(&ds, &types, crate::options::driver_settings().nthreads)?
+        {
             let bytes = zeroed_bytes(&mut values, n);
             let blocks: Vec<Block> = runs
                 .iter()
@@ -342,7 +347,8 @@ pub(crate) fn read<T: Element>(
     options: &ReadOptions,
 ) -> Result<ArrayD<T>> {
     let (ds, types) = open_checked::<T>(path, dataset, options)?;
-    let array = read_region(&ds, &types, &Block::whole(&ds.shape))?;
+    let threads = crate::options::driver_settings().nthreads;
+    let array = read_region(&ds, &types, &Block::whole(&ds.shape), threads)?;
     drop(types);
     ds.close()?;
     Ok(array)

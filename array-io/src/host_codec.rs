@@ -71,10 +71,12 @@ impl RawChunks for DatasetChunks<'_> {
     }
 }
 
-/// How h5gds decodes a dataset's chunks: their shape and pipeline.
+/// How h5gds decodes a dataset's chunks: their shape and pipeline, and on how many of the
+/// driver's I/O threads (its settings, read once when the plan is made).
 pub(crate) struct Planned {
     chunk: Vec<u64>,
     pipeline: Pipeline,
+    threads: usize,
 }
 
 impl Planned {
@@ -84,10 +86,15 @@ impl Planned {
     }
 }
 
-/// The plan for reading `region` of `ds` into host memory with h5gds decoding its chunks, or
-/// `None` (with the reason in the debug log) when HDF5 is to read it.
-pub(crate) fn plan(ds: &OpenDataset, types: &Types, region: &Block) -> Result<Option<Planned>> {
-    let decision = match for_dataset(ds, types)? {
+/// The plan for reading `region` of `ds` into host memory with h5gds decoding its chunks on
+/// `threads` threads, or `None` (with the reason in the debug log) when HDF5 is to read it.
+pub(crate) fn plan(
+    ds: &OpenDataset,
+    types: &Types,
+    region: &Block,
+    threads: usize,
+) -> Result<Option<Planned>> {
+    let decision = match for_dataset(ds, types, threads)? {
         Ok(planned) if chunks_in(&planned, region) < 2 => Err(
             "the region lies in one chunk, which HDF5 decodes and keeps in its chunk cache".into(),
         ),
@@ -118,10 +125,12 @@ pub(crate) fn chunks_in(planned: &Planned, region: &Block) -> usize {
 }
 
 /// Whether h5gds reads the chunks of `ds` itself (chunked, unfiltered or filtered with a pipeline
-/// it decodes, read with no conversion, `H5GDS_HOST_CODEC` not 0), or why not.
+/// it decodes, read with no conversion, `H5GDS_HOST_CODEC` not 0), or why not; on `threads`
+/// threads.
 pub(crate) fn for_dataset(
     ds: &OpenDataset,
     types: &Types,
+    threads: usize,
 ) -> Result<std::result::Result<Planned, String>> {
     if let Some(off) = h5gds_runtime::settings::host_codec_turned_off()? {
         return Ok(Err(off));
@@ -158,7 +167,11 @@ pub(crate) fn for_dataset(
         true => Ok(Pipeline::unfiltered()),
         false => Pipeline::for_filters(&filters, types.mem.size()),
     };
-    Ok(pipeline.map(|pipeline| Planned { chunk, pipeline }))
+    Ok(pipeline.map(|pipeline| Planned {
+        chunk,
+        pipeline,
+        threads,
+    }))
 }
 
 /// Reads runs of rows of `ds` (`runs`: blocks of whole rows, in increasing order) into `out`
@@ -172,7 +185,11 @@ pub(crate) fn read_runs(
     planned: &Planned,
     out: &mut [u8],
 ) -> Result<()> {
-    let Planned { chunk, pipeline } = planned;
+    let Planned {
+        chunk,
+        pipeline,
+        threads,
+    } = planned;
     let element_size = mem_type.size();
     let ones = vec![1u64; ds.shape.len()];
     let mut placed = Vec::with_capacity(runs.len());
@@ -188,12 +205,11 @@ pub(crate) fn read_runs(
         });
         at += run.count.iter().product::<u64>() * element_size as u64;
     }
-    let threads = h5gds::VfdSettings::load(None).unwrap_or_default().nthreads;
     let how = h5gds_chunk_codec::Decoding {
         pipeline,
         chunk,
         element_size,
-        threads,
+        threads: *threads,
     };
     let touched: std::collections::BTreeSet<Vec<u64>> = placed
         .iter()
@@ -273,9 +289,13 @@ pub(crate) fn read_region(
     planned: &Planned,
     out: &mut [u8],
 ) -> Result<()> {
-    let Planned { chunk, pipeline } = planned;
+    let Planned {
+        chunk,
+        pipeline,
+        threads,
+    } = planned;
+    let threads = *threads;
     let ones = vec![1u64; region.count.len()];
-    let threads = h5gds::VfdSettings::load(None).unwrap_or_default().nthreads;
     let r = HostRead {
         pipeline,
         chunk,

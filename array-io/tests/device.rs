@@ -10,8 +10,9 @@
 mod common;
 
 use array_io::{
-    from_file, from_file_batched_to_device, from_file_to_device, from_file_to_device_with, to_file,
-    DeviceArray, Error, ReadOptions,
+    from_file, from_file_batched, from_file_batched_to_device, from_file_to_device,
+    from_file_to_device_with, to_file, to_file_compressed, Compression, DeviceArray, Error,
+    ReadOptions,
 };
 use common::*;
 use ndarray::{ArrayD, IxDyn, SliceInfoElem};
@@ -461,5 +462,66 @@ fn pool_allocated_arrays_go_direct() {
         let log = run.stderr();
         assert!(!log.contains("go through the staged path"), "{log}");
         assert!(!log.contains("through pinned host memory"), "{log}");
+    }
+}
+
+// ---- the driver's settings, parsed once per read ----
+
+/// Loads of the driver's settings (`VfdSettings::load`) while `read` runs.
+fn settings_loads(read: impl FnOnce()) -> usize {
+    let before = h5gds::VfdSettings::loads_so_far();
+    read();
+    h5gds::VfdSettings::loads_so_far() - before
+}
+
+#[test]
+fn a_read_parses_the_driver_settings_at_most_once() {
+    // Compressed chunks decoded on the host's threads (the GPU codec off) asked for the thread
+    // count at every step: choosing the decoder, sizing the pieces, decoding each piece, and
+    // again for every block of a batched read.
+    let name = "a_read_parses_the_driver_settings_at_most_once";
+    let env = [("H5GDS_USE_VFD_GDS", "1"), ("H5GDS_GPU_CODEC", "0")];
+    let run = in_child(name, true, &env, || {
+        let dir = tempfile::tempdir().unwrap();
+        let host = sample_array::<f32>(&[64, 48], 5);
+        let plain = dir.path().join("plain.h5");
+        to_file(&host, &plain, "/x").unwrap();
+        let packed = dir.path().join("packed.h5");
+        let device = DeviceArray::from_host(stream(), &host).unwrap();
+        to_file_compressed(&device, &packed, "/x", &[8, 16], Compression::Deflate).unwrap();
+        for path in [&plain, &packed] {
+            let loads = settings_loads(|| {
+                let back = from_file_to_device::<f32>(path, "/x", stream()).unwrap();
+                assert_eq!(back.to_host().unwrap(), host);
+            });
+            assert!(
+                loads <= 1,
+                "{path:?}: read loaded the settings {loads} times"
+            );
+            let loads = settings_loads(|| {
+                let batches = from_file_batched_to_device::<f32>(path, "/x", &[16, 48], stream());
+                assert_eq!(batches.unwrap().map(Result::unwrap).count(), 4);
+            });
+            assert!(
+                loads <= 1,
+                "{path:?}: batches loaded the settings {loads} times"
+            );
+            let loads = settings_loads(|| assert_eq!(from_file::<f32>(path, "/x").unwrap(), host));
+            assert!(
+                loads <= 1,
+                "{path:?}: host read loaded the settings {loads} times"
+            );
+            let loads = settings_loads(|| {
+                let batches = from_file_batched::<f32>(path, "/x", &[16, 48]);
+                assert_eq!(batches.unwrap().map(Result::unwrap).count(), 4);
+            });
+            assert!(
+                loads <= 1,
+                "{path:?}: host batches loaded the settings {loads} times"
+            );
+        }
+    });
+    if let Some(run) = run {
+        run.assert_clean();
     }
 }

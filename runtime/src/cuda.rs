@@ -2,15 +2,14 @@
 //! this process, the context of each device buffer (its own, or its device's primary context)
 //! pushed on the threads that move its data (and popped again, so the caller's context is left as
 //! it was), and the few calls the driver makes (pointer queries, copies, pinned memory, streams
-//! per context). Also the one place where CUDA and cuFile return codes become errors, which name
-//! the code.
+//! per context). Also the one place where CUDA return codes become errors, which name the code
+//! (cuFile's have theirs beside it, in `cufile`).
 //!
 //! cudarc panics when libcuda or one of its symbols is missing, so `init` asks
 //! `is_culib_present()` before anything else and every call goes through `call`, which turns a
 //! panic into an error.
 
 use cudarc::driver::{result, sys, DriverError};
-use cufile_sys::{CUfileError_t, CUfileOpError};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
@@ -48,13 +47,11 @@ pub struct CudaDriver {
     pid: u32,
 }
 
-/// A failed CUDA or cuFile call: the call, and the name of the code it returned.
+/// A failed CUDA call: the call, and the name of the code it returned.
 #[derive(Clone, Debug)]
 pub struct CudaError {
     call: &'static str,
     detail: String,
-    /// The `CUfileOpError` of a failed cuFile call.
-    cufile_code: Option<CUfileOpError>,
 }
 
 impl std::fmt::Display for CudaError {
@@ -66,12 +63,11 @@ impl std::fmt::Display for CudaError {
 impl std::error::Error for CudaError {}
 
 impl CudaError {
-    /// A failure of `call` (a CUDA or cuFile function, or what was being done) for `detail`.
+    /// A failure of `call` (a CUDA function, or what was being done) for `detail`.
     pub fn new(call: &'static str, detail: impl Into<String>) -> Self {
         CudaError {
             call,
             detail: detail.into(),
-            cufile_code: None,
         }
     }
 
@@ -85,57 +81,17 @@ impl CudaError {
         &self.detail
     }
 
-    /// The `CUfileOpError` of a failed cuFile call (not for `-1` with errno).
-    pub fn cufile_code(&self) -> Option<CUfileOpError> {
-        self.cufile_code
-    }
-
     /// A CUDA driver result. cudarc's `CUresult` is a Rust enum whose `Debug` form is the code's
     /// name, so naming it needs no call into libcuda.
     fn driver(call: &'static str, err: DriverError) -> Self {
         Self::new(call, format!("{:?}", err.0))
-    }
-
-    /// A cuFile status: the cuFile code's name and, for a CUDA driver error, the CUDA result's.
-    pub fn cufile(call: &'static str, status: &CUfileError_t) -> Self {
-        let mut detail = cufile_code_name(status.err);
-        if status.err == CUfileOpError::CU_FILE_CUDA_DRIVER_ERROR {
-            detail = format!("{detail} ({})", cu_result_name(status.cu_err));
-        }
-        CudaError {
-            cufile_code: Some(status.err),
-            ..Self::new(call, detail)
-        }
-    }
-
-    /// A negative return of `cuFileRead`/`cuFileWrite`: -1 with `errno` set, else minus a cuFile
-    /// code.
-    pub fn cufile_io(call: &'static str, ret: isize) -> std::io::Error {
-        if ret == -1 {
-            let err = std::io::Error::last_os_error();
-            return std::io::Error::new(err.kind(), format!("{call}: {err}"));
-        }
-        let code = CUfileOpError(ret.unsigned_abs() as _);
-        std::io::Error::other(CudaError {
-            cufile_code: Some(code),
-            ..Self::new(call, cufile_code_name(code))
-        })
-    }
-}
-
-/// `cuFile error 5001 (CU_FILE_DRIVER_NOT_INITIALIZED)`; the name is left out for a code the
-/// header does not list.
-fn cufile_code_name(code: CUfileOpError) -> String {
-    match cufile_sys::op_error_name(code) {
-        Some(name) => format!("cuFile error {} ({name})", code.0),
-        None => format!("cuFile error {}", code.0),
     }
 }
 
 /// The name libcuda gives a `CUresult` number. cudarc's enum cannot hold a number the CUDA
 /// version it was built for does not list, so the number goes to `cuGetErrorName` as a plain
 /// int (which fails on unknown values rather than misbehaving).
-fn cu_result_name(code: c_int) -> String {
+pub(crate) fn result_name(code: c_int) -> String {
     type GetErrorName = unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int;
     let mut name: *const c_char = std::ptr::null();
     // SAFETY: CUDA works, so cudarc's libcuda is loaded and has this symbol with this signature;
@@ -813,22 +769,5 @@ mod tests {
             DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE),
         );
         assert_eq!(err.to_string(), "cuMemAlloc: CUDA_ERROR_INVALID_VALUE");
-        let status = CUfileError_t {
-            err: CUfileOpError::CU_FILE_DRIVER_NOT_INITIALIZED,
-            cu_err: 0,
-        };
-        let err = CudaError::cufile("cuFileHandleRegister", &status);
-        assert!(
-            err.to_string()
-                .contains("cuFile error 5001 (CU_FILE_DRIVER_NOT_INITIALIZED)"),
-            "{err}"
-        );
-        let io = CudaError::cufile_io("cuFileRead", -5008);
-        assert!(io.to_string().contains("CU_FILE_IO_NOT_SUPPORTED"), "{io}");
-        let unknown = CudaError::cufile_io("cuFileWrite", -4999);
-        assert!(
-            unknown.to_string().contains("cuFile error 4999"),
-            "{unknown}"
-        );
     }
 }

@@ -69,6 +69,10 @@ impl Default for VfdSettings {
     }
 }
 
+/// Calls of [`VfdSettings::load`] in this process (a relaxed counter, costing nothing measurable
+/// beside the parse it counts).
+static LOADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// One I/O thread per core, at most 16. Counted once: `available_parallelism` reads cgroup files,
 /// 2% of a loop of opens and small reads measured on the 2-core VM.
 pub fn default_nthreads() -> usize {
@@ -91,7 +95,14 @@ impl VfdSettings {
     /// VfdSettings from the process environment and an optional config string (its raw bytes, as
     /// HDF5 or the environment hold them).
     pub fn load(config: Option<&[u8]>) -> Result<VfdSettings> {
+        LOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Self::from_sources(|name| std::env::var_os(name), config)
+    }
+
+    /// How many times this process has called [`VfdSettings::load`]: lets a test check that one
+    /// call above the driver (an array-io read, say) parses the settings once, not per step.
+    pub fn loads_so_far() -> usize {
+        LOADS.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// VfdSettings for a file opened from a file access property list: the environment, the
@@ -496,6 +507,15 @@ mod tests {
         assert_eq!(s.direct_io, DirectIo::Off);
         assert!(s.nthreads >= 1 && s.nthreads <= 16);
         assert!(s.sources.iter().all(|(_, src)| *src == Source::Default));
+    }
+
+    #[test]
+    fn every_load_from_the_environment_is_counted() {
+        // Other tests may load meanwhile: the count only grows, by at least these two.
+        let before = VfdSettings::loads_so_far();
+        let _ = VfdSettings::load(None);
+        let _ = VfdSettings::load(Some(b"nthreads=2"));
+        assert!(VfdSettings::loads_so_far() >= before + 2);
     }
 
     #[test]

@@ -27,6 +27,7 @@ mod model_tests;
 mod plugin;
 mod selection;
 mod transfer;
+mod verdicts;
 /// vfd-gds's public API on h5gds's driver, for the compatibility library (`vfd-gds-compat`).
 pub mod vfd_gds_api;
 
@@ -44,71 +45,6 @@ pub use plugin::{
     class_for_hdf5_at, h5gds_library, register_in_loaded_hdf5, set_fapl_driver,
     Registration as DriverRegistration, IDENTITY_SYMBOL,
 };
-
-/// The paths a file opened now would take, in the words of the driver's open log line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PathVerdicts {
-    pub host: String,
-    pub device: String,
-}
-
-/// Decides the paths for `settings` with the driver's own code (for `h5gds info`). Opening cuFile
-/// is part of deciding, so this touches libcufile only where a device transfer would (a file
-/// open under `compat_mode=auto` leaves it to the first device transfer).
-pub fn path_verdicts(settings: &VfdSettings) -> PathVerdicts {
-    let device = match io::device::DevicePathPlan::prepare(settings, false) {
-        Ok(plan) => plan.describe(settings),
-        Err(err) => format!("files will not open: {err}"),
-    };
-    let direct = settings.direct_io != DirectIo::Off;
-    PathVerdicts {
-        host: file::host_path_description(settings, direct),
-        device,
-    }
-}
-
-/// Why the driver stages every device transfer through its bounce buffers, whatever the file:
-/// `compat_mode=on`, or `compat_mode=auto` where no GDS kernel path can exist (no nvidia-fs and
-/// P2PDMA off, as on the first real-GPU machine). `None` where transfers may move GPU-direct
-/// (`compat_mode=off`, or a GDS kernel path possible); per file, cuFile may still stage them.
-/// Call only where CUDA works.
-pub fn device_transfers_staged(settings: &VfdSettings) -> Option<String> {
-    match settings.compat_mode {
-        CompatMode::On => Some("compat_mode=on: the driver stages device transfers".into()),
-        CompatMode::Off => None,
-        CompatMode::Auto => gds_kernel_path_possible()
-            .err()
-            .map(|why| format!("the driver stages device transfers ({why})")),
-    }
-}
-
-/// The process's cuFile driver, if an open under `settings` would use one; else why not. Like the
-/// driver, it never touches libcufile before CUDA is known to work (cuFile would hang without it),
-/// and under `compat_mode=auto` opens it only where it could give GDS.
-pub fn cufile_driver(settings: Option<&VfdSettings>) -> Result<&'static CuFileDriver, String> {
-    if settings.is_some_and(|s| s.compat_mode == CompatMode::On) {
-        return Err("not opened: compat_mode=on never touches libcufile".into());
-    }
-    if cuda().is_err() {
-        return Err("not opened: CUDA does not work here, and cuFile would hang without it".into());
-    }
-    match settings.map(|s| s.compat_mode) {
-        // Exactly what a device transfer under auto opens.
-        Some(CompatMode::Auto) => io::gds::driver_for_auto(),
-        _ => io::gds::driver(),
-    }
-}
-
-/// The file libcufile is loaded from (loading calls nothing in it, so this is safe without CUDA:
-/// only opening cuFile's driver can hang there); else why it does not load.
-pub fn cufile_library_file() -> Result<String, String> {
-    let lib = io::gds::library()?;
-    let function = lib
-        .cuFileDriverOpen
-        .as_ref()
-        .ok()
-        .map(|f| *f as *const std::ffi::c_void);
-    function
-        .and_then(h5gds_runtime::hdf5::loaded_file_of)
-        .ok_or_else(|| "libcufile loaded from an unknown file".into())
-}
+pub use verdicts::{
+    cufile_driver, cufile_library_file, device_transfers_staged, path_verdicts, PathVerdicts,
+};

@@ -6,7 +6,8 @@
 //! binding, and each open file keeps its binding's library, so every call back into HDF5 goes to
 //! the copy that made the request. Every trampoline runs its body through `guard`: panics are
 //! caught, errors become HDF5's failure value plus an error-stack record in that copy (and a log
-//! line). Nothing unwinds into HDF5.
+//! line). Nothing unwinds into HDF5. Registering the class in-process, and telling it from
+//! another `gds` driver, is `registration`'s job.
 
 use crate::abi::*;
 use crate::config::{CarriedSettings, VfdSettings};
@@ -19,6 +20,12 @@ use h5gds_runtime::hdf5::{self as runtime_hdf5, Hdf5Library, BINDINGS};
 use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
+
+mod registration;
+pub use registration::{
+    class_for_hdf5_at, h5gds_library, register_in_loaded_hdf5, set_fapl_driver, Registration,
+    IDENTITY_SYMBOL,
+};
 
 /// sec2's features, without DATA_SIEVE: raw-data buffers must reach the driver untouched (the
 /// GPU paths depend on it, and selection I/O then delivers strided reads as vectors); with
@@ -152,16 +159,6 @@ pub(crate) fn bound_class(slot: Option<usize>) -> *const H5FD_class_t {
         .0
 }
 
-/// The driver class for registering in-process (`H5FDregister`) into the HDF5 library whose code
-/// is at `hdf5_code` (pass a function of that library, such as the `H5FDregister` being called):
-/// bound to that library, or unbound where it exports no API to call back (a static HDF5).
-pub fn class_for_hdf5_at(hdf5_code: *const c_void) -> *const H5FD_class_t {
-    with_logging(|| {
-        let slot = catch_unwind(|| runtime_hdf5::bind_code(hdf5_code as usize));
-        bound_class(slot.ok().flatten())
-    })
-}
-
 /// Tells HDF5's plugin loader that this library is a virtual file driver.
 #[no_mangle]
 pub extern "C" fn H5PLget_plugin_type() -> c_int {
@@ -177,47 +174,6 @@ pub extern "C" fn H5PLget_plugin_info() -> *const c_void {
         let slot = catch_unwind(|| runtime_hdf5::calling_code().and_then(runtime_hdf5::bind_code));
         bound_class(slot.ok().flatten()).cast()
     })
-}
-
-/// The exported name of [`h5gds_driver_class`].
-pub const IDENTITY_SYMBOL: &CStr = c"h5gds_driver_class";
-
-/// The unbound driver class, under a name only h5gds exports: a process holding a driver
-/// registered as `gds` (value 512) finds out whether it is h5gds's by looking this symbol up in
-/// the library whose code the registered class runs (vfd-gds shares the name and value), and
-/// `h5gds info` tells the `gds` drivers on the plugin path apart by it.
-#[no_mangle]
-pub extern "C" fn h5gds_driver_class() -> *const H5FD_class_t {
-    &UNBOUND_CLASS.0
-}
-
-/// Whether a registered driver `class` (HDF5's copy of it) is h5gds's: a class of this copy of
-/// the driver, or one whose code lives in another loaded copy of h5gds (the plugin library, an
-/// extension module carrying the driver), recognised by its identity symbol. Else the library
-/// the class's code lives in, for the message that names it.
-///
-/// # Safety
-/// `class` must be null or point to a driver class of HDF5 1.14.4+/2.x's layout (HDF5's copy of
-/// a registered class is).
-pub unsafe fn h5gds_library(class: *const H5FD_class_t) -> std::result::Result<(), String> {
-    if class.is_null() {
-        return Err("an unknown library".into());
-    }
-    // SAFETY: HDF5 keeps a full copy of every registered class, of this layout (the same for
-    // every driver of HDF5 1.14.4+ and 2.x).
-    let Some(open) = (unsafe { (*class).open }).map(|f| f as usize) else {
-        return Err("an unknown library".into());
-    };
-    if OPENS.iter().any(|ours| *ours as usize == open) {
-        return Ok(());
-    }
-    // The library whose code the class runs, and whether it is h5gds: it exports h5gds's
-    // identity symbol itself.
-    match runtime_hdf5::object_defining(open, IDENTITY_SYMBOL) {
-        Some((_, true)) => Ok(()),
-        Some((library, false)) => Err(library),
-        None => Err("an unknown library".into()),
-    }
 }
 
 /// Runs a callback body with the driver's logger current: panics are caught and errors reported
@@ -536,48 +492,6 @@ unsafe extern "C" fn gds_io<B: CallerBuffer, const WRITE: bool>(
     })
 }
 
-/// The pieces of a vector request, from HDF5's parallel arrays.
-///
-/// # Safety
-/// Each non-null array must hold `count` entries.
-unsafe fn vector_pieces(
-    count: u32,
-    types: *const H5FD_mem_t,
-    addrs: *const haddr_t,
-    sizes: *const usize,
-    bufs: *const BufPtr,
-) -> Result<Vec<vector::Piece>> {
-    let n = count as usize;
-    if n == 0 {
-        return Ok(Vec::new());
-    }
-    if types.is_null() || addrs.is_null() || sizes.is_null() || bufs.is_null() {
-        return Err(Error::InvalidArgument(
-            "vector request with a null array".into(),
-        ));
-    }
-    // SAFETY: the caller guarantees each array holds `count` entries.
-    let (types, addrs, sizes, bufs) = unsafe {
-        (
-            std::slice::from_raw_parts(types, n),
-            std::slice::from_raw_parts(addrs, n),
-            std::slice::from_raw_parts(sizes, n),
-            std::slice::from_raw_parts(bufs, n),
-        )
-    };
-    let pieces = vector::expand(types, addrs, sizes, bufs)?;
-    if let Some(p) = pieces
-        .iter()
-        .find(|p| p.buf.as_ptr().is_null() && p.len > 0)
-    {
-        return Err(Error::InvalidArgument(format!(
-            "vector request with a null buffer at address {}",
-            p.addr
-        )));
-    }
-    Ok(pieces)
-}
-
 /// `read_vector` (`WRITE` false, `B` a `*mut c_void`) and `write_vector` (true, `*const
 /// c_void`): the two differ only in the constness of the buffer pointers.
 unsafe extern "C" fn gds_vector<B, const WRITE: bool>(
@@ -602,85 +516,11 @@ unsafe extern "C" fn gds_vector<B, const WRITE: bool>(
         // SAFETY: HDF5 passes `count` entries in each array and buffers valid in direction `dir`
         // for their sizes; a buffer pointer has BufPtr's layout.
         unsafe {
-            let pieces = vector_pieces(count, types, addrs, sizes, bufs.cast())?;
+            let pieces = vector::request_pieces(count, types, addrs, sizes, bufs.cast())?;
             f.transfer_vector(dir, pieces)?
         };
         Ok(0)
     })
-}
-
-/// The entries of a selection request, from HDF5's parallel arrays (an element size of 0 or a
-/// null buffer means "the previous entry's", as in HDF5's own translation).
-///
-/// # Safety
-/// The space and offset arrays must hold `count` entries, the size and buffer arrays entries up to
-/// the first 0 (or `count`).
-unsafe fn selection_entries(
-    count: usize,
-    mem_spaces: *const hid_t,
-    file_spaces: *const hid_t,
-    offsets: *const haddr_t,
-    element_sizes: *const usize,
-    bufs: *const usize,
-) -> Result<Vec<selection::Entry>> {
-    if count == 0 {
-        return Ok(Vec::new());
-    }
-    if [
-        mem_spaces.is_null(),
-        file_spaces.is_null(),
-        offsets.is_null(),
-    ]
-    .into_iter()
-    .chain([element_sizes.is_null(), bufs.is_null()])
-    .any(|null| null)
-    {
-        return Err(Error::InvalidArgument(
-            "selection request with a null array".into(),
-        ));
-    }
-    let mut entries: Vec<selection::Entry> = Vec::with_capacity(count);
-    // Once a size of 0 (or a null buffer) appears, the array may end there: HDF5 1.14 passes
-    // two-entry arrays for requests of many chunks.
-    let (mut elem, mut buf) = (None, None);
-    let (mut elem_fixed, mut buf_fixed) = (false, false);
-    for i in 0..count {
-        if !elem_fixed {
-            // SAFETY: entries up to the first 0 are present (the caller's contract).
-            match (unsafe { *element_sizes.add(i) }, elem) {
-                (0, None) => {
-                    return Err(Error::InvalidArgument(
-                        "selection request: element_sizes[0] is zero".into(),
-                    ))
-                }
-                (0, Some(_)) => elem_fixed = true,
-                (e, _) => elem = Some(e),
-            }
-        }
-        if !buf_fixed {
-            // SAFETY: entries up to the first null are present (the caller's contract).
-            match (unsafe { *bufs.add(i) }, buf) {
-                (0, None) => {
-                    return Err(Error::InvalidArgument(
-                        "selection request: bufs[0] is null".into(),
-                    ))
-                }
-                (0, Some(_)) => buf_fixed = true,
-                (b, _) => buf = Some(b),
-            }
-        }
-        // SAFETY: the caller guarantees these arrays hold `count` entries.
-        let (mem_space, file_space, offset) =
-            unsafe { (*mem_spaces.add(i), *file_spaces.add(i), *offsets.add(i)) };
-        entries.push(selection::Entry {
-            mem_space,
-            file_space,
-            offset,
-            elem: elem.unwrap_or(0),
-            buf: buf.unwrap_or(0),
-        });
-    }
-    Ok(entries)
 }
 
 /// `read_selection` (`WRITE` false) and `write_selection` (true).
@@ -715,7 +555,7 @@ unsafe extern "C" fn gds_selection<const WRITE: bool>(
         // SAFETY: HDF5 passes `count` entries in each array, valid dataspace ids, and buffers
         // valid in direction `dir` for their memory selections.
         unsafe {
-            let entries = selection_entries(
+            let entries = selection::request_entries(
                 count,
                 mem_spaces,
                 file_spaces,
@@ -963,94 +803,5 @@ mod tests {
             std::fs::metadata(dir.path().join("f.h5")).unwrap().len(),
             4096
         );
-    }
-}
-
-/// How [`register_in_loaded_hdf5`] found the driver.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Registration {
-    /// This copy of the driver was registered now; HDF5's id for it.
-    Registered(hid_t),
-    /// h5gds's driver was already registered there (for example the plugin, loaded through
-    /// `HDF5_PLUGIN_PATH` and `HDF5_DRIVER=gds`); it is left in place and serves `gds`.
-    AlreadyRegistered,
-    /// Another driver holds the name `gds` and value 512 there (vfd-gds, the GPUDirect Storage
-    /// driver other projects ship), from the library named; h5gds could not register.
-    Another(String),
-}
-
-/// Registers this copy of the driver (`H5FDregister`) in the HDF5 library that `near` (a loaded
-/// object, such as one of h5py's extension modules) is linked with, with a class bound to that
-/// library, which becomes the primary one (`h5gds_runtime::hdf5::primary_symbol`, `set_fapl_driver`). The caller must
-/// hold whatever lock serialises calls into that HDF5 (h5py's `phil`).
-pub fn register_in_loaded_hdf5(near: &CStr) -> std::result::Result<Registration, String> {
-    let (slot, api) = runtime_hdf5::bind_primary(near)?;
-    if api.driver_registered(crate::abi::DRIVER_VALUE)? {
-        // SAFETY: HDF5's copy of a registered class.
-        let ours = registered_gds_class(api).map(|c| unsafe { h5gds_library(c) });
-        return Ok(match ours {
-            Some(Err(library)) => Registration::Another(library),
-            // Ours, or no way to look (an HDF5 without the symbols): it stays in place.
-            _ => Registration::AlreadyRegistered,
-        });
-    }
-    // SAFETY: the class is a static of HDF5 1.14.4+/2.x's H5FD_class_t layout; HDF5 copies it.
-    let id =
-        unsafe { api.register_class(bound_class(Some(slot)).cast(), crate::abi::DRIVER_NAME) }?;
-    Ok(Registration::Registered(id))
-}
-
-/// Selects the `gds` driver on a file access property list with a config string
-/// (`H5Pset_driver_by_name`), in the HDF5 library `register_in_loaded_hdf5` registered into.
-/// The string is passed as given; an empty one stores none, so the environment's settings apply.
-pub fn set_fapl_driver(fapl: hid_t, config: &str) -> std::result::Result<(), String> {
-    runtime_hdf5::primary_library()
-        .ok_or("the gds driver is not registered in any HDF5 library yet")?
-        .set_driver_by_name(fapl, crate::abi::DRIVER_NAME, config)
-}
-
-/// HDF5's copy of the class registered as value 512, found through a scratch file access list
-/// (HDF5 has no public lookup of a class by value).
-fn registered_gds_class(api: &Hdf5Library) -> Option<*const crate::abi::H5FD_class_t> {
-    let sym = |name: &CStr| api.symbol(name);
-    let fapl_class = sym(c"H5P_CLS_FILE_ACCESS_ID_g")? as *const hid_t;
-    // SAFETY: the symbols have these C signatures in HDF5 1.14 and 2.x (H5FD_get_class is
-    // library-private but exported by every shared build).
-    let (create, set_by_value, get_driver, get_class, close) = unsafe {
-        (
-            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(hid_t) -> hid_t>(sym(
-                c"H5Pcreate",
-            )?),
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(hid_t, c_int, *const c_char) -> herr_t,
-            >(sym(c"H5Pset_driver_by_value")?),
-            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(hid_t) -> hid_t>(sym(
-                c"H5Pget_driver",
-            )?),
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(hid_t) -> *const crate::abi::H5FD_class_t,
-            >(sym(c"H5FD_get_class")?),
-            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(hid_t) -> herr_t>(sym(
-                c"H5Pclose",
-            )?),
-        )
-    };
-    // SAFETY: the library is initialised (the driver is registered in it), so the class id
-    // global holds the file access class; the list is closed before returning.
-    unsafe {
-        let fapl = create(*fapl_class);
-        if fapl < 0 {
-            return None;
-        }
-        let class = if set_by_value(fapl, crate::abi::DRIVER_VALUE, std::ptr::null()) >= 0 {
-            let id = get_driver(fapl);
-            (id >= 0).then(|| get_class(id)).filter(|c| !c.is_null())
-        } else {
-            None
-        };
-        close(fapl);
-        class
     }
 }

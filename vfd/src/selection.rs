@@ -6,7 +6,7 @@
 //! costs arithmetic per element instead of a vector entry, a pointer classification and a
 //! scatter record per element.
 
-use crate::abi::{hid_t, H5FD_mem_t};
+use crate::abi::{haddr_t, hid_t, H5FD_mem_t};
 use crate::cuda::PointerKind;
 use crate::dataspace::{shape, Shape};
 use crate::error::{Error, Result};
@@ -27,6 +27,80 @@ pub struct Entry {
     pub offset: u64,
     pub elem: usize,
     pub buf: usize,
+}
+
+/// The entries of a selection request, from HDF5's parallel arrays (an element size of 0 or a
+/// null buffer means "the previous entry's", as in HDF5's own translation).
+///
+/// # Safety
+/// The space and offset arrays must hold `count` entries, the size and buffer arrays entries up to
+/// the first 0 (or `count`).
+pub(crate) unsafe fn request_entries(
+    count: usize,
+    mem_spaces: *const hid_t,
+    file_spaces: *const hid_t,
+    offsets: *const haddr_t,
+    element_sizes: *const usize,
+    bufs: *const usize,
+) -> Result<Vec<Entry>> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    if [
+        mem_spaces.is_null(),
+        file_spaces.is_null(),
+        offsets.is_null(),
+    ]
+    .into_iter()
+    .chain([element_sizes.is_null(), bufs.is_null()])
+    .any(|null| null)
+    {
+        return Err(Error::InvalidArgument(
+            "selection request with a null array".into(),
+        ));
+    }
+    let mut entries: Vec<Entry> = Vec::with_capacity(count);
+    // Once a size of 0 (or a null buffer) appears, the array may end there: HDF5 1.14 passes
+    // two-entry arrays for requests of many chunks.
+    let (mut elem, mut buf) = (None, None);
+    let (mut elem_fixed, mut buf_fixed) = (false, false);
+    for i in 0..count {
+        if !elem_fixed {
+            // SAFETY: entries up to the first 0 are present (the caller's contract).
+            match (unsafe { *element_sizes.add(i) }, elem) {
+                (0, None) => {
+                    return Err(Error::InvalidArgument(
+                        "selection request: element_sizes[0] is zero".into(),
+                    ))
+                }
+                (0, Some(_)) => elem_fixed = true,
+                (e, _) => elem = Some(e),
+            }
+        }
+        if !buf_fixed {
+            // SAFETY: entries up to the first null are present (the caller's contract).
+            match (unsafe { *bufs.add(i) }, buf) {
+                (0, None) => {
+                    return Err(Error::InvalidArgument(
+                        "selection request: bufs[0] is null".into(),
+                    ))
+                }
+                (0, Some(_)) => buf_fixed = true,
+                (b, _) => buf = Some(b),
+            }
+        }
+        // SAFETY: the caller guarantees these arrays hold `count` entries.
+        let (mem_space, file_space, offset) =
+            unsafe { (*mem_spaces.add(i), *file_spaces.add(i), *offsets.add(i)) };
+        entries.push(Entry {
+            mem_space,
+            file_space,
+            offset,
+            elem: elem.unwrap_or(0),
+            buf: buf.unwrap_or(0),
+        });
+    }
+    Ok(entries)
 }
 
 /// A source of (offset, length) sequences for one side of a selection.

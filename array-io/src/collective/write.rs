@@ -6,13 +6,14 @@
 use super::agree::{agree, agree_with, Unwire, Wire};
 use super::decompose::{write_boxes, Decomposition, TileClaim};
 use crate::device::{write_blocker, DeviceArray};
-use crate::driver::{file_access, Driver, Settings};
+use crate::driver::{file_access, Driver};
 use crate::element::{descriptor_of, Element};
 use crate::error::no_panic;
 use crate::error::{Error, Result};
 use crate::file::{check_dataset_name, create_file};
 use crate::hdf5_raw::{self, DriverFile};
 use crate::host_staging::HostStaging;
+use crate::options::Settings;
 use crate::select::{Block, Runs};
 use cudarc::driver::{CudaStream, DevicePtr};
 use h5gds_runtime::staging_ring::{LaneCopies, Stop};
@@ -84,7 +85,7 @@ impl<T: Element> Source for DeviceTile<'_, T> {
         self.0.shape().iter().map(|&d| d as u64).collect()
     }
     fn driver(&self, settings: &Settings) -> Result<Driver> {
-        Ok(match write_blocker(self.0, settings)? {
+        Ok(match write_blocker::<T>(settings)? {
             None => Driver::Gds,
             Some(_) => Driver::Sec2,
         })
@@ -114,7 +115,7 @@ impl<T: Element> DeviceTile<'_, T> {
         // The data is ready once every stream that wrote it is done.
         let (ptr, record) = data.device_ptr(stream);
         synchronize(stream)?;
-        match write_blocker(self.0, settings)? {
+        match write_blocker::<T>(settings)? {
             None => {
                 crate::log::debug(format_args!(
                     "writing a tile straight from device memory through the gds driver"

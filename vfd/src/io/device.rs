@@ -13,7 +13,8 @@ use super::{Direction, PartialTransfer};
 use crate::config::{CompatMode, VfdSettings};
 use crate::cuda::{self, CUdeviceptr, DeviceRange};
 use crate::error::{Error, Result};
-use cufile_sys::CUfileOpError;
+use h5gds_runtime::cufile::sys::CUfileOpError;
+use h5gds_runtime::cufile::CuFileError;
 use std::ffi::{CStr, CString};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -615,11 +616,7 @@ impl DeviceIo<'_> {
         failure: &PartialTransfer,
     ) -> Result<()> {
         let at = addr + failure.done as u64;
-        let code = failure
-            .source
-            .get_ref()
-            .and_then(|e| e.downcast_ref::<cuda::CudaError>())
-            .and_then(cuda::CudaError::cufile_code);
+        let code = CuFileError::in_io(&failure.source).and_then(CuFileError::code);
         let Some(recurs) = code.and_then(recurring_scope) else {
             tracing::warn!(
                 "{} at offset {at} of {:?}; the remaining {} bytes go through the staged path",

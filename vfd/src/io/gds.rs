@@ -21,10 +21,12 @@
 
 use super::target::Storage;
 use super::{Direction, PartialTransfer};
-use crate::cuda::{self, CUdeviceptr, CudaError};
-use cufile_sys::{
-    CUfileDescr_t, CUfileDrvProps_t, CUfileFileHandleType, CUfileHandle_t, CUfileOpError, CuFileLib,
+use crate::cuda::{self, CUdeviceptr};
+use h5gds_runtime::cufile::sys::{
+    self as cufile_sys, CUfileDescr_t, CUfileDrvProps_t, CUfileFileHandleType, CUfileHandle_t,
+    CUfileOpError, CuFileLib,
 };
+use h5gds_runtime::cufile::{self, function, CuFileError};
 use std::ffi::{c_void, CStr};
 use std::fs::File;
 use std::io;
@@ -85,12 +87,6 @@ impl CuFileDriver {
     }
 }
 
-fn symbol<'a, T>(field: &'a Result<T, libloading::Error>, name: &str) -> Result<&'a T, String> {
-    field
-        .as_ref()
-        .map_err(|e| format!("libcufile has no {name}: {e}"))
-}
-
 /// libcufile, loaded once per process and kept (by the runtime crate); or why not.
 pub(crate) fn library() -> Result<&'static CuFileLib, String> {
     h5gds_runtime::libraries::cufile()
@@ -100,22 +96,19 @@ fn open_driver() -> Result<CuFileDriver, String> {
     // The guard that keeps libcufile from hanging: CUDA must work first.
     cuda::cuda().map_err(|e| format!("CUDA is not available ({e}); libcufile was not touched"))?;
     let lib = library()?;
-    let open = symbol(&lib.cuFileDriverOpen, "cuFileDriverOpen")?;
+    let open = function(&lib.cuFileDriverOpen, "cuFileDriverOpen").map_err(|e| e.to_string())?;
     keep_log_out_of_working_directory(lib);
     let _context = cuda::enter_context().map_err(|e| e.to_string())?;
     // SAFETY: a function of the loaded libcufile, taking no arguments.
     let status = unsafe { open() };
-    if !cufile_sys::succeeded(&status) {
-        return Err(CudaError::cufile("cuFileDriverOpen", &status).to_string());
-    }
+    cufile::check("cuFileDriverOpen", &status).map_err(|e| e.to_string())?;
     // SAFETY: the properties struct is plain data; zeroed is a valid starting state.
     let mut props: CUfileDrvProps_t = unsafe { std::mem::zeroed() };
-    let get_properties = symbol(&lib.cuFileDriverGetProperties, "cuFileDriverGetProperties")?;
+    let get_properties = function(&lib.cuFileDriverGetProperties, "cuFileDriverGetProperties")
+        .map_err(|e| e.to_string())?;
     // SAFETY: a valid out-pointer; the driver is open.
     let status = unsafe { get_properties(&mut props) };
-    if !cufile_sys::succeeded(&status) {
-        return Err(CudaError::cufile("cuFileDriverGetProperties", &status).to_string());
-    }
+    cufile::check("cuFileDriverGetProperties", &status).map_err(|e| e.to_string())?;
     let mut version = 0;
     if let Ok(get_version) = lib.cuFileGetVersion.as_ref() {
         // SAFETY: a valid out-pointer.
@@ -141,7 +134,7 @@ fn use_pci_p2pdma(lib: &CuFileLib) -> bool {
     let param = cufile_sys::CUFileBoolConfigParameter_t::CUFILE_PARAM_USE_PCIP2PDMA;
     // SAFETY: a valid out-pointer for a C bool.
     let status = unsafe { get(param, &mut value) };
-    cufile_sys::succeeded(&status) && value
+    cufile::check("cuFileGetParameterBool", &status).is_ok() && value
 }
 
 /// Points cuFile's log at a directory of the driver's own, unless the user (or the system's
@@ -172,7 +165,7 @@ fn keep_log_out_of_working_directory(lib: &CuFileLib) {
         let status = unsafe { get(param, value.as_mut_ptr(), value.len() as i32) };
         // SAFETY: as above; the buffer was zeroed, so it ends in a NUL either way.
         let placed = unsafe { !CStr::from_ptr(value.as_ptr()).is_empty() };
-        if cufile_sys::succeeded(&status) && placed {
+        if cufile::check("cuFileGetParameterString", &status).is_ok() && placed {
             return;
         }
     }
@@ -189,11 +182,9 @@ fn keep_log_out_of_working_directory(lib: &CuFileLib) {
         (Ok(()), Ok(c_dir)) => {
             // SAFETY: a NUL-terminated string; the driver is not open yet.
             let status = unsafe { set(P::CUFILE_PARAM_LOG_DIR, c_dir.as_ptr()) };
-            if cufile_sys::succeeded(&status) {
-                tracing::debug!("cuFile logs to {dir:?}");
-            } else {
-                let err = CudaError::cufile("cuFileSetParameterString", &status);
-                tracing::debug!("{err}; cuFile keeps its default log place");
+            match cufile::check("cuFileSetParameterString", &status) {
+                Ok(()) => tracing::debug!("cuFile logs to {dir:?}"),
+                Err(err) => tracing::debug!("{err}; cuFile keeps its default log place"),
             }
         }
         (Err(err), _) => {
@@ -221,7 +212,7 @@ fn cufile_log_location(lib: &CuFileLib) -> String {
         };
         // SAFETY: as above; the buffer was zeroed, so it ends in a NUL either way.
         let dir = unsafe { CStr::from_ptr(value.as_ptr()) }.to_string_lossy();
-        if cufile_sys::succeeded(&status) && !dir.is_empty() {
+        if cufile::check("cuFileGetParameterString", &status).is_ok() && !dir.is_empty() {
             return format!("{:?}", std::path::Path::new(&*dir).join("cufile.log"));
         }
     }
@@ -474,15 +465,15 @@ impl GdsHandle {
         descr.type_ = CUfileFileHandleType::CU_FILE_HANDLE_TYPE_OPAQUE_FD;
         descr.handle.fd = direct.as_raw_fd();
         let mut handle: CUfileHandle_t = std::ptr::null_mut();
-        let register = symbol(&driver.lib.cuFileHandleRegister, "cuFileHandleRegister")?;
+        let register = function(&driver.lib.cuFileHandleRegister, "cuFileHandleRegister")
+            .map_err(|e| e.to_string())?;
         let context = cuda::enter_context().map_err(|e| e.to_string())?;
         // SAFETY: valid out-pointer and descriptor; the driver is open.
         let status = unsafe { register(&mut handle, &mut descr) };
         drop(context);
-        if !cufile_sys::succeeded(&status) {
-            let err = CudaError::cufile("cuFileHandleRegister", &status);
-            return Err(match status.err {
-                CUfileOpError::CU_FILE_HANDLE_NOT_REGISTERED => format!(
+        if let Err(err) = cufile::check("cuFileHandleRegister", &status) {
+            return Err(match err.code() {
+                Some(CUfileOpError::CU_FILE_HANDLE_NOT_REGISTERED) => format!(
                     "{err}: cuFile could not register the file, usually because it cannot read \
                      the attributes of the volume the file is on (common in VMs and containers, \
                      whose virtual disks udev describes without a file-system usage: \
@@ -529,29 +520,31 @@ impl GdsHandle {
             Direction::Write => "cuFileWrite",
         };
         let fail = |source, done| PartialTransfer { source, done };
-        let missing = || io::Error::other(format!("no {call} in libcufile"));
         let mut done = 0usize;
         while done < len {
             let (n, pos, at) = (len - done, offset + done as u64, buf_off + done);
             let (pos, at) = (pos as libc::off_t, at as libc::off_t);
             // SAFETY: the handle is registered; base + at .. + n lies in the caller's device
             // allocation.
-            let n = unsafe {
+            let ret = unsafe {
                 match (dir, read, write) {
                     (Direction::Read, Ok(f), _) => f(self.handle, base as *mut c_void, n, pos, at),
                     (Direction::Write, _, Ok(f)) => f(self.handle, base as _, n, pos, at),
-                    _ => return Err(fail(missing(), done)),
+                    (Direction::Read, Err(e), _) | (Direction::Write, _, Err(e)) => {
+                        let missing = CuFileError::missing_function(call, e);
+                        return Err(fail(io::Error::other(missing), done));
+                    }
                 }
             };
-            match n {
-                n if n > 0 => done += n as usize,
-                0 if dir == Direction::Read => break,
-                0 => {
+            match cufile::transferred(call, ret) {
+                Ok(0) if dir == Direction::Read => break,
+                Ok(0) => {
                     let source =
                         io::Error::new(io::ErrorKind::WriteZero, "cuFileWrite wrote nothing");
                     return Err(fail(source, done));
                 }
-                n => return Err(fail(CudaError::cufile_io(call, n), done)),
+                Ok(n) => done += n,
+                Err(source) => return Err(fail(source, done)),
             }
         }
         Ok(done)

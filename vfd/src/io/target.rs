@@ -8,7 +8,7 @@
 //! it decides by the block device itself (same issue: "Unsupported block device: /dev/dm-0"),
 //! which the driver names but leaves to cuFile.
 
-use cufile_sys::CUfileDriverStatusFlags as Flag;
+use h5gds_runtime::cufile::sys::CUfileDriverStatusFlags as Flag;
 use std::os::fd::RawFd;
 
 /// Where a file's bytes live.

@@ -19,6 +19,48 @@ pub struct Piece {
     pub mem_type: H5FD_mem_t,
 }
 
+/// The pieces of a vector request, from HDF5's parallel arrays.
+///
+/// # Safety
+/// Each non-null array must hold `count` entries.
+pub(crate) unsafe fn request_pieces(
+    count: u32,
+    types: *const H5FD_mem_t,
+    addrs: *const haddr_t,
+    sizes: *const usize,
+    bufs: *const BufPtr,
+) -> Result<Vec<Piece>> {
+    let n = count as usize;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if types.is_null() || addrs.is_null() || sizes.is_null() || bufs.is_null() {
+        return Err(Error::InvalidArgument(
+            "vector request with a null array".into(),
+        ));
+    }
+    // SAFETY: the caller guarantees each array holds `count` entries.
+    let (types, addrs, sizes, bufs) = unsafe {
+        (
+            std::slice::from_raw_parts(types, n),
+            std::slice::from_raw_parts(addrs, n),
+            std::slice::from_raw_parts(sizes, n),
+            std::slice::from_raw_parts(bufs, n),
+        )
+    };
+    let pieces = expand(types, addrs, sizes, bufs)?;
+    if let Some(p) = pieces
+        .iter()
+        .find(|p| p.buf.as_ptr().is_null() && p.len > 0)
+    {
+        return Err(Error::InvalidArgument(format!(
+            "vector request with a null buffer at address {}",
+            p.addr
+        )));
+    }
+    Ok(pieces)
+}
+
 /// Expands HDF5's vector arrays: a size of 0 (or a type of `H5FD_MEM_NOLIST`) means "the previous
 /// entry's value for this and every later entry".
 pub fn expand(

@@ -1,0 +1,137 @@
+//! The options of one call: the settings that choose between the `gds` driver and the staged
+//! path ([`Settings`], each unset field taken from the environment), a read's options
+//! ([`ReadOptions`]), and the driver's own settings as array-io takes them from the environment
+//! ([`driver_settings`]: thread counts, and whether the driver stages every device transfer).
+
+use crate::error::{Error, Result};
+use h5gds_runtime::settings::{self, InvalidSetting};
+pub use h5gds_runtime::settings::{
+    DevicePath, DEFAULT_STAGING_BUFFER_SIZE, MIN_STAGING_BUFFER_SIZE, STAGING_BUFFER_SIZE_ENV,
+    USE_VFD_GDS_ENV,
+};
+
+/// The settings of one call: each field `None` takes the environment's value (or the default).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    pub device_path: Option<DevicePath>,
+    pub staging_buffer_size: Option<usize>,
+}
+
+/// An environment variable's value; one that is not Unicode is passed on as lossy text, which
+/// the parsers refuse.
+fn env_value(variable: &str) -> Option<String> {
+    std::env::var_os(variable).map(|v| v.to_string_lossy().into_owned())
+}
+
+fn invalid(err: InvalidSetting) -> Error {
+    err.into()
+}
+
+impl Settings {
+    /// The device path: the explicit setting, else `H5GDS_USE_VFD_GDS`.
+    pub fn device_path(&self) -> Result<DevicePath> {
+        if let Some(path) = self.device_path {
+            return Ok(path);
+        }
+        settings::device_path(env_value(USE_VFD_GDS_ENV).as_deref()).map_err(invalid)
+    }
+
+    /// The staging buffer size: the explicit setting, else `H5GDS_STAGING_BUFFER_SIZE`.
+    pub fn staging_buffer_size(&self) -> Result<usize> {
+        if let Some(size) = self.staging_buffer_size {
+            return settings::check_staging_buffer_size(size, &size.to_string()).map_err(invalid);
+        }
+        settings::staging_buffer_size(env_value(STAGING_BUFFER_SIZE_ENV).as_deref())
+            .map_err(invalid)
+    }
+
+    /// Whether device data goes through the `gds` driver.
+    pub(crate) fn use_gds(&self) -> Result<bool> {
+        Ok(goes_through_gds(self.device_path()?))
+    }
+}
+
+/// Whether device data on `path` goes through the `gds` driver (`auto`: where CUDA works).
+pub(crate) fn goes_through_gds(path: DevicePath) -> bool {
+    match path {
+        DevicePath::Gds => true,
+        DevicePath::Staged => false,
+        DevicePath::Auto => h5gds_runtime::cuda::cuda().is_ok(),
+    }
+}
+
+/// The driver's settings from the environment (`H5GDS_NTHREADS`, `H5GDS_TASK_SIZE`, ...), where
+/// array-io takes thread counts and the driver's staging verdict from; invalid values give the
+/// defaults here (the driver's own open reports them). Called once per read or write: a call
+/// keeps what this returns and hands it on.
+pub(crate) fn driver_settings() -> h5gds::VfdSettings {
+    h5gds::VfdSettings::load(None).unwrap_or_default()
+}
+
+/// Options of a read.
+#[derive(Clone, Debug, Default)]
+pub struct ReadOptions {
+    /// Let HDF5 convert a stored type that differs from the requested one (`i16` to `f64`,
+    /// say). Off by default: a mismatch is an error naming both types.
+    pub allow_conversion: bool,
+    /// Path and staging settings; unset fields come from the environment.
+    pub settings: Settings,
+}
+
+impl ReadOptions {
+    pub fn new() -> ReadOptions {
+        ReadOptions::default()
+    }
+
+    /// Allows (or forbids) type conversion.
+    pub fn allow_conversion(mut self, allow: bool) -> ReadOptions {
+        self.allow_conversion = allow;
+        self
+    }
+
+    /// Chooses the device path instead of `H5GDS_USE_VFD_GDS`.
+    pub fn device_path(mut self, path: DevicePath) -> ReadOptions {
+        self.settings.device_path = Some(path);
+        self
+    }
+
+    /// Chooses the staging buffer size instead of `H5GDS_STAGING_BUFFER_SIZE`.
+    pub fn staging_buffer_size(mut self, bytes: usize) -> ReadOptions {
+        self.settings.staging_buffer_size = Some(bytes);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explicit_settings_are_validated_like_the_environment() {
+        let s = Settings {
+            device_path: Some(DevicePath::Staged),
+            staging_buffer_size: Some(8192),
+        };
+        assert_eq!(s.device_path().unwrap(), DevicePath::Staged);
+        assert_eq!(s.staging_buffer_size().unwrap(), 8192);
+        let small = Settings {
+            staging_buffer_size: Some(100),
+            ..Default::default()
+        };
+        let err = small.staging_buffer_size().unwrap_err().to_string();
+        assert!(err.contains("H5GDS_STAGING_BUFFER_SIZE=\"100\""), "{err}");
+        assert!(err.contains("at least 4K"), "{err}");
+    }
+
+    #[test]
+    fn use_vfd_gds_accepts_only_0_and_1() {
+        assert_eq!(settings::device_path(Some("1")), Ok(DevicePath::Gds));
+        assert_eq!(settings::device_path(Some("0")), Ok(DevicePath::Staged));
+        let err = invalid(settings::device_path(Some("yes")).unwrap_err()).to_string();
+        assert!(err.contains("H5GDS_USE_VFD_GDS=\"yes\""), "{err}");
+        assert!(
+            err.contains("1 (the gds driver), 0 (the staged path)"),
+            "{err}"
+        );
+    }
+}
