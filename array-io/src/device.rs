@@ -299,7 +299,8 @@ fn write_unguarded<T: Element>(
                 blocker.as_deref().unwrap_or("")
             ));
             let bytes = array.len() * std::mem::size_of::<T>();
-            let mut staging = HostStaging::pipelined(size, bytes, stream);
+            let driver = crate::options::driver_settings();
+            let mut staging = HostStaging::pipelined(size, bytes, &driver, stream);
             let elements = Elements {
                 mem_type: &mem_type,
                 size: std::mem::size_of::<T>(),
@@ -510,7 +511,12 @@ impl DeviceSource {
                     }
                     if staging.is_none() {
                         let bytes = region.len() as usize * elements.size;
-                        staging = Some(HostStaging::pipelined(self.staging_size, bytes, stream));
+                        staging = Some(HostStaging::pipelined(
+                            self.staging_size,
+                            bytes,
+                            self.driver_settings(),
+                            stream,
+                        ));
                     }
                     let buf = staging.as_mut().expect("created above");
                     read_block(ds, &elements, block, region, dest, stream, buf, None)?;

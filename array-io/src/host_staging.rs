@@ -48,11 +48,14 @@ impl HostStaging {
 
     /// Buffers sized for a transfer of `needed` bytes through HDF5 to overlap its copies
     /// (`route::select::staged_piece_bytes`): an eighth of it, at least a task for each of the
-    /// driver's I/O threads, at most `size`.
-    pub fn pipelined(size: usize, needed: usize, stream: &Arc<CudaStream>) -> HostStaging {
-        let floor = h5gds::VfdSettings::load(None)
-            .unwrap_or_default()
-            .task_round_bytes() as u64;
+    /// driver's I/O threads (`driver`: the settings the caller read once), at most `size`.
+    pub fn pipelined(
+        size: usize,
+        needed: usize,
+        driver: &h5gds::VfdSettings,
+        stream: &Arc<CudaStream>,
+    ) -> HostStaging {
+        let floor = driver.task_round_bytes() as u64;
         HostStaging::new(
             staged_piece_bytes(needed as u64, size as u64, floor) as usize,
             needed,
