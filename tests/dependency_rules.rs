@@ -287,6 +287,7 @@ fn no_crate_has_an_import_cycle_between_its_modules() {
         "nvcomp-sys/src",
         "vfd/src",
         "route/src",
+        "engine/src",
         "gpu-codec/src",
         "chunk-codec/src",
         "array-io/src",
@@ -323,4 +324,100 @@ fn the_cycle_check_finds_a_cycle() {
         cycle,
         Some(vec!["a".to_string(), "io::b".to_string(), "a".to_string()])
     );
+}
+
+/// Every package `krate` (a workspace crate) depends on, directly or through others: normal and
+/// build dependencies, with every feature on, workspace and external, by package name (an
+/// external crate's own name, not the name it is renamed to), from cargo's resolved graph.
+fn all_dependencies(krate: &str) -> Vec<String> {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--all-features",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo's JSON");
+    let name_of: BTreeMap<&str, &str> = meta["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .filter_map(|p| Some((p["id"].as_str()?, p["name"].as_str()?)))
+        .collect();
+    let edges: BTreeMap<&str, Vec<&str>> = meta["resolve"]["nodes"]
+        .as_array()
+        .expect("the resolved graph")
+        .iter()
+        .filter_map(|node| {
+            let deps = node["deps"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|d| {
+                    let kinds = d["dep_kinds"].as_array().into_iter().flatten();
+                    kinds.map(|k| k["kind"].as_str()).any(|k| k != Some("dev"))
+                })
+                .filter_map(|d| d["pkg"].as_str())
+                .collect();
+            Some((node["id"].as_str()?, deps))
+        })
+        .collect();
+    let workspace = meta["workspace_members"].as_array().expect("members");
+    let start = workspace
+        .iter()
+        .filter_map(|id| id.as_str())
+        .find(|id| name_of.get(id) == Some(&krate))
+        .unwrap_or_else(|| panic!("{krate} is no workspace crate"));
+    let (mut seen, mut todo) = (vec![start], vec![start]);
+    while let Some(id) = todo.pop() {
+        for &dep in edges.get(id).into_iter().flatten() {
+            if !seen.contains(&dep) {
+                seen.push(dep);
+                todo.push(dep);
+            }
+        }
+    }
+    let mut names: Vec<String> = seen[1..].iter().map(|id| name_of[id].to_string()).collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The engine (one implementation of each way of moving a dataset, beneath array-io and the
+/// Python extension) holds neither face's types (ndarray, pyo3), no HDF5 binding and no CUDA:
+/// the faces bring those. The faces' own graphs show that the walk finds such crates.
+#[test]
+fn the_engine_depends_on_neither_face_nor_hdf5_nor_cuda() {
+    let forbidden = [
+        "pyo3",
+        "numpy",
+        "ndarray",
+        "hdf5-metno",
+        "hdf5-metno-sys",
+        "cudarc",
+    ];
+    let engine = all_dependencies("h5gds-engine");
+    let found: Vec<&String> = engine
+        .iter()
+        .filter(|d| forbidden.contains(&d.as_str()))
+        .collect();
+    assert!(found.is_empty(), "h5gds-engine depends on {found:?}");
+    assert!(engine.iter().any(|d| d == "h5gds-route"), "{engine:?}");
+    let faces = [
+        all_dependencies("array-io"),
+        all_dependencies("h5gds-python"),
+    ]
+    .concat();
+    for krate in forbidden {
+        assert!(faces.iter().any(|d| d == krate), "{krate} not found");
+    }
 }

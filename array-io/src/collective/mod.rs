@@ -25,10 +25,9 @@
 //! After a failed write the target path is as it was before the call. See docs/mpi.md.
 
 mod agree;
-mod decompose;
 mod write;
 
-pub use decompose::Decomposition;
+pub use h5gds_engine::tiles::Decomposition;
 /// The `mpi` crate (rsmpi) array-io is built with, so callers use the same version.
 pub use mpi;
 
@@ -42,7 +41,7 @@ use crate::options::Settings;
 use crate::ReadOptions;
 use agree::agree;
 use cudarc::driver::CudaContext;
-use decompose::{read_box, share};
+use h5gds_engine::tiles::{read_box, share};
 use mpi::traits::*;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 use std::path::Path;
@@ -149,8 +148,9 @@ pub fn tile_of(
     size: usize,
 ) -> Result<(Vec<usize>, Vec<usize>)> {
     let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
-    let block = read_box(decomposition, &shape, rank, size)
-        .map_err(|reason| Error::Decomposition { reason })?;
+    let block = read_box(decomposition, &shape, rank, size).map_err(|e| Error::Decomposition {
+        reason: e.to_string(),
+    })?;
     let usizes = |v: &[u64]| v.iter().map(|&d| d as usize).collect();
     Ok((usizes(&block.start), usizes(&block.count)))
 }
@@ -197,8 +197,11 @@ fn read_own_tile<C: Communicator, R: BlockReader>(
     let (rank, size) = rank_and_size(comm);
     let read = no_panic("reading a tile", || {
         let mut reader = open()?;
-        let block = read_box(decomposition, reader.dims(), rank, size)
-            .map_err(|reason| Error::Decomposition { reason })?;
+        let block = read_box(decomposition, reader.dims(), rank, size).map_err(|e| {
+            Error::Decomposition {
+                reason: e.to_string(),
+            }
+        })?;
         let tile = reader.read(&block)?;
         reader.close()?;
         Ok(tile)

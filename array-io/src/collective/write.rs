@@ -4,7 +4,6 @@
 //! (or remove) the file on rank 0.
 
 use super::agree::{agree, agree_with, Unwire, Wire};
-use super::decompose::{write_boxes, Decomposition, TileClaim};
 use crate::device::{write_blocker, DeviceArray};
 use crate::driver::{file_access, Driver};
 use crate::element::{descriptor_of, Element};
@@ -16,6 +15,7 @@ use crate::host_staging::HostStaging;
 use crate::options::Settings;
 use crate::select::{Block, Runs};
 use cudarc::driver::{CudaStream, DevicePtr};
+use h5gds_engine::tiles::{write_boxes, Decomposition, TileClaim};
 use h5gds_runtime::staging_ring::{LaneCopies, Stop};
 use h5gds_runtime::stream::synchronize;
 use mpi::traits::*;
@@ -293,7 +293,9 @@ fn plan(descriptions: &[Vec<u8>], decomposition: &Decomposition) -> Result<(Vec<
         }
     }
     let claims: Vec<TileClaim> = all.into_iter().map(|d| d.claim).collect();
-    write_boxes(decomposition, &claims).map_err(bad)
+    write_boxes(decomposition, &claims).map_err(|e| Error::Decomposition {
+        reason: e.to_string(),
+    })
 }
 
 /// The temporary name rank 0 creates the file under: hidden, next to the target, so the final
