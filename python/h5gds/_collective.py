@@ -77,105 +77,28 @@ def _attempt(fn, *args):
 # --- decompositions ----------------------------------------------------------------------------
 
 
-def grid_of(ranks):
-    """The grid of ``ranks`` blocks closest to square (rows >= cols): 4 -> (2, 2), 6 -> (3, 2)."""
-    cols = max(int(math.isqrt(ranks)), 1)
-    while cols > 1 and ranks % cols:
-        cols -= 1
-    return ranks // cols, cols
-
-
 def _grid(decomposition, ranks):
+    """The ``decomposition=`` argument as the native calls take it: None (blocks of the leading
+    axis) or ``(rows, cols)``. The decomposition itself is the engine's (``_native.tiles_*``, as
+    array-io's), which checks the grid's size."""
     if decomposition is None:
         return None
     if isinstance(decomposition, str) and decomposition == "grid":
-        return grid_of(ranks)
+        return _native.tiles_grid(ranks)
     if isinstance(decomposition, tuple) and len(decomposition) == 2 and \
             all(isinstance(x, int) and x > 0 for x in decomposition):
-        rows, cols = decomposition
-        if rows * cols != ranks:
-            raise ValueError(f"decomposition {decomposition}: a {rows} x {cols} grid has "
-                             f"{rows * cols} blocks, but there are {ranks} ranks")
-        return rows, cols
+        return decomposition
     raise ValueError(f"decomposition={decomposition!r}: accepted are None (blocks of the leading "
                      "axis), 'grid' (a near-square 2-D grid) or (rows, cols)")
-
-
-def _share(n, p, r):
-    return r * n // p, (r + 1) * n // p
 
 
 def tile_of(shape, rank, ranks, decomposition=None):
     """The selection (a tuple of slices) of a dataset of ``shape`` that ``rank`` of ``ranks``
     reads under ``decomposition``."""
-    if len(shape) == 0:
-        raise ValueError("the dataset is a scalar (no axis to split); read it without comm=")
-    grid = _grid(decomposition, ranks)
-    sel = [slice(0, n) for n in shape]
-    if grid is None:
-        sel[0] = slice(*_share(shape[0], ranks, rank))
-    else:
-        rows, cols = grid
-        if len(shape) < 2:
-            raise ValueError(f"a 2-D grid needs at least 2 dimensions; the dataset has {len(shape)}")
-        sel[0] = slice(*_share(shape[0], rows, rank // cols))
-        sel[1] = slice(*_share(shape[1], cols, rank % cols))
-    return tuple(sel)
-
-
-def _write_boxes(shapes, grid):
-    """The global shape and every rank's start, from every rank's tile shape; ValueError naming the
-    rank whose tile does not fit."""
-    ndim = len(shapes[0])
-    if ndim == 0:
-        raise ValueError("the tiles are scalars (no axis to stack them along); write 1-D tiles")
-    for r, s in enumerate(shapes):
-        if len(s) != ndim:
-            raise ValueError(f"rank {r}'s tile has {len(s)} dimensions {s}, rank 0's {ndim} "
-                             f"{shapes[0]}")
-    if grid is None:
-        for r, s in enumerate(shapes):
-            if s[1:] != shapes[0][1:]:
-                raise ValueError(f"rank {r}'s tile has shape {s}, rank 0's {shapes[0]}: stacked "
-                                 "along axis 0, tiles must agree on every other dimension")
-        starts, row = [], 0
-        for s in shapes:
-            starts.append((row,) + (0,) * (ndim - 1))
-            row += s[0]
-        return (row,) + tuple(shapes[0][1:]), starts
-    rows, cols = grid
-    if ndim < 2:
-        raise ValueError(f"a 2-D grid needs at least 2 dimensions; the tiles have {ndim}")
-    heights = [shapes[g * cols][0] for g in range(rows)]
-    widths = [shapes[g][1] for g in range(cols)]
-    starts = []
-    for r, s in enumerate(shapes):
-        gr, gc = divmod(r, cols)
-        if s[0] != heights[gr] or s[1] != widths[gc] or s[2:] != shapes[0][2:]:
-            raise ValueError(f"rank {r}'s tile (grid position ({gr}, {gc})) has shape {s}, but "
-                             f"its grid row's tiles have {heights[gr]} rows, its grid column's "
-                             f"{widths[gc]} columns and every tile the trailing shape "
-                             f"{shapes[0][2:]}")
-        starts.append((sum(heights[:gr]), sum(widths[:gc])) + (0,) * (ndim - 2))
-    return (sum(heights), sum(widths)) + tuple(shapes[0][2:]), starts
-
-
-def _runs(start, count, shape):
-    """The contiguous runs of a box (``start``, ``count``) in a row-major array of ``shape``: for
-    each, the position in the box's own row-major order, the array element, the length."""
-    ndim = len(shape)
-    d = ndim
-    while d > 0 and count[d - 1] == shape[d - 1]:
-        d -= 1
-    split = max(d - 1, 0)
-    run = math.prod(count[split:])
-    if run == 0:
-        return
-    strides = [math.prod(shape[i + 1:]) for i in range(ndim)]
-    base = sum(s * st for s, st in zip(start, strides))
-    outer = count[:split]
-    for k, index in enumerate(np.ndindex(*outer) if outer else [()]):
-        yield k * run, base + sum(i * strides[j] for j, i in enumerate(index)), run
+    # A scalar dataset's error comes before the argument's (the engine checks the shape first).
+    grid = _grid(decomposition, ranks) if len(shape) else None
+    start, count = _native.tiles_read_box(tuple(shape), rank, ranks, grid)
+    return tuple(slice(s, s + c) for s, c in zip(start, count))
 
 
 # --- HDF5's public driver API, in h5py's HDF5 ---------------------------------------------------
@@ -237,8 +160,7 @@ def _write_tile(tmp, path, view, offset, end, box_start, shape, use_gds):
     size = view.dtype.itemsize
     if not view.c_contiguous:
         raise ValueError("the tile is not C-contiguous in memory and could not be made so")
-    runs = [(offset + element * size, at * size, length * size)
-            for at, element, length in _runs(box_start, view.shape, shape)]
+    runs = _native.tiles_runs(box_start, view.shape, shape, offset, size)
     with phil:
         fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
         if use_gds:
@@ -316,11 +238,8 @@ def to_file(array, path, dataset, comm, decomposition, files):
         if d != first[3]:
             raise ValueError(f"invalid decomposition: rank {r} has a tile of {np.dtype(d)}, "
                              f"rank 0 of {np.dtype(first[3])}")
-    grid = _grid(decomposition, ranks)
-    try:
-        shape, starts = _write_boxes([tuple(f[2]) for f in described], grid)
-    except ValueError as err:
-        raise ValueError(f"invalid decomposition: {err}") from None
+    shape, starts = _native.tiles_write_boxes([tuple(f[2]) for f in described],
+                                              _grid(decomposition, ranks))
 
     def create():
         real = os.path.realpath(target)
@@ -395,5 +314,5 @@ def from_file_batched(path, dataset, chunk_size, like, comm, files):
         if batches is not None:
             batches.close()
         raise
-    batches.restrict(*_share(batches.total, ranks, rank))
+    batches.restrict(*_native.tiles_share(batches.total, ranks, rank))
     return batches

@@ -13,6 +13,7 @@ mod hdf5;
 mod host_codec;
 mod known_read;
 mod layout;
+mod tiles;
 
 use h5gds::VfdSettings;
 use h5gds_runtime::settings::driver_settings;
@@ -638,6 +639,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PinnedHost>()?;
     m.add_function(wrap_pyfunction!(gather::dataset_gather, m)?)?;
     m.add_class::<gather::GatherPlan>()?;
+    tiles::register(m)?;
     m.add("DRIVER_NAME", "gds")?;
     m.add("DRIVER_VALUE", h5gds::DRIVER_VALUE)?;
     m.add(
