@@ -42,6 +42,7 @@ fn every_variable_the_product_reads_is_in_the_settings_table() {
         "runtime/src",
         "vfd/src",
         "route/src",
+        "engine/src",
         "gpu-codec/src",
         "chunk-codec/src",
         "array-io/src",
