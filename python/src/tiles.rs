@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 
 type Grid = Option<(usize, usize)>;
 
+/// Adds the `tiles_*` functions to the module (`_native`'s initialisation calls it).
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tiles_grid, m)?)?;
     m.add_function(wrap_pyfunction!(tiles_share, m)?)?;
