@@ -148,7 +148,7 @@ pub(crate) fn bound_class(slot: Option<usize>) -> *const H5FD_class_t {
         return &UNBOUND_CLASS.0;
     };
     &BOUND_CLASSES[slot]
-        .get_or_init(|| Class(make_class(slot, library.space.is_some())))
+        .get_or_init(|| Class(make_class(slot, library.has_selection_calls())))
         .0
 }
 
@@ -312,20 +312,16 @@ fn config_string(hdf5: Option<&Hdf5Library>, fapl: hid_t) -> Option<Vec<u8>> {
 
 /// The settings a file access list carries (its driver info, where it is this driver's), copied
 /// out of the list.
-fn carried_settings(api: &Hdf5Library, fapl: hid_t) -> Option<CarriedSettings> {
-    type GetDriverInfo = unsafe extern "C" fn(hid_t) -> *const c_void;
-    type ClearStack = unsafe extern "C" fn(hid_t) -> herr_t;
-    let get = api.symbol(c"H5Pget_driver_info")?;
-    // SAFETY: H5Pget_driver_info has this C signature in HDF5 1.14 and 2.x.
-    let get = unsafe { std::mem::transmute::<*mut c_void, GetDriverInfo>(get) };
+fn carried_settings(hdf5: &Hdf5Library, fapl: hid_t) -> Option<CarriedSettings> {
+    let api = &hdf5.api;
     // SAFETY: HDF5 checks the id; the info it returns is the list's copy, made by this class's
     // `fapl_copy` (`fapl_size` bytes), valid while the list is, which outlasts this open.
-    let info = unsafe { get(fapl) };
+    let info = unsafe { (api.H5Pget_driver_info.ok()?)(fapl) };
     if info.is_null() {
         // A list with no driver info is no error for the open: drop the record HDF5 pushed.
-        if let Some(clear) = api.symbol(c"H5Eclear2") {
+        if let Ok(clear) = api.H5Eclear2 {
             // SAFETY: H5Eclear2(H5E_DEFAULT) clears the default error stack.
-            unsafe { std::mem::transmute::<*mut c_void, ClearStack>(clear)(0) };
+            unsafe { clear(0) };
         }
         return None;
     }
@@ -705,7 +701,7 @@ unsafe extern "C" fn gds_selection<const WRITE: bool>(
     let (hdf5, f) = unsafe { open_file(file) };
     // The dataspace ids belong to the library that opened the file: only its H5S calls may read
     // them (a class without a library offers no selection callbacks).
-    let spaces = hdf5.and_then(|l| l.space.as_ref());
+    let spaces = hdf5.filter(|l| l.has_selection_calls());
     guard(func, hdf5, -1, || {
         let spaces = spaces.ok_or_else(|| {
             Error::InvalidArgument(
@@ -981,7 +977,7 @@ pub enum Registration {
 
 /// Registers this copy of the driver (`H5FDregister`) in the HDF5 library that `near` (a loaded
 /// object, such as one of h5py's extension modules) is linked with, with a class bound to that
-/// library, which becomes the primary one (`h5gds_runtime::hdf5::primary_symbol`, `set_fapl_driver`). The caller must
+/// library, which becomes the primary one (`h5gds_runtime::hdf5::primary_api`, `set_fapl_driver`). The caller must
 /// hold whatever lock serialises calls into that HDF5 (h5py's `phil`).
 pub fn register_in_loaded_hdf5(near: &CStr) -> std::result::Result<Registration, String> {
     let (slot, api) = runtime_hdf5::bind_primary(near)?;
@@ -1011,34 +1007,19 @@ pub fn set_fapl_driver(fapl: hid_t, config: &str) -> std::result::Result<(), Str
 
 /// HDF5's copy of the class registered as value 512, found through a scratch file access list
 /// (HDF5 has no public lookup of a class by value).
-fn registered_gds_class(api: &Hdf5Library) -> Option<*const crate::abi::H5FD_class_t> {
-    let sym = |name: &CStr| api.symbol(name);
-    let fapl_class = sym(c"H5P_CLS_FILE_ACCESS_ID_g")? as *const hid_t;
-    // SAFETY: the symbols have these C signatures in HDF5 1.14 and 2.x (H5FD_get_class is
-    // library-private but exported by every shared build).
-    let (create, set_by_value, get_driver, get_class, close) = unsafe {
-        (
-            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(hid_t) -> hid_t>(sym(
-                c"H5Pcreate",
-            )?),
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(hid_t, c_int, *const c_char) -> herr_t,
-            >(sym(c"H5Pset_driver_by_value")?),
-            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(hid_t) -> hid_t>(sym(
-                c"H5Pget_driver",
-            )?),
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(hid_t) -> *const crate::abi::H5FD_class_t,
-            >(sym(c"H5FD_get_class")?),
-            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(hid_t) -> herr_t>(sym(
-                c"H5Pclose",
-            )?),
-        )
-    };
+fn registered_gds_class(hdf5: &Hdf5Library) -> Option<*const crate::abi::H5FD_class_t> {
+    let api = &hdf5.api;
+    let (fapl_class, create, set_by_value, get_driver, get_class, close) = (
+        api.H5P_CLS_FILE_ACCESS_ID_g.ok()?,
+        api.H5Pcreate.ok()?,
+        api.H5Pset_driver_by_value.ok()?,
+        api.H5Pget_driver.ok()?,
+        api.H5FD_get_class.ok()?,
+        api.H5Pclose.ok()?,
+    );
     // SAFETY: the library is initialised (the driver is registered in it), so the class id
-    // global holds the file access class; the list is closed before returning.
+    // global holds the file access class; the list is closed before returning; a class HDF5
+    // returns is its copy of a registered class, of this layout.
     unsafe {
         let fapl = create(*fapl_class);
         if fapl < 0 {
@@ -1046,7 +1027,9 @@ fn registered_gds_class(api: &Hdf5Library) -> Option<*const crate::abi::H5FD_cla
         }
         let class = if set_by_value(fapl, crate::abi::DRIVER_VALUE, std::ptr::null()) >= 0 {
             let id = get_driver(fapl);
-            (id >= 0).then(|| get_class(id)).filter(|c| !c.is_null())
+            (id >= 0)
+                .then(|| get_class(id).cast::<crate::abi::H5FD_class_t>())
+                .filter(|c| !c.is_null())
         } else {
             None
         };
