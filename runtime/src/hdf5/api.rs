@@ -374,3 +374,40 @@ macro_rules! linked_hdf5_api {
         }
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_symbol_fails_only_its_own_field_naming_it() {
+        let mut asked = Vec::new();
+        // Never called: a non-null address stands for every symbol found.
+        let found = std::ptr::NonNull::<u8>::dangling()
+            .as_ptr()
+            .cast::<c_void>();
+        let api = Hdf5Api::from_symbols(|name| {
+            asked.push(name.to_str().unwrap_or_default().to_string());
+            (name != c"H5Dread_chunk2").then_some(found)
+        });
+        let missing = api.H5Dread_chunk2.err();
+        assert_eq!(
+            missing,
+            Some(MissingSymbol {
+                symbol: "H5Dread_chunk2"
+            })
+        );
+        assert_eq!(
+            String::from(missing.unwrap_or(MissingSymbol { symbol: "" })),
+            "this HDF5 library has no H5Dread_chunk2"
+        );
+        assert!(api.H5Dread.is_ok() && api.H5Dread_chunk.is_ok() && api.H5E_VFL_g.is_ok());
+        // Each symbol asked for once, by its C name.
+        let mut distinct = asked.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), asked.len(), "{asked:?}");
+        assert!(asked.iter().all(|name| name.starts_with("H5")), "{asked:?}");
+        assert!(asked.len() > 60, "{}", asked.len());
+    }
+}
