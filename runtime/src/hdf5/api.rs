@@ -49,30 +49,16 @@ macro_rules! __hdf5_declarations {
                 fn H5Pget_driver(fapl: hid_t) -> hid_t;
                 fn H5Pget_driver_info(fapl: hid_t) -> *const c_void;
                 fn H5Pget_driver_config_str(fapl: hid_t, buf: *mut c_char, size: usize) -> isize;
-                fn H5Pget_file_locking(
-                    fapl: hid_t,
-                    use_locking: *mut bool,
-                    ignore_disabled: *mut bool,
-                ) -> herr_t;
+                fn H5Pget_file_locking(fapl: hid_t, use_locking: *mut bool,
+                    ignore_disabled: *mut bool) -> herr_t;
                 fn H5Pset_driver(fapl: hid_t, driver: hid_t, info: *const c_void) -> herr_t;
-                fn H5Pset_driver_by_name(
-                    fapl: hid_t,
-                    name: *const c_char,
-                    config: *const c_char,
-                ) -> herr_t;
-                fn H5Pset_driver_by_value(
-                    fapl: hid_t,
-                    value: c_int,
-                    config: *const c_char,
-                ) -> herr_t;
+                fn H5Pset_driver_by_name(fapl: hid_t, name: *const c_char, config: *const c_char)
+                    -> herr_t;
+                fn H5Pset_driver_by_value(fapl: hid_t, value: c_int, config: *const c_char)
+                    -> herr_t;
                 fn H5Pget_userblock(fcpl: hid_t, size: *mut hsize_t) -> herr_t;
-                fn H5Pset_filter(
-                    dcpl: hid_t,
-                    filter: c_int,
-                    flags: c_uint,
-                    cd_nelmts: usize,
-                    cd_values: *const c_uint,
-                ) -> herr_t;
+                fn H5Pset_filter(dcpl: hid_t, filter: c_int, flags: c_uint, cd_nelmts: usize,
+                    cd_values: *const c_uint) -> herr_t;
                 fn H5PLprepend(search_path: *const c_char) -> herr_t;
                 // Drivers: registration, and files opened through a driver alone. A class is an
                 // `H5FD_class_t` and a file an `H5FD_t`, whose layouts the driver's `abi` owns.
@@ -81,21 +67,11 @@ macro_rules! __hdf5_declarations {
                 // Library-private, exported by every build: the public API maps no driver id to
                 // its class.
                 fn H5FD_get_class(driver: hid_t) -> *const c_void;
-                fn H5FDopen(
-                    name: *const c_char,
-                    flags: c_uint,
-                    fapl: hid_t,
-                    maxaddr: haddr_t,
-                ) -> *mut c_void;
+                fn H5FDopen(name: *const c_char, flags: c_uint, fapl: hid_t, maxaddr: haddr_t)
+                    -> *mut c_void;
                 fn H5FDset_eoa(file: *mut c_void, kind: c_int, addr: haddr_t) -> herr_t;
-                fn H5FDwrite(
-                    file: *mut c_void,
-                    kind: c_int,
-                    dxpl: hid_t,
-                    addr: haddr_t,
-                    size: usize,
-                    buf: *const c_void,
-                ) -> herr_t;
+                fn H5FDwrite(file: *mut c_void, kind: c_int, dxpl: hid_t, addr: haddr_t,
+                    size: usize, buf: *const c_void) -> herr_t;
                 fn H5FDclose(file: *mut c_void) -> herr_t;
                 // Files, ids, datatypes.
                 fn H5Fcreate(name: *const c_char, flags: c_uint, fcpl: hid_t, fapl: hid_t) -> hid_t;
@@ -111,134 +87,56 @@ macro_rules! __hdf5_declarations {
                 fn H5Iget_file_id(id: hid_t) -> hid_t;
                 fn H5Tget_size(datatype: hid_t) -> usize;
                 // Datasets.
-                fn H5Dcreate2(
-                    loc: hid_t,
-                    name: *const c_char,
-                    datatype: hid_t,
-                    space: hid_t,
-                    lcpl: hid_t,
-                    dcpl: hid_t,
-                    dapl: hid_t,
-                ) -> hid_t;
+                fn H5Dcreate2(loc: hid_t, name: *const c_char, datatype: hid_t, space: hid_t,
+                    lcpl: hid_t, dcpl: hid_t, dapl: hid_t) -> hid_t;
                 fn H5Dopen2(loc: hid_t, name: *const c_char, dapl: hid_t) -> hid_t;
                 fn H5Dget_space(dataset: hid_t) -> hid_t;
-                fn H5Dread(
-                    dataset: hid_t,
-                    mem_type: hid_t,
-                    mem_space: hid_t,
-                    file_space: hid_t,
-                    dxpl: hid_t,
-                    buf: *mut c_void,
-                ) -> herr_t;
-                fn H5Dwrite(
-                    dataset: hid_t,
-                    mem_type: hid_t,
-                    mem_space: hid_t,
-                    file_space: hid_t,
-                    dxpl: hid_t,
-                    buf: *const c_void,
-                ) -> herr_t;
-                fn H5Dread_chunk2(
-                    dataset: hid_t,
-                    dxpl: hid_t,
-                    offset: *const hsize_t,
-                    filters: *mut u32,
-                    buf: *mut c_void,
-                    buf_size: *mut usize,
-                ) -> herr_t;
-                fn H5Dwrite_chunk(
-                    dataset: hid_t,
-                    dxpl: hid_t,
-                    filters: u32,
-                    offset: *const hsize_t,
-                    size: usize,
-                    buf: *const c_void,
-                ) -> herr_t;
-                fn H5Dget_chunk_info_by_coord(
-                    dataset: hid_t,
-                    offset: *const hsize_t,
-                    filter_mask: *mut c_uint,
-                    addr: *mut haddr_t,
-                    size: *mut hsize_t,
-                ) -> herr_t;
-                fn H5Dchunk_iter(
-                    dataset: hid_t,
-                    dxpl: hid_t,
-                    visit: H5D_chunk_iter_op_t,
-                    data: *mut c_void,
-                ) -> herr_t;
+                fn H5Dread(dataset: hid_t, mem_type: hid_t, mem_space: hid_t, file_space: hid_t,
+                    dxpl: hid_t, buf: *mut c_void) -> herr_t;
+                fn H5Dwrite(dataset: hid_t, mem_type: hid_t, mem_space: hid_t, file_space: hid_t,
+                    dxpl: hid_t, buf: *const c_void) -> herr_t;
+                fn H5Dread_chunk2(dataset: hid_t, dxpl: hid_t, offset: *const hsize_t,
+                    filters: *mut u32, buf: *mut c_void, buf_size: *mut usize) -> herr_t;
+                fn H5Dwrite_chunk(dataset: hid_t, dxpl: hid_t, filters: u32, offset: *const hsize_t,
+                    size: usize, buf: *const c_void) -> herr_t;
+                fn H5Dget_chunk_info_by_coord(dataset: hid_t, offset: *const hsize_t,
+                    filter_mask: *mut c_uint, addr: *mut haddr_t, size: *mut hsize_t) -> herr_t;
+                fn H5Dchunk_iter(dataset: hid_t, dxpl: hid_t, visit: H5D_chunk_iter_op_t,
+                    data: *mut c_void) -> herr_t;
                 // Dataspaces and selections.
                 fn H5Screate(kind: c_int) -> hid_t;
                 fn H5Screate_simple(rank: c_int, dims: *const hsize_t, max: *const hsize_t)
                     -> hid_t;
                 fn H5Sclose(space: hid_t) -> herr_t;
-                fn H5Sget_simple_extent_dims(
-                    space: hid_t,
-                    dims: *mut hsize_t,
-                    max: *mut hsize_t,
-                ) -> c_int;
+                fn H5Sget_simple_extent_dims(space: hid_t, dims: *mut hsize_t, max: *mut hsize_t)
+                    -> c_int;
                 fn H5Sselect_none(space: hid_t) -> herr_t;
-                fn H5Sselect_hyperslab(
-                    space: hid_t,
-                    op: c_int,
-                    start: *const hsize_t,
-                    stride: *const hsize_t,
-                    count: *const hsize_t,
-                    block: *const hsize_t,
-                ) -> herr_t;
+                fn H5Sselect_hyperslab(space: hid_t, op: c_int, start: *const hsize_t,
+                    stride: *const hsize_t, count: *const hsize_t, block: *const hsize_t) -> herr_t;
                 fn H5Smodify_select(space: hid_t, op: c_int, other: hid_t) -> herr_t;
                 fn H5Sget_select_npoints(space: hid_t) -> hssize_t;
                 fn H5Sget_select_type(space: hid_t) -> c_int;
                 fn H5Sget_select_bounds(space: hid_t, start: *mut hsize_t, end: *mut hsize_t)
                     -> herr_t;
                 fn H5Sis_regular_hyperslab(space: hid_t) -> htri_t;
-                fn H5Sget_regular_hyperslab(
-                    space: hid_t,
-                    start: *mut hsize_t,
-                    stride: *mut hsize_t,
-                    count: *mut hsize_t,
-                    block: *mut hsize_t,
-                ) -> herr_t;
+                fn H5Sget_regular_hyperslab(space: hid_t, start: *mut hsize_t, stride: *mut hsize_t,
+                    count: *mut hsize_t, block: *mut hsize_t) -> herr_t;
                 fn H5Ssel_iter_create(space: hid_t, elem_size: usize, flags: c_uint) -> hid_t;
-                fn H5Ssel_iter_get_seq_list(
-                    iter: hid_t,
-                    max_seq: usize,
-                    max_bytes: usize,
-                    nseq: *mut usize,
-                    nbytes: *mut usize,
-                    off: *mut hsize_t,
-                    len: *mut usize,
-                ) -> herr_t;
+                fn H5Ssel_iter_get_seq_list(iter: hid_t, max_seq: usize, max_bytes: usize,
+                    nseq: *mut usize, nbytes: *mut usize, off: *mut hsize_t, len: *mut usize)
+                    -> herr_t;
                 fn H5Ssel_iter_close(iter: hid_t) -> herr_t;
                 // The error stack.
-                fn H5Epush2(
-                    stack: hid_t,
-                    file: *const c_char,
-                    func: *const c_char,
-                    line: c_uint,
-                    class: hid_t,
-                    major: hid_t,
-                    minor: hid_t,
-                    format: *const c_char,
-                    ...
-                ) -> herr_t;
-                fn H5Ewalk2(
-                    stack: hid_t,
-                    direction: c_int,
-                    visit: H5E_walk2_t,
-                    data: *mut c_void,
-                ) -> herr_t;
+                fn H5Epush2(stack: hid_t, file: *const c_char, func: *const c_char, line: c_uint,
+                    class: hid_t, major: hid_t, minor: hid_t, format: *const c_char, ...) -> herr_t;
+                fn H5Ewalk2(stack: hid_t, direction: c_int, visit: H5E_walk2_t, data: *mut c_void)
+                    -> herr_t;
                 fn H5Eclear2(stack: hid_t) -> herr_t;
             }
             // HDF5 1.14's names, which HDF5 2.x (the one linked into Rust programs) replaced.
             loaded_only {
-                fn H5Dread_chunk(
-                    dataset: hid_t,
-                    dxpl: hid_t,
-                    offset: *const hsize_t,
-                    filters: *mut u32,
-                    buf: *mut c_void,
-                ) -> herr_t;
+                fn H5Dread_chunk(dataset: hid_t, dxpl: hid_t, offset: *const hsize_t,
+                    filters: *mut u32, buf: *mut c_void) -> herr_t;
             }
             // Global ids, initialised by HDF5 before it calls a driver.
             variables {
@@ -282,14 +180,20 @@ macro_rules! __hdf5_generate {
                     $($f: match symbol($crate::__hdf5_c_name!($f)) {
                         // SAFETY: the declaration list gives this symbol's C signature.
                         Some(p) => Ok(unsafe {
-                            std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($fp)*) -> $fr>(p)
+                            std::mem::transmute::<
+                                *mut c_void,
+                                unsafe extern "C" fn($($fp)*) -> $fr,
+                            >(p)
                         }),
                         None => Err(MissingSymbol { symbol: stringify!($f) }),
                     },)*
                     $($l: match symbol($crate::__hdf5_c_name!($l)) {
                         // SAFETY: the declaration list gives this symbol's C signature.
                         Some(p) => Ok(unsafe {
-                            std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($lp)*) -> $lr>(p)
+                            std::mem::transmute::<
+                                *mut c_void,
+                                unsafe extern "C" fn($($lp)*) -> $lr,
+                            >(p)
                         }),
                         None => Err(MissingSymbol { symbol: stringify!($l) }),
                     },)*
