@@ -3,6 +3,7 @@
 //! loaded; the pure-Python part (python/h5gds/) does the argument handling around it.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod collective;
 mod compressed;
 mod device;
 mod dlpack;
@@ -631,6 +632,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(chunks_decoded, m)?)?;
     m.add_function(wrap_pyfunction!(host_decode_gather, m)?)?;
     m.add_function(wrap_pyfunction!(device_tile_write, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::driver_file_open, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::host_tile_write, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::driver_file_close, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_tensor, m)?)?;
     m.add_function(wrap_pyfunction!(encode::encode_write_chunks, m)?)?;
