@@ -6,7 +6,6 @@ from typing import NamedTuple, Tuple
 
 import numpy as np
 
-from . import _native
 
 
 class Hyperslab(NamedTuple):
@@ -108,13 +107,6 @@ def hyperslab(sel, shape, leading=0):
     """The hyperslab ``sel`` selects in a dataset of ``shape``; slices clip as in NumPy, ints out
     of range raise IndexError, steps below 1 ValueError. ``leading``: axes before ``shape`` that
     another item already selected (a gather's rows), counted in the messages' axis numbers."""
-    if shape and not leading:
-        # An index or a slice along the first axis (what training loops read, once per sample):
-        # the short way, shared with h5gds.read's (None where the general path below is needed
-        # and says what is wrong).
-        fast = _native.first_axis_hyperslab(sel, shape)
-        if fast is not None:
-            return Hyperslab(*fast)
     if sel is None:
         items = ()
     elif isinstance(sel, tuple):

@@ -10,7 +10,7 @@
 
 use crate::compressed::{self, CompressedRead};
 pub use crate::error::DeviceError;
-use crate::hdf5::{self, Hid, Prepared};
+use crate::hdf5::{self, Hid, Prepared, StoredLayout};
 use crate::host_codec::CompressedHostRead;
 use h5gds_chunk_codec::place::chunks_selected;
 use h5gds_chunk_codec::{Filter, Hyperslab, Pipeline};
@@ -19,7 +19,9 @@ use h5gds_route::route::{
     blocker, choose_decoder, data_blocker, gpu_decode, plan, Block, Decoder, DecoderFacts, Route,
     Storage, Transfer,
 };
-use h5gds_route::select::{decoded_pieces, flat_range_blocks, staged_piece_bytes, staging_pieces};
+use h5gds_route::select::{
+    chunks_touching, decoded_pieces, flat_range_blocks, staged_piece_bytes, staging_pieces,
+};
 use h5gds_runtime::cuda::{self, DeviceContext, DeviceRange, Direction, PointerKind};
 use h5gds_runtime::device_ranges::{self, forget_device_range};
 use h5gds_runtime::pinned;
@@ -27,37 +29,71 @@ use h5gds_runtime::settings::{self, DevicePath, STAGING_BUFFER_SIZE_ENV, USE_VFD
 use std::collections::HashSet;
 use std::ffi::c_void;
 
-/// The storage facts h5py gathered (see python/h5gds/_device.py).
+/// How the dataset is stored, as the one native call asked HDF5 (`hdf5::dataset_facts`).
 pub struct StorageFacts {
-    pub kind: String,
-    pub allocated: bool,
+    pub layout: StoredLayout,
+    /// The stored element's size: HDF5 copies a chunk through its chunk cache whenever the chunk
+    /// fits the cache.
+    pub stored_size: usize,
+    /// The chunk shape and the pipeline's filter ids (chunked datasets; no chunk otherwise).
     pub chunk: Vec<u64>,
-    pub filtered: bool,
-    pub chunks: Vec<Vec<u64>>,
-    pub cached: bool,
-    /// The filter pipeline's ids, in order (chunked datasets).
     pub filters: Vec<i32>,
 }
 
 impl StorageFacts {
-    fn storage(&self) -> Result<Storage, DeviceError> {
-        Ok(match self.kind.as_str() {
-            "contiguous" => Storage::Contiguous {
-                allocated: self.allocated,
+    pub fn new(layout: StoredLayout, stored_size: usize) -> StorageFacts {
+        let (chunk, filters) = match &layout {
+            StoredLayout::Chunked { chunk, filters, .. } => {
+                (chunk.clone(), filters.iter().map(|(id, _)| *id).collect())
+            }
+            _ => (Vec::new(), Vec::new()),
+        };
+        StorageFacts {
+            layout,
+            stored_size,
+            chunk,
+            filters,
+        }
+    }
+
+    /// Chunked through a pipeline of filters.
+    fn compressed(&self) -> bool {
+        matches!(self.layout, StoredLayout::Chunked { .. }) && !self.filters.is_empty()
+    }
+
+    /// The storage in `route`'s terms, for a transfer of `region` of `dataset`: of a chunked
+    /// dataset's chunks, those the region touches that were written (the only ones `route::plan`
+    /// asks about), listed where the route could be direct (unfiltered chunks the cache would not
+    /// take). The caller holds h5py's lock.
+    fn storage(&self, dataset: Hid, region: &Block) -> Result<Storage, DeviceError> {
+        Ok(match &self.layout {
+            StoredLayout::Contiguous { external: true, .. } => Storage::External,
+            StoredLayout::Contiguous { address, .. } => Storage::Contiguous {
+                allocated: address.is_some(),
             },
-            "external" => Storage::External,
-            "compact" => Storage::Compact,
-            "virtual" => Storage::Virtual,
-            "chunked" => Storage::Chunked {
-                chunk: self.chunk.clone(),
-                filtered: self.filtered,
-                allocated: self.chunks.iter().cloned().collect::<HashSet<_>>(),
-                cached: self.cached,
-            },
-            other => {
-                return Err(DeviceError::Argument(format!(
-                    "unknown storage kind {other:?}"
-                )))
+            StoredLayout::Compact => Storage::Compact,
+            StoredLayout::Virtual => Storage::Virtual,
+            StoredLayout::Chunked {
+                chunk, cache_bytes, ..
+            } => {
+                let chunk_bytes = chunk.iter().product::<u64>() as u128 * self.stored_size as u128;
+                let cached = chunk_bytes <= *cache_bytes as u128;
+                let filtered = !self.filters.is_empty();
+                let mut allocated = HashSet::new();
+                if !filtered && !cached && region.count.len() == chunk.len() {
+                    let index = hdf5::chunk_index(dataset, chunk).map_err(DeviceError::Failed)?;
+                    allocated = chunks_touching(region, chunk)
+                        .into_iter()
+                        .map(|(offset, _)| offset)
+                        .filter(|offset| index.contains(offset))
+                        .collect();
+                }
+                Storage::Chunked {
+                    chunk: chunk.clone(),
+                    filtered,
+                    allocated,
+                    cached,
+                }
             }
         })
     }
@@ -191,7 +227,7 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
             .collect(),
     };
     let storage_facts = storage;
-    let storage = storage_facts.storage()?;
+    let storage = storage_facts.storage(t.dataset, &region)?;
     // The Python API moves one selection in one go: where the plan mixes routes (a chunked
     // dataset with unwritten chunks), all of it is staged, for the first staged part's reason.
     let staged_reason = plan(&storage, &region, blocker(&facts))
@@ -208,7 +244,7 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
     if t.stream != 0 {
         cuda::synchronize_handle(t.stream)?;
     }
-    let compressed = !t.write && storage_facts.kind == "chunked" && storage_facts.filtered;
+    let compressed = !t.write && storage_facts.compressed();
     // Stored chunks the host's threads read reach the GPU without the driver: a file open
     // with sec2 blocks the driver's path, not decoding on the GPU.
     let reads = if compressed {

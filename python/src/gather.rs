@@ -8,6 +8,7 @@
 //! caller's order (repeats included) without HDF5's lock or the GIL.
 
 use crate::hdf5;
+use crate::host_codec;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
@@ -327,4 +328,147 @@ pub fn dataset_gather(
         })
     })
     .map_err(|message| PyOSError::new_err(format!("H5Dread failed: {message}")))
+}
+
+/// `dataset_gather` of a chunked, filtered dataset (`chunk`, `filters` as for
+/// `host_decode_read`) with h5gds decoding: the distinct rows of `plan` (each: the hyperslab
+/// `rest_*` of the other axes) into `nbytes` at `buffer` in increasing row order, every chunk the
+/// runs touch read raw once and decoded once on the driver's I/O threads. Returns None when the
+/// rows were read, or why h5gds leaves them to HDF5 (nothing was read). The caller holds h5py's
+/// lock and keeps the buffer alive.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn host_decode_gather(
+    py: Python<'_>,
+    dataset: i64,
+    mem_type: i64,
+    plan: &Bound<'_, GatherPlan>,
+    rest_start: Vec<u64>,
+    rest_step: Vec<u64>,
+    rest_count: Vec<u64>,
+    buffer: usize,
+    nbytes: usize,
+    chunk: Vec<u64>,
+    filters: Vec<(i32, Vec<u32>)>,
+    dataset_name: String,
+) -> PyResult<Option<String>> {
+    let plan = plan.get();
+    let runs = plan.row_runs();
+    let (Some(&(first, _)), Some(&(last, last_rows))) = (runs.first(), runs.last()) else {
+        return Ok(None);
+    };
+    let distinct = plan.distinct_rows();
+    if nbytes % distinct != 0 {
+        return Err(PyValueError::new_err(format!(
+            "the buffer has {nbytes} bytes, not a whole number of rows for the {distinct} rows \
+             of the gather"
+        )));
+    }
+    let row_bytes = (nbytes / distinct) as u64;
+    // The span of the runs, checked as a transfer (its selection, the buffer's size), for the
+    // reads of chunks never written.
+    let span = |first_axis: u64, rest: &[u64]| -> Vec<u64> {
+        std::iter::once(first_axis)
+            .chain(rest.iter().copied())
+            .collect()
+    };
+    let (span_start, span_step) = (span(first, &rest_start), span(1, &rest_step));
+    let span_count = span(last + last_rows - first, &rest_count);
+    let span_elements: u64 = span_count.iter().product();
+    let rest_elements: u64 = rest_count.iter().product();
+    if rest_elements == 0 {
+        return Ok(None);
+    }
+    // (The transfer checked below says whether this is the memory type's size.)
+    let element_size = (row_bytes / rest_elements) as usize;
+    let transfer = hdf5::Transfer {
+        write: false,
+        dataset,
+        mem_type,
+        start: &span_start,
+        step: &span_step,
+        count: &span_count,
+        mem_shape: &span_count,
+        buffer,
+        nbytes: span_elements as usize * element_size,
+    };
+    let Some(prepared) = crate::io_call::prepare(&transfer)? else {
+        return Ok(None);
+    };
+    let filters: Vec<h5gds_chunk_codec::Filter> = filters
+        .into_iter()
+        .map(|(id, values)| h5gds_chunk_codec::Filter { id, values })
+        .collect();
+    let turned_off = h5gds_runtime::settings::host_codec_turned_off()
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let pipeline = match turned_off.map_or_else(
+        || h5gds_chunk_codec::Pipeline::for_filters(&filters, element_size),
+        Err,
+    ) {
+        Ok(pipeline) if chunk.len() == span_start.len() => pipeline,
+        Ok(_) => return Ok(Some("its chunk shape does not match its rank".into())),
+        Err(reason) => return Ok(Some(reason)),
+    };
+    let threads = h5gds::VfdSettings::load(None)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?
+        .nthreads;
+    let starts: Vec<Vec<u64>> = runs
+        .iter()
+        .map(|&(row, _)| span(row, &rest_start))
+        .collect();
+    let counts: Vec<Vec<u64>> = runs
+        .iter()
+        .map(|&(_, rows)| span(rows, &rest_count))
+        .collect();
+    let mut at = 0u64;
+    let mut placed = Vec::with_capacity(runs.len());
+    for (k, &(_, rows)) in runs.iter().enumerate() {
+        placed.push(h5gds_chunk_codec::Placed {
+            selection: h5gds_chunk_codec::Hyperslab {
+                start: &starts[k],
+                step: &span_step,
+                count: &counts[k],
+            },
+            at,
+        });
+        at += rows * row_bytes;
+    }
+    let touched: std::collections::BTreeSet<Vec<u64>> = placed
+        .iter()
+        .flat_map(|run| h5gds_chunk_codec::place::chunks_selected(&run.selection, &chunk))
+        .map(|part| part.offset)
+        .collect();
+    if touched.len() < 2 {
+        return Ok(Some(
+            "the rows lie in one chunk, which HDF5 decodes and keeps in its chunk cache".into(),
+        ));
+    }
+    let (decoded, missing) = py
+        .detach(|| {
+            // SAFETY: the Python caller passes the address and size of a live, writable host
+            // buffer it keeps referenced for the call, which holds the distinct rows (checked
+            // above), one run after another.
+            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
+            host_codec::gather_runs(
+                dataset,
+                &dataset_name,
+                &chunk,
+                &pipeline,
+                element_size,
+                threads,
+                &placed,
+                &prepared,
+                out,
+            )
+        })
+        .map_err(|host_codec::Failed(message)| PyOSError::new_err(message))?;
+    h5gds::with_logging(|| {
+        tracing::debug!(
+            "h5gds.read of {dataset_name}: a gather of {} runs of rows, {decoded} chunks each \
+             decoded once on {threads} threads, {missing} parts of chunks never written read \
+             through HDF5",
+            placed.len()
+        )
+    });
+    Ok(None)
 }

@@ -999,3 +999,275 @@ pub fn chunk_index(dataset: Hid, chunk: &[u64]) -> Result<h5gds_chunk_codec::Chu
     }
     Ok(found.chunks.finish())
 }
+
+// What the one native call of `h5gds.read`/`h5gds.write` asks about a dataset (`crate::facts`),
+// each function of h5py's HDF5 resolved once. Kept together: the HDF5 binding is moving to one
+// table in the runtime crate.
+
+/// HDF5's layouts (`H5D_layout_t`).
+const H5D_COMPACT: c_int = 0;
+const H5D_CONTIGUOUS: c_int = 1;
+const H5D_CHUNKED: c_int = 2;
+/// `H5F_ACC_RDWR` and `H5F_ACC_SWMR_READ` of a file's intent.
+const H5F_ACC_RDWR: c_uint = 0x0001;
+const H5F_ACC_SWMR_READ: c_uint = 0x0040;
+
+/// The HDF5 functions the dataset facts come from.
+struct FactsApi {
+    dget_create_plist: unsafe extern "C" fn(Hid) -> Hid,
+    dget_access_plist: unsafe extern "C" fn(Hid) -> Hid,
+    dget_type: unsafe extern "C" fn(Hid) -> Hid,
+    dget_offset: unsafe extern "C" fn(Hid) -> u64,
+    pget_layout: unsafe extern "C" fn(Hid) -> c_int,
+    pget_external_count: unsafe extern "C" fn(Hid) -> c_int,
+    pget_chunk: unsafe extern "C" fn(Hid, c_int, *mut Hsize) -> c_int,
+    pget_nfilters: unsafe extern "C" fn(Hid) -> c_int,
+    #[allow(clippy::type_complexity)] // H5Pget_filter2's C signature, as declared
+    pget_filter2: unsafe extern "C" fn(
+        Hid,
+        c_uint,
+        *mut c_uint,
+        *mut usize,
+        *mut c_uint,
+        usize,
+        *mut c_char,
+        *mut c_uint,
+    ) -> c_int,
+    pget_chunk_cache: unsafe extern "C" fn(Hid, *mut usize, *mut usize, *mut f64) -> Herr,
+    pclose: unsafe extern "C" fn(Hid) -> Herr,
+    tequal: unsafe extern "C" fn(Hid, Hid) -> c_int,
+    tclose: unsafe extern "C" fn(Hid) -> Herr,
+    iget_file_id: unsafe extern "C" fn(Hid) -> Hid,
+    iget_name: unsafe extern "C" fn(Hid, *mut c_char, usize) -> isize,
+    fget_intent: unsafe extern "C" fn(Hid, *mut c_uint) -> Herr,
+    fclose: unsafe extern "C" fn(Hid) -> Herr,
+}
+
+fn facts_api() -> Result<&'static FactsApi, String> {
+    static API: std::sync::OnceLock<Result<FactsApi, String>> = std::sync::OnceLock::new();
+    API.get_or_init(|| {
+        // SAFETY: each field's type is the C signature of the HDF5 1.14/2.x function named
+        // (hid_t is int64_t, hsize_t and haddr_t uint64_t, ssize_t isize, enums and htri_t int).
+        unsafe {
+            Ok(FactsApi {
+                dget_create_plist: function(c"H5Dget_create_plist")?,
+                dget_access_plist: function(c"H5Dget_access_plist")?,
+                dget_type: function(c"H5Dget_type")?,
+                dget_offset: function(c"H5Dget_offset")?,
+                pget_layout: function(c"H5Pget_layout")?,
+                pget_external_count: function(c"H5Pget_external_count")?,
+                pget_chunk: function(c"H5Pget_chunk")?,
+                pget_nfilters: function(c"H5Pget_nfilters")?,
+                pget_filter2: function(c"H5Pget_filter2")?,
+                pget_chunk_cache: function(c"H5Pget_chunk_cache")?,
+                pclose: function(c"H5Pclose")?,
+                tequal: function(c"H5Tequal")?,
+                tclose: function(c"H5Tclose")?,
+                iget_file_id: function(c"H5Iget_file_id")?,
+                iget_name: function(c"H5Iget_name")?,
+                fget_intent: function(c"H5Fget_intent")?,
+                fclose: function(c"H5Fclose")?,
+            })
+        }
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+/// An id this module opened, closed with `close` when dropped.
+struct Opened(Hid, unsafe extern "C" fn(Hid) -> Herr);
+
+impl Opened {
+    fn new(
+        id: Hid,
+        close: unsafe extern "C" fn(Hid) -> Herr,
+        what: &str,
+    ) -> Result<Opened, String> {
+        if id < 0 {
+            return Err(format!("{what} failed: {}", api()?.stack()));
+        }
+        Ok(Opened(id, close))
+    }
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        // SAFETY: an id HDF5 handed to this module, closed once with its own close function.
+        unsafe { (self.1)(self.0) };
+    }
+}
+
+/// How a dataset is stored, as its creation property list says (`H5D_layout_t`).
+pub enum StoredLayout {
+    /// One run of bytes: at `address` where allocated; `external`: in external files.
+    Contiguous {
+        address: Option<u64>,
+        external: bool,
+    },
+    Compact,
+    /// Chunks of `chunk` elements through the pipeline `filters` (`(id, client values)` in
+    /// order); `cache_bytes`: the dataset's chunk cache size.
+    Chunked {
+        chunk: Vec<u64>,
+        filters: Vec<(i32, Vec<u32>)>,
+        cache_bytes: usize,
+    },
+    Virtual,
+}
+
+/// What the one native call needs to know about a dataset, asked of HDF5 once per call.
+pub struct DatasetFacts {
+    pub layout: StoredLayout,
+    /// The stored type is the memory type in HDF5's terms (`H5Tequal`): HDF5 converts nothing.
+    pub same_type: bool,
+    /// The stored element's size in bytes.
+    pub stored_size: usize,
+}
+
+/// The layout of `dataset` and whether its stored type is `mem_type`. The caller holds h5py's
+/// lock.
+pub fn dataset_facts(dataset: Hid, mem_type: Hid) -> Result<DatasetFacts, String> {
+    let f = facts_api()?;
+    // SAFETY: plain queries on ids HDF5 checks (a failure is reported, its stack cleared);
+    // every id opened here is closed by `Opened`; the out-pointers are valid for the calls.
+    unsafe {
+        let stored_type = Opened::new((f.dget_type)(dataset), f.tclose, "H5Dget_type")?;
+        let same_type = (f.tequal)(stored_type.0, mem_type) > 0;
+        let stored_size = (api()?.tget_size)(stored_type.0);
+        let dcpl = Opened::new(
+            (f.dget_create_plist)(dataset),
+            f.pclose,
+            "H5Dget_create_plist",
+        )?;
+        let layout = match (f.pget_layout)(dcpl.0) {
+            H5D_CONTIGUOUS => {
+                let address = (f.dget_offset)(dataset);
+                api()?.stack(); // an unallocated dataset has no offset: not an error here
+                StoredLayout::Contiguous {
+                    address: (address != HADDR_UNDEF).then_some(address),
+                    external: (f.pget_external_count)(dcpl.0) > 0,
+                }
+            }
+            H5D_COMPACT => StoredLayout::Compact,
+            H5D_CHUNKED => {
+                let mut dims = [0 as Hsize; MAX_RANK];
+                let rank = (f.pget_chunk)(dcpl.0, MAX_RANK as c_int, dims.as_mut_ptr());
+                if rank < 0 {
+                    return Err(format!("H5Pget_chunk failed: {}", api()?.stack()));
+                }
+                let mut filters = Vec::new();
+                for i in 0..(f.pget_nfilters)(dcpl.0).max(0) as c_uint {
+                    filters.push(filter(f, dcpl.0, i)?);
+                }
+                let dapl = Opened::new(
+                    (f.dget_access_plist)(dataset),
+                    f.pclose,
+                    "H5Dget_access_plist",
+                )?;
+                let (mut slots, mut cache_bytes, mut w0) = (0usize, 0usize, 0f64);
+                if (f.pget_chunk_cache)(dapl.0, &mut slots, &mut cache_bytes, &mut w0) < 0 {
+                    return Err(format!("H5Pget_chunk_cache failed: {}", api()?.stack()));
+                }
+                StoredLayout::Chunked {
+                    chunk: dims[..rank as usize].to_vec(),
+                    filters,
+                    cache_bytes,
+                }
+            }
+            _ => StoredLayout::Virtual,
+        };
+        Ok(DatasetFacts {
+            layout,
+            same_type,
+            stored_size,
+        })
+    }
+}
+
+/// Filter `index` of the pipeline in `dcpl`: its id and client values.
+///
+/// # Safety
+/// `dcpl` must be an open dataset creation property list with more than `index` filters.
+unsafe fn filter(f: &FactsApi, dcpl: Hid, index: c_uint) -> Result<(i32, Vec<u32>), String> {
+    let mut values = vec![0 as c_uint; 16];
+    loop {
+        let (mut flags, mut config) = (0 as c_uint, 0 as c_uint);
+        let mut count = values.len();
+        // SAFETY: `values` holds `count` entries; no name is asked for (namelen 0).
+        let id = unsafe {
+            (f.pget_filter2)(
+                dcpl,
+                index,
+                &mut flags,
+                &mut count,
+                values.as_mut_ptr(),
+                0,
+                std::ptr::null_mut(),
+                &mut config,
+            )
+        };
+        if id < 0 {
+            return Err(format!("H5Pget_filter2 failed: {}", api()?.stack()));
+        }
+        if count <= values.len() {
+            values.truncate(count);
+            return Ok((id, values));
+        }
+        values.resize(count, 0);
+    }
+}
+
+/// Whether the file holding `dataset` is open read-only and not for SWMR reading: nothing can
+/// change its storage while it is open. The caller holds h5py's lock.
+pub fn read_only_file(dataset: Hid) -> Result<bool, String> {
+    let f = facts_api()?;
+    // SAFETY: plain queries on ids HDF5 checks; the file id opened here is closed by `Opened`.
+    unsafe {
+        let file = Opened::new((f.iget_file_id)(dataset), f.fclose, "H5Iget_file_id")?;
+        let mut intent: c_uint = H5F_ACC_RDWR;
+        if (f.fget_intent)(file.0, &mut intent) < 0 {
+            return Err(format!("H5Fget_intent failed: {}", api()?.stack()));
+        }
+        Ok(intent & (H5F_ACC_RDWR | H5F_ACC_SWMR_READ) == 0)
+    }
+}
+
+/// The dataset's name in its file (`H5Iget_name`), "None" for an anonymous dataset, as h5py's
+/// `Dataset.name` prints. The caller holds h5py's lock.
+pub fn object_name(object: Hid) -> String {
+    let Ok(f) = facts_api() else {
+        return "None".into();
+    };
+    // SAFETY: a length query (NULL buffer), then a buffer of that length plus the NUL.
+    unsafe {
+        let len = (f.iget_name)(object, std::ptr::null_mut(), 0);
+        if len <= 0 {
+            if let Ok(api) = api() {
+                api.stack();
+            }
+            return "None".into();
+        }
+        let mut name = vec![0u8; len as usize + 1];
+        (f.iget_name)(object, name.as_mut_ptr().cast(), name.len());
+        name.truncate(len as usize);
+        String::from_utf8_lossy(&name).into_owned()
+    }
+}
+
+/// The dataset's dimensions (`H5Sget_simple_extent_dims`; none for a scalar or null dataspace).
+/// The caller holds h5py's lock.
+pub fn dataset_dims(dataset: Hid) -> Result<Vec<u64>, String> {
+    let api = api()?;
+    // SAFETY: a dataset id HDF5 checks; the dataspace is closed by `Space`.
+    let space = Space::new(unsafe { (api.dget_space)(dataset) }, api).map_err(|e| match e {
+        IoError::Argument(m) | IoError::Hdf5(m) => m,
+    })?;
+    let mut dims = [0 as Hsize; MAX_RANK];
+    // SAFETY: `dims` has room for HDF5's largest rank.
+    let rank =
+        unsafe { (api.sget_simple_extent_dims)(space.0, dims.as_mut_ptr(), std::ptr::null_mut()) };
+    if rank < 0 {
+        return Err(api.stack());
+    }
+    Ok(dims[..rank as usize].to_vec())
+}

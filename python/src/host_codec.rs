@@ -223,3 +223,50 @@ pub fn gather_runs(
     }
     Ok((outcome.decoded, outcome.missing.len()))
 }
+
+/// Reads `read` (its chunks decoded by h5gds on `read.threads` of the driver's I/O threads) into
+/// the host buffer at `buffer` (`nbytes`, checked with `prepared`), the GIL released. Returns
+/// None when the read is done, or why h5gds leaves it to HDF5 (nothing was read). The caller
+/// holds h5py's lock and keeps the buffer alive.
+pub fn read_into_host(
+    py: pyo3::Python<'_>,
+    read: &CompressedHostRead,
+    prepared: &Prepared,
+    buffer: usize,
+    nbytes: usize,
+) -> pyo3::PyResult<Option<String>> {
+    use pyo3::exceptions::{PyOSError, PyValueError};
+    let name = read.name;
+    let turned_off = h5gds_runtime::settings::host_codec_turned_off()
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let pipeline = match turned_off.map_or_else(|| read.plan(), Err) {
+        Ok(pipeline) => pipeline,
+        Err(reason) => {
+            h5gds::with_logging(|| {
+                tracing::debug!("h5gds.read of {name}: HDF5 decodes its chunks: {reason}")
+            });
+            return Ok(Some(reason));
+        }
+    };
+    let (decoded, missing, direct) = py
+        .detach(|| {
+            // SAFETY: the caller passes the address and size of a live, writable host buffer it
+            // keeps referenced for the call (checked against the selection in `prepare`).
+            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
+            read.run(&pipeline, prepared, out)
+        })
+        .map_err(|Failed(message)| PyOSError::new_err(message))?;
+    h5gds::with_logging(|| {
+        tracing::debug!(
+            "h5gds.read of {name}: {decoded} chunks decoded on {} threads (read {}), {missing} \
+             parts of chunks never written read through HDF5",
+            read.threads,
+            if direct {
+                "from the file by those threads"
+            } else {
+                "through HDF5 on the calling thread"
+            }
+        )
+    });
+    Ok(None)
+}

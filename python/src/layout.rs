@@ -15,7 +15,7 @@
 use crate::device;
 use crate::device_error;
 use crate::gather::GatherPlan;
-use crate::hdf5::{self, Hid};
+use crate::hdf5::{self, Hid, StoredLayout};
 use h5gds_chunk_codec::pipeline::Scratch;
 use h5gds_chunk_codec::place::{
     chunks_selected, copy_box, whole_chunk_run, ChunkPart, SharedOut, Source,
@@ -235,77 +235,91 @@ fn threads_for(
     threads()
 }
 
+/// The storage of a chunked dataset of `shape` with chunks of `chunk` and the pipeline
+/// `filters` (`(id, client values)`), its chunk index listed now; None where h5gds does not
+/// decode the pipeline or the chunk shape is not the dataset's. The caller holds h5py's lock.
+fn chunked_storage(
+    dataset: Hid,
+    shape: &[u64],
+    element: usize,
+    chunk: Vec<u64>,
+    filters: Vec<(i32, Vec<u32>)>,
+) -> PyResult<Option<Storage>> {
+    let ids = filters.iter().map(|(id, _)| *id).collect();
+    let filters: Vec<Filter> = filters
+        .into_iter()
+        .map(|(id, values)| Filter { id, values })
+        .collect();
+    let pipeline = if filters.is_empty() {
+        Pipeline::unfiltered()
+    } else {
+        match Pipeline::for_filters(&filters, element) {
+            Ok(p) => p,
+            Err(_) => return Ok(None),
+        }
+    };
+    if chunk.len() != shape.len() || chunk.contains(&0) {
+        return Ok(None);
+    }
+    let index = hdf5::chunk_index(dataset, &chunk).map_err(PyOSError::new_err)?;
+    Ok(Some(Storage::Chunked {
+        chunk,
+        filters: ids,
+        pipeline,
+        index: Box::new(index),
+        kept: Mutex::default(),
+        large: Box::default(),
+    }))
+}
+
 #[pymethods]
 impl Layout {
-    /// The layout of a contiguous dataset whose storage is at `address`, or None where it may
-    /// change or is not the file's own bytes. The caller holds h5py's lock.
+    /// The layout of `dataset` for reads into elements of `element` bytes of the memory type
+    /// `mem_type` (an object dtype's never), or None where HDF5 is to read it: its file is
+    /// writable or read for SWMR, it is a scalar, HDF5 would convert its elements, or its storage
+    /// is neither the file's own bytes (contiguous, allocated, not external; or chunked through a
+    /// pipeline h5gds decodes) nor read through sec2 or `gds` with no user block. The caller
+    /// holds h5py's lock.
     #[staticmethod]
-    fn contiguous(
-        dataset: Hid,
-        name: String,
-        shape: Vec<u64>,
-        element: usize,
-        address: u64,
-    ) -> PyResult<Option<Layout>> {
-        let Some(file) = hdf5::direct_file(dataset) else {
-            return Ok(None);
-        };
-        Ok(Some(Layout {
-            name,
-            file,
-            sec2: sec2(dataset),
-            shape,
-            element,
-            storage: Storage::Contiguous { address },
-        }))
-    }
-
-    /// The layout of a chunked dataset with chunks of `chunk` and the pipeline `filters` (`(id,
-    /// client values)`), its chunk index listed now; None where it may change, is not the
-    /// file's own bytes, or h5gds does not decode the pipeline. The caller holds h5py's lock.
-    #[staticmethod]
-    fn chunked(
-        dataset: Hid,
-        name: String,
-        shape: Vec<u64>,
-        element: usize,
-        chunk: Vec<u64>,
-        filters: Vec<(i32, Vec<u32>)>,
-    ) -> PyResult<Option<Layout>> {
-        let ids = filters.iter().map(|(id, _)| *id).collect();
-        let filters: Vec<Filter> = filters
-            .into_iter()
-            .map(|(id, values)| Filter { id, values })
-            .collect();
-        let pipeline = if filters.is_empty() {
-            Pipeline::unfiltered()
-        } else {
-            match Pipeline::for_filters(&filters, element) {
-                Ok(p) => p,
-                Err(_) => return Ok(None),
-            }
-        };
-        if chunk.len() != shape.len() || chunk.contains(&0) {
+    pub(crate) fn resolve(dataset: Hid, mem_type: Hid, element: usize) -> PyResult<Option<Layout>> {
+        if !hdf5::read_only_file(dataset).map_err(PyOSError::new_err)? {
             return Ok(None);
         }
+        let shape = hdf5::dataset_dims(dataset).map_err(PyOSError::new_err)?;
+        if shape.is_empty() {
+            return Ok(None);
+        }
+        let facts = hdf5::dataset_facts(dataset, mem_type).map_err(PyOSError::new_err)?;
+        if !facts.same_type {
+            return Ok(None);
+        }
+        let stored = match facts.layout {
+            StoredLayout::Contiguous {
+                address: Some(address),
+                external: false,
+            } => Ok(address),
+            StoredLayout::Chunked { chunk, filters, .. } => Err((chunk, filters)),
+            _ => return Ok(None),
+        };
         let Some(file) = hdf5::direct_file(dataset) else {
             return Ok(None);
         };
-        let index = hdf5::chunk_index(dataset, &chunk).map_err(PyOSError::new_err)?;
+        let storage = match stored {
+            Ok(address) => Storage::Contiguous { address },
+            Err((chunk, filters)) => {
+                match chunked_storage(dataset, &shape, element, chunk, filters)? {
+                    Some(storage) => storage,
+                    None => return Ok(None),
+                }
+            }
+        };
         Ok(Some(Layout {
-            name,
+            name: hdf5::object_name(dataset),
             file,
             sec2: sec2(dataset),
             shape,
             element,
-            storage: Storage::Chunked {
-                chunk,
-                filters: ids,
-                pipeline,
-                index: Box::new(index),
-                kept: Mutex::default(),
-                large: Box::default(),
-            },
+            storage,
         }))
     }
 
