@@ -12,8 +12,7 @@ from h5py import h5t
 from h5py._objects import phil
 
 from . import _arrays, _layout, _native
-from ._gather import gather
-from ._selection import Gather, hyperslab, selection
+from ._selection import Gather, gathers, hyperslab, selection
 
 
 class _Name:
@@ -100,7 +99,7 @@ def read(dset, out=None, sel=None):
     # A read-only file's dataset already read once, all of it or rows of it into NumPy (or into a
     # device array where the layout serves it): checked and read in one native call (threads
     # reading rows then hold the GIL only briefly).
-    if _layout.remembered(dset):
+    if _layout.remembered(dset) and not gathers(sel):
         known = _native.read_known_layout(_layout._layouts, dset, out, sel)
         if known is not None:
             return known
@@ -110,7 +109,7 @@ def read(dset, out=None, sel=None):
         out = np.empty(slab.shape, dtype=dtype)
     view = _check(_arrays.view(out, "out"), "out", dtype, slab.shape, name, writable=True)
     if isinstance(slab, Gather):
-        gather(dset, view, slab, name)
+        _native.gather_dataset(dset, view, slab, shape[0], _mem_type(view.dtype))
     else:
         _native.read_dataset(dset, view, slab, _mem_type(view.dtype))
     return out

@@ -73,6 +73,12 @@ def _rows(item, size):
     return np.ascontiguousarray(array, dtype=np.uint64)
 
 
+def gathers(sel):
+    """Whether ``sel`` names rows by an index array (a list or NumPy array, alone or as the first
+    item of a tuple): a gather."""
+    return _is_index_array(sel[0] if isinstance(sel, tuple) and sel else sel)
+
+
 def selection(sel, shape):
     """What ``sel`` selects in a dataset of ``shape``: a ``Hyperslab`` (basic indexing, as
     ``hyperslab``), or a ``Gather`` where ``sel`` is a 1-D integer array (a list or NumPy array)

@@ -24,33 +24,45 @@ use pyo3::types::PyDict;
 #[derive(FromPyObject)]
 pub struct Selection {
     #[pyo3(attribute)]
-    start: Vec<u64>,
+    pub(crate) start: Vec<u64>,
     #[pyo3(attribute)]
-    step: Vec<u64>,
+    pub(crate) step: Vec<u64>,
     #[pyo3(attribute)]
-    count: Vec<u64>,
+    pub(crate) count: Vec<u64>,
     #[pyo3(attribute)]
-    shape: Vec<u64>,
+    pub(crate) shape: Vec<u64>,
 }
 
 /// An array Python converted and checked against the selection (`_arrays.ArrayView`).
 #[derive(FromPyObject)]
 pub struct ArrayArg<'py> {
     #[pyo3(attribute)]
-    address: u64,
+    pub(crate) address: u64,
     #[pyo3(attribute)]
-    nbytes: usize,
+    pub(crate) nbytes: usize,
     #[pyo3(attribute)]
-    dtype: Bound<'py, PyAny>,
+    pub(crate) dtype: Bound<'py, PyAny>,
     /// None for host memory, else ("cuda", the ordinal the array claims, if it claims one).
     #[pyo3(attribute)]
-    device: Option<(String, Option<i32>)>,
+    pub(crate) device: Option<(String, Option<i32>)>,
     /// The stream whose work finishes before bytes move (0: none).
     #[pyo3(attribute)]
-    stream: u64,
+    pub(crate) stream: u64,
     /// What keeps the memory alive, held by the call while its bytes move.
     #[pyo3(attribute("owner"))]
     _owner: Bound<'py, PyAny>,
+}
+
+impl ArrayArg<'_> {
+    /// Bool elements: a byte other than 0 or 1 is refused on its way to device memory.
+    pub(crate) fn bools(&self) -> PyResult<bool> {
+        let py = self.dtype.py();
+        let kind = self
+            .dtype
+            .getattr(intern!(py, "base"))?
+            .getattr(intern!(py, "kind"))?;
+        Ok(kind.extract::<String>()? == "b")
+    }
 }
 
 /// Reads `sel` of the h5py dataset `dset` into the array `out` (its memory type `mem_type`, an
@@ -78,14 +90,69 @@ pub fn write_dataset<'py>(
     Call::new(true, dset, array, sel, mem_type)?.run(py)
 }
 
+/// A dataset and the memory type its elements move in, their h5py objects held (which keep
+/// their HDF5 ids open).
+pub struct Target<'py> {
+    /// The dataset's h5py DatasetID.
+    dsid: Bound<'py, PyAny>,
+    pub(crate) dataset: Hid,
+    /// The h5py TypeID.
+    _mem_type: Bound<'py, PyAny>,
+    pub(crate) mem_type: Hid,
+}
+
+impl<'py> Target<'py> {
+    pub(crate) fn new(
+        dset: &Bound<'py, PyAny>,
+        mem_type: &Bound<'py, PyAny>,
+    ) -> PyResult<Target<'py>> {
+        let py = dset.py();
+        // `Dataset.id` takes h5py's lock; the attribute it returns is read here.
+        let dsid = dset
+            .getattr(intern!(py, "_id"))
+            .or_else(|_| dset.getattr(intern!(py, "id")))?;
+        Ok(Target {
+            dataset: dsid.getattr(intern!(py, "id"))?.extract()?,
+            dsid,
+            mem_type: mem_type.getattr(intern!(py, "id"))?.extract()?,
+            _mem_type: mem_type.clone(),
+        })
+    }
+
+    /// The dataset's layout for reads into `dtype` as `_layout` remembers it for its DatasetID;
+    /// resolved now (under h5py's lock) and remembered there at its first read.
+    pub(crate) fn layout(
+        &self,
+        py: Python<'py>,
+        dtype: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, Layout>>> {
+        let module = layout_module(py)?;
+        let layouts = module
+            .getattr(intern!(py, "_layouts"))?
+            .cast_into::<PyDict>()?;
+        match cached_layout(&layouts, &self.dsid)? {
+            Cached::Layout(layout, _) => return Ok(Some(layout)),
+            Cached::None => return Ok(None),
+            Cached::Unknown => {}
+        }
+        let element: usize = dtype.getattr(intern!(py, "itemsize"))?.extract()?;
+        let found = {
+            let _phil = Phil::acquire(py)?;
+            Layout::resolve(self.dataset, self.mem_type, element)?
+        };
+        let found = found.map(|layout| Bound::new(py, layout)).transpose()?;
+        module
+            .getattr(intern!(py, "remember"))?
+            .call1((&self.dsid, found.as_ref(), dtype))?;
+        Ok(found)
+    }
+}
+
 /// One read or write, its Python objects held.
 struct Call<'py> {
     write: bool,
-    /// The dataset's h5py DatasetID (keeps the HDF5 id open).
-    dsid: Bound<'py, PyAny>,
+    target: Target<'py>,
     dataset: Hid,
-    /// The h5py TypeID (keeps the memory type open).
-    _mem_type: Bound<'py, PyAny>,
     mem_type: Hid,
     array: ArrayArg<'py>,
     sel: Selection,
@@ -99,17 +166,12 @@ impl<'py> Call<'py> {
         sel: Selection,
         mem_type: &Bound<'py, PyAny>,
     ) -> PyResult<Call<'py>> {
-        let py = dset.py();
-        // `Dataset.id` takes h5py's lock; the attribute it returns is read here.
-        let dsid = dset
-            .getattr(intern!(py, "_id"))
-            .or_else(|_| dset.getattr(intern!(py, "id")))?;
+        let target = Target::new(dset, mem_type)?;
         Ok(Call {
             write,
-            dataset: dsid.getattr(intern!(py, "id"))?.extract()?,
-            dsid,
-            mem_type: mem_type.getattr(intern!(py, "id"))?.extract()?,
-            _mem_type: mem_type.clone(),
+            dataset: target.dataset,
+            mem_type: target.mem_type,
+            target,
             array,
             sel,
         })
@@ -127,15 +189,8 @@ impl<'py> Call<'py> {
         }
     }
 
-    /// Bool elements: a byte other than 0 or 1 is refused on its way to device memory.
     fn bools(&self) -> PyResult<bool> {
-        let py = self.array.dtype.py();
-        let kind = self
-            .array
-            .dtype
-            .getattr(intern!(py, "base"))?
-            .getattr(intern!(py, "kind"))?;
-        Ok(kind.extract::<String>()? == "b")
+        self.array.bools()
     }
 
     /// Reads through the dataset's layout, where its file is read-only and the layout serves the
@@ -147,7 +202,7 @@ impl<'py> Call<'py> {
         if device.is_some() && self.bools()? {
             return Ok(false);
         }
-        let Some(layout) = self.layout(py)? else {
+        let Some(layout) = self.target.layout(py, &self.array.dtype)? else {
             return Ok(false);
         };
         let layout = layout.get();
@@ -178,36 +233,6 @@ impl<'py> Call<'py> {
                 )
             },
         }
-    }
-
-    /// The dataset's layout as `_layout` remembers it for its DatasetID; resolved now (under
-    /// h5py's lock) and remembered there at its first read.
-    fn layout(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, Layout>>> {
-        let module = layout_module(py)?;
-        let layouts = module
-            .getattr(intern!(py, "_layouts"))?
-            .cast_into::<PyDict>()?;
-        match cached_layout(&layouts, &self.dsid)? {
-            Cached::Layout(layout, _) => return Ok(Some(layout)),
-            Cached::None => return Ok(None),
-            Cached::Unknown => {}
-        }
-        let element: usize = self
-            .array
-            .dtype
-            .getattr(intern!(py, "itemsize"))?
-            .extract()?;
-        let found = {
-            let _phil = Phil::acquire(py)?;
-            Layout::resolve(self.dataset, self.mem_type, element)?
-        };
-        let found = found.map(|layout| Bound::new(py, layout)).transpose()?;
-        module.getattr(intern!(py, "remember"))?.call1((
-            &self.dsid,
-            found.as_ref(),
-            &self.array.dtype,
-        ))?;
-        Ok(found)
     }
 
     fn transfer(&self) -> hdf5::Transfer<'_> {
@@ -346,7 +371,7 @@ impl Drop for Phil<'_> {
 }
 
 /// The driver's I/O thread count, which decodes chunks on the host.
-fn io_threads() -> PyResult<usize> {
+pub(crate) fn io_threads() -> PyResult<usize> {
     Ok(h5gds::VfdSettings::load(None)
         .map_err(|e| PyValueError::new_err(e.to_string()))?
         .nthreads)

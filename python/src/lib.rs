@@ -9,6 +9,7 @@ mod dlpack;
 mod encode;
 mod error;
 mod gather;
+mod gather_call;
 mod hdf5;
 mod host_codec;
 mod io_call;
@@ -269,7 +270,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(known_read::read_known_layout, m)?)?;
     m.add_function(wrap_pyfunction!(staged_by_settings, m)?)?;
     m.add_function(wrap_pyfunction!(chunks_decoded, m)?)?;
-    m.add_function(wrap_pyfunction!(gather::host_decode_gather, m)?)?;
     m.add_function(wrap_pyfunction!(device_tile_write, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_tensor, m)?)?;
@@ -277,6 +277,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device_copy, m)?)?;
     m.add_class::<PinnedHost>()?;
     m.add_function(wrap_pyfunction!(gather::dataset_gather, m)?)?;
+    m.add_function(wrap_pyfunction!(gather_call::gather_dataset, m)?)?;
     m.add_class::<gather::GatherPlan>()?;
     m.add("DRIVER_NAME", "gds")?;
     m.add("DRIVER_VALUE", h5gds::DRIVER_VALUE)?;

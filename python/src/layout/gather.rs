@@ -2,8 +2,9 @@
 //! they hold, or one large chunk decoded once and kept.
 
 use super::chunk_cache::{last_byte, KEPT_CHUNK_MAX};
-use super::{Indexed, Layout, Storage};
-use h5gds_chunk_codec::place::{copy_box, ChunkPart, Source};
+use super::{row_bytes, threads, Indexed, Layout, Storage, PARALLEL_BYTES};
+use crate::gather::{GatherPlan, HostBuffer, Rest};
+use h5gds_chunk_codec::place::{copy_box, ChunkPart, SharedOut, Source};
 use h5gds_chunk_codec::{read_placed, Decoding, Hyperslab, Pipeline, Placed};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -13,6 +14,119 @@ use pyo3::prelude::*;
 pub(super) type Runs = [(Vec<u64>, Vec<u64>, Vec<u64>, u64, u64)];
 
 impl Layout {
+    /// [`Layout::gather_in_place`] of `plan`'s rows (each: `rest` of the other axes) into `out`.
+    pub(crate) fn gather_rows_in_place(
+        &self,
+        py: Python<'_>,
+        plan: &GatherPlan,
+        rest: &Rest,
+        out: HostBuffer,
+    ) -> PyResult<bool> {
+        let (buffer, nbytes) = (out.address, out.nbytes);
+        let len = plan.len() as u64;
+        if len == 0 {
+            return Ok(true);
+        }
+        let row_bytes = row_bytes(nbytes, len, "indices")?;
+        let Some(pieces) = self.whole_row_pieces(
+            plan.caller_runs(),
+            rest.start,
+            rest.step,
+            rest.count,
+            row_bytes,
+        ) else {
+            return Ok(false);
+        };
+        self.read_pieces_into(py, &pieces, buffer, nbytes)?;
+        Ok(true)
+    }
+
+    /// [`Layout::gather`] of `plan`'s distinct rows (each: `rest` of the other axes) into `out`.
+    pub(crate) fn gather_rows(
+        &self,
+        py: Python<'_>,
+        plan: &GatherPlan,
+        rest: &Rest,
+        out: HostBuffer,
+    ) -> PyResult<bool> {
+        let (buffer, nbytes) = (out.address, out.nbytes);
+        let distinct = plan.distinct_rows() as u64;
+        if distinct == 0 {
+            return Ok(true);
+        }
+        let row_bytes = row_bytes(nbytes, distinct, "rows")?;
+        if let Some(pieces) = self.whole_row_pieces(
+            plan.row_runs().iter().copied(),
+            rest.start,
+            rest.step,
+            rest.count,
+            row_bytes,
+        ) {
+            self.read_pieces_into(py, &pieces, buffer, nbytes)?;
+            return Ok(true);
+        }
+        // One selection per run of rows, each checked, and where its bytes go.
+        let mut reads = Vec::with_capacity(plan.row_runs().len());
+        let mut at = 0u64;
+        for &(first, rows) in plan.row_runs() {
+            let start: Vec<u64> = std::iter::once(first)
+                .chain(rest.start.iter().copied())
+                .collect();
+            let step: Vec<u64> = std::iter::once(1)
+                .chain(rest.step.iter().copied())
+                .collect();
+            let count: Vec<u64> = std::iter::once(rows)
+                .chain(rest.count.iter().copied())
+                .collect();
+            reads.push((start, step, count, at, rows * row_bytes));
+            at += rows * row_bytes;
+        }
+        let mut served = Vec::with_capacity(reads.len());
+        for (start, step, count, _, len) in &reads {
+            let sel = Hyperslab { start, step, count };
+            self.check(&sel, *len as usize)
+                .map_err(PyValueError::new_err)?;
+            let Some(parts) = self.serves(&sel)? else {
+                return Ok(false);
+            };
+            served.push(parts);
+        }
+        if self.gather_in_one_large_chunk(py, &reads, &served, buffer, nbytes)? {
+            return Ok(true);
+        }
+        let threads = threads()?;
+        if let Some(decoded) = self.gather_decoding(&served) {
+            return self.gather_decoded(py, decoded, &reads, buffer, nbytes, threads);
+        }
+        let pool = (reads.len() > 1 && nbytes >= PARALLEL_BYTES && threads > 1)
+            .then(|| h5gds_runtime::pool::get(threads))
+            .flatten();
+        // Runs read at once on the pool read their own chunks on one thread each.
+        let inner = if pool.is_some() { 1 } else { threads };
+        py.detach(|| {
+            // SAFETY: the runs' bytes are disjoint parts of the caller's buffer, which it keeps
+            // alive for the call (the pool is done with them when this returns).
+            let out = unsafe { SharedOut::new(buffer as *mut u8) };
+            let one = |k: usize| -> Result<(), String> {
+                let (start, step, count, at, len) = &reads[k];
+                let sel = Hyperslab { start, step, count };
+                // SAFETY: the runs' bytes are disjoint parts of the caller's buffer (its size
+                // checked above), which it keeps alive for the call.
+                let dest = unsafe { std::slice::from_raw_parts_mut(out.at(*at), *len as usize) };
+                self.read_served(&sel, &served[k], dest, inner)
+            };
+            match pool {
+                Some(pool) => {
+                    use rayon::prelude::*;
+                    pool.install(|| (0..reads.len()).into_par_iter().try_for_each(one))
+                }
+                None => (0..reads.len()).try_for_each(one),
+            }
+        })
+        .map_err(PyOSError::new_err)?;
+        Ok(true)
+    }
+
     /// For a gather of compressed chunks (`served`: the chunks each run touches), the pipeline
     /// and chunk shape to decode them with once for all the runs; None where each run is read on
     /// its own: unfiltered chunks (runs read straight from the file), or runs inside one small

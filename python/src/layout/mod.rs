@@ -20,9 +20,9 @@ use chunk_cache::{Kept, LargeKept};
 
 use crate::device;
 use crate::device_error;
-use crate::gather::GatherPlan;
+use crate::gather::{GatherPlan, HostBuffer, Rest};
 use crate::hdf5::{self, Hid, StoredLayout};
-use h5gds_chunk_codec::place::{chunks_selected, ChunkPart, SharedOut};
+use h5gds_chunk_codec::place::{chunks_selected, ChunkPart};
 use h5gds_chunk_codec::{
     ChunkIndex, Filter, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk,
 };
@@ -349,23 +349,20 @@ impl Layout {
         buffer: usize,
         nbytes: usize,
     ) -> PyResult<bool> {
-        let plan = plan.get();
-        let len = plan.len() as u64;
-        if len == 0 {
-            return Ok(true);
-        }
-        let row_bytes = row_bytes(nbytes, len, "indices")?;
-        let Some(pieces) = self.whole_row_pieces(
-            plan.caller_runs(),
-            &rest_start,
-            &rest_step,
-            &rest_count,
-            row_bytes,
-        ) else {
-            return Ok(false);
+        let rest = Rest {
+            start: &rest_start,
+            step: &rest_step,
+            count: &rest_count,
         };
-        self.read_pieces_into(py, &pieces, buffer, nbytes)?;
-        Ok(true)
+        self.gather_rows_in_place(
+            py,
+            plan.get(),
+            &rest,
+            HostBuffer {
+                address: buffer,
+                nbytes,
+            },
+        )
     }
 
     /// Reads the distinct rows of a gather's `plan` (each row: the hyperslab `rest_*` of the
@@ -385,82 +382,20 @@ impl Layout {
         buffer: usize,
         nbytes: usize,
     ) -> PyResult<bool> {
-        let plan = plan.get();
-        let distinct = plan.distinct_rows() as u64;
-        if distinct == 0 {
-            return Ok(true);
-        }
-        let row_bytes = row_bytes(nbytes, distinct, "rows")?;
-        if let Some(pieces) = self.whole_row_pieces(
-            plan.row_runs().iter().copied(),
-            &rest_start,
-            &rest_step,
-            &rest_count,
-            row_bytes,
-        ) {
-            self.read_pieces_into(py, &pieces, buffer, nbytes)?;
-            return Ok(true);
-        }
-        // One selection per run of rows, each checked, and where its bytes go.
-        let mut reads = Vec::with_capacity(plan.row_runs().len());
-        let mut at = 0u64;
-        for &(first, rows) in plan.row_runs() {
-            let start: Vec<u64> = std::iter::once(first)
-                .chain(rest_start.iter().copied())
-                .collect();
-            let step: Vec<u64> = std::iter::once(1)
-                .chain(rest_step.iter().copied())
-                .collect();
-            let count: Vec<u64> = std::iter::once(rows)
-                .chain(rest_count.iter().copied())
-                .collect();
-            reads.push((start, step, count, at, rows * row_bytes));
-            at += rows * row_bytes;
-        }
-        let mut served = Vec::with_capacity(reads.len());
-        for (start, step, count, _, len) in &reads {
-            let sel = Hyperslab { start, step, count };
-            self.check(&sel, *len as usize)
-                .map_err(PyValueError::new_err)?;
-            let Some(parts) = self.serves(&sel)? else {
-                return Ok(false);
-            };
-            served.push(parts);
-        }
-        if self.gather_in_one_large_chunk(py, &reads, &served, buffer, nbytes)? {
-            return Ok(true);
-        }
-        let threads = threads()?;
-        if let Some(decoded) = self.gather_decoding(&served) {
-            return self.gather_decoded(py, decoded, &reads, buffer, nbytes, threads);
-        }
-        let pool = (reads.len() > 1 && nbytes >= PARALLEL_BYTES && threads > 1)
-            .then(|| h5gds_runtime::pool::get(threads))
-            .flatten();
-        // Runs read at once on the pool read their own chunks on one thread each.
-        let inner = if pool.is_some() { 1 } else { threads };
-        py.detach(|| {
-            // SAFETY: the runs' bytes are disjoint parts of the caller's buffer, which it keeps
-            // alive for the call (the pool is done with them when this returns).
-            let out = unsafe { SharedOut::new(buffer as *mut u8) };
-            let one = |k: usize| -> Result<(), String> {
-                let (start, step, count, at, len) = &reads[k];
-                let sel = Hyperslab { start, step, count };
-                // SAFETY: the runs' bytes are disjoint parts of the caller's buffer (its size
-                // checked above), which it keeps alive for the call.
-                let dest = unsafe { std::slice::from_raw_parts_mut(out.at(*at), *len as usize) };
-                self.read_served(&sel, &served[k], dest, inner)
-            };
-            match pool {
-                Some(pool) => {
-                    use rayon::prelude::*;
-                    pool.install(|| (0..reads.len()).into_par_iter().try_for_each(one))
-                }
-                None => (0..reads.len()).try_for_each(one),
-            }
-        })
-        .map_err(PyOSError::new_err)?;
-        Ok(true)
+        let rest = Rest {
+            start: &rest_start,
+            step: &rest_step,
+            count: &rest_count,
+        };
+        self.gather_rows(
+            py,
+            plan.get(),
+            &rest,
+            HostBuffer {
+                address: buffer,
+                nbytes,
+            },
+        )
     }
 }
 
