@@ -513,17 +513,13 @@ impl RowsRead<'_> {
                 // buffer it keeps referenced for the call, which holds the distinct rows (checked
                 // above), one run after another.
                 let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
-                host_codec::gather_runs(
-                    dataset,
-                    dataset_name,
+                let how = h5gds_chunk_codec::Decoding {
+                    pipeline: &pipeline,
                     chunk,
-                    &pipeline,
                     element_size,
                     threads,
-                    &placed,
-                    &prepared,
-                    out,
-                )
+                };
+                host_codec::gather_runs(dataset, dataset_name, &how, &placed, &prepared, out)
             })
             .map_err(|host_codec::Failed(message)| PyOSError::new_err(message))?;
         h5gds::with_logging(|| {

@@ -158,18 +158,15 @@ impl CompressedHostRead<'_> {
 /// this thread; parts of chunks never written read through HDF5 (`prepared`: a transfer checked
 /// over the runs' span). For files the layouts do not serve (open for writing, SWMR). Returns
 /// the chunks decoded and the parts never written. Runs without the GIL, under h5py's lock.
-#[allow(clippy::too_many_arguments)]
 pub fn gather_runs(
     dataset: Hid,
     name: &str,
-    chunk: &[u64],
-    pipeline: &Pipeline,
-    element_size: usize,
-    threads: usize,
+    how: &Decoding,
     runs: &[Placed],
     prepared: &Prepared,
     out: &mut [u8],
 ) -> Result<(usize, usize), Failed> {
+    let (chunk, element_size) = (how.chunk, how.element_size);
     let touched: std::collections::BTreeSet<Vec<u64>> = runs
         .iter()
         .flat_map(|run| chunks_selected(&run.selection, chunk))
@@ -184,13 +181,7 @@ pub fn gather_runs(
         name,
         listed,
     };
-    let how = Decoding {
-        pipeline,
-        chunk,
-        element_size,
-        threads,
-    };
-    let (outcome, missing_of) = read_placed(&mut source, &how, runs, out)?;
+    let (outcome, missing_of) = read_placed(&mut source, how, runs, out)?;
     for (part, &k) in outcome.missing.iter().zip(&missing_of) {
         let run = &runs[k];
         let mut values = vec![0u8; part.len() as usize * element_size];
@@ -213,7 +204,7 @@ pub fn gather_runs(
         let first = run.at as usize;
         let len = run.selection.count.iter().product::<u64>() as usize * element_size;
         let r = HostRead {
-            pipeline,
+            pipeline: how.pipeline,
             chunk,
             element_size,
             selection: run.selection,

@@ -155,65 +155,49 @@ impl PinnedHost {
     }
 }
 
-/// Copies between the device array at `address` (`nbytes`; on device `claimed_ordinal` if it
-/// says) and the host buffer at `host`: into the device with `to_device`, else out of it, after
-/// the producer's `stream` (0: none) has finished; complete when this returns (see
-/// `device::copy_with_host`). `bools_of`: the host bytes are bools read from that dataset, and a
-/// byte other than 0 or 1 is refused (ValueError) before anything is copied. ValueError for
-/// memory that is not one CUDA allocation holding `nbytes`; OSError where CUDA fails. The caller
-/// keeps both arrays alive.
+/// Copies between the device array `array` (an `_arrays.ArrayView`, held for the call) and the
+/// host buffer at `host` (as many bytes): into the device with `to_device`, else out of it, after
+/// the producer's stream has finished; complete when this returns (see
+/// `device::copy_with_host`). ValueError for memory that is not one CUDA allocation holding the
+/// array; OSError where CUDA fails. The caller keeps the host buffer alive.
 #[pyfunction]
-#[pyo3(signature = (address, nbytes, claimed_ordinal, stream, host, to_device, bools_of=None))]
-#[allow(clippy::too_many_arguments)]
 fn device_copy(
     py: Python<'_>,
-    address: u64,
-    nbytes: usize,
-    claimed_ordinal: Option<i32>,
-    stream: u64,
+    array: io_call::ArrayArg<'_>,
     host: usize,
     to_device: bool,
-    bools_of: Option<String>,
 ) -> PyResult<()> {
-    py.detach(|| {
-        if let Some(name) = &bools_of {
-            // SAFETY: the caller passes a live host buffer of `nbytes`, filled.
-            let bytes = unsafe { std::slice::from_raw_parts(host as *const u8, nbytes) };
-            device::refuse_other_bytes_than_bools(name, bytes, 0)?;
-        }
-        device::copy_with_host(address, nbytes, claimed_ordinal, stream, host, to_device)
-    })
-    .map_err(device_error)
+    let claimed_ordinal = array.device.as_ref().and_then(|(_, ordinal)| *ordinal);
+    let (address, nbytes, stream) = (array.address, array.nbytes, array.stream);
+    py.detach(|| device::copy_with_host(address, nbytes, claimed_ordinal, stream, host, to_device))
+        .map_err(device_error)
 }
 
-/// Writes one rank's device tile of a collective `to_file` through the driver of `file` (the
-/// `H5FD_t *` that `H5FDopen` returned in h5py's HDF5): `runs` are `(file address, byte offset in
-/// the tile, byte length)` in the tile's memory order; `direct`: the file's driver is `gds`
-/// (device pointers handed to it), else sec2 (the tile copied to pinned host memory in pieces of
-/// `H5GDS_STAGING_BUFFER_SIZE`). The array's memory is checked with CUDA and `stream` (0: none)
-/// waited for first; the bytes move with the GIL released. Returns the route ("gds", "staged").
-/// The caller holds h5py's lock and keeps the array alive.
+/// Writes one rank's device tile `tile` (an `_arrays.ArrayView` of elements of `item` bytes, held
+/// for the call) of a collective `to_file` through the driver of `file` (the `H5FD_t *` that
+/// `H5FDopen` returned in h5py's HDF5): `runs` are `(file address, byte offset in the tile, byte
+/// length)` in the tile's memory order; `direct`: the file's driver is `gds` (device pointers
+/// handed to it), else sec2 (the tile copied to pinned host memory in pieces of
+/// `H5GDS_STAGING_BUFFER_SIZE`). The array's memory is checked with CUDA and its stream waited for
+/// first; the bytes move with the GIL released. Returns the route ("gds", "staged"). The caller
+/// holds h5py's lock.
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
 fn device_tile_write(
     py: Python<'_>,
     file: usize,
     runs: Vec<(u64, u64, u64)>,
-    address: u64,
-    nbytes: usize,
+    tile: io_call::ArrayArg<'_>,
     item: usize,
-    claimed_ordinal: Option<i32>,
-    stream: u64,
     direct: bool,
 ) -> PyResult<String> {
     let tile = device::TileWrite {
         file,
         runs: &runs,
-        address,
-        nbytes,
+        address: tile.address,
+        nbytes: tile.nbytes,
         item,
-        claimed_ordinal,
-        stream,
+        claimed_ordinal: tile.device.as_ref().and_then(|(_, ordinal)| *ordinal),
+        stream: tile.stream,
         direct,
     };
     py.detach(|| device::write_tile(tile)).map_err(device_error)

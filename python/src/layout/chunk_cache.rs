@@ -1,10 +1,10 @@
 //! Decoded chunks kept for reads inside one chunk (as HDF5's chunk cache keeps them), and the
 //! reads of one chunk's part from them or from the file.
 
-use super::Layout;
+use super::{Layout, Storage};
 use h5gds_chunk_codec::pipeline::Scratch;
 use h5gds_chunk_codec::place::{copy_box, whole_chunk_run, ChunkPart, Source};
-use h5gds_chunk_codec::{ChunkIndex, Hyperslab, Pipeline, StoredChunk};
+use h5gds_chunk_codec::{Hyperslab, Pipeline, StoredChunk};
 use std::collections::{HashMap, VecDeque};
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
@@ -214,18 +214,23 @@ impl Layout {
     /// a small compressed chunk from its decoded bytes, kept for the next reads as HDF5's chunk
     /// cache keeps them; a larger one decoded into this thread's buffers (or straight into `out`
     /// where the selection is the whole chunk).
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn read_in_one_chunk(
         &self,
         part: &ChunkPart,
         sel: &Hyperslab,
-        chunk: &[u64],
-        pipeline: &Pipeline,
-        index: &ChunkIndex,
-        kept: &Mutex<Kept>,
-        large: &LargeKept,
         out: &mut [u8],
     ) -> Result<(), String> {
+        let Storage::Chunked {
+            chunk,
+            pipeline,
+            index,
+            kept,
+            large,
+            ..
+        } = &self.storage
+        else {
+            return Err(format!("dataset {} is not chunked", self.name));
+        };
         let stored = index.get(&part.offset).ok_or_else(|| {
             format!(
                 "dataset {}: the chunk at {:?} is not in its chunk index",
@@ -269,7 +274,7 @@ impl Layout {
             };
         };
         if chunk_bytes > KEPT_CHUNK_MAX {
-            if part.count == chunk && whole_chunk_run(part, sel, chunk) == Some(0) {
+            if part.count == *chunk && whole_chunk_run(part, sel, chunk) == Some(0) {
                 return with_stored(read_stored, chunk_bytes, |bytes, scratch| {
                     pipeline
                         .decode_into(bytes, stored.mask, scratch, out)

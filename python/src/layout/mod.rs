@@ -564,13 +564,10 @@ impl Layout {
                 chunk,
                 pipeline,
                 index,
-                kept,
-                large,
                 ..
             } => {
                 if let [part] = parts {
-                    return self
-                        .read_in_one_chunk(part, sel, chunk, pipeline, index, kept, large, out);
+                    return self.read_in_one_chunk(part, sel, out);
                 }
                 let r = HostRead {
                     pipeline,
