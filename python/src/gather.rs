@@ -463,7 +463,7 @@ impl RowsRead<'_> {
             buffer,
             nbytes: span_elements as usize * element_size,
         };
-        let Some(prepared) = crate::io_call::prepare(&transfer)? else {
+        let Some(prepared) = hdf5::prepare(&transfer).map_err(crate::error::io_error)? else {
             return Ok(None);
         };
         let turned_off = h5gds_runtime::settings::host_codec_turned_off()

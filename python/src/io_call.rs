@@ -9,6 +9,7 @@
 
 use crate::device::{self, DeviceTransfer, StorageFacts};
 use crate::device_error;
+use crate::error::io_error;
 use crate::hdf5::{self, DatasetFacts, Hid, StoredLayout};
 use crate::host_codec::{self, CompressedHostRead};
 use crate::known_read::{cached_layout, Cached};
@@ -377,17 +378,8 @@ pub(crate) fn io_threads() -> PyResult<usize> {
         .nthreads)
 }
 
-/// HDF5's refusals as Python raises them: ValueError for the caller's arguments, OSError for
-/// HDF5's failures.
-fn io_error(e: hdf5::IoError) -> PyErr {
-    match e {
-        hdf5::IoError::Argument(message) => PyValueError::new_err(message),
-        hdf5::IoError::Hdf5(message) => PyOSError::new_err(message),
-    }
-}
-
 /// `hdf5::prepare`, its refusals raised. `None`: nothing to move.
-pub(crate) fn prepare(transfer: &hdf5::Transfer) -> PyResult<Option<hdf5::Prepared>> {
+fn prepare(transfer: &hdf5::Transfer) -> PyResult<Option<hdf5::Prepared>> {
     hdf5::prepare(transfer).map_err(io_error)
 }
 
