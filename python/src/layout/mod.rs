@@ -203,25 +203,29 @@ impl Layout {
         if !facts.same_type {
             return Ok(None);
         }
-        let stored = match facts.layout {
+        // The file's own bytes, at addresses that cannot change: then the file is opened anew.
+        let own_bytes = matches!(
+            facts.layout,
             StoredLayout::Contiguous {
-                address: Some(address),
-                external: false,
-            } => Ok(address),
-            StoredLayout::Chunked { chunk, filters, .. } => Err((chunk, filters)),
-            _ => return Ok(None),
-        };
-        let Some(file) = hdf5::direct_file(dataset) else {
+                address: Some(_),
+                external: false
+            } | StoredLayout::Chunked { .. }
+        );
+        let Some(file) = own_bytes.then(|| hdf5::direct_file(dataset)).flatten() else {
             return Ok(None);
         };
-        let storage = match stored {
-            Ok(address) => Storage::Contiguous { address },
-            Err((chunk, filters)) => {
+        let storage = match facts.layout {
+            StoredLayout::Chunked { chunk, filters, .. } => {
                 match chunked_storage(dataset, &shape, element, chunk, filters)? {
                     Some(storage) => storage,
                     None => return Ok(None),
                 }
             }
+            StoredLayout::Contiguous {
+                address: Some(address),
+                ..
+            } => Storage::Contiguous { address },
+            _ => return Ok(None),
         };
         Ok(Some(Layout {
             name: hdf5::object_name(dataset),
