@@ -8,7 +8,6 @@ remembered is read by ``_native.read_known_layout`` before any of this (rows rea
 
 import h5py
 import numpy as np
-from h5py import h5t
 from h5py._objects import phil
 
 from . import _arrays, _layout, _native
@@ -81,12 +80,6 @@ def _check(view, role, dtype, shape, name, writable):
     return view._replace(dtype=dtype, shape=tuple(shape)) if inner else view
 
 
-def _mem_type(dtype):
-    """HDF5's memory type for ``dtype`` (an h5py TypeID, which keeps it open)."""
-    with phil:
-        return h5t.py_create(dtype)
-
-
 def read(dset, out=None, sel=None):
     """Reads ``dset[sel]`` (all of it when ``sel`` is None) into ``out`` and returns ``out``; a new
     NumPy array when ``out`` is None. ``sel``: ints, slices (steps of 1 or more) and ``...``; or a
@@ -109,9 +102,9 @@ def read(dset, out=None, sel=None):
         out = np.empty(slab.shape, dtype=dtype)
     view = _check(_arrays.view(out, "out"), "out", dtype, slab.shape, name, writable=True)
     if isinstance(slab, Gather):
-        _native.gather_dataset(dset, view, slab, shape[0], _mem_type(view.dtype))
+        _native.gather_dataset(dset, view, slab, shape[0])
     else:
-        _native.read_dataset(dset, view, slab, _mem_type(view.dtype))
+        _native.read_dataset(dset, view, slab)
     return out
 
 
@@ -141,4 +134,4 @@ def write(dset, array, sel=None):
     shape, dtype, name = _dataset(dset)
     slab = hyperslab(sel, shape)
     view = _check(_arrays.view(array, "array"), "array", dtype, slab.shape, name, writable=False)
-    _native.write_dataset(dset, view, slab, _mem_type(view.dtype))
+    _native.write_dataset(dset, view, slab)

@@ -52,7 +52,7 @@ pub struct GatherArg<'py> {
 }
 
 /// Reads the rows `sel` of the h5py dataset `dset` (whose first axis has `axis_rows` rows) into
-/// the array `out` (memory type `mem_type`, an h5py TypeID); complete when this returns.
+/// the array `out`; complete when this returns.
 #[pyfunction]
 pub fn gather_dataset<'py>(
     py: Python<'py>,
@@ -60,9 +60,8 @@ pub fn gather_dataset<'py>(
     out: ArrayArg<'py>,
     sel: GatherArg<'py>,
     axis_rows: u64,
-    mem_type: &Bound<'py, PyAny>,
 ) -> PyResult<()> {
-    let target = Target::new(dset, mem_type)?;
+    let target = Target::new(dset, &out.dtype)?;
     let indices = sel.rows.as_slice()?;
     let plan = py
         .detach(|| GatherPlan::of(indices, axis_rows))
@@ -134,7 +133,7 @@ impl<'py> Gather<'_, 'py> {
     /// Reads the rows into `out` (one row per index, in the caller's order).
     fn read_into(&self, py: Python<'py>, out: HostBuffer) -> PyResult<()> {
         let plan = self.plan;
-        let layout = self.target.layout(py, self.dtype)?;
+        let layout = self.target.layout(py)?;
         // Whole rows of a read-only file's contiguous dataset: read straight into the caller's
         // order.
         if let Some(layout) = &layout {
@@ -181,10 +180,10 @@ impl<'py> Gather<'_, 'py> {
         let target = self.target;
         let _phil = Phil::acquire(py)?;
         let facts =
-            hdf5::dataset_facts(target.dataset, target.mem_type).map_err(PyOSError::new_err)?;
+            hdf5::dataset_facts(target.dataset, target.mem_type()?).map_err(PyOSError::new_err)?;
         let read = RowsRead {
             dataset: target.dataset,
-            mem_type: target.mem_type,
+            mem_type: target.mem_type()?,
             plan: self.plan,
             rest: self.rest,
             out,

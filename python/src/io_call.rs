@@ -66,46 +66,44 @@ impl ArrayArg<'_> {
     }
 }
 
-/// Reads `sel` of the h5py dataset `dset` into the array `out` (its memory type `mem_type`, an
-/// h5py TypeID); complete when this returns.
+/// Reads `sel` of the h5py dataset `dset` into the array `out`; complete when this returns.
 #[pyfunction]
 pub fn read_dataset<'py>(
     py: Python<'py>,
     dset: &Bound<'py, PyAny>,
     out: ArrayArg<'py>,
     sel: Selection,
-    mem_type: &Bound<'py, PyAny>,
 ) -> PyResult<()> {
-    Call::new(false, dset, out, sel, mem_type)?.run(py)
+    Call::new(false, dset, out, sel)?.run(py)
 }
 
-/// Writes the array `array` (memory type `mem_type`) into `sel` of the h5py dataset `dset`.
+/// Writes the array `array` into `sel` of the h5py dataset `dset`.
 #[pyfunction]
 pub fn write_dataset<'py>(
     py: Python<'py>,
     dset: &Bound<'py, PyAny>,
     array: ArrayArg<'py>,
     sel: Selection,
-    mem_type: &Bound<'py, PyAny>,
 ) -> PyResult<()> {
-    Call::new(true, dset, array, sel, mem_type)?.run(py)
+    Call::new(true, dset, array, sel)?.run(py)
 }
 
-/// A dataset and the memory type its elements move in, their h5py objects held (which keep
-/// their HDF5 ids open).
+/// A dataset and the NumPy dtype its elements move as, their h5py objects held (which keep their
+/// HDF5 ids open).
 pub struct Target<'py> {
     /// The dataset's h5py DatasetID.
     dsid: Bound<'py, PyAny>,
     pub(crate) dataset: Hid,
-    /// The h5py TypeID.
-    _mem_type: Bound<'py, PyAny>,
-    pub(crate) mem_type: Hid,
+    dtype: Bound<'py, PyAny>,
+    /// HDF5's memory type for `dtype` (an h5py TypeID and its id), made where HDF5 is asked:
+    /// reads a layout serves need none.
+    mem_type: std::cell::OnceCell<(Bound<'py, PyAny>, Hid)>,
 }
 
 impl<'py> Target<'py> {
     pub(crate) fn new(
         dset: &Bound<'py, PyAny>,
-        mem_type: &Bound<'py, PyAny>,
+        dtype: &Bound<'py, PyAny>,
     ) -> PyResult<Target<'py>> {
         let py = dset.py();
         // `Dataset.id` takes h5py's lock; the attribute it returns is read here.
@@ -115,23 +113,35 @@ impl<'py> Target<'py> {
         Ok(Target {
             dataset: dsid.getattr(intern!(py, "id"))?.extract()?,
             dsid,
-            mem_type: mem_type.getattr(intern!(py, "id"))?.extract()?,
-            _mem_type: mem_type.clone(),
+            dtype: dtype.clone(),
+            mem_type: std::cell::OnceCell::new(),
         })
+    }
+
+    /// HDF5's memory type for the dtype (`h5py.h5t.py_create`). The caller holds h5py's lock.
+    pub(crate) fn mem_type(&self) -> PyResult<Hid> {
+        if let Some((_, id)) = self.mem_type.get() {
+            return Ok(*id);
+        }
+        let py = self.dtype.py();
+        static PY_CREATE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let py_create = PY_CREATE.get_or_try_init(py, || {
+            py.import("h5py.h5t")?
+                .getattr("py_create")
+                .map(Bound::unbind)
+        })?;
+        let made = py_create.bind(py).call1((&self.dtype,))?;
+        let id: Hid = made.getattr(intern!(py, "id"))?.extract()?;
+        let _ = self.mem_type.set((made, id));
+        Ok(id)
     }
 
     /// The dataset's layout for reads into `dtype` as `_layout` remembers it for its DatasetID;
     /// resolved now (under h5py's lock) and remembered there at its first read.
-    pub(crate) fn layout(
-        &self,
-        py: Python<'py>,
-        dtype: &Bound<'py, PyAny>,
-    ) -> PyResult<Option<Bound<'py, Layout>>> {
-        let module = layout_module(py)?;
-        let layouts = module
-            .getattr(intern!(py, "_layouts"))?
-            .cast_into::<PyDict>()?;
-        match cached_layout(&layouts, &self.dsid)? {
+    pub(crate) fn layout(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, Layout>>> {
+        let dtype = &self.dtype;
+        let (layouts, remember) = layout_cache(py)?;
+        match cached_layout(layouts, &self.dsid)? {
             Cached::Layout(layout, _) => return Ok(Some(layout)),
             Cached::None => return Ok(None),
             Cached::Unknown => {}
@@ -139,12 +149,10 @@ impl<'py> Target<'py> {
         let element: usize = dtype.getattr(intern!(py, "itemsize"))?.extract()?;
         let found = {
             let _phil = Phil::acquire(py)?;
-            Layout::resolve(self.dataset, self.mem_type, element)?
+            Layout::resolve(self.dataset, self.mem_type()?, element)?
         };
         let found = found.map(|layout| Bound::new(py, layout)).transpose()?;
-        module
-            .getattr(intern!(py, "remember"))?
-            .call1((&self.dsid, found.as_ref(), dtype))?;
+        remember.call1((&self.dsid, found.as_ref(), dtype))?;
         Ok(found)
     }
 }
@@ -154,7 +162,6 @@ struct Call<'py> {
     write: bool,
     target: Target<'py>,
     dataset: Hid,
-    mem_type: Hid,
     array: ArrayArg<'py>,
     sel: Selection,
 }
@@ -165,13 +172,11 @@ impl<'py> Call<'py> {
         dset: &Bound<'py, PyAny>,
         array: ArrayArg<'py>,
         sel: Selection,
-        mem_type: &Bound<'py, PyAny>,
     ) -> PyResult<Call<'py>> {
-        let target = Target::new(dset, mem_type)?;
+        let target = Target::new(dset, &array.dtype)?;
         Ok(Call {
             write,
             dataset: target.dataset,
-            mem_type: target.mem_type,
             target,
             array,
             sel,
@@ -183,7 +188,8 @@ impl<'py> Call<'py> {
             return Ok(());
         }
         let _phil = Phil::acquire(py)?;
-        let facts = hdf5::dataset_facts(self.dataset, self.mem_type).map_err(PyOSError::new_err)?;
+        let facts = hdf5::dataset_facts(self.dataset, self.target.mem_type()?)
+            .map_err(PyOSError::new_err)?;
         match &self.array.device {
             None => self.host(py, facts),
             Some((_, claimed_ordinal)) => self.device(py, facts, *claimed_ordinal),
@@ -203,7 +209,7 @@ impl<'py> Call<'py> {
         if device.is_some() && self.bools()? {
             return Ok(false);
         }
-        let Some(layout) = self.target.layout(py, &self.array.dtype)? else {
+        let Some(layout) = self.target.layout(py)? else {
             return Ok(false);
         };
         let layout = layout.get();
@@ -236,24 +242,25 @@ impl<'py> Call<'py> {
         }
     }
 
-    fn transfer(&self) -> hdf5::Transfer<'_> {
-        hdf5::Transfer {
+    /// The transfer as HDF5 is asked for it. The caller holds h5py's lock.
+    fn transfer(&self) -> PyResult<hdf5::Transfer<'_>> {
+        Ok(hdf5::Transfer {
             write: self.write,
             dataset: self.dataset,
-            mem_type: self.mem_type,
+            mem_type: self.target.mem_type()?,
             start: &self.sel.start,
             step: &self.sel.step,
             count: &self.sel.count,
             mem_shape: &self.sel.shape,
             buffer: self.array.address as usize,
             nbytes: self.array.nbytes,
-        }
+        })
     }
 
     /// A host array: compressed chunks decoded by h5gds where it decodes them and HDF5 would
     /// convert nothing, else one H5Dread/H5Dwrite.
     fn host(&self, py: Python<'py>, facts: DatasetFacts) -> PyResult<()> {
-        let Some(prepared) = prepare(&self.transfer())? else {
+        let Some(prepared) = prepare(&self.transfer()?)? else {
             return Ok(());
         };
         if let StoredLayout::Chunked { chunk, filters, .. } = &facts.layout {
@@ -306,7 +313,7 @@ impl<'py> Call<'py> {
                 self.array.dtype.str()?
             ))
         };
-        let prepared = hdf5::prepare(&self.transfer()).map_err(io_error)?;
+        let prepared = hdf5::prepare(&self.transfer()?).map_err(io_error)?;
         let other_driver = hdf5::other_driver(self.dataset).map_err(io_error)?;
         let transfer = DeviceTransfer {
             role: if self.write { "array" } else { "out" },
@@ -332,14 +339,16 @@ impl<'py> Call<'py> {
     }
 }
 
-/// `h5gds._layout`, where layouts are remembered per DatasetID.
-fn layout_module(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
-    static MODULE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    MODULE
-        .get_or_try_init(py, || {
-            py.import("h5gds._layout").map(|m| m.into_any().unbind())
-        })
-        .map(|m| m.bind(py))
+/// Where `h5gds._layout` remembers layouts per DatasetID: its `_layouts` (never rebound) and its
+/// `remember`, looked up once.
+fn layout_cache(py: Python<'_>) -> PyResult<(&Bound<'_, PyDict>, &Bound<'_, PyAny>)> {
+    static CACHE: PyOnceLock<(Py<PyDict>, Py<PyAny>)> = PyOnceLock::new();
+    let (layouts, remember) = CACHE.get_or_try_init(py, || {
+        let module = py.import("h5gds._layout")?;
+        let layouts = module.getattr("_layouts")?.cast_into::<PyDict>()?;
+        Ok::<_, PyErr>((layouts.unbind(), module.getattr("remember")?.unbind()))
+    })?;
+    Ok((layouts.bind(py), remember.bind(py)))
 }
 
 /// h5py's lock (`h5py._objects.phil`), held while this guard lives: every call into h5py's HDF5
