@@ -11,7 +11,7 @@ import numpy as np
 from h5py._objects import phil
 
 from . import _arrays, _layout, _native
-from ._selection import Gather, gathers, hyperslab, selection
+from ._selection import Gather, first_axis_only, hyperslab, selection
 
 
 class _Name:
@@ -91,8 +91,9 @@ def read(dset, out=None, sel=None):
     """
     # A read-only file's dataset already read once, all of it or rows of it into NumPy (or into a
     # device array where the layout serves it): checked and read in one native call (threads
-    # reading rows then hold the GIL only briefly).
-    if _layout.remembered(dset) and not gathers(sel):
+    # reading rows then hold the GIL only briefly); other selections go straight to the general
+    # path's one call.
+    if _layout.remembered(dset) and first_axis_only(sel):
         known = _native.read_known_layout(_layout._layouts, dset, out, sel)
         if known is not None:
             return known

@@ -73,10 +73,14 @@ def _rows(item, size):
     return np.ascontiguousarray(array, dtype=np.uint64)
 
 
-def gathers(sel):
-    """Whether ``sel`` names rows by an index array (a list or NumPy array, alone or as the first
-    item of a tuple): a gather."""
-    return _is_index_array(sel[0] if isinstance(sel, tuple) and sel else sel)
+def first_axis_only(sel):
+    """Whether ``sel`` may select along the first axis alone (None, an index or a slice, alone or
+    in a 1-tuple): the selections ``_native.read_known_layout`` serves. A cheap test, no parsing."""
+    if type(sel) is tuple:
+        if len(sel) != 1:
+            return False
+        sel = sel[0]
+    return sel is not Ellipsis and type(sel) is not tuple and not _is_index_array(sel)
 
 
 def selection(sel, shape):
