@@ -206,8 +206,7 @@ def _write_tile(tmp, path, view, offset, end, box_start, shape, use_gds):
                     raise OSError(f"{path!r}: {err}") from None
             else:
                 try:
-                    _native.device_tile_write(handle, runs, view.address, view.nbytes, size,
-                                              view.device[1], view.stream, use_gds)
+                    _native.device_tile_write(handle, runs, view, size, use_gds)
                 except (OSError, ValueError) as err:
                     raise type(err)(f"{path!r}: writing the tile from device memory: {err}") \
                         from None

@@ -9,15 +9,19 @@
 //! - this module: one transfer (a hyperslab through `H5Dread`/`H5Dwrite`), the file's driver,
 //!   the error stack;
 //! - [`chunks`]: the raw chunk calls (stored bytes, locations, the whole index);
+//! - [`facts`]: how a dataset is stored and whether its file can change, for the one native call
+//!   of a read or write;
 //! - [`gather`]: the selection of a gather (runs of rows);
 //! - [`driver_file`]: files opened through a driver alone (`H5FDopen`), for collective writes.
 
 mod chunks;
 pub mod driver_file;
+mod facts;
 mod gather;
 
 pub use chunks::{chunk_index, chunk_location, read_chunk, write_chunk};
 pub use driver_file::driver_write;
+pub use facts::{dataset_facts, object_name, read_only_file, DatasetFacts, StoredLayout};
 pub use gather::{prepare_gather, GatherRead};
 
 use h5gds_runtime::hdf5::{H5E_error2_t, Hdf5Api, MissingSymbol};
@@ -180,6 +184,26 @@ fn dataset_space(
         return Err(IoError::Hdf5(stack(api)));
     }
     Ok((file_space, dims[..rank as usize].to_vec()))
+}
+
+/// The dataset's dimensions (`H5Sget_simple_extent_dims`; none for a scalar or null dataspace).
+/// The caller holds h5py's lock.
+pub fn dataset_dims(dataset: Hid) -> Result<Vec<u64>, String> {
+    let api = api()?;
+    let message = |e: IoError| match e {
+        IoError::Argument(m) | IoError::Hdf5(m) => m,
+    };
+    // SAFETY: a dataset id HDF5 checks; the dataspace is closed by `Space`.
+    let space = Space::new(unsafe { (api.H5Dget_space?)(dataset) }, api).map_err(message)?;
+    let mut dims = [0 as Hsize; MAX_RANK];
+    // SAFETY: `dims` has room for HDF5's largest rank.
+    let rank = unsafe {
+        (api.H5Sget_simple_extent_dims?)(space.0, dims.as_mut_ptr(), std::ptr::null_mut())
+    };
+    if rank < 0 {
+        return Err(stack(api));
+    }
+    Ok(dims[..rank as usize].to_vec())
 }
 
 /// Checks every argument against HDF5 and builds the dataspaces. `Ok(None)`: nothing to move

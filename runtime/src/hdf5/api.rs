@@ -57,6 +57,15 @@ macro_rules! __hdf5_declarations {
                 fn H5Pset_driver_by_value(fapl: hid_t, value: c_int, config: *const c_char)
                     -> herr_t;
                 fn H5Pget_userblock(fcpl: hid_t, size: *mut hsize_t) -> herr_t;
+                fn H5Pget_layout(dcpl: hid_t) -> c_int;
+                fn H5Pget_external_count(dcpl: hid_t) -> c_int;
+                fn H5Pget_chunk(dcpl: hid_t, max_rank: c_int, dims: *mut hsize_t) -> c_int;
+                fn H5Pget_nfilters(dcpl: hid_t) -> c_int;
+                fn H5Pget_filter2(dcpl: hid_t, index: c_uint, flags: *mut c_uint,
+                    cd_nelmts: *mut usize, cd_values: *mut c_uint, namelen: usize,
+                    name: *mut c_char, filter_config: *mut c_uint) -> c_int;
+                fn H5Pget_chunk_cache(dapl: hid_t, slots: *mut usize, bytes: *mut usize,
+                    w0: *mut f64) -> herr_t;
                 fn H5Pset_filter(dcpl: hid_t, filter: c_int, flags: c_uint, cd_nelmts: usize,
                     cd_values: *const c_uint) -> herr_t;
                 fn H5PLprepend(search_path: *const c_char) -> herr_t;
@@ -85,12 +94,19 @@ macro_rules! __hdf5_declarations {
                 fn H5Iget_type(id: hid_t) -> c_int;
                 fn H5Iis_valid(id: hid_t) -> htri_t;
                 fn H5Iget_file_id(id: hid_t) -> hid_t;
+                fn H5Iget_name(id: hid_t, name: *mut c_char, size: usize) -> isize;
                 fn H5Tget_size(datatype: hid_t) -> usize;
+                fn H5Tequal(a: hid_t, b: hid_t) -> htri_t;
+                fn H5Tclose(datatype: hid_t) -> herr_t;
                 // Datasets.
                 fn H5Dcreate2(loc: hid_t, name: *const c_char, datatype: hid_t, space: hid_t,
                     lcpl: hid_t, dcpl: hid_t, dapl: hid_t) -> hid_t;
                 fn H5Dopen2(loc: hid_t, name: *const c_char, dapl: hid_t) -> hid_t;
                 fn H5Dget_space(dataset: hid_t) -> hid_t;
+                fn H5Dget_type(dataset: hid_t) -> hid_t;
+                fn H5Dget_create_plist(dataset: hid_t) -> hid_t;
+                fn H5Dget_access_plist(dataset: hid_t) -> hid_t;
+                fn H5Dget_offset(dataset: hid_t) -> haddr_t;
                 fn H5Dread(dataset: hid_t, mem_type: hid_t, mem_space: hid_t, file_space: hid_t,
                     dxpl: hid_t, buf: *mut c_void) -> herr_t;
                 fn H5Dwrite(dataset: hid_t, mem_type: hid_t, mem_space: hid_t, file_space: hid_t,
