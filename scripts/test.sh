@@ -15,11 +15,14 @@ export LIBCLANG_PATH="$(.venv/bin/python -c 'import clang, os; print(os.path.joi
 export BINDGEN_EXTRA_CLANG_ARGS="-isystem $(gcc -print-file-name=include)"
 
 cargo build --release -p h5gds-vfd -p h5gds-vfd-gds-compat
+# Nor do they refer to an HDF5 symbol: every HDF5 call goes through h5gds_runtime::hdf5's tables,
+# filled from the calling HDF5 at run time (an undefined H5* would bind to whichever HDF5 is global).
 for lib in libh5gds.so libhdf5_vfd_gds.so; do
-  readelf -d "target/release/$lib" | grep -q 'NEEDED.*libhdf5' && {
-    echo "target/release/$lib must not link libhdf5" >&2
+  if readelf -d "target/release/$lib" | grep -q 'NEEDED.*libhdf5' ||
+    nm -D --undefined-only "target/release/$lib" | grep -q ' H5'; then
+    echo "target/release/$lib must not link libhdf5 nor refer to HDF5's symbols" >&2
     exit 1
-  }
+  fi
 done
 readelf -d target/release/libhdf5_vfd_gds.so | grep -q 'SONAME.*\[libhdf5_vfd_gds.so.1\]' || {
   echo "target/release/libhdf5_vfd_gds.so must have vfd-gds's soname, libhdf5_vfd_gds.so.1" >&2
@@ -55,6 +58,16 @@ ln -sf "$PWD/target/debug/libh5gds_emu_nvcomp.so" "$emulator_libs/libnvcomp.so.6
 # A wheel clusters accept: glibc 2.28 symbols only (zig as linker), abi3, checked by auditwheel.
 scripts/build-wheel.sh target/wheels
 wheel=$(ls target/wheels/h5gds-*-cp39-abi3-manylinux_2_28_x86_64.whl)
+# The extension module, like the driver, links no libhdf5 and refers to no HDF5 symbol.
+module_dir=$(mktemp -d)
+.venv/bin/python -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("h5gds/_native.abi3.so", sys.argv[2])' \
+  "$wheel" "$module_dir"
+if readelf -d "$module_dir/h5gds/_native.abi3.so" | grep -q 'NEEDED.*libhdf5' ||
+  nm -D --undefined-only "$module_dir/h5gds/_native.abi3.so" | grep -q ' H5'; then
+  echo "$wheel: h5gds/_native.abi3.so must not link libhdf5 nor refer to HDF5's symbols" >&2
+  exit 1
+fi
+rm -rf "$module_dir"
 # The sdist builds a wheel where Rust is present (pip's own build, maturin fetched from PyPI),
 # from scratch: the sdist's files carry one fixed timestamp, so a reused build directory could
 # take its stale objects for fresh ones.

@@ -326,6 +326,175 @@ fn the_cycle_check_finds_a_cycle() {
     );
 }
 
+/// Where a source text binds an HDF5 function itself instead of through the one binding
+/// (`h5gds_runtime::hdf5::api`): a symbol looked up by name (`c"H5Dread"`, `b"H5Dread\0"`), a
+/// function declared in an `extern` block (`fn H5Dread(...);`, `static H5E_ERR_CLS_g`), or
+/// hdf5-metno-sys's declaration of one used (`hdf5_sys::h5d::H5Dread`; its constants and
+/// types, such as `H5P_DEFAULT` or `hid_t`, are no binding). One line per finding.
+fn hdf5_bindings(text: &str) -> Vec<String> {
+    // A name as HDF5 spells functions and globals (H5Dread, H5FD_get_class, H5E_ERR_CLS_g), not
+    // constants (H5P_DEFAULT) nor types (H5FD_t); plugins' entry points (H5PLget_plugin_info)
+    // are looked up in plugins, not in HDF5.
+    let is_hdf5_symbol = |name: &str| {
+        name.starts_with("H5")
+            && !name.starts_with("H5GDS")
+            && !name.starts_with("H5PLget_plugin_")
+            && (name.chars().any(|c| c.is_ascii_lowercase()) && !name.ends_with("_t"))
+    };
+    let word = |rest: &str| -> String {
+        rest.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut found = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        let at = number + 1;
+        for quote in ["c\"", "b\""] {
+            for (i, _) in code.match_indices(quote) {
+                let name = word(&code[i + 2..]);
+                if is_hdf5_symbol(&name) {
+                    found.push(format!("line {at}: looks up {name} by name"));
+                }
+            }
+        }
+        for (i, _) in code.match_indices('"') {
+            if code[..i].ends_with(['b', 'c']) {
+                continue; // a byte or C string: seen above
+            }
+            let name = word(&code[i + 1..]);
+            if is_hdf5_symbol(&name) && code[i + 1 + name.len()..].starts_with("\\0") {
+                found.push(format!("line {at}: looks up {name} by name"));
+            }
+        }
+        for keyword in ["fn ", "static "] {
+            for (i, _) in code.match_indices(keyword) {
+                let name = word(&code[i + keyword.len()..]);
+                let exported = code[..i].trim_end().ends_with("extern \"C\"");
+                if is_hdf5_symbol(&name) && !exported {
+                    found.push(format!("line {at}: declares {name}"));
+                }
+            }
+        }
+        for (i, _) in code.match_indices("hdf5_sys::") {
+            let path: String = code[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            let name = path.rsplit("::").next().unwrap_or("");
+            if is_hdf5_symbol(name) {
+                found.push(format!("line {at}: uses hdf5-metno-sys's {path}"));
+            }
+        }
+    }
+    found
+}
+
+/// Every `.rs` file under `dir`, by path.
+fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("a source directory") {
+        let path = entry.expect("an entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().and_then(|e| e.to_str()) == Some("rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn hdf5_functions_are_bound_only_in_the_runtimes_hdf5_api() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let binding = root.join("runtime/src/hdf5");
+    let dirs = [
+        "runtime/src",
+        "cufile-sys/src",
+        "nvcomp-sys/src",
+        "vfd/src",
+        "vfd-gds-compat/src",
+        "route/src",
+        "engine/src",
+        "gpu-codec/src",
+        "chunk-codec/src",
+        "array-io/src",
+        "python/src",
+        "info/src",
+        "cli/src",
+        "benches/src",
+        "emulators/cuda/src",
+        "emulators/nvcomp/src",
+        "tests",
+    ];
+    let mut files = Vec::new();
+    for dir in dirs {
+        rust_files(&root.join(dir), &mut files);
+    }
+    assert!(files.len() > 100, "{} Rust files", files.len());
+    let mut bound = Vec::new();
+    for file in files.iter().filter(|f| !f.starts_with(&binding)) {
+        let text = std::fs::read_to_string(file).expect("a source file");
+        for finding in hdf5_bindings(&text) {
+            bound.push(format!("{}: {finding}", file.display()));
+        }
+    }
+    assert!(
+        bound.is_empty(),
+        "HDF5 bound outside runtime/src/hdf5/api.rs (declare the function there and call it \
+         through a library's table, or array_io::hdf5_raw's linked one):\n{}",
+        bound.join("\n")
+    );
+    // The Python package calls HDF5 only through h5py and the extension: no ctypes binding.
+    let package = root.join("python/h5gds");
+    for entry in std::fs::read_dir(&package).expect("the package") {
+        let path = entry.expect("an entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("py") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("a module");
+        for (number, line) in text.lines().enumerate() {
+            let loads = ["CDLL", "cdll", "PyDLL"].iter().any(|l| line.contains(l));
+            let hdf5_call = line.match_indices(".H5").any(|(i, _)| {
+                line[i + 3..].starts_with(|c: char| c.is_ascii_uppercase())
+                    && line[i + 1..].contains('(')
+            });
+            assert!(
+                !hdf5_call && (!loads || !line.to_lowercase().contains("hdf5")),
+                "{}:{}: HDF5 through ctypes: {line}",
+                path.display(),
+                number + 1
+            );
+        }
+    }
+}
+
+#[test]
+fn the_hdf5_binding_check_finds_bindings() {
+    // Built with format! so that this file holds none of the texts it checks for.
+    let (read, open, global) = ("H5Dread", "H5FDopen", "H5E_ERR_CLS_g");
+    let (plugin_info, exported) = ("H5PLget_plugin_info", "H5Pset_fapl_gds");
+    let bound = [
+        format!("let p = libc::dlsym(handle, c\"{read}\".as_ptr());"),
+        format!("let p = lib.get(b\"{read}\\0\")?;"),
+        format!("extern \"C\" {{\n    fn {open}(name: *const c_char) -> *mut c_void;\n}}"),
+        format!("let f = hdf5_sys::h5d::{read}(d, t, m, f, p, buf);"),
+        format!("extern \"C\" {{ static {global}: hid_t; }}"),
+    ];
+    for text in &bound {
+        assert_eq!(hdf5_bindings(text).len(), 1, "{text}");
+    }
+    let not_bound = [
+        format!("let status = unsafe {{ (api.{read}?)(d, t, m, f, p, buf) }};"),
+        "let p = hdf5_sys::h5p::H5P_DEFAULT; let t: hdf5_sys::h5fd::H5FD_t;".to_string(),
+        format!("pub extern \"C\" fn {plugin_info}() -> *const c_void {{"),
+        format!("pub unsafe extern \"C\" fn {exported}(fapl: hid_t) -> herr_t {{"),
+        format!("// {read} through c\"{read}\""),
+        format!("let v = getenv(c\"{}\");", "H5GDS_LOG"),
+    ];
+    for text in &not_bound {
+        assert_eq!(hdf5_bindings(text), Vec::<String>::new(), "{text}");
+    }
+}
+
 /// Every package `krate` (a workspace crate) depends on, directly or through others: normal and
 /// build dependencies, with every feature on, workspace and external, by package name (an
 /// external crate's own name, not the name it is renamed to), from cargo's resolved graph.

@@ -52,7 +52,8 @@ fn register() -> std::result::Result<(hid_t, Registration), String> {
         };
     }
     // The class bound to the HDF5 this program calls (the one defining H5FDregister).
-    let class = h5gds::class_for_hdf5_at(hdf5_sys::h5fd::H5FDregister as *const std::ffi::c_void);
+    let hdf5_code = hdf5_raw::linked_code_address().map_err(|e| e.to_string())?;
+    let class = h5gds::class_for_hdf5_at(hdf5_code);
     // SAFETY: the h5gds class is a static of HDF5 1.14.4+/2.x's H5FD_class_t layout (tested in
     // h5gds against the C headers).
     let id = unsafe { hdf5_raw::register_driver(class.cast()) }.map_err(|e| e.to_string())?;

@@ -7,7 +7,9 @@
 //! the plugin or by id for the in-process class) and files opened with them (hdf5-metno's
 //! `FileBuilder` rebuilds the list and rejects unknown drivers); `H5Dread`/`H5Dwrite` with a
 //! pointer that may be device memory; selections that are unions of blocks; driver registration
-//! and lookup; the plugin search path. Every call runs under hdf5-metno's library lock.
+//! and lookup; the plugin search path. Every call runs under hdf5-metno's library lock, through
+//! the table of the HDF5 linked into the program ([`linked_hdf5`], from the one declaration of
+//! HDF5's functions in `h5gds_runtime::hdf5::api`).
 //!
 //! Why a module of array-io and not a crate of its own: array-io is the workspace's HDF5 layer
 //! (it links hdf5-metno and registers the driver), and every other user already needs either
@@ -16,16 +18,29 @@
 //! Python package, inside h5py's) cannot use this module; what it shares with array-io is the
 //! decision of how data may reach device memory, which lives in `route` over plain data.
 
+use h5gds_runtime::hdf5::MissingSymbol;
 use hdf5::plist::{DatasetAccess, FileAccess};
 use hdf5::{Dataset, Dataspace, Datatype, File};
 use hdf5_sys::h5::herr_t;
-use hdf5_sys::h5::hsize_t;
 use hdf5_sys::h5i::hid_t;
 use hdf5_sys::h5s::{H5S_seloper_t, H5S_ALL};
 use std::ffi::{c_void, CString};
 use std::path::Path;
 
 pub use hdf5::Result;
+
+h5gds_runtime::linked_hdf5_api!();
+
+/// A function of the linked HDF5's table, or an error naming the one it lacks.
+fn linked<F>(found: std::result::Result<F, MissingSymbol>) -> Result<F> {
+    found.map_err(|missing| hdf5::Error::from(format!("the linked HDF5: {missing}")))
+}
+
+/// An address inside the linked HDF5's code (its `H5FDregister`), by which the driver recognises
+/// the HDF5 it registers into.
+pub fn linked_code_address() -> Result<*const c_void> {
+    Ok(linked(linked_hdf5().H5FDregister)? as *const c_void)
+}
 
 /// Runs `f` holding HDF5's library lock (hdf5-metno's, reentrant).
 pub fn locked<T>(f: impl FnOnce() -> T) -> T {
@@ -93,16 +108,14 @@ pub fn file_access(driver: &FileDriver) -> Result<FileAccess> {
         FileDriver::ByName { name, config } => {
             let name = c_string(name.as_bytes(), "the driver name")?;
             let config = c_string(config.as_bytes(), "the driver config")?;
+            let set = linked(linked_hdf5().H5Pset_driver_by_name)?;
             // SAFETY: a valid list and two C strings that outlive the call.
-            check(locked(|| unsafe {
-                hdf5_sys::h5p::H5Pset_driver_by_name(fapl.id(), name.as_ptr(), config.as_ptr())
-            }) as i64)?;
+            check(locked(|| unsafe { set(fapl.id(), name.as_ptr(), config.as_ptr()) }) as i64)?;
         }
         FileDriver::Registered(id) => {
+            let set = linked(linked_hdf5().H5Pset_driver)?;
             // SAFETY: a valid list; HDF5 checks the id; the drivers used here take no info.
-            check(locked(|| unsafe {
-                hdf5_sys::h5p::H5Pset_driver(fapl.id(), *id, std::ptr::null())
-            }) as i64)?;
+            check(locked(|| unsafe { set(fapl.id(), *id, std::ptr::null()) }) as i64)?;
         }
     }
     Ok(fapl)
@@ -110,19 +123,19 @@ pub fn file_access(driver: &FileDriver) -> Result<FileAccess> {
 
 /// The id of the driver `fapl` selects (hdf5-metno names only the drivers it knows).
 pub fn selected_driver(fapl: &FileAccess) -> Result<hid_t> {
+    let get = linked(linked_hdf5().H5Pget_driver)?;
     // SAFETY: a valid list.
-    check(locked(|| unsafe {
-        hdf5_sys::h5p::H5Pget_driver(fapl.id())
-    }))
+    check(locked(|| unsafe { get(fapl.id()) }))
 }
 
 /// Creates (truncating) the file at `path` with `fapl`.
 pub fn create_file(path: &Path, fapl: &FileAccess) -> Result<File> {
     let name = c_path(path)?;
+    let create = linked(linked_hdf5().H5Fcreate)?;
     locked(|| {
         // SAFETY: a valid C string and list.
         let id = unsafe {
-            hdf5_sys::h5f::H5Fcreate(
+            create(
                 name.as_ptr(),
                 hdf5_sys::h5f::H5F_ACC_TRUNC,
                 hdf5_sys::h5p::H5P_DEFAULT,
@@ -137,11 +150,10 @@ pub fn create_file(path: &Path, fapl: &FileAccess) -> Result<File> {
 /// Opens the file at `path` read-only with `fapl`.
 pub fn open_file(path: &Path, fapl: &FileAccess) -> Result<File> {
     let name = c_path(path)?;
+    let open = linked(linked_hdf5().H5Fopen)?;
     locked(|| {
         // SAFETY: a valid C string and list.
-        let id = unsafe {
-            hdf5_sys::h5f::H5Fopen(name.as_ptr(), hdf5_sys::h5f::H5F_ACC_RDONLY, fapl.id())
-        };
+        let id = unsafe { open(name.as_ptr(), hdf5_sys::h5f::H5F_ACC_RDONLY, fapl.id()) };
         // SAFETY: a fresh id, owned by the File from here on.
         unsafe { hdf5::from_id(check(id)?) }
     })
@@ -161,13 +173,15 @@ pub fn create_filtered_dataset(
     cd_values: &[u32],
 ) -> Result<Dataset> {
     let c_name = c_string(name.as_bytes(), "the dataset name")?;
+    let api = linked_hdf5();
+    let (set_filter, create) = (linked(api.H5Pset_filter)?, linked(api.H5Dcreate2)?);
     locked(|| {
         let dcpl = hdf5::plist::DatasetCreate::build()
             .chunk(chunk.iter().map(|&c| c as usize).collect::<Vec<_>>())
             .finish()?;
         // SAFETY: a valid list; cd_values has cd_values.len() entries.
         check(unsafe {
-            hdf5_sys::h5p::H5Pset_filter(
+            set_filter(
                 dcpl.id(),
                 filter,
                 hdf5_sys::h5z::H5Z_FLAG_OPTIONAL,
@@ -181,7 +195,7 @@ pub fn create_filtered_dataset(
         let space = Dataspace::try_new(shape.iter().map(|&d| d as usize).collect::<Vec<_>>())?;
         // SAFETY: valid ids and C string.
         let id = unsafe {
-            hdf5_sys::h5d::H5Dcreate2(
+            create(
                 file.id(),
                 c_name.as_ptr(),
                 dtype.id(),
@@ -200,9 +214,10 @@ pub fn create_filtered_dataset(
 /// default list only).
 pub fn open_dataset(file: &File, name: &str, dapl: &DatasetAccess) -> Result<Dataset> {
     let c_name = c_string(name.as_bytes(), "the dataset name")?;
+    let open = linked(linked_hdf5().H5Dopen2)?;
     locked(|| {
         // SAFETY: a valid location, C string and list.
-        let id = unsafe { hdf5_sys::h5d::H5Dopen2(file.id(), c_name.as_ptr(), dapl.id()) };
+        let id = unsafe { open(file.id(), c_name.as_ptr(), dapl.id()) };
         // SAFETY: a fresh id, owned by the Dataset from here on.
         unsafe { hdf5::from_id(check(id)?) }
     })
@@ -211,8 +226,9 @@ pub fn open_dataset(file: &File, name: &str, dapl: &DatasetAccess) -> Result<Dat
 /// Puts `dir` first on HDF5's plugin search path.
 pub fn prepend_plugin_path(dir: &Path) -> Result<()> {
     let dir = c_path(dir)?;
+    let prepend = linked(linked_hdf5().H5PLprepend)?;
     // SAFETY: a valid C string.
-    check(locked(|| unsafe { hdf5_sys::h5pl::H5PLprepend(dir.as_ptr()) }) as i64).map(drop)
+    check(locked(|| unsafe { prepend(dir.as_ptr()) }) as i64).map(drop)
 }
 
 /// A block of elements: `start` and `count` per dimension.
@@ -230,10 +246,15 @@ pub fn select_blocks(shape: &[u64], blocks: &[Block]) -> Result<Dataspace> {
     if shape.is_empty() {
         return Ok(space); // a scalar: its one element is selected
     }
+    let api = linked_hdf5();
+    let (select_none, select) = (
+        linked(api.H5Sselect_none)?,
+        linked(api.H5Sselect_hyperslab)?,
+    );
     locked(|| {
         if blocks.is_empty() {
             // SAFETY: a valid dataspace.
-            check(unsafe { hdf5_sys::h5s::H5Sselect_none(space.id()) } as i64)?;
+            check(unsafe { select_none(space.id()) } as i64)?;
         }
         for (k, (start, count)) in blocks.iter().enumerate() {
             if start.len() != shape.len() || count.len() != shape.len() {
@@ -252,12 +273,12 @@ pub fn select_blocks(shape: &[u64], blocks: &[Block]) -> Result<Dataspace> {
             };
             // SAFETY: start and count hold one entry per dimension (checked above).
             let status = unsafe {
-                hdf5_sys::h5s::H5Sselect_hyperslab(
+                select(
                     space.id(),
-                    op,
-                    start.as_ptr() as *const hsize_t,
+                    op as std::ffi::c_int,
+                    start.as_ptr(),
                     std::ptr::null(),
-                    count.as_ptr() as *const hsize_t,
+                    count.as_ptr(),
                     std::ptr::null(),
                 )
             };
@@ -302,10 +323,9 @@ pub unsafe fn read(
     buf: *mut c_void,
 ) -> Result<()> {
     let (d, t, p) = (dset.id(), mem_type.id(), hdf5_sys::h5p::H5P_DEFAULT);
+    let read = linked(linked_hdf5().H5Dread)?;
     // SAFETY: valid ids; `buf` as the caller guarantees.
-    dataset_io(spaces, |m, f| unsafe {
-        hdf5_sys::h5d::H5Dread(d, t, m, f, p, buf)
-    })
+    dataset_io(spaces, |m, f| unsafe { read(d, t, m, f, p, buf) })
 }
 
 /// Writes to `dset` from memory at `buf`, which may be device memory when the driver takes it.
@@ -319,10 +339,9 @@ pub unsafe fn write(
     buf: *const c_void,
 ) -> Result<()> {
     let (d, t, p) = (dset.id(), mem_type.id(), hdf5_sys::h5p::H5P_DEFAULT);
+    let write = linked(linked_hdf5().H5Dwrite)?;
     // SAFETY: valid ids; `buf` as the caller guarantees.
-    dataset_io(spaces, |m, f| unsafe {
-        hdf5_sys::h5d::H5Dwrite(d, t, m, f, p, buf)
-    })
+    dataset_io(spaces, |m, f| unsafe { write(d, t, m, f, p, buf) })
 }
 
 /// One `H5Dread`/`H5Dwrite` (`call`, given the memory and file space ids) under HDF5's lock.
@@ -345,10 +364,11 @@ pub unsafe fn read_chunk(
 ) -> Result<u32> {
     let mut mask = 0u32;
     let mut len = size;
+    let read = linked(linked_hdf5().H5Dread_chunk2)?;
     // SAFETY: valid id; `offset` has one entry per dimension; `buf` as the caller guarantees,
     // and HDF5 2.x refuses a chunk larger than `len`.
     check(locked(|| unsafe {
-        hdf5_sys::h5d::H5Dread_chunk2(
+        read(
             dset.id(),
             hdf5_sys::h5p::H5P_DEFAULT,
             offset.as_ptr(),
@@ -365,17 +385,13 @@ pub unsafe fn read_chunk(
 /// hdf5-metno lacks).
 pub fn chunk_info_by_coord(dset: &Dataset, offset: &[u64]) -> Result<Option<(usize, u32, u64)>> {
     let (mut mask, mut addr, mut size) = (0u32, hdf5_sys::h5::HADDR_UNDEF, 0u64);
-    // SAFETY: valid id; `offset` has one entry per dimension (the caller's chunk grid); the
-    // out-pointers are valid.
-    check(locked(|| unsafe {
-        hdf5_sys::h5d::H5Dget_chunk_info_by_coord(
-            dset.id(),
-            offset.as_ptr(),
-            &mut mask,
-            &mut addr,
-            &mut size,
-        )
-    }) as i64)?;
+    let info = linked(linked_hdf5().H5Dget_chunk_info_by_coord)?;
+    let status = locked(|| {
+        // SAFETY: valid id; `offset` has one entry per dimension (the caller's chunk grid); the
+        // out-pointers are valid.
+        unsafe { info(dset.id(), offset.as_ptr(), &mut mask, &mut addr, &mut size) }
+    });
+    check(status as i64)?;
     Ok((addr != hdf5_sys::h5::HADDR_UNDEF && size > 0).then_some((size as usize, mask, addr)))
 }
 
@@ -386,15 +402,16 @@ pub fn chunk_info_by_coord(dset: &Dataset, offset: &[u64]) -> Result<Option<(usi
 pub fn read_only_descriptor(file: &File) -> Option<i32> {
     let userblock = file.create_plist().ok()?.userblock();
     let (mut intent, mut handle) = (hdf5_sys::h5f::H5F_ACC_RDWR, std::ptr::null_mut());
+    let api = linked_hdf5();
+    let (intent_of, handle_of) = (api.H5Fget_intent.ok()?, api.H5Fget_vfd_handle.ok()?);
     // SAFETY: a valid file id; valid out-pointers; the handle sec2 and gds hand out points to
     // the descriptor (an int), read at once.
     locked(|| unsafe {
-        let read_only = hdf5_sys::h5f::H5Fget_intent(file.id(), &mut intent) >= 0
-            && intent & hdf5_sys::h5f::H5F_ACC_RDWR == 0;
+        let read_only =
+            intent_of(file.id(), &mut intent) >= 0 && intent & hdf5_sys::h5f::H5F_ACC_RDWR == 0;
         let ok = read_only
             && userblock == 0
-            && hdf5_sys::h5f::H5Fget_vfd_handle(file.id(), hdf5_sys::h5p::H5P_DEFAULT, &mut handle)
-                >= 0
+            && handle_of(file.id(), hdf5_sys::h5p::H5P_DEFAULT, &mut handle) >= 0
             && !handle.is_null();
         ok.then(|| *handle.cast::<i32>())
     })
@@ -412,9 +429,10 @@ pub unsafe fn write_chunk(
     buf: *const c_void,
     size: usize,
 ) -> Result<()> {
+    let write = linked(linked_hdf5().H5Dwrite_chunk)?;
     // SAFETY: valid id; `offset` has one entry per dimension; `buf` as the caller guarantees.
     check(locked(|| unsafe {
-        hdf5_sys::h5d::H5Dwrite_chunk(
+        write(
             dset.id(),
             hdf5_sys::h5p::H5P_DEFAULT,
             filter_mask,
@@ -504,10 +522,14 @@ pub fn write_from<T: Copy>(
 
 /// The id of the driver registered with `value`, if one is.
 pub fn registered_driver(value: i32) -> Result<Option<hid_t>> {
+    let api = linked_hdf5();
+    let (is_registered, set_by_value) = (
+        linked(api.H5FDis_driver_registered_by_value)?,
+        linked(api.H5Pset_driver_by_value)?,
+    );
     locked(|| {
         // SAFETY: a plain query.
-        let registered =
-            check(unsafe { hdf5_sys::h5fd::H5FDis_driver_registered_by_value(value) } as i64)?;
+        let registered = check(unsafe { is_registered(value) } as i64)?;
         if registered == 0 {
             return Ok(None);
         }
@@ -516,8 +538,7 @@ pub fn registered_driver(value: i32) -> Result<Option<hid_t>> {
         let fapl = FileAccess::try_new()?;
         check(
             // SAFETY: a valid list; no config string.
-            unsafe { hdf5_sys::h5p::H5Pset_driver_by_value(fapl.id(), value, std::ptr::null()) }
-                as i64,
+            unsafe { set_by_value(fapl.id(), value, std::ptr::null()) } as i64,
         )?;
         selected_driver(&fapl).map(Some)
     })
@@ -529,17 +550,20 @@ pub fn registered_driver(value: i32) -> Result<Option<hid_t>> {
 /// `class` must point to a valid `H5FD_class_t` of the linked HDF5's layout that lives for the
 /// rest of the process.
 pub unsafe fn register_driver(class: *const c_void) -> Result<hid_t> {
-    // SAFETY: as the caller guarantees; hdf5-metno-sys's own struct differs, hence the cast.
-    check(locked(|| unsafe {
-        hdf5_sys::h5fd::H5FDregister(class.cast())
-    }))
+    let register = linked(linked_hdf5().H5FDregister)?;
+    // SAFETY: as the caller guarantees.
+    check(locked(|| unsafe { register(class) }))
 }
+
+/// `H5FD_MEM_DRAW`: raw data, the type of the bytes a collective write puts into a dataset.
+const H5FD_MEM_DRAW: std::ffi::c_int = 3;
 
 /// A file opened through HDF5's public driver API (`H5FDopen`): bytes at addresses through a
 /// driver's I/O engine, with no HDF5 metadata read or written. The collective write uses it so
 /// that every MPI rank writes its own bytes of a dataset rank 0 created.
 pub struct DriverFile {
-    file: *mut hdf5_sys::h5fd::H5FD_t,
+    /// The `H5FD_t *` of the open file (null once closed).
+    file: *mut c_void,
 }
 
 impl DriverFile {
@@ -548,9 +572,10 @@ impl DriverFile {
         let name = c_path(path)?;
         // The largest address of a signed 64-bit file offset, as sec2's and gds's maxaddr.
         const MAXADDR: u64 = (1 << 63) - 1;
+        let open = linked(linked_hdf5().H5FDopen)?;
         // SAFETY: a valid C string and list.
         let file = locked(|| unsafe {
-            hdf5_sys::h5fd::H5FDopen(
+            open(
                 name.as_ptr(),
                 hdf5_sys::h5f::H5F_ACC_RDWR,
                 fapl.id(),
@@ -566,11 +591,9 @@ impl DriverFile {
 
     /// Sets the end of the address space: writes must lie below it.
     pub fn set_eoa(&self, eoa: u64) -> Result<()> {
+        let set_eoa = linked(linked_hdf5().H5FDset_eoa)?;
         // SAFETY: an open driver file.
-        check(locked(|| unsafe {
-            hdf5_sys::h5fd::H5FDset_eoa(self.file, hdf5_sys::h5fd::H5FD_MEM_DRAW, eoa)
-        }) as i64)
-        .map(drop)
+        check(locked(|| unsafe { set_eoa(self.file, H5FD_MEM_DRAW, eoa) }) as i64).map(drop)
     }
 
     /// Writes `len` bytes at file address `addr` as raw data; `buf` may be device memory, which
@@ -580,11 +603,12 @@ impl DriverFile {
     /// `buf` must be valid for reads of `len` bytes (host memory, or device memory under the
     /// `gds` driver).
     pub unsafe fn write(&self, addr: u64, len: usize, buf: *const c_void) -> Result<()> {
+        let write = linked(linked_hdf5().H5FDwrite)?;
         // SAFETY: an open driver file; `buf` as the caller guarantees.
         check(locked(|| unsafe {
-            hdf5_sys::h5fd::H5FDwrite(
+            write(
                 self.file,
-                hdf5_sys::h5fd::H5FD_MEM_DRAW,
+                H5FD_MEM_DRAW,
                 hdf5_sys::h5p::H5P_DEFAULT,
                 addr,
                 len,
@@ -597,31 +621,28 @@ impl DriverFile {
     /// Closes the file (its descriptor), reporting a failed close.
     pub fn close(mut self) -> Result<()> {
         let file = std::mem::replace(&mut self.file, std::ptr::null_mut());
+        let close = linked(linked_hdf5().H5FDclose)?;
         // SAFETY: an open driver file, closed once (Drop skips a null pointer).
-        check(locked(|| unsafe { hdf5_sys::h5fd::H5FDclose(file) }) as i64).map(drop)
+        check(locked(|| unsafe { close(file) }) as i64).map(drop)
     }
 }
 
 impl Drop for DriverFile {
     fn drop(&mut self) {
-        if !self.file.is_null() {
+        if let (false, Ok(close)) = (self.file.is_null(), linked_hdf5().H5FDclose) {
             // SAFETY: an open driver file, closed once; a failure here has no one to report to.
-            locked(|| unsafe { hdf5_sys::h5fd::H5FDclose(self.file) });
+            locked(|| unsafe { close(self.file) });
         }
     }
 }
 
-extern "C" {
-    /// HDF5's library-private map from a driver id to its class: the public API has none
-    /// (`H5Iobject_verify` refuses library id types). Every HDF5 1.14 and 2.x build has it, and
-    /// the HDF5 of a Rust program here is linked statically, so the symbol is always there.
-    fn H5FD_get_class(id: hid_t) -> *const c_void;
-}
-
-/// HDF5's copy of the class registered as driver `id` (HDF5 keeps one per registration).
+/// HDF5's copy of the class registered as driver `id` (HDF5 keeps one per registration), through
+/// HDF5's library-private `H5FD_get_class`: the public API maps no driver id to its class
+/// (`H5Iobject_verify` refuses library id types).
 pub fn driver_class(id: hid_t) -> Result<*const c_void> {
+    let get_class = linked(linked_hdf5().H5FD_get_class)?;
     // SAFETY: a plain lookup under the lock; HDF5 checks the id and its type.
-    let class = locked(|| unsafe { H5FD_get_class(id) });
+    let class = locked(|| unsafe { get_class(id) });
     if class.is_null() {
         return Err(format!("{id} is not a registered file driver").into());
     }

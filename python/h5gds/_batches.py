@@ -1,7 +1,7 @@
 """``batches``: shuffled batches of rows for training loops, each read on a background thread while
-the caller uses the one before. A thin loop over ``h5gds.read``'s gathers (``_io``, ``_gather``): from
-a read-only file they need no HDF5 lock, so the read of the next batch overlaps the caller's work
-instead of waiting for it. Importing h5gds imports no GPU library; ``like=`` imports it when asked."""
+the caller uses the one before. A thin loop over ``h5gds.read``'s gathers (``_io``, then
+``_native.gather_dataset``): from a read-only file they need no HDF5 lock, so the read of the next
+batch overlaps the caller's work instead of waiting for it. Importing h5gds imports no GPU library; ``like=`` imports it when asked."""
 
 import concurrent.futures
 import numbers

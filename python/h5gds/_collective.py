@@ -14,7 +14,6 @@ dimension) are stacked; ``"grid"`` or ``(rows, cols)``: a 2-D block grid over th
 rank r at grid position ``(r // cols, r % cols)``.
 """
 
-import ctypes
 import math
 import os
 
@@ -23,7 +22,6 @@ import numpy as np
 from h5py._objects import phil
 
 from . import _arrays, _native
-from ._driver import HDF5_LIBRARY
 
 
 class CollectiveError(RuntimeError):
@@ -101,62 +99,13 @@ def tile_of(shape, rank, ranks, decomposition=None):
     return tuple(slice(s, s + c) for s, c in zip(start, count))
 
 
-# --- HDF5's public driver API, in h5py's HDF5 ---------------------------------------------------
-
-_H5F_ACC_RDWR = 1
-_H5FD_MEM_DRAW = 3
-_H5P_DEFAULT = 0
-_MAXADDR = (1 << 63) - 1
-
-
-class _ErrorRecord(ctypes.Structure):
-    _fields_ = [("cls_id", ctypes.c_int64), ("maj_num", ctypes.c_int64),
-                ("min_num", ctypes.c_int64), ("line", ctypes.c_uint),
-                ("func_name", ctypes.c_char_p), ("file_name", ctypes.c_char_p),
-                ("desc", ctypes.c_char_p)]
-
-
-_WALK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint, ctypes.POINTER(_ErrorRecord), ctypes.c_void_p)
-_lib = None
-
-
-def _hdf5():
-    """h5py's HDF5 library (already loaded: the handle is the same), with the calls used here."""
-    global _lib
-    if _lib is None:
-        lib = ctypes.CDLL(HDF5_LIBRARY)
-        lib.H5FDopen.restype = ctypes.c_void_p
-        lib.H5FDopen.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_int64, ctypes.c_uint64]
-        lib.H5FDset_eoa.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
-        lib.H5FDwrite.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_uint64,
-                                  ctypes.c_size_t, ctypes.c_void_p]
-        lib.H5FDclose.argtypes = [ctypes.c_void_p]
-        lib.H5Ewalk2.argtypes = [ctypes.c_int64, ctypes.c_int, _WALK, ctypes.c_void_p]
-        _lib = lib
-    return _lib
-
-
-def _stack(lib):
-    """The current HDF5 error stack, innermost record first, as text."""
-    lines = []
-
-    def visit(_n, record, _data):
-        r = record.contents
-        lines.append(f"{(r.func_name or b'?').decode(errors='replace')}(): "
-                     f"{(r.desc or b'').decode(errors='replace')}")
-        return 0
-
-    lib.H5Ewalk2(0, 0, _WALK(visit), None)
-    return "; ".join(lines) or "no HDF5 error record"
-
-
 def _write_tile(tmp, path, view, offset, end, box_start, shape, use_gds):
     """Writes the tile ``view`` (its runs of the box at ``box_start``) into ``tmp``. A host tile's
-    runs go to ``H5FDwrite`` from here; a device tile's through the extension, which checks the
+    runs go to ``H5FDwrite`` as they are; a device tile's through the extension, which checks the
     memory with CUDA, waits for the producer's stream and hands the device pointer to the ``gds``
     driver, or, when the file is opened with sec2 (``H5GDS_USE_VFD_GDS=0``), copies the tile to
-    pinned host memory piece by piece first."""
-    lib = _hdf5()
+    pinned host memory piece by piece first. The file is opened through HDF5's public driver API
+    (``H5FDopen``) in h5py's HDF5, by the extension."""
     size = view.dtype.itemsize
     if not view.c_contiguous:
         raise ValueError("the tile is not C-contiguous in memory and could not be made so")
@@ -167,28 +116,31 @@ def _write_tile(tmp, path, view, offset, end, box_start, shape, use_gds):
             _native.set_fapl(fapl.id, _native.config_string({}))
         else:
             fapl.set_fapl_sec2()
-        handle = lib.H5FDopen(os.fsencode(tmp), _H5F_ACC_RDWR, fapl.id, _MAXADDR)
-        if not handle:
-            raise OSError(f"{path!r}: opening the file for the tile's bytes: {_stack(lib)}")
         try:
-            if lib.H5FDset_eoa(handle, _H5FD_MEM_DRAW, end) < 0:
-                raise OSError(f"{path!r}: setting the end of address: {_stack(lib)}")
+            handle = _native.driver_file_open(os.fsencode(tmp), fapl.id, end)
+        except OSError as err:
+            raise OSError(f"{path!r}: {err}") from None
+        try:
             if view.device is None:
-                for file_at, at, length in runs:
-                    if lib.H5FDwrite(handle, _H5FD_MEM_DRAW, _H5P_DEFAULT, file_at, length,
-                                     view.address + at) < 0:
-                        raise OSError(f"{path!r}: writing the tile: {_stack(lib)}")
+                try:
+                    _native.host_tile_write(handle, runs, view.address)
+                except OSError as err:
+                    raise OSError(f"{path!r}: {err}") from None
             else:
                 try:
-                    _native.device_tile_write(handle, runs, view.address, view.nbytes, size,
-                                              view.device[1], view.stream, use_gds)
+                    _native.device_tile_write(handle, runs, view, size, use_gds)
                 except (OSError, ValueError) as err:
                     raise type(err)(f"{path!r}: writing the tile from device memory: {err}") \
                         from None
         finally:
-            closed = lib.H5FDclose(handle)
-        if closed < 0:
-            raise OSError(f"{path!r}: closing the file: {_stack(lib)}")
+            try:
+                _native.driver_file_close(handle)
+            except OSError as err:
+                closed = OSError(f"{path!r}: {err}")
+            else:
+                closed = None
+        if closed is not None:
+            raise closed
 
 
 # --- the collective calls -----------------------------------------------------------------------

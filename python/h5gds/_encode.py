@@ -203,8 +203,7 @@ def host_copy(array, shape, dtype):
     if view.device is None:
         return array if isinstance(array, np.ndarray) else np.from_dlpack(array)
     host = np.empty(shape, dtype=dtype)
-    _native.device_copy(view.address, view.nbytes, view.device[1], view.stream, host.ctypes.data,
-                        False)
+    _native.device_copy(view, host.ctypes.data, False)
     return host
 
 

@@ -1,18 +1,17 @@
-"""``h5gds.read`` and ``h5gds.write``: a dataset's bytes into or out of an array through h5py's own
-HDF5 (H5Dread/H5Dwrite), under h5py's lock, with the GIL released while bytes move. Host reads of
-read-only files are served with no HDF5 call where ``_layout`` resolved the dataset's storage
-(threads then read at once); other host arrays go through HDF5 as they are (compressed chunks read
-raw and decoded by h5gds on all cores where it decodes the filters); device arrays through ``_device`` (straight through the ``gds``
-driver where the layout allows, else staged through pinned host memory)."""
+"""``h5gds.read`` and ``h5gds.write``: the arguments checked and the array converted here, then one
+native call (``_native.read_dataset`` / ``write_dataset``, python/src/io_call.rs) that asks HDF5 how
+the dataset is stored and moves the bytes with the GIL released: read-only files' datasets with no
+HDF5 call where their layout serves the read (``_layout``), compressed chunks decoded by h5gds on
+all cores, device arrays straight through the ``gds`` driver, staged through pinned host memory or
+decoded on the GPU, else one H5Dread/H5Dwrite under h5py's lock. A dataset whose layout is
+remembered is read by ``_native.read_known_layout`` before any of this (rows read by threads)."""
 
 import h5py
 import numpy as np
-from h5py import h5d, h5t
 from h5py._objects import phil
 
-from . import _arrays, _device, _layout, _native
-from ._gather import gather
-from ._selection import Gather, hyperslab, selection
+from . import _arrays, _layout, _native
+from ._selection import Gather, first_axis_only, hyperslab, selection
 
 
 class _Name:
@@ -81,54 +80,6 @@ def _check(view, role, dtype, shape, name, writable):
     return view._replace(dtype=dtype, shape=tuple(shape)) if inner else view
 
 
-def _decoded_by_h5gds(dsid, mem_type, view, slab, name):
-    """Reads a selection of a chunked, filtered dataset into the host array ``view`` with its
-    chunks decoded by h5gds on the driver's I/O threads, where it decodes the filters and HDF5
-    would convert nothing; False when HDF5 is to read it (nothing was read). Under ``phil``."""
-    dcpl = dsid.get_create_plist()
-    if dcpl.get_layout() != h5d.CHUNKED:
-        return False
-    nfilters = dcpl.get_nfilters()
-    if nfilters == 0 or not dsid.get_type().equal(mem_type):
-        return False
-    filters = [(code, list(values)) for code, _flags, values, _name in
-               (dcpl.get_filter(i) for i in range(nfilters))]
-    reason = _native.host_decode_read(
-        dsid.id, mem_type.id, list(slab.start), list(slab.step), list(slab.count), list(slab.shape),
-        view.address, view.nbytes, list(dcpl.get_chunk()), filters, str(name),
-    )
-    return reason is None
-
-
-def _transfer(write, dset, view, slab, role, name):
-    if view.device is not None:
-        # A read-only file's dataset, where the driver would stage the read too: read with no HDF5
-        # call into pinned memory and copied up (_layout). Bools go through the driver's path,
-        # which refuses bytes other than 0 and 1.
-        if not write and view.dtype.base != np.bool_:
-            found = _layout.layout(dset, view.dtype)
-            if found is not None and found.read_to_device(
-                    list(slab.start), list(slab.step), list(slab.count), view.address, view.nbytes,
-                    view.device[1], view.stream):
-                return
-        _device.transfer(write, dset, view, slab, role, str(name))
-        return
-    if not write:
-        # A read-only file's dataset: served with no HDF5 call, threads at once (_layout).
-        found = _layout.layout(dset, view.dtype)
-        if found is not None and found.read(list(slab.start), list(slab.step), list(slab.count), view.address,
-                                            view.nbytes):
-            return
-    with phil:
-        mem_type = h5t.py_create(view.dtype)
-        if not write and _decoded_by_h5gds(dset.id, mem_type, view, slab, name):
-            return
-        _native.dataset_io(
-            write, dset.id.id, mem_type.id, list(slab.start), list(slab.step), list(slab.count),
-            list(slab.shape), view.address, view.nbytes,
-        )
-
-
 def read(dset, out=None, sel=None):
     """Reads ``dset[sel]`` (all of it when ``sel`` is None) into ``out`` and returns ``out``; a new
     NumPy array when ``out`` is None. ``sel``: ints, slices (steps of 1 or more) and ``...``; or a
@@ -140,19 +91,21 @@ def read(dset, out=None, sel=None):
     """
     # A read-only file's dataset already read once, all of it or rows of it into NumPy (or into a
     # device array where the layout serves it): checked and read in one native call (threads
-    # reading rows then hold the GIL only briefly).
-    known = _native.read_known_layout(_layout._layouts, dset, out, sel)
-    if known is not None:
-        return known
+    # reading rows then hold the GIL only briefly); other selections go straight to the general
+    # path's one call.
+    if _layout.remembered(dset) and first_axis_only(sel):
+        known = _native.read_known_layout(_layout._layouts, dset, out, sel)
+        if known is not None:
+            return known
     shape, dtype, name = _dataset(dset)
     slab = selection(sel, shape)
     if out is None:
         out = np.empty(slab.shape, dtype=dtype)
     view = _check(_arrays.view(out, "out"), "out", dtype, slab.shape, name, writable=True)
     if isinstance(slab, Gather):
-        gather(dset, view, slab, name)
+        _native.gather_dataset(dset, view, slab, shape[0])
     else:
-        _transfer(False, dset, view, slab, "out", name)
+        _native.read_dataset(dset, view, slab)
     return out
 
 
@@ -182,4 +135,4 @@ def write(dset, array, sel=None):
     shape, dtype, name = _dataset(dset)
     slab = hyperslab(sel, shape)
     view = _check(_arrays.view(array, "array"), "array", dtype, slab.shape, name, writable=False)
-    _transfer(True, dset, view, slab, "array", name)
+    _native.write_dataset(dset, view, slab)

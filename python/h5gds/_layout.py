@@ -3,12 +3,12 @@
 from any number of threads at once with neither h5py's lock nor the GIL held. Only where the storage
 cannot change: the file open read-only and not for SWMR reading, through sec2 or gds with no user block,
 the stored type the memory type; contiguous datasets with allocated storage, and chunked ones unfiltered
-or with a pipeline h5gds decodes. Everything else goes through HDF5, as does a read touching chunks
-never written."""
+or with a pipeline h5gds decodes (``_native.Layout.resolve`` decides, with HDF5's calls). Everything
+else goes through HDF5, as does a read touching chunks never written."""
 
 import weakref
 
-from h5py import h5d, h5t
+from h5py import h5t
 from h5py._objects import phil
 
 from . import _native
@@ -27,15 +27,33 @@ def resolved(dsid):
     return None
 
 
+def remembered(dset):
+    """Whether a layout is remembered for ``dset``'s DatasetID (no HDF5 call, no lock): then
+    ``_native.read_known_layout`` may serve its reads."""
+    entry = _layouts.get(id(getattr(dset, "_id", None)))
+    return entry is not None and entry[1] is not None
+
+
 def layout(dset, dtype):
     """The ``_native.Layout`` of ``dset`` for reads into ``dtype``, or None (HDF5 reads it)."""
     dsid = dset.id
     known = resolved(dsid)
     if known is not None:
         return known[0]
-    key = id(dsid)
+    found = None
     with phil:
-        found = _resolve(dset, dsid, dtype)
+        if dsid.valid and not dtype.hasobject:
+            mem_type = h5t.py_create(dtype)  # (held: the id is open while it lives)
+            found = _native.Layout.resolve(dsid.id, mem_type.id, dtype.itemsize)
+    remember(dsid, found, dtype)
+    return found
+
+
+def remember(dsid, found, dtype):
+    """Keeps ``found`` (a Layout, or None) as the layout of the DatasetID ``dsid`` for reads into
+    ``dtype``, for as long as ``dsid`` lives (also called by ``_native.read_dataset`` at a
+    dataset's first read)."""
+    key = id(dsid)
 
     def forget(ref, key=key):
         current = _layouts.get(key)
@@ -43,25 +61,3 @@ def layout(dset, dtype):
             del _layouts[key]
 
     _layouts[key] = (weakref.ref(dsid, forget), found, dtype)
-    return found
-
-
-def _resolve(dset, dsid, dtype):
-    if not dsid.valid or dset.file.mode != "r" or dset.file.swmr_mode:
-        return None
-    shape = dset.shape
-    if not shape or dtype.hasobject or not dsid.get_type().equal(h5t.py_create(dtype)):
-        return None
-    dcpl = dsid.get_create_plist()
-    kind = dcpl.get_layout()
-    if kind == h5d.CONTIGUOUS:
-        address = dsid.get_offset()
-        if dcpl.get_external_count() > 0 or address is None:
-            return None
-        return _native.Layout.contiguous(dsid.id, dset.name, list(shape), dtype.itemsize, address)
-    if kind == h5d.CHUNKED:
-        filters = [(code, list(values)) for code, _flags, values, _name in
-                   (dcpl.get_filter(i) for i in range(dcpl.get_nfilters()))]
-        return _native.Layout.chunked(dsid.id, dset.name, list(shape), dtype.itemsize,
-                                      list(dcpl.get_chunk()), filters)
-    return None

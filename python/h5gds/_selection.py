@@ -6,7 +6,6 @@ from typing import NamedTuple, Tuple
 
 import numpy as np
 
-from . import _native
 
 
 class Hyperslab(NamedTuple):
@@ -74,6 +73,16 @@ def _rows(item, size):
     return np.ascontiguousarray(array, dtype=np.uint64)
 
 
+def first_axis_only(sel):
+    """Whether ``sel`` may select along the first axis alone (None, an index or a slice, alone or
+    in a 1-tuple): the selections ``_native.read_known_layout`` serves. A cheap test, no parsing."""
+    if type(sel) is tuple:
+        if len(sel) != 1:
+            return False
+        sel = sel[0]
+    return sel is not Ellipsis and type(sel) is not tuple and not _is_index_array(sel)
+
+
 def selection(sel, shape):
     """What ``sel`` selects in a dataset of ``shape``: a ``Hyperslab`` (basic indexing, as
     ``hyperslab``), or a ``Gather`` where ``sel`` is a 1-D integer array (a list or NumPy array)
@@ -108,13 +117,6 @@ def hyperslab(sel, shape, leading=0):
     """The hyperslab ``sel`` selects in a dataset of ``shape``; slices clip as in NumPy, ints out
     of range raise IndexError, steps below 1 ValueError. ``leading``: axes before ``shape`` that
     another item already selected (a gather's rows), counted in the messages' axis numbers."""
-    if shape and not leading:
-        # An index or a slice along the first axis (what training loops read, once per sample):
-        # the short way, shared with h5gds.read's (None where the general path below is needed
-        # and says what is wrong).
-        fast = _native.first_axis_hyperslab(sel, shape)
-        if fast is not None:
-            return Hyperslab(*fast)
     if sel is None:
         items = ()
     elif isinstance(sel, tuple):

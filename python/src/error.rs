@@ -2,8 +2,11 @@
 //! raised in Python as ValueError (the caller's array or setting) or OSError (CUDA, nvCOMP or
 //! HDF5 failed).
 
+use crate::hdf5::IoError;
 use h5gds_gpu_codec::DeviceFailure;
 use h5gds_runtime::cuda::CudaError;
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::PyErr;
 
 #[derive(Debug)]
 pub enum DeviceError {
@@ -22,5 +25,14 @@ impl From<CudaError> for DeviceError {
 impl From<DeviceFailure> for DeviceError {
     fn from(failure: DeviceFailure) -> DeviceError {
         DeviceError::Failed(failure.to_string())
+    }
+}
+
+/// HDF5's refusals as Python raises them: ValueError for the caller's arguments, OSError for
+/// HDF5's failures.
+pub fn io_error(e: IoError) -> PyErr {
+    match e {
+        IoError::Argument(message) => PyValueError::new_err(message),
+        IoError::Hdf5(message) => PyOSError::new_err(message),
     }
 }

@@ -8,6 +8,7 @@
 //! caller's order (repeats included) without HDF5's lock or the GIL.
 
 use crate::hdf5;
+use crate::host_codec;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
@@ -63,7 +64,7 @@ impl GatherPlan {
     }
 
     /// The plan for `indices`, each checked to lie below `rows`.
-    fn of(indices: &[u64], rows: u64) -> Result<GatherPlan, String> {
+    pub(crate) fn of(indices: &[u64], rows: u64) -> Result<GatherPlan, String> {
         if let Some((at, bad)) = indices.iter().enumerate().find(|(_, &i)| i >= rows) {
             return Err(format!(
                 "index {bad} (position {at}) is out of range for axis 0 with size {rows}"
@@ -145,7 +146,7 @@ impl GatherPlan {
     /// Whether the indices are strictly increasing: then the rows are read straight into the
     /// output, and there is nothing to scatter.
     #[getter]
-    fn in_order(&self) -> bool {
+    pub(crate) fn in_order(&self) -> bool {
         self.ranks.is_empty()
     }
 
@@ -162,6 +163,29 @@ impl GatherPlan {
         target_nbytes: usize,
         row_bytes: usize,
     ) -> PyResult<()> {
+        let source = HostBuffer {
+            address: source,
+            nbytes: source_nbytes,
+        };
+        let target = HostBuffer {
+            address: target,
+            nbytes: target_nbytes,
+        };
+        self.scatter_into(py, source, target, row_bytes)
+    }
+}
+
+impl GatherPlan {
+    /// [`GatherPlan::scatter`] between two host buffers the caller keeps alive.
+    pub(crate) fn scatter_into(
+        &self,
+        py: Python<'_>,
+        source: HostBuffer,
+        target: HostBuffer,
+        row_bytes: usize,
+    ) -> PyResult<()> {
+        let (source_nbytes, target_nbytes) = (source.nbytes, target.nbytes);
+        let (source, target) = (source.address, target.address);
         let source_needed = self.distinct.checked_mul(row_bytes);
         let target_needed = self.len.checked_mul(row_bytes);
         if source_needed != Some(source_nbytes) || target_needed != Some(target_nbytes) {
@@ -278,53 +302,234 @@ pub fn dataset_gather(
     nbytes: usize,
     runs_per_read: usize,
 ) -> PyResult<()> {
-    let plan = plan.get();
-    if plan.distinct == 0 || plan.runs.is_empty() {
-        return Ok(());
+    RowsRead {
+        dataset,
+        mem_type,
+        plan: plan.get(),
+        rest: Rest {
+            start: &rest_start,
+            step: &rest_step,
+            count: &rest_count,
+        },
+        out: HostBuffer {
+            address: buffer,
+            nbytes,
+        },
     }
-    if nbytes % plan.distinct != 0 {
-        return Err(PyValueError::new_err(format!(
-            "the buffer has {nbytes} bytes, not a whole number of rows for the {} rows of the \
-             gather",
-            plan.distinct
-        )));
-    }
-    let row_bytes = nbytes / plan.distinct;
-    let per_read = if runs_per_read == 0 {
-        plan.runs.len()
-    } else {
-        runs_per_read
-    };
-    let mut reads = Vec::new();
-    let mut offset = 0;
-    for group in plan.runs.chunks(per_read) {
-        let rows: u64 = group.iter().map(|&(_, length)| length).sum();
-        let group_bytes = rows as usize * row_bytes;
-        let read = hdf5::GatherRead {
+    .through_hdf5(py, runs_per_read)
+}
+
+/// The selection of the axes after the first: the same hyperslab in every row of a gather.
+#[derive(Clone, Copy)]
+pub struct Rest<'a> {
+    pub start: &'a [u64],
+    pub step: &'a [u64],
+    pub count: &'a [u64],
+}
+
+/// `nbytes` of host memory at `address`, which the caller keeps alive and writable.
+#[derive(Clone, Copy)]
+pub struct HostBuffer {
+    pub address: usize,
+    pub nbytes: usize,
+}
+
+/// A read of a gather's distinct rows (each: `rest` of the other axes) of `dataset` with memory
+/// type `mem_type` into `out`, in increasing row order. The caller holds h5py's lock.
+pub struct RowsRead<'a> {
+    pub dataset: i64,
+    pub mem_type: i64,
+    pub plan: &'a GatherPlan,
+    pub rest: Rest<'a>,
+    pub out: HostBuffer,
+}
+
+impl RowsRead<'_> {
+    /// Through HDF5 (see [`dataset_gather`]).
+    pub fn through_hdf5(&self, py: Python<'_>, runs_per_read: usize) -> PyResult<()> {
+        let RowsRead {
             dataset,
             mem_type,
-            runs: group,
-            rest_start: &rest_start,
-            rest_step: &rest_step,
-            rest_count: &rest_count,
-            buffer: buffer + offset,
-            nbytes: group_bytes,
-        };
-        offset += group_bytes;
-        match hdf5::prepare_gather(&read) {
-            Ok(Some(prepared)) => reads.push(prepared),
-            Ok(None) => {}
-            Err(hdf5::IoError::Argument(message)) => return Err(PyValueError::new_err(message)),
-            Err(hdf5::IoError::Hdf5(message)) => return Err(PyOSError::new_err(message)),
+            plan,
+            rest,
+            out,
+        } = self;
+        let (dataset, mem_type) = (*dataset, *mem_type);
+        let (rest_start, rest_step, rest_count) = (rest.start, rest.step, rest.count);
+        let (buffer, nbytes) = (out.address, out.nbytes);
+        if plan.distinct == 0 || plan.runs.is_empty() {
+            return Ok(());
         }
-    }
-    py.detach(|| {
-        reads.iter().try_for_each(|prepared| {
-            // SAFETY: the Python caller passes the address and size of a live buffer it keeps
-            // referenced for the call; each group's part of it checked against its selection in
-            // `prepare_gather`, the parts one after another inside the buffer.
-            unsafe { prepared.run() }
+        if nbytes % plan.distinct != 0 {
+            return Err(PyValueError::new_err(format!(
+                "the buffer has {nbytes} bytes, not a whole number of rows for the {} rows of the \
+                 gather",
+                plan.distinct
+            )));
+        }
+        let row_bytes = nbytes / plan.distinct;
+        let per_read = if runs_per_read == 0 {
+            plan.runs.len()
+        } else {
+            runs_per_read
+        };
+        let mut reads = Vec::new();
+        let mut offset = 0;
+        for group in plan.runs.chunks(per_read) {
+            let rows: u64 = group.iter().map(|&(_, length)| length).sum();
+            let group_bytes = rows as usize * row_bytes;
+            let read = hdf5::GatherRead {
+                dataset,
+                mem_type,
+                runs: group,
+                rest_start,
+                rest_step,
+                rest_count,
+                buffer: buffer + offset,
+                nbytes: group_bytes,
+            };
+            offset += group_bytes;
+            match hdf5::prepare_gather(&read) {
+                Ok(Some(prepared)) => reads.push(prepared),
+                Ok(None) => {}
+                Err(hdf5::IoError::Argument(message)) => {
+                    return Err(PyValueError::new_err(message))
+                }
+                Err(hdf5::IoError::Hdf5(message)) => return Err(PyOSError::new_err(message)),
+            }
+        }
+        py.detach(|| {
+            reads.iter().try_for_each(|prepared| {
+                // SAFETY: the Python caller passes the address and size of a live buffer it keeps
+                // referenced for the call; each group's part of it checked against its selection in
+                // `prepare_gather`, the parts one after another inside the buffer.
+                unsafe { prepared.run() }
+            })
         })
-    })
-    .map_err(|message| PyOSError::new_err(format!("H5Dread failed: {message}")))
+        .map_err(|message| PyOSError::new_err(format!("H5Dread failed: {message}")))
+    }
+
+    /// With h5gds decoding, for a chunked dataset (chunks of `chunk`, the pipeline `filters`)
+    /// whose stored type is the memory type (`dataset_name`: for messages): every chunk the runs
+    /// touch read raw once and decoded once on the driver's I/O threads. Returns None when the
+    /// rows were read, or why h5gds leaves them to HDF5 (nothing was read).
+    pub fn decoded(
+        &self,
+        py: Python<'_>,
+        chunk: &[u64],
+        filters: &[h5gds_chunk_codec::Filter],
+        dataset_name: &str,
+    ) -> PyResult<Option<String>> {
+        let (dataset, mem_type, plan) = (self.dataset, self.mem_type, self.plan);
+        let (rest_start, rest_step, rest_count) =
+            (self.rest.start, self.rest.step, self.rest.count);
+        let (buffer, nbytes) = (self.out.address, self.out.nbytes);
+        let runs = plan.row_runs();
+        let (Some(&(first, _)), Some(&(last, last_rows))) = (runs.first(), runs.last()) else {
+            return Ok(None);
+        };
+        let distinct = plan.distinct_rows();
+        if nbytes % distinct != 0 {
+            return Err(PyValueError::new_err(format!(
+                "the buffer has {nbytes} bytes, not a whole number of rows for the {distinct} rows \
+                 of the gather"
+            )));
+        }
+        let row_bytes = (nbytes / distinct) as u64;
+        // The span of the runs, checked as a transfer (its selection, the buffer's size), for the
+        // reads of chunks never written.
+        let span = |first_axis: u64, rest: &[u64]| -> Vec<u64> {
+            std::iter::once(first_axis)
+                .chain(rest.iter().copied())
+                .collect()
+        };
+        let (span_start, span_step) = (span(first, rest_start), span(1, rest_step));
+        let span_count = span(last + last_rows - first, rest_count);
+        let span_elements: u64 = span_count.iter().product();
+        let rest_elements: u64 = rest_count.iter().product();
+        if rest_elements == 0 {
+            return Ok(None);
+        }
+        // (The transfer checked below says whether this is the memory type's size.)
+        let element_size = (row_bytes / rest_elements) as usize;
+        let transfer = hdf5::Transfer {
+            write: false,
+            dataset,
+            mem_type,
+            start: &span_start,
+            step: &span_step,
+            count: &span_count,
+            mem_shape: &span_count,
+            buffer,
+            nbytes: span_elements as usize * element_size,
+        };
+        let Some(prepared) = hdf5::prepare(&transfer).map_err(crate::error::io_error)? else {
+            return Ok(None);
+        };
+        let turned_off = h5gds_runtime::settings::host_codec_turned_off()
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let pipeline = match turned_off.map_or_else(
+            || h5gds_chunk_codec::Pipeline::for_filters(filters, element_size),
+            Err,
+        ) {
+            Ok(pipeline) if chunk.len() == span_start.len() => pipeline,
+            Ok(_) => return Ok(Some("its chunk shape does not match its rank".into())),
+            Err(reason) => return Ok(Some(reason)),
+        };
+        let threads = h5gds::VfdSettings::load(None)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?
+            .nthreads;
+        let starts: Vec<Vec<u64>> = runs.iter().map(|&(row, _)| span(row, rest_start)).collect();
+        let counts: Vec<Vec<u64>> = runs
+            .iter()
+            .map(|&(_, rows)| span(rows, rest_count))
+            .collect();
+        let mut at = 0u64;
+        let mut placed = Vec::with_capacity(runs.len());
+        for (k, &(_, rows)) in runs.iter().enumerate() {
+            placed.push(h5gds_chunk_codec::Placed {
+                selection: h5gds_chunk_codec::Hyperslab {
+                    start: &starts[k],
+                    step: &span_step,
+                    count: &counts[k],
+                },
+                at,
+            });
+            at += rows * row_bytes;
+        }
+        let touched: std::collections::BTreeSet<Vec<u64>> = placed
+            .iter()
+            .flat_map(|run| h5gds_chunk_codec::place::chunks_selected(&run.selection, chunk))
+            .map(|part| part.offset)
+            .collect();
+        if touched.len() < 2 {
+            return Ok(Some(
+                "the rows lie in one chunk, which HDF5 decodes and keeps in its chunk cache".into(),
+            ));
+        }
+        let (decoded, missing) = py
+            .detach(|| {
+                // SAFETY: the Python caller passes the address and size of a live, writable host
+                // buffer it keeps referenced for the call, which holds the distinct rows (checked
+                // above), one run after another.
+                let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
+                let how = h5gds_chunk_codec::Decoding {
+                    pipeline: &pipeline,
+                    chunk,
+                    element_size,
+                    threads,
+                };
+                host_codec::gather_runs(dataset, dataset_name, &how, &placed, &prepared, out)
+            })
+            .map_err(|host_codec::Failed(message)| PyOSError::new_err(message))?;
+        h5gds::with_logging(|| {
+            tracing::debug!(
+                "h5gds.read of {dataset_name}: a gather of {} runs of rows, {decoded} chunks each \
+                 decoded once on {threads} threads, {missing} parts of chunks never written read \
+                 through HDF5",
+                placed.len()
+            )
+        });
+        Ok(None)
+    }
 }

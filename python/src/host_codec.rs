@@ -158,18 +158,15 @@ impl CompressedHostRead<'_> {
 /// this thread; parts of chunks never written read through HDF5 (`prepared`: a transfer checked
 /// over the runs' span). For files the layouts do not serve (open for writing, SWMR). Returns
 /// the chunks decoded and the parts never written. Runs without the GIL, under h5py's lock.
-#[allow(clippy::too_many_arguments)]
 pub fn gather_runs(
     dataset: Hid,
     name: &str,
-    chunk: &[u64],
-    pipeline: &Pipeline,
-    element_size: usize,
-    threads: usize,
+    how: &Decoding,
     runs: &[Placed],
     prepared: &Prepared,
     out: &mut [u8],
 ) -> Result<(usize, usize), Failed> {
+    let (chunk, element_size) = (how.chunk, how.element_size);
     let touched: std::collections::BTreeSet<Vec<u64>> = runs
         .iter()
         .flat_map(|run| chunks_selected(&run.selection, chunk))
@@ -184,13 +181,7 @@ pub fn gather_runs(
         name,
         listed,
     };
-    let how = Decoding {
-        pipeline,
-        chunk,
-        element_size,
-        threads,
-    };
-    let (outcome, missing_of) = read_placed(&mut source, &how, runs, out)?;
+    let (outcome, missing_of) = read_placed(&mut source, how, runs, out)?;
     for (part, &k) in outcome.missing.iter().zip(&missing_of) {
         let run = &runs[k];
         let mut values = vec![0u8; part.len() as usize * element_size];
@@ -213,7 +204,7 @@ pub fn gather_runs(
         let first = run.at as usize;
         let len = run.selection.count.iter().product::<u64>() as usize * element_size;
         let r = HostRead {
-            pipeline,
+            pipeline: how.pipeline,
             chunk,
             element_size,
             selection: run.selection,
@@ -222,4 +213,51 @@ pub fn gather_runs(
         place_missing(part, &values, &r, &mut out[first..first + len]);
     }
     Ok((outcome.decoded, outcome.missing.len()))
+}
+
+/// Reads `read` (its chunks decoded by h5gds on `read.threads` of the driver's I/O threads) into
+/// the host buffer at `buffer` (`nbytes`, checked with `prepared`), the GIL released. Returns
+/// None when the read is done, or why h5gds leaves it to HDF5 (nothing was read). The caller
+/// holds h5py's lock and keeps the buffer alive.
+pub fn read_into_host(
+    py: pyo3::Python<'_>,
+    read: &CompressedHostRead,
+    prepared: &Prepared,
+    buffer: usize,
+    nbytes: usize,
+) -> pyo3::PyResult<Option<String>> {
+    use pyo3::exceptions::{PyOSError, PyValueError};
+    let name = read.name;
+    let turned_off = h5gds_runtime::settings::host_codec_turned_off()
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let pipeline = match turned_off.map_or_else(|| read.plan(), Err) {
+        Ok(pipeline) => pipeline,
+        Err(reason) => {
+            h5gds::with_logging(|| {
+                tracing::debug!("h5gds.read of {name}: HDF5 decodes its chunks: {reason}")
+            });
+            return Ok(Some(reason));
+        }
+    };
+    let (decoded, missing, direct) = py
+        .detach(|| {
+            // SAFETY: the caller passes the address and size of a live, writable host buffer it
+            // keeps referenced for the call (checked against the selection in `prepare`).
+            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
+            read.run(&pipeline, prepared, out)
+        })
+        .map_err(|Failed(message)| PyOSError::new_err(message))?;
+    h5gds::with_logging(|| {
+        tracing::debug!(
+            "h5gds.read of {name}: {decoded} chunks decoded on {} threads (read {}), {missing} \
+             parts of chunks never written read through HDF5",
+            read.threads,
+            if direct {
+                "from the file by those threads"
+            } else {
+                "through HDF5 on the calling thread"
+            }
+        )
+    });
+    Ok(None)
 }

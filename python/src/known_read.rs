@@ -114,28 +114,36 @@ struct Selected {
     shape: Vec<u64>,
 }
 
-/// `_selection`'s short way: the hyperslab of `sel` where it is None, or an index or a slice along
-/// the first axis of `shape`, as (start, step, count, selected shape); None where the general
-/// parser is needed.
-#[pyfunction]
-pub fn first_axis_hyperslab<'py>(
-    py: Python<'py>,
-    sel: &Bound<'py, PyAny>,
-    shape: Vec<u64>,
-) -> PyResult<Option<Bound<'py, PyTuple>>> {
-    let Some(found) = hyperslab_of(sel, &shape) else {
-        return Ok(None);
+/// What `_layout` remembers of a DatasetID's layout.
+pub enum Cached<'py> {
+    /// Not resolved yet.
+    Unknown,
+    /// Resolved: HDF5 reads it.
+    None,
+    /// Its layout, and the dtype it was resolved for.
+    Layout(Bound<'py, Layout>, Bound<'py, PyAny>),
+}
+
+/// The entry of `layouts` (`_layout`'s: id of a DatasetID -> (weak reference to it, its Layout
+/// or None, its dtype)) for the DatasetID `dsid`, where it is this one's and not one of an
+/// object since freed at the same address.
+pub fn cached_layout<'py>(
+    layouts: &Bound<'py, PyDict>,
+    dsid: &Bound<'py, PyAny>,
+) -> PyResult<Cached<'py>> {
+    let Some(entry) = layouts.get_item(dsid.as_ptr() as usize)? else {
+        return Ok(Cached::Unknown);
     };
-    let tuple = |v: Vec<u64>| PyTuple::new(py, v);
-    Ok(Some(PyTuple::new(
-        py,
-        [
-            tuple(found.start)?,
-            tuple(found.step)?,
-            tuple(found.count)?,
-            tuple(found.shape)?,
-        ],
-    )?))
+    let Ok(entry) = entry.cast_into::<PyTuple>() else {
+        return Ok(Cached::Unknown);
+    };
+    if !entry.get_item(0)?.call0()?.is(dsid) {
+        return Ok(Cached::Unknown);
+    }
+    Ok(match entry.get_item(1)?.cast_into::<Layout>() {
+        Ok(layout) => Cached::Layout(layout, entry.get_item(2)?),
+        Err(_) => Cached::None,
+    })
 }
 
 /// `numpy.empty`, looked up once.
@@ -168,20 +176,9 @@ pub fn read_known_layout<'py>(
     else {
         return Ok(None);
     };
-    let Some(entry) = layouts.get_item(dsid.as_ptr() as usize)? else {
+    let Cached::Layout(layout, dtype) = cached_layout(layouts, &dsid)? else {
         return Ok(None);
     };
-    let Ok(entry) = entry.cast_into::<PyTuple>() else {
-        return Ok(None);
-    };
-    // The entry is this DatasetID's, not one of an object since freed at the same address.
-    if !entry.get_item(0)?.call0()?.is(&dsid) {
-        return Ok(None);
-    }
-    let Ok(layout) = entry.get_item(1)?.cast_into::<Layout>() else {
-        return Ok(None);
-    };
-    let dtype = entry.get_item(2)?;
     // Closed (by its own close or its file's): h5py sets the id to 0, and the general path raises
     // ValueError. (`valid` would also ask HDF5 under h5py's lock, for identifiers closed behind
     // h5py's back, which a read-only file's unchanged bytes make no different to read.)

@@ -3,14 +3,17 @@
 //! loaded; the pure-Python part (python/h5gds/) does the argument handling around it.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod collective;
 mod compressed;
 mod device;
 mod dlpack;
 mod encode;
 mod error;
 mod gather;
+mod gather_call;
 mod hdf5;
 mod host_codec;
+mod io_call;
 mod known_read;
 mod layout;
 mod tiles;
@@ -19,7 +22,7 @@ use h5gds::VfdSettings;
 use h5gds_runtime::settings::driver_settings;
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyAny, PyBool, PyDict, PyString};
+use pyo3::types::{PyBool, PyDict, PyString};
 use std::ffi::CString;
 
 /// Registers the driver into the HDF5 that the loaded object `near` (one of h5py's extension
@@ -127,223 +130,6 @@ fn package_info(module_path: std::path::PathBuf) -> h5gds_info::Info {
     info
 }
 
-/// One H5Dread/H5Dwrite of a hyperslab (`start`, `step`, `count` per axis) of dataset `dataset`
-/// with memory type `mem_type` into or from `nbytes` at address `buffer`, shaped `mem_shape`.
-/// Every id and size is checked against HDF5 first (ValueError on a mismatch); the bytes move
-/// with the GIL released. The caller holds h5py's lock and keeps the buffer alive.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-fn dataset_io(
-    py: Python<'_>,
-    write: bool,
-    dataset: i64,
-    mem_type: i64,
-    start: Vec<u64>,
-    step: Vec<u64>,
-    count: Vec<u64>,
-    mem_shape: Vec<u64>,
-    buffer: usize,
-    nbytes: usize,
-) -> PyResult<()> {
-    let transfer = hdf5::Transfer {
-        write,
-        dataset,
-        mem_type,
-        start: &start,
-        step: &step,
-        count: &count,
-        mem_shape: &mem_shape,
-        buffer,
-        nbytes,
-    };
-    let Some(prepared) = prepare(&transfer)? else {
-        return Ok(());
-    };
-    let op = if write { "H5Dwrite" } else { "H5Dread" };
-    // SAFETY: the Python caller passes the address and size of a live buffer it keeps
-    // referenced for the call (checked against the selection in `prepare`).
-    py.detach(|| unsafe { prepared.run() })
-        .map_err(|message| PyOSError::new_err(format!("{op} failed: {message}")))
-}
-
-/// `hdf5::prepare`, its refusals as Python raises them: ValueError for the caller's arguments,
-/// OSError for HDF5's failures. `None`: nothing to move.
-fn prepare(transfer: &hdf5::Transfer) -> PyResult<Option<hdf5::Prepared>> {
-    hdf5::prepare(transfer).map_err(|e| match e {
-        hdf5::IoError::Argument(message) => PyValueError::new_err(message),
-        hdf5::IoError::Hdf5(message) => PyOSError::new_err(message),
-    })
-}
-
-/// Reads `dataset[start, step, count]` of a chunked, filtered dataset whose stored type is the
-/// memory type into the host buffer at `buffer` (`nbytes`), with its chunks read raw and decoded
-/// by h5gds on the driver's I/O threads (`host_codec`). `filters`: the pipeline's `(id, client
-/// values)` in order; `chunk`: the chunk shape. Returns None when the read is done, or why h5gds
-/// leaves it to HDF5 (nothing was read; the caller then calls `dataset_io`). The arguments are
-/// checked as `dataset_io` checks them. The caller holds h5py's lock and keeps the buffer alive.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-fn host_decode_read(
-    py: Python<'_>,
-    dataset: i64,
-    mem_type: i64,
-    start: Vec<u64>,
-    step: Vec<u64>,
-    count: Vec<u64>,
-    mem_shape: Vec<u64>,
-    buffer: usize,
-    nbytes: usize,
-    chunk: Vec<u64>,
-    filters: Vec<(i32, Vec<u32>)>,
-    dataset_name: String,
-) -> PyResult<Option<String>> {
-    let transfer = hdf5::Transfer {
-        write: false,
-        dataset,
-        mem_type,
-        start: &start,
-        step: &step,
-        count: &count,
-        mem_shape: &mem_shape,
-        buffer,
-        nbytes,
-    };
-    let Some(prepared) = prepare(&transfer)? else {
-        return Ok(None);
-    };
-    let elements: u64 = count.iter().product();
-    let threads = VfdSettings::load(None)
-        .map_err(|e| PyValueError::new_err(e.to_string()))?
-        .nthreads;
-    let filters: Vec<h5gds_chunk_codec::Filter> = filters
-        .into_iter()
-        .map(|(id, values)| h5gds_chunk_codec::Filter { id, values })
-        .collect();
-    let read = host_codec::CompressedHostRead {
-        dataset,
-        name: &dataset_name,
-        chunk: &chunk,
-        filters: &filters,
-        start: &start,
-        step: &step,
-        count: &count,
-        element_size: nbytes / elements as usize,
-        threads,
-    };
-    let turned_off = h5gds_runtime::settings::host_codec_turned_off()
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let pipeline = match turned_off.map_or_else(|| read.plan(), Err) {
-        Ok(pipeline) => pipeline,
-        Err(reason) => {
-            h5gds::with_logging(|| {
-                tracing::debug!("h5gds.read of {dataset_name}: HDF5 decodes its chunks: {reason}")
-            });
-            return Ok(Some(reason));
-        }
-    };
-    let (decoded, missing, direct) = py
-        .detach(|| {
-            // SAFETY: the Python caller passes the address and size of a live, writable host
-            // buffer it keeps referenced for the call (checked against the selection in
-            // `prepare`).
-            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
-            read.run(&pipeline, &prepared, out)
-        })
-        .map_err(|host_codec::Failed(message)| PyOSError::new_err(message))?;
-    h5gds::with_logging(|| {
-        tracing::debug!(
-            "h5gds.read of {dataset_name}: {decoded} chunks decoded on {threads} threads \
-             (read {}), {missing} parts of chunks never written read through HDF5",
-            if direct {
-                "from the file by those threads"
-            } else {
-                "through HDF5 on the calling thread"
-            }
-        )
-    });
-    Ok(None)
-}
-
-/// `dataset_io` for device memory: the same arguments and checks, plus what decides the route
-/// (`storage`: the facts h5py gathered about how the dataset is stored; `conversion`: why HDF5
-/// would convert the elements, if it would; `checked_bytes`: bool elements) and what the array
-/// says about itself (`claimed_ordinal`: its DLPack device; `stream`: the stream to wait for,
-/// 0 for none). Returns the route taken ("gds" or "staged: <reason>"). The caller holds h5py's
-/// lock and keeps the array alive.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (write, dataset, mem_type, start, step, count, mem_shape, address, nbytes, role, dataset_name, claimed_ordinal, stream, storage, conversion, checked_bytes))]
-fn device_io(
-    py: Python<'_>,
-    write: bool,
-    dataset: i64,
-    mem_type: i64,
-    start: Vec<u64>,
-    step: Vec<u64>,
-    count: Vec<u64>,
-    mem_shape: Vec<u64>,
-    address: u64,
-    nbytes: usize,
-    role: String,
-    dataset_name: String,
-    claimed_ordinal: Option<i32>,
-    stream: u64,
-    storage: &Bound<'_, PyDict>,
-    conversion: Option<String>,
-    checked_bytes: bool,
-) -> PyResult<String> {
-    let item = |key: &str| -> PyResult<Bound<'_, PyAny>> {
-        storage
-            .get_item(key)?
-            .ok_or_else(|| PyValueError::new_err(format!("storage facts lack {key:?}")))
-    };
-    let facts = device::StorageFacts {
-        kind: item("kind")?.extract()?,
-        allocated: item("allocated")?.extract()?,
-        chunk: item("chunk")?.extract()?,
-        filtered: item("filtered")?.extract()?,
-        chunks: item("chunks")?.extract()?,
-        cached: item("cached")?.extract()?,
-        filters: item("filters")?.extract()?,
-    };
-    let transfer = hdf5::Transfer {
-        write,
-        dataset,
-        mem_type,
-        start: &start,
-        step: &step,
-        count: &count,
-        mem_shape: &mem_shape,
-        buffer: address as usize,
-        nbytes,
-    };
-    let hdf5_error = |e| match e {
-        hdf5::IoError::Argument(message) => PyValueError::new_err(message),
-        hdf5::IoError::Hdf5(message) => PyOSError::new_err(message),
-    };
-    let prepared = hdf5::prepare(&transfer).map_err(hdf5_error)?;
-    let other_driver = hdf5::other_driver(dataset).map_err(hdf5_error)?;
-    let transfer = device::DeviceTransfer {
-        role: &role,
-        dataset_name: &dataset_name,
-        dataset,
-        write,
-        prepared,
-        start: &start,
-        step: &step,
-        count: &count,
-        address,
-        nbytes,
-        claimed_ordinal,
-        stream,
-        conversion,
-        checked_bytes,
-        other_driver,
-    };
-    py.detach(|| device::run(transfer, facts))
-        .map_err(device_error)
-}
-
 /// Host memory from the process's pool of pinned staging buffers (`h5gds_runtime::pinned`), for
 /// Python code that fills a host buffer on its way to a device array (a gather, copied up with
 /// `device_copy` afterwards: from pinned memory the copy runs at the link's rate, 55 against 7.6
@@ -371,65 +157,49 @@ impl PinnedHost {
     }
 }
 
-/// Copies between the device array at `address` (`nbytes`; on device `claimed_ordinal` if it
-/// says) and the host buffer at `host`: into the device with `to_device`, else out of it, after
-/// the producer's `stream` (0: none) has finished; complete when this returns (see
-/// `device::copy_with_host`). `bools_of`: the host bytes are bools read from that dataset, and a
-/// byte other than 0 or 1 is refused (ValueError) before anything is copied. ValueError for
-/// memory that is not one CUDA allocation holding `nbytes`; OSError where CUDA fails. The caller
-/// keeps both arrays alive.
+/// Copies between the device array `array` (an `_arrays.ArrayView`, held for the call) and the
+/// host buffer at `host` (as many bytes): into the device with `to_device`, else out of it, after
+/// the producer's stream has finished; complete when this returns (see
+/// `device::copy_with_host`). ValueError for memory that is not one CUDA allocation holding the
+/// array; OSError where CUDA fails. The caller keeps the host buffer alive.
 #[pyfunction]
-#[pyo3(signature = (address, nbytes, claimed_ordinal, stream, host, to_device, bools_of=None))]
-#[allow(clippy::too_many_arguments)]
 fn device_copy(
     py: Python<'_>,
-    address: u64,
-    nbytes: usize,
-    claimed_ordinal: Option<i32>,
-    stream: u64,
+    array: io_call::ArrayArg<'_>,
     host: usize,
     to_device: bool,
-    bools_of: Option<String>,
 ) -> PyResult<()> {
-    py.detach(|| {
-        if let Some(name) = &bools_of {
-            // SAFETY: the caller passes a live host buffer of `nbytes`, filled.
-            let bytes = unsafe { std::slice::from_raw_parts(host as *const u8, nbytes) };
-            device::refuse_other_bytes_than_bools(name, bytes, 0)?;
-        }
-        device::copy_with_host(address, nbytes, claimed_ordinal, stream, host, to_device)
-    })
-    .map_err(device_error)
+    let claimed_ordinal = array.device.as_ref().and_then(|(_, ordinal)| *ordinal);
+    let (address, nbytes, stream) = (array.address, array.nbytes, array.stream);
+    py.detach(|| device::copy_with_host(address, nbytes, claimed_ordinal, stream, host, to_device))
+        .map_err(device_error)
 }
 
-/// Writes one rank's device tile of a collective `to_file` through the driver of `file` (the
-/// `H5FD_t *` that `H5FDopen` returned in h5py's HDF5): `runs` are `(file address, byte offset in
-/// the tile, byte length)` in the tile's memory order; `direct`: the file's driver is `gds`
-/// (device pointers handed to it), else sec2 (the tile copied to pinned host memory in pieces of
-/// `H5GDS_STAGING_BUFFER_SIZE`). The array's memory is checked with CUDA and `stream` (0: none)
-/// waited for first; the bytes move with the GIL released. Returns the route ("gds", "staged").
-/// The caller holds h5py's lock and keeps the array alive.
+/// Writes one rank's device tile `tile` (an `_arrays.ArrayView` of elements of `item` bytes, held
+/// for the call) of a collective `to_file` through the driver of `file` (the `H5FD_t *` that
+/// `H5FDopen` returned in h5py's HDF5): `runs` are `(file address, byte offset in the tile, byte
+/// length)` in the tile's memory order; `direct`: the file's driver is `gds` (device pointers
+/// handed to it), else sec2 (the tile copied to pinned host memory in pieces of
+/// `H5GDS_STAGING_BUFFER_SIZE`). The array's memory is checked with CUDA and its stream waited for
+/// first; the bytes move with the GIL released. Returns the route ("gds", "staged"). The caller
+/// holds h5py's lock.
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
 fn device_tile_write(
     py: Python<'_>,
     file: usize,
     runs: Vec<(u64, u64, u64)>,
-    address: u64,
-    nbytes: usize,
+    tile: io_call::ArrayArg<'_>,
     item: usize,
-    claimed_ordinal: Option<i32>,
-    stream: u64,
     direct: bool,
 ) -> PyResult<String> {
     let tile = device::TileWrite {
         file,
         runs: &runs,
-        address,
-        nbytes,
+        address: tile.address,
+        nbytes: tile.nbytes,
         item,
-        claimed_ordinal,
-        stream,
+        claimed_ordinal: tile.device.as_ref().and_then(|(_, ordinal)| *ordinal),
+        stream: tile.stream,
         direct,
     };
     py.detach(|| device::write_tile(tile)).map_err(device_error)
@@ -447,149 +217,6 @@ pub(crate) fn device_error(e: device::DeviceError) -> PyErr {
         device::DeviceError::Argument(message) => PyValueError::new_err(message),
         device::DeviceError::Failed(message) => PyOSError::new_err(message),
     }
-}
-
-/// `dataset_gather` of a chunked, filtered dataset (`chunk`, `filters` as for
-/// `host_decode_read`) with h5gds decoding: the distinct rows of `plan` (each: the hyperslab
-/// `rest_*` of the other axes) into `nbytes` at `buffer` in increasing row order, every chunk the
-/// runs touch read raw once and decoded once on the driver's I/O threads. Returns None when the
-/// rows were read, or why h5gds leaves them to HDF5 (nothing was read). The caller holds h5py's
-/// lock and keeps the buffer alive.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-fn host_decode_gather(
-    py: Python<'_>,
-    dataset: i64,
-    mem_type: i64,
-    plan: &Bound<'_, gather::GatherPlan>,
-    rest_start: Vec<u64>,
-    rest_step: Vec<u64>,
-    rest_count: Vec<u64>,
-    buffer: usize,
-    nbytes: usize,
-    chunk: Vec<u64>,
-    filters: Vec<(i32, Vec<u32>)>,
-    dataset_name: String,
-) -> PyResult<Option<String>> {
-    let plan = plan.get();
-    let runs = plan.row_runs();
-    let (Some(&(first, _)), Some(&(last, last_rows))) = (runs.first(), runs.last()) else {
-        return Ok(None);
-    };
-    let distinct = plan.distinct_rows();
-    if nbytes % distinct != 0 {
-        return Err(PyValueError::new_err(format!(
-            "the buffer has {nbytes} bytes, not a whole number of rows for the {distinct} rows \
-             of the gather"
-        )));
-    }
-    let row_bytes = (nbytes / distinct) as u64;
-    // The span of the runs, checked as a transfer (its selection, the buffer's size), for the
-    // reads of chunks never written.
-    let span = |first_axis: u64, rest: &[u64]| -> Vec<u64> {
-        std::iter::once(first_axis)
-            .chain(rest.iter().copied())
-            .collect()
-    };
-    let (span_start, span_step) = (span(first, &rest_start), span(1, &rest_step));
-    let span_count = span(last + last_rows - first, &rest_count);
-    let span_elements: u64 = span_count.iter().product();
-    let rest_elements: u64 = rest_count.iter().product();
-    if rest_elements == 0 {
-        return Ok(None);
-    }
-    // (The transfer checked below says whether this is the memory type's size.)
-    let element_size = (row_bytes / rest_elements) as usize;
-    let transfer = hdf5::Transfer {
-        write: false,
-        dataset,
-        mem_type,
-        start: &span_start,
-        step: &span_step,
-        count: &span_count,
-        mem_shape: &span_count,
-        buffer,
-        nbytes: span_elements as usize * element_size,
-    };
-    let Some(prepared) = prepare(&transfer)? else {
-        return Ok(None);
-    };
-    let filters: Vec<h5gds_chunk_codec::Filter> = filters
-        .into_iter()
-        .map(|(id, values)| h5gds_chunk_codec::Filter { id, values })
-        .collect();
-    let turned_off = h5gds_runtime::settings::host_codec_turned_off()
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let pipeline = match turned_off.map_or_else(
-        || h5gds_chunk_codec::Pipeline::for_filters(&filters, element_size),
-        Err,
-    ) {
-        Ok(pipeline) if chunk.len() == span_start.len() => pipeline,
-        Ok(_) => return Ok(Some("its chunk shape does not match its rank".into())),
-        Err(reason) => return Ok(Some(reason)),
-    };
-    let threads = VfdSettings::load(None)
-        .map_err(|e| PyValueError::new_err(e.to_string()))?
-        .nthreads;
-    let starts: Vec<Vec<u64>> = runs
-        .iter()
-        .map(|&(row, _)| span(row, &rest_start))
-        .collect();
-    let counts: Vec<Vec<u64>> = runs
-        .iter()
-        .map(|&(_, rows)| span(rows, &rest_count))
-        .collect();
-    let mut at = 0u64;
-    let mut placed = Vec::with_capacity(runs.len());
-    for (k, &(_, rows)) in runs.iter().enumerate() {
-        placed.push(h5gds_chunk_codec::Placed {
-            selection: h5gds_chunk_codec::Hyperslab {
-                start: &starts[k],
-                step: &span_step,
-                count: &counts[k],
-            },
-            at,
-        });
-        at += rows * row_bytes;
-    }
-    let touched: std::collections::BTreeSet<Vec<u64>> = placed
-        .iter()
-        .flat_map(|run| h5gds_chunk_codec::place::chunks_selected(&run.selection, &chunk))
-        .map(|part| part.offset)
-        .collect();
-    if touched.len() < 2 {
-        return Ok(Some(
-            "the rows lie in one chunk, which HDF5 decodes and keeps in its chunk cache".into(),
-        ));
-    }
-    let (decoded, missing) = py
-        .detach(|| {
-            // SAFETY: the Python caller passes the address and size of a live, writable host
-            // buffer it keeps referenced for the call, which holds the distinct rows (checked
-            // above), one run after another.
-            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
-            host_codec::gather_runs(
-                dataset,
-                &dataset_name,
-                &chunk,
-                &pipeline,
-                element_size,
-                threads,
-                &placed,
-                &prepared,
-                out,
-            )
-        })
-        .map_err(|host_codec::Failed(message)| PyOSError::new_err(message))?;
-    h5gds::with_logging(|| {
-        tracing::debug!(
-            "h5gds.read of {dataset_name}: a gather of {} runs of rows, {decoded} chunks each \
-             decoded once on {threads} threads, {missing} parts of chunks never written read \
-             through HDF5",
-            placed.len()
-        )
-    });
-    Ok(None)
 }
 
 /// How many compressed chunks h5gds has decoded on this process's host threads (all reads, all
@@ -622,22 +249,24 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_fapl, m)?)?;
     m.add_function(wrap_pyfunction!(info_json, m)?)?;
     m.add_function(wrap_pyfunction!(info_text, m)?)?;
-    m.add_function(wrap_pyfunction!(dataset_io, m)?)?;
-    m.add_function(wrap_pyfunction!(device_io, m)?)?;
-    m.add_function(wrap_pyfunction!(host_decode_read, m)?)?;
+    m.add_function(wrap_pyfunction!(io_call::dataset_io, m)?)?;
+    m.add_function(wrap_pyfunction!(io_call::read_dataset, m)?)?;
+    m.add_function(wrap_pyfunction!(io_call::write_dataset, m)?)?;
     m.add_class::<layout::Layout>()?;
     m.add_function(wrap_pyfunction!(known_read::read_known_layout, m)?)?;
-    m.add_function(wrap_pyfunction!(known_read::first_axis_hyperslab, m)?)?;
     m.add_function(wrap_pyfunction!(staged_by_settings, m)?)?;
     m.add_function(wrap_pyfunction!(chunks_decoded, m)?)?;
-    m.add_function(wrap_pyfunction!(host_decode_gather, m)?)?;
     m.add_function(wrap_pyfunction!(device_tile_write, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::driver_file_open, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::host_tile_write, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::driver_file_close, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_tensor, m)?)?;
     m.add_function(wrap_pyfunction!(encode::encode_write_chunks, m)?)?;
     m.add_function(wrap_pyfunction!(device_copy, m)?)?;
     m.add_class::<PinnedHost>()?;
     m.add_function(wrap_pyfunction!(gather::dataset_gather, m)?)?;
+    m.add_function(wrap_pyfunction!(gather_call::gather_dataset, m)?)?;
     m.add_class::<gather::GatherPlan>()?;
     tiles::register(m)?;
     m.add("DRIVER_NAME", "gds")?;

@@ -6,7 +6,8 @@
 use crate::error::{Error, Result};
 use crate::io::strided::Strided;
 use h5gds_runtime::hdf5::hid_t;
-use h5gds_runtime::hdf5::space::{Selection, SpaceApi, SpaceError};
+use h5gds_runtime::hdf5::space::{Selection, SpaceError};
+use h5gds_runtime::hdf5::Hdf5Library;
 
 /// How one side (memory or file) of a selection is laid out.
 pub enum Shape {
@@ -25,7 +26,7 @@ impl From<SpaceError> for Error {
 }
 
 /// The layout of `space`'s selection for elements of `elem` bytes.
-pub fn shape(api: &SpaceApi, space: hid_t, elem: usize) -> Result<Shape> {
+pub fn shape(api: &Hdf5Library, space: hid_t, elem: usize) -> Result<Shape> {
     Ok(match api.selection(space)? {
         Selection::None => Shape::Empty,
         Selection::Irregular => Shape::Irregular,

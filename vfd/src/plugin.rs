@@ -155,7 +155,7 @@ pub(crate) fn bound_class(slot: Option<usize>) -> *const H5FD_class_t {
         return &UNBOUND_CLASS.0;
     };
     &BOUND_CLASSES[slot]
-        .get_or_init(|| Class(make_class(slot, library.space.is_some())))
+        .get_or_init(|| Class(make_class(slot, library.has_selection_calls())))
         .0
 }
 
@@ -268,20 +268,16 @@ fn config_string(hdf5: Option<&Hdf5Library>, fapl: hid_t) -> Option<Vec<u8>> {
 
 /// The settings a file access list carries (its driver info, where it is this driver's), copied
 /// out of the list.
-fn carried_settings(api: &Hdf5Library, fapl: hid_t) -> Option<CarriedSettings> {
-    type GetDriverInfo = unsafe extern "C" fn(hid_t) -> *const c_void;
-    type ClearStack = unsafe extern "C" fn(hid_t) -> herr_t;
-    let get = api.symbol(c"H5Pget_driver_info")?;
-    // SAFETY: H5Pget_driver_info has this C signature in HDF5 1.14 and 2.x.
-    let get = unsafe { std::mem::transmute::<*mut c_void, GetDriverInfo>(get) };
+fn carried_settings(hdf5: &Hdf5Library, fapl: hid_t) -> Option<CarriedSettings> {
+    let api = &hdf5.api;
     // SAFETY: HDF5 checks the id; the info it returns is the list's copy, made by this class's
     // `fapl_copy` (`fapl_size` bytes), valid while the list is, which outlasts this open.
-    let info = unsafe { get(fapl) };
+    let info = unsafe { (api.H5Pget_driver_info.ok()?)(fapl) };
     if info.is_null() {
         // A list with no driver info is no error for the open: drop the record HDF5 pushed.
-        if let Some(clear) = api.symbol(c"H5Eclear2") {
+        if let Ok(clear) = api.H5Eclear2 {
             // SAFETY: H5Eclear2(H5E_DEFAULT) clears the default error stack.
-            unsafe { std::mem::transmute::<*mut c_void, ClearStack>(clear)(0) };
+            unsafe { clear(0) };
         }
         return None;
     }
@@ -545,7 +541,7 @@ unsafe extern "C" fn gds_selection<const WRITE: bool>(
     let (hdf5, f) = unsafe { open_file(file) };
     // The dataspace ids belong to the library that opened the file: only its H5S calls may read
     // them (a class without a library offers no selection callbacks).
-    let spaces = hdf5.and_then(|l| l.space.as_ref());
+    let spaces = hdf5.filter(|l| l.has_selection_calls());
     guard(func, hdf5, -1, || {
         let spaces = spaces.ok_or_else(|| {
             Error::InvalidArgument(

@@ -15,7 +15,8 @@ use crate::io::strided::{transfer_pieces, transfer_strided, Runs};
 use crate::io::vector::Piece;
 use crate::io::{BufPtr, Direction};
 use crate::memory;
-use h5gds_runtime::hdf5::space::{SeqIter, SpaceApi};
+use h5gds_runtime::hdf5::space::SeqIter;
+use h5gds_runtime::hdf5::Hdf5Library;
 
 /// Pieces per batch on the iterator path.
 pub const BATCH: usize = 16 << 10;
@@ -118,10 +119,10 @@ impl Seqs<'_> {
     }
 }
 
-fn seqs<'a>(api: &'a SpaceApi, shape: &'a Shape, space: hid_t, elem: usize) -> Result<Seqs<'a>> {
+fn seqs<'a>(api: &'a Hdf5Library, shape: &'a Shape, space: hid_t, elem: usize) -> Result<Seqs<'a>> {
     Ok(match shape {
         Shape::Strided(pat) => Seqs::Strided(Runs::new(pat)),
-        _ => Seqs::Hdf5(api.iter(space, elem)?),
+        _ => Seqs::Hdf5(api.selection_iter(space, elem)?),
     })
 }
 
@@ -209,7 +210,7 @@ fn contiguous_mem(shape: &Shape, buf: usize) -> Option<(usize, u64)> {
 /// `entry.buf` must be valid for the bytes the memory selection covers.
 unsafe fn transfer(
     file: &OpenFile,
-    api: &SpaceApi,
+    api: &Hdf5Library,
     entry: &Entry,
     mem_type: H5FD_mem_t,
     dir: Direction,
@@ -291,7 +292,7 @@ unsafe fn transfer(
 /// covers.
 pub(crate) unsafe fn transfer_entries(
     file: &OpenFile,
-    api: &SpaceApi,
+    api: &Hdf5Library,
     entries: &[Entry],
     mem_type: H5FD_mem_t,
     dir: Direction,

@@ -9,8 +9,7 @@ use crate::abi::{hid_t, H5FD_class_t, DRIVER_VALUE};
 use crate::config::{CarriedSettings, VFD_GDS_DEFAULT_SIZES};
 use crate::error::{Error, Result};
 use crate::plugin::{bound_class, guard};
-use h5gds_runtime::hdf5::{self as runtime_hdf5, Hdf5Library, BINDINGS};
-use std::ffi::{c_int, c_void, CStr};
+use h5gds_runtime::hdf5::{self as runtime_hdf5, Hdf5Library, MissingSymbol, BINDINGS};
 use std::sync::atomic::{AtomicI64, Ordering};
 
 /// h5gds's driver id in each bound HDF5 copy, once registered there (-1: not yet). Atomics, not a
@@ -28,29 +27,15 @@ fn callers_hdf5() -> Result<(usize, &'static Hdf5Library)> {
     Ok((slot, api))
 }
 
-/// A function of `api` with the C type `F`.
-///
-/// # Safety
-/// `F` must be the function pointer type of `name` in HDF5 1.14 and 2.x.
-unsafe fn function<F: Copy>(api: &Hdf5Library, name: &CStr) -> Result<F> {
-    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
-    let p = api.symbol(name).ok_or_else(|| {
-        Error::InvalidArgument(format!(
-            "{} has no {} (HDF5 1.14+ needed)",
-            api.path,
-            name.to_string_lossy()
-        ))
-    })?;
-    // SAFETY: the caller's contract: `F` is a function pointer of `name`'s type.
-    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+/// A function of `hdf5`'s table, or the error naming the library and the missing function.
+fn function<F>(hdf5: &Hdf5Library, found: std::result::Result<F, MissingSymbol>) -> Result<F> {
+    found.map_err(|missing| Error::InvalidArgument(hdf5.missing(missing)))
 }
 
 /// h5gds's driver id in the HDF5 copy of binding `slot`, registered there on first use and again
 /// after HDF5 was closed and reopened (its ids then are gone).
 fn driver_id(slot: usize, api: &Hdf5Library) -> Result<hid_t> {
-    type IsValid = unsafe extern "C" fn(hid_t) -> c_int;
-    // SAFETY: H5Iis_valid's type.
-    let is_valid = unsafe { function::<IsValid>(api, c"H5Iis_valid")? };
+    let is_valid = function(api, api.api.H5Iis_valid)?;
     let known = REGISTERED[slot].load(Ordering::Acquire);
     // SAFETY: a query of HDF5's id table; an id never comes back with another type.
     if known >= 0 && unsafe { is_valid(known) } > 0 {
@@ -92,9 +77,7 @@ pub fn set_fapl_gds(fapl: hid_t, alignment: usize, block_size: usize, cbuf_size:
             cbuf_size as u64,
         )?;
         let id = driver_id(slot, api)?;
-        type SetDriver = unsafe extern "C" fn(hid_t, hid_t, *const c_void) -> c_int;
-        // SAFETY: H5Pset_driver's type.
-        let set_driver = unsafe { function::<SetDriver>(api, c"H5Pset_driver")? };
+        let set_driver = function(api, api.api.H5Pset_driver)?;
         // SAFETY: HDF5 checks both ids and copies the info with the class's `fapl_copy`.
         if unsafe { set_driver(fapl, id, std::ptr::from_ref(&carried).cast()) } < 0 {
             return Err(Error::InvalidArgument(format!(
@@ -114,24 +97,16 @@ pub fn get_fapl_gds(fapl: hid_t) -> Option<[usize; 3]> {
     let hdf5 = bound.as_ref().ok().map(|(_, api)| *api);
     guard("H5Pget_fapl_gds", hdf5, None, || {
         let (_, api) = bound?;
-        type GetDriver = unsafe extern "C" fn(hid_t) -> hid_t;
-        type GetClass = unsafe extern "C" fn(hid_t) -> *const H5FD_class_t;
-        type GetInfo = unsafe extern "C" fn(hid_t) -> *const c_void;
-        type ClearStack = unsafe extern "C" fn(hid_t) -> c_int;
-        // SAFETY: the types of H5Pget_driver, H5FD_get_class (library-private, exported by every
-        // shared build), H5Pget_driver_info and H5Eclear2.
-        let (get_driver, get_class, get_info, clear) = unsafe {
-            (
-                function::<GetDriver>(api, c"H5Pget_driver")?,
-                function::<GetClass>(api, c"H5FD_get_class")?,
-                function::<GetInfo>(api, c"H5Pget_driver_info")?,
-                function::<ClearStack>(api, c"H5Eclear2")?,
-            )
-        };
+        let (get_driver, get_class, get_info, clear) = (
+            function(api, api.api.H5Pget_driver)?,
+            function(api, api.api.H5FD_get_class)?,
+            function(api, api.api.H5Pget_driver_info)?,
+            function(api, api.api.H5Eclear2)?,
+        );
         // SAFETY: HDF5 checks the id.
         let driver = unsafe { get_driver(fapl) };
         // SAFETY: as above; the class is HDF5's copy of a registered class, of this layout.
-        let class = (driver >= 0).then(|| unsafe { get_class(driver) });
+        let class = (driver >= 0).then(|| unsafe { get_class(driver) }.cast::<H5FD_class_t>());
         // SAFETY: a non-null class of this layout (above).
         if !class.is_some_and(|c| !c.is_null() && unsafe { (*c).value } == DRIVER_VALUE) {
             return Err(Error::InvalidArgument(format!(

@@ -7,6 +7,7 @@
 //! passes a function of it. A caller that cannot be recognised (an HDF5 linked statically without
 //! exported symbols, more copies than bindings) gets no binding.
 
+use super::api::Hdf5Api;
 use super::library::{loaded_hdf5_libraries, loaded_hdf5_objects, Hdf5Library};
 use super::objects::{object_containing, LoadedObject};
 use std::ffi::{c_void, CStr};
@@ -101,10 +102,10 @@ pub fn primary_library() -> Option<&'static Hdf5Library> {
     bound_library(*PRIMARY.get()?)
 }
 
-/// A symbol of the primary HDF5 library (for callers that make their own HDF5 calls into the
-/// library the driver was registered into, such as the Python extension's H5Dread).
-pub fn primary_symbol(name: &CStr) -> Option<*mut c_void> {
-    primary_library()?.symbol(name)
+/// The function table of the primary HDF5 library (for callers that make their own HDF5 calls
+/// into the library the driver was registered into, such as the Python extension's H5Dread).
+pub fn primary_api() -> Option<&'static Hdf5Api> {
+    Some(&primary_library()?.api)
 }
 
 /// The HDF5 library that a loaded object (`near`, for example one of h5py's extension modules)

@@ -1,55 +1,28 @@
-//! One loaded HDF5 library's entry points, looked up in that object itself.
+//! One loaded HDF5 library: its function table, looked up in that object itself, and the calls
+//! the driver makes through it.
 
+use super::api::{Hdf5Api, MissingSymbol};
 use super::objects::{loaded_objects, LoadedObject};
-use super::space::SpaceApi;
-use super::{herr_t, hid_t, htri_t, ErrorClass};
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use super::{hid_t, ErrorClass};
+use std::ffi::{c_int, c_void, CStr, CString};
 
-type GetDriverConfigStr = unsafe extern "C" fn(fapl: hid_t, buf: *mut c_char, size: usize) -> isize;
-type GetFileLocking =
-    unsafe extern "C" fn(fapl: hid_t, use_locking: *mut bool, ignore_disabled: *mut bool) -> herr_t;
-type IsDriverRegistered = unsafe extern "C" fn(value: c_int) -> htri_t;
-type EPush2 = unsafe extern "C" fn(
-    stack: hid_t,
-    file: *const c_char,
-    func: *const c_char,
-    line: c_uint,
-    cls: hid_t,
-    maj: hid_t,
-    min: hid_t,
-    fmt: *const c_char,
-    ...
-) -> herr_t;
-/// `H5FDregister`; the class is an `H5FD_class_t`, whose layout the driver's `abi` owns.
-type FdRegister = unsafe extern "C" fn(class: *const c_void) -> hid_t;
-type SetDriverByName =
-    unsafe extern "C" fn(fapl: hid_t, name: *const c_char, config: *const c_char) -> herr_t;
-
-/// The HDF5 entry points the driver and the Python extension use, from one loaded HDF5 library.
+/// One loaded HDF5 library: where it is, and its functions.
 pub struct Hdf5Library {
     /// Path of the object the symbols came from ("" for the main program).
     pub path: String,
     /// Where the object is loaded (its load bias): tells two objects of one path apart.
     pub(crate) base: usize,
-    /// The library's dlopen handle, kept open so its symbols stay valid.
+    /// The library's dlopen handle, held open (never read) so that its symbols stay valid.
+    #[allow(dead_code)]
     handle: *mut c_void,
-    register: Option<FdRegister>,
-    set_driver_by_name: Option<SetDriverByName>,
-    get_driver_config_str: GetDriverConfigStr,
-    get_file_locking: Option<GetFileLocking>,
-    epush2: Option<EPush2>,
-    is_driver_registered: Option<IsDriverRegistered>,
-    err_cls: *const hid_t,
-    maj_vfl: *const hid_t,
-    minors: [*const hid_t; 6],
-    /// The H5S calls of the selection callbacks, where this library exports them all.
-    pub space: Option<SpaceApi>,
+    /// Every HDF5 function h5gds calls, from this library.
+    pub api: Hdf5Api,
 }
 
-// SAFETY: the pointers refer to functions and global variables of a loaded library that is never
-// unloaded (its handle is kept open); reading them from any thread is what HDF5 itself does.
+// SAFETY: the handle refers to a loaded library that is never unloaded (it is kept open), and the
+// table is Send and Sync; nothing here is mutated after construction.
 unsafe impl Send for Hdf5Library {}
-// SAFETY: as above; the struct is immutable after construction.
+// SAFETY: as above.
 unsafe impl Sync for Hdf5Library {}
 
 const H5E_DEFAULT: hid_t = 0;
@@ -57,15 +30,15 @@ const H5E_DEFAULT: hid_t = 0;
 impl Hdf5Library {
     /// The config string stored on a file access property list, if any, as raw bytes.
     pub fn driver_config(&self, fapl: hid_t) -> Option<Vec<u8>> {
+        let get = self.api.H5Pget_driver_config_str.ok()?;
         // SAFETY: a null buffer with size 0 asks only for the length, as documented.
-        let len = unsafe { (self.get_driver_config_str)(fapl, std::ptr::null_mut(), 0) };
+        let len = unsafe { get(fapl, std::ptr::null_mut(), 0) };
         if len <= 0 {
             return None;
         }
         let mut buf = vec![0u8; len as usize + 1];
         // SAFETY: buf holds len + 1 bytes, room for the string and its terminator.
-        let written =
-            unsafe { (self.get_driver_config_str)(fapl, buf.as_mut_ptr().cast(), buf.len()) };
+        let written = unsafe { get(fapl, buf.as_mut_ptr().cast(), buf.len()) };
         if written <= 0 {
             return None;
         }
@@ -75,7 +48,7 @@ impl Hdf5Library {
 
     /// The fapl's "ignore file locking errors when locking is disabled" flag.
     pub fn ignore_disabled_file_locks(&self, fapl: hid_t) -> Option<bool> {
-        let get = self.get_file_locking?;
+        let get = self.api.H5Pget_file_locking.ok()?;
         let (mut use_locking, mut ignore) = (true, true);
         // SAFETY: both out-pointers are valid bools for the duration of the call.
         let status = unsafe { get(fapl, &mut use_locking, &mut ignore) };
@@ -84,17 +57,20 @@ impl Hdf5Library {
 
     /// Pushes one record onto this library's default error stack; whether it was pushed.
     pub fn push_error(&self, func: &str, class: ErrorClass, message: &str) -> bool {
-        let Some(push) = self.epush2 else {
+        let api = &self.api;
+        let minor = match class {
+            ErrorClass::BadValue => api.H5E_BADVALUE_g,
+            ErrorClass::CantOpen => api.H5E_CANTOPENFILE_g,
+            ErrorClass::Read => api.H5E_READERROR_g,
+            ErrorClass::Write => api.H5E_WRITEERROR_g,
+            ErrorClass::Overflow => api.H5E_OVERFLOW_g,
+            ErrorClass::Other => api.H5E_SYSERRSTR_g,
+        };
+        let (Ok(push), Ok(err_cls), Ok(maj_vfl), Ok(minor)) =
+            (api.H5Epush2, api.H5E_ERR_CLS_g, api.H5E_VFL_g, minor)
+        else {
             return false;
         };
-        let minor = self.minors[match class {
-            ErrorClass::BadValue => 0,
-            ErrorClass::CantOpen => 1,
-            ErrorClass::Read => 2,
-            ErrorClass::Write => 3,
-            ErrorClass::Overflow => 4,
-            ErrorClass::Other => 5,
-        }];
         let file = c"h5gds";
         let func = CString::new(func).unwrap_or_default();
         let message = CString::new(message.replace('\0', " ")).unwrap_or_default();
@@ -106,8 +82,8 @@ impl Hdf5Library {
                 file.as_ptr(),
                 func.as_ptr(),
                 0,
-                *self.err_cls,
-                *self.maj_vfl,
+                *err_cls,
+                *maj_vfl,
                 *minor,
                 c"%s".as_ptr(),
                 message.as_ptr(),
@@ -119,8 +95,9 @@ impl Hdf5Library {
     /// Whether a driver of class value `value` is registered (`H5FDis_driver_registered_by_value`).
     pub fn driver_registered(&self, value: c_int) -> Result<bool, String> {
         let query = self
-            .is_driver_registered
-            .ok_or_else(|| self.missing("H5FDis_driver_registered_by_value"))?;
+            .api
+            .H5FDis_driver_registered_by_value
+            .map_err(|m| self.missing(m))?;
         // SAFETY: a plain query of the driver table.
         match unsafe { query(value) } {
             n if n < 0 => Err(format!(
@@ -140,7 +117,7 @@ impl Hdf5Library {
         class: *const c_void,
         name: &CStr,
     ) -> Result<hid_t, String> {
-        let register = self.register.ok_or_else(|| self.missing("H5FDregister"))?;
+        let register = self.api.H5FDregister.map_err(|m| self.missing(m))?;
         // SAFETY: the caller passes a class of the layout HDF5 expects.
         let id = unsafe { register(class) };
         if id < 0 {
@@ -157,8 +134,9 @@ impl Hdf5Library {
     /// (`H5Pset_driver_by_name`). The string is passed as given; an empty one stores none.
     pub fn set_driver_by_name(&self, fapl: hid_t, name: &CStr, config: &str) -> Result<(), String> {
         let set = self
-            .set_driver_by_name
-            .ok_or_else(|| self.missing("H5Pset_driver_by_name"))?;
+            .api
+            .H5Pset_driver_by_name
+            .map_err(|m| self.missing(m))?;
         let config = CString::new(config).map_err(|_| {
             format!(
                 "the {} config string contains a NUL byte",
@@ -181,70 +159,59 @@ impl Hdf5Library {
         Ok(())
     }
 
-    /// A symbol of this library.
-    pub fn symbol(&self, name: &CStr) -> Option<*mut c_void> {
-        // SAFETY: a lookup in the library's open handle has no side effects.
-        let p = unsafe { libc::dlsym(self.handle, name.as_ptr()) };
-        (!p.is_null()).then_some(p)
+    /// The message for a function this library lacks, naming the library and the function.
+    pub fn missing(&self, missing: MissingSymbol) -> String {
+        format!(
+            "{} has no {} (HDF5 1.14+ needed)",
+            self.path, missing.symbol
+        )
     }
 
-    fn missing(&self, name: &str) -> String {
-        format!("{} has no {name} (HDF5 1.14+ needed)", self.path)
+    /// Whether the selection callbacks' H5S calls ([`super::space`]) are all there.
+    pub fn has_selection_calls(&self) -> bool {
+        let api = &self.api;
+        [
+            api.H5Sget_select_type.is_ok(),
+            api.H5Sis_regular_hyperslab.is_ok(),
+            api.H5Sget_regular_hyperslab.is_ok(),
+            api.H5Sget_simple_extent_dims.is_ok(),
+            api.H5Sget_select_bounds.is_ok(),
+            api.H5Ssel_iter_create.is_ok(),
+            api.H5Ssel_iter_get_seq_list.is_ok(),
+            api.H5Ssel_iter_close.is_ok(),
+        ]
+        .iter()
+        .all(|&found| found)
     }
 
-    /// The HDF5 API of one loaded object, if it is an HDF5 library itself: it defines
-    /// `H5Pget_driver_config_str` (an object that merely links one, such as an extension module,
-    /// is not one). The returned library holds a dlopen handle of the object.
+    /// The HDF5 API of one loaded object, if it is an HDF5 library itself (see
+    /// [`is_hdf5_library`]). The returned library holds a dlopen handle of the object.
     pub(crate) fn open(object: &LoadedObject) -> Option<Hdf5Library> {
         let handle = object.handle();
         if handle.is_null() {
             return None;
         }
-        let sym = |symbol: &CStr| object.own_symbol(handle, symbol);
-        let Some(config_fn) = sym(c"H5Pget_driver_config_str") else {
+        if !is_hdf5_library(object, handle) {
             // SAFETY: balances the dlopen above; the object stays loaded by its owner.
             unsafe { libc::dlclose(handle) };
             return None;
-        };
-        let ids = [
-            sym(c"H5E_ERR_CLS_g"),
-            sym(c"H5E_VFL_g"),
-            sym(c"H5E_BADVALUE_g"),
-            sym(c"H5E_CANTOPENFILE_g"),
-            sym(c"H5E_READERROR_g"),
-            sym(c"H5E_WRITEERROR_g"),
-            sym(c"H5E_OVERFLOW_g"),
-            sym(c"H5E_SYSERRSTR_g"),
-        ];
-        let epush = sym(c"H5Epush2").filter(|_| ids.iter().all(Option::is_some));
-        let id = |i: usize| ids[i].map_or(std::ptr::null(), |p| p as *const hid_t);
-        let space = SpaceApi::resolve(|name| sym(name));
-        // SAFETY: the symbols have the C signatures declared above (HDF5 1.14 and 2.x).
-        let library = unsafe {
-            Hdf5Library {
-                path: object.name.to_string_lossy().into_owned(),
-                base: object.base,
-                handle,
-                register: sym(c"H5FDregister")
-                    .map(|p| std::mem::transmute::<*mut c_void, FdRegister>(p)),
-                set_driver_by_name: sym(c"H5Pset_driver_by_name")
-                    .map(|p| std::mem::transmute::<*mut c_void, SetDriverByName>(p)),
-                get_driver_config_str: std::mem::transmute::<*mut c_void, GetDriverConfigStr>(
-                    config_fn,
-                ),
-                get_file_locking: sym(c"H5Pget_file_locking")
-                    .map(|p| std::mem::transmute::<*mut c_void, GetFileLocking>(p)),
-                epush2: epush.map(|p| std::mem::transmute::<*mut c_void, EPush2>(p)),
-                is_driver_registered: sym(c"H5FDis_driver_registered_by_value")
-                    .map(|p| std::mem::transmute::<*mut c_void, IsDriverRegistered>(p)),
-                err_cls: id(0),
-                maj_vfl: id(1),
-                minors: [id(2), id(3), id(4), id(5), id(6), id(7)],
-                space,
-            }
-        };
-        Some(library)
+        }
+        Some(Hdf5Library {
+            path: object.name.to_string_lossy().into_owned(),
+            base: object.base,
+            handle,
+            api: Hdf5Api::from_symbols(|name| object.own_symbol(handle, name)),
+        })
     }
+}
+
+/// Whether a loaded object (opened as `handle`) is an HDF5 library itself: it defines
+/// `H5Pget_driver_config_str` (an object that merely links one, such as an extension module, is
+/// not one).
+fn is_hdf5_library(object: &LoadedObject, handle: *mut c_void) -> bool {
+    object
+        .own_symbol(handle, c"H5Pget_driver_config_str")
+        .is_some()
 }
 
 /// Paths of the HDF5 libraries loaded in the process ("" is the main program): objects that
@@ -261,12 +228,14 @@ pub(crate) fn loaded_hdf5_objects() -> Vec<LoadedObject> {
     loaded_objects()
         .into_iter()
         .filter(|object| {
-            let Some(library) = Hdf5Library::open(object) else {
+            let handle = object.handle();
+            if handle.is_null() {
                 return false;
-            };
-            // SAFETY: balances the dlopen in `open`; the object stays loaded by its owner.
-            unsafe { libc::dlclose(library.handle) };
-            true
+            }
+            let hdf5 = is_hdf5_library(object, handle);
+            // SAFETY: balances the dlopen in `handle`; the object stays loaded by its owner.
+            unsafe { libc::dlclose(handle) };
+            hdf5
         })
         .collect()
 }

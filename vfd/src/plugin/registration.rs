@@ -7,7 +7,7 @@ use super::{bound_class, OPENS, UNBOUND_CLASS};
 use crate::abi::*;
 use crate::log::with_logging;
 use h5gds_runtime::hdf5::{self as runtime_hdf5, Hdf5Library};
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_void, CStr};
 use std::panic::catch_unwind;
 
 /// The driver class for registering in-process (`H5FDregister`) into the HDF5 library whose code
@@ -76,8 +76,8 @@ pub enum Registration {
 
 /// Registers this copy of the driver (`H5FDregister`) in the HDF5 library that `near` (a loaded
 /// object, such as one of h5py's extension modules) is linked with, with a class bound to that
-/// library, which becomes the primary one (`h5gds_runtime::hdf5::primary_symbol`, `set_fapl_driver`). The caller must
-/// hold whatever lock serialises calls into that HDF5 (h5py's `phil`).
+/// library, which becomes the primary one (`h5gds_runtime::hdf5::primary_api`, `set_fapl_driver`). The caller
+/// must hold whatever lock serialises calls into that HDF5 (h5py's `phil`).
 pub fn register_in_loaded_hdf5(near: &CStr) -> std::result::Result<Registration, String> {
     let (slot, api) = runtime_hdf5::bind_primary(near)?;
     if api.driver_registered(crate::abi::DRIVER_VALUE)? {
@@ -106,34 +106,19 @@ pub fn set_fapl_driver(fapl: hid_t, config: &str) -> std::result::Result<(), Str
 
 /// HDF5's copy of the class registered as value 512, found through a scratch file access list
 /// (HDF5 has no public lookup of a class by value).
-fn registered_gds_class(api: &Hdf5Library) -> Option<*const crate::abi::H5FD_class_t> {
-    let sym = |name: &CStr| api.symbol(name);
-    let fapl_class = sym(c"H5P_CLS_FILE_ACCESS_ID_g")? as *const hid_t;
-    // SAFETY: the symbols have these C signatures in HDF5 1.14 and 2.x (H5FD_get_class is
-    // library-private but exported by every shared build).
-    let (create, set_by_value, get_driver, get_class, close) = unsafe {
-        (
-            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(hid_t) -> hid_t>(sym(
-                c"H5Pcreate",
-            )?),
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(hid_t, c_int, *const c_char) -> herr_t,
-            >(sym(c"H5Pset_driver_by_value")?),
-            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(hid_t) -> hid_t>(sym(
-                c"H5Pget_driver",
-            )?),
-            std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(hid_t) -> *const crate::abi::H5FD_class_t,
-            >(sym(c"H5FD_get_class")?),
-            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(hid_t) -> herr_t>(sym(
-                c"H5Pclose",
-            )?),
-        )
-    };
+fn registered_gds_class(hdf5: &Hdf5Library) -> Option<*const crate::abi::H5FD_class_t> {
+    let api = &hdf5.api;
+    let (fapl_class, create, set_by_value, get_driver, get_class, close) = (
+        api.H5P_CLS_FILE_ACCESS_ID_g.ok()?,
+        api.H5Pcreate.ok()?,
+        api.H5Pset_driver_by_value.ok()?,
+        api.H5Pget_driver.ok()?,
+        api.H5FD_get_class.ok()?,
+        api.H5Pclose.ok()?,
+    );
     // SAFETY: the library is initialised (the driver is registered in it), so the class id
-    // global holds the file access class; the list is closed before returning.
+    // global holds the file access class; the list is closed before returning; a class HDF5
+    // returns is its copy of a registered class, of this layout.
     unsafe {
         let fapl = create(*fapl_class);
         if fapl < 0 {
@@ -141,7 +126,9 @@ fn registered_gds_class(api: &Hdf5Library) -> Option<*const crate::abi::H5FD_cla
         }
         let class = if set_by_value(fapl, crate::abi::DRIVER_VALUE, std::ptr::null()) >= 0 {
             let id = get_driver(fapl);
-            (id >= 0).then(|| get_class(id)).filter(|c| !c.is_null())
+            (id >= 0)
+                .then(|| get_class(id).cast::<crate::abi::H5FD_class_t>())
+                .filter(|c| !c.is_null())
         } else {
             None
         };

@@ -1,63 +1,107 @@
-//! `h5gds.read`/`h5gds.write` for device arrays: the address checked with CUDA (device memory of
-//! a device this process sees, the whole array inside one allocation), the route decided by
-//! `h5gds_route` (the decision array-io makes, over facts h5py gathered), the producer's stream
+//! `h5gds.read`/`h5gds.write` for device arrays: the address checked with CUDA (`pointer`: device
+//! memory of a device this process sees, the whole array inside one allocation), the route decided
+//! by `h5gds_route` (the decision array-io makes, over the facts HDF5 gave `io_call`), the producer's stream
 //! synchronised, then the bytes moved: straight through the `gds` driver (H5Dread/H5Dwrite with
 //! the device pointer), or through a pinned host buffer of `H5GDS_STAGING_BUFFER_SIZE` bytes,
-//! piece by piece, so any size works with any buffer. Reads of compressed chunks are decoded on
+//! piece by piece (`staging`), so any size works with any buffer. Reads of compressed chunks are decoded on
 //! the GPU (`compressed`: they move compressed) or by h5gds on the host's threads
 //! (`host_codec`, into the pinned buffer of the staged path), whichever
 //! `route::choose_decoder` picks.
 
+mod host_reads;
+mod pointer;
+mod staging;
+mod tile;
+
+use host_reads::host_reads;
+pub use host_reads::staged_anyway;
+use pointer::checked_pointer;
+pub use pointer::{copy_with_host, device_count};
+use staging::through_pinned;
+pub use tile::{write_tile, TileWrite};
+
 use crate::compressed::{self, CompressedRead};
 pub use crate::error::DeviceError;
-use crate::hdf5::{self, Hid, Prepared};
+use crate::hdf5::{self, Hid, Prepared, StoredLayout};
 use crate::host_codec::CompressedHostRead;
 use h5gds_chunk_codec::place::chunks_selected;
 use h5gds_chunk_codec::{Filter, Hyperslab, Pipeline};
-use h5gds_gpu_codec::decode::HostReads;
 use h5gds_route::route::{
     blocker, choose_decoder, data_blocker, gpu_decode, plan, Block, Decoder, DecoderFacts, Route,
     Storage, Transfer,
 };
-use h5gds_route::select::{decoded_pieces, flat_range_blocks, staged_piece_bytes, staging_pieces};
-use h5gds_runtime::cuda::{self, DeviceContext, DeviceRange, Direction, PointerKind};
-use h5gds_runtime::device_ranges::{self, forget_device_range};
-use h5gds_runtime::pinned;
+use h5gds_route::select::{chunks_touching, decoded_pieces, flat_range_blocks, staged_piece_bytes};
+use h5gds_runtime::cuda::{self, DeviceContext};
+use h5gds_runtime::device_ranges::forget_device_range;
 use h5gds_runtime::settings::{self, DevicePath, STAGING_BUFFER_SIZE_ENV, USE_VFD_GDS_ENV};
 use std::collections::HashSet;
 use std::ffi::c_void;
 
-/// The storage facts h5py gathered (see python/h5gds/_device.py).
+/// How the dataset is stored, as the one native call asked HDF5 (`hdf5::dataset_facts`).
 pub struct StorageFacts {
-    pub kind: String,
-    pub allocated: bool,
+    pub layout: StoredLayout,
+    /// The stored element's size: HDF5 copies a chunk through its chunk cache whenever the chunk
+    /// fits the cache.
+    pub stored_size: usize,
+    /// The chunk shape and the pipeline's filter ids (chunked datasets; no chunk otherwise).
     pub chunk: Vec<u64>,
-    pub filtered: bool,
-    pub chunks: Vec<Vec<u64>>,
-    pub cached: bool,
-    /// The filter pipeline's ids, in order (chunked datasets).
     pub filters: Vec<i32>,
 }
 
 impl StorageFacts {
-    fn storage(&self) -> Result<Storage, DeviceError> {
-        Ok(match self.kind.as_str() {
-            "contiguous" => Storage::Contiguous {
-                allocated: self.allocated,
+    pub fn new(layout: StoredLayout, stored_size: usize) -> StorageFacts {
+        let (chunk, filters) = match &layout {
+            StoredLayout::Chunked { chunk, filters, .. } => {
+                (chunk.clone(), filters.iter().map(|(id, _)| *id).collect())
+            }
+            _ => (Vec::new(), Vec::new()),
+        };
+        StorageFacts {
+            layout,
+            stored_size,
+            chunk,
+            filters,
+        }
+    }
+
+    /// Chunked through a pipeline of filters.
+    fn compressed(&self) -> bool {
+        matches!(self.layout, StoredLayout::Chunked { .. }) && !self.filters.is_empty()
+    }
+
+    /// The storage in `route`'s terms, for a transfer of `region` of `dataset`: of a chunked
+    /// dataset's chunks, those the region touches that were written (the only ones `route::plan`
+    /// asks about), listed where the route could be direct (unfiltered chunks the cache would not
+    /// take). The caller holds h5py's lock.
+    fn storage(&self, dataset: Hid, region: &Block) -> Result<Storage, DeviceError> {
+        Ok(match &self.layout {
+            StoredLayout::Contiguous { external: true, .. } => Storage::External,
+            StoredLayout::Contiguous { address, .. } => Storage::Contiguous {
+                allocated: address.is_some(),
             },
-            "external" => Storage::External,
-            "compact" => Storage::Compact,
-            "virtual" => Storage::Virtual,
-            "chunked" => Storage::Chunked {
-                chunk: self.chunk.clone(),
-                filtered: self.filtered,
-                allocated: self.chunks.iter().cloned().collect::<HashSet<_>>(),
-                cached: self.cached,
-            },
-            other => {
-                return Err(DeviceError::Argument(format!(
-                    "unknown storage kind {other:?}"
-                )))
+            StoredLayout::Compact => Storage::Compact,
+            StoredLayout::Virtual => Storage::Virtual,
+            StoredLayout::Chunked {
+                chunk, cache_bytes, ..
+            } => {
+                let chunk_bytes = chunk.iter().product::<u64>() as u128 * self.stored_size as u128;
+                let cached = chunk_bytes <= *cache_bytes as u128;
+                let filtered = !self.filters.is_empty();
+                let mut allocated = HashSet::new();
+                if !filtered && !cached && region.count.len() == chunk.len() {
+                    let index = hdf5::chunk_index(dataset, chunk).map_err(DeviceError::Failed)?;
+                    allocated = chunks_touching(region, chunk)
+                        .into_iter()
+                        .map(|(offset, _)| offset)
+                        .filter(|offset| index.contains(offset))
+                        .collect();
+                }
+                Storage::Chunked {
+                    chunk: chunk.clone(),
+                    filtered,
+                    allocated,
+                    cached,
+                }
             }
         })
     }
@@ -99,68 +143,6 @@ fn argument(message: String) -> DeviceError {
     DeviceError::Argument(message)
 }
 
-/// The CUDA allocation an array's memory belongs to, checked: CUDA works here, the address is
-/// device memory of a device this process sees (the one the array claims, if it claims one), and
-/// all `nbytes` lie inside that one allocation.
-fn checked_pointer(
-    role: &str,
-    address: u64,
-    nbytes: usize,
-    claimed_ordinal: Option<i32>,
-) -> Result<DeviceRange, DeviceError> {
-    let cuda_driver = cuda::cuda().map_err(|err| {
-        argument(format!(
-            "{role} is CUDA device memory, but CUDA does not work in this process ({err})"
-        ))
-    })?;
-    let kind = device_ranges::query(address as usize).map_err(DeviceError::Failed)?;
-    if let Some(claimed) = claimed_ordinal {
-        if claimed < 0 || claimed >= cuda_driver.device_count {
-            return Err(argument(format!(
-                "{role} is on CUDA device {claimed}, and this process sees {} CUDA device(s)",
-                cuda_driver.device_count
-            )));
-        }
-    }
-    let PointerKind::Device(range) = kind else {
-        return Err(argument(format!(
-            "{role}'s address {address:#x} is not CUDA device memory in this process (CUDA does \
-             not know it as a device allocation)"
-        )));
-    };
-    let ordinal = range.context.device;
-    if let Some(claimed) = claimed_ordinal {
-        if claimed != ordinal {
-            return Err(argument(format!(
-                "{role} says it is on CUDA device {claimed}, but its memory is on device {ordinal}"
-            )));
-        }
-    }
-    let (base, size) = range.allocation;
-    let end = address.checked_add(nbytes as u64);
-    if address < base || end.is_none_or(|e| e > base + size as u64) {
-        return Err(argument(format!(
-            "{role} claims {nbytes} bytes at {address:#x}, beyond its allocation ({size} bytes at \
-             {base:#x})"
-        )));
-    }
-    Ok(range)
-}
-
-/// The number of CUDA devices this process sees; an error naming the cause where CUDA does not
-/// work (no driver, no device).
-pub fn device_count() -> Result<i32, DeviceError> {
-    let driver = cuda::cuda().map_err(|err| {
-        DeviceError::Failed(format!("CUDA does not work in this process ({err})"))
-    })?;
-    if driver.device_count <= 0 {
-        return Err(DeviceError::Failed(
-            "CUDA sees no device in this process".into(),
-        ));
-    }
-    Ok(driver.device_count)
-}
-
 /// Checks the array's memory with CUDA, decides the route, and moves the bytes. Returns the
 /// route taken, in words ("gds", or "staged: <reason>").
 /// `storage`: how the dataset is stored, as h5py reported it.
@@ -191,7 +173,7 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
             .collect(),
     };
     let storage_facts = storage;
-    let storage = storage_facts.storage()?;
+    let storage = storage_facts.storage(t.dataset, &region)?;
     // The Python API moves one selection in one go: where the plan mixes routes (a chunked
     // dataset with unwritten chunks), all of it is staged, for the first staged part's reason.
     let staged_reason = plan(&storage, &region, blocker(&facts))
@@ -208,7 +190,7 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
     if t.stream != 0 {
         cuda::synchronize_handle(t.stream)?;
     }
-    let compressed = !t.write && storage_facts.kind == "chunked" && storage_facts.filtered;
+    let compressed = !t.write && storage_facts.compressed();
     // Stored chunks the host's threads read reach the GPU without the driver: a file open
     // with sec2 blocks the driver's path, not decoding on the GPU.
     let reads = if compressed {
@@ -422,87 +404,6 @@ pub fn decoder_facts(
     })
 }
 
-/// The largest read into device memory that a dataset's layout may serve
-/// (`Layout::read_to_device`): read whole into pinned host memory, then copied up. Larger reads
-/// go through the driver, which overlaps the file reads with the copies.
-pub const LAYOUT_DEVICE_READ_MAX: usize = 16 << 20;
-
-/// Why a read into device memory would be staged through pinned memory anyway
-/// ([`staged_anyway`]).
-pub struct StagedAnyway {
-    pub why: String,
-    /// The gds driver would not see the device pointer at all (the file is open with sec2, or
-    /// `H5GDS_USE_VFD_GDS=0`), so compressed chunks cannot reach nvCOMP either.
-    pub past_the_driver: bool,
-}
-
-/// Why a read of `nbytes` into device memory may be served by the dataset's layout, with no HDF5
-/// call, through pinned host memory: it would be staged through pinned memory anyway (the file is
-/// open with sec2, `sec2`; or the driver would stage it). None where the driver is to take it: the
-/// read is larger than [`LAYOUT_DEVICE_READ_MAX`], the settings ask for the gds driver
-/// (`H5GDS_USE_VFD_GDS=1`, `compat_mode=off`), or cuFile could give GPUDirect Storage here
-/// (nvidia-fs, or P2PDMA in cuFile's configuration).
-pub fn staged_anyway(nbytes: usize, sec2: bool) -> Result<Option<StagedAnyway>, DeviceError> {
-    if nbytes > LAYOUT_DEVICE_READ_MAX {
-        return Ok(None);
-    }
-    let past = |why: &str| {
-        Some(StagedAnyway {
-            why: why.into(),
-            past_the_driver: true,
-        })
-    };
-    if sec2 {
-        return Ok(past(
-            "the file is open with the sec2 driver, which reads only into host memory",
-        ));
-    }
-    let invalid = |e: settings::InvalidSetting| argument(e.to_string());
-    match settings::device_path(env(USE_VFD_GDS_ENV).as_deref()).map_err(invalid)? {
-        DevicePath::Staged => return Ok(past("H5GDS_USE_VFD_GDS=0 stages device reads")),
-        DevicePath::Gds => return Ok(None),
-        DevicePath::Auto => {}
-    }
-    let vfd = h5gds::VfdSettings::load(None).map_err(|e| argument(e.to_string()))?;
-    Ok(
-        h5gds::device_transfers_staged(&vfd).map(|why| StagedAnyway {
-            why,
-            past_the_driver: false,
-        }),
-    )
-}
-
-/// Where the stored chunks of a GPU-decoded read are read by the host's threads ([`HostReads`]):
-/// HDF5 has the file open read-only through a driver whose addresses are the file's offsets, and
-/// either that driver is sec2 (which never reads into device memory) or the `gds` driver would
-/// stage device reads anyway (its settings, no GDS kernel path; not with `H5GDS_USE_VFD_GDS=1`,
-/// which asks for the driver's device path). Never with `H5GDS_USE_VFD_GDS=0`, which stages the
-/// whole read.
-fn host_reads(dataset: Hid, facts: &Transfer) -> Result<Option<HostReads>, DeviceError> {
-    if facts.staged_by_settings {
-        return Ok(None);
-    }
-    let vfd = h5gds::VfdSettings::load(None).map_err(|e| argument(e.to_string()))?;
-    let why = if let Some(driver) = &facts.other_driver {
-        format!("the file is open with the {driver} driver")
-    } else {
-        let path = settings::device_path(env(USE_VFD_GDS_ENV).as_deref())
-            .map_err(|e| argument(e.to_string()))?;
-        if path == DevicePath::Gds {
-            return Ok(None);
-        }
-        let Some(why) = h5gds::device_transfers_staged(&vfd) else {
-            return Ok(None);
-        };
-        why
-    };
-    Ok(hdf5::direct_file(dataset).map(|file| HostReads {
-        file,
-        threads: vfd.nthreads,
-        why,
-    }))
-}
-
 /// The driver's I/O thread count, which decodes on the host.
 fn host_threads() -> Result<usize, DeviceError> {
     Ok(h5gds::VfdSettings::load(None)
@@ -514,107 +415,6 @@ fn host_threads() -> Result<usize, DeviceError> {
 fn file_side_floor() -> Result<usize, DeviceError> {
     let vfd = h5gds::VfdSettings::load(None).map_err(|e| argument(e.to_string()))?;
     Ok(vfd.task_round_bytes())
-}
-
-/// Moves `elements` elements of `item` bytes between device memory at `address` and the file
-/// through pinned host buffers, piece by piece (`route::select::staging_pieces`: at most
-/// `piece_bytes` each, cut at `cuts` where they fit): `io(a, b, host)` moves elements `[a, b)` (in the array's
-/// row-major order) between a buffer and the file. Two buffers take turns, each copied on a
-/// stream of its own, so that one piece's copy to (or from) the device runs while `io` reads (or
-/// writes) the next. The one staging loop of the extension (dataset selections and collective
-/// tiles).
-#[allow(clippy::too_many_arguments)]
-fn through_pinned(
-    context: DeviceContext,
-    address: u64,
-    elements: u64,
-    item: usize,
-    piece_bytes: usize,
-    cuts: &[u64],
-    write: bool,
-    mut io: impl FnMut(u64, u64, *mut u8) -> Result<(), DeviceError>,
-) -> Result<(), DeviceError> {
-    let pieces = staging_pieces(elements, (piece_bytes / item).max(1) as u64, cuts);
-    let largest = pieces.iter().map(|&(a, b)| b - a).max().unwrap_or(0) as usize * item;
-    let device = |a: u64| address + a * item as u64;
-    let bytes = |(a, b): (u64, u64)| (b - a) as usize * item;
-    if pieces.len() <= 1 {
-        let mut pinned = pinned::Taken::new(largest);
-        for &(a, b) in &pieces {
-            let host = pinned.as_mut_ptr();
-            if write {
-                // SAFETY: the pinned buffer holds the piece's bytes; the caller checked that the
-                // device range lies inside one allocation.
-                unsafe {
-                    cuda::copy_any(context, host as usize, device(a) as usize, bytes((a, b)))
-                }?;
-            }
-            io(a, b, host)?;
-            if !write {
-                // SAFETY: as for the copy from the device above.
-                unsafe {
-                    cuda::copy_any(context, device(a) as usize, host as usize, bytes((a, b)))
-                }?;
-            }
-        }
-        return Ok(());
-    }
-    let streams = cuda::thread_streams(context)?;
-    let mut buffers = [pinned::Taken::new(largest), pinned::Taken::new(largest)];
-    let hosts = [buffers[0].as_mut_ptr(), buffers[1].as_mut_ptr()];
-    let direction = if write {
-        Direction::Write
-    } else {
-        Direction::Read
-    };
-    let start = |k: usize| {
-        let (a, b) = pieces[k];
-        // SAFETY: the buffer holds the piece's bytes and is not touched until its stream is
-        // synchronized below; the device range lies inside one allocation (checked by the
-        // caller).
-        unsafe {
-            cuda::copy_async(
-                direction,
-                hosts[k % 2],
-                device(a),
-                bytes((a, b)),
-                streams[k % 2],
-            )
-        }
-    };
-    let mut moved = || -> Result<(), DeviceError> {
-        if write {
-            start(0)?;
-            for (k, &(a, b)) in pieces.iter().enumerate() {
-                cuda::synchronize(streams[k % 2])?;
-                // The other buffer's piece has been written: its next copy overlaps this `io`.
-                if k + 1 < pieces.len() {
-                    start(k + 1)?;
-                }
-                io(a, b, hosts[k % 2])?;
-            }
-        } else {
-            for (k, &(a, b)) in pieces.iter().enumerate() {
-                if k >= 2 {
-                    // The copy of the piece two before, from the same buffer, has finished.
-                    cuda::synchronize(streams[k % 2])?;
-                }
-                io(a, b, hosts[k % 2])?;
-                start(k)?;
-            }
-        }
-        Ok(())
-    };
-    let result = moved();
-    // Whatever happened, no copy may still use a buffer once it goes back to the pool.
-    let waited = streams
-        .iter()
-        .map(|&stream| cuda::synchronize(stream))
-        .collect::<Result<Vec<_>, _>>();
-    drop(buffers);
-    result?;
-    waited?;
-    Ok(())
 }
 
 /// How h5gds decodes a read's chunks on the host (`host_codec`), for [`staged`].
@@ -777,178 +577,4 @@ fn host_filters(filters: &[i32]) -> Vec<Filter> {
         .iter()
         .map(|&id| Filter { id, values: vec![] })
         .collect()
-}
-
-/// Copies between the device array at `address` (`nbytes`; on device `claimed_ordinal` if it
-/// says) and the host buffer at `host` (`nbytes` long): to the device with `to_device`, else to the
-/// host. The producer's `stream` (0: none) finishes first; the copy is complete when this returns.
-/// The array's way to and from the host cores (a compressed `to_file` encodes a host copy; a gather
-/// into a device array reads into host memory first). `Argument` for memory that is not one CUDA
-/// allocation holding `nbytes` on a device this process sees; `Failed` where CUDA fails. The caller
-/// keeps both alive.
-pub fn copy_with_host(
-    address: u64,
-    nbytes: usize,
-    claimed_ordinal: Option<i32>,
-    stream: u64,
-    host: usize,
-    to_device: bool,
-) -> Result<(), DeviceError> {
-    if nbytes == 0 {
-        return Ok(());
-    }
-    let pointer = checked_pointer("array", address, nbytes, claimed_ordinal)?;
-    let copied = (|| {
-        let _context = cuda::enter(pointer.context)?;
-        if stream != 0 {
-            cuda::synchronize_handle(stream)?;
-        }
-        let (to, from) = if to_device {
-            (address as usize, host)
-        } else {
-            (host, address as usize)
-        };
-        // SAFETY: the device range holds `nbytes` (checked_pointer); the caller passes a live
-        // host buffer of `nbytes`.
-        unsafe { cuda::copy_any(pointer.context, to, from, nbytes) }
-    })();
-    // The array may be freed once this returns: its range is not kept.
-    forget_device_range(pointer.base);
-    copied.map_err(|e| {
-        DeviceError::Failed(format!(
-            "copying the array {} the host: {e}",
-            if to_device { "from" } else { "to" }
-        ))
-    })
-}
-
-/// One rank's tile of a collective `to_file`, in device memory, and where its bytes go: `runs`,
-/// each `(file address, byte offset in the tile, byte length)`, in the tile's memory order.
-pub struct TileWrite<'a> {
-    /// The open file (`H5FD_t *` from `H5FDopen` in h5py's HDF5).
-    pub file: usize,
-    pub runs: &'a [(u64, u64, u64)],
-    pub address: u64,
-    pub nbytes: usize,
-    /// The element size: pieces of the staged path hold whole elements.
-    pub item: usize,
-    /// The device the array says it is on (DLPack), if it says.
-    pub claimed_ordinal: Option<i32>,
-    /// The stream to synchronise before bytes move (0: none named).
-    pub stream: u64,
-    /// The file's driver is `gds`, which takes device pointers (else sec2: staged here).
-    pub direct: bool,
-}
-
-/// Writes a device tile's runs through the file's driver: the device pointer straight to the
-/// `gds` driver, or, for a file opened with sec2 (`H5GDS_USE_VFD_GDS=0`), copied to pinned host
-/// memory piece by piece first. The producer's stream is waited for first in both cases.
-/// Returns the route taken ("gds" or "staged").
-pub fn write_tile(t: TileWrite) -> Result<String, DeviceError> {
-    if t.nbytes == 0 {
-        return Ok("nothing to move".into());
-    }
-    if t.item == 0 || t.nbytes % t.item != 0 {
-        return Err(argument(format!(
-            "the tile's {} bytes are not a whole number of {}-byte elements",
-            t.nbytes, t.item
-        )));
-    }
-    let mut end = 0u64;
-    for &(_, at, len) in t.runs {
-        if at < end || at.checked_add(len).is_none_or(|e| e > t.nbytes as u64) {
-            return Err(argument(format!(
-                "the tile's byte runs must be in memory order inside its {} bytes; a run of {len} \
-                 bytes at offset {at} is not",
-                t.nbytes
-            )));
-        }
-        end = at + len;
-    }
-    let pointer = checked_pointer("array", t.address, t.nbytes, t.claimed_ordinal)?;
-    let context = cuda::enter(pointer.context)?;
-    if t.stream != 0 {
-        cuda::synchronize_handle(t.stream)?;
-    }
-    let written = |m: String| DeviceError::Failed(format!("H5FDwrite failed: {m}"));
-    let route = if t.direct {
-        h5gds::with_logging(|| {
-            tracing::info!(
-                "collective to_file: {} bytes straight from device memory through the gds driver",
-                t.nbytes
-            )
-        });
-        let mut moved = Ok(());
-        for &(file_at, at, len) in t.runs {
-            // SAFETY: the run lies inside the tile (checked above), which lies inside one device
-            // allocation (checked_pointer); the file's driver is gds, which takes device memory.
-            moved = unsafe {
-                hdf5::driver_write(
-                    t.file,
-                    file_at,
-                    len as usize,
-                    (t.address + at) as *const c_void,
-                )
-            };
-            if moved.is_err() {
-                break;
-            }
-        }
-        // The array may be freed once this returns; the driver must not keep its range.
-        forget_device_range(pointer.base);
-        moved.map_err(written)?;
-        "gds"
-    } else {
-        let staging_size = settings::staging_buffer_size(env(STAGING_BUFFER_SIZE_ENV).as_deref())
-            .map_err(|e| argument(e.to_string()))?;
-        h5gds::with_logging(|| {
-            tracing::info!(
-                "collective to_file: {} bytes from device memory through pinned host memory \
-                 (pieces of up to {staging_size} bytes): {USE_VFD_GDS_ENV}=0",
-                t.nbytes
-            )
-        });
-        let item = t.item as u64;
-        let mut next = 0usize; // the first run not yet written to its end
-        through_pinned(
-            pointer.context,
-            t.address,
-            t.nbytes as u64 / item,
-            t.item,
-            staged_piece_bytes(
-                t.nbytes as u64,
-                staging_size as u64,
-                file_side_floor()? as u64,
-            ) as usize,
-            &[],
-            true,
-            |a, b, host| {
-                let (lo, hi) = (a * item, b * item);
-                while let Some(&(file_at, at, len)) = t.runs.get(next) {
-                    let (from, to) = (at.max(lo), (at + len).min(hi));
-                    if from < to {
-                        // SAFETY: bytes [lo, hi) of the tile are in the pinned buffer from its
-                        // start, and [from, to) lies inside them; the file's driver is sec2.
-                        unsafe {
-                            hdf5::driver_write(
-                                t.file,
-                                file_at + (from - at),
-                                (to - from) as usize,
-                                host.add((from - lo) as usize).cast::<c_void>(),
-                            )
-                        }
-                        .map_err(written)?;
-                    }
-                    if at + len > hi {
-                        break; // the run goes on in the next piece
-                    }
-                    next += 1;
-                }
-                Ok(())
-            },
-        )?;
-        "staged"
-    };
-    drop(context);
-    Ok(route.into())
 }

@@ -1,0 +1,91 @@
+//! Reads into device memory that the host serves where the driver would stage them anyway: a
+//! read-only file's layout read with no HDF5 call (`staged_anyway`), and a GPU-decoded read's
+//! stored chunks read by the host's threads (`host_reads`).
+
+use super::{argument, env};
+use crate::error::DeviceError;
+use crate::hdf5::{self, Hid};
+use h5gds_gpu_codec::decode::HostReads;
+use h5gds_route::route::Transfer;
+use h5gds_runtime::settings::{self, DevicePath, USE_VFD_GDS_ENV};
+
+/// The largest read into device memory that a dataset's layout may serve
+/// (`Layout::read_to_device`): read whole into pinned host memory, then copied up. Larger reads
+/// go through the driver, which overlaps the file reads with the copies.
+pub const LAYOUT_DEVICE_READ_MAX: usize = 16 << 20;
+
+/// Why a read into device memory would be staged through pinned memory anyway
+/// ([`staged_anyway`]).
+pub struct StagedAnyway {
+    pub why: String,
+    /// The gds driver would not see the device pointer at all (the file is open with sec2, or
+    /// `H5GDS_USE_VFD_GDS=0`), so compressed chunks cannot reach nvCOMP either.
+    pub past_the_driver: bool,
+}
+
+/// Why a read of `nbytes` into device memory may be served by the dataset's layout, with no HDF5
+/// call, through pinned host memory: it would be staged through pinned memory anyway (the file is
+/// open with sec2, `sec2`; or the driver would stage it). None where the driver is to take it: the
+/// read is larger than [`LAYOUT_DEVICE_READ_MAX`], the settings ask for the gds driver
+/// (`H5GDS_USE_VFD_GDS=1`, `compat_mode=off`), or cuFile could give GPUDirect Storage here
+/// (nvidia-fs, or P2PDMA in cuFile's configuration).
+pub fn staged_anyway(nbytes: usize, sec2: bool) -> Result<Option<StagedAnyway>, DeviceError> {
+    if nbytes > LAYOUT_DEVICE_READ_MAX {
+        return Ok(None);
+    }
+    let past = |why: &str| {
+        Some(StagedAnyway {
+            why: why.into(),
+            past_the_driver: true,
+        })
+    };
+    if sec2 {
+        return Ok(past(
+            "the file is open with the sec2 driver, which reads only into host memory",
+        ));
+    }
+    let invalid = |e: settings::InvalidSetting| argument(e.to_string());
+    match settings::device_path(env(USE_VFD_GDS_ENV).as_deref()).map_err(invalid)? {
+        DevicePath::Staged => return Ok(past("H5GDS_USE_VFD_GDS=0 stages device reads")),
+        DevicePath::Gds => return Ok(None),
+        DevicePath::Auto => {}
+    }
+    let vfd = h5gds::VfdSettings::load(None).map_err(|e| argument(e.to_string()))?;
+    Ok(
+        h5gds::device_transfers_staged(&vfd).map(|why| StagedAnyway {
+            why,
+            past_the_driver: false,
+        }),
+    )
+}
+
+/// Where the stored chunks of a GPU-decoded read are read by the host's threads ([`HostReads`]):
+/// HDF5 has the file open read-only through a driver whose addresses are the file's offsets, and
+/// either that driver is sec2 (which never reads into device memory) or the `gds` driver would
+/// stage device reads anyway (its settings, no GDS kernel path; not with `H5GDS_USE_VFD_GDS=1`,
+/// which asks for the driver's device path). Never with `H5GDS_USE_VFD_GDS=0`, which stages the
+/// whole read.
+pub(super) fn host_reads(dataset: Hid, facts: &Transfer) -> Result<Option<HostReads>, DeviceError> {
+    if facts.staged_by_settings {
+        return Ok(None);
+    }
+    let vfd = h5gds::VfdSettings::load(None).map_err(|e| argument(e.to_string()))?;
+    let why = if let Some(driver) = &facts.other_driver {
+        format!("the file is open with the {driver} driver")
+    } else {
+        let path = settings::device_path(env(USE_VFD_GDS_ENV).as_deref())
+            .map_err(|e| argument(e.to_string()))?;
+        if path == DevicePath::Gds {
+            return Ok(None);
+        }
+        let Some(why) = h5gds::device_transfers_staged(&vfd) else {
+            return Ok(None);
+        };
+        why
+    };
+    Ok(hdf5::direct_file(dataset).map(|file| HostReads {
+        file,
+        threads: vfd.nthreads,
+        why,
+    }))
+}

@@ -1,0 +1,439 @@
+//! `h5gds.read` and `h5gds.write` in one native call each (`read_dataset`, `write_dataset`),
+//! once Python has parsed the selection and converted the array: the call holds the dataset, the
+//! array's owner and the memory type for all of its native part, asks HDF5 how the dataset is
+//! stored (`hdf5::dataset_facts`), and runs the path that serves it: a read-only file's dataset
+//! through its layout with no HDF5 call (`layout`, resolved and remembered in `_layout` at its
+//! first read), compressed chunks decoded by h5gds (`host_codec`), device memory straight
+//! through the driver, staged, or decoded on the GPU (`device`, which asks `route`), else one
+//! H5Dread/H5Dwrite. h5py's lock (`phil`) is taken here, for the HDF5 calls only.
+
+use crate::device::{self, DeviceTransfer, StorageFacts};
+use crate::device_error;
+use crate::error::io_error;
+use crate::hdf5::{self, DatasetFacts, Hid, StoredLayout};
+use crate::host_codec::{self, CompressedHostRead};
+use crate::known_read::{cached_layout, Cached};
+use crate::layout::Layout;
+use h5gds_chunk_codec::{Filter, Hyperslab};
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyDict;
+
+/// A hyperslab Python parsed (`_selection.Hyperslab`).
+#[derive(FromPyObject)]
+pub struct Selection {
+    #[pyo3(attribute)]
+    pub(crate) start: Vec<u64>,
+    #[pyo3(attribute)]
+    pub(crate) step: Vec<u64>,
+    #[pyo3(attribute)]
+    pub(crate) count: Vec<u64>,
+    #[pyo3(attribute)]
+    pub(crate) shape: Vec<u64>,
+}
+
+/// An array Python converted and checked against the selection (`_arrays.ArrayView`).
+#[derive(FromPyObject)]
+pub struct ArrayArg<'py> {
+    #[pyo3(attribute)]
+    pub(crate) address: u64,
+    #[pyo3(attribute)]
+    pub(crate) nbytes: usize,
+    #[pyo3(attribute)]
+    pub(crate) dtype: Bound<'py, PyAny>,
+    /// None for host memory, else ("cuda", the ordinal the array claims, if it claims one).
+    #[pyo3(attribute)]
+    pub(crate) device: Option<(String, Option<i32>)>,
+    /// The stream whose work finishes before bytes move (0: none).
+    #[pyo3(attribute)]
+    pub(crate) stream: u64,
+    /// What keeps the memory alive, held by the call while its bytes move.
+    #[pyo3(attribute("owner"))]
+    _owner: Bound<'py, PyAny>,
+}
+
+impl ArrayArg<'_> {
+    /// Bool elements: a byte other than 0 or 1 is refused on its way to device memory.
+    pub(crate) fn bools(&self) -> PyResult<bool> {
+        let py = self.dtype.py();
+        let kind = self
+            .dtype
+            .getattr(intern!(py, "base"))?
+            .getattr(intern!(py, "kind"))?;
+        Ok(kind.extract::<String>()? == "b")
+    }
+}
+
+/// Reads `sel` of the h5py dataset `dset` into the array `out`; complete when this returns.
+#[pyfunction]
+pub fn read_dataset<'py>(
+    py: Python<'py>,
+    dset: &Bound<'py, PyAny>,
+    out: ArrayArg<'py>,
+    sel: Selection,
+) -> PyResult<()> {
+    Call::new(false, dset, out, sel)?.run(py)
+}
+
+/// Writes the array `array` into `sel` of the h5py dataset `dset`.
+#[pyfunction]
+pub fn write_dataset<'py>(
+    py: Python<'py>,
+    dset: &Bound<'py, PyAny>,
+    array: ArrayArg<'py>,
+    sel: Selection,
+) -> PyResult<()> {
+    Call::new(true, dset, array, sel)?.run(py)
+}
+
+/// A dataset and the NumPy dtype its elements move as, their h5py objects held (which keep their
+/// HDF5 ids open).
+pub struct Target<'py> {
+    /// The dataset's h5py DatasetID.
+    dsid: Bound<'py, PyAny>,
+    pub(crate) dataset: Hid,
+    dtype: Bound<'py, PyAny>,
+    /// HDF5's memory type for `dtype` (an h5py TypeID and its id), made where HDF5 is asked:
+    /// reads a layout serves need none.
+    mem_type: std::cell::OnceCell<(Bound<'py, PyAny>, Hid)>,
+}
+
+impl<'py> Target<'py> {
+    pub(crate) fn new(
+        dset: &Bound<'py, PyAny>,
+        dtype: &Bound<'py, PyAny>,
+    ) -> PyResult<Target<'py>> {
+        let py = dset.py();
+        // `Dataset.id` takes h5py's lock; the attribute it returns is read here.
+        let dsid = dset
+            .getattr(intern!(py, "_id"))
+            .or_else(|_| dset.getattr(intern!(py, "id")))?;
+        Ok(Target {
+            dataset: dsid.getattr(intern!(py, "id"))?.extract()?,
+            dsid,
+            dtype: dtype.clone(),
+            mem_type: std::cell::OnceCell::new(),
+        })
+    }
+
+    /// HDF5's memory type for the dtype (`h5py.h5t.py_create`). The caller holds h5py's lock.
+    pub(crate) fn mem_type(&self) -> PyResult<Hid> {
+        if let Some((_, id)) = self.mem_type.get() {
+            return Ok(*id);
+        }
+        let py = self.dtype.py();
+        static PY_CREATE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let py_create = PY_CREATE.get_or_try_init(py, || {
+            py.import("h5py.h5t")?
+                .getattr("py_create")
+                .map(Bound::unbind)
+        })?;
+        let made = py_create.bind(py).call1((&self.dtype,))?;
+        let id: Hid = made.getattr(intern!(py, "id"))?.extract()?;
+        let _ = self.mem_type.set((made, id));
+        Ok(id)
+    }
+
+    /// The dataset's layout for reads into `dtype` as `_layout` remembers it for its DatasetID;
+    /// resolved now (under h5py's lock) and remembered there at its first read.
+    pub(crate) fn layout(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, Layout>>> {
+        let dtype = &self.dtype;
+        let (layouts, remember) = layout_cache(py)?;
+        match cached_layout(layouts, &self.dsid)? {
+            Cached::Layout(layout, _) => return Ok(Some(layout)),
+            Cached::None => return Ok(None),
+            Cached::Unknown => {}
+        }
+        let element: usize = dtype.getattr(intern!(py, "itemsize"))?.extract()?;
+        let found = {
+            let _phil = Phil::acquire(py)?;
+            Layout::resolve(self.dataset, self.mem_type()?, element)?
+        };
+        let found = found.map(|layout| Bound::new(py, layout)).transpose()?;
+        remember.call1((&self.dsid, found.as_ref(), dtype))?;
+        Ok(found)
+    }
+}
+
+/// One read or write, its Python objects held.
+struct Call<'py> {
+    write: bool,
+    target: Target<'py>,
+    dataset: Hid,
+    array: ArrayArg<'py>,
+    sel: Selection,
+}
+
+impl<'py> Call<'py> {
+    fn new(
+        write: bool,
+        dset: &Bound<'py, PyAny>,
+        array: ArrayArg<'py>,
+        sel: Selection,
+    ) -> PyResult<Call<'py>> {
+        let target = Target::new(dset, &array.dtype)?;
+        Ok(Call {
+            write,
+            dataset: target.dataset,
+            target,
+            array,
+            sel,
+        })
+    }
+
+    fn run(self, py: Python<'py>) -> PyResult<()> {
+        if !self.write && self.read_through_layout(py)? {
+            return Ok(());
+        }
+        let _phil = Phil::acquire(py)?;
+        let facts = hdf5::dataset_facts(self.dataset, self.target.mem_type()?)
+            .map_err(PyOSError::new_err)?;
+        match &self.array.device {
+            None => self.host(py, facts),
+            Some((_, claimed_ordinal)) => self.device(py, facts, *claimed_ordinal),
+        }
+    }
+
+    fn bools(&self) -> PyResult<bool> {
+        self.array.bools()
+    }
+
+    /// Reads through the dataset's layout, where its file is read-only and the layout serves the
+    /// selection (device arrays: where the driver would stage the read anyway); false, having
+    /// read nothing, otherwise. Bools into device memory take the driver's path, which checks
+    /// their bytes.
+    fn read_through_layout(&self, py: Python<'py>) -> PyResult<bool> {
+        let device = self.array.device.as_ref();
+        if device.is_some() && self.bools()? {
+            return Ok(false);
+        }
+        let Some(layout) = self.target.layout(py)? else {
+            return Ok(false);
+        };
+        let layout = layout.get();
+        let sel = &self.sel;
+        match device {
+            Some((_, claimed_ordinal)) => layout.read_to_device(
+                py,
+                sel.start.clone(),
+                sel.step.clone(),
+                sel.count.clone(),
+                self.array.address,
+                self.array.nbytes,
+                *claimed_ordinal,
+                self.array.stream,
+            ),
+            // SAFETY: `owner` (held by this call) keeps the checked, writable, C-contiguous host
+            // array of `nbytes` at `address` alive; its size is checked against the selection.
+            None => unsafe {
+                layout.read_host(
+                    py,
+                    &Hyperslab {
+                        start: &sel.start,
+                        step: &sel.step,
+                        count: &sel.count,
+                    },
+                    self.array.address as usize,
+                    self.array.nbytes,
+                )
+            },
+        }
+    }
+
+    /// The transfer as HDF5 is asked for it. The caller holds h5py's lock.
+    fn transfer(&self) -> PyResult<hdf5::Transfer<'_>> {
+        Ok(hdf5::Transfer {
+            write: self.write,
+            dataset: self.dataset,
+            mem_type: self.target.mem_type()?,
+            start: &self.sel.start,
+            step: &self.sel.step,
+            count: &self.sel.count,
+            mem_shape: &self.sel.shape,
+            buffer: self.array.address as usize,
+            nbytes: self.array.nbytes,
+        })
+    }
+
+    /// A host array: compressed chunks decoded by h5gds where it decodes them and HDF5 would
+    /// convert nothing, else one H5Dread/H5Dwrite.
+    fn host(&self, py: Python<'py>, facts: DatasetFacts) -> PyResult<()> {
+        let Some(prepared) = prepare(&self.transfer()?)? else {
+            return Ok(());
+        };
+        if let StoredLayout::Chunked { chunk, filters, .. } = &facts.layout {
+            if !self.write && facts.same_type && !filters.is_empty() {
+                let name = hdf5::object_name(self.dataset);
+                let filters: Vec<Filter> = filters
+                    .iter()
+                    .map(|(id, values)| Filter {
+                        id: *id,
+                        values: values.clone(),
+                    })
+                    .collect();
+                let elements: u64 = self.sel.count.iter().product();
+                let read = CompressedHostRead {
+                    dataset: self.dataset,
+                    name: &name,
+                    chunk,
+                    filters: &filters,
+                    start: &self.sel.start,
+                    step: &self.sel.step,
+                    count: &self.sel.count,
+                    element_size: self.array.nbytes / elements as usize,
+                    threads: io_threads()?,
+                };
+                let address = self.array.address as usize;
+                let left =
+                    host_codec::read_into_host(py, &read, &prepared, address, self.array.nbytes)?;
+                if left.is_none() {
+                    return Ok(());
+                }
+            }
+        }
+        run_prepared(py, self.write, &prepared)
+    }
+
+    /// A device array: the route `device::run` takes, over the facts HDF5 gave.
+    fn device(
+        &self,
+        py: Python<'py>,
+        facts: DatasetFacts,
+        claimed_ordinal: Option<i32>,
+    ) -> PyResult<()> {
+        let name = hdf5::object_name(self.dataset);
+        let conversion = if facts.same_type {
+            None
+        } else {
+            Some(format!(
+                "the stored type of dataset {name} differs from {} in HDF5's terms (byte order, \
+                 padding or string padding), so HDF5 converts in the buffer itself",
+                self.array.dtype.str()?
+            ))
+        };
+        let prepared = hdf5::prepare(&self.transfer()?).map_err(io_error)?;
+        let other_driver = hdf5::other_driver(self.dataset).map_err(io_error)?;
+        let transfer = DeviceTransfer {
+            role: if self.write { "array" } else { "out" },
+            dataset_name: &name,
+            dataset: self.dataset,
+            write: self.write,
+            prepared,
+            start: &self.sel.start,
+            step: &self.sel.step,
+            count: &self.sel.count,
+            address: self.array.address,
+            nbytes: self.array.nbytes,
+            claimed_ordinal,
+            stream: self.array.stream,
+            conversion,
+            checked_bytes: self.bools()?,
+            other_driver,
+        };
+        let storage = StorageFacts::new(facts.layout, facts.stored_size);
+        py.detach(|| device::run(transfer, storage))
+            .map_err(device_error)?;
+        Ok(())
+    }
+}
+
+/// Where `h5gds._layout` remembers layouts per DatasetID: its `_layouts` (never rebound) and its
+/// `remember`, looked up once.
+fn layout_cache(py: Python<'_>) -> PyResult<(&Bound<'_, PyDict>, &Bound<'_, PyAny>)> {
+    static CACHE: PyOnceLock<(Py<PyDict>, Py<PyAny>)> = PyOnceLock::new();
+    let (layouts, remember) = CACHE.get_or_try_init(py, || {
+        let module = py.import("h5gds._layout")?;
+        let layouts = module.getattr("_layouts")?.cast_into::<PyDict>()?;
+        Ok::<_, PyErr>((layouts.unbind(), module.getattr("remember")?.unbind()))
+    })?;
+    Ok((layouts.bind(py), remember.bind(py)))
+}
+
+/// h5py's lock (`h5py._objects.phil`), held while this guard lives: every call into h5py's HDF5
+/// is made under it, as h5py makes its own.
+pub struct Phil<'py>(Bound<'py, PyAny>);
+
+impl<'py> Phil<'py> {
+    pub fn acquire(py: Python<'py>) -> PyResult<Phil<'py>> {
+        static PHIL: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let lock = PHIL
+            .get_or_try_init(py, || {
+                py.import("h5py._objects")?
+                    .getattr("phil")
+                    .map(Bound::unbind)
+            })?
+            .bind(py)
+            .clone();
+        lock.call_method0(intern!(py, "acquire"))?;
+        Ok(Phil(lock))
+    }
+}
+
+impl Drop for Phil<'_> {
+    fn drop(&mut self) {
+        let py = self.0.py();
+        if let Err(err) = self.0.call_method0(intern!(py, "release")) {
+            err.write_unraisable(py, Some(&self.0));
+        }
+    }
+}
+
+/// The driver's I/O thread count, which decodes chunks on the host.
+pub(crate) fn io_threads() -> PyResult<usize> {
+    Ok(h5gds::VfdSettings::load(None)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?
+        .nthreads)
+}
+
+/// `hdf5::prepare`, its refusals raised. `None`: nothing to move.
+fn prepare(transfer: &hdf5::Transfer) -> PyResult<Option<hdf5::Prepared>> {
+    hdf5::prepare(transfer).map_err(io_error)
+}
+
+/// Moves the prepared transfer's bytes (H5Dread or H5Dwrite) with the GIL released.
+fn run_prepared(py: Python<'_>, write: bool, prepared: &hdf5::Prepared) -> PyResult<()> {
+    let op = if write { "H5Dwrite" } else { "H5Dread" };
+    // SAFETY: the caller holds the array whose address and size `prepare` checked against the
+    // selection, alive for the call.
+    py.detach(|| unsafe { prepared.run() })
+        .map_err(|message| PyOSError::new_err(format!("{op} failed: {message}")))
+}
+
+/// One H5Dread/H5Dwrite of a hyperslab (`start`, `step`, `count` per axis) of dataset `dataset`
+/// with memory type `mem_type` into or from `nbytes` at address `buffer`, shaped `mem_shape`,
+/// as the caller names them (the tests' check of the native layer): every id and size is
+/// checked against HDF5 first (ValueError on a mismatch); the bytes move with the GIL released.
+/// The caller holds h5py's lock and keeps the buffer alive.
+#[pyfunction]
+#[pyo3(signature = (write, dataset, mem_type, start, step, count, mem_shape, buffer, nbytes))]
+#[allow(clippy::too_many_arguments)] // the test's flat call, as HDF5 names the parts
+pub fn dataset_io(
+    py: Python<'_>,
+    write: bool,
+    dataset: Hid,
+    mem_type: Hid,
+    start: Vec<u64>,
+    step: Vec<u64>,
+    count: Vec<u64>,
+    mem_shape: Vec<u64>,
+    buffer: usize,
+    nbytes: usize,
+) -> PyResult<()> {
+    let transfer = hdf5::Transfer {
+        write,
+        dataset,
+        mem_type,
+        start: &start,
+        step: &step,
+        count: &count,
+        mem_shape: &mem_shape,
+        buffer,
+        nbytes,
+    };
+    match prepare(&transfer)? {
+        Some(prepared) => run_prepared(py, write, &prepared),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,77 @@
+"""One native call per ``h5gds.read`` and ``h5gds.write`` (issue 42): Python parses the selection and
+converts the array, then one call into ``h5gds._native`` does the rest (the storage facts, the route,
+the bytes). Counted with ``sys.setprofile``: every call of a function or method of the extension
+from Python (its own calls back into Python are not native calls). benches/native_calls.py prints
+the same counts, device arrays included."""
+
+import sys
+from collections import Counter
+
+import h5py
+import numpy as np
+import pytest
+
+import h5gds
+from h5gds import _native
+
+X = np.arange(64 * 12, dtype="<f4").reshape(64, 12)
+
+
+def native_calls(action):
+    """The native calls ``action()`` makes, by name."""
+    calls = Counter()
+
+    def profile(frame, event, function):
+        if event != "c_call":
+            return
+        owner = getattr(function, "__self__", None)
+        if owner is _native or type(owner).__module__ == "h5gds._native":
+            calls[function.__name__] += 1
+        elif owner is None and getattr(function, "__qualname__", "").split(".")[0] in vars(_native):
+            calls[function.__qualname__] += 1  # a static method (Layout.resolve)
+
+    sys.setprofile(profile)
+    try:
+        action()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+@pytest.fixture
+def path(tmp_path):
+    path = tmp_path / "calls.h5"
+    with h5py.File(path, "w") as f:
+        f["contiguous"] = X
+        f.create_dataset("chunked", data=X, chunks=(8, 12))
+        f.create_dataset("gzip", data=X, chunks=(8, 12), compression="gzip")
+    return path
+
+
+@pytest.mark.parametrize("mode", ["r+", "r"])
+@pytest.mark.parametrize("name", ["contiguous", "chunked", "gzip"])
+def test_a_read_or_a_gather_is_one_native_call(path, mode, name):
+    with h5py.File(path, mode) as f:
+        dset = f[name]
+        out = np.zeros_like(X)
+        rows = np.array([9, 3, 3, 60])
+        for turn in ("first", "again"):  # the first read of a read-only file resolves its layout
+            for what, action, expected in [
+                ("new array", lambda: h5gds.read(dset), X),
+                ("out=", lambda: h5gds.read(dset, out=out), X),
+                ("rows", lambda: h5gds.read(dset, sel=slice(2, 40, 3)), X[2:40:3]),
+                ("2-D box", lambda: h5gds.read(dset, sel=(slice(1, 9), slice(2, 7))), X[1:9, 2:7]),
+                ("gather", lambda: h5gds.read(dset, sel=rows), X[rows]),
+            ]:
+                got = []
+                calls = native_calls(lambda: got.append(action()))
+                assert sum(calls.values()) == 1, (turn, what, dict(calls))
+                assert np.array_equal(got[0], expected), (turn, what)
+
+
+@pytest.mark.parametrize("name", ["contiguous", "chunked", "gzip"])
+def test_a_write_is_one_native_call(path, name):
+    with h5py.File(path, "r+") as f:
+        calls = native_calls(lambda: h5gds.write(f[name], X[::-1].copy()))
+        assert sum(calls.values()) == 1, dict(calls)
+        assert np.array_equal(f[name][...], X[::-1])
