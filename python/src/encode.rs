@@ -5,8 +5,8 @@
 //! with the GIL released. Device arrays are copied into host memory first
 //! (`device::copy_with_host`, through `_native.device_copy`).
 
+use crate::call_settings::CallSettings;
 use crate::hdf5::{self, Hid};
-use h5gds::VfdSettings;
 use h5gds_chunk_codec::encode::{self, ChunkWriter, Encoding, HostWrite};
 use h5gds_chunk_codec::Filter;
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -91,9 +91,9 @@ pub fn encode_write_chunks(
             "h5gds cannot encode the chunks of dataset {dataset_name}: {reason}"
         ))
     })?;
-    let threads = VfdSettings::load(None)
-        .map_err(|e| PyValueError::new_err(e.to_string()))?
-        .nthreads;
+    let threads = CallSettings::default()
+        .nthreads()
+        .map_err(PyValueError::new_err)?;
     let written = py
         .detach(|| {
             // SAFETY: the Python caller passes the address and size of a live host buffer it

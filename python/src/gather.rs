@@ -7,6 +7,7 @@
 //! increasing, else into a buffer of distinct rows that [`GatherPlan::scatter`] copies into the
 //! caller's order (repeats included) without HDF5's lock or the GIL.
 
+use crate::call_settings::CallSettings;
 use crate::hdf5;
 use crate::host_codec;
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -419,6 +420,7 @@ impl RowsRead<'_> {
         chunk: &[u64],
         filters: &[h5gds_chunk_codec::Filter],
         dataset_name: &str,
+        settings: &CallSettings,
     ) -> PyResult<Option<String>> {
         let (dataset, mem_type, plan) = (self.dataset, self.mem_type, self.plan);
         let (rest_start, rest_step, rest_count) =
@@ -476,9 +478,7 @@ impl RowsRead<'_> {
             Ok(_) => return Ok(Some("its chunk shape does not match its rank".into())),
             Err(reason) => return Ok(Some(reason)),
         };
-        let threads = h5gds::VfdSettings::load(None)
-            .map_err(|e| PyValueError::new_err(e.to_string()))?
-            .nthreads;
+        let threads = settings.nthreads().map_err(PyValueError::new_err)?;
         let starts: Vec<Vec<u64>> = runs.iter().map(|&(row, _)| span(row, rest_start)).collect();
         let counts: Vec<Vec<u64>> = runs
             .iter()

@@ -11,6 +11,7 @@
 //! memory, checked (bools) and copied up in one piece. The call holds the dataset, the index
 //! array and the output's owner for all of its native part.
 
+use crate::call_settings::CallSettings;
 use crate::device;
 use crate::device_error;
 use crate::gather::{GatherPlan, HostBuffer, Rest, RowsRead};
@@ -71,11 +72,13 @@ pub fn gather_dataset<'py>(
         step: &sel.rest.step,
         count: &sel.rest.count,
     };
+    let settings = CallSettings::default();
     let gather = Gather {
         target: &target,
         dtype: &out.dtype,
         plan: &plan,
         rest,
+        settings: &settings,
     };
     let Some((_, claimed_ordinal)) = &out.device else {
         let host = HostBuffer {
@@ -127,6 +130,8 @@ struct Gather<'a, 'py> {
     dtype: &'a Bound<'py, PyAny>,
     plan: &'a GatherPlan,
     rest: Rest<'a>,
+    /// The driver's settings, read at most once for the call.
+    settings: &'a CallSettings,
 }
 
 impl<'py> Gather<'_, 'py> {
@@ -140,7 +145,7 @@ impl<'py> Gather<'_, 'py> {
             if !plan.in_order()
                 && layout
                     .get()
-                    .gather_rows_in_place(py, plan, &self.rest, out)?
+                    .gather_rows_in_place(py, plan, &self.rest, out, self.settings)?
             {
                 return Ok(());
             }
@@ -173,7 +178,10 @@ impl<'py> Gather<'_, 'py> {
         out: HostBuffer,
     ) -> PyResult<()> {
         if let Some(layout) = layout {
-            if layout.get().gather_rows(py, self.plan, &self.rest, out)? {
+            if layout
+                .get()
+                .gather_rows(py, self.plan, &self.rest, out, self.settings)?
+            {
                 return Ok(());
             }
         }
@@ -200,7 +208,10 @@ impl<'py> Gather<'_, 'py> {
                 })
                 .collect();
             let name = hdf5::object_name(target.dataset);
-            if read.decoded(py, chunk, &filters, &name)?.is_none() {
+            if read
+                .decoded(py, chunk, &filters, &name, self.settings)?
+                .is_none()
+            {
                 return Ok(());
             }
         }

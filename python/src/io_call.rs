@@ -7,13 +7,14 @@
 //! through the driver, staged, or decoded on the GPU (`device`, which asks `route`), else one
 //! H5Dread/H5Dwrite. h5py's lock (`phil`) is taken here, for the HDF5 calls only.
 
+use crate::call_settings::CallSettings;
 use crate::device::{self, DeviceTransfer, StorageFacts};
 use crate::device_error;
 use crate::error::io_error;
 use crate::hdf5::{self, DatasetFacts, Hid, StoredLayout};
 use crate::host_codec::{self, CompressedHostRead};
 use crate::known_read::{cached_layout, Cached};
-use crate::layout::Layout;
+use crate::layout::{DeviceOut, Layout};
 use h5gds_chunk_codec::{Filter, Hyperslab};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::intern;
@@ -164,6 +165,8 @@ struct Call<'py> {
     dataset: Hid,
     array: ArrayArg<'py>,
     sel: Selection,
+    /// The driver's settings, read at most once for the call.
+    settings: CallSettings,
 }
 
 impl<'py> Call<'py> {
@@ -180,6 +183,7 @@ impl<'py> Call<'py> {
             target,
             array,
             sel,
+            settings: CallSettings::default(),
         })
     }
 
@@ -213,32 +217,25 @@ impl<'py> Call<'py> {
             return Ok(false);
         };
         let layout = layout.get();
-        let sel = &self.sel;
+        let sel = Hyperslab {
+            start: &self.sel.start,
+            step: &self.sel.step,
+            count: &self.sel.count,
+        };
+        let (address, nbytes) = (self.array.address, self.array.nbytes);
         match device {
-            Some((_, claimed_ordinal)) => layout.read_to_device(
-                py,
-                sel.start.clone(),
-                sel.step.clone(),
-                sel.count.clone(),
-                self.array.address,
-                self.array.nbytes,
-                *claimed_ordinal,
-                self.array.stream,
-            ),
+            Some((_, claimed_ordinal)) => {
+                let out = DeviceOut {
+                    address,
+                    nbytes,
+                    claimed_ordinal: *claimed_ordinal,
+                    stream: self.array.stream,
+                };
+                layout.read_into_device(py, &sel, &out, &self.settings)
+            }
             // SAFETY: `owner` (held by this call) keeps the checked, writable, C-contiguous host
             // array of `nbytes` at `address` alive; its size is checked against the selection.
-            None => unsafe {
-                layout.read_host(
-                    py,
-                    &Hyperslab {
-                        start: &sel.start,
-                        step: &sel.step,
-                        count: &sel.count,
-                    },
-                    self.array.address as usize,
-                    self.array.nbytes,
-                )
-            },
+            None => unsafe { layout.read_host(py, &sel, address as usize, nbytes, &self.settings) },
         }
     }
 
@@ -283,7 +280,7 @@ impl<'py> Call<'py> {
                     step: &self.sel.step,
                     count: &self.sel.count,
                     element_size: self.array.nbytes / elements as usize,
-                    threads: io_threads()?,
+                    threads: self.settings.nthreads().map_err(PyValueError::new_err)?,
                 };
                 let address = self.array.address as usize;
                 let left =
@@ -331,6 +328,7 @@ impl<'py> Call<'py> {
             conversion,
             checked_bytes: self.bools()?,
             other_driver,
+            settings: &self.settings,
         };
         let storage = StorageFacts::new(facts.layout, facts.stored_size);
         py.detach(|| device::run(transfer, storage))
@@ -378,13 +376,6 @@ impl Drop for Phil<'_> {
             err.write_unraisable(py, Some(&self.0));
         }
     }
-}
-
-/// The driver's I/O thread count, which decodes chunks on the host.
-pub(crate) fn io_threads() -> PyResult<usize> {
-    Ok(h5gds::VfdSettings::load(None)
-        .map_err(|e| PyValueError::new_err(e.to_string()))?
-        .nthreads)
 }
 
 /// `hdf5::prepare`, its refusals raised. `None`: nothing to move.

@@ -8,7 +8,8 @@
 //! selection, another kind of array, a dataset with no known layout, a wrong argument) answers
 //! None, and `h5gds.read`'s general path takes the call and raises its errors.
 
-use crate::layout::Layout;
+use crate::call_settings::CallSettings;
+use crate::layout::{DeviceOut, Layout};
 use h5gds_chunk_codec::Hyperslab;
 use numpy::npyffi::flags::NPY_ARRAY_WRITEABLE;
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
@@ -194,8 +195,10 @@ pub fn read_known_layout<'py>(
     } else {
         out.clone()
     };
+    // The call's settings, read at most once (a row read never reads them).
+    let settings = CallSettings::default();
     let Ok(array) = out.cast::<PyUntypedArray>() else {
-        return read_into_device_array(py, layout, &selected, out, &dtype);
+        return read_into_device_array(py, layout, &selected, out, &dtype, &settings);
     };
     let array_dtype = array.dtype();
     let same_dtype = array_dtype.is(&dtype) || array_dtype.as_any().eq(&dtype)?;
@@ -221,26 +224,18 @@ pub fn read_known_layout<'py>(
     };
     // SAFETY: `out` is a writable, C-contiguous array of `nbytes` bytes (checked above), kept
     // referenced here for the read; an array another reference can see cannot be resized.
-    if unsafe { layout.read_host(py, &sel, data, nbytes) }? {
+    if unsafe { layout.read_host(py, &sel, data, nbytes, &settings) }? {
         Ok(Some(out))
     } else {
         Ok(None)
     }
 }
 
-/// What a device array's `__cuda_array_interface__` says, where it is of the kind the short way
-/// serves: the dataset's dtype (given as its `typestr`; not bool, which the driver's path checks
-/// byte by byte), the selection's shape, writable, C-contiguous, no mask, a stream to wait for
-/// that is not the forbidden 0.
-struct DeviceOut {
-    address: u64,
-    nbytes: usize,
-    stream: u64,
-}
-
-/// `out`'s device memory, where its `__cuda_array_interface__` is one `_arrays` would accept and
-/// it matches `dtype` (`typestr` as `dtype.str` spells it) and `shape`; None for anything else,
-/// which the general path reads or refuses with its message.
+/// `out`'s device memory as its `__cuda_array_interface__` says, where it is of the kind the short
+/// way serves (one `_arrays` would accept): the dataset's dtype (given as its `typestr`, as
+/// `dtype.str` spells it; not bool, which the driver's path checks byte by byte), `shape`,
+/// writable, C-contiguous, no mask, a stream to wait for that is not the forbidden 0; None for
+/// anything else, which the general path reads or refuses with its message.
 fn device_out<'py>(
     py: Python<'py>,
     out: &Bound<'py, PyAny>,
@@ -312,13 +307,14 @@ fn device_out<'py>(
     Some(DeviceOut {
         address,
         nbytes,
+        claimed_ordinal: None,
         stream,
     })
 }
 
 /// The device half of [`read_known_layout`]: `out` a device array with `__cuda_array_interface__`
 /// that [`device_out`] accepts, read by the layout where it serves device reads
-/// (`Layout::read_to_device`: the driver would stage the read anyway); else None, having read
+/// (`Layout::read_into_device`: the driver would stage the read anyway); else None, having read
 /// nothing.
 fn read_into_device_array<'py>(
     py: Python<'py>,
@@ -326,19 +322,16 @@ fn read_into_device_array<'py>(
     selected: &Selected,
     out: Bound<'py, PyAny>,
     dtype: &Bound<'py, PyAny>,
+    settings: &CallSettings,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     let Some(device) = device_out(py, &out, dtype, &selected.shape) else {
         return Ok(None);
     };
-    let read = layout.read_to_device(
-        py,
-        selected.start.clone(),
-        selected.step.clone(),
-        selected.count.clone(),
-        device.address,
-        device.nbytes,
-        None,
-        device.stream,
-    )?;
+    let sel = Hyperslab {
+        start: &selected.start,
+        step: &selected.step,
+        count: &selected.count,
+    };
+    let read = layout.read_into_device(py, &sel, &device, settings)?;
     Ok(read.then_some(out))
 }

@@ -3,6 +3,7 @@
 //! loaded; the pure-Python part (python/h5gds/) does the argument handling around it.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod call_settings;
 mod collective;
 mod compressed;
 mod device;
@@ -226,6 +227,14 @@ fn chunks_decoded() -> u64 {
     h5gds_chunk_codec::chunks_decoded()
 }
 
+/// How many times this process has loaded the driver's settings from the environment
+/// (`h5gds::VfdSettings::load`): the tests' proof that a native call loads them at most once, and
+/// a small read not at all.
+#[pyfunction]
+fn settings_loads() -> usize {
+    VfdSettings::loads_so_far()
+}
+
 /// Whether `H5GDS_USE_VFD_GDS=0` asks for the staged path: Python's `from_file`/`to_file` then
 /// open files with sec2. A refused value raises `ValueError` naming the setting.
 #[pyfunction]
@@ -256,6 +265,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(known_read::read_known_layout, m)?)?;
     m.add_function(wrap_pyfunction!(staged_by_settings, m)?)?;
     m.add_function(wrap_pyfunction!(chunks_decoded, m)?)?;
+    m.add_function(wrap_pyfunction!(settings_loads, m)?)?;
     m.add_function(wrap_pyfunction!(device_tile_write, m)?)?;
     m.add_function(wrap_pyfunction!(collective::driver_file_open, m)?)?;
     m.add_function(wrap_pyfunction!(collective::host_tile_write, m)?)?;

@@ -313,6 +313,38 @@ def test_invalid_settings_are_refused_by_name(gds_file, monkeypatch, variable, v
     assert not out.to_host().any()
 
 
+@pytest.mark.parametrize("use_vfd_gds", [None, "0"])
+@pytest.mark.parametrize("mode", ["r+", "r"])
+def test_a_device_read_write_or_gather_loads_the_settings_at_most_once(tmp_path, monkeypatch, mode, use_vfd_gds):
+    """The driver's settings (H5GDS_*) are read from the environment once per native call, however many
+    of its steps ask for them (the route, where chunks are decoded, the staged pieces' size)."""
+    if use_vfd_gds is not None:
+        monkeypatch.setenv("H5GDS_USE_VFD_GDS", use_vfd_gds)
+    data = reference((64, 10, 6))
+    with open_gds(tmp_path / "s.h5", "w") as f:
+        for layout in ("contiguous", "chunked", "chunked-cached", "filtered"):
+            create(f, layout, layout, data)
+    with open_gds(tmp_path / "s.h5", mode) as f:
+        for name in ("contiguous", "chunked", "chunked-cached", "filtered"):
+            for sel in (None, 5, (slice(3, 60, 2), slice(1, 9)), [7, 3, 3, 60]):
+                want = data if sel is None else data[sel]
+                for turn in ("first", "again"):  # the first read of a read-only file resolves its layout
+                    out = DeviceArray(want.shape, "<f8", fill=0)
+                    before = h5gds._native.settings_loads()
+                    h5gds.read(f[name], out=out, sel=sel)
+                    loads = h5gds._native.settings_loads() - before
+                    assert loads <= 1, (name, sel, turn, loads)
+                    assert out.to_host().tobytes() == want.tobytes(), (name, sel, turn)
+                    out.free()
+            if mode == "r+":
+                source = DeviceArray.from_host(-data)
+                before = h5gds._native.settings_loads()
+                h5gds.write(f[name], source)
+                assert h5gds._native.settings_loads() - before <= 1, name
+                assert f[name][...].tobytes() == (-data).tobytes(), name
+                source.free()
+
+
 # --- streams -----------------------------------------------------------------------------------------------
 
 def test_a_write_waits_for_the_producers_stream(gds_file):

@@ -75,3 +75,46 @@ def test_a_write_is_one_native_call(path, name):
         calls = native_calls(lambda: h5gds.write(f[name], X[::-1].copy()))
         assert sum(calls.values()) == 1, dict(calls)
         assert np.array_equal(f[name][...], X[::-1])
+
+
+#: 4 MiB: reads of all of it use the driver's I/O threads, so they ask for its settings.
+LARGE = np.arange(1024 * 1024, dtype="<f4").reshape(1024, 1024)
+
+
+def settings_loads(action):
+    """How many times ``action()`` loads the driver's settings (``H5GDS_*``) from the environment."""
+    before = _native.settings_loads()
+    action()
+    return _native.settings_loads() - before
+
+
+@pytest.mark.parametrize("mode", ["r+", "r"])
+@pytest.mark.parametrize("name", ["contiguous", "chunked", "gzip"])
+def test_a_read_a_gather_or_a_write_loads_the_settings_at_most_once_and_a_row_read_not_at_all(tmp_path, mode, name):
+    """Each native call reads the settings once however many of its steps need them, and a row of a
+    read-only file (a few microseconds of work) not at all."""
+    path = tmp_path / "large.h5"
+    with h5py.File(path, "w") as f:
+        f["contiguous"] = LARGE
+        f.create_dataset("chunked", data=LARGE, chunks=(64, 1024))
+        f.create_dataset("gzip", data=LARGE, chunks=(64, 1024), compression="gzip")
+    rows = np.arange(1023, 0, -3)
+    with h5py.File(path, mode) as f:
+        dset = f[name]
+        for turn in ("first", "again"):  # the first read of a read-only file resolves its layout
+            for what, action, expected in [
+                ("all", lambda: h5gds.read(dset), LARGE),
+                ("box", lambda: h5gds.read(dset, sel=(slice(3, 1000), slice(5, 900))), LARGE[3:1000, 5:900]),
+                ("gather", lambda: h5gds.read(dset, sel=rows), LARGE[rows]),
+                ("few rows", lambda: h5gds.read(dset, sel=np.array([9, 3, 3])), LARGE[[9, 3, 3]]),
+                ("row", lambda: h5gds.read(dset, sel=7), LARGE[7]),
+            ]:
+                got = []
+                loads = settings_loads(lambda: got.append(action()))
+                assert loads <= 1, (turn, what, loads)
+                assert np.array_equal(got[0], expected), (turn, what)
+                if mode == "r" and turn == "again" and what == "row":
+                    assert loads == 0
+        if mode == "r+":
+            assert settings_loads(lambda: h5gds.write(dset, -LARGE)) <= 1
+            assert np.array_equal(dset[...], -LARGE)

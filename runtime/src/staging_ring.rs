@@ -8,10 +8,10 @@
 //! which piece's copies may still use each one, and waits for them before the buffer is handed
 //! out again, before an error is returned, and before the buffers go back to the pool.
 //!
-//! Its users: the driver's bounce buffers (`cuda::Stream`s, one pair per thread), array-io's host
-//! staging (the caller's cudarc stream and its fork), and the GPU codec's slots, whose lanes'
-//! buffers take the stored chunks the host's threads read (and whose streams carry their
-//! decoding too).
+//! Its users: the driver's bounce buffers and the Python extension's staging (`cuda::Stream`s, one
+//! pair per thread), array-io's host staging (the caller's cudarc stream and its fork), and the
+//! GPU codec's slots, whose lanes' buffers take the stored chunks the host's threads read (and
+//! whose streams carry their decoding too).
 
 use crate::cuda::{self, CudaError, Direction};
 use crate::pinned::Taken;

@@ -3,6 +3,7 @@
 //! stored chunks read by the host's threads (`host_reads`).
 
 use super::{argument, env};
+use crate::call_settings::CallSettings;
 use crate::error::DeviceError;
 use crate::hdf5::{self, Hid};
 use h5gds_gpu_codec::decode::HostReads;
@@ -28,8 +29,12 @@ pub struct StagedAnyway {
 /// open with sec2, `sec2`; or the driver would stage it). None where the driver is to take it: the
 /// read is larger than [`LAYOUT_DEVICE_READ_MAX`], the settings ask for the gds driver
 /// (`H5GDS_USE_VFD_GDS=1`, `compat_mode=off`), or cuFile could give GPUDirect Storage here
-/// (nvidia-fs, or P2PDMA in cuFile's configuration).
-pub fn staged_anyway(nbytes: usize, sec2: bool) -> Result<Option<StagedAnyway>, DeviceError> {
+/// (nvidia-fs, or P2PDMA in cuFile's configuration). `settings`: the call's.
+pub fn staged_anyway(
+    nbytes: usize,
+    sec2: bool,
+    settings: &CallSettings,
+) -> Result<Option<StagedAnyway>, DeviceError> {
     if nbytes > LAYOUT_DEVICE_READ_MAX {
         return Ok(None);
     }
@@ -50,13 +55,11 @@ pub fn staged_anyway(nbytes: usize, sec2: bool) -> Result<Option<StagedAnyway>, 
         DevicePath::Gds => return Ok(None),
         DevicePath::Auto => {}
     }
-    let vfd = h5gds::VfdSettings::load(None).map_err(|e| argument(e.to_string()))?;
-    Ok(
-        h5gds::device_transfers_staged(&vfd).map(|why| StagedAnyway {
-            why,
-            past_the_driver: false,
-        }),
-    )
+    let vfd = settings.get().map_err(argument)?;
+    Ok(h5gds::device_transfers_staged(vfd).map(|why| StagedAnyway {
+        why,
+        past_the_driver: false,
+    }))
 }
 
 /// Where the stored chunks of a GPU-decoded read are read by the host's threads ([`HostReads`]):
@@ -64,12 +67,16 @@ pub fn staged_anyway(nbytes: usize, sec2: bool) -> Result<Option<StagedAnyway>, 
 /// either that driver is sec2 (which never reads into device memory) or the `gds` driver would
 /// stage device reads anyway (its settings, no GDS kernel path; not with `H5GDS_USE_VFD_GDS=1`,
 /// which asks for the driver's device path). Never with `H5GDS_USE_VFD_GDS=0`, which stages the
-/// whole read.
-pub(super) fn host_reads(dataset: Hid, facts: &Transfer) -> Result<Option<HostReads>, DeviceError> {
+/// whole read. `settings`: the call's.
+pub(super) fn host_reads(
+    dataset: Hid,
+    facts: &Transfer,
+    settings: &CallSettings,
+) -> Result<Option<HostReads>, DeviceError> {
     if facts.staged_by_settings {
         return Ok(None);
     }
-    let vfd = h5gds::VfdSettings::load(None).map_err(|e| argument(e.to_string()))?;
+    let vfd = settings.get().map_err(argument)?;
     let why = if let Some(driver) = &facts.other_driver {
         format!("the file is open with the {driver} driver")
     } else {
@@ -78,7 +85,7 @@ pub(super) fn host_reads(dataset: Hid, facts: &Transfer) -> Result<Option<HostRe
         if path == DevicePath::Gds {
             return Ok(None);
         }
-        let Some(why) = h5gds::device_transfers_staged(&vfd) else {
+        let Some(why) = h5gds::device_transfers_staged(vfd) else {
             return Ok(None);
         };
         why

@@ -20,6 +20,7 @@ pub use pointer::{copy_with_host, device_count};
 use staging::through_pinned;
 pub use tile::{write_tile, TileWrite};
 
+use crate::call_settings::CallSettings;
 use crate::compressed::{self, CompressedRead};
 pub use crate::error::DeviceError;
 use crate::hdf5::{self, Hid, Prepared, StoredLayout};
@@ -127,6 +128,8 @@ pub struct DeviceTransfer<'a> {
     pub conversion: Option<String>,
     pub checked_bytes: bool,
     pub other_driver: Option<String>,
+    /// The driver's settings, as the native call reads them (at most once).
+    pub settings: &'a CallSettings,
 }
 
 fn env(variable: &str) -> Option<String> {
@@ -194,7 +197,7 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
     // Stored chunks the host's threads read reach the GPU without the driver: a file open
     // with sec2 blocks the driver's path, not decoding on the GPU.
     let reads = if compressed {
-        host_reads(t.dataset, &facts)?
+        host_reads(t.dataset, &facts, t.settings)?
     } else {
         None
     };
@@ -253,7 +256,7 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
             pipeline: Pipeline::for_filters(&filters, item).map_err(DeviceError::Failed)?,
             filters: &filters,
             chunk: &storage_facts.chunk,
-            threads: host_threads()?,
+            threads: host_threads(t.settings)?,
         };
         staged(&t, pointer.context, prepared, staging_size, Some(&decode))?;
         drop(context);
@@ -316,13 +319,13 @@ fn decoder(
     let item = t.nbytes / t.count.iter().product::<u64>().max(1) as usize;
     let rank_matches = region.count.len() == storage.chunk.len();
     let facts = decoder_facts(
-        &storage.filters,
-        &storage.chunk,
+        (&storage.filters, &storage.chunk),
         &selection,
         item,
         t.conversion.as_deref(),
         blocker,
         rank_matches,
+        t.settings,
     )?;
     let (choice, why) = choose_decoder(&facts);
     let side = match choice {
@@ -347,15 +350,15 @@ fn decoder(
 /// is loaded only for a read it could serve, and not when the GPU is turned off), whether h5gds
 /// can on the host, and the work. `conversion`: why HDF5 must convert the elements, if it must;
 /// `blocker`: why the driver cannot take the device pointer, if it cannot; `rank_matches`: the
-/// chunk shape has the selection's rank.
+/// chunk shape has the selection's rank; `settings`: the call's (the host's decoding threads).
 pub fn decoder_facts(
-    filters: &[i32],
-    chunk: &[u64],
+    (filters, chunk): (&[i32], &[u64]),
     selection: &Hyperslab,
     item: usize,
     conversion: Option<&str>,
     blocker: Option<String>,
     rank_matches: bool,
+    settings: &CallSettings,
 ) -> Result<DecoderFacts, DeviceError> {
     let forced =
         h5gds_runtime::settings::gpu_codec_forced().map_err(|e| argument(e.to_string()))?;
@@ -399,22 +402,19 @@ pub fn decoder_facts(
         host,
         chunk_bytes: chunk.iter().product::<u64>() as usize * item,
         chunks,
-        host_threads: host_threads()?,
+        host_threads: host_threads(settings)?,
         forced,
     })
 }
 
 /// The driver's I/O thread count, which decodes on the host.
-fn host_threads() -> Result<usize, DeviceError> {
-    Ok(h5gds::VfdSettings::load(None)
-        .map_err(|e| argument(e.to_string()))?
-        .nthreads)
+fn host_threads(settings: &CallSettings) -> Result<usize, DeviceError> {
+    settings.nthreads().map_err(argument)
 }
 
 /// The smallest staged piece that keeps the driver's I/O threads busy: a task each.
-fn file_side_floor() -> Result<usize, DeviceError> {
-    let vfd = h5gds::VfdSettings::load(None).map_err(|e| argument(e.to_string()))?;
-    Ok(vfd.task_round_bytes())
+fn file_side_floor(settings: &CallSettings) -> Result<usize, DeviceError> {
+    Ok(settings.get().map_err(argument)?.task_round_bytes())
 }
 
 /// How h5gds decodes a read's chunks on the host (`host_codec`), for [`staged`].
@@ -455,7 +455,7 @@ fn staged(
         }
         None => {
             let total = elements * item as u64;
-            let floor = file_side_floor()? as u64;
+            let floor = file_side_floor(t.settings)? as u64;
             (
                 staged_piece_bytes(total, staging_size as u64, floor),
                 Vec::new(),

@@ -1,17 +1,20 @@
-//! The extension's staging loop through pinned host memory (two buffers taking turns).
+//! The extension's staging through pinned host memory: a selection's elements in pieces, through
+//! the runtime's staging ring (`h5gds_runtime::staging_ring`, two buffers taking turns).
 
 use crate::error::DeviceError;
 use h5gds_route::select::staging_pieces;
-use h5gds_runtime::cuda::{self, DeviceContext, Direction};
+use h5gds_runtime::cuda::{self, DeviceContext};
 use h5gds_runtime::pinned;
+use h5gds_runtime::staging_ring::{StagingRing, Stop};
 
 /// Moves `elements` elements of `item` bytes between device memory at `address` and the file
 /// through pinned host buffers, piece by piece (`route::select::staging_pieces`: at most
-/// `piece_bytes` each, cut at `cuts` where they fit): `io(a, b, host)` moves elements `[a, b)` (in the array's
-/// row-major order) between a buffer and the file. Two buffers take turns, each copied on a
-/// stream of its own, so that one piece's copy to (or from) the device runs while `io` reads (or
-/// writes) the next. The one staging loop of the extension (dataset selections and collective
-/// tiles).
+/// `piece_bytes` each, cut at `cuts` where they fit): `io(a, b, host)` moves elements `[a, b)`
+/// (in the array's row-major order) between a buffer and the file; a write's `io` only reads the
+/// buffer. Several pieces take turns in the staging ring, each buffer copied on a stream of its
+/// own, so that one piece's copy to (or from) the device runs while `io` reads (or writes) the
+/// next; a single piece is copied synchronously. The one staging loop of the extension (dataset
+/// selections and collective tiles).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn through_pinned(
     context: DeviceContext,
@@ -49,59 +52,35 @@ pub(super) fn through_pinned(
         return Ok(());
     }
     let streams = cuda::thread_streams(context)?;
-    let mut buffers = [pinned::Taken::new(largest), pinned::Taken::new(largest)];
-    let hosts = [buffers[0].as_mut_ptr(), buffers[1].as_mut_ptr()];
-    let direction = if write {
-        Direction::Write
+    let buffers = vec![pinned::Taken::new(largest), pinned::Taken::new(largest)];
+    let mut ring = StagingRing::new(buffers, streams.to_vec());
+    let moved = if write {
+        ring.from_device(
+            pieces.len(),
+            |k, copies| {
+                let (a, b) = pieces[k];
+                // SAFETY: the piece's device range lies inside one allocation of `context` (checked
+                // by the caller), which outlives the transfer and so the ring's wait for the copy.
+                unsafe { copies.download(0, device(a), bytes((a, b))) }.map_err(DeviceError::from)
+            },
+            |k, buffer| {
+                let (a, b) = pieces[k];
+                io(a, b, buffer.as_ptr().cast_mut())
+            },
+        )
     } else {
-        Direction::Read
+        ring.to_device(
+            pieces.len(),
+            |k, buffer| {
+                let (a, b) = pieces[k];
+                io(a, b, buffer.as_mut_ptr())
+            },
+            |k, copies| {
+                let (a, b) = pieces[k];
+                // SAFETY: as for the copy from the device above.
+                unsafe { copies.upload(0, device(a), bytes((a, b))) }.map_err(DeviceError::from)
+            },
+        )
     };
-    let start = |k: usize| {
-        let (a, b) = pieces[k];
-        // SAFETY: the buffer holds the piece's bytes and is not touched until its stream is
-        // synchronized below; the device range lies inside one allocation (checked by the
-        // caller).
-        unsafe {
-            cuda::copy_async(
-                direction,
-                hosts[k % 2],
-                device(a),
-                bytes((a, b)),
-                streams[k % 2],
-            )
-        }
-    };
-    let mut moved = || -> Result<(), DeviceError> {
-        if write {
-            start(0)?;
-            for (k, &(a, b)) in pieces.iter().enumerate() {
-                cuda::synchronize(streams[k % 2])?;
-                // The other buffer's piece has been written: its next copy overlaps this `io`.
-                if k + 1 < pieces.len() {
-                    start(k + 1)?;
-                }
-                io(a, b, hosts[k % 2])?;
-            }
-        } else {
-            for (k, &(a, b)) in pieces.iter().enumerate() {
-                if k >= 2 {
-                    // The copy of the piece two before, from the same buffer, has finished.
-                    cuda::synchronize(streams[k % 2])?;
-                }
-                io(a, b, hosts[k % 2])?;
-                start(k)?;
-            }
-        }
-        Ok(())
-    };
-    let result = moved();
-    // Whatever happened, no copy may still use a buffer once it goes back to the pool.
-    let waited = streams
-        .iter()
-        .map(|&stream| cuda::synchronize(stream))
-        .collect::<Result<Vec<_>, _>>();
-    drop(buffers);
-    result?;
-    waited?;
-    Ok(())
+    moved.map_err(Stop::into_error)
 }

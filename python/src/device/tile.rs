@@ -3,6 +3,7 @@
 use super::pointer::checked_pointer;
 use super::staging::through_pinned;
 use super::{argument, env, file_side_floor};
+use crate::call_settings::CallSettings;
 use crate::error::DeviceError;
 use crate::hdf5;
 use h5gds_route::select::staged_piece_bytes;
@@ -107,7 +108,7 @@ pub fn write_tile(t: TileWrite) -> Result<String, DeviceError> {
             staged_piece_bytes(
                 t.nbytes as u64,
                 staging_size as u64,
-                file_side_floor()? as u64,
+                file_side_floor(&CallSettings::default())? as u64,
             ) as usize,
             &[],
             true,

@@ -3,6 +3,7 @@
 
 use super::chunk_cache::{last_byte, KEPT_CHUNK_MAX};
 use super::{row_bytes, threads, Indexed, Layout, Storage, PARALLEL_BYTES};
+use crate::call_settings::CallSettings;
 use crate::gather::{GatherPlan, HostBuffer, Rest};
 use h5gds_chunk_codec::place::{copy_box, ChunkPart, SharedOut, Source};
 use h5gds_chunk_codec::{read_placed, Decoding, Hyperslab, Pipeline, Placed};
@@ -21,6 +22,7 @@ impl Layout {
         plan: &GatherPlan,
         rest: &Rest,
         out: HostBuffer,
+        settings: &CallSettings,
     ) -> PyResult<bool> {
         let (buffer, nbytes) = (out.address, out.nbytes);
         let len = plan.len() as u64;
@@ -37,7 +39,7 @@ impl Layout {
         ) else {
             return Ok(false);
         };
-        self.read_pieces_into(py, &pieces, buffer, nbytes)?;
+        self.read_pieces_into(py, &pieces, buffer, nbytes, settings)?;
         Ok(true)
     }
 
@@ -48,6 +50,7 @@ impl Layout {
         plan: &GatherPlan,
         rest: &Rest,
         out: HostBuffer,
+        settings: &CallSettings,
     ) -> PyResult<bool> {
         let (buffer, nbytes) = (out.address, out.nbytes);
         let distinct = plan.distinct_rows() as u64;
@@ -62,7 +65,7 @@ impl Layout {
             rest.count,
             row_bytes,
         ) {
-            self.read_pieces_into(py, &pieces, buffer, nbytes)?;
+            self.read_pieces_into(py, &pieces, buffer, nbytes, settings)?;
             return Ok(true);
         }
         // One selection per run of rows, each checked, and where its bytes go.
@@ -94,7 +97,7 @@ impl Layout {
         if self.gather_in_one_large_chunk(py, &reads, &served, buffer, nbytes)? {
             return Ok(true);
         }
-        let threads = threads()?;
+        let threads = threads(settings)?;
         if let Some(decoded) = self.gather_decoding(&served) {
             return self.gather_decoded(py, decoded, &reads, buffer, nbytes, threads);
         }

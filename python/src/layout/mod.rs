@@ -18,6 +18,7 @@ mod runs;
 
 use chunk_cache::{Kept, LargeKept};
 
+use crate::call_settings::CallSettings;
 use crate::device;
 use crate::device_error;
 use crate::gather::{GatherPlan, HostBuffer, Rest};
@@ -118,10 +119,18 @@ fn row_bytes(nbytes: usize, rows: u64, what: &str) -> PyResult<u64> {
     Ok(row_bytes)
 }
 
-fn threads() -> PyResult<usize> {
-    Ok(h5gds::VfdSettings::load(None)
-        .map_err(|e| PyValueError::new_err(e.to_string()))?
-        .nthreads)
+/// The driver's I/O thread count, as the call's settings say.
+fn threads(settings: &CallSettings) -> PyResult<usize> {
+    settings.nthreads().map_err(PyValueError::new_err)
+}
+
+/// A device array a read fills: `nbytes` at `address`, on device `claimed_ordinal` if the array
+/// says, its producer's `stream` (0: none) waited for first.
+pub(crate) struct DeviceOut {
+    pub address: u64,
+    pub nbytes: usize,
+    pub claimed_ordinal: Option<i32>,
+    pub stream: u64,
 }
 
 /// The threads a read of `nbytes` over `parts` may use: one where its work is below
@@ -133,6 +142,7 @@ fn threads_for(
     nbytes: usize,
     parts: &[ChunkPart],
     decoded_chunk: Option<usize>,
+    settings: &CallSettings,
 ) -> PyResult<usize> {
     let work = match decoded_chunk {
         // (A read inside one chunk stays on the calling thread whatever its size.)
@@ -142,7 +152,7 @@ fn threads_for(
     if work < PARALLEL_BYTES {
         return Ok(1);
     }
-    threads()
+    threads(settings)
 }
 
 /// The storage of a chunked dataset of `shape` with chunks of `chunk` and the pipeline
@@ -258,18 +268,15 @@ impl Layout {
         };
         // SAFETY: the Python caller passes the address and size of a live, writable host buffer
         // it keeps referenced for the call.
-        unsafe { self.read_host(py, &sel, buffer, nbytes) }
+        unsafe { self.read_host(py, &sel, buffer, nbytes, &CallSettings::default()) }
     }
 
     /// Reads the hyperslab (`start`, `step`, `count`) into the device array at `address`
     /// (`nbytes`; on device `claimed_ordinal` if it says; its producer's `stream`, 0 for none,
-    /// waited for first) where the read would be staged through pinned memory anyway
-    /// (`device::staged_anyway`), and compressed chunks are decoded faster on the host than on
-    /// the GPU (`route::choose_decoder`): read with no HDF5 call into pinned host memory, then
-    /// copied up, with neither h5py's lock nor the GIL held. False when the driver or HDF5 is to
-    /// read it; nothing was read then. The caller keeps the array alive.
+    /// waited for first) where the layout serves it ([`Layout::read_into_device`]); False when
+    /// the driver or HDF5 is to read it, nothing read then. The caller keeps the array alive.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn read_to_device(
+    fn read_to_device(
         &self,
         py: Python<'_>,
         start: Vec<u64>,
@@ -285,55 +292,13 @@ impl Layout {
             step: &step,
             count: &count,
         };
-        self.check(&sel, nbytes).map_err(PyValueError::new_err)?;
-        if nbytes == 0 {
-            return Ok(false);
-        }
-        let Some(staged) = device::staged_anyway(nbytes, self.sec2).map_err(device_error)? else {
-            return Ok(false);
+        let out = DeviceOut {
+            address,
+            nbytes,
+            claimed_ordinal,
+            stream,
         };
-        let why = &staged.why;
-        if let Storage::Chunked { chunk, filters, .. } = &self.storage {
-            if !filters.is_empty() {
-                // A layout's file is open read-only, so with sec2 the stored chunks can still
-                // reach the GPU, read by the host's threads (`device::host_reads`).
-                let blocker = (staged.past_the_driver && !self.sec2).then(|| why.clone());
-                let facts =
-                    device::decoder_facts(filters, chunk, &sel, self.element, None, blocker, true)
-                        .map_err(device_error)?;
-                if choose_decoder(&facts).0 != Some(Decoder::Host) {
-                    return Ok(false);
-                }
-            }
-        }
-        let Some(parts) = self.serves(&sel)? else {
-            return Ok(false);
-        };
-        let threads = threads_for(nbytes, &parts, self.decoded_chunk_bytes())?;
-        h5gds::with_logging(|| {
-            tracing::info!(
-                "h5gds.read {:?}: {nbytes} bytes into device memory through pinned host memory, \
-                 read with no HDF5 call: {why}",
-                self.name
-            )
-        });
-        py.detach(|| {
-            let mut host = pinned::Taken::new(nbytes);
-            // SAFETY: the buffer holds at least `nbytes` bytes and is this call's alone.
-            let out = unsafe { std::slice::from_raw_parts_mut(host.as_mut_ptr(), nbytes) };
-            self.read_served(&sel, &parts, out, threads)
-                .map_err(device::DeviceError::Failed)?;
-            device::copy_with_host(
-                address,
-                nbytes,
-                claimed_ordinal,
-                stream,
-                host.as_mut_ptr() as usize,
-                true,
-            )
-        })
-        .map_err(device_error)?;
-        Ok(true)
+        self.read_into_device(py, &sel, &out, &CallSettings::default())
     }
 
     /// Reads a gather's rows straight into the caller's order (the buffer at `buffer`,
@@ -366,6 +331,7 @@ impl Layout {
                 address: buffer,
                 nbytes,
             },
+            &CallSettings::default(),
         )
     }
 
@@ -399,12 +365,86 @@ impl Layout {
                 address: buffer,
                 nbytes,
             },
+            &CallSettings::default(),
         )
     }
 }
 
 impl Layout {
-    /// Checks a selection against the dataset's shape and a buffer of `nbytes` against it.
+    /// Reads the hyperslab `sel` into the device array `out` where the read would be staged
+    /// through pinned memory anyway (`device::staged_anyway`), and compressed chunks are decoded
+    /// faster on the host than on the GPU (`route::choose_decoder`): read with no HDF5 call into
+    /// pinned host memory, then copied up, with neither h5py's lock nor the GIL held. False when
+    /// the driver or HDF5 is to read it; nothing was read then. The caller keeps the array alive.
+    pub(crate) fn read_into_device(
+        &self,
+        py: Python<'_>,
+        sel: &Hyperslab,
+        out: &DeviceOut,
+        settings: &CallSettings,
+    ) -> PyResult<bool> {
+        let nbytes = out.nbytes;
+        self.check(sel, nbytes).map_err(PyValueError::new_err)?;
+        if nbytes == 0 {
+            return Ok(false);
+        }
+        let staged = device::staged_anyway(nbytes, self.sec2, settings).map_err(device_error)?;
+        let Some(staged) = staged else {
+            return Ok(false);
+        };
+        let why = &staged.why;
+        if let Storage::Chunked { chunk, filters, .. } = &self.storage {
+            if !filters.is_empty() {
+                // A layout's file is open read-only, so with sec2 the stored chunks can still
+                // reach the GPU, read by the host's threads (`device::host_reads`).
+                let blocker = (staged.past_the_driver && !self.sec2).then(|| why.clone());
+                let storage = (filters.as_slice(), chunk.as_slice());
+                let facts = device::decoder_facts(
+                    storage,
+                    sel,
+                    self.element,
+                    None,
+                    blocker,
+                    true,
+                    settings,
+                )
+                .map_err(device_error)?;
+                if choose_decoder(&facts).0 != Some(Decoder::Host) {
+                    return Ok(false);
+                }
+            }
+        }
+        let Some(parts) = self.serves(sel)? else {
+            return Ok(false);
+        };
+        let threads = threads_for(nbytes, &parts, self.decoded_chunk_bytes(), settings)?;
+        h5gds::with_logging(|| {
+            tracing::info!(
+                "h5gds.read {:?}: {nbytes} bytes into device memory through pinned host memory, \
+                 read with no HDF5 call: {why}",
+                self.name
+            )
+        });
+        let (address, claimed_ordinal, stream) = (out.address, out.claimed_ordinal, out.stream);
+        py.detach(|| {
+            let mut host = pinned::Taken::new(nbytes);
+            // SAFETY: the buffer holds at least `nbytes` bytes and is this call's alone.
+            let out = unsafe { std::slice::from_raw_parts_mut(host.as_mut_ptr(), nbytes) };
+            self.read_served(sel, &parts, out, threads)
+                .map_err(device::DeviceError::Failed)?;
+            device::copy_with_host(
+                address,
+                nbytes,
+                claimed_ordinal,
+                stream,
+                host.as_mut_ptr() as usize,
+                true,
+            )
+        })
+        .map_err(device_error)?;
+        Ok(true)
+    }
+
     /// Reads the hyperslab `sel` into the host buffer at `buffer` (`nbytes`), with the GIL
     /// released while bytes move; false where the layout does not serve it (nothing was read).
     ///
@@ -416,6 +456,7 @@ impl Layout {
         sel: &Hyperslab,
         buffer: usize,
         nbytes: usize,
+        settings: &CallSettings,
     ) -> PyResult<bool> {
         self.check(sel, nbytes).map_err(PyValueError::new_err)?;
         if nbytes == 0 {
@@ -427,7 +468,7 @@ impl Layout {
             let Some(parts) = self.serves(sel)? else {
                 return Ok(false);
             };
-            let threads = threads_for(nbytes, &parts, self.decoded_chunk_bytes())?;
+            let threads = threads_for(nbytes, &parts, self.decoded_chunk_bytes(), settings)?;
             // SAFETY: the caller's contract (the size was checked against the selection above).
             let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
             self.read_served(sel, &parts, out, threads)
@@ -453,6 +494,7 @@ impl Layout {
         }
     }
 
+    /// Checks a selection against the dataset's shape and a buffer of `nbytes` against it.
     fn check(&self, sel: &Hyperslab, nbytes: usize) -> Result<(), String> {
         let rank = self.shape.len();
         if [sel.start.len(), sel.step.len(), sel.count.len()] != [rank; 3] {

@@ -2,6 +2,7 @@
 //! pieces, read on the pool's threads where large.
 
 use super::{threads, Layout, PARALLEL_BYTES, PIECE_BYTES};
+use crate::call_settings::CallSettings;
 use h5gds_chunk_codec::place::SharedOut;
 use h5gds_chunk_codec::Hyperslab;
 use pyo3::exceptions::PyOSError;
@@ -89,8 +90,9 @@ impl Layout {
         pieces: &[(u64, u64, u64)],
         buffer: usize,
         nbytes: usize,
+        settings: &CallSettings,
     ) -> PyResult<()> {
-        let threads = threads()?;
+        let threads = threads(settings)?;
         py.detach(|| {
             // SAFETY: the Python caller passes the address and size of a live, writable host
             // buffer it keeps referenced for the call; the pieces lie inside it.
