@@ -142,6 +142,13 @@ impl Pipeline {
         Pipeline { stages: Vec::new() }
     }
 
+    /// Whether a chunk stored with filter mask `mask` holds its decoded bytes as they are (no
+    /// stage applies: an unfiltered pipeline, or every filter skipped), so they can be read
+    /// straight into place.
+    pub fn stores_plain(&self, mask: u32) -> bool {
+        (0..self.stages.len()).all(|i| !applied(mask, i))
+    }
+
     /// The stages, in pipeline order.
     pub fn stages(&self) -> &[Stage] {
         &self.stages

@@ -154,6 +154,12 @@ pub fn read_placed<R: RawChunks>(
     let Some((pool, slots)) = pool_and_slots(how.threads, jobs.len(), how.chunk_bytes(), 2) else {
         let mut slot = Slot::take();
         for job in &jobs {
+            if let (Some(file), Some(at)) = (&direct, how.plain_run(job, selections)) {
+                // SAFETY: one chunk at a time on this thread, into its run of the output.
+                unsafe { how.read_plain(file, job, at, out) }
+                    .map_err(|reason| source.corrupt(&job.offset, reason))?;
+                continue;
+            }
             let mask = match &direct {
                 Some(file) => {
                     read_at(file, &job.stored, &mut slot.stored)
@@ -199,6 +205,11 @@ pub fn read_placed<R: RawChunks>(
             scope.spawn(move |_| {
                 let result = catch_unwind(AssertUnwindSafe(|| {
                     if let Some(file) = direct {
+                        if let Some(at) = how.plain_run(job, selections) {
+                            // SAFETY: this task alone writes this chunk's run of the output,
+                            // which the caller keeps until every task has finished.
+                            return unsafe { how.read_plain(file, job, at, out) };
+                        }
                         read_at(file, &job.stored, &mut slot.stored)?;
                     }
                     // SAFETY: this task alone writes this chunk's elements of the output, which
@@ -274,6 +285,8 @@ mod tests {
         file: Option<tempfile::NamedTempFile>,
         reads: usize,
         fail_read: Option<Vec<u64>>,
+        /// Every chunk's filter mask (1: stored as its decoded bytes, Zstandard skipped).
+        mask: u32,
     }
 
     impl Memory {
@@ -299,6 +312,11 @@ mod tests {
     const CHUNK: [u64; 2] = [8, 5];
 
     fn memory(holes: &[[u64; 2]], bad: Option<[u64; 2]>) -> Memory {
+        memory_masked(holes, bad, 0)
+    }
+
+    /// As [`memory`], every chunk stored with filter mask `mask` (1: not compressed).
+    fn memory_masked(holes: &[[u64; 2]], bad: Option<[u64; 2]>, mask: u32) -> Memory {
         let mut chunks = HashMap::new();
         for r in (0..SHAPE[0]).step_by(CHUNK[0] as usize) {
             for c in (0..SHAPE[1]).step_by(CHUNK[1] as usize) {
@@ -312,7 +330,10 @@ mod tests {
                         bytes.extend(v.to_le_bytes());
                     }
                 }
-                let mut stored = zstd::bulk::compress(&bytes, 1).unwrap();
+                let mut stored = match mask {
+                    0 => zstd::bulk::compress(&bytes, 1).unwrap(),
+                    _ => bytes,
+                };
                 if bad == Some([r, c]) {
                     stored.truncate(stored.len() / 2);
                 }
@@ -325,6 +346,7 @@ mod tests {
             file: None,
             reads: 0,
             fail_read: None,
+            mask,
         }
     }
 
@@ -333,7 +355,7 @@ mod tests {
         fn stored(&mut self, offset: &[u64]) -> Result<Option<StoredChunk>, String> {
             Ok(self.chunks.get(offset).map(|c| StoredChunk {
                 size: c.len(),
-                mask: 0,
+                mask: self.mask,
                 address: self.addresses[offset],
             }))
         }
@@ -347,7 +369,7 @@ mod tests {
             self.reads += 1;
             buf.clear();
             buf.extend_from_slice(&self.chunks[offset][..size]);
-            Ok(0)
+            Ok(self.mask)
         }
         fn corrupt(&self, offset: &[u64], reason: String) -> String {
             format!("chunk {offset:?}: {reason}")
@@ -419,6 +441,28 @@ mod tests {
                 // Read from the file directly, or each through the source.
                 assert_eq!(m.reads, if direct { 0 } else { outcome.decoded });
                 assert!(outcome.missing.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn chunks_stored_as_their_bytes_read_the_same_elements_straight_into_place() {
+        // Whole chunks filling runs of the output are read from the file into place; the
+        // others, and every chunk read through the source, are copied out of a buffer.
+        for (threads, direct) in [(1, false), (3, false), (1, true), (3, true)] {
+            for (start, step, count) in [
+                ([0, 0], [1, 1], [50, 37]),
+                ([0, 5], [1, 1], [48, 5]),
+                ([8, 30], [1, 1], [17, 5]),
+                ([1, 2], [3, 7], [16, 5]),
+            ] {
+                let mut m = memory_masked(&[], None, 1);
+                if direct {
+                    m = m.on_file();
+                }
+                let (got, outcome) = run(&mut m, &start, &step, &count, threads).unwrap();
+                assert_eq!(got, expected(&start, &step, &count), "{start:?} {step:?}");
+                assert_eq!(m.reads, if direct { 0 } else { outcome.decoded });
             }
         }
     }

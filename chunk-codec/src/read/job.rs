@@ -36,6 +36,40 @@ impl Decoding<'_> {
             .map_or(0, |e| (e as usize + 1) * self.element_size)
     }
 
+    /// Where in the output (a byte offset) a chunk's stored bytes may be read straight to: they
+    /// are its decoded bytes (`Pipeline::stores_plain`, all of them), and the chunk is one
+    /// selection's only part and fills a run of it. Saves the copy out of the read buffer.
+    pub(super) fn plain_run(&self, job: &Job, selections: &[Placed]) -> Option<u64> {
+        if !self.pipeline.stores_plain(job.stored.mask) || job.stored.size != self.chunk_bytes() {
+            return None;
+        }
+        let [(k, part)] = job.parts.as_slice() else {
+            return None;
+        };
+        let placed = &selections[*k];
+        whole_chunk_run(part, &placed.selection, self.chunk)
+            .map(|run| placed.at + run * self.element_size as u64)
+    }
+
+    /// Reads a chunk's stored bytes from `file` straight into the output at `at` (see
+    /// [`Decoding::plain_run`]).
+    ///
+    /// # Safety
+    /// As [`Decoding::decode_job`]'s: the chunk's run at `at` lies inside the output, and no
+    /// other thread writes it.
+    pub(super) unsafe fn read_plain(
+        &self,
+        file: &std::fs::File,
+        job: &Job,
+        at: u64,
+        out: SharedOut,
+    ) -> Result<(), String> {
+        // SAFETY: the run lies inside the output and is this task's alone, as the caller
+        // guarantees.
+        let dest = unsafe { std::slice::from_raw_parts_mut(out.at(at), self.chunk_bytes()) };
+        super::read_stored_at(file, job.stored.address, dest)
+    }
+
     /// Decodes one chunk, once, and copies each of its parts into the output: straight into
     /// the output where the chunk is one selection's only part and fills a run of it.
     ///
