@@ -6,17 +6,11 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-/// Each workspace crate's dependencies on other workspace crates, by name: normal and build ones,
-/// and dev ones too with `dev` (tests may use the shared test support, `h5gds-tests`).
-fn workspace_dependencies(dev: bool) -> BTreeMap<String, Vec<String>> {
+/// `cargo metadata` of the workspace with `option` (`--no-deps`: the manifests only;
+/// `--all-features`: also the resolved graph, every feature on).
+fn cargo_metadata(option: &str) -> serde_json::Value {
     let out = Command::new(env!("CARGO"))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
+        .args(["metadata", "--format-version", "1", option, "--offline"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo metadata runs");
@@ -25,7 +19,13 @@ fn workspace_dependencies(dev: bool) -> BTreeMap<String, Vec<String>> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo's JSON");
+    serde_json::from_slice(&out.stdout).expect("cargo's JSON")
+}
+
+/// Each workspace crate's dependencies on other workspace crates, by name: normal and build ones,
+/// and dev ones too with `dev` (tests may use the shared test support, `h5gds-tests`).
+fn workspace_dependencies(dev: bool) -> BTreeMap<String, Vec<String>> {
+    let meta = cargo_metadata("--no-deps");
     let packages = meta["packages"].as_array().expect("packages");
     let names: Vec<&str> = packages.iter().filter_map(|p| p["name"].as_str()).collect();
     packages
@@ -499,23 +499,7 @@ fn the_hdf5_binding_check_finds_bindings() {
 /// build dependencies, with every feature on, workspace and external, by package name (an
 /// external crate's own name, not the name it is renamed to), from cargo's resolved graph.
 fn all_dependencies(krate: &str) -> Vec<String> {
-    let out = Command::new(env!("CARGO"))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--all-features",
-            "--offline",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo metadata runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo's JSON");
+    let meta = cargo_metadata("--all-features");
     let name_of: BTreeMap<&str, &str> = meta["packages"]
         .as_array()
         .expect("packages")
@@ -594,23 +578,7 @@ fn the_engine_depends_on_neither_face_nor_hdf5_nor_cuda() {
 
 /// The crates `krate` names in its manifest, of every kind.
 fn direct_dependencies(krate: &str) -> Vec<String> {
-    let out = Command::new(env!("CARGO"))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo metadata runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo's JSON");
+    let meta = cargo_metadata("--no-deps");
     let package = meta["packages"]
         .as_array()
         .expect("packages")
