@@ -10,11 +10,11 @@ use crate::hdf5_raw::{self, linked_hdf5};
 use h5gds_engine::chunks::{self as engine, CallFailed, ChunkCall, Face, StoredChunks};
 
 /// An open dataset as the engine's chunk source sees it.
-pub(crate) struct DatasetChunks<'a> {
+pub(crate) struct DatasetFace<'a> {
     ds: &'a OpenDataset,
 }
 
-impl Face for DatasetChunks<'_> {
+impl Face for DatasetFace<'_> {
     type Error = Error;
 
     fn locked<T>(&self, call: impl FnOnce() -> T) -> T {
@@ -54,8 +54,8 @@ impl OpenDataset {
         &self,
         chunk: &[u64],
         touched: usize,
-    ) -> Result<StoredChunks<'static, DatasetChunks<'_>>> {
-        let face = DatasetChunks { ds: self };
+    ) -> Result<StoredChunks<'static, DatasetFace<'_>>> {
+        let face = DatasetFace { ds: self };
         StoredChunks::new(linked_hdf5(), self.dset.id(), chunk, touched, face)
     }
 
@@ -63,7 +63,7 @@ impl OpenDataset {
     /// listing of the chunk index (`H5Dchunk_iter`; a lookup by coordinate iterates over the
     /// index each time, `h5gds_chunk_codec::LIST_INDEX_FROM`).
     pub fn chunk_index(&self) -> Result<h5gds_chunk_codec::ChunkIndex> {
-        let face = DatasetChunks { ds: self };
+        let face = DatasetFace { ds: self };
         let chunk: Vec<u64> = (self.dset.chunk())
             .ok_or_else(|| {
                 let not_chunked = hdf5::Error::from("the dataset is not chunked");

@@ -39,14 +39,14 @@ pub fn chunk_index(dataset: Hid, chunk: &[u64]) -> Result<h5gds_chunk_codec::Chu
 
 /// An h5py dataset as the engine's chunk source sees it: its errors (`error`, which the host
 /// reads and the device reads each have) name the dataset; h5py's lock is held around the read.
-pub struct H5pyChunks<'a, E> {
+pub struct H5pyFace<'a, E> {
     api: &'static Hdf5Api,
     dataset: Hid,
     name: &'a str,
     error: fn(String) -> E,
 }
 
-impl<E: Send> Face for H5pyChunks<'_, E> {
+impl<E: Send> Face for H5pyFace<'_, E> {
     type Error = E;
 
     fn failed(&self, failed: CallFailed) -> E {
@@ -77,9 +77,9 @@ pub fn stored_chunks<'a, E: Send>(
     chunk: &[u64],
     touched: usize,
     error: fn(String) -> E,
-) -> Result<StoredChunks<'static, H5pyChunks<'a, E>>, E> {
+) -> Result<StoredChunks<'static, H5pyFace<'a, E>>, E> {
     let api = api().map_err(|m| error(format!("dataset {name}: {m}")))?;
-    let face = H5pyChunks {
+    let face = H5pyFace {
         api,
         dataset,
         name,
