@@ -6,17 +6,11 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-/// Each workspace crate's dependencies on other workspace crates, by name: normal and build ones,
-/// and dev ones too with `dev` (tests may use the shared test support, `h5gds-tests`).
-fn workspace_dependencies(dev: bool) -> BTreeMap<String, Vec<String>> {
+/// `cargo metadata` of the workspace with `option` (`--no-deps`: the manifests only;
+/// `--all-features`: also the resolved graph, every feature on).
+fn cargo_metadata(option: &str) -> serde_json::Value {
     let out = Command::new(env!("CARGO"))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
+        .args(["metadata", "--format-version", "1", option, "--offline"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo metadata runs");
@@ -25,7 +19,13 @@ fn workspace_dependencies(dev: bool) -> BTreeMap<String, Vec<String>> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo's JSON");
+    serde_json::from_slice(&out.stdout).expect("cargo's JSON")
+}
+
+/// Each workspace crate's dependencies on other workspace crates, by name: normal and build ones,
+/// and dev ones too with `dev` (tests may use the shared test support, `h5gds-tests`).
+fn workspace_dependencies(dev: bool) -> BTreeMap<String, Vec<String>> {
+    let meta = cargo_metadata("--no-deps");
     let packages = meta["packages"].as_array().expect("packages");
     let names: Vec<&str> = packages.iter().filter_map(|p| p["name"].as_str()).collect();
     packages
@@ -499,23 +499,7 @@ fn the_hdf5_binding_check_finds_bindings() {
 /// build dependencies, with every feature on, workspace and external, by package name (an
 /// external crate's own name, not the name it is renamed to), from cargo's resolved graph.
 fn all_dependencies(krate: &str) -> Vec<String> {
-    let out = Command::new(env!("CARGO"))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--all-features",
-            "--offline",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo metadata runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo's JSON");
+    let meta = cargo_metadata("--all-features");
     let name_of: BTreeMap<&str, &str> = meta["packages"]
         .as_array()
         .expect("packages")
@@ -562,18 +546,12 @@ fn all_dependencies(krate: &str) -> Vec<String> {
 }
 
 /// The engine (one implementation of each way of moving a dataset, beneath array-io and the
-/// Python extension) holds neither face's types (ndarray, pyo3), no HDF5 binding and no CUDA:
-/// the faces bring those. The faces' own graphs show that the walk finds such crates.
+/// Python extension) holds neither face's types (ndarray, pyo3) nor an HDF5 binding: the faces
+/// bring those. CUDA only through the runtime (cudarc is no direct dependency). The faces' own
+/// graphs show that the walks find such crates.
 #[test]
 fn the_engine_depends_on_neither_face_nor_hdf5_nor_cuda() {
-    let forbidden = [
-        "pyo3",
-        "numpy",
-        "ndarray",
-        "hdf5-metno",
-        "hdf5-metno-sys",
-        "cudarc",
-    ];
+    let forbidden = ["pyo3", "numpy", "ndarray", "hdf5-metno", "hdf5-metno-sys"];
     let engine = all_dependencies("h5gds-engine");
     let found: Vec<&String> = engine
         .iter()
@@ -589,4 +567,28 @@ fn the_engine_depends_on_neither_face_nor_hdf5_nor_cuda() {
     for krate in forbidden {
         assert!(faces.iter().any(|d| d == krate), "{krate} not found");
     }
+    let direct = direct_dependencies("h5gds-engine");
+    assert!(!direct.iter().any(|d| d == "cudarc"), "{direct:?}");
+    let face = direct_dependencies("array-io");
+    assert!(
+        face.iter().any(|d| d == "cudarc"),
+        "cudarc not found in {face:?}"
+    );
+}
+
+/// The crates `krate` names in its manifest, of every kind.
+fn direct_dependencies(krate: &str) -> Vec<String> {
+    let meta = cargo_metadata("--no-deps");
+    let package = meta["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .find(|p| p["name"].as_str() == Some(krate))
+        .unwrap_or_else(|| panic!("{krate} is no workspace crate"));
+    package["dependencies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|d| Some(d["name"].as_str()?.to_string()))
+        .collect()
 }

@@ -68,60 +68,6 @@ pub(crate) struct OpenDataset {
 }
 
 impl OpenDataset {
-    /// The error for a failed read of the stored bytes of the chunk at `offset`.
-    pub fn chunk_read_error(&self, offset: &[u64], e: hdf5::Error) -> Error {
-        Error::hdf5(
-            format!("reading the stored bytes of the chunk at {offset:?}"),
-            &self.path,
-            Some(&self.name),
-            e,
-        )
-    }
-
-    /// Every allocated chunk: its stored size, filter mask and address by first element, in one
-    /// listing of the chunk index (`H5Dchunk_iter`; a lookup by coordinate iterates over the
-    /// index each time, `h5gds_chunk_codec::LIST_INDEX_FROM`).
-    pub fn chunk_index(&self) -> Result<h5gds_chunk_codec::ChunkIndex> {
-        let listing_error = |e| {
-            Error::hdf5(
-                "listing the allocated chunks",
-                &self.path,
-                Some(&self.name),
-                e,
-            )
-        };
-        let chunk: Vec<u64> = (self.dset.chunk())
-            .ok_or_else(|| listing_error(hdf5::Error::from("the dataset is not chunked")))?
-            .iter()
-            .map(|&d| d as u64)
-            .collect();
-        let mut listing = h5gds_chunk_codec::ChunkListing::new(&chunk);
-        self.dset
-            .chunks_visit(|info| {
-                listing.add(
-                    info.offset,
-                    h5gds_chunk_codec::StoredChunk {
-                        size: info.size as usize,
-                        mask: info.filter_mask,
-                        address: info.addr,
-                    },
-                );
-                0
-            })
-            .map_err(listing_error)?;
-        Ok(listing.finish())
-    }
-
-    /// The error for the chunk at `offset`, which cannot be decoded for `reason`.
-    pub fn chunk_decode_error(&self, offset: &[u64], reason: String) -> Error {
-        Error::ChunkDecode {
-            path: self.path.clone(),
-            dataset: self.name.clone(),
-            chunk: offset.to_vec(),
-            reason,
-        }
-    }
-
     /// Closes the dataset and the file, reporting failures.
     pub fn close(self) -> Result<()> {
         let OpenDataset {

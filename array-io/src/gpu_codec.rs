@@ -1,8 +1,8 @@
 //! Compressed chunks straight to the GPU, the hdf5-metno side: each allocated chunk's stored
-//! (compressed) bytes are read raw (`H5Dread_chunk`) into device memory through the `gds`
-//! driver, and `h5gds_gpu_codec::decode` decodes them there with nvCOMP and places them into
-//! the output array (the part shared with the Python extension). Chunks never written are
-//! read through the staged path, where HDF5 fills them with the fill value.
+//! (compressed) bytes are read raw by the engine's source (`crate::chunks`) into device memory
+//! through the `gds` driver, and `h5gds_gpu_codec::decode` decodes them there with nvCOMP and
+//! places them into the output array (the part shared with the Python extension). Chunks never
+//! written are read through the staged path, where HDF5 fills them with the fill value.
 //! `route::gpu_decode` decides when this path is taken.
 //!
 //! Integrity: a chunk that does not decode, decodes to the wrong size, or whose framing is not
@@ -12,13 +12,12 @@
 
 use crate::error::{Error, Result};
 use crate::file::OpenDataset;
-use crate::hdf5_raw;
 use crate::host_staging::{read_block, Elements, HostStaging};
 use crate::route::GpuCodec;
 use crate::select::Block;
 use cudarc::driver::{sys, CudaStream};
 pub use h5gds_chunk_codec::ChunkIndex;
-use h5gds_gpu_codec::decode::{self, ChunkSource, Decoding, HostReads};
+use h5gds_gpu_codec::decode::{self, Decoding, HostReads};
 use h5gds_runtime::settings;
 pub use h5gds_runtime::settings::{GPU_CODEC_ENV, VERIFY_CHECKSUMS_ENV};
 use nvcomp_sys::NvcompLib;
@@ -27,27 +26,6 @@ use std::sync::Arc;
 /// Why the settings turn decoding on the GPU off, if they do.
 pub(crate) fn turned_off() -> Result<Option<String>> {
     Ok(settings::gpu_codec_turned_off()?)
-}
-
-/// Raw chunk reads with hdf5-metno's HDF5.
-impl ChunkSource for OpenDataset {
-    type Error = Error;
-
-    unsafe fn read_chunk(
-        &self,
-        offset: &[u64],
-        dest: sys::CUdeviceptr,
-        size: usize,
-    ) -> Result<u32> {
-        let ds = self;
-        // SAFETY: as the caller guarantees; the gds driver moves the bytes into device memory.
-        unsafe { hdf5_raw::read_chunk(&ds.dset, offset, dest as *mut _, size) }
-            .map_err(|e| ds.chunk_read_error(offset, e))
-    }
-
-    fn corrupt(&self, offset: &[u64], reason: String) -> Error {
-        self.chunk_decode_error(offset, reason)
-    }
 }
 
 /// A dataset whose chunks are decoded on the GPU: its storage, its allocated chunks, the
@@ -125,7 +103,9 @@ pub(crate) fn read(
         HostReads::route(&how.host_reads),
         missing.len()
     ));
-    decode::read(ds, &how, &mut present, region, dest, stream)?;
+    // The index is listed already: the source only reads the chunks it is handed.
+    let stored = ds.stored_chunks(chunk, 0)?;
+    decode::read(&stored, &how, &mut present, region, dest, stream)?;
     if !missing.is_empty() {
         let es = elements.size;
         let mut staging = HostStaging::new(

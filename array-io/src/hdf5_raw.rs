@@ -350,51 +350,6 @@ fn dataset_io(spaces: Spaces, call: impl FnOnce(hid_t, hid_t) -> herr_t) -> Resu
     check(locked(|| call(m, f)) as i64).map(drop)
 }
 
-/// Reads the stored bytes of the chunk at element `offset` of `dset` (compressed as stored, no
-/// filter applied) into `buf`, which may be device memory when the driver takes it; returns the
-/// chunk's filter mask (bit k set: filter k of the pipeline was skipped for this chunk).
-///
-/// # Safety
-/// `buf` must be valid for writes of `size` bytes, the chunk's stored size.
-pub unsafe fn read_chunk(
-    dset: &Dataset,
-    offset: &[u64],
-    buf: *mut c_void,
-    size: usize,
-) -> Result<u32> {
-    let mut mask = 0u32;
-    let mut len = size;
-    let read = linked(linked_hdf5().H5Dread_chunk2)?;
-    // SAFETY: valid id; `offset` has one entry per dimension; `buf` as the caller guarantees,
-    // and HDF5 2.x refuses a chunk larger than `len`.
-    check(locked(|| unsafe {
-        read(
-            dset.id(),
-            hdf5_sys::h5p::H5P_DEFAULT,
-            offset.as_ptr(),
-            &mut mask,
-            buf,
-            &mut len,
-        )
-    }) as i64)?;
-    Ok(mask)
-}
-
-/// The stored size, filter mask and file address of the chunk of `dset` whose first element is
-/// `offset`, or `None` when it was never written (`H5Dget_chunk_info_by_coord`, which
-/// hdf5-metno lacks).
-pub fn chunk_info_by_coord(dset: &Dataset, offset: &[u64]) -> Result<Option<(usize, u32, u64)>> {
-    let (mut mask, mut addr, mut size) = (0u32, hdf5_sys::h5::HADDR_UNDEF, 0u64);
-    let info = linked(linked_hdf5().H5Dget_chunk_info_by_coord)?;
-    let status = locked(|| {
-        // SAFETY: valid id; `offset` has one entry per dimension (the caller's chunk grid); the
-        // out-pointers are valid.
-        unsafe { info(dset.id(), offset.as_ptr(), &mut mask, &mut addr, &mut size) }
-    });
-    check(status as i64)?;
-    Ok((addr != hdf5_sys::h5::HADDR_UNDEF && size > 0).then_some((size as usize, mask, addr)))
-}
-
 /// The file descriptor of `file`, opened through sec2 or h5gds's `gds` driver (both hand out a
 /// pointer to their descriptor), when it is open read-only with no user block, so that its
 /// chunks may be read at the addresses HDF5 reports, with no newer bytes held by HDF5; `None`
@@ -418,7 +373,8 @@ pub fn read_only_descriptor(file: &File) -> Option<i32> {
 }
 
 /// Writes `size` already-encoded bytes at `buf` (device memory when the driver takes it) as
-/// the chunk at element `offset` of `dset`, with `filter_mask` (0: every filter applied).
+/// the chunk at element `offset` of `dset`, with `filter_mask` (0: every filter applied), through
+/// the engine's one chunk write (`h5gds_engine::chunks`).
 ///
 /// # Safety
 /// `buf` must be valid for reads of `size` bytes.
@@ -429,19 +385,21 @@ pub unsafe fn write_chunk(
     buf: *const c_void,
     size: usize,
 ) -> Result<()> {
-    let write = linked(linked_hdf5().H5Dwrite_chunk)?;
-    // SAFETY: valid id; `offset` has one entry per dimension; `buf` as the caller guarantees.
-    check(locked(|| unsafe {
-        write(
-            dset.id(),
-            hdf5_sys::h5p::H5P_DEFAULT,
-            filter_mask,
-            offset.as_ptr(),
-            size,
-            buf,
-        )
-    }) as i64)
-    .map(drop)
+    let (api, id) = (linked_hdf5(), dset.id());
+    locked(|| {
+        // SAFETY: valid id; `buf` as the caller guarantees.
+        unsafe { h5gds_engine::chunks::write_stored(api, id, offset, filter_mask, buf, size) }
+            .map_err(chunk_error)
+    })
+}
+
+/// The error of a failed chunk call of the engine on the linked HDF5: the missing function, or
+/// HDF5's error stack, taken now (call it holding the lock, right after the call).
+pub fn chunk_error(failed: h5gds_engine::chunks::CallFailed) -> hdf5::Error {
+    match failed.missing {
+        Some(missing) => hdf5::Error::from(format!("the linked HDF5: {missing}")),
+        None => check(-1).unwrap_err(),
+    }
 }
 
 /// Checks that `len` elements of `T` match the memory side of a transfer of `mem_type`.

@@ -1,9 +1,8 @@
 //! Chunks (compressed or not) into host arrays on all cores, the hdf5-metno side of
 //! `h5gds_chunk_codec` (the decoding the Python extension uses too): each needed chunk's stored
-//! size (`H5Dget_chunk_info_by_coord`, or one listing of the chunk index for reads of many
-//! chunks) and stored bytes (`H5Dread_chunk`) are read on the calling
-//! thread under HDF5's lock, and the driver's I/O threads decode them and copy their elements
-//! into place meanwhile. Chunks never written are read through HDF5, which fills them with the
+//! size and stored bytes come from the engine's source (`crate::chunks`), read on the calling
+//! thread under HDF5's lock (or from the file by the decoding threads), and the driver's I/O
+//! threads decode them and copy their elements into place meanwhile. Chunks never written are read through HDF5, which fills them with the
 //! fill value. Pipelines h5gds does not decode, conversions, and regions inside one chunk stay
 //! with HDF5 (`H5Dread`), as does everything with `H5GDS_HOST_CODEC=0`.
 
@@ -13,63 +12,9 @@ use crate::hdf5_raw::{self, select_blocks, Spaces};
 use crate::layout::Types;
 use crate::select::Block;
 use h5gds_chunk_codec::place::chunks_selected;
-use h5gds_chunk_codec::{
-    place_missing, Filter, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk,
-};
+use h5gds_chunk_codec::{place_missing, Filter, HostRead, Hyperslab, Pipeline};
 use hdf5::dataset::Layout;
 use hdf5::Datatype;
-
-/// Raw chunk reads of one dataset with hdf5-metno's HDF5.
-struct DatasetChunks<'a> {
-    ds: &'a OpenDataset,
-    /// The dataset's chunk index, listed once for a read of many chunks
-    /// ([`h5gds_chunk_codec::LIST_INDEX_FROM`]); else each chunk is looked up.
-    listed: Option<h5gds_chunk_codec::ChunkIndex>,
-}
-
-impl RawChunks for DatasetChunks<'_> {
-    type Error = Error;
-
-    fn stored(&mut self, offset: &[u64]) -> Result<Option<StoredChunk>> {
-        if let Some(listed) = &self.listed {
-            return Ok(listed.get(offset));
-        }
-        let found = hdf5_raw::chunk_info_by_coord(&self.ds.dset, offset).map_err(|e| {
-            Error::hdf5(
-                format!("looking up the chunk at {offset:?}"),
-                &self.ds.path,
-                Some(&self.ds.name),
-                e,
-            )
-        })?;
-        Ok(found.map(|(size, mask, address)| StoredChunk {
-            size,
-            mask,
-            address,
-        }))
-    }
-
-    fn direct_file(&mut self) -> Option<std::fs::File> {
-        // array-io opens files through gds or sec2 only.
-        h5gds_chunk_codec::reopen(hdf5_raw::read_only_descriptor(&self.ds.file)?)
-    }
-
-    fn read(&mut self, offset: &[u64], size: usize, buf: &mut Vec<u8>) -> Result<u32> {
-        buf.clear();
-        buf.reserve(size);
-        // SAFETY: `buf` has room for the chunk's `size` stored bytes (HDF5 2.x also checks).
-        let mask =
-            unsafe { hdf5_raw::read_chunk(&self.ds.dset, offset, buf.as_mut_ptr().cast(), size) }
-                .map_err(|e| self.ds.chunk_read_error(offset, e))?;
-        // SAFETY: H5Dread_chunk succeeded, so it wrote the chunk's `size` stored bytes.
-        unsafe { buf.set_len(size) };
-        Ok(mask)
-    }
-
-    fn corrupt(&self, offset: &[u64], reason: String) -> Error {
-        self.ds.chunk_decode_error(offset, reason)
-    }
-}
 
 /// How h5gds decodes a dataset's chunks: their shape and pipeline, and on how many of the
 /// driver's I/O threads (its settings, read once when the plan is made).
@@ -216,12 +161,7 @@ pub(crate) fn read_runs(
         .flat_map(|p| chunks_selected(&p.selection, chunk))
         .map(|part| part.offset)
         .collect();
-    let mut source = DatasetChunks {
-        ds,
-        listed: (touched.len() >= h5gds_chunk_codec::LIST_INDEX_FROM)
-            .then(|| ds.chunk_index())
-            .transpose()?,
-    };
+    let mut source = ds.stored_chunks(chunk, touched.len())?;
     let (outcome, missing_of) = h5gds_chunk_codec::read_placed(&mut source, &how, &placed, out)?;
     for (part, &k) in outcome.missing.iter().zip(&missing_of) {
         let run = &placed[k];
@@ -307,11 +247,7 @@ pub(crate) fn read_region(
         },
         threads,
     };
-    let many = chunks_in(planned, region) >= h5gds_chunk_codec::LIST_INDEX_FROM;
-    let mut source = DatasetChunks {
-        ds,
-        listed: many.then(|| ds.chunk_index()).transpose()?,
-    };
+    let mut source = ds.stored_chunks(chunk, chunks_in(planned, region))?;
     let outcome = h5gds_chunk_codec::read(&mut source, &r, out)?;
     for part in &outcome.missing {
         read_missing(ds, mem_type, part, &r, out)?;

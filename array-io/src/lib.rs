@@ -37,6 +37,7 @@
 
 mod api;
 mod batched;
+mod chunks;
 #[cfg(feature = "mpi")]
 pub mod collective;
 mod device;

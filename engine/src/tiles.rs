@@ -3,6 +3,7 @@
 //! all-gathered tiles), so a bad decomposition is found, and named, identically everywhere. Both
 //! faces use it: array-io's `collective` and the Python extension (`h5gds._collective`). Errors
 //! are [`TilesError`]s, whose fields let each face word them its own way.
+#![forbid(unsafe_code)]
 
 use h5gds_route::select::Block;
 use std::fmt;

@@ -1,49 +1,21 @@
 //! `h5gds.read` of compressed chunks into device memory, decoded on the GPU: the h5py side of
 //! `h5gds_gpu_codec` (the decoding array-io uses too). Each needed chunk's stored bytes are
-//! found with `H5Dget_chunk_info_by_coord` (or one listing of the chunk index for reads of many
-//! chunks) and read raw with `H5Dread_chunk` into device memory through the `gds` driver (or,
-//! where the driver would stage them anyway, by the host's threads from the file) (h5py's HDF5, through `hdf5`), nvCOMP decodes them and the
+//! found and read raw by the engine's source (`h5gds_engine::chunks` over h5py's HDF5, through
+//! `hdf5::stored_chunks`) into device memory through the `gds` driver (or, where the driver
+//! would stage them anyway, by the host's threads from the file), nvCOMP decodes them and the
 //! decoded chunks are placed into the output array on the device. Chunks never written are
 //! read through pinned host memory, where HDF5 fills them with the fill value, as array-io
 //! does. `h5gds_route::route::gpu_decode` decides when this path is taken.
 
 use crate::error::DeviceError;
 use crate::hdf5::{self, Hid, Prepared};
-use cudarc::driver::{sys, CudaContext};
-use h5gds_gpu_codec::decode::{self, placement, ChunkSource, Decoding, HostReads};
+use cudarc::driver::CudaContext;
+use h5gds_gpu_codec::decode::{self, placement, Decoding, HostReads};
 use h5gds_route::route::{Block, GpuCodec};
 use h5gds_route::select::{chunks_touching, flat_range_blocks};
 use h5gds_runtime::cuda::{self, DeviceContext};
 use h5gds_runtime::pinned;
 use std::ffi::c_void;
-
-/// Raw chunk reads of one h5py dataset.
-struct H5pyChunks<'a> {
-    dataset: Hid,
-    name: &'a str,
-}
-
-impl ChunkSource for H5pyChunks<'_> {
-    type Error = DeviceError;
-
-    unsafe fn read_chunk(
-        &self,
-        offset: &[u64],
-        dest: sys::CUdeviceptr,
-        size: usize,
-    ) -> Result<u32, DeviceError> {
-        // SAFETY: as the caller guarantees; the gds driver moves the bytes into device memory.
-        unsafe { hdf5::read_chunk(self.dataset, offset, dest as *mut c_void, size) }
-            .map_err(|m| DeviceError::Failed(format!("dataset {}: {m}", self.name)))
-    }
-
-    fn corrupt(&self, offset: &[u64], reason: String) -> DeviceError {
-        DeviceError::Failed(format!(
-            "dataset {}: the chunk at {offset:?} cannot be decoded: {reason}",
-            self.name
-        ))
-    }
-}
 
 /// One compressed read: the dataset, its chunks' codec and shape, the region (file
 /// coordinates, steps of 1) and the device array holding it in row-major order.
@@ -74,20 +46,8 @@ pub fn read(
     let verify = h5gds_runtime::settings::verify_checksums()
         .map_err(|e| DeviceError::Argument(e.to_string()))?;
     let touched = chunks_touching(r.region, r.chunk);
-    let index = if touched.len() >= h5gds_chunk_codec::LIST_INDEX_FROM {
-        hdf5::chunk_index(r.dataset, r.chunk)
-            .map_err(|m| failed(format!("dataset {}: {m}", r.name)))?
-    } else {
-        let mut listing = h5gds_chunk_codec::ChunkListing::new(r.chunk);
-        for (offset, _) in touched {
-            if let Some(stored) = hdf5::chunk_location(r.dataset, &offset)
-                .map_err(|m| failed(format!("dataset {}: {m}", r.name)))?
-            {
-                listing.add(&offset, stored);
-            }
-        }
-        listing.finish()
-    };
+    let mut source = hdf5::stored_chunks(r.dataset, r.name, r.chunk, touched.len(), failed)?;
+    let index = source.index_of(r.chunk, touched.into_iter().map(|(offset, _)| offset))?;
     let (mut present, missing) = decode::split(&index, r.region, r.chunk);
     let context = cuda::call("making the array's device's context", || {
         CudaContext::new(r.context.device as usize)
@@ -100,10 +60,6 @@ pub fn read(
         element_size: r.element_size,
         verify,
         host_reads,
-    };
-    let source = H5pyChunks {
-        dataset: r.dataset,
-        name: r.name,
     };
     decode::read(&source, &how, &mut present, r.region, r.dest, &stream)?;
     for part in &missing {

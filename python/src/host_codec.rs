@@ -1,67 +1,22 @@
 //! `h5gds.read` of compressed chunks into host memory on all cores: the h5py side of
-//! `h5gds_chunk_codec` (the decoding array-io uses too). Each needed chunk's stored size and
-//! address come from `H5Dget_chunk_info_by_coord` under h5py's lock (from one listing of the
-//! chunk index, `H5Dchunk_iter`, for reads of many chunks); the driver's I/O threads
-//! read the stored bytes from the file directly where that is sound (`hdf5::direct_file`: a file
-//! open read-only through sec2 or gds), else the calling thread reads them with
-//! `H5Dread_chunk`; the threads decode them and copy their elements into the output. Chunks never written are read through HDF5 (which fills
-//! them with the fill value) and placed. Pipelines h5gds does not decode, and selections inside
+//! `h5gds_chunk_codec` (the decoding array-io uses too). The stored chunks come from the engine's
+//! source (`h5gds_engine::chunks`, through `hdf5::stored_chunks`, under h5py's lock); the
+//! driver's I/O threads read their bytes from the file directly where that is sound
+//! (`hdf5::direct_file`: a file open read-only through sec2 or gds), else the calling thread
+//! reads them with `H5Dread_chunk`; the threads decode them and copy their elements into the
+//! output. Chunks never written are read through HDF5 (which fills them with the fill value) and
+//! placed. Pipelines h5gds does not decode, and selections inside
 //! one chunk (which HDF5 serves from its chunk cache), stay with HDF5.
 
 use crate::hdf5::{self, Hid, Prepared};
 use h5gds_chunk_codec::place::chunks_selected;
 use h5gds_chunk_codec::{
-    place_missing, read_placed, Decoding, Filter, HostRead, Hyperslab, Pipeline, Placed, RawChunks,
-    StoredChunk,
+    place_missing, read_placed, Decoding, Filter, HostRead, Hyperslab, Pipeline, Placed,
 };
 use std::ffi::c_void;
 
 /// Why a host read failed: HDF5 failed or a chunk does not decode (OSError).
 pub struct Failed(pub String);
-
-/// Raw chunk reads of one h5py dataset into host memory.
-struct H5pyChunks<'a> {
-    dataset: Hid,
-    name: &'a str,
-    /// The dataset's chunk index, listed once for a read of many chunks
-    /// ([`h5gds_chunk_codec::LIST_INDEX_FROM`]); else each chunk is looked up.
-    listed: Option<h5gds_chunk_codec::ChunkIndex>,
-}
-
-impl RawChunks for H5pyChunks<'_> {
-    type Error = Failed;
-
-    fn stored(&mut self, offset: &[u64]) -> Result<Option<StoredChunk>, Failed> {
-        if let Some(listed) = &self.listed {
-            return Ok(listed.get(offset));
-        }
-        hdf5::chunk_location(self.dataset, offset)
-            .map_err(|m| Failed(format!("dataset {}: {m}", self.name)))
-    }
-
-    fn direct_file(&mut self) -> Option<std::fs::File> {
-        hdf5::direct_file(self.dataset)
-    }
-
-    fn read(&mut self, offset: &[u64], size: usize, buf: &mut Vec<u8>) -> Result<u32, Failed> {
-        buf.clear();
-        buf.reserve(size);
-        // SAFETY: `buf` has room for `size` bytes, the chunk's stored size as `stored` reported
-        // it (HDF5 2.x also checks the size it is given).
-        let mask = unsafe { hdf5::read_chunk(self.dataset, offset, buf.as_mut_ptr().cast(), size) }
-            .map_err(|m| Failed(format!("dataset {}: {m}", self.name)))?;
-        // SAFETY: H5Dread_chunk succeeded, so it wrote the chunk's `size` stored bytes.
-        unsafe { buf.set_len(size) };
-        Ok(mask)
-    }
-
-    fn corrupt(&self, offset: &[u64], reason: String) -> Failed {
-        Failed(format!(
-            "dataset {}: the chunk at {offset:?} cannot be decoded: {reason}",
-            self.name
-        ))
-    }
-}
 
 /// One host read of a chunked, filtered dataset whose stored type is the memory type.
 pub struct CompressedHostRead<'a> {
@@ -116,17 +71,8 @@ impl CompressedHostRead<'_> {
             selection: self.selection(),
             threads: self.threads,
         };
-        let many =
-            chunks_selected(&r.selection, self.chunk).len() >= h5gds_chunk_codec::LIST_INDEX_FROM;
-        let listed = many
-            .then(|| hdf5::chunk_index(self.dataset, self.chunk))
-            .transpose()
-            .map_err(|m| Failed(format!("dataset {}: {m}", self.name)))?;
-        let mut source = H5pyChunks {
-            dataset: self.dataset,
-            name: self.name,
-            listed,
-        };
+        let touched = chunks_selected(&r.selection, self.chunk).len();
+        let mut source = hdf5::stored_chunks(self.dataset, self.name, self.chunk, touched, Failed)?;
         let outcome = h5gds_chunk_codec::read(&mut source, &r, out)?;
         for part in &outcome.missing {
             let mut values = vec![0u8; part.len() as usize * self.element_size];
@@ -172,15 +118,7 @@ pub fn gather_runs(
         .flat_map(|run| chunks_selected(&run.selection, chunk))
         .map(|part| part.offset)
         .collect();
-    let listed = (touched.len() >= h5gds_chunk_codec::LIST_INDEX_FROM)
-        .then(|| hdf5::chunk_index(dataset, chunk))
-        .transpose()
-        .map_err(|m| Failed(format!("dataset {name}: {m}")))?;
-    let mut source = H5pyChunks {
-        dataset,
-        name,
-        listed,
-    };
+    let mut source = hdf5::stored_chunks(dataset, name, chunk, touched.len(), Failed)?;
     let (outcome, missing_of) = read_placed(&mut source, how, runs, out)?;
     for (part, &k) in outcome.missing.iter().zip(&missing_of) {
         let run = &runs[k];

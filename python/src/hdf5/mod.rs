@@ -19,7 +19,7 @@ pub mod driver_file;
 mod facts;
 mod gather;
 
-pub use chunks::{chunk_index, chunk_location, read_chunk, write_chunk};
+pub use chunks::{chunk_index, stored_chunks, write_chunk};
 pub use driver_file::driver_write;
 pub use facts::{dataset_facts, object_name, read_only_file, DatasetFacts, StoredLayout};
 pub use gather::{prepare_gather, GatherRead};

@@ -1,0 +1,84 @@
+//! A dataset's stored chunks through the engine (`h5gds_engine::chunks`, written once for both
+//! faces) over the linked HDF5: the errors of array-io naming the file, the dataset and the
+//! chunk, each call under hdf5-metno's lock, and the file read directly by the decoding threads
+//! where `hdf5_raw::read_only_descriptor` allows. The host decoder (`host_codec`) and the GPU
+//! decoder (`gpu_codec`) read from the same source.
+
+use crate::error::{Error, Result};
+use crate::file::OpenDataset;
+use crate::hdf5_raw::{self, linked_hdf5};
+use h5gds_engine::chunks::{self as engine, CallFailed, ChunkCall, Face, StoredChunks};
+
+/// An open dataset as the engine's chunk source sees it.
+pub(crate) struct DatasetFace<'a> {
+    ds: &'a OpenDataset,
+}
+
+impl Face for DatasetFace<'_> {
+    type Error = Error;
+
+    fn locked<T>(&self, call: impl FnOnce() -> T) -> T {
+        hdf5_raw::locked(call)
+    }
+
+    fn failed(&self, failed: CallFailed) -> Error {
+        let op = match &failed.call {
+            ChunkCall::Location(at) => format!("looking up the chunk at {at:?}"),
+            ChunkCall::Read(at) => format!("reading the stored bytes of the chunk at {at:?}"),
+            ChunkCall::Write(at) => format!("writing the chunk at {at:?}"),
+            ChunkCall::Index => "listing the allocated chunks".into(),
+        };
+        let ds = self.ds;
+        Error::hdf5(op, &ds.path, Some(&ds.name), hdf5_raw::chunk_error(failed))
+    }
+
+    fn corrupt(&self, offset: &[u64], reason: String) -> Error {
+        Error::ChunkDecode {
+            path: self.ds.path.clone(),
+            dataset: self.ds.name.clone(),
+            chunk: offset.to_vec(),
+            reason,
+        }
+    }
+
+    fn direct_file(&self) -> Option<std::fs::File> {
+        // array-io opens files through gds or sec2 only.
+        h5gds_chunk_codec::reopen(hdf5_raw::read_only_descriptor(&self.ds.file)?)
+    }
+}
+
+impl OpenDataset {
+    /// The stored chunks (of `chunk` elements) for a read touching `touched` of them (0: a
+    /// reader that is handed the chunks it reads, which lists nothing).
+    pub fn stored_chunks(
+        &self,
+        chunk: &[u64],
+        touched: usize,
+    ) -> Result<StoredChunks<'static, DatasetFace<'_>>> {
+        let face = DatasetFace { ds: self };
+        StoredChunks::new(linked_hdf5(), self.dset.id(), chunk, touched, face)
+    }
+
+    /// Every allocated chunk: its stored size, filter mask and address by first element, in one
+    /// listing of the chunk index (`H5Dchunk_iter`; a lookup by coordinate iterates over the
+    /// index each time, `h5gds_chunk_codec::LIST_INDEX_FROM`).
+    pub fn chunk_index(&self) -> Result<h5gds_chunk_codec::ChunkIndex> {
+        let face = DatasetFace { ds: self };
+        let chunk: Vec<u64> = (self.dset.chunk())
+            .ok_or_else(|| {
+                let not_chunked = hdf5::Error::from("the dataset is not chunked");
+                Error::hdf5(
+                    "listing the allocated chunks",
+                    &self.path,
+                    Some(&self.name),
+                    not_chunked,
+                )
+            })?
+            .iter()
+            .map(|&d| d as u64)
+            .collect();
+        face.locked(|| {
+            engine::index(linked_hdf5(), self.dset.id(), &chunk).map_err(|f| face.failed(f))
+        })
+    }
+}
