@@ -1,13 +1,14 @@
 //! The facts about a stored dataset that decide how its bytes may reach device memory (see
-//! `route`), gathered with hdf5-metno: its element type against the requested one, and how it is
-//! stored.
+//! `route`): its element type against the requested one (hdf5-metno's datatypes), and how it is
+//! stored (the engine's query, through the linked HDF5's table).
 
 use crate::element::{describe, descriptor_of, Element};
 use crate::error::{Error, Result};
 use crate::file::OpenDataset;
-use crate::hdf5_raw::locked;
+use crate::hdf5_raw::{linked_hdf5, locked};
 use crate::route::Storage;
-use hdf5::dataset::Layout;
+use h5gds_engine::facts::{self, StoredLayout};
+use h5gds_engine::hdf5_error::Hdf5Error;
 use hdf5::Datatype;
 use std::collections::HashSet;
 
@@ -68,69 +69,62 @@ pub(crate) fn check_types<T: Element>(ds: &OpenDataset, allow_conversion: bool) 
     })
 }
 
+/// What the engine says of the dataset's storage (`h5gds_engine::facts`), asked through the
+/// linked HDF5 under hdf5-metno's lock, a failure named as array-io names the step.
+fn stored_layout(ds: &OpenDataset) -> Result<StoredLayout> {
+    let layout = locked(|| facts::stored_layout(linked_hdf5(), ds.dset.id()));
+    layout.map_err(|e| {
+        let op = match &e {
+            Hdf5Error::Failed { call, .. } => match *call {
+                "H5Dget_create_plist" => "getting the creation properties",
+                "H5Pget_layout" => "getting the layout",
+                "H5Pget_external_count" => "listing external files",
+                "H5Pget_chunk" => "getting the chunk shape",
+                "H5Pget_nfilters" | "H5Pget_filter2" => "listing the filters",
+                "H5Dget_access_plist" | "H5Pget_chunk_cache" => "getting the chunk cache size",
+                other => other,
+            },
+            Hdf5Error::Missing(_) => "asking how the dataset is stored",
+        };
+        Error::hdf5(op, &ds.path, Some(&ds.name), e)
+    })
+}
+
 /// How the dataset is stored.
 pub(crate) fn storage(ds: &OpenDataset) -> Result<Storage> {
-    let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
-    let dcpl = ds
-        .dset
-        .dcpl()
-        .map_err(|e| fail("getting the creation properties", e))?;
-    Ok(
-        match dcpl
-            .get_layout()
-            .map_err(|e| fail("getting the layout", e))?
-        {
-            Layout::Contiguous => {
-                let external = dcpl
-                    .get_external()
-                    .map_err(|e| fail("listing external files", e))?;
-                if !external.is_empty() {
-                    Storage::External
-                } else {
-                    // Contiguous storage has an address once it is allocated.
-                    Storage::Contiguous {
-                        allocated: ds.dset.offset().is_some(),
-                    }
-                }
-            }
-            Layout::Compact => Storage::Compact,
-            Layout::Chunked => {
-                let chunk = dcpl
-                    .get_chunk()
-                    .map_err(|e| fail("getting the chunk shape", e))?
-                    .unwrap_or_default();
-                let filters = dcpl
-                    .get_filters()
-                    .map_err(|e| fail("listing the filters", e))?;
-                let mut allocated = HashSet::new();
-                ds.dset
-                    .chunks_visit(|info| {
-                        allocated.insert(info.offset.to_vec());
-                        0
-                    })
-                    .map_err(|e| fail("listing the allocated chunks", e))?;
-                Storage::Chunked {
-                    chunk: chunk.iter().map(|&c| c as u64).collect(),
-                    filtered: !filters.is_empty(),
-                    allocated,
-                    // array-io opens datasets for device reads with the chunk cache disabled.
-                    cached: false,
-                }
-            }
-            Layout::Virtual => Storage::Virtual,
+    Ok(match stored_layout(ds)? {
+        StoredLayout::Contiguous { external: true, .. } => Storage::External,
+        // Contiguous storage has an address once it is allocated.
+        StoredLayout::Contiguous { address, .. } => Storage::Contiguous {
+            allocated: address.is_some(),
         },
-    )
+        StoredLayout::Compact => Storage::Compact,
+        StoredLayout::Chunked { chunk, filters, .. } => {
+            let mut allocated = HashSet::new();
+            ds.dset
+                .chunks_visit(|info| {
+                    allocated.insert(info.offset.to_vec());
+                    0
+                })
+                .map_err(|e| {
+                    Error::hdf5("listing the allocated chunks", &ds.path, Some(&ds.name), e)
+                })?;
+            Storage::Chunked {
+                chunk,
+                filtered: !filters.is_empty(),
+                allocated,
+                // array-io opens datasets for device reads with the chunk cache disabled.
+                cached: false,
+            }
+        }
+        StoredLayout::Virtual => Storage::Virtual,
+    })
 }
 
 /// The ids of the dataset's filters, in pipeline order (empty when unfiltered).
 pub(crate) fn filter_ids(ds: &OpenDataset) -> Result<Vec<i32>> {
-    let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
-    let dcpl = ds
-        .dset
-        .dcpl()
-        .map_err(|e| fail("getting the creation properties", e))?;
-    let filters = dcpl
-        .get_filters()
-        .map_err(|e| fail("listing the filters", e))?;
-    Ok(filters.iter().map(|f| f.id()).collect())
+    Ok(match stored_layout(ds)? {
+        StoredLayout::Chunked { filters, .. } => filters.into_iter().map(|(id, _)| id).collect(),
+        _ => Vec::new(),
+    })
 }

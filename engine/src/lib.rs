@@ -1,7 +1,10 @@
 //! The one engine of dataset reads and writes, beneath array-io (its `ndarray`/cudarc face) and
 //! the Python extension (its pyo3 face), so that each way of moving a dataset is written once.
-//! It holds no `ndarray`, pyo3, HDF5 binding nor CUDA: the faces convert their arrays and
-//! errors. Today it holds the collective decomposition ([`tiles`]).
-#![forbid(unsafe_code)]
+//! It holds no `ndarray`, pyo3 nor HDF5 binding of its own: it calls HDF5 through the table a
+//! face hands it (`h5gds_runtime::hdf5::Hdf5Api`), and the faces convert their arrays and errors.
+//! Today it holds the collective decomposition ([`tiles`]) and what HDF5 says about a stored
+//! dataset ([`facts`], its errors in [`hdf5_error`]).
 
+pub mod facts;
+pub mod hdf5_error;
 pub mod tiles;
