@@ -1,13 +1,14 @@
 //! The facts about a stored dataset that decide how its bytes may reach device memory (see
-//! `route`), gathered with hdf5-metno: its element type against the requested one, and how it is
-//! stored.
+//! `route`): its element type against the requested one (hdf5-metno's datatypes), and how it is
+//! stored (the engine's query, through the linked HDF5's table).
 
 use crate::element::{describe, descriptor_of, Element};
 use crate::error::{Error, Result};
 use crate::file::OpenDataset;
-use crate::hdf5_raw::locked;
+use crate::hdf5_raw::{linked_hdf5, locked};
 use crate::route::Storage;
-use hdf5::dataset::Layout;
+use h5gds_engine::facts::{self, StoredLayout};
+use h5gds_engine::hdf5_error::Hdf5Error;
 use hdf5::Datatype;
 use std::collections::HashSet;
 
@@ -68,69 +69,168 @@ pub(crate) fn check_types<T: Element>(ds: &OpenDataset, allow_conversion: bool) 
     })
 }
 
+/// What the engine says of the dataset's storage (`h5gds_engine::facts`), asked through the
+/// linked HDF5 under hdf5-metno's lock, a failure named as array-io names the step.
+fn stored_layout(ds: &OpenDataset) -> Result<StoredLayout> {
+    let layout = locked(|| facts::stored_layout(linked_hdf5(), ds.dset.id()));
+    layout.map_err(|e| {
+        let op = match &e {
+            Hdf5Error::Failed { call, .. } => match *call {
+                "H5Dget_create_plist" => "getting the creation properties",
+                "H5Pget_layout" => "getting the layout",
+                "H5Pget_external_count" => "listing external files",
+                "H5Pget_chunk" => "getting the chunk shape",
+                "H5Pget_nfilters" | "H5Pget_filter2" => "listing the filters",
+                "H5Dget_access_plist" | "H5Pget_chunk_cache" => "getting the chunk cache size",
+                other => other,
+            },
+            Hdf5Error::Missing(_) => "asking how the dataset is stored",
+        };
+        Error::hdf5(op, &ds.path, Some(&ds.name), e)
+    })
+}
+
 /// How the dataset is stored.
 pub(crate) fn storage(ds: &OpenDataset) -> Result<Storage> {
-    let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
-    let dcpl = ds
-        .dset
-        .dcpl()
-        .map_err(|e| fail("getting the creation properties", e))?;
-    Ok(
-        match dcpl
-            .get_layout()
-            .map_err(|e| fail("getting the layout", e))?
-        {
-            Layout::Contiguous => {
-                let external = dcpl
-                    .get_external()
-                    .map_err(|e| fail("listing external files", e))?;
-                if !external.is_empty() {
-                    Storage::External
-                } else {
-                    // Contiguous storage has an address once it is allocated.
-                    Storage::Contiguous {
-                        allocated: ds.dset.offset().is_some(),
-                    }
-                }
-            }
-            Layout::Compact => Storage::Compact,
-            Layout::Chunked => {
-                let chunk = dcpl
-                    .get_chunk()
-                    .map_err(|e| fail("getting the chunk shape", e))?
-                    .unwrap_or_default();
-                let filters = dcpl
-                    .get_filters()
-                    .map_err(|e| fail("listing the filters", e))?;
-                let mut allocated = HashSet::new();
-                ds.dset
-                    .chunks_visit(|info| {
-                        allocated.insert(info.offset.to_vec());
-                        0
-                    })
-                    .map_err(|e| fail("listing the allocated chunks", e))?;
-                Storage::Chunked {
-                    chunk: chunk.iter().map(|&c| c as u64).collect(),
-                    filtered: !filters.is_empty(),
-                    allocated,
-                    // array-io opens datasets for device reads with the chunk cache disabled.
-                    cached: false,
-                }
-            }
-            Layout::Virtual => Storage::Virtual,
+    Ok(match stored_layout(ds)? {
+        StoredLayout::Contiguous { external: true, .. } => Storage::External,
+        // Contiguous storage has an address once it is allocated.
+        StoredLayout::Contiguous { address, .. } => Storage::Contiguous {
+            allocated: address.is_some(),
         },
-    )
+        StoredLayout::Compact => Storage::Compact,
+        StoredLayout::Chunked { chunk, filters, .. } => {
+            let mut allocated = HashSet::new();
+            ds.dset
+                .chunks_visit(|info| {
+                    allocated.insert(info.offset.to_vec());
+                    0
+                })
+                .map_err(|e| {
+                    Error::hdf5("listing the allocated chunks", &ds.path, Some(&ds.name), e)
+                })?;
+            Storage::Chunked {
+                chunk,
+                filtered: !filters.is_empty(),
+                allocated,
+                // array-io opens datasets for device reads with the chunk cache disabled.
+                cached: false,
+            }
+        }
+        StoredLayout::Virtual => Storage::Virtual,
+    })
 }
 
 /// The ids of the dataset's filters, in pipeline order (empty when unfiltered).
 pub(crate) fn filter_ids(ds: &OpenDataset) -> Result<Vec<i32>> {
-    let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
-    let dcpl = ds
-        .dset
-        .dcpl()
-        .map_err(|e| fail("getting the creation properties", e))?;
-    let filters = dcpl
-        .get_filters()
-        .map_err(|e| fail("listing the filters", e))?;
-    Ok(filters.iter().map(|f| f.id()).collect())
+    Ok(match stored_layout(ds)? {
+        StoredLayout::Chunked { filters, .. } => filters.into_iter().map(|(id, _)| id).collect(),
+        _ => Vec::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::hdf5_raw::{
+        create_file, file_access, linked_hdf5, locked, open_dataset, open_file, FileDriver,
+    };
+    use h5gds_engine::facts::{self, StoredLayout};
+    use h5gds_engine::hdf5_error::Hdf5Error;
+    use hdf5::dataset::Layout;
+    use hdf5::plist::DatasetAccess;
+    use hdf5::Datatype;
+
+    /// The engine's one query through the HDF5 array-io links: each layout as HDF5 stores it,
+    /// the stored element, the file's intent, the name, the dimensions, and a failure's text.
+    #[test]
+    fn the_engine_asks_the_linked_hdf5_how_each_dataset_is_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("layouts.h5");
+        let sec2 = file_access(&FileDriver::Sec2).unwrap();
+        let api = linked_hdf5();
+        {
+            let file = create_file(&path, &sec2).unwrap();
+            let unwritten = file.new_dataset::<f32>().shape([4, 3]);
+            unwritten.create("unwritten").unwrap();
+            let written = file.new_dataset_builder().with_data(&[1i16, 2, 3]);
+            let written = written.create("written").unwrap();
+            let compact = file.new_dataset::<u8>().shape(8).layout(Layout::Compact);
+            compact.create("compact").unwrap();
+            let external = file.new_dataset::<u8>().shape(8).external("ext.bin", 0, 8);
+            external.create("external").unwrap();
+            let chunked = file
+                .new_dataset::<f64>()
+                .shape([4, 6])
+                .chunk([2, 3])
+                .deflate(4);
+            chunked.create("chunked").unwrap();
+            assert!(!locked(|| facts::read_only_file(api, written.id())).unwrap());
+        }
+        let file = open_file(&path, &sec2).unwrap();
+        let layout = |name: &str| {
+            let ds = file.dataset(name).unwrap();
+            locked(|| facts::stored_layout(api, ds.id())).unwrap()
+        };
+        let unallocated = StoredLayout::Contiguous {
+            address: None,
+            external: false,
+        };
+        assert_eq!(layout("unwritten"), unallocated);
+        let written = layout("written");
+        assert!(
+            matches!(written, StoredLayout::Contiguous { address: Some(a), external: false } if a > 0),
+            "{written:?}"
+        );
+        assert_eq!(layout("compact"), StoredLayout::Compact);
+        let external = layout("external");
+        assert!(
+            matches!(external, StoredLayout::Contiguous { external: true, .. }),
+            "{external:?}"
+        );
+        // Opened with a chunk cache of its own, which the engine reads from the dataset.
+        let dapl = DatasetAccess::build()
+            .chunk_cache(521, 3 << 20, 0.5)
+            .finish()
+            .unwrap();
+        let chunked = open_dataset(&file, "chunked", &dapl).unwrap();
+        let chunked_layout = locked(|| facts::stored_layout(api, chunked.id())).unwrap();
+        // Deflate (filter 1) at level 4.
+        let expected = StoredLayout::Chunked {
+            chunk: vec![2, 3],
+            filters: vec![(1, vec![4])],
+            cache_bytes: 3 << 20,
+        };
+        assert_eq!(chunked_layout, expected);
+        let (f64_type, f32_type) = (
+            Datatype::from_type::<f64>().unwrap(),
+            Datatype::from_type::<f32>().unwrap(),
+        );
+        locked(|| {
+            let same = facts::dataset_facts(api, chunked.id(), f64_type.id()).unwrap();
+            assert!(same.same_type && same.stored_size == 8);
+            let other = facts::dataset_facts(api, chunked.id(), f32_type.id()).unwrap();
+            assert!(!other.same_type && other.stored_size == 8);
+            assert!(facts::read_only_file(api, chunked.id()).unwrap());
+            assert_eq!(
+                facts::object_name(api, chunked.id()).as_deref(),
+                Some("/chunked")
+            );
+            assert_eq!(facts::dimensions(api, chunked.id()).unwrap(), [4, 6]);
+            // A datatype is no dataset: the failure names the call and carries HDF5's stack.
+            let err = facts::stored_layout(api, f64_type.id()).unwrap_err();
+            let Hdf5Error::Failed { call, stack } = &err else {
+                panic!("{err}");
+            };
+            assert_eq!(*call, "H5Dget_create_plist");
+            assert!(stack.contains("H5Dget_create_plist"), "{stack}");
+            // The stack was cleared: the next failure carries its own records only.
+            let err = facts::dimensions(api, f64_type.id())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("H5Dget_space failed: ") && !err.contains("create_plist"),
+                "{err}"
+            );
+        });
+    }
 }

@@ -6,11 +6,10 @@
 //! argument is an error, never a write past a buffer. The caller holds h5py's lock (`phil`),
 //! which serialises all calls into that HDF5.
 //!
-//! - this module: one transfer (a hyperslab through `H5Dread`/`H5Dwrite`), the file's driver,
-//!   the error stack;
+//! - this module: one transfer (a hyperslab through `H5Dread`/`H5Dwrite`), the file's driver;
 //! - [`chunks`]: the raw chunk calls (stored bytes, locations, the whole index);
-//! - [`facts`]: how a dataset is stored and whether its file can change, for the one native call
-//!   of a read or write;
+//! - [`facts`]: the engine's dataset queries (`h5gds_engine::facts`: how a dataset is stored,
+//!   whether its file can change, its name and dimensions) through h5py's HDF5;
 //! - [`gather`]: the selection of a gather (runs of rows);
 //! - [`driver_file`]: files opened through a driver alone (`H5FDopen`), for collective writes.
 
@@ -21,23 +20,24 @@ mod gather;
 
 pub use chunks::{chunk_index, stored_chunks, write_chunk};
 pub use driver_file::driver_write;
-pub use facts::{dataset_facts, object_name, read_only_file, DatasetFacts, StoredLayout};
+pub use facts::{
+    dataset_dims, dataset_facts, object_name, read_only_file, DatasetFacts, StoredLayout,
+};
 pub use gather::{prepare_gather, GatherRead};
 
-use h5gds_runtime::hdf5::{H5E_error2_t, Hdf5Api, MissingSymbol};
+// HDF5's error stack as one line, read and cleared: the engine's one reading of it.
+use h5gds_engine::hdf5_error::stack;
+use h5gds_runtime::hdf5::{Hdf5Api, MissingSymbol};
 use std::ffi::{c_int, c_uint, c_void, CStr};
 
 pub type Hid = i64;
-type Herr = c_int;
 type Hsize = u64;
 
 const H5P_DEFAULT: Hid = 0;
-const H5E_DEFAULT: Hid = 0;
 const H5I_DATATYPE: c_int = 3;
 const H5I_DATASET: c_int = 5;
 const H5S_SCALAR: c_int = 0;
 const H5S_SELECT_SET: c_int = 0;
-const H5E_WALK_DOWNWARD: c_int = 1;
 /// HDF5's largest rank (checked against real headers by tests/abi_layout.rs).
 const MAX_RANK: usize = h5gds_runtime::hdf5::H5S_MAX_RANK;
 
@@ -57,50 +57,6 @@ pub enum IoError {
 impl From<MissingSymbol> for IoError {
     fn from(missing: MissingSymbol) -> IoError {
         IoError::Hdf5(missing.to_string())
-    }
-}
-
-/// HDF5's error stack as one line (most general first), and the stack cleared.
-fn stack(api: &Hdf5Api) -> String {
-    unsafe extern "C" fn collect(_n: c_uint, rec: *const H5E_error2_t, data: *mut c_void) -> Herr {
-        // SAFETY: `data` is the Vec below; HDF5 passes a valid record for the call.
-        let lines = unsafe { &mut *data.cast::<Vec<String>>() };
-        // SAFETY: as above, the record is valid for the callback's duration.
-        let rec = unsafe { &*rec };
-        if !rec.desc.is_null() {
-            // SAFETY: HDF5's description is a NUL-terminated string.
-            let desc = unsafe { CStr::from_ptr(rec.desc) }.to_string_lossy();
-            let func = if rec.func_name.is_null() {
-                String::new()
-            } else {
-                format!(
-                    "{}: ",
-                    // SAFETY: HDF5's function name is a NUL-terminated string.
-                    unsafe { CStr::from_ptr(rec.func_name) }.to_string_lossy()
-                )
-            };
-            lines.push(format!("{func}{desc}"));
-        }
-        0
-    }
-    let (Ok(walk), Ok(clear)) = (api.H5Ewalk2, api.H5Eclear2) else {
-        return "no HDF5 error message (the HDF5 library has no H5Ewalk2 or H5Eclear2)".into();
-    };
-    let mut lines: Vec<String> = Vec::new();
-    // SAFETY: the callback only appends to `lines`, alive for the call.
-    unsafe {
-        walk(
-            H5E_DEFAULT,
-            H5E_WALK_DOWNWARD,
-            collect,
-            (&mut lines as *mut Vec<String>).cast(),
-        );
-        clear(H5E_DEFAULT);
-    }
-    if lines.is_empty() {
-        "no HDF5 error message".into()
-    } else {
-        lines.join("; ")
     }
 }
 
@@ -184,26 +140,6 @@ fn dataset_space(
         return Err(IoError::Hdf5(stack(api)));
     }
     Ok((file_space, dims[..rank as usize].to_vec()))
-}
-
-/// The dataset's dimensions (`H5Sget_simple_extent_dims`; none for a scalar or null dataspace).
-/// The caller holds h5py's lock.
-pub fn dataset_dims(dataset: Hid) -> Result<Vec<u64>, String> {
-    let api = api()?;
-    let message = |e: IoError| match e {
-        IoError::Argument(m) | IoError::Hdf5(m) => m,
-    };
-    // SAFETY: a dataset id HDF5 checks; the dataspace is closed by `Space`.
-    let space = Space::new(unsafe { (api.H5Dget_space?)(dataset) }, api).map_err(message)?;
-    let mut dims = [0 as Hsize; MAX_RANK];
-    // SAFETY: `dims` has room for HDF5's largest rank.
-    let rank = unsafe {
-        (api.H5Sget_simple_extent_dims?)(space.0, dims.as_mut_ptr(), std::ptr::null_mut())
-    };
-    if rank < 0 {
-        return Err(stack(api));
-    }
-    Ok(dims[..rank as usize].to_vec())
 }
 
 /// Checks every argument against HDF5 and builds the dataspaces. `Ok(None)`: nothing to move

@@ -1,0 +1,230 @@
+//! What h5gds asks HDF5 about a dataset before moving its bytes, asked one way for both faces:
+//! how it is stored, its stored element, whether its file can change, its name and dimensions.
+//! Every function takes the table of the HDF5 that holds the dataset (the extension: h5py's,
+//! `primary_api`; array-io: the linked one) and the dataset's id in it; the caller holds the lock
+//! that serialises calls into that HDF5 (h5py's, or hdf5-metno's).
+
+use crate::hdf5_error::{stack, Hdf5Error};
+use h5gds_runtime::hdf5::{herr_t, hid_t, hsize_t, Hdf5Api, H5S_MAX_RANK, HADDR_UNDEF};
+use std::ffi::{c_int, c_uint};
+
+/// HDF5's layouts (`H5D_layout_t`).
+const H5D_COMPACT: c_int = 0;
+const H5D_CONTIGUOUS: c_int = 1;
+const H5D_CHUNKED: c_int = 2;
+const H5D_VIRTUAL: c_int = 3;
+/// `H5F_ACC_RDWR` and `H5F_ACC_SWMR_READ` of a file's intent.
+const H5F_ACC_RDWR: c_uint = 0x0001;
+const H5F_ACC_SWMR_READ: c_uint = 0x0040;
+
+/// An id this module opened, closed with `close` when dropped.
+struct Opened(hid_t, unsafe extern "C" fn(hid_t) -> herr_t);
+
+impl Opened {
+    /// Owns the id `call` returned, or reports HDF5's error for a failed one.
+    fn new(
+        api: &Hdf5Api,
+        id: hid_t,
+        close: unsafe extern "C" fn(hid_t) -> herr_t,
+        call: &'static str,
+    ) -> Result<Opened, Hdf5Error> {
+        if id < 0 {
+            return Err(Hdf5Error::failed(api, call));
+        }
+        Ok(Opened(id, close))
+    }
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        // SAFETY: an id HDF5 handed to this module, closed once with its own close function.
+        unsafe { (self.1)(self.0) };
+    }
+}
+
+/// How a dataset is stored, as its creation property list says (`H5D_layout_t`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoredLayout {
+    /// One run of bytes: at `address` where allocated; `external`: in external files.
+    Contiguous {
+        address: Option<u64>,
+        external: bool,
+    },
+    Compact,
+    /// Chunks of `chunk` elements through the pipeline `filters` (`(id, client values)` in
+    /// order); `cache_bytes`: the dataset's chunk cache size.
+    Chunked {
+        chunk: Vec<u64>,
+        filters: Vec<(i32, Vec<u32>)>,
+        cache_bytes: usize,
+    },
+    Virtual,
+}
+
+/// A dataset's layout and its stored element against the memory type of a transfer.
+pub struct DatasetFacts {
+    pub layout: StoredLayout,
+    /// The stored type is the memory type in HDF5's terms (`H5Tequal`): HDF5 converts nothing.
+    pub same_type: bool,
+    /// The stored element's size in bytes.
+    pub stored_size: usize,
+}
+
+/// The layout of `dataset` and whether its stored type is `mem_type`.
+pub fn dataset_facts(
+    api: &Hdf5Api,
+    dataset: hid_t,
+    mem_type: hid_t,
+) -> Result<DatasetFacts, Hdf5Error> {
+    // SAFETY: plain queries on ids HDF5 checks; the stored type is closed by `Opened`.
+    let (same_type, stored_size) = unsafe {
+        let stored = (api.H5Dget_type?)(dataset);
+        let stored = Opened::new(api, stored, api.H5Tclose?, "H5Dget_type")?;
+        (
+            (api.H5Tequal?)(stored.0, mem_type) > 0,
+            (api.H5Tget_size?)(stored.0),
+        )
+    };
+    Ok(DatasetFacts {
+        layout: stored_layout(api, dataset)?,
+        same_type,
+        stored_size,
+    })
+}
+
+/// How `dataset` is stored.
+pub fn stored_layout(api: &Hdf5Api, dataset: hid_t) -> Result<StoredLayout, Hdf5Error> {
+    // SAFETY: plain queries on ids HDF5 checks (a failure is reported, its stack cleared);
+    // every id opened here is closed by `Opened`; the out-pointers are valid for the calls.
+    unsafe {
+        let dcpl = (api.H5Dget_create_plist?)(dataset);
+        let dcpl = Opened::new(api, dcpl, api.H5Pclose?, "H5Dget_create_plist")?;
+        Ok(match (api.H5Pget_layout?)(dcpl.0) {
+            H5D_CONTIGUOUS => {
+                let external = (api.H5Pget_external_count?)(dcpl.0);
+                if external < 0 {
+                    return Err(Hdf5Error::failed(api, "H5Pget_external_count"));
+                }
+                let address = (api.H5Dget_offset?)(dataset);
+                stack(api); // an unallocated dataset has no offset: not an error here
+                StoredLayout::Contiguous {
+                    address: (address != HADDR_UNDEF).then_some(address),
+                    external: external > 0,
+                }
+            }
+            H5D_COMPACT => StoredLayout::Compact,
+            H5D_CHUNKED => {
+                let mut dims = [0 as hsize_t; H5S_MAX_RANK];
+                let rank = (api.H5Pget_chunk?)(dcpl.0, H5S_MAX_RANK as c_int, dims.as_mut_ptr());
+                if rank < 0 {
+                    return Err(Hdf5Error::failed(api, "H5Pget_chunk"));
+                }
+                let count = (api.H5Pget_nfilters?)(dcpl.0);
+                if count < 0 {
+                    return Err(Hdf5Error::failed(api, "H5Pget_nfilters"));
+                }
+                let mut filters = Vec::new();
+                for i in 0..count as c_uint {
+                    filters.push(filter(api, dcpl.0, i)?);
+                }
+                let dapl = (api.H5Dget_access_plist?)(dataset);
+                let dapl = Opened::new(api, dapl, api.H5Pclose?, "H5Dget_access_plist")?;
+                let (mut slots, mut cache_bytes, mut w0) = (0usize, 0usize, 0f64);
+                if (api.H5Pget_chunk_cache?)(dapl.0, &mut slots, &mut cache_bytes, &mut w0) < 0 {
+                    return Err(Hdf5Error::failed(api, "H5Pget_chunk_cache"));
+                }
+                StoredLayout::Chunked {
+                    chunk: dims[..rank as usize].to_vec(),
+                    filters,
+                    cache_bytes,
+                }
+            }
+            H5D_VIRTUAL => StoredLayout::Virtual,
+            _ => return Err(Hdf5Error::failed(api, "H5Pget_layout")),
+        })
+    }
+}
+
+/// Filter `index` of the pipeline in `dcpl`: its id and client values.
+///
+/// # Safety
+/// `dcpl` must be an open dataset creation property list with more than `index` filters.
+unsafe fn filter(api: &Hdf5Api, dcpl: hid_t, index: c_uint) -> Result<(i32, Vec<u32>), Hdf5Error> {
+    let get = api.H5Pget_filter2?;
+    let mut values = vec![0 as c_uint; 16];
+    loop {
+        let (mut flags, mut config) = (0 as c_uint, 0 as c_uint);
+        let mut count = values.len();
+        // SAFETY: `values` holds `count` entries; no name is asked for (namelen 0).
+        let id = unsafe {
+            get(
+                dcpl,
+                index,
+                &mut flags,
+                &mut count,
+                values.as_mut_ptr(),
+                0,
+                std::ptr::null_mut(),
+                &mut config,
+            )
+        };
+        if id < 0 {
+            return Err(Hdf5Error::failed(api, "H5Pget_filter2"));
+        }
+        if count <= values.len() {
+            values.truncate(count);
+            return Ok((id, values));
+        }
+        values.resize(count, 0);
+    }
+}
+
+/// Whether the file holding `dataset` is open read-only and not for SWMR reading: nothing can
+/// change its storage while it is open.
+pub fn read_only_file(api: &Hdf5Api, dataset: hid_t) -> Result<bool, Hdf5Error> {
+    // SAFETY: plain queries on ids HDF5 checks; the file id opened here is closed by `Opened`.
+    unsafe {
+        let file = (api.H5Iget_file_id?)(dataset);
+        let file = Opened::new(api, file, api.H5Fclose?, "H5Iget_file_id")?;
+        let mut intent: c_uint = H5F_ACC_RDWR;
+        if (api.H5Fget_intent?)(file.0, &mut intent) < 0 {
+            return Err(Hdf5Error::failed(api, "H5Fget_intent"));
+        }
+        Ok(intent & (H5F_ACC_RDWR | H5F_ACC_SWMR_READ) == 0)
+    }
+}
+
+/// The object's name in its file (`H5Iget_name`); `None` for an anonymous object, or when HDF5
+/// cannot tell.
+pub fn object_name(api: &Hdf5Api, object: hid_t) -> Option<String> {
+    let get = api.H5Iget_name.ok()?;
+    // SAFETY: a length query (NULL buffer), then a buffer of that length plus the NUL.
+    unsafe {
+        let len = get(object, std::ptr::null_mut(), 0);
+        if len <= 0 {
+            stack(api);
+            return None;
+        }
+        let mut name = vec![0u8; len as usize + 1];
+        get(object, name.as_mut_ptr().cast(), name.len());
+        name.truncate(len as usize);
+        Some(String::from_utf8_lossy(&name).into_owned())
+    }
+}
+
+/// The dataset's dimensions (`H5Sget_simple_extent_dims`; none for a scalar or null dataspace).
+pub fn dimensions(api: &Hdf5Api, dataset: hid_t) -> Result<Vec<u64>, Hdf5Error> {
+    // SAFETY: a dataset id HDF5 checks; the dataspace is closed by `Opened`; `dims` has room
+    // for HDF5's largest rank.
+    unsafe {
+        let space = (api.H5Dget_space?)(dataset);
+        let space = Opened::new(api, space, api.H5Sclose?, "H5Dget_space")?;
+        let mut dims = [0 as hsize_t; H5S_MAX_RANK];
+        let rank =
+            (api.H5Sget_simple_extent_dims?)(space.0, dims.as_mut_ptr(), std::ptr::null_mut());
+        if rank < 0 {
+            return Err(Hdf5Error::failed(api, "H5Sget_simple_extent_dims"));
+        }
+        Ok(dims[..rank as usize].to_vec())
+    }
+}
