@@ -28,7 +28,7 @@ pub use gather::{prepare_gather, GatherRead};
 // HDF5's error stack as one line, read and cleared: the engine's one reading of it.
 use h5gds_engine::hdf5_error::stack;
 use h5gds_runtime::hdf5::{Hdf5Api, MissingSymbol};
-use std::ffi::{c_int, c_uint, c_void, CStr};
+use std::ffi::{c_int, c_void, CStr};
 
 pub type Hid = i64;
 type Hsize = u64;
@@ -383,53 +383,14 @@ pub fn other_driver(dataset: Hid) -> Result<Option<String>, IoError> {
 }
 
 /// The file holding `dataset`, opened anew for reading, when its chunks may be read from it
-/// directly at the addresses HDF5 reports: the file open read-only (HDF5 then holds no newer
-/// bytes than the file's), through sec2 or h5gds's `gds` driver (whose addresses are the file's
-/// offsets), with no user block. `None` otherwise, or when HDF5 cannot tell. The file is
-/// `h5gds_chunk_codec::reopen`ed. The caller holds h5py's lock.
+/// directly at the addresses HDF5 reports: through sec2 or h5gds's `gds` driver, as
+/// `h5gds_engine::stored::direct_file` says. `None` otherwise, or when HDF5 cannot tell. The
+/// caller holds h5py's lock.
 pub fn direct_file(dataset: Hid) -> Option<std::fs::File> {
     match other_driver(dataset) {
         Ok(None) => {}
         Ok(Some(name)) if name == "sec2" => {}
         _ => return None,
     }
-    let api = api().ok()?;
-    let (file_of, intent_of, create_of, userblock_of, handle_of, close_plist, close_file) = (
-        api.H5Iget_file_id.ok()?,
-        api.H5Fget_intent.ok()?,
-        api.H5Fget_create_plist.ok()?,
-        api.H5Pget_userblock.ok()?,
-        api.H5Fget_vfd_handle.ok()?,
-        api.H5Pclose.ok()?,
-        api.H5Fclose.ok()?,
-    );
-    /// HDF5's H5F_ACC_RDWR.
-    const READ_WRITE: c_uint = 0x0001;
-    // SAFETY: plain queries on ids HDF5 checks; every id opened here is closed here; the
-    // handle sec2 and gds hand out points to the file's descriptor (an int), read at once.
-    let fd = unsafe {
-        let file = file_of(dataset);
-        if file < 0 {
-            stack(api);
-            return None;
-        }
-        let mut intent: c_uint = READ_WRITE;
-        let mut userblock: Hsize = 1;
-        let fcpl = create_of(file);
-        if fcpl >= 0 {
-            userblock_of(fcpl, &mut userblock);
-            close_plist(fcpl);
-        }
-        let mut handle: *mut c_void = std::ptr::null_mut();
-        let ok = intent_of(file, &mut intent) >= 0
-            && intent & READ_WRITE == 0
-            && userblock == 0
-            && handle_of(file, H5P_DEFAULT, &mut handle) >= 0
-            && !handle.is_null();
-        let fd = ok.then(|| *handle.cast::<c_int>());
-        close_file(file);
-        stack(api);
-        fd?
-    };
-    h5gds_chunk_codec::reopen(fd)
+    h5gds_engine::stored::direct_file(api().ok()?, dataset)
 }

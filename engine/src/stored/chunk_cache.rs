@@ -1,7 +1,7 @@
 //! Decoded chunks kept for reads inside one chunk (as HDF5's chunk cache keeps them), and the
 //! reads of one chunk's part from them or from the file.
 
-use super::{Layout, Storage};
+use super::{Storage, Stored, StoredError};
 use h5gds_chunk_codec::pipeline::Scratch;
 use h5gds_chunk_codec::place::{copy_box, whole_chunk_run, ChunkPart, Source};
 use h5gds_chunk_codec::{Hyperslab, Pipeline, StoredChunk};
@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 /// A chunk larger than [`KEPT_CHUNK_MAX`], decoded (its first `valid` bytes), kept for the next
 /// read of the same chunk: rows read one call at a time, or batches of neighbouring rows, then
 /// decode it once rather than once a call. One per dataset, and at most [`LARGE_KEPT_BYTES`] for
-/// all datasets of the process; dropped with the layout (whose file cannot change meanwhile).
+/// all datasets of the process; dropped with the storage (whose file cannot change meanwhile).
 pub(super) struct Large {
     offset: Vec<u64>,
     bytes: Arc<Vec<u8>>,
@@ -23,7 +23,7 @@ pub(super) struct Large {
 #[derive(Default)]
 pub(super) struct LargeKept(Mutex<Option<Large>>);
 
-/// Bytes of large decoded chunks kept by all layouts together, at most [`LARGE_KEPT_BYTES`].
+/// Bytes of large decoded chunks kept by all datasets together, at most [`LARGE_KEPT_BYTES`].
 static LARGE_KEPT_HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 const LARGE_KEPT_BYTES: usize = 256 << 20;
 
@@ -70,10 +70,10 @@ const WORK_KEPT_MAX: usize = 8 << 20;
 /// Runs `decode` over a chunk's stored bytes, read by `read_stored` into this thread's buffers,
 /// with its scratch; buffers grown for a chunk over [`WORK_KEPT_MAX`] are let go afterwards.
 pub(super) fn with_stored<R>(
-    read_stored: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
+    read_stored: impl FnOnce(&mut Vec<u8>) -> Result<(), StoredError>,
     chunk_bytes: usize,
-    decode: impl FnOnce(&[u8], &mut Scratch) -> Result<R, String>,
-) -> Result<R, String> {
+    decode: impl FnOnce(&[u8], &mut Scratch) -> Result<R, StoredError>,
+) -> Result<R, StoredError> {
     WORK.with(|work| {
         let mut work = work.borrow_mut();
         let Work { stored, scratch } = &mut *work;
@@ -104,29 +104,22 @@ pub(super) fn last_byte(
     (flat as usize + 1) * element
 }
 
-impl Layout {
+impl Stored {
     /// Reads the stored bytes of the chunk at `offset` into `bytes`.
     pub(super) fn read_stored(
         &self,
         offset: &[u64],
         stored: &StoredChunk,
         bytes: &mut Vec<u8>,
-    ) -> Result<(), String> {
+    ) -> Result<(), StoredError> {
         bytes.resize(stored.size, 0);
         self.file.read_exact_at(bytes, stored.address).map_err(|e| {
-            format!(
+            StoredError::Failed(format!(
                 "dataset {}: reading the chunk at {offset:?} ({} bytes at byte {} of its file) \
                  failed: {e}",
                 self.name, stored.size, stored.address
-            )
+            ))
         })
-    }
-
-    pub(super) fn undecodable(&self, offset: &[u64], reason: String) -> String {
-        format!(
-            "dataset {}: the chunk at {offset:?} cannot be decoded: {reason}",
-            self.name
-        )
     }
 
     /// The decoded bytes of the large chunk at `offset` (`stored`, of `chunk_bytes`), valid at
@@ -143,7 +136,7 @@ impl Layout {
         chunk_bytes: usize,
         needed: usize,
         large: &LargeKept,
-    ) -> Result<Arc<Vec<u8>>, String> {
+    ) -> Result<Arc<Vec<u8>>, StoredError> {
         use std::sync::atomic::Ordering::Relaxed;
         let lock = || match large.0.try_lock() {
             Ok(guard) => Some(guard),
@@ -219,7 +212,7 @@ impl Layout {
         part: &ChunkPart,
         sel: &Hyperslab,
         out: &mut [u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), StoredError> {
         let Storage::Chunked {
             chunk,
             pipeline,
@@ -229,13 +222,16 @@ impl Layout {
             ..
         } = &self.storage
         else {
-            return Err(format!("dataset {} is not chunked", self.name));
+            return Err(StoredError::Failed(format!(
+                "dataset {} is not chunked",
+                self.name
+            )));
         };
         let stored = index.get(&part.offset).ok_or_else(|| {
-            format!(
+            StoredError::Failed(format!(
                 "dataset {}: the chunk at {:?} is not in its chunk index",
                 self.name, part.offset
-            )
+            ))
         })?;
         let start: Vec<u64> = part
             .file_start(sel)
@@ -249,7 +245,9 @@ impl Layout {
             count: sel.count,
         };
         if pipeline.stages().is_empty() {
-            return self.read_runs(stored.address, chunk, &inside, out, 1);
+            return self
+                .read_runs(stored.address, chunk, &inside, out, 1)
+                .map_err(StoredError::Failed);
         }
         let chunk_bytes = chunk.iter().product::<u64>() as usize * self.element;
         let read_stored = |bytes: &mut Vec<u8>| self.read_stored(&part.offset, &stored, bytes);
@@ -310,14 +308,11 @@ impl Layout {
                     place(&decoded, out);
                     return Ok(());
                 };
-                h5gds::with_logging(|| {
-                    tracing::debug!(
-                        "h5gds.read of {}: the chunk at {:?} decoded and kept for the next reads, \
-                         with no HDF5 call",
-                        self.name,
-                        part.offset
-                    )
-                });
+                (self.log)(format_args!(
+                    "{}: the chunk at {:?} decoded and kept for the next reads, \
+                     with no HDF5 call",
+                    self.name, part.offset
+                ));
                 while kept.order.len() >= KEPT_BYTES / chunk_bytes.max(1) {
                     if let Some(oldest) = kept.order.pop_front() {
                         kept.chunks.remove(&oldest);

@@ -1,15 +1,12 @@
-//! Runs of a file's bytes read for a layout: a hyperslab of row-major storage cut into runs and
+//! Runs of a file's bytes read for a stored dataset: a hyperslab of row-major storage cut into runs and
 //! pieces, read on the pool's threads where large.
 
-use super::{threads, Layout, PARALLEL_BYTES, PIECE_BYTES};
-use crate::call_settings::CallSettings;
+use super::{Stored, PARALLEL_BYTES, PIECE_BYTES};
 use h5gds_chunk_codec::place::SharedOut;
 use h5gds_chunk_codec::Hyperslab;
-use pyo3::exceptions::PyOSError;
-use pyo3::prelude::*;
 use std::os::unix::fs::FileExt;
 
-impl Layout {
+impl Stored {
     /// Reads a hyperslab of row-major storage of `shape` at `address` (a contiguous dataset, or
     /// an unfiltered chunk): one read per run of the file that
     /// maps to a run of the output (rows of the selection, merged where whole trailing axes
@@ -81,32 +78,11 @@ impl Layout {
         self.read_pieces(&pieces, out, threads, stepped)
     }
 
-    /// [`Layout::read_pieces`] of whole pieces into the caller's host buffer at `buffer`
-    /// (`nbytes`, which the pieces lie inside), on the driver's I/O threads, with the GIL
-    /// released.
-    pub(super) fn read_pieces_into(
-        &self,
-        py: Python<'_>,
-        pieces: &[(u64, u64, u64)],
-        buffer: usize,
-        nbytes: usize,
-        settings: &CallSettings,
-    ) -> PyResult<()> {
-        let threads = threads(settings)?;
-        py.detach(|| {
-            // SAFETY: the Python caller passes the address and size of a live, writable host
-            // buffer it keeps referenced for the call; the pieces lie inside it.
-            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
-            self.read_pieces(pieces, out, threads, None)
-        })
-        .map_err(PyOSError::new_err)
-    }
-
     /// Reads `pieces` (file byte, output byte, bytes: disjoint runs of `out`) from the file,
     /// on `threads` of the pool where `out` is large enough to gain from it. `stepped`: each
     /// piece is a row whose elements lie that many elements apart in the file (its span is read,
     /// every one kept).
-    pub(super) fn read_pieces(
+    pub fn read_pieces(
         &self,
         pieces: &[(u64, u64, u64)],
         out: &mut [u8],

@@ -1,0 +1,427 @@
+//! Reads that need no HDF5 call, for both faces: a dataset's storage, resolved once while it
+//! cannot change (its file open read-only and not for SWMR reading, through sec2 or `gds`, with no
+//! user block: [`direct_file`]), serves selections from any number of threads at once. Contiguous
+//! datasets are read run by run at their address ([`runs`]); chunked ones (unfiltered, or a
+//! pipeline h5gds decodes) through `h5gds_chunk_codec::read` over the chunk index listed once, a
+//! read inside one chunk from the chunk decoded and kept for the next ([`chunk_cache`]); a
+//! gather's runs of rows share the chunks they touch ([`gather`]). A read touching a chunk never
+//! written is left to HDF5 (which fills it), as is everything else (compact, external, virtual,
+//! conversions, other filters).
+
+mod chunk_cache;
+mod gather;
+mod runs;
+
+use crate::facts::StoredLayout;
+use chunk_cache::{Kept, LargeKept};
+use h5gds_chunk_codec::place::{chunks_selected, ChunkPart};
+use h5gds_chunk_codec::{
+    ChunkIndex, Filter, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk,
+};
+use h5gds_runtime::hdf5::{hid_t, hsize_t, Hdf5Api};
+use std::ffi::{c_int, c_uint, c_void};
+use std::fs::File;
+use std::sync::Mutex;
+
+/// How the dataset's elements are stored.
+enum Storage {
+    /// One run of bytes at `address`.
+    Contiguous { address: u64 },
+    /// Chunks of `chunk` elements, each where `index` says.
+    Chunked {
+        chunk: Vec<u64>,
+        /// The pipeline's filter ids, for the choice of decoder of reads into device memory.
+        filters: Vec<i32>,
+        pipeline: Pipeline,
+        index: Box<ChunkIndex>,
+        /// The last chunks reads inside one chunk decoded, as HDF5's chunk cache keeps them.
+        kept: Mutex<Kept>,
+        /// The last large chunk a read inside one chunk decoded.
+        large: Box<LargeKept>,
+    },
+}
+
+/// Where a face writes the engine's debug lines (its own logger).
+pub type Log = fn(std::fmt::Arguments<'_>);
+
+/// Why a read failed: the caller's selection or buffer, or a setting (`Invalid`: Python's
+/// ValueError), or the file's bytes (`Failed`, `Corrupt`: OSError).
+#[derive(Debug)]
+pub enum StoredError {
+    Invalid(String),
+    Failed(String),
+    /// The chunk at `chunk` of dataset `dataset` cannot be decoded (array-io names both apart).
+    Corrupt {
+        dataset: String,
+        chunk: Vec<u64>,
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for StoredError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoredError::Invalid(m) | StoredError::Failed(m) => f.write_str(m),
+            StoredError::Corrupt {
+                dataset,
+                chunk,
+                reason,
+            } => write!(
+                f,
+                "dataset {dataset}: the chunk at {chunk:?} cannot be decoded: {reason}"
+            ),
+        }
+    }
+}
+
+/// The driver's I/O thread count, asked only where a read is large enough to use it.
+pub type Threads<'a> = &'a dyn Fn() -> Result<usize, String>;
+
+/// A dataset's storage, resolved once; it serves selections with no HDF5 call.
+pub struct Stored {
+    name: String,
+    file: File,
+    shape: Vec<u64>,
+    element: usize,
+    storage: Storage,
+    log: Log,
+}
+
+/// Reads below this many bytes stay on the calling thread.
+const PARALLEL_BYTES: usize = 1 << 20;
+/// Pieces contiguous reads are split into, for the pool.
+const PIECE_BYTES: u64 = 4 << 20;
+
+/// The chunk index as `h5gds_chunk_codec::read` asks for it; the bytes come from the file.
+struct Indexed<'a> {
+    stored: &'a Stored,
+    index: &'a ChunkIndex,
+}
+
+impl RawChunks for Indexed<'_> {
+    type Error = StoredError;
+
+    fn stored(&mut self, offset: &[u64]) -> Result<Option<StoredChunk>, StoredError> {
+        Ok(self.index.get(offset))
+    }
+
+    fn read(&mut self, offset: &[u64], _: usize, _: &mut Vec<u8>) -> Result<u32, StoredError> {
+        Err(StoredError::Failed(format!(
+            "the chunk at {offset:?} has no copy of the file to be read from"
+        )))
+    }
+
+    fn direct_file(&mut self) -> Option<File> {
+        self.stored.file.try_clone().ok()
+    }
+
+    fn corrupt(&self, offset: &[u64], reason: String) -> StoredError {
+        self.stored.undecodable(offset, reason)
+    }
+}
+
+/// Whether `layout` keeps the dataset as the file's own bytes at addresses that cannot change
+/// (contiguous, allocated, not external; or chunked): only then is the file opened anew.
+pub fn own_bytes(layout: &StoredLayout) -> bool {
+    matches!(
+        layout,
+        StoredLayout::Contiguous {
+            address: Some(_),
+            external: false
+        } | StoredLayout::Chunked { .. }
+    )
+}
+
+/// The file holding `dataset`, opened anew for reading, when its bytes may be read at the
+/// addresses HDF5 reports: the file open read-only (HDF5 then holds no newer bytes than the
+/// file's), with no user block. The face has checked the driver is sec2 or `gds` (whose addresses
+/// are the file's offsets and whose handle is the descriptor). `None` otherwise, or when HDF5
+/// cannot tell. The caller holds the lock of `api`'s HDF5.
+pub fn direct_file(api: &Hdf5Api, dataset: hid_t) -> Option<File> {
+    let (file_of, intent_of, create_of, userblock_of, handle_of, close_plist, close_file) = (
+        api.H5Iget_file_id.ok()?,
+        api.H5Fget_intent.ok()?,
+        api.H5Fget_create_plist.ok()?,
+        api.H5Pget_userblock.ok()?,
+        api.H5Fget_vfd_handle.ok()?,
+        api.H5Pclose.ok()?,
+        api.H5Fclose.ok()?,
+    );
+    const READ_WRITE: c_uint = 0x0001;
+    const H5P_DEFAULT: hid_t = 0;
+    // SAFETY: plain queries on ids HDF5 checks; every id opened here is closed here; the
+    // handle sec2 and gds hand out points to the file's descriptor (an int), read at once.
+    let fd = unsafe {
+        let file = file_of(dataset);
+        if file < 0 {
+            crate::hdf5_error::stack(api);
+            return None;
+        }
+        let mut intent: c_uint = READ_WRITE;
+        let mut userblock: hsize_t = 1;
+        let fcpl = create_of(file);
+        if fcpl >= 0 {
+            userblock_of(fcpl, &mut userblock);
+            close_plist(fcpl);
+        }
+        let mut handle: *mut c_void = std::ptr::null_mut();
+        let ok = intent_of(file, &mut intent) >= 0
+            && intent & READ_WRITE == 0
+            && userblock == 0
+            && handle_of(file, H5P_DEFAULT, &mut handle) >= 0
+            && !handle.is_null();
+        let fd = ok.then(|| *handle.cast::<c_int>());
+        close_file(file);
+        crate::hdf5_error::stack(api);
+        fd?
+    };
+    h5gds_chunk_codec::reopen(fd)
+}
+
+impl Stored {
+    /// The storage of dataset `name` of `shape` (elements of `element` bytes, read with no
+    /// conversion) as `layout` says, read from `file` ([`direct_file`]); `index` lists the chunk
+    /// index of chunks of the shape it is given. None where the engine does not serve it: a
+    /// scalar, storage not the file's own bytes ([`own_bytes`]), a pipeline h5gds does not
+    /// decode, a chunk shape not the dataset's.
+    pub fn resolve<E>(
+        name: String,
+        file: File,
+        shape: Vec<u64>,
+        element: usize,
+        layout: StoredLayout,
+        index: impl FnOnce(&[u64]) -> Result<ChunkIndex, E>,
+        log: Log,
+    ) -> Result<Option<Stored>, E> {
+        let storage = match layout {
+            _ if shape.is_empty() => return Ok(None),
+            StoredLayout::Contiguous {
+                address: Some(address),
+                external: false,
+            } => Storage::Contiguous { address },
+            StoredLayout::Chunked { chunk, filters, .. } => {
+                let ids = filters.iter().map(|(id, _)| *id).collect();
+                let filters: Vec<Filter> = filters
+                    .into_iter()
+                    .map(|(id, values)| Filter { id, values })
+                    .collect();
+                let pipeline = match filters.is_empty() {
+                    true => Pipeline::unfiltered(),
+                    false => match Pipeline::for_filters(&filters, element) {
+                        Ok(p) => p,
+                        Err(_) => return Ok(None),
+                    },
+                };
+                if chunk.len() != shape.len() || chunk.contains(&0) {
+                    return Ok(None);
+                }
+                Storage::Chunked {
+                    index: Box::new(index(&chunk)?),
+                    chunk,
+                    filters: ids,
+                    pipeline,
+                    kept: Mutex::default(),
+                    large: Box::default(),
+                }
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(Stored {
+            name,
+            file,
+            shape,
+            element,
+            storage,
+            log,
+        }))
+    }
+
+    /// The dataset's shape.
+    pub fn shape(&self) -> &[u64] {
+        &self.shape
+    }
+
+    /// The bytes of one element.
+    pub fn element(&self) -> usize {
+        self.element
+    }
+
+    /// The dataset's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// For compressed chunks, the filter ids and the chunk shape (for the choice of decoder).
+    pub fn filtered_chunks(&self) -> Option<(&[i32], &[u64])> {
+        match &self.storage {
+            Storage::Chunked { chunk, filters, .. } if !filters.is_empty() => {
+                Some((filters, chunk))
+            }
+            _ => None,
+        }
+    }
+
+    /// The bytes of one decoded chunk, for a dataset whose chunks are compressed (None otherwise).
+    fn decoded_chunk_bytes(&self) -> Option<usize> {
+        match &self.storage {
+            Storage::Chunked {
+                chunk, pipeline, ..
+            } if !pipeline.stages().is_empty() => {
+                Some(chunk.iter().product::<u64>() as usize * self.element)
+            }
+            _ => None,
+        }
+    }
+
+    fn undecodable(&self, offset: &[u64], reason: String) -> StoredError {
+        StoredError::Corrupt {
+            dataset: self.name.clone(),
+            chunk: offset.to_vec(),
+            reason,
+        }
+    }
+
+    /// Checks a selection against the dataset's shape and a buffer of `nbytes` against it.
+    pub fn check(&self, sel: &Hyperslab, nbytes: usize) -> Result<(), String> {
+        let rank = self.shape.len();
+        if [sel.start.len(), sel.step.len(), sel.count.len()] != [rank; 3] {
+            return Err(format!(
+                "the selection has {} axes, dataset {} has {rank}",
+                sel.count.len(),
+                self.name
+            ));
+        }
+        for a in 0..rank {
+            let last = (sel.count[a].max(1) - 1)
+                .checked_mul(sel.step[a])
+                .and_then(|d| d.checked_add(sel.start[a]));
+            if sel.step[a] == 0 || (sel.count[a] > 0 && last.is_none_or(|l| l >= self.shape[a])) {
+                return Err(format!(
+                    "selection out of range on axis {a}: start {}, step {}, count {} for a size \
+                     of {}",
+                    sel.start[a], sel.step[a], sel.count[a], self.shape[a]
+                ));
+            }
+        }
+        let elements = sel.count.iter().try_fold(1u64, |n, &c| n.checked_mul(c));
+        if elements.and_then(|n| n.checked_mul(self.element as u64)) != Some(nbytes as u64) {
+            return Err(format!(
+                "the buffer has {nbytes} bytes, the selection of dataset {} needs {:?} elements of \
+                 {} bytes",
+                self.name, elements, self.element
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether this storage serves `sel` (a checked selection), with the chunks it touches;
+    /// `None`: HDF5 is to read it (chunks never written; filtered chunks with
+    /// `H5GDS_HOST_CODEC=0`).
+    pub fn serves(&self, sel: &Hyperslab) -> Result<Option<Vec<ChunkPart>>, String> {
+        let Storage::Chunked {
+            chunk,
+            index,
+            pipeline,
+            ..
+        } = &self.storage
+        else {
+            return Ok(Some(Vec::new()));
+        };
+        if !pipeline.stages().is_empty()
+            && h5gds_runtime::settings::host_codec_turned_off()
+                .map_err(|e| e.to_string())?
+                .is_some()
+        {
+            return Ok(None);
+        }
+        let parts = chunks_selected(sel, chunk);
+        if parts.iter().any(|part| !index.contains(&part.offset)) {
+            return Ok(None);
+        }
+        Ok(Some(parts))
+    }
+
+    /// The threads a read of `nbytes` over `parts` (what [`Stored::serves`] said) may use: one
+    /// where its work is below [`PARALLEL_BYTES`] (so the settings are not read: a row read costs
+    /// a few microseconds, and a pool's hand-off cost a small read spanning two chunks 20 µs, 3x
+    /// h5py's), else the driver's I/O threads. The work is the bytes read, or for compressed
+    /// chunks the bytes decoded.
+    pub fn threads_for(
+        &self,
+        nbytes: usize,
+        parts: &[ChunkPart],
+        threads: Threads,
+    ) -> Result<usize, StoredError> {
+        let work = match self.decoded_chunk_bytes() {
+            // (A read inside one chunk stays on the calling thread whatever its size.)
+            Some(chunk_bytes) if parts.len() > 1 => parts.len().saturating_mul(chunk_bytes),
+            _ => nbytes,
+        };
+        if work < PARALLEL_BYTES {
+            return Ok(1);
+        }
+        threads().map_err(StoredError::Invalid)
+    }
+
+    /// Reads the checked selection `sel` into `out` where this storage serves it; false
+    /// (nothing read) where HDF5 is to read it.
+    pub fn read(
+        &self,
+        sel: &Hyperslab,
+        out: &mut [u8],
+        threads: Threads,
+    ) -> Result<bool, StoredError> {
+        let Some(parts) = self.serves(sel).map_err(StoredError::Invalid)? else {
+            return Ok(false);
+        };
+        let threads = self.threads_for(out.len(), &parts, threads)?;
+        self.read_served(sel, &parts, out, threads)?;
+        Ok(true)
+    }
+
+    /// Reads a selection [`Stored::serves`] (`parts`: the chunks it touches) into `out`, on
+    /// `threads` of the pool.
+    pub fn read_served(
+        &self,
+        sel: &Hyperslab,
+        parts: &[ChunkPart],
+        out: &mut [u8],
+        threads: usize,
+    ) -> Result<(), StoredError> {
+        match &self.storage {
+            Storage::Contiguous { address } => self
+                .read_runs(*address, &self.shape, sel, out, threads)
+                .map_err(StoredError::Failed),
+            Storage::Chunked {
+                chunk,
+                pipeline,
+                index,
+                ..
+            } => {
+                if let [part] = parts {
+                    return self.read_in_one_chunk(part, sel, out);
+                }
+                let r = HostRead {
+                    pipeline,
+                    chunk,
+                    element_size: self.element,
+                    selection: *sel,
+                    threads,
+                };
+                let mut source = Indexed {
+                    stored: self,
+                    index,
+                };
+                h5gds_chunk_codec::read(&mut source, &r, out)?;
+                (self.log)(format_args!(
+                    "{}: {} chunks decoded on {} threads (read from the file by \
+                     those threads), with no HDF5 call",
+                    self.name,
+                    parts.len(),
+                    threads
+                ));
+                Ok(())
+            }
+        }
+    }
+}

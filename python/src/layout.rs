@@ -1,0 +1,379 @@
+//! Reads that need no HDF5 call (issue 26): the pyo3 face of `h5gds_engine::stored`. A dataset's
+//! storage, resolved once under h5py's lock while it cannot change (the file open read-only and
+//! not for SWMR reading, through sec2 or `gds` with no user block), serves `h5gds.read` into host
+//! memory from any number of threads at once, with neither h5py's lock nor the GIL held while
+//! bytes move; reads into device memory that would be staged anyway go through pinned memory.
+
+use crate::call_settings::CallSettings;
+use crate::device;
+use crate::device_error;
+use crate::gather::{GatherPlan, HostBuffer, Rest};
+use crate::hdf5::{self, Hid};
+use h5gds_chunk_codec::Hyperslab;
+use h5gds_engine::stored::{self, Stored, StoredError};
+use h5gds_route::route::{choose_decoder, Decoder};
+use h5gds_runtime::pinned;
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+
+/// A dataset's storage, resolved once; `read` serves selections of it with no HDF5 call.
+#[pyclass(frozen, module = "h5gds._native")]
+pub struct Layout {
+    stored: Stored,
+    /// The file is open with sec2 (else `gds`): the driver would stage device reads.
+    sec2: bool,
+}
+
+/// Whether the file holding `dataset` is open with sec2 (`hdf5::direct_file` serves sec2 and
+/// `gds` only). The caller holds h5py's lock.
+fn sec2(dataset: Hid) -> bool {
+    matches!(hdf5::other_driver(dataset), Ok(Some(_)))
+}
+
+/// The engine's errors as Python's: the caller's selection, buffer or settings a ValueError,
+/// the file's bytes an OSError.
+fn py_error(e: StoredError) -> PyErr {
+    match e {
+        StoredError::Invalid(e) => PyValueError::new_err(e),
+        failed => PyOSError::new_err(failed.to_string()),
+    }
+}
+
+/// The engine's debug lines, through the driver's logger, as `h5gds.read`'s.
+fn log(message: std::fmt::Arguments<'_>) {
+    h5gds::with_logging(|| tracing::debug!("h5gds.read of {message}"));
+}
+
+/// A device array a read fills: `nbytes` at `address`, on device `claimed_ordinal` if the array
+/// says, its producer's `stream` (0: none) waited for first.
+pub(crate) struct DeviceOut {
+    pub address: u64,
+    pub nbytes: usize,
+    pub claimed_ordinal: Option<i32>,
+    pub stream: u64,
+}
+
+/// The rows of a gather as the engine reads them: `rest` of the other axes.
+fn rest_slab<'a>(rest: &Rest<'a>) -> Hyperslab<'a> {
+    Hyperslab {
+        start: rest.start,
+        step: rest.step,
+        count: rest.count,
+    }
+}
+
+#[pymethods]
+impl Layout {
+    /// The layout of `dataset` for reads into elements of `element` bytes of the memory type
+    /// `mem_type` (an object dtype's never), or None where HDF5 is to read it: its file is
+    /// writable or read for SWMR, it is a scalar, HDF5 would convert its elements, or its storage
+    /// is neither the file's own bytes (contiguous, allocated, not external; or chunked through a
+    /// pipeline h5gds decodes) nor read through sec2 or `gds` with no user block. The caller
+    /// holds h5py's lock.
+    #[staticmethod]
+    pub(crate) fn resolve(dataset: Hid, mem_type: Hid, element: usize) -> PyResult<Option<Layout>> {
+        if !hdf5::read_only_file(dataset).map_err(PyOSError::new_err)? {
+            return Ok(None);
+        }
+        let shape = hdf5::dataset_dims(dataset).map_err(PyOSError::new_err)?;
+        if shape.is_empty() {
+            return Ok(None);
+        }
+        let facts = hdf5::dataset_facts(dataset, mem_type).map_err(PyOSError::new_err)?;
+        if !facts.same_type {
+            return Ok(None);
+        }
+        // The file's own bytes, at addresses that cannot change: then the file is opened anew.
+        let own = stored::own_bytes(&facts.layout);
+        let Some(file) = own.then(|| hdf5::direct_file(dataset)).flatten() else {
+            return Ok(None);
+        };
+        let name = hdf5::object_name(dataset);
+        let index = |chunk: &[u64]| hdf5::chunk_index(dataset, chunk).map_err(PyOSError::new_err);
+        let resolved = Stored::resolve(name, file, shape, element, facts.layout, index, log)?;
+        Ok(resolved.map(|stored| Layout {
+            stored,
+            sec2: sec2(dataset),
+        }))
+    }
+
+    /// Reads the hyperslab (`start`, `step`, `count`) into the host buffer at `buffer`
+    /// (`nbytes`: the selection's elements, row-major), with no HDF5 call and neither h5py's lock
+    /// nor the GIL held. False when HDF5 is to read it (it touches chunks never written, or
+    /// `H5GDS_HOST_CODEC=0` and the chunks are filtered); nothing was read then. The caller keeps
+    /// the buffer alive.
+    fn read(
+        &self,
+        py: Python<'_>,
+        start: Vec<u64>,
+        step: Vec<u64>,
+        count: Vec<u64>,
+        buffer: usize,
+        nbytes: usize,
+    ) -> PyResult<bool> {
+        let sel = Hyperslab {
+            start: &start,
+            step: &step,
+            count: &count,
+        };
+        // SAFETY: the Python caller passes the address and size of a live, writable host buffer
+        // it keeps referenced for the call.
+        unsafe { self.read_host(py, &sel, buffer, nbytes, &CallSettings::default()) }
+    }
+
+    /// Reads the hyperslab (`start`, `step`, `count`) into the device array at `address`
+    /// (`nbytes`; on device `claimed_ordinal` if it says; its producer's `stream`, 0 for none,
+    /// waited for first) where the layout serves it ([`Layout::read_into_device`]); False when
+    /// the driver or HDF5 is to read it, nothing read then. The caller keeps the array alive.
+    #[allow(clippy::too_many_arguments)]
+    fn read_to_device(
+        &self,
+        py: Python<'_>,
+        start: Vec<u64>,
+        step: Vec<u64>,
+        count: Vec<u64>,
+        address: u64,
+        nbytes: usize,
+        claimed_ordinal: Option<i32>,
+        stream: u64,
+    ) -> PyResult<bool> {
+        let sel = Hyperslab {
+            start: &start,
+            step: &step,
+            count: &count,
+        };
+        let out = DeviceOut {
+            address,
+            nbytes,
+            claimed_ordinal,
+            stream,
+        };
+        self.read_into_device(py, &sel, &out, &CallSettings::default())
+    }
+
+    /// Reads a gather's rows straight into the caller's order (the buffer at `buffer`,
+    /// `nbytes`: one row per index, repeats included), each run of rows that are neighbours both
+    /// in the file and in the caller's order read as one piece, on the pool's threads, with no
+    /// HDF5 call, no buffer of distinct rows to copy from, and neither h5py's lock nor the GIL
+    /// held. For contiguous datasets and whole rows only (`rest_*` selects all of the other
+    /// axes); False otherwise, with nothing read. The caller keeps the buffer alive.
+    #[allow(clippy::too_many_arguments)]
+    fn gather_in_place(
+        &self,
+        py: Python<'_>,
+        plan: &Bound<'_, GatherPlan>,
+        rest_start: Vec<u64>,
+        rest_step: Vec<u64>,
+        rest_count: Vec<u64>,
+        buffer: usize,
+        nbytes: usize,
+    ) -> PyResult<bool> {
+        let rest = Rest {
+            start: &rest_start,
+            step: &rest_step,
+            count: &rest_count,
+        };
+        self.gather_rows_in_place(
+            py,
+            plan.get(),
+            &rest,
+            HostBuffer {
+                address: buffer,
+                nbytes,
+            },
+            &CallSettings::default(),
+        )
+    }
+
+    /// Reads the distinct rows of a gather's `plan` (each row: the hyperslab `rest_*` of the
+    /// other axes) into the host buffer at `buffer` (`nbytes`: the rows in increasing order),
+    /// its runs of rows on the pool's threads at once (compressed chunks: each chunk the runs
+    /// touch decoded once on the pool, the runs' rows copied from it), with no HDF5 call and
+    /// neither h5py's lock nor the GIL held. False when HDF5 is to read them; nothing was read
+    /// then. The caller keeps the buffer alive.
+    #[allow(clippy::too_many_arguments)]
+    fn gather(
+        &self,
+        py: Python<'_>,
+        plan: &Bound<'_, GatherPlan>,
+        rest_start: Vec<u64>,
+        rest_step: Vec<u64>,
+        rest_count: Vec<u64>,
+        buffer: usize,
+        nbytes: usize,
+    ) -> PyResult<bool> {
+        let rest = Rest {
+            start: &rest_start,
+            step: &rest_step,
+            count: &rest_count,
+        };
+        self.gather_rows(
+            py,
+            plan.get(),
+            &rest,
+            HostBuffer {
+                address: buffer,
+                nbytes,
+            },
+            &CallSettings::default(),
+        )
+    }
+}
+
+impl Layout {
+    /// Reads the hyperslab `sel` into the device array `out` where the read would be staged
+    /// through pinned memory anyway (`device::staged_anyway`), and compressed chunks are decoded
+    /// faster on the host than on the GPU (`route::choose_decoder`): read with no HDF5 call into
+    /// pinned host memory, then copied up, with neither h5py's lock nor the GIL held. False when
+    /// the driver or HDF5 is to read it; nothing was read then. The caller keeps the array alive.
+    pub(crate) fn read_into_device(
+        &self,
+        py: Python<'_>,
+        sel: &Hyperslab,
+        out: &DeviceOut,
+        settings: &CallSettings,
+    ) -> PyResult<bool> {
+        let nbytes = out.nbytes;
+        self.stored
+            .check(sel, nbytes)
+            .map_err(PyValueError::new_err)?;
+        if nbytes == 0 {
+            return Ok(false);
+        }
+        let staged = device::staged_anyway(nbytes, self.sec2, settings).map_err(device_error)?;
+        let Some(staged) = staged else {
+            return Ok(false);
+        };
+        let why = &staged.why;
+        if let Some(storage) = self.stored.filtered_chunks() {
+            // A layout's file is open read-only, so with sec2 the stored chunks can still
+            // reach the GPU, read by the host's threads (`device::host_reads`).
+            let blocker = (staged.past_the_driver && !self.sec2).then(|| why.clone());
+            let facts = device::decoder_facts(
+                storage,
+                sel,
+                self.stored.element(),
+                None,
+                blocker,
+                true,
+                settings,
+            )
+            .map_err(device_error)?;
+            if choose_decoder(&facts).0 != Some(Decoder::Host) {
+                return Ok(false);
+            }
+        }
+        let Some(parts) = self.stored.serves(sel).map_err(PyValueError::new_err)? else {
+            return Ok(false);
+        };
+        let threads = || settings.nthreads();
+        let threads = self
+            .stored
+            .threads_for(nbytes, &parts, &threads)
+            .map_err(py_error)?;
+        h5gds::with_logging(|| {
+            tracing::info!(
+                "h5gds.read {:?}: {nbytes} bytes into device memory through pinned host memory, \
+                 read with no HDF5 call: {why}",
+                self.stored.name()
+            )
+        });
+        let (address, claimed_ordinal, stream) = (out.address, out.claimed_ordinal, out.stream);
+        py.detach(|| {
+            let mut host = pinned::Taken::new(nbytes);
+            // SAFETY: the buffer holds at least `nbytes` bytes and is this call's alone.
+            let out = unsafe { std::slice::from_raw_parts_mut(host.as_mut_ptr(), nbytes) };
+            self.stored
+                .read_served(sel, &parts, out, threads)
+                .map_err(|e| device::DeviceError::Failed(e.to_string()))?;
+            device::copy_with_host(
+                address,
+                nbytes,
+                claimed_ordinal,
+                stream,
+                host.as_mut_ptr() as usize,
+                true,
+            )
+        })
+        .map_err(device_error)?;
+        Ok(true)
+    }
+
+    /// Reads the hyperslab `sel` into the host buffer at `buffer` (`nbytes`), with the GIL
+    /// released while bytes move; false where the layout does not serve it (nothing was read).
+    ///
+    /// # Safety
+    /// `buffer` must be writable for `nbytes` bytes, and stay so until this returns.
+    pub(crate) unsafe fn read_host(
+        &self,
+        py: Python<'_>,
+        sel: &Hyperslab,
+        buffer: usize,
+        nbytes: usize,
+        settings: &CallSettings,
+    ) -> PyResult<bool> {
+        self.stored
+            .check(sel, nbytes)
+            .map_err(PyValueError::new_err)?;
+        if nbytes == 0 {
+            return Ok(true);
+        }
+        // Everything past the checks runs without the GIL: threads reading small rows hold it
+        // for as little as they can.
+        py.detach(|| {
+            // SAFETY: the caller's contract (the size was checked against the selection above).
+            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
+            self.stored.read(sel, out, &|| settings.nthreads())
+        })
+        .map_err(py_error)
+    }
+
+    /// The dataset's shape.
+    pub(crate) fn shape(&self) -> &[u64] {
+        self.stored.shape()
+    }
+
+    /// [`Layout::gather_in_place`] of `plan`'s rows (each: `rest` of the other axes) into `out`.
+    pub(crate) fn gather_rows_in_place(
+        &self,
+        py: Python<'_>,
+        plan: &GatherPlan,
+        rest: &Rest,
+        out: HostBuffer,
+        settings: &CallSettings,
+    ) -> PyResult<bool> {
+        let (runs, rows) = (plan.caller_runs(), plan.len() as u64);
+        py.detach(|| {
+            // SAFETY: the Python caller passes the address and size of a live, writable host
+            // buffer it keeps referenced for the call.
+            let bytes =
+                unsafe { std::slice::from_raw_parts_mut(out.address as *mut u8, out.nbytes) };
+            let threads = || settings.nthreads();
+            self.stored
+                .gather_in_place(runs, rows, &rest_slab(rest), bytes, &threads)
+        })
+        .map_err(py_error)
+    }
+
+    /// [`Layout::gather`] of `plan`'s distinct rows (each: `rest` of the other axes) into `out`.
+    pub(crate) fn gather_rows(
+        &self,
+        py: Python<'_>,
+        plan: &GatherPlan,
+        rest: &Rest,
+        out: HostBuffer,
+        settings: &CallSettings,
+    ) -> PyResult<bool> {
+        let (runs, distinct) = (plan.row_runs(), plan.distinct_rows() as u64);
+        py.detach(|| {
+            // SAFETY: the Python caller passes the address and size of a live, writable host
+            // buffer it keeps referenced for the call.
+            let bytes =
+                unsafe { std::slice::from_raw_parts_mut(out.address as *mut u8, out.nbytes) };
+            let threads = || settings.nthreads();
+            self.stored
+                .gather(runs, distinct, &rest_slab(rest), bytes, &threads)
+        })
+        .map_err(py_error)
+    }
+}
