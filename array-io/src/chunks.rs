@@ -1,7 +1,7 @@
 //! A dataset's stored chunks through the engine (`h5gds_engine::chunks`, written once for both
 //! faces) over the linked HDF5: the errors of array-io naming the file, the dataset and the
 //! chunk, each call under hdf5-metno's lock, and the file read directly by the decoding threads
-//! where `hdf5_raw::read_only_descriptor` allows. The host decoder (`host_codec`) and the GPU
+//! where `OpenDataset::direct_file` allows. The host decoder (`host_codec`) and the GPU
 //! decoder (`gpu_codec`) read from the same source.
 
 use crate::error::{Error, Result};
@@ -42,12 +42,18 @@ impl Face for DatasetFace<'_> {
     }
 
     fn direct_file(&self) -> Option<std::fs::File> {
-        // array-io opens files through gds or sec2 only.
-        h5gds_chunk_codec::reopen(hdf5_raw::read_only_descriptor(&self.ds.file)?)
+        self.ds.direct_file()
     }
 }
 
 impl OpenDataset {
+    /// The dataset's file opened anew, where its bytes may be read at the addresses HDF5
+    /// reports (`h5gds_engine::stored::direct_file`; array-io opens files through sec2 or gds
+    /// only, whose addresses are the file's offsets).
+    pub fn direct_file(&self) -> Option<std::fs::File> {
+        hdf5_raw::locked(|| h5gds_engine::stored::direct_file(linked_hdf5(), self.dset.id()))
+    }
+
     /// The stored chunks (of `chunk` elements) for a read touching `touched` of them (0: a
     /// reader that is handed the chunks it reads, which lists nothing).
     pub fn stored_chunks(
@@ -63,7 +69,6 @@ impl OpenDataset {
     /// listing of the chunk index (`H5Dchunk_iter`; a lookup by coordinate iterates over the
     /// index each time, `h5gds_chunk_codec::LIST_INDEX_FROM`).
     pub fn chunk_index(&self) -> Result<h5gds_chunk_codec::ChunkIndex> {
-        let face = DatasetFace { ds: self };
         let chunk: Vec<u64> = (self.dset.chunk())
             .ok_or_else(|| {
                 let not_chunked = hdf5::Error::from("the dataset is not chunked");
@@ -77,8 +82,14 @@ impl OpenDataset {
             .iter()
             .map(|&d| d as u64)
             .collect();
+        self.index_of(&chunk)
+    }
+
+    /// The chunk index of chunks of `chunk` elements, as [`OpenDataset::chunk_index`].
+    pub fn index_of(&self, chunk: &[u64]) -> Result<h5gds_chunk_codec::ChunkIndex> {
+        let face = DatasetFace { ds: self };
         face.locked(|| {
-            engine::index(linked_hdf5(), self.dset.id(), &chunk).map_err(|f| face.failed(f))
+            engine::index(linked_hdf5(), self.dset.id(), chunk).map_err(|f| face.failed(f))
         })
     }
 }

@@ -65,6 +65,8 @@ pub(crate) struct OpenDataset {
     pub shape: Vec<u64>,
     pub dset: Dataset,
     pub file: File,
+    /// The engine's storage of it for host reads with no HDF5 call, once resolved (`stored`).
+    pub stored: std::sync::OnceLock<Option<h5gds_engine::stored::Stored>>,
 }
 
 impl OpenDataset {
@@ -138,6 +140,7 @@ pub(crate) fn open_dataset(
         shape,
         dset,
         file,
+        stored: std::sync::OnceLock::new(),
     })
 }
 

@@ -55,13 +55,11 @@ fn host_reads(
     let Some(why) = h5gds::device_transfers_staged(vfd) else {
         return Ok(None);
     };
-    Ok(crate::hdf5_raw::read_only_descriptor(&ds.file)
-        .and_then(h5gds_chunk_codec::reopen)
-        .map(|file| HostReads {
-            file,
-            threads: vfd.nthreads,
-            why,
-        }))
+    Ok(ds.direct_file().map(|file| HostReads {
+        file,
+        threads: vfd.nthreads,
+        why,
+    }))
 }
 
 /// Reads `region` of a dataset whose chunks use `codec` into device memory `dest` (holding the

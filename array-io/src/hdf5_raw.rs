@@ -350,28 +350,6 @@ fn dataset_io(spaces: Spaces, call: impl FnOnce(hid_t, hid_t) -> herr_t) -> Resu
     check(locked(|| call(m, f)) as i64).map(drop)
 }
 
-/// The file descriptor of `file`, opened through sec2 or h5gds's `gds` driver (both hand out a
-/// pointer to their descriptor), when it is open read-only with no user block, so that its
-/// chunks may be read at the addresses HDF5 reports, with no newer bytes held by HDF5; `None`
-/// otherwise.
-pub fn read_only_descriptor(file: &File) -> Option<i32> {
-    let userblock = file.create_plist().ok()?.userblock();
-    let (mut intent, mut handle) = (hdf5_sys::h5f::H5F_ACC_RDWR, std::ptr::null_mut());
-    let api = linked_hdf5();
-    let (intent_of, handle_of) = (api.H5Fget_intent.ok()?, api.H5Fget_vfd_handle.ok()?);
-    // SAFETY: a valid file id; valid out-pointers; the handle sec2 and gds hand out points to
-    // the descriptor (an int), read at once.
-    locked(|| unsafe {
-        let read_only =
-            intent_of(file.id(), &mut intent) >= 0 && intent & hdf5_sys::h5f::H5F_ACC_RDWR == 0;
-        let ok = read_only
-            && userblock == 0
-            && handle_of(file.id(), hdf5_sys::h5p::H5P_DEFAULT, &mut handle) >= 0
-            && !handle.is_null();
-        ok.then(|| *handle.cast::<i32>())
-    })
-}
-
 /// Writes `size` already-encoded bytes at `buf` (device memory when the driver takes it) as
 /// the chunk at element `offset` of `dset`, with `filter_mask` (0: every filter applied), through
 /// the engine's one chunk write (`h5gds_engine::chunks`).

@@ -96,35 +96,16 @@ pub(crate) fn read_region<T: Element>(
     let n = region.len() as usize;
     let mut values: Vec<T> = with_room(n);
     if n > 0 {
-        let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
-        let whole = region.count == ds.shape;
-        let spaces = if whole {
-            None
-        } else {
-            let file = select_blocks(&ds.shape, &[(&region.start, &region.count)])
-                .map_err(|e| fail("selecting a hyperslab", e))?;
-            let mem = select_blocks(
-                &region.count,
-                &[(&vec![0; region.count.len()], &region.count)],
-            )
-            .map_err(|e| fail("creating a dataspace", e))?;
-            Some((mem, file))
+        // Read-only files' own bytes through the engine, with no HDF5 call; else through HDF5.
+        let served = match crate::stored::of(ds, types)? {
+            Some(stored) => {
+                let bytes = zeroed_bytes(&mut values, n);
+                crate::stored::read_region(ds, stored, region, threads, bytes)?
+            }
+            None => false,
         };
-        let spaces = spaces.as_ref().map_or(Spaces::default(), |(m, f)| Spaces {
-            memory: Some(m),
-            file: Some(f),
-        });
-        if let Some(planned) = crate::host_codec::plan(ds, types, region, threads)? {
-            let bytes = zeroed_bytes(&mut values, n);
-            crate::host_codec::read_region(ds, &types.mem, region, &planned, bytes)?;
-        } else {
-            hdf5_raw::read_into(
-                &ds.dset,
-                &types.mem,
-                spaces,
-                &mut values.spare_capacity_mut()[..n],
-            )
-            .map_err(|e| fail("reading the dataset", e))?;
+        if !served {
+            read_region_through_hdf5(ds, types, region, threads, &mut values)?;
         }
         // SAFETY: the read above wrote all n elements.
         unsafe { filled(ds, &mut values, n) }?;
@@ -134,6 +115,49 @@ pub(crate) fn read_region<T: Element>(
         expected: n,
         actual: n,
     })
+}
+
+/// Reads `region` of `ds` into the spare capacity of `values` (room for `n` elements) through
+/// HDF5, or through `host_codec` where h5gds decodes its chunks.
+fn read_region_through_hdf5<T: Element>(
+    ds: &OpenDataset,
+    types: &Types,
+    region: &Block,
+    threads: usize,
+    values: &mut Vec<T>,
+) -> Result<()> {
+    let n = region.len() as usize;
+    let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
+    let whole = region.count == ds.shape;
+    let spaces = if whole {
+        None
+    } else {
+        let file = select_blocks(&ds.shape, &[(&region.start, &region.count)])
+            .map_err(|e| fail("selecting a hyperslab", e))?;
+        let mem = select_blocks(
+            &region.count,
+            &[(&vec![0; region.count.len()], &region.count)],
+        )
+        .map_err(|e| fail("creating a dataspace", e))?;
+        Some((mem, file))
+    };
+    let spaces = spaces.as_ref().map_or(Spaces::default(), |(m, f)| Spaces {
+        memory: Some(m),
+        file: Some(f),
+    });
+    if let Some(planned) = crate::host_codec::plan(ds, types, region, threads)? {
+        let bytes = zeroed_bytes(values, n);
+        crate::host_codec::read_region(ds, &types.mem, region, &planned, bytes)?;
+    } else {
+        hdf5_raw::read_into(
+            &ds.dset,
+            &types.mem,
+            spaces,
+            &mut values.spare_capacity_mut()[..n],
+        )
+        .map_err(|e| fail("reading the dataset", e))?;
+    }
+    Ok(())
 }
 
 /// The first `n` elements of `values`' spare capacity, zeroed, as bytes: where the host decoding
@@ -292,10 +316,21 @@ pub(crate) fn read_rows<T: Element>(
             }
         }
         let n = distinct.len() * row_len as usize;
-        // Compressed chunks h5gds decodes: each chunk the runs touch decoded once, on all cores.
-        if let Ok(planned) =
-            crate::host_codec::for_dataset(&ds, &types, crate::options::driver_settings().nthreads)?
-        {
+        let threads = crate::options::driver_settings().nthreads;
+        let served = match crate::stored::of(&ds, &types)? {
+            Some(stored) => {
+                let row_runs: Vec<(u64, u64)> = runs.iter().map(|(s, c)| (s[0], c[0])).collect();
+                let bytes = zeroed_bytes(&mut values, n);
+                let distinct = distinct.len() as u64;
+                crate::stored::read_rows(&ds, stored, &row_runs, distinct, threads, bytes)?
+            }
+            None => false,
+        };
+        if served {
+            // SAFETY: the elements were zeroed, then every one written by the read.
+            unsafe { filled(&ds, &mut values, n) }?;
+        } else if let Ok(planned) = crate::host_codec::for_dataset(&ds, &types, threads)? {
+            // Compressed chunks h5gds decodes: each chunk the runs touch decoded once.
             let bytes = zeroed_bytes(&mut values, n);
             let blocks: Vec<Block> = runs
                 .iter()

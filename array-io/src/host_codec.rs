@@ -13,7 +13,7 @@ use crate::layout::Types;
 use crate::select::Block;
 use h5gds_chunk_codec::place::chunks_selected;
 use h5gds_chunk_codec::{place_missing, Filter, HostRead, Hyperslab, Pipeline};
-use hdf5::dataset::Layout;
+use h5gds_engine::facts::StoredLayout;
 use hdf5::Datatype;
 
 /// How h5gds decodes a dataset's chunks: their shape and pipeline, and on how many of the
@@ -83,28 +83,16 @@ pub(crate) fn for_dataset(
     if let Some(conversion) = &types.conversion {
         return Ok(Err(conversion.clone()));
     }
-    let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
-    let dcpl = hdf5_raw::locked(|| ds.dset.dcpl())
-        .map_err(|e| fail("getting the creation properties", e))?;
-    if dcpl.layout() != Layout::Chunked {
+    // The engine's query of the storage (`layout::stored_layout`).
+    let StoredLayout::Chunked { chunk, filters, .. } = crate::layout::stored_layout(ds)? else {
         return Ok(Err("it is not chunked".into()));
-    }
-    let chunk: Vec<u64> = hdf5_raw::locked(|| dcpl.get_chunk())
-        .map_err(|e| fail("getting the chunk shape", e))?
-        .unwrap_or_default()
-        .iter()
-        .map(|&c| c as u64)
-        .collect();
+    };
     if chunk.len() != ds.shape.len() {
         return Ok(Err("its chunk shape does not match its rank".into()));
     }
-    let filters: Vec<Filter> = hdf5_raw::locked(|| dcpl.get_filters())
-        .map_err(|e| fail("listing the filters", e))?
-        .iter()
-        .map(|f| Filter {
-            id: f.id(),
-            values: Vec::new(),
-        })
+    let filters: Vec<Filter> = filters
+        .into_iter()
+        .map(|(id, values)| Filter { id, values })
         .collect();
     // Unfiltered chunks too: read straight from the file by the driver's threads, as the
     // Python package's reads of them are, where HDF5 would read them one after another.

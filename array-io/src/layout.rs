@@ -1,6 +1,6 @@
 //! The facts about a stored dataset that decide how its bytes may reach device memory (see
 //! `route`): its element type against the requested one (hdf5-metno's datatypes), and how it is
-//! stored (the engine's query, through the linked HDF5's table).
+//! stored (the engine's query and chunk index, through the linked HDF5's table).
 
 use crate::element::{describe, descriptor_of, Element};
 use crate::error::{Error, Result};
@@ -10,7 +10,6 @@ use crate::route::Storage;
 use h5gds_engine::facts::{self, StoredLayout};
 use h5gds_engine::hdf5_error::Hdf5Error;
 use hdf5::Datatype;
-use std::collections::HashSet;
 
 /// The element type the caller asked for, checked against the stored one.
 pub(crate) struct Types {
@@ -71,7 +70,7 @@ pub(crate) fn check_types<T: Element>(ds: &OpenDataset, allow_conversion: bool) 
 
 /// What the engine says of the dataset's storage (`h5gds_engine::facts`), asked through the
 /// linked HDF5 under hdf5-metno's lock, a failure named as array-io names the step.
-fn stored_layout(ds: &OpenDataset) -> Result<StoredLayout> {
+pub(crate) fn stored_layout(ds: &OpenDataset) -> Result<StoredLayout> {
     let layout = locked(|| facts::stored_layout(linked_hdf5(), ds.dset.id()));
     layout.map_err(|e| {
         let op = match &e {
@@ -100,15 +99,7 @@ pub(crate) fn storage(ds: &OpenDataset) -> Result<Storage> {
         },
         StoredLayout::Compact => Storage::Compact,
         StoredLayout::Chunked { chunk, filters, .. } => {
-            let mut allocated = HashSet::new();
-            ds.dset
-                .chunks_visit(|info| {
-                    allocated.insert(info.offset.to_vec());
-                    0
-                })
-                .map_err(|e| {
-                    Error::hdf5("listing the allocated chunks", &ds.path, Some(&ds.name), e)
-                })?;
+            let allocated = ds.index_of(&chunk)?.offsets().into_iter().collect();
             Storage::Chunked {
                 chunk,
                 filtered: !filters.is_empty(),

@@ -151,6 +151,26 @@ impl ChunkIndex {
         self.get(offset).is_some()
     }
 
+    /// The first element of every chunk written, in no set order.
+    pub fn offsets(&self) -> Vec<Vec<u64>> {
+        match &self.table {
+            Table::Map(map) => map.keys().map(|k| k.to_vec()).collect(),
+            Table::Grid { grid, cells } => (0..cells.len())
+                .filter(|&at| cells[at].size > 0)
+                .map(|at| {
+                    // Row-major position back to grid coordinates, then to elements.
+                    let mut rest = at as u64;
+                    let mut offset = vec![0u64; grid.len()];
+                    for a in (0..grid.len()).rev() {
+                        offset[a] = rest % grid[a] * self.chunk[a];
+                        rest /= grid[a];
+                    }
+                    offset
+                })
+                .collect(),
+        }
+    }
+
     /// Bytes the index holds.
     #[cfg(test)]
     fn held_bytes(&self) -> usize {
@@ -227,6 +247,24 @@ mod tests {
             },
         );
         assert!(!listing.finish().contains(&[0]));
+    }
+
+    #[test]
+    fn offsets_list_the_chunks_written_from_a_table_or_a_map() {
+        let sorted = |index: &ChunkIndex| {
+            let mut offsets = index.offsets();
+            offsets.sort();
+            offsets
+        };
+        // A grid of 2 x 3 chunks of 4 x 5, one never written.
+        let written = vec![vec![0, 0], vec![0, 10], vec![4, 0], vec![4, 5], vec![4, 10]];
+        let table = listed(&[4, 5], &written);
+        assert!(matches!(table.table, Table::Grid { .. }));
+        assert_eq!(sorted(&table), written);
+        let far = vec![vec![0, 0], vec![7_000_000, 3_000_000]];
+        let map = listed(&[7, 3], &far);
+        assert!(matches!(map.table, Table::Map(_)));
+        assert_eq!(sorted(&map), far);
     }
 
     #[test]
