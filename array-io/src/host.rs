@@ -99,7 +99,8 @@ pub(crate) fn read_region<T: Element>(
         // Read-only files' own bytes through the engine, with no HDF5 call; else through HDF5.
         let served = match crate::stored::of(ds, types)? {
             Some(stored) => {
-                let bytes = zeroed_bytes(&mut values, n);
+                // SAFETY: `values` is `with_room(n)`'s, empty.
+                let bytes = unsafe { room_bytes(&mut values, n) };
                 crate::stored::read_region(ds, stored, region, threads, bytes)?
             }
             None => false,
@@ -117,8 +118,8 @@ pub(crate) fn read_region<T: Element>(
     })
 }
 
-/// Reads `region` of `ds` into the spare capacity of `values` (room for `n` elements) through
-/// HDF5, or through `host_codec` where h5gds decodes its chunks.
+/// Reads `region` of `ds` into the spare capacity of `values` (empty, from [`with_room`] for the
+/// region's elements) through HDF5, or through `host_codec` where h5gds decodes its chunks.
 fn read_region_through_hdf5<T: Element>(
     ds: &OpenDataset,
     types: &Types,
@@ -146,7 +147,8 @@ fn read_region_through_hdf5<T: Element>(
         file: Some(f),
     });
     if let Some(planned) = crate::host_codec::plan(ds, types, region, threads)? {
-        let bytes = zeroed_bytes(values, n);
+        // SAFETY: `values` is `with_room(n)`'s, empty (as the caller guarantees).
+        let bytes = unsafe { room_bytes(values, n) };
         crate::host_codec::read_region(ds, &types.mem, region, &planned, bytes)?;
     } else {
         hdf5_raw::read_into(
@@ -160,19 +162,29 @@ fn read_region_through_hdf5<T: Element>(
     Ok(())
 }
 
-/// The first `n` elements of `values`' spare capacity, zeroed, as bytes: where the host decoding
-/// writes the stored type's bytes (no conversion is planned when it decodes).
 /// From this size on, a new host array's memory is asked of the kernel in huge pages, as NumPy
 /// asks for its arrays (`madvise(MADV_HUGEPAGE)` from 4 MiB): with 4 KiB pages, faulting in a
 /// fresh array cost more than reading the file into it (a 128 MiB read spent most of its time in
 /// page faults where `h5gds.from_file`'s NumPy array did not).
 const HUGE_PAGES_FROM: usize = 4 << 20;
 
-/// An empty vector with room for `n` elements, its memory advised to be backed by huge pages
-/// where it is large (advice only: where the kernel has none to give it changes nothing).
+/// An empty vector with room for `n` elements, zeroed by the allocator (a large one's fresh pages
+/// are the kernel's zero pages, with no pass over them), its memory advised to be backed by huge
+/// pages where it is large (advice only: where the kernel has none to give it changes nothing).
 fn with_room<T>(n: usize) -> Vec<T> {
-    let mut values: Vec<T> = Vec::with_capacity(n);
-    let bytes = n.saturating_mul(std::mem::size_of::<T>());
+    let layout = std::alloc::Layout::array::<T>(n).expect("capacity overflow");
+    if layout.size() == 0 {
+        return Vec::with_capacity(n);
+    }
+    // SAFETY: a layout of non-zero size.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if ptr.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: allocated by the global allocator with the layout of `n` elements of T; no element
+    // is taken as initialised (length 0).
+    let mut values = unsafe { Vec::from_raw_parts(ptr, 0, n) };
+    let bytes = layout.size();
     if bytes >= HUGE_PAGES_FROM {
         const HUGE: usize = 2 << 20;
         let start = values.as_mut_ptr() as usize;
@@ -187,12 +199,18 @@ fn with_room<T>(n: usize) -> Vec<T> {
     values
 }
 
-fn zeroed_bytes<T: Element>(values: &mut Vec<T>, n: usize) -> &mut [u8] {
+/// The first `n` elements of the spare capacity of `values` as bytes: where the engine and the
+/// host decoding write the stored type's bytes (no conversion is planned when they read).
+///
+/// # Safety
+/// `values` must come from [`with_room`] (its spare capacity zeroed, so every byte is
+/// initialised), with room for `n` elements, and hold no element yet.
+unsafe fn room_bytes<T: Element>(values: &mut Vec<T>, n: usize) -> &mut [u8] {
     let spare = &mut values.spare_capacity_mut()[..n];
-    // SAFETY: the n elements' bytes are zeroed first, so the byte view is initialised; it spans
-    // exactly those n elements of the spare capacity, borrowed mutably from `values`.
+    // SAFETY: the n elements' bytes are initialised (zeroed by `with_room`, or since overwritten
+    // with a read's bytes), as the caller guarantees; the view spans exactly those n elements of
+    // the spare capacity, borrowed mutably from `values`.
     unsafe {
-        std::ptr::write_bytes(spare.as_mut_ptr(), 0, n);
         std::slice::from_raw_parts_mut(
             spare.as_mut_ptr().cast::<u8>(),
             std::mem::size_of_val(spare),
@@ -320,18 +338,21 @@ pub(crate) fn read_rows<T: Element>(
         let served = match crate::stored::of(&ds, &types)? {
             Some(stored) => {
                 let row_runs: Vec<(u64, u64)> = runs.iter().map(|(s, c)| (s[0], c[0])).collect();
-                let bytes = zeroed_bytes(&mut values, n);
+                // SAFETY: `values` is `with_room`'s for the `n` elements, empty.
+                let bytes = unsafe { room_bytes(&mut values, n) };
                 let distinct = distinct.len() as u64;
                 crate::stored::read_rows(&ds, stored, &row_runs, distinct, threads, bytes)?
             }
             None => false,
         };
         if served {
-            // SAFETY: the elements were zeroed, then every one written by the read.
+            // SAFETY: the read wrote every element.
             unsafe { filled(&ds, &mut values, n) }?;
         } else if let Ok(planned) = crate::host_codec::for_dataset(&ds, &types, threads)? {
             // Compressed chunks h5gds decodes: each chunk the runs touch decoded once.
-            let bytes = zeroed_bytes(&mut values, n);
+            // SAFETY: `values` is `with_room`'s for the `n` elements, empty (the engine declined
+            // before writing, or wrote initialised bytes).
+            let bytes = unsafe { room_bytes(&mut values, n) };
             let blocks: Vec<Block> = runs
                 .iter()
                 .map(|(start, count)| Block {
