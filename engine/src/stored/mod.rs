@@ -425,3 +425,105 @@ impl Stored {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A contiguous dataset of 5 x 6 u16 elements (element k holds k) at byte 16 of a file.
+    fn contiguous() -> Stored {
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&[0xee; 16]).unwrap();
+        let elements: Vec<u8> = (0u16..30).flat_map(u16::to_ne_bytes).collect();
+        file.write_all(&elements).unwrap();
+        let layout = StoredLayout::Contiguous {
+            address: Some(16),
+            external: false,
+        };
+        let never = |_: &[u64]| -> Result<ChunkIndex, ()> { unreachable!("not chunked") };
+        let stored = Stored::resolve("/x".into(), file, vec![5, 6], 2, layout, never, |_| {});
+        stored.unwrap().unwrap()
+    }
+
+    fn values(bytes: &[u8]) -> Vec<u16> {
+        bytes
+            .chunks_exact(2)
+            .map(|b| u16::from_ne_bytes([b[0], b[1]]))
+            .collect()
+    }
+
+    #[test]
+    fn hyperslabs_and_gathers_of_a_contiguous_dataset_read_its_bytes() {
+        let stored = contiguous();
+        let one = || Ok(1);
+        // Rows 1 and 3, every other column from 1.
+        let sel = Hyperslab {
+            start: &[1, 1],
+            step: &[2, 2],
+            count: &[2, 3],
+        };
+        let mut out = vec![0u8; 12];
+        stored.check(&sel, out.len()).unwrap();
+        assert!(stored.read(&sel, &mut out, &one).unwrap());
+        assert_eq!(values(&out), [7, 9, 11, 19, 21, 23]);
+        // Rows 4, 0, 1 whole, in the caller's order.
+        let rest = Hyperslab {
+            start: &[0],
+            step: &[1],
+            count: &[6],
+        };
+        let mut out = vec![0u8; 36];
+        let runs = [(4, 1), (0, 2)];
+        assert!(stored
+            .gather_in_place(runs, 3, &rest, &mut out, &one)
+            .unwrap());
+        let want: Vec<u16> = (24..30).chain(0..12).collect();
+        assert_eq!(values(&out), want);
+        // Part of each row is no whole row: the distinct rows' parts, through `gather`.
+        let part = Hyperslab {
+            start: &[2],
+            step: &[1],
+            count: &[2],
+        };
+        assert!(!stored
+            .gather_in_place(runs, 3, &part, &mut out[..12], &one)
+            .unwrap());
+        let mut out = vec![0u8; 12];
+        assert!(stored
+            .gather(&[(0, 2), (4, 1)], 3, &part, &mut out, &one)
+            .unwrap());
+        assert_eq!(values(&out), [2, 3, 8, 9, 26, 27]);
+    }
+
+    #[test]
+    fn selections_and_buffers_that_do_not_fit_are_refused() {
+        let stored = contiguous();
+        let sel = |start: &'static [u64], count: &'static [u64]| Hyperslab {
+            start,
+            step: &[1, 1],
+            count,
+        };
+        let err = stored.check(&sel(&[0, 4], &[1, 3]), 6).unwrap_err();
+        assert!(err.starts_with("selection out of range on axis 1"), "{err}");
+        let err = stored.check(&sel(&[0, 0], &[1, 3]), 8).unwrap_err();
+        assert!(err.contains("needs Some(3) elements of 2 bytes"), "{err}");
+        let err = stored
+            .gather(&[(0, 1)], 1, &sel(&[0], &[6]), &mut [0u8; 5], &|| Ok(1))
+            .unwrap_err();
+        assert!(matches!(err, StoredError::Invalid(_)), "{err}");
+        // Storage that is not the file's own bytes is not the engine's to read.
+        let file = tempfile::tempfile().unwrap();
+        let never = |_: &[u64]| -> Result<ChunkIndex, ()> { unreachable!() };
+        let compact = Stored::resolve(
+            "/c".into(),
+            file,
+            vec![4],
+            1,
+            StoredLayout::Compact,
+            never,
+            |_| {},
+        );
+        assert!(compact.unwrap().is_none());
+    }
+}
