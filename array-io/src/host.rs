@@ -248,14 +248,14 @@ unsafe fn filled<T: Element>(ds: &OpenDataset, values: &mut Vec<T>, n: usize) ->
 fn read_rows_through_hdf5<T: Element>(
     ds: &OpenDataset,
     types: &Types,
-    runs: &[(Vec<u64>, Vec<u64>)],
+    runs: &[Block],
     values: &mut Vec<T>,
     n: usize,
 ) -> Result<()> {
     let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
     let blocks: Vec<hdf5_raw::Block> = runs
         .iter()
-        .map(|(s, c)| (s.as_slice(), c.as_slice()))
+        .map(|b| (b.start.as_slice(), b.count.as_slice()))
         .collect();
     let file = select_blocks(&ds.shape, &blocks).map_err(|e| fail("selecting the rows", e))?;
     let memory = hdf5::Dataspace::try_new(n).map_err(|e| fail("creating a dataspace", e))?;
@@ -319,29 +319,31 @@ pub(crate) fn read_rows<T: Element>(
     shape.extend(rest.iter().map(|&d| d as usize));
     let mut values: Vec<T> = with_room(distinct.len() * row_len as usize);
     if !distinct.is_empty() && row_len > 0 {
-        // Runs of neighbouring rows, each one block of the file selection.
-        let mut runs: Vec<(Vec<u64>, Vec<u64>)> = Vec::new();
+        // Runs of neighbouring rows (first row, rows), for HDF5 each one block of the selection.
+        let mut runs: Vec<(u64, u64)> = Vec::new();
         for &row in &distinct {
             match runs.last_mut() {
-                Some((start, count)) if start[0] + count[0] == row => count[0] += 1,
-                _ => {
-                    let mut start = vec![row];
-                    start.extend(rest.iter().map(|_| 0));
-                    let mut count = vec![1];
-                    count.extend_from_slice(rest);
-                    runs.push((start, count));
-                }
+                Some((first, count)) if *first + *count == row => *count += 1,
+                _ => runs.push((row, 1)),
             }
         }
+        let blocks = || -> Vec<Block> {
+            let block = |&(first, count): &(u64, u64)| Block {
+                start: std::iter::once(first)
+                    .chain(rest.iter().map(|_| 0))
+                    .collect(),
+                count: std::iter::once(count).chain(rest.iter().copied()).collect(),
+            };
+            runs.iter().map(block).collect()
+        };
         let n = distinct.len() * row_len as usize;
         let threads = crate::options::driver_settings().nthreads;
         let served = match crate::stored::of(&ds, &types)? {
             Some(stored) => {
-                let row_runs: Vec<(u64, u64)> = runs.iter().map(|(s, c)| (s[0], c[0])).collect();
                 // SAFETY: `values` is `with_room`'s for the `n` elements, empty.
                 let bytes = unsafe { room_bytes(&mut values, n) };
                 let distinct = distinct.len() as u64;
-                crate::stored::read_rows(&ds, stored, &row_runs, distinct, threads, bytes)?
+                crate::stored::read_rows(&ds, stored, &runs, distinct, threads, bytes)?
             }
             None => false,
         };
@@ -351,20 +353,13 @@ pub(crate) fn read_rows<T: Element>(
         } else if let Ok(planned) = crate::host_codec::for_dataset(&ds, &types, threads)? {
             // Compressed chunks h5gds decodes: each chunk the runs touch decoded once.
             // SAFETY: `values` is `with_room`'s for the `n` elements, empty (the engine declined
-            // before writing, or wrote initialised bytes).
+            // before writing).
             let bytes = unsafe { room_bytes(&mut values, n) };
-            let blocks: Vec<Block> = runs
-                .iter()
-                .map(|(start, count)| Block {
-                    start: start.clone(),
-                    count: count.clone(),
-                })
-                .collect();
-            crate::host_codec::read_runs(&ds, &types.mem, &blocks, &planned, bytes)?;
-            // SAFETY: the elements were zeroed, then every one written by the read.
+            crate::host_codec::read_runs(&ds, &types.mem, &blocks(), &planned, bytes)?;
+            // SAFETY: the read wrote every element.
             unsafe { filled(&ds, &mut values, n) }?;
         } else {
-            read_rows_through_hdf5(&ds, &types, &runs, &mut values, n)?;
+            read_rows_through_hdf5(&ds, &types, &blocks(), &mut values, n)?;
         }
     }
     let row_len = row_len as usize;
