@@ -12,7 +12,7 @@ use crate::hdf5_raw::{self, select_blocks, Spaces};
 use crate::layout::Types;
 use crate::select::Block;
 use h5gds_chunk_codec::place::chunks_selected;
-use h5gds_chunk_codec::{place_missing, Filter, HostRead, Hyperslab, Pipeline};
+use h5gds_chunk_codec::{place_missing, HostRead, Hyperslab, Pipeline};
 use h5gds_engine::facts::StoredLayout;
 use hdf5::Datatype;
 
@@ -90,10 +90,6 @@ pub(crate) fn for_dataset(
     if chunk.len() != ds.shape.len() {
         return Ok(Err("its chunk shape does not match its rank".into()));
     }
-    let filters: Vec<Filter> = filters
-        .into_iter()
-        .map(|(id, values)| Filter { id, values })
-        .collect();
     // Unfiltered chunks too: read straight from the file by the driver's threads, as the
     // Python package's reads of them are, where HDF5 would read them one after another.
     let pipeline = match filters.is_empty() {

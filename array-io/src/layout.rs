@@ -115,7 +115,7 @@ pub(crate) fn storage(ds: &OpenDataset) -> Result<Storage> {
 /// The ids of the dataset's filters, in pipeline order (empty when unfiltered).
 pub(crate) fn filter_ids(ds: &OpenDataset) -> Result<Vec<i32>> {
     Ok(match stored_layout(ds)? {
-        StoredLayout::Chunked { filters, .. } => filters.into_iter().map(|(id, _)| id).collect(),
+        StoredLayout::Chunked { filters, .. } => filters.into_iter().map(|f| f.id).collect(),
         _ => Vec::new(),
     })
 }
@@ -188,7 +188,10 @@ mod tests {
         // Deflate (filter 1) at level 4.
         let expected = StoredLayout::Chunked {
             chunk: vec![2, 3],
-            filters: vec![(1, vec![4])],
+            filters: vec![h5gds_chunk_codec::Filter {
+                id: 1,
+                values: vec![4],
+            }],
             cache_bytes: 3 << 20,
         };
         assert_eq!(chunked_layout, expected);

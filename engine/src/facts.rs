@@ -5,6 +5,7 @@
 //! that serialises calls into that HDF5 (h5py's, or hdf5-metno's).
 
 use crate::hdf5_error::{stack, Hdf5Error};
+use h5gds_chunk_codec::Filter;
 use h5gds_runtime::hdf5::{herr_t, hid_t, hsize_t, Hdf5Api, H5S_MAX_RANK, HADDR_UNDEF};
 use std::ffi::{c_int, c_uint};
 
@@ -51,11 +52,11 @@ pub enum StoredLayout {
         external: bool,
     },
     Compact,
-    /// Chunks of `chunk` elements through the pipeline `filters` (`(id, client values)` in
-    /// order); `cache_bytes`: the dataset's chunk cache size.
+    /// Chunks of `chunk` elements through the pipeline `filters` (in order, as the chunk codec
+    /// takes them); `cache_bytes`: the dataset's chunk cache size.
     Chunked {
         chunk: Vec<u64>,
-        filters: Vec<(i32, Vec<u32>)>,
+        filters: Vec<Filter>,
         cache_bytes: usize,
     },
     Virtual,
@@ -149,7 +150,7 @@ pub fn stored_layout(api: &Hdf5Api, dataset: hid_t) -> Result<StoredLayout, Hdf5
 ///
 /// # Safety
 /// `dcpl` must be an open dataset creation property list with more than `index` filters.
-unsafe fn filter(api: &Hdf5Api, dcpl: hid_t, index: c_uint) -> Result<(i32, Vec<u32>), Hdf5Error> {
+unsafe fn filter(api: &Hdf5Api, dcpl: hid_t, index: c_uint) -> Result<Filter, Hdf5Error> {
     let get = api.H5Pget_filter2?;
     let mut values = vec![0 as c_uint; 16];
     loop {
@@ -173,7 +174,7 @@ unsafe fn filter(api: &Hdf5Api, dcpl: hid_t, index: c_uint) -> Result<(i32, Vec<
         }
         if count <= values.len() {
             values.truncate(count);
-            return Ok((id, values));
+            return Ok(Filter { id, values });
         }
         values.resize(count, 0);
     }

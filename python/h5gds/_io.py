@@ -93,7 +93,7 @@ def read(dset, out=None, sel=None):
     # device array where the layout serves it): checked and read in one native call (threads
     # reading rows then hold the GIL only briefly); other selections go straight to the general
     # path's one call.
-    if _layout.remembered(dset) and first_axis_only(sel):
+    if first_axis_only(sel) and _layout.remembered(dset):
         known = _native.read_known_layout(_layout._layouts, dset, out, sel)
         if known is not None:
             return known

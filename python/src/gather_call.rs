@@ -17,7 +17,6 @@ use crate::device_error;
 use crate::gather::{GatherPlan, HostBuffer, Rest, RowsRead};
 use crate::hdf5::{self, StoredLayout};
 use crate::io_call::{ArrayArg, Phil, Selection, Target};
-use h5gds_chunk_codec::Filter;
 use h5gds_runtime::pinned;
 use numpy::PyReadonlyArray1;
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -200,16 +199,9 @@ impl<'py> Gather<'_, 'py> {
             return read.through_hdf5(py, 0);
         };
         if facts.same_type && !filters.is_empty() {
-            let filters: Vec<Filter> = filters
-                .iter()
-                .map(|(id, values)| Filter {
-                    id: *id,
-                    values: values.clone(),
-                })
-                .collect();
             let name = hdf5::object_name(target.dataset);
             if read
-                .decoded(py, chunk, &filters, &name, self.settings)?
+                .decoded(py, chunk, filters, &name, self.settings)?
                 .is_none()
             {
                 return Ok(());

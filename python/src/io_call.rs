@@ -15,7 +15,7 @@ use crate::hdf5::{self, DatasetFacts, Hid, StoredLayout};
 use crate::host_codec::{self, CompressedHostRead};
 use crate::known_read::{cached_layout, Cached};
 use crate::layout::{DeviceOut, Layout};
-use h5gds_chunk_codec::{Filter, Hyperslab};
+use h5gds_chunk_codec::Hyperslab;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -263,19 +263,12 @@ impl<'py> Call<'py> {
         if let StoredLayout::Chunked { chunk, filters, .. } = &facts.layout {
             if !self.write && facts.same_type && !filters.is_empty() {
                 let name = hdf5::object_name(self.dataset);
-                let filters: Vec<Filter> = filters
-                    .iter()
-                    .map(|(id, values)| Filter {
-                        id: *id,
-                        values: values.clone(),
-                    })
-                    .collect();
                 let elements: u64 = self.sel.count.iter().product();
                 let read = CompressedHostRead {
                     dataset: self.dataset,
                     name: &name,
                     chunk,
-                    filters: &filters,
+                    filters,
                     start: &self.sel.start,
                     step: &self.sel.step,
                     count: &self.sel.count,

@@ -15,9 +15,7 @@ mod runs;
 use crate::facts::StoredLayout;
 use chunk_cache::{Kept, LargeKept};
 use h5gds_chunk_codec::place::{chunks_selected, ChunkPart};
-use h5gds_chunk_codec::{
-    ChunkIndex, Filter, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk,
-};
+use h5gds_chunk_codec::{ChunkIndex, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk};
 use h5gds_runtime::hdf5::{hid_t, hsize_t, Hdf5Api};
 use std::ffi::{c_int, c_uint, c_void};
 use std::fs::File;
@@ -200,11 +198,7 @@ impl Stored {
                 external: false,
             } => Storage::Contiguous { address },
             StoredLayout::Chunked { chunk, filters, .. } => {
-                let ids = filters.iter().map(|(id, _)| *id).collect();
-                let filters: Vec<Filter> = filters
-                    .into_iter()
-                    .map(|(id, values)| Filter { id, values })
-                    .collect();
+                let ids = filters.iter().map(|f| f.id).collect();
                 let pipeline = match filters.is_empty() {
                     true => Pipeline::unfiltered(),
                     false => match Pipeline::for_filters(&filters, element) {

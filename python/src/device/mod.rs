@@ -53,7 +53,7 @@ impl StorageFacts {
     pub fn new(layout: StoredLayout, stored_size: usize) -> StorageFacts {
         let (chunk, filters) = match &layout {
             StoredLayout::Chunked { chunk, filters, .. } => {
-                (chunk.clone(), filters.iter().map(|(id, _)| *id).collect())
+                (chunk.clone(), filters.iter().map(|f| f.id).collect())
             }
             _ => (Vec::new(), Vec::new()),
         };
