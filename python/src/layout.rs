@@ -343,16 +343,9 @@ impl Layout {
         settings: &CallSettings,
     ) -> PyResult<bool> {
         let (runs, rows) = (plan.caller_runs(), plan.len() as u64);
-        py.detach(|| {
-            // SAFETY: the Python caller passes the address and size of a live, writable host
-            // buffer it keeps referenced for the call.
-            let bytes =
-                unsafe { std::slice::from_raw_parts_mut(out.address as *mut u8, out.nbytes) };
-            let threads = || settings.nthreads();
-            self.stored
-                .gather_in_place(runs, rows, &rest_slab(rest), bytes, &threads)
+        self.gather_into(py, rest, out, settings, |stored, rest, bytes, threads| {
+            stored.gather_in_place(runs, rows, rest, bytes, threads)
         })
-        .map_err(py_error)
     }
 
     /// [`Layout::gather`] of `plan`'s distinct rows (each: `rest` of the other axes) into `out`.
@@ -365,14 +358,29 @@ impl Layout {
         settings: &CallSettings,
     ) -> PyResult<bool> {
         let (runs, distinct) = (plan.row_runs(), plan.distinct_rows() as u64);
+        self.gather_into(py, rest, out, settings, |stored, rest, bytes, threads| {
+            stored.gather(runs, distinct, rest, bytes, threads)
+        })
+    }
+
+    /// Runs one of the engine's gathers (`gather`: given the storage, `rest` as a slab, the
+    /// caller's buffer and its thread count) into `out`, with the GIL released.
+    fn gather_into(
+        &self,
+        py: Python<'_>,
+        rest: &Rest,
+        out: HostBuffer,
+        settings: &CallSettings,
+        gather: impl FnOnce(&Stored, &Hyperslab, &mut [u8], stored::Threads) -> Result<bool, StoredError>
+            + Send,
+    ) -> PyResult<bool> {
         py.detach(|| {
             // SAFETY: the Python caller passes the address and size of a live, writable host
             // buffer it keeps referenced for the call.
             let bytes =
                 unsafe { std::slice::from_raw_parts_mut(out.address as *mut u8, out.nbytes) };
             let threads = || settings.nthreads();
-            self.stored
-                .gather(runs, distinct, &rest_slab(rest), bytes, &threads)
+            gather(&self.stored, &rest_slab(rest), bytes, &threads)
         })
         .map_err(py_error)
     }
