@@ -278,27 +278,30 @@ fn module_cycle(src: &std::path::Path) -> Option<Vec<String>> {
         .find_map(|m| visit(m, &edges, &mut Vec::new(), &mut done))
 }
 
+/// Every workspace crate's source directory, for the checks that read the sources.
+const CRATE_SOURCES: [&str; 16] = [
+    "runtime/src",
+    "cufile-sys/src",
+    "nvcomp-sys/src",
+    "vfd/src",
+    "vfd-gds-compat/src",
+    "route/src",
+    "engine/src",
+    "gpu-codec/src",
+    "chunk-codec/src",
+    "array-io/src",
+    "python/src",
+    "info/src",
+    "cli/src",
+    "benches/src",
+    "emulators/cuda/src",
+    "emulators/nvcomp/src",
+];
+
 #[test]
 fn no_crate_has_an_import_cycle_between_its_modules() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let crates = [
-        "runtime/src",
-        "cufile-sys/src",
-        "nvcomp-sys/src",
-        "vfd/src",
-        "route/src",
-        "engine/src",
-        "gpu-codec/src",
-        "chunk-codec/src",
-        "array-io/src",
-        "python/src",
-        "info/src",
-        "cli/src",
-        "benches/src",
-        "emulators/cuda/src",
-        "emulators/nvcomp/src",
-    ];
-    for krate in crates {
+    for krate in CRATE_SOURCES {
         let src = root.join(krate);
         assert!(!modules(&src).is_empty(), "{krate} has no sources");
         assert_eq!(module_cycle(&src), None, "{krate}");
@@ -406,27 +409,8 @@ fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
 fn hdf5_functions_are_bound_only_in_the_runtimes_hdf5_api() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let binding = root.join("runtime/src/hdf5");
-    let dirs = [
-        "runtime/src",
-        "cufile-sys/src",
-        "nvcomp-sys/src",
-        "vfd/src",
-        "vfd-gds-compat/src",
-        "route/src",
-        "engine/src",
-        "gpu-codec/src",
-        "chunk-codec/src",
-        "array-io/src",
-        "python/src",
-        "info/src",
-        "cli/src",
-        "benches/src",
-        "emulators/cuda/src",
-        "emulators/nvcomp/src",
-        "tests",
-    ];
     let mut files = Vec::new();
-    for dir in dirs {
+    for dir in CRATE_SOURCES.iter().chain(&["tests"]) {
         rust_files(&root.join(dir), &mut files);
     }
     assert!(files.len() > 100, "{} Rust files", files.len());
