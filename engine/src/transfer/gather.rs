@@ -1,21 +1,19 @@
 //! The selection of a gather: rows of a dataset's first axis, given as sorted runs, selected as
-//! a union of hyperslabs in h5py's HDF5. The caller holds h5py's lock.
+//! a union of hyperslabs. The caller holds the HDF5's lock.
 
-use super::MAX_RANK;
-use super::{api, argument, dataset_space, stack, Hid, IoError, Prepared, Space, H5S_SELECT_SET};
+use super::{argument, dataset_space, stack, Hid, IoError, Prepared, Space, H5S_SELECT_SET, MAX_RANK};
 use h5gds_runtime::hdf5::{hsize_t as Hsize, Hdf5Api};
 use std::ffi::c_int;
 
 /// `H5Smodify_select`'s type, from the table.
 type Modify = unsafe extern "C" fn(space: Hid, op: c_int, other: Hid) -> c_int;
 
-/// The checks and dataspaces of a gather (`crate::gather`): rows of the dataset's first axis
+/// The checks and dataspaces of a gather: rows of the dataset's first axis
 /// given as sorted, disjoint runs (`runs`: first row and number of rows each), the other axes
 /// selected by one hyperslab (`rest_start`, `rest_step`, `rest_count`), read with one H5Dread
 /// into `nbytes` at `buffer`, which holds the runs' rows one after another in file order. The
 /// file selection is the union of one hyperslab per run; the memory selection all of a
-/// one-dimensional space of as many elements. `Ok(None)`: nothing to move. The caller holds
-/// h5py's lock.
+/// one-dimensional space of as many elements. `Ok(None)`: nothing to move.
 pub struct GatherRead<'a> {
     pub dataset: Hid,
     pub mem_type: Hid,
@@ -32,8 +30,10 @@ const H5S_SELECT_OR: c_int = 1;
 
 /// Checks a gather's ids, runs and sizes against HDF5 and builds its dataspaces (see
 /// [`GatherRead`]); what it returns runs with [`Prepared::run`].
-pub fn prepare_gather(g: &GatherRead) -> Result<Option<Prepared>, IoError> {
-    let api = api().map_err(IoError::Hdf5)?;
+pub fn prepare_gather(
+    api: &'static Hdf5Api,
+    g: &GatherRead,
+) -> Result<Option<Prepared>, IoError> {
     let (file_space, dims) = dataset_space(api, g.dataset, g.mem_type)?;
     let dims = &dims[..];
     let Some((&rows, rest_dims)) = dims.split_first() else {

@@ -1,0 +1,309 @@
+//! One transfer of a dataset's elements through HDF5 (`H5Dread`/`H5Dwrite` of a hyperslab, or of a
+//! gather's union of runs of rows), over the table of the HDF5 copy a face hands in
+//! (`h5gds_runtime::hdf5::Hdf5Api`): every id and size checked against HDF5 before bytes move, so a
+//! wrong argument is an error, never a write past a buffer. The caller holds that HDF5's lock
+//! (h5py's `phil`, or hdf5-metno's).
+
+mod gather;
+
+pub use gather::{prepare_gather, GatherRead};
+
+use crate::hdf5_error::stack;
+use h5gds_runtime::hdf5::{hid_t as Hid, Hdf5Api, MissingSymbol};
+use std::ffi::{c_int, c_void};
+
+type Hsize = u64;
+
+const H5P_DEFAULT: Hid = 0;
+const H5I_DATATYPE: c_int = 3;
+const H5I_DATASET: c_int = 5;
+const H5S_SCALAR: c_int = 0;
+const H5S_SELECT_SET: c_int = 0;
+/// HDF5's largest rank (checked against real headers by tests/abi_layout.rs).
+const MAX_RANK: usize = h5gds_runtime::hdf5::H5S_MAX_RANK;
+
+/// Why a call failed: a wrong argument (the caller's mistake) or HDF5 refusing the operation.
+#[derive(Debug)]
+pub enum IoError {
+    Argument(String),
+    Hdf5(String),
+}
+
+impl From<MissingSymbol> for IoError {
+    fn from(missing: MissingSymbol) -> IoError {
+        IoError::Hdf5(missing.to_string())
+    }
+}
+
+/// A dataspace closed when dropped.
+struct Space(Hid, &'static Hdf5Api);
+
+impl Space {
+    /// Owns the id a dataspace call returned, or reports HDF5's error for a failed one.
+    fn new(id: Hid, api: &'static Hdf5Api) -> Result<Space, IoError> {
+        if id < 0 {
+            return Err(IoError::Hdf5(stack(api)));
+        }
+        Ok(Space(id, api))
+    }
+}
+
+impl Drop for Space {
+    fn drop(&mut self) {
+        if let Ok(close) = self.1.H5Sclose {
+            // SAFETY: a dataspace id this module created and owns.
+            unsafe { close(self.0) };
+        }
+    }
+}
+
+/// One read or write: a dataset, the memory type, the file selection (a hyperslab: start, step,
+/// count per axis), the memory shape, and the buffer.
+pub struct Transfer<'a> {
+    pub write: bool,
+    pub dataset: Hid,
+    pub mem_type: Hid,
+    pub start: &'a [u64],
+    pub step: &'a [u64],
+    pub count: &'a [u64],
+    pub mem_shape: &'a [u64],
+    pub buffer: usize,
+    pub nbytes: usize,
+}
+
+/// The checked arguments of one transfer, ready to run without the GIL.
+pub struct Prepared {
+    api: &'static Hdf5Api,
+    /// H5Dwrite, else H5Dread.
+    write: bool,
+    dataset: Hid,
+    mem_type: Hid,
+    file_space: Space,
+    mem_space: Space,
+    buffer: usize,
+    rank: usize,
+}
+
+fn argument(message: String) -> IoError {
+    IoError::Argument(message)
+}
+
+/// Checks that `dataset` is an open dataset and `mem_type` a datatype, and returns the dataset's
+/// dataspace and its dimensions.
+fn dataset_space(
+    api: &'static Hdf5Api,
+    dataset: Hid,
+    mem_type: Hid,
+) -> Result<(Space, Vec<Hsize>), IoError> {
+    // SAFETY: plain queries; an invalid id yields an error code (the stack is cleared below).
+    let (dset_kind, type_kind) =
+        unsafe { ((api.H5Iget_type?)(dataset), (api.H5Iget_type?)(mem_type)) };
+    if dset_kind != H5I_DATASET || type_kind != H5I_DATATYPE {
+        stack(api);
+        return Err(argument(format!(
+            "id {dataset} is not an open dataset or id {mem_type} not a datatype"
+        )));
+    }
+    // SAFETY: a valid dataset id.
+    let file_space = Space::new(unsafe { (api.H5Dget_space?)(dataset) }, api)?;
+    let mut dims = [0 as Hsize; MAX_RANK];
+    // SAFETY: `dims` has room for HDF5's largest rank.
+    let rank = unsafe {
+        (api.H5Sget_simple_extent_dims?)(file_space.0, dims.as_mut_ptr(), std::ptr::null_mut())
+    };
+    if rank < 0 {
+        return Err(IoError::Hdf5(stack(api)));
+    }
+    Ok((file_space, dims[..rank as usize].to_vec()))
+}
+
+/// Checks every argument against HDF5 and builds the dataspaces. `Ok(None)`: nothing to move
+/// (an empty selection). `api`: the table of the HDF5 that opened the dataset.
+pub fn prepare(api: &'static Hdf5Api, t: &Transfer) -> Result<Option<Prepared>, IoError> {
+    let (file_space, dims) = dataset_space(api, t.dataset, t.mem_type)?;
+    let dims = &dims[..];
+    if [t.start.len(), t.step.len(), t.count.len()] != [dims.len(); 3] {
+        return Err(argument(format!(
+            "the selection has {} axes, the dataset {}",
+            t.count.len(),
+            dims.len()
+        )));
+    }
+    let mut elements: u64 = 1;
+    for (axis, &dim) in dims.iter().enumerate() {
+        let (start, step, count) = (t.start[axis], t.step[axis], t.count[axis]);
+        let last = (count.max(1) - 1)
+            .checked_mul(step)
+            .and_then(|d| d.checked_add(start));
+        if step == 0 || (count > 0 && last.is_none_or(|l| l >= dim)) {
+            return Err(argument(format!(
+                "selection out of range on axis {axis}: start {start}, step {step}, count {count} \
+                 for a size of {dim}"
+            )));
+        }
+        elements = elements.saturating_mul(count);
+    }
+    let mem_elements = t.mem_shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
+    if mem_elements != Some(elements) || t.mem_shape.len() > MAX_RANK {
+        return Err(argument(format!(
+            "the memory shape {:?} does not hold the {elements} elements selected",
+            t.mem_shape
+        )));
+    }
+    // SAFETY: a valid datatype id.
+    let type_size = unsafe { (api.H5Tget_size?)(t.mem_type) };
+    let needed = (elements as u128) * (type_size as u128);
+    if type_size == 0 || needed != t.nbytes as u128 {
+        stack(api);
+        return Err(argument(format!(
+            "the buffer has {} bytes, the selection needs {needed} ({elements} elements of {type_size} bytes)",
+            t.nbytes
+        )));
+    }
+    if elements == 0 {
+        return Ok(None);
+    }
+    // A selection of everything stays HDF5's "all" selection (the dataspace's own), which the
+    // driver reads as one request split over its threads, as it does for h5py's own reads.
+    let whole = (0..dims.len())
+        .all(|i| t.start[i] == 0 && t.count[i] == dims[i] && (t.step[i] == 1 || dims[i] <= 1));
+    if !dims.is_empty() && !whole {
+        // SAFETY: arrays of the space's rank; block NULL means blocks of 1.
+        let status = unsafe {
+            (api.H5Sselect_hyperslab?)(
+                file_space.0,
+                H5S_SELECT_SET,
+                t.start.as_ptr(),
+                t.step.as_ptr(),
+                t.count.as_ptr(),
+                std::ptr::null(),
+            )
+        };
+        if status < 0 {
+            return Err(IoError::Hdf5(stack(api)));
+        }
+    }
+    // SAFETY: a valid dataspace.
+    let selected = unsafe { (api.H5Sget_select_npoints?)(file_space.0) };
+    if selected != elements as i64 {
+        stack(api);
+        return Err(argument(format!(
+            "the dataset has no data to select (its dataspace holds {selected} elements, the \
+             selection {elements})"
+        )));
+    }
+    // SAFETY: creating a dataspace from a shape of at most MAX_RANK axes.
+    let mem_space = Space::new(
+        unsafe {
+            if t.mem_shape.is_empty() {
+                (api.H5Screate?)(H5S_SCALAR)
+            } else {
+                (api.H5Screate_simple?)(
+                    t.mem_shape.len() as c_int,
+                    t.mem_shape.as_ptr(),
+                    std::ptr::null(),
+                )
+            }
+        },
+        api,
+    )?;
+    Ok(Some(Prepared {
+        api,
+        write: t.write,
+        dataset: t.dataset,
+        mem_type: t.mem_type,
+        file_space,
+        mem_space,
+        buffer: t.buffer,
+        rank: dims.len(),
+    }))
+}
+
+impl Prepared {
+    /// The dataset's rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Moves the elements of the file hyperslab (`start`, `step`, `count`: a part of the
+    /// prepared selection) between the dataset and a host buffer holding them in row-major
+    /// order. The HDF5's lock stays held.
+    ///
+    /// # Safety
+    /// `buffer` must hold the hyperslab's elements in the memory type (writable for reads), and
+    /// the hyperslab must lie inside the dataset (a part of the checked selection).
+    pub unsafe fn run_hyperslab(
+        &self,
+        start: &[u64],
+        step: &[u64],
+        count: &[u64],
+        buffer: *mut c_void,
+    ) -> Result<(), String> {
+        let api = self.api;
+        let failed = |_: IoError| stack(api);
+        if self.rank == 0 {
+            // A scalar dataset has one element: the prepared spaces select it.
+            // SAFETY: as the caller guarantees.
+            return unsafe { self.io_with(self.mem_space.0, self.file_space.0, buffer) };
+        }
+        // SAFETY: a dataset id checked in `prepare`.
+        let file = Space::new(unsafe { (api.H5Dget_space?)(self.dataset) }, api).map_err(failed)?;
+        // SAFETY: arrays of the dataset's rank (the caller's part of the checked selection).
+        let status = unsafe {
+            (api.H5Sselect_hyperslab?)(
+                file.0,
+                H5S_SELECT_SET,
+                start.as_ptr(),
+                step.as_ptr(),
+                count.as_ptr(),
+                std::ptr::null(),
+            )
+        };
+        if status < 0 {
+            return Err(stack(api));
+        }
+        let elements: u64 = count.iter().product();
+        // SAFETY: a one-dimensional space of the hyperslab's element count.
+        let memory = Space::new(
+            unsafe { (api.H5Screate_simple?)(1, &elements, std::ptr::null()) },
+            api,
+        )
+        .map_err(failed)?;
+        // SAFETY: as the caller guarantees.
+        unsafe { self.io_with(memory.0, file.0, buffer) }
+    }
+
+    /// H5Dread/H5Dwrite with the given spaces.
+    ///
+    /// # Safety
+    /// `buffer` must hold the memory selection's elements in the memory type.
+    unsafe fn io_with(&self, memory: Hid, file: Hid, buffer: *mut c_void) -> Result<(), String> {
+        let api = self.api;
+        let (d, t) = (self.dataset, self.mem_type);
+        // SAFETY: ids checked in `prepare` or made from them; the buffer as the caller
+        // guarantees.
+        let status = unsafe {
+            if self.write {
+                (api.H5Dwrite?)(d, t, memory, file, H5P_DEFAULT, buffer)
+            } else {
+                (api.H5Dread?)(d, t, memory, file, H5P_DEFAULT, buffer)
+            }
+        };
+        if status < 0 {
+            Err(stack(api))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Moves the bytes (H5Dread or H5Dwrite). The HDF5's lock stays held.
+    ///
+    /// # Safety
+    /// The buffer must hold `nbytes` (checked in `prepare`) valid, writable (for reads) bytes for
+    /// the duration of the call.
+    pub unsafe fn run(&self) -> Result<(), String> {
+        let (memory, file) = (self.mem_space.0, self.file_space.0);
+        // SAFETY: ids checked in `prepare`; the buffer as the caller guarantees.
+        unsafe { self.io_with(memory, file, self.buffer as *mut c_void) }
+    }
+}
