@@ -11,6 +11,8 @@ use crate::layout::{check_types, Types};
 use crate::options::{DevicePath, Settings};
 use crate::select::Block;
 use crate::ReadOptions;
+use h5gds_engine::rows::RowPlan;
+use h5gds_engine::transfer::{prepare_gather_in_groups, GatherRead};
 use hdf5::{Dataset, Datatype, File};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 use std::path::Path;
@@ -243,33 +245,40 @@ unsafe fn filled<T: Element>(ds: &OpenDataset, values: &mut Vec<T>, n: usize) ->
     Ok(())
 }
 
-/// Reads the `n` elements of the runs of rows `runs` (start, count: blocks of whole rows, in
-/// increasing order) into `values` (empty, with room for them) with one `H5Dread` of their union.
+/// Reads the `n` elements of the runs of rows `runs` (first row, rows; in increasing order; all
+/// of the other axes, of sizes `rest`) into `values` (empty, from [`with_room`] with room for
+/// them) with one `H5Dread` of their union (`h5gds_engine::transfer`, as the Python package's
+/// gathers read).
 fn read_rows_through_hdf5<T: Element>(
     ds: &OpenDataset,
     types: &Types,
-    runs: &[Block],
+    (runs, rest): (&[(u64, u64)], &[u64]),
     values: &mut Vec<T>,
     n: usize,
 ) -> Result<()> {
-    let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
-    let blocks: Vec<hdf5_raw::Block> = runs
-        .iter()
-        .map(|b| (b.start.as_slice(), b.count.as_slice()))
-        .collect();
-    let file = select_blocks(&ds.shape, &blocks).map_err(|e| fail("selecting the rows", e))?;
-    let memory = hdf5::Dataspace::try_new(n).map_err(|e| fail("creating a dataspace", e))?;
-    let spaces = Spaces {
-        memory: Some(&memory),
-        file: Some(&file),
+    let (zeros, ones) = (vec![0; rest.len()], vec![1; rest.len()]);
+    // SAFETY: `values` is `with_room`'s for the `n` elements, empty.
+    let bytes = unsafe { room_bytes(values, n) };
+    let read = GatherRead {
+        dataset: ds.dset.id(),
+        mem_type: types.mem.id(),
+        runs,
+        rest_start: &zeros,
+        rest_step: &ones,
+        rest_count: rest,
+        buffer: bytes.as_mut_ptr() as usize,
+        nbytes: bytes.len(),
     };
-    hdf5_raw::read_into(
-        &ds.dset,
-        &types.mem,
-        spaces,
-        &mut values.spare_capacity_mut()[..n],
-    )
-    .map_err(|e| fail("reading the rows", e))?;
+    hdf5_raw::locked(|| {
+        let reads = prepare_gather_in_groups(hdf5_raw::linked_hdf5(), &read, 0)
+            .map_err(|e| format!("{e:?}"))?;
+        // SAFETY: each read's part of `bytes` checked against its selection in
+        // `prepare_gather_in_groups`; `bytes` lives through the reads.
+        reads
+            .iter()
+            .try_for_each(|prepared| unsafe { prepared.run() })
+    })
+    .map_err(|message| Error::hdf5("reading the rows", &ds.path, Some(&ds.name), message))?;
     // SAFETY: the read above wrote all n elements.
     unsafe { filled(ds, values, n) }
 }
@@ -311,22 +320,19 @@ pub(crate) fn read_rows<T: Element>(
                 })
         })
         .collect::<Result<Vec<u64>>>()?;
-    let mut distinct = resolved.clone();
-    distinct.sort_unstable();
-    distinct.dedup();
+    // Every row was checked above: the plan cannot refuse one.
+    let plan = RowPlan::of(&resolved, extent).map_err(|reason| Error::UnsupportedDataset {
+        path: ds.path.clone(),
+        dataset: ds.name.clone(),
+        reason,
+    })?;
     let row_len: u64 = rest.iter().product();
     let mut shape: Vec<usize> = vec![rows.len()];
     shape.extend(rest.iter().map(|&d| d as usize));
-    let mut values: Vec<T> = with_room(distinct.len() * row_len as usize);
-    if !distinct.is_empty() && row_len > 0 {
-        // Runs of neighbouring rows (first row, rows), for HDF5 each one block of the selection.
-        let mut runs: Vec<(u64, u64)> = Vec::new();
-        for &row in &distinct {
-            match runs.last_mut() {
-                Some((first, count)) if *first + *count == row => *count += 1,
-                _ => runs.push((row, 1)),
-            }
-        }
+    let n = plan.distinct() * row_len as usize;
+    let mut values: Vec<T> = with_room(n);
+    let runs = plan.runs();
+    if n > 0 {
         let blocks = || -> Vec<Block> {
             let block = |&(first, count): &(u64, u64)| Block {
                 start: std::iter::once(first)
@@ -336,14 +342,13 @@ pub(crate) fn read_rows<T: Element>(
             };
             runs.iter().map(block).collect()
         };
-        let n = distinct.len() * row_len as usize;
         let threads = crate::options::driver_settings().nthreads;
         let served = match crate::stored::of(&ds, &types)? {
             Some(stored) => {
                 // SAFETY: `values` is `with_room`'s for the `n` elements, empty.
                 let bytes = unsafe { room_bytes(&mut values, n) };
-                let distinct = distinct.len() as u64;
-                crate::stored::read_rows(&ds, stored, &runs, distinct, threads, bytes)?
+                let distinct = plan.distinct() as u64;
+                crate::stored::read_rows(&ds, stored, runs, distinct, threads, bytes)?
             }
             None => false,
         };
@@ -359,15 +364,20 @@ pub(crate) fn read_rows<T: Element>(
             // SAFETY: the read wrote every element.
             unsafe { filled(&ds, &mut values, n) }?;
         } else {
-            read_rows_through_hdf5(&ds, &types, &blocks(), &mut values, n)?;
+            read_rows_through_hdf5(&ds, &types, (runs, rest), &mut values, n)?;
         }
     }
-    let row_len = row_len as usize;
-    let mut out = with_room(rows.len() * row_len);
-    for row in &resolved {
-        let at = distinct.binary_search(row).unwrap_or_default() * row_len;
-        out.extend_from_slice(&values[at..at + row_len]);
-    }
+    let len = rows.len() * row_len as usize;
+    let mut out: Vec<T> = with_room(len);
+    // SAFETY: `with_room` zeroed the `len` elements' bytes, a valid value of every element type
+    // (integers, floats, bool false); the scatter below overwrites each.
+    unsafe { out.set_len(len) };
+    plan.scatter(&values, &mut out, row_len as usize)
+        .map_err(|reason| Error::UnsupportedDataset {
+            path: ds.path.clone(),
+            dataset: ds.name.clone(),
+            reason,
+        })?;
     drop(types);
     ds.close()?;
     let expected = out.len();

@@ -169,6 +169,19 @@ fn row_gathers_decode_each_chunk_once_and_read_what_h5py_reads() {
     }
 }
 
+#[test]
+fn row_gathers_left_to_hdf5_read_what_h5py_reads() {
+    // With H5GDS_HOST_CODEC=0 no chunk is read by h5gds: the distinct rows come from one
+    // H5Dread of the union of their runs, then are copied into the caller's order.
+    let name = "row_gathers_left_to_hdf5_read_what_h5py_reads";
+    let dir = codec_files();
+    let Some(run) = run(name, dir.path(), &[("H5GDS_HOST_CODEC", "0")], rows_body) else {
+        return;
+    };
+    let log = run.stderr();
+    assert!(!log.contains("runs of rows,"), "{log}");
+}
+
 fn corrupt_body() {
     let dir = test_dir();
     let file = dir.join("h5py.h5");

@@ -2,7 +2,7 @@
 //! the Python extension (its pyo3 face), so that each way of moving a dataset is written once.
 //! It holds no `ndarray`, pyo3 nor HDF5 binding of its own: it calls HDF5 through the table a
 //! face hands it (`h5gds_runtime::hdf5::Hdf5Api`), and the faces convert their arrays and errors.
-//! It holds the collective decomposition ([`tiles`]), what HDF5 says about a stored dataset
+//! It holds the collective decomposition ([`tiles`]), the plan of a gather of rows ([`rows`]), what HDF5 says about a stored dataset
 //! ([`facts`], its errors in [`hdf5_error`]) and the HDF5 side of stored chunks ([`chunks`]), the reads
 //! of a dataset whose storage cannot change, with no HDF5 call ([`stored`]), and one checked
 //! transfer through HDF5 ([`transfer`]).
@@ -10,6 +10,7 @@
 pub mod chunks;
 pub mod facts;
 pub mod hdf5_error;
+pub mod rows;
 pub mod stored;
 pub mod tiles;
 pub mod transfer;

@@ -1,110 +1,21 @@
 //! Gathers: `h5gds.read(dset, sel=rows)` with a 1-D integer array of rows along the first axis.
 //!
-//! A [`GatherPlan`] is made from the caller's indices without HDF5 (sorted, repeats dropped,
-//! neighbouring rows coalesced into runs, and each caller position's rank among the distinct
-//! rows); [`dataset_gather`] reads the distinct rows with one H5Dread of the union of the runs
-//! (h5py's lock held, the GIL released), straight into the output when the indices are strictly
-//! increasing, else into a buffer of distinct rows that [`GatherPlan::scatter`] copies into the
-//! caller's order (repeats included) without HDF5's lock or the GIL.
+//! A [`GatherPlan`] (the engine's `h5gds_engine::rows::RowPlan`) is made from the caller's
+//! indices without HDF5; [`dataset_gather`] reads the distinct rows with one H5Dread of the union
+//! of the runs (h5py's lock held, the GIL released), straight into the output when the indices
+//! are strictly increasing, else into a buffer of distinct rows that [`GatherPlan::scatter`]
+//! copies into the caller's order (repeats included) without HDF5's lock or the GIL.
 
 use crate::call_settings::CallSettings;
 use crate::hdf5;
 use crate::host_codec;
+use h5gds_engine::rows::RowPlan;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
-/// The caller's rows, sorted and coalesced (see the module's documentation).
+/// The caller's rows, sorted and coalesced: the engine's plan, for Python.
 #[pyclass(frozen, module = "h5gds._native")]
-pub struct GatherPlan {
-    /// The distinct rows as runs in increasing order: first row, number of rows.
-    runs: Vec<(u64, u64)>,
-    /// For each of the caller's indices, the position of its row among the distinct rows
-    /// (empty when the indices are strictly increasing: then they are the distinct rows).
-    ranks: Vec<usize>,
-    /// How many distinct rows.
-    distinct: usize,
-    /// How many indices the caller gave.
-    len: usize,
-}
-
-impl GatherPlan {
-    /// The distinct rows as runs in increasing order: first row, number of rows.
-    pub(crate) fn row_runs(&self) -> &[(u64, u64)] {
-        &self.runs
-    }
-
-    /// How many distinct rows.
-    pub(crate) fn distinct_rows(&self) -> usize {
-        self.distinct
-    }
-
-    /// How many indices the caller gave.
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
-    /// The caller's rows in the caller's order (repeats included), as runs (first row, rows) of
-    /// rows that are neighbours both in the file and in that order.
-    pub(crate) fn caller_runs(&self) -> Vec<(u64, u64)> {
-        if self.ranks.is_empty() {
-            return self.runs.clone();
-        }
-        let distinct: Vec<u64> = self
-            .runs
-            .iter()
-            .flat_map(|&(first, rows)| first..first + rows)
-            .collect();
-        let mut runs: Vec<(u64, u64)> = Vec::new();
-        for row in self.ranks.iter().map(|&rank| distinct[rank]) {
-            match runs.last_mut() {
-                Some((first, rows)) if *first + *rows == row => *rows += 1,
-                _ => runs.push((row, 1)),
-            }
-        }
-        runs
-    }
-
-    /// The plan for `indices`, each checked to lie below `rows`.
-    pub(crate) fn of(indices: &[u64], rows: u64) -> Result<GatherPlan, String> {
-        if let Some((at, bad)) = indices.iter().enumerate().find(|(_, &i)| i >= rows) {
-            return Err(format!(
-                "index {bad} (position {at}) is out of range for axis 0 with size {rows}"
-            ));
-        }
-        let mut runs: Vec<(u64, u64)> = Vec::new();
-        let mut add = |row: u64| match runs.last_mut() {
-            Some((first, length)) if *first + *length == row => *length += 1,
-            Some((first, length)) if *first + *length > row => {} // a repeat
-            _ => runs.push((row, 1)),
-        };
-        if indices.windows(2).all(|w| w[0] < w[1]) {
-            indices.iter().for_each(|&row| add(row));
-            return Ok(GatherPlan {
-                runs,
-                ranks: Vec::new(),
-                distinct: indices.len(),
-                len: indices.len(),
-            });
-        }
-        let mut order: Vec<(u64, usize)> = indices.iter().copied().zip(0..).collect();
-        order.sort_unstable();
-        let mut ranks = vec![0; indices.len()];
-        let mut distinct = 0;
-        for (k, &(row, position)) in order.iter().enumerate() {
-            if k > 0 && order[k - 1].0 != row {
-                distinct += 1;
-            }
-            ranks[position] = distinct;
-            add(row);
-        }
-        Ok(GatherPlan {
-            runs,
-            ranks,
-            distinct: distinct + usize::from(!indices.is_empty()),
-            len: indices.len(),
-        })
-    }
-}
+pub struct GatherPlan(pub(crate) RowPlan);
 
 #[pymethods]
 impl GatherPlan {
@@ -127,7 +38,7 @@ impl GatherPlan {
                 // above); nothing writes to it meanwhile (the caller made it for this call).
                 unsafe { std::slice::from_raw_parts(address as *const u64, count) }
             };
-            GatherPlan::of(indices, rows)
+            RowPlan::of(indices, rows).map(GatherPlan)
         })
         .map_err(PyValueError::new_err)
     }
@@ -135,20 +46,20 @@ impl GatherPlan {
     /// How many distinct rows the indices name (the rows read).
     #[getter]
     fn distinct(&self) -> usize {
-        self.distinct
+        self.0.distinct()
     }
 
     /// How many runs of neighbouring rows the distinct rows form (the hyperslabs of the read).
     #[getter]
     fn runs(&self) -> usize {
-        self.runs.len()
+        self.0.runs().len()
     }
 
     /// Whether the indices are strictly increasing: then the rows are read straight into the
     /// output, and there is nothing to scatter.
     #[getter]
-    pub(crate) fn in_order(&self) -> bool {
-        self.ranks.is_empty()
+    fn in_order(&self) -> bool {
+        self.0.in_order()
     }
 
     /// Copies the distinct rows (`source`, `source_nbytes`: `distinct` rows of `row_bytes`, in
@@ -177,7 +88,8 @@ impl GatherPlan {
 }
 
 impl GatherPlan {
-    /// [`GatherPlan::scatter`] between two host buffers the caller keeps alive.
+    /// [`GatherPlan::scatter`] between two host buffers the caller keeps alive, distinct and
+    /// holding `nbytes` each (checked against the plan before anything is copied).
     pub(crate) fn scatter_into(
         &self,
         py: Python<'_>,
@@ -185,100 +97,26 @@ impl GatherPlan {
         target: HostBuffer,
         row_bytes: usize,
     ) -> PyResult<()> {
-        let (source_nbytes, target_nbytes) = (source.nbytes, target.nbytes);
-        let (source, target) = (source.address, target.address);
-        let source_needed = self.distinct.checked_mul(row_bytes);
-        let target_needed = self.len.checked_mul(row_bytes);
-        if source_needed != Some(source_nbytes) || target_needed != Some(target_nbytes) {
-            return Err(PyValueError::new_err(format!(
-                "scatter of {} rows ({} distinct) of {row_bytes} bytes from {source_nbytes} \
-                 bytes into {target_nbytes} bytes: the sizes do not match",
-                self.len, self.distinct
-            )));
-        }
-        if self.ranks.is_empty() {
-            if source != target && row_bytes > 0 && self.len > 0 {
-                // SAFETY: both buffers hold `len` rows of `row_bytes` (checked above; the caller
-                // keeps them alive and passes distinct buffers).
-                py.detach(|| unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        source as *const u8,
-                        target as *mut u8,
-                        target_nbytes,
-                    )
-                });
-            }
+        let plan = &self.0;
+        plan.check_scatter(source.nbytes, target.nbytes, row_bytes)
+            .map_err(PyValueError::new_err)?;
+        if source.address == target.address || target.nbytes == 0 {
+            // Rows in order read in place, or nothing to copy.
             return Ok(());
         }
-        if row_bytes == 0 {
-            return Ok(());
-        }
-        // SAFETY: every rank is below `distinct` and every position below `len` (the plan's
-        // invariants), so all rows lie inside the buffers checked above, which the caller keeps
-        // alive; the source (the rows read) and the target (the output) are distinct buffers.
-        py.detach(|| unsafe {
-            scatter_rows(
-                &self.ranks,
-                source as *const u8,
-                target as *mut u8,
-                row_bytes,
-            )
-        });
-        Ok(())
-    }
-}
-
-/// Scatters of at least this many bytes are split over threads: the output's pages are often
-/// fresh (`out=None`), and faulting them in is most of a scatter's time.
-const SCATTER_SPLIT: usize = 8 << 20;
-
-/// At most this many threads scatter one gather.
-const SCATTER_THREADS: usize = 8;
-
-/// Copies row `ranks[i]` of `source` to row `i` of `target`, rows of `row_bytes`; large scatters
-/// in parts on scoped threads (a part whose thread cannot start is copied on this one).
-///
-/// # Safety
-/// `source` must hold more rows than the largest rank, `target` `ranks.len()` rows, both valid
-/// for the call and not overlapping.
-unsafe fn scatter_rows(ranks: &[usize], source: *const u8, target: *mut u8, row_bytes: usize) {
-    // Addresses as integers, so the parts can go to other threads.
-    let (source, target) = (source as usize, target as usize);
-    let copy = |first: usize, part: &[usize]| {
-        for (i, &rank) in part.iter().enumerate() {
-            // SAFETY: as the caller guarantees, for row `first + i` of the target.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    (source as *const u8).add(rank * row_bytes),
-                    (target as *mut u8).add((first + i) * row_bytes),
-                    row_bytes,
+        py.detach(|| {
+            // SAFETY: the caller passes two live, distinct buffers of these sizes (non-null:
+            // neither is empty, checked above against the plan).
+            let (source, target) = unsafe {
+                (
+                    std::slice::from_raw_parts(source.address as *const u8, source.nbytes),
+                    std::slice::from_raw_parts_mut(target.address as *mut u8, target.nbytes),
                 )
-            }
-        }
-    };
-    let threads = if ranks.len().saturating_mul(row_bytes) < SCATTER_SPLIT {
-        1
-    } else {
-        std::thread::available_parallelism().map_or(1, |n| n.get().min(SCATTER_THREADS))
-    };
-    if threads <= 1 {
-        copy(0, ranks);
-        return;
+            };
+            plan.scatter(source, target, row_bytes)
+        })
+        .map_err(PyValueError::new_err)
     }
-    let per = ranks.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let mut parts = ranks.chunks(per).enumerate();
-        let (_, own) = parts.next().unwrap_or((0, &[]));
-        for (k, part) in parts {
-            let spawned = std::thread::Builder::new()
-                .name("h5gds-scatter".into())
-                .spawn_scoped(scope, move || copy(k * per, part));
-            if spawned.is_err() {
-                copy(k * per, part);
-            }
-        }
-        copy(0, own);
-    });
 }
 
 /// Reads the distinct rows of `plan` (each row: the hyperslab `rest_start`, `rest_step`,
@@ -348,62 +186,23 @@ pub struct RowsRead<'a> {
 impl RowsRead<'_> {
     /// Through HDF5 (see [`dataset_gather`]).
     pub fn through_hdf5(&self, py: Python<'_>, runs_per_read: usize) -> PyResult<()> {
-        let RowsRead {
-            dataset,
-            mem_type,
-            plan,
-            rest,
-            out,
-        } = self;
-        let (dataset, mem_type) = (*dataset, *mem_type);
-        let (rest_start, rest_step, rest_count) = (rest.start, rest.step, rest.count);
-        let (buffer, nbytes) = (out.address, out.nbytes);
-        if plan.distinct == 0 || plan.runs.is_empty() {
-            return Ok(());
-        }
-        if nbytes % plan.distinct != 0 {
-            return Err(PyValueError::new_err(format!(
-                "the buffer has {nbytes} bytes, not a whole number of rows for the {} rows of the \
-                 gather",
-                plan.distinct
-            )));
-        }
-        let row_bytes = nbytes / plan.distinct;
-        let per_read = if runs_per_read == 0 {
-            plan.runs.len()
-        } else {
-            runs_per_read
+        let read = hdf5::GatherRead {
+            dataset: self.dataset,
+            mem_type: self.mem_type,
+            runs: self.plan.0.runs(),
+            rest_start: self.rest.start,
+            rest_step: self.rest.step,
+            rest_count: self.rest.count,
+            buffer: self.out.address,
+            nbytes: self.out.nbytes,
         };
-        let mut reads = Vec::new();
-        let mut offset = 0;
-        for group in plan.runs.chunks(per_read) {
-            let rows: u64 = group.iter().map(|&(_, length)| length).sum();
-            let group_bytes = rows as usize * row_bytes;
-            let read = hdf5::GatherRead {
-                dataset,
-                mem_type,
-                runs: group,
-                rest_start,
-                rest_step,
-                rest_count,
-                buffer: buffer + offset,
-                nbytes: group_bytes,
-            };
-            offset += group_bytes;
-            match hdf5::prepare_gather(&read) {
-                Ok(Some(prepared)) => reads.push(prepared),
-                Ok(None) => {}
-                Err(hdf5::IoError::Argument(message)) => {
-                    return Err(PyValueError::new_err(message))
-                }
-                Err(hdf5::IoError::Hdf5(message)) => return Err(PyOSError::new_err(message)),
-            }
-        }
+        let reads =
+            hdf5::prepare_gather_in_groups(&read, runs_per_read).map_err(crate::error::io_error)?;
         py.detach(|| {
             reads.iter().try_for_each(|prepared| {
                 // SAFETY: the Python caller passes the address and size of a live buffer it keeps
                 // referenced for the call; each group's part of it checked against its selection in
-                // `prepare_gather`, the parts one after another inside the buffer.
+                // `prepare_gather_in_groups`, the parts one after another inside the buffer.
                 unsafe { prepared.run() }
             })
         })
@@ -426,11 +225,11 @@ impl RowsRead<'_> {
         let (rest_start, rest_step, rest_count) =
             (self.rest.start, self.rest.step, self.rest.count);
         let (buffer, nbytes) = (self.out.address, self.out.nbytes);
-        let runs = plan.row_runs();
+        let runs = plan.0.runs();
         let (Some(&(first, _)), Some(&(last, last_rows))) = (runs.first(), runs.last()) else {
             return Ok(None);
         };
-        let distinct = plan.distinct_rows();
+        let distinct = plan.0.distinct();
         if nbytes % distinct != 0 {
             return Err(PyValueError::new_err(format!(
                 "the buffer has {nbytes} bytes, not a whole number of rows for the {distinct} rows \

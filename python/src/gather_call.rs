@@ -17,6 +17,7 @@ use crate::device_error;
 use crate::gather::{GatherPlan, HostBuffer, Rest, RowsRead};
 use crate::hdf5::{self, StoredLayout};
 use crate::io_call::{ArrayArg, Phil, Selection, Target};
+use h5gds_engine::rows::RowPlan;
 use h5gds_runtime::pinned;
 use numpy::PyReadonlyArray1;
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -64,7 +65,7 @@ pub fn gather_dataset<'py>(
     let target = Target::new(dset, &out.dtype)?;
     let indices = sel.rows.as_slice()?;
     let plan = py
-        .detach(|| GatherPlan::of(indices, axis_rows))
+        .detach(|| RowPlan::of(indices, axis_rows).map(GatherPlan))
         .map_err(PyValueError::new_err)?;
     let rest = Rest {
         start: &sel.rest.start,
@@ -141,7 +142,7 @@ impl<'py> Gather<'_, 'py> {
         // Whole rows of a read-only file's contiguous dataset: read straight into the caller's
         // order.
         if let Some(layout) = &layout {
-            if !plan.in_order()
+            if !plan.0.in_order()
                 && layout
                     .get()
                     .gather_rows_in_place(py, plan, &self.rest, out, self.settings)?
@@ -149,16 +150,16 @@ impl<'py> Gather<'_, 'py> {
                 return Ok(());
             }
         }
-        if plan.in_order() {
+        if plan.0.in_order() {
             return self.distinct_rows(py, layout.as_ref(), out);
         }
         let rest_elements: u64 = self.rest.count.iter().product();
         let itemsize: usize = self.dtype.getattr("itemsize")?.extract()?;
         let row_bytes = rest_elements as usize * itemsize;
-        let mut scratch = take_scratch(plan.distinct_rows() * row_bytes);
+        let mut scratch = take_scratch(plan.0.distinct() * row_bytes);
         let rows = HostBuffer {
             address: scratch.as_mut_ptr() as usize,
-            nbytes: plan.distinct_rows() * row_bytes,
+            nbytes: plan.0.distinct() * row_bytes,
         };
         let read = self.distinct_rows(py, layout.as_ref(), rows);
         let scattered = read.and_then(|()| plan.scatter_into(py, rows, out, row_bytes));

@@ -342,7 +342,7 @@ impl Layout {
         out: HostBuffer,
         settings: &CallSettings,
     ) -> PyResult<bool> {
-        let (runs, rows) = (plan.caller_runs(), plan.len() as u64);
+        let (runs, rows) = (plan.0.caller_runs(), plan.0.len() as u64);
         self.gather_into(py, rest, out, settings, |stored, rest, bytes, threads| {
             stored.gather_in_place(runs, rows, rest, bytes, threads)
         })
@@ -357,7 +357,7 @@ impl Layout {
         out: HostBuffer,
         settings: &CallSettings,
     ) -> PyResult<bool> {
-        let (runs, distinct) = (plan.row_runs(), plan.distinct_rows() as u64);
+        let (runs, distinct) = (plan.0.runs(), plan.0.distinct() as u64);
         self.gather_into(py, rest, out, settings, |stored, rest, bytes, threads| {
             stored.gather(runs, distinct, rest, bytes, threads)
         })

@@ -1,7 +1,9 @@
 //! The selection of a gather: rows of a dataset's first axis, given as sorted runs, selected as
 //! a union of hyperslabs. The caller holds the HDF5's lock.
 
-use super::{argument, dataset_space, stack, Hid, IoError, Prepared, Space, H5S_SELECT_SET, MAX_RANK};
+use super::{
+    argument, dataset_space, stack, Hid, IoError, Prepared, Space, H5S_SELECT_SET, MAX_RANK,
+};
 use h5gds_runtime::hdf5::{hsize_t as Hsize, Hdf5Api};
 use std::ffi::c_int;
 
@@ -14,6 +16,7 @@ type Modify = unsafe extern "C" fn(space: Hid, op: c_int, other: Hid) -> c_int;
 /// into `nbytes` at `buffer`, which holds the runs' rows one after another in file order. The
 /// file selection is the union of one hyperslab per run; the memory selection all of a
 /// one-dimensional space of as many elements. `Ok(None)`: nothing to move.
+#[derive(Clone, Copy)]
 pub struct GatherRead<'a> {
     pub dataset: Hid,
     pub mem_type: Hid,
@@ -30,10 +33,7 @@ const H5S_SELECT_OR: c_int = 1;
 
 /// Checks a gather's ids, runs and sizes against HDF5 and builds its dataspaces (see
 /// [`GatherRead`]); what it returns runs with [`Prepared::run`].
-pub fn prepare_gather(
-    api: &'static Hdf5Api,
-    g: &GatherRead,
-) -> Result<Option<Prepared>, IoError> {
+pub fn prepare_gather(api: &'static Hdf5Api, g: &GatherRead) -> Result<Option<Prepared>, IoError> {
     let (file_space, dims) = dataset_space(api, g.dataset, g.mem_type)?;
     let dims = &dims[..];
     let Some((&rows, rest_dims)) = dims.split_first() else {
@@ -128,6 +128,48 @@ pub fn prepare_gather(
         buffer: g.buffer,
         rank: dims.len(),
     }))
+}
+
+/// The reads of a gather's rows (`g`, its buffer holding all the runs' rows) in groups of
+/// `runs_per_read` runs (0: one read of all), each checked as [`prepare_gather`] checks one,
+/// every group before any is read: HDF5 maps a selection onto a chunked dataset's chunks in time
+/// that grows faster than the number of chunks touched, so chunked gathers read in groups.
+pub fn prepare_gather_in_groups(
+    api: &'static Hdf5Api,
+    g: &GatherRead,
+    runs_per_read: usize,
+) -> Result<Vec<Prepared>, IoError> {
+    let rows: u64 = g.runs.iter().map(|&(_, length)| length).sum();
+    if rows == 0 {
+        return Ok(Vec::new());
+    }
+    if g.nbytes as u64 % rows != 0 {
+        return Err(argument(format!(
+            "the buffer has {} bytes, not a whole number of rows for the {rows} rows of the \
+             gather",
+            g.nbytes
+        )));
+    }
+    let row_bytes = g.nbytes / rows as usize;
+    let per_read = if runs_per_read == 0 {
+        g.runs.len()
+    } else {
+        runs_per_read
+    };
+    let mut reads = Vec::new();
+    let mut offset = 0;
+    for group in g.runs.chunks(per_read) {
+        let nbytes = group.iter().map(|&(_, length)| length).sum::<u64>() as usize * row_bytes;
+        let read = GatherRead {
+            runs: group,
+            buffer: g.buffer + offset,
+            nbytes,
+            ..*g
+        };
+        reads.extend(prepare_gather(api, &read)?);
+        offset += nbytes;
+    }
+    Ok(reads)
 }
 
 /// Runs of rows below 16 are added to a selection one by one; longer lists are split in two

@@ -6,7 +6,7 @@
 
 mod gather;
 
-pub use gather::{prepare_gather, GatherRead};
+pub use gather::{prepare_gather, prepare_gather_in_groups, GatherRead};
 
 use crate::hdf5_error::stack;
 use h5gds_runtime::hdf5::{hid_t as Hid, Hdf5Api, MissingSymbol};

@@ -40,9 +40,12 @@ pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, IoError> {
     transfer::prepare(api().map_err(IoError::Hdf5)?, t)
 }
 
-/// `h5gds_engine::transfer::prepare_gather` in h5py's HDF5.
-pub fn prepare_gather(g: &GatherRead) -> Result<Option<Prepared>, IoError> {
-    transfer::prepare_gather(api().map_err(IoError::Hdf5)?, g)
+/// `h5gds_engine::transfer::prepare_gather_in_groups` in h5py's HDF5.
+pub fn prepare_gather_in_groups(
+    g: &GatherRead,
+    runs_per_read: usize,
+) -> Result<Vec<Prepared>, IoError> {
+    transfer::prepare_gather_in_groups(api().map_err(IoError::Hdf5)?, g, runs_per_read)
 }
 
 /// The driver the file holding `dataset` is open with: `None` when it is h5gds's `gds` driver,

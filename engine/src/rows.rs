@@ -1,0 +1,222 @@
+//! The plan of a gather of rows along a dataset's first axis (`h5gds.read(d, sel=rows)`,
+//! array-io's `from_file_rows`), made from the caller's indices with no HDF5: the distinct rows
+//! sorted, repeats dropped and neighbours coalesced into runs (what is read), and each caller
+//! position's rank among the distinct rows (how the rows read are copied into the caller's order,
+//! repeats included: [`RowPlan::scatter`]).
+
+use rayon::prelude::*;
+
+/// The caller's rows, sorted and coalesced (see the module's documentation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowPlan {
+    /// The distinct rows as runs in increasing order: first row, number of rows.
+    runs: Vec<(u64, u64)>,
+    /// For each of the caller's indices, the position of its row among the distinct rows
+    /// (empty when the indices are strictly increasing: then they are the distinct rows).
+    ranks: Vec<usize>,
+    distinct: usize,
+    len: usize,
+}
+
+/// Scatters of more than this many bytes are split over the pool's threads, in parts of this
+/// many: the output's pages are often fresh, and faulting them in is most of a scatter's time.
+const SCATTER_SPLIT: usize = 8 << 20;
+
+impl RowPlan {
+    /// The plan for `indices`, each checked to lie below `rows` (the message names the first
+    /// that does not).
+    pub fn of(indices: &[u64], rows: u64) -> Result<RowPlan, String> {
+        if let Some((at, bad)) = indices.iter().enumerate().find(|(_, &i)| i >= rows) {
+            return Err(format!(
+                "index {bad} (position {at}) is out of range for axis 0 with size {rows}"
+            ));
+        }
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        let mut add = |row: u64| match runs.last_mut() {
+            Some((first, length)) if *first + *length == row => *length += 1,
+            Some((first, length)) if *first + *length > row => {} // a repeat
+            _ => runs.push((row, 1)),
+        };
+        if indices.windows(2).all(|w| w[0] < w[1]) {
+            indices.iter().for_each(|&row| add(row));
+            return Ok(RowPlan {
+                runs,
+                ranks: Vec::new(),
+                distinct: indices.len(),
+                len: indices.len(),
+            });
+        }
+        let mut order: Vec<(u64, usize)> = indices.iter().copied().zip(0..).collect();
+        order.sort_unstable();
+        let mut ranks = vec![0; indices.len()];
+        let mut distinct = 0;
+        for (k, &(row, position)) in order.iter().enumerate() {
+            if k > 0 && order[k - 1].0 != row {
+                distinct += 1;
+            }
+            ranks[position] = distinct;
+            add(row);
+        }
+        Ok(RowPlan {
+            runs,
+            ranks,
+            distinct: distinct + usize::from(!indices.is_empty()),
+            len: indices.len(),
+        })
+    }
+
+    /// The distinct rows as runs in increasing order: first row, number of rows.
+    pub fn runs(&self) -> &[(u64, u64)] {
+        &self.runs
+    }
+
+    /// How many distinct rows (the rows read).
+    pub fn distinct(&self) -> usize {
+        self.distinct
+    }
+
+    /// How many indices the caller gave.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the caller gave no index.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether the indices are strictly increasing: then the rows read are the output, and
+    /// there is nothing to scatter.
+    pub fn in_order(&self) -> bool {
+        self.ranks.is_empty()
+    }
+
+    /// The caller's rows in the caller's order (repeats included), as runs (first row, rows) of
+    /// rows that are neighbours both in the file and in that order.
+    pub fn caller_runs(&self) -> Vec<(u64, u64)> {
+        if self.ranks.is_empty() {
+            return self.runs.clone();
+        }
+        let distinct: Vec<u64> = self
+            .runs
+            .iter()
+            .flat_map(|&(first, rows)| first..first + rows)
+            .collect();
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for row in self.ranks.iter().map(|&rank| distinct[rank]) {
+            match runs.last_mut() {
+                Some((first, rows)) if *first + *rows == row => *rows += 1,
+                _ => runs.push((row, 1)),
+            }
+        }
+        runs
+    }
+
+    /// Refuses a scatter of rows of `row_bytes` from `source` bytes into `target` bytes that do
+    /// not hold the plan's distinct rows and its indices' rows.
+    pub fn check_scatter(
+        &self,
+        source: usize,
+        target: usize,
+        row_bytes: usize,
+    ) -> Result<(), String> {
+        if self.distinct.checked_mul(row_bytes) != Some(source)
+            || self.len.checked_mul(row_bytes) != Some(target)
+        {
+            return Err(format!(
+                "scatter of {} rows ({} distinct) of {row_bytes} bytes from {source} bytes into \
+                 {target} bytes: the sizes do not match",
+                self.len, self.distinct
+            ));
+        }
+        Ok(())
+    }
+
+    /// Copies the distinct rows (`source`: `distinct` rows of `row_len` elements, in increasing
+    /// row order) into the caller's order (`target`: one row per index, repeats included).
+    /// Refused, before anything is copied, when a size does not match the plan.
+    pub fn scatter<T: Copy + Send + Sync>(
+        &self,
+        source: &[T],
+        target: &mut [T],
+        row_len: usize,
+    ) -> Result<(), String> {
+        self.check_scatter(source.len(), target.len(), row_len)?;
+        if self.ranks.is_empty() {
+            target.copy_from_slice(source);
+            return Ok(());
+        }
+        if row_len == 0 {
+            return Ok(());
+        }
+        let copy = |(ranks, part): (&[usize], &mut [T])| {
+            for (row, &rank) in part.chunks_exact_mut(row_len).zip(ranks) {
+                row.copy_from_slice(&source[rank * row_len..(rank + 1) * row_len]);
+            }
+        };
+        if std::mem::size_of_val(target) < SCATTER_SPLIT {
+            copy((&self.ranks, target));
+        } else {
+            // Parts of at least a split's bytes, on the pool's threads.
+            let per = (SCATTER_SPLIT / std::mem::size_of_val(&source[..row_len])).max(1);
+            self.ranks
+                .par_chunks(per)
+                .zip(target.par_chunks_mut(per * row_len))
+                .for_each(copy);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RowPlan;
+
+    #[test]
+    fn indices_become_sorted_runs_and_ranks() {
+        let plan = RowPlan::of(&[7, 2, 3, 7, 0], 8).unwrap();
+        assert_eq!(plan.runs(), &[(0, 1), (2, 2), (7, 1)]);
+        assert_eq!(
+            (plan.distinct(), plan.len(), plan.in_order()),
+            (4, 5, false)
+        );
+        assert_eq!(plan.caller_runs(), vec![(7, 1), (2, 2), (7, 1), (0, 1)]);
+        let increasing = RowPlan::of(&[1, 2, 5], 6).unwrap();
+        assert_eq!(increasing.runs(), &[(1, 2), (5, 1)]);
+        assert!(increasing.in_order());
+        assert_eq!(
+            RowPlan::of(&[1, 6], 6).unwrap_err(),
+            "index 6 (position 1) is out of range for axis 0 with size 6"
+        );
+    }
+
+    #[test]
+    fn scatter_copies_rows_into_the_callers_order_and_refuses_wrong_sizes() {
+        let plan = RowPlan::of(&[2, 0, 2], 3).unwrap();
+        let source = [10u8, 11, 20, 21];
+        let mut target = [0u8; 6];
+        plan.scatter(&source, &mut target, 2).unwrap();
+        assert_eq!(target, [20, 21, 10, 11, 20, 21]);
+        let mut short = [0u8; 4];
+        assert!(plan.scatter(&source, &mut short, 2).is_err());
+        assert_eq!(short, [0; 4]);
+    }
+
+    #[test]
+    fn a_large_scatter_split_over_threads_places_every_row() {
+        let rows = 5000u64;
+        let indices: Vec<u64> = (0..rows).rev().chain(0..rows).collect();
+        let plan = RowPlan::of(&indices, rows).unwrap();
+        let row_bytes = 2048;
+        let source: Vec<u8> = (0..rows as usize * row_bytes)
+            .map(|i| (i / row_bytes) as u8)
+            .collect();
+        let mut target = vec![0u8; indices.len() * row_bytes];
+        plan.scatter(&source, &mut target, row_bytes).unwrap();
+        for (i, &row) in indices.iter().enumerate() {
+            assert!(target[i * row_bytes..(i + 1) * row_bytes]
+                .iter()
+                .all(|&b| b == row as u8));
+        }
+    }
+}
