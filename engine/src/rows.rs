@@ -203,6 +203,49 @@ mod tests {
     }
 
     #[test]
+    fn neighbouring_rows_coalesce_into_runs_in_and_out_of_order() {
+        let plan = RowPlan::of(&[5, 6, 7, 1, 1, 2, 9], 10).unwrap();
+        assert_eq!(
+            (plan.distinct(), plan.runs().len(), plan.in_order()),
+            (6, 3, false)
+        );
+        let increasing = [0, 1, 2, 4, 5, 9];
+        let plan = RowPlan::of(&increasing, 10).unwrap();
+        assert_eq!(
+            (plan.distinct(), plan.runs().len(), plan.in_order()),
+            (6, 3, true)
+        );
+        assert_eq!(
+            RowPlan::of(&increasing, 9).unwrap_err(),
+            "index 9 (position 5) is out of range for axis 0 with size 9"
+        );
+        let empty = RowPlan::of(&[], 10).unwrap();
+        assert_eq!(
+            (empty.distinct(), empty.runs().len(), empty.in_order()),
+            (0, 0, true)
+        );
+    }
+
+    #[test]
+    fn a_scatter_refuses_sizes_that_do_not_match_the_plan_naming_them() {
+        let plan = RowPlan::of(&[2, 0, 2], 3).unwrap();
+        let source: Vec<u8> = [0i64, 1].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut target = [0xFFu8; 24];
+        assert_eq!(
+            plan.scatter(&source, &mut target[..16], 8).unwrap_err(),
+            "scatter of 3 rows (2 distinct) of 8 bytes from 16 bytes into 16 bytes: the sizes \
+             do not match"
+        );
+        assert_eq!(target, [0xFF; 24]);
+        plan.scatter(&source, &mut target, 8).unwrap();
+        let rows: Vec<i64> = target
+            .chunks_exact(8)
+            .map(|row| i64::from_le_bytes(row.try_into().unwrap()))
+            .collect();
+        assert_eq!(rows, [1, 0, 1]);
+    }
+
+    #[test]
     fn a_large_scatter_split_over_threads_places_every_row() {
         let rows = 5000u64;
         let indices: Vec<u64> = (0..rows).rev().chain(0..rows).collect();

@@ -1,10 +1,10 @@
 //! Gathers: `h5gds.read(dset, sel=rows)` with a 1-D integer array of rows along the first axis.
 //!
-//! A [`GatherPlan`] (the engine's `h5gds_engine::rows::RowPlan`) is made from the caller's
-//! indices without HDF5; [`dataset_gather`] reads the distinct rows with one H5Dread of the union
-//! of the runs (h5py's lock held, the GIL released), straight into the output when the indices
-//! are strictly increasing, else into a buffer of distinct rows that [`GatherPlan::scatter`]
-//! copies into the caller's order (repeats included) without HDF5's lock or the GIL.
+//! The engine's plan (`h5gds_engine::rows::RowPlan`) is made from the caller's indices without
+//! HDF5; [`RowsRead::through_hdf5`] reads the distinct rows with one H5Dread of the union of the
+//! runs (h5py's lock held, the GIL released), straight into the output when the indices are
+//! strictly increasing, else into a buffer of distinct rows that [`scatter`] copies into the
+//! caller's order (repeats included) without HDF5's lock or the GIL.
 
 use crate::call_settings::CallSettings;
 use crate::hdf5;
@@ -13,149 +13,35 @@ use h5gds_engine::rows::RowPlan;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
-/// The caller's rows, sorted and coalesced: the engine's plan, for Python.
-#[pyclass(frozen, module = "h5gds._native")]
-pub struct GatherPlan(pub(crate) RowPlan);
-
-#[pymethods]
-impl GatherPlan {
-    /// The plan for the `count` indices (uint64, each below `rows`) at `address`: a C-contiguous
-    /// NumPy array the caller keeps alive for the call. ValueError for an index out of range or a
-    /// misaligned address.
-    #[new]
-    fn new(py: Python<'_>, address: usize, count: usize, rows: u64) -> PyResult<GatherPlan> {
-        if count > 0 && (address == 0 || address % std::mem::align_of::<u64>() != 0) {
-            return Err(PyValueError::new_err(format!(
-                "the indices' address {address:#x} is not that of aligned uint64 elements"
-            )));
-        }
-        py.detach(|| {
-            let indices: &[u64] = if count == 0 {
-                &[]
-            } else {
-                // SAFETY: the Python caller passes the address and length of a live, aligned
-                // uint64 array it keeps referenced for the call (checked non-null and aligned
-                // above); nothing writes to it meanwhile (the caller made it for this call).
-                unsafe { std::slice::from_raw_parts(address as *const u64, count) }
-            };
-            RowPlan::of(indices, rows).map(GatherPlan)
-        })
-        .map_err(PyValueError::new_err)
-    }
-
-    /// How many distinct rows the indices name (the rows read).
-    #[getter]
-    fn distinct(&self) -> usize {
-        self.0.distinct()
-    }
-
-    /// How many runs of neighbouring rows the distinct rows form (the hyperslabs of the read).
-    #[getter]
-    fn runs(&self) -> usize {
-        self.0.runs().len()
-    }
-
-    /// Whether the indices are strictly increasing: then the rows are read straight into the
-    /// output, and there is nothing to scatter.
-    #[getter]
-    fn in_order(&self) -> bool {
-        self.0.in_order()
-    }
-
-    /// Copies the distinct rows (`source`, `source_nbytes`: `distinct` rows of `row_bytes`, in
-    /// increasing row order) into the caller's order (`target`, `target_nbytes`: one row per
-    /// index, repeats included), with the GIL released. The caller keeps both buffers alive;
-    /// ValueError when a size does not match the plan, before anything is copied.
-    fn scatter(
-        &self,
-        py: Python<'_>,
-        source: usize,
-        source_nbytes: usize,
-        target: usize,
-        target_nbytes: usize,
-        row_bytes: usize,
-    ) -> PyResult<()> {
-        let source = HostBuffer {
-            address: source,
-            nbytes: source_nbytes,
-        };
-        let target = HostBuffer {
-            address: target,
-            nbytes: target_nbytes,
-        };
-        self.scatter_into(py, source, target, row_bytes)
-    }
-}
-
-impl GatherPlan {
-    /// [`GatherPlan::scatter`] between two host buffers the caller keeps alive, distinct and
-    /// holding `nbytes` each (checked against the plan before anything is copied).
-    pub(crate) fn scatter_into(
-        &self,
-        py: Python<'_>,
-        source: HostBuffer,
-        target: HostBuffer,
-        row_bytes: usize,
-    ) -> PyResult<()> {
-        let plan = &self.0;
-        plan.check_scatter(source.nbytes, target.nbytes, row_bytes)
-            .map_err(PyValueError::new_err)?;
-        if source.address == target.address || target.nbytes == 0 {
-            // Rows in order read in place, or nothing to copy.
-            return Ok(());
-        }
-        py.detach(|| {
-            // SAFETY: the caller passes two live, distinct buffers of these sizes (non-null:
-            // neither is empty, checked above against the plan).
-            let (source, target) = unsafe {
-                (
-                    std::slice::from_raw_parts(source.address as *const u8, source.nbytes),
-                    std::slice::from_raw_parts_mut(target.address as *mut u8, target.nbytes),
-                )
-            };
-            plan.scatter(source, target, row_bytes)
-        })
-        .map_err(PyValueError::new_err)
-    }
-}
-
-/// Reads the distinct rows of `plan` (each row: the hyperslab `rest_start`, `rest_step`,
-/// `rest_count` of the other axes) of dataset `dataset` with memory type `mem_type` into
-/// `nbytes` at `buffer`, in increasing row order: one H5Dread of the union of the plan's runs,
-/// or, with `runs_per_read` above 0, one per that many runs (HDF5 maps a selection onto a
-/// chunked dataset's chunks in time that grows faster than the number of chunks touched, so
-/// chunked gathers read in groups). The GIL is released while bytes move. Every id and size is
-/// checked against HDF5 for every group before any is read (ValueError on a mismatch, OSError
-/// when HDF5 fails). The caller holds h5py's lock and keeps the buffer alive.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-pub fn dataset_gather(
+/// Copies a gather's distinct rows (`source`: `plan`'s distinct rows of `row_bytes`, in
+/// increasing row order) into the caller's order (`target`: one row per index, repeats included)
+/// between two host buffers the caller keeps alive, distinct and holding `nbytes` each (checked
+/// against the plan before anything is copied), with the GIL released.
+pub(crate) fn scatter(
     py: Python<'_>,
-    dataset: i64,
-    mem_type: i64,
-    plan: &Bound<'_, GatherPlan>,
-    rest_start: Vec<u64>,
-    rest_step: Vec<u64>,
-    rest_count: Vec<u64>,
-    buffer: usize,
-    nbytes: usize,
-    runs_per_read: usize,
+    plan: &RowPlan,
+    source: HostBuffer,
+    target: HostBuffer,
+    row_bytes: usize,
 ) -> PyResult<()> {
-    RowsRead {
-        dataset,
-        mem_type,
-        plan: plan.get(),
-        rest: Rest {
-            start: &rest_start,
-            step: &rest_step,
-            count: &rest_count,
-        },
-        out: HostBuffer {
-            address: buffer,
-            nbytes,
-        },
+    plan.check_scatter(source.nbytes, target.nbytes, row_bytes)
+        .map_err(PyValueError::new_err)?;
+    if source.address == target.address || target.nbytes == 0 {
+        // Rows in order read in place, or nothing to copy.
+        return Ok(());
     }
-    .through_hdf5(py, runs_per_read)
+    py.detach(|| {
+        // SAFETY: the caller passes two live, distinct buffers of these sizes (non-null:
+        // neither is empty, checked above against the plan).
+        let (source, target) = unsafe {
+            (
+                std::slice::from_raw_parts(source.address as *const u8, source.nbytes),
+                std::slice::from_raw_parts_mut(target.address as *mut u8, target.nbytes),
+            )
+        };
+        plan.scatter(source, target, row_bytes)
+    })
+    .map_err(PyValueError::new_err)
 }
 
 /// The selection of the axes after the first: the same hyperslab in every row of a gather.
@@ -178,18 +64,22 @@ pub struct HostBuffer {
 pub struct RowsRead<'a> {
     pub dataset: i64,
     pub mem_type: i64,
-    pub plan: &'a GatherPlan,
+    pub plan: &'a RowPlan,
     pub rest: Rest<'a>,
     pub out: HostBuffer,
 }
 
 impl RowsRead<'_> {
-    /// Through HDF5 (see [`dataset_gather`]).
+    /// Through HDF5: one H5Dread of the union of the plan's runs, or, with `runs_per_read` above
+    /// 0, one per that many runs (HDF5 maps a selection onto a chunked dataset's chunks in time
+    /// that grows faster than the number of chunks touched, so chunked gathers read in groups),
+    /// with the GIL released while bytes move. Every id and size is checked against HDF5 for
+    /// every group before any is read (ValueError on a mismatch, OSError when HDF5 fails).
     pub fn through_hdf5(&self, py: Python<'_>, runs_per_read: usize) -> PyResult<()> {
         let read = hdf5::GatherRead {
             dataset: self.dataset,
             mem_type: self.mem_type,
-            runs: self.plan.0.runs(),
+            runs: self.plan.runs(),
             rest_start: self.rest.start,
             rest_step: self.rest.step,
             rest_count: self.rest.count,
@@ -225,11 +115,11 @@ impl RowsRead<'_> {
         let (rest_start, rest_step, rest_count) =
             (self.rest.start, self.rest.step, self.rest.count);
         let (buffer, nbytes) = (self.out.address, self.out.nbytes);
-        let runs = plan.0.runs();
+        let runs = plan.runs();
         let (Some(&(first, _)), Some(&(last, last_rows))) = (runs.first(), runs.last()) else {
             return Ok(None);
         };
-        let distinct = plan.0.distinct();
+        let distinct = plan.distinct();
         if nbytes % distinct != 0 {
             return Err(PyValueError::new_err(format!(
                 "the buffer has {nbytes} bytes, not a whole number of rows for the {distinct} rows \

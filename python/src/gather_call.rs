@@ -1,20 +1,20 @@
 //! `h5gds.read(dset, sel=rows)` in one native call (`gather_dataset`): rows along the first axis
 //! named by a 1-D integer array (Python checked and converted it), in any order, repeats
 //! included. The indices are sorted, repeats dropped and neighbours coalesced into runs
-//! (`gather::GatherPlan`, without the GIL); a read-only file's dataset with a layout reads the
+//! (`h5gds_engine::rows::RowPlan`, without the GIL); a read-only file's dataset with a layout reads the
 //! runs on the pool's threads with no HDF5 call (whole rows of a contiguous dataset straight into
 //! the caller's order); otherwise the distinct rows are read under h5py's lock, compressed chunks
 //! h5gds decodes read raw and decoded once each (`RowsRead::decoded`), else with H5Dread of the
 //! union of the runs (`RowsRead::through_hdf5`), straight into the output when the indices are
 //! strictly increasing, and otherwise into a buffer of distinct rows copied into the caller's
-//! order (`GatherPlan::scatter_into`). A device output gets the rows gathered in pinned host
+//! order (`gather::scatter`). A device output gets the rows gathered in pinned host
 //! memory, checked (bools) and copied up in one piece. The call holds the dataset, the index
 //! array and the output's owner for all of its native part.
 
 use crate::call_settings::CallSettings;
 use crate::device;
 use crate::device_error;
-use crate::gather::{GatherPlan, HostBuffer, Rest, RowsRead};
+use crate::gather::{self, HostBuffer, Rest, RowsRead};
 use crate::hdf5::{self, StoredLayout};
 use crate::io_call::{ArrayArg, Phil, Selection, Target};
 use h5gds_engine::rows::RowPlan;
@@ -65,7 +65,7 @@ pub fn gather_dataset<'py>(
     let target = Target::new(dset, &out.dtype)?;
     let indices = sel.rows.as_slice()?;
     let plan = py
-        .detach(|| RowPlan::of(indices, axis_rows).map(GatherPlan))
+        .detach(|| RowPlan::of(indices, axis_rows))
         .map_err(PyValueError::new_err)?;
     let rest = Rest {
         start: &sel.rest.start,
@@ -128,7 +128,7 @@ pub fn gather_dataset<'py>(
 struct Gather<'a, 'py> {
     target: &'a Target<'py>,
     dtype: &'a Bound<'py, PyAny>,
-    plan: &'a GatherPlan,
+    plan: &'a RowPlan,
     rest: Rest<'a>,
     /// The driver's settings, read at most once for the call.
     settings: &'a CallSettings,
@@ -142,7 +142,7 @@ impl<'py> Gather<'_, 'py> {
         // Whole rows of a read-only file's contiguous dataset: read straight into the caller's
         // order.
         if let Some(layout) = &layout {
-            if !plan.0.in_order()
+            if !plan.in_order()
                 && layout
                     .get()
                     .gather_rows_in_place(py, plan, &self.rest, out, self.settings)?
@@ -150,19 +150,19 @@ impl<'py> Gather<'_, 'py> {
                 return Ok(());
             }
         }
-        if plan.0.in_order() {
+        if plan.in_order() {
             return self.distinct_rows(py, layout.as_ref(), out);
         }
         let rest_elements: u64 = self.rest.count.iter().product();
         let itemsize: usize = self.dtype.getattr("itemsize")?.extract()?;
         let row_bytes = rest_elements as usize * itemsize;
-        let mut scratch = take_scratch(plan.0.distinct() * row_bytes);
+        let mut scratch = take_scratch(plan.distinct() * row_bytes);
         let rows = HostBuffer {
             address: scratch.as_mut_ptr() as usize,
-            nbytes: plan.0.distinct() * row_bytes,
+            nbytes: plan.distinct() * row_bytes,
         };
         let read = self.distinct_rows(py, layout.as_ref(), rows);
-        let scattered = read.and_then(|()| plan.scatter_into(py, rows, out, row_bytes));
+        let scattered = read.and_then(|()| gather::scatter(py, plan, rows, out, row_bytes));
         keep_scratch(scratch);
         scattered
     }

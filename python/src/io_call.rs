@@ -257,7 +257,7 @@ impl<'py> Call<'py> {
     /// A host array: compressed chunks decoded by h5gds where it decodes them and HDF5 would
     /// convert nothing, else one H5Dread/H5Dwrite.
     fn host(&self, py: Python<'py>, facts: DatasetFacts) -> PyResult<()> {
-        let Some(prepared) = prepare(&self.transfer()?)? else {
+        let Some(prepared) = hdf5::prepare(&self.transfer()?).map_err(io_error)? else {
             return Ok(());
         };
         if let StoredLayout::Chunked { chunk, filters, .. } = &facts.layout {
@@ -283,7 +283,11 @@ impl<'py> Call<'py> {
                 }
             }
         }
-        run_prepared(py, self.write, &prepared)
+        let op = if self.write { "H5Dwrite" } else { "H5Dread" };
+        // SAFETY: this call holds the array whose address and size `prepare` checked against the
+        // selection, alive for the call.
+        py.detach(|| unsafe { prepared.run() })
+            .map_err(|message| PyOSError::new_err(format!("{op} failed: {message}")))
     }
 
     /// A device array: the route `device::run` takes, over the facts HDF5 gave.
@@ -368,56 +372,5 @@ impl Drop for Phil<'_> {
         if let Err(err) = self.0.call_method0(intern!(py, "release")) {
             err.write_unraisable(py, Some(&self.0));
         }
-    }
-}
-
-/// `hdf5::prepare`, its refusals raised. `None`: nothing to move.
-fn prepare(transfer: &hdf5::Transfer) -> PyResult<Option<hdf5::Prepared>> {
-    hdf5::prepare(transfer).map_err(io_error)
-}
-
-/// Moves the prepared transfer's bytes (H5Dread or H5Dwrite) with the GIL released.
-fn run_prepared(py: Python<'_>, write: bool, prepared: &hdf5::Prepared) -> PyResult<()> {
-    let op = if write { "H5Dwrite" } else { "H5Dread" };
-    // SAFETY: the caller holds the array whose address and size `prepare` checked against the
-    // selection, alive for the call.
-    py.detach(|| unsafe { prepared.run() })
-        .map_err(|message| PyOSError::new_err(format!("{op} failed: {message}")))
-}
-
-/// One H5Dread/H5Dwrite of a hyperslab (`start`, `step`, `count` per axis) of dataset `dataset`
-/// with memory type `mem_type` into or from `nbytes` at address `buffer`, shaped `mem_shape`,
-/// as the caller names them (the tests' check of the native layer): every id and size is
-/// checked against HDF5 first (ValueError on a mismatch); the bytes move with the GIL released.
-/// The caller holds h5py's lock and keeps the buffer alive.
-#[pyfunction]
-#[pyo3(signature = (write, dataset, mem_type, start, step, count, mem_shape, buffer, nbytes))]
-#[allow(clippy::too_many_arguments)] // the test's flat call, as HDF5 names the parts
-pub fn dataset_io(
-    py: Python<'_>,
-    write: bool,
-    dataset: Hid,
-    mem_type: Hid,
-    start: Vec<u64>,
-    step: Vec<u64>,
-    count: Vec<u64>,
-    mem_shape: Vec<u64>,
-    buffer: usize,
-    nbytes: usize,
-) -> PyResult<()> {
-    let transfer = hdf5::Transfer {
-        write,
-        dataset,
-        mem_type,
-        start: &start,
-        step: &step,
-        count: &count,
-        mem_shape: &mem_shape,
-        buffer,
-        nbytes,
-    };
-    match prepare(&transfer)? {
-        Some(prepared) => run_prepared(py, write, &prepared),
-        None => Ok(()),
     }
 }

@@ -7,9 +7,10 @@
 use crate::call_settings::CallSettings;
 use crate::device;
 use crate::device_error;
-use crate::gather::{GatherPlan, HostBuffer, Rest};
+use crate::gather::{HostBuffer, Rest};
 use crate::hdf5::{self, Hid};
 use h5gds_chunk_codec::Hyperslab;
+use h5gds_engine::rows::RowPlan;
 use h5gds_engine::stored::{self, Stored, StoredError};
 use h5gds_route::route::{choose_decoder, Decoder};
 use h5gds_runtime::pinned;
@@ -150,74 +151,6 @@ impl Layout {
         };
         self.read_into_device(py, &sel, &out, &CallSettings::default())
     }
-
-    /// Reads a gather's rows straight into the caller's order (the buffer at `buffer`,
-    /// `nbytes`: one row per index, repeats included), each run of rows that are neighbours both
-    /// in the file and in the caller's order read as one piece, on the pool's threads, with no
-    /// HDF5 call, no buffer of distinct rows to copy from, and neither h5py's lock nor the GIL
-    /// held. For contiguous datasets and whole rows only (`rest_*` selects all of the other
-    /// axes); False otherwise, with nothing read. The caller keeps the buffer alive.
-    #[allow(clippy::too_many_arguments)]
-    fn gather_in_place(
-        &self,
-        py: Python<'_>,
-        plan: &Bound<'_, GatherPlan>,
-        rest_start: Vec<u64>,
-        rest_step: Vec<u64>,
-        rest_count: Vec<u64>,
-        buffer: usize,
-        nbytes: usize,
-    ) -> PyResult<bool> {
-        let rest = Rest {
-            start: &rest_start,
-            step: &rest_step,
-            count: &rest_count,
-        };
-        self.gather_rows_in_place(
-            py,
-            plan.get(),
-            &rest,
-            HostBuffer {
-                address: buffer,
-                nbytes,
-            },
-            &CallSettings::default(),
-        )
-    }
-
-    /// Reads the distinct rows of a gather's `plan` (each row: the hyperslab `rest_*` of the
-    /// other axes) into the host buffer at `buffer` (`nbytes`: the rows in increasing order),
-    /// its runs of rows on the pool's threads at once (compressed chunks: each chunk the runs
-    /// touch decoded once on the pool, the runs' rows copied from it), with no HDF5 call and
-    /// neither h5py's lock nor the GIL held. False when HDF5 is to read them; nothing was read
-    /// then. The caller keeps the buffer alive.
-    #[allow(clippy::too_many_arguments)]
-    fn gather(
-        &self,
-        py: Python<'_>,
-        plan: &Bound<'_, GatherPlan>,
-        rest_start: Vec<u64>,
-        rest_step: Vec<u64>,
-        rest_count: Vec<u64>,
-        buffer: usize,
-        nbytes: usize,
-    ) -> PyResult<bool> {
-        let rest = Rest {
-            start: &rest_start,
-            step: &rest_step,
-            count: &rest_count,
-        };
-        self.gather_rows(
-            py,
-            plan.get(),
-            &rest,
-            HostBuffer {
-                address: buffer,
-                nbytes,
-            },
-            &CallSettings::default(),
-        )
-    }
 }
 
 impl Layout {
@@ -333,31 +266,40 @@ impl Layout {
         self.stored.shape()
     }
 
-    /// [`Layout::gather_in_place`] of `plan`'s rows (each: `rest` of the other axes) into `out`.
+    /// Reads a gather's rows (`plan`; each: `rest` of the other axes) straight into the caller's
+    /// order (`out`: one row per index, repeats included), each run of rows that are neighbours
+    /// both in the file and in the caller's order read as one piece, on the pool's threads, with
+    /// no HDF5 call, no buffer of distinct rows to copy from, and neither h5py's lock nor the GIL
+    /// held. For contiguous datasets and whole rows only (`rest` selects all of the other axes);
+    /// false otherwise, with nothing read. The caller keeps the buffer alive.
     pub(crate) fn gather_rows_in_place(
         &self,
         py: Python<'_>,
-        plan: &GatherPlan,
+        plan: &RowPlan,
         rest: &Rest,
         out: HostBuffer,
         settings: &CallSettings,
     ) -> PyResult<bool> {
-        let (runs, rows) = (plan.0.caller_runs(), plan.0.len() as u64);
+        let (runs, rows) = (plan.caller_runs(), plan.len() as u64);
         self.gather_into(py, rest, out, settings, |stored, rest, bytes, threads| {
             stored.gather_in_place(runs, rows, rest, bytes, threads)
         })
     }
 
-    /// [`Layout::gather`] of `plan`'s distinct rows (each: `rest` of the other axes) into `out`.
+    /// Reads the distinct rows of a gather's `plan` (each: `rest` of the other axes) into `out`
+    /// (the rows in increasing order), its runs of rows on the pool's threads at once (compressed
+    /// chunks: each chunk the runs touch decoded once on the pool, the runs' rows copied from
+    /// it), with no HDF5 call and neither h5py's lock nor the GIL held. False when HDF5 is to read
+    /// them; nothing was read then. The caller keeps the buffer alive.
     pub(crate) fn gather_rows(
         &self,
         py: Python<'_>,
-        plan: &GatherPlan,
+        plan: &RowPlan,
         rest: &Rest,
         out: HostBuffer,
         settings: &CallSettings,
     ) -> PyResult<bool> {
-        let (runs, distinct) = (plan.0.runs(), plan.0.distinct() as u64);
+        let (runs, distinct) = (plan.runs(), plan.distinct() as u64);
         self.gather_into(py, rest, out, settings, |stored, rest, bytes, threads| {
             stored.gather(runs, distinct, rest, bytes, threads)
         })

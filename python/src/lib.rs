@@ -258,7 +258,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_fapl, m)?)?;
     m.add_function(wrap_pyfunction!(info_json, m)?)?;
     m.add_function(wrap_pyfunction!(info_text, m)?)?;
-    m.add_function(wrap_pyfunction!(io_call::dataset_io, m)?)?;
     m.add_function(wrap_pyfunction!(io_call::read_dataset, m)?)?;
     m.add_function(wrap_pyfunction!(io_call::write_dataset, m)?)?;
     m.add_class::<layout::Layout>()?;
@@ -275,9 +274,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode::encode_write_chunks, m)?)?;
     m.add_function(wrap_pyfunction!(device_copy, m)?)?;
     m.add_class::<PinnedHost>()?;
-    m.add_function(wrap_pyfunction!(gather::dataset_gather, m)?)?;
     m.add_function(wrap_pyfunction!(gather_call::gather_dataset, m)?)?;
-    m.add_class::<gather::GatherPlan>()?;
     tiles::register(m)?;
     m.add("DRIVER_NAME", "gds")?;
     m.add("DRIVER_VALUE", h5gds::DRIVER_VALUE)?;

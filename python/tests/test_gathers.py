@@ -191,55 +191,6 @@ def test_gathers_from_threads_at_once(tmp_path, run_in_threads):
         run_in_threads([work(seed) for seed in range(4)], 25)
 
 
-def test_the_plan_coalesces_neighbouring_rows():
-    idx = np.array([5, 6, 7, 1, 1, 2, 9], dtype=np.uint64)
-    plan = _native.GatherPlan(idx.ctypes.data, len(idx), 10)
-    assert (plan.distinct, plan.runs, plan.in_order) == (6, 3, False)
-    idx = np.array([0, 1, 2, 4, 5, 9], dtype=np.uint64)
-    plan = _native.GatherPlan(idx.ctypes.data, len(idx), 10)
-    assert (plan.distinct, plan.runs, plan.in_order) == (6, 3, True)
-    with pytest.raises(ValueError, match=r"^index 9 \(position 5\) is out of range for axis 0 with size 9$"):
-        _native.GatherPlan(idx.ctypes.data, len(idx), 9)
-    empty = _native.GatherPlan(0, 0, 10)
-    assert (empty.distinct, empty.runs, empty.in_order) == (0, 0, True)
-
-
-def test_scatter_refuses_sizes_that_do_not_match_the_plan():
-    idx = np.array([2, 0, 2], dtype=np.uint64)
-    plan = _native.GatherPlan(idx.ctypes.data, len(idx), 3)
-    source, target = np.arange(2, dtype="<i8"), np.full(3, -1, dtype="<i8")
-    with pytest.raises(ValueError, match=r"scatter of 3 rows \(2 distinct\) of 8 bytes from 16 bytes into 16 bytes"):
-        plan.scatter(source.ctypes.data, source.nbytes, target.ctypes.data, 16, 8)
-    assert target.tolist() == [-1, -1, -1]
-    plan.scatter(source.ctypes.data, source.nbytes, target.ctypes.data, target.nbytes, 8)
-    assert target.tolist() == [1, 0, 1]
-
-
-def test_the_native_read_checks_its_runs_and_buffer(h5file):
-    dset = make(h5file, "contiguous", (10, 2))
-    idx = np.array([3, 4, 8], dtype=np.uint64)
-    plan = _native.GatherPlan(idx.ctypes.data, len(idx), 10)
-    out = np.full((3, 2), -1.0)
-    mem_type = h5py.h5t.py_create(out.dtype)
-    with pytest.raises(ValueError, match=r"the buffer has 40 bytes, not a whole number of rows for the 3 rows of the gather"):
-        _native.dataset_gather(dset.id.id, mem_type.id, plan, [0], [1], [2], out.ctypes.data, 40, 0)
-    with pytest.raises(ValueError, match=r"selection out of range on axis 1: start 1, step 1, count 2 for a size of 2"):
-        _native.dataset_gather(dset.id.id, mem_type.id, plan, [1], [1], [2], out.ctypes.data, 48, 0)
-    wider = _native.GatherPlan(idx.ctypes.data, len(idx), 100)
-    small = h5file.create_dataset("small", data=np.zeros((5, 2)))
-    with pytest.raises(ValueError, match=r"rows 8\.\.9 are not a run after row 5 inside the first axis of size 5"):
-        _native.dataset_gather(small.id.id, mem_type.id, wider, [0], [1], [2], out.ctypes.data, 48, 0)
-    assert (out == -1).all()
-    with pytest.raises(ValueError, match=r"the buffer has 16 bytes, the gather needs 32 \(4 elements of 8 bytes\)"):
-        _native.dataset_gather(dset.id.id, mem_type.id, plan, [0], [1], [2], out.ctypes.data, 24, 1)
-    assert (out == -1).all()
-    _native.dataset_gather(dset.id.id, mem_type.id, plan, [0], [1], [2], out.ctypes.data, 48, 0)
-    assert out.tobytes() == dset[[3, 4, 8]].tobytes()
-    out[...] = -1
-    _native.dataset_gather(dset.id.id, mem_type.id, plan, [0], [1], [2], out.ctypes.data, 48, 1)  # a read per run
-    assert out.tobytes() == dset[[3, 4, 8]].tobytes()
-
-
 # --- refusals ----------------------------------------------------------------------------------------------
 
 @pytest.fixture

@@ -267,55 +267,25 @@ def test_a_child_forked_while_threads_read_compressed_rows_reads_them_too(tmp_pa
     assert run.stdout.strip() == str([0] * 20), run.stdout  # SIGALRM (14): a hung child
 
 
-def test_gathers_of_rows_are_served_by_the_layout_and_match_numpy(files):
+def test_gathers_of_rows_of_every_layout_match_numpy(files):
+    """That the layout serves them with no HDF5 call (the distinct rows of every layout; whole rows
+    of contiguous datasets straight into the caller's order): tests/engine_calls.rs."""
     rng = np.random.default_rng(7)
     with h5py.File(files, "r") as f:
         for name in f:
             dset = f[name]
             x = dset[...]
-            found = _layout.layout(dset, dset.dtype)
-            for rows in (rng.integers(0, dset.shape[0], 50), np.array([5, 5, 2, -1]), np.arange(3, dset.shape[0], 3)):
-                assert np.array_equal(h5gds.read(dset, sel=rows), x[rows]), (name, rows)
-            # The layout reads the distinct rows itself (True), in increasing order.
-            distinct = np.unique(rng.integers(0, dset.shape[0], 30)).astype(np.uint64)
-            plan = h5gds._native.GatherPlan(distinct.ctypes.data, len(distinct), dset.shape[0])
-            rest = [0] * (dset.ndim - 1), [1] * (dset.ndim - 1), list(dset.shape[1:])
-            out = np.zeros((len(distinct),) + dset.shape[1:], dset.dtype)
-            assert found.gather(plan, *rest, out.ctypes.data, out.nbytes) is True
-            assert np.array_equal(out, x[distinct.astype(np.int64)]), name
-
-
-def test_whole_rows_of_contiguous_datasets_are_gathered_straight_into_the_callers_order(files):
-    rng = np.random.default_rng(8)
-    with h5py.File(files, "r") as f:
-        for name in f:
-            dset = f[name]
-            x = dset[...]
-            found = _layout.layout(dset, dset.dtype)
-            rest = [0] * (dset.ndim - 1), [1] * (dset.ndim - 1), list(dset.shape[1:])
+            assert _layout.layout(dset, dset.dtype) is not None, name
             # Random order, repeats, neighbours in the caller's order (4, 5, 6) and out of it (8 then 7).
-            for rows in (rng.integers(0, dset.shape[0], 40), np.array([4, 5, 6, 8, 7, 4, 4, dset.shape[0] - 1])):
-                indices = rows.astype(np.uint64)
-                plan = h5gds._native.GatherPlan(indices.ctypes.data, len(indices), dset.shape[0])
+            for rows in (rng.integers(0, dset.shape[0], 50), np.array([5, 5, 2, -1]), np.arange(3, dset.shape[0], 3),
+                         np.array([4, 5, 6, 8, 7, 4, 4, dset.shape[0] - 1])):
+                assert np.array_equal(h5gds.read(dset, sel=rows), x[rows]), (name, rows)
                 out = np.full((len(rows),) + dset.shape[1:], -7, dset.dtype)
-                served = found.gather_in_place(plan, *rest, out.ctypes.data, out.nbytes)
-                # Whole rows of contiguous datasets only: chunked ones go through gather and a scatter.
-                assert served is name.startswith(("contiguous", "big_endian", "cube_contiguous")), name
-                if served:
-                    assert np.array_equal(out, x[rows]), (name, rows)
-                else:
-                    assert (out == -7).all(), name
+                assert h5gds.read(dset, out=out, sel=rows) is out
+                assert np.array_equal(out, x[rows]), (name, rows)
             if dset.ndim > 1:
-                # Part of each row: not in place (nothing read), and h5gds.read still matches NumPy.
-                part = [0] * (dset.ndim - 1), [1] * (dset.ndim - 1), [1] + list(dset.shape[2:])
-                plan = h5gds._native.GatherPlan(np.array([3, 1], np.uint64).ctypes.data, 2, dset.shape[0])
-                out = np.full((2, 1) + dset.shape[2:], -7, dset.dtype)
-                assert found.gather_in_place(plan, *part, out.ctypes.data, out.nbytes) is False
-                assert (out == -7).all()
+                # Part of each row.
                 assert np.array_equal(h5gds.read(dset, sel=([3, 1], slice(0, 1))), x[[3, 1], 0:1]), name
-            with pytest.raises(ValueError, match="not a whole number of rows"):
-                plan = h5gds._native.GatherPlan(np.array([2, 1], np.uint64).ctypes.data, 2, dset.shape[0])
-                found.gather_in_place(plan, *rest, out.ctypes.data, 3)
 
 
 SHORT_WAY = [None, 0, 7, -1, -100, np.int64(42), np.uint8(99), slice(3, 97), slice(10, 11), slice(5, 5),

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import h5gds
-from h5gds import _native
 from device_arrays import DlpackOnly
 
 SHAPE = (12, 9, 5)
@@ -288,43 +287,6 @@ def test_writing_to_a_read_only_file_raises_os_error(tmp_path):
         with pytest.raises(OSError, match="H5Dwrite failed: .*no write intent"):
             h5gds.write(f["x"], np.zeros(SHAPE))
         assert f["x"][...].tobytes() == reference().tobytes()
-
-
-def test_the_native_layer_checks_every_id_and_size(dset):
-    """What the Python layer validates is checked again before HDF5 sees a pointer."""
-    buf = np.zeros(SHAPE)
-    f8 = h5py.h5t.py_create(buf.dtype)
-    full = dict(start=[0, 0, 0], step=[1, 1, 1], count=list(SHAPE), mem_shape=list(SHAPE))
-
-    def call(**changes):
-        args = {**full, **changes}
-        _native.dataset_io(False, changes.get("dataset", dset.id.id), changes.get("mem_type", f8.id),
-                           args["start"], args["step"], args["count"], args["mem_shape"], buf.ctypes.data,
-                           changes.get("nbytes", buf.nbytes))
-
-    call()
-    assert buf.tobytes() == reference().tobytes()
-    buf[...] = 0
-    for changes, message in [
-        ({"dataset": 123456789}, "is not an open dataset"),
-        ({"dataset": dset.parent.id.id}, "is not an open dataset"),
-        ({"mem_type": dset.id.id}, "not a datatype"),
-        ({"nbytes": buf.nbytes + 8}, "the buffer has 4328 bytes, the selection needs 4320"),
-        ({"count": [12, 9, 6]}, "selection out of range on axis 2"),
-        ({"start": [11, 0, 0], "count": [2, 9, 5], "mem_shape": [2, 9, 5]}, "selection out of range on axis 0"),
-        ({"step": [0, 1, 1]}, "selection out of range on axis 0"),
-        ({"start": [2**63, 0, 0], "step": [2**63, 1, 1], "count": [3, 9, 5]}, "selection out of range"),
-        ({"count": [12, 9]}, "the selection has 2 axes, the dataset 3"),
-        ({"mem_shape": [12, 45]}, None),  # another shape of the same element count is fine
-        ({"mem_shape": [12, 9, 4]}, "does not hold the 540 elements"),
-    ]:
-        if message is None:
-            call(**changes)
-            assert buf.tobytes() == reference().tobytes()
-            continue
-        with pytest.raises(ValueError, match=message):
-            call(**changes)
-    unchanged(dset)
 
 
 # --- threads -----------------------------------------------------------------------------------------------
