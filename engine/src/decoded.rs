@@ -82,12 +82,10 @@ impl Plan {
     /// read as the face names it, "the rows lie"): inside one chunk, which HDF5 decodes and keeps
     /// in its chunk cache.
     pub fn spread_over(self, touched: usize, where_it_lies: &str) -> Result<Plan, String> {
-        match touched < 2 {
-            true => Err(format!(
-                "{where_it_lies} in one chunk, which HDF5 decodes and keeps in its chunk cache"
-            )),
-            false => Ok(self),
-        }
+        let one = || {
+            format!("{where_it_lies} in one chunk, which HDF5 decodes and keeps in its chunk cache")
+        };
+        (touched >= 2).then_some(self).ok_or_else(one)
     }
 }
 
@@ -174,7 +172,7 @@ pub fn read_hyperslab<F: Face>(
     let mut source = open(chunks_touched(how.chunk, [selection]))?;
     let outcome = h5gds_chunk_codec::read(&mut source, &r, out)?;
     for part in &outcome.missing {
-        fill(&source, mem_type, part, &r, out)?;
+        fill(&source, how, mem_type, part, selection, out)?;
     }
     Ok(Decoded::of(&outcome, how.threads, None))
 }
@@ -195,36 +193,31 @@ pub fn read_runs<F: Face>(
         let run = &runs[k];
         let first = run.at as usize;
         let len = run.selection.count.iter().product::<u64>() as usize * how.element_size;
-        let r = HostRead {
-            pipeline: how.pipeline,
-            chunk: how.chunk,
-            element_size: how.element_size,
-            selection: run.selection,
-            threads: 1,
-        };
-        fill(&source, mem_type, part, &r, &mut out[first..first + len])?;
+        let run_out = &mut out[first..first + len];
+        fill(&source, how, mem_type, part, run.selection, run_out)?;
     }
     Ok(Decoded::of(&outcome, how.threads, Some(runs.len())))
 }
 
 /// Reads `part` of a chunk never written through HDF5 (which fills it with the fill value), a
-/// checked transfer under the face's lock, and places it into `out`, the selection of `r`.
+/// checked transfer under the face's lock, and places it into `out`, the elements of `selection`.
 fn fill<F: Face>(
     source: &StoredChunks<'static, F>,
+    how: &Decoding,
     mem_type: hid_t,
     part: &ChunkPart,
-    r: &HostRead,
+    selection: Hyperslab,
     out: &mut [u8],
 ) -> Result<(), F::Error> {
     let (api, dataset, face) = source.parts();
-    let start = part.file_start(&r.selection);
-    let mut values = vec![0u8; part.len() as usize * r.element_size];
+    let start = part.file_start(&selection);
+    let mut values = vec![0u8; part.len() as usize * how.element_size];
     let transfer = Transfer {
         write: false,
         dataset,
         mem_type,
         start: &start,
-        step: r.selection.step,
+        step: selection.step,
         count: &part.count,
         mem_shape: &part.count,
         buffer: values.as_mut_ptr() as usize,
@@ -240,7 +233,14 @@ fn fill<F: Face>(
         };
         read.map_err(|message| face.never_written(&part.offset, message))
     })?;
-    place_missing(part, &values, r, out);
+    let r = HostRead {
+        pipeline: how.pipeline,
+        chunk: how.chunk,
+        element_size: how.element_size,
+        selection,
+        threads: 1,
+    };
+    place_missing(part, &values, &r, out);
     Ok(())
 }
 
