@@ -41,6 +41,11 @@ impl Face for DatasetFace<'_> {
         }
     }
 
+    fn never_written(&self, offset: &[u64], message: String) -> Error {
+        let op = format!("reading the chunk never written at {offset:?}");
+        Error::hdf5(op, &self.ds.path, Some(&self.ds.name), message)
+    }
+
     fn direct_file(&self) -> Option<std::fs::File> {
         self.ds.direct_file()
     }

@@ -233,6 +233,10 @@ pub trait Face {
     /// The error for the chunk at `offset`, which cannot be decoded for `reason`.
     fn corrupt(&self, offset: &[u64], reason: String) -> Self::Error;
 
+    /// The error for a part of the chunk at `offset`, never written, that HDF5 failed to read
+    /// (`message`: its words and error stack).
+    fn never_written(&self, offset: &[u64], message: String) -> Self::Error;
+
     /// The file the stored chunks may be read from directly ([`RawChunks::direct_file`]).
     fn direct_file(&self) -> Option<std::fs::File>;
 }
@@ -286,6 +290,12 @@ impl<'a, F: Face> StoredChunks<'a, F> {
             }
         }
         Ok(listing.finish())
+    }
+
+    /// The HDF5 copy's table, the dataset and the face, for the reads of chunks never written
+    /// (`crate::decoded`).
+    pub(crate) fn parts(&self) -> (&'a Hdf5Api, hid_t, &F) {
+        (self.api, self.dataset, &self.face)
     }
 }
 
@@ -551,6 +561,10 @@ mod tests {
 
         fn corrupt(&self, offset: &[u64], reason: String) -> Said {
             Said(format!("{offset:?}: {reason}"))
+        }
+
+        fn never_written(&self, offset: &[u64], message: String) -> Said {
+            Said(format!("{offset:?} never written: {message}"))
         }
 
         fn direct_file(&self) -> Option<std::fs::File> {

@@ -9,6 +9,7 @@
 use crate::call_settings::CallSettings;
 use crate::hdf5;
 use crate::host_codec;
+use h5gds_engine::decoded;
 use h5gds_engine::rows::RowPlan;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -99,15 +100,14 @@ impl RowsRead<'_> {
         .map_err(|message| PyOSError::new_err(format!("H5Dread failed: {message}")))
     }
 
-    /// With h5gds decoding, for a chunked dataset (chunks of `chunk`, the pipeline `filters`)
-    /// whose stored type is the memory type (`dataset_name`: for messages): every chunk the runs
-    /// touch read raw once and decoded once on the driver's I/O threads. Returns None when the
-    /// rows were read, or why h5gds leaves them to HDF5 (nothing was read).
+    /// With h5gds decoding (`h5gds_engine::decoded::read_runs`), for a chunked dataset stored as
+    /// `layout` whose stored type is the memory type (`dataset_name`: for messages): every chunk
+    /// the runs touch read raw once and decoded once on the driver's I/O threads. Returns None
+    /// when the rows were read, or why h5gds leaves them to HDF5 (nothing was read).
     pub fn decoded(
         &self,
         py: Python<'_>,
-        chunk: &[u64],
-        filters: &[h5gds_chunk_codec::Filter],
+        layout: &hdf5::StoredLayout,
         dataset_name: &str,
         settings: &CallSettings,
     ) -> PyResult<Option<String>> {
@@ -127,8 +127,8 @@ impl RowsRead<'_> {
             )));
         }
         let row_bytes = (nbytes / distinct) as u64;
-        // The span of the runs, checked as a transfer (its selection, the buffer's size), for the
-        // reads of chunks never written.
+        // The span of the runs, checked as a transfer (its selection inside the dataset, the
+        // element size) before the decoding threads place elements.
         let span = |first_axis: u64, rest: &[u64]| -> Vec<u64> {
             std::iter::once(first_axis)
                 .chain(rest.iter().copied())
@@ -154,20 +154,17 @@ impl RowsRead<'_> {
             buffer,
             nbytes: span_elements as usize * element_size,
         };
-        let Some(prepared) = hdf5::prepare(&transfer).map_err(crate::error::io_error)? else {
+        if hdf5::prepare(&transfer)
+            .map_err(crate::error::io_error)?
+            .is_none()
+        {
             return Ok(None);
-        };
-        let turned_off = h5gds_runtime::settings::host_codec_turned_off()
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let pipeline = match turned_off.map_or_else(
-            || h5gds_chunk_codec::Pipeline::for_filters(filters, element_size),
-            Err,
-        ) {
-            Ok(pipeline) if chunk.len() == span_start.len() => pipeline,
-            Ok(_) => return Ok(Some("its chunk shape does not match its rank".into())),
+        }
+        let threads = settings.nthreads().map_err(PyValueError::new_err)?;
+        let host = match host_codec::plan(layout, span_start.len(), element_size, threads)? {
+            Ok(host) => host,
             Err(reason) => return Ok(Some(reason)),
         };
-        let threads = settings.nthreads().map_err(PyValueError::new_err)?;
         let starts: Vec<Vec<u64>> = runs.iter().map(|&(row, _)| span(row, rest_start)).collect();
         let counts: Vec<Vec<u64>> = runs
             .iter()
@@ -186,39 +183,23 @@ impl RowsRead<'_> {
             });
             at += rows * row_bytes;
         }
-        let touched: std::collections::BTreeSet<Vec<u64>> = placed
-            .iter()
-            .flat_map(|run| h5gds_chunk_codec::place::chunks_selected(&run.selection, chunk))
-            .map(|part| part.offset)
-            .collect();
-        if touched.len() < 2 {
-            return Ok(Some(
-                "the rows lie in one chunk, which HDF5 decodes and keeps in its chunk cache".into(),
-            ));
-        }
-        let (decoded, missing) = py
-            .detach(|| {
-                // SAFETY: the Python caller passes the address and size of a live, writable host
-                // buffer it keeps referenced for the call, which holds the distinct rows (checked
-                // above), one run after another.
-                let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
-                let how = h5gds_chunk_codec::Decoding {
-                    pipeline: &pipeline,
-                    chunk,
-                    element_size,
-                    threads,
-                };
-                host_codec::gather_runs(dataset, dataset_name, &how, &placed, &prepared, out)
-            })
-            .map_err(|host_codec::Failed(message)| PyOSError::new_err(message))?;
-        h5gds::with_logging(|| {
-            tracing::debug!(
-                "h5gds.read of {dataset_name}: a gather of {} runs of rows, {decoded} chunks each \
-                 decoded once on {threads} threads, {missing} parts of chunks never written read \
-                 through HDF5",
-                placed.len()
-            )
-        });
+        let touched = decoded::chunks_touched(host.chunk(), placed.iter().map(|p| p.selection));
+        let host = match host.spread_over(touched, "the rows lie") {
+            Ok(host) => host,
+            Err(reason) => return Ok(Some(reason)),
+        };
+        let done = py.detach(|| {
+            // SAFETY: the Python caller passes the address and size of a live, writable host
+            // buffer it keeps referenced for the call, which holds the distinct rows (checked
+            // above), one run after another.
+            let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
+            let open = |touched| {
+                let chunk = host.chunk();
+                hdf5::stored_chunks(dataset, dataset_name, chunk, touched, PyOSError::new_err)
+            };
+            decoded::read_runs(&host.decoding(), mem_type, &placed, open, out)
+        })?;
+        h5gds::with_logging(|| tracing::debug!("h5gds.read of {dataset_name}: a gather of {done}"));
         Ok(None)
     }
 }

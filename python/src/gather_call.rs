@@ -196,13 +196,13 @@ impl<'py> Gather<'_, 'py> {
             rest: self.rest,
             out,
         };
-        let StoredLayout::Chunked { chunk, filters, .. } = &facts.layout else {
+        let StoredLayout::Chunked { filters, .. } = &facts.layout else {
             return read.through_hdf5(py, 0);
         };
         if facts.same_type && !filters.is_empty() {
             let name = hdf5::object_name(target.dataset);
             if read
-                .decoded(py, chunk, filters, &name, self.settings)?
+                .decoded(py, &facts.layout, &name, self.settings)?
                 .is_none()
             {
                 return Ok(());

@@ -12,7 +12,7 @@ use crate::device::{self, DeviceTransfer, StorageFacts};
 use crate::device_error;
 use crate::error::io_error;
 use crate::hdf5::{self, DatasetFacts, Hid, StoredLayout};
-use crate::host_codec::{self, CompressedHostRead};
+use crate::host_codec::{self, DecodedHostRead};
 use crate::known_read::{cached_layout, Cached};
 use crate::layout::{DeviceOut, Layout};
 use h5gds_chunk_codec::Hyperslab;
@@ -260,24 +260,25 @@ impl<'py> Call<'py> {
         let Some(prepared) = hdf5::prepare(&self.transfer()?).map_err(io_error)? else {
             return Ok(());
         };
-        if let StoredLayout::Chunked { chunk, filters, .. } = &facts.layout {
+        if let StoredLayout::Chunked { filters, .. } = &facts.layout {
             if !self.write && facts.same_type && !filters.is_empty() {
                 let name = hdf5::object_name(self.dataset);
                 let elements: u64 = self.sel.count.iter().product();
-                let read = CompressedHostRead {
+                let read = DecodedHostRead {
                     dataset: self.dataset,
+                    mem_type: self.target.mem_type()?,
                     name: &name,
-                    chunk,
-                    filters,
-                    start: &self.sel.start,
-                    step: &self.sel.step,
-                    count: &self.sel.count,
+                    layout: &facts.layout,
+                    selection: Hyperslab {
+                        start: &self.sel.start,
+                        step: &self.sel.step,
+                        count: &self.sel.count,
+                    },
                     element_size: self.array.nbytes / elements as usize,
                     threads: self.settings.nthreads().map_err(PyValueError::new_err)?,
                 };
                 let address = self.array.address as usize;
-                let left =
-                    host_codec::read_into_host(py, &read, &prepared, address, self.array.nbytes)?;
+                let left = host_codec::read_into_host(py, &read, address, self.array.nbytes)?;
                 if left.is_none() {
                     return Ok(());
                 }

@@ -225,6 +225,11 @@ impl Prepared {
         self.rank
     }
 
+    /// The memory type's id (the reads of chunks never written take it, `crate::decoded`).
+    pub fn mem_type(&self) -> Hid {
+        self.mem_type
+    }
+
     /// Moves the elements of the file hyperslab (`start`, `step`, `count`: a part of the
     /// prepared selection) between the dataset and a host buffer holding them in row-major
     /// order. The HDF5's lock stays held.

@@ -24,9 +24,9 @@ use crate::call_settings::CallSettings;
 use crate::compressed::{self, CompressedRead};
 pub use crate::error::DeviceError;
 use crate::hdf5::{self, Hid, Prepared, StoredLayout};
-use crate::host_codec::CompressedHostRead;
 use h5gds_chunk_codec::place::chunks_selected;
-use h5gds_chunk_codec::{Filter, Hyperslab, Pipeline};
+use h5gds_chunk_codec::{Decoding, Filter, Hyperslab, Pipeline};
+use h5gds_engine::decoded;
 use h5gds_route::route::{
     blocker, choose_decoder, data_blocker, gpu_decode, plan, Block, Decoder, DecoderFacts, Route,
     Storage, Transfer,
@@ -254,7 +254,6 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
         let filters = host_filters(&storage_facts.filters);
         let decode = HostDecode {
             pipeline: Pipeline::for_filters(&filters, item).map_err(DeviceError::Failed)?,
-            filters: &filters,
             chunk: &storage_facts.chunk,
             threads: host_threads(t.settings)?,
         };
@@ -420,7 +419,6 @@ fn file_side_floor(settings: &CallSettings) -> Result<usize, DeviceError> {
 /// How h5gds decodes a read's chunks on the host (`host_codec`), for [`staged`].
 struct HostDecode<'a> {
     pipeline: Pipeline,
-    filters: &'a [Filter],
     chunk: &'a [u64],
     threads: usize,
 }
@@ -483,22 +481,23 @@ fn staged(
                     .collect();
                 let len = block.len() as usize * item;
                 if let Some(d) = decoded {
-                    let read = CompressedHostRead {
-                        dataset: t.dataset,
-                        name: t.dataset_name,
+                    let how = Decoding {
+                        pipeline: &d.pipeline,
                         chunk: d.chunk,
-                        filters: d.filters,
-                        start: &start,
-                        step: t.step,
-                        count: &block.count,
                         element_size: item,
                         threads: d.threads,
                     };
+                    let selection = Hyperslab {
+                        start: &start,
+                        step: t.step,
+                        count: &block.count,
+                    };
+                    let (dataset, name) = (t.dataset, t.dataset_name);
+                    let open = |n| hdf5::stored_chunks(dataset, name, d.chunk, n, failed);
                     // SAFETY: the pinned buffer holds the block's elements from `offset` (the
                     // blocks of [a, b) hold b - a elements in order).
                     let out = unsafe { std::slice::from_raw_parts_mut(host.add(offset), len) };
-                    read.run(&d.pipeline, prepared, out)
-                        .map_err(|crate::host_codec::Failed(m)| failed(m))?;
+                    decoded::read_hyperslab(&how, prepared.mem_type(), selection, open, out)?;
                 } else {
                     // SAFETY: the block is part of the checked selection; its elements fit the
                     // pinned buffer from `offset` (the blocks of [a, b) hold b - a elements in

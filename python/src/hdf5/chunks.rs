@@ -64,6 +64,13 @@ impl<E: Send> Face for H5pyFace<'_, E> {
         ))
     }
 
+    fn never_written(&self, offset: &[u64], message: String) -> E {
+        (self.error)(format!(
+            "dataset {}: H5Dread of the chunk never written at {offset:?} failed: {message}",
+            self.name
+        ))
+    }
+
     fn direct_file(&self) -> Option<std::fs::File> {
         super::direct_file(self.dataset)
     }
