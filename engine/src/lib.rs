@@ -4,11 +4,13 @@
 //! face hands it (`h5gds_runtime::hdf5::Hdf5Api`), and the faces convert their arrays and errors.
 //! It holds the collective decomposition ([`tiles`]), what HDF5 says about a stored dataset
 //! ([`facts`], its errors in [`hdf5_error`]) and the HDF5 side of stored chunks ([`chunks`]), the reads
-//! of a dataset whose storage cannot change, with no HDF5 call ([`stored`]), and one checked
-//! transfer through HDF5 ([`transfer`]).
+//! of a dataset whose storage cannot change, with no HDF5 call ([`stored`]), one checked
+//! transfer through HDF5 ([`transfer`]), and reads of compressed chunks into device memory:
+//! where they are decoded and the GPU-decoded read ([`gpu_decoded`]).
 
 pub mod chunks;
 pub mod facts;
+pub mod gpu_decoded;
 pub mod hdf5_error;
 pub mod stored;
 pub mod tiles;
