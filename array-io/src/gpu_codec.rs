@@ -64,8 +64,9 @@ pub(crate) fn read(
         verify: settings::verify_checksums()?,
         host_reads: gpu_decoded::host_reads(source.device_path, None, source.driver, host_reads),
     };
-    let stored = |_| ds.stored_chunks(chunk, 0);
-    let decoded = gpu_decoded::read(stored, Some(source.index), &how, region, dest, stream)?;
+    // The index is listed already: the source only reads the chunks it is handed.
+    let stored = ds.stored_chunks(chunk, 0)?;
+    let decoded = gpu_decoded::read(&stored, source.index, &how, region, dest, stream)?;
     crate::log::debug(format_args!(
         "{}: reading {:?} (elements {:?} + {:?}): {}",
         ds.path.display(),

@@ -5,15 +5,13 @@
 //! The parts of a read in chunks never written go back to the face, whose staged path has HDF5
 //! fill them with the fill value. Each face words its log lines around the words returned here.
 
-use crate::chunks::{Face, StoredChunks};
 use h5gds::VfdSettings;
 use h5gds_chunk_codec::place::chunks_selected;
 use h5gds_chunk_codec::{ChunkIndex, Hyperslab};
-use h5gds_gpu_codec::decode::{self, Decoding, HostReads};
-use h5gds_gpu_codec::DeviceFailure;
+use h5gds_gpu_codec::decode::{self, ChunkSource, Decoding, HostReads};
 use h5gds_route::route::{choose_decoder, gpu_decode, Decoder, DecoderFacts};
-use h5gds_route::select::{chunks_touching, Block};
-use h5gds_runtime::cuda::{CUdeviceptr, CudaError};
+use h5gds_route::select::Block;
+use h5gds_runtime::cuda::CUdeviceptr;
 use h5gds_runtime::settings::{self, DevicePath, InvalidSetting};
 use h5gds_runtime::stream::CudaStream;
 use std::sync::Arc;
@@ -124,38 +122,19 @@ pub struct Decoded {
 }
 
 /// Reads `region` (file coordinates) into `dest`, device memory holding it in row-major order,
-/// decoding its written chunks on the GPU as `how` says, after the work queued on `stream` (done
-/// when this returns). The stored chunks come from `stored`, made for a read touching the given
-/// number of chunks; which are written is `listed` (the face's index of the whole dataset) or
-/// else asked of `stored`. The parts in chunks never written are returned, not read.
-pub fn read<'a, F: Face>(
-    stored: impl FnOnce(usize) -> Result<StoredChunks<'a, F>, F::Error>,
-    listed: Option<&ChunkIndex>,
+/// decoding its chunks written (as `index` lists them) on the GPU as `how` says, their stored
+/// bytes from `source`, after the work queued on `stream` (done when this returns). The parts in
+/// chunks never written are returned, not read.
+pub fn read<S: ChunkSource>(
+    source: &S,
+    index: &ChunkIndex,
     how: &Decoding,
     region: &Block,
     dest: CUdeviceptr,
     stream: &Arc<CudaStream>,
-) -> Result<Decoded, F::Error>
-where
-    F::Error: From<DeviceFailure> + From<CudaError>,
-{
-    let (source, found);
-    let index = match listed {
-        // The index is listed already: the source only reads the chunks it is handed.
-        Some(index) => {
-            source = stored(0)?;
-            index
-        }
-        None => {
-            let touched = chunks_touching(region, how.chunk);
-            let mut touching = stored(touched.len())?;
-            found = touching.index_of(how.chunk, touched.into_iter().map(|(offset, _)| offset))?;
-            source = touching;
-            &found
-        }
-    };
+) -> Result<Decoded, S::Error> {
     let (mut present, missing) = decode::split(index, region, how.chunk);
-    decode::read(&source, how, &mut present, region, dest, stream)?;
+    decode::read(source, how, &mut present, region, dest, stream)?;
     let words = format!(
         "{} chunks move compressed ({:?}) {} and are decoded on the GPU with nvCOMP; {} chunks \
          were never written",

@@ -13,7 +13,7 @@ use cudarc::driver::CudaContext;
 use h5gds_engine::gpu_decoded;
 use h5gds_gpu_codec::decode::{placement, Decoding, HostReads};
 use h5gds_route::route::{Block, GpuCodec};
-use h5gds_route::select::flat_range_blocks;
+use h5gds_route::select::{chunks_touching, flat_range_blocks};
 use h5gds_runtime::cuda::{self, DeviceContext};
 use h5gds_runtime::pinned;
 use std::ffi::c_void;
@@ -47,6 +47,9 @@ pub fn read(
     let lib = h5gds_gpu_codec::nvcomp::library().map_err(failed)?;
     let verify = h5gds_runtime::settings::verify_checksums()
         .map_err(|e| DeviceError::Argument(e.to_string()))?;
+    let touched = chunks_touching(r.region, r.chunk);
+    let mut source = hdf5::stored_chunks(r.dataset, r.name, r.chunk, touched.len(), failed)?;
+    let index = source.index_of(r.chunk, touched.into_iter().map(|(offset, _)| offset))?;
     let context = cuda::call("making the array's device's context", || {
         CudaContext::new(r.context.device as usize)
     })?;
@@ -58,9 +61,8 @@ pub fn read(
         verify,
         host_reads,
     };
-    let stored = |touched| hdf5::stored_chunks(r.dataset, r.name, r.chunk, touched, failed);
     let stream = context.default_stream();
-    let decoded = gpu_decoded::read(stored, None, &how, r.region, r.dest, &stream)?;
+    let decoded = gpu_decoded::read(&source, &index, &how, r.region, r.dest, &stream)?;
     for part in &decoded.missing {
         fill_missing(r, prepared, part)?;
     }

@@ -247,7 +247,7 @@ impl Layout {
         let why = &staged.why;
         if let Some(storage) = self.stored.filtered_chunks() {
             // A layout's file is open read-only, so with sec2 the stored chunks can still
-            // reach the GPU, read by the host's threads (`device::host_reads`).
+            // reach the GPU, read by the host's threads (`gpu_decoded::host_reads`).
             let blocker = (staged.past_the_driver && !self.sec2).then(|| why.clone());
             let item = self.stored.element();
             let (choice, _) = device::where_decoded(storage, sel, item, None, blocker, settings)

@@ -1,14 +1,10 @@
 //! Reads into device memory that the host serves where the driver would stage them anyway: a
-//! read-only file's layout read with no HDF5 call (`staged_anyway`), and a GPU-decoded read's
-//! stored chunks read by the host's threads (`host_reads`).
+//! read-only file's layout read with no HDF5 call (`staged_anyway`). A GPU-decoded read's stored
+//! chunks read by the host's threads are the engine's verdict (`gpu_decoded::host_reads`).
 
 use super::{argument, env};
 use crate::call_settings::CallSettings;
 use crate::error::DeviceError;
-use crate::hdf5::{self, Hid};
-use h5gds_engine::gpu_decoded;
-use h5gds_gpu_codec::decode::HostReads;
-use h5gds_route::route::Transfer;
 use h5gds_runtime::settings::{self, DevicePath, USE_VFD_GDS_ENV};
 
 /// The largest read into device memory that a dataset's layout may serve
@@ -61,19 +57,4 @@ pub fn staged_anyway(
         why,
         past_the_driver: false,
     }))
-}
-
-/// Where the stored chunks of a GPU-decoded read are read by the host's threads ([`HostReads`]):
-/// the engine's verdict (`gpu_decoded::host_reads`) for h5py's file of `dataset`, read under
-/// `path` (`H5GDS_USE_VFD_GDS`). `settings`: the call's.
-pub(super) fn host_reads(
-    dataset: Hid,
-    path: DevicePath,
-    facts: &Transfer,
-    settings: &CallSettings,
-) -> Result<Option<HostReads>, DeviceError> {
-    let vfd = settings.get().map_err(argument)?;
-    let driver = facts.other_driver.as_deref();
-    let direct_file = || hdf5::direct_file(dataset);
-    Ok(gpu_decoded::host_reads(path, driver, vfd, direct_file))
 }

@@ -13,7 +13,6 @@ mod pointer;
 mod staging;
 mod tile;
 
-use host_reads::host_reads;
 pub use host_reads::staged_anyway;
 use pointer::checked_pointer;
 pub use pointer::{copy_with_host, device_count};
@@ -193,18 +192,28 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
     let compressed = !t.write && storage_facts.compressed();
     // Stored chunks the host's threads read reach the GPU without the driver: a file open
     // with sec2 blocks the driver's path, not decoding on the GPU.
-    let reads = if compressed {
-        host_reads(t.dataset, path, &facts, t.settings)?
-    } else {
-        None
-    };
-    let decoder = if !compressed {
-        None
-    } else if reads.is_some() {
-        decoder(&t, &storage_facts, data_blocker(&facts))?
-    } else {
-        decoder(&t, &storage_facts, blocker(&facts))?
-    };
+    let (mut reads, mut decoder) = (None, None);
+    if compressed {
+        let vfd = t.settings.get().map_err(argument)?;
+        let direct_file = || hdf5::direct_file(t.dataset);
+        reads = gpu_decoded::host_reads(path, facts.other_driver.as_deref(), vfd, direct_file);
+        let blocker = match reads {
+            Some(_) => data_blocker(&facts),
+            None => blocker(&facts),
+        };
+        let selection = Hyperslab {
+            start: t.start,
+            step: t.step,
+            count: t.count,
+        };
+        let item = t.nbytes / t.count.iter().product::<u64>().max(1) as usize;
+        let stored = (&storage_facts.filters[..], &storage_facts.chunk[..]);
+        let conversion = t.conversion.as_deref();
+        let (choice, words) =
+            where_decoded(stored, &selection, item, conversion, blocker, t.settings)?;
+        h5gds::with_logging(|| tracing::info!("h5gds.read {:?}: {words}", t.dataset_name));
+        decoder = choice;
+    }
     if let Some(Decoder::Gpu(codec)) = decoder {
         let item = t.nbytes / t.count.iter().product::<u64>() as usize;
         let read = CompressedRead {
@@ -295,32 +304,6 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
     };
     drop(context);
     Ok(route)
-}
-
-/// Where a read's compressed chunks are decoded (`h5gds_engine::gpu_decoded::decoder`, the
-/// decision array-io makes), with the choice and its reason in the log; `None`: HDF5's filters
-/// decode them (staged).
-fn decoder(
-    t: &DeviceTransfer,
-    storage: &StorageFacts,
-    blocker: Option<String>,
-) -> Result<Option<Decoder>, DeviceError> {
-    let selection = Hyperslab {
-        start: t.start,
-        step: t.step,
-        count: t.count,
-    };
-    let item = t.nbytes / t.count.iter().product::<u64>().max(1) as usize;
-    let (choice, words) = where_decoded(
-        (&storage.filters, &storage.chunk),
-        &selection,
-        item,
-        t.conversion.as_deref(),
-        blocker,
-        t.settings,
-    )?;
-    h5gds::with_logging(|| tracing::info!("h5gds.read {:?}: {words}", t.dataset_name));
-    Ok(choice)
 }
 
 /// Where the chunks of a read of `selection` (elements of `item` bytes) from chunks of `chunk`
