@@ -145,3 +145,70 @@ pub fn read<S: ChunkSource>(
     );
     Ok(Decoded { missing, words })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use h5gds::CompatMode;
+
+    #[test]
+    fn the_host_reads_the_stored_chunks_where_the_driver_would_stage_them_or_is_another() {
+        let file = || tempfile::tempfile().ok();
+        let on = VfdSettings {
+            compat_mode: CompatMode::On,
+            nthreads: 3,
+            ..VfdSettings::default()
+        };
+        let reads = host_reads(DevicePath::Auto, None, &on, file).expect("staged by the driver");
+        assert_eq!(
+            (reads.threads, reads.why.contains("compat_mode=on")),
+            (3, true)
+        );
+        let sec2 = host_reads(DevicePath::Gds, Some("sec2"), &on, file).expect("another driver");
+        assert_eq!(sec2.why, "the file is open with the sec2 driver");
+        assert!(host_reads(DevicePath::Gds, None, &on, file).is_none());
+        assert!(host_reads(DevicePath::Staged, Some("sec2"), &on, file).is_none());
+        assert!(host_reads(DevicePath::Auto, None, &on, || None).is_none());
+    }
+
+    #[test]
+    fn a_blocked_or_strided_read_is_decoded_on_the_host_where_h5gds_can() {
+        let (start, step, count) = ([0u64, 0], [1u64, 2], [4u64, 3]);
+        let selection = Hyperslab {
+            start: &start,
+            step: &step,
+            count: &count,
+        };
+        let read = |blocker: Option<&str>, host: Result<(), String>, chunk: &[u64]| {
+            let read = CompressedRead {
+                filters: &[32015],
+                chunk,
+                selection: &selection,
+                item: 4,
+                blocker: blocker.map(str::to_string),
+                host,
+                host_threads: 2,
+            };
+            decoder(read).expect("no H5GDS_GPU_CODEC in the tests' environment")
+        };
+        let (choice, words) = read(None, Ok(()), &[2, 2]);
+        assert_eq!(choice, Some(Decoder::Host));
+        assert!(words.starts_with("its chunks are decoded by h5gds on 2 host threads"));
+        assert!(
+            words.ends_with("which the GPU decoding path does not place"),
+            "{words}"
+        );
+        let (choice, words) = read(Some("a bool"), Err("a conversion".into()), &[2, 2]);
+        assert_eq!(choice, None);
+        assert!(
+            words.contains("(a bool)") && words.contains("(a conversion)"),
+            "{words}"
+        );
+        let (choice, words) = read(Some("a bool"), Ok(()), &[2]);
+        assert_eq!(choice, None);
+        assert!(
+            words.ends_with("(its chunk shape does not match its rank)"),
+            "{words}"
+        );
+    }
+}
