@@ -15,13 +15,12 @@ use crate::host_codec::Planned;
 use crate::host_staging::{read_block, write_all, Elements, HostStaging};
 use crate::layout::{check_types, filter_ids, storage};
 use crate::options::{driver_settings, goes_through_gds, Settings};
-use crate::route::{
-    blocker, choose_decoder, driver_blocker, gpu_decode, plan, Decoder, DecoderFacts, GpuCodec,
-    Route, Storage, Transfer,
-};
+use crate::route::{blocker, driver_blocker, plan, Decoder, Route, Storage, Transfer};
 use crate::select::Block;
 use crate::ReadOptions;
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use h5gds_chunk_codec::Hyperslab;
+use h5gds_engine::gpu_decoded::{self, CompressedRead};
 use h5gds_runtime::cuda::call;
 use h5gds_runtime::stream::synchronize;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
@@ -322,9 +321,8 @@ pub(crate) struct DeviceSource {
     pub storage: crate::route::Storage,
     pub blocker: Option<String>,
     pub staging_size: usize,
-    /// The codec nvCOMP decodes the chunks with on the GPU, or why it cannot (filtered chunks;
-    /// see `gpu_codec`).
-    gpu: std::result::Result<GpuCodec, String>,
+    /// The pipeline's filter ids (filtered chunks; whether nvCOMP decodes them is asked per read).
+    filters: Vec<i32>,
     /// How h5gds decodes the chunks on the host's threads, or why it cannot (filtered chunks).
     host: std::result::Result<Planned, String>,
     /// Whether the chunks are filtered (then one of the three decodes them).
@@ -361,20 +359,16 @@ impl DeviceSource {
         let blocker = blocker(&facts);
         let storage = storage(&ds)?;
         let filtered = matches!(storage, Storage::Chunked { filtered: true, .. });
-        const NOT_FILTERED: &str = "its chunks are not filtered";
         let vfd_settings = std::cell::OnceCell::new();
-        let (gpu, host) = if filtered {
+        let (filters, host) = if filtered {
             let filters = filter_ids(&ds)?;
-            // libnvcomp is loaded only for a read it could serve, and not with the GPU turned off.
-            let stop = blocker.clone().or(crate::gpu_codec::turned_off()?);
-            let gpu = gpu_decode(&filters, None, stop.as_deref()).and_then(|_| {
-                let missing = h5gds_gpu_codec::nvcomp::library().err();
-                gpu_decode(&filters, missing.as_deref(), stop.as_deref())
-            });
             let threads = vfd_settings.get_or_init(driver_settings).nthreads;
-            (gpu, crate::host_codec::for_dataset(&ds, &types, threads)?)
+            (
+                filters,
+                crate::host_codec::for_dataset(&ds, &types, threads)?,
+            )
         } else {
-            (Err(NOT_FILTERED.to_string()), Err(NOT_FILTERED.to_string()))
+            (Vec::new(), Err("its chunks are not filtered".to_string()))
         };
         Ok(DeviceSource {
             ds,
@@ -382,7 +376,7 @@ impl DeviceSource {
             storage,
             blocker,
             staging_size: settings.staging_buffer_size()?,
-            gpu,
+            filters,
             host,
             filtered,
             chunk_index: std::cell::OnceCell::new(),
@@ -528,37 +522,29 @@ impl DeviceSource {
         Ok(array)
     }
 
-    /// Where the chunks `region` touches are decoded (`route::choose_decoder`), with the
-    /// choice and its reason in the debug log; `None`: by HDF5 (staged).
+    /// Where the chunks `region` touches are decoded (`h5gds_engine::gpu_decoded::decoder`), with
+    /// the choice and its reason in the debug log; `None`: by HDF5 (staged).
     fn decoder(&self, region: &Block) -> Result<Option<Decoder>> {
-        let forced = h5gds_runtime::settings::gpu_codec_forced()?;
-        let (chunk_bytes, chunks) = match &self.host {
-            Ok(planned) => (
-                planned.chunk().iter().product::<u64>() as usize * self.types.mem.size(),
-                crate::host_codec::chunks_in(planned, region),
-            ),
-            Err(_) => (0, 0),
+        let Storage::Chunked { chunk, .. } = &self.storage else {
+            return Ok(None);
         };
-        let host_threads = self.driver_settings().nthreads;
-        let facts = DecoderFacts {
-            gpu: self.gpu.clone(),
+        let ones = vec![1; region.count.len()];
+        let selection = Hyperslab {
+            start: &region.start,
+            step: &ones,
+            count: &region.count,
+        };
+        let (choice, words) = gpu_decoded::decoder(CompressedRead {
+            filters: &self.filters,
+            chunk,
+            selection: &selection,
+            item: self.types.mem.size(),
+            blocker: self.blocker.clone(),
             host: self.host.as_ref().map(drop).map_err(Clone::clone),
-            chunk_bytes,
-            chunks,
-            host_threads,
-            forced,
-        };
-        let (choice, why) = choose_decoder(&facts);
-        let side = match choice {
-            Some(Decoder::Gpu(_)) => "on the GPU with nvCOMP".to_string(),
-            Some(Decoder::Host) => format!(
-                "by h5gds on {host_threads} host threads, then copied to device memory, not on \
-                 the GPU with nvCOMP"
-            ),
-            None => "by HDF5 on the host, not on the GPU with nvCOMP".to_string(),
-        };
+            host_threads: self.driver_settings().nthreads,
+        })?;
         crate::log::debug(format_args!(
-            "{}: {:?}: its chunks are decoded {side}: {why}",
+            "{}: {:?}: {words}",
             self.ds.path.display(),
             self.ds.name
         ));

@@ -1,7 +1,7 @@
-//! Compressed chunks straight to the GPU, the hdf5-metno side: each allocated chunk's stored
+//! Compressed chunks straight to the GPU, the hdf5-metno side of the engine's GPU-decoded read
+//! (`h5gds_engine::gpu_decoded`, shared with the Python extension): each allocated chunk's stored
 //! (compressed) bytes are read raw by the engine's source (`crate::chunks`) into device memory
-//! through the `gds` driver, and `h5gds_gpu_codec::decode` decodes them there with nvCOMP and
-//! places them into the output array (the part shared with the Python extension). Chunks never
+//! through the `gds` driver, decoded there with nvCOMP and placed into the output array. Chunks never
 //! written are read through the staged path, where HDF5 fills them with the fill value.
 //! `route::gpu_decode` decides when this path is taken.
 //!
@@ -17,16 +17,12 @@ use crate::route::GpuCodec;
 use crate::select::Block;
 use cudarc::driver::{sys, CudaStream};
 pub use h5gds_chunk_codec::ChunkIndex;
-use h5gds_gpu_codec::decode::{self, Decoding, HostReads};
+use h5gds_engine::gpu_decoded;
+use h5gds_gpu_codec::decode::Decoding;
 use h5gds_runtime::settings;
 pub use h5gds_runtime::settings::{GPU_CODEC_ENV, VERIFY_CHECKSUMS_ENV};
 use nvcomp_sys::NvcompLib;
 use std::sync::Arc;
-
-/// Why the settings turn decoding on the GPU off, if they do.
-pub(crate) fn turned_off() -> Result<Option<String>> {
-    Ok(settings::gpu_codec_turned_off()?)
-}
 
 /// A dataset whose chunks are decoded on the GPU: its storage, its allocated chunks, the
 /// staging buffer size for the chunks never written, the device path the settings ask for, and
@@ -38,28 +34,6 @@ pub(crate) struct CompressedDataset<'a> {
     pub staging_size: usize,
     pub device_path: crate::DevicePath,
     pub driver: &'a h5gds::VfdSettings,
-}
-
-/// Where the stored chunks are read by the host's threads ([`HostReads`]): where the driver would
-/// stage them anyway (its settings, no GDS kernel path; not when `device_path` asks for the
-/// driver's device path, `H5GDS_USE_VFD_GDS=1`) and HDF5 has the file open read-only through a
-/// driver whose addresses are the file's offsets.
-fn host_reads(
-    ds: &OpenDataset,
-    device_path: crate::DevicePath,
-    vfd: &h5gds::VfdSettings,
-) -> Result<Option<HostReads>> {
-    if device_path == crate::DevicePath::Gds {
-        return Ok(None);
-    }
-    let Some(why) = h5gds::device_transfers_staged(vfd) else {
-        return Ok(None);
-    };
-    Ok(ds.direct_file().map(|file| HostReads {
-        file,
-        threads: vfd.nthreads,
-        why,
-    }))
 }
 
 /// Reads `region` of a dataset whose chunks use `codec` into device memory `dest` (holding the
@@ -81,29 +55,27 @@ pub(crate) fn read(
             reason: "is not chunked, so it has no chunks to decode on the GPU".into(),
         });
     };
+    let host_reads = || ds.direct_file();
     let how = Decoding {
         lib,
         codec,
         chunk,
         element_size: elements.size,
         verify: settings::verify_checksums()?,
-        host_reads: host_reads(ds, source.device_path, source.driver)?,
+        host_reads: gpu_decoded::host_reads(source.device_path, None, source.driver, host_reads),
     };
-    let (mut present, missing) = decode::split(source.index, region, chunk);
+    // The index is listed already: the source only reads the chunks it is handed.
+    let stored = ds.stored_chunks(chunk, 0)?;
+    let decoded = gpu_decoded::read(&stored, source.index, &how, region, dest, stream)?;
     crate::log::debug(format_args!(
-        "{}: reading {:?} (elements {:?} + {:?}): {} chunks move compressed ({codec:?}) {} and \
-         are decoded on the GPU with nvCOMP; {} chunks were never written",
+        "{}: reading {:?} (elements {:?} + {:?}): {}",
         ds.path.display(),
         ds.name,
         region.start,
         region.count,
-        present.len(),
-        HostReads::route(&how.host_reads),
-        missing.len()
+        decoded.words
     ));
-    // The index is listed already: the source only reads the chunks it is handed.
-    let stored = ds.stored_chunks(chunk, 0)?;
-    decode::read(&stored, &how, &mut present, region, dest, stream)?;
+    let missing = decoded.missing;
     if !missing.is_empty() {
         let es = elements.size;
         let mut staging = HostStaging::new(

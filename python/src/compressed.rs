@@ -1,5 +1,5 @@
 //! `h5gds.read` of compressed chunks into device memory, decoded on the GPU: the h5py side of
-//! `h5gds_gpu_codec` (the decoding array-io uses too). Each needed chunk's stored bytes are
+//! the engine's GPU-decoded read (`h5gds_engine::gpu_decoded`, which array-io uses too). Each needed chunk's stored bytes are
 //! found and read raw by the engine's source (`h5gds_engine::chunks` over h5py's HDF5, through
 //! `hdf5::stored_chunks`) into device memory through the `gds` driver (or, where the driver
 //! would stage them anyway, by the host's threads from the file), nvCOMP decodes them and the
@@ -10,7 +10,8 @@
 use crate::error::DeviceError;
 use crate::hdf5::{self, Hid, Prepared};
 use cudarc::driver::CudaContext;
-use h5gds_gpu_codec::decode::{self, placement, Decoding, HostReads};
+use h5gds_engine::gpu_decoded;
+use h5gds_gpu_codec::decode::{placement, Decoding, HostReads};
 use h5gds_route::route::{Block, GpuCodec};
 use h5gds_route::select::{chunks_touching, flat_range_blocks};
 use h5gds_runtime::cuda::{self, DeviceContext};
@@ -32,15 +33,16 @@ pub struct CompressedRead<'a> {
     pub staging_size: usize,
 }
 
-/// Reads the region, decoding its allocated chunks on the GPU, the stored chunks read by the
-/// host's threads where `host_reads` says (else through the driver); returns (chunks decoded,
-/// chunks never written, how the stored chunks travelled in words). The caller has made the
-/// device's primary context current and holds h5py's lock.
+/// Reads the region, decoding its allocated chunks on the GPU (the engine's
+/// `gpu_decoded::read`), the stored chunks read by the host's threads where `host_reads` says
+/// (else through the driver), then the chunks never written; returns, in words, how many chunks
+/// moved compressed and how, and how many were never written. The caller has made the device's
+/// primary context current and holds h5py's lock.
 pub fn read(
     r: &CompressedRead,
     host_reads: Option<HostReads>,
     prepared: &Prepared,
-) -> Result<(usize, usize, String), DeviceError> {
+) -> Result<String, DeviceError> {
     let failed = DeviceError::Failed;
     let lib = h5gds_gpu_codec::nvcomp::library().map_err(failed)?;
     let verify = h5gds_runtime::settings::verify_checksums()
@@ -48,11 +50,9 @@ pub fn read(
     let touched = chunks_touching(r.region, r.chunk);
     let mut source = hdf5::stored_chunks(r.dataset, r.name, r.chunk, touched.len(), failed)?;
     let index = source.index_of(r.chunk, touched.into_iter().map(|(offset, _)| offset))?;
-    let (mut present, missing) = decode::split(&index, r.region, r.chunk);
     let context = cuda::call("making the array's device's context", || {
         CudaContext::new(r.context.device as usize)
     })?;
-    let stream = context.default_stream();
     let how = Decoding {
         lib,
         codec: r.codec,
@@ -61,15 +61,12 @@ pub fn read(
         verify,
         host_reads,
     };
-    decode::read(&source, &how, &mut present, r.region, r.dest, &stream)?;
-    for part in &missing {
+    let stream = context.default_stream();
+    let decoded = gpu_decoded::read(&source, &index, &how, r.region, r.dest, &stream)?;
+    for part in &decoded.missing {
         fill_missing(r, prepared, part)?;
     }
-    Ok((
-        present.len(),
-        missing.len(),
-        HostReads::route(&how.host_reads),
-    ))
+    Ok(decoded.words)
 }
 
 /// Reads `part` (a chunk never written) through pinned host memory of at most the staging

@@ -12,7 +12,7 @@ use crate::hdf5::{self, Hid};
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::rows::RowPlan;
 use h5gds_engine::stored::{self, Stored, StoredError};
-use h5gds_route::route::{choose_decoder, Decoder};
+use h5gds_route::route::Decoder;
 use h5gds_runtime::pinned;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -180,19 +180,12 @@ impl Layout {
         let why = &staged.why;
         if let Some(storage) = self.stored.filtered_chunks() {
             // A layout's file is open read-only, so with sec2 the stored chunks can still
-            // reach the GPU, read by the host's threads (`device::host_reads`).
+            // reach the GPU, read by the host's threads (`gpu_decoded::host_reads`).
             let blocker = (staged.past_the_driver && !self.sec2).then(|| why.clone());
-            let facts = device::decoder_facts(
-                storage,
-                sel,
-                self.stored.element(),
-                None,
-                blocker,
-                true,
-                settings,
-            )
-            .map_err(device_error)?;
-            if choose_decoder(&facts).0 != Some(Decoder::Host) {
+            let item = self.stored.element();
+            let (choice, _) = device::where_decoded(storage, sel, item, None, blocker, settings)
+                .map_err(device_error)?;
+            if choice != Some(Decoder::Host) {
                 return Ok(false);
             }
         }

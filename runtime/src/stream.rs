@@ -3,8 +3,12 @@
 //! symbol is an error like any failed call, and a failure names the CUDA result.
 
 use crate::cuda::{call, CudaError};
-use cudarc::driver::{sys, CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{sys, CudaSlice, DevicePtr};
 use std::sync::Arc;
+
+/// cudarc's stream, named here for crates that reach CUDA only through the runtime (the engine
+/// hands a face's stream to the GPU codec).
+pub use cudarc::driver::CudaStream;
 
 /// Waits for everything queued on `stream`.
 pub fn synchronize(stream: &Arc<CudaStream>) -> Result<(), CudaError> {

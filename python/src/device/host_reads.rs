@@ -1,13 +1,10 @@
 //! Reads into device memory that the host serves where the driver would stage them anyway: a
-//! read-only file's layout read with no HDF5 call (`staged_anyway`), and a GPU-decoded read's
-//! stored chunks read by the host's threads (`host_reads`).
+//! read-only file's layout read with no HDF5 call (`staged_anyway`). A GPU-decoded read's stored
+//! chunks read by the host's threads are the engine's verdict (`gpu_decoded::host_reads`).
 
 use super::{argument, env};
 use crate::call_settings::CallSettings;
 use crate::error::DeviceError;
-use crate::hdf5::{self, Hid};
-use h5gds_gpu_codec::decode::HostReads;
-use h5gds_route::route::Transfer;
 use h5gds_runtime::settings::{self, DevicePath, USE_VFD_GDS_ENV};
 
 /// The largest read into device memory that a dataset's layout may serve
@@ -59,40 +56,5 @@ pub fn staged_anyway(
     Ok(h5gds::device_transfers_staged(vfd).map(|why| StagedAnyway {
         why,
         past_the_driver: false,
-    }))
-}
-
-/// Where the stored chunks of a GPU-decoded read are read by the host's threads ([`HostReads`]):
-/// HDF5 has the file open read-only through a driver whose addresses are the file's offsets, and
-/// either that driver is sec2 (which never reads into device memory) or the `gds` driver would
-/// stage device reads anyway (its settings, no GDS kernel path; not with `H5GDS_USE_VFD_GDS=1`,
-/// which asks for the driver's device path). Never with `H5GDS_USE_VFD_GDS=0`, which stages the
-/// whole read. `settings`: the call's.
-pub(super) fn host_reads(
-    dataset: Hid,
-    facts: &Transfer,
-    settings: &CallSettings,
-) -> Result<Option<HostReads>, DeviceError> {
-    if facts.staged_by_settings {
-        return Ok(None);
-    }
-    let vfd = settings.get().map_err(argument)?;
-    let why = if let Some(driver) = &facts.other_driver {
-        format!("the file is open with the {driver} driver")
-    } else {
-        let path = settings::device_path(env(USE_VFD_GDS_ENV).as_deref())
-            .map_err(|e| argument(e.to_string()))?;
-        if path == DevicePath::Gds {
-            return Ok(None);
-        }
-        let Some(why) = h5gds::device_transfers_staged(vfd) else {
-            return Ok(None);
-        };
-        why
-    };
-    Ok(hdf5::direct_file(dataset).map(|file| HostReads {
-        file,
-        threads: vfd.nthreads,
-        why,
     }))
 }

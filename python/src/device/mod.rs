@@ -13,7 +13,6 @@ mod pointer;
 mod staging;
 mod tile;
 
-use host_reads::host_reads;
 pub use host_reads::staged_anyway;
 use pointer::checked_pointer;
 pub use pointer::{copy_with_host, device_count};
@@ -24,13 +23,10 @@ use crate::call_settings::CallSettings;
 use crate::compressed::{self, CompressedRead};
 pub use crate::error::DeviceError;
 use crate::hdf5::{self, Hid, Prepared, StoredLayout};
-use h5gds_chunk_codec::place::chunks_selected;
 use h5gds_chunk_codec::{Decoding, Filter, Hyperslab, Pipeline};
 use h5gds_engine::decoded;
-use h5gds_route::route::{
-    blocker, choose_decoder, data_blocker, gpu_decode, plan, Block, Decoder, DecoderFacts, Route,
-    Storage, Transfer,
-};
+use h5gds_engine::gpu_decoded;
+use h5gds_route::route::{blocker, data_blocker, plan, Block, Decoder, Route, Storage, Transfer};
 use h5gds_route::select::{chunks_touching, decoded_pieces, flat_range_blocks, staged_piece_bytes};
 use h5gds_runtime::cuda::{self, DeviceContext};
 use h5gds_runtime::device_ranges::forget_device_range;
@@ -196,18 +192,28 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
     let compressed = !t.write && storage_facts.compressed();
     // Stored chunks the host's threads read reach the GPU without the driver: a file open
     // with sec2 blocks the driver's path, not decoding on the GPU.
-    let reads = if compressed {
-        host_reads(t.dataset, &facts, t.settings)?
-    } else {
-        None
-    };
-    let decoder = if !compressed {
-        None
-    } else if reads.is_some() {
-        decoder(&t, &storage_facts, &region, data_blocker(&facts))?
-    } else {
-        decoder(&t, &storage_facts, &region, blocker(&facts))?
-    };
+    let (mut reads, mut decoder) = (None, None);
+    if compressed {
+        let vfd = t.settings.get().map_err(argument)?;
+        let direct_file = || hdf5::direct_file(t.dataset);
+        reads = gpu_decoded::host_reads(path, facts.other_driver.as_deref(), vfd, direct_file);
+        let blocker = match reads {
+            Some(_) => data_blocker(&facts),
+            None => blocker(&facts),
+        };
+        let selection = Hyperslab {
+            start: t.start,
+            step: t.step,
+            count: t.count,
+        };
+        let item = t.nbytes / t.count.iter().product::<u64>().max(1) as usize;
+        let stored = (&storage_facts.filters[..], &storage_facts.chunk[..]);
+        let conversion = t.conversion.as_deref();
+        let (choice, words) =
+            where_decoded(stored, &selection, item, conversion, blocker, t.settings)?;
+        h5gds::with_logging(|| tracing::info!("h5gds.read {:?}: {words}", t.dataset_name));
+        decoder = choice;
+    }
     if let Some(Decoder::Gpu(codec)) = decoder {
         let item = t.nbytes / t.count.iter().product::<u64>() as usize;
         let read = CompressedRead {
@@ -224,12 +230,11 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
         let done = compressed::read(&read, reads, prepared);
         // The array may be freed once this returns; the driver must not keep its range.
         forget_device_range(pointer.base);
-        let (decoded, missing, route) = done?;
+        let words = done?;
         h5gds::with_logging(|| {
             tracing::info!(
-                "h5gds.read {:?}: {} bytes into device memory: {decoded} chunks move compressed \
-                 ({codec:?}) {route} and are decoded on the GPU with nvCOMP; {missing} chunks \
-                 were never written (filled through pinned host memory)",
+                "h5gds.read {:?}: {} bytes into device memory: {words} (filled through pinned \
+                 host memory)",
                 t.dataset_name,
                 t.nbytes,
             )
@@ -300,110 +305,33 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<String, DeviceErr
     Ok(route)
 }
 
-/// Where a read's compressed chunks are decoded (`route::choose_decoder`, over nvCOMP's verdict
-/// as `route::gpu_decode` gives it — the decision array-io makes — and whether h5gds decodes the
-/// pipeline on the host), with the choice and its reason in the log; `None`: HDF5's filters
-/// decode them (staged).
-fn decoder(
-    t: &DeviceTransfer,
-    storage: &StorageFacts,
-    region: &Block,
-    blocker: Option<String>,
-) -> Result<Option<Decoder>, DeviceError> {
-    let selection = Hyperslab {
-        start: t.start,
-        step: t.step,
-        count: t.count,
-    };
-    let item = t.nbytes / t.count.iter().product::<u64>().max(1) as usize;
-    let rank_matches = region.count.len() == storage.chunk.len();
-    let facts = decoder_facts(
-        (&storage.filters, &storage.chunk),
-        &selection,
-        item,
-        t.conversion.as_deref(),
-        blocker,
-        rank_matches,
-        t.settings,
-    )?;
-    let (choice, why) = choose_decoder(&facts);
-    let side = match choice {
-        Some(Decoder::Gpu(_)) => "on the GPU with nvCOMP".to_string(),
-        Some(Decoder::Host) => format!(
-            "by h5gds on {} host threads, then copied to device memory, not on the GPU with nvCOMP",
-            facts.host_threads
-        ),
-        None => "by HDF5 on the host, not on the GPU with nvCOMP".to_string(),
-    };
-    h5gds::with_logging(|| {
-        tracing::info!(
-            "h5gds.read {:?}: its chunks are decoded {side}: {why}",
-            t.dataset_name
-        )
-    });
-    Ok(choice)
-}
-
-/// What `route::choose_decoder` weighs for a read of `selection` (elements of `item` bytes)
-/// from chunks of `chunk` through the pipeline `filters`: whether nvCOMP can decode it (libnvcomp
-/// is loaded only for a read it could serve, and not when the GPU is turned off), whether h5gds
-/// can on the host, and the work. `conversion`: why HDF5 must convert the elements, if it must;
-/// `blocker`: why the driver cannot take the device pointer, if it cannot; `rank_matches`: the
-/// chunk shape has the selection's rank; `settings`: the call's (the host's decoding threads).
-pub fn decoder_facts(
+/// Where the chunks of a read of `selection` (elements of `item` bytes) from chunks of `chunk`
+/// through the pipeline `filters` are decoded, and why in words (`gpu_decoded::decoder`): h5gds
+/// decodes the pipeline on the host unless HDF5 must convert the elements (`conversion`, why).
+/// `blocker`: why the driver cannot take the device pointer, if it cannot; `settings`: the
+/// call's (the host's decoding threads).
+pub fn where_decoded(
     (filters, chunk): (&[i32], &[u64]),
     selection: &Hyperslab,
     item: usize,
     conversion: Option<&str>,
     blocker: Option<String>,
-    rank_matches: bool,
     settings: &CallSettings,
-) -> Result<DecoderFacts, DeviceError> {
-    let forced =
-        h5gds_runtime::settings::gpu_codec_forced().map_err(|e| argument(e.to_string()))?;
-    let strided = selection
-        .step
-        .iter()
-        .zip(selection.count)
-        .any(|(&s, &c)| s > 1 && c > 1);
-    let stop = blocker.or_else(|| {
-        strided.then(|| {
-            "the selection has steps greater than 1, which the GPU decoding path does not place"
-                .to_string()
-        })
-    });
-    let host = match (conversion, rank_matches) {
-        (Some(conversion), _) => Err(conversion.to_string()),
-        (None, false) => Err("its chunk shape does not match its rank".into()),
-        (None, true) => Pipeline::for_filters(&host_filters(filters), item).map(drop),
+) -> Result<(Option<Decoder>, String), DeviceError> {
+    let host = match conversion {
+        Some(conversion) => Err(conversion.to_string()),
+        None => Pipeline::for_filters(&host_filters(filters), item).map(drop),
     };
-    let gpu = if forced == Some(false) {
-        Err("H5GDS_GPU_CODEC=0 turns decoding on the GPU off".into())
-    } else {
-        gpu_decode(filters, None, stop.as_deref())
-            .and_then(|_| {
-                let missing = h5gds_gpu_codec::nvcomp::library().err();
-                gpu_decode(filters, missing.as_deref(), stop.as_deref())
-            })
-            .and_then(|codec| {
-                rank_matches
-                    .then_some(codec)
-                    .ok_or_else(|| "its chunk shape does not match its rank".to_string())
-            })
-    };
-    let chunks = if rank_matches {
-        chunks_selected(selection, chunk).len()
-    } else {
-        0
-    };
-    Ok(DecoderFacts {
-        gpu,
+    let read = gpu_decoded::CompressedRead {
+        filters,
+        chunk,
+        selection,
+        item,
+        blocker,
         host,
-        chunk_bytes: chunk.iter().product::<u64>() as usize * item,
-        chunks,
         host_threads: host_threads(settings)?,
-        forced,
-    })
+    };
+    gpu_decoded::decoder(read).map_err(|e| argument(e.to_string()))
 }
 
 /// The driver's I/O thread count, which decodes on the host.
