@@ -5,11 +5,13 @@
 //! It holds the collective decomposition ([`tiles`]), what HDF5 says about a stored dataset
 //! ([`facts`], its errors in [`hdf5_error`]) and the HDF5 side of stored chunks ([`chunks`]), the reads
 //! of a dataset whose storage cannot change, with no HDF5 call ([`stored`]), and one checked
-//! transfer through HDF5 ([`transfer`]).
+//! transfer through HDF5 ([`transfer`]), and the staged path through pinned host buffers
+//! ([`staged`]).
 
 pub mod chunks;
 pub mod facts;
 pub mod hdf5_error;
+pub mod staged;
 pub mod stored;
 pub mod tiles;
 pub mod transfer;
