@@ -1,22 +1,23 @@
-//! Host staging, the staged path: data moves between the file and device memory through two
-//! bounded host buffers taking turns (at most `H5GDS_STAGING_BUFFER_SIZE` each, from the process's pool
-//! of pinned buffers; not the driver's bounce buffers), piece by piece, so any size works with
-//! any buffer size, and one piece's copy overlaps the next piece's file I/O. HDF5 only
-//! ever sees host memory here, so it may convert types, fill unwritten storage and decode
-//! filtered chunks as it likes.
+//! Host staging, array-io's face of the staged path (`h5gds_engine::staged`): data moves between
+//! the file and device memory through two bounded host buffers taking turns (at most
+//! `H5GDS_STAGING_BUFFER_SIZE` each, from the process's pool of pinned buffers; not the driver's
+//! bounce buffers) on the caller's cudarc stream and its fork, HDF5 reached through the engine's
+//! checked transfer over the linked HDF5 (`hdf5_raw::linked_hdf5`, under hdf5-metno's lock).
 
-use crate::element::first_invalid_bool;
 use crate::error::{Error, Result};
 use crate::file::OpenDataset;
-use crate::hdf5_raw::{self, select_blocks, Spaces};
+use crate::hdf5_raw::{self, linked_hdf5};
 use crate::host_codec::Planned;
 use crate::select::{flat_range_blocks, staged_piece_bytes, staging_pieces, Block, Runs};
 use cudarc::driver::{sys, CudaStream};
+use h5gds_engine::staged::{self, hyperslab_piece, Destination, Hyperslab, NotBool};
+use h5gds_engine::transfer::{prepare, IoError, Prepared, Transfer};
 use h5gds_runtime::cuda::call;
 use h5gds_runtime::pinned;
-use h5gds_runtime::staging_ring::{LaneCopies, StagingRing, Stop};
+use h5gds_runtime::staging_ring::StagingRing;
 use h5gds_runtime::stream::synchronize;
-use hdf5::{Dataset, Dataspace, Datatype};
+use hdf5::{Dataset, Datatype};
+use std::path::Path;
 use std::sync::Arc;
 
 /// Two staging buffers of a fixed size from the process's pool of pinned buffers
@@ -77,6 +78,47 @@ pub(crate) struct Elements<'a> {
     pub check_bool: bool,
 }
 
+/// The engine's checked transfer of `block` (file coordinates, steps of 1) of `dset` in the
+/// memory type, for the staged pieces, closed under hdf5-metno's lock when dropped; `None`: an
+/// empty block.
+struct Hdf5Pieces(Option<Prepared>);
+
+impl Hdf5Pieces {
+    fn new(
+        dset: &Dataset,
+        elements: &Elements,
+        write: bool,
+        block: &Block,
+    ) -> std::result::Result<Self, IoError> {
+        let ones = vec![1; block.count.len()];
+        let transfer = Transfer {
+            write,
+            dataset: dset.id(),
+            mem_type: elements.mem_type.id(),
+            start: &block.start,
+            step: &ones,
+            count: &block.count,
+            mem_shape: &block.count,
+            buffer: 0,
+            nbytes: block.len() as usize * elements.size,
+        };
+        hdf5_raw::locked(|| prepare(linked_hdf5(), &transfer)).map(Hdf5Pieces)
+    }
+}
+
+impl Drop for Hdf5Pieces {
+    fn drop(&mut self) {
+        let prepared = self.0.take();
+        hdf5_raw::locked(|| drop(prepared));
+    }
+}
+
+/// Words the engine's refusal of a transfer as array-io's error.
+fn refused(op: &str, path: &Path, name: &str) -> impl Fn(IoError) -> Error {
+    let (op, path, name) = (op.to_string(), path.to_path_buf(), name.to_string());
+    move |(IoError::Argument(m) | IoError::Hdf5(m))| Error::hdf5(&op, &path, Some(&name), m)
+}
+
 /// Reads `block` (file coordinates) of `ds` into device memory `dest`, which holds the array
 /// `region` (file coordinates) in row-major order, through `staging`: HDF5 fills the buffer,
 /// or, with `decoded` (the plan, and `route::select::decoded_pieces`' cuts of `block`), h5gds
@@ -93,73 +135,99 @@ pub(crate) fn read_block(
     staging: &mut HostStaging,
     decoded: Option<(&Planned, &[u64])>,
 ) -> Result<()> {
-    let es = elements.size as u64;
-    let per = (staging.len() as u64 / es).max(1);
-    let runs = Runs::new(&block.relative_to(&region.start), &region.count);
-    let total = block.len();
+    let es = elements.size;
     let cuts = decoded.map_or(&[][..], |(_, cuts)| cuts);
-    let spans = staging_pieces(total, per, cuts);
-    // Piece `k` into its buffer: HDF5 reads it, or h5gds decodes its chunks.
-    let fill = |k: usize, buf: &mut [u8]| -> Result<()> {
-        let (a, b) = spans[k];
-        let blocks: Vec<Block> = flat_range_blocks(&block.count, a, b)
-            .iter()
-            .map(|piece| piece.offset_by(&block.start))
-            .collect();
-        let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
-        let pieces: Vec<hdf5_raw::Block> = blocks
-            .iter()
-            .map(|b| (b.start.as_slice(), b.count.as_slice()))
-            .collect();
-        if let Some((planned, _)) = decoded {
-            let mut at = 0usize;
-            for piece in &blocks {
-                let len = piece.len() as usize * elements.size;
-                // The staging buffer holds `per` >= b - a elements, the pieces' in order.
-                let out = &mut buf[at..at + len];
-                crate::host_codec::read_region(ds, elements.mem_type, piece, planned, out)?;
-                at += len;
-            }
-        } else {
-            let file_space =
-                select_blocks(&ds.shape, &pieces).map_err(|e| fail("selecting a hyperslab", e))?;
-            let mem_space = Dataspace::try_new((b - a) as usize)
-                .map_err(|e| fail("creating a dataspace", e))?;
-            let spaces = Spaces {
-                memory: Some(&mem_space),
-                file: Some(&file_space),
+    let spans = staging_pieces(block.len(), (staging.len() / es).max(1) as u64, cuts);
+    let refuse = Error::not_bool(&ds.path, &ds.name);
+    let to = Destination {
+        dest,
+        item: es,
+        runs: Runs::new(&block.relative_to(&region.start), &region.count),
+        bools: elements
+            .check_bool
+            .then_some(&refuse as &dyn Fn(NotBool) -> Error),
+    };
+    let read = refused("reading into the staging buffer", &ds.path, &ds.name);
+    let hdf5 = match decoded {
+        Some(_) => Hdf5Pieces(None),
+        None => Hdf5Pieces::new(&ds.dset, elements, false, block).map_err(&read)?,
+    };
+    let ones = vec![1; block.count.len()];
+    let selection = Hyperslab {
+        start: &block.start,
+        step: &ones,
+        count: &block.count,
+    };
+    // Piece `k` into its buffer: h5gds decodes its chunks, or HDF5 reads it.
+    staged::read(&mut staging.ring, &spans, &to, |a, b, buf| {
+        let Some((planned, _)) = decoded else {
+            let Some(prepared) = &hdf5.0 else {
+                return Ok(()); // an empty block has no pieces
             };
-            // SAFETY: the staging buffer holds `per` >= b - a elements of the memory type.
-            unsafe { hdf5_raw::read(&ds.dset, elements.mem_type, spaces, buf.as_mut_ptr().cast()) }
-                .map_err(|e| fail("reading into the staging buffer", e))?;
-        }
-        if elements.check_bool {
-            if let Some((index, value)) = first_invalid_bool(&buf[..(b - a) as usize]) {
-                return Err(Error::InvalidBool {
-                    path: ds.path.clone(),
-                    dataset: ds.name.clone(),
-                    index: (a as usize) + index,
-                    value,
-                });
-            }
-        }
-        Ok(())
-    };
-    // Piece `k`'s runs from its buffer to their places in `dest`.
-    let send = |k: usize, copies: &LaneCopies<Arc<CudaStream>>| -> Result<()> {
-        let (a, b) = spans[k];
-        for (at, to, len) in runs.pieces(a, b) {
-            // SAFETY: the destination lies inside `dest`, which holds the whole region and
-            // outlives the ring's wait at the end of this transfer.
-            unsafe { copies.upload((at * es) as usize, dest + to * es, (len * es) as usize)? };
+            return hdf5_raw::locked(|| {
+                // SAFETY: the buffer holds the piece's b - a elements of the memory type.
+                unsafe { hyperslab_piece(prepared, &selection, (a, b), buf.as_mut_ptr()) }
+            })
+            .map_err(|m| read(IoError::Hdf5(m)));
+        };
+        let mut at = 0usize;
+        for piece in flat_range_blocks(&block.count, a, b) {
+            let piece = piece.offset_by(&block.start);
+            let len = piece.len() as usize * es;
+            crate::host_codec::read_region(
+                ds,
+                elements.mem_type,
+                &piece,
+                planned,
+                &mut buf[at..at + len],
+            )?;
+            at += len;
         }
         Ok(())
+    })?;
+    synchronize(stream)?;
+    Ok(())
+}
+
+/// Fills the parts of `region` whose chunks were never written (`missing`) into device memory
+/// `dest` holding `region`, through pinned buffers of at most `size` bytes, where HDF5 fills
+/// them with the fill value.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn fill_never_written(
+    ds: &OpenDataset,
+    elements: &Elements,
+    missing: &[Block],
+    region: &Block,
+    dest: sys::CUdeviceptr,
+    stream: &Arc<CudaStream>,
+    size: usize,
+) -> Result<()> {
+    let es = elements.size;
+    let Some(largest) = missing.iter().map(|b| b.len() as usize * es).max() else {
+        return Ok(());
     };
-    // The next piece is read while this one's copies run; all have finished when this returns.
-    staging
-        .ring
-        .to_device(spans.len(), fill, send)
-        .map_err(Stop::into_error)?;
+    let mut staging = HostStaging::new(size, largest, stream);
+    let read = refused("reading into the staging buffer", &ds.path, &ds.name);
+    let hdf5 = Hdf5Pieces::new(&ds.dset, elements, false, region).map_err(&read)?;
+    let Some(prepared) = &hdf5.0 else {
+        return Ok(()); // an empty region has no chunk to fill
+    };
+    let refuse = Error::not_bool(&ds.path, &ds.name);
+    let per = (staging.len() / es).max(1) as u64;
+    // hdf5-metno's lock is held through the fill (small: chunks never written), as h5py's is.
+    hdf5_raw::locked(|| {
+        staged::fill_never_written(
+            &mut staging.ring,
+            prepared,
+            missing,
+            region,
+            (dest, es, per),
+            elements
+                .check_bool
+                .then_some(&refuse as &dyn Fn(NotBool) -> Error),
+            |m| read(IoError::Hdf5(m)),
+        )
+    })?;
     synchronize(stream)?;
     Ok(())
 }
@@ -169,49 +237,34 @@ pub(crate) fn read_block(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_all(
     dset: &Dataset,
-    path: &std::path::Path,
+    path: &Path,
     name: &str,
     shape: &[u64],
     elements: &Elements,
     src: sys::CUdeviceptr,
     staging: &mut HostStaging,
 ) -> Result<()> {
-    let es = elements.size as u64;
-    let per = (staging.len() as u64 / es).max(1);
-    let total: u64 = shape.iter().product();
-    let spans = staging_pieces(total, per, &[]);
-    // Queues piece `k`'s copy from the device into its buffer.
-    let fetch = |k: usize, copies: &LaneCopies<Arc<CudaStream>>| -> Result<()> {
-        let (a, b) = spans[k];
-        // SAFETY: the source range lies inside the device array, which outlives the ring's wait
-        // at the end of this transfer.
-        unsafe { copies.download(0, src + a * es, ((b - a) * es) as usize)? };
-        Ok(())
+    let es = elements.size;
+    let whole = Block::whole(shape);
+    let spans = staging_pieces(whole.len(), (staging.len() / es).max(1) as u64, &[]);
+    let write = refused("writing from the staging buffer", path, name);
+    let hdf5 = Hdf5Pieces::new(dset, elements, true, &whole).map_err(&write)?;
+    let Some(prepared) = &hdf5.0 else {
+        return Ok(()); // an empty dataset has no pieces
     };
-    // Writes piece `k` from its buffer, once its copy has landed.
-    let write = |k: usize, buf: &[u8]| -> Result<()> {
-        let (a, b) = spans[k];
-        let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, path, Some(name), e);
-        let blocks = flat_range_blocks(shape, a, b);
-        let pieces: Vec<hdf5_raw::Block> = blocks
-            .iter()
-            .map(|b| (b.start.as_slice(), b.count.as_slice()))
-            .collect();
-        let file_space =
-            select_blocks(shape, &pieces).map_err(|e| fail("selecting a hyperslab", e))?;
-        let mem_space =
-            Dataspace::try_new((b - a) as usize).map_err(|e| fail("creating a dataspace", e))?;
-        let spaces = Spaces {
-            memory: Some(&mem_space),
-            file: Some(&file_space),
-        };
-        // SAFETY: the staging buffer holds the b - a elements just copied.
-        unsafe { hdf5_raw::write(dset, elements.mem_type, spaces, buf.as_ptr().cast()) }
-            .map_err(|e| fail("writing from the staging buffer", e))
+    let ones = vec![1; shape.len()];
+    let selection = Hyperslab {
+        start: &whole.start,
+        step: &ones,
+        count: shape,
     };
     // The next piece comes from the device while this one is written.
-    staging
-        .ring
-        .from_device(spans.len(), fetch, write)
-        .map_err(Stop::into_error)
+    staged::write(&mut staging.ring, &spans, es, src, |a, b, buf| {
+        hdf5_raw::locked(|| {
+            // SAFETY: the buffer holds the piece's b - a elements just copied; a write only
+            // reads it.
+            unsafe { hyperslab_piece(prepared, &selection, (a, b), buf.as_ptr().cast_mut()) }
+        })
+        .map_err(|m| write(IoError::Hdf5(m)))
+    })
 }
