@@ -8,6 +8,7 @@
 //! storage and decode filtered chunks as it likes.
 
 use crate::transfer::Prepared;
+use h5gds_chunk_codec::Hyperslab;
 use h5gds_route::select::{flat_range_blocks, staging_pieces, Block, Runs};
 use h5gds_runtime::cuda::{self, CudaError, DeviceContext};
 use h5gds_runtime::pinned;
@@ -173,13 +174,6 @@ pub fn write<S: RingStream, E: From<CudaError>>(
         },
     )
     .map_err(Stop::into_error)
-}
-
-/// A hyperslab of a dataset in file coordinates.
-pub struct Hyperslab<'a> {
-    pub start: &'a [u64],
-    pub step: &'a [u64],
-    pub count: &'a [u64],
 }
 
 /// Moves elements `[a, b)` (in row-major order) of `selection`, a part of `prepared`'s, between
