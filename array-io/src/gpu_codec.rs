@@ -12,7 +12,7 @@
 
 use crate::error::{Error, Result};
 use crate::file::OpenDataset;
-use crate::host_staging::{fill_never_written, Elements};
+use crate::host_staging::{read_block, Elements, HostStaging};
 use crate::route::GpuCodec;
 use crate::select::Block;
 use cudarc::driver::{sys, CudaStream};
@@ -104,6 +104,20 @@ pub(crate) fn read(
     // The index is listed already: the source only reads the chunks it is handed.
     let stored = ds.stored_chunks(chunk, 0)?;
     decode::read(&stored, &how, &mut present, region, dest, stream)?;
-    let size = source.staging_size;
-    fill_never_written(ds, elements, &missing, region, dest, stream, size)
+    if !missing.is_empty() {
+        let es = elements.size;
+        let mut staging = HostStaging::new(
+            source.staging_size,
+            missing
+                .iter()
+                .map(|b| b.len() as usize * es)
+                .max()
+                .unwrap_or(es),
+            stream,
+        );
+        for part in &missing {
+            read_block(ds, elements, part, region, dest, stream, &mut staging, None)?;
+        }
+    }
+    Ok(())
 }

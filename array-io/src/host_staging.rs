@@ -10,8 +10,7 @@ use crate::hdf5_raw::{self, linked_hdf5};
 use crate::host_codec::Planned;
 use crate::select::{flat_range_blocks, staged_piece_bytes, staging_pieces, Block, Runs};
 use cudarc::driver::{sys, CudaStream};
-use h5gds_chunk_codec::Hyperslab;
-use h5gds_engine::staged::{self, hyperslab_piece, Destination, NotBool};
+use h5gds_engine::staged::{self, hyperslab_piece, NotBool};
 use h5gds_engine::transfer::{prepare, IoError, Prepared, Transfer};
 use h5gds_runtime::cuda::call;
 use h5gds_runtime::pinned;
@@ -80,44 +79,29 @@ pub(crate) struct Elements<'a> {
 }
 
 /// The engine's checked transfer of `block` (file coordinates, steps of 1) of `dset` in the
-/// memory type, for the staged pieces, closed under hdf5-metno's lock when dropped; `None`: an
-/// empty block.
-struct Hdf5Pieces(Option<Prepared>);
-
-impl Hdf5Pieces {
-    fn new(
-        dset: &Dataset,
-        elements: &Elements,
-        write: bool,
-        block: &Block,
-    ) -> std::result::Result<Self, IoError> {
-        let ones = vec![1; block.count.len()];
-        let transfer = Transfer {
-            write,
-            dataset: dset.id(),
-            mem_type: elements.mem_type.id(),
-            start: &block.start,
-            step: &ones,
-            count: &block.count,
-            mem_shape: &block.count,
-            buffer: 0,
-            nbytes: block.len() as usize * elements.size,
-        };
-        hdf5_raw::locked(|| prepare(linked_hdf5(), &transfer)).map(Hdf5Pieces)
-    }
-}
-
-impl Drop for Hdf5Pieces {
-    fn drop(&mut self) {
-        let prepared = self.0.take();
-        hdf5_raw::locked(|| drop(prepared));
-    }
-}
-
-/// Words the engine's refusal of a transfer as array-io's error.
-fn refused(op: &str, path: &Path, name: &str) -> impl Fn(IoError) -> Error {
-    let (op, path, name) = (op.to_string(), path.to_path_buf(), name.to_string());
-    move |(IoError::Argument(m) | IoError::Hdf5(m))| Error::hdf5(&op, &path, Some(&name), m)
+/// memory type, for the staged pieces; `None`: an empty block. Made, run and dropped under
+/// hdf5-metno's lock, held through the staged transfer as h5py's is for the extension.
+fn prepared(
+    dset: &Dataset,
+    elements: &Elements,
+    write: bool,
+    (block, ones): (&Block, &[u64]),
+    op: &str,
+    (path, name): (&Path, &str),
+) -> Result<Option<Prepared>> {
+    let transfer = Transfer {
+        write,
+        dataset: dset.id(),
+        mem_type: elements.mem_type.id(),
+        start: &block.start,
+        step: ones,
+        count: &block.count,
+        mem_shape: &block.count,
+        buffer: 0,
+        nbytes: block.len() as usize * elements.size,
+    };
+    prepare(linked_hdf5(), &transfer)
+        .map_err(|(IoError::Argument(m) | IoError::Hdf5(m))| Error::hdf5(op, path, Some(name), m))
 }
 
 /// Reads `block` (file coordinates) of `ds` into device memory `dest`, which holds the array
@@ -140,94 +124,40 @@ pub(crate) fn read_block(
     let cuts = decoded.map_or(&[][..], |(_, cuts)| cuts);
     let spans = staging_pieces(block.len(), (staging.len() / es).max(1) as u64, cuts);
     let refuse = Error::not_bool(&ds.path, &ds.name);
-    let to = Destination {
-        dest,
-        item: es,
-        runs: Runs::new(&block.relative_to(&region.start), &region.count),
-        bools: elements
-            .check_bool
-            .then_some(&refuse as &dyn Fn(NotBool) -> Error),
-    };
-    let read = refused("reading into the staging buffer", &ds.path, &ds.name);
-    let hdf5 = match decoded {
-        Some(_) => Hdf5Pieces(None),
-        None => Hdf5Pieces::new(&ds.dset, elements, false, block).map_err(&read)?,
-    };
+    let bools = elements
+        .check_bool
+        .then_some(&refuse as &dyn Fn(NotBool) -> Error);
+    let runs = Runs::new(&block.relative_to(&region.start), &region.count);
+    let to = (dest, es, &runs);
+    let (op, named) = ("reading into the staging buffer", (&*ds.path, &*ds.name));
     let ones = vec![1; block.count.len()];
-    let selection = Hyperslab {
-        start: &block.start,
-        step: &ones,
-        count: &block.count,
-    };
-    // Piece `k` into its buffer: h5gds decodes its chunks, or HDF5 reads it.
-    staged::read(&mut staging.ring, &spans, &to, |a, b, buf| {
-        let Some((planned, _)) = decoded else {
-            let Some(prepared) = &hdf5.0 else {
+    let Some((planned, _)) = decoded else {
+        // Piece `k` into its buffer: HDF5 reads it.
+        hdf5_raw::locked(|| {
+            let Some(prepared) = prepared(&ds.dset, elements, false, (block, &ones), op, named)?
+            else {
                 return Ok(()); // an empty block has no pieces
             };
-            return hdf5_raw::locked(|| {
+            let selection = (&block.start[..], &ones[..], &block.count[..]);
+            staged::read(&mut staging.ring, &spans, to, bools, |a, b, buf| {
                 // SAFETY: the buffer holds the piece's b - a elements of the memory type.
-                unsafe { hyperslab_piece(prepared, &selection, (a, b), buf.as_mut_ptr()) }
+                unsafe { hyperslab_piece(&prepared, selection, (a, b), es, buf.as_mut_ptr()) }
+                    .map_err(|m| Error::hdf5(op, named.0, Some(named.1), m))
             })
-            .map_err(|m| read(IoError::Hdf5(m)));
-        };
+        })?;
+        return synchronize(stream).map_err(Error::from);
+    };
+    // Piece `k` into its buffer: h5gds decodes its chunks.
+    staged::read(&mut staging.ring, &spans, to, bools, |a, b, buf| {
         let mut at = 0usize;
         for piece in flat_range_blocks(&block.count, a, b) {
             let piece = piece.offset_by(&block.start);
             let len = piece.len() as usize * es;
-            crate::host_codec::read_region(
-                ds,
-                elements.mem_type,
-                &piece,
-                planned,
-                &mut buf[at..at + len],
-            )?;
+            let out = &mut buf[at..at + len];
+            crate::host_codec::read_region(ds, elements.mem_type, &piece, planned, out)?;
             at += len;
         }
         Ok(())
-    })?;
-    synchronize(stream)?;
-    Ok(())
-}
-
-/// Fills the parts of `region` whose chunks were never written (`missing`) into device memory
-/// `dest` holding `region`, through pinned buffers of at most `size` bytes, where HDF5 fills
-/// them with the fill value.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn fill_never_written(
-    ds: &OpenDataset,
-    elements: &Elements,
-    missing: &[Block],
-    region: &Block,
-    dest: sys::CUdeviceptr,
-    stream: &Arc<CudaStream>,
-    size: usize,
-) -> Result<()> {
-    let es = elements.size;
-    let Some(largest) = missing.iter().map(|b| b.len() as usize * es).max() else {
-        return Ok(());
-    };
-    let mut staging = HostStaging::new(size, largest, stream);
-    let read = refused("reading into the staging buffer", &ds.path, &ds.name);
-    let hdf5 = Hdf5Pieces::new(&ds.dset, elements, false, region).map_err(&read)?;
-    let Some(prepared) = &hdf5.0 else {
-        return Ok(()); // an empty region has no chunk to fill
-    };
-    let refuse = Error::not_bool(&ds.path, &ds.name);
-    let per = (staging.len() / es).max(1) as u64;
-    // hdf5-metno's lock is held through the fill (small: chunks never written), as h5py's is.
-    hdf5_raw::locked(|| {
-        staged::fill_never_written(
-            &mut staging.ring,
-            prepared,
-            missing,
-            region,
-            (dest, es, per),
-            elements
-                .check_bool
-                .then_some(&refuse as &dyn Fn(NotBool) -> Error),
-            |m| read(IoError::Hdf5(m)),
-        )
     })?;
     synchronize(stream)?;
     Ok(())
@@ -248,24 +178,19 @@ pub(crate) fn write_all(
     let es = elements.size;
     let whole = Block::whole(shape);
     let spans = staging_pieces(whole.len(), (staging.len() / es).max(1) as u64, &[]);
-    let write = refused("writing from the staging buffer", path, name);
-    let hdf5 = Hdf5Pieces::new(dset, elements, true, &whole).map_err(&write)?;
-    let Some(prepared) = &hdf5.0 else {
-        return Ok(()); // an empty dataset has no pieces
-    };
-    let ones = vec![1; shape.len()];
-    let selection = Hyperslab {
-        start: &whole.start,
-        step: &ones,
-        count: shape,
-    };
-    // The next piece comes from the device while this one is written.
-    staged::write(&mut staging.ring, &spans, es, src, |a, b, buf| {
-        hdf5_raw::locked(|| {
+    let (op, ones) = ("writing from the staging buffer", vec![1; shape.len()]);
+    hdf5_raw::locked(|| {
+        let Some(prepared) = prepared(dset, elements, true, (&whole, &ones), op, (path, name))?
+        else {
+            return Ok(()); // an empty dataset has no pieces
+        };
+        let selection = (&whole.start[..], &ones[..], shape);
+        // The next piece comes from the device while this one is written.
+        staged::write(&mut staging.ring, &spans, es, src, |a, b, buf| {
             // SAFETY: the buffer holds the piece's b - a elements just copied; a write only
             // reads it.
-            unsafe { hyperslab_piece(prepared, &selection, (a, b), buf.as_ptr().cast_mut()) }
+            unsafe { hyperslab_piece(&prepared, selection, (a, b), es, buf.as_ptr().cast_mut()) }
+                .map_err(|m| Error::hdf5(op, path, Some(name), m))
         })
-        .map_err(|m| write(IoError::Hdf5(m)))
     })
 }

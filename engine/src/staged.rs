@@ -8,7 +8,6 @@
 //! storage and decode filtered chunks as it likes.
 
 use crate::transfer::Prepared;
-use h5gds_chunk_codec::Hyperslab;
 use h5gds_route::select::{flat_range_blocks, staging_pieces, Block, Runs};
 use h5gds_runtime::cuda::{self, CudaError, DeviceContext};
 use h5gds_runtime::pinned;
@@ -25,19 +24,11 @@ pub struct NotBool {
 /// Refuses the first byte of `bytes`, bools starting at selection element `first`, that is not 0
 /// or 1.
 pub fn check_bools(bytes: &[u8], first: u64) -> Result<(), NotBool> {
-    match bytes.iter().position(|&v| v > 1) {
-        Some(at) => Err(NotBool {
-            element: first + at as u64,
-            value: bytes[at],
-        }),
-        None => Ok(()),
-    }
-}
-
-/// The pieces `[a, b)` of a selection of `elements` elements of `item` bytes: at most
-/// `piece_bytes` each, cut at `cuts` where they fit.
-pub fn pieces(elements: u64, item: usize, piece_bytes: usize, cuts: &[u64]) -> Vec<(u64, u64)> {
-    staging_pieces(elements, (piece_bytes / item.max(1)).max(1) as u64, cuts)
+    let Some(at) = bytes.iter().position(|&v| v > 1) else {
+        return Ok(());
+    };
+    let (element, value) = (first + at as u64, bytes[at]);
+    Err(NotBool { element, value })
 }
 
 /// A lane of the runtime's own streams (the extension's): a single piece is copied synchronously
@@ -87,59 +78,43 @@ pub fn thread_ring(
 ) -> Result<StagingRing<ThreadLane>, CudaError> {
     let largest = pieces.iter().map(|&(a, b)| b - a).max().unwrap_or(0) as usize * item;
     if pieces.len() <= 1 {
-        let lane = ThreadLane::Synchronous(context);
-        return Ok(StagingRing::new(
-            vec![pinned::Taken::new(largest)],
-            vec![lane],
-        ));
+        let (buffer, lane) = (
+            pinned::Taken::new(largest),
+            ThreadLane::Synchronous(context),
+        );
+        return Ok(StagingRing::new(vec![buffer], vec![lane]));
     }
     let streams = cuda::thread_streams(context)?.map(ThreadLane::Stream);
     let buffers = vec![pinned::Taken::new(largest), pinned::Taken::new(largest)];
     Ok(StagingRing::new(buffers, streams.to_vec()))
 }
 
-/// Where a read's pieces go: the device array `dest` holds an array of `item`-byte elements, and
-/// `runs` places each piece's elements in it; a bool read refuses other bytes with `bools`.
-pub struct Destination<'a, E> {
-    pub dest: u64,
-    pub item: usize,
-    pub runs: Runs,
-    pub bools: Option<&'a dyn Fn(NotBool) -> E>,
-}
-
-/// Reads `pieces` into device memory through `ring`: `fill(a, b, buffer)` fills a buffer with
-/// elements `[a, b)` (the buffer's first `(b - a) * item` bytes), then their runs are copied to
-/// their places, while the next piece is filled. Every copy has finished when this returns.
+/// Reads `pieces` into the device array at `dest` (of `item`-byte elements) through `ring`:
+/// `fill(a, b, buffer)` fills a buffer with elements `[a, b)` (the buffer's first `(b - a) * item`
+/// bytes), a bool read refuses other bytes with `bools`, then `runs` place the piece's elements
+/// in the array while the next piece is filled. Every copy has finished when this returns.
 pub fn read<S: RingStream, E: From<CudaError>>(
     ring: &mut StagingRing<S>,
     pieces: &[(u64, u64)],
-    to: &Destination<E>,
+    (dest, item, runs): (u64, usize, &Runs),
+    bools: Option<&dyn Fn(NotBool) -> E>,
     mut fill: impl FnMut(u64, u64, &mut [u8]) -> Result<(), E>,
 ) -> Result<(), E> {
-    let es = to.item as u64;
+    let bytes = |n: u64| n as usize * item;
     ring.to_device(
         pieces.len(),
         |k, buffer| {
             let (a, b) = pieces[k];
-            let piece = &mut buffer[..((b - a) * es) as usize];
+            let piece = &mut buffer[..bytes(b - a)];
             fill(a, b, piece)?;
-            match to.bools {
-                Some(refuse) => check_bools(piece, a).map_err(refuse),
-                None => Ok(()),
-            }
+            bools.map_or(Ok(()), |refuse| check_bools(piece, a).map_err(refuse))
         },
         |k, copies| {
             let (a, b) = pieces[k];
-            for (at, element, len) in to.runs.pieces(a, b) {
+            for (at, element, len) in runs.pieces(a, b) {
                 // SAFETY: the run lies inside the device array, which the caller keeps until
                 // this returns, after the ring's wait for its copies.
-                unsafe {
-                    copies.upload(
-                        (at * es) as usize,
-                        to.dest + element * es,
-                        (len * es) as usize,
-                    )?
-                };
+                unsafe { copies.upload(bytes(at), dest + bytes(element) as u64, bytes(len))? };
             }
             Ok(())
         },
@@ -176,34 +151,30 @@ pub fn write<S: RingStream, E: From<CudaError>>(
     .map_err(Stop::into_error)
 }
 
-/// Moves elements `[a, b)` (in row-major order) of `selection`, a part of `prepared`'s, between
+/// Moves elements `[a, b)` (in row-major order) of the hyperslab `(start, step, count)` (file
+/// coordinates), a part of `prepared`'s, between
 /// the dataset and `buffer` with HDF5 (`prepared`'s direction), one hyperslab per block of the
 /// range (`route::select::flat_range_blocks`). The HDF5's lock is the caller's.
 ///
 /// # Safety
-/// `buffer` must hold `b - a` elements of the prepared memory type (writable for a read).
+/// `buffer` must hold `b - a` elements of the prepared memory type, of `item` bytes each
+/// (writable for a read).
 pub unsafe fn hyperslab_piece(
     prepared: &Prepared,
-    selection: &Hyperslab,
+    (start, step, count): (&[u64], &[u64], &[u64]),
     (a, b): (u64, u64),
+    item: usize,
     buffer: *mut u8,
 ) -> Result<(), String> {
-    let item = prepared.element_size();
     let mut offset = 0usize;
-    for block in flat_range_blocks(selection.count, a, b) {
-        let start: Vec<u64> = (0..block.start.len())
-            .map(|i| selection.start[i] + block.start[i] * selection.step[i])
+    for block in flat_range_blocks(count, a, b) {
+        let first: Vec<u64> = (0..block.start.len())
+            .map(|i| start[i] + block.start[i] * step[i])
             .collect();
+        let at = buffer.wrapping_add(offset).cast();
         // SAFETY: the block is part of the checked selection; its elements lie in the buffer
         // from `offset` (the blocks of [a, b) hold b - a elements in order).
-        unsafe {
-            prepared.run_hyperslab(
-                &start,
-                selection.step,
-                &block.count,
-                buffer.add(offset).cast(),
-            )
-        }?;
+        unsafe { prepared.run_hyperslab(&first, step, &block.count, at) }?;
         offset += block.len() as usize * item;
     }
     Ok(())
@@ -224,27 +195,14 @@ pub fn fill_never_written<S: RingStream, E: From<CudaError>>(
 ) -> Result<(), E> {
     for part in missing {
         let ones = vec![1; part.count.len()];
-        let selection = Hyperslab {
-            start: &part.start,
-            step: &ones,
-            count: &part.count,
-        };
-        let to = Destination {
-            dest,
-            item,
-            runs: Runs::new(&part.relative_to(&region.start), &region.count),
-            bools,
-        };
-        read(
-            ring,
-            &staging_pieces(part.len(), per, &[]),
-            &to,
-            |a, b, buffer| {
-                // SAFETY: the buffer holds the piece's b - a elements.
-                unsafe { hyperslab_piece(prepared, &selection, (a, b), buffer.as_mut_ptr()) }
-                    .map_err(&failed)
-            },
-        )?;
+        let selection = (&part.start[..], &ones[..], &part.count[..]);
+        let runs = Runs::new(&part.relative_to(&region.start), &region.count);
+        let pieces = staging_pieces(part.len(), per, &[]);
+        read(ring, &pieces, (dest, item, &runs), bools, |a, b, buffer| {
+            // SAFETY: the buffer holds the piece's b - a elements.
+            unsafe { hyperslab_piece(prepared, selection, (a, b), item, buffer.as_mut_ptr()) }
+                .map_err(&failed)
+        })?;
     }
     Ok(())
 }
@@ -263,12 +221,5 @@ mod tests {
                 value: 7
             })
         );
-    }
-
-    #[test]
-    fn pieces_hold_whole_elements_of_at_most_the_piece_bytes() {
-        assert_eq!(pieces(10, 4, 16, &[]), vec![(0, 4), (4, 8), (8, 10)]);
-        assert_eq!(pieces(3, 8, 4, &[]), vec![(0, 1), (1, 2), (2, 3)]);
-        assert_eq!(pieces(10, 4, 16, &[3]), vec![(0, 3), (3, 7), (7, 10)]);
     }
 }

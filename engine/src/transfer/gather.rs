@@ -1,9 +1,7 @@
 //! The selection of a gather: rows of a dataset's first axis, given as sorted runs, selected as
 //! a union of hyperslabs. The caller holds the HDF5's lock.
 
-use super::{
-    argument, dataset_space, stack, Hid, IoError, Prepared, Space, H5S_SELECT_SET, MAX_RANK,
-};
+use super::{argument, dataset_space, stack, Hid, IoError, Prepared, Space, H5S_SELECT_SET, MAX_RANK};
 use h5gds_runtime::hdf5::{hsize_t as Hsize, Hdf5Api};
 use std::ffi::c_int;
 
@@ -32,7 +30,10 @@ const H5S_SELECT_OR: c_int = 1;
 
 /// Checks a gather's ids, runs and sizes against HDF5 and builds its dataspaces (see
 /// [`GatherRead`]); what it returns runs with [`Prepared::run`].
-pub fn prepare_gather(api: &'static Hdf5Api, g: &GatherRead) -> Result<Option<Prepared>, IoError> {
+pub fn prepare_gather(
+    api: &'static Hdf5Api,
+    g: &GatherRead,
+) -> Result<Option<Prepared>, IoError> {
     let (file_space, dims) = dataset_space(api, g.dataset, g.mem_type)?;
     let dims = &dims[..];
     let Some((&rows, rest_dims)) = dims.split_first() else {
@@ -126,7 +127,6 @@ pub fn prepare_gather(api: &'static Hdf5Api, g: &GatherRead) -> Result<Option<Pr
         mem_space,
         buffer: g.buffer,
         rank: dims.len(),
-        element_size: type_size,
     }))
 }
 

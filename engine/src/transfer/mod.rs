@@ -82,8 +82,6 @@ pub struct Prepared {
     mem_space: Space,
     buffer: usize,
     rank: usize,
-    /// The memory type's size in bytes.
-    element_size: usize,
 }
 
 fn argument(message: String) -> IoError {
@@ -218,21 +216,10 @@ pub fn prepare(api: &'static Hdf5Api, t: &Transfer) -> Result<Option<Prepared>, 
         mem_space,
         buffer: t.buffer,
         rank: dims.len(),
-        element_size: type_size,
     }))
 }
 
 impl Prepared {
-    /// The dataset's rank.
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
-
-    /// The memory type's size in bytes.
-    pub fn element_size(&self) -> usize {
-        self.element_size
-    }
-
     /// Moves the elements of the file hyperslab (`start`, `step`, `count`: a part of the
     /// prepared selection) between the dataset and a host buffer holding them in row-major
     /// order. The HDF5's lock stays held.

@@ -25,13 +25,13 @@ use crate::hdf5::{self, Hid, Prepared, StoredLayout};
 use crate::host_codec::CompressedHostRead;
 use h5gds_chunk_codec::place::chunks_selected;
 use h5gds_chunk_codec::{Filter, Hyperslab, Pipeline};
-use h5gds_engine::staged::{self, check_bools, hyperslab_piece, Destination, NotBool};
+use h5gds_engine::staged::{self, hyperslab_piece, NotBool};
 use h5gds_route::route::{
     blocker, choose_decoder, data_blocker, gpu_decode, plan, Block, Decoder, DecoderFacts, Route,
     Storage, Transfer,
 };
 use h5gds_route::select::{
-    chunks_touching, decoded_pieces, flat_range_blocks, staged_piece_bytes, Runs,
+    chunks_touching, decoded_pieces, flat_range_blocks, staged_piece_bytes, staging_pieces, Runs,
 };
 use h5gds_runtime::cuda::{self, DeviceContext};
 use h5gds_runtime::device_ranges::forget_device_range;
@@ -462,79 +462,68 @@ fn staged(
             )
         }
     };
-    let pieces = staged::pieces(elements, item, piece_bytes as usize, &cuts);
+    let pieces = staging_pieces(elements, (piece_bytes / item as u64).max(1), &cuts);
     let mut ring = staged::thread_ring(context, &pieces, item)?;
-    let selection = Hyperslab {
-        start: t.start,
-        step: t.step,
-        count: t.count,
-    };
+    let selection = (t.start, t.step, t.count);
     if t.write {
         return staged::write(&mut ring, &pieces, item, t.address, |a, b, host| {
             // SAFETY: the buffer holds the piece's b - a elements; a write only reads it.
-            unsafe { hyperslab_piece(prepared, &selection, (a, b), host.as_ptr().cast_mut()) }
+            unsafe { hyperslab_piece(prepared, selection, (a, b), item, host.as_ptr().cast_mut()) }
                 .map_err(|m| failed(format!("H5Dwrite failed: {m}")))
         });
     }
     let refuse = |n| not_a_bool(t.dataset_name, n);
-    let to = Destination {
-        dest: t.address,
-        item,
-        runs: Runs::new(&Block::whole(t.count), t.count),
-        bools: t
-            .checked_bytes
-            .then_some(&refuse as &dyn Fn(NotBool) -> DeviceError),
-    };
-    staged::read(&mut ring, &pieces, &to, |a, b, host| {
-        let Some(d) = decoded else {
-            // SAFETY: the buffer holds the piece's b - a elements.
-            return unsafe { hyperslab_piece(prepared, &selection, (a, b), host.as_mut_ptr()) }
+    let bools = t
+        .checked_bytes
+        .then_some(&refuse as &dyn Fn(NotBool) -> DeviceError);
+    let runs = Runs::new(&Block::whole(t.count), t.count);
+    staged::read(
+        &mut ring,
+        &pieces,
+        (t.address, item, &runs),
+        bools,
+        |a, b, host| {
+            let Some(d) = decoded else {
+                // SAFETY: the buffer holds the piece's b - a elements.
+                return unsafe {
+                    hyperslab_piece(prepared, selection, (a, b), item, host.as_mut_ptr())
+                }
                 .map_err(|m| failed(format!("H5Dread failed: {m}")));
-        };
-        let mut offset = 0usize;
-        for block in flat_range_blocks(t.count, a, b) {
-            let start: Vec<u64> = (0..block.start.len())
-                .map(|i| t.start[i] + block.start[i] * t.step[i])
-                .collect();
-            let len = block.len() as usize * item;
-            let read = CompressedHostRead {
-                dataset: t.dataset,
-                name: t.dataset_name,
-                chunk: d.chunk,
-                filters: d.filters,
-                start: &start,
-                step: t.step,
-                count: &block.count,
-                element_size: item,
-                threads: d.threads,
             };
-            read.run(&d.pipeline, prepared, &mut host[offset..offset + len])
-                .map_err(|crate::host_codec::Failed(m)| failed(m))?;
-            offset += len;
-        }
-        Ok(())
-    })
+            let mut offset = 0usize;
+            for block in flat_range_blocks(t.count, a, b) {
+                let start: Vec<u64> = (0..block.start.len())
+                    .map(|i| t.start[i] + block.start[i] * t.step[i])
+                    .collect();
+                let len = block.len() as usize * item;
+                let read = CompressedHostRead {
+                    dataset: t.dataset,
+                    name: t.dataset_name,
+                    chunk: d.chunk,
+                    filters: d.filters,
+                    start: &start,
+                    step: t.step,
+                    count: &block.count,
+                    element_size: item,
+                    threads: d.threads,
+                };
+                read.run(&d.pipeline, prepared, &mut host[offset..offset + len])
+                    .map_err(|crate::host_codec::Failed(m)| failed(m))?;
+                offset += len;
+            }
+            Ok(())
+        },
+    )
 }
 
 /// The refusal of a byte read from dataset `dataset_name` as a bool that is not 0 or 1 (which a
 /// device library's bool cannot hold), naming its element of the selection.
-fn not_a_bool(dataset_name: &str, n: NotBool) -> DeviceError {
+pub fn not_a_bool(dataset_name: &str, n: NotBool) -> DeviceError {
     argument(format!(
         "dataset {dataset_name} holds the byte {} at element {} of the selection, which is not a \
          bool (0 or 1)",
         n.value, n.element
     ))
-}
-
-/// Refuses a byte of `bytes`, bools read from dataset `dataset_name`, that is not 0 or 1 (which a
-/// device library's bool cannot hold), naming its element (`first`: the selection element
-/// `bytes` start at).
-pub fn refuse_other_bytes_than_bools(
-    dataset_name: &str,
-    bytes: &[u8],
-    first: u64,
-) -> Result<(), DeviceError> {
-    check_bools(bytes, first).map_err(|n| not_a_bool(dataset_name, n))
 }
 
 /// The pipeline's filter ids as the host decoder takes them (shuffle's element size is the

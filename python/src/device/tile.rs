@@ -6,7 +6,7 @@ use crate::call_settings::CallSettings;
 use crate::error::DeviceError;
 use crate::hdf5;
 use h5gds_engine::staged;
-use h5gds_route::select::staged_piece_bytes;
+use h5gds_route::select::{staged_piece_bytes, staging_pieces};
 use h5gds_runtime::cuda;
 use h5gds_runtime::device_ranges::forget_device_range;
 use h5gds_runtime::settings::{self, STAGING_BUFFER_SIZE_ENV, USE_VFD_GDS_ENV};
@@ -105,7 +105,7 @@ pub fn write_tile(t: TileWrite) -> Result<String, DeviceError> {
             staging_size as u64,
             file_side_floor(&CallSettings::default())? as u64,
         );
-        let pieces = staged::pieces(t.nbytes as u64 / item, t.item, piece_bytes as usize, &[]);
+        let pieces = staging_pieces(t.nbytes as u64 / item, (piece_bytes / item).max(1), &[]);
         let mut ring = staged::thread_ring(pointer.context, &pieces, t.item)?;
         staged::write(&mut ring, &pieces, t.item, t.address, |a, b, host| {
             let (lo, hi) = (a * item, b * item);
