@@ -140,14 +140,6 @@ pub(crate) fn describe(desc: &TypeDescriptor) -> String {
     }
 }
 
-/// The first byte of `bytes` that is not a valid `bool`, with its index.
-pub(crate) fn first_invalid_bool(bytes: &[u8]) -> Option<(usize, u8)> {
-    bytes
-        .iter()
-        .position(|&b| b > 1)
-        .map(|index| (index, bytes[index]))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,11 +187,5 @@ mod tests {
             describe(&TypeDescriptor::VarLenUnicode),
             "variable-length strings"
         );
-    }
-
-    #[test]
-    fn invalid_bool_bytes_are_found() {
-        assert_eq!(first_invalid_bool(&[0, 1, 1, 0]), None);
-        assert_eq!(first_invalid_bool(&[0, 1, 7, 2]), Some((2, 7)));
     }
 }

@@ -237,6 +237,19 @@ impl Error {
         }
     }
 
+    /// The refusal of a bool read's byte that is not 0 or 1 (`h5gds_engine::staged::check_bools`).
+    pub(crate) fn not_bool<'a>(
+        path: &'a Path,
+        dataset: &'a str,
+    ) -> impl Fn(h5gds_engine::staged::NotBool) -> Error + 'a {
+        |n| Error::InvalidBool {
+            path: path.to_path_buf(),
+            dataset: dataset.to_string(),
+            index: n.element as usize,
+            value: n.value,
+        }
+    }
+
     /// A failed CUDA operation.
     pub(crate) fn cuda(op: impl Into<String>, err: impl std::fmt::Display) -> Error {
         Error::Cuda {

@@ -3,7 +3,7 @@
 //! large reads split across threads (or through sec2 itself with `H5GDS_USE_VFD_GDS=0`).
 
 use crate::driver::Driver;
-use crate::element::{descriptor_of, first_invalid_bool, Element};
+use crate::element::{descriptor_of, Element};
 use crate::error::{Error, Result};
 use crate::file::{create_file, open_dataset, OpenDataset};
 use crate::hdf5_raw::{self, select_blocks, Spaces};
@@ -12,6 +12,7 @@ use crate::options::{DevicePath, Settings};
 use crate::select::Block;
 use crate::ReadOptions;
 use h5gds_engine::rows::RowPlan;
+use h5gds_engine::staged::check_bools;
 use h5gds_engine::transfer::{prepare_gather_in_groups, GatherRead};
 use hdf5::{Dataset, Datatype, File};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
@@ -230,14 +231,7 @@ unsafe fn filled<T: Element>(ds: &OpenDataset, values: &mut Vec<T>, n: usize) ->
         // SAFETY: the n one-byte elements were written (as the caller guarantees); they are
         // read as bytes only.
         let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), n) };
-        if let Some((index, value)) = first_invalid_bool(bytes) {
-            return Err(Error::InvalidBool {
-                path: ds.path.clone(),
-                dataset: ds.name.clone(),
-                index,
-                value,
-            });
-        }
+        check_bools(bytes, 0).map_err(Error::not_bool(&ds.path, &ds.name))?;
     }
     // SAFETY: all n elements are initialised (as the caller guarantees) and, for bool, each is
     // 0 or 1 (checked above).

@@ -1,22 +1,23 @@
-//! Host staging, the staged path: data moves between the file and device memory through two
-//! bounded host buffers taking turns (at most `H5GDS_STAGING_BUFFER_SIZE` each, from the process's pool
-//! of pinned buffers; not the driver's bounce buffers), piece by piece, so any size works with
-//! any buffer size, and one piece's copy overlaps the next piece's file I/O. HDF5 only
-//! ever sees host memory here, so it may convert types, fill unwritten storage and decode
-//! filtered chunks as it likes.
+//! Host staging, array-io's face of the staged path (`h5gds_engine::staged`): data moves between
+//! the file and device memory through two bounded host buffers taking turns (at most
+//! `H5GDS_STAGING_BUFFER_SIZE` each, from the process's pool of pinned buffers; not the driver's
+//! bounce buffers) on the caller's cudarc stream and its fork, HDF5 reached through the engine's
+//! checked transfer over the linked HDF5 (`hdf5_raw::linked_hdf5`, under hdf5-metno's lock).
 
-use crate::element::first_invalid_bool;
 use crate::error::{Error, Result};
 use crate::file::OpenDataset;
-use crate::hdf5_raw::{self, select_blocks, Spaces};
+use crate::hdf5_raw::{self, linked_hdf5};
 use crate::host_codec::Planned;
 use crate::select::{flat_range_blocks, staged_piece_bytes, staging_pieces, Block, Runs};
 use cudarc::driver::{sys, CudaStream};
+use h5gds_engine::staged::{self, hyperslab_piece, NotBool};
+use h5gds_engine::transfer::{prepare, IoError, Prepared, Transfer};
 use h5gds_runtime::cuda::call;
 use h5gds_runtime::pinned;
-use h5gds_runtime::staging_ring::{LaneCopies, StagingRing, Stop};
+use h5gds_runtime::staging_ring::StagingRing;
 use h5gds_runtime::stream::synchronize;
-use hdf5::{Dataset, Dataspace, Datatype};
+use hdf5::{Dataset, Datatype};
+use std::path::Path;
 use std::sync::Arc;
 
 /// Two staging buffers of a fixed size from the process's pool of pinned buffers
@@ -77,6 +78,32 @@ pub(crate) struct Elements<'a> {
     pub check_bool: bool,
 }
 
+/// The engine's checked transfer of `block` (file coordinates, steps of 1) of `dset` in the
+/// memory type, for the staged pieces; `None`: an empty block. Made, run and dropped under
+/// hdf5-metno's lock, held through the staged transfer as h5py's is for the extension.
+fn prepared(
+    dset: &Dataset,
+    elements: &Elements,
+    write: bool,
+    (block, ones): (&Block, &[u64]),
+    op: &str,
+    (path, name): (&Path, &str),
+) -> Result<Option<Prepared>> {
+    let transfer = Transfer {
+        write,
+        dataset: dset.id(),
+        mem_type: elements.mem_type.id(),
+        start: &block.start,
+        step: ones,
+        count: &block.count,
+        mem_shape: &block.count,
+        buffer: 0,
+        nbytes: block.len() as usize * elements.size,
+    };
+    prepare(linked_hdf5(), &transfer)
+        .map_err(|(IoError::Argument(m) | IoError::Hdf5(m))| Error::hdf5(op, path, Some(name), m))
+}
+
 /// Reads `block` (file coordinates) of `ds` into device memory `dest`, which holds the array
 /// `region` (file coordinates) in row-major order, through `staging`: HDF5 fills the buffer,
 /// or, with `decoded` (the plan, and `route::select::decoded_pieces`' cuts of `block`), h5gds
@@ -93,73 +120,45 @@ pub(crate) fn read_block(
     staging: &mut HostStaging,
     decoded: Option<(&Planned, &[u64])>,
 ) -> Result<()> {
-    let es = elements.size as u64;
-    let per = (staging.len() as u64 / es).max(1);
-    let runs = Runs::new(&block.relative_to(&region.start), &region.count);
-    let total = block.len();
+    let es = elements.size;
     let cuts = decoded.map_or(&[][..], |(_, cuts)| cuts);
-    let spans = staging_pieces(total, per, cuts);
-    // Piece `k` into its buffer: HDF5 reads it, or h5gds decodes its chunks.
-    let fill = |k: usize, buf: &mut [u8]| -> Result<()> {
-        let (a, b) = spans[k];
-        let blocks: Vec<Block> = flat_range_blocks(&block.count, a, b)
-            .iter()
-            .map(|piece| piece.offset_by(&block.start))
-            .collect();
-        let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
-        let pieces: Vec<hdf5_raw::Block> = blocks
-            .iter()
-            .map(|b| (b.start.as_slice(), b.count.as_slice()))
-            .collect();
-        if let Some((planned, _)) = decoded {
-            let mut at = 0usize;
-            for piece in &blocks {
-                let len = piece.len() as usize * elements.size;
-                // The staging buffer holds `per` >= b - a elements, the pieces' in order.
-                let out = &mut buf[at..at + len];
-                crate::host_codec::read_region(ds, elements.mem_type, piece, planned, out)?;
-                at += len;
-            }
-        } else {
-            let file_space =
-                select_blocks(&ds.shape, &pieces).map_err(|e| fail("selecting a hyperslab", e))?;
-            let mem_space = Dataspace::try_new((b - a) as usize)
-                .map_err(|e| fail("creating a dataspace", e))?;
-            let spaces = Spaces {
-                memory: Some(&mem_space),
-                file: Some(&file_space),
+    let spans = staging_pieces(block.len(), (staging.len() / es).max(1) as u64, cuts);
+    let refuse = Error::not_bool(&ds.path, &ds.name);
+    let bools = elements
+        .check_bool
+        .then_some(&refuse as &dyn Fn(NotBool) -> Error);
+    let runs = Runs::new(&block.relative_to(&region.start), &region.count);
+    let to = (dest, es, &runs);
+    let (op, named) = ("reading into the staging buffer", (&*ds.path, &*ds.name));
+    let ones = vec![1; block.count.len()];
+    let Some((planned, _)) = decoded else {
+        // Piece `k` into its buffer: HDF5 reads it.
+        hdf5_raw::locked(|| {
+            let Some(prepared) = prepared(&ds.dset, elements, false, (block, &ones), op, named)?
+            else {
+                return Ok(()); // an empty block has no pieces
             };
-            // SAFETY: the staging buffer holds `per` >= b - a elements of the memory type.
-            unsafe { hdf5_raw::read(&ds.dset, elements.mem_type, spaces, buf.as_mut_ptr().cast()) }
-                .map_err(|e| fail("reading into the staging buffer", e))?;
-        }
-        if elements.check_bool {
-            if let Some((index, value)) = first_invalid_bool(&buf[..(b - a) as usize]) {
-                return Err(Error::InvalidBool {
-                    path: ds.path.clone(),
-                    dataset: ds.name.clone(),
-                    index: (a as usize) + index,
-                    value,
-                });
-            }
+            let selection = (&block.start[..], &ones[..], &block.count[..]);
+            staged::read(&mut staging.ring, &spans, to, bools, |a, b, buf| {
+                // SAFETY: the buffer holds the piece's b - a elements of the memory type.
+                unsafe { hyperslab_piece(&prepared, selection, (a, b), es, buf.as_mut_ptr()) }
+                    .map_err(|m| Error::hdf5(op, named.0, Some(named.1), m))
+            })
+        })?;
+        return synchronize(stream).map_err(Error::from);
+    };
+    // Piece `k` into its buffer: h5gds decodes its chunks.
+    staged::read(&mut staging.ring, &spans, to, bools, |a, b, buf| {
+        let mut at = 0usize;
+        for piece in flat_range_blocks(&block.count, a, b) {
+            let piece = piece.offset_by(&block.start);
+            let len = piece.len() as usize * es;
+            let out = &mut buf[at..at + len];
+            crate::host_codec::read_region(ds, elements.mem_type, &piece, planned, out)?;
+            at += len;
         }
         Ok(())
-    };
-    // Piece `k`'s runs from its buffer to their places in `dest`.
-    let send = |k: usize, copies: &LaneCopies<Arc<CudaStream>>| -> Result<()> {
-        let (a, b) = spans[k];
-        for (at, to, len) in runs.pieces(a, b) {
-            // SAFETY: the destination lies inside `dest`, which holds the whole region and
-            // outlives the ring's wait at the end of this transfer.
-            unsafe { copies.upload((at * es) as usize, dest + to * es, (len * es) as usize)? };
-        }
-        Ok(())
-    };
-    // The next piece is read while this one's copies run; all have finished when this returns.
-    staging
-        .ring
-        .to_device(spans.len(), fill, send)
-        .map_err(Stop::into_error)?;
+    })?;
     synchronize(stream)?;
     Ok(())
 }
@@ -169,49 +168,29 @@ pub(crate) fn read_block(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_all(
     dset: &Dataset,
-    path: &std::path::Path,
+    path: &Path,
     name: &str,
     shape: &[u64],
     elements: &Elements,
     src: sys::CUdeviceptr,
     staging: &mut HostStaging,
 ) -> Result<()> {
-    let es = elements.size as u64;
-    let per = (staging.len() as u64 / es).max(1);
-    let total: u64 = shape.iter().product();
-    let spans = staging_pieces(total, per, &[]);
-    // Queues piece `k`'s copy from the device into its buffer.
-    let fetch = |k: usize, copies: &LaneCopies<Arc<CudaStream>>| -> Result<()> {
-        let (a, b) = spans[k];
-        // SAFETY: the source range lies inside the device array, which outlives the ring's wait
-        // at the end of this transfer.
-        unsafe { copies.download(0, src + a * es, ((b - a) * es) as usize)? };
-        Ok(())
-    };
-    // Writes piece `k` from its buffer, once its copy has landed.
-    let write = |k: usize, buf: &[u8]| -> Result<()> {
-        let (a, b) = spans[k];
-        let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, path, Some(name), e);
-        let blocks = flat_range_blocks(shape, a, b);
-        let pieces: Vec<hdf5_raw::Block> = blocks
-            .iter()
-            .map(|b| (b.start.as_slice(), b.count.as_slice()))
-            .collect();
-        let file_space =
-            select_blocks(shape, &pieces).map_err(|e| fail("selecting a hyperslab", e))?;
-        let mem_space =
-            Dataspace::try_new((b - a) as usize).map_err(|e| fail("creating a dataspace", e))?;
-        let spaces = Spaces {
-            memory: Some(&mem_space),
-            file: Some(&file_space),
+    let es = elements.size;
+    let whole = Block::whole(shape);
+    let spans = staging_pieces(whole.len(), (staging.len() / es).max(1) as u64, &[]);
+    let (op, ones) = ("writing from the staging buffer", vec![1; shape.len()]);
+    hdf5_raw::locked(|| {
+        let Some(prepared) = prepared(dset, elements, true, (&whole, &ones), op, (path, name))?
+        else {
+            return Ok(()); // an empty dataset has no pieces
         };
-        // SAFETY: the staging buffer holds the b - a elements just copied.
-        unsafe { hdf5_raw::write(dset, elements.mem_type, spaces, buf.as_ptr().cast()) }
-            .map_err(|e| fail("writing from the staging buffer", e))
-    };
-    // The next piece comes from the device while this one is written.
-    staging
-        .ring
-        .from_device(spans.len(), fetch, write)
-        .map_err(Stop::into_error)
+        let selection = (&whole.start[..], &ones[..], shape);
+        // The next piece comes from the device while this one is written.
+        staged::write(&mut staging.ring, &spans, es, src, |a, b, buf| {
+            // SAFETY: the buffer holds the piece's b - a elements just copied; a write only
+            // reads it.
+            unsafe { hyperslab_piece(&prepared, selection, (a, b), es, buf.as_ptr().cast_mut()) }
+                .map_err(|m| Error::hdf5(op, path, Some(name), m))
+        })
+    })
 }

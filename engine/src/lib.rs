@@ -6,8 +6,8 @@
 //! ([`facts`], its errors in [`hdf5_error`]) and the HDF5 side of stored chunks ([`chunks`]), the reads
 //! of a dataset whose storage cannot change, with no HDF5 call ([`stored`]), one checked
 //! transfer through HDF5 ([`transfer`]), the reads whose chunks h5gds decodes on the host's cores
-//! ([`decoded`]), and where chunks bound for device memory are decoded, with the GPU-decoded
-//! read ([`gpu_decoded`]).
+//! ([`decoded`]), where chunks bound for device memory are decoded, with the GPU-decoded
+//! read ([`gpu_decoded`]), and the staged path through pinned host buffers ([`staged`]).
 
 pub mod chunks;
 pub mod decoded;
@@ -15,6 +15,7 @@ pub mod facts;
 pub mod gpu_decoded;
 pub mod hdf5_error;
 pub mod rows;
+pub mod staged;
 pub mod stored;
 pub mod tiles;
 pub mod transfer;

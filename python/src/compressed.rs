@@ -11,12 +11,11 @@ use crate::error::DeviceError;
 use crate::hdf5::{self, Hid, Prepared};
 use cudarc::driver::CudaContext;
 use h5gds_engine::gpu_decoded;
-use h5gds_gpu_codec::decode::{placement, Decoding, HostReads};
+use h5gds_engine::staged;
+use h5gds_gpu_codec::decode::{Decoding, HostReads};
 use h5gds_route::route::{Block, GpuCodec};
-use h5gds_route::select::{chunks_touching, flat_range_blocks};
+use h5gds_route::select::{chunks_touching, staging_pieces};
 use h5gds_runtime::cuda::{self, DeviceContext};
-use h5gds_runtime::pinned;
-use std::ffi::c_void;
 
 /// One compressed read: the dataset, its chunks' codec and shape, the region (file
 /// coordinates, steps of 1) and the device array holding it in row-major order.
@@ -63,56 +62,17 @@ pub fn read(
     };
     let stream = context.default_stream();
     let decoded = gpu_decoded::read(&source, &index, &how, r.region, r.dest, &stream)?;
-    for part in &decoded.missing {
-        fill_missing(r, prepared, part)?;
+    let (es, per) = (
+        r.element_size,
+        (r.staging_size / r.element_size).max(1) as u64,
+    );
+    let missing = &decoded.missing;
+    if let Some(largest) = missing.iter().map(Block::len).max() {
+        // Through pinned host memory, where HDF5 fills them with the fill value.
+        let mut ring = staged::thread_ring(r.context, &staging_pieces(largest, per, &[]), es)?;
+        let never = |m| failed(format!("H5Dread of the chunk never written failed: {m}"));
+        let to = (r.dest, es, per);
+        staged::fill_never_written(&mut ring, prepared, missing, r.region, to, None, never)?;
     }
     Ok(decoded.words)
-}
-
-/// Reads `part` (a chunk never written) through pinned host memory of at most the staging
-/// size, where HDF5 fills it with the fill value, and copies it into place on the device.
-fn fill_missing(r: &CompressedRead, prepared: &Prepared, part: &Block) -> Result<(), DeviceError> {
-    let failed = DeviceError::Failed;
-    let es = r.element_size;
-    let elements = part.len();
-    let per = (r.staging_size / es).max(1) as u64;
-    let mut pinned = pinned::Taken::new(per.min(elements) as usize * es);
-    let ones = vec![1u64; part.count.len()];
-    let mut a = 0u64;
-    while a < elements {
-        let b = (a + per).min(elements);
-        for piece in flat_range_blocks(&part.count, a, b) {
-            let piece = Block {
-                start: piece
-                    .start
-                    .iter()
-                    .zip(&part.start)
-                    .map(|(s, p)| s + p)
-                    .collect(),
-                count: piece.count,
-            };
-            let host = pinned.as_mut_ptr();
-            // SAFETY: the piece is part of the checked selection and its elements fit the
-            // pinned buffer (at most `per` of them).
-            unsafe {
-                prepared.run_hyperslab(&piece.start, &ones, &piece.count, host.cast::<c_void>())
-            }
-            .map_err(|m| failed(format!("H5Dread of the chunk never written failed: {m}")))?;
-            let copies = placement(&piece, &piece.start, &piece.count, r.region, es);
-            for (src, dst, len) in copies.iter().flat_map(|c| c.rows()) {
-                // SAFETY: HDF5 filled the piece's elements in the pinned buffer; the run lies
-                // inside the device array holding the region (checked by the caller).
-                unsafe {
-                    cuda::copy_any(
-                        r.context,
-                        (r.dest + dst) as usize,
-                        host.add(src as usize) as usize,
-                        len,
-                    )
-                }?;
-            }
-        }
-        a = b;
-    }
-    Ok(())
 }

@@ -18,6 +18,7 @@ use crate::gather::{self, HostBuffer, Rest, RowsRead};
 use crate::hdf5::{self, StoredLayout};
 use crate::io_call::{ArrayArg, Phil, Selection, Target};
 use h5gds_engine::rows::RowPlan;
+use h5gds_engine::staged::check_bools;
 use h5gds_runtime::pinned;
 use numpy::PyReadonlyArray1;
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -117,7 +118,7 @@ pub fn gather_dataset<'py>(
         if let Some(name) = &name {
             // SAFETY: the staging buffer holds `nbytes` bytes, filled by the gather above.
             let bytes = unsafe { std::slice::from_raw_parts(staging as *const u8, nbytes) };
-            device::refuse_other_bytes_than_bools(name, bytes, 0)?;
+            check_bools(bytes, 0).map_err(|n| device::not_a_bool(name, n))?;
         }
         device::copy_with_host(address, nbytes, claimed, stream, staging, true)
     })

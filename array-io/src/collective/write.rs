@@ -13,15 +13,14 @@ use crate::file::{check_dataset_name, create_file};
 use crate::hdf5_raw::{self, DriverFile};
 use crate::host_staging::HostStaging;
 use crate::options::Settings;
-use crate::select::{Block, Runs};
-use cudarc::driver::{CudaStream, DevicePtr};
+use crate::select::{staging_pieces, Block, Runs};
+use cudarc::driver::DevicePtr;
+use h5gds_engine::staged;
 use h5gds_engine::tiles::{write_boxes, Decomposition, TileClaim};
-use h5gds_runtime::staging_ring::{LaneCopies, Stop};
 use h5gds_runtime::stream::synchronize;
 use mpi::traits::*;
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// A tile as the write needs it: its facts, and how its bytes reach the file.
 pub(crate) trait Source {
@@ -135,33 +134,18 @@ impl<T: Element> DeviceTile<'_, T> {
                 let bytes = (n * es) as usize;
                 let mut staging = HostStaging::new(settings.staging_buffer_size()?, bytes, stream);
                 let per = (staging.len() as u64 / es).max(1);
-                let spans: Vec<(u64, u64)> = (0..n.div_ceil(per))
-                    .map(|k| (k * per, n.min((k + 1) * per)))
-                    .collect();
-                // Elements [a, b) of piece `k` from the device into its buffer.
-                let fetch = |k: usize, copies: &LaneCopies<Arc<CudaStream>>| -> Result<()> {
-                    let (a, b) = spans[k];
-                    // SAFETY: elements [a, b) lie inside the allocation, which outlives the
-                    // ring's wait at the end of the transfer.
-                    unsafe { copies.download(0, ptr + a * es, ((b - a) * es) as usize)? };
-                    Ok(())
-                };
-                // Piece `k`'s runs from its buffer to their places in the file.
-                let write = |k: usize, buf: &[u8]| -> Result<()> {
-                    let (a, b) = spans[k];
+                let spans = staging_pieces(n, per, &[]);
+                // Piece [a, b)'s runs from its buffer to their places in the file, while the
+                // next piece comes from the device.
+                staged::write(&mut staging.ring, &spans, es as usize, ptr, |a, b, buf| {
                     for (at, element, len) in runs.pieces(a, b) {
                         let src = buf[(at * es) as usize..((at + len) * es) as usize].as_ptr();
                         // SAFETY: host memory of `len` elements.
                         unsafe { file.write(base + element * es, (len * es) as usize, src.cast()) }
                             .map_err(fail)?;
                     }
-                    Ok(())
-                };
-                // The next piece comes from the device while this one is written.
-                staging
-                    .ring
-                    .from_device(spans.len(), fetch, write)
-                    .map_err(Stop::into_error)?;
+                    Ok::<(), Error>(())
+                })?;
             }
         }
         drop(record);

@@ -220,11 +220,6 @@ pub fn prepare(api: &'static Hdf5Api, t: &Transfer) -> Result<Option<Prepared>, 
 }
 
 impl Prepared {
-    /// The dataset's rank.
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
-
     /// The memory type's id (the reads of chunks never written take it, `crate::decoded`).
     pub fn mem_type(&self) -> Hid {
         self.mem_type

@@ -10,13 +10,11 @@
 
 mod host_reads;
 mod pointer;
-mod staging;
 mod tile;
 
 pub use host_reads::staged_anyway;
 use pointer::checked_pointer;
 pub use pointer::{copy_with_host, device_count};
-use staging::through_pinned;
 pub use tile::{write_tile, TileWrite};
 
 use crate::call_settings::CallSettings;
@@ -24,15 +22,16 @@ use crate::compressed::{self, CompressedRead};
 pub use crate::error::DeviceError;
 use crate::hdf5::{self, Hid, Prepared, StoredLayout};
 use h5gds_chunk_codec::{Decoding, Filter, Hyperslab, Pipeline};
-use h5gds_engine::decoded;
-use h5gds_engine::gpu_decoded;
+use h5gds_engine::staged::{self, hyperslab_piece, NotBool};
+use h5gds_engine::{decoded, gpu_decoded};
 use h5gds_route::route::{blocker, data_blocker, plan, Block, Decoder, Route, Storage, Transfer};
-use h5gds_route::select::{chunks_touching, decoded_pieces, flat_range_blocks, staged_piece_bytes};
+use h5gds_route::select::{
+    chunks_touching, decoded_pieces, flat_range_blocks, staged_piece_bytes, staging_pieces, Runs,
+};
 use h5gds_runtime::cuda::{self, DeviceContext};
 use h5gds_runtime::device_ranges::forget_device_range;
 use h5gds_runtime::settings::{self, DevicePath, STAGING_BUFFER_SIZE_ENV, USE_VFD_GDS_ENV};
 use std::collections::HashSet;
-use std::ffi::c_void;
 
 /// How the dataset is stored, as the one native call asked HDF5 (`hdf5::dataset_facts`).
 pub struct StorageFacts {
@@ -388,113 +387,70 @@ fn staged(
             )
         }
     };
-    through_pinned(
-        context,
-        t.address,
-        elements,
-        item,
-        piece_bytes as usize,
-        &cuts,
-        t.write,
+    let pieces = staging_pieces(elements, (piece_bytes / item as u64).max(1), &cuts);
+    let mut ring = staged::thread_ring(context, &pieces, item)?;
+    let selection = (t.start, t.step, t.count);
+    if t.write {
+        return staged::write(&mut ring, &pieces, item, t.address, |a, b, host| {
+            // SAFETY: the buffer holds the piece's b - a elements; a write only reads it.
+            unsafe { hyperslab_piece(prepared, selection, (a, b), item, host.as_ptr().cast_mut()) }
+                .map_err(|m| failed(format!("H5Dwrite failed: {m}")))
+        });
+    }
+    let refuse = |n| not_a_bool(t.dataset_name, n);
+    let bools = t
+        .checked_bytes
+        .then_some(&refuse as &dyn Fn(NotBool) -> DeviceError);
+    let runs = Runs::new(&Block::whole(t.count), t.count);
+    staged::read(
+        &mut ring,
+        &pieces,
+        (t.address, item, &runs),
+        bools,
         |a, b, host| {
-            let blocks = if prepared.rank() == 0 {
-                vec![Block::whole(&[])]
-            } else {
-                flat_range_blocks(t.count, a, b)
+            let Some(d) = decoded else {
+                // SAFETY: the buffer holds the piece's b - a elements.
+                return unsafe {
+                    hyperslab_piece(prepared, selection, (a, b), item, host.as_mut_ptr())
+                }
+                .map_err(|m| failed(format!("H5Dread failed: {m}")));
             };
             let mut offset = 0usize;
-            for block in blocks {
+            for block in flat_range_blocks(t.count, a, b) {
                 let start: Vec<u64> = (0..block.start.len())
                     .map(|i| t.start[i] + block.start[i] * t.step[i])
                     .collect();
                 let len = block.len() as usize * item;
-                if let Some(d) = decoded {
-                    let how = Decoding {
-                        pipeline: &d.pipeline,
-                        chunk: d.chunk,
-                        element_size: item,
-                        threads: d.threads,
-                    };
-                    let selection = Hyperslab {
-                        start: &start,
-                        step: t.step,
-                        count: &block.count,
-                    };
-                    let (dataset, name) = (t.dataset, t.dataset_name);
-                    let open = |n| hdf5::stored_chunks(dataset, name, d.chunk, n, failed);
-                    // SAFETY: the pinned buffer holds the block's elements from `offset` (the
-                    // blocks of [a, b) hold b - a elements in order).
-                    let out = unsafe { std::slice::from_raw_parts_mut(host.add(offset), len) };
-                    decoded::read_hyperslab(&how, prepared.mem_type(), selection, open, out)?;
-                } else {
-                    // SAFETY: the block is part of the checked selection; its elements fit the
-                    // pinned buffer from `offset` (the blocks of [a, b) hold b - a elements in
-                    // order).
-                    unsafe {
-                        prepared.run_hyperslab(
-                            &start,
-                            t.step,
-                            &block.count,
-                            host.add(offset).cast::<c_void>(),
-                        )
-                    }
-                    .map_err(|m| {
-                        failed(format!(
-                            "H5D{} failed: {m}",
-                            if t.write { "write" } else { "read" }
-                        ))
-                    })?;
-                }
+                let how = Decoding {
+                    pipeline: &d.pipeline,
+                    chunk: d.chunk,
+                    element_size: item,
+                    threads: d.threads,
+                };
+                let selection = Hyperslab {
+                    start: &start,
+                    step: t.step,
+                    count: &block.count,
+                };
+                let (dataset, name) = (t.dataset, t.dataset_name);
+                let open = |n| hdf5::stored_chunks(dataset, name, d.chunk, n, failed);
+                let out = &mut host[offset..offset + len];
+                decoded::read_hyperslab(&how, prepared.mem_type(), selection, open, out)?;
                 offset += len;
             }
-            if t.write {
-                return Ok(());
-            }
-            // SAFETY: HDF5 filled the piece's bytes of the buffer above.
-            unsafe { check_bools(t, host, (b - a) as usize * item, a) }
+            Ok(())
         },
     )
 }
 
-/// For a bool read (`checked_bytes`), refuses a byte of the `len` read into `host` that is not 0
-/// or 1, naming its element (`first`: the selection element the buffer starts at).
-///
-/// # Safety
-/// `host` must hold `len` initialised bytes.
-unsafe fn check_bools(
-    t: &DeviceTransfer,
-    host: *const u8,
-    len: usize,
-    first: u64,
-) -> Result<(), DeviceError> {
-    if !t.checked_bytes {
-        return Ok(());
-    }
-    // SAFETY: as the caller guarantees.
-    refuse_other_bytes_than_bools(
-        t.dataset_name,
-        unsafe { std::slice::from_raw_parts(host, len) },
-        first,
-    )
-}
-
-/// Refuses a byte of `bytes`, bools read from dataset `dataset_name`, that is not 0 or 1 (which a
-/// device library's bool cannot hold), naming its element (`first`: the selection element
-/// `bytes` start at).
-pub fn refuse_other_bytes_than_bools(
-    dataset_name: &str,
-    bytes: &[u8],
-    first: u64,
-) -> Result<(), DeviceError> {
-    match bytes.iter().position(|&v| v > 1) {
-        Some(at) => Err(argument(format!(
-            "dataset {dataset_name} holds the byte {} at element {} of the selection, which is not \
-             a bool (0 or 1)",
-            bytes[at],
-            first + at as u64
-        ))),
-        None => Ok(()),
-    }
+/// The refusal of a byte read from dataset `dataset_name` as a bool that is not 0 or 1 (which a
+/// device library's bool cannot hold), naming its element of the selection.
+pub fn not_a_bool(dataset_name: &str, n: NotBool) -> DeviceError {
+    argument(format!(
+        "dataset {dataset_name} holds the byte {} at element {} of the selection, which is not a \
+         bool (0 or 1)",
+        n.value, n.element
+    ))
 }
 
 /// The pipeline's filter ids as the host decoder takes them (shuffle's element size is the

@@ -1,12 +1,12 @@
 //! One rank's device tile of a collective `to_file`, written through the file's driver.
 
 use super::pointer::checked_pointer;
-use super::staging::through_pinned;
 use super::{argument, env, file_side_floor};
 use crate::call_settings::CallSettings;
 use crate::error::DeviceError;
 use crate::hdf5;
-use h5gds_route::select::staged_piece_bytes;
+use h5gds_engine::staged;
+use h5gds_route::select::{staged_piece_bytes, staging_pieces};
 use h5gds_runtime::cuda;
 use h5gds_runtime::device_ranges::forget_device_range;
 use h5gds_runtime::settings::{self, STAGING_BUFFER_SIZE_ENV, USE_VFD_GDS_ENV};
@@ -100,43 +100,37 @@ pub fn write_tile(t: TileWrite) -> Result<String, DeviceError> {
         });
         let item = t.item as u64;
         let mut next = 0usize; // the first run not yet written to its end
-        through_pinned(
-            pointer.context,
-            t.address,
-            t.nbytes as u64 / item,
-            t.item,
-            staged_piece_bytes(
-                t.nbytes as u64,
-                staging_size as u64,
-                file_side_floor(&CallSettings::default())? as u64,
-            ) as usize,
-            &[],
-            true,
-            |a, b, host| {
-                let (lo, hi) = (a * item, b * item);
-                while let Some(&(file_at, at, len)) = t.runs.get(next) {
-                    let (from, to) = (at.max(lo), (at + len).min(hi));
-                    if from < to {
-                        // SAFETY: bytes [lo, hi) of the tile are in the pinned buffer from its
-                        // start, and [from, to) lies inside them; the file's driver is sec2.
-                        unsafe {
-                            hdf5::driver_write(
-                                t.file,
-                                file_at + (from - at),
-                                (to - from) as usize,
-                                host.add((from - lo) as usize).cast::<c_void>(),
-                            )
-                        }
-                        .map_err(written)?;
+        let piece_bytes = staged_piece_bytes(
+            t.nbytes as u64,
+            staging_size as u64,
+            file_side_floor(&CallSettings::default())? as u64,
+        );
+        let pieces = staging_pieces(t.nbytes as u64 / item, (piece_bytes / item).max(1), &[]);
+        let mut ring = staged::thread_ring(pointer.context, &pieces, t.item)?;
+        staged::write(&mut ring, &pieces, t.item, t.address, |a, b, host| {
+            let (lo, hi) = (a * item, b * item);
+            while let Some(&(file_at, at, len)) = t.runs.get(next) {
+                let (from, to) = (at.max(lo), (at + len).min(hi));
+                if from < to {
+                    let bytes = &host[(from - lo) as usize..(to - lo) as usize];
+                    // SAFETY: `bytes` hold the run's part in this piece; the file's driver is sec2.
+                    unsafe {
+                        hdf5::driver_write(
+                            t.file,
+                            file_at + (from - at),
+                            bytes.len(),
+                            bytes.as_ptr().cast::<c_void>(),
+                        )
                     }
-                    if at + len > hi {
-                        break; // the run goes on in the next piece
-                    }
-                    next += 1;
+                    .map_err(written)?;
                 }
-                Ok(())
-            },
-        )?;
+                if at + len > hi {
+                    break; // the run goes on in the next piece
+                }
+                next += 1;
+            }
+            Ok::<(), DeviceError>(())
+        })?;
         "staged"
     };
     drop(context);
