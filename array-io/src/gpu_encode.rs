@@ -17,14 +17,14 @@ use crate::driver::Driver;
 use crate::element::{descriptor_of, Element};
 use crate::error::no_panic;
 use crate::error::{Error, Result};
-use crate::file::{check_dataset_name, create_file};
+use crate::file::{check_dataset_name, create_file, OpenDataset};
 use crate::hdf5_raw;
 use crate::options::Settings;
 use crate::route::{driver_blocker, gpu_encode, GpuCodec, FILTER_DEFLATE, FILTER_LZ4, FILTER_ZSTD};
 use crate::select::{chunks_touching, Block};
 use cudarc::driver::{sys, CudaStream, DevicePtr};
-use h5gds_chunk_codec::encode::{self, ChunkWriter, Encoding, HostWrite};
 use h5gds_chunk_codec::{format, Filter};
+use h5gds_engine::encoded::HostEncoder;
 use h5gds_gpu_codec::decode::placement;
 use h5gds_gpu_codec::device::align_up;
 use h5gds_gpu_codec::nvcomp::{self, Job};
@@ -189,7 +189,8 @@ fn write<T: Element>(
 }
 
 /// Without the GPU path (for `why`): a host copy of the array, its chunks encoded by h5gds on
-/// the driver's I/O threads and written raw in chunk order by this thread.
+/// the driver's I/O threads and written raw in chunk order by this thread
+/// (`h5gds_engine::encoded`).
 #[allow(clippy::too_many_arguments)]
 fn write_on_host<T: Element>(
     array: &DeviceArray<T>,
@@ -207,8 +208,8 @@ fn write_on_host<T: Element>(
         id,
         values: cd.to_vec(),
     }];
-    let encoding =
-        Encoding::for_filters(&filters, es).map_err(|reason| Error::UnsupportedDataset {
+    let encoder =
+        HostEncoder::for_filters(&filters, es).map_err(|reason| Error::UnsupportedDataset {
             path: path.to_path_buf(),
             dataset: dataset.to_string(),
             reason: format!("cannot be written with {compression:?}: {reason}"),
@@ -217,6 +218,14 @@ fn write_on_host<T: Element>(
     let file = create_file(path, Driver::Sec2)?;
     let dset = hdf5_raw::create_filtered_dataset(&file, dataset, mem_type, shape, chunk, id, cd)
         .map_err(|e| Error::hdf5("creating the dataset", path, Some(dataset), e))?;
+    let ds = OpenDataset {
+        path: path.to_path_buf(),
+        name: dataset.to_string(),
+        shape: shape.to_vec(),
+        dset,
+        file,
+        stored: std::sync::OnceLock::new(),
+    };
     if let Some(elements) = host.as_slice().filter(|e| !e.is_empty()) {
         // SAFETY: the elements are plain values (Element types), read as their bytes only.
         let bytes = unsafe {
@@ -226,61 +235,14 @@ fn write_on_host<T: Element>(
             )
         };
         let threads = crate::options::driver_settings().nthreads;
-        let w = HostWrite {
-            encoding: &encoding,
-            array: bytes,
-            shape,
-            chunk,
-            element_size: es,
-            threads,
-        };
-        let mut sink = RawChunks {
-            dset: &dset,
-            path,
-            dataset,
-        };
-        let written = encode::write(&mut sink, &w)?;
+        let written = ds.write_encoded(&encoder, bytes, chunk, threads)?;
         crate::log::debug(format_args!(
             "{}: writing {dataset:?}: {written} chunks encoded ({compression:?}) by h5gds on \
              {threads} host threads and written raw, not on the GPU with nvCOMP: {why}",
             path.display()
         ));
     }
-    drop(dset);
-    file.close()
-        .map_err(|e| Error::hdf5("closing the file", path, None, e))
-}
-
-/// Where the host encoder's chunks go: `H5Dwrite_chunk` into the new dataset.
-struct RawChunks<'a> {
-    dset: &'a hdf5::Dataset,
-    path: &'a Path,
-    dataset: &'a str,
-}
-
-impl ChunkWriter for RawChunks<'_> {
-    type Error = Error;
-
-    fn write(&mut self, offset: &[u64], stored: &[u8]) -> Result<()> {
-        // SAFETY: `stored` is a live host buffer of that many bytes; the file is open with sec2.
-        unsafe { hdf5_raw::write_chunk(self.dset, offset, 0, stored.as_ptr().cast(), stored.len()) }
-            .map_err(|e| {
-                Error::hdf5(
-                    format!("writing the chunk at {offset:?}"),
-                    self.path,
-                    Some(self.dataset),
-                    e,
-                )
-            })
-    }
-
-    fn failed(&self, offset: &[u64], reason: String) -> Error {
-        Error::UnsupportedDataset {
-            path: self.path.to_path_buf(),
-            dataset: self.dataset.to_string(),
-            reason: format!("the chunk at {offset:?} could not be encoded: {reason}"),
-        }
-    }
+    ds.close()
 }
 
 /// The sizes of one encoding run.

@@ -6,10 +6,11 @@
 //! ([`facts`], its errors in [`hdf5_error`]) and the HDF5 side of stored chunks ([`chunks`]), the reads
 //! of a dataset whose storage cannot change, with no HDF5 call ([`stored`]), and one checked
 //! transfer through HDF5 ([`transfer`]); the reads whose chunks h5gds decodes on the host's cores
-//! ([`decoded`]).
+//! ([`decoded`]), and the compressed writes whose chunks h5gds encodes there ([`encoded`]).
 
 pub mod chunks;
 pub mod decoded;
+pub mod encoded;
 pub mod facts;
 pub mod hdf5_error;
 pub mod rows;

@@ -1,10 +1,11 @@
-//! The raw chunk calls of h5py's HDF5: the engine's (`h5gds_engine::chunks`) over the table of
-//! h5py's HDF5, their failures worded with its error stack. The caller holds h5py's lock.
+//! The raw chunk calls of h5py's HDF5: the engine's (`h5gds_engine::chunks`, and its encoded
+//! writes, `h5gds_engine::encoded`) over the table of h5py's HDF5, their failures worded with
+//! its error stack. The caller holds h5py's lock.
 
 use super::{api, stack, Hid};
 use h5gds_engine::chunks::{self as engine, CallFailed, Face, StoredChunks};
+use h5gds_engine::encoded::{HostEncoder, Target};
 use h5gds_runtime::hdf5::Hdf5Api;
-use std::ffi::c_void;
 
 /// A failed chunk call in words: the call, the chunk and h5py's HDF5 error stack (cleared).
 fn worded(api: &Hdf5Api, failed: CallFailed) -> String {
@@ -12,22 +13,6 @@ fn worded(api: &Hdf5Api, failed: CallFailed) -> String {
         Some(missing) => missing,
         None => format!("{} failed: {}", failed.call.named(), stack(api)),
     }
-}
-
-/// Writes `size` stored (already filtered) bytes at `buf` as the chunk at `offset`, with filter
-/// mask 0 (every filter applied).
-///
-/// # Safety
-/// `buf` must be valid for reads of `size` bytes.
-pub unsafe fn write_chunk(
-    dataset: Hid,
-    offset: &[u64],
-    buf: *const c_void,
-    size: usize,
-) -> Result<(), String> {
-    let api = api()?;
-    // SAFETY: `buf` as the caller guarantees.
-    unsafe { engine::write_stored(api, dataset, offset, 0, buf, size) }.map_err(|f| worded(api, f))
 }
 
 /// Every allocated chunk of `dataset` (chunks of `chunk` elements): its stored size, filter mask
@@ -76,6 +61,21 @@ impl<E: Send> Face for H5pyFace<'_, E> {
     }
 }
 
+/// `dataset` (`name`) as the engine sees it in h5py's HDF5, errors made by `error`.
+pub fn h5py_face<E: Send>(
+    dataset: Hid,
+    name: &str,
+    error: fn(String) -> E,
+) -> Result<H5pyFace<'_, E>, E> {
+    let api = api().map_err(|m| error(format!("dataset {name}: {m}")))?;
+    Ok(H5pyFace {
+        api,
+        dataset,
+        name,
+        error,
+    })
+}
+
 /// The stored chunks of `dataset` (`name`, chunks of `chunk` elements) for a read touching
 /// `touched` chunks, errors made by `error`.
 pub fn stored_chunks<'a, E: Send>(
@@ -85,12 +85,31 @@ pub fn stored_chunks<'a, E: Send>(
     touched: usize,
     error: fn(String) -> E,
 ) -> Result<StoredChunks<'static, H5pyFace<'a, E>>, E> {
-    let api = api().map_err(|m| error(format!("dataset {name}: {m}")))?;
-    let face = H5pyFace {
-        api,
-        dataset,
-        name,
-        error,
+    let face = h5py_face(dataset, name, error)?;
+    StoredChunks::new(face.api, dataset, chunk, touched, face)
+}
+
+/// Writes every chunk (of `chunk` elements) of `array` (the elements of `dataset`, `name`, of
+/// shape `shape`, row-major) encoded by `encoder` on `threads` of the driver's I/O threads, raw
+/// (`h5gds_engine::encoded`); returns the number of chunks written. The caller holds h5py's lock.
+pub fn write_encoded(
+    dataset: Hid,
+    name: &str,
+    encoder: &HostEncoder,
+    array: &[u8],
+    shape: &[u64],
+    chunk: &[u64],
+    threads: usize,
+) -> Result<usize, String> {
+    let face = h5py_face(dataset, name, |message| message)?;
+    let unencodable = |offset: &[u64], reason| {
+        format!("dataset {name}: the chunk at {offset:?} could not be encoded: {reason}")
     };
-    StoredChunks::new(api, dataset, chunk, touched, face)
+    let target = Target {
+        api: face.api,
+        dataset,
+        face: &face,
+        unencodable: &unencodable,
+    };
+    encoder.write(target, array, shape, chunk, threads)
 }
