@@ -2,18 +2,17 @@
 //! faces) over the linked HDF5: the errors of array-io naming the file, the dataset and the
 //! chunk, each call under hdf5-metno's lock, and the file read directly by the decoding threads
 //! where `OpenDataset::direct_file` allows. The host decoder (`host_codec`) and the GPU
-//! decoder (`gpu_codec`) read from the same source; the host encoder writes through the same
-//! face (`OpenDataset::write_encoded`).
+//! decoder (`gpu_codec`) read from the same source; `gpu_encode` writes chunks through the same
+//! face.
 
 use crate::error::{Error, Result};
 use crate::file::OpenDataset;
 use crate::hdf5_raw::{self, linked_hdf5};
 use h5gds_engine::chunks::{self as engine, CallFailed, ChunkCall, Face, StoredChunks};
-use h5gds_engine::encoded::{HostEncoder, Target};
 
-/// An open dataset as the engine's chunk source sees it.
+/// An open dataset as the engine's chunk source (and chunk writes, `gpu_encode`) see it.
 pub(crate) struct DatasetFace<'a> {
-    ds: &'a OpenDataset,
+    pub ds: &'a OpenDataset,
 }
 
 impl Face for DatasetFace<'_> {
@@ -90,30 +89,6 @@ impl OpenDataset {
             .map(|&d| d as u64)
             .collect();
         self.index_of(&chunk)
-    }
-
-    /// Writes every chunk (of `chunk` elements) of `array` (the dataset's elements' bytes,
-    /// row-major), encoded by `encoder` on `threads` host threads, raw (`h5gds_engine::encoded`);
-    /// returns the number of chunks written.
-    pub fn write_encoded(
-        &self,
-        encoder: &HostEncoder,
-        array: &[u8],
-        chunk: &[u64],
-        threads: usize,
-    ) -> Result<usize> {
-        let unencodable = |offset: &[u64], reason| Error::UnsupportedDataset {
-            path: self.path.clone(),
-            dataset: self.name.clone(),
-            reason: format!("the chunk at {offset:?} could not be encoded: {reason}"),
-        };
-        let target = Target {
-            api: linked_hdf5(),
-            dataset: self.dset.id(),
-            face: &DatasetFace { ds: self },
-            unencodable: &unencodable,
-        };
-        encoder.write(target, array, &self.shape, chunk, threads)
     }
 
     /// The chunk index of chunks of `chunk` elements, as [`OpenDataset::chunk_index`].

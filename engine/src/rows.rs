@@ -175,13 +175,11 @@ impl RowPlan {
 /// `row_bytes` each. What the decoded and stored reads of a gather map onto chunks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RowRuns {
-    /// Per run: the selection's start and count, the first axis's then the other axes'.
-    starts: Vec<Vec<u64>>,
-    counts: Vec<Vec<u64>>,
+    /// Per run: the selection's start and count (the first axis's, then the other axes'), the
+    /// byte of the output it starts at and its bytes.
+    runs: Vec<(Vec<u64>, Vec<u64>, u64, u64)>,
     /// Every run's step: 1 along the first axis, then the other axes'.
     step: Vec<u64>,
-    /// Per run: the byte of the output it starts at, and its bytes.
-    places: Vec<(u64, u64)>,
 }
 
 impl RowRuns {
@@ -192,30 +190,22 @@ impl RowRuns {
             std::iter::once(first).chain(rest.iter().copied()).collect()
         };
         let mut at = 0;
-        let places = runs.iter().map(|&(_, rows)| {
-            let place = (at, rows * row_bytes);
-            at += place.1;
-            place
+        let runs = runs.iter().map(|&(row, rows)| {
+            let (start, len) = (at, rows * row_bytes);
+            at += len;
+            (along(row, rest.start), along(rows, rest.count), start, len)
         });
         RowRuns {
-            starts: runs
-                .iter()
-                .map(|&(row, _)| along(row, rest.start))
-                .collect(),
-            counts: runs
-                .iter()
-                .map(|&(_, rows)| along(rows, rest.count))
-                .collect(),
+            runs: runs.collect(),
             step: along(1, rest.step),
-            places: places.collect(),
         }
     }
 
     /// Each run's selection, the byte of the output it starts at and its bytes, in order.
     pub fn iter(&self) -> impl Iterator<Item = (Hyperslab<'_>, u64, u64)> {
         let step = &self.step;
-        (self.starts.iter().zip(&self.counts).zip(&self.places))
-            .map(move |((start, count), &(at, len))| (Hyperslab { start, step, count }, at, len))
+        (self.runs.iter())
+            .map(move |(start, count, at, len)| (Hyperslab { start, step, count }, *at, *len))
     }
 
     /// Each run's selection and the byte of the output it starts at.
@@ -225,28 +215,13 @@ impl RowRuns {
             .collect()
     }
 
-    /// The selection from the first run's first row to the last run's last row (its start and
-    /// count; the step is every run's), or None without runs.
-    pub fn span(&self) -> Option<(Vec<u64>, Vec<u64>)> {
-        let (first, last) = (self.starts.first()?, self.starts.last()?);
-        let mut count = self.counts.last()?.clone();
-        count[0] += last[0] - first[0];
-        Some((first.clone(), count))
-    }
-
-    /// The step of every run's selection.
-    pub fn step(&self) -> &[u64] {
-        &self.step
-    }
-
-    /// How many runs.
-    pub fn len(&self) -> usize {
-        self.starts.len()
-    }
-
-    /// Whether there is no run.
-    pub fn is_empty(&self) -> bool {
-        self.starts.is_empty()
+    /// The selection from the first run's first row to the last run's last row (its start, step
+    /// and count), or None without runs.
+    pub fn span(&self) -> Option<[Vec<u64>; 3]> {
+        let (first, last) = (self.runs.first()?, self.runs.last()?);
+        let mut count = last.1.clone();
+        count[0] += last.0[0] - first.0[0];
+        Some([first.0.clone(), self.step.clone(), count])
     }
 }
 
@@ -279,10 +254,9 @@ mod tests {
         assert_eq!(places, [(0, 32), (32, 16), (48, 48)]);
         let ats: Vec<u64> = runs.placed().iter().map(|p| p.at).collect();
         assert_eq!(ats, [0, 32, 48]);
-        assert_eq!(runs.span(), Some((vec![1, 2], vec![11, 4])));
-        assert_eq!((runs.len(), runs.step()), (3, &[1u64, 3][..]));
+        assert_eq!(runs.span(), Some([vec![1, 2], vec![1, 3], vec![11, 4]]));
         let none = RowRuns::new(&[], &rest, 16);
-        assert_eq!((none.span(), none.is_empty()), (None, true));
+        assert_eq!((none.span(), none.placed().len()), (None, 0));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use crate::call_settings::CallSettings;
 use crate::hdf5;
 use h5gds_chunk_codec::Filter;
-use h5gds_engine::encoded::HostEncoder;
+use h5gds_engine::encoded::{HostEncoder, Target};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
@@ -76,15 +76,17 @@ pub fn encode_write_chunks(
             // SAFETY: the Python caller passes the address and size of a live host buffer it
             // keeps referenced for the call (its size checked against the dataset above).
             let array = unsafe { std::slice::from_raw_parts(buffer as *const u8, nbytes) };
-            hdf5::write_encoded(
+            let face = hdf5::h5py_face(dataset, &dataset_name, |message| message)?;
+            let unencodable = |offset: &[u64], reason| {
+                format!("dataset {dataset_name}: the chunk at {offset:?} could not be encoded: {reason}")
+            };
+            let target = Target {
+                api: face.api,
                 dataset,
-                &dataset_name,
-                &encoder,
-                array,
-                &shape,
-                &chunk,
-                threads,
-            )
+                face: &face,
+                unencodable: &unencodable,
+            };
+            encoder.write(target, array, &shape, &chunk, threads)
         })
         .map_err(PyOSError::new_err)?;
     h5gds::with_logging(|| {

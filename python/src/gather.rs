@@ -107,21 +107,20 @@ impl RowsRead<'_> {
     ) -> PyResult<Option<String>> {
         let (dataset, mem_type, plan) = (self.dataset, self.mem_type, self.plan);
         let (buffer, nbytes) = (self.out.address, self.out.nbytes);
-        if plan.runs().is_empty() {
-            return Ok(None);
-        }
         let distinct = plan.distinct();
-        if nbytes % distinct != 0 {
+        let Some(row_bytes) = nbytes.checked_div(distinct) else {
+            return Ok(None); // no row
+        };
+        if row_bytes * distinct != nbytes {
             return Err(PyValueError::new_err(format!(
                 "the buffer has {nbytes} bytes, not a whole number of rows for the {distinct} rows \
                  of the gather"
             )));
         }
-        let row_bytes = (nbytes / distinct) as u64;
-        let runs = RowRuns::new(plan.runs(), &self.rest, row_bytes);
+        let runs = RowRuns::new(plan.runs(), &self.rest, row_bytes as u64);
         // The span of the runs, checked as a transfer (its selection inside the dataset, the
         // element size) before the decoding threads place elements.
-        let Some((span_start, span_count)) = runs.span() else {
+        let Some([span_start, span_step, span_count]) = runs.span() else {
             return Ok(None);
         };
         let span_elements: u64 = span_count.iter().product();
@@ -130,13 +129,13 @@ impl RowsRead<'_> {
             return Ok(None);
         }
         // (The transfer checked below says whether this is the memory type's size.)
-        let element_size = (row_bytes / rest_elements) as usize;
+        let element_size = row_bytes / rest_elements as usize;
         let transfer = hdf5::Transfer {
             write: false,
             dataset,
             mem_type,
             start: &span_start,
-            step: runs.step(),
+            step: &span_step,
             count: &span_count,
             mem_shape: &span_count,
             buffer,

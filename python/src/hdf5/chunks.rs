@@ -1,10 +1,8 @@
-//! The raw chunk calls of h5py's HDF5: the engine's (`h5gds_engine::chunks`, and its encoded
-//! writes, `h5gds_engine::encoded`) over the table of h5py's HDF5, their failures worded with
-//! its error stack. The caller holds h5py's lock.
+//! The raw chunk calls of h5py's HDF5: the engine's (`h5gds_engine::chunks`) over the table of
+//! h5py's HDF5, their failures worded with its error stack. The caller holds h5py's lock.
 
 use super::{api, stack, Hid};
 use h5gds_engine::chunks::{self as engine, CallFailed, Face, StoredChunks};
-use h5gds_engine::encoded::{HostEncoder, Target};
 use h5gds_runtime::hdf5::Hdf5Api;
 
 /// A failed chunk call in words: the call, the chunk and h5py's HDF5 error stack (cleared).
@@ -22,10 +20,11 @@ pub fn chunk_index(dataset: Hid, chunk: &[u64]) -> Result<h5gds_chunk_codec::Chu
     engine::index(api, dataset, chunk).map_err(|f| worded(api, f))
 }
 
-/// An h5py dataset as the engine's chunk source sees it: its errors (`error`, which the host
-/// reads and the device reads each have) name the dataset; h5py's lock is held around the read.
+/// An h5py dataset as the engine's chunk source (and its encoded writes, `crate::encode`) see it:
+/// its errors (`error`, which the host reads and the device reads each have) name the dataset;
+/// h5py's lock is held around the read.
 pub struct H5pyFace<'a, E> {
-    api: &'static Hdf5Api,
+    pub api: &'static Hdf5Api,
     dataset: Hid,
     name: &'a str,
     error: fn(String) -> E,
@@ -87,29 +86,4 @@ pub fn stored_chunks<'a, E: Send>(
 ) -> Result<StoredChunks<'static, H5pyFace<'a, E>>, E> {
     let face = h5py_face(dataset, name, error)?;
     StoredChunks::new(face.api, dataset, chunk, touched, face)
-}
-
-/// Writes every chunk (of `chunk` elements) of `array` (the elements of `dataset`, `name`, of
-/// shape `shape`, row-major) encoded by `encoder` on `threads` of the driver's I/O threads, raw
-/// (`h5gds_engine::encoded`); returns the number of chunks written. The caller holds h5py's lock.
-pub fn write_encoded(
-    dataset: Hid,
-    name: &str,
-    encoder: &HostEncoder,
-    array: &[u8],
-    shape: &[u64],
-    chunk: &[u64],
-    threads: usize,
-) -> Result<usize, String> {
-    let face = h5py_face(dataset, name, |message| message)?;
-    let unencodable = |offset: &[u64], reason| {
-        format!("dataset {name}: the chunk at {offset:?} could not be encoded: {reason}")
-    };
-    let target = Target {
-        api: face.api,
-        dataset,
-        face: &face,
-        unencodable: &unencodable,
-    };
-    encoder.write(target, array, shape, chunk, threads)
 }
