@@ -2,16 +2,17 @@
 //! faces) over the linked HDF5: the errors of array-io naming the file, the dataset and the
 //! chunk, each call under hdf5-metno's lock, and the file read directly by the decoding threads
 //! where `OpenDataset::direct_file` allows. The host decoder (`host_codec`) and the GPU
-//! decoder (`gpu_codec`) read from the same source.
+//! decoder (`gpu_codec`) read from the same source; `gpu_encode` writes chunks through the same
+//! face.
 
 use crate::error::{Error, Result};
 use crate::file::OpenDataset;
 use crate::hdf5_raw::{self, linked_hdf5};
 use h5gds_engine::chunks::{self as engine, CallFailed, ChunkCall, Face, StoredChunks};
 
-/// An open dataset as the engine's chunk source sees it.
+/// An open dataset as the engine's chunk source (and chunk writes, `gpu_encode`) see it.
 pub(crate) struct DatasetFace<'a> {
-    ds: &'a OpenDataset,
+    pub ds: &'a OpenDataset,
 }
 
 impl Face for DatasetFace<'_> {

@@ -70,6 +70,18 @@ pub(crate) struct OpenDataset {
 }
 
 impl OpenDataset {
+    /// Dataset `name` (`dset`, of `shape`) of `file`, at `path`.
+    pub fn new(path: &Path, name: &str, shape: Vec<u64>, dset: Dataset, file: File) -> Self {
+        OpenDataset {
+            path: path.to_path_buf(),
+            name: name.to_string(),
+            shape,
+            dset,
+            file,
+            stored: std::sync::OnceLock::new(),
+        }
+    }
+
     /// Closes the dataset and the file, reporting failures.
     pub fn close(self) -> Result<()> {
         let OpenDataset {
@@ -134,14 +146,7 @@ pub(crate) fn open_dataset(
         });
     }
     let shape = space.shape().iter().map(|&d| d as u64).collect();
-    Ok(OpenDataset {
-        path: path.to_path_buf(),
-        name: name.to_string(),
-        shape,
-        dset,
-        file,
-        stored: std::sync::OnceLock::new(),
-    })
+    Ok(OpenDataset::new(path, name, shape, dset, file))
 }
 
 /// Checks that `name` exists in `file` and is a dataset.

@@ -8,23 +8,24 @@
 //! Deflate's Adler-32 covers the decoded bytes and nvCOMP does not compute it: each chunk is
 //! copied to the host for it (the only host copy on this path, and only for deflate).
 //! `route::gpu_encode` decides when this path is taken; without it, the array is copied to the
-//! host and h5gds encodes its chunks on all host cores (`h5gds_chunk_codec::encode`, on the
-//! driver's thread pool) while this thread writes them raw in chunk order: HDF5's own filter
-//! would encode on one core, and needs hdf5plugin's plugins for Zstandard and LZ4.
+//! host and h5gds encodes its chunks on all host cores while this thread writes them raw in
+//! chunk order (`h5gds_engine::encoded`, as the Python package's compressed `to_file`).
 
+use crate::chunks::DatasetFace;
 use crate::device::DeviceArray;
 use crate::driver::Driver;
 use crate::element::{descriptor_of, Element};
 use crate::error::no_panic;
 use crate::error::{Error, Result};
-use crate::file::{check_dataset_name, create_file};
-use crate::hdf5_raw;
+use crate::file::{check_dataset_name, create_file, OpenDataset};
+use crate::hdf5_raw::{self, linked_hdf5};
 use crate::options::Settings;
 use crate::route::{driver_blocker, gpu_encode, GpuCodec, FILTER_DEFLATE, FILTER_LZ4, FILTER_ZSTD};
 use crate::select::{chunks_touching, Block};
 use cudarc::driver::{sys, CudaStream, DevicePtr};
-use h5gds_chunk_codec::encode::{self, ChunkWriter, Encoding, HostWrite};
 use h5gds_chunk_codec::{format, Filter};
+use h5gds_engine::chunks::{write_stored, Face};
+use h5gds_engine::encoded::{HostEncoder, Target};
 use h5gds_gpu_codec::decode::placement;
 use h5gds_gpu_codec::device::align_up;
 use h5gds_gpu_codec::nvcomp::{self, Job};
@@ -166,6 +167,7 @@ fn write<T: Element>(
     let dset =
         hdf5_raw::create_filtered_dataset(&file, dataset, &mem_type, &shape, &chunk64, id, cd)
             .map_err(|e| Error::hdf5("creating the dataset", path, Some(dataset), e))?;
+    let ds = OpenDataset::new(path, dataset, shape.clone(), dset, file);
     if let Some(data) = array.as_slice() {
         let (src, record) = data.device_ptr(&stream);
         synchronize(&stream)?;
@@ -179,17 +181,16 @@ fn write<T: Element>(
         let encoder = Encoder::new(lib, codec, &stream, chunk_bytes, es)?;
         let per_batch = (BATCH_BYTES / (encoder.in_stride + encoder.out_stride)).max(1);
         for batch in chunks.chunks(per_batch) {
-            encoder.batch(&dset, path, dataset, batch, &chunk64, &shape, src)?;
+            encoder.batch(&ds, batch, &chunk64, src)?;
         }
         drop(record);
     }
-    drop(dset);
-    file.close()
-        .map_err(|e| Error::hdf5("closing the file", path, None, e))
+    ds.close()
 }
 
 /// Without the GPU path (for `why`): a host copy of the array, its chunks encoded by h5gds on
-/// the driver's I/O threads and written raw in chunk order by this thread.
+/// the driver's I/O threads and written raw in chunk order by this thread
+/// (`h5gds_engine::encoded`).
 #[allow(clippy::too_many_arguments)]
 fn write_on_host<T: Element>(
     array: &DeviceArray<T>,
@@ -207,8 +208,8 @@ fn write_on_host<T: Element>(
         id,
         values: cd.to_vec(),
     }];
-    let encoding =
-        Encoding::for_filters(&filters, es).map_err(|reason| Error::UnsupportedDataset {
+    let encoder =
+        HostEncoder::for_filters(&filters, es).map_err(|reason| Error::UnsupportedDataset {
             path: path.to_path_buf(),
             dataset: dataset.to_string(),
             reason: format!("cannot be written with {compression:?}: {reason}"),
@@ -217,6 +218,7 @@ fn write_on_host<T: Element>(
     let file = create_file(path, Driver::Sec2)?;
     let dset = hdf5_raw::create_filtered_dataset(&file, dataset, mem_type, shape, chunk, id, cd)
         .map_err(|e| Error::hdf5("creating the dataset", path, Some(dataset), e))?;
+    let ds = OpenDataset::new(path, dataset, shape.to_vec(), dset, file);
     if let Some(elements) = host.as_slice().filter(|e| !e.is_empty()) {
         // SAFETY: the elements are plain values (Element types), read as their bytes only.
         let bytes = unsafe {
@@ -226,61 +228,25 @@ fn write_on_host<T: Element>(
             )
         };
         let threads = crate::options::driver_settings().nthreads;
-        let w = HostWrite {
-            encoding: &encoding,
-            array: bytes,
-            shape,
-            chunk,
-            element_size: es,
-            threads,
+        let unencodable = |offset: &[u64], reason| Error::UnsupportedDataset {
+            path: path.to_path_buf(),
+            dataset: dataset.to_string(),
+            reason: format!("the chunk at {offset:?} could not be encoded: {reason}"),
         };
-        let mut sink = RawChunks {
-            dset: &dset,
-            path,
-            dataset,
+        let target = Target {
+            api: linked_hdf5(),
+            dataset: ds.dset.id(),
+            face: &DatasetFace { ds: &ds },
+            unencodable: &unencodable,
         };
-        let written = encode::write(&mut sink, &w)?;
+        let written = encoder.write(target, bytes, shape, chunk, threads)?;
         crate::log::debug(format_args!(
             "{}: writing {dataset:?}: {written} chunks encoded ({compression:?}) by h5gds on \
              {threads} host threads and written raw, not on the GPU with nvCOMP: {why}",
             path.display()
         ));
     }
-    drop(dset);
-    file.close()
-        .map_err(|e| Error::hdf5("closing the file", path, None, e))
-}
-
-/// Where the host encoder's chunks go: `H5Dwrite_chunk` into the new dataset.
-struct RawChunks<'a> {
-    dset: &'a hdf5::Dataset,
-    path: &'a Path,
-    dataset: &'a str,
-}
-
-impl ChunkWriter for RawChunks<'_> {
-    type Error = Error;
-
-    fn write(&mut self, offset: &[u64], stored: &[u8]) -> Result<()> {
-        // SAFETY: `stored` is a live host buffer of that many bytes; the file is open with sec2.
-        unsafe { hdf5_raw::write_chunk(self.dset, offset, 0, stored.as_ptr().cast(), stored.len()) }
-            .map_err(|e| {
-                Error::hdf5(
-                    format!("writing the chunk at {offset:?}"),
-                    self.path,
-                    Some(self.dataset),
-                    e,
-                )
-            })
-    }
-
-    fn failed(&self, offset: &[u64], reason: String) -> Error {
-        Error::UnsupportedDataset {
-            path: self.path.to_path_buf(),
-            dataset: self.dataset.to_string(),
-            reason: format!("the chunk at {offset:?} could not be encoded: {reason}"),
-        }
-    }
+    ds.close()
 }
 
 /// The sizes of one encoding run.
@@ -323,16 +289,13 @@ impl<'a> Encoder<'a> {
         })
     }
 
-    /// Encodes and writes the chunks of `batch` ((first element, part inside the array)).
-    #[allow(clippy::too_many_arguments)]
+    /// Encodes and writes the chunks of `batch` ((first element, part inside the array)) into
+    /// `ds`, in chunks of `chunk`, from the array at `src`.
     fn batch(
         &self,
-        dset: &hdf5::Dataset,
-        path: &Path,
-        dataset: &str,
+        ds: &OpenDataset,
         batch: &[(Vec<u64>, Block)],
         chunk: &[u64],
-        shape: &[u64],
         src: sys::CUdeviceptr,
     ) -> Result<()> {
         let stream = self.stream;
@@ -344,7 +307,7 @@ impl<'a> Encoder<'a> {
         let (inp, record) = input.device_ptr(stream);
         drop(record);
         let (_output, out) = scratch(stream, self.out_stride * n)?;
-        let whole = Block::whole(shape);
+        let whole = Block::whole(&ds.shape);
         let prefix = format::payload_offset(self.codec);
         let mut jobs = Vec::with_capacity(n);
         for (i, (offset, part)) in batch.iter().enumerate() {
@@ -367,23 +330,18 @@ impl<'a> Encoder<'a> {
         for (((offset, _), job), outcome) in batch.iter().zip(&jobs).zip(&outcomes) {
             if outcome.status != nvcomp_sys::nvcompStatus_t::nvcompSuccess {
                 return Err(Error::cuda(
-                    format!("nvCOMP: encoding the chunk at {offset:?} of {dataset:?}"),
+                    format!("nvCOMP: encoding the chunk at {offset:?} of {:?}", ds.name),
                     nvcomp::status_text(outcome.status),
                 ));
             }
             let (start, len) = self.frame(job, outcome.written)?;
-            // SAFETY: the framed chunk lies inside the output buffer; the gds driver moves the
-            // bytes from device memory to the file.
-            unsafe { hdf5_raw::write_chunk(dset, offset, 0, start as *const _, len) }.map_err(
-                |e| {
-                    Error::hdf5(
-                        format!("writing the chunk at {offset:?}"),
-                        path,
-                        Some(dataset),
-                        e,
-                    )
-                },
-            )?;
+            let (face, id) = (DatasetFace { ds }, ds.dset.id());
+            face.locked(|| {
+                // SAFETY: the framed chunk lies inside the output buffer; the gds driver moves
+                // the bytes from device memory to the file.
+                unsafe { write_stored(linked_hdf5(), id, offset, 0, start as *const _, len) }
+                    .map_err(|f| face.failed(f))
+            })?;
         }
         call("waiting for the device", || stream.context().synchronize())?;
         Ok(())

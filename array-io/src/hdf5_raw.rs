@@ -162,7 +162,7 @@ pub fn open_file(path: &Path, fapl: &FileAccess) -> Result<File> {
 /// Creates chunked dataset `name` (missing groups created) of `dtype` and `shape` in chunks of
 /// `chunk`, whose pipeline is the one filter `filter` with `cd_values`, marked optional as h5py
 /// marks filters. The filter need not be registered in this HDF5 (hdf5-metno's builder refuses
-/// that): chunks are written already encoded (`write_chunk`), so it never runs here.
+/// that): chunks are written already encoded (`H5Dwrite_chunk`), so it never runs here.
 pub fn create_filtered_dataset(
     file: &File,
     name: &str,
@@ -348,27 +348,6 @@ pub unsafe fn write(
 fn dataset_io(spaces: Spaces, call: impl FnOnce(hid_t, hid_t) -> herr_t) -> Result<()> {
     let (m, f) = spaces.ids();
     check(locked(|| call(m, f)) as i64).map(drop)
-}
-
-/// Writes `size` already-encoded bytes at `buf` (device memory when the driver takes it) as
-/// the chunk at element `offset` of `dset`, with `filter_mask` (0: every filter applied), through
-/// the engine's one chunk write (`h5gds_engine::chunks`).
-///
-/// # Safety
-/// `buf` must be valid for reads of `size` bytes.
-pub unsafe fn write_chunk(
-    dset: &Dataset,
-    offset: &[u64],
-    filter_mask: u32,
-    buf: *const c_void,
-    size: usize,
-) -> Result<()> {
-    let (api, id) = (linked_hdf5(), dset.id());
-    locked(|| {
-        // SAFETY: valid id; `buf` as the caller guarantees.
-        unsafe { h5gds_engine::chunks::write_stored(api, id, offset, filter_mask, buf, size) }
-            .map_err(chunk_error)
-    })
 }
 
 /// The error of a failed chunk call of the engine on the linked HDF5: the missing function, or

@@ -11,7 +11,8 @@ use crate::layout::{check_types, Types};
 use crate::options::{DevicePath, Settings};
 use crate::select::Block;
 use crate::ReadOptions;
-use h5gds_engine::rows::RowPlan;
+use h5gds_chunk_codec::Hyperslab;
+use h5gds_engine::rows::{RowPlan, RowRuns};
 use h5gds_engine::staged::check_bools;
 use h5gds_engine::transfer::{prepare_gather_in_groups, GatherRead};
 use hdf5::{Dataset, Datatype, File};
@@ -239,27 +240,26 @@ unsafe fn filled<T: Element>(ds: &OpenDataset, values: &mut Vec<T>, n: usize) ->
     Ok(())
 }
 
-/// Reads the `n` elements of the runs of rows `runs` (first row, rows; in increasing order; all
-/// of the other axes, of sizes `rest`) into `values` (empty, from [`with_room`] with room for
+/// Reads the `n` elements of the runs of rows `runs` (first row, rows; in increasing order;
+/// each row `rest` of the other axes) into `values` (empty, from [`with_room`] with room for
 /// them) with one `H5Dread` of their union (`h5gds_engine::transfer`, as the Python package's
 /// gathers read).
 fn read_rows_through_hdf5<T: Element>(
     ds: &OpenDataset,
     types: &Types,
-    (runs, rest): (&[(u64, u64)], &[u64]),
+    (runs, rest): (&[(u64, u64)], &Hyperslab),
     values: &mut Vec<T>,
     n: usize,
 ) -> Result<()> {
-    let (zeros, ones) = (vec![0; rest.len()], vec![1; rest.len()]);
     // SAFETY: `values` is `with_room`'s for the `n` elements, empty.
     let bytes = unsafe { room_bytes(values, n) };
     let read = GatherRead {
         dataset: ds.dset.id(),
         mem_type: types.mem.id(),
         runs,
-        rest_start: &zeros,
-        rest_step: &ones,
-        rest_count: rest,
+        rest_start: rest.start,
+        rest_step: rest.step,
+        rest_count: rest.count,
         buffer: bytes.as_mut_ptr() as usize,
         nbytes: bytes.len(),
     };
@@ -326,23 +326,21 @@ pub(crate) fn read_rows<T: Element>(
     let n = plan.distinct() * row_len as usize;
     let mut values: Vec<T> = with_room(n);
     let runs = plan.runs();
+    // Every row whole: all of the other axes.
+    let (zeros, ones) = (vec![0; rest.len()], vec![1; rest.len()]);
+    let rest = Hyperslab {
+        start: &zeros,
+        step: &ones,
+        count: rest,
+    };
     if n > 0 {
-        let blocks = || -> Vec<Block> {
-            let block = |&(first, count): &(u64, u64)| Block {
-                start: std::iter::once(first)
-                    .chain(rest.iter().map(|_| 0))
-                    .collect(),
-                count: std::iter::once(count).chain(rest.iter().copied()).collect(),
-            };
-            runs.iter().map(block).collect()
-        };
         let threads = crate::options::driver_settings().nthreads;
         let served = match crate::stored::of(&ds, &types)? {
             Some(stored) => {
                 // SAFETY: `values` is `with_room`'s for the `n` elements, empty.
                 let bytes = unsafe { room_bytes(&mut values, n) };
                 let distinct = plan.distinct() as u64;
-                crate::stored::read_rows(&ds, stored, runs, distinct, threads, bytes)?
+                crate::stored::read_rows(&ds, stored, (runs, &rest), distinct, threads, bytes)?
             }
             None => false,
         };
@@ -354,11 +352,13 @@ pub(crate) fn read_rows<T: Element>(
             // SAFETY: `values` is `with_room`'s for the `n` elements, empty (the engine declined
             // before writing).
             let bytes = unsafe { room_bytes(&mut values, n) };
-            crate::host_codec::read_runs(&ds, &types.mem, &blocks(), &planned, bytes)?;
+            let row_bytes = row_len * types.mem.size() as u64;
+            let runs = RowRuns::new(runs, &rest, row_bytes);
+            crate::host_codec::read_runs(&ds, &types.mem, &runs, &planned, bytes)?;
             // SAFETY: the read wrote every element.
             unsafe { filled(&ds, &mut values, n) }?;
         } else {
-            read_rows_through_hdf5(&ds, &types, (runs, rest), &mut values, n)?;
+            read_rows_through_hdf5(&ds, &types, (runs, &rest), &mut values, n)?;
         }
     }
     let len = rows.len() * row_len as usize;

@@ -8,8 +8,9 @@ use crate::error::Result;
 use crate::file::OpenDataset;
 use crate::layout::Types;
 use crate::select::Block;
-use h5gds_chunk_codec::{Hyperslab, Placed};
+use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::decoded::{self, Decoded};
+use h5gds_engine::rows::RowRuns;
 use hdf5::Datatype;
 
 /// How h5gds decodes a dataset's chunks (the driver's thread count read once, when the plan is
@@ -73,27 +74,17 @@ pub(crate) fn for_dataset(
     ))
 }
 
-/// Reads runs of rows of `ds` (`runs`: blocks of whole rows, in increasing order) into `out`
-/// (their elements' bytes, one run after another) as `planned`, every chunk they touch decoded
-/// once (`h5gds_engine::decoded::read_runs`).
+/// Reads a gather's runs of rows of `ds` (`runs`, placed one after another) into `out` as
+/// `planned`, every chunk they touch decoded once (`h5gds_engine::decoded::read_runs`).
 pub(crate) fn read_runs(
     ds: &OpenDataset,
     mem_type: &Datatype,
-    runs: &[Block],
+    runs: &RowRuns,
     planned: &Planned,
     out: &mut [u8],
 ) -> Result<()> {
-    let ones = vec![1u64; ds.shape.len()];
-    let mut placed = Vec::with_capacity(runs.len());
-    let mut at = 0u64;
-    for run in runs {
-        placed.push(Placed {
-            selection: hyperslab(run, &ones),
-            at,
-        });
-        at += run.len() * mem_type.size() as u64;
-    }
     let open = |touched| ds.stored_chunks(planned.chunk(), touched);
+    let placed = runs.placed();
     let done = decoded::read_runs(&planned.decoding(), mem_type.id(), &placed, open, out)?;
     logged(ds, done)
 }

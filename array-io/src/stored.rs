@@ -98,24 +98,18 @@ pub(crate) fn read_region(
     Ok(true)
 }
 
-/// Reads the `distinct` rows of `ds` in `runs` (first row, rows; increasing) into `out` on
-/// `threads` threads; false (nothing read) where the engine leaves them to HDF5.
+/// Reads the `distinct` rows of `ds` in `runs` (first row, rows; increasing; each row `rest` of
+/// the other axes) into `out` on `threads` threads; false (nothing read) where the engine leaves
+/// them to HDF5.
 pub(crate) fn read_rows(
     ds: &OpenDataset,
     stored: &Stored,
-    runs: &[(u64, u64)],
+    (runs, rest): (&[(u64, u64)], &Hyperslab),
     distinct: u64,
     threads: usize,
     out: &mut [u8],
 ) -> Result<bool> {
-    let others = &ds.shape[1..];
-    let (zeros, ones) = (vec![0u64; others.len()], vec![1u64; others.len()]);
-    let rest = Hyperslab {
-        start: &zeros,
-        step: &ones,
-        count: others,
-    };
-    let read = stored.gather(runs, distinct, &rest, out, &|| Ok(threads));
+    let read = stored.gather(runs, distinct, rest, out, &|| Ok(threads));
     let read = read.map_err(|e| error(ds, e))?;
     if read {
         crate::log::debug(format_args!(

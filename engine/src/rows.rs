@@ -2,8 +2,10 @@
 //! array-io's `from_file_rows`), made from the caller's indices with no HDF5: the distinct rows
 //! sorted, repeats dropped and neighbours coalesced into runs (what is read), and each caller
 //! position's rank among the distinct rows (how the rows read are copied into the caller's order,
-//! repeats included: [`RowPlan::scatter`]).
+//! repeats included: [`RowPlan::scatter`]); and the runs as selections of the dataset, each
+//! with the other axes' selection, placed one after another in the output ([`RowRuns`]).
 
+use h5gds_chunk_codec::{Hyperslab, Placed};
 use rayon::prelude::*;
 
 /// The caller's rows, sorted and coalesced (see the module's documentation).
@@ -168,9 +170,94 @@ impl RowPlan {
     }
 }
 
+/// A gather's runs of rows as selections of the dataset, filling an output one run after
+/// another: each run (first row, rows) with the same selection of the other axes, its rows of
+/// `row_bytes` each. What the decoded and stored reads of a gather map onto chunks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowRuns {
+    /// Per run: the selection's start and count (the first axis's, then the other axes'), the
+    /// byte of the output it starts at and its bytes.
+    runs: Vec<(Vec<u64>, Vec<u64>, u64, u64)>,
+    /// Every run's step: 1 along the first axis, then the other axes'.
+    step: Vec<u64>,
+}
+
+impl RowRuns {
+    /// The runs `runs` (first row, rows), each row `rest` of the other axes and `row_bytes` of
+    /// the output.
+    pub fn new(runs: &[(u64, u64)], rest: &Hyperslab, row_bytes: u64) -> RowRuns {
+        let along = |first: u64, rest: &[u64]| -> Vec<u64> {
+            std::iter::once(first).chain(rest.iter().copied()).collect()
+        };
+        let mut at = 0;
+        let runs = runs.iter().map(|&(row, rows)| {
+            let (start, len) = (at, rows * row_bytes);
+            at += len;
+            (along(row, rest.start), along(rows, rest.count), start, len)
+        });
+        RowRuns {
+            runs: runs.collect(),
+            step: along(1, rest.step),
+        }
+    }
+
+    /// Each run's selection, the byte of the output it starts at and its bytes, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (Hyperslab<'_>, u64, u64)> {
+        let step = &self.step;
+        (self.runs.iter())
+            .map(move |(start, count, at, len)| (Hyperslab { start, step, count }, *at, *len))
+    }
+
+    /// Each run's selection and the byte of the output it starts at.
+    pub fn placed(&self) -> Vec<Placed<'_>> {
+        self.iter()
+            .map(|(selection, at, _)| Placed { selection, at })
+            .collect()
+    }
+
+    /// The selection from the first run's first row to the last run's last row (its start, step
+    /// and count), or None without runs.
+    pub fn span(&self) -> Option<[Vec<u64>; 3]> {
+        let (first, last) = (self.runs.first()?, self.runs.last()?);
+        let mut count = last.1.clone();
+        count[0] += last.0[0] - first.0[0];
+        Some([first.0.clone(), self.step.clone(), count])
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::RowPlan;
+    use super::{RowPlan, RowRuns};
+    use h5gds_chunk_codec::Hyperslab;
+
+    #[test]
+    fn row_runs_select_the_other_axes_in_every_run_one_after_another() {
+        let rest = Hyperslab {
+            start: &[2],
+            step: &[3],
+            count: &[4],
+        };
+        let runs = RowRuns::new(&[(1, 2), (5, 1), (9, 3)], &rest, 16);
+        let slabs: Vec<[Vec<u64>; 3]> = runs
+            .iter()
+            .map(|(s, ..)| [s.start.to_vec(), s.step.to_vec(), s.count.to_vec()])
+            .collect();
+        assert_eq!(
+            slabs,
+            [
+                [vec![1, 2], vec![1, 3], vec![2, 4]],
+                [vec![5, 2], vec![1, 3], vec![1, 4]],
+                [vec![9, 2], vec![1, 3], vec![3, 4]],
+            ]
+        );
+        let places: Vec<(u64, u64)> = runs.iter().map(|(_, at, len)| (at, len)).collect();
+        assert_eq!(places, [(0, 32), (32, 16), (48, 48)]);
+        let ats: Vec<u64> = runs.placed().iter().map(|p| p.at).collect();
+        assert_eq!(ats, [0, 32, 48]);
+        assert_eq!(runs.span(), Some([vec![1, 2], vec![1, 3], vec![11, 4]]));
+        let none = RowRuns::new(&[], &rest, 16);
+        assert_eq!((none.span(), none.placed().len()), (None, 0));
+    }
 
     #[test]
     fn indices_become_sorted_runs_and_ranks() {

@@ -1,39 +1,16 @@
-//! `h5gds.to_file(..., compression=...)` on all cores: the h5py side of
-//! `h5gds_chunk_codec::encode`. The dataset is created by h5py with its filter pipeline; here its
+//! `h5gds.to_file(..., compression=...)` on all cores: the h5py face of
+//! `h5gds_engine::encoded`. The dataset is created by h5py with its filter pipeline; here its
 //! chunks are gathered from the host array and encoded on the driver's I/O threads, and written
 //! raw (`H5Dwrite_chunk`, filter mask 0) in chunk order on the calling thread, under h5py's lock,
 //! with the GIL released. Device arrays are copied into host memory first
 //! (`device::copy_with_host`, through `_native.device_copy`).
 
 use crate::call_settings::CallSettings;
-use crate::hdf5::{self, Hid};
-use h5gds_chunk_codec::encode::{self, ChunkWriter, Encoding, HostWrite};
+use crate::hdf5;
 use h5gds_chunk_codec::Filter;
+use h5gds_engine::encoded::{HostEncoder, Target};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
-
-/// Raw chunk writes into one h5py dataset.
-struct H5pyChunks<'a> {
-    dataset: Hid,
-    name: &'a str,
-}
-
-impl ChunkWriter for H5pyChunks<'_> {
-    type Error = String;
-
-    fn write(&mut self, offset: &[u64], stored: &[u8]) -> Result<(), String> {
-        // SAFETY: `stored` is valid for its length.
-        unsafe { hdf5::write_chunk(self.dataset, offset, stored.as_ptr().cast(), stored.len()) }
-            .map_err(|m| format!("dataset {}: {m}", self.name))
-    }
-
-    fn failed(&self, offset: &[u64], reason: String) -> String {
-        format!(
-            "dataset {}: the chunk at {offset:?} could not be encoded: {reason}",
-            self.name
-        )
-    }
-}
 
 /// Writes the host array at `buffer` (`nbytes`, the dataset's elements row-major in its stored
 /// type `file_type`; `shape` the dataset's) into every chunk (shape `chunk`) of the chunked dataset `dataset`, each
@@ -86,7 +63,7 @@ pub fn encode_write_chunks(
         .into_iter()
         .map(|(id, values)| Filter { id, values })
         .collect();
-    let encoding = Encoding::for_filters(&filters, element_size).map_err(|reason| {
+    let encoder = HostEncoder::for_filters(&filters, element_size).map_err(|reason| {
         PyValueError::new_err(format!(
             "h5gds cannot encode the chunks of dataset {dataset_name}: {reason}"
         ))
@@ -99,19 +76,17 @@ pub fn encode_write_chunks(
             // SAFETY: the Python caller passes the address and size of a live host buffer it
             // keeps referenced for the call (its size checked against the dataset above).
             let array = unsafe { std::slice::from_raw_parts(buffer as *const u8, nbytes) };
-            let w = HostWrite {
-                encoding: &encoding,
-                array,
-                shape: &shape,
-                chunk: &chunk,
-                element_size,
-                threads,
+            let face = hdf5::h5py_face(dataset, &dataset_name, |message| message)?;
+            let unencodable = |offset: &[u64], reason| {
+                format!("dataset {dataset_name}: the chunk at {offset:?} could not be encoded: {reason}")
             };
-            let mut sink = H5pyChunks {
+            let target = Target {
+                api: face.api,
                 dataset,
-                name: &dataset_name,
+                face: &face,
+                unencodable: &unencodable,
             };
-            encode::write(&mut sink, &w)
+            encoder.write(target, array, &shape, &chunk, threads)
         })
         .map_err(PyOSError::new_err)?;
     h5gds::with_logging(|| {

@@ -9,8 +9,9 @@
 use crate::call_settings::CallSettings;
 use crate::hdf5;
 use crate::host_codec;
+use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::decoded;
-use h5gds_engine::rows::RowPlan;
+use h5gds_engine::rows::{RowPlan, RowRuns};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
@@ -45,14 +46,6 @@ pub(crate) fn scatter(
     .map_err(PyValueError::new_err)
 }
 
-/// The selection of the axes after the first: the same hyperslab in every row of a gather.
-#[derive(Clone, Copy)]
-pub struct Rest<'a> {
-    pub start: &'a [u64],
-    pub step: &'a [u64],
-    pub count: &'a [u64],
-}
-
 /// `nbytes` of host memory at `address`, which the caller keeps alive and writable.
 #[derive(Clone, Copy)]
 pub struct HostBuffer {
@@ -60,13 +53,14 @@ pub struct HostBuffer {
     pub nbytes: usize,
 }
 
-/// A read of a gather's distinct rows (each: `rest` of the other axes) of `dataset` with memory
-/// type `mem_type` into `out`, in increasing row order. The caller holds h5py's lock.
+/// A read of a gather's distinct rows (each: `rest`, the selection of the other axes, the same
+/// in every row) of `dataset` with memory type `mem_type` into `out`, in increasing row order.
+/// The caller holds h5py's lock.
 pub struct RowsRead<'a> {
     pub dataset: i64,
     pub mem_type: i64,
     pub plan: &'a RowPlan,
-    pub rest: Rest<'a>,
+    pub rest: Hyperslab<'a>,
     pub out: HostBuffer,
 }
 
@@ -112,37 +106,30 @@ impl RowsRead<'_> {
         settings: &CallSettings,
     ) -> PyResult<Option<String>> {
         let (dataset, mem_type, plan) = (self.dataset, self.mem_type, self.plan);
-        let (rest_start, rest_step, rest_count) =
-            (self.rest.start, self.rest.step, self.rest.count);
         let (buffer, nbytes) = (self.out.address, self.out.nbytes);
-        let runs = plan.runs();
-        let (Some(&(first, _)), Some(&(last, last_rows))) = (runs.first(), runs.last()) else {
-            return Ok(None);
-        };
         let distinct = plan.distinct();
-        if nbytes % distinct != 0 {
+        let Some(row_bytes) = nbytes.checked_div(distinct) else {
+            return Ok(None); // no row
+        };
+        if row_bytes * distinct != nbytes {
             return Err(PyValueError::new_err(format!(
                 "the buffer has {nbytes} bytes, not a whole number of rows for the {distinct} rows \
                  of the gather"
             )));
         }
-        let row_bytes = (nbytes / distinct) as u64;
+        let runs = RowRuns::new(plan.runs(), &self.rest, row_bytes as u64);
         // The span of the runs, checked as a transfer (its selection inside the dataset, the
         // element size) before the decoding threads place elements.
-        let span = |first_axis: u64, rest: &[u64]| -> Vec<u64> {
-            std::iter::once(first_axis)
-                .chain(rest.iter().copied())
-                .collect()
+        let Some([span_start, span_step, span_count]) = runs.span() else {
+            return Ok(None);
         };
-        let (span_start, span_step) = (span(first, rest_start), span(1, rest_step));
-        let span_count = span(last + last_rows - first, rest_count);
         let span_elements: u64 = span_count.iter().product();
-        let rest_elements: u64 = rest_count.iter().product();
+        let rest_elements: u64 = self.rest.count.iter().product();
         if rest_elements == 0 {
             return Ok(None);
         }
         // (The transfer checked below says whether this is the memory type's size.)
-        let element_size = (row_bytes / rest_elements) as usize;
+        let element_size = row_bytes / rest_elements as usize;
         let transfer = hdf5::Transfer {
             write: false,
             dataset,
@@ -165,24 +152,7 @@ impl RowsRead<'_> {
             Ok(host) => host,
             Err(reason) => return Ok(Some(reason)),
         };
-        let starts: Vec<Vec<u64>> = runs.iter().map(|&(row, _)| span(row, rest_start)).collect();
-        let counts: Vec<Vec<u64>> = runs
-            .iter()
-            .map(|&(_, rows)| span(rows, rest_count))
-            .collect();
-        let mut at = 0u64;
-        let mut placed = Vec::with_capacity(runs.len());
-        for (k, &(_, rows)) in runs.iter().enumerate() {
-            placed.push(h5gds_chunk_codec::Placed {
-                selection: h5gds_chunk_codec::Hyperslab {
-                    start: &starts[k],
-                    step: &span_step,
-                    count: &counts[k],
-                },
-                at,
-            });
-            at += rows * row_bytes;
-        }
+        let placed = runs.placed();
         let touched = decoded::chunks_touched(host.chunk(), placed.iter().map(|p| p.selection));
         let host = match host.spread_over(touched, "the rows lie") {
             Ok(host) => host,

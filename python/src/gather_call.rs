@@ -14,9 +14,10 @@
 use crate::call_settings::CallSettings;
 use crate::device;
 use crate::device_error;
-use crate::gather::{self, HostBuffer, Rest, RowsRead};
+use crate::gather::{self, HostBuffer, RowsRead};
 use crate::hdf5::{self, StoredLayout};
 use crate::io_call::{ArrayArg, Phil, Selection, Target};
+use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::rows::RowPlan;
 use h5gds_engine::staged::check_bools;
 use h5gds_runtime::pinned;
@@ -68,7 +69,7 @@ pub fn gather_dataset<'py>(
     let plan = py
         .detach(|| RowPlan::of(indices, axis_rows))
         .map_err(PyValueError::new_err)?;
-    let rest = Rest {
+    let rest = Hyperslab {
         start: &sel.rest.start,
         step: &sel.rest.step,
         count: &sel.rest.count,
@@ -130,7 +131,7 @@ struct Gather<'a, 'py> {
     target: &'a Target<'py>,
     dtype: &'a Bound<'py, PyAny>,
     plan: &'a RowPlan,
-    rest: Rest<'a>,
+    rest: Hyperslab<'a>,
     /// The driver's settings, read at most once for the call.
     settings: &'a CallSettings,
 }

@@ -7,7 +7,7 @@
 use crate::call_settings::CallSettings;
 use crate::device;
 use crate::device_error;
-use crate::gather::{HostBuffer, Rest};
+use crate::gather::HostBuffer;
 use crate::hdf5::{self, Hid};
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::rows::RowPlan;
@@ -52,15 +52,6 @@ pub(crate) struct DeviceOut {
     pub nbytes: usize,
     pub claimed_ordinal: Option<i32>,
     pub stream: u64,
-}
-
-/// The rows of a gather as the engine reads them: `rest` of the other axes.
-fn rest_slab<'a>(rest: &Rest<'a>) -> Hyperslab<'a> {
-    Hyperslab {
-        start: rest.start,
-        step: rest.step,
-        count: rest.count,
-    }
 }
 
 #[pymethods]
@@ -269,7 +260,7 @@ impl Layout {
         &self,
         py: Python<'_>,
         plan: &RowPlan,
-        rest: &Rest,
+        rest: &Hyperslab,
         out: HostBuffer,
         settings: &CallSettings,
     ) -> PyResult<bool> {
@@ -288,7 +279,7 @@ impl Layout {
         &self,
         py: Python<'_>,
         plan: &RowPlan,
-        rest: &Rest,
+        rest: &Hyperslab,
         out: HostBuffer,
         settings: &CallSettings,
     ) -> PyResult<bool> {
@@ -303,7 +294,7 @@ impl Layout {
     fn gather_into(
         &self,
         py: Python<'_>,
-        rest: &Rest,
+        rest: &Hyperslab,
         out: HostBuffer,
         settings: &CallSettings,
         gather: impl FnOnce(&Stored, &Hyperslab, &mut [u8], stored::Threads) -> Result<bool, StoredError>
@@ -315,7 +306,7 @@ impl Layout {
             let bytes =
                 unsafe { std::slice::from_raw_parts_mut(out.address as *mut u8, out.nbytes) };
             let threads = || settings.nthreads();
-            gather(&self.stored, &rest_slab(rest), bytes, &threads)
+            gather(&self.stored, rest, bytes, &threads)
         })
         .map_err(py_error)
     }

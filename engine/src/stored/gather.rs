@@ -4,12 +4,13 @@
 
 use super::chunk_cache::{last_byte, KEPT_CHUNK_MAX};
 use super::{Indexed, Storage, Stored, StoredError, Threads, PARALLEL_BYTES};
+use crate::rows::RowRuns;
 use h5gds_chunk_codec::place::{copy_box, ChunkPart, SharedOut, Source};
-use h5gds_chunk_codec::{read_placed, Decoding, Hyperslab, Placed};
+use h5gds_chunk_codec::{read_placed, Decoding, Hyperslab};
 
-/// A gather's runs of rows as selections: start, step, count, and the byte and length of the
-/// output they fill.
-type Run = (Vec<u64>, Vec<u64>, Vec<u64>, u64, u64);
+/// A run of a gather's rows as a selection, and the byte and length of the output it fills
+/// ([`RowRuns::iter`]).
+type Run<'a> = (Hyperslab<'a>, u64, u64);
 
 /// The bytes of one row of a gather's buffer of `nbytes` holding `rows` rows (`what`: the rows
 /// counted, for the message); Invalid where they do not divide it.
@@ -73,27 +74,13 @@ impl Stored {
             return Ok(true);
         }
         // One selection per run of rows, each checked, and where its bytes go.
-        let mut reads: Vec<Run> = Vec::with_capacity(runs.len());
-        let mut at = 0u64;
-        for &(first, rows) in runs {
-            let start = std::iter::once(first).chain(rest.start.iter().copied());
-            let step = std::iter::once(1).chain(rest.step.iter().copied());
-            let count = std::iter::once(rows).chain(rest.count.iter().copied());
-            reads.push((
-                start.collect(),
-                step.collect(),
-                count.collect(),
-                at,
-                rows * row_bytes,
-            ));
-            at += rows * row_bytes;
-        }
+        let runs = RowRuns::new(runs, rest, row_bytes);
+        let reads: Vec<Run> = runs.iter().collect();
         let mut served = Vec::with_capacity(reads.len());
-        for (start, step, count, _, len) in &reads {
-            let sel = Hyperslab { start, step, count };
-            self.check(&sel, *len as usize)
+        for (sel, _, len) in &reads {
+            self.check(sel, *len as usize)
                 .map_err(StoredError::Invalid)?;
-            let Some(parts) = self.serves(&sel).map_err(StoredError::Invalid)? else {
+            let Some(parts) = self.serves(sel).map_err(StoredError::Invalid)? else {
                 return Ok(false);
             };
             served.push(parts);
@@ -103,7 +90,7 @@ impl Stored {
         }
         let threads = threads().map_err(StoredError::Invalid)?;
         if self.gather_decoding(&served) {
-            return self.gather_decoded(&reads, out, threads).map(|()| true);
+            return self.gather_decoded(&runs, out, threads).map(|()| true);
         }
         let nbytes = out.len();
         let pool = (reads.len() > 1 && nbytes >= PARALLEL_BYTES && threads > 1)
@@ -115,11 +102,10 @@ impl Stored {
         // outlives the reads below.
         let out = unsafe { SharedOut::new(out.as_mut_ptr()) };
         let one = |k: usize| -> Result<(), StoredError> {
-            let (start, step, count, at, len) = &reads[k];
-            let sel = Hyperslab { start, step, count };
+            let (sel, at, len) = &reads[k];
             // SAFETY: each run's bytes are written by one thread alone, inside `out`.
             let dest = unsafe { std::slice::from_raw_parts_mut(out.at(*at), *len as usize) };
-            self.read_served(&sel, &served[k], dest, inner)
+            self.read_served(sel, &served[k], dest, inner)
         };
         match pool {
             Some(pool) => {
@@ -233,8 +219,8 @@ impl Stored {
         // Each run's start inside the chunk.
         let starts: Vec<Vec<u64>> = reads
             .iter()
-            .map(|(start, ..)| {
-                start
+            .map(|(sel, ..)| {
+                sel.start
                     .iter()
                     .zip(&first.offset)
                     .map(|(s, o)| s - o)
@@ -244,7 +230,7 @@ impl Stored {
         let needed = reads
             .iter()
             .zip(&starts)
-            .map(|((_, step, count, ..), start)| last_byte(start, step, count, chunk, self.element))
+            .map(|((sel, ..), start)| last_byte(start, sel.step, sel.count, chunk, self.element))
             .max()
             .unwrap_or(0);
         let nbytes = out.len();
@@ -257,21 +243,21 @@ impl Stored {
         let decoded =
             self.large_chunk(&first.offset, &stored, pipeline, chunk_bytes, needed, large)?;
         let zeros = vec![0u64; chunk.len()];
-        for ((_, step, count, at, _), start) in reads.iter().zip(&starts) {
+        for ((sel, at, _), start) in reads.iter().zip(&starts) {
             let src = Source {
                 bytes: &decoded,
                 shape: chunk,
                 start,
-                step,
+                step: sel.step,
             };
             // SAFETY: the run's place lies inside `out` (checked above), borrowed exclusively.
             unsafe {
                 copy_box(
                     &src,
                     out.as_mut_ptr().add(*at as usize),
-                    count,
+                    sel.count,
                     &zeros,
-                    count,
+                    sel.count,
                     self.element,
                 )
             };
@@ -279,12 +265,12 @@ impl Stored {
         Ok(true)
     }
 
-    /// Reads a gather's runs of rows (`reads`, into `out`) with every compressed chunk they
+    /// Reads a gather's runs of rows (`runs`, into `out`) with every compressed chunk they
     /// touch read and decoded once, on `threads` of the pool, each run's rows copied from it
     /// (`h5gds_chunk_codec::read_placed`). Every chunk is in the index (`serves` said so).
     fn gather_decoded(
         &self,
-        reads: &[Run],
+        runs: &RowRuns,
         out: &mut [u8],
         threads: usize,
     ) -> Result<(), StoredError> {
@@ -297,13 +283,7 @@ impl Stored {
         else {
             return Ok(());
         };
-        let placed: Vec<Placed> = reads
-            .iter()
-            .map(|(start, step, count, at, _)| Placed {
-                selection: Hyperslab { start, step, count },
-                at: *at,
-            })
-            .collect();
+        let placed = runs.placed();
         let how = Decoding {
             pipeline,
             chunk,

@@ -4,7 +4,6 @@
 use super::{api, stack, Hid};
 use h5gds_engine::chunks::{self as engine, CallFailed, Face, StoredChunks};
 use h5gds_runtime::hdf5::Hdf5Api;
-use std::ffi::c_void;
 
 /// A failed chunk call in words: the call, the chunk and h5py's HDF5 error stack (cleared).
 fn worded(api: &Hdf5Api, failed: CallFailed) -> String {
@@ -14,22 +13,6 @@ fn worded(api: &Hdf5Api, failed: CallFailed) -> String {
     }
 }
 
-/// Writes `size` stored (already filtered) bytes at `buf` as the chunk at `offset`, with filter
-/// mask 0 (every filter applied).
-///
-/// # Safety
-/// `buf` must be valid for reads of `size` bytes.
-pub unsafe fn write_chunk(
-    dataset: Hid,
-    offset: &[u64],
-    buf: *const c_void,
-    size: usize,
-) -> Result<(), String> {
-    let api = api()?;
-    // SAFETY: `buf` as the caller guarantees.
-    unsafe { engine::write_stored(api, dataset, offset, 0, buf, size) }.map_err(|f| worded(api, f))
-}
-
 /// Every allocated chunk of `dataset` (chunks of `chunk` elements): its stored size, filter mask
 /// and address by first element (`H5Dchunk_iter`, one call for the whole index).
 pub fn chunk_index(dataset: Hid, chunk: &[u64]) -> Result<h5gds_chunk_codec::ChunkIndex, String> {
@@ -37,10 +20,11 @@ pub fn chunk_index(dataset: Hid, chunk: &[u64]) -> Result<h5gds_chunk_codec::Chu
     engine::index(api, dataset, chunk).map_err(|f| worded(api, f))
 }
 
-/// An h5py dataset as the engine's chunk source sees it: its errors (`error`, which the host
-/// reads and the device reads each have) name the dataset; h5py's lock is held around the read.
+/// An h5py dataset as the engine's chunk source (and its encoded writes, `crate::encode`) see it:
+/// its errors (`error`, which the host reads and the device reads each have) name the dataset;
+/// h5py's lock is held around the read.
 pub struct H5pyFace<'a, E> {
-    api: &'static Hdf5Api,
+    pub api: &'static Hdf5Api,
     dataset: Hid,
     name: &'a str,
     error: fn(String) -> E,
@@ -76,6 +60,21 @@ impl<E: Send> Face for H5pyFace<'_, E> {
     }
 }
 
+/// `dataset` (`name`) as the engine sees it in h5py's HDF5, errors made by `error`.
+pub fn h5py_face<E: Send>(
+    dataset: Hid,
+    name: &str,
+    error: fn(String) -> E,
+) -> Result<H5pyFace<'_, E>, E> {
+    let api = api().map_err(|m| error(format!("dataset {name}: {m}")))?;
+    Ok(H5pyFace {
+        api,
+        dataset,
+        name,
+        error,
+    })
+}
+
 /// The stored chunks of `dataset` (`name`, chunks of `chunk` elements) for a read touching
 /// `touched` chunks, errors made by `error`.
 pub fn stored_chunks<'a, E: Send>(
@@ -85,12 +84,6 @@ pub fn stored_chunks<'a, E: Send>(
     touched: usize,
     error: fn(String) -> E,
 ) -> Result<StoredChunks<'static, H5pyFace<'a, E>>, E> {
-    let api = api().map_err(|m| error(format!("dataset {name}: {m}")))?;
-    let face = H5pyFace {
-        api,
-        dataset,
-        name,
-        error,
-    };
-    StoredChunks::new(api, dataset, chunk, touched, face)
+    let face = h5py_face(dataset, name, error)?;
+    StoredChunks::new(face.api, dataset, chunk, touched, face)
 }
