@@ -170,20 +170,23 @@ pub fn decode_all<M: AsRef<[u8]>>(messages: &[M]) -> Result<Vec<Description>, St
         .collect()
 }
 
-/// Checks that every rank writes the same dataset of the same file with the same element type
-/// and kind of decomposition as rank 0; then the global shape and every rank's box. The same
-/// descriptions on every rank give every rank the same verdict.
+/// The first rank (in rank order) whose write differs from rank 0's in the file, the dataset, the
+/// element type or the kind of decomposition, and the first field it differs in.
+pub fn disagreement(all: &[Description]) -> Option<Disagreement> {
+    let first = all.first()?;
+    all.iter()
+        .enumerate()
+        .skip(1)
+        .find_map(|(rank, d)| d.differs(first).map(|field| Disagreement { rank, field }))
+}
+
+/// Checks that every rank writes the same thing ([`disagreement`]); then the global shape and
+/// every rank's box. The same descriptions on every rank give every rank the same verdict.
 pub fn plan(
     all: &[Description],
     decomposition: &Decomposition,
 ) -> Result<(Vec<u64>, Vec<Block>), PlanError> {
-    let first = &all[0];
-    let disagreement = all
-        .iter()
-        .enumerate()
-        .skip(1)
-        .find_map(|(rank, d)| d.differs(first).map(|field| Disagreement { rank, field }));
-    if let Some(d) = disagreement {
+    if let Some(d) = disagreement(all) {
         return Err(PlanError::Disagreement(d));
     }
     let claims: Vec<TileClaim> = all.iter().map(|d| d.claim.clone()).collect();

@@ -14,7 +14,9 @@ pub mod target;
 pub mod tile_write;
 pub mod wire;
 
-pub use description::{decode_all, plan, Description, Disagreement, Field, PlanError, Split};
+pub use description::{
+    decode_all, disagreement, plan, Description, Disagreement, Field, PlanError, Split,
+};
 pub use driver_file::{DriverFile, DriverFileError};
 pub use target::{finish, temporary_path, FileStepError};
 pub use tile_write::{byte_runs, write_runs, write_staged, ByteRun};
