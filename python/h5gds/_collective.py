@@ -98,28 +98,6 @@ def tile_of(shape, rank, ranks, decomposition=None):
     return tuple(slice(s, s + c) for s, c in zip(start, count))
 
 
-def _write_tile(tmp, path, view, offset, end, box_start, shape, use_gds):
-    """Writes the tile ``view`` (the box at ``box_start``) into ``tmp`` through the extension, which
-    opens it with HDF5's public driver API (``H5FDopen``) in h5py's HDF5 and writes the tile's
-    runs: a host tile's as they are; a device tile's after checking the memory with CUDA and
-    waiting for the producer's stream, the device pointer handed to the ``gds`` driver, or, when
-    the file is opened with sec2 (``H5GDS_USE_VFD_GDS=0``), copied to pinned host memory piece by
-    piece first."""
-    if not view.c_contiguous:
-        raise ValueError("the tile is not C-contiguous in memory and could not be made so")
-    with phil:
-        fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
-        if use_gds:
-            _native.set_fapl(fapl.id, _native.config_string({}))
-        else:
-            fapl.set_fapl_sec2()
-        try:
-            _native.collective_write_tile((os.fsencode(tmp), fapl.id), (offset, end),
-                                          (box_start, view.shape, shape), view, use_gds)
-        except (OSError, ValueError) as err:
-            raise type(err)(f"{path!r}: {err}") from None
-
-
 # --- the collective calls -----------------------------------------------------------------------
 
 
@@ -182,11 +160,25 @@ def to_file(array, path, dataset, comm, decomposition, files):
     tmp, offset = _agree(comm, "creating the file", error, created)[0]
 
     def write():
+        """This rank's tile into ``tmp``, by the extension (``H5FDopen``/``H5FDwrite`` in h5py's
+        HDF5; a device tile checked with CUDA, then to ``gds`` or staged under sec2)."""
         view = _arrays.view(source, "array")
         if offset is None or not view.nbytes:
             return
+        if not view.c_contiguous:
+            raise ValueError("the tile is not C-contiguous in memory and could not be made so")
         end = offset + math.prod(shape) * dtype.itemsize
-        _write_tile(tmp, target, view, offset, end, starts[rank], shape, use_gds)
+        with phil:
+            fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+            if use_gds:
+                _native.set_fapl(fapl.id, _native.config_string({}))
+            else:
+                fapl.set_fapl_sec2()
+            try:
+                _native.collective_write_tile((os.fsencode(tmp), fapl.id), (offset, end),
+                                              (starts[rank], view.shape, shape), view, use_gds)
+            except (OSError, ValueError) as err:
+                raise type(err)(f"{target!r}: {err}") from None
 
     _, write_error = _attempt(write)
     try:

@@ -4,31 +4,21 @@
 //! one rank's tile written through the file's driver in h5py's HDF5. Errors as the package words
 //! them. The caller holds h5py's lock.
 
-use crate::device::{self, DeviceError, TileWrite};
+use crate::device::{self, DeviceError};
 use crate::io_call::ArrayArg;
 use crate::tiles::{self, Grid};
+use h5gds_engine::collective::FileStepError;
 use h5gds_engine::collective::{self as engine, Description, DriverFile, DriverFileError, Field};
-use h5gds_engine::collective::{Disagreement, FileStepError};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 use std::ffi::{CString, OsString};
 use std::path::PathBuf;
 
-/// Adds the `collective_*` functions to the module (`_native`'s initialisation calls it).
-pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(collective_description, m)?)?;
-    m.add_function(wrap_pyfunction!(collective_plan, m)?)?;
-    m.add_function(wrap_pyfunction!(collective_temporary_path, m)?)?;
-    m.add_function(wrap_pyfunction!(collective_write_tile, m)?)?;
-    m.add_function(wrap_pyfunction!(collective_finish, m)?)?;
-    Ok(())
-}
-
 /// What this rank sends the others: it writes its tile of `shape` and `dtype` (its `str`) as
 /// `dataset` of the file at `path`, split by `grid` (None: blocks of the leading axis).
 #[pyfunction]
-fn collective_description<'py>(
+pub fn collective_description<'py>(
     py: Python<'py>,
     path: PathBuf,
     dataset: String,
@@ -36,18 +26,20 @@ fn collective_description<'py>(
     grid: Grid,
     shape: Vec<u64>,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let path = path.to_string_lossy().into_owned();
-    let decomposition = tiles::decomposition(grid);
-    let d = Description::new(path, dataset, dtype, &decomposition, shape)
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    Ok(PyBytes::new(py, &d.encode()))
+    let (path, decomposition) = (path.to_string_lossy().into(), tiles::decomposition(grid));
+    let d = Description::new(path, dataset, dtype, &decomposition, shape);
+    Ok(PyBytes::new(
+        py,
+        &d.map_err(|e| PyValueError::new_err(e.to_string()))?
+            .encode(),
+    ))
 }
 
 /// The global shape and every rank's start from every rank's description (in rank order): a rank
 /// writing another file, dataset, dtype or decomposition than rank 0 is an invalid decomposition
 /// naming it, then the tiles are checked as `tiles_write_boxes` checks them.
 #[pyfunction]
-fn collective_plan(
+pub fn collective_plan(
     py: Python<'_>,
     descriptions: Vec<Vec<u8>>,
     grid: Grid,
@@ -55,16 +47,10 @@ fn collective_plan(
     let invalid =
         |reason: String| PyValueError::new_err(format!("invalid decomposition: {reason}"));
     let all = engine::decode_all(&descriptions).map_err(invalid)?;
-    if let Some(Disagreement { rank: r, field }) = engine::disagreement(&all) {
+    if let Some((r, field)) = engine::disagreement(&all) {
         let (d, first) = (&all[r], &all[0]);
-        let repr = |p: &str| PyString::new(py, p).repr().map(|s| s.to_string());
-        let dtype = |s: &str| -> PyResult<String> {
-            Ok(py
-                .import("numpy")?
-                .call_method1("dtype", (s,))?
-                .str()?
-                .to_string())
-        };
+        let repr = |p: &str| PyString::new(py, p).repr();
+        let dtype = |s: &str| py.import("numpy")?.call_method1("dtype", (s,))?.str();
         return Err(invalid(match field {
             Field::File | Field::Dataset => format!(
                 "rank {r} writes {}:{}, rank 0 {}:{}",
@@ -78,7 +64,7 @@ fn collective_plan(
                 dtype(&d.element)?,
                 dtype(&first.element)?
             ),
-            Field::Split => format!("rank {r} uses another decomposition than rank 0"),
+            Field::Decomposition => format!("rank {r} uses another decomposition than rank 0"),
         }));
     }
     tiles::tiles_write_boxes(all.into_iter().map(|d| d.claim.shape).collect(), grid)
@@ -95,7 +81,7 @@ fn step_error(e: FileStepError) -> PyErr {
 
 /// The temporary name rank 0 creates the file under, next to the target `path`.
 #[pyfunction]
-fn collective_temporary_path(path: PathBuf) -> PyResult<OsString> {
+pub fn collective_temporary_path(path: PathBuf) -> PyResult<OsString> {
     engine::temporary_path(&path)
         .map(PathBuf::into_os_string)
         .map_err(step_error)
@@ -104,14 +90,8 @@ fn collective_temporary_path(path: PathBuf) -> PyResult<OsString> {
 /// Rank 0, once the writes are agreed: `tmp` renamed over `path` when every rank `written` (removed
 /// where the rename fails), else removed.
 #[pyfunction]
-fn collective_finish(tmp: PathBuf, path: PathBuf, written: bool) -> PyResult<()> {
+pub fn collective_finish(tmp: PathBuf, path: PathBuf, written: bool) -> PyResult<()> {
     engine::finish(&tmp, &path, written).map_err(step_error)
-}
-
-/// Why a tile's write failed: a step on the file, or the device tile.
-enum Failure {
-    File(DriverFileError),
-    Device(DeviceError),
 }
 
 /// Writes this rank's tile `tile` (an `_arrays.ArrayView`, held for the call), the box at
@@ -121,7 +101,7 @@ enum Failure {
 /// opened with HDF5's driver API (`H5FDopen`), its end of address set to `end`, and closed
 /// before this returns; the bytes move with the GIL released.
 #[pyfunction]
-fn collective_write_tile(
+pub fn collective_write_tile(
     py: Python<'_>,
     file: (Vec<u8>, i64),
     place: (u64, u64),
@@ -131,47 +111,39 @@ fn collective_write_tile(
 ) -> PyResult<()> {
     let ((tmp, fapl), (offset, end), (start, count, shape)) = (file, place, boxed);
     let item = tile.dtype.getattr("itemsize")?.extract::<usize>()?;
-    let runs = tiles::tile_runs(start, count, &shape, offset, item as u64)?;
-    if runs
-        .last()
-        .is_some_and(|r| r.at + r.len > tile.nbytes as u64)
-    {
-        return Err(PyValueError::new_err(format!(
-            "the tile's box holds more than its {} bytes",
-            tile.nbytes
-        )));
-    }
-    let name = CString::new(tmp).map_err(|_| {
-        PyOSError::new_err("opening the file for the tile's bytes: the path contains a NUL byte")
-    })?;
-    let api = crate::hdf5::api()
-        .map_err(|e| PyOSError::new_err(format!("opening the file for the tile's bytes: {e}")))?;
     let (address, nbytes, stream) = (tile.address, tile.nbytes, tile.stream);
+    // The runs lie inside the tile where its box holds its bytes.
+    if count.iter().product::<u64>() * item as u64 != nbytes as u64 {
+        let text = format!("the tile's {nbytes} bytes are not its box of shape {count:?}");
+        return Err(PyValueError::new_err(text));
+    }
+    let runs = tiles::tile_runs(start, count, &shape, offset, item as u64)?;
+    let opening =
+        |e: String| PyOSError::new_err(format!("opening the file for the tile's bytes: {e}"));
+    let name = CString::new(tmp).map_err(|_| opening("the path contains a NUL byte".into()))?;
+    let api = crate::hdf5::api().map_err(opening)?;
     let claimed = tile.device.as_ref().map(|(_, ordinal)| *ordinal);
-    let written = py.detach(|| {
-        let file = DriverFile::open(api, &name, fapl, end).map_err(Failure::File)?;
+    let in_file = |e: DriverFileError| PyOSError::new_err(format!("{}: {}", e.op, e.cause()));
+    let device = |e: DeviceError| match e {
+        DeviceError::Argument(m) => PyValueError::new_err(format!("{DEVICE}: {m}")),
+        DeviceError::Failed(m) => PyOSError::new_err(format!("{DEVICE}: {m}")),
+    };
+    py.detach(|| {
+        let file = DriverFile::open(api, &name, fapl, end).map_err(in_file)?;
         match claimed {
             // SAFETY: every run lies inside the tile (checked above), host memory the caller
             // keeps alive.
-            None => unsafe { engine::write_runs(&file, &runs, address) }.map_err(Failure::File)?,
-            Some(claimed_ordinal) => device::write_tile(TileWrite {
-                file: &file,
-                runs: &runs,
-                address,
-                nbytes,
-                item,
-                claimed_ordinal,
-                stream,
+            None => unsafe { engine::write_runs(&file, &runs, address) }.map_err(in_file)?,
+            Some(claimed) => device::write_tile(
+                (&file, &runs),
+                (address, nbytes, item),
+                (claimed, stream),
                 direct,
-            })
-            .map_err(Failure::Device)?,
+            )
+            .map_err(device)?,
         }
-        file.close().map_err(Failure::File)
-    });
-    let device = |m: String| format!("writing the tile from device memory: {m}");
-    written.map_err(|failure| match failure {
-        Failure::File(e) => PyOSError::new_err(e.to_string()),
-        Failure::Device(DeviceError::Argument(m)) => PyValueError::new_err(device(m)),
-        Failure::Device(DeviceError::Failed(m)) => PyOSError::new_err(device(m)),
+        file.close().map_err(in_file)
     })
 }
+
+const DEVICE: &str = "writing the tile from device memory";

@@ -17,7 +17,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tiles_share, m)?)?;
     m.add_function(wrap_pyfunction!(tiles_read_box, m)?)?;
     m.add_function(wrap_pyfunction!(tiles_write_boxes, m)?)?;
-    m.add_function(wrap_pyfunction!(tiles_runs, m)?)?;
     Ok(())
 }
 
@@ -77,22 +76,8 @@ pub(crate) fn tiles_write_boxes(
     Ok((shape, boxes.into_iter().map(|b| b.start).collect()))
 }
 
-/// The runs of a tile's box (`start`, `count`) in the dataset of `shape` stored from byte
-/// `offset`, in bytes of `item`-byte elements: for each, the file address, the position in the
-/// tile (row-major) and the length.
-#[pyfunction]
-fn tiles_runs(
-    start: Vec<u64>,
-    count: Vec<u64>,
-    shape: Vec<u64>,
-    offset: u64,
-    item: u64,
-) -> PyResult<Vec<(u64, u64, u64)>> {
-    let runs = tile_runs(start, count, &shape, offset, item)?;
-    Ok(runs.iter().map(|r| (r.file_at, r.at, r.len)).collect())
-}
-
-/// [`tiles_runs`] as the engine's runs.
+/// The byte runs of a tile's box (`start`, `count`) in the dataset of `shape` stored from byte
+/// `offset`, of `item`-byte elements (`collective_write_tile`).
 pub(crate) fn tile_runs(
     start: Vec<u64>,
     count: Vec<u64>,

@@ -16,10 +16,10 @@ use crate::host_staging::HostStaging;
 use crate::options::Settings;
 use crate::select::{staging_pieces, Block};
 use cudarc::driver::DevicePtr;
-use h5gds_engine::collective::{self as engine, ByteRun, Description, Disagreement, Field};
-use h5gds_engine::collective::{DriverFile, DriverFileError, FileStepError, PlanError};
+use h5gds_engine::collective::{self as engine, ByteRun, Description, Field};
+use h5gds_engine::collective::{DriverFile, DriverFileError, FileStepError};
 use h5gds_engine::collective::{Unwire, Wire};
-use h5gds_engine::tiles::Decomposition;
+use h5gds_engine::tiles::{write_boxes, Decomposition};
 use h5gds_runtime::stream::synchronize;
 use mpi::traits::*;
 use std::ffi::CString;
@@ -42,14 +42,18 @@ pub(crate) trait Source {
     }
     /// The driver the tile's bytes are written through.
     fn driver(&self, settings: &Settings) -> Result<Driver>;
-    /// Writes the tile's byte `runs` (of its own row-major order) into the file.
-    fn write(&self, file: &DriverFile, runs: &[ByteRun], settings: &Settings) -> Result<()>;
+    /// Writes the tile's byte `runs` (of its own row-major order, inside the tile) into the
+    /// file; `fail` words the file's errors.
+    fn write(
+        &self,
+        file: &DriverFile,
+        runs: &[ByteRun],
+        settings: &Settings,
+        fail: Fail,
+    ) -> Result<()>;
 }
 
-/// A failed step on the file, its path and dataset added by [`write_tile`].
-fn tile_error(e: DriverFileError) -> Error {
-    Error::hdf5(e.op, Path::new(""), None, e.cause())
-}
+type Fail<'a> = &'a dyn Fn(DriverFileError) -> Error;
 
 /// A host tile: its elements in row-major order.
 pub(crate) struct HostTile<'a, T> {
@@ -65,15 +69,9 @@ impl<T: Element> Source for HostTile<'_, T> {
     fn driver(&self, settings: &Settings) -> Result<Driver> {
         crate::host::host_driver(settings)
     }
-    fn write(&self, file: &DriverFile, runs: &[ByteRun], _: &Settings) -> Result<()> {
-        let bytes = std::mem::size_of_val(self.elements) as u64;
-        if runs.iter().any(|r| r.at + r.len > bytes) {
-            return Err(Error::Decomposition {
-                reason: format!("the tile's runs reach past its {bytes} bytes"),
-            });
-        }
-        // SAFETY: every run lies inside the tile's host memory (checked above).
-        unsafe { engine::write_runs(file, runs, self.elements.as_ptr() as u64) }.map_err(tile_error)
+    fn write(&self, file: &DriverFile, runs: &[ByteRun], _: &Settings, fail: Fail) -> Result<()> {
+        // SAFETY: every run lies inside the tile's host memory (the caller's contract).
+        unsafe { engine::write_runs(file, runs, self.elements.as_ptr() as u64) }.map_err(fail)
     }
 }
 
@@ -91,9 +89,15 @@ impl<T: Element> Source for DeviceTile<'_, T> {
             Some(_) => Driver::Sec2,
         })
     }
-    fn write(&self, file: &DriverFile, runs: &[ByteRun], settings: &Settings) -> Result<()> {
+    fn write(
+        &self,
+        file: &DriverFile,
+        runs: &[ByteRun],
+        settings: &Settings,
+        fail: Fail,
+    ) -> Result<()> {
         no_panic("writing a tile from device memory", || {
-            self.write_unguarded(file, runs, settings)
+            self.write_unguarded(file, runs, settings, fail)
         })
     }
 }
@@ -104,6 +108,7 @@ impl<T: Element> DeviceTile<'_, T> {
         file: &DriverFile,
         runs: &[ByteRun],
         settings: &Settings,
+        fail: Fail,
     ) -> Result<()> {
         let Some(data) = self.0.as_slice() else {
             return Ok(());
@@ -111,11 +116,6 @@ impl<T: Element> DeviceTile<'_, T> {
         let stream = self.0.stream();
         let es = std::mem::size_of::<T>();
         let n = data.len() as u64;
-        if runs.iter().any(|r| r.at + r.len > n * es as u64) {
-            return Err(Error::Decomposition {
-                reason: format!("the tile's runs reach past its {n} elements"),
-            });
-        }
         // The data is ready once every stream that wrote it is done.
         let (ptr, record) = data.device_ptr(stream);
         synchronize(stream)?;
@@ -124,9 +124,9 @@ impl<T: Element> DeviceTile<'_, T> {
                 crate::log::debug(format_args!(
                     "writing a tile straight from device memory through the gds driver"
                 ));
-                // SAFETY: the runs lie inside the allocation (checked above); the gds driver
-                // hands device memory to cuFile or its bounce buffers.
-                unsafe { engine::write_runs(file, runs, ptr) }.map_err(tile_error)?;
+                // SAFETY: the runs lie inside the allocation (the caller's contract); the gds
+                // driver hands device memory to cuFile or its bounce buffers.
+                unsafe { engine::write_runs(file, runs, ptr) }.map_err(fail)?;
             }
             Some(reason) => {
                 crate::log::debug(format_args!(
@@ -137,7 +137,7 @@ impl<T: Element> DeviceTile<'_, T> {
                 let per = (staging.len() / es).max(1) as u64;
                 let pieces = staging_pieces(n, per, &[]);
                 let ring = (&mut staging.ring, &pieces[..]);
-                engine::write_staged(file, ring, (ptr, es), runs, tile_error)?;
+                engine::write_staged(file, ring, (ptr, es), runs, fail)?;
             }
         }
         drop(record);
@@ -178,13 +178,9 @@ fn describe<S: Source>(
 fn plan(descriptions: &[Vec<u8>], decomposition: &Decomposition) -> Result<(Vec<u64>, Vec<Block>)> {
     let bad = |reason: String| Error::Decomposition { reason };
     let all = engine::decode_all(descriptions).map_err(bad)?;
-    engine::plan(&all, decomposition).map_err(|e| {
-        let Disagreement { rank: r, field } = match e {
-            PlanError::Tiles(e) => return bad(e.to_string()),
-            PlanError::Disagreement(d) => d,
-        };
+    if let Some((r, field)) = engine::disagreement(&all) {
         let (d, first) = (&all[r], &all[0]);
-        bad(match field {
+        return Err(bad(match field {
             Field::File => format!(
                 "rank {r} writes the file {:?}, rank 0 {:?}",
                 d.path, first.path
@@ -197,11 +193,13 @@ fn plan(descriptions: &[Vec<u8>], decomposition: &Decomposition) -> Result<(Vec<
                 "rank {r} has a tile of {}, rank 0 of {}",
                 d.element, first.element
             ),
-            Field::Split => {
+            Field::Decomposition => {
                 format!("rank {r} uses another kind of decomposition (or grid) than rank 0")
             }
-        })
-    })
+        }));
+    }
+    let claims: Vec<_> = all.into_iter().map(|d| d.claim).collect();
+    write_boxes(decomposition, &claims).map_err(|e| bad(e.to_string()))
 }
 
 /// Rank 0: creates the temporary file holding the dataset, allocated, and returns its name and
@@ -248,16 +246,12 @@ fn create<S: Source>(
     }
 }
 
-/// Every rank: writes its tile's runs into the temporary file.
-#[allow(clippy::too_many_arguments)]
+/// Every rank: writes its tile's runs (its box `my_box` of the array of `shape`, stored from
+/// `offset`) into the temporary file `tmp` of the target `path`.
 fn write_tile<S: Source>(
     tile: &S,
-    tmp: &Path,
-    path: &Path,
-    dataset: &str,
-    offset: Option<u64>,
-    shape: &[u64],
-    my_box: &Block,
+    (tmp, path, dataset): (&Path, &Path, &str),
+    (offset, shape, my_box): (Option<u64>, &[u64], &Block),
     settings: &Settings,
 ) -> Result<()> {
     let Some(offset) = offset.filter(|_| !my_box.is_empty()) else {
@@ -265,16 +259,13 @@ fn write_tile<S: Source>(
     };
     let es = tile.element_size() as u64;
     let end = offset + shape.iter().product::<u64>() * es;
-    let with_path = |e: Error| match e {
-        Error::Hdf5 { op, message, .. } => Error::Hdf5 {
-            op,
-            path: path.to_path_buf(),
-            dataset: Some(dataset.to_string()),
-            message,
-        },
-        other => other,
-    };
     let in_file = |e: DriverFileError| Error::hdf5(e.op, path, None, e.cause());
+    let in_dataset = |e: DriverFileError| Error::hdf5(e.op, path, Some(dataset), e.cause());
+    // The runs lie inside the tile (its memory's contract) where its box has its shape.
+    if my_box.count != tile.shape() {
+        let reason = format!("the box {my_box:?} does not have the tile's shape");
+        return Err(Error::Decomposition { reason });
+    }
     let fapl = file_access(tile.driver(settings)?, path)?;
     let name = CString::new(tmp.as_os_str().as_bytes()).map_err(|_| {
         let reason = "the path contains a NUL byte";
@@ -283,7 +274,7 @@ fn write_tile<S: Source>(
     let runs = engine::byte_runs(my_box, shape, offset, es);
     hdf5_raw::locked(|| {
         let file = DriverFile::open(linked_hdf5(), &name, fapl.id(), end).map_err(in_file)?;
-        tile.write(&file, &runs, settings).map_err(with_path)?;
+        tile.write(&file, &runs, settings, &in_dataset)?;
         file.close().map_err(in_file)
     })
 }
@@ -293,15 +284,12 @@ fn finish(tmp: &Path, path: &Path, written: bool) -> Result<()> {
     engine::finish(tmp, path, written).map_err(file_step)
 }
 
+/// Where a collective write goes, and how: the path, the dataset, the decomposition, the settings.
+pub type Target<'a> = (&'a Path, &'a str, &'a Decomposition, &'a Settings);
+
 /// The collective write (see [`super::to_file_with`]).
-pub(crate) fn write<C: Communicator, S: Source>(
-    comm: &C,
-    tile: &S,
-    path: &Path,
-    dataset: &str,
-    decomposition: &Decomposition,
-    settings: &Settings,
-) -> Result<()> {
+pub(crate) fn write<C: Communicator, S: Source>(comm: &C, tile: &S, to: Target) -> Result<()> {
+    let (path, dataset, decomposition, settings) = to;
     let rank = comm.rank() as usize;
     let described = describe(tile, path, dataset, decomposition, settings);
     let (_, descriptions) = agree_with(comm, "describing the tiles", described, |d| d.clone())?;
@@ -325,16 +313,8 @@ pub(crate) fn write<C: Communicator, S: Source>(
         (Err(reason), _) | (_, Err(reason)) => return Err(Error::Decomposition { reason }),
     };
 
-    let wrote = write_tile(
-        tile,
-        &tmp,
-        path,
-        dataset,
-        offset,
-        &shape,
-        &boxes[rank],
-        settings,
-    );
+    let placed = (offset, &shape[..], &boxes[rank]);
+    let wrote = write_tile(tile, (&tmp, path, dataset), placed, settings);
     let written = agree(comm, "writing the tiles", wrote);
 
     let finished = if rank == 0 {

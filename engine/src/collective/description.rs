@@ -1,52 +1,11 @@
 //! What a rank tells the others before a collective write (the file, the dataset, the element
-//! type, the kind of decomposition and its tile), encoded one way for both faces, and the plan
-//! every rank computes alike from all of them: every rank writes the same thing, and where the
-//! tiles go. A disagreement is typed (the rank, the field); each face words it.
+//! type, the kind of decomposition and its tile), encoded one way for both faces, and the check
+//! every rank makes alike on all of them that every rank writes the same thing (then the tiles'
+//! boxes are `tiles::write_boxes`'). A disagreement is typed (the rank, the field); each face
+//! words it.
 
 use super::wire::{Unwire, Wire};
-use crate::tiles::{write_boxes, Decomposition, TileClaim, TilesError};
-use h5gds_route::select::Block;
-
-/// The kind of decomposition a rank uses (a grid with its size): every rank must use the same.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Split {
-    LeadingAxis,
-    Grid { rows: u64, cols: u64 },
-    Tiles,
-}
-
-impl Split {
-    pub fn of(decomposition: &Decomposition) -> Split {
-        match decomposition {
-            Decomposition::LeadingAxis => Split::LeadingAxis,
-            Decomposition::Grid { rows, cols } => Split::Grid {
-                rows: *rows as u64,
-                cols: *cols as u64,
-            },
-            Decomposition::Tile { .. } => Split::Tiles,
-        }
-    }
-
-    fn code(self) -> [u64; 3] {
-        match self {
-            Split::LeadingAxis => [0, 0, 0],
-            Split::Grid { rows, cols } => [1, rows, cols],
-            Split::Tiles => [2, 0, 0],
-        }
-    }
-
-    fn from_code(code: &[u64]) -> Result<Split, String> {
-        match code {
-            [0, 0, 0] => Ok(Split::LeadingAxis),
-            [1, rows, cols] => Ok(Split::Grid {
-                rows: *rows,
-                cols: *cols,
-            }),
-            [2, 0, 0] => Ok(Split::Tiles),
-            _ => Err("a malformed message from another rank".into()),
-        }
-    }
-}
+use crate::tiles::{Decomposition, TileClaim, TilesError};
 
 /// One rank's description of its write.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,7 +14,9 @@ pub struct Description {
     pub dataset: String,
     /// The element type as the face names it; ranks agree when the texts are equal.
     pub element: String,
-    pub split: Split,
+    /// The kind of decomposition as a code every rank must send alike: leading axis, a grid of
+    /// its size, caller-given boxes.
+    pub kind: [u64; 3],
     pub claim: TileClaim,
 }
 
@@ -65,21 +26,7 @@ pub enum Field {
     File,
     Dataset,
     Element,
-    Split,
-}
-
-/// Rank `rank`'s description differs from rank 0's in `field` (the first that differs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Disagreement {
-    pub rank: usize,
-    pub field: Field,
-}
-
-/// Why the ranks' descriptions make no write.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PlanError {
-    Disagreement(Disagreement),
-    Tiles(TilesError),
+    Decomposition,
 }
 
 impl Description {
@@ -92,26 +39,23 @@ impl Description {
         decomposition: &Decomposition,
         shape: Vec<u64>,
     ) -> Result<Description, TilesError> {
-        let start = match decomposition {
-            Decomposition::Tile {
-                start,
-                shape: given,
-            } => {
-                let given: Vec<u64> = given.iter().map(|&d| d as u64).collect();
+        let (kind, start) = match decomposition {
+            Decomposition::LeadingAxis => ([0, 0, 0], None),
+            Decomposition::Grid { rows, cols } => ([1, *rows as u64, *cols as u64], None),
+            Decomposition::Tile { start, shape: at } => {
+                let given: Vec<u64> = at.iter().map(|&d| d as u64).collect();
                 if given != shape {
                     return Err(TilesError::TileShape { given, shape });
                 }
-                Some(start.iter().map(|&s| s as u64).collect())
+                ([2, 0, 0], Some(start.iter().map(|&s| s as u64).collect()))
             }
-            _ => None,
         };
-        let split = Split::of(decomposition);
         let claim = TileClaim { shape, start };
         Ok(Description {
             path,
             dataset,
             element,
-            split,
+            kind,
             claim,
         })
     }
@@ -122,7 +66,7 @@ impl Description {
             .text(&self.path)
             .text(&self.dataset)
             .text(&self.element)
-            .u64s(&self.split.code())
+            .u64s(&self.kind)
             .u64s(&self.claim.shape)
             .u64(start.is_some() as u64)
             .u64s(start.unwrap_or(&[]))
@@ -133,19 +77,20 @@ impl Description {
     pub fn decode(bytes: &[u8]) -> Result<Description, String> {
         let mut r = Unwire::new(bytes);
         let (path, dataset, element) = (r.text()?, r.text()?, r.text()?);
-        let split = Split::from_code(&r.u64s()?)?;
-        let shape = r.u64s()?;
-        let has_start = r.u64()? != 0;
-        let start = r.u64s()?;
+        let kind = r
+            .u64s()?
+            .try_into()
+            .map_err(|_| "a malformed message from another rank")?;
+        let (shape, has_start) = (r.u64s()?, r.u64()? != 0);
         let claim = TileClaim {
             shape,
-            start: has_start.then_some(start),
+            start: has_start.then_some(r.u64s()?),
         };
         Ok(Description {
             path,
             dataset,
             element,
-            split,
+            kind,
             claim,
         })
     }
@@ -155,7 +100,7 @@ impl Description {
             (Field::File, self.path != other.path),
             (Field::Dataset, self.dataset != other.dataset),
             (Field::Element, self.element != other.element),
-            (Field::Split, self.split != other.split),
+            (Field::Decomposition, self.kind != other.kind),
         ]
         .into_iter()
         .find_map(|(field, differs)| differs.then_some(field))
@@ -171,26 +116,13 @@ pub fn decode_all<M: AsRef<[u8]>>(messages: &[M]) -> Result<Vec<Description>, St
 }
 
 /// The first rank (in rank order) whose write differs from rank 0's in the file, the dataset, the
-/// element type or the kind of decomposition, and the first field it differs in.
-pub fn disagreement(all: &[Description]) -> Option<Disagreement> {
+/// element type or the kind of decomposition, with the first field it differs in.
+pub fn disagreement(all: &[Description]) -> Option<(usize, Field)> {
     let first = all.first()?;
     all.iter()
         .enumerate()
         .skip(1)
-        .find_map(|(rank, d)| d.differs(first).map(|field| Disagreement { rank, field }))
-}
-
-/// Checks that every rank writes the same thing ([`disagreement`]); then the global shape and
-/// every rank's box. The same descriptions on every rank give every rank the same verdict.
-pub fn plan(
-    all: &[Description],
-    decomposition: &Decomposition,
-) -> Result<(Vec<u64>, Vec<Block>), PlanError> {
-    if let Some(d) = disagreement(all) {
-        return Err(PlanError::Disagreement(d));
-    }
-    let claims: Vec<TileClaim> = all.iter().map(|d| d.claim.clone()).collect();
-    write_boxes(decomposition, &claims).map_err(PlanError::Tiles)
+        .find_map(|(rank, d)| d.differs(first).map(|field| (rank, field)))
 }
 
 #[cfg(test)]
@@ -205,24 +137,21 @@ mod tests {
     }
 
     #[test]
-    fn descriptions_round_trip_and_plan_the_boxes() {
+    fn descriptions_round_trip_and_malformed_ones_are_refused() {
         let tile = Decomposition::Tile {
             start: vec![2, 0],
             shape: vec![1, 3],
         };
         let bytes = rank("a.h5", "f32", &tile, &[1, 3]);
         let back = Description::decode(&bytes).unwrap();
-        assert_eq!(
-            (back.split, back.claim.start),
-            (Split::Tiles, Some(vec![2, 0]))
-        );
+        assert_eq!((back.kind, back.claim.start), ([2, 0, 0], Some(vec![2, 0])));
         let all = decode_all(&[
             rank("a.h5", "f32", &Decomposition::LeadingAxis, &[2, 3]),
             rank("a.h5", "f32", &Decomposition::LeadingAxis, &[1, 3]),
         ])
         .unwrap();
-        let (shape, boxes) = plan(&all, &Decomposition::LeadingAxis).unwrap();
-        assert_eq!((shape, boxes[1].start.clone()), (vec![3, 3], vec![2, 0]));
+        assert_eq!(disagreement(&all), None);
+        assert_eq!(all[1].claim.shape, [1, 3]);
         assert!(Description::decode(&bytes[..bytes.len() - 4])
             .unwrap_err()
             .contains("malformed"));
@@ -235,14 +164,11 @@ mod tests {
         let cases = [
             (rank("b.h5", "i32", &lead, &[2]), Field::File),
             (rank("a.h5", "i32", &lead, &[2]), Field::Element),
-            (rank("a.h5", "f32", &grid, &[2]), Field::Split),
+            (rank("a.h5", "f32", &grid, &[2]), Field::Decomposition),
         ];
         for (second, field) in cases {
             let all = decode_all(&[rank("a.h5", "f32", &lead, &[2]), second]).unwrap();
-            assert_eq!(
-                plan(&all, &lead),
-                Err(PlanError::Disagreement(Disagreement { rank: 1, field }))
-            );
+            assert_eq!(disagreement(&all), Some((1, field)));
         }
         let given = Decomposition::Tile {
             start: vec![0],

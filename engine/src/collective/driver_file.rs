@@ -6,7 +6,6 @@
 use crate::hdf5_error::Hdf5Error;
 use h5gds_runtime::hdf5::{hid_t, Hdf5Api};
 use std::ffi::{c_int, c_uint, c_void, CStr};
-use std::fmt;
 
 /// `H5FD_MEM_DRAW`: raw data, the type of the bytes a collective write puts into a dataset.
 const H5FD_MEM_DRAW: c_int = 3;
@@ -32,14 +31,6 @@ impl DriverFileError {
     }
 }
 
-impl fmt::Display for DriverFileError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.op, self.cause())
-    }
-}
-
-impl std::error::Error for DriverFileError {}
-
 /// An open file; closed when dropped (a failure then unreported: [`DriverFile::close`] reports).
 pub struct DriverFile {
     api: &'static Hdf5Api,
@@ -47,16 +38,9 @@ pub struct DriverFile {
     file: *mut c_void,
 }
 
-fn failed(op: &'static str, api: &Hdf5Api, call: &'static str) -> DriverFileError {
-    let error = Hdf5Error::failed(api, call);
+fn failed(op: &'static str, error: impl Into<Hdf5Error>) -> DriverFileError {
+    let error = error.into();
     DriverFileError { op, error }
-}
-
-fn missing(op: &'static str) -> impl Fn(h5gds_runtime::hdf5::MissingSymbol) -> DriverFileError {
-    move |m| DriverFileError {
-        op,
-        error: m.into(),
-    }
 }
 
 impl DriverFile {
@@ -69,18 +53,18 @@ impl DriverFile {
         eoa: u64,
     ) -> Result<DriverFile, DriverFileError> {
         const OPENING: &str = "opening the file for the tile's bytes";
-        let open = api.H5FDopen.map_err(missing(OPENING))?;
+        let open = api.H5FDopen.map_err(|m| failed(OPENING, m))?;
         // SAFETY: a valid C string; HDF5 checks the list.
         let file = unsafe { open(path.as_ptr(), H5F_ACC_RDWR, fapl, MAXADDR) };
         if file.is_null() {
-            return Err(failed(OPENING, api, "H5FDopen"));
+            return Err(failed(OPENING, Hdf5Error::failed(api, "H5FDopen")));
         }
         let file = DriverFile { api, file };
         const SETTING: &str = "setting the end of address";
-        let set_eoa = api.H5FDset_eoa.map_err(missing(SETTING))?;
+        let set_eoa = api.H5FDset_eoa.map_err(|m| failed(SETTING, m))?;
         // SAFETY: an open driver file.
         if unsafe { set_eoa(file.file, H5FD_MEM_DRAW, eoa) } < 0 {
-            return Err(failed(SETTING, api, "H5FDset_eoa"));
+            return Err(failed(SETTING, Hdf5Error::failed(api, "H5FDset_eoa")));
         }
         Ok(file)
     }
@@ -97,10 +81,10 @@ impl DriverFile {
         buf: *const c_void,
     ) -> Result<(), DriverFileError> {
         const WRITING: &str = "writing the tile";
-        let write = self.api.H5FDwrite.map_err(missing(WRITING))?;
+        let write = self.api.H5FDwrite.map_err(|m| failed(WRITING, m))?;
         // SAFETY: an open driver file; `buf` as the caller guarantees.
         if unsafe { write(self.file, H5FD_MEM_DRAW, H5P_DEFAULT, addr, len, buf) } < 0 {
-            return Err(failed(WRITING, self.api, "H5FDwrite"));
+            return Err(failed(WRITING, Hdf5Error::failed(self.api, "H5FDwrite")));
         }
         Ok(())
     }
@@ -109,10 +93,10 @@ impl DriverFile {
     pub fn close(mut self) -> Result<(), DriverFileError> {
         const CLOSING: &str = "closing the file";
         let file = std::mem::replace(&mut self.file, std::ptr::null_mut());
-        let close = self.api.H5FDclose.map_err(missing(CLOSING))?;
+        let close = self.api.H5FDclose.map_err(|m| failed(CLOSING, m))?;
         // SAFETY: an open driver file, closed once (Drop skips a null pointer).
         if unsafe { close(file) } < 0 {
-            return Err(failed(CLOSING, self.api, "H5FDclose"));
+            return Err(failed(CLOSING, Hdf5Error::failed(self.api, "H5FDclose")));
         }
         Ok(())
     }
