@@ -103,6 +103,8 @@ pub enum TilesError {
         trailing: Vec<u64>,
         row_rank: usize,
     },
+    /// A caller-given box (`given`) whose shape is not its tile's (`shape`).
+    TileShape { given: Vec<u64>, shape: Vec<u64> },
     /// A rank without a caller-given start where the decomposition is [`Decomposition::Tile`].
     MissingStart { rank: usize },
     /// A rank's caller-given start with another number of entries than its tile's dimensions.
@@ -190,6 +192,10 @@ impl fmt::Display for TilesError {
                 "rank {rank}'s tile (grid position ({gr}, {gc})) has shape {shape:?}, but its \
                  grid row's tiles have {rows} rows (rank {row_rank}), its grid column's {cols} \
                  columns (rank {gc}) and every tile the trailing shape {trailing:?} (rank 0)"
+            ),
+            TilesError::TileShape { given, shape } => write!(
+                f,
+                "Decomposition::Tile gives the shape {given:?}, but the tile has shape {shape:?}"
             ),
             TilesError::MissingStart { rank } => write!(
                 f,

@@ -18,7 +18,6 @@ import math
 import os
 
 import h5py
-import numpy as np
 from h5py._objects import phil
 
 from . import _arrays, _native
@@ -99,50 +98,6 @@ def tile_of(shape, rank, ranks, decomposition=None):
     return tuple(slice(s, s + c) for s, c in zip(start, count))
 
 
-def _write_tile(tmp, path, view, offset, end, box_start, shape, use_gds):
-    """Writes the tile ``view`` (its runs of the box at ``box_start``) into ``tmp``. A host tile's
-    runs go to ``H5FDwrite`` as they are; a device tile's through the extension, which checks the
-    memory with CUDA, waits for the producer's stream and hands the device pointer to the ``gds``
-    driver, or, when the file is opened with sec2 (``H5GDS_USE_VFD_GDS=0``), copies the tile to
-    pinned host memory piece by piece first. The file is opened through HDF5's public driver API
-    (``H5FDopen``) in h5py's HDF5, by the extension."""
-    size = view.dtype.itemsize
-    if not view.c_contiguous:
-        raise ValueError("the tile is not C-contiguous in memory and could not be made so")
-    runs = _native.tiles_runs(box_start, view.shape, shape, offset, size)
-    with phil:
-        fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
-        if use_gds:
-            _native.set_fapl(fapl.id, _native.config_string({}))
-        else:
-            fapl.set_fapl_sec2()
-        try:
-            handle = _native.driver_file_open(os.fsencode(tmp), fapl.id, end)
-        except OSError as err:
-            raise OSError(f"{path!r}: {err}") from None
-        try:
-            if view.device is None:
-                try:
-                    _native.host_tile_write(handle, runs, view.address)
-                except OSError as err:
-                    raise OSError(f"{path!r}: {err}") from None
-            else:
-                try:
-                    _native.device_tile_write(handle, runs, view, size, use_gds)
-                except (OSError, ValueError) as err:
-                    raise type(err)(f"{path!r}: writing the tile from device memory: {err}") \
-                        from None
-        finally:
-            try:
-                _native.driver_file_close(handle)
-            except OSError as err:
-                closed = OSError(f"{path!r}: {err}")
-            else:
-                closed = None
-        if closed is not None:
-            raise closed
-
-
 # --- the collective calls -----------------------------------------------------------------------
 
 
@@ -168,36 +123,27 @@ def local_device(comm):
 def to_file(array, path, dataset, comm, decomposition, files):
     """See ``h5gds.to_file``; ``files`` is the ``_files`` module (its checks and conventions)."""
     rank, ranks = comm.Get_rank(), comm.Get_size()
+    grid = _grid(decomposition, ranks)
 
     def describe():
         name = files.dataset_name(dataset)
-        target = files._file_path(path) if rank == 0 else os.fspath(path)
+        target = files._file_path(path) if rank == 0 else os.fsdecode(path)
         source, shape, dtype = files._logical(array)
         files._check_storable(dtype)
         use_gds = files._driver() == "gds"
-        return name, target, source, tuple(shape), dtype, use_gds
+        described = _native.collective_description(os.path.abspath(target), name, dtype.str, grid,
+                                                    tuple(shape))
+        return (name, target, source, dtype, use_gds), described
 
     local, error = _attempt(describe)
-    facts = None if local is None else (local[0], os.path.abspath(local[1]), local[3],
-                                        local[4].str)
-    described = _agree(comm, "describing the tiles", error, facts)
-    name, target, source, _, dtype, use_gds = local
-    first = described[0]
-    for r, (n, p, _, d) in enumerate(described):
-        if (n, p) != (first[0], first[1]):
-            raise ValueError(f"invalid decomposition: rank {r} writes {p!r}:{n}, rank 0 "
-                             f"{first[1]!r}:{first[0]}")
-        if d != first[3]:
-            raise ValueError(f"invalid decomposition: rank {r} has a tile of {np.dtype(d)}, "
-                             f"rank 0 of {np.dtype(first[3])}")
-    shape, starts = _native.tiles_write_boxes([tuple(f[2]) for f in described],
-                                              _grid(decomposition, ranks))
+    described = _agree(comm, "describing the tiles", error, None if local is None else local[1])
+    name, target, source, dtype, use_gds = local[0]
+    shape, starts = _native.collective_plan(described, grid)
 
     def create():
         real = os.path.realpath(target)
-        directory, base = os.path.split(real)
-        os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f".{base}.h5gds-{os.getpid()}.partial")
+        os.makedirs(os.path.dirname(real), exist_ok=True)
+        tmp = _native.collective_temporary_path(real)
         try:
             with h5py.File(tmp, "w", driver="gds" if use_gds else None) as f:
                 # Contiguous, allocated now (so it has an offset), never filled.
@@ -214,11 +160,25 @@ def to_file(array, path, dataset, comm, decomposition, files):
     tmp, offset = _agree(comm, "creating the file", error, created)[0]
 
     def write():
+        """This rank's tile into ``tmp``, by the extension (``H5FDopen``/``H5FDwrite`` in h5py's
+        HDF5; a device tile checked with CUDA, then to ``gds`` or staged under sec2)."""
         view = _arrays.view(source, "array")
         if offset is None or not view.nbytes:
             return
+        if not view.c_contiguous:
+            raise ValueError("the tile is not C-contiguous in memory and could not be made so")
         end = offset + math.prod(shape) * dtype.itemsize
-        _write_tile(tmp, target, view, offset, end, starts[rank], shape, use_gds)
+        with phil:
+            fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+            if use_gds:
+                _native.set_fapl(fapl.id, _native.config_string({}))
+            else:
+                fapl.set_fapl_sec2()
+            try:
+                _native.collective_write_tile((os.fsencode(tmp), fapl.id), (offset, end),
+                                              (starts[rank], view.shape, shape), view, use_gds)
+            except (OSError, ValueError) as err:
+                raise type(err)(f"{target!r}: {err}") from None
 
     _, write_error = _attempt(write)
     try:
@@ -227,13 +187,8 @@ def to_file(array, path, dataset, comm, decomposition, files):
     except Exception as err:  # noqa: BLE001 - raised after rank 0 has cleaned up
         written = err
 
-    def finish():
-        if written is None:
-            os.replace(tmp, os.path.realpath(target))
-        else:
-            os.unlink(tmp)
-
-    _, finish_error = _attempt(finish) if rank == 0 else (None, None)
+    _, finish_error = _attempt(_native.collective_finish, tmp, os.path.realpath(target),
+                               written is None) if rank == 0 else (None, None)
     try:
         _agree(comm, "finishing the file", finish_error)
     finally:

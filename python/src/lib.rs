@@ -176,36 +176,6 @@ fn device_copy(
         .map_err(device_error)
 }
 
-/// Writes one rank's device tile `tile` (an `_arrays.ArrayView` of elements of `item` bytes, held
-/// for the call) of a collective `to_file` through the driver of `file` (the `H5FD_t *` that
-/// `H5FDopen` returned in h5py's HDF5): `runs` are `(file address, byte offset in the tile, byte
-/// length)` in the tile's memory order; `direct`: the file's driver is `gds` (device pointers
-/// handed to it), else sec2 (the tile copied to pinned host memory in pieces of
-/// `H5GDS_STAGING_BUFFER_SIZE`). The array's memory is checked with CUDA and its stream waited for
-/// first; the bytes move with the GIL released. Returns the route ("gds", "staged"). The caller
-/// holds h5py's lock.
-#[pyfunction]
-fn device_tile_write(
-    py: Python<'_>,
-    file: usize,
-    runs: Vec<(u64, u64, u64)>,
-    tile: io_call::ArrayArg<'_>,
-    item: usize,
-    direct: bool,
-) -> PyResult<String> {
-    let tile = device::TileWrite {
-        file,
-        runs: &runs,
-        address: tile.address,
-        nbytes: tile.nbytes,
-        item,
-        claimed_ordinal: tile.device.as_ref().and_then(|(_, ordinal)| *ordinal),
-        stream: tile.stream,
-        direct,
-    };
-    py.detach(|| device::write_tile(tile)).map_err(device_error)
-}
-
 /// The number of CUDA devices this process sees (`h5gds.local_device`); OSError where CUDA does
 /// not work or sees no device.
 #[pyfunction]
@@ -265,10 +235,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(staged_by_settings, m)?)?;
     m.add_function(wrap_pyfunction!(chunks_decoded, m)?)?;
     m.add_function(wrap_pyfunction!(settings_loads, m)?)?;
-    m.add_function(wrap_pyfunction!(device_tile_write, m)?)?;
-    m.add_function(wrap_pyfunction!(collective::driver_file_open, m)?)?;
-    m.add_function(wrap_pyfunction!(collective::host_tile_write, m)?)?;
-    m.add_function(wrap_pyfunction!(collective::driver_file_close, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_tensor, m)?)?;
     m.add_function(wrap_pyfunction!(encode::encode_write_chunks, m)?)?;
@@ -276,6 +242,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PinnedHost>()?;
     m.add_function(wrap_pyfunction!(gather_call::gather_dataset, m)?)?;
     tiles::register(m)?;
+    m.add_function(wrap_pyfunction!(collective::collective_description, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::collective_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::collective_temporary_path, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::collective_write_tile, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::collective_finish, m)?)?;
     m.add("DRIVER_NAME", "gds")?;
     m.add("DRIVER_VALUE", h5gds::DRIVER_VALUE)?;
     m.add(

@@ -3,12 +3,13 @@
 //! Python package words them (shapes as Python tuples). `_collective` parses the `decomposition=`
 //! argument into `grid`: None (blocks of the leading axis) or `(rows, cols)`.
 
+use h5gds_engine::collective::{byte_runs, ByteRun};
 use h5gds_engine::tiles::{self, Decomposition, TileClaim, TilesError};
-use h5gds_route::select::{Block, Runs};
+use h5gds_route::select::Block;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-type Grid = Option<(usize, usize)>;
+pub(crate) type Grid = Option<(usize, usize)>;
 
 /// Adds the `tiles_*` functions to the module (`_native`'s initialisation calls it).
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -16,11 +17,10 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tiles_share, m)?)?;
     m.add_function(wrap_pyfunction!(tiles_read_box, m)?)?;
     m.add_function(wrap_pyfunction!(tiles_write_boxes, m)?)?;
-    m.add_function(wrap_pyfunction!(tiles_runs, m)?)?;
     Ok(())
 }
 
-fn decomposition(grid: Grid) -> Decomposition {
+pub(crate) fn decomposition(grid: Grid) -> Decomposition {
     match grid {
         None => Decomposition::LeadingAxis,
         Some((rows, cols)) => Decomposition::Grid { rows, cols },
@@ -57,7 +57,10 @@ fn tiles_read_box(
 /// order). The grid's size is checked first, as part of the argument; the tiles' errors are
 /// "invalid decomposition"s naming the rank.
 #[pyfunction]
-fn tiles_write_boxes(shapes: Vec<Vec<u64>>, grid: Grid) -> PyResult<(Vec<u64>, Vec<Vec<u64>>)> {
+pub(crate) fn tiles_write_boxes(
+    shapes: Vec<Vec<u64>>,
+    grid: Grid,
+) -> PyResult<(Vec<u64>, Vec<Vec<u64>>)> {
     if let Some((rows, cols)) = grid {
         tiles::check_grid_size(rows, cols, shapes.len())
             .map_err(|e| PyValueError::new_err(message(&e, "")))?;
@@ -73,29 +76,22 @@ fn tiles_write_boxes(shapes: Vec<Vec<u64>>, grid: Grid) -> PyResult<(Vec<u64>, V
     Ok((shape, boxes.into_iter().map(|b| b.start).collect()))
 }
 
-/// The runs of a tile's box (`start`, `count`) in the dataset of `shape` stored from byte
-/// `offset`, in bytes of `item`-byte elements: for each, the file address, the position in the
-/// tile (row-major) and the length.
-#[pyfunction]
-fn tiles_runs(
+/// The byte runs of a tile's box (`start`, `count`) in the dataset of `shape` stored from byte
+/// `offset`, of `item`-byte elements (`collective_write_tile`).
+pub(crate) fn tile_runs(
     start: Vec<u64>,
     count: Vec<u64>,
-    shape: Vec<u64>,
+    shape: &[u64],
     offset: u64,
     item: u64,
-) -> PyResult<Vec<(u64, u64, u64)>> {
+) -> PyResult<Vec<ByteRun>> {
     if start.len() != shape.len() || count.len() != shape.len() {
         return Err(PyValueError::new_err(format!(
             "the box at {start:?} of shape {count:?} needs one entry per dimension of the \
              array's shape {shape:?}"
         )));
     }
-    let block = Block { start, count };
-    let runs = Runs::new(&block, &shape).pieces(0, block.len());
-    Ok(runs
-        .into_iter()
-        .map(|(at, element, len)| (offset + element * item, at * item, len * item))
-        .collect())
+    Ok(byte_runs(&Block { start, count }, shape, offset, item))
 }
 
 /// `e` as the Python package words it; `counted` names what a grid's too few dimensions are of.

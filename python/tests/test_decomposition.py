@@ -1,4 +1,4 @@
-"""The collective calls' decomposition (comm=) without MPI: the boxes, runs and errors
+"""The collective calls' decomposition (comm=) without MPI: the boxes and errors
 h5gds._collective takes from the engine (_native.tiles_*, as array-io's collective does), worded
 as the package words them (shapes as Python tuples). test_mpi.py runs them under mpirun."""
 
@@ -29,14 +29,12 @@ def test_read_errors_are_value_errors_worded_for_python(args, message):
         _collective.tile_of(*args)
 
 
-def test_writes_place_tiles_and_their_runs():
+def test_writes_place_tiles():
     assert _native.tiles_write_boxes([(2, 3), (0, 3), (5, 3)], None) == \
         ([7, 3], [[0, 0], [2, 0], [2, 0]])
     shape, starts = _native.tiles_write_boxes([(2, 3), (2, 1), (1, 3), (1, 1)], (2, 2))
     assert (shape, starts[3]) == ([3, 4], [2, 3])
-    # Rows 1-2, columns 1-2 of a 4 x 3 array of 4-byte elements stored from byte 100.
-    assert _native.tiles_runs([1, 1], [2, 2], [4, 3], 100, 4) == [(116, 0, 8), (128, 8, 8)]
-    assert _native.tiles_runs([1, 0], [2, 3], [4, 3], 100, 4) == [(112, 0, 24)]
+    # A tile's byte runs: h5gds_engine::collective::tile_write's tests.
 
 
 @pytest.mark.parametrize("shapes, grid, message", [

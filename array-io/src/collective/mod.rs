@@ -46,20 +46,13 @@ use mpi::traits::*;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 use std::path::Path;
 use std::sync::Arc;
-use write::{DeviceTile, HostTile};
+use write::{DeviceTile, HostTile, Target};
 
 /// A tile [`to_file`] can write: a host array (`ndarray`, any dimension, any memory order) or a
 /// [`DeviceArray`].
 pub trait Tile {
     #[doc(hidden)]
-    fn write_collective<C: Communicator>(
-        &self,
-        comm: &C,
-        path: &Path,
-        dataset: &str,
-        decomposition: &Decomposition,
-        settings: &Settings,
-    ) -> Result<()>;
+    fn write_collective<C: Communicator>(&self, comm: &C, to: Target) -> Result<()>;
 }
 
 impl<T, S, D> Tile for ArrayBase<S, D>
@@ -68,40 +61,19 @@ where
     S: Data<Elem = T>,
     D: Dimension,
 {
-    fn write_collective<C: Communicator>(
-        &self,
-        comm: &C,
-        path: &Path,
-        dataset: &str,
-        decomposition: &Decomposition,
-        settings: &Settings,
-    ) -> Result<()> {
+    fn write_collective<C: Communicator>(&self, comm: &C, to: Target) -> Result<()> {
         let standard = self.as_standard_layout();
         let tile = HostTile {
             elements: standard.as_slice().unwrap_or(&[]),
             shape: self.shape().iter().map(|&d| d as u64).collect(),
         };
-        write::write(comm, &tile, path, dataset, decomposition, settings)
+        write::write(comm, &tile, to)
     }
 }
 
 impl<T: Element> Tile for DeviceArray<T> {
-    fn write_collective<C: Communicator>(
-        &self,
-        comm: &C,
-        path: &Path,
-        dataset: &str,
-        decomposition: &Decomposition,
-        settings: &Settings,
-    ) -> Result<()> {
-        write::write(
-            comm,
-            &DeviceTile(self),
-            path,
-            dataset,
-            decomposition,
-            settings,
-        )
+    fn write_collective<C: Communicator>(&self, comm: &C, to: Target) -> Result<()> {
+        write::write(comm, &DeviceTile(self), to)
     }
 }
 
@@ -118,13 +90,8 @@ pub fn to_file<C: Communicator, A: Tile + ?Sized>(
     path: impl AsRef<Path>,
     dataset: &str,
 ) -> Result<()> {
-    tile.write_collective(
-        comm,
-        path.as_ref(),
-        dataset,
-        &Decomposition::LeadingAxis,
-        &Settings::default(),
-    )
+    let (decomposition, settings) = (&Decomposition::LeadingAxis, &Settings::default());
+    to_file_with(comm, tile, path, dataset, decomposition, settings)
 }
 
 /// [`to_file`] with another decomposition (a 2-D grid, or caller-given boxes) and settings.
@@ -136,7 +103,7 @@ pub fn to_file_with<C: Communicator, A: Tile + ?Sized>(
     decomposition: &Decomposition,
     settings: &Settings,
 ) -> Result<()> {
-    tile.write_collective(comm, path.as_ref(), dataset, decomposition, settings)
+    tile.write_collective(comm, (path.as_ref(), dataset, decomposition, settings))
 }
 
 /// The box (`start`, `shape`) of the dataset of `shape` that rank `rank` of `size` receives

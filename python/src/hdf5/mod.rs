@@ -5,15 +5,12 @@
 //! - this module: one transfer (`h5gds_engine::transfer` over h5py's table), the file's driver;
 //! - [`chunks`]: the raw chunk calls (stored bytes, locations, the whole index);
 //! - [`facts`]: the engine's dataset queries (`h5gds_engine::facts`: how a dataset is stored,
-//!   whether its file can change, its name and dimensions) through h5py's HDF5;
-//! - [`driver_file`]: files opened through a driver alone (`H5FDopen`), for collective writes.
+//!   whether its file can change, its name and dimensions) through h5py's HDF5.
 
 mod chunks;
-pub mod driver_file;
 mod facts;
 
 pub use chunks::{chunk_index, h5py_face, stored_chunks};
-pub use driver_file::driver_write;
 pub use facts::{
     dataset_dims, dataset_facts, object_name, read_only_file, DatasetFacts, StoredLayout,
 };
@@ -27,10 +24,8 @@ use std::ffi::CStr;
 
 pub type Hid = i64;
 
-const H5P_DEFAULT: Hid = 0;
-
 /// The function table of h5py's HDF5: the library the driver was registered into.
-fn api() -> Result<&'static Hdf5Api, String> {
+pub(crate) fn api() -> Result<&'static Hdf5Api, String> {
     h5gds_runtime::hdf5::primary_api()
         .ok_or_else(|| "the gds driver is not registered in h5py's HDF5 library yet".to_string())
 }

@@ -1,0 +1,183 @@
+//! What a rank tells the others before a collective write (the file, the dataset, the element
+//! type, the kind of decomposition and its tile), encoded one way for both faces, and the check
+//! every rank makes alike on all of them that every rank writes the same thing (then the tiles'
+//! boxes are `tiles::write_boxes`'). A disagreement is typed (the rank, the field); each face
+//! words it.
+
+use super::wire::{Unwire, Wire};
+use crate::tiles::{Decomposition, TileClaim, TilesError};
+
+/// One rank's description of its write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Description {
+    pub path: String,
+    pub dataset: String,
+    /// The element type as the face names it; ranks agree when the texts are equal.
+    pub element: String,
+    /// The kind of decomposition as a code every rank must send alike: leading axis, a grid of
+    /// its size, caller-given boxes.
+    pub kind: [u64; 3],
+    pub claim: TileClaim,
+}
+
+/// The fields ranks must agree on, in the order they are compared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field {
+    File,
+    Dataset,
+    Element,
+    Decomposition,
+}
+
+impl Description {
+    /// This rank's description of a write of a tile of `shape` under `decomposition`; a
+    /// caller-given box must have the tile's shape.
+    pub fn new(
+        path: String,
+        dataset: String,
+        element: String,
+        decomposition: &Decomposition,
+        shape: Vec<u64>,
+    ) -> Result<Description, TilesError> {
+        let (kind, start) = match decomposition {
+            Decomposition::LeadingAxis => ([0, 0, 0], None),
+            Decomposition::Grid { rows, cols } => ([1, *rows as u64, *cols as u64], None),
+            Decomposition::Tile { start, shape: at } => {
+                let given: Vec<u64> = at.iter().map(|&d| d as u64).collect();
+                if given != shape {
+                    return Err(TilesError::TileShape { given, shape });
+                }
+                ([2, 0, 0], Some(start.iter().map(|&s| s as u64).collect()))
+            }
+        };
+        let claim = TileClaim { shape, start };
+        Ok(Description {
+            path,
+            dataset,
+            element,
+            kind,
+            claim,
+        })
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let start = self.claim.start.as_deref();
+        Wire::default()
+            .text(&self.path)
+            .text(&self.dataset)
+            .text(&self.element)
+            .u64s(&self.kind)
+            .u64s(&self.claim.shape)
+            .u64(start.is_some() as u64)
+            .u64s(start.unwrap_or(&[]))
+            .finish()
+    }
+
+    /// What [`Description::encode`] wrote; a malformed message is an error naming it so.
+    pub fn decode(bytes: &[u8]) -> Result<Description, String> {
+        let mut r = Unwire::new(bytes);
+        let (path, dataset, element) = (r.text()?, r.text()?, r.text()?);
+        let kind = r
+            .u64s()?
+            .try_into()
+            .map_err(|_| "a malformed message from another rank")?;
+        let (shape, has_start) = (r.u64s()?, r.u64()? != 0);
+        let claim = TileClaim {
+            shape,
+            start: has_start.then_some(r.u64s()?),
+        };
+        Ok(Description {
+            path,
+            dataset,
+            element,
+            kind,
+            claim,
+        })
+    }
+
+    fn differs(&self, other: &Description) -> Option<Field> {
+        [
+            (Field::File, self.path != other.path),
+            (Field::Dataset, self.dataset != other.dataset),
+            (Field::Element, self.element != other.element),
+            (Field::Decomposition, self.kind != other.kind),
+        ]
+        .into_iter()
+        .find_map(|(field, differs)| differs.then_some(field))
+    }
+}
+
+/// Every rank's description from every rank's message (in rank order).
+pub fn decode_all<M: AsRef<[u8]>>(messages: &[M]) -> Result<Vec<Description>, String> {
+    messages
+        .iter()
+        .map(|m| Description::decode(m.as_ref()))
+        .collect()
+}
+
+/// The first rank (in rank order) whose write differs from rank 0's in the file, the dataset, the
+/// element type or the kind of decomposition, with the first field it differs in.
+pub fn disagreement(all: &[Description]) -> Option<(usize, Field)> {
+    let first = all.first()?;
+    all.iter()
+        .enumerate()
+        .skip(1)
+        .find_map(|(rank, d)| d.differs(first).map(|field| (rank, field)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rank(path: &str, element: &str, decomposition: &Decomposition, shape: &[u64]) -> Vec<u8> {
+        let (path, dataset) = (path.to_string(), "/x".to_string());
+        Description::new(path, dataset, element.into(), decomposition, shape.to_vec())
+            .unwrap()
+            .encode()
+    }
+
+    #[test]
+    fn descriptions_round_trip_and_malformed_ones_are_refused() {
+        let tile = Decomposition::Tile {
+            start: vec![2, 0],
+            shape: vec![1, 3],
+        };
+        let bytes = rank("a.h5", "f32", &tile, &[1, 3]);
+        let back = Description::decode(&bytes).unwrap();
+        assert_eq!((back.kind, back.claim.start), ([2, 0, 0], Some(vec![2, 0])));
+        let all = decode_all(&[
+            rank("a.h5", "f32", &Decomposition::LeadingAxis, &[2, 3]),
+            rank("a.h5", "f32", &Decomposition::LeadingAxis, &[1, 3]),
+        ])
+        .unwrap();
+        assert_eq!(disagreement(&all), None);
+        assert_eq!(all[1].claim.shape, [1, 3]);
+        assert!(Description::decode(&bytes[..bytes.len() - 4])
+            .unwrap_err()
+            .contains("malformed"));
+    }
+
+    #[test]
+    fn the_first_field_a_rank_differs_in_is_named_with_the_rank() {
+        let lead = Decomposition::LeadingAxis;
+        let grid = Decomposition::Grid { rows: 2, cols: 1 };
+        let cases = [
+            (rank("b.h5", "i32", &lead, &[2]), Field::File),
+            (rank("a.h5", "i32", &lead, &[2]), Field::Element),
+            (rank("a.h5", "f32", &grid, &[2]), Field::Decomposition),
+        ];
+        for (second, field) in cases {
+            let all = decode_all(&[rank("a.h5", "f32", &lead, &[2]), second]).unwrap();
+            assert_eq!(disagreement(&all), Some((1, field)));
+        }
+        let given = Decomposition::Tile {
+            start: vec![0],
+            shape: vec![3],
+        };
+        let refused = Description::new("a".into(), "/x".into(), "f32".into(), &given, vec![2]);
+        assert_eq!(
+            refused.unwrap_err().to_string(),
+            "Decomposition::Tile gives the shape [3], but the tile has shape [2]"
+        );
+    }
+}

@@ -1,0 +1,112 @@
+//! A file opened through HDF5's public driver API (`H5FDopen`), over a face's table: bytes at
+//! file addresses through the driver's I/O engine, no HDF5 metadata read or written. Every rank
+//! of a collective write writes its tile's bytes this way into the file rank 0 created. The
+//! caller holds the table's HDF5's lock for every call on the file.
+
+use crate::hdf5_error::Hdf5Error;
+use h5gds_runtime::hdf5::{hid_t, Hdf5Api};
+use std::ffi::{c_int, c_uint, c_void, CStr};
+
+/// `H5FD_MEM_DRAW`: raw data, the type of the bytes a collective write puts into a dataset.
+const H5FD_MEM_DRAW: c_int = 3;
+const H5F_ACC_RDWR: c_uint = 0x0001;
+const H5P_DEFAULT: hid_t = 0;
+/// The largest address of a signed 64-bit file offset, as sec2's and gds's maxaddr.
+const MAXADDR: u64 = (1 << 63) - 1;
+
+/// A step on the file that failed (`op`, worded alike by both faces) and HDF5's account of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriverFileError {
+    pub op: &'static str,
+    pub error: Hdf5Error,
+}
+
+impl DriverFileError {
+    /// HDF5's error stack alone (or the missing function).
+    pub fn cause(&self) -> String {
+        match &self.error {
+            Hdf5Error::Failed { stack, .. } => stack.clone(),
+            missing => missing.to_string(),
+        }
+    }
+}
+
+/// An open file; closed when dropped (a failure then unreported: [`DriverFile::close`] reports).
+pub struct DriverFile {
+    api: &'static Hdf5Api,
+    /// The `H5FD_t *` (null once closed).
+    file: *mut c_void,
+}
+
+fn failed(op: &'static str, error: impl Into<Hdf5Error>) -> DriverFileError {
+    let error = error.into();
+    DriverFileError { op, error }
+}
+
+impl DriverFile {
+    /// Opens the existing file at `path` read-write with the driver `fapl` selects, its end of
+    /// address set to `eoa` (writes must lie below it).
+    pub fn open(
+        api: &'static Hdf5Api,
+        path: &CStr,
+        fapl: hid_t,
+        eoa: u64,
+    ) -> Result<DriverFile, DriverFileError> {
+        const OPENING: &str = "opening the file for the tile's bytes";
+        let open = api.H5FDopen.map_err(|m| failed(OPENING, m))?;
+        // SAFETY: a valid C string; HDF5 checks the list.
+        let file = unsafe { open(path.as_ptr(), H5F_ACC_RDWR, fapl, MAXADDR) };
+        if file.is_null() {
+            return Err(failed(OPENING, Hdf5Error::failed(api, "H5FDopen")));
+        }
+        let file = DriverFile { api, file };
+        const SETTING: &str = "setting the end of address";
+        let set_eoa = api.H5FDset_eoa.map_err(|m| failed(SETTING, m))?;
+        // SAFETY: an open driver file.
+        if unsafe { set_eoa(file.file, H5FD_MEM_DRAW, eoa) } < 0 {
+            return Err(failed(SETTING, Hdf5Error::failed(api, "H5FDset_eoa")));
+        }
+        Ok(file)
+    }
+
+    /// Writes `len` bytes from `buf` at file address `addr`, as raw data.
+    ///
+    /// # Safety
+    /// `buf` must be valid for reads of `len` bytes: host memory, or device memory when the
+    /// file's driver is `gds` (which moves it itself).
+    pub unsafe fn write(
+        &self,
+        addr: u64,
+        len: usize,
+        buf: *const c_void,
+    ) -> Result<(), DriverFileError> {
+        const WRITING: &str = "writing the tile";
+        let write = self.api.H5FDwrite.map_err(|m| failed(WRITING, m))?;
+        // SAFETY: an open driver file; `buf` as the caller guarantees.
+        if unsafe { write(self.file, H5FD_MEM_DRAW, H5P_DEFAULT, addr, len, buf) } < 0 {
+            return Err(failed(WRITING, Hdf5Error::failed(self.api, "H5FDwrite")));
+        }
+        Ok(())
+    }
+
+    /// Closes the file (its descriptor), reporting a failed close.
+    pub fn close(mut self) -> Result<(), DriverFileError> {
+        const CLOSING: &str = "closing the file";
+        let file = std::mem::replace(&mut self.file, std::ptr::null_mut());
+        let close = self.api.H5FDclose.map_err(|m| failed(CLOSING, m))?;
+        // SAFETY: an open driver file, closed once (Drop skips a null pointer).
+        if unsafe { close(file) } < 0 {
+            return Err(failed(CLOSING, Hdf5Error::failed(self.api, "H5FDclose")));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DriverFile {
+    fn drop(&mut self) {
+        if let (false, Ok(close)) = (self.file.is_null(), self.api.H5FDclose) {
+            // SAFETY: an open driver file, closed once; a failure here has no one to report to.
+            unsafe { close(self.file) };
+        }
+    }
+}
