@@ -7,10 +7,12 @@
 //! of a dataset whose storage cannot change, with no HDF5 call ([`stored`]), one checked
 //! transfer through HDF5 ([`transfer`]), the reads whose chunks h5gds decodes on the host's cores
 //! ([`decoded`]), where chunks bound for device memory are decoded, with the GPU-decoded
-//! read ([`gpu_decoded`]), and the staged path through pinned host buffers ([`staged`]).
+//! read ([`gpu_decoded`]), the staged path through pinned host buffers ([`staged`]), and one
+//! transfer between a dataset and device memory, each of those ways chosen and run ([`device`]).
 
 pub mod chunks;
 pub mod decoded;
+pub mod device;
 pub mod facts;
 pub mod gpu_decoded;
 pub mod hdf5_error;

@@ -273,6 +273,46 @@ impl Prepared {
         unsafe { self.io_with(memory.0, file.0, buffer) }
     }
 
+    /// Moves the file block (`start`, `count`; steps of 1, a part of the prepared selection)
+    /// between the dataset and the prepared buffer, which holds an array of `shape` where the
+    /// block lies from `at`. The HDF5's lock stays held.
+    ///
+    /// # Safety
+    /// The prepared buffer must hold the array of `shape` in the memory type (writable for
+    /// reads), and the block must lie inside the dataset and, from `at`, inside that array.
+    pub unsafe fn run_block(
+        &self,
+        (start, count): (&[u64], &[u64]),
+        shape: &[u64],
+        at: &[u64],
+    ) -> Result<(), String> {
+        let api = self.api;
+        let ones = vec![1u64; count.len()];
+        let selected = |id: Hid, first: &[u64]| {
+            let space = Space::new(id, api).map_err(|(IoError::Argument(m) | IoError::Hdf5(m))| m)?;
+            // SAFETY: arrays of the space's rank (the caller's block).
+            let status = unsafe {
+                (api.H5Sselect_hyperslab?)(
+                    space.0,
+                    H5S_SELECT_SET,
+                    first.as_ptr(),
+                    ones.as_ptr(),
+                    count.as_ptr(),
+                    std::ptr::null(),
+                )
+            };
+            (status >= 0).then_some(space).ok_or_else(|| stack(api))
+        };
+        // SAFETY: a dataset id checked in `prepare`.
+        let file = selected(unsafe { (api.H5Dget_space?)(self.dataset) }, start)?;
+        let rank = shape.len() as c_int;
+        // SAFETY: a simple space of `shape`.
+        let memory = unsafe { (api.H5Screate_simple?)(rank, shape.as_ptr(), std::ptr::null()) };
+        let memory = selected(memory, at)?;
+        // SAFETY: as the caller guarantees.
+        unsafe { self.io_with(memory.0, file.0, self.buffer as *mut c_void) }
+    }
+
     /// H5Dread/H5Dwrite with the given spaces.
     ///
     /// # Safety
