@@ -277,7 +277,11 @@ fn write_unguarded<T: Element>(
     let stream = &array.stream;
     // Writes never check bytes or convert: only the settings and the device decide.
     let blocker = driver_blocker(&transfer::<T>(settings.use_gds()?));
-    let driver = if blocker.is_none() { Driver::Gds } else { Driver::Sec2 };
+    let driver = if blocker.is_none() {
+        Driver::Gds
+    } else {
+        Driver::Sec2
+    };
     let shape: Vec<u64> = array.shape.iter().map(|&d| d as u64).collect();
     let file = create_file(path, driver)?;
     let mem_type = hdf5_raw::locked(|| hdf5::Datatype::from_descriptor(&desc))
@@ -296,7 +300,8 @@ fn write_unguarded<T: Element>(
         };
         let (ids, bytes) = ((dset.id(), mem_type.id()), array.len() * size_of::<T>());
         let op = "writing from device memory";
-        let prepared = LockedPrepared::new(true, ids, selection, (ptr, bytes), (op, path, dataset))?;
+        let prepared =
+            LockedPrepared::new(true, ids, selection, (ptr, bytes), (op, path, dataset))?;
         if let Some(prepared) = &prepared.0 {
             let io = Selected {
                 prepared,
@@ -355,7 +360,9 @@ impl LockedPrepared {
         let prepared = hdf5_raw::locked(|| prepare(linked_hdf5(), &transfer));
         prepared
             .map(LockedPrepared)
-            .map_err(|(IoError::Argument(m) | IoError::Hdf5(m))| Error::hdf5(op, path, Some(name), m))
+            .map_err(|(IoError::Argument(m) | IoError::Hdf5(m))| {
+                Error::hdf5(op, path, Some(name), m)
+            })
     }
 }
 
@@ -536,7 +543,11 @@ impl DeviceSource {
                 } => Some(Compressed {
                     filters: &self.filters,
                     chunk,
-                    host: self.host.as_ref().map(Planned::decoding).map_err(Clone::clone),
+                    host: self
+                        .host
+                        .as_ref()
+                        .map(Planned::decoding)
+                        .map_err(Clone::clone),
                 }),
                 _ => None,
             };
@@ -547,7 +558,10 @@ impl DeviceSource {
                 compressed,
                 split: true,
             };
-            let face = Reading { source: self, stream };
+            let face = Reading {
+                source: self,
+                stream,
+            };
             // SAFETY: `dest` holds the region's elements of `T` (allocated above for its shape),
             // alive until `record` is dropped.
             unsafe { device::read(&face, &io, &route) }?;
@@ -594,7 +608,12 @@ impl Face for Reading<'_> {
     fn note(&self, note: Note) {
         let ds = &self.source.ds;
         let (path, name) = (ds.path.display(), &ds.name);
-        let at = |b: &Block| format!("{path}: reading {name:?} (elements {:?} + {:?})", b.start, b.count);
+        let at = |b: &Block| {
+            format!(
+                "{path}: reading {name:?} (elements {:?} + {:?})",
+                b.start, b.count
+            )
+        };
         let debug = crate::log::debug;
         match note {
             Note::Decoder(words) => debug(format_args!("{path}: {name:?}: {words}")),
@@ -603,9 +622,10 @@ impl Face for Reading<'_> {
                 "{} straight into device memory through the gds driver",
                 at(b)
             )),
-            Note::Staged(b, reason) => {
-                debug(format_args!("{} through pinned host memory: {reason}", at(b)))
-            }
+            Note::Staged(b, reason) => debug(format_args!(
+                "{} through pinned host memory: {reason}",
+                at(b)
+            )),
             Note::HostDecoding(b, reason) => debug(format_args!(
                 "{} through pinned host memory, its chunks decoded by h5gds on the host's \
                  threads: {reason}",
@@ -643,7 +663,10 @@ impl<'a> ReadFace for Reading<'a> {
     ) -> Result<R> {
         // The index is listed once per source (batched reads read many regions): the stored
         // chunks only read the chunks they are handed.
-        read(&self.source.ds.stored_chunks(chunk, 0)?, self.source.chunk_index()?)
+        read(
+            &self.source.ds.stored_chunks(chunk, 0)?,
+            self.source.chunk_index()?,
+        )
     }
 
     fn stream(&self) -> Result<Arc<CudaStream>> {

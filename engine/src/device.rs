@@ -156,7 +156,9 @@ pub fn spanned(selection: &Hyperslab) -> Block {
     let spans = selection.count.iter().zip(selection.step);
     Block {
         start: selection.start.to_vec(),
-        count: spans.map(|(&c, &s)| c.saturating_sub(1) * s + c.min(1)).collect(),
+        count: spans
+            .map(|(&c, &s)| c.saturating_sub(1) * s + c.min(1))
+            .collect(),
     }
 }
 
@@ -213,7 +215,10 @@ pub struct Compressed<'a> {
 /// and the bytes a buffer needs.
 fn pieces(elements: u64, piece_bytes: u64, item: usize, cuts: &[u64]) -> (Vec<(u64, u64)>, usize) {
     let per = (piece_bytes / item as u64).max(1);
-    (staging_pieces(elements, per, cuts), per.min(elements) as usize * item)
+    (
+        staging_pieces(elements, per, cuts),
+        per.min(elements) as usize * item,
+    )
 }
 
 /// Pieces of a transfer of `elements` through HDF5: an eighth of it, at least a task for each
@@ -236,7 +241,11 @@ fn file_start(selection: &Hyperslab, first: &[u64]) -> Vec<u64> {
 /// # Safety
 /// `io.address` must hold the selection's elements in the prepared memory type, in device memory
 /// the driver takes (one allocation of a device this process sees), alive for the call.
-pub unsafe fn write<F: Face>(face: &F, io: &Selected, staged: Option<&str>) -> Result<(), F::Error> {
+pub unsafe fn write<F: Face>(
+    face: &F,
+    io: &Selected,
+    staged: Option<&str>,
+) -> Result<(), F::Error> {
     let (sel, item) = (&io.selection, io.item);
     let region = spanned(sel);
     let Some(reason) = staged else {
@@ -253,8 +262,16 @@ pub unsafe fn write<F: Face>(face: &F, io: &Selected, staged: Option<&str>) -> R
             let selection = (sel.start, sel.step, sel.count);
             // SAFETY: the buffer holds the piece's b - a elements just copied; a write only
             // reads it.
-            unsafe { hyperslab_piece(io.prepared, selection, (a, b), item, buf.as_ptr().cast_mut()) }
-                .map_err(|m| face.failed(Step::Staged, m))
+            unsafe {
+                hyperslab_piece(
+                    io.prepared,
+                    selection,
+                    (a, b),
+                    item,
+                    buf.as_ptr().cast_mut(),
+                )
+            }
+            .map_err(|m| face.failed(Step::Staged, m))
         })
     })
 }
@@ -388,12 +405,18 @@ fn staged_read<F: ReadFace>(
     let start = file_start(sel, &block.start);
     let runs = Runs::new(block, sel.count);
     face.locked(|| {
-        staged::read(ring, pieces, (io.address, item, &runs), bools, |a, b, buf| {
-            let selection = (&start[..], sel.step, &block.count[..]);
-            // SAFETY: the buffer holds the piece's b - a elements of the memory type.
-            unsafe { hyperslab_piece(io.prepared, selection, (a, b), item, buf.as_mut_ptr()) }
-                .map_err(|m| face.failed(Step::Staged, m))
-        })
+        staged::read(
+            ring,
+            pieces,
+            (io.address, item, &runs),
+            bools,
+            |a, b, buf| {
+                let selection = (&start[..], sel.step, &block.count[..]);
+                // SAFETY: the buffer holds the piece's b - a elements of the memory type.
+                unsafe { hyperslab_piece(io.prepared, selection, (a, b), item, buf.as_mut_ptr()) }
+                    .map_err(|m| face.failed(Step::Staged, m))
+            },
+        )
     })
 }
 
@@ -409,26 +432,38 @@ fn decoded_on_host<F: ReadFace>(
     let (sel, item) = (&io.selection, io.item);
     let staging = io.staging_size as u64;
     let (threads, es) = (how.threads as u64, item as u64);
-    let split = decoded_pieces(sel.start, sel.step, sel.count, how.chunk, es, threads, staging);
+    let split = decoded_pieces(
+        sel.start, sel.step, sel.count, how.chunk, es, threads, staging,
+    );
     let elements: u64 = sel.count.iter().product();
     let (pieces, bytes) = pieces(elements, split.piece_bytes, item, &split.cuts);
     let mut ring = face.ring(bytes, pieces.len())?;
     let runs = Runs::new(&Block::whole(sel.count), sel.count);
     let mem_type = io.prepared.mem_type();
-    staged::read(&mut ring, &pieces, (io.address, item, &runs), bools, |a, b, buf| {
-        let mut at = 0usize;
-        for block in flat_range_blocks(sel.count, a, b) {
-            let start = file_start(sel, &block.start);
-            let (step, count) = (sel.step, &block.count[..]);
-            let selection = Hyperslab { start: &start, step, count };
-            let out = &mut buf[at..at + block.len() as usize * item];
-            let open = |touched| face.stored_chunks(how.chunk, touched);
-            let done = decoded::read_hyperslab(how, mem_type, selection, open, out)?;
-            face.note(Note::Decoded(&done));
-            at += out.len();
-        }
-        Ok(())
-    })
+    staged::read(
+        &mut ring,
+        &pieces,
+        (io.address, item, &runs),
+        bools,
+        |a, b, buf| {
+            let mut at = 0usize;
+            for block in flat_range_blocks(sel.count, a, b) {
+                let start = file_start(sel, &block.start);
+                let (step, count) = (sel.step, &block.count[..]);
+                let selection = Hyperslab {
+                    start: &start,
+                    step,
+                    count,
+                };
+                let out = &mut buf[at..at + block.len() as usize * item];
+                let open = |touched| face.stored_chunks(how.chunk, touched);
+                let done = decoded::read_hyperslab(how, mem_type, selection, open, out)?;
+                face.note(Note::Decoded(&done));
+                at += out.len();
+            }
+            Ok(())
+        },
+    )
 }
 
 /// Reads `region` (the selection, of steps 1 where a step counts) decoding its written chunks on

@@ -289,7 +289,8 @@ impl Prepared {
         let api = self.api;
         let ones = vec![1u64; count.len()];
         let selected = |id: Hid, first: &[u64]| {
-            let space = Space::new(id, api).map_err(|(IoError::Argument(m) | IoError::Hdf5(m))| m)?;
+            let space =
+                Space::new(id, api).map_err(|(IoError::Argument(m) | IoError::Hdf5(m))| m)?;
             // SAFETY: arrays of the space's rank (the caller's block).
             let status = unsafe {
                 (api.H5Sselect_hyperslab?)(

@@ -12,7 +12,7 @@ mod chunks;
 pub mod driver_file;
 mod facts;
 
-pub use chunks::{chunk_index, stored_chunks, write_chunk};
+pub use chunks::{chunk_index, stored_chunks, write_chunk, H5pyFace};
 pub use driver_file::driver_write;
 pub use facts::{
     dataset_dims, dataset_facts, object_name, read_only_file, DatasetFacts, StoredLayout,
