@@ -507,3 +507,70 @@ unsafe fn decoded_on_gpu<F: ReadFace>(
     }
     Ok(decoded.words)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use h5gds_chunk_codec::Filter;
+    use std::cell::Cell;
+
+    #[test]
+    fn the_written_chunks_are_asked_for_only_where_the_route_could_be_direct() {
+        let chunked = |filters: Vec<Filter>, cache_bytes| StoredLayout::Chunked {
+            chunk: vec![4],
+            filters,
+            cache_bytes,
+        };
+        let asked = Cell::new(0);
+        let allocated = |chunk: &[u64]| {
+            asked.set(asked.get() + 1);
+            Ok::<_, ()>(HashSet::from([chunk.to_vec()]))
+        };
+        // Chunks of 4 elements of 8 bytes: 32 bytes, more than a cache of 16.
+        let direct = storage(&chunked(vec![], 16), 8, allocated).unwrap();
+        assert!(
+            matches!(direct, Storage::Chunked { cached: false, filtered: false, allocated, .. } if allocated.len() == 1)
+        );
+        let cached = storage(&chunked(vec![], 32), 8, allocated).unwrap();
+        assert!(
+            matches!(cached, Storage::Chunked { cached: true, allocated, .. } if allocated.is_empty())
+        );
+        let deflate = vec![Filter {
+            id: 1,
+            values: vec![],
+        }];
+        let filtered = storage(&chunked(deflate, 0), 8, allocated).unwrap();
+        assert!(
+            matches!(filtered, Storage::Chunked { filtered: true, allocated, .. } if allocated.is_empty())
+        );
+        assert_eq!(asked.get(), 1);
+        let unwritten = StoredLayout::Contiguous {
+            address: None,
+            external: false,
+        };
+        let unwritten = storage(&unwritten, 8, allocated).unwrap();
+        assert!(matches!(
+            unwritten,
+            Storage::Contiguous { allocated: false }
+        ));
+    }
+
+    #[test]
+    fn a_strided_selection_spans_its_first_to_its_last_element() {
+        let selection = Hyperslab {
+            start: &[2, 5],
+            step: &[3, 1],
+            count: &[4, 0],
+        };
+        let region = spanned(&selection);
+        assert_eq!((region.start, region.count), (vec![2, 5], vec![10, 0]));
+    }
+
+    #[test]
+    fn pieces_fill_a_buffer_each_and_the_buffer_holds_the_largest() {
+        assert_eq!(pieces(10, 16, 4, &[]), (vec![(0, 4), (4, 8), (8, 10)], 16));
+        assert_eq!(pieces(3, 16, 4, &[]), (vec![(0, 3)], 12));
+        // A buffer smaller than an element still holds one.
+        assert_eq!(pieces(2, 2, 4, &[]), (vec![(0, 1), (1, 2)], 4));
+    }
+}
