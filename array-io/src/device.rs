@@ -22,7 +22,7 @@ use crate::ReadOptions;
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use h5gds_chunk_codec::{ChunkIndex, Hyperslab};
 use h5gds_engine::chunks::StoredChunks;
-use h5gds_engine::device::{self, Compressed, Face, Note, ReadFace, ReadRoute, Selected, Step};
+use h5gds_engine::device::{self, Face, Note, ReadFace, ReadRoute, Selected, Step};
 use h5gds_engine::facts::StoredLayout;
 use h5gds_engine::staged::NotBool;
 use h5gds_engine::transfer::{prepare, IoError, Prepared, Transfer};
@@ -314,11 +314,13 @@ fn write_unguarded<T: Element>(
                     None => 0,
                 },
             };
-            let face = Writing {
+            let face = Moving {
+                write: true,
                 path,
-                dataset,
+                name: dataset,
                 stream,
-                driver: driver_settings(),
+                driver: &std::cell::OnceCell::new(),
+                source: (),
             };
             // SAFETY: the allocation holds the whole array in the memory type, alive until
             // `record` is dropped; the gds driver hands device buffers to cuFile or its bounce
@@ -373,63 +375,16 @@ impl Drop for LockedPrepared {
     }
 }
 
-/// A write as the engine's device transfer sees it: on the array's stream, its errors and debug
-/// log lines naming the file and the dataset.
-struct Writing<'a> {
-    path: &'a Path,
-    dataset: &'a str,
-    stream: &'a Arc<CudaStream>,
-    driver: h5gds::VfdSettings,
-}
-
-impl Face for Writing<'_> {
-    type Error = Error;
-    type Stream = Arc<CudaStream>;
-
-    fn locked<R>(&self, call: impl FnOnce() -> R) -> R {
-        hdf5_raw::locked(call)
-    }
-
-    fn ring(&self, bytes: usize, _: usize) -> Result<StagingRing<Arc<CudaStream>>> {
-        Ok(HostStaging::new(bytes, bytes, self.stream).ring)
-    }
-
-    fn driver(&self) -> Result<&h5gds::VfdSettings> {
-        Ok(&self.driver)
-    }
-
-    fn failed(&self, step: Step, message: String) -> Error {
-        let op = match step {
-            Step::Direct => "writing from device memory",
-            _ => "writing from the staging buffer",
-        };
-        Error::hdf5(op, self.path, Some(self.dataset), message)
-    }
-
-    fn note(&self, note: Note) {
-        let (path, dataset) = (self.path.display(), self.dataset);
-        match note {
-            Note::Direct(_) => crate::log::debug(format_args!(
-                "{path}: writing {dataset:?} straight from device memory through the gds driver"
-            )),
-            Note::Staged(_, reason) => crate::log::debug(format_args!(
-                "{path}: writing {dataset:?} through a host staging buffer: {reason}"
-            )),
-            _ => {}
-        }
-    }
-}
-
 /// An open dataset prepared for device reads: its types, storage and the settings' facts.
 pub(crate) struct DeviceSource {
     pub ds: OpenDataset,
     pub types: crate::layout::Types,
+    /// How it is stored, in HDF5's words and in route's.
+    layout: StoredLayout,
     storage: Storage,
     /// What stages a whole read, whatever the storage (`route::blocker`).
     facts: RouteFacts,
     staging_size: usize,
-    /// The pipeline's filter ids (filtered chunks; whether nvCOMP decodes them is asked per read).
-    filters: Vec<i32>,
     /// How h5gds decodes the chunks on the host's threads, or why it cannot (filtered chunks).
     host: std::result::Result<Planned, String>,
     /// The allocated chunks' stored sizes, listed at the first GPU-decoded read.
@@ -468,21 +423,20 @@ impl DeviceSource {
             Ok::<_, Error>(ds.index_of(chunk)?.offsets().into_iter().collect())
         })?;
         let vfd_settings = std::cell::OnceCell::new();
-        let (filters, host) = match &layout {
+        let host = match &layout {
             StoredLayout::Chunked { filters, .. } if !filters.is_empty() => {
                 let threads = vfd_settings.get_or_init(driver_settings).nthreads;
-                let host = crate::host_codec::for_dataset(&ds, &types, threads)?;
-                (filters.iter().map(|f| f.id).collect(), host)
+                crate::host_codec::for_dataset(&ds, &types, threads)?
             }
-            _ => (Vec::new(), Err("its chunks are not filtered".to_string())),
+            _ => Err("its chunks are not filtered".to_string()),
         };
         Ok(DeviceSource {
             ds,
             types,
+            layout,
             storage,
             facts,
             staging_size: settings.staging_buffer_size()?,
-            filters,
             host,
             chunk_index: std::cell::OnceCell::new(),
             device_path,
@@ -535,32 +489,23 @@ impl DeviceSource {
                 address: dest,
                 staging_size: self.staging_size,
             };
-            let compressed = match &self.storage {
-                Storage::Chunked {
-                    chunk,
-                    filtered: true,
-                    ..
-                } => Some(Compressed {
-                    filters: &self.filters,
-                    chunk,
-                    host: self
-                        .host
-                        .as_ref()
-                        .map(Planned::decoding)
-                        .map_err(Clone::clone),
-                }),
-                _ => None,
-            };
             let route = ReadRoute {
+                layout: &self.layout,
                 storage: &self.storage,
                 facts: &self.facts,
                 path: self.device_path,
-                compressed,
+                host: (self.host.as_ref())
+                    .map(|p| p.decoding().pipeline)
+                    .map_err(Clone::clone),
                 split: true,
             };
-            let face = Reading {
-                source: self,
+            let face = Moving {
+                write: false,
+                path: &ds.path,
+                name: &ds.name,
                 stream,
+                driver: &self.vfd_settings,
+                source: self,
             };
             // SAFETY: `dest` holds the region's elements of `T` (allocated above for its shape),
             // alive until `record` is dropped.
@@ -572,14 +517,19 @@ impl DeviceSource {
     }
 }
 
-/// A read of a [`DeviceSource`] as the engine's device transfer sees it: on the caller's
-/// stream, its errors and debug log lines naming the file and the dataset.
-struct Reading<'a> {
-    source: &'a DeviceSource,
+/// A transfer as the engine's device transfer sees it: on the array's stream, its errors and
+/// debug log lines naming the file and the dataset; `source`: the [`DeviceSource`] of a read.
+struct Moving<'a, S> {
+    write: bool,
+    path: &'a Path,
+    name: &'a str,
     stream: &'a Arc<CudaStream>,
+    /// The driver's settings, loaded at the first ask.
+    driver: &'a std::cell::OnceCell<h5gds::VfdSettings>,
+    source: S,
 }
 
-impl Face for Reading<'_> {
+impl<S> Face for Moving<'_, S> {
     type Error = Error;
     type Stream = Arc<CudaStream>;
 
@@ -592,30 +542,33 @@ impl Face for Reading<'_> {
     }
 
     fn driver(&self) -> Result<&h5gds::VfdSettings> {
-        Ok(self.source.vfd_settings.get_or_init(driver_settings))
+        Ok(self.driver.get_or_init(driver_settings))
     }
 
     fn failed(&self, step: Step, message: String) -> Error {
-        let op = match step {
-            Step::Direct => "reading into device memory",
-            Step::Codec => "loading nvCOMP",
-            Step::Staged | Step::NeverWritten => "reading into the staging buffer",
+        let op = match (self.write, step) {
+            (true, Step::Direct) => "writing from device memory",
+            (true, _) => "writing from the staging buffer",
+            (false, Step::Direct) => "reading into device memory",
+            (false, Step::Codec) => "loading nvCOMP",
+            (false, _) => "reading into the staging buffer",
         };
-        let ds = &self.source.ds;
-        Error::hdf5(op, &ds.path, Some(&ds.name), message)
+        Error::hdf5(op, self.path, Some(self.name), message)
     }
 
     fn note(&self, note: Note) {
-        let ds = &self.source.ds;
-        let (path, name) = (ds.path.display(), &ds.name);
+        let (path, name, debug) = (self.path.display(), self.name, crate::log::debug);
         let at = |b: &Block| {
-            format!(
-                "{path}: reading {name:?} (elements {:?} + {:?})",
-                b.start, b.count
-            )
+            let (start, count) = (&b.start, &b.count);
+            format!("{path}: reading {name:?} (elements {start:?} + {count:?})")
         };
-        let debug = crate::log::debug;
         match note {
+            Note::Direct(_) if self.write => debug(format_args!(
+                "{path}: writing {name:?} straight from device memory through the gds driver"
+            )),
+            Note::Staged(_, reason) if self.write => debug(format_args!(
+                "{path}: writing {name:?} through a host staging buffer: {reason}"
+            )),
             Note::Decoder(words) => debug(format_args!("{path}: {name:?}: {words}")),
             Note::Decoded(done) => debug(format_args!("{path}: {name:?}: {done}")),
             Note::Direct(b) => debug(format_args!(
@@ -636,15 +589,11 @@ impl Face for Reading<'_> {
     }
 }
 
-impl<'a> ReadFace for Reading<'a> {
+impl<'a> ReadFace for Moving<'a, &'a DeviceSource> {
     type Chunks = DatasetFace<'a>;
 
     fn not_bool(&self, n: NotBool) -> Error {
-        Error::not_bool(&self.source.ds.path, &self.source.ds.name)(n)
-    }
-
-    fn direct_file(&self) -> Option<std::fs::File> {
-        self.source.ds.direct_file()
+        Error::not_bool(self.path, self.name)(n)
     }
 
     fn stored_chunks(

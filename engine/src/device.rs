@@ -15,7 +15,7 @@ use crate::gpu_decoded::{self, CompressedRead};
 use crate::staged::{self, hyperslab_piece, NotBool};
 use crate::transfer::Prepared;
 use h5gds::VfdSettings;
-use h5gds_chunk_codec::{ChunkIndex, Decoding, Hyperslab};
+use h5gds_chunk_codec::{ChunkIndex, Decoding, Hyperslab, Pipeline, RawChunks};
 use h5gds_gpu_codec::decode::{Decoding as GpuDecoding, HostReads};
 use h5gds_gpu_codec::DeviceFailure;
 use h5gds_route::route::{blocker, data_blocker, plan, Decoder, GpuCodec, Route, Storage};
@@ -54,8 +54,8 @@ pub enum Note<'a> {
     HostDecoding(&'a Block, &'a str),
     /// What one piece of a host-decoded read did.
     Decoded(&'a Decoded),
-    /// The region's chunks written were decoded on the GPU, in words; the chunks never written
-    /// are filled next.
+    /// The region's chunks written were decoded on the GPU, in words (how many moved compressed
+    /// and how, how many were never written); the chunks never written are filled next.
     GpuDecoded(&'a Block, &'a str),
 }
 
@@ -89,9 +89,6 @@ pub trait ReadFace: Face<Error: From<DeviceFailure>> {
 
     /// The refusal of a byte read as a bool that is not 0 or 1.
     fn not_bool(&self, n: NotBool) -> Self::Error;
-
-    /// The dataset's file opened anew, where its stored bytes may be read directly.
-    fn direct_file(&self) -> Option<std::fs::File>;
 
     /// The stored chunks (of `chunk` elements) for a read touching `touched` of them.
     fn stored_chunks(
@@ -191,24 +188,20 @@ pub struct Selected<'a> {
 
 /// What a read's way is decided over.
 pub struct ReadRoute<'a> {
+    /// How the dataset is stored: HDF5's words (filtered chunks: where they are decoded is asked
+    /// first), and route's ([`storage`]).
+    pub layout: &'a StoredLayout,
     pub storage: &'a Storage,
     pub facts: &'a h5gds_route::route::Transfer,
     /// The device path the settings ask for (`H5GDS_USE_VFD_GDS`).
     pub path: DevicePath,
-    /// Filtered chunks: where they are decoded is asked first.
-    pub compressed: Option<Compressed<'a>>,
+    /// How h5gds decodes filtered chunks on the host's threads, or why it cannot (the face's
+    /// verdict).
+    pub host: Result<&'a Pipeline, String>,
     /// Whether a read whose routes mix moves each block its own way (array-io), rather than
     /// staging all of it for the first staged block's reason (the extension). Only selections
     /// of steps 1 are split.
     pub split: bool,
-}
-
-/// A read's filtered chunks: the pipeline's filter ids, the chunk shape, and how h5gds decodes
-/// them on the host's threads, or why it cannot (the face's verdict).
-pub struct Compressed<'a> {
-    pub filters: &'a [i32],
-    pub chunk: &'a [u64],
-    pub host: Result<Decoding<'a>, String>,
 }
 
 /// The pieces of `elements` elements of `item` bytes staged through buffers of `piece_bytes`,
@@ -303,8 +296,7 @@ unsafe fn direct<F: Face>(
 
 /// Reads the selection into device memory, each part its way: compressed chunks decoded on the
 /// GPU or by h5gds on the host's threads where `gpu_decoded::decoder` says, else as
-/// `route::plan` says. Returns, where the chunks were decoded on the GPU, that read's words.
-/// Every copy has finished when this returns.
+/// `route::plan` says. Every copy has finished when this returns.
 ///
 /// # Safety
 /// As [`write`], the array writable.
@@ -312,16 +304,23 @@ pub unsafe fn read<F: ReadFace>(
     face: &F,
     io: &Selected,
     route: &ReadRoute,
-) -> Result<Option<String>, F::Error> {
+) -> Result<(), F::Error> {
     let (sel, item) = (&io.selection, io.item);
     let region = spanned(sel);
     let refuse = |n| face.not_bool(n);
     let bools = (route.facts.checked_bytes).then_some(&refuse as &dyn Fn(NotBool) -> F::Error);
     let routes = plan(route.storage, &region, blocker(route.facts));
-    if let Some(c) = &route.compressed {
+    let compressed = match route.layout {
+        StoredLayout::Chunked { chunk, filters, .. } if !filters.is_empty() => {
+            Some((chunk, filters))
+        }
+        _ => None,
+    };
+    if let Some((chunk, filters)) = compressed {
+        let threads = face.driver()?.nthreads;
         // Stored chunks the host's threads read reach the GPU without the driver: a file open
         // with sec2 blocks the driver's path, not decoding on the GPU.
-        let direct_file = || face.direct_file();
+        let direct_file = || face.stored_chunks(chunk, 0).ok()?.direct_file();
         let other = route.facts.other_driver.as_deref();
         let reads = gpu_decoded::host_reads(route.path, other, face.driver()?, direct_file);
         let blocker = match reads {
@@ -329,26 +328,31 @@ pub unsafe fn read<F: ReadFace>(
             None => blocker(route.facts),
         };
         let (choice, words) = gpu_decoded::decoder(CompressedRead {
-            filters: c.filters,
-            chunk: c.chunk,
+            filters: &filters.iter().map(|f| f.id).collect::<Vec<_>>(),
+            chunk,
             selection: sel,
             item,
             blocker,
-            host: c.host.as_ref().map(drop).map_err(Clone::clone),
-            host_threads: face.driver()?.nthreads,
+            host: route.host.as_ref().map(drop).map_err(Clone::clone),
+            host_threads: threads,
         })?;
         face.note(Note::Decoder(&words));
-        match (choice, &c.host) {
+        match (choice, &route.host) {
             (Some(Decoder::Gpu(codec)), _) => {
-                let gpu = (c.chunk, codec, reads);
                 // SAFETY: as the caller guarantees.
-                return unsafe { decoded_on_gpu(face, io, gpu, &region, bools) }.map(Some);
+                return unsafe { decoded_on_gpu(face, io, (chunk, codec, reads), &region, bools) };
             }
-            (Some(Decoder::Host), Ok(how)) => {
+            (Some(Decoder::Host), Ok(pipeline)) => {
                 let reason = first_staged(&routes);
                 let reason = reason.as_deref().unwrap_or("its chunks are compressed");
                 face.note(Note::HostDecoding(&region, reason));
-                return decoded_on_host(face, io, how, bools).map(|()| None);
+                let how = Decoding {
+                    pipeline,
+                    chunk,
+                    element_size: item,
+                    threads,
+                };
+                return decoded_on_host(face, io, &how, bools);
             }
             _ => {}
         }
@@ -357,15 +361,14 @@ pub unsafe fn read<F: ReadFace>(
     if !split {
         let Some(reason) = first_staged(&routes) else {
             // SAFETY: as the caller guarantees.
-            return unsafe { direct(face, io, &region, None) }.map(|()| None);
+            return unsafe { direct(face, io, &region, None) };
         };
         face.note(Note::Staged(&region, &reason));
         let elements: u64 = sel.count.iter().product();
         let (pieces, bytes) = pieces(elements, through_hdf5(face, io, elements)?, item, &[]);
         let mut ring = face.ring(bytes, pieces.len())?;
         let all = Block::whole(sel.count);
-        staged_read(face, io, &mut ring, (&all, &pieces), bools)?;
-        return Ok(None);
+        return staged_read(face, io, &mut ring, (&all, &pieces), bools);
     }
     let (mut ring, mut said) = (None, Vec::new());
     let piece_bytes = through_hdf5(face, io, region.len())?;
@@ -389,7 +392,7 @@ pub unsafe fn read<F: ReadFace>(
         let inside = block.relative_to(&region.start);
         staged_read(face, io, ring, (&inside, &pieces), bools)?;
     }
-    Ok(None)
+    Ok(())
 }
 
 /// Reads `block` (of the selection's elements: a box of its `count`) into its place in the
@@ -468,7 +471,7 @@ fn decoded_on_host<F: ReadFace>(
 
 /// Reads `region` (the selection, of steps 1 where a step counts) decoding its written chunks on
 /// the GPU with nvCOMP (`gpu_decoded::read`), then the parts in chunks never written through the
-/// staged path, where HDF5 fills them with the fill value. Returns the GPU read's words.
+/// staged path, where HDF5 fills them with the fill value.
 ///
 /// # Safety
 /// As [`read`].
@@ -478,7 +481,7 @@ unsafe fn decoded_on_gpu<F: ReadFace>(
     (chunk, codec, host_reads): (&[u64], GpuCodec, Option<HostReads>),
     region: &Block,
     bools: Option<&dyn Fn(NotBool) -> F::Error>,
-) -> Result<String, F::Error> {
+) -> Result<(), F::Error> {
     let lib = h5gds_gpu_codec::nvcomp::library().map_err(|m| face.failed(Step::Codec, m))?;
     let how = GpuDecoding {
         lib,
@@ -505,7 +508,7 @@ unsafe fn decoded_on_gpu<F: ReadFace>(
             staged::fill_never_written(&mut ring, io.prepared, missing, region, to, bools, never)
         })?;
     }
-    Ok(decoded.words)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -19,9 +19,9 @@ use crate::call_settings::CallSettings;
 pub use crate::error::DeviceError;
 use crate::hdf5::{self, H5pyFace, Hid, Prepared, StoredLayout};
 use cudarc::driver::{CudaContext, CudaStream};
-use h5gds_chunk_codec::{ChunkIndex, Decoding, Filter, Hyperslab, Pipeline};
+use h5gds_chunk_codec::{ChunkIndex, Filter, Hyperslab, Pipeline};
 use h5gds_engine::chunks::StoredChunks;
-use h5gds_engine::device::{self, Compressed, Face, Note, ReadFace, ReadRoute, Selected, Step};
+use h5gds_engine::device::{self, Face, Note, ReadFace, ReadRoute, Selected, Step};
 use h5gds_engine::gpu_decoded;
 use h5gds_engine::staged::{self, NotBool, ThreadLane};
 use h5gds_route::route::{blocker, Decoder, Transfer};
@@ -32,39 +32,6 @@ use h5gds_runtime::settings::{self, DevicePath, STAGING_BUFFER_SIZE_ENV, USE_VFD
 use h5gds_runtime::staging_ring::StagingRing;
 use std::collections::HashSet;
 use std::sync::Arc;
-
-/// How the dataset is stored, as the one native call asked HDF5 (`hdf5::dataset_facts`).
-pub struct StorageFacts {
-    pub layout: StoredLayout,
-    /// The stored element's size: HDF5 copies a chunk through its chunk cache whenever the chunk
-    /// fits the cache.
-    pub stored_size: usize,
-    /// The chunk shape and the pipeline's filter ids (chunked datasets; no chunk otherwise).
-    pub chunk: Vec<u64>,
-    pub filters: Vec<i32>,
-}
-
-impl StorageFacts {
-    pub fn new(layout: StoredLayout, stored_size: usize) -> StorageFacts {
-        let (chunk, filters) = match &layout {
-            StoredLayout::Chunked { chunk, filters, .. } => {
-                (chunk.clone(), filters.iter().map(|f| f.id).collect())
-            }
-            _ => (Vec::new(), Vec::new()),
-        };
-        StorageFacts {
-            layout,
-            stored_size,
-            chunk,
-            filters,
-        }
-    }
-
-    /// Chunked through a pipeline of filters.
-    fn compressed(&self) -> bool {
-        matches!(self.layout, StoredLayout::Chunked { .. }) && !self.filters.is_empty()
-    }
-}
 
 /// One device transfer, checked and ready to run without the GIL.
 pub struct DeviceTransfer<'a> {
@@ -105,9 +72,10 @@ fn argument(message: String) -> DeviceError {
 }
 
 /// Checks the array's memory with CUDA, then moves the bytes as the engine decides
-/// (`h5gds_engine::device`, a mixed route staged whole). `storage`: how the dataset is stored,
-/// as h5py reported it.
-pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<(), DeviceError> {
+/// (`h5gds_engine::device`, a mixed route staged whole). `layout`: how the dataset is stored, as
+/// h5py's HDF5 reported it (`hdf5::dataset_facts`), with the stored element's size, which with
+/// the chunk cache's size tells whether HDF5 copies a chunk through its cache.
+pub fn run(t: DeviceTransfer, layout: StoredLayout, stored_size: usize) -> Result<(), DeviceError> {
     let Some(prepared) = t.prepared.as_ref() else {
         return Ok(()); // nothing to move
     };
@@ -138,8 +106,7 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<(), DeviceError> 
         }),
         false => Ok(HashSet::new()),
     };
-    let stored = device::storage(&storage.layout, storage.stored_size, allocated)
-        .map_err(DeviceError::Failed)?;
+    let storage = device::storage(&layout, stored_size, allocated).map_err(DeviceError::Failed)?;
     let context = cuda::enter(pointer.context)?;
     if t.stream != 0 {
         cuda::synchronize_handle(t.stream)?;
@@ -158,36 +125,24 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<(), DeviceError> 
         staging_size,
     };
     let done = if t.write {
-        let staged = device::staged_reason(&stored, &region, blocker(&facts));
+        let staged = device::staged_reason(&storage, &region, blocker(&facts));
         // SAFETY: the address range lies inside one device allocation (checked above) and holds
         // the selection in the memory type (checked by `prepare`).
-        unsafe { device::write(&face, &io, staged.as_deref()) }.map(|()| None)
+        unsafe { device::write(&face, &io, staged.as_deref()) }
     } else {
-        let host = storage
-            .compressed()
-            .then(|| host_pipeline(&storage.filters, item, &facts));
-        let threads = match host {
-            Some(_) => host_threads(t.settings)?,
-            None => 0,
+        let host = match (&layout, &facts.conversion) {
+            (_, Some(conversion)) => Err(conversion.clone()),
+            (StoredLayout::Chunked { filters, .. }, None) => {
+                Pipeline::for_filters(&host_filters(filters.iter().map(|f| f.id)), item)
+            }
+            _ => Err("it is not chunked".into()),
         };
-        let compressed = host.as_ref().map(|pipeline| Compressed {
-            filters: &storage.filters,
-            chunk: &storage.chunk,
-            host: pipeline
-                .as_ref()
-                .map_err(Clone::clone)
-                .map(|pipeline| Decoding {
-                    pipeline,
-                    chunk: &storage.chunk,
-                    element_size: item,
-                    threads,
-                }),
-        });
         let route = ReadRoute {
-            storage: &stored,
+            layout: &layout,
+            storage: &storage,
             facts: &facts,
             path,
-            compressed,
+            host: host.as_ref().map_err(Clone::clone),
             split: false,
         };
         // SAFETY: as for the write, the array writable (the caller's checked `out`).
@@ -195,18 +150,8 @@ pub fn run(t: DeviceTransfer, storage: StorageFacts) -> Result<(), DeviceError> 
     };
     // The array may be freed once this returns; the driver must not keep its range.
     forget_device_range(pointer.base);
-    if let Some(words) = done? {
-        h5gds::with_logging(|| {
-            tracing::info!(
-                "h5gds.read {:?}: {} bytes into device memory: {words} (filled through pinned \
-                 host memory)",
-                t.dataset_name,
-                t.nbytes,
-            )
-        });
-    }
     drop(context);
-    Ok(())
+    done
 }
 
 /// A transfer as the engine's device transfer sees it: h5py's lock held by the caller, the
@@ -265,9 +210,12 @@ impl Face for Moving<'_> {
                  memory (pieces of up to {size} bytes), its chunks decoded by h5gds on the host's \
                  threads: {reason}"
             ),
-            // The GPU-decoded read is logged once filled (`run`); the pieces decoded on the
-            // host are not logged one by one.
-            Note::Decoded(_) | Note::GpuDecoded(..) => {}
+            Note::GpuDecoded(_, words) => tracing::info!(
+                "h5gds.read {name:?}: {nbytes} bytes into device memory: {words} (filled through \
+                 pinned host memory)"
+            ),
+            // The pieces decoded on the host are not logged one by one.
+            Note::Decoded(_) => {}
         })
     }
 }
@@ -277,10 +225,6 @@ impl<'a> ReadFace for Moving<'a> {
 
     fn not_bool(&self, n: NotBool) -> DeviceError {
         not_a_bool(self.t.dataset_name, n)
-    }
-
-    fn direct_file(&self) -> Option<std::fs::File> {
-        hdf5::direct_file(self.t.dataset)
     }
 
     fn stored_chunks(
@@ -311,16 +255,6 @@ impl<'a> ReadFace for Moving<'a> {
     }
 }
 
-/// How h5gds decodes the pipeline `filters` on the host for elements of `item` bytes, or why it
-/// does not: HDF5 must convert the elements (`facts.conversion`), or the pipeline is not one it
-/// decodes.
-fn host_pipeline(filters: &[i32], item: usize, facts: &Transfer) -> Result<Pipeline, String> {
-    match &facts.conversion {
-        Some(conversion) => Err(conversion.clone()),
-        None => Pipeline::for_filters(&host_filters(filters), item),
-    }
-}
-
 /// Where the chunks of a read of `selection` (elements of `item` bytes) from chunks of `chunk`
 /// through the pipeline `filters` are decoded, and why in words (`gpu_decoded::decoder`): h5gds
 /// decodes the pipeline on the host unless HDF5 must convert the elements (`conversion`, why).
@@ -334,11 +268,10 @@ pub fn where_decoded(
     blocker: Option<String>,
     settings: &CallSettings,
 ) -> Result<(Option<Decoder>, String), DeviceError> {
-    let facts = Transfer {
-        conversion: conversion.map(str::to_string),
-        ..Transfer::default()
+    let host = match conversion {
+        Some(conversion) => Err(conversion.to_string()),
+        None => Pipeline::for_filters(&host_filters(filters.iter().copied()), item).map(drop),
     };
-    let host = host_pipeline(filters, item, &facts).map(drop);
     let read = gpu_decoded::CompressedRead {
         filters,
         chunk,
@@ -373,9 +306,6 @@ pub fn not_a_bool(dataset_name: &str, n: NotBool) -> DeviceError {
 
 /// The pipeline's filter ids as the host decoder takes them (shuffle's element size is the
 /// element's).
-fn host_filters(filters: &[i32]) -> Vec<Filter> {
-    filters
-        .iter()
-        .map(|&id| Filter { id, values: vec![] })
-        .collect()
+fn host_filters(ids: impl Iterator<Item = i32>) -> Vec<Filter> {
+    ids.map(|id| Filter { id, values: vec![] }).collect()
 }
