@@ -5,25 +5,33 @@
 //! driver (which hands device buffers to cuFile or its own bounce buffers) and through CUDA
 //! copies.
 
+use crate::chunks::DatasetFace;
 use crate::driver::Driver;
 use crate::element::{descriptor_of, Element};
 use crate::error::no_panic;
 use crate::error::{Error, Result};
 use crate::file::{create_file, open_dataset, OpenDataset};
-use crate::hdf5_raw::{self, select_blocks, Spaces};
+use crate::hdf5_raw::{self, linked_hdf5};
 use crate::host_codec::Planned;
-use crate::host_staging::{read_block, write_all, Elements, HostStaging};
-use crate::layout::{check_types, filter_ids, storage};
+use crate::host_staging::HostStaging;
+use crate::layout::{check_types, stored_layout};
 use crate::options::{driver_settings, goes_through_gds, Settings};
-use crate::route::{blocker, driver_blocker, plan, Decoder, Route, Storage, Transfer};
+use crate::route::{driver_blocker, Storage, Transfer as RouteFacts};
 use crate::select::Block;
 use crate::ReadOptions;
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use h5gds_chunk_codec::Hyperslab;
-use h5gds_engine::gpu_decoded::{self, CompressedRead};
+use h5gds_chunk_codec::{ChunkIndex, Hyperslab};
+use h5gds_engine::chunks::StoredChunks;
+use h5gds_engine::device::{self, Face, Note, ReadFace, ReadRoute, Selected, Step};
+use h5gds_engine::facts::StoredLayout;
+use h5gds_engine::staged::NotBool;
+use h5gds_engine::transfer::{prepare, IoError, Prepared, Transfer};
 use h5gds_runtime::cuda::call;
+use h5gds_runtime::hdf5::hid_t;
+use h5gds_runtime::staging_ring::StagingRing;
 use h5gds_runtime::stream::synchronize;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
+use std::mem::size_of;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -230,8 +238,8 @@ impl<T: Element> DeviceArray<T> {
 
 /// The facts of a transfer of `T` that the settings (`use_gds`) and the element type decide. The
 /// array's device is not one of them: the driver moves every device's memory in its own context.
-fn transfer<T: Element>(use_gds: bool) -> Transfer {
-    Transfer {
+fn transfer<T: Element>(use_gds: bool) -> RouteFacts {
+    RouteFacts {
         staged_by_settings: !use_gds,
         checked_bytes: T::CHECKED_BYTES,
         conversion: None,
@@ -269,8 +277,11 @@ fn write_unguarded<T: Element>(
     let stream = &array.stream;
     // Writes never check bytes or convert: only the settings and the device decide.
     let blocker = driver_blocker(&transfer::<T>(settings.use_gds()?));
-    let direct = blocker.is_none();
-    let driver = if direct { Driver::Gds } else { Driver::Sec2 };
+    let driver = if blocker.is_none() {
+        Driver::Gds
+    } else {
+        Driver::Sec2
+    };
     let shape: Vec<u64> = array.shape.iter().map(|&d| d as u64).collect();
     let file = create_file(path, driver)?;
     let mem_type = hdf5_raw::locked(|| hdf5::Datatype::from_descriptor(&desc))
@@ -281,31 +292,40 @@ fn write_unguarded<T: Element>(
         // array's stream wait for recorded writes, then the stream is synchronized.
         let (ptr, record) = data.device_ptr(stream);
         synchronize(stream)?;
-        if direct {
-            crate::log::debug(format_args!(
-                "{}: writing {dataset:?} straight from device memory through the gds driver",
-                path.display()
-            ));
-            // SAFETY: the allocation holds the whole array in the memory type; the gds driver
-            // hands device buffers to cuFile or its bounce buffers.
-            unsafe { hdf5_raw::write(&dset, &mem_type, Spaces::default(), ptr as *const _) }
-                .map_err(|e| Error::hdf5("writing from device memory", path, Some(dataset), e))?;
-        } else {
-            let size = settings.staging_buffer_size()?;
-            crate::log::debug(format_args!(
-                "{}: writing {dataset:?} through a host staging buffer: {}",
-                path.display(),
-                blocker.as_deref().unwrap_or("")
-            ));
-            let bytes = array.len() * std::mem::size_of::<T>();
-            let driver = crate::options::driver_settings();
-            let mut staging = HostStaging::pipelined(size, bytes, &driver, stream);
-            let elements = Elements {
-                mem_type: &mem_type,
-                size: std::mem::size_of::<T>(),
-                check_bool: false,
+        let (zeros, ones) = (vec![0; shape.len()], vec![1; shape.len()]);
+        let selection = Hyperslab {
+            start: &zeros,
+            step: &ones,
+            count: &shape,
+        };
+        let (ids, bytes) = ((dset.id(), mem_type.id()), array.len() * size_of::<T>());
+        let op = "writing from device memory";
+        let prepared =
+            LockedPrepared::new(true, ids, selection, (ptr, bytes), (op, path, dataset))?;
+        if let Some(prepared) = &prepared.0 {
+            let io = Selected {
+                prepared,
+                selection,
+                item: size_of::<T>(),
+                address: ptr,
+                // Read only for a staged write, as before the engine moved it.
+                staging_size: match blocker {
+                    Some(_) => settings.staging_buffer_size()?,
+                    None => 0,
+                },
             };
-            write_all(&dset, path, dataset, &shape, &elements, ptr, &mut staging)?;
+            let face = Moving {
+                write: true,
+                path,
+                name: dataset,
+                stream,
+                driver: &std::cell::OnceCell::new(),
+                source: (),
+            };
+            // SAFETY: the allocation holds the whole array in the memory type, alive until
+            // `record` is dropped; the gds driver hands device buffers to cuFile or its bounce
+            // buffers.
+            unsafe { device::write(&face, &io, blocker.as_deref()) }?;
         }
         drop(record);
     }
@@ -314,19 +334,59 @@ fn write_unguarded<T: Element>(
         .map_err(|e| Error::hdf5("closing the file", path, None, e))
 }
 
-/// An open dataset prepared for device reads: its types, storage and the settings' verdict.
+/// The engine's checked transfer, made and dropped under hdf5-metno's lock (its dataspaces are
+/// HDF5 objects); `None`: nothing to move.
+struct LockedPrepared(Option<Prepared>);
+
+impl LockedPrepared {
+    /// The transfer of `selection` of the dataset (`ids`: its id and the memory type's) with
+    /// the device buffer `(address, bytes)`; an error worded as `op` on the file and dataset.
+    fn new(
+        write: bool,
+        (dataset, mem_type): (hid_t, hid_t),
+        selection: Hyperslab,
+        (address, nbytes): (sys::CUdeviceptr, usize),
+        (op, path, name): (&str, &Path, &str),
+    ) -> Result<LockedPrepared> {
+        let transfer = Transfer {
+            write,
+            dataset,
+            mem_type,
+            start: selection.start,
+            step: selection.step,
+            count: selection.count,
+            mem_shape: selection.count,
+            buffer: address as usize,
+            nbytes,
+        };
+        let prepared = hdf5_raw::locked(|| prepare(linked_hdf5(), &transfer));
+        prepared
+            .map(LockedPrepared)
+            .map_err(|(IoError::Argument(m) | IoError::Hdf5(m))| {
+                Error::hdf5(op, path, Some(name), m)
+            })
+    }
+}
+
+impl Drop for LockedPrepared {
+    fn drop(&mut self) {
+        let prepared = self.0.take();
+        hdf5_raw::locked(|| drop(prepared));
+    }
+}
+
+/// An open dataset prepared for device reads: its types, storage and the settings' facts.
 pub(crate) struct DeviceSource {
     pub ds: OpenDataset,
     pub types: crate::layout::Types,
-    pub storage: crate::route::Storage,
-    pub blocker: Option<String>,
-    pub staging_size: usize,
-    /// The pipeline's filter ids (filtered chunks; whether nvCOMP decodes them is asked per read).
-    filters: Vec<i32>,
+    /// How it is stored, in HDF5's words and in route's.
+    layout: StoredLayout,
+    storage: Storage,
+    /// What stages a whole read, whatever the storage (`route::blocker`).
+    facts: RouteFacts,
+    staging_size: usize,
     /// How h5gds decodes the chunks on the host's threads, or why it cannot (filtered chunks).
     host: std::result::Result<Planned, String>,
-    /// Whether the chunks are filtered (then one of the three decodes them).
-    filtered: bool,
     /// The allocated chunks' stored sizes, listed at the first GPU-decoded read.
     chunk_index: std::cell::OnceCell<h5gds_chunk_codec::ChunkIndex>,
     /// The device path the settings ask for.
@@ -356,38 +416,32 @@ impl DeviceSource {
         let ds = open_dataset(path, dataset, driver, driver == Driver::Gds)?;
         let types = check_types::<T>(&ds, options.allow_conversion)?;
         facts.conversion = types.conversion.clone();
-        let blocker = blocker(&facts);
-        let storage = storage(&ds)?;
-        let filtered = matches!(storage, Storage::Chunked { filtered: true, .. });
+        let layout = stored_layout(&ds)?;
+        // The chunk cache is off where the route could be direct, so the memory type's size
+        // tells as well as the stored one that no chunk fits it.
+        let storage = device::storage(&layout, types.mem.size(), |chunk| {
+            Ok::<_, Error>(ds.index_of(chunk)?.offsets().into_iter().collect())
+        })?;
         let vfd_settings = std::cell::OnceCell::new();
-        let (filters, host) = if filtered {
-            let filters = filter_ids(&ds)?;
-            let threads = vfd_settings.get_or_init(driver_settings).nthreads;
-            (
-                filters,
-                crate::host_codec::for_dataset(&ds, &types, threads)?,
-            )
-        } else {
-            (Vec::new(), Err("its chunks are not filtered".to_string()))
+        let host = match &layout {
+            StoredLayout::Chunked { filters, .. } if !filters.is_empty() => {
+                let threads = vfd_settings.get_or_init(driver_settings).nthreads;
+                crate::host_codec::for_dataset(&ds, &types, threads)?
+            }
+            _ => Err("its chunks are not filtered".to_string()),
         };
         Ok(DeviceSource {
             ds,
             types,
+            layout,
             storage,
-            blocker,
+            facts,
             staging_size: settings.staging_buffer_size()?,
-            filters,
             host,
-            filtered,
             chunk_index: std::cell::OnceCell::new(),
             device_path,
             vfd_settings,
         })
-    }
-
-    /// The driver's settings, loaded at the first call.
-    fn driver_settings(&self) -> &h5gds::VfdSettings {
-        self.vfd_settings.get_or_init(driver_settings)
     }
 
     /// The allocated chunks' stored sizes and filter masks (listed once).
@@ -400,7 +454,8 @@ impl DeviceSource {
         Ok(self.chunk_index.get_or_init(|| index))
     }
 
-    /// Reads `region` (file coordinates) into a new device array of its shape.
+    /// Reads `region` (file coordinates) into a new device array of its shape
+    /// (`h5gds_engine::device::read`, mixed routes split per block).
     pub fn read<T: Element>(
         &self,
         region: &Block,
@@ -416,180 +471,155 @@ impl DeviceSource {
         // The allocation is usable by other contexts and threads (the driver's) once the
         // stream has made it.
         synchronize(stream)?;
-        let mut staging: Option<HostStaging> = None;
-        let elements = Elements {
-            mem_type: &self.types.mem,
-            size: std::mem::size_of::<T>(),
-            check_bool: T::CHECKED_BYTES,
-        };
-        let decoder = if self.filtered {
-            self.decoder(region)?
-        } else {
-            None
-        };
-        if let (Some(Decoder::Host), Ok(planned)) = (decoder, &self.host) {
-            let reason = plan(&self.storage, region, self.blocker.clone())
-                .into_iter()
-                .find_map(|(_, route)| match route {
-                    Route::Staged(reason) => Some(reason),
-                    Route::Direct => None,
-                })
-                .unwrap_or_else(|| "its chunks are compressed".into());
-            crate::log::debug(format_args!(
-                "{}: reading {:?} (elements {:?} + {:?}) through pinned host memory, its chunks \
-                 decoded by h5gds on the host's threads: {reason}",
-                ds.path.display(),
-                ds.name,
-                region.start,
-                region.count
-            ));
-            let bytes = region.len() as usize * elements.size;
-            let threads = self.driver_settings().nthreads;
-            let ones = vec![1; region.count.len()];
-            let pieces = crate::select::decoded_pieces(
-                &region.start,
-                &ones,
-                &region.count,
-                planned.chunk(),
-                elements.size as u64,
-                threads as u64,
-                self.staging_size as u64,
-            );
-            let mut staging = HostStaging::new(pieces.piece_bytes as usize, bytes, stream);
-            read_block(
-                ds,
-                &elements,
-                region,
-                region,
-                dest,
-                stream,
-                &mut staging,
-                Some((planned, &pieces.cuts)),
-            )?;
-            synchronize(stream)?;
-            drop(record);
-            return Ok(array);
-        }
-        if let (Some(Decoder::Gpu(codec)), Ok(lib)) = (decoder, h5gds_gpu_codec::nvcomp::library())
-        {
-            let compressed = crate::gpu_codec::CompressedDataset {
-                ds: &self.ds,
-                storage: &self.storage,
-                index: self.chunk_index()?,
-                staging_size: self.staging_size,
-                device_path: self.device_path,
-                driver: self.driver_settings(),
-            };
-            crate::gpu_codec::read(&compressed, lib, codec, &elements, region, dest, stream)?;
-            synchronize(stream)?;
-            drop(record);
-            return Ok(array);
-        }
-        let routes = plan(&self.storage, region, self.blocker.clone());
-        let whole = region.count == ds.shape && routes.len() == 1;
-        let mut staged_reasons: Vec<&str> = Vec::new();
-        for (block, route) in &routes {
-            match route {
-                Route::Direct => self.read_direct(&elements, block, region, dest, whole)?,
-                Route::Staged(reason) => {
-                    if !staged_reasons.contains(&reason.as_str()) && staged_reasons.len() < 3 {
-                        crate::log::debug(format_args!(
-                            "{}: reading {:?} (elements {:?} + {:?}) through pinned host \
-                             memory: {reason}",
-                            ds.path.display(),
-                            ds.name,
-                            block.start,
-                            block.count
-                        ));
-                        staged_reasons.push(reason);
-                    }
-                    if staging.is_none() {
-                        let bytes = region.len() as usize * elements.size;
-                        staging = Some(HostStaging::pipelined(
-                            self.staging_size,
-                            bytes,
-                            self.driver_settings(),
-                            stream,
-                        ));
-                    }
-                    let buf = staging.as_mut().expect("created above");
-                    read_block(ds, &elements, block, region, dest, stream, buf, None)?;
-                }
-            }
-        }
-        synchronize(stream)?;
-        drop(record);
-        Ok(array)
-    }
-
-    /// Where the chunks `region` touches are decoded (`h5gds_engine::gpu_decoded::decoder`), with
-    /// the choice and its reason in the debug log; `None`: by HDF5 (staged).
-    fn decoder(&self, region: &Block) -> Result<Option<Decoder>> {
-        let Storage::Chunked { chunk, .. } = &self.storage else {
-            return Ok(None);
-        };
         let ones = vec![1; region.count.len()];
         let selection = Hyperslab {
             start: &region.start,
             step: &ones,
             count: &region.count,
         };
-        let (choice, words) = gpu_decoded::decoder(CompressedRead {
-            filters: &self.filters,
-            chunk,
-            selection: &selection,
-            item: self.types.mem.size(),
-            blocker: self.blocker.clone(),
-            host: self.host.as_ref().map(drop).map_err(Clone::clone),
-            host_threads: self.driver_settings().nthreads,
-        })?;
-        crate::log::debug(format_args!(
-            "{}: {:?}: {words}",
-            self.ds.path.display(),
-            self.ds.name
-        ));
-        Ok(choice)
+        let (ids, item) = ((ds.dset.id(), self.types.mem.id()), size_of::<T>());
+        let buffer = (dest, region.len() as usize * item);
+        let named = ("reading into device memory", &*ds.path, &*ds.name);
+        let prepared = LockedPrepared::new(false, ids, selection, buffer, named)?;
+        if let Some(prepared) = &prepared.0 {
+            let io = Selected {
+                prepared,
+                selection,
+                item,
+                address: dest,
+                staging_size: self.staging_size,
+            };
+            let route = ReadRoute {
+                layout: &self.layout,
+                storage: &self.storage,
+                facts: &self.facts,
+                path: self.device_path,
+                host: (self.host.as_ref())
+                    .map(|p| p.decoding().pipeline)
+                    .map_err(Clone::clone),
+                split: true,
+            };
+            let face = Moving {
+                write: false,
+                path: &ds.path,
+                name: &ds.name,
+                stream,
+                driver: &self.vfd_settings,
+                source: self,
+            };
+            // SAFETY: `dest` holds the region's elements of `T` (allocated above for its shape),
+            // alive until `record` is dropped.
+            unsafe { device::read(&face, &io, &route) }?;
+        }
+        synchronize(stream)?;
+        drop(record);
+        Ok(array)
+    }
+}
+
+/// A transfer as the engine's device transfer sees it: on the array's stream, its errors and
+/// debug log lines naming the file and the dataset; `source`: the [`DeviceSource`] of a read.
+struct Moving<'a, S> {
+    write: bool,
+    path: &'a Path,
+    name: &'a str,
+    stream: &'a Arc<CudaStream>,
+    /// The driver's settings, loaded at the first ask.
+    driver: &'a std::cell::OnceCell<h5gds::VfdSettings>,
+    source: S,
+}
+
+impl<S> Face for Moving<'_, S> {
+    type Error = Error;
+    type Stream = Arc<CudaStream>;
+
+    fn locked<R>(&self, call: impl FnOnce() -> R) -> R {
+        hdf5_raw::locked(call)
     }
 
-    /// Reads `block` straight into device memory `dest`, which holds the array `region`.
-    fn read_direct(
-        &self,
-        elements: &Elements,
-        block: &Block,
-        region: &Block,
-        dest: sys::CUdeviceptr,
-        whole: bool,
-    ) -> Result<()> {
-        let ds = &self.ds;
-        crate::log::debug(format_args!(
-            "{}: reading {:?} (elements {:?} + {:?}) straight into device memory through the \
-             gds driver",
-            ds.path.display(),
-            ds.name,
-            block.start,
-            block.count
-        ));
-        let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
-        let spaces = if whole {
-            None
-        } else {
-            let file = select_blocks(&ds.shape, &[(&block.start, &block.count)])
-                .map_err(|e| fail("selecting a hyperslab", e))?;
-            let inside = block.relative_to(&region.start);
-            let mem = select_blocks(&region.count, &[(&inside.start, &inside.count)])
-                .map_err(|e| fail("selecting a hyperslab", e))?;
-            Some((mem, file))
+    fn ring(&self, bytes: usize, _: usize) -> Result<StagingRing<Arc<CudaStream>>> {
+        Ok(HostStaging::new(bytes, bytes, self.stream).ring)
+    }
+
+    fn driver(&self) -> Result<&h5gds::VfdSettings> {
+        Ok(self.driver.get_or_init(driver_settings))
+    }
+
+    fn failed(&self, step: Step, message: String) -> Error {
+        let op = match (self.write, step) {
+            (true, Step::Direct) => "writing from device memory",
+            (true, _) => "writing from the staging buffer",
+            (false, Step::Direct) => "reading into device memory",
+            (false, Step::Codec) => "loading nvCOMP",
+            (false, _) => "reading into the staging buffer",
         };
-        let spaces = spaces.as_ref().map_or(Spaces::default(), |(m, f)| Spaces {
-            memory: Some(m),
-            file: Some(f),
-        });
-        // SAFETY: `dest` holds the region in the memory type, and the memory selection lies
-        // inside it; HDF5 neither converts nor caches here (see `route`), so the pointer reaches
-        // the driver untouched.
-        unsafe { hdf5_raw::read(&ds.dset, elements.mem_type, spaces, dest as *mut _) }
-            .map_err(|e| fail("reading into device memory", e))?;
-        Ok(())
+        Error::hdf5(op, self.path, Some(self.name), message)
+    }
+
+    fn note(&self, note: Note) {
+        let (path, name, debug) = (self.path.display(), self.name, crate::log::debug);
+        let at = |b: &Block| {
+            let (start, count) = (&b.start, &b.count);
+            format!("{path}: reading {name:?} (elements {start:?} + {count:?})")
+        };
+        match note {
+            Note::Direct(_) if self.write => debug(format_args!(
+                "{path}: writing {name:?} straight from device memory through the gds driver"
+            )),
+            Note::Staged(_, reason) if self.write => debug(format_args!(
+                "{path}: writing {name:?} through a host staging buffer: {reason}"
+            )),
+            Note::Decoder(words) => debug(format_args!("{path}: {name:?}: {words}")),
+            Note::Decoded(done) => debug(format_args!("{path}: {name:?}: {done}")),
+            Note::Direct(b) => debug(format_args!(
+                "{} straight into device memory through the gds driver",
+                at(b)
+            )),
+            Note::Staged(b, reason) => debug(format_args!(
+                "{} through pinned host memory: {reason}",
+                at(b)
+            )),
+            Note::HostDecoding(b, reason) => debug(format_args!(
+                "{} through pinned host memory, its chunks decoded by h5gds on the host's \
+                 threads: {reason}",
+                at(b)
+            )),
+            Note::GpuDecoded(b, words) => debug(format_args!("{}: {words}", at(b))),
+        }
+    }
+}
+
+impl<'a> ReadFace for Moving<'a, &'a DeviceSource> {
+    type Chunks = DatasetFace<'a>;
+
+    fn not_bool(&self, n: NotBool) -> Error {
+        Error::not_bool(self.path, self.name)(n)
+    }
+
+    fn stored_chunks(
+        &self,
+        chunk: &[u64],
+        touched: usize,
+    ) -> Result<StoredChunks<'static, DatasetFace<'a>>> {
+        self.source.ds.stored_chunks(chunk, touched)
+    }
+
+    fn with_index<R>(
+        &self,
+        chunk: &[u64],
+        _: Vec<Vec<u64>>,
+        read: impl FnOnce(&StoredChunks<'static, DatasetFace<'a>>, &ChunkIndex) -> Result<R>,
+    ) -> Result<R> {
+        // The index is listed once per source (batched reads read many regions): the stored
+        // chunks only read the chunks they are handed.
+        read(
+            &self.source.ds.stored_chunks(chunk, 0)?,
+            self.source.chunk_index()?,
+        )
+    }
+
+    fn stream(&self) -> Result<Arc<CudaStream>> {
+        Ok(self.stream.clone())
     }
 }
 

@@ -6,7 +6,6 @@ use crate::element::{describe, descriptor_of, Element};
 use crate::error::{Error, Result};
 use crate::file::OpenDataset;
 use crate::hdf5_raw::{linked_hdf5, locked};
-use crate::route::Storage;
 use h5gds_engine::facts::{self, StoredLayout};
 use h5gds_engine::hdf5_error::Hdf5Error;
 use hdf5::Datatype;
@@ -86,37 +85,6 @@ pub(crate) fn stored_layout(ds: &OpenDataset) -> Result<StoredLayout> {
             Hdf5Error::Missing(_) => "asking how the dataset is stored",
         };
         Error::hdf5(op, &ds.path, Some(&ds.name), e)
-    })
-}
-
-/// How the dataset is stored.
-pub(crate) fn storage(ds: &OpenDataset) -> Result<Storage> {
-    Ok(match stored_layout(ds)? {
-        StoredLayout::Contiguous { external: true, .. } => Storage::External,
-        // Contiguous storage has an address once it is allocated.
-        StoredLayout::Contiguous { address, .. } => Storage::Contiguous {
-            allocated: address.is_some(),
-        },
-        StoredLayout::Compact => Storage::Compact,
-        StoredLayout::Chunked { chunk, filters, .. } => {
-            let allocated = ds.index_of(&chunk)?.offsets().into_iter().collect();
-            Storage::Chunked {
-                chunk,
-                filtered: !filters.is_empty(),
-                allocated,
-                // array-io opens datasets for device reads with the chunk cache disabled.
-                cached: false,
-            }
-        }
-        StoredLayout::Virtual => Storage::Virtual,
-    })
-}
-
-/// The ids of the dataset's filters, in pipeline order (empty when unfiltered).
-pub(crate) fn filter_ids(ds: &OpenDataset) -> Result<Vec<i32>> {
-    Ok(match stored_layout(ds)? {
-        StoredLayout::Chunked { filters, .. } => filters.into_iter().map(|f| f.id).collect(),
-        _ => Vec::new(),
     })
 }
 

@@ -45,7 +45,6 @@ mod driver;
 mod element;
 mod error;
 mod file;
-mod gpu_codec;
 mod gpu_encode;
 pub mod hdf5_raw;
 mod host;
@@ -68,8 +67,8 @@ pub use device::{DeviceArray, IntoStream};
 pub use driver::{gds_driver, Registration};
 pub use element::Element;
 pub use error::{Error, Result};
-pub use gpu_codec::{GPU_CODEC_ENV, VERIFY_CHECKSUMS_ENV};
 pub use gpu_encode::{to_file_compressed, Compression};
+pub use h5gds_runtime::settings::{GPU_CODEC_ENV, VERIFY_CHECKSUMS_ENV};
 pub use options::{
     DevicePath, ReadOptions, Settings, DEFAULT_STAGING_BUFFER_SIZE, MIN_STAGING_BUFFER_SIZE,
     STAGING_BUFFER_SIZE_ENV, USE_VFD_GDS_ENV,

@@ -8,12 +8,14 @@
 //! of a dataset whose storage cannot change, with no HDF5 call ([`stored`]), one checked
 //! transfer through HDF5 ([`transfer`]), the reads whose chunks h5gds decodes on the host's cores
 //! ([`decoded`]), where chunks bound for device memory are decoded, with the GPU-decoded
-//! read ([`gpu_decoded`]), the staged path through pinned host buffers ([`staged`]), and the
-//! compressed writes whose chunks h5gds encodes on the host's cores ([`encoded`]).
+//! read ([`gpu_decoded`]), the staged path through pinned host buffers ([`staged`]), one
+//! transfer between a dataset and device memory, each of those ways chosen and run ([`device`]),
+//! and the compressed writes whose chunks h5gds encodes on the host's cores ([`encoded`]).
 
 pub mod chunks;
 pub mod collective;
 pub mod decoded;
+pub mod device;
 pub mod encoded;
 pub mod facts;
 pub mod gpu_decoded;

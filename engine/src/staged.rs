@@ -68,24 +68,30 @@ impl RingStream for ThreadLane {
     }
 }
 
-/// The ring for `pieces` (of `item`-byte elements) on the runtime's streams of `context`: one
-/// synchronous lane for a single piece, else two buffers taking turns on this thread's streams;
-/// buffers of the largest piece.
+/// The ring for `pieces` (of `item`-byte elements) on the runtime's streams of `context`, with
+/// buffers of the largest piece ([`ring_of`]).
 pub fn thread_ring(
     context: DeviceContext,
     pieces: &[(u64, u64)],
     item: usize,
 ) -> Result<StagingRing<ThreadLane>, CudaError> {
     let largest = pieces.iter().map(|&(a, b)| b - a).max().unwrap_or(0) as usize * item;
-    if pieces.len() <= 1 {
-        let (buffer, lane) = (
-            pinned::Taken::new(largest),
-            ThreadLane::Synchronous(context),
-        );
+    ring_of(context, largest, pieces.len())
+}
+
+/// The ring for `count` pieces on the runtime's streams of `context`: one synchronous lane for a
+/// single piece, else two buffers of `bytes` taking turns on this thread's streams.
+pub fn ring_of(
+    context: DeviceContext,
+    bytes: usize,
+    count: usize,
+) -> Result<StagingRing<ThreadLane>, CudaError> {
+    if count <= 1 {
+        let (buffer, lane) = (pinned::Taken::new(bytes), ThreadLane::Synchronous(context));
         return Ok(StagingRing::new(vec![buffer], vec![lane]));
     }
     let streams = cuda::thread_streams(context)?.map(ThreadLane::Stream);
-    let buffers = vec![pinned::Taken::new(largest), pinned::Taken::new(largest)];
+    let buffers = vec![pinned::Taken::new(bytes), pinned::Taken::new(bytes)];
     Ok(StagingRing::new(buffers, streams.to_vec()))
 }
 

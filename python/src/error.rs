@@ -5,6 +5,7 @@
 use crate::hdf5::IoError;
 use h5gds_gpu_codec::DeviceFailure;
 use h5gds_runtime::cuda::CudaError;
+use h5gds_runtime::settings::InvalidSetting;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::PyErr;
 
@@ -19,6 +20,12 @@ pub enum DeviceError {
 impl From<CudaError> for DeviceError {
     fn from(err: CudaError) -> DeviceError {
         DeviceError::Failed(err.to_string())
+    }
+}
+
+impl From<InvalidSetting> for DeviceError {
+    fn from(invalid: InvalidSetting) -> DeviceError {
+        DeviceError::Argument(invalid.to_string())
     }
 }
 

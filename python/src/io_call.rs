@@ -8,7 +8,7 @@
 //! H5Dread/H5Dwrite. h5py's lock (`phil`) is taken here, for the HDF5 calls only.
 
 use crate::call_settings::CallSettings;
-use crate::device::{self, DeviceTransfer, StorageFacts};
+use crate::device::{self, DeviceTransfer};
 use crate::device_error;
 use crate::error::io_error;
 use crate::hdf5::{self, DatasetFacts, Hid, StoredLayout};
@@ -328,8 +328,7 @@ impl<'py> Call<'py> {
             other_driver,
             settings: &self.settings,
         };
-        let storage = StorageFacts::new(facts.layout, facts.stored_size);
-        py.detach(|| device::run(transfer, storage))
+        py.detach(|| device::run(transfer, facts.layout, facts.stored_size))
             .map_err(device_error)?;
         Ok(())
     }

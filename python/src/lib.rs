@@ -5,7 +5,6 @@
 
 mod call_settings;
 mod collective;
-mod compressed;
 mod device;
 mod dlpack;
 mod encode;

@@ -48,6 +48,32 @@ impl Space {
     }
 }
 
+impl Space {
+    /// Selects the hyperslab `start`, `step`, `count` (blocks of 1).
+    ///
+    /// # Safety
+    /// The three arrays must have the space's rank.
+    unsafe fn select(&self, start: &[u64], step: &[u64], count: &[u64]) -> Result<(), IoError> {
+        let (api, null) = (self.1, std::ptr::null());
+        let (start, step, count) = (start.as_ptr(), step.as_ptr(), count.as_ptr());
+        // SAFETY: arrays of the space's rank, as the caller guarantees; block NULL means blocks
+        // of 1.
+        let status =
+            unsafe { (api.H5Sselect_hyperslab?)(self.0, H5S_SELECT_SET, start, step, count, null) };
+        match status < 0 {
+            true => Err(IoError::Hdf5(stack(api))),
+            false => Ok(()),
+        }
+    }
+}
+
+impl From<IoError> for String {
+    fn from(e: IoError) -> String {
+        let (IoError::Argument(message) | IoError::Hdf5(message)) = e;
+        message
+    }
+}
+
 impl Drop for Space {
     fn drop(&mut self) {
         if let Ok(close) = self.1.H5Sclose {
@@ -168,20 +194,8 @@ pub fn prepare(api: &'static Hdf5Api, t: &Transfer) -> Result<Option<Prepared>, 
     let whole = (0..dims.len())
         .all(|i| t.start[i] == 0 && t.count[i] == dims[i] && (t.step[i] == 1 || dims[i] <= 1));
     if !dims.is_empty() && !whole {
-        // SAFETY: arrays of the space's rank; block NULL means blocks of 1.
-        let status = unsafe {
-            (api.H5Sselect_hyperslab?)(
-                file_space.0,
-                H5S_SELECT_SET,
-                t.start.as_ptr(),
-                t.step.as_ptr(),
-                t.count.as_ptr(),
-                std::ptr::null(),
-            )
-        };
-        if status < 0 {
-            return Err(IoError::Hdf5(stack(api)));
-        }
+        // SAFETY: arrays of the space's rank (checked above).
+        unsafe { file_space.select(t.start, t.step, t.count) }?;
     }
     // SAFETY: a valid dataspace.
     let selected = unsafe { (api.H5Sget_select_npoints?)(file_space.0) };
@@ -240,37 +254,51 @@ impl Prepared {
         buffer: *mut c_void,
     ) -> Result<(), String> {
         let api = self.api;
-        let failed = |_: IoError| stack(api);
         if self.rank == 0 {
             // A scalar dataset has one element: the prepared spaces select it.
             // SAFETY: as the caller guarantees.
             return unsafe { self.io_with(self.mem_space.0, self.file_space.0, buffer) };
         }
         // SAFETY: a dataset id checked in `prepare`.
-        let file = Space::new(unsafe { (api.H5Dget_space?)(self.dataset) }, api).map_err(failed)?;
+        let file = Space::new(unsafe { (api.H5Dget_space?)(self.dataset) }, api)?;
         // SAFETY: arrays of the dataset's rank (the caller's part of the checked selection).
-        let status = unsafe {
-            (api.H5Sselect_hyperslab?)(
-                file.0,
-                H5S_SELECT_SET,
-                start.as_ptr(),
-                step.as_ptr(),
-                count.as_ptr(),
-                std::ptr::null(),
-            )
-        };
-        if status < 0 {
-            return Err(stack(api));
-        }
+        unsafe { file.select(start, step, count) }?;
         let elements: u64 = count.iter().product();
         // SAFETY: a one-dimensional space of the hyperslab's element count.
         let memory = Space::new(
             unsafe { (api.H5Screate_simple?)(1, &elements, std::ptr::null()) },
             api,
-        )
-        .map_err(failed)?;
+        )?;
         // SAFETY: as the caller guarantees.
         unsafe { self.io_with(memory.0, file.0, buffer) }
+    }
+
+    /// Moves the file block (`start`, `count`; steps of 1, a part of the prepared selection)
+    /// between the dataset and the prepared buffer, which holds an array of `shape` where the
+    /// block lies from `at`. The HDF5's lock stays held.
+    ///
+    /// # Safety
+    /// The prepared buffer must hold the array of `shape` in the memory type (writable for
+    /// reads), and the block must lie inside the dataset and, from `at`, inside that array.
+    pub unsafe fn run_block(
+        &self,
+        (start, count): (&[u64], &[u64]),
+        shape: &[u64],
+        at: &[u64],
+    ) -> Result<(), String> {
+        let (api, ones) = (self.api, vec![1u64; count.len()]);
+        // SAFETY: a dataset id checked in `prepare`.
+        let file = Space::new(unsafe { (api.H5Dget_space?)(self.dataset) }, api)?;
+        let rank = shape.len() as c_int;
+        // SAFETY: a simple space of `shape`.
+        let memory = unsafe { (api.H5Screate_simple?)(rank, shape.as_ptr(), std::ptr::null()) };
+        let memory = Space::new(memory, api)?;
+        // SAFETY: arrays of the dataset's rank (the caller's block).
+        unsafe { file.select(start, &ones, count) }?;
+        // SAFETY: arrays of `shape`'s rank (the block's place in it).
+        unsafe { memory.select(at, &ones, count) }?;
+        // SAFETY: as the caller guarantees.
+        unsafe { self.io_with(memory.0, file.0, self.buffer as *mut c_void) }
     }
 
     /// H5Dread/H5Dwrite with the given spaces.

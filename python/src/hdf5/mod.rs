@@ -10,7 +10,7 @@
 mod chunks;
 mod facts;
 
-pub use chunks::{chunk_index, h5py_face, stored_chunks};
+pub use chunks::{chunk_index, h5py_face, stored_chunks, H5pyFace};
 pub use facts::{
     dataset_dims, dataset_facts, object_name, read_only_file, DatasetFacts, StoredLayout,
 };

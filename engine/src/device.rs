@@ -1,0 +1,579 @@
+//! One transfer of a dataset's selection between the file and device memory, written once for
+//! both faces: where a compressed read's chunks are decoded (`gpu_decoded::decoder`), then the
+//! route (`route::plan`, over the storage in route's terms, [`storage`]): straight through the
+//! `gds` driver (H5Dread/H5Dwrite with the device pointer, through a [`Prepared`] transfer),
+//! staged through pinned buffers (`staged`), decoded by h5gds on the host's threads into those
+//! buffers (`decoded`), or decoded on the GPU (`gpu_decoded::read`) with the chunks never written
+//! filled through the staged path. What the faces differ in is a [`Face`] (a [`ReadFace`] for
+//! reads): HDF5's lock, the ring of streams, the words of errors and log lines ([`Note`]), and
+//! whether a read whose routes mix moves each block its own way ([`ReadRoute::split`]).
+
+use crate::chunks::{self, StoredChunks};
+use crate::decoded::{self, Decoded};
+use crate::facts::StoredLayout;
+use crate::gpu_decoded::{self, CompressedRead};
+use crate::staged::{self, hyperslab_piece, NotBool};
+use crate::transfer::Prepared;
+use h5gds::VfdSettings;
+use h5gds_chunk_codec::{ChunkIndex, Decoding, Hyperslab, Pipeline, RawChunks};
+use h5gds_gpu_codec::decode::{Decoding as GpuDecoding, HostReads};
+use h5gds_gpu_codec::DeviceFailure;
+use h5gds_route::route::{blocker, data_blocker, plan, Decoder, GpuCodec, Route, Storage};
+use h5gds_route::select::{chunks_touching, decoded_pieces, flat_range_blocks, Block, Runs};
+use h5gds_route::select::{staged_piece_bytes, staging_pieces};
+use h5gds_runtime::cuda::CudaError;
+use h5gds_runtime::settings::{self, DevicePath, InvalidSetting};
+use h5gds_runtime::staging_ring::{RingStream, StagingRing};
+use h5gds_runtime::stream::CudaStream;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// The step of a transfer that failed, for the face's words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// H5Dread/H5Dwrite with the device pointer.
+    Direct,
+    /// HDF5 moving a staged piece.
+    Staged,
+    /// HDF5 reading the fill value of chunks never written, after GPU decoding.
+    NeverWritten,
+    /// nvCOMP failing to load.
+    Codec,
+}
+
+/// What a transfer is about to do, for the face's log line (blocks in file coordinates).
+pub enum Note<'a> {
+    /// Where the chunks are decoded, and why, in words ("its chunks are decoded ...").
+    Decoder(&'a str),
+    /// The block moves straight through the driver.
+    Direct(&'a Block),
+    /// The block moves through pinned host memory, for this reason (the first three reasons of
+    /// a split read).
+    Staged(&'a Block, &'a str),
+    /// The region moves through pinned host memory, its chunks decoded by h5gds, for this reason.
+    HostDecoding(&'a Block, &'a str),
+    /// What one piece of a host-decoded read did.
+    Decoded(&'a Decoded),
+    /// The region's chunks written were decoded on the GPU, in words (how many moved compressed
+    /// and how, how many were never written); the chunks never written are filled next.
+    GpuDecoded(&'a Block, &'a str),
+}
+
+/// What a device transfer leaves to its face.
+pub trait Face {
+    type Error: From<CudaError> + From<InvalidSetting>;
+    type Stream: RingStream;
+
+    /// Runs `call` (HDF5 calls) holding the HDF5 copy's lock, where the face does not hold it
+    /// around the whole transfer.
+    fn locked<T>(&self, call: impl FnOnce() -> T) -> T;
+
+    /// Staging buffers of `bytes` each on the face's streams, for a transfer of `pieces` pieces.
+    fn ring(&self, bytes: usize, pieces: usize) -> Result<StagingRing<Self::Stream>, Self::Error>;
+
+    /// The driver's settings (its I/O threads, the smallest piece that keeps them busy), read at
+    /// most once per call of the face.
+    fn driver(&self) -> Result<&VfdSettings, Self::Error>;
+
+    /// The error of a failed `step`; `message`: HDF5's (or nvCOMP's) words.
+    fn failed(&self, step: Step, message: String) -> Self::Error;
+
+    /// Writes the log line of `note`, before the step it names.
+    fn note(&self, note: Note);
+}
+
+/// What a device read leaves to its face besides a [`Face`]'s: the refusal of a bool byte, the
+/// dataset's file and stored chunks, and the stream GPU decoding runs on.
+pub trait ReadFace: Face<Error: From<DeviceFailure>> {
+    type Chunks: chunks::Face<Error = Self::Error>;
+
+    /// The refusal of a byte read as a bool that is not 0 or 1.
+    fn not_bool(&self, n: NotBool) -> Self::Error;
+
+    /// The stored chunks (of `chunk` elements) for a read touching `touched` of them.
+    fn stored_chunks(
+        &self,
+        chunk: &[u64],
+        touched: usize,
+    ) -> Result<StoredChunks<'static, Self::Chunks>, Self::Error>;
+
+    /// Runs `read` over the stored chunks and an index holding the written ones among `touched`
+    /// (the first elements of the chunks a GPU-decoded read touches).
+    fn with_index<R>(
+        &self,
+        chunk: &[u64],
+        touched: Vec<Vec<u64>>,
+        read: impl FnOnce(&StoredChunks<'static, Self::Chunks>, &ChunkIndex) -> Result<R, Self::Error>,
+    ) -> Result<R, Self::Error>;
+
+    /// The stream GPU decoding runs on, after the work that made the array.
+    fn stream(&self) -> Result<Arc<CudaStream>, Self::Error>;
+}
+
+/// A dataset stored as `layout` in `route`'s terms, for elements of `item` bytes in the file
+/// (with the chunk cache's size, whether HDF5 caches a chunk). Of a chunked dataset's chunks,
+/// `allocated(chunk)` gives the written ones a transfer may touch (the only ones `route::plan`
+/// asks about), asked only where its route could be direct (unfiltered chunks the cache would
+/// not take).
+pub fn storage<E>(
+    layout: &StoredLayout,
+    item: usize,
+    allocated: impl FnOnce(&[u64]) -> Result<HashSet<Vec<u64>>, E>,
+) -> Result<Storage, E> {
+    Ok(match layout {
+        StoredLayout::Contiguous { external: true, .. } => Storage::External,
+        StoredLayout::Contiguous { address, .. } => Storage::Contiguous {
+            allocated: address.is_some(),
+        },
+        StoredLayout::Compact => Storage::Compact,
+        StoredLayout::Virtual => Storage::Virtual,
+        StoredLayout::Chunked {
+            chunk,
+            filters,
+            cache_bytes,
+        } => {
+            let chunk_bytes = chunk.iter().product::<u64>() as u128 * item as u128;
+            let cached = chunk_bytes <= *cache_bytes as u128;
+            let filtered = !filters.is_empty();
+            Storage::Chunked {
+                chunk: chunk.clone(),
+                filtered,
+                allocated: match filtered || cached {
+                    true => HashSet::new(),
+                    false => allocated(chunk)?,
+                },
+                cached,
+            }
+        }
+    })
+}
+
+/// The box the selection spans, in file coordinates (what `route::plan` is asked about).
+pub fn spanned(selection: &Hyperslab) -> Block {
+    let spans = selection.count.iter().zip(selection.step);
+    Block {
+        start: selection.start.to_vec(),
+        count: spans
+            .map(|(&c, &s)| c.saturating_sub(1) * s + c.min(1))
+            .collect(),
+    }
+}
+
+/// Why a transfer of `region` of a dataset stored as `storage` is staged, if any part of it is
+/// (the first staged block's reason); `blocker` stages all of it.
+pub fn staged_reason(storage: &Storage, region: &Block, blocker: Option<String>) -> Option<String> {
+    first_staged(&plan(storage, region, blocker))
+}
+
+fn first_staged(routes: &[(Block, Route)]) -> Option<String> {
+    routes.iter().find_map(|(_, route)| match route {
+        Route::Staged(reason) => Some(reason.clone()),
+        Route::Direct => None,
+    })
+}
+
+/// One transfer: the selection of a dataset and the device array holding its elements.
+pub struct Selected<'a> {
+    /// The checked transfer of the whole selection, its buffer the device array.
+    pub prepared: &'a Prepared,
+    /// The selection, in file coordinates; the array holds its elements in row-major order.
+    pub selection: Hyperslab<'a>,
+    /// Bytes per element.
+    pub item: usize,
+    /// The device array's address.
+    pub address: u64,
+    /// The most bytes a staging buffer holds (`H5GDS_STAGING_BUFFER_SIZE`).
+    pub staging_size: usize,
+}
+
+/// What a read's way is decided over.
+pub struct ReadRoute<'a> {
+    /// How the dataset is stored: HDF5's words (filtered chunks: where they are decoded is asked
+    /// first), and route's ([`storage`]).
+    pub layout: &'a StoredLayout,
+    pub storage: &'a Storage,
+    pub facts: &'a h5gds_route::route::Transfer,
+    /// The device path the settings ask for (`H5GDS_USE_VFD_GDS`).
+    pub path: DevicePath,
+    /// How h5gds decodes filtered chunks on the host's threads, or why it cannot (the face's
+    /// verdict).
+    pub host: Result<&'a Pipeline, String>,
+    /// Whether a read whose routes mix moves each block its own way (array-io), rather than
+    /// staging all of it for the first staged block's reason (the extension). Only selections
+    /// of steps 1 are split.
+    pub split: bool,
+}
+
+/// The pieces of `elements` elements of `item` bytes staged through buffers of `piece_bytes`,
+/// and the bytes a buffer needs.
+fn pieces(elements: u64, piece_bytes: u64, item: usize, cuts: &[u64]) -> (Vec<(u64, u64)>, usize) {
+    let per = (piece_bytes / item as u64).max(1);
+    (
+        staging_pieces(elements, per, cuts),
+        per.min(elements) as usize * item,
+    )
+}
+
+/// Pieces of a transfer of `elements` through HDF5: an eighth of it, at least a task for each
+/// of the driver's I/O threads, at most a staging buffer (`route::select::staged_piece_bytes`).
+fn through_hdf5<F: Face>(face: &F, io: &Selected, elements: u64) -> Result<u64, F::Error> {
+    let floor = face.driver()?.task_round_bytes() as u64;
+    let total = elements * io.item as u64;
+    Ok(staged_piece_bytes(total, io.staging_size as u64, floor))
+}
+
+/// The selection, or a box of it, as file coordinates: element `first` of the selection on.
+fn file_start(selection: &Hyperslab, first: &[u64]) -> Vec<u64> {
+    let axes = selection.start.iter().zip(selection.step).zip(first);
+    axes.map(|((&s, &step), &f)| s + f * step).collect()
+}
+
+/// Writes the selection from device memory: straight through the driver, or through pinned
+/// buffers for the reason `staged`. Every copy has finished when this returns.
+///
+/// # Safety
+/// `io.address` must hold the selection's elements in the prepared memory type, in device memory
+/// the driver takes (one allocation of a device this process sees), alive for the call.
+pub unsafe fn write<F: Face>(
+    face: &F,
+    io: &Selected,
+    staged: Option<&str>,
+) -> Result<(), F::Error> {
+    let (sel, item) = (&io.selection, io.item);
+    let region = spanned(sel);
+    let Some(reason) = staged else {
+        // SAFETY: as the caller guarantees.
+        return unsafe { direct(face, io, &region, None) };
+    };
+    face.note(Note::Staged(&region, reason));
+    let elements: u64 = sel.count.iter().product();
+    let (pieces, bytes) = pieces(elements, through_hdf5(face, io, elements)?, item, &[]);
+    let mut ring = face.ring(bytes, pieces.len())?;
+    face.locked(|| {
+        // The next piece comes from the device while this one is written.
+        staged::write(&mut ring, &pieces, item, io.address, |a, b, buf| {
+            let selection = (sel.start, sel.step, sel.count);
+            // SAFETY: the buffer holds the piece's b - a elements just copied; a write only
+            // reads it.
+            unsafe {
+                hyperslab_piece(
+                    io.prepared,
+                    selection,
+                    (a, b),
+                    item,
+                    buf.as_ptr().cast_mut(),
+                )
+            }
+            .map_err(|m| face.failed(Step::Staged, m))
+        })
+    })
+}
+
+/// Moves `block` (file coordinates, a box of the selection; `None`: all of it) straight between
+/// the file and the device array, the driver taking the device pointer.
+///
+/// # Safety
+/// As [`write`] and [`read`].
+unsafe fn direct<F: Face>(
+    face: &F,
+    io: &Selected,
+    region: &Block,
+    block: Option<&Block>,
+) -> Result<(), F::Error> {
+    face.note(Note::Direct(block.unwrap_or(region)));
+    face.locked(|| match block {
+        // SAFETY: the array holds the selection (checked by `prepare`), as the caller
+        // guarantees; the route says HDF5 hands the pointer to the driver untouched.
+        None => unsafe { io.prepared.run() },
+        Some(block) => {
+            let at = block.relative_to(&region.start).start;
+            // SAFETY: as above; the block is a box of the region, a selection of steps 1.
+            unsafe { (io.prepared).run_block((&block.start, &block.count), &region.count, &at) }
+        }
+    })
+    .map_err(|m| face.failed(Step::Direct, m))
+}
+
+/// Reads the selection into device memory, each part its way: compressed chunks decoded on the
+/// GPU or by h5gds on the host's threads where `gpu_decoded::decoder` says, else as
+/// `route::plan` says. Every copy has finished when this returns.
+///
+/// # Safety
+/// As [`write`], the array writable.
+pub unsafe fn read<F: ReadFace>(
+    face: &F,
+    io: &Selected,
+    route: &ReadRoute,
+) -> Result<(), F::Error> {
+    let (sel, item) = (&io.selection, io.item);
+    let region = spanned(sel);
+    let refuse = |n| face.not_bool(n);
+    let bools = (route.facts.checked_bytes).then_some(&refuse as &dyn Fn(NotBool) -> F::Error);
+    let routes = plan(route.storage, &region, blocker(route.facts));
+    let compressed = match route.layout {
+        StoredLayout::Chunked { chunk, filters, .. } if !filters.is_empty() => {
+            Some((chunk, filters))
+        }
+        _ => None,
+    };
+    if let Some((chunk, filters)) = compressed {
+        let threads = face.driver()?.nthreads;
+        // Stored chunks the host's threads read reach the GPU without the driver: a file open
+        // with sec2 blocks the driver's path, not decoding on the GPU.
+        let direct_file = || face.stored_chunks(chunk, 0).ok()?.direct_file();
+        let other = route.facts.other_driver.as_deref();
+        let reads = gpu_decoded::host_reads(route.path, other, face.driver()?, direct_file);
+        let blocker = match reads {
+            Some(_) => data_blocker(route.facts),
+            None => blocker(route.facts),
+        };
+        let (choice, words) = gpu_decoded::decoder(CompressedRead {
+            filters: &filters.iter().map(|f| f.id).collect::<Vec<_>>(),
+            chunk,
+            selection: sel,
+            item,
+            blocker,
+            host: route.host.as_ref().map(drop).map_err(Clone::clone),
+            host_threads: threads,
+        })?;
+        face.note(Note::Decoder(&words));
+        match (choice, &route.host) {
+            (Some(Decoder::Gpu(codec)), _) => {
+                // SAFETY: as the caller guarantees.
+                return unsafe { decoded_on_gpu(face, io, (chunk, codec, reads), &region, bools) };
+            }
+            (Some(Decoder::Host), Ok(pipeline)) => {
+                let reason = first_staged(&routes);
+                let reason = reason.as_deref().unwrap_or("its chunks are compressed");
+                face.note(Note::HostDecoding(&region, reason));
+                let how = Decoding {
+                    pipeline,
+                    chunk,
+                    element_size: item,
+                    threads,
+                };
+                return decoded_on_host(face, io, &how, bools);
+            }
+            _ => {}
+        }
+    }
+    let split = route.split && routes.len() > 1 && sel.step.iter().all(|&s| s == 1);
+    if !split {
+        let Some(reason) = first_staged(&routes) else {
+            // SAFETY: as the caller guarantees.
+            return unsafe { direct(face, io, &region, None) };
+        };
+        face.note(Note::Staged(&region, &reason));
+        let elements: u64 = sel.count.iter().product();
+        let (pieces, bytes) = pieces(elements, through_hdf5(face, io, elements)?, item, &[]);
+        let mut ring = face.ring(bytes, pieces.len())?;
+        let all = Block::whole(sel.count);
+        return staged_read(face, io, &mut ring, (&all, &pieces), bools);
+    }
+    let (mut ring, mut said) = (None, Vec::new());
+    let piece_bytes = through_hdf5(face, io, region.len())?;
+    let buffer = (piece_bytes / item as u64).max(1) as usize * item;
+    for (block, way) in &routes {
+        let Route::Staged(reason) = way else {
+            // SAFETY: as the caller guarantees; the block is a box of the region.
+            unsafe { direct(face, io, &region, Some(block)) }?;
+            continue;
+        };
+        if !said.contains(&reason) && said.len() < 3 {
+            face.note(Note::Staged(block, reason));
+            said.push(reason);
+        }
+        let (pieces, _) = pieces(block.len(), piece_bytes, item, &[]);
+        // One ring for every staged block, its buffers sized for the whole region's pieces.
+        let ring = match &mut ring {
+            Some(ring) => ring,
+            None => ring.insert(face.ring(buffer, pieces.len())?),
+        };
+        let inside = block.relative_to(&region.start);
+        staged_read(face, io, ring, (&inside, &pieces), bools)?;
+    }
+    Ok(())
+}
+
+/// Reads `block` (of the selection's elements: a box of its `count`) into its place in the
+/// device array through `ring`, HDF5 filling the buffers piece by piece.
+fn staged_read<F: ReadFace>(
+    face: &F,
+    io: &Selected,
+    ring: &mut StagingRing<F::Stream>,
+    (block, pieces): (&Block, &[(u64, u64)]),
+    bools: Option<&dyn Fn(NotBool) -> F::Error>,
+) -> Result<(), F::Error> {
+    let (sel, item) = (&io.selection, io.item);
+    let start = file_start(sel, &block.start);
+    let runs = Runs::new(block, sel.count);
+    face.locked(|| {
+        staged::read(
+            ring,
+            pieces,
+            (io.address, item, &runs),
+            bools,
+            |a, b, buf| {
+                let selection = (&start[..], sel.step, &block.count[..]);
+                // SAFETY: the buffer holds the piece's b - a elements of the memory type.
+                unsafe { hyperslab_piece(io.prepared, selection, (a, b), item, buf.as_mut_ptr()) }
+                    .map_err(|m| face.failed(Step::Staged, m))
+            },
+        )
+    })
+}
+
+/// Reads the selection through pinned buffers that h5gds decodes its chunks into on the host's
+/// threads (`decoded::read_hyperslab`), in pieces that end where the selection enters a new layer
+/// of chunks (`route::select::decoded_pieces`), so no chunk is decoded twice.
+fn decoded_on_host<F: ReadFace>(
+    face: &F,
+    io: &Selected,
+    how: &Decoding,
+    bools: Option<&dyn Fn(NotBool) -> F::Error>,
+) -> Result<(), F::Error> {
+    let (sel, item) = (&io.selection, io.item);
+    let staging = io.staging_size as u64;
+    let (threads, es) = (how.threads as u64, item as u64);
+    let split = decoded_pieces(
+        sel.start, sel.step, sel.count, how.chunk, es, threads, staging,
+    );
+    let elements: u64 = sel.count.iter().product();
+    let (pieces, bytes) = pieces(elements, split.piece_bytes, item, &split.cuts);
+    let mut ring = face.ring(bytes, pieces.len())?;
+    let runs = Runs::new(&Block::whole(sel.count), sel.count);
+    let mem_type = io.prepared.mem_type();
+    staged::read(
+        &mut ring,
+        &pieces,
+        (io.address, item, &runs),
+        bools,
+        |a, b, buf| {
+            let mut at = 0usize;
+            for block in flat_range_blocks(sel.count, a, b) {
+                let start = file_start(sel, &block.start);
+                let (step, count) = (sel.step, &block.count[..]);
+                let selection = Hyperslab {
+                    start: &start,
+                    step,
+                    count,
+                };
+                let out = &mut buf[at..at + block.len() as usize * item];
+                let open = |touched| face.stored_chunks(how.chunk, touched);
+                let done = decoded::read_hyperslab(how, mem_type, selection, open, out)?;
+                face.note(Note::Decoded(&done));
+                at += out.len();
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Reads `region` (the selection, of steps 1 where a step counts) decoding its written chunks on
+/// the GPU with nvCOMP (`gpu_decoded::read`), then the parts in chunks never written through the
+/// staged path, where HDF5 fills them with the fill value.
+///
+/// # Safety
+/// As [`read`].
+unsafe fn decoded_on_gpu<F: ReadFace>(
+    face: &F,
+    io: &Selected,
+    (chunk, codec, host_reads): (&[u64], GpuCodec, Option<HostReads>),
+    region: &Block,
+    bools: Option<&dyn Fn(NotBool) -> F::Error>,
+) -> Result<(), F::Error> {
+    let lib = h5gds_gpu_codec::nvcomp::library().map_err(|m| face.failed(Step::Codec, m))?;
+    let how = GpuDecoding {
+        lib,
+        codec,
+        chunk,
+        element_size: io.item,
+        verify: settings::verify_checksums()?,
+        host_reads,
+    };
+    let touched = chunks_touching(region, chunk).into_iter().map(|(at, _)| at);
+    let stream = face.stream()?;
+    let dest = io.address;
+    let decoded = face.with_index(chunk, touched.collect(), |source, index| {
+        gpu_decoded::read(source, index, &how, region, dest, &stream)
+    })?;
+    face.note(Note::GpuDecoded(region, &decoded.words));
+    if let Some(largest) = decoded.missing.iter().map(Block::len).max() {
+        let (per, item) = ((io.staging_size / io.item).max(1) as u64, io.item);
+        let (pieces, bytes) = pieces(largest, per * item as u64, item, &[]);
+        let mut ring = face.ring(bytes, pieces.len())?;
+        let never = |m| face.failed(Step::NeverWritten, m);
+        let (missing, to) = (&decoded.missing, (dest, item, per));
+        face.locked(|| {
+            staged::fill_never_written(&mut ring, io.prepared, missing, region, to, bools, never)
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use h5gds_chunk_codec::Filter;
+    use std::cell::Cell;
+
+    #[test]
+    fn the_written_chunks_are_asked_for_only_where_the_route_could_be_direct() {
+        let chunked = |filters: Vec<Filter>, cache_bytes| StoredLayout::Chunked {
+            chunk: vec![4],
+            filters,
+            cache_bytes,
+        };
+        let asked = Cell::new(0);
+        let allocated = |chunk: &[u64]| {
+            asked.set(asked.get() + 1);
+            Ok::<_, ()>(HashSet::from([chunk.to_vec()]))
+        };
+        // Chunks of 4 elements of 8 bytes: 32 bytes, more than a cache of 16.
+        let direct = storage(&chunked(vec![], 16), 8, allocated).unwrap();
+        assert!(
+            matches!(direct, Storage::Chunked { cached: false, filtered: false, allocated, .. } if allocated.len() == 1)
+        );
+        let cached = storage(&chunked(vec![], 32), 8, allocated).unwrap();
+        assert!(
+            matches!(cached, Storage::Chunked { cached: true, allocated, .. } if allocated.is_empty())
+        );
+        let deflate = vec![Filter {
+            id: 1,
+            values: vec![],
+        }];
+        let filtered = storage(&chunked(deflate, 0), 8, allocated).unwrap();
+        assert!(
+            matches!(filtered, Storage::Chunked { filtered: true, allocated, .. } if allocated.is_empty())
+        );
+        assert_eq!(asked.get(), 1);
+        let unwritten = StoredLayout::Contiguous {
+            address: None,
+            external: false,
+        };
+        let unwritten = storage(&unwritten, 8, allocated).unwrap();
+        assert!(matches!(
+            unwritten,
+            Storage::Contiguous { allocated: false }
+        ));
+    }
+
+    #[test]
+    fn a_strided_selection_spans_its_first_to_its_last_element() {
+        let selection = Hyperslab {
+            start: &[2, 5],
+            step: &[3, 1],
+            count: &[4, 0],
+        };
+        let region = spanned(&selection);
+        assert_eq!((region.start, region.count), (vec![2, 5], vec![10, 0]));
+    }
+
+    #[test]
+    fn pieces_fill_a_buffer_each_and_the_buffer_holds_the_largest() {
+        assert_eq!(pieces(10, 16, 4, &[]), (vec![(0, 4), (4, 8), (8, 10)], 16));
+        assert_eq!(pieces(3, 16, 4, &[]), (vec![(0, 3)], 12));
+        // A buffer smaller than an element still holds one.
+        assert_eq!(pieces(2, 2, 4, &[]), (vec![(0, 1), (1, 2)], 4));
+    }
+}
