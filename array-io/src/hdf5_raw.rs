@@ -300,15 +300,6 @@ impl Spaces<'_> {
         let id = |s: Option<&Dataspace>| s.map_or(H5S_ALL, |s| s.id());
         (id(self.memory), id(self.file))
     }
-
-    /// The number of elements the memory side holds.
-    fn memory_len(&self, dset: &Dataset) -> Result<usize> {
-        Ok(match (self.memory, self.file) {
-            (Some(m), _) => m.selection_size(),
-            (None, Some(f)) => f.selection_size(),
-            (None, None) => dset.space()?.size(),
-        })
-    }
 }
 
 /// Reads from `dset` into memory at `buf`, which may be device memory when the driver takes it.
@@ -357,82 +348,6 @@ pub fn chunk_error(failed: h5gds_engine::chunks::CallFailed) -> hdf5::Error {
         Some(missing) => hdf5::Error::from(format!("the linked HDF5: {missing}")),
         None => check(-1).unwrap_err(),
     }
-}
-
-/// Checks that `len` elements of `T` match the memory side of a transfer of `mem_type`.
-fn check_buffer<T>(dset: &Dataset, mem_type: &Datatype, spaces: &Spaces, len: usize) -> Result<()> {
-    let (size, want) = (mem_type.size(), std::mem::size_of::<T>());
-    if size != want {
-        return Err(format!(
-            "the memory type has {size}-byte elements, the buffer {want}-byte ones ({})",
-            std::any::type_name::<T>()
-        )
-        .into());
-    }
-    let needed = spaces.memory_len(dset)?;
-    if needed != len {
-        return Err(format!("the selection has {needed} elements, the buffer {len}").into());
-    }
-    Ok(())
-}
-
-/// Reads into a host slice whose element size and length must match `mem_type` and the
-/// selection (checked: a mismatch is an error, not a buffer overrun).
-pub fn read_into<T: Copy>(
-    dset: &Dataset,
-    mem_type: &Datatype,
-    spaces: Spaces,
-    out: &mut [std::mem::MaybeUninit<T>],
-) -> Result<()> {
-    check_buffer::<T>(dset, mem_type, &spaces, out.len())?;
-    // SAFETY: `out` holds exactly the selection's elements of `mem_type`'s size.
-    unsafe { read(dset, mem_type, spaces, out.as_mut_ptr().cast()) }
-}
-
-/// Element types for which every bit pattern is a valid value, so HDF5 may write any bytes
-/// into an initialised slice of them.
-///
-/// # Safety
-/// Implement only for types without invalid bit patterns or padding.
-pub unsafe trait Plain: Copy {}
-
-macro_rules! plain {
-    ($($t:ty),*) => {$(
-        // SAFETY: a primitive number: every bit pattern is a value.
-        unsafe impl Plain for $t {}
-    )*};
-}
-plain!(i8, i16, i32, i64, u8, u16, u32, u64, f32, f64);
-
-/// [`read_into`] an initialised slice (of a [`Plain`] type, whatever HDF5 writes is a value).
-pub fn read_into_plain<T: Plain>(
-    dset: &Dataset,
-    mem_type: &Datatype,
-    spaces: Spaces,
-    out: &mut [T],
-) -> Result<()> {
-    // SAFETY: MaybeUninit<T> has T's layout; only initialised bytes of a Plain type are
-    // written through the view (HDF5's), so `out` stays initialised.
-    let view = unsafe {
-        std::slice::from_raw_parts_mut(
-            out.as_mut_ptr().cast::<std::mem::MaybeUninit<T>>(),
-            out.len(),
-        )
-    };
-    read_into(dset, mem_type, spaces, view)
-}
-
-/// Writes from a host slice whose element size and length must match `mem_type` and the
-/// selection (checked).
-pub fn write_from<T: Copy>(
-    dset: &Dataset,
-    mem_type: &Datatype,
-    spaces: Spaces,
-    data: &[T],
-) -> Result<()> {
-    check_buffer::<T>(dset, mem_type, &spaces, data.len())?;
-    // SAFETY: `data` holds exactly the selection's elements of `mem_type`'s size.
-    unsafe { write(dset, mem_type, spaces, data.as_ptr().cast()) }
 }
 
 /// The id of the driver registered with `value`, if one is.
@@ -567,51 +482,6 @@ pub fn driver_class(id: hid_t) -> Result<*const c_void> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::mem::MaybeUninit;
-
-    fn dataset_of_four_f64(dir: &Path) -> (File, Dataset, Datatype) {
-        let fapl = file_access(&FileDriver::Sec2).unwrap();
-        let file = create_file(&dir.join("typed.h5"), &fapl).unwrap();
-        let dset = file.new_dataset::<f64>().shape(4).create("x").unwrap();
-        let f64_type = Datatype::from_type::<f64>().unwrap();
-        write_from(
-            &dset,
-            &f64_type,
-            Spaces::default(),
-            &[1.0f64, 2.0, 3.0, 4.0],
-        )
-        .unwrap();
-        (file, dset, f64_type)
-    }
-
-    #[test]
-    fn typed_calls_refuse_buffers_of_another_element_size_or_length() {
-        let dir = tempfile::tempdir().unwrap();
-        let (_file, dset, f64_type) = dataset_of_four_f64(dir.path());
-        // f64 elements into an f32 slice of the same length would overrun it by half.
-        let mut small = [MaybeUninit::<f32>::uninit(); 4];
-        let err = read_into(&dset, &f64_type, Spaces::default(), &mut small).unwrap_err();
-        let text = err.to_string();
-        assert!(
-            text.contains("8-byte elements") && text.contains("4-byte"),
-            "{text}"
-        );
-        let mut short = [MaybeUninit::<f64>::uninit(); 3];
-        let err = read_into(&dset, &f64_type, Spaces::default(), &mut short).unwrap_err();
-        assert!(
-            err.to_string().contains("4 elements, the buffer 3"),
-            "{err}"
-        );
-        let err = write_from(&dset, &f64_type, Spaces::default(), &[9u8; 4]).unwrap_err();
-        assert!(err.to_string().contains("1-byte"), "{err}");
-        // The refused write left the data as it was.
-        let mut out = [MaybeUninit::<f64>::uninit(); 4];
-        read_into(&dset, &f64_type, Spaces::default(), &mut out).unwrap();
-        // SAFETY: read_into succeeded, so HDF5 initialised all four.
-        let out = out.map(|v| unsafe { v.assume_init() });
-        assert_eq!(out, [1.0, 2.0, 3.0, 4.0]);
-    }
-
     #[test]
     fn block_selections_check_their_rank_and_count_their_union() {
         let space = select_blocks(&[4, 4], &[(&[0, 0], &[2, 2]), (&[2, 2], &[2, 2])]).unwrap();
