@@ -10,7 +10,7 @@ use crate::hdf5_raw;
 use crate::layout::{check_types, Types};
 use crate::options::{DevicePath, Settings};
 use crate::select::Block;
-use crate::transfer::{self, Slab};
+use crate::transfer;
 use crate::ReadOptions;
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::rows::{RowPlan, RowRuns};
@@ -141,7 +141,7 @@ fn read_region_through_hdf5<T: Element>(
         crate::host_codec::read_region(ds, &types.mem, region, &planned, bytes)?;
     } else {
         let ones = vec![1; region.count.len()];
-        let slab = Slab {
+        let slab = Hyperslab {
             start: &region.start,
             step: &ones,
             count: &region.count,

@@ -9,13 +9,9 @@ use h5gds_engine::transfer::{prepare, IoError, Transfer};
 use hdf5::{Dataset, Datatype, Result};
 use std::ffi::c_void;
 
-/// A hyperslab of a dataset: first element, step and number of elements per axis.
-#[derive(Clone, Copy, Debug)]
-pub struct Slab<'a> {
-    pub start: &'a [u64],
-    pub step: &'a [u64],
-    pub count: &'a [u64],
-}
+/// A hyperslab of a dataset: per axis the first index, the step and the count (the workspace's
+/// one description of it, from the chunk codec).
+pub use h5gds_chunk_codec::Hyperslab;
 
 /// Reads `slab` of `dset` (`None`: all of it) into `nbytes` at `buffer` as its elements of
 /// `mem_type` in row-major order. Ids, selection and `nbytes` are checked against HDF5 before a
@@ -27,7 +23,7 @@ pub struct Slab<'a> {
 pub unsafe fn read(
     dset: &Dataset,
     mem_type: &Datatype,
-    slab: Option<Slab>,
+    slab: Option<Hyperslab>,
     buffer: *mut c_void,
     nbytes: usize,
 ) -> Result<()> {
@@ -44,7 +40,7 @@ pub unsafe fn read(
 pub unsafe fn write(
     dset: &Dataset,
     mem_type: &Datatype,
-    slab: Option<Slab>,
+    slab: Option<Hyperslab>,
     buffer: *const c_void,
     nbytes: usize,
 ) -> Result<()> {
@@ -60,7 +56,7 @@ unsafe fn run(
     write: bool,
     dset: &Dataset,
     mem_type: &Datatype,
-    slab: Option<Slab>,
+    slab: Option<Hyperslab>,
     buffer: *mut c_void,
     nbytes: usize,
 ) -> Result<()> {
@@ -70,7 +66,7 @@ unsafe fn run(
         None => {
             let dims: Vec<u64> = dset.shape().iter().map(|&d| d as u64).collect();
             whole = [vec![0; dims.len()], vec![1; dims.len()], dims];
-            Slab {
+            Hyperslab {
                 start: &whole[0],
                 step: &whole[1],
                 count: &whole[2],
@@ -128,7 +124,7 @@ mod tests {
         assert!(err.is_err());
         // Column 1 of both rows, converted to i32 by HDF5.
         let mut column = [0i32; 2];
-        let slab = Slab {
+        let slab = Hyperslab {
             start: &[0, 1],
             step: &[1, 1],
             count: &[2, 1],

@@ -7,9 +7,8 @@ use crate::harness::{
 };
 use crate::stats::Measurement;
 use array_io::hdf5_raw::{named as h5, FileDriver as Driver};
-use array_io::transfer::{self, Slab};
+use array_io::transfer::{self, Hyperslab};
 use hdf5::{Dataset, Datatype, Selection};
-use ndarray::Array1;
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -56,20 +55,18 @@ fn write_file(path: &Path, name: &str, shape: &[usize], data: &[f32]) -> Result<
     h5("H5Fclose", file.close())
 }
 
-/// What a benchmark reads or writes of a dataset: all of it, a hyperslab (start, step and
-/// count per axis), both moved between the dataset and the caller's buffer by the engine's
-/// checked transfer, or points in the order given (hdf5-metno).
+/// What a benchmark reads or writes of a dataset: a hyperslab (start, step and count per axis),
+/// moved between the dataset and the caller's buffer by the engine's checked transfer, or points
+/// in the order given (hdf5-metno).
 enum Sel {
-    All,
     Slab([Vec<u64>; 3]),
     Points(Selection),
 }
 
 /// A selection of `indices` of a 1-D dataset, in the order given.
 fn point_selection(indices: &[u64]) -> Sel {
-    Sel::Points(Selection::from(Array1::from_iter(
-        indices.iter().map(|&i| i as usize),
-    )))
+    let points: Vec<usize> = indices.iter().map(|&i| i as usize).collect();
+    Sel::Points(Selection::from(points))
 }
 
 /// The hyperslab of `start`, `step` and `count` per axis.
@@ -78,41 +75,30 @@ fn slab<const N: usize>(start: [usize; N], step: [usize; N], count: [usize; N]) 
     Sel::Slab([axes(start), axes(step), axes(count)])
 }
 
-impl Sel {
-    /// The hyperslab the engine moves (`None`: all of the dataset); points have none.
-    fn slab(&self) -> Option<Slab<'_>> {
-        match self {
-            Sel::Slab([start, step, count]) => Some(Slab { start, step, count }),
-            Sel::All | Sel::Points(_) => None,
-        }
-    }
-}
-
 fn f32_type() -> Result<Datatype> {
     h5("H5Tcopy", Datatype::from_type::<f32>())
 }
 
 /// Reads `sel` of `dset` into `out` (whose length must be the selection's).
 fn read_dset(dset: &Dataset, sel: &Sel, out: &mut [f32]) -> Result<()> {
-    if let Sel::Points(points) = sel {
-        let got = h5("H5Dread", dset.read_slice_1d::<f32, _>(points.clone()))?;
-        if got.len() != out.len() {
-            return Err(format!(
-                "{} points read into {} places",
-                got.len(),
-                out.len()
-            ));
+    let [start, step, count] = match sel {
+        Sel::Slab(slab) => slab,
+        Sel::Points(points) => {
+            let got = h5("H5Dread", dset.read_slice_1d::<f32, _>(points.clone()))?;
+            if got.len() != out.len() {
+                return Err(format!("{} points read for {}", got.len(), out.len()));
+            }
+            out.iter_mut().zip(&got).for_each(|(o, g)| *o = *g);
+            return Ok(());
         }
-        out.iter_mut().zip(&got).for_each(|(o, g)| *o = *g);
-        return Ok(());
-    }
-    let nbytes = std::mem::size_of_val(out);
+    };
+    let (slab, nbytes) = (Hyperslab { start, step, count }, std::mem::size_of_val(out));
     // SAFETY: `out` holds `nbytes` writable bytes; every bit pattern is an f32.
     let read = unsafe {
         transfer::read(
             dset,
             &f32_type()?,
-            sel.slab(),
+            Some(slab),
             out.as_mut_ptr().cast(),
             nbytes,
         )
@@ -122,13 +108,17 @@ fn read_dset(dset: &Dataset, sel: &Sel, out: &mut [f32]) -> Result<()> {
 
 /// Writes `vals` to `sel` of `dset` (`vals`' length must be the selection's).
 fn write_dset(dset: &Dataset, sel: &Sel, vals: &[f32]) -> Result<()> {
-    if let Sel::Points(points) = sel {
-        return h5("H5Dwrite", dset.write_slice(vals, points.clone()));
-    }
-    let nbytes = std::mem::size_of_val(vals);
+    let [start, step, count] = match sel {
+        Sel::Slab(slab) => slab,
+        Sel::Points(points) => return h5("H5Dwrite", dset.write_slice(vals, points.clone())),
+    };
+    let (slab, nbytes) = (
+        Hyperslab { start, step, count },
+        std::mem::size_of_val(vals),
+    );
     // SAFETY: `vals` holds `nbytes` readable bytes.
     let written =
-        unsafe { transfer::write(dset, &f32_type()?, sel.slab(), vals.as_ptr().cast(), nbytes) };
+        unsafe { transfer::write(dset, &f32_type()?, Some(slab), vals.as_ptr().cast(), nbytes) };
     h5("H5Dwrite", written)
 }
 
@@ -284,10 +274,11 @@ pub fn run(
         })
     };
     let mut back = vec![0f32; n];
+    let whole = slab([0], [1], [n]);
     let sel = slab([0], [3], [thirds]);
     let times = interleave(drivers, opts.reps, progress, |d| {
         let t = write(d, &sel, &values)?;
-        read_sel(&wpath(d), &Driver::Sec2, "x", &Sel::All, &mut back)?;
+        read_sel(&wpath(d), &Driver::Sec2, "x", &whole, &mut back)?;
         let want: Vec<f32> = (0..n)
             .map(|i| if i % 3 == 0 { value(i / 3 + 1) } else { 0.0 })
             .collect();
@@ -304,7 +295,7 @@ pub fn run(
     let sel = point_selection(&unsorted);
     let times = interleave(drivers, opts.reps, progress, |d| {
         let t = write(d, &sel, &pvals)?;
-        read_sel(&wpath(d), &Driver::Sec2, "x", &Sel::All, &mut back)?;
+        read_sel(&wpath(d), &Driver::Sec2, "x", &whole, &mut back)?;
         let mut want = vec![0f32; n];
         for (k, &i) in unsorted.iter().enumerate() {
             want[i as usize] = pvals[k];

@@ -15,7 +15,7 @@ use crate::gpu::DeviceBuffer;
 use crate::harness::{create, create_f32, gds, open, Result};
 use crate::stats::Measurement;
 use array_io::hdf5_raw::{named as h5, FileDriver as Driver};
-use array_io::transfer::{self, Slab};
+use array_io::transfer::{self, Hyperslab};
 use hdf5::Datatype;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -69,7 +69,7 @@ fn staged_read(path: &Path, dev: &DeviceBuffer, staging: &mut [f32]) -> Result<(
     while start < total {
         let count = per.min(total - start);
         let part = &mut staging[..count];
-        let slab = Slab {
+        let slab = Hyperslab {
             start: &[start as u64],
             step: &[1],
             count: &[count as u64],

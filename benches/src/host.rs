@@ -6,7 +6,7 @@ use crate::harness::{check_equal, create, create_f32, driver_label, gds, interle
 pub use crate::harness::{HostOptions, Result};
 use crate::stats::Measurement;
 use array_io::hdf5_raw::{named as h5, FileDriver as Driver};
-use array_io::transfer::{self, Slab};
+use array_io::transfer::{self, Hyperslab};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -209,7 +209,7 @@ fn strided(
         timed(|| {
             let file = open(&path, d)?;
             let dset = h5("H5Dopen2", file.dataset("data"))?;
-            let slab = Slab {
+            let slab = Hyperslab {
                 start: &[0, 0],
                 step: &[step as u64, 1],
                 count: &[m.div_ceil(step) as u64, cols as u64],

@@ -42,7 +42,7 @@
 
 use crate::pattern::bytes as pattern;
 use array_io::hdf5_raw::{self, named as h5, FileDriver};
-use array_io::transfer::{self, Slab};
+use array_io::transfer::{self, Hyperslab};
 use cudarc::driver::{result, sys};
 use h5gds_bench::gpu::{init_cuda, DeviceBuffer};
 use hdf5::dataset::{AllocTime, FillTime, Layout};
@@ -84,7 +84,7 @@ fn create(file: &Group, name: &str, len: usize, layout: Layout, unwritten: bool)
 }
 
 /// The bytes of `dset` (`u8` elements) or of its hyperslab `slab`.
-fn selected_bytes(dset: &Dataset, slab: Option<Slab>) -> usize {
+fn selected_bytes(dset: &Dataset, slab: Option<Hyperslab>) -> usize {
     slab.map_or(dset.size(), |s| s.count.iter().product::<u64>() as usize)
 }
 
@@ -93,7 +93,11 @@ fn selected_bytes(dset: &Dataset, slab: Option<Slab>) -> usize {
 ///
 /// # Safety
 /// `buf` must have room for the selection's bytes.
-unsafe fn read_device(dset: &Dataset, slab: Option<Slab>, buf: *mut std::ffi::c_void) -> Check<()> {
+unsafe fn read_device(
+    dset: &Dataset,
+    slab: Option<Hyperslab>,
+    buf: *mut std::ffi::c_void,
+) -> Check<()> {
     let u8_type = h5("H5Tcopy", Datatype::from_type::<u8>())?;
     let nbytes = selected_bytes(dset, slab);
     // SAFETY: as the caller guarantees.
@@ -108,7 +112,7 @@ unsafe fn read_device(dset: &Dataset, slab: Option<Slab>, buf: *mut std::ffi::c_
 /// `buf` must be device memory holding the selection's bytes.
 unsafe fn write_device(
     dset: &Dataset,
-    slab: Option<Slab>,
+    slab: Option<Hyperslab>,
     buf: *const std::ffi::c_void,
 ) -> Check<()> {
     let u8_type = h5("H5Tcopy", Datatype::from_type::<u8>())?;
@@ -149,7 +153,7 @@ fn run(path: &Path, sizes: &[usize]) -> Check<usize> {
         // A hyperslab starting at an odd offset.
         if size > 10 {
             let (start, count) = ((size / 3) | 1, size / 2);
-            let sel = Slab {
+            let sel = Hyperslab {
                 start: &[start as u64],
                 step: &[1],
                 count: &[count as u64],
@@ -215,7 +219,7 @@ fn run(path: &Path, sizes: &[usize]) -> Check<usize> {
     let sset = create(&file, "strided", len, Layout::Contiguous, false)?;
     h5("H5Dwrite", sset.write_raw(&full))?;
     let count = len / 3 - 1;
-    let sel = Slab {
+    let sel = Hyperslab {
         start: &[1],
         step: &[3],
         count: &[count as u64],
@@ -713,7 +717,7 @@ fn run_host_only(path: &Path) -> Check<usize> {
     )?;
     h5("H5Dwrite", kset.write_raw(&want))?;
     let third: Vec<u8> = want.iter().step_by(3).copied().collect();
-    let sel = Slab {
+    let sel = Hyperslab {
         start: &[0],
         step: &[3],
         count: &[third.len() as u64],
