@@ -5,9 +5,8 @@
 //!
 //! Raw here: file access lists selecting a driver hdf5-metno does not know (`gds`, by name for
 //! the plugin or by id for the in-process class) and files opened with them (hdf5-metno's
-//! `FileBuilder` rebuilds the list and rejects unknown drivers); `H5Dread`/`H5Dwrite` with a
-//! pointer that may be device memory; selections that are unions of blocks; driver registration
-//! and lookup; the plugin search path. Every call runs under hdf5-metno's library lock, through
+//! `FileBuilder` rebuilds the list and rejects unknown drivers); driver registration and lookup;
+//! the plugin search path (dataset transfers are the engine's, `crate::transfer`). Every call runs under hdf5-metno's library lock, through
 //! the table of the HDF5 linked into the program ([`linked_hdf5`], from the one declaration of
 //! HDF5's functions in `h5gds_runtime::hdf5::api`).
 //!
@@ -21,9 +20,7 @@
 use h5gds_runtime::hdf5::MissingSymbol;
 use hdf5::plist::{DatasetAccess, FileAccess};
 use hdf5::{Dataset, Dataspace, Datatype, File};
-use hdf5_sys::h5::herr_t;
 use hdf5_sys::h5i::hid_t;
-use hdf5_sys::h5s::{H5S_seloper_t, H5S_ALL};
 use std::ffi::{c_void, CString};
 use std::path::Path;
 
@@ -231,125 +228,6 @@ pub fn prepend_plugin_path(dir: &Path) -> Result<()> {
     check(locked(|| unsafe { prepend(dir.as_ptr()) }) as i64).map(drop)
 }
 
-/// A block of elements: `start` and `count` per dimension.
-pub type Block<'a> = (&'a [u64], &'a [u64]);
-
-/// A dataspace of `shape` (scalar when empty) with the union of `blocks` selected (nothing
-/// selected when there are none). hdf5-metno's selections cannot express unions.
-pub fn select_blocks(shape: &[u64], blocks: &[Block]) -> Result<Dataspace> {
-    let extents: hdf5::Extents = if shape.is_empty() {
-        ().into()
-    } else {
-        shape.iter().map(|&d| d as usize).collect::<Vec<_>>().into()
-    };
-    let space = Dataspace::try_new(extents)?;
-    if shape.is_empty() {
-        return Ok(space); // a scalar: its one element is selected
-    }
-    let api = linked_hdf5();
-    let (select_none, select) = (
-        linked(api.H5Sselect_none)?,
-        linked(api.H5Sselect_hyperslab)?,
-    );
-    locked(|| {
-        if blocks.is_empty() {
-            // SAFETY: a valid dataspace.
-            check(unsafe { select_none(space.id()) } as i64)?;
-        }
-        for (k, (start, count)) in blocks.iter().enumerate() {
-            if start.len() != shape.len() || count.len() != shape.len() {
-                return Err(format!(
-                    "a block of rank {}/{} in a dataspace of rank {}",
-                    start.len(),
-                    count.len(),
-                    shape.len()
-                )
-                .into());
-            }
-            let op = if k == 0 {
-                H5S_seloper_t::H5S_SELECT_SET
-            } else {
-                H5S_seloper_t::H5S_SELECT_OR
-            };
-            // SAFETY: start and count hold one entry per dimension (checked above).
-            let status = unsafe {
-                select(
-                    space.id(),
-                    op as std::ffi::c_int,
-                    start.as_ptr(),
-                    std::ptr::null(),
-                    count.as_ptr(),
-                    std::ptr::null(),
-                )
-            };
-            check(status as i64)?;
-        }
-        Ok(space)
-    })
-}
-
-/// Memory and file dataspaces of a transfer; `None` is all of the dataset (`H5S_ALL`).
-#[derive(Clone, Copy, Default)]
-pub struct Spaces<'a> {
-    pub memory: Option<&'a Dataspace>,
-    pub file: Option<&'a Dataspace>,
-}
-
-impl Spaces<'_> {
-    fn ids(&self) -> (hid_t, hid_t) {
-        let id = |s: Option<&Dataspace>| s.map_or(H5S_ALL, |s| s.id());
-        (id(self.memory), id(self.file))
-    }
-
-    /// The number of elements the memory side holds.
-    fn memory_len(&self, dset: &Dataset) -> Result<usize> {
-        Ok(match (self.memory, self.file) {
-            (Some(m), _) => m.selection_size(),
-            (None, Some(f)) => f.selection_size(),
-            (None, None) => dset.space()?.size(),
-        })
-    }
-}
-
-/// Reads from `dset` into memory at `buf`, which may be device memory when the driver takes it.
-///
-/// # Safety
-/// `buf` must be valid for writes of the memory selection's elements of `mem_type`, and must be
-/// memory HDF5 (or, for device memory, the driver) can write.
-pub unsafe fn read(
-    dset: &Dataset,
-    mem_type: &Datatype,
-    spaces: Spaces,
-    buf: *mut c_void,
-) -> Result<()> {
-    let (d, t, p) = (dset.id(), mem_type.id(), hdf5_sys::h5p::H5P_DEFAULT);
-    let read = linked(linked_hdf5().H5Dread)?;
-    // SAFETY: valid ids; `buf` as the caller guarantees.
-    dataset_io(spaces, |m, f| unsafe { read(d, t, m, f, p, buf) })
-}
-
-/// Writes to `dset` from memory at `buf`, which may be device memory when the driver takes it.
-///
-/// # Safety
-/// `buf` must be valid for reads of the memory selection's elements of `mem_type`.
-pub unsafe fn write(
-    dset: &Dataset,
-    mem_type: &Datatype,
-    spaces: Spaces,
-    buf: *const c_void,
-) -> Result<()> {
-    let (d, t, p) = (dset.id(), mem_type.id(), hdf5_sys::h5p::H5P_DEFAULT);
-    let write = linked(linked_hdf5().H5Dwrite)?;
-    // SAFETY: valid ids; `buf` as the caller guarantees.
-    dataset_io(spaces, |m, f| unsafe { write(d, t, m, f, p, buf) })
-}
-
-/// One `H5Dread`/`H5Dwrite` (`call`, given the memory and file space ids) under HDF5's lock.
-fn dataset_io(spaces: Spaces, call: impl FnOnce(hid_t, hid_t) -> herr_t) -> Result<()> {
-    let (m, f) = spaces.ids();
-    check(locked(|| call(m, f)) as i64).map(drop)
-}
-
 /// The error of a failed chunk call of the engine on the linked HDF5: the missing function, or
 /// HDF5's error stack, taken now (call it holding the lock, right after the call).
 pub fn chunk_error(failed: h5gds_engine::chunks::CallFailed) -> hdf5::Error {
@@ -357,82 +235,6 @@ pub fn chunk_error(failed: h5gds_engine::chunks::CallFailed) -> hdf5::Error {
         Some(missing) => hdf5::Error::from(format!("the linked HDF5: {missing}")),
         None => check(-1).unwrap_err(),
     }
-}
-
-/// Checks that `len` elements of `T` match the memory side of a transfer of `mem_type`.
-fn check_buffer<T>(dset: &Dataset, mem_type: &Datatype, spaces: &Spaces, len: usize) -> Result<()> {
-    let (size, want) = (mem_type.size(), std::mem::size_of::<T>());
-    if size != want {
-        return Err(format!(
-            "the memory type has {size}-byte elements, the buffer {want}-byte ones ({})",
-            std::any::type_name::<T>()
-        )
-        .into());
-    }
-    let needed = spaces.memory_len(dset)?;
-    if needed != len {
-        return Err(format!("the selection has {needed} elements, the buffer {len}").into());
-    }
-    Ok(())
-}
-
-/// Reads into a host slice whose element size and length must match `mem_type` and the
-/// selection (checked: a mismatch is an error, not a buffer overrun).
-pub fn read_into<T: Copy>(
-    dset: &Dataset,
-    mem_type: &Datatype,
-    spaces: Spaces,
-    out: &mut [std::mem::MaybeUninit<T>],
-) -> Result<()> {
-    check_buffer::<T>(dset, mem_type, &spaces, out.len())?;
-    // SAFETY: `out` holds exactly the selection's elements of `mem_type`'s size.
-    unsafe { read(dset, mem_type, spaces, out.as_mut_ptr().cast()) }
-}
-
-/// Element types for which every bit pattern is a valid value, so HDF5 may write any bytes
-/// into an initialised slice of them.
-///
-/// # Safety
-/// Implement only for types without invalid bit patterns or padding.
-pub unsafe trait Plain: Copy {}
-
-macro_rules! plain {
-    ($($t:ty),*) => {$(
-        // SAFETY: a primitive number: every bit pattern is a value.
-        unsafe impl Plain for $t {}
-    )*};
-}
-plain!(i8, i16, i32, i64, u8, u16, u32, u64, f32, f64);
-
-/// [`read_into`] an initialised slice (of a [`Plain`] type, whatever HDF5 writes is a value).
-pub fn read_into_plain<T: Plain>(
-    dset: &Dataset,
-    mem_type: &Datatype,
-    spaces: Spaces,
-    out: &mut [T],
-) -> Result<()> {
-    // SAFETY: MaybeUninit<T> has T's layout; only initialised bytes of a Plain type are
-    // written through the view (HDF5's), so `out` stays initialised.
-    let view = unsafe {
-        std::slice::from_raw_parts_mut(
-            out.as_mut_ptr().cast::<std::mem::MaybeUninit<T>>(),
-            out.len(),
-        )
-    };
-    read_into(dset, mem_type, spaces, view)
-}
-
-/// Writes from a host slice whose element size and length must match `mem_type` and the
-/// selection (checked).
-pub fn write_from<T: Copy>(
-    dset: &Dataset,
-    mem_type: &Datatype,
-    spaces: Spaces,
-    data: &[T],
-) -> Result<()> {
-    check_buffer::<T>(dset, mem_type, &spaces, data.len())?;
-    // SAFETY: `data` holds exactly the selection's elements of `mem_type`'s size.
-    unsafe { write(dset, mem_type, spaces, data.as_ptr().cast()) }
 }
 
 /// The id of the driver registered with `value`, if one is.
@@ -481,66 +283,4 @@ pub fn driver_class(id: hid_t) -> Result<*const c_void> {
         return Err(format!("{id} is not a registered file driver").into());
     }
     Ok(class)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::mem::MaybeUninit;
-
-    fn dataset_of_four_f64(dir: &Path) -> (File, Dataset, Datatype) {
-        let fapl = file_access(&FileDriver::Sec2).unwrap();
-        let file = create_file(&dir.join("typed.h5"), &fapl).unwrap();
-        let dset = file.new_dataset::<f64>().shape(4).create("x").unwrap();
-        let f64_type = Datatype::from_type::<f64>().unwrap();
-        write_from(
-            &dset,
-            &f64_type,
-            Spaces::default(),
-            &[1.0f64, 2.0, 3.0, 4.0],
-        )
-        .unwrap();
-        (file, dset, f64_type)
-    }
-
-    #[test]
-    fn typed_calls_refuse_buffers_of_another_element_size_or_length() {
-        let dir = tempfile::tempdir().unwrap();
-        let (_file, dset, f64_type) = dataset_of_four_f64(dir.path());
-        // f64 elements into an f32 slice of the same length would overrun it by half.
-        let mut small = [MaybeUninit::<f32>::uninit(); 4];
-        let err = read_into(&dset, &f64_type, Spaces::default(), &mut small).unwrap_err();
-        let text = err.to_string();
-        assert!(
-            text.contains("8-byte elements") && text.contains("4-byte"),
-            "{text}"
-        );
-        let mut short = [MaybeUninit::<f64>::uninit(); 3];
-        let err = read_into(&dset, &f64_type, Spaces::default(), &mut short).unwrap_err();
-        assert!(
-            err.to_string().contains("4 elements, the buffer 3"),
-            "{err}"
-        );
-        let err = write_from(&dset, &f64_type, Spaces::default(), &[9u8; 4]).unwrap_err();
-        assert!(err.to_string().contains("1-byte"), "{err}");
-        // The refused write left the data as it was.
-        let mut out = [MaybeUninit::<f64>::uninit(); 4];
-        read_into(&dset, &f64_type, Spaces::default(), &mut out).unwrap();
-        // SAFETY: read_into succeeded, so HDF5 initialised all four.
-        let out = out.map(|v| unsafe { v.assume_init() });
-        assert_eq!(out, [1.0, 2.0, 3.0, 4.0]);
-    }
-
-    #[test]
-    fn block_selections_check_their_rank_and_count_their_union() {
-        let space = select_blocks(&[4, 4], &[(&[0, 0], &[2, 2]), (&[2, 2], &[2, 2])]).unwrap();
-        assert_eq!(space.selection_size(), 8);
-        assert_eq!(select_blocks(&[4, 4], &[]).unwrap().selection_size(), 0);
-        let err = select_blocks(&[4, 4], &[(&[0], &[2])]).unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("rank 1/1 in a dataspace of rank 2"),
-            "{err}"
-        );
-    }
 }

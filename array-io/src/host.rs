@@ -6,10 +6,11 @@ use crate::driver::Driver;
 use crate::element::{descriptor_of, Element};
 use crate::error::{Error, Result};
 use crate::file::{create_file, open_dataset, OpenDataset};
-use crate::hdf5_raw::{self, select_blocks, Spaces};
+use crate::hdf5_raw;
 use crate::layout::{check_types, Types};
 use crate::options::{DevicePath, Settings};
 use crate::select::Block;
+use crate::transfer;
 use crate::ReadOptions;
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::rows::{RowPlan, RowRuns};
@@ -80,7 +81,9 @@ where
     let dset = create_dataset(&file, path, dataset, &mem_type, &shape, false)?;
     if !standard.is_empty() {
         let elements = standard.as_slice().expect("standard layout is contiguous");
-        hdf5_raw::write_from(&dset, &mem_type, Spaces::default(), elements)
+        let (bytes, nbytes) = (elements.as_ptr().cast(), std::mem::size_of_val(elements));
+        // SAFETY: `elements` holds the dataset's `nbytes` bytes.
+        unsafe { transfer::write(&dset, &mem_type, None, bytes, nbytes) }
             .map_err(|e| Error::hdf5("writing the dataset", path, Some(dataset), e))?;
     }
     drop(dset);
@@ -132,36 +135,31 @@ fn read_region_through_hdf5<T: Element>(
     values: &mut Vec<T>,
 ) -> Result<()> {
     let n = region.len() as usize;
-    let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, &ds.path, Some(&ds.name), e);
-    let whole = region.count == ds.shape;
-    let spaces = if whole {
-        None
-    } else {
-        let file = select_blocks(&ds.shape, &[(&region.start, &region.count)])
-            .map_err(|e| fail("selecting a hyperslab", e))?;
-        let mem = select_blocks(
-            &region.count,
-            &[(&vec![0; region.count.len()], &region.count)],
-        )
-        .map_err(|e| fail("creating a dataspace", e))?;
-        Some((mem, file))
-    };
-    let spaces = spaces.as_ref().map_or(Spaces::default(), |(m, f)| Spaces {
-        memory: Some(m),
-        file: Some(f),
-    });
     if let Some(planned) = crate::host_codec::plan(ds, types, region, threads)? {
         // SAFETY: `values` is `with_room(n)`'s, empty (as the caller guarantees).
         let bytes = unsafe { room_bytes(values, n) };
         crate::host_codec::read_region(ds, &types.mem, region, &planned, bytes)?;
     } else {
-        hdf5_raw::read_into(
-            &ds.dset,
-            &types.mem,
-            spaces,
-            &mut values.spare_capacity_mut()[..n],
-        )
-        .map_err(|e| fail("reading the dataset", e))?;
+        let ones = vec![1; region.count.len()];
+        let slab = Hyperslab {
+            start: &region.start,
+            step: &ones,
+            count: &region.count,
+        };
+        let room = &mut values.spare_capacity_mut()[..n];
+        let nbytes = std::mem::size_of_val(room);
+        // SAFETY: `room` holds `nbytes` writable bytes, the region's elements (of the memory
+        // type's size, `check_types`).
+        unsafe {
+            transfer::read(
+                &ds.dset,
+                &types.mem,
+                Some(slab),
+                room.as_mut_ptr().cast(),
+                nbytes,
+            )
+        }
+        .map_err(|e| Error::hdf5("reading the dataset", &ds.path, Some(&ds.name), e))?;
     }
     Ok(())
 }

@@ -53,6 +53,7 @@ mod layout;
 mod log;
 mod options;
 mod stored;
+pub mod transfer;
 pub use h5gds_route::route;
 use h5gds_route::select;
 mod host_staging;

@@ -195,7 +195,6 @@ fn conversion_happens_only_when_asked_for() {
 
 #[test]
 fn bool_datasets_holding_other_bytes_are_refused() {
-    use array_io::hdf5_raw::{write_from, Spaces};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("b.h5");
     to_file(&arr1(&[false, true, false, true]), &path, "/b").unwrap();
@@ -206,7 +205,9 @@ fn bool_datasets_holding_other_bytes_are_refused() {
         let ds = file.dataset("b").unwrap();
         let dtype = ds.dtype().unwrap();
         // Four one-byte elements of the dataset's own type.
-        write_from(&ds, &dtype, Spaces::default(), &[0u8, 1, 2, 1]).unwrap();
+        let bytes = [0u8, 1, 2, 1];
+        // SAFETY: `bytes` holds the dataset's four bytes.
+        unsafe { array_io::transfer::write(&ds, &dtype, None, bytes.as_ptr().cast(), 4) }.unwrap();
     }
     let err = from_file::<bool>(&path, "/b").unwrap_err();
     assert!(

@@ -6,9 +6,9 @@ use crate::harness::{
     check_equal, create, driver_label, interleave, open, timed, HostOptions, Result,
 };
 use crate::stats::Measurement;
-use array_io::hdf5_raw::{self, named as h5, FileDriver as Driver, Spaces};
-use hdf5::{Dataset, Dataspace, Datatype, Selection};
-use ndarray::{s, Array1};
+use array_io::hdf5_raw::{named as h5, FileDriver as Driver};
+use array_io::transfer::{self, Hyperslab};
+use hdf5::{Dataset, Datatype, Selection};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -55,29 +55,24 @@ fn write_file(path: &Path, name: &str, shape: &[usize], data: &[f32]) -> Result<
     h5("H5Fclose", file.close())
 }
 
+/// What a benchmark reads or writes of a dataset: a hyperslab (start, step and count per axis),
+/// moved between the dataset and the caller's buffer by the engine's checked transfer, or points
+/// in the order given (hdf5-metno).
+enum Sel {
+    Slab([Vec<u64>; 3]),
+    Points(Selection),
+}
+
 /// A selection of `indices` of a 1-D dataset, in the order given.
-fn point_selection(indices: &[u64]) -> Selection {
-    Selection::from(Array1::from_iter(indices.iter().map(|&i| i as usize)))
+fn point_selection(indices: &[u64]) -> Sel {
+    let points: Vec<usize> = indices.iter().map(|&i| i as usize).collect();
+    Sel::Points(Selection::from(points))
 }
 
-/// A selection from an ndarray slice (`s![..]`), with HDF5's error as text.
-fn slab<T: TryInto<Selection, Error = hdf5::Error>>(slice: T) -> Result<Selection> {
-    h5("H5Sselect_hyperslab", Selection::try_new(slice))
-}
-
-/// Dataspaces for `sel` of `dset`: the file's with `sel` selected, and a 1-D memory one of the
-/// same number of elements; `None` for `Selection::All` (HDF5's `H5S_ALL` on both sides).
-fn selected(dset: &Dataset, sel: &Selection) -> Result<Option<(Dataspace, Dataspace)>> {
-    if matches!(sel, Selection::All) {
-        return Ok(None);
-    }
-    let space = h5("H5Dget_space", dset.space())?;
-    let file = h5("H5Sselect", space.select(sel))?;
-    let memory = h5(
-        "H5Screate_simple",
-        Dataspace::try_new(file.selection_size()),
-    )?;
-    Ok(Some((memory, file)))
+/// The hyperslab of `start`, `step` and `count` per axis.
+fn slab<const N: usize>(start: [usize; N], step: [usize; N], count: [usize; N]) -> Sel {
+    let axes = |v: [usize; N]| v.iter().map(|&x| x as u64).collect();
+    Sel::Slab([axes(start), axes(step), axes(count)])
 }
 
 fn f32_type() -> Result<Datatype> {
@@ -85,39 +80,50 @@ fn f32_type() -> Result<Datatype> {
 }
 
 /// Reads `sel` of `dset` into `out` (whose length must be the selection's).
-fn read_dset(dset: &Dataset, sel: &Selection, out: &mut [f32]) -> Result<()> {
-    let spaces = selected(dset, sel)?;
-    let spaces = spaces.as_ref().map_or(Spaces::default(), |(m, f)| Spaces {
-        memory: Some(m),
-        file: Some(f),
-    });
-    h5(
-        "H5Dread",
-        hdf5_raw::read_into_plain(dset, &f32_type()?, spaces, out),
-    )
+fn read_dset(dset: &Dataset, sel: &Sel, out: &mut [f32]) -> Result<()> {
+    let [start, step, count] = match sel {
+        Sel::Slab(slab) => slab,
+        Sel::Points(points) => {
+            let got = h5("H5Dread", dset.read_slice_1d::<f32, _>(points.clone()))?;
+            if got.len() != out.len() {
+                return Err(format!("{} points read for {}", got.len(), out.len()));
+            }
+            out.iter_mut().zip(&got).for_each(|(o, g)| *o = *g);
+            return Ok(());
+        }
+    };
+    let (slab, nbytes) = (Hyperslab { start, step, count }, std::mem::size_of_val(out));
+    // SAFETY: `out` holds `nbytes` writable bytes; every bit pattern is an f32.
+    let read = unsafe {
+        transfer::read(
+            dset,
+            &f32_type()?,
+            Some(slab),
+            out.as_mut_ptr().cast(),
+            nbytes,
+        )
+    };
+    h5("H5Dread", read)
 }
 
 /// Writes `vals` to `sel` of `dset` (`vals`' length must be the selection's).
-fn write_dset(dset: &Dataset, sel: &Selection, vals: &[f32]) -> Result<()> {
-    let spaces = selected(dset, sel)?;
-    let spaces = spaces.as_ref().map_or(Spaces::default(), |(m, f)| Spaces {
-        memory: Some(m),
-        file: Some(f),
-    });
-    h5(
-        "H5Dwrite",
-        hdf5_raw::write_from(dset, &f32_type()?, spaces, vals),
-    )
+fn write_dset(dset: &Dataset, sel: &Sel, vals: &[f32]) -> Result<()> {
+    let [start, step, count] = match sel {
+        Sel::Slab(slab) => slab,
+        Sel::Points(points) => return h5("H5Dwrite", dset.write_slice(vals, points.clone())),
+    };
+    let (slab, nbytes) = (
+        Hyperslab { start, step, count },
+        std::mem::size_of_val(vals),
+    );
+    // SAFETY: `vals` holds `nbytes` readable bytes.
+    let written =
+        unsafe { transfer::write(dset, &f32_type()?, Some(slab), vals.as_ptr().cast(), nbytes) };
+    h5("H5Dwrite", written)
 }
 
 /// Opens `path` under `driver`, reads `sel` of dataset `name` into `out`, closes.
-fn read_sel(
-    path: &Path,
-    driver: &Driver,
-    name: &str,
-    sel: &Selection,
-    out: &mut [f32],
-) -> Result<()> {
+fn read_sel(path: &Path, driver: &Driver, name: &str, sel: &Sel, out: &mut [f32]) -> Result<()> {
     let file = open(path, driver)?;
     let dset = h5("H5Dopen2", file.dataset(name))?;
     read_dset(&dset, sel, out)?;
@@ -149,7 +155,7 @@ pub fn run(
         let count = n.div_ceil(step);
         let want: Vec<f32> = (0..count).map(|k| value(k * step)).collect();
         let mut got = vec![0f32; count];
-        let sel = slab(s![..;step])?;
+        let sel = slab([0], [step], [count]);
         let times = interleave(drivers, opts.reps, progress, |d| {
             got.fill(-1.0);
             let t = timed(|| read_sel(&path, d, "x", &sel, &mut got))?;
@@ -199,7 +205,7 @@ pub fn run(
         .map(|i| value((r0 + i / b) * m + c0 + i % b))
         .collect();
     let mut got = vec![0f32; b * b];
-    let sel = slab(s![r0..r0 + b, c0..c0 + b])?;
+    let sel = slab([r0, c0], [1, 1], [b, b]);
     let times = interleave(drivers, opts.reps, progress, |d| {
         got.fill(-1.0);
         let t = timed(|| read_sel(&mpath, d, "m", &sel, &mut got))?;
@@ -234,7 +240,7 @@ pub fn run(
     for name in ["plain", "gzip"] {
         let want: Vec<f32> = (0..count).map(|k| value(first + 3 * k)).collect();
         let mut got = vec![0f32; count];
-        let sel = slab(s![first..last;3])?;
+        let sel = slab([first], [3], [count]);
         let times = interleave(drivers, opts.reps, progress, |d| {
             got.fill(-1.0);
             let t = timed(|| read_sel(&cpath, d, name, &sel, &mut got))?;
@@ -257,7 +263,7 @@ pub fn run(
     };
     let thirds = n.div_ceil(3);
     let values: Vec<f32> = (0..thirds).map(|k| value(k + 1)).collect();
-    let write = |d: &Driver, sel: &Selection, vals: &[f32]| {
+    let write = |d: &Driver, sel: &Sel, vals: &[f32]| {
         let _ = std::fs::remove_file(wpath(d));
         timed(|| {
             let file = create(&wpath(d), d)?;
@@ -268,10 +274,11 @@ pub fn run(
         })
     };
     let mut back = vec![0f32; n];
-    let sel = slab(s![..;3])?;
+    let whole = slab([0], [1], [n]);
+    let sel = slab([0], [3], [thirds]);
     let times = interleave(drivers, opts.reps, progress, |d| {
         let t = write(d, &sel, &values)?;
-        read_sel(&wpath(d), &Driver::Sec2, "x", &Selection::All, &mut back)?;
+        read_sel(&wpath(d), &Driver::Sec2, "x", &whole, &mut back)?;
         let want: Vec<f32> = (0..n)
             .map(|i| if i % 3 == 0 { value(i / 3 + 1) } else { 0.0 })
             .collect();
@@ -288,7 +295,7 @@ pub fn run(
     let sel = point_selection(&unsorted);
     let times = interleave(drivers, opts.reps, progress, |d| {
         let t = write(d, &sel, &pvals)?;
-        read_sel(&wpath(d), &Driver::Sec2, "x", &Selection::All, &mut back)?;
+        read_sel(&wpath(d), &Driver::Sec2, "x", &whole, &mut back)?;
         let mut want = vec![0f32; n];
         for (k, &i) in unsorted.iter().enumerate() {
             want[i as usize] = pvals[k];
@@ -326,8 +333,8 @@ pub fn run(
                                 let mut strided = vec![0f32; count];
                                 let mut column = vec![0f32; m];
                                 let mut pts = vec![0f32; sorted.len()];
-                                let strided_sel = slab(s![t..t + 7 * (count - 1) + 1;7])?;
-                                let column_sel = slab(s![.., t % m])?;
+                                let strided_sel = slab([t], [7], [count]);
+                                let column_sel = slab([0, t % m], [1, 1], [m, 1]);
                                 {
                                     let _held =
                                         lock.lock().map_err(|_| "lock poisoned".to_string())?;
@@ -394,7 +401,7 @@ pub fn run(
     }
     let want: Vec<f32> = small.iter().step_by(3).copied().collect();
     let mut got = vec![0f32; want.len()];
-    let sel = slab(s![..;3])?;
+    let sel = slab([0], [3], [want.len()]);
     let times = interleave(drivers, opts.reps, progress, |d| {
         let t = timed(|| {
             for _ in 0..cycles {

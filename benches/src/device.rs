@@ -14,8 +14,9 @@
 use crate::gpu::DeviceBuffer;
 use crate::harness::{create, create_f32, gds, open, Result};
 use crate::stats::Measurement;
-use array_io::hdf5_raw::{self, named as h5, FileDriver as Driver, Spaces};
-use hdf5::{Dataset, Dataspace, Datatype};
+use array_io::hdf5_raw::{named as h5, FileDriver as Driver};
+use array_io::transfer::{self, Hyperslab};
+use hdf5::Datatype;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -57,14 +58,6 @@ fn f32_type() -> Result<Datatype> {
     h5("H5Tcopy", Datatype::from_type::<f32>())
 }
 
-/// Spaces of elements `start..start + count` of a one-dimensional dataset.
-fn piece(dset: &Dataset, start: usize, count: usize) -> Result<(Dataspace, Dataspace)> {
-    let space = h5("H5Dget_space", dset.space())?;
-    let file = h5("H5Sselect_hyperslab", space.select(start..start + count))?;
-    let memory = h5("H5Screate_simple", Dataspace::try_new(count))?;
-    Ok((memory, file))
-}
-
 /// Reads the whole dataset `data` of `path` into device memory in pieces of the staging size.
 fn staged_read(path: &Path, dev: &DeviceBuffer, staging: &mut [f32]) -> Result<()> {
     let file = open(path, &Driver::Sec2)?;
@@ -75,16 +68,24 @@ fn staged_read(path: &Path, dev: &DeviceBuffer, staging: &mut [f32]) -> Result<(
     let mut start = 0;
     while start < total {
         let count = per.min(total - start);
-        let (memory, selected) = piece(&dset, start, count)?;
-        let spaces = Spaces {
-            memory: Some(&memory),
-            file: Some(&selected),
-        };
         let part = &mut staging[..count];
-        h5(
-            "H5Dread",
-            hdf5_raw::read_into_plain(&dset, &f32_type, spaces, part),
-        )?;
+        let slab = Hyperslab {
+            start: &[start as u64],
+            step: &[1],
+            count: &[count as u64],
+        };
+        // SAFETY: `part` holds the piece's `count * 4` writable bytes; every bit pattern is an
+        // f32.
+        let read = unsafe {
+            transfer::read(
+                &dset,
+                &f32_type,
+                Some(slab),
+                part.as_mut_ptr().cast(),
+                count * 4,
+            )
+        };
+        h5("H5Dread", read)?;
         dev.upload(start * 4, f32_bytes(part))?;
         start += count;
     }
@@ -97,22 +98,13 @@ fn staged_write(path: &Path, dev: &DeviceBuffer, staging: &mut [f32]) -> Result<
     let file = create(path, &Driver::Sec2)?;
     let total = dev.len / 4;
     let dset = create_f32(&file, "data", total)?;
-    let f32_type = f32_type()?;
     let per = staging.len();
     let mut start = 0;
     while start < total {
         let count = per.min(total - start);
         let part = &mut staging[..count];
         dev.download_into(start * 4, f32_bytes_mut(part))?;
-        let (memory, selected) = piece(&dset, start, count)?;
-        let spaces = Spaces {
-            memory: Some(&memory),
-            file: Some(&selected),
-        };
-        h5(
-            "H5Dwrite",
-            hdf5_raw::write_from(&dset, &f32_type, spaces, part),
-        )?;
+        h5("H5Dwrite", dset.write_slice(&*part, start..start + count))?;
         start += count;
     }
     drop(dset);
@@ -123,8 +115,7 @@ fn staged_write(path: &Path, dev: &DeviceBuffer, staging: &mut [f32]) -> Result<
 fn users_read(path: &Path, dev: &DeviceBuffer, host: &mut [f32]) -> Result<()> {
     let file = open(path, &Driver::Sec2)?;
     let dset = h5("H5Dopen2", file.dataset("data"))?;
-    let read = hdf5_raw::read_into_plain(&dset, &f32_type()?, Spaces::default(), host);
-    h5("H5Dread", read)?;
+    h5("H5Dread", dset.read_into_raw(host))?;
     drop(dset);
     h5("H5Fclose", file.close())?;
     dev.upload(0, f32_bytes(host))
@@ -135,10 +126,7 @@ fn users_write(path: &Path, dev: &DeviceBuffer, host: &mut [f32]) -> Result<()> 
     dev.download_into(0, f32_bytes_mut(host))?;
     let file = create(path, &Driver::Sec2)?;
     let dset = create_f32(&file, "data", host.len())?;
-    h5(
-        "H5Dwrite",
-        hdf5_raw::write_from(&dset, &f32_type()?, Spaces::default(), host),
-    )?;
+    h5("H5Dwrite", dset.write_raw(&*host))?;
     drop(dset);
     h5("H5Fclose", file.close())
 }
@@ -147,7 +135,7 @@ fn gds_read(path: &Path, dev: &DeviceBuffer, config: &str) -> Result<()> {
     let file = open(path, &gds(config))?;
     let dset = h5("H5Dopen2", file.dataset("data"))?;
     // SAFETY: the device buffer holds the whole dataset.
-    let read = unsafe { hdf5_raw::read(&dset, &f32_type()?, Spaces::default(), dev.at(0)) };
+    let read = unsafe { transfer::read(&dset, &f32_type()?, None, dev.at(0), dev.len / 4 * 4) };
     h5("H5Dread", read)?;
     drop(dset);
     h5("H5Fclose", file.close())
@@ -157,7 +145,7 @@ fn gds_write(path: &Path, dev: &DeviceBuffer, config: &str) -> Result<()> {
     let file = create(path, &gds(config))?;
     let dset = create_f32(&file, "data", dev.len / 4)?;
     // SAFETY: the device buffer holds the whole dataset.
-    let written = unsafe { hdf5_raw::write(&dset, &f32_type()?, Spaces::default(), dev.at(0)) };
+    let written = unsafe { transfer::write(&dset, &f32_type()?, None, dev.at(0), dev.len / 4 * 4) };
     h5("H5Dwrite", written)?;
     drop(dset);
     h5("H5Fclose", file.close())

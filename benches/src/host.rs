@@ -5,9 +5,8 @@
 use crate::harness::{check_equal, create, create_f32, driver_label, gds, interleave, open, timed};
 pub use crate::harness::{HostOptions, Result};
 use crate::stats::Measurement;
-use array_io::hdf5_raw::{self, named as h5, FileDriver as Driver, Spaces};
-use hdf5::Dataspace;
-use ndarray::s;
+use array_io::hdf5_raw::{named as h5, FileDriver as Driver};
+use array_io::transfer::{self, Hyperslab};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -210,21 +209,23 @@ fn strided(
         timed(|| {
             let file = open(&path, d)?;
             let dset = h5("H5Dopen2", file.dataset("data"))?;
-            let space = h5("H5Dget_space", dset.space())?;
-            let selection = hdf5::Selection::try_new(s![..;step, ..cols]);
-            let selected = h5(
-                "H5Sselect_hyperslab",
-                selection.and_then(|sel| space.select(sel)),
-            )?;
-            let memory = h5("H5Screate_simple", Dataspace::try_new(out.len()))?;
-            let spaces = Spaces {
-                memory: Some(&memory),
-                file: Some(&selected),
+            let slab = Hyperslab {
+                start: &[0, 0],
+                step: &[step as u64, 1],
+                count: &[m.div_ceil(step) as u64, cols as u64],
             };
-            h5(
-                "H5Dread",
-                hdf5_raw::read_into_plain(&dset, &f32_type, spaces, out),
-            )?;
+            let nbytes = std::mem::size_of_val(out.as_slice());
+            // SAFETY: `out` holds `nbytes` writable bytes; every bit pattern is an f32.
+            let read = unsafe {
+                transfer::read(
+                    &dset,
+                    &f32_type,
+                    Some(slab),
+                    out.as_mut_ptr().cast(),
+                    nbytes,
+                )
+            };
+            h5("H5Dread", read)?;
             drop(dset);
             h5("H5Fclose", file.close())
         })

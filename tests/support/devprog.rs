@@ -41,11 +41,12 @@
 //! `run_background_open`).
 
 use crate::pattern::bytes as pattern;
-use array_io::hdf5_raw::{self, named as h5, FileDriver, Spaces};
+use array_io::hdf5_raw::{self, named as h5, FileDriver};
+use array_io::transfer::{self, Hyperslab};
 use cudarc::driver::{result, sys};
 use h5gds_bench::gpu::{init_cuda, DeviceBuffer};
 use hdf5::dataset::{AllocTime, FillTime, Layout};
-use hdf5::{Dataset, Dataspace, Datatype, Group};
+use hdf5::{Dataset, Datatype, Group};
 use ndarray::s;
 use std::path::Path;
 
@@ -82,51 +83,43 @@ fn create(file: &Group, name: &str, len: usize, layout: Layout, unwritten: bool)
     h5(&format!("H5Dcreate2({name})"), builder.create(name))
 }
 
-/// A 1-D memory dataspace as long as the `file` selection (`None`: all of both sides).
-fn memory_space(file: Option<&Dataspace>) -> Check<Option<Dataspace>> {
-    file.map(|f| h5("H5Screate_simple", Dataspace::try_new(f.selection_size())))
-        .transpose()
+/// The bytes of `dset` (`u8` elements) or of its hyperslab `slab`.
+fn selected_bytes(dset: &Dataset, slab: Option<Hyperslab>) -> usize {
+    slab.map_or(dset.size(), |s| s.count.iter().product::<u64>() as usize)
 }
 
-/// Reads `dset` (or its `file` selection) into device memory at `buf`.
+/// Reads `dset` (or its hyperslab `slab`) into memory at `buf`: device memory, or a host mapping
+/// the driver cannot classify without asking CUDA.
 ///
 /// # Safety
-/// `buf` must be device memory with room for the selection's bytes.
+/// `buf` must have room for the selection's bytes.
 unsafe fn read_device(
     dset: &Dataset,
-    file: Option<&Dataspace>,
+    slab: Option<Hyperslab>,
     buf: *mut std::ffi::c_void,
 ) -> Check<()> {
     let u8_type = h5("H5Tcopy", Datatype::from_type::<u8>())?;
-    let memory = memory_space(file)?;
-    let spaces = Spaces {
-        memory: memory.as_ref(),
-        file,
-    };
+    let nbytes = selected_bytes(dset, slab);
     // SAFETY: as the caller guarantees.
     h5("H5Dread", unsafe {
-        hdf5_raw::read(dset, &u8_type, spaces, buf)
+        transfer::read(dset, &u8_type, slab, buf, nbytes)
     })
 }
 
-/// Writes `dset` (or its `file` selection) from device memory at `buf`.
+/// Writes `dset` (or its hyperslab `slab`) from device memory at `buf`.
 ///
 /// # Safety
 /// `buf` must be device memory holding the selection's bytes.
 unsafe fn write_device(
     dset: &Dataset,
-    file: Option<&Dataspace>,
+    slab: Option<Hyperslab>,
     buf: *const std::ffi::c_void,
 ) -> Check<()> {
     let u8_type = h5("H5Tcopy", Datatype::from_type::<u8>())?;
-    let memory = memory_space(file)?;
-    let spaces = Spaces {
-        memory: memory.as_ref(),
-        file,
-    };
+    let nbytes = selected_bytes(dset, slab);
     // SAFETY: as the caller guarantees.
     h5("H5Dwrite", unsafe {
-        hdf5_raw::write(dset, &u8_type, spaces, buf)
+        transfer::write(dset, &u8_type, slab, buf, nbytes)
     })
 }
 
@@ -160,10 +153,13 @@ fn run(path: &Path, sizes: &[usize]) -> Check<usize> {
         // A hyperslab starting at an odd offset.
         if size > 10 {
             let (start, count) = ((size / 3) | 1, size / 2);
-            let space = h5("H5Dget_space", dset.space())?;
-            let sel = h5("H5Sselect_hyperslab", space.select(start..start + count))?;
+            let sel = Hyperslab {
+                start: &[start as u64],
+                step: &[1],
+                count: &[count as u64],
+            };
             // SAFETY: the device buffer holds count bytes from offset PAD.
-            unsafe { read_device(&dset, Some(&sel), dev.at(PAD))? };
+            unsafe { read_device(&dset, Some(sel), dev.at(PAD))? };
             expect_bytes(
                 &format!("device hyperslab of {size}"),
                 &dev.download(PAD, count)?,
@@ -223,11 +219,11 @@ fn run(path: &Path, sizes: &[usize]) -> Check<usize> {
     let sset = create(&file, "strided", len, Layout::Contiguous, false)?;
     h5("H5Dwrite", sset.write_raw(&full))?;
     let count = len / 3 - 1;
-    let space = h5("H5Dget_space", sset.space())?;
-    let sel = h5(
-        "H5Sselect_hyperslab",
-        hdf5::Selection::try_new(s![1..1 + 3 * count;3]).and_then(|sel| space.select(sel)),
-    )?;
+    let sel = Hyperslab {
+        start: &[1],
+        step: &[3],
+        count: &[count as u64],
+    };
     let every_third: Vec<u8> = full
         .iter()
         .skip(1)
@@ -237,7 +233,7 @@ fn run(path: &Path, sizes: &[usize]) -> Check<usize> {
         .collect();
     let dev = DeviceBuffer::new(count)?;
     // SAFETY: the device buffer holds one byte per selected element.
-    unsafe { read_device(&sset, Some(&sel), dev.at(0))? };
+    unsafe { read_device(&sset, Some(sel), dev.at(0))? };
     expect_bytes(
         "strided read into device",
         &dev.download(0, count)?,
@@ -246,7 +242,7 @@ fn run(path: &Path, sizes: &[usize]) -> Check<usize> {
     let back = pattern(count, 66);
     dev.upload(0, &back)?;
     // SAFETY: as above.
-    unsafe { write_device(&sset, Some(&sel), dev.at(0))? };
+    unsafe { write_device(&sset, Some(sel), dev.at(0))? };
     let host = h5("H5Dread", sset.read_raw::<u8>())?;
     let mut want = full.clone();
     for (i, b) in back.iter().enumerate() {
@@ -276,14 +272,9 @@ fn run(path: &Path, sizes: &[usize]) -> Check<usize> {
         &host,
         &every_third,
     )?;
-    let kspace = h5("H5Dget_space", kset.space())?;
-    let ksel = h5(
-        "H5Sselect_hyperslab",
-        hdf5::Selection::try_new(s![1..1 + 3 * count;3]).and_then(|sel| kspace.select(sel)),
-    )?;
     dev.upload(0, &vec![0xAA; count])?;
     // SAFETY: the device buffer holds one byte per selected element.
-    unsafe { read_device(&kset, Some(&ksel), dev.at(0))? };
+    unsafe { read_device(&kset, Some(sel), dev.at(0))? };
     expect_bytes(
         "strided read of cached chunks into device",
         &dev.download(0, count)?,
@@ -710,15 +701,12 @@ fn run_host_only(path: &Path) -> Check<usize> {
     // through the driver's ctl(MEM_COPY) only when the file asked for it (device_copies=on). Read
     // into an anonymous mapping, which the driver cannot tell from device memory without asking
     // CUDA (the stack and the brk heap it can), so each copy loop's classification is counted.
-    let u8_type = h5("H5Tcopy", Datatype::from_type::<u8>())?;
     let compact = pattern(200, 43);
     let cset = create(&file, "compact", compact.len(), Layout::Compact, false)?;
     h5("H5Dwrite", cset.write_raw(&compact))?;
     let mapped = HostMapping::new(want.len())?;
     // SAFETY: the mapping has room for the dataset's bytes.
-    h5("H5Dread", unsafe {
-        hdf5_raw::read(&cset, &u8_type, Spaces::default(), mapped.ptr())
-    })?;
+    unsafe { read_device(&cset, None, mapped.ptr())? };
     expect_bytes("host compact read", mapped.bytes(compact.len()), &compact)?;
     let kset = h5(
         "H5Dcreate2(cached)",
@@ -729,20 +717,13 @@ fn run_host_only(path: &Path) -> Check<usize> {
     )?;
     h5("H5Dwrite", kset.write_raw(&want))?;
     let third: Vec<u8> = want.iter().step_by(3).copied().collect();
-    let kspace = h5("H5Dget_space", kset.space())?;
-    let ksel = h5(
-        "H5Sselect_hyperslab",
-        hdf5::Selection::try_new(s![..;3]).and_then(|sel| kspace.select(sel)),
-    )?;
-    let memory = memory_space(Some(&ksel))?;
-    let spaces = Spaces {
-        memory: memory.as_ref(),
-        file: Some(&ksel),
+    let sel = Hyperslab {
+        start: &[0],
+        step: &[3],
+        count: &[third.len() as u64],
     };
     // SAFETY: the mapping has room for every third byte.
-    h5("H5Dread", unsafe {
-        hdf5_raw::read(&kset, &u8_type, spaces, mapped.ptr())
-    })?;
+    unsafe { read_device(&kset, Some(sel), mapped.ptr())? };
     expect_bytes(
         "host strided read of cached chunks",
         mapped.bytes(third.len()),
