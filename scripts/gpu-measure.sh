@@ -203,9 +203,10 @@ step damaged-chunks checks 120 "$py" scripts/gpu_damaged_chunks.py --chunks "${D
 step io measure 120 "$py" scripts/bench_python.py --size "${size}M" --xarray-size "$((size / 8))M" --reps "$reps" \
   --dir "$data"
 step headline measure 60 "$bin/examples/bench_device_read" --sizes "${size}M" --reps "$reps" --dir "$data"
-# About 15 s on a 16-core H100/H200 (at most 40): per memory, two 256 MiB files written (~1 s), Python,
+# About 10 s on a 16-core H100/H200 (at most 30): per memory, two 256 MiB files written (~1 s), Python,
 # CuPy and the runner started (~2 s), 48 reads of 256 MiB (2 layouts x 2 sides x 3 rounds x 4) at
-# 3-10 GB/s (2-4 s); where cuFile opens, the runner's exit may wait for the open (at most 10 s, once).
+# the H200's 4-43 GB/s (docs/performance.md; 0.3-3 s); where cuFile opens, the runner's exit may
+# wait for the open (at most 10 s, once). The host half took 5.5 s on 2 busy cores, debug runner.
 step from-file-pair measure 60 from_file_pair "$bin/examples/bench_device_read"
 step codec measure 150 "$py" benches/compressed_read.py --size "$((size / 8))M" --codecs zstd,lz4,gzip \
   --chunks 256K,1M,4M,16M --reps "$reps" --dir "$data"
