@@ -3,20 +3,22 @@
 side by side in one run (issue 42: the mission's own crate must keep up with the Python path).
 
 A float32 dataset of ``--size`` bytes is written contiguous and chunked (4 MiB chunks); each round
-reads it ``--batch`` times with array-io (``array-io/examples/from_file_timed.rs``, a process of its
-own that times each read after one untimed first read) and ``--batch`` times with
-``h5gds.from_file`` in this process, alternately, for ``--rounds`` rounds. Files are in the page
-cache. Prints medians (GB/s) and the ratio array-io / h5gds per layout. Run with a wheel's
-interpreter::
+reads it ``--batch`` times with array-io and ``--batch`` times with ``h5gds.from_file`` in this
+process, in turns, for ``--rounds`` rounds, each side's batch after one untimed read. array-io's
+reads are made by ``bench_device_read --timed`` (``benches/examples/bench_device_read.rs``, the
+binary scripts/gpu-pack.sh already packs), one process for the whole run that times each read
+itself. Files are in the page cache. Prints medians (GB/s) and the ratio array-io / h5gds per
+layout. Run with a wheel's interpreter::
 
-    cargo build --release -p array-io --example from_file_timed
+    cargo build --release -p h5gds-bench --example bench_device_read
     .venv-wheel/bin/python benches/from_file_pair.py --size 256M
 
 ``--device``: into device memory (``from_file_to_device`` against ``like="cupy"``). With real CuPy
 these are GPU figures; over h5gds's emulators (the package tests' CuPy stand-in, LD_LIBRARY_PATH as
 scripts/test.sh sets it; ``H5GDS_EMU_LINK_GBPS`` models the link) they are labelled EMULATED.
 ``--runner`` names another build of the example and ``--label`` a name for the run, so two builds
-(before and after a change) can be compared, each with its own wheel.
+(before and after a change) can be compared, each with its own wheel. Where ``H5GDS_BENCH_RECORDS``
+names a file, each median goes to it as a JSON line (scripts/gpu_report.py: issue 42's goal).
 """
 
 import argparse
@@ -52,12 +54,31 @@ def write_files(directory, nbytes):
     return files, data.nbytes
 
 
-def rust_reads(runner, path, target, batch):
-    """Seconds of each of ``batch`` array-io reads, timed inside the runner's process."""
-    done = subprocess.run([runner, path, "/data", target, str(batch)], capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"{runner} failed ({done.returncode}): {done.stderr.strip()}")
-    return [float(line) for line in done.stdout.split()]
+class Runner:
+    """array-io's side: one ``bench_device_read --timed`` process, asked for a batch of reads at a time."""
+
+    def __init__(self, runner, target):
+        self.runner = runner
+        # Its errors go straight to this process's standard error (the step's log).
+        self.process = subprocess.Popen([runner, "--timed", target], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
+
+    def reads(self, path, batch):
+        """Seconds of each of ``batch`` reads of ``path``'s /data, timed inside the runner."""
+        try:
+            self.process.stdin.write(f"{path}\t/data\t{batch}\n")
+            self.process.stdin.flush()
+            answer = self.process.stdout.readline()
+        except BrokenPipeError:  # it had already stopped
+            answer = ""
+        if not answer.endswith("\n"):
+            sys.exit(f"{self.runner} --timed stopped (exit {self.process.wait()}) reading {path}")
+        return [float(x) for x in answer.split()]
+
+    def close(self):
+        self.process.stdin.close()
+        if self.process.wait() != 0:
+            sys.exit(f"{self.runner} --timed failed (exit {self.process.returncode})")
 
 
 def python_reads(path, like, batch, sync):
@@ -77,7 +98,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batch", type=int, default=3)
     parser.add_argument("--device", action="store_true")
-    parser.add_argument("--runner", default=str(ROOT / "target/release/examples/from_file_timed"))
+    parser.add_argument("--runner", default=str(ROOT / "target/release/examples/bench_device_read"))
     parser.add_argument("--label", default="")
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
@@ -94,16 +115,19 @@ def main():
         files, nbytes = write_files(directory, args.size)
         print(f"from_file, {nbytes / 2**20:.0f} MiB float32 into {target} memory, {args.rounds} rounds of "
               f"{args.batch} reads each way{label}{' ' + args.label if args.label else ''}")
+        runner = Runner(args.runner, target)
         for layout, path in files.items():
             rust, python = [], []
             for _ in range(args.rounds):
-                rust += rust_reads(args.runner, path, target, args.batch)
+                rust += runner.reads(path, args.batch)
                 python += python_reads(path, like, args.batch, sync)
             rust_s, python_s = statistics.median(rust), statistics.median(python)
             for alternative, seconds in (("array-io from_file", rust_s), ("h5gds.from_file", python_s)):
-                record("from_file_pair", alternative, seconds, nbytes, label, layout=layout, target=target)
+                record("from_file_pair", alternative, seconds, nbytes, label, case=f"{layout}, {target} memory",
+                       layout=layout, memory=target, runner=args.runner)
             print(f"  {layout:10}  array-io {nbytes / rust_s / 1e9:7.2f} GB/s   h5gds.from_file "
                   f"{nbytes / python_s / 1e9:7.2f} GB/s   array-io / h5gds {python_s / rust_s:5.2f}x")
+        runner.close()
 
 
 if __name__ == "__main__":

@@ -12,9 +12,10 @@
 #   checks    rust-device-tests, python-device-tests, nvcomp-files (array-io's compressed_gpu),
 #             array-io-examples (--device), mpi-2-ranks, damaged-chunks (scripts/gpu_damaged_chunks.py)
 #   measure   io (issue 23: scripts/bench_python.py), headline (array-io's from_file against the
-#             128 MB staged path), codec (issue 24), threads-host, threads-device (issue 26),
-#             first-read (issue 22), mpi-1-ranks-write, mpi-2-ranks-write, mpi-4-ranks-write
-#             (collective device writes and reads: issue 23)
+#             128 MB staged path), from-file-pair (issue 42: array-io's from_file against
+#             h5gds.from_file, host then device memory), codec (issue 24), threads-host,
+#             threads-device (issue 26), first-read (issue 22), mpi-1-ranks-write,
+#             mpi-2-ranks-write, mpi-4-ranks-write (collective device writes and reads: issue 23)
 # then writes $OUT/report.md and $OUT/report.json (scripts/gpu_report.py: the machine, every
 # step's outcome, the tests counted, every figure with its comparison, each issue's goal met or
 # missed) and $OUT/logs.tar.xz. `identify`, `checks`, `measure` or step names run only those;
@@ -26,9 +27,10 @@
 #
 # Settings: OUT (default /tmp/gpu-measure), H5GDS_PYTHON (python3), H5GDS_PROFILE (release: the
 # builds under target/<profile>), SIZE_MIB (1024: the io, headline and MPI datasets; an eighth for
-# codec, a quarter for threads), REPS (3), DAMAGED_CHUNKS (300 per codec), FIRST_READ_SIZES (256M),
-# MEASURE_DIR (where a scratch directory for the data files goes; default .gpu, on the working
-# directory's disk, which the cold reads measure), H5GDS_EMULATOR_DIR (the emulator's library directory, on the emulators).
+# codec, a quarter for threads and from-file-pair), REPS (3), DAMAGED_CHUNKS (300 per codec),
+# FIRST_READ_SIZES (256M), MEASURE_DIR (where a scratch directory for the data files goes; default
+# .gpu, on the working directory's disk, which the cold reads measure), H5GDS_EMULATOR_DIR (the
+# emulator's library directory, on the emulators).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -157,7 +159,17 @@ mps_tiles() {
   echo quit | nvidia-cuda-mps-control
   return "$status"
 }
-export -f machine mpi_tiles mps_tiles
+# Issue 42: array-io's from_file against h5gds.from_file on the same datasets, into host memory,
+# then device memory; array-io's reads made by RUNNER (bench_device_read --timed, already packed).
+# The device half runs even where the host half fails.
+from_file_pair() {
+  local runner=$1 status=0
+  local args=(--size "$((size / 4))M" --rounds 3 --batch "$reps" --runner "$runner" --dir "$data")
+  "$py" benches/from_file_pair.py "${args[@]}" || status=1
+  "$py" benches/from_file_pair.py --device "${args[@]}" || status=1
+  return "$status"
+}
+export -f machine mpi_tiles mps_tiles from_file_pair
 export py size reps data root
 
 bin=target/$profile
@@ -191,6 +203,11 @@ step damaged-chunks checks 120 "$py" scripts/gpu_damaged_chunks.py --chunks "${D
 step io measure 120 "$py" scripts/bench_python.py --size "${size}M" --xarray-size "$((size / 8))M" --reps "$reps" \
   --dir "$data"
 step headline measure 60 "$bin/examples/bench_device_read" --sizes "${size}M" --reps "$reps" --dir "$data"
+# About 10 s on a 16-core H100/H200 (at most 30): per memory, two 256 MiB files written (~1 s), Python,
+# CuPy and the runner started (~2 s), 48 reads of 256 MiB (2 layouts x 2 sides x 3 rounds x 4) at
+# the H200's 4-43 GB/s (docs/performance.md; 0.3-3 s); where cuFile opens, the runner's exit may
+# wait for the open (at most 10 s, once). The host half took 5.5 s on 2 busy cores, debug runner.
+step from-file-pair measure 60 from_file_pair "$bin/examples/bench_device_read"
 step codec measure 150 "$py" benches/compressed_read.py --size "$((size / 8))M" --codecs zstd,lz4,gzip \
   --chunks 256K,1M,4M,16M --reps "$reps" --dir "$data"
 step threads-host measure 60 "$py" benches/threads.py --size "$((size / 4))M" --rows 64K,1M \

@@ -6,7 +6,8 @@
 # temporary directory, sources .gpu/env.sh there and runs `scripts/gpu-measure.sh all` at small
 # sizes with h5gds's emulators as libcuda, libcufile and libnvcomp. Fails unless every step
 # passes within the run's own time budget, the report (Markdown and JSON, each under 1 MiB) and
-# the logs' archive are written, and the report says EMULATED, never "ON THE REAL GPU".
+# the logs' archive are written, the report says EMULATED, never "ON THE REAL GPU", and it holds
+# the from-file-pair step's figures, side by side, with issue 42's goals measured.
 #
 #   scripts/test-gpu-measure.sh [PYTHON]    (default .venv-wheel/bin/python)
 set -euo pipefail
@@ -65,6 +66,22 @@ if report["tests"]["failed"] or not report["tests"]["passed"]:
     problems.append(f"tests: {report['tests']['headline']}")
 if not any(g["met"] is not None for g in report["goals"]):
     problems.append("no goal was measured")
+# The from-file-pair step (issue 42): both sides for each memory and layout (the device figures
+# are held to EMULATED above, as every device figure), in the side-by-side table, its goals measured.
+pair = {(f.get("memory"), f.get("layout"), f["alternative"])
+        for f in report["figures"] if f["bench"] == "from_file_pair"}
+missing = [want for want in ((memory, layout, side) for memory in ("host", "device")
+                             for layout in ("contiguous", "chunked")
+                             for side in ("array-io from_file", "h5gds.from_file")) if want not in pair]
+if missing:
+    problems.append(f"from-file-pair figures missing: {missing}")
+rows = [c for c in report["comparisons"] if c["what"].startswith("array-io from_file into ")
+        and c["against"].startswith("h5gds.from_file")]
+if len(rows) != 4 or any(f"| {c['what']} |" not in text for c in rows):
+    problems.append(f"from-file-pair: {len(rows)} side-by-side rows of 4 in the report")
+issue42 = [g for g in report["goals"] if g["issue"] == 42]
+if len(issue42) != 4 or any(g["met"] is None for g in issue42) or text.count("| 42 |") != 4:
+    problems.append(f"issue 42's goals not all measured and reported: {issue42}")
 print(f"test-gpu-measure.sh: {report['device_label']}: {report['tests']['headline']}; goals {report['goals_summary']}")
 sys.exit("test-gpu-measure.sh: " + "; ".join(problems) if problems else 0)
 EOF

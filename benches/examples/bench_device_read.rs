@@ -5,14 +5,22 @@
 //! says EMULATED when the libcuda in the process is h5gds's CPU emulator, whose figures compare
 //! the paths' overheads and are not GPU results.
 //!
-//! `cargo run --release -p array-io --example bench_device_read [-- --sizes 1G,4G] [--reps 3]
+//! `cargo run --release -p h5gds-bench --example bench_device_read [-- --sizes 1G,4G] [--reps 3]
 //! [--dir DIR]`; on the emulator, put its library directory first on `LD_LIBRARY_PATH` and set
 //! `H5GDS_EMU_POISON=off` (so allocations are not filled with a poison byte). Where
 //! `H5GDS_BENCH_RECORDS` names a file, each median is also appended to it as a JSON line, as the
 //! Python benchmarks do (scripts/gpu_report.py reads them).
+//!
+//! `bench_device_read --timed host|device` is array-io's side of `benches/from_file_pair.py`
+//! (issue 42: array-io's `from_file` against `h5gds.from_file`), here so that the binary
+//! scripts/gpu-pack.sh already carries serves it: see [`timed`].
 
-use array_io::{from_file_to_device_with, to_file, DeviceArray, DevicePath, ReadOptions};
+use array_io::{
+    from_file, from_file_to_device, from_file_to_device_with, to_file, DeviceArray, DevicePath,
+    ReadOptions,
+};
 use cudarc::driver::CudaStream;
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -109,11 +117,88 @@ fn bench(path: &Path, bytes: usize, reps: usize, stream: &Arc<CudaStream>) -> (f
     (median(times[0].clone()), median(times[1].clone()))
 }
 
+/// `--timed host|device`: array-io's reads for `benches/from_file_pair.py`, which times
+/// `h5gds.from_file` on the same datasets in its own process, in turns with this one, and reports
+/// the ratio. One process serves the whole run, as one Python process does (neither pays its start,
+/// nor CUDA's or cuFile's set-up, more than once). Requests come on standard input, one a line:
+/// `PATH<TAB>DATASET<TAB>REPS`. For each, the float32 dataset is read whole once untimed (the
+/// file's first read, as the Python side's), then `REPS` times, each timed from the call to the
+/// array's release (the Python side's time, too, includes freeing its array), device reads up to
+/// the stream's synchronize; the seconds come back as one line, separated by spaces. Every timed
+/// read is checked against the untimed one's element count. Device reads go to device 0's default
+/// stream; host reads never touch CUDA.
+fn timed(target: &str) -> Result<(), String> {
+    let stream = match target {
+        "host" => None,
+        "device" => Some(
+            cudarc::driver::CudaContext::new(0)
+                .map_err(|e| format!("no CUDA device: {e}"))?
+                .default_stream(),
+        ),
+        other => return Err(format!("the target is host or device, not {other:?}")),
+    };
+    // One read, the array released before returning: its element count.
+    let read = |path: &str, dataset: &str| -> Result<usize, String> {
+        let failed = |e: array_io::Error| format!("reading {dataset} of {path}: {e}");
+        match &stream {
+            None => Ok(from_file::<f32>(path, dataset).map_err(failed)?.len()),
+            Some(stream) => {
+                let array =
+                    from_file_to_device::<f32>(path, dataset, stream.clone()).map_err(failed)?;
+                stream
+                    .synchronize()
+                    .map_err(|e| format!("synchronize: {e}"))?;
+                Ok(array.len())
+            }
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    for line in std::io::stdin().lock().lines() {
+        let line = line.map_err(|e| format!("reading a request: {e}"))?;
+        let fields: Vec<&str> = line.split('\t').collect();
+        let [path, dataset, reps] = fields[..] else {
+            return Err(format!(
+                "a request is PATH<TAB>DATASET<TAB>REPS, not {line:?}"
+            ));
+        };
+        let reps: usize = reps
+            .parse()
+            .map_err(|_| format!("REPS is a whole number, not {reps:?}"))?;
+        let expected = read(path, dataset)?;
+        let mut seconds = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let start = Instant::now();
+            let elements = read(path, dataset)?;
+            seconds.push(start.elapsed().as_secs_f64().to_string());
+            if elements != expected {
+                return Err(format!(
+                    "read {elements} elements of {dataset}, not {expected}"
+                ));
+            }
+        }
+        writeln!(out, "{}", seconds.join(" ")).map_err(|e| format!("answering: {e}"))?;
+        out.flush().map_err(|e| format!("answering: {e}"))?;
+    }
+    Ok(())
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "--timed") {
+        let [_, target] = args.as_slice() else {
+            eprintln!("usage: bench_device_read --timed host|device (requests on standard input)");
+            std::process::exit(2);
+        };
+        if let Err(message) = timed(target) {
+            eprintln!("bench_device_read --timed: {message}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let mut sizes = vec![1usize << 30, 4 << 30];
     let mut reps = 3;
     let mut dir = std::env::temp_dir();
-    let mut it = std::env::args().skip(1);
+    let mut it = args.into_iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--sizes" => sizes = it.next().unwrap().split(',').map(parse_size).collect(),
