@@ -13,6 +13,7 @@ mod gather;
 mod runs;
 
 use crate::facts::StoredLayout;
+use crate::transfer::hyperslab_elements;
 use chunk_cache::{Kept, LargeKept};
 use h5gds_chunk_codec::place::{chunks_selected, ChunkPart};
 use h5gds_chunk_codec::{ChunkIndex, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk};
@@ -285,18 +286,7 @@ impl Stored {
                 self.name
             ));
         }
-        for a in 0..rank {
-            let last = (sel.count[a].max(1) - 1)
-                .checked_mul(sel.step[a])
-                .and_then(|d| d.checked_add(sel.start[a]));
-            if sel.step[a] == 0 || (sel.count[a] > 0 && last.is_none_or(|l| l >= self.shape[a])) {
-                return Err(format!(
-                    "selection out of range on axis {a}: start {}, step {}, count {} for a size \
-                     of {}",
-                    sel.start[a], sel.step[a], sel.count[a], self.shape[a]
-                ));
-            }
-        }
+        hyperslab_elements(&self.shape, (sel.start, sel.step, sel.count), 0)?;
         let elements = sel.count.iter().try_fold(1u64, |n, &c| n.checked_mul(c));
         if elements.and_then(|n| n.checked_mul(self.element as u64)) != Some(nbytes as u64) {
             return Err(format!(
