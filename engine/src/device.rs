@@ -3,9 +3,9 @@
 //! route (`route::plan`, over the storage in route's terms, [`storage`]): straight through the
 //! `gds` driver (H5Dread/H5Dwrite with the device pointer, through a [`Prepared`] transfer),
 //! staged through pinned buffers (`staged`), decoded by h5gds on the host's threads into those
-//! buffers (`decoded`), or decoded on the GPU (`gpu_decoded::read`) with the chunks never written
-//! filled through the staged path. What the faces differ in is a [`Face`] (a [`ReadFace`] for
-//! reads): HDF5's lock, the ring of streams, the words of errors and log lines ([`Note`]), and
+//! buffers (`decoded`), or decoded on the GPU (`h5gds_gpu_codec::decode`) with the chunks never
+//! written filled through the staged path. What the faces differ in is a [`Face`] (a [`ReadFace`]
+//! for reads): HDF5's lock, the ring of streams, the words of errors and log lines ([`Note`]), and
 //! whether a read whose routes mix moves each block its own way ([`ReadRoute::split`]).
 
 use crate::chunks::{self, StoredChunks};
@@ -16,7 +16,7 @@ use crate::staged::{self, hyperslab_piece, NotBool};
 use crate::transfer::Prepared;
 use h5gds::VfdSettings;
 use h5gds_chunk_codec::{ChunkIndex, Decoding, Hyperslab, Pipeline, RawChunks};
-use h5gds_gpu_codec::decode::{Decoding as GpuDecoding, HostReads};
+use h5gds_gpu_codec::decode::{self, Decoding as GpuDecoding, HostReads};
 use h5gds_gpu_codec::DeviceFailure;
 use h5gds_route::route::{blocker, data_blocker, plan, Decoder, GpuCodec, Route, Storage};
 use h5gds_route::select::{chunks_touching, decoded_pieces, flat_range_blocks, Block, Runs};
@@ -476,8 +476,8 @@ fn decoded_on_host<F: ReadFace>(
 }
 
 /// Reads `region` (the selection, of steps 1 where a step counts) decoding its written chunks on
-/// the GPU with nvCOMP (`gpu_decoded::read`), then the parts in chunks never written through the
-/// staged path, where HDF5 fills them with the fill value.
+/// the GPU with nvCOMP (`h5gds_gpu_codec::decode`), then the parts in chunks never written
+/// through the staged path, where HDF5 fills them with the fill value.
 ///
 /// # Safety
 /// As [`read`].
@@ -500,18 +500,29 @@ unsafe fn decoded_on_gpu<F: ReadFace>(
     let touched = chunks_touching(region, chunk).into_iter().map(|(at, _)| at);
     let stream = face.stream()?;
     let dest = io.address;
-    let decoded = face.with_index(chunk, touched.collect(), |source, index| {
-        gpu_decoded::read(source, index, &how, region, dest, &stream)
+    // The chunks written (as the index lists them) decoded into place; those never written
+    // left for HDF5 to fill.
+    let (missing, words) = face.with_index(chunk, touched.collect(), |source, index| {
+        let (mut present, missing) = decode::split(index, region, chunk);
+        decode::read(source, &how, &mut present, region, dest, &stream)?;
+        let words = format!(
+            "{} chunks move compressed ({codec:?}) {} and are decoded on the GPU with nvCOMP; {} \
+             chunks were never written",
+            present.len(),
+            HostReads::route(&how.host_reads),
+            missing.len()
+        );
+        Ok((missing, words))
     })?;
-    face.note(Note::GpuDecoded(region, &decoded.words));
+    face.note(Note::GpuDecoded(region, &words));
     // HDF5 reads the parts in chunks never written (their fill value) through the ring's buffers.
     let staging = |part: &Block| pieces(part.len(), io.staging_size as u64, io.item, &[]);
-    let Some(largest) = decoded.missing.iter().max_by_key(|part| part.len()) else {
+    let Some(largest) = missing.iter().max_by_key(|part| part.len()) else {
         return Ok(());
     };
     let (largest, bytes) = staging(largest);
     let mut ring = face.ring(bytes, largest.len())?;
-    for part in &decoded.missing {
+    for part in &missing {
         let (inside, never) = (part.relative_to(&region.start), Step::NeverWritten);
         staged_read(
             face,
