@@ -3,7 +3,7 @@
 //! in the staging ring (`h5gds_runtime::staging_ring`, generic over its streams: array-io's cudarc
 //! streams, the extension's [`ThreadLane`]s), so any size works with any buffer size and one
 //! piece's copy overlaps the next piece's file side. The file side of a piece is the face's
-//! closure: HDF5 through a [`Prepared`] transfer ([`hyperslab_piece`]), or h5gds decoding chunks
+//! closure: HDF5 through a [`Prepared`] transfer (`hyperslab_piece`), or h5gds decoding chunks
 //! on the host. HDF5 only ever sees host memory here, so it may convert types, fill unwritten
 //! storage and decode filtered chunks as it likes.
 
@@ -165,7 +165,7 @@ pub fn write<S: RingStream, E: From<CudaError>>(
 /// # Safety
 /// `buffer` must hold `b - a` elements of the prepared memory type, of `item` bytes each
 /// (writable for a read).
-pub unsafe fn hyperslab_piece(
+pub(crate) unsafe fn hyperslab_piece(
     prepared: &Prepared,
     (start, step, count): (&[u64], &[u64], &[u64]),
     (a, b): (u64, u64),

@@ -82,7 +82,7 @@ impl Stored {
     /// on `threads` of the pool where `out` is large enough to gain from it. `stepped`: each
     /// piece is a row whose elements lie that many elements apart in the file (its span is read,
     /// every one kept).
-    pub fn read_pieces(
+    pub(super) fn read_pieces(
         &self,
         pieces: &[(u64, u64, u64)],
         out: &mut [u8],

@@ -29,7 +29,7 @@ const H5S_SELECT_OR: c_int = 1;
 
 /// Checks a gather's ids, runs and sizes against HDF5 and builds its dataspaces (see
 /// [`GatherRead`]); what it returns runs with [`Prepared::run`].
-pub fn prepare_gather(api: &'static Hdf5Api, g: &GatherRead) -> Result<Option<Prepared>, IoError> {
+fn prepare_gather(api: &'static Hdf5Api, g: &GatherRead) -> Result<Option<Prepared>, IoError> {
     let (file_space, dims) = dataset_space(api, g.dataset, g.mem_type)?;
     let dims = &dims[..];
     let Some((&rows, rest_dims)) = dims.split_first() else {
@@ -84,7 +84,7 @@ pub fn prepare_gather(api: &'static Hdf5Api, g: &GatherRead) -> Result<Option<Pr
 }
 
 /// The reads of a gather's rows (`g`, its buffer holding all the runs' rows) in groups of
-/// `runs_per_read` runs (0: one read of all), each checked as [`prepare_gather`] checks one,
+/// `runs_per_read` runs (0: one read of all), each checked as `prepare_gather` checks one,
 /// every group before any is read: HDF5 maps a selection onto a chunked dataset's chunks in time
 /// that grows faster than the number of chunks touched, so chunked gathers read in groups.
 pub fn prepare_gather_in_groups(

@@ -6,7 +6,7 @@
 
 mod gather;
 
-pub use gather::{prepare_gather, prepare_gather_in_groups, GatherRead};
+pub use gather::{prepare_gather_in_groups, GatherRead};
 
 use crate::hdf5_error::stack;
 use h5gds_runtime::hdf5::{hid_t as Hid, Hdf5Api, MissingSymbol};
@@ -281,7 +281,7 @@ impl Prepared {
     /// # Safety
     /// `buffer` must hold the hyperslab's elements in the memory type (writable for reads), and
     /// the hyperslab must lie inside the dataset (a part of the checked selection).
-    pub unsafe fn run_hyperslab(
+    pub(crate) unsafe fn run_hyperslab(
         &self,
         start: &[u64],
         step: &[u64],
@@ -309,7 +309,7 @@ impl Prepared {
     /// # Safety
     /// The prepared buffer must hold the array of `shape` in the memory type (writable for
     /// reads), and the block must lie inside the dataset and, from `at`, inside that array.
-    pub unsafe fn run_block(
+    pub(crate) unsafe fn run_block(
         &self,
         (start, count): (&[u64], &[u64]),
         shape: &[u64],
