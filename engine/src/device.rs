@@ -3,9 +3,9 @@
 //! route (`route::plan`, over the storage in route's terms, [`storage`]): straight through the
 //! `gds` driver (H5Dread/H5Dwrite with the device pointer, through a [`Prepared`] transfer),
 //! staged through pinned buffers (`staged`), decoded by h5gds on the host's threads into those
-//! buffers (`decoded`), or decoded on the GPU (`gpu_decoded::read`) with the chunks never written
-//! filled through the staged path. What the faces differ in is a [`Face`] (a [`ReadFace`] for
-//! reads): HDF5's lock, the ring of streams, the words of errors and log lines ([`Note`]), and
+//! buffers (`decoded`), or decoded on the GPU (`h5gds_gpu_codec::decode`) with the chunks never
+//! written filled through the staged path. What the faces differ in is a [`Face`] (a [`ReadFace`]
+//! for reads): HDF5's lock, the ring of streams, the words of errors and log lines ([`Note`]), and
 //! whether a read whose routes mix moves each block its own way ([`ReadRoute::split`]).
 
 use crate::chunks::{self, StoredChunks};
@@ -16,7 +16,7 @@ use crate::staged::{self, hyperslab_piece, NotBool};
 use crate::transfer::Prepared;
 use h5gds::VfdSettings;
 use h5gds_chunk_codec::{ChunkIndex, Decoding, Hyperslab, Pipeline, RawChunks};
-use h5gds_gpu_codec::decode::{Decoding as GpuDecoding, HostReads};
+use h5gds_gpu_codec::decode::{self, Decoding as GpuDecoding, HostReads};
 use h5gds_gpu_codec::DeviceFailure;
 use h5gds_route::route::{blocker, data_blocker, plan, Decoder, GpuCodec, Route, Storage};
 use h5gds_route::select::{chunks_touching, decoded_pieces, flat_range_blocks, Block, Runs};
@@ -214,12 +214,31 @@ fn pieces(elements: u64, piece_bytes: u64, item: usize, cuts: &[u64]) -> (Vec<(u
     )
 }
 
-/// Pieces of a transfer of `elements` through HDF5: an eighth of it, at least a task for each
-/// of the driver's I/O threads, at most a staging buffer (`route::select::staged_piece_bytes`).
-fn through_hdf5<F: Face>(face: &F, io: &Selected, elements: u64) -> Result<u64, F::Error> {
+/// The bytes of the pieces of the selection moved through HDF5: an eighth of it, at least a task
+/// for each of the driver's I/O threads, at most a staging buffer
+/// (`route::select::staged_piece_bytes`).
+fn through_hdf5<F: Face>(face: &F, io: &Selected) -> Result<u64, F::Error> {
     let floor = face.driver()?.task_round_bytes() as u64;
-    let total = elements * io.item as u64;
+    let total = io.selection.count.iter().product::<u64>() * io.item as u64;
     Ok(staged_piece_bytes(total, io.staging_size as u64, floor))
+}
+
+/// Pieces of a transfer and the ring they move through.
+type Staging<F> = (Vec<(u64, u64)>, StagingRing<<F as Face>::Stream>);
+
+/// The pieces of the whole selection staged through HDF5 for `reason` (noted first), and their
+/// ring.
+fn staged_whole<F: Face>(
+    face: &F,
+    io: &Selected,
+    region: &Block,
+    reason: &str,
+) -> Result<Staging<F>, F::Error> {
+    face.note(Note::Staged(region, reason));
+    let elements: u64 = io.selection.count.iter().product();
+    let (pieces, bytes) = pieces(elements, through_hdf5(face, io)?, io.item, &[]);
+    let ring = face.ring(bytes, pieces.len())?;
+    Ok((pieces, ring))
 }
 
 /// The selection, or a box of it, as file coordinates: element `first` of the selection on.
@@ -245,26 +264,15 @@ pub unsafe fn write<F: Face>(
         // SAFETY: as the caller guarantees.
         return unsafe { direct(face, io, &region, None) };
     };
-    face.note(Note::Staged(&region, reason));
-    let elements: u64 = sel.count.iter().product();
-    let (pieces, bytes) = pieces(elements, through_hdf5(face, io, elements)?, item, &[]);
-    let mut ring = face.ring(bytes, pieces.len())?;
+    let (pieces, mut ring) = staged_whole(face, io, &region, reason)?;
     face.locked(|| {
         // The next piece comes from the device while this one is written.
         staged::write(&mut ring, &pieces, item, io.address, |a, b, buf| {
-            let selection = (sel.start, sel.step, sel.count);
+            let (selection, buf) = ((sel.start, sel.step, sel.count), buf.as_ptr().cast_mut());
             // SAFETY: the buffer holds the piece's b - a elements just copied; a write only
             // reads it.
-            unsafe {
-                hyperslab_piece(
-                    io.prepared,
-                    selection,
-                    (a, b),
-                    item,
-                    buf.as_ptr().cast_mut(),
-                )
-            }
-            .map_err(|m| face.failed(Step::Staged, m))
+            unsafe { hyperslab_piece(io.prepared, selection, (a, b), item, buf) }
+                .map_err(|m| face.failed(Step::Staged, m))
         })
     })
 }
@@ -363,15 +371,12 @@ pub unsafe fn read<F: ReadFace>(
             // SAFETY: as the caller guarantees.
             return unsafe { direct(face, io, &region, None) };
         };
-        face.note(Note::Staged(&region, &reason));
-        let elements: u64 = sel.count.iter().product();
-        let (pieces, bytes) = pieces(elements, through_hdf5(face, io, elements)?, item, &[]);
-        let mut ring = face.ring(bytes, pieces.len())?;
+        let (pieces, mut ring) = staged_whole(face, io, &region, &reason)?;
         let all = Block::whole(sel.count);
-        return staged_read(face, io, &mut ring, (&all, &pieces), bools);
+        return staged_read(face, io, &mut ring, (&all, &pieces, Step::Staged), bools);
     }
     let (mut ring, mut said) = (None, Vec::new());
-    let piece_bytes = through_hdf5(face, io, region.len())?;
+    let piece_bytes = through_hdf5(face, io)?;
     let buffer = (piece_bytes / item as u64).max(1) as usize * item;
     for (block, way) in &routes {
         let Route::Staged(reason) = way else {
@@ -390,18 +395,19 @@ pub unsafe fn read<F: ReadFace>(
             None => ring.insert(face.ring(buffer, pieces.len())?),
         };
         let inside = block.relative_to(&region.start);
-        staged_read(face, io, ring, (&inside, &pieces), bools)?;
+        staged_read(face, io, ring, (&inside, &pieces, Step::Staged), bools)?;
     }
     Ok(())
 }
 
 /// Reads `block` (of the selection's elements: a box of its `count`) into its place in the
-/// device array through `ring`, HDF5 filling the buffers piece by piece.
+/// device array through `ring`, HDF5 filling the buffers piece by piece (its failure the
+/// `step`'s).
 fn staged_read<F: ReadFace>(
     face: &F,
     io: &Selected,
     ring: &mut StagingRing<F::Stream>,
-    (block, pieces): (&Block, &[(u64, u64)]),
+    (block, pieces, step): (&Block, &[(u64, u64)], Step),
     bools: Option<&dyn Fn(NotBool) -> F::Error>,
 ) -> Result<(), F::Error> {
     let (sel, item) = (&io.selection, io.item);
@@ -417,7 +423,7 @@ fn staged_read<F: ReadFace>(
                 let selection = (&start[..], sel.step, &block.count[..]);
                 // SAFETY: the buffer holds the piece's b - a elements of the memory type.
                 unsafe { hyperslab_piece(io.prepared, selection, (a, b), item, buf.as_mut_ptr()) }
-                    .map_err(|m| face.failed(Step::Staged, m))
+                    .map_err(|m| face.failed(step, m))
             },
         )
     })
@@ -470,8 +476,8 @@ fn decoded_on_host<F: ReadFace>(
 }
 
 /// Reads `region` (the selection, of steps 1 where a step counts) decoding its written chunks on
-/// the GPU with nvCOMP (`gpu_decoded::read`), then the parts in chunks never written through the
-/// staged path, where HDF5 fills them with the fill value.
+/// the GPU with nvCOMP (`h5gds_gpu_codec::decode`), then the parts in chunks never written
+/// through the staged path, where HDF5 fills them with the fill value.
 ///
 /// # Safety
 /// As [`read`].
@@ -494,19 +500,37 @@ unsafe fn decoded_on_gpu<F: ReadFace>(
     let touched = chunks_touching(region, chunk).into_iter().map(|(at, _)| at);
     let stream = face.stream()?;
     let dest = io.address;
-    let decoded = face.with_index(chunk, touched.collect(), |source, index| {
-        gpu_decoded::read(source, index, &how, region, dest, &stream)
+    // The chunks written (as the index lists them) decoded into place; those never written
+    // left for HDF5 to fill.
+    let (missing, words) = face.with_index(chunk, touched.collect(), |source, index| {
+        let (mut present, missing) = decode::split(index, region, chunk);
+        decode::read(source, &how, &mut present, region, dest, &stream)?;
+        let words = format!(
+            "{} chunks move compressed ({codec:?}) {} and are decoded on the GPU with nvCOMP; {} \
+             chunks were never written",
+            present.len(),
+            HostReads::route(&how.host_reads),
+            missing.len()
+        );
+        Ok((missing, words))
     })?;
-    face.note(Note::GpuDecoded(region, &decoded.words));
-    if let Some(largest) = decoded.missing.iter().map(Block::len).max() {
-        let (per, item) = ((io.staging_size / io.item).max(1) as u64, io.item);
-        let (pieces, bytes) = pieces(largest, per * item as u64, item, &[]);
-        let mut ring = face.ring(bytes, pieces.len())?;
-        let never = |m| face.failed(Step::NeverWritten, m);
-        let (missing, to) = (&decoded.missing, (dest, item, per));
-        face.locked(|| {
-            staged::fill_never_written(&mut ring, io.prepared, missing, region, to, bools, never)
-        })?;
+    face.note(Note::GpuDecoded(region, &words));
+    // HDF5 reads the parts in chunks never written (their fill value) through the ring's buffers.
+    let staging = |part: &Block| pieces(part.len(), io.staging_size as u64, io.item, &[]);
+    let Some(largest) = missing.iter().max_by_key(|part| part.len()) else {
+        return Ok(());
+    };
+    let (largest, bytes) = staging(largest);
+    let mut ring = face.ring(bytes, largest.len())?;
+    for part in &missing {
+        let (inside, never) = (part.relative_to(&region.start), Step::NeverWritten);
+        staged_read(
+            face,
+            io,
+            &mut ring,
+            (&inside, &staging(part).0, never),
+            bools,
+        )?;
     }
     Ok(())
 }

@@ -1,20 +1,15 @@
-//! Reads of compressed chunks into device memory, written once for both faces: where the chunks
-//! are decoded ([`decoder`]: on the GPU with nvCOMP, by h5gds on the host's threads, or by HDF5's
-//! filters), whether the stored chunks reach the GPU through the host's threads rather than the
-//! driver ([`host_reads`]), and the GPU-decoded read of the chunks that were written ([`read`]).
-//! The parts of a read in chunks never written go back to the face, whose staged path has HDF5
-//! fill them with the fill value. Each face words its log lines around the words returned here.
+//! Where the compressed chunks of a read into device memory are decoded, written once for both
+//! faces ([`decoder`]: on the GPU with nvCOMP, by h5gds on the host's threads, or by HDF5's
+//! filters), and whether the stored chunks of a GPU-decoded read (`crate::device`) reach the GPU
+//! through the host's threads rather than the driver ([`host_reads`]). Each face words its log
+//! lines around the words returned here.
 
 use h5gds::VfdSettings;
 use h5gds_chunk_codec::place::chunks_selected;
-use h5gds_chunk_codec::{ChunkIndex, Hyperslab};
-use h5gds_gpu_codec::decode::{self, ChunkSource, Decoding, HostReads};
+use h5gds_chunk_codec::Hyperslab;
+use h5gds_gpu_codec::decode::HostReads;
 use h5gds_route::route::{choose_decoder, gpu_decode, Decoder, DecoderFacts};
-use h5gds_route::select::Block;
-use h5gds_runtime::cuda::CUdeviceptr;
 use h5gds_runtime::settings::{self, DevicePath, InvalidSetting};
-use h5gds_runtime::stream::CudaStream;
-use std::sync::Arc;
 
 const RANK_DIFFERS: &str = "its chunk shape does not match its rank";
 
@@ -111,39 +106,6 @@ pub fn host_reads(
         threads: vfd.nthreads,
         why,
     })
-}
-
-/// What a GPU-decoded read leaves to its face: the parts of the region in chunks never written,
-/// and for its log line, in words, how many chunks moved compressed and how, and how many were
-/// never written.
-pub struct Decoded {
-    pub missing: Vec<Block>,
-    pub words: String,
-}
-
-/// Reads `region` (file coordinates) into `dest`, device memory holding it in row-major order,
-/// decoding its chunks written (as `index` lists them) on the GPU as `how` says, their stored
-/// bytes from `source`, after the work queued on `stream` (done when this returns). The parts in
-/// chunks never written are returned, not read.
-pub fn read<S: ChunkSource>(
-    source: &S,
-    index: &ChunkIndex,
-    how: &Decoding,
-    region: &Block,
-    dest: CUdeviceptr,
-    stream: &Arc<CudaStream>,
-) -> Result<Decoded, S::Error> {
-    let (mut present, missing) = decode::split(index, region, how.chunk);
-    decode::read(source, how, &mut present, region, dest, stream)?;
-    let words = format!(
-        "{} chunks move compressed ({:?}) {} and are decoded on the GPU with nvCOMP; {} chunks \
-         were never written",
-        present.len(),
-        how.codec,
-        HostReads::route(&how.host_reads),
-        missing.len()
-    );
-    Ok(Decoded { missing, words })
 }
 
 #[cfg(test)]

@@ -7,9 +7,9 @@
 //! ([`facts`], its errors in [`hdf5_error`]) and the HDF5 side of stored chunks ([`chunks`]), the reads
 //! of a dataset whose storage cannot change, with no HDF5 call ([`stored`]), one checked
 //! transfer through HDF5 ([`transfer`]), the reads whose chunks h5gds decodes on the host's cores
-//! ([`decoded`]), where chunks bound for device memory are decoded, with the GPU-decoded
-//! read ([`gpu_decoded`]), the staged path through pinned host buffers ([`staged`]), one
-//! transfer between a dataset and device memory, each of those ways chosen and run ([`device`]),
+//! ([`decoded`]), where chunks bound for device memory are decoded ([`gpu_decoded`]), the staged
+//! path through pinned host buffers ([`staged`]), one transfer between a dataset and device
+//! memory, each of those ways chosen and run, the GPU-decoded read among them ([`device`]),
 //! and the compressed writes whose chunks h5gds encodes on the host's cores ([`encoded`]).
 
 pub mod chunks;

@@ -3,12 +3,12 @@
 //! in the staging ring (`h5gds_runtime::staging_ring`, generic over its streams: array-io's cudarc
 //! streams, the extension's [`ThreadLane`]s), so any size works with any buffer size and one
 //! piece's copy overlaps the next piece's file side. The file side of a piece is the face's
-//! closure: HDF5 through a [`Prepared`] transfer ([`hyperslab_piece`]), or h5gds decoding chunks
+//! closure: HDF5 through a [`Prepared`] transfer (`hyperslab_piece`), or h5gds decoding chunks
 //! on the host. HDF5 only ever sees host memory here, so it may convert types, fill unwritten
 //! storage and decode filtered chunks as it likes.
 
 use crate::transfer::Prepared;
-use h5gds_route::select::{flat_range_blocks, staging_pieces, Block, Runs};
+use h5gds_route::select::{flat_range_blocks, Runs};
 use h5gds_runtime::cuda::{self, CudaError, DeviceContext};
 use h5gds_runtime::pinned;
 use h5gds_runtime::staging_ring::{RingStream, StagingRing, Stop};
@@ -165,7 +165,7 @@ pub fn write<S: RingStream, E: From<CudaError>>(
 /// # Safety
 /// `buffer` must hold `b - a` elements of the prepared memory type, of `item` bytes each
 /// (writable for a read).
-pub unsafe fn hyperslab_piece(
+pub(crate) unsafe fn hyperslab_piece(
     prepared: &Prepared,
     (start, step, count): (&[u64], &[u64], &[u64]),
     (a, b): (u64, u64),
@@ -182,33 +182,6 @@ pub unsafe fn hyperslab_piece(
         // from `offset` (the blocks of [a, b) hold b - a elements in order).
         unsafe { prepared.run_hyperslab(&first, step, &block.count, at) }?;
         offset += block.len() as usize * item;
-    }
-    Ok(())
-}
-
-/// Fills the parts of `region` whose chunks were never written (`missing`, file coordinates, steps
-/// of 1) into the device array `dest` holding `region` (row-major, `item`-byte elements): HDF5
-/// reads each part (its fill value) into the ring's buffers in pieces of at most `per` elements,
-/// then they are copied into place. `failed` words HDF5's error.
-pub fn fill_never_written<S: RingStream, E: From<CudaError>>(
-    ring: &mut StagingRing<S>,
-    prepared: &Prepared,
-    missing: &[Block],
-    region: &Block,
-    (dest, item, per): (u64, usize, u64),
-    bools: Option<&dyn Fn(NotBool) -> E>,
-    failed: impl Fn(String) -> E,
-) -> Result<(), E> {
-    for part in missing {
-        let ones = vec![1; part.count.len()];
-        let selection = (&part.start[..], &ones[..], &part.count[..]);
-        let runs = Runs::new(&part.relative_to(&region.start), &region.count);
-        let pieces = staging_pieces(part.len(), per, &[]);
-        read(ring, &pieces, (dest, item, &runs), bools, |a, b, buffer| {
-            // SAFETY: the buffer holds the piece's b - a elements.
-            unsafe { hyperslab_piece(prepared, selection, (a, b), item, buffer.as_mut_ptr()) }
-                .map_err(&failed)
-        })?;
     }
     Ok(())
 }

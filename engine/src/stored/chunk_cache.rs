@@ -7,7 +7,7 @@ use h5gds_chunk_codec::place::{copy_box, whole_chunk_run, ChunkPart, Source};
 use h5gds_chunk_codec::{Hyperslab, Pipeline, StoredChunk};
 use std::collections::{HashMap, VecDeque};
 use std::os::unix::fs::FileExt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A chunk larger than [`KEPT_CHUNK_MAX`], decoded (its first `valid` bytes), kept for the next
 /// read of the same chunk: rows read one call at a time, or batches of neighbouring rows, then
@@ -104,6 +104,16 @@ pub(super) fn last_byte(
     (flat as usize + 1) * element
 }
 
+/// The lock of a kept chunk, never waited for (see `read_in_one_chunk`); a poisoned one taken
+/// as it is.
+fn try_lock<T>(kept: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match kept.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
 impl Stored {
     /// Reads the stored bytes of the chunk at `offset` into `bytes`.
     pub(super) fn read_stored(
@@ -138,11 +148,7 @@ impl Stored {
         large: &LargeKept,
     ) -> Result<Arc<Vec<u8>>, StoredError> {
         use std::sync::atomic::Ordering::Relaxed;
-        let lock = || match large.0.try_lock() {
-            Ok(guard) => Some(guard),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        };
+        let lock = || try_lock(&large.0);
         let mut walking = false;
         let mut reused = None;
         if let Some(mut kept) = lock() {
@@ -288,11 +294,7 @@ impl Stored {
         // Never waited for: a fork may copy the lock into a child held by a thread the child
         // does not have (a DataLoader worker forked while another thread reads), and a busy
         // cache is only a chunk decoded again, or not kept.
-        let lock = || match kept.try_lock() {
-            Ok(guard) => Some(guard),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        };
+        let lock = || try_lock(kept);
         let found = lock().and_then(|kept| kept.chunks.get(&part.offset).cloned());
         let decoded = match found {
             Some(decoded) => decoded,

@@ -3,7 +3,7 @@
 //! once for all the runs they hold, or one large chunk decoded once and kept.
 
 use super::chunk_cache::{last_byte, KEPT_CHUNK_MAX};
-use super::{Indexed, Storage, Stored, StoredError, Threads, PARALLEL_BYTES};
+use super::{each_on, pool_for, Indexed, Storage, Stored, StoredError, Threads, PARALLEL_BYTES};
 use crate::rows::RowRuns;
 use h5gds_chunk_codec::place::{copy_box, ChunkPart, SharedOut, Source};
 use h5gds_chunk_codec::{read_placed, Decoding, Hyperslab};
@@ -42,13 +42,7 @@ impl Stored {
             return Ok(true);
         }
         let row_bytes = row_bytes(out.len(), rows, "indices")?;
-        let Some(pieces) = self.whole_row_pieces(runs, rest, row_bytes) else {
-            return Ok(false);
-        };
-        let threads = threads().map_err(StoredError::Invalid)?;
-        self.read_pieces(&pieces, out, threads, None)
-            .map_err(StoredError::Failed)?;
-        Ok(true)
+        self.read_whole_rows(runs, (rest, row_bytes), out, threads)
     }
 
     /// Reads a gather's `distinct` rows (`runs`: first row, rows; in increasing order; each row
@@ -67,10 +61,7 @@ impl Stored {
             return Ok(true);
         }
         let row_bytes = row_bytes(out.len(), distinct, "rows")?;
-        if let Some(pieces) = self.whole_row_pieces(runs.iter().copied(), rest, row_bytes) {
-            let threads = threads().map_err(StoredError::Invalid)?;
-            self.read_pieces(&pieces, out, threads, None)
-                .map_err(StoredError::Failed)?;
+        if self.read_whole_rows(runs.iter().copied(), (rest, row_bytes), out, threads)? {
             return Ok(true);
         }
         // One selection per run of rows, each checked, and where its bytes go.
@@ -85,17 +76,18 @@ impl Stored {
             };
             served.push(parts);
         }
-        if self.gather_in_one_large_chunk(&reads, &served, out)? {
+        // The one chunk every run lies in, if they all lie in one.
+        let mut parts = served.iter().flatten();
+        let first = parts.next();
+        let one_chunk = first.filter(|first| parts.all(|part| part.offset == first.offset));
+        if self.gather_in_one_large_chunk(&reads, one_chunk, out)? {
             return Ok(true);
         }
         let threads = threads().map_err(StoredError::Invalid)?;
-        if self.gather_decoding(&served) {
+        if self.gather_decoding(first.is_some(), one_chunk.is_some()) {
             return self.gather_decoded(&runs, out, threads).map(|()| true);
         }
-        let nbytes = out.len();
-        let pool = (reads.len() > 1 && nbytes >= PARALLEL_BYTES && threads > 1)
-            .then(|| h5gds_runtime::pool::get(threads))
-            .flatten();
+        let pool = pool_for(reads.len() > 1 && out.len() >= PARALLEL_BYTES, threads);
         // Runs read at once on the pool read their own chunks on one thread each.
         let inner = if pool.is_some() { 1 } else { threads };
         // SAFETY: the runs' bytes are disjoint parts of `out` (sizes checked above), which
@@ -107,31 +99,26 @@ impl Stored {
             let dest = unsafe { std::slice::from_raw_parts_mut(out.at(*at), *len as usize) };
             self.read_served(sel, &served[k], dest, inner)
         };
-        match pool {
-            Some(pool) => {
-                use rayon::prelude::*;
-                pool.install(|| (0..reads.len()).into_par_iter().try_for_each(one))
-            }
-            None => (0..reads.len()).try_for_each(one),
-        }?;
+        each_on(pool.as_deref(), reads.len(), 1, one)?;
         Ok(true)
     }
 
     /// For a contiguous dataset whose gather takes whole rows (`rest` selects every element of
-    /// the other axes), the runs of rows `runs` (first row, rows; in output order) as pieces of
-    /// the file (file byte, output byte, bytes), with no per-run selection to map: a gather of
-    /// thousands of small rows is then one `pread` per run. None otherwise, or where `row_bytes`
-    /// is not the dataset's row or a run lies outside it.
-    fn whole_row_pieces(
+    /// the other axes, each row `row_bytes`), reads the runs of rows `runs` (first row, rows; in
+    /// output order) as pieces of the file, with no per-run selection to map: a gather of
+    /// thousands of small rows is then one `pread` per run. False (nothing read) otherwise, or
+    /// where `row_bytes` is not the dataset's row or a run lies outside it.
+    fn read_whole_rows(
         &self,
         runs: impl IntoIterator<Item = (u64, u64)>,
-        rest: &Hyperslab,
-        row_bytes: u64,
-    ) -> Option<Vec<(u64, u64, u64)>> {
-        let Storage::Contiguous { address } = self.storage else {
-            return None;
+        (rest, row_bytes): (&Hyperslab, u64),
+        out: &mut [u8],
+        threads: Threads,
+    ) -> Result<bool, StoredError> {
+        let (Storage::Contiguous { address }, Some(others)) = (&self.storage, self.shape.get(1..))
+        else {
+            return Ok(false);
         };
-        let others = self.shape.get(1..)?;
         let whole = rest.count == others
             && rest.start.iter().all(|&s| s == 0)
             && rest.step.len() == others.len()
@@ -141,7 +128,7 @@ impl Stored {
                 .zip(others)
                 .all(|(&t, &n)| t == 1 || n <= 1);
         if !whole || others.iter().product::<u64>() * self.element as u64 != row_bytes {
-            return None;
+            return Ok(false);
         }
         let mut at = 0u64;
         let mut pieces = Vec::new();
@@ -150,34 +137,29 @@ impl Stored {
                 .checked_add(rows)
                 .is_none_or(|end| end > self.shape[0])
             {
-                return None;
+                return Ok(false);
             }
             pieces.push((address + first * row_bytes, at, rows * row_bytes));
             at += rows * row_bytes;
         }
-        Some(pieces)
+        let threads = threads().map_err(StoredError::Invalid)?;
+        let read = self.read_pieces(&pieces, out, threads, None);
+        read.map(|()| true).map_err(StoredError::Failed)
     }
 
-    /// Whether a gather of compressed chunks (`served`: the chunks each run touches) decodes
+    /// Whether a gather of compressed chunks (touching any, all in one chunk or not) decodes
     /// them once for all the runs; not where each run is read on its own: unfiltered chunks
     /// (runs read straight from the file), or runs inside one small chunk (decoded once and
     /// kept, `read_in_one_chunk`).
-    fn gather_decoding(&self, served: &[Vec<ChunkPart>]) -> bool {
+    fn gather_decoding(&self, any: bool, one_chunk: bool) -> bool {
         let Storage::Chunked {
             chunk, pipeline, ..
         } = &self.storage
         else {
             return false;
         };
-        let Some(first) = served.iter().flatten().next() else {
-            return false;
-        };
-        let one_chunk = served
-            .iter()
-            .flatten()
-            .all(|part| part.offset == first.offset);
         let small = chunk.iter().product::<u64>() as usize * self.element <= KEPT_CHUNK_MAX;
-        !(pipeline.stages().is_empty() || one_chunk && small)
+        any && !(pipeline.stages().is_empty() || one_chunk && small)
     }
 
     /// Reads a gather's runs of rows (`reads`, into `out`) that all lie in one compressed chunk
@@ -187,7 +169,7 @@ impl Stored {
     fn gather_in_one_large_chunk(
         &self,
         reads: &[Run],
-        served: &[Vec<ChunkPart>],
+        one_chunk: Option<&ChunkPart>,
         out: &mut [u8],
     ) -> Result<bool, StoredError> {
         let Storage::Chunked {
@@ -201,16 +183,10 @@ impl Stored {
             return Ok(false);
         };
         let chunk_bytes = chunk.iter().product::<u64>() as usize * self.element;
-        let Some(first) = served.iter().flatten().next() else {
+        let Some(first) = one_chunk else {
             return Ok(false);
         };
-        if pipeline.stages().is_empty()
-            || chunk_bytes <= KEPT_CHUNK_MAX
-            || !served
-                .iter()
-                .flatten()
-                .all(|part| part.offset == first.offset)
-        {
+        if pipeline.stages().is_empty() || chunk_bytes <= KEPT_CHUNK_MAX {
             return Ok(false);
         }
         let Some(stored) = index.get(&first.offset) else {

@@ -13,13 +13,14 @@ mod gather;
 mod runs;
 
 use crate::facts::StoredLayout;
+use crate::transfer::hyperslab_elements;
 use chunk_cache::{Kept, LargeKept};
 use h5gds_chunk_codec::place::{chunks_selected, ChunkPart};
 use h5gds_chunk_codec::{ChunkIndex, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk};
 use h5gds_runtime::hdf5::{hid_t, hsize_t, Hdf5Api};
 use std::ffi::{c_int, c_uint, c_void};
 use std::fs::File;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// How the dataset's elements are stored.
 enum Storage {
@@ -89,6 +90,33 @@ pub struct Stored {
 const PARALLEL_BYTES: usize = 1 << 20;
 /// Pieces contiguous reads are split into, for the pool.
 const PIECE_BYTES: u64 = 4 << 20;
+
+/// The pool's `threads` for work that gains from them (`parallel`); none (the calling thread
+/// does it) otherwise, or where the pool is busy.
+fn pool_for(parallel: bool, threads: usize) -> Option<Arc<rayon::ThreadPool>> {
+    (parallel && threads > 1)
+        .then(|| h5gds_runtime::pool::get(threads))
+        .flatten()
+}
+
+/// Runs `each` for `0..n`: on `pool`, at least `group` a task, or in order on the calling thread.
+fn each_on<E: Send>(
+    pool: Option<&rayon::ThreadPool>,
+    n: usize,
+    group: usize,
+    each: impl Fn(usize) -> Result<(), E> + Send + Sync,
+) -> Result<(), E> {
+    use rayon::prelude::*;
+    match pool {
+        Some(pool) => pool.install(|| {
+            (0..n)
+                .into_par_iter()
+                .with_min_len(group)
+                .try_for_each(each)
+        }),
+        None => (0..n).try_for_each(each),
+    }
+}
 
 /// The chunk index as `h5gds_chunk_codec::read` asks for it; the bytes come from the file.
 struct Indexed<'a> {
@@ -285,18 +313,7 @@ impl Stored {
                 self.name
             ));
         }
-        for a in 0..rank {
-            let last = (sel.count[a].max(1) - 1)
-                .checked_mul(sel.step[a])
-                .and_then(|d| d.checked_add(sel.start[a]));
-            if sel.step[a] == 0 || (sel.count[a] > 0 && last.is_none_or(|l| l >= self.shape[a])) {
-                return Err(format!(
-                    "selection out of range on axis {a}: start {}, step {}, count {} for a size \
-                     of {}",
-                    sel.start[a], sel.step[a], sel.count[a], self.shape[a]
-                ));
-            }
-        }
+        hyperslab_elements(&self.shape, (sel.start, sel.step, sel.count), 0)?;
         let elements = sel.count.iter().try_fold(1u64, |n, &c| n.checked_mul(c));
         if elements.and_then(|n| n.checked_mul(self.element as u64)) != Some(nbytes as u64) {
             return Err(format!(

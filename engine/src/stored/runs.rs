@@ -1,7 +1,7 @@
 //! Runs of a file's bytes read for a stored dataset: a hyperslab of row-major storage cut into runs and
 //! pieces, read on the pool's threads where large.
 
-use super::{Stored, PARALLEL_BYTES, PIECE_BYTES};
+use super::{each_on, pool_for, Stored, PARALLEL_BYTES, PIECE_BYTES};
 use h5gds_chunk_codec::place::SharedOut;
 use h5gds_chunk_codec::Hyperslab;
 use std::os::unix::fs::FileExt;
@@ -82,7 +82,7 @@ impl Stored {
     /// on `threads` of the pool where `out` is large enough to gain from it. `stepped`: each
     /// piece is a row whose elements lie that many elements apart in the file (its span is read,
     /// every one kept).
-    pub fn read_pieces(
+    pub(super) fn read_pieces(
         &self,
         pieces: &[(u64, u64, u64)],
         out: &mut [u8],
@@ -116,24 +116,13 @@ impl Stored {
             }
             Ok(())
         };
-        let pool = (out.len() >= PARALLEL_BYTES && pieces.len() > 1 && threads > 1)
-            .then(|| h5gds_runtime::pool::get(threads))
-            .flatten();
-        match pool {
-            Some(pool) => {
-                use rayon::prelude::*;
-                // Small pieces go to the threads in groups: one task per 4 KiB row costs more than
-                // the row's read.
-                let group = (PIECE_BYTES / (out.len() as u64 / pieces.len() as u64).max(1))
-                    .clamp(1, 64) as usize;
-                pool.install(|| {
-                    pieces
-                        .par_iter()
-                        .with_min_len(group)
-                        .try_for_each(read_piece)
-                })
-            }
-            None => pieces.iter().try_for_each(read_piece),
-        }
+        let pool = pool_for(out.len() >= PARALLEL_BYTES && pieces.len() > 1, threads);
+        // Small pieces go to the threads in groups: one task per 4 KiB row costs more than the
+        // row's read.
+        let group = (PIECE_BYTES / (out.len() as u64 / pieces.len().max(1) as u64).max(1))
+            .clamp(1, 64) as usize;
+        each_on(pool.as_deref(), pieces.len(), group, |k| {
+            read_piece(&pieces[k])
+        })
     }
 }

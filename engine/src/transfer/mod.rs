@@ -6,7 +6,7 @@
 
 mod gather;
 
-pub use gather::{prepare_gather, prepare_gather_in_groups, GatherRead};
+pub use gather::{prepare_gather_in_groups, GatherRead};
 
 use crate::hdf5_error::stack;
 use h5gds_runtime::hdf5::{hid_t as Hid, Hdf5Api, MissingSymbol};
@@ -46,24 +46,57 @@ impl Space {
         }
         Ok(Space(id, api))
     }
-}
 
-impl Space {
-    /// Selects the hyperslab `start`, `step`, `count` (blocks of 1).
+    /// A simple dataspace of `shape` (at most HDF5's largest rank).
+    fn simple(api: &'static Hdf5Api, shape: &[u64]) -> Result<Space, IoError> {
+        let rank = shape.len() as c_int;
+        // SAFETY: `shape` holds `rank` dimensions; no maximum dimensions (NULL).
+        let id = unsafe { (api.H5Screate_simple?)(rank, shape.as_ptr(), std::ptr::null()) };
+        Space::new(id, api)
+    }
+
+    /// A copy of `dataset`'s dataspace (an id HDF5 checks).
+    fn of(api: &'static Hdf5Api, dataset: Hid) -> Result<Space, IoError> {
+        // SAFETY: a plain query; an invalid id yields an error code.
+        Space::new(unsafe { (api.H5Dget_space?)(dataset) }, api)
+    }
+
+    /// Selects (`op`: set, or or-ed into the selection) the hyperslab `start`, `step`, `count`
+    /// (blocks of 1).
     ///
     /// # Safety
     /// The three arrays must have the space's rank.
-    unsafe fn select(&self, start: &[u64], step: &[u64], count: &[u64]) -> Result<(), IoError> {
+    unsafe fn select(
+        &self,
+        op: c_int,
+        start: &[u64],
+        step: &[u64],
+        count: &[u64],
+    ) -> Result<(), IoError> {
         let (api, null) = (self.1, std::ptr::null());
         let (start, step, count) = (start.as_ptr(), step.as_ptr(), count.as_ptr());
         // SAFETY: arrays of the space's rank, as the caller guarantees; block NULL means blocks
         // of 1.
-        let status =
-            unsafe { (api.H5Sselect_hyperslab?)(self.0, H5S_SELECT_SET, start, step, count, null) };
+        let status = unsafe { (api.H5Sselect_hyperslab?)(self.0, op, start, step, count, null) };
         match status < 0 {
             true => Err(IoError::Hdf5(stack(api))),
             false => Ok(()),
         }
+    }
+
+    /// Checks that the selection holds the `elements` the caller counted (`what`: the
+    /// selection's holder and the caller's request, as the refusal names them).
+    fn check_selected(&self, elements: u64, (holder, what): (&str, &str)) -> Result<(), IoError> {
+        // SAFETY: a valid dataspace.
+        let selected = unsafe { (self.1.H5Sget_select_npoints?)(self.0) };
+        if selected != elements as i64 {
+            stack(self.1);
+            return Err(IoError::Argument(format!(
+                "the dataset has no data to select (its {holder} holds {selected} elements, the \
+                 {what} {elements})"
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -110,10 +143,6 @@ pub struct Prepared {
     rank: usize,
 }
 
-fn argument(message: String) -> IoError {
-    IoError::Argument(message)
-}
-
 /// Checks that `dataset` is an open dataset and `mem_type` a datatype, and returns the dataset's
 /// dataspace and its dimensions.
 fn dataset_space(
@@ -126,12 +155,11 @@ fn dataset_space(
         unsafe { ((api.H5Iget_type?)(dataset), (api.H5Iget_type?)(mem_type)) };
     if dset_kind != H5I_DATASET || type_kind != H5I_DATATYPE {
         stack(api);
-        return Err(argument(format!(
+        return Err(IoError::Argument(format!(
             "id {dataset} is not an open dataset or id {mem_type} not a datatype"
         )));
     }
-    // SAFETY: a valid dataset id.
-    let file_space = Space::new(unsafe { (api.H5Dget_space?)(dataset) }, api)?;
+    let file_space = Space::of(api, dataset)?;
     let mut dims = [0 as Hsize; MAX_RANK];
     // SAFETY: `dims` has room for HDF5's largest rank.
     let rank = unsafe {
@@ -143,49 +171,74 @@ fn dataset_space(
     Ok((file_space, dims[..rank as usize].to_vec()))
 }
 
+/// Refuses a hyperslab (`start`, `step`, `count`, of `dims`' rank) reaching past `dims` or of a
+/// step 0, naming its axis counted from `first_axis`; else the number of elements it selects.
+pub(crate) fn hyperslab_elements(
+    dims: &[u64],
+    (start, step, count): (&[u64], &[u64], &[u64]),
+    first_axis: usize,
+) -> Result<u64, String> {
+    let mut elements: u64 = 1;
+    for (axis, &dim) in dims.iter().enumerate() {
+        let (start, step, count) = (start[axis], step[axis], count[axis]);
+        let last = (count.max(1) - 1)
+            .checked_mul(step)
+            .and_then(|d| d.checked_add(start));
+        if step == 0 || (count > 0 && last.is_none_or(|l| l >= dim)) {
+            return Err(format!(
+                "selection out of range on axis {}: start {start}, step {step}, count {count} \
+                 for a size of {dim}",
+                axis + first_axis
+            ));
+        }
+        elements = elements.saturating_mul(count);
+    }
+    Ok(elements)
+}
+
+/// Refuses a buffer of `nbytes` that does not hold `elements` of `mem_type` (`what`: the
+/// request, as the refusal names it).
+fn check_buffer(
+    api: &Hdf5Api,
+    mem_type: Hid,
+    (elements, nbytes): (u64, usize),
+    what: &str,
+) -> Result<(), IoError> {
+    // SAFETY: a valid datatype id.
+    let type_size = unsafe { (api.H5Tget_size?)(mem_type) };
+    let needed = (elements as u128) * (type_size as u128);
+    if type_size == 0 || needed != nbytes as u128 {
+        stack(api);
+        return Err(IoError::Argument(format!(
+            "the buffer has {nbytes} bytes, the {what} needs {needed} ({elements} elements of \
+             {type_size} bytes)"
+        )));
+    }
+    Ok(())
+}
+
 /// Checks every argument against HDF5 and builds the dataspaces. `Ok(None)`: nothing to move
 /// (an empty selection). `api`: the table of the HDF5 that opened the dataset.
 pub fn prepare(api: &'static Hdf5Api, t: &Transfer) -> Result<Option<Prepared>, IoError> {
     let (file_space, dims) = dataset_space(api, t.dataset, t.mem_type)?;
     let dims = &dims[..];
     if [t.start.len(), t.step.len(), t.count.len()] != [dims.len(); 3] {
-        return Err(argument(format!(
+        return Err(IoError::Argument(format!(
             "the selection has {} axes, the dataset {}",
             t.count.len(),
             dims.len()
         )));
     }
-    let mut elements: u64 = 1;
-    for (axis, &dim) in dims.iter().enumerate() {
-        let (start, step, count) = (t.start[axis], t.step[axis], t.count[axis]);
-        let last = (count.max(1) - 1)
-            .checked_mul(step)
-            .and_then(|d| d.checked_add(start));
-        if step == 0 || (count > 0 && last.is_none_or(|l| l >= dim)) {
-            return Err(argument(format!(
-                "selection out of range on axis {axis}: start {start}, step {step}, count {count} \
-                 for a size of {dim}"
-            )));
-        }
-        elements = elements.saturating_mul(count);
-    }
+    let elements =
+        hyperslab_elements(dims, (t.start, t.step, t.count), 0).map_err(IoError::Argument)?;
     let mem_elements = t.mem_shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
     if mem_elements != Some(elements) || t.mem_shape.len() > MAX_RANK {
-        return Err(argument(format!(
+        return Err(IoError::Argument(format!(
             "the memory shape {:?} does not hold the {elements} elements selected",
             t.mem_shape
         )));
     }
-    // SAFETY: a valid datatype id.
-    let type_size = unsafe { (api.H5Tget_size?)(t.mem_type) };
-    let needed = (elements as u128) * (type_size as u128);
-    if type_size == 0 || needed != t.nbytes as u128 {
-        stack(api);
-        return Err(argument(format!(
-            "the buffer has {} bytes, the selection needs {needed} ({elements} elements of {type_size} bytes)",
-            t.nbytes
-        )));
-    }
+    check_buffer(api, t.mem_type, (elements, t.nbytes), "selection")?;
     if elements == 0 {
         return Ok(None);
     }
@@ -195,32 +248,14 @@ pub fn prepare(api: &'static Hdf5Api, t: &Transfer) -> Result<Option<Prepared>, 
         .all(|i| t.start[i] == 0 && t.count[i] == dims[i] && (t.step[i] == 1 || dims[i] <= 1));
     if !dims.is_empty() && !whole {
         // SAFETY: arrays of the space's rank (checked above).
-        unsafe { file_space.select(t.start, t.step, t.count) }?;
+        unsafe { file_space.select(H5S_SELECT_SET, t.start, t.step, t.count) }?;
     }
-    // SAFETY: a valid dataspace.
-    let selected = unsafe { (api.H5Sget_select_npoints?)(file_space.0) };
-    if selected != elements as i64 {
-        stack(api);
-        return Err(argument(format!(
-            "the dataset has no data to select (its dataspace holds {selected} elements, the \
-             selection {elements})"
-        )));
-    }
-    // SAFETY: creating a dataspace from a shape of at most MAX_RANK axes.
-    let mem_space = Space::new(
-        unsafe {
-            if t.mem_shape.is_empty() {
-                (api.H5Screate?)(H5S_SCALAR)
-            } else {
-                (api.H5Screate_simple?)(
-                    t.mem_shape.len() as c_int,
-                    t.mem_shape.as_ptr(),
-                    std::ptr::null(),
-                )
-            }
-        },
-        api,
-    )?;
+    file_space.check_selected(elements, ("dataspace", "selection"))?;
+    let mem_space = match t.mem_shape.is_empty() {
+        // SAFETY: a plain call making a scalar dataspace.
+        true => Space::new(unsafe { (api.H5Screate?)(H5S_SCALAR) }, api)?,
+        false => Space::simple(api, t.mem_shape)?,
+    };
     Ok(Some(Prepared {
         api,
         write: t.write,
@@ -246,7 +281,7 @@ impl Prepared {
     /// # Safety
     /// `buffer` must hold the hyperslab's elements in the memory type (writable for reads), and
     /// the hyperslab must lie inside the dataset (a part of the checked selection).
-    pub unsafe fn run_hyperslab(
+    pub(crate) unsafe fn run_hyperslab(
         &self,
         start: &[u64],
         step: &[u64],
@@ -259,16 +294,10 @@ impl Prepared {
             // SAFETY: as the caller guarantees.
             return unsafe { self.io_with(self.mem_space.0, self.file_space.0, buffer) };
         }
-        // SAFETY: a dataset id checked in `prepare`.
-        let file = Space::new(unsafe { (api.H5Dget_space?)(self.dataset) }, api)?;
+        let file = Space::of(api, self.dataset)?;
         // SAFETY: arrays of the dataset's rank (the caller's part of the checked selection).
-        unsafe { file.select(start, step, count) }?;
-        let elements: u64 = count.iter().product();
-        // SAFETY: a one-dimensional space of the hyperslab's element count.
-        let memory = Space::new(
-            unsafe { (api.H5Screate_simple?)(1, &elements, std::ptr::null()) },
-            api,
-        )?;
+        unsafe { file.select(H5S_SELECT_SET, start, step, count) }?;
+        let memory = Space::simple(api, &[count.iter().product()])?;
         // SAFETY: as the caller guarantees.
         unsafe { self.io_with(memory.0, file.0, buffer) }
     }
@@ -280,23 +309,18 @@ impl Prepared {
     /// # Safety
     /// The prepared buffer must hold the array of `shape` in the memory type (writable for
     /// reads), and the block must lie inside the dataset and, from `at`, inside that array.
-    pub unsafe fn run_block(
+    pub(crate) unsafe fn run_block(
         &self,
         (start, count): (&[u64], &[u64]),
         shape: &[u64],
         at: &[u64],
     ) -> Result<(), String> {
         let (api, ones) = (self.api, vec![1u64; count.len()]);
-        // SAFETY: a dataset id checked in `prepare`.
-        let file = Space::new(unsafe { (api.H5Dget_space?)(self.dataset) }, api)?;
-        let rank = shape.len() as c_int;
-        // SAFETY: a simple space of `shape`.
-        let memory = unsafe { (api.H5Screate_simple?)(rank, shape.as_ptr(), std::ptr::null()) };
-        let memory = Space::new(memory, api)?;
+        let (file, memory) = (Space::of(api, self.dataset)?, Space::simple(api, shape)?);
         // SAFETY: arrays of the dataset's rank (the caller's block).
-        unsafe { file.select(start, &ones, count) }?;
+        unsafe { file.select(H5S_SELECT_SET, start, &ones, count) }?;
         // SAFETY: arrays of `shape`'s rank (the block's place in it).
-        unsafe { memory.select(at, &ones, count) }?;
+        unsafe { memory.select(H5S_SELECT_SET, at, &ones, count) }?;
         // SAFETY: as the caller guarantees.
         unsafe { self.io_with(memory.0, file.0, self.buffer as *mut c_void) }
     }
