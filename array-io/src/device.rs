@@ -11,23 +11,21 @@ use crate::element::{descriptor_of, Element};
 use crate::error::no_panic;
 use crate::error::{Error, Result};
 use crate::file::{create_file, open_dataset, OpenDataset};
-use crate::hdf5_raw::{self, linked_hdf5};
+use crate::hdf5_raw;
 use crate::host_codec::Planned;
-use crate::host_staging::HostStaging;
 use crate::layout::{check_types, stored_layout};
 use crate::options::{driver_settings, goes_through_gds, Settings};
 use crate::route::{driver_blocker, Storage, Transfer as RouteFacts};
 use crate::select::Block;
+use crate::transfer::Locked;
 use crate::ReadOptions;
-use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use h5gds_chunk_codec::{ChunkIndex, Hyperslab};
 use h5gds_engine::chunks::StoredChunks;
 use h5gds_engine::device::{self, Face, Note, ReadFace, ReadRoute, Selected, Step};
 use h5gds_engine::facts::StoredLayout;
 use h5gds_engine::staged::NotBool;
-use h5gds_engine::transfer::{prepare, IoError, Prepared, Transfer};
 use h5gds_runtime::cuda::call;
-use h5gds_runtime::hdf5::hid_t;
 use h5gds_runtime::staging_ring::StagingRing;
 use h5gds_runtime::stream::synchronize;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
@@ -299,9 +297,8 @@ fn write_unguarded<T: Element>(
             count: &shape,
         };
         let (ids, bytes) = ((dset.id(), mem_type.id()), array.len() * size_of::<T>());
-        let op = "writing from device memory";
-        let prepared =
-            LockedPrepared::new(true, ids, selection, (ptr, bytes), (op, path, dataset))?;
+        let prepared = Locked::prepare(true, ids, selection, (ptr as usize, bytes))
+            .map_err(|m| Error::hdf5("writing from device memory", path, Some(dataset), m))?;
         if let Some(prepared) = &prepared.0 {
             let io = Selected {
                 prepared,
@@ -334,47 +331,6 @@ fn write_unguarded<T: Element>(
         .map_err(|e| Error::hdf5("closing the file", path, None, e))
 }
 
-/// The engine's checked transfer, made and dropped under hdf5-metno's lock (its dataspaces are
-/// HDF5 objects); `None`: nothing to move.
-struct LockedPrepared(Option<Prepared>);
-
-impl LockedPrepared {
-    /// The transfer of `selection` of the dataset (`ids`: its id and the memory type's) with
-    /// the device buffer `(address, bytes)`; an error worded as `op` on the file and dataset.
-    fn new(
-        write: bool,
-        (dataset, mem_type): (hid_t, hid_t),
-        selection: Hyperslab,
-        (address, nbytes): (sys::CUdeviceptr, usize),
-        (op, path, name): (&str, &Path, &str),
-    ) -> Result<LockedPrepared> {
-        let transfer = Transfer {
-            write,
-            dataset,
-            mem_type,
-            start: selection.start,
-            step: selection.step,
-            count: selection.count,
-            mem_shape: selection.count,
-            buffer: address as usize,
-            nbytes,
-        };
-        let prepared = hdf5_raw::locked(|| prepare(linked_hdf5(), &transfer));
-        prepared
-            .map(LockedPrepared)
-            .map_err(|(IoError::Argument(m) | IoError::Hdf5(m))| {
-                Error::hdf5(op, path, Some(name), m)
-            })
-    }
-}
-
-impl Drop for LockedPrepared {
-    fn drop(&mut self) {
-        let prepared = self.0.take();
-        hdf5_raw::locked(|| drop(prepared));
-    }
-}
-
 /// An open dataset prepared for device reads: its types, storage and the settings' facts.
 pub(crate) struct DeviceSource {
     pub ds: OpenDataset,
@@ -388,7 +344,7 @@ pub(crate) struct DeviceSource {
     /// How h5gds decodes the chunks on the host's threads, or why it cannot (filtered chunks).
     host: std::result::Result<Planned, String>,
     /// The allocated chunks' stored sizes, listed at the first GPU-decoded read.
-    chunk_index: std::cell::OnceCell<h5gds_chunk_codec::ChunkIndex>,
+    chunk_index: std::cell::OnceCell<ChunkIndex>,
     /// The device path the settings ask for.
     device_path: crate::DevicePath,
     /// The driver's settings (thread counts, its staging verdict), loaded at most once for the
@@ -444,16 +400,6 @@ impl DeviceSource {
         })
     }
 
-    /// The allocated chunks' stored sizes and filter masks (listed once).
-    pub fn chunk_index(&self) -> Result<&h5gds_chunk_codec::ChunkIndex> {
-        if let Some(index) = self.chunk_index.get() {
-            return Ok(index);
-        }
-        // Once per `DeviceSource`: batched reads ask again.
-        let index = self.ds.chunk_index()?;
-        Ok(self.chunk_index.get_or_init(|| index))
-    }
-
     /// Reads `region` (file coordinates) into a new device array of its shape
     /// (`h5gds_engine::device::read`, mixed routes split per block).
     pub fn read<T: Element>(
@@ -478,9 +424,9 @@ impl DeviceSource {
             count: &region.count,
         };
         let (ids, item) = ((ds.dset.id(), self.types.mem.id()), size_of::<T>());
-        let buffer = (dest, region.len() as usize * item);
-        let named = ("reading into device memory", &*ds.path, &*ds.name);
-        let prepared = LockedPrepared::new(false, ids, selection, buffer, named)?;
+        let buffer = (dest as usize, region.len() as usize * item);
+        let prepared = Locked::prepare(false, ids, selection, buffer)
+            .map_err(|m| Error::hdf5("reading into device memory", &ds.path, Some(&ds.name), m))?;
         if let Some(prepared) = &prepared.0 {
             let io = Selected {
                 prepared,
@@ -538,7 +484,7 @@ impl<S> Face for Moving<'_, S> {
     }
 
     fn ring(&self, bytes: usize, _: usize) -> Result<StagingRing<Arc<CudaStream>>> {
-        Ok(HostStaging::new(bytes, bytes, self.stream).ring)
+        Ok(crate::host_staging::ring(bytes, bytes, self.stream).0)
     }
 
     fn driver(&self) -> Result<&h5gds::VfdSettings> {
@@ -612,10 +558,15 @@ impl<'a> ReadFace for Moving<'a, &'a DeviceSource> {
     ) -> Result<R> {
         // The index is listed once per source (batched reads read many regions): the stored
         // chunks only read the chunks they are handed.
-        read(
-            &self.source.ds.stored_chunks(chunk, 0)?,
-            self.source.chunk_index()?,
-        )
+        let (ds, listed) = (&self.source.ds, &self.source.chunk_index);
+        let index = match listed.get() {
+            Some(index) => index,
+            None => {
+                let index = ds.index_of(chunk)?;
+                listed.get_or_init(|| index)
+            }
+        };
+        read(&ds.stored_chunks(chunk, 0)?, index)
     }
 
     fn stream(&self) -> Result<Arc<CudaStream>> {

@@ -4,7 +4,7 @@
 //! ([`driver_settings`]: thread counts, and whether the driver stages every device transfer).
 
 use crate::error::{Error, Result};
-use h5gds_runtime::settings::{self, InvalidSetting};
+use h5gds_runtime::settings;
 pub use h5gds_runtime::settings::{
     DevicePath, DEFAULT_STAGING_BUFFER_SIZE, MIN_STAGING_BUFFER_SIZE, STAGING_BUFFER_SIZE_ENV,
     USE_VFD_GDS_ENV,
@@ -23,26 +23,23 @@ fn env_value(variable: &str) -> Option<String> {
     std::env::var_os(variable).map(|v| v.to_string_lossy().into_owned())
 }
 
-fn invalid(err: InvalidSetting) -> Error {
-    err.into()
-}
-
 impl Settings {
     /// The device path: the explicit setting, else `H5GDS_USE_VFD_GDS`.
     pub fn device_path(&self) -> Result<DevicePath> {
         if let Some(path) = self.device_path {
             return Ok(path);
         }
-        settings::device_path(env_value(USE_VFD_GDS_ENV).as_deref()).map_err(invalid)
+        settings::device_path(env_value(USE_VFD_GDS_ENV).as_deref()).map_err(Error::from)
     }
 
     /// The staging buffer size: the explicit setting, else `H5GDS_STAGING_BUFFER_SIZE`.
     pub fn staging_buffer_size(&self) -> Result<usize> {
         if let Some(size) = self.staging_buffer_size {
-            return settings::check_staging_buffer_size(size, &size.to_string()).map_err(invalid);
+            return settings::check_staging_buffer_size(size, &size.to_string())
+                .map_err(Error::from);
         }
         settings::staging_buffer_size(env_value(STAGING_BUFFER_SIZE_ENV).as_deref())
-            .map_err(invalid)
+            .map_err(Error::from)
     }
 
     /// Whether device data goes through the `gds` driver.
@@ -127,7 +124,7 @@ mod tests {
     fn use_vfd_gds_accepts_only_0_and_1() {
         assert_eq!(settings::device_path(Some("1")), Ok(DevicePath::Gds));
         assert_eq!(settings::device_path(Some("0")), Ok(DevicePath::Staged));
-        let err = invalid(settings::device_path(Some("yes")).unwrap_err()).to_string();
+        let err = Error::from(settings::device_path(Some("yes")).unwrap_err()).to_string();
         assert!(err.contains("H5GDS_USE_VFD_GDS=\"yes\""), "{err}");
         assert!(
             err.contains("1 (the gds driver), 0 (the staged path)"),

@@ -12,7 +12,6 @@ use crate::error::no_panic;
 use crate::error::{Error, Result};
 use crate::file::{check_dataset_name, create_file};
 use crate::hdf5_raw::{self, linked_hdf5};
-use crate::host_staging::HostStaging;
 use crate::options::Settings;
 use crate::select::{staging_pieces, Block};
 use cudarc::driver::DevicePtr;
@@ -133,10 +132,10 @@ impl<T: Element> DeviceTile<'_, T> {
                     "writing a tile through a host staging buffer: {reason}"
                 ));
                 let bytes = n as usize * es;
-                let mut staging = HostStaging::new(settings.staging_buffer_size()?, bytes, stream);
-                let per = (staging.len() / es).max(1) as u64;
-                let pieces = staging_pieces(n, per, &[]);
-                let ring = (&mut staging.ring, &pieces[..]);
+                let size = settings.staging_buffer_size()?;
+                let (mut ring, len) = crate::host_staging::ring(size, bytes, stream);
+                let pieces = staging_pieces(n, (len / es).max(1) as u64, &[]);
+                let ring = (&mut ring, &pieces[..]);
                 engine::write_staged(file, ring, (ptr, es), runs, fail)?;
             }
         }
