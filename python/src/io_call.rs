@@ -200,17 +200,13 @@ impl<'py> Call<'py> {
         }
     }
 
-    fn bools(&self) -> PyResult<bool> {
-        self.array.bools()
-    }
-
     /// Reads through the dataset's layout, where its file is read-only and the layout serves the
     /// selection (device arrays: where the driver would stage the read anyway); false, having
     /// read nothing, otherwise. Bools into device memory take the driver's path, which checks
     /// their bytes.
     fn read_through_layout(&self, py: Python<'py>) -> PyResult<bool> {
         let device = self.array.device.as_ref();
-        if device.is_some() && self.bools()? {
+        if device.is_some() && self.array.bools()? {
             return Ok(false);
         }
         let Some(layout) = self.target.layout(py)? else {
@@ -324,7 +320,7 @@ impl<'py> Call<'py> {
             claimed_ordinal,
             stream: self.array.stream,
             conversion,
-            checked_bytes: self.bools()?,
+            checked_bytes: self.array.bools()?,
             other_driver,
             settings: &self.settings,
         };

@@ -61,10 +61,19 @@ fn env(variable: &str) -> Option<String> {
     std::env::var_os(variable).map(|v| v.to_string_lossy().into_owned())
 }
 
-/// Whether `H5GDS_USE_VFD_GDS` asks for the staged path (`0`), read by the one parser of the
-/// setting (`h5gds_runtime::settings`).
+/// `H5GDS_USE_VFD_GDS`, read by the one parser of the setting (`h5gds_runtime::settings`).
+fn device_path() -> Result<DevicePath, settings::InvalidSetting> {
+    settings::device_path(env(USE_VFD_GDS_ENV).as_deref())
+}
+
+/// `H5GDS_STAGING_BUFFER_SIZE`, read by the one parser of the setting.
+fn staging_size() -> Result<usize, settings::InvalidSetting> {
+    settings::staging_buffer_size(env(STAGING_BUFFER_SIZE_ENV).as_deref())
+}
+
+/// Whether `H5GDS_USE_VFD_GDS` asks for the staged path (`0`).
 pub fn staged_by_settings() -> Result<bool, settings::InvalidSetting> {
-    settings::device_path(env(USE_VFD_GDS_ENV).as_deref()).map(|path| path == DevicePath::Staged)
+    device_path().map(|path| path == DevicePath::Staged)
 }
 
 fn argument(message: String) -> DeviceError {
@@ -80,8 +89,7 @@ pub fn run(t: DeviceTransfer, layout: StoredLayout, stored_size: usize) -> Resul
         return Ok(()); // nothing to move
     };
     let pointer = checked_pointer(t.role, t.address, t.nbytes, t.claimed_ordinal)?;
-    let path = settings::device_path(env(USE_VFD_GDS_ENV).as_deref())?;
-    let staging_size = settings::staging_buffer_size(env(STAGING_BUFFER_SIZE_ENV).as_deref())?;
+    let (path, staging_size) = (device_path()?, staging_size()?);
     let facts = Transfer {
         // CUDA works here (checked above), so only an explicit 0 stages.
         staged_by_settings: path == DevicePath::Staged,
@@ -279,14 +287,9 @@ pub fn where_decoded(
         item,
         blocker,
         host,
-        host_threads: host_threads(settings)?,
+        host_threads: settings.nthreads().map_err(argument)?,
     };
     gpu_decoded::decoder(read).map_err(|e| argument(e.to_string()))
-}
-
-/// The driver's I/O thread count, which decodes on the host.
-fn host_threads(settings: &CallSettings) -> Result<usize, DeviceError> {
-    settings.nthreads().map_err(argument)
 }
 
 /// The smallest staged piece that keeps the driver's I/O threads busy: a task each.

@@ -2,7 +2,7 @@
 //! engine's tile writes (`h5gds_engine::collective`).
 
 use super::pointer::checked_pointer;
-use super::{argument, env, file_side_floor};
+use super::{file_side_floor, staging_size};
 use crate::call_settings::CallSettings;
 use crate::error::DeviceError;
 use h5gds_engine::collective::{write_runs, write_staged, ByteRun, DriverFile, DriverFileError};
@@ -10,7 +10,7 @@ use h5gds_engine::staged;
 use h5gds_route::select::{staged_piece_bytes, staging_pieces};
 use h5gds_runtime::cuda;
 use h5gds_runtime::device_ranges::forget_device_range;
-use h5gds_runtime::settings::{self, STAGING_BUFFER_SIZE_ENV, USE_VFD_GDS_ENV};
+use h5gds_runtime::settings::USE_VFD_GDS_ENV;
 
 /// Writes one rank's device tile of a collective `to_file` (`nbytes` at `address`, a whole number
 /// of `item`-byte elements; on the device the array claims, if it does; `stream`: the producer's, 0
@@ -46,8 +46,7 @@ pub fn write_tile(
         forget_device_range(pointer.base);
         moved.map_err(written)?;
     } else {
-        let staging_size = settings::staging_buffer_size(env(STAGING_BUFFER_SIZE_ENV).as_deref())
-            .map_err(|e| argument(e.to_string()))?;
+        let staging_size = staging_size()?;
         h5gds::with_logging(|| {
             tracing::info!(
                 "collective to_file: {} bytes from device memory through pinned host memory \
