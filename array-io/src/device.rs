@@ -260,75 +260,66 @@ pub(crate) fn write<T: Element>(
     settings: &Settings,
 ) -> Result<()> {
     no_panic("writing from device memory", || {
-        write_unguarded(array, path, dataset, settings)
-    })
-}
-
-fn write_unguarded<T: Element>(
-    array: &DeviceArray<T>,
-    path: &Path,
-    dataset: &str,
-    settings: &Settings,
-) -> Result<()> {
-    let desc = descriptor_of::<T>()?;
-    crate::file::check_dataset_name(dataset)?;
-    let stream = &array.stream;
-    // Writes never check bytes or convert: only the settings and the device decide.
-    let blocker = driver_blocker(&transfer::<T>(settings.use_gds()?));
-    let driver = if blocker.is_none() {
-        Driver::Gds
-    } else {
-        Driver::Sec2
-    };
-    let shape: Vec<u64> = array.shape.iter().map(|&d| d as u64).collect();
-    let file = create_file(path, driver)?;
-    let mem_type = hdf5_raw::locked(|| hdf5::Datatype::from_descriptor(&desc))
-        .map_err(|e| Error::hdf5("creating the element type", path, Some(dataset), e))?;
-    let dset = crate::host::create_dataset(&file, path, dataset, &mem_type, &shape, false)?;
-    if let Some(data) = &array.data {
-        // The data is ready once every stream that wrote it is done: device_ptr makes the
-        // array's stream wait for recorded writes, then the stream is synchronized.
-        let (ptr, record) = data.device_ptr(stream);
-        synchronize(stream)?;
-        let (zeros, ones) = (vec![0; shape.len()], vec![1; shape.len()]);
-        let selection = Hyperslab {
-            start: &zeros,
-            step: &ones,
-            count: &shape,
+        let desc = descriptor_of::<T>()?;
+        crate::file::check_dataset_name(dataset)?;
+        let stream = &array.stream;
+        // Writes never check bytes or convert: only the settings and the device decide.
+        let blocker = driver_blocker(&transfer::<T>(settings.use_gds()?));
+        let driver = if blocker.is_none() {
+            Driver::Gds
+        } else {
+            Driver::Sec2
         };
-        let (ids, bytes) = ((dset.id(), mem_type.id()), array.len() * size_of::<T>());
-        let prepared = Locked::prepare(true, ids, selection, (ptr as usize, bytes))
-            .map_err(|m| Error::hdf5("writing from device memory", path, Some(dataset), m))?;
-        if let Some(prepared) = &prepared.0 {
-            let io = Selected {
-                prepared,
-                selection,
-                item: size_of::<T>(),
-                address: ptr,
-                // Read only for a staged write, as before the engine moved it.
-                staging_size: match blocker {
-                    Some(_) => settings.staging_buffer_size()?,
-                    None => 0,
-                },
+        let shape: Vec<u64> = array.shape.iter().map(|&d| d as u64).collect();
+        let file = create_file(path, driver)?;
+        let mem_type = hdf5_raw::locked(|| hdf5::Datatype::from_descriptor(&desc))
+            .map_err(|e| Error::hdf5("creating the element type", path, Some(dataset), e))?;
+        let dset = crate::host::create_dataset(&file, path, dataset, &mem_type, &shape, false)?;
+        if let Some(data) = &array.data {
+            // The data is ready once every stream that wrote it is done: device_ptr makes the
+            // array's stream wait for recorded writes, then the stream is synchronized.
+            let (ptr, record) = data.device_ptr(stream);
+            synchronize(stream)?;
+            let (zeros, ones) = (vec![0; shape.len()], vec![1; shape.len()]);
+            let selection = Hyperslab {
+                start: &zeros,
+                step: &ones,
+                count: &shape,
             };
-            let face = Moving {
-                write: true,
-                path,
-                name: dataset,
-                stream,
-                driver: &std::cell::OnceCell::new(),
-                source: (),
-            };
-            // SAFETY: the allocation holds the whole array in the memory type, alive until
-            // `record` is dropped; the gds driver hands device buffers to cuFile or its bounce
-            // buffers.
-            unsafe { device::write(&face, &io, blocker.as_deref()) }?;
+            let (ids, bytes) = ((dset.id(), mem_type.id()), array.len() * size_of::<T>());
+            let prepared = Locked::prepare(true, ids, selection, (ptr as usize, bytes))
+                .map_err(|m| Error::hdf5("writing from device memory", path, Some(dataset), m))?;
+            if let Some(prepared) = &prepared.0 {
+                let io = Selected {
+                    prepared,
+                    selection,
+                    item: size_of::<T>(),
+                    address: ptr,
+                    // Read only for a staged write, as before the engine moved it.
+                    staging_size: match blocker {
+                        Some(_) => settings.staging_buffer_size()?,
+                        None => 0,
+                    },
+                };
+                let face = Moving {
+                    write: true,
+                    path,
+                    name: dataset,
+                    stream,
+                    driver: &std::cell::OnceCell::new(),
+                    source: (),
+                };
+                // SAFETY: the allocation holds the whole array in the memory type, alive until
+                // `record` is dropped; the gds driver hands device buffers to cuFile or its bounce
+                // buffers.
+                unsafe { device::write(&face, &io, blocker.as_deref()) }?;
+            }
+            drop(record);
         }
-        drop(record);
-    }
-    drop(dset);
-    file.close()
-        .map_err(|e| Error::hdf5("closing the file", path, None, e))
+        drop(dset);
+        file.close()
+            .map_err(|e| Error::hdf5("closing the file", path, None, e))
+    })
 }
 
 /// An open dataset prepared for device reads: its types, storage and the settings' facts.
