@@ -14,7 +14,7 @@ use crate::file::{create_file, open_dataset, OpenDataset};
 use crate::hdf5_raw;
 use crate::host_codec::Planned;
 use crate::layout::{check_types, stored_layout};
-use crate::options::{driver_settings, goes_through_gds, Settings};
+use crate::options::{driver_settings, Settings};
 use crate::route::{driver_blocker, Storage, Transfer as RouteFacts};
 use crate::select::Block;
 use crate::transfer::Locked;
@@ -354,7 +354,7 @@ impl DeviceSource {
         let device_path = settings.device_path()?;
         // The settings and the device choose the driver; a bool or a conversion only stages
         // the data.
-        let mut facts = transfer::<T>(goes_through_gds(device_path));
+        let mut facts = transfer::<T>(h5gds_runtime::settings::goes_through_gds(device_path));
         let driver = match driver_blocker(&facts) {
             None => Driver::Gds,
             Some(_) => Driver::Sec2,

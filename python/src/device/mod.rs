@@ -28,7 +28,7 @@ use h5gds_route::route::{blocker, Decoder, Transfer};
 use h5gds_route::select::chunks_touching;
 use h5gds_runtime::cuda::{self, DeviceContext};
 use h5gds_runtime::device_ranges::forget_device_range;
-use h5gds_runtime::settings::{self, DevicePath, STAGING_BUFFER_SIZE_ENV, USE_VFD_GDS_ENV};
+use h5gds_runtime::settings;
 use h5gds_runtime::staging_ring::StagingRing;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -57,25 +57,6 @@ pub struct DeviceTransfer<'a> {
     pub settings: &'a CallSettings,
 }
 
-fn env(variable: &str) -> Option<String> {
-    std::env::var_os(variable).map(|v| v.to_string_lossy().into_owned())
-}
-
-/// `H5GDS_USE_VFD_GDS`, read by the one parser of the setting (`h5gds_runtime::settings`).
-fn device_path() -> Result<DevicePath, settings::InvalidSetting> {
-    settings::device_path(env(USE_VFD_GDS_ENV).as_deref())
-}
-
-/// `H5GDS_STAGING_BUFFER_SIZE`, read by the one parser of the setting.
-fn staging_size() -> Result<usize, settings::InvalidSetting> {
-    settings::staging_buffer_size(env(STAGING_BUFFER_SIZE_ENV).as_deref())
-}
-
-/// Whether `H5GDS_USE_VFD_GDS` asks for the staged path (`0`).
-pub fn staged_by_settings() -> Result<bool, settings::InvalidSetting> {
-    device_path().map(|path| path == DevicePath::Staged)
-}
-
 fn argument(message: String) -> DeviceError {
     DeviceError::Argument(message)
 }
@@ -89,10 +70,10 @@ pub fn run(t: DeviceTransfer, layout: StoredLayout, stored_size: usize) -> Resul
         return Ok(()); // nothing to move
     };
     let pointer = checked_pointer(t.role, t.address, t.nbytes, t.claimed_ordinal)?;
-    let (path, staging_size) = (device_path()?, staging_size()?);
+    let path = settings::environment_device_path()?;
+    let staging_size = settings::environment_staging_buffer_size()?;
     let facts = Transfer {
-        // CUDA works here (checked above), so only an explicit 0 stages.
-        staged_by_settings: path == DevicePath::Staged,
+        staged_by_settings: !settings::goes_through_gds(path),
         checked_bytes: t.checked_bytes,
         conversion: t.conversion.clone(),
         other_driver: t.other_driver.clone(),

@@ -1,8 +1,8 @@
 //! One rank's device tile of a collective `to_file`, written through the file's driver with the
 //! engine's tile writes (`h5gds_engine::collective`).
 
+use super::file_side_floor;
 use super::pointer::checked_pointer;
-use super::{file_side_floor, staging_size};
 use crate::call_settings::CallSettings;
 use crate::error::DeviceError;
 use h5gds_engine::collective::{write_runs, write_staged, ByteRun, DriverFile, DriverFileError};
@@ -10,7 +10,7 @@ use h5gds_engine::staged;
 use h5gds_route::select::{staged_piece_bytes, staging_pieces};
 use h5gds_runtime::cuda;
 use h5gds_runtime::device_ranges::forget_device_range;
-use h5gds_runtime::settings::USE_VFD_GDS_ENV;
+use h5gds_runtime::settings::{environment_staging_buffer_size, USE_VFD_GDS_ENV};
 
 /// Writes one rank's device tile of a collective `to_file` (`nbytes` at `address`, a whole number
 /// of `item`-byte elements; on the device the array claims, if it does; `stream`: the producer's, 0
@@ -46,7 +46,7 @@ pub fn write_tile(
         forget_device_range(pointer.base);
         moved.map_err(written)?;
     } else {
-        let staging_size = staging_size()?;
+        let staging_size = environment_staging_buffer_size()?;
         h5gds::with_logging(|| {
             tracing::info!(
                 "collective to_file: {} bytes from device memory through pinned host memory \
