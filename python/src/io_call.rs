@@ -12,7 +12,7 @@ use crate::device::{self, DeviceTransfer};
 use crate::device_error;
 use crate::error::io_error;
 use crate::hdf5::{self, DatasetFacts, Hid, StoredLayout};
-use crate::host_codec::{self, DecodedHostRead};
+use crate::host_codec;
 use crate::known_read::{cached_layout, Cached};
 use crate::layout::{DeviceOut, Layout};
 use h5gds_chunk_codec::Hyperslab;
@@ -253,29 +253,14 @@ impl<'py> Call<'py> {
     /// A host array: compressed chunks decoded by h5gds where it decodes them and HDF5 would
     /// convert nothing, else one H5Dread/H5Dwrite.
     fn host(&self, py: Python<'py>, facts: DatasetFacts) -> PyResult<()> {
-        let Some(prepared) = hdf5::prepare(&self.transfer()?).map_err(io_error)? else {
+        let transfer = self.transfer()?;
+        let Some(prepared) = hdf5::prepare(&transfer).map_err(io_error)? else {
             return Ok(());
         };
         if let StoredLayout::Chunked { filters, .. } = &facts.layout {
             if !self.write && facts.same_type && !filters.is_empty() {
-                let name = hdf5::object_name(self.dataset);
-                let elements: u64 = self.sel.count.iter().product();
-                let read = DecodedHostRead {
-                    dataset: self.dataset,
-                    mem_type: self.target.mem_type()?,
-                    name: &name,
-                    layout: &facts.layout,
-                    selection: Hyperslab {
-                        start: &self.sel.start,
-                        step: &self.sel.step,
-                        count: &self.sel.count,
-                    },
-                    element_size: self.array.nbytes / elements as usize,
-                    threads: self.settings.nthreads().map_err(PyValueError::new_err)?,
-                };
-                let address = self.array.address as usize;
-                let left = host_codec::read_into_host(py, &read, address, self.array.nbytes)?;
-                if left.is_none() {
+                let threads = self.settings.nthreads().map_err(PyValueError::new_err)?;
+                if host_codec::read(py, &transfer, &facts.layout, threads)? {
                     return Ok(());
                 }
             }
