@@ -273,11 +273,6 @@ pub fn where_decoded(
     gpu_decoded::decoder(read).map_err(|e| argument(e.to_string()))
 }
 
-/// The smallest staged piece that keeps the driver's I/O threads busy: a task each.
-fn file_side_floor(settings: &CallSettings) -> Result<usize, DeviceError> {
-    Ok(settings.get().map_err(argument)?.task_round_bytes())
-}
-
 /// The refusal of a byte read from dataset `dataset_name` as a bool that is not 0 or 1 (which a
 /// device library's bool cannot hold), naming its element of the selection.
 pub fn not_a_bool(dataset_name: &str, n: NotBool) -> DeviceError {

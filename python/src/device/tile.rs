@@ -1,9 +1,7 @@
 //! One rank's device tile of a collective `to_file`, written through the file's driver with the
 //! engine's tile writes (`h5gds_engine::collective`).
 
-use super::file_side_floor;
 use super::pointer::checked_pointer;
-use crate::call_settings::CallSettings;
 use crate::error::DeviceError;
 use h5gds_engine::collective::{write_runs, write_staged, ByteRun, DriverFile, DriverFileError};
 use h5gds_engine::staged;
@@ -55,11 +53,11 @@ pub fn write_tile(
             )
         });
         let es = item as u64;
-        let piece_bytes = staged_piece_bytes(
-            nbytes as u64,
-            staging_size as u64,
-            file_side_floor(&CallSettings::default())? as u64,
-        );
+        // The smallest piece that keeps the driver's I/O threads busy: a task each.
+        let vfd =
+            h5gds::VfdSettings::load(None).map_err(|e| DeviceError::Argument(e.to_string()))?;
+        let floor = vfd.task_round_bytes() as u64;
+        let piece_bytes = staged_piece_bytes(nbytes as u64, staging_size as u64, floor);
         let pieces = staging_pieces(nbytes as u64 / es, (piece_bytes / es).max(1), &[]);
         let mut ring = staged::thread_ring(pointer.context, &pieces, item)?;
         let ring = (&mut ring, &pieces[..]);
