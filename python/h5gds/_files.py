@@ -33,7 +33,7 @@ import numpy as np
 from h5py import h5d, h5p, h5t
 
 from . import _arrays, _collective, _encode, _io, _native
-from ._selection import hyperslab
+from ._selection import selection
 
 # --- names and paths ---------------------------------------------------------------------------------------
 
@@ -216,19 +216,20 @@ class _Device:
             return self.module.empty(shape, dtype=element)
 
     def _from_host(self, host):
+        """``host`` (a NumPy array) copied up, in native byte order (device types have no other)."""
+        if not host.dtype.isnative:
+            host = host.astype(host.dtype.newbyteorder("="))
         if self.library == "torch":
             return self.module.from_numpy(host).to(self.device)
         with self.module.cuda.Device(self.device):
             return self.module.asarray(host)
 
     def read(self, dset, sel):
-        dtype = dset.dtype
-        element = self._element(dtype, dset.name)
-        if not dtype.isnative:
-            # No big-endian device types: converted explicitly on the host, values kept.
-            host = _io.read(dset, sel=sel)
-            return self._from_host(host.astype(dtype.newbyteorder("=")))
-        out = self._empty(hyperslab(sel, dset.shape).shape, element)
+        element = self._element(dset.dtype, dset.name)
+        if not dset.dtype.isnative:
+            # No big-endian device types: read on the host and converted, values kept.
+            return self._from_host(_io.read(dset, sel=sel))
+        out = self._empty(selection(sel, dset.shape).shape, element)
         _io.read(dset, out=out, sel=sel)
         return out
 
