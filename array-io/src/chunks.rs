@@ -71,27 +71,9 @@ impl OpenDataset {
         StoredChunks::new(linked_hdf5(), self.dset.id(), chunk, touched, face)
     }
 
-    /// Every allocated chunk: its stored size, filter mask and address by first element, in one
-    /// listing of the chunk index (`H5Dchunk_iter`; a lookup by coordinate iterates over the
-    /// index each time, `h5gds_chunk_codec::LIST_INDEX_FROM`).
-    pub fn chunk_index(&self) -> Result<h5gds_chunk_codec::ChunkIndex> {
-        let chunk: Vec<u64> = (self.dset.chunk())
-            .ok_or_else(|| {
-                let not_chunked = hdf5::Error::from("the dataset is not chunked");
-                Error::hdf5(
-                    "listing the allocated chunks",
-                    &self.path,
-                    Some(&self.name),
-                    not_chunked,
-                )
-            })?
-            .iter()
-            .map(|&d| d as u64)
-            .collect();
-        self.index_of(&chunk)
-    }
-
-    /// The chunk index of chunks of `chunk` elements, as [`OpenDataset::chunk_index`].
+    /// Every allocated chunk (of `chunk` elements): its stored size, filter mask and address by
+    /// first element, in one listing of the chunk index (`H5Dchunk_iter`; a lookup by coordinate
+    /// iterates over the index each time, `h5gds_chunk_codec::LIST_INDEX_FROM`).
     pub fn index_of(&self, chunk: &[u64]) -> Result<h5gds_chunk_codec::ChunkIndex> {
         let face = DatasetFace { ds: self };
         face.locked(|| {

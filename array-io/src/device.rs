@@ -11,23 +11,21 @@ use crate::element::{descriptor_of, Element};
 use crate::error::no_panic;
 use crate::error::{Error, Result};
 use crate::file::{create_file, open_dataset, OpenDataset};
-use crate::hdf5_raw::{self, linked_hdf5};
+use crate::hdf5_raw;
 use crate::host_codec::Planned;
-use crate::host_staging::HostStaging;
 use crate::layout::{check_types, stored_layout};
-use crate::options::{driver_settings, goes_through_gds, Settings};
+use crate::options::{driver_settings, Settings};
 use crate::route::{driver_blocker, Storage, Transfer as RouteFacts};
 use crate::select::Block;
+use crate::transfer::Locked;
 use crate::ReadOptions;
-use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use h5gds_chunk_codec::{ChunkIndex, Hyperslab};
 use h5gds_engine::chunks::StoredChunks;
 use h5gds_engine::device::{self, Face, Note, ReadFace, ReadRoute, Selected, Step};
 use h5gds_engine::facts::StoredLayout;
 use h5gds_engine::staged::NotBool;
-use h5gds_engine::transfer::{prepare, IoError, Prepared, Transfer};
 use h5gds_runtime::cuda::call;
-use h5gds_runtime::hdf5::hid_t;
 use h5gds_runtime::staging_ring::StagingRing;
 use h5gds_runtime::stream::synchronize;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
@@ -262,117 +260,66 @@ pub(crate) fn write<T: Element>(
     settings: &Settings,
 ) -> Result<()> {
     no_panic("writing from device memory", || {
-        write_unguarded(array, path, dataset, settings)
-    })
-}
-
-fn write_unguarded<T: Element>(
-    array: &DeviceArray<T>,
-    path: &Path,
-    dataset: &str,
-    settings: &Settings,
-) -> Result<()> {
-    let desc = descriptor_of::<T>()?;
-    crate::file::check_dataset_name(dataset)?;
-    let stream = &array.stream;
-    // Writes never check bytes or convert: only the settings and the device decide.
-    let blocker = driver_blocker(&transfer::<T>(settings.use_gds()?));
-    let driver = if blocker.is_none() {
-        Driver::Gds
-    } else {
-        Driver::Sec2
-    };
-    let shape: Vec<u64> = array.shape.iter().map(|&d| d as u64).collect();
-    let file = create_file(path, driver)?;
-    let mem_type = hdf5_raw::locked(|| hdf5::Datatype::from_descriptor(&desc))
-        .map_err(|e| Error::hdf5("creating the element type", path, Some(dataset), e))?;
-    let dset = crate::host::create_dataset(&file, path, dataset, &mem_type, &shape, false)?;
-    if let Some(data) = &array.data {
-        // The data is ready once every stream that wrote it is done: device_ptr makes the
-        // array's stream wait for recorded writes, then the stream is synchronized.
-        let (ptr, record) = data.device_ptr(stream);
-        synchronize(stream)?;
-        let (zeros, ones) = (vec![0; shape.len()], vec![1; shape.len()]);
-        let selection = Hyperslab {
-            start: &zeros,
-            step: &ones,
-            count: &shape,
+        let desc = descriptor_of::<T>()?;
+        crate::file::check_dataset_name(dataset)?;
+        let stream = &array.stream;
+        // Writes never check bytes or convert: only the settings and the device decide.
+        let blocker = driver_blocker(&transfer::<T>(settings.use_gds()?));
+        let driver = if blocker.is_none() {
+            Driver::Gds
+        } else {
+            Driver::Sec2
         };
-        let (ids, bytes) = ((dset.id(), mem_type.id()), array.len() * size_of::<T>());
-        let op = "writing from device memory";
-        let prepared =
-            LockedPrepared::new(true, ids, selection, (ptr, bytes), (op, path, dataset))?;
-        if let Some(prepared) = &prepared.0 {
-            let io = Selected {
-                prepared,
-                selection,
-                item: size_of::<T>(),
-                address: ptr,
-                // Read only for a staged write, as before the engine moved it.
-                staging_size: match blocker {
-                    Some(_) => settings.staging_buffer_size()?,
-                    None => 0,
-                },
+        let shape: Vec<u64> = array.shape.iter().map(|&d| d as u64).collect();
+        let file = create_file(path, driver)?;
+        let mem_type = hdf5_raw::locked(|| hdf5::Datatype::from_descriptor(&desc))
+            .map_err(|e| Error::hdf5("creating the element type", path, Some(dataset), e))?;
+        let dset = crate::host::create_dataset(&file, path, dataset, &mem_type, &shape, false)?;
+        if let Some(data) = &array.data {
+            // The data is ready once every stream that wrote it is done: device_ptr makes the
+            // array's stream wait for recorded writes, then the stream is synchronized.
+            let (ptr, record) = data.device_ptr(stream);
+            synchronize(stream)?;
+            let (zeros, ones) = (vec![0; shape.len()], vec![1; shape.len()]);
+            let selection = Hyperslab {
+                start: &zeros,
+                step: &ones,
+                count: &shape,
             };
-            let face = Moving {
-                write: true,
-                path,
-                name: dataset,
-                stream,
-                driver: &std::cell::OnceCell::new(),
-                source: (),
-            };
-            // SAFETY: the allocation holds the whole array in the memory type, alive until
-            // `record` is dropped; the gds driver hands device buffers to cuFile or its bounce
-            // buffers.
-            unsafe { device::write(&face, &io, blocker.as_deref()) }?;
+            let (ids, bytes) = ((dset.id(), mem_type.id()), array.len() * size_of::<T>());
+            let prepared = Locked::prepare(true, ids, selection, (ptr as usize, bytes))
+                .map_err(|m| Error::hdf5("writing from device memory", path, Some(dataset), m))?;
+            if let Some(prepared) = &prepared.0 {
+                let io = Selected {
+                    prepared,
+                    selection,
+                    item: size_of::<T>(),
+                    address: ptr,
+                    // Read only for a staged write, as before the engine moved it.
+                    staging_size: match blocker {
+                        Some(_) => settings.staging_buffer_size()?,
+                        None => 0,
+                    },
+                };
+                let face = Moving {
+                    write: true,
+                    path,
+                    name: dataset,
+                    stream,
+                    driver: &std::cell::OnceCell::new(),
+                    source: (),
+                };
+                // SAFETY: the allocation holds the whole array in the memory type, alive until
+                // `record` is dropped; the gds driver hands device buffers to cuFile or its bounce
+                // buffers.
+                unsafe { device::write(&face, &io, blocker.as_deref()) }?;
+            }
+            drop(record);
         }
-        drop(record);
-    }
-    drop(dset);
-    file.close()
-        .map_err(|e| Error::hdf5("closing the file", path, None, e))
-}
-
-/// The engine's checked transfer, made and dropped under hdf5-metno's lock (its dataspaces are
-/// HDF5 objects); `None`: nothing to move.
-struct LockedPrepared(Option<Prepared>);
-
-impl LockedPrepared {
-    /// The transfer of `selection` of the dataset (`ids`: its id and the memory type's) with
-    /// the device buffer `(address, bytes)`; an error worded as `op` on the file and dataset.
-    fn new(
-        write: bool,
-        (dataset, mem_type): (hid_t, hid_t),
-        selection: Hyperslab,
-        (address, nbytes): (sys::CUdeviceptr, usize),
-        (op, path, name): (&str, &Path, &str),
-    ) -> Result<LockedPrepared> {
-        let transfer = Transfer {
-            write,
-            dataset,
-            mem_type,
-            start: selection.start,
-            step: selection.step,
-            count: selection.count,
-            mem_shape: selection.count,
-            buffer: address as usize,
-            nbytes,
-        };
-        let prepared = hdf5_raw::locked(|| prepare(linked_hdf5(), &transfer));
-        prepared
-            .map(LockedPrepared)
-            .map_err(|(IoError::Argument(m) | IoError::Hdf5(m))| {
-                Error::hdf5(op, path, Some(name), m)
-            })
-    }
-}
-
-impl Drop for LockedPrepared {
-    fn drop(&mut self) {
-        let prepared = self.0.take();
-        hdf5_raw::locked(|| drop(prepared));
-    }
+        drop(dset);
+        file.close()
+            .map_err(|e| Error::hdf5("closing the file", path, None, e))
+    })
 }
 
 /// An open dataset prepared for device reads: its types, storage and the settings' facts.
@@ -388,7 +335,7 @@ pub(crate) struct DeviceSource {
     /// How h5gds decodes the chunks on the host's threads, or why it cannot (filtered chunks).
     host: std::result::Result<Planned, String>,
     /// The allocated chunks' stored sizes, listed at the first GPU-decoded read.
-    chunk_index: std::cell::OnceCell<h5gds_chunk_codec::ChunkIndex>,
+    chunk_index: std::cell::OnceCell<ChunkIndex>,
     /// The device path the settings ask for.
     device_path: crate::DevicePath,
     /// The driver's settings (thread counts, its staging verdict), loaded at most once for the
@@ -407,7 +354,7 @@ impl DeviceSource {
         let device_path = settings.device_path()?;
         // The settings and the device choose the driver; a bool or a conversion only stages
         // the data.
-        let mut facts = transfer::<T>(goes_through_gds(device_path));
+        let mut facts = transfer::<T>(h5gds_runtime::settings::goes_through_gds(device_path));
         let driver = match driver_blocker(&facts) {
             None => Driver::Gds,
             Some(_) => Driver::Sec2,
@@ -444,16 +391,6 @@ impl DeviceSource {
         })
     }
 
-    /// The allocated chunks' stored sizes and filter masks (listed once).
-    pub fn chunk_index(&self) -> Result<&h5gds_chunk_codec::ChunkIndex> {
-        if let Some(index) = self.chunk_index.get() {
-            return Ok(index);
-        }
-        // Once per `DeviceSource`: batched reads ask again.
-        let index = self.ds.chunk_index()?;
-        Ok(self.chunk_index.get_or_init(|| index))
-    }
-
     /// Reads `region` (file coordinates) into a new device array of its shape
     /// (`h5gds_engine::device::read`, mixed routes split per block).
     pub fn read<T: Element>(
@@ -478,9 +415,9 @@ impl DeviceSource {
             count: &region.count,
         };
         let (ids, item) = ((ds.dset.id(), self.types.mem.id()), size_of::<T>());
-        let buffer = (dest, region.len() as usize * item);
-        let named = ("reading into device memory", &*ds.path, &*ds.name);
-        let prepared = LockedPrepared::new(false, ids, selection, buffer, named)?;
+        let buffer = (dest as usize, region.len() as usize * item);
+        let prepared = Locked::prepare(false, ids, selection, buffer)
+            .map_err(|m| Error::hdf5("reading into device memory", &ds.path, Some(&ds.name), m))?;
         if let Some(prepared) = &prepared.0 {
             let io = Selected {
                 prepared,
@@ -538,7 +475,7 @@ impl<S> Face for Moving<'_, S> {
     }
 
     fn ring(&self, bytes: usize, _: usize) -> Result<StagingRing<Arc<CudaStream>>> {
-        Ok(HostStaging::new(bytes, bytes, self.stream).ring)
+        Ok(crate::host_staging::ring(bytes, bytes, self.stream).0)
     }
 
     fn driver(&self) -> Result<&h5gds::VfdSettings> {
@@ -612,10 +549,15 @@ impl<'a> ReadFace for Moving<'a, &'a DeviceSource> {
     ) -> Result<R> {
         // The index is listed once per source (batched reads read many regions): the stored
         // chunks only read the chunks they are handed.
-        read(
-            &self.source.ds.stored_chunks(chunk, 0)?,
-            self.source.chunk_index()?,
-        )
+        let (ds, listed) = (&self.source.ds, &self.source.chunk_index);
+        let index = match listed.get() {
+            Some(index) => index,
+            None => {
+                let index = ds.index_of(chunk)?;
+                listed.get_or_init(|| index)
+            }
+        };
+        read(&ds.stored_chunks(chunk, 0)?, index)
     }
 
     fn stream(&self) -> Result<Arc<CudaStream>> {

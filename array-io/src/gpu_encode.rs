@@ -83,14 +83,7 @@ pub fn to_file_compressed<T: Element>(
 ) -> Result<()> {
     let path = path.as_ref();
     no_panic("writing compressed from device memory", || {
-        write(
-            array,
-            path,
-            dataset,
-            chunk,
-            compression,
-            &Settings::default(),
-        )
+        write(array, path, dataset, chunk, compression)
     })
 }
 
@@ -126,7 +119,6 @@ fn write<T: Element>(
     dataset: &str,
     chunk: &[usize],
     compression: Compression,
-    settings: &Settings,
 ) -> Result<()> {
     let desc = descriptor_of::<T>()?;
     check_dataset_name(dataset)?;
@@ -137,7 +129,7 @@ fn write<T: Element>(
     let chunk64: Vec<u64> = chunk.iter().map(|&c| c as u64).collect();
     let chunk_bytes = chunk.iter().product::<usize>() * es;
     let blocked = driver_blocker(&crate::route::Transfer {
-        staged_by_settings: !settings.use_gds()?,
+        staged_by_settings: !Settings::default().use_gds()?,
         ..Default::default()
     });
     let decision = gpu_encode(codec, chunk_bytes, None, blocked.as_deref()).and_then(|()| {

@@ -103,17 +103,32 @@ pub(crate) fn read_region<T: Element>(
     let n = region.len() as usize;
     let mut values: Vec<T> = with_room(n);
     if n > 0 {
-        // Read-only files' own bytes through the engine, with no HDF5 call; else through HDF5.
+        let ones = vec![1; region.count.len()];
+        let slab = Hyperslab {
+            start: &region.start,
+            step: &ones,
+            count: &region.count,
+        };
+        // SAFETY: `values` is `with_room(n)`'s, empty.
+        let bytes = unsafe { room_bytes(&mut values, n) };
+        // Read-only files' own bytes through the engine, with no HDF5 call; else h5gds decodes
+        // the chunks, or HDF5 reads.
         let served = match crate::stored::of(ds, types)? {
-            Some(stored) => {
-                // SAFETY: `values` is `with_room(n)`'s, empty.
-                let bytes = unsafe { room_bytes(&mut values, n) };
-                crate::stored::read_region(ds, stored, region, threads, bytes)?
-            }
+            Some(stored) => crate::stored::read_region(ds, stored, &slab, threads, bytes)?,
             None => false,
         };
-        if !served {
-            read_region_through_hdf5(ds, types, region, threads, &mut values)?;
+        let planned = match served {
+            true => None,
+            false => crate::host_codec::plan(ds, types, slab, threads)?,
+        };
+        if let Some(planned) = planned {
+            crate::host_codec::read_region(ds, &types.mem, slab, &planned, bytes)?;
+        } else if !served {
+            let (buffer, nbytes) = (bytes.as_mut_ptr().cast(), bytes.len());
+            // SAFETY: `bytes` holds the region's elements (of the memory type's size,
+            // `check_types`), writable.
+            unsafe { transfer::read(&ds.dset, &types.mem, Some(slab), buffer, nbytes) }
+                .map_err(|e| Error::hdf5("reading the dataset", &ds.path, Some(&ds.name), e))?;
         }
         // SAFETY: the read above wrote all n elements.
         unsafe { filled(ds, &mut values, n) }?;
@@ -123,45 +138,6 @@ pub(crate) fn read_region<T: Element>(
         expected: n,
         actual: n,
     })
-}
-
-/// Reads `region` of `ds` into the spare capacity of `values` (empty, from [`with_room`] for the
-/// region's elements) through HDF5, or through `host_codec` where h5gds decodes its chunks.
-fn read_region_through_hdf5<T: Element>(
-    ds: &OpenDataset,
-    types: &Types,
-    region: &Block,
-    threads: usize,
-    values: &mut Vec<T>,
-) -> Result<()> {
-    let n = region.len() as usize;
-    if let Some(planned) = crate::host_codec::plan(ds, types, region, threads)? {
-        // SAFETY: `values` is `with_room(n)`'s, empty (as the caller guarantees).
-        let bytes = unsafe { room_bytes(values, n) };
-        crate::host_codec::read_region(ds, &types.mem, region, &planned, bytes)?;
-    } else {
-        let ones = vec![1; region.count.len()];
-        let slab = Hyperslab {
-            start: &region.start,
-            step: &ones,
-            count: &region.count,
-        };
-        let room = &mut values.spare_capacity_mut()[..n];
-        let nbytes = std::mem::size_of_val(room);
-        // SAFETY: `room` holds `nbytes` writable bytes, the region's elements (of the memory
-        // type's size, `check_types`).
-        unsafe {
-            transfer::read(
-                &ds.dset,
-                &types.mem,
-                Some(slab),
-                room.as_mut_ptr().cast(),
-                nbytes,
-            )
-        }
-        .map_err(|e| Error::hdf5("reading the dataset", &ds.path, Some(&ds.name), e))?;
-    }
-    Ok(())
 }
 
 /// From this size on, a new host array's memory is asked of the kernel in huge pages, as NumPy

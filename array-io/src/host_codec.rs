@@ -7,7 +7,6 @@
 use crate::error::Result;
 use crate::file::OpenDataset;
 use crate::layout::Types;
-use crate::select::Block;
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::decoded::{self, Decoded};
 use h5gds_engine::rows::RowRuns;
@@ -22,11 +21,11 @@ pub(crate) use decoded::Plan as Planned;
 pub(crate) fn plan(
     ds: &OpenDataset,
     types: &Types,
-    region: &Block,
+    region: Hyperslab,
     threads: usize,
 ) -> Result<Option<Planned>> {
     let decision = for_dataset(ds, types, threads)?.and_then(|planned| {
-        let touched = chunks_in(&planned, region);
+        let touched = decoded::chunks_touched(planned.chunk(), [region]);
         planned.spread_over(touched, "the region lies")
     });
     Ok(decision
@@ -37,21 +36,6 @@ pub(crate) fn plan(
             ))
         })
         .ok())
-}
-
-/// `block` as a hyperslab of steps `ones`.
-fn hyperslab<'a>(block: &'a Block, ones: &'a [u64]) -> Hyperslab<'a> {
-    Hyperslab {
-        start: &block.start,
-        step: ones,
-        count: &block.count,
-    }
-}
-
-/// The chunks of `planned` that `region` touches.
-pub(crate) fn chunks_in(planned: &Planned, region: &Block) -> usize {
-    let ones = vec![1u64; region.count.len()];
-    decoded::chunks_touched(planned.chunk(), [hyperslab(region, &ones)])
 }
 
 /// Whether h5gds reads the chunks of `ds` itself (chunked, unfiltered or filtered with a pipeline
@@ -93,15 +77,12 @@ pub(crate) fn read_runs(
 pub(crate) fn read_region(
     ds: &OpenDataset,
     mem_type: &Datatype,
-    region: &Block,
+    region: Hyperslab,
     planned: &Planned,
     out: &mut [u8],
 ) -> Result<()> {
-    let ones = vec![1u64; region.count.len()];
     let open = |touched| ds.stored_chunks(planned.chunk(), touched);
-    let how = planned.decoding();
-    let selection = hyperslab(region, &ones);
-    let done = decoded::read_hyperslab(&how, mem_type.id(), selection, open, out)?;
+    let done = decoded::read_hyperslab(&planned.decoding(), mem_type.id(), region, open, out)?;
     logged(ds, done)
 }
 

@@ -3,8 +3,8 @@
 //! ([`ReadOptions`]), and the driver's own settings as array-io takes them from the environment
 //! ([`driver_settings`]: thread counts, and whether the driver stages every device transfer).
 
-use crate::error::{Error, Result};
-use h5gds_runtime::settings::{self, InvalidSetting};
+use crate::error::Result;
+use h5gds_runtime::settings;
 pub use h5gds_runtime::settings::{
     DevicePath, DEFAULT_STAGING_BUFFER_SIZE, MIN_STAGING_BUFFER_SIZE, STAGING_BUFFER_SIZE_ENV,
     USE_VFD_GDS_ENV,
@@ -17,46 +17,26 @@ pub struct Settings {
     pub staging_buffer_size: Option<usize>,
 }
 
-/// An environment variable's value; one that is not Unicode is passed on as lossy text, which
-/// the parsers refuse.
-fn env_value(variable: &str) -> Option<String> {
-    std::env::var_os(variable).map(|v| v.to_string_lossy().into_owned())
-}
-
-fn invalid(err: InvalidSetting) -> Error {
-    err.into()
-}
-
 impl Settings {
     /// The device path: the explicit setting, else `H5GDS_USE_VFD_GDS`.
     pub fn device_path(&self) -> Result<DevicePath> {
-        if let Some(path) = self.device_path {
-            return Ok(path);
+        match self.device_path {
+            Some(path) => Ok(path),
+            None => Ok(settings::environment_device_path()?),
         }
-        settings::device_path(env_value(USE_VFD_GDS_ENV).as_deref()).map_err(invalid)
     }
 
     /// The staging buffer size: the explicit setting, else `H5GDS_STAGING_BUFFER_SIZE`.
     pub fn staging_buffer_size(&self) -> Result<usize> {
-        if let Some(size) = self.staging_buffer_size {
-            return settings::check_staging_buffer_size(size, &size.to_string()).map_err(invalid);
-        }
-        settings::staging_buffer_size(env_value(STAGING_BUFFER_SIZE_ENV).as_deref())
-            .map_err(invalid)
+        Ok(match self.staging_buffer_size {
+            Some(size) => settings::check_staging_buffer_size(size, &size.to_string())?,
+            None => settings::environment_staging_buffer_size()?,
+        })
     }
 
     /// Whether device data goes through the `gds` driver.
     pub(crate) fn use_gds(&self) -> Result<bool> {
-        Ok(goes_through_gds(self.device_path()?))
-    }
-}
-
-/// Whether device data on `path` goes through the `gds` driver (`auto`: where CUDA works).
-pub(crate) fn goes_through_gds(path: DevicePath) -> bool {
-    match path {
-        DevicePath::Gds => true,
-        DevicePath::Staged => false,
-        DevicePath::Auto => h5gds_runtime::cuda::cuda().is_ok(),
+        Ok(settings::goes_through_gds(self.device_path()?))
     }
 }
 
@@ -105,6 +85,7 @@ impl ReadOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
     #[test]
     fn explicit_settings_are_validated_like_the_environment() {
@@ -127,7 +108,7 @@ mod tests {
     fn use_vfd_gds_accepts_only_0_and_1() {
         assert_eq!(settings::device_path(Some("1")), Ok(DevicePath::Gds));
         assert_eq!(settings::device_path(Some("0")), Ok(DevicePath::Staged));
-        let err = invalid(settings::device_path(Some("yes")).unwrap_err()).to_string();
+        let err = Error::from(settings::device_path(Some("yes")).unwrap_err()).to_string();
         assert!(err.contains("H5GDS_USE_VFD_GDS=\"yes\""), "{err}");
         assert!(
             err.contains("1 (the gds driver), 0 (the staged path)"),

@@ -8,7 +8,6 @@
 use crate::error::{Error, Result};
 use crate::file::OpenDataset;
 use crate::layout::Types;
-use crate::select::Block;
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::facts::StoredLayout;
 use h5gds_engine::stored::{self, Stored, StoredError};
@@ -61,30 +60,24 @@ fn error(ds: &OpenDataset, e: StoredError) -> Error {
     }
 }
 
-/// Reads `region` of `ds` into `out` (its elements' bytes, row-major) on `threads` threads;
+/// Reads `sel` of `ds` into `out` (its elements' bytes, row-major) on `threads` threads;
 /// false (nothing read) where the engine leaves it to HDF5.
 pub(crate) fn read_region(
     ds: &OpenDataset,
     stored: &Stored,
-    region: &Block,
+    sel: &Hyperslab,
     threads: usize,
     out: &mut [u8],
 ) -> Result<bool> {
-    let ones = vec![1u64; region.count.len()];
-    let sel = Hyperslab {
-        start: &region.start,
-        step: &ones,
-        count: &region.count,
-    };
     stored
-        .check(&sel, out.len())
+        .check(sel, out.len())
         .map_err(|e| error(ds, StoredError::Invalid(e)))?;
-    let served = stored.serves(&sel);
+    let served = stored.serves(sel);
     let Some(parts) = served.map_err(|e| error(ds, StoredError::Invalid(e)))? else {
         return Ok(false);
     };
     stored
-        .read_served(&sel, &parts, out, threads)
+        .read_served(sel, &parts, out, threads)
         .map_err(|e| error(ds, e))?;
     if !parts.is_empty() {
         crate::log::debug(format_args!(

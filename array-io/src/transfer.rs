@@ -5,7 +5,8 @@
 //! takes; the memory type may differ from the stored one (HDF5 converts).
 
 use crate::hdf5_raw::{linked_hdf5, locked};
-use h5gds_engine::transfer::{prepare, IoError, Transfer};
+use h5gds_engine::transfer::{prepare, IoError, Prepared, Transfer};
+use h5gds_runtime::hdf5::hid_t;
 use hdf5::{Dataset, Datatype, Result};
 use std::ffi::c_void;
 
@@ -73,25 +74,52 @@ unsafe fn run(
             }
         }
     };
-    let transfer = Transfer {
+    let prepared = Locked::prepare(
         write,
-        dataset: dset.id(),
-        mem_type: mem_type.id(),
-        start: slab.start,
-        step: slab.step,
-        count: slab.count,
-        mem_shape: slab.count,
-        buffer: buffer as usize,
-        nbytes,
-    };
-    locked(|| {
-        let prepared = prepare(linked_hdf5(), &transfer)
-            .map_err(|(IoError::Argument(m) | IoError::Hdf5(m))| m)?;
-        // SAFETY: `nbytes` checked against the selection by `prepare`; the buffer as the caller
-        // guarantees.
-        prepared.map_or(Ok(()), |p| unsafe { p.run() })
-    })
-    .map_err(hdf5::Error::from)
+        (dset.id(), mem_type.id()),
+        slab,
+        (buffer as usize, nbytes),
+    )?;
+    // SAFETY: `nbytes` checked against the selection by `prepare`; the buffer as the caller
+    // guarantees.
+    locked(|| prepared.0.as_ref().map_or(Ok(()), |p| unsafe { p.run() })).map_err(hdf5::Error::from)
+}
+
+/// The engine's checked transfer, made and dropped under hdf5-metno's lock (its dataspaces are
+/// HDF5 objects); `None`: nothing to move.
+pub(crate) struct Locked(pub Option<Prepared>);
+
+impl Locked {
+    /// The transfer of `slab` of the dataset (`ids`: its id and the memory type's) with the
+    /// buffer `(address, bytes)`; a refusal as HDF5's or the check's text.
+    pub(crate) fn prepare(
+        write: bool,
+        (dataset, mem_type): (hid_t, hid_t),
+        slab: Hyperslab,
+        (buffer, nbytes): (usize, usize),
+    ) -> std::result::Result<Locked, String> {
+        let transfer = Transfer {
+            write,
+            dataset,
+            mem_type,
+            start: slab.start,
+            step: slab.step,
+            count: slab.count,
+            mem_shape: slab.count,
+            buffer,
+            nbytes,
+        };
+        locked(|| prepare(linked_hdf5(), &transfer))
+            .map(Locked)
+            .map_err(|(IoError::Argument(m) | IoError::Hdf5(m))| m)
+    }
+}
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        let prepared = self.0.take();
+        locked(|| drop(prepared));
+    }
 }
 
 #[cfg(test)]

@@ -11,13 +11,6 @@ import numpy as np
 from . import _files, _io
 
 
-def _to(result, host):
-    """``host`` (a NumPy batch) as ``result`` (``_files.result_type``) holds it."""
-    if isinstance(result, _files._NumPy):
-        return host
-    return result._from_host(host if host.dtype.isnative else host.astype(host.dtype.newbyteorder("=")))
-
-
 def batches(dset, batch_size, *, shuffle=True, seed=None, drop_last=False, like="numpy"):
     """Yields the rows of ``dset`` (along its first axis) in batches of ``batch_size``, every row once:
     in a random order drawn with ``np.random.default_rng(seed)`` (``shuffle=True``), else in order; the
@@ -53,7 +46,8 @@ def _batches(dset, order, starts, batch_size, result, element, row_shape):
         picks = order[start:start + batch_size]
         if element is not None:
             return _io.read(dset, out=result._empty((len(picks),) + tuple(row_shape), element), sel=picks)
-        return _to(result, _io.read(dset, sel=picks))
+        host = _io.read(dset, sel=picks)
+        return host if isinstance(result, _files._NumPy) else result._from_host(host)
 
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="h5gds-batches") as pool:
         pending = _ahead(pool, read, starts[0]) if starts else None

@@ -109,6 +109,21 @@ def default_chunks(shape, itemsize):
     return tuple(chunks)
 
 
+def int_entries(values, what):
+    """The entries of ``values`` as a tuple of ints; TypeError naming ``what`` and the entry for a
+    bool or anything without ``__index__``."""
+    entries = []
+    for i, entry in enumerate(values):
+        if isinstance(entry, (bool, np.bool_)):
+            raise TypeError(f"{what} entry {i} is {entry!r}: entries must be ints")
+        try:
+            entries.append(operator.index(entry))
+        except TypeError:
+            raise TypeError(f"{what} entry {i} is {entry!r} ({type(entry).__name__}): entries must "
+                            "be ints") from None
+    return tuple(entries)
+
+
 def _chunks(chunks, shape, itemsize):
     described = f"the array has shape {tuple(shape)}"
     if chunks is None or chunks is True:
@@ -116,16 +131,7 @@ def _chunks(chunks, shape, itemsize):
     if isinstance(chunks, (str, bytes, bool)) or not hasattr(chunks, "__iter__"):
         raise TypeError(f"chunks must be None, True or a tuple of ints, one per axis, not "
                         f"{chunks!r}")
-    entries = []
-    for i, entry in enumerate(chunks):
-        if isinstance(entry, (bool, np.bool_)):
-            raise TypeError(f"chunks entry {i} is {entry!r}: entries must be ints")
-        try:
-            entries.append(operator.index(entry))
-        except TypeError:
-            raise TypeError(f"chunks entry {i} is {entry!r} ({type(entry).__name__}): entries must "
-                            "be ints") from None
-    entries = tuple(entries)
+    entries = int_entries(chunks, "chunks")
     if len(entries) != len(shape):
         raise ValueError(f"chunks {entries} has {len(entries)} entries, but {described}: one entry "
                          "per axis is needed")
@@ -188,6 +194,12 @@ def create(file, name, shape, dtype, p):
         dcpl.set_filter(FILTER_LZ4, h5z.FLAG_OPTIONAL, (0,))
     if p.fletcher32:
         dcpl.set_fletcher32()
+    return create_dataset(file, name, dtype, shape, dcpl)
+
+
+def create_dataset(file, name, dtype, shape, dcpl):
+    """Dataset ``name`` of ``dtype`` and ``shape`` in ``file`` with the creation list ``dcpl``, its
+    missing groups created and its name UTF-8, as h5py creates them; its h5py DatasetID."""
     lcpl = h5p.create(h5p.LINK_CREATE)
     lcpl.set_create_intermediate_group(True)
     lcpl.set_char_encoding(h5t.CSET_UTF8)

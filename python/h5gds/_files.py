@@ -22,7 +22,6 @@ Decisions (docs/python.md):
 import errno
 import importlib
 import itertools
-import operator
 import os
 import stat
 import sys
@@ -31,10 +30,10 @@ from contextlib import contextmanager
 
 import h5py
 import numpy as np
-from h5py import h5d, h5p, h5s, h5t
+from h5py import h5d, h5p, h5t
 
 from . import _arrays, _collective, _encode, _io, _native
-from ._selection import hyperslab
+from ._selection import selection
 
 # --- names and paths ---------------------------------------------------------------------------------------
 
@@ -217,19 +216,20 @@ class _Device:
             return self.module.empty(shape, dtype=element)
 
     def _from_host(self, host):
+        """``host`` (a NumPy array) copied up, in native byte order (device types have no other)."""
+        if not host.dtype.isnative:
+            host = host.astype(host.dtype.newbyteorder("="))
         if self.library == "torch":
             return self.module.from_numpy(host).to(self.device)
         with self.module.cuda.Device(self.device):
             return self.module.asarray(host)
 
     def read(self, dset, sel):
-        dtype = dset.dtype
-        element = self._element(dtype, dset.name)
-        if not dtype.isnative:
-            # No big-endian device types: converted explicitly on the host, values kept.
-            host = _io.read(dset, sel=sel)
-            return self._from_host(host.astype(dtype.newbyteorder("=")))
-        out = self._empty(hyperslab(sel, dset.shape).shape, element)
+        element = self._element(dset.dtype, dset.name)
+        if not dset.dtype.isnative:
+            # No big-endian device types: read on the host and converted, values kept.
+            return self._from_host(_io.read(dset, sel=sel))
+        out = self._empty(selection(sel, dset.shape).shape, element)
         _io.read(dset, out=out, sel=sel)
         return out
 
@@ -459,13 +459,7 @@ def _new_dataset(file, name, shape, dtype):
     dcpl.set_alloc_time(h5d.ALLOC_TIME_EARLY)
     dcpl.set_fill_time(h5d.FILL_TIME_NEVER)
     dcpl.set_obj_track_times(False)  # as h5py: the same array gives the same bytes
-    lcpl = h5p.create(h5p.LINK_CREATE)
-    lcpl.set_create_intermediate_group(True)
-    lcpl.set_char_encoding(h5t.CSET_UTF8)
-    space = h5s.create_simple(tuple(shape))
-    dsid = h5d.create(file.id, name.encode(), h5t.py_create(dtype, logical=True), space, dcpl=dcpl,
-                      lcpl=lcpl)
-    return h5py.Dataset(dsid)
+    return h5py.Dataset(_encode.create_dataset(file, name, dtype, shape, dcpl))
 
 
 def _replace(path, driver, fill):
@@ -551,24 +545,15 @@ def _chunk_shape(chunk_size, shape, name):
     if isinstance(chunk_size, (str, bytes)) or not hasattr(chunk_size, "__iter__"):
         raise TypeError(f"chunk_size must be a sequence of ints, one per dimension, not "
                         f"{type(chunk_size).__name__}: {described}")
-    entries = list(chunk_size)
-    chunk = []
-    for i, entry in enumerate(entries):
-        if isinstance(entry, (bool, np.bool_)):
-            raise TypeError(f"chunk_size entry {i} is {entry!r}: entries must be ints")
-        try:
-            chunk.append(operator.index(entry))
-        except TypeError:
-            raise TypeError(f"chunk_size entry {i} is {entry!r} ({type(entry).__name__}): entries "
-                            "must be ints") from None
+    chunk = _encode.int_entries(chunk_size, "chunk_size")
     if len(chunk) != len(shape):
-        raise ValueError(f"chunk_size {tuple(chunk)} has {len(chunk)} entries, but {described}: "
+        raise ValueError(f"chunk_size {chunk} has {len(chunk)} entries, but {described}: "
                          "one entry per dimension is needed")
     for i, c in enumerate(chunk):
         if c <= 0:
-            raise ValueError(f"chunk_size {tuple(chunk)}: entry {i} is {c}; every entry must be "
+            raise ValueError(f"chunk_size {chunk}: entry {i} is {c}; every entry must be "
                              f"positive ({described})")
-    return tuple(chunk)
+    return chunk
 
 
 def from_file_batched(path, dataset, chunk_size, like="numpy", comm=None):

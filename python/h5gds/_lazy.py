@@ -12,7 +12,7 @@ import types
 
 import numpy as np
 
-from . import _files, _io, _selection
+from . import _files, _io
 
 #: Guards the first open of each array in a process; made anew in a forked child (a thread of the
 #: parent may have held it at the fork).
@@ -112,13 +112,7 @@ class LazyDataset:
         dset = self._dataset()
         if self.like == "numpy":
             return _io.read(dset, sel=key)
-        shape = _selection.selection(key, self.shape).shape
-        result = self._result()
-        if not dset.dtype.isnative:
-            # No big-endian device types: read on the host and converted, values kept.
-            return result._from_host(_io.read(dset, sel=key).astype(self.dtype))
-        out = result._empty(shape, result._element(self.dtype, self.name))
-        return _io.read(dset, out=out, sel=key)
+        return self._result().read(dset, key)
 
     def __array__(self, dtype=None, copy=None):
         """All of it as a NumPy array (read now; device results copied to the host)."""

@@ -6,6 +6,7 @@
 //! (`device::copy_with_host`, through `_native.device_copy`).
 
 use crate::call_settings::CallSettings;
+use crate::error::io_error;
 use crate::hdf5;
 use h5gds_chunk_codec::Filter;
 use h5gds_engine::encoded::{HostEncoder, Target};
@@ -47,11 +48,8 @@ pub fn encode_write_chunks(
         buffer,
         nbytes,
     };
-    match hdf5::prepare(&transfer) {
-        Ok(Some(_)) => {}
-        Ok(None) => return Ok(0),
-        Err(hdf5::IoError::Argument(message)) => return Err(PyValueError::new_err(message)),
-        Err(hdf5::IoError::Hdf5(message)) => return Err(PyOSError::new_err(message)),
+    if hdf5::prepare(&transfer).map_err(io_error)?.is_none() {
+        return Ok(0);
     }
     if chunk.len() != shape.len() || chunk.iter().zip(&shape).any(|(&c, &n)| c == 0 || c > n) {
         return Err(PyValueError::new_err(format!(

@@ -12,6 +12,7 @@ use crate::host_codec;
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::decoded;
 use h5gds_engine::rows::{RowPlan, RowRuns};
+use h5gds_engine::transfer::prepare_gather_in_groups;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
@@ -81,8 +82,9 @@ impl RowsRead<'_> {
             buffer: self.out.address,
             nbytes: self.out.nbytes,
         };
+        let api = hdf5::api().map_err(PyOSError::new_err)?;
         let reads =
-            hdf5::prepare_gather_in_groups(&read, runs_per_read).map_err(crate::error::io_error)?;
+            prepare_gather_in_groups(api, &read, runs_per_read).map_err(crate::error::io_error)?;
         py.detach(|| {
             reads.iter().try_for_each(|prepared| {
                 // SAFETY: the Python caller passes the address and size of a live buffer it keeps

@@ -6,7 +6,7 @@
 //! h5gds does not decode, and selections inside one chunk (which HDF5 serves from its chunk
 //! cache), stay with HDF5.
 
-use crate::hdf5::{self, Hid, StoredLayout};
+use crate::hdf5::{self, StoredLayout};
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::decoded::{self, Plan};
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -24,30 +24,25 @@ pub fn plan(
     Ok(declined.map_or_else(|| decoded::plan(layout, rank, element_size, threads), Err))
 }
 
-/// One host read of a hyperslab of a chunked dataset whose stored type is the memory type.
-pub struct DecodedHostRead<'a> {
-    pub dataset: Hid,
-    pub mem_type: Hid,
-    pub name: &'a str,
-    pub layout: &'a StoredLayout,
-    pub selection: Hyperslab<'a>,
-    pub element_size: usize,
-    pub threads: usize,
-}
-
-/// Reads `read` (its chunks decoded by h5gds on `read.threads` of the driver's I/O threads) into
-/// the host buffer at `buffer` (`nbytes`, checked with the caller's prepared transfer), the GIL
-/// released. Returns None when the read is done, or why h5gds leaves it to HDF5 (nothing was
-/// read). The caller holds h5py's lock and keeps the buffer alive.
-pub fn read_into_host(
+/// Reads `t` (a read of a chunked dataset stored as `layout` in its stored type, its host buffer
+/// checked by `hdf5::prepare`), its chunks decoded by h5gds on `threads` of the driver's I/O
+/// threads, the GIL released. False, having read nothing, where h5gds leaves the read to HDF5.
+/// The caller holds h5py's lock and keeps the buffer alive.
+pub fn read(
     py: Python<'_>,
-    read: &DecodedHostRead,
-    buffer: usize,
-    nbytes: usize,
-) -> PyResult<Option<String>> {
-    let (name, selection) = (read.name, read.selection);
-    let rank = selection.count.len();
-    let planned = plan(read.layout, rank, read.element_size, read.threads)?.and_then(|plan| {
+    t: &hdf5::Transfer,
+    layout: &StoredLayout,
+    threads: usize,
+) -> PyResult<bool> {
+    let name = hdf5::object_name(t.dataset);
+    let selection = Hyperslab {
+        start: t.start,
+        step: t.step,
+        count: t.count,
+    };
+    let elements: u64 = t.count.iter().product();
+    let element_size = t.nbytes / elements as usize;
+    let planned = plan(layout, t.count.len(), element_size, threads)?.and_then(|plan| {
         let touched = decoded::chunks_touched(plan.chunk(), [selection]);
         plan.spread_over(touched, "the selection lies")
     });
@@ -57,19 +52,19 @@ pub fn read_into_host(
             h5gds::with_logging(|| {
                 tracing::debug!("h5gds.read of {name}: HDF5 decodes its chunks: {reason}")
             });
-            return Ok(Some(reason));
+            return Ok(false);
         }
     };
     let done = py.detach(|| {
         // SAFETY: the caller passes the address and size of a live, writable host buffer it
         // keeps referenced for the call (checked against the selection in `prepare`).
-        let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
+        let out = unsafe { std::slice::from_raw_parts_mut(t.buffer as *mut u8, t.nbytes) };
         let open = |touched| {
             let chunk = plan.chunk();
-            hdf5::stored_chunks(read.dataset, name, chunk, touched, PyOSError::new_err)
+            hdf5::stored_chunks(t.dataset, &name, chunk, touched, PyOSError::new_err)
         };
-        decoded::read_hyperslab(&plan.decoding(), read.mem_type, selection, open, out)
+        decoded::read_hyperslab(&plan.decoding(), t.mem_type, selection, open, out)
     })?;
     h5gds::with_logging(|| tracing::debug!("h5gds.read of {name}: {done}"));
-    Ok(None)
+    Ok(true)
 }

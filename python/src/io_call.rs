@@ -12,7 +12,7 @@ use crate::device::{self, DeviceTransfer};
 use crate::device_error;
 use crate::error::io_error;
 use crate::hdf5::{self, DatasetFacts, Hid, StoredLayout};
-use crate::host_codec::{self, DecodedHostRead};
+use crate::host_codec;
 use crate::known_read::{cached_layout, Cached};
 use crate::layout::{DeviceOut, Layout};
 use h5gds_chunk_codec::Hyperslab;
@@ -200,17 +200,13 @@ impl<'py> Call<'py> {
         }
     }
 
-    fn bools(&self) -> PyResult<bool> {
-        self.array.bools()
-    }
-
     /// Reads through the dataset's layout, where its file is read-only and the layout serves the
     /// selection (device arrays: where the driver would stage the read anyway); false, having
     /// read nothing, otherwise. Bools into device memory take the driver's path, which checks
     /// their bytes.
     fn read_through_layout(&self, py: Python<'py>) -> PyResult<bool> {
         let device = self.array.device.as_ref();
-        if device.is_some() && self.bools()? {
+        if device.is_some() && self.array.bools()? {
             return Ok(false);
         }
         let Some(layout) = self.target.layout(py)? else {
@@ -257,29 +253,14 @@ impl<'py> Call<'py> {
     /// A host array: compressed chunks decoded by h5gds where it decodes them and HDF5 would
     /// convert nothing, else one H5Dread/H5Dwrite.
     fn host(&self, py: Python<'py>, facts: DatasetFacts) -> PyResult<()> {
-        let Some(prepared) = hdf5::prepare(&self.transfer()?).map_err(io_error)? else {
+        let transfer = self.transfer()?;
+        let Some(prepared) = hdf5::prepare(&transfer).map_err(io_error)? else {
             return Ok(());
         };
         if let StoredLayout::Chunked { filters, .. } = &facts.layout {
             if !self.write && facts.same_type && !filters.is_empty() {
-                let name = hdf5::object_name(self.dataset);
-                let elements: u64 = self.sel.count.iter().product();
-                let read = DecodedHostRead {
-                    dataset: self.dataset,
-                    mem_type: self.target.mem_type()?,
-                    name: &name,
-                    layout: &facts.layout,
-                    selection: Hyperslab {
-                        start: &self.sel.start,
-                        step: &self.sel.step,
-                        count: &self.sel.count,
-                    },
-                    element_size: self.array.nbytes / elements as usize,
-                    threads: self.settings.nthreads().map_err(PyValueError::new_err)?,
-                };
-                let address = self.array.address as usize;
-                let left = host_codec::read_into_host(py, &read, address, self.array.nbytes)?;
-                if left.is_none() {
+                let threads = self.settings.nthreads().map_err(PyValueError::new_err)?;
+                if host_codec::read(py, &transfer, &facts.layout, threads)? {
                     return Ok(());
                 }
             }
@@ -324,7 +305,7 @@ impl<'py> Call<'py> {
             claimed_ordinal,
             stream: self.array.stream,
             conversion,
-            checked_bytes: self.bools()?,
+            checked_bytes: self.array.bools()?,
             other_driver,
             settings: &self.settings,
         };

@@ -19,7 +19,7 @@ mod layout;
 mod tiles;
 
 use h5gds::VfdSettings;
-use h5gds_runtime::settings::driver_settings;
+use h5gds_runtime::settings::{self, driver_settings, DevicePath};
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyString};
@@ -208,7 +208,8 @@ fn settings_loads() -> usize {
 /// open files with sec2. A refused value raises `ValueError` naming the setting.
 #[pyfunction]
 fn staged_by_settings() -> PyResult<bool> {
-    device::staged_by_settings().map_err(|e| PyValueError::new_err(e.to_string()))
+    let path = settings::environment_device_path();
+    Ok(path.map_err(|e| PyValueError::new_err(e.to_string()))? == DevicePath::Staged)
 }
 
 /// Makes the driver and the GPU codec path load libcufile and libnvcomp from these files (NVIDIA's

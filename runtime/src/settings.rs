@@ -263,6 +263,33 @@ pub fn device_path(value: Option<&str>) -> Result<DevicePath, InvalidSetting> {
     }
 }
 
+/// A variable's value in this process's environment (`None`: unset); one that is not Unicode is
+/// passed on as lossy text, which the parsers refuse.
+fn environment_text(variable: &str) -> Option<String> {
+    std::env::var_os(variable).map(|v| v.to_string_lossy().into_owned())
+}
+
+/// The device path `H5GDS_USE_VFD_GDS` asks for in this process's environment.
+pub fn environment_device_path() -> Result<DevicePath, InvalidSetting> {
+    device_path(environment_text(USE_VFD_GDS_ENV).as_deref())
+}
+
+/// Whether device data on `path` goes through the `gds` driver (`Auto`: where CUDA works in this
+/// process).
+pub fn goes_through_gds(path: DevicePath) -> bool {
+    match path {
+        DevicePath::Gds => true,
+        DevicePath::Staged => false,
+        DevicePath::Auto => crate::cuda::cuda().is_ok(),
+    }
+}
+
+/// The staging buffer size `H5GDS_STAGING_BUFFER_SIZE` sets in this process's environment (the
+/// default where unset).
+pub fn environment_staging_buffer_size() -> Result<usize, InvalidSetting> {
+    staging_buffer_size(environment_text(STAGING_BUFFER_SIZE_ENV).as_deref())
+}
+
 /// The staging buffer size for `H5GDS_STAGING_BUFFER_SIZE`'s value (`None`: unset).
 pub fn staging_buffer_size(value: Option<&str>) -> Result<usize, InvalidSetting> {
     let Some(text) = value else {

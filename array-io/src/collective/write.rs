@@ -12,7 +12,6 @@ use crate::error::no_panic;
 use crate::error::{Error, Result};
 use crate::file::{check_dataset_name, create_file};
 use crate::hdf5_raw::{self, linked_hdf5};
-use crate::host_staging::HostStaging;
 use crate::options::Settings;
 use crate::select::{staging_pieces, Block};
 use cudarc::driver::DevicePtr;
@@ -97,51 +96,39 @@ impl<T: Element> Source for DeviceTile<'_, T> {
         fail: Fail,
     ) -> Result<()> {
         no_panic("writing a tile from device memory", || {
-            self.write_unguarded(file, runs, settings, fail)
+            let Some(data) = self.0.as_slice() else {
+                return Ok(());
+            };
+            let stream = self.0.stream();
+            let es = std::mem::size_of::<T>();
+            let n = data.len() as u64;
+            // The data is ready once every stream that wrote it is done.
+            let (ptr, record) = data.device_ptr(stream);
+            synchronize(stream)?;
+            match write_blocker::<T>(settings)? {
+                None => {
+                    crate::log::debug(format_args!(
+                        "writing a tile straight from device memory through the gds driver"
+                    ));
+                    // SAFETY: the runs lie inside the allocation (the caller's contract); the gds
+                    // driver hands device memory to cuFile or its bounce buffers.
+                    unsafe { engine::write_runs(file, runs, ptr) }.map_err(fail)?;
+                }
+                Some(reason) => {
+                    crate::log::debug(format_args!(
+                        "writing a tile through a host staging buffer: {reason}"
+                    ));
+                    let bytes = n as usize * es;
+                    let size = settings.staging_buffer_size()?;
+                    let (mut ring, len) = crate::host_staging::ring(size, bytes, stream);
+                    let pieces = staging_pieces(n, (len / es).max(1) as u64, &[]);
+                    let ring = (&mut ring, &pieces[..]);
+                    engine::write_staged(file, ring, (ptr, es), runs, fail)?;
+                }
+            }
+            drop(record);
+            Ok(())
         })
-    }
-}
-
-impl<T: Element> DeviceTile<'_, T> {
-    fn write_unguarded(
-        &self,
-        file: &DriverFile,
-        runs: &[ByteRun],
-        settings: &Settings,
-        fail: Fail,
-    ) -> Result<()> {
-        let Some(data) = self.0.as_slice() else {
-            return Ok(());
-        };
-        let stream = self.0.stream();
-        let es = std::mem::size_of::<T>();
-        let n = data.len() as u64;
-        // The data is ready once every stream that wrote it is done.
-        let (ptr, record) = data.device_ptr(stream);
-        synchronize(stream)?;
-        match write_blocker::<T>(settings)? {
-            None => {
-                crate::log::debug(format_args!(
-                    "writing a tile straight from device memory through the gds driver"
-                ));
-                // SAFETY: the runs lie inside the allocation (the caller's contract); the gds
-                // driver hands device memory to cuFile or its bounce buffers.
-                unsafe { engine::write_runs(file, runs, ptr) }.map_err(fail)?;
-            }
-            Some(reason) => {
-                crate::log::debug(format_args!(
-                    "writing a tile through a host staging buffer: {reason}"
-                ));
-                let bytes = n as usize * es;
-                let mut staging = HostStaging::new(settings.staging_buffer_size()?, bytes, stream);
-                let per = (staging.len() / es).max(1) as u64;
-                let pieces = staging_pieces(n, per, &[]);
-                let ring = (&mut staging.ring, &pieces[..]);
-                engine::write_staged(file, ring, (ptr, es), runs, fail)?;
-            }
-        }
-        drop(record);
-        Ok(())
     }
 }
 

@@ -2,10 +2,10 @@
 //! read-only file's layout read with no HDF5 call (`staged_anyway`). A GPU-decoded read's stored
 //! chunks read by the host's threads are the engine's verdict (`gpu_decoded::host_reads`).
 
-use super::{argument, env};
+use super::argument;
 use crate::call_settings::CallSettings;
 use crate::error::DeviceError;
-use h5gds_runtime::settings::{self, DevicePath, USE_VFD_GDS_ENV};
+use h5gds_runtime::settings::{environment_device_path, DevicePath};
 
 /// The largest read into device memory that a dataset's layout may serve
 /// (`Layout::read_to_device`): read whole into pinned host memory, then copied up. Larger reads
@@ -46,8 +46,7 @@ pub fn staged_anyway(
             "the file is open with the sec2 driver, which reads only into host memory",
         ));
     }
-    let invalid = |e: settings::InvalidSetting| argument(e.to_string());
-    match settings::device_path(env(USE_VFD_GDS_ENV).as_deref()).map_err(invalid)? {
+    match environment_device_path()? {
         DevicePath::Staged => return Ok(past("H5GDS_USE_VFD_GDS=0 stages device reads")),
         DevicePath::Gds => return Ok(None),
         DevicePath::Auto => {}

@@ -28,7 +28,7 @@ use h5gds_route::route::{blocker, Decoder, Transfer};
 use h5gds_route::select::chunks_touching;
 use h5gds_runtime::cuda::{self, DeviceContext};
 use h5gds_runtime::device_ranges::forget_device_range;
-use h5gds_runtime::settings::{self, DevicePath, STAGING_BUFFER_SIZE_ENV, USE_VFD_GDS_ENV};
+use h5gds_runtime::settings;
 use h5gds_runtime::staging_ring::StagingRing;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -57,16 +57,6 @@ pub struct DeviceTransfer<'a> {
     pub settings: &'a CallSettings,
 }
 
-fn env(variable: &str) -> Option<String> {
-    std::env::var_os(variable).map(|v| v.to_string_lossy().into_owned())
-}
-
-/// Whether `H5GDS_USE_VFD_GDS` asks for the staged path (`0`), read by the one parser of the
-/// setting (`h5gds_runtime::settings`).
-pub fn staged_by_settings() -> Result<bool, settings::InvalidSetting> {
-    settings::device_path(env(USE_VFD_GDS_ENV).as_deref()).map(|path| path == DevicePath::Staged)
-}
-
 fn argument(message: String) -> DeviceError {
     DeviceError::Argument(message)
 }
@@ -80,11 +70,10 @@ pub fn run(t: DeviceTransfer, layout: StoredLayout, stored_size: usize) -> Resul
         return Ok(()); // nothing to move
     };
     let pointer = checked_pointer(t.role, t.address, t.nbytes, t.claimed_ordinal)?;
-    let path = settings::device_path(env(USE_VFD_GDS_ENV).as_deref())?;
-    let staging_size = settings::staging_buffer_size(env(STAGING_BUFFER_SIZE_ENV).as_deref())?;
+    let path = settings::environment_device_path()?;
+    let staging_size = settings::environment_staging_buffer_size()?;
     let facts = Transfer {
-        // CUDA works here (checked above), so only an explicit 0 stages.
-        staged_by_settings: path == DevicePath::Staged,
+        staged_by_settings: !settings::goes_through_gds(path),
         checked_bytes: t.checked_bytes,
         conversion: t.conversion.clone(),
         other_driver: t.other_driver.clone(),
@@ -279,19 +268,9 @@ pub fn where_decoded(
         item,
         blocker,
         host,
-        host_threads: host_threads(settings)?,
+        host_threads: settings.nthreads().map_err(argument)?,
     };
     gpu_decoded::decoder(read).map_err(|e| argument(e.to_string()))
-}
-
-/// The driver's I/O thread count, which decodes on the host.
-fn host_threads(settings: &CallSettings) -> Result<usize, DeviceError> {
-    settings.nthreads().map_err(argument)
-}
-
-/// The smallest staged piece that keeps the driver's I/O threads busy: a task each.
-fn file_side_floor(settings: &CallSettings) -> Result<usize, DeviceError> {
-    Ok(settings.get().map_err(argument)?.task_round_bytes())
 }
 
 /// The refusal of a byte read from dataset `dataset_name` as a bool that is not 0 or 1 (which a

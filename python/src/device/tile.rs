@@ -2,15 +2,13 @@
 //! engine's tile writes (`h5gds_engine::collective`).
 
 use super::pointer::checked_pointer;
-use super::{argument, env, file_side_floor};
-use crate::call_settings::CallSettings;
 use crate::error::DeviceError;
 use h5gds_engine::collective::{write_runs, write_staged, ByteRun, DriverFile, DriverFileError};
 use h5gds_engine::staged;
 use h5gds_route::select::{staged_piece_bytes, staging_pieces};
 use h5gds_runtime::cuda;
 use h5gds_runtime::device_ranges::forget_device_range;
-use h5gds_runtime::settings::{self, STAGING_BUFFER_SIZE_ENV, USE_VFD_GDS_ENV};
+use h5gds_runtime::settings::{environment_staging_buffer_size, USE_VFD_GDS_ENV};
 
 /// Writes one rank's device tile of a collective `to_file` (`nbytes` at `address`, a whole number
 /// of `item`-byte elements; on the device the array claims, if it does; `stream`: the producer's, 0
@@ -46,8 +44,7 @@ pub fn write_tile(
         forget_device_range(pointer.base);
         moved.map_err(written)?;
     } else {
-        let staging_size = settings::staging_buffer_size(env(STAGING_BUFFER_SIZE_ENV).as_deref())
-            .map_err(|e| argument(e.to_string()))?;
+        let staging_size = environment_staging_buffer_size()?;
         h5gds::with_logging(|| {
             tracing::info!(
                 "collective to_file: {} bytes from device memory through pinned host memory \
@@ -56,11 +53,11 @@ pub fn write_tile(
             )
         });
         let es = item as u64;
-        let piece_bytes = staged_piece_bytes(
-            nbytes as u64,
-            staging_size as u64,
-            file_side_floor(&CallSettings::default())? as u64,
-        );
+        // The smallest piece that keeps the driver's I/O threads busy: a task each.
+        let vfd =
+            h5gds::VfdSettings::load(None).map_err(|e| DeviceError::Argument(e.to_string()))?;
+        let floor = vfd.task_round_bytes() as u64;
+        let piece_bytes = staged_piece_bytes(nbytes as u64, staging_size as u64, floor);
         let pieces = staging_pieces(nbytes as u64 / es, (piece_bytes / es).max(1), &[]);
         let mut ring = staged::thread_ring(pointer.context, &pieces, item)?;
         let ring = (&mut ring, &pieces[..]);

@@ -35,14 +35,6 @@ pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, IoError> {
     transfer::prepare(api().map_err(IoError::Hdf5)?, t)
 }
 
-/// `h5gds_engine::transfer::prepare_gather_in_groups` in h5py's HDF5.
-pub fn prepare_gather_in_groups(
-    g: &GatherRead,
-    runs_per_read: usize,
-) -> Result<Vec<Prepared>, IoError> {
-    transfer::prepare_gather_in_groups(api().map_err(IoError::Hdf5)?, g, runs_per_read)
-}
-
 /// The driver the file holding `dataset` is open with: `None` when it is h5gds's `gds` driver,
 /// else its name (or a description when HDF5 cannot tell). The caller holds h5py's lock.
 pub fn other_driver(dataset: Hid) -> Result<Option<String>, IoError> {
