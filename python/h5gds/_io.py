@@ -11,6 +11,7 @@ import numpy as np
 from h5py._objects import phil
 
 from . import _arrays, _layout, _native
+from ._layout import _layouts
 from ._selection import Gather, first_axis_only, hyperslab, selection
 
 
@@ -91,12 +92,19 @@ def read(dset, out=None, sel=None):
     """
     # A read-only file's dataset already read once, all of it or rows of it into NumPy (or into a
     # device array where the layout serves it): checked and read in one native call (threads
-    # reading rows then hold the GIL only briefly); other selections go straight to the general
-    # path's one call.
-    if first_axis_only(sel) and _layout.remembered(dset):
-        known = _native.read_known_layout(_layout._layouts, dset, out, sel)
-        if known is not None:
-            return known
+    # reading rows then hold the GIL only briefly); other selections, and datasets with no layout
+    # remembered (no HDF5 call, no lock), go straight to the general path's one call. The tests
+    # are written out here rather than called: two Python calls cost a tenth of a row read.
+    kind = type(sel)
+    if kind is int or kind is slice or sel is None or first_axis_only(sel):
+        try:
+            entry = _layouts.get(id(dset._id))
+        except AttributeError:  # not an h5py object: the general path says what is wrong
+            entry = None
+        if entry is not None and entry[1] is not None:
+            known = _native.read_known_layout(_layouts, dset, out, sel)
+            if known is not None:
+                return known
     shape, dtype, name = _dataset(dset)
     slab = selection(sel, shape)
     if out is None:
@@ -113,7 +121,7 @@ def read_without_hdf5(dset, sel, shape):
     """``dset[sel]`` (ints and slices; ``shape`` the dataset's, known to the caller: asking HDF5
     would be a call) into a new NumPy array, where ``_layout`` resolved the dataset's storage
     already and serves the selection with no HDF5 call; None, having read nothing, otherwise."""
-    known = _native.read_known_layout(_layout._layouts, dset, None, sel)
+    known = _native.read_known_layout(_layouts, dset, None, sel)
     if known is not None:
         return known
     dsid = dset.id

@@ -14,7 +14,8 @@ from h5py._objects import phil
 from . import _native
 
 #: id(DatasetID) -> (weak reference to it, its Layout or None when it has none, its dtype); also
-#: read by ``_native.read_known_layout``, ``h5gds.read``'s short way
+#: read by ``h5gds.read`` (whether its short way may serve a dataset: a Layout is remembered) and
+#: by ``_native.read_known_layout``, that short way
 _layouts = {}
 
 
@@ -25,13 +26,6 @@ def resolved(dsid):
     if entry is not None and entry[0]() is dsid:
         return entry[1], entry[2]
     return None
-
-
-def remembered(dset):
-    """Whether a layout is remembered for ``dset``'s DatasetID (no HDF5 call, no lock): then
-    ``_native.read_known_layout`` may serve its reads."""
-    entry = _layouts.get(id(getattr(dset, "_id", None)))
-    return entry is not None and entry[1] is not None
 
 
 def layout(dset, dtype):

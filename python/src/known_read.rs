@@ -11,6 +11,7 @@
 use crate::call_settings::CallSettings;
 use crate::layout::{DeviceOut, Layout};
 use h5gds_chunk_codec::Hyperslab;
+use h5gds_runtime::hdf5::H5S_MAX_RANK;
 use numpy::npyffi::flags::NPY_ARRAY_WRITEABLE;
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::intern;
@@ -73,9 +74,12 @@ fn first_axis(item: &Bound<'_, PyAny>, size: u64) -> Option<FirstAxis> {
 }
 
 /// The hyperslab `sel` selects in a dataset of `shape` when it is None, or an index or slice
-/// along the first axis (alone or as a tuple of one): (start, step, count, selected shape).
+/// along the first axis (alone or as a tuple of one).
 fn hyperslab_of(sel: &Bound<'_, PyAny>, shape: &[u64]) -> Option<Selected> {
-    let rest = shape.get(1..)?;
+    let rank = shape.len();
+    if rank == 0 || rank > H5S_MAX_RANK {
+        return None;
+    }
     let axis = if sel.is_none() {
         FirstAxis {
             start: 0,
@@ -91,28 +95,44 @@ fn hyperslab_of(sel: &Bound<'_, PyAny>, shape: &[u64]) -> Option<Selected> {
         };
         first_axis(&item, shape[0])?
     };
-    let mut out_shape = Vec::with_capacity(shape.len());
-    if axis.keeps_axis {
-        out_shape.push(axis.count);
-    }
-    out_shape.extend_from_slice(rest);
-    let zeros = std::iter::repeat_n(0, rest.len());
-    let ones = std::iter::repeat_n(1, rest.len());
-    Some(Selected {
-        start: std::iter::once(axis.start).chain(zeros).collect(),
-        step: std::iter::once(axis.step).chain(ones).collect(),
-        count: std::iter::once(axis.count)
-            .chain(rest.iter().copied())
-            .collect(),
-        shape: out_shape,
-    })
+    let mut selected = Selected {
+        rank,
+        keeps_axis: axis.keeps_axis,
+        start: [0; H5S_MAX_RANK],
+        step: [1; H5S_MAX_RANK],
+        count: [0; H5S_MAX_RANK],
+    };
+    selected.start[0] = axis.start;
+    selected.step[0] = axis.step;
+    selected.count[0] = axis.count;
+    selected.count[1..rank].copy_from_slice(&shape[1..]);
+    Some(selected)
 }
 
+/// A selection along the first axis as a hyperslab (the other axes whole), held in place: a
+/// row read allocates nothing for it.
 struct Selected {
-    start: Vec<u64>,
-    step: Vec<u64>,
-    count: Vec<u64>,
-    shape: Vec<u64>,
+    rank: usize,
+    /// False for an index: NumPy drops the first axis.
+    keeps_axis: bool,
+    start: [u64; H5S_MAX_RANK],
+    step: [u64; H5S_MAX_RANK],
+    count: [u64; H5S_MAX_RANK],
+}
+
+impl Selected {
+    fn hyperslab(&self) -> Hyperslab<'_> {
+        Hyperslab {
+            start: &self.start[..self.rank],
+            step: &self.step[..self.rank],
+            count: &self.count[..self.rank],
+        }
+    }
+
+    /// The selected shape, as NumPy gives it: the counts, less the first axis for an index.
+    fn shape(&self) -> &[u64] {
+        &self.count[usize::from(!self.keeps_axis)..self.rank]
+    }
 }
 
 /// What `_layout` remembers of a DatasetID's layout.
@@ -191,7 +211,7 @@ pub fn read_known_layout<'py>(
         return Ok(None);
     };
     let out = if out.is_none() {
-        numpy_empty(py)?.call1((PyTuple::new(py, &selected.shape)?, &dtype))?
+        numpy_empty(py)?.call1((PyTuple::new(py, selected.shape())?, &dtype))?
     } else {
         out.clone()
     };
@@ -202,11 +222,12 @@ pub fn read_known_layout<'py>(
     };
     let array_dtype = array.dtype();
     let same_dtype = array_dtype.is(&dtype) || array_dtype.as_any().eq(&dtype)?;
-    let shape_matches = array.shape().len() == selected.shape.len()
+    let shape = selected.shape();
+    let shape_matches = array.shape().len() == shape.len()
         && array
             .shape()
             .iter()
-            .zip(&selected.shape)
+            .zip(shape)
             .all(|(&a, &s)| a as u64 == s);
     // SAFETY: `array` is a live NumPy array; its flags are read under the GIL.
     let writable = unsafe { (*array.as_array_ptr()).fields.flags } & NPY_ARRAY_WRITEABLE != 0;
@@ -217,11 +238,7 @@ pub fn read_known_layout<'py>(
     // SAFETY: as above, the data pointer of a live array.
     let data = unsafe { (*array.as_array_ptr()).fields.data } as usize;
     let nbytes = array.len() * array_dtype.itemsize();
-    let sel = Hyperslab {
-        start: &selected.start,
-        step: &selected.step,
-        count: &selected.count,
-    };
+    let sel = selected.hyperslab();
     // SAFETY: `out` is a writable, C-contiguous array of `nbytes` bytes (checked above), kept
     // referenced here for the read; an array another reference can see cannot be resized.
     if unsafe { layout.read_host(py, &sel, data, nbytes, &settings) }? {
@@ -324,14 +341,10 @@ fn read_into_device_array<'py>(
     dtype: &Bound<'py, PyAny>,
     settings: &CallSettings,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
-    let Some(device) = device_out(py, &out, dtype, &selected.shape) else {
+    let Some(device) = device_out(py, &out, dtype, selected.shape()) else {
         return Ok(None);
     };
-    let sel = Hyperslab {
-        start: &selected.start,
-        step: &selected.step,
-        count: &selected.count,
-    };
+    let sel = selected.hyperslab();
     let read = layout.read_into_device(py, &sel, &device, settings)?;
     Ok(read.then_some(out))
 }

@@ -4,14 +4,73 @@
 use super::{each_on, pool_for, Stored, PARALLEL_BYTES, PIECE_BYTES};
 use h5gds_chunk_codec::place::SharedOut;
 use h5gds_chunk_codec::Hyperslab;
+use h5gds_runtime::hdf5::H5S_MAX_RANK;
 use std::os::unix::fs::FileExt;
+
+/// The runs of a hyperslab of row-major storage, as [`Stored::read_runs`] cuts them: `rows`
+/// runs of `row_bytes` (each a row's span where `stepped`), the n-th at the n-th position of
+/// the axes before `rows_axes` (and the selection's start along `rows_axes`).
+struct Runs<'a> {
+    sel: &'a Hyperslab<'a>,
+    /// Elements per index of each axis in the storage (held in place: a row read allocates
+    /// nothing for it).
+    strides: [u64; H5S_MAX_RANK],
+    rank: usize,
+    address: u64,
+    element: u64,
+    rows_axes: usize,
+    rows: u64,
+    row_bytes: u64,
+    stepped: bool,
+}
+
+impl Runs<'_> {
+    /// Hands `each` every piece (file byte, output byte, bytes), in the output's order: a run
+    /// split at [`PIECE_BYTES`], a stepped row whole; stops at the first error.
+    fn for_each(
+        &self,
+        mut each: impl FnMut((u64, u64, u64)) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let (sel, strides) = (self.sel, &self.strides);
+        let mut index = [0u64; H5S_MAX_RANK];
+        for r in 0..self.rows {
+            let mut at = 0u64;
+            for a in 0..self.rows_axes {
+                at += (sel.start[a] + index[a] * sel.step[a]) * strides[a];
+            }
+            if self.rows_axes < self.rank {
+                at += sel.start[self.rows_axes] * strides[self.rows_axes];
+            }
+            let (file_at, out_at) = (self.address + at * self.element, r * self.row_bytes);
+            if self.stepped {
+                each((file_at, out_at, self.row_bytes))?;
+            } else {
+                let mut done = 0;
+                while done < self.row_bytes {
+                    let len = PIECE_BYTES.min(self.row_bytes - done);
+                    each((file_at + done, out_at + done, len))?;
+                    done += len;
+                }
+            }
+            for a in (0..self.rows_axes).rev() {
+                index[a] += 1;
+                if index[a] < sel.count[a] {
+                    break;
+                }
+                index[a] = 0;
+            }
+        }
+        Ok(())
+    }
+}
 
 impl Stored {
     /// Reads a hyperslab of row-major storage of `shape` at `address` (a contiguous dataset, or
     /// an unfiltered chunk): one read per run of the file that
     /// maps to a run of the output (rows of the selection, merged where whole trailing axes
     /// are selected), split into pieces for the pool when large; where the last axis has steps,
-    /// each row's span is read and its elements picked.
+    /// each row's span is read and its elements picked. A read the pool does not take reads its
+    /// pieces as they are found, with no list of them.
     pub(super) fn read_runs(
         &self,
         address: u64,
@@ -21,8 +80,14 @@ impl Stored {
         threads: usize,
     ) -> Result<(), String> {
         let rank = shape.len();
+        if rank > H5S_MAX_RANK {
+            return Err(format!(
+                "dataset {} has {rank} axes, more than HDF5's {H5S_MAX_RANK}",
+                self.name
+            ));
+        }
         let e = self.element as u64;
-        let mut strides = vec![1u64; rank];
+        let mut strides = [1u64; H5S_MAX_RANK];
         for a in (0..rank.saturating_sub(1)).rev() {
             strides[a] = strides[a + 1] * shape[a + 1];
         }
@@ -43,39 +108,29 @@ impl Stored {
             Some(j) if j + 1 < rank => (split, tail, false),
             Some(j) => (j, sel.count[j], true),
         };
-        let rows: u64 = sel.count[..rows_axes].iter().product();
-        let mut pieces: Vec<(u64, u64, u64)> = Vec::new(); // (file byte, output byte, bytes)
-        let mut index = vec![0u64; rows_axes];
-        let row_bytes = run * e;
-        for r in 0..rows {
-            let mut at = 0u64;
-            for a in 0..rows_axes {
-                at += (sel.start[a] + index[a] * sel.step[a]) * strides[a];
-            }
-            if rows_axes < rank {
-                at += sel.start[rows_axes] * strides[rows_axes];
-            }
-            let (file_at, out_at) = (address + at * e, r * row_bytes);
-            if stepped {
-                pieces.push((file_at, out_at, row_bytes));
-            } else {
-                let mut done = 0;
-                while done < row_bytes {
-                    let len = PIECE_BYTES.min(row_bytes - done);
-                    pieces.push((file_at + done, out_at + done, len));
-                    done += len;
-                }
-            }
-            for a in (0..rows_axes).rev() {
-                index[a] += 1;
-                if index[a] < sel.count[a] {
-                    break;
-                }
-                index[a] = 0;
-            }
-        }
+        let runs = Runs {
+            sel,
+            strides,
+            rank,
+            address,
+            element: e,
+            rows_axes,
+            rows: sel.count[..rows_axes].iter().product(),
+            row_bytes: run * e,
+            stepped,
+        };
         let stepped = stepped.then_some(sel.step[rank - 1]);
-        self.read_pieces(&pieces, out, threads, stepped)
+        if out.len() >= PARALLEL_BYTES && threads > 1 {
+            let mut pieces: Vec<(u64, u64, u64)> = Vec::new();
+            runs.for_each(|piece| {
+                pieces.push(piece);
+                Ok(())
+            })?;
+            return self.read_pieces(&pieces, out, threads, stepped);
+        }
+        // SAFETY: the pieces are disjoint runs of `out`, which outlives the reads below.
+        let out_ptr = unsafe { SharedOut::new(out.as_mut_ptr()) };
+        runs.for_each(|piece| self.read_piece(out_ptr, piece, stepped))
     }
 
     /// Reads `pieces` (file byte, output byte, bytes: disjoint runs of `out`) from the file,
@@ -89,33 +144,9 @@ impl Stored {
         threads: usize,
         stepped: Option<u64>,
     ) -> Result<(), String> {
-        let e = self.element as u64;
         // SAFETY: the pieces are disjoint runs of `out`, which outlives the reads below.
         let out_ptr = unsafe { SharedOut::new(out.as_mut_ptr()) };
-        let read_piece = |&(file_at, out_at, len): &(u64, u64, u64)| -> Result<(), String> {
-            let failed = |err: std::io::Error| {
-                format!(
-                    "dataset {}: reading {len} bytes at byte {file_at} of its file failed: {err}",
-                    self.name
-                )
-            };
-            // SAFETY: the pieces are disjoint runs of the output, each written by one thread.
-            let dest = unsafe { std::slice::from_raw_parts_mut(out_ptr.at(out_at), len as usize) };
-            let Some(last_step) = stepped else {
-                return self.file.read_exact_at(dest, file_at).map_err(failed);
-            };
-            // A row whose elements are `last_step` apart: read its span, keep every one.
-            let n = len / e;
-            let mut span = vec![0u8; (((n - 1) * last_step + 1) * e) as usize];
-            self.file
-                .read_exact_at(&mut span, file_at)
-                .map_err(failed)?;
-            for (k, item) in dest.chunks_exact_mut(e as usize).enumerate() {
-                let from = k * (last_step * e) as usize;
-                item.copy_from_slice(&span[from..from + e as usize]);
-            }
-            Ok(())
-        };
+        let read_piece = |&piece: &(u64, u64, u64)| self.read_piece(out_ptr, piece, stepped);
         let pool = pool_for(out.len() >= PARALLEL_BYTES && pieces.len() > 1, threads);
         // Small pieces go to the threads in groups: one task per 4 KiB row costs more than the
         // row's read.
@@ -124,5 +155,40 @@ impl Stored {
         each_on(pool.as_deref(), pieces.len(), group, |k| {
             read_piece(&pieces[k])
         })
+    }
+
+    /// Reads one piece (file byte, output byte, bytes) into the output at `out` (see
+    /// [`Stored::read_pieces`]; `stepped`: the piece is a row whose elements lie that many
+    /// elements apart in the file). The piece is a run of the output no other thread writes.
+    fn read_piece(
+        &self,
+        out: SharedOut,
+        (file_at, out_at, len): (u64, u64, u64),
+        stepped: Option<u64>,
+    ) -> Result<(), String> {
+        let e = self.element as u64;
+        let failed = |err: std::io::Error| {
+            format!(
+                "dataset {}: reading {len} bytes at byte {file_at} of its file failed: {err}",
+                self.name
+            )
+        };
+        // SAFETY: the pieces are disjoint runs of the output, each written by one thread
+        // (`SharedOut::new`'s contract, kept by the callers).
+        let dest = unsafe { std::slice::from_raw_parts_mut(out.at(out_at), len as usize) };
+        let Some(last_step) = stepped else {
+            return self.file.read_exact_at(dest, file_at).map_err(failed);
+        };
+        // A row whose elements are `last_step` apart: read its span, keep every one.
+        let n = len / e;
+        let mut span = vec![0u8; (((n - 1) * last_step + 1) * e) as usize];
+        self.file
+            .read_exact_at(&mut span, file_at)
+            .map_err(failed)?;
+        for (k, item) in dest.chunks_exact_mut(e as usize).enumerate() {
+            let from = k * (last_step * e) as usize;
+            item.copy_from_slice(&span[from..from + e as usize]);
+        }
+        Ok(())
     }
 }
