@@ -3,9 +3,8 @@ native call (``_native.read_dataset`` / ``write_dataset``, python/src/io_call.rs
 the dataset is stored and moves the bytes with the GIL released: read-only files' datasets with no
 HDF5 call where their layout serves the read (``_layout``), compressed chunks decoded by h5gds on
 all cores, device arrays straight through the ``gds`` driver, staged through pinned host memory or
-decoded on the GPU, else one H5Dread/H5Dwrite under h5py's lock. ``read`` is ``_native.read``,
-which first tries a dataset whose layout is remembered (rows read by threads) and calls back
-``_checked`` for the rest."""
+decoded on the GPU, else one H5Dread/H5Dwrite under h5py's lock. A dataset whose layout is
+remembered is read by ``_native.read_known_layout`` before any of this (rows read by threads)."""
 
 import h5py
 import numpy as np
@@ -13,7 +12,7 @@ from h5py._objects import phil
 
 from . import _arrays, _layout, _native
 from ._layout import _layouts
-from ._selection import Gather, hyperslab, selection
+from ._selection import Gather, first_axis_only, hyperslab, selection
 
 
 class _Name:
@@ -91,23 +90,31 @@ def read(dset, out=None, sel=None):
     have the dataset's dtype and the selection's shape, be C-contiguous and writable. The data is
     complete when this returns.
     """
-    # One native call: a read-only file's dataset already read once, all of it or rows of it into
-    # NumPy (or into a device array where the layout serves it), is checked and read there (threads
-    # reading rows then hold the GIL only briefly); anything else comes back to `_checked` for the
-    # arguments' checks, then is read in the same call.
-    return _native.read(_layouts, dset, out, sel, _checked)
-
-
-def _checked(dset, out, sel):
-    """The general path of ``read``, called by ``_native.read``: the arguments checked and the array
-    converted; returns the result, the view to fill, the selection and, for a gather, the first
-    axis's length (else None)."""
+    # A read-only file's dataset already read once, all of it or rows of it into NumPy (or into a
+    # device array where the layout serves it): checked and read in one native call (threads
+    # reading rows then hold the GIL only briefly); other selections, and datasets with no layout
+    # remembered (no HDF5 call, no lock), go straight to the general path's one call. The tests
+    # are written out here rather than called: two Python calls cost a tenth of a row read.
+    kind = type(sel)
+    if kind is int or kind is slice or sel is None or first_axis_only(sel):
+        try:
+            entry = _layouts.get(id(dset._id))
+        except AttributeError:  # not an h5py object: the general path says what is wrong
+            entry = None
+        if entry is not None and entry[1] is not None:
+            known = _native.read_known_layout(_layouts, dset, out, sel)
+            if known is not None:
+                return known
     shape, dtype, name = _dataset(dset)
     slab = selection(sel, shape)
     if out is None:
         out = np.empty(slab.shape, dtype=dtype)
     view = _check(_arrays.view(out, "out"), "out", dtype, slab.shape, name, writable=True)
-    return out, view, slab, shape[0] if isinstance(slab, Gather) else None
+    if isinstance(slab, Gather):
+        _native.gather_dataset(dset, view, slab, shape[0])
+    else:
+        _native.read_dataset(dset, view, slab)
+    return out
 
 
 def read_without_hdf5(dset, sel, shape):

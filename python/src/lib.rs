@@ -16,7 +16,6 @@ mod host_codec;
 mod io_call;
 mod known_read;
 mod layout;
-mod read_call;
 mod tiles;
 
 use h5gds::VfdSettings;
@@ -233,7 +232,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(io_call::write_dataset, m)?)?;
     m.add_class::<layout::Layout>()?;
     m.add_function(wrap_pyfunction!(known_read::read_known_layout, m)?)?;
-    m.add_function(wrap_pyfunction!(read_call::read, m)?)?;
     m.add_function(wrap_pyfunction!(staged_by_settings, m)?)?;
     m.add_function(wrap_pyfunction!(chunks_decoded, m)?)?;
     m.add_function(wrap_pyfunction!(settings_loads, m)?)?;
