@@ -124,6 +124,20 @@ def int_entries(values, what):
     return tuple(entries)
 
 
+def positive_entries(values, what, shape, described, per):
+    """The entries of ``values`` (named ``what``) as a tuple of positive ints, one ``per`` axis of
+    ``shape`` (``described`` in the messages); TypeError or ValueError naming the entry."""
+    entries = int_entries(values, what)
+    if len(entries) != len(shape):
+        raise ValueError(f"{what} {entries} has {len(entries)} entries, but {described}: one entry "
+                         f"per {per} is needed")
+    for i, c in enumerate(entries):
+        if c <= 0:
+            raise ValueError(f"{what} {entries}: entry {i} is {c}; every entry must be positive "
+                             f"({described})")
+    return entries
+
+
 def _chunks(chunks, shape, itemsize):
     described = f"the array has shape {tuple(shape)}"
     if chunks is None or chunks is True:
@@ -131,14 +145,8 @@ def _chunks(chunks, shape, itemsize):
     if isinstance(chunks, (str, bytes, bool)) or not hasattr(chunks, "__iter__"):
         raise TypeError(f"chunks must be None, True or a tuple of ints, one per axis, not "
                         f"{chunks!r}")
-    entries = int_entries(chunks, "chunks")
-    if len(entries) != len(shape):
-        raise ValueError(f"chunks {entries} has {len(entries)} entries, but {described}: one entry "
-                         "per axis is needed")
+    entries = positive_entries(chunks, "chunks", shape, described, "axis")
     for i, (c, n) in enumerate(zip(entries, shape)):
-        if c <= 0:
-            raise ValueError(f"chunks {entries}: entry {i} is {c}; every entry must be positive "
-                             f"({described})")
         if n > 0 and c > n:
             raise ValueError(f"chunks {entries}: entry {i} is {c}, more than the array's length "
                              f"{n} there ({described}); HDF5 refuses chunks larger than the "

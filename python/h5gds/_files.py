@@ -257,29 +257,37 @@ def _default_device(library, module):
 _NAMES = {"numpy": "numpy", "np": "numpy", "cupy": "cupy", "torch": "torch", "pytorch": "torch"}
 
 
-def result_type(like):
-    """What ``like`` selects: 'numpy' (the default), None, the numpy module or a NumPy array:
-    NumPy; 'cupy' or the cupy module: CuPy on the current device, a CuPy array: CuPy on its device;
-    'torch' or the torch module: PyTorch on the current CUDA device, a tensor: PyTorch on its
-    device."""
+def library_of(like):
+    """The library ``like`` names, 'numpy', 'cupy' or 'torch', when it is None, one of their names
+    or modules; None for anything else. ValueError for another name, TypeError for another
+    module."""
     if like is None:
-        return _NumPy()
+        return "numpy"
     if isinstance(like, str):
         library = _NAMES.get(like.lower())
         if library is None:
             raise ValueError(f"like={like!r}: accepted names are 'numpy', 'cupy' and 'torch'")
-        if library == "numpy":
-            return _NumPy()
-        module = _import(library, like)
-        return _Device(library, module, _default_device(library, module))
+        return library
     if isinstance(like, types.ModuleType):
         library = _NAMES.get(like.__name__)
         if library is None:
             raise TypeError(f"like={like.__name__} (a module): accepted modules are numpy, cupy "
                             "and torch")
-        if library == "numpy":
-            return _NumPy()
-        return _Device(library, like, _default_device(library, like))
+        return library
+    return None
+
+
+def result_type(like):
+    """What ``like`` selects: 'numpy' (the default), None, the numpy module or a NumPy array:
+    NumPy; 'cupy' or the cupy module: CuPy on the current device, a CuPy array: CuPy on its device;
+    'torch' or the torch module: PyTorch on the current CUDA device, a tensor: PyTorch on its
+    device."""
+    library = library_of(like)
+    if library == "numpy":
+        return _NumPy()
+    if library is not None:
+        module = like if isinstance(like, types.ModuleType) else _import(library, like)
+        return _Device(library, module, _default_device(library, module))
     if isinstance(like, np.ndarray):
         return _NumPy()
     top = type(like).__module__.split(".")[0]
@@ -545,15 +553,7 @@ def _chunk_shape(chunk_size, shape, name):
     if isinstance(chunk_size, (str, bytes)) or not hasattr(chunk_size, "__iter__"):
         raise TypeError(f"chunk_size must be a sequence of ints, one per dimension, not "
                         f"{type(chunk_size).__name__}: {described}")
-    chunk = _encode.int_entries(chunk_size, "chunk_size")
-    if len(chunk) != len(shape):
-        raise ValueError(f"chunk_size {chunk} has {len(chunk)} entries, but {described}: "
-                         "one entry per dimension is needed")
-    for i, c in enumerate(chunk):
-        if c <= 0:
-            raise ValueError(f"chunk_size {chunk}: entry {i} is {c}; every entry must be "
-                             f"positive ({described})")
-    return chunk
+    return _encode.positive_entries(chunk_size, "chunk_size", shape, described, "dimension")
 
 
 def from_file_batched(path, dataset, chunk_size, like="numpy", comm=None):

@@ -8,7 +8,6 @@ else on the device current where the read runs: each worker's own GPU)."""
 
 import os
 import threading
-import types
 
 import numpy as np
 
@@ -30,17 +29,11 @@ os.register_at_fork(after_in_child=_new_lock)
 def _library(like):
     """The library name ``like`` selects: 'numpy', 'cupy' or 'torch' (as ``from_file`` accepts,
     by name or module; ValueError or TypeError naming what was given otherwise)."""
-    if like is None:
-        return "numpy"
-    if isinstance(like, str):
-        library = _files._NAMES.get(like.lower())
-        if library is None:
-            raise ValueError(f"like={like!r}: accepted names are 'numpy', 'cupy' and 'torch'")
-        return library
-    if isinstance(like, types.ModuleType) and like.__name__ in _files._NAMES:
-        return _files._NAMES[like.__name__]
-    raise TypeError(f"like must be None, 'numpy', 'cupy', 'torch' or one of those modules, not "
-                    f"{type(like).__module__}.{type(like).__name__}")
+    library = _files.library_of(like)
+    if library is None:
+        raise TypeError(f"like must be None, 'numpy', 'cupy', 'torch' or one of those modules, not "
+                        f"{type(like).__module__}.{type(like).__name__}")
+    return library
 
 
 class LazyDataset:
@@ -148,11 +141,9 @@ class LazyDataset:
 
     def _result(self):
         """``_files``' result type for this array's ``like`` and ``device`` in this process."""
-        if self.like == "numpy":
-            return _files._NumPy()
-        module = _files._import(self.like, self.like)
         if self.device is None:
-            return _files._Device(self.like, module, _files._default_device(self.like, module))
+            return _files.result_type(self.like)
+        module = _files._import(self.like, self.like)
         device = self.device if self.like == "cupy" else module.device("cuda", self.device)
         return _files._Device(self.like, module, device)
 

@@ -581,20 +581,10 @@ class H5gdsBackendEntrypoint(H5netcdfBackendEntrypoint):
             _place(dataset, ordinal)
         return dataset
 
-    def open_datatree(self, filename_or_obj, *, mask_and_scale=True, decode_times=True, concat_characters=True,
-                      decode_coords=True, drop_variables=None, use_cftime=None, decode_timedelta=None,
-                      format="NETCDF4", group=None, lock=None, invalid_netcdf=None, phony_dims=None,
-                      decode_vlen_strings=True, driver=None, driver_kwds=None, storage_options=None,
-                      open_kwargs=None, device=None):
+    def open_datatree(self, filename_or_obj, **kwargs):
         """Every group below ``group`` (the root by default) as ``open_dataset`` opens it, as a
-        DataTree."""
-        return datatree_from_dict_with_io_cleanup(self.open_groups_as_dict(
-            filename_or_obj, mask_and_scale=mask_and_scale, decode_times=decode_times,
-            concat_characters=concat_characters, decode_coords=decode_coords, drop_variables=drop_variables,
-            use_cftime=use_cftime, decode_timedelta=decode_timedelta, format=format, group=group, lock=lock,
-            invalid_netcdf=invalid_netcdf, phony_dims=phony_dims, decode_vlen_strings=decode_vlen_strings,
-            driver=driver, driver_kwds=driver_kwds, storage_options=storage_options, open_kwargs=open_kwargs,
-            device=device))
+        DataTree; the keywords are ``open_dataset``'s (``open_groups_as_dict`` takes them)."""
+        return datatree_from_dict_with_io_cleanup(self.open_groups_as_dict(filename_or_obj, **kwargs))
 
     def open_groups_as_dict(self, filename_or_obj, *, mask_and_scale=True, decode_times=True,
                             concat_characters=True, decode_coords=True, drop_variables=None, use_cftime=None,

@@ -10,6 +10,7 @@ use crate::device_error;
 use crate::gather::HostBuffer;
 use crate::hdf5::{self, Hid};
 use h5gds_chunk_codec::Hyperslab;
+use h5gds_engine::gpu_decoded;
 use h5gds_engine::rows::RowPlan;
 use h5gds_engine::stored::{self, Stored, StoredError};
 use h5gds_route::route::Decoder;
@@ -173,9 +174,19 @@ impl Layout {
             // A layout's file is open read-only, so with sec2 the stored chunks can still
             // reach the GPU, read by the host's threads (`gpu_decoded::host_reads`).
             let blocker = (staged.past_the_driver && !self.sec2).then(|| why.clone());
-            let item = self.stored.element();
-            let (choice, _) = device::where_decoded(storage, sel, item, None, blocker, settings)
-                .map_err(device_error)?;
+            let (filters, chunk) = storage;
+            let read = gpu_decoded::CompressedRead {
+                filters,
+                chunk,
+                selection: sel,
+                item: self.stored.element(),
+                blocker,
+                // The layout resolved only with a pipeline h5gds decodes (`Stored::resolve`).
+                host: Ok(()),
+                host_threads: settings.nthreads().map_err(PyValueError::new_err)?,
+            };
+            let (choice, _) =
+                gpu_decoded::decoder(read).map_err(|e| PyValueError::new_err(e.to_string()))?;
             if choice != Some(Decoder::Host) {
                 return Ok(false);
             }

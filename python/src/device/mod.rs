@@ -19,12 +19,11 @@ use crate::call_settings::CallSettings;
 pub use crate::error::DeviceError;
 use crate::hdf5::{self, H5pyFace, Hid, Prepared, StoredLayout};
 use cudarc::driver::{CudaContext, CudaStream};
-use h5gds_chunk_codec::{ChunkIndex, Filter, Hyperslab, Pipeline};
+use h5gds_chunk_codec::{ChunkIndex, Hyperslab, Pipeline};
 use h5gds_engine::chunks::StoredChunks;
 use h5gds_engine::device::{self, Face, Note, ReadFace, ReadRoute, Selected, Step};
-use h5gds_engine::gpu_decoded;
 use h5gds_engine::staged::{self, NotBool, ThreadLane};
-use h5gds_route::route::{blocker, Decoder, Transfer};
+use h5gds_route::route::{blocker, Transfer};
 use h5gds_route::select::chunks_touching;
 use h5gds_runtime::cuda::{self, DeviceContext};
 use h5gds_runtime::device_ranges::forget_device_range;
@@ -121,9 +120,8 @@ pub fn run(t: DeviceTransfer, layout: StoredLayout, stored_size: usize) -> Resul
     } else {
         let host = match (&layout, &facts.conversion) {
             (_, Some(conversion)) => Err(conversion.clone()),
-            (StoredLayout::Chunked { filters, .. }, None) => {
-                Pipeline::for_filters(&host_filters(filters.iter().map(|f| f.id)), item)
-            }
+            // The filters as stored, client values too: the engine's host-decoded plan's.
+            (StoredLayout::Chunked { filters, .. }, None) => Pipeline::for_filters(filters, item),
             _ => Err("it is not chunked".into()),
         };
         let route = ReadRoute {
@@ -244,35 +242,6 @@ impl<'a> ReadFace for Moving<'a> {
     }
 }
 
-/// Where the chunks of a read of `selection` (elements of `item` bytes) from chunks of `chunk`
-/// through the pipeline `filters` are decoded, and why in words (`gpu_decoded::decoder`): h5gds
-/// decodes the pipeline on the host unless HDF5 must convert the elements (`conversion`, why).
-/// `blocker`: why the driver cannot take the device pointer, if it cannot; `settings`: the
-/// call's (the host's decoding threads).
-pub fn where_decoded(
-    (filters, chunk): (&[i32], &[u64]),
-    selection: &Hyperslab,
-    item: usize,
-    conversion: Option<&str>,
-    blocker: Option<String>,
-    settings: &CallSettings,
-) -> Result<(Option<Decoder>, String), DeviceError> {
-    let host = match conversion {
-        Some(conversion) => Err(conversion.to_string()),
-        None => Pipeline::for_filters(&host_filters(filters.iter().copied()), item).map(drop),
-    };
-    let read = gpu_decoded::CompressedRead {
-        filters,
-        chunk,
-        selection,
-        item,
-        blocker,
-        host,
-        host_threads: settings.nthreads().map_err(argument)?,
-    };
-    gpu_decoded::decoder(read).map_err(|e| argument(e.to_string()))
-}
-
 /// The refusal of a byte read from dataset `dataset_name` as a bool that is not 0 or 1 (which a
 /// device library's bool cannot hold), naming its element of the selection.
 pub fn not_a_bool(dataset_name: &str, n: NotBool) -> DeviceError {
@@ -281,10 +250,4 @@ pub fn not_a_bool(dataset_name: &str, n: NotBool) -> DeviceError {
          bool (0 or 1)",
         n.value, n.element
     ))
-}
-
-/// The pipeline's filter ids as the host decoder takes them (shuffle's element size is the
-/// element's).
-fn host_filters(ids: impl Iterator<Item = i32>) -> Vec<Filter> {
-    ids.map(|id| Filter { id, values: vec![] }).collect()
 }
