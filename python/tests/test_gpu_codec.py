@@ -281,6 +281,13 @@ def test_reads_nvcomp_cannot_serve_are_decoded_on_the_host_and_say_why(tmp_path,
         monkeypatch.setenv("H5GDS_GPU_CODEC", "0")
         stays_on_host(capfd, zstd, None, "H5GDS_GPU_CODEC=0 keeps decoding on the host", BY_H5GDS)
         stays_on_host(capfd, blosc, None, "H5GDS_GPU_CODEC=0 keeps decoding on the host")
+        # H5GDS_HOST_CODEC=0 leaves the chunks to HDF5's filters, as array-io's device reads do.
+        monkeypatch.setenv("H5GDS_HOST_CODEC", "0")
+        stays_on_host(capfd, zstd, None, "H5GDS_GPU_CODEC=0 keeps decoding on the host")
+        monkeypatch.setenv("H5GDS_HOST_CODEC", "maybe")
+        with pytest.raises(ValueError, match="H5GDS_HOST_CODEC"):
+            h5gds.read(zstd, out=DeviceArray((40, 12), "<f4"))
+        monkeypatch.delenv("H5GDS_HOST_CODEC")
         monkeypatch.setenv("H5GDS_GPU_CODEC", "2")
         with pytest.raises(ValueError, match="H5GDS_GPU_CODEC"):
             h5gds.read(zstd, out=DeviceArray((40, 12), "<f4"))

@@ -21,6 +21,7 @@ use crate::hdf5::{self, H5pyFace, Hid, Prepared, StoredLayout};
 use cudarc::driver::{CudaContext, CudaStream};
 use h5gds_chunk_codec::{ChunkIndex, Hyperslab, Pipeline};
 use h5gds_engine::chunks::StoredChunks;
+use h5gds_engine::decoded;
 use h5gds_engine::device::{self, Face, Note, ReadFace, ReadRoute, Selected, Step};
 use h5gds_engine::staged::{self, NotBool, ThreadLane};
 use h5gds_route::route::{blocker, Transfer};
@@ -71,6 +72,11 @@ pub fn run(t: DeviceTransfer, layout: StoredLayout, stored_size: usize) -> Resul
     let pointer = checked_pointer(t.role, t.address, t.nbytes, t.claimed_ordinal)?;
     let path = settings::environment_device_path()?;
     let staging_size = settings::environment_staging_buffer_size()?;
+    // Why h5gds may not decode a read's chunks on the host (H5GDS_HOST_CODEC=0, a conversion).
+    let declined = match t.write {
+        true => None,
+        false => decoded::declined(t.conversion.as_deref()).map_err(|e| argument(e.to_string()))?,
+    };
     let facts = Transfer {
         staged_by_settings: !settings::goes_through_gds(path),
         checked_bytes: t.checked_bytes,
@@ -118,9 +124,9 @@ pub fn run(t: DeviceTransfer, layout: StoredLayout, stored_size: usize) -> Resul
         // the selection in the memory type (checked by `prepare`).
         unsafe { device::write(&face, &io, staged.as_deref()) }
     } else {
-        let host = match (&layout, &facts.conversion) {
-            (_, Some(conversion)) => Err(conversion.clone()),
-            // The filters as stored, client values too: the engine's host-decoded plan's.
+        // As the engine's host-decoded reads decide: the filters as stored (client values too).
+        let host = match (&layout, declined) {
+            (_, Some(reason)) => Err(reason),
             (StoredLayout::Chunked { filters, .. }, None) => Pipeline::for_filters(filters, item),
             _ => Err("it is not chunked".into()),
         };
