@@ -10,8 +10,8 @@ use crate::driver::Driver;
 use crate::element::{descriptor_of, Element};
 use crate::error::no_panic;
 use crate::error::{Error, Result};
-use crate::file::{create_file, open_dataset, OpenDataset};
-use crate::hdf5_raw;
+use crate::file::{create_dataset, open_dataset, OpenDataset};
+use crate::hdf5_raw::{self, NewLayout};
 use crate::host_codec::Planned;
 use crate::layout::{check_types, stored_layout};
 use crate::options::{driver_settings, Settings};
@@ -271,10 +271,8 @@ pub(crate) fn write<T: Element>(
             Driver::Sec2
         };
         let shape: Vec<u64> = array.shape.iter().map(|&d| d as u64).collect();
-        let file = create_file(path, driver)?;
-        let mem_type = hdf5_raw::locked(|| hdf5::Datatype::from_descriptor(&desc))
-            .map_err(|e| Error::hdf5("creating the element type", path, Some(dataset), e))?;
-        let dset = crate::host::create_dataset(&file, path, dataset, &mem_type, &shape, false)?;
+        let contiguous = (&shape[..], NewLayout::Contiguous { early: false });
+        let (ds, mem_type) = create_dataset(path, dataset, driver, &desc, contiguous)?;
         if let Some(data) = &array.data {
             // The data is ready once every stream that wrote it is done: device_ptr makes the
             // array's stream wait for recorded writes, then the stream is synchronized.
@@ -286,7 +284,7 @@ pub(crate) fn write<T: Element>(
                 step: &ones,
                 count: &shape,
             };
-            let (ids, bytes) = ((dset.id(), mem_type.id()), array.len() * size_of::<T>());
+            let (ids, bytes) = ((ds.dset.id(), mem_type.id()), array.len() * size_of::<T>());
             let prepared = Locked::prepare(true, ids, selection, (ptr as usize, bytes))
                 .map_err(|m| Error::hdf5("writing from device memory", path, Some(dataset), m))?;
             if let Some(prepared) = &prepared.0 {
@@ -316,9 +314,7 @@ pub(crate) fn write<T: Element>(
             }
             drop(record);
         }
-        drop(dset);
-        file.close()
-            .map_err(|e| Error::hdf5("closing the file", path, None, e))
+        ds.close()
     })
 }
 

@@ -5,8 +5,8 @@
 use crate::driver::Driver;
 use crate::element::{descriptor_of, Element};
 use crate::error::{Error, Result};
-use crate::file::{create_file, open_dataset, OpenDataset};
-use crate::hdf5_raw;
+use crate::file::{create_dataset, open_dataset, OpenDataset};
+use crate::hdf5_raw::{self, NewLayout};
 use crate::layout::{check_types, Types};
 use crate::options::{DevicePath, Settings};
 use crate::select::Block;
@@ -16,7 +16,6 @@ use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::rows::{RowPlan, RowRuns};
 use h5gds_engine::staged::check_bools;
 use h5gds_engine::transfer::{prepare_gather_in_groups, GatherRead};
-use hdf5::{Dataset, Datatype, File};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 use std::path::Path;
 
@@ -26,36 +25,6 @@ pub(crate) fn host_driver(settings: &Settings) -> Result<Driver> {
         DevicePath::Staged => Driver::Sec2,
         DevicePath::Gds | DevicePath::Auto => Driver::Gds,
     })
-}
-
-/// Creates contiguous dataset `name` of `file_type` and `shape` in `file`, with any missing
-/// intermediate groups. Fill values are never written: the whole dataset is written next.
-/// With `early`, its storage is allocated now (so it has a file offset other processes can
-/// write at).
-pub(crate) fn create_dataset(
-    file: &File,
-    path: &Path,
-    name: &str,
-    file_type: &Datatype,
-    shape: &[u64],
-    early: bool,
-) -> Result<Dataset> {
-    let extents: hdf5::Extents = if shape.is_empty() {
-        ().into()
-    } else {
-        shape.iter().map(|&d| d as usize).collect::<Vec<_>>().into()
-    };
-    hdf5_raw::locked(|| {
-        file.new_dataset_builder()
-            .empty_as(file_type)
-            .shape(extents)
-            .no_chunk()
-            .fill_time(hdf5::dataset::FillTime::Never)
-            .alloc_time(early.then_some(hdf5::dataset::AllocTime::Early))
-            .create_intermediate_group(true)
-            .create(name)
-    })
-    .map_err(|e| Error::hdf5("creating the dataset", path, Some(name), e))
 }
 
 /// Writes a host array as `dataset` of a new file at `path` (see [`crate::to_file`]).
@@ -75,20 +44,16 @@ where
     let driver = host_driver(settings)?;
     let shape: Vec<u64> = array.shape().iter().map(|&d| d as u64).collect();
     let standard = array.as_standard_layout();
-    let file = create_file(path, driver)?;
-    let mem_type = hdf5_raw::locked(|| Datatype::from_descriptor(&desc))
-        .map_err(|e| Error::hdf5("creating the element type", path, Some(dataset), e))?;
-    let dset = create_dataset(&file, path, dataset, &mem_type, &shape, false)?;
+    let contiguous = (&shape[..], NewLayout::Contiguous { early: false });
+    let (ds, mem_type) = create_dataset(path, dataset, driver, &desc, contiguous)?;
     if !standard.is_empty() {
         let elements = standard.as_slice().expect("standard layout is contiguous");
         let (bytes, nbytes) = (elements.as_ptr().cast(), std::mem::size_of_val(elements));
         // SAFETY: `elements` holds the dataset's `nbytes` bytes.
-        unsafe { transfer::write(&dset, &mem_type, None, bytes, nbytes) }
+        unsafe { transfer::write(&ds.dset, &mem_type, None, bytes, nbytes) }
             .map_err(|e| Error::hdf5("writing the dataset", path, Some(dataset), e))?;
     }
-    drop(dset);
-    file.close()
-        .map_err(|e| Error::hdf5("closing the file", path, None, e))
+    ds.close()
 }
 
 /// Reads `region` (file coordinates) of an open dataset into a host array of its shape; chunks

@@ -10,8 +10,8 @@ use crate::driver::{file_access, Driver};
 use crate::element::{descriptor_of, Element};
 use crate::error::no_panic;
 use crate::error::{Error, Result};
-use crate::file::{check_dataset_name, create_file};
-use crate::hdf5_raw::{self, linked_hdf5};
+use crate::file::{check_dataset_name, create_dataset};
+use crate::hdf5_raw::{self, linked_hdf5, NewLayout};
 use crate::options::Settings;
 use crate::select::{staging_pieces, Block};
 use cudarc::driver::DevicePtr;
@@ -205,15 +205,11 @@ fn create<S: Source>(
     }
     let tmp = engine::temporary_path(path).map_err(file_step)?;
     let result = (|| {
-        let file = create_file(&tmp, crate::host::host_driver(settings)?)?;
-        let desc = tile.descriptor()?;
-        let file_type = hdf5_raw::locked(|| hdf5::Datatype::from_descriptor(&desc))
-            .map_err(|e| Error::hdf5("creating the element type", path, Some(dataset), e))?;
-        let dset = crate::host::create_dataset(&file, path, dataset, &file_type, shape, true)?;
-        let offset = dset.offset();
-        drop(dset);
-        file.close()
-            .map_err(|e| Error::hdf5("closing the file", path, None, e))?;
+        let (driver, desc) = (crate::host::host_driver(settings)?, tile.descriptor()?);
+        let early = (shape, NewLayout::Contiguous { early: true });
+        let (ds, _) = create_dataset(&tmp, dataset, driver, &desc, early)?;
+        let offset = ds.dset.offset();
+        ds.close()?;
         if offset.is_none() && shape.iter().product::<u64>() > 0 {
             return Err(Error::Hdf5 {
                 op: "allocating the dataset".into(),
