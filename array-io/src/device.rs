@@ -12,7 +12,6 @@ use crate::error::no_panic;
 use crate::error::{Error, Result};
 use crate::file::{create_dataset, open_dataset, OpenDataset};
 use crate::hdf5_raw::{self, NewLayout};
-use crate::host_codec::Planned;
 use crate::layout::{check_types, stored_layout};
 use crate::options::{driver_settings, Settings};
 use crate::route::{driver_blocker, Storage, Transfer as RouteFacts};
@@ -329,7 +328,7 @@ pub(crate) struct DeviceSource {
     facts: RouteFacts,
     staging_size: usize,
     /// How h5gds decodes the chunks on the host's threads, or why it cannot (filtered chunks).
-    host: std::result::Result<Planned, String>,
+    host: std::result::Result<h5gds_engine::decoded::Plan, String>,
     /// The allocated chunks' stored sizes, listed at the first GPU-decoded read.
     chunk_index: std::cell::OnceCell<ChunkIndex>,
     /// The device path the settings ask for.
@@ -369,7 +368,7 @@ impl DeviceSource {
         let host = match &layout {
             StoredLayout::Chunked { filters, .. } if !filters.is_empty() => {
                 let threads = vfd_settings.get_or_init(driver_settings).nthreads;
-                crate::host_codec::for_dataset(&ds, &types, threads)?
+                crate::host::host_decoding(&ds, &types, threads)?
             }
             _ => Err("its chunks are not filtered".to_string()),
         };

@@ -7,15 +7,20 @@ use crate::element::{descriptor_of, Element};
 use crate::error::{Error, Result};
 use crate::file::{create_dataset, open_dataset, OpenDataset};
 use crate::hdf5_raw::{self, NewLayout};
+use crate::layout::stored_layout;
 use crate::layout::{check_types, Types};
 use crate::options::{DevicePath, Settings};
 use crate::select::Block;
 use crate::transfer;
 use crate::ReadOptions;
 use h5gds_chunk_codec::Hyperslab;
+use h5gds_engine::decoded::{self, Plan};
+use h5gds_engine::facts::StoredLayout;
 use h5gds_engine::rows::{RowPlan, RowRuns};
 use h5gds_engine::staged::check_bools;
+use h5gds_engine::stored::{self, Stored, StoredError};
 use h5gds_engine::transfer::{prepare_gather_in_groups, GatherRead};
+use h5gds_runtime::settings;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 use std::path::Path;
 
@@ -78,17 +83,9 @@ pub(crate) fn read_region<T: Element>(
         let bytes = unsafe { room_bytes(&mut values, n) };
         // Read-only files' own bytes through the engine, with no HDF5 call; else h5gds decodes
         // the chunks, or HDF5 reads.
-        let served = match crate::stored::of(ds, types)? {
-            Some(stored) => crate::stored::read_region(ds, stored, &slab, threads, bytes)?,
-            None => false,
-        };
-        let planned = match served {
-            true => None,
-            false => crate::host_codec::plan(ds, types, slab, threads)?,
-        };
-        if let Some(planned) = planned {
-            crate::host_codec::read_region(ds, &types.mem, slab, &planned, bytes)?;
-        } else if !served {
+        if !read_stored(ds, types, &slab, threads, bytes)?
+            && !read_decoded(ds, types, slab, threads, bytes)?
+        {
             let (buffer, nbytes) = (bytes.as_mut_ptr().cast(), bytes.len());
             // SAFETY: `bytes` holds the region's elements (of the memory type's size,
             // `check_types`), writable.
@@ -103,6 +100,131 @@ pub(crate) fn read_region<T: Element>(
         expected: n,
         actual: n,
     })
+}
+
+/// The engine's storage of `ds` for reads of `types` (`h5gds_engine::stored`: a read-only file's
+/// own bytes, read with no HDF5 call), resolved at the first read of the open dataset and kept;
+/// None where the engine does not serve it (chunks never written, compact, external or virtual
+/// storage, conversions, chunks at all with `H5GDS_HOST_CODEC=0`).
+fn stored_of<'a>(ds: &'a OpenDataset, types: &Types) -> Result<Option<&'a Stored>> {
+    if types.conversion.is_some() {
+        return Ok(None);
+    }
+    if let Some(resolved) = ds.stored.get() {
+        return Ok(resolved.as_ref());
+    }
+    let layout = stored_layout(ds)?;
+    // `H5GDS_HOST_CODEC=0` leaves every chunked dataset to HDF5, as it did before the engine.
+    let chunked = matches!(layout, StoredLayout::Chunked { .. });
+    let file = match chunked && settings::host_codec_turned_off()?.is_some() {
+        true => None,
+        false => stored::own_bytes(&layout)
+            .then(|| ds.direct_file())
+            .flatten(),
+    };
+    let resolved = match file {
+        Some(file) => {
+            let (name, shape, item) = (ds.name.clone(), ds.shape.clone(), types.mem.size());
+            let index = |chunk: &[u64]| ds.index_of(chunk);
+            Stored::resolve(name, file, shape, item, layout, index, |_| {})?
+        }
+        None => None,
+    };
+    Ok(ds.stored.get_or_init(|| resolved).as_ref())
+}
+
+/// The engine's error as array-io's, naming the file and the dataset.
+fn stored_error(ds: &OpenDataset, e: StoredError) -> Error {
+    match e {
+        StoredError::Corrupt { chunk, reason, .. } => Error::ChunkDecode {
+            path: ds.path.clone(),
+            dataset: ds.name.clone(),
+            chunk,
+            reason,
+        },
+        other => Error::Io {
+            op: "reading",
+            path: ds.path.clone(),
+            source: std::io::Error::other(other.to_string()),
+        },
+    }
+}
+
+/// Reads `slab` of `ds` into `out` (its elements' bytes, row-major) with no HDF5 call on
+/// `threads` threads, where the engine serves it ([`stored_of`]); false, having read nothing,
+/// where it does not.
+fn read_stored(
+    ds: &OpenDataset,
+    types: &Types,
+    slab: &Hyperslab,
+    threads: usize,
+    out: &mut [u8],
+) -> Result<bool> {
+    let Some(stored) = stored_of(ds, types)? else {
+        return Ok(false);
+    };
+    let served = stored.serves(slab);
+    let Some(parts) = served.map_err(|e| stored_error(ds, StoredError::Invalid(e)))? else {
+        return Ok(false);
+    };
+    stored
+        .read_served(slab, &parts, out, threads)
+        .map_err(|e| stored_error(ds, e))?;
+    if !parts.is_empty() {
+        crate::log::debug(format_args!(
+            "{}: {:?}: {} chunks decoded on {threads} threads (read from the file by those \
+             threads), with no HDF5 call",
+            ds.path.display(),
+            ds.name,
+            parts.len()
+        ));
+    }
+    Ok(true)
+}
+
+/// Whether h5gds reads the chunks of `ds` itself (chunked, unfiltered or filtered with a pipeline
+/// it decodes, read with no conversion, `H5GDS_HOST_CODEC` not 0) on `threads` threads
+/// (`h5gds_engine::decoded`, as the Python extension), or why not.
+pub(crate) fn host_decoding(
+    ds: &OpenDataset,
+    types: &Types,
+    threads: usize,
+) -> Result<std::result::Result<Plan, String>> {
+    if let Some(reason) = decoded::declined(types.conversion.as_deref())? {
+        return Ok(Err(reason));
+    }
+    let layout = stored_layout(ds)?;
+    let (rank, item) = (ds.shape.len(), types.mem.size());
+    Ok(decoded::plan(&layout, rank, item, threads))
+}
+
+/// Reads `slab` of `ds` into `out` with h5gds decoding its chunks on `threads` threads; false,
+/// having read nothing (why, in the debug log), where HDF5 is to read it (pipelines h5gds does
+/// not decode, conversions, regions inside one chunk).
+fn read_decoded(
+    ds: &OpenDataset,
+    types: &Types,
+    slab: Hyperslab,
+    threads: usize,
+    out: &mut [u8],
+) -> Result<bool> {
+    let planned = host_decoding(ds, types, threads)?.and_then(|plan| {
+        let touched = decoded::chunks_touched(plan.chunk(), [slab]);
+        plan.spread_over(touched, "the region lies")
+    });
+    let (path, name) = (ds.path.display(), &ds.name);
+    let plan = match planned {
+        Ok(plan) => plan,
+        Err(reason) => {
+            let why = "HDF5 decodes its chunks";
+            crate::log::debug(format_args!("{path}: {name:?}: {why}: {reason}"));
+            return Ok(false);
+        }
+    };
+    let open = |touched| ds.stored_chunks(plan.chunk(), touched);
+    let done = decoded::read_hyperslab(&plan.decoding(), types.mem.id(), slab, open, out)?;
+    crate::log::debug(format_args!("{path}: {name:?}: {done}"));
+    Ok(true)
 }
 
 /// From this size on, a new host array's memory is asked of the kernel in huge pages, as NumPy
@@ -179,19 +301,15 @@ unsafe fn filled<T: Element>(ds: &OpenDataset, values: &mut Vec<T>, n: usize) ->
     Ok(())
 }
 
-/// Reads the `n` elements of the runs of rows `runs` (first row, rows; in increasing order;
-/// each row `rest` of the other axes) into `values` (empty, from [`with_room`] with room for
-/// them) with one `H5Dread` of their union (`h5gds_engine::transfer`, as the Python package's
-/// gathers read).
-fn read_rows_through_hdf5<T: Element>(
+/// Reads the runs of rows `runs` (first row, rows; in increasing order; each row `rest` of the
+/// other axes) into `out` with one `H5Dread` of their union (`h5gds_engine::transfer`, as the
+/// Python package's gathers read).
+fn read_rows_through_hdf5(
     ds: &OpenDataset,
     types: &Types,
     (runs, rest): (&[(u64, u64)], &Hyperslab),
-    values: &mut Vec<T>,
-    n: usize,
+    out: &mut [u8],
 ) -> Result<()> {
-    // SAFETY: `values` is `with_room`'s for the `n` elements, empty.
-    let bytes = unsafe { room_bytes(values, n) };
     let read = GatherRead {
         dataset: ds.dset.id(),
         mem_type: types.mem.id(),
@@ -199,21 +317,19 @@ fn read_rows_through_hdf5<T: Element>(
         rest_start: rest.start,
         rest_step: rest.step,
         rest_count: rest.count,
-        buffer: bytes.as_mut_ptr() as usize,
-        nbytes: bytes.len(),
+        buffer: out.as_mut_ptr() as usize,
+        nbytes: out.len(),
     };
     hdf5_raw::locked(|| {
         let reads = prepare_gather_in_groups(hdf5_raw::linked_hdf5(), &read, 0)
             .map_err(|e| format!("{e:?}"))?;
-        // SAFETY: each read's part of `bytes` checked against its selection in
-        // `prepare_gather_in_groups`; `bytes` lives through the reads.
+        // SAFETY: each read's part of `out` checked against its selection in
+        // `prepare_gather_in_groups`; `out` lives through the reads.
         reads
             .iter()
             .try_for_each(|prepared| unsafe { prepared.run() })
     })
-    .map_err(|message| Error::hdf5("reading the rows", &ds.path, Some(&ds.name), message))?;
-    // SAFETY: the read above wrote all n elements.
-    unsafe { filled(ds, values, n) }
+    .map_err(|message| Error::hdf5("reading the rows", &ds.path, Some(&ds.name), message))
 }
 
 /// Reads rows `rows` of a dataset (indices along its first axis, in any order, repeats allowed,
@@ -274,31 +390,36 @@ pub(crate) fn read_rows<T: Element>(
     };
     if n > 0 {
         let threads = crate::options::driver_settings().nthreads;
-        let served = match crate::stored::of(&ds, &types)? {
-            Some(stored) => {
-                // SAFETY: `values` is `with_room`'s for the `n` elements, empty.
-                let bytes = unsafe { room_bytes(&mut values, n) };
-                let distinct = plan.distinct() as u64;
-                crate::stored::read_rows(&ds, stored, (runs, &rest), distinct, threads, bytes)?
-            }
+        // SAFETY: `values` is `with_room`'s for the `n` elements, empty.
+        let bytes = unsafe { room_bytes(&mut values, n) };
+        let gathered = match stored_of(&ds, &types)? {
+            Some(stored) => (stored
+                .gather(runs, plan.distinct() as u64, &rest, bytes, &|| Ok(threads)))
+            .map_err(|e| stored_error(&ds, e))?,
             None => false,
         };
-        if served {
-            // SAFETY: the read wrote every element.
-            unsafe { filled(&ds, &mut values, n) }?;
-        } else if let Ok(planned) = crate::host_codec::for_dataset(&ds, &types, threads)? {
+        if gathered {
+            crate::log::debug(format_args!(
+                "{}: {:?}: {} runs of rows read on {threads} threads with no HDF5 call",
+                ds.path.display(),
+                ds.name,
+                runs.len()
+            ));
+        } else if let Ok(planned) = host_decoding(&ds, &types, threads)? {
             // Compressed chunks h5gds decodes: each chunk the runs touch decoded once.
-            // SAFETY: `values` is `with_room`'s for the `n` elements, empty (the engine declined
-            // before writing).
-            let bytes = unsafe { room_bytes(&mut values, n) };
             let row_bytes = row_len * types.mem.size() as u64;
             let runs = RowRuns::new(runs, &rest, row_bytes);
-            crate::host_codec::read_runs(&ds, &types.mem, &runs, &planned, bytes)?;
-            // SAFETY: the read wrote every element.
-            unsafe { filled(&ds, &mut values, n) }?;
+            let open = |touched| ds.stored_chunks(planned.chunk(), touched);
+            let placed = runs.placed();
+            let decoding = planned.decoding();
+            let done = decoded::read_runs(&decoding, types.mem.id(), &placed, open, bytes)?;
+            let (path, name) = (ds.path.display(), &ds.name);
+            crate::log::debug(format_args!("{path}: {name:?}: {done}"));
         } else {
-            read_rows_through_hdf5(&ds, &types, (runs, &rest), &mut values, n)?;
+            read_rows_through_hdf5(&ds, &types, (runs, &rest), bytes)?;
         }
+        // SAFETY: the read above wrote every element.
+        unsafe { filled(&ds, &mut values, n) }?;
     }
     let len = rows.len() * row_len as usize;
     let mut out: Vec<T> = with_room(len);

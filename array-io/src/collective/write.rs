@@ -22,6 +22,7 @@ use h5gds_engine::tiles::{write_boxes, Decomposition};
 use h5gds_runtime::stream::synchronize;
 use mpi::traits::*;
 use std::ffi::CString;
+use std::mem::size_of;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -30,15 +31,6 @@ pub(crate) trait Source {
     /// The tile's element type.
     type Item: Element;
     fn shape(&self) -> Vec<u64>;
-    fn element_name(&self) -> &'static str {
-        Self::Item::NAME
-    }
-    fn element_size(&self) -> usize {
-        std::mem::size_of::<Self::Item>()
-    }
-    fn descriptor(&self) -> Result<hdf5::types::TypeDescriptor> {
-        descriptor_of::<Self::Item>()
-    }
     /// The driver the tile's bytes are written through.
     fn driver(&self, settings: &Settings) -> Result<Driver>;
     /// Writes the tile's byte `runs` (of its own row-major order, inside the tile) into the
@@ -147,17 +139,14 @@ fn describe<S: Source>(
     decomposition: &Decomposition,
     settings: &Settings,
 ) -> Result<Vec<u8>> {
-    tile.descriptor()?;
+    descriptor_of::<S::Item>()?;
     check_dataset_name(dataset)?;
     tile.driver(settings)?;
     settings.staging_buffer_size()?;
-    let element = format!("{} ({} bytes)", tile.element_name(), tile.element_size());
+    let element = format!("{} ({} bytes)", S::Item::NAME, size_of::<S::Item>());
     let (path, dataset) = (path.to_string_lossy().into_owned(), dataset.to_string());
-    Description::new(path, dataset, element, decomposition, tile.shape())
-        .map(|d| d.encode())
-        .map_err(|e| Error::Decomposition {
-            reason: e.to_string(),
-        })
+    let description = Description::new(path, dataset, element, decomposition, tile.shape())?;
+    Ok(description.encode())
 }
 
 /// Checks that every rank writes the same dataset of the same file with the same element type
@@ -186,13 +175,12 @@ fn plan(descriptions: &[Vec<u8>], decomposition: &Decomposition) -> Result<(Vec<
         }));
     }
     let claims: Vec<_> = all.into_iter().map(|d| d.claim).collect();
-    write_boxes(decomposition, &claims).map_err(|e| bad(e.to_string()))
+    Ok(write_boxes(decomposition, &claims)?)
 }
 
 /// Rank 0: creates the temporary file holding the dataset, allocated, and returns its name and
 /// the dataset's file offset (`None` for a dataset without elements, which has no storage).
 fn create<S: Source>(
-    tile: &S,
     path: &Path,
     dataset: &str,
     shape: &[u64],
@@ -205,7 +193,10 @@ fn create<S: Source>(
     }
     let tmp = engine::temporary_path(path).map_err(file_step)?;
     let result = (|| {
-        let (driver, desc) = (crate::host::host_driver(settings)?, tile.descriptor()?);
+        let (driver, desc) = (
+            crate::host::host_driver(settings)?,
+            descriptor_of::<S::Item>()?,
+        );
         let early = (shape, NewLayout::Contiguous { early: true });
         let (ds, _) = create_dataset(&tmp, dataset, driver, &desc, early)?;
         let offset = ds.dset.offset();
@@ -240,7 +231,7 @@ fn write_tile<S: Source>(
     let Some(offset) = offset.filter(|_| !my_box.is_empty()) else {
         return Ok(());
     };
-    let es = tile.element_size() as u64;
+    let es = size_of::<S::Item>() as u64;
     let end = offset + shape.iter().product::<u64>() * es;
     let in_file = |e: DriverFileError| Error::hdf5(e.op, path, None, e.cause());
     let in_dataset = |e: DriverFileError| Error::hdf5(e.op, path, Some(dataset), e.cause());
@@ -280,7 +271,7 @@ pub(crate) fn write<C: Communicator, S: Source>(comm: &C, tile: &S, to: Target) 
     let (shape, boxes) = plan(&descriptions, decomposition)?;
 
     let created = if rank == 0 {
-        create(tile, path, dataset, &shape, settings)
+        create::<S>(path, dataset, &shape, settings)
     } else {
         Ok((PathBuf::new(), None))
     };
