@@ -27,7 +27,7 @@ use h5gds_engine::staged::NotBool;
 use h5gds_runtime::cuda::call;
 use h5gds_runtime::staging_ring::StagingRing;
 use h5gds_runtime::stream::synchronize;
-use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
+use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 use std::mem::size_of;
 use std::path::Path;
 use std::sync::Arc;
@@ -183,11 +183,7 @@ impl<T: Element> DeviceArray<T> {
             Some(data) => call("copying from the device", || self.stream.clone_dtoh(data))?,
         };
         synchronize(&self.stream)?;
-        ArrayD::from_shape_vec(IxDyn(&self.shape), values).map_err(|_| Error::ShapeMismatch {
-            shape: self.shape.clone(),
-            expected: self.len(),
-            actual: self.data.as_ref().map_or(0, |d| d.len()),
-        })
+        crate::host::shaped(self.shape.clone(), values)
     }
 
     /// The shape.
@@ -264,11 +260,7 @@ pub(crate) fn write<T: Element>(
         let stream = &array.stream;
         // Writes never check bytes or convert: only the settings and the device decide.
         let blocker = driver_blocker(&transfer::<T>(settings.use_gds()?));
-        let driver = if blocker.is_none() {
-            Driver::Gds
-        } else {
-            Driver::Sec2
-        };
+        let driver = Driver::unless(&blocker);
         let shape: Vec<u64> = array.shape.iter().map(|&d| d as u64).collect();
         let contiguous = (&shape[..], NewLayout::Contiguous { early: false });
         let (ds, mem_type) = create_dataset(path, dataset, driver, &desc, contiguous)?;
@@ -350,10 +342,7 @@ impl DeviceSource {
         // The settings and the device choose the driver; a bool or a conversion only stages
         // the data.
         let mut facts = transfer::<T>(h5gds_runtime::settings::goes_through_gds(device_path));
-        let driver = match driver_blocker(&facts) {
-            None => Driver::Gds,
-            Some(_) => Driver::Sec2,
-        };
+        let driver = Driver::unless(&driver_blocker(&facts));
         // With the cache off, HDF5 reads unfiltered chunks straight into the caller's buffer.
         let ds = open_dataset(path, dataset, driver, driver == Driver::Gds)?;
         let types = check_types::<T>(&ds, options.allow_conversion)?;

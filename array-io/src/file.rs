@@ -35,7 +35,7 @@ pub(crate) fn check_dataset_name(name: &str) -> Result<()> {
 }
 
 /// Fails if `path` is a directory.
-fn refuse_directory(path: &Path) -> Result<()> {
+pub(crate) fn refuse_directory(path: &Path) -> Result<()> {
     if path.is_dir() {
         return Err(Error::PathIsDirectory {
             path: path.to_path_buf(),

@@ -70,17 +70,15 @@ pub(crate) fn read_region<T: Element>(
     threads: usize,
 ) -> Result<ArrayD<T>> {
     let shape: Vec<usize> = region.count.iter().map(|&d| d as usize).collect();
-    let n = region.len() as usize;
-    let mut values: Vec<T> = with_room(n);
-    if n > 0 {
+    let mut values: Vec<T> = zeroed(region.len() as usize);
+    if !values.is_empty() {
         let ones = vec![1; region.count.len()];
         let slab = Hyperslab {
             start: &region.start,
             step: &ones,
             count: &region.count,
         };
-        // SAFETY: `values` is `with_room(n)`'s, empty.
-        let bytes = unsafe { room_bytes(&mut values, n) };
+        let bytes = bytes_of(&mut values);
         // Read-only files' own bytes through the engine, with no HDF5 call; else h5gds decodes
         // the chunks, or HDF5 reads.
         if !read_stored(ds, types, &slab, threads, bytes)?
@@ -92,14 +90,8 @@ pub(crate) fn read_region<T: Element>(
             unsafe { transfer::read(&ds.dset, &types.mem, Some(slab), buffer, nbytes) }
                 .map_err(|e| Error::hdf5("reading the dataset", &ds.path, Some(&ds.name), e))?;
         }
-        // SAFETY: the read above wrote all n elements.
-        unsafe { filled(ds, &mut values, n) }?;
     }
-    ArrayD::from_shape_vec(IxDyn(&shape), values).map_err(|_| Error::ShapeMismatch {
-        shape: shape.clone(),
-        expected: n,
-        actual: n,
-    })
+    shaped(shape, checked(ds, values)?)
 }
 
 /// The engine's storage of `ds` for reads of `types` (`h5gds_engine::stored`: a read-only file's
@@ -233,22 +225,23 @@ fn read_decoded(
 /// page faults where `h5gds.from_file`'s NumPy array did not).
 const HUGE_PAGES_FROM: usize = 4 << 20;
 
-/// An empty vector with room for `n` elements, zeroed by the allocator (a large one's fresh pages
-/// are the kernel's zero pages, with no pass over them), its memory advised to be backed by huge
-/// pages where it is large (advice only: where the kernel has none to give it changes nothing).
-fn with_room<T>(n: usize) -> Vec<T> {
+/// A vector of `n` elements of zero bytes (a valid value of every element type: integers,
+/// floats, bool false), zeroed by the allocator (a large one's fresh pages are the kernel's zero
+/// pages, with no pass over them), its memory advised to be backed by huge pages where it is large
+/// (advice only: where the kernel has none to give it changes nothing).
+fn zeroed<T: Element>(n: usize) -> Vec<T> {
     let layout = std::alloc::Layout::array::<T>(n).expect("capacity overflow");
     if layout.size() == 0 {
-        return Vec::with_capacity(n);
+        return Vec::new();
     }
     // SAFETY: a layout of non-zero size.
     let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
     if ptr.is_null() {
         std::alloc::handle_alloc_error(layout);
     }
-    // SAFETY: allocated by the global allocator with the layout of `n` elements of T; no element
-    // is taken as initialised (length 0).
-    let mut values = unsafe { Vec::from_raw_parts(ptr, 0, n) };
+    // SAFETY: allocated by the global allocator with the layout of `n` elements of T, each of
+    // zero bytes, a valid value of every Element type (`ValidAsZeroBits`).
+    let mut values = unsafe { Vec::from_raw_parts(ptr, n, n) };
     let bytes = layout.size();
     if bytes >= HUGE_PAGES_FROM {
         const HUGE: usize = 2 << 20;
@@ -264,41 +257,36 @@ fn with_room<T>(n: usize) -> Vec<T> {
     values
 }
 
-/// The first `n` elements of the spare capacity of `values` as bytes: where the engine and the
-/// host decoding write the stored type's bytes (no conversion is planned when they read).
-///
-/// # Safety
-/// `values` must come from [`with_room`] (its spare capacity zeroed, so every byte is
-/// initialised), with room for `n` elements, and hold no element yet.
-unsafe fn room_bytes<T: Element>(values: &mut Vec<T>, n: usize) -> &mut [u8] {
-    let spare = &mut values.spare_capacity_mut()[..n];
-    // SAFETY: the n elements' bytes are initialised (zeroed by `with_room`, or since overwritten
-    // with a read's bytes), as the caller guarantees; the view spans exactly those n elements of
-    // the spare capacity, borrowed mutably from `values`.
-    unsafe {
-        std::slice::from_raw_parts_mut(
-            spare.as_mut_ptr().cast::<u8>(),
-            std::mem::size_of_val(spare),
-        )
-    }
+/// The elements of `values` as bytes: where the engine and the host decoding write the stored
+/// type's bytes (no conversion is planned when they read). Taken through the vector's pointer,
+/// never a slice of `T`: a bool read may write bytes other than 0 and 1, which [`checked`]
+/// refuses before any element is read as `T`.
+fn bytes_of<T: Element>(values: &mut Vec<T>) -> &mut [u8] {
+    let len = values.len() * std::mem::size_of::<T>();
+    // SAFETY: the vector's own initialised elements, borrowed mutably from it, as bytes (every
+    // byte of an Element is initialised).
+    unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), len) }
 }
 
-/// Takes the `n` elements a read wrote into `values`' spare capacity as its elements, after
-/// checking, for `bool`, that each byte is 0 or 1.
-///
-/// # Safety
-/// The first `n` elements of `values`' spare capacity must have been written.
-unsafe fn filled<T: Element>(ds: &OpenDataset, values: &mut Vec<T>, n: usize) -> Result<()> {
+/// `values` as read, after checking, for `bool`, that each byte is 0 or 1.
+fn checked<T: Element>(ds: &OpenDataset, values: Vec<T>) -> Result<Vec<T>> {
     if T::CHECKED_BYTES {
-        // SAFETY: the n one-byte elements were written (as the caller guarantees); they are
-        // read as bytes only.
-        let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), n) };
+        // SAFETY: the one-byte elements, read as bytes only.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len()) };
         check_bools(bytes, 0).map_err(Error::not_bool(&ds.path, &ds.name))?;
     }
-    // SAFETY: all n elements are initialised (as the caller guarantees) and, for bool, each is
-    // 0 or 1 (checked above).
-    unsafe { values.set_len(n) };
-    Ok(())
+    Ok(values)
+}
+
+/// `values` as an array of `shape`.
+pub(crate) fn shaped<T>(shape: Vec<usize>, values: Vec<T>) -> Result<ArrayD<T>> {
+    let actual = values.len();
+    ArrayD::from_shape_vec(IxDyn(&shape), values).map_err(|_| Error::ShapeMismatch {
+        expected: shape.iter().product(),
+        shape,
+        actual,
+    })
 }
 
 /// Reads the runs of rows `runs` (first row, rows; in increasing order; each row `rest` of the
@@ -335,7 +323,7 @@ fn read_rows_through_hdf5(
 /// Reads rows `rows` of a dataset (indices along its first axis, in any order, repeats allowed,
 /// negative ones from the end) into a host array of one row per index (see
 /// [`crate::from_file_rows`]): the distinct rows, compressed chunks decoded by h5gds each once
-/// (`host_codec::read_runs`), else with one `H5Dread` of the union of their runs, then copied
+/// (`h5gds_engine::decoded::read_runs`), else with one `H5Dread` of the union of their runs, then copied
 /// into the caller's order.
 pub(crate) fn read_rows<T: Element>(
     path: &Path,
@@ -378,8 +366,7 @@ pub(crate) fn read_rows<T: Element>(
     let row_len: u64 = rest.iter().product();
     let mut shape: Vec<usize> = vec![rows.len()];
     shape.extend(rest.iter().map(|&d| d as usize));
-    let n = plan.distinct() * row_len as usize;
-    let mut values: Vec<T> = with_room(n);
+    let mut values: Vec<T> = zeroed(plan.distinct() * row_len as usize);
     let runs = plan.runs();
     // Every row whole: all of the other axes.
     let (zeros, ones) = (vec![0; rest.len()], vec![1; rest.len()]);
@@ -388,10 +375,9 @@ pub(crate) fn read_rows<T: Element>(
         step: &ones,
         count: rest,
     };
-    if n > 0 {
+    if !values.is_empty() {
         let threads = crate::options::driver_settings().nthreads;
-        // SAFETY: `values` is `with_room`'s for the `n` elements, empty.
-        let bytes = unsafe { room_bytes(&mut values, n) };
+        let bytes = bytes_of(&mut values);
         let gathered = match stored_of(&ds, &types)? {
             Some(stored) => (stored
                 .gather(runs, plan.distinct() as u64, &rest, bytes, &|| Ok(threads)))
@@ -418,14 +404,10 @@ pub(crate) fn read_rows<T: Element>(
         } else {
             read_rows_through_hdf5(&ds, &types, (runs, &rest), bytes)?;
         }
-        // SAFETY: the read above wrote every element.
-        unsafe { filled(&ds, &mut values, n) }?;
     }
-    let len = rows.len() * row_len as usize;
-    let mut out: Vec<T> = with_room(len);
-    // SAFETY: `with_room` zeroed the `len` elements' bytes, a valid value of every element type
-    // (integers, floats, bool false); the scatter below overwrites each.
-    unsafe { out.set_len(len) };
+    let values = checked(&ds, values)?;
+    // The scatter overwrites every element.
+    let mut out: Vec<T> = zeroed(rows.len() * row_len as usize);
     plan.scatter(&values, &mut out, row_len as usize)
         .map_err(|reason| Error::UnsupportedDataset {
             path: ds.path.clone(),
@@ -434,12 +416,7 @@ pub(crate) fn read_rows<T: Element>(
         })?;
     drop(types);
     ds.close()?;
-    let expected = out.len();
-    ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|_| Error::ShapeMismatch {
-        shape: shape.clone(),
-        expected,
-        actual: expected,
-    })
+    shaped(shape, out)
 }
 
 /// Opens a dataset for host reads and checks its type against `T`.

@@ -10,7 +10,7 @@ use crate::driver::{file_access, Driver};
 use crate::element::{descriptor_of, Element};
 use crate::error::no_panic;
 use crate::error::{Error, Result};
-use crate::file::{check_dataset_name, create_dataset};
+use crate::file::{check_dataset_name, create_dataset, refuse_directory};
 use crate::hdf5_raw::{self, linked_hdf5, NewLayout};
 use crate::options::Settings;
 use crate::select::{staging_pieces, Block};
@@ -75,10 +75,7 @@ impl<T: Element> Source for DeviceTile<'_, T> {
         self.0.shape().iter().map(|&d| d as u64).collect()
     }
     fn driver(&self, settings: &Settings) -> Result<Driver> {
-        Ok(match write_blocker::<T>(settings)? {
-            None => Driver::Gds,
-            Some(_) => Driver::Sec2,
-        })
+        Ok(Driver::unless(&write_blocker::<T>(settings)?))
     }
     fn write(
         &self,
@@ -186,11 +183,7 @@ fn create<S: Source>(
     shape: &[u64],
     settings: &Settings,
 ) -> Result<(PathBuf, Option<u64>)> {
-    if path.is_dir() {
-        return Err(Error::PathIsDirectory {
-            path: path.to_path_buf(),
-        });
-    }
+    refuse_directory(path)?;
     let tmp = engine::temporary_path(path).map_err(file_step)?;
     let result = (|| {
         let (driver, desc) = (
