@@ -1,7 +1,7 @@
 //! A dataset's stored chunks through the engine (`h5gds_engine::chunks`, written once for both
 //! faces) over the linked HDF5: the errors of array-io naming the file, the dataset and the
 //! chunk, each call under hdf5-metno's lock, and the file read directly by the decoding threads
-//! where `OpenDataset::direct_file` allows. The host decoder (`host_codec`) and the GPU
+//! where `OpenDataset::direct_file` allows. The host decoder (`host::read_decoded`) and the GPU
 //! decoder (`gpu_codec`) read from the same source; `gpu_encode` writes chunks through the same
 //! face.
 

@@ -10,9 +10,8 @@ use crate::driver::Driver;
 use crate::element::{descriptor_of, Element};
 use crate::error::no_panic;
 use crate::error::{Error, Result};
-use crate::file::{create_file, open_dataset, OpenDataset};
-use crate::hdf5_raw;
-use crate::host_codec::Planned;
+use crate::file::{create_dataset, open_dataset, OpenDataset};
+use crate::hdf5_raw::{self, NewLayout};
 use crate::layout::{check_types, stored_layout};
 use crate::options::{driver_settings, Settings};
 use crate::route::{driver_blocker, Storage, Transfer as RouteFacts};
@@ -28,7 +27,7 @@ use h5gds_engine::staged::NotBool;
 use h5gds_runtime::cuda::call;
 use h5gds_runtime::staging_ring::StagingRing;
 use h5gds_runtime::stream::synchronize;
-use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
+use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 use std::mem::size_of;
 use std::path::Path;
 use std::sync::Arc;
@@ -184,11 +183,7 @@ impl<T: Element> DeviceArray<T> {
             Some(data) => call("copying from the device", || self.stream.clone_dtoh(data))?,
         };
         synchronize(&self.stream)?;
-        ArrayD::from_shape_vec(IxDyn(&self.shape), values).map_err(|_| Error::ShapeMismatch {
-            shape: self.shape.clone(),
-            expected: self.len(),
-            actual: self.data.as_ref().map_or(0, |d| d.len()),
-        })
+        crate::host::shaped(self.shape.clone(), values)
     }
 
     /// The shape.
@@ -265,16 +260,10 @@ pub(crate) fn write<T: Element>(
         let stream = &array.stream;
         // Writes never check bytes or convert: only the settings and the device decide.
         let blocker = driver_blocker(&transfer::<T>(settings.use_gds()?));
-        let driver = if blocker.is_none() {
-            Driver::Gds
-        } else {
-            Driver::Sec2
-        };
+        let driver = Driver::unless(&blocker);
         let shape: Vec<u64> = array.shape.iter().map(|&d| d as u64).collect();
-        let file = create_file(path, driver)?;
-        let mem_type = hdf5_raw::locked(|| hdf5::Datatype::from_descriptor(&desc))
-            .map_err(|e| Error::hdf5("creating the element type", path, Some(dataset), e))?;
-        let dset = crate::host::create_dataset(&file, path, dataset, &mem_type, &shape, false)?;
+        let contiguous = (&shape[..], NewLayout::Contiguous { early: false });
+        let (ds, mem_type) = create_dataset(path, dataset, driver, &desc, contiguous)?;
         if let Some(data) = &array.data {
             // The data is ready once every stream that wrote it is done: device_ptr makes the
             // array's stream wait for recorded writes, then the stream is synchronized.
@@ -286,7 +275,7 @@ pub(crate) fn write<T: Element>(
                 step: &ones,
                 count: &shape,
             };
-            let (ids, bytes) = ((dset.id(), mem_type.id()), array.len() * size_of::<T>());
+            let (ids, bytes) = ((ds.dset.id(), mem_type.id()), array.len() * size_of::<T>());
             let prepared = Locked::prepare(true, ids, selection, (ptr as usize, bytes))
                 .map_err(|m| Error::hdf5("writing from device memory", path, Some(dataset), m))?;
             if let Some(prepared) = &prepared.0 {
@@ -316,9 +305,7 @@ pub(crate) fn write<T: Element>(
             }
             drop(record);
         }
-        drop(dset);
-        file.close()
-            .map_err(|e| Error::hdf5("closing the file", path, None, e))
+        ds.close()
     })
 }
 
@@ -333,7 +320,7 @@ pub(crate) struct DeviceSource {
     facts: RouteFacts,
     staging_size: usize,
     /// How h5gds decodes the chunks on the host's threads, or why it cannot (filtered chunks).
-    host: std::result::Result<Planned, String>,
+    host: std::result::Result<h5gds_engine::decoded::Plan, String>,
     /// The allocated chunks' stored sizes, listed at the first GPU-decoded read.
     chunk_index: std::cell::OnceCell<ChunkIndex>,
     /// The device path the settings ask for.
@@ -355,10 +342,7 @@ impl DeviceSource {
         // The settings and the device choose the driver; a bool or a conversion only stages
         // the data.
         let mut facts = transfer::<T>(h5gds_runtime::settings::goes_through_gds(device_path));
-        let driver = match driver_blocker(&facts) {
-            None => Driver::Gds,
-            Some(_) => Driver::Sec2,
-        };
+        let driver = Driver::unless(&driver_blocker(&facts));
         // With the cache off, HDF5 reads unfiltered chunks straight into the caller's buffer.
         let ds = open_dataset(path, dataset, driver, driver == Driver::Gds)?;
         let types = check_types::<T>(&ds, options.allow_conversion)?;
@@ -373,7 +357,7 @@ impl DeviceSource {
         let host = match &layout {
             StoredLayout::Chunked { filters, .. } if !filters.is_empty() => {
                 let threads = vfd_settings.get_or_init(driver_settings).nthreads;
-                crate::host_codec::for_dataset(&ds, &types, threads)?
+                crate::host::host_decoding(&ds, &types, threads)?
             }
             _ => Err("its chunks are not filtered".to_string()),
         };

@@ -82,6 +82,16 @@ pub(crate) enum Driver {
     Sec2,
 }
 
+impl Driver {
+    /// `gds`, unless `blocker` says why device data must be staged (then sec2).
+    pub(crate) fn unless(blocker: &Option<String>) -> Driver {
+        match blocker {
+            None => Driver::Gds,
+            Some(_) => Driver::Sec2,
+        }
+    }
+}
+
 /// A file access property list selecting `driver`.
 pub(crate) fn file_access(driver: Driver, path: &Path) -> Result<FileAccess> {
     let driver = match driver {

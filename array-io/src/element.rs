@@ -6,7 +6,7 @@
 //! (`FALSE = 0`, `TRUE = 1`), `f16` as IEEE binary16.
 
 use crate::error::{Error, Result};
-use hdf5::types::{FloatSize, IntSize, TypeDescriptor};
+use hdf5::types::{IntSize, TypeDescriptor};
 
 mod sealed {
     pub trait Sealed {}
@@ -36,77 +36,33 @@ pub trait Element:
     fn descriptor() -> std::result::Result<TypeDescriptor, &'static str>;
 }
 
+/// `Element` for `$t`, named `$name`, described as `$desc`; `$checked` where its stored bytes can
+/// be invalid. `stored` types are described as hdf5-metno describes them (`H5Type`).
 macro_rules! element {
-    ($t:ty, $name:literal, $desc:expr) => {
+    ($t:ty, $name:literal, $checked:literal, $desc:expr) => {
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const NAME: &'static str = $name;
+            const CHECKED_BYTES: bool = $checked;
             fn descriptor() -> std::result::Result<TypeDescriptor, &'static str> {
-                Ok($desc)
+                $desc
             }
         }
     };
+    (stored $($t:ty: $name:literal),*) => {$(
+        element!($t, $name, false, Ok(<$t as hdf5::H5Type>::type_descriptor()));
+    )*};
 }
 
-/// The integer size class of a type of `bytes` bytes.
-const fn int_size(bytes: usize) -> IntSize {
-    match bytes {
-        1 => IntSize::U1,
-        2 => IntSize::U2,
-        4 => IntSize::U4,
-        _ => IntSize::U8,
-    }
-}
-
-element!(i8, "i8", TypeDescriptor::Integer(IntSize::U1));
-element!(i16, "i16", TypeDescriptor::Integer(IntSize::U2));
-element!(i32, "i32", TypeDescriptor::Integer(IntSize::U4));
-element!(i64, "i64", TypeDescriptor::Integer(IntSize::U8));
-element!(
-    isize,
-    "isize",
-    TypeDescriptor::Integer(int_size(std::mem::size_of::<isize>()))
-);
-element!(u8, "u8", TypeDescriptor::Unsigned(IntSize::U1));
-element!(u16, "u16", TypeDescriptor::Unsigned(IntSize::U2));
-element!(u32, "u32", TypeDescriptor::Unsigned(IntSize::U4));
-element!(u64, "u64", TypeDescriptor::Unsigned(IntSize::U8));
-element!(
-    usize,
-    "usize",
-    TypeDescriptor::Unsigned(int_size(std::mem::size_of::<usize>()))
-);
-element!(half::f16, "f16", TypeDescriptor::Float(FloatSize::U2));
-element!(f32, "f32", TypeDescriptor::Float(FloatSize::U4));
-element!(f64, "f64", TypeDescriptor::Float(FloatSize::U8));
-
-impl sealed::Sealed for bool {}
-impl Element for bool {
-    const NAME: &'static str = "bool";
-    const CHECKED_BYTES: bool = true;
-    fn descriptor() -> std::result::Result<TypeDescriptor, &'static str> {
-        Ok(TypeDescriptor::Boolean)
-    }
-}
+element!(stored i8: "i8", i16: "i16", i32: "i32", i64: "i64", isize: "isize");
+element!(stored u8: "u8", u16: "u16", u32: "u32", u64: "u64", usize: "usize");
+element!(stored half::f16: "f16", f32: "f32", f64: "f64");
+element!(bool, "bool", true, Ok(TypeDescriptor::Boolean));
 
 const NO_128: &str =
     "HDF5 has no predefined 128-bit integer type, and h5py and numpy cannot read one";
-
-impl sealed::Sealed for i128 {}
-impl Element for i128 {
-    const NAME: &'static str = "i128";
-    fn descriptor() -> std::result::Result<TypeDescriptor, &'static str> {
-        Err(NO_128)
-    }
-}
-
-impl sealed::Sealed for u128 {}
-impl Element for u128 {
-    const NAME: &'static str = "u128";
-    fn descriptor() -> std::result::Result<TypeDescriptor, &'static str> {
-        Err(NO_128)
-    }
-}
+element!(i128, "i128", false, Err(NO_128));
+element!(u128, "u128", false, Err(NO_128));
 
 /// The HDF5 description of `T`, or the error naming `T`.
 pub(crate) fn descriptor_of<T: Element>() -> Result<TypeDescriptor> {
@@ -143,6 +99,7 @@ pub(crate) fn describe(desc: &TypeDescriptor) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hdf5::types::FloatSize;
 
     #[test]
     fn sizes_of_the_descriptors_match_the_rust_types() {

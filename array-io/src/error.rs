@@ -274,6 +274,14 @@ impl From<h5gds_runtime::cuda::CudaError> for Error {
     }
 }
 
+impl From<h5gds_engine::tiles::TilesError> for Error {
+    fn from(e: h5gds_engine::tiles::TilesError) -> Error {
+        Error::Decomposition {
+            reason: e.to_string(),
+        }
+    }
+}
+
 impl From<h5gds_runtime::settings::InvalidSetting> for Error {
     fn from(invalid: h5gds_runtime::settings::InvalidSetting) -> Error {
         Error::InvalidSetting {

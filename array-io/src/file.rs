@@ -4,8 +4,9 @@
 
 use crate::driver::{file_access, Driver};
 use crate::error::{Error, Result};
-use crate::hdf5_raw;
-use hdf5::{Dataset, File, Group, LinkType, LocationToken, LocationType};
+use crate::hdf5_raw::{self, NewLayout};
+use hdf5::types::TypeDescriptor;
+use hdf5::{Dataset, Datatype, File, Group, LinkType, LocationToken, LocationType};
 use std::path::{Path, PathBuf};
 
 /// Checks that `name` is an absolute HDF5 path naming something below the root group.
@@ -34,7 +35,7 @@ pub(crate) fn check_dataset_name(name: &str) -> Result<()> {
 }
 
 /// Fails if `path` is a directory.
-fn refuse_directory(path: &Path) -> Result<()> {
+pub(crate) fn refuse_directory(path: &Path) -> Result<()> {
     if path.is_dir() {
         return Err(Error::PathIsDirectory {
             path: path.to_path_buf(),
@@ -45,7 +46,7 @@ fn refuse_directory(path: &Path) -> Result<()> {
 
 /// Creates (truncating any existing file) the HDF5 file at `path`, and missing parent
 /// directories.
-pub(crate) fn create_file(path: &Path, driver: Driver) -> Result<File> {
+fn create_file(path: &Path, driver: Driver) -> Result<File> {
     refuse_directory(path)?;
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|source| Error::Io {
@@ -56,6 +57,28 @@ pub(crate) fn create_file(path: &Path, driver: Driver) -> Result<File> {
     }
     let fapl = file_access(driver, path)?;
     hdf5_raw::create_file(path, &fapl).map_err(|e| Error::hdf5("creating the file", path, None, e))
+}
+
+/// A new HDF5 file at `path` (replacing any, see [`create_file`]) opened with `driver`, holding
+/// dataset `name` (missing groups created) of `desc`'s type and `shape`, stored as `layout`; and
+/// the memory type to write it with.
+pub(crate) fn create_dataset(
+    path: &Path,
+    name: &str,
+    driver: Driver,
+    desc: &TypeDescriptor,
+    (shape, layout): (&[u64], NewLayout),
+) -> Result<(OpenDataset, Datatype)> {
+    let file = create_file(path, driver)?;
+    let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, path, Some(name), e);
+    let mem_type = hdf5_raw::locked(|| Datatype::from_descriptor(desc))
+        .map_err(|e| fail("creating the element type", e))?;
+    let dset = hdf5_raw::create_dataset(&file, name, &mem_type, shape, &layout)
+        .map_err(|e| fail("creating the dataset", e))?;
+    Ok((
+        OpenDataset::new(path, name, shape.to_vec(), dset, file),
+        mem_type,
+    ))
 }
 
 /// An open dataset, its file and its shape.

@@ -17,8 +17,8 @@ use crate::driver::Driver;
 use crate::element::{descriptor_of, Element};
 use crate::error::no_panic;
 use crate::error::{Error, Result};
-use crate::file::{check_dataset_name, create_file, OpenDataset};
-use crate::hdf5_raw::{self, linked_hdf5};
+use crate::file::{check_dataset_name, create_dataset, OpenDataset};
+use crate::hdf5_raw::{linked_hdf5, NewLayout};
 use crate::options::Settings;
 use crate::route::{driver_blocker, gpu_encode, GpuCodec, FILTER_DEFLATE, FILTER_LZ4, FILTER_ZSTD};
 use crate::select::{chunks_touching, Block};
@@ -32,6 +32,7 @@ use h5gds_gpu_codec::nvcomp::{self, Job};
 use h5gds_runtime::cuda::call;
 use h5gds_runtime::stream::{copy_from_device, copy_to_device, synchronize};
 use h5gds_runtime::stream::{copy_on_device, copy_strided_on_device, scratch};
+use hdf5::types::TypeDescriptor;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -52,6 +53,16 @@ impl Compression {
             Compression::Deflate => GpuCodec::Deflate,
             Compression::Zstd => GpuCodec::Zstd,
             Compression::Lz4 => GpuCodec::Lz4,
+        }
+    }
+
+    /// The storage of a dataset in chunks of `chunk` encoded with this codec.
+    fn stored(self, chunk: &[u64]) -> NewLayout<'_> {
+        let (filter, cd_values) = self.filter();
+        NewLayout::Filtered {
+            chunk,
+            filter,
+            cd_values,
         }
     }
 
@@ -137,29 +148,15 @@ fn write<T: Element>(
         gpu_encode(codec, chunk_bytes, missing.as_deref(), blocked.as_deref())
     });
     let shape: Vec<u64> = array.shape().iter().map(|&d| d as u64).collect();
-    let mem_type = hdf5_raw::locked(|| hdf5::Datatype::from_descriptor(&desc))
-        .map_err(|e| Error::hdf5("creating the element type", path, Some(dataset), e))?;
     let lib = match (decision, nvcomp::library()) {
         (Ok(()), Ok(lib)) => lib,
         (Err(reason), _) | (Ok(()), Err(reason)) => {
-            return write_on_host(
-                array,
-                path,
-                dataset,
-                &chunk64,
-                compression,
-                &mem_type,
-                &shape,
-                &reason,
-            );
+            let target = (path, dataset, &desc);
+            return write_on_host(array, target, (&shape, &chunk64), compression, &reason);
         }
     };
-    let file = create_file(path, Driver::Gds)?;
-    let (id, cd) = compression.filter();
-    let dset =
-        hdf5_raw::create_filtered_dataset(&file, dataset, &mem_type, &shape, &chunk64, id, cd)
-            .map_err(|e| Error::hdf5("creating the dataset", path, Some(dataset), e))?;
-    let ds = OpenDataset::new(path, dataset, shape.clone(), dset, file);
+    let stored = (&shape[..], compression.stored(&chunk64));
+    let (ds, _) = create_dataset(path, dataset, Driver::Gds, &desc, stored)?;
     if let Some(data) = array.as_slice() {
         let (src, record) = data.device_ptr(&stream);
         synchronize(&stream)?;
@@ -183,15 +180,11 @@ fn write<T: Element>(
 /// Without the GPU path (for `why`): a host copy of the array, its chunks encoded by h5gds on
 /// the driver's I/O threads and written raw in chunk order by this thread
 /// (`h5gds_engine::encoded`).
-#[allow(clippy::too_many_arguments)]
 fn write_on_host<T: Element>(
     array: &DeviceArray<T>,
-    path: &Path,
-    dataset: &str,
-    chunk: &[u64],
+    (path, dataset, desc): (&Path, &str, &TypeDescriptor),
+    (shape, chunk): (&[u64], &[u64]),
     compression: Compression,
-    mem_type: &hdf5::Datatype,
-    shape: &[u64],
     why: &str,
 ) -> Result<()> {
     let (id, cd) = compression.filter();
@@ -207,10 +200,8 @@ fn write_on_host<T: Element>(
             reason: format!("cannot be written with {compression:?}: {reason}"),
         })?;
     let host = array.to_host()?;
-    let file = create_file(path, Driver::Sec2)?;
-    let dset = hdf5_raw::create_filtered_dataset(&file, dataset, mem_type, shape, chunk, id, cd)
-        .map_err(|e| Error::hdf5("creating the dataset", path, Some(dataset), e))?;
-    let ds = OpenDataset::new(path, dataset, shape.to_vec(), dset, file);
+    let stored = (shape, compression.stored(chunk));
+    let (ds, _) = create_dataset(path, dataset, Driver::Sec2, desc, stored)?;
     if let Some(elements) = host.as_slice().filter(|e| !e.is_empty()) {
         // SAFETY: the elements are plain values (Element types), read as their bytes only.
         let bytes = unsafe {

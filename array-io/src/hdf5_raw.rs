@@ -156,40 +156,70 @@ pub fn open_file(path: &Path, fapl: &FileAccess) -> Result<File> {
     })
 }
 
-/// Creates chunked dataset `name` (missing groups created) of `dtype` and `shape` in chunks of
-/// `chunk`, whose pipeline is the one filter `filter` with `cd_values`, marked optional as h5py
-/// marks filters. The filter need not be registered in this HDF5 (hdf5-metno's builder refuses
-/// that): chunks are written already encoded (`H5Dwrite_chunk`), so it never runs here.
-pub fn create_filtered_dataset(
+/// How [`create_dataset`] stores a new dataset.
+pub enum NewLayout<'a> {
+    /// Contiguous, fill values never written (the whole dataset is written next), object times
+    /// not tracked (as h5py); with `early`, its storage is allocated now (so it has a file offset
+    /// other processes can write at).
+    Contiguous { early: bool },
+    /// In chunks of `chunk`, the pipeline the one filter `filter` with `cd_values`, marked
+    /// optional as h5py marks filters. The filter need not be registered in this HDF5
+    /// (hdf5-metno's builder refuses that): chunks are written already encoded
+    /// (`H5Dwrite_chunk`), so it never runs here.
+    Filtered {
+        chunk: &'a [u64],
+        filter: i32,
+        cd_values: &'a [u32],
+    },
+}
+
+/// Creates dataset `name` (missing groups created) of `dtype` and `shape` in `file`, stored as
+/// `layout` says.
+pub fn create_dataset(
     file: &File,
     name: &str,
     dtype: &Datatype,
     shape: &[u64],
-    chunk: &[u64],
-    filter: i32,
-    cd_values: &[u32],
+    layout: &NewLayout,
 ) -> Result<Dataset> {
     let c_name = c_string(name.as_bytes(), "the dataset name")?;
     let api = linked_hdf5();
     let (set_filter, create) = (linked(api.H5Pset_filter)?, linked(api.H5Dcreate2)?);
     locked(|| {
-        let dcpl = hdf5::plist::DatasetCreate::build()
-            .chunk(chunk.iter().map(|&c| c as usize).collect::<Vec<_>>())
-            .finish()?;
-        // SAFETY: a valid list; cd_values has cd_values.len() entries.
-        check(unsafe {
-            set_filter(
-                dcpl.id(),
-                filter,
-                hdf5_sys::h5z::H5Z_FLAG_OPTIONAL,
-                cd_values.len(),
-                cd_values.as_ptr(),
-            )
-        } as i64)?;
+        let mut dcpl = hdf5::plist::DatasetCreate::build();
+        match layout {
+            NewLayout::Contiguous { early } => dcpl
+                .obj_track_times(false)
+                .fill_time(hdf5::dataset::FillTime::Never)
+                .alloc_time(early.then_some(hdf5::dataset::AllocTime::Early)),
+            NewLayout::Filtered { chunk, .. } => {
+                dcpl.chunk(chunk.iter().map(|&c| c as usize).collect::<Vec<_>>())
+            }
+        };
+        let dcpl = dcpl.finish()?;
+        if let NewLayout::Filtered {
+            filter, cd_values, ..
+        } = layout
+        {
+            // SAFETY: a valid list; cd_values has cd_values.len() entries.
+            check(unsafe {
+                set_filter(
+                    dcpl.id(),
+                    *filter,
+                    hdf5_sys::h5z::H5Z_FLAG_OPTIONAL,
+                    cd_values.len(),
+                    cd_values.as_ptr(),
+                )
+            } as i64)?;
+        }
         let lcpl = hdf5::plist::LinkCreate::build()
             .create_intermediate_group(true)
             .finish()?;
-        let space = Dataspace::try_new(shape.iter().map(|&d| d as usize).collect::<Vec<_>>())?;
+        let extents: hdf5::Extents = match shape.is_empty() {
+            true => ().into(),
+            false => shape.iter().map(|&d| d as usize).collect::<Vec<_>>().into(),
+        };
+        let space = Dataspace::try_new(extents)?;
         // SAFETY: valid ids and C string.
         let id = unsafe {
             create(

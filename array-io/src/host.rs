@@ -5,18 +5,22 @@
 use crate::driver::Driver;
 use crate::element::{descriptor_of, Element};
 use crate::error::{Error, Result};
-use crate::file::{create_file, open_dataset, OpenDataset};
-use crate::hdf5_raw;
+use crate::file::{create_dataset, open_dataset, OpenDataset};
+use crate::hdf5_raw::{self, NewLayout};
+use crate::layout::stored_layout;
 use crate::layout::{check_types, Types};
 use crate::options::{DevicePath, Settings};
 use crate::select::Block;
 use crate::transfer;
 use crate::ReadOptions;
 use h5gds_chunk_codec::Hyperslab;
+use h5gds_engine::decoded::{self, Plan};
+use h5gds_engine::facts::StoredLayout;
 use h5gds_engine::rows::{RowPlan, RowRuns};
 use h5gds_engine::staged::check_bools;
+use h5gds_engine::stored::{self, Stored, StoredError};
 use h5gds_engine::transfer::{prepare_gather_in_groups, GatherRead};
-use hdf5::{Dataset, Datatype, File};
+use h5gds_runtime::settings;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 use std::path::Path;
 
@@ -26,36 +30,6 @@ pub(crate) fn host_driver(settings: &Settings) -> Result<Driver> {
         DevicePath::Staged => Driver::Sec2,
         DevicePath::Gds | DevicePath::Auto => Driver::Gds,
     })
-}
-
-/// Creates contiguous dataset `name` of `file_type` and `shape` in `file`, with any missing
-/// intermediate groups. Fill values are never written: the whole dataset is written next.
-/// With `early`, its storage is allocated now (so it has a file offset other processes can
-/// write at).
-pub(crate) fn create_dataset(
-    file: &File,
-    path: &Path,
-    name: &str,
-    file_type: &Datatype,
-    shape: &[u64],
-    early: bool,
-) -> Result<Dataset> {
-    let extents: hdf5::Extents = if shape.is_empty() {
-        ().into()
-    } else {
-        shape.iter().map(|&d| d as usize).collect::<Vec<_>>().into()
-    };
-    hdf5_raw::locked(|| {
-        file.new_dataset_builder()
-            .empty_as(file_type)
-            .shape(extents)
-            .no_chunk()
-            .fill_time(hdf5::dataset::FillTime::Never)
-            .alloc_time(early.then_some(hdf5::dataset::AllocTime::Early))
-            .create_intermediate_group(true)
-            .create(name)
-    })
-    .map_err(|e| Error::hdf5("creating the dataset", path, Some(name), e))
 }
 
 /// Writes a host array as `dataset` of a new file at `path` (see [`crate::to_file`]).
@@ -75,20 +49,16 @@ where
     let driver = host_driver(settings)?;
     let shape: Vec<u64> = array.shape().iter().map(|&d| d as u64).collect();
     let standard = array.as_standard_layout();
-    let file = create_file(path, driver)?;
-    let mem_type = hdf5_raw::locked(|| Datatype::from_descriptor(&desc))
-        .map_err(|e| Error::hdf5("creating the element type", path, Some(dataset), e))?;
-    let dset = create_dataset(&file, path, dataset, &mem_type, &shape, false)?;
+    let contiguous = (&shape[..], NewLayout::Contiguous { early: false });
+    let (ds, mem_type) = create_dataset(path, dataset, driver, &desc, contiguous)?;
     if !standard.is_empty() {
         let elements = standard.as_slice().expect("standard layout is contiguous");
         let (bytes, nbytes) = (elements.as_ptr().cast(), std::mem::size_of_val(elements));
         // SAFETY: `elements` holds the dataset's `nbytes` bytes.
-        unsafe { transfer::write(&dset, &mem_type, None, bytes, nbytes) }
+        unsafe { transfer::write(&ds.dset, &mem_type, None, bytes, nbytes) }
             .map_err(|e| Error::hdf5("writing the dataset", path, Some(dataset), e))?;
     }
-    drop(dset);
-    file.close()
-        .map_err(|e| Error::hdf5("closing the file", path, None, e))
+    ds.close()
 }
 
 /// Reads `region` (file coordinates) of an open dataset into a host array of its shape; chunks
@@ -100,44 +70,153 @@ pub(crate) fn read_region<T: Element>(
     threads: usize,
 ) -> Result<ArrayD<T>> {
     let shape: Vec<usize> = region.count.iter().map(|&d| d as usize).collect();
-    let n = region.len() as usize;
-    let mut values: Vec<T> = with_room(n);
-    if n > 0 {
+    let mut values: Vec<T> = zeroed(region.len() as usize);
+    if !values.is_empty() {
         let ones = vec![1; region.count.len()];
         let slab = Hyperslab {
             start: &region.start,
             step: &ones,
             count: &region.count,
         };
-        // SAFETY: `values` is `with_room(n)`'s, empty.
-        let bytes = unsafe { room_bytes(&mut values, n) };
+        let bytes = bytes_of(&mut values);
         // Read-only files' own bytes through the engine, with no HDF5 call; else h5gds decodes
         // the chunks, or HDF5 reads.
-        let served = match crate::stored::of(ds, types)? {
-            Some(stored) => crate::stored::read_region(ds, stored, &slab, threads, bytes)?,
-            None => false,
-        };
-        let planned = match served {
-            true => None,
-            false => crate::host_codec::plan(ds, types, slab, threads)?,
-        };
-        if let Some(planned) = planned {
-            crate::host_codec::read_region(ds, &types.mem, slab, &planned, bytes)?;
-        } else if !served {
+        if !read_stored(ds, types, &slab, threads, bytes)?
+            && !read_decoded(ds, types, slab, threads, bytes)?
+        {
             let (buffer, nbytes) = (bytes.as_mut_ptr().cast(), bytes.len());
             // SAFETY: `bytes` holds the region's elements (of the memory type's size,
             // `check_types`), writable.
             unsafe { transfer::read(&ds.dset, &types.mem, Some(slab), buffer, nbytes) }
                 .map_err(|e| Error::hdf5("reading the dataset", &ds.path, Some(&ds.name), e))?;
         }
-        // SAFETY: the read above wrote all n elements.
-        unsafe { filled(ds, &mut values, n) }?;
     }
-    ArrayD::from_shape_vec(IxDyn(&shape), values).map_err(|_| Error::ShapeMismatch {
-        shape: shape.clone(),
-        expected: n,
-        actual: n,
-    })
+    shaped(shape, checked(ds, values)?)
+}
+
+/// The engine's storage of `ds` for reads of `types` (`h5gds_engine::stored`: a read-only file's
+/// own bytes, read with no HDF5 call), resolved at the first read of the open dataset and kept;
+/// None where the engine does not serve it (chunks never written, compact, external or virtual
+/// storage, conversions, chunks at all with `H5GDS_HOST_CODEC=0`).
+fn stored_of<'a>(ds: &'a OpenDataset, types: &Types) -> Result<Option<&'a Stored>> {
+    if types.conversion.is_some() {
+        return Ok(None);
+    }
+    if let Some(resolved) = ds.stored.get() {
+        return Ok(resolved.as_ref());
+    }
+    let layout = stored_layout(ds)?;
+    // `H5GDS_HOST_CODEC=0` leaves every chunked dataset to HDF5, as it did before the engine.
+    let chunked = matches!(layout, StoredLayout::Chunked { .. });
+    let file = match chunked && settings::host_codec_turned_off()?.is_some() {
+        true => None,
+        false => stored::own_bytes(&layout)
+            .then(|| ds.direct_file())
+            .flatten(),
+    };
+    let resolved = match file {
+        Some(file) => {
+            let (name, shape, item) = (ds.name.clone(), ds.shape.clone(), types.mem.size());
+            let index = |chunk: &[u64]| ds.index_of(chunk);
+            Stored::resolve(name, file, shape, item, layout, index, |_| {})?
+        }
+        None => None,
+    };
+    Ok(ds.stored.get_or_init(|| resolved).as_ref())
+}
+
+/// The engine's error as array-io's, naming the file and the dataset.
+fn stored_error(ds: &OpenDataset, e: StoredError) -> Error {
+    match e {
+        StoredError::Corrupt { chunk, reason, .. } => Error::ChunkDecode {
+            path: ds.path.clone(),
+            dataset: ds.name.clone(),
+            chunk,
+            reason,
+        },
+        other => Error::Io {
+            op: "reading",
+            path: ds.path.clone(),
+            source: std::io::Error::other(other.to_string()),
+        },
+    }
+}
+
+/// Reads `slab` of `ds` into `out` (its elements' bytes, row-major) with no HDF5 call on
+/// `threads` threads, where the engine serves it ([`stored_of`]); false, having read nothing,
+/// where it does not.
+fn read_stored(
+    ds: &OpenDataset,
+    types: &Types,
+    slab: &Hyperslab,
+    threads: usize,
+    out: &mut [u8],
+) -> Result<bool> {
+    let Some(stored) = stored_of(ds, types)? else {
+        return Ok(false);
+    };
+    let served = stored.serves(slab);
+    let Some(parts) = served.map_err(|e| stored_error(ds, StoredError::Invalid(e)))? else {
+        return Ok(false);
+    };
+    stored
+        .read_served(slab, &parts, out, threads)
+        .map_err(|e| stored_error(ds, e))?;
+    if !parts.is_empty() {
+        crate::log::debug(format_args!(
+            "{}: {:?}: {} chunks decoded on {threads} threads (read from the file by those \
+             threads), with no HDF5 call",
+            ds.path.display(),
+            ds.name,
+            parts.len()
+        ));
+    }
+    Ok(true)
+}
+
+/// Whether h5gds reads the chunks of `ds` itself (chunked, unfiltered or filtered with a pipeline
+/// it decodes, read with no conversion, `H5GDS_HOST_CODEC` not 0) on `threads` threads
+/// (`h5gds_engine::decoded`, as the Python extension), or why not.
+pub(crate) fn host_decoding(
+    ds: &OpenDataset,
+    types: &Types,
+    threads: usize,
+) -> Result<std::result::Result<Plan, String>> {
+    if let Some(reason) = decoded::declined(types.conversion.as_deref())? {
+        return Ok(Err(reason));
+    }
+    let layout = stored_layout(ds)?;
+    let (rank, item) = (ds.shape.len(), types.mem.size());
+    Ok(decoded::plan(&layout, rank, item, threads))
+}
+
+/// Reads `slab` of `ds` into `out` with h5gds decoding its chunks on `threads` threads; false,
+/// having read nothing (why, in the debug log), where HDF5 is to read it (pipelines h5gds does
+/// not decode, conversions, regions inside one chunk).
+fn read_decoded(
+    ds: &OpenDataset,
+    types: &Types,
+    slab: Hyperslab,
+    threads: usize,
+    out: &mut [u8],
+) -> Result<bool> {
+    let planned = host_decoding(ds, types, threads)?.and_then(|plan| {
+        let touched = decoded::chunks_touched(plan.chunk(), [slab]);
+        plan.spread_over(touched, "the region lies")
+    });
+    let (path, name) = (ds.path.display(), &ds.name);
+    let plan = match planned {
+        Ok(plan) => plan,
+        Err(reason) => {
+            let why = "HDF5 decodes its chunks";
+            crate::log::debug(format_args!("{path}: {name:?}: {why}: {reason}"));
+            return Ok(false);
+        }
+    };
+    let open = |touched| ds.stored_chunks(plan.chunk(), touched);
+    let done = decoded::read_hyperslab(&plan.decoding(), types.mem.id(), slab, open, out)?;
+    crate::log::debug(format_args!("{path}: {name:?}: {done}"));
+    Ok(true)
 }
 
 /// From this size on, a new host array's memory is asked of the kernel in huge pages, as NumPy
@@ -146,22 +225,23 @@ pub(crate) fn read_region<T: Element>(
 /// page faults where `h5gds.from_file`'s NumPy array did not).
 const HUGE_PAGES_FROM: usize = 4 << 20;
 
-/// An empty vector with room for `n` elements, zeroed by the allocator (a large one's fresh pages
-/// are the kernel's zero pages, with no pass over them), its memory advised to be backed by huge
-/// pages where it is large (advice only: where the kernel has none to give it changes nothing).
-fn with_room<T>(n: usize) -> Vec<T> {
+/// A vector of `n` elements of zero bytes (a valid value of every element type: integers,
+/// floats, bool false), zeroed by the allocator (a large one's fresh pages are the kernel's zero
+/// pages, with no pass over them), its memory advised to be backed by huge pages where it is large
+/// (advice only: where the kernel has none to give it changes nothing).
+fn zeroed<T: Element>(n: usize) -> Vec<T> {
     let layout = std::alloc::Layout::array::<T>(n).expect("capacity overflow");
     if layout.size() == 0 {
-        return Vec::with_capacity(n);
+        return Vec::new();
     }
     // SAFETY: a layout of non-zero size.
     let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
     if ptr.is_null() {
         std::alloc::handle_alloc_error(layout);
     }
-    // SAFETY: allocated by the global allocator with the layout of `n` elements of T; no element
-    // is taken as initialised (length 0).
-    let mut values = unsafe { Vec::from_raw_parts(ptr, 0, n) };
+    // SAFETY: allocated by the global allocator with the layout of `n` elements of T, each of
+    // zero bytes, a valid value of every Element type (`ValidAsZeroBits`).
+    let mut values = unsafe { Vec::from_raw_parts(ptr, n, n) };
     let bytes = layout.size();
     if bytes >= HUGE_PAGES_FROM {
         const HUGE: usize = 2 << 20;
@@ -177,56 +257,47 @@ fn with_room<T>(n: usize) -> Vec<T> {
     values
 }
 
-/// The first `n` elements of the spare capacity of `values` as bytes: where the engine and the
-/// host decoding write the stored type's bytes (no conversion is planned when they read).
-///
-/// # Safety
-/// `values` must come from [`with_room`] (its spare capacity zeroed, so every byte is
-/// initialised), with room for `n` elements, and hold no element yet.
-unsafe fn room_bytes<T: Element>(values: &mut Vec<T>, n: usize) -> &mut [u8] {
-    let spare = &mut values.spare_capacity_mut()[..n];
-    // SAFETY: the n elements' bytes are initialised (zeroed by `with_room`, or since overwritten
-    // with a read's bytes), as the caller guarantees; the view spans exactly those n elements of
-    // the spare capacity, borrowed mutably from `values`.
-    unsafe {
-        std::slice::from_raw_parts_mut(
-            spare.as_mut_ptr().cast::<u8>(),
-            std::mem::size_of_val(spare),
-        )
-    }
+/// The elements of `values` as bytes: where the engine and the host decoding write the stored
+/// type's bytes (no conversion is planned when they read). Taken through the vector's pointer,
+/// never a slice of `T`: a bool read may write bytes other than 0 and 1, which [`checked`]
+/// refuses before any element is read as `T`.
+fn bytes_of<T: Element>(values: &mut Vec<T>) -> &mut [u8] {
+    let len = values.len() * std::mem::size_of::<T>();
+    // SAFETY: the vector's own initialised elements, borrowed mutably from it, as bytes (every
+    // byte of an Element is initialised).
+    unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), len) }
 }
 
-/// Takes the `n` elements a read wrote into `values`' spare capacity as its elements, after
-/// checking, for `bool`, that each byte is 0 or 1.
-///
-/// # Safety
-/// The first `n` elements of `values`' spare capacity must have been written.
-unsafe fn filled<T: Element>(ds: &OpenDataset, values: &mut Vec<T>, n: usize) -> Result<()> {
+/// `values` as read, after checking, for `bool`, that each byte is 0 or 1.
+fn checked<T: Element>(ds: &OpenDataset, values: Vec<T>) -> Result<Vec<T>> {
     if T::CHECKED_BYTES {
-        // SAFETY: the n one-byte elements were written (as the caller guarantees); they are
-        // read as bytes only.
-        let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), n) };
+        // SAFETY: the one-byte elements, read as bytes only.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len()) };
         check_bools(bytes, 0).map_err(Error::not_bool(&ds.path, &ds.name))?;
     }
-    // SAFETY: all n elements are initialised (as the caller guarantees) and, for bool, each is
-    // 0 or 1 (checked above).
-    unsafe { values.set_len(n) };
-    Ok(())
+    Ok(values)
 }
 
-/// Reads the `n` elements of the runs of rows `runs` (first row, rows; in increasing order;
-/// each row `rest` of the other axes) into `values` (empty, from [`with_room`] with room for
-/// them) with one `H5Dread` of their union (`h5gds_engine::transfer`, as the Python package's
-/// gathers read).
-fn read_rows_through_hdf5<T: Element>(
+/// `values` as an array of `shape`.
+pub(crate) fn shaped<T>(shape: Vec<usize>, values: Vec<T>) -> Result<ArrayD<T>> {
+    let actual = values.len();
+    ArrayD::from_shape_vec(IxDyn(&shape), values).map_err(|_| Error::ShapeMismatch {
+        expected: shape.iter().product(),
+        shape,
+        actual,
+    })
+}
+
+/// Reads the runs of rows `runs` (first row, rows; in increasing order; each row `rest` of the
+/// other axes) into `out` with one `H5Dread` of their union (`h5gds_engine::transfer`, as the
+/// Python package's gathers read).
+fn read_rows_through_hdf5(
     ds: &OpenDataset,
     types: &Types,
     (runs, rest): (&[(u64, u64)], &Hyperslab),
-    values: &mut Vec<T>,
-    n: usize,
+    out: &mut [u8],
 ) -> Result<()> {
-    // SAFETY: `values` is `with_room`'s for the `n` elements, empty.
-    let bytes = unsafe { room_bytes(values, n) };
     let read = GatherRead {
         dataset: ds.dset.id(),
         mem_type: types.mem.id(),
@@ -234,27 +305,25 @@ fn read_rows_through_hdf5<T: Element>(
         rest_start: rest.start,
         rest_step: rest.step,
         rest_count: rest.count,
-        buffer: bytes.as_mut_ptr() as usize,
-        nbytes: bytes.len(),
+        buffer: out.as_mut_ptr() as usize,
+        nbytes: out.len(),
     };
     hdf5_raw::locked(|| {
         let reads = prepare_gather_in_groups(hdf5_raw::linked_hdf5(), &read, 0)
             .map_err(|e| format!("{e:?}"))?;
-        // SAFETY: each read's part of `bytes` checked against its selection in
-        // `prepare_gather_in_groups`; `bytes` lives through the reads.
+        // SAFETY: each read's part of `out` checked against its selection in
+        // `prepare_gather_in_groups`; `out` lives through the reads.
         reads
             .iter()
             .try_for_each(|prepared| unsafe { prepared.run() })
     })
-    .map_err(|message| Error::hdf5("reading the rows", &ds.path, Some(&ds.name), message))?;
-    // SAFETY: the read above wrote all n elements.
-    unsafe { filled(ds, values, n) }
+    .map_err(|message| Error::hdf5("reading the rows", &ds.path, Some(&ds.name), message))
 }
 
 /// Reads rows `rows` of a dataset (indices along its first axis, in any order, repeats allowed,
 /// negative ones from the end) into a host array of one row per index (see
 /// [`crate::from_file_rows`]): the distinct rows, compressed chunks decoded by h5gds each once
-/// (`host_codec::read_runs`), else with one `H5Dread` of the union of their runs, then copied
+/// (`h5gds_engine::decoded::read_runs`), else with one `H5Dread` of the union of their runs, then copied
 /// into the caller's order.
 pub(crate) fn read_rows<T: Element>(
     path: &Path,
@@ -297,8 +366,7 @@ pub(crate) fn read_rows<T: Element>(
     let row_len: u64 = rest.iter().product();
     let mut shape: Vec<usize> = vec![rows.len()];
     shape.extend(rest.iter().map(|&d| d as usize));
-    let n = plan.distinct() * row_len as usize;
-    let mut values: Vec<T> = with_room(n);
+    let mut values: Vec<T> = zeroed(plan.distinct() * row_len as usize);
     let runs = plan.runs();
     // Every row whole: all of the other axes.
     let (zeros, ones) = (vec![0; rest.len()], vec![1; rest.len()]);
@@ -307,39 +375,39 @@ pub(crate) fn read_rows<T: Element>(
         step: &ones,
         count: rest,
     };
-    if n > 0 {
+    if !values.is_empty() {
         let threads = crate::options::driver_settings().nthreads;
-        let served = match crate::stored::of(&ds, &types)? {
-            Some(stored) => {
-                // SAFETY: `values` is `with_room`'s for the `n` elements, empty.
-                let bytes = unsafe { room_bytes(&mut values, n) };
-                let distinct = plan.distinct() as u64;
-                crate::stored::read_rows(&ds, stored, (runs, &rest), distinct, threads, bytes)?
-            }
+        let bytes = bytes_of(&mut values);
+        let gathered = match stored_of(&ds, &types)? {
+            Some(stored) => (stored
+                .gather(runs, plan.distinct() as u64, &rest, bytes, &|| Ok(threads)))
+            .map_err(|e| stored_error(&ds, e))?,
             None => false,
         };
-        if served {
-            // SAFETY: the read wrote every element.
-            unsafe { filled(&ds, &mut values, n) }?;
-        } else if let Ok(planned) = crate::host_codec::for_dataset(&ds, &types, threads)? {
+        if gathered {
+            crate::log::debug(format_args!(
+                "{}: {:?}: {} runs of rows read on {threads} threads with no HDF5 call",
+                ds.path.display(),
+                ds.name,
+                runs.len()
+            ));
+        } else if let Ok(planned) = host_decoding(&ds, &types, threads)? {
             // Compressed chunks h5gds decodes: each chunk the runs touch decoded once.
-            // SAFETY: `values` is `with_room`'s for the `n` elements, empty (the engine declined
-            // before writing).
-            let bytes = unsafe { room_bytes(&mut values, n) };
             let row_bytes = row_len * types.mem.size() as u64;
             let runs = RowRuns::new(runs, &rest, row_bytes);
-            crate::host_codec::read_runs(&ds, &types.mem, &runs, &planned, bytes)?;
-            // SAFETY: the read wrote every element.
-            unsafe { filled(&ds, &mut values, n) }?;
+            let open = |touched| ds.stored_chunks(planned.chunk(), touched);
+            let placed = runs.placed();
+            let decoding = planned.decoding();
+            let done = decoded::read_runs(&decoding, types.mem.id(), &placed, open, bytes)?;
+            let (path, name) = (ds.path.display(), &ds.name);
+            crate::log::debug(format_args!("{path}: {name:?}: {done}"));
         } else {
-            read_rows_through_hdf5(&ds, &types, (runs, &rest), &mut values, n)?;
+            read_rows_through_hdf5(&ds, &types, (runs, &rest), bytes)?;
         }
     }
-    let len = rows.len() * row_len as usize;
-    let mut out: Vec<T> = with_room(len);
-    // SAFETY: `with_room` zeroed the `len` elements' bytes, a valid value of every element type
-    // (integers, floats, bool false); the scatter below overwrites each.
-    unsafe { out.set_len(len) };
+    let values = checked(&ds, values)?;
+    // The scatter overwrites every element.
+    let mut out: Vec<T> = zeroed(rows.len() * row_len as usize);
     plan.scatter(&values, &mut out, row_len as usize)
         .map_err(|reason| Error::UnsupportedDataset {
             path: ds.path.clone(),
@@ -348,12 +416,7 @@ pub(crate) fn read_rows<T: Element>(
         })?;
     drop(types);
     ds.close()?;
-    let expected = out.len();
-    ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|_| Error::ShapeMismatch {
-        shape: shape.clone(),
-        expected,
-        actual: expected,
-    })
+    shaped(shape, out)
 }
 
 /// Opens a dataset for host reads and checks its type against `T`.

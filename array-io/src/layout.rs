@@ -7,7 +7,6 @@ use crate::error::{Error, Result};
 use crate::file::OpenDataset;
 use crate::hdf5_raw::{linked_hdf5, locked};
 use h5gds_engine::facts::{self, StoredLayout};
-use h5gds_engine::hdf5_error::Hdf5Error;
 use hdf5::Datatype;
 
 /// The element type the caller asked for, checked against the stored one.
@@ -68,24 +67,11 @@ pub(crate) fn check_types<T: Element>(ds: &OpenDataset, allow_conversion: bool) 
 }
 
 /// What the engine says of the dataset's storage (`h5gds_engine::facts`), asked through the
-/// linked HDF5 under hdf5-metno's lock, a failure named as array-io names the step.
+/// linked HDF5 under hdf5-metno's lock; a failure names the HDF5 call that failed.
 pub(crate) fn stored_layout(ds: &OpenDataset) -> Result<StoredLayout> {
     let layout = locked(|| facts::stored_layout(linked_hdf5(), ds.dset.id()));
-    layout.map_err(|e| {
-        let op = match &e {
-            Hdf5Error::Failed { call, .. } => match *call {
-                "H5Dget_create_plist" => "getting the creation properties",
-                "H5Pget_layout" => "getting the layout",
-                "H5Pget_external_count" => "listing external files",
-                "H5Pget_chunk" => "getting the chunk shape",
-                "H5Pget_nfilters" | "H5Pget_filter2" => "listing the filters",
-                "H5Dget_access_plist" | "H5Pget_chunk_cache" => "getting the chunk cache size",
-                other => other,
-            },
-            Hdf5Error::Missing(_) => "asking how the dataset is stored",
-        };
-        Error::hdf5(op, &ds.path, Some(&ds.name), e)
-    })
+    let op = "asking how the dataset is stored";
+    layout.map_err(|e| Error::hdf5(op, &ds.path, Some(&ds.name), e))
 }
 
 #[cfg(test)]

@@ -115,15 +115,9 @@ pub fn tile_of(
     size: usize,
 ) -> Result<(Vec<usize>, Vec<usize>)> {
     let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
-    let block = read_box(decomposition, &shape, rank, size).map_err(|e| Error::Decomposition {
-        reason: e.to_string(),
-    })?;
+    let block = read_box(decomposition, &shape, rank, size)?;
     let usizes = |v: &[u64]| v.iter().map(|&d| d as usize).collect();
     Ok((usizes(&block.start), usizes(&block.count)))
-}
-
-fn rank_and_size<C: Communicator>(comm: &C) -> (usize, usize) {
-    (comm.rank() as usize, comm.size() as usize)
 }
 
 /// Collectively reads dataset `dataset` of the file at `path`: every rank receives its block
@@ -161,14 +155,10 @@ fn read_own_tile<C: Communicator, R: BlockReader>(
     decomposition: &Decomposition,
     open: impl FnOnce() -> Result<R>,
 ) -> Result<R::Chunk> {
-    let (rank, size) = rank_and_size(comm);
+    let (rank, size) = (comm.rank() as usize, comm.size() as usize);
     let read = no_panic("reading a tile", || {
         let mut reader = open()?;
-        let block = read_box(decomposition, reader.dims(), rank, size).map_err(|e| {
-            Error::Decomposition {
-                reason: e.to_string(),
-            }
-        })?;
+        let block = read_box(decomposition, reader.dims(), rank, size)?;
         let tile = reader.read(&block)?;
         reader.close()?;
         Ok(tile)
@@ -241,7 +231,7 @@ fn own_share<C: Communicator, R: BlockReader>(
     comm: &C,
     opened: Result<ChunkBatches<R>>,
 ) -> Result<ChunkBatches<R>> {
-    let (rank, size) = rank_and_size(comm);
+    let (rank, size) = (comm.rank() as usize, comm.size() as usize);
     let opened = opened.map(|mut batches| {
         let (first, count) = share(batches.total() as u64, size as u64, rank as u64);
         batches.restrict(first, first + count);

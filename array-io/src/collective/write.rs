@@ -10,8 +10,8 @@ use crate::driver::{file_access, Driver};
 use crate::element::{descriptor_of, Element};
 use crate::error::no_panic;
 use crate::error::{Error, Result};
-use crate::file::{check_dataset_name, create_file};
-use crate::hdf5_raw::{self, linked_hdf5};
+use crate::file::{check_dataset_name, create_dataset, refuse_directory};
+use crate::hdf5_raw::{self, linked_hdf5, NewLayout};
 use crate::options::Settings;
 use crate::select::{staging_pieces, Block};
 use cudarc::driver::DevicePtr;
@@ -22,6 +22,7 @@ use h5gds_engine::tiles::{write_boxes, Decomposition};
 use h5gds_runtime::stream::synchronize;
 use mpi::traits::*;
 use std::ffi::CString;
+use std::mem::size_of;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -30,15 +31,6 @@ pub(crate) trait Source {
     /// The tile's element type.
     type Item: Element;
     fn shape(&self) -> Vec<u64>;
-    fn element_name(&self) -> &'static str {
-        Self::Item::NAME
-    }
-    fn element_size(&self) -> usize {
-        std::mem::size_of::<Self::Item>()
-    }
-    fn descriptor(&self) -> Result<hdf5::types::TypeDescriptor> {
-        descriptor_of::<Self::Item>()
-    }
     /// The driver the tile's bytes are written through.
     fn driver(&self, settings: &Settings) -> Result<Driver>;
     /// Writes the tile's byte `runs` (of its own row-major order, inside the tile) into the
@@ -83,10 +75,7 @@ impl<T: Element> Source for DeviceTile<'_, T> {
         self.0.shape().iter().map(|&d| d as u64).collect()
     }
     fn driver(&self, settings: &Settings) -> Result<Driver> {
-        Ok(match write_blocker::<T>(settings)? {
-            None => Driver::Gds,
-            Some(_) => Driver::Sec2,
-        })
+        Ok(Driver::unless(&write_blocker::<T>(settings)?))
     }
     fn write(
         &self,
@@ -147,17 +136,14 @@ fn describe<S: Source>(
     decomposition: &Decomposition,
     settings: &Settings,
 ) -> Result<Vec<u8>> {
-    tile.descriptor()?;
+    descriptor_of::<S::Item>()?;
     check_dataset_name(dataset)?;
     tile.driver(settings)?;
     settings.staging_buffer_size()?;
-    let element = format!("{} ({} bytes)", tile.element_name(), tile.element_size());
+    let element = format!("{} ({} bytes)", S::Item::NAME, size_of::<S::Item>());
     let (path, dataset) = (path.to_string_lossy().into_owned(), dataset.to_string());
-    Description::new(path, dataset, element, decomposition, tile.shape())
-        .map(|d| d.encode())
-        .map_err(|e| Error::Decomposition {
-            reason: e.to_string(),
-        })
+    let description = Description::new(path, dataset, element, decomposition, tile.shape())?;
+    Ok(description.encode())
 }
 
 /// Checks that every rank writes the same dataset of the same file with the same element type
@@ -186,34 +172,28 @@ fn plan(descriptions: &[Vec<u8>], decomposition: &Decomposition) -> Result<(Vec<
         }));
     }
     let claims: Vec<_> = all.into_iter().map(|d| d.claim).collect();
-    write_boxes(decomposition, &claims).map_err(|e| bad(e.to_string()))
+    Ok(write_boxes(decomposition, &claims)?)
 }
 
 /// Rank 0: creates the temporary file holding the dataset, allocated, and returns its name and
 /// the dataset's file offset (`None` for a dataset without elements, which has no storage).
 fn create<S: Source>(
-    tile: &S,
     path: &Path,
     dataset: &str,
     shape: &[u64],
     settings: &Settings,
 ) -> Result<(PathBuf, Option<u64>)> {
-    if path.is_dir() {
-        return Err(Error::PathIsDirectory {
-            path: path.to_path_buf(),
-        });
-    }
+    refuse_directory(path)?;
     let tmp = engine::temporary_path(path).map_err(file_step)?;
     let result = (|| {
-        let file = create_file(&tmp, crate::host::host_driver(settings)?)?;
-        let desc = tile.descriptor()?;
-        let file_type = hdf5_raw::locked(|| hdf5::Datatype::from_descriptor(&desc))
-            .map_err(|e| Error::hdf5("creating the element type", path, Some(dataset), e))?;
-        let dset = crate::host::create_dataset(&file, path, dataset, &file_type, shape, true)?;
-        let offset = dset.offset();
-        drop(dset);
-        file.close()
-            .map_err(|e| Error::hdf5("closing the file", path, None, e))?;
+        let (driver, desc) = (
+            crate::host::host_driver(settings)?,
+            descriptor_of::<S::Item>()?,
+        );
+        let early = (shape, NewLayout::Contiguous { early: true });
+        let (ds, _) = create_dataset(&tmp, dataset, driver, &desc, early)?;
+        let offset = ds.dset.offset();
+        ds.close()?;
         if offset.is_none() && shape.iter().product::<u64>() > 0 {
             return Err(Error::Hdf5 {
                 op: "allocating the dataset".into(),
@@ -244,7 +224,7 @@ fn write_tile<S: Source>(
     let Some(offset) = offset.filter(|_| !my_box.is_empty()) else {
         return Ok(());
     };
-    let es = tile.element_size() as u64;
+    let es = size_of::<S::Item>() as u64;
     let end = offset + shape.iter().product::<u64>() * es;
     let in_file = |e: DriverFileError| Error::hdf5(e.op, path, None, e.cause());
     let in_dataset = |e: DriverFileError| Error::hdf5(e.op, path, Some(dataset), e.cause());
@@ -284,7 +264,7 @@ pub(crate) fn write<C: Communicator, S: Source>(comm: &C, tile: &S, to: Target) 
     let (shape, boxes) = plan(&descriptions, decomposition)?;
 
     let created = if rank == 0 {
-        create(tile, path, dataset, &shape, settings)
+        create::<S>(path, dataset, &shape, settings)
     } else {
         Ok((PathBuf::new(), None))
     };
