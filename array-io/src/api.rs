@@ -9,6 +9,7 @@ use crate::element::Element;
 use crate::error::Result;
 use crate::host;
 use crate::options::{ReadOptions, Settings};
+use crate::select::Block;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 use std::path::Path;
 
@@ -80,7 +81,7 @@ pub fn to_file_with<A: ToFile + ?Sized>(
 /// exist); the name is a group; the stored element type is not `T` (the message names both;
 /// see [`from_file_with`] to allow conversion).
 pub fn from_file<T: Element>(path: impl AsRef<Path>, dataset: &str) -> Result<ArrayD<T>> {
-    host::read(path.as_ref(), dataset, &ReadOptions::default())
+    from_file_with(path, dataset, &ReadOptions::default())
 }
 
 /// [`from_file`] with options (type conversion, settings).
@@ -89,7 +90,7 @@ pub fn from_file_with<T: Element>(
     dataset: &str,
     options: &ReadOptions,
 ) -> Result<ArrayD<T>> {
-    host::read(path.as_ref(), dataset, options)
+    host::read(path.as_ref(), dataset, options, whole)
 }
 
 /// Reads rows of dataset `dataset` of the file at `path` into a host array with one row per
@@ -116,12 +117,7 @@ pub fn from_file_to_device<T: Element>(
     dataset: &str,
     stream: impl IntoStream,
 ) -> Result<DeviceArray<T>> {
-    device::read(
-        path.as_ref(),
-        dataset,
-        stream.into_stream(),
-        &ReadOptions::default(),
-    )
+    from_file_to_device_with(path, dataset, stream, &ReadOptions::default())
 }
 
 /// [`from_file_to_device`] with options (type conversion, settings).
@@ -131,7 +127,7 @@ pub fn from_file_to_device_with<T: Element>(
     stream: impl IntoStream,
     options: &ReadOptions,
 ) -> Result<DeviceArray<T>> {
-    device::read(path.as_ref(), dataset, stream.into_stream(), options)
+    device::read(path.as_ref(), dataset, stream.into_stream(), options, whole)
 }
 
 /// Reads dataset `dataset` in chunks of `chunk_shape` into host arrays: an iterator of
@@ -154,8 +150,7 @@ pub fn from_file_batched_with<T: Element>(
     chunk_shape: &[usize],
     options: &ReadOptions,
 ) -> Result<Batches<T>> {
-    let reader = batched::HostBlockReader::open(path.as_ref(), dataset, options)?;
-    batched::ChunkBatches::over(reader, dataset, chunk_shape)
+    batched::host(path.as_ref(), dataset, options, chunk_shape)
 }
 
 /// [`from_file_batched`] into device memory: each chunk a [`DeviceArray`] on `stream`.
@@ -177,7 +172,16 @@ pub fn from_file_batched_to_device_with<T: Element>(
     stream: impl IntoStream,
     options: &ReadOptions,
 ) -> Result<DeviceBatches<T>> {
-    let stream = stream.into_stream();
-    let reader = batched::DeviceBlockReader::open(path.as_ref(), dataset, options, stream)?;
-    batched::ChunkBatches::over(reader, dataset, chunk_shape)
+    batched::device(
+        path.as_ref(),
+        dataset,
+        options,
+        stream.into_stream(),
+        chunk_shape,
+    )
+}
+
+/// The whole of a dataset of `shape` (what the reads of a whole dataset read).
+fn whole(shape: &[u64]) -> Result<Block> {
+    Ok(Block::whole(shape))
 }

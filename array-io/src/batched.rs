@@ -5,13 +5,10 @@
 use crate::device::{DeviceArray, DeviceSource};
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::file::OpenDataset;
-use crate::layout::Types;
 use crate::select::{chunk_grid, Block, ChunkGrid};
 use crate::ReadOptions;
 use cudarc::driver::CudaStream;
 use ndarray::ArrayD;
-use std::marker::PhantomData;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -38,34 +35,27 @@ fn check_chunk_shape(dataset: &str, shape: &[u64], chunk_shape: &[usize]) -> Res
     Ok(chunk_shape.iter().map(|&c| c as u64).collect())
 }
 
-/// Where a batched read's chunks come from: the dataset's shape, and one block read at a time.
-pub trait BlockReader {
-    /// One chunk as read.
-    type Chunk;
-    /// The dataset's shape.
-    fn dims(&self) -> &[u64];
-    /// Reads one block of the dataset.
-    fn read(&mut self, block: &Block) -> Result<Self::Chunk>;
-    /// Closes the dataset and its file, reporting what HDF5 reports.
-    fn close(self) -> Result<()>;
-}
+/// Reads one block of a dataset.
+type ReadBlock<C> = Box<dyn FnMut(&Block) -> Result<C> + Send>;
 
 /// Chunks of a dataset: `(chunk, offsets)` pairs, `offsets` being the chunk's position in the
-/// dataset, read from `S` (host memory: [`Batches`], device memory: [`DeviceBatches`]). After an
-/// error it yields nothing more.
-pub struct ChunkBatches<S> {
-    source: S,
+/// dataset, each read by `read` (host memory: [`Batches`], device memory: [`DeviceBatches`]).
+/// After an error it yields nothing more.
+pub struct ChunkBatches<C> {
+    shape: Vec<u64>,
+    read: ReadBlock<C>,
     grid: ChunkGrid,
     failed: bool,
 }
 
-impl<S: BlockReader> ChunkBatches<S> {
-    /// Batches of `chunk_shape` over what `source` reads.
-    pub(crate) fn over(source: S, dataset: &str, chunk_shape: &[usize]) -> Result<Self> {
-        let chunk = check_chunk_shape(dataset, source.dims(), chunk_shape)?;
-        let grid = chunk_grid(source.dims(), &chunk);
+impl<C> ChunkBatches<C> {
+    /// Batches of `chunk_shape` over a dataset of `shape`, each read by `read`.
+    fn over(shape: Vec<u64>, read: ReadBlock<C>, dataset: &str, chunk: &[usize]) -> Result<Self> {
+        let chunk = check_chunk_shape(dataset, &shape, chunk)?;
+        let grid = chunk_grid(&shape, &chunk);
         Ok(ChunkBatches {
-            source,
+            shape,
+            read,
             grid,
             failed: false,
         })
@@ -73,7 +63,7 @@ impl<S: BlockReader> ChunkBatches<S> {
 
     /// The dataset's shape.
     pub fn shape(&self) -> Vec<usize> {
-        self.source.dims().iter().map(|&d| d as usize).collect()
+        self.shape.iter().map(|&d| d as usize).collect()
     }
 
     /// The number of chunks in all (read or not).
@@ -88,17 +78,15 @@ impl<S: BlockReader> ChunkBatches<S> {
     }
 }
 
-impl<S: BlockReader> Iterator for ChunkBatches<S> {
-    type Item = Result<(S::Chunk, Vec<usize>)>;
+impl<C> Iterator for ChunkBatches<C> {
+    type Item = Result<(C, Vec<usize>)>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.failed {
             return None;
         }
         let block = self.grid.next()?;
-        let result = self
-            .source
-            .read(&block)
+        let result = (self.read)(&block)
             .map(|chunk| (chunk, block.start.iter().map(|&s| s as usize).collect()));
         self.failed = result.is_err();
         Some(result)
@@ -113,87 +101,47 @@ impl<S: BlockReader> Iterator for ChunkBatches<S> {
     }
 }
 
-/// A dataset read into host arrays.
-pub struct HostBlockReader<T> {
-    ds: OpenDataset,
-    types: Types,
-    /// The driver's I/O threads, which decode compressed chunks (its settings, read at open).
-    threads: usize,
-    marker: PhantomData<T>,
-}
-
-impl<T: Element> HostBlockReader<T> {
-    pub(crate) fn open(path: &Path, dataset: &str, options: &ReadOptions) -> Result<Self> {
-        let (ds, types) = crate::host::open_checked::<T>(path, dataset, options)?;
-        Ok(HostBlockReader {
-            ds,
-            types,
-            threads: crate::options::driver_settings().nthreads,
-            marker: PhantomData,
-        })
-    }
-}
-
-impl<T: Element> BlockReader for HostBlockReader<T> {
-    type Chunk = ArrayD<T>;
-    fn dims(&self) -> &[u64] {
-        &self.ds.shape
-    }
-    fn read(&mut self, block: &Block) -> Result<ArrayD<T>> {
-        crate::host::read_region::<T>(&self.ds, &self.types, block, self.threads)
-    }
-    fn close(self) -> Result<()> {
-        drop(self.types);
-        self.ds.close()
-    }
-}
-
-/// A dataset read into device arrays on one stream.
-pub struct DeviceBlockReader<T> {
-    source: DeviceSource,
-    stream: Arc<CudaStream>,
-    marker: PhantomData<T>,
-}
-
-impl<T: Element> DeviceBlockReader<T> {
-    pub(crate) fn open(
-        path: &Path,
-        dataset: &str,
-        options: &ReadOptions,
-        stream: Arc<CudaStream>,
-    ) -> Result<Self> {
-        let source = crate::error::no_panic("opening for device reads", || {
-            DeviceSource::open::<T>(path, dataset, options)
-        })?;
-        Ok(DeviceBlockReader {
-            source,
-            stream,
-            marker: PhantomData,
-        })
-    }
-}
-
-impl<T: Element> BlockReader for DeviceBlockReader<T> {
-    type Chunk = DeviceArray<T>;
-    fn dims(&self) -> &[u64] {
-        &self.source.ds.shape
-    }
-    fn read(&mut self, block: &Block) -> Result<DeviceArray<T>> {
-        crate::error::no_panic("reading a chunk into device memory", || {
-            self.source.read::<T>(block, &self.stream)
-        })
-    }
-    fn close(self) -> Result<()> {
-        self.source.ds.close()
-    }
-}
-
 /// Host chunks of a dataset, each an `ArrayD`. Returned by [`crate::from_file_batched`].
-pub type Batches<T> = ChunkBatches<HostBlockReader<T>>;
+pub type Batches<T> = ChunkBatches<ArrayD<T>>;
 
 /// Device chunks of a dataset, each a [`DeviceArray`]. Returned by
 /// [`crate::from_file_batched_to_device`].
-pub type DeviceBatches<T> = ChunkBatches<DeviceBlockReader<T>>;
+pub type DeviceBatches<T> = ChunkBatches<DeviceArray<T>>;
+
+/// Batches of `chunk_shape` of `dataset` read into host arrays, compressed chunks decoded on
+/// the driver's I/O threads (its settings, read at open).
+pub(crate) fn host<T: Element>(
+    path: &Path,
+    dataset: &str,
+    options: &ReadOptions,
+    chunk_shape: &[usize],
+) -> Result<Batches<T>> {
+    let (ds, types) = crate::host::open_checked::<T>(path, dataset, options)?;
+    let threads = crate::options::driver_settings().nthreads;
+    let shape = ds.shape.clone();
+    let read = move |block: &Block| crate::host::read_region::<T>(&ds, &types, block, threads);
+    ChunkBatches::over(shape, Box::new(read), dataset, chunk_shape)
+}
+
+/// Batches of `chunk_shape` of `dataset` read into device arrays on `stream`.
+pub(crate) fn device<T: Element>(
+    path: &Path,
+    dataset: &str,
+    options: &ReadOptions,
+    stream: Arc<CudaStream>,
+    chunk_shape: &[usize],
+) -> Result<DeviceBatches<T>> {
+    let source = crate::error::no_panic("opening for device reads", || {
+        DeviceSource::open::<T>(path, dataset, options)
+    })?;
+    let shape = source.ds.shape.clone();
+    let read = move |block: &Block| {
+        crate::error::no_panic("reading a chunk into device memory", || {
+            source.read::<T>(block, &stream)
+        })
+    };
+    ChunkBatches::over(shape, Box::new(read), dataset, chunk_shape)
+}
 
 #[cfg(test)]
 mod tests {

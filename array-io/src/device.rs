@@ -269,40 +269,30 @@ pub(crate) fn write<T: Element>(
             // array's stream wait for recorded writes, then the stream is synchronized.
             let (ptr, record) = data.device_ptr(stream);
             synchronize(stream)?;
-            let (zeros, ones) = (vec![0; shape.len()], vec![1; shape.len()]);
-            let selection = Hyperslab {
-                start: &zeros,
-                step: &ones,
-                count: &shape,
+            let face = Moving {
+                write: true,
+                path,
+                name: dataset,
+                stream,
+                driver: &std::cell::OnceCell::new(),
+                source: (),
             };
-            let (ids, bytes) = ((ds.dset.id(), mem_type.id()), array.len() * size_of::<T>());
-            let prepared = Locked::prepare(true, ids, selection, (ptr as usize, bytes))
-                .map_err(|m| Error::hdf5("writing from device memory", path, Some(dataset), m))?;
-            if let Some(prepared) = &prepared.0 {
-                let io = Selected {
-                    prepared,
-                    selection,
-                    item: size_of::<T>(),
-                    address: ptr,
-                    // Read only for a staged write, as before the engine moved it.
-                    staging_size: match blocker {
-                        Some(_) => settings.staging_buffer_size()?,
-                        None => 0,
-                    },
-                };
-                let face = Moving {
-                    write: true,
-                    path,
-                    name: dataset,
-                    stream,
-                    driver: &std::cell::OnceCell::new(),
-                    source: (),
-                };
+            let zeros = vec![0; shape.len()];
+            // Read only for a staged write, as before the engine moved it.
+            let staging_size = match blocker {
+                Some(_) => settings.staging_buffer_size()?,
+                None => 0,
+            };
+            let (ids, at) = (
+                (ds.dset.id(), mem_type.id()),
+                (ptr, size_of::<T>(), staging_size),
+            );
+            face.transfer(ids, (&zeros, &shape), at, |io| {
                 // SAFETY: the allocation holds the whole array in the memory type, alive until
-                // `record` is dropped; the gds driver hands device buffers to cuFile or its bounce
-                // buffers.
-                unsafe { device::write(&face, &io, blocker.as_deref()) }?;
-            }
+                // `record` is dropped; the gds driver hands device buffers to cuFile or its
+                // bounce buffers.
+                unsafe { device::write(&face, io, blocker.as_deref()) }
+            })?;
             drop(record);
         }
         ds.close()
@@ -392,46 +382,31 @@ impl DeviceSource {
         // The allocation is usable by other contexts and threads (the driver's) once the
         // stream has made it.
         synchronize(stream)?;
-        let ones = vec![1; region.count.len()];
-        let selection = Hyperslab {
-            start: &region.start,
-            step: &ones,
-            count: &region.count,
+        let face = Moving {
+            write: false,
+            path: &ds.path,
+            name: &ds.name,
+            stream,
+            driver: &self.vfd_settings,
+            source: self,
         };
-        let (ids, item) = ((ds.dset.id(), self.types.mem.id()), size_of::<T>());
-        let buffer = (dest as usize, region.len() as usize * item);
-        let prepared = Locked::prepare(false, ids, selection, buffer)
-            .map_err(|m| Error::hdf5("reading into device memory", &ds.path, Some(&ds.name), m))?;
-        if let Some(prepared) = &prepared.0 {
-            let io = Selected {
-                prepared,
-                selection,
-                item,
-                address: dest,
-                staging_size: self.staging_size,
-            };
-            let route = ReadRoute {
-                layout: &self.layout,
-                storage: &self.storage,
-                facts: &self.facts,
-                path: self.device_path,
-                host: (self.host.as_ref())
-                    .map(|p| p.decoding().pipeline)
-                    .map_err(Clone::clone),
-                split: true,
-            };
-            let face = Moving {
-                write: false,
-                path: &ds.path,
-                name: &ds.name,
-                stream,
-                driver: &self.vfd_settings,
-                source: self,
-            };
-            // SAFETY: `dest` holds the region's elements of `T` (allocated above for its shape),
-            // alive until `record` is dropped.
-            unsafe { device::read(&face, &io, &route) }?;
-        }
+        let route = ReadRoute {
+            layout: &self.layout,
+            storage: &self.storage,
+            facts: &self.facts,
+            path: self.device_path,
+            host: (self.host.as_ref())
+                .map(|p| p.decoding().pipeline)
+                .map_err(Clone::clone),
+            split: true,
+        };
+        let ids = (ds.dset.id(), self.types.mem.id());
+        let at = (dest, size_of::<T>(), self.staging_size);
+        face.transfer(ids, (&region.start, &region.count), at, |io| {
+            // SAFETY: `dest` holds the region's elements of `T` (allocated above for its
+            // shape), alive until `record` is dropped.
+            unsafe { device::read(&face, io, &route) }
+        })?;
         synchronize(stream)?;
         drop(record);
         Ok(array)
@@ -448,6 +423,40 @@ struct Moving<'a, S> {
     /// The driver's settings, loaded at the first ask.
     driver: &'a std::cell::OnceCell<h5gds::VfdSettings>,
     source: S,
+}
+
+impl<S> Moving<'_, S> {
+    /// Prepares the transfer of the box `(start, count)` of the dataset `ids` names (with the
+    /// memory type's id) to or from the device array at `address` (elements of `item` bytes,
+    /// staged through buffers of at most `staging_size`), and runs `go` over it where it moves
+    /// anything.
+    fn transfer(
+        &self,
+        ids: (i64, i64),
+        (start, count): (&[u64], &[u64]),
+        (address, item, staging_size): (u64, usize, usize),
+        go: impl FnOnce(&Selected) -> Result<()>,
+    ) -> Result<()> {
+        let ones = vec![1; count.len()];
+        let selection = Hyperslab {
+            start,
+            step: &ones,
+            count,
+        };
+        let bytes = count.iter().product::<u64>() as usize * item;
+        let prepared = Locked::prepare(self.write, ids, selection, (address as usize, bytes))
+            .map_err(|m| self.failed(Step::Direct, m))?;
+        let Some(prepared) = &prepared.0 else {
+            return Ok(());
+        };
+        go(&Selected {
+            prepared,
+            selection,
+            item,
+            address,
+            staging_size,
+        })
+    }
 }
 
 impl<S> Face for Moving<'_, S> {
@@ -549,17 +558,18 @@ impl<'a> ReadFace for Moving<'a, &'a DeviceSource> {
     }
 }
 
-/// Reads a whole dataset into device memory (see [`crate::from_file_to_device`]).
+/// Reads the box `region` gives of a dataset's shape into device memory (the whole dataset: see
+/// [`crate::from_file_to_device`]).
 pub(crate) fn read<T: Element>(
     path: &Path,
     dataset: &str,
     stream: Arc<CudaStream>,
     options: &ReadOptions,
+    region: impl FnOnce(&[u64]) -> Result<Block>,
 ) -> Result<DeviceArray<T>> {
     no_panic("reading into device memory", || {
         let source = DeviceSource::open::<T>(path, dataset, options)?;
-        let region = Block::whole(&source.ds.shape);
-        let array = source.read(&region, &stream)?;
+        let array = source.read(&region(&source.ds.shape)?, &stream)?;
         source.ds.close()?;
         Ok(array)
     })

@@ -48,32 +48,25 @@ pub enum Compression {
 }
 
 impl Compression {
-    fn codec(self) -> GpuCodec {
+    /// The GPU codec, and the filter id and its client data as HDF5 and hdf5plugin write them:
+    /// deflate level 1 (nvCOMP's default is its fast algorithm), Zstandard level 3 (hdf5plugin's
+    /// default; the value only informs), LZ4 block size 0 (the filter's default; the header has
+    /// the real one).
+    fn codec(self) -> (GpuCodec, i32, &'static [u32]) {
         match self {
-            Compression::Deflate => GpuCodec::Deflate,
-            Compression::Zstd => GpuCodec::Zstd,
-            Compression::Lz4 => GpuCodec::Lz4,
+            Compression::Deflate => (GpuCodec::Deflate, FILTER_DEFLATE, &[1]),
+            Compression::Zstd => (GpuCodec::Zstd, FILTER_ZSTD, &[3]),
+            Compression::Lz4 => (GpuCodec::Lz4, FILTER_LZ4, &[0]),
         }
     }
 
     /// The storage of a dataset in chunks of `chunk` encoded with this codec.
     fn stored(self, chunk: &[u64]) -> NewLayout<'_> {
-        let (filter, cd_values) = self.filter();
+        let (_, filter, cd_values) = self.codec();
         NewLayout::Filtered {
             chunk,
             filter,
             cd_values,
-        }
-    }
-
-    /// The filter id and its client data as HDF5 and hdf5plugin write them: deflate level 1
-    /// (nvCOMP's default is its fast algorithm), Zstandard level 3 (hdf5plugin's default; the
-    /// value only informs), LZ4 block size 0 (the filter's default; the header has the real one).
-    fn filter(self) -> (i32, &'static [u32]) {
-        match self {
-            Compression::Deflate => (FILTER_DEFLATE, &[1]),
-            Compression::Zstd => (FILTER_ZSTD, &[3]),
-            Compression::Lz4 => (FILTER_LZ4, &[0]),
         }
     }
 }
@@ -134,7 +127,7 @@ fn write<T: Element>(
     let desc = descriptor_of::<T>()?;
     check_dataset_name(dataset)?;
     check_chunk(array.shape(), chunk, dataset)?;
-    let codec = compression.codec();
+    let (codec, _, _) = compression.codec();
     let stream = array.stream().clone();
     let es = std::mem::size_of::<T>();
     let chunk64: Vec<u64> = chunk.iter().map(|&c| c as u64).collect();
@@ -187,7 +180,7 @@ fn write_on_host<T: Element>(
     compression: Compression,
     why: &str,
 ) -> Result<()> {
-    let (id, cd) = compression.filter();
+    let (_, id, cd) = compression.codec();
     let es = std::mem::size_of::<T>();
     let filters = [Filter {
         id,

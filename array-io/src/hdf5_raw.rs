@@ -19,7 +19,7 @@
 
 use h5gds_runtime::hdf5::MissingSymbol;
 use hdf5::plist::{DatasetAccess, FileAccess};
-use hdf5::{Dataset, Dataspace, Datatype, File};
+use hdf5::{h5check, Dataset, Dataspace, Datatype, File};
 use hdf5_sys::h5i::hid_t;
 use std::ffi::{c_void, CString};
 use std::path::Path;
@@ -42,11 +42,6 @@ pub fn linked_code_address() -> Result<*const c_void> {
 /// Runs `f` holding HDF5's library lock (hdf5-metno's, reentrant).
 pub fn locked<T>(f: impl FnOnce() -> T) -> T {
     hdf5::sync::sync(f)
-}
-
-/// Fails with HDF5's error stack when `status` is negative.
-fn check(status: i64) -> Result<i64> {
-    hdf5::h5check(status)
 }
 
 /// Every record of an error's HDF5 stack, outermost first, as `function(): description` lines
@@ -107,12 +102,12 @@ pub fn file_access(driver: &FileDriver) -> Result<FileAccess> {
             let config = c_string(config.as_bytes(), "the driver config")?;
             let set = linked(linked_hdf5().H5Pset_driver_by_name)?;
             // SAFETY: a valid list and two C strings that outlive the call.
-            check(locked(|| unsafe { set(fapl.id(), name.as_ptr(), config.as_ptr()) }) as i64)?;
+            h5check(locked(|| unsafe { set(fapl.id(), name.as_ptr(), config.as_ptr()) }) as i64)?;
         }
         FileDriver::Registered(id) => {
             let set = linked(linked_hdf5().H5Pset_driver)?;
             // SAFETY: a valid list; HDF5 checks the id; the drivers used here take no info.
-            check(locked(|| unsafe { set(fapl.id(), *id, std::ptr::null()) }) as i64)?;
+            h5check(locked(|| unsafe { set(fapl.id(), *id, std::ptr::null()) }) as i64)?;
         }
     }
     Ok(fapl)
@@ -122,7 +117,7 @@ pub fn file_access(driver: &FileDriver) -> Result<FileAccess> {
 pub fn selected_driver(fapl: &FileAccess) -> Result<hid_t> {
     let get = linked(linked_hdf5().H5Pget_driver)?;
     // SAFETY: a valid list.
-    check(locked(|| unsafe { get(fapl.id()) }))
+    h5check(locked(|| unsafe { get(fapl.id()) }))
 }
 
 /// Creates (truncating) the file at `path` with `fapl`.
@@ -140,7 +135,7 @@ pub fn create_file(path: &Path, fapl: &FileAccess) -> Result<File> {
             )
         };
         // SAFETY: a fresh id (checked by from_id), owned by the File from here on.
-        unsafe { hdf5::from_id(check(id)?) }
+        unsafe { hdf5::from_id(h5check(id)?) }
     })
 }
 
@@ -152,7 +147,7 @@ pub fn open_file(path: &Path, fapl: &FileAccess) -> Result<File> {
         // SAFETY: a valid C string and list.
         let id = unsafe { open(name.as_ptr(), hdf5_sys::h5f::H5F_ACC_RDONLY, fapl.id()) };
         // SAFETY: a fresh id, owned by the File from here on.
-        unsafe { hdf5::from_id(check(id)?) }
+        unsafe { hdf5::from_id(h5check(id)?) }
     })
 }
 
@@ -202,7 +197,7 @@ pub fn create_dataset(
         } = layout
         {
             // SAFETY: a valid list; cd_values has cd_values.len() entries.
-            check(unsafe {
+            h5check(unsafe {
                 set_filter(
                     dcpl.id(),
                     *filter,
@@ -233,7 +228,7 @@ pub fn create_dataset(
             )
         };
         // SAFETY: a fresh id, owned by the Dataset from here on.
-        unsafe { hdf5::from_id(check(id)?) }
+        unsafe { hdf5::from_id(h5check(id)?) }
     })
 }
 
@@ -246,7 +241,7 @@ pub fn open_dataset(file: &File, name: &str, dapl: &DatasetAccess) -> Result<Dat
         // SAFETY: a valid location, C string and list.
         let id = unsafe { open(file.id(), c_name.as_ptr(), dapl.id()) };
         // SAFETY: a fresh id, owned by the Dataset from here on.
-        unsafe { hdf5::from_id(check(id)?) }
+        unsafe { hdf5::from_id(h5check(id)?) }
     })
 }
 
@@ -255,7 +250,7 @@ pub fn prepend_plugin_path(dir: &Path) -> Result<()> {
     let dir = c_path(dir)?;
     let prepend = linked(linked_hdf5().H5PLprepend)?;
     // SAFETY: a valid C string.
-    check(locked(|| unsafe { prepend(dir.as_ptr()) }) as i64).map(drop)
+    h5check(locked(|| unsafe { prepend(dir.as_ptr()) }) as i64).map(drop)
 }
 
 /// The error of a failed chunk call of the engine on the linked HDF5: the missing function, or
@@ -263,7 +258,7 @@ pub fn prepend_plugin_path(dir: &Path) -> Result<()> {
 pub fn chunk_error(failed: h5gds_engine::chunks::CallFailed) -> hdf5::Error {
     match failed.missing {
         Some(missing) => hdf5::Error::from(format!("the linked HDF5: {missing}")),
-        None => check(-1).unwrap_err(),
+        None => h5check(-1).unwrap_err(),
     }
 }
 
@@ -276,14 +271,14 @@ pub fn registered_driver(value: i32) -> Result<Option<hid_t>> {
     );
     locked(|| {
         // SAFETY: a plain query.
-        let registered = check(unsafe { is_registered(value) } as i64)?;
+        let registered = h5check(unsafe { is_registered(value) } as i64)?;
         if registered == 0 {
             return Ok(None);
         }
         // Selecting the driver by value on a scratch list finds the registered one (it would
         // load a plugin only if none were registered).
         let fapl = FileAccess::try_new()?;
-        check(
+        h5check(
             // SAFETY: a valid list; no config string.
             unsafe { set_by_value(fapl.id(), value, std::ptr::null()) } as i64,
         )?;
@@ -299,7 +294,7 @@ pub fn registered_driver(value: i32) -> Result<Option<hid_t>> {
 pub unsafe fn register_driver(class: *const c_void) -> Result<hid_t> {
     let register = linked(linked_hdf5().H5FDregister)?;
     // SAFETY: as the caller guarantees.
-    check(locked(|| unsafe { register(class) }))
+    h5check(locked(|| unsafe { register(class) }))
 }
 
 /// HDF5's copy of the class registered as driver `id` (HDF5 keeps one per registration), through

@@ -432,15 +432,17 @@ pub(crate) fn open_checked<T: Element>(
     Ok((ds, types))
 }
 
-/// Reads a whole dataset into a host array (see [`crate::from_file`]).
+/// Reads the box `region` gives of a dataset's shape into a host array (the whole dataset: see
+/// [`crate::from_file`]).
 pub(crate) fn read<T: Element>(
     path: &Path,
     dataset: &str,
     options: &ReadOptions,
+    region: impl FnOnce(&[u64]) -> Result<Block>,
 ) -> Result<ArrayD<T>> {
     let (ds, types) = open_checked::<T>(path, dataset, options)?;
     let threads = crate::options::driver_settings().nthreads;
-    let array = read_region(&ds, &types, &Block::whole(&ds.shape), threads)?;
+    let array = read_region(&ds, &types, &region(&ds.shape)?, threads)?;
     drop(types);
     ds.close()?;
     Ok(array)

@@ -21,21 +21,6 @@ const H5F_ACC_SWMR_READ: c_uint = 0x0040;
 /// An id this module opened, closed with `close` when dropped.
 struct Opened(hid_t, unsafe extern "C" fn(hid_t) -> herr_t);
 
-impl Opened {
-    /// Owns the id `call` returned, or reports HDF5's error for a failed one.
-    fn new(
-        api: &Hdf5Api,
-        id: hid_t,
-        close: unsafe extern "C" fn(hid_t) -> herr_t,
-        call: &'static str,
-    ) -> Result<Opened, Hdf5Error> {
-        if id < 0 {
-            return Err(Hdf5Error::failed(api, call));
-        }
-        Ok(Opened(id, close))
-    }
-}
-
 impl Drop for Opened {
     fn drop(&mut self) {
         // SAFETY: an id HDF5 handed to this module, closed once with its own close function.
@@ -80,7 +65,7 @@ pub fn dataset_facts(
     // SAFETY: plain queries on ids HDF5 checks; the stored type is closed by `Opened`.
     let (same_type, stored_size) = unsafe {
         let stored = (api.H5Dget_type?)(dataset);
-        let stored = Opened::new(api, stored, api.H5Tclose?, "H5Dget_type")?;
+        let stored = Opened(Hdf5Error::check(api, stored, "H5Dget_type")?, api.H5Tclose?);
         (
             (api.H5Tequal?)(stored.0, mem_type) > 0,
             (api.H5Tget_size?)(stored.0),
@@ -99,13 +84,14 @@ pub fn stored_layout(api: &Hdf5Api, dataset: hid_t) -> Result<StoredLayout, Hdf5
     // every id opened here is closed by `Opened`; the out-pointers are valid for the calls.
     unsafe {
         let dcpl = (api.H5Dget_create_plist?)(dataset);
-        let dcpl = Opened::new(api, dcpl, api.H5Pclose?, "H5Dget_create_plist")?;
+        let dcpl = Opened(
+            Hdf5Error::check(api, dcpl, "H5Dget_create_plist")?,
+            api.H5Pclose?,
+        );
         Ok(match (api.H5Pget_layout?)(dcpl.0) {
             H5D_CONTIGUOUS => {
                 let external = (api.H5Pget_external_count?)(dcpl.0);
-                if external < 0 {
-                    return Err(Hdf5Error::failed(api, "H5Pget_external_count"));
-                }
+                Hdf5Error::check(api, external, "H5Pget_external_count")?;
                 let address = (api.H5Dget_offset?)(dataset);
                 stack(api); // an unallocated dataset has no offset: not an error here
                 StoredLayout::Contiguous {
@@ -117,23 +103,22 @@ pub fn stored_layout(api: &Hdf5Api, dataset: hid_t) -> Result<StoredLayout, Hdf5
             H5D_CHUNKED => {
                 let mut dims = [0 as hsize_t; H5S_MAX_RANK];
                 let rank = (api.H5Pget_chunk?)(dcpl.0, H5S_MAX_RANK as c_int, dims.as_mut_ptr());
-                if rank < 0 {
-                    return Err(Hdf5Error::failed(api, "H5Pget_chunk"));
-                }
+                Hdf5Error::check(api, rank, "H5Pget_chunk")?;
                 let count = (api.H5Pget_nfilters?)(dcpl.0);
-                if count < 0 {
-                    return Err(Hdf5Error::failed(api, "H5Pget_nfilters"));
-                }
+                Hdf5Error::check(api, count, "H5Pget_nfilters")?;
                 let mut filters = Vec::new();
                 for i in 0..count as c_uint {
                     filters.push(filter(api, dcpl.0, i)?);
                 }
                 let dapl = (api.H5Dget_access_plist?)(dataset);
-                let dapl = Opened::new(api, dapl, api.H5Pclose?, "H5Dget_access_plist")?;
+                let dapl = Opened(
+                    Hdf5Error::check(api, dapl, "H5Dget_access_plist")?,
+                    api.H5Pclose?,
+                );
                 let (mut slots, mut cache_bytes, mut w0) = (0usize, 0usize, 0f64);
-                if (api.H5Pget_chunk_cache?)(dapl.0, &mut slots, &mut cache_bytes, &mut w0) < 0 {
-                    return Err(Hdf5Error::failed(api, "H5Pget_chunk_cache"));
-                }
+                let cache =
+                    (api.H5Pget_chunk_cache?)(dapl.0, &mut slots, &mut cache_bytes, &mut w0);
+                Hdf5Error::check(api, cache, "H5Pget_chunk_cache")?;
                 StoredLayout::Chunked {
                     chunk: dims[..rank as usize].to_vec(),
                     filters,
@@ -169,9 +154,7 @@ unsafe fn filter(api: &Hdf5Api, dcpl: hid_t, index: c_uint) -> Result<Filter, Hd
                 &mut config,
             )
         };
-        if id < 0 {
-            return Err(Hdf5Error::failed(api, "H5Pget_filter2"));
-        }
+        Hdf5Error::check(api, id, "H5Pget_filter2")?;
         if count <= values.len() {
             values.truncate(count);
             return Ok(Filter { id, values });
@@ -186,11 +169,13 @@ pub fn read_only_file(api: &Hdf5Api, dataset: hid_t) -> Result<bool, Hdf5Error> 
     // SAFETY: plain queries on ids HDF5 checks; the file id opened here is closed by `Opened`.
     unsafe {
         let file = (api.H5Iget_file_id?)(dataset);
-        let file = Opened::new(api, file, api.H5Fclose?, "H5Iget_file_id")?;
+        let file = Opened(
+            Hdf5Error::check(api, file, "H5Iget_file_id")?,
+            api.H5Fclose?,
+        );
         let mut intent: c_uint = H5F_ACC_RDWR;
-        if (api.H5Fget_intent?)(file.0, &mut intent) < 0 {
-            return Err(Hdf5Error::failed(api, "H5Fget_intent"));
-        }
+        let status = (api.H5Fget_intent?)(file.0, &mut intent);
+        Hdf5Error::check(api, status, "H5Fget_intent")?;
         Ok(intent & (H5F_ACC_RDWR | H5F_ACC_SWMR_READ) == 0)
     }
 }
@@ -219,13 +204,11 @@ pub fn dimensions(api: &Hdf5Api, dataset: hid_t) -> Result<Vec<u64>, Hdf5Error> 
     // for HDF5's largest rank.
     unsafe {
         let space = (api.H5Dget_space?)(dataset);
-        let space = Opened::new(api, space, api.H5Sclose?, "H5Dget_space")?;
+        let space = Opened(Hdf5Error::check(api, space, "H5Dget_space")?, api.H5Sclose?);
         let mut dims = [0 as hsize_t; H5S_MAX_RANK];
         let rank =
             (api.H5Sget_simple_extent_dims?)(space.0, dims.as_mut_ptr(), std::ptr::null_mut());
-        if rank < 0 {
-            return Err(Hdf5Error::failed(api, "H5Sget_simple_extent_dims"));
-        }
+        Hdf5Error::check(api, rank, "H5Sget_simple_extent_dims")?;
         Ok(dims[..rank as usize].to_vec())
     }
 }

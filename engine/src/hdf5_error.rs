@@ -27,6 +27,18 @@ impl Hdf5Error {
             stack: stack(api),
         }
     }
+
+    /// `value` (an id, a count, a status), or `call`'s failure where HDF5 returned a negative one.
+    pub fn check<T: PartialOrd + Default>(
+        api: &Hdf5Api,
+        value: T,
+        call: &'static str,
+    ) -> Result<T, Hdf5Error> {
+        match value < T::default() {
+            true => Err(Hdf5Error::failed(api, call)),
+            false => Ok(value),
+        }
+    }
 }
 
 impl fmt::Display for Hdf5Error {

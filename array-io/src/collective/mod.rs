@@ -31,13 +31,13 @@ pub use h5gds_engine::tiles::Decomposition;
 /// The `mpi` crate (rsmpi) array-io is built with, so callers use the same version.
 pub use mpi;
 
-use crate::batched::HostBlockReader;
-use crate::batched::{Batches, BlockReader, ChunkBatches, DeviceBatches, DeviceBlockReader};
+use crate::batched::{self, Batches, ChunkBatches, DeviceBatches};
 use crate::device::{DeviceArray, IntoStream};
 use crate::element::Element;
 use crate::error::no_panic;
 use crate::error::{Error, Result};
 use crate::options::Settings;
+use crate::select::Block;
 use crate::ReadOptions;
 use agree::agree;
 use cudarc::driver::CudaContext;
@@ -144,25 +144,21 @@ pub fn from_file_with<C: Communicator, T: Element>(
     decomposition: &Decomposition,
     options: &ReadOptions,
 ) -> Result<ArrayD<T>> {
-    let reader = || HostBlockReader::<T>::open(path.as_ref(), dataset, options);
-    read_own_tile(comm, decomposition, reader)
+    read_own_tile(comm, decomposition, |own| {
+        crate::host::read(path.as_ref(), dataset, options, own)
+    })
 }
 
-/// Every rank's tile of `decomposition`, read through the reader `open` makes; collective (every
-/// rank learns whether all succeeded).
-fn read_own_tile<C: Communicator, R: BlockReader>(
+/// Every rank's tile of `decomposition`, read by `read` (given this rank's box of a dataset's
+/// shape); collective (every rank learns whether all succeeded).
+fn read_own_tile<C: Communicator, R>(
     comm: &C,
     decomposition: &Decomposition,
-    open: impl FnOnce() -> Result<R>,
-) -> Result<R::Chunk> {
+    read: impl FnOnce(&dyn Fn(&[u64]) -> Result<Block>) -> Result<R>,
+) -> Result<R> {
     let (rank, size) = (comm.rank() as usize, comm.size() as usize);
-    let read = no_panic("reading a tile", || {
-        let mut reader = open()?;
-        let block = read_box(decomposition, reader.dims(), rank, size)?;
-        let tile = reader.read(&block)?;
-        reader.close()?;
-        Ok(tile)
-    });
+    let own = |shape: &[u64]| Ok(read_box(decomposition, shape, rank, size)?);
+    let read = no_panic("reading a tile", || read(&own));
     agree(comm, "reading the tiles", read)
 }
 
@@ -196,8 +192,9 @@ pub fn from_file_to_device_with<C: Communicator, T: Element>(
     options: &ReadOptions,
 ) -> Result<DeviceArray<T>> {
     let stream = stream.into_stream();
-    let reader = || DeviceBlockReader::<T>::open(path.as_ref(), dataset, options, stream);
-    read_own_tile(comm, decomposition, reader)
+    read_own_tile(comm, decomposition, |own| {
+        crate::device::read(path.as_ref(), dataset, stream, options, own)
+    })
 }
 
 /// Collectively opens dataset `dataset` for batched reads in chunks of `chunk_shape`: every
@@ -221,13 +218,14 @@ pub fn from_file_batched_with<C: Communicator, T: Element>(
     chunk_shape: &[usize],
     options: &ReadOptions,
 ) -> Result<Batches<T>> {
-    let opened = HostBlockReader::open(path.as_ref(), dataset, options)
-        .and_then(|reader| ChunkBatches::over(reader, dataset, chunk_shape));
-    own_share(comm, opened)
+    own_share(
+        comm,
+        batched::host(path.as_ref(), dataset, options, chunk_shape),
+    )
 }
 
 /// This rank's share of the chunks (see [`from_file_batched`]), once every rank has opened.
-fn own_share<C: Communicator, R: BlockReader>(
+fn own_share<C: Communicator, R>(
     comm: &C,
     opened: Result<ChunkBatches<R>>,
 ) -> Result<ChunkBatches<R>> {
@@ -249,8 +247,13 @@ pub fn from_file_batched_to_device<C: Communicator, T: Element>(
     stream: impl IntoStream,
 ) -> Result<DeviceBatches<T>> {
     let options = ReadOptions::default();
-    let opened = DeviceBlockReader::open(path.as_ref(), dataset, &options, stream.into_stream())
-        .and_then(|reader| ChunkBatches::over(reader, dataset, chunk_shape));
+    let opened = batched::device(
+        path.as_ref(),
+        dataset,
+        &options,
+        stream.into_stream(),
+        chunk_shape,
+    );
     own_share(comm, opened)
 }
 

@@ -63,9 +63,8 @@ impl DriverFile {
         const SETTING: &str = "setting the end of address";
         let set_eoa = api.H5FDset_eoa.map_err(|m| failed(SETTING, m))?;
         // SAFETY: an open driver file.
-        if unsafe { set_eoa(file.file, H5FD_MEM_DRAW, eoa) } < 0 {
-            return Err(failed(SETTING, Hdf5Error::failed(api, "H5FDset_eoa")));
-        }
+        let status = unsafe { set_eoa(file.file, H5FD_MEM_DRAW, eoa) };
+        Hdf5Error::check(api, status, "H5FDset_eoa").map_err(|e| failed(SETTING, e))?;
         Ok(file)
     }
 
@@ -83,9 +82,8 @@ impl DriverFile {
         const WRITING: &str = "writing the tile";
         let write = self.api.H5FDwrite.map_err(|m| failed(WRITING, m))?;
         // SAFETY: an open driver file; `buf` as the caller guarantees.
-        if unsafe { write(self.file, H5FD_MEM_DRAW, H5P_DEFAULT, addr, len, buf) } < 0 {
-            return Err(failed(WRITING, Hdf5Error::failed(self.api, "H5FDwrite")));
-        }
+        let status = unsafe { write(self.file, H5FD_MEM_DRAW, H5P_DEFAULT, addr, len, buf) };
+        Hdf5Error::check(self.api, status, "H5FDwrite").map_err(|e| failed(WRITING, e))?;
         Ok(())
     }
 
@@ -95,9 +93,8 @@ impl DriverFile {
         let file = std::mem::replace(&mut self.file, std::ptr::null_mut());
         let close = self.api.H5FDclose.map_err(|m| failed(CLOSING, m))?;
         // SAFETY: an open driver file, closed once (Drop skips a null pointer).
-        if unsafe { close(file) } < 0 {
-            return Err(failed(CLOSING, Hdf5Error::failed(self.api, "H5FDclose")));
-        }
+        let status = unsafe { close(file) };
+        Hdf5Error::check(self.api, status, "H5FDclose").map_err(|e| failed(CLOSING, e))?;
         Ok(())
     }
 }
