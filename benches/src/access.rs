@@ -120,9 +120,10 @@ unsafe fn move_points(
 fn read_dset(dset: &Dataset, sel: &Sel, out: &mut [f32]) -> Result<()> {
     let [start, step, count] = match sel {
         Sel::Slab(slab) => slab,
-        // SAFETY: `out` holds `out.len()` writable f32s; every bit pattern is an f32.
         Sel::Points(points) => {
-            return unsafe { move_points(false, dset, points, (out.as_mut_ptr(), out.len())) }
+            let buffer = (out.as_mut_ptr(), out.len());
+            // SAFETY: `out` holds `out.len()` writable f32s; every bit pattern is an f32.
+            return unsafe { move_points(false, dset, points, buffer) };
         }
     };
     let (slab, nbytes) = (Hyperslab { start, step, count }, std::mem::size_of_val(out));
@@ -143,11 +144,10 @@ fn read_dset(dset: &Dataset, sel: &Sel, out: &mut [f32]) -> Result<()> {
 fn write_dset(dset: &Dataset, sel: &Sel, vals: &[f32]) -> Result<()> {
     let [start, step, count] = match sel {
         Sel::Slab(slab) => slab,
-        // SAFETY: `vals` holds `vals.len()` f32s, which a write only reads.
         Sel::Points(points) => {
-            return unsafe {
-                move_points(true, dset, points, (vals.as_ptr().cast_mut(), vals.len()))
-            }
+            let buffer = (vals.as_ptr().cast_mut(), vals.len());
+            // SAFETY: `vals` holds `vals.len()` f32s, which a write only reads.
+            return unsafe { move_points(true, dset, points, buffer) };
         }
     };
     let (slab, nbytes) = (
