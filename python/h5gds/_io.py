@@ -94,15 +94,18 @@ def read(dset, out=None, sel=None):
     # device array where the layout serves it): checked and read in one native call (threads
     # reading rows then hold the GIL only briefly); other selections, and datasets with no layout
     # remembered (no HDF5 call, no lock), go straight to the general path's one call. The tests
-    # are written out here rather than called: two Python calls cost a tenth of a row read.
-    kind = type(sel)
-    if kind is int or kind is slice or sel is None or first_axis_only(sel):
-        try:
-            entry = _layouts.get(id(dset._id))
-        except AttributeError:  # not an h5py object: the general path says what is wrong
-            entry = None
-        if entry is not None and entry[1] is not None:
-            known = _native.read_known_layout(_layouts, dset, out, sel)
+    # are written out here, the common kinds first: each bytecode counts in a 2 us row read.
+    try:
+        dsid = dset._id
+        entry = _layouts.get(id(dsid))
+    except AttributeError:  # not an h5py object: the general path says what is wrong
+        entry = None
+    if entry is not None and entry[1] is not None:
+        kind = type(sel)
+        if kind is tuple and len(sel) == 1:
+            kind = type(sel[0])
+        if kind is int or kind is slice or sel is None or first_axis_only(sel):
+            known = _native.read_remembered(entry, dsid, out, sel)
             if known is not None:
                 return known
     shape, dtype, name = _dataset(dset)

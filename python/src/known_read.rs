@@ -152,10 +152,15 @@ pub fn cached_layout<'py>(
     layouts: &Bound<'py, PyDict>,
     dsid: &Bound<'py, PyAny>,
 ) -> PyResult<Cached<'py>> {
-    let Some(entry) = layouts.get_item(dsid.as_ptr() as usize)? else {
-        return Ok(Cached::Unknown);
-    };
-    let Ok(entry) = entry.cast_into::<PyTuple>() else {
+    match layouts.get_item(dsid.as_ptr() as usize)? {
+        Some(entry) => entry_layout(&entry, dsid),
+        None => Ok(Cached::Unknown),
+    }
+}
+
+/// What the entry `entry` of `_layout`'s `_layouts` says of the DatasetID `dsid`'s layout.
+fn entry_layout<'py>(entry: &Bound<'py, PyAny>, dsid: &Bound<'py, PyAny>) -> PyResult<Cached<'py>> {
+    let Ok(entry) = entry.cast::<PyTuple>() else {
         return Ok(Cached::Unknown);
     };
     if !entry.get_item(0)?.call0()?.is(dsid) {
@@ -197,7 +202,34 @@ pub fn read_known_layout<'py>(
     else {
         return Ok(None);
     };
-    let Cached::Layout(layout, dtype) = cached_layout(layouts, &dsid)? else {
+    let cached = cached_layout(layouts, &dsid)?;
+    read_cached(py, cached, &dsid, out, sel)
+}
+
+/// [`read_known_layout`] given what `h5gds.read` already found: `entry`, the entry of `_layouts`
+/// for the DatasetID `dsid` (the dataset's `_id`). The lookup and the attribute read in Python
+/// cost less than here, and `h5gds.read` needs them anyway (only a remembered layout is worth a
+/// call that may come back None: one native call per read).
+#[pyfunction]
+pub fn read_remembered<'py>(
+    py: Python<'py>,
+    entry: &Bound<'py, PyAny>,
+    dsid: &Bound<'py, PyAny>,
+    out: &Bound<'py, PyAny>,
+    sel: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    read_cached(py, entry_layout(entry, dsid)?, dsid, out, sel)
+}
+
+/// The short way's read once the layout remembered for `dsid` is known (`cached`).
+fn read_cached<'py>(
+    py: Python<'py>,
+    cached: Cached<'py>,
+    dsid: &Bound<'py, PyAny>,
+    out: &Bound<'py, PyAny>,
+    sel: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let Cached::Layout(layout, dtype) = cached else {
         return Ok(None);
     };
     // Closed (by its own close or its file's): h5py sets the id to 0, and the general path raises
