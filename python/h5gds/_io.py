@@ -96,16 +96,15 @@ def read(dset, out=None, sel=None):
     # remembered (no HDF5 call, no lock), go straight to the general path's one call. The tests
     # are written out here, the common kinds first: each bytecode counts in a 2 us row read.
     try:
-        dsid = dset._id
-        entry = _layouts.get(id(dsid))
-    except AttributeError:  # not an h5py object: the general path says what is wrong
-        entry = None
-    if entry is not None and entry[1] is not None:
+        entry = dset._h5gds_layout
+    except AttributeError:
+        entry = _layout.serving(dset)
+    if entry is not None:
         kind = type(sel)
         if kind is tuple and len(sel) == 1:
             kind = type(sel[0])
         if kind is int or kind is slice or sel is None or first_axis_only(sel):
-            known = _native.read_remembered(entry, dsid, out, sel)
+            known = _native.read_remembered(entry, out, sel)
             if known is not None:
                 return known
     shape, dtype, name = _dataset(dset)

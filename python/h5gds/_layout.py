@@ -8,7 +8,7 @@ else goes through HDF5, as does a read touching chunks never written."""
 
 import weakref
 
-from h5py import h5t
+from h5py import Dataset, h5t
 from h5py._objects import phil
 
 from . import _native
@@ -26,6 +26,24 @@ def resolved(dsid):
     if entry is not None and entry[0]() is dsid:
         return entry[1], entry[2]
     return None
+
+
+def serving(dset):
+    """The entry of ``_layouts`` for ``dset``'s DatasetID where its Layout serves reads, else None;
+    once its layout is resolved, kept on the h5py Dataset as ``_h5gds_layout`` (it holds that
+    DatasetID), where ``h5gds.read`` reads it as an attribute: an ``id()`` and a dict lookup
+    were a third of its Python."""
+    try:
+        dsid = dset._id
+    except AttributeError:  # not an h5py object: the general path says what is wrong
+        return None
+    entry = _layouts.get(id(dsid))
+    if entry is None or entry[0]() is not dsid:
+        return None  # not resolved yet (its first read resolves it)
+    found = entry if entry[1] is not None else None
+    if isinstance(dset, Dataset):
+        dset._h5gds_layout = found
+    return found
 
 
 def layout(dset, dtype):
