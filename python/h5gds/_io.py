@@ -4,14 +4,13 @@ the dataset is stored and moves the bytes with the GIL released: read-only files
 HDF5 call where their layout serves the read (``_layout``), compressed chunks decoded by h5gds on
 all cores, device arrays straight through the ``gds`` driver, staged through pinned host memory or
 decoded on the GPU, else one H5Dread/H5Dwrite under h5py's lock. A dataset whose layout is
-remembered is read by ``_native.read_known_layout`` before any of this (rows read by threads)."""
+remembered is read by ``_native.read_remembered`` before any of this (rows read by threads)."""
 
 import h5py
 import numpy as np
 from h5py._objects import phil
 
 from . import _arrays, _layout, _native
-from ._layout import _layouts
 from ._selection import Gather, first_axis_only, hyperslab, selection
 
 
@@ -123,17 +122,15 @@ def read_without_hdf5(dset, sel, shape):
     """``dset[sel]`` (ints and slices; ``shape`` the dataset's, known to the caller: asking HDF5
     would be a call) into a new NumPy array, where ``_layout`` resolved the dataset's storage
     already and serves the selection with no HDF5 call; None, having read nothing, otherwise."""
-    known = _native.read_known_layout(_layouts, dset, None, sel)
-    if known is not None:
-        return known
-    dsid = dset.id
-    known = _layout.resolved(dsid)
-    if known is None or known[0] is None or dsid.id == 0:
+    entry = _layout.serving(dset)
+    if entry is None:
         return None
-    found, dtype = known
+    known = _native.read_remembered(entry, None, sel)
+    if known is not None or dset.id.id == 0:
+        return known
     slab = hyperslab(sel, shape)
-    out = np.empty(slab.shape, dtype=dtype)
-    if found.read(list(slab.start), list(slab.step), list(slab.count), out.ctypes.data, out.nbytes):
+    out = np.empty(slab.shape, dtype=entry[2])
+    if entry[1].read(list(slab.start), list(slab.step), list(slab.count), out.ctypes.data, out.nbytes):
         return out
     return None
 

@@ -13,9 +13,8 @@ from h5py._objects import phil
 
 from . import _native
 
-#: id(DatasetID) -> (weak reference to it, its Layout or None when it has none, its dtype); also
-#: read by ``h5gds.read`` (whether its short way may serve a dataset: a Layout is remembered) and
-#: by ``_native.read_known_layout``, that short way
+#: id(DatasetID) -> (weak reference to it, its Layout or None when it has none, its dtype); an entry
+#: with a Layout is what ``h5gds.read``'s short way (``_native.read_remembered``) is given
 _layouts = {}
 
 
@@ -30,15 +29,13 @@ def resolved(dsid):
 
 def serving(dset):
     """The entry of ``_layouts`` for ``dset``'s DatasetID where its Layout serves reads, else None;
-    once its layout is resolved, kept on the h5py Dataset as ``_h5gds_layout`` (it holds that
-    DatasetID), where ``h5gds.read`` reads it as an attribute: an ``id()`` and a dict lookup
-    were a third of its Python."""
+    once resolved, kept on the h5py Dataset (which holds that DatasetID) as ``_h5gds_layout``:
+    ``h5gds.read`` reads it there, an ``id()`` and a dict lookup being a third of its Python."""
     try:
-        dsid = dset._id
+        entry = _layouts.get(id(dset._id))
     except AttributeError:  # not an h5py object: the general path says what is wrong
         return None
-    entry = _layouts.get(id(dsid))
-    if entry is None or entry[0]() is not dsid:
+    if entry is None:
         return None  # not resolved yet (its first read resolves it)
     found = entry if entry[1] is not None else None
     if isinstance(dset, Dataset):

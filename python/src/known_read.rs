@@ -210,14 +210,16 @@ pub fn read_known_layout<'py>(
     else {
         return Ok(None);
     };
-    let cached = cached_layout(layouts, &dsid)?;
-    read_cached(py, cached, &dsid, out, sel)
+    match layouts.get_item(dsid.as_ptr() as usize)? {
+        // (An entry's weak reference names the live DatasetID at its address, or none.)
+        Some(entry) => read_remembered(py, &entry, out, sel),
+        None => Ok(None),
+    }
 }
 
 /// [`read_known_layout`] given `entry`, the entry of `_layouts` that `h5gds.read` keeps on the
-/// dataset (`_layout.serving`): its DatasetID is the one the entry's weak reference names. No
-/// dict lookup nor attribute read here, nor the two in Python: a fifth of a row read's
-/// instructions outside the read itself.
+/// dataset (`_layout.serving`); its weak reference names the DatasetID. No dict lookup nor
+/// attribute read, here or in Python: they were a sixth of a row read's instructions.
 #[pyfunction]
 pub fn read_remembered<'py>(
     py: Python<'py>,
@@ -225,21 +227,7 @@ pub fn read_remembered<'py>(
     out: &Bound<'py, PyAny>,
     sel: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
-    match entry_layout(entry)? {
-        Some((dsid, cached)) => read_cached(py, cached, &dsid, out, sel),
-        None => Ok(None),
-    }
-}
-
-/// The short way's read once the layout remembered for `dsid` is known (`cached`).
-fn read_cached<'py>(
-    py: Python<'py>,
-    cached: Cached<'py>,
-    dsid: &Bound<'py, PyAny>,
-    out: &Bound<'py, PyAny>,
-    sel: &Bound<'py, PyAny>,
-) -> PyResult<Option<Bound<'py, PyAny>>> {
-    let Cached::Layout(layout, dtype) = cached else {
+    let Some((dsid, Cached::Layout(layout, dtype))) = entry_layout(entry)? else {
         return Ok(None);
     };
     // Closed (by its own close or its file's): h5py sets the id to 0, and the general path raises
