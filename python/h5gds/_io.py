@@ -11,7 +11,7 @@ import numpy as np
 from h5py._objects import phil
 
 from . import _arrays, _layout, _native
-from ._selection import Gather, first_axis_only, hyperslab, selection
+from ._selection import Gather, _is_index_array, hyperslab, selection
 
 
 class _Name:
@@ -99,10 +99,11 @@ def read(dset, out=None, sel=None):
     except AttributeError:
         entry = _layout.serving(dset)
     if entry is not None:
-        kind = type(sel)
-        if kind is tuple and len(sel) == 1:
-            kind = type(sel[0])
-        if kind is int or kind is slice or sel is None or first_axis_only(sel):
+        item = sel[0] if type(sel) is tuple and len(sel) == 1 else sel
+        kind = type(item)
+        # (What may select along the first axis alone: not a tuple, ... nor a gather's rows.)
+        if kind is int or kind is slice or sel is None or not (
+                kind is tuple or item is Ellipsis or _is_index_array(item)):
             known = _native.read_remembered(entry, out, sel)
             if known is not None:
                 return known
