@@ -101,7 +101,7 @@ def read(dset, out=None, sel=None):
     if entry is not None:
         item = sel[0] if type(sel) is tuple and len(sel) == 1 else sel
         kind = type(item)
-        # (What may select along the first axis alone: not a tuple, ... nor a gather's rows.)
+        # (Else anything but a tuple, ... or a gather's rows may select along the first axis.)
         if kind is int or kind is slice or sel is None or not (
                 kind is tuple or item is Ellipsis or _is_index_array(item)):
             known = _native.read_remembered(entry, out, sel)
