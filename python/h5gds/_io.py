@@ -4,15 +4,14 @@ the dataset is stored and moves the bytes with the GIL released: read-only files
 HDF5 call where their layout serves the read (``_layout``), compressed chunks decoded by h5gds on
 all cores, device arrays straight through the ``gds`` driver, staged through pinned host memory or
 decoded on the GPU, else one H5Dread/H5Dwrite under h5py's lock. A dataset whose layout is
-remembered is read by ``_native.read_known_layout`` before any of this (rows read by threads)."""
+remembered is read by ``_native.read_remembered`` before any of this (rows read by threads)."""
 
 import h5py
 import numpy as np
 from h5py._objects import phil
 
 from . import _arrays, _layout, _native
-from ._layout import _layouts
-from ._selection import Gather, first_axis_only, hyperslab, selection
+from ._selection import Gather, _is_index_array, hyperslab, selection
 
 
 class _Name:
@@ -94,15 +93,18 @@ def read(dset, out=None, sel=None):
     # device array where the layout serves it): checked and read in one native call (threads
     # reading rows then hold the GIL only briefly); other selections, and datasets with no layout
     # remembered (no HDF5 call, no lock), go straight to the general path's one call. The tests
-    # are written out here rather than called: two Python calls cost a tenth of a row read.
-    kind = type(sel)
-    if kind is int or kind is slice or sel is None or first_axis_only(sel):
-        try:
-            entry = _layouts.get(id(dset._id))
-        except AttributeError:  # not an h5py object: the general path says what is wrong
-            entry = None
-        if entry is not None and entry[1] is not None:
-            known = _native.read_known_layout(_layouts, dset, out, sel)
+    # are written out here, the common kinds first: each bytecode counts in a 2 us row read.
+    try:
+        entry = dset._h5gds_layout
+    except AttributeError:
+        entry = _layout.serving(dset)
+    if entry is not None:
+        item = sel[0] if type(sel) is tuple and len(sel) == 1 else sel
+        kind = type(item)
+        # (Else anything but a tuple, ... or a gather's rows may select along the first axis.)
+        if kind is int or kind is slice or sel is None or not (
+                kind is tuple or item is Ellipsis or _is_index_array(item)):
+            known = _native.read_remembered(entry, out, sel)
             if known is not None:
                 return known
     shape, dtype, name = _dataset(dset)
@@ -121,17 +123,15 @@ def read_without_hdf5(dset, sel, shape):
     """``dset[sel]`` (ints and slices; ``shape`` the dataset's, known to the caller: asking HDF5
     would be a call) into a new NumPy array, where ``_layout`` resolved the dataset's storage
     already and serves the selection with no HDF5 call; None, having read nothing, otherwise."""
-    known = _native.read_known_layout(_layouts, dset, None, sel)
-    if known is not None:
-        return known
-    dsid = dset.id
-    known = _layout.resolved(dsid)
-    if known is None or known[0] is None or dsid.id == 0:
+    entry = _layout.serving(dset)
+    if entry is None:
         return None
-    found, dtype = known
+    known = _native.read_remembered(entry, None, sel)
+    if known is not None or dset.id.id == 0:
+        return known
     slab = hyperslab(sel, shape)
-    out = np.empty(slab.shape, dtype=dtype)
-    if found.read(list(slab.start), list(slab.step), list(slab.count), out.ctypes.data, out.nbytes):
+    out = np.empty(slab.shape, dtype=entry[2])
+    if entry[1].read(list(slab.start), list(slab.step), list(slab.count), out.ctypes.data, out.nbytes):
         return out
     return None
 

@@ -8,14 +8,13 @@ else goes through HDF5, as does a read touching chunks never written."""
 
 import weakref
 
-from h5py import h5t
+from h5py import Dataset, h5t
 from h5py._objects import phil
 
 from . import _native
 
-#: id(DatasetID) -> (weak reference to it, its Layout or None when it has none, its dtype); also
-#: read by ``h5gds.read`` (whether its short way may serve a dataset: a Layout is remembered) and
-#: by ``_native.read_known_layout``, that short way
+#: id(DatasetID) -> (weak reference to it, its Layout or None when it has none, its dtype); an entry
+#: with a Layout is what ``h5gds.read``'s short way (``_native.read_remembered``) is given
 _layouts = {}
 
 
@@ -26,6 +25,21 @@ def resolved(dsid):
     if entry is not None and entry[0]() is dsid:
         return entry[1], entry[2]
     return None
+
+
+def serving(dset):
+    """``dset``'s entry of ``_layouts`` where its Layout serves reads, else None; once resolved, kept
+    on the Dataset as ``_h5gds_layout`` for ``h5gds.read`` (an id() and a lookup: a third of it)."""
+    try:
+        entry = _layouts.get(id(dset._id))
+    except AttributeError:  # not an h5py object: the general path says what is wrong
+        return None
+    if entry is None:
+        return None  # not resolved yet (its first read resolves it)
+    found = entry if entry[1] is not None else None
+    if isinstance(dset, Dataset):
+        dset._h5gds_layout = found
+    return found
 
 
 def layout(dset, dtype):

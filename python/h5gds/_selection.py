@@ -73,20 +73,6 @@ def _rows(item, size):
     return np.ascontiguousarray(array, dtype=np.uint64)
 
 
-def first_axis_only(sel):
-    """Whether ``sel`` may select along the first axis alone (None, an index or a slice, alone or
-    in a 1-tuple): the selections ``_native.read_known_layout`` serves. A cheap test, no parsing:
-    it runs before every short-way read (a 64 KiB row in about 2 microseconds)."""
-    kind = type(sel)
-    if kind is slice or kind is int or sel is None:
-        return True
-    if kind is tuple:
-        if len(sel) != 1:
-            return False
-        sel = sel[0]
-    return sel is not Ellipsis and type(sel) is not tuple and not _is_index_array(sel)
-
-
 def selection(sel, shape):
     """What ``sel`` selects in a dataset of ``shape``: a ``Hyperslab`` (basic indexing, as
     ``hyperslab``), or a ``Gather`` where ``sel`` is a 1-D integer array (a list or NumPy array)

@@ -19,31 +19,16 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyInt, PySlice, PyTuple};
 
-/// A selection along the first axis: `count` rows from `start` every `step`, all of the other
-/// axes; `keeps_axis` false for an index (NumPy drops the axis).
-struct FirstAxis {
-    start: u64,
-    step: u64,
-    count: u64,
-    keeps_axis: bool,
-}
-
 /// The selection `item` makes along an axis of `size`: an index (not a bool; negative from the
-/// end) in range, or a slice with a step of 1 or more. None for anything else, including what is
-/// wrong (the general path says what).
-fn first_axis(item: &Bound<'_, PyAny>, size: u64) -> Option<FirstAxis> {
+/// end) in range, or a slice with a step of 1 or more, as (start, step, count, whether the axis
+/// stays: not for an index, which NumPy drops). None for anything else, including what is wrong
+/// (the general path says what).
+fn first_axis(item: &Bound<'_, PyAny>, size: u64) -> Option<(u64, u64, u64, bool)> {
     if let Ok(slice) = item.cast::<PySlice>() {
         let found = slice.indices(isize::try_from(size).ok()?).ok()?;
-        if found.step < 1 {
-            return None;
-        }
         let count = found.slicelength as u64;
-        return Some(FirstAxis {
-            start: if count > 0 { found.start as u64 } else { 0 },
-            step: found.step as u64,
-            count,
-            keeps_axis: true,
-        });
+        let start = if count > 0 { found.start as u64 } else { 0 };
+        return (found.step >= 1).then_some((start, found.step as u64, count, true));
     }
     // Python ints, and what has `__index__` (NumPy's integer scalars) as `operator.index` takes
     // it, except bools (Python's and NumPy's, which NumPy 1 gave an `__index__`).
@@ -65,12 +50,7 @@ fn first_axis(item: &Bound<'_, PyAny>, size: u64) -> Option<FirstAxis> {
         index
     };
     let index = u64::try_from(index).ok().filter(|&i| i < size)?;
-    Some(FirstAxis {
-        start: index,
-        step: 1,
-        count: 1,
-        keeps_axis: false,
-    })
+    Some((index, 1, 1, false))
 }
 
 /// The hyperslab `sel` selects in a dataset of `shape` when it is None, or an index or slice
@@ -80,13 +60,8 @@ fn hyperslab_of(sel: &Bound<'_, PyAny>, shape: &[u64]) -> Option<Selected> {
     if rank == 0 || rank > H5S_MAX_RANK {
         return None;
     }
-    let axis = if sel.is_none() {
-        FirstAxis {
-            start: 0,
-            step: 1,
-            count: shape[0],
-            keeps_axis: true,
-        }
+    let (start, step, count, keeps_axis) = if sel.is_none() {
+        (0, 1, shape[0], true)
     } else {
         let item = match sel.cast::<PyTuple>() {
             Ok(tuple) if tuple.len() == 1 => tuple.get_item(0).ok()?,
@@ -97,14 +72,14 @@ fn hyperslab_of(sel: &Bound<'_, PyAny>, shape: &[u64]) -> Option<Selected> {
     };
     let mut selected = Selected {
         rank,
-        keeps_axis: axis.keeps_axis,
+        keeps_axis,
         start: [0; H5S_MAX_RANK],
         step: [1; H5S_MAX_RANK],
         count: [0; H5S_MAX_RANK],
     };
-    selected.start[0] = axis.start;
-    selected.step[0] = axis.step;
-    selected.count[0] = axis.count;
+    selected.start[0] = start;
+    selected.step[0] = step;
+    selected.count[0] = count;
     selected.count[1..rank].copy_from_slice(&shape[1..]);
     Some(selected)
 }
@@ -155,16 +130,29 @@ pub fn cached_layout<'py>(
     let Some(entry) = layouts.get_item(dsid.as_ptr() as usize)? else {
         return Ok(Cached::Unknown);
     };
-    let Ok(entry) = entry.cast_into::<PyTuple>() else {
-        return Ok(Cached::Unknown);
+    Ok(match entry_layout(&entry)? {
+        Some((of, cached)) if of.is(dsid) => cached,
+        _ => Cached::Unknown,
+    })
+}
+
+/// What `entry`, an entry of `_layout`'s `_layouts`, remembers, and the DatasetID it is of; None
+/// where that is gone or `entry` is not one.
+fn entry_layout<'py>(
+    entry: &Bound<'py, PyAny>,
+) -> PyResult<Option<(Bound<'py, PyAny>, Cached<'py>)>> {
+    let Ok(entry) = entry.cast::<PyTuple>() else {
+        return Ok(None);
     };
-    if !entry.get_item(0)?.call0()?.is(dsid) {
-        return Ok(Cached::Unknown);
+    let dsid = entry.get_item(0)?.call0()?;
+    if dsid.is_none() {
+        return Ok(None);
     }
-    Ok(match entry.get_item(1)?.cast_into::<Layout>() {
+    let cached = match entry.get_item(1)?.cast_into::<Layout>() {
         Ok(layout) => Cached::Layout(layout, entry.get_item(2)?),
         Err(_) => Cached::None,
-    })
+    };
+    Ok(Some((dsid, cached)))
 }
 
 /// `numpy.empty`, looked up once.
@@ -191,13 +179,27 @@ pub fn read_known_layout<'py>(
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     // h5py's `Dataset.id` returns `_id` under h5py's lock (half a microsecond a call); the
     // attribute itself is read here (an object that is not an h5py Dataset finds no entry below).
-    let Ok(dsid) = dset
-        .getattr(intern!(py, "_id"))
-        .or_else(|_| dset.getattr(intern!(py, "id")))
-    else {
+    let Ok(dsid) = dset.getattr(intern!(py, "_id")) else {
         return Ok(None);
     };
-    let Cached::Layout(layout, dtype) = cached_layout(layouts, &dsid)? else {
+    match layouts.get_item(dsid.as_ptr() as usize)? {
+        // (An entry's weak reference names the live DatasetID at its address, or none.)
+        Some(entry) => read_remembered(py, &entry, out, sel),
+        None => Ok(None),
+    }
+}
+
+/// [`read_known_layout`] given `entry`, the entry of `_layouts` that `h5gds.read` keeps on the
+/// dataset (`_layout.serving`); its weak reference names the DatasetID. No dict lookup nor
+/// attribute read, here or in Python: they were a sixth of a row read's instructions.
+#[pyfunction]
+pub fn read_remembered<'py>(
+    py: Python<'py>,
+    entry: &Bound<'py, PyAny>,
+    out: &Bound<'py, PyAny>,
+    sel: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let Some((dsid, Cached::Layout(layout, dtype))) = entry_layout(entry)? else {
         return Ok(None);
     };
     // Closed (by its own close or its file's): h5py sets the id to 0, and the general path raises
