@@ -165,32 +165,10 @@ fn numpy_empty(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
         .map(|f| f.bind(py))
 }
 
-/// Reads `dset[sel]` into `out` (a new NumPy array when None) and returns it, where `layouts`
-/// (`_layout`'s cache: id of a DatasetID -> (weak reference to it, its Layout or None, its
-/// dtype)) knows the dataset's layout and `sel` and `out` are of the kinds this module serves;
-/// else None, having read nothing.
-#[pyfunction]
-pub fn read_known_layout<'py>(
-    py: Python<'py>,
-    layouts: &Bound<'py, PyDict>,
-    dset: &Bound<'py, PyAny>,
-    out: &Bound<'py, PyAny>,
-    sel: &Bound<'py, PyAny>,
-) -> PyResult<Option<Bound<'py, PyAny>>> {
-    // h5py's `Dataset.id` returns `_id` under h5py's lock (half a microsecond a call); the
-    // attribute itself is read here (an object that is not an h5py Dataset finds no entry below).
-    let Ok(dsid) = dset.getattr(intern!(py, "_id")) else {
-        return Ok(None);
-    };
-    match layouts.get_item(dsid.as_ptr() as usize)? {
-        // (An entry's weak reference names the live DatasetID at its address, or none.)
-        Some(entry) => read_remembered(py, &entry, out, sel),
-        None => Ok(None),
-    }
-}
-
-/// [`read_known_layout`] given `entry`, the entry of `_layouts` that `h5gds.read` keeps on the
-/// dataset (`_layout.serving`); its weak reference names the DatasetID. No dict lookup nor
+/// Reads `dset[sel]` into `out` (a new NumPy array when None) and returns it, given `entry`, the
+/// entry of `_layouts` that `h5gds.read` keeps on the dataset (`_layout.serving`; its weak
+/// reference names the DatasetID), where `sel` and `out` are of the kinds this module serves; else
+/// None, having read nothing. No dict lookup nor
 /// attribute read, here or in Python: they were a sixth of a row read's instructions.
 #[pyfunction]
 pub fn read_remembered<'py>(
@@ -331,7 +309,7 @@ fn device_out<'py>(
     })
 }
 
-/// The device half of [`read_known_layout`]: `out` a device array with `__cuda_array_interface__`
+/// The device half of [`read_remembered`]: `out` a device array with `__cuda_array_interface__`
 /// that [`device_out`] accepts, read by the layout where it serves device reads
 /// (`Layout::read_into_device`: the driver would stage the read anyway); else None, having read
 /// nothing.

@@ -231,7 +231,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(io_call::read_dataset, m)?)?;
     m.add_function(wrap_pyfunction!(io_call::write_dataset, m)?)?;
     m.add_class::<layout::Layout>()?;
-    m.add_function(wrap_pyfunction!(known_read::read_known_layout, m)?)?;
     m.add_function(wrap_pyfunction!(known_read::read_remembered, m)?)?;
     m.add_function(wrap_pyfunction!(staged_by_settings, m)?)?;
     m.add_function(wrap_pyfunction!(chunks_decoded, m)?)?;

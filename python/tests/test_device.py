@@ -710,13 +710,22 @@ def test_a_wrong_device_array_is_refused_naming_it_and_the_file_is_untouched(rea
     assert f["contiguous"][...].tobytes() == x.tobytes()
 
 
+def read_short_way(dset, out, sel):
+    """h5gds.read's short way alone, as ``_io.read`` takes it: the entry ``_layout.serving`` keeps, read
+    by ``_native.read_remembered``; None where it declines (having read nothing)."""
+    from h5gds import _layout, _native
+
+    entry = _layout.serving(dset)
+    return None if entry is None else _native.read_remembered(entry, out, sel)
+
+
 def test_the_short_way_reads_rows_of_a_known_layout_into_device_arrays(read_only, monkeypatch):
-    """h5gds.read's short way (``_native.read_known_layout``) for device arrays: once a read-only file's
+    """h5gds.read's short way (``_native.read_remembered``) for device arrays: once a read-only file's
     dataset has been read, all of it, an index or a slice along the first axis into a device array with
     ``__cuda_array_interface__`` are read in one native call (the general path's dataset and selection
     checks are not called), with h5py's bytes; what it does not serve takes the general path, which
     raises its errors and writes nothing."""
-    from h5gds import _io, _layout, _native
+    from h5gds import _io
 
     f, x = read_only
     for name in ("contiguous", "chunked", "gzip"):
@@ -747,20 +756,20 @@ def test_the_short_way_reads_rows_of_a_known_layout_into_device_arrays(read_only
             (row, 40, IndexError, "index 40 is out of range"),
             (row, (slice(None), 3), ValueError, "out has shape"),
         ]:
-            assert _native.read_known_layout(_layout._layouts, dset, out, sel) is None, (name, sel)
+            assert read_short_way(dset, out, sel) is None, (name, sel)
             with pytest.raises(error, match=message):
                 h5gds.read(dset, out=out, sel=sel)
             assert not out.to_host().any(), (name, sel)
         row.readonly = True
-        assert _native.read_known_layout(_layout._layouts, dset, row, 2) is None
+        assert read_short_way(dset, row, 2) is None
         with pytest.raises(ValueError, match="out is read-only"):
             h5gds.read(dset, out=row, sel=2)
         row.readonly, row.strides = False, (4, 48)
-        assert _native.read_known_layout(_layout._layouts, dset, row, 2) is None
+        assert read_short_way(dset, row, 2) is None
         with pytest.raises(ValueError, match="C-contiguous"):
             h5gds.read(dset, out=row, sel=2)
         row.strides, row.stream = None, 0
-        assert _native.read_known_layout(_layout._layouts, dset, row, 2) is None
+        assert read_short_way(dset, row, 2) is None
         with pytest.raises(ValueError, match="stream 0"):
             h5gds.read(dset, out=row, sel=2)
         assert not row.to_host().any()

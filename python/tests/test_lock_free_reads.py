@@ -288,39 +288,44 @@ def test_gathers_of_rows_of_every_layout_match_numpy(files):
                 assert np.array_equal(h5gds.read(dset, sel=([3, 1], slice(0, 1))), x[[3, 1], 0:1]), name
 
 
+def read_short_way(dset, out, sel):
+    """h5gds.read's short way alone, as ``_io.read`` takes it: the entry ``_layout.serving`` keeps, read
+    by ``_native.read_remembered``; None where it declines (having read nothing)."""
+    from h5gds import _layout, _native
+
+    entry = _layout.serving(dset)
+    return None if entry is None else _native.read_remembered(entry, out, sel)
+
+
 SHORT_WAY = [None, 0, 7, -1, -100, np.int64(42), np.uint8(99), slice(3, 97), slice(10, 11), slice(5, 5),
              slice(-20, None), slice(1, 90, 7), slice(None, None, 40), (7,), (slice(2, 9),), (np.int32(-3),)]
 
 
 @pytest.mark.parametrize("driver", [None, "gds"])
 def test_the_short_way_reads_rows_of_a_known_layout_in_one_native_call(files, driver):
-    """h5gds.read's short way (``_native.read_known_layout``): once a dataset's layout is known, all
+    """h5gds.read's short way (``_native.read_remembered``): once a dataset's layout is known, all
     of it, an index or a slice along the first axis into NumPy are read in one native call; the bytes
     are h5py's, into the caller's array or a new one of the dataset's dtype."""
-    from h5gds import _native
-
     with h5py.File(files, "r", driver=driver) as f:
         for name in f:
             dset = f[name]
             # Nothing known before the first read of this DatasetID: the general path resolves it.
-            assert _native.read_known_layout(_layout._layouts, dset, None, 0) is None
+            assert read_short_way(dset, None, 0) is None
             h5gds.read(dset, sel=0)
             short_way = SHORT_WAY if dset.shape[0] == 100 else [None, 0, -1, 8, slice(2, 5), (np.int64(-9),)]
             for sel in short_way:
                 want = dset[sel] if sel is not None else dset[...]
-                got = _native.read_known_layout(_layout._layouts, dset, None, sel)
+                got = read_short_way(dset, None, sel)
                 assert got is not None, (name, sel)
                 assert got.dtype == want.dtype and got.shape == want.shape, (name, sel)
                 assert got.tobytes() == want.tobytes(), (name, sel)
                 out = np.full(want.shape, 77, dtype=want.dtype)
-                assert _native.read_known_layout(_layout._layouts, dset, out, sel) is out
+                assert read_short_way(dset, out, sel) is out
                 assert out.tobytes() == want.tobytes(), (name, sel)
                 assert h5gds.read(dset, sel=sel).tobytes() == want.tobytes(), (name, sel)
 
 
 def test_the_short_way_declines_what_it_does_not_serve_and_h5gds_read_says_what_is_wrong(files):
-    from h5gds import _native
-
     with h5py.File(files, "r") as f:
         dset = f["chunked"]
         h5gds.read(dset, sel=0)
@@ -328,7 +333,7 @@ def test_the_short_way_declines_what_it_does_not_serve_and_h5gds_read_says_what_
 
         def declined(out, sel):
             before = None if out is None else out.copy()
-            assert _native.read_known_layout(_layout._layouts, dset, out, sel) is None, sel
+            assert read_short_way(dset, out, sel) is None, sel
             if out is not None:
                 assert np.array_equal(out, before), sel
 
