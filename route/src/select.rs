@@ -53,14 +53,6 @@ impl Block {
             count: self.count.clone(),
         }
     }
-
-    /// This block moved by `+origin`.
-    pub fn offset_by(&self, origin: &[u64]) -> Block {
-        Block {
-            start: self.start.iter().zip(origin).map(|(s, o)| s + o).collect(),
-            count: self.count.clone(),
-        }
-    }
 }
 
 /// At least how many pieces a staged transfer is cut into where its pieces can stay above their
