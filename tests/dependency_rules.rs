@@ -7,10 +7,14 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 /// `cargo metadata` of the workspace with `option` (`--no-deps`: the manifests only;
-/// `--all-features`: also the resolved graph, every feature on).
+/// `--all-features`: also the resolved graph, every feature on), as builds for this machine see
+/// it. Not `--offline`: a graph of every feature needs crates a plain build never fetched (the
+/// `mpi` feature's), and an unfiltered one every platform's (Windows-only crates), so on a fresh
+/// cargo home cargo fetches them here, from the registry the build itself used.
 fn cargo_metadata(option: &str) -> serde_json::Value {
     let out = Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", option, "--offline"])
+        .args(["metadata", "--format-version", "1", option])
+        .args(["--filter-platform", &host_triple()])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo metadata runs");
@@ -20,6 +24,20 @@ fn cargo_metadata(option: &str) -> serde_json::Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("cargo's JSON")
+}
+
+/// The target triple cargo builds for by default here (`host:` in `cargo -vV`).
+fn host_triple() -> String {
+    let out = Command::new(env!("CARGO"))
+        .arg("-vV")
+        .output()
+        .expect("cargo -vV runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|line| line.strip_prefix("host: "))
+        .expect("cargo -vV names the host")
+        .trim()
+        .to_string()
 }
 
 /// Each workspace crate's dependencies on other workspace crates, by name: normal and build ones,
