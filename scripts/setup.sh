@@ -5,6 +5,8 @@
 #                 maturin with ziglang and auditwheel (the Python package's manylinux_2_28 wheel),
 #                 mpi4py (built against Open MPI)
 #   Open MPI      Debian's libopenmpi-dev and openmpi-bin (apt-get, only when missing)
+#   nginx         Debian's nginx (apt-get, only when missing; never started as a service): the
+#                 HTTP server of the remote-file tests (tests/python/test_remote.py)
 #   .venv-114/    h5py whose wheel bundles HDF5 1.14, with NumPy 1.x: the package's tests run once
 #                 with old HDF5 and old NumPy too
 # Idempotent: a second run only checks what is there.
@@ -25,6 +27,7 @@ XARRAY=2026.9.0        # with both netCDF engines, h5netcdf (h5py's HDF5) and ne
 H5NETCDF=1.8.2
 ZIGLANG=0.17.1    # zig as linker: wheels built against glibc 2.28 (manylinux_2_28) on this Debian 12
 AUDITWHEEL=6.8.2  # checks the wheel's platform tag
+MOTO=5.2.6        # moto's S3 API server, started on loopback by the remote-file tests
 
 # Open MPI from Debian's archive, for the MPI build of array-io (the `mpi` crate builds against
 # it), mpi4py and the MPI tests; installed only when missing.
@@ -34,6 +37,15 @@ if ! dpkg-query -W -f='${Status}\n' libopenmpi-dev openmpi-bin 2>/dev/null |
   [ "$(id -u)" -eq 0 ] || sudo=sudo
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libopenmpi-dev openmpi-bin
+fi
+# nginx from Debian's archive, for the remote-file tests (byte ranges, ETags, If-Match); the tests
+# start their own on loopback. Where the package would start the system service, policy-rc.d or
+# the missing init refuses, and the tests need none.
+if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nginx
 fi
 
 make_venv() {  # dir, requirements...
@@ -49,7 +61,7 @@ make_venv .venv "cmake>=3.26" "h5py==$H5PY_NEW" numpy pytest \
   "nvidia-cufile==$CUFILE" "libclang==$LIBCLANG" "maturin>=1.7,<2" \
   "nvidia-libnvcomp-cu12==$NVCOMP" "hdf5plugin==$HDF5PLUGIN" \
   "netCDF4==$NETCDF4" "tables==$TABLES" "xarray==$XARRAY" "h5netcdf==$H5NETCDF" \
-  "ziglang==$ZIGLANG" "auditwheel==$AUDITWHEEL"
+  "ziglang==$ZIGLANG" "auditwheel==$AUDITWHEEL" "moto[server]==$MOTO"
 # mpi4py built from source against Open MPI's mpicc (a binary wheel could carry another MPI).
 if ! .venv/bin/python -c 'import mpi4py' 2>/dev/null; then
   MPICC=mpicc .venv/bin/python -m pip install --quiet --disable-pip-version-check \

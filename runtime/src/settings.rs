@@ -44,6 +44,13 @@ pub enum Key {
     VerifyChecksums,
     Log,
     PluginDir,
+    S3Endpoint,
+    S3Region,
+    S3Anonymous,
+    RemoteRequestSize,
+    RemoteInFlight,
+    RemoteRetries,
+    RemoteTimeout,
 }
 
 /// The description of one setting: the single source for parsing, errors and documentation.
@@ -202,6 +209,74 @@ pub const SETTINGS: &[SettingSpec] = &[
                   lies beside the program",
         default: "unset",
         accepted: "a directory",
+    },
+    SettingSpec {
+        key: Key::S3Endpoint,
+        env: "H5GDS_S3_ENDPOINT",
+        config_key: None,
+        aliases: &[],
+        meaning: "endpoint of an S3-compatible store for s3:// file names (remote files, \
+                  docs/remote.md); over AWS_ENDPOINT_URL; an http:// endpoint given here is \
+                  used as plain HTTP",
+        default: "unset: AWS_ENDPOINT_URL, else AWS's endpoint for the region",
+        accepted: "an http:// or https:// URL",
+    },
+    SettingSpec {
+        key: Key::S3Region,
+        env: "H5GDS_S3_REGION",
+        config_key: None,
+        aliases: &[],
+        meaning: "region of s3:// file names; over AWS_REGION and AWS_DEFAULT_REGION",
+        default: "unset: AWS_REGION, AWS_DEFAULT_REGION, else us-east-1",
+        accepted: "a region name",
+    },
+    SettingSpec {
+        key: Key::S3Anonymous,
+        env: "H5GDS_S3_ANONYMOUS",
+        config_key: None,
+        aliases: &[],
+        meaning: "s3:// requests unsigned, for public buckets (1), or signed with the AWS \
+                  credentials of the environment (0)",
+        default: "0",
+        accepted: ZERO_OR_ONE,
+    },
+    SettingSpec {
+        key: Key::RemoteRequestSize,
+        env: "H5GDS_REMOTE_REQUEST_SIZE",
+        config_key: None,
+        aliases: &[],
+        meaning: "size of the ranged GETs a large read of a remote file is split into",
+        default: "8M",
+        accepted: "a size from 64K to 1G (bytes, or with a K/M/G suffix)",
+    },
+    SettingSpec {
+        key: Key::RemoteInFlight,
+        env: "H5GDS_REMOTE_IN_FLIGHT",
+        config_key: None,
+        aliases: &[],
+        meaning: "ranged GETs of one read of a remote file in flight at once",
+        default: "16",
+        accepted: "an integer from 1 to 256",
+    },
+    SettingSpec {
+        key: Key::RemoteRetries,
+        env: "H5GDS_REMOTE_RETRIES",
+        config_key: None,
+        aliases: &[],
+        meaning: "retries (with backoff) of a remote request that failed transiently (HTTP 5xx, \
+                  connection reset, timeout) before the read fails",
+        default: "5",
+        accepted: "an integer from 0 to 100",
+    },
+    SettingSpec {
+        key: Key::RemoteTimeout,
+        env: "H5GDS_REMOTE_TIMEOUT",
+        config_key: None,
+        aliases: &[],
+        meaning: "seconds one remote request may take (connection included) before it counts \
+                  as failed and is retried",
+        default: "30",
+        accepted: "an integer from 1 to 3600",
     },
 ];
 

@@ -49,8 +49,115 @@ pub struct VfdSettings {
     /// Whether HDF5's own copies (compact data, cached chunks) go through the driver, so device
     /// buffers work for them (`device_copies`).
     pub device_copies: bool,
+    /// How remote files (URLs as file names) are read: environment only (`H5GDS_S3_*`,
+    /// `H5GDS_REMOTE_*`).
+    pub remote: RemoteSettings,
     /// Where each value came from, in `SETTINGS` order.
     pub sources: Vec<(Key, Source)>,
+}
+
+/// How remote files are read (docs/remote.md): the `H5GDS_S3_*` and `H5GDS_REMOTE_*` rows of
+/// `SETTINGS`, from the environment (S3's own chain, `AWS_*`, is read by object_store).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteSettings {
+    /// `H5GDS_S3_ENDPOINT`: an S3-compatible store's endpoint, over `AWS_ENDPOINT_URL`.
+    pub s3_endpoint: Option<String>,
+    /// `H5GDS_S3_REGION`, over `AWS_REGION` / `AWS_DEFAULT_REGION`.
+    pub s3_region: Option<String>,
+    /// `H5GDS_S3_ANONYMOUS=1`: unsigned requests (public buckets).
+    pub s3_anonymous: bool,
+    /// `H5GDS_REMOTE_REQUEST_SIZE`: the ranged GETs a large read is split into.
+    pub request_size: usize,
+    /// `H5GDS_REMOTE_IN_FLIGHT`: GETs of one read in flight at once.
+    pub in_flight: usize,
+    /// `H5GDS_REMOTE_RETRIES`: retries of a transient failure.
+    pub retries: usize,
+    /// `H5GDS_REMOTE_TIMEOUT`: seconds one request may take.
+    pub timeout_s: u64,
+}
+
+impl Default for RemoteSettings {
+    fn default() -> Self {
+        RemoteSettings {
+            s3_endpoint: None,
+            s3_region: None,
+            s3_anonymous: false,
+            request_size: 8 << 20,
+            in_flight: 16,
+            retries: 5,
+            timeout_s: 30,
+        }
+    }
+}
+
+impl RemoteSettings {
+    /// The remote settings from an environment lookup, each value checked against its row.
+    pub fn from_env(env: impl Fn(&str) -> Option<OsString>) -> Result<RemoteSettings> {
+        let mut remote = RemoteSettings::default();
+        for spec in SETTINGS {
+            let Some(raw) = env(spec.env) else { continue };
+            let invalid = || Error::InvalidSetting {
+                setting: spec.env.to_string(),
+                value: shown(raw.as_encoded_bytes()),
+                accepted: spec.accepted,
+            };
+            let text = raw.to_str().ok_or_else(invalid)?.trim();
+            let integer = |low: u64, high: u64| {
+                text.parse::<u64>()
+                    .ok()
+                    .filter(|n| (low..=high).contains(n))
+                    .ok_or_else(invalid)
+            };
+            match spec.key {
+                Key::S3Endpoint => {
+                    let lower = text.to_ascii_lowercase();
+                    if !(lower.starts_with("http://") || lower.starts_with("https://"))
+                        || url::Url::parse(text).is_err()
+                    {
+                        return Err(invalid());
+                    }
+                    remote.s3_endpoint = Some(text.to_string());
+                }
+                Key::S3Region => {
+                    if text.is_empty() || text.contains(|c: char| c.is_whitespace() || c == '/') {
+                        return Err(invalid());
+                    }
+                    remote.s3_region = Some(text.to_string());
+                }
+                Key::S3Anonymous => {
+                    remote.s3_anonymous = match text {
+                        "0" | "" => false,
+                        "1" => true,
+                        _ => return Err(invalid()),
+                    }
+                }
+                Key::RemoteRequestSize => {
+                    remote.request_size = parse_size(text)
+                        .filter(|n| (64 << 10..=MAX_SIZE).contains(n))
+                        .ok_or_else(invalid)? as usize
+                }
+                Key::RemoteInFlight => remote.in_flight = integer(1, 256)? as usize,
+                Key::RemoteRetries => remote.retries = integer(0, 100)? as usize,
+                Key::RemoteTimeout => remote.timeout_s = integer(1, 3600)?,
+                _ => {}
+            }
+        }
+        Ok(remote)
+    }
+
+    /// `name=value, ...` of the remote settings, for the open log line and `h5gds info`.
+    pub fn describe(&self) -> String {
+        format!(
+            "endpoint {}, region {}, {}, requests of {}, {} in flight, {} retries, {} s timeout",
+            self.s3_endpoint.as_deref().unwrap_or("from the AWS environment"),
+            self.s3_region.as_deref().unwrap_or("from the AWS environment"),
+            if self.s3_anonymous { "unsigned (anonymous)" } else { "signed" },
+            format_size(self.request_size as u64),
+            self.in_flight,
+            self.retries,
+            self.timeout_s
+        )
+    }
 }
 
 impl Default for VfdSettings {
@@ -62,6 +169,7 @@ impl Default for VfdSettings {
             bounce_buffer_size: 16 << 20,
             direct_io: DirectIo::Off,
             device_copies: false,
+            remote: RemoteSettings::default(),
             sources: driver_settings()
                 .map(|(s, _)| (s.key, Source::Default))
                 .collect(),
@@ -131,7 +239,10 @@ impl VfdSettings {
         config: Option<&[u8]>,
         carried: Option<&CarriedSettings>,
     ) -> Result<VfdSettings> {
-        let mut settings = VfdSettings::default();
+        let mut settings = VfdSettings {
+            remote: RemoteSettings::from_env(&env)?,
+            ..VfdSettings::default()
+        };
         for (spec, _) in driver_settings() {
             // Aliases first, so the newer name wins when both are set.
             for var in spec.aliases.iter().chain(std::iter::once(&spec.env)) {
@@ -238,7 +349,14 @@ impl VfdSettings {
             | Key::HostCodec
             | Key::VerifyChecksums
             | Key::Log
-            | Key::PluginDir => return Err(invalid()),
+            | Key::PluginDir
+            | Key::S3Endpoint
+            | Key::S3Region
+            | Key::S3Anonymous
+            | Key::RemoteRequestSize
+            | Key::RemoteInFlight
+            | Key::RemoteRetries
+            | Key::RemoteTimeout => return Err(invalid()),
         }
         if let Some(slot) = self.sources.iter_mut().find(|(k, _)| *k == spec.key) {
             slot.1 = source;
@@ -270,7 +388,14 @@ impl VfdSettings {
             | Key::HostCodec
             | Key::VerifyChecksums
             | Key::Log
-            | Key::PluginDir => return None,
+            | Key::PluginDir
+            | Key::S3Endpoint
+            | Key::S3Region
+            | Key::S3Anonymous
+            | Key::RemoteRequestSize
+            | Key::RemoteInFlight
+            | Key::RemoteRetries
+            | Key::RemoteTimeout => return None,
         })
     }
 
@@ -507,6 +632,42 @@ mod tests {
         assert_eq!(s.direct_io, DirectIo::Off);
         assert!(s.nthreads >= 1 && s.nthreads <= 16);
         assert!(s.sources.iter().all(|(_, src)| *src == Source::Default));
+    }
+
+    #[test]
+    fn remote_settings_come_from_their_rows() {
+        let s = VfdSettings::from_sources(env_of(&[]), None).unwrap();
+        assert_eq!(s.remote, RemoteSettings::default());
+        let s = VfdSettings::from_sources(
+            env_of(&[
+                ("H5GDS_S3_ENDPOINT", "http://127.0.0.1:9000"),
+                ("H5GDS_S3_REGION", "eu-west-1"),
+                ("H5GDS_S3_ANONYMOUS", "1"),
+                ("H5GDS_REMOTE_REQUEST_SIZE", "1M"),
+                ("H5GDS_REMOTE_IN_FLIGHT", "4"),
+                ("H5GDS_REMOTE_RETRIES", "0"),
+                ("H5GDS_REMOTE_TIMEOUT", "7"),
+            ]),
+            None,
+        )
+        .unwrap();
+        let r = &s.remote;
+        assert_eq!(r.s3_endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        assert_eq!(r.s3_region.as_deref(), Some("eu-west-1"));
+        assert!(r.s3_anonymous);
+        assert_eq!((r.request_size, r.in_flight, r.retries, r.timeout_s), (1 << 20, 4, 0, 7));
+        for (var, bad, accepted) in [
+            ("H5GDS_S3_ENDPOINT", "ftp://x", "http:// or https://"),
+            ("H5GDS_S3_ANONYMOUS", "yes", "0 or 1"),
+            ("H5GDS_REMOTE_REQUEST_SIZE", "4K", "64K to 1G"),
+            ("H5GDS_REMOTE_IN_FLIGHT", "0", "1 to 256"),
+            ("H5GDS_REMOTE_TIMEOUT", "0", "1 to 3600"),
+        ] {
+            let err = VfdSettings::from_sources(env_of(&[(var, bad)]), None)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(var) && err.contains(bad) && err.contains(accepted), "{err}");
+        }
     }
 
     #[test]

@@ -50,6 +50,18 @@ pub enum Error {
         path: String,
         source: io::Error,
     },
+    /// A remote file (URL) that cannot be opened: `errno` says as a local file's error would
+    /// (ENOENT for 404, EACCES for 403, EROFS for a write mode), `why` what was tried.
+    #[error("unable to open file: name = '{url}', {}, remote: {why}", OsError(&io::Error::from_raw_os_error(*errno)))]
+    RemoteOpen { url: String, errno: i32, why: String },
+    /// A read of a remote file that failed after its retries, naming the byte range.
+    #[error("read failed on '{url}' at offset {offset} ({size} bytes requested): {why}")]
+    RemoteRead {
+        url: String,
+        offset: u64,
+        size: u64,
+        why: String,
+    },
     #[error("device I/O: {0}")]
     Device(String),
     #[error("a panic inside the gds driver was caught in {0}")]
@@ -66,7 +78,10 @@ impl Error {
             | Error::UnknownConfigKey { .. }
             | Error::MalformedConfig { .. }
             | Error::InvalidArgument(_) => ErrorClass::BadValue,
-            Error::Open { .. } | Error::DirectIoRefused { .. } => ErrorClass::CantOpen,
+            Error::Open { .. } | Error::DirectIoRefused { .. } | Error::RemoteOpen { .. } => {
+                ErrorClass::CantOpen
+            }
+            Error::RemoteRead { .. } => ErrorClass::Read,
             Error::Overflow { .. } => ErrorClass::Overflow,
             Error::Io { op, .. } if op.starts_with("read") => ErrorClass::Read,
             Error::Io { .. } => ErrorClass::Write,

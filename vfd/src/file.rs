@@ -10,6 +10,7 @@ use crate::io::host::HostIo;
 use crate::io::vector::Piece;
 use crate::io::{BufPtr, Direction};
 use crate::memory;
+use crate::remote::{is_url, RemoteFile};
 use std::cmp::Ordering;
 use std::ffi::{c_int, CStr};
 use std::fs::File;
@@ -26,7 +27,8 @@ use path_open::{open_fd, open_untouched, remove_if_same};
 #[derive(Debug)]
 pub(crate) struct OpenFile {
     pub(crate) path: String,
-    file: File,
+    /// The descriptor; `None` for a remote file.
+    file: Option<File>,
     /// The descriptor as a C int, whose address `get_handle` hands out.
     pub(crate) raw_fd: c_int,
     /// A second descriptor with `O_DIRECT`, when `direct_io` is in effect for this file.
@@ -41,6 +43,8 @@ pub(crate) struct OpenFile {
     pub(crate) settings: VfdSettings,
     /// How device buffers reach this file.
     device_path: FileDevicePath,
+    /// A remote file (a URL as file name), read-only: every read goes to it.
+    pub(crate) remote: Option<Box<RemoteFile>>,
 }
 
 /// sec2's `ADDR_OVERFLOW`: undefined, or beyond what `off_t` can address.
@@ -93,6 +97,9 @@ impl OpenFile {
         }
         if maxaddr == 0 || addr_overflows(maxaddr) {
             return Err(Error::InvalidArgument(format!("bogus maxaddr {maxaddr}")));
+        }
+        if is_url(path) {
+            return Self::open_remote(path, flags, settings);
         }
         let access = if flags & H5F_ACC_RDWR != 0 {
             libc::O_RDWR
@@ -155,7 +162,7 @@ impl OpenFile {
         Ok(OpenFile {
             path: path.to_string(),
             raw_fd: file.as_raw_fd(),
-            file,
+            file: Some(file),
             direct,
             eoa: AtomicU64::new(0),
             eof: AtomicU64::new(if emptied { 0 } else { meta.len() }),
@@ -164,13 +171,47 @@ impl OpenFile {
             ignore_disabled_locks,
             settings,
             device_path,
+            remote: None,
         })
     }
 
-    /// Closes the descriptors, reporting a failed `close` as sec2 does.
+    /// Opens a URL read-only (`remote`): nothing is sent for a write mode. Device buffers take
+    /// the staged path (no descriptor for cuFile) where CUDA works.
+    fn open_remote(url: &str, flags: u32, settings: VfdSettings) -> Result<Self> {
+        let remote = RemoteFile::open(url, flags, &settings.remote)?;
+        let device_path = match crate::cuda::cuda() {
+            Ok(_) => FileDevicePath::Staged(
+                "a remote file: ranged GETs into pinned bounce buffers, then copied".into(),
+            ),
+            Err(e) => FileDevicePath::Unavailable(e.to_string()),
+        };
+        Ok(OpenFile {
+            path: remote.url.clone(),
+            file: None,
+            raw_fd: -1,
+            direct: None,
+            eoa: AtomicU64::new(0),
+            eof: AtomicU64::new(remote.size),
+            device: 0,
+            inode: 0,
+            ignore_disabled_locks: true,
+            settings,
+            device_path,
+            remote: Some(Box::new(remote)),
+        })
+    }
+
+    /// Closes the descriptors, reporting a failed `close` as sec2 does; for a remote file, says
+    /// at `H5GDS_LOG=info` how many requests it took.
     pub(crate) fn close(self) -> Result<()> {
+        if let Some(remote) = &self.remote {
+            tracing::info!("closed {}: {}", remote.url, remote.requests_summary());
+        }
         drop(self.direct);
-        let fd = self.file.into_raw_fd();
+        let Some(file) = self.file else {
+            return Ok(());
+        };
+        let fd = file.into_raw_fd();
         // SAFETY: fd was owned by `self.file`, which gave it up above.
         if unsafe { libc::close(fd) } < 0 {
             return Err(Error::File {
@@ -185,7 +226,10 @@ impl OpenFile {
     /// The I/O paths in effect for host and device buffers, for the open log line.
     pub(crate) fn path_descriptions(&self) -> (String, String) {
         (
-            host_path_description(&self.settings, self.direct.is_some()),
+            match &self.remote {
+                Some(remote) => remote.describe(),
+                None => host_path_description(&self.settings, self.direct.is_some()),
+            },
             self.device_path.describe(&self.settings),
         )
     }
@@ -205,6 +249,7 @@ impl OpenFile {
             path: &self.path,
             nthreads: self.settings.nthreads,
             task_size: self.settings.task_size,
+            remote: self.remote.as_deref(),
         }
     }
 
@@ -225,6 +270,7 @@ impl OpenFile {
             fd: self.raw_fd,
             file_name: &self.path,
             settings: &self.settings,
+            remote: self.remote.as_deref(),
         };
         memory::dispatch(
             buf,
@@ -366,8 +412,18 @@ impl OpenFile {
     /// Makes the file exactly EOA bytes long, as sec2 does (on flush and close).
     pub(crate) fn truncate(&self) -> Result<()> {
         let eoa = self.eoa();
+        let Some(file) = &self.file else {
+            // A remote file is read-only, and HDF5 truncates only files open for writing.
+            if eoa == self.eof() {
+                return Ok(());
+            }
+            return Err(Error::InvalidArgument(format!(
+                "truncate of {}: a remote file is read-only",
+                self.path
+            )));
+        };
         if eoa != self.eof() {
-            self.file.set_len(eoa).map_err(|source| Error::File {
+            file.set_len(eoa).map_err(|source| Error::File {
                 op: "ftruncate",
                 path: self.path.clone(),
                 source,
@@ -380,6 +436,10 @@ impl OpenFile {
     /// `flock(op)`, without blocking; a file system without locks is no error where the user
     /// asked HDF5 to ignore that (nothing is locked then).
     fn flock(&self, op: c_int, what: &'static str) -> Result<()> {
+        if self.file.is_none() {
+            // A remote object: nothing here to lock; every request is pinned to its version.
+            return Ok(());
+        }
         // SAFETY: flock on a descriptor this struct owns.
         if unsafe { libc::flock(self.raw_fd, op | libc::LOCK_NB) } < 0 {
             let err = io::Error::last_os_error();
@@ -409,7 +469,11 @@ impl OpenFile {
 
     /// Files are the same when device and inode match (sec2's order: device first).
     pub(crate) fn compare(&self, other: &OpenFile) -> Ordering {
-        (self.device, self.inode).cmp(&(other.device, other.inode))
+        // Remote files (device and inode 0) are the same when their URLs are.
+        let url = |f: &OpenFile| f.remote.as_ref().map(|r| r.url.clone());
+        (self.device, self.inode)
+            .cmp(&(other.device, other.inode))
+            .then_with(|| url(self).cmp(&url(other)))
     }
 }
 

@@ -436,6 +436,12 @@ unsafe extern "C" fn gds_get_handle(
         if handle.is_null() {
             return Err(Error::InvalidArgument("file handle not valid".into()));
         }
+        if f.remote.is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "{} is a remote file: it has no file descriptor",
+                f.path
+            )));
+        }
         // SAFETY: HDF5 passes a valid out-pointer. The descriptor is handed out as sec2 does (a
         // pointer to the int), and HDF5 only reads it.
         unsafe { *handle = (&raw const f.raw_fd).cast_mut().cast() };

@@ -14,6 +14,14 @@ use h5gds_runtime::pinned::Taken;
 use h5gds_runtime::staging_ring::{LaneCopies, StagingRing, Stop};
 use std::os::fd::RawFd;
 
+/// Where the file side of a staged transfer goes: a descriptor (`pread`/`pwrite`), or a remote
+/// file's ranged GETs (reads only).
+#[derive(Clone, Copy)]
+pub(crate) enum FileSide<'a> {
+    Fd(RawFd),
+    Remote(&'a crate::remote::RemoteFile),
+}
+
 /// The smallest bounce buffers worth pinning, so that small transfers share them.
 const MIN_BOUNCE: usize = 64 << 10;
 
@@ -49,7 +57,7 @@ fn pieces(len: usize, bounce: usize) -> impl Iterator<Item = (usize, usize)> {
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn transfer(
     dir: Direction,
-    fd: RawFd,
+    file: FileSide<'_>,
     path: &str,
     context: DeviceContext,
     dev: CUdeviceptr,
@@ -73,9 +81,25 @@ pub(crate) unsafe fn transfer(
         let (off, n) = pieces[k];
         // SAFETY: the bounce buffer holds at least n bytes (`bounce_buffer_for`) and is borrowed
         // from the ring for the call.
-        unsafe { posix::transfer(dir, fd, BufPtr::new(buf), n, offset + off as u64, false) }
-            .map(drop)
-            .map_err(|f| (k, (op, f)))
+        let at = offset + off as u64;
+        match file {
+            // SAFETY: as above.
+            FileSide::Fd(fd) => unsafe { posix::transfer(dir, fd, BufPtr::new(buf), n, at, false) }
+                .map(drop)
+                .map_err(|f| (k, (op, f))),
+            FileSide::Remote(remote) if dir == Direction::Read => {
+                // SAFETY: as above; the ring lends the buffer to this step alone.
+                let piece = unsafe { std::slice::from_raw_parts_mut(buf, n) };
+                remote.read(at, piece).map_err(|e| {
+                    let source = std::io::Error::other(e.to_string());
+                    (k, (op, PartialTransfer { source, done: 0 }))
+                })
+            }
+            FileSide::Remote(_) => {
+                let source = std::io::Error::other("a remote file is read-only");
+                Err((k, (op, PartialTransfer { source, done: 0 })))
+            }
+        }
     };
     // The device side of piece `k`: one copy between its bounce buffer and `dev + off`.
     let copy = |k: usize, copies: &LaneCopies<cuda::Stream>| {

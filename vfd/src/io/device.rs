@@ -493,6 +493,9 @@ pub(crate) struct DeviceIo<'a> {
     pub(crate) fd: RawFd,
     pub(crate) file_name: &'a str,
     pub(crate) settings: &'a VfdSettings,
+    /// A remote file: no descriptor for cuFile, so its path is always the staged one, whose
+    /// bounce buffers are filled by ranged GETs.
+    pub(crate) remote: Option<&'a crate::remote::RemoteFile>,
 }
 
 impl DeviceIo<'_> {
@@ -552,9 +555,13 @@ impl DeviceIo<'_> {
         let (base, context) = (range.base, range.context);
         let dev = base + buf_off as u64;
         let (fd, name, bounce) = (self.fd, self.file_name, self.settings.bounce_buffer_size);
+        let file = match self.remote {
+            Some(remote) => super::bounce::FileSide::Remote(remote),
+            None => super::bounce::FileSide::Fd(fd),
+        };
         let staged = |dev, len, addr| {
             // SAFETY: `dev .. dev + len` is device memory of `context` (caller's contract).
-            unsafe { super::bounce::transfer(dir, fd, name, context, dev, len, addr, bounce) }
+            unsafe { super::bounce::transfer(dir, file, name, context, dev, len, addr, bounce) }
         };
         let gds = match self.path {
             FileDevicePath::Unavailable(why) => {

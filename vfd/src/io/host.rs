@@ -20,6 +20,8 @@ pub(crate) struct HostIo<'a> {
     pub(crate) path: &'a str,
     pub(crate) nthreads: usize,
     pub(crate) task_size: usize,
+    /// A remote file (URL) read-only: its reads go to ranged GETs, never to `fd`.
+    pub(crate) remote: Option<&'a crate::remote::RemoteFile>,
 }
 
 impl HostIo<'_> {
@@ -35,6 +37,10 @@ impl HostIo<'_> {
     /// # Safety
     /// `buf` must be valid for `len` bytes in direction `dir` (see `posix::transfer`).
     unsafe fn one(&self, dir: Direction, addr: u64, buf: BufPtr, len: usize) -> Result<()> {
+        if let Some(remote) = self.remote {
+            // SAFETY: the caller's contract.
+            return unsafe { remote_transfer(remote, dir, addr, buf, len) };
+        }
         let fd = self.fd;
         // SAFETY: the caller's contract, for `buf` and every part of it.
         let result = unsafe {
@@ -86,6 +92,11 @@ impl HostIo<'_> {
         buf: BufPtr,
         len: usize,
     ) -> Result<()> {
+        if let Some(remote) = self.remote {
+            // Its own split: ranged GETs in flight together (`remote::RemoteFile::read`).
+            // SAFETY: the caller's contract.
+            return unsafe { remote_transfer(remote, dir, addr, buf, len) };
+        }
         let parallel = dir == Direction::Read || self.parallel_writes();
         run_split(self.nthreads, len, self.task_size, parallel, |off, n| {
             // SAFETY: each task moves a disjoint sub-range of the caller's buffer.
@@ -117,4 +128,31 @@ impl HostIo<'_> {
             unsafe { self.one(Direction::Write, addr, buf, len) }
         })
     }
+}
+
+/// A transfer of a remote file: reads only (its open refused every write mode).
+///
+/// # Safety
+/// `buf` must be valid for writes of `len` bytes, and not accessed by anything else meanwhile.
+unsafe fn remote_transfer(
+    remote: &crate::remote::RemoteFile,
+    dir: Direction,
+    addr: u64,
+    buf: BufPtr,
+    len: usize,
+) -> Result<()> {
+    if dir == Direction::Write {
+        return Err(Error::RemoteRead {
+            url: remote.url.clone(),
+            offset: addr,
+            size: len as u64,
+            why: "a write to a remote file, which is read-only".into(),
+        });
+    }
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: the caller's contract: `buf` is valid and exclusively ours for `len` bytes.
+    let out = unsafe { std::slice::from_raw_parts_mut(buf.as_ptr(), len) };
+    remote.read(addr, out)
 }

@@ -1,0 +1,615 @@
+//! Remote files: an `s3://`, `http://` or `https://` URL given as the file name is opened
+//! read-only and read with ranged GETs through object_store (S3 signing, the AWS credential
+//! chain, retries with backoff, HTTP ranges), on one tokio runtime per process
+//! ([`runtime`], rebuilt in a forked child like `h5gds_runtime::pool`).
+//!
+//! The object's ETag (or, lacking one, its version) is taken at open and every later request is
+//! conditional on it (`If-Match`), so the bytes of one open all come from the version that was
+//! opened: an object replaced while open fails the next request that reaches the server. That
+//! makes the object immutable for the open's lifetime, so small reads (HDF5's metadata) go
+//! through a block cache ([`BlockCache`]), whose missing neighbouring blocks are fetched as one
+//! request. A large read is split into `request_size` ranged GETs, `in_flight` at a time.
+//!
+//! Credentials never reach a message: URLs are shown without user info or query
+//! ([`shown_url`]), and object_store's errors name the request's URL, which for S3 carries no
+//! credential (they travel in headers).
+
+use crate::config::RemoteSettings;
+use crate::error::{Error, Result};
+use bytes::Bytes;
+use object_store::aws::AmazonS3Builder;
+use object_store::http::HttpBuilder;
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig,
+};
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use url::Url;
+
+/// The block of the metadata cache: reads up to this size go through it.
+pub(crate) const CACHE_BLOCK: u64 = 256 << 10;
+/// Blocks kept per open file (64 MiB), the oldest dropped first.
+const CACHE_BLOCKS: usize = 256;
+
+/// Whether HDF5's file name is a URL this driver reads remotely (case-insensitive scheme).
+pub fn is_url(name: &str) -> bool {
+    let lower = name.get(..8).unwrap_or(name).to_ascii_lowercase();
+    ["s3://", "http://", "https://"]
+        .iter()
+        .any(|scheme| lower.starts_with(scheme))
+}
+
+/// `url` as messages show it: no user name or password, no query (a presigned URL's signature)
+/// nor fragment.
+pub fn shown_url(url: &str) -> String {
+    match Url::parse(url) {
+        Ok(mut parsed) => {
+            // Errors here only mean the URL cannot have the part, so there is none to hide.
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            let hidden = parsed.query().is_some();
+            parsed.set_query(None);
+            parsed.set_fragment(None);
+            let mut text = parsed.to_string();
+            if hidden {
+                text.push_str("?<query hidden>");
+            }
+            text
+        }
+        // Unparsable: show the scheme and host part only, never the rest verbatim.
+        Err(_) => url.split(['@', '?']).next().unwrap_or_default().to_string(),
+    }
+}
+
+struct Runtime {
+    pid: u32,
+    runtime: Arc<tokio::runtime::Runtime>,
+}
+
+static RUNTIME: Mutex<Option<Runtime>> = Mutex::new(None);
+
+/// The process's tokio runtime for remote requests, started on first use. A forked child finds
+/// its parent's (whose threads do not exist here): it abandons it without dropping it (dropping
+/// would wait for those threads) and starts its own.
+fn runtime() -> Result<Arc<tokio::runtime::Runtime>> {
+    let mut guard = RUNTIME.lock().unwrap_or_else(|p| p.into_inner());
+    let pid = h5gds_runtime::process::id();
+    if guard.as_ref().is_some_and(|r| r.pid != pid) {
+        std::mem::forget(guard.take());
+    }
+    if let Some(r) = guard.as_ref() {
+        return Ok(r.runtime.clone());
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .thread_name("h5gds-remote")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Device(format!("could not start the remote-request runtime: {e}")))?;
+    let runtime = Arc::new(runtime);
+    *guard = Some(Runtime {
+        pid,
+        runtime: runtime.clone(),
+    });
+    Ok(runtime)
+}
+
+/// Runs `work` on the runtime from a thread outside it (HDF5's caller).
+fn block_on<T>(work: impl std::future::Future<Output = T>) -> Result<T> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(Error::InvalidArgument(
+            "a remote file read from inside a tokio runtime: call HDF5 from a plain thread".into(),
+        ));
+    }
+    Ok(runtime()?.block_on(work))
+}
+
+/// What a URL names: the store to ask and the object's path in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    S3 { bucket: String },
+    Http { base: String, plain: bool },
+}
+
+/// Parses a URL given as file name into where to read it.
+fn target_of(url: &str) -> Result<(Target, ObjectPath)> {
+    let bad = |why: &str| Error::RemoteOpen {
+        url: shown_url(url),
+        errno: libc::EINVAL,
+        why: why.to_string(),
+    };
+    let parsed = Url::parse(url).map_err(|e| bad(&format!("not a valid URL ({e})")))?;
+    if parsed.query().is_some() {
+        return Err(bad(
+            "a URL with a query string (a presigned URL, say) is not supported: give s3://bucket/key \
+             with credentials in the environment, or a plain http(s):// URL",
+        ));
+    }
+    let host = parsed.host_str().filter(|h| !h.is_empty());
+    let path = ObjectPath::from_url_path(parsed.path().trim_start_matches('/'))
+        .map_err(|e| bad(&format!("invalid object path ({e})")))?;
+    if path.as_ref().is_empty() {
+        return Err(bad("the URL names no object (empty path)"));
+    }
+    let target = match parsed.scheme() {
+        "s3" => Target::S3 {
+            bucket: host.ok_or_else(|| bad("no bucket in the s3:// URL"))?.to_string(),
+        },
+        scheme @ ("http" | "https") => {
+            let host = host.ok_or_else(|| bad("no host in the URL"))?;
+            let port = parsed.port().map(|p| format!(":{p}")).unwrap_or_default();
+            Target::Http {
+                base: format!("{scheme}://{host}{port}"),
+                plain: scheme == "http",
+            }
+        }
+        other => return Err(bad(&format!("unsupported scheme {other}"))),
+    };
+    Ok((target, path))
+}
+
+/// The store for `target` under `settings`: S3's from the AWS environment chain as object_store
+/// reads it, with the `H5GDS_S3_*` settings over it; HTTP's plain only for an http:// URL.
+fn build_store(target: &Target, settings: &RemoteSettings) -> object_store::Result<Arc<dyn ObjectStore>> {
+    let timeout = Duration::from_secs(settings.timeout_s);
+    let retry = RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(5),
+            base: 2.0,
+        },
+        max_retries: settings.retries,
+        retry_timeout: timeout * (settings.retries as u32 + 1),
+    };
+    let client = ClientOptions::new()
+        .with_timeout(timeout)
+        .with_connect_timeout(timeout);
+    Ok(match target {
+        Target::S3 { bucket } => {
+            let mut builder = AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_retry(retry);
+            let mut client = client;
+            if let Some(endpoint) = &settings.s3_endpoint {
+                // A plain-HTTP endpoint named by the setting is the user's say-so for HTTP.
+                if endpoint.to_ascii_lowercase().starts_with("http://") {
+                    client = client.with_allow_http(true);
+                }
+                builder = builder.with_endpoint(endpoint);
+            } else if std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v.eq_ignore_ascii_case("true"))
+            {
+                client = client.with_allow_http(true);
+            }
+            if let Some(region) = &settings.s3_region {
+                builder = builder.with_region(region);
+            }
+            if settings.s3_anonymous {
+                builder = builder.with_skip_signature(true);
+            }
+            Arc::new(builder.with_client_options(client).build()?)
+        }
+        Target::Http { base, plain } => Arc::new(
+            HttpBuilder::new()
+                .with_url(base)
+                .with_retry(retry)
+                .with_client_options(client.with_allow_http(*plain))
+                .build()?,
+        ),
+    })
+}
+
+/// Requests made for one open file, shown at `H5GDS_LOG=info` on close.
+#[derive(Default, Debug)]
+pub(crate) struct Counters {
+    pub(crate) heads: AtomicU64,
+    pub(crate) gets: AtomicU64,
+    pub(crate) bytes: AtomicU64,
+    pub(crate) cached_reads: AtomicU64,
+}
+
+/// Blocks of `CACHE_BLOCK` bytes of one open object, by index; the oldest go first.
+#[derive(Default)]
+struct BlockCache {
+    blocks: HashMap<u64, Bytes>,
+    order: VecDeque<u64>,
+}
+
+impl BlockCache {
+    fn insert(&mut self, index: u64, block: Bytes) {
+        if self.blocks.insert(index, block).is_none() {
+            self.order.push_back(index);
+        }
+        while self.order.len() > CACHE_BLOCKS {
+            if let Some(old) = self.order.pop_front() {
+                self.blocks.remove(&old);
+            }
+        }
+    }
+}
+
+/// The object store client, rebuilt in a forked child (its connections belong to the parent's
+/// runtime).
+struct StoreForProcess {
+    pid: u32,
+    store: Arc<dyn ObjectStore>,
+}
+
+/// One remote object opened read-only.
+pub(crate) struct RemoteFile {
+    /// The URL as shown in messages ([`shown_url`]).
+    pub(crate) url: String,
+    target: Target,
+    path: ObjectPath,
+    settings: RemoteSettings,
+    store: Mutex<StoreForProcess>,
+    /// The object's length at open.
+    pub(crate) size: u64,
+    /// The ETag every request is conditional on (`If-Match`).
+    etag: Option<String>,
+    /// The version asked for where the store gives versions and no ETag.
+    version: Option<String>,
+    cache: Mutex<BlockCache>,
+    pub(crate) counters: Counters,
+}
+
+impl std::fmt::Debug for RemoteFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteFile")
+            .field("url", &self.url)
+            .field("size", &self.size)
+            .field("etag", &self.etag)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The words for an object_store error, its status and what it means, without the URL's query.
+fn explain(err: &object_store::Error, url: &str) -> String {
+    let text = err.to_string();
+    // A query never reaches a request (refused at open), but be sure no secret is echoed.
+    match Url::parse(url).ok().and_then(|u| u.query().map(str::to_string)) {
+        Some(query) => text.replace(&query, "<query hidden>"),
+        None => text,
+    }
+}
+
+impl RemoteFile {
+    /// Opens `url` read-only: asks the object's length and ETag (one HEAD). HDF5 access `flags`
+    /// asking to write or create are refused before any request is made.
+    pub(crate) fn open(url: &str, flags: u32, settings: &RemoteSettings) -> Result<RemoteFile> {
+        use crate::abi::{H5F_ACC_CREAT, H5F_ACC_EXCL, H5F_ACC_RDWR, H5F_ACC_TRUNC};
+        let shown = shown_url(url);
+        if flags & (H5F_ACC_RDWR | H5F_ACC_CREAT | H5F_ACC_TRUNC | H5F_ACC_EXCL) != 0 {
+            return Err(Error::RemoteOpen {
+                url: shown,
+                errno: libc::EROFS,
+                why: format!(
+                    "remote files are read-only: open it for reading (h5py mode \"r\"); access \
+                     flags {flags:#x} ask to write or create, and nothing was sent"
+                ),
+            });
+        }
+        let (target, path) = target_of(url)?;
+        let store = build_store(&target, settings).map_err(|e| Error::RemoteOpen {
+            url: shown.clone(),
+            errno: libc::EINVAL,
+            why: format!("cannot set up the client: {}", explain(&e, url)),
+        })?;
+        let head = block_on(store.head(&path))?;
+        let counters = Counters::default();
+        counters.heads.fetch_add(1, Relaxed);
+        let meta = head.map_err(|e| {
+            let errno = match &e {
+                object_store::Error::NotFound { .. } => libc::ENOENT,
+                object_store::Error::PermissionDenied { .. }
+                | object_store::Error::Unauthenticated { .. } => libc::EACCES,
+                _ => libc::EIO,
+            };
+            let what = match &target {
+                Target::S3 { .. } => format!(
+                    "HEAD of the object ({}; credentials {})",
+                    settings.describe(),
+                    if settings.s3_anonymous {
+                        "none (anonymous)"
+                    } else {
+                        "from the AWS environment"
+                    }
+                ),
+                Target::Http { .. } => "HEAD of the URL".to_string(),
+            };
+            Error::RemoteOpen {
+                url: shown.clone(),
+                errno,
+                why: format!("{what} failed: {}", explain(&e, url)),
+            }
+        })?;
+        let version = meta.version.filter(|_| meta.e_tag.is_none());
+        if meta.e_tag.is_none() && version.is_none() {
+            return Err(Error::RemoteOpen {
+                url: shown,
+                errno: libc::EIO,
+                why: "the server gives the object no ETag, so reads could mix versions of it; \
+                      h5gds reads only objects it can pin to the version opened"
+                    .into(),
+            });
+        }
+        Ok(RemoteFile {
+            url: shown,
+            target,
+            path,
+            settings: settings.clone(),
+            store: Mutex::new(StoreForProcess {
+                pid: h5gds_runtime::process::id(),
+                store,
+            }),
+            size: meta.size,
+            etag: meta.e_tag,
+            version,
+            cache: Mutex::new(BlockCache::default()),
+            counters,
+        })
+    }
+
+    /// How this file is read, for the open log line.
+    pub(crate) fn describe(&self) -> String {
+        let how = match &self.target {
+            Target::S3 { .. } => format!("S3 ({})", self.settings.describe()),
+            Target::Http { plain: true, .. } => "HTTP (plain)".to_string(),
+            Target::Http { plain: false, .. } => "HTTPS".to_string(),
+        };
+        format!(
+            "remote, read-only: {how}; ranged GETs of {} with {} in flight, {} retries; reads up \
+             to {} through a block cache; every request conditional on ETag {}",
+            crate::config::format_size(self.settings.request_size as u64),
+            self.settings.in_flight,
+            self.settings.retries,
+            crate::config::format_size(CACHE_BLOCK),
+            self.etag.as_deref().or(self.version.as_deref()).unwrap_or("-"),
+        )
+    }
+
+    /// The requests made, for the close log line.
+    pub(crate) fn requests_summary(&self) -> String {
+        let c = &self.counters;
+        format!(
+            "{} requests ({} HEAD, {} ranged GET), {} bytes fetched, {} reads served by the block cache",
+            c.heads.load(Relaxed) + c.gets.load(Relaxed),
+            c.heads.load(Relaxed),
+            c.gets.load(Relaxed),
+            c.bytes.load(Relaxed),
+            c.cached_reads.load(Relaxed),
+        )
+    }
+
+    fn store(&self) -> Result<Arc<dyn ObjectStore>> {
+        let mut guard = self.store.lock().unwrap_or_else(|p| p.into_inner());
+        let pid = h5gds_runtime::process::id();
+        if guard.pid != pid {
+            let store = build_store(&self.target, &self.settings).map_err(|e| Error::RemoteRead {
+                url: self.url.clone(),
+                offset: 0,
+                size: 0,
+                why: format!("cannot set up the client in this process: {e}"),
+            })?;
+            // The parent's client holds connections of the parent's runtime: never used here.
+            std::mem::forget(std::mem::replace(&mut guard.store, store));
+            guard.pid = pid;
+        }
+        Ok(guard.store.clone())
+    }
+
+    /// Fetches `ranges` (each within the object), `in_flight` at a time, every GET conditional
+    /// on the ETag opened; the bytes in the order of `ranges`.
+    fn fetch(&self, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        let store = self.store()?;
+        let in_flight = self.settings.in_flight.max(1);
+        let failed = |range: &Range<u64>, why: String| Error::RemoteRead {
+            url: self.url.clone(),
+            offset: range.start,
+            size: range.end - range.start,
+            why,
+        };
+        let work = async {
+            let mut tasks = tokio::task::JoinSet::new();
+            let mut out: Vec<Option<Bytes>> = vec![None; ranges.len()];
+            let mut next = 0;
+            while next < ranges.len() || !tasks.is_empty() {
+                while next < ranges.len() && tasks.len() < in_flight {
+                    let options = GetOptions {
+                        range: Some(GetRange::Bounded(ranges[next].clone())),
+                        if_match: self.etag.clone(),
+                        version: self.version.clone(),
+                        ..GetOptions::default()
+                    };
+                    let (store, path, index) = (store.clone(), self.path.clone(), next);
+                    self.counters.gets.fetch_add(1, Relaxed);
+                    tasks.spawn(async move {
+                        let got = match store.get_opts(&path, options).await {
+                            Ok(got) => got.bytes().await,
+                            Err(e) => Err(e),
+                        };
+                        (index, got)
+                    });
+                    next += 1;
+                }
+                let Some(joined) = tasks.join_next().await else { break };
+                let (index, got) = joined.map_err(|e| failed(&ranges[0], format!("request task: {e}")))?;
+                let range = &ranges[index];
+                let bytes = got.map_err(|e| match e {
+                    object_store::Error::Precondition { .. } => failed(
+                        range,
+                        format!(
+                            "the object changed since it was opened (its ETag is no longer {}): \
+                             reopen the file to read the new version",
+                            self.etag.as_deref().unwrap_or("the one opened")
+                        ),
+                    ),
+                    other => failed(range, explain(&other, &self.url)),
+                })?;
+                if bytes.len() as u64 != range.end - range.start {
+                    return Err(failed(
+                        range,
+                        format!("the server answered {} bytes", bytes.len()),
+                    ));
+                }
+                self.counters.bytes.fetch_add(bytes.len() as u64, Relaxed);
+                out[index] = Some(bytes);
+            }
+            // Every slot is filled once the loop ends without an error.
+            Ok::<Vec<Bytes>, Error>(out.into_iter().flatten().collect())
+        };
+        block_on(work)?
+    }
+
+    /// Reads `buf.len()` bytes at `addr`; past the object's end, zeros (as sec2 reads past EOF).
+    pub(crate) fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+        let end = addr.saturating_add(buf.len() as u64);
+        let inside = end.min(self.size).saturating_sub(addr) as usize;
+        buf[inside..].fill(0);
+        if inside == 0 {
+            return Ok(());
+        }
+        let buf = &mut buf[..inside];
+        if inside as u64 <= CACHE_BLOCK {
+            return self.read_cached(addr, buf);
+        }
+        let step = self.settings.request_size as u64;
+        let ranges: Vec<Range<u64>> = (0..(inside as u64).div_ceil(step))
+            .map(|k| addr + k * step..(addr + (k + 1) * step).min(addr + inside as u64))
+            .collect();
+        for (range, bytes) in ranges.iter().zip(self.fetch(&ranges)?) {
+            let at = (range.start - addr) as usize;
+            buf[at..at + bytes.len()].copy_from_slice(&bytes);
+        }
+        Ok(())
+    }
+
+    /// A small read through the block cache: the missing blocks it covers, neighbours fetched
+    /// together, then copied out.
+    fn read_cached(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+        let end = addr + buf.len() as u64;
+        let (first, last) = (addr / CACHE_BLOCK, (end - 1) / CACHE_BLOCK);
+        let missing: Vec<u64> = {
+            let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            (first..=last)
+                .filter(|i| !cache.blocks.contains_key(i))
+                .collect()
+        };
+        if missing.is_empty() {
+            self.counters.cached_reads.fetch_add(1, Relaxed);
+        }
+        // Runs of consecutive missing blocks, one GET each.
+        let mut runs: Vec<Range<u64>> = Vec::new();
+        for &i in &missing {
+            match runs.last_mut() {
+                Some(run) if run.end == i => run.end = i + 1,
+                _ => runs.push(i..i + 1),
+            }
+        }
+        let byte_ranges: Vec<Range<u64>> = runs
+            .iter()
+            .map(|r| r.start * CACHE_BLOCK..(r.end * CACHE_BLOCK).min(self.size))
+            .collect();
+        let fetched = if byte_ranges.is_empty() {
+            Vec::new()
+        } else {
+            self.fetch(&byte_ranges)?
+        };
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut have: HashMap<u64, Bytes> = HashMap::new();
+        for (run, bytes) in runs.iter().zip(fetched) {
+            for i in run.clone() {
+                let from = ((i - run.start) * CACHE_BLOCK) as usize;
+                let to = (from + CACHE_BLOCK as usize).min(bytes.len());
+                let block = bytes.slice(from..to);
+                have.insert(i, block.clone());
+                cache.insert(i, block);
+            }
+        }
+        for i in first..=last {
+            let block = match have.get(&i) {
+                Some(b) => b.clone(),
+                None => cache.blocks.get(&i).cloned().ok_or_else(|| Error::RemoteRead {
+                    url: self.url.clone(),
+                    offset: addr,
+                    size: buf.len() as u64,
+                    why: "a cached block went missing".into(),
+                })?,
+            };
+            let block_start = i * CACHE_BLOCK;
+            let from = addr.max(block_start);
+            let to = end.min(block_start + block.len() as u64);
+            buf[(from - addr) as usize..(to - addr) as usize]
+                .copy_from_slice(&block[(from - block_start) as usize..(to - block_start) as usize]);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_told_from_paths_and_shown_without_secrets() {
+        assert!(is_url("s3://bucket/key.h5"));
+        assert!(is_url("HTTPS://host/x.h5"));
+        assert!(is_url("http://127.0.0.1:8080/a.h5"));
+        assert!(!is_url("/data/s3://x.h5"));
+        assert!(!is_url("file.h5"));
+        assert!(!is_url("s3:/bucket"));
+        assert_eq!(
+            shown_url("https://user:secret@host/a.h5?X-Amz-Signature=abc"),
+            "https://host/a.h5?<query hidden>"
+        );
+        assert!(!shown_url("https://user:pw@host/a.h5").contains("pw"));
+        assert_eq!(shown_url("s3://bucket/key.h5"), "s3://bucket/key.h5");
+    }
+
+    #[test]
+    fn targets_name_store_and_path() {
+        let (t, p) = target_of("s3://bkt/dir/my%20file.h5").unwrap();
+        assert_eq!(t, Target::S3 { bucket: "bkt".into() });
+        assert_eq!(p.as_ref(), "dir/my file.h5");
+        let (t, p) = target_of("http://127.0.0.1:8080/data/x.h5").unwrap();
+        assert_eq!(
+            t,
+            Target::Http {
+                base: "http://127.0.0.1:8080".into(),
+                plain: true
+            }
+        );
+        assert_eq!(p.as_ref(), "data/x.h5");
+        let err = target_of("s3://bkt/").unwrap_err().to_string();
+        assert!(err.contains("names no object"), "{err}");
+        let err = target_of("https://h/x.h5?sig=SECRET").unwrap_err().to_string();
+        assert!(err.contains("query string") && !err.contains("SECRET"), "{err}");
+    }
+
+    #[test]
+    fn a_write_mode_is_refused_before_any_request() {
+        use crate::abi::{H5F_ACC_CREAT, H5F_ACC_RDWR, H5F_ACC_TRUNC};
+        // Port 9 (discard) on loopback: were a request made, the error would be a connection's.
+        for flags in [H5F_ACC_RDWR, H5F_ACC_RDWR | H5F_ACC_CREAT | H5F_ACC_TRUNC] {
+            let err = RemoteFile::open("http://127.0.0.1:9/x.h5", flags, &RemoteSettings::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("read-only") && err.contains("errno = 30"), "{err}");
+            assert!(err.contains("nothing was sent"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_cache_keeps_the_newest_blocks() {
+        let mut cache = BlockCache::default();
+        for i in 0..(CACHE_BLOCKS as u64 + 3) {
+            cache.insert(i, Bytes::from(vec![i as u8; 4]));
+        }
+        assert_eq!(cache.blocks.len(), CACHE_BLOCKS);
+        assert!(!cache.blocks.contains_key(&2) && cache.blocks.contains_key(&3));
+        assert_eq!(cache.blocks[&(CACHE_BLOCKS as u64 + 2)][0], (CACHE_BLOCKS + 2) as u8);
+    }
+}
