@@ -392,13 +392,17 @@ unsafe extern "C" fn gds_query(file: *const H5FD_t, flags: *mut c_ulong) -> herr
             // `chunked[::3]`: 0.77x sec2 on a GPU machine). So only a file opened with
             // device_copies=on, where CUDA works, asks for it (HDF5 reads the flags once, at
             // open); array-io and the Python package stage such data themselves.
-            let memmanage = open.is_ok_and(|f| f.settings.device_copies)
+            let memmanage = open.as_ref().is_ok_and(|f| f.settings.device_copies)
                 && h5gds_runtime::device_ranges::cuda_works();
-            let features = if memmanage {
+            let mut features = if memmanage {
                 FEATURES
             } else {
                 FEATURES & !H5FD_FEAT_MEMMANAGE
             };
+            // A remote file has no descriptor (HDF5 would lstat its URL as a path).
+            if open.as_ref().is_ok_and(|f| f.remote.is_some()) {
+                features &= !H5FD_FEAT_POSIX_COMPAT_HANDLE;
+            }
             // SAFETY: HDF5 passes a valid out-pointer.
             unsafe { *flags = features };
         }
