@@ -90,6 +90,17 @@ impl Default for RemoteSettings {
     }
 }
 
+/// The rows of `SETTINGS` that [`RemoteSettings`] holds.
+const REMOTE_KEYS: [Key; 7] = [
+    Key::S3Endpoint,
+    Key::S3Region,
+    Key::S3Anonymous,
+    Key::RemoteRequestSize,
+    Key::RemoteInFlight,
+    Key::RemoteRetries,
+    Key::RemoteTimeout,
+];
+
 impl RemoteSettings {
     /// The remote settings from an environment lookup, each value checked against its row.
     pub fn from_env(env: impl Fn(&str) -> Option<OsString>) -> Result<RemoteSettings> {
@@ -149,9 +160,17 @@ impl RemoteSettings {
     pub fn describe(&self) -> String {
         format!(
             "endpoint {}, region {}, {}, requests of {}, {} in flight, {} retries, {} s timeout",
-            self.s3_endpoint.as_deref().unwrap_or("from the AWS environment"),
-            self.s3_region.as_deref().unwrap_or("from the AWS environment"),
-            if self.s3_anonymous { "unsigned (anonymous)" } else { "signed" },
+            self.s3_endpoint
+                .as_deref()
+                .unwrap_or("from the AWS environment"),
+            self.s3_region
+                .as_deref()
+                .unwrap_or("from the AWS environment"),
+            if self.s3_anonymous {
+                "unsigned (anonymous)"
+            } else {
+                "signed"
+            },
             format_size(self.request_size as u64),
             self.in_flight,
             self.retries,
@@ -243,6 +262,13 @@ impl VfdSettings {
             remote: RemoteSettings::from_env(&env)?,
             ..VfdSettings::default()
         };
+        for spec in SETTINGS.iter().filter(|s| REMOTE_KEYS.contains(&s.key)) {
+            if env(spec.env).is_some() {
+                settings
+                    .sources
+                    .push((spec.key, Source::Environment(spec.env)));
+            }
+        }
         for (spec, _) in driver_settings() {
             // Aliases first, so the newer name wins when both are set.
             for var in spec.aliases.iter().chain(std::iter::once(&spec.env)) {
@@ -388,14 +414,23 @@ impl VfdSettings {
             | Key::HostCodec
             | Key::VerifyChecksums
             | Key::Log
-            | Key::PluginDir
-            | Key::S3Endpoint
-            | Key::S3Region
-            | Key::S3Anonymous
-            | Key::RemoteRequestSize
-            | Key::RemoteInFlight
-            | Key::RemoteRetries
-            | Key::RemoteTimeout => return None,
+            | Key::PluginDir => return None,
+            // Remote files' settings, as parsed (an endpoint shown without user info or query).
+            Key::S3Endpoint => self
+                .remote
+                .s3_endpoint
+                .as_deref()
+                .map_or_else(|| "unset".into(), crate::remote::shown_url),
+            Key::S3Region => self
+                .remote
+                .s3_region
+                .clone()
+                .unwrap_or_else(|| "unset".into()),
+            Key::S3Anonymous => if self.remote.s3_anonymous { "1" } else { "0" }.to_string(),
+            Key::RemoteRequestSize => format_size(self.remote.request_size as u64),
+            Key::RemoteInFlight => self.remote.in_flight.to_string(),
+            Key::RemoteRetries => self.remote.retries.to_string(),
+            Key::RemoteTimeout => self.remote.timeout_s.to_string(),
         })
     }
 
@@ -655,7 +690,25 @@ mod tests {
         assert_eq!(r.s3_endpoint.as_deref(), Some("http://127.0.0.1:9000"));
         assert_eq!(r.s3_region.as_deref(), Some("eu-west-1"));
         assert!(r.s3_anonymous);
-        assert_eq!((r.request_size, r.in_flight, r.retries, r.timeout_s), (1 << 20, 4, 0, 7));
+        assert_eq!(
+            (r.request_size, r.in_flight, r.retries, r.timeout_s),
+            (1 << 20, 4, 0, 7)
+        );
+        assert_eq!(s.value_text(Key::RemoteRequestSize).as_deref(), Some("1M"));
+        assert_eq!(
+            s.source(Key::S3Region),
+            &Source::Environment("H5GDS_S3_REGION")
+        );
+        let with_user = VfdSettings::from_sources(
+            env_of(&[("H5GDS_S3_ENDPOINT", "https://me:secret@store.example:9000")]),
+            None,
+        )
+        .unwrap();
+        let shown = with_user.value_text(Key::S3Endpoint).unwrap();
+        assert!(
+            !shown.contains("secret") && shown.contains("store.example:9000"),
+            "{shown}"
+        );
         for (var, bad, accepted) in [
             ("H5GDS_S3_ENDPOINT", "ftp://x", "http:// or https://"),
             ("H5GDS_S3_ANONYMOUS", "yes", "0 or 1"),
@@ -666,7 +719,10 @@ mod tests {
             let err = VfdSettings::from_sources(env_of(&[(var, bad)]), None)
                 .unwrap_err()
                 .to_string();
-            assert!(err.contains(var) && err.contains(bad) && err.contains(accepted), "{err}");
+            assert!(
+                err.contains(var) && err.contains(bad) && err.contains(accepted),
+                "{err}"
+            );
         }
     }
 

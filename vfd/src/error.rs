@@ -53,7 +53,11 @@ pub enum Error {
     /// A remote file (URL) that cannot be opened: `errno` says as a local file's error would
     /// (ENOENT for 404, EACCES for 403, EROFS for a write mode), `why` what was tried.
     #[error("unable to open file: name = '{url}', {}, remote: {why}", OsError(&io::Error::from_raw_os_error(*errno)))]
-    RemoteOpen { url: String, errno: i32, why: String },
+    RemoteOpen {
+        url: String,
+        errno: i32,
+        why: String,
+    },
     /// A read of a remote file that failed after its retries, naming the byte range.
     #[error("read failed on '{url}' at offset {offset} ({size} bytes requested): {why}")]
     RemoteRead {

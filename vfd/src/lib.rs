@@ -35,19 +35,18 @@ pub mod vfd_gds_api;
 pub use abi::{DRIVER_NAME, DRIVER_VALUE};
 pub use config::{
     config_from_environment, format_size, parse_size, CarriedSettings, CompatMode, DirectIo,
-    RemoteSettings,
-    Key as SettingKey, SettingSpec, Source as SettingSource, VfdSettings, SETTINGS,
+    Key as SettingKey, RemoteSettings, SettingSpec, Source as SettingSource, VfdSettings, SETTINGS,
 };
 pub use error::Error;
 pub use h5gds_runtime::cuda::{cuda, CudaDriver, CudaError};
 pub use h5gds_runtime::device_ranges::forget_device_range;
 pub use io::gds::{gds_kernel_path_possible, CuFileDriver};
 pub use log::with_logging;
-pub use remote::{is_url, shown_url};
 pub use plugin::{
     class_for_hdf5_at, h5gds_library, register_in_loaded_hdf5, set_fapl_driver,
     Registration as DriverRegistration, IDENTITY_SYMBOL,
 };
+pub use remote::{is_url, shown_url};
 pub use verdicts::{
     cufile_driver, cufile_library_file, device_transfers_staged, path_verdicts, PathVerdicts,
 };

@@ -137,7 +137,9 @@ fn target_of(url: &str) -> Result<(Target, ObjectPath)> {
     }
     let target = match parsed.scheme() {
         "s3" => Target::S3 {
-            bucket: host.ok_or_else(|| bad("no bucket in the s3:// URL"))?.to_string(),
+            bucket: host
+                .ok_or_else(|| bad("no bucket in the s3:// URL"))?
+                .to_string(),
         },
         scheme @ ("http" | "https") => {
             let host = host.ok_or_else(|| bad("no host in the URL"))?;
@@ -154,7 +156,10 @@ fn target_of(url: &str) -> Result<(Target, ObjectPath)> {
 
 /// The store for `target` under `settings`: S3's from the AWS environment chain as object_store
 /// reads it, with the `H5GDS_S3_*` settings over it; HTTP's plain only for an http:// URL.
-fn build_store(target: &Target, settings: &RemoteSettings) -> object_store::Result<Arc<dyn ObjectStore>> {
+fn build_store(
+    target: &Target,
+    settings: &RemoteSettings,
+) -> object_store::Result<Arc<dyn ObjectStore>> {
     let timeout = Duration::from_secs(settings.timeout_s);
     let retry = RetryConfig {
         backoff: BackoffConfig {
@@ -270,7 +275,10 @@ impl std::fmt::Debug for RemoteFile {
 fn explain(err: &object_store::Error, url: &str) -> String {
     let text = err.to_string();
     // A query never reaches a request (refused at open), but be sure no secret is echoed.
-    match Url::parse(url).ok().and_then(|u| u.query().map(str::to_string)) {
+    match Url::parse(url)
+        .ok()
+        .and_then(|u| u.query().map(str::to_string))
+    {
         Some(query) => text.replace(&query, "<query hidden>"),
         None => text,
     }
@@ -367,7 +375,10 @@ impl RemoteFile {
             self.settings.in_flight,
             self.settings.retries,
             crate::config::format_size(CACHE_BLOCK),
-            self.etag.as_deref().or(self.version.as_deref()).unwrap_or("-"),
+            self.etag
+                .as_deref()
+                .or(self.version.as_deref())
+                .unwrap_or("-"),
         )
     }
 
@@ -388,12 +399,13 @@ impl RemoteFile {
         let mut guard = self.store.lock().unwrap_or_else(|p| p.into_inner());
         let pid = h5gds_runtime::process::id();
         if guard.pid != pid {
-            let store = build_store(&self.target, &self.settings).map_err(|e| Error::RemoteRead {
-                url: self.url.clone(),
-                offset: 0,
-                size: 0,
-                why: format!("cannot set up the client in this process: {e}"),
-            })?;
+            let store =
+                build_store(&self.target, &self.settings).map_err(|e| Error::RemoteRead {
+                    url: self.url.clone(),
+                    offset: 0,
+                    size: 0,
+                    why: format!("cannot set up the client in this process: {e}"),
+                })?;
             // The parent's client holds connections of the parent's runtime: never used here.
             std::mem::forget(std::mem::replace(&mut guard.store, store));
             guard.pid = pid;
@@ -435,8 +447,11 @@ impl RemoteFile {
                     });
                     next += 1;
                 }
-                let Some(joined) = tasks.join_next().await else { break };
-                let (index, got) = joined.map_err(|e| failed(&ranges[0], format!("request task: {e}")))?;
+                let Some(joined) = tasks.join_next().await else {
+                    break;
+                };
+                let (index, got) =
+                    joined.map_err(|e| failed(&ranges[0], format!("request task: {e}")))?;
                 let range = &ranges[index];
                 let bytes = got.map_err(|e| match e {
                     object_store::Error::Precondition { .. } => failed(
@@ -532,18 +547,23 @@ impl RemoteFile {
         for i in first..=last {
             let block = match have.get(&i) {
                 Some(b) => b.clone(),
-                None => cache.blocks.get(&i).cloned().ok_or_else(|| Error::RemoteRead {
-                    url: self.url.clone(),
-                    offset: addr,
-                    size: buf.len() as u64,
-                    why: "a cached block went missing".into(),
-                })?,
+                None => cache
+                    .blocks
+                    .get(&i)
+                    .cloned()
+                    .ok_or_else(|| Error::RemoteRead {
+                        url: self.url.clone(),
+                        offset: addr,
+                        size: buf.len() as u64,
+                        why: "a cached block went missing".into(),
+                    })?,
             };
             let block_start = i * CACHE_BLOCK;
             let from = addr.max(block_start);
             let to = end.min(block_start + block.len() as u64);
-            buf[(from - addr) as usize..(to - addr) as usize]
-                .copy_from_slice(&block[(from - block_start) as usize..(to - block_start) as usize]);
+            buf[(from - addr) as usize..(to - addr) as usize].copy_from_slice(
+                &block[(from - block_start) as usize..(to - block_start) as usize],
+            );
         }
         Ok(())
     }
@@ -572,7 +592,12 @@ mod tests {
     #[test]
     fn targets_name_store_and_path() {
         let (t, p) = target_of("s3://bkt/dir/my%20file.h5").unwrap();
-        assert_eq!(t, Target::S3 { bucket: "bkt".into() });
+        assert_eq!(
+            t,
+            Target::S3 {
+                bucket: "bkt".into()
+            }
+        );
         assert_eq!(p.as_ref(), "dir/my file.h5");
         let (t, p) = target_of("http://127.0.0.1:8080/data/x.h5").unwrap();
         assert_eq!(
@@ -585,8 +610,13 @@ mod tests {
         assert_eq!(p.as_ref(), "data/x.h5");
         let err = target_of("s3://bkt/").unwrap_err().to_string();
         assert!(err.contains("names no object"), "{err}");
-        let err = target_of("https://h/x.h5?sig=SECRET").unwrap_err().to_string();
-        assert!(err.contains("query string") && !err.contains("SECRET"), "{err}");
+        let err = target_of("https://h/x.h5?sig=SECRET")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("query string") && !err.contains("SECRET"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -594,10 +624,14 @@ mod tests {
         use crate::abi::{H5F_ACC_CREAT, H5F_ACC_RDWR, H5F_ACC_TRUNC};
         // Port 9 (discard) on loopback: were a request made, the error would be a connection's.
         for flags in [H5F_ACC_RDWR, H5F_ACC_RDWR | H5F_ACC_CREAT | H5F_ACC_TRUNC] {
-            let err = RemoteFile::open("http://127.0.0.1:9/x.h5", flags, &RemoteSettings::default())
-                .unwrap_err()
-                .to_string();
-            assert!(err.contains("read-only") && err.contains("errno = 30"), "{err}");
+            let err =
+                RemoteFile::open("http://127.0.0.1:9/x.h5", flags, &RemoteSettings::default())
+                    .unwrap_err()
+                    .to_string();
+            assert!(
+                err.contains("read-only") && err.contains("errno = 30"),
+                "{err}"
+            );
             assert!(err.contains("nothing was sent"), "{err}");
         }
     }
@@ -610,6 +644,9 @@ mod tests {
         }
         assert_eq!(cache.blocks.len(), CACHE_BLOCKS);
         assert!(!cache.blocks.contains_key(&2) && cache.blocks.contains_key(&3));
-        assert_eq!(cache.blocks[&(CACHE_BLOCKS as u64 + 2)][0], (CACHE_BLOCKS + 2) as u8);
+        assert_eq!(
+            cache.blocks[&(CACHE_BLOCKS as u64 + 2)][0],
+            (CACHE_BLOCKS + 2) as u8
+        );
     }
 }
