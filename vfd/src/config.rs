@@ -49,14 +49,14 @@ pub struct VfdSettings {
     /// Whether HDF5's own copies (compact data, cached chunks) go through the driver, so device
     /// buffers work for them (`device_copies`).
     pub device_copies: bool,
-    /// How remote files (URLs as file names) are read: environment only (`H5GDS_S3_*`,
-    /// `H5GDS_REMOTE_*`).
+    /// How remote files (URLs as file names) are read: environment only (the S3 and remote
+    /// rows of `SETTINGS`).
     pub remote: RemoteSettings,
     /// Where each value came from, in `SETTINGS` order.
     pub sources: Vec<(Key, Source)>,
 }
 
-/// How remote files are read (docs/remote.md): the `H5GDS_S3_*` and `H5GDS_REMOTE_*` rows of
+/// How remote files are read (docs/remote.md): the S3 and remote (request) rows of
 /// `SETTINGS`, from the environment (S3's own chain, `AWS_*`, is read by object_store).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RemoteSettings {

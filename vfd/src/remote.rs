@@ -155,7 +155,7 @@ fn target_of(url: &str) -> Result<(Target, ObjectPath)> {
 }
 
 /// The store for `target` under `settings`: S3's from the AWS environment chain as object_store
-/// reads it, with the `H5GDS_S3_*` settings over it; HTTP's plain only for an http:// URL.
+/// reads it, with the S3 rows of `SETTINGS` over it; HTTP's plain only for an http:// URL.
 fn build_store(
     target: &Target,
     settings: &RemoteSettings,
