@@ -2,7 +2,7 @@
 # The wheel clusters accept: abi3 for CPython 3.9+, glibc 2.28 symbols only (manylinux_2_28: RHEL/
 # Rocky 8 and 9, Ubuntu 20.04 and later), linked with zig (ziglang from PyPI, scripts/setup.sh) on
 # this newer system. Usage: scripts/build-wheel.sh OUT_DIR (after scripts/setup.sh). x86-64 only:
-# no aarch64 build yet (docs/python.md says what one needs).
+# no aarch64 build yet (docs/python.md, "aarch64", says what one needs).
 #
 # Rust's unwinder comes from the system's libgcc_s.so.1, the one glibc's own forced unwinding
 # (pthread_exit, which CPython before 3.14 calls in daemon threads at interpreter exit) uses. Left
