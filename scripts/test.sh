@@ -67,6 +67,17 @@ if readelf -d "$module_dir/h5gds/_native.abi3.so" | grep -q 'NEEDED.*libhdf5' ||
   echo "$wheel: h5gds/_native.abi3.so must not link libhdf5 nor refer to HDF5's symbols" >&2
   exit 1
 fi
+# Its C code (the host codecs: zstd-sys, lz4-sys, libdeflate-sys) compiled at the optimization
+# cargo's release profile asks for, -O3, which `zig cc` would turn into clang's -O2: build-wheel.sh
+# has gcc compile it with -frecord-gcc-switches, so every compilation's options are in the module.
+readelf -p .GCC.command.line "$module_dir/h5gds/_native.abi3.so" 2>/dev/null |
+  .venv/bin/python -c 'import re, sys
+lines = [m.group(1) for m in map(re.compile(r"^\s*\[\s*[0-9a-f]+\]\s+(.*)$").match, sys.stdin) if m]
+bad = [l for l in lines if not l.startswith("GNU C") or re.findall(r"(?:^| )-O\S*", l) != [" -O3"]]
+found = bad or ("no record" if not lines else None)
+if found:
+    sys.exit(f"{sys.argv[1]}: its C code must be compiled by gcc at -O3 (the release profile), "
+             f"recorded in .GCC.command.line; found {found}")' "$wheel"
 rm -rf "$module_dir"
 # The sdist builds a wheel where Rust is present (pip's own build, maturin fetched from PyPI),
 # from scratch: the sdist's files carry one fixed timestamp, so a reused build directory could
