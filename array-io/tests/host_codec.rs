@@ -214,15 +214,27 @@ fn damaged_chunks_fail_the_read_naming_dataset_and_chunk() {
     // Zstandard content checksum by zstd, the Fletcher-32 by h5gds.
     let out = run.stdout();
     for (dataset, why) in [
-        ("/checksum/deflate", "its deflate (zlib) data does not decode"),
-        ("/checksum/zstd_wrong", "its Zstandard frame does not decode"),
-        ("/checksum/fletcher", "its Fletcher-32 checksum does not match"),
+        (
+            "/checksum/deflate",
+            "its deflate (zlib) data does not decode",
+        ),
+        (
+            "/checksum/zstd_wrong",
+            "its Zstandard frame does not decode",
+        ),
+        (
+            "/checksum/fletcher",
+            "its Fletcher-32 checksum does not match",
+        ),
     ] {
         let line = out
             .lines()
             .find(|l| l.contains(&format!("{dataset:?}")))
             .unwrap_or_else(|| panic!("no error for {dataset}: {out}"));
-        assert!(line.contains(why) && line.contains("chunk at [50]"), "{line}");
+        assert!(
+            line.contains(why) && line.contains("chunk at [50]"),
+            "{line}"
+        );
     }
 }
 
