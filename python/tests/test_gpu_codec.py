@@ -242,7 +242,8 @@ def wrong_checksums(f, data):
 def test_wrong_checksums_are_refused_by_default_on_every_path(tmp_path, monkeypatch, verify):
     """By default (H5GDS_VERIFY_CHECKSUMS unset or 1) the GPU path checks on the host what nvCOMP does
     not (deflate's Adler-32, a Zstandard frame's content checksum) and refuses the chunk naming it, as
-    the host decoders and HDF5's filters do; H5GDS_VERIFY_CHECKSUMS=0 opts the GPU path out, and those
+    the host decoders do (and HDF5's filters, but for hdf5plugin's Zstandard filter, which reads the
+    frame with the wrong checksum); H5GDS_VERIFY_CHECKSUMS=0 opts the GPU path out, and those
     chunks then read there unchecked. The Fletcher-32 chain is decoded on the host and refused either
     way. Intact chunks of the same datasets read."""
     if verify is not None:
@@ -253,8 +254,11 @@ def test_wrong_checksums_are_refused_by_default_on_every_path(tmp_path, monkeypa
     with open_gds(tmp_path / "sums.h5", "r") as f:
         for name, words in refusals.items():
             dset = f[name]
-            with pytest.raises(OSError):
-                dset[...]  # HDF5's own filters refuse every one
+            if name != "zstd":
+                # HDF5's own filters refuse these; hdf5plugin's Zstandard filter reads the frame
+                # whose checksum says its data is not what was written (h5gds refuses it).
+                with pytest.raises(OSError):
+                    dset[...]
             # The host path (a NumPy array) refuses, naming the chunk.
             with pytest.raises(OSError, match=r"chunk at \[64\]"):
                 h5gds.read(dset)

@@ -436,13 +436,13 @@ pub fn choose_decoder(f: &DecoderFacts) -> (Option<Decoder>, String) {
             let (gpu, host) =
                 decode_seconds(*codec, f.chunk_bytes, f.chunks, f.host_threads, f.verify);
             let checked = if f.verify && checked_on_host(*codec) {
-                " with their Adler-32 checked on the host"
+                "; the GPU's estimate counts the check of their Adler-32 on the host"
             } else {
                 ""
             };
             let why = format!(
-                "estimated {:.2} ms on the GPU{checked} against {:.2} ms on {} host threads ({} \
-                 chunks of {} bytes)",
+                "estimated {:.2} ms on the GPU against {:.2} ms on {} host threads ({} chunks of \
+                 {} bytes){checked}",
                 gpu * 1e3,
                 host * 1e3,
                 f.host_threads,
@@ -539,7 +539,9 @@ mod tests {
         let (d, why) = choose_decoder(&verified);
         assert_eq!(d, Some(Decoder::Gpu(Deflate)), "{why}");
         assert!(
-            why.contains("on the GPU with their Adler-32 checked on the host"),
+            why.ends_with(
+                "bytes); the GPU's estimate counts the check of their Adler-32 on the host"
+            ),
             "{why}"
         );
         let (d, why) = choose_decoder(&facts(Err("two filters".into()), false));
