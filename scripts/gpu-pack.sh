@@ -8,7 +8,8 @@
 #                            (`h5gds info` is the wheel's `python -m h5gds info` there)
 #   .gpu/whl/                the h5gds wheel (scripts/build-wheel.sh), KvikIO (cu13, with
 #                            cuda-pathfinder, which it needs to load) for the side-by-side
-#                            rows, pytest (the machine may lack it)
+#                            rows, pytest (the machine may lack it), zstandard
+#                            (test_gpu_codec.py's frames with content checksums)
 #   .gpu/libnvcomp.so.6.xz   nvCOMP 6 from nvidia-libnvcomp-cu13
 #   .gpu/hdf5plugin.tar.xz   hdf5plugin with its Zstandard, LZ4 and Blosc filters only
 #   .gpu/env.sh              scripts/gpu-env.sh: `source .gpu/env.sh` there, from the checkout's root
@@ -82,7 +83,7 @@ download() {
 }
 # Exact versions: target/gpu-pack/ keeps every wheel downloaded, and each is found by its version.
 wheels=(kvikio-cu13==26.10.0 libkvikio-cu13==26.10.0 rapids-logger==0.3.0 cuda-pathfinder==1.9.1
-  pytest==8.4.2 pluggy==1.7.0 iniconfig==2.3.1 packaging==26.4)
+  pytest==8.4.2 pluggy==1.7.0 iniconfig==2.3.1 packaging==26.4 zstandard==0.25.0)
 download nvidia-libnvcomp-cu13==6.0.0.12 hdf5plugin==7.1.0 "${wheels[@]}"
 # Made once per downloaded wheel (compressing nvCOMP takes a while), then reused.
 nvcomp_wheel=$(ls "$downloads"/nvidia_libnvcomp_cu13-6.0.0.12-*.whl)

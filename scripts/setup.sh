@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing h5gds needs into project-local places:
 #   .venv/        cmake (HDF5 is built from source by hdf5-metno-sys), h5py with HDF5 2.x, numpy,
+#                 hdf5plugin and zstandard (the codec tests' files),
 #                 netCDF4, PyTables, xarray and h5netcdf (other HDF5 copies in one process),
 #                 maturin with ziglang and auditwheel (the Python package's manylinux_2_28 wheel),
 #                 mpi4py (built against Open MPI)
@@ -20,6 +21,7 @@ CUFILE=1.20.0.107 # cufile.h for the bindings check; the real libcufile for the 
 LIBCLANG=18.1.1   # libclang for bindgen (the bindings check)
 NVCOMP=6.0.0.12   # nvcomp.h for the nvcomp-sys bindings check (the library needs a GPU)
 HDF5PLUGIN=7.1.0  # Zstandard (32015) and LZ4 (32004) filters: test files for the GPU codec path
+ZSTANDARD=0.25.0  # Zstandard frames with content checksums (hdf5plugin writes none): test files
 # Wheels with HDF5 copies of their own, for the tests of several HDF5 copies in one process:
 NETCDF4=1.7.5.1.post1  # HDF5 2.2
 TABLES=3.11.1          # HDF5 1.14.6
@@ -59,7 +61,7 @@ make_venv() {  # dir, requirements...
 
 make_venv .venv "cmake>=3.26" "h5py==$H5PY_NEW" numpy pytest \
   "nvidia-cufile==$CUFILE" "libclang==$LIBCLANG" "maturin>=1.7,<2" \
-  "nvidia-libnvcomp-cu12==$NVCOMP" "hdf5plugin==$HDF5PLUGIN" \
+  "nvidia-libnvcomp-cu12==$NVCOMP" "hdf5plugin==$HDF5PLUGIN" "zstandard==$ZSTANDARD" \
   "netCDF4==$NETCDF4" "tables==$TABLES" "xarray==$XARRAY" "h5netcdf==$H5NETCDF" \
   "ziglang==$ZIGLANG" "auditwheel==$AUDITWHEEL" "moto[server]==$MOTO"
 # mpi4py built from source against Open MPI's mpicc (a binary wheel could carry another MPI).

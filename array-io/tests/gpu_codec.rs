@@ -160,13 +160,16 @@ fn every_codec_rank_edge_missing_and_unfiltered_chunk_decodes_on_the_gpu() {
 fn corrupt_body() {
     let dir = test_dir();
     let file = dir.join("h5py.h5");
-    let verify = std::env::var(array_io::VERIFY_CHECKSUMS_ENV).as_deref() == Ok("1");
+    // Checked unless opted out (H5GDS_VERIFY_CHECKSUMS=0).
+    let verify = std::env::var(array_io::VERIFY_CHECKSUMS_ENV).as_deref() != Ok("0");
     for (dataset, chunk, how) in damaged(&dir) {
         let result = from_file_to_device::<f32>(&file, &dataset, stream());
-        if how == "adler32" && !verify {
-            // Intact Deflate data behind a wrong trailer decodes; only the check catches it.
+        if (how == "adler32" || how == "zstd checksum") && !verify {
+            // Intact data behind a wrong checksum decodes on the GPU (nvCOMP checks neither);
+            // only the host's check catches it, and opting out skips it.
             let host = result.unwrap().to_host().unwrap();
             assert_eq!(host.len(), 200, "{dataset}");
+            println!("read unchecked: {dataset:?}");
             continue;
         }
         let err = result
@@ -179,9 +182,13 @@ fn corrupt_body() {
         let text = err.to_string();
         assert!(text.contains(&format!("dataset {dataset:?}")), "{text}");
         assert!(text.contains(&format!("chunk at [{chunk}]")), "{text}");
-        if how == "adler32" {
-            assert!(text.contains("Adler-32"), "{text}");
-        }
+        let why = match how.as_str() {
+            "adler32" => "its decoded bytes have Adler-32",
+            "zstd checksum" => "its decoded bytes have the Zstandard content checksum",
+            "fletcher32" => "its Fletcher-32 checksum does not match",
+            _ => "",
+        };
+        assert!(text.contains(why), "{text}");
         println!("{text}");
     }
 }
@@ -337,16 +344,34 @@ fn a_damaged_zstd_chunk_is_named_whatever_nvcomp_reports_for_its_batch() {
     }
 }
 
+/// Checksums are checked by default (`H5GDS_VERIFY_CHECKSUMS` unset or 1): a deflate chunk
+/// whose Adler-32 is wrong behind intact Deflate data, and a Zstandard frame whose content
+/// checksum is wrong behind intact data, decode on the GPU (nvCOMP checks neither) and are
+/// refused by the host's check naming the chunk; with 0 they read unchecked. A wrong
+/// Fletcher-32 (a chain the host decodes) is refused either way.
 #[test]
-fn with_checksums_on_a_wrong_adler32_fails_the_read() {
-    let name = "with_checksums_on_a_wrong_adler32_fails_the_read";
+fn wrong_checksums_fail_the_read_unless_opted_out() {
+    let name = "wrong_checksums_fail_the_read_unless_opted_out";
     let dir = codec_files();
-    let env = [(array_io::VERIFY_CHECKSUMS_ENV, "1")];
-    let Some(run) = run(name, true, dir.path(), &env, corrupt_body) else {
-        return;
-    };
-    run.assert_clean();
-    assert!(run.stdout().contains("chunk at [50]"), "{}", run.stdout());
+    for value in ["", "1", "0"] {
+        let env = [(array_io::VERIFY_CHECKSUMS_ENV, value)];
+        let Some(run) = run(name, true, dir.path(), &env, corrupt_body) else {
+            return;
+        };
+        run.assert_clean();
+        let out = run.stdout();
+        let checked = value != "0";
+        for dataset in ["/checksum/deflate", "/checksum/zstd_wrong"] {
+            let refused = format!("dataset {dataset:?}, chunk at [50]");
+            let unchecked = format!("read unchecked: {dataset:?}");
+            assert_eq!(out.contains(&refused), checked, "{value:?}: {out}");
+            assert_eq!(out.contains(&unchecked), !checked, "{value:?}: {out}");
+        }
+        assert!(
+            out.contains("\"/checksum/fletcher\", chunk at [50]"),
+            "{value:?}: {out}"
+        );
+    }
 }
 
 fn fault_body() {
@@ -672,7 +697,7 @@ fn the_compressed_gpu_example_passes_on_the_emulators_and_refuses_without_nvcomp
             assert!(out.status.success(), "{stdout}\n{stderr}");
             assert!(
                 stdout.starts_with(
-                    "HDF5 COMPRESSED GPU OK (26 h5py datasets read, 7 damaged chunks refused, \
+                    "HDF5 COMPRESSED GPU OK (27 h5py datasets read, 9 damaged chunks refused, \
                      3 written"
                 ),
                 "{stdout}"

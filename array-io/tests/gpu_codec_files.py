@@ -3,7 +3,8 @@
     gpu_codec_files.py DIR   writes DIR/h5py.h5 with chunked datasets compressed by h5py's
                              gzip (deflate) and hdf5plugin's Zstd (32015) and LZ4 (32004): ranks
                              1 to 3 with edge chunks, chunks never written (fill value), chunks
-                             stored unfiltered, LZ4 chunks of several blocks, filter chains; then
+                             stored unfiltered, LZ4 chunks of several blocks, filter chains,
+                             Zstandard frames with content checksums (zstandard); then
                              DIR/manifest.tsv ("name<TAB>dtype<TAB>shape", bytes h5py reads in
                              DIR/<n>.bin), and DIR/corrupt.tsv ("name<TAB>chunk offset<TAB>how")
                              for datasets with one chunk damaged on purpose.
@@ -23,6 +24,7 @@ import sys
 import h5py
 import hdf5plugin
 import numpy as np
+import zstandard
 
 CODECS = {
     "gzip": lambda: {"compression": "gzip"},
@@ -105,6 +107,27 @@ def main(directory):
         broken = stored[:-4] + bytes(b ^ 0xFF for b in stored[-4:])
         adler.id.write_direct_chunk((50,), broken, filter_mask=0)
         corrupt.append(("/checksum/deflate", "50", "adler32"))
+        # Deflate data behind a wrong Fletcher-32 (HDF5's filter 3): only the checksum catches it.
+        fletcher = f.create_dataset("checksum/fletcher", data=values("float32", (200,), 16),
+                                    chunks=(50,), compression="gzip", fletcher32=True)
+        _, stored = fletcher.id.read_direct_chunk((50,))
+        fletcher.id.write_direct_chunk((50,), stored[:-4] + bytes(b ^ 0xFF for b in stored[-4:]),
+                                       filter_mask=0)
+        corrupt.append(("/checksum/fletcher", "50", "fletcher32"))
+        # Zstandard frames with a content checksum (hdf5plugin writes none; zstd's tool and other
+        # writers do): all intact in one dataset; in the other, the chunk at [50] with its stored
+        # checksum wrong behind intact data, which only the checksum catches.
+        checked = zstandard.ZstdCompressor(level=3, write_checksum=True)
+        for name, damaged_at in (("zstd", None), ("zstd_wrong", 50)):
+            data = values("float32", (200,), 17)
+            dset = f.create_dataset(f"checksum/{name}", shape=(200,), dtype="float32", chunks=(50,),
+                                    **CODECS["zstd"]())
+            for at in range(0, 200, 50):
+                frame = checked.compress(data[at:at + 50].tobytes())
+                if at == damaged_at:
+                    frame = frame[:-4] + bytes(b ^ 0xFF for b in frame[-4:])
+                dset.id.write_direct_chunk((at,), frame, filter_mask=0)
+        corrupt.append(("/checksum/zstd_wrong", "50", "zstd checksum"))
 
     damaged = {name for name, _, _ in corrupt}
     lines = []

@@ -210,12 +210,32 @@ fn damaged_chunks_fail_the_read_naming_dataset_and_chunk() {
     let Some(run) = run(name, dir.path(), &[], corrupt_body) else {
         return;
     };
-    // The wrong Adler-32 behind intact Deflate data is caught too: libdeflate checks it.
+    // Wrong checksums behind intact data are caught too: the Adler-32 by libdeflate, the
+    // Zstandard content checksum by zstd, the Fletcher-32 by h5gds.
     let out = run.stdout();
-    assert!(
-        out.contains("\"/checksum/deflate\"") && out.contains("does not decode"),
-        "{out}"
-    );
+    for (dataset, why) in [
+        (
+            "/checksum/deflate",
+            "its deflate (zlib) data does not decode",
+        ),
+        (
+            "/checksum/zstd_wrong",
+            "its Zstandard frame does not decode",
+        ),
+        (
+            "/checksum/fletcher",
+            "its Fletcher-32 checksum does not match",
+        ),
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.contains(&format!("{dataset:?}")))
+            .unwrap_or_else(|| panic!("no error for {dataset}: {out}"));
+        assert!(
+            line.contains(why) && line.contains("chunk at [50]"),
+            "{line}"
+        );
+    }
 }
 
 #[test]

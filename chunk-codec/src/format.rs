@@ -5,11 +5,13 @@
 //!   2-byte header (CM = 8, FCHECK making it a multiple of 31, no preset dictionary), raw
 //!   Deflate data (RFC 1951), and the Adler-32 of the decoded bytes, big-endian. nvCOMP's
 //!   Deflate decodes raw Deflate only, so the GPU gets the bytes between header and trailer.
-//! * **Zstandard** (filter 32015, hdf5plugin): the chunk is one plain Zstandard frame.
+//! * **Zstandard** (filter 32015, hdf5plugin): the chunk is one plain Zstandard frame (RFC 8878).
+//!   hdf5plugin writes no content checksum; a frame whose header has the flag ends with the low
+//!   32 bits of the XXH64 of its decoded bytes, little-endian, which nvCOMP does not check.
 //! * **LZ4** (filter 32004, hdf5plugin's H5Zlz4): an 8-byte big-endian decoded size, a 4-byte
 //!   big-endian block size, then per block a 4-byte big-endian stored size and the block: an LZ4
 //!   block, or the bytes as they are when the stored size equals the block's decoded size
-//!   (compression did not help). The last block may be shorter.
+//!   (compression did not help). The last block may be shorter. It carries no checksum.
 
 use h5gds_route::route::GpuCodec;
 
@@ -76,6 +78,20 @@ pub fn zlib_pieces(head: &[u8], stored: usize, out_len: usize) -> Result<Vec<Pie
 /// The Adler-32 a zlib trailer holds.
 pub fn adler_trailer(tail: &[u8; 4]) -> u32 {
     u32::from_be_bytes(*tail)
+}
+
+/// Zstandard's frame magic number, little-endian at the start of every frame (RFC 8878 3.1.1).
+const ZSTD_MAGIC: u32 = 0xFD2F_B528;
+
+/// Whether a stored chunk whose first bytes are `head` starts with a Zstandard frame whose header
+/// says a content checksum ends it (Frame_Header_Descriptor bit 2, RFC 8878 3.1.1.1.1.5).
+pub fn zstd_content_checksum(head: &[u8]) -> bool {
+    match head {
+        [a, b, c, d, descriptor, ..] => {
+            u32::from_le_bytes([*a, *b, *c, *d]) == ZSTD_MAGIC && descriptor & 0x04 != 0
+        }
+        _ => false,
+    }
 }
 
 fn be32(bytes: &[u8]) -> u32 {
@@ -170,6 +186,19 @@ mod tests {
             .contains("dictionary"));
         assert!(zlib_pieces(&[0x78, 0x9c], 6, 400).is_err());
         assert_eq!(adler_trailer(&[0, 0, 1, 2]), 258);
+    }
+
+    #[test]
+    fn a_zstandard_frame_header_says_whether_a_content_checksum_ends_it() {
+        let data = vec![7u8; 5000];
+        let plain = zstd::bulk::compress(&data, 3).unwrap();
+        assert!(!zstd_content_checksum(&plain));
+        let mut checked = zstd::bulk::Compressor::new(3).unwrap();
+        checked.include_checksum(true).unwrap();
+        assert!(zstd_content_checksum(&checked.compress(&data).unwrap()));
+        // Not a Zstandard frame, or too short to say: no checksum is claimed.
+        assert!(!zstd_content_checksum(&[0x78, 0x9c, 0, 0, 0xff]));
+        assert!(!zstd_content_checksum(&[0x28, 0xb5, 0x2f, 0xfd]));
     }
 
     fn framed(total: u64, block: u32, blocks: &[&[u8]]) -> Vec<u8> {

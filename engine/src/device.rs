@@ -495,6 +495,7 @@ unsafe fn decoded_on_gpu<F: ReadFace>(
         chunk,
         element_size: io.item,
         verify: settings::verify_checksums()?,
+        threads: face.driver()?.nthreads,
         host_reads,
     };
     let touched = chunks_touching(region, chunk).into_iter().map(|(at, _)| at);

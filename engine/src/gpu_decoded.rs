@@ -69,6 +69,7 @@ pub fn decoder(read: CompressedRead) -> Result<(Option<Decoder>, String), Invali
         chunks,
         host_threads: read.host_threads,
         forced,
+        verify: settings::verify_checksums()?,
     };
     let (choice, why) = choose_decoder(&facts);
     let side = match choice {

@@ -8,9 +8,10 @@
 //!
 //! Integrity: a chunk that does not decode, decodes to the wrong size, or whose framing is not
 //! what the filter writes fails the read with the caller's error naming the chunk
-//! ([`ChunkSource::corrupt`]). The Adler-32 that ends every deflate chunk is not computed on the
-//! GPU (nvCOMP has no Adler-32); `verify` copies each decoded deflate chunk to the host to
-//! check it.
+//! ([`ChunkSource::corrupt`]). So does a chunk whose decoded bytes fail the checksum it carries
+//! (deflate's Adler-32, a Zstandard frame's content checksum), which nvCOMP does not check:
+//! with `verify` (the default) each such decoded chunk is copied to pinned host memory and
+//! checked on the host's threads while the other slot's batch decodes (`verify`).
 //!
 //! Naming the chunk at fault after a batched call ([`decode_jobs`]): nvCOMP 6.0 does not report
 //! a batch per chunk for Zstandard and Deflate ("Passing corrupt, invalid, or insufficient data
@@ -27,6 +28,7 @@ mod batch;
 mod fault;
 mod host_reads;
 mod placement;
+mod verify;
 
 pub use fault::{judge, suspect_jobs, Failed};
 pub use host_reads::HostReads;
@@ -127,8 +129,11 @@ pub struct Decoding<'a> {
     pub chunk: &'a [u64],
     /// Bytes per element.
     pub element_size: usize,
-    /// Whether decoded deflate chunks are checked against their Adler-32 on the host.
+    /// Whether decoded chunks are checked on the host against the checksums they carry
+    /// (deflate's Adler-32, a Zstandard frame's content checksum): `H5GDS_VERIFY_CHECKSUMS`.
     pub verify: bool,
+    /// The host threads that check them (the driver's I/O threads).
+    pub threads: usize,
     /// Where the stored chunks are read by the host's threads rather than through the caller's
     /// [`ChunkSource::read_chunk`] (the `gds` driver, one chunk per call).
     pub host_reads: Option<HostReads>,

@@ -16,6 +16,7 @@ import h5py
 import hdf5plugin
 import numpy as np
 import pytest
+import zstandard
 
 import h5gds
 from device_arrays import DeviceArray, require_emulator
@@ -217,6 +218,67 @@ def test_a_corrupted_chunk_raises_naming_the_dataset_and_the_chunk(tmp_path, cod
         good = DeviceArray((64,), "<f4", fill=0)
         h5gds.read(dset, out=good, sel=(slice(128, 192),))
         assert good.to_host().tobytes() == data[128:192].tobytes()
+
+
+def wrong_checksums(f, data):
+    """Datasets whose chunk at [64] carries a wrong checksum behind intact data, so that only the
+    checksum catches it: deflate's Adler-32 (the zlib trailer), a Zstandard frame's content checksum
+    (frames written with one by zstandard; hdf5plugin writes none) and, in a chain the host decodes,
+    HDF5's Fletcher-32. Returns {name: words of the host check's refusal}."""
+    flip = lambda b: b[:-4] + bytes(x ^ 0xFF for x in b[-4:])  # noqa: E731
+    gzip = f.create_dataset("gzip", data=data, chunks=(64,), **CODECS["gzip"])
+    gzip.id.write_direct_chunk((64,), flip(gzip.id.read_direct_chunk((64,))[1]))
+    zstd = f.create_dataset("zstd", shape=data.shape, dtype=data.dtype, chunks=(64,), **CODECS["zstd"])
+    frames = zstandard.ZstdCompressor(level=3, write_checksum=True)
+    for at in range(0, len(data), 64):
+        frame = frames.compress(data[at:at + 64].tobytes())
+        zstd.id.write_direct_chunk((at,), flip(frame) if at == 64 else frame)
+    fletcher = f.create_dataset("fletcher", data=data, chunks=(64,), compression="gzip", fletcher32=True)
+    fletcher.id.write_direct_chunk((64,), flip(fletcher.id.read_direct_chunk((64,))[1]))
+    return {"gzip": "Adler-32", "zstd": "Zstandard content checksum", "fletcher": "Fletcher-32 checksum"}
+
+
+@pytest.mark.parametrize("verify", [None, "1", "0"])
+def test_wrong_checksums_are_refused_by_default_on_every_path(tmp_path, monkeypatch, verify):
+    """By default (H5GDS_VERIFY_CHECKSUMS unset or 1) the GPU path checks on the host what nvCOMP does
+    not (deflate's Adler-32, a Zstandard frame's content checksum) and refuses the chunk naming it, as
+    the host decoders do (and HDF5's filters, but for hdf5plugin's Zstandard filter, which reads the
+    frame with the wrong checksum); H5GDS_VERIFY_CHECKSUMS=0 opts the GPU path out, and those
+    chunks then read there unchecked. The Fletcher-32 chain is decoded on the host and refused either
+    way. Intact chunks of the same datasets read."""
+    if verify is not None:
+        monkeypatch.setenv("H5GDS_VERIFY_CHECKSUMS", verify)
+    data = data_for((256,))
+    with h5py.File(tmp_path / "sums.h5", "w") as f:
+        refusals = wrong_checksums(f, data)
+    with open_gds(tmp_path / "sums.h5", "r") as f:
+        for name, words in refusals.items():
+            dset = f[name]
+            if name != "zstd":
+                # HDF5's own filters refuse these; hdf5plugin's Zstandard filter reads the frame
+                # whose checksum says its data is not what was written (h5gds refuses it).
+                with pytest.raises(OSError):
+                    dset[...]
+            # The host path (a NumPy array) refuses, naming the chunk.
+            with pytest.raises(OSError, match=r"chunk at \[64\]"):
+                h5gds.read(dset)
+            out = DeviceArray((256,), "<f4", fill=0)
+            if verify == "0" and name != "fletcher":
+                h5gds.read(dset, out=out)
+                assert out.to_host().tobytes() == data.tobytes(), name  # the intact data, unchecked
+            else:
+                with pytest.raises(OSError) as info:
+                    h5gds.read(dset, out=out)
+                message = str(info.value)
+                assert f"dataset /{name}" in message and "chunk at [64]" in message, message
+                assert words in message, message
+            good = DeviceArray((64,), "<f4", fill=0)
+            h5gds.read(dset, out=good, sel=(slice(128, 192),))
+            assert good.to_host().tobytes() == data[128:192].tobytes(), name
+            # The first elements of the damaged chunk alone (the host decoders' partial decode where
+            # the codec allows it) are refused too.
+            with pytest.raises(OSError, match=r"chunk at \[64\]"):
+                h5gds.read(dset, sel=(slice(64, 66),))
 
 
 FAILED_DECODE = """

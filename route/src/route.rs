@@ -293,6 +293,9 @@ pub struct DecoderFacts {
     /// `H5GDS_GPU_CODEC`: `Some(true)` = 1 (the GPU wherever it can), `Some(false)` = 0 (never
     /// the GPU), `None` = unset (the faster by the estimates below).
     pub forced: Option<bool>,
+    /// `H5GDS_VERIFY_CHECKSUMS`: whether the GPU path checks decoded chunks against their
+    /// checksums on the host (its cost is counted, [`verified_gpu_rate`]).
+    pub verify: bool,
 }
 
 /// Decoded GB/s of nvCOMP 6.0 on an H200 for chunks of 4 MiB, as h5gds's batched path ran it
@@ -338,6 +341,37 @@ pub fn gpu_rate(codec: GpuCodec, chunk_bytes: usize, chunks: usize) -> f64 {
     gpu_rate_at_4m(codec) * factor * (chunks as f64 / 32.0).min(1.0)
 }
 
+/// What the copy of decoded chunks from the device into pinned host memory sustains, GB/s, for
+/// their checksums (an estimate: the pinned copy up ran at 55 GB/s on the H200; the copy down
+/// shares the link with the stored chunks coming up).
+const CHECK_COPY_GBPS: f64 = 25.0;
+
+/// Decoded GB/s one host thread checks (simd-adler32's Adler-32, XXH64): an estimate, kept
+/// below what SIMD Adler-32 and XXH64 reach on one core; `benches/compressed_read.py` measures
+/// the checked GPU decode against the unchecked one.
+const CHECK_GBPS_PER_THREAD: f64 = 8.0;
+
+/// Whether every chunk of `codec` carries a checksum the GPU path checks on the host: deflate's
+/// Adler-32. (A Zstandard frame carries one only where its writer asked, hdf5plugin never does,
+/// and which frames do is known only once their first bytes are read: not counted.)
+pub fn checked_on_host(codec: GpuCodec) -> bool {
+    codec == GpuCodec::Deflate
+}
+
+/// [`gpu_rate`] with the decoded chunks checked on `threads` host threads: each chunk's copy
+/// down follows its decoding on its slot's stream, and the host checks one slot's batch while
+/// the other's decodes, so the slower of decoding plus the copy and the check sets the rate.
+pub fn verified_gpu_rate(
+    codec: GpuCodec,
+    chunk_bytes: usize,
+    chunks: usize,
+    threads: usize,
+) -> f64 {
+    let decode_and_copy =
+        1.0 / (1.0 / gpu_rate(codec, chunk_bytes, chunks) + 1.0 / CHECK_COPY_GBPS);
+    decode_and_copy.min(threads.max(1) as f64 * CHECK_GBPS_PER_THREAD)
+}
+
 /// The estimated decoded GB/s of h5gds's host decoding plus the copy to the device: one chunk
 /// per thread at a time, 85% parallel efficiency, capped by [`HOST_TO_DEVICE_CAP`].
 pub fn host_rate(codec: GpuCodec, chunks: usize, threads: usize) -> f64 {
@@ -353,15 +387,22 @@ const HOST_CALL_SECONDS: f64 = 5e-5;
 
 /// The estimated seconds to decode `chunks` chunks of `chunk_bytes` on the GPU and on `threads`
 /// host threads (plus the copy to the device): a fixed cost per call and the bytes at
-/// [`gpu_rate`] or [`host_rate`].
+/// [`gpu_rate`] (with `verify`, [`verified_gpu_rate`] where [`checked_on_host`]) or
+/// [`host_rate`]. The host decoders check the checksums as they decode, at the rates measured.
 pub fn decode_seconds(
     codec: GpuCodec,
     chunk_bytes: usize,
     chunks: usize,
     threads: usize,
+    verify: bool,
 ) -> (f64, f64) {
     let bytes = (chunk_bytes * chunks) as f64;
-    let gpu = GPU_CALL_SECONDS + bytes / (gpu_rate(codec, chunk_bytes, chunks) * 1e9);
+    let rate = if verify && checked_on_host(codec) {
+        verified_gpu_rate(codec, chunk_bytes, chunks, threads)
+    } else {
+        gpu_rate(codec, chunk_bytes, chunks)
+    };
+    let gpu = GPU_CALL_SECONDS + bytes / (rate * 1e9);
     let host = HOST_CALL_SECONDS + bytes / (host_rate(codec, chunks, threads) * 1e9);
     (gpu, host)
 }
@@ -393,10 +434,16 @@ pub fn choose_decoder(f: &DecoderFacts) -> (Option<Decoder>, String) {
             "H5GDS_GPU_CODEC=1 decodes on the GPU wherever it can".into(),
         ),
         (Ok(codec), Ok(()), None) => {
-            let (gpu, host) = decode_seconds(*codec, f.chunk_bytes, f.chunks, f.host_threads);
+            let (gpu, host) =
+                decode_seconds(*codec, f.chunk_bytes, f.chunks, f.host_threads, f.verify);
+            let checked = if f.verify && checked_on_host(*codec) {
+                "; the GPU's estimate counts the check of their Adler-32 on the host"
+            } else {
+                ""
+            };
             let why = format!(
-                "estimated {:.2} ms on the GPU against {:.2} ms on {} host threads ({} chunks \
-                 of {} bytes)",
+                "estimated {:.2} ms on the GPU against {:.2} ms on {} host threads ({} chunks of \
+                 {} bytes){checked}",
                 gpu * 1e3,
                 host * 1e3,
                 f.host_threads,
@@ -424,6 +471,7 @@ mod tests {
             chunks: 256,
             host_threads: 16,
             forced: None,
+            verify: false,
         }
     }
 
@@ -469,6 +517,33 @@ mod tests {
         assert_eq!(
             choose_decoder(&facts(Ok(Lz4), false)).0,
             Some(Decoder::Gpu(Lz4))
+        );
+        // Checking deflate's Adler-32 on the host costs the GPU side the copy down: counted.
+        let (gpu, _) = decode_seconds(Deflate, 4 << 20, 256, 16, false);
+        let (checked, _) = decode_seconds(Deflate, 4 << 20, 256, 16, true);
+        assert!((gpu - 1e-3 - (1 << 30) as f64 / 5.6e9).abs() < 1e-9);
+        let both = 1.0 / (1.0 / 5.6 + 1.0 / CHECK_COPY_GBPS);
+        assert!((checked - 1e-3 - (1 << 30) as f64 / (both * 1e9)).abs() < 1e-9);
+        // ... or the host's check, where few threads check.
+        // (Zstandard's 1 MiB chunks, 12 GB/s, 8.1 with the copy, on one thread checking 8)
+        assert!((verified_gpu_rate(Zstd, 1 << 20, 256, 1) - CHECK_GBPS_PER_THREAD).abs() < 1e-9);
+        // Zstandard's frames carry a checksum only where written with one: not counted.
+        assert_eq!(
+            decode_seconds(Zstd, 4 << 20, 256, 16, true),
+            decode_seconds(Zstd, 4 << 20, 256, 16, false)
+        );
+        let verified = DecoderFacts {
+            host_threads: 2,
+            verify: true,
+            ..facts(Ok(Deflate), true)
+        };
+        let (d, why) = choose_decoder(&verified);
+        assert_eq!(d, Some(Decoder::Gpu(Deflate)), "{why}");
+        assert!(
+            why.ends_with(
+                "bytes); the GPU's estimate counts the check of their Adler-32 on the host"
+            ),
+            "{why}"
         );
         let (d, why) = choose_decoder(&facts(Err("two filters".into()), false));
         assert_eq!(d, None);

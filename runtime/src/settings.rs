@@ -187,8 +187,10 @@ pub const SETTINGS: &[SettingSpec] = &[
         env: VERIFY_CHECKSUMS_ENV,
         config_key: None,
         aliases: &[],
-        meaning: "check deflate chunks decoded on the GPU against their Adler-32 on the host",
-        default: "0",
+        meaning: "check the checksums of chunks decoded on the GPU on the host: deflate's \
+                  Adler-32, a Zstandard frame's content checksum (1 = checked, 0 = opted out; \
+                  the host decoders always check them, and Fletcher-32)",
+        default: "1",
         accepted: ZERO_OR_ONE,
     },
     SettingSpec {
@@ -392,7 +394,8 @@ fn staging_error(value: &str) -> InvalidSetting {
     }
 }
 
-/// The setting that turns on the host-side Adler-32 check of deflate chunks.
+/// The setting that opts out (`0`) of the host-side check of the checksums of chunks decoded on
+/// the GPU (deflate's Adler-32, a Zstandard frame's content checksum), on by default.
 pub const VERIFY_CHECKSUMS_ENV: &str = "H5GDS_VERIFY_CHECKSUMS";
 
 /// The setting that forces (`1`) or turns off (`0`) the GPU codec path for reads; unset, h5gds
@@ -446,11 +449,11 @@ pub fn gpu_codec_forced() -> Result<Option<bool>, InvalidSetting> {
     }
 }
 
-/// Whether decoded deflate chunks are checked against their Adler-32 on the host.
+/// Whether the checksums of chunks decoded on the GPU are checked on the host (unset: yes).
 pub fn verify_checksums() -> Result<bool, InvalidSetting> {
     match std::env::var(VERIFY_CHECKSUMS_ENV).as_deref() {
-        Err(_) | Ok("") | Ok("0") => Ok(false),
-        Ok("1") => Ok(true),
+        Err(_) | Ok("") | Ok("1") => Ok(true),
+        Ok("0") => Ok(false),
         Ok(other) => Err(invalid(VERIFY_CHECKSUMS_ENV, other)),
     }
 }

@@ -2,6 +2,7 @@
 //! rows stops decoding there, where the one stage applied is Zstandard or LZ4.
 
 use super::{applied, count_decoded, Pipeline, Scratch, Stage};
+use crate::format;
 use crate::lz4_frame::decode_lz4_prefix;
 
 impl Pipeline {
@@ -59,7 +60,10 @@ impl Pipeline {
 
     /// Decodes the first `dest.len()` bytes of a chunk of `chunk_bytes` into `dest`, where
     /// [`Pipeline::decodes_prefix`] says so (else an error): a read that needs only the chunk's
-    /// first rows stops decoding there. The error says why the chunk cannot be decoded.
+    /// first rows stops decoding there. Never past a checksum the chunk carries: a Zstandard
+    /// chunk whose frame has a content checksum, or that holds more than one frame, is decoded
+    /// whole (and its checksums checked); LZ4's framing has none. The error says why the chunk
+    /// cannot be decoded.
     pub fn decode_prefix_into(
         &self,
         stored: &[u8],
@@ -74,7 +78,6 @@ impl Pipeline {
                 dest.len()
             ));
         }
-        count_decoded();
         let stage = self
             .stages
             .iter()
@@ -82,8 +85,18 @@ impl Pipeline {
             .find(|&(i, _)| applied(mask, i))
             .map(|(_, s)| *s);
         if stage == Some(Stage::Lz4) {
+            // hdf5plugin's LZ4 framing carries no checksum: nothing past `dest` is checked.
+            count_decoded();
             return decode_lz4_prefix(stored, chunk_bytes, dest);
         }
+        if !zstd_prefix_alone(stored) {
+            // A content checksum covers the whole frame (or more than one frame, which the
+            // streaming decoder below stops at): decoded whole, which checks every checksum.
+            let whole = self.decode(stored, mask, chunk_bytes, scratch)?;
+            dest.copy_from_slice(&whole[..dest.len()]);
+            return Ok(());
+        }
+        count_decoded();
         use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
         if scratch.zstd_stream.is_none() {
             scratch.zstd_stream = Some(
@@ -111,6 +124,15 @@ impl Pipeline {
         }
         Ok(())
     }
+}
+
+/// Whether the first bytes of a stored Zstandard chunk may be decoded without the rest: the
+/// chunk is exactly one frame (its blocks' headers walked by zstd, no decoding) whose header has
+/// no content checksum, so stopping early skips no check the format carries. A chunk this cannot
+/// walk is decoded whole, which reports what is wrong with it.
+fn zstd_prefix_alone(stored: &[u8]) -> bool {
+    !format::zstd_content_checksum(stored)
+        && zstd::zstd_safe::find_frame_compressed_size(stored).is_ok_and(|n| n == stored.len())
 }
 
 #[cfg(test)]
@@ -157,5 +179,57 @@ mod tests {
         // Zstandard's prefixes pay below half the chunk, LZ4's always.
         assert!(zp.prefix_pays(0, 100, 200) && !zp.prefix_pays(0, 101, 200));
         assert!(lp.prefix_pays(0, 199, 200) && !lp.prefix_pays(0, 200, 200));
+    }
+
+    #[test]
+    fn a_first_bytes_decode_never_skips_a_zstandard_content_checksum() {
+        let data = sample(50_000);
+        let mut scratch = Scratch::default();
+        let zp = Pipeline::for_filters(&filters(&[32015]), 4).unwrap();
+        let mut checked = zstd::bulk::Compressor::new(3).unwrap();
+        checked.include_checksum(true).unwrap();
+        let frame = checked.compress(&data).unwrap();
+        // Intact: the first bytes, and all of them, decode.
+        for wanted in [4, 100_000, data.len()] {
+            let mut dest = vec![0u8; wanted];
+            zp.decode_prefix_into(&frame, 0, data.len(), &mut scratch, &mut dest)
+                .unwrap();
+            assert_eq!(dest, data[..wanted]);
+        }
+        // The stored checksum wrong behind intact data: refused however few bytes are asked for,
+        // as the whole decode refuses it.
+        let mut wrong = frame.clone();
+        let last = wrong.len() - 1;
+        wrong[last] ^= 0x10;
+        for wanted in [4, 100_000] {
+            let mut dest = vec![0u8; wanted];
+            let e = zp
+                .decode_prefix_into(&wrong, 0, data.len(), &mut scratch, &mut dest)
+                .unwrap_err();
+            assert!(e.contains("Zstandard frame does not decode"), "{e}");
+            let e = zp
+                .decode_prefix(&wrong, 0, data.len(), wanted, &mut scratch)
+                .unwrap_err();
+            assert!(e.contains("Zstandard frame does not decode"), "{e}");
+        }
+        let e = zp.decode(&wrong, 0, data.len(), &mut scratch).unwrap_err();
+        assert!(e.contains("checksum"), "{e}");
+        // Two frames, the second with a wrong checksum: decoded whole, so refused too; intact,
+        // their first bytes are the data's.
+        let (a, b) = data.split_at(120_000);
+        let mut two = zstd::bulk::compress(a, 3).unwrap();
+        two.extend(checked.compress(b).unwrap());
+        let mut dest = vec![0u8; 1000];
+        zp.decode_prefix_into(&two, 0, data.len(), &mut scratch, &mut dest)
+            .unwrap();
+        assert_eq!(dest, data[..1000]);
+        let last = two.len() - 1;
+        two[last] ^= 0x10;
+        assert!(zp
+            .decode_prefix_into(&two, 0, data.len(), &mut scratch, &mut dest)
+            .is_err());
+        // A single frame with no checksum still stops early.
+        assert!(zstd_prefix_alone(&zstd::bulk::compress(&data, 3).unwrap()));
+        assert!(!zstd_prefix_alone(&frame));
     }
 }

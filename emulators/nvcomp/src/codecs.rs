@@ -41,7 +41,15 @@ impl Codec {
                     .ok()?;
                 (status == flate2::Status::StreamEnd).then(|| inflater.total_out() as usize)
             }
-            Codec::Zstd => zstd::bulk::decompress_to_buffer(input, output).ok(),
+            Codec::Zstd => {
+                // nvCOMP does not check a frame's content checksum (its decoders "can only
+                // operate on valid input data", nvCOMP's release notes): neither does this, so
+                // that the GPU path's own check on the host is what a test sees.
+                let mut d = zstd::bulk::Decompressor::new().ok()?;
+                d.set_parameter(zstd::zstd_safe::DParameter::ForceIgnoreChecksum(true))
+                    .ok()?;
+                d.decompress_to_buffer(input, output).ok()
+            }
             Codec::Lz4 => lz4_flex::block::decompress_into(input, output).ok(),
         }
     }
@@ -94,5 +102,16 @@ mod tests {
             let mut small = vec![0u8; data.len() - 1];
             assert_eq!(codec.decode(&encoded[..n], &mut small), None, "{codec:?}");
         }
+        // A Zstandard frame whose content checksum is wrong behind intact data decodes, as on
+        // nvCOMP, which does not check it.
+        let mut checked = zstd::bulk::Compressor::new(3).unwrap();
+        checked.include_checksum(true).unwrap();
+        let mut frame = checked.compress(&data).unwrap();
+        let last = frame.len() - 1;
+        frame[last] ^= 1;
+        assert!(zstd::bulk::decompress(&frame, data.len()).is_err());
+        let mut decoded = vec![0u8; data.len()];
+        assert_eq!(Codec::Zstd.decode(&frame, &mut decoded), Some(data.len()));
+        assert_eq!(decoded, data);
     }
 }

@@ -1,17 +1,23 @@
 //! One batch of the decoding pipeline, on a slot: its stored chunks read into device memory
 //! (through the caller's `ChunkSource`, or by the host's threads into the slot's lane of the
-//! staging ring and copied up), decoded with nvCOMP and placed into the output, then checked.
+//! staging ring and copied up), decoded with nvCOMP and placed into the output, then checked:
+//! every job's outcome, then the checksums the chunks carry (`super::verify`).
 
 use super::fault::{judge, Failed};
 use super::host_reads::read_stored;
 use super::placement::placement;
+use super::verify::{self, Sum};
 use super::{ChunkSource, Lanes, Shape, Stored, HEAD};
 use crate::device::{align_up, DeviceFailure};
 use crate::nvcomp::{CallSpace, Job, Launched};
 use cudarc::driver::sys;
 use h5gds_chunk_codec::format::{self, Piece};
 use h5gds_route::route::GpuCodec;
-use h5gds_runtime::stream::{copy_on_device, copy_strided_on_device, peek, Scratch};
+use h5gds_runtime::pinned::Taken;
+use h5gds_runtime::stream::{
+    copy_from_device, copy_on_device, copy_strided_on_device, peek, synchronize, Scratch,
+};
+use std::sync::Arc;
 
 /// One slot of the pipeline: its stream, the device memory its batches reuse, and its batch
 /// launched and not yet checked.
@@ -26,6 +32,9 @@ pub(super) struct Slot {
     /// Jobs realigned for nvCOMP.
     realigned: Scratch,
     space: CallSpace,
+    /// Pinned host memory the decoded chunks to check are copied into, [`SUMS_BYTES`] of them
+    /// at once (at least one chunk).
+    sums_host: Option<Taken>,
     pending: Option<Pending>,
 }
 
@@ -37,13 +46,16 @@ struct Pending {
     jobs: Vec<Job>,
     owners: Vec<usize>,
     launched: Result<Launched, DeviceFailure>,
-    /// Deflate chunks to check against their Adler-32: (chunk, decoded bytes, stored sum).
-    sums: Vec<(usize, sys::CUdeviceptr, u32)>,
+    /// Chunks to check against the checksum they carry: (chunk, decoded bytes, stored sum).
+    sums: Vec<(usize, sys::CUdeviceptr, Sum)>,
+    /// How many of them (the first) were queued for the host at launch.
+    queued: usize,
 }
 
 impl Slot {
     /// Waits for the slot's batch, if one is launched, and checks it: every job decoded to its
-    /// size (else the chunk at fault is named, `judge`), and deflate chunks' sums if asked.
+    /// size (else the chunk at fault is named, `judge`), then the checksums its chunks carry,
+    /// where asked (`Decoding::verify`).
     pub(super) fn finish<S: ChunkSource>(
         &mut self,
         source: &S,
@@ -66,14 +78,68 @@ impl Slot {
             Err(Failed::Chunk(i, reason)) => return Err(source.corrupt(offsets[i], reason)),
             Err(Failed::Device(failure)) => return Err(failure.into()),
         }
-        for &(i, at, expected) in &p.sums {
-            let bytes = peek(stream, at, shape.chunk_bytes)?;
-            let actual = adler2::adler32_slice(&bytes);
-            if actual != expected {
-                return Err(source.corrupt(offsets[i], format!("its decoded bytes have Adler-32 {actual:#010x}, but the stream stores {expected:#010x}; the file is corrupt")));
-            }
-        }
+        self.check_sums(source, shape, stream, (&p.sums, p.queued), &offsets)?;
         ring.wait(p.batch)?;
+        Ok(())
+    }
+
+    /// Queues the copies of the decoded chunks `sums` into the slot's pinned buffer (the k-th at
+    /// `k * chunk_bytes`), on `stream` after the work queued there.
+    fn queue_sums(
+        &mut self,
+        stream: &Arc<cudarc::driver::CudaStream>,
+        sums: &[(usize, sys::CUdeviceptr, Sum)],
+        chunk_bytes: usize,
+    ) -> Result<(), h5gds_runtime::cuda::CudaError> {
+        if sums.is_empty() {
+            return Ok(());
+        }
+        let need = sums.len() * chunk_bytes;
+        if self.sums_host.as_ref().is_none_or(|b| b.len() < need) {
+            // The slot's earlier batch is finished: nothing copies into the old buffer.
+            self.sums_host = Some(Taken::new(need));
+        }
+        let host = self.sums_host.as_mut().expect("taken above").as_mut_ptr();
+        for (k, &(_, at, _)) in sums.iter().enumerate() {
+            // SAFETY: the buffer holds `need` bytes and stays the slot's, unread, until the
+            // stream is waited for (`check_sums`, or the ring's settling before the slots go);
+            // `at` is a decoded chunk of `chunk_bytes` in device memory the read keeps.
+            unsafe { copy_from_device(stream, host.add(k * chunk_bytes), at, chunk_bytes)? };
+        }
+        Ok(())
+    }
+
+    /// Checks a batch's decoded chunks `sums` against the checksums they carry, on the host's
+    /// threads, a buffer's worth at a time (the first `queued` at launch, behind the decoding);
+    /// the first chunk in batch order that fails is named.
+    fn check_sums<S: ChunkSource>(
+        &mut self,
+        source: &S,
+        shape: &Shape,
+        stream: &Arc<cudarc::driver::CudaStream>,
+        (all, queued): (&[(usize, sys::CUdeviceptr, Sum)], usize),
+        offsets: &[&[u64]],
+    ) -> Result<(), S::Error> {
+        let chunk_bytes = shape.chunk_bytes;
+        let window = sums_per_buffer(chunk_bytes);
+        let mut start = 0;
+        while start < all.len() {
+            let end = (start + window).min(all.len());
+            if start >= queued {
+                self.queue_sums(stream, &all[start..end], chunk_bytes)?;
+            }
+            synchronize(stream)?;
+            let buffer = self.sums_host.as_mut().expect("queued above");
+            // SAFETY: the buffer holds the window's chunks, copied there by the stream's finished
+            // work; nothing else writes it while this slice lives.
+            let host = unsafe {
+                std::slice::from_raw_parts(buffer.as_mut_ptr(), (end - start) * chunk_bytes)
+            };
+            let sums: Vec<(usize, Sum)> = all[start..end].iter().map(|&(i, _, s)| (i, s)).collect();
+            verify::check_all(&sums, host, chunk_bytes, shape.how.threads)
+                .map_err(|(i, why)| source.corrupt(offsets[i], why))?;
+            start = end;
+        }
         Ok(())
     }
 
@@ -98,7 +164,6 @@ impl Slot {
             dest,
         } = *shape;
         let (codec, chunk) = (how.codec, how.chunk);
-        let verify = how.verify && codec == GpuCodec::Deflate;
         let stream = &ring.stream(b)?;
         let bad = |offset: &[u64], reason: String| source.corrupt(offset, reason);
         // Place each stored chunk so that its first coded byte is aligned for nvCOMP.
@@ -208,17 +273,17 @@ impl Slot {
                     ),
                 ));
             }
+            if how.verify {
+                let head = &framing[i * HEAD..i * HEAD + c.size.min(HEAD / 2)];
+                let tail = &framing[i * HEAD + HEAD / 2..i * HEAD + HEAD / 2 + 4];
+                if let Some(sum) = verify::stored_sum(codec, head, tail.try_into().expect("4")) {
+                    sums.push((i, out, sum));
+                }
+            }
             let pieces: Vec<Piece> = match codec {
                 GpuCodec::Deflate => {
                     let head = &framing[i * HEAD..i * HEAD + c.size.min(2)];
-                    let pieces = format::zlib_pieces(head, c.size, chunk_bytes)
-                        .map_err(|r| bad(&c.offset, r))?;
-                    if verify {
-                        let tail = &framing[i * HEAD + HEAD / 2..i * HEAD + HEAD / 2 + 4];
-                        let sum = format::adler_trailer(&tail.try_into().expect("4 bytes"));
-                        sums.push((i, out, sum));
-                    }
-                    pieces
+                    format::zlib_pieces(head, c.size, chunk_bytes).map_err(|r| bad(&c.offset, r))?
                 }
                 GpuCodec::Zstd => vec![Piece {
                     at: 0,
@@ -300,6 +365,14 @@ impl Slot {
                 }
             }
         }
+        // The decoded chunks to check go to the host behind their decoding, a buffer's worth now
+        // (the rest when the slot is finished).
+        let queued = if launched.is_ok() {
+            sums.len().min(sums_per_buffer(chunk_bytes))
+        } else {
+            0
+        };
+        self.queue_sums(stream, &sums[..queued], chunk_bytes)?;
         self.pending = Some(Pending {
             batch: b,
             offsets: batch.iter().map(|c| c.offset.clone()).collect(),
@@ -307,7 +380,17 @@ impl Slot {
             owners,
             launched,
             sums,
+            queued,
         });
         Ok(())
     }
+}
+
+/// Pinned bytes a slot takes for the decoded chunks it checks (at least one chunk): a batch's
+/// chunks past them are copied and checked a buffer's worth at a time when it is finished.
+const SUMS_BYTES: usize = 64 << 20;
+
+/// Decoded chunks of `chunk_bytes` a slot's pinned buffer holds for checking.
+fn sums_per_buffer(chunk_bytes: usize) -> usize {
+    (SUMS_BYTES / chunk_bytes.max(1)).max(1)
 }
