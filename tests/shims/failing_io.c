@@ -11,7 +11,8 @@
  *   H5GDS_FAULT_KIND  eio | enospc | eintr: fails with that errno, transferring nothing;
  *                     short: transfers at most half the bytes asked (at least 1) and says so, as
  *                     POSIX allows; kill: the process is killed (SIGKILL) before the call, as by
- *                     `kill -9` at that point
+ *                     `kill -9` at that point; count: nothing fails, the calls are only logged
+ *                     (to learn how many a program makes)
  *   H5GDS_FAULT_PATH  only files whose path (from /proc/self/fd) contains this string count
  *                     (default: every file)
  *   H5GDS_FAULT_MIN_BYTES  only reads and writes of at least this many bytes count (default 0):
@@ -33,7 +34,7 @@
 #include <unistd.h>
 
 enum op { OP_NONE, OP_PREAD, OP_PWRITE, OP_FSYNC, OP_RENAME };
-enum kind { KIND_EIO, KIND_ENOSPC, KIND_EINTR, KIND_SHORT, KIND_KILL };
+enum kind { KIND_EIO, KIND_ENOSPC, KIND_EINTR, KIND_SHORT, KIND_KILL, KIND_COUNT };
 
 static struct {
     int ready;
@@ -61,6 +62,7 @@ static void configure(void) {
                : !strcmp(kind, "eintr")  ? KIND_EINTR
                : !strcmp(kind, "short")  ? KIND_SHORT
                : !strcmp(kind, "kill")   ? KIND_KILL
+               : !strcmp(kind, "count")  ? KIND_COUNT
                                          : KIND_EIO;
     cfg.at = at ? strtoul(at, NULL, 10) : 1;
     cfg.times = !times ? 1 : !strcmp(times, "all") ? 0 : strtoul(times, NULL, 10);
@@ -111,7 +113,7 @@ static int to_fail_at(enum op op, int fd, const char *path, const char *name) {
     log_fault(name, nth, fd);
     if (cfg.kind == KIND_KILL)
         raise(SIGKILL);
-    return 1;
+    return cfg.kind != KIND_COUNT;
 }
 
 static int to_fail(enum op op, int fd, const char *name) {
