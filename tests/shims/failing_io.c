@@ -85,14 +85,15 @@ static int watched_file(int fd) {
     return strstr(target, cfg.path) != NULL;
 }
 
-static void log_fault(const char *name, unsigned long nth, int fd) {
+static void log_fault(const char *name, unsigned long nth, int fd, size_t count) {
     if (!cfg.log)
         return;
     int saved = errno;
     int out = open(cfg.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (out >= 0) {
         char line[128];
-        int n = snprintf(line, sizeof line, "%s call %lu fd %d pid %d\n", name, nth, fd, (int)getpid());
+        int n = snprintf(line, sizeof line, "%s call %lu fd %d bytes %zu pid %d\n", name, nth, fd, count,
+                         (int)getpid());
         if (n > 0)
             (void)!write(out, line, (size_t)n);
         close(out);
@@ -101,7 +102,7 @@ static void log_fault(const char *name, unsigned long nth, int fd) {
 }
 
 /* Whether this call (of `op`, on `fd`, or on `path` where fd < 0) is one to fail; counts it. */
-static int to_fail_at(enum op op, int fd, const char *path, const char *name) {
+static int to_fail_at(enum op op, int fd, const char *path, size_t count, const char *name) {
     configure();
     if (cfg.op != op)
         return 0;
@@ -110,14 +111,14 @@ static int to_fail_at(enum op op, int fd, const char *path, const char *name) {
     unsigned long nth = __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
     if (nth < cfg.at || (cfg.times && nth >= cfg.at + cfg.times))
         return 0;
-    log_fault(name, nth, fd);
+    log_fault(name, nth, fd, count);
     if (cfg.kind == KIND_KILL)
         raise(SIGKILL);
     return cfg.kind != KIND_COUNT;
 }
 
-static int to_fail(enum op op, int fd, const char *name) {
-    return to_fail_at(op, fd, NULL, name);
+static int to_fail(enum op op, int fd, size_t count, const char *name) {
+    return to_fail_at(op, fd, NULL, count, name);
 }
 
 /* The errno of a failing call, or 0 for a short transfer. */
@@ -155,7 +156,7 @@ static ssize_t do_pread(const char *name, int fd, void *buf, size_t count, off_t
         errno = ENOSYS;
         return -1;
     }
-    if (count && count >= cfg_min_bytes() && to_fail(OP_PREAD, fd, name)) {
+    if (count && count >= cfg_min_bytes() && to_fail(OP_PREAD, fd, count, name)) {
         int e = fault_errno();
         if (e) {
             errno = e;
@@ -172,7 +173,7 @@ static ssize_t do_pwrite(const char *name, int fd, const void *buf, size_t count
         errno = ENOSYS;
         return -1;
     }
-    if (count && count >= cfg_min_bytes() && to_fail(OP_PWRITE, fd, name)) {
+    if (count && count >= cfg_min_bytes() && to_fail(OP_PWRITE, fd, count, name)) {
         int e = fault_errno();
         if (e) {
             errno = e;
@@ -189,7 +190,7 @@ static int do_sync(const char *name, int fd) {
         errno = ENOSYS;
         return -1;
     }
-    if (to_fail(OP_FSYNC, fd, name)) {
+    if (to_fail(OP_FSYNC, fd, 0, name)) {
         int e = fault_errno();
         if (e) {
             errno = e;
@@ -227,7 +228,7 @@ int rename(const char *from, const char *to) {
         errno = ENOSYS;
         return -1;
     }
-    if (to_fail_at(OP_RENAME, -1, from, "rename")) {
+    if (to_fail_at(OP_RENAME, -1, from, 0, "rename")) {
         errno = fault_errno() ? fault_errno() : EIO;
         return -1;
     }
@@ -239,7 +240,7 @@ int renameat(int from_dir, const char *from, int to_dir, const char *to) {
         errno = ENOSYS;
         return -1;
     }
-    if (to_fail_at(OP_RENAME, -1, from, "renameat")) {
+    if (to_fail_at(OP_RENAME, -1, from, 0, "renameat")) {
         errno = fault_errno() ? fault_errno() : EIO;
         return -1;
     }

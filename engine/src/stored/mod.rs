@@ -79,6 +79,9 @@ pub type Threads<'a> = &'a dyn Fn() -> Result<usize, String>;
 /// A dataset's storage, resolved once; it serves selections with no HDF5 call.
 pub struct Stored {
     name: String,
+    /// The path of `file`, for errors of reads from it (as the kernel names it; "its file"
+    /// where it cannot say).
+    path: String,
     file: File,
     shape: Vec<u64>,
     element: usize,
@@ -204,6 +207,14 @@ pub fn direct_file(api: &Hdf5Api, dataset: hid_t) -> Option<File> {
     h5gds_chunk_codec::reopen(fd)
 }
 
+/// The path of the open `file`, as the kernel names it (`/proc/self/fd`).
+fn path_of(file: &File) -> String {
+    use std::os::fd::AsRawFd;
+    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .map(|p| format!("'{}'", p.display()))
+        .unwrap_or_else(|_| "its file".into())
+}
+
 impl Stored {
     /// The storage of dataset `name` of `shape` (elements of `element` bytes, read with no
     /// conversion) as `layout` says, read from `file` ([`direct_file`]); `index` lists the chunk
@@ -250,6 +261,7 @@ impl Stored {
         };
         Ok(Some(Stored {
             name,
+            path: path_of(&file),
             file,
             shape,
             element,
