@@ -469,6 +469,39 @@ mod tests {
         stored.unwrap().unwrap()
     }
 
+    #[test]
+    fn a_failed_read_names_the_dataset_and_the_file() {
+        // The file ends 10 bytes into the dataset's storage: reading past them fails.
+        let named = tempfile::NamedTempFile::new().unwrap();
+        named.as_file().write_all(&[0u8; 26]).unwrap();
+        let layout = StoredLayout::Contiguous {
+            address: Some(16),
+            external: false,
+        };
+        let never = |_: &[u64]| -> Result<ChunkIndex, ()> { unreachable!("not chunked") };
+        let file = named.reopen().unwrap();
+        let stored = Stored::resolve("/x".into(), file, vec![5, 6], 2, layout, never, |_| {})
+            .unwrap()
+            .unwrap();
+        let sel = Hyperslab {
+            start: &[0, 0],
+            step: &[1, 1],
+            count: &[5, 6],
+        };
+        let mut out = vec![0u8; 60];
+        let e = stored
+            .read(&sel, &mut out, &|| Ok(1))
+            .unwrap_err()
+            .to_string();
+        let path = named.path().display().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "dataset /x of '{path}': reading 60 bytes at byte 16 failed"
+            )),
+            "{e}"
+        );
+    }
+
     fn values(bytes: &[u8]) -> Vec<u16> {
         bytes
             .chunks_exact(2)
