@@ -99,8 +99,10 @@ def test_damaged_chunks_are_refused_where_hdf5_refuses_them_or_read_as_hdf5_read
     # Where HDF5's filter accepts a damaged chunk that decodes short (hdf5plugin's Zstandard filter
     # does), HDF5 returns bytes it never wrote (heap left as it was): a second read differs. No
     # bytes are right there, so h5gds must refuse the chunk.
-    again = chunk_reads(path, {}, lambda dset, sel: dset[sel])
-    undefined = {row for row, (a, b) in enumerate(zip(reference, again)) if a != b}
+    undefined = set()
+    for _ in range(3):
+        again = chunk_reads(path, {}, lambda dset, sel: dset[sel])
+        undefined |= {row for row, (a, b) in enumerate(zip(reference, again)) if a != b}
     intact = np.ascontiguousarray(data()).tobytes()
     row_bytes = len(intact) // ROWS
     for row in (0, 5):
@@ -109,6 +111,9 @@ def test_damaged_chunks_are_refused_where_hdf5_refuses_them_or_read_as_hdf5_read
         got = chunk_reads(path, open_kwargs, read)
         for row, ((ref_status, ref), (status, value)) in enumerate(zip(reference, got)):
             what = f"{pipeline}, chunk row {row} ({KINDS[row - 1] if 1 <= row <= 4 else 'whole'}), {way}"
+            if way == "h5py, driver=gds" and status == ref_status == "ok" and value != ref:
+                # HDF5's filter again, in the same state: bytes HDF5 never wrote, seen differ.
+                undefined.add(row)
             if row in undefined:
                 if way == "h5gds.read":
                     assert status == "error", f"{what}: HDF5 gives undefined bytes, h5gds read it"
@@ -117,5 +122,9 @@ def test_damaged_chunks_are_refused_where_hdf5_refuses_them_or_read_as_hdf5_read
                 assert status == "error", f"{what}: HDF5 refuses the chunk ({ref}), h5gds read it"
                 if way == "h5gds.read":
                     assert "/x" in value, f"{what}: the error does not name the dataset: {value}"
+            elif status == "error" and way == "h5gds.read" and "Zstandard frame does not decode" in value:
+                # libzstd finds the frame corrupt where hdf5plugin's filter let it through: the
+                # bytes HDF5 returned are not the chunk's (whichever they were this time).
+                assert ref != intact[row * row_bytes:(row + 1) * row_bytes], what
             else:
                 assert (status, value) == ("ok", ref), f"{what}: HDF5 reads it, h5gds gave {status} {value!r:.200}"
