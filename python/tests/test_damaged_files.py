@@ -4,7 +4,8 @@ overwritten, the codec's size header made to lie), read chunk by chunk three way
 sec2 (the reference: HDF5's own filters), h5py with ``driver="gds"`` and ``h5gds.read`` (h5gds's
 decoders, with no HDF5 call). Each chunk read either fails under the reference and then fails
 under h5gds too, naming the dataset, or returns the reference's bytes; where the reference
-returns bytes HDF5 never wrote (two reads differ), h5gds refuses the chunk."""
+returns bytes HDF5 never wrote (a corrupt Zstandard frame hdf5plugin's filter lets through: its
+reads may differ), h5gds refuses the chunk."""
 
 import random
 
@@ -97,8 +98,8 @@ def test_damaged_chunks_are_refused_where_hdf5_refuses_them_or_read_as_hdf5_read
             raw.write(damage(stored, kind, rng))
     reference = chunk_reads(path, {}, lambda dset, sel: dset[sel])
     # Where HDF5's filter accepts a damaged chunk that decodes short (hdf5plugin's Zstandard filter
-    # does), HDF5 returns bytes it never wrote (heap left as it was): a second read differs. No
-    # bytes are right there, so h5gds must refuse the chunk.
+    # does), HDF5 returns bytes it never wrote (heap left as it was): another read, through sec2
+    # or the gds driver, may differ. No bytes are right there, so h5gds must refuse the chunk.
     undefined = set()
     for _ in range(3):
         again = chunk_reads(path, {}, lambda dset, sel: dset[sel])
