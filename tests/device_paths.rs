@@ -452,7 +452,8 @@ fn staged_device_transfers_on_failing_storage_move_the_right_bytes_or_name_the_f
         );
         let said = format!("{}{}", run.stdout(), run.stderr());
         assert!(
-            said.contains(&format!("{}", run.file.display())) && said.contains("Input/output error"),
+            said.contains(&format!("{}", run.file.display()))
+                && said.contains("Input/output error"),
             "{op}: the error names the file and the failure:\n{said}"
         );
     }
