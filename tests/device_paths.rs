@@ -404,6 +404,61 @@ fn gds_where_the_file_system_refuses_o_direct() {
     );
 }
 
+#[test]
+#[cfg_attr(real_cuda, ignore = "needs the CUDA/cuFile emulator")]
+fn staged_device_transfers_on_failing_storage_move_the_right_bytes_or_name_the_file() {
+    // The driver's own staged path (device -> pinned bounce buffers -> pwrite, and back) on the
+    // failing-storage shim (tests/shims/failing_io.c), for the program's file only.
+    let shim = h5gds_tests::failing_io_shim();
+    let preload = shim.to_str().unwrap();
+    let on_failing = |fault: &[(&'static str, &'static str)]| {
+        let mut env = vec![
+            ("H5GDS_COMPAT_MODE", "on"),
+            ("LD_PRELOAD", preload),
+            ("H5GDS_FAULT_PATH", "device.h5"),
+        ];
+        env.extend_from_slice(fault);
+        run(&env)
+    };
+    // Transient failures (short transfers, EINTR): every round trip (written, read back,
+    // compared) passes.
+    for (op, kind, times) in [
+        ("pread", "short", "all"),
+        ("pwrite", "short", "all"),
+        ("pread", "eintr", "5"),
+        ("pwrite", "eintr", "5"),
+    ] {
+        let run = on_failing(&[
+            ("H5GDS_FAULT_OP", op),
+            ("H5GDS_FAULT_KIND", kind),
+            ("H5GDS_FAULT_TIMES", times),
+        ]);
+        run.assert_device_ok();
+    }
+    // EIO on the raw data (64 KiB transfers and more): the program fails, the error naming the
+    // file, and no comparison of wrong bytes passes.
+    for op in ["pread", "pwrite"] {
+        let run = on_failing(&[
+            ("H5GDS_FAULT_OP", op),
+            ("H5GDS_FAULT_KIND", "eio"),
+            ("H5GDS_FAULT_TIMES", "all"),
+            ("H5GDS_FAULT_MIN_BYTES", "65536"),
+        ]);
+        assert_eq!(run.out.status.code(), Some(1), "{op}: {}", run.stdout());
+        assert!(
+            run.stdout().contains("FAILED") && !run.stdout().contains("DEVICE OK"),
+            "{op}: {}",
+            run.stdout()
+        );
+        let said = format!("{}{}", run.stdout(), run.stderr());
+        assert!(
+            said.contains(&format!("{}", run.file.display()))
+                && said.contains("Input/output error"),
+            "{op}: the error names the file and the failure:\n{said}"
+        );
+    }
+}
+
 /// Reads and writes with the caller's own current context (`--caller-context`): the program
 /// fails if `cuCtxGetCurrent` differs after any HDF5 call, for one task on the calling thread
 /// and several on the pool.

@@ -54,10 +54,11 @@ impl<T: Element> ToFile for DeviceArray<T> {
 /// Writes `array` as dataset `dataset` (an absolute path such as `/x` or `/group/x`; missing
 /// groups are created) of a new HDF5 file at `path`.
 ///
-/// **Destructive**: an existing file at `path` is replaced, with everything in it. Missing
-/// parent directories are created. A device array is written once the streams that produced it
-/// are done, straight from GPU memory through the `gds` driver (or through the staged path, see
-/// the crate documentation).
+/// **Destructive**: an existing file at `path` is replaced, with everything in it: the new file is
+/// written beside it under a hidden name and renamed over it once complete, so a failed write (or
+/// a killed process) leaves the old file. Missing parent directories are created. A device
+/// array is written once the streams that produced it are done, straight from GPU memory
+/// through the `gds` driver (or through the staged path, see the crate documentation).
 ///
 /// Errors name the culprit: `path` is a directory; `dataset` is empty or not an absolute path;
 /// the element type has no HDF5 type (`i128`, `u128`).

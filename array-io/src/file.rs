@@ -44,9 +44,10 @@ pub(crate) fn refuse_directory(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Creates (truncating any existing file) the HDF5 file at `path`, and missing parent
-/// directories.
-fn create_file(path: &Path, driver: Driver) -> Result<File> {
+/// Creates the HDF5 file that will replace `path` (and missing parent directories): under a
+/// hidden name next to it (see [`Replacing`]), so that `path` keeps its old file until the new
+/// one is complete.
+fn create_file(path: &Path, driver: Driver) -> Result<(File, Replacing)> {
     refuse_directory(path)?;
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|source| Error::Io {
@@ -55,13 +56,80 @@ fn create_file(path: &Path, driver: Driver) -> Result<File> {
             source,
         })?;
     }
-    let fapl = file_access(driver, path)?;
-    hdf5_raw::create_file(path, &fapl).map_err(|e| Error::hdf5("creating the file", path, None, e))
+    let replacing = Replacing::new(path)?;
+    let fapl = file_access(driver, &replacing.tmp)?;
+    let file = hdf5_raw::create_file(&replacing.tmp, &fapl)
+        .map_err(|e| Error::hdf5("creating the file", path, None, e))?;
+    Ok((file, replacing))
 }
 
-/// A new HDF5 file at `path` (replacing any, see [`create_file`]) opened with `driver`, holding
-/// dataset `name` (missing groups created) of `desc`'s type and `shape`, stored as `layout`; and
-/// the memory type to write it with.
+/// A new file written next to the path it replaces: created as `.NAME.PID-N.h5gds-tmp` in the
+/// same directory (so the rename is atomic), renamed over the target by [`Replacing::finish`]
+/// once the file is closed, removed if it is dropped unfinished (a failed write). A crash or
+/// `kill -9` at any point leaves the target holding its old file or the complete new one (and at
+/// most the hidden file beside it). Through a symbolic link the file it points to is replaced;
+/// an existing file's permission bits are kept.
+pub(crate) struct Replacing {
+    tmp: PathBuf,
+    target: PathBuf,
+    done: bool,
+}
+
+impl Replacing {
+    fn new(path: &Path) -> Result<Replacing> {
+        static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let Some(name) = target.file_name() else {
+            return Err(Error::Io {
+                op: "naming a file at",
+                path: path.to_path_buf(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "the path has no file name",
+                ),
+            });
+        };
+        let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut tmp = std::ffi::OsString::from(".");
+        tmp.push(name);
+        tmp.push(format!(".{}-{n}.h5gds-tmp", std::process::id()));
+        Ok(Replacing {
+            tmp: target.with_file_name(tmp),
+            target,
+            done: false,
+        })
+    }
+
+    /// The closed new file renamed over the target (`path`, as the caller named it, for errors).
+    fn finish(mut self, path: &Path) -> Result<()> {
+        if let Ok(old) = std::fs::metadata(&self.target) {
+            std::fs::set_permissions(&self.tmp, old.permissions()).map_err(|source| Error::Io {
+                op: "giving the new file the permissions of the old one at",
+                path: path.to_path_buf(),
+                source,
+            })?;
+        }
+        std::fs::rename(&self.tmp, &self.target).map_err(|source| Error::Io {
+            op: "renaming the new file into place at",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for Replacing {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// A new HDF5 file to replace the one at `path` (see [`Replacing`]), opened with `driver`,
+/// holding dataset `name` (missing groups created) of `desc`'s type and `shape`, stored as
+/// `layout`; and the memory type to write it with. [`OpenDataset::close`] puts it in place.
 pub(crate) fn create_dataset(
     path: &Path,
     name: &str,
@@ -69,16 +137,15 @@ pub(crate) fn create_dataset(
     desc: &TypeDescriptor,
     (shape, layout): (&[u64], NewLayout),
 ) -> Result<(OpenDataset, Datatype)> {
-    let file = create_file(path, driver)?;
+    let (file, replacing) = create_file(path, driver)?;
     let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, path, Some(name), e);
     let mem_type = hdf5_raw::locked(|| Datatype::from_descriptor(desc))
         .map_err(|e| fail("creating the element type", e))?;
     let dset = hdf5_raw::create_dataset(&file, name, &mem_type, shape, &layout)
         .map_err(|e| fail("creating the dataset", e))?;
-    Ok((
-        OpenDataset::new(path, name, shape.to_vec(), dset, file),
-        mem_type,
-    ))
+    let mut ds = OpenDataset::new(path, name, shape.to_vec(), dset, file);
+    ds.replacing = Some(replacing);
+    Ok((ds, mem_type))
 }
 
 /// An open dataset, its file and its shape.
@@ -90,6 +157,8 @@ pub(crate) struct OpenDataset {
     pub file: File,
     /// The engine's storage of it for host reads with no HDF5 call, once resolved (`stored`).
     pub stored: std::sync::OnceLock<Option<h5gds_engine::stored::Stored>>,
+    /// For a new file: the path it replaces once closed (dropped last: after the file closes).
+    replacing: Option<Replacing>,
 }
 
 impl OpenDataset {
@@ -102,17 +171,27 @@ impl OpenDataset {
             dset,
             file,
             stored: std::sync::OnceLock::new(),
+            replacing: None,
         }
     }
 
-    /// Closes the dataset and the file, reporting failures.
+    /// Closes the dataset and the file, reporting failures; a new file then replaces the one at
+    /// its path (a failure removes it instead, leaving the old file).
     pub fn close(self) -> Result<()> {
         let OpenDataset {
-            path, dset, file, ..
+            path,
+            dset,
+            file,
+            replacing,
+            ..
         } = self;
         drop(dset);
         file.close()
-            .map_err(|e| Error::hdf5("closing the file", &path, None, e))
+            .map_err(|e| Error::hdf5("closing the file", &path, None, e))?;
+        match replacing {
+            Some(new) => new.finish(&path),
+            None => Ok(()),
+        }
     }
 }
 

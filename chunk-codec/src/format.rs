@@ -103,8 +103,25 @@ fn be32(bytes: &[u8]) -> u32 {
 pub fn lz4_pieces(
     stored: usize,
     out_len: usize,
-    mut peek: impl FnMut(usize, usize) -> Result<Vec<u8>, String>,
+    peek: impl FnMut(usize, usize) -> Result<Vec<u8>, String>,
 ) -> Result<Vec<Piece>, String> {
+    let mut pieces = Vec::new();
+    lz4_each(stored, out_len, peek, |piece| {
+        pieces.push(piece);
+        Ok(())
+    })?;
+    Ok(pieces)
+}
+
+/// [`lz4_pieces`] one piece at a time, in order, handed to `each`, which may stop the walk with
+/// an error: nothing is collected, so a chunk framed in many small blocks (or claiming to be)
+/// costs no memory beyond its bytes.
+pub fn lz4_each(
+    stored: usize,
+    out_len: usize,
+    mut peek: impl FnMut(usize, usize) -> Result<Vec<u8>, String>,
+    mut each: impl FnMut(Piece) -> Result<(), String>,
+) -> Result<(), String> {
     if stored < LZ4_HEADER + 4 {
         return Err(format!(
             "its {stored} bytes are too few for the LZ4 filter's header"
@@ -122,7 +139,6 @@ pub fn lz4_pieces(
         return Err("its LZ4 header gives a block size of 0".into());
     }
     block = block.min(out_len);
-    let mut pieces = Vec::new();
     let (mut at, mut done) = (LZ4_HEADER, 0usize);
     let mut size_bytes = Some(head[LZ4_HEADER..].to_vec());
     while done < out_len {
@@ -144,17 +160,17 @@ pub fn lz4_pieces(
                 at - 4
             ));
         }
-        pieces.push(Piece {
+        each(Piece {
             at,
             len,
             out_at: done,
             out_len: this,
             coded: len != this,
-        });
+        })?;
         at += len;
         done += this;
     }
-    Ok(pieces)
+    Ok(())
 }
 
 #[cfg(test)]

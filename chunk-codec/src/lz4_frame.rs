@@ -37,20 +37,29 @@ pub(crate) fn encode_lz4(input: &[u8], block: usize, spare: &mut Vec<u8>) -> Res
     Ok(at)
 }
 
-/// The framing's pieces of a stored chunk `input` decoding to `chunk_bytes`, the error naming
-/// where the framing runs past the stored bytes.
-fn pieces_of(input: &[u8], chunk_bytes: usize) -> Result<Vec<format::Piece>, String> {
-    format::lz4_pieces(input.len(), chunk_bytes, |at, len| {
-        input
-            .get(at..at + len)
-            .map(<[u8]>::to_vec)
-            .ok_or_else(|| format!("its LZ4 framing runs past its end at byte {at}"))
-    })
+/// Walks the framing's pieces of a stored chunk `input` decoding to `chunk_bytes`, handing each
+/// to `each`; the error names where the framing runs past the stored bytes.
+fn each_piece(
+    input: &[u8],
+    chunk_bytes: usize,
+    each: impl FnMut(format::Piece) -> Result<(), String>,
+) -> Result<(), String> {
+    format::lz4_each(
+        input.len(),
+        chunk_bytes,
+        |at, len| {
+            input
+                .get(at..at + len)
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| format!("its LZ4 framing runs past its end at byte {at}"))
+        },
+        each,
+    )
 }
 
 /// hdf5plugin's LZ4 framing: each block decoded (or copied, when stored as it is) into place.
 pub(crate) fn decode_lz4(input: &[u8], out: &mut [u8]) -> Result<(), String> {
-    for p in pieces_of(input, out.len())? {
+    each_piece(input, out.len(), |p| {
         let (src, dst) = (
             &input[p.at..p.at + p.len],
             &mut out[p.out_at..p.out_at + p.out_len],
@@ -67,8 +76,8 @@ pub(crate) fn decode_lz4(input: &[u8], out: &mut [u8]) -> Result<(), String> {
         } else {
             dst.copy_from_slice(src);
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 // liblz4's partial block decoder, from the library lz4-sys builds and links (which declares no
@@ -93,8 +102,12 @@ pub(crate) fn decode_lz4_prefix(
     dest: &mut [u8],
 ) -> Result<(), String> {
     let wanted = dest.len();
-    let pieces = pieces_of(input, chunk_bytes)?;
-    for p in pieces.iter().filter(|p| p.out_at < wanted) {
+    // The whole framing is walked (and so checked); the blocks past the bytes wanted are not
+    // decoded.
+    each_piece(input, chunk_bytes, |p| {
+        if p.out_at >= wanted {
+            return Ok(());
+        }
         let take = p.out_len.min(wanted - p.out_at);
         let (src, dst) = (
             &input[p.at..p.at + p.len],
@@ -102,7 +115,7 @@ pub(crate) fn decode_lz4_prefix(
         );
         if !p.coded {
             dst.copy_from_slice(&src[..take]);
-            continue;
+            return Ok(());
         }
         let too_large = |what: usize| {
             std::ffi::c_int::try_from(what)
@@ -126,6 +139,6 @@ pub(crate) fn decode_lz4_prefix(
                 p.at
             ));
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }

@@ -251,6 +251,14 @@ impl Pipeline {
                 _ => (room(spare, expected), Place::Buffer(k)),
             };
             match *stage {
+                // Shuffling keeps the size: bytes of another size than the chunk's (a damaged
+                // chunk, or a chunk of another dataset) are refused, not unshuffled in part.
+                Stage::Shuffle { .. } if input.len() != expected => {
+                    return Err(format!(
+                        "its shuffled bytes are {} long, but a chunk holds {expected}",
+                        input.len()
+                    ))
+                }
                 Stage::Shuffle { element } => unshuffle(input, element, out),
                 Stage::Deflate => {
                     let d = deflate.get_or_insert_with(libdeflater::Decompressor::new);
@@ -453,5 +461,19 @@ mod tests {
         let p = Pipeline::for_filters(&filters(&[32015]), 4).unwrap();
         let e = p.decode(&data, 0, data.len(), &mut scratch).unwrap_err();
         assert!(e.contains("Zstandard frame does not decode"), "{e}");
+        // Shuffled bytes of another size than the chunk (cut short, or one byte too many) are
+        // refused, not unshuffled in part (this panicked, found by tests/hostile_chunks.rs).
+        let p = Pipeline::for_filters(&filters(&[2]), 4).unwrap();
+        let shuffled = shuffle(&data, 4);
+        for stored in [&shuffled[..1000], &[&shuffled[..], &[0]].concat()[..]] {
+            let e = p.decode(stored, 0, data.len(), &mut scratch).unwrap_err();
+            assert!(
+                e.contains(&format!(
+                    "shuffled bytes are {} long, but a chunk holds 1024",
+                    stored.len()
+                )),
+                "{e}"
+            );
+        }
     }
 }

@@ -19,9 +19,11 @@ pub(crate) fn alternate<'a>(
     (&data[..len], spare, k)
 }
 
-/// `buf`'s first `n` bytes, grown (zero-filled) if it is shorter.
+/// `buf`'s first `n` bytes, grown (zero-filled) if it is shorter: to exactly `n`, not by the
+/// doubling `Vec` growth would give, so a buffer is never larger than a step's data.
 pub(crate) fn room(buf: &mut Vec<u8>, n: usize) -> &mut [u8] {
     if buf.len() < n {
+        buf.reserve_exact(n - buf.len());
         buf.resize(n, 0);
     }
     &mut buf[..n]

@@ -79,6 +79,14 @@ pub fn nfs_statfs_shim() -> PathBuf {
     SHIM.get_or_init(|| build_shim("nfs_statfs")).clone()
 }
 
+/// Builds (once per test process) the LD_PRELOAD shim of failing storage
+/// (`tests/shims/failing_io.c`: the N-th `pread`, `pwrite`, `fsync` or `rename` fails as its
+/// `H5GDS_FAULT_*` variables say); returns its path.
+pub fn failing_io_shim() -> PathBuf {
+    static SHIM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    SHIM.get_or_init(|| build_shim("failing_io")).clone()
+}
+
 /// Compiles `tests/shims/NAME.c` into `target/test-shims/NAME.so`.
 fn build_shim(name: &str) -> PathBuf {
     let source = workspace_root().join(format!("tests/shims/{name}.c"));

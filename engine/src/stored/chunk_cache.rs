@@ -125,9 +125,9 @@ impl Stored {
         bytes.resize(stored.size, 0);
         self.file.read_exact_at(bytes, stored.address).map_err(|e| {
             StoredError::Failed(format!(
-                "dataset {}: reading the chunk at {offset:?} ({} bytes at byte {} of its file) \
+                "dataset {} of {}: reading the chunk at {offset:?} ({} bytes at byte {}) \
                  failed: {e}",
-                self.name, stored.size, stored.address
+                self.name, self.path, stored.size, stored.address
             ))
         })
     }

@@ -79,6 +79,9 @@ pub type Threads<'a> = &'a dyn Fn() -> Result<usize, String>;
 /// A dataset's storage, resolved once; it serves selections with no HDF5 call.
 pub struct Stored {
     name: String,
+    /// The path of `file`, for errors of reads from it (as the kernel names it; "its file"
+    /// where it cannot say).
+    path: String,
     file: File,
     shape: Vec<u64>,
     element: usize,
@@ -204,6 +207,14 @@ pub fn direct_file(api: &Hdf5Api, dataset: hid_t) -> Option<File> {
     h5gds_chunk_codec::reopen(fd)
 }
 
+/// The path of the open `file`, as the kernel names it (`/proc/self/fd`).
+fn path_of(file: &File) -> String {
+    use std::os::fd::AsRawFd;
+    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .map(|p| format!("'{}'", p.display()))
+        .unwrap_or_else(|_| "its file".into())
+}
+
 impl Stored {
     /// The storage of dataset `name` of `shape` (elements of `element` bytes, read with no
     /// conversion) as `layout` says, read from `file` ([`direct_file`]); `index` lists the chunk
@@ -250,6 +261,7 @@ impl Stored {
         };
         Ok(Some(Stored {
             name,
+            path: path_of(&file),
             file,
             shape,
             element,
@@ -455,6 +467,39 @@ mod tests {
         let never = |_: &[u64]| -> Result<ChunkIndex, ()> { unreachable!("not chunked") };
         let stored = Stored::resolve("/x".into(), file, vec![5, 6], 2, layout, never, |_| {});
         stored.unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_failed_read_names_the_dataset_and_the_file() {
+        // The file ends 10 bytes into the dataset's storage: reading past them fails.
+        let named = tempfile::NamedTempFile::new().unwrap();
+        named.as_file().write_all(&[0u8; 26]).unwrap();
+        let layout = StoredLayout::Contiguous {
+            address: Some(16),
+            external: false,
+        };
+        let never = |_: &[u64]| -> Result<ChunkIndex, ()> { unreachable!("not chunked") };
+        let file = named.reopen().unwrap();
+        let stored = Stored::resolve("/x".into(), file, vec![5, 6], 2, layout, never, |_| {})
+            .unwrap()
+            .unwrap();
+        let sel = Hyperslab {
+            start: &[0, 0],
+            step: &[1, 1],
+            count: &[5, 6],
+        };
+        let mut out = vec![0u8; 60];
+        let e = stored
+            .read(&sel, &mut out, &|| Ok(1))
+            .unwrap_err()
+            .to_string();
+        let path = named.path().display().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "dataset /x of '{path}': reading 60 bytes at byte 16 failed"
+            )),
+            "{e}"
+        );
     }
 
     fn values(bytes: &[u8]) -> Vec<u16> {

@@ -169,8 +169,8 @@ impl Stored {
         let e = self.element as u64;
         let failed = |err: std::io::Error| {
             format!(
-                "dataset {}: reading {len} bytes at byte {file_at} of its file failed: {err}",
-                self.name
+                "dataset {} of {}: reading {len} bytes at byte {file_at} failed: {err}",
+                self.name, self.path
             )
         };
         // SAFETY: the pieces are disjoint runs of the output, each written by one thread
