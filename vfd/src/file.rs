@@ -246,11 +246,15 @@ impl OpenFile {
     pub(crate) fn check(&self, dir: Direction, addr: haddr_t, size: usize) -> Result<()> {
         check_region(addr, size as u64, MAXADDR)?;
         if dir == Direction::Read && addr + size as u64 > self.eof() {
-            tracing::debug!(
-                "read of {size} bytes at {addr} in {:?} extends past EOF {}: zero-filled",
-                self.path,
-                self.eof()
-            );
+            // With the driver's logger made current here: the small-transfer paths that call
+            // this run without it (`transfer`).
+            crate::log::with_logging(|| {
+                tracing::debug!(
+                    "read of {size} bytes at {addr} in {:?} extends past EOF {}: zero-filled",
+                    self.path,
+                    self.eof()
+                )
+            });
         }
         Ok(())
     }
@@ -260,7 +264,16 @@ impl OpenFile {
         self.eof.fetch_max(end, Relaxed);
     }
 
-    /// Moves `size` bytes between the file at `addr` and `buf`, host or device memory.
+    /// Moves `size` bytes between the file at `addr` and `buf`, host or device memory. Callable
+    /// without the driver's logger current (the trampolines run it through `guard_quiet`): the
+    /// short way logs nothing, and every other way makes the logger current itself.
+    ///
+    /// The short way, for a transfer of at most one task to memory known to be host memory
+    /// (every metadata read and write, and small raw data in the caller's stack or the brk heap):
+    /// one `pread`/`pwrite` loop on this thread, with no CUDA question, no logger set-up and no
+    /// split, which is where the other way ends for such a transfer too (`memory::dispatch`,
+    /// then `run_split`'s single task). What it saves was counted with callgrind per callback
+    /// (docs/performance.md).
     ///
     /// # Safety
     /// `buf` must be valid for `size` bytes in direction `dir`.
@@ -273,8 +286,15 @@ impl OpenFile {
         mem_type: H5FD_mem_t,
     ) -> Result<()> {
         self.check(dir, addr, size)?;
-        // SAFETY: the caller's contract.
-        unsafe { self.transfer_one(dir, addr, size, buf, mem_type) }?;
+        if size <= self.settings.task_size && memory::certainly_host(buf, mem_type) {
+            // SAFETY: the caller's contract; host memory of `size` bytes.
+            unsafe { self.host().one(dir, addr, buf, size) }?;
+        } else {
+            // SAFETY: the caller's contract.
+            crate::log::with_logging(|| unsafe {
+                self.transfer_one(dir, addr, size, buf, mem_type)
+            })?;
+        }
         if dir == Direction::Write {
             self.eof.fetch_max(addr + size as u64, Relaxed);
         }
@@ -292,6 +312,15 @@ impl OpenFile {
             // SAFETY: the caller's contract for the one piece.
             return unsafe { self.transfer(dir, one.addr, one.len, one.buf, one.mem_type) };
         }
+        // SAFETY: the caller's contract.
+        crate::log::with_logging(|| unsafe { self.transfer_pieces(dir, pieces) })
+    }
+
+    /// `transfer_vector` of several pieces, with the driver's logger current.
+    ///
+    /// # Safety
+    /// As `transfer_vector`.
+    unsafe fn transfer_pieces(&self, dir: Direction, pieces: Vec<Piece>) -> Result<()> {
         for p in &pieces {
             self.check(dir, p.addr, p.len)?;
         }
