@@ -605,6 +605,73 @@ mod tests {
     }
 
     #[test]
+    fn the_short_way_and_the_long_way_move_the_same_bytes() {
+        // A transfer of at most one task into memory known to be host memory (here a local,
+        // or metadata) takes the short way; a larger one, or one into a mapping nobody vouches
+        // for, the long way (dispatch, split). Both must read and write the same bytes, and
+        // both zero-fill past end of file.
+        let dir = tempfile::tempdir().unwrap();
+        let settings = VfdSettings {
+            task_size: 4096,
+            ..VfdSettings::default()
+        };
+        let f = create(&dir.path().join("ways.h5"), settings).unwrap();
+        let pattern: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        write(&f, 0, &pattern).unwrap(); // 10 000 bytes: the long way
+        let mut local = [0u8; 64];
+        assert!(memory::certainly_host(
+            BufPtr::new(local.as_mut_ptr()),
+            H5FD_MEM_DRAW
+        ));
+        read(&f, 5000, &mut local).unwrap();
+        assert_eq!(&local[..], &pattern[5000..5064]);
+        // A fresh anonymous mapping is host memory known as such only where CUDA does not work
+        // (as in this test); a read of more than one task into it takes the long way anyway.
+        // SAFETY: a new private read-write mapping, unmapped below.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                1 << 16,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        let mapped = BufPtr::new(map.cast());
+        assert!(memory::certainly_host(mapped, crate::abi::H5FD_MEM_SUPER));
+        // SAFETY: the mapping holds 64 KiB, written by the reads only.
+        unsafe {
+            let got = std::slice::from_raw_parts(map.cast::<u8>(), 1 << 16);
+            f.transfer(Direction::Read, 0, 1 << 16, mapped, H5FD_MEM_DRAW)
+                .unwrap();
+            assert_eq!(&got[..10_000], &pattern[..]);
+            assert!(got[10_000..].iter().all(|&b| b == 0));
+            // Metadata into the same mapping: the short way, past end of file zero-filled.
+            f.transfer(
+                Direction::Read,
+                9990,
+                64,
+                mapped,
+                crate::abi::H5FD_MEM_SUPER,
+            )
+            .unwrap();
+            assert_eq!(&got[..10], &pattern[9990..]);
+            assert!(got[10..64].iter().all(|&b| b == 0));
+            assert_eq!(&got[64..10_000], &pattern[64..]);
+            libc::munmap(map, 1 << 16);
+        }
+        // A short-way write, read back the long way.
+        write(&f, 20_000, b"short way").unwrap();
+        let mut back = vec![0u8; 20_009];
+        read(&f, 0, &mut back).unwrap();
+        assert_eq!(&back[20_000..], b"short way");
+        assert_eq!(&back[..10_000], &pattern[..]);
+        assert_eq!(f.eof(), 20_009);
+    }
+
+    #[test]
     fn small_reads_see_another_writer_locked_or_not() {
         // Another program writing the file (cp, rsync --inplace: no HDF5 lock keeps it out) is
         // seen at the next read, whether or not this process holds the file's lock: sec2 never
