@@ -5,7 +5,7 @@
 use crate::harness::{check_equal, create, create_f32, driver_label, gds, interleave, open, timed};
 pub use crate::harness::{HostOptions, Result};
 use crate::stats::Measurement;
-use array_io::hdf5_raw::{named as h5, FileDriver as Driver};
+use array_io::hdf5_raw::{self, linked_hdf5, locked, named as h5, FileDriver as Driver};
 use array_io::transfer::{self, Hyperslab};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -58,7 +58,7 @@ fn pread_two_threads(path: &Path, offset: u64, out: &mut [f32]) -> Result<()> {
 
 /// How many progress steps `run` reports.
 pub fn steps(opts: &HostOptions) -> usize {
-    opts.reps * (2 + 3 + 2 + 2 + 2 + 2) + crate::access::steps(opts)
+    opts.reps * (2 + 3 + 2 + 2 + 2 + 2 + 2 + 2) + crate::access::steps(opts)
 }
 
 pub fn run(opts: &HostOptions, progress: &mut dyn FnMut()) -> Result<Vec<Measurement>> {
@@ -124,10 +124,186 @@ pub fn run(opts: &HostOptions, progress: &mut dyn FnMut()) -> Result<Vec<Measure
         let _ = std::fs::remove_file(file_of(d));
     }
 
+    results.extend(per_call(opts, &drivers, progress)?);
     results.extend(small_datasets(opts, &drivers, progress)?);
     results.extend(strided(opts, &drivers, progress)?);
     results.extend(crate::access::run(opts, &drivers, progress)?);
     Ok(results)
+}
+
+/// Driver calls per run of the per-call rows.
+const CALLS: usize = 100_000;
+/// Bytes per call: a small metadata piece (a heap entry, a link, a checksum).
+const CALL_BYTES: usize = 8;
+/// The file span the calls cycle through, and the distance between two calls' addresses: apart
+/// enough that every call is one system call for either driver.
+const CALL_SPAN: u64 = 16 << 20;
+const CALL_STEP: u64 = 69_643;
+/// `H5FD_MEM_OHDR`: object headers, metadata as HDF5's metadata cache reads and writes it.
+const H5FD_MEM_OHDR: std::ffi::c_int = 6;
+
+/// The address of call `i`.
+fn call_addr(i: usize) -> u64 {
+    (i as u64 * CALL_STEP) % (CALL_SPAN - CALL_BYTES as u64)
+}
+
+/// The byte the per-call file holds at `addr`.
+fn call_byte(addr: u64) -> u8 {
+    (addr % 251) as u8
+}
+
+/// A file opened through HDF5's public driver API (`H5FDopen`) with `driver`, closed on drop.
+struct DriverFile {
+    file: *mut std::ffi::c_void,
+}
+
+impl DriverFile {
+    fn open(path: &Path, driver: &Driver, write: bool) -> Result<Self> {
+        let api = linked_hdf5();
+        let fapl = h5("H5Pset_driver", hdf5_raw::file_access(driver))?;
+        let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| format!("{path:?} holds a NUL byte"))?;
+        // H5F_ACC_RDWR | H5F_ACC_CREAT | H5F_ACC_TRUNC, or H5F_ACC_RDONLY.
+        let flags = if write { 0x0001 | 0x0010 | 0x0002 } else { 0 };
+        let (open, set_eoa) = (
+            api.H5FDopen.map_err(|m| m.to_string())?,
+            api.H5FDset_eoa.map_err(|m| m.to_string())?,
+        );
+        let fapl_id = fapl.id();
+        let file = locked(|| {
+            // SAFETY: a NUL-terminated name and an open access list; HADDR_UNDEF as maxaddr lets
+            // the driver choose.
+            let file = unsafe { open(name.as_ptr(), flags, fapl_id, u64::MAX) };
+            if file.is_null() {
+                return Err(format!("H5FDopen {path:?} failed"));
+            }
+            // SAFETY: `file` is the open driver file just returned.
+            if unsafe { set_eoa(file, H5FD_MEM_OHDR, CALL_SPAN) } < 0 {
+                return Err(format!("H5FDset_eoa {path:?} failed"));
+            }
+            Ok(file)
+        })?;
+        Ok(DriverFile { file })
+    }
+
+    /// `CALLS` reads (`write` false) or writes of `CALL_BYTES` bytes at `call_addr(i)`; returns
+    /// the sum of the first bytes read (written: of the bytes written).
+    fn calls(&self, write: bool) -> Result<u64> {
+        let api = linked_hdf5();
+        let (read, write_fn) = (
+            api.H5FDread.map_err(|m| m.to_string())?,
+            api.H5FDwrite.map_err(|m| m.to_string())?,
+        );
+        locked(|| {
+            let mut sum = 0u64;
+            let mut buf = [0u8; CALL_BYTES];
+            for i in 0..CALLS {
+                let addr = call_addr(i);
+                // SAFETY: an open driver file; `buf` holds CALL_BYTES bytes; H5P_DEFAULT (0) as
+                // the transfer list.
+                let status = unsafe {
+                    if write {
+                        buf = [call_byte(addr); CALL_BYTES];
+                        write_fn(
+                            self.file,
+                            H5FD_MEM_OHDR,
+                            0,
+                            addr,
+                            CALL_BYTES,
+                            buf.as_ptr().cast(),
+                        )
+                    } else {
+                        read(
+                            self.file,
+                            H5FD_MEM_OHDR,
+                            0,
+                            addr,
+                            CALL_BYTES,
+                            buf.as_mut_ptr().cast(),
+                        )
+                    }
+                };
+                if status < 0 {
+                    return Err(format!(
+                        "H5FD{} at {addr} failed",
+                        ["read", "write"][write as usize]
+                    ));
+                }
+                sum += buf[0] as u64;
+            }
+            Ok(sum)
+        })
+    }
+}
+
+impl Drop for DriverFile {
+    fn drop(&mut self) {
+        if let Ok(close) = linked_hdf5().H5FDclose {
+            // SAFETY: the open driver file, closed once.
+            locked(|| unsafe { close(self.file) });
+        }
+    }
+}
+
+/// The driver's cost per call against sec2's: `CALLS` reads, then writes, of 8 bytes each through
+/// HDF5's public driver API (`H5FDread`/`H5FDwrite`), each one system call for either driver and
+/// the same HDF5 work above it. A small metadata read or write costs this in every HDF5 program.
+fn per_call(
+    opts: &HostOptions,
+    drivers: &[Driver],
+    progress: &mut dyn FnMut(),
+) -> Result<Vec<Measurement>> {
+    let path = opts.dir.join("h5gds-per-call.h5");
+    let bytes: Vec<u8> = (0..CALL_SPAN).map(call_byte).collect();
+    std::fs::write(&path, &bytes).map_err(|e| format!("cannot write {path:?}: {e}"))?;
+    drop(bytes);
+    let want: u64 = (0..CALLS).map(|i| call_byte(call_addr(i)) as u64).sum();
+    let reads = interleave(drivers, opts.reps, progress, |d| {
+        let file = DriverFile::open(&path, d, false)?;
+        let start = std::time::Instant::now();
+        let sum = file.calls(false)?;
+        let t = start.elapsed().as_secs_f64();
+        if sum != want {
+            return Err(format!(
+                "per-call reads: sum of first bytes {sum}, expected {want}"
+            ));
+        }
+        Ok(t)
+    })?;
+    let wpath = |d: &Driver| {
+        opts.dir
+            .join(format!("h5gds-per-call-{}.h5", driver_label(d)))
+    };
+    let writes = interleave(drivers, opts.reps, progress, |d| {
+        let file = DriverFile::open(&wpath(d), d, true)?;
+        let start = std::time::Instant::now();
+        file.calls(true)?;
+        let t = start.elapsed().as_secs_f64();
+        drop(file);
+        let back = std::fs::read(wpath(d)).map_err(|e| format!("cannot read back: {e}"))?;
+        for i in [0, 1, CALLS / 2, CALLS - 1] {
+            let a = call_addr(i) as usize;
+            if back.get(a..a + CALL_BYTES) != Some(&[call_byte(a as u64); CALL_BYTES][..]) {
+                return Err(format!("per-call writes: bytes at {a} not as written"));
+            }
+        }
+        Ok(t)
+    })?;
+    let mut out = Vec::new();
+    for (what, times) in [("H5FDread", reads), ("H5FDwrite", writes)] {
+        for (d, t) in drivers.iter().zip(times) {
+            out.push(Measurement::duration(
+                &format!("{CALLS} x {what} of {CALL_BYTES} bytes (per-call cost)"),
+                driver_label(d),
+                t,
+            ));
+        }
+    }
+    for d in drivers {
+        let _ = std::fs::remove_file(wpath(d));
+    }
+    let _ = std::fs::remove_file(&path);
+    Ok(out)
 }
 
 /// Creating many small datasets, then opening and reading each: metadata-bound work.

@@ -55,11 +55,21 @@ pub fn forget_device_range(base: CUdeviceptr) {
     }
 }
 
+/// Whether CUDA works in this process, once decided (see `cuda_works`).
+static CUDA_WORKS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
 /// Whether CUDA works in this process, decided once (`cuda::cuda` hands out a fresh copy of its
 /// error on every failed call, too slow for a question asked per piece).
 pub fn cuda_works() -> bool {
-    static WORKS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *WORKS.get_or_init(|| cuda::cuda().is_ok())
+    *CUDA_WORKS.get_or_init(|| cuda::cuda().is_ok())
+}
+
+/// Whether the memory at `ptr` is host memory by what is already known, without asking CUDA,
+/// loading it, or logging: CUDA was found not to work here, or `ptr` lies in the calling thread's
+/// stack or the brk heap (`known_host`). False means "ask `lookup`". The driver's per-call fast
+/// path for small host transfers rests on this.
+pub fn certainly_host(ptr: usize) -> bool {
+    CUDA_WORKS.get() == Some(&false) || crate::known_host::certainly_host(ptr)
 }
 
 /// Asks the CUDA driver, and remembers device ranges. A failed query is an error naming the

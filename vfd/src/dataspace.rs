@@ -27,11 +27,14 @@ impl From<SpaceError> for Error {
 
 /// The layout of `space`'s selection for elements of `elem` bytes.
 pub fn shape(api: &Hdf5Library, space: hid_t, elem: usize) -> Result<Shape> {
-    Ok(match api.selection(space)? {
-        Selection::None => Shape::Empty,
-        Selection::Irregular => Shape::Irregular,
-        Selection::Regular(slab) if slab.is_empty() => Shape::Empty,
-        Selection::Regular(slab) => Shape::Strided(Strided::from_hyperslab(
+    // Matched in place, by reference: moving the answer out of its `Result` copied its 1.3 KB
+    // (`H5S_MAX_RANK` arrays) twice per side of every selection request.
+    Ok(match &api.selection(space) {
+        Err(err) => return Err(Error::InvalidArgument(err.0.clone())),
+        Ok(Selection::None) => Shape::Empty,
+        Ok(Selection::Irregular) => Shape::Irregular,
+        Ok(Selection::Regular(slab)) if slab.is_empty() => Shape::Empty,
+        Ok(Selection::Regular(slab)) => Shape::Strided(Strided::from_hyperslab(
             elem,
             slab.dims(),
             slab.start(),

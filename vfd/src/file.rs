@@ -292,11 +292,15 @@ impl OpenFile {
     pub(crate) fn check(&self, dir: Direction, addr: haddr_t, size: usize) -> Result<()> {
         check_region(addr, size as u64, MAXADDR)?;
         if dir == Direction::Read && addr + size as u64 > self.eof() {
-            tracing::debug!(
-                "read of {size} bytes at {addr} in {:?} extends past EOF {}: zero-filled",
-                self.path,
-                self.eof()
-            );
+            // With the driver's logger made current here: the small-transfer paths that call
+            // this run without it (`transfer`).
+            crate::log::with_logging(|| {
+                tracing::debug!(
+                    "read of {size} bytes at {addr} in {:?} extends past EOF {}: zero-filled",
+                    self.path,
+                    self.eof()
+                )
+            });
         }
         Ok(())
     }
@@ -306,7 +310,16 @@ impl OpenFile {
         self.eof.fetch_max(end, Relaxed);
     }
 
-    /// Moves `size` bytes between the file at `addr` and `buf`, host or device memory.
+    /// Moves `size` bytes between the file at `addr` and `buf`, host or device memory. Callable
+    /// without the driver's logger current (the trampolines run it through `guard_quiet`): the
+    /// short way logs nothing, and every other way makes the logger current itself.
+    ///
+    /// The short way, for a transfer of at most one task to memory known to be host memory
+    /// (every metadata read and write, and small raw data in the caller's stack or the brk heap):
+    /// one `pread`/`pwrite` loop on this thread, with no CUDA question, no logger set-up and no
+    /// split, which is where the other way ends for such a transfer too (`memory::dispatch`,
+    /// then `run_split`'s single task). What it saves was counted with callgrind per callback
+    /// (docs/performance.md).
     ///
     /// # Safety
     /// `buf` must be valid for `size` bytes in direction `dir`.
@@ -319,8 +332,15 @@ impl OpenFile {
         mem_type: H5FD_mem_t,
     ) -> Result<()> {
         self.check(dir, addr, size)?;
-        // SAFETY: the caller's contract.
-        unsafe { self.transfer_one(dir, addr, size, buf, mem_type) }?;
+        if size <= self.settings.task_size && memory::certainly_host(buf, mem_type) {
+            // SAFETY: the caller's contract; host memory of `size` bytes.
+            unsafe { self.host().one(dir, addr, buf, size) }?;
+        } else {
+            // SAFETY: the caller's contract.
+            crate::log::with_logging(|| unsafe {
+                self.transfer_one(dir, addr, size, buf, mem_type)
+            })?;
+        }
         if dir == Direction::Write {
             self.eof.fetch_max(addr + size as u64, Relaxed);
         }
@@ -338,6 +358,15 @@ impl OpenFile {
             // SAFETY: the caller's contract for the one piece.
             return unsafe { self.transfer(dir, one.addr, one.len, one.buf, one.mem_type) };
         }
+        // SAFETY: the caller's contract.
+        crate::log::with_logging(|| unsafe { self.transfer_pieces(dir, pieces) })
+    }
+
+    /// `transfer_vector` of several pieces, with the driver's logger current.
+    ///
+    /// # Safety
+    /// As `transfer_vector`.
+    unsafe fn transfer_pieces(&self, dir: Direction, pieces: Vec<Piece>) -> Result<()> {
         for p in &pieces {
             self.check(dir, p.addr, p.len)?;
         }
@@ -637,6 +666,73 @@ mod tests {
         f.truncate().unwrap();
         read(&f, 200, &mut buf).unwrap();
         assert_eq!(&buf, b"wx\0\0");
+    }
+
+    #[test]
+    fn the_short_way_and_the_long_way_move_the_same_bytes() {
+        // A transfer of at most one task into memory known to be host memory (here a local,
+        // or metadata) takes the short way; a larger one, or one into a mapping nobody vouches
+        // for, the long way (dispatch, split). Both must read and write the same bytes, and
+        // both zero-fill past end of file.
+        let dir = tempfile::tempdir().unwrap();
+        let settings = VfdSettings {
+            task_size: 4096,
+            ..VfdSettings::default()
+        };
+        let f = create(&dir.path().join("ways.h5"), settings).unwrap();
+        let pattern: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        write(&f, 0, &pattern).unwrap(); // 10 000 bytes: the long way
+        let mut local = [0u8; 64];
+        assert!(memory::certainly_host(
+            BufPtr::new(local.as_mut_ptr()),
+            H5FD_MEM_DRAW
+        ));
+        read(&f, 5000, &mut local).unwrap();
+        assert_eq!(&local[..], &pattern[5000..5064]);
+        // A fresh anonymous mapping is host memory known as such only where CUDA does not work
+        // (as in this test); a read of more than one task into it takes the long way anyway.
+        // SAFETY: a new private read-write mapping, unmapped below.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                1 << 16,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        let mapped = BufPtr::new(map.cast());
+        assert!(memory::certainly_host(mapped, crate::abi::H5FD_MEM_SUPER));
+        // SAFETY: the mapping holds 64 KiB, written by the reads only.
+        unsafe {
+            let got = std::slice::from_raw_parts(map.cast::<u8>(), 1 << 16);
+            f.transfer(Direction::Read, 0, 1 << 16, mapped, H5FD_MEM_DRAW)
+                .unwrap();
+            assert_eq!(&got[..10_000], &pattern[..]);
+            assert!(got[10_000..].iter().all(|&b| b == 0));
+            // Metadata into the same mapping: the short way, past end of file zero-filled.
+            f.transfer(
+                Direction::Read,
+                9990,
+                64,
+                mapped,
+                crate::abi::H5FD_MEM_SUPER,
+            )
+            .unwrap();
+            assert_eq!(&got[..10], &pattern[9990..]);
+            assert!(got[10..64].iter().all(|&b| b == 0));
+            assert_eq!(&got[64..10_000], &pattern[64..]);
+            libc::munmap(map, 1 << 16);
+        }
+        // A short-way write, read back the long way.
+        write(&f, 20_000, b"short way").unwrap();
+        let mut back = vec![0u8; 20_009];
+        read(&f, 0, &mut back).unwrap();
+        assert_eq!(&back[20_000..], b"short way");
+        assert_eq!(&back[..10_000], &pattern[..]);
+        assert_eq!(f.eof(), 20_009);
     }
 
     #[test]

@@ -64,6 +64,13 @@ fn may_be_device(mem_type: H5FD_mem_t) -> bool {
     mem_type == H5FD_MEM_DRAW || mem_type == H5FD_MEM_DEFAULT
 }
 
+/// Whether `ptr` is host memory for a transfer of memory type `mem_type` by what is already
+/// known (metadata, CUDA not working, the caller's stack or the brk heap): no CUDA query, no
+/// logging. False means "ask `classify`".
+pub(crate) fn certainly_host(ptr: BufPtr, mem_type: H5FD_mem_t) -> bool {
+    !may_be_device(mem_type) || device_ranges::certainly_host(ptr.addr())
+}
+
 /// What `ptr` is, for a transfer of memory type `mem_type`.
 pub(crate) fn classify(ptr: BufPtr, mem_type: H5FD_mem_t) -> Result<PointerKind> {
     lookup(ptr, mem_type).map(|(kind, _)| kind)

@@ -187,10 +187,12 @@ pub(crate) fn guard<T>(
     with_logging(|| guard_quiet(func, hdf5, fail, body))
 }
 
-/// `guard` for the bodies that log nothing (eoa, eof, cmp, handle, flush): the logger is made
-/// current only to report a failure. HDF5 calls these several times per dataset read, and making
-/// the logger current cost more than their bodies (a profile of 100 000 small reads: the
-/// dispatcher's set-up was the driver's largest item, 1.3% of the run against 2.9% for all of it).
+/// `guard` for the bodies that log nothing (eoa, eof, cmp, handle, flush) or make the logger
+/// current themselves where they may log (read, write, vector and selection transfers, whose
+/// small host requests take a short way that logs nothing): the logger is made current only to
+/// report a failure. HDF5 calls these several times per dataset read, and making the logger
+/// current cost more than their bodies (callgrind, 100 000 `H5FDread`s of 8 bytes: about 150 of
+/// the driver's 613 instructions per read went to the dispatcher's set-up and tear-down).
 fn guard_quiet<T>(
     func: &'static str,
     hdf5: Option<&Hdf5Library>,
@@ -486,7 +488,8 @@ unsafe extern "C" fn gds_io<B: CallerBuffer, const WRITE: bool>(
     };
     // SAFETY: HDF5 passes an open file of this driver.
     let (hdf5, f) = unsafe { open_file(file) };
-    guard(func, hdf5, -1, || {
+    // Quiet: `OpenFile::transfer` makes the logger current where it may log.
+    guard_quiet(func, hdf5, -1, || {
         let f = f?;
         let buf = buf.buf_ptr();
         if buf.as_ptr().is_null() && size > 0 {
@@ -517,7 +520,8 @@ unsafe extern "C" fn gds_vector<B, const WRITE: bool>(
     };
     // SAFETY: HDF5 passes an open file of this driver.
     let (hdf5, f) = unsafe { open_file(file) };
-    guard(func, hdf5, -1, || {
+    // Quiet: `OpenFile::transfer_vector` makes the logger current where it may log.
+    guard_quiet(func, hdf5, -1, || {
         let f = f?;
         // SAFETY: HDF5 passes `count` entries in each array and buffers valid in direction `dir`
         // for their sizes; a buffer pointer has BufPtr's layout.
@@ -552,7 +556,8 @@ unsafe extern "C" fn gds_selection<const WRITE: bool>(
     // The dataspace ids belong to the library that opened the file: only its H5S calls may read
     // them (a class without a library offers no selection callbacks).
     let spaces = hdf5.filter(|l| l.has_selection_calls());
-    guard(func, hdf5, -1, || {
+    // Quiet: `selection::transfer_entries` makes the logger current where it may log.
+    guard_quiet(func, hdf5, -1, || {
         let spaces = spaces.ok_or_else(|| {
             Error::InvalidArgument(
                 "selection request, but the calling HDF5's H5S calls are not reachable".into(),

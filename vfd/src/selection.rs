@@ -222,6 +222,44 @@ unsafe fn transfer(
         if matches!(file_shape, Shape::Empty) && matches!(mem_shape, Shape::Empty) {
             return Ok(());
         }
+        // One run of the file against contiguous memory, HDF5's request for a whole small
+        // dataset: the file's single transfer, whose short way makes one `pread`/`pwrite` and
+        // logs nothing (`OpenFile::transfer`).
+        if let (Shape::Strided(pat), Some((mem, mem_bytes))) =
+            (&file_shape, contiguous_mem(&mem_shape, entry.buf))
+        {
+            if pat.levels.is_empty() {
+                if pat.run as u64 != mem_bytes {
+                    return Err(Error::InvalidArgument(format!(
+                        "memory selection holds {mem_bytes} bytes, file selection {}",
+                        pat.run
+                    )));
+                }
+                let buf = BufPtr::new(mem as *mut u8);
+                return file.transfer(dir, entry.offset + pat.base, pat.run, buf, mem_type);
+            }
+        }
+        crate::log::with_logging(|| {
+            transfer_shapes(file, api, entry, mem_type, dir, file_shape, mem_shape)
+        })
+    }
+}
+
+/// `transfer` of an entry of any other shape, with the driver's logger current.
+///
+/// # Safety
+/// As `transfer`.
+unsafe fn transfer_shapes(
+    file: &OpenFile,
+    api: &Hdf5Library,
+    entry: &Entry,
+    mem_type: H5FD_mem_t,
+    dir: Direction,
+    file_shape: Shape,
+    mem_shape: Shape,
+) -> Result<()> {
+    // SAFETY: the caller's contract: `entry.buf` covers the memory selection.
+    unsafe {
         let host =
             memory::classify(BufPtr::new(entry.buf as *mut u8), mem_type)? == PointerKind::Host;
         if host {

@@ -81,6 +81,8 @@ macro_rules! __hdf5_declarations {
                 fn H5FDset_eoa(file: *mut c_void, kind: c_int, addr: haddr_t) -> herr_t;
                 fn H5FDwrite(file: *mut c_void, kind: c_int, dxpl: hid_t, addr: haddr_t,
                     size: usize, buf: *const c_void) -> herr_t;
+                fn H5FDread(file: *mut c_void, kind: c_int, dxpl: hid_t, addr: haddr_t,
+                    size: usize, buf: *mut c_void) -> herr_t;
                 fn H5FDclose(file: *mut c_void) -> herr_t;
                 // Files, ids, datatypes.
                 fn H5Fcreate(name: *const c_char, flags: c_uint, fcpl: hid_t, fapl: hid_t) -> hid_t;

@@ -36,7 +36,13 @@ impl HostIo<'_> {
     ///
     /// # Safety
     /// `buf` must be valid for `len` bytes in direction `dir` (see `posix::transfer`).
-    unsafe fn one(&self, dir: Direction, addr: u64, buf: BufPtr, len: usize) -> Result<()> {
+    pub(crate) unsafe fn one(
+        &self,
+        dir: Direction,
+        addr: u64,
+        buf: BufPtr,
+        len: usize,
+    ) -> Result<()> {
         if let Some(remote) = self.remote {
             // SAFETY: the caller's contract.
             return unsafe { remote_transfer(remote, dir, addr, buf, len) };
@@ -98,6 +104,12 @@ impl HostIo<'_> {
             return unsafe { remote_transfer(remote, dir, addr, buf, len) };
         }
         let parallel = dir == Direction::Read || self.parallel_writes();
+        if !parallel {
+            // One `pwrite` loop on this thread, as sec2 makes: cut into tasks that run in order
+            // anyway, a 1 GiB write made 256 system calls instead of one.
+            // SAFETY: the caller's contract.
+            return unsafe { self.one(dir, addr, buf, len) };
+        }
         run_split(self.nthreads, len, self.task_size, parallel, |off, n| {
             // SAFETY: each task moves a disjoint sub-range of the caller's buffer.
             unsafe { self.one(dir, addr + off as u64, buf.add(off), n) }

@@ -52,6 +52,21 @@ impl Strided {
     ) -> Result<Strided> {
         let overflow = || Error::InvalidArgument("selection extent overflows".into());
         let rank = dims.len();
+        // The whole extent (H5S_ALL, HDF5's selection for a whole small dataset): one run, with
+        // no loop to simplify and so no allocation.
+        let whole = (0..rank).all(|d| start[d] == 0 && count[d] == 1 && block[d] == dims[d]);
+        if whole && dims.iter().all(|&n| n > 0) {
+            let run = dims
+                .iter()
+                .try_fold(elem as u64, |acc, &n| acc.checked_mul(n))
+                .and_then(|run| usize::try_from(run).ok())
+                .ok_or_else(overflow)?;
+            return Ok(Strided {
+                base: 0,
+                run,
+                levels: Vec::new(),
+            });
+        }
         let mut pitch = vec![elem as u64; rank];
         for d in (0..rank.saturating_sub(1)).rev() {
             pitch[d] = pitch[d + 1].checked_mul(dims[d + 1]).ok_or_else(overflow)?;
@@ -557,6 +572,13 @@ mod tests {
         let p =
             Strided::from_hyperslab(8, &[2, 3, 4], &[0; 3], &[1; 3], &[1; 3], &[2, 3, 4]).unwrap();
         assert_eq!((p.run, p.levels.len()), (192, 0));
+        // A scalar dataspace: one element.
+        let p = Strided::from_hyperslab(4, &[], &[], &[], &[], &[]).unwrap();
+        assert_eq!((p.base, p.run, p.levels.len()), (0, 4, 0));
+        // The whole of an extent whose bytes overflow: refused, never a short run.
+        let huge = [1u64 << 40, 1 << 30];
+        let err = Strided::from_hyperslab(8, &huge, &[0; 2], &[1; 2], &[1; 2], &huge).unwrap_err();
+        assert!(err.to_string().contains("overflows"), "{err}");
     }
 
     #[test]
