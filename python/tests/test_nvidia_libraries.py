@@ -1,21 +1,24 @@
-"""NVIDIA's libraries from their pip wheels (``pip install h5gds[cu12]`` / ``[cu13]``), found in
-site-packages without LD_LIBRARY_PATH, and ``python -m h5gds info``. scripts/test.sh runs this file
-in every wheel environment, and once more in one whose h5gds was installed with the ``cu12`` extra
-(H5GDS_EXPECT_NVIDIA_WHEELS=cu12), where the libraries must come from that environment's
-site-packages (both load without a GPU)."""
+"""NVIDIA's libraries found without LD_LIBRARY_PATH: cuFile by NVIDIA's cuda-pathfinder (pip wheels,
+the system's loader, $CUDA_HOME), nvCOMP in its pip wheels (``pip install h5gds[cu12]`` / ``[cu13]``);
+and ``python -m h5gds info``. scripts/test.sh runs this file in every wheel environment, and once
+more in one whose h5gds was installed with the ``cu12`` extra (H5GDS_EXPECT_NVIDIA_WHEELS=cu12),
+where the libraries must come from that environment's site-packages (both load without a GPU).
+The cuFile cases stand h5gds's CUDA emulator (``libh5gds_emu.so``, which also serves as libcufile)
+in for libcufile.so.0, each in a child process."""
 
 import json
 import os
 import subprocess
 import sys
 import sysconfig
+import textwrap
 from pathlib import Path
 
 import pytest
 
 import h5gds
 from h5gds import _nvidia
-from support import clean_env  # tests/python, on the path by conftest.py
+from support import clean_env, emulator_library  # tests/python, on the path by conftest.py
 
 
 def touch(path):
@@ -24,22 +27,84 @@ def touch(path):
     return path
 
 
-def test_each_wheels_library_directory_is_searched_cuda_13_first(tmp_path):
+def test_nvcomps_wheel_directories_are_searched_cuda_13_first(tmp_path):
     first, second = tmp_path / "site-a", tmp_path / "site-b"
-    cu12_cufile = touch(first / "nvidia/cufile/lib/libcufile.so.0")
-    cu13_cufile = touch(second / "nvidia/cu13/lib/libcufile.so.0")
     cu12_nvcomp = touch(second / "nvidia/libnvcomp/lib/libnvcomp.so.6")
-    assert _nvidia.find([str(first), str(second)]) == {"cufile": str(cu13_cufile), "nvcomp": str(cu12_nvcomp)}
+    assert _nvidia.wheel_file("nvcomp", [str(first), str(second)]) == str(cu12_nvcomp)
     cu13_nvcomp = touch(first / "nvidia/libnvcomp/lib64/libnvcomp.so.6")
-    found = _nvidia.find([str(first), str(second)])
-    assert found == {"cufile": str(cu13_cufile), "nvcomp": str(cu13_nvcomp)}
-    (second / "nvidia/cu13/lib/libcufile.so.0").unlink()
-    assert _nvidia.find([str(first), str(second)])["cufile"] == str(cu12_cufile)
+    assert _nvidia.wheel_file("nvcomp", [str(second), str(first)]) == str(cu13_nvcomp)
+    (first / "nvidia/libnvcomp/lib64/libnvcomp.so.6").unlink()
+    assert _nvidia.wheel_file("nvcomp", [str(first), str(second)]) == str(cu12_nvcomp)
 
 
-def test_without_nvidia_wheels_nothing_is_found(tmp_path):
-    touch(tmp_path / "nvidia/cu13/lib/libcufile.so.1")  # not the soname h5gds loads
-    assert _nvidia.find([str(tmp_path), ""]) == {"cufile": None, "nvcomp": None}
+def test_without_nvcomps_wheel_nothing_is_found(tmp_path):
+    touch(tmp_path / "nvidia/libnvcomp/lib64/libnvcomp.so.5")  # not the soname h5gds loads
+    assert _nvidia.wheel_file("nvcomp", [str(tmp_path), ""]) is None
+
+
+CUFILE_CHILD = """
+    import json
+    import h5gds
+    from h5gds import _native, _nvidia
+    report = h5gds.info()["cufile"]
+    print(json.dumps([_nvidia.find()["cufile"], report["library_file"], report["library_problem"],
+                      _native.info_text(_native.__file__)]))
+    """
+
+
+def cufile_child(tmp_path, **env):
+    """What a child finds for libcufile: (cuda-pathfinder's file, ``h5gds.info()``'s file and
+    problem, ``h5gds info``'s text), with ``env`` and no LD_LIBRARY_PATH, CUDA_PATH, CUDA_HOME,
+    CONDA_PREFIX of this process's."""
+    base = {k: v for k, v in clean_env().items() if k not in ("LD_LIBRARY_PATH", "CUDA_PATH", "CUDA_HOME", "CONDA_PREFIX")}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(CUFILE_CHILD)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env={**base, **env})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def machine_cufile():
+    """Why a libcufile.so.0 of this machine or environment would be found before a stand-in, or
+    None: NVIDIA's wheels in site-packages (the cu12 environment), or one the loader finds."""
+    if any(Path(p, "nvidia").is_dir() for p in sysconfig.get_paths().values()):
+        return "NVIDIA's wheels are installed here"
+    probe = subprocess.run([sys.executable, "-c", "import ctypes; ctypes.CDLL('libcufile.so.0')"], capture_output=True,
+                           env={k: v for k, v in clean_env().items() if k != "LD_LIBRARY_PATH"}, timeout=60)
+    return "this machine has a libcufile.so.0 of its own" if probe.returncode == 0 else None
+
+
+def stand_in_cufile(directory):
+    if machine_cufile():
+        pytest.skip(machine_cufile())
+    directory.mkdir(parents=True)
+    (directory / "libcufile.so.0").symlink_to(emulator_library())
+    return directory.resolve() / "libcufile.so.0"
+
+
+def test_cufile_under_cuda_home_is_found_without_ld_library_path(tmp_path):
+    expected = stand_in_cufile(tmp_path / "cuda-13.0" / "lib64")
+    found, library_file, problem, text = cufile_child(tmp_path, CUDA_HOME=str(tmp_path / "cuda-13.0"))
+    assert found == str(expected) and problem is None
+    assert Path(library_file) == expected, library_file
+    assert f"libcufile: {library_file}" in text, text
+
+
+def test_cufile_on_the_loaders_path_is_found_there(tmp_path):
+    expected = stand_in_cufile(tmp_path / "ld")
+    found, library_file, problem, text = cufile_child(tmp_path, LD_LIBRARY_PATH=str(tmp_path / "ld"),
+                                                      CUDA_HOME=str(tmp_path / "no-such-cuda"))
+    assert Path(found).resolve() == expected.resolve() and problem is None
+    assert Path(library_file).resolve() == expected.resolve(), library_file
+    assert f"libcufile: {library_file}" in text, text
+
+
+def test_without_cufile_anywhere_info_says_it_does_not_load(tmp_path):
+    if machine_cufile():
+        pytest.skip(machine_cufile())
+    found, library_file, problem, text = cufile_child(tmp_path)
+    assert found is None and library_file is None
+    assert "libcufile.so.0 cannot be loaded" in problem, problem
+    assert f"libcufile: {problem}" in text, text
 
 
 def test_python_m_h5gds_info_prints_what_h5gds_info_prints():
