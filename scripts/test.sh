@@ -91,7 +91,7 @@ data = [n for n in names if re.match(r"h5gds-[^/]*\.data/", n)]
 hook = sorted(n.split("/", 1)[1] for n in data)
 extra = [n for n in names if not n.startswith(("h5gds/", "h5gds-"))]
 if extra or hook != ["purelib/_h5gds_xarray_hook.py", "purelib/h5gds_xarray.pth"]:
-    sys.exit(f"{sys.argv[1]} holds more than the h5gds package and its xarray hook: {extra}, data {hook}")' "$built"
+    sys.exit(f"{sys.argv[1]}: outside the h5gds package {extra}; .data files {hook}, expected the two of the xarray hook")' "$built"
 done
 for env in .venv .venv-114; do
   wheel_env=.venv-wheel${env#.venv}
