@@ -42,6 +42,12 @@ def test_without_nvcomps_wheel_nothing_is_found(tmp_path):
     assert _nvidia.wheel_file("nvcomp", [str(tmp_path), ""]) is None
 
 
+def test_without_cuda_pathfinder_cufile_is_left_to_its_soname_with_a_warning(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cuda.pathfinder", None)  # `import cuda.pathfinder` fails
+    with pytest.warns(RuntimeWarning, match="h5gds needs cuda-pathfinder to find cuFile"):
+        assert _nvidia.cufile() is None
+
+
 CUFILE_CHILD = """
     import json
     import h5gds
