@@ -3,9 +3,9 @@ new process of the interpreter running this script, so run it with a wheel envir
 
 * start: ``python -c pass`` with the wheel's ``h5gds_xarray.pth`` in site-packages, and without it
   (renamed aside for those runs, put back at the end: run this in a scratch environment);
-* import: ``import h5gds`` as installed (cuFile found by cuda-pathfinder), and with cuda-pathfinder
-  hidden (``sys.modules["cuda.pathfinder"] = None``: cuFile left to its soname), which is what the
-  search adds to an import.
+* import: ``import h5gds`` as installed (which looks for no NVIDIA library), and followed by
+  ``h5gds._nvidia.prepare()``: what the libraries' lookup (cuda-pathfinder imported, libcufile found
+  by loading it, nvCOMP's wheels) adds once, at a process's first device transfer or ``info()``.
 
 Usage: python benches/python_start.py [--runs 31]"""
 
@@ -53,9 +53,9 @@ def main():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("H5GDS_", "HDF5_"))}
     print(f"{sys.executable}, {runs} alternated runs each, medians")
     compare("start, with h5gds_xarray.pth | without", lambda: seconds("pass"), without_hook, runs)
-    compare("import h5gds, cuFile by cuda-pathfinder | by soname",
-            lambda: seconds("import h5gds", env),
-            lambda: seconds("import sys; sys.modules['cuda.pathfinder'] = None; import h5gds", env), runs)
+    compare("import h5gds, then the libraries' lookup | import h5gds alone",
+            lambda: seconds("import h5gds; h5gds._nvidia.prepare()", env),
+            lambda: seconds("import h5gds", env), runs)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import sysconfig
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import h5gds
@@ -148,3 +149,107 @@ def test_the_cu12_extras_libraries_load_from_site_packages_without_ld_library_pa
     text = h5gds._native.info_text(h5gds._native.__file__)
     assert f"libcufile: {cufile['library_file']}" in text, text
     assert f"(from {nvcomp['file']})" in text, text
+
+
+# --- the lookup is lazy: `import h5gds` and host I/O leave libcufile alone -------------------------------
+
+HOST_ONLY_CHILD = """
+    import json, sys
+    import h5py
+    import numpy as np
+    import h5gds
+    imported = {"pathfinder": "cuda.pathfinder" in sys.modules, "pending": h5gds._nvidia.pending}
+    with h5py.File("host.h5", "w", driver="gds") as f:
+        dset = f.create_dataset("x", shape=(40, 5), dtype="<f8")
+        h5gds.write(dset, np.arange(200.0).reshape(40, 5) * 3)
+    with h5py.File("host.h5", "r", driver="gds") as f:
+        whole = h5gds.read(f["x"])
+        rows = h5gds.read(f["x"], sel=slice(10, 12))  # after the first read: the remembered layout's way
+        into = h5gds.read(f["x"], out=np.empty((1, 5)), sel=slice(39, 40))
+    cufile_maps = [line for line in open("/proc/self/maps") if "libcufile" in line]
+    print(json.dumps({"imported": imported, "whole": whole.tolist(), "rows": rows.tolist(),
+                      "into": into.tolist(), "cufile_maps": cufile_maps,
+                      "pathfinder": "cuda.pathfinder" in sys.modules, "pending": h5gds._nvidia.pending}))
+    """
+
+
+def run_child(tmp_path, script, env):
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_import_and_host_io_through_gds_load_no_libcufile_nor_cuda_pathfinder(tmp_path):
+    """With CUDA (the emulator as libcuda) and a libcufile.so.0 both on the loader's path and under
+    CUDA_HOME (copies, so that /proc/self/maps would name either), host reads and writes through
+    driver="gds" look for no library: cuda-pathfinder is not imported, nothing named libcufile is
+    mapped."""
+    ld, cuda_home = tmp_path / "ld", tmp_path / "cuda" / "lib64"
+    ld.mkdir()
+    cuda_home.mkdir(parents=True)
+    (ld / "libcuda.so.1").symlink_to(emulator_library())
+    for directory in (ld, cuda_home):
+        (directory / "libcufile.so.0").write_bytes(emulator_library().read_bytes())
+    env = {**clean_env(), "LD_LIBRARY_PATH": str(ld), "CUDA_HOME": str(tmp_path / "cuda")}
+    report = run_child(tmp_path, HOST_ONLY_CHILD, env)
+    expected = (np.arange(200.0).reshape(40, 5) * 3)
+    assert report["whole"] == expected.tolist() and report["rows"] == expected[10:12].tolist()
+    assert report["into"] == expected[39:40].tolist()
+    assert report["imported"] == {"pathfinder": False, "pending": True}, report["imported"]
+    assert report["cufile_maps"] == [], report["cufile_maps"]
+    assert not report["pathfinder"] and report["pending"], report
+
+
+DEVICE_CHILD = """
+    import json, sys
+    import h5py
+    import numpy as np
+    import h5gds
+    from device_arrays import DeviceArray
+    first = sys.argv[1]
+    expected = np.arange(60.0).reshape(6, 10) - 7
+    with h5py.File("dev.h5", "w") as f:
+        f.create_dataset("x", data=expected)
+    with h5py.File("dev.h5", "r", driver="gds", **({"compat_mode": "off"} if first == "off" else {})) as f:
+        dset = f["x"]
+        if first == "host":  # the layout is remembered: the device read takes read_remembered's way
+            assert h5gds.read(dset).tolist() == expected.tolist()
+            assert h5gds._layout.serving(dset) is not None
+        before = {"pathfinder": "cuda.pathfinder" in sys.modules, "pending": h5gds._nvidia.pending}
+        out = DeviceArray((6, 10), "<f8", fill=0.0)
+        h5gds.read(dset, out=out)
+        after = {"pathfinder": "cuda.pathfinder" in sys.modules, "pending": h5gds._nvidia.pending}
+    report = h5gds.info()["cufile"]
+    print(json.dumps({"before": before, "after": after, "read": out.to_host().tolist(), "expected": expected.tolist(),
+                      "library_file": report["library_file"], "problem": report["library_problem"]}))
+    """
+
+
+@pytest.mark.parametrize("first", ["device", "host", "off"])
+def test_the_first_device_read_looks_for_cufile_before_the_driver_loads_it(tmp_path, first):
+    """A device read (the emulator's CUDA; a stand-in libcufile under CUDA_HOME, which only
+    cuda-pathfinder finds) does the lookup before the driver loads libcufile, so that the driver loads
+    the file cuda-pathfinder found: also where the read takes read_remembered's way (a host read came
+    first). With compat_mode="off" the driver opens cuFile at the file's open: the open does it."""
+    expected_cufile = stand_in_cufile(tmp_path / "cuda" / "lib64")
+    ld = tmp_path / "ld"
+    ld.mkdir()
+    if first == "off":  # cuFile is opened, so libcuda must be the same file (a stand-in found by soname it is not)
+        (ld / "libcuda.so.1").symlink_to(emulator_library())
+    else:  # the emulator's CUDA as a copy, so that dladdr names the stand-in for libcufile's symbols
+        (ld / "libcuda.so.1").write_bytes(emulator_library().read_bytes())
+    tests = Path(__file__).resolve().parent
+    env = {**clean_env(), "LD_LIBRARY_PATH": str(ld), "CUDA_HOME": str(tmp_path / "cuda"),
+           "PYTHONPATH": os.pathsep.join([str(tests), str(tests.parents[1] / "tests" / "python")])}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(DEVICE_CHILD), first], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.splitlines()[-1])
+    assert report["read"] == report["expected"]
+    at_open = first == "off"
+    assert report["before"] == {"pathfinder": at_open, "pending": not at_open}, report["before"]
+    assert report["after"] == {"pathfinder": True, "pending": False}, report["after"]
+    assert report["problem"] is None, report
+    # (With one file serving both, dladdr names whichever path loaded it first.)
+    assert Path(report["library_file"]) == expected_cufile or at_open, report
