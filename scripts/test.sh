@@ -92,12 +92,17 @@ ls target/sdist-wheel/h5gds-*-cp39-abi3-*.whl >/dev/null
   echo "$wheel is not a manylinux_2_28 wheel" >&2
   exit 1
 }
-# The wheels hold the package (python/h5gds/: pyproject.toml's python-source and module-name) and
-# its metadata only, not the package's tests beside it (python/tests/).
+# The wheels hold the package (python/h5gds/: pyproject.toml's python-source and module-name), its
+# metadata and the xarray start-up hook for site-packages (python/h5gds.data/purelib/: the .pth file
+# and its module), not the package's tests beside it (python/tests/).
 for built in "$wheel" target/sdist-wheel/h5gds-*-cp39-abi3-*.whl; do
-  .venv/bin/python -c 'import sys, zipfile
-extra = [n for n in zipfile.ZipFile(sys.argv[1]).namelist() if not n.startswith(("h5gds/", "h5gds-"))]
-sys.exit(f"{sys.argv[1]} holds more than the h5gds package: {extra}" if extra else 0)' "$built"
+  .venv/bin/python -c 'import re, sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+data = [n for n in names if re.match(r"h5gds-[^/]*\.data/", n)]
+hook = sorted(n.split("/", 1)[1] for n in data)
+extra = [n for n in names if not n.startswith(("h5gds/", "h5gds-"))]
+if extra or hook != ["purelib/_h5gds_xarray_hook.py", "purelib/h5gds_xarray.pth"]:
+    sys.exit(f"{sys.argv[1]}: outside the h5gds package {extra}; .data files {hook}, expected the two of the xarray hook")' "$built"
 done
 for env in .venv .venv-114; do
   wheel_env=.venv-wheel${env#.venv}
@@ -105,7 +110,7 @@ for env in .venv .venv-114; do
   pins=$("$env/bin/python" -c 'import h5py, numpy; print(f"h5py=={h5py.__version__} numpy=={numpy.__version__}")')
   # shellcheck disable=SC2086 # two requirements
   "$wheel_env/bin/python" -m pip install --quiet --disable-pip-version-check $pins pytest netCDF4==1.7.2 hdf5plugin==7.1.0 zstandard==0.25.0 \
-    xarray==2026.9.0 h5netcdf==1.8.2 dask==2026.8.0 distributed==2026.8.0 "$wheel[xarray]"
+    xarray==2026.9.0 h5netcdf==1.8.2 dask==2026.8.0 distributed==2026.8.0 cuda-pathfinder==1.9.0 "$wheel[xarray]"
   # (distributed: test_dask.py's 2-process LocalCluster, with the release of the same date as dask.)
   # mpi4py for the collective calls' tests (python/tests/test_mpi.py), built against Open
   # MPI as in .venv (pip reuses the wheel it built there).
@@ -113,7 +118,10 @@ for env in .venv .venv-114; do
     --no-binary=mpi4py "mpi4py>=4,<5"
   # From python/tests, so `import h5gds` can only find the installed package (python/, which holds
   # the package's sources, is never on the path; conftest.py refuses to run if it were).
-  (cd python/tests && "../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider .)
+  (cd python/tests && "../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider --ignore=test_xarray_suite.py .)
+  # xarray's own h5netcdf test classes as engine="h5gds", in a process that imports xarray alone
+  # (engine="h5gds" writes through the wheel's start-up hook, as in a user's process).
+  (cd python/tests && "../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider test_xarray_suite.py)
   # The device-array tests, in a process whose libcuda and libcufile are the emulator (test_device.py
   # and test_mpi_device.py skip in the run above, which has no CUDA driver; here they must run), with
   # two emulated devices; test_mpi_device.py's MPI ranks inherit the emulator from this environment.
@@ -127,7 +135,8 @@ rm -rf .venv-wheel-cu12
 "${PYTHON:-python3}" -m venv .venv-wheel-cu12
 pins=$(.venv/bin/python -c 'import h5py, numpy; print(f"h5py=={h5py.__version__} numpy=={numpy.__version__}")')
 # shellcheck disable=SC2086 # two requirements
-.venv-wheel-cu12/bin/python -m pip install --quiet --disable-pip-version-check $pins pytest "$wheel[cu12]"
+.venv-wheel-cu12/bin/python -m pip install --quiet --disable-pip-version-check $pins pytest cuda-pathfinder==1.9.0 \
+  "$wheel[cu12]"
 (cd python/tests && env -u LD_LIBRARY_PATH H5GDS_EXPECT_NVIDIA_WHEELS=cu12 \
   ../../.venv-wheel-cu12/bin/python -m pytest -q -p no:cacheprovider test_nvidia_libraries.py)
 # The one-command GPU run (`scripts/gpu-measure.sh all`, packed by scripts/gpu-pack.sh as for a GPU

@@ -28,10 +28,9 @@ path of ``libhdf5_vfd_gds.so.1``, vfd-gds's API on h5gds's driver (for Legate's 
 
 import h5py  # h5gds joins the HDF5 library h5py loads, so h5py must be loaded first
 
-from . import _exit, _native, _nvidia  # _exit: its exit hook, registered after h5py's, runs before it
+from . import _exit  # its exit hook, registered after h5py's, runs before it
 
-# Before anything loads them: cuFile and nvCOMP from NVIDIA's pip wheels, where installed.
-_native.prefer_library_files(**_nvidia.find())
+# cuFile and nvCOMP are looked for (_nvidia.prepare) at the first device transfer, not here.
 from ._driver import HDF5_LIBRARY, SETTING_KEYS
 from ._batches import batches
 from ._collective import CollectiveError, local_device

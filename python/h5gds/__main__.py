@@ -18,6 +18,7 @@ def main(argv=None):
     if args.json:
         print(json.dumps(h5gds.info(), indent=2))
     else:
+        h5gds._nvidia.prepare()
         sys.stdout.write(h5gds._native.info_text(h5gds._native.__file__))
     return 0
 

@@ -4,6 +4,9 @@ Host memory: NumPy arrays, and objects whose DLPack device is the CPU (or CUDA p
 memory). Device memory: objects with ``__cuda_array_interface__`` (CuPy, Numba, PyTorch; v3 with
 its ``stream``) or with DLPack on a CUDA device (PyTorch, JAX, CuPy; ``__dlpack__(stream=1)``: the
 producer orders its pending work before the legacy default stream, which h5gds then waits for).
+
+``view`` is where Python first sees device memory about to move: it has cuFile and nvCOMP looked for
+(``_nvidia.prepare``, once per process) before returning a device array's view.
 """
 
 import math
@@ -11,7 +14,7 @@ from typing import Any, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from . import _native
+from . import _native, _nvidia
 
 # DLPack device types (dlpack.h).
 _DLPACK_HOST = (1, 3)  # CPU, CUDA pinned host memory
@@ -146,6 +149,7 @@ def view(array, name):
     if not isinstance(array, np.ndarray):
         interface = _cuda_interface(array, name)
         if interface is not None:
+            _nvidia.prepare()
             return _cuda_view(array, interface, name)
         dlpack_device = getattr(array, "__dlpack_device__", None)
         if dlpack_device is None or not hasattr(array, "__dlpack__"):
@@ -159,6 +163,8 @@ def view(array, name):
                 f"{name} is on a {_DLPACK_NAMES.get(kind, f'DLPack type {kind}')} device ({ordinal}): "
                 "h5gds moves data between files and CUDA devices or host memory only"
             )
+        if kind in _DLPACK_CUDA:
+            _nvidia.prepare()
         return _dlpack_view(array, name, kind in _DLPACK_CUDA)
     interface = array.__array_interface__
     address, readonly = interface["data"]

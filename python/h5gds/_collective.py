@@ -20,7 +20,7 @@ import os
 import h5py
 from h5py._objects import phil
 
-from . import _arrays, _native
+from . import _arrays, _native, _nvidia
 
 
 class CollectiveError(RuntimeError):
@@ -171,6 +171,8 @@ def to_file(array, path, dataset, comm, decomposition, files):
         with phil:
             fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
             if use_gds:
+                if _nvidia.pending and _nvidia.compat_mode_off({}):
+                    _nvidia.prepare()  # the driver opens cuFile at this open
                 _native.set_fapl(fapl.id, _native.config_string({}))
             else:
                 fapl.set_fapl_sec2()

@@ -4,7 +4,7 @@ import h5py
 from h5py import h5
 from h5py._objects import phil
 
-from . import _native
+from . import _native, _nvidia
 
 #: The driver's settings, usable as keywords of ``h5py.File(..., driver="gds")``.
 SETTING_KEYS = tuple(_native.SETTING_KEYS)
@@ -21,6 +21,8 @@ def _set_fapl(plist, **settings):
             "HDF5_DRIVER=gds is set)"
         )
     config = _native.config_string(settings)
+    if _nvidia.pending and _nvidia.compat_mode_off(settings):
+        _nvidia.prepare()  # the driver opens cuFile at this open
     _native.set_fapl(plist.id, config)
 
 

@@ -2,7 +2,7 @@
 
 import json
 
-from . import _native
+from . import _native, _nvidia
 from ._driver import DRIVER_ID, HDF5_LIBRARY, OTHER_GDS_DRIVER
 
 
@@ -12,6 +12,7 @@ def info():
     prints. ``plugin`` is this package's extension module (it carries the driver); ``python``
     adds where the driver was registered (and which other ``gds`` driver, if any, took its
     place)."""
+    _nvidia.prepare()
     report = json.loads(_native.info_json(_native.__file__))
     report["python"] = {
         "hdf5_library": HDF5_LIBRARY,

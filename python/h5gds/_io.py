@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 from h5py._objects import phil
 
-from . import _arrays, _layout, _native
+from . import _arrays, _layout, _native, _nvidia
 from ._selection import Gather, _is_index_array, hyperslab, selection
 
 
@@ -104,6 +104,8 @@ def read(dset, out=None, sel=None):
         # (Else anything but a tuple, ... or a gather's rows may select along the first axis.)
         if kind is int or kind is slice or sel is None or not (
                 kind is tuple or item is Ellipsis or _is_index_array(item)):
+            if out is not None and _nvidia.pending and type(out) is not np.ndarray:
+                _nvidia.prepare()  # out may be device memory, which read_remembered reads into
             known = _native.read_remembered(entry, out, sel)
             if known is not None:
                 return known

@@ -31,7 +31,8 @@ Decisions (docs/xarray.md):
   holds open in this process through another driver (which refuses a ``gds`` open: its lock)
   opens as h5netcdf opens it, which HDF5 shares.
 * Locks: a read ``_io.read_without_hdf5`` serves makes no HDF5 call, so takes no xarray lock.
-* Writing (``to_netcdf(engine="h5gds")``, once this module is imported): xarray's writers run as
+* Writing (``to_netcdf(engine="h5gds")``; this module is imported by the first such write, through
+  ``_h5gds_xarray_hook``, which the wheel's ``h5gds_xarray.pth`` runs at start-up): xarray's writers run as
   for ``engine="h5netcdf"`` with an ``H5gdsStore``; h5netcdf creates the structure, h5gds writes
   the data (``_write``): whole compressed fixed-size variables through h5gds's encoders, other
   fixed-size numbers through ``h5gds.write``, device arrays from device memory (those written
@@ -348,10 +349,14 @@ def _writing_as_h5netcdf(function):
 
 
 def _install_writers():
+    """Idempotent; called again by ``_h5gds_xarray_hook``'s stand-ins (after a reload of xarray's
+    module, which puts them back)."""
     writers.WRITEABLE_STORES["h5netcdf"] = _open_writable
     for name in ("to_netcdf", "_datatree_to_netcdf"):
         function = getattr(writers, name)
         if not getattr(function, "h5gds_writes", False):
+            # The start-up hook's stand-in (h5gds_xarray.pth) is replaced: xarray's function is wrapped.
+            function = getattr(function, "h5gds_deferred", function)
             setattr(writers, name, _writing_as_h5netcdf(function))
 
 

@@ -694,11 +694,25 @@ def test_save_mfdataset_and_the_engine_registered_by_its_module(tmp_path, writes
     for i in range(2):
         assert_same_files(tmp_path / f"h5netcdf-{i}.nc", tmp_path / f"h5gds-{i}.nc")
     assert ("/t", "write", "numpy") in writes.take()
-    # xarray's writers know engine="h5gds" once h5gds.xarray is imported, as opening with the
-    # engine imports it; before, xarray refuses the name.
-    child = subprocess.run(
+    # In a process that imported xarray alone, save_mfdataset writes with engine="h5gds" (the wheel's
+    # start-up hook, test_xarray_writer_hook.py). Where the hook did not run (taken off sys.meta_path
+    # here, as `python -S` or `pip install --target` leave it out), xarray refuses the name until
+    # h5gds.xarray is imported, as opening with the engine does.
+    hooked = subprocess.run(
         [sys.executable, "-c",
          "import sys, numpy as np, xarray as xr\n"
+         "ds = xr.Dataset({'v': (('x',), np.arange(3.0))})\n"
+         "xr.save_mfdataset([ds], [sys.argv[1]], engine='h5gds')\n"
+         "print('h5gds.xarray' in sys.modules, xr.open_dataset(sys.argv[1], engine='h5netcdf').v.values.tolist())\n",
+         str(tmp_path / "m.nc")],
+        env=clean_env(), capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert hooked.returncode == 0, hooked.stderr
+    assert hooked.stdout.splitlines() == ["True [0.0, 1.0, 2.0]"]
+    child = subprocess.run(
+        [sys.executable, "-c",
+         "import sys\n"
+         "sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != 'XarrayWriterFinder']\n"
+         "import numpy as np, xarray as xr\n"
          "ds = xr.Dataset({'v': (('x',), np.arange(3.0))})\n"
          "try:\n"
          "    ds.to_netcdf(sys.argv[1], engine='h5gds')\n"
@@ -709,7 +723,7 @@ def test_save_mfdataset_and_the_engine_registered_by_its_module(tmp_path, writes
          "ds.to_netcdf(sys.argv[2], engine='h5gds')\n"
          "print(xr.open_dataset(sys.argv[2], engine='h5netcdf').v.values.tolist())\n",
          str(tmp_path / "a.nc"), str(tmp_path / "b.nc")],
-        env=clean_env(), capture_output=True, text=True, timeout=120)
+        env=clean_env(), capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert child.returncode == 0, child.stderr
     assert child.stdout.splitlines() == ["unrecognized engine for to_netcdf: 'h5gds'", "[0.0, 1.0, 2.0]"]
 

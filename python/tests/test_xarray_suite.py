@@ -6,12 +6,20 @@ xarray's engine for the comparison (docs/xarray.md gives both counts).
 
 As xarray's repository runs them: its fixtures (``xarray.tests.conftest``), and the tests marked
 ``network`` or ``flaky`` skipped (its root conftest skips them without --run-network-tests,
---run-flaky)."""
+--run-flaky).
+
+In a process that imported xarray alone: nothing here imports h5gds, so engine="h5gds" writes
+work as a user's do, through the wheel's start-up hook (h5gds_xarray.pth). scripts/test.sh runs
+this file in a pytest process of its own; run with the other files, after one that imported h5gds,
+test_h5gds_was_not_imported_before_this_suite fails."""
 
 import os
+import sys
 
 import numpy as np
 import pytest
+
+IMPORTED_BEFORE = sorted(m for m in sys.modules if m.split(".")[0] == "h5gds")
 
 xr = pytest.importorskip("xarray", reason="scripts/test.sh installs the [xarray] extra's packages")
 pytest.importorskip("h5netcdf", reason="scripts/test.sh installs the [xarray] extra's packages")
@@ -19,13 +27,16 @@ pytest.importorskip("dask", reason="scripts/test.sh installs dask with the [xarr
 backends = pytest.importorskip("xarray.tests.test_backends", reason="xarray's wheel ships its tests")
 datatree = pytest.importorskip("xarray.tests.test_backends_datatree", reason="xarray's wheel ships its tests")
 
-import h5gds.xarray  # noqa: E402,F401  (to_netcdf(engine="h5gds") needs it imported)
-
 pytest_plugins = ["xarray.tests.conftest"]
 
 ENGINE = os.environ.get("H5GDS_XARRAY_SUITE_ENGINE", "h5gds")
 if ENGINE not in ("h5gds", "h5netcdf"):
     raise ValueError(f"H5GDS_XARRAY_SUITE_ENGINE={ENGINE!r}: 'h5gds' (the default) or 'h5netcdf'")
+
+
+def test_h5gds_was_not_imported_before_this_suite():
+    assert IMPORTED_BEFORE == [], ("run this file in a pytest process of its own (scripts/test.sh does): "
+                                   f"{IMPORTED_BEFORE} were imported before it")
 
 
 @pytest.fixture(autouse=True)
