@@ -420,7 +420,7 @@ impl VfdSettings {
                 .remote
                 .s3_endpoint
                 .as_deref()
-                .map_or_else(|| "unset".into(), crate::remote::shown_url),
+                .map_or_else(|| "unset".into(), crate::url_name::shown_url),
             Key::S3Region => self
                 .remote
                 .s3_region

@@ -28,6 +28,7 @@ mod plugin;
 mod remote;
 mod selection;
 mod transfer;
+mod url_name;
 mod verdicts;
 /// vfd-gds's public API on h5gds's driver, for the compatibility library (`vfd-gds-compat`).
 pub mod vfd_gds_api;
@@ -46,7 +47,7 @@ pub use plugin::{
     class_for_hdf5_at, h5gds_library, register_in_loaded_hdf5, set_fapl_driver,
     Registration as DriverRegistration, IDENTITY_SYMBOL,
 };
-pub use remote::{is_url, shown_url};
+pub use url_name::{is_url, shown_url};
 pub use verdicts::{
     cufile_driver, cufile_library_file, device_transfers_staged, path_verdicts, PathVerdicts,
 };

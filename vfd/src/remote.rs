@@ -11,11 +11,12 @@
 //! request. A large read is split into `request_size` ranged GETs, `in_flight` at a time.
 //!
 //! Credentials never reach a message: URLs are shown without user info or query
-//! ([`shown_url`]), and object_store's errors name the request's URL, which for S3 carries no
+//! (`url_name::shown_url`), and object_store's errors name the request's URL, which for S3 carries no
 //! credential (they travel in headers).
 
 use crate::config::RemoteSettings;
 use crate::error::{Error, Result};
+use crate::url_name::shown_url;
 use bytes::Bytes;
 use object_store::aws::AmazonS3Builder;
 use object_store::http::HttpBuilder;
@@ -34,36 +35,6 @@ use url::Url;
 pub(crate) const CACHE_BLOCK: u64 = 256 << 10;
 /// Blocks kept per open file (64 MiB), the oldest dropped first.
 const CACHE_BLOCKS: usize = 256;
-
-/// Whether HDF5's file name is a URL this driver reads remotely (case-insensitive scheme).
-pub fn is_url(name: &str) -> bool {
-    let lower = name.get(..8).unwrap_or(name).to_ascii_lowercase();
-    ["s3://", "http://", "https://"]
-        .iter()
-        .any(|scheme| lower.starts_with(scheme))
-}
-
-/// `url` as messages show it: no user name or password, no query (a presigned URL's signature)
-/// nor fragment.
-pub fn shown_url(url: &str) -> String {
-    match Url::parse(url) {
-        Ok(mut parsed) => {
-            // Errors here only mean the URL cannot have the part, so there is none to hide.
-            let _ = parsed.set_username("");
-            let _ = parsed.set_password(None);
-            let hidden = parsed.query().is_some();
-            parsed.set_query(None);
-            parsed.set_fragment(None);
-            let mut text = parsed.to_string();
-            if hidden {
-                text.push_str("?<query hidden>");
-            }
-            text
-        }
-        // Unparsable: show the scheme and host part only, never the rest verbatim.
-        Err(_) => url.split(['@', '?']).next().unwrap_or_default().to_string(),
-    }
-}
 
 struct Runtime {
     pid: u32,
@@ -245,7 +216,7 @@ struct StoreForProcess {
 
 /// One remote object opened read-only.
 pub(crate) struct RemoteFile {
-    /// The URL as shown in messages ([`shown_url`]).
+    /// The URL as shown in messages (`url_name::shown_url`).
     pub(crate) url: String,
     target: Target,
     path: ObjectPath,
@@ -572,22 +543,6 @@ impl RemoteFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn urls_are_told_from_paths_and_shown_without_secrets() {
-        assert!(is_url("s3://bucket/key.h5"));
-        assert!(is_url("HTTPS://host/x.h5"));
-        assert!(is_url("http://127.0.0.1:8080/a.h5"));
-        assert!(!is_url("/data/s3://x.h5"));
-        assert!(!is_url("file.h5"));
-        assert!(!is_url("s3:/bucket"));
-        assert_eq!(
-            shown_url("https://user:secret@host/a.h5?X-Amz-Signature=abc"),
-            "https://host/a.h5?<query hidden>"
-        );
-        assert!(!shown_url("https://user:pw@host/a.h5").contains("pw"));
-        assert_eq!(shown_url("s3://bucket/key.h5"), "s3://bucket/key.h5");
-    }
 
     #[test]
     fn targets_name_store_and_path() {
