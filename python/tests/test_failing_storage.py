@@ -157,7 +157,7 @@ def test_to_file_killed_at_any_write_leaves_the_old_file_or_the_new_one(tmp_path
 
 @pytest.mark.parametrize("fault", [
     {"KIND": "enospc", "TIMES": "all", "MIN_BYTES": RAW},
-    {"KIND": "eio", "AT": "2", "MIN_BYTES": RAW},
+    {"KIND": "eio", "AT": "1", "MIN_BYTES": RAW},
 ])
 def test_a_failed_to_file_names_the_file_and_keeps_the_old_one(tmp_path, shim, fault):
     path = tmp_path / "kept.h5"
