@@ -117,5 +117,7 @@ if [ "$mib" -ge "$limit_mib" ]; then
   du -sh .gpu/* >&2
   echo "gpu-pack.sh: .gpu/ is ${mib} MiB, over the ${limit_mib} MiB that fit beside the checkout" \
     "in the 64 MiB that travel to a GPU machine" >&2
-  exit 1
+  # Only the release pack travels; the debug pack is scripts/test.sh's rehearsal of the run, whose
+  # unoptimized builds are larger (remote files' object_store and TLS took it past the limit).
+  [ "$profile" = debug ] || exit 1
 fi
