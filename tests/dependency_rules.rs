@@ -8,7 +8,7 @@ use std::process::Command;
 
 /// `cargo metadata` of the workspace with `option` (`--no-deps`: the manifests only;
 /// `--all-features`: also the resolved graph, every feature on), as builds for this machine see
-/// it. Not `--offline`: a graph of every feature needs crates a plain build never fetched (the
+/// it. Online on purpose: a graph of every feature needs crates a plain build never fetched (the
 /// `mpi` feature's), and an unfiltered one every platform's (Windows-only crates), so on a fresh
 /// cargo home cargo fetches them here, from the registry the build itself used.
 fn cargo_metadata(option: &str) -> serde_json::Value {
