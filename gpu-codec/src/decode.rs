@@ -276,6 +276,42 @@ fn batches(
     batches
 }
 
+/// Runs `one` on every item, on up to `threads` of the host's threads (a few items per task, so
+/// that small chunks do not cost a task each); the failure of the first failing item in order
+/// (its chunk index in the batch, and why).
+fn first_failure<T: Send>(
+    items: &mut [T],
+    threads: usize,
+    one: impl Fn(&mut T) -> Result<(), (usize, String)> + Sync,
+) -> Result<(), (usize, String)> {
+    let pool = (threads > 1 && items.len() > 1)
+        .then(|| h5gds_runtime::pool::for_waiting_caller(threads))
+        .flatten();
+    let Some(pool) = pool else {
+        return items.iter_mut().try_for_each(one);
+    };
+    let per_task = items.len().div_ceil(4 * threads).max(1);
+    let failures = std::sync::Mutex::new(Vec::new());
+    pool.in_place_scope(|scope| {
+        for group in items.chunks_mut(per_task) {
+            let (failures, one) = (&failures, &one);
+            scope.spawn(move |_| {
+                if let Err(failure) = group.iter_mut().try_for_each(one) {
+                    failures
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(failure);
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    match failures.into_iter().min_by_key(|f: &(usize, String)| f.0) {
+        Some(first) => Err(first),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

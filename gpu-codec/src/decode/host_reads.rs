@@ -53,31 +53,5 @@ pub(super) fn read_stored(
     let read = |(i, c, buf): &mut (usize, &Stored, &mut [u8])| {
         h5gds_chunk_codec::read_stored_at(&reads.file, c.address, buf).map_err(|why| (*i, why))
     };
-    let pool = (reads.threads > 1 && parts.len() > 1)
-        .then(|| h5gds_runtime::pool::for_waiting_caller(reads.threads))
-        .flatten();
-    let Some(pool) = pool else {
-        return parts.iter_mut().try_for_each(read);
-    };
-    // A few chunks per task, so that small chunks do not cost a task each.
-    let per_task = parts.len().div_ceil(4 * reads.threads).max(1);
-    let failures: std::sync::Mutex<Vec<(usize, String)>> = std::sync::Mutex::new(Vec::new());
-    pool.in_place_scope(|scope| {
-        for group in parts.chunks_mut(per_task) {
-            let failures = &failures;
-            scope.spawn(move |_| {
-                if let Err(failure) = group.iter_mut().try_for_each(read) {
-                    failures
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(failure);
-                }
-            });
-        }
-    });
-    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
-    match failures.into_iter().min_by_key(|f| f.0) {
-        Some(first) => Err(first),
-        None => Ok(()),
-    }
+    super::first_failure(&mut parts, reads.threads, read)
 }

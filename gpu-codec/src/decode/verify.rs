@@ -70,38 +70,12 @@ pub(super) fn check_all(
     chunk_bytes: usize,
     threads: usize,
 ) -> Result<(), (usize, String)> {
-    let one = |k: usize| {
-        let (i, sum) = sums[k];
-        check(sum, &host[k * chunk_bytes..(k + 1) * chunk_bytes]).map_err(|why| (i, why))
-    };
-    let pool = (threads > 1 && sums.len() > 1)
-        .then(|| h5gds_runtime::pool::for_waiting_caller(threads))
-        .flatten();
-    let Some(pool) = pool else {
-        return (0..sums.len()).try_for_each(one);
-    };
-    // A few chunks per task, so that small chunks do not cost a task each.
-    let per_task = sums.len().div_ceil(4 * threads).max(1);
-    let failures = std::sync::Mutex::new(Vec::new());
-    pool.in_place_scope(|scope| {
-        for start in (0..sums.len()).step_by(per_task) {
-            let (failures, one) = (&failures, &one);
-            scope.spawn(move |_| {
-                let end = (start + per_task).min(sums.len());
-                if let Err(failure) = (start..end).try_for_each(one) {
-                    failures
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(failure);
-                }
-            });
-        }
-    });
-    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
-    match failures.into_iter().min_by_key(|f| f.0) {
-        Some(first) => Err(first),
-        None => Ok(()),
-    }
+    let mut chunks: Vec<(usize, Sum, &[u8])> = (sums.iter().enumerate())
+        .map(|(k, &(i, sum))| (i, sum, &host[k * chunk_bytes..(k + 1) * chunk_bytes]))
+        .collect();
+    super::first_failure(&mut chunks, threads, |(i, sum, bytes)| {
+        check(*sum, bytes).map_err(|why| (*i, why))
+    })
 }
 
 #[cfg(test)]
