@@ -80,7 +80,7 @@ mod tests {
         create_file, file_access, linked_hdf5, locked, open_dataset, open_file, FileDriver,
     };
     use h5gds_engine::facts::{self, StoredLayout};
-    use h5gds_engine::hdf5_error::Hdf5Error;
+    use h5gds_runtime::hdf5::Hdf5Error;
     use hdf5::dataset::Layout;
     use hdf5::plist::DatasetAccess;
     use hdf5::Datatype;

@@ -4,9 +4,9 @@
 //! `primary_api`; array-io: the linked one) and the dataset's id in it; the caller holds the lock
 //! that serialises calls into that HDF5 (h5py's, or hdf5-metno's).
 
-use crate::hdf5_error::{stack, Hdf5Error};
 use h5gds_chunk_codec::Filter;
-use h5gds_runtime::hdf5::{herr_t, hid_t, hsize_t, Hdf5Api, H5S_MAX_RANK, HADDR_UNDEF};
+use h5gds_runtime::hdf5::{hid_t, hsize_t, Hdf5Api, H5S_MAX_RANK, HADDR_UNDEF};
+use h5gds_runtime::hdf5::{stack, Hdf5Error, IdKind, Owned};
 use std::ffi::{c_int, c_uint};
 
 /// HDF5's layouts (`H5D_layout_t`).
@@ -17,16 +17,6 @@ const H5D_VIRTUAL: c_int = 3;
 /// `H5F_ACC_RDWR` and `H5F_ACC_SWMR_READ` of a file's intent.
 const H5F_ACC_RDWR: c_uint = 0x0001;
 const H5F_ACC_SWMR_READ: c_uint = 0x0040;
-
-/// An id this module opened, closed with `close` when dropped.
-struct Opened(hid_t, unsafe extern "C" fn(hid_t) -> herr_t);
-
-impl Drop for Opened {
-    fn drop(&mut self) {
-        // SAFETY: an id HDF5 handed to this module, closed once with its own close function.
-        unsafe { (self.1)(self.0) };
-    }
-}
 
 /// How a dataset is stored, as its creation property list says (`H5D_layout_t`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,13 +52,13 @@ pub fn dataset_facts(
     dataset: hid_t,
     mem_type: hid_t,
 ) -> Result<DatasetFacts, Hdf5Error> {
-    // SAFETY: plain queries on ids HDF5 checks; the stored type is closed by `Opened`.
+    // SAFETY: plain queries on ids HDF5 checks; the stored type is closed when its `Owned` drops.
     let (same_type, stored_size) = unsafe {
         let stored = (api.H5Dget_type?)(dataset);
-        let stored = Opened(Hdf5Error::check(api, stored, "H5Dget_type")?, api.H5Tclose?);
+        let stored = Owned::new(api, IdKind::Datatype, stored, "H5Dget_type")?;
         (
-            (api.H5Tequal?)(stored.0, mem_type) > 0,
-            (api.H5Tget_size?)(stored.0),
+            (api.H5Tequal?)(stored.id(), mem_type) > 0,
+            (api.H5Tget_size?)(stored.id()),
         )
     };
     Ok(DatasetFacts {
@@ -81,16 +71,13 @@ pub fn dataset_facts(
 /// How `dataset` is stored.
 pub fn stored_layout(api: &Hdf5Api, dataset: hid_t) -> Result<StoredLayout, Hdf5Error> {
     // SAFETY: plain queries on ids HDF5 checks (a failure is reported, its stack cleared);
-    // every id opened here is closed by `Opened`; the out-pointers are valid for the calls.
+    // every id opened here is closed when its `Owned` drops; the out-pointers are valid for the calls.
     unsafe {
         let dcpl = (api.H5Dget_create_plist?)(dataset);
-        let dcpl = Opened(
-            Hdf5Error::check(api, dcpl, "H5Dget_create_plist")?,
-            api.H5Pclose?,
-        );
-        Ok(match (api.H5Pget_layout?)(dcpl.0) {
+        let dcpl = Owned::new(api, IdKind::PropertyList, dcpl, "H5Dget_create_plist")?;
+        Ok(match (api.H5Pget_layout?)(dcpl.id()) {
             H5D_CONTIGUOUS => {
-                let external = (api.H5Pget_external_count?)(dcpl.0);
+                let external = (api.H5Pget_external_count?)(dcpl.id());
                 Hdf5Error::check(api, external, "H5Pget_external_count")?;
                 let address = (api.H5Dget_offset?)(dataset);
                 stack(api); // an unallocated dataset has no offset: not an error here
@@ -102,22 +89,19 @@ pub fn stored_layout(api: &Hdf5Api, dataset: hid_t) -> Result<StoredLayout, Hdf5
             H5D_COMPACT => StoredLayout::Compact,
             H5D_CHUNKED => {
                 let mut dims = [0 as hsize_t; H5S_MAX_RANK];
-                let rank = (api.H5Pget_chunk?)(dcpl.0, H5S_MAX_RANK as c_int, dims.as_mut_ptr());
+                let rank = (api.H5Pget_chunk?)(dcpl.id(), H5S_MAX_RANK as c_int, dims.as_mut_ptr());
                 Hdf5Error::check(api, rank, "H5Pget_chunk")?;
-                let count = (api.H5Pget_nfilters?)(dcpl.0);
+                let count = (api.H5Pget_nfilters?)(dcpl.id());
                 Hdf5Error::check(api, count, "H5Pget_nfilters")?;
                 let mut filters = Vec::new();
                 for i in 0..count as c_uint {
-                    filters.push(filter(api, dcpl.0, i)?);
+                    filters.push(filter(api, dcpl.id(), i)?);
                 }
                 let dapl = (api.H5Dget_access_plist?)(dataset);
-                let dapl = Opened(
-                    Hdf5Error::check(api, dapl, "H5Dget_access_plist")?,
-                    api.H5Pclose?,
-                );
+                let dapl = Owned::new(api, IdKind::PropertyList, dapl, "H5Dget_access_plist")?;
                 let (mut slots, mut cache_bytes, mut w0) = (0usize, 0usize, 0f64);
                 let cache =
-                    (api.H5Pget_chunk_cache?)(dapl.0, &mut slots, &mut cache_bytes, &mut w0);
+                    (api.H5Pget_chunk_cache?)(dapl.id(), &mut slots, &mut cache_bytes, &mut w0);
                 Hdf5Error::check(api, cache, "H5Pget_chunk_cache")?;
                 StoredLayout::Chunked {
                     chunk: dims[..rank as usize].to_vec(),
@@ -166,15 +150,12 @@ unsafe fn filter(api: &Hdf5Api, dcpl: hid_t, index: c_uint) -> Result<Filter, Hd
 /// Whether the file holding `dataset` is open read-only and not for SWMR reading: nothing can
 /// change its storage while it is open.
 pub fn read_only_file(api: &Hdf5Api, dataset: hid_t) -> Result<bool, Hdf5Error> {
-    // SAFETY: plain queries on ids HDF5 checks; the file id opened here is closed by `Opened`.
+    // SAFETY: plain queries on ids HDF5 checks; the file id opened here is closed when its `Owned` drops.
     unsafe {
         let file = (api.H5Iget_file_id?)(dataset);
-        let file = Opened(
-            Hdf5Error::check(api, file, "H5Iget_file_id")?,
-            api.H5Fclose?,
-        );
+        let file = Owned::new(api, IdKind::File, file, "H5Iget_file_id")?;
         let mut intent: c_uint = H5F_ACC_RDWR;
-        let status = (api.H5Fget_intent?)(file.0, &mut intent);
+        let status = (api.H5Fget_intent?)(file.id(), &mut intent);
         Hdf5Error::check(api, status, "H5Fget_intent")?;
         Ok(intent & (H5F_ACC_RDWR | H5F_ACC_SWMR_READ) == 0)
     }
@@ -200,14 +181,14 @@ pub fn object_name(api: &Hdf5Api, object: hid_t) -> Option<String> {
 
 /// The dataset's dimensions (`H5Sget_simple_extent_dims`; none for a scalar or null dataspace).
 pub fn dimensions(api: &Hdf5Api, dataset: hid_t) -> Result<Vec<u64>, Hdf5Error> {
-    // SAFETY: a dataset id HDF5 checks; the dataspace is closed by `Opened`; `dims` has room
+    // SAFETY: a dataset id HDF5 checks; the dataspace is closed when its `Owned` drops; `dims` has room
     // for HDF5's largest rank.
     unsafe {
         let space = (api.H5Dget_space?)(dataset);
-        let space = Opened(Hdf5Error::check(api, space, "H5Dget_space")?, api.H5Sclose?);
+        let space = Owned::new(api, IdKind::Dataspace, space, "H5Dget_space")?;
         let mut dims = [0 as hsize_t; H5S_MAX_RANK];
         let rank =
-            (api.H5Sget_simple_extent_dims?)(space.0, dims.as_mut_ptr(), std::ptr::null_mut());
+            (api.H5Sget_simple_extent_dims?)(space.id(), dims.as_mut_ptr(), std::ptr::null_mut());
         Hdf5Error::check(api, rank, "H5Sget_simple_extent_dims")?;
         Ok(dims[..rank as usize].to_vec())
     }

@@ -3,7 +3,7 @@
 //! of a collective write writes its tile's bytes this way into the file rank 0 created. The
 //! caller holds the table's HDF5's lock for every call on the file.
 
-use crate::hdf5_error::Hdf5Error;
+use h5gds_runtime::hdf5::Hdf5Error;
 use h5gds_runtime::hdf5::{hid_t, Hdf5Api};
 use std::ffi::{c_int, c_uint, c_void, CStr};
 

@@ -17,7 +17,7 @@ use crate::transfer::hyperslab_elements;
 use chunk_cache::{Kept, LargeKept};
 use h5gds_chunk_codec::place::{chunks_selected, ChunkPart};
 use h5gds_chunk_codec::{ChunkIndex, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk};
-use h5gds_runtime::hdf5::{hid_t, hsize_t, Hdf5Api};
+use h5gds_runtime::hdf5::{hid_t, hsize_t, Hdf5Api, IdKind, Owned};
 use std::ffi::{c_int, c_uint, c_void};
 use std::fs::File;
 use std::sync::{Arc, Mutex};
@@ -167,41 +167,39 @@ pub fn own_bytes(layout: &StoredLayout) -> bool {
 /// are the file's offsets and whose handle is the descriptor). `None` otherwise, or when HDF5
 /// cannot tell. The caller holds the lock of `api`'s HDF5.
 pub fn direct_file(api: &Hdf5Api, dataset: hid_t) -> Option<File> {
-    let (file_of, intent_of, create_of, userblock_of, handle_of, close_plist, close_file) = (
+    let (file_of, intent_of, create_of, userblock_of, handle_of) = (
         api.H5Iget_file_id.ok()?,
         api.H5Fget_intent.ok()?,
         api.H5Fget_create_plist.ok()?,
         api.H5Pget_userblock.ok()?,
         api.H5Fget_vfd_handle.ok()?,
-        api.H5Pclose.ok()?,
-        api.H5Fclose.ok()?,
     );
     const READ_WRITE: c_uint = 0x0001;
     const H5P_DEFAULT: hid_t = 0;
-    // SAFETY: plain queries on ids HDF5 checks; every id opened here is closed here; the
+    // SAFETY: plain queries on ids HDF5 checks, each id opened here owned by an `Owned`; the
     // handle sec2 and gds hand out points to the file's descriptor (an int), read at once.
     let fd = unsafe {
-        let file = file_of(dataset);
-        if file < 0 {
-            crate::hdf5_error::stack(api);
-            return None;
-        }
+        let file = Owned::new(api, IdKind::File, file_of(dataset), "H5Iget_file_id").ok()?;
         let mut intent: c_uint = READ_WRITE;
         let mut userblock: hsize_t = 1;
-        let fcpl = create_of(file);
-        if fcpl >= 0 {
-            userblock_of(fcpl, &mut userblock);
-            close_plist(fcpl);
+        let fcpl = Owned::new(
+            api,
+            IdKind::PropertyList,
+            create_of(file.id()),
+            "H5Fget_create_plist",
+        );
+        if let Ok(fcpl) = fcpl {
+            userblock_of(fcpl.id(), &mut userblock);
         }
         let mut handle: *mut c_void = std::ptr::null_mut();
-        let ok = intent_of(file, &mut intent) >= 0
+        let ok = intent_of(file.id(), &mut intent) >= 0
             && intent & READ_WRITE == 0
             && userblock == 0
-            && handle_of(file, H5P_DEFAULT, &mut handle) >= 0
+            && handle_of(file.id(), H5P_DEFAULT, &mut handle) >= 0
             && !handle.is_null();
         let fd = ok.then(|| *handle.cast::<c_int>());
-        close_file(file);
-        crate::hdf5_error::stack(api);
+        drop(file);
+        h5gds_runtime::hdf5::stack(api);
         fd?
     };
     h5gds_chunk_codec::reopen(fd)

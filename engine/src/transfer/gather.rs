@@ -149,7 +149,7 @@ fn select_runs(
         let other = Space::simple(space.1, dims)?;
         select_runs(&other, (dims, modify), slab, right)?;
         // SAFETY: two valid dataspaces of the same extent.
-        if unsafe { modify(space.0, H5S_SELECT_OR, other.0) } < 0 {
+        if unsafe { modify(space.id(), H5S_SELECT_OR, other.id()) } < 0 {
             return Err(IoError::Hdf5(stack(space.1)));
         }
         return Ok(());

@@ -8,8 +8,8 @@ mod gather;
 
 pub use gather::{prepare_gather_in_groups, GatherRead};
 
-use crate::hdf5_error::stack;
 use h5gds_runtime::hdf5::{hid_t as Hid, Hdf5Api, MissingSymbol};
+use h5gds_runtime::hdf5::{stack, Hdf5Error, IdKind, Owned};
 use std::ffi::{c_int, c_void};
 
 type Hsize = u64;
@@ -35,16 +35,21 @@ impl From<MissingSymbol> for IoError {
     }
 }
 
-/// A dataspace closed when dropped.
-struct Space(Hid, &'static Hdf5Api);
+/// A dataspace, closed when dropped, and the table of its HDF5.
+struct Space(Owned, &'static Hdf5Api);
 
 impl Space {
     /// Owns the id a dataspace call returned, or reports HDF5's error for a failed one.
     fn new(id: Hid, api: &'static Hdf5Api) -> Result<Space, IoError> {
-        if id < 0 {
-            return Err(IoError::Hdf5(stack(api)));
+        match Owned::new(api, IdKind::Dataspace, id, "a dataspace call") {
+            Ok(owned) => Ok(Space(owned, api)),
+            Err(Hdf5Error::Failed { stack, .. }) => Err(IoError::Hdf5(stack)),
+            Err(missing) => Err(IoError::Hdf5(missing.to_string())),
         }
-        Ok(Space(id, api))
+    }
+
+    fn id(&self) -> Hid {
+        self.0.id()
     }
 
     /// A simple dataspace of `shape` (at most HDF5's largest rank).
@@ -77,7 +82,7 @@ impl Space {
         let (start, step, count) = (start.as_ptr(), step.as_ptr(), count.as_ptr());
         // SAFETY: arrays of the space's rank, as the caller guarantees; block NULL means blocks
         // of 1.
-        let status = unsafe { (api.H5Sselect_hyperslab?)(self.0, op, start, step, count, null) };
+        let status = unsafe { (api.H5Sselect_hyperslab?)(self.id(), op, start, step, count, null) };
         match status < 0 {
             true => Err(IoError::Hdf5(stack(api))),
             false => Ok(()),
@@ -88,7 +93,7 @@ impl Space {
     /// selection's holder and the caller's request, as the refusal names them).
     fn check_selected(&self, elements: u64, (holder, what): (&str, &str)) -> Result<(), IoError> {
         // SAFETY: a valid dataspace.
-        let selected = unsafe { (self.1.H5Sget_select_npoints?)(self.0) };
+        let selected = unsafe { (self.1.H5Sget_select_npoints?)(self.id()) };
         if selected != elements as i64 {
             stack(self.1);
             return Err(IoError::Argument(format!(
@@ -104,15 +109,6 @@ impl From<IoError> for String {
     fn from(e: IoError) -> String {
         let (IoError::Argument(message) | IoError::Hdf5(message)) = e;
         message
-    }
-}
-
-impl Drop for Space {
-    fn drop(&mut self) {
-        if let Ok(close) = self.1.H5Sclose {
-            // SAFETY: a dataspace id this module created and owns.
-            unsafe { close(self.0) };
-        }
     }
 }
 
@@ -163,7 +159,7 @@ fn dataset_space(
     let mut dims = [0 as Hsize; MAX_RANK];
     // SAFETY: `dims` has room for HDF5's largest rank.
     let rank = unsafe {
-        (api.H5Sget_simple_extent_dims?)(file_space.0, dims.as_mut_ptr(), std::ptr::null_mut())
+        (api.H5Sget_simple_extent_dims?)(file_space.id(), dims.as_mut_ptr(), std::ptr::null_mut())
     };
     if rank < 0 {
         return Err(IoError::Hdf5(stack(api)));
@@ -292,14 +288,14 @@ impl Prepared {
         if self.rank == 0 {
             // A scalar dataset has one element: the prepared spaces select it.
             // SAFETY: as the caller guarantees.
-            return unsafe { self.io_with(self.mem_space.0, self.file_space.0, buffer) };
+            return unsafe { self.io_with(self.mem_space.id(), self.file_space.id(), buffer) };
         }
         let file = Space::of(api, self.dataset)?;
         // SAFETY: arrays of the dataset's rank (the caller's part of the checked selection).
         unsafe { file.select(H5S_SELECT_SET, start, step, count) }?;
         let memory = Space::simple(api, &[count.iter().product()])?;
         // SAFETY: as the caller guarantees.
-        unsafe { self.io_with(memory.0, file.0, buffer) }
+        unsafe { self.io_with(memory.id(), file.id(), buffer) }
     }
 
     /// Moves the file block (`start`, `count`; steps of 1, a part of the prepared selection)
@@ -322,7 +318,7 @@ impl Prepared {
         // SAFETY: arrays of `shape`'s rank (the block's place in it).
         unsafe { memory.select(H5S_SELECT_SET, at, &ones, count) }?;
         // SAFETY: as the caller guarantees.
-        unsafe { self.io_with(memory.0, file.0, self.buffer as *mut c_void) }
+        unsafe { self.io_with(memory.id(), file.id(), self.buffer as *mut c_void) }
     }
 
     /// H5Dread/H5Dwrite with the given spaces.
@@ -354,7 +350,7 @@ impl Prepared {
     /// The buffer must hold `nbytes` (checked in `prepare`) valid, writable (for reads) bytes for
     /// the duration of the call.
     pub unsafe fn run(&self) -> Result<(), String> {
-        let (memory, file) = (self.mem_space.0, self.file_space.0);
+        let (memory, file) = (self.mem_space.id(), self.file_space.id());
         // SAFETY: ids checked in `prepare`; the buffer as the caller guarantees.
         unsafe { self.io_with(memory, file, self.buffer as *mut c_void) }
     }

@@ -3,7 +3,7 @@
 
 use super::{api, Hid};
 use h5gds_engine::facts;
-use h5gds_engine::hdf5_error::Hdf5Error;
+use h5gds_runtime::hdf5::Hdf5Error;
 
 pub use facts::{DatasetFacts, StoredLayout};
 

@@ -17,9 +17,9 @@ pub use facts::{
 pub use h5gds_engine::transfer::{GatherRead, IoError, Prepared, Transfer};
 
 // HDF5's error stack as one line, read and cleared: the engine's one reading of it.
-use h5gds_engine::hdf5_error::stack;
 use h5gds_engine::transfer;
-use h5gds_runtime::hdf5::Hdf5Api;
+use h5gds_runtime::hdf5::stack;
+use h5gds_runtime::hdf5::{Hdf5Api, IdKind, Owned};
 use std::ffi::CStr;
 
 pub type Hid = i64;
@@ -39,34 +39,32 @@ pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, IoError> {
 /// else its name (or a description when HDF5 cannot tell). The caller holds h5py's lock.
 pub fn other_driver(dataset: Hid) -> Result<Option<String>, IoError> {
     let api = api().map_err(IoError::Hdf5)?;
-    let (Ok(file_of), Ok(access_of), Ok(driver_of), Ok(class_of), Ok(close_plist), Ok(close_file)) = (
+    let (Ok(file_of), Ok(access_of), Ok(driver_of), Ok(class_of)) = (
         api.H5Iget_file_id,
         api.H5Fget_access_plist,
         api.H5Pget_driver,
         api.H5FD_get_class,
-        api.H5Pclose,
-        api.H5Fclose,
     ) else {
         return Ok(Some("(unknown: HDF5 cannot tell which)".into()));
     };
-    // SAFETY: plain queries on ids HDF5 checks; every id opened here is closed here.
+    // SAFETY: plain queries on ids HDF5 checks, each id opened here owned by an `Owned`.
     unsafe {
-        let file = file_of(dataset);
-        if file < 0 {
-            return Err(IoError::Hdf5(stack(api)));
-        }
-        let fapl = access_of(file);
-        let driver = if fapl < 0 { -1 } else { driver_of(fapl) };
+        let file = Owned::new(api, IdKind::File, file_of(dataset), "H5Iget_file_id")
+            .map_err(|e| IoError::Hdf5(e.to_string()))?;
+        let fapl = Owned::new(
+            api,
+            IdKind::PropertyList,
+            access_of(file.id()),
+            "H5Fget_access_plist",
+        );
+        let driver = fapl.as_ref().map_or(-1, |fapl| driver_of(fapl.id()));
         let class = if driver < 0 {
             std::ptr::null()
         } else {
             // HDF5's copy of a registered class, of the layout the driver's `abi` declares.
             class_of(driver).cast::<h5gds::abi::H5FD_class_t>()
         };
-        if fapl >= 0 {
-            close_plist(fapl);
-        }
-        close_file(file);
+        drop((fapl, file));
         if class.is_null() {
             stack(api);
             return Ok(Some("(unknown: HDF5 cannot tell which)".into()));

@@ -15,10 +15,12 @@
 //! - [`library`]: one loaded HDF5 library: its table and the calls the driver makes through it.
 //! - [`binding`]: the bindings (one per HDF5 copy) and the primary one the Python extension uses.
 //! - [`space`]: what a dataspace selects, for the selection callbacks.
+//! - [`error`]: the result layer: failed calls with HDF5's stack, ids closed on drop.
 #![allow(non_camel_case_types)]
 
 pub mod api;
 pub mod binding;
+pub mod error;
 pub mod library;
 pub mod objects;
 pub mod space;
@@ -28,6 +30,7 @@ pub use binding::{
     bind_code, bind_hdf5_used_by, bind_primary, bound_library, primary_api, primary_library,
     BINDINGS,
 };
+pub use error::{stack, Hdf5Error, IdKind, Owned};
 pub use library::Hdf5Library;
 pub use objects::{calling_code, loaded_file_of, object_defining};
 

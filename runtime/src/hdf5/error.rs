@@ -1,8 +1,10 @@
-//! How an HDF5 call through the one table (`h5gds_runtime::hdf5::Hdf5Api`) failed: which call,
-//! and HDF5's error stack read (and cleared) as one line. Both faces report these texts: the
-//! extension as they are, array-io under its own operation names.
+//! The result layer between the table of HDF5's functions ([`Hdf5Api`]) and the code that calls
+//! them: a failed call as [`Hdf5Error`] (which call, and HDF5's error stack read and cleared as one
+//! line), return codes checked once ([`Hdf5Error::check`]), and ids owned by Rust, closed once
+//! with their kind's close function when dropped ([`Owned`]), as cudarc puts a result layer
+//! between its sys and safe layers.
 
-use h5gds_runtime::hdf5::{herr_t, H5E_error2_t, Hdf5Api, MissingSymbol};
+use super::{herr_t, hid_t, H5E_error2_t, Hdf5Api, MissingSymbol};
 use std::ffi::{c_int, c_uint, c_void, CStr};
 use std::fmt;
 
@@ -61,6 +63,54 @@ impl From<MissingSymbol> for Hdf5Error {
 impl From<Hdf5Error> for String {
     fn from(error: Hdf5Error) -> String {
         error.to_string()
+    }
+}
+
+/// What an owned id is, which says how it is closed.
+#[derive(Clone, Copy, Debug)]
+pub enum IdKind {
+    File,
+    PropertyList,
+    Dataspace,
+    Datatype,
+}
+
+/// An HDF5 id owned by Rust: closed once, with its kind's close function, when dropped.
+pub struct Owned {
+    id: hid_t,
+    close: unsafe extern "C" fn(hid_t) -> herr_t,
+}
+
+impl Owned {
+    /// Owns `id`, which `call` returned, or reports `call`'s failure where it is negative (HDF5's
+    /// stack read and cleared). The caller holds the lock that serialises calls into `api`'s HDF5.
+    pub fn new(
+        api: &Hdf5Api,
+        kind: IdKind,
+        id: hid_t,
+        call: &'static str,
+    ) -> Result<Owned, Hdf5Error> {
+        let close = match kind {
+            IdKind::File => api.H5Fclose?,
+            IdKind::PropertyList => api.H5Pclose?,
+            IdKind::Dataspace => api.H5Sclose?,
+            IdKind::Datatype => api.H5Tclose?,
+        };
+        let id = Hdf5Error::check(api, id, call)?;
+        Ok(Owned { id, close })
+    }
+
+    /// The id, valid while this lives.
+    pub fn id(&self) -> hid_t {
+        self.id
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        // SAFETY: an id HDF5 handed out (checked non-negative) and owned here alone, closed once
+        // with the close function of its kind.
+        unsafe { (self.close)(self.id) };
     }
 }
 
