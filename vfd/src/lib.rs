@@ -25,6 +25,7 @@ mod memory;
 #[cfg(test)]
 mod model_tests;
 mod plugin;
+mod aws_profile;
 mod remote;
 mod selection;
 mod transfer;
@@ -47,6 +48,7 @@ pub use plugin::{
     class_for_hdf5_at, h5gds_library, register_in_loaded_hdf5, set_fapl_driver,
     Registration as DriverRegistration, IDENTITY_SYMBOL,
 };
+pub use remote::{url_report, CACHE_BLOCK as REMOTE_CACHE_BLOCK, ObjectFacts, StoreFacts, UrlReport};
 pub use url_name::{is_url, shown_url};
 pub use verdicts::{
     cufile_driver, cufile_library_file, device_transfers_staged, path_verdicts, PathVerdicts,
