@@ -312,7 +312,10 @@ pub fn render_url(info: &UrlInfo) -> String {
     if info.store.as_deref() == Some("S3") {
         line("region:", info.region.clone().unwrap_or_else(unknown));
     }
-    line("credentials:", info.credentials.clone().unwrap_or_else(unknown));
+    line(
+        "credentials:",
+        info.credentials.clone().unwrap_or_else(unknown),
+    );
     if let (Some(size), Some(in_flight), Some(retries), Some(timeout)) = (
         &info.request_size,
         info.in_flight,

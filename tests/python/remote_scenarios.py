@@ -103,7 +103,10 @@ def device(url):
         check("cuMemAlloc_v2", ctypes.byref(pointer), ctypes.c_size_t(host.nbytes))
         # H5S_ALL and H5P_DEFAULT are 0; the file's own type (float32 little-endian) needs no
         # conversion, so HDF5 hands the device pointer to the driver untouched.
-        status = hdf5.H5Dread(dset.id.id, dset.id.get_type().id, 0, 0, 0, ctypes.c_void_p(pointer.value))
+        file_type = dset.id.get_type()  # held: its id closes with the object
+        status = hdf5.H5Dread(dset.id.id, file_type.id, 0, 0, 0, ctypes.c_void_p(pointer.value))
+        if status < 0:
+            hdf5.H5Eprint2(ctypes.c_int64(0), None)  # HDF5's error stack, to stderr
         assert status >= 0, f"H5Dread into device memory failed ({status})"
         back = bytearray(host.nbytes)
         buffer = (ctypes.c_char * host.nbytes).from_buffer(back)

@@ -80,8 +80,11 @@ fn file_path(env: &dyn Fn(&str) -> Option<String>, var: &str, name: &str) -> Opt
     }
 }
 
+/// A file's sections by name, each its keys and values.
+type Sections = HashMap<String, HashMap<String, String>>;
+
 /// The sections of one file, `None` where it does not exist.
-fn sections(path: &PathBuf) -> Result<Option<HashMap<String, HashMap<String, String>>>, String> {
+fn sections(path: &PathBuf) -> Result<Option<Sections>, String> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -133,7 +136,10 @@ pub(crate) fn load(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Profil
         vec![format!("profile {name}")]
     };
     let mut found: Vec<(PathBuf, HashMap<String, String>)> = Vec::new();
-    for (file, names) in [(&config, config_sections), (&credentials, vec![name.clone()])] {
+    for (file, names) in [
+        (&config, config_sections),
+        (&credentials, vec![name.clone()]),
+    ] {
         let Some(file) = file else { continue };
         let Some(mut all) = sections(file)? else {
             continue;
@@ -148,11 +154,14 @@ pub(crate) fn load(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Profil
                 "the AWS profile '{name}' ({var}) is in neither {} nor {}",
                 config
                     .as_deref()
-                    .map_or("a config file (no HOME)".into(), |f| f.display().to_string()),
-                credentials.as_deref().map_or(
-                    "a credentials file (no HOME)".into(),
-                    |f| f.display().to_string()
-                ),
+                    .map_or("a config file (no HOME)".into(), |f| f
+                        .display()
+                        .to_string()),
+                credentials
+                    .as_deref()
+                    .map_or("a credentials file (no HOME)".into(), |f| f
+                        .display()
+                        .to_string()),
             )),
             None => Ok(None),
         };
@@ -234,9 +243,12 @@ mod tests {
         assert_eq!(p.name, "default");
         assert_eq!(p.region.as_deref(), Some("eu-west-1"));
         assert_eq!(p.keys().unwrap(), Some(("DEFAULT-ID", "default-secret")));
-        let p = load(&env_of(&[("HOME", home.clone()), ("AWS_PROFILE", "dev".into())]))
-            .unwrap()
-            .unwrap();
+        let p = load(&env_of(&[
+            ("HOME", home.clone()),
+            ("AWS_PROFILE", "dev".into()),
+        ]))
+        .unwrap()
+        .unwrap();
         assert_eq!(p.keys().unwrap(), Some(("DEV-ID", "dev-secret")));
         assert_eq!(p.session_token.as_deref(), Some("dev-token"));
         assert_eq!(p.region.as_deref(), Some("us-west-2"));
@@ -295,6 +307,9 @@ mod tests {
             config.display().to_string(),
         )]))
         .unwrap_err();
-        assert!(err.contains("cannot parse") && err.contains("config"), "{err}");
+        assert!(
+            err.contains("cannot parse") && err.contains("config"),
+            "{err}"
+        );
     }
 }

@@ -19,11 +19,11 @@ use crate::error::{Error, Result};
 use crate::url_name::shown_url;
 use bytes::Bytes;
 use object_store::aws::AmazonS3Builder;
-use object_store::http::HttpBuilder;
-use object_store::path::Path as ObjectPath;
 use object_store::client::{
     HttpClient, HttpConnector, HttpError, HttpRequest, HttpResponse, HttpService, ReqwestConnector,
 };
+use object_store::http::HttpBuilder;
+use object_store::path::Path as ObjectPath;
 use object_store::{
     BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig,
 };
@@ -204,7 +204,8 @@ fn s3_builder(
     let allow_http = (settings.s3_endpoint.is_some() && endpoint_from == "H5GDS_S3_ENDPOINT" && {
         let e = endpoint.as_deref().unwrap_or_default();
         e.to_ascii_lowercase().starts_with("http://")
-    }) || env_var("AWS_ALLOW_HTTP").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    }) || env_var("AWS_ALLOW_HTTP")
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
     // The region.
     let env_region = env_var("AWS_REGION")
         .map(|r| (r, "AWS_REGION"))
@@ -232,8 +233,16 @@ fn s3_builder(
         if env_id.is_none() || env_secret.is_none() {
             return Err(format!(
                 "{} is set but {} is not",
-                if env_id.is_some() { "AWS_ACCESS_KEY_ID" } else { "AWS_SECRET_ACCESS_KEY" },
-                if env_id.is_some() { "AWS_SECRET_ACCESS_KEY" } else { "AWS_ACCESS_KEY_ID" },
+                if env_id.is_some() {
+                    "AWS_ACCESS_KEY_ID"
+                } else {
+                    "AWS_SECRET_ACCESS_KEY"
+                },
+                if env_id.is_some() {
+                    "AWS_SECRET_ACCESS_KEY"
+                } else {
+                    "AWS_ACCESS_KEY_ID"
+                },
             ));
         }
         let token = builder.get_config_value(&K::Token).is_some();
@@ -260,7 +269,11 @@ fn s3_builder(
         format!(
             "{}{}",
             profile_name(p, &p.keys_file),
-            if p.session_token.is_some() { ", with its session token" } else { "" }
+            if p.session_token.is_some() {
+                ", with its session token"
+            } else {
+                ""
+            }
         )
     } else if let Some(p) = profile.as_ref().filter(|p| !p.other_sources.is_empty()) {
         return Err(format!(
@@ -496,10 +509,10 @@ impl RemoteFile {
         let counters = Counters::default();
         let Built { store, facts } = build_store(&target, &path, settings, counters.sent.clone())
             .map_err(|why| Error::RemoteOpen {
-                url: shown.clone(),
-                errno: libc::EINVAL,
-                why: format!("cannot set up the client: {why}"),
-            })?;
+            url: shown.clone(),
+            errno: libc::EINVAL,
+            why: format!("cannot set up the client: {why}"),
+        })?;
         counters.heads.fetch_add(1, Relaxed);
         let head = block_on(store.head(&path))?;
         let meta = head.map_err(|e| {
@@ -806,11 +819,13 @@ pub fn url_report(url: &str) -> UrlReport {
             }
         }
     };
-    let facts = target_of(url).map_err(|e| e.to_string()).and_then(|(target, path)| {
-        build_store(&target, &path, &settings, Arc::default())
-            .map(|built| built.facts)
-            .map_err(|why| format!("cannot set up the client: {why}"))
-    });
+    let facts = target_of(url)
+        .map_err(|e| e.to_string())
+        .and_then(|(target, path)| {
+            build_store(&target, &path, &settings, Arc::default())
+                .map(|built| built.facts)
+                .map_err(|why| format!("cannot set up the client: {why}"))
+        });
     let (facts, object) = match facts {
         Ok(facts) => {
             let object = RemoteFile::open(url, 0, &settings)
