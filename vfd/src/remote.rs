@@ -201,11 +201,11 @@ fn s3_builder(
     };
     // A plain-HTTP endpoint named by the setting is the user's say-so for HTTP; otherwise
     // AWS_ALLOW_HTTP=true says so, as object_store reads it.
-    let allow_http = (settings.s3_endpoint.is_some() && endpoint_from == "H5GDS_S3_ENDPOINT" && {
-        let e = endpoint.as_deref().unwrap_or_default();
-        e.to_ascii_lowercase().starts_with("http://")
-    }) || env_var("AWS_ALLOW_HTTP")
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    let allow_http = settings
+        .s3_endpoint
+        .as_deref()
+        .is_some_and(|e| e.to_ascii_lowercase().starts_with("http://"))
+        || env_var("AWS_ALLOW_HTTP").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
     // The region.
     let env_region = env_var("AWS_REGION")
         .map(|r| (r, "AWS_REGION"))
@@ -260,12 +260,16 @@ fn s3_builder(
         .transpose()?
         .flatten()
     {
-        builder = builder
-            .with_access_key_id(id)
-            .with_secret_access_key(secret);
-        if let Some(token) = &p.session_token {
-            builder = builder.with_token(token);
-        }
+        // As one credential, so that no AWS_SESSION_TOKEN of the environment joins the profile's
+        // keys.
+        let credential = object_store::aws::AwsCredential {
+            key_id: id.to_string(),
+            secret_key: secret.to_string(),
+            token: p.session_token.clone(),
+        };
+        builder = builder.with_credentials(Arc::new(object_store::StaticCredentialProvider::new(
+            credential,
+        )));
         format!(
             "{}{}",
             profile_name(p, &p.keys_file),
