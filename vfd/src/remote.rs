@@ -154,7 +154,7 @@ fn env_var(name: &str) -> Option<String> {
 }
 
 /// The S3 store for `bucket`: object_store's reading of the AWS environment, the profile of the
-/// shared AWS files (`aws_profile`) under it, the `H5GDS_S3_*` settings over both (as the AWS CLI
+/// shared AWS files (`aws_profile`) under it, the S3 rows of `SETTINGS` over both (as the AWS CLI
 /// ranks them: explicit settings, then the environment, then the profile).
 fn s3_builder(
     bucket: &str,
@@ -789,7 +789,7 @@ impl RemoteFile {
 pub struct UrlReport {
     /// The URL as shown (no user info nor query).
     pub url: String,
-    /// The remote settings in effect (`H5GDS_S3_*`, `H5GDS_REMOTE_*`), where they are valid.
+    /// The remote settings in effect (the S3 and remote rows of `SETTINGS`), where they are valid.
     pub settings: Option<RemoteSettings>,
     /// The store, endpoint, region and credentials' source, where the client can be set up.
     pub facts: Option<StoreFacts>,
