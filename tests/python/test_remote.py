@@ -292,6 +292,11 @@ def test_a_profile_of_the_shared_aws_files_signs_the_requests(signed, source, tm
         proc.stderr
     assert f"region us-east-1 (from region of AWS profile 'reader' ({config}))" in proc.stderr, proc.stderr
     no_secret_in(signed, proc.stdout, proc.stderr)
+    # Nor at the most verbose log level.
+    proc = ok(run(REMOTE, "missing", signed.url, extra_env=env | {"H5GDS_LOG": "trace"}), "open")
+    assert proc.stdout.strip() == "OPENED", proc.stdout + proc.stderr
+    no_secret_in(signed, proc.stdout, proc.stderr)
+    assert signed.key_id not in proc.stderr, proc.stderr
 
 
 def test_settings_rank_explicit_then_environment_then_profile(signed, source, tmp_path):
