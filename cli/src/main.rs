@@ -27,8 +27,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Show what decides the I/O path (plugin, CUDA, cuFile, settings) and a verdict per path.
+    /// Show what decides the I/O path (plugin, CUDA, cuFile, settings) and a verdict per path;
+    /// given a URL, how that remote file would be read and whether it answers.
     Info {
+        /// An s3://, http:// or https:// URL: say how the driver would read it (store, endpoint,
+        /// region, the credentials' source, request settings) and ask its size and ETag.
+        url: Option<String>,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -243,6 +247,27 @@ fn save(
     Ok(())
 }
 
+/// `h5gds info <url>`: the remote file's report; an unreachable object is reported, not an
+/// error of the tool.
+fn show_url_info(json: bool, url: &str) -> Result<(), String> {
+    if !h5gds::is_url(url) {
+        return Err(format!(
+            "{url:?} is not a URL the driver reads remotely: give s3://bucket/key, http://... or \
+             https://... (without a URL, `h5gds info` reports on this machine)"
+        ));
+    }
+    let report = info::gather_url(url);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", info::render_url(&report));
+    }
+    Ok(())
+}
+
 fn show_info(json: bool, plugin_dir: Option<PathBuf>) -> Result<(), String> {
     let dir = info::find_plugin_dir(plugin_dir).ok();
     let report = info::gather(dir.as_deref());
@@ -261,7 +286,16 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(args) => bench(args),
-        Command::Info { json, plugin_dir } => show_info(json, plugin_dir),
+        Command::Info {
+            json,
+            url: Some(url),
+            ..
+        } => show_url_info(json, &url),
+        Command::Info {
+            json,
+            plugin_dir,
+            url: None,
+        } => show_info(json, plugin_dir),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,6 +1,6 @@
 //! The `h5gds` tool: `info` without CUDA, on the emulator, and with the real libcufile but no
 //! usable CUDA device (must return promptly); `bench` with tiny sizes writes valid JSON and an
-//! SVG. "No CUDA" is a CUDA driver without devices (the emulator's `H5GDS_EMU_DEVICES=0`),
+//! SVG; `info <url>` on a URL nobody serves. "No CUDA" is a CUDA driver without devices (the emulator's `H5GDS_EMU_DEVICES=0`),
 //! which holds on any machine, also one with an NVIDIA driver in the system's library cache.
 
 use h5gds_tests::emulator::{emulator_cuda_lib_dir, emulator_lib_dir, EmulatorLibDir, NO_DEVICE};
@@ -440,5 +440,47 @@ fn info_names_which_gds_driver_the_plugin_path_gives() {
             && !stdout(&out).contains("ANOTHER"),
         "{}",
         stdout(&out)
+    );
+}
+
+/// `h5gds info <url>` on a URL nobody serves (loopback's discard port) reports the object as not
+/// readable, naming the URL, and exits 0; a path given where a URL is expected is the tool's error.
+/// (Reachable objects, S3 credentials and endpoints: tests/python/test_remote.py, with servers.)
+#[test]
+fn info_on_an_unreachable_url_reports_it() {
+    let url = "http://user:pw@127.0.0.1:9/nobody.h5";
+    let retries = [("H5GDS_REMOTE_RETRIES", OsStr::new("0"))];
+    let out = tool(&["info", url], &retries);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("store:          HTTP (plain)"), "{text}");
+    assert!(
+        text.contains("object:         NOT READABLE: ")
+            && text.contains("http://127.0.0.1:9/nobody.h5")
+            && !text.contains("pw"),
+        "{text}"
+    );
+    let out = tool(&["info", "--json", url], &retries);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["reachable"], false, "{report}");
+    assert_eq!(report["retries"], 0, "{report}");
+    assert!(
+        report["size"].is_null() && report["problem"].is_string(),
+        "{report}"
+    );
+    let out = tool(&["info", "data/file.h5"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("not a URL"), "{err}");
+    // A bad remote setting is reported too, naming it.
+    let out = tool(
+        &["info", url],
+        &[("H5GDS_REMOTE_IN_FLIGHT", OsStr::new("0"))],
+    );
+    let text = stdout(&out);
+    assert!(
+        out.status.success()
+            && text.contains("H5GDS_REMOTE_IN_FLIGHT")
+            && text.contains("1 to 256"),
+        "{text}"
     );
 }

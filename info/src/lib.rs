@@ -237,6 +237,121 @@ pub fn gather(plugin_dir: Option<&Path>) -> Info {
     }
 }
 
+/// What `h5gds info <url>` reports: how the driver would read that URL (store, endpoint, region,
+/// the credentials' source, never a secret; the request settings) and whether the object answers
+/// one HEAD (size, ETag), or why not.
+#[derive(Serialize)]
+pub struct UrlInfo {
+    pub url: String,
+    /// `S3`, `HTTP (plain)` or `HTTPS`; `None` where the client cannot be set up.
+    pub store: Option<String>,
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    /// Which credentials sign the requests: their source only.
+    pub credentials: Option<String>,
+    pub request_size: Option<String>,
+    pub in_flight: Option<usize>,
+    pub retries: Option<usize>,
+    pub timeout_s: Option<u64>,
+    /// Reads up to this size go through the block cache.
+    pub block_cache: String,
+    pub reachable: bool,
+    pub size: Option<u64>,
+    pub etag: Option<String>,
+    pub version: Option<String>,
+    /// Why the object cannot be read, where it cannot.
+    pub problem: Option<String>,
+    /// What device buffers would take.
+    pub device: String,
+}
+
+/// The report on `url`, from the driver's own code (`h5gds::url_report`).
+pub fn gather_url(url: &str) -> UrlInfo {
+    let report = h5gds::url_report(url);
+    let facts = report.facts.as_ref();
+    let settings = report.settings.as_ref();
+    let (size, etag, version, problem) = match &report.object {
+        Ok(o) => (Some(o.size), o.etag.clone(), o.version.clone(), None),
+        Err(why) => (None, None, None, Some(why.clone())),
+    };
+    UrlInfo {
+        url: report.url.clone(),
+        store: facts.map(|f| f.store.clone()),
+        endpoint: facts.map(|f| f.endpoint.clone()),
+        region: facts.and_then(|f| f.region.clone()),
+        credentials: facts.map(|f| f.credentials.clone()),
+        request_size: settings.map(|s| h5gds::format_size(s.request_size as u64)),
+        in_flight: settings.map(|s| s.in_flight),
+        retries: settings.map(|s| s.retries),
+        timeout_s: settings.map(|s| s.timeout_s),
+        block_cache: h5gds::format_size(h5gds::REMOTE_CACHE_BLOCK),
+        reachable: report.object.is_ok(),
+        size,
+        etag,
+        version,
+        problem,
+        device: match h5gds::cuda() {
+            Ok(_) => "staged: ranged GETs into the pinned bounce buffers of the staging ring, \
+                      copied to the GPU (a remote file has no descriptor for cuFile)"
+                .into(),
+            Err(e) => format!("not possible: {e}"),
+        },
+    }
+}
+
+/// `h5gds info <url>` as text.
+pub fn render_url(info: &UrlInfo) -> String {
+    let mut out = String::new();
+    let mut line = |label: &str, value: String| {
+        out.push_str(&format!("{label:<15} {value}\n"));
+    };
+    line("url:", info.url.clone());
+    let unknown = || "- (the client cannot be set up)".to_string();
+    line("store:", info.store.clone().unwrap_or_else(unknown));
+    line("endpoint:", info.endpoint.clone().unwrap_or_else(unknown));
+    if info.store.as_deref() == Some("S3") {
+        line("region:", info.region.clone().unwrap_or_else(unknown));
+    }
+    line(
+        "credentials:",
+        info.credentials.clone().unwrap_or_else(unknown),
+    );
+    if let (Some(size), Some(in_flight), Some(retries), Some(timeout)) = (
+        &info.request_size,
+        info.in_flight,
+        info.retries,
+        info.timeout_s,
+    ) {
+        line(
+            "requests:",
+            format!(
+                "ranged GETs of {size}, {in_flight} in flight, {retries} retries with backoff, \
+                 {timeout} s timeout; reads up to {} through a block cache",
+                info.block_cache
+            ),
+        );
+    }
+    match (&info.problem, info.size) {
+        (None, Some(size)) => line(
+            "object:",
+            format!(
+                "reachable: {size} bytes, {}",
+                match (&info.etag, &info.version) {
+                    (Some(etag), _) => format!("ETag {etag} (every read conditional on it)"),
+                    (None, Some(version)) => format!("version {version}"),
+                    (None, None) => "no ETag".into(),
+                }
+            ),
+        ),
+        (problem, _) => line(
+            "object:",
+            format!("NOT READABLE: {}", problem.as_deref().unwrap_or("unknown")),
+        ),
+    }
+    line("device buffers:", info.device.clone());
+    out
+}
+
 pub fn render(info: &Info) -> String {
     let mut out = String::new();
     let mut line = |s: String| {

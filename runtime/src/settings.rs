@@ -220,7 +220,8 @@ pub const SETTINGS: &[SettingSpec] = &[
         meaning: "endpoint of an S3-compatible store for s3:// file names (remote files, \
                   docs/remote.md); over AWS_ENDPOINT_URL; an http:// endpoint given here is \
                   used as plain HTTP",
-        default: "unset: AWS_ENDPOINT_URL, else AWS's endpoint for the region",
+        default: "unset: AWS_ENDPOINT_URL, the AWS profile's endpoint_url, else AWS's endpoint \
+                  for the region",
         accepted: "an http:// or https:// URL",
     },
     SettingSpec {
@@ -229,7 +230,7 @@ pub const SETTINGS: &[SettingSpec] = &[
         config_key: None,
         aliases: &[],
         meaning: "region of s3:// file names; over AWS_REGION and AWS_DEFAULT_REGION",
-        default: "unset: AWS_REGION, AWS_DEFAULT_REGION, else us-east-1",
+        default: "unset: AWS_REGION, AWS_DEFAULT_REGION, the AWS profile's region, else us-east-1",
         accepted: "a region name",
     },
     SettingSpec {
@@ -238,7 +239,7 @@ pub const SETTINGS: &[SettingSpec] = &[
         config_key: None,
         aliases: &[],
         meaning: "s3:// requests unsigned, for public buckets (1), or signed with the AWS \
-                  credentials of the environment (0)",
+                  credentials of the environment or the AWS profile (0)",
         default: "0",
         accepted: ZERO_OR_ONE,
     },

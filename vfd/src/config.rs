@@ -155,28 +155,6 @@ impl RemoteSettings {
         }
         Ok(remote)
     }
-
-    /// `name=value, ...` of the remote settings, for the open log line and `h5gds info`.
-    pub fn describe(&self) -> String {
-        format!(
-            "endpoint {}, region {}, {}, requests of {}, {} in flight, {} retries, {} s timeout",
-            self.s3_endpoint
-                .as_deref()
-                .unwrap_or("from the AWS environment"),
-            self.s3_region
-                .as_deref()
-                .unwrap_or("from the AWS environment"),
-            if self.s3_anonymous {
-                "unsigned (anonymous)"
-            } else {
-                "signed"
-            },
-            format_size(self.request_size as u64),
-            self.in_flight,
-            self.retries,
-            self.timeout_s
-        )
-    }
 }
 
 impl Default for VfdSettings {

@@ -16,6 +16,7 @@ pub mod abi;
 mod config;
 /// CUDA lives in the runtime crate; `crate::cuda` names it for the driver's modules.
 use h5gds_runtime::cuda;
+mod aws_profile;
 mod dataspace;
 mod error;
 mod file;
@@ -46,6 +47,9 @@ pub use log::with_logging;
 pub use plugin::{
     class_for_hdf5_at, h5gds_library, register_in_loaded_hdf5, set_fapl_driver,
     Registration as DriverRegistration, IDENTITY_SYMBOL,
+};
+pub use remote::{
+    url_report, ObjectFacts, StoreFacts, UrlReport, CACHE_BLOCK as REMOTE_CACHE_BLOCK,
 };
 pub use url_name::{is_url, shown_url};
 pub use verdicts::{

@@ -19,6 +19,9 @@ use crate::error::{Error, Result};
 use crate::url_name::shown_url;
 use bytes::Bytes;
 use object_store::aws::AmazonS3Builder;
+use object_store::client::{
+    HttpClient, HttpConnector, HttpError, HttpRequest, HttpResponse, HttpService, ReqwestConnector,
+};
 use object_store::http::HttpBuilder;
 use object_store::path::Path as ObjectPath;
 use object_store::{
@@ -32,7 +35,7 @@ use std::time::Duration;
 use url::Url;
 
 /// The block of the metadata cache: reads up to this size go through it.
-pub(crate) const CACHE_BLOCK: u64 = 256 << 10;
+pub const CACHE_BLOCK: u64 = 256 << 10;
 /// Blocks kept per open file (64 MiB), the oldest dropped first.
 const CACHE_BLOCKS: usize = 256;
 
@@ -125,12 +128,192 @@ fn target_of(url: &str) -> Result<(Target, ObjectPath)> {
     Ok((target, path))
 }
 
-/// The store for `target` under `settings`: S3's from the AWS environment chain as object_store
-/// reads it, with the S3 rows of `SETTINGS` over it; HTTP's plain only for an http:// URL.
+/// How a URL is read: the store, its endpoint, region and credentials, each with where it came
+/// from. Never a secret: credentials are named by their source only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreFacts {
+    /// `S3`, `HTTP (plain)` or `HTTPS`.
+    pub store: String,
+    /// The host asked, and what chose it.
+    pub endpoint: String,
+    /// S3's region and where it came from; `None` for a web server.
+    pub region: Option<String>,
+    /// Which credentials sign the requests (their source, never their value).
+    pub credentials: String,
+}
+
+/// A store built for one URL, with the facts of how it reads.
+struct Built {
+    store: Arc<dyn ObjectStore>,
+    facts: StoreFacts,
+}
+
+/// The environment variable `name`, where it is set and not empty.
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// The S3 store for `bucket`: object_store's reading of the AWS environment, the profile of the
+/// shared AWS files (`aws_profile`) under it, the S3 rows of `SETTINGS` over both (as the AWS CLI
+/// ranks them: explicit settings, then the environment, then the profile).
+fn s3_builder(
+    bucket: &str,
+    settings: &RemoteSettings,
+) -> std::result::Result<(AmazonS3Builder, StoreFacts, bool), String> {
+    use object_store::aws::AmazonS3ConfigKey as K;
+    let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    let profile = crate::aws_profile::load(&env_var)?;
+    let profile_name = |p: &crate::aws_profile::Profile, file: &Option<std::path::PathBuf>| {
+        format!(
+            "AWS profile '{}' ({})",
+            p.name,
+            file.as_deref()
+                .map_or("the AWS files".into(), |f| f.display().to_string())
+        )
+    };
+    // The endpoint: AWS_ENDPOINT_URL_S3 wins over AWS_ENDPOINT_URL in object_store's build, so
+    // an endpoint chosen here is set as both.
+    let env_endpoint = builder
+        .get_config_value(&K::S3Endpoint)
+        .map(|e| (e, "AWS_ENDPOINT_URL_S3"))
+        .or_else(|| {
+            builder
+                .get_config_value(&K::Endpoint)
+                .map(|e| (e, "AWS_ENDPOINT_URL"))
+        });
+    let (endpoint, endpoint_from) = match (&settings.s3_endpoint, env_endpoint, &profile) {
+        (Some(e), _, _) => (Some(e.clone()), "H5GDS_S3_ENDPOINT".to_string()),
+        (None, Some((e, var)), _) => (Some(e), var.to_string()),
+        (None, None, Some(p)) if p.endpoint_url.is_some() => (
+            p.endpoint_url.clone(),
+            format!("endpoint_url of {}", profile_name(p, &p.settings_file)),
+        ),
+        _ => (None, String::new()),
+    };
+    let endpoint_shown = match &endpoint {
+        Some(e) => {
+            builder = builder
+                .with_config(K::Endpoint, e.clone())
+                .with_config(K::S3Endpoint, e.clone());
+            format!("{} (from {endpoint_from})", shown_url(e))
+        }
+        None => "AWS's S3 endpoint for the region".to_string(),
+    };
+    // A plain-HTTP endpoint named by the setting is the user's say-so for HTTP; otherwise
+    // AWS_ALLOW_HTTP=true says so, as object_store reads it.
+    let allow_http = settings
+        .s3_endpoint
+        .as_deref()
+        .is_some_and(|e| e.to_ascii_lowercase().starts_with("http://"))
+        || env_var("AWS_ALLOW_HTTP").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    // The region.
+    let env_region = env_var("AWS_REGION")
+        .map(|r| (r, "AWS_REGION"))
+        .or_else(|| env_var("AWS_DEFAULT_REGION").map(|r| (r, "AWS_DEFAULT_REGION")));
+    let region = match (&settings.s3_region, env_region, &profile) {
+        (Some(r), _, _) => {
+            builder = builder.with_region(r);
+            format!("{r} (from H5GDS_S3_REGION)")
+        }
+        (None, Some((r, var)), _) => format!("{r} (from {var})"),
+        (None, None, Some(p)) if p.region.is_some() => {
+            let r = p.region.clone().unwrap_or_default();
+            builder = builder.with_region(&r);
+            format!("{r} (from region of {})", profile_name(p, &p.settings_file))
+        }
+        _ => "us-east-1 (object_store's default: no region set)".to_string(),
+    };
+    // The credentials, in the AWS CLI's order.
+    let env_id = builder.get_config_value(&K::AccessKeyId);
+    let env_secret = builder.get_config_value(&K::SecretAccessKey);
+    let credentials = if settings.s3_anonymous {
+        builder = builder.with_skip_signature(true);
+        "none: unsigned requests (H5GDS_S3_ANONYMOUS=1)".to_string()
+    } else if env_id.is_some() || env_secret.is_some() {
+        if env_id.is_none() || env_secret.is_none() {
+            return Err(format!(
+                "{} is set but {} is not",
+                if env_id.is_some() {
+                    "AWS_ACCESS_KEY_ID"
+                } else {
+                    "AWS_SECRET_ACCESS_KEY"
+                },
+                if env_id.is_some() {
+                    "AWS_SECRET_ACCESS_KEY"
+                } else {
+                    "AWS_ACCESS_KEY_ID"
+                },
+            ));
+        }
+        let token = builder.get_config_value(&K::Token).is_some();
+        format!(
+            "environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY{})",
+            if token { ", AWS_SESSION_TOKEN" } else { "" }
+        )
+    } else if env_var("AWS_WEB_IDENTITY_TOKEN_FILE").is_some() && env_var("AWS_ROLE_ARN").is_some()
+    {
+        "web identity (AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN), exchanged by object_store"
+            .to_string()
+    } else if let Some((p, (id, secret))) = profile
+        .as_ref()
+        .map(|p| p.keys().map(|k| k.map(|k| (p, k))))
+        .transpose()?
+        .flatten()
+    {
+        // As one credential, so that no AWS_SESSION_TOKEN of the environment joins the profile's
+        // keys.
+        let credential = object_store::aws::AwsCredential {
+            key_id: id.to_string(),
+            secret_key: secret.to_string(),
+            token: p.session_token.clone(),
+        };
+        builder = builder.with_credentials(Arc::new(object_store::StaticCredentialProvider::new(
+            credential,
+        )));
+        format!(
+            "{}{}",
+            profile_name(p, &p.keys_file),
+            if p.session_token.is_some() {
+                ", with its session token"
+            } else {
+                ""
+            }
+        )
+    } else if let Some(p) = profile.as_ref().filter(|p| !p.other_sources.is_empty()) {
+        return Err(format!(
+            "AWS profile '{}' gets its credentials through {}, which h5gds does not follow: put \
+             keys in the environment (`aws configure export-credentials --profile {} --format \
+             env`) or set H5GDS_S3_ANONYMOUS=1 for a public bucket",
+            p.name,
+            p.other_sources.join(", "),
+            p.name
+        ));
+    } else if env_var("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").is_some()
+        || env_var("AWS_CONTAINER_CREDENTIALS_FULL_URI").is_some()
+    {
+        "the container's credentials (AWS_CONTAINER_CREDENTIALS_*), asked by object_store"
+            .to_string()
+    } else {
+        "none found in the environment or the AWS files: object_store asks the instance \
+         metadata service (EC2)"
+            .to_string()
+    };
+    let facts = StoreFacts {
+        store: "S3".into(),
+        endpoint: endpoint_shown,
+        region: Some(region),
+        credentials,
+    };
+    Ok((builder, facts, allow_http))
+}
+
+/// The store for `target` under `settings`, every HTTP request it sends counted in `sent`.
 fn build_store(
     target: &Target,
+    path: &ObjectPath,
     settings: &RemoteSettings,
-) -> object_store::Result<Arc<dyn ObjectStore>> {
+    sent: Arc<AtomicU64>,
+) -> std::result::Result<Built, String> {
     let timeout = Duration::from_secs(settings.timeout_s);
     let retry = RetryConfig {
         backoff: BackoffConfig {
@@ -144,38 +327,81 @@ fn build_store(
     let client = ClientOptions::new()
         .with_timeout(timeout)
         .with_connect_timeout(timeout);
-    Ok(match target {
+    let connector = CountingConnector {
+        sent,
+        path: path.clone(),
+    };
+    match target {
         Target::S3 { bucket } => {
-            let mut builder = AmazonS3Builder::from_env()
-                .with_bucket_name(bucket)
-                .with_retry(retry);
-            let mut client = client;
-            if let Some(endpoint) = &settings.s3_endpoint {
-                // A plain-HTTP endpoint named by the setting is the user's say-so for HTTP.
-                if endpoint.to_ascii_lowercase().starts_with("http://") {
-                    client = client.with_allow_http(true);
-                }
-                builder = builder.with_endpoint(endpoint);
-            } else if std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v.eq_ignore_ascii_case("true"))
-            {
-                client = client.with_allow_http(true);
-            }
-            if let Some(region) = &settings.s3_region {
-                builder = builder.with_region(region);
-            }
-            if settings.s3_anonymous {
-                builder = builder.with_skip_signature(true);
-            }
-            Arc::new(builder.with_client_options(client).build()?)
+            let (builder, facts, allow_http) = s3_builder(bucket, settings)?;
+            let store = builder
+                .with_retry(retry)
+                .with_client_options(client.with_allow_http(allow_http))
+                .with_http_connector(connector)
+                .build()
+                .map_err(|e| e.to_string())?;
+            Ok(Built {
+                store: Arc::new(store),
+                facts,
+            })
         }
-        Target::Http { base, plain } => Arc::new(
-            HttpBuilder::new()
+        Target::Http { base, plain } => {
+            let store = HttpBuilder::new()
                 .with_url(base)
                 .with_retry(retry)
                 .with_client_options(client.with_allow_http(*plain))
-                .build()?,
-        ),
-    })
+                .with_http_connector(connector)
+                .build()
+                .map_err(|e| e.to_string())?;
+            Ok(Built {
+                store: Arc::new(store),
+                facts: StoreFacts {
+                    store: if *plain { "HTTP (plain)" } else { "HTTPS" }.into(),
+                    endpoint: format!("{base} (the URL's host)"),
+                    region: None,
+                    credentials: "none: the web server is asked without credentials".into(),
+                },
+            })
+        }
+    }
+}
+
+/// object_store's own HTTP client, each request for the object counted as it is sent: retries
+/// included, so `sent - (HEADs + GETs)` is the retries made.
+#[derive(Debug)]
+struct CountingConnector {
+    sent: Arc<AtomicU64>,
+    path: ObjectPath,
+}
+
+impl HttpConnector for CountingConnector {
+    fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
+        Ok(HttpClient::new(CountingService {
+            inner: ReqwestConnector::default().connect(options)?,
+            sent: self.sent.clone(),
+            path: self.path.clone(),
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct CountingService {
+    inner: HttpClient,
+    sent: Arc<AtomicU64>,
+    path: ObjectPath,
+}
+
+#[async_trait::async_trait]
+impl HttpService for CountingService {
+    async fn call(&self, request: HttpRequest) -> std::result::Result<HttpResponse, HttpError> {
+        // Only the object's own requests: not a credential service's (instance metadata, STS).
+        let for_object = ObjectPath::from_url_path(request.uri().path())
+            .is_ok_and(|p| p.as_ref().ends_with(self.path.as_ref()));
+        if for_object {
+            self.sent.fetch_add(1, Relaxed);
+        }
+        self.inner.execute(request).await
+    }
 }
 
 /// Requests made for one open file, shown at `H5GDS_LOG=info` on close.
@@ -185,6 +411,16 @@ pub(crate) struct Counters {
     pub(crate) gets: AtomicU64,
     pub(crate) bytes: AtomicU64,
     pub(crate) cached_reads: AtomicU64,
+    /// HTTP requests sent for the object, retries included (`CountingConnector`).
+    pub(crate) sent: Arc<AtomicU64>,
+}
+
+impl Counters {
+    /// The retries made: requests sent beyond one per HEAD and GET asked.
+    pub(crate) fn retries(&self) -> u64 {
+        let asked = self.heads.load(Relaxed) + self.gets.load(Relaxed);
+        self.sent.load(Relaxed).saturating_sub(asked)
+    }
 }
 
 /// Blocks of `CACHE_BLOCK` bytes of one open object, by index; the oldest go first.
@@ -221,6 +457,8 @@ pub(crate) struct RemoteFile {
     target: Target,
     path: ObjectPath,
     settings: RemoteSettings,
+    /// How it is read (store, endpoint, region, credentials' source).
+    pub(crate) facts: StoreFacts,
     store: Mutex<StoreForProcess>,
     /// The object's length at open.
     pub(crate) size: u64,
@@ -272,14 +510,15 @@ impl RemoteFile {
             });
         }
         let (target, path) = target_of(url)?;
-        let store = build_store(&target, settings).map_err(|e| Error::RemoteOpen {
+        let counters = Counters::default();
+        let Built { store, facts } = build_store(&target, &path, settings, counters.sent.clone())
+            .map_err(|why| Error::RemoteOpen {
             url: shown.clone(),
             errno: libc::EINVAL,
-            why: format!("cannot set up the client: {}", explain(&e, url)),
+            why: format!("cannot set up the client: {why}"),
         })?;
-        let head = block_on(store.head(&path))?;
-        let counters = Counters::default();
         counters.heads.fetch_add(1, Relaxed);
+        let head = block_on(store.head(&path))?;
         let meta = head.map_err(|e| {
             let errno = match &e {
                 object_store::Error::NotFound { .. } => libc::ENOENT,
@@ -289,13 +528,10 @@ impl RemoteFile {
             };
             let what = match &target {
                 Target::S3 { .. } => format!(
-                    "HEAD of the object ({}; credentials {})",
-                    settings.describe(),
-                    if settings.s3_anonymous {
-                        "none (anonymous)"
-                    } else {
-                        "from the AWS environment"
-                    }
+                    "HEAD of the object (endpoint {}, region {}, credentials: {})",
+                    facts.endpoint,
+                    facts.region.as_deref().unwrap_or("-"),
+                    facts.credentials
                 ),
                 Target::Http { .. } => "HEAD of the URL".to_string(),
             };
@@ -320,6 +556,7 @@ impl RemoteFile {
             target,
             path,
             settings: settings.clone(),
+            facts,
             store: Mutex::new(StoreForProcess {
                 pid: h5gds_runtime::process::id(),
                 store,
@@ -334,10 +571,13 @@ impl RemoteFile {
 
     /// How this file is read, for the open log line.
     pub(crate) fn describe(&self) -> String {
-        let how = match &self.target {
-            Target::S3 { .. } => format!("S3 ({})", self.settings.describe()),
-            Target::Http { plain: true, .. } => "HTTP (plain)".to_string(),
-            Target::Http { plain: false, .. } => "HTTPS".to_string(),
+        let f = &self.facts;
+        let how = match &f.region {
+            Some(region) => format!(
+                "{} (endpoint {}, region {}, credentials: {})",
+                f.store, f.endpoint, region, f.credentials
+            ),
+            None => f.store.clone(),
         };
         format!(
             "remote, read-only: {how}; ranged GETs of {} with {} in flight, {} retries; reads up \
@@ -357,10 +597,12 @@ impl RemoteFile {
     pub(crate) fn requests_summary(&self) -> String {
         let c = &self.counters;
         format!(
-            "{} requests ({} HEAD, {} ranged GET), {} bytes fetched, {} reads served by the block cache",
+            "{} requests ({} HEAD, {} ranged GET), {} retried, {} bytes fetched, {} reads served \
+             by the block cache",
             c.heads.load(Relaxed) + c.gets.load(Relaxed),
             c.heads.load(Relaxed),
             c.gets.load(Relaxed),
+            c.retries(),
             c.bytes.load(Relaxed),
             c.cached_reads.load(Relaxed),
         )
@@ -370,13 +612,15 @@ impl RemoteFile {
         let mut guard = self.store.lock().unwrap_or_else(|p| p.into_inner());
         let pid = h5gds_runtime::process::id();
         if guard.pid != pid {
-            let store =
-                build_store(&self.target, &self.settings).map_err(|e| Error::RemoteRead {
+            let sent = self.counters.sent.clone();
+            let store = build_store(&self.target, &self.path, &self.settings, sent)
+                .map_err(|e| Error::RemoteRead {
                     url: self.url.clone(),
                     offset: 0,
                     size: 0,
                     why: format!("cannot set up the client in this process: {e}"),
-                })?;
+                })?
+                .store;
             // The parent's client holds connections of the parent's runtime: never used here.
             std::mem::forget(std::mem::replace(&mut guard.store, store));
             guard.pid = pid;
@@ -537,6 +781,73 @@ impl RemoteFile {
             );
         }
         Ok(())
+    }
+}
+
+/// What `h5gds info <url>` says of a URL: how it would be read, and whether the object answers.
+#[derive(Debug, Clone)]
+pub struct UrlReport {
+    /// The URL as shown (no user info nor query).
+    pub url: String,
+    /// The remote settings in effect (the S3 and remote rows of `SETTINGS`), where they are valid.
+    pub settings: Option<RemoteSettings>,
+    /// The store, endpoint, region and credentials' source, where the client can be set up.
+    pub facts: Option<StoreFacts>,
+    /// The object as one HEAD finds it, or why it cannot be read.
+    pub object: std::result::Result<ObjectFacts, String>,
+}
+
+/// A remote object as its HEAD answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectFacts {
+    pub size: u64,
+    /// The ETag every read would be conditional on.
+    pub etag: Option<String>,
+    /// The version asked for instead, where the store gives one and no ETag.
+    pub version: Option<String>,
+}
+
+/// How `url` would be read by the driver opened now in this process (its environment), and
+/// whether the object is reachable (one HEAD, as an open makes). Never fails: what goes wrong is
+/// the report's `object` error.
+pub fn url_report(url: &str) -> UrlReport {
+    let shown = shown_url(url);
+    let settings = match RemoteSettings::from_env(|name| std::env::var_os(name)) {
+        Ok(settings) => settings,
+        Err(e) => {
+            return UrlReport {
+                url: shown,
+                settings: None,
+                facts: None,
+                object: Err(e.to_string()),
+            }
+        }
+    };
+    let facts = target_of(url)
+        .map_err(|e| e.to_string())
+        .and_then(|(target, path)| {
+            build_store(&target, &path, &settings, Arc::default())
+                .map(|built| built.facts)
+                .map_err(|why| format!("cannot set up the client: {why}"))
+        });
+    let (facts, object) = match facts {
+        Ok(facts) => {
+            let object = RemoteFile::open(url, 0, &settings)
+                .map(|file| ObjectFacts {
+                    size: file.size,
+                    etag: file.etag.clone(),
+                    version: file.version.clone(),
+                })
+                .map_err(|e| e.to_string());
+            (Some(facts), object)
+        }
+        Err(why) => (None, Err(why)),
+    };
+    UrlReport {
+        url: shown,
+        settings: Some(settings),
+        facts,
+        object,
     }
 }
 
