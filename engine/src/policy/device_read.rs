@@ -152,9 +152,8 @@ pub fn read_stored<'a, 's, E>(
     let threads = stored
         .threads_for(nbytes, &parts, &threads)
         .map_err(&error)?;
-    let region = spanned(sel);
-    let way = Way::Stored(&staged.why);
-    verdict(stored.name(), (stored.element(), nbytes), &region, way);
+    let words = format_args!("{PINNED}, read with no HDF5 call: {}", staged.why);
+    verdict(stored.name(), nbytes as u64, &spanned(sel), "stored", words);
     let mut host = pinned::Taken::new(nbytes);
     // SAFETY: the buffer holds at least `nbytes` bytes and is this call's alone.
     let out = unsafe { std::slice::from_raw_parts_mut(host.as_mut_ptr(), nbytes) };
@@ -197,6 +196,8 @@ pub unsafe fn read<F: ReadFace>(
 ) -> Result<(), F::Error> {
     let (sel, item, name) = (&io.selection, io.item, route.dataset);
     let region = spanned(sel);
+    let bytes = |block: &Block| block.len() * item as u64;
+    let direct_words = format_args!("straight into device memory through the gds driver");
     let refuse = |n| face.not_bool(n);
     let bools = (route.facts.checked_bytes).then_some(&refuse as &dyn Fn(NotBool) -> F::Error);
     let routes = plan(route.storage, &region, blocker(route.facts));
@@ -232,13 +233,18 @@ pub unsafe fn read<F: ReadFace>(
                 // SAFETY: as the caller guarantees.
                 let decoded = unsafe { decoded_on_gpu(face, io, (chunk, codec, reads), &region) };
                 let (missing, words) = decoded?;
-                verdict(name, (item, 0), &region, Way::GpuDecoded(&words));
+                let words =
+                    format_args!("into device memory: {words} (filled through pinned host memory)");
+                verdict(name, bytes(&region), &region, "gpu-decoded", words);
                 return fill_never_written(face, io, &region, &missing, bools);
             }
             (Some(Decoder::Host), Ok(pipeline)) => {
                 let reason = first_staged(&routes);
                 let reason = reason.as_deref().unwrap_or("its chunks are compressed");
-                verdict(name, (item, 0), &region, Way::HostDecoded(reason));
+                let words = format_args!(
+                    "{PINNED}, its chunks decoded by h5gds on the host's threads: {reason}"
+                );
+                verdict(name, bytes(&region), &region, "host-decoded", words);
                 let how = Decoding {
                     pipeline,
                     chunk,
@@ -254,11 +260,12 @@ pub unsafe fn read<F: ReadFace>(
     let split = routes.len() > 1 && sel.step.iter().all(|&s| s == 1);
     if !split {
         let Some(reason) = first_staged(&routes) else {
-            verdict(name, (item, 0), &region, Way::Direct);
+            verdict(name, bytes(&region), &region, "direct", direct_words);
             // SAFETY: as the caller guarantees.
             return unsafe { direct(face, io, &region, None) };
         };
-        verdict(name, (item, 0), &region, Way::Staged(&reason));
+        let words = format_args!("{PINNED}: {reason}");
+        verdict(name, bytes(&region), &region, "staged", words);
         let (pieces, mut ring) = staged_whole(face, io)?;
         let all = Block::whole(sel.count);
         return staged_read(face, io, &mut ring, (&all, &pieces, Step::Staged), bools);
@@ -268,14 +275,20 @@ pub unsafe fn read<F: ReadFace>(
     let buffer = (piece_bytes / item as u64).max(1) as usize * item;
     for (block, way) in &routes {
         let Route::Staged(reason) = way else {
-            verdict(name, (item, 0), block, Way::Direct);
+            verdict(name, bytes(block), block, "direct", direct_words);
             // SAFETY: as the caller guarantees; the block is a box of the region.
             unsafe { direct(face, io, &region, Some(block)) }?;
             continue;
         };
         // The first three reasons of a split read are said.
         if !said.contains(&reason) && said.len() < 3 {
-            verdict(name, (item, 0), block, Way::Staged(reason));
+            verdict(
+                name,
+                bytes(block),
+                block,
+                "staged",
+                format_args!("{PINNED}: {reason}"),
+            );
             said.push(reason);
         }
         let (pieces, _) = pieces(block.len(), piece_bytes, item, &[]);
@@ -290,60 +303,21 @@ pub unsafe fn read<F: ReadFace>(
     Ok(())
 }
 
-/// The way a read (or a block of one) took, for its verdict line.
-enum Way<'a> {
-    /// Read with no HDF5 call, for this reason the driver would stage it.
-    Stored(&'a str),
-    /// Straight through the `gds` driver.
-    Direct,
-    /// Through pinned host buffers HDF5 fills, for this reason.
-    Staged(&'a str),
-    /// Through pinned host buffers its chunks are decoded into by h5gds, for this reason.
-    HostDecoded(&'a str),
-    /// Its written chunks decoded on the GPU, in these words.
-    GpuDecoded(&'a str),
-}
-
 /// Writes a debug line of the engine's (target `h5gds::engine`).
 fn say(line: std::fmt::Arguments<'_>) {
     h5gds::with_logging(|| tracing::debug!(target: "h5gds::engine", "{line}"));
 }
 
-/// Writes the verdict line of `block` (file coordinates) of a read of `dataset` into device
-/// memory (elements of `item` bytes; `bytes`, or 0 for the block's): it went `way`.
-fn verdict(dataset: &str, (item, bytes): (usize, usize), block: &Block, way: Way) {
-    let bytes = match bytes {
-        0 => block.len() * item as u64,
-        n => n as u64,
-    };
-    let (name, words) = match way {
-        Way::Stored(why) => (
-            "stored",
-            format!("into device memory through pinned host memory, read with no HDF5 call: {why}"),
-        ),
-        Way::Direct => (
-            "direct",
-            "straight into device memory through the gds driver".into(),
-        ),
-        Way::Staged(why) => (
-            "staged",
-            format!("into device memory through pinned host memory: {why}"),
-        ),
-        Way::HostDecoded(why) => (
-            "host-decoded",
-            format!(
-                "into device memory through pinned host memory, its chunks decoded by h5gds on \
-                 the host's threads: {why}"
-            ),
-        ),
-        Way::GpuDecoded(words) => (
-            "gpu-decoded",
-            format!("into device memory: {words} (filled through pinned host memory)"),
-        ),
-    };
+/// How the ways through pinned host memory begin their words.
+const PINNED: &str = "into device memory through pinned host memory";
+
+/// Writes the verdict line of `block` (file coordinates, `bytes` long) of a read of `dataset` into
+/// device memory: it went `way` (`stored`, `direct`, `staged`, `host-decoded`, `gpu-decoded`),
+/// as `words` say.
+fn verdict(dataset: &str, bytes: u64, block: &Block, way: &str, words: std::fmt::Arguments<'_>) {
     let (start, count) = (&block.start, &block.count);
     say(format_args!(
-        "h5gds.read {dataset:?}: {bytes} bytes {words} (way={name}; elements {start:?} + \
+        "h5gds.read {dataset:?}: {bytes} bytes {words} (way={way}; elements {start:?} + \
          {count:?})"
     ));
 }
