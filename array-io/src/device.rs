@@ -21,12 +21,13 @@ use crate::ReadOptions;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use h5gds_chunk_codec::{ChunkIndex, Hyperslab};
 use h5gds_engine::chunks::StoredChunks;
-use h5gds_engine::device::{self, Face, Note, ReadFace, ReadRoute, Selected, Step};
+use h5gds_engine::device::{self, Face, Note, ReadFace, Selected, Step};
 use h5gds_engine::facts::StoredLayout;
+use h5gds_engine::policy::device_read::{self, ReadRoute, StoredRead};
 use h5gds_engine::staged::NotBool;
 use h5gds_runtime::cuda::call;
 use h5gds_runtime::staging_ring::StagingRing;
-use h5gds_runtime::stream::synchronize;
+use h5gds_runtime::stream::{copy_to_device, synchronize};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 use std::mem::size_of;
 use std::path::Path;
@@ -365,8 +366,9 @@ impl DeviceSource {
         })
     }
 
-    /// Reads `region` (file coordinates) into a new device array of its shape
-    /// (`h5gds_engine::device::read`, mixed routes split per block).
+    /// Reads `region` (file coordinates) into a new device array of its shape, in the order
+    /// `h5gds_engine::policy::device_read` gives: a read-only file's bytes with no HDF5 call
+    /// where the driver would stage them anyway, else decoded, direct or staged.
     pub fn read<T: Element>(
         &self,
         region: &Block,
@@ -382,6 +384,32 @@ impl DeviceSource {
         // The allocation is usable by other contexts and threads (the driver's) once the
         // stream has made it.
         synchronize(stream)?;
+        let ones = vec![1; region.count.len()];
+        let selection = Hyperslab {
+            start: &region.start,
+            step: &ones,
+            count: &region.count,
+        };
+        let nbytes = region.len() as usize * size_of::<T>();
+        let read = StoredRead {
+            selection: &selection,
+            nbytes,
+            facts: &self.facts,
+            path: self.device_path,
+        };
+        let vfd = || Ok(self.vfd_settings.get_or_init(driver_settings));
+        let stored = || crate::host::stored_of(ds, &self.types);
+        let copy = |host: *const u8| {
+            // SAFETY: `dest` holds the region's `nbytes` (allocated above for its shape); the
+            // pinned buffer holds them until the copy has finished (synchronized here).
+            unsafe { copy_to_device(stream, dest, host, nbytes) }?;
+            Ok(synchronize(stream)?)
+        };
+        let error = |e| crate::host::stored_error(ds, e);
+        if device_read::read_stored(read, stored, vfd, copy, error)? {
+            drop(record);
+            return Ok(array);
+        }
         let face = Moving {
             write: false,
             path: &ds.path,
@@ -391,6 +419,7 @@ impl DeviceSource {
             source: self,
         };
         let route = ReadRoute {
+            dataset: &ds.name,
             layout: &self.layout,
             storage: &self.storage,
             facts: &self.facts,
@@ -398,14 +427,13 @@ impl DeviceSource {
             host: (self.host.as_ref())
                 .map(|p| p.decoding().pipeline)
                 .map_err(Clone::clone),
-            split: true,
         };
         let ids = (ds.dset.id(), self.types.mem.id());
         let at = (dest, size_of::<T>(), self.staging_size);
         face.transfer(ids, (&region.start, &region.count), at, |io| {
             // SAFETY: `dest` holds the region's elements of `T` (allocated above for its
             // shape), alive until `record` is dropped.
-            unsafe { device::read(&face, io, &route) }
+            unsafe { device_read::read(&face, io, &route) }
         })?;
         synchronize(stream)?;
         drop(record);
@@ -488,33 +516,13 @@ impl<S> Face for Moving<'_, S> {
 
     fn note(&self, note: Note) {
         let (path, name, debug) = (self.path.display(), self.name, crate::log::debug);
-        let at = |b: &Block| {
-            let (start, count) = (&b.start, &b.count);
-            format!("{path}: reading {name:?} (elements {start:?} + {count:?})")
-        };
         match note {
-            Note::Direct(_) if self.write => debug(format_args!(
+            Note::Direct(_) => debug(format_args!(
                 "{path}: writing {name:?} straight from device memory through the gds driver"
             )),
-            Note::Staged(_, reason) if self.write => debug(format_args!(
+            Note::Staged(_, reason) => debug(format_args!(
                 "{path}: writing {name:?} through a host staging buffer: {reason}"
             )),
-            Note::Decoder(words) => debug(format_args!("{path}: {name:?}: {words}")),
-            Note::Decoded(done) => debug(format_args!("{path}: {name:?}: {done}")),
-            Note::Direct(b) => debug(format_args!(
-                "{} straight into device memory through the gds driver",
-                at(b)
-            )),
-            Note::Staged(b, reason) => debug(format_args!(
-                "{} through pinned host memory: {reason}",
-                at(b)
-            )),
-            Note::HostDecoding(b, reason) => debug(format_args!(
-                "{} through pinned host memory, its chunks decoded by h5gds on the host's \
-                 threads: {reason}",
-                at(b)
-            )),
-            Note::GpuDecoded(b, words) => debug(format_args!("{}: {words}", at(b))),
         }
     }
 }

@@ -98,7 +98,7 @@ pub(crate) fn read_region<T: Element>(
 /// own bytes, read with no HDF5 call), resolved at the first read of the open dataset and kept;
 /// None where the engine does not serve it (chunks never written, compact, external or virtual
 /// storage, conversions, chunks at all with `H5GDS_HOST_CODEC=0`).
-fn stored_of<'a>(ds: &'a OpenDataset, types: &Types) -> Result<Option<&'a Stored>> {
+pub(crate) fn stored_of<'a>(ds: &'a OpenDataset, types: &Types) -> Result<Option<&'a Stored>> {
     if types.conversion.is_some() {
         return Ok(None);
     }
@@ -126,7 +126,7 @@ fn stored_of<'a>(ds: &'a OpenDataset, types: &Types) -> Result<Option<&'a Stored
 }
 
 /// The engine's error as array-io's, naming the file and the dataset.
-fn stored_error(ds: &OpenDataset, e: StoredError) -> Error {
+pub(crate) fn stored_error(ds: &OpenDataset, e: StoredError) -> Error {
     match e {
         StoredError::Corrupt { chunk, reason, .. } => Error::ChunkDecode {
             path: ds.path.clone(),

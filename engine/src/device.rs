@@ -4,25 +4,25 @@
 //! `gds` driver (H5Dread/H5Dwrite with the device pointer, through a [`Prepared`] transfer),
 //! staged through pinned buffers (`staged`), decoded by h5gds on the host's threads into those
 //! buffers (`decoded`), or decoded on the GPU (`h5gds_gpu_codec::decode`) with the chunks never
-//! written filled through the staged path. What the faces differ in is a [`Face`] (a [`ReadFace`]
-//! for reads): HDF5's lock, the ring of streams, the words of errors and log lines ([`Note`]), and
-//! whether a read whose routes mix moves each block its own way ([`ReadRoute::split`]).
+//! written filled through the staged path. The order a read takes among them is
+//! `crate::policy::device_read`'s, which writes its verdict lines. What the faces differ in is a
+//! [`Face`] (a [`ReadFace`] for reads): HDF5's lock, the ring of streams, the words of errors and
+//! of a write's log lines ([`Note`]).
 
 use crate::chunks::{self, StoredChunks};
 use crate::decoded::{self, Decoded};
 use crate::facts::StoredLayout;
-use crate::gpu_decoded::{self, CompressedRead};
 use crate::staged::{self, hyperslab_piece, NotBool};
 use crate::transfer::Prepared;
 use h5gds::VfdSettings;
-use h5gds_chunk_codec::{ChunkIndex, Decoding, Hyperslab, Pipeline, RawChunks};
+use h5gds_chunk_codec::{ChunkIndex, Decoding, Hyperslab};
 use h5gds_gpu_codec::decode::{self, Decoding as GpuDecoding, HostReads};
 use h5gds_gpu_codec::DeviceFailure;
-use h5gds_route::route::{blocker, data_blocker, plan, Decoder, GpuCodec, Route, Storage};
+use h5gds_route::route::{plan, GpuCodec, Route, Storage};
 use h5gds_route::select::{chunks_touching, decoded_pieces, flat_range_blocks, Block, Runs};
 use h5gds_route::select::{staged_piece_bytes, staging_pieces};
 use h5gds_runtime::cuda::CudaError;
-use h5gds_runtime::settings::{self, DevicePath, InvalidSetting};
+use h5gds_runtime::settings::{self, InvalidSetting};
 use h5gds_runtime::staging_ring::{RingStream, StagingRing};
 use h5gds_runtime::stream::CudaStream;
 use std::collections::HashSet;
@@ -41,22 +41,12 @@ pub enum Step {
     Codec,
 }
 
-/// What a transfer is about to do, for the face's log line (blocks in file coordinates).
+/// What a write is about to do, for the face's log line (the region in file coordinates).
 pub enum Note<'a> {
-    /// Where the chunks are decoded, and why, in words ("its chunks are decoded ...").
-    Decoder(&'a str),
-    /// The block moves straight through the driver.
+    /// The region moves straight through the driver.
     Direct(&'a Block),
-    /// The block moves through pinned host memory, for this reason (the first three reasons of
-    /// a split read).
+    /// The region moves through pinned host memory, for this reason.
     Staged(&'a Block, &'a str),
-    /// The region moves through pinned host memory, its chunks decoded by h5gds, for this reason.
-    HostDecoding(&'a Block, &'a str),
-    /// What one piece of a host-decoded read did.
-    Decoded(&'a Decoded),
-    /// The region's chunks written were decoded on the GPU, in words (how many moved compressed
-    /// and how, how many were never written); the chunks never written are filled next.
-    GpuDecoded(&'a Block, &'a str),
 }
 
 /// What a device transfer leaves to its face.
@@ -78,7 +68,7 @@ pub trait Face {
     /// The error of a failed `step`; `message`: HDF5's (or nvCOMP's) words.
     fn failed(&self, step: Step, message: String) -> Self::Error;
 
-    /// Writes the log line of `note`, before the step it names.
+    /// Writes the log line of a write's `note`, before the step it names.
     fn note(&self, note: Note);
 }
 
@@ -165,7 +155,7 @@ pub fn staged_reason(storage: &Storage, region: &Block, blocker: Option<String>)
     first_staged(&plan(storage, region, blocker))
 }
 
-fn first_staged(routes: &[(Block, Route)]) -> Option<String> {
+pub(crate) fn first_staged(routes: &[(Block, Route)]) -> Option<String> {
     routes.iter().find_map(|(_, route)| match route {
         Route::Staged(reason) => Some(reason.clone()),
         Route::Direct => None,
@@ -186,27 +176,14 @@ pub struct Selected<'a> {
     pub staging_size: usize,
 }
 
-/// What a read's way is decided over.
-pub struct ReadRoute<'a> {
-    /// How the dataset is stored: HDF5's words (filtered chunks: where they are decoded is asked
-    /// first), and route's ([`storage`]).
-    pub layout: &'a StoredLayout,
-    pub storage: &'a Storage,
-    pub facts: &'a h5gds_route::route::Transfer,
-    /// The device path the settings ask for (`H5GDS_USE_VFD_GDS`).
-    pub path: DevicePath,
-    /// How h5gds decodes filtered chunks on the host's threads, or why it cannot (the face's
-    /// verdict).
-    pub host: Result<&'a Pipeline, String>,
-    /// Whether a read whose routes mix moves each block its own way (array-io), rather than
-    /// staging all of it for the first staged block's reason (the extension). Only selections
-    /// of steps 1 are split.
-    pub split: bool,
-}
-
 /// The pieces of `elements` elements of `item` bytes staged through buffers of `piece_bytes`,
 /// and the bytes a buffer needs.
-fn pieces(elements: u64, piece_bytes: u64, item: usize, cuts: &[u64]) -> (Vec<(u64, u64)>, usize) {
+pub(crate) fn pieces(
+    elements: u64,
+    piece_bytes: u64,
+    item: usize,
+    cuts: &[u64],
+) -> (Vec<(u64, u64)>, usize) {
     let per = (piece_bytes / item as u64).max(1);
     (
         staging_pieces(elements, per, cuts),
@@ -217,24 +194,17 @@ fn pieces(elements: u64, piece_bytes: u64, item: usize, cuts: &[u64]) -> (Vec<(u
 /// The bytes of the pieces of the selection moved through HDF5: an eighth of it, at least a task
 /// for each of the driver's I/O threads, at most a staging buffer
 /// (`route::select::staged_piece_bytes`).
-fn through_hdf5<F: Face>(face: &F, io: &Selected) -> Result<u64, F::Error> {
+pub(crate) fn through_hdf5<F: Face>(face: &F, io: &Selected) -> Result<u64, F::Error> {
     let floor = face.driver()?.task_round_bytes() as u64;
     let total = io.selection.count.iter().product::<u64>() * io.item as u64;
     Ok(staged_piece_bytes(total, io.staging_size as u64, floor))
 }
 
 /// Pieces of a transfer and the ring they move through.
-type Staging<F> = (Vec<(u64, u64)>, StagingRing<<F as Face>::Stream>);
+pub(crate) type Staging<F> = (Vec<(u64, u64)>, StagingRing<<F as Face>::Stream>);
 
-/// The pieces of the whole selection staged through HDF5 for `reason` (noted first), and their
-/// ring.
-fn staged_whole<F: Face>(
-    face: &F,
-    io: &Selected,
-    region: &Block,
-    reason: &str,
-) -> Result<Staging<F>, F::Error> {
-    face.note(Note::Staged(region, reason));
+/// The pieces of the whole selection staged through HDF5, and their ring.
+pub(crate) fn staged_whole<F: Face>(face: &F, io: &Selected) -> Result<Staging<F>, F::Error> {
     let elements: u64 = io.selection.count.iter().product();
     let (pieces, bytes) = pieces(elements, through_hdf5(face, io)?, io.item, &[]);
     let ring = face.ring(bytes, pieces.len())?;
@@ -261,10 +231,12 @@ pub unsafe fn write<F: Face>(
     let (sel, item) = (&io.selection, io.item);
     let region = spanned(sel);
     let Some(reason) = staged else {
+        face.note(Note::Direct(&region));
         // SAFETY: as the caller guarantees.
         return unsafe { direct(face, io, &region, None) };
     };
-    let (pieces, mut ring) = staged_whole(face, io, &region, reason)?;
+    face.note(Note::Staged(&region, reason));
+    let (pieces, mut ring) = staged_whole(face, io)?;
     face.locked(|| {
         // The next piece comes from the device while this one is written.
         staged::write(&mut ring, &pieces, item, io.address, |a, b, buf| {
@@ -281,14 +253,13 @@ pub unsafe fn write<F: Face>(
 /// the file and the device array, the driver taking the device pointer.
 ///
 /// # Safety
-/// As [`write`] and [`read`].
-unsafe fn direct<F: Face>(
+/// As [`write`], the array writable for a read.
+pub(crate) unsafe fn direct<F: Face>(
     face: &F,
     io: &Selected,
     region: &Block,
     block: Option<&Block>,
 ) -> Result<(), F::Error> {
-    face.note(Note::Direct(block.unwrap_or(region)));
     face.locked(|| match block {
         // SAFETY: the array holds the selection (checked by `prepare`), as the caller
         // guarantees; the route says HDF5 hands the pointer to the driver untouched.
@@ -302,108 +273,10 @@ unsafe fn direct<F: Face>(
     .map_err(|m| face.failed(Step::Direct, m))
 }
 
-/// Reads the selection into device memory, each part its way: compressed chunks decoded on the
-/// GPU or by h5gds on the host's threads where `gpu_decoded::decoder` says, else as
-/// `route::plan` says. Every copy has finished when this returns.
-///
-/// # Safety
-/// As [`write`], the array writable.
-pub unsafe fn read<F: ReadFace>(
-    face: &F,
-    io: &Selected,
-    route: &ReadRoute,
-) -> Result<(), F::Error> {
-    let (sel, item) = (&io.selection, io.item);
-    let region = spanned(sel);
-    let refuse = |n| face.not_bool(n);
-    let bools = (route.facts.checked_bytes).then_some(&refuse as &dyn Fn(NotBool) -> F::Error);
-    let routes = plan(route.storage, &region, blocker(route.facts));
-    let compressed = match route.layout {
-        StoredLayout::Chunked { chunk, filters, .. } if !filters.is_empty() => {
-            Some((chunk, filters))
-        }
-        _ => None,
-    };
-    if let Some((chunk, filters)) = compressed {
-        let threads = face.driver()?.nthreads;
-        // Stored chunks the host's threads read reach the GPU without the driver: a file open
-        // with sec2 blocks the driver's path, not decoding on the GPU.
-        let direct_file = || face.stored_chunks(chunk, 0).ok()?.direct_file();
-        let other = route.facts.other_driver.as_deref();
-        let reads = gpu_decoded::host_reads(route.path, other, face.driver()?, direct_file);
-        let blocker = match reads {
-            Some(_) => data_blocker(route.facts),
-            None => blocker(route.facts),
-        };
-        let (choice, words) = gpu_decoded::decoder(CompressedRead {
-            filters: &filters.iter().map(|f| f.id).collect::<Vec<_>>(),
-            chunk,
-            selection: sel,
-            item,
-            blocker,
-            host: route.host.as_ref().map(drop).map_err(Clone::clone),
-            host_threads: threads,
-        })?;
-        face.note(Note::Decoder(&words));
-        match (choice, &route.host) {
-            (Some(Decoder::Gpu(codec)), _) => {
-                // SAFETY: as the caller guarantees.
-                return unsafe { decoded_on_gpu(face, io, (chunk, codec, reads), &region, bools) };
-            }
-            (Some(Decoder::Host), Ok(pipeline)) => {
-                let reason = first_staged(&routes);
-                let reason = reason.as_deref().unwrap_or("its chunks are compressed");
-                face.note(Note::HostDecoding(&region, reason));
-                let how = Decoding {
-                    pipeline,
-                    chunk,
-                    element_size: item,
-                    threads,
-                };
-                return decoded_on_host(face, io, &how, bools);
-            }
-            _ => {}
-        }
-    }
-    let split = route.split && routes.len() > 1 && sel.step.iter().all(|&s| s == 1);
-    if !split {
-        let Some(reason) = first_staged(&routes) else {
-            // SAFETY: as the caller guarantees.
-            return unsafe { direct(face, io, &region, None) };
-        };
-        let (pieces, mut ring) = staged_whole(face, io, &region, &reason)?;
-        let all = Block::whole(sel.count);
-        return staged_read(face, io, &mut ring, (&all, &pieces, Step::Staged), bools);
-    }
-    let (mut ring, mut said) = (None, Vec::new());
-    let piece_bytes = through_hdf5(face, io)?;
-    let buffer = (piece_bytes / item as u64).max(1) as usize * item;
-    for (block, way) in &routes {
-        let Route::Staged(reason) = way else {
-            // SAFETY: as the caller guarantees; the block is a box of the region.
-            unsafe { direct(face, io, &region, Some(block)) }?;
-            continue;
-        };
-        if !said.contains(&reason) && said.len() < 3 {
-            face.note(Note::Staged(block, reason));
-            said.push(reason);
-        }
-        let (pieces, _) = pieces(block.len(), piece_bytes, item, &[]);
-        // One ring for every staged block, its buffers sized for the whole region's pieces.
-        let ring = match &mut ring {
-            Some(ring) => ring,
-            None => ring.insert(face.ring(buffer, pieces.len())?),
-        };
-        let inside = block.relative_to(&region.start);
-        staged_read(face, io, ring, (&inside, &pieces, Step::Staged), bools)?;
-    }
-    Ok(())
-}
-
 /// Reads `block` (of the selection's elements: a box of its `count`) into its place in the
 /// device array through `ring`, HDF5 filling the buffers piece by piece (its failure the
 /// `step`'s).
-fn staged_read<F: ReadFace>(
+pub(crate) fn staged_read<F: ReadFace>(
     face: &F,
     io: &Selected,
     ring: &mut StagingRing<F::Stream>,
@@ -432,11 +305,13 @@ fn staged_read<F: ReadFace>(
 /// Reads the selection through pinned buffers that h5gds decodes its chunks into on the host's
 /// threads (`decoded::read_hyperslab`), in pieces that end where the selection enters a new layer
 /// of chunks (`route::select::decoded_pieces`), so no chunk is decoded twice.
-fn decoded_on_host<F: ReadFace>(
+/// `tell` hears what each piece's decoding did.
+pub(crate) fn decoded_on_host<F: ReadFace>(
     face: &F,
     io: &Selected,
     how: &Decoding,
     bools: Option<&dyn Fn(NotBool) -> F::Error>,
+    tell: &dyn Fn(&Decoded),
 ) -> Result<(), F::Error> {
     let (sel, item) = (&io.selection, io.item);
     let staging = io.staging_size as u64;
@@ -467,7 +342,7 @@ fn decoded_on_host<F: ReadFace>(
                 let out = &mut buf[at..at + block.len() as usize * item];
                 let open = |touched| face.stored_chunks(how.chunk, touched);
                 let done = decoded::read_hyperslab(how, mem_type, selection, open, out)?;
-                face.note(Note::Decoded(&done));
+                tell(&done);
                 at += out.len();
             }
             Ok(())
@@ -475,19 +350,18 @@ fn decoded_on_host<F: ReadFace>(
     )
 }
 
-/// Reads `region` (the selection, of steps 1 where a step counts) decoding its written chunks on
-/// the GPU with nvCOMP (`h5gds_gpu_codec::decode`), then the parts in chunks never written
-/// through the staged path, where HDF5 fills them with the fill value.
+/// Reads the written chunks of `region` (the selection, of steps 1 where a step counts),
+/// decoding them on the GPU with nvCOMP (`h5gds_gpu_codec::decode`); returns the parts in chunks
+/// never written (for [`fill_never_written`]) and what was done, in words.
 ///
 /// # Safety
-/// As [`read`].
-unsafe fn decoded_on_gpu<F: ReadFace>(
+/// As `policy::device_read::read`.
+pub(crate) unsafe fn decoded_on_gpu<F: ReadFace>(
     face: &F,
     io: &Selected,
     (chunk, codec, host_reads): (&[u64], GpuCodec, Option<HostReads>),
     region: &Block,
-    bools: Option<&dyn Fn(NotBool) -> F::Error>,
-) -> Result<(), F::Error> {
+) -> Result<(Vec<Block>, String), F::Error> {
     let lib = h5gds_gpu_codec::nvcomp::library().map_err(|m| face.failed(Step::Codec, m))?;
     let how = GpuDecoding {
         lib,
@@ -503,7 +377,7 @@ unsafe fn decoded_on_gpu<F: ReadFace>(
     let dest = io.address;
     // The chunks written (as the index lists them) decoded into place; those never written
     // left for HDF5 to fill.
-    let (missing, words) = face.with_index(chunk, touched.collect(), |source, index| {
+    face.with_index(chunk, touched.collect(), |source, index| {
         let (mut present, missing) = decode::split(index, region, chunk);
         decode::read(source, &how, &mut present, region, dest, &stream)?;
         let words = format!(
@@ -514,16 +388,25 @@ unsafe fn decoded_on_gpu<F: ReadFace>(
             missing.len()
         );
         Ok((missing, words))
-    })?;
-    face.note(Note::GpuDecoded(region, &words));
-    // HDF5 reads the parts in chunks never written (their fill value) through the ring's buffers.
+    })
+}
+
+/// Reads the `missing` parts of `region` (in chunks never written) through the staged path,
+/// where HDF5 fills them with the fill value.
+pub(crate) fn fill_never_written<F: ReadFace>(
+    face: &F,
+    io: &Selected,
+    region: &Block,
+    missing: &[Block],
+    bools: Option<&dyn Fn(NotBool) -> F::Error>,
+) -> Result<(), F::Error> {
     let staging = |part: &Block| pieces(part.len(), io.staging_size as u64, io.item, &[]);
     let Some(largest) = missing.iter().max_by_key(|part| part.len()) else {
         return Ok(());
     };
     let (largest, bytes) = staging(largest);
     let mut ring = face.ring(bytes, largest.len())?;
-    for part in &missing {
+    for part in missing {
         let (inside, never) = (part.relative_to(&region.start), Step::NeverWritten);
         staged_read(
             face,

@@ -9,8 +9,8 @@
 //! transfer through HDF5 ([`transfer`]), the reads whose chunks h5gds decodes on the host's cores
 //! ([`decoded`]), where chunks bound for device memory are decoded ([`gpu_decoded`]), the staged
 //! path through pinned host buffers ([`staged`]), one transfer between a dataset and device
-//! memory, each of those ways chosen and run, the GPU-decoded read among them ([`device`]),
-//! and the compressed writes whose chunks h5gds encodes on the host's cores ([`encoded`]).
+//! memory, each of those ways run, the GPU-decoded read among them ([`device`]), the order a
+//! transfer takes among the ways and its verdict lines ([`policy`]), and the compressed writes whose chunks h5gds encodes on the host's cores ([`encoded`]).
 
 pub mod chunks;
 pub mod collective;
@@ -19,6 +19,7 @@ pub mod device;
 pub mod encoded;
 pub mod facts;
 pub mod gpu_decoded;
+pub mod policy;
 pub mod rows;
 pub mod staged;
 pub mod stored;

@@ -201,14 +201,10 @@ impl<'py> Call<'py> {
     }
 
     /// Reads through the dataset's layout, where its file is read-only and the layout serves the
-    /// selection (device arrays: where the driver would stage the read anyway); false, having
-    /// read nothing, otherwise. Bools into device memory take the driver's path, which checks
-    /// their bytes.
+    /// selection (device arrays: where the engine's stored way takes it); false, having read
+    /// nothing, otherwise.
     fn read_through_layout(&self, py: Python<'py>) -> PyResult<bool> {
         let device = self.array.device.as_ref();
-        if device.is_some() && self.array.bools()? {
-            return Ok(false);
-        }
         let Some(layout) = self.target.layout(py)? else {
             return Ok(false);
         };
@@ -226,6 +222,7 @@ impl<'py> Call<'py> {
                     nbytes,
                     claimed_ordinal: *claimed_ordinal,
                     stream: self.array.stream,
+                    bools: self.array.bools()?,
                 };
                 layout.read_into_device(py, &sel, &out, &self.settings)
             }

@@ -306,6 +306,7 @@ fn device_out<'py>(
         nbytes,
         claimed_ordinal: None,
         stream,
+        bools: false,
     })
 }
 

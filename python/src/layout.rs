@@ -2,19 +2,20 @@
 //! storage, resolved once under h5py's lock while it cannot change (the file open read-only and
 //! not for SWMR reading, through sec2 or `gds` with no user block), serves `h5gds.read` into host
 //! memory from any number of threads at once, with neither h5py's lock nor the GIL held while
-//! bytes move; reads into device memory that would be staged anyway go through pinned memory.
+//! bytes move; reads into device memory take the engine's stored way
+//! (`h5gds_engine::policy::device_read::read_stored`) where it says.
 
 use crate::call_settings::CallSettings;
-use crate::device;
+use crate::device::{self, DeviceError};
 use crate::device_error;
 use crate::gather::HostBuffer;
 use crate::hdf5::{self, Hid};
 use h5gds_chunk_codec::Hyperslab;
-use h5gds_engine::gpu_decoded;
+use h5gds_engine::policy::device_read::{read_stored, StoredRead};
 use h5gds_engine::rows::RowPlan;
 use h5gds_engine::stored::{self, Stored, StoredError};
-use h5gds_route::route::Decoder;
-use h5gds_runtime::pinned;
+use h5gds_route::route::Transfer;
+use h5gds_runtime::settings::environment_device_path;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
@@ -22,14 +23,9 @@ use pyo3::prelude::*;
 #[pyclass(frozen, module = "h5gds._native")]
 pub struct Layout {
     stored: Stored,
-    /// The file is open with sec2 (else `gds`): the driver would stage device reads.
-    sec2: bool,
-}
-
-/// Whether the file holding `dataset` is open with sec2 (`hdf5::direct_file` serves sec2 and
-/// `gds` only). The caller holds h5py's lock.
-fn sec2(dataset: Hid) -> bool {
-    matches!(hdf5::other_driver(dataset), Ok(Some(_)))
+    /// The driver the file is open with when it is not `gds` (sec2: `hdf5::direct_file` serves
+    /// those two only), which reads only into host memory.
+    other_driver: Option<String>,
 }
 
 /// The engine's errors as Python's: the caller's selection, buffer or settings a ValueError,
@@ -47,12 +43,14 @@ fn log(message: std::fmt::Arguments<'_>) {
 }
 
 /// A device array a read fills: `nbytes` at `address`, on device `claimed_ordinal` if the array
-/// says, its producer's `stream` (0: none) waited for first.
+/// says, its producer's `stream` (0: none) waited for first; `bools`: of bools, whose bytes are
+/// checked on their way.
 pub(crate) struct DeviceOut {
     pub address: u64,
     pub nbytes: usize,
     pub claimed_ordinal: Option<i32>,
     pub stream: u64,
+    pub bools: bool,
 }
 
 #[pymethods]
@@ -86,7 +84,7 @@ impl Layout {
         let resolved = Stored::resolve(name, file, shape, element, facts.layout, index, log)?;
         Ok(resolved.map(|stored| Layout {
             stored,
-            sec2: sec2(dataset),
+            other_driver: hdf5::other_driver(dataset).ok().flatten(),
         }))
     }
 
@@ -116,7 +114,7 @@ impl Layout {
 
     /// Reads the hyperslab (`start`, `step`, `count`) into the device array at `address`
     /// (`nbytes`; on device `claimed_ordinal` if it says; its producer's `stream`, 0 for none,
-    /// waited for first) where the layout serves it ([`Layout::read_into_device`]); False when
+    /// waited for first) where the stored way takes it ([`Layout::read_into_device`]); False when
     /// the driver or HDF5 is to read it, nothing read then. The caller keeps the array alive.
     #[allow(clippy::too_many_arguments)]
     fn read_to_device(
@@ -140,17 +138,17 @@ impl Layout {
             nbytes,
             claimed_ordinal,
             stream,
+            bools: false,
         };
         self.read_into_device(py, &sel, &out, &CallSettings::default())
     }
 }
 
 impl Layout {
-    /// Reads the hyperslab `sel` into the device array `out` where the read would be staged
-    /// through pinned memory anyway (`device::staged_anyway`), and compressed chunks are decoded
-    /// faster on the host than on the GPU (`route::choose_decoder`): read with no HDF5 call into
-    /// pinned host memory, then copied up, with neither h5py's lock nor the GIL held. False when
-    /// the driver or HDF5 is to read it; nothing was read then. The caller keeps the array alive.
+    /// Reads the hyperslab `sel` into the device array `out` where the engine's stored way takes
+    /// it (`policy::device_read::read_stored`: read with no HDF5 call into pinned host memory,
+    /// then copied up), with neither h5py's lock nor the GIL held. False when the driver or HDF5
+    /// is to read it; nothing was read then. The caller keeps the array alive.
     pub(crate) fn read_into_device(
         &self,
         py: Python<'_>,
@@ -158,73 +156,31 @@ impl Layout {
         out: &DeviceOut,
         settings: &CallSettings,
     ) -> PyResult<bool> {
-        let nbytes = out.nbytes;
-        self.stored
-            .check(sel, nbytes)
-            .map_err(PyValueError::new_err)?;
-        if nbytes == 0 {
-            return Ok(false);
-        }
-        let staged = device::staged_anyway(nbytes, self.sec2, settings).map_err(device_error)?;
-        let Some(staged) = staged else {
-            return Ok(false);
+        let facts = Transfer {
+            checked_bytes: out.bools,
+            other_driver: self.other_driver.clone(),
+            ..Transfer::default()
         };
-        let why = &staged.why;
-        if let Some(storage) = self.stored.filtered_chunks() {
-            // A layout's file is open read-only, so with sec2 the stored chunks can still
-            // reach the GPU, read by the host's threads (`gpu_decoded::host_reads`).
-            let blocker = (staged.past_the_driver && !self.sec2).then(|| why.clone());
-            let (filters, chunk) = storage;
-            let read = gpu_decoded::CompressedRead {
-                filters,
-                chunk,
-                selection: sel,
-                item: self.stored.element(),
-                blocker,
-                // The layout resolved only with a pipeline h5gds decodes (`Stored::resolve`).
-                host: Ok(()),
-                host_threads: settings.nthreads().map_err(PyValueError::new_err)?,
-            };
-            let (choice, _) =
-                gpu_decoded::decoder(read).map_err(|e| PyValueError::new_err(e.to_string()))?;
-            if choice != Some(Decoder::Host) {
-                return Ok(false);
-            }
-        }
-        let Some(parts) = self.stored.serves(sel).map_err(PyValueError::new_err)? else {
-            return Ok(false);
+        let path = environment_device_path().map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let read = StoredRead {
+            selection: sel,
+            nbytes: out.nbytes,
+            facts: &facts,
+            path,
         };
-        let threads = || settings.nthreads();
-        let threads = self
-            .stored
-            .threads_for(nbytes, &parts, &threads)
-            .map_err(py_error)?;
-        h5gds::with_logging(|| {
-            tracing::info!(
-                "h5gds.read {:?}: {nbytes} bytes into device memory through pinned host memory, \
-                 read with no HDF5 call: {why}",
-                self.stored.name()
-            )
-        });
-        let (address, claimed_ordinal, stream) = (out.address, out.claimed_ordinal, out.stream);
-        py.detach(|| {
-            let mut host = pinned::Taken::new(nbytes);
-            // SAFETY: the buffer holds at least `nbytes` bytes and is this call's alone.
-            let out = unsafe { std::slice::from_raw_parts_mut(host.as_mut_ptr(), nbytes) };
-            self.stored
-                .read_served(sel, &parts, out, threads)
-                .map_err(|e| device::DeviceError::Failed(e.to_string()))?;
-            device::copy_with_host(
-                address,
-                nbytes,
-                claimed_ordinal,
-                stream,
-                host.as_mut_ptr() as usize,
-                true,
-            )
-        })
-        .map_err(device_error)?;
-        Ok(true)
+        let (address, nbytes, claimed, stream) =
+            (out.address, out.nbytes, out.claimed_ordinal, out.stream);
+        let copy = |host: *const u8| {
+            let host = host as usize;
+            device::copy_with_host(address, nbytes, claimed, stream, host, true)
+        };
+        let stored = || Ok(Some(&self.stored));
+        let error = |e: StoredError| match e {
+            StoredError::Invalid(m) => DeviceError::Argument(m),
+            failed => DeviceError::Failed(failed.to_string()),
+        };
+        py.detach(|| read_stored(read, stored, || settings.get(), copy, error))
+            .map_err(device_error)
     }
 
     /// Reads the hyperslab `sel` into the host buffer at `buffer` (`nbytes`), with the GIL

@@ -117,6 +117,8 @@ class Counters:
         cufile, copies = ("cufile_reads", "htod") if op == "read" else ("cufile_writes", "dtoh")
         if route == "gds":
             moved = self.delta(cufile) > 0 and (library_copies or self.delta(copies) == 0)
+        elif route == "mixed":
+            moved = self.delta(cufile) > 0 and self.delta(copies) > 0
         else:
             moved = self.delta(cufile) == 0 and self.delta(copies) > 0
         assert moved, f"{what}: a {route} {op} expected ({self.before} -> {self.after})"

@@ -756,7 +756,7 @@ def test_device_arrays_go_to_and_from_files_straight_through_gds_on_the_emulator
     for name in ("libcuda.so.1", "libcufile.so.0"):
         (libs / name).symlink_to(emulator_library())
     proc = subprocess.run([sys.executable, "-c", DEVICE_CHILD, str(tmp_path)], cwd=Path(__file__).parent,
-                          env=clean_env({"LD_LIBRARY_PATH": str(libs), "H5GDS_EMU_DEVICES": "1", "H5GDS_LOG": "info",
+                          env=clean_env({"LD_LIBRARY_PATH": str(libs), "H5GDS_EMU_DEVICES": "1", "H5GDS_LOG": "info,h5gds::engine=debug",
                                          "PYTHONPATH": str(Path(__file__).parent)}),
                           capture_output=True, text=True, timeout=120)
     assert_ran(proc, "the device child")
@@ -770,7 +770,8 @@ def test_device_arrays_go_to_and_from_files_straight_through_gds_on_the_emulator
         "chunked True 0 True",  # the chunk cache off, as array-io opens files for device reads
     ], proc.stdout
     assert 'h5gds.write "/g/x": 308400 bytes straight from device memory through the gds driver' in proc.stderr
-    assert 'h5gds.read "/g/x": 308400 bytes straight into device memory through the gds driver' in proc.stderr
+    assert ('h5gds.read "/g/x": 308400 bytes straight into device memory through the gds driver (way=direct'
+            in proc.stderr)
 
 
 FIRST_READ_CHILD = """

@@ -3,14 +3,13 @@
 //! device memory of a device this process sees, the whole array inside one allocation), the
 //! producer's stream synchronised, then the engine moves the bytes (straight through the `gds`
 //! driver, staged through pinned host buffers, or compressed chunks decoded on the GPU or by
-//! h5gds on the host's threads) on the runtime's streams, under h5py's lock, a selection whose
-//! routes mix staged whole; errors and log lines are the extension's.
+//! h5gds on the host's threads) on the runtime's streams, under h5py's lock, in the order
+//! `h5gds_engine::policy::device_read` gives (which writes a read's verdict lines); errors and a
+//! write's log lines are the extension's.
 
-mod host_reads;
 mod pointer;
 mod tile;
 
-pub use host_reads::staged_anyway;
 use pointer::checked_pointer;
 pub use pointer::{copy_with_host, device_count};
 pub use tile::write_tile;
@@ -22,7 +21,8 @@ use cudarc::driver::{CudaContext, CudaStream};
 use h5gds_chunk_codec::{ChunkIndex, Hyperslab, Pipeline};
 use h5gds_engine::chunks::StoredChunks;
 use h5gds_engine::decoded;
-use h5gds_engine::device::{self, Face, Note, ReadFace, ReadRoute, Selected, Step};
+use h5gds_engine::device::{self, Face, Note, ReadFace, Selected, Step};
+use h5gds_engine::policy::device_read::{self, ReadRoute};
 use h5gds_engine::staged::{self, NotBool, ThreadLane};
 use h5gds_route::route::{blocker, Transfer};
 use h5gds_route::select::chunks_touching;
@@ -62,7 +62,7 @@ fn argument(message: String) -> DeviceError {
 }
 
 /// Checks the array's memory with CUDA, then moves the bytes as the engine decides
-/// (`h5gds_engine::device`, a mixed route staged whole). `layout`: how the dataset is stored, as
+/// (`h5gds_engine::device` for a write, `policy::device_read` for a read). `layout`: how the dataset is stored, as
 /// h5py's HDF5 reported it (`hdf5::dataset_facts`), with the stored element's size, which with
 /// the chunk cache's size tells whether HDF5 copies a chunk through its cache.
 pub fn run(t: DeviceTransfer, layout: StoredLayout, stored_size: usize) -> Result<(), DeviceError> {
@@ -131,15 +131,15 @@ pub fn run(t: DeviceTransfer, layout: StoredLayout, stored_size: usize) -> Resul
             _ => Err("it is not chunked".into()),
         };
         let route = ReadRoute {
+            dataset: t.dataset_name,
             layout: &layout,
             storage: &storage,
             facts: &facts,
             path,
             host: host.as_ref().map_err(Clone::clone),
-            split: false,
         };
         // SAFETY: as for the write, the array writable (the caller's checked `out`).
-        unsafe { device::read(&face, &io, &route) }
+        unsafe { device_read::read(&face, &io, &route) }
     };
     // The array may be freed once this returns; the driver must not keep its range.
     forget_device_range(pointer.base);
@@ -182,33 +182,16 @@ impl Face for Moving<'_> {
     }
 
     fn note(&self, note: Note) {
-        let (t, size) = (self.t, self.staging_size);
-        let (op, way) = match t.write {
-            true => ("write", "from"),
-            false => ("read", "into"),
-        };
-        let (name, nbytes) = (t.dataset_name, t.nbytes);
+        let (name, nbytes, size) = (self.t.dataset_name, self.t.nbytes, self.staging_size);
         h5gds::with_logging(|| match note {
-            Note::Decoder(words) => tracing::info!("h5gds.read {name:?}: {words}"),
             Note::Direct(_) => tracing::info!(
-                "h5gds.{op} {name:?}: {nbytes} bytes straight {way} device memory through the \
+                "h5gds.write {name:?}: {nbytes} bytes straight from device memory through the \
                  gds driver"
             ),
             Note::Staged(_, reason) => tracing::info!(
-                "h5gds.{op} {name:?}: {nbytes} bytes {way} device memory through pinned host \
+                "h5gds.write {name:?}: {nbytes} bytes from device memory through pinned host \
                  memory (pieces of up to {size} bytes): {reason}"
             ),
-            Note::HostDecoding(_, reason) => tracing::info!(
-                "h5gds.read {name:?}: {nbytes} bytes into device memory through pinned host \
-                 memory (pieces of up to {size} bytes), its chunks decoded by h5gds on the host's \
-                 threads: {reason}"
-            ),
-            Note::GpuDecoded(_, words) => tracing::info!(
-                "h5gds.read {name:?}: {nbytes} bytes into device memory: {words} (filled through \
-                 pinned host memory)"
-            ),
-            // The pieces decoded on the host are not logged one by one.
-            Note::Decoded(_) => {}
         })
     }
 }
