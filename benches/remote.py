@@ -129,9 +129,15 @@ def _proxy_main(listen_port, upstream_port, one_way, requests, ready):
         except OSError:
             client_writer.close()
             return
-        await asyncio.gather(pump(client_reader, up_writer, True), pump(up_reader, client_writer, False))
+        # Whichever side ends first (its bytes delivered) ends the connection on both: a client
+        # must not send its next request into a connection the server has closed.
+        tasks = {asyncio.create_task(pump(client_reader, up_writer, True)),
+                 asyncio.create_task(pump(up_reader, client_writer, False))}
+        _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for w in (up_writer, client_writer):
             w.close()
+        for task in pending:
+            task.cancel()
 
     async def main():
         server = await asyncio.start_server(handle, "127.0.0.1", listen_port, backlog=256)
