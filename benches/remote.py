@@ -24,13 +24,14 @@ it makes its own environment, ``target/bench-remote-venv``, with the pinned pack
 wheel, and re-runs itself there::
 
     python3 benches/remote.py                 # HTTP (nginx), 256 MiB, 3 rounds
-    python3 benches/remote.py --s3 --size 64M # also S3 (moto's server)
+    python3 benches/remote.py --s3 --size 16M # also S3 (moto's server), at 0 ms only
 """
 
 import argparse
 import asyncio
 import multiprocessing
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -129,15 +130,12 @@ def _proxy_main(listen_port, upstream_port, one_way, requests, ready):
         except OSError:
             client_writer.close()
             return
-        # Whichever side ends first (its bytes delivered) ends the connection on both: a client
-        # must not send its next request into a connection the server has closed.
-        tasks = {asyncio.create_task(pump(client_reader, up_writer, True)),
-                 asyncio.create_task(pump(up_reader, client_writer, False))}
-        _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.gather(pump(client_reader, up_writer, True), pump(up_reader, client_writer, False))
         for w in (up_writer, client_writer):
             w.close()
-        for task in pending:
-            task.cancel()
+
+    # Stopped by SIGTERM: gone at once, without asyncio's complaints about the connections open.
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
 
     async def main():
         server = await asyncio.start_server(handle, "127.0.0.1", listen_port, backlog=256)
@@ -363,6 +361,10 @@ def run_case(tools, reps, proxy):
     return {name: (statistics.median(ts) if ts else None, requests[name]) for name, ts in times.items()}
 
 
+def nbytes_of(data):
+    return {"(b) contiguous, whole": data.nbytes, "(b) 256 KiB zstd chunks, whole": data.nbytes}
+
+
 def table(title, results, nbytes, requests_from):
     lines = [f"\n{title}\n", "| case | tool | median s | GB/s | requests | h5gds's speed-up |", "|---|---|---|---|---|---|"]
     for case, by_tool in results.items():
@@ -382,7 +384,8 @@ def main():
     parser.add_argument("--size", default="256M", help="bytes of each (b) dataset (256M; K, M, G suffixes)")
     parser.add_argument("--reps", type=int, default=3, help="interleaved rounds (3)")
     parser.add_argument("--rtt-ms", default="0,20", help="added round-trip latencies, ms (0,20)")
-    parser.add_argument("--s3", action="store_true", help="also S3 (moto's server; slow for large files)")
+    parser.add_argument("--s3", action="store_true",
+                        help="also S3 (moto's server; slow for large files; 0 ms added latency only)")
     parser.add_argument("--wheel", help="the h5gds wheel to install (the newest in target/wheels)")
     args = parser.parse_args()
     ensure_environment(args.wheel)
@@ -413,6 +416,19 @@ def main():
         try:
             for rtt in [int(x) for x in args.rtt_ms.split(",")]:
                 for kind, port, bucket in servers:
+                    if kind == "s3":
+                        if rtt:
+                            # Through the proxy, moto's server left requests unanswered (h5gds's
+                            # reads timed out): S3 is measured without added latency or proxy,
+                            # so without request counts.
+                            print(f"\n### s3, {rtt} ms added round trip: not run (see docs/remote.md)")
+                            continue
+                        os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{port}"
+                        results = {case: run_case(tools, args.reps, None)
+                                   for case, tools in cases(Target(kind, os.environ["AWS_ENDPOINT_URL"], bucket),
+                                                            data, spans, np.random.default_rng(7))[0].items()}
+                        table(f"### {kind}, {rtt} ms added round trip", results, nbytes_of(data), results)
+                        continue
                     # Requests are counted by a proxy: at 0 ms one without delay (its own cost then
                     # shows in the counting run only; the timed runs go straight to the server).
                     proxy = DelayProxy(port, rtt)
