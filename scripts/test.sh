@@ -113,8 +113,9 @@ for env in .venv .venv-114; do
   pins=$("$env/bin/python" -c 'import h5py, numpy; print(f"h5py=={h5py.__version__} numpy=={numpy.__version__}")')
   # shellcheck disable=SC2086 # two requirements
   "$wheel_env/bin/python" -m pip install --quiet --disable-pip-version-check $pins pytest netCDF4==1.7.2 hdf5plugin==7.1.0 zstandard==0.25.0 \
-    xarray==2026.9.0 h5netcdf==1.8.2 dask==2026.8.0 distributed==2026.8.0 cuda-pathfinder==1.9.0 "$wheel[xarray]"
-  # (distributed: test_dask.py's 2-process LocalCluster, with the release of the same date as dask.)
+    xarray==2026.9.0 h5netcdf==1.8.2 dask==2026.8.0 distributed==2026.8.0 cuda-pathfinder==1.9.0 "moto[server]==5.2.6" "$wheel[xarray]"
+  # (distributed: test_dask.py's 2-process LocalCluster, with the release of the same date as dask;
+  # moto: the S3 server test_remote_faces.py starts on loopback.)
   # mpi4py for the collective calls' tests (python/tests/test_mpi.py), built against Open
   # MPI as in .venv (pip reuses the wheel it built there).
   MPICC=mpicc "$wheel_env/bin/python" -m pip install --quiet --disable-pip-version-check \

@@ -44,10 +44,34 @@ pub(crate) fn refuse_directory(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The URL `path` names, where it is one the `gds` driver reads remotely (`s3://`, `http://`,
+/// `https://`: docs/remote.md); `None` for a local path.
+pub(crate) fn url_of(path: &Path) -> Option<&str> {
+    path.to_str().filter(|name| h5gds::is_url(name))
+}
+
+/// Fails for a URL given as the file to write: remote files are read-only, and nothing is
+/// created (neither remotely nor as a local directory named like the URL).
+fn refuse_url(path: &Path) -> Result<()> {
+    match url_of(path) {
+        Some(_) => Err(Error::Io {
+            op: "writing",
+            path: path.to_path_buf(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::ReadOnlyFilesystem,
+                "remote files are read-only: array-io reads s3:// and http(s):// URLs but never \
+                 writes them; write to a local path and upload it",
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Creates the HDF5 file that will replace `path` (and missing parent directories): under a
 /// hidden name next to it (see [`Replacing`]), so that `path` keeps its old file until the new
 /// one is complete.
 fn create_file(path: &Path, driver: Driver) -> Result<(File, Replacing)> {
+    refuse_url(path)?;
     refuse_directory(path)?;
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|source| Error::Io {
@@ -197,7 +221,9 @@ impl OpenDataset {
 
 /// Opens dataset `name` of the file at `path` for reading with `driver`; with `cache_off`, the
 /// chunk cache is disabled (so that HDF5 reads unfiltered chunks straight into the caller's
-/// buffer).
+/// buffer). A URL (`url_of`) is opened through the `gds` driver whatever `driver` says (only it
+/// reads remote files; a 404 or 403 is its error, naming the URL), and its reads go through HDF5:
+/// `h5gds_engine::stored::direct_file` finds no descriptor behind it.
 pub(crate) fn open_dataset(
     path: &Path,
     name: &str,
@@ -205,25 +231,43 @@ pub(crate) fn open_dataset(
     cache_off: bool,
 ) -> Result<OpenDataset> {
     check_dataset_name(name)?;
-    match path.try_exists() {
-        Ok(true) => {}
-        Ok(false) => {
-            return Err(Error::FileNotFound {
-                path: path.to_path_buf(),
-            })
+    let driver = match url_of(path) {
+        Some(_) => Driver::Gds,
+        None => {
+            match path.try_exists() {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(Error::FileNotFound {
+                        path: path.to_path_buf(),
+                    })
+                }
+                Err(source) => {
+                    return Err(Error::Io {
+                        op: "looking for",
+                        path: path.to_path_buf(),
+                        source,
+                    })
+                }
+            }
+            refuse_directory(path)?;
+            driver
         }
-        Err(source) => {
-            return Err(Error::Io {
-                op: "looking for",
-                path: path.to_path_buf(),
-                source,
-            })
-        }
-    }
-    refuse_directory(path)?;
+    };
     let fapl = file_access(driver, path)?;
-    let file = hdf5_raw::open_file(path, &fapl)
-        .map_err(|e| Error::hdf5("opening as an HDF5 file", path, None, e))?;
+    let file = hdf5_raw::open_file(path, &fapl).map_err(|e| {
+        // HDF5's own account of a failed open is its outermost frame and its innermost one; a
+        // URL's reason (404, 403, the server unreachable) is the driver's frame, which names it.
+        let driver_frame = url_of(path).and_then(|url| {
+            e.stack()?
+                .iter()
+                .map(|frame| frame.desc().to_string())
+                .find(|desc| desc.contains(url))
+        });
+        match driver_frame {
+            Some(why) => Error::hdf5("opening as an HDF5 file", path, None, format!("{e}: {why}")),
+            None => Error::hdf5("opening as an HDF5 file", path, None, e),
+        }
+    })?;
     drop(fapl);
     resolve(&file, path, name)?;
     let fail = |op: &str, e: hdf5::Error| Error::hdf5(op, path, Some(name), e);

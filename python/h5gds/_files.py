@@ -64,7 +64,27 @@ def dataset_name(dataset):
     raise ValueError(f"invalid dataset name {dataset!r}: {reason}")
 
 
+#: The schemes the ``gds`` driver reads remotely (docs/remote.md), as its ``url_name::is_url`` tells
+#: them, case-insensitively.
+URL_SCHEMES = ("s3://", "http://", "https://")
+
+
+def is_url(path):
+    """Whether ``path`` (a str) is a URL the ``gds`` driver reads remotely rather than a local path."""
+    return isinstance(path, str) and path[:8].lower().startswith(URL_SCHEMES)
+
+
+def refuse_url_for_writing(path):
+    """Raises OSError (errno 30, EROFS) for a URL given where a file is written: remote files are
+    read-only, and nothing is created anywhere (neither remotely nor as a local path)."""
+    if is_url(path):
+        raise OSError(errno.EROFS, "remote files are read-only: h5gds reads s3:// and http(s):// "
+                      "URLs but never writes them; write to a local path and upload it", path)
+
+
 def _file_path(path):
+    """``path`` as a str, checked: not empty, not a directory. A URL (``is_url``) is kept as given:
+    whether it names an object, the open says."""
     try:
         path = os.fspath(path)
     except TypeError:
@@ -73,6 +93,8 @@ def _file_path(path):
         path = os.fsdecode(path)
     if not path:
         raise ValueError("path is empty: name an HDF5 file such as 'out/data.h5'")
+    if is_url(path):
+        return path
     if os.path.isdir(path):
         raise ValueError(f"path {path!r} is a directory: name an HDF5 file in it, such as "
                          f"{os.path.join(path, 'data.h5')!r}")
@@ -124,13 +146,17 @@ def _dataset(path, dataset, chunk_cache=True):
     """Opens dataset ``dataset`` of the file at ``path`` for reading; the file closes on exit.
     Without ``chunk_cache`` HDF5 reads unfiltered chunks straight into the caller's buffer (a
     cached chunk is copied by HDF5 itself, so a device buffer would be staged), as array-io opens
-    files for device reads."""
+    files for device reads. A URL is opened through the ``gds`` driver whatever
+    ``H5GDS_USE_VFD_GDS`` says (only that driver reads remote files): the read-with-no-HDF5-call
+    path finds no local file behind it and leaves the reads to HDF5, through the driver's ranged
+    GETs (docs/remote.md)."""
     name = dataset_name(dataset)
     path = _file_path(path)
-    if not os.path.exists(path):
+    remote = is_url(path)
+    if not remote and not os.path.exists(path):
         raise FileNotFoundError(errno.ENOENT, "no such HDF5 file", path)
     cache = {} if chunk_cache else {"rdcc_nbytes": 0}
-    driver = _driver()
+    driver = "gds" if remote else _driver()
     try:
         try:
             file = h5py.File(path, "r", driver=driver, **cache)
@@ -418,7 +444,9 @@ def to_file(array, path, dataset, comm=None, decomposition=None, *, chunks=None,
     HDF5 pads them: h5py reads the file (with ``import hdf5plugin`` for Zstandard and LZ4). A
     device array is first copied into host memory (a plain NumPy array the size of the array),
     then encoded the same way. The arguments are checked before anything is created (ValueError
-    or TypeError naming the argument). With ``comm``, these are not supported (ValueError)."""
+    or TypeError naming the argument). With ``comm``, these are not supported (ValueError).
+    A URL as ``path`` raises OSError (errno 30): remote files are read-only."""
+    refuse_url_for_writing(path)
     if comm is not None:
         if (chunks is not None or compression is not None or compression_opts is not None
                 or shuffle is not False or fletcher32 is not False):

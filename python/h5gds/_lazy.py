@@ -1,7 +1,7 @@
 """``LazyDataset``: a dataset of an HDF5 file as a lazy, picklable array for Dask (``da.from_array``)
-and other code that slices arrays it does not load. It holds the file's path and the dataset's name,
-shape, dtype and chunks; the file is opened (read-only, through the ``gds`` driver) by whichever
-process first indexes it, again after unpickling or in a forked child, and every indexing is one
+and other code that slices arrays it does not load. It holds the file's path (or an ``s3://`` or
+``http(s)://`` URL: docs/remote.md) and the dataset's name, shape, dtype and chunks; the file is
+opened (read-only, through the ``gds`` driver) by whichever process first indexes it, again after unpickling or in a forked child, and every indexing is one
 ``h5gds.read`` (so reads of a read-only file need no HDF5 lock, and threads read at once). Results
 are NumPy arrays, or with ``like="cupy"``/``"torch"`` device arrays of that library (on ``device``,
 else on the device current where the read runs: each worker's own GPU)."""
@@ -53,7 +53,9 @@ class LazyDataset:
         if device is not None and (isinstance(device, bool) or not isinstance(device, (int, np.integer))
                                    or device < 0):
             raise ValueError(f"device={device!r}: a CUDA device ordinal (0, 1, ...) or None")
-        self.path = os.path.abspath(_files._file_path(path))
+        path = _files._file_path(path)
+        # A URL is the same object from any process and directory; a local path is made absolute.
+        self.path = path if _files.is_url(path) else os.path.abspath(path)
         self.name = _files.dataset_name(dataset)
         self.like = library
         self.device = None if device is None else int(device)
@@ -125,7 +127,11 @@ class LazyDataset:
 
     def __dask_tokenize__(self):
         # The same file (as its size and modification time say), dataset and result type: the same
-        # data, so Dask may share results; a rewritten file gets a new token.
+        # data, so Dask may share results; a rewritten file gets a new token. A remote object is
+        # known by its URL and the shape and dtype seen at construction (asking its ETag would be a
+        # request per token; a replaced object fails the reads of an open that saw the old one).
+        if _files.is_url(self.path):
+            return ("h5gds.LazyDataset", self.path, self.shape, str(self.dtype), self.name, self.like, self.device)
         stat = os.stat(self.path)
         return ("h5gds.LazyDataset", self.path, stat.st_size, stat.st_mtime_ns, self.name, self.like, self.device)
 

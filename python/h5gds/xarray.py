@@ -168,15 +168,19 @@ def _padded_read(read, dset, variable, key, device):
 
 class H5gdsStore(H5NetCDFStore):
     """xarray's h5netcdf store, its variables' arrays read through ``h5gds.read`` and written
-    through ``h5gds.write``; local files open through the ``gds`` driver unless a driver is
-    named."""
+    through ``h5gds.write``; local files and ``s3://``/``http(s)://`` URLs open through the ``gds``
+    driver unless a driver is named (other URLs, as h5netcdf opens them)."""
 
     __slots__ = ()
 
     @classmethod
     def open(cls, filename, mode="r", *, driver=None, driver_kwds=None, **kwargs):
         local = isinstance(filename, str) and not is_remote_uri(filename)
-        chosen = driver is None and local and _files._driver() is not None
+        # s3:// and http(s):// URLs are read by the gds driver itself (docs/remote.md), not fsspec.
+        url = driver is None and _files.is_url(filename)
+        if url and mode != "r":
+            _files.refuse_url_for_writing(filename)
+        chosen = driver is None and (url or local and _files._driver() is not None)
         try:
             return super().open(filename, mode, driver="gds" if chosen else driver, driver_kwds=driver_kwds,
                                 **kwargs)

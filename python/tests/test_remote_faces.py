@@ -1,0 +1,254 @@
+"""Remote files in every face of the package (docs/remote.md): ``h5gds.read`` of a dataset h5py opened
+by URL through the gds driver, ``from_file``, ``from_file_batched``, ``batches``, ``LazyDataset`` with
+Dask (threaded and a 2-process distributed cluster) and ``xr.open_dataset(url, engine="h5gds")``, over
+``http://`` (nginx) and ``s3://`` (moto's S3 server), both started here on loopback
+(tests/python/remote_servers.py). Every read is compared with h5py reading the local file. The
+reads need no local file: the read-with-no-HDF5-call path finds no descriptor behind a URL and
+leaves them to HDF5, whose reads the driver turns into ranged GETs (counted from nginx's log).
+The device cases (test_device_*) read into device memory on the emulator
+(test_the_device_cases_on_the_emulator runs them there where this process has no CUDA driver)."""
+
+import os
+import pickle
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import h5gds
+from remote_servers import Moto, Nginx
+from support import ROOT, clean_env
+
+HERE = Path(__file__).resolve().parent
+EMULATOR_LIBS = ROOT / "target" / "emulator-lib-python"
+BUCKET = "h5gds-faces"
+KEY = "data/faces.h5"
+DATASETS = ("contig", "gzip", "zstd", "group/ints")
+
+
+def _write(path):
+    """The local file every remote read is compared with: contiguous, gzip and Zstd chunks, a small
+    dataset in a group."""
+    import hdf5plugin
+
+    rng = np.random.default_rng(52)
+    with h5py.File(path, "w") as f:
+        f["contig"] = rng.standard_normal((300, 50))
+        f.create_dataset("gzip", data=np.arange(400 * 30, dtype="<i4").reshape(400, 30) // 7,
+                         chunks=(32, 30), compression="gzip")
+        f.create_dataset("zstd", data=rng.standard_normal((400, 30)).astype("<f4"), chunks=(25, 30),
+                         **hdf5plugin.Zstd())
+        f["group/ints"] = np.arange(7, dtype="<u2")
+
+
+def local(name):
+    with h5py.File(SOURCE, "r") as f:
+        return f[name][()]
+
+
+SOURCE = None
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    global SOURCE
+    tmp = tmp_path_factory.mktemp("faces-source")
+    SOURCE = tmp / "faces.h5"
+    _write(SOURCE)
+    # The same data as xarray writes it (netCDF-4 through h5netcdf), for the engine.
+    xr = pytest.importorskip("xarray", reason="scripts/test.sh installs the [xarray] extra's packages")
+    ds = xr.Dataset({"t": (("time", "x"), np.arange(240, dtype="f4").reshape(40, 6) / 3)},
+                    coords={"time": np.arange(40), "x": np.arange(6) * 10})
+    ds.to_netcdf(tmp / "faces.nc", engine="h5netcdf", encoding={"t": {"zlib": True, "chunksizes": (8, 6)}})
+    return tmp
+
+
+@pytest.fixture(scope="module")
+def nginx(tmp_path_factory, source):
+    server = Nginx(tmp_path_factory.mktemp("faces-nginx"))
+    (server.root / "data").mkdir()
+    for name in ("faces.h5", "faces.nc"):
+        (server.root / "data" / name).write_bytes((source / name).read_bytes())
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def moto(source):
+    server = Moto()
+    server.s3.create_bucket(Bucket=BUCKET)
+    server.s3.put_object(Bucket=BUCKET, Key=KEY, Body=(source / "faces.h5").read_bytes())
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["http", "s3"])
+def url(request, nginx, monkeypatch):
+    """The file's URL on each server; for s3:// the AWS variables of moto's client (read at each open)."""
+    if request.param == "http":
+        return nginx.url("data/faces.h5")
+    server = request.getfixturevalue("moto")
+    for key, value in server.env().items():
+        monkeypatch.setenv(key, value)
+    return f"s3://{BUCKET}/{KEY}"
+
+
+def gets(nginx, name="data/faces.h5"):
+    """The ranged GETs nginx has answered for ``name``."""
+    return nginx.access_log.read_text().count(f'"GET /{name} HTTP/1.1" 206')
+
+
+# --- host faces ---------------------------------------------------------------------------------------------
+
+def test_read_of_a_dataset_opened_by_url_holds_the_local_bytes(url):
+    with h5py.File(url, "r", driver="gds") as f:
+        for name in DATASETS:
+            np.testing.assert_array_equal(h5gds.read(f[name]), local(name), err_msg=name)
+        # Selections: a box, steps, rows in any order; and into a caller's buffer.
+        np.testing.assert_array_equal(h5gds.read(f["zstd"], sel=np.s_[33:77, 3:9]), local("zstd")[33:77, 3:9])
+        np.testing.assert_array_equal(h5gds.read(f["contig"], sel=np.s_[::7, 1::3]), local("contig")[::7, 1::3])
+        rows = [399, 0, 120, 121, 5]
+        np.testing.assert_array_equal(h5gds.read(f["gzip"], sel=rows), local("gzip")[rows])
+        out = np.empty((300, 50))
+        assert h5gds.read(f["contig"], out=out) is out
+        np.testing.assert_array_equal(out, local("contig"))
+
+
+def test_from_file_and_from_file_batched_take_a_url(url):
+    for name in DATASETS:
+        np.testing.assert_array_equal(h5gds.from_file(url, name), local(name), err_msg=name)
+    parts = list(h5gds.from_file_batched(url, "zstd", (64, 30)))
+    assert [offsets for _, offsets in parts] == [(r, 0) for r in range(0, 400, 64)]
+    np.testing.assert_array_equal(np.concatenate([chunk for chunk, _ in parts]), local("zstd"))
+
+
+def test_batches_of_a_remote_dataset_cover_every_row_once(url):
+    with h5py.File(url, "r", driver="gds") as f:
+        seen = list(h5gds.batches(f["gzip"], 48, seed=3))
+    rows = np.concatenate(seen)
+    assert [len(b) for b in seen] == [48] * 8 + [16]
+    # Every row once, in a shuffled order: sorted by their first value (increasing down the rows).
+    np.testing.assert_array_equal(rows[np.argsort(rows[:, 0], kind="stable")], local("gzip"))
+
+
+def test_a_lazy_dataset_of_a_url_pickles_and_reads_threaded_and_on_a_cluster(url, monkeypatch):
+    da = pytest.importorskip("dask.array", reason="scripts/test.sh installs dask")
+    distributed = pytest.importorskip("distributed", reason="scripts/test.sh installs distributed")
+    lazy = h5gds.LazyDataset(url, "zstd")
+    assert lazy.path == url and lazy.shape == (400, 30) and lazy.chunks == (25, 30)
+    again = pickle.loads(pickle.dumps(lazy))
+    np.testing.assert_array_equal(again[10:20], local("zstd")[10:20])
+    darr = da.from_array(lazy, chunks=(50, 30))
+    np.testing.assert_array_equal(darr.map_blocks(lambda b: b * 2).compute(scheduler="threads"), local("zstd") * 2)
+    # The workers inherit this process's environment (moto's AWS variables) when they start.
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        pids = darr.map_blocks(lambda block: np.full((1, 1), os.getpid()), chunks=(1, 1)).compute()
+        got = client.compute(darr.map_blocks(lambda b: b - 1)).result()
+    np.testing.assert_array_equal(got, local("zstd") - 1)
+    assert os.getpid() not in set(pids.ravel().tolist()), pids
+
+
+def test_xarray_opens_a_url_through_the_gds_driver(nginx, source):
+    xr = pytest.importorskip("xarray", reason="scripts/test.sh installs the [xarray] extra's packages")
+    url = nginx.url("data/faces.nc")
+    before = gets(nginx, "data/faces.nc")
+    with xr.open_dataset(url, engine="h5gds") as ds, xr.open_dataset(source / "faces.nc", engine="h5netcdf") as want:
+        xr.testing.assert_identical(ds.load(), want.load())
+    # Read by the driver's ranged GETs (fsspec is never asked: no driver keyword reaches h5netcdf).
+    assert gets(nginx, "data/faces.nc") > before
+
+
+def test_writes_to_a_url_are_refused_and_nothing_is_sent(nginx, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    url = nginx.url("data/new.h5")
+    before = nginx.access_log.read_text()
+    with pytest.raises(OSError, match="read-only") as raised:
+        h5gds.to_file(np.zeros(4), url, "x")
+    assert raised.value.errno == 30 and url in str(raised.value)
+    xr = pytest.importorskip("xarray", reason="scripts/test.sh installs the [xarray] extra's packages")
+    with pytest.raises(OSError, match="read-only"):
+        xr.Dataset({"v": ("x", np.zeros(3))}).to_netcdf(url, engine="h5gds")
+    assert nginx.access_log.read_text() == before
+    assert list(tmp_path.iterdir()) == []  # no local directory named like the URL
+    assert sorted(p.name for p in (nginx.root / "data").iterdir()) == ["faces.h5", "faces.nc"]
+
+
+def test_a_missing_object_or_dataset_is_named(nginx, moto, monkeypatch):
+    missing = nginx.url("data/absent.h5")
+    with pytest.raises(FileNotFoundError, match=re.escape(missing)):
+        h5gds.from_file(missing, "x")
+    for key, value in moto.env().items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(FileNotFoundError, match=re.escape(f"s3://{BUCKET}/absent.h5")):
+        h5gds.LazyDataset(f"s3://{BUCKET}/absent.h5", "x")
+    with pytest.raises(ValueError, match="has no dataset '/nope'.*/contig"):
+        h5gds.from_file(nginx.url("data/faces.h5"), "nope")
+
+
+def test_requests_of_a_compressed_read_through_hdf5(nginx):
+    """The faces read a URL through HDF5 (no descriptor for the read with no HDF5 call): a read of
+    the 16 Zstd chunks costs the chunk index's and the chunks' GETs, the small ones served by the
+    driver's block cache, so no more GETs than chunks; a second read of the same file open costs
+    none (the blocks are kept for the open)."""
+    url = nginx.url("data/faces.h5")
+    before = gets(nginx)
+    with h5py.File(url, "r", driver="gds") as f:
+        dset = f["zstd"]
+        opened = gets(nginx)
+        np.testing.assert_array_equal(h5gds.read(dset), local("zstd"))
+        first = gets(nginx) - opened
+        np.testing.assert_array_equal(h5gds.read(dset), local("zstd"))
+        second = gets(nginx) - opened - first
+    assert opened - before >= 1  # the superblock and root group, through the block cache
+    assert 0 <= first <= 16 and second == 0, (opened - before, first, second)
+
+
+# --- device faces (emulated where no GPU) ---------------------------------------------------------------------
+
+def test_device_reads_of_a_url_hold_the_local_bytes(nginx):
+    try:
+        from device_arrays import DeviceArray, cuda
+        found = cuda()
+    except (OSError, RuntimeError) as exc:
+        if os.environ.get("H5GDS_REQUIRE_DEVICE_TESTS") == "1":
+            raise
+        pytest.skip(f"no CUDA driver in this process ({exc}); test_the_device_cases_on_the_emulator runs it")
+    url = nginx.url("data/faces.h5")
+    with h5py.File(url, "r", driver="gds") as f:
+        for name in DATASETS:
+            want = local(name)
+            out = DeviceArray(want.shape, want.dtype)
+            h5gds.read(f[name], out=out)
+            np.testing.assert_array_equal(out.to_host(), want, err_msg=name)
+    if found.emulated:
+        sys.path.insert(0, str(HERE / "mpi" / "emulated"))  # the CuPy stand-in over the emulator
+    cupy = pytest.importorskip("cupy", reason="like='cupy' needs CuPy")
+    for name in ("contig", "zstd"):
+        got = h5gds.from_file(url, name, like="cupy")
+        assert isinstance(got, cupy.ndarray), type(got)
+        np.testing.assert_array_equal(got.get(), local(name), err_msg=name)
+
+
+def test_the_device_cases_on_the_emulator(request):
+    """scripts/test.sh's host run has no CUDA driver: the device cases then run here, in a child whose
+    libcuda and libcufile are h5gds's emulator."""
+    try:
+        from device_arrays import cuda
+        cuda()
+        pytest.skip("this process has a CUDA driver: the device cases ran in it")
+    except (OSError, RuntimeError):
+        pass
+    if not (EMULATOR_LIBS / "libcuda.so.1").exists():
+        pytest.skip(f"no emulator libraries in {EMULATOR_LIBS} (scripts/test.sh links them there)")
+    env = clean_env({"LD_LIBRARY_PATH": f"{EMULATOR_LIBS}:{os.environ.get('LD_LIBRARY_PATH', '')}",
+                     "H5GDS_REQUIRE_DEVICE_TESTS": "1"})
+    child = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "test_device_",
+                            Path(__file__).name], cwd=HERE, env=env, capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stdout[-6000:] + child.stderr[-3000:]
+    assert re.search(r"\b1 passed, \d+ deselected in ", child.stdout), child.stdout[-2000:]
+    assert "EMULATED (h5gds's CPU emulators, no GPU used)" in child.stdout, child.stdout[-2000:]
