@@ -45,16 +45,21 @@ export "CC_$target_env=$gcc" "CFLAGS_$target_env=-frecord-gcc-switches"
 # The vfd-gds compatibility library (docs/legate-and-vfd-gds.md) goes into the package as
 # h5gds/libhdf5_vfd_gds.so.1 (h5gds.vfd_gds_compat_library()), linked as the module is: glibc 2.28
 # symbols through maturin's zig wrapper (for the target only, as maturin does: hence --target), the
-# system's libgcc_s. The aarch64 build puts back the x86-64 copy it replaced there.
+# system's libgcc_s. The aarch64 build leaves there what it found (the x86-64 copy, or none).
 zigcc="$PWD/target/zig-cc-$arch-linux-gnu.2.28.sh"
 mkdir -p target
 printf '#!/bin/sh\nexec "%s/.venv/bin/maturin" zig cc -- -target %s-linux-gnu.2.28 "$@"\n' "$PWD" "$arch" >"$zigcc"
 chmod +x "$zigcc"
 compat=python/h5gds/libhdf5_vfd_gds.so.1
-if [ "$arch" != x86_64 ] && [ -f "$compat" ]; then
-  saved=$(mktemp)
-  cp -p "$compat" "$saved"
-  trap 'mv -f "$saved" "$compat"' EXIT
+if [ "$arch" != x86_64 ]; then
+  if [ -f "$compat" ]; then
+    saved=$(mktemp)
+    cp -p "$compat" "$saved"
+    trap 'mv -f "$saved" "$compat"' EXIT
+  else
+    # (none to put back: none left either, or `pip install .` would pack the aarch64 one)
+    trap 'rm -f "$compat"' EXIT
+  fi
 fi
 # For aarch64 in a target directory of its own: cargo's fingerprints include the linker, and
 # maturin's zig wrapper is another file than this one, so sharing one directory would rebuild the
