@@ -33,9 +33,9 @@ for lib in _native.abi3.so libhdf5_vfd_gds.so.1; do
     exit 1
   fi
 done
-readelf -p .GCC.command.line "$work/h5gds/_native.abi3.so" 2>/dev/null |
-  .venv/bin/python scripts/check-c-optimization.py "$wheel"
-readelf -p .GCC.command.line "$work/h5gds/_native.abi3.so" | grep -q 'GNU C.*-mabi=lp64' || {
+switches=$(readelf -p .GCC.command.line "$work/h5gds/_native.abi3.so" 2>/dev/null)
+.venv/bin/python scripts/check-c-optimization.py "$wheel" <<<"$switches"
+grep -q 'GNU C.*-mabi=lp64' <<<"$switches" || {
   echo "$wheel: its C code was not compiled by an aarch64 gcc (no -mabi=lp64 recorded)" >&2
   exit 1
 }
