@@ -10,6 +10,10 @@
 #                 HTTP server of the remote-file tests (tests/python/test_remote.py)
 #   .venv-114/    h5py whose wheel bundles HDF5 1.14, with NumPy 1.x: the package's tests run once
 #                 with old HDF5 and old NumPy too
+#   target/aarch64/  what the aarch64 wheel's cross build and its smoke test under qemu need
+#                 (scripts/setup-aarch64.sh: Debian's Rust 1.96 with its arm64 standard library,
+#                 qemu-user-static, an arm64 python3.11 and PyPI's aarch64 wheels for it; Debian's
+#                 gcc-aarch64-linux-gnu and libllvm22 with apt-get, only when missing)
 # Idempotent: a second run only checks what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -70,6 +74,7 @@ if ! .venv/bin/python -c 'import mpi4py' 2>/dev/null; then
     --no-binary=mpi4py "mpi4py>=4,<5"
 fi
 make_venv .venv-114 "h5py==$H5PY_OLD" "numpy<2"
+scripts/setup-aarch64.sh
 
 # Report what the test suite will run against.
 .venv/bin/python -c 'import h5py; print("h5py", h5py.__version__, "HDF5", h5py.version.hdf5_version)'

@@ -67,20 +67,10 @@ if readelf -d "$module_dir/h5gds/_native.abi3.so" | grep -q 'NEEDED.*libhdf5' ||
   echo "$wheel: h5gds/_native.abi3.so must not link libhdf5 nor refer to HDF5's symbols" >&2
   exit 1
 fi
-# Its C code (the host codecs: zstd-sys, lz4-sys, libdeflate-sys) compiled at the optimization
-# cargo's release profile asks for, -O3, which `zig cc` would turn into clang's -O2: build-wheel.sh
-# has gcc compile it with -frecord-gcc-switches, so every compilation's options are in the module.
-# The cc crate's -O3 comes first; a crate may lower one file of its own after it (aws-lc, under
-# object_store's TLS, builds its jitter-entropy source at -O0, as that source requires).
+# Its C code (the host codecs) compiled by gcc at the -O3 cargo's release profile asks for, which
+# `zig cc` would turn into clang's -O2 (scripts/check-c-optimization.py says how it is checked).
 readelf -p .GCC.command.line "$module_dir/h5gds/_native.abi3.so" 2>/dev/null |
-  .venv/bin/python -c 'import re, sys
-lines = [m.group(1) for m in map(re.compile(r"^\s*\[\s*[0-9a-f]+\]\s+(.*)$").match, sys.stdin) if m]
-levels = lambda l: re.findall(r"(?:^| )(-O\S*)", l)
-bad = [l for l in lines if not l.startswith("GNU C") or levels(l)[:1] != ["-O3"]]
-found = bad or ("no record" if not lines else None)
-if found:
-    sys.exit(f"{sys.argv[1]}: its C code must be compiled by gcc at -O3 (the release profile), "
-             f"recorded in .GCC.command.line; found {found}")' "$wheel"
+  .venv/bin/python scripts/check-c-optimization.py "$wheel"
 rm -rf "$module_dir"
 # The sdist builds a wheel where Rust is present (pip's own build, maturin fetched from PyPI),
 # from scratch: the sdist's files carry one fixed timestamp, so a reused build directory could
@@ -143,6 +133,12 @@ pins=$(.venv/bin/python -c 'import h5py, numpy; print(f"h5py=={h5py.__version__}
   "$wheel[cu12]"
 (cd python/tests && env -u LD_LIBRARY_PATH H5GDS_EXPECT_NVIDIA_WHEELS=cu12 \
   ../../.venv-wheel-cu12/bin/python -m pytest -q -p no:cacheprovider test_nvidia_libraries.py)
+# The aarch64 wheel (Grace machines): cross-compiled here, checked as the x86-64 one is (auditwheel's
+# manylinux_2_28, its C code at -O3), and a smoke set of it run under qemu-aarch64
+# (scripts/test-aarch64-wheel.sh). scripts/bench.sh builds it: cargo then has nothing to rebuild.
+rm -rf target/wheels-aarch64
+scripts/build-wheel.sh target/wheels-aarch64 aarch64
+scripts/test-aarch64-wheel.sh target/wheels-aarch64/h5gds-*-cp39-abi3-manylinux_2_28_aarch64.whl
 # The one-command GPU run (`scripts/gpu-measure.sh all`, packed by scripts/gpu-pack.sh as for a GPU
 # machine) rehearsed at small sizes on the emulators, so it cannot rot between GPU sessions
 # (about 2 minutes on two cores: the pack, then the run).
