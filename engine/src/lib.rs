@@ -10,7 +10,8 @@
 //! ([`decoded`]), where chunks bound for device memory are decoded ([`gpu_decoded`]), the staged
 //! path through pinned host buffers ([`staged`]), one transfer between a dataset and device
 //! memory, each of those ways chosen and run, the GPU-decoded read among them ([`device`]),
-//! and the compressed writes whose chunks h5gds encodes on the host's cores ([`encoded`]).
+//! the compressed writes whose chunks h5gds encodes on the host's cores ([`encoded`]) or on the
+//! GPU ([`gpu_encoded`]), and the order every read and write takes ([`policy`]).
 
 pub mod chunks;
 pub mod collective;
@@ -19,7 +20,9 @@ pub mod device;
 pub mod encoded;
 pub mod facts;
 pub mod gpu_decoded;
+pub mod gpu_encoded;
 pub mod hdf5_error;
+pub mod policy;
 pub mod rows;
 pub mod staged;
 pub mod stored;

@@ -12,7 +12,7 @@ mod tile;
 
 pub use host_reads::staged_anyway;
 use pointer::checked_pointer;
-pub use pointer::{copy_with_host, device_count};
+pub use pointer::{copy_with_host, device_count, with_device_array};
 pub use tile::write_tile;
 
 use crate::call_settings::CallSettings;

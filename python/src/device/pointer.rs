@@ -3,8 +3,10 @@
 
 use super::argument;
 use crate::error::DeviceError;
+use cudarc::driver::{CudaContext, CudaStream};
 use h5gds_runtime::cuda::{self, DeviceRange, PointerKind};
 use h5gds_runtime::device_ranges::{self, forget_device_range};
+use std::sync::Arc;
 
 /// The CUDA allocation an array's memory belongs to, checked: CUDA works here, the address is
 /// device memory of a device this process sees (the one the array claims, if it claims one), and
@@ -109,4 +111,33 @@ pub fn copy_with_host(
             if to_device { "from" } else { "to" }
         ))
     })
+}
+
+/// Runs `f` with a stream of the device array at `address` (`nbytes`; on device
+/// `claimed_ordinal` if it says), once the producer's `stream` (0: none) has finished: the
+/// array's memory checked as [`checked_pointer`] does, its context current. The array's way to the
+/// engine's compressed writes (`crate::encode`), which encode it on the GPU or copy it to the
+/// host's cores. `Argument` for memory that is not one CUDA allocation holding `nbytes` on a
+/// device this process sees; `Failed` where CUDA fails. The caller keeps the array alive.
+pub fn with_device_array<R>(
+    (address, nbytes): (u64, usize),
+    claimed_ordinal: Option<i32>,
+    stream: u64,
+    f: impl FnOnce(&Arc<CudaStream>) -> R,
+) -> Result<R, DeviceError> {
+    let pointer = checked_pointer("array", address, nbytes, claimed_ordinal)?;
+    let ran = (|| {
+        let _context = cuda::enter(pointer.context)?;
+        if stream != 0 {
+            cuda::synchronize_handle(stream)?;
+        }
+        let ordinal = pointer.context.device as usize;
+        let context = cuda::call("making the array's device's context", || {
+            CudaContext::new(ordinal)
+        })?;
+        Ok(f(&context.default_stream()))
+    })();
+    // The array may be freed once this returns: its range is not kept.
+    forget_device_range(pointer.base);
+    ran
 }
