@@ -628,7 +628,7 @@ fn without_nvcomp_chunks_are_encoded_on_the_host_cores_without_hdf5_plugins_and_
     run.assert_clean();
     let log = run.stderr();
     // The engine's verdict (`h5gds_engine::policy::write`), the same line Python's writes get.
-    for filter in ["deflate", "Zstandard", "LZ4"] {
+    for filter in ["deflate (1)", "Zstandard (32015)", "LZ4 (32004)"] {
         assert!(
             log.contains(&format!(
                 "way=host-encoded: 8 chunks encoded ({filter}) by h5gds on 3 host threads and \

@@ -184,3 +184,123 @@ fn host_copy<F: Face>(
 fn verdict(line: std::fmt::Arguments<'_>) {
     h5gds::with_logging(|| tracing::debug!(target: "h5gds::engine", "{line}"));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunks::CallFailed;
+    use crate::encoded::WriteError;
+    use h5gds_runtime::hdf5::Hdf5Api;
+
+    fn filters(ids: &[i32]) -> Vec<Filter> {
+        let filter = |&id| Filter { id, values: vec![] };
+        ids.iter().map(filter).collect()
+    }
+
+    fn encoder_of(ids: &[i32], chunk: u64, blocker: Option<&str>) -> Encoder {
+        encoder(&CompressedWrite {
+            shape: &[1 << 26],
+            chunk: &[chunk],
+            element_size: 1,
+            filters: &filters(ids),
+            driver_blocker: blocker.map(str::to_string),
+            threads: 2,
+        })
+    }
+
+    fn host_reason(encoder: Encoder) -> String {
+        match encoder {
+            Encoder::Host(why) => why,
+            Encoder::Gpu(codec) => panic!("encoded on the GPU ({codec:?})"),
+        }
+    }
+
+    #[test]
+    fn a_device_array_goes_to_the_host_where_nvcomp_or_the_driver_cannot_take_it() {
+        let chain = host_reason(encoder_of(&[2, FILTER_ZSTD], 1024, None));
+        assert!(
+            chain.contains("(shuffle (2), Zstandard (32015)) is not one filter"),
+            "{chain}"
+        );
+        let blocked = host_reason(encoder_of(&[FILTER_ZSTD], 1024, Some("sec2 here")));
+        assert_eq!(blocked, "sec2 here");
+        let big = host_reason(encoder_of(&[FILTER_LZ4], (1 << 24) + 1, None));
+        assert!(big.contains("exceed nvCOMP's LZ4 limit"), "{big}");
+        // Without libnvcomp (these tests load none), every codec goes to the host, saying why.
+        if nvcomp::library().is_err() {
+            let missing = host_reason(encoder_of(&[FILTER_DEFLATE], 1024, None));
+            assert!(missing.starts_with("nvCOMP is not available"), "{missing}");
+        }
+    }
+
+    /// A face whose errors are their words; no HDF5 call is made before the refusals tested.
+    struct Words;
+
+    impl Face for Words {
+        type Error = String;
+
+        fn locked<T>(&self, call: impl FnOnce() -> T) -> T {
+            call()
+        }
+
+        fn failed(&self, failed: CallFailed) -> String {
+            failed.call.named()
+        }
+
+        fn corrupt(&self, _: &[u64], reason: String) -> String {
+            reason
+        }
+
+        fn never_written(&self, _: &[u64], message: String) -> String {
+            message
+        }
+
+        fn direct_file(&self) -> Option<std::fs::File> {
+            None
+        }
+    }
+
+    #[test]
+    fn a_buffer_or_chunk_that_does_not_fit_the_shape_is_refused_naming_the_dataset() {
+        let api = Hdf5Api::from_symbols(|_| None);
+        let kinds = std::cell::RefCell::new(Vec::new());
+        let refused = |e: WriteError| {
+            kinds.borrow_mut().push(e.kind);
+            e.to_string()
+        };
+        let target = || Target {
+            api: &api,
+            dataset: 1,
+            name: "/g/x",
+            face: &Words,
+            refused: &refused,
+        };
+        let zstd = filters(&[FILTER_ZSTD]);
+        let write_of = |chunk| CompressedWrite {
+            shape: &[4, 6],
+            chunk,
+            element_size: 2,
+            filters: &zstd,
+            driver_blocker: None,
+            threads: 1,
+        };
+        let short = write(target(), &write_of(&[2, 3]), Memory::Host(&[0; 47])).unwrap_err();
+        assert_eq!(
+            short,
+            "dataset /g/x: the array holds 47 bytes, not the 24 elements of 2 bytes of its shape \
+             [4, 6]"
+        );
+        let wide = write(target(), &write_of(&[2, 7]), Memory::Host(&[0; 48])).unwrap_err();
+        assert!(
+            wide.starts_with("dataset /g/x: chunk shape [2, 7] does not fit its shape [4, 6]"),
+            "{wide}"
+        );
+        assert_eq!(*kinds.borrow(), [WriteErrorKind::Argument; 2]);
+        // An empty array writes nothing, whatever its chunks.
+        let empty = CompressedWrite {
+            shape: &[0, 6],
+            ..write_of(&[5, 6])
+        };
+        assert_eq!(write(target(), &empty, Memory::Host(&[])), Ok(0));
+    }
+}
