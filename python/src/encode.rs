@@ -11,12 +11,13 @@ use crate::device_error;
 use crate::error::io_error;
 use crate::hdf5;
 use crate::io_call::ArrayArg;
+use cudarc::driver::CudaContext;
 use h5gds_chunk_codec::Filter;
 use h5gds_engine::encoded::{Target, WriteError, WriteErrorKind};
 use h5gds_engine::gpu_encoded::DeviceArray;
 use h5gds_engine::policy::write::{self, CompressedWrite, Memory};
 use h5gds_route::route::{driver_blocker, Transfer as RouteFacts};
-use h5gds_runtime::settings;
+use h5gds_runtime::{cuda, settings};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -102,10 +103,18 @@ pub fn encode_write_chunks(
             let host = unsafe { std::slice::from_raw_parts(address as *const u8, nbytes) };
             return write::write(target, &w, Memory::Host(host));
         };
-        with_device_array((address, nbytes), claimed_ordinal, stream, |stream| {
-            let array = DeviceArray { address, stream };
+        with_device_array((address, nbytes), claimed_ordinal, stream, |context| {
+            let device = context.device as usize;
+            let made = cuda::call("making the array's device's context", || {
+                CudaContext::new(device)
+            })?;
+            let stream = made.default_stream();
+            let array = DeviceArray {
+                address,
+                stream: &stream,
+            };
             write::write(target, &w, Memory::Device(array, nbytes))
-        })?
+        })
     })
     .map_err(device_error)
 }
