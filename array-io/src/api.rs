@@ -1,7 +1,7 @@
 //! The crate's functions: a whole array to or from a file in one call ([`to_file`],
-//! [`from_file`], [`from_file_batched`] and their device and `_with` forms), each handing its
-//! arguments to the host or device path; and the two process-wide helpers
-//! ([`release_pinned_buffers`], [`gpu_codec_status`]).
+//! [`from_file`], [`from_file_batched`] and their device and `_with` forms, and
+//! [`to_file_compressed`]), each handing its arguments to the host or device path; and the two
+//! process-wide helpers ([`release_pinned_buffers`], [`gpu_codec_status`]).
 
 use crate::batched::{self, Batches, DeviceBatches};
 use crate::device::{self, DeviceArray, IntoStream};
@@ -9,7 +9,9 @@ use crate::element::Element;
 use crate::error::Result;
 use crate::host;
 use crate::options::{ReadOptions, Settings};
+use crate::route::{FILTER_DEFLATE, FILTER_LZ4, FILTER_ZSTD};
 use crate::select::Block;
+use h5gds_chunk_codec::Filter;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 use std::path::Path;
 
@@ -49,6 +51,52 @@ impl<T: Element> ToFile for DeviceArray<T> {
     fn write_to(&self, path: &Path, dataset: &str, settings: &Settings) -> Result<()> {
         device::write(self, path, dataset, settings)
     }
+}
+
+/// The codec [`to_file_compressed`] encodes chunks with, and the HDF5 filter that names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compression {
+    /// HDF5's deflate filter (1), h5py's `compression="gzip"`.
+    Deflate,
+    /// The Zstandard filter (32015), hdf5plugin's `Zstd`.
+    Zstd,
+    /// The LZ4 filter (32004), hdf5plugin's `LZ4`; chunks of at most 16 MiB on the GPU.
+    Lz4,
+}
+
+impl Compression {
+    /// The filter and its client data as HDF5 and hdf5plugin write them: deflate level 1
+    /// (nvCOMP's default is its fast algorithm), Zstandard level 3 (hdf5plugin's default; the
+    /// value only informs), LZ4 block size 0 (the filter's default; the header has the real one).
+    fn filter(self) -> Filter {
+        let (id, level) = match self {
+            Compression::Deflate => (FILTER_DEFLATE, 1),
+            Compression::Zstd => (FILTER_ZSTD, 3),
+            Compression::Lz4 => (FILTER_LZ4, 0),
+        };
+        Filter {
+            id,
+            values: vec![level],
+        }
+    }
+}
+
+/// Writes a device array as chunked dataset `dataset` of a new file at `path` (replacing it, as
+/// [`to_file`]), in chunks of `chunk` elements (one positive entry per dimension, each at most
+/// the array's length there), compressed with `compression`; edge chunks are stored whole, the
+/// part outside the array zero. With the `gds` driver and nvCOMP, the chunks are encoded on the
+/// GPU and written from device memory; else the array is copied to the host and h5gds encodes
+/// its chunks on the host's cores (`h5gds_engine::policy::write` decides, for the Python package
+/// too; `H5GDS_LOG=debug` says which). h5py reads the file (with hdf5plugin for Zstandard and
+/// LZ4).
+pub fn to_file_compressed<T: Element>(
+    array: &DeviceArray<T>,
+    path: impl AsRef<Path>,
+    dataset: &str,
+    chunk: &[usize],
+    compression: Compression,
+) -> Result<()> {
+    device::write_compressed(array, path.as_ref(), dataset, chunk, compression.filter())
 }
 
 /// Writes `array` as dataset `dataset` (an absolute path such as `/x` or `/group/x`; missing

@@ -2,15 +2,15 @@
 //! faces) over the linked HDF5: the errors of array-io naming the file, the dataset and the
 //! chunk, each call under hdf5-metno's lock, and the file read directly by the decoding threads
 //! where `OpenDataset::direct_file` allows. The host decoder (`host::read_decoded`) and the GPU
-//! decoder (`gpu_codec`) read from the same source; `gpu_encode` writes chunks through the same
-//! face.
+//! decoder (`gpu_codec`) read from the same source; compressed writes
+//! (`h5gds_engine::policy::write`) write chunks through the same face.
 
 use crate::error::{Error, Result};
 use crate::file::OpenDataset;
 use crate::hdf5_raw::{self, linked_hdf5};
 use h5gds_engine::chunks::{self as engine, CallFailed, ChunkCall, Face, StoredChunks};
 
-/// An open dataset as the engine's chunk source (and chunk writes, `gpu_encode`) see it.
+/// An open dataset as the engine's chunk source (and its compressed writes) see it.
 pub(crate) struct DatasetFace<'a> {
     pub ds: &'a OpenDataset,
 }

@@ -19,11 +19,15 @@ use crate::select::Block;
 use crate::transfer::Locked;
 use crate::ReadOptions;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use h5gds_chunk_codec::Filter;
 use h5gds_chunk_codec::{ChunkIndex, Hyperslab};
 use h5gds_engine::chunks::StoredChunks;
 use h5gds_engine::device::{self, Face, Note, ReadFace, Selected, Step};
+use h5gds_engine::encoded::Target;
 use h5gds_engine::facts::StoredLayout;
+use h5gds_engine::gpu_encoded::DeviceArray as EngineArray;
 use h5gds_engine::policy::device_read::{self, ReadRoute, StoredRead};
+use h5gds_engine::policy::{self, write::CompressedWrite, write::Memory};
 use h5gds_engine::staged::NotBool;
 use h5gds_runtime::cuda::call;
 use h5gds_runtime::staging_ring::StagingRing;
@@ -298,6 +302,87 @@ pub(crate) fn write<T: Element>(
         }
         ds.close()
     })
+}
+
+/// Writes a device array as chunked dataset `dataset` of a new file at `path`, in chunks of
+/// `chunk`, its chunks encoded through `filter` where the engine decides
+/// (`h5gds_engine::policy::write`; see [`crate::to_file_compressed`]).
+pub(crate) fn write_compressed<T: Element>(
+    array: &DeviceArray<T>,
+    path: &Path,
+    dataset: &str,
+    chunk: &[usize],
+    filter: Filter,
+) -> Result<()> {
+    no_panic("writing compressed from device memory", || {
+        let desc = descriptor_of::<T>()?;
+        crate::file::check_dataset_name(dataset)?;
+        check_chunk(&array.shape, chunk, dataset)?;
+        let blocker = driver_blocker(&transfer::<T>(Settings::default().use_gds()?));
+        let shape: Vec<u64> = array.shape.iter().map(|&d| d as u64).collect();
+        let chunk: Vec<u64> = chunk.iter().map(|&c| c as u64).collect();
+        let (filter_id, cd_values) = (filter.id, &filter.values[..]);
+        let stored = NewLayout::Filtered {
+            chunk: &chunk,
+            filter: filter_id,
+            cd_values,
+        };
+        let (driver, stream) = (Driver::unless(&blocker), &array.stream);
+        let (ds, _) = create_dataset(path, dataset, driver, &desc, (&shape, stored))?;
+        // As for `write`: the array's stream waits for recorded writes, then is synchronized.
+        let pointer = array.data.as_ref().map(|data| data.device_ptr(stream));
+        synchronize(stream)?;
+        let address = pointer.as_ref().map_or(0, |(ptr, _)| *ptr);
+        let nbytes = element_count(&array.shape)? * size_of::<T>();
+        let refused = |source| Error::CompressedWrite {
+            path: path.to_path_buf(),
+            source,
+        };
+        let face = DatasetFace { ds: &ds };
+        let target = Target {
+            api: hdf5_raw::linked_hdf5(),
+            dataset: ds.dset.id(),
+            name: dataset,
+            face: &face,
+            refused: &refused,
+        };
+        let write = CompressedWrite {
+            shape: &shape,
+            chunk: &chunk,
+            element_size: size_of::<T>(),
+            filters: std::slice::from_ref(&filter),
+            driver_blocker: blocker,
+            threads: driver_settings().nthreads,
+        };
+        let memory = Memory::Device(EngineArray { address, stream }, nbytes);
+        policy::write::write(target, &write, memory)?;
+        drop(pointer);
+        ds.close()
+    })
+}
+
+fn check_chunk(shape: &[usize], chunk: &[usize], dataset: &str) -> Result<()> {
+    let bad = |reason: String| Error::InvalidChunkShape {
+        dataset: dataset.to_string(),
+        chunk_shape: chunk.to_vec(),
+        shape: shape.to_vec(),
+        reason,
+    };
+    if shape.is_empty() {
+        return Err(bad("a scalar cannot be stored in chunks".into()));
+    }
+    if chunk.len() != shape.len() {
+        let rank = shape.len();
+        return Err(bad(format!("it needs {rank} entries, one per dimension")));
+    }
+    for (d, (&c, &n)) in chunk.iter().zip(shape).enumerate() {
+        if c == 0 || c > n.max(1) {
+            return Err(bad(format!(
+                "entry {d} must be between 1 and the array's length there ({n})"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// An open dataset prepared for device reads: its types, storage and the settings' facts.

@@ -171,6 +171,15 @@ pub enum Error {
         reason: String,
     },
 
+    /// A compressed write (`to_file_compressed`) was refused or failed: the engine's error names
+    /// the dataset, the chunk where one is at fault, and its kind (`source.kind`).
+    #[error("{}: {source}", path.display())]
+    CompressedWrite {
+        path: PathBuf,
+        #[source]
+        source: h5gds_engine::encoded::WriteError,
+    },
+
     /// A CUDA call failed (or CUDA is not usable in this process).
     #[error("CUDA: {op}: {message}")]
     Cuda { op: String, message: String },

@@ -45,7 +45,6 @@ mod driver;
 mod element;
 mod error;
 mod file;
-mod gpu_encode;
 pub mod hdf5_raw;
 mod host;
 mod layout;
@@ -59,14 +58,14 @@ mod host_staging;
 pub use api::{
     from_file, from_file_batched, from_file_batched_to_device, from_file_batched_to_device_with,
     from_file_batched_with, from_file_rows, from_file_to_device, from_file_to_device_with,
-    from_file_with, gpu_codec_status, release_pinned_buffers, to_file, to_file_with, ToFile,
+    from_file_with, gpu_codec_status, release_pinned_buffers, to_file, to_file_compressed,
+    to_file_with, Compression, ToFile,
 };
 pub use batched::{Batches, DeviceBatches};
 pub use device::{DeviceArray, IntoStream};
 pub use driver::{gds_driver, Registration};
 pub use element::Element;
 pub use error::{Error, Result};
-pub use gpu_encode::{to_file_compressed, Compression};
 pub use h5gds_runtime::settings::{GPU_CODEC_ENV, VERIFY_CHECKSUMS_ENV};
 pub use options::{
     DevicePath, ReadOptions, Settings, DEFAULT_STAGING_BUFFER_SIZE, MIN_STAGING_BUFFER_SIZE,

@@ -572,11 +572,13 @@ fn arrays_encoded_on_the_gpu_are_read_by_h5py_with_hdf5plugin() {
     for codec in ["Deflate", "Zstd", "Lz4"] {
         assert!(
             log.contains(&format!(
-                "encoded ({codec}) on the GPU with nvCOMP and written straight"
+                "way=gpu-encoded: 8 chunks encoded ({codec}) on the GPU with nvCOMP and written \
+                 straight"
             )),
             "{codec}:\n{log}"
         );
     }
+    assert!(!log.contains("way=host-encoded"), "{log}");
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/gpu_codec_files.py");
     let out = std::process::Command::new(python())
         .arg(&script)
@@ -625,19 +627,17 @@ fn without_nvcomp_chunks_are_encoded_on_the_host_cores_without_hdf5_plugins_and_
     };
     run.assert_clean();
     let log = run.stderr();
-    for codec in ["Deflate", "Zstd", "Lz4"] {
+    // The engine's verdict (`h5gds_engine::policy::write`), the same line Python's writes get.
+    for filter in ["deflate (1)", "Zstandard (32015)", "LZ4 (32004)"] {
         assert!(
             log.contains(&format!(
-                "encoded ({codec}) by h5gds on 3 host threads and written raw, not on the GPU \
-                 with nvCOMP: nvCOMP is not available"
+                "way=host-encoded: 8 chunks encoded ({filter}) by h5gds on 3 host threads and \
+                 written raw, not on the GPU with nvCOMP: nvCOMP is not available"
             )),
-            "{codec}:\n{log}"
+            "{filter}:\n{log}"
         );
     }
-    assert!(
-        !log.contains("on the GPU with nvCOMP and written straight"),
-        "{log}"
-    );
+    assert!(!log.contains("way=gpu-encoded"), "{log}");
     assert!(
         run.stdout().contains("entry 1 must be between 1 and"),
         "{}",

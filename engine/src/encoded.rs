@@ -1,14 +1,16 @@
-//! Compressed writes encoded on the host's cores, written once for both faces (array-io's
-//! `to_file_compressed` without the GPU path, the Python package's `to_file(compression=...)`):
-//! the chunks of a host array encoded by h5gds through the dataset's filters
-//! (`h5gds_chunk_codec::encode`, on the driver's I/O threads) and written raw in chunk order on
-//! the calling thread ([`crate::chunks::write_stored`]) over the face's HDF5 table. HDF5's own
-//! filter would encode on one core, and needs hdf5plugin's plugins for Zstandard and LZ4.
+//! Compressed writes encoded on the host's cores, written once for both faces (the policy's
+//! host side, `crate::policy::write`): the chunks of a host array encoded by h5gds through the
+//! dataset's filters (`h5gds_chunk_codec::encode`, on the driver's I/O threads) and written raw in
+//! chunk order on the calling thread ([`crate::chunks::write_stored`]) over the face's HDF5 table.
+//! HDF5's own filter would encode on one core, and needs hdf5plugin's plugins for Zstandard and
+//! LZ4. Also the target and the one error of every compressed write ([`Target`], [`WriteError`]),
+//! GPU-encoded ones included (`crate::gpu_encoded`).
 
 use crate::chunks::{write_stored, Face};
 use h5gds_chunk_codec::encode::{self, ChunkWriter, Encoding, HostWrite};
 use h5gds_chunk_codec::Filter;
 use h5gds_runtime::hdf5::{hid_t, Hdf5Api};
+use std::fmt;
 
 /// How the chunks of a dataset with a given filter pipeline are encoded.
 pub struct HostEncoder {
@@ -16,31 +18,125 @@ pub struct HostEncoder {
     element_size: usize,
 }
 
-/// The dataset encoded chunks are written into: its HDF5 copy's table, its id, and the face that
-/// words a failed write (and holds that copy's lock around each) and a chunk that could not be
-/// encoded (`unencodable`: the chunk's first element and the reason).
+/// What kind of failure a compressed write met: the faces map the kind to their own error
+/// (array-io's `Error`, Python's ValueError or OSError); the words are [`WriteError`]'s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteErrorKind {
+    /// The caller's request does not fit the dataset (its chunk shape, its buffer's size).
+    Argument,
+    /// h5gds cannot encode through the dataset's filter pipeline.
+    Unsupported,
+    /// One chunk could not be encoded.
+    Encoding,
+    /// CUDA or nvCOMP failed while the chunks were encoded on the GPU.
+    Device,
+}
+
+/// Why a compressed write failed, with the facts it names: the dataset, the chunk (its first
+/// element) where one chunk is at fault, and the detail. HDF5's refusals of a chunk write are
+/// the face's (`Face::failed`, with its HDF5's error stack).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteError {
+    pub kind: WriteErrorKind,
+    pub dataset: String,
+    pub chunk: Option<Vec<u64>>,
+    pub detail: String,
+}
+
+impl WriteError {
+    pub fn new(kind: WriteErrorKind, dataset: &str, detail: impl Into<String>) -> WriteError {
+        WriteError {
+            kind,
+            dataset: dataset.to_string(),
+            chunk: None,
+            detail: detail.into(),
+        }
+    }
+
+    /// The same error about the chunk whose first element is `offset`.
+    pub fn at(mut self, offset: &[u64]) -> WriteError {
+        self.chunk = Some(offset.to_vec());
+        self
+    }
+}
+
+impl fmt::Display for WriteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (dataset, detail) = (&self.dataset, &self.detail);
+        let chunk = match &self.chunk {
+            Some(at) => format!("the chunk at {at:?}"),
+            None => "its chunks".to_string(),
+        };
+        match self.kind {
+            WriteErrorKind::Argument => write!(f, "dataset {dataset}: {detail}"),
+            WriteErrorKind::Unsupported => write!(
+                f,
+                "dataset {dataset}: h5gds cannot encode {chunk}: {detail}; choose gzip, \
+                 Zstandard or LZ4 with shuffle and fletcher32 at most"
+            ),
+            WriteErrorKind::Encoding => {
+                write!(
+                    f,
+                    "dataset {dataset}: {chunk} could not be encoded: {detail}"
+                )
+            }
+            WriteErrorKind::Device => write!(
+                f,
+                "dataset {dataset}: encoding {chunk} on the GPU failed: {detail} (H5GDS_LOG=debug \
+                 says more; without nvCOMP the chunks are encoded on the host)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for WriteError {}
+
+/// The dataset encoded chunks are written into: its HDF5 copy's table, its id and name, the face
+/// that words a failed write (and holds that copy's lock around each), and the face's error for
+/// a [`WriteError`] (`refused`, which maps its kind).
 pub struct Target<'a, F: Face> {
     pub api: &'a Hdf5Api,
     pub dataset: hid_t,
+    pub name: &'a str,
     pub face: &'a F,
-    pub unencodable: &'a dyn Fn(&[u64], String) -> F::Error,
+    pub refused: &'a dyn Fn(WriteError) -> F::Error,
+}
+
+impl<F: Face> Target<'_, F> {
+    /// Writes `size` stored bytes at `at` (host memory, or device memory the driver takes) as the
+    /// chunk at `offset`, filter mask 0, under the face's lock.
+    ///
+    /// # Safety
+    /// `at` must be valid for reads of `size` bytes.
+    pub unsafe fn write_chunk(
+        &self,
+        offset: &[u64],
+        at: *const std::ffi::c_void,
+        size: usize,
+    ) -> Result<(), F::Error> {
+        let (api, dataset, face) = (self.api, self.dataset, self.face);
+        face.locked(|| {
+            // SAFETY: as the caller guarantees.
+            unsafe { write_stored(api, dataset, offset, 0, at, size) }.map_err(|f| face.failed(f))
+        })
+    }
+
+    /// The face's error for `kind` and `detail` about this dataset.
+    pub fn refuse(&self, kind: WriteErrorKind, detail: impl Into<String>) -> F::Error {
+        (self.refused)(WriteError::new(kind, self.name, detail))
+    }
 }
 
 impl<F: Face> ChunkWriter for Target<'_, F> {
     type Error = F::Error;
 
     fn write(&mut self, offset: &[u64], stored: &[u8]) -> Result<(), F::Error> {
-        let (api, dataset, face) = (self.api, self.dataset, self.face);
-        face.locked(|| {
-            let at = stored.as_ptr().cast();
-            // SAFETY: `stored` is a live host buffer of that many bytes.
-            unsafe { write_stored(api, dataset, offset, 0, at, stored.len()) }
-                .map_err(|f| face.failed(f))
-        })
+        // SAFETY: `stored` is a live host buffer of that many bytes.
+        unsafe { self.write_chunk(offset, stored.as_ptr().cast(), stored.len()) }
     }
 
     fn failed(&self, offset: &[u64], reason: String) -> F::Error {
-        (self.unencodable)(offset, reason)
+        (self.refused)(WriteError::new(WriteErrorKind::Encoding, self.name, reason).at(offset))
     }
 }
 
@@ -142,8 +238,8 @@ mod tests {
         }
     }
 
-    fn unencodable(offset: &[u64], reason: String) -> String {
-        format!("{offset:?} could not be encoded: {reason}")
+    fn refused(error: WriteError) -> String {
+        error.to_string()
     }
 
     #[test]
@@ -156,8 +252,9 @@ mod tests {
         let target = |dataset| Target {
             api: &api,
             dataset,
+            name: "/x",
             face: &face,
-            unencodable: &unencodable,
+            refused: &refused,
         };
         // Deflate, level 1: 10 bytes in chunks of 4 (the last padded with zeros).
         let deflate = [Filter {

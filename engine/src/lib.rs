@@ -9,8 +9,9 @@
 //! transfer through HDF5 ([`transfer`]), the reads whose chunks h5gds decodes on the host's cores
 //! ([`decoded`]), where chunks bound for device memory are decoded ([`gpu_decoded`]), the staged
 //! path through pinned host buffers ([`staged`]), one transfer between a dataset and device
-//! memory, each of those ways run, the GPU-decoded read among them ([`device`]), the order a
-//! transfer takes among the ways and its verdict lines ([`policy`]), and the compressed writes whose chunks h5gds encodes on the host's cores ([`encoded`]).
+//! memory, each of those ways run, the GPU-decoded read among them ([`device`]), the compressed
+//! writes whose chunks h5gds encodes on the host's cores ([`encoded`]) or on the GPU
+//! ([`gpu_encoded`]), and the order every read and write takes, with its verdict lines ([`policy`]).
 
 pub mod chunks;
 pub mod collective;
@@ -19,6 +20,7 @@ pub mod device;
 pub mod encoded;
 pub mod facts;
 pub mod gpu_decoded;
+pub mod gpu_encoded;
 pub mod policy;
 pub mod rows;
 pub mod staged;

@@ -1,7 +1,9 @@
 """Chunked and compressed datasets written by ``to_file``: the arguments (named as h5py names
 them) checked before anything is created, the dataset created with h5py's filter pipeline, and
-its chunks encoded by the extension on the driver's I/O threads and written raw
-(``H5Dwrite_chunk``) under h5py's lock with the GIL released (``_native.encode_write_chunks``).
+its chunks encoded by the extension's engine and written raw (``H5Dwrite_chunk``) under h5py's
+lock with the GIL released (``_native.encode_write_chunks``): a device array's on the GPU with
+nvCOMP where the engine can (one deflate, Zstandard or LZ4 filter, the ``gds`` driver), else on
+the driver's I/O threads (a device array copied to the host first), as array-io's.
 
 Decisions (docs/python.md):
 
@@ -216,29 +218,18 @@ def create_dataset(file, name, dtype, shape, dcpl):
                       lcpl=lcpl)
 
 
-def host_copy(array, shape, dtype):
-    """``array`` in host memory: NumPy as it is; a device array copied by the extension into a new
-    NumPy array (plain host memory) after its producer's stream has finished."""
+def write(dsid, name, array):
+    """Encodes ``array`` (C-contiguous, host or device memory, the dataset's dtype and shape) into
+    the chunks of ``dsid`` and writes them raw; returns the number of chunks written."""
     view = _arrays.view(array, "array")
-    if view.device is None:
-        return array if isinstance(array, np.ndarray) else np.from_dlpack(array)
-    host = np.empty(shape, dtype=dtype)
-    _native.device_copy(view, host.ctypes.data, False)
-    return host
-
-
-def write(dsid, name, host):
-    """Encodes ``host`` (C-contiguous, the dataset's dtype and shape) into the chunks of ``dsid``
-    on the driver's I/O threads and writes them raw; returns the number of chunks written."""
     with phil:
         file_type = dsid.get_type()
-        if not file_type.equal(h5t.py_create(host.dtype)):
-            raise TypeError(f"array has dtype {host.dtype}, whose HDF5 type differs from its "
+        if not file_type.equal(h5t.py_create(view.dtype)):
+            raise TypeError(f"array has dtype {view.dtype}, whose HDF5 type differs from its "
                             "bytes in memory (padding or layout), so h5gds cannot write its "
                             "chunks raw")
         dcpl = dsid.get_create_plist()
         filters = [(code, list(values)) for code, _flags, values, _name in
                    (dcpl.get_filter(i) for i in range(dcpl.get_nfilters()))]
         return _native.encode_write_chunks(
-            dsid.id, file_type.id, host.ctypes.data, host.nbytes, list(host.shape),
-            list(dcpl.get_chunk()), filters, name)
+            dsid.id, file_type.id, view, list(view.shape), list(dcpl.get_chunk()), filters, name)

@@ -442,9 +442,11 @@ def to_file(array, path, dataset, comm=None, decomposition=None, *, chunks=None,
     (None: row-major chunks of at most 1 MiB). The chunks are encoded in parallel on the driver's
     I/O threads (``nthreads``; the GIL released) and written raw, edge chunks padded with zeros as
     HDF5 pads them: h5py reads the file (with ``import hdf5plugin`` for Zstandard and LZ4). A
-    device array is first copied into host memory (a plain NumPy array the size of the array),
-    then encoded the same way. The arguments are checked before anything is created (ValueError
-    or TypeError naming the argument). With ``comm``, these are not supported (ValueError).
+    device array's chunks are encoded on the GPU with nvCOMP (its own fast level; the level asked
+    is what the file records) where gzip, zstd or lz4 alone is asked for and the file goes through
+    the ``gds`` driver, and written from device memory; else the array is copied into host memory
+    and encoded as a NumPy array's, as array-io's ``to_file_compressed`` does. The arguments are
+    checked before anything is created (ValueError or TypeError naming the argument). With ``comm``, these are not supported (ValueError).
     A URL as ``path`` raises OSError (errno 30): remote files are read-only."""
     refuse_url_for_writing(path)
     if comm is not None:
@@ -468,10 +470,8 @@ def to_file(array, path, dataset, comm=None, decomposition=None, *, chunks=None,
     _check_storable(dtype)
     chunked = _encode.plan(shape, dtype, chunks, compression, compression_opts, shuffle, fletcher32)
     if chunked is not None:
-        host = _encode.host_copy(source, shape, dtype)
-
         def fill(file):
-            _encode.write(_encode.create(file, name, shape, dtype, chunked), name, host)
+            _encode.write(_encode.create(file, name, shape, dtype, chunked), name, source)
 
         _replace(path, driver, fill)
         return

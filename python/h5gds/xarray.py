@@ -304,8 +304,9 @@ def _write(variable, key, value):
             # (reshaped: ascontiguousarray makes 0-d arrays 1-d)
             value = library.ascontiguousarray(value).reshape(shape)
             if _encodable(dset, region):
-                # Encoded on the host's cores (h5gds has no GPU encoder).
-                _encode.write(dset.id, dset.name, _encode.host_copy(value, shape, dtype))
+                # Encoded on the GPU where the engine can (one filter nvCOMP encodes, the gds
+                # driver), else copied to the host and encoded on its cores.
+                _encode.write(dset.id, dset.name, value)
             else:
                 _io.write(dset, value, sel=region)
             return

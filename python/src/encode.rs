@@ -1,40 +1,48 @@
-//! `h5gds.to_file(..., compression=...)` on all cores: the h5py face of
-//! `h5gds_engine::encoded`. The dataset is created by h5py with its filter pipeline; here its
-//! chunks are gathered from the host array and encoded on the driver's I/O threads, and written
-//! raw (`H5Dwrite_chunk`, filter mask 0) in chunk order on the calling thread, under h5py's lock,
-//! with the GIL released. Device arrays are copied into host memory first
-//! (`device::copy_with_host`, through `_native.device_copy`).
+//! `h5gds.to_file(..., compression=...)`: the h5py face of the engine's compressed writes
+//! (`h5gds_engine::policy::write`, which array-io's `to_file_compressed` runs too). The dataset is
+//! created by h5py with its filter pipeline; the engine encodes its chunks (a device array's on
+//! the GPU with nvCOMP where it can, else on the driver's I/O threads, a device array copied to
+//! the host first) and writes them raw (`H5Dwrite_chunk`, filter mask 0) in chunk order on the
+//! calling thread, under h5py's lock, with the GIL released.
 
 use crate::call_settings::CallSettings;
+use crate::device::{with_device_array, DeviceError};
+use crate::device_error;
 use crate::error::io_error;
 use crate::hdf5;
+use crate::io_call::ArrayArg;
+use cudarc::driver::CudaContext;
 use h5gds_chunk_codec::Filter;
-use h5gds_engine::encoded::{HostEncoder, Target};
-use pyo3::exceptions::{PyOSError, PyValueError};
+use h5gds_engine::encoded::{Target, WriteError, WriteErrorKind};
+use h5gds_engine::gpu_encoded::DeviceArray;
+use h5gds_engine::policy::write::{self, CompressedWrite, Memory};
+use h5gds_route::route::{driver_blocker, Transfer as RouteFacts};
+use h5gds_runtime::{cuda, settings};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-/// Writes the host array at `buffer` (`nbytes`, the dataset's elements row-major in its stored
-/// type `file_type`; `shape` the dataset's) into every chunk (shape `chunk`) of the chunked dataset `dataset`, each
-/// encoded by h5gds through `filters` (the dataset's pipeline: `(id, client values)` in order) on
-/// the driver's I/O threads and written raw. Returns the number of chunks written. Every id and
-/// size is checked against HDF5 first (ValueError); HDF5's failures and encoding failures raise
-/// OSError naming the chunk. The caller holds h5py's lock and keeps the buffer alive.
+/// Writes `array` (an `_arrays.ArrayView` of host or device memory: the dataset's elements
+/// row-major in its stored type `file_type`; `shape` the dataset's) into every chunk (shape
+/// `chunk`) of the chunked dataset `dataset`, whose pipeline is `filters` (`(id, client
+/// values)` in order). Returns the number of chunks written. Every id and size is checked against
+/// HDF5 first (ValueError); the engine's refusals raise ValueError, HDF5's, CUDA's and the
+/// encoders' failures OSError, naming the dataset (and the chunk). The caller holds h5py's lock
+/// and the array.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 pub fn encode_write_chunks(
     py: Python<'_>,
     dataset: i64,
     file_type: i64,
-    buffer: usize,
-    nbytes: usize,
+    array: ArrayArg<'_>,
     shape: Vec<u64>,
     chunk: Vec<u64>,
     filters: Vec<(i32, Vec<u32>)>,
     dataset_name: String,
 ) -> PyResult<usize> {
+    let (address, nbytes) = (array.address, array.nbytes);
     // The whole dataset as one write of the stored type: checks the ids, the extent and the
     // buffer's size (nothing is written through it).
-    let elements: u64 = shape.iter().product();
     let ones = vec![1u64; shape.len()];
     let zeros = vec![0u64; shape.len()];
     let transfer = hdf5::Transfer {
@@ -45,53 +53,68 @@ pub fn encode_write_chunks(
         step: &ones,
         count: &shape,
         mem_shape: &shape,
-        buffer,
+        buffer: address as usize,
         nbytes,
     };
     if hdf5::prepare(&transfer).map_err(io_error)?.is_none() {
         return Ok(0);
     }
-    if chunk.len() != shape.len() || chunk.iter().zip(&shape).any(|(&c, &n)| c == 0 || c > n) {
-        return Err(PyValueError::new_err(format!(
-            "chunk shape {chunk:?} does not fit dataset {dataset_name} of shape {shape:?}"
-        )));
-    }
-    let element_size = nbytes / elements as usize;
-    let filters: Vec<Filter> = filters
-        .into_iter()
+    let filters: Vec<Filter> = (filters.into_iter())
         .map(|(id, values)| Filter { id, values })
         .collect();
-    let encoder = HostEncoder::for_filters(&filters, element_size).map_err(|reason| {
-        PyValueError::new_err(format!(
-            "h5gds cannot encode the chunks of dataset {dataset_name}: {reason}"
-        ))
-    })?;
-    let threads = CallSettings::default()
-        .nthreads()
-        .map_err(PyValueError::new_err)?;
-    let written = py
-        .detach(|| {
+    let path =
+        settings::environment_device_path().map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let staged = !settings::goes_through_gds(path);
+    let facts = RouteFacts {
+        staged_by_settings: staged,
+        other_driver: hdf5::other_driver(dataset).map_err(io_error)?,
+        ..RouteFacts::default()
+    };
+    let threads = (CallSettings::default().nthreads()).map_err(PyValueError::new_err)?;
+    let w = CompressedWrite {
+        shape: &shape,
+        chunk: &chunk,
+        element_size: nbytes / shape.iter().product::<u64>() as usize,
+        filters: &filters,
+        driver_blocker: driver_blocker(&facts),
+        threads,
+    };
+    let device = array.device.as_ref().map(|(_, ordinal)| *ordinal);
+    let stream = array.stream;
+    let name = &dataset_name;
+    py.detach(|| {
+        let face = hdf5::h5py_face(dataset, name, DeviceError::Failed)?;
+        let refused = |e: WriteError| match e.kind {
+            WriteErrorKind::Argument | WriteErrorKind::Unsupported => {
+                DeviceError::Argument(e.to_string())
+            }
+            WriteErrorKind::Encoding | WriteErrorKind::Device => DeviceError::Failed(e.to_string()),
+        };
+        let target = Target {
+            api: face.api,
+            dataset,
+            name,
+            face: &face,
+            refused: &refused,
+        };
+        let Some(claimed_ordinal) = device else {
             // SAFETY: the Python caller passes the address and size of a live host buffer it
             // keeps referenced for the call (its size checked against the dataset above).
-            let array = unsafe { std::slice::from_raw_parts(buffer as *const u8, nbytes) };
-            let face = hdf5::h5py_face(dataset, &dataset_name, |message| message)?;
-            let unencodable = |offset: &[u64], reason| {
-                format!("dataset {dataset_name}: the chunk at {offset:?} could not be encoded: {reason}")
+            let host = unsafe { std::slice::from_raw_parts(address as *const u8, nbytes) };
+            return write::write(target, &w, Memory::Host(host));
+        };
+        with_device_array((address, nbytes), claimed_ordinal, stream, |context| {
+            let device = context.device as usize;
+            let made = cuda::call("making the array's device's context", || {
+                CudaContext::new(device)
+            })?;
+            let stream = made.default_stream();
+            let array = DeviceArray {
+                address,
+                stream: &stream,
             };
-            let target = Target {
-                api: face.api,
-                dataset,
-                face: &face,
-                unencodable: &unencodable,
-            };
-            encoder.write(target, array, &shape, &chunk, threads)
+            write::write(target, &w, Memory::Device(array, nbytes))
         })
-        .map_err(PyOSError::new_err)?;
-    h5gds::with_logging(|| {
-        tracing::debug!(
-            "h5gds.to_file of {dataset_name}: {written} chunks encoded on {threads} threads \
-             and written raw"
-        )
-    });
-    Ok(written)
+    })
+    .map_err(device_error)
 }

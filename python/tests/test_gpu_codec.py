@@ -8,6 +8,7 @@ scripts/test.sh runs this file with the CUDA/cuFile emulator and the nvCOMP emul
 LD_LIBRARY_PATH, like test_device.py (whose helpers it uses, and whose skip without CUDA it shares)."""
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -311,6 +312,107 @@ def test_a_decode_the_gpu_reports_failed_fails_the_read(tmp_path):
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("refused: dataset /z: the chunk at [64] cannot be decoded"), run.stdout
     assert "nvcompErrorCannotDecompress" in run.stdout, run.stdout
+
+
+#: The device array the writes below take (whole numbers, compressible by every codec, varied enough
+#: that a misplaced element shows), and their child process (its own H5GDS_LOG=debug).
+ENCODED_DATA = "(np.arange(5550) % 97 * 3 + np.arange(5550) // 500).astype('<f4').reshape(37, 50, 3)"
+ENCODE_CHILD = """
+import json, sys
+import numpy as np, h5gds
+from device_arrays import DeviceArray, DlpackArray, cuda
+d, cases = sys.argv[1], json.loads(sys.argv[2])
+moved = {}
+for name, (dlpack, kwargs) in cases.items():
+    dev = DeviceArray.from_host(%s)
+    before = cuda().counters() if cuda().emulated else None
+    h5gds.to_file(DlpackArray(dev) if dlpack else dev, f"{d}/{name}.h5", "g/x", chunks=(8, 16, 3), **kwargs)
+    after = cuda().counters() if cuda().emulated else None
+    moved[name] = after and {k: after[k] - before[k] for k in after}
+print(json.dumps(moved))
+""" % ENCODED_DATA
+
+#: name -> (through DLPack only, to_file's keywords): each writes a device array of 20 chunks.
+ENCODED = {
+    "gzip": (False, {"compression": "gzip", "compression_opts": 6}),
+    "zstd": (True, {"compression": "zstd"}),
+    "lz4": (False, {"compression": "lz4"}),
+    "shuffled": (False, {"compression": "zstd", "shuffle": True}),
+}
+#: The GPU codec the engine's verdict names for each write it encodes on the GPU.
+GPU_CODECS = {"gzip": "Deflate", "zstd": "Zstd", "lz4": "Lz4"}
+
+
+@pytest.mark.parametrize("path", ["gds", "staged"])
+def test_compressed_writes_from_device_arrays_are_encoded_on_the_gpu_and_read_by_h5py(tmp_path, path):
+    """h5gds.to_file(device_array, compression=...) takes the engine's way, as array-io's
+    to_file_compressed does: one gzip, zstd or lz4 filter encoded on the GPU with nvCOMP and written
+    from device memory through the gds driver (cuFile writes, no copy of the array to the host); a
+    pipeline nvCOMP does not encode (shuffle) or the staged path encoded on the host's cores after one
+    copy. The engine's verdict line says which, and h5py with hdf5plugin reads the same bytes back."""
+    env = dict(os.environ, H5GDS_LOG="debug")
+    if path == "staged":
+        env["H5GDS_USE_VFD_GDS"] = "0"
+    run = subprocess.run([sys.executable, "-c", ENCODE_CHILD, str(tmp_path), json.dumps(ENCODED)], env=env,
+                         capture_output=True, text=True, timeout=300, cwd=os.path.dirname(__file__))
+    assert run.returncode == 0, run.stderr
+    moved = json.loads(run.stdout.splitlines()[-1])
+    verdicts = [ln for ln in run.stderr.splitlines() if "/g/x: way=" in ln]
+    assert len(verdicts) == len(ENCODED), run.stderr
+    data = eval(ENCODED_DATA)
+    for (name, (_, kwargs)), verdict in zip(ENCODED.items(), verdicts):
+        on_gpu = path == "gds" and name in GPU_CODECS
+        if on_gpu:
+            assert (f"way=gpu-encoded: 20 chunks encoded ({GPU_CODECS[name]}) on the GPU with nvCOMP and "
+                    "written straight from device memory") in verdict, verdict
+        else:
+            assert "way=host-encoded: 20 chunks encoded (" in verdict, verdict
+            why = "is not one filter nvCOMP encodes" if name == "shuffled" else "H5GDS_USE_VFD_GDS=0"
+            assert why in verdict, verdict
+        if moved[name] is not None:
+            delta = moved[name]
+            assert delta["bounds_violations"] == 0 and delta["double_frees"] == 0, (name, delta)
+            if on_gpu:
+                # Every chunk from device memory through cuFile.
+                assert delta["cufile_writes"] >= 20, (name, delta)
+            else:
+                # One copy of the array to the host, whose chunks the driver writes from host memory.
+                assert delta["cufile_writes"] == 0 and delta["dtoh"] == 1, (name, delta)
+        with h5py.File(tmp_path / f"{name}.h5", "r") as f:
+            dset = f["g/x"]
+            assert dset.chunks == (8, 16, 3)
+            assert dset[()].tobytes() == data.tobytes(), name
+            filters = dset.id.get_create_plist()
+            ids = [filters.get_filter(i)[0] for i in range(filters.get_nfilters())]
+            expected = {"gzip": [1], "zstd": [32015], "lz4": [32004], "shuffled": [2, 32015]}[name]
+            assert ids == expected, (name, ids)
+            if name == "gzip":
+                assert dset.compression_opts == 6  # the level asked is the level recorded
+
+
+FAILED_ENCODE = """
+import sys
+import numpy as np, h5gds
+from device_arrays import DeviceArray
+try:
+    h5gds.to_file(DeviceArray.from_host(np.arange(4096, dtype="<i4")), sys.argv[1], "x", chunks=(512,),
+                  compression="zstd")
+except OSError as exc:
+    print("refused:", exc)
+"""
+
+
+def test_an_encode_the_gpu_reports_failed_fails_the_write_and_leaves_the_file(tmp_path):
+    require_emulator("the fault switch H5GDS_EMU_NVCOMP_FAIL_CALL", nvcomp=True)
+    path = tmp_path / "keep.h5"
+    h5gds.to_file(np.arange(5), path, "old")
+    before = path.read_bytes()
+    env = dict(os.environ, H5GDS_EMU_NVCOMP_FAIL_CALL="1")
+    run = subprocess.run([sys.executable, "-c", FAILED_ENCODE, str(path)], env=env, capture_output=True,
+                         text=True, timeout=120, cwd=os.path.dirname(__file__))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("refused: dataset /x: encoding its chunks on the GPU failed:"), run.stdout
+    assert path.read_bytes() == before
 
 
 def stays_on_host(capfd, dset, sel, reason, by=ON_HOST):

@@ -40,6 +40,19 @@ pub fn scratch(
     Ok((slice, ptr))
 }
 
+/// A device buffer of `len` bytes (at least 1) set to zero in `stream`'s order, and its address.
+pub fn zeroed(
+    stream: &Arc<CudaStream>,
+    len: usize,
+) -> Result<(CudaSlice<u8>, sys::CUdeviceptr), CudaError> {
+    let slice = call("allocating device memory", || {
+        stream.alloc_zeros::<u8>(len.max(1))
+    })?;
+    let (ptr, record) = slice.device_ptr(stream);
+    drop(record);
+    Ok((slice, ptr))
+}
+
 /// A device buffer kept across the batches of one piece of work and grown when a batch needs
 /// more: reused, not allocated per batch. Its range is forgotten by the driver's pointer cache
 /// when it is freed (`forget_device_range`), since the driver may have been handed it.

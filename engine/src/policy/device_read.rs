@@ -227,7 +227,7 @@ pub unsafe fn read<F: ReadFace>(
             host: route.host.as_ref().map(drop).map_err(Clone::clone),
             host_threads: threads,
         })?;
-        say(format_args!("h5gds.read {name:?}: {words}"));
+        super::say(format_args!("h5gds.read {name:?}: {words}"));
         match (choice, &route.host) {
             (Some(Decoder::Gpu(codec)), _) => {
                 // SAFETY: as the caller guarantees.
@@ -251,7 +251,7 @@ pub unsafe fn read<F: ReadFace>(
                     element_size: item,
                     threads,
                 };
-                let tell = |done: &Decoded| say(format_args!("h5gds.read {name:?}: {done}"));
+                let tell = |done: &Decoded| super::say(format_args!("h5gds.read {name:?}: {done}"));
                 return decoded_on_host(face, io, &how, bools, &tell);
             }
             _ => {}
@@ -303,11 +303,6 @@ pub unsafe fn read<F: ReadFace>(
     Ok(())
 }
 
-/// Writes a debug line of the engine's (target `h5gds::engine`).
-fn say(line: std::fmt::Arguments<'_>) {
-    h5gds::with_logging(|| tracing::debug!(target: "h5gds::engine", "{line}"));
-}
-
 /// How the ways through pinned host memory begin their words.
 const PINNED: &str = "into device memory through pinned host memory";
 
@@ -316,7 +311,7 @@ const PINNED: &str = "into device memory through pinned host memory";
 /// as `words` say.
 fn verdict(dataset: &str, bytes: u64, block: &Block, way: &str, words: std::fmt::Arguments<'_>) {
     let (start, count) = (&block.start, &block.count);
-    say(format_args!(
+    super::say(format_args!(
         "h5gds.read {dataset:?}: {bytes} bytes {words} (way={way}; elements {start:?} + \
          {count:?})"
     ));

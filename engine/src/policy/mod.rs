@@ -3,3 +3,10 @@
 //! words whichever face called, at `H5GDS_LOG=debug` under the target `h5gds::engine`.
 
 pub mod device_read;
+pub mod write;
+
+/// Writes one of the engine's debug lines (target `h5gds::engine`), through the driver's logger:
+/// every verdict line of the policy goes through here.
+fn say(line: std::fmt::Arguments<'_>) {
+    h5gds::with_logging(|| tracing::debug!(target: "h5gds::engine", "{line}"));
+}

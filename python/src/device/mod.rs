@@ -11,7 +11,7 @@ mod pointer;
 mod tile;
 
 use pointer::checked_pointer;
-pub use pointer::{copy_with_host, device_count};
+pub use pointer::{copy_with_host, device_count, with_device_array};
 pub use tile::write_tile;
 
 use crate::call_settings::CallSettings;

@@ -3,7 +3,7 @@
 
 use super::argument;
 use crate::error::DeviceError;
-use h5gds_runtime::cuda::{self, DeviceRange, PointerKind};
+use h5gds_runtime::cuda::{self, DeviceContext, DeviceRange, PointerKind};
 use h5gds_runtime::device_ranges::{self, forget_device_range};
 
 /// The CUDA allocation an array's memory belongs to, checked: CUDA works here, the address is
@@ -71,10 +71,8 @@ pub fn device_count() -> Result<i32, DeviceError> {
 /// Copies between the device array at `address` (`nbytes`; on device `claimed_ordinal` if it
 /// says) and the host buffer at `host` (`nbytes` long): to the device with `to_device`, else to the
 /// host. The producer's `stream` (0: none) finishes first; the copy is complete when this returns.
-/// The array's way to and from the host cores (a compressed `to_file` encodes a host copy; a gather
-/// into a device array reads into host memory first). `Argument` for memory that is not one CUDA
-/// allocation holding `nbytes` on a device this process sees; `Failed` where CUDA fails. The caller
-/// keeps both alive.
+/// The array's way to and from the host cores (a gather into a device array reads into host memory
+/// first). Errors as [`with_device_array`]'s. The caller keeps both alive.
 pub fn copy_with_host(
     address: u64,
     nbytes: usize,
@@ -86,27 +84,39 @@ pub fn copy_with_host(
     if nbytes == 0 {
         return Ok(());
     }
+    with_device_array((address, nbytes), claimed_ordinal, stream, |context| {
+        let (to, from, way) = match to_device {
+            true => (address as usize, host, "from"),
+            false => (host, address as usize, "to"),
+        };
+        // SAFETY: the device range holds `nbytes` (checked_pointer); the caller passes a live
+        // host buffer of `nbytes`.
+        unsafe { cuda::copy_any(context, to, from, nbytes) }
+            .map_err(|e| DeviceError::Failed(format!("copying the array {way} the host: {e}")))
+    })
+}
+
+/// Runs `f` with the context of the device array at `address` (`nbytes`; on device
+/// `claimed_ordinal` if it says) current, once the producer's `stream` (0: none) has finished:
+/// the array's way to a copy with the host ([`copy_with_host`]) and to the engine's compressed
+/// writes (`crate::encode`). `Argument` for memory that is not one CUDA allocation holding
+/// `nbytes` on a device this process sees; `Failed` where CUDA fails. The caller keeps the array
+/// alive.
+pub fn with_device_array<R>(
+    (address, nbytes): (u64, usize),
+    claimed_ordinal: Option<i32>,
+    stream: u64,
+    f: impl FnOnce(DeviceContext) -> Result<R, DeviceError>,
+) -> Result<R, DeviceError> {
     let pointer = checked_pointer("array", address, nbytes, claimed_ordinal)?;
-    let copied = (|| {
+    let ran = (|| {
         let _context = cuda::enter(pointer.context)?;
         if stream != 0 {
             cuda::synchronize_handle(stream)?;
         }
-        let (to, from) = if to_device {
-            (address as usize, host)
-        } else {
-            (host, address as usize)
-        };
-        // SAFETY: the device range holds `nbytes` (checked_pointer); the caller passes a live
-        // host buffer of `nbytes`.
-        unsafe { cuda::copy_any(pointer.context, to, from, nbytes) }
+        f(pointer.context)
     })();
     // The array may be freed once this returns: its range is not kept.
     forget_device_range(pointer.base);
-    copied.map_err(|e| {
-        DeviceError::Failed(format!(
-            "copying the array {} the host: {e}",
-            if to_device { "from" } else { "to" }
-        ))
-    })
+    ran
 }
