@@ -3,7 +3,7 @@
 //! It holds no `ndarray`, pyo3 nor HDF5 binding of its own: it calls HDF5 through the table a
 //! face hands it (`h5gds_runtime::hdf5::Hdf5Api`), and the faces convert their arrays and errors.
 //! It holds the collective decomposition ([`tiles`]) and the collective write's shared steps
-//! ([`collective`]), the plan of a gather of rows ([`rows`]), what HDF5 says about a stored dataset
+//! ([`collective`]), the plan of a gather of rows ([`rows`]) and the order of every read and write ([`policy`]), what HDF5 says about a stored dataset
 //! ([`facts`], its errors in [`hdf5_error`]) and the HDF5 side of stored chunks ([`chunks`]), the reads
 //! of a dataset whose storage cannot change, with no HDF5 call ([`stored`]), one checked
 //! transfer through HDF5 ([`transfer`]), the reads whose chunks h5gds decodes on the host's cores
@@ -20,6 +20,7 @@ pub mod encoded;
 pub mod facts;
 pub mod gpu_decoded;
 pub mod hdf5_error;
+pub mod policy;
 pub mod rows;
 pub mod staged;
 pub mod stored;
