@@ -3,14 +3,15 @@
 //! It holds no `ndarray`, pyo3 nor HDF5 binding of its own: it calls HDF5 through the table a
 //! face hands it (`h5gds_runtime::hdf5::Hdf5Api`), and the faces convert their arrays and errors.
 //! It holds the collective decomposition ([`tiles`]) and the collective write's shared steps
-//! ([`collective`]), the plan of a gather of rows ([`rows`]) and the order of every read and write ([`policy`]), what HDF5 says about a stored dataset
-//! ([`facts`], its errors in [`hdf5_error`]) and the HDF5 side of stored chunks ([`chunks`]), the reads
-//! of a dataset whose storage cannot change, with no HDF5 call ([`stored`]), one checked
-//! transfer through HDF5 ([`transfer`]), the reads whose chunks h5gds decodes on the host's cores
-//! ([`decoded`]), where chunks bound for device memory are decoded ([`gpu_decoded`]), the staged
-//! path through pinned host buffers ([`staged`]), one transfer between a dataset and device
-//! memory, each of those ways chosen and run, the GPU-decoded read among them ([`device`]),
-//! and the compressed writes whose chunks h5gds encodes on the host's cores ([`encoded`]).
+//! ([`collective`]), the plan of a gather of rows ([`rows`]), the order every read and write takes
+//! ([`policy`]), what HDF5 says about a stored dataset ([`facts`], its errors in [`hdf5_error`])
+//! and the HDF5 side of stored chunks ([`chunks`]), the reads of a dataset whose storage cannot
+//! change, with no HDF5 call ([`stored`]), one checked transfer through HDF5 ([`transfer`]), the
+//! reads whose chunks h5gds decodes on the host's cores ([`decoded`]), where chunks bound for
+//! device memory are decoded ([`gpu_decoded`]), the staged path through pinned host buffers
+//! ([`staged`]), one transfer between a dataset and device memory, each of those ways chosen and
+//! run, the GPU-decoded read among them ([`device`]), and the compressed writes whose chunks h5gds
+//! encodes on the host's cores ([`encoded`]).
 
 pub mod chunks;
 pub mod collective;

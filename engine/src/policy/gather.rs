@@ -237,8 +237,8 @@ impl Gather<'_> {
             buffer: out.as_mut_ptr() as usize,
             nbytes: span_elements as usize * element_size,
         };
-        // Checked only: nothing runs.
-        h.face.locked(|| prepare(h.api, &span)).map_err(failed)?;
+        // Checked only, nothing run; its dataspaces closed under the lock too.
+        (h.face.locked(|| prepare(h.api, &span).map(drop))).map_err(failed)?;
         let (api, dataset, chunk) = (h.api, h.dataset, plan.chunk());
         let open = |touched| StoredChunks::new(api, dataset, chunk, touched, h.face);
         let placed = runs.placed();
