@@ -2,6 +2,7 @@
 //! of one block, for batched reads) through the `gds` driver's host path, which is sec2 with
 //! large reads split across threads (or through sec2 itself with `H5GDS_USE_VFD_GDS=0`).
 
+use crate::chunks::DatasetFace;
 use crate::driver::Driver;
 use crate::element::{descriptor_of, Element};
 use crate::error::{Error, Result};
@@ -16,10 +17,11 @@ use crate::ReadOptions;
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::decoded::{self, Plan};
 use h5gds_engine::facts::StoredLayout;
-use h5gds_engine::rows::{RowPlan, RowRuns};
+use h5gds_engine::policy::gather::{Gather, Hdf5Side};
+use h5gds_engine::rows::RowPlan;
 use h5gds_engine::staged::check_bools;
 use h5gds_engine::stored::{self, Stored, StoredError};
-use h5gds_engine::transfer::{prepare_gather_in_groups, GatherRead};
+use h5gds_engine::transfer::IoError;
 use h5gds_runtime::settings;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 use std::path::Path;
@@ -289,42 +291,9 @@ pub(crate) fn shaped<T>(shape: Vec<usize>, values: Vec<T>) -> Result<ArrayD<T>> 
     })
 }
 
-/// Reads the runs of rows `runs` (first row, rows; in increasing order; each row `rest` of the
-/// other axes) into `out` with one `H5Dread` of their union (`h5gds_engine::transfer`, as the
-/// Python package's gathers read).
-fn read_rows_through_hdf5(
-    ds: &OpenDataset,
-    types: &Types,
-    (runs, rest): (&[(u64, u64)], &Hyperslab),
-    out: &mut [u8],
-) -> Result<()> {
-    let read = GatherRead {
-        dataset: ds.dset.id(),
-        mem_type: types.mem.id(),
-        runs,
-        rest_start: rest.start,
-        rest_step: rest.step,
-        rest_count: rest.count,
-        buffer: out.as_mut_ptr() as usize,
-        nbytes: out.len(),
-    };
-    hdf5_raw::locked(|| {
-        let reads = prepare_gather_in_groups(hdf5_raw::linked_hdf5(), &read, 0)
-            .map_err(|e| format!("{e:?}"))?;
-        // SAFETY: each read's part of `out` checked against its selection in
-        // `prepare_gather_in_groups`; `out` lives through the reads.
-        reads
-            .iter()
-            .try_for_each(|prepared| unsafe { prepared.run() })
-    })
-    .map_err(|message| Error::hdf5("reading the rows", &ds.path, Some(&ds.name), message))
-}
-
 /// Reads rows `rows` of a dataset (indices along its first axis, in any order, repeats allowed,
 /// negative ones from the end) into a host array of one row per index (see
-/// [`crate::from_file_rows`]): the distinct rows, compressed chunks decoded by h5gds each once
-/// (`h5gds_engine::decoded::read_runs`), else with one `H5Dread` of the union of their runs, then copied
-/// into the caller's order.
+/// [`crate::from_file_rows`]), the way `h5gds_engine::policy::gather` decides.
 pub(crate) fn read_rows<T: Element>(
     path: &Path,
     dataset: &str,
@@ -366,8 +335,6 @@ pub(crate) fn read_rows<T: Element>(
     let row_len: u64 = rest.iter().product();
     let mut shape: Vec<usize> = vec![rows.len()];
     shape.extend(rest.iter().map(|&d| d as usize));
-    let mut values: Vec<T> = zeroed(plan.distinct() * row_len as usize);
-    let runs = plan.runs();
     // Every row whole: all of the other axes.
     let (zeros, ones) = (vec![0; rest.len()], vec![1; rest.len()]);
     let rest = Hyperslab {
@@ -375,45 +342,42 @@ pub(crate) fn read_rows<T: Element>(
         step: &ones,
         count: rest,
     };
-    if !values.is_empty() {
-        let threads = crate::options::driver_settings().nthreads;
-        let bytes = bytes_of(&mut values);
-        let gathered = match stored_of(&ds, &types)? {
-            Some(stored) => (stored
-                .gather(runs, plan.distinct() as u64, &rest, bytes, &|| Ok(threads)))
-            .map_err(|e| stored_error(&ds, e))?,
-            None => false,
-        };
-        if gathered {
-            crate::log::debug(format_args!(
-                "{}: {:?}: {} runs of rows read on {threads} threads with no HDF5 call",
-                ds.path.display(),
-                ds.name,
-                runs.len()
-            ));
-        } else if let Ok(planned) = host_decoding(&ds, &types, threads)? {
-            // Compressed chunks h5gds decodes: each chunk the runs touch decoded once.
-            let row_bytes = row_len * types.mem.size() as u64;
-            let runs = RowRuns::new(runs, &rest, row_bytes);
-            let open = |touched| ds.stored_chunks(planned.chunk(), touched);
-            let placed = runs.placed();
-            let decoding = planned.decoding();
-            let done = decoded::read_runs(&decoding, types.mem.id(), &placed, open, bytes)?;
-            let (path, name) = (ds.path.display(), &ds.name);
-            crate::log::debug(format_args!("{path}: {name:?}: {done}"));
-        } else {
-            read_rows_through_hdf5(&ds, &types, (runs, &rest), bytes)?;
-        }
-    }
-    let values = checked(&ds, values)?;
-    // The scatter overwrites every element.
+    let threads = crate::options::driver_settings().nthreads;
+    let gather = Gather {
+        plan: &plan,
+        rest,
+        row_bytes: row_len as usize * types.mem.size(),
+        threads: &|| Ok(threads),
+    };
     let mut out: Vec<T> = zeroed(rows.len() * row_len as usize);
-    plan.scatter(&values, &mut out, row_len as usize)
-        .map_err(|reason| Error::UnsupportedDataset {
-            path: ds.path.clone(),
-            dataset: ds.name.clone(),
-            reason,
-        })?;
+    let bytes = bytes_of(&mut out);
+    let stored = match stored_of(&ds, &types)? {
+        Some(stored) => gather
+            .stored(stored, bytes)
+            .map_err(|e| stored_error(&ds, e))?,
+        None => false,
+    };
+    if !stored {
+        let layout = stored_layout(&ds)?;
+        let failed = |e: IoError| {
+            let message = match e {
+                IoError::Argument(m) | IoError::Hdf5(m) => m,
+            };
+            Error::hdf5("reading the rows", &ds.path, Some(&ds.name), message)
+        };
+        let side = Hdf5Side {
+            api: hdf5_raw::linked_hdf5(),
+            dataset: ds.dset.id(),
+            mem_type: types.mem.id(),
+            name: &ds.name,
+            layout: &layout,
+            declined: decoded::declined(types.conversion.as_deref())?,
+            face: DatasetFace { ds: &ds },
+            failed: &failed,
+        };
+        gather.through_hdf5(side, bytes)?;
+    }
+    let out = checked(&ds, out)?;
     drop(types);
     ds.close()?;
     shaped(shape, out)

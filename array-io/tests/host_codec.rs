@@ -161,8 +161,9 @@ fn row_gathers_decode_each_chunk_once_and_read_what_h5py_reads() {
         let log = run.stderr();
         assert!(
             log.contains(&format!(
-                "\"/zstd/sparse\": 5 runs of rows, 3 chunks each decoded once on {threads} \
-                 threads, 10 parts of chunks never written read through HDF5"
+                "gather of \"/zstd/sparse\": way=host-decoded: 5 runs of rows, 3 chunks each \
+                 decoded once on {threads} threads, 10 parts of chunks never written read through \
+                 HDF5"
             )),
             "{log}"
         );
@@ -180,6 +181,38 @@ fn row_gathers_left_to_hdf5_read_what_h5py_reads() {
     };
     let log = run.stderr();
     assert!(!log.contains("runs of rows,"), "{log}");
+}
+
+/// 300 runs of one row of a chunked dataset (every other row, last first) and a repeat: their
+/// bytes as h5py reads them.
+fn grouped_body() {
+    let dir = test_dir();
+    let name = "/gzip/many";
+    let entry = h5py_manifest(&dir).into_iter().find(|e| e.name == name);
+    let want = expected::<f32>(&entry.expect("the manifest lists /gzip/many"));
+    let rows: Vec<i64> = (0..300).rev().map(|k| 2 * k).chain([10]).collect();
+    let got: ArrayD<f32> = from_file_rows(dir.join("h5py.h5"), name, &rows).unwrap();
+    let picks: Vec<usize> = rows.iter().map(|&r| r as usize).collect();
+    assert_eq!(got, want.select(ndarray::Axis(0), &picks));
+}
+
+#[test]
+fn row_gathers_left_to_hdf5_read_a_chunked_datasets_runs_in_groups() {
+    // HDF5 maps one selection onto a chunked dataset's chunks in time that grows faster than
+    // their number: the 300 runs are read 128 at a time, as the Python package reads them.
+    let name = "row_gathers_left_to_hdf5_read_a_chunked_datasets_runs_in_groups";
+    let dir = codec_files();
+    let env = [("H5GDS_HOST_CODEC", "0")];
+    let Some(run) = run(name, dir.path(), &env, grouped_body) else {
+        return;
+    };
+    let log = run.stderr();
+    assert!(
+        log.contains(
+            "gather of \"/gzip/many\": way=gather-hdf5: 300 runs of rows in 3 H5Dread calls"
+        ),
+        "{log}"
+    );
 }
 
 fn corrupt_body() {

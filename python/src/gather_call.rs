@@ -1,48 +1,26 @@
 //! `h5gds.read(dset, sel=rows)` in one native call (`gather_dataset`): rows along the first axis
 //! named by a 1-D integer array (Python checked and converted it), in any order, repeats
-//! included. The indices are sorted, repeats dropped and neighbours coalesced into runs
-//! (`h5gds_engine::rows::RowPlan`, without the GIL); a read-only file's dataset with a layout reads the
-//! runs on the pool's threads with no HDF5 call (whole rows of a contiguous dataset straight into
-//! the caller's order); otherwise the distinct rows are read under h5py's lock, compressed chunks
-//! h5gds decodes read raw and decoded once each (`RowsRead::decoded`), else with H5Dread of the
-//! union of the runs (`RowsRead::through_hdf5`), straight into the output when the indices are
-//! strictly increasing, and otherwise into a buffer of distinct rows copied into the caller's
-//! order (`gather::scatter`). A device output gets the rows gathered in pinned host
-//! memory, checked (bools) and copied up in one piece. The call holds the dataset, the index
-//! array and the output's owner for all of its native part.
+//! included, planned without the GIL (`h5gds_engine::rows::RowPlan`) and read the way
+//! `h5gds_engine::policy::gather` decides: a read-only file's dataset with a layout with no HDF5
+//! call and neither h5py's lock nor the GIL held, else through h5py's HDF5 under its lock. A
+//! device output gets the rows gathered in host memory (`policy::gather::Staging`), checked
+//! (bools) and copied up in one piece. The call holds the dataset, the index array and the
+//! output's owner for all of its native part.
 
 use crate::call_settings::CallSettings;
 use crate::device;
 use crate::device_error;
-use crate::gather::{self, HostBuffer, RowsRead};
-use crate::hdf5::{self, StoredLayout};
+use crate::hdf5;
 use crate::io_call::{ArrayArg, Phil, Selection, Target};
+use crate::layout::py_error;
 use h5gds_chunk_codec::Hyperslab;
+use h5gds_engine::decoded;
+use h5gds_engine::policy::gather::{Gather, Hdf5Side, Staging};
 use h5gds_engine::rows::RowPlan;
 use h5gds_engine::staged::check_bools;
-use h5gds_runtime::pinned;
 use numpy::PyReadonlyArray1;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
-use std::cell::RefCell;
-
-/// Runs of rows per H5Dread of a chunked dataset: HDF5's mapping of one selection onto the chunks
-/// it touches grows faster than their number (4096 random rows of a chunked dataset: 0.33 s in one
-/// read, 0.17 s in reads of 64 to 256 runs).
-const CHUNKED_RUNS_PER_READ: usize = 128;
-
-/// The largest gather into a device array staged through pinned memory (256 MiB); larger ones go
-/// through an ordinary host buffer, so as not to pin (and keep pinned in the pool) more than that.
-const PINNED_GATHER_MAX: usize = 256 << 20;
-
-/// The largest buffer of distinct rows a thread keeps between gathers (64 MiB).
-const SCRATCH_KEPT: usize = 64 << 20;
-
-thread_local! {
-    /// The calling thread's buffer of distinct rows, kept for its next unordered gather (a fresh
-    /// one is page-faulted in on every gather, which cost as much as the scatter itself).
-    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
 
 /// A gather Python parsed (`_selection.Gather`): the rows, non-negative and below the first
 /// axis's length, as a C-contiguous uint64 array; the selection of the other axes.
@@ -75,37 +53,26 @@ pub fn gather_dataset<'py>(
         count: &sel.rest.count,
     };
     let settings = CallSettings::default();
-    let gather = Gather {
-        target: &target,
-        dtype: &out.dtype,
+    let itemsize: usize = out.dtype.getattr("itemsize")?.extract()?;
+    let gather = Rows {
         plan: &plan,
         rest,
+        row_bytes: rest.count.iter().product::<u64>() as usize * itemsize,
         settings: &settings,
     };
     let Some((_, claimed_ordinal)) = &out.device else {
-        let host = HostBuffer {
-            address: out.address as usize,
-            nbytes: out.nbytes,
-        };
-        return gather.read_into(py, host);
+        // SAFETY: the Python caller passes the address and size of a live, writable host array
+        // it keeps referenced for the call.
+        let host = unsafe { std::slice::from_raw_parts_mut(out.address as *mut u8, out.nbytes) };
+        return read_into(py, &target, &gather, host);
     };
-    // Into host memory first (the rows come from all over the file), then one copy up: through
-    // pinned memory from the pool (kept for the next batch) up to PINNED_GATHER_MAX.
+    // Into host memory first (the rows come from all over the file), then one copy up.
     let nbytes = out.nbytes;
-    let mut pinned_host = (nbytes <= PINNED_GATHER_MAX).then(|| pinned::Taken::new(nbytes));
-    let mut pageable = match pinned_host {
-        Some(_) => Vec::new(),
-        None => vec![0u8; nbytes],
-    };
-    let staging = match &mut pinned_host {
-        Some(taken) => taken.as_mut_ptr(),
-        None => pageable.as_mut_ptr(),
-    };
-    let host = HostBuffer {
-        address: staging as usize,
-        nbytes,
-    };
-    gather.read_into(py, host)?;
+    let mut staging = Staging::new(nbytes);
+    let staged = staging.as_mut_ptr() as usize;
+    // SAFETY: the staging buffer holds `nbytes` bytes and lives through the call.
+    let host = unsafe { std::slice::from_raw_parts_mut(staged as *mut u8, nbytes) };
+    read_into(py, &target, &gather, host)?;
     let name = out
         .bools()?
         .then(|| {
@@ -114,123 +81,72 @@ pub fn gather_dataset<'py>(
         })
         .transpose()?;
     let (address, stream, claimed) = (out.address, out.stream, *claimed_ordinal);
-    let staging = staging as usize;
     py.detach(|| {
         if let Some(name) = &name {
             // SAFETY: the staging buffer holds `nbytes` bytes, filled by the gather above.
-            let bytes = unsafe { std::slice::from_raw_parts(staging as *const u8, nbytes) };
+            let bytes = unsafe { std::slice::from_raw_parts(staged as *const u8, nbytes) };
             check_bools(bytes, 0).map_err(|n| device::not_a_bool(name, n))?;
         }
-        device::copy_with_host(address, nbytes, claimed, stream, staging, true)
+        device::copy_with_host(address, nbytes, claimed, stream, staged, true)
     })
     .map_err(device_error)
 }
 
-/// One gather into host memory.
-struct Gather<'a, 'py> {
-    target: &'a Target<'py>,
-    dtype: &'a Bound<'py, PyAny>,
+/// A gather's rows ([`Gather`]'s parts, which cross into the threads that run without the GIL).
+struct Rows<'a> {
     plan: &'a RowPlan,
     rest: Hyperslab<'a>,
-    /// The driver's settings, read at most once for the call.
+    row_bytes: usize,
     settings: &'a CallSettings,
 }
 
-impl<'py> Gather<'_, 'py> {
-    /// Reads the rows into `out` (one row per index, in the caller's order).
-    fn read_into(&self, py: Python<'py>, out: HostBuffer) -> PyResult<()> {
-        let plan = self.plan;
-        let layout = self.target.layout(py)?;
-        // Whole rows of a read-only file's contiguous dataset: read straight into the caller's
-        // order.
-        if let Some(layout) = &layout {
-            if !plan.in_order()
-                && layout
-                    .get()
-                    .gather_rows_in_place(py, plan, &self.rest, out, self.settings)?
-            {
-                return Ok(());
-            }
-        }
-        if plan.in_order() {
-            return self.distinct_rows(py, layout.as_ref(), out);
-        }
-        let rest_elements: u64 = self.rest.count.iter().product();
-        let itemsize: usize = self.dtype.getattr("itemsize")?.extract()?;
-        let row_bytes = rest_elements as usize * itemsize;
-        let mut scratch = take_scratch(plan.distinct() * row_bytes);
-        let rows = HostBuffer {
-            address: scratch.as_mut_ptr() as usize,
-            nbytes: plan.distinct() * row_bytes,
-        };
-        let read = self.distinct_rows(py, layout.as_ref(), rows);
-        let scattered = read.and_then(|()| gather::scatter(py, plan, rows, out, row_bytes));
-        keep_scratch(scratch);
-        scattered
-    }
-
-    /// Reads the distinct rows into `out` in increasing row order: through the layout where it
-    /// serves them (a read-only file's dataset: its runs read with no HDF5 call, on the pool's
-    /// threads), else under h5py's lock through HDF5, compressed chunks decoded by h5gds where it
-    /// decodes them and HDF5 would convert nothing.
-    fn distinct_rows(
-        &self,
-        py: Python<'py>,
-        layout: Option<&Bound<'py, crate::layout::Layout>>,
-        out: HostBuffer,
-    ) -> PyResult<()> {
-        if let Some(layout) = layout {
-            if layout
-                .get()
-                .gather_rows(py, self.plan, &self.rest, out, self.settings)?
-            {
-                return Ok(());
-            }
-        }
-        let target = self.target;
-        let _phil = Phil::acquire(py)?;
-        let facts =
-            hdf5::dataset_facts(target.dataset, target.mem_type()?).map_err(PyOSError::new_err)?;
-        let read = RowsRead {
-            dataset: target.dataset,
-            mem_type: target.mem_type()?,
+impl Rows<'_> {
+    /// Runs `read` with the engine's gather of these rows.
+    fn with<R>(&self, read: impl FnOnce(&Gather) -> R) -> R {
+        let threads = || self.settings.nthreads();
+        read(&Gather {
             plan: self.plan,
             rest: self.rest,
-            out,
-        };
-        let StoredLayout::Chunked { filters, .. } = &facts.layout else {
-            return read.through_hdf5(py, 0);
-        };
-        if facts.same_type && !filters.is_empty() {
-            let name = hdf5::object_name(target.dataset);
-            if read
-                .decoded(py, &facts.layout, &name, self.settings)?
-                .is_none()
-            {
-                return Ok(());
-            }
+            row_bytes: self.row_bytes,
+            threads: &threads,
+        })
+    }
+}
+
+/// Reads the rows of `gather` into `out` (one row per index, in the caller's order): through the
+/// dataset's layout where it has one and it serves them, else through h5py's HDF5.
+fn read_into<'py>(
+    py: Python<'py>,
+    target: &Target<'py>,
+    gather: &Rows,
+    out: &mut [u8],
+) -> PyResult<()> {
+    if let Some(layout) = target.layout(py)? {
+        let stored = layout.get().stored();
+        let read = py.detach(|| gather.with(|g| g.stored(stored, &mut *out)));
+        if read.map_err(py_error)? {
+            return Ok(());
         }
-        read.through_hdf5(py, CHUNKED_RUNS_PER_READ)
     }
-}
-
-/// A buffer of at least `nbytes` for the distinct rows of an unordered gather: the calling
-/// thread's kept buffer when it is large enough, else a new one.
-fn take_scratch(nbytes: usize) -> Vec<u8> {
-    let kept = SCRATCH.with_borrow_mut(std::mem::take);
-    if kept.len() >= nbytes {
-        return kept;
-    }
-    // The kept buffer stays kept where the new one will not be.
-    if nbytes > SCRATCH_KEPT {
-        SCRATCH.set(kept);
-    }
-    vec![0u8; nbytes]
-}
-
-/// Keeps `buffer` for the thread's next gather where it is at most [`SCRATCH_KEPT`] bytes.
-fn keep_scratch(buffer: Vec<u8>) {
-    if buffer.len() <= SCRATCH_KEPT {
-        SCRATCH.set(buffer);
-    }
+    let _phil = Phil::acquire(py)?;
+    let (dataset, mem_type) = (target.dataset, target.mem_type()?);
+    let facts = hdf5::dataset_facts(dataset, mem_type).map_err(PyOSError::new_err)?;
+    let conversion = (!facts.same_type).then_some("HDF5 converts its elements");
+    let declined = decoded::declined(conversion).map_err(|e| PyValueError::new_err(e.to_string()));
+    let declined = declined?;
+    let name = hdf5::object_name(dataset);
+    let face = hdf5::h5py_face(dataset, &name, PyOSError::new_err)?;
+    py.detach(|| {
+        let side = Hdf5Side {
+            api: face.api,
+            dataset,
+            mem_type,
+            name: &name,
+            layout: &facts.layout,
+            declined,
+            face,
+            failed: &crate::error::io_error,
+        };
+        gather.with(|g| g.through_hdf5(side, out))
+    })
 }

@@ -8,11 +8,9 @@
 use crate::call_settings::CallSettings;
 use crate::device::{self, DeviceError};
 use crate::device_error;
-use crate::gather::HostBuffer;
 use crate::hdf5::{self, Hid};
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::policy::device_read::{read_stored, StoredRead};
-use h5gds_engine::rows::RowPlan;
 use h5gds_engine::stored::{self, Stored, StoredError};
 use h5gds_route::route::Transfer;
 use h5gds_runtime::settings::environment_device_path;
@@ -30,7 +28,7 @@ pub struct Layout {
 
 /// The engine's errors as Python's: the caller's selection, buffer or settings a ValueError,
 /// the file's bytes an OSError.
-fn py_error(e: StoredError) -> PyErr {
+pub(crate) fn py_error(e: StoredError) -> PyErr {
     match e {
         StoredError::Invalid(e) => PyValueError::new_err(e),
         failed => PyOSError::new_err(failed.to_string()),
@@ -217,64 +215,8 @@ impl Layout {
         self.stored.shape()
     }
 
-    /// Reads a gather's rows (`plan`; each: `rest` of the other axes) straight into the caller's
-    /// order (`out`: one row per index, repeats included), each run of rows that are neighbours
-    /// both in the file and in the caller's order read as one piece, on the pool's threads, with
-    /// no HDF5 call, no buffer of distinct rows to copy from, and neither h5py's lock nor the GIL
-    /// held. For contiguous datasets and whole rows only (`rest` selects all of the other axes);
-    /// false otherwise, with nothing read. The caller keeps the buffer alive.
-    pub(crate) fn gather_rows_in_place(
-        &self,
-        py: Python<'_>,
-        plan: &RowPlan,
-        rest: &Hyperslab,
-        out: HostBuffer,
-        settings: &CallSettings,
-    ) -> PyResult<bool> {
-        let (runs, rows) = (plan.caller_runs(), plan.len() as u64);
-        self.gather_into(py, rest, out, settings, |stored, rest, bytes, threads| {
-            stored.gather_in_place(runs, rows, rest, bytes, threads)
-        })
-    }
-
-    /// Reads the distinct rows of a gather's `plan` (each: `rest` of the other axes) into `out`
-    /// (the rows in increasing order), its runs of rows on the pool's threads at once (compressed
-    /// chunks: each chunk the runs touch decoded once on the pool, the runs' rows copied from
-    /// it), with no HDF5 call and neither h5py's lock nor the GIL held. False when HDF5 is to read
-    /// them; nothing was read then. The caller keeps the buffer alive.
-    pub(crate) fn gather_rows(
-        &self,
-        py: Python<'_>,
-        plan: &RowPlan,
-        rest: &Hyperslab,
-        out: HostBuffer,
-        settings: &CallSettings,
-    ) -> PyResult<bool> {
-        let (runs, distinct) = (plan.runs(), plan.distinct() as u64);
-        self.gather_into(py, rest, out, settings, |stored, rest, bytes, threads| {
-            stored.gather(runs, distinct, rest, bytes, threads)
-        })
-    }
-
-    /// Runs one of the engine's gathers (`gather`: given the storage, `rest` as a slab, the
-    /// caller's buffer and its thread count) into `out`, with the GIL released.
-    fn gather_into(
-        &self,
-        py: Python<'_>,
-        rest: &Hyperslab,
-        out: HostBuffer,
-        settings: &CallSettings,
-        gather: impl FnOnce(&Stored, &Hyperslab, &mut [u8], stored::Threads) -> Result<bool, StoredError>
-            + Send,
-    ) -> PyResult<bool> {
-        py.detach(|| {
-            // SAFETY: the Python caller passes the address and size of a live, writable host
-            // buffer it keeps referenced for the call.
-            let bytes =
-                unsafe { std::slice::from_raw_parts_mut(out.address as *mut u8, out.nbytes) };
-            let threads = || settings.nthreads();
-            gather(&self.stored, rest, bytes, &threads)
-        })
-        .map_err(py_error)
+    /// The storage the layout reads (a gather's: `h5gds_engine::policy::gather`).
+    pub(crate) fn stored(&self) -> &Stored {
+        &self.stored
     }
 }

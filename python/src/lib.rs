@@ -9,7 +9,6 @@ mod device;
 mod dlpack;
 mod encode;
 mod error;
-mod gather;
 mod gather_call;
 mod hdf5;
 mod host_codec;

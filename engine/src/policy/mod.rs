@@ -3,6 +3,7 @@
 //! words whichever face called, at `H5GDS_LOG=debug` under the target `h5gds::engine`.
 
 pub mod device_read;
+pub mod gather;
 pub mod write;
 
 /// Writes one of the engine's debug lines (target `h5gds::engine`), through the driver's logger:

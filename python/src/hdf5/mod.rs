@@ -14,7 +14,7 @@ pub use chunks::{chunk_index, h5py_face, stored_chunks, H5pyFace};
 pub use facts::{
     dataset_dims, dataset_facts, object_name, read_only_file, DatasetFacts, StoredLayout,
 };
-pub use h5gds_engine::transfer::{GatherRead, IoError, Prepared, Transfer};
+pub use h5gds_engine::transfer::{IoError, Prepared, Transfer};
 
 // HDF5's error stack as one line, read and cleared: the engine's one reading of it.
 use h5gds_engine::transfer;
