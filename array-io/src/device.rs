@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::file::{create_dataset, open_dataset, OpenDataset};
 use crate::hdf5_raw::{self, NewLayout};
 use crate::layout::{check_types, stored_layout};
-use crate::options::{driver_settings, Settings};
+use crate::options::Settings;
 use crate::route::{driver_blocker, Storage, Transfer as RouteFacts};
 use crate::select::Block;
 use crate::transfer::Locked;
@@ -23,6 +23,7 @@ use h5gds_chunk_codec::{ChunkIndex, Hyperslab};
 use h5gds_engine::chunks::StoredChunks;
 use h5gds_engine::device::{self, Face, Note, ReadFace, ReadRoute, Selected, Step};
 use h5gds_engine::facts::StoredLayout;
+use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::staged::NotBool;
 use h5gds_runtime::cuda::call;
 use h5gds_runtime::staging_ring::StagingRing;
@@ -274,7 +275,7 @@ pub(crate) fn write<T: Element>(
                 path,
                 name: dataset,
                 stream,
-                driver: &std::cell::OnceCell::new(),
+                driver: &CallSettings::default(),
                 source: (),
             };
             let zeros = vec![0; shape.len()];
@@ -317,7 +318,7 @@ pub(crate) struct DeviceSource {
     device_path: crate::DevicePath,
     /// The driver's settings (thread counts, its staging verdict), loaded at most once for the
     /// dataset, however many reads decode its chunks (batched reads are many reads).
-    vfd_settings: std::cell::OnceCell<h5gds::VfdSettings>,
+    vfd_settings: CallSettings,
 }
 
 impl DeviceSource {
@@ -343,10 +344,10 @@ impl DeviceSource {
         let storage = device::storage(&layout, types.mem.size(), |chunk| {
             Ok::<_, Error>(ds.index_of(chunk)?.offsets().into_iter().collect())
         })?;
-        let vfd_settings = std::cell::OnceCell::new();
+        let vfd_settings = CallSettings::default();
         let host = match &layout {
             StoredLayout::Chunked { filters, .. } if !filters.is_empty() => {
-                let threads = vfd_settings.get_or_init(driver_settings).nthreads;
+                let threads = vfd_settings.nthreads()?;
                 crate::host::host_decoding(&ds, &types, threads)?
             }
             _ => Err("its chunks are not filtered".to_string()),
@@ -421,7 +422,7 @@ struct Moving<'a, S> {
     name: &'a str,
     stream: &'a Arc<CudaStream>,
     /// The driver's settings, loaded at the first ask.
-    driver: &'a std::cell::OnceCell<h5gds::VfdSettings>,
+    driver: &'a CallSettings,
     source: S,
 }
 
@@ -472,7 +473,7 @@ impl<S> Face for Moving<'_, S> {
     }
 
     fn driver(&self) -> Result<&h5gds::VfdSettings> {
-        Ok(self.driver.get_or_init(driver_settings))
+        Ok(self.driver.get()?)
     }
 
     fn failed(&self, step: Step, message: String) -> Error {

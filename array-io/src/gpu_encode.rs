@@ -203,7 +203,7 @@ fn write_on_host<T: Element>(
                 std::mem::size_of_val(elements),
             )
         };
-        let threads = crate::options::driver_settings().nthreads;
+        let threads = crate::options::driver_settings()?.nthreads()?;
         let unencodable = |offset: &[u64], reason| Error::UnsupportedDataset {
             path: path.to_path_buf(),
             dataset: dataset.to_string(),

@@ -10,7 +10,8 @@
 //! ([`decoded`]), where chunks bound for device memory are decoded ([`gpu_decoded`]), the staged
 //! path through pinned host buffers ([`staged`]), one transfer between a dataset and device
 //! memory, each of those ways chosen and run, the GPU-decoded read among them ([`device`]),
-//! and the compressed writes whose chunks h5gds encodes on the host's cores ([`encoded`]).
+//! and the compressed writes whose chunks h5gds encodes on the host's cores ([`encoded`]); the
+//! order each read and write takes among them, for both faces, is [`policy`]'s.
 
 pub mod chunks;
 pub mod collective;
@@ -20,6 +21,7 @@ pub mod encoded;
 pub mod facts;
 pub mod gpu_decoded;
 pub mod hdf5_error;
+pub mod policy;
 pub mod rows;
 pub mod staged;
 pub mod stored;

@@ -5,11 +5,11 @@
 //! with the GIL released. Device arrays are copied into host memory first
 //! (`device::copy_with_host`, through `_native.device_copy`).
 
-use crate::call_settings::CallSettings;
 use crate::error::io_error;
 use crate::hdf5;
 use h5gds_chunk_codec::Filter;
 use h5gds_engine::encoded::{HostEncoder, Target};
+use h5gds_engine::policy::settings::CallSettings;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
@@ -68,7 +68,7 @@ pub fn encode_write_chunks(
     })?;
     let threads = CallSettings::default()
         .nthreads()
-        .map_err(PyValueError::new_err)?;
+        .map_err(crate::error::setting_error)?;
     let written = py
         .detach(|| {
             // SAFETY: the Python caller passes the address and size of a live host buffer it

@@ -6,11 +6,10 @@
 //! strictly increasing, else into a buffer of distinct rows that [`scatter`] copies into the
 //! caller's order (repeats included) without HDF5's lock or the GIL.
 
-use crate::call_settings::CallSettings;
 use crate::hdf5;
-use crate::host_codec;
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::decoded;
+use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::rows::{RowPlan, RowRuns};
 use h5gds_engine::transfer::prepare_gather_in_groups;
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -149,8 +148,9 @@ impl RowsRead<'_> {
         {
             return Ok(None);
         }
-        let threads = settings.nthreads().map_err(PyValueError::new_err)?;
-        let host = match host_codec::plan(layout, span_start.len(), element_size, threads)? {
+        let threads = settings.nthreads().map_err(crate::error::setting_error)?;
+        let planned = decoded::plan(layout, None, span_start.len(), element_size, threads);
+        let host = match planned.map_err(crate::error::setting_error)? {
             Ok(host) => host,
             Err(reason) => return Ok(Some(reason)),
         };

@@ -11,13 +11,13 @@
 //! memory, checked (bools) and copied up in one piece. The call holds the dataset, the index
 //! array and the output's owner for all of its native part.
 
-use crate::call_settings::CallSettings;
 use crate::device;
 use crate::device_error;
 use crate::gather::{self, HostBuffer, RowsRead};
 use crate::hdf5::{self, StoredLayout};
 use crate::io_call::{ArrayArg, Phil, Selection, Target};
 use h5gds_chunk_codec::Hyperslab;
+use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::rows::RowPlan;
 use h5gds_engine::staged::check_bools;
 use h5gds_runtime::pinned;

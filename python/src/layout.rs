@@ -4,13 +4,14 @@
 //! memory from any number of threads at once, with neither h5py's lock nor the GIL held while
 //! bytes move; reads into device memory that would be staged anyway go through pinned memory.
 
-use crate::call_settings::CallSettings;
 use crate::device;
 use crate::device_error;
 use crate::gather::HostBuffer;
 use crate::hdf5::{self, Hid};
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::gpu_decoded;
+use h5gds_engine::policy::host_read;
+use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::rows::RowPlan;
 use h5gds_engine::stored::{self, Stored, StoredError};
 use h5gds_route::route::Decoder;
@@ -34,7 +35,7 @@ fn sec2(dataset: Hid) -> bool {
 
 /// The engine's errors as Python's: the caller's selection, buffer or settings a ValueError,
 /// the file's bytes an OSError.
-fn py_error(e: StoredError) -> PyErr {
+pub(crate) fn py_error(e: StoredError) -> PyErr {
     match e {
         StoredError::Invalid(e) => PyValueError::new_err(e),
         failed => PyOSError::new_err(failed.to_string()),
@@ -183,7 +184,7 @@ impl Layout {
                 blocker,
                 // The layout resolved only with a pipeline h5gds decodes (`Stored::resolve`).
                 host: Ok(()),
-                host_threads: settings.nthreads().map_err(PyValueError::new_err)?,
+                host_threads: settings.nthreads().map_err(crate::error::setting_error)?,
             };
             let (choice, _) =
                 gpu_decoded::decoder(read).map_err(|e| PyValueError::new_err(e.to_string()))?;
@@ -194,7 +195,7 @@ impl Layout {
         let Some(parts) = self.stored.serves(sel).map_err(PyValueError::new_err)? else {
             return Ok(false);
         };
-        let threads = || settings.nthreads();
+        let threads = || settings.nthreads().map_err(|e| e.to_string());
         let threads = self
             .stored
             .threads_for(nbytes, &parts, &threads)
@@ -227,8 +228,9 @@ impl Layout {
         Ok(true)
     }
 
-    /// Reads the hyperslab `sel` into the host buffer at `buffer` (`nbytes`), with the GIL
-    /// released while bytes move; false where the layout does not serve it (nothing was read).
+    /// Reads the hyperslab `sel` into the host buffer at `buffer` (`nbytes`), the engine's first
+    /// way of a host read (`host_read::read_stored`), with the GIL released while bytes move;
+    /// false where the layout does not serve it (nothing was read).
     ///
     /// # Safety
     /// `buffer` must be writable for `nbytes` bytes, and stay so until this returns.
@@ -240,20 +242,20 @@ impl Layout {
         nbytes: usize,
         settings: &CallSettings,
     ) -> PyResult<bool> {
-        self.stored
-            .check(sel, nbytes)
-            .map_err(PyValueError::new_err)?;
-        if nbytes == 0 {
-            return Ok(true);
-        }
-        // Everything past the checks runs without the GIL: threads reading small rows hold it
-        // for as little as they can.
+        // Everything runs without the GIL: threads reading small rows hold it for as little as
+        // they can.
         py.detach(|| {
-            // SAFETY: the caller's contract (the size was checked against the selection above).
+            // SAFETY: the caller's contract; the engine checks the size against the selection
+            // before a byte is written.
             let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
-            self.stored.read(sel, out, &|| settings.nthreads())
+            host_read::read_stored(&self.stored, sel, out, settings)
         })
         .map_err(py_error)
+    }
+
+    /// The engine's storage of the dataset.
+    pub(crate) fn stored(&self) -> &Stored {
+        &self.stored
     }
 
     /// The dataset's shape.
@@ -316,7 +318,7 @@ impl Layout {
             // buffer it keeps referenced for the call.
             let bytes =
                 unsafe { std::slice::from_raw_parts_mut(out.address as *mut u8, out.nbytes) };
-            let threads = || settings.nthreads();
+            let threads = || settings.nthreads().map_err(|e| e.to_string());
             gather(&self.stored, rest, bytes, &threads)
         })
         .map_err(py_error)

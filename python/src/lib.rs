@@ -3,7 +3,6 @@
 //! loaded; the pure-Python part (python/h5gds/) does the argument handling around it.
 #![deny(unsafe_op_in_unsafe_fn)]
 
-mod call_settings;
 mod collective;
 mod device;
 mod dlpack;
@@ -12,7 +11,6 @@ mod error;
 mod gather;
 mod gather_call;
 mod hdf5;
-mod host_codec;
 mod io_call;
 mod known_read;
 mod layout;
@@ -205,11 +203,14 @@ fn settings_loads() -> usize {
 }
 
 /// Whether `H5GDS_USE_VFD_GDS=0` asks for the staged path: Python's `from_file`/`to_file` then
-/// open files with sec2. A refused value raises `ValueError` naming the setting.
+/// open files with sec2. Every setting is checked first, as array-io checks them at its opens
+/// (`h5gds_engine::policy::settings::check`): a refused value raises `ValueError` naming the
+/// setting and what it accepts.
 #[pyfunction]
 fn staged_by_settings() -> PyResult<bool> {
-    let path = settings::environment_device_path();
-    Ok(path.map_err(|e| PyValueError::new_err(e.to_string()))? == DevicePath::Staged)
+    h5gds_engine::policy::settings::check().map_err(error::setting_error)?;
+    let path = settings::environment_device_path().map_err(error::setting_error)?;
+    Ok(path == DevicePath::Staged)
 }
 
 /// Makes the driver and the GPU codec path load libcufile and libnvcomp from these files (NVIDIA's

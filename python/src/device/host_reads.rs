@@ -2,9 +2,8 @@
 //! read-only file's layout read with no HDF5 call (`staged_anyway`). A GPU-decoded read's stored
 //! chunks read by the host's threads are the engine's verdict (`gpu_decoded::host_reads`).
 
-use super::argument;
-use crate::call_settings::CallSettings;
 use crate::error::DeviceError;
+use h5gds_engine::policy::settings::CallSettings;
 use h5gds_runtime::settings::{environment_device_path, DevicePath};
 
 /// The largest read into device memory that a dataset's layout may serve
@@ -51,7 +50,7 @@ pub fn staged_anyway(
         DevicePath::Gds => return Ok(None),
         DevicePath::Auto => {}
     }
-    let vfd = settings.get().map_err(argument)?;
+    let vfd = settings.get()?;
     Ok(h5gds::device_transfers_staged(vfd).map(|why| StagedAnyway {
         why,
         past_the_driver: false,
