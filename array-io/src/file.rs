@@ -5,6 +5,7 @@
 use crate::driver::{file_access, Driver};
 use crate::error::{Error, Result};
 use crate::hdf5_raw::{self, NewLayout};
+use h5gds_engine::policy::files;
 use hdf5::types::TypeDescriptor;
 use hdf5::{Dataset, Datatype, File, Group, LinkType, LocationToken, LocationType};
 use std::path::{Path, PathBuf};
@@ -48,6 +49,11 @@ pub(crate) fn refuse_directory(path: &Path) -> Result<()> {
 /// hidden name next to it (see [`Replacing`]), so that `path` keeps its old file until the new
 /// one is complete.
 fn create_file(path: &Path, driver: Driver) -> Result<(File, Replacing)> {
+    if let Some(why) = files::refused_for_writing(&path.to_string_lossy()) {
+        let source = std::io::Error::new(std::io::ErrorKind::ReadOnlyFilesystem, why);
+        let (op, path) = ("creating", path.to_path_buf());
+        return Err(Error::Io { op, path, source });
+    }
     refuse_directory(path)?;
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|source| Error::Io {

@@ -430,6 +430,7 @@ def to_file(array, path, dataset, comm=None, decomposition=None, *, chunks=None,
         raise ValueError("decomposition= needs comm= (an mpi4py communicator)")
     name = dataset_name(dataset)
     path = _file_path(path)
+    _native.check_writable(path)
     driver = _driver()
     if isinstance(array, np.ndarray) and not isinstance(array, np.ma.MaskedArray):
         # The arguments are checked before a view is copied.

@@ -213,6 +213,16 @@ fn staged_by_settings() -> PyResult<bool> {
     Ok(path == DevicePath::Staged)
 }
 
+/// Refuses a write to `path` where it names a remote file (a URL: h5gds reads those only,
+/// `h5gds_engine::policy::files`), as array-io refuses it: OSError saying so.
+#[pyfunction]
+fn check_writable(path: &str) -> PyResult<()> {
+    match h5gds_engine::policy::files::refused_for_writing(path) {
+        Some(why) => Err(PyOSError::new_err(why)),
+        None => Ok(()),
+    }
+}
+
 /// Makes the driver and the GPU codec path load libcufile and libnvcomp from these files (NVIDIA's
 /// pip wheels in site-packages) before searching by soname; None leaves a library to the soname.
 #[pyfunction]
@@ -234,6 +244,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<layout::Layout>()?;
     m.add_function(wrap_pyfunction!(known_read::read_remembered, m)?)?;
     m.add_function(wrap_pyfunction!(staged_by_settings, m)?)?;
+    m.add_function(wrap_pyfunction!(check_writable, m)?)?;
     m.add_function(wrap_pyfunction!(chunks_decoded, m)?)?;
     m.add_function(wrap_pyfunction!(settings_loads, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
