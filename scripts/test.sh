@@ -40,6 +40,8 @@ cargo test -p h5gds-tests --features mpi --test mpi
 # where the machine gives the staged path fails here.
 H5GDS_TEST_REAL_CUDA=1 H5GDS_TEST_EMULATED_MACHINE=h200-vm cargo test -p h5gds-tests --test device_paths
 .venv/bin/python -m pytest -q tests/python
+# The face-parity test (python/tests/test_face_parity.py) runs each scenario through array-io too.
+cargo build -p array-io --example face_probe
 
 # The Python package as a user gets it: the wheel (maturin, pyproject.toml) installed into fresh
 # environments with h5py and numpy from PyPI, so a file missing from the wheel fails here; once
@@ -122,6 +124,10 @@ for env in .venv .venv-114; do
   (cd python/tests && LD_LIBRARY_PATH="$emulator_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     H5GDS_REQUIRE_DEVICE_TESTS=1 H5GDS_EMU_DEVICES=2 "../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider \
     test_device.py test_gpu_codec.py test_mpi_device.py)
+  # The face-parity test's device rows (its host rows ran above), both faces over the emulator.
+  (cd python/tests && LD_LIBRARY_PATH="$emulator_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    H5GDS_REQUIRE_DEVICE_TESTS=1 H5GDS_EMU_DEVICES=2 "../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider \
+    test_face_parity.py -k test_device_)
 done
 # `pip install h5gds[cu12]`: cuFile and nvCOMP from NVIDIA's wheels, found in site-packages with
 # LD_LIBRARY_PATH unset (both load without a GPU).

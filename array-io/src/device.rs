@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::file::{create_dataset, open_dataset, OpenDataset};
 use crate::hdf5_raw::{self, NewLayout};
 use crate::layout::{check_types, stored_layout};
-use crate::options::{driver_settings, Settings};
+use crate::options::Settings;
 use crate::route::{driver_blocker, Storage, Transfer as RouteFacts};
 use crate::select::Block;
 use crate::transfer::Locked;
@@ -27,6 +27,7 @@ use h5gds_engine::encoded::Target;
 use h5gds_engine::facts::StoredLayout;
 use h5gds_engine::gpu_encoded::DeviceArray as EngineArray;
 use h5gds_engine::policy::device_read::{self, ReadRoute, StoredRead};
+use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::policy::{self, write::CompressedWrite, write::Memory};
 use h5gds_engine::staged::NotBool;
 use h5gds_runtime::cuda::call;
@@ -279,7 +280,7 @@ pub(crate) fn write<T: Element>(
                 path,
                 name: dataset,
                 stream,
-                driver: &std::cell::OnceCell::new(),
+                driver: &CallSettings::default(),
                 source: (),
             };
             let zeros = vec![0; shape.len()];
@@ -352,7 +353,7 @@ pub(crate) fn write_compressed<T: Element>(
             element_size: size_of::<T>(),
             filters: std::slice::from_ref(&filter),
             driver_blocker: blocker,
-            threads: driver_settings().nthreads,
+            threads: crate::options::driver_settings()?.nthreads()?,
         };
         let memory = Memory::Device(EngineArray { address, stream }, nbytes);
         policy::write::write(target, &write, memory)?;
@@ -403,7 +404,7 @@ pub(crate) struct DeviceSource {
     device_path: crate::DevicePath,
     /// The driver's settings (thread counts, its staging verdict), loaded at most once for the
     /// dataset, however many reads decode its chunks (batched reads are many reads).
-    vfd_settings: std::cell::OnceCell<h5gds::VfdSettings>,
+    vfd_settings: CallSettings,
 }
 
 impl DeviceSource {
@@ -429,10 +430,10 @@ impl DeviceSource {
         let storage = device::storage(&layout, types.mem.size(), |chunk| {
             Ok::<_, Error>(ds.index_of(chunk)?.offsets().into_iter().collect())
         })?;
-        let vfd_settings = std::cell::OnceCell::new();
+        let vfd_settings = CallSettings::default();
         let host = match &layout {
             StoredLayout::Chunked { filters, .. } if !filters.is_empty() => {
-                let threads = vfd_settings.get_or_init(driver_settings).nthreads;
+                let threads = vfd_settings.nthreads()?;
                 crate::host::host_decoding(&ds, &types, threads)?
             }
             _ => Err("its chunks are not filtered".to_string()),
@@ -482,7 +483,7 @@ impl DeviceSource {
             facts: &self.facts,
             path: self.device_path,
         };
-        let vfd = || Ok(self.vfd_settings.get_or_init(driver_settings));
+        let vfd = || self.vfd_settings.get().map_err(|e| e.to_string());
         let stored = || crate::host::stored_of(ds, &self.types);
         let copy = |host: *const u8| {
             // SAFETY: `dest` holds the region's `nbytes` (allocated above for its shape); the
@@ -534,7 +535,7 @@ struct Moving<'a, S> {
     name: &'a str,
     stream: &'a Arc<CudaStream>,
     /// The driver's settings, loaded at the first ask.
-    driver: &'a std::cell::OnceCell<h5gds::VfdSettings>,
+    driver: &'a CallSettings,
     source: S,
 }
 
@@ -585,7 +586,7 @@ impl<S> Face for Moving<'_, S> {
     }
 
     fn driver(&self) -> Result<&h5gds::VfdSettings> {
-        Ok(self.driver.get_or_init(driver_settings))
+        Ok(self.driver.get()?)
     }
 
     fn failed(&self, step: Step, message: String) -> Error {

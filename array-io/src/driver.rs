@@ -93,7 +93,10 @@ impl Driver {
 }
 
 /// A file access property list selecting `driver`.
+/// Every setting is checked first: an invalid one is refused naming it, as in the Python package,
+/// where HDF5's refusal of the open would name only the open.
 pub(crate) fn file_access(driver: Driver, path: &Path) -> Result<FileAccess> {
+    h5gds_engine::policy::settings::check()?;
     let driver = match driver {
         Driver::Gds => FileDriver::Registered(gds_driver()?.0),
         Driver::Sec2 => FileDriver::Sec2,

@@ -53,15 +53,11 @@ pub(crate) fn url_of(path: &Path) -> Option<&str> {
 /// Fails for a URL given as the file to write: remote files are read-only, and nothing is
 /// created (neither remotely nor as a local directory named like the URL).
 fn refuse_url(path: &Path) -> Result<()> {
-    match url_of(path) {
-        Some(_) => Err(Error::Io {
+    match h5gds_engine::policy::files::refused_for_writing(&path.to_string_lossy()) {
+        Some(why) => Err(Error::Io {
             op: "writing",
             path: path.to_path_buf(),
-            source: std::io::Error::new(
-                std::io::ErrorKind::ReadOnlyFilesystem,
-                "remote files are read-only: array-io reads s3:// and http(s):// URLs but never \
-                 writes them; write to a local path and upload it",
-            ),
+            source: std::io::Error::new(std::io::ErrorKind::ReadOnlyFilesystem, why),
         }),
         None => Ok(()),
     }

@@ -15,14 +15,16 @@ use crate::select::Block;
 use crate::transfer;
 use crate::ReadOptions;
 use h5gds_chunk_codec::Hyperslab;
-use h5gds_engine::decoded::{self, Plan};
+use h5gds_engine::decoded::{self, Decoded, Plan};
 use h5gds_engine::facts::StoredLayout;
 use h5gds_engine::policy::gather::{Gather, Hdf5Side};
+use h5gds_engine::policy::host_read::{self, HostFace};
+use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::rows::RowPlan;
 use h5gds_engine::staged::check_bools;
 use h5gds_engine::stored::{self, Stored, StoredError};
 use h5gds_engine::transfer::IoError;
-use h5gds_runtime::settings;
+use h5gds_runtime::settings::InvalidSetting;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 use std::path::Path;
 
@@ -63,13 +65,14 @@ where
     ds.close()
 }
 
-/// Reads `region` (file coordinates) of an open dataset into a host array of its shape; chunks
-/// h5gds decodes are decoded on `threads` threads (the driver's settings, read once per file).
+/// Reads `region` (file coordinates) of an open dataset into a host array of its shape, the way
+/// the engine's host read takes (`h5gds_engine::policy::host_read`, as the Python package's);
+/// chunks h5gds decodes are decoded on the driver's I/O threads (`settings`, read once per call).
 pub(crate) fn read_region<T: Element>(
     ds: &OpenDataset,
     types: &Types,
     region: &Block,
-    threads: usize,
+    settings: &CallSettings,
 ) -> Result<ArrayD<T>> {
     let shape: Vec<usize> = region.count.iter().map(|&d| d as usize).collect();
     let mut values: Vec<T> = zeroed(region.len() as usize);
@@ -80,26 +83,63 @@ pub(crate) fn read_region<T: Element>(
             step: &ones,
             count: &region.count,
         };
-        let bytes = bytes_of(&mut values);
-        // Read-only files' own bytes through the engine, with no HDF5 call; else h5gds decodes
-        // the chunks, or HDF5 reads.
-        if !read_stored(ds, types, &slab, threads, bytes)?
-            && !read_decoded(ds, types, slab, threads, bytes)?
-        {
-            let (buffer, nbytes) = (bytes.as_mut_ptr().cast(), bytes.len());
-            // SAFETY: `bytes` holds the region's elements (of the memory type's size,
-            // `check_types`), writable.
-            unsafe { transfer::read(&ds.dset, &types.mem, Some(slab), buffer, nbytes) }
-                .map_err(|e| Error::hdf5("reading the dataset", &ds.path, Some(&ds.name), e))?;
-        }
+        host_read::read(
+            &HostRead { ds, types },
+            slab,
+            bytes_of(&mut values),
+            settings,
+        )?;
     }
     shaped(shape, checked(ds, values)?)
+}
+
+/// An open dataset as the engine's host read asks for it.
+struct HostRead<'a> {
+    ds: &'a OpenDataset,
+    types: &'a Types,
+}
+
+impl HostFace for HostRead<'_> {
+    type Error = Error;
+
+    fn name(&self) -> String {
+        self.ds.name.clone()
+    }
+
+    fn stored(&self) -> Result<Option<&Stored>> {
+        stored_of(self.ds, self.types)
+    }
+
+    fn facts(&self) -> Result<(StoredLayout, Option<String>)> {
+        Ok((stored_layout(self.ds)?, self.types.conversion.clone()))
+    }
+
+    fn decode(&self, plan: &Plan, slab: Hyperslab, out: &mut [u8]) -> Result<Decoded> {
+        let open = |touched| self.ds.stored_chunks(plan.chunk(), touched);
+        decoded::read_hyperslab(&plan.decoding(), self.types.mem.id(), slab, open, out)
+    }
+
+    fn hdf5(&self, slab: Hyperslab, out: &mut [u8]) -> Result<()> {
+        let (ds, (buffer, nbytes)) = (self.ds, (out.as_mut_ptr().cast(), out.len()));
+        // SAFETY: `out` holds the region's elements (of the memory type's size, `check_types`),
+        // writable.
+        unsafe { transfer::read(&ds.dset, &self.types.mem, Some(slab), buffer, nbytes) }
+            .map_err(|e| Error::hdf5("reading the dataset", &ds.path, Some(&ds.name), e))
+    }
+
+    fn stored_error(&self, e: StoredError) -> Error {
+        stored_error(self.ds, e)
+    }
+
+    fn setting_error(&self, e: InvalidSetting) -> Error {
+        e.into()
+    }
 }
 
 /// The engine's storage of `ds` for reads of `types` (`h5gds_engine::stored`: a read-only file's
 /// own bytes, read with no HDF5 call), resolved at the first read of the open dataset and kept;
 /// None where the engine does not serve it (chunks never written, compact, external or virtual
-/// storage, conversions, chunks at all with `H5GDS_HOST_CODEC=0`).
+/// storage, conversions).
 pub(crate) fn stored_of<'a>(ds: &'a OpenDataset, types: &Types) -> Result<Option<&'a Stored>> {
     if types.conversion.is_some() {
         return Ok(None);
@@ -108,14 +148,9 @@ pub(crate) fn stored_of<'a>(ds: &'a OpenDataset, types: &Types) -> Result<Option
         return Ok(resolved.as_ref());
     }
     let layout = stored_layout(ds)?;
-    // `H5GDS_HOST_CODEC=0` leaves every chunked dataset to HDF5, as it did before the engine.
-    let chunked = matches!(layout, StoredLayout::Chunked { .. });
-    let file = match chunked && settings::host_codec_turned_off()?.is_some() {
-        true => None,
-        false => stored::own_bytes(&layout)
-            .then(|| ds.direct_file())
-            .flatten(),
-    };
+    let file = stored::own_bytes(&layout)
+        .then(|| ds.direct_file())
+        .flatten();
     let resolved = match file {
         Some(file) => {
             let (name, shape, item) = (ds.name.clone(), ds.shape.clone(), types.mem.size());
@@ -144,81 +179,23 @@ pub(crate) fn stored_error(ds: &OpenDataset, e: StoredError) -> Error {
     }
 }
 
-/// Reads `slab` of `ds` into `out` (its elements' bytes, row-major) with no HDF5 call on
-/// `threads` threads, where the engine serves it ([`stored_of`]); false, having read nothing,
-/// where it does not.
-fn read_stored(
-    ds: &OpenDataset,
-    types: &Types,
-    slab: &Hyperslab,
-    threads: usize,
-    out: &mut [u8],
-) -> Result<bool> {
-    let Some(stored) = stored_of(ds, types)? else {
-        return Ok(false);
-    };
-    let served = stored.serves(slab);
-    let Some(parts) = served.map_err(|e| stored_error(ds, StoredError::Invalid(e)))? else {
-        return Ok(false);
-    };
-    stored
-        .read_served(slab, &parts, out, threads)
-        .map_err(|e| stored_error(ds, e))?;
-    if !parts.is_empty() {
-        crate::log::debug(format_args!(
-            "{}: {:?}: {} chunks decoded on {threads} threads (read from the file by those \
-             threads), with no HDF5 call",
-            ds.path.display(),
-            ds.name,
-            parts.len()
-        ));
-    }
-    Ok(true)
-}
-
 /// Whether h5gds reads the chunks of `ds` itself (chunked, unfiltered or filtered with a pipeline
-/// it decodes, read with no conversion, `H5GDS_HOST_CODEC` not 0) on `threads` threads
-/// (`h5gds_engine::decoded`, as the Python extension), or why not.
+/// it decodes, read with no conversion, filtered ones with `H5GDS_HOST_CODEC` not 0) on
+/// `threads` threads (`h5gds_engine::decoded::plan`, as the Python extension), or why not.
 pub(crate) fn host_decoding(
     ds: &OpenDataset,
     types: &Types,
     threads: usize,
 ) -> Result<std::result::Result<Plan, String>> {
-    if let Some(reason) = decoded::declined(types.conversion.as_deref())? {
-        return Ok(Err(reason));
-    }
     let layout = stored_layout(ds)?;
-    let (rank, item) = (ds.shape.len(), types.mem.size());
-    Ok(decoded::plan(&layout, rank, item, threads))
-}
-
-/// Reads `slab` of `ds` into `out` with h5gds decoding its chunks on `threads` threads; false,
-/// having read nothing (why, in the debug log), where HDF5 is to read it (pipelines h5gds does
-/// not decode, conversions, regions inside one chunk).
-fn read_decoded(
-    ds: &OpenDataset,
-    types: &Types,
-    slab: Hyperslab,
-    threads: usize,
-    out: &mut [u8],
-) -> Result<bool> {
-    let planned = host_decoding(ds, types, threads)?.and_then(|plan| {
-        let touched = decoded::chunks_touched(plan.chunk(), [slab]);
-        plan.spread_over(touched, "the region lies")
-    });
-    let (path, name) = (ds.path.display(), &ds.name);
-    let plan = match planned {
-        Ok(plan) => plan,
-        Err(reason) => {
-            let why = "HDF5 decodes its chunks";
-            crate::log::debug(format_args!("{path}: {name:?}: {why}: {reason}"));
-            return Ok(false);
-        }
-    };
-    let open = |touched| ds.stored_chunks(plan.chunk(), touched);
-    let done = decoded::read_hyperslab(&plan.decoding(), types.mem.id(), slab, open, out)?;
-    crate::log::debug(format_args!("{path}: {name:?}: {done}"));
-    Ok(true)
+    let (rank, item, conversion) = (ds.shape.len(), types.mem.size(), &types.conversion);
+    Ok(decoded::plan(
+        &layout,
+        conversion.as_deref(),
+        rank,
+        item,
+        threads,
+    )?)
 }
 
 /// From this size on, a new host array's memory is asked of the kernel in huge pages, as NumPy
@@ -342,7 +319,7 @@ pub(crate) fn read_rows<T: Element>(
         step: &ones,
         count: rest,
     };
-    let threads = crate::options::driver_settings().nthreads;
+    let threads = crate::options::driver_settings()?.nthreads()?;
     let gather = Gather {
         plan: &plan,
         rest,
@@ -405,8 +382,8 @@ pub(crate) fn read<T: Element>(
     region: impl FnOnce(&[u64]) -> Result<Block>,
 ) -> Result<ArrayD<T>> {
     let (ds, types) = open_checked::<T>(path, dataset, options)?;
-    let threads = crate::options::driver_settings().nthreads;
-    let array = read_region(&ds, &types, &region(&ds.shape)?, threads)?;
+    let settings = crate::options::driver_settings()?;
+    let array = read_region(&ds, &types, &region(&ds.shape)?, &settings)?;
     drop(types);
     ds.close()?;
     Ok(array)

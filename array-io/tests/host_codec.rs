@@ -100,17 +100,23 @@ fn every_codec_chain_rank_and_missing_chunk_reads_what_h5py_reads() {
             "/chain/fletcher_gzip",
             "/plain/cube",
         ] {
+            // The engine's verdict: read with no HDF5 call (the file is read-only), or decoded
+            // by h5gds where chunks were never written; never HDF5's filters.
+            let by_h5gds = |l: &str| {
+                ["stored", "host-decoded"]
+                    .iter()
+                    .any(|way| l.contains(&format!("host read: way={way}: {dataset}: ")))
+            };
             assert!(
-                log.lines().any(|l| l.contains(&format!("{dataset:?}: "))
-                    && l.contains(&format!("chunks decoded on {threads} threads"))),
+                log.lines().any(by_h5gds),
                 "{dataset} with {threads} threads:\n{log}"
             );
         }
         // 40x30 in chunks of 10x10, three of them written.
         assert!(
             log.contains(&format!(
-                "\"/zstd/sparse\": 3 chunks decoded on {threads} threads (read from the file \
-                 by those threads), 9 parts of chunks never written read through HDF5"
+                "way=host-decoded: /zstd/sparse: 3 chunks decoded on {threads} threads (read from \
+                 the file by those threads), 9 parts of chunks never written read through HDF5"
             )),
             "{log}"
         );
@@ -118,8 +124,8 @@ fn every_codec_chain_rank_and_missing_chunk_reads_what_h5py_reads() {
         // one after another.
         assert!(
             log.contains(&format!(
-                "\"/plain/holes\": 3 chunks decoded on {threads} threads (read from the file \
-                 by those threads), 9 parts of chunks never written read through HDF5"
+                "way=host-decoded: /plain/holes: 3 chunks decoded on {threads} threads (read from \
+                 the file by those threads), 9 parts of chunks never written read through HDF5"
             )),
             "{log}"
         );
@@ -172,15 +178,18 @@ fn row_gathers_decode_each_chunk_once_and_read_what_h5py_reads() {
 
 #[test]
 fn row_gathers_left_to_hdf5_read_what_h5py_reads() {
-    // With H5GDS_HOST_CODEC=0 no chunk is read by h5gds: the distinct rows come from one
-    // H5Dread of the union of their runs, then are copied into the caller's order.
+    // With H5GDS_HOST_CODEC=0 no filtered chunk is read by h5gds: the distinct rows come from one
+    // H5Dread of the union of their runs, then are copied into the caller's order. Unfiltered
+    // chunks hold nothing to decode: h5gds reads them still (`/plain/...`).
     let name = "row_gathers_left_to_hdf5_read_what_h5py_reads";
     let dir = codec_files();
     let Some(run) = run(name, dir.path(), &[("H5GDS_HOST_CODEC", "0")], rows_body) else {
         return;
     };
     let log = run.stderr();
-    assert!(!log.contains("runs of rows,"), "{log}");
+    let decoded = |l: &&str| l.contains("runs of rows,") && !l.contains("\"/plain/");
+    assert!(!log.lines().any(|l| decoded(&l)), "{log}");
+    assert!(log.contains("\"/plain/holes\": 5 runs of rows,"), "{log}");
 }
 
 /// 300 runs of one row of a chunked dataset (every other row, last first) and a repeat: their
@@ -280,8 +289,11 @@ fn h5gds_host_codec_0_leaves_decoding_to_hdf5() {
     };
     let log = run.stderr();
     assert!(
-        log.contains("\"/zstd/rank2\": HDF5 decodes its chunks: H5GDS_HOST_CODEC=0 leaves decoding to HDF5's filters"),
+        log.contains("way=hdf5: /zstd/rank2: one H5Dread: H5GDS_HOST_CODEC=0 leaves decoding to HDF5's filters"),
         "{log}"
     );
-    assert!(!log.contains("chunks decoded on"), "{log}");
+    // Filtered chunks all go to HDF5's filters; unfiltered ones stay h5gds's (`/plain/...`).
+    let decoded = |l: &&str| l.contains("chunks decoded on") && !l.contains("/plain/");
+    assert!(!log.lines().any(|l| decoded(&l)), "{log}");
+    assert!(log.contains("way=stored: /plain/cube: "), "{log}");
 }

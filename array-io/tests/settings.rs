@@ -17,7 +17,11 @@ fn settings_child(name: &str, var: &str, value: &str, accepted: &str) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.h5");
         let err = match var {
-            "H5GDS_USE_VFD_GDS" => to_file(&arr1(&[1u8]), &path, "/x").unwrap_err(),
+            // The driver's own settings too: refused naming the setting, not as HDF5's failed
+            // create (every open checks them first).
+            "H5GDS_USE_VFD_GDS" | "H5GDS_NTHREADS" => {
+                to_file(&arr1(&[1u8]), &path, "/x").unwrap_err()
+            }
             _ => {
                 // The staging size matters to device transfers only; check it is parsed.
                 array_io::Settings::default()
@@ -39,6 +43,16 @@ fn invalid_setting_flag() {
         "H5GDS_USE_VFD_GDS",
         "yes",
         "1 (the gds driver), 0 (the staged path)",
+    );
+}
+
+#[test]
+fn invalid_setting_threads() {
+    settings_child(
+        "threads",
+        "H5GDS_NTHREADS",
+        "abc",
+        "an integer from 1 to 256",
     );
 }
 

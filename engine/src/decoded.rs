@@ -8,12 +8,13 @@
 
 use crate::chunks::{Face, StoredChunks};
 use crate::facts::StoredLayout;
+use crate::policy::settings::filters_left_to_hdf5;
 use crate::transfer::{prepare, IoError, Transfer};
 use h5gds_chunk_codec::place::{chunks_selected, ChunkPart};
 use h5gds_chunk_codec::{place_missing, read_placed, Decoding, HostRead, Hyperslab, Pipeline};
 use h5gds_chunk_codec::{Outcome, Placed};
 use h5gds_runtime::hdf5::hid_t;
-use h5gds_runtime::settings::{host_codec_turned_off, InvalidSetting};
+use h5gds_runtime::settings::InvalidSetting;
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -27,39 +28,50 @@ pub struct Plan {
     threads: usize,
 }
 
-/// Why h5gds leaves a read's chunks to HDF5 whatever the dataset's layout: `H5GDS_HOST_CODEC=0`,
-/// or the `conversion` HDF5 makes (why it converts the elements, if it does).
+/// Why h5gds leaves a read's filtered chunks to HDF5: `H5GDS_HOST_CODEC=0`
+/// ([`filters_left_to_hdf5`]), or the `conversion` HDF5 makes (why it converts the elements, if
+/// it does).
 pub fn declined(conversion: Option<&str>) -> Result<Option<String>, InvalidSetting> {
-    Ok(host_codec_turned_off()?.or_else(|| conversion.map(str::to_string)))
+    Ok(filters_left_to_hdf5(true)?.or_else(|| conversion.map(str::to_string)))
 }
 
 /// How h5gds decodes the chunks of a dataset of `rank` axes stored as `layout`, read in elements
-/// of `element_size` bytes on `threads` threads; or why HDF5 does (not chunked, a chunk shape of
-/// another rank, a pipeline h5gds does not decode).
+/// of `element_size` bytes on `threads` threads; or why HDF5 does (the `conversion` it makes, not
+/// chunked, a chunk shape of another rank, filtered chunks with `H5GDS_HOST_CODEC=0`, a pipeline
+/// h5gds does not decode). Unfiltered chunks too: read straight from the file by the driver's
+/// threads, where HDF5 would read them one after another.
 pub fn plan(
     layout: &StoredLayout,
+    conversion: Option<&str>,
     rank: usize,
     element_size: usize,
     threads: usize,
-) -> Result<Plan, String> {
+) -> Result<Result<Plan, String>, InvalidSetting> {
+    if let Some(why) = conversion {
+        return Ok(Err(why.to_string()));
+    }
     let StoredLayout::Chunked { chunk, filters, .. } = layout else {
-        return Err("it is not chunked".into());
+        return Ok(Err("it is not chunked".into()));
     };
     if chunk.len() != rank {
-        return Err("its chunk shape does not match its rank".into());
+        return Ok(Err("its chunk shape does not match its rank".into()));
     }
-    // Unfiltered chunks too: read straight from the file by the driver's threads, where HDF5
-    // would read them one after another.
+    if let Some(why) = filters_left_to_hdf5(!filters.is_empty())? {
+        return Ok(Err(why));
+    }
     let pipeline = match filters.is_empty() {
         true => Pipeline::unfiltered(),
-        false => Pipeline::for_filters(filters, element_size)?,
+        false => match Pipeline::for_filters(filters, element_size) {
+            Ok(pipeline) => pipeline,
+            Err(why) => return Ok(Err(why)),
+        },
     };
-    Ok(Plan {
+    Ok(Ok(Plan {
         chunk: chunk.clone(),
         pipeline,
         element_size,
         threads,
-    })
+    }))
 }
 
 impl Plan {
@@ -263,17 +275,32 @@ mod tests {
             address: Some(0),
             external: false,
         };
-        assert_eq!(plan(&contiguous, 1, 4, 2).unwrap_err(), "it is not chunked");
         assert_eq!(
-            plan(&chunked(&[4, 4], vec![]), 1, 4, 2).unwrap_err(),
+            plan(&contiguous, None, 1, 4, 2).unwrap().unwrap_err(),
+            "it is not chunked"
+        );
+        assert_eq!(
+            plan(&chunked(&[4, 4], vec![]), None, 1, 4, 2)
+                .unwrap()
+                .unwrap_err(),
             "its chunk shape does not match its rank"
         );
         let unknown = Filter {
             id: 32_000,
             values: vec![],
         };
-        assert!(plan(&chunked(&[4], vec![unknown]), 1, 4, 2).is_err());
-        let planned = plan(&chunked(&[4], vec![]), 1, 4, 2).unwrap();
+        assert!(plan(&chunked(&[4], vec![unknown]), None, 1, 4, 2)
+            .unwrap()
+            .is_err());
+        assert_eq!(
+            plan(&chunked(&[4], vec![]), Some("it converts"), 1, 4, 2)
+                .unwrap()
+                .unwrap_err(),
+            "it converts"
+        );
+        let planned = plan(&chunked(&[4], vec![]), None, 1, 4, 2)
+            .unwrap()
+            .unwrap();
         assert_eq!(planned.chunk(), &[4]);
         let how = planned.decoding();
         assert_eq!(
@@ -284,12 +311,16 @@ mod tests {
             planned.spread_over(1, "the rows lie").unwrap_err(),
             "the rows lie in one chunk, which HDF5 decodes and keeps in its chunk cache"
         );
-        let planned = plan(&chunked(&[4], vec![]), 1, 4, 2).unwrap();
+        let planned = plan(&chunked(&[4], vec![]), None, 1, 4, 2)
+            .unwrap()
+            .unwrap();
         assert_eq!(
             planned.spread_over(1, "the region lies").unwrap_err(),
             "the region lies in one chunk, which HDF5 decodes and keeps in its chunk cache"
         );
-        let planned = plan(&chunked(&[4], vec![]), 1, 4, 2).unwrap();
+        let planned = plan(&chunked(&[4], vec![]), None, 1, 4, 2)
+            .unwrap()
+            .unwrap();
         assert!(planned.spread_over(2, "the region lies").is_ok());
     }
 

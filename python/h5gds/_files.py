@@ -76,10 +76,9 @@ def is_url(path):
 
 def refuse_url_for_writing(path):
     """Raises OSError (errno 30, EROFS) for a URL given where a file is written: remote files are
-    read-only, and nothing is created anywhere (neither remotely nor as a local path)."""
-    if is_url(path):
-        raise OSError(errno.EROFS, "remote files are read-only: h5gds reads s3:// and http(s):// "
-                      "URLs but never writes them; write to a local path and upload it", path)
+    read-only, and nothing is created anywhere (neither remotely nor as a local path). The engine
+    decides (``h5gds_engine::policy::files``), for array-io as for this package."""
+    _native.check_writable(os.fspath(path))
 
 
 def _file_path(path):

@@ -5,7 +5,6 @@
 //! the host first) and writes them raw (`H5Dwrite_chunk`, filter mask 0) in chunk order on the
 //! calling thread, under h5py's lock, with the GIL released.
 
-use crate::call_settings::CallSettings;
 use crate::device::{with_device_array, DeviceError};
 use crate::device_error;
 use crate::error::io_error;
@@ -15,6 +14,7 @@ use cudarc::driver::CudaContext;
 use h5gds_chunk_codec::Filter;
 use h5gds_engine::encoded::{Target, WriteError, WriteErrorKind};
 use h5gds_engine::gpu_encoded::DeviceArray;
+use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::policy::write::{self, CompressedWrite, Memory};
 use h5gds_route::route::{driver_blocker, Transfer as RouteFacts};
 use h5gds_runtime::{cuda, settings};
@@ -70,7 +70,7 @@ pub fn encode_write_chunks(
         other_driver: hdf5::other_driver(dataset).map_err(io_error)?,
         ..RouteFacts::default()
     };
-    let threads = (CallSettings::default().nthreads()).map_err(PyValueError::new_err)?;
+    let threads = (CallSettings::default().nthreads()).map_err(crate::error::setting_error)?;
     let w = CompressedWrite {
         shape: &shape,
         chunk: &chunk,

@@ -35,6 +35,11 @@ impl From<DeviceFailure> for DeviceError {
     }
 }
 
+/// An invalid setting as Python raises it: a ValueError naming the setting and what it accepts.
+pub fn setting_error(invalid: InvalidSetting) -> PyErr {
+    PyValueError::new_err(invalid.to_string())
+}
+
 /// HDF5's refusals as Python raises them: ValueError for the caller's arguments, OSError for
 /// HDF5's failures.
 pub fn io_error(e: IoError) -> PyErr {

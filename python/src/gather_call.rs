@@ -7,7 +7,6 @@
 //! (bools) and copied up in one piece. The call holds the dataset, the index array and the
 //! output's owner for all of its native part.
 
-use crate::call_settings::CallSettings;
 use crate::device;
 use crate::device_error;
 use crate::hdf5;
@@ -16,6 +15,7 @@ use crate::layout::py_error;
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::decoded;
 use h5gds_engine::policy::gather::{Gather, Hdf5Side, Staging};
+use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::rows::RowPlan;
 use h5gds_engine::staged::check_bools;
 use numpy::PyReadonlyArray1;
@@ -103,7 +103,7 @@ struct Rows<'a> {
 impl Rows<'_> {
     /// Runs `read` with the engine's gather of these rows.
     fn with<R>(&self, read: impl FnOnce(&Gather) -> R) -> R {
-        let threads = || self.settings.nthreads();
+        let threads = || self.settings.nthreads().map_err(|e| e.to_string());
         read(&Gather {
             plan: self.plan,
             rest: self.rest,

@@ -1,26 +1,31 @@
 //! `h5gds.read` and `h5gds.write` in one native call each (`read_dataset`, `write_dataset`),
 //! once Python has parsed the selection and converted the array: the call holds the dataset, the
 //! array's owner and the memory type for all of its native part, asks HDF5 how the dataset is
-//! stored (`hdf5::dataset_facts`), and runs the path that serves it: a read-only file's dataset
-//! through its layout with no HDF5 call (`layout`, resolved and remembered in `_layout` at its
-//! first read), compressed chunks decoded by h5gds (`host_codec`), device memory straight
-//! through the driver, staged, or decoded on the GPU (`device`, which asks `route`), else one
-//! H5Dread/H5Dwrite. h5py's lock (`phil`) is taken here, for the HDF5 calls only.
+//! stored (`hdf5::dataset_facts`), and runs the path that serves it: a host read the way the
+//! engine's host read takes (`h5gds_engine::policy::host_read`: a read-only file's dataset through
+//! its layout with no HDF5 call, `layout`, resolved and remembered in `_layout` at its first read;
+//! chunks decoded by h5gds; one H5Dread), device memory straight through the driver, staged, or
+//! decoded on the GPU (`device`, which asks `route`), else one H5Dwrite. h5py's lock (`phil`) is
+//! taken here, for the HDF5 calls only.
 
-use crate::call_settings::CallSettings;
 use crate::device::{self, DeviceTransfer};
 use crate::device_error;
-use crate::error::io_error;
+use crate::error::{io_error, setting_error};
 use crate::hdf5::{self, DatasetFacts, Hid, StoredLayout};
-use crate::host_codec;
 use crate::known_read::{cached_layout, Cached};
 use crate::layout::{DeviceOut, Layout};
 use h5gds_chunk_codec::Hyperslab;
-use pyo3::exceptions::{PyOSError, PyValueError};
+use h5gds_engine::decoded::{self, Decoded, Plan};
+use h5gds_engine::policy::host_read::{self, HostFace};
+use h5gds_engine::policy::settings::CallSettings;
+use h5gds_engine::stored::{Stored, StoredError};
+use h5gds_runtime::settings::InvalidSetting;
+use pyo3::exceptions::PyOSError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
+use std::cell::OnceCell;
 
 /// A hyperslab Python parsed (`_selection.Hyperslab`).
 #[derive(FromPyObject)]
@@ -188,6 +193,9 @@ impl<'py> Call<'py> {
     }
 
     fn run(self, py: Python<'py>) -> PyResult<()> {
+        if let (false, None) = (self.write, &self.array.device) {
+            return self.read_host(py);
+        }
         if !self.write && self.read_through_layout(py)? {
             return Ok(());
         }
@@ -195,14 +203,38 @@ impl<'py> Call<'py> {
         let facts = hdf5::dataset_facts(self.dataset, self.target.mem_type()?)
             .map_err(PyOSError::new_err)?;
         match &self.array.device {
-            None => self.host(py, facts),
+            None => self.write_host(py),
             Some((_, claimed_ordinal)) => self.device(py, facts, *claimed_ordinal),
         }
     }
 
-    /// Reads through the dataset's layout, where its file is read-only and the layout serves the
-    /// selection (device arrays: where the engine's stored way takes it); false, having read
-    /// nothing, otherwise.
+    /// A read into a host array, the way the engine's host read takes
+    /// (`h5gds_engine::policy::host_read`, as array-io's).
+    fn read_host(&self, py: Python<'py>) -> PyResult<()> {
+        let sel = Hyperslab {
+            start: &self.sel.start,
+            step: &self.sel.step,
+            count: &self.sel.count,
+        };
+        // SAFETY: `owner` (held by this call) keeps the checked, writable, C-contiguous host
+        // array of `nbytes` at `address` alive; each way checks its size against the selection.
+        let out = unsafe {
+            std::slice::from_raw_parts_mut(self.array.address as *mut u8, self.array.nbytes)
+        };
+        let face = HostRead {
+            call: self,
+            py,
+            layout: OnceCell::new(),
+            prepared: OnceCell::new(),
+            phil: OnceCell::new(),
+        };
+        host_read::read(&face, sel, out, &self.settings)?;
+        Ok(())
+    }
+
+    /// Reads into a device array through the dataset's layout, where its file is read-only and
+    /// the engine's stored way takes it (`h5gds_engine::policy::device_read::read_stored`);
+    /// false, having read nothing, otherwise.
     fn read_through_layout(&self, py: Python<'py>) -> PyResult<bool> {
         let device = self.array.device.as_ref();
         let Some(layout) = self.target.layout(py)? else {
@@ -214,22 +246,17 @@ impl<'py> Call<'py> {
             step: &self.sel.step,
             count: &self.sel.count,
         };
-        let (address, nbytes) = (self.array.address, self.array.nbytes);
-        match device {
-            Some((_, claimed_ordinal)) => {
-                let out = DeviceOut {
-                    address,
-                    nbytes,
-                    claimed_ordinal: *claimed_ordinal,
-                    stream: self.array.stream,
-                    bools: self.array.bools()?,
-                };
-                layout.read_into_device(py, &sel, &out, &self.settings)
-            }
-            // SAFETY: `owner` (held by this call) keeps the checked, writable, C-contiguous host
-            // array of `nbytes` at `address` alive; its size is checked against the selection.
-            None => unsafe { layout.read_host(py, &sel, address as usize, nbytes, &self.settings) },
-        }
+        let Some((_, claimed_ordinal)) = device else {
+            return Ok(false);
+        };
+        let out = DeviceOut {
+            address: self.array.address,
+            nbytes: self.array.nbytes,
+            claimed_ordinal: *claimed_ordinal,
+            stream: self.array.stream,
+            bools: self.array.bools()?,
+        };
+        layout.read_into_device(py, &sel, &out, &self.settings)
     }
 
     /// The transfer as HDF5 is asked for it. The caller holds h5py's lock.
@@ -247,26 +274,15 @@ impl<'py> Call<'py> {
         })
     }
 
-    /// A host array: compressed chunks decoded by h5gds where it decodes them and HDF5 would
-    /// convert nothing, else one H5Dread/H5Dwrite.
-    fn host(&self, py: Python<'py>, facts: DatasetFacts) -> PyResult<()> {
-        let transfer = self.transfer()?;
-        let Some(prepared) = hdf5::prepare(&transfer).map_err(io_error)? else {
+    /// A write from a host array: one H5Dwrite. The caller holds h5py's lock.
+    fn write_host(&self, py: Python<'py>) -> PyResult<()> {
+        let Some(prepared) = hdf5::prepare(&self.transfer()?).map_err(io_error)? else {
             return Ok(());
         };
-        if let StoredLayout::Chunked { filters, .. } = &facts.layout {
-            if !self.write && facts.same_type && !filters.is_empty() {
-                let threads = self.settings.nthreads().map_err(PyValueError::new_err)?;
-                if host_codec::read(py, &transfer, &facts.layout, threads)? {
-                    return Ok(());
-                }
-            }
-        }
-        let op = if self.write { "H5Dwrite" } else { "H5Dread" };
         // SAFETY: this call holds the array whose address and size `prepare` checked against the
         // selection, alive for the call.
         py.detach(|| unsafe { prepared.run() })
-            .map_err(|message| PyOSError::new_err(format!("{op} failed: {message}")))
+            .map_err(|message| PyOSError::new_err(format!("H5Dwrite failed: {message}")))
     }
 
     /// A device array: the route `device::run` takes, over the facts HDF5 gave.
@@ -309,6 +325,96 @@ impl<'py> Call<'py> {
         py.detach(|| device::run(transfer, facts.layout, facts.stored_size))
             .map_err(device_error)?;
         Ok(())
+    }
+}
+
+/// A read into a host array as the engine's host read asks for it: the dataset's remembered
+/// layout, then h5py's HDF5 under h5py's lock, taken at the first HDF5 call and held to the end of
+/// the read (as h5py holds it around its own).
+struct HostRead<'c, 'py> {
+    call: &'c Call<'py>,
+    py: Python<'py>,
+    layout: OnceCell<Option<Bound<'py, Layout>>>,
+    /// The read as HDF5 takes it, its sizes checked (None: nothing to move); made at the facts.
+    prepared: OnceCell<Option<hdf5::Prepared>>,
+    phil: OnceCell<Phil<'py>>,
+}
+
+impl HostRead<'_, '_> {
+    /// Takes h5py's lock for the rest of the read, if this read does not hold it yet.
+    fn locked(&self) -> PyResult<()> {
+        if self.phil.get().is_none() {
+            let _ = self.phil.set(Phil::acquire(self.py)?);
+        }
+        Ok(())
+    }
+}
+
+impl HostFace for HostRead<'_, '_> {
+    type Error = PyErr;
+
+    fn name(&self) -> String {
+        match self.locked() {
+            Ok(()) => hdf5::object_name(self.call.dataset),
+            Err(_) => "the dataset".into(),
+        }
+    }
+
+    fn stored(&self) -> PyResult<Option<&Stored>> {
+        if self.layout.get().is_none() {
+            let _ = self.layout.set(self.call.target.layout(self.py)?);
+        }
+        let layout = self.layout.get().and_then(Option::as_ref);
+        Ok(layout.map(|layout| layout.get().stored()))
+    }
+
+    fn facts(&self) -> PyResult<(StoredLayout, Option<String>)> {
+        self.locked()?;
+        let prepared = hdf5::prepare(&self.call.transfer()?).map_err(io_error)?;
+        let _ = self.prepared.set(prepared);
+        let (dataset, mem_type) = (self.call.dataset, self.call.target.mem_type()?);
+        let facts = hdf5::dataset_facts(dataset, mem_type).map_err(PyOSError::new_err)?;
+        let conversion = (!facts.same_type).then(|| {
+            let name = hdf5::object_name(dataset);
+            format!("HDF5 converts the stored type of dataset {name} to the array's dtype")
+        });
+        Ok((facts.layout, conversion))
+    }
+
+    fn decode(&self, plan: &Plan, sel: Hyperslab, out: &mut [u8]) -> PyResult<Decoded> {
+        self.locked()?;
+        let (dataset, mem_type) = (self.call.dataset, self.call.target.mem_type()?);
+        let name = hdf5::object_name(dataset);
+        self.py.detach(|| {
+            let open = |touched| {
+                hdf5::stored_chunks(dataset, &name, plan.chunk(), touched, PyOSError::new_err)
+            };
+            decoded::read_hyperslab(&plan.decoding(), mem_type, sel, open, out)
+        })
+    }
+
+    fn hdf5(&self, _: Hyperslab, _: &mut [u8]) -> PyResult<()> {
+        // The call's own selection and array, prepared at the facts.
+        let Some(Some(prepared)) = self.prepared.get() else {
+            return Ok(());
+        };
+        // SAFETY: this call holds the array whose address and size `prepare` checked against the
+        // selection, alive for the call.
+        self.py
+            .detach(|| unsafe { prepared.run() })
+            .map_err(|message| PyOSError::new_err(format!("H5Dread failed: {message}")))
+    }
+
+    fn unlocked<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        self.py.detach(work)
+    }
+
+    fn stored_error(&self, e: StoredError) -> PyErr {
+        crate::layout::py_error(e)
+    }
+
+    fn setting_error(&self, e: InvalidSetting) -> PyErr {
+        setting_error(e)
     }
 }
 

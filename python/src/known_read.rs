@@ -8,9 +8,9 @@
 //! selection, another kind of array, a dataset with no known layout, a wrong argument) answers
 //! None, and `h5gds.read`'s general path takes the call and raises its errors.
 
-use crate::call_settings::CallSettings;
 use crate::layout::{DeviceOut, Layout};
 use h5gds_chunk_codec::Hyperslab;
+use h5gds_engine::policy::settings::CallSettings;
 use h5gds_runtime::hdf5::H5S_MAX_RANK;
 use numpy::npyffi::flags::NPY_ARRAY_WRITEABLE;
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};

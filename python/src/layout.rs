@@ -5,12 +5,13 @@
 //! bytes move; reads into device memory take the engine's stored way
 //! (`h5gds_engine::policy::device_read::read_stored`) where it says.
 
-use crate::call_settings::CallSettings;
 use crate::device::{self, DeviceError};
 use crate::device_error;
 use crate::hdf5::{self, Hid};
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::policy::device_read::{read_stored, StoredRead};
+use h5gds_engine::policy::host_read;
+use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::stored::{self, Stored, StoredError};
 use h5gds_route::route::Transfer;
 use h5gds_runtime::settings::environment_device_path;
@@ -177,12 +178,21 @@ impl Layout {
             StoredError::Invalid(m) => DeviceError::Argument(m),
             failed => DeviceError::Failed(failed.to_string()),
         };
-        py.detach(|| read_stored(read, stored, || settings.get(), copy, error))
-            .map_err(device_error)
+        py.detach(|| {
+            read_stored(
+                read,
+                stored,
+                || settings.get().map_err(|e| e.to_string()),
+                copy,
+                error,
+            )
+        })
+        .map_err(device_error)
     }
 
-    /// Reads the hyperslab `sel` into the host buffer at `buffer` (`nbytes`), with the GIL
-    /// released while bytes move; false where the layout does not serve it (nothing was read).
+    /// Reads the hyperslab `sel` into the host buffer at `buffer` (`nbytes`), the engine's first
+    /// way of a host read (`host_read::read_stored`), with the GIL released while bytes move;
+    /// false where the layout does not serve it (nothing was read).
     ///
     /// # Safety
     /// `buffer` must be writable for `nbytes` bytes, and stay so until this returns.
@@ -194,18 +204,13 @@ impl Layout {
         nbytes: usize,
         settings: &CallSettings,
     ) -> PyResult<bool> {
-        self.stored
-            .check(sel, nbytes)
-            .map_err(PyValueError::new_err)?;
-        if nbytes == 0 {
-            return Ok(true);
-        }
-        // Everything past the checks runs without the GIL: threads reading small rows hold it
-        // for as little as they can.
+        // Everything runs without the GIL: threads reading small rows hold it for as little as
+        // they can.
         py.detach(|| {
-            // SAFETY: the caller's contract (the size was checked against the selection above).
+            // SAFETY: the caller's contract; the engine checks the size against the selection
+            // before a byte is written.
             let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
-            self.stored.read(sel, out, &|| settings.nthreads())
+            host_read::read_stored(&self.stored, sel, out, settings)
         })
         .map_err(py_error)
     }

@@ -3,7 +3,6 @@
 //! loaded; the pure-Python part (python/h5gds/) does the argument handling around it.
 #![deny(unsafe_op_in_unsafe_fn)]
 
-mod call_settings;
 mod collective;
 mod device;
 mod dlpack;
@@ -11,7 +10,6 @@ mod encode;
 mod error;
 mod gather_call;
 mod hdf5;
-mod host_codec;
 mod io_call;
 mod known_read;
 mod layout;
@@ -204,11 +202,26 @@ fn settings_loads() -> usize {
 }
 
 /// Whether `H5GDS_USE_VFD_GDS=0` asks for the staged path: Python's `from_file`/`to_file` then
-/// open files with sec2. A refused value raises `ValueError` naming the setting.
+/// open files with sec2. Every setting is checked first, as array-io checks them at its opens
+/// (`h5gds_engine::policy::settings::check`): a refused value raises `ValueError` naming the
+/// setting and what it accepts.
 #[pyfunction]
 fn staged_by_settings() -> PyResult<bool> {
-    let path = settings::environment_device_path();
-    Ok(path.map_err(|e| PyValueError::new_err(e.to_string()))? == DevicePath::Staged)
+    h5gds_engine::policy::settings::check().map_err(error::setting_error)?;
+    let path = settings::environment_device_path().map_err(error::setting_error)?;
+    Ok(path == DevicePath::Staged)
+}
+
+/// Refuses a write to `path` where it names a remote file (a URL: h5gds reads those only,
+/// `h5gds_engine::policy::files`), as array-io refuses it: OSError (errno 30, EROFS) saying so.
+#[pyfunction]
+fn check_writable(path: &str) -> PyResult<()> {
+    // Linux's EROFS: the errno of a write to a read-only file system, as OSError carries it.
+    const EROFS: i32 = 30;
+    match h5gds_engine::policy::files::refused_for_writing(path) {
+        Some(why) => Err(PyOSError::new_err((EROFS, why, path.to_owned()))),
+        None => Ok(()),
+    }
 }
 
 /// Makes the driver and the GPU codec path load libcufile and libnvcomp from these files (NVIDIA's
@@ -232,6 +245,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<layout::Layout>()?;
     m.add_function(wrap_pyfunction!(known_read::read_remembered, m)?)?;
     m.add_function(wrap_pyfunction!(staged_by_settings, m)?)?;
+    m.add_function(wrap_pyfunction!(check_writable, m)?)?;
     m.add_function(wrap_pyfunction!(chunks_decoded, m)?)?;
     m.add_function(wrap_pyfunction!(settings_loads, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;

@@ -55,7 +55,8 @@ def run_in_threads():
 #: The device tests: device arrays over this process's libcuda, the emulator (scripts/test.sh) or a real driver.
 DEVICE_TEST_FILES = ("test_device.py", "test_gpu_codec.py", "test_mpi_device.py")
 #: Files holding host and device tests: the device tests' names start with the prefix.
-DEVICE_TESTS_NAMED = {"test_xarray_backend.py": "test_device_", "test_remote_faces.py": "test_device_"}
+DEVICE_TESTS_NAMED = {"test_xarray_backend.py": "test_device_", "test_remote_faces.py": "test_device_",
+                      "test_face_parity.py": "test_device_"}
 
 
 def _in_device_file(report):

@@ -197,7 +197,9 @@ impl Gather<'_> {
         }
         let element_size = self.row_bytes / rest_elements as usize;
         let rank = self.rest.count.len() + 1;
-        let plan = match decoded::plan(h.layout, rank, element_size, (self.threads)()?) {
+        let threads = (self.threads)()?;
+        let planned = decoded::plan(h.layout, None, rank, element_size, threads);
+        let plan = match planned.map_err(|e| e.to_string())? {
             Ok(plan) => plan,
             Err(why) => return Ok(Err(format!("HDF5 decodes its chunks: {why}"))),
         };

@@ -3,7 +3,10 @@
 //! words whichever face called, at `H5GDS_LOG=debug` under the target `h5gds::engine`.
 
 pub mod device_read;
+pub mod files;
 pub mod gather;
+pub mod host_read;
+pub mod settings;
 pub mod write;
 
 /// Writes one of the engine's debug lines (target `h5gds::engine`), through the driver's logger:

@@ -13,6 +13,7 @@ mod gather;
 mod runs;
 
 use crate::facts::StoredLayout;
+use crate::policy::settings::filters_left_to_hdf5;
 use crate::transfer::hyperslab_elements;
 use chunk_cache::{Kept, LargeKept};
 use h5gds_chunk_codec::place::{chunks_selected, ChunkPart};
@@ -348,10 +349,10 @@ impl Stored {
         else {
             return Ok(Some(Vec::new()));
         };
-        if !pipeline.stages().is_empty()
-            && h5gds_runtime::settings::host_codec_turned_off()
-                .map_err(|e| e.to_string())?
-                .is_some()
+        let filtered = !pipeline.stages().is_empty();
+        if filters_left_to_hdf5(filtered)
+            .map_err(|e| e.to_string())?
+            .is_some()
         {
             return Ok(None);
         }

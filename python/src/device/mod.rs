@@ -14,7 +14,6 @@ use pointer::checked_pointer;
 pub use pointer::{copy_with_host, device_count, with_device_array};
 pub use tile::write_tile;
 
-use crate::call_settings::CallSettings;
 pub use crate::error::DeviceError;
 use crate::hdf5::{self, H5pyFace, Hid, Prepared, StoredLayout};
 use cudarc::driver::{CudaContext, CudaStream};
@@ -23,6 +22,7 @@ use h5gds_engine::chunks::StoredChunks;
 use h5gds_engine::decoded;
 use h5gds_engine::device::{self, Face, Note, ReadFace, Selected, Step};
 use h5gds_engine::policy::device_read::{self, ReadRoute};
+use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::staged::{self, NotBool, ThreadLane};
 use h5gds_route::route::{blocker, Transfer};
 use h5gds_route::select::chunks_touching;
@@ -168,7 +168,7 @@ impl Face for Moving<'_> {
     }
 
     fn driver(&self) -> Result<&h5gds::VfdSettings, DeviceError> {
-        self.t.settings.get().map_err(argument)
+        Ok(self.t.settings.get()?)
     }
 
     fn failed(&self, step: Step, m: String) -> DeviceError {
