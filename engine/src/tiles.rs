@@ -2,7 +2,7 @@
 //! arithmetic over plain data, the same on every rank (each computes every rank's box from the
 //! all-gathered tiles), so a bad decomposition is found, and named, identically everywhere. Both
 //! faces use it: array-io's `collective` and the Python extension (`h5gds._collective`). Errors
-//! are [`TilesError`]s, whose fields let each face word them its own way.
+//! are [`TilesError`]s, worded once for both (shapes as `[2, 3]`).
 #![forbid(unsafe_code)]
 
 use h5gds_route::select::Block;
@@ -128,13 +128,14 @@ pub enum TilesError {
     },
 }
 
-/// The wording of array-io's errors; the Python extension words the ones its calls reach itself.
+/// One wording for both faces, naming the ranks and shapes involved.
 impl fmt::Display for TilesError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TilesError::ScalarDataset => write!(
                 f,
-                "the dataset is a scalar (no axis to split); read it with from_file"
+                "the dataset is a scalar (no axis to split); read it whole, without a \
+                 communicator"
             ),
             TilesError::ScalarTiles => write!(
                 f,
@@ -195,12 +196,12 @@ impl fmt::Display for TilesError {
             ),
             TilesError::TileShape { given, shape } => write!(
                 f,
-                "Decomposition::Tile gives the shape {given:?}, but the tile has shape {shape:?}"
+                "the caller-given box has shape {given:?}, but the tile has shape {shape:?}"
             ),
             TilesError::MissingStart { rank } => write!(
                 f,
-                "rank {rank} did not give its tile's start (every rank must use \
-                 Decomposition::Tile)"
+                "rank {rank} did not give its tile's start (where one rank gives its box, \
+                 every rank must)"
             ),
             TilesError::StartDimensions { rank, start, ndim } => write!(
                 f,
@@ -526,6 +527,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("rank 1's tile has 2 dimensions"), "{err}");
+        let scalars = write_boxes(&Decomposition::LeadingAxis, &[claim(&[]), claim(&[])]);
+        assert_eq!(scalars.unwrap_err(), TilesError::ScalarTiles);
+        let grid = Decomposition::Grid { rows: 2, cols: 2 };
+        let flat = write_boxes(&grid, &[claim(&[2]), claim(&[2]), claim(&[2]), claim(&[2])]);
+        assert_eq!(flat.unwrap_err(), TilesError::GridAxes { ndim: 1 });
+        let three = write_boxes(&grid, &[claim(&[2, 3]), claim(&[2, 3]), claim(&[2, 3])]);
+        let (rows, cols, ranks) = (2, 2, 3);
+        assert_eq!(
+            three.unwrap_err(),
+            TilesError::GridSize { rows, cols, ranks }
+        );
     }
 
     #[test]

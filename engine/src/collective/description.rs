@@ -1,8 +1,8 @@
 //! What a rank tells the others before a collective write (the file, the dataset, the element
 //! type, the kind of decomposition and its tile), encoded one way for both faces, and the check
 //! every rank makes alike on all of them that every rank writes the same thing (then the tiles'
-//! boxes are `tiles::write_boxes`'). A disagreement is typed (the rank, the field); each face
-//! words it.
+//! boxes are `tiles::write_boxes`'). A disagreement is typed (the rank, the field), worded by
+//! `CollectiveError`.
 
 use super::wire::{Unwire, Wire};
 use crate::tiles::{Decomposition, TileClaim, TilesError};
@@ -177,7 +177,7 @@ mod tests {
         let refused = Description::new("a".into(), "/x".into(), "f32".into(), &given, vec![2]);
         assert_eq!(
             refused.unwrap_err().to_string(),
-            "Decomposition::Tile gives the shape [3], but the tile has shape [2]"
+            "the caller-given box has shape [3], but the tile has shape [2]"
         );
     }
 }
