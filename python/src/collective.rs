@@ -178,11 +178,12 @@ impl Writer for Face<'_> {
 
     fn write(&self, to: &TileFile) -> Result<(), Failure> {
         let py = self.tile.py();
-        let access = self.tile.call_method0("access").and_then(|a| {
-            let (fapl, view, direct): (Bound<'_, PyAny>, Bound<'_, PyAny>, bool) = a.extract()?;
-            Ok((fapl.getattr("id")?.extract::<i64>()?, view, direct))
-        });
-        let (fapl, view, direct) = access.map_err(|e| self.failed(e))?;
+        // The access list held (h5py closes its id when the object goes) until the file is closed.
+        let access = self.tile.call_method0("access").and_then(|a| a.extract());
+        let (fapl, view, direct): (Bound<'_, PyAny>, Bound<'_, PyAny>, bool) =
+            access.map_err(|e| self.failed(e))?;
+        let fapl_id = fapl.getattr("id").and_then(|id| id.extract::<i64>());
+        let fapl_id = fapl_id.map_err(|e| self.failed(e))?;
         let tile: ArrayArg<'_> = view.extract().map_err(|e| self.failed(e))?;
         let item = tile
             .dtype
@@ -202,7 +203,7 @@ impl Writer for Face<'_> {
         let claimed = tile.device.as_ref().map(|(_, ordinal)| *ordinal);
         let _phil = Phil::acquire(py).map_err(|e| self.failed(e))?;
         py.detach(|| {
-            to.write(api, fapl, |file, runs| match claimed {
+            to.write(api, fapl_id, |file, runs| match claimed {
                 // SAFETY: every run lies inside the tile (its bytes checked above), host memory
                 // the caller keeps alive.
                 None => unsafe { engine::write_runs(file, runs, address) }

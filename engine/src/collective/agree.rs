@@ -47,7 +47,7 @@ pub fn agree_with<C: Communicator + ?Sized, T>(
         Ok(value) => [&[SUCCEEDED][..], &payload(value)].concat(),
         Err(f) => {
             let errno = f.errno.map_or(0, |e| e as u64 + 1);
-            let wire = Wire::default().u64(f.kind.code()).u64(errno);
+            let wire = Wire::default().u64(f.kind as u64).u64(errno);
             [&[FAILED][..], &wire.text(&f.message).finish()].concat()
         }
     };

@@ -3,9 +3,7 @@
 //! a rank writing something else than rank 0, or a failed exchange. One `Display`; each face maps
 //! only the [`Kind`] to its own error type (array-io's `Error`, a Python exception class).
 
-use super::description::Field;
 use crate::tiles::TilesError;
-use std::fmt;
 
 /// What kind of failure a rank had, as both faces tell them apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,14 +19,10 @@ pub enum Kind {
 }
 
 impl Kind {
-    const ALL: [Kind; 4] = [Kind::Argument, Kind::Type, Kind::Io, Kind::Failed];
-
-    pub(crate) fn code(self) -> u64 {
-        Kind::ALL.iter().position(|&k| k == self).unwrap_or(3) as u64
-    }
-
     pub(crate) fn from_code(code: u64) -> Option<Kind> {
-        Kind::ALL.get(usize::try_from(code).ok()?).copied()
+        [Kind::Argument, Kind::Type, Kind::Io, Kind::Failed]
+            .into_iter()
+            .find(|&k| k as u64 == code)
     }
 }
 
@@ -67,19 +61,43 @@ impl From<h5gds_runtime::cuda::CudaError> for Failure {
     }
 }
 
+/// The fields ranks must agree on, in the order they are compared; shown as what a rank does
+/// with it ("rank 1 writes the file ...").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field {
+    File,
+    Dataset,
+    Element,
+    Decomposition,
+}
+
+impl std::fmt::Display for Field {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Field::File => "writes the file",
+            Field::Dataset => "writes the dataset",
+            Field::Element => "has a tile of",
+            Field::Decomposition => "splits the array into",
+        })
+    }
+}
+
 /// Why a collective call failed; every rank returns the same.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CollectiveError {
     /// The step `op` (a phrase like "writing the tiles") failed on the ranks listed, in rank
     /// order, each with its failure, out of `ranks`.
+    #[error("{}", failed(.op, .ranks, .failures))]
     Failed {
         op: String,
         ranks: usize,
         failures: Vec<(usize, Failure)>,
     },
     /// The ranks' tiles do not form one array, or a box lies outside the dataset.
-    Tiles(TilesError),
+    #[error("invalid decomposition: {0}")]
+    Tiles(#[from] TilesError),
     /// Rank `rank` writes another `field` (`theirs`) than rank 0 (`first`).
+    #[error("invalid decomposition: rank {rank} {field} {theirs}, rank 0 {first}")]
     Disagreement {
         rank: usize,
         field: Field,
@@ -87,7 +105,28 @@ pub enum CollectiveError {
         first: String,
     },
     /// The exchange between the ranks failed (the communicator's error, or a malformed message).
+    #[error("the exchange between the ranks failed: {0} (is every rank making the same call?)")]
     Exchange(String),
+}
+
+fn failed(op: &str, ranks: &usize, failures: &[(usize, Failure)]) -> String {
+    let same = failures
+        .iter()
+        .all(|(_, f)| f.message == failures[0].1.message);
+    if failures.len() == *ranks && *ranks > 1 && same {
+        return format!(
+            "{op} failed on every rank ({ranks}): {}",
+            failures[0].1.message
+        );
+    }
+    let which: Vec<String> = failures.iter().map(|(r, _)| r.to_string()).collect();
+    let causes: Vec<String> = failures
+        .iter()
+        .map(|(r, f)| format!("rank {r}: {}", f.message))
+        .collect();
+    let s = if failures.len() == 1 { "" } else { "s" };
+    let (which, causes) = (which.join(", "), causes.join("; "));
+    format!("{op} failed on rank{s} {which} of {ranks}: {causes}")
 }
 
 impl CollectiveError {
@@ -101,10 +140,8 @@ impl CollectiveError {
                     .all(|(_, f)| f.kind == first)
                     .then_some(first)
             }
-            CollectiveError::Tiles(_) | CollectiveError::Disagreement { .. } => {
-                Some(Kind::Argument)
-            }
             CollectiveError::Exchange(_) => Some(Kind::Failed),
+            _ => Some(Kind::Argument),
         }
     }
 
@@ -114,72 +151,10 @@ impl CollectiveError {
             return None;
         };
         let first = failures.first()?.1.errno?;
-        failures
-            .iter()
-            .all(|(_, f)| f.errno == Some(first))
-            .then_some(first)
+        let all = failures.iter().all(|(_, f)| f.errno == Some(first));
+        all.then_some(first)
     }
 }
-
-impl From<TilesError> for CollectiveError {
-    fn from(e: TilesError) -> CollectiveError {
-        CollectiveError::Tiles(e)
-    }
-}
-
-impl fmt::Display for CollectiveError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CollectiveError::Failed {
-                op,
-                ranks,
-                failures,
-            } => {
-                let same = failures
-                    .iter()
-                    .all(|(_, m)| m.message == failures[0].1.message);
-                if failures.len() == *ranks && *ranks > 1 && same {
-                    let cause = &failures[0].1.message;
-                    return write!(f, "{op} failed on every rank ({ranks}): {cause}");
-                }
-                let which: Vec<String> = failures.iter().map(|(r, _)| r.to_string()).collect();
-                let causes: Vec<String> = failures
-                    .iter()
-                    .map(|(r, m)| format!("rank {r}: {}", m.message))
-                    .collect();
-                let s = if failures.len() == 1 { "" } else { "s" };
-                let (which, causes) = (which.join(", "), causes.join("; "));
-                write!(f, "{op} failed on rank{s} {which} of {ranks}: {causes}")
-            }
-            CollectiveError::Tiles(e) => write!(f, "invalid decomposition: {e}"),
-            CollectiveError::Disagreement {
-                rank,
-                field,
-                theirs,
-                first,
-            } => {
-                write!(f, "invalid decomposition: rank {rank} ")?;
-                match field {
-                    Field::File => write!(f, "writes the file {theirs:?}, rank 0 {first:?}"),
-                    Field::Dataset => write!(f, "writes the dataset {theirs:?}, rank 0 {first:?}"),
-                    Field::Element => write!(f, "has a tile of {theirs}, rank 0 of {first}"),
-                    Field::Decomposition => write!(
-                        f,
-                        "uses another kind of decomposition (or grid) than rank 0; every rank \
-                         must pass the same"
-                    ),
-                }
-            }
-            CollectiveError::Exchange(reason) => write!(
-                f,
-                "the exchange between the ranks failed: {reason} (is every rank making the same \
-                 call?)"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for CollectiveError {}
 
 #[cfg(test)]
 mod tests {
@@ -218,7 +193,7 @@ mod tests {
             .starts_with("writing the tiles failed on ranks 0, 2 of 3: "));
         assert_eq!((e.kind(), e.errno()), (None, None));
         for code in 0..4 {
-            assert_eq!(Kind::from_code(code).map(Kind::code), Some(code));
+            assert_eq!(Kind::from_code(code).map(|k| k as u64), Some(code));
         }
         assert_eq!(Kind::from_code(4), None);
     }

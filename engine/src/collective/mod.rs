@@ -22,8 +22,8 @@ pub mod wire;
 pub mod write;
 
 pub use agree::{agree, Communicator};
-pub use description::Field;
+pub use description::Tile;
 pub use driver_file::{DriverFile, DriverFileError};
-pub use error::{CollectiveError, Failure, Kind};
+pub use error::{CollectiveError, Failure, Field, Kind};
 pub use tile_write::{write_runs, write_staged, ByteRun};
-pub use write::{driver_failure, write, Tile, TileFile, Way, Writer};
+pub use write::{driver_failure, write, TileFile, Way, Writer};

@@ -6,7 +6,7 @@
 //! hand its tile's memory to the driver).
 
 use super::agree::{agree, agree_with, Communicator};
-use super::description::{decode_all, disagreement, Description, Field};
+use super::description::{decode_all, disagreement, Description, Tile};
 use super::driver_file::{DriverFile, DriverFileError};
 use super::error::{CollectiveError, Failure, Kind};
 use super::target::{finish, temporary_path, FileStepError};
@@ -18,20 +18,6 @@ use h5gds_runtime::hdf5::{hid_t, Hdf5Api};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-
-/// What a rank writes, as its face describes it once its own checks passed.
-#[derive(Clone, Debug)]
-pub struct Tile {
-    /// The target file (the same on every rank).
-    pub path: PathBuf,
-    /// The dataset's absolute name.
-    pub dataset: String,
-    /// The element type as the face names it; ranks agree when the texts are equal.
-    pub element: String,
-    /// Bytes per element.
-    pub item: usize,
-    pub shape: Vec<u64>,
-}
 
 /// Which way a tile's bytes went to the file's driver (the log's verdict).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,24 +100,20 @@ fn describe<W: Writer + ?Sized>(
     rank: usize,
 ) -> Result<(Tile, Vec<u8>), Failure> {
     let tile = writer.describe()?;
-    let (path, example) = (tile.path.display(), tile.path.join("data.h5"));
-    let refused = if tile.path.as_os_str().is_empty() {
-        Some("the path is empty: name an HDF5 file such as out/data.h5".to_string())
-    } else if rank == 0 && tile.path.is_dir() {
-        let example = example.display();
-        Some(format!(
-            "{path} is a directory, not an HDF5 file: name a file in it, such as {example}"
-        ))
-    } else {
-        None
-    };
-    if let Some(message) = refused {
-        return Err(Failure::new(Kind::Argument, message));
+    let (path, refused) = (tile.path.display(), |m| {
+        Err(Failure::new(Kind::Argument, m))
+    });
+    if tile.path.as_os_str().is_empty() {
+        return refused("the path is empty: name an HDF5 file such as out/data.h5".into());
     }
-    let path = tile.path.to_string_lossy().into_owned();
-    let element = tile.element.clone();
-    let (dataset, shape) = (tile.dataset.clone(), tile.shape.clone());
-    let description = Description::new(path, dataset, element, decomposition, shape)
+    if rank == 0 && tile.path.is_dir() {
+        let example = tile.path.join("data.h5");
+        let example = example.display();
+        return refused(format!(
+            "{path} is a directory, not an HDF5 file: name one such as {example}"
+        ));
+    }
+    let description = Description::new(&tile, decomposition)
         .map_err(|e| Failure::new(Kind::Argument, CollectiveError::Tiles(e).to_string()))?;
     Ok((tile, description.encode()))
 }
@@ -143,20 +125,8 @@ fn plan(
     decomposition: &Decomposition,
 ) -> Result<(Vec<u64>, Vec<Block>), CollectiveError> {
     let all = decode_all(messages).map_err(CollectiveError::Exchange)?;
-    if let Some((rank, field)) = disagreement(&all) {
-        let text = |d: &Description| match field {
-            Field::File => d.path.clone(),
-            Field::Dataset => d.dataset.clone(),
-            Field::Element => d.element.clone(),
-            Field::Decomposition => format!("{:?}", d.kind),
-        };
-        let (theirs, first) = (text(&all[rank]), text(&all[0]));
-        return Err(CollectiveError::Disagreement {
-            rank,
-            field,
-            theirs,
-            first,
-        });
+    if let Some(disagreement) = disagreement(&all) {
+        return Err(disagreement);
     }
     let claims: Vec<_> = all.into_iter().map(|d| d.claim).collect();
     Ok(write_boxes(decomposition, &claims)?)
@@ -203,11 +173,8 @@ fn write_tile<W: Writer + ?Sized>(
     let Some(offset) = offset.filter(|_| !mine.is_empty()) else {
         return Ok(());
     };
-    // The runs lie inside the tile (its memory's contract) where its box has its shape.
-    if mine.count != tile.shape {
-        let message = format!("the box {mine:?} does not have the tile's shape");
-        return Err(Failure::new(Kind::Failed, message));
-    }
+    // Its box has the tile's shape (`write_boxes` places the described shapes), so the runs lie
+    // inside the tile's memory, which the face checks holds `bytes`.
     let name = CString::new(tmp.as_os_str().as_bytes())
         .map_err(|_| Failure::new(Kind::Argument, "the path contains a NUL byte"))?;
     let item = tile.item as u64;
@@ -311,16 +278,9 @@ mod tests {
     }
 
     fn description(t: &Tile) -> Vec<u8> {
-        let path = t.path.to_string_lossy().into_owned();
-        let lead = &Decomposition::LeadingAxis;
-        let d = Description::new(
-            path,
-            t.dataset.clone(),
-            t.element.clone(),
-            lead,
-            t.shape.clone(),
-        );
-        sent(Ok(d.unwrap().encode()))
+        sent(Ok(Description::new(t, &Decomposition::LeadingAxis)
+            .unwrap()
+            .encode()))
     }
 
     #[test]
@@ -352,7 +312,7 @@ mod tests {
         let err = write(&comm, &face(tile(&path, "f32", &[2])), lead).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "invalid decomposition: rank 1 has a tile of i32, rank 0 of f32"
+            "invalid decomposition: rank 1 has a tile of i32, rank 0 f32"
         );
         let wide = description(&tile(&path, "f32", &[2, 4]));
         let comm = Ranks {
