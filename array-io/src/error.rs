@@ -147,19 +147,11 @@ pub enum Error {
         message: String,
     },
 
-    /// A collective call (feature `mpi`) failed on one or more ranks: every rank returns this
-    /// same error, naming each failed rank and its cause.
-    #[error("{}", collective_message(op, *ranks, failures))]
-    Collective {
-        op: &'static str,
-        ranks: usize,
-        failures: Vec<(usize, String)>,
-    },
-
-    /// The ranks' tiles do not form one array, or a tile lies outside the dataset (feature
-    /// `mpi`); the reason names the ranks.
-    #[error("invalid decomposition: {reason}")]
-    Decomposition { reason: String },
+    /// A collective call (feature `mpi`) failed: on one or more ranks (naming each failed rank
+    /// and its cause), or the ranks' tiles do not form one array, or a tile lies outside the
+    /// dataset. Every rank returns the same error.
+    #[error(transparent)]
+    Collective(#[from] h5gds_engine::collective::CollectiveError),
 
     /// A stored chunk of a compressed dataset that does not decode: corrupt, cut short, or not
     /// in the format its filter writes. `chunk` is the chunk's first element.
@@ -203,24 +195,6 @@ fn list(names: &[String]) -> String {
         text.push_str(&format!(" and {} more", names.len() - SHOWN));
     }
     text
-}
-
-fn collective_message(op: &str, ranks: usize, failures: &[(usize, String)]) -> String {
-    let same = failures.iter().all(|(_, m)| *m == failures[0].1);
-    if failures.len() == ranks && ranks > 1 && same {
-        return format!("{op} failed on every rank ({ranks}): {}", failures[0].1);
-    }
-    let which: Vec<String> = failures.iter().map(|(r, _)| r.to_string()).collect();
-    let causes: Vec<String> = failures
-        .iter()
-        .map(|(r, m)| format!("rank {r}: {m}"))
-        .collect();
-    format!(
-        "{op} failed on rank{} {} of {ranks}: {}",
-        if failures.len() == 1 { "" } else { "s" },
-        which.join(", "),
-        causes.join("; ")
-    )
 }
 
 fn for_dataset(dataset: &Option<String>) -> String {
@@ -285,9 +259,42 @@ impl From<h5gds_runtime::cuda::CudaError> for Error {
 
 impl From<h5gds_engine::tiles::TilesError> for Error {
     fn from(e: h5gds_engine::tiles::TilesError) -> Error {
-        Error::Decomposition {
-            reason: e.to_string(),
-        }
+        Error::Collective(e.into())
+    }
+}
+
+impl Error {
+    #[cfg(feature = "mpi")]
+    /// This error as one rank's failure in a collective step, its kind as the engine names it.
+    pub(crate) fn failure(&self) -> h5gds_engine::collective::Failure {
+        use h5gds_engine::collective::{Failure, Kind};
+        use h5gds_engine::encoded::WriteErrorKind;
+        let kind = match self {
+            Error::Io { source, .. } => return Failure::io(source, self.to_string()),
+            Error::FileNotFound { .. } => Kind::Io,
+            Error::Collective(e) => e.kind().unwrap_or(Kind::Failed),
+            Error::UnsupportedType { .. }
+            | Error::TypeMismatch { .. }
+            | Error::NoConversion { .. } => Kind::Type,
+            Error::PathIsDirectory { .. }
+            | Error::InvalidDatasetName { .. }
+            | Error::NoSuchDataset { .. }
+            | Error::NotADataset { .. }
+            | Error::UnsupportedDataset { .. }
+            | Error::RowOutOfRange { .. }
+            | Error::InvalidChunkShape { .. }
+            | Error::ShapeMismatch { .. }
+            | Error::InvalidSetting { .. } => Kind::Argument,
+            Error::Hdf5 { .. } | Error::InvalidBool { .. } | Error::ChunkDecode { .. } => {
+                Kind::Failed
+            }
+            Error::Cuda { .. } => Kind::Failed,
+            Error::CompressedWrite { source, .. } => match source.kind {
+                WriteErrorKind::Argument | WriteErrorKind::Unsupported => Kind::Argument,
+                WriteErrorKind::Encoding | WriteErrorKind::Device => Kind::Failed,
+            },
+        };
+        Failure::new(kind, self.to_string())
     }
 }
 

@@ -2,8 +2,9 @@
 //! the Python extension (its pyo3 face), so that each way of moving a dataset is written once.
 //! It holds no `ndarray`, pyo3 nor HDF5 binding of its own: it calls HDF5 through the table a
 //! face hands it (`h5gds_runtime::hdf5::Hdf5Api`), and the faces convert their arrays and errors.
-//! It holds the collective decomposition ([`tiles`]) and the collective write's shared steps
-//! ([`collective`]), the plan of a gather of rows ([`rows`]), what HDF5 says about a stored dataset
+//! It holds the collective decomposition ([`tiles`]) and the collective write's protocol over a
+//! communicator each face implements ([`collective`]), the plan of a gather of rows ([`rows`]),
+//! what HDF5 says about a stored dataset
 //! ([`facts`]) and the HDF5 side of stored chunks ([`chunks`]), the reads
 //! of a dataset whose storage cannot change, with no HDF5 call ([`stored`]), one checked
 //! transfer through HDF5 ([`transfer`]), the reads whose chunks h5gds decodes on the host's cores

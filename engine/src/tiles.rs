@@ -2,11 +2,10 @@
 //! arithmetic over plain data, the same on every rank (each computes every rank's box from the
 //! all-gathered tiles), so a bad decomposition is found, and named, identically everywhere. Both
 //! faces use it: array-io's `collective` and the Python extension (`h5gds._collective`). Errors
-//! are [`TilesError`]s, whose fields let each face word them its own way.
+//! are [`TilesError`]s, worded once for both (shapes as `[2, 3]`).
 #![forbid(unsafe_code)]
 
 use h5gds_route::select::Block;
-use std::fmt;
 
 /// How the global array is split into one tile per rank.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -50,29 +49,41 @@ pub fn square_grid(ranks: usize) -> (usize, usize) {
     (ranks / cols, cols)
 }
 
-/// Why a decomposition does not fit the dataset or the tiles. Shapes are in elements; `rank`s
-/// are ranks of the communicator.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Why a decomposition does not fit the dataset or the tiles, worded once for both faces. Shapes
+/// are in elements; `rank`s are ranks of the communicator.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TilesError {
     /// A read of a dataset with no axis.
+    #[error("the dataset is a scalar (no axis to split); read it whole, without a communicator")]
     ScalarDataset,
     /// A write of tiles with no axis.
+    #[error("the tiles are scalars (no axis to stack them along); write 1-D tiles")]
     ScalarTiles,
     /// A grid whose number of blocks is not the number of ranks.
+    #[error("a {rows} x {cols} grid has {} blocks, but there are {ranks} ranks", blocks(.rows, .cols))]
     GridSize {
         rows: usize,
         cols: usize,
         ranks: usize,
     },
     /// A grid over an array of fewer than two dimensions.
+    #[error("a 2-D grid needs at least 2 dimensions; the array has {ndim}")]
     GridAxes { ndim: usize },
     /// A caller-given read box with another number of dimensions than the dataset.
+    #[error(
+        "the tile's start {start:?} and shape {count:?} need one entry per dimension of the \
+         dataset's shape {shape:?}"
+    )]
     TileDimensions {
         start: Vec<u64>,
         count: Vec<u64>,
         shape: Vec<u64>,
     },
     /// A caller-given read box reaching past the dataset in dimension `dim`.
+    #[error(
+        "the tile at {start:?} of shape {count:?} reaches past the dataset's shape {shape:?} in \
+         dimension {dim}"
+    )]
     TilePastEnd {
         start: Vec<u64>,
         count: Vec<u64>,
@@ -80,12 +91,21 @@ pub enum TilesError {
         dim: usize,
     },
     /// A rank's tile with another number of dimensions than rank 0's (`first`).
+    #[error(
+        "rank {rank}'s tile has {} dimensions ({shape:?}), rank 0's {} ({first:?})",
+        .shape.len(),
+        .first.len()
+    )]
     RankDimensions {
         rank: usize,
         shape: Vec<u64>,
         first: Vec<u64>,
     },
     /// Tiles stacked along axis 0 that differ in another dimension from rank 0's (`first`).
+    #[error(
+        "rank {rank}'s tile has shape {shape:?}, rank 0's {first:?}: stacked along axis 0, tiles \
+         must agree on every other dimension"
+    )]
     LeadingAxisShape {
         rank: usize,
         shape: Vec<u64>,
@@ -94,6 +114,13 @@ pub enum TilesError {
     /// A grid tile whose shape is not its grid row's `rows`, its grid column's `cols` and every
     /// tile's `trailing` shape; the row's lengths come from grid column 0, the column's from
     /// grid row 0, the trailing shape from rank 0.
+    #[error(
+        "rank {rank}'s tile (grid position ({gr}, {gc})) has shape {shape:?}, but its grid row's \
+         tiles have {rows} rows (rank {row_rank}), its grid column's {cols} columns (rank {gc}) \
+         and every tile the trailing shape {trailing:?} (rank 0)",
+        gr = .position.0,
+        gc = .position.1
+    )]
     GridShape {
         rank: usize,
         position: (usize, usize),
@@ -104,10 +131,15 @@ pub enum TilesError {
         row_rank: usize,
     },
     /// A caller-given box (`given`) whose shape is not its tile's (`shape`).
+    #[error("the caller-given box has shape {given:?}, but the tile has shape {shape:?}")]
     TileShape { given: Vec<u64>, shape: Vec<u64> },
     /// A rank without a caller-given start where the decomposition is [`Decomposition::Tile`].
+    #[error(
+        "rank {rank} did not give its tile's start (where one rank gives its box, every rank must)"
+    )]
     MissingStart { rank: usize },
     /// A rank's caller-given start with another number of entries than its tile's dimensions.
+    #[error("rank {rank}'s tile start {start:?} needs {ndim} entries, one per dimension")]
     StartDimensions {
         rank: usize,
         start: Vec<u64>,
@@ -115,12 +147,23 @@ pub enum TilesError {
     },
     /// Two ranks' caller-given boxes share elements, from `at` on (the boxes boxed: the error
     /// stays small).
+    #[error(
+        "rank {a}'s tile (at {:?}, shape {:?}) and rank {b}'s (at {:?}, shape {:?}) overlap at \
+         {at:?}",
+        .boxes.0.start, .boxes.0.count, .boxes.1.start, .boxes.1.count,
+        a = .ranks.0,
+        b = .ranks.1
+    )]
     Overlap {
         ranks: (usize, usize),
         boxes: Box<(Block, Block)>,
         at: Vec<u64>,
     },
     /// Caller-given boxes that leave elements of the array they span to no tile.
+    #[error(
+        "the tiles cover {covered} of the {total} elements of the array of shape {shape:?} they \
+         span; every element must belong to one tile"
+    )]
     Uncovered {
         covered: u128,
         total: u128,
@@ -128,108 +171,9 @@ pub enum TilesError {
     },
 }
 
-/// The wording of array-io's errors; the Python extension words the ones its calls reach itself.
-impl fmt::Display for TilesError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TilesError::ScalarDataset => write!(
-                f,
-                "the dataset is a scalar (no axis to split); read it with from_file"
-            ),
-            TilesError::ScalarTiles => write!(
-                f,
-                "the tiles are scalars (no axis to stack them along); write 1-D tiles"
-            ),
-            TilesError::GridSize { rows, cols, ranks } => write!(
-                f,
-                "a {rows} x {cols} grid has {} blocks, but there are {ranks} ranks",
-                *rows as u128 * *cols as u128
-            ),
-            TilesError::GridAxes { ndim } => write!(
-                f,
-                "a 2-D grid needs at least 2 dimensions; the array has {ndim}"
-            ),
-            TilesError::TileDimensions {
-                start,
-                count,
-                shape,
-            } => write!(
-                f,
-                "the tile's start {start:?} and shape {count:?} need one entry per dimension \
-                 of the dataset's shape {shape:?}"
-            ),
-            TilesError::TilePastEnd {
-                start,
-                count,
-                shape,
-                dim,
-            } => write!(
-                f,
-                "the tile at {start:?} of shape {count:?} reaches past the dataset's shape \
-                 {shape:?} in dimension {dim}"
-            ),
-            TilesError::RankDimensions { rank, shape, first } => write!(
-                f,
-                "rank {rank}'s tile has {} dimensions ({shape:?}), rank 0's {} ({first:?})",
-                shape.len(),
-                first.len()
-            ),
-            TilesError::LeadingAxisShape { rank, shape, first } => write!(
-                f,
-                "rank {rank}'s tile has shape {shape:?}, rank 0's {first:?}: stacked along \
-                 axis 0, tiles must agree on every other dimension"
-            ),
-            TilesError::GridShape {
-                rank,
-                position: (gr, gc),
-                shape,
-                rows,
-                cols,
-                trailing,
-                row_rank,
-            } => write!(
-                f,
-                "rank {rank}'s tile (grid position ({gr}, {gc})) has shape {shape:?}, but its \
-                 grid row's tiles have {rows} rows (rank {row_rank}), its grid column's {cols} \
-                 columns (rank {gc}) and every tile the trailing shape {trailing:?} (rank 0)"
-            ),
-            TilesError::TileShape { given, shape } => write!(
-                f,
-                "Decomposition::Tile gives the shape {given:?}, but the tile has shape {shape:?}"
-            ),
-            TilesError::MissingStart { rank } => write!(
-                f,
-                "rank {rank} did not give its tile's start (every rank must use \
-                 Decomposition::Tile)"
-            ),
-            TilesError::StartDimensions { rank, start, ndim } => write!(
-                f,
-                "rank {rank}'s tile start {start:?} needs {ndim} entries, one per dimension"
-            ),
-            TilesError::Overlap {
-                ranks: (a, b),
-                boxes,
-                at,
-            } => write!(
-                f,
-                "rank {a}'s tile (at {:?}, shape {:?}) and rank {b}'s (at {:?}, shape {:?}) \
-                 overlap at {at:?}",
-                boxes.0.start, boxes.0.count, boxes.1.start, boxes.1.count
-            ),
-            TilesError::Uncovered {
-                covered,
-                total,
-                shape,
-            } => write!(
-                f,
-                "the tiles cover {covered} of the {total} elements of the array of shape \
-                 {shape:?} they span; every element must belong to one tile"
-            ),
-        }
-    }
+fn blocks(rows: &usize, cols: &usize) -> u128 {
+    *rows as u128 * *cols as u128
 }
-
-impl std::error::Error for TilesError {}
 
 /// Rank `r`'s share of `n` items split over `p` ranks: `(start, count)` of `[r*n/p, (r+1)*n/p)`.
 pub fn share(n: u64, p: u64, r: u64) -> (u64, u64) {
@@ -526,6 +470,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("rank 1's tile has 2 dimensions"), "{err}");
+        let scalars = write_boxes(&Decomposition::LeadingAxis, &[claim(&[]), claim(&[])]);
+        assert_eq!(scalars.unwrap_err(), TilesError::ScalarTiles);
+        let grid = Decomposition::Grid { rows: 2, cols: 2 };
+        let flat = write_boxes(&grid, &[claim(&[2]), claim(&[2]), claim(&[2]), claim(&[2])]);
+        assert_eq!(flat.unwrap_err(), TilesError::GridAxes { ndim: 1 });
+        let three = write_boxes(&grid, &[claim(&[2, 3]), claim(&[2, 3]), claim(&[2, 3])]);
+        let (rows, cols, ranks) = (2, 2, 3);
+        assert_eq!(
+            three.unwrap_err(),
+            TilesError::GridSize { rows, cols, ranks }
+        );
     }
 
     #[test]

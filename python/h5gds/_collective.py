@@ -1,12 +1,13 @@
 """Collective ``to_file`` / ``from_file`` / ``from_file_batched`` over an mpi4py communicator: the
-``comm=`` argument of the functions in ``_files``. The same design as array-io's ``collective``
-module (docs/mpi.md): one ordinary HDF5 file with one contiguous dataset; rank 0 writes all
-HDF5 metadata (creating the file under a temporary name, the dataset allocated early); every rank
-writes its own tile's bytes at their file offsets through the driver's I/O engine (HDF5's public
-driver API, ``H5FDopen``/``H5FDwrite``, in h5py's HDF5: no HDF5 metadata); rank 0 renames the
-file into place once every rank has succeeded, or removes it. Every step ends in an agreement (an
-allgather of every rank's outcome), so every rank raises the same error naming each failed rank
-and its cause, and no rank waits in a collective another rank skipped.
+``comm=`` argument of the functions in ``_files``. The protocol is the engine's, as for array-io's
+``collective`` module (docs/mpi.md), run by ``_native.collective_to_file`` over the communicator:
+one ordinary HDF5 file with one contiguous dataset; rank 0 writes all HDF5 metadata (here with
+h5py: ``_Tile.create``); every rank writes its own tile's bytes at their file offsets through the
+driver (``H5FDopen``/``H5FDwrite`` in h5py's HDF5); rank 0 renames the file into place once every
+rank has succeeded, or removes it. Every step ends in an agreement (``_native.collective_agree``),
+so every rank raises the same error naming each failed rank and its cause (the exception class of
+the kind the failed ranks share: ValueError, TypeError, OSError, RuntimeError; else
+``CollectiveError``), and no rank waits in a collective another rank skipped.
 
 Decompositions: ``None`` (the default) splits the leading axis in rank order — on reads rank r of
 p gets rows ``[r*n//p, (r+1)*n//p)``, on writes the tiles (which must agree on every other
@@ -14,7 +15,6 @@ dimension) are stacked; ``"grid"`` or ``(rows, cols)``: a 2-D block grid over th
 rank r at grid position ``(r // cols, r % cols)``.
 """
 
-import math
 import os
 
 import h5py
@@ -24,43 +24,12 @@ from . import _arrays, _native, _nvidia
 
 
 class CollectiveError(RuntimeError):
-    """A collective call failed on ranks whose exceptions differ in class. ``failures`` maps each
-    failed rank to its exception's text."""
+    """A collective call failed on ranks whose failures differ in kind. ``failures`` maps each
+    failed rank to its cause."""
 
     def __init__(self, message, failures):
         super().__init__(message)
         self.failures = failures
-
-
-def _agree(comm, op, error, payload=None):
-    """Every rank's payload when no rank failed, else raises on every rank the same error: the
-    failed ranks' exception class when they all share it (ValueError for a directory, ...), else
-    CollectiveError; its message names each failed rank and its cause."""
-    outcomes = comm.allgather((None, payload) if error is None else (error, None))
-    failures = {r: e for r, (e, _) in enumerate(outcomes) if e is not None}
-    if not failures:
-        return [p for _, p in outcomes]
-    ranks = comm.Get_size()
-    texts = {r: f"{type(e).__name__}: {e}" for r, e in failures.items()}
-    distinct = set(str(e) for e in failures.values())
-    if len(failures) == ranks and ranks > 1 and len(distinct) == 1:
-        message = f"{op} failed on every rank ({ranks}): {next(iter(distinct))}"
-    else:
-        which = ", ".join(str(r) for r in failures)
-        causes = "; ".join(f"rank {r}: {e}" for r, e in failures.items())
-        message = f"{op} failed on rank{'s' if len(failures) > 1 else ''} {which} of {ranks}: {causes}"
-    classes = {type(e) for e in failures.values()}
-    cls = classes.pop() if len(classes) == 1 else None
-    mine = failures.get(comm.Get_rank())
-    if cls is not None and cls is not CollectiveError:
-        try:
-            err = cls(message)
-        except Exception:  # an exception class that wants other arguments
-            err = None
-        if err is not None:
-            err.failures = texts
-            raise err from mine
-    raise CollectiveError(message, texts) from mine
 
 
 def _attempt(fn, *args):
@@ -116,86 +85,58 @@ def local_device(comm):
     finally:
         node.Free()
     count, error = _attempt(_native.device_count)
-    _agree(comm, "choosing each rank's device", error)
+    _native.collective_agree(comm, "choosing each rank's device", error)
     return local % count
 
 
-def to_file(array, path, dataset, comm, decomposition, files):
-    """See ``h5gds.to_file``; ``files`` is the ``_files`` module (its checks and conventions)."""
-    rank, ranks = comm.Get_rank(), comm.Get_size()
-    grid = _grid(decomposition, ranks)
+class _Tile:
+    """This rank's side of a collective ``to_file``, called by the engine's protocol: its own checks,
+    rank 0's file (h5py), and its memory for the driver."""
 
-    def describe():
-        name = files.dataset_name(dataset)
-        target = files._file_path(path) if rank == 0 else os.fsdecode(path)
-        source, shape, dtype = files._logical(array)
-        files._check_storable(dtype)
-        use_gds = files._driver() == "gds"
-        described = _native.collective_description(os.path.abspath(target), name, dtype.str, grid,
-                                                    tuple(shape))
-        return (name, target, source, dtype, use_gds), described
+    def __init__(self, array, path, dataset, files):
+        self.array, self.path, self.dataset, self.files = array, path, dataset, files
 
-    local, error = _attempt(describe)
-    described = _agree(comm, "describing the tiles", error, None if local is None else local[1])
-    name, target, source, dtype, use_gds = local[0]
-    shape, starts = _native.collective_plan(described, grid)
+    def describe(self):
+        """The tile's checks; the target's real path, the dataset, the element type (its text and
+        size) and the shape."""
+        files = self.files
+        name = files.dataset_name(self.dataset)
+        path = os.fsdecode(os.fspath(self.path))
+        self.source, shape, self.dtype = files._logical(self.array)
+        files._check_storable(self.dtype)
+        self.use_gds = files._driver() == "gds"
+        dtype = self.dtype
+        return (os.path.realpath(path) if path else path), name, f"{dtype} ({dtype.str})", \
+            dtype.itemsize, tuple(shape)
 
-    def create():
-        real = os.path.realpath(target)
-        os.makedirs(os.path.dirname(real), exist_ok=True)
-        tmp = _native.collective_temporary_path(real)
-        try:
-            with h5py.File(tmp, "w", driver="gds" if use_gds else None) as f:
-                # Contiguous, allocated now (so it has an offset), never filled.
-                offset = files._new_dataset(f, name, shape, dtype).id.get_offset()
-            if offset is None and math.prod(shape):
-                raise OSError(f"{target!r}: HDF5 gave the early-allocated dataset no offset")
-        except BaseException:
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
-            raise
-        return tmp, offset
+    def create(self, tmp, dataset, shape):
+        """Rank 0: the file ``tmp`` holding the dataset, contiguous, allocated now (so it has an
+        offset), never filled; the dataset's offset."""
+        os.makedirs(os.path.dirname(tmp), exist_ok=True)
+        with h5py.File(tmp, "w", driver="gds" if self.use_gds else None) as f:
+            return self.files._new_dataset(f, dataset, tuple(shape), self.dtype).id.get_offset()
 
-    created, error = _attempt(create) if rank == 0 else ((None, None), None)
-    tmp, offset = _agree(comm, "creating the file", error, created)[0]
-
-    def write():
-        """This rank's tile into ``tmp``, by the extension (``H5FDopen``/``H5FDwrite`` in h5py's
-        HDF5; a device tile checked with CUDA, then to ``gds`` or staged under sec2)."""
-        view = _arrays.view(source, "array")
-        if offset is None or not view.nbytes:
-            return
+    def access(self):
+        """The access list for the tile's bytes (``gds``, which takes device pointers, or sec2, a
+        device tile then staged through pinned memory), the tile's memory, and whether ``gds``."""
+        view = _arrays.view(self.source, "array")
         if not view.c_contiguous:
             raise ValueError("the tile is not C-contiguous in memory and could not be made so")
-        end = offset + math.prod(shape) * dtype.itemsize
         with phil:
             fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
-            if use_gds:
+            if self.use_gds:
                 if _nvidia.pending and _nvidia.compat_mode_off({}):
                     _nvidia.prepare()  # the driver opens cuFile at this open
                 _native.set_fapl(fapl.id, _native.config_string({}))
             else:
                 fapl.set_fapl_sec2()
-            try:
-                _native.collective_write_tile((os.fsencode(tmp), fapl.id), (offset, end),
-                                              (starts[rank], view.shape, shape), view, use_gds)
-            except (OSError, ValueError) as err:
-                raise type(err)(f"{target!r}: {err}") from None
+        return fapl, view, self.use_gds
 
-    _, write_error = _attempt(write)
-    try:
-        _agree(comm, "writing the tiles", write_error)
-        written = None
-    except Exception as err:  # noqa: BLE001 - raised after rank 0 has cleaned up
-        written = err
 
-    _, finish_error = _attempt(_native.collective_finish, tmp, os.path.realpath(target),
-                               written is None) if rank == 0 else (None, None)
-    try:
-        _agree(comm, "finishing the file", finish_error)
-    finally:
-        if written is not None:
-            raise written
+def to_file(array, path, dataset, comm, decomposition, files):
+    """See ``h5gds.to_file``; ``files`` is the ``_files`` module (its checks and conventions)."""
+    grid = _grid(decomposition, comm.Get_size())
+    _native.collective_to_file(comm, _Tile(array, path, dataset, files), grid)
 
 
 def from_file(path, dataset, like, comm, decomposition, files):
@@ -208,7 +149,7 @@ def from_file(path, dataset, like, comm, decomposition, files):
             return result.read(dset, tile_of(dset.shape, rank, ranks, decomposition))
 
     tile, error = _attempt(read)
-    _agree(comm, "reading the tiles", error)
+    _native.collective_agree(comm, "reading the tiles", error)
     return tile
 
 
@@ -218,7 +159,7 @@ def from_file_batched(path, dataset, chunk_size, like, comm, files):
     rank, ranks = comm.Get_rank(), comm.Get_size()
     batches, error = _attempt(files.Batches, path, dataset, chunk_size, like)
     try:
-        _agree(comm, "opening for batched reads", error)
+        _native.collective_agree(comm, "opening for batched reads", error)
     except BaseException:
         if batches is not None:
             batches.close()

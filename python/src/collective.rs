@@ -1,149 +1,231 @@
-//! The native calls of a collective `to_file` (`python/h5gds/_collective.py`), over the engine's
-//! shared steps (`h5gds_engine::collective`): the description each rank sends (mpi4py carries the
-//! bytes), the plan every rank derives from all of them, the temporary name and the finish, and
-//! one rank's tile written through the file's driver in h5py's HDF5. Errors as the package words
-//! them. The caller holds h5py's lock.
+//! The collective calls of `h5gds._collective` (`comm=`) over the engine's protocol and
+//! agreements (`h5gds_engine::collective`): an mpi4py communicator as the engine's
+//! `Communicator`, a `_collective._Tile` (its checks, rank 0's file by h5py, its memory) as the
+//! engine's `Writer`, and the engine's one error raised as the exception of its kind.
 
 use crate::device::{self, DeviceError};
-use crate::io_call::ArrayArg;
-use crate::tiles::{self, Grid};
-use h5gds_engine::collective::FileStepError;
-use h5gds_engine::collective::{self as engine, Description, DriverFile, DriverFileError, Field};
-use pyo3::exceptions::{PyOSError, PyValueError};
+use crate::io_call::{ArrayArg, Phil};
+use crate::tiles::{decomposition, Grid};
+use h5gds_engine::collective::{self as engine, driver_failure, CollectiveError, Failure, Kind};
+use h5gds_engine::collective::{Tile, TileFile, Way, Writer};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
-use std::ffi::{CString, OsString};
-use std::path::PathBuf;
+use pyo3::types::{PyBytes, PyDict};
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
 
-/// What this rank sends the others: it writes its tile of `shape` and `dtype` (its `str`) as
-/// `dataset` of the file at `path`, split by `grid` (None: blocks of the leading axis).
-#[pyfunction]
-pub fn collective_description<'py>(
-    py: Python<'py>,
-    path: PathBuf,
-    dataset: String,
-    dtype: String,
-    grid: Grid,
-    shape: Vec<u64>,
-) -> PyResult<Bound<'py, PyBytes>> {
-    let (path, decomposition) = (path.to_string_lossy().into(), tiles::decomposition(grid));
-    let d = Description::new(path, dataset, dtype, &decomposition, shape);
-    Ok(PyBytes::new(
-        py,
-        &d.map_err(|e| PyValueError::new_err(e.to_string()))?
-            .encode(),
-    ))
+/// What `_Tile.describe` returns: the target, the dataset, the element type, its size, the shape.
+type Described = (PathBuf, String, String, usize, Vec<u64>);
+
+/// An mpi4py communicator as the engine's: its pickled `allgather` of bytes, with the GIL held.
+struct Mpi4py<'py> {
+    comm: Bound<'py, PyAny>,
+    rank: usize,
+    size: usize,
 }
 
-/// The global shape and every rank's start from every rank's description (in rank order): a rank
-/// writing another file, dataset, dtype or decomposition than rank 0 is an invalid decomposition
-/// naming it, then the tiles are checked as `tiles_write_boxes` checks them.
-#[pyfunction]
-pub fn collective_plan(
-    py: Python<'_>,
-    descriptions: Vec<Vec<u8>>,
-    grid: Grid,
-) -> PyResult<(Vec<u64>, Vec<Vec<u64>>)> {
-    let invalid =
-        |reason: String| PyValueError::new_err(format!("invalid decomposition: {reason}"));
-    let all = engine::decode_all(&descriptions).map_err(invalid)?;
-    if let Some((r, field)) = engine::disagreement(&all) {
-        let (d, first) = (&all[r], &all[0]);
-        let repr = |p: &str| PyString::new(py, p).repr();
-        let dtype = |s: &str| py.import("numpy")?.call_method1("dtype", (s,))?.str();
-        return Err(invalid(match field {
-            Field::File | Field::Dataset => format!(
-                "rank {r} writes {}:{}, rank 0 {}:{}",
-                repr(&d.path)?,
-                d.dataset,
-                repr(&first.path)?,
-                first.dataset
-            ),
-            Field::Element => format!(
-                "rank {r} has a tile of {}, rank 0 of {}",
-                dtype(&d.element)?,
-                dtype(&first.element)?
-            ),
-            Field::Decomposition => format!("rank {r} uses another decomposition than rank 0"),
-        }));
-    }
-    tiles::tiles_write_boxes(all.into_iter().map(|d| d.claim.shape).collect(), grid)
-}
-
-/// OSError (of the errno's class) for a failed file-system step.
-fn step_error(e: FileStepError) -> PyErr {
-    let text = format!("{} {}: {}", e.op, e.path.display(), e.source);
-    match e.source.raw_os_error() {
-        Some(errno) => PyOSError::new_err((errno, text)),
-        None => PyOSError::new_err(text),
+impl<'py> Mpi4py<'py> {
+    fn new(comm: Bound<'py, PyAny>) -> PyResult<Mpi4py<'py>> {
+        let rank = comm.call_method0("Get_rank")?.extract()?;
+        let size = comm.call_method0("Get_size")?.extract()?;
+        Ok(Mpi4py { comm, rank, size })
     }
 }
 
-/// The temporary name rank 0 creates the file under, next to the target `path`.
-#[pyfunction]
-pub fn collective_temporary_path(path: PathBuf) -> PyResult<OsString> {
-    engine::temporary_path(&path)
-        .map(PathBuf::into_os_string)
-        .map_err(step_error)
-}
-
-/// Rank 0, once the writes are agreed: `tmp` renamed over `path` when every rank `written` (removed
-/// where the rename fails), else removed.
-#[pyfunction]
-pub fn collective_finish(tmp: PathBuf, path: PathBuf, written: bool) -> PyResult<()> {
-    engine::finish(&tmp, &path, written).map_err(step_error)
-}
-
-/// Writes this rank's tile `tile` (an `_arrays.ArrayView`, held for the call), the box at
-/// `start` of shape `count` of the dataset of `shape` stored from byte `offset` of the file `tmp`
-/// rank 0 created, through the driver the access list `fapl` selects (`direct`: `gds`, which
-/// takes device pointers; else sec2, a device tile staged through pinned memory). The file is
-/// opened with HDF5's driver API (`H5FDopen`), its end of address set to `end`, and closed
-/// before this returns; the bytes move with the GIL released.
-#[pyfunction]
-pub fn collective_write_tile(
-    py: Python<'_>,
-    file: (Vec<u8>, i64),
-    place: (u64, u64),
-    boxed: (Vec<u64>, Vec<u64>, Vec<u64>),
-    tile: ArrayArg<'_>,
-    direct: bool,
-) -> PyResult<()> {
-    let ((tmp, fapl), (offset, end), (start, count, shape)) = (file, place, boxed);
-    let item = tile.dtype.getattr("itemsize")?.extract::<usize>()?;
-    let (address, nbytes, stream) = (tile.address, tile.nbytes, tile.stream);
-    // The runs lie inside the tile where its box holds its bytes.
-    if count.iter().product::<u64>() * item as u64 != nbytes as u64 {
-        let text = format!("the tile's {nbytes} bytes are not its box of shape {count:?}");
-        return Err(PyValueError::new_err(text));
+impl engine::Communicator for Mpi4py<'_> {
+    fn rank(&self) -> usize {
+        self.rank
     }
-    let runs = tiles::tile_runs(start, count, &shape, offset, item as u64)?;
-    let opening =
-        |e: String| PyOSError::new_err(format!("opening the file for the tile's bytes: {e}"));
-    let name = CString::new(tmp).map_err(|_| opening("the path contains a NUL byte".into()))?;
-    let api = crate::hdf5::api().map_err(opening)?;
-    let claimed = tile.device.as_ref().map(|(_, ordinal)| *ordinal);
-    let in_file = |e: DriverFileError| PyOSError::new_err(format!("{}: {}", e.op, e.cause()));
-    let device = |e: DeviceError| match e {
-        DeviceError::Argument(m) => PyValueError::new_err(format!("{DEVICE}: {m}")),
-        DeviceError::Failed(m) => PyOSError::new_err(format!("{DEVICE}: {m}")),
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn all_gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+        let py = self.comm.py();
+        let all = self
+            .comm
+            .call_method1("allgather", (PyBytes::new(py, mine),));
+        let bytes = |m: PyResult<Bound<'_, PyAny>>| -> PyResult<Vec<u8>> {
+            Ok(m?.cast_into::<PyBytes>()?.as_bytes().to_vec())
+        };
+        all.and_then(|all| all.try_iter()?.map(bytes).collect())
+            .map_err(|e| format!("mpi4py's allgather: {e}"))
+    }
+}
+
+/// A Python exception as one rank's failure, its kind from its class.
+fn failure(py: Python<'_>, err: &PyErr) -> Failure {
+    let value = err.value(py);
+    let message = value
+        .str()
+        .map_or_else(|_| err.to_string(), |s| s.to_string());
+    let kind = if err.is_instance_of::<PyValueError>(py) {
+        Kind::Argument
+    } else if err.is_instance_of::<PyTypeError>(py) {
+        Kind::Type
+    } else if err.is_instance_of::<PyOSError>(py) {
+        Kind::Io
+    } else {
+        Kind::Failed
     };
-    py.detach(|| {
-        let file = DriverFile::open(api, &name, fapl, end).map_err(in_file)?;
-        match claimed {
-            // SAFETY: every run lies inside the tile (checked above), host memory the caller
-            // keeps alive.
-            None => unsafe { engine::write_runs(&file, &runs, address) }.map_err(in_file)?,
-            Some(claimed) => device::write_tile(
-                (&file, &runs),
-                (address, nbytes, item),
-                (claimed, stream),
-                direct,
-            )
-            .map_err(device)?,
-        }
-        file.close().map_err(in_file)
-    })
+    let errno = value.getattr("errno").ok().and_then(|e| e.extract().ok());
+    let errno = errno.filter(|_| kind == Kind::Io);
+    Failure {
+        kind,
+        errno,
+        message,
+    }
 }
 
-const DEVICE: &str = "writing the tile from device memory";
+/// The engine's error as the exception of the kind every failed rank shares (ValueError,
+/// TypeError, OSError with the shared errno, RuntimeError), else `h5gds.CollectiveError`; its
+/// `failures` map each failed rank to its cause; this rank's own exception (`mine`) its cause.
+fn raised(py: Python<'_>, e: CollectiveError, mine: Option<PyErr>) -> PyErr {
+    let text = e.to_string();
+    let failures = PyDict::new(py);
+    if let CollectiveError::Failed { failures: all, .. } = &e {
+        for (rank, f) in all {
+            let _ = failures.set_item(rank, &f.message);
+        }
+    }
+    let err = match (e.kind(), e.errno()) {
+        (Some(Kind::Argument), _) => PyValueError::new_err(text),
+        (Some(Kind::Type), _) => PyTypeError::new_err(text),
+        (Some(Kind::Io), Some(errno)) => PyOSError::new_err((errno, text)),
+        (Some(Kind::Io), None) => PyOSError::new_err(text),
+        (Some(Kind::Failed), _) => PyRuntimeError::new_err(text),
+        (None, _) => py
+            .import("h5gds._collective")
+            .and_then(|m| m.getattr("CollectiveError")?.call1((&text, &failures)))
+            .map_or_else(|err| err, PyErr::from_value),
+    };
+    let _ = err.value(py).setattr("failures", failures);
+    err.set_cause(py, mine);
+    err
+}
+
+/// Every rank's agreement on a step's outcome (`error`: this rank's exception, or None): returns
+/// on every rank where no rank failed, else raises on every rank the same exception, naming each
+/// failed rank and its cause.
+#[pyfunction]
+pub fn collective_agree(
+    py: Python<'_>,
+    comm: Bound<'_, PyAny>,
+    op: &str,
+    error: Option<Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let comm = Mpi4py::new(comm)?;
+    let mine = error.map(PyErr::from_value);
+    let outcome = mine.as_ref().map_or(Ok(()), |e| Err(failure(py, e)));
+    engine::agree(&comm, op, outcome).map_err(|e| raised(py, e, mine))
+}
+
+/// The collective write of this rank's tile, `tile` (a `_collective._Tile`), under `grid` (None:
+/// blocks of the leading axis): the engine's protocol over `comm`.
+#[pyfunction]
+pub fn collective_to_file(
+    py: Python<'_>,
+    comm: Bound<'_, PyAny>,
+    tile: Bound<'_, PyAny>,
+    grid: Grid,
+) -> PyResult<()> {
+    let comm = Mpi4py::new(comm)?;
+    let writer = Face {
+        tile,
+        mine: RefCell::new(None),
+    };
+    engine::write(&comm, &writer, &decomposition(grid))
+        .map_err(|e| raised(py, e, writer.mine.take()))
+}
+
+/// A `_collective._Tile` as the engine's `Writer`; the last exception it raised kept as the
+/// cause of the collective error.
+struct Face<'py> {
+    tile: Bound<'py, PyAny>,
+    mine: RefCell<Option<PyErr>>,
+}
+
+impl Face<'_> {
+    fn failed(&self, err: PyErr) -> Failure {
+        let failure = failure(self.tile.py(), &err);
+        *self.mine.borrow_mut() = Some(err);
+        failure
+    }
+}
+
+impl Writer for Face<'_> {
+    fn describe(&self) -> Result<Tile, Failure> {
+        let described = self.tile.call_method0("describe");
+        let described = described.and_then(|d| d.extract::<Described>());
+        let (path, dataset, element, item, shape) = described.map_err(|e| self.failed(e))?;
+        Ok(Tile {
+            path,
+            dataset,
+            element,
+            item,
+            shape,
+        })
+    }
+
+    fn create(&self, tmp: &Path, dataset: &str, shape: &[u64]) -> Result<Option<u64>, Failure> {
+        let args = (tmp.to_path_buf(), dataset, shape.to_vec());
+        let created = self.tile.call_method1("create", args);
+        created
+            .and_then(|o| o.extract())
+            .map_err(|e| self.failed(e))
+    }
+
+    fn write(&self, to: &TileFile) -> Result<(), Failure> {
+        let py = self.tile.py();
+        // The access list held (h5py closes its id when the object goes) until the file is closed.
+        let access = self.tile.call_method0("access").and_then(|a| a.extract());
+        let (fapl, view, direct): (Bound<'_, PyAny>, Bound<'_, PyAny>, bool) =
+            access.map_err(|e| self.failed(e))?;
+        let fapl_id = fapl.getattr("id").and_then(|id| id.extract::<i64>());
+        let fapl_id = fapl_id.map_err(|e| self.failed(e))?;
+        let tile: ArrayArg<'_> = view.extract().map_err(|e| self.failed(e))?;
+        let item = tile
+            .dtype
+            .getattr("itemsize")
+            .and_then(|i| i.extract::<usize>());
+        let item = item.map_err(|e| self.failed(e))?;
+        let (address, nbytes, stream) = (tile.address, tile.nbytes, tile.stream);
+        // The runs lie inside the tile where its memory holds the described tile's bytes.
+        if nbytes as u64 != to.bytes {
+            let text = format!(
+                "the tile's {nbytes} bytes are not the {} bytes of its box",
+                to.bytes
+            );
+            return Err(Failure::new(Kind::Argument, text));
+        }
+        let api = crate::hdf5::api().map_err(|m| Failure::new(Kind::Failed, m))?;
+        let claimed = tile.device.as_ref().map(|(_, ordinal)| *ordinal);
+        let _phil = Phil::acquire(py).map_err(|e| self.failed(e))?;
+        py.detach(|| {
+            to.write(api, fapl_id, |file, runs| match claimed {
+                // SAFETY: every run lies inside the tile (its bytes checked above), host memory
+                // the caller keeps alive.
+                None => unsafe { engine::write_runs(file, runs, address) }
+                    .map(|()| Way::Direct)
+                    .map_err(driver_failure),
+                Some(claimed) => {
+                    let (tile, device) = ((address, nbytes, item), (claimed, stream));
+                    device::write_tile((file, runs), tile, device, direct).map_err(
+                        |e| match e {
+                            DeviceError::Argument(m) => {
+                                Failure::new(Kind::Argument, device_text(m))
+                            }
+                            DeviceError::Failed(m) => Failure::new(Kind::Io, device_text(m)),
+                        },
+                    )?;
+                    Ok(if direct { Way::Direct } else { Way::Staged })
+                }
+            })
+        })
+    }
+}
+
+fn device_text(m: String) -> String {
+    format!("writing the tile from device memory: {m}")
+}

@@ -255,11 +255,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PinnedHost>()?;
     m.add_function(wrap_pyfunction!(gather_call::gather_dataset, m)?)?;
     tiles::register(m)?;
-    m.add_function(wrap_pyfunction!(collective::collective_description, m)?)?;
-    m.add_function(wrap_pyfunction!(collective::collective_plan, m)?)?;
-    m.add_function(wrap_pyfunction!(collective::collective_temporary_path, m)?)?;
-    m.add_function(wrap_pyfunction!(collective::collective_write_tile, m)?)?;
-    m.add_function(wrap_pyfunction!(collective::collective_finish, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::collective_agree, m)?)?;
+    m.add_function(wrap_pyfunction!(collective::collective_to_file, m)?)?;
     m.add("DRIVER_NAME", "gds")?;
     m.add("DRIVER_VALUE", h5gds::DRIVER_VALUE)?;
     m.add(

@@ -2,8 +2,7 @@
 (face_probe.py) and through array-io (its example face_probe), each in a process of its own at
 ``H5GDS_LOG=debug``, asserting the same bytes, the same way taken (the engine's verdict lines,
 ``way=...`` under the target ``h5gds::engine``) and the same kind of error naming the same facts
-(the setting and what it accepts, the dataset and the chunk, the file). Rows whose divergence
-another helper of issue 51 removes are expected to fail (strict) until it is merged.
+(the setting and what it accepts, the dataset and the chunk, the file).
 
 The device rows (``test_device_*``) run in scripts/test.sh's emulated device run (both probes find
 the emulator's libcuda on LD_LIBRARY_PATH); elsewhere they are skipped. array-io reads rows into
@@ -154,8 +153,6 @@ def test_host_reads_take_the_same_way(files, row, op, arg):
     assert bytes.fromhex(python["bytes"]) == want.tobytes()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 51: gather fixes (gathers take one way in both faces, with "
-                   "the engine's verdict)")
 @pytest.mark.parametrize("file", ["plain", "userblock"])
 @pytest.mark.parametrize("name", DATASETS)
 def test_host_gathers_take_the_same_way(files, file, name):
@@ -214,10 +211,6 @@ def test_a_url_is_refused_for_writing_and_nothing_is_created(files):
 
 # ---- device arrays (the emulator in scripts/test.sh's device run) ----
 
-DEVICE_REASON = "issue 51: devread fixes (reads of read-only files into device memory with no HDF5 call in both " \
-                "faces, one split, the engine's device verdicts)"
-
-
 @pytest.fixture(scope="module")
 def device():
     from device_arrays import cuda_or_skip
@@ -225,7 +218,6 @@ def device():
     return cuda_or_skip()
 
 
-@pytest.mark.xfail(strict=True, reason=DEVICE_REASON)
 @pytest.mark.parametrize("file", ["plain", "userblock"])
 @pytest.mark.parametrize("name", DATASETS)
 @pytest.mark.parametrize("op, arg", [("device-read", ""), ("device-slab", "16,8")], ids=["whole", "slab"])
@@ -247,14 +239,11 @@ def _device_write(files, op, arg):
     return python, array_io
 
 
-@pytest.mark.xfail(strict=True, reason=DEVICE_REASON)
 def test_device_writes_take_the_same_way(files, device):
     python, array_io = _device_write(files, "device-write", "4096")
     assert_same(python, array_io, way=python["ways"][0] if python["ways"] else "none")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 51: gpuenc fixes (compressed device writes encoded on the GPU in "
-                   "both faces)")
 def test_device_compressed_writes_are_encoded_on_the_gpu_in_both_faces(files, device):
     python, array_io = _device_write(files, "device-write-deflate", "4096")
     assert_same(python, array_io, way="gpu-encoded")

@@ -280,7 +280,7 @@ impl Job {
             &self.dir,
             "/x",
         );
-        let needle = format!("creating the file failed on rank 0 of {p}");
+        let needle = format!("describing the tiles failed on rank 0 of {p}");
         expect_error(self, "a directory", result, &[&needle, "is a directory"]);
         assert!(self.dir.is_dir());
 

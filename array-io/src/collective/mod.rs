@@ -22,9 +22,9 @@
 //! driver (device tiles straight from GPU memory). Every call is collective (all ranks of the
 //! communicator must make it) and its errors are too: every rank returns the same
 //! [`Error::Collective`] naming each failed rank and its cause, and no rank is left waiting.
-//! After a failed write the target path is as it was before the call. See docs/mpi.md.
+//! After a failed write the target path is as it was before the call. The protocol is the
+//! engine's (`h5gds_engine::collective`), over rsmpi here. See docs/mpi.md.
 
-mod agree;
 mod write;
 
 pub use h5gds_engine::tiles::Decomposition;
@@ -39,14 +39,73 @@ use crate::error::{Error, Result};
 use crate::options::Settings;
 use crate::select::Block;
 use crate::ReadOptions;
-use agree::agree;
 use cudarc::driver::CudaContext;
+use h5gds_engine::collective as engine;
 use h5gds_engine::tiles::{read_box, share};
+use mpi::datatype::PartitionMut;
 use mpi::traits::*;
+use mpi::Count;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 use std::path::Path;
 use std::sync::Arc;
-use write::{DeviceTile, HostTile, Target};
+use write::{DeviceTile, HostTile, Source, Write};
+
+/// Where a collective write goes, and how: the path, the dataset, the decomposition, the settings.
+#[doc(hidden)]
+pub type Target<'a> = (&'a Path, &'a str, &'a Decomposition, &'a Settings);
+
+/// An rsmpi communicator as the engine's.
+struct Mpi<'a, C>(&'a C);
+
+impl<C: Communicator> engine::Communicator for Mpi<'_, C> {
+    fn rank(&self) -> usize {
+        self.0.rank() as usize
+    }
+
+    fn size(&self) -> usize {
+        self.0.size() as usize
+    }
+
+    fn all_gather(&self, mine: &[u8]) -> std::result::Result<Vec<Vec<u8>>, String> {
+        let comm = self.0;
+        let mut lens = vec![0u64; comm.size() as usize];
+        comm.all_gather_into(&(mine.len() as u64), &mut lens[..]);
+        // Messages are descriptions and error texts: far below MPI's int count limit.
+        let counts: Vec<Count> = lens.iter().map(|&l| l as Count).collect();
+        let displs: Vec<Count> = counts
+            .iter()
+            .scan(0, |at, &c| Some(std::mem::replace(at, *at + c)))
+            .collect();
+        let mut all = vec![0u8; lens.iter().sum::<u64>() as usize];
+        let mut partition = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
+        comm.all_gather_varcount_into(mine, &mut partition);
+        let ends = displs.iter().zip(&counts);
+        Ok(ends
+            .map(|(&d, &c)| all[d as usize..(d + c) as usize].to_vec())
+            .collect())
+    }
+}
+
+/// The engine's agreement on `outcome` over rsmpi.
+fn agree<C: Communicator, T>(comm: &C, op: &str, outcome: Result<T>) -> Result<T> {
+    Ok(engine::agree(
+        &Mpi(comm),
+        op,
+        outcome.map_err(|e| e.failure()),
+    )?)
+}
+
+/// The collective write of `tile` (the engine's protocol).
+fn write<C: Communicator, S: Source>(comm: &C, tile: &S, to: Target) -> Result<()> {
+    let (path, dataset, decomposition, settings) = to;
+    let writer = Write {
+        tile,
+        path,
+        dataset,
+        settings,
+    };
+    Ok(engine::write(&Mpi(comm), &writer, decomposition)?)
+}
 
 /// A tile [`to_file`] can write: a host array (`ndarray`, any dimension, any memory order) or a
 /// [`DeviceArray`].
@@ -67,13 +126,13 @@ where
             elements: standard.as_slice().unwrap_or(&[]),
             shape: self.shape().iter().map(|&d| d as u64).collect(),
         };
-        write::write(comm, &tile, to)
+        write(comm, &tile, to)
     }
 }
 
 impl<T: Element> Tile for DeviceArray<T> {
     fn write_collective<C: Communicator>(&self, comm: &C, to: Target) -> Result<()> {
-        write::write(comm, &DeviceTile(self), to)
+        write(comm, &DeviceTile(self), to)
     }
 }
 

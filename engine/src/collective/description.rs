@@ -1,11 +1,13 @@
 //! What a rank tells the others before a collective write (the file, the dataset, the element
 //! type, the kind of decomposition and its tile), encoded one way for both faces, and the check
 //! every rank makes alike on all of them that every rank writes the same thing (then the tiles'
-//! boxes are `tiles::write_boxes`'). A disagreement is typed (the rank, the field); each face
-//! words it.
+//! boxes are `tiles::write_boxes`'). A disagreement is typed (the rank, the field), worded by
+//! `CollectiveError`.
 
+use super::error::{CollectiveError, Field};
 use super::wire::{Unwire, Wire};
 use crate::tiles::{Decomposition, TileClaim, TilesError};
+use std::path::PathBuf;
 
 /// One rank's description of its write.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,25 +22,25 @@ pub struct Description {
     pub claim: TileClaim,
 }
 
-/// The fields ranks must agree on, in the order they are compared.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Field {
-    File,
-    Dataset,
-    Element,
-    Decomposition,
+/// What a rank writes, as its face describes it once its own checks passed.
+#[derive(Clone, Debug)]
+pub struct Tile {
+    /// The target file (the same on every rank).
+    pub path: PathBuf,
+    /// The dataset's absolute name.
+    pub dataset: String,
+    /// The element type as the face names it; ranks agree when the texts are equal.
+    pub element: String,
+    /// Bytes per element.
+    pub item: usize,
+    pub shape: Vec<u64>,
 }
 
 impl Description {
-    /// This rank's description of a write of a tile of `shape` under `decomposition`; a
-    /// caller-given box must have the tile's shape.
-    pub fn new(
-        path: String,
-        dataset: String,
-        element: String,
-        decomposition: &Decomposition,
-        shape: Vec<u64>,
-    ) -> Result<Description, TilesError> {
+    /// This rank's description of its write of `tile` under `decomposition`; a caller-given box
+    /// must have the tile's shape.
+    pub fn new(tile: &Tile, decomposition: &Decomposition) -> Result<Description, TilesError> {
+        let shape = tile.shape.clone();
         let (kind, start) = match decomposition {
             Decomposition::LeadingAxis => ([0, 0, 0], None),
             Decomposition::Grid { rows, cols } => ([1, *rows as u64, *cols as u64], None),
@@ -50,13 +52,12 @@ impl Description {
                 ([2, 0, 0], Some(start.iter().map(|&s| s as u64).collect()))
             }
         };
-        let claim = TileClaim { shape, start };
         Ok(Description {
-            path,
-            dataset,
-            element,
+            path: tile.path.to_string_lossy().into_owned(),
+            dataset: tile.dataset.clone(),
+            element: tile.element.clone(),
             kind,
-            claim,
+            claim: TileClaim { shape, start },
         })
     }
 
@@ -95,15 +96,16 @@ impl Description {
         })
     }
 
-    fn differs(&self, other: &Description) -> Option<Field> {
-        [
-            (Field::File, self.path != other.path),
-            (Field::Dataset, self.dataset != other.dataset),
-            (Field::Element, self.element != other.element),
-            (Field::Decomposition, self.kind != other.kind),
-        ]
-        .into_iter()
-        .find_map(|(field, differs)| differs.then_some(field))
+    /// `field` of this description, as the error shows it.
+    fn text(&self, field: Field) -> String {
+        match (field, self.kind) {
+            (Field::File, _) => format!("{:?}", self.path),
+            (Field::Dataset, _) => format!("{:?}", self.dataset),
+            (Field::Element, _) => self.element.clone(),
+            (Field::Decomposition, [0, ..]) => "blocks of the leading axis".into(),
+            (Field::Decomposition, [1, rows, cols]) => format!("a {rows} x {cols} grid"),
+            (Field::Decomposition, _) => "caller-given boxes".into(),
+        }
     }
 }
 
@@ -116,13 +118,27 @@ pub fn decode_all<M: AsRef<[u8]>>(messages: &[M]) -> Result<Vec<Description>, St
 }
 
 /// The first rank (in rank order) whose write differs from rank 0's in the file, the dataset, the
-/// element type or the kind of decomposition, with the first field it differs in.
-pub fn disagreement(all: &[Description]) -> Option<(usize, Field)> {
+/// element type or the kind of decomposition, named with the first field it differs in.
+pub fn disagreement(all: &[Description]) -> Option<CollectiveError> {
     let first = all.first()?;
-    all.iter()
-        .enumerate()
-        .skip(1)
-        .find_map(|(rank, d)| d.differs(first).map(|field| (rank, field)))
+    let fields = [
+        Field::File,
+        Field::Dataset,
+        Field::Element,
+        Field::Decomposition,
+    ];
+    all.iter().enumerate().skip(1).find_map(|(rank, d)| {
+        let (field, theirs, first) = fields
+            .into_iter()
+            .map(|f| (f, d.text(f), first.text(f)))
+            .find(|(_, theirs, first)| theirs != first)?;
+        Some(CollectiveError::Disagreement {
+            rank,
+            field,
+            theirs,
+            first,
+        })
+    })
 }
 
 #[cfg(test)]
@@ -130,10 +146,14 @@ mod tests {
     use super::*;
 
     fn rank(path: &str, element: &str, decomposition: &Decomposition, shape: &[u64]) -> Vec<u8> {
-        let (path, dataset) = (path.to_string(), "/x".to_string());
-        Description::new(path, dataset, element.into(), decomposition, shape.to_vec())
-            .unwrap()
-            .encode()
+        let tile = Tile {
+            path: path.into(),
+            dataset: "/x".into(),
+            element: element.into(),
+            item: 4,
+            shape: shape.to_vec(),
+        };
+        Description::new(&tile, decomposition).unwrap().encode()
     }
 
     #[test]
@@ -150,7 +170,7 @@ mod tests {
             rank("a.h5", "f32", &Decomposition::LeadingAxis, &[1, 3]),
         ])
         .unwrap();
-        assert_eq!(disagreement(&all), None);
+        assert!(disagreement(&all).is_none());
         assert_eq!(all[1].claim.shape, [1, 3]);
         assert!(Description::decode(&bytes[..bytes.len() - 4])
             .unwrap_err()
@@ -161,6 +181,15 @@ mod tests {
     fn the_first_field_a_rank_differs_in_is_named_with_the_rank() {
         let lead = Decomposition::LeadingAxis;
         let grid = Decomposition::Grid { rows: 2, cols: 1 };
+        let all = decode_all(&[
+            rank("a.h5", "f32", &lead, &[2]),
+            rank("a.h5", "f32", &grid, &[2]),
+        ]);
+        assert_eq!(
+            disagreement(&all.unwrap()).unwrap().to_string(),
+            "invalid decomposition: rank 1 splits the array into a 2 x 1 grid, rank 0 blocks of \
+             the leading axis"
+        );
         let cases = [
             (rank("b.h5", "i32", &lead, &[2]), Field::File),
             (rank("a.h5", "i32", &lead, &[2]), Field::Element),
@@ -168,16 +197,25 @@ mod tests {
         ];
         for (second, field) in cases {
             let all = decode_all(&[rank("a.h5", "f32", &lead, &[2]), second]).unwrap();
-            assert_eq!(disagreement(&all), Some((1, field)));
+            let err = disagreement(&all).unwrap();
+            let named = matches!(err, CollectiveError::Disagreement { rank: 1, field: f, .. } if f == field);
+            assert!(named, "{err:?}");
         }
         let given = Decomposition::Tile {
             start: vec![0],
             shape: vec![3],
         };
-        let refused = Description::new("a".into(), "/x".into(), "f32".into(), &given, vec![2]);
+        let tile = Tile {
+            path: "a".into(),
+            dataset: "/x".into(),
+            element: "f32".into(),
+            item: 4,
+            shape: vec![2],
+        };
+        let refused = Description::new(&tile, &given);
         assert_eq!(
             refused.unwrap_err().to_string(),
-            "Decomposition::Tile gives the shape [3], but the tile has shape [2]"
+            "the caller-given box has shape [3], but the tile has shape [2]"
         );
     }
 }

@@ -1,21 +1,29 @@
-//! The shared steps of a collective write (docs/mpi.md, "How a collective write works"), for both
-//! faces; the MPI exchange itself stays in each face (rsmpi, mpi4py), which sends the bytes this
-//! module makes and words its errors:
+//! The collective write, written once for both faces (docs/mpi.md, "How a collective write
+//! works"), over a small [`Communicator`] each face implements (array-io over rsmpi, the Python
+//! extension over mpi4py), and the agreements every collective call ends its steps with:
 //!
+//! - [`write`]: the protocol (describe, create, write, finish) and the [`Writer`] a face brings;
+//! - [`agree`]: the agreements, and the [`Communicator`] trait;
+//! - [`error`]: the one error of a collective call ([`CollectiveError`]), each rank's
+//!   [`Failure`] with its [`Kind`];
 //! - [`description`]: what a rank tells the others, and the check every rank makes alike;
 //! - [`wire`]: the encoding of the messages;
 //! - [`target`]: the temporary file next to the target, renamed into place or removed;
 //! - [`driver_file`]: the file opened through its driver alone (`H5FDopen`), over a face's table;
 //! - [`tile_write`]: one rank's tile's byte runs written through it, straight or staged.
 
+pub mod agree;
 pub mod description;
 pub mod driver_file;
+pub mod error;
 pub mod target;
 pub mod tile_write;
 pub mod wire;
+pub mod write;
 
-pub use description::{decode_all, disagreement, Description, Field};
+pub use agree::{agree, Communicator};
+pub use description::Tile;
 pub use driver_file::{DriverFile, DriverFileError};
-pub use target::{finish, temporary_path, FileStepError};
-pub use tile_write::{byte_runs, write_runs, write_staged, ByteRun};
-pub use wire::{Unwire, Wire};
+pub use error::{CollectiveError, Failure, Field, Kind};
+pub use tile_write::{write_runs, write_staged, ByteRun};
+pub use write::{driver_failure, write, TileFile, Way, Writer};

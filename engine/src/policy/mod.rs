@@ -10,7 +10,7 @@ pub mod settings;
 pub mod write;
 
 /// Writes one of the engine's debug lines (target `h5gds::engine`), through the driver's logger:
-/// every verdict line of the policy goes through here.
-fn say(line: std::fmt::Arguments<'_>) {
+/// every verdict line of the engine goes through here.
+pub(crate) fn say(line: std::fmt::Arguments<'_>) {
     h5gds::with_logging(|| tracing::debug!(target: "h5gds::engine", "{line}"));
 }

@@ -8,7 +8,7 @@ use h5gds_engine::staged;
 use h5gds_route::select::{staged_piece_bytes, staging_pieces};
 use h5gds_runtime::cuda;
 use h5gds_runtime::device_ranges::forget_device_range;
-use h5gds_runtime::settings::{environment_staging_buffer_size, USE_VFD_GDS_ENV};
+use h5gds_runtime::settings::environment_staging_buffer_size;
 
 /// Writes one rank's device tile of a collective `to_file` (`nbytes` at `address`, a whole number
 /// of `item`-byte elements; on the device the array claims, if it does; `stream`: the producer's, 0
@@ -31,12 +31,6 @@ pub fn write_tile(
     }
     let written = |e: DriverFileError| DeviceError::Failed(e.error.to_string());
     if direct {
-        h5gds::with_logging(|| {
-            tracing::info!(
-                "collective to_file: {} bytes straight from device memory through the gds driver",
-                nbytes
-            )
-        });
         // SAFETY: the runs lie inside the tile (the caller's contract), which lies inside one
         // device allocation (checked_pointer); the file's driver is gds, which takes device memory.
         let moved = unsafe { write_runs(file, runs, address) };
@@ -45,13 +39,6 @@ pub fn write_tile(
         moved.map_err(written)?;
     } else {
         let staging_size = environment_staging_buffer_size()?;
-        h5gds::with_logging(|| {
-            tracing::info!(
-                "collective to_file: {} bytes from device memory through pinned host memory \
-                 (pieces of up to {staging_size} bytes): {USE_VFD_GDS_ENV}=0",
-                nbytes
-            )
-        });
         let es = item as u64;
         // The smallest piece that keeps the driver's I/O threads busy: a task each.
         let vfd =

@@ -65,7 +65,7 @@ if p > 1:
     bad = np.zeros((2, 4 if rank == last else 3), "<f4")
     expect(comm, "a wrong shape", lambda: h5gds.to_file(bad, os.path.join(directory, "ws.h5"), "x",
                                                         comm=comm),
-           ValueError, f"rank {last}'s tile has shape (2, 4)")
+           ValueError, f"rank {last}'s tile has shape [2, 4]")
     typed = np.zeros(2, "<i4" if rank == last else "<f4")
     expect(comm, "a wrong type", lambda: h5gds.to_file(typed, os.path.join(directory, "wt.h5"), "x",
                                                        comm=comm),
