@@ -182,14 +182,14 @@ impl Gather<'_> {
         &self,
         h: &Hdf5Side<'_, F>,
     ) -> Result<Result<(decoded::Plan, RowRuns), String>, String> {
-        if let Some(why) = &h.declined {
-            return Ok(Err(format!("HDF5 decodes its chunks: {why}")));
-        }
         let StoredLayout::Chunked { filters, .. } = h.layout else {
             return Ok(Err("it is not chunked".into()));
         };
         if filters.is_empty() {
             return Ok(Err("its chunks are not filtered".into()));
+        }
+        if let Some(why) = &h.declined {
+            return Ok(Err(format!("HDF5 decodes its chunks: {why}")));
         }
         let rest_elements: u64 = self.rest.count.iter().product();
         if rest_elements == 0 || self.plan.is_empty() {
