@@ -205,7 +205,7 @@ def test_a_url_is_refused_for_writing_and_nothing_is_created(files):
     # directory); array-io's refusal named only HDF5's failed create.
     python, array_io = both_faces("write", "s3://parity-bucket/x.h5", "/x", "8")
     assert_same(python, array_io, kind="read-only",
-                facts=("s3://parity-bucket/x.h5", "remote file", "reads only", "write to a local path"))
+                facts=("s3://parity-bucket/x.h5", "remote file", "read-only", "write to a local path"))
     assert not (HERE / "s3:").exists()
 
 

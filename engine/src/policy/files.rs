@@ -7,7 +7,8 @@
 pub fn refused_for_writing(path: &str) -> Option<String> {
     h5gds::is_url(path).then(|| {
         format!(
-            "{} names a remote file, which h5gds reads only: write to a local path",
+            "{} names a remote file, and remote files are read-only: h5gds reads them but never \
+             writes them; write to a local path and upload it",
             h5gds::shown_url(path)
         )
     })
