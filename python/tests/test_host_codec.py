@@ -195,13 +195,14 @@ def test_the_debug_log_says_who_decoded(tmp_path, threads):
     run = subprocess.run([sys.executable, "-c", program, str(path)], env=env, capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 0, run.stderr
-    assert f"h5gds.read of /x: 8 chunks decoded on {threads} threads (read from the file by those threads)" \
+    # The engine's verdicts (`policy::host_read`), the same words array-io's reads log.
+    assert f"host read: way=stored: /x: 2097152 bytes, 8 chunks, on {threads} threads, with no HDF5 call" \
         in run.stderr
     # A small read across two chunks stays on the calling thread: handing it to the pool cost more
     # than decoding it.
-    assert "h5gds.read of /x: 2 chunks decoded on 1 threads (read from the file by those threads)" in run.stderr
-    assert "h5gds.read of /x: HDF5 decodes its chunks: the selection lies in one chunk" in run.stderr
-    assert "h5gds.read of /lzf: HDF5 decodes its chunks: its filter LZF (32000) is not one h5gds decodes" \
+    assert "host read: way=stored: /x: 40 bytes, 2 chunks, on 1 threads, with no HDF5 call" in run.stderr
+    assert "host read: way=hdf5: /x: one H5Dread: the selection lies in one chunk" in run.stderr
+    assert "host read: way=hdf5: /lzf: one H5Dread: its filter LZF (32000) is not one h5gds decodes" \
         in run.stderr
 
 
@@ -240,7 +241,8 @@ def test_chunks_are_read_from_the_file_only_where_hdf5_holds_no_newer_bytes(tmp_
     run = subprocess.run([sys.executable, "-c", program, str(plain), str(userblock)], env=env,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    routes = [line.split("threads (read ")[1].split(")")[0] for line in run.stderr.splitlines()
-              if "h5gds.read of /x: 8 chunks decoded" in line]
-    direct, through = "from the file by those threads", "through HDF5 on the calling thread"
-    assert routes == [direct, direct, through, through, through], run.stderr
+    # The engine's verdicts: the read with no HDF5 call, else chunks read through HDF5 and decoded.
+    routes = [line.split("way=")[1].split(":")[0] for line in run.stderr.splitlines()
+              if "host read: way=" in line and ": /x:" in line]
+    assert routes == ["stored", "stored", "host-decoded", "host-decoded", "host-decoded"], run.stderr
+    assert run.stderr.count("(read through HDF5 on the calling thread)") == 3, run.stderr

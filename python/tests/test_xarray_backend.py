@@ -916,11 +916,12 @@ def test_device_to_netcdf_writes_from_device_memory(tmp_path, gpu, writes):
     host.to_netcdf(tmp_path / "host-chunked.nc", engine="h5netcdf", encoding={"counts": encoding["counts"]})
     assert_same_files(tmp_path / "host-chunked.nc", tmp_path / "chunked.nc")
     assert ("/counts", "write", "cupy") in writes.take()
-    # Compressed: encoded by h5gds on the host's cores, from one copy of the variable.
+    # Compressed: the device variable handed to the engine's write policy as it is (encoded on the
+    # GPU where nvCOMP takes the pipeline, else from one copy on the host), the same bytes.
     on_device.to_netcdf(tmp_path / "compressed.nc", engine="h5gds", encoding=encoding)
     assert_same_files(tmp_path / "host.nc", tmp_path / "compressed.nc")
     routes = {name: (route, kind) for name, route, kind in writes.take()}
-    assert routes["/t"] == ("encoded", "numpy") and routes["/wide"] == ("encoded", "numpy")
+    assert routes["/t"] == ("encoded", "cupy") and routes["/wide"] == ("encoded", "cupy")
 
 
 def test_the_device_cases_on_the_emulator(request):
