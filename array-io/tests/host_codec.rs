@@ -11,7 +11,7 @@ mod common;
 
 use array_io::{from_file, from_file_batched, from_file_rows, Error};
 use common::*;
-use ndarray::{ArrayD, IxDyn, Slice};
+use ndarray::{ArrayD, Slice};
 use std::path::Path;
 
 fn run(name: &str, dir: &Path, env: &[(&str, &str)], body: fn()) -> Option<ChildRun> {
@@ -24,19 +24,6 @@ fn run(name: &str, dir: &Path, env: &[(&str, &str)], body: fn()) -> Option<Child
     ];
     all.extend_from_slice(env);
     in_child(name, false, &all, body)
-}
-
-fn expected<T: Sample>(entry: &Entry) -> ArrayD<T> {
-    ArrayD::<T>::from_shape_vec(
-        IxDyn(&entry.shape),
-        entry
-            .bytes
-            .chunks_exact(std::mem::size_of::<T>())
-            // SAFETY: the bytes are h5py's native-endian values of T.
-            .map(|b| unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
-            .collect(),
-    )
-    .unwrap()
 }
 
 fn read_and_compare<T: Sample>(path: &Path, entry: &Entry) {

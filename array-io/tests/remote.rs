@@ -170,19 +170,6 @@ fn served(file: &str) -> (String, PathBuf) {
     (format!("{url}/{file}"), test_dir().join(file))
 }
 
-fn expected<T: Sample>(entry: &Entry) -> ArrayD<T> {
-    ArrayD::<T>::from_shape_vec(
-        IxDyn(&entry.shape),
-        entry
-            .bytes
-            .chunks_exact(std::mem::size_of::<T>())
-            // SAFETY: the bytes are h5py's native-endian values of T.
-            .map(|b| unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
-            .collect(),
-    )
-    .unwrap()
-}
-
 /// Whole, in batches of rows, and (rank 1 or more) a gather of rows: h5py's bytes.
 fn host_reads<T: Sample>(url: &str, entry: &Entry) {
     let whole: ArrayD<T> =

@@ -126,6 +126,20 @@ pub struct Entry {
     pub bytes: Vec<u8>,
 }
 
+/// The array a manifest entry's bytes hold, as `T`.
+pub fn expected<T: Sample>(entry: &Entry) -> ArrayD<T> {
+    ArrayD::<T>::from_shape_vec(
+        IxDyn(&entry.shape),
+        entry
+            .bytes
+            .chunks_exact(std::mem::size_of::<T>())
+            // SAFETY: the bytes are h5py's native-endian values of T.
+            .map(|b| unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
+            .collect(),
+    )
+    .unwrap()
+}
+
 /// The project's Python with h5py.
 pub fn python() -> PathBuf {
     h5gds_tests::python::python()
