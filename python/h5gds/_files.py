@@ -64,14 +64,10 @@ def dataset_name(dataset):
     raise ValueError(f"invalid dataset name {dataset!r}: {reason}")
 
 
-#: The schemes the ``gds`` driver reads remotely (docs/remote.md), as its ``url_name::is_url`` tells
-#: them, case-insensitively.
-URL_SCHEMES = ("s3://", "http://", "https://")
-
-
 def is_url(path):
-    """Whether ``path`` (a str) is a URL the ``gds`` driver reads remotely rather than a local path."""
-    return isinstance(path, str) and path[:8].lower().startswith(URL_SCHEMES)
+    """Whether ``path`` (a str) is a URL the ``gds`` driver reads remotely rather than a local path
+    (the driver's own test, ``h5gds::is_url``)."""
+    return isinstance(path, str) and _native.is_url(path)
 
 
 def refuse_url_for_writing(path):

@@ -212,6 +212,12 @@ fn staged_by_settings() -> PyResult<bool> {
     Ok(path == DevicePath::Staged)
 }
 
+/// Whether `path` is a URL the driver reads remotely (`h5gds::is_url`: the one list of schemes).
+#[pyfunction]
+fn is_url(path: &str) -> bool {
+    h5gds::is_url(path)
+}
+
 /// Refuses a write to `path` where it names a remote file (a URL: h5gds reads those only,
 /// `h5gds_engine::policy::files`), as array-io refuses it: OSError (errno 30, EROFS) saying so.
 #[pyfunction]
@@ -246,6 +252,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(known_read::read_remembered, m)?)?;
     m.add_function(wrap_pyfunction!(staged_by_settings, m)?)?;
     m.add_function(wrap_pyfunction!(check_writable, m)?)?;
+    m.add_function(wrap_pyfunction!(is_url, m)?)?;
     m.add_function(wrap_pyfunction!(chunks_decoded, m)?)?;
     m.add_function(wrap_pyfunction!(settings_loads, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
