@@ -11,7 +11,6 @@ use crate::facts::StoredLayout;
 use crate::stored::{Stored, StoredError};
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_runtime::settings::InvalidSetting;
-use std::sync::OnceLock;
 
 /// The way a read took, as its verdict line names it (`way=...`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,20 +157,7 @@ pub fn read_stored(
     Ok(true)
 }
 
-/// Whether the verdicts are logged (`H5GDS_LOG` at debug for `h5gds::engine`), asked once: the
-/// driver's filter is fixed when its logger is made, and a row read costs two microseconds.
-fn verdicts_logged() -> bool {
-    static LOGGED: OnceLock<bool> = OnceLock::new();
-    *LOGGED.get_or_init(|| {
-        h5gds::with_logging(|| tracing::enabled!(target: "h5gds::engine", tracing::Level::DEBUG))
-    })
-}
-
 /// The verdict line of a host read: the way it took, then what the way says of it.
 fn verdict(way: Way, detail: std::fmt::Arguments<'_>) {
-    if verdicts_logged() {
-        h5gds::with_logging(
-            || tracing::debug!(target: "h5gds::engine", "host read: way={}: {detail}", way.name()),
-        );
-    }
+    super::say(format_args!("host read: way={}: {detail}", way.name()));
 }
