@@ -76,12 +76,17 @@ readelf -p .GCC.command.line "$module_dir/h5gds/_native.abi3.so" 2>/dev/null |
 rm -rf "$module_dir"
 # The sdist builds a wheel where Rust is present (pip's own build, maturin fetched from PyPI),
 # from scratch: the sdist's files carry one fixed timestamp, so a reused build directory could
-# take its stale objects for fresh ones.
+# take its stale objects for fresh ones. That build (the whole release graph again, with gcc as
+# linker: several minutes of both cores) runs in the background at the lowest priority while the
+# Python tests below run, which mostly keep one core busy; its wheel is checked after them, and
+# its output is shown if it failed. Its own process group, stopped if this script stops first.
 .venv/bin/maturin sdist -o target/wheels >/dev/null
 rm -rf target/sdist-wheel target/sdist-build
-CARGO_TARGET_DIR="$PWD/target/sdist-build" .venv/bin/python -m pip wheel --quiet --disable-pip-version-check \
-  --no-deps -w target/sdist-wheel target/wheels/h5gds-*.tar.gz
-ls target/sdist-wheel/h5gds-*-cp39-abi3-*.whl >/dev/null
+sdist_log=target/sdist-build.log
+CARGO_TARGET_DIR="$PWD/target/sdist-build" setsid nice -n 19 .venv/bin/python -m pip wheel --quiet \
+  --disable-pip-version-check --no-deps -w target/sdist-wheel target/wheels/h5gds-*.tar.gz >"$sdist_log" 2>&1 &
+sdist_pid=$!
+trap '[ -z "${sdist_pid:-}" ] || kill -- "-$sdist_pid" 2>/dev/null || true' EXIT
 .venv/bin/auditwheel show "$wheel" | tr -s '\n ' ' ' | grep -q 'consistent with the following platform tag: "manylinux_2_28_x86_64"' || {
   .venv/bin/auditwheel show "$wheel" >&2
   echo "$wheel is not a manylinux_2_28 wheel" >&2
@@ -90,15 +95,16 @@ ls target/sdist-wheel/h5gds-*-cp39-abi3-*.whl >/dev/null
 # The wheels hold the package (python/h5gds/: pyproject.toml's python-source and module-name), its
 # metadata and the xarray start-up hook for site-packages (python/h5gds.data/purelib/: the .pth file
 # and its module), not the package's tests beside it (python/tests/).
-for built in "$wheel" target/sdist-wheel/h5gds-*-cp39-abi3-*.whl; do
+check_wheel_files() {
   .venv/bin/python -c 'import re, sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
 data = [n for n in names if re.match(r"h5gds-[^/]*\.data/", n)]
 hook = sorted(n.split("/", 1)[1] for n in data)
 extra = [n for n in names if not n.startswith(("h5gds/", "h5gds-"))]
 if extra or hook != ["purelib/_h5gds_xarray_hook.py", "purelib/h5gds_xarray.pth"]:
-    sys.exit(f"{sys.argv[1]}: outside the h5gds package {extra}; .data files {hook}, expected the two of the xarray hook")' "$built"
-done
+    sys.exit(f"{sys.argv[1]}: outside the h5gds package {extra}; .data files {hook}, expected the two of the xarray hook")' "$1"
+}
+check_wheel_files "$wheel"
 for env in .venv .venv-114; do
   wheel_env=.venv-wheel${env#.venv}
   "${PYTHON:-python3}" -m venv "$wheel_env"
@@ -129,6 +135,17 @@ for env in .venv .venv-114; do
     H5GDS_REQUIRE_DEVICE_TESTS=1 H5GDS_EMU_DEVICES=2 "../../$wheel_env/bin/python" -m pytest -q -p no:cacheprovider \
     test_face_parity.py -k test_device_)
 done
+# The sdist's wheel (built in the background since the sdist was made), checked as the other.
+status=0
+wait "$sdist_pid" || status=$?
+sdist_pid=
+if [ "$status" -ne 0 ]; then
+  cat "$sdist_log" >&2
+  echo "the wheel built from the sdist failed (exit status $status)" >&2
+  exit 1
+fi
+ls target/sdist-wheel/h5gds-*-cp39-abi3-*.whl >/dev/null
+check_wheel_files target/sdist-wheel/h5gds-*-cp39-abi3-*.whl
 # `pip install h5gds[cu12]`: cuFile and nvCOMP from NVIDIA's wheels, found in site-packages with
 # LD_LIBRARY_PATH unset (both load without a GPU).
 rm -rf .venv-wheel-cu12
