@@ -61,17 +61,36 @@ if [ "$arch" != x86_64 ]; then
     trap 'rm -f "$compat"' EXIT
   fi
 fi
-# For aarch64 in a target directory of its own: cargo's fingerprints include the linker, and
-# maturin's zig wrapper is another file than this one, so sharing one directory would rebuild the
-# whole dependency graph at each of the two steps of every run, where a second run should find
-# nothing to do (scripts/bench.sh builds the wheel, scripts/test.sh builds it again).
-target_dir=${CARGO_TARGET_DIR:-target}
-[ "$arch" = x86_64 ] || target_dir="$toolchain/build-compat"
+# One build of the shared dependency graph per architecture (the library and the module share all
+# but one of the library's 169 crates): cargo's fingerprints include the target's linker, for every
+# crate of that target and, where host and target are one (x86_64), for the build scripts and proc
+# macros too, so the two steps link with the one wrapper above (maturin's own, in its cache, is
+# another file: `--config` outranks the CARGO_TARGET_<triple>_LINKER maturin sets); otherwise maturin's
+# step rebuilt the graph the library's step had just built, and the next run's library step
+# rebuilt it again. Each architecture builds in a target directory of its own: the x86-64 one
+# apart from target/release, whose plain builds (the plugin, scripts/test.sh and gpu-pack.sh) link
+# their build scripts and proc macros with cc, where sharing would rebuild everything that uses a
+# proc macro at each switch; the aarch64 one has another rustc (target/aarch64/build).
+# Maturin (cargo-zigbuild) also sets, for its step only, CXX_, RANLIB_ (and AR_) for the target
+# where they are unset, whose change reruns the build scripts that read them (aws-lc-sys reads
+# CXX_, cc's RANLIB_ and AR_) and rebuilds everything above them: they are set here for both
+# (no crate of the graph compiles C++: CXX_ only has to be the same at both steps).
+# Where host and target are one, maturin makes cargo link the build scripts and proc macros
+# without the target's linker (target-applies-to-host=false), where the library's plain cargo step
+# links them with it (cargo's default, true): `--config target-applies-to-host=true` keeps
+# maturin's step to the default.
+applies_to_host=()
+case $arch in
+  x86_64) target_dir=${CARGO_TARGET_DIR:-$PWD/target}/wheel-x86_64
+    export AR_x86_64_unknown_linux_gnu=ar RANLIB_x86_64_unknown_linux_gnu=ranlib CXX_x86_64_unknown_linux_gnu=g++
+    applies_to_host=(--config target-applies-to-host=true) ;;
+  aarch64) target_dir=$CARGO_TARGET_DIR
+    export RANLIB_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ranlib CXX_aarch64_unknown_linux_gnu=aarch64-linux-gnu-g++ ;;
+esac
+export CARGO_TARGET_DIR=$target_dir
 RUSTFLAGS="-C link-arg=$libgcc_s" env "CARGO_TARGET_${target_env^^}_LINKER=$zigcc" \
-  CARGO_TARGET_DIR="$target_dir" PATH="$PWD/.venv/bin:$PATH" cargo build --release --quiet \
-  --target "$triple" -p h5gds-vfd-gds-compat
+  PATH="$PWD/.venv/bin:$PATH" cargo build --release --quiet --target "$triple" -p h5gds-vfd-gds-compat
 $strip --strip-debug -o "$compat" "$target_dir/$triple/release/libhdf5_vfd_gds.so"
-cross=()
-[ "$arch" = x86_64 ] || cross=(--target "$triple")
 RUSTFLAGS="-C link-arg=$libgcc_s" PATH="$PWD/.venv/bin:$PATH" \
-  .venv/bin/maturin build --release --quiet --zig "${cross[@]}" --compatibility manylinux_2_28 -o "$out"
+  .venv/bin/maturin build --release --quiet --zig --target "$triple" --config "target.$triple.linker=\"$zigcc\"" \
+  "${applies_to_host[@]}" --compatibility manylinux_2_28 -o "$out"
