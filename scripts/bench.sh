@@ -14,7 +14,7 @@ export PATH="$PWD/.venv/bin:$PATH"   # cmake, for HDF5 built from source by hdf5
 cargo build --release -p h5gds-vfd -p h5gds-cli -p h5gds-cuda-emulator
 # The aarch64 wheel (Grace machines), cross-compiled here (docs/python.md, "aarch64"), about ten
 # minutes on two cores the first time; cargo rebuilds only what changed, so scripts/test.sh, which
-# tests it, finds nothing left to build after this.
+# tests it, finds only h5gds-vfd and the five workspace crates above it to rebuild after this.
 scripts/build-wheel.sh target/wheels-aarch64 aarch64
 
 if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then

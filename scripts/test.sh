@@ -158,7 +158,9 @@ pins=$(.venv/bin/python -c 'import h5py, numpy; print(f"h5py=={h5py.__version__}
   ../../.venv-wheel-cu12/bin/python -m pytest -q -p no:cacheprovider test_nvidia_libraries.py)
 # The aarch64 wheel (Grace machines): cross-compiled here, checked as the x86-64 one is (auditwheel's
 # manylinux_2_28, its C code at -O3), and a smoke set of it run under qemu-aarch64
-# (scripts/test-aarch64-wheel.sh). scripts/bench.sh builds it: cargo then has nothing to rebuild.
+# (scripts/test-aarch64-wheel.sh). scripts/bench.sh builds it: cargo then rebuilds h5gds-vfd and the
+# five workspace crates above it (docs/python.md, "aarch64": vfd's dependencies' features differ
+# between the library's and the module's graphs), not the dependency graph.
 rm -rf target/wheels-aarch64
 scripts/build-wheel.sh target/wheels-aarch64 aarch64
 scripts/test-aarch64-wheel.sh target/wheels-aarch64/h5gds-*-cp39-abi3-manylinux_2_28_aarch64.whl
