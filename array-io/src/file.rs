@@ -218,8 +218,8 @@ impl OpenDataset {
 /// Opens dataset `name` of the file at `path` for reading with `driver`; with `cache_off`, the
 /// chunk cache is disabled (so that HDF5 reads unfiltered chunks straight into the caller's
 /// buffer). A URL (`url_of`) is opened through the `gds` driver whatever `driver` says (only it
-/// reads remote files; a 404 or 403 is its error, naming the URL), and its reads go through HDF5:
-/// `h5gds_engine::stored::direct_file` finds no descriptor behind it.
+/// reads remote files; a 404 or 403 is its error, naming the URL); the engine's reads with no HDF5
+/// call take the driver's remote file as their source (`h5gds_engine::stored::byte_source`).
 pub(crate) fn open_dataset(
     path: &Path,
     name: &str,

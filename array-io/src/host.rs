@@ -149,7 +149,7 @@ pub(crate) fn stored_of<'a>(ds: &'a OpenDataset, types: &Types) -> Result<Option
     }
     let layout = stored_layout(ds)?;
     let file = stored::own_bytes(&layout)
-        .then(|| ds.direct_file())
+        .then(|| ds.byte_source())
         .flatten();
     let resolved = match file {
         Some(file) => {

@@ -142,9 +142,9 @@ def _dataset(path, dataset, chunk_cache=True):
     Without ``chunk_cache`` HDF5 reads unfiltered chunks straight into the caller's buffer (a
     cached chunk is copied by HDF5 itself, so a device buffer would be staged), as array-io opens
     files for device reads. A URL is opened through the ``gds`` driver whatever
-    ``H5GDS_USE_VFD_GDS`` says (only that driver reads remote files): the read-with-no-HDF5-call
-    path finds no local file behind it and leaves the reads to HDF5, through the driver's ranged
-    GETs (docs/remote.md)."""
+    ``H5GDS_USE_VFD_GDS`` says (only that driver reads remote files): the read with no HDF5 call
+    takes the driver's remote file as its source of bytes (concurrent ranged GETs,
+    docs/remote.md)."""
     name = dataset_name(dataset)
     path = _file_path(path)
     remote = is_url(path)

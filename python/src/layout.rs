@@ -75,7 +75,7 @@ impl Layout {
         }
         // The file's own bytes, at addresses that cannot change: then the file is opened anew.
         let own = stored::own_bytes(&facts.layout);
-        let Some(file) = own.then(|| hdf5::direct_file(dataset)).flatten() else {
+        let Some(file) = own.then(|| hdf5::byte_source(dataset)).flatten() else {
             return Ok(None);
         };
         let name = hdf5::object_name(dataset);

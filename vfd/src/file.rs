@@ -45,7 +45,7 @@ pub(crate) struct OpenFile {
     /// How device buffers reach this file.
     device_path: FileDevicePath,
     /// A remote file (a URL as file name), read-only: every read goes to it.
-    pub(crate) remote: Option<Box<RemoteFile>>,
+    pub(crate) remote: Option<std::sync::Arc<RemoteFile>>,
 }
 
 /// sec2's `ADDR_OVERFLOW`: undefined, or beyond what `off_t` can address.
@@ -179,7 +179,7 @@ impl OpenFile {
     /// Opens a URL read-only (`remote`): nothing is sent for a write mode. Device buffers take
     /// the staged path (no descriptor for cuFile) where CUDA works.
     fn open_remote(url: &str, flags: u32, settings: VfdSettings) -> Result<Self> {
-        let remote = RemoteFile::open(url, flags, &settings.remote)?;
+        let remote = RemoteFile::open_shared(url, flags, &settings.remote)?;
         let device_path = match crate::cuda::cuda() {
             Ok(_) => FileDevicePath::Staged(
                 "a remote file: ranged GETs into pinned bounce buffers, then copied".into(),
@@ -198,7 +198,7 @@ impl OpenFile {
             ignore_disabled_locks: true,
             settings,
             device_path,
-            remote: Some(Box::new(remote)),
+            remote: Some(remote),
         })
     }
 

@@ -49,7 +49,8 @@ pub use plugin::{
     Registration as DriverRegistration, IDENTITY_SYMBOL,
 };
 pub use remote::{
-    url_report, ObjectFacts, StoreFacts, UrlReport, CACHE_BLOCK as REMOTE_CACHE_BLOCK,
+    remote_file_at, url_report, InOrder, ObjectFacts, RemoteFile, StoreFacts, UrlReport,
+    CACHE_BLOCK as REMOTE_CACHE_BLOCK,
 };
 pub use url_name::{is_url, shown_url};
 pub use verdicts::{

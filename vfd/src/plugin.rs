@@ -442,15 +442,15 @@ unsafe extern "C" fn gds_get_handle(
         if handle.is_null() {
             return Err(Error::InvalidArgument("file handle not valid".into()));
         }
-        if f.remote.is_some() {
-            return Err(Error::InvalidArgument(format!(
-                "{} is a remote file: it has no file descriptor",
-                f.path
-            )));
-        }
+        // A remote file has no descriptor: its handle is an int -1 whose address names it to
+        // the engine (`remote::remote_file_at`).
+        let at = match &f.remote {
+            Some(remote) => remote.handle_ptr(),
+            None => (&raw const f.raw_fd).cast_mut().cast(),
+        };
         // SAFETY: HDF5 passes a valid out-pointer. The descriptor is handed out as sec2 does (a
         // pointer to the int), and HDF5 only reads it.
-        unsafe { *handle = (&raw const f.raw_fd).cast_mut().cast() };
+        unsafe { *handle = at };
         Ok(0)
     })
 }

@@ -6,7 +6,6 @@ use h5gds_chunk_codec::pipeline::Scratch;
 use h5gds_chunk_codec::place::{copy_box, whole_chunk_run, ChunkPart, Source};
 use h5gds_chunk_codec::{Hyperslab, Pipeline, StoredChunk};
 use std::collections::{HashMap, VecDeque};
-use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A chunk larger than [`KEPT_CHUNK_MAX`], decoded (its first `valid` bytes), kept for the next
@@ -123,11 +122,14 @@ impl Stored {
         bytes: &mut Vec<u8>,
     ) -> Result<(), StoredError> {
         bytes.resize(stored.size, 0);
-        self.file.read_exact_at(bytes, stored.address).map_err(|e| {
+        self.source.read_at(stored.address, bytes).map_err(|e| {
             StoredError::Failed(format!(
                 "dataset {} of {}: reading the chunk at {offset:?} ({} bytes at byte {}) \
                  failed: {e}",
-                self.name, self.path, stored.size, stored.address
+                self.name,
+                self.source.name(),
+                stored.size,
+                stored.address
             ))
         })
     }

@@ -5,7 +5,7 @@
 use super::chunk_cache::{last_byte, KEPT_CHUNK_MAX};
 use super::{each_on, pool_for, Indexed, Storage, Stored, StoredError, Threads, PARALLEL_BYTES};
 use crate::rows::RowRuns;
-use h5gds_chunk_codec::place::{copy_box, ChunkPart, SharedOut, Source};
+use h5gds_chunk_codec::place::{chunks_selected, copy_box, ChunkPart, SharedOut, Source};
 use h5gds_chunk_codec::{read_placed, Decoding, Hyperslab};
 
 /// A run of a gather's rows as a selection, and the byte and length of the output it fills
@@ -266,10 +266,11 @@ impl Stored {
             element_size: self.element,
             threads,
         };
-        let mut source = Indexed {
-            stored: self,
-            index,
-        };
+        let parts: Vec<_> = placed
+            .iter()
+            .flat_map(|p| chunks_selected(&p.selection, chunk))
+            .collect();
+        let mut source = Indexed::new(self, index, &parts);
         let (outcome, _) = read_placed(&mut source, &how, &placed, out)?;
         if let Some(missing) = outcome.missing.first() {
             return Err(StoredError::Failed(format!(

@@ -11,6 +11,9 @@
 mod chunk_cache;
 mod gather;
 mod runs;
+mod source;
+
+pub use source::{ByteSource, Source};
 
 use crate::facts::StoredLayout;
 use crate::policy::settings::filters_left_to_hdf5;
@@ -19,6 +22,7 @@ use chunk_cache::{Kept, LargeKept};
 use h5gds_chunk_codec::place::{chunks_selected, ChunkPart};
 use h5gds_chunk_codec::{ChunkIndex, HostRead, Hyperslab, Pipeline, RawChunks, StoredChunk};
 use h5gds_runtime::hdf5::{hid_t, hsize_t, Hdf5Api, IdKind, Owned};
+use std::collections::VecDeque;
 use std::ffi::{c_int, c_uint, c_void};
 use std::fs::File;
 use std::sync::{Arc, Mutex};
@@ -80,10 +84,8 @@ pub type Threads<'a> = &'a dyn Fn() -> Result<usize, String>;
 /// A dataset's storage, resolved once; it serves selections with no HDF5 call.
 pub struct Stored {
     name: String,
-    /// The path of `file`, for errors of reads from it (as the kernel names it; "its file"
-    /// where it cannot say).
-    path: String,
-    file: File,
+    /// Where its bytes come from: the local file, or the remote object the driver opened.
+    source: Box<dyn source::ByteSource>,
     shape: Vec<u64>,
     element: usize,
     storage: Storage,
@@ -122,10 +124,42 @@ fn each_on<E: Send>(
     }
 }
 
-/// The chunk index as `h5gds_chunk_codec::read` asks for it; the bytes come from the file.
+/// The chunk index as `h5gds_chunk_codec::read` asks for it. The bytes come from the file,
+/// read by the decoding threads themselves where it has a descriptor (`direct_file`); else from
+/// the source's reader of the chunks' ranges in the order the decoder asks for them (chunk
+/// order), fetched ahead of it (a remote object: concurrent GETs, neighbours coalesced).
 struct Indexed<'a> {
     stored: &'a Stored,
     index: &'a ChunkIndex,
+    /// The chunks the read will ask for, in chunk order, not yet asked for.
+    wanted: VecDeque<(Vec<u64>, StoredChunk)>,
+    /// Their reader, started at the first chunk asked for; `None` after an unforeseen one
+    /// (then each chunk is read when asked for).
+    ahead: Option<Box<dyn source::InOrder + 'a>>,
+    started: bool,
+}
+
+impl<'a> Indexed<'a> {
+    /// The index of `stored`, for a read of the chunks holding `parts` (any order, repeats).
+    fn new<'p>(
+        stored: &'a Stored,
+        index: &'a ChunkIndex,
+        parts: impl IntoIterator<Item = &'p ChunkPart>,
+    ) -> Indexed<'a> {
+        let offsets: std::collections::BTreeSet<&Vec<u64>> =
+            parts.into_iter().map(|p| &p.offset).collect();
+        let wanted = offsets
+            .into_iter()
+            .filter_map(|o| Some((o.clone(), index.get(o)?)))
+            .collect();
+        Indexed {
+            stored,
+            index,
+            wanted,
+            ahead: None,
+            started: false,
+        }
+    }
 }
 
 impl RawChunks for Indexed<'_> {
@@ -135,14 +169,56 @@ impl RawChunks for Indexed<'_> {
         Ok(self.index.get(offset))
     }
 
-    fn read(&mut self, offset: &[u64], _: usize, _: &mut Vec<u8>) -> Result<u32, StoredError> {
-        Err(StoredError::Failed(format!(
-            "the chunk at {offset:?} has no copy of the file to be read from"
-        )))
+    fn read(&mut self, offset: &[u64], size: usize, buf: &mut Vec<u8>) -> Result<u32, StoredError> {
+        let stored = self.stored;
+        if !self.started {
+            self.started = true;
+            let ranges = self
+                .wanted
+                .iter()
+                .map(|(_, c)| c.address..c.address + c.size as u64)
+                .collect();
+            self.ahead = Some(stored.source.in_order(ranges).map_err(|e| {
+                StoredError::Failed(format!(
+                    "dataset {} of {}: {e}",
+                    stored.name,
+                    stored.source.name()
+                ))
+            })?);
+        }
+        let next = self.wanted.pop_front();
+        let chunk = match (&mut self.ahead, next) {
+            (Some(ahead), Some((o, chunk))) if o == offset && chunk.size == size => {
+                ahead.next_into(buf).map_err(|e| {
+                    StoredError::Failed(format!(
+                        "dataset {} of {}: reading the chunk at {offset:?} ({} bytes at byte \
+                         {}) failed: {e}",
+                        stored.name,
+                        stored.source.name(),
+                        chunk.size,
+                        chunk.address
+                    ))
+                })?;
+                return Ok(chunk.mask);
+            }
+            // Not the chunk foreseen: each is read when asked for from now on.
+            _ => {
+                self.ahead = None;
+                self.wanted.clear();
+                self.index.get(offset).ok_or_else(|| {
+                    StoredError::Failed(format!(
+                        "dataset {}: the chunk at {offset:?} is not in its chunk index",
+                        stored.name
+                    ))
+                })?
+            }
+        };
+        stored.read_stored(offset, &chunk, buf)?;
+        Ok(chunk.mask)
     }
 
     fn direct_file(&mut self) -> Option<File> {
-        self.stored.file.try_clone().ok()
+        self.stored.source.direct_file()
     }
 
     fn corrupt(&self, offset: &[u64], reason: String) -> StoredError {
@@ -162,12 +238,13 @@ pub fn own_bytes(layout: &StoredLayout) -> bool {
     )
 }
 
-/// The file holding `dataset`, opened anew for reading, when its bytes may be read at the
-/// addresses HDF5 reports: the file open read-only (HDF5 then holds no newer bytes than the
-/// file's), with no user block. The face has checked the driver is sec2 or `gds` (whose addresses
-/// are the file's offsets and whose handle is the descriptor). `None` otherwise, or when HDF5
-/// cannot tell. The caller holds the lock of `api`'s HDF5.
-pub fn direct_file(api: &Hdf5Api, dataset: hid_t) -> Option<File> {
+/// The handle the driver of the file holding `dataset` hands out, when its bytes may be read at
+/// the addresses HDF5 reports: the file open read-only (HDF5 then holds no newer bytes than the
+/// file's), with no user block. The face has checked the driver is sec2 or `gds` (whose
+/// addresses are the file's offsets, and whose handle points to the descriptor, an int: -1 for
+/// `gds`'s remote files). `None` otherwise, or when HDF5 cannot tell. The caller holds the lock
+/// of `api`'s HDF5.
+fn read_only_handle(api: &Hdf5Api, dataset: hid_t) -> Option<*mut c_void> {
     let (file_of, intent_of, create_of, userblock_of, handle_of) = (
         api.H5Iget_file_id.ok()?,
         api.H5Fget_intent.ok()?,
@@ -177,9 +254,8 @@ pub fn direct_file(api: &Hdf5Api, dataset: hid_t) -> Option<File> {
     );
     const READ_WRITE: c_uint = 0x0001;
     const H5P_DEFAULT: hid_t = 0;
-    // SAFETY: plain queries on ids HDF5 checks, each id opened here owned by an `Owned`; the
-    // handle sec2 and gds hand out points to the file's descriptor (an int), read at once.
-    let fd = unsafe {
+    // SAFETY: plain queries on ids HDF5 checks, each id opened here owned by an `Owned`.
+    unsafe {
         let file = Owned::new(api, IdKind::File, file_of(dataset), "H5Iget_file_id").ok()?;
         let mut intent: c_uint = READ_WRITE;
         let mut userblock: hsize_t = 1;
@@ -198,31 +274,49 @@ pub fn direct_file(api: &Hdf5Api, dataset: hid_t) -> Option<File> {
             && userblock == 0
             && handle_of(file.id(), H5P_DEFAULT, &mut handle) >= 0
             && !handle.is_null();
-        let fd = ok.then(|| *handle.cast::<c_int>());
         drop(file);
         h5gds_runtime::hdf5::stack(api);
-        fd?
-    };
-    h5gds_chunk_codec::reopen(fd)
+        ok.then_some(handle)
+    }
 }
 
-/// The path of the open `file`, as the kernel names it (`/proc/self/fd`).
-fn path_of(file: &File) -> String {
-    use std::os::fd::AsRawFd;
-    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
-        .map(|p| format!("'{}'", p.display()))
-        .unwrap_or_else(|_| "its file".into())
+/// The descriptor a handle of sec2 or `gds` points to (-1: none, a remote file).
+fn descriptor(handle: *mut c_void) -> c_int {
+    // SAFETY: the handle sec2 and gds hand out points to an int (`read_only_handle`), read at
+    // once while the file is open (the caller holds HDF5's lock, and the dataset is open).
+    unsafe { *handle.cast::<c_int>() }
+}
+
+/// The file holding `dataset`, opened anew for reading, when its bytes may be read at the
+/// addresses HDF5 reports (see `read_only_handle`). `None` otherwise, for a remote file (no
+/// descriptor), or when HDF5 cannot tell. The caller holds the lock of `api`'s HDF5.
+pub fn direct_file(api: &Hdf5Api, dataset: hid_t) -> Option<File> {
+    let fd = descriptor(read_only_handle(api, dataset)?);
+    (fd >= 0).then(|| h5gds_chunk_codec::reopen(fd)).flatten()
+}
+
+/// Where the bytes of `dataset` may be read from with no HDF5 call, as [`direct_file`] says:
+/// the local file opened anew, or the remote object the `gds` driver opened (this copy of it:
+/// `h5gds::remote_file_at`), every request pinned to the version it saw. The caller holds the
+/// lock of `api`'s HDF5.
+pub fn byte_source(api: &Hdf5Api, dataset: hid_t) -> Option<Source> {
+    let handle = read_only_handle(api, dataset)?;
+    match descriptor(handle) {
+        fd if fd >= 0 => h5gds_chunk_codec::reopen(fd).map(Source::from),
+        _ => h5gds::remote_file_at(handle).map(Source::from),
+    }
 }
 
 impl Stored {
     /// The storage of dataset `name` of `shape` (elements of `element` bytes, read with no
-    /// conversion) as `layout` says, read from `file` ([`direct_file`]); `index` lists the chunk
+    /// conversion) as `layout` says, read from `source` (a `File` from [`direct_file`], or
+    /// [`byte_source`]); `index` lists the chunk
     /// index of chunks of the shape it is given. None where the engine does not serve it: a
     /// scalar, storage not the file's own bytes ([`own_bytes`]), a pipeline h5gds does not
     /// decode, a chunk shape not the dataset's.
     pub fn resolve<E>(
         name: String,
-        file: File,
+        source: impl Into<Source>,
         shape: Vec<u64>,
         element: usize,
         layout: StoredLayout,
@@ -260,8 +354,7 @@ impl Stored {
         };
         Ok(Some(Stored {
             name,
-            path: path_of(&file),
-            file,
+            source: source.into().0,
             shape,
             element,
             storage,
@@ -430,17 +523,18 @@ impl Stored {
                     selection: *sel,
                     threads,
                 };
-                let mut source = Indexed {
-                    stored: self,
-                    index,
+                let mut source = Indexed::new(self, index, parts);
+                let outcome = h5gds_chunk_codec::read(&mut source, &r, out)?;
+                let read_by = match outcome.direct {
+                    true => "read from the file by those threads",
+                    false => "fetched ahead of them from the source",
                 };
-                h5gds_chunk_codec::read(&mut source, &r, out)?;
                 (self.log)(format_args!(
-                    "{}: {} chunks decoded on {} threads (read from the file by \
-                     those threads), with no HDF5 call",
+                    "{}: {} chunks decoded on {} threads ({read_by}: {}), with no HDF5 call",
                     self.name,
                     parts.len(),
-                    threads
+                    threads,
+                    self.source.name()
                 ));
                 Ok(())
             }

@@ -5,7 +5,6 @@ use super::{each_on, pool_for, Stored, PARALLEL_BYTES, PIECE_BYTES};
 use h5gds_chunk_codec::place::SharedOut;
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_runtime::hdf5::H5S_MAX_RANK;
-use std::os::unix::fs::FileExt;
 
 /// The runs of a hyperslab of row-major storage, as [`Stored::read_runs`] cuts them: `rows`
 /// runs of `row_bytes` (each a row's span where `stepped`), the n-th at the n-th position of
@@ -120,7 +119,8 @@ impl Stored {
             stepped,
         };
         let stepped = stepped.then_some(sel.step[rank - 1]);
-        if out.len() >= PARALLEL_BYTES && threads > 1 {
+        // A source that batches (a remote object: each read a round trip) takes every run at once.
+        if (out.len() >= PARALLEL_BYTES && threads > 1) || self.source.batches() {
             let mut pieces: Vec<(u64, u64, u64)> = Vec::new();
             runs.for_each(|piece| {
                 pieces.push(piece);
@@ -144,6 +144,29 @@ impl Stored {
         threads: usize,
         stepped: Option<u64>,
     ) -> Result<(), String> {
+        if stepped.is_none() {
+            // The pieces as the disjoint runs of `out` they are, read by the source its own way.
+            let base = out.as_mut_ptr();
+            let dests = pieces
+                .iter()
+                .map(|&(file_at, out_at, len)| {
+                    assert!(
+                        out_at + len <= out.len() as u64,
+                        "a piece lies inside the output"
+                    );
+                    // SAFETY: the pieces are disjoint runs of `out` (the callers' contract), so
+                    // no two of these slices overlap, and `out` is borrowed for their lifetime.
+                    let dest = unsafe {
+                        std::slice::from_raw_parts_mut(base.add(out_at as usize), len as usize)
+                    };
+                    (file_at, dest)
+                })
+                .collect();
+            return self
+                .source
+                .read_pieces(dests, threads)
+                .map_err(|e| format!("dataset {} of {}: {e}", self.name, self.source.name()));
+        }
         // SAFETY: the pieces are disjoint runs of `out`, which outlives the reads below.
         let out_ptr = unsafe { SharedOut::new(out.as_mut_ptr()) };
         let read_piece = |&piece: &(u64, u64, u64)| self.read_piece(out_ptr, piece, stepped);
@@ -167,24 +190,23 @@ impl Stored {
         stepped: Option<u64>,
     ) -> Result<(), String> {
         let e = self.element as u64;
-        let failed = |err: std::io::Error| {
+        let failed = |err: String| {
             format!(
                 "dataset {} of {}: reading {len} bytes at byte {file_at} failed: {err}",
-                self.name, self.path
+                self.name,
+                self.source.name()
             )
         };
         // SAFETY: the pieces are disjoint runs of the output, each written by one thread
         // (`SharedOut::new`'s contract, kept by the callers).
         let dest = unsafe { std::slice::from_raw_parts_mut(out.at(out_at), len as usize) };
         let Some(last_step) = stepped else {
-            return self.file.read_exact_at(dest, file_at).map_err(failed);
+            return self.source.read_at(file_at, dest).map_err(failed);
         };
         // A row whose elements are `last_step` apart: read its span, keep every one.
         let n = len / e;
         let mut span = vec![0u8; (((n - 1) * last_step + 1) * e) as usize];
-        self.file
-            .read_exact_at(&mut span, file_at)
-            .map_err(failed)?;
+        self.source.read_at(file_at, &mut span).map_err(failed)?;
         for (k, item) in dest.chunks_exact_mut(e as usize).enumerate() {
             let from = k * (last_step * e) as usize;
             item.copy_from_slice(&span[from..from + e as usize]);

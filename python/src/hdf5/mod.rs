@@ -93,3 +93,15 @@ pub fn direct_file(dataset: Hid) -> Option<std::fs::File> {
     }
     h5gds_engine::stored::direct_file(api().ok()?, dataset)
 }
+
+/// Where the bytes of `dataset` may be read from with no HDF5 call: the file as [`direct_file`]
+/// says, or the `gds` driver's remote object (`h5gds_engine::stored::byte_source`). The caller
+/// holds h5py's lock.
+pub fn byte_source(dataset: Hid) -> Option<h5gds_engine::stored::Source> {
+    match other_driver(dataset) {
+        Ok(None) => {}
+        Ok(Some(name)) if name == "sec2" => {}
+        _ => return None,
+    }
+    h5gds_engine::stored::byte_source(api().ok()?, dataset)
+}

@@ -26,12 +26,14 @@ use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use url::Url;
 
+mod ranges;
 mod report;
 mod store;
 
+pub use ranges::InOrder;
 pub use report::{url_report, ObjectFacts, UrlReport};
 pub use store::StoreFacts;
 use store::{build_store, target_of, Built, Counters, Target};
@@ -111,8 +113,12 @@ struct StoreForProcess {
     store: Arc<dyn ObjectStore>,
 }
 
-/// One remote object opened read-only.
-pub(crate) struct RemoteFile {
+/// One remote object opened read-only. The driver holds it (`OpenFile::remote`); the engine's
+/// read with no HDF5 call finds it from the handle `get_handle` hands out ([`remote_file_at`]).
+pub struct RemoteFile {
+    /// What `get_handle` points to: -1, no descriptor (read as an int by whoever takes the
+    /// handle for sec2's), at an address that names this file ([`remote_file_at`]).
+    pub(crate) handle: std::ffi::c_int,
     /// The URL as shown in messages (`url_name::shown_url`).
     pub(crate) url: String,
     target: Target,
@@ -213,6 +219,7 @@ impl RemoteFile {
             });
         }
         Ok(RemoteFile {
+            handle: -1,
             url: shown,
             target,
             path,
@@ -329,17 +336,7 @@ impl RemoteFile {
                 let (index, got) =
                     joined.map_err(|e| failed(&ranges[0], format!("request task: {e}")))?;
                 let range = &ranges[index];
-                let bytes = got.map_err(|e| match e {
-                    object_store::Error::Precondition { .. } => failed(
-                        range,
-                        format!(
-                            "the object changed since it was opened (its ETag is no longer {}): \
-                             reopen the file to read the new version",
-                            self.etag.as_deref().unwrap_or("the one opened")
-                        ),
-                    ),
-                    other => failed(range, explain(&other, &self.url)),
-                })?;
+                let bytes = got.map_err(|e| self.request_error(range, e))?;
                 if bytes.len() as u64 != range.end - range.start {
                     return Err(failed(
                         range,
@@ -367,15 +364,8 @@ impl RemoteFile {
         if inside as u64 <= CACHE_BLOCK {
             return self.read_cached(addr, buf);
         }
-        let step = self.settings.request_size as u64;
-        let ranges: Vec<Range<u64>> = (0..(inside as u64).div_ceil(step))
-            .map(|k| addr + k * step..(addr + (k + 1) * step).min(addr + inside as u64))
-            .collect();
-        for (range, bytes) in ranges.iter().zip(self.fetch(&ranges)?) {
-            let at = (range.start - addr) as usize;
-            buf[at..at + bytes.len()].copy_from_slice(&bytes);
-        }
-        Ok(())
+        // Split into GETs of `request_size` by `read_pieces`, each body copied once into place.
+        self.read_pieces(vec![(addr, buf)])
     }
 
     /// A small read through the block cache: the missing blocks it covers, neighbours fetched
@@ -443,6 +433,66 @@ impl RemoteFile {
         }
         Ok(())
     }
+}
+
+/// The remote files open in this process (this copy of the driver), for [`remote_file_at`].
+static OPEN_FILES: Mutex<Vec<Weak<RemoteFile>>> = Mutex::new(Vec::new());
+
+impl RemoteFile {
+    /// Opens `url` as [`RemoteFile::open`] does, shared, and known to [`remote_file_at`] while
+    /// it is alive.
+    pub(crate) fn open_shared(
+        url: &str,
+        flags: u32,
+        settings: &RemoteSettings,
+    ) -> Result<Arc<RemoteFile>> {
+        let file = Arc::new(RemoteFile::open(url, flags, settings)?);
+        let mut open = OPEN_FILES.lock().unwrap_or_else(|p| p.into_inner());
+        open.retain(|f| f.strong_count() > 0);
+        open.push(Arc::downgrade(&file));
+        Ok(file)
+    }
+
+    /// The handle `get_handle` hands out: the address of [`RemoteFile::handle`] (an int, -1).
+    pub(crate) fn handle_ptr(&self) -> *mut std::ffi::c_void {
+        (&raw const self.handle).cast_mut().cast()
+    }
+
+    /// The URL, as shown in messages (no user info, no query).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The object's length at open.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Reads `buf.len()` bytes at `addr`, all inside the object (an error past its end): small
+    /// reads through the block cache, large ones as [`RemoteFile::read_pieces`].
+    pub fn read_at(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+        let end = addr.saturating_add(buf.len() as u64);
+        if end > self.size {
+            return Err(Error::RemoteRead {
+                url: self.url.clone(),
+                offset: addr,
+                size: buf.len() as u64,
+                why: format!("past the object's end (it has {} bytes)", self.size),
+            });
+        }
+        self.read(addr, buf)
+    }
+}
+
+/// The remote file whose `get_handle` handle (`H5Fget_vfd_handle`) is `handle`, where it is one
+/// this copy of the driver opened and is still alive; `None` otherwise (a local file's
+/// descriptor, or a remote file of another copy of h5gds loaded in the process, whose objects
+/// this one cannot use). The address is only compared, never read.
+pub fn remote_file_at(handle: *const std::ffi::c_void) -> Option<Arc<RemoteFile>> {
+    let open = OPEN_FILES.lock().unwrap_or_else(|p| p.into_inner());
+    open.iter()
+        .filter_map(Weak::upgrade)
+        .find(|f| std::ptr::eq(f.handle_ptr().cast_const(), handle))
 }
 
 #[cfg(test)]
