@@ -182,9 +182,16 @@ impl RemoteFile {
     /// Reads every piece (address, destination: all of it, inside the object) at once:
     /// neighbours coalesced, large pieces split, `in_flight` GETs at a time, each body copied
     /// once into place. On an error, the destinations may hold some of their bytes.
-    pub fn read_pieces(&self, pieces: Vec<(u64, &mut [u8])>) -> Result<()> {
+    pub fn read_pieces(&self, mut pieces: Vec<(u64, &mut [u8])>) -> Result<()> {
         for (addr, buf) in &pieces {
             self.check_inside(&(*addr..addr.saturating_add(buf.len() as u64)))?;
+        }
+        // One small piece (a small dataset's bytes, next to the metadata HDF5 just read): the
+        // block cache may hold it already, and fetches its neighbours for the next one.
+        if let [(addr, buf)] = &mut pieces[..] {
+            if buf.len() as u64 <= super::CACHE_BLOCK {
+                return self.read(*addr, buf);
+            }
         }
         let groups = groups(pieces, self.settings.request_size.max(1) as u64);
         if groups.is_empty() {
