@@ -686,12 +686,14 @@ fn engine_paths(text: &str) -> Vec<String> {
             "self" | "" => prefix.to_string(),
             _ => format!("{prefix}::{name}"),
         };
-        let Some(after) = rest.strip_prefix("::") else {
-            return (vec![path], name_len);
+        let after = match (name, rest.strip_prefix("::")) {
+            (_, Some(after)) => after,
+            ("", None) if rest.starts_with('{') => rest,
+            _ => return (vec![path], name_len),
         };
         let Some(mut group) = after.strip_prefix('{') else {
             let (paths, used) = tree(&path, after);
-            return (paths, name_len + 2 + used);
+            return (paths, code.len() - after.len() + used);
         };
         let (mut paths, start) = (Vec::new(), code.len() - group.len());
         loop {
@@ -749,6 +751,7 @@ fn the_faces_name_only_the_engines_listed_items() {
 #[test]
 fn the_engine_path_check_expands_use_groups() {
     let text = "use h5gds_engine::policy::{self, write::{CompressedWrite, Memory as M}};\n\
+                use h5gds_engine::{Error as E, ErrorKind};\n\
                 // h5gds_engine::in_a_comment\n\
                 let e: h5gds_engine::Error = h5gds_engine::stored::direct_file(f);";
     assert_eq!(
@@ -757,6 +760,8 @@ fn the_engine_path_check_expands_use_groups() {
             "h5gds_engine::policy",
             "h5gds_engine::policy::write::CompressedWrite",
             "h5gds_engine::policy::write::Memory",
+            "h5gds_engine::Error",
+            "h5gds_engine::ErrorKind",
             "h5gds_engine::Error",
             "h5gds_engine::stored::direct_file",
         ]
