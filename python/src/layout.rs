@@ -16,7 +16,7 @@ use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::stored::{self, Stored};
 use h5gds_route::route::Transfer;
 use h5gds_runtime::settings::environment_device_path;
-use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
 /// A dataset's storage, resolved once; `read` serves selections of it with no HDF5 call.
