@@ -594,3 +594,177 @@ fn direct_dependencies(krate: &str) -> Vec<String> {
         .filter_map(|d| Some(d["name"].as_str()?.to_string()))
         .collect()
 }
+
+/// What the faces (`array-io/src`, `python/src`) may name of the engine: its one error, the
+/// policy's entry points and the mechanisms the faces still plug into (issue 51 shrinks this list
+/// to the engine's dataset handle). A face naming anything else fails
+/// `the_faces_name_only_the_engines_listed_items`, so that a new reach into the engine's
+/// internals is a visible change of this list.
+const ENGINE_ITEMS_THE_FACES_NAME: &[&str] = &[
+    "h5gds_engine::Error",
+    "h5gds_engine::ErrorKind",
+    "h5gds_engine::chunks",
+    "h5gds_engine::chunks::CallFailed",
+    "h5gds_engine::chunks::ChunkCall",
+    "h5gds_engine::chunks::Face",
+    "h5gds_engine::chunks::StoredChunks",
+    "h5gds_engine::collective",
+    "h5gds_engine::collective::ByteRun",
+    "h5gds_engine::collective::CollectiveError",
+    "h5gds_engine::collective::DriverFile",
+    "h5gds_engine::collective::DriverFileError",
+    "h5gds_engine::collective::Failure",
+    "h5gds_engine::collective::Kind",
+    "h5gds_engine::collective::Tile",
+    "h5gds_engine::collective::TileFile",
+    "h5gds_engine::collective::Way",
+    "h5gds_engine::collective::Writer",
+    "h5gds_engine::collective::driver_failure",
+    "h5gds_engine::collective::write",
+    "h5gds_engine::collective::write_runs",
+    "h5gds_engine::collective::write_staged",
+    "h5gds_engine::decoded",
+    "h5gds_engine::decoded::Decoded",
+    "h5gds_engine::decoded::Plan",
+    "h5gds_engine::decoded::plan",
+    "h5gds_engine::device",
+    "h5gds_engine::device::Face",
+    "h5gds_engine::device::ReadFace",
+    "h5gds_engine::device::Selected",
+    "h5gds_engine::device::Step",
+    "h5gds_engine::encoded::Target",
+    "h5gds_engine::facts",
+    "h5gds_engine::facts::StoredLayout",
+    "h5gds_engine::gpu_encoded::DeviceArray",
+    "h5gds_engine::policy",
+    "h5gds_engine::policy::device_read",
+    "h5gds_engine::policy::device_read::ReadRoute",
+    "h5gds_engine::policy::device_read::StoredRead",
+    "h5gds_engine::policy::device_read::read_stored",
+    "h5gds_engine::policy::files",
+    "h5gds_engine::policy::files::refused_for_writing",
+    "h5gds_engine::policy::gather",
+    "h5gds_engine::policy::gather::Gather",
+    "h5gds_engine::policy::gather::Hdf5Side",
+    "h5gds_engine::policy::gather::Staging",
+    "h5gds_engine::policy::host_read",
+    "h5gds_engine::policy::host_read::HostFace",
+    "h5gds_engine::policy::settings::CallSettings",
+    "h5gds_engine::policy::settings::check",
+    "h5gds_engine::policy::write",
+    "h5gds_engine::policy::write::CompressedWrite",
+    "h5gds_engine::policy::write::Memory",
+    "h5gds_engine::rows::RowPlan",
+    "h5gds_engine::staged",
+    "h5gds_engine::staged::NotBool",
+    "h5gds_engine::staged::ThreadLane",
+    "h5gds_engine::staged::check_bools",
+    "h5gds_engine::stored",
+    "h5gds_engine::stored::Stored",
+    "h5gds_engine::stored::direct_file",
+    "h5gds_engine::tiles",
+    "h5gds_engine::tiles::Decomposition",
+    "h5gds_engine::tiles::TilesError",
+    "h5gds_engine::tiles::read_box",
+    "h5gds_engine::tiles::share",
+    "h5gds_engine::transfer",
+    "h5gds_engine::transfer::Prepared",
+    "h5gds_engine::transfer::Transfer",
+    "h5gds_engine::transfer::prepare",
+];
+
+/// Every path a source text names under `h5gds_engine::`, `use` groups expanded (`a::{b, c::{d,
+/// e}}` names `a::b`, `a::c::d` and `a::c::e`; `self` names the group's module; an `as` rename is
+/// dropped), without comments.
+fn engine_paths(text: &str) -> Vec<String> {
+    /// Reads one use tree at `code`, under `prefix`; returns the paths and where it ended.
+    fn tree(prefix: &str, code: &str) -> (Vec<String>, usize) {
+        let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+        let name_len = code.find(|c: char| !ident(c)).unwrap_or(code.len());
+        let (name, rest) = code.split_at(name_len);
+        let path = match name {
+            "self" | "" => prefix.to_string(),
+            _ => format!("{prefix}::{name}"),
+        };
+        let after = match (name, rest.strip_prefix("::")) {
+            (_, Some(after)) => after,
+            ("", None) if rest.starts_with('{') => rest,
+            _ => return (vec![path], name_len),
+        };
+        let Some(mut group) = after.strip_prefix('{') else {
+            let (paths, used) = tree(&path, after);
+            return (paths, code.len() - after.len() + used);
+        };
+        let (mut paths, start) = (Vec::new(), code.len() - group.len());
+        loop {
+            group = group.trim_start_matches(|c: char| c == ',' || c.is_whitespace());
+            if let Some(end) = group.strip_prefix('}') {
+                return (paths, code.len() - end.len());
+            }
+            let (inner, used) = tree(&path, group);
+            paths.extend(inner);
+            group = &group[used..];
+            // An `as` rename names nothing more.
+            let renamed = group.trim_start().strip_prefix("as ");
+            if let Some(alias) = renamed.map(str::trim_start) {
+                group = &alias[alias.find(|c: char| !ident(c)).unwrap_or(alias.len())..];
+            }
+            if group.is_empty() || code.len() - group.len() < start {
+                return (paths, code.len());
+            }
+        }
+    }
+    let code: String = text
+        .lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut paths = Vec::new();
+    for (at, _) in code.match_indices("h5gds_engine::") {
+        paths.extend(tree("h5gds_engine", &code[at + "h5gds_engine::".len()..]).0);
+    }
+    paths
+}
+
+#[test]
+fn the_faces_name_only_the_engines_listed_items() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    rust_files(&root.join("array-io/src"), &mut files);
+    rust_files(&root.join("python/src"), &mut files);
+    let mut unlisted = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("a source file");
+        for path in engine_paths(&text) {
+            if !ENGINE_ITEMS_THE_FACES_NAME.contains(&path.as_str()) {
+                unlisted.push(format!("{}: {path}", file.display()));
+            }
+        }
+    }
+    assert!(
+        unlisted.is_empty(),
+        "the faces name engine items outside ENGINE_ITEMS_THE_FACES_NAME (reach the engine \
+         through its public API, or add the item to the list on purpose): {unlisted:#?}"
+    );
+}
+
+#[test]
+fn the_engine_path_check_expands_use_groups() {
+    let text = "use h5gds_engine::policy::{self, write::{CompressedWrite, Memory as M}};\n\
+                use h5gds_engine::{Error as E, ErrorKind};\n\
+                // h5gds_engine::in_a_comment\n\
+                let e: h5gds_engine::Error = h5gds_engine::stored::direct_file(f);";
+    assert_eq!(
+        engine_paths(text),
+        [
+            "h5gds_engine::policy",
+            "h5gds_engine::policy::write::CompressedWrite",
+            "h5gds_engine::policy::write::Memory",
+            "h5gds_engine::Error",
+            "h5gds_engine::ErrorKind",
+            "h5gds_engine::Error",
+            "h5gds_engine::stored::direct_file",
+        ]
+    );
+    assert!(!ENGINE_ITEMS_THE_FACES_NAME.contains(&"h5gds_engine::stored::chunk_cache"));
+}

@@ -8,7 +8,8 @@ use array_io::hdf5_raw::{self, linked_hdf5, locked, FileDriver};
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::rows::RowPlan;
 use h5gds_engine::stored::{self, Stored, StoredError};
-use h5gds_engine::transfer::{self, GatherRead, IoError, Transfer};
+use h5gds_engine::transfer::{self, GatherRead, Transfer};
+use h5gds_engine::{Error, ErrorKind};
 use hdf5::{Dataset, Datatype, File};
 use std::path::Path;
 use std::process::Command;
@@ -42,10 +43,10 @@ fn f8() -> Datatype {
 }
 
 /// The refusal's message, where `result` is a refusal of the caller's arguments.
-fn refused<T>(result: Result<T, IoError>) -> String {
+fn refused<T>(result: Result<T, Error>) -> String {
     match result {
-        Err(IoError::Argument(message)) => message,
-        Err(IoError::Hdf5(message)) => panic!("HDF5 failed instead of a refusal: {message}"),
+        Err(e) if e.kind() == ErrorKind::InvalidArgument => e.to_string(),
+        Err(e) => panic!("HDF5 failed instead of a refusal: {e}"),
         Ok(_) => panic!("accepted"),
     }
 }
@@ -65,7 +66,7 @@ struct Read<'a> {
 }
 
 impl Read<'_> {
-    fn run(&self, buf: &mut [f64]) -> Result<(), IoError> {
+    fn run(&self, buf: &mut [f64]) -> Result<(), Error> {
         let transfer = Transfer {
             write: false,
             dataset: self.dataset,
@@ -83,7 +84,7 @@ impl Read<'_> {
             };
             // SAFETY: `buf` holds `nbytes` writable bytes, checked against the selection by
             // `prepare` (the refusals below claim other sizes and are refused there).
-            unsafe { prepared.run() }.map_err(IoError::Hdf5)
+            unsafe { prepared.run() }.map_err(Error::hdf5)
         })
     }
 }
@@ -217,7 +218,7 @@ fn gather(
     out: &mut [f64],
     nbytes: usize,
     runs_per_read: usize,
-) -> Result<(), IoError> {
+) -> Result<(), Error> {
     let f8 = f8();
     let read = GatherRead {
         dataset: dataset.id(),
@@ -234,7 +235,7 @@ fn gather(
         reads.iter().try_for_each(|prepared| {
             // SAFETY: `out` holds `nbytes` writable bytes, each group's part checked against
             // its selection by `prepare_gather_in_groups` (the refusals claim other sizes).
-            unsafe { prepared.run() }.map_err(IoError::Hdf5)
+            unsafe { prepared.run() }.map_err(Error::hdf5)
         })
     })
 }

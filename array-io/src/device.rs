@@ -22,7 +22,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut
 use h5gds_chunk_codec::Filter;
 use h5gds_chunk_codec::{ChunkIndex, Hyperslab};
 use h5gds_engine::chunks::StoredChunks;
-use h5gds_engine::device::{self, Face, Note, ReadFace, Selected, Step};
+use h5gds_engine::device::{self, Face, ReadFace, Selected, Step};
 use h5gds_engine::encoded::Target;
 use h5gds_engine::facts::StoredLayout;
 use h5gds_engine::gpu_encoded::DeviceArray as EngineArray;
@@ -297,7 +297,7 @@ pub(crate) fn write<T: Element>(
                 // SAFETY: the allocation holds the whole array in the memory type, alive until
                 // `record` is dropped; the gds driver hands device buffers to cuFile or its
                 // bounce buffers.
-                unsafe { device::write(&face, io, blocker.as_deref()) }
+                unsafe { device::write(&face, io, dataset, blocker.as_deref()) }
             })?;
             drop(record);
         }
@@ -335,10 +335,7 @@ pub(crate) fn write_compressed<T: Element>(
         synchronize(stream)?;
         let address = pointer.as_ref().map_or(0, |(ptr, _)| *ptr);
         let nbytes = element_count(&array.shape)? * size_of::<T>();
-        let refused = |source| Error::CompressedWrite {
-            path: path.to_path_buf(),
-            source,
-        };
+        let refused = Error::engine(path, dataset);
         let face = DatasetFace { ds: &ds };
         let target = Target {
             api: hdf5_raw::linked_hdf5(),
@@ -491,7 +488,7 @@ impl DeviceSource {
             unsafe { copy_to_device(stream, dest, host, nbytes) }?;
             Ok(synchronize(stream)?)
         };
-        let error = |e| crate::host::stored_error(ds, e);
+        let error = Error::engine(&ds.path, &ds.name);
         if device_read::read_stored(read, stored, vfd, copy, error)? {
             drop(record);
             return Ok(array);
@@ -598,18 +595,6 @@ impl<S> Face for Moving<'_, S> {
             (false, _) => "reading into the staging buffer",
         };
         Error::hdf5(op, self.path, Some(self.name), message)
-    }
-
-    fn note(&self, note: Note) {
-        let (path, name, debug) = (self.path.display(), self.name, crate::log::debug);
-        match note {
-            Note::Direct(_) => debug(format_args!(
-                "{path}: writing {name:?} straight from device memory through the gds driver"
-            )),
-            Note::Staged(_, reason) => debug(format_args!(
-                "{path}: writing {name:?} through a host staging buffer: {reason}"
-            )),
-        }
     }
 }
 

@@ -163,13 +163,13 @@ pub enum Error {
         reason: String,
     },
 
-    /// A compressed write (`to_file_compressed`) was refused or failed: the engine's error names
-    /// the dataset, the chunk where one is at fault, and its kind (`source.kind`).
+    /// The engine refused or failed (a compressed write, a read's selection): its error names
+    /// the dataset, the chunk where one is at fault, and its kind (`source.kind()`).
     #[error("{}: {source}", path.display())]
-    CompressedWrite {
+    Engine {
         path: PathBuf,
         #[source]
-        source: h5gds_engine::encoded::WriteError,
+        source: h5gds_engine::Error,
     },
 
     /// A CUDA call failed (or CUDA is not usable in this process).
@@ -225,11 +225,48 @@ impl Error {
         path: &'a Path,
         dataset: &'a str,
     ) -> impl Fn(h5gds_engine::staged::NotBool) -> Error + 'a {
-        |n| Error::InvalidBool {
-            path: path.to_path_buf(),
-            dataset: dataset.to_string(),
-            index: n.element as usize,
-            value: n.value,
+        let engine = Error::engine(path, dataset);
+        move |n| engine(n.into())
+    }
+
+    /// The engine's error as array-io's, about `dataset` of `path`: its kind mapped, the variant
+    /// that names its facts where one does (a setting, a damaged chunk, a bool, a collective
+    /// call), else [`Error::Engine`].
+    pub(crate) fn engine<'a>(
+        path: &'a Path,
+        dataset: &'a str,
+    ) -> impl Fn(h5gds_engine::Error) -> Error + 'a {
+        use h5gds_engine::ErrorKind;
+        move |e| {
+            let (path, facts) = (path.to_path_buf(), e.facts());
+            let dataset = facts.dataset.clone().unwrap_or_else(|| dataset.to_string());
+            match (e.kind(), facts) {
+                (_, f) if f.setting.is_some() => f.setting.clone().map(Error::from).unwrap(),
+                (_, f) if f.collective.is_some() => {
+                    Error::Collective(f.collective.clone().unwrap())
+                }
+                (ErrorKind::Damaged, f) if f.chunk.is_some() => Error::ChunkDecode {
+                    path,
+                    dataset,
+                    chunk: f.chunk.clone().unwrap_or_default(),
+                    reason: f.detail.clone(),
+                },
+                (_, f) if f.not_bool.is_some() => {
+                    let (index, value) = f.not_bool.unwrap_or_default();
+                    Error::InvalidBool {
+                        path,
+                        dataset,
+                        index: index as usize,
+                        value,
+                    }
+                }
+                (ErrorKind::Io, f) => Error::Io {
+                    op: "reading",
+                    path,
+                    source: std::io::Error::other(f.detail.clone()),
+                },
+                _ => Error::Engine { path, source: e },
+            }
         }
     }
 
@@ -268,7 +305,7 @@ impl Error {
     /// This error as one rank's failure in a collective step, its kind as the engine names it.
     pub(crate) fn failure(&self) -> h5gds_engine::collective::Failure {
         use h5gds_engine::collective::{Failure, Kind};
-        use h5gds_engine::encoded::WriteErrorKind;
+        use h5gds_engine::ErrorKind;
         let kind = match self {
             Error::Io { source, .. } => return Failure::io(source, self.to_string()),
             Error::FileNotFound { .. } => Kind::Io,
@@ -289,9 +326,12 @@ impl Error {
                 Kind::Failed
             }
             Error::Cuda { .. } => Kind::Failed,
-            Error::CompressedWrite { source, .. } => match source.kind {
-                WriteErrorKind::Argument | WriteErrorKind::Unsupported => Kind::Argument,
-                WriteErrorKind::Encoding | WriteErrorKind::Device => Kind::Failed,
+            Error::Engine { source, .. } => match source.kind() {
+                ErrorKind::InvalidSetting | ErrorKind::InvalidArgument | ErrorKind::Unsupported => {
+                    Kind::Argument
+                }
+                ErrorKind::Io => Kind::Io,
+                _ => Kind::Failed,
             },
         };
         Failure::new(kind, self.to_string())

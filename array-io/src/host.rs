@@ -22,9 +22,7 @@ use h5gds_engine::policy::host_read::{self, HostFace};
 use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::rows::RowPlan;
 use h5gds_engine::staged::check_bools;
-use h5gds_engine::stored::{self, Stored, StoredError};
-use h5gds_engine::transfer::IoError;
-use h5gds_runtime::settings::InvalidSetting;
+use h5gds_engine::stored::{self, Stored};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 use std::path::Path;
 
@@ -127,12 +125,8 @@ impl HostFace for HostRead<'_> {
             .map_err(|e| Error::hdf5("reading the dataset", &ds.path, Some(&ds.name), e))
     }
 
-    fn stored_error(&self, e: StoredError) -> Error {
-        stored_error(self.ds, e)
-    }
-
-    fn setting_error(&self, e: InvalidSetting) -> Error {
-        e.into()
+    fn error(&self, e: h5gds_engine::Error) -> Error {
+        Error::engine(&self.ds.path, &self.ds.name)(e)
     }
 }
 
@@ -160,23 +154,6 @@ pub(crate) fn stored_of<'a>(ds: &'a OpenDataset, types: &Types) -> Result<Option
         None => None,
     };
     Ok(ds.stored.get_or_init(|| resolved).as_ref())
-}
-
-/// The engine's error as array-io's, naming the file and the dataset.
-pub(crate) fn stored_error(ds: &OpenDataset, e: StoredError) -> Error {
-    match e {
-        StoredError::Corrupt { chunk, reason, .. } => Error::ChunkDecode {
-            path: ds.path.clone(),
-            dataset: ds.name.clone(),
-            chunk,
-            reason,
-        },
-        other => Error::Io {
-            op: "reading",
-            path: ds.path.clone(),
-            source: std::io::Error::other(other.to_string()),
-        },
-    }
 }
 
 /// Whether h5gds reads the chunks of `ds` itself (chunked, unfiltered or filtered with a pipeline
@@ -331,17 +308,12 @@ pub(crate) fn read_rows<T: Element>(
     let stored = match stored_of(&ds, &types)? {
         Some(stored) => gather
             .stored(stored, bytes)
-            .map_err(|e| stored_error(&ds, e))?,
+            .map_err(Error::engine(&ds.path, &ds.name))?,
         None => false,
     };
     if !stored {
         let layout = stored_layout(&ds)?;
-        let failed = |e: IoError| {
-            let message = match e {
-                IoError::Argument(m) | IoError::Hdf5(m) => m,
-            };
-            Error::hdf5("reading the rows", &ds.path, Some(&ds.name), message)
-        };
+        let failed = |e| Error::hdf5("reading the rows", &ds.path, Some(&ds.name), e);
         let side = Hdf5Side {
             api: hdf5_raw::linked_hdf5(),
             dataset: ds.dset.id(),

@@ -5,7 +5,7 @@
 //! takes; the memory type may differ from the stored one (HDF5 converts).
 
 use crate::hdf5_raw::{linked_hdf5, locked};
-use h5gds_engine::transfer::{prepare, IoError, Prepared, Transfer};
+use h5gds_engine::transfer::{prepare, Prepared, Transfer};
 use h5gds_runtime::hdf5::hid_t;
 use hdf5::{Dataset, Datatype, Result};
 use std::ffi::c_void;
@@ -111,7 +111,7 @@ impl Locked {
         };
         locked(|| prepare(linked_hdf5(), &transfer))
             .map(Locked)
-            .map_err(|(IoError::Argument(m) | IoError::Hdf5(m))| m)
+            .map_err(String::from)
     }
 }
 

@@ -9,7 +9,7 @@
 use crate::chunks::{Face, StoredChunks};
 use crate::facts::StoredLayout;
 use crate::policy::settings::filters_left_to_hdf5;
-use crate::transfer::{prepare, IoError, Transfer};
+use crate::transfer::{prepare, Transfer};
 use h5gds_chunk_codec::place::{chunks_selected, ChunkPart};
 use h5gds_chunk_codec::{place_missing, read_placed, Decoding, HostRead, Hyperslab, Pipeline};
 use h5gds_chunk_codec::{Outcome, Placed};
@@ -241,7 +241,7 @@ fn fill<F: Face>(
             // `prepare`) and lives past the call.
             Ok(Some(prepared)) => unsafe { prepared.run() },
             Ok(None) => Ok(()),
-            Err(IoError::Argument(message) | IoError::Hdf5(message)) => Err(message),
+            Err(e) => Err(e.to_string()),
         };
         read.map_err(|message| face.never_written(&part.offset, message))
     })?;

@@ -5,9 +5,9 @@
 //! staged through pinned buffers (`staged`), decoded by h5gds on the host's threads into those
 //! buffers (`decoded`), or decoded on the GPU (`h5gds_gpu_codec::decode`) with the chunks never
 //! written filled through the staged path. The order a read takes among them is
-//! `crate::policy::device_read`'s, which writes its verdict lines. What the faces differ in is a
-//! [`Face`] (a [`ReadFace`] for reads): HDF5's lock, the ring of streams, the words of errors and
-//! of a write's log lines ([`Note`]).
+//! `crate::policy::device_read`'s, which writes its verdict lines; a plain write's verdict is
+//! [`write`]'s. What the faces differ in is a [`Face`] (a [`ReadFace`] for reads): HDF5's lock,
+//! the ring of streams, the words of errors.
 
 use crate::chunks::{self, StoredChunks};
 use crate::decoded::{self, Decoded};
@@ -41,14 +41,6 @@ pub enum Step {
     Codec,
 }
 
-/// What a write is about to do, for the face's log line (the region in file coordinates).
-pub enum Note<'a> {
-    /// The region moves straight through the driver.
-    Direct(&'a Block),
-    /// The region moves through pinned host memory, for this reason.
-    Staged(&'a Block, &'a str),
-}
-
 /// What a device transfer leaves to its face.
 pub trait Face {
     type Error: From<CudaError> + From<InvalidSetting>;
@@ -67,9 +59,6 @@ pub trait Face {
 
     /// The error of a failed `step`; `message`: HDF5's (or nvCOMP's) words.
     fn failed(&self, step: Step, message: String) -> Self::Error;
-
-    /// Writes the log line of a write's `note`, before the step it names.
-    fn note(&self, note: Note);
 }
 
 /// What a device read leaves to its face besides a [`Face`]'s: the refusal of a bool byte, the
@@ -217,8 +206,9 @@ fn file_start(selection: &Hyperslab, first: &[u64]) -> Vec<u64> {
     axes.map(|((&s, &step), &f)| s + f * step).collect()
 }
 
-/// Writes the selection from device memory: straight through the driver, or through pinned
-/// buffers for the reason `staged`. Every copy has finished when this returns.
+/// Writes the selection of `dataset` from device memory: straight through the driver, or through
+/// pinned buffers for the reason `staged`; the way taken is the verdict line (`way=direct` or
+/// `way=staged`), logged before. Every copy has finished when this returns.
 ///
 /// # Safety
 /// `io.address` must hold the selection's elements in the prepared memory type, in device memory
@@ -226,16 +216,25 @@ fn file_start(selection: &Hyperslab, first: &[u64]) -> Vec<u64> {
 pub unsafe fn write<F: Face>(
     face: &F,
     io: &Selected,
+    dataset: &str,
     staged: Option<&str>,
 ) -> Result<(), F::Error> {
     let (sel, item) = (&io.selection, io.item);
     let region = spanned(sel);
+    let bytes = sel.count.iter().product::<u64>() * item as u64;
     let Some(reason) = staged else {
-        face.note(Note::Direct(&region));
+        crate::policy::say(format_args!(
+            "h5gds.write {dataset:?}: {bytes} bytes straight from device memory through the gds \
+             driver (way=direct)"
+        ));
         // SAFETY: as the caller guarantees.
         return unsafe { direct(face, io, &region, None) };
     };
-    face.note(Note::Staged(&region, reason));
+    let size = io.staging_size;
+    crate::policy::say(format_args!(
+        "h5gds.write {dataset:?}: {bytes} bytes from device memory through pinned host memory \
+         (pieces of up to {size} bytes): {reason} (way=staged)"
+    ));
     let (pieces, mut ring) = staged_whole(face, io)?;
     face.locked(|| {
         // The next piece comes from the device while this one is written.

@@ -3,10 +3,11 @@
 //! dataset's filters (`h5gds_chunk_codec::encode`, on the driver's I/O threads) and written raw in
 //! chunk order on the calling thread ([`crate::chunks::write_stored`]) over the face's HDF5 table.
 //! HDF5's own filter would encode on one core, and needs hdf5plugin's plugins for Zstandard and
-//! LZ4. Also the target and the one error of every compressed write ([`Target`], [`WriteError`]),
-//! GPU-encoded ones included (`crate::gpu_encoded`).
+//! LZ4. Also the target of every compressed write ([`Target`]), GPU-encoded ones included
+//! (`crate::gpu_encoded`).
 
 use crate::chunks::{write_stored, Face};
+use crate::{Error, ErrorKind};
 use h5gds_chunk_codec::encode::{self, ChunkWriter, Encoding, HostWrite};
 use h5gds_chunk_codec::Filter;
 use h5gds_runtime::hdf5::{hid_t, Hdf5Api};
@@ -18,88 +19,32 @@ pub struct HostEncoder {
     element_size: usize,
 }
 
-/// What kind of failure a compressed write met: the faces map the kind to their own error
-/// (array-io's `Error`, Python's ValueError or OSError); the words are [`WriteError`]'s.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WriteErrorKind {
-    /// The caller's request does not fit the dataset (its chunk shape, its buffer's size).
-    Argument,
-    /// h5gds cannot encode through the dataset's filter pipeline.
-    Unsupported,
-    /// One chunk could not be encoded.
-    Encoding,
-    /// CUDA or nvCOMP failed while the chunks were encoded on the GPU.
-    Device,
+/// The words of a refusal of filters h5gds cannot encode through (`Kind::Unsupported`).
+pub(crate) fn cannot_encode(reason: impl fmt::Display) -> String {
+    format!(
+        "h5gds cannot encode its chunks: {reason}; choose gzip, Zstandard or LZ4 with shuffle \
+         and fletcher32 at most"
+    )
 }
 
-/// Why a compressed write failed, with the facts it names: the dataset, the chunk (its first
-/// element) where one chunk is at fault, and the detail. HDF5's refusals of a chunk write are
-/// the face's (`Face::failed`, with its HDF5's error stack).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WriteError {
-    pub kind: WriteErrorKind,
-    pub dataset: String,
-    pub chunk: Option<Vec<u64>>,
-    pub detail: String,
+/// The words of a failure of CUDA or nvCOMP while chunks were encoded on the GPU
+/// (`Kind::Device`; the chunk, where one is at fault, among the facts).
+pub(crate) fn on_the_gpu(detail: impl fmt::Display) -> String {
+    format!(
+        "encoding its chunks on the GPU failed: {detail} (H5GDS_LOG=debug says more; without nvCOMP the \
+         chunks are encoded on the host)"
+    )
 }
-
-impl WriteError {
-    pub fn new(kind: WriteErrorKind, dataset: &str, detail: impl Into<String>) -> WriteError {
-        WriteError {
-            kind,
-            dataset: dataset.to_string(),
-            chunk: None,
-            detail: detail.into(),
-        }
-    }
-
-    /// The same error about the chunk whose first element is `offset`.
-    pub fn at(mut self, offset: &[u64]) -> WriteError {
-        self.chunk = Some(offset.to_vec());
-        self
-    }
-}
-
-impl fmt::Display for WriteError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (dataset, detail) = (&self.dataset, &self.detail);
-        let chunk = match &self.chunk {
-            Some(at) => format!("the chunk at {at:?}"),
-            None => "its chunks".to_string(),
-        };
-        match self.kind {
-            WriteErrorKind::Argument => write!(f, "dataset {dataset}: {detail}"),
-            WriteErrorKind::Unsupported => write!(
-                f,
-                "dataset {dataset}: h5gds cannot encode {chunk}: {detail}; choose gzip, \
-                 Zstandard or LZ4 with shuffle and fletcher32 at most"
-            ),
-            WriteErrorKind::Encoding => {
-                write!(
-                    f,
-                    "dataset {dataset}: {chunk} could not be encoded: {detail}"
-                )
-            }
-            WriteErrorKind::Device => write!(
-                f,
-                "dataset {dataset}: encoding {chunk} on the GPU failed: {detail} (H5GDS_LOG=debug \
-                 says more; without nvCOMP the chunks are encoded on the host)"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for WriteError {}
 
 /// The dataset encoded chunks are written into: its HDF5 copy's table, its id and name, the face
 /// that words a failed write (and holds that copy's lock around each), and the face's error for
-/// a [`WriteError`] (`refused`, which maps its kind).
+/// an engine [`Error`] (`refused`, which maps its kind).
 pub struct Target<'a, F: Face> {
     pub api: &'a Hdf5Api,
     pub dataset: hid_t,
     pub name: &'a str,
     pub face: &'a F,
-    pub refused: &'a dyn Fn(WriteError) -> F::Error,
+    pub refused: &'a dyn Fn(Error) -> F::Error,
 }
 
 impl<F: Face> Target<'_, F> {
@@ -122,8 +67,8 @@ impl<F: Face> Target<'_, F> {
     }
 
     /// The face's error for `kind` and `detail` about this dataset.
-    pub fn refuse(&self, kind: WriteErrorKind, detail: impl Into<String>) -> F::Error {
-        (self.refused)(WriteError::new(kind, self.name, detail))
+    pub fn refuse(&self, kind: ErrorKind, detail: impl Into<String>) -> F::Error {
+        (self.refused)(Error::new(kind, detail).in_dataset(self.name))
     }
 }
 
@@ -136,7 +81,11 @@ impl<F: Face> ChunkWriter for Target<'_, F> {
     }
 
     fn failed(&self, offset: &[u64], reason: String) -> F::Error {
-        (self.refused)(WriteError::new(WriteErrorKind::Encoding, self.name, reason).at(offset))
+        let failed = Error::new(
+            ErrorKind::Encoding,
+            format!("could not be encoded: {reason}"),
+        );
+        (self.refused)(failed.in_dataset(self.name).at_chunk(offset))
     }
 }
 
@@ -238,7 +187,7 @@ mod tests {
         }
     }
 
-    fn refused(error: WriteError) -> String {
+    fn refused(error: Error) -> String {
         error.to_string()
     }
 

@@ -9,7 +9,8 @@
 //! copied to the host for it (the only host copy on this path, and only for deflate).
 
 use crate::chunks::Face;
-use crate::encoded::{Target, WriteError, WriteErrorKind};
+use crate::encoded::{on_the_gpu, Target};
+use crate::{Error, ErrorKind};
 use h5gds_chunk_codec::format;
 use h5gds_gpu_codec::decode::placement;
 use h5gds_gpu_codec::device::align_up;
@@ -48,7 +49,7 @@ pub fn write<F: Face>(
     (shape, chunk): (&[u64], &[u64]),
     element_size: usize,
 ) -> Result<usize, F::Error> {
-    let device = |e: Failure| target.refuse(WriteErrorKind::Device, e.0);
+    let device = |e: Failure| target.refuse(ErrorKind::Device, on_the_gpu(e.0));
     let chunk_bytes = chunk.iter().product::<u64>() as usize * element_size;
     let encoder =
         Encoder::new(lib, codec, array.stream, chunk_bytes, element_size).map_err(device)?;
@@ -121,7 +122,7 @@ impl<'a> Encoder<'a> {
         (shape, chunk): (&[u64], &[u64]),
         src: CUdeviceptr,
     ) -> Result<(), F::Error> {
-        let failed = |e: Failure| target.refuse(WriteErrorKind::Device, e.0);
+        let failed = |e: Failure| target.refuse(ErrorKind::Device, on_the_gpu(e.0));
         let stream = self.stream;
         let n = batch.len();
         // Edge chunks are stored whole; the part outside the array is zeros.
@@ -151,9 +152,9 @@ impl<'a> Encoder<'a> {
             nvcomp::compress(self.lib, self.codec, stream, &jobs).map_err(|e| failed(e.into()))?;
         for (((offset, _), job), outcome) in batch.iter().zip(&jobs).zip(&outcomes) {
             let at = |e: Failure| {
-                (target.refused)(
-                    WriteError::new(WriteErrorKind::Device, target.name, e.0).at(offset),
-                )
+                let detail = format!("could not be encoded on the GPU: {}", e.0);
+                let failed = Error::new(ErrorKind::Device, detail);
+                (target.refused)(failed.in_dataset(target.name).at_chunk(offset))
             };
             if outcome.status != nvcompStatus_t::nvcompSuccess {
                 let status = nvcomp::status_text(outcome.status);

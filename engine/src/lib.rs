@@ -13,12 +13,14 @@
 //! memory, each of those ways run, the GPU-decoded read among them ([`device`]), the compressed
 //! writes whose chunks h5gds encodes on the host's cores ([`encoded`]) or on the GPU
 //! ([`gpu_encoded`]), and the order every read and write takes, with its verdict lines ([`policy`]).
+//! Every failure is one [`Error`]: a kind for the faces to map, and the facts it names.
 
 pub mod chunks;
 pub mod collective;
 pub mod decoded;
 pub mod device;
 pub mod encoded;
+pub mod error;
 pub mod facts;
 pub mod gpu_decoded;
 pub mod gpu_encoded;
@@ -28,3 +30,5 @@ pub mod staged;
 pub mod stored;
 pub mod tiles;
 pub mod transfer;
+
+pub use error::{Error, Facts, Kind as ErrorKind, Result};

@@ -7,12 +7,12 @@
 
 use crate::device::{with_device_array, DeviceError};
 use crate::device_error;
-use crate::error::io_error;
+use crate::error::engine_error;
 use crate::hdf5;
 use crate::io_call::ArrayArg;
 use cudarc::driver::CudaContext;
 use h5gds_chunk_codec::Filter;
-use h5gds_engine::encoded::{Target, WriteError, WriteErrorKind};
+use h5gds_engine::encoded::Target;
 use h5gds_engine::gpu_encoded::DeviceArray;
 use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::policy::write::{self, CompressedWrite, Memory};
@@ -56,7 +56,7 @@ pub fn encode_write_chunks(
         buffer: address as usize,
         nbytes,
     };
-    if hdf5::prepare(&transfer).map_err(io_error)?.is_none() {
+    if hdf5::prepare(&transfer).map_err(engine_error)?.is_none() {
         return Ok(0);
     }
     let filters: Vec<Filter> = (filters.into_iter())
@@ -67,10 +67,10 @@ pub fn encode_write_chunks(
     let staged = !settings::goes_through_gds(path);
     let facts = RouteFacts {
         staged_by_settings: staged,
-        other_driver: hdf5::other_driver(dataset).map_err(io_error)?,
+        other_driver: hdf5::other_driver(dataset).map_err(engine_error)?,
         ..RouteFacts::default()
     };
-    let threads = (CallSettings::default().nthreads()).map_err(crate::error::setting_error)?;
+    let threads = (CallSettings::default().nthreads()).map_err(engine_error)?;
     let w = CompressedWrite {
         shape: &shape,
         chunk: &chunk,
@@ -84,12 +84,7 @@ pub fn encode_write_chunks(
     let name = &dataset_name;
     py.detach(|| {
         let face = hdf5::h5py_face(dataset, name, DeviceError::Failed)?;
-        let refused = |e: WriteError| match e.kind {
-            WriteErrorKind::Argument | WriteErrorKind::Unsupported => {
-                DeviceError::Argument(e.to_string())
-            }
-            WriteErrorKind::Encoding | WriteErrorKind::Device => DeviceError::Failed(e.to_string()),
-        };
+        let refused = DeviceError::from;
         let target = Target {
             api: face.api,
             dataset,

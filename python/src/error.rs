@@ -1,8 +1,8 @@
 //! Why a device transfer was refused or failed: the one error of the extension's device code,
 //! raised in Python as ValueError (the caller's array or setting) or OSError (CUDA, nvCOMP or
-//! HDF5 failed).
+//! HDF5 failed); and the engine's one error as Python raises it, by its kind alone.
 
-use crate::hdf5::IoError;
+use h5gds_engine::{Error as EngineError, ErrorKind};
 use h5gds_gpu_codec::DeviceFailure;
 use h5gds_runtime::cuda::CudaError;
 use h5gds_runtime::settings::InvalidSetting;
@@ -17,34 +17,46 @@ pub enum DeviceError {
     Failed(String),
 }
 
+/// Whether the engine's error is the caller's (a ValueError) rather than a failure (OSError).
+fn callers(e: &EngineError) -> bool {
+    use ErrorKind::{InvalidArgument, InvalidSetting, Unsupported};
+    matches!(e.kind(), InvalidSetting | InvalidArgument | Unsupported)
+}
+
+impl From<EngineError> for DeviceError {
+    fn from(e: EngineError) -> DeviceError {
+        match callers(&e) {
+            true => DeviceError::Argument(e.to_string()),
+            false => DeviceError::Failed(e.to_string()),
+        }
+    }
+}
+
 impl From<CudaError> for DeviceError {
     fn from(err: CudaError) -> DeviceError {
-        DeviceError::Failed(err.to_string())
+        EngineError::from(err).into()
     }
 }
 
 impl From<InvalidSetting> for DeviceError {
     fn from(invalid: InvalidSetting) -> DeviceError {
-        DeviceError::Argument(invalid.to_string())
+        EngineError::from(invalid).into()
     }
 }
 
 impl From<DeviceFailure> for DeviceError {
     fn from(failure: DeviceFailure) -> DeviceError {
-        DeviceError::Failed(failure.to_string())
+        EngineError::from(failure).into()
     }
 }
 
-/// An invalid setting as Python raises it: a ValueError naming the setting and what it accepts.
-pub fn setting_error(invalid: InvalidSetting) -> PyErr {
-    PyValueError::new_err(invalid.to_string())
-}
-
-/// HDF5's refusals as Python raises them: ValueError for the caller's arguments, OSError for
-/// HDF5's failures.
-pub fn io_error(e: IoError) -> PyErr {
-    match e {
-        IoError::Argument(message) => PyValueError::new_err(message),
-        IoError::Hdf5(message) => PyOSError::new_err(message),
+/// The engine's error (or one that folds into it) as Python raises it: ValueError for the
+/// caller's arguments and settings (naming the setting and what it accepts), OSError for what
+/// failed (HDF5, the file's bytes, CUDA).
+pub fn engine_error(e: impl Into<EngineError>) -> PyErr {
+    let e = e.into();
+    match callers(&e) {
+        true => PyValueError::new_err(e.to_string()),
+        false => PyOSError::new_err(e.to_string()),
     }
 }

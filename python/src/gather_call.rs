@@ -9,9 +9,9 @@
 
 use crate::device;
 use crate::device_error;
+use crate::error::engine_error;
 use crate::hdf5;
 use crate::io_call::{ArrayArg, Phil, Selection, Target};
-use crate::layout::py_error;
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::decoded;
 use h5gds_engine::policy::gather::{Gather, Hdf5Side, Staging};
@@ -124,7 +124,7 @@ fn read_into<'py>(
     if let Some(layout) = target.layout(py)? {
         let stored = layout.get().stored();
         let read = py.detach(|| gather.with(|g| g.stored(stored, &mut *out)));
-        if read.map_err(py_error)? {
+        if read.map_err(engine_error)? {
             return Ok(());
         }
     }
@@ -145,7 +145,7 @@ fn read_into<'py>(
             layout: &facts.layout,
             declined,
             face,
-            failed: &crate::error::io_error,
+            failed: &|e| engine_error(e),
         };
         gather.with(|g| g.through_hdf5(side, out))
     })

@@ -10,7 +10,7 @@
 
 use crate::device::{self, DeviceTransfer};
 use crate::device_error;
-use crate::error::{io_error, setting_error};
+use crate::error::engine_error;
 use crate::hdf5::{self, DatasetFacts, Hid, StoredLayout};
 use crate::known_read::{cached_layout, Cached};
 use crate::layout::{DeviceOut, Layout};
@@ -18,8 +18,7 @@ use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::decoded::{self, Decoded, Plan};
 use h5gds_engine::policy::host_read::{self, HostFace};
 use h5gds_engine::policy::settings::CallSettings;
-use h5gds_engine::stored::{Stored, StoredError};
-use h5gds_runtime::settings::InvalidSetting;
+use h5gds_engine::stored::Stored;
 use pyo3::exceptions::PyOSError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -276,7 +275,7 @@ impl<'py> Call<'py> {
 
     /// A write from a host array: one H5Dwrite. The caller holds h5py's lock.
     fn write_host(&self, py: Python<'py>) -> PyResult<()> {
-        let Some(prepared) = hdf5::prepare(&self.transfer()?).map_err(io_error)? else {
+        let Some(prepared) = hdf5::prepare(&self.transfer()?).map_err(engine_error)? else {
             return Ok(());
         };
         // SAFETY: this call holds the array whose address and size `prepare` checked against the
@@ -302,8 +301,8 @@ impl<'py> Call<'py> {
                 self.array.dtype.str()?
             ))
         };
-        let prepared = hdf5::prepare(&self.transfer()?).map_err(io_error)?;
-        let other_driver = hdf5::other_driver(self.dataset).map_err(io_error)?;
+        let prepared = hdf5::prepare(&self.transfer()?).map_err(engine_error)?;
+        let other_driver = hdf5::other_driver(self.dataset).map_err(engine_error)?;
         let transfer = DeviceTransfer {
             role: if self.write { "array" } else { "out" },
             dataset_name: &name,
@@ -370,7 +369,7 @@ impl HostFace for HostRead<'_, '_> {
 
     fn facts(&self) -> PyResult<(StoredLayout, Option<String>)> {
         self.locked()?;
-        let prepared = hdf5::prepare(&self.call.transfer()?).map_err(io_error)?;
+        let prepared = hdf5::prepare(&self.call.transfer()?).map_err(engine_error)?;
         let _ = self.prepared.set(prepared);
         let (dataset, mem_type) = (self.call.dataset, self.call.target.mem_type()?);
         let facts = hdf5::dataset_facts(dataset, mem_type).map_err(PyOSError::new_err)?;
@@ -409,12 +408,8 @@ impl HostFace for HostRead<'_, '_> {
         self.py.detach(work)
     }
 
-    fn stored_error(&self, e: StoredError) -> PyErr {
-        crate::layout::py_error(e)
-    }
-
-    fn setting_error(&self, e: InvalidSetting) -> PyErr {
-        setting_error(e)
+    fn error(&self, e: h5gds_engine::Error) -> PyErr {
+        engine_error(e)
     }
 }
 

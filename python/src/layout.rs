@@ -7,15 +7,16 @@
 
 use crate::device::{self, DeviceError};
 use crate::device_error;
+use crate::error::engine_error;
 use crate::hdf5::{self, Hid};
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::policy::device_read::{read_stored, StoredRead};
 use h5gds_engine::policy::host_read;
 use h5gds_engine::policy::settings::CallSettings;
-use h5gds_engine::stored::{self, Stored, StoredError};
+use h5gds_engine::stored::{self, Stored};
 use h5gds_route::route::Transfer;
 use h5gds_runtime::settings::environment_device_path;
-use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
 /// A dataset's storage, resolved once; `read` serves selections of it with no HDF5 call.
@@ -25,15 +26,6 @@ pub struct Layout {
     /// The driver the file is open with when it is not `gds` (sec2: `hdf5::direct_file` serves
     /// those two only), which reads only into host memory.
     other_driver: Option<String>,
-}
-
-/// The engine's errors as Python's: the caller's selection, buffer or settings a ValueError,
-/// the file's bytes an OSError.
-pub(crate) fn py_error(e: StoredError) -> PyErr {
-    match e {
-        StoredError::Invalid(e) => PyValueError::new_err(e),
-        failed => PyOSError::new_err(failed.to_string()),
-    }
 }
 
 /// The engine's debug lines, through the driver's logger, as `h5gds.read`'s.
@@ -160,7 +152,7 @@ impl Layout {
             other_driver: self.other_driver.clone(),
             ..Transfer::default()
         };
-        let path = environment_device_path().map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let path = environment_device_path().map_err(engine_error)?;
         let read = StoredRead {
             selection: sel,
             nbytes: out.nbytes,
@@ -174,10 +166,7 @@ impl Layout {
             device::copy_with_host(address, nbytes, claimed, stream, host, true)
         };
         let stored = || Ok(Some(&self.stored));
-        let error = |e: StoredError| match e {
-            StoredError::Invalid(m) => DeviceError::Argument(m),
-            failed => DeviceError::Failed(failed.to_string()),
-        };
+        let error = DeviceError::from;
         py.detach(|| {
             read_stored(
                 read,
@@ -212,7 +201,7 @@ impl Layout {
             let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
             host_read::read_stored(&self.stored, sel, out, settings)
         })
-        .map_err(py_error)
+        .map_err(engine_error)
     }
 
     /// The dataset's shape.

@@ -207,8 +207,8 @@ fn settings_loads() -> usize {
 /// setting and what it accepts.
 #[pyfunction]
 fn staged_by_settings() -> PyResult<bool> {
-    h5gds_engine::policy::settings::check().map_err(error::setting_error)?;
-    let path = settings::environment_device_path().map_err(error::setting_error)?;
+    h5gds_engine::policy::settings::check().map_err(error::engine_error)?;
+    let path = settings::environment_device_path().map_err(error::engine_error)?;
     Ok(path == DevicePath::Staged)
 }
 

@@ -29,7 +29,8 @@ use crate::device::{
 use crate::facts::StoredLayout;
 use crate::gpu_decoded::{self, CompressedRead};
 use crate::staged::NotBool;
-use crate::stored::{Stored, StoredError};
+use crate::stored::Stored;
+use crate::Error;
 use h5gds::VfdSettings;
 use h5gds_chunk_codec::{Decoding, Hyperslab, Pipeline, RawChunks};
 use h5gds_route::route::{blocker, data_blocker, plan, Decoder, Route, Storage, Transfer};
@@ -111,10 +112,10 @@ pub fn read_stored<'a, 's, E>(
     stored: impl FnOnce() -> Result<Option<&'a Stored>, E>,
     vfd: impl Fn() -> Result<&'s VfdSettings, String>,
     copy: impl FnOnce(*const u8) -> Result<(), E>,
-    error: impl Fn(StoredError) -> E,
+    error: impl Fn(Error) -> E,
 ) -> Result<bool, E> {
     let (sel, nbytes) = (read.selection, read.nbytes);
-    let invalid = |e: String| error(StoredError::Invalid(e));
+    let invalid = |e: String| error(Error::invalid(e));
     if nbytes == 0 || data_blocker(read.facts).is_some() {
         return Ok(false);
     }
@@ -151,7 +152,7 @@ pub fn read_stored<'a, 's, E>(
     let threads = || vfd().map(|v| v.nthreads);
     let threads = stored
         .threads_for(nbytes, &parts, &threads)
-        .map_err(&error)?;
+        .map_err(|e| error(e.into()))?;
     let words = format_args!("{PINNED}, read with no HDF5 call: {}", staged.why);
     verdict(stored.name(), nbytes as u64, &spanned(sel), "stored", words);
     let mut host = pinned::Taken::new(nbytes);
@@ -159,7 +160,7 @@ pub fn read_stored<'a, 's, E>(
     let out = unsafe { std::slice::from_raw_parts_mut(host.as_mut_ptr(), nbytes) };
     stored
         .read_served(sel, &parts, out, threads)
-        .map_err(&error)?;
+        .map_err(|e| error(e.into()))?;
     copy(host.as_mut_ptr())?;
     Ok(true)
 }

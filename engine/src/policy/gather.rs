@@ -21,8 +21,9 @@ use crate::chunks::{Face, StoredChunks};
 use crate::decoded::{self, chunks_touched};
 use crate::facts::StoredLayout;
 use crate::rows::{RowPlan, RowRuns};
-use crate::stored::{Stored, StoredError, Threads};
-use crate::transfer::{prepare, prepare_gather_in_groups, GatherRead, IoError, Transfer};
+use crate::stored::{Stored, Threads};
+use crate::transfer::{prepare, prepare_gather_in_groups, GatherRead, Transfer};
+use crate::Error;
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_runtime::hdf5::{hid_t, Hdf5Api};
 use h5gds_runtime::pinned;
@@ -68,7 +69,7 @@ pub struct Hdf5Side<'a, F: Face> {
     pub layout: &'a StoredLayout,
     pub declined: Option<String>,
     pub face: F,
-    pub failed: &'a dyn Fn(IoError) -> F::Error,
+    pub failed: &'a dyn Fn(Error) -> F::Error,
 }
 
 impl Gather<'_> {
@@ -87,8 +88,8 @@ impl Gather<'_> {
     /// Way 1: reads the rows into `out` (one row per index, in the caller's order) from `stored`
     /// with no HDF5 call; false, with nothing read, where the storage does not serve them (chunks
     /// never written): then [`Gather::through_hdf5`].
-    pub fn stored(&self, stored: &Stored, out: &mut [u8]) -> Result<bool, StoredError> {
-        self.check(out.len()).map_err(StoredError::Invalid)?;
+    pub fn stored(&self, stored: &Stored, out: &mut [u8]) -> Result<bool, Error> {
+        self.check(out.len()).map_err(Error::invalid)?;
         let (plan, rest, threads) = (self.plan, &self.rest, self.threads);
         let rows = plan.len() as u64;
         if !plan.in_order()
@@ -102,8 +103,8 @@ impl Gather<'_> {
             return Ok(true);
         }
         let (runs, distinct) = (plan.runs(), plan.distinct() as u64);
-        let read = |rows: &mut [u8]| stored.gather(runs, distinct, rest, rows, threads);
-        let done = self.distinct_rows(out, read, StoredError::Invalid)?;
+        let read = |rows: &mut [u8]| Ok(stored.gather(runs, distinct, rest, rows, threads)?);
+        let done = self.distinct_rows(out, read, Error::invalid)?;
         if done {
             super::say(format_args!(
                 "gather of {:?}: way=gather-stored: {distinct} distinct rows in {} runs, with no \
@@ -123,7 +124,7 @@ impl Gather<'_> {
         out: &mut [u8],
     ) -> Result<(), F::Error> {
         let failed = h.failed;
-        let argument = |message| failed(IoError::Argument(message));
+        let argument = |message| failed(Error::invalid(message));
         self.check(out.len()).map_err(argument)?;
         let read = |rows: &mut [u8]| self.distinct_through_hdf5(h, rows).map(|()| true);
         self.distinct_rows(out, read, argument).map(drop)
@@ -136,10 +137,7 @@ impl Gather<'_> {
         out: &mut [u8],
     ) -> Result<(), F::Error> {
         let failed = h.failed;
-        let why = match self
-            .decoding(&h)
-            .map_err(|e| failed(IoError::Argument(e)))?
-        {
+        let why = match self.decoding(&h).map_err(|e| failed(Error::invalid(e)))? {
             Ok((plan, runs)) => return self.decoded(h, plan, &runs, out),
             Err(why) => why,
         };
@@ -162,7 +160,7 @@ impl Gather<'_> {
                 // `prepare_gather_in_groups`, the parts one after another inside `out`, which is
                 // borrowed mutably through the reads.
                 unsafe { prepared.run() }
-                    .map_err(|m| IoError::Hdf5(format!("H5Dread of the rows failed: {m}")))?;
+                    .map_err(|m| Error::hdf5(format!("H5Dread of the rows failed: {m}")))?;
             }
             Ok(reads.len())
         });

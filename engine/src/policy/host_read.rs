@@ -8,9 +8,9 @@
 use super::settings::CallSettings;
 use crate::decoded::{self, Decoded, Plan};
 use crate::facts::StoredLayout;
-use crate::stored::{Stored, StoredError};
+use crate::stored::Stored;
+use crate::Error;
 use h5gds_chunk_codec::Hyperslab;
-use h5gds_runtime::settings::InvalidSetting;
 
 /// The way a read took, as its verdict line names it (`way=...`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,11 +65,8 @@ pub trait HostFace {
         work()
     }
 
-    /// The engine's error of a read with no HDF5 call, as the face's.
-    fn stored_error(&self, e: StoredError) -> Self::Error;
-
-    /// An invalid setting, as the face's error.
-    fn setting_error(&self, e: InvalidSetting) -> Self::Error;
+    /// The engine's error, as the face's.
+    fn error(&self, e: Error) -> Self::Error;
 }
 
 /// Reads `sel` of the face's dataset into `out` (its elements, row-major, in the read's memory
@@ -84,7 +81,7 @@ pub fn read<F: HostFace>(
 ) -> Result<Way, F::Error> {
     if let Some(stored) = face.stored()? {
         let served = face.unlocked(|| read_stored(stored, &sel, out, settings));
-        if served.map_err(|e| face.stored_error(e))? {
+        if served.map_err(|e| face.error(e))? {
             return Ok(Way::Stored);
         }
     }
@@ -92,7 +89,7 @@ pub fn read<F: HostFace>(
     let chunked = matches!(layout, StoredLayout::Chunked { .. });
     // The thread count is asked only where h5gds may decode.
     let threads = match chunked && conversion.is_none() {
-        true => settings.nthreads().map_err(|e| face.setting_error(e))?,
+        true => settings.nthreads().map_err(|e| face.error(e.into()))?,
         false => 1,
     };
     let elements: u64 = sel.count.iter().product();
@@ -102,7 +99,7 @@ pub fn read<F: HostFace>(
     };
     let rank = sel.count.len();
     let planned = decoded::plan(&layout, conversion.as_deref(), rank, element_size, threads)
-        .map_err(|e| face.setting_error(e))?
+        .map_err(|e| face.error(e.into()))?
         .and_then(|plan| {
             let touched = decoded::chunks_touched(plan.chunk(), [sel]);
             plan.spread_over(touched, "the selection lies")
@@ -134,12 +131,12 @@ pub fn read_stored(
     sel: &Hyperslab,
     out: &mut [u8],
     settings: &CallSettings,
-) -> Result<bool, StoredError> {
-    stored.check(sel, out.len()).map_err(StoredError::Invalid)?;
+) -> Result<bool, Error> {
+    stored.check(sel, out.len()).map_err(Error::invalid)?;
     if out.is_empty() {
         return Ok(true);
     }
-    let Some(parts) = stored.serves(sel).map_err(StoredError::Invalid)? else {
+    let Some(parts) = stored.serves(sel).map_err(Error::invalid)? else {
         return Ok(false);
     };
     let nthreads = || settings.nthreads().map_err(|e| e.to_string());

@@ -7,8 +7,9 @@
 //! `way=gpu-encoded` or `way=host-encoded`.
 
 use crate::chunks::Face;
-use crate::encoded::{HostEncoder, Target, WriteErrorKind};
+use crate::encoded::{cannot_encode, on_the_gpu, HostEncoder, Target};
 use crate::gpu_encoded::{self, DeviceArray};
+use crate::ErrorKind;
 use h5gds_chunk_codec::Filter;
 use h5gds_gpu_codec::nvcomp;
 use h5gds_route::route::{filter_name, gpu_encode, GpuCodec};
@@ -84,7 +85,7 @@ pub fn encoder(w: &CompressedWrite) -> Encoder {
 /// Writes every chunk of the dataset `target` from `memory` (its elements, row-major), encoded
 /// where [`encoder`] says (a host array on the host); returns the number of chunks written. The dataset is new, chunked as
 /// `w` says, with the filters `w` names. Errors are the face's: HDF5's refusals through its
-/// `Face`, the rest as a `WriteError` through `target.refused`. On an error nothing more is
+/// `Face`, the rest as an engine `Error` through `target.refused`. On an error nothing more is
 /// written.
 pub fn write<F: Face>(
     target: Target<'_, F>,
@@ -99,7 +100,7 @@ pub fn write<F: Face>(
     };
     if nbytes != elements * w.element_size {
         return Err(target.refuse(
-            WriteErrorKind::Argument,
+            ErrorKind::InvalidArgument,
             format!(
                 "the array holds {nbytes} bytes, not the {elements} elements of {} bytes of its \
                  shape {shape:?}",
@@ -114,7 +115,7 @@ pub fn write<F: Face>(
         chunk.len() == shape.len() && chunk.iter().zip(shape).all(|(&c, &n)| c > 0 && c <= n);
     if !fits {
         return Err(target.refuse(
-            WriteErrorKind::Argument,
+            ErrorKind::InvalidArgument,
             format!(
                 "chunk shape {chunk:?} does not fit its shape {shape:?}: one entry per axis, each \
                  between 1 and the length there"
@@ -126,8 +127,8 @@ pub fn write<F: Face>(
         Memory::Host(_) => "the array is in host memory".to_string(),
         Memory::Device(array, _) => match encoder(w) {
             Encoder::Gpu(codec) => {
-                let lib =
-                    nvcomp::library().map_err(|e| target.refuse(WriteErrorKind::Device, e))?;
+                let lib = nvcomp::library()
+                    .map_err(|e| target.refuse(ErrorKind::Device, on_the_gpu(e)))?;
                 let layout = (shape, chunk);
                 let written =
                     gpu_encoded::write(&target, lib, codec, array, layout, w.element_size)?;
@@ -141,7 +142,7 @@ pub fn write<F: Face>(
         },
     };
     let encoder = HostEncoder::for_filters(w.filters, w.element_size)
-        .map_err(|reason| target.refuse(WriteErrorKind::Unsupported, reason))?;
+        .map_err(|reason| target.refuse(ErrorKind::Unsupported, cannot_encode(reason)))?;
     let copy;
     let bytes = match memory {
         Memory::Host(bytes) => bytes,
@@ -173,8 +174,8 @@ fn host_copy<F: Face>(
         .and_then(|()| synchronize(array.stream))
         .map_err(|e| {
             target.refuse(
-                WriteErrorKind::Device,
-                format!("copying the array to the host: {e}"),
+                ErrorKind::Device,
+                format!("copying the array to the host failed: {e}"),
             )
         })?;
     Ok(bytes)
@@ -184,7 +185,7 @@ fn host_copy<F: Face>(
 mod tests {
     use super::*;
     use crate::chunks::CallFailed;
-    use crate::encoded::WriteError;
+    use crate::Error;
     use h5gds_runtime::hdf5::Hdf5Api;
 
     fn filters(ids: &[i32]) -> Vec<Filter> {
@@ -259,8 +260,8 @@ mod tests {
     fn a_buffer_or_chunk_that_does_not_fit_the_shape_is_refused_naming_the_dataset() {
         let api = Hdf5Api::from_symbols(|_| None);
         let kinds = std::cell::RefCell::new(Vec::new());
-        let refused = |e: WriteError| {
-            kinds.borrow_mut().push(e.kind);
+        let refused = |e: Error| {
+            kinds.borrow_mut().push(e.kind());
             e.to_string()
         };
         let target = || Target {
@@ -290,7 +291,7 @@ mod tests {
             wide.starts_with("dataset /g/x: chunk shape [2, 7] does not fit its shape [4, 6]"),
             "{wide}"
         );
-        assert_eq!(*kinds.borrow(), [WriteErrorKind::Argument; 2]);
+        assert_eq!(*kinds.borrow(), [ErrorKind::InvalidArgument; 2]);
         // An empty array writes nothing, whatever its chunks.
         let empty = CompressedWrite {
             shape: &[0, 6],

@@ -1,8 +1,9 @@
 //! The selection of a gather: rows of a dataset's first axis, given as sorted runs, selected as
 //! a union of hyperslabs. The caller holds the HDF5's lock.
 
-use super::{check_buffer, dataset_space, hyperslab_elements, stack, Hid, IoError, Prepared};
+use super::{check_buffer, dataset_space, hyperslab_elements, stack, Hid, Prepared};
 use super::{Space, H5S_SELECT_SET};
+use crate::Error;
 use h5gds_runtime::hdf5::Hdf5Api;
 use std::ffi::c_int;
 
@@ -29,29 +30,29 @@ const H5S_SELECT_OR: c_int = 1;
 
 /// Checks a gather's ids, runs and sizes against HDF5 and builds its dataspaces (see
 /// [`GatherRead`]); what it returns runs with [`Prepared::run`].
-fn prepare_gather(api: &'static Hdf5Api, g: &GatherRead) -> Result<Option<Prepared>, IoError> {
+fn prepare_gather(api: &'static Hdf5Api, g: &GatherRead) -> Result<Option<Prepared>, Error> {
     let (file_space, dims) = dataset_space(api, g.dataset, g.mem_type)?;
     let dims = &dims[..];
     let Some((&rows, rest_dims)) = dims.split_first() else {
-        return Err(IoError::Argument(
-            "a gather selects rows of the first axis, and the dataset is a scalar".into(),
+        return Err(Error::invalid(
+            "a gather selects rows of the first axis, and the dataset is a scalar",
         ));
     };
     if [g.rest_start.len(), g.rest_step.len(), g.rest_count.len()] != [rest_dims.len(); 3] {
-        return Err(IoError::Argument(format!(
+        return Err(Error::invalid(format!(
             "the selection of the axes after the first has {} axes, the dataset {}",
             g.rest_count.len(),
             rest_dims.len()
         )));
     }
     let rest = (g.rest_start, g.rest_step, g.rest_count);
-    let row_elements = hyperslab_elements(rest_dims, rest, 1).map_err(IoError::Argument)?;
+    let row_elements = hyperslab_elements(rest_dims, rest, 1).map_err(Error::invalid)?;
     let mut selected_rows: u64 = 0;
     let mut end = 0;
     for &(first, length) in g.runs {
         let past = first.checked_add(length);
         if length == 0 || first < end || past.is_none_or(|p| p > rows) {
-            return Err(IoError::Argument(format!(
+            return Err(Error::invalid(format!(
                 "rows {first}..{} are not a run after row {end} inside the first axis of size \
                  {rows}",
                 first.saturating_add(length)
@@ -91,13 +92,13 @@ pub fn prepare_gather_in_groups(
     api: &'static Hdf5Api,
     g: &GatherRead,
     runs_per_read: usize,
-) -> Result<Vec<Prepared>, IoError> {
+) -> Result<Vec<Prepared>, Error> {
     let rows: u64 = g.runs.iter().map(|&(_, length)| length).sum();
     if rows == 0 {
         return Ok(Vec::new());
     }
     if g.nbytes as u64 % rows != 0 {
-        return Err(IoError::Argument(format!(
+        return Err(Error::invalid(format!(
             "the buffer has {} bytes, not a whole number of rows for the {rows} rows of the \
              gather",
             g.nbytes
@@ -142,7 +143,7 @@ fn select_runs(
     (dims, modify): (&[u64], Modify),
     mut slab: (Vec<u64>, Vec<u64>, Vec<u64>),
     runs: &[(u64, u64)],
-) -> Result<(), IoError> {
+) -> Result<(), Error> {
     if runs.len() > RUNS_ONE_BY_ONE {
         let (left, right) = runs.split_at(runs.len() / 2);
         select_runs(space, (dims, modify), slab.clone(), left)?;
@@ -150,7 +151,7 @@ fn select_runs(
         select_runs(&other, (dims, modify), slab, right)?;
         // SAFETY: two valid dataspaces of the same extent.
         if unsafe { modify(space.id(), H5S_SELECT_OR, other.id()) } < 0 {
-            return Err(IoError::Hdf5(stack(space.1)));
+            return Err(Error::hdf5(stack(space.1)));
         }
         return Ok(());
     }

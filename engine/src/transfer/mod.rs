@@ -8,7 +8,8 @@ mod gather;
 
 pub use gather::{prepare_gather_in_groups, GatherRead};
 
-use h5gds_runtime::hdf5::{hid_t as Hid, Hdf5Api, MissingSymbol};
+use crate::Error;
+use h5gds_runtime::hdf5::{hid_t as Hid, Hdf5Api};
 use h5gds_runtime::hdf5::{stack, Hdf5Error, IdKind, Owned};
 use std::ffi::{c_int, c_void};
 
@@ -22,29 +23,16 @@ const H5S_SELECT_SET: c_int = 0;
 /// HDF5's largest rank (checked against real headers by tests/abi_layout.rs).
 const MAX_RANK: usize = h5gds_runtime::hdf5::H5S_MAX_RANK;
 
-/// Why a call failed: a wrong argument (the caller's mistake) or HDF5 refusing the operation.
-#[derive(Debug)]
-pub enum IoError {
-    Argument(String),
-    Hdf5(String),
-}
-
-impl From<MissingSymbol> for IoError {
-    fn from(missing: MissingSymbol) -> IoError {
-        IoError::Hdf5(missing.to_string())
-    }
-}
-
 /// A dataspace, closed when dropped, and the table of its HDF5.
 struct Space(Owned, &'static Hdf5Api);
 
 impl Space {
     /// Owns the id a dataspace call returned, or reports HDF5's error for a failed one.
-    fn new(id: Hid, api: &'static Hdf5Api) -> Result<Space, IoError> {
+    fn new(id: Hid, api: &'static Hdf5Api) -> Result<Space, Error> {
         match Owned::new(api, IdKind::Dataspace, id, "a dataspace call") {
             Ok(owned) => Ok(Space(owned, api)),
-            Err(Hdf5Error::Failed { stack, .. }) => Err(IoError::Hdf5(stack)),
-            Err(missing) => Err(IoError::Hdf5(missing.to_string())),
+            Err(Hdf5Error::Failed { stack, .. }) => Err(Error::hdf5(stack)),
+            Err(missing) => Err(Error::hdf5(missing.to_string())),
         }
     }
 
@@ -53,7 +41,7 @@ impl Space {
     }
 
     /// A simple dataspace of `shape` (at most HDF5's largest rank).
-    fn simple(api: &'static Hdf5Api, shape: &[u64]) -> Result<Space, IoError> {
+    fn simple(api: &'static Hdf5Api, shape: &[u64]) -> Result<Space, Error> {
         let rank = shape.len() as c_int;
         // SAFETY: `shape` holds `rank` dimensions; no maximum dimensions (NULL).
         let id = unsafe { (api.H5Screate_simple?)(rank, shape.as_ptr(), std::ptr::null()) };
@@ -61,7 +49,7 @@ impl Space {
     }
 
     /// A copy of `dataset`'s dataspace (an id HDF5 checks).
-    fn of(api: &'static Hdf5Api, dataset: Hid) -> Result<Space, IoError> {
+    fn of(api: &'static Hdf5Api, dataset: Hid) -> Result<Space, Error> {
         // SAFETY: a plain query; an invalid id yields an error code.
         Space::new(unsafe { (api.H5Dget_space?)(dataset) }, api)
     }
@@ -77,26 +65,26 @@ impl Space {
         start: &[u64],
         step: &[u64],
         count: &[u64],
-    ) -> Result<(), IoError> {
+    ) -> Result<(), Error> {
         let (api, null) = (self.1, std::ptr::null());
         let (start, step, count) = (start.as_ptr(), step.as_ptr(), count.as_ptr());
         // SAFETY: arrays of the space's rank, as the caller guarantees; block NULL means blocks
         // of 1.
         let status = unsafe { (api.H5Sselect_hyperslab?)(self.id(), op, start, step, count, null) };
         match status < 0 {
-            true => Err(IoError::Hdf5(stack(api))),
+            true => Err(Error::hdf5(stack(api))),
             false => Ok(()),
         }
     }
 
     /// Checks that the selection holds the `elements` the caller counted (`what`: the
     /// selection's holder and the caller's request, as the refusal names them).
-    fn check_selected(&self, elements: u64, (holder, what): (&str, &str)) -> Result<(), IoError> {
+    fn check_selected(&self, elements: u64, (holder, what): (&str, &str)) -> Result<(), Error> {
         // SAFETY: a valid dataspace.
         let selected = unsafe { (self.1.H5Sget_select_npoints?)(self.id()) };
         if selected != elements as i64 {
             stack(self.1);
-            return Err(IoError::Argument(format!(
+            return Err(Error::invalid(format!(
                 "the dataset has no data to select (its {holder} holds {selected} elements, the \
                  {what} {elements})"
             )));
@@ -105,10 +93,9 @@ impl Space {
     }
 }
 
-impl From<IoError> for String {
-    fn from(e: IoError) -> String {
-        let (IoError::Argument(message) | IoError::Hdf5(message)) = e;
-        message
+impl From<Error> for String {
+    fn from(e: Error) -> String {
+        e.to_string()
     }
 }
 
@@ -145,13 +132,13 @@ fn dataset_space(
     api: &'static Hdf5Api,
     dataset: Hid,
     mem_type: Hid,
-) -> Result<(Space, Vec<Hsize>), IoError> {
+) -> Result<(Space, Vec<Hsize>), Error> {
     // SAFETY: plain queries; an invalid id yields an error code (the stack is cleared below).
     let (dset_kind, type_kind) =
         unsafe { ((api.H5Iget_type?)(dataset), (api.H5Iget_type?)(mem_type)) };
     if dset_kind != H5I_DATASET || type_kind != H5I_DATATYPE {
         stack(api);
-        return Err(IoError::Argument(format!(
+        return Err(Error::invalid(format!(
             "id {dataset} is not an open dataset or id {mem_type} not a datatype"
         )));
     }
@@ -162,7 +149,7 @@ fn dataset_space(
         (api.H5Sget_simple_extent_dims?)(file_space.id(), dims.as_mut_ptr(), std::ptr::null_mut())
     };
     if rank < 0 {
-        return Err(IoError::Hdf5(stack(api)));
+        return Err(Error::hdf5(stack(api)));
     }
     Ok((file_space, dims[..rank as usize].to_vec()))
 }
@@ -199,13 +186,13 @@ fn check_buffer(
     mem_type: Hid,
     (elements, nbytes): (u64, usize),
     what: &str,
-) -> Result<(), IoError> {
+) -> Result<(), Error> {
     // SAFETY: a valid datatype id.
     let type_size = unsafe { (api.H5Tget_size?)(mem_type) };
     let needed = (elements as u128) * (type_size as u128);
     if type_size == 0 || needed != nbytes as u128 {
         stack(api);
-        return Err(IoError::Argument(format!(
+        return Err(Error::invalid(format!(
             "the buffer has {nbytes} bytes, the {what} needs {needed} ({elements} elements of \
              {type_size} bytes)"
         )));
@@ -215,21 +202,21 @@ fn check_buffer(
 
 /// Checks every argument against HDF5 and builds the dataspaces. `Ok(None)`: nothing to move
 /// (an empty selection). `api`: the table of the HDF5 that opened the dataset.
-pub fn prepare(api: &'static Hdf5Api, t: &Transfer) -> Result<Option<Prepared>, IoError> {
+pub fn prepare(api: &'static Hdf5Api, t: &Transfer) -> Result<Option<Prepared>, Error> {
     let (file_space, dims) = dataset_space(api, t.dataset, t.mem_type)?;
     let dims = &dims[..];
     if [t.start.len(), t.step.len(), t.count.len()] != [dims.len(); 3] {
-        return Err(IoError::Argument(format!(
+        return Err(Error::invalid(format!(
             "the selection has {} axes, the dataset {}",
             t.count.len(),
             dims.len()
         )));
     }
     let elements =
-        hyperslab_elements(dims, (t.start, t.step, t.count), 0).map_err(IoError::Argument)?;
+        hyperslab_elements(dims, (t.start, t.step, t.count), 0).map_err(Error::invalid)?;
     let mem_elements = t.mem_shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
     if mem_elements != Some(elements) || t.mem_shape.len() > MAX_RANK {
-        return Err(IoError::Argument(format!(
+        return Err(Error::invalid(format!(
             "the memory shape {:?} does not hold the {elements} elements selected",
             t.mem_shape
         )));

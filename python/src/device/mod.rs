@@ -20,7 +20,7 @@ use cudarc::driver::{CudaContext, CudaStream};
 use h5gds_chunk_codec::{ChunkIndex, Hyperslab, Pipeline};
 use h5gds_engine::chunks::StoredChunks;
 use h5gds_engine::decoded;
-use h5gds_engine::device::{self, Face, Note, ReadFace, Selected, Step};
+use h5gds_engine::device::{self, Face, ReadFace, Selected, Step};
 use h5gds_engine::policy::device_read::{self, ReadRoute};
 use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::staged::{self, NotBool, ThreadLane};
@@ -116,13 +116,12 @@ pub fn run(t: DeviceTransfer, layout: StoredLayout, stored_size: usize) -> Resul
     let face = Moving {
         t: &t,
         context: pointer.context,
-        staging_size,
     };
     let done = if t.write {
         let staged = device::staged_reason(&storage, &region, blocker(&facts));
         // SAFETY: the address range lies inside one device allocation (checked above) and holds
         // the selection in the memory type (checked by `prepare`).
-        unsafe { device::write(&face, &io, staged.as_deref()) }
+        unsafe { device::write(&face, &io, t.dataset_name, staged.as_deref()) }
     } else {
         // As the engine's host-decoded reads decide: the filters as stored (client values too).
         let host = match (&layout, declined) {
@@ -148,11 +147,10 @@ pub fn run(t: DeviceTransfer, layout: StoredLayout, stored_size: usize) -> Resul
 }
 
 /// A transfer as the engine's device transfer sees it: h5py's lock held by the caller, the
-/// runtime's streams of the array's context, errors and log lines naming the dataset.
+/// runtime's streams of the array's context, errors naming the dataset.
 struct Moving<'a> {
     t: &'a DeviceTransfer<'a>,
     context: DeviceContext,
-    staging_size: usize,
 }
 
 impl Face for Moving<'_> {
@@ -178,20 +176,6 @@ impl Face for Moving<'_> {
             Step::Staged => format!("H5D{op} failed: {m}"),
             Step::NeverWritten => format!("H5Dread of the chunk never written failed: {m}"),
             Step::Codec => m,
-        })
-    }
-
-    fn note(&self, note: Note) {
-        let (name, nbytes, size) = (self.t.dataset_name, self.t.nbytes, self.staging_size);
-        h5gds::with_logging(|| match note {
-            Note::Direct(_) => tracing::info!(
-                "h5gds.write {name:?}: {nbytes} bytes straight from device memory through the \
-                 gds driver"
-            ),
-            Note::Staged(_, reason) => tracing::info!(
-                "h5gds.write {name:?}: {nbytes} bytes from device memory through pinned host \
-                 memory (pieces of up to {size} bytes): {reason}"
-            ),
         })
     }
 }

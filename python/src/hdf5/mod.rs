@@ -14,7 +14,8 @@ pub use chunks::{chunk_index, h5py_face, stored_chunks, H5pyFace};
 pub use facts::{
     dataset_dims, dataset_facts, object_name, read_only_file, DatasetFacts, StoredLayout,
 };
-pub use h5gds_engine::transfer::{IoError, Prepared, Transfer};
+pub use h5gds_engine::transfer::{Prepared, Transfer};
+use h5gds_engine::Error;
 
 // HDF5's error stack as one line, read and cleared: the engine's one reading of it.
 use h5gds_engine::transfer;
@@ -31,14 +32,14 @@ pub(crate) fn api() -> Result<&'static Hdf5Api, String> {
 }
 
 /// `h5gds_engine::transfer::prepare` in h5py's HDF5.
-pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, IoError> {
-    transfer::prepare(api().map_err(IoError::Hdf5)?, t)
+pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, Error> {
+    transfer::prepare(api().map_err(Error::hdf5)?, t)
 }
 
 /// The driver the file holding `dataset` is open with: `None` when it is h5gds's `gds` driver,
 /// else its name (or a description when HDF5 cannot tell). The caller holds h5py's lock.
-pub fn other_driver(dataset: Hid) -> Result<Option<String>, IoError> {
-    let api = api().map_err(IoError::Hdf5)?;
+pub fn other_driver(dataset: Hid) -> Result<Option<String>, Error> {
+    let api = api().map_err(Error::hdf5)?;
     let (Ok(file_of), Ok(access_of), Ok(driver_of), Ok(class_of)) = (
         api.H5Iget_file_id,
         api.H5Fget_access_plist,
@@ -49,8 +50,7 @@ pub fn other_driver(dataset: Hid) -> Result<Option<String>, IoError> {
     };
     // SAFETY: plain queries on ids HDF5 checks, each id opened here owned by an `Owned`.
     unsafe {
-        let file = Owned::new(api, IdKind::File, file_of(dataset), "H5Iget_file_id")
-            .map_err(|e| IoError::Hdf5(e.to_string()))?;
+        let file = Owned::new(api, IdKind::File, file_of(dataset), "H5Iget_file_id")?;
         let fapl = Owned::new(
             api,
             IdKind::PropertyList,
