@@ -40,8 +40,9 @@ cargo test -p h5gds-tests --features mpi --test mpi
 # where the machine gives the staged path fails here.
 H5GDS_TEST_REAL_CUDA=1 H5GDS_TEST_EMULATED_MACHINE=h200-vm cargo test -p h5gds-tests --test device_paths
 .venv/bin/python -m pytest -q tests/python
-# The face-parity test (python/tests/test_face_parity.py) runs each scenario through array-io too.
-cargo build -p array-io --example face_probe
+# The face-parity test (python/tests/test_face_parity.py) runs each scenario through array-io too
+# (its collective rows under mpirun: the probe built with the feature `mpi`).
+cargo build -p array-io --features mpi --example face_probe
 
 # The Python package as a user gets it: the wheel (maturin, pyproject.toml) installed into fresh
 # environments with h5py and numpy from PyPI, so a file missing from the wheel fails here; once

@@ -7,6 +7,11 @@
 //! `gather` (`from_file_rows`, ARG the rows, comma-separated), `device-read`, `device-slab` (the
 //! same into device memory), `write` (`to_file` of 0..ARG), `device-write` (the same from device
 //! memory), `device-write-deflate` (`to_file_compressed`, deflate, chunks of ARG/4 elements).
+//!
+//! Built with array-io's feature `mpi`, under `mpirun` (each rank prints its line, with its
+//! `rank`): `collective-write` (`collective::to_file` of rank r's tile, r+1 rows of ARG columns of
+//! the row-major count, stacked in rank order), `collective-write-element` (the last rank's tile
+//! of f32), `collective-write-shape` (the last rank's tile one column wider).
 
 use array_io::{
     from_file, from_file_batched, from_file_batched_to_device, from_file_rows, from_file_to_device,
@@ -98,24 +103,65 @@ fn json_string(text: &str) -> String {
     out
 }
 
+/// The collective operations, under mpirun: this rank and its outcome.
+#[cfg(feature = "mpi")]
+fn collective(op: &str, path: &str, dataset: &str, arg: &str) -> (usize, Result<(), Error>) {
+    use array_io::collective::{self, mpi::traits::*};
+    use ndarray::Array2;
+    let universe = collective::mpi::initialize().expect("MPI initialises");
+    let world = universe.world();
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let cols: usize = arg.parse().expect("ARG: the number of columns");
+    let first = rank * (rank + 1) / 2;
+    let count = |wide: usize| {
+        Array2::from_shape_fn((rank + 1, wide), |(i, j)| ((first + i) * cols + j) as f64)
+    };
+    let last = size > 1 && rank == size - 1;
+    let wrote = match op {
+        "collective-write-element" if last => {
+            collective::to_file(&world, &count(cols).mapv(|v| v as f32), path, dataset)
+        }
+        "collective-write-shape" if last => {
+            collective::to_file(&world, &count(cols + 1), path, dataset)
+        }
+        "collective-write" | "collective-write-element" | "collective-write-shape" => {
+            collective::to_file(&world, &count(cols), path, dataset)
+        }
+        other => panic!("face_probe: unknown operation {other:?}"),
+    };
+    (rank, wrote)
+}
+
+#[cfg(not(feature = "mpi"))]
+fn collective(op: &str, _: &str, _: &str, _: &str) -> (usize, Result<(), Error>) {
+    panic!("face_probe: {op} needs array-io's feature mpi (cargo build -p array-io --features mpi --example face_probe)")
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [op, path, dataset, rest @ ..] = &args[..] else {
         panic!("usage: face_probe OP PATH DATASET [ARG]");
     };
     let arg = rest.first().map(String::as_str).unwrap_or("");
-    let line = match run(op, path, dataset, arg) {
+    let (rank, outcome) = match op.starts_with("collective-") {
+        true => {
+            let (rank, outcome) = collective(op, path, dataset, arg);
+            (format!("\"rank\": {rank}, "), outcome.map(|()| None))
+        }
+        false => (String::new(), run(op, path, dataset, arg)),
+    };
+    let line = match outcome {
         Ok(Some(array)) => format!(
             "{{\"ok\": true, \"shape\": {}, \"bytes\": \"{}\"}}",
             shape_of(&array),
             hex(&array)
         ),
-        Ok(None) => "{\"ok\": true}".to_string(),
+        Ok(None) => format!("{{{rank}\"ok\": true}}"),
         Err(e) => {
             let debug = format!("{e:?}");
             let kind = debug.split([' ', '{', '(']).next().unwrap_or("");
             format!(
-                "{{\"ok\": false, \"kind\": {}, \"message\": {}}}",
+                "{{{rank}\"ok\": false, \"kind\": {}, \"message\": {}}}",
                 json_string(kind),
                 json_string(&e.to_string())
             )

@@ -97,22 +97,19 @@ class _Tile:
         self.array, self.path, self.dataset, self.files = array, path, dataset, files
 
     def describe(self):
-        """The tile's checks; the target's real path, the dataset, the element type (its text and
-        size) and the shape."""
+        """The tile's checks; the target, the dataset, the element type (numpy's type string, a
+        structured type's text) and its size, and the shape."""
         files = self.files
         name = files.dataset_name(self.dataset)
-        path = os.fsdecode(os.fspath(self.path))
-        self.source, shape, self.dtype = files._logical(self.array)
-        files._check_storable(self.dtype)
-        self.use_gds = files._driver() == "gds"
-        dtype = self.dtype
-        return (os.path.realpath(path) if path else path), name, f"{dtype} ({dtype.str})", \
-            dtype.itemsize, tuple(shape)
+        self.source, shape, dtype = files._logical(self.array)
+        files._check_storable(dtype)
+        self.use_gds, self.dtype = files._driver() == "gds", dtype
+        element = str(dtype) if dtype.kind == "V" else dtype.str
+        return os.fsdecode(os.fspath(self.path)), name, element, dtype.itemsize, tuple(shape)
 
     def create(self, tmp, dataset, shape):
         """Rank 0: the file ``tmp`` holding the dataset, contiguous, allocated now (so it has an
         offset), never filled; the dataset's offset."""
-        os.makedirs(os.path.dirname(tmp), exist_ok=True)
         with h5py.File(tmp, "w", driver="gds" if self.use_gds else None) as f:
             return self.files._new_dataset(f, dataset, tuple(shape), self.dtype).id.get_offset()
 

@@ -185,27 +185,14 @@ impl Writer for Face<'_> {
         let fapl_id = fapl.getattr("id").and_then(|id| id.extract::<i64>());
         let fapl_id = fapl_id.map_err(|e| self.failed(e))?;
         let tile: ArrayArg<'_> = view.extract().map_err(|e| self.failed(e))?;
-        let item = tile
-            .dtype
-            .getattr("itemsize")
-            .and_then(|i| i.extract::<usize>());
-        let item = item.map_err(|e| self.failed(e))?;
-        let (address, nbytes, stream) = (tile.address, tile.nbytes, tile.stream);
-        // The runs lie inside the tile where its memory holds the described tile's bytes.
-        if nbytes as u64 != to.bytes {
-            let text = format!(
-                "the tile's {nbytes} bytes are not the {} bytes of its box",
-                to.bytes
-            );
-            return Err(Failure::new(Kind::Argument, text));
-        }
+        let (address, nbytes, stream, item) = (tile.address, tile.nbytes, tile.stream, to.item);
         let api = crate::hdf5::api().map_err(|m| Failure::new(Kind::Failed, m))?;
         let claimed = tile.device.as_ref().map(|(_, ordinal)| *ordinal);
         let _phil = Phil::acquire(py).map_err(|e| self.failed(e))?;
         py.detach(|| {
-            to.write(api, fapl_id, |file, runs| match claimed {
-                // SAFETY: every run lies inside the tile (its bytes checked above), host memory
-                // the caller keeps alive.
+            to.write(api, (fapl_id, nbytes as u64), |file, runs| match claimed {
+                // SAFETY: every run lies inside the tile (the engine checked that its memory
+                // holds the tile's bytes), host memory the caller keeps alive.
                 None => unsafe { engine::write_runs(file, runs, address) }
                     .map(|()| Way::Direct)
                     .map_err(driver_failure),

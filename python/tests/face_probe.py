@@ -8,7 +8,13 @@ first log line of a process. The operations are face_probe.rs's, through h5gds's
 ``gather`` (``h5gds.read`` of the rows ARG of the file opened as ``from_file`` opens it),
 ``device-read``, ``device-slab`` (the same into device memory), ``write`` (``to_file`` of
 ``arange(ARG)``), ``device-write`` (the same from device memory), ``device-write-deflate`` (gzip,
-chunks of ARG/4 elements)."""
+chunks of ARG/4 elements).
+
+Under ``mpirun`` (each rank prints its line, with its ``rank``), as face_probe.rs built with
+array-io's feature ``mpi``: ``collective-write`` (``to_file(..., comm=)`` of rank r's tile, r+1
+rows of ARG columns of the row-major count, stacked in rank order), ``collective-write-element``
+(the last rank's tile of float32), ``collective-write-shape`` (the last rank's tile one column
+wider)."""
 
 import json
 import sys
@@ -39,6 +45,21 @@ def _device(values):
     return DeviceArray.from_host(values)
 
 
+def collective(op, path, dataset, arg):
+    """A collective write over MPI's world."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    cols, first = int(arg), rank * (rank + 1) // 2
+    wide = cols + (op == "collective-write-shape" and size > 1 and rank == size - 1)
+    tile = (np.arange(rank + 1)[:, None] + first) * cols + np.arange(wide)
+    dtype = "<f4" if op == "collective-write-element" and size > 1 and rank == size - 1 else "<f8"
+    if op not in ("collective-write", "collective-write-element", "collective-write-shape"):
+        raise SystemExit(f"face_probe.py: unknown operation {op!r}")
+    h5gds.to_file(tile.astype(dtype), path, dataset, comm=comm)
+
+
 def run(op, path, dataset, arg):
     if op == "read":
         return h5gds.from_file(path, dataset)
@@ -66,13 +87,18 @@ def run(op, path, dataset, arg):
 
 def main():
     op, path, dataset, *rest = sys.argv[1:]
+    arg, line = (rest[0] if rest else ""), {}
+    if op.startswith("collective-"):
+        from mpi4py import MPI
+
+        line["rank"] = MPI.COMM_WORLD.Get_rank()
     try:
-        got = run(op, path, dataset, rest[0] if rest else "")
+        got = collective(op, path, dataset, arg) if "rank" in line else run(op, path, dataset, arg)
     except Exception as exc:  # the scenario's outcome, reported to the test
-        line = {"ok": False, "kind": type(exc).__name__, "message": str(exc)}
+        line.update(ok=False, kind=type(exc).__name__, message=str(exc))
     else:
-        line = {"ok": True}
-        if got is not None:
+        line["ok"] = True
+        if "rank" not in line and got is not None:
             got = np.asarray(got, dtype="<f8")
             line.update(shape=list(got.shape), bytes=got.tobytes().hex())
     print(json.dumps(line))

@@ -6,12 +6,15 @@
 
 The device rows (``test_device_*``) run in scripts/test.sh's emulated device run (both probes find
 the emulator's libcuda on LD_LIBRARY_PATH); elsewhere they are skipped. array-io reads rows into
-host memory only and the package gathers into host arrays only: there is no device gather row. A
-failed collective write is not a row: it needs an MPI build of the probe and ``mpirun`` per face
-(tests/mpi.rs and test_mpi.py check each face's failures)."""
+host memory only and the package gathers into host arrays only: there is no device gather row.
+
+The collective rows (``test_collective_*``) run each face's probe under ``mpirun -np 3`` (array-io's
+built with its feature ``mpi``, the package's over mpi4py): every rank of both faces must end alike,
+a failed write with the same kind on every rank, naming the same facts, and leaving nothing."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +37,9 @@ KINDS = {
     "chunk": ("ChunkDecode", "OSError"),
     "missing": ("FileNotFound", "FileNotFoundError"),
     "read-only": ("Io", "OSError"),
+    # A collective call's error (array-io's Error::Collective) of the engine's kind Argument / Io.
+    "collective-argument": ("Collective", "ValueError"),
+    "collective-io": ("Collective", "FileExistsError"),
 }
 
 
@@ -77,8 +83,8 @@ def both_faces(op, path, dataset, arg="", env=None):
     write's ``path`` is a directory: each face writes its own file there, ``h5gds.h5`` and
     ``array-io.h5``."""
     if not ARRAY_IO_PROBE.exists():
-        pytest.fail(f"{ARRAY_IO_PROBE} is missing: build it with `cargo build -p array-io --example face_probe` "
-                    "(scripts/test.sh does)")
+        pytest.fail(f"{ARRAY_IO_PROBE} is missing: build it with `cargo build -p array-io --features mpi "
+                    "--example face_probe` (scripts/test.sh does)")
     base = {k: v for k, v in os.environ.items() if not k.startswith("H5GDS_") or k.startswith("H5GDS_EMU")}
     base.update(env or {}, H5GDS_LOG="debug")
     local_write = ("write" in op) and isinstance(path, Path)
@@ -251,3 +257,99 @@ def test_device_writes_take_the_same_way(files, device):
 def test_device_compressed_writes_are_encoded_on_the_gpu_in_both_faces(files, device):
     python, array_io = _device_write(files, "device-write-deflate", "4096")
     assert_same(python, array_io, way="gpu-encoded")
+
+
+# ---- collective writes (MPI) ----
+
+#: Ranks of the collective rows: uneven tiles (rank r holds r+1 rows), the last rank the odd one out.
+RANKS = 3
+COLUMNS = 4
+
+
+def _mpirun(command, env):
+    """``command`` on RANKS ranks: each rank's JSON line (in rank order) and the verdicts, as _run."""
+    assert shutil.which("mpirun"), "mpirun is missing: scripts/setup.sh installs openmpi-bin"
+    env = dict(env, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    job = ["timeout", "-k", "5", "120", "mpirun", "-np", str(RANKS), "--oversubscribe", *command]
+    done = subprocess.run(job, env=env, capture_output=True, text=True, timeout=150, cwd=HERE)
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert done.returncode == 0 and sorted(r["rank"] for r in lines) == list(range(RANKS)), \
+        f"{command}: exit {done.returncode} (124: timed out, a hang)\n{done.stdout}{done.stderr}"
+    verdicts = sorted(line for line in done.stderr.splitlines() if "h5gds::engine" in line and "way=" in line)
+    return sorted(lines, key=lambda r: r["rank"]), [v.split("way=", 1)[1].split(":", 1)[0] for v in verdicts]
+
+
+def both_faces_collective(op, path_of, dataset="/x"):
+    """The collective scenario through the package (mpi4py) and array-io (rsmpi): for each face, its
+    ranks' lines and its verdicts' ways; ``path_of(face)`` is the face's target."""
+    pytest.importorskip("mpi4py", reason="scripts/test.sh installs mpi4py for the collective rows")
+    if not ARRAY_IO_PROBE.exists():
+        pytest.fail(f"{ARRAY_IO_PROBE} is missing: build it with `cargo build -p array-io --features mpi "
+                    "--example face_probe` (scripts/test.sh does)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("H5GDS_", "HDF5_")) or k.startswith("H5GDS_EMU")}
+    env["H5GDS_LOG"] = "debug"
+    args = [dataset, str(COLUMNS)]
+    python = _mpirun([sys.executable, str(HERE / "face_probe.py"), op, path_of("h5gds"), *args], env)
+    array_io = _mpirun([str(ARRAY_IO_PROBE), op, path_of("array-io"), *args], env)
+    return python, array_io
+
+
+def assert_every_rank_fails_alike(python, array_io, kind, facts):
+    """Every rank of each face fails with the same message; the faces' kinds are ``KINDS[kind]`` and
+    both name each of ``facts``."""
+    for face, (lines, _) in (("h5gds", python), ("array-io", array_io)):
+        assert not any(line["ok"] for line in lines), (face, lines)
+        assert len({(line["kind"], line["message"]) for line in lines}) == 1, (face, lines)
+        for fact in facts:
+            assert fact in lines[0]["message"], f"{face}'s error does not name {fact!r}: {lines[0]['message']}"
+    assert (array_io[0][0]["kind"], python[0][0]["kind"]) == KINDS[kind], (python[0][0], array_io[0][0])
+
+
+def test_collective_writes_write_the_same_file_the_same_way(tmp_path):
+    python, array_io = both_faces_collective("collective-write", lambda face: str(tmp_path / f"{face}.h5"))
+    for face, (lines, _) in (("h5gds", python), ("array-io", array_io)):
+        assert all(line["ok"] for line in lines), (face, lines)
+    rows = RANKS * (RANKS + 1) // 2
+    want = np.arange(rows * COLUMNS, dtype="<f8").reshape(rows, COLUMNS)
+    for face in ("h5gds", "array-io"):
+        with h5py.File(tmp_path / f"{face}.h5", "r") as f:
+            got = f["x"]
+            assert got.id.get_create_plist().get_layout() == h5py.h5d.CONTIGUOUS, face
+            assert got.dtype == want.dtype and got[()].tobytes() == want.tobytes(), face
+    # Each rank's tile went straight from its host memory to the driver: one verdict per rank.
+    assert python[1] == array_io[1] == ["direct"] * RANKS, (python[1], array_io[1])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["array-io.h5", "h5gds.h5"]
+
+
+@pytest.mark.parametrize("op, facts", [
+    # The last rank's tile is of float32, the others' of float64: named by the engine, in one
+    # vocabulary for both faces.
+    ("collective-write-element", (f"rank {RANKS - 1}", "f32", "f64")),
+    # The last rank's tile is one column wider: the rank, its tile's shape and the expected one.
+    ("collective-write-shape", (f"rank {RANKS - 1}", f"[{RANKS}, {COLUMNS + 1}]", f"[1, {COLUMNS}]")),
+], ids=["element", "shape"])
+def test_a_collective_write_of_ranks_that_disagree_fails_alike_and_leaves_the_target(tmp_path, op, facts):
+    old = {}
+    for face in ("h5gds", "array-io"):
+        with h5py.File(tmp_path / f"{face}.h5", "w") as f:
+            f["old"] = np.full(3, 42.0)
+        old[face] = (tmp_path / f"{face}.h5").read_bytes()
+    python, array_io = both_faces_collective(op, lambda face: str(tmp_path / f"{face}.h5"))
+    assert_every_rank_fails_alike(python, array_io, "collective-argument", facts)
+    assert python[1] == array_io[1] == [], "no rank writes once the ranks disagree"
+    for face in ("h5gds", "array-io"):
+        assert (tmp_path / f"{face}.h5").read_bytes() == old[face], f"{face}'s failed write changed the target"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["array-io.h5", "h5gds.h5"]
+
+
+def test_a_collective_write_to_a_target_rank_0_cannot_create_fails_alike(tmp_path):
+    # The target's directory is a regular file: rank 0 cannot create the file; every rank learns so.
+    for face in ("h5gds", "array-io"):
+        (tmp_path / face).write_bytes(b"not a directory")
+    python, array_io = both_faces_collective("collective-write", lambda face: str(tmp_path / face / "x.h5"))
+    assert_every_rank_fails_alike(python, array_io, "collective-io", ("creating the file", f"rank 0 of {RANKS}"))
+    for face, (lines, _) in (("h5gds", python), ("array-io", array_io)):
+        assert str(tmp_path / face) in lines[0]["message"], f"{face}'s error does not name its target's directory"
+    assert python[1] == array_io[1] == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["array-io", "h5gds"]
+    assert all((tmp_path / face).read_bytes() == b"not a directory" for face in ("h5gds", "array-io"))

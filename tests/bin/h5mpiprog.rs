@@ -269,7 +269,7 @@ impl Job {
                 self,
                 "a wrong type",
                 result,
-                &[&format!("rank {last} has a tile of i32")],
+                &[&format!("rank {last} has a tile of i32, rank 0 f32")],
             );
             assert!(!path.exists());
         }

@@ -10,12 +10,11 @@ use crate::error::{no_panic, Result};
 use crate::file::{check_dataset_name, create_dataset};
 use crate::hdf5_raw::{self, linked_hdf5, NewLayout};
 use crate::options::Settings;
-use crate::select::staging_pieces;
 use cudarc::driver::DevicePtr;
 use h5gds_engine::collective::{self as engine, driver_failure, ByteRun, DriverFile, Failure};
 use h5gds_engine::collective::{Tile, TileFile, Way, Writer};
 use h5gds_runtime::stream::synchronize;
-use std::mem::size_of;
+use std::mem::{size_of, size_of_val};
 use std::path::Path;
 
 /// A tile as the write needs it: its shape, and how its bytes reach the file.
@@ -23,6 +22,8 @@ pub(crate) trait Source {
     /// The tile's element type.
     type Item: Element;
     fn shape(&self) -> Vec<u64>;
+    /// The bytes of the tile's memory.
+    fn held(&self) -> u64;
     /// The driver the tile's bytes are written through.
     fn driver(&self, settings: &Settings) -> Result<Driver>;
     /// Writes the tile's byte `runs` (of its own row-major order, inside the tile) into `file`.
@@ -45,6 +46,9 @@ impl<T: Element> Source for HostTile<'_, T> {
     fn shape(&self) -> Vec<u64> {
         self.shape.clone()
     }
+    fn held(&self) -> u64 {
+        size_of_val(self.elements) as u64
+    }
     fn driver(&self, settings: &Settings) -> Result<Driver> {
         crate::host::host_driver(settings)
     }
@@ -63,6 +67,9 @@ impl<T: Element> Source for DeviceTile<'_, T> {
     type Item = T;
     fn shape(&self) -> Vec<u64> {
         self.0.shape().iter().map(|&d| d as u64).collect()
+    }
+    fn held(&self) -> u64 {
+        (self.0.as_slice().map_or(0, |d| d.len()) * size_of::<T>()) as u64
     }
     fn driver(&self, settings: &Settings) -> Result<Driver> {
         Ok(Driver::unless(&write_blocker::<T>(settings)?))
@@ -90,12 +97,12 @@ impl<T: Element> Source for DeviceTile<'_, T> {
                     .map_err(driver_failure),
                 Some(_) => {
                     let size = settings.staging_buffer_size()?;
-                    let bytes = data.len() * es;
-                    let (mut ring, len) = crate::host_staging::ring(size, bytes, stream);
-                    let pieces = staging_pieces(data.len() as u64, (len / es).max(1) as u64, &[]);
-                    let ring = (&mut ring, &pieces[..]);
-                    engine::write_staged(file, ring, (ptr, es), runs, driver_failure)
-                        .map(|()| Way::Staged)
+                    let (mut ring, _) = crate::host_staging::ring(size, data.len() * es, stream);
+                    engine::staged_pieces(data.len() as u64, es, size).and_then(|pieces| {
+                        let ring = (&mut ring, &pieces[..]);
+                        engine::write_staged(file, ring, (ptr, es), runs, driver_failure)
+                            .map(|()| Way::Staged)
+                    })
                 }
             };
             drop(record);
@@ -123,7 +130,7 @@ impl<S: Source> Writer for Write<'_, S> {
             Ok(Tile {
                 path: self.path.to_path_buf(),
                 dataset: self.dataset.to_string(),
-                element: format!("{} ({} bytes)", S::Item::NAME, size_of::<S::Item>()),
+                element: S::Item::NAME.into(),
                 item: size_of::<S::Item>(),
                 shape: self.tile.shape(),
             })
@@ -148,9 +155,11 @@ impl<S: Source> Writer for Write<'_, S> {
         let driver = self.tile.driver(self.settings).map_err(|e| e.failure())?;
         let fapl = file_access(driver, self.path).map_err(|e| e.failure())?;
         hdf5_raw::locked(|| {
-            to.write(linked_hdf5(), fapl.id(), |file, runs| {
-                self.tile.write(file, runs, self.settings)
-            })
+            to.write(
+                linked_hdf5(),
+                (fapl.id(), self.tile.held()),
+                |file, runs| self.tile.write(file, runs, self.settings),
+            )
         })
     }
 }

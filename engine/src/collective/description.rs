@@ -29,7 +29,8 @@ pub struct Tile {
     pub path: PathBuf,
     /// The dataset's absolute name.
     pub dataset: String,
-    /// The element type as the face names it; ranks agree when the texts are equal.
+    /// The element type as [`element_name`] names it (`f64`, `bool`), or as numpy's type string
+    /// (`<f8`, `|b1`), which it names; ranks agree when the names are equal.
     pub element: String,
     /// Bytes per element.
     pub item: usize,
@@ -101,11 +102,27 @@ impl Description {
         match (field, self.kind) {
             (Field::File, _) => format!("{:?}", self.path),
             (Field::Dataset, _) => format!("{:?}", self.dataset),
-            (Field::Element, _) => self.element.clone(),
+            (Field::Element, _) => element_name(&self.element),
             (Field::Decomposition, [0, ..]) => "blocks of the leading axis".into(),
             (Field::Decomposition, [1, rows, cols]) => format!("a {rows} x {cols} grid"),
             (Field::Decomposition, _) => "caller-given boxes".into(),
         }
+    }
+}
+
+/// The name of an element type in one vocabulary for both faces (array-io's Rust names: `f64`,
+/// `u8`, `bool`), from numpy's type string of a little-endian (or single-byte) number: `<f8` is
+/// `f64`, `|u1` `u8`, `|b1` `bool`; any other text (a Rust name, another byte order, a compound
+/// type) is its own name.
+pub fn element_name(typestr: &str) -> String {
+    let number = typestr.strip_prefix(['<', '|']).and_then(|t| {
+        let (kind, bytes) = t.split_at_checked(1)?;
+        Some((kind, bytes.parse::<u32>().ok()?))
+    });
+    match number {
+        Some(("b", 1)) => "bool".into(),
+        Some((kind @ ("i" | "u" | "f"), bytes)) => format!("{kind}{}", bytes * 8),
+        _ => typestr.to_string(),
     }
 }
 
@@ -190,6 +207,23 @@ mod tests {
             "invalid decomposition: rank 1 splits the array into a 2 x 1 grid, rank 0 blocks of \
              the leading axis"
         );
+        for (typestr, name) in [
+            ("<f8", "f64"),
+            ("|i1", "i8"),
+            ("<i1", "i8"),
+            ("|b1", "bool"),
+        ] {
+            assert_eq!(element_name(typestr), name);
+        }
+        assert_eq!(element_name(">f8"), ">f8");
+        let all = decode_all(&[
+            rank("a.h5", "<f8", &lead, &[2]),
+            rank("a.h5", "<f4", &lead, &[2]),
+        ]);
+        assert!(disagreement(&all.unwrap())
+            .unwrap()
+            .to_string()
+            .ends_with("rank 1 has a tile of f32, rank 0 f64"));
         let cases = [
             (rank("b.h5", "i32", &lead, &[2]), Field::File),
             (rank("a.h5", "i32", &lead, &[2]), Field::Element),

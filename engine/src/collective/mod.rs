@@ -25,5 +25,5 @@ pub use agree::{agree, Communicator};
 pub use description::Tile;
 pub use driver_file::{DriverFile, DriverFileError};
 pub use error::{CollectiveError, Failure, Field, Kind};
-pub use tile_write::{write_runs, write_staged, ByteRun};
+pub use tile_write::{staged_pieces, write_runs, write_staged, ByteRun};
 pub use write::{driver_failure, write, TileFile, Way, Writer};

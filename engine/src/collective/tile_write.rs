@@ -4,8 +4,9 @@
 //! host buffers piece by piece.
 
 use super::driver_file::{DriverFile, DriverFileError};
+use super::error::{Failure, Kind};
 use crate::staged;
-use h5gds_route::select::{Block, Runs};
+use h5gds_route::select::{staged_piece_bytes, staging_pieces, Block, Runs};
 use h5gds_runtime::cuda::CudaError;
 use h5gds_runtime::staging_ring::{RingStream, StagingRing};
 use std::ffi::c_void;
@@ -46,6 +47,21 @@ pub unsafe fn write_runs(
         // SAFETY: as the caller guarantees.
         unsafe { file.write(r.file_at, r.len as usize, (src + r.at) as *const c_void) }
     })
+}
+
+/// The pieces (element ranges) a device tile of `elements` `item`-byte elements is staged in,
+/// through buffers of at most `staging` bytes: large enough to keep the driver's I/O threads busy
+/// (a task each), never larger than the buffers.
+pub fn staged_pieces(
+    elements: u64,
+    item: usize,
+    staging: usize,
+) -> Result<Vec<(u64, u64)>, Failure> {
+    let vfd = h5gds::VfdSettings::load(None);
+    let vfd = vfd.map_err(|e| Failure::new(Kind::Argument, e.to_string()))?;
+    let (item, floor) = (item as u64, vfd.task_round_bytes() as u64);
+    let piece = staged_piece_bytes(elements * item, staging as u64, floor);
+    Ok(staging_pieces(elements, (piece / item).max(1), &[]))
 }
 
 /// Writes `runs` of the device tile at `src` (of `item`-byte elements) through `ring`: each of

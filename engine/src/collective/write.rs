@@ -28,13 +28,14 @@ pub enum Way {
     Staged,
 }
 
-/// What a face does in a collective write; the engine does the rest.
+/// What a face does in a collective write; the engine does the rest (the target's real path,
+/// its directory, the agreements, the check that the tile's memory holds its bytes).
 pub trait Writer {
     /// This rank's checks of its own tile (element type, dataset name, settings), and the tile.
     fn describe(&self) -> Result<Tile, Failure>;
-    /// Rank 0: creates the HDF5 file `tmp` holding `dataset` of `shape`, contiguous, allocated
-    /// early, never filled, unfiltered, and closes it; the dataset's file offset (`None` for a
-    /// dataset without elements, which has no storage).
+    /// Rank 0: creates the HDF5 file `tmp` (its directory exists) holding `dataset` of `shape`,
+    /// contiguous, allocated early, never filled, unfiltered, and closes it; the dataset's file
+    /// offset (`None` for a dataset without elements, which has no storage).
     fn create(&self, tmp: &Path, dataset: &str, shape: &[u64]) -> Result<Option<u64>, Failure>;
     /// Writes this rank's tile into the created file: holding its HDF5 copy's lock, with an access
     /// list selecting the driver its memory goes through (`gds`, or sec2 where the settings stage
@@ -46,6 +47,8 @@ pub trait Writer {
 pub struct TileFile {
     /// The tile's bytes: the memory a face hands over must hold them.
     pub bytes: u64,
+    /// Bytes per element.
+    pub item: usize,
     name: CString,
     end: u64,
     runs: Vec<ByteRun>,
@@ -57,13 +60,21 @@ pub struct TileFile {
 impl TileFile {
     /// Opens the file through `api`'s HDF5 with the driver `fapl` selects, has `tile` write the
     /// runs (returning the way it took), and closes the file (before the agreement: close-to-open
-    /// consistency on NFS-like file systems).
+    /// consistency on NFS-like file systems). `held`: the bytes of the memory the face hands
+    /// over, which must be the tile's (the runs then lie inside it).
     pub fn write(
         &self,
         api: &'static Hdf5Api,
-        fapl: hid_t,
+        (fapl, held): (hid_t, u64),
         tile: impl FnOnce(&DriverFile, &[ByteRun]) -> Result<Way, Failure>,
     ) -> Result<(), Failure> {
+        if held != self.bytes {
+            let message = format!(
+                "the tile's memory holds {held} bytes, not the {} bytes of its elements",
+                self.bytes
+            );
+            return Err(Failure::new(Kind::Argument, message));
+        }
         let file = DriverFile::open(api, &self.name, fapl, self.end).map_err(driver_failure)?;
         let way = tile(&file, &self.runs)?;
         file.close().map_err(driver_failure)?;
@@ -96,13 +107,13 @@ fn describe<W: Writer + ?Sized>(
     decomposition: &Decomposition,
     rank: usize,
 ) -> Result<(Tile, Vec<u8>), Failure> {
-    let tile = writer.describe()?;
-    let (path, refused) = (tile.path.display(), |m| {
-        Err(Failure::new(Kind::Argument, m))
-    });
+    let mut tile = writer.describe()?;
+    let refused = |m| Err(Failure::new(Kind::Argument, m));
     if tile.path.as_os_str().is_empty() {
         return refused("the path is empty: name an HDF5 file such as out/data.h5".into());
     }
+    tile.path = real_path(&tile.path);
+    let path = tile.path.display();
     if rank == 0 && tile.path.is_dir() {
         let example = tile.path.join("data.h5");
         let example = example.display();
@@ -113,6 +124,29 @@ fn describe<W: Writer + ?Sized>(
     let description = Description::new(&tile, decomposition)
         .map_err(|e| Failure::new(Kind::Argument, CollectiveError::Tiles(e).to_string()))?;
     Ok((tile, description.encode()))
+}
+
+/// The target as every rank names it: absolute, through symbolic links (so a link's file is
+/// replaced, not the link), its part that does not exist yet kept as given.
+fn real_path(path: &Path) -> PathBuf {
+    let (mut at, mut missing) = (path, Vec::new());
+    loop {
+        let existing = if at.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            at
+        };
+        if let Ok(real) = existing.canonicalize() {
+            return missing.into_iter().rev().fold(real, |p, name| p.join(name));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                missing.push(name);
+                at = parent;
+            }
+            _ => return std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
+        }
+    }
 }
 
 /// The global shape and every rank's box, from every rank's description: the same verdict on
@@ -137,6 +171,12 @@ fn create<W: Writer + ?Sized>(
     shape: &[u64],
 ) -> Result<(PathBuf, Option<u64>), Failure> {
     let tmp = temporary_path(&tile.path).map_err(file_step)?;
+    if let Some(directory) = tmp.parent() {
+        std::fs::create_dir_all(directory).map_err(|source| {
+            let message = format!("creating the directory {}: {source}", directory.display());
+            Failure::io(&source, message)
+        })?;
+    }
     let created = writer
         .create(&tmp, &tile.dataset, shape)
         .and_then(|offset| {
@@ -177,6 +217,7 @@ fn write_tile<W: Writer + ?Sized>(
     let item = tile.item as u64;
     let to = TileFile {
         bytes: mine.len() * item,
+        item: tile.item,
         name,
         end: offset + shape.iter().product::<u64>() * item,
         runs: byte_runs(mine, shape, offset, item),
@@ -322,6 +363,19 @@ mod tests {
             err.to_string().contains("rank 1's tile has shape [2, 3]"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_target_is_named_through_its_links_with_its_missing_part_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().canonicalize().unwrap();
+        std::fs::write(real.join("file.h5"), b"old").unwrap();
+        std::os::unix::fs::symlink(real.join("file.h5"), real.join("link.h5")).unwrap();
+        assert_eq!(real_path(&dir.path().join("link.h5")), real.join("file.h5"));
+        let missing = dir.path().join("new/sub/x.h5");
+        assert_eq!(real_path(&missing), real.join("new/sub/x.h5"));
+        let cwd = std::env::current_dir().unwrap().canonicalize().unwrap();
+        assert_eq!(real_path(Path::new("no-such.h5")), cwd.join("no-such.h5"));
     }
 
     #[test]

@@ -3,9 +3,9 @@
 
 use super::pointer::checked_pointer;
 use crate::error::DeviceError;
-use h5gds_engine::collective::{write_runs, write_staged, ByteRun, DriverFile, DriverFileError};
+use h5gds_engine::collective::{staged_pieces, write_runs, write_staged};
+use h5gds_engine::collective::{ByteRun, DriverFile, DriverFileError};
 use h5gds_engine::staged;
-use h5gds_route::select::{staged_piece_bytes, staging_pieces};
 use h5gds_runtime::cuda;
 use h5gds_runtime::device_ranges::forget_device_range;
 use h5gds_runtime::settings::environment_staging_buffer_size;
@@ -39,13 +39,8 @@ pub fn write_tile(
         moved.map_err(written)?;
     } else {
         let staging_size = environment_staging_buffer_size()?;
-        let es = item as u64;
-        // The smallest piece that keeps the driver's I/O threads busy: a task each.
-        let vfd =
-            h5gds::VfdSettings::load(None).map_err(|e| DeviceError::Argument(e.to_string()))?;
-        let floor = vfd.task_round_bytes() as u64;
-        let piece_bytes = staged_piece_bytes(nbytes as u64, staging_size as u64, floor);
-        let pieces = staging_pieces(nbytes as u64 / es, (piece_bytes / es).max(1), &[]);
+        let pieces = staged_pieces((nbytes / item) as u64, item, staging_size)
+            .map_err(|f| DeviceError::Argument(f.message))?;
         let mut ring = staged::thread_ring(pointer.context, &pieces, item)?;
         let ring = (&mut ring, &pieces[..]);
         write_staged(file, ring, (address, item), runs, written)?;

@@ -69,7 +69,7 @@ if p > 1:
     typed = np.zeros(2, "<i4" if rank == last else "<f4")
     expect(comm, "a wrong type", lambda: h5gds.to_file(typed, os.path.join(directory, "wt.h5"), "x",
                                                        comm=comm),
-           ValueError, f"rank {last} has a tile of int32")
+           ValueError, f"rank {last} has a tile of i32, rank 0 f32")
     assert not os.path.exists(os.path.join(directory, "ws.h5"))
 expect(comm, "a directory", lambda: h5gds.to_file(np.zeros(2), directory, "x", comm=comm), ValueError,
        f"describing the tiles failed on rank 0 of {p}", "is a directory")
