@@ -61,6 +61,21 @@ pub fn steps(opts: &HostOptions) -> usize {
     opts.reps * (2 + 3 + 2 + 2 + 2 + 2 + 2 + 2) + crate::access::steps(opts)
 }
 
+/// How many progress steps `run_calls` reports.
+pub fn steps_calls(opts: &HostOptions) -> usize {
+    opts.reps * (2 + 2 + 2 + 2)
+}
+
+/// The metadata-bound rows alone (`h5gds bench --only calls`): the per-call rows, then creating
+/// and scanning small datasets.
+pub fn run_calls(opts: &HostOptions, progress: &mut dyn FnMut()) -> Result<Vec<Measurement>> {
+    std::fs::create_dir_all(&opts.dir).map_err(|e| format!("cannot create {:?}: {e}", opts.dir))?;
+    let drivers = drivers(&opts.gds_config);
+    let mut results = per_call(opts, &drivers, progress)?;
+    results.extend(small_datasets(opts, &drivers, progress)?);
+    Ok(results)
+}
+
 pub fn run(opts: &HostOptions, progress: &mut dyn FnMut()) -> Result<Vec<Measurement>> {
     std::fs::create_dir_all(&opts.dir).map_err(|e| format!("cannot create {:?}: {e}", opts.dir))?;
     let mut results = Vec::new();
@@ -133,8 +148,10 @@ pub fn run(opts: &HostOptions, progress: &mut dyn FnMut()) -> Result<Vec<Measure
 
 /// Driver calls per run of the per-call rows.
 const CALLS: usize = 100_000;
-/// Bytes per call: a small metadata piece (a heap entry, a link, a checksum).
-const CALL_BYTES: usize = 8;
+/// Bytes per call, from 8 to 512 (varying from call to call): small metadata pieces as HDF5's
+/// metadata cache reads and writes them (a checksum, a link, a heap block, an object header).
+const CALL_MIN: usize = 8;
+const CALL_MAX: usize = 512;
 /// The file span the calls cycle through, and the distance between two calls' addresses: apart
 /// enough that every call is one system call for either driver.
 const CALL_SPAN: u64 = 16 << 20;
@@ -144,12 +161,24 @@ const H5FD_MEM_OHDR: std::ffi::c_int = 6;
 
 /// The address of call `i`.
 fn call_addr(i: usize) -> u64 {
-    (i as u64 * CALL_STEP) % (CALL_SPAN - CALL_BYTES as u64)
+    (i as u64 * CALL_STEP) % (CALL_SPAN - CALL_MAX as u64)
 }
 
-/// The byte the per-call file holds at `addr`.
+/// The length of call `i`.
+fn call_len(i: usize) -> usize {
+    CALL_MIN + (i * 7_919) % (CALL_MAX - CALL_MIN + 1)
+}
+
+/// The byte the per-call file holds at `addr`: every write puts back these bytes, so that calls
+/// whose ranges overlap agree.
 fn call_byte(addr: u64) -> u8 {
     (addr % 251) as u8
+}
+
+/// The per-call file's bytes from `addr` on, at least `CALL_MAX` of them: a slice of `pattern`
+/// (`call_byte` of 0.. for 251 + CALL_MAX bytes), so a write's source costs no filling.
+fn call_bytes(pattern: &[u8], addr: u64) -> &[u8] {
+    &pattern[(addr % 251) as usize..]
 }
 
 /// A file opened through HDF5's public driver API (`H5FDopen`) with `driver`, closed on drop.
@@ -186,50 +215,47 @@ impl DriverFile {
         Ok(DriverFile { file })
     }
 
-    /// `CALLS` reads (`write` false) or writes of `CALL_BYTES` bytes at `call_addr(i)`; returns
-    /// the sum of the first bytes read (written: of the bytes written).
+    /// `CALLS` reads (`write` false) or writes of `call_len(i)` bytes at `call_addr(i)`; returns
+    /// the sum of the first and last bytes read (written: of the bytes written).
     fn calls(&self, write: bool) -> Result<u64> {
         let api = linked_hdf5();
         let (read, write_fn) = (
             api.H5FDread.map_err(|m| m.to_string())?,
             api.H5FDwrite.map_err(|m| m.to_string())?,
         );
+        let pattern: Vec<u8> = (0..(251 + CALL_MAX) as u64).map(call_byte).collect();
         locked(|| {
             let mut sum = 0u64;
-            let mut buf = [0u8; CALL_BYTES];
+            let mut buf = [0u8; CALL_MAX];
             for i in 0..CALLS {
-                let addr = call_addr(i);
-                // SAFETY: an open driver file; `buf` holds CALL_BYTES bytes; H5P_DEFAULT (0) as
-                // the transfer list.
-                let status = unsafe {
-                    if write {
-                        buf = [call_byte(addr); CALL_BYTES];
-                        write_fn(
-                            self.file,
-                            H5FD_MEM_OHDR,
-                            0,
-                            addr,
-                            CALL_BYTES,
-                            buf.as_ptr().cast(),
-                        )
-                    } else {
+                let (addr, len) = (call_addr(i), call_len(i));
+                let status = if write {
+                    let src = call_bytes(&pattern, addr);
+                    sum += src[0] as u64 + src[len - 1] as u64;
+                    // SAFETY: an open driver file; `src` holds at least CALL_MAX >= len bytes;
+                    // H5P_DEFAULT (0) as the transfer list.
+                    unsafe { write_fn(self.file, H5FD_MEM_OHDR, 0, addr, len, src.as_ptr().cast()) }
+                } else {
+                    // SAFETY: as above; `buf` holds CALL_MAX >= len bytes.
+                    let status = unsafe {
                         read(
                             self.file,
                             H5FD_MEM_OHDR,
                             0,
                             addr,
-                            CALL_BYTES,
+                            len,
                             buf.as_mut_ptr().cast(),
                         )
-                    }
+                    };
+                    sum += buf[0] as u64 + buf[len - 1] as u64;
+                    status
                 };
                 if status < 0 {
                     return Err(format!(
-                        "H5FD{} at {addr} failed",
+                        "H5FD{} of {len} bytes at {addr} failed",
                         ["read", "write"][write as usize]
                     ));
                 }
-                sum += buf[0] as u64;
             }
             Ok(sum)
         })
@@ -245,9 +271,11 @@ impl Drop for DriverFile {
     }
 }
 
-/// The driver's cost per call against sec2's: `CALLS` reads, then writes, of 8 bytes each through
-/// HDF5's public driver API (`H5FDread`/`H5FDwrite`), each one system call for either driver and
-/// the same HDF5 work above it. A small metadata read or write costs this in every HDF5 program.
+/// The driver's cost per call against sec2's: `CALLS` reads, then writes, of 8 to 512 bytes each
+/// at addresses spread over 16 MiB, through HDF5's public driver API (`H5FDread`/`H5FDwrite`),
+/// each one system call for either driver and the same HDF5 work above it. A small metadata read
+/// or write costs this in every HDF5 program. Every read's bytes are checked after its run, and
+/// every write's in the file after its run.
 fn per_call(
     opts: &HostOptions,
     drivers: &[Driver],
@@ -256,8 +284,12 @@ fn per_call(
     let path = opts.dir.join("h5gds-per-call.h5");
     let bytes: Vec<u8> = (0..CALL_SPAN).map(call_byte).collect();
     std::fs::write(&path, &bytes).map_err(|e| format!("cannot write {path:?}: {e}"))?;
-    drop(bytes);
-    let want: u64 = (0..CALLS).map(|i| call_byte(call_addr(i)) as u64).sum();
+    let want: u64 = (0..CALLS)
+        .map(|i| {
+            let (addr, len) = (call_addr(i), call_len(i) as u64);
+            call_byte(addr) as u64 + call_byte(addr + len - 1) as u64
+        })
+        .sum();
     let reads = interleave(drivers, opts.reps, progress, |d| {
         let file = DriverFile::open(&path, d, false)?;
         let start = std::time::Instant::now();
@@ -265,7 +297,8 @@ fn per_call(
         let t = start.elapsed().as_secs_f64();
         if sum != want {
             return Err(format!(
-                "per-call reads: sum of first bytes {sum}, expected {want}"
+                "per-call reads through {}: sum of first and last bytes {sum}, expected {want}",
+                driver_label(d)
             ));
         }
         Ok(t)
@@ -275,16 +308,20 @@ fn per_call(
             .join(format!("h5gds-per-call-{}.h5", driver_label(d)))
     };
     let writes = interleave(drivers, opts.reps, progress, |d| {
+        let _ = std::fs::remove_file(wpath(d));
         let file = DriverFile::open(&wpath(d), d, true)?;
         let start = std::time::Instant::now();
-        file.calls(true)?;
+        let sum = file.calls(true)?;
         let t = start.elapsed().as_secs_f64();
         drop(file);
         let back = std::fs::read(wpath(d)).map_err(|e| format!("cannot read back: {e}"))?;
-        for i in [0, 1, CALLS / 2, CALLS - 1] {
-            let a = call_addr(i) as usize;
-            if back.get(a..a + CALL_BYTES) != Some(&[call_byte(a as u64); CALL_BYTES][..]) {
-                return Err(format!("per-call writes: bytes at {a} not as written"));
+        for i in 0..CALLS {
+            let (a, len) = (call_addr(i) as usize, call_len(i));
+            if sum != want || back.get(a..a + len) != Some(&bytes[a..a + len]) {
+                return Err(format!(
+                    "per-call writes through {}: {len} bytes at {a} not as written",
+                    driver_label(d)
+                ));
             }
         }
         Ok(t)
@@ -292,9 +329,10 @@ fn per_call(
     let mut out = Vec::new();
     for (what, times) in [("H5FDread", reads), ("H5FDwrite", writes)] {
         for (d, t) in drivers.iter().zip(times) {
-            out.push(Measurement::duration(
-                &format!("{CALLS} x {what} of {CALL_BYTES} bytes (per-call cost)"),
+            out.push(Measurement::per_call(
+                &format!("{CALLS} x {what} of {CALL_MIN}-{CALL_MAX} B"),
                 driver_label(d),
+                CALLS as u64,
                 t,
             ));
         }

@@ -22,9 +22,10 @@ pub fn table(all: &[Measurement], baselines: &[&str]) -> String {
     }
     out.push('\n');
     for m in all {
-        let cell = |seconds: f64| match m.mib_per_s(seconds) {
-            Some(rate) => format!("{rate:.0} MiB/s"),
-            None => format!("{:.1} ms", seconds * 1e3),
+        let cell = |seconds: f64| match (m.mib_per_s(seconds), m.ns_per_call(seconds)) {
+            (Some(rate), _) => format!("{rate:.0} MiB/s"),
+            (None, Some(ns)) => format!("{ns:.0} ns/call"),
+            (None, None) => format!("{:.1} ms", seconds * 1e3),
         };
         // For throughput, min time is max rate: show the slowest run under "min".
         let (lo, hi) = if m.bytes.is_some() {
@@ -81,11 +82,13 @@ pub fn json(
                 "benchmark": m.benchmark,
                 "path": m.path,
                 "bytes": m.bytes,
+                "calls": m.calls,
                 "seconds": m.seconds,
                 "median_s": m.median(),
                 "min_s": m.min(),
                 "max_s": m.max(),
                 "median_mib_per_s": m.mib_per_s(m.median()),
+                "median_ns_per_call": m.ns_per_call(m.median()),
                 "ratios": ratios,
             })
         })

@@ -7,6 +7,8 @@ pub struct Measurement {
     pub path: String,
     /// Bytes moved per run, when throughput is meaningful.
     pub bytes: Option<u64>,
+    /// Calls made per run, for the per-call rows (shown as time per call).
+    pub calls: Option<u64>,
     pub seconds: Vec<f64>,
 }
 
@@ -16,6 +18,7 @@ impl Measurement {
             benchmark: benchmark.to_string(),
             path: path.to_string(),
             bytes: Some(bytes),
+            calls: None,
             seconds,
         }
     }
@@ -25,8 +28,22 @@ impl Measurement {
             benchmark: benchmark.to_string(),
             path: path.to_string(),
             bytes: None,
+            calls: None,
             seconds,
         }
+    }
+
+    /// A run of `calls` calls, each shown as its share of the run's time.
+    pub fn per_call(benchmark: &str, path: &str, calls: u64, seconds: Vec<f64>) -> Self {
+        Measurement {
+            calls: Some(calls),
+            ..Measurement::duration(benchmark, path, seconds)
+        }
+    }
+
+    /// Nanoseconds per call for a run that took `seconds`, for the per-call rows.
+    pub fn ns_per_call(&self, seconds: f64) -> Option<f64> {
+        self.calls.map(|n| seconds * 1e9 / n as f64)
     }
 
     fn sorted(&self) -> Vec<f64> {

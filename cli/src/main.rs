@@ -86,6 +86,9 @@ enum Only {
     All,
     Host,
     Device,
+    /// The host rows bound by the driver's cost per call: 100,000 small reads and writes through
+    /// `H5FDread`/`H5FDwrite`, then creating and scanning the small datasets.
+    Calls,
 }
 
 fn parse_size(text: &str) -> Result<u64, String> {
@@ -151,14 +154,24 @@ fn bench(args: BenchArgs) -> Result<(), String> {
             gds_config: args.gds_config.clone(),
         };
         println!("\nHOST MEMORY: gds vs sec2 vs 2-thread pread (the roofline)");
-        let bar = progress_bar(host::steps(&opts))?;
-        let results = host::run(&opts, &mut || bar.inc(1));
+        let calls = args.only == Only::Calls;
+        let steps = if calls {
+            host::steps_calls(&opts)
+        } else {
+            host::steps(&opts)
+        };
+        let bar = progress_bar(steps)?;
+        let results = if calls {
+            host::run_calls(&opts, &mut || bar.inc(1))
+        } else {
+            host::run(&opts, &mut || bar.inc(1))
+        };
         bar.finish_and_clear();
         let results = results?;
         print!("{}", report::table(&results, &["sec2", "pread"]));
         all.extend(results);
     }
-    if args.only != Only::Host {
+    if !matches!(args.only, Only::Host | Only::Calls) {
         let opts = device::DeviceOptions {
             bytes: args.size,
             reps: args.reps,

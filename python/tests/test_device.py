@@ -12,11 +12,9 @@ last line (conftest.py) counts what passed on the GPU and what needs the emulato
 import os
 
 # Before anything loads CUDA: two emulated devices, async copies on streams deferred until the
-# stream is synchronised (so pending work is visible), and the route log lines on (a read's verdict
-# lines are the engine's, at debug).
+# stream is synchronised (so pending work is visible).
 os.environ.setdefault("H5GDS_EMU_DEVICES", "2")
 os.environ.setdefault("H5GDS_EMU_DEFER_ASYNC", "1")
-os.environ["H5GDS_LOG"] = "info,h5gds::engine=debug"
 
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
@@ -26,6 +24,11 @@ import h5gds  # noqa: E402
 from device_arrays import Counters, DeviceArray, DlpackArray, DlpackOnly, cuda_or_skip, require_emulator  # noqa: E402
 
 CUDA = cuda_or_skip()
+# The route log lines on (a read's verdict lines are the engine's, at debug), read where the process
+# logs first: for the device run's whole process (test_gpu_codec.py reads them too), set only where
+# this module runs, so that a session without CUDA (this module skipped) keeps its own level and so
+# do the children its tests start.
+os.environ["H5GDS_LOG"] = "info,h5gds::engine=debug"
 SHAPE = (24, 10, 6)
 GDS = "straight {} device memory through the gds driver"
 STAGED = "device memory through pinned host memory"

@@ -227,8 +227,9 @@ def test_rows_read_one_at_a_time_decode_each_chunk_once_and_match(tmp_path):
 
 def test_a_child_forked_while_threads_read_compressed_rows_reads_them_too(tmp_path):
     """A DataLoader worker forked while the parent's threads read rows of a compressed dataset (the
-    decoded chunks kept under a lock): the child reads the same dataset and finishes (each child is
-    killed after 10 s; 19 of 20 hung when the child waited on the lock a fork copied held)."""
+    decoded chunks kept under a lock), with the debug log on (a line for every read): the child reads
+    the same dataset, logs its reads and finishes (each child is killed after 10 s; 19 of 20 hung when
+    the child waited on the chunks' lock a fork copied held, and 2 of 20 on the log writer's lock)."""
     path = tmp_path / "rows.h5"
     with h5py.File(path, "w") as f:
         # 64 chunks of 256 KiB, more than the 8 MiB of decoded chunks kept: the threads keep
@@ -254,22 +255,26 @@ def test_a_child_forked_while_threads_read_compressed_rows_reads_them_too(tmp_pa
         "    pid = os.fork()\n"
         "    if pid == 0:\n"
         "        signal.alarm(10)\n"
-        "        rows_read = [h5gds.read(d, sel=i) for i in (k, 3000 + k, k)]\n"
-        "        os._exit(0 if all(np.array_equal(r, x[i]) for r, i in zip(rows_read, (k, 3000 + k, k))) else 1)\n"
+        "        rows_read = [h5gds.read(d, sel=slice(i, i + 2)) for i in (k, 3000 + k, k)]\n"
+        "        os._exit(0 if all(np.array_equal(r, x[i:i + 2]) for r, i in zip(rows_read, (k, 3000 + k, k))) else 1)\n"
         "    outcomes.append(os.waitpid(pid, 0)[1])\n"
         "stop = True\n"
         "for t in threads:\n"
         "    t.join()\n"
         "print(outcomes)\n"
     )
-    # At the default log level, as users run (another test module sets H5GDS_LOG to debug for the
-    # session): a fork while another thread writes a log line leaves the child's copy of the
-    # writer's lock held, a known hang at debug level (issue 51's note).
-    env = {k: v for k, v in os.environ.items() if k != "H5GDS_LOG"}
-    run = subprocess.run([sys.executable, "-c", program, str(path)], capture_output=True, text=True, timeout=600,
-                         env=env)
-    assert run.returncode == 0, run.stderr
+    # The log (hundreds of thousands of lines) goes to a file: the children's reads, two rows each,
+    # are its 8192-byte lines, the threads' single rows 4096.
+    log_path = tmp_path / "log.txt"
+    with open(log_path, "w") as log:
+        run = subprocess.run([sys.executable, "-c", program, str(path)], stdout=subprocess.PIPE, stderr=log,
+                             text=True, timeout=600, env=dict(os.environ, H5GDS_LOG="debug"))
+    with open(log_path) as log:
+        lines = log.readlines()
+    log_path.unlink()
+    assert run.returncode == 0, "".join(lines[-20:])
     assert run.stdout.strip() == str([0] * 20), run.stdout  # SIGALRM (14): a hung child
+    assert sum("host read: " in line and ": /x: 8192 bytes, " in line for line in lines) == 60, lines[-20:]
 
 
 def test_gathers_of_rows_of_every_layout_match_numpy(files):

@@ -53,13 +53,18 @@ fn addr_overflows(addr: haddr_t) -> bool {
     addr == HADDR_UNDEF || addr & !MAXADDR != 0
 }
 
+/// sec2's `REGION_OVERFLOW`.
+#[inline]
+fn region_overflows(addr: haddr_t, size: u64) -> bool {
+    let end = addr.checked_add(size);
+    addr_overflows(addr)
+        || addr_overflows(size)
+        || end.is_none_or(|e| e == HADDR_UNDEF || e > MAXADDR)
+}
+
 /// sec2's `REGION_OVERFLOW`, as an error naming the range.
 pub(crate) fn check_region(addr: haddr_t, size: u64, maxaddr: haddr_t) -> Result<()> {
-    let end = addr.checked_add(size);
-    let bad = addr_overflows(addr)
-        || addr_overflows(size)
-        || end.is_none_or(|e| e == HADDR_UNDEF || e > MAXADDR);
-    if bad {
+    if region_overflows(addr, size) {
         return Err(Error::Overflow {
             addr,
             size,
@@ -332,6 +337,10 @@ impl OpenFile {
         buf: BufPtr,
         mem_type: H5FD_mem_t,
     ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        if unsafe { self.one_call(dir, addr, size, buf, mem_type) } {
+            return Ok(());
+        }
         self.check(dir, addr, size)?;
         if size <= self.settings.task_size && memory::certainly_host(buf, mem_type) {
             // SAFETY: the caller's contract; host memory of `size` bytes.
@@ -342,10 +351,66 @@ impl OpenFile {
                 self.transfer_one(dir, addr, size, buf, mem_type)
             })?;
         }
-        if dir == Direction::Write {
-            self.eof.fetch_max(addr + size as u64, Relaxed);
+        if dir == Direction::Write && addr + size as u64 > self.eof() {
+            self.grow_eof(addr + size as u64);
         }
         Ok(())
+    }
+
+    /// The shortest way, sec2's: a small transfer between a local file and memory known to be host
+    /// memory, inside the address range and (for a read) inside end of file, as one `pread` or
+    /// `pwrite` that moves every byte. True when it did; false where anything else applies (a
+    /// remote file, `O_DIRECT`, a range to refuse, a read reaching end of file, which zero-fills)
+    /// or the call moved fewer bytes, failed or was interrupted: then nothing is concluded and the
+    /// transfer's other ways run it from the start, with their retries, zero-filling and errors (a
+    /// write done again puts the same bytes at the same place). Every HDF5 metadata read and write
+    /// comes here; per call it does what sec2's does (`docs/performance.md`, the per-call rows).
+    ///
+    /// # Safety
+    /// `buf` must be valid for `size` bytes in direction `dir`.
+    #[inline]
+    unsafe fn one_call(
+        &self,
+        dir: Direction,
+        addr: haddr_t,
+        size: usize,
+        buf: BufPtr,
+        mem_type: H5FD_mem_t,
+    ) -> bool {
+        let end = addr.wrapping_add(size as u64);
+        let plain = self.remote.is_none() && self.direct.is_none();
+        if !plain
+            || size == 0
+            || size > self.settings.task_size
+            || region_overflows(addr, size as u64)
+            || (dir == Direction::Read && end > self.eof())
+            || !memory::certainly_host(buf, mem_type)
+        {
+            return false;
+        }
+        // SAFETY: the caller's contract: `buf` is valid for `size` bytes in this direction; the
+        // descriptor is this open file's. `addr` fits `off_t` (`check_region`).
+        let moved = unsafe {
+            match dir {
+                Direction::Read => {
+                    libc::pread(self.raw_fd, buf.as_ptr().cast(), size, addr as libc::off_t)
+                }
+                Direction::Write => libc::pwrite(
+                    self.raw_fd,
+                    buf.as_ptr().cast_const().cast(),
+                    size,
+                    addr as libc::off_t,
+                ),
+            }
+        };
+        if moved != size as isize {
+            return false;
+        }
+        // Most metadata writes land inside end of file: a load, not a read-modify-write.
+        if dir == Direction::Write && end > self.eof() {
+            self.grow_eof(end);
+        }
+        true
     }
 
     /// A vector request. Host pieces are handled together (coalesced); device pieces one by one.
@@ -617,6 +682,44 @@ mod tests {
         ));
         let err = read(&f, MAXADDR - 1, &mut [0u8; 4]).unwrap_err();
         assert!(err.to_string().contains("overflows"), "{err}");
+    }
+
+    /// The one-call way and the ways behind it agree: small writes inside and past end of file
+    /// (which moves it), reads inside it, a read reaching past it (zeros), a read of bytes the
+    /// file lost behind the driver's back (short: zeros, as sec2 reads them), and metadata and
+    /// raw data alike.
+    #[test]
+    fn small_transfers_keep_sec2s_bytes_and_end_of_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("small.h5");
+        let f = create(&path, VfdSettings::default()).unwrap();
+        let data: Vec<u8> = (0..600u32).map(|i| (i % 251) as u8).collect();
+        write(&f, 0, &data[..512]).unwrap();
+        assert_eq!(f.eof(), 512);
+        write(&f, 100, &data[100..108]).unwrap();
+        assert_eq!(f.eof(), 512);
+        let at = BufPtr::from_const(data[512..].as_ptr());
+        // SAFETY: `at` is a live slice of 88 bytes, only read.
+        unsafe { f.transfer(Direction::Write, 512, 88, at, crate::abi::H5FD_MEM_SUPER) }.unwrap();
+        assert_eq!(f.eof(), 600);
+        assert_eq!(std::fs::read(&path).unwrap(), data);
+        let mut buf = [0xeeu8; 40];
+        read(&f, 300, &mut buf).unwrap();
+        assert_eq!(buf[..], data[300..340]);
+        read(&f, 580, &mut buf).unwrap();
+        assert_eq!(buf[..20], data[580..]);
+        assert_eq!(buf[20..], [0u8; 20]);
+        // Shortened by another hand: the driver's end of file still says 600.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(550)
+            .unwrap();
+        let mut buf = [0xeeu8; 40];
+        read(&f, 530, &mut buf).unwrap();
+        assert_eq!(buf[..20], data[530..550]);
+        assert_eq!(buf[20..], [0u8; 20]);
     }
 
     #[test]
