@@ -101,7 +101,10 @@ def main():
         if "rank" not in line and got is not None:
             got = np.asarray(got, dtype="<f8")
             line.update(shape=list(got.shape), bytes=got.tobytes().hex())
-    print(json.dumps(line))
+    # One write of the whole line: under mpirun (and PYTHONUNBUFFERED) print's text and newline
+    # are two writes, and the ranks' lines ran together.
+    sys.stdout.write(json.dumps(line) + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
