@@ -14,6 +14,7 @@ a failed write with the same kind on every rank, naming the same facts, and leav
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -73,7 +74,7 @@ def _run(command, env):
     assert done.returncode == 0 and lines, f"{command}: exit {done.returncode}\n{done.stdout}{done.stderr}"
     result = json.loads(lines[-1])
     verdicts = [line for line in done.stderr.splitlines() if "h5gds::engine" in line and "way=" in line]
-    result["ways"] = [line.split("way=", 1)[1].split(":", 1)[0] for line in verdicts]
+    result["ways"] = [way_of(line) for line in verdicts]
     result["verdicts"] = verdicts
     return result
 
@@ -101,6 +102,11 @@ def written(path):
         with h5py.File(path / f"{face}.h5", "r") as f:
             found.append((f["x"][...], f["x"].chunks, f["x"].compression))
     return found
+
+
+def way_of(line):
+    """The way a verdict line names (``way=<name>``, wherever the line puts it)."""
+    return re.search(r"way=([a-z0-9-]+)", line).group(1)
 
 
 def assert_same(python, array_io, way=None, facts=(), kind=None):
@@ -276,7 +282,7 @@ def _mpirun(command, env):
     assert done.returncode == 0 and sorted(r["rank"] for r in lines) == list(range(RANKS)), \
         f"{command}: exit {done.returncode} (124: timed out, a hang)\n{done.stdout}{done.stderr}"
     verdicts = sorted(line for line in done.stderr.splitlines() if "h5gds::engine" in line and "way=" in line)
-    return sorted(lines, key=lambda r: r["rank"]), [v.split("way=", 1)[1].split(":", 1)[0] for v in verdicts]
+    return sorted(lines, key=lambda r: r["rank"]), [way_of(v) for v in verdicts]
 
 
 def both_faces_collective(op, path_of, dataset="/x"):
