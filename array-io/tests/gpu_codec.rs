@@ -10,7 +10,7 @@ mod common;
 
 use array_io::{from_file_batched_to_device, from_file_to_device, DeviceArray, Error};
 use common::*;
-use ndarray::{ArrayD, IxDyn, Slice};
+use ndarray::Slice;
 use std::path::{Path, PathBuf};
 
 /// The damaged datasets: (name, chunk offset, how it was damaged).
@@ -77,16 +77,7 @@ fn read_and_compare<T: Sample>(path: &Path, entry: &Entry) {
 
 /// Batches of 7 along every axis (never chunk-aligned): each batch matches h5py's bytes there.
 fn batched_and_compare<T: Sample>(path: &Path, entry: &Entry) {
-    let expected = ArrayD::<T>::from_shape_vec(
-        IxDyn(&entry.shape),
-        entry
-            .bytes
-            .chunks_exact(std::mem::size_of::<T>())
-            // SAFETY: the bytes are h5py's native-endian values of T.
-            .map(|b| unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
-            .collect(),
-    )
-    .unwrap();
+    let expected = expected::<T>(entry);
     let batch = vec![7usize; entry.shape.len()];
     let mut seen = 0;
     for item in from_file_batched_to_device::<T>(path, &entry.name, &batch, stream()).unwrap() {

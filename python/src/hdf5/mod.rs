@@ -86,22 +86,24 @@ pub fn other_driver(dataset: Hid) -> Result<Option<String>, Error> {
 /// `h5gds_engine::stored::direct_file` says. `None` otherwise, or when HDF5 cannot tell. The
 /// caller holds h5py's lock.
 pub fn direct_file(dataset: Hid) -> Option<std::fs::File> {
-    match other_driver(dataset) {
-        Ok(None) => {}
-        Ok(Some(name)) if name == "sec2" => {}
-        _ => return None,
-    }
-    h5gds_engine::stored::direct_file(api().ok()?, dataset)
+    bytes_at_hdf5s_addresses(dataset)
+        .then(|| h5gds_engine::stored::direct_file(api().ok()?, dataset))?
 }
 
 /// Where the bytes of `dataset` may be read from with no HDF5 call: the file as [`direct_file`]
 /// says, or the `gds` driver's remote object (`h5gds_engine::stored::byte_source`). The caller
 /// holds h5py's lock.
 pub fn byte_source(dataset: Hid) -> Option<h5gds_engine::stored::Source> {
+    bytes_at_hdf5s_addresses(dataset)
+        .then(|| h5gds_engine::stored::byte_source(api().ok()?, dataset))?
+}
+
+/// Whether the file of `dataset` is open with `gds` (no other driver named) or sec2, whose bytes
+/// lie at the addresses HDF5 reports; false where HDF5 cannot tell.
+fn bytes_at_hdf5s_addresses(dataset: Hid) -> bool {
     match other_driver(dataset) {
-        Ok(None) => {}
-        Ok(Some(name)) if name == "sec2" => {}
-        _ => return None,
+        Ok(None) => true,
+        Ok(Some(name)) => name == "sec2",
+        Err(_) => false,
     }
-    h5gds_engine::stored::byte_source(api().ok()?, dataset)
 }
