@@ -12,7 +12,8 @@ use h5gds_runtime::device_ranges::{self, forget_device_range};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Counts driver callbacks other than `ctl`; see `classify_copy_base`.
+/// Counts driver callbacks other than `ctl` and the small host reads and writes of
+/// `OpenFile::one_call`; see `classify_copy_base`.
 static CALLBACKS: AtomicU64 = AtomicU64::new(0);
 
 /// Marks a driver callback other than `ctl(MEM_COPY)`: memoised MEM_COPY answers end here.
@@ -30,11 +31,12 @@ thread_local! {
 /// 1: source). HDF5 copies between a cached chunk and the caller's buffer one element run at a
 /// time, every request naming the same two base pointers with growing offsets: asking CUDA twice
 /// per element made `chunked[::3]` 4.4x slower than sec2 (measured with the emulator as libcuda).
-/// So the answer for a base pointer is reused until another driver callback runs (any read,
-/// write, open, close or query marks `callback_boundary`). A base answered "host" cannot turn into
-/// device memory meanwhile: with CUDA's unified addressing, device and managed allocations come
-/// from address ranges CUDA reserves, never from freed host memory; a stale "device" answer is
-/// harmless, as the copy then goes through CUDA, which handles host pointers too.
+/// So the answer for a base pointer is reused until another driver callback runs (any open,
+/// close, query, or read or write other than a small host one marks `callback_boundary`). A
+/// base answered "host" cannot turn into device memory meanwhile: with CUDA's unified
+/// addressing, device and managed allocations come from address ranges CUDA reserves, never from
+/// freed host memory; a stale "device" answer is harmless, as the copy then goes through CUDA,
+/// which handles host pointers too.
 pub(crate) fn classify_copy_base(side: usize, base: BufPtr) -> Result<PointerKind> {
     if let Some(kind) = memoised_copy_base(side, base) {
         return Ok(kind);

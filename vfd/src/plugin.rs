@@ -236,6 +236,18 @@ unsafe fn open_file<'a>(
     file: *const H5FD_t,
 ) -> (Option<&'static Hdf5Library>, Result<&'a OpenFile>) {
     crate::memory::callback_boundary();
+    // SAFETY: the caller's contract.
+    unsafe { file_state(file) }
+}
+
+/// `open_file` without marking a callback boundary: for `read` and `write`, whose transfers mark
+/// it themselves where they can meet device memory (`OpenFile::transfer`).
+///
+/// # Safety
+/// As `open_file`.
+unsafe fn file_state<'a>(
+    file: *const H5FD_t,
+) -> (Option<&'static Hdf5Library>, Result<&'a OpenFile>) {
     if file.is_null() {
         return (
             None,
@@ -487,7 +499,7 @@ unsafe extern "C" fn gds_io<B: CallerBuffer, const WRITE: bool>(
         ("gds_read", Direction::Read, "read into a null buffer")
     };
     // SAFETY: HDF5 passes an open file of this driver.
-    let (hdf5, f) = unsafe { open_file(file) };
+    let (hdf5, f) = unsafe { file_state(file) };
     // Quiet: `OpenFile::transfer` makes the logger current where it may log.
     guard_quiet(func, hdf5, -1, || {
         let f = f?;
