@@ -79,11 +79,11 @@ def test_an_http_file_reads_as_the_local_file(nginx, source, python):
     assert proc.stdout == source[1]
     assert f'opened "{url}"' in proc.stderr and "remote, read-only: HTTP (plain)" in proc.stderr
     total, heads, gets, retried = requests_at_close(proc.stderr, url)
-    # One HEAD at open; the 6 MB contiguous dataset alone is over 20 GETs of 256K; the file's
-    # metadata comes through the block cache, a few GETs.
-    assert heads == 1 and gets >= 20 and total == heads + gets and retried == 0, proc.stderr
+    # No HEAD: the open's GET of the first block gives the length and ETag; the 6 MB contiguous
+    # dataset alone is over 20 GETs of 256K; the file's metadata comes through the block cache.
+    assert heads == 0 and gets >= 21 and total == heads + gets and retried == 0, proc.stderr
     log = nginx.access_log.read_text()
-    assert '"GET /data/file.h5 HTTP/1.1" 206' in log and '"HEAD /data/file.h5 HTTP/1.1" 200' in log
+    assert '"GET /data/file.h5 HTTP/1.1" 206' in log and '"HEAD /data/file.h5 HTTP/1.1"' not in log
 
 
 def test_an_s3_file_reads_as_the_local_file(moto, source):
@@ -132,6 +132,21 @@ def test_a_missing_object_names_the_url(nginx, moto):
         assert out.startswith("ERROR FileNotFoundError errno=2"), out
         assert url in out and "HEAD" in out, out
         assert not any(secret in out + proc.stderr for secret in SECRETS)
+
+
+def test_an_empty_object_fails_as_an_empty_local_file_does(nginx, tmp_path):
+    """An empty object has no first block to GET (nginx answers 200 with no body, not the partial
+    content asked for): the open asks a HEAD instead, and HDF5 then finds no file signature, as it
+    does in an empty local file."""
+    (nginx.root / "data" / "empty.h5").write_bytes(b"")
+    (tmp_path / "empty.h5").write_bytes(b"")
+    url = nginx.url("data/empty.h5")
+    remote = ok(run(REMOTE, "missing", url, extra_env={"H5GDS_LOG": "info"}), "open").stdout
+    local = ok(run(REMOTE, "missing", str(tmp_path / "empty.h5")), "open").stdout
+    assert remote.startswith("ERROR OSError") and "signature" in remote, remote
+    assert remote.split(":", 1)[0] == local.split(":", 1)[0], (remote, local)
+    log = nginx.access_log.read_text()
+    assert '"GET /data/empty.h5 HTTP/1.1"' in log and '"HEAD /data/empty.h5 HTTP/1.1" 200' in log, log
 
 
 def test_an_unreachable_server_fails_the_open_naming_the_url():
@@ -202,7 +217,9 @@ def test_a_5xx_is_retried_and_a_lasting_one_fails_naming_url_and_range(nginx, so
         assert re.search(re.escape(f"read failed on '{url}' at offset ") + r"\d+ \(\d+ bytes requested\)", proc.stderr), \
             proc.stderr
         assert "503" in proc.stderr, proc.stderr
-        assert proxy.injected == 3, proxy.injected  # the first GET and its two retries
+        # The open's GET of the first block and its two retries (the open then asks a HEAD, which
+        # this proxy passes), then the first read's GET and its two retries.
+        assert proxy.injected == 6, proxy.injected
     finally:
         proxy.stop()
 
@@ -414,4 +431,4 @@ def test_a_device_read_of_a_remote_file_is_staged_through_pinned_buffers(nginx, 
     assert counters["cufile_reads"] == "0" and counters["bounds_violations"] == "0", counters
     assert "a remote file: ranged GETs into pinned bounce buffers" in proc.stderr, proc.stderr
     _, heads, gets, _ = requests_at_close(proc.stderr, url)
-    assert heads == 1 and gets >= 12, proc.stderr  # 6 MB twice (host, then device) in 1M GETs
+    assert heads == 0 and gets >= 13, proc.stderr  # the first block, then 6 MB twice (host, then device) in 1M GETs

@@ -160,8 +160,32 @@ fn explain(err: &object_store::Error, url: &str) -> String {
     }
 }
 
+/// The object's first block (up to [`CACHE_BLOCK`] bytes) and what its response says of the
+/// object: its length (from `Content-Range`), ETag and version.
+async fn first_block(
+    store: &dyn ObjectStore,
+    path: &ObjectPath,
+) -> object_store::Result<(object_store::ObjectMeta, Bytes)> {
+    let options = GetOptions {
+        range: Some(GetRange::Bounded(0..CACHE_BLOCK)),
+        ..GetOptions::default()
+    };
+    let got = store.get_opts(path, options).await?;
+    let meta = got.meta.clone();
+    let expected = meta.size.min(CACHE_BLOCK);
+    let bytes = got.bytes().await?;
+    if bytes.len() as u64 != expected {
+        return Err(object_store::Error::Generic {
+            store: "h5gds",
+            source: format!("the first block's GET answered {} bytes", bytes.len()).into(),
+        });
+    }
+    Ok((meta, bytes))
+}
+
 impl RemoteFile {
-    /// Opens `url` read-only: asks the object's length and ETag (one HEAD). HDF5 access `flags`
+    /// Opens `url` read-only: asks the object's first block, whose answer gives its length and
+    /// ETag (else one HEAD, which says why it cannot be read). HDF5 access `flags`
     /// asking to write or create are refused before any request is made.
     pub(crate) fn open(url: &str, flags: u32, settings: &RemoteSettings) -> Result<RemoteFile> {
         use crate::abi::{H5F_ACC_CREAT, H5F_ACC_EXCL, H5F_ACC_RDWR, H5F_ACC_TRUNC};
@@ -184,6 +208,24 @@ impl RemoteFile {
             errno: libc::EINVAL,
             why: format!("cannot set up the client: {why}"),
         })?;
+        // The first block's GET tells the length and ETag as a HEAD would, and brings the
+        // superblock with them: one round trip, not two. Where it fails (an empty object has no
+        // first block), the HEAD says why.
+        counters.gets.fetch_add(1, Relaxed);
+        if let Ok((meta, first)) = block_on(first_block(store.as_ref(), &path))? {
+            counters.bytes.fetch_add(first.len() as u64, Relaxed);
+            let file = RemoteFile::pinned(
+                url,
+                (target, path),
+                settings,
+                (store, facts, counters),
+                meta,
+            )?;
+            let mut cache = file.cache.lock().unwrap_or_else(|p| p.into_inner());
+            cache.insert(0, first);
+            drop(cache);
+            return Ok(file);
+        }
         counters.heads.fetch_add(1, Relaxed);
         let head = block_on(store.head(&path))?;
         let meta = head.map_err(|e| {
@@ -208,10 +250,28 @@ impl RemoteFile {
                 why: format!("{what} failed: {}", explain(&e, url)),
             }
         })?;
+        RemoteFile::pinned(
+            url,
+            (target, path),
+            settings,
+            (store, facts, counters),
+            meta,
+        )
+    }
+
+    /// The file opened at the version `meta` names (its ETag, else its version); refused where
+    /// the server names neither.
+    fn pinned(
+        url: &str,
+        (target, path): (Target, ObjectPath),
+        settings: &RemoteSettings,
+        (store, facts, counters): (Arc<dyn ObjectStore>, StoreFacts, Counters),
+        meta: object_store::ObjectMeta,
+    ) -> Result<RemoteFile> {
         let version = meta.version.filter(|_| meta.e_tag.is_none());
         if meta.e_tag.is_none() && version.is_none() {
             return Err(Error::RemoteOpen {
-                url: shown,
+                url: shown_url(url),
                 errno: libc::EIO,
                 why: "the server gives the object no ETag, so reads could mix versions of it; \
                       h5gds reads only objects it can pin to the version opened"
@@ -220,7 +280,7 @@ impl RemoteFile {
         }
         Ok(RemoteFile {
             handle: -1,
-            url: shown,
+            url: shown_url(url),
             target,
             path,
             settings: settings.clone(),

@@ -31,8 +31,8 @@ pub struct ObjectFacts {
 }
 
 /// How `url` would be read by the driver opened now in this process (its environment), and
-/// whether the object is reachable (one HEAD, as an open makes). Never fails: what goes wrong is
-/// the report's `object` error.
+/// whether the object is reachable (one HEAD; an open GETs the first block instead, and asks a
+/// HEAD where that fails). Never fails: what goes wrong is the report's `object` error.
 pub fn url_report(url: &str) -> UrlReport {
     let shown = shown_url(url);
     let settings = match RemoteSettings::from_env(|name| std::env::var_os(name)) {
