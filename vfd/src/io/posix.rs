@@ -76,11 +76,42 @@ pub(crate) unsafe fn transfer(
     Ok(done)
 }
 
+/// Whether the `len` bytes at `offset` are in the page cache: read into `buf` only if no disk
+/// would be waited on (`preadv2` with `RWF_NOWAIT`). False where they are not, where the read
+/// stops short, or where the file system cannot tell (`EOPNOTSUPP`, `EINVAL`): the caller then
+/// takes the way that suits storage that is not cached.
+///
+/// # Safety
+/// `buf` must be valid for writes of `len` bytes.
+pub(crate) unsafe fn cached_read(fd: RawFd, buf: BufPtr, len: usize, offset: u64) -> bool {
+    let iov = libc::iovec {
+        iov_base: buf.as_ptr().cast(),
+        iov_len: len,
+    };
+    // SAFETY: one iovec over the caller's buffer, valid for writes of `len` bytes.
+    let n = unsafe { libc::preadv2(fd, &iov, 1, offset as libc::off_t, libc::RWF_NOWAIT) };
+    n == len as isize
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Write;
     use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_cached_read_reads_only_whole_ranges_inside_the_file() {
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(b"abcdef").unwrap();
+        let mut buf = [0u8; 4];
+        let at = BufPtr::new(buf.as_mut_ptr());
+        // SAFETY: buf is a live local array of 4 bytes.
+        assert!(unsafe { cached_read(file.as_raw_fd(), at, 4, 1) });
+        assert_eq!(&buf, b"bcde");
+        // Reaching end of file: short, so false (the caller's usual read zero-fills).
+        // SAFETY: as above.
+        assert!(!unsafe { cached_read(file.as_raw_fd(), at, 4, 4) });
+    }
 
     #[test]
     fn read_past_end_of_file_zero_fills() {
