@@ -17,11 +17,8 @@ pub use facts::{
 pub use h5gds_engine::transfer::{Prepared, Transfer};
 use h5gds_engine::Error;
 
-// HDF5's error stack as one line, read and cleared: the engine's one reading of it.
 use h5gds_engine::transfer;
-use h5gds_runtime::hdf5::stack;
-use h5gds_runtime::hdf5::{Hdf5Api, IdKind, Owned};
-use std::ffi::CStr;
+use h5gds_runtime::hdf5::Hdf5Api;
 
 pub type Hid = i64;
 
@@ -36,49 +33,13 @@ pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, Error> {
     transfer::prepare(api().map_err(Error::hdf5)?, t)
 }
 
-/// The driver the file holding `dataset` is open with: `None` when it is h5gds's `gds` driver,
-/// else its name (or a description when HDF5 cannot tell). The caller holds h5py's lock.
+/// The driver the file holding `dataset` is open with (`h5gds_engine::facts::other_driver`):
+/// `None` when it is h5gds's `gds` driver, else its name. The caller holds h5py's lock.
 pub fn other_driver(dataset: Hid) -> Result<Option<String>, Error> {
-    let api = api().map_err(Error::hdf5)?;
-    let (Ok(file_of), Ok(access_of), Ok(driver_of), Ok(class_of)) = (
-        api.H5Iget_file_id,
-        api.H5Fget_access_plist,
-        api.H5Pget_driver,
-        api.H5FD_get_class,
-    ) else {
-        return Ok(Some("(unknown: HDF5 cannot tell which)".into()));
-    };
-    // SAFETY: plain queries on ids HDF5 checks, each id opened here owned by an `Owned`.
-    unsafe {
-        let file = Owned::new(api, IdKind::File, file_of(dataset), "H5Iget_file_id")?;
-        let fapl = Owned::new(
-            api,
-            IdKind::PropertyList,
-            access_of(file.id()),
-            "H5Fget_access_plist",
-        );
-        let driver = fapl.as_ref().map_or(-1, |fapl| driver_of(fapl.id()));
-        let class = if driver < 0 {
-            std::ptr::null()
-        } else {
-            // HDF5's copy of a registered class, of the layout the driver's `abi` declares.
-            class_of(driver).cast::<h5gds::abi::H5FD_class_t>()
-        };
-        drop((fapl, file));
-        if class.is_null() {
-            stack(api);
-            return Ok(Some("(unknown: HDF5 cannot tell which)".into()));
-        }
-        if h5gds::h5gds_library(class).is_ok() {
-            return Ok(None);
-        }
-        let name = (*class).name;
-        Ok(Some(if name.is_null() {
-            "(unnamed)".into()
-        } else {
-            CStr::from_ptr(name).to_string_lossy().into_owned()
-        }))
-    }
+    Ok(h5gds_engine::facts::other_driver(
+        api().map_err(Error::hdf5)?,
+        dataset,
+    )?)
 }
 
 /// The file holding `dataset`, opened anew for reading, when its chunks may be read from it
