@@ -61,7 +61,9 @@ pub trait Hdf5Lock {
 pub struct Dataset<'a, L: Hdf5Lock> {
     api: &'static Hdf5Api,
     id: hid_t,
-    mem_type: hid_t,
+    mem_type: OnceCell<hid_t>,
+    /// Makes the memory type where the face makes it at its first HDF5 call.
+    make_mem_type: Option<&'a dyn Fn() -> Result<hid_t>>,
     element: usize,
     lock: L,
     stored: Option<&'a Stored>,
@@ -75,11 +77,41 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
         Dataset {
             api,
             id,
-            mem_type,
+            mem_type: OnceCell::from(mem_type),
+            make_mem_type: None,
             element,
             lock,
             stored: None,
             name: OnceCell::new(),
+        }
+    }
+
+    /// As [`Dataset::new`], the memory type made by `make` where a request first needs it (a
+    /// read served with no HDF5 call never does).
+    pub fn made_as(
+        api: &'static Hdf5Api,
+        id: hid_t,
+        make: &'a dyn Fn() -> Result<hid_t>,
+        element: usize,
+        lock: L,
+    ) -> Self {
+        Dataset {
+            mem_type: OnceCell::new(),
+            make_mem_type: Some(make),
+            ..Dataset::new(api, id, 0, element, lock)
+        }
+    }
+
+    /// The memory type, made now where the face makes it.
+    fn mem_type(&self) -> Result<hid_t> {
+        match (self.mem_type.get(), self.make_mem_type) {
+            (Some(&id), _) => Ok(id),
+            (None, Some(make)) => {
+                self.lock.enter()?;
+                let id = make()?;
+                Ok(*self.mem_type.get_or_init(|| id))
+            }
+            (None, None) => Err(Error::invalid("the dataset handle has no memory type")),
         }
     }
 
@@ -119,13 +151,13 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
     /// scalar, or its storage is not the file's own bytes in a form h5gds reads.
     pub fn resolve_stored(&self) -> Result<Option<Stored>> {
         let name = self.name()?.to_string();
-        let (api, id) = (self.api, self.id);
+        let (api, id, mem_type) = (self.api, self.id, self.mem_type()?);
         L::call(|| {
             if !facts::read_only_file(api, id)? {
                 return Ok(None);
             }
             let shape = facts::dimensions(api, id)?;
-            let facts = facts::dataset_facts(api, id, self.mem_type)?;
+            let facts = facts::dataset_facts(api, id, mem_type)?;
             if shape.is_empty() || !facts.same_type || !stored::own_bytes(&facts.layout) {
                 return Ok(None);
             }
@@ -213,7 +245,7 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
         }
         self.lock.enter()?;
         let name = self.name()?;
-        let (api, id, mem_type) = (self.api, self.id, self.mem_type);
+        let (api, id, mem_type) = (self.api, self.id, self.mem_type()?);
         let facts = L::call(|| facts::dataset_facts(api, id, mem_type))?;
         let conversion = (!facts.same_type).then_some("HDF5 converts its elements");
         let declined = decoded::declined(conversion)?;
@@ -289,8 +321,8 @@ impl<L: Hdf5Lock> HostFace for Dataset<'_, L> {
 
     fn facts(&self) -> Result<(StoredLayout, Option<String>)> {
         self.lock.enter()?;
-        let (api, id) = (self.api, self.id);
-        let facts = L::call(|| facts::dataset_facts(api, id, self.mem_type))?;
+        let (api, id, mem_type) = (self.api, self.id, self.mem_type()?);
+        let facts = L::call(|| facts::dataset_facts(api, id, mem_type))?;
         let conversion = (!facts.same_type).then(|| {
             let name = Dataset::name(self).unwrap_or("the dataset");
             format!("HDF5 converts the stored type of dataset {name} to the memory type")
@@ -300,7 +332,8 @@ impl<L: Hdf5Lock> HostFace for Dataset<'_, L> {
 
     fn decode(&self, plan: &Plan, sel: Hyperslab, out: &mut [u8]) -> Result<Decoded> {
         let name = Dataset::name(self)?;
-        let (api, id, mem_type, face) = (self.api, self.id, self.mem_type, self.chunk_face(name));
+        let (api, id, mem_type) = (self.api, self.id, self.mem_type()?);
+        let face = self.chunk_face(name);
         self.lock.unlocked(|| {
             let open = |touched| StoredChunks::new(api, id, plan.chunk(), touched, face);
             decoded::read_hyperslab(&plan.decoding(), mem_type, sel, open, out)
@@ -312,7 +345,7 @@ impl<L: Hdf5Lock> HostFace for Dataset<'_, L> {
         let t = Transfer {
             write: false,
             dataset: self.id,
-            mem_type: self.mem_type,
+            mem_type: self.mem_type()?,
             start: sel.start,
             step: sel.step,
             count: sel.count,

@@ -11,9 +11,7 @@ mod chunks;
 mod facts;
 
 pub use chunks::{chunk_index, h5py_face, stored_chunks, H5pyFace};
-pub use facts::{
-    dataset_dims, dataset_facts, object_name, read_only_file, DatasetFacts, StoredLayout,
-};
+pub use facts::{dataset_facts, object_name, other_driver, DatasetFacts, StoredLayout};
 pub use h5gds_engine::transfer::{Prepared, Transfer};
 use h5gds_engine::Error;
 
@@ -33,15 +31,6 @@ pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, Error> {
     transfer::prepare(api().map_err(Error::hdf5)?, t)
 }
 
-/// The driver the file holding `dataset` is open with (`h5gds_engine::facts::other_driver`):
-/// `None` when it is h5gds's `gds` driver, else its name. The caller holds h5py's lock.
-pub fn other_driver(dataset: Hid) -> Result<Option<String>, Error> {
-    Ok(h5gds_engine::facts::other_driver(
-        api().map_err(Error::hdf5)?,
-        dataset,
-    )?)
-}
-
 /// The file holding `dataset`, opened anew for reading, when its chunks may be read from it
 /// directly at the addresses HDF5 reports: through sec2 or h5gds's `gds` driver, as
 /// `h5gds_engine::stored::direct_file` says. `None` otherwise, or when HDF5 cannot tell. The
@@ -49,14 +38,6 @@ pub fn other_driver(dataset: Hid) -> Result<Option<String>, Error> {
 pub fn direct_file(dataset: Hid) -> Option<std::fs::File> {
     bytes_at_hdf5s_addresses(dataset)
         .then(|| h5gds_engine::stored::direct_file(api().ok()?, dataset))?
-}
-
-/// Where the bytes of `dataset` may be read from with no HDF5 call: the file as [`direct_file`]
-/// says, or the `gds` driver's remote object (`h5gds_engine::stored::byte_source`). The caller
-/// holds h5py's lock.
-pub fn byte_source(dataset: Hid) -> Option<h5gds_engine::stored::Source> {
-    bytes_at_hdf5s_addresses(dataset)
-        .then(|| h5gds_engine::stored::byte_source(api().ok()?, dataset))?
 }
 
 /// Whether the file of `dataset` is open with `gds` (no other driver named) or sec2, whose bytes
