@@ -11,7 +11,6 @@ use crate::layout::stored_layout;
 use crate::layout::{check_types, Types};
 use crate::options::{DevicePath, Settings};
 use crate::select::Block;
-use crate::transfer;
 use crate::ReadOptions;
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::decoded::{self, Plan};
@@ -51,10 +50,21 @@ where
     let (ds, mem_type) = create_dataset(path, dataset, driver, &desc, contiguous)?;
     if !standard.is_empty() {
         let elements = standard.as_slice().expect("standard layout is contiguous");
-        let (bytes, nbytes) = (elements.as_ptr().cast(), std::mem::size_of_val(elements));
-        // SAFETY: `elements` holds the dataset's `nbytes` bytes.
-        unsafe { transfer::write(&ds.dset, &mem_type, None, bytes, nbytes) }
-            .map_err(|e| Error::hdf5("writing the dataset", path, Some(dataset), e))?;
+        // SAFETY: the elements' own initialised bytes, borrowed for the write.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(elements.as_ptr().cast(), std::mem::size_of_val(elements))
+        };
+        let (zeros, ones) = (vec![0; shape.len()], vec![1; shape.len()]);
+        let all = Hyperslab {
+            start: &zeros,
+            step: &ones,
+            count: &shape,
+        };
+        let (id, size) = (mem_type.id(), mem_type.size());
+        let handle = Dataset::new(linked_hdf5(), ds.dset.id(), id, size, Metno).named(dataset);
+        handle
+            .write(all, bytes)
+            .map_err(Error::engine(path, dataset))?;
     }
     ds.close()
 }

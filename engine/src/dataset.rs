@@ -7,11 +7,13 @@
 
 use crate::chunks::{self, CallFailed, StoredChunks};
 use crate::decoded::{self, Decoded, Plan};
+use crate::encoded::Target;
 use crate::error::Kind;
 use crate::facts::{self, StoredLayout};
 use crate::policy::gather::{Gather, Hdf5Side};
 use crate::policy::host_read::{self, HostFace};
 use crate::policy::settings::CallSettings;
+use crate::policy::write::{CompressedWrite, Memory};
 use crate::rows::RowPlan;
 use crate::stored::{self, Stored};
 use crate::transfer::{self, Transfer};
@@ -196,6 +198,48 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
         host_read::read(self, slab, out, settings)
             .map(drop)
             .map_err(named)
+    }
+
+    /// Writes `data` (the selection's elements in the memory type, row-major, in host memory)
+    /// into the slab `sel` of the dataset: one checked `H5Dwrite`.
+    pub fn write(&self, sel: Hyperslab, data: &[u8]) -> Result<()> {
+        self.lock.enter()?;
+        let t = Transfer {
+            write: true,
+            dataset: self.id,
+            mem_type: self.mem_type()?,
+            start: sel.start,
+            step: sel.step,
+            count: sel.count,
+            mem_shape: sel.count,
+            buffer: data.as_ptr() as usize,
+            nbytes: data.len(),
+        };
+        L::call(|| {
+            let Some(prepared) = transfer::prepare(self.api, &t)? else {
+                return Ok(());
+            };
+            // SAFETY: `data`, borrowed for the call, holds the selection's elements in the
+            // memory type (its size checked by `prepare`); HDF5 only reads a write's buffer.
+            let written = self.lock.unlocked(|| unsafe { prepared.run() });
+            written.map_err(|m| Error::hdf5(format!("H5Dwrite failed: {m}")))
+        })
+    }
+
+    /// Writes every chunk of a new chunked dataset from `memory` (its elements row-major, as
+    /// `w` describes them), encoded where `crate::policy::write` decides; the number of chunks
+    /// written.
+    pub fn write_chunks(&self, w: &CompressedWrite, memory: Memory) -> Result<usize> {
+        let name = self.name()?;
+        let face = self.chunk_face(name);
+        let target = Target {
+            api: self.api,
+            dataset: self.id,
+            name,
+            face: &face,
+            refused: &|e| e,
+        };
+        crate::policy::write::write(target, w, memory)
     }
 
     /// The dataset's dimensions: the stored storage's where the handle has it, else HDF5's.

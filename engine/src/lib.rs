@@ -35,3 +35,5 @@ pub mod transfer;
 
 pub use dataset::{Dataset, Hdf5Lock, Selection};
 pub use error::{Error, Facts, Kind as ErrorKind, Result};
+pub use gpu_encoded::DeviceArray;
+pub use policy::write::{CompressedWrite, Memory};

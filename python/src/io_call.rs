@@ -290,15 +290,22 @@ impl<'py> Call<'py> {
         })
     }
 
-    /// A write from a host array: one H5Dwrite. The caller holds h5py's lock.
+    /// A write from a host array through the engine's dataset handle: one H5Dwrite. The caller
+    /// holds h5py's lock.
     fn write_host(&self, py: Python<'py>) -> PyResult<()> {
-        let Some(prepared) = hdf5::prepare(&self.transfer()?).map_err(engine_error)? else {
-            return Ok(());
+        let make = || self.target.engine_mem_type();
+        let handle = self.target.handle(py, None, &make)?;
+        let sel = Hyperslab {
+            start: &self.sel.start,
+            step: &self.sel.step,
+            count: &self.sel.count,
         };
-        // SAFETY: this call holds the array whose address and size `prepare` checked against the
-        // selection, alive for the call.
-        py.detach(|| unsafe { prepared.run() })
-            .map_err(|message| PyOSError::new_err(format!("H5Dwrite failed: {message}")))
+        // SAFETY: `owner` (held by this call) keeps the checked, C-contiguous host array of
+        // `nbytes` at `address` alive; the handle checks its size against the selection.
+        let data = unsafe {
+            std::slice::from_raw_parts(self.array.address as *const u8, self.array.nbytes)
+        };
+        handle.write(sel, data).map_err(engine_error)
     }
 
     /// A device array: the route `device::run` takes, over the facts HDF5 gave.

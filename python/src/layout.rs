@@ -29,8 +29,8 @@ pub struct Layout {
     other_driver: Option<String>,
 }
 
-/// h5py's lock, already held by the caller.
-struct Held;
+/// h5py's lock, already held by the caller around the whole request.
+pub(crate) struct Held;
 
 impl Hdf5Lock for Held {}
 

@@ -62,7 +62,7 @@ impl<E: Send> Face for H5pyFace<'_, E> {
 }
 
 /// `dataset` (`name`) as the engine sees it in h5py's HDF5, errors made by `error`.
-pub fn h5py_face<E: Send>(
+fn h5py_face<E: Send>(
     dataset: Hid,
     name: &str,
     error: fn(String) -> E,

@@ -10,7 +10,7 @@
 mod chunks;
 mod facts;
 
-pub use chunks::{chunk_index, h5py_face, stored_chunks, H5pyFace};
+pub use chunks::{chunk_index, stored_chunks, H5pyFace};
 pub use facts::{dataset_facts, object_name, other_driver, DatasetFacts, StoredLayout};
 pub use h5gds_engine::transfer::{Prepared, Transfer};
 use h5gds_engine::Error;
