@@ -1,9 +1,13 @@
 //! The engine's dataset handle, what both faces call: a dataset open in some HDF5 copy (its table
-//! and id), the memory type its elements move as, and the face's lock on that HDF5 ([`Hdf5Lock`]);
+//! and id), the memory type its elements move as, and the face's lock on that HDF5 ([`Hdf5Lock`]).
 //! [`Dataset::read`] fills host memory with any [`Selection`] the way `crate::policy` decides
-//! (`host_read`, `gather`), and [`Dataset::resolve_stored`] finds the storage a read-only file's
-//! reads take with no HDF5 call. The handle supplies the policy's HDF5 side itself (facts, chunk
-//! calls, one `H5Dread`), so a face converts its array and selection and maps [`Error`]'s kind.
+//! (`host_read`, `gather`); [`Dataset::write`] is one checked `H5Dwrite` from host memory;
+//! [`Dataset::write_chunks`] writes a new chunked dataset from the one [`Memory`] type (host bytes,
+//! or a device array with its stream) encoded where `policy::write` decides; and
+//! [`Dataset::resolve_stored`] finds the storage a read-only file's reads take with no HDF5 call.
+//! The handle supplies the policy's HDF5 side itself (facts, chunk calls, one `H5Dread`), so a
+//! face converts its array and selection and maps [`Error`]'s kind. Reads into device memory do
+//! not go through it yet (`crate::device`, `policy::device_read`).
 
 use crate::chunks::{self, CallFailed, StoredChunks};
 use crate::decoded::{self, Decoded, Plan};
@@ -269,21 +273,10 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
             .unlocked(|| RowPlan::of(rows, extent))
             .map_err(Error::invalid)?;
         let row_bytes = rest.count.iter().product::<u64>() as usize * self.element;
-        // Made where it runs: the thread count is asked through a closure that stays on its thread.
-        let with = |read: &mut dyn FnMut(&Gather) -> Result<bool>| {
-            let threads = || settings.nthreads().map_err(|e| e.to_string());
-            read(&Gather {
-                plan: &plan,
-                rest,
-                row_bytes,
-                threads: &threads,
-            })
-        };
+        let gather = (&plan, rest, row_bytes, settings);
         if let Some(stored) = self.stored {
-            if self
-                .lock
-                .unlocked(|| with(&mut |g| g.stored(stored, &mut *out)))?
-            {
+            let read = || with_gather(gather, |g| g.stored(stored, &mut *out));
+            if self.lock.unlocked(read)? {
                 return Ok(());
             }
         }
@@ -294,25 +287,19 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
         let conversion = (!facts.same_type).then_some("HDF5 converts its elements");
         let declined = decoded::declined(conversion)?;
         let face = self.chunk_face(name);
-        self.lock
-            .unlocked(|| {
-                let mut side = Some(Hdf5Side {
-                    api,
-                    dataset: id,
-                    mem_type,
-                    name,
-                    layout: &facts.layout,
-                    declined,
-                    face,
-                    failed: &|e| e,
-                });
-                // Run once: the side is taken at the one call.
-                with(&mut |g| match side.take() {
-                    Some(side) => g.through_hdf5(side, &mut *out).map(|()| true),
-                    None => Ok(false),
-                })
-            })
-            .map(drop)
+        self.lock.unlocked(|| {
+            let side = Hdf5Side {
+                api,
+                dataset: id,
+                mem_type,
+                name,
+                layout: &facts.layout,
+                declined,
+                face,
+                failed: &|e| e,
+            };
+            with_gather(gather, |g| g.through_hdf5(side, out))
+        })
     }
 
     /// The dataset's chunk calls as the engine's stored chunks make them.
@@ -333,6 +320,21 @@ fn bytes_at_addresses(api: &Hdf5Api, dataset: hid_t) -> Result<bool> {
         facts::other_driver(api, dataset)?.as_deref(),
         None | Some("sec2")
     ))
+}
+
+/// Runs `read` with the engine's gather of `plan` (of each row, `rest`: `row_bytes`), made on the
+/// thread that runs it: its thread count is asked through a closure that stays there.
+fn with_gather<R>(
+    (plan, rest, row_bytes, settings): (&RowPlan, Hyperslab, usize, &CallSettings),
+    read: impl FnOnce(&Gather) -> R,
+) -> R {
+    let threads = || settings.nthreads().map_err(|e| e.to_string());
+    read(&Gather {
+        plan,
+        rest,
+        row_bytes,
+        threads: &threads,
+    })
 }
 
 /// The engine's debug lines about a stored dataset (`crate::stored`'s log).
