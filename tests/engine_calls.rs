@@ -501,3 +501,91 @@ fn whole_rows_of_contiguous_datasets_are_gathered_straight_into_the_callers_orde
         }
     }
 }
+
+/// hdf5-metno's lock on the linked HDF5, per call, as array-io gives it to the dataset handle.
+struct Metno;
+
+impl h5gds_engine::Hdf5Lock for Metno {
+    fn call<T>(call: impl FnOnce() -> T) -> T {
+        locked(call)
+    }
+}
+
+/// The bytes of `values`.
+fn bytes(values: &[f64]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_ne_bytes()).collect()
+}
+
+#[test]
+fn the_dataset_handle_writes_then_reads_every_selection_with_and_without_hdf5() {
+    use h5gds_engine::policy::settings::CallSettings;
+    use h5gds_engine::{Dataset as Handle, Selection};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("handle.h5");
+    let n = SHAPE.iter().product::<u64>() as usize;
+    let (values, settings) = (reference(n), CallSettings::default());
+    let shape: Vec<usize> = SHAPE.iter().map(|&d| d as usize).collect();
+    let file = create(&path, false);
+    let dset = dataset(&file, "x", &shape, &vec![0.0; n]);
+    let (id, api, f8) = (dset.id(), linked_hdf5(), f8());
+    let handle = Handle::new(api, id, f8.id(), 8, Metno).named("/x");
+    let all = Hyperslab {
+        start: &[0, 0, 0],
+        step: &[1, 1, 1],
+        count: &SHAPE,
+    };
+    handle.write(all, &bytes(&values)).unwrap();
+    // A buffer of another size is refused, naming both sizes.
+    assert!(refused(handle.write(all, &bytes(&values[1..]))).contains("the buffer has"));
+    // A writable file: no storage to read with no HDF5 call; every read through HDF5.
+    assert!(handle.resolve_stored().unwrap().is_none());
+    let read = |handle: &Handle<Metno>, sel: Selection, len: usize| {
+        let mut out = vec![0u8; len * 8];
+        handle.read(sel, &mut out, &settings).unwrap();
+        out
+    };
+    assert_eq!(read(&handle, Selection::All, n), bytes(&values));
+    let slab = Hyperslab {
+        start: &[1, 2, 0],
+        step: &[3, 2, 1],
+        count: &[3, 2, 5],
+    };
+    let at = |i: u64, j: u64, k: u64| values[((i * 9 + j) * 5 + k) as usize];
+    let expected: Vec<f64> = (0..3)
+        .flat_map(|i| (0..2).flat_map(move |j| (0..5).map(move |k| (1 + 3 * i, 2 + 2 * j, k))))
+        .map(|(i, j, k)| at(i, j, k))
+        .collect();
+    assert_eq!(read(&handle, Selection::Slab(slab), 30), bytes(&expected));
+    let rows = [7u64, 0, 7, 11];
+    let rest = Hyperslab {
+        start: &[0, 0],
+        step: &[1, 1],
+        count: &[9, 5],
+    };
+    let gathered: Vec<f64> = rows
+        .iter()
+        .flat_map(|&r| values[(r * 45) as usize..((r + 1) * 45) as usize].to_vec())
+        .collect();
+    let sel = Selection::Rows { rows: &rows, rest };
+    assert_eq!(read(&handle, sel, 4 * 45), bytes(&gathered));
+    // A row past the first axis is refused, nothing read.
+    let mut out = vec![0u8; 45 * 8];
+    let past = Selection::Rows { rows: &[12], rest };
+    assert!(refused(handle.read(past, &mut out, &settings)).contains("out of range"));
+    drop((handle, dset, file));
+    // The same file read-only: its storage resolved, the same bytes with no HDF5 call.
+    let fapl = hdf5_raw::file_access(&FileDriver::Sec2).unwrap();
+    let file = hdf5_raw::open_file(&path, &fapl).unwrap();
+    let dset = file.dataset("x").unwrap();
+    let handle = Handle::new(api, dset.id(), f8.id(), 8, Metno).named("/x");
+    let stored = handle
+        .resolve_stored()
+        .unwrap()
+        .expect("a read-only file's storage");
+    let handle = handle.with_stored(Some(&stored));
+    assert_eq!(read(&handle, Selection::All, n), bytes(&values));
+    assert_eq!(
+        read(&handle, Selection::Rows { rows: &rows, rest }, 4 * 45),
+        bytes(&gathered)
+    );
+}

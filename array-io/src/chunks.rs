@@ -60,13 +60,6 @@ impl OpenDataset {
         hdf5_raw::locked(|| h5gds_engine::stored::direct_file(linked_hdf5(), self.dset.id()))
     }
 
-    /// Where the dataset's bytes may be read from with no HDF5 call: its file as
-    /// [`OpenDataset::direct_file`] says, or the `gds` driver's remote object
-    /// (`h5gds_engine::stored::byte_source`).
-    pub fn byte_source(&self) -> Option<h5gds_engine::stored::Source> {
-        hdf5_raw::locked(|| h5gds_engine::stored::byte_source(linked_hdf5(), self.dset.id()))
-    }
-
     /// The stored chunks (of `chunk` elements) for a read touching `touched` of them (0: a
     /// reader that is handed the chunks it reads, which lists nothing).
     pub fn stored_chunks(

@@ -12,6 +12,7 @@ use crate::error::no_panic;
 use crate::error::{Error, Result};
 use crate::file::{create_dataset, open_dataset, OpenDataset};
 use crate::hdf5_raw::{self, NewLayout};
+use crate::host::Metno;
 use crate::layout::{check_types, stored_layout};
 use crate::options::Settings;
 use crate::route::{driver_blocker, Storage, Transfer as RouteFacts};
@@ -23,13 +24,11 @@ use h5gds_chunk_codec::Filter;
 use h5gds_chunk_codec::{ChunkIndex, Hyperslab};
 use h5gds_engine::chunks::StoredChunks;
 use h5gds_engine::device::{self, Face, ReadFace, Selected, Step};
-use h5gds_engine::encoded::Target;
 use h5gds_engine::facts::StoredLayout;
-use h5gds_engine::gpu_encoded::DeviceArray as EngineArray;
 use h5gds_engine::policy::device_read::{self, ReadRoute, StoredRead};
 use h5gds_engine::policy::settings::CallSettings;
-use h5gds_engine::policy::{self, write::CompressedWrite, write::Memory};
 use h5gds_engine::staged::NotBool;
+use h5gds_engine::{CompressedWrite, Dataset, DeviceArray as EngineArray, Memory};
 use h5gds_runtime::cuda::call;
 use h5gds_runtime::staging_ring::StagingRing;
 use h5gds_runtime::stream::{copy_to_device, synchronize};
@@ -329,21 +328,12 @@ pub(crate) fn write_compressed<T: Element>(
             cd_values,
         };
         let (driver, stream) = (Driver::unless(&blocker), &array.stream);
-        let (ds, _) = create_dataset(path, dataset, driver, &desc, (&shape, stored))?;
+        let (ds, mem_type) = create_dataset(path, dataset, driver, &desc, (&shape, stored))?;
         // As for `write`: the array's stream waits for recorded writes, then is synchronized.
         let pointer = array.data.as_ref().map(|data| data.device_ptr(stream));
         synchronize(stream)?;
         let address = pointer.as_ref().map_or(0, |(ptr, _)| *ptr);
         let nbytes = element_count(&array.shape)? * size_of::<T>();
-        let refused = Error::engine(path, dataset);
-        let face = DatasetFace { ds: &ds };
-        let target = Target {
-            api: hdf5_raw::linked_hdf5(),
-            dataset: ds.dset.id(),
-            name: dataset,
-            face: &face,
-            refused: &refused,
-        };
         let write = CompressedWrite {
             shape: &shape,
             chunk: &chunk,
@@ -353,7 +343,10 @@ pub(crate) fn write_compressed<T: Element>(
             threads: crate::options::driver_settings()?.nthreads()?,
         };
         let memory = Memory::Device(EngineArray { address, stream }, nbytes);
-        policy::write::write(target, &write, memory)?;
+        let (id, mem) = (ds.dset.id(), mem_type.id());
+        let handle = Dataset::new(hdf5_raw::linked_hdf5(), id, mem, size_of::<T>(), Metno);
+        (handle.named(dataset).write_chunks(&write, memory))
+            .map_err(Error::engine(path, dataset))?;
         drop(pointer);
         ds.close()
     })

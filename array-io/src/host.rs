@@ -2,27 +2,22 @@
 //! of one block, for batched reads) through the `gds` driver's host path, which is sec2 with
 //! large reads split across threads (or through sec2 itself with `H5GDS_USE_VFD_GDS=0`).
 
-use crate::chunks::DatasetFace;
 use crate::driver::Driver;
 use crate::element::{descriptor_of, Element};
 use crate::error::{Error, Result};
 use crate::file::{create_dataset, open_dataset, OpenDataset};
-use crate::hdf5_raw::{self, NewLayout};
+use crate::hdf5_raw::{self, linked_hdf5, NewLayout};
 use crate::layout::stored_layout;
 use crate::layout::{check_types, Types};
 use crate::options::{DevicePath, Settings};
 use crate::select::Block;
-use crate::transfer;
 use crate::ReadOptions;
 use h5gds_chunk_codec::Hyperslab;
-use h5gds_engine::decoded::{self, Decoded, Plan};
-use h5gds_engine::facts::StoredLayout;
-use h5gds_engine::policy::gather::{Gather, Hdf5Side};
-use h5gds_engine::policy::host_read::{self, HostFace};
+use h5gds_engine::decoded::{self, Plan};
 use h5gds_engine::policy::settings::CallSettings;
-use h5gds_engine::rows::RowPlan;
 use h5gds_engine::staged::check_bools;
-use h5gds_engine::stored::{self, Stored};
+use h5gds_engine::stored::Stored;
+use h5gds_engine::{Dataset, Hdf5Lock, Selection};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 use std::path::Path;
 
@@ -55,17 +50,29 @@ where
     let (ds, mem_type) = create_dataset(path, dataset, driver, &desc, contiguous)?;
     if !standard.is_empty() {
         let elements = standard.as_slice().expect("standard layout is contiguous");
-        let (bytes, nbytes) = (elements.as_ptr().cast(), std::mem::size_of_val(elements));
-        // SAFETY: `elements` holds the dataset's `nbytes` bytes.
-        unsafe { transfer::write(&ds.dset, &mem_type, None, bytes, nbytes) }
-            .map_err(|e| Error::hdf5("writing the dataset", path, Some(dataset), e))?;
+        // SAFETY: the elements' own initialised bytes, borrowed for the write.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(elements.as_ptr().cast(), std::mem::size_of_val(elements))
+        };
+        let (zeros, ones) = (vec![0; shape.len()], vec![1; shape.len()]);
+        let all = Hyperslab {
+            start: &zeros,
+            step: &ones,
+            count: &shape,
+        };
+        let (id, size) = (mem_type.id(), mem_type.size());
+        let handle = Dataset::new(linked_hdf5(), ds.dset.id(), id, size, Metno).named(dataset);
+        handle
+            .write(all, bytes)
+            .map_err(Error::engine(path, dataset))?;
     }
     ds.close()
 }
 
-/// Reads `region` (file coordinates) of an open dataset into a host array of its shape, the way
-/// the engine's host read takes (`h5gds_engine::policy::host_read`, as the Python package's);
-/// chunks h5gds decodes are decoded on the driver's I/O threads (`settings`, read once per call).
+/// Reads `region` (file coordinates) of an open dataset into a host array of its shape through
+/// the engine's dataset handle (`h5gds_engine::Dataset`, the way `policy::host_read` takes, as
+/// the Python package's); chunks h5gds decodes are decoded on the driver's I/O threads
+/// (`settings`, read once per call).
 pub(crate) fn read_region<T: Element>(
     ds: &OpenDataset,
     types: &Types,
@@ -76,83 +83,53 @@ pub(crate) fn read_region<T: Element>(
     let mut values: Vec<T> = zeroed(region.len() as usize);
     if !values.is_empty() {
         let ones = vec![1; region.count.len()];
-        let slab = Hyperslab {
+        let slab = Selection::Slab(Hyperslab {
             start: &region.start,
             step: &ones,
             count: &region.count,
-        };
-        host_read::read(
-            &HostRead { ds, types },
-            slab,
-            bytes_of(&mut values),
-            settings,
-        )?;
+        });
+        let handle = ds.handle(types)?;
+        handle
+            .read(slab, bytes_of(&mut values), settings)
+            .map_err(Error::engine(&ds.path, &ds.name))?;
     }
     shaped(shape, checked(ds, values)?)
 }
 
-/// An open dataset as the engine's host read asks for it.
-struct HostRead<'a> {
-    ds: &'a OpenDataset,
-    types: &'a Types,
-}
+/// hdf5-metno's lock on the linked HDF5, taken per call, as the engine's handle takes it.
+pub(crate) struct Metno;
 
-impl HostFace for HostRead<'_> {
-    type Error = Error;
-
-    fn name(&self) -> String {
-        self.ds.name.clone()
-    }
-
-    fn stored(&self) -> Result<Option<&Stored>> {
-        stored_of(self.ds, self.types)
-    }
-
-    fn facts(&self) -> Result<(StoredLayout, Option<String>)> {
-        Ok((stored_layout(self.ds)?, self.types.conversion.clone()))
-    }
-
-    fn decode(&self, plan: &Plan, slab: Hyperslab, out: &mut [u8]) -> Result<Decoded> {
-        let open = |touched| self.ds.stored_chunks(plan.chunk(), touched);
-        decoded::read_hyperslab(&plan.decoding(), self.types.mem.id(), slab, open, out)
-    }
-
-    fn hdf5(&self, slab: Hyperslab, out: &mut [u8]) -> Result<()> {
-        let (ds, (buffer, nbytes)) = (self.ds, (out.as_mut_ptr().cast(), out.len()));
-        // SAFETY: `out` holds the region's elements (of the memory type's size, `check_types`),
-        // writable.
-        unsafe { transfer::read(&ds.dset, &self.types.mem, Some(slab), buffer, nbytes) }
-            .map_err(|e| Error::hdf5("reading the dataset", &ds.path, Some(&ds.name), e))
-    }
-
-    fn error(&self, e: h5gds_engine::Error) -> Error {
-        Error::engine(&self.ds.path, &self.ds.name)(e)
+impl Hdf5Lock for Metno {
+    fn call<T>(call: impl FnOnce() -> T) -> T {
+        hdf5_raw::locked(call)
     }
 }
 
-/// The engine's storage of `ds` for reads of `types` (`h5gds_engine::stored`: a read-only file's
-/// own bytes, read with no HDF5 call), resolved at the first read of the open dataset and kept;
-/// None where the engine does not serve it (chunks never written, compact, external or virtual
-/// storage, conversions).
+impl OpenDataset {
+    /// The engine's handle of this dataset, its elements moved as `types.mem`, with its storage
+    /// for reads with no HDF5 call ([`stored_of`]).
+    pub(crate) fn handle(&self, types: &Types) -> Result<Dataset<'_, Metno>> {
+        let mem = &types.mem;
+        let handle = Dataset::new(linked_hdf5(), self.dset.id(), mem.id(), mem.size(), Metno);
+        Ok(handle
+            .named(&self.name)
+            .with_stored(stored_of(self, types)?))
+    }
+}
+
+/// The engine's storage of `ds` for reads of `types` (`Dataset::resolve_stored`: a read-only
+/// file's own bytes, read with no HDF5 call), resolved at the first read of the open dataset and
+/// kept; None where the engine does not serve it.
 pub(crate) fn stored_of<'a>(ds: &'a OpenDataset, types: &Types) -> Result<Option<&'a Stored>> {
-    if types.conversion.is_some() {
-        return Ok(None);
-    }
     if let Some(resolved) = ds.stored.get() {
         return Ok(resolved.as_ref());
     }
-    let layout = stored_layout(ds)?;
-    let file = stored::own_bytes(&layout)
-        .then(|| ds.byte_source())
-        .flatten();
-    let resolved = match file {
-        Some(file) => {
-            let (name, shape, item) = (ds.name.clone(), ds.shape.clone(), types.mem.size());
-            let index = |chunk: &[u64]| ds.index_of(chunk);
-            Stored::resolve(name, file, shape, item, layout, index, |_| {})?
-        }
-        None => None,
-    };
+    let mem = &types.mem;
+    let handle = Dataset::new(linked_hdf5(), ds.dset.id(), mem.id(), mem.size(), Metno);
+    let resolved = handle
+        .named(&ds.name)
+        .resolve_stored()
+        .map_err(Error::engine(&ds.path, &ds.name))?;
     Ok(ds.stored.get_or_init(|| resolved).as_ref())
 }
 
@@ -280,12 +257,6 @@ pub(crate) fn read_rows<T: Element>(
                 })
         })
         .collect::<Result<Vec<u64>>>()?;
-    // Every row was checked above: the plan cannot refuse one.
-    let plan = RowPlan::of(&resolved, extent).map_err(|reason| Error::UnsupportedDataset {
-        path: ds.path.clone(),
-        dataset: ds.name.clone(),
-        reason,
-    })?;
     let row_len: u64 = rest.iter().product();
     let mut shape: Vec<usize> = vec![rows.len()];
     shape.extend(rest.iter().map(|&d| d as usize));
@@ -296,36 +267,15 @@ pub(crate) fn read_rows<T: Element>(
         step: &ones,
         count: rest,
     };
-    let threads = crate::options::driver_settings()?.nthreads()?;
-    let gather = Gather {
-        plan: &plan,
-        rest,
-        row_bytes: row_len as usize * types.mem.size(),
-        threads: &|| Ok(threads),
-    };
+    let settings = crate::options::driver_settings()?;
     let mut out: Vec<T> = zeroed(rows.len() * row_len as usize);
-    let bytes = bytes_of(&mut out);
-    let stored = match stored_of(&ds, &types)? {
-        Some(stored) => gather
-            .stored(stored, bytes)
-            .map_err(Error::engine(&ds.path, &ds.name))?,
-        None => false,
+    let sel = Selection::Rows {
+        rows: &resolved,
+        rest,
     };
-    if !stored {
-        let layout = stored_layout(&ds)?;
-        let failed = |e| Error::hdf5("reading the rows", &ds.path, Some(&ds.name), e);
-        let side = Hdf5Side {
-            api: hdf5_raw::linked_hdf5(),
-            dataset: ds.dset.id(),
-            mem_type: types.mem.id(),
-            name: &ds.name,
-            layout: &layout,
-            declined: decoded::declined(types.conversion.as_deref())?,
-            face: DatasetFace { ds: &ds },
-            failed: &failed,
-        };
-        gather.through_hdf5(side, bytes)?;
-    }
+    ds.handle(&types)?
+        .read(sel, bytes_of(&mut out), &settings)
+        .map_err(Error::engine(&ds.path, &ds.name))?;
     let out = checked(&ds, out)?;
     drop(types);
     ds.close()?;

@@ -193,3 +193,50 @@ pub fn dimensions(api: &Hdf5Api, dataset: hid_t) -> Result<Vec<u64>, Hdf5Error> 
         Ok(dims[..rank as usize].to_vec())
     }
 }
+
+/// The driver the file holding `dataset` is open with: `None` when it is h5gds's `gds` driver,
+/// else its name (or a description when HDF5 cannot tell). The caller holds the lock of `api`'s
+/// HDF5.
+pub fn other_driver(api: &Hdf5Api, dataset: hid_t) -> Result<Option<String>, Hdf5Error> {
+    let unknown = || Some("(unknown: HDF5 cannot tell which)".to_string());
+    let (Ok(file_of), Ok(access_of), Ok(driver_of), Ok(class_of)) = (
+        api.H5Iget_file_id,
+        api.H5Fget_access_plist,
+        api.H5Pget_driver,
+        api.H5FD_get_class,
+    ) else {
+        return Ok(unknown());
+    };
+    // SAFETY: plain queries on ids HDF5 checks, each id opened here owned by an `Owned`; the
+    // class HDF5 returns is its copy of a registered class, of the layout the driver's `abi`
+    // declares, read while the file is open.
+    unsafe {
+        let file = Owned::new(api, IdKind::File, file_of(dataset), "H5Iget_file_id")?;
+        let fapl = Owned::new(
+            api,
+            IdKind::PropertyList,
+            access_of(file.id()),
+            "H5Fget_access_plist",
+        );
+        let driver = fapl.as_ref().map_or(-1, |fapl| driver_of(fapl.id()));
+        let class = match driver {
+            ..0 => std::ptr::null(),
+            _ => class_of(driver).cast::<h5gds::abi::H5FD_class_t>(),
+        };
+        drop((fapl, file));
+        if class.is_null() {
+            stack(api);
+            return Ok(unknown());
+        }
+        if h5gds::h5gds_library(class).is_ok() {
+            return Ok(None);
+        }
+        let name = (*class).name;
+        Ok(Some(match name.is_null() {
+            true => "(unnamed)".into(),
+            false => std::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned(),
+        }))
+    }
+}

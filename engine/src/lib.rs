@@ -13,17 +13,19 @@
 //! memory, each of those ways run, the GPU-decoded read among them ([`device`]), the compressed
 //! writes whose chunks h5gds encodes on the host's cores ([`encoded`]) or on the GPU
 //! ([`gpu_encoded`]), and the order every read and write takes, with its verdict lines ([`policy`]).
-//! Every failure is one [`Error`]: a kind for the faces to map, and the facts it names.
+//! Both faces call its dataset handle ([`Dataset`]: one [`Selection`] type, reads as the policy
+//! decides). Every failure is one [`Error`]: a kind for the faces to map, and the facts it names.
 
 pub mod chunks;
 pub mod collective;
+pub mod dataset;
 pub mod decoded;
 pub mod device;
-pub mod encoded;
+pub(crate) mod encoded;
 pub mod error;
 pub mod facts;
-pub mod gpu_decoded;
-pub mod gpu_encoded;
+pub(crate) mod gpu_decoded;
+pub(crate) mod gpu_encoded;
 pub mod policy;
 pub mod rows;
 pub mod staged;
@@ -31,4 +33,7 @@ pub mod stored;
 pub mod tiles;
 pub mod transfer;
 
+pub use dataset::{Dataset, Hdf5Lock, Selection};
 pub use error::{Error, Facts, Kind as ErrorKind, Result};
+pub use gpu_encoded::DeviceArray;
+pub use policy::write::{CompressedWrite, Memory};

@@ -115,7 +115,7 @@ def read(dset, out=None, sel=None):
         out = np.empty(slab.shape, dtype=dtype)
     view = _check(_arrays.view(out, "out"), "out", dtype, slab.shape, name, writable=True)
     if isinstance(slab, Gather):
-        _native.gather_dataset(dset, view, slab, shape[0])
+        _native.gather_dataset(dset, view, slab)
     else:
         _native.read_dataset(dset, view, slab)
     return out

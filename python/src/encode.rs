@@ -5,17 +5,16 @@
 //! the host first) and writes them raw (`H5Dwrite_chunk`, filter mask 0) in chunk order on the
 //! calling thread, under h5py's lock, with the GIL released.
 
-use crate::device::{with_device_array, DeviceError};
+use crate::device::with_device_array;
 use crate::device_error;
 use crate::error::engine_error;
 use crate::hdf5;
 use crate::io_call::ArrayArg;
+use crate::layout::Held;
 use cudarc::driver::CudaContext;
 use h5gds_chunk_codec::Filter;
-use h5gds_engine::encoded::Target;
-use h5gds_engine::gpu_encoded::DeviceArray;
 use h5gds_engine::policy::settings::CallSettings;
-use h5gds_engine::policy::write::{self, CompressedWrite, Memory};
+use h5gds_engine::{CompressedWrite, Dataset, DeviceArray, Memory};
 use h5gds_route::route::{driver_blocker, Transfer as RouteFacts};
 use h5gds_runtime::{cuda, settings};
 use pyo3::exceptions::PyValueError;
@@ -82,21 +81,15 @@ pub fn encode_write_chunks(
     let device = array.device.as_ref().map(|(_, ordinal)| *ordinal);
     let stream = array.stream;
     let name = &dataset_name;
+    let api = hdf5::api().map_err(PyValueError::new_err)?;
     py.detach(|| {
-        let face = hdf5::h5py_face(dataset, name, DeviceError::Failed)?;
-        let refused = DeviceError::from;
-        let target = Target {
-            api: face.api,
-            dataset,
-            name,
-            face: &face,
-            refused: &refused,
-        };
+        // h5py's lock is the caller's; the GIL is released here.
+        let handle = Dataset::new(api, dataset, file_type, w.element_size, Held).named(name);
         let Some(claimed_ordinal) = device else {
             // SAFETY: the Python caller passes the address and size of a live host buffer it
             // keeps referenced for the call (its size checked against the dataset above).
             let host = unsafe { std::slice::from_raw_parts(address as *const u8, nbytes) };
-            return write::write(target, &w, Memory::Host(host));
+            return Ok(handle.write_chunks(&w, Memory::Host(host))?);
         };
         with_device_array((address, nbytes), claimed_ordinal, stream, |context| {
             let device = context.device as usize;
@@ -108,7 +101,7 @@ pub fn encode_write_chunks(
                 address,
                 stream: &stream,
             };
-            write::write(target, &w, Memory::Device(array, nbytes))
+            Ok(handle.write_chunks(&w, Memory::Device(array, nbytes))?)
         })
     })
     .map_err(device_error)

@@ -11,14 +11,12 @@
 use crate::device::{self, DeviceTransfer};
 use crate::device_error;
 use crate::error::engine_error;
-use crate::hdf5::{self, DatasetFacts, Hid, StoredLayout};
+use crate::hdf5::{self, DatasetFacts, Hid};
 use crate::known_read::{cached_layout, Cached};
 use crate::layout::{DeviceOut, Layout};
 use h5gds_chunk_codec::Hyperslab;
-use h5gds_engine::decoded::{self, Decoded, Plan};
-use h5gds_engine::policy::host_read::{self, HostFace};
 use h5gds_engine::policy::settings::CallSettings;
-use h5gds_engine::stored::Stored;
+use h5gds_engine::{Dataset, Error as EngineError, Hdf5Lock, Selection as Sel};
 use pyo3::exceptions::PyOSError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -141,6 +139,30 @@ impl<'py> Target<'py> {
         Ok(id)
     }
 
+    /// The engine's handle of the dataset, its elements moved as `dtype`, reading through
+    /// `layout` (from [`Target::layout`]) where it serves a read.
+    pub(crate) fn handle<'l>(
+        &'l self,
+        py: Python<'py>,
+        layout: Option<&'l Bound<'py, Layout>>,
+        make_mem_type: &'l dyn Fn() -> Result<Hid, EngineError>,
+    ) -> PyResult<Dataset<'l, H5py<'py>>> {
+        let lock = H5py {
+            py,
+            phil: OnceCell::new(),
+        };
+        let api = hdf5::api().map_err(PyOSError::new_err)?;
+        let element: usize = self.dtype.getattr(intern!(py, "itemsize"))?.extract()?;
+        let handle = Dataset::made_as(api, self.dataset, make_mem_type, element, lock);
+        Ok(handle.with_stored(layout.map(|layout| layout.get().stored())))
+    }
+
+    /// HDF5's memory type for the dtype as the engine's handle makes it (under h5py's lock).
+    pub(crate) fn engine_mem_type(&self) -> Result<Hid, EngineError> {
+        let made = self.mem_type();
+        made.map_err(|e| EngineError::invalid(format!("no HDF5 type for the array's dtype: {e}")))
+    }
+
     /// The dataset's layout for reads into `dtype` as `_layout` remembers it for its DatasetID;
     /// resolved now (under h5py's lock) and remembered there at its first read.
     pub(crate) fn layout(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, Layout>>> {
@@ -207,28 +229,23 @@ impl<'py> Call<'py> {
         }
     }
 
-    /// A read into a host array, the way the engine's host read takes
-    /// (`h5gds_engine::policy::host_read`, as array-io's).
+    /// A read into a host array through the engine's dataset handle (`h5gds_engine::Dataset`,
+    /// the way `policy::host_read` takes, as array-io's).
     fn read_host(&self, py: Python<'py>) -> PyResult<()> {
-        let sel = Hyperslab {
+        let sel = Sel::Slab(Hyperslab {
             start: &self.sel.start,
             step: &self.sel.step,
             count: &self.sel.count,
-        };
+        });
         // SAFETY: `owner` (held by this call) keeps the checked, writable, C-contiguous host
         // array of `nbytes` at `address` alive; each way checks its size against the selection.
         let out = unsafe {
             std::slice::from_raw_parts_mut(self.array.address as *mut u8, self.array.nbytes)
         };
-        let face = HostRead {
-            call: self,
-            py,
-            layout: OnceCell::new(),
-            prepared: OnceCell::new(),
-            phil: OnceCell::new(),
-        };
-        host_read::read(&face, sel, out, &self.settings)?;
-        Ok(())
+        let layout = self.target.layout(py)?;
+        let make = || self.target.engine_mem_type();
+        let handle = self.target.handle(py, layout.as_ref(), &make)?;
+        handle.read(sel, out, &self.settings).map_err(engine_error)
     }
 
     /// Reads into a device array through the dataset's layout, where its file is read-only and
@@ -273,15 +290,22 @@ impl<'py> Call<'py> {
         })
     }
 
-    /// A write from a host array: one H5Dwrite. The caller holds h5py's lock.
+    /// A write from a host array through the engine's dataset handle: one H5Dwrite. The caller
+    /// holds h5py's lock.
     fn write_host(&self, py: Python<'py>) -> PyResult<()> {
-        let Some(prepared) = hdf5::prepare(&self.transfer()?).map_err(engine_error)? else {
-            return Ok(());
+        let make = || self.target.engine_mem_type();
+        let handle = self.target.handle(py, None, &make)?;
+        let sel = Hyperslab {
+            start: &self.sel.start,
+            step: &self.sel.step,
+            count: &self.sel.count,
         };
-        // SAFETY: this call holds the array whose address and size `prepare` checked against the
-        // selection, alive for the call.
-        py.detach(|| unsafe { prepared.run() })
-            .map_err(|message| PyOSError::new_err(format!("H5Dwrite failed: {message}")))
+        // SAFETY: `owner` (held by this call) keeps the checked, C-contiguous host array of
+        // `nbytes` at `address` alive; the handle checks its size against the selection.
+        let data = unsafe {
+            std::slice::from_raw_parts(self.array.address as *const u8, self.array.nbytes)
+        };
+        handle.write(sel, data).map_err(engine_error)
     }
 
     /// A device array: the route `device::run` takes, over the facts HDF5 gave.
@@ -327,89 +351,25 @@ impl<'py> Call<'py> {
     }
 }
 
-/// A read into a host array as the engine's host read asks for it: the dataset's remembered
-/// layout, then h5py's HDF5 under h5py's lock, taken at the first HDF5 call and held to the end of
-/// the read (as h5py holds it around its own).
-struct HostRead<'c, 'py> {
-    call: &'c Call<'py>,
+/// h5py's lock as the engine's handle takes it: at the first HDF5 call of a request, held to its
+/// end (as h5py holds it around its own); long work runs without the GIL.
+pub struct H5py<'py> {
     py: Python<'py>,
-    layout: OnceCell<Option<Bound<'py, Layout>>>,
-    /// The read as HDF5 takes it, its sizes checked (None: nothing to move); made at the facts.
-    prepared: OnceCell<Option<hdf5::Prepared>>,
     phil: OnceCell<Phil<'py>>,
 }
 
-impl HostRead<'_, '_> {
-    /// Takes h5py's lock for the rest of the read, if this read does not hold it yet.
-    fn locked(&self) -> PyResult<()> {
+impl Hdf5Lock for H5py<'_> {
+    fn enter(&self) -> Result<(), h5gds_engine::Error> {
         if self.phil.get().is_none() {
-            let _ = self.phil.set(Phil::acquire(self.py)?);
+            let phil = Phil::acquire(self.py);
+            let phil = phil.map_err(|e| EngineError::hdf5(format!("taking h5py's lock: {e}")))?;
+            let _ = self.phil.set(phil);
         }
         Ok(())
-    }
-}
-
-impl HostFace for HostRead<'_, '_> {
-    type Error = PyErr;
-
-    fn name(&self) -> String {
-        match self.locked() {
-            Ok(()) => hdf5::object_name(self.call.dataset),
-            Err(_) => "the dataset".into(),
-        }
-    }
-
-    fn stored(&self) -> PyResult<Option<&Stored>> {
-        if self.layout.get().is_none() {
-            let _ = self.layout.set(self.call.target.layout(self.py)?);
-        }
-        let layout = self.layout.get().and_then(Option::as_ref);
-        Ok(layout.map(|layout| layout.get().stored()))
-    }
-
-    fn facts(&self) -> PyResult<(StoredLayout, Option<String>)> {
-        self.locked()?;
-        let prepared = hdf5::prepare(&self.call.transfer()?).map_err(engine_error)?;
-        let _ = self.prepared.set(prepared);
-        let (dataset, mem_type) = (self.call.dataset, self.call.target.mem_type()?);
-        let facts = hdf5::dataset_facts(dataset, mem_type).map_err(PyOSError::new_err)?;
-        let conversion = (!facts.same_type).then(|| {
-            let name = hdf5::object_name(dataset);
-            format!("HDF5 converts the stored type of dataset {name} to the array's dtype")
-        });
-        Ok((facts.layout, conversion))
-    }
-
-    fn decode(&self, plan: &Plan, sel: Hyperslab, out: &mut [u8]) -> PyResult<Decoded> {
-        self.locked()?;
-        let (dataset, mem_type) = (self.call.dataset, self.call.target.mem_type()?);
-        let name = hdf5::object_name(dataset);
-        self.py.detach(|| {
-            let open = |touched| {
-                hdf5::stored_chunks(dataset, &name, plan.chunk(), touched, PyOSError::new_err)
-            };
-            decoded::read_hyperslab(&plan.decoding(), mem_type, sel, open, out)
-        })
-    }
-
-    fn hdf5(&self, _: Hyperslab, _: &mut [u8]) -> PyResult<()> {
-        // The call's own selection and array, prepared at the facts.
-        let Some(Some(prepared)) = self.prepared.get() else {
-            return Ok(());
-        };
-        // SAFETY: this call holds the array whose address and size `prepare` checked against the
-        // selection, alive for the call.
-        self.py
-            .detach(|| unsafe { prepared.run() })
-            .map_err(|message| PyOSError::new_err(format!("H5Dread failed: {message}")))
     }
 
     fn unlocked<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
         self.py.detach(work)
-    }
-
-    fn error(&self, e: h5gds_engine::Error) -> PyErr {
-        engine_error(e)
     }
 }
 

@@ -13,7 +13,8 @@ use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::policy::device_read::{read_stored, StoredRead};
 use h5gds_engine::policy::host_read;
 use h5gds_engine::policy::settings::CallSettings;
-use h5gds_engine::stored::{self, Stored};
+use h5gds_engine::stored::Stored;
+use h5gds_engine::{Dataset, Hdf5Lock};
 use h5gds_route::route::Transfer;
 use h5gds_runtime::settings::environment_device_path;
 use pyo3::exceptions::PyOSError;
@@ -28,10 +29,10 @@ pub struct Layout {
     other_driver: Option<String>,
 }
 
-/// The engine's debug lines, through the driver's logger, as `h5gds.read`'s.
-fn log(message: std::fmt::Arguments<'_>) {
-    h5gds::with_logging(|| tracing::debug!("h5gds.read of {message}"));
-}
+/// h5py's lock, already held by the caller around the whole request.
+pub(crate) struct Held;
+
+impl Hdf5Lock for Held {}
 
 /// A device array a read fills: `nbytes` at `address`, on device `claimed_ordinal` if the array
 /// says, its producer's `stream` (0: none) waited for first; `bools`: of bools, whose bytes are
@@ -47,32 +48,13 @@ pub(crate) struct DeviceOut {
 #[pymethods]
 impl Layout {
     /// The layout of `dataset` for reads into elements of `element` bytes of the memory type
-    /// `mem_type` (an object dtype's never), or None where HDF5 is to read it: its file is
-    /// writable or read for SWMR, it is a scalar, HDF5 would convert its elements, or its storage
-    /// is neither the file's own bytes (contiguous, allocated, not external; or chunked through a
-    /// pipeline h5gds decodes) nor read through sec2 or `gds` with no user block. The caller
-    /// holds h5py's lock.
+    /// `mem_type` (an object dtype's never), or None where HDF5 is to read it
+    /// (`h5gds_engine::Dataset::resolve_stored` says when). The caller holds h5py's lock.
     #[staticmethod]
     pub(crate) fn resolve(dataset: Hid, mem_type: Hid, element: usize) -> PyResult<Option<Layout>> {
-        if !hdf5::read_only_file(dataset).map_err(PyOSError::new_err)? {
-            return Ok(None);
-        }
-        let shape = hdf5::dataset_dims(dataset).map_err(PyOSError::new_err)?;
-        if shape.is_empty() {
-            return Ok(None);
-        }
-        let facts = hdf5::dataset_facts(dataset, mem_type).map_err(PyOSError::new_err)?;
-        if !facts.same_type {
-            return Ok(None);
-        }
-        // The file's own bytes, at addresses that cannot change: then the file is opened anew.
-        let own = stored::own_bytes(&facts.layout);
-        let Some(file) = own.then(|| hdf5::byte_source(dataset)).flatten() else {
-            return Ok(None);
-        };
-        let name = hdf5::object_name(dataset);
-        let index = |chunk: &[u64]| hdf5::chunk_index(dataset, chunk).map_err(PyOSError::new_err);
-        let resolved = Stored::resolve(name, file, shape, element, facts.layout, index, log)?;
+        let api = hdf5::api().map_err(PyOSError::new_err)?;
+        let handle = Dataset::new(api, dataset, mem_type, element, Held);
+        let resolved = handle.resolve_stored().map_err(engine_error)?;
         Ok(resolved.map(|stored| Layout {
             stored,
             other_driver: hdf5::other_driver(dataset).ok().flatten(),

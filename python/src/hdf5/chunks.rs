@@ -1,8 +1,9 @@
 //! The raw chunk calls of h5py's HDF5: the engine's (`h5gds_engine::chunks`) over the table of
 //! h5py's HDF5, their failures worded with its error stack. The caller holds h5py's lock.
 
-use super::{api, stack, Hid};
+use super::{api, Hid};
 use h5gds_engine::chunks::{self as engine, CallFailed, Face, StoredChunks};
+use h5gds_runtime::hdf5::stack;
 use h5gds_runtime::hdf5::Hdf5Api;
 
 /// A failed chunk call in words: the call, the chunk and h5py's HDF5 error stack (cleared).
@@ -61,7 +62,7 @@ impl<E: Send> Face for H5pyFace<'_, E> {
 }
 
 /// `dataset` (`name`) as the engine sees it in h5py's HDF5, errors made by `error`.
-pub fn h5py_face<E: Send>(
+fn h5py_face<E: Send>(
     dataset: Hid,
     name: &str,
     error: fn(String) -> E,

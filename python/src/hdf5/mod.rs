@@ -10,18 +10,13 @@
 mod chunks;
 mod facts;
 
-pub use chunks::{chunk_index, h5py_face, stored_chunks, H5pyFace};
-pub use facts::{
-    dataset_dims, dataset_facts, object_name, read_only_file, DatasetFacts, StoredLayout,
-};
+pub use chunks::{chunk_index, stored_chunks, H5pyFace};
+pub use facts::{dataset_facts, object_name, other_driver, DatasetFacts, StoredLayout};
 pub use h5gds_engine::transfer::{Prepared, Transfer};
 use h5gds_engine::Error;
 
-// HDF5's error stack as one line, read and cleared: the engine's one reading of it.
 use h5gds_engine::transfer;
-use h5gds_runtime::hdf5::stack;
-use h5gds_runtime::hdf5::{Hdf5Api, IdKind, Owned};
-use std::ffi::CStr;
+use h5gds_runtime::hdf5::Hdf5Api;
 
 pub type Hid = i64;
 
@@ -36,51 +31,6 @@ pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, Error> {
     transfer::prepare(api().map_err(Error::hdf5)?, t)
 }
 
-/// The driver the file holding `dataset` is open with: `None` when it is h5gds's `gds` driver,
-/// else its name (or a description when HDF5 cannot tell). The caller holds h5py's lock.
-pub fn other_driver(dataset: Hid) -> Result<Option<String>, Error> {
-    let api = api().map_err(Error::hdf5)?;
-    let (Ok(file_of), Ok(access_of), Ok(driver_of), Ok(class_of)) = (
-        api.H5Iget_file_id,
-        api.H5Fget_access_plist,
-        api.H5Pget_driver,
-        api.H5FD_get_class,
-    ) else {
-        return Ok(Some("(unknown: HDF5 cannot tell which)".into()));
-    };
-    // SAFETY: plain queries on ids HDF5 checks, each id opened here owned by an `Owned`.
-    unsafe {
-        let file = Owned::new(api, IdKind::File, file_of(dataset), "H5Iget_file_id")?;
-        let fapl = Owned::new(
-            api,
-            IdKind::PropertyList,
-            access_of(file.id()),
-            "H5Fget_access_plist",
-        );
-        let driver = fapl.as_ref().map_or(-1, |fapl| driver_of(fapl.id()));
-        let class = if driver < 0 {
-            std::ptr::null()
-        } else {
-            // HDF5's copy of a registered class, of the layout the driver's `abi` declares.
-            class_of(driver).cast::<h5gds::abi::H5FD_class_t>()
-        };
-        drop((fapl, file));
-        if class.is_null() {
-            stack(api);
-            return Ok(Some("(unknown: HDF5 cannot tell which)".into()));
-        }
-        if h5gds::h5gds_library(class).is_ok() {
-            return Ok(None);
-        }
-        let name = (*class).name;
-        Ok(Some(if name.is_null() {
-            "(unnamed)".into()
-        } else {
-            CStr::from_ptr(name).to_string_lossy().into_owned()
-        }))
-    }
-}
-
 /// The file holding `dataset`, opened anew for reading, when its chunks may be read from it
 /// directly at the addresses HDF5 reports: through sec2 or h5gds's `gds` driver, as
 /// `h5gds_engine::stored::direct_file` says. `None` otherwise, or when HDF5 cannot tell. The
@@ -88,14 +38,6 @@ pub fn other_driver(dataset: Hid) -> Result<Option<String>, Error> {
 pub fn direct_file(dataset: Hid) -> Option<std::fs::File> {
     bytes_at_hdf5s_addresses(dataset)
         .then(|| h5gds_engine::stored::direct_file(api().ok()?, dataset))?
-}
-
-/// Where the bytes of `dataset` may be read from with no HDF5 call: the file as [`direct_file`]
-/// says, or the `gds` driver's remote object (`h5gds_engine::stored::byte_source`). The caller
-/// holds h5py's lock.
-pub fn byte_source(dataset: Hid) -> Option<h5gds_engine::stored::Source> {
-    bytes_at_hdf5s_addresses(dataset)
-        .then(|| h5gds_engine::stored::byte_source(api().ok()?, dataset))?
 }
 
 /// Whether the file of `dataset` is open with `gds` (no other driver named) or sec2, whose bytes

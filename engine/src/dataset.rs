@@ -1,0 +1,466 @@
+//! The engine's dataset handle, what both faces call: a dataset open in some HDF5 copy (its table
+//! and id), the memory type its elements move as, and the face's lock on that HDF5 ([`Hdf5Lock`]).
+//! [`Dataset::read`] fills host memory with any [`Selection`] the way `crate::policy` decides
+//! (`host_read`, `gather`); [`Dataset::write`] is one checked `H5Dwrite` from host memory;
+//! [`Dataset::write_chunks`] writes a new chunked dataset from the one [`Memory`] type (host bytes,
+//! or a device array with its stream) encoded where `policy::write` decides; and
+//! [`Dataset::resolve_stored`] finds the storage a read-only file's reads take with no HDF5 call.
+//! The handle supplies the policy's HDF5 side itself (facts, chunk calls, one `H5Dread`), so a
+//! face converts its array and selection and maps [`Error`]'s kind. Reads into device memory do
+//! not go through it yet (`crate::device`, `policy::device_read`).
+
+use crate::chunks::{self, CallFailed, StoredChunks};
+use crate::decoded::{self, Decoded, Plan};
+use crate::encoded::Target;
+use crate::error::Kind;
+use crate::facts::{self, StoredLayout};
+use crate::policy::gather::{Gather, Hdf5Side};
+use crate::policy::host_read::{self, HostFace};
+use crate::policy::settings::CallSettings;
+use crate::policy::write::{CompressedWrite, Memory};
+use crate::rows::RowPlan;
+use crate::stored::{self, Stored};
+use crate::transfer::{self, Transfer};
+use crate::{Error, Result};
+use h5gds_chunk_codec::Hyperslab;
+use h5gds_runtime::hdf5::{hid_t, Hdf5Api};
+use std::cell::OnceCell;
+use std::marker::PhantomData;
+
+/// Which elements of a dataset a request moves.
+#[derive(Clone, Copy, Debug)]
+pub enum Selection<'a> {
+    /// Every element.
+    All,
+    /// A hyperslab: per axis, its first element, step and count.
+    Slab(Hyperslab<'a>),
+    /// Rows along the first axis (each below its length, in any order, repeats allowed), and of
+    /// each row the same hyperslab `rest` of the other axes.
+    Rows {
+        rows: &'a [u64],
+        rest: Hyperslab<'a>,
+    },
+}
+
+/// How a face serialises its calls into the HDF5 copy that holds the dataset.
+pub trait Hdf5Lock {
+    /// Takes the lock for the rest of the request, where the face holds it around a whole
+    /// request (Python: h5py's `phil`); called before the first HDF5 call of a request.
+    fn enter(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Runs one HDF5 call (or several, and the wording of their failure) under the lock, where
+    /// the face takes it per call (array-io: hdf5-metno's); called from the decoding threads too.
+    fn call<T>(call: impl FnOnce() -> T) -> T {
+        call()
+    }
+
+    /// Runs `work`, long and with no HDF5 call but through [`Hdf5Lock::call`], as the face runs
+    /// long work (Python: the GIL released).
+    fn unlocked<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        work()
+    }
+}
+
+/// One dataset as the engine moves it: see the module's doc.
+pub struct Dataset<'a, L: Hdf5Lock> {
+    api: &'static Hdf5Api,
+    id: hid_t,
+    mem_type: OnceCell<hid_t>,
+    /// Makes the memory type where the face makes it at its first HDF5 call.
+    make_mem_type: Option<&'a dyn Fn() -> Result<hid_t>>,
+    element: usize,
+    lock: L,
+    stored: Option<&'a Stored>,
+    name: OnceCell<String>,
+}
+
+impl<'a, L: Hdf5Lock> Dataset<'a, L> {
+    /// The dataset `id` of the HDF5 copy `api`, its elements moved as `mem_type` (of `element`
+    /// bytes), its calls under `lock`.
+    pub fn new(api: &'static Hdf5Api, id: hid_t, mem_type: hid_t, element: usize, lock: L) -> Self {
+        Dataset {
+            api,
+            id,
+            mem_type: OnceCell::from(mem_type),
+            make_mem_type: None,
+            element,
+            lock,
+            stored: None,
+            name: OnceCell::new(),
+        }
+    }
+
+    /// As [`Dataset::new`], the memory type made by `make` where a request first needs it (a
+    /// read served with no HDF5 call never does).
+    pub fn made_as(
+        api: &'static Hdf5Api,
+        id: hid_t,
+        make: &'a dyn Fn() -> Result<hid_t>,
+        element: usize,
+        lock: L,
+    ) -> Self {
+        Dataset {
+            mem_type: OnceCell::new(),
+            make_mem_type: Some(make),
+            ..Dataset::new(api, id, 0, element, lock)
+        }
+    }
+
+    /// The memory type, made now where the face makes it.
+    fn mem_type(&self) -> Result<hid_t> {
+        match (self.mem_type.get(), self.make_mem_type) {
+            (Some(&id), _) => Ok(id),
+            (None, Some(make)) => {
+                self.lock.enter()?;
+                let id = make()?;
+                Ok(*self.mem_type.get_or_init(|| id))
+            }
+            (None, None) => Err(Error::invalid("the dataset handle has no memory type")),
+        }
+    }
+
+    /// The same handle, naming the dataset `name` in its log lines (else HDF5's name for it).
+    pub fn named(self, name: &str) -> Self {
+        let _ = self.name.set(name.to_string());
+        self
+    }
+
+    /// The same handle, reading with no HDF5 call through `stored` (from
+    /// [`Dataset::resolve_stored`], kept by the face) where it serves the read.
+    pub fn with_stored(mut self, stored: Option<&'a Stored>) -> Self {
+        self.stored = stored;
+        self
+    }
+
+    /// The face's lock, as the handle holds it.
+    pub fn lock(&self) -> &L {
+        &self.lock
+    }
+
+    /// The dataset's name: as the face named it, else as HDF5 names it ("None": anonymous).
+    pub fn name(&self) -> Result<&str> {
+        if let Some(name) = self.name.get() {
+            return Ok(name);
+        }
+        self.lock.enter()?;
+        let found = L::call(|| facts::object_name(self.api, self.id));
+        Ok(self
+            .name
+            .get_or_init(|| found.unwrap_or_else(|| "None".into())))
+    }
+
+    /// The storage a read takes with no HDF5 call (`crate::stored`), or None where HDF5 reads
+    /// it: the file is writable or read for SWMR, or open with a driver other than sec2 or `gds`
+    /// (whose addresses are the file's offsets), HDF5 converts the elements, the dataset is a
+    /// scalar, or its storage is not the file's own bytes in a form h5gds reads.
+    pub fn resolve_stored(&self) -> Result<Option<Stored>> {
+        let name = self.name()?.to_string();
+        let (api, id, mem_type) = (self.api, self.id, self.mem_type()?);
+        L::call(|| {
+            if !facts::read_only_file(api, id)? {
+                return Ok(None);
+            }
+            let shape = facts::dimensions(api, id)?;
+            let facts = facts::dataset_facts(api, id, mem_type)?;
+            if shape.is_empty() || !facts.same_type || !stored::own_bytes(&facts.layout) {
+                return Ok(None);
+            }
+            let at_addresses = bytes_at_addresses(api, id)?;
+            let Some(source) = at_addresses.then(|| stored::byte_source(api, id)).flatten() else {
+                return Ok(None);
+            };
+            let index = |chunk: &[u64]| chunks::index(api, id, chunk).map_err(|f| failed(api, f));
+            let element = self.element;
+            Stored::resolve(name, source, shape, element, facts.layout, index, log)
+        })
+    }
+
+    /// Reads `sel` into `out` (its elements in the memory type, row-major; one row per index for
+    /// [`Selection::Rows`]) the way `crate::policy` decides: `host_read` for a slab, `gather` for
+    /// rows.
+    pub fn read(&self, sel: Selection, out: &mut [u8], settings: &CallSettings) -> Result<()> {
+        let named = |e: Error| match self.name.get() {
+            Some(name) => e.in_dataset(name),
+            None => e,
+        };
+        let (dims, zeros, ones);
+        let slab = match sel {
+            Selection::Rows { rows, rest } => return self.gather(rows, rest, out, settings),
+            Selection::Slab(slab) => slab,
+            Selection::All => {
+                dims = self.dimensions()?;
+                (zeros, ones) = (vec![0; dims.len()], vec![1; dims.len()]);
+                Hyperslab {
+                    start: &zeros,
+                    step: &ones,
+                    count: &dims,
+                }
+            }
+        };
+        host_read::read(self, slab, out, settings)
+            .map(drop)
+            .map_err(named)
+    }
+
+    /// Writes `data` (the selection's elements in the memory type, row-major, in host memory)
+    /// into the slab `sel` of the dataset: one checked `H5Dwrite`.
+    pub fn write(&self, sel: Hyperslab, data: &[u8]) -> Result<()> {
+        self.lock.enter()?;
+        let t = Transfer {
+            write: true,
+            dataset: self.id,
+            mem_type: self.mem_type()?,
+            start: sel.start,
+            step: sel.step,
+            count: sel.count,
+            mem_shape: sel.count,
+            buffer: data.as_ptr() as usize,
+            nbytes: data.len(),
+        };
+        L::call(|| {
+            let Some(prepared) = transfer::prepare(self.api, &t)? else {
+                return Ok(());
+            };
+            // SAFETY: `data`, borrowed for the call, holds the selection's elements in the
+            // memory type (its size checked by `prepare`); HDF5 only reads a write's buffer.
+            let written = self.lock.unlocked(|| unsafe { prepared.run() });
+            written.map_err(|m| Error::hdf5(format!("H5Dwrite failed: {m}")))
+        })
+    }
+
+    /// Writes every chunk of a new chunked dataset from `memory` (its elements row-major, as
+    /// `w` describes them), encoded where `crate::policy::write` decides; the number of chunks
+    /// written.
+    pub fn write_chunks(&self, w: &CompressedWrite, memory: Memory) -> Result<usize> {
+        let name = self.name()?;
+        let face = self.chunk_face(name);
+        let target = Target {
+            api: self.api,
+            dataset: self.id,
+            name,
+            face: &face,
+            refused: &|e| e,
+        };
+        crate::policy::write::write(target, w, memory)
+    }
+
+    /// The dataset's dimensions: the stored storage's where the handle has it, else HDF5's.
+    fn dimensions(&self) -> Result<Vec<u64>> {
+        if let Some(stored) = self.stored {
+            return Ok(stored.shape().to_vec());
+        }
+        self.lock.enter()?;
+        Ok(L::call(|| facts::dimensions(self.api, self.id))?)
+    }
+
+    /// Reads the rows `rows` (of each, `rest` of the other axes) into `out`, one row per index,
+    /// the way `crate::policy::gather` decides.
+    fn gather(
+        &self,
+        rows: &[u64],
+        rest: Hyperslab,
+        out: &mut [u8],
+        settings: &CallSettings,
+    ) -> Result<()> {
+        let extent = match self.dimensions()?.first() {
+            Some(&extent) => extent,
+            None => return Err(Error::invalid("is a scalar: it has no rows to read")),
+        };
+        let plan = self
+            .lock
+            .unlocked(|| RowPlan::of(rows, extent))
+            .map_err(Error::invalid)?;
+        let row_bytes = rest.count.iter().product::<u64>() as usize * self.element;
+        let gather = (&plan, rest, row_bytes, settings);
+        if let Some(stored) = self.stored {
+            let read = || with_gather(gather, |g| g.stored(stored, &mut *out));
+            if self.lock.unlocked(read)? {
+                return Ok(());
+            }
+        }
+        self.lock.enter()?;
+        let name = self.name()?;
+        let (api, id, mem_type) = (self.api, self.id, self.mem_type()?);
+        let facts = L::call(|| facts::dataset_facts(api, id, mem_type))?;
+        let conversion = (!facts.same_type).then_some("HDF5 converts its elements");
+        let declined = decoded::declined(conversion)?;
+        let face = self.chunk_face(name);
+        self.lock.unlocked(|| {
+            let side = Hdf5Side {
+                api,
+                dataset: id,
+                mem_type,
+                name,
+                layout: &facts.layout,
+                declined,
+                face,
+                failed: &|e| e,
+            };
+            with_gather(gather, |g| g.through_hdf5(side, out))
+        })
+    }
+
+    /// The dataset's chunk calls as the engine's stored chunks make them.
+    fn chunk_face<'n>(&self, name: &'n str) -> ChunkFace<'n, L> {
+        ChunkFace {
+            api: self.api,
+            id: self.id,
+            name,
+            lock: PhantomData,
+        }
+    }
+}
+
+/// Whether the bytes of `dataset` lie at the addresses HDF5 reports: its file is open with
+/// `gds` or sec2 (`facts::other_driver`). The caller holds the lock of `api`'s HDF5.
+fn bytes_at_addresses(api: &Hdf5Api, dataset: hid_t) -> Result<bool> {
+    Ok(matches!(
+        facts::other_driver(api, dataset)?.as_deref(),
+        None | Some("sec2")
+    ))
+}
+
+/// Runs `read` with the engine's gather of `plan` (of each row, `rest`: `row_bytes`), made on the
+/// thread that runs it: its thread count is asked through a closure that stays there.
+fn with_gather<R>(
+    (plan, rest, row_bytes, settings): (&RowPlan, Hyperslab, usize, &CallSettings),
+    read: impl FnOnce(&Gather) -> R,
+) -> R {
+    let threads = || settings.nthreads().map_err(|e| e.to_string());
+    read(&Gather {
+        plan,
+        rest,
+        row_bytes,
+        threads: &threads,
+    })
+}
+
+/// The engine's debug lines about a stored dataset (`crate::stored`'s log).
+fn log(line: std::fmt::Arguments<'_>) {
+    crate::policy::say(format_args!("stored: {line}"));
+}
+
+/// A failed chunk call as the engine's error, HDF5's error stack (read now) named.
+fn failed(api: &Hdf5Api, failed: CallFailed) -> Error {
+    let call = failed.call.named();
+    match failed.missing {
+        Some(missing) => Error::hdf5(format!("{call}: {missing}")),
+        None => Error::hdf5(format!(
+            "{call} failed: {}",
+            h5gds_runtime::hdf5::stack(api)
+        )),
+    }
+}
+
+impl<L: Hdf5Lock> HostFace for Dataset<'_, L> {
+    type Error = Error;
+
+    fn name(&self) -> String {
+        Dataset::name(self).unwrap_or("the dataset").to_string()
+    }
+
+    fn stored(&self) -> Result<Option<&Stored>> {
+        Ok(self.stored)
+    }
+
+    fn facts(&self) -> Result<(StoredLayout, Option<String>)> {
+        self.lock.enter()?;
+        let (api, id, mem_type) = (self.api, self.id, self.mem_type()?);
+        let facts = L::call(|| facts::dataset_facts(api, id, mem_type))?;
+        let conversion = (!facts.same_type).then(|| {
+            let name = Dataset::name(self).unwrap_or("the dataset");
+            format!("HDF5 converts the stored type of dataset {name} to the memory type")
+        });
+        Ok((facts.layout, conversion))
+    }
+
+    fn decode(&self, plan: &Plan, sel: Hyperslab, out: &mut [u8]) -> Result<Decoded> {
+        let name = Dataset::name(self)?;
+        let (api, id, mem_type) = (self.api, self.id, self.mem_type()?);
+        let face = self.chunk_face(name);
+        self.lock.unlocked(|| {
+            let open = |touched| StoredChunks::new(api, id, plan.chunk(), touched, face);
+            decoded::read_hyperslab(&plan.decoding(), mem_type, sel, open, out)
+        })
+    }
+
+    fn hdf5(&self, sel: Hyperslab, out: &mut [u8]) -> Result<()> {
+        self.lock.enter()?;
+        let t = Transfer {
+            write: false,
+            dataset: self.id,
+            mem_type: self.mem_type()?,
+            start: sel.start,
+            step: sel.step,
+            count: sel.count,
+            mem_shape: sel.count,
+            buffer: out.as_mut_ptr() as usize,
+            nbytes: out.len(),
+        };
+        L::call(|| {
+            let Some(prepared) = transfer::prepare(self.api, &t)? else {
+                return Ok(());
+            };
+            // SAFETY: `out`, borrowed mutably for the call, holds the selection's elements in
+            // the memory type (its size checked by `prepare`).
+            let read = self.lock.unlocked(|| unsafe { prepared.run() });
+            read.map_err(|m| Error::hdf5(format!("H5Dread failed: {m}")))
+        })
+    }
+
+    fn unlocked<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        self.lock.unlocked(work)
+    }
+
+    fn error(&self, e: Error) -> Error {
+        e
+    }
+}
+
+/// A dataset's chunk calls, errors naming it and the chunk, each call under the face's lock.
+struct ChunkFace<'n, L> {
+    api: &'static Hdf5Api,
+    id: hid_t,
+    name: &'n str,
+    lock: PhantomData<fn() -> L>,
+}
+
+impl<L> Clone for ChunkFace<'_, L> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<L> Copy for ChunkFace<'_, L> {}
+
+impl<L: Hdf5Lock> chunks::Face for ChunkFace<'_, L> {
+    type Error = Error;
+
+    fn locked<T>(&self, call: impl FnOnce() -> T) -> T {
+        L::call(call)
+    }
+
+    fn failed(&self, f: CallFailed) -> Error {
+        failed(self.api, f).in_dataset(self.name)
+    }
+
+    fn corrupt(&self, offset: &[u64], reason: String) -> Error {
+        Error::new(Kind::Damaged, format!("cannot be decoded: {reason}"))
+            .in_dataset(self.name)
+            .at_chunk(offset)
+    }
+
+    fn never_written(&self, offset: &[u64], message: String) -> Error {
+        let detail = format!("H5Dread of the chunk never written at {offset:?} failed: {message}");
+        Error::hdf5(detail).in_dataset(self.name)
+    }
+
+    fn direct_file(&self) -> Option<std::fs::File> {
+        L::call(|| {
+            let at_addresses = bytes_at_addresses(self.api, self.id).unwrap_or(false);
+            at_addresses.then(|| stored::direct_file(self.api, self.id))?
+        })
+    }
+}
