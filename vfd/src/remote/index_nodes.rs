@@ -16,7 +16,7 @@
 //! type (1: chunks), its level (0: children are chunks), the entries used (2 bytes), the left and
 //! right siblings' addresses, then key 0, child 0, key 1, ..., child N-1, key N; a chunk key is
 //! the chunk's stored size (4 bytes), its filter mask (4) and its offset, 8 bytes for each of the
-//! dataset's axes and one more (always 0, the element's bytes). The key's length, which the node
+//! dataset's axes and one more (0, but in the last key, which bounds the node). The key's length, which the node
 //! does not state, is the one rank for which every key and child is well formed.
 
 use super::RemoteFile;
@@ -64,8 +64,8 @@ pub(super) fn child_nodes(node: &[u8], size: u64) -> Option<Vec<u64>> {
 }
 
 /// The children of `node` read as `entries` entries with keys of `axes` offsets, where every
-/// key and child is well formed: each key's last offset 0, the keys in order, the children
-/// distinct addresses inside the object.
+/// key and child is well formed: each key's last offset 0 (but the last key's), the keys in
+/// order, the children distinct addresses inside the object.
 fn children_if(node: &[u8], entries: usize, axes: usize, size: u64) -> Option<Vec<u64>> {
     let key = 8 + 8 * axes;
     let stride = key + ADDRESS;
@@ -79,7 +79,8 @@ fn children_if(node: &[u8], entries: usize, axes: usize, size: u64) -> Option<Ve
     };
     let mut children = Vec::with_capacity(entries);
     for k in 0..=entries {
-        if offsets(k).last() != Some(0) {
+        // (The last key bounds the node: past the dataset's end, its element's bytes.)
+        if k < entries && offsets(k).next_back() != Some(0) {
             return None;
         }
         if k > 0 && offsets(k - 1).cmp(offsets(k)) == std::cmp::Ordering::Greater {
@@ -282,7 +283,10 @@ mod tests {
             key(k as u64, &mut n);
             n.extend(child.to_le_bytes());
         }
+        // The last key, as HDF5 writes it: the element's size as its last offset.
         key(children.len() as u64, &mut n);
+        let at = n.len() - 8;
+        n[at..].copy_from_slice(&4u64.to_le_bytes());
         let key_len = 8 + 8 * (rank + 1);
         let full = HEADER + entries_max * (key_len + ADDRESS) + key_len;
         n.resize(full, 0);
