@@ -209,6 +209,52 @@ def test_a_compressed_read_of_a_url_takes_the_way_with_no_hdf5_call(nginx):
     assert 1 <= first <= 3 and second == 1, (opened - before, first, second)
 
 
+def _node_gets(nginx, name, since):
+    """The sizes of the ranged GETs nginx answered for ``name`` after line ``since`` of its log."""
+    lines = nginx.access_log.read_text().splitlines()[since:]
+    return [int(line.split('" 206 ')[1].split()[0]) for line in lines if f'"GET /{name} HTTP/1.1" 206 ' in line]
+
+
+def test_a_chunk_index_of_many_nodes_is_fetched_a_level_at_a_time(nginx):
+    """600 Zstd chunks of random floats (8 KiB each, incompressible): the dataset's chunk index, a
+    version 1 B-tree, has leaves about 300 KiB apart, so HDF5's walk of it (depth first, one node
+    after another) would miss the block cache at each. While the engine lists the index, the driver
+    fetches every child of the root at once, as exactly the nodes' bytes (GETs of a node's size),
+    and HDF5 finds each leaf there; the close line counts them. The read holds the local bytes. A
+    second listing (a new dataset id of the same open file) asks the server for the chunks only."""
+    import hdf5plugin
+
+    name = "data/many-nodes.h5"
+    data = np.random.default_rng(7).standard_normal((600 * 8, 256)).astype("<f4")
+    with h5py.File(nginx.root / name, "w") as f:
+        f.create_dataset("x", data=data, chunks=(8, 256), **hdf5plugin.Zstd())
+    url = nginx.url(name)
+    # Rank 2: keys of 4 + 4 + 3 * 8 bytes, 64 children and 65 keys a node, a 24-byte header.
+    node = 24 + 64 * 8 + 65 * 32
+    since = len(nginx.access_log.read_text().splitlines())
+    with h5py.File(url, "r", driver="gds") as f:
+        opened = len(_node_gets(nginx, name, since))
+        np.testing.assert_array_equal(h5gds.read(f["x"]), data)
+        first = _node_gets(nginx, name, since)[opened:]
+        np.testing.assert_array_equal(h5gds.read(f["x"]), data)
+        second = _node_gets(nginx, name, since)[opened + len(first):]
+    leaves = first.count(node)
+    assert leaves >= 5, first
+    # Nothing else of the node's size or the block cache's: the leaves came only as nodes.
+    assert all(size > 4 * node for size in first if size != node) and 262144 not in first, first
+    # The chunks (8 KiB each, leaves between them within 64 KiB): one coalesced GET each time.
+    assert len(first) == leaves + 1 and len(second) == 1, (first, second)
+    # The close line counts them (a process of its own, logging at info).
+    program = ("import sys, h5py, h5gds\n"
+               "with h5py.File(sys.argv[1], 'r', driver='gds') as f:\n"
+               "    h5gds.read(f['x'])\n")
+    run = subprocess.run([sys.executable, "-c", program, url], env=clean_env({"H5GDS_LOG": "info"}),
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f" reads served by the block cache, {leaves} chunk index nodes fetched ahead" in run.stderr, \
+        run.stderr[-3000:]
+
+
 def test_the_verdict_of_a_url_read_is_the_stored_way(nginx):
     """At H5GDS_LOG=debug the engine's verdict names the way: the read with no HDF5 call, its chunks
     fetched ahead of the decoder from the URL."""

@@ -323,6 +323,7 @@ impl Stored {
         index: impl FnOnce(&[u64]) -> Result<ChunkIndex, E>,
         log: Log,
     ) -> Result<Option<Stored>, E> {
+        let source = source.into().0;
         let storage = match layout {
             _ if shape.is_empty() => return Ok(None),
             StoredLayout::Contiguous {
@@ -341,8 +342,16 @@ impl Stored {
                 if chunk.len() != shape.len() || chunk.contains(&0) {
                     return Ok(None);
                 }
+                // Listed through HDF5, the source fetching ahead of its reads.
+                let (mut index, mut listed) = (Some(index), None);
+                source.listing_index(&mut || listed = index.take().map(|list| list(&chunk)));
+                // (A source that did not run it: listed here.)
+                let Some(listed) = listed.or_else(|| index.take().map(|list| list(&chunk))) else {
+                    return Ok(None);
+                };
+                let listed = listed?;
                 Storage::Chunked {
-                    index: Box::new(index(&chunk)?),
+                    index: Box::new(listed),
                     chunk,
                     filters: ids,
                     pipeline,
@@ -354,7 +363,7 @@ impl Stored {
         };
         Ok(Some(Stored {
             name,
-            source: source.into().0,
+            source,
             shape,
             element,
             storage,

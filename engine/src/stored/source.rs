@@ -36,6 +36,13 @@ pub trait ByteSource: Send + Sync {
     /// The file's descriptor, where the decoding threads may read chunks from it themselves
     /// (`RawChunks::direct_file`): a local file's, opened anew.
     fn direct_file(&self) -> Option<File>;
+
+    /// Runs `list` (a listing of a dataset's chunk index through HDF5), the source fetching the
+    /// index's bytes ahead of HDF5's reads where it gains by it (a remote object: each level of
+    /// the tree at once, instead of a round trip per node).
+    fn listing_index(&self, list: &mut dyn FnMut()) {
+        list()
+    }
 }
 
 /// Ranges handed back one by one ([`ByteSource::in_order`]).
@@ -172,6 +179,10 @@ impl ByteSource for RemoteObject {
 
     fn direct_file(&self) -> Option<File> {
         None
+    }
+
+    fn listing_index(&self, list: &mut dyn FnMut()) {
+        self.0.walking_index(list)
     }
 }
 

@@ -21,14 +21,17 @@ use crate::config::RemoteSettings;
 use crate::error::{Error, Result};
 use crate::url_name::shown_url;
 use bytes::Bytes;
+use index_nodes::KeptNodes;
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex, Weak};
 use url::Url;
 
+mod index_nodes;
 mod ranges;
 mod report;
 mod store;
@@ -134,6 +137,12 @@ pub struct RemoteFile {
     /// The version asked for where the store gives versions and no ETag.
     version: Option<String>,
     cache: Mutex<BlockCache>,
+    /// Chunk index nodes fetched ahead of HDF5's walks (`index_nodes`), by address.
+    kept_nodes: Mutex<KeptNodes>,
+    /// Walks of a chunk index under way ([`RemoteFile::walking_index`]).
+    index_walks: AtomicUsize,
+    /// Whether this walk has looked for the nodes above the first it met (`index_nodes`).
+    index_searched: AtomicBool,
     pub(crate) counters: Counters,
 }
 
@@ -293,6 +302,9 @@ impl RemoteFile {
             etag: meta.e_tag,
             version,
             cache: Mutex::new(BlockCache::default()),
+            kept_nodes: Mutex::default(),
+            index_walks: AtomicUsize::new(0),
+            index_searched: AtomicBool::new(false),
             counters,
         })
     }
@@ -326,13 +338,14 @@ impl RemoteFile {
         let c = &self.counters;
         format!(
             "{} requests ({} HEAD, {} ranged GET), {} retried, {} bytes fetched, {} reads served \
-             by the block cache",
+             by the block cache, {} chunk index nodes fetched ahead",
             c.heads.load(Relaxed) + c.gets.load(Relaxed),
             c.heads.load(Relaxed),
             c.gets.load(Relaxed),
             c.retries(),
             c.bytes.load(Relaxed),
             c.cached_reads.load(Relaxed),
+            c.index_nodes.load(Relaxed),
         )
     }
 
@@ -422,7 +435,18 @@ impl RemoteFile {
         }
         let buf = &mut buf[..inside];
         if inside as u64 <= CACHE_BLOCK {
-            return self.read_cached(addr, buf);
+            let kept = {
+                let kept = self.kept_nodes.lock().unwrap_or_else(|p| p.into_inner());
+                kept.get(addr, inside).map(|node| buf.copy_from_slice(node))
+            };
+            match kept {
+                Some(()) => {
+                    self.counters.cached_reads.fetch_add(1, Relaxed);
+                }
+                None => self.read_cached(addr, buf)?,
+            }
+            self.fetch_nodes_below(addr, buf);
+            return Ok(());
         }
         // Split into GETs of `request_size` by `read_pieces`, each body copied once into place.
         self.read_pieces(vec![(addr, buf)])

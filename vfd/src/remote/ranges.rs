@@ -8,17 +8,17 @@
 //!   once, straight from the connection's frames into place (no whole-response buffer first).
 //! - [`RemoteFile::in_order`]: ranges handed back one by one in the order given, fetched ahead
 //!   on the runtime while the caller works on the ones before (the chunks a decoder takes in
-//!   turn), at most `in_flight` GETs and two answered ones waiting.
+//!   turn), each as soon as its bytes have arrived, at most `in_flight` GETs ahead of the caller.
 
 use super::{block_on, runtime, RemoteFile};
 use crate::error::{Error, Result};
-use bytes::Bytes;
+use bytes::{Buf, Bytes, BytesMut};
 use futures_util::{StreamExt, TryStreamExt};
 use object_store::{GetOptions, GetRange, ObjectStore};
-use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 /// Ranges at most this far apart are fetched by one GET (the gap's bytes fetched and dropped):
 /// one request fewer costs a round trip more than these bytes take on any link worth using.
@@ -209,106 +209,161 @@ impl RemoteFile {
 
     /// The bytes of `ranges` (each inside the object), handed back one by one in this order by
     /// [`InOrder::next_into`], fetched ahead meanwhile on the runtime: ranges that follow one
-    /// another within [`COALESCE_GAP`] share a GET (up to `request_size`), `in_flight` GETs at a
-    /// time. Dropping the reader stops the fetching.
+    /// another within [`COALESCE_GAP`] share a GET (up to `request_size`), `in_flight` GETs
+    /// fetched ahead of the reader at a time. Each range is handed over as soon as its last byte
+    /// has arrived, not when its GET's whole answer has (a decoder starts on the first chunk
+    /// one round trip after the read starts). Dropping the reader stops the fetching.
     pub fn in_order(self: &Arc<Self>, ranges: Vec<Range<u64>>) -> Result<InOrder> {
         for r in &ranges {
             self.check_inside(r)?;
         }
         let groups = ordered_groups(&ranges, self.settings.request_size.max(1) as u64);
         let store = self.store()?;
-        let in_flight = self.settings.in_flight.max(1);
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<Bytes>>>(2);
+        let slots = Arc::new(Semaphore::new(self.settings.in_flight.max(1)));
+        let (tx, rx) = mpsc::unbounded_channel::<Answers>();
         let file = self.clone();
         let task = runtime()?.spawn(async move {
-            let file = &file;
-            let mut answers = futures_util::stream::iter(groups)
-                .map(|(range, members)| {
-                    let store = store.clone();
-                    async move {
-                        if range.is_empty() {
-                            return Ok(vec![Bytes::new(); members.len()]);
-                        }
-                        file.counters.gets.fetch_add(1, Relaxed);
-                        let got = store
-                            .get_opts(&file.path, file.get_options(range.clone()))
-                            .await
-                            .map_err(|e| file.request_error(&range, e))?;
-                        let bytes = got
-                            .bytes()
-                            .await
-                            .map_err(|e| file.request_error(&range, e))?;
-                        if bytes.len() as u64 != range.end - range.start {
-                            return Err(file.range_error(
-                                &range,
-                                format!("the server answered {} bytes", bytes.len()),
-                            ));
-                        }
-                        file.counters.bytes.fetch_add(bytes.len() as u64, Relaxed);
-                        Ok(members
-                            .iter()
-                            .map(|m| {
-                                bytes.slice(
-                                    (m.start - range.start) as usize
-                                        ..(m.end - range.start) as usize,
-                                )
-                            })
-                            .collect())
-                    }
-                })
-                .buffered(in_flight);
-            while let Some(answer) = answers.next().await {
-                let failed = answer.is_err();
-                // The reader was dropped: nothing more is wanted.
-                if tx.send(answer).await.is_err() || failed {
+            let mut gets = tokio::task::JoinSet::new();
+            for (range, members) in groups {
+                // A slot is freed when the reader has taken every range of a GET.
+                let Ok(slot) = slots.clone().acquire_owned().await else {
                     return;
+                };
+                let (send, receive) = mpsc::unbounded_channel();
+                let answers = Answers {
+                    members: receive,
+                    left: members.len(),
+                    _slot: slot,
+                };
+                if tx.send(answers).is_err() {
+                    return; // the reader was dropped
                 }
+                let (file, store) = (file.clone(), store.clone());
+                gets.spawn(async move {
+                    if let Err(e) = file.answer_in_order(&store, range, &members, &send).await {
+                        let _ = send.send(Err(e));
+                    }
+                });
+                while gets.try_join_next().is_some() {}
             }
+            // (Aborting this task, as dropping the reader does, aborts these.)
+            while gets.join_next().await.is_some() {}
         });
         Ok(InOrder {
             url: self.url.clone(),
             rx,
-            ready: VecDeque::new(),
+            current: None,
             task,
         })
     }
+
+    /// One GET of `range`, its `members` (ascending, disjoint, inside it) sent to `send` each as
+    /// soon as its last byte has arrived.
+    async fn answer_in_order(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        range: Range<u64>,
+        members: &[Range<u64>],
+        send: &mpsc::UnboundedSender<Result<Bytes>>,
+    ) -> Result<()> {
+        if range.is_empty() {
+            for _ in members {
+                let _ = send.send(Ok(Bytes::new()));
+            }
+            return Ok(());
+        }
+        self.counters.gets.fetch_add(1, Relaxed);
+        let got = store
+            .get_opts(&self.path, self.get_options(range.clone()))
+            .await
+            .map_err(|e| self.request_error(&range, e))?;
+        let mut body = got.into_stream();
+        let len = range.end - range.start;
+        // The bytes arrived and not yet handed over, from `taken` (an offset in the range).
+        let mut buf = BytesMut::with_capacity(len as usize);
+        let mut taken = 0u64;
+        for member in members {
+            let (from, to) = (member.start - range.start, member.end - range.start);
+            while taken + (buf.len() as u64) < to {
+                let Some(frame) = body.next().await else {
+                    let arrived = taken + buf.len() as u64;
+                    return Err(self.range_error(
+                        &range,
+                        format!("the server answered {arrived} of the {len} bytes asked"),
+                    ));
+                };
+                let frame = frame.map_err(|e| self.request_error(&range, e))?;
+                if taken + (buf.len() + frame.len()) as u64 > len {
+                    return Err(self.range_error(
+                        &range,
+                        format!("the server answered more than the {len} bytes asked"),
+                    ));
+                }
+                self.counters.bytes.fetch_add(frame.len() as u64, Relaxed);
+                buf.extend_from_slice(&frame);
+            }
+            buf.advance((from - taken) as usize);
+            let bytes = buf.split_to((to - from) as usize).freeze();
+            taken = to;
+            if send.send(Ok(bytes)).is_err() {
+                return Ok(()); // the reader was dropped
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The ranges of one GET, as the reader takes them.
+struct Answers {
+    members: mpsc::UnboundedReceiver<Result<Bytes>>,
+    /// Ranges not yet taken.
+    left: usize,
+    /// Held until the reader has taken them all: at most `in_flight` GETs ahead of it.
+    _slot: OwnedSemaphorePermit,
 }
 
 /// Ranges of a remote object handed back in order ([`RemoteFile::in_order`]).
 pub struct InOrder {
     url: String,
-    rx: tokio::sync::mpsc::Receiver<Result<Vec<Bytes>>>,
-    ready: VecDeque<Bytes>,
+    rx: mpsc::UnboundedReceiver<Answers>,
+    current: Option<Answers>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl InOrder {
     /// Puts the next range's bytes in `buf` (which then holds exactly them), waiting for them.
     pub fn next_into(&mut self, buf: &mut Vec<u8>) -> Result<()> {
-        while self.ready.is_empty() {
-            if tokio::runtime::Handle::try_current().is_ok() {
-                return Err(Error::InvalidArgument(
-                    "a remote file read from inside a tokio runtime: call h5gds from a plain \
-                     thread"
-                        .into(),
-                ));
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(Error::InvalidArgument(
+                "a remote file read from inside a tokio runtime: call h5gds from a plain thread"
+                    .into(),
+            ));
+        }
+        let failed = |why: &str| Error::RemoteRead {
+            url: self.url.clone(),
+            offset: 0,
+            size: 0,
+            why: why.into(),
+        };
+        loop {
+            if let Some(current) = &mut self.current {
+                let bytes = match current.members.blocking_recv() {
+                    Some(answer) => answer?,
+                    None => return Err(failed("the request for these bytes ended unanswered")),
+                };
+                current.left -= 1;
+                if current.left == 0 {
+                    self.current = None;
+                }
+                buf.clear();
+                buf.extend_from_slice(&bytes);
+                return Ok(());
             }
             match self.rx.blocking_recv() {
-                Some(answer) => self.ready.extend(answer?),
-                None => {
-                    return Err(Error::RemoteRead {
-                        url: self.url.clone(),
-                        offset: 0,
-                        size: 0,
-                        why: "more ranges were asked for than were given".into(),
-                    })
-                }
+                Some(next) => self.current = Some(next),
+                None => return Err(failed("more ranges were asked for than were given")),
             }
         }
-        let bytes = self.ready.pop_front().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(&bytes);
-        Ok(())
     }
 }
 

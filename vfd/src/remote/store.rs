@@ -346,6 +346,8 @@ pub(crate) struct Counters {
     pub(crate) gets: AtomicU64,
     pub(crate) bytes: AtomicU64,
     pub(crate) cached_reads: AtomicU64,
+    /// Chunk index nodes fetched ahead of HDF5's walk (`index_nodes`).
+    pub(crate) index_nodes: AtomicU64,
     /// HTTP requests sent for the object, retries included (`CountingConnector`).
     pub(crate) sent: Arc<AtomicU64>,
 }
