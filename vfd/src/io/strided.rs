@@ -652,11 +652,9 @@ mod tests {
             dir: Direction::Read,
             in_place: false,
         };
-        // SAFETY: `out` holds every run of the pattern.
-        assert!(
-            unsafe { job.in_place() },
-            "a file just written is in the page cache"
-        );
+        // SAFETY: `out` holds every run of the pattern (the probe reads the first into it).
+        let in_place = unsafe { job.in_place() };
+        assert!(in_place, "a file just written is in the page cache");
         // SAFETY: as above.
         unsafe { transfer_strided(&host, 0, &pat, out.as_mut_ptr() as usize, Direction::Read) }
             .unwrap();
