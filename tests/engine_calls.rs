@@ -331,10 +331,22 @@ fn f4(k: u64) -> Vec<u8> {
     (value(k) as f32).to_le_bytes().to_vec()
 }
 
+/// Held while a child process is started and runs, and by a test that closes a file and opens
+/// it again: HDF5's sec2 opens files without `O_CLOEXEC`, so a child started meanwhile holds the
+/// file's descriptor, and with it the file's lock, and the second open fails (errno 11).
+static CHILDREN_OR_REOPENS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn children_or_reopens() -> std::sync::MutexGuard<'static, ()> {
+    CHILDREN_OR_REOPENS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// The file of [`LAYOUTS`], written by the project's Python (h5py, hdf5plugin).
 fn layouts_file(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("d.h5");
     let python = h5gds_tests::python::python();
+    let _alone = children_or_reopens();
     let run = Command::new(&python)
         .args(["-c", LAYOUTS_PY])
         .arg(&path)
@@ -520,6 +532,7 @@ fn bytes(values: &[f64]) -> Vec<u8> {
 fn the_dataset_handle_writes_then_reads_every_selection_with_and_without_hdf5() {
     use h5gds_engine::policy::settings::CallSettings;
     use h5gds_engine::{Dataset as Handle, Selection};
+    let _alone = children_or_reopens();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("handle.h5");
     let n = SHAPE.iter().product::<u64>() as usize;
