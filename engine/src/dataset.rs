@@ -207,26 +207,43 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
     /// Writes `data` (the selection's elements in the memory type, row-major, in host memory)
     /// into the slab `sel` of the dataset: one checked `H5Dwrite`.
     pub fn write(&self, sel: Hyperslab, data: &[u8]) -> Result<()> {
+        // SAFETY: `data`, borrowed for the call, holds `data.len()` bytes; HDF5 only reads a
+        // write's buffer.
+        unsafe { self.checked_transfer(true, sel, data.as_ptr() as usize, data.len()) }
+    }
+
+    /// One checked `H5Dwrite` (`write`) or `H5Dread` of the slab `sel` from or into the `nbytes`
+    /// at `buffer` (the selection's elements in the memory type: `prepare` checks the size).
+    ///
+    /// # Safety
+    /// `buffer` must be valid for `nbytes` bytes in the transfer's direction for the call.
+    unsafe fn checked_transfer(
+        &self,
+        write: bool,
+        sel: Hyperslab,
+        buffer: usize,
+        nbytes: usize,
+    ) -> Result<()> {
         self.lock.enter()?;
         let t = Transfer {
-            write: true,
+            write,
             dataset: self.id,
             mem_type: self.mem_type()?,
             start: sel.start,
             step: sel.step,
             count: sel.count,
             mem_shape: sel.count,
-            buffer: data.as_ptr() as usize,
-            nbytes: data.len(),
+            buffer,
+            nbytes,
         };
         L::call(|| {
             let Some(prepared) = transfer::prepare(self.api, &t)? else {
                 return Ok(());
             };
-            // SAFETY: `data`, borrowed for the call, holds the selection's elements in the
-            // memory type (its size checked by `prepare`); HDF5 only reads a write's buffer.
-            let written = self.lock.unlocked(|| unsafe { prepared.run() });
-            written.map_err(|m| Error::hdf5(format!("H5Dwrite failed: {m}")))
+            // SAFETY: the caller's contract: the buffer is valid for the checked size.
+            let done = self.lock.unlocked(|| unsafe { prepared.run() });
+            let call = if write { "H5Dwrite" } else { "H5Dread" };
+            done.map_err(|m| Error::hdf5(format!("{call} failed: {m}")))
         })
     }
 
@@ -387,27 +404,8 @@ impl<L: Hdf5Lock> HostFace for Dataset<'_, L> {
     }
 
     fn hdf5(&self, sel: Hyperslab, out: &mut [u8]) -> Result<()> {
-        self.lock.enter()?;
-        let t = Transfer {
-            write: false,
-            dataset: self.id,
-            mem_type: self.mem_type()?,
-            start: sel.start,
-            step: sel.step,
-            count: sel.count,
-            mem_shape: sel.count,
-            buffer: out.as_mut_ptr() as usize,
-            nbytes: out.len(),
-        };
-        L::call(|| {
-            let Some(prepared) = transfer::prepare(self.api, &t)? else {
-                return Ok(());
-            };
-            // SAFETY: `out`, borrowed mutably for the call, holds the selection's elements in
-            // the memory type (its size checked by `prepare`).
-            let read = self.lock.unlocked(|| unsafe { prepared.run() });
-            read.map_err(|m| Error::hdf5(format!("H5Dread failed: {m}")))
-        })
+        // SAFETY: `out`, borrowed mutably for the call, holds `out.len()` bytes.
+        unsafe { self.checked_transfer(false, sel, out.as_mut_ptr() as usize, out.len()) }
     }
 
     fn unlocked<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
