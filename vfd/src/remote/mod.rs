@@ -386,12 +386,7 @@ impl RemoteFile {
             let mut next = 0;
             while next < ranges.len() || !tasks.is_empty() {
                 while next < ranges.len() && tasks.len() < in_flight {
-                    let options = GetOptions {
-                        range: Some(GetRange::Bounded(ranges[next].clone())),
-                        if_match: self.etag.clone(),
-                        version: self.version.clone(),
-                        ..GetOptions::default()
-                    };
+                    let options = self.get_options(ranges[next].clone());
                     let (store, path, index) = (store.clone(), self.path.clone(), next);
                     self.counters.gets.fetch_add(1, Relaxed);
                     tasks.spawn(async move {

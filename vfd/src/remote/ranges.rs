@@ -14,7 +14,7 @@ use super::{block_on, runtime, RemoteFile};
 use crate::error::{Error, Result};
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::{StreamExt, TryStreamExt};
-use object_store::{GetOptions, GetRange, ObjectStore};
+use object_store::{GetOptions, GetRange, GetResult, ObjectStore};
 use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -89,13 +89,27 @@ fn ordered_groups(ranges: &[Range<u64>], request_size: u64) -> Vec<(Range<u64>, 
 
 impl RemoteFile {
     /// The options of a GET of `range`, conditional on the version opened.
-    fn get_options(&self, range: Range<u64>) -> GetOptions {
+    pub(super) fn get_options(&self, range: Range<u64>) -> GetOptions {
         GetOptions {
             range: Some(GetRange::Bounded(range)),
             if_match: self.etag.clone(),
             version: self.version.clone(),
             ..GetOptions::default()
         }
+    }
+
+    /// One GET of `range`, conditional on the version opened and counted: its answer, whose
+    /// body the caller takes.
+    async fn get_counted(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        range: &Range<u64>,
+    ) -> Result<GetResult> {
+        self.counters.gets.fetch_add(1, Relaxed);
+        store
+            .get_opts(&self.path, self.get_options(range.clone()))
+            .await
+            .map_err(|e| self.request_error(range, e))
     }
 
     /// The error of a GET of `range` that failed: a failed precondition says the object changed.
@@ -135,12 +149,7 @@ impl RemoteFile {
     /// One GET of `g.range`, its body copied frame by frame into the destinations.
     async fn get_into(&self, store: &Arc<dyn ObjectStore>, g: Group<'_>) -> Result<()> {
         let Group { range, mut dests } = g;
-        self.counters.gets.fetch_add(1, Relaxed);
-        let got = store
-            .get_opts(&self.path, self.get_options(range.clone()))
-            .await
-            .map_err(|e| self.request_error(&range, e))?;
-        let mut body = got.into_stream();
+        let mut body = self.get_counted(store, &range).await?.into_stream();
         let len = range.end - range.start;
         // The offset of the next body byte in the range, and the first destination not full.
         let (mut at, mut next) = (0u64, 0usize);
@@ -272,12 +281,7 @@ impl RemoteFile {
             }
             return Ok(());
         }
-        self.counters.gets.fetch_add(1, Relaxed);
-        let got = store
-            .get_opts(&self.path, self.get_options(range.clone()))
-            .await
-            .map_err(|e| self.request_error(&range, e))?;
-        let mut body = got.into_stream();
+        let mut body = self.get_counted(store, &range).await?.into_stream();
         let len = range.end - range.start;
         // The bytes arrived and not yet handed over, from `taken` (an offset in the range).
         let mut buf = BytesMut::with_capacity(len as usize);
