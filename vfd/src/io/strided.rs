@@ -34,19 +34,16 @@ const DIRECT_RUN: usize = 256 << 10;
 /// through windows: one large request instead of a request per run.
 const CACHED_GAP: u64 = 8 << 10;
 
-/// The largest gap read through rather than skipped, for a read whose first `len` bytes at
-/// `addr` (into `buf`) are [`CACHED_GAP`] where the page cache holds them, else `COALESCE_GAP`.
+/// Whether the page cache holds the `len` bytes at `addr` of a local file without `O_DIRECT`,
+/// asked by reading them into `buf` with no wait for a disk ([`posix::cached_read`]); false for
+/// a remote file or an `O_DIRECT` one, which keep the windows.
 ///
 /// # Safety
 /// `buf` must be valid for writes of `len` bytes.
-unsafe fn gap_read_through(host: &HostIo<'_>, addr: u64, buf: BufPtr, len: usize) -> u64 {
+unsafe fn page_cached(host: &HostIo<'_>, addr: u64, buf: BufPtr, len: usize) -> bool {
     let local = host.remote.is_none() && host.direct_fd.is_none();
     // SAFETY: the caller's contract.
-    if local && unsafe { posix::cached_read(host.fd, buf, len, addr) } {
-        CACHED_GAP
-    } else {
-        COALESCE_GAP
-    }
+    local && unsafe { posix::cached_read(host.fd, buf, len, addr) }
 }
 
 /// A regular selection: runs of `run` bytes, at `base` plus the loop offsets of `levels`.
@@ -351,7 +348,7 @@ impl StridedJob<'_> {
             // SAFETY: the first run's memory, valid for the read (the caller's contract).
             && unsafe {
                 let (addr, first) = (self.file_base + self.pat.base, self.mem as *mut u8);
-                gap_read_through(self.host, addr, BufPtr::new(first), self.pat.run) < gap
+                page_cached(self.host, addr, BufPtr::new(first), self.pat.run)
             }
     }
 
@@ -522,13 +519,20 @@ pub(crate) unsafe fn transfer_pieces(
         // SAFETY: the caller's contract.
         return unsafe { host.write_vector(pieces) };
     }
-    let max_gap = match sorted.first() {
-        // SAFETY: the piece's buffer is valid for its length (the caller's contract).
-        Some(first) if dir == Direction::Read && sorted.len() > 1 => unsafe {
-            gap_read_through(host, first.addr, first.buf, first.len)
+    // Gaps over `CACHED_GAP` and up to `COALESCE_GAP` are skipped where the page cache holds the
+    // file; the probe is made only where such a gap exists (it could change nothing else).
+    let medium_gap = sorted.windows(2).any(|w| {
+        let gap = w[1].addr.saturating_sub(w[0].addr + w[0].len as u64);
+        gap > CACHED_GAP && gap <= COALESCE_GAP
+    });
+    let cached = match sorted.first() {
+        // SAFETY: the first piece's buffer is valid for its length (the caller's contract).
+        Some(first) if dir == Direction::Read && medium_gap => unsafe {
+            page_cached(host, first.addr, first.buf, first.len)
         },
-        _ => COALESCE_GAP,
+        _ => false,
     };
+    let max_gap = if cached { CACHED_GAP } else { COALESCE_GAP };
     let runs = plan_reads(&sorted, max_gap, WINDOW);
     let total: usize = sorted.iter().map(|p| p.len).sum();
     let parallel = total >= host.task_size && (dir == Direction::Read || host.direct_fd.is_some());
