@@ -190,6 +190,58 @@ pub fn default_nthreads() -> usize {
     })
 }
 
+/// The driver's variables of the process environment (`H5GDS_*`, `H5_GDS_*`), read in one pass.
+/// A settings load asks for some 35 names, and each `getenv` scans the whole environment: that
+/// was half of an open's instructions (callgrind). Other names are looked up as before.
+struct SettingsEnvironment(Vec<(Vec<u8>, OsString)>);
+
+impl SettingsEnvironment {
+    const PREFIXES: [&'static [u8]; 2] = [b"H5GDS_", b"H5_GDS_"];
+
+    fn read() -> SettingsEnvironment {
+        unsafe extern "C" {
+            static environ: *const *const libc::c_char;
+        }
+        let mut found = Vec::new();
+        // SAFETY: `environ` is the C library's NULL-terminated array of NUL-terminated
+        // "NAME=value" strings; reading it is what `getenv` does, with the same (lack of) guard
+        // against another thread's `setenv`.
+        unsafe {
+            let mut at = environ;
+            while !at.is_null() && !(*at).is_null() {
+                // Most entries are not the driver's: their first byte says so without a strlen.
+                if **at as u8 != b'H' {
+                    at = at.add(1);
+                    continue;
+                }
+                let entry = std::ffi::CStr::from_ptr(*at).to_bytes();
+                if Self::PREFIXES.iter().any(|p| entry.starts_with(p)) {
+                    if let Some(eq) = entry.iter().position(|&b| b == b'=') {
+                        let value = OsString::from_vec(entry[eq + 1..].to_vec());
+                        found.push((entry[..eq].to_vec(), value));
+                    }
+                }
+                at = at.add(1);
+            }
+        }
+        SettingsEnvironment(found)
+    }
+
+    /// The value of `name`, as `std::env::var_os` gives it (the first entry, as `getenv`).
+    fn var(&self, name: &str) -> Option<OsString> {
+        if !Self::PREFIXES
+            .iter()
+            .any(|p| name.as_bytes().starts_with(p))
+        {
+            return std::env::var_os(name);
+        }
+        self.0
+            .iter()
+            .find(|(n, _)| n == name.as_bytes())
+            .map(|(_, v)| v.clone())
+    }
+}
+
 impl VfdSettings {
     /// The bytes one task for each I/O thread covers: the least a piece of a staged transfer
     /// holds so that every thread of a host read or write through the driver takes part.
@@ -201,7 +253,8 @@ impl VfdSettings {
     /// HDF5 or the environment hold them).
     pub fn load(config: Option<&[u8]>) -> Result<VfdSettings> {
         LOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Self::from_sources(|name| std::env::var_os(name), config)
+        let env = SettingsEnvironment::read();
+        Self::from_sources(|name| env.var(name), config)
     }
 
     /// How many times this process has called [`VfdSettings::load`]: lets a test check that one
@@ -218,7 +271,8 @@ impl VfdSettings {
         config: Option<&[u8]>,
         carried: Option<&CarriedSettings>,
     ) -> Result<VfdSettings> {
-        Self::from_all_sources(|name| std::env::var_os(name), config, carried)
+        let env = SettingsEnvironment::read();
+        Self::from_all_sources(|name| env.var(name), config, carried)
     }
 
     /// VfdSettings from an environment lookup function (for tests) and an optional config string.
@@ -634,6 +688,50 @@ mod tests {
 
     fn cfg(text: &str) -> Option<&[u8]> {
         Some(text.as_bytes())
+    }
+
+    /// The one-pass read of the environment gives what `getenv` gives, for the driver's names
+    /// and others. Run in a child with a known environment (a test must not change its own).
+    #[test]
+    fn the_settings_environment_reads_as_getenv() {
+        if std::env::var_os("H5GDS_TEST_ENV_CHILD").is_none() {
+            let status = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "config::tests::the_settings_environment_reads_as_getenv",
+                ])
+                .args(["--nocapture", "--test-threads=1"])
+                .env("H5GDS_TEST_ENV_CHILD", "1")
+                .env("H5GDS_NTHREADS", " 3 ")
+                .env("H5GDS_TEST_NTHREADS_EXTRA", "x")
+                .env("H5_GDS_VFD_IO_THREADS", "2")
+                .env_remove("H5GDS_TASK_SIZE")
+                .env("H5GDS_TEST_LOG_ELSEWHERE", "not=here")
+                .status()
+                .unwrap();
+            assert!(status.success());
+            return;
+        }
+        let env = SettingsEnvironment::read();
+        for name in [
+            "H5GDS_NTHREADS",
+            "H5GDS_TEST_NTHREADS_EXTRA",
+            "H5GDS_TEST_NTHREAD",
+            "H5_GDS_VFD_IO_THREADS",
+            "H5GDS_TASK_SIZE",
+            "H5GDS_TEST_LOG_ELSEWHERE",
+            "H5GDS_TEST_ENV_CHILD",
+            "PATH",
+        ] {
+            assert_eq!(env.var(name), std::env::var_os(name), "{name}");
+        }
+        assert_eq!(env.var("H5GDS_NTHREADS"), Some(OsString::from(" 3 ")));
+        assert_eq!(env.var("H5_GDS_VFD_IO_THREADS"), Some(OsString::from("2")));
+        assert_eq!(
+            env.var("H5GDS_TEST_LOG_ELSEWHERE"),
+            Some(OsString::from("not=here"))
+        );
+        assert_eq!(VfdSettings::load(None).unwrap().nthreads, 3);
     }
 
     #[test]

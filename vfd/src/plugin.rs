@@ -362,12 +362,15 @@ unsafe extern "C" fn gds_open<const SLOT: usize>(
             settings,
             ignore_disabled_locks(hdf5, fapl),
         )?;
-        let (host, device) = state.path_descriptions();
-        tracing::info!(
-            "opened {:?} (flags {flags:#x}); host buffers: {host}; device buffers: {device}; settings: {}",
-            state.path,
-            state.settings.describe()
-        );
+        // The descriptions are a few thousand instructions: made only for a log that shows them.
+        if tracing::enabled!(tracing::Level::INFO) {
+            let (host, device) = state.path_descriptions();
+            tracing::info!(
+                "opened {:?} (flags {flags:#x}); host buffers: {host}; device buffers: {device}; settings: {}",
+                state.path,
+                state.settings.describe()
+            );
+        }
         let file = Box::new(GdsFile {
             public: H5FD_t::empty(),
             state,
