@@ -67,35 +67,16 @@ fn groups(mut pieces: Vec<(u64, &mut [u8])>, request_size: u64) -> Vec<Group<'_>
     out
 }
 
-/// The least a GET of [`ordered_groups`] is allowed to hold (the first ones' bound).
-const FIRST_GET: u64 = 1 << 20;
-
-/// Ranges in the order given, coalesced where each follows the last within [`COALESCE_GAP`]:
-/// each GET's range and the ranges it serves. The GETs grow: the `k`-th (from 0) holds up to
-/// `(k + 1) / in_flight` of `request_size` (at least [`FIRST_GET`], at most `request_size`), a
-/// range larger than that alone. GETs in flight together share the link, so GETs of one size all
-/// end at about the same time and a reader taking the ranges in order (a decoder) would wait
-/// for the whole window; growing ones end one after another, the first soon, so the reader
-/// starts early and keeps pace while the rest arrives.
-fn ordered_groups(
-    ranges: &[Range<u64>],
-    request_size: u64,
-    in_flight: usize,
-) -> Vec<(Range<u64>, Vec<Range<u64>>)> {
-    let in_flight = in_flight.max(1) as u64;
-    let bound = |k: usize| {
-        (request_size.saturating_mul(k as u64 + 1) / in_flight)
-            .max(FIRST_GET)
-            .min(request_size)
-    };
+/// Ranges in the order given, coalesced where each follows the last within [`COALESCE_GAP`],
+/// up to `request_size` a GET: each GET's range and the ranges it serves.
+fn ordered_groups(ranges: &[Range<u64>], request_size: u64) -> Vec<(Range<u64>, Vec<Range<u64>>)> {
     let mut out: Vec<(Range<u64>, Vec<Range<u64>>)> = Vec::new();
     for r in ranges {
-        let k = out.len().saturating_sub(1);
         match out.last_mut() {
             Some((g, members))
                 if r.start >= g.end
                     && r.start - g.end <= COALESCE_GAP
-                    && r.end - g.start <= bound(k) =>
+                    && r.end - g.start <= request_size =>
             {
                 g.end = r.end;
                 members.push(r.clone());
@@ -237,8 +218,7 @@ impl RemoteFile {
 
     /// The bytes of `ranges` (each inside the object), handed back one by one in this order by
     /// [`InOrder::next_into`], fetched ahead meanwhile on the runtime: ranges that follow one
-    /// another within [`COALESCE_GAP`] share a GET (growing to `request_size`:
-    /// [`ordered_groups`]), `in_flight` GETs
+    /// another within [`COALESCE_GAP`] share a GET (up to `request_size`), `in_flight` GETs
     /// fetched ahead of the reader at a time. Each range is handed over as soon as its last byte
     /// has arrived, not when its GET's whole answer has (a decoder starts on the first chunk
     /// one round trip after the read starts). Dropping the reader stops the fetching.
@@ -246,11 +226,7 @@ impl RemoteFile {
         for r in &ranges {
             self.check_inside(r)?;
         }
-        let groups = ordered_groups(
-            &ranges,
-            self.settings.request_size.max(1) as u64,
-            self.settings.in_flight,
-        );
+        let groups = ordered_groups(&ranges, self.settings.request_size.max(1) as u64);
         let store = self.store()?;
         let slots = Arc::new(Semaphore::new(self.settings.in_flight.max(1)));
         let (tx, rx) = mpsc::unbounded_channel::<Answers>();
@@ -436,7 +412,6 @@ mod tests {
         let g = ordered_groups(
             &[0..10, 12..20, 5..8, 100_000..100_010, 100_010..100_070],
             64,
-            1,
         );
         let spans: Vec<_> = g.iter().map(|(r, m)| (r.clone(), m.len())).collect();
         // 5..8 goes back: a request of its own. 100_000.. is past the gap from 8. The last is
@@ -450,31 +425,5 @@ mod tests {
                 (100_010..100_070, 1)
             ]
         );
-    }
-
-    #[test]
-    fn ordered_gets_grow_to_the_request_size() {
-        // 64 ranges of 256 KiB end to end (16 MiB), GETs of up to 8 MiB, 4 in flight: the first
-        // GET holds 2 MiB (a quarter of 8), the second 4, the third 6, then 8 MiB at most.
-        const K: u64 = 256 << 10;
-        let ranges: Vec<_> = (0..64).map(|i| i * K..(i + 1) * K).collect();
-        let g = ordered_groups(&ranges, 8 << 20, 4);
-        let sizes: Vec<_> = g.iter().map(|(r, _)| (r.end - r.start) / K).collect();
-        assert_eq!(sizes, [8, 16, 24, 16]);
-        // Every range is served once, in order.
-        let served: Vec<_> = g.iter().flat_map(|(_, m)| m.clone()).collect();
-        assert_eq!(served, ranges);
-        // Many in flight: the first GETs are bounded below by FIRST_GET (1 MiB), not 512 KiB.
-        let g = ordered_groups(&ranges, 8 << 20, 16);
-        let sizes: Vec<_> = g.iter().map(|(r, _)| (r.end - r.start) / K).collect();
-        assert_eq!(sizes, [4, 4, 6, 8, 10, 12, 14, 6]);
-        // A range larger than the bound is one GET of its own.
-        let g = ordered_groups(
-            &[0..K, K..K + (3 << 20), K + (3 << 20)..K + (3 << 20) + 10],
-            8 << 20,
-            16,
-        );
-        let sizes: Vec<_> = g.iter().map(|(r, _)| r.end - r.start).collect();
-        assert_eq!(sizes, [K, 3 << 20, 10]);
     }
 }
