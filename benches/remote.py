@@ -403,6 +403,13 @@ def main():
         servers = [("http", nginx.port, None)]
         moto = None
         if args.s3:
+            # moto answers every ranged GET by reading the whole object out of its buffer under
+            # the key's lock (FakeKey.value), then slicing it; past 5 MiB that buffer is a file on
+            # disk, so each GET of a large object reads it all from disk, and 16 in flight queue
+            # on the lock past object_store's 30 s timeout (the stall seen at 64 MiB). Keeping
+            # objects in memory makes each GET one copy of the object instead: still a cost per
+            # request that grows with the object (moto is a stand-in for S3's API, not its speed).
+            os.environ.setdefault("MOTO_S3_DEFAULT_KEY_BUFFER_SIZE", str(4 << 30))
             moto = Moto()
             moto.s3.create_bucket(Bucket="bench")
             for name in ("many.h5", "big.h5"):

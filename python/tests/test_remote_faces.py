@@ -255,6 +255,56 @@ def test_a_chunk_index_of_many_nodes_is_fetched_a_level_at_a_time(nginx):
         run.stderr[-3000:]
 
 
+def _read_gets(nginx, url, name, dataset, data):
+    """The sizes of the ranged GETs nginx answered for ``name`` while ``dataset`` of the file at
+    ``url`` was read whole (after the open), the read checked against ``data``."""
+    since = len(nginx.access_log.read_text().splitlines())
+    with h5py.File(url, "r", driver="gds") as f:
+        dset = f[dataset]
+        opened = len(_node_gets(nginx, name, since))
+        np.testing.assert_array_equal(h5gds.read(dset), data)
+        return _node_gets(nginx, name, since)[opened:]
+
+
+def test_chunk_indexes_of_latest_format_files_take_few_round_trips(nginx):
+    """libver="latest": a chunked dataset of fixed size is indexed by a fixed array (its blocks made
+    with the dataset, next to its header: the block cache's GETs hold them); one of one unlimited
+    axis by an extensible array, of two by a version 2 B-tree, whose blocks (data blocks and super
+    blocks; leaves) lie between the chunks (600 Zstd chunks of 8 KiB, incompressible), a block-cache
+    miss and a round trip each, one after another, were HDF5 to walk them unaided. While the engine
+    lists such an index, the driver reads its header and fetches the blocks below a level at a
+    time, as exactly their bytes (the tree's nodes: GETs of the node size, 2 KiB); the close line
+    counts them. Each read holds the local bytes."""
+    import hdf5plugin
+
+    name = "data/latest.h5"
+    data = np.random.default_rng(8).standard_normal((600 * 8, 256)).astype("<f4")
+    with h5py.File(nginx.root / name, "w", libver="latest") as f:
+        for dataset, maxshape in (("fixed", None), ("one_unlimited", (None, 256)),
+                                  ("two_unlimited", (None, None))):
+            f.create_dataset(dataset, data=data, chunks=(8, 256), maxshape=maxshape, **hdf5plugin.Zstd())
+    url = nginx.url(name)
+    # The fixed array: the chunks' GET (4.9 MB, coalesced), and at most one block of the cache.
+    fixed = _read_gets(nginx, url, name, "fixed", data)
+    assert len(fixed) <= 2 and fixed.count(262144) <= 1, fixed
+    for dataset in ("one_unlimited", "two_unlimited"):
+        got = _read_gets(nginx, url, name, dataset, data)
+        program = ("import sys, h5py, h5gds\n"
+                   "with h5py.File(sys.argv[1], 'r', driver='gds') as f:\n"
+                   "    h5gds.read(f[sys.argv[2]])\n")
+        run = subprocess.run([sys.executable, "-c", program, url, dataset], env=clean_env({"H5GDS_LOG": "info"}),
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-3000:]
+        ahead = re.search(r", (\d+) chunk index nodes fetched ahead", run.stderr)
+        assert ahead, run.stderr[-3000:]
+        ahead = int(ahead.group(1))
+        # The blocks fetched ahead, the chunks' GET, at most one block of the cache (where HDF5
+        # had read the header before the listing, the first block below it).
+        assert ahead >= 8 and got.count(262144) <= 1 and len(got) <= ahead + 2, (dataset, ahead, got)
+        if dataset == "two_unlimited":
+            assert got.count(2048) == ahead, got
+
+
 def test_the_verdict_of_a_url_read_is_the_stored_way(nginx):
     """At H5GDS_LOG=debug the engine's verdict names the way: the read with no HDF5 call, its chunks
     fetched ahead of the decoder from the URL."""

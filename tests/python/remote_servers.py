@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -20,12 +21,17 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_for_port(port, proc, what, seconds=30):
-    """Waits (bounded) until `port` accepts connections; fails naming `what` if `proc` exits first."""
+def wait_for_port(port, proc, what, seconds=30, output=None):
+    """Waits (bounded) until `port` accepts connections; fails naming `what` if `proc` exits first
+    (with what it wrote: to its stdout pipe, or to the file `output`)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            out = proc.stdout.read() if proc.stdout else ""
+            if output is not None:
+                output.seek(0)
+                out = output.read()
+            else:
+                out = proc.stdout.read() if proc.stdout else ""
             raise RuntimeError(f"{what} exited with {proc.returncode} before listening:\n{out}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
@@ -102,9 +108,13 @@ class Moto:
     def __init__(self):
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
+        # Its output (a line per request) goes to a file: to a pipe nobody reads, the server stalls
+        # once the pipe is full (the thread writing a request's log line blocks holding the logging
+        # lock, and every other request's thread waits on it): benches/remote.py's --s3 at 64 MiB.
+        self.output = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        wait_for_port(self.port, self.proc, "moto's server")
+                                     stdout=self.output, stderr=subprocess.STDOUT, text=True)
+        wait_for_port(self.port, self.proc, "moto's server", output=self.output)
         import boto3  # moto[server] brings it
         self.s3 = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
                                aws_access_key_id="testing-key-id", aws_secret_access_key="testing-secret-key")
@@ -116,6 +126,7 @@ class Moto:
 
     def stop(self):
         stop(self.proc)
+        self.output.close()
 
 
 class FaultProxy:

@@ -9,8 +9,9 @@
 //! lie megabytes apart, between the chunks), for the life of the open, so a later listing of the
 //! same index costs no request. Their bytes are the object's at the version opened, like every
 //! other request's (each GET conditional on the ETag). A node the parser does not recognise
-//! (another index type, a layout it cannot make out) is only not prefetched: HDF5 reads it as
-//! before.
+//! (a layout it cannot make out) is only not prefetched: HDF5 reads it as before. The indexes of
+//! `libver="latest"` files are fetched ahead by `index_v2` (version 2 B-trees) and `index_ea`
+//! (extensible arrays), kept here with these nodes.
 //!
 //! A node, as HDF5's file format specification lays out a version 1 B-tree node: `TREE`, the node
 //! type (1: chunks), its level (0: children are chunks), the entries used (2 bytes), the left and
@@ -33,7 +34,11 @@ const HEADER: usize = 4 + 1 + 1 + 2 + 2 * ADDRESS;
 /// The most axes a dataset has in HDF5 (`H5S_MAX_RANK`).
 const MAX_RANK: usize = 32;
 /// Bytes of nodes kept per open file; beyond, the oldest go first.
-const KEPT_BYTES: usize = 32 << 20;
+pub(super) const KEPT_BYTES: usize = 32 << 20;
+/// Nodes of one level in flight at once, as a multiple of `H5GDS_REMOTE_IN_FLIGHT`: a node is a
+/// few KiB, so a level of more nodes than the setting (the 18 leaves of a 256 MiB dataset of
+/// 256 KiB chunks, the 72 of 1 GiB) takes one round trip instead of one per `in_flight` nodes.
+pub(super) const NODES_IN_FLIGHT: usize = 4;
 
 /// The level and children of `node` (bytes from its start), where it is a version 1 B-tree node of
 /// chunks inside an object of `size` bytes (level 0: its children are chunks; above: nodes);
@@ -121,7 +126,7 @@ impl KeptNodes {
         self.nodes.contains_key(&addr)
     }
 
-    fn insert(&mut self, addr: u64, node: Bytes) {
+    pub(super) fn insert(&mut self, addr: u64, node: Bytes) {
         self.bytes += node.len();
         if let Some(old) = self.nodes.insert(addr, node) {
             self.bytes -= old.len();
@@ -165,7 +170,13 @@ impl RemoteFile {
     /// whole). A failed fetch is only logged: HDF5's own read of that node then makes the request
     /// again and reports its failure.
     pub(super) fn fetch_nodes_below(&self, addr: u64, bytes: &[u8]) {
-        if self.index_walks.load(Relaxed) == 0 || chunk_node(bytes, self.size).is_none() {
+        if self.index_walks.load(Relaxed) == 0
+            || self.fetch_v2_tree(addr, bytes)
+            || self.fetch_extensible_array(addr, bytes)
+        {
+            return;
+        }
+        if chunk_node(bytes, self.size).is_none() {
             return;
         }
         let len = bytes.len();
@@ -199,7 +210,8 @@ impl RemoteFile {
             if ranges.is_empty() || fetched_bytes > KEPT_BYTES {
                 return;
             }
-            let nodes = match self.fetch(&ranges) {
+            let in_flight = self.settings.in_flight.max(1) * NODES_IN_FLIGHT;
+            let nodes = match self.fetch(&ranges, in_flight) {
                 Ok(nodes) => nodes,
                 Err(e) => {
                     tracing::debug!("fetching the chunk index's nodes ahead of HDF5 failed: {e}");
@@ -214,6 +226,59 @@ impl RemoteFile {
                 .index_nodes
                 .fetch_add(nodes.len() as u64, Relaxed);
             level = nodes;
+        }
+    }
+
+    /// The bytes `addr..addr + len` where a kept node or the block cache holds them all.
+    pub(super) fn held(&self, addr: u64, len: usize) -> Option<Bytes> {
+        {
+            let kept = self.kept_nodes.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(node) = kept.get(addr, len) {
+                return Some(Bytes::copy_from_slice(node));
+            }
+        }
+        let block = super::CACHE_BLOCK;
+        let (first, last) = (addr / block, (addr + len as u64 - 1) / block);
+        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = Vec::with_capacity(len);
+        for i in first..=last {
+            let b = cache.blocks.get(&i)?;
+            let start = i * block;
+            let from = addr.max(start) - start;
+            let to = (addr + len as u64).min(start + b.len() as u64) - start;
+            out.extend_from_slice(b.get(from as usize..to as usize)?);
+        }
+        (out.len() == len).then(|| Bytes::from(out))
+    }
+
+    /// `addr..addr + len`, ending at the object's end at the latest.
+    pub(super) fn node_range(&self, addr: u64, len: usize) -> Range<u64> {
+        addr..(addr + len as u64).min(self.size)
+    }
+
+    /// Fetches the index blocks `ranges` (4 times `H5GDS_REMOTE_IN_FLIGHT` in flight), keeps
+    /// them for HDF5's reads and counts them; `None` where a fetch failed, which is only logged
+    /// (HDF5's own read of that block then asks again and reports it).
+    pub(super) fn fetch_kept(&self, ranges: &[Range<u64>]) -> Option<Vec<Bytes>> {
+        if ranges.is_empty() {
+            return Some(Vec::new());
+        }
+        let in_flight = self.settings.in_flight.max(1) * NODES_IN_FLIGHT;
+        match self.fetch(ranges, in_flight) {
+            Ok(nodes) => {
+                let mut kept = self.kept_nodes.lock().unwrap_or_else(|p| p.into_inner());
+                for (range, node) in ranges.iter().zip(&nodes) {
+                    kept.insert(range.start, node.clone());
+                }
+                self.counters
+                    .index_nodes
+                    .fetch_add(nodes.len() as u64, Relaxed);
+                Some(nodes)
+            }
+            Err(e) => {
+                tracing::debug!("fetching the chunk index's nodes ahead of HDF5 failed: {e}");
+                None
+            }
         }
     }
 
@@ -255,7 +320,7 @@ impl RemoteFile {
 }
 
 /// Where `needle` first occurs in `hay`.
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+pub(super) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 

@@ -31,7 +31,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex, Weak};
 use url::Url;
 
+mod index_ea;
 mod index_nodes;
+mod index_v2;
 mod ranges;
 mod report;
 mod store;
@@ -371,9 +373,9 @@ impl RemoteFile {
 
     /// Fetches `ranges` (each within the object), `in_flight` at a time, every GET conditional
     /// on the ETag opened; the bytes in the order of `ranges`.
-    fn fetch(&self, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+    fn fetch(&self, ranges: &[Range<u64>], in_flight: usize) -> Result<Vec<Bytes>> {
         let store = self.store()?;
-        let in_flight = self.settings.in_flight.max(1);
+        let in_flight = in_flight.max(1);
         let failed = |range: &Range<u64>, why: String| Error::RemoteRead {
             url: self.url.clone(),
             offset: range.start,
@@ -476,7 +478,7 @@ impl RemoteFile {
         let fetched = if byte_ranges.is_empty() {
             Vec::new()
         } else {
-            self.fetch(&byte_ranges)?
+            self.fetch(&byte_ranges, self.settings.in_flight)?
         };
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         let mut have: HashMap<u64, Bytes> = HashMap::new();
