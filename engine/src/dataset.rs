@@ -44,6 +44,12 @@ impl<'a> From<&'a mut [u8]> for ReadInto<'a> {
     }
 }
 
+impl<'a> From<&'a mut Vec<u8>> for ReadInto<'a> {
+    fn from(out: &'a mut Vec<u8>) -> Self {
+        ReadInto::Host(out)
+    }
+}
+
 impl<'a> From<DeviceMemory<'a>> for ReadInto<'a> {
     fn from(out: DeviceMemory<'a>) -> Self {
         ReadInto::Device(out)
@@ -58,6 +64,12 @@ pub enum WriteFrom<'a> {
 
 impl<'a> From<&'a [u8]> for WriteFrom<'a> {
     fn from(data: &'a [u8]) -> Self {
+        WriteFrom::Host(data)
+    }
+}
+
+impl<'a> From<&'a Vec<u8>> for WriteFrom<'a> {
+    fn from(data: &'a Vec<u8>) -> Self {
         WriteFrom::Host(data)
     }
 }
