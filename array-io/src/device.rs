@@ -5,7 +5,6 @@
 //! driver (which hands device buffers to cuFile or its own bounce buffers) and through CUDA
 //! copies.
 
-use crate::chunks::DatasetFace;
 use crate::driver::Driver;
 use crate::element::{descriptor_of, Element};
 use crate::error::no_panic;
@@ -13,25 +12,20 @@ use crate::error::{Error, Result};
 use crate::file::{create_dataset, open_dataset, OpenDataset};
 use crate::hdf5_raw::{self, NewLayout};
 use crate::host::Metno;
-use crate::layout::{check_types, stored_layout};
+use crate::layout::check_types;
 use crate::options::Settings;
-use crate::route::{driver_blocker, Storage, Transfer as RouteFacts};
+use crate::route::{driver_blocker, Transfer as RouteFacts};
 use crate::select::Block;
-use crate::transfer::Locked;
 use crate::ReadOptions;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use h5gds_chunk_codec::Filter;
-use h5gds_chunk_codec::{ChunkIndex, Hyperslab};
-use h5gds_engine::chunks::StoredChunks;
-use h5gds_engine::device::{self, Face, ReadFace, Selected, Step};
-use h5gds_engine::facts::StoredLayout;
-use h5gds_engine::policy::device_read::{self, ReadRoute, StoredRead};
+use h5gds_chunk_codec::{Filter, Hyperslab};
 use h5gds_engine::policy::settings::CallSettings;
-use h5gds_engine::staged::NotBool;
-use h5gds_engine::{CompressedWrite, Dataset, DeviceArray as EngineArray, Memory};
-use h5gds_runtime::cuda::call;
-use h5gds_runtime::staging_ring::StagingRing;
-use h5gds_runtime::stream::{copy_to_device, synchronize};
+use h5gds_engine::Selection;
+use h5gds_engine::{
+    CompressedWrite, Dataset, DeviceArray as EngineArray, DeviceMemory, Kept, Memory,
+};
+use h5gds_runtime::cuda::{call, DeviceContext};
+use h5gds_runtime::stream::synchronize;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
 use std::mem::size_of;
 use std::path::Path;
@@ -272,32 +266,26 @@ pub(crate) fn write<T: Element>(
         if let Some(data) = &array.data {
             // The data is ready once every stream that wrote it is done: device_ptr makes the
             // array's stream wait for recorded writes, then the stream is synchronized.
-            let (ptr, record) = data.device_ptr(stream);
+            let (address, record) = data.device_ptr(stream);
             synchronize(stream)?;
-            let face = Moving {
-                write: true,
-                path,
-                name: dataset,
-                stream,
-                driver: &CallSettings::default(),
-                source: (),
+            let memory = DeviceMemory {
+                address,
+                nbytes: data.len() * size_of::<T>(),
+                context: DeviceContext::of_stream(stream),
+                stream: Some(stream),
+                bools: false,
+                path: Some(settings.device_path()?),
+                staging_size: settings.staging_buffer_size,
             };
-            let zeros = vec![0; shape.len()];
-            // Read only for a staged write, as before the engine moved it.
-            let staging_size = match blocker {
-                Some(_) => settings.staging_buffer_size()?,
-                None => 0,
+            let (zeros, ones) = (vec![0; shape.len()], vec![1; shape.len()]);
+            let all = Hyperslab {
+                start: &zeros,
+                step: &ones,
+                count: &shape,
             };
-            let (ids, at) = (
-                (ds.dset.id(), mem_type.id()),
-                (ptr, size_of::<T>(), staging_size),
-            );
-            face.transfer(ids, (&zeros, &shape), at, |io| {
-                // SAFETY: the allocation holds the whole array in the memory type, alive until
-                // `record` is dropped; the gds driver hands device buffers to cuFile or its
-                // bounce buffers.
-                unsafe { device::write(&face, io, dataset, blocker.as_deref()) }
-            })?;
+            let (id, mem) = (ds.dset.id(), mem_type.id());
+            let handle = Dataset::new(hdf5_raw::linked_hdf5(), id, mem, size_of::<T>(), Metno);
+            (handle.named(dataset).write(all, memory)).map_err(Error::engine(path, dataset))?;
             drop(record);
         }
         ds.close()
@@ -376,24 +364,15 @@ fn check_chunk(shape: &[usize], chunk: &[usize], dataset: &str) -> Result<()> {
     Ok(())
 }
 
-/// An open dataset prepared for device reads: its types, storage and the settings' facts.
+/// An open dataset prepared for device reads: its types, and what the engine learns of it.
 pub(crate) struct DeviceSource {
     pub ds: OpenDataset,
     pub types: crate::layout::Types,
-    /// How it is stored, in HDF5's words and in route's.
-    layout: StoredLayout,
-    storage: Storage,
-    /// What stages a whole read, whatever the storage (`route::blocker`).
-    facts: RouteFacts,
-    staging_size: usize,
-    /// How h5gds decodes the chunks on the host's threads, or why it cannot (filtered chunks).
-    host: std::result::Result<h5gds_engine::decoded::Plan, String>,
-    /// The allocated chunks' stored sizes, listed at the first GPU-decoded read.
-    chunk_index: std::cell::OnceCell<ChunkIndex>,
-    /// The device path the settings ask for.
+    /// What the engine learns of the dataset, kept across the reads of a batch.
+    kept: Kept,
     device_path: crate::DevicePath,
-    /// The driver's settings (thread counts, its staging verdict), loaded at most once for the
-    /// dataset, however many reads decode its chunks (batched reads are many reads).
+    staging_size: usize,
+    /// The driver's settings, loaded at most once for the dataset.
     vfd_settings: CallSettings,
 }
 
@@ -408,43 +387,23 @@ impl DeviceSource {
         let device_path = settings.device_path()?;
         // The settings and the device choose the driver; a bool or a conversion only stages
         // the data.
-        let mut facts = transfer::<T>(h5gds_runtime::settings::goes_through_gds(device_path));
+        let facts = transfer::<T>(h5gds_runtime::settings::goes_through_gds(device_path));
         let driver = Driver::unless(&driver_blocker(&facts));
         // With the cache off, HDF5 reads unfiltered chunks straight into the caller's buffer.
         let ds = open_dataset(path, dataset, driver, driver == Driver::Gds)?;
         let types = check_types::<T>(&ds, options.allow_conversion)?;
-        facts.conversion = types.conversion.clone();
-        let layout = stored_layout(&ds)?;
-        // The chunk cache is off where the route could be direct, so the memory type's size
-        // tells as well as the stored one that no chunk fits it.
-        let storage = device::storage(&layout, types.mem.size(), |chunk| {
-            Ok::<_, Error>(ds.index_of(chunk)?.offsets().into_iter().collect())
-        })?;
-        let vfd_settings = CallSettings::default();
-        let host = match &layout {
-            StoredLayout::Chunked { filters, .. } if !filters.is_empty() => {
-                let threads = vfd_settings.nthreads()?;
-                crate::host::host_decoding(&ds, &types, threads)?
-            }
-            _ => Err("its chunks are not filtered".to_string()),
-        };
         Ok(DeviceSource {
+            kept: Kept::default(),
             ds,
             types,
-            layout,
-            storage,
-            facts,
-            staging_size: settings.staging_buffer_size()?,
-            host,
-            chunk_index: std::cell::OnceCell::new(),
             device_path,
-            vfd_settings,
+            staging_size: settings.staging_buffer_size()?,
+            vfd_settings: CallSettings::default(),
         })
     }
 
-    /// Reads `region` (file coordinates) into a new device array of its shape, in the order
-    /// `h5gds_engine::policy::device_read` gives: a read-only file's bytes with no HDF5 call
-    /// where the driver would stage them anyway, else decoded, direct or staged.
+    /// Reads `region` (file coordinates) into a new device array of its shape, the way the
+    /// engine's dataset handle takes (`h5gds_engine::policy::device_read`'s order).
     pub fn read<T: Element>(
         &self,
         region: &Block,
@@ -455,178 +414,38 @@ impl DeviceSource {
         let Some(data) = array.data.as_mut() else {
             return Ok(array);
         };
-        let ds = &self.ds;
-        let (dest, record) = data.device_ptr_mut(stream);
+        let (address, record) = data.device_ptr_mut(stream);
         // The allocation is usable by other contexts and threads (the driver's) once the
         // stream has made it.
         synchronize(stream)?;
         let ones = vec![1; region.count.len()];
-        let selection = Hyperslab {
+        let sel = Selection::Slab(Hyperslab {
             start: &region.start,
             step: &ones,
             count: &region.count,
+        });
+        let out = DeviceMemory {
+            address,
+            nbytes: region.len() as usize * size_of::<T>(),
+            context: DeviceContext::of_stream(stream),
+            stream: Some(stream),
+            bools: T::CHECKED_BYTES,
+            path: Some(self.device_path),
+            staging_size: Some(self.staging_size),
         };
-        let nbytes = region.len() as usize * size_of::<T>();
-        let read = StoredRead {
-            selection: &selection,
-            nbytes,
-            facts: &self.facts,
-            path: self.device_path,
-        };
-        let vfd = || self.vfd_settings.get().map_err(|e| e.to_string());
-        let stored = || crate::host::stored_of(ds, &self.types);
-        let copy = |host: *const u8| {
-            // SAFETY: `dest` holds the region's `nbytes` (allocated above for its shape); the
-            // pinned buffer holds them until the copy has finished (synchronized here).
-            unsafe { copy_to_device(stream, dest, host, nbytes) }?;
-            Ok(synchronize(stream)?)
-        };
-        let error = Error::engine(&ds.path, &ds.name);
-        if device_read::read_stored(read, stored, vfd, copy, error)? {
-            drop(record);
-            return Ok(array);
-        }
-        let face = Moving {
-            write: false,
-            path: &ds.path,
-            name: &ds.name,
-            stream,
-            driver: &self.vfd_settings,
-            source: self,
-        };
-        let route = ReadRoute {
-            dataset: &ds.name,
-            layout: &self.layout,
-            storage: &self.storage,
-            facts: &self.facts,
-            path: self.device_path,
-            host: (self.host.as_ref())
-                .map(|p| p.decoding().pipeline)
-                .map_err(Clone::clone),
-        };
-        let ids = (ds.dset.id(), self.types.mem.id());
-        let at = (dest, size_of::<T>(), self.staging_size);
-        face.transfer(ids, (&region.start, &region.count), at, |io| {
-            // SAFETY: `dest` holds the region's elements of `T` (allocated above for its
-            // shape), alive until `record` is dropped.
-            unsafe { device_read::read(&face, io, &route) }
-        })?;
+        let (ds, mem) = (&self.ds, &self.types.mem);
+        let handle = Dataset::new(
+            hdf5_raw::linked_hdf5(),
+            ds.dset.id(),
+            mem.id(),
+            mem.size(),
+            Metno,
+        );
+        let handle = handle.named(&ds.name).keeping(&self.kept);
+        (handle.read(sel, out, &self.vfd_settings)).map_err(Error::engine(&ds.path, &ds.name))?;
         synchronize(stream)?;
         drop(record);
         Ok(array)
-    }
-}
-
-/// A transfer as the engine's device transfer sees it: on the array's stream, its errors and
-/// debug log lines naming the file and the dataset; `source`: the [`DeviceSource`] of a read.
-struct Moving<'a, S> {
-    write: bool,
-    path: &'a Path,
-    name: &'a str,
-    stream: &'a Arc<CudaStream>,
-    /// The driver's settings, loaded at the first ask.
-    driver: &'a CallSettings,
-    source: S,
-}
-
-impl<S> Moving<'_, S> {
-    /// Prepares the transfer of the box `(start, count)` of the dataset `ids` names (with the
-    /// memory type's id) to or from the device array at `address` (elements of `item` bytes,
-    /// staged through buffers of at most `staging_size`), and runs `go` over it where it moves
-    /// anything.
-    fn transfer(
-        &self,
-        ids: (i64, i64),
-        (start, count): (&[u64], &[u64]),
-        (address, item, staging_size): (u64, usize, usize),
-        go: impl FnOnce(&Selected) -> Result<()>,
-    ) -> Result<()> {
-        let ones = vec![1; count.len()];
-        let selection = Hyperslab {
-            start,
-            step: &ones,
-            count,
-        };
-        let bytes = count.iter().product::<u64>() as usize * item;
-        let prepared = Locked::prepare(self.write, ids, selection, (address as usize, bytes))
-            .map_err(|m| self.failed(Step::Direct, m))?;
-        let Some(prepared) = &prepared.0 else {
-            return Ok(());
-        };
-        go(&Selected {
-            prepared,
-            selection,
-            item,
-            address,
-            staging_size,
-        })
-    }
-}
-
-impl<S> Face for Moving<'_, S> {
-    type Error = Error;
-    type Stream = Arc<CudaStream>;
-
-    fn locked<R>(&self, call: impl FnOnce() -> R) -> R {
-        hdf5_raw::locked(call)
-    }
-
-    fn ring(&self, bytes: usize, _: usize) -> Result<StagingRing<Arc<CudaStream>>> {
-        Ok(crate::host_staging::ring(bytes, bytes, self.stream).0)
-    }
-
-    fn driver(&self) -> Result<&h5gds::VfdSettings> {
-        Ok(self.driver.get()?)
-    }
-
-    fn failed(&self, step: Step, message: String) -> Error {
-        let op = match (self.write, step) {
-            (true, Step::Direct) => "writing from device memory",
-            (true, _) => "writing from the staging buffer",
-            (false, Step::Direct) => "reading into device memory",
-            (false, Step::Codec) => "loading nvCOMP",
-            (false, _) => "reading into the staging buffer",
-        };
-        Error::hdf5(op, self.path, Some(self.name), message)
-    }
-}
-
-impl<'a> ReadFace for Moving<'a, &'a DeviceSource> {
-    type Chunks = DatasetFace<'a>;
-
-    fn not_bool(&self, n: NotBool) -> Error {
-        Error::not_bool(self.path, self.name)(n)
-    }
-
-    fn stored_chunks(
-        &self,
-        chunk: &[u64],
-        touched: usize,
-    ) -> Result<StoredChunks<'static, DatasetFace<'a>>> {
-        self.source.ds.stored_chunks(chunk, touched)
-    }
-
-    fn with_index<R>(
-        &self,
-        chunk: &[u64],
-        _: Vec<Vec<u64>>,
-        read: impl FnOnce(&StoredChunks<'static, DatasetFace<'a>>, &ChunkIndex) -> Result<R>,
-    ) -> Result<R> {
-        // The index is listed once per source (batched reads read many regions): the stored
-        // chunks only read the chunks they are handed.
-        let (ds, listed) = (&self.source.ds, &self.source.chunk_index);
-        let index = match listed.get() {
-            Some(index) => index,
-            None => {
-                let index = ds.index_of(chunk)?;
-                listed.get_or_init(|| index)
-            }
-        };
-        read(&ds.stored_chunks(chunk, 0)?, index)
-    }
-
-    fn stream(&self) -> Result<Arc<CudaStream>> {
-        Ok(self.stream.clone())
     }
 }
 

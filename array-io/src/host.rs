@@ -7,13 +7,11 @@ use crate::element::{descriptor_of, Element};
 use crate::error::{Error, Result};
 use crate::file::{create_dataset, open_dataset, OpenDataset};
 use crate::hdf5_raw::{self, linked_hdf5, NewLayout};
-use crate::layout::stored_layout;
 use crate::layout::{check_types, Types};
 use crate::options::{DevicePath, Settings};
 use crate::select::Block;
 use crate::ReadOptions;
 use h5gds_chunk_codec::Hyperslab;
-use h5gds_engine::decoded::{self, Plan};
 use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::staged::check_bools;
 use h5gds_engine::stored::Stored;
@@ -131,25 +129,6 @@ pub(crate) fn stored_of<'a>(ds: &'a OpenDataset, types: &Types) -> Result<Option
         .resolve_stored()
         .map_err(Error::engine(&ds.path, &ds.name))?;
     Ok(ds.stored.get_or_init(|| resolved).as_ref())
-}
-
-/// Whether h5gds reads the chunks of `ds` itself (chunked, unfiltered or filtered with a pipeline
-/// it decodes, read with no conversion, filtered ones with `H5GDS_HOST_CODEC` not 0) on
-/// `threads` threads (`h5gds_engine::decoded::plan`, as the Python extension), or why not.
-pub(crate) fn host_decoding(
-    ds: &OpenDataset,
-    types: &Types,
-    threads: usize,
-) -> Result<std::result::Result<Plan, String>> {
-    let layout = stored_layout(ds)?;
-    let (rank, item, conversion) = (ds.shape.len(), types.mem.size(), &types.conversion);
-    Ok(decoded::plan(
-        &layout,
-        conversion.as_deref(),
-        rank,
-        item,
-        threads,
-    )?)
 }
 
 /// From this size on, a new host array's memory is asked of the kernel in huge pages, as NumPy

@@ -1,5 +1,4 @@
-//! Host staging, array-io's ring of the staged path (`h5gds_engine::staged`, run by
-//! `h5gds_engine::device`): data moves between the file and device memory through two bounded
+//! Host staging, the ring of array-io's collective staged writes (`h5gds_engine::staged`): data moves between the file and device memory through two bounded
 //! host buffers taking turns (at most `H5GDS_STAGING_BUFFER_SIZE` each, from the process's pool
 //! of pinned buffers; not the driver's bounce buffers) on the caller's cudarc stream and its fork.
 

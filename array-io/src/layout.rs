@@ -5,16 +5,13 @@
 use crate::element::{describe, descriptor_of, Element};
 use crate::error::{Error, Result};
 use crate::file::OpenDataset;
-use crate::hdf5_raw::{linked_hdf5, locked};
-use h5gds_engine::facts::{self, StoredLayout};
+use crate::hdf5_raw::locked;
 use hdf5::Datatype;
 
 /// The element type the caller asked for, checked against the stored one.
 pub(crate) struct Types {
     /// The memory type to read with.
     pub mem: Datatype,
-    /// Why HDF5 must convert (byte order, float layout, or an allowed conversion), if it must.
-    pub conversion: Option<String>,
 }
 
 /// Checks the stored type against `T`: the same kind of value (byte order aside) unless
@@ -30,7 +27,6 @@ pub(crate) fn check_types<T: Element>(ds: &OpenDataset, allow_conversion: bool) 
             Some(desc) => describe(desc),
             None => "a type array-io does not read".into(),
         };
-        let equal = file == mem;
         let same_kind = stored_desc.as_ref() == Some(&want);
         if !same_kind {
             if !allow_conversion {
@@ -50,28 +46,8 @@ pub(crate) fn check_types<T: Element>(ds: &OpenDataset, allow_conversion: bool) 
                 });
             }
         }
-        let conversion = match (equal, same_kind) {
-            (true, _) => None,
-            (false, true) => Some(format!(
-                "the stored {stored} has another byte order or layout than {}, so HDF5 \
-                 converts it in the buffer itself",
-                T::NAME
-            )),
-            (false, false) => Some(format!(
-                "HDF5 converts the stored {stored} to {} in the buffer itself",
-                T::NAME
-            )),
-        };
-        Ok(Types { mem, conversion })
+        Ok(Types { mem })
     })
-}
-
-/// What the engine says of the dataset's storage (`h5gds_engine::facts`), asked through the
-/// linked HDF5 under hdf5-metno's lock; a failure names the HDF5 call that failed.
-pub(crate) fn stored_layout(ds: &OpenDataset) -> Result<StoredLayout> {
-    let layout = locked(|| facts::stored_layout(linked_hdf5(), ds.dset.id()));
-    let op = "asking how the dataset is stored";
-    layout.map_err(|e| Error::hdf5(op, &ds.path, Some(&ds.name), e))
 }
 
 #[cfg(test)]

@@ -37,7 +37,6 @@
 
 mod api;
 mod batched;
-mod chunks;
 #[cfg(feature = "mpi")]
 pub mod collective;
 mod device;
@@ -53,6 +52,7 @@ mod options;
 pub mod transfer;
 pub use h5gds_route::route;
 use h5gds_route::select;
+#[cfg(feature = "mpi")]
 mod host_staging;
 
 pub use api::{

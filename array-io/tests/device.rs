@@ -192,7 +192,7 @@ fn h5py_files_are_read_into_device_memory_with_gds() {
         ("/unwritten", "storage was never written"),
         ("/compact", "compact"),
         ("/external", "external files"),
-        ("/big_endian", "stored f64 has another byte order"),
+        ("/big_endian", "HDF5 converts"),
         ("/contiguous/bool/rank2", "bool values are checked"),
     ] {
         let line = log
@@ -478,8 +478,13 @@ fn a_failed_device_copy_fails_the_read() {
         to_file(&host, &path, "/x").unwrap();
         let _uploaded = DeviceArray::from_host(&stream, &host).unwrap();
         let err = from_file_to_device::<u32>(&path, "/x", &stream).unwrap_err();
-        assert!(matches!(err, Error::Cuda { .. }), "{err:?}");
-        assert!(err.to_string().contains("copying to the device"), "{err}");
+        // The engine's copy up failed: a device failure naming CUDA's call and the dataset.
+        let Error::Engine { source, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(source.kind(), h5gds_engine::ErrorKind::Device, "{err:?}");
+        assert!(err.to_string().contains("cuMemcpy"), "{err}");
+        assert_eq!(source.facts().dataset.as_deref(), Some("/x"), "{err:?}");
     });
     if let Some(run) = run {
         run.assert_clean();

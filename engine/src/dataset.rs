@@ -11,6 +11,7 @@
 
 use crate::chunks::{self, CallFailed, StoredChunks};
 use crate::decoded::{self, Decoded, Plan};
+use crate::device::DeviceMemory;
 use crate::encoded::Target;
 use crate::error::Kind;
 use crate::facts::{self, StoredLayout};
@@ -24,8 +25,60 @@ use crate::transfer::{self, Transfer};
 use crate::{Error, Result};
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_runtime::hdf5::{hid_t, Hdf5Api};
+use on_device::DeviceFacts;
+
+mod on_device;
 use std::cell::OnceCell;
 use std::marker::PhantomData;
+use std::sync::OnceLock;
+
+/// Where a read puts the elements: host memory, or device memory.
+pub enum ReadInto<'a> {
+    Host(&'a mut [u8]),
+    Device(DeviceMemory<'a>),
+}
+
+impl<'a> From<&'a mut [u8]> for ReadInto<'a> {
+    fn from(out: &'a mut [u8]) -> Self {
+        ReadInto::Host(out)
+    }
+}
+
+impl<'a> From<&'a mut Vec<u8>> for ReadInto<'a> {
+    fn from(out: &'a mut Vec<u8>) -> Self {
+        ReadInto::Host(out)
+    }
+}
+
+impl<'a> From<DeviceMemory<'a>> for ReadInto<'a> {
+    fn from(out: DeviceMemory<'a>) -> Self {
+        ReadInto::Device(out)
+    }
+}
+
+/// Where a write takes the elements from: host memory, or device memory.
+pub enum WriteFrom<'a> {
+    Host(&'a [u8]),
+    Device(DeviceMemory<'a>),
+}
+
+impl<'a> From<&'a [u8]> for WriteFrom<'a> {
+    fn from(data: &'a [u8]) -> Self {
+        WriteFrom::Host(data)
+    }
+}
+
+impl<'a> From<&'a Vec<u8>> for WriteFrom<'a> {
+    fn from(data: &'a Vec<u8>) -> Self {
+        WriteFrom::Host(data)
+    }
+}
+
+impl<'a> From<DeviceMemory<'a>> for WriteFrom<'a> {
+    fn from(data: DeviceMemory<'a>) -> Self {
+        WriteFrom::Device(data)
+    }
+}
 
 /// Which elements of a dataset a request moves.
 #[derive(Clone, Copy, Debug)]
@@ -65,15 +118,26 @@ pub trait Hdf5Lock {
 
 /// One dataset as the engine moves it: see the module's doc.
 pub struct Dataset<'a, L: Hdf5Lock> {
-    api: &'static Hdf5Api,
-    id: hid_t,
+    pub(crate) api: &'static Hdf5Api,
+    pub(crate) id: hid_t,
     mem_type: OnceCell<hid_t>,
     /// Makes the memory type where the face makes it at its first HDF5 call.
     make_mem_type: Option<&'a dyn Fn() -> Result<hid_t>>,
-    element: usize,
-    lock: L,
+    pub(crate) element: usize,
+    pub(crate) lock: L,
     stored: Option<&'a Stored>,
+    /// What the handle learns of the dataset: the face's ([`Dataset::keeping`]), else its own.
+    kept: Option<&'a Kept>,
+    own: Kept,
     name: OnceCell<String>,
+}
+
+/// What a face keeps of a dataset across handles ([`Dataset::keeping`]): what its device
+/// transfers are decided over, and the storage a device read may take with no HDF5 call.
+#[derive(Default)]
+pub struct Kept {
+    pub(crate) device: OnceLock<DeviceFacts>,
+    stored: OnceLock<Option<Stored>>,
 }
 
 impl<'a, L: Hdf5Lock> Dataset<'a, L> {
@@ -88,6 +152,8 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
             element,
             lock,
             stored: None,
+            kept: None,
+            own: Kept::default(),
             name: OnceCell::new(),
         }
     }
@@ -109,7 +175,7 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
     }
 
     /// The memory type, made now where the face makes it.
-    fn mem_type(&self) -> Result<hid_t> {
+    pub(crate) fn mem_type(&self) -> Result<hid_t> {
         match (self.mem_type.get(), self.make_mem_type) {
             (Some(&id), _) => Ok(id),
             (None, Some(make)) => {
@@ -132,6 +198,32 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
     pub fn with_stored(mut self, stored: Option<&'a Stored>) -> Self {
         self.stored = stored;
         self
+    }
+
+    /// The same handle, keeping what it learns of the dataset in `kept` for the face's next
+    /// handles on it (a batch's reads), the storage a device read may take with no HDF5 call
+    /// ([`Dataset::resolve_stored`]) resolved there where that read would be staged anyway.
+    pub fn keeping(mut self, kept: &'a Kept) -> Self {
+        self.kept = Some(kept);
+        self
+    }
+
+    /// What the handle learns of the dataset.
+    pub(crate) fn kept(&self) -> &Kept {
+        self.kept.unwrap_or(&self.own)
+    }
+
+    /// The storage a device read may take with no HDF5 call: the face's, else the one resolved
+    /// in what the face keeps (see [`Dataset::keeping`]).
+    pub(crate) fn stored_for_device(&self) -> Result<Option<&Stored>> {
+        let Some(kept) = self.kept.filter(|_| self.stored.is_none()) else {
+            return Ok(self.stored);
+        };
+        if let Some(resolved) = kept.stored.get() {
+            return Ok(resolved.as_ref());
+        }
+        let resolved = self.resolve_stored()?;
+        Ok(kept.stored.get_or_init(|| resolved).as_ref())
     }
 
     /// The face's lock, as the handle holds it.
@@ -180,10 +272,31 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
     /// Reads `sel` into `out` (its elements in the memory type, row-major; one row per index for
     /// [`Selection::Rows`]) the way `crate::policy` decides: `host_read` for a slab, `gather` for
     /// rows.
-    pub fn read(&self, sel: Selection, out: &mut [u8], settings: &CallSettings) -> Result<()> {
+    pub fn read<'o>(
+        &self,
+        sel: Selection,
+        out: impl Into<ReadInto<'o>>,
+        settings: &CallSettings,
+    ) -> Result<()> {
         let named = |e: Error| match self.name.get() {
             Some(name) => e.in_dataset(name),
             None => e,
+        };
+        let out = match out.into() {
+            ReadInto::Host(out) => out,
+            ReadInto::Device(device) => {
+                let slab = match sel {
+                    Selection::Slab(slab) => slab,
+                    Selection::All => {
+                        return self.whole(|all| self.read_device(all, &device, settings))
+                    }
+                    Selection::Rows { .. } => {
+                        let why = "rows are gathered into host memory, not into device memory";
+                        return Err(Error::new(Kind::Unsupported, why));
+                    }
+                };
+                return self.read_device(slab, &device, settings).map_err(named);
+            }
         };
         let (dims, zeros, ones);
         let slab = match sel {
@@ -204,9 +317,14 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
             .map_err(named)
     }
 
-    /// Writes `data` (the selection's elements in the memory type, row-major, in host memory)
-    /// into the slab `sel` of the dataset: one checked `H5Dwrite`.
-    pub fn write(&self, sel: Hyperslab, data: &[u8]) -> Result<()> {
+    /// Writes `data` (the selection's elements in the memory type, row-major) into the slab `sel`
+    /// of the dataset: from host memory one checked `H5Dwrite`; from device memory straight
+    /// through the `gds` driver or staged, as `route::plan` says (`crate::on_device`).
+    pub fn write<'d>(&self, sel: Hyperslab, data: impl Into<WriteFrom<'d>>) -> Result<()> {
+        let data = match data.into() {
+            WriteFrom::Host(data) => data,
+            WriteFrom::Device(device) => return self.write_device(sel, &device),
+        };
         // SAFETY: `data`, borrowed for the call, holds `data.len()` bytes; HDF5 only reads a
         // write's buffer.
         unsafe { self.checked_transfer(true, sel, data.as_ptr() as usize, data.len()) }
@@ -261,6 +379,17 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
             refused: &|e| e,
         };
         crate::policy::write::write(target, w, memory)
+    }
+
+    /// Runs `f` with the selection of every element.
+    fn whole<R>(&self, f: impl FnOnce(Hyperslab) -> Result<R>) -> Result<R> {
+        let dims = self.dimensions()?;
+        let (zeros, ones) = (vec![0; dims.len()], vec![1; dims.len()]);
+        f(Hyperslab {
+            start: &zeros,
+            step: &ones,
+            count: &dims,
+        })
     }
 
     /// The dataset's dimensions: the stored storage's where the handle has it, else HDF5's.
@@ -360,7 +489,7 @@ fn log(line: std::fmt::Arguments<'_>) {
 }
 
 /// A failed chunk call as the engine's error, HDF5's error stack (read now) named.
-fn failed(api: &Hdf5Api, failed: CallFailed) -> Error {
+pub(crate) fn failed(api: &Hdf5Api, failed: CallFailed) -> Error {
     let call = failed.call.named();
     match failed.missing {
         Some(missing) => Error::hdf5(format!("{call}: {missing}")),
@@ -418,11 +547,22 @@ impl<L: Hdf5Lock> HostFace for Dataset<'_, L> {
 }
 
 /// A dataset's chunk calls, errors naming it and the chunk, each call under the face's lock.
-struct ChunkFace<'n, L> {
+pub(crate) struct ChunkFace<'n, L> {
     api: &'static Hdf5Api,
     id: hid_t,
     name: &'n str,
     lock: PhantomData<fn() -> L>,
+}
+
+impl<'n, L> ChunkFace<'n, L> {
+    pub(crate) fn new(api: &'static Hdf5Api, id: hid_t, name: &'n str) -> Self {
+        ChunkFace {
+            api,
+            id,
+            name,
+            lock: PhantomData,
+        }
+    }
 }
 
 impl<L> Clone for ChunkFace<'_, L> {

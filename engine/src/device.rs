@@ -21,12 +21,46 @@ use h5gds_gpu_codec::DeviceFailure;
 use h5gds_route::route::{plan, GpuCodec, Route, Storage};
 use h5gds_route::select::{chunks_touching, decoded_pieces, flat_range_blocks, Block, Runs};
 use h5gds_route::select::{staged_piece_bytes, staging_pieces};
-use h5gds_runtime::cuda::CudaError;
-use h5gds_runtime::settings::{self, InvalidSetting};
+use h5gds_runtime::cuda::{CudaError, DeviceContext};
+use h5gds_runtime::settings::{self, DevicePath, InvalidSetting};
 use h5gds_runtime::staging_ring::{RingStream, StagingRing};
 use h5gds_runtime::stream::CudaStream;
 use std::collections::HashSet;
 use std::sync::Arc;
+
+/// Device memory a read fills or a write takes: `nbytes` at `address`, inside one allocation of
+/// `context` (the face checks that), the work that made it finished.
+#[derive(Clone, Copy)]
+pub struct DeviceMemory<'a> {
+    pub address: u64,
+    pub nbytes: usize,
+    pub context: DeviceContext,
+    /// The face's stream of that context, which GPU decoding runs on (array-io: the array's);
+    /// None: the device's default stream.
+    pub stream: Option<&'a Arc<CudaStream>>,
+    /// Its elements are bools: every byte read is checked to be 0 or 1 on its way.
+    pub bools: bool,
+    /// The device path (`H5GDS_USE_VFD_GDS`) and the staging buffers' size
+    /// (`H5GDS_STAGING_BUFFER_SIZE`) the call chose; None: the environment's.
+    pub path: Option<DevicePath>,
+    pub staging_size: Option<usize>,
+}
+
+impl DeviceMemory<'_> {
+    pub(crate) fn path(&self) -> crate::Result<DevicePath> {
+        Ok(match self.path {
+            Some(path) => path,
+            None => settings::environment_device_path()?,
+        })
+    }
+
+    pub(crate) fn staging_size(&self) -> crate::Result<usize> {
+        Ok(match self.staging_size {
+            Some(size) => settings::check_staging_buffer_size(size, &size.to_string())?,
+            None => settings::environment_staging_buffer_size()?,
+        })
+    }
+}
 
 /// The step of a transfer that failed, for the face's words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -20,7 +20,7 @@ pub mod chunks;
 pub mod collective;
 pub mod dataset;
 pub mod decoded;
-pub mod device;
+pub(crate) mod device;
 pub(crate) mod encoded;
 pub mod error;
 pub mod facts;
@@ -33,7 +33,8 @@ pub mod stored;
 pub mod tiles;
 pub mod transfer;
 
-pub use dataset::{Dataset, Hdf5Lock, Selection};
+pub use dataset::{Dataset, Hdf5Lock, Kept, ReadInto, Selection, WriteFrom};
+pub use device::DeviceMemory;
 pub use error::{Error, Facts, Kind as ErrorKind, Result};
 pub use gpu_encoded::DeviceArray;
 pub use policy::write::{CompressedWrite, Memory};

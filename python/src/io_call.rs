@@ -1,22 +1,21 @@
 //! `h5gds.read` and `h5gds.write` in one native call each (`read_dataset`, `write_dataset`),
 //! once Python has parsed the selection and converted the array: the call holds the dataset, the
-//! array's owner and the memory type for all of its native part, asks HDF5 how the dataset is
-//! stored (`hdf5::dataset_facts`), and runs the path that serves it: a host read the way the
-//! engine's host read takes (`h5gds_engine::policy::host_read`: a read-only file's dataset through
-//! its layout with no HDF5 call, `layout`, resolved and remembered in `_layout` at its first read;
-//! chunks decoded by h5gds; one H5Dread), device memory straight through the driver, staged, or
-//! decoded on the GPU (`device`, which asks `route`), else one H5Dwrite. h5py's lock (`phil`) is
-//! taken here, for the HDF5 calls only.
+//! array's owner and the memory type for all of its native part, and hands the array to the
+//! engine's dataset handle (`h5gds_engine::Dataset`), which takes the way its policy decides: a
+//! read-only file's dataset through its layout with no HDF5 call (`layout`, resolved and
+//! remembered in `_layout` at its first read), chunks decoded by h5gds on the host or the GPU,
+//! device memory straight through the driver or staged, one H5Dread or H5Dwrite. h5py's lock
+//! (`phil`) is taken here, for the HDF5 calls only.
 
-use crate::device::{self, DeviceTransfer};
+use crate::device::with_device_memory;
 use crate::device_error;
 use crate::error::engine_error;
-use crate::hdf5::{self, DatasetFacts, Hid};
+use crate::hdf5::{self, Hid};
 use crate::known_read::{cached_layout, Cached};
-use crate::layout::{DeviceOut, Layout};
+use crate::layout::{DeviceOut, Held, Layout};
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::policy::settings::CallSettings;
-use h5gds_engine::{Dataset, Error as EngineError, Hdf5Lock, Selection as Sel};
+use h5gds_engine::{Dataset, DeviceMemory, Error as EngineError, Hdf5Lock, Selection as Sel};
 use pyo3::exceptions::PyOSError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -33,8 +32,6 @@ pub struct Selection {
     pub(crate) step: Vec<u64>,
     #[pyo3(attribute)]
     pub(crate) count: Vec<u64>,
-    #[pyo3(attribute)]
-    pub(crate) shape: Vec<u64>,
 }
 
 /// An array Python converted and checked against the selection (`_arrays.ArrayView`).
@@ -221,11 +218,9 @@ impl<'py> Call<'py> {
             return Ok(());
         }
         let _phil = Phil::acquire(py)?;
-        let facts = hdf5::dataset_facts(self.dataset, self.target.mem_type()?)
-            .map_err(PyOSError::new_err)?;
         match &self.array.device {
             None => self.write_host(py),
-            Some((_, claimed_ordinal)) => self.device(py, facts, *claimed_ordinal),
+            Some((_, claimed_ordinal)) => self.device(py, *claimed_ordinal),
         }
     }
 
@@ -275,21 +270,6 @@ impl<'py> Call<'py> {
         layout.read_into_device(py, &sel, &out, &self.settings)
     }
 
-    /// The transfer as HDF5 is asked for it. The caller holds h5py's lock.
-    fn transfer(&self) -> PyResult<hdf5::Transfer<'_>> {
-        Ok(hdf5::Transfer {
-            write: self.write,
-            dataset: self.dataset,
-            mem_type: self.target.mem_type()?,
-            start: &self.sel.start,
-            step: &self.sel.step,
-            count: &self.sel.count,
-            mem_shape: &self.sel.shape,
-            buffer: self.array.address as usize,
-            nbytes: self.array.nbytes,
-        })
-    }
-
     /// A write from a host array through the engine's dataset handle: one H5Dwrite. The caller
     /// holds h5py's lock.
     fn write_host(&self, py: Python<'py>) -> PyResult<()> {
@@ -308,46 +288,52 @@ impl<'py> Call<'py> {
         handle.write(sel, data).map_err(engine_error)
     }
 
-    /// A device array: the route `device::run` takes, over the facts HDF5 gave.
-    fn device(
-        &self,
-        py: Python<'py>,
-        facts: DatasetFacts,
-        claimed_ordinal: Option<i32>,
-    ) -> PyResult<()> {
-        let name = hdf5::object_name(self.dataset);
-        let conversion = if facts.same_type {
-            None
-        } else {
-            Some(format!(
-                "the stored type of dataset {name} differs from {} in HDF5's terms (byte order, \
-                 padding or string padding), so HDF5 converts in the buffer itself",
-                self.array.dtype.str()?
-            ))
-        };
-        let prepared = hdf5::prepare(&self.transfer()?).map_err(engine_error)?;
-        let other_driver = hdf5::other_driver(self.dataset).map_err(engine_error)?;
-        let transfer = DeviceTransfer {
-            role: if self.write { "array" } else { "out" },
-            dataset_name: &name,
-            dataset: self.dataset,
-            write: self.write,
-            prepared,
+    /// A read into or a write from a device array through the engine's dataset handle (as
+    /// array-io's), once CUDA has checked the memory and the producer's stream has finished; the
+    /// GIL released. The caller holds h5py's lock.
+    fn device(&self, py: Python<'py>, claimed_ordinal: Option<i32>) -> PyResult<()> {
+        let (address, nbytes, stream) = (self.array.address, self.array.nbytes, self.array.stream);
+        let elements: u64 = self.sel.count.iter().product();
+        if elements == 0 {
+            return Ok(()); // nothing to move
+        }
+        let api = hdf5::api().map_err(PyOSError::new_err)?;
+        let (dataset, mem_type, bools) =
+            (self.dataset, self.target.mem_type()?, self.array.bools()?);
+        let name = hdf5::object_name(dataset);
+        let sel = Hyperslab {
             start: &self.sel.start,
             step: &self.sel.step,
             count: &self.sel.count,
-            address: self.array.address,
-            nbytes: self.array.nbytes,
-            claimed_ordinal,
-            stream: self.array.stream,
-            conversion,
-            checked_bytes: self.array.bools()?,
-            other_driver,
-            settings: &self.settings,
         };
-        py.detach(|| device::run(transfer, facts.layout, facts.stored_size))
-            .map_err(device_error)?;
-        Ok(())
+        let (write, settings) = (self.write, &self.settings);
+        let role = if write { "array" } else { "out" };
+        py.detach(|| {
+            with_device_memory(
+                role,
+                (address, nbytes),
+                claimed_ordinal,
+                stream,
+                |context| {
+                    let memory = DeviceMemory {
+                        address,
+                        nbytes,
+                        context,
+                        stream: None,
+                        bools,
+                        path: None,
+                        staging_size: None,
+                    };
+                    let element = nbytes / elements as usize;
+                    let handle = Dataset::new(api, dataset, mem_type, element, Held).named(&name);
+                    Ok(match write {
+                        true => handle.write(sel, memory),
+                        false => handle.read(Sel::Slab(sel), memory, settings),
+                    }?)
+                },
+            )
+        })
+        .map_err(device_error)
     }
 }
 

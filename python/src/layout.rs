@@ -5,18 +5,16 @@
 //! bytes move; reads into device memory take the engine's stored way
 //! (`h5gds_engine::policy::device_read::read_stored`) where it says.
 
-use crate::device::{self, DeviceError};
+use crate::device::with_device_memory;
 use crate::device_error;
 use crate::error::engine_error;
 use crate::hdf5::{self, Hid};
 use h5gds_chunk_codec::Hyperslab;
-use h5gds_engine::policy::device_read::{read_stored, StoredRead};
+use h5gds_engine::policy::device_read::read_stored;
 use h5gds_engine::policy::host_read;
 use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::stored::Stored;
-use h5gds_engine::{Dataset, Hdf5Lock};
-use h5gds_route::route::Transfer;
-use h5gds_runtime::settings::environment_device_path;
+use h5gds_engine::{Dataset, DeviceMemory, Hdf5Lock};
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
@@ -129,34 +127,31 @@ impl Layout {
         out: &DeviceOut,
         settings: &CallSettings,
     ) -> PyResult<bool> {
-        let facts = Transfer {
-            checked_bytes: out.bools,
-            other_driver: self.other_driver.clone(),
-            ..Transfer::default()
-        };
-        let path = environment_device_path().map_err(engine_error)?;
-        let read = StoredRead {
-            selection: sel,
-            nbytes: out.nbytes,
-            facts: &facts,
-            path,
-        };
-        let (address, nbytes, claimed, stream) =
-            (out.address, out.nbytes, out.claimed_ordinal, out.stream);
-        let copy = |host: *const u8| {
-            let host = host as usize;
-            device::copy_with_host(address, nbytes, claimed, stream, host, true)
-        };
-        let stored = || Ok(Some(&self.stored));
-        let error = DeviceError::from;
+        let (address, nbytes, bools) = (out.address, out.nbytes, out.bools);
+        let other_driver = self.other_driver.as_deref();
+        if nbytes == 0 {
+            return Ok(false);
+        }
         py.detach(|| {
-            read_stored(
-                read,
-                stored,
-                || settings.get().map_err(|e| e.to_string()),
-                copy,
-                error,
-            )
+            let at = (address, nbytes);
+            with_device_memory("out", at, out.claimed_ordinal, out.stream, |context| {
+                let memory = DeviceMemory {
+                    address,
+                    nbytes,
+                    context,
+                    stream: None,
+                    bools,
+                    path: None,
+                    staging_size: None,
+                };
+                Ok(read_stored(
+                    &self.stored,
+                    other_driver,
+                    sel,
+                    &memory,
+                    settings,
+                )?)
+            })
         })
         .map_err(device_error)
     }

@@ -261,6 +261,18 @@ pub struct DeviceContext {
     pub device: i32,
 }
 
+impl DeviceContext {
+    /// The context a face's cudarc `stream` belongs to, and its device (array-io's arrays live
+    /// in it).
+    pub fn of_stream(stream: &cudarc::driver::CudaStream) -> DeviceContext {
+        let context = stream.context();
+        DeviceContext {
+            handle: context.cu_ctx() as usize,
+            device: context.ordinal() as i32,
+        }
+    }
+}
+
 /// Device `device`'s primary context, retained on first use and never released (releasing it at
 /// exit races other users of the device; KvikIO keeps its primary contexts the same way).
 pub fn primary_context(device: i32) -> Result<DeviceContext, CudaError> {

@@ -10,6 +10,15 @@ use std::sync::Arc;
 /// hands a face's stream to the GPU codec).
 pub use cudarc::driver::CudaStream;
 
+/// Device `device`'s default stream (of its primary context), for GPU work on a face's memory
+/// that came with no stream of its own.
+pub fn default_stream(device: i32) -> Result<Arc<CudaStream>, CudaError> {
+    let context = call("making the device's context", || {
+        cudarc::driver::CudaContext::new(device as usize)
+    })?;
+    Ok(context.default_stream())
+}
+
 /// Waits for everything queued on `stream`.
 pub fn synchronize(stream: &Arc<CudaStream>) -> Result<(), CudaError> {
     call("synchronizing the stream", || stream.synchronize())

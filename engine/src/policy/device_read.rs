@@ -24,10 +24,11 @@
 use crate::decoded::Decoded;
 use crate::device::{
     decoded_on_gpu, decoded_on_host, direct, fill_never_written, first_staged, pieces, spanned,
-    staged_read, staged_whole, through_hdf5, ReadFace, Selected, Step,
+    staged_read, staged_whole, through_hdf5, DeviceMemory, ReadFace, Selected, Step,
 };
 use crate::facts::StoredLayout;
 use crate::gpu_decoded::{self, CompressedRead};
+use crate::policy::settings::CallSettings;
 use crate::staged::NotBool;
 use crate::stored::Stored;
 use crate::Error;
@@ -35,23 +36,13 @@ use h5gds::VfdSettings;
 use h5gds_chunk_codec::{Decoding, Hyperslab, Pipeline, RawChunks};
 use h5gds_route::route::{blocker, data_blocker, plan, Decoder, Route, Storage, Transfer};
 use h5gds_route::select::Block;
-use h5gds_runtime::pinned;
 use h5gds_runtime::settings::DevicePath;
+use h5gds_runtime::{cuda, pinned};
 
 /// The largest read into device memory the stored way takes (read whole into pinned host memory,
 /// then copied up); larger ones go through the driver, whose staged path overlaps the file reads
 /// with the copies.
-pub const STORED_MAX: usize = 16 << 20;
-
-/// Why a read into device memory would be staged through pinned host memory anyway.
-#[derive(Debug)]
-pub struct StagedAnyway {
-    pub why: String,
-    /// The `gds` driver would not see the device pointer at all (the file is open with another
-    /// driver, or `H5GDS_USE_VFD_GDS=0`), so compressed chunks read through HDF5 cannot reach
-    /// nvCOMP either.
-    pub past_the_driver: bool,
-}
+pub(crate) const STORED_MAX: usize = 16 << 20;
 
 /// Why a read of `nbytes` into device memory would be staged through pinned host memory anyway
 /// (the file is open with `other_driver`; `path` is `H5GDS_USE_VFD_GDS=0`; or the driver's
@@ -59,78 +50,77 @@ pub struct StagedAnyway {
 /// to take it: the read is larger than [`STORED_MAX`], `path` asks for the `gds` driver
 /// (`H5GDS_USE_VFD_GDS=1`), or the driver could give GPUDirect Storage here. `vfd` is asked only
 /// under `H5GDS_USE_VFD_GDS` unset.
-pub fn staged_anyway<'s, E>(
+pub(crate) fn staged_anyway<'s, E>(
     nbytes: usize,
     other_driver: Option<&str>,
     path: DevicePath,
     vfd: impl FnOnce() -> Result<&'s VfdSettings, E>,
-) -> Result<Option<StagedAnyway>, E> {
+) -> Result<Option<String>, E> {
     if nbytes > STORED_MAX {
         return Ok(None);
     }
-    let past = |why: String| {
-        Some(StagedAnyway {
-            why,
-            past_the_driver: true,
-        })
-    };
     if let Some(driver) = other_driver {
-        return Ok(past(format!(
+        return Ok(Some(format!(
             "the file is open with the {driver} driver, which reads only into host memory"
         )));
     }
-    match path {
-        DevicePath::Staged => return Ok(past("H5GDS_USE_VFD_GDS=0 stages device reads".into())),
-        DevicePath::Gds => return Ok(None),
-        DevicePath::Auto => {}
-    }
-    Ok(
-        h5gds::device_transfers_staged(vfd()?).map(|why| StagedAnyway {
-            why,
-            past_the_driver: false,
-        }),
+    Ok(match path {
+        DevicePath::Staged => Some("H5GDS_USE_VFD_GDS=0 stages device reads".into()),
+        DevicePath::Gds => None,
+        DevicePath::Auto => h5gds::device_transfers_staged(vfd()?),
+    })
+}
+
+/// Step 1 of the order for a face that holds a dataset's `stored` storage (`Dataset::
+/// resolve_stored`; its file open with `other_driver` where not `gds`): reads `sel` into `out`
+/// with no HDF5 call where the stored way takes it, true then; false where the driver or HDF5 is
+/// to read it, nothing read.
+pub fn read_stored(
+    stored: &Stored,
+    other_driver: Option<&str>,
+    sel: &Hyperslab,
+    out: &DeviceMemory,
+    settings: &CallSettings,
+) -> Result<bool, Error> {
+    let facts = Transfer {
+        checked_bytes: out.bools,
+        other_driver: other_driver.map(str::to_string),
+        ..Transfer::default()
+    };
+    stored_way(
+        || Ok(Some(stored)),
+        (sel, out, &facts, out.path()?),
+        settings,
     )
 }
 
-/// A read the stored way may take: `selection` of a dataset, `nbytes` long in device memory,
-/// under the transfer's `facts` and the device `path` the settings ask for.
-pub struct StoredRead<'a> {
-    pub selection: &'a Hyperslab<'a>,
-    pub nbytes: usize,
-    pub facts: &'a Transfer,
-    pub path: DevicePath,
-}
-
-/// Step 1 of the order: reads `read` into device memory with no HDF5 call where the stored way
-/// takes it (see the module's doc), into pinned host memory on the host's threads, then `copy`
-/// (given the pinned buffer's address, `read.nbytes` long) puts it in the device array; true
-/// then. False where the next steps are to read it, nothing read. `stored`: the dataset's storage
-/// where its file is read-only (`Stored`), asked only where the driver would stage the read;
-/// `vfd`: the driver's settings; the engine's own errors pass through `error`.
-pub fn read_stored<'a, 's, E>(
-    read: StoredRead,
-    stored: impl FnOnce() -> Result<Option<&'a Stored>, E>,
-    vfd: impl Fn() -> Result<&'s VfdSettings, String>,
-    copy: impl FnOnce(*const u8) -> Result<(), E>,
-    error: impl Fn(Error) -> E,
-) -> Result<bool, E> {
-    let (sel, nbytes) = (read.selection, read.nbytes);
-    let invalid = |e: String| error(Error::invalid(e));
-    if nbytes == 0 || data_blocker(read.facts).is_some() {
+/// Step 1 of the order: reads `sel` into device memory `out` with no HDF5 call where the stored
+/// way takes it (see the module's doc), into pinned host memory on the host's threads, then
+/// copied up; true then. False where the next steps are to read it, nothing read. `stored`: the
+/// dataset's storage where its file is read-only, asked only where the driver would stage the
+/// read; `facts`: the transfer's, under the device `path` the settings ask for.
+pub(crate) fn stored_way<'a>(
+    stored: impl FnOnce() -> Result<Option<&'a Stored>, Error>,
+    (sel, out, facts, path): (&Hyperslab, &DeviceMemory, &Transfer, DevicePath),
+    settings: &CallSettings,
+) -> Result<bool, Error> {
+    let nbytes = out.nbytes;
+    if nbytes == 0 || data_blocker(facts).is_some() {
         return Ok(false);
     }
-    let other = read.facts.other_driver.as_deref();
-    let Some(staged) = staged_anyway(nbytes, other, read.path, &vfd).map_err(invalid)? else {
+    let vfd = || settings.get();
+    let other = facts.other_driver.as_deref();
+    let Some(staged) = staged_anyway(nbytes, other, path, vfd)? else {
         return Ok(false);
     };
     let Some(stored) = stored()? else {
         return Ok(false);
     };
-    stored.check(sel, nbytes).map_err(invalid)?;
+    stored.check(sel, nbytes).map_err(Error::invalid)?;
     if let Some((filters, chunk)) = stored.filtered_chunks() {
         // With another driver the stored chunks still reach the GPU, read by the host's threads
         // (`gpu_decoded::host_reads`); with H5GDS_USE_VFD_GDS=0 nothing does.
-        let blocker = (staged.past_the_driver && other.is_none()).then(|| staged.why.clone());
+        let blocker = (path == DevicePath::Staged).then(|| staged.clone());
         let choice = gpu_decoded::decoder(CompressedRead {
             filters,
             chunk,
@@ -139,34 +129,33 @@ pub fn read_stored<'a, 's, E>(
             blocker,
             // A stored dataset resolves only with a pipeline h5gds decodes (`Stored::resolve`).
             host: Ok(()),
-            host_threads: vfd().map_err(invalid)?.nthreads,
+            host_threads: settings.nthreads()?,
         });
-        let (choice, _) = choice.map_err(|e| invalid(e.to_string()))?;
+        let (choice, _) = choice.map_err(|e| Error::invalid(e.to_string()))?;
         if choice != Some(Decoder::Host) {
             return Ok(false);
         }
     }
-    let Some(parts) = stored.serves(sel).map_err(invalid)? else {
+    let Some(parts) = stored.serves(sel).map_err(Error::invalid)? else {
         return Ok(false);
     };
-    let threads = || vfd().map(|v| v.nthreads);
-    let threads = stored
-        .threads_for(nbytes, &parts, &threads)
-        .map_err(|e| error(e.into()))?;
-    let words = format_args!("{PINNED}, read with no HDF5 call: {}", staged.why);
+    let threads = || vfd().map(|v| v.nthreads).map_err(|e| e.to_string());
+    let threads = stored.threads_for(nbytes, &parts, &threads)?;
+    let words = format_args!("{PINNED}, read with no HDF5 call: {staged}");
     verdict(stored.name(), nbytes as u64, &spanned(sel), "stored", words);
     let mut host = pinned::Taken::new(nbytes);
     // SAFETY: the buffer holds at least `nbytes` bytes and is this call's alone.
-    let out = unsafe { std::slice::from_raw_parts_mut(host.as_mut_ptr(), nbytes) };
-    stored
-        .read_served(sel, &parts, out, threads)
-        .map_err(|e| error(e.into()))?;
-    copy(host.as_mut_ptr())?;
+    let buffer = unsafe { std::slice::from_raw_parts_mut(host.as_mut_ptr(), nbytes) };
+    stored.read_served(sel, &parts, buffer, threads)?;
+    let (to, from) = (out.address as usize, host.as_mut_ptr() as usize);
+    // SAFETY: `out` holds `nbytes` of device memory in its context (the face's contract); the
+    // pinned buffer holds them, and the copy has finished when this returns.
+    unsafe { cuda::copy_any(out.context, to, from, nbytes) }?;
     Ok(true)
 }
 
 /// What steps 2 and 3 of a read are decided over.
-pub struct ReadRoute<'a> {
+pub(crate) struct ReadRoute<'a> {
     /// The dataset's name, for the verdict lines.
     pub dataset: &'a str,
     /// How the dataset is stored: HDF5's words (filtered chunks: where they are decoded is asked
@@ -190,7 +179,7 @@ pub struct ReadRoute<'a> {
 /// `io.address` must hold the selection's elements in the prepared memory type, in writable
 /// device memory the driver takes (one allocation of a device this process sees), alive for the
 /// call.
-pub unsafe fn read<F: ReadFace>(
+pub(crate) unsafe fn read<F: ReadFace>(
     face: &F,
     io: &Selected,
     route: &ReadRoute,
@@ -331,19 +320,11 @@ mod tests {
         };
         let vfd = || Ok::<_, ()>(&on);
         let sec2 = staged_anyway(4096, Some("sec2"), DevicePath::Gds, vfd).unwrap();
-        let sec2 = sec2.expect("another driver stages");
-        assert!(
-            sec2.past_the_driver && sec2.why.contains("the sec2 driver"),
-            "{sec2:?}"
-        );
+        assert!(sec2.is_some_and(|why| why.contains("the sec2 driver")));
         let off = staged_anyway(4096, None, DevicePath::Staged, vfd).unwrap();
-        assert!(off.is_some_and(|s| s.past_the_driver && s.why.contains("H5GDS_USE_VFD_GDS=0")));
+        assert!(off.is_some_and(|why| why.contains("H5GDS_USE_VFD_GDS=0")));
         let compat = staged_anyway(4096, None, DevicePath::Auto, vfd).unwrap();
-        let compat = compat.expect("compat_mode=on stages");
-        assert!(
-            !compat.past_the_driver && compat.why.contains("compat_mode=on"),
-            "{compat:?}"
-        );
+        assert!(compat.is_some_and(|why| why.contains("compat_mode=on")));
         assert!(staged_anyway(4096, None, DevicePath::Gds, vfd)
             .unwrap()
             .is_none());

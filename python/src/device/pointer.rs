@@ -103,12 +103,23 @@ pub fn copy_with_host(
 /// `nbytes` on a device this process sees; `Failed` where CUDA fails. The caller keeps the array
 /// alive.
 pub fn with_device_array<R>(
+    at: (u64, usize),
+    claimed_ordinal: Option<i32>,
+    stream: u64,
+    f: impl FnOnce(DeviceContext) -> Result<R, DeviceError>,
+) -> Result<R, DeviceError> {
+    with_device_memory("array", at, claimed_ordinal, stream, f)
+}
+
+/// [`with_device_array`] for the array the caller's argument `role` names (`out`, `array`).
+pub fn with_device_memory<R>(
+    role: &str,
     (address, nbytes): (u64, usize),
     claimed_ordinal: Option<i32>,
     stream: u64,
     f: impl FnOnce(DeviceContext) -> Result<R, DeviceError>,
 ) -> Result<R, DeviceError> {
-    let pointer = checked_pointer("array", address, nbytes, claimed_ordinal)?;
+    let pointer = checked_pointer(role, address, nbytes, claimed_ordinal)?;
     let ran = (|| {
         let _context = cuda::enter(pointer.context)?;
         if stream != 0 {

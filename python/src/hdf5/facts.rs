@@ -4,13 +4,6 @@
 use super::{api, Hid};
 use h5gds_engine::{facts, Error};
 
-pub use facts::{DatasetFacts, StoredLayout};
-
-/// The layout of `dataset` and whether its stored type is `mem_type`.
-pub fn dataset_facts(dataset: Hid, mem_type: Hid) -> Result<DatasetFacts, String> {
-    Ok(facts::dataset_facts(api()?, dataset, mem_type)?)
-}
-
 /// The dataset's name in its file, "None" for an anonymous dataset, as h5py's `Dataset.name`
 /// prints.
 pub fn object_name(object: Hid) -> String {

@@ -1,0 +1,302 @@
+//! The dataset handle's reads and writes of device memory ([`DeviceMemory`]), for both faces: the
+//! facts the policy decides over (how the dataset is stored, in HDF5's and route's words, which
+//! driver holds the file, whether HDF5 converts, how h5gds decodes its chunks on the host), read
+//! once per handle, then `policy::device_read`'s order for a read (stored way, GPU or host
+//! decoding, `route::plan`) and `device::write`'s route for a write. The device side of the
+//! transfer (its staging ring on the runtime's streams of the memory's context, its errors, its
+//! chunk calls) is [`OnDevice`], so a face only converts its array and maps [`Error`]'s kind.
+
+use super::{failed, ChunkFace, Dataset, Hdf5Lock};
+use crate::chunks::{self, StoredChunks};
+use crate::decoded::{self, Plan};
+use crate::device::{self, DeviceMemory, Face, ReadFace, Selected, Step};
+use crate::error::Kind;
+use crate::facts::{self, StoredLayout};
+use crate::policy::device_read::{self, ReadRoute};
+use crate::policy::settings::CallSettings;
+use crate::staged::{self, NotBool, ThreadLane};
+use crate::transfer::{self, Transfer};
+use crate::{Error, Result};
+use h5gds_chunk_codec::{ChunkIndex, Hyperslab, LIST_INDEX_FROM};
+use h5gds_route::route::{blocker, Storage, Transfer as RouteFacts};
+use h5gds_runtime::hdf5::{hid_t, Hdf5Api};
+use h5gds_runtime::settings;
+use h5gds_runtime::staging_ring::StagingRing;
+use h5gds_runtime::stream::{default_stream, CudaStream};
+use std::marker::PhantomData;
+use std::sync::{Arc, OnceLock};
+
+/// What a dataset's device transfers are decided over, read once per handle.
+pub(crate) struct DeviceFacts {
+    layout: StoredLayout,
+    storage: Storage,
+    conversion: Option<String>,
+    other_driver: Option<String>,
+    /// How h5gds decodes its chunks on the host's threads, or why it cannot.
+    host: std::result::Result<Plan, String>,
+    /// A whole listing of its written chunks, made at the first GPU-decoded read touching many.
+    index: OnceLock<ChunkIndex>,
+}
+
+impl<L: Hdf5Lock> Dataset<'_, L> {
+    /// The facts of [`DeviceFacts`], asked of HDF5 at the first device transfer of the handle.
+    fn device_facts(&self, settings: &CallSettings) -> Result<&DeviceFacts> {
+        if let Some(known) = self.kept().device.get() {
+            return Ok(known);
+        }
+        self.lock.enter()?;
+        let name = self.name()?;
+        let (api, id, mem_type) = (self.api, self.id, self.mem_type()?);
+        let (found, other_driver, rank) = L::call(|| -> Result<_> {
+            let found = facts::dataset_facts(api, id, mem_type)?;
+            Ok((
+                found,
+                facts::other_driver(api, id)?,
+                facts::dimensions(api, id)?.len(),
+            ))
+        })?;
+        let conversion = (!found.same_type).then(|| {
+            format!(
+                "the stored type of dataset {name} differs from the memory type in HDF5's terms \
+                 (byte order, padding or string padding), so HDF5 converts in the buffer itself"
+            )
+        });
+        let listed = |chunk: &[u64]| {
+            let index = L::call(|| chunks::index(api, id, chunk)).map_err(|f| failed(api, f))?;
+            Ok::<_, Error>(index.offsets().into_iter().collect())
+        };
+        let storage = device::storage(&found.layout, found.stored_size, listed)?;
+        let host = match &found.layout {
+            StoredLayout::Chunked { filters, .. } if !filters.is_empty() => {
+                let (threads, item) = (settings.nthreads()?, self.element);
+                decoded::plan(&found.layout, conversion.as_deref(), rank, item, threads)?
+            }
+            _ => Err("its chunks are not filtered".to_string()),
+        };
+        let known = DeviceFacts {
+            layout: found.layout,
+            storage,
+            conversion,
+            other_driver,
+            host,
+            index: OnceLock::new(),
+        };
+        Ok(self.kept().device.get_or_init(|| known))
+    }
+
+    /// Reads the slab `sel` into device memory `out` in `policy::device_read`'s order.
+    pub(crate) fn read_device(
+        &self,
+        sel: Hyperslab,
+        out: &DeviceMemory,
+        settings: &CallSettings,
+    ) -> Result<()> {
+        let facts = self.device_facts(settings)?;
+        let path = out.path()?;
+        let route = RouteFacts {
+            staged_by_settings: !settings::goes_through_gds(path),
+            checked_bytes: out.bools,
+            conversion: facts.conversion.clone(),
+            other_driver: facts.other_driver.clone(),
+        };
+        let stored = || self.stored_for_device();
+        if device_read::stored_way(stored, (&sel, out, &route, path), settings)? {
+            return Ok(());
+        }
+        let name = self.name()?;
+        let staging_size = out.staging_size()?;
+        let Some(prepared) = self.prepared(false, sel, out)? else {
+            return Ok(());
+        };
+        let io = Selected {
+            prepared: &prepared,
+            selection: sel,
+            item: self.element,
+            address: out.address,
+            staging_size,
+        };
+        let read = ReadRoute {
+            dataset: name,
+            layout: &facts.layout,
+            storage: &facts.storage,
+            facts: &route,
+            path,
+            host: (facts.host.as_ref())
+                .map(|p| p.decoding().pipeline)
+                .map_err(Clone::clone),
+        };
+        let face = self.on_device(name, out, settings, false);
+        // SAFETY: the face's contract (`DeviceMemory`): `nbytes` of writable device memory in
+        // `context`, alive for the call; `prepare` checked they hold the selection.
+        unsafe { device_read::read(&face, &io, &read) }
+    }
+
+    /// Writes the slab `sel` from device memory `data`: straight through the `gds` driver, or
+    /// staged through pinned host memory where `route::plan` says (the file's driver, the
+    /// settings, a conversion, or storage HDF5 copies itself). Bools are not checked on their
+    /// way out, so they do not stage a write.
+    pub(crate) fn write_device(&self, sel: Hyperslab, data: &DeviceMemory) -> Result<()> {
+        let settings = CallSettings::default();
+        let facts = self.device_facts(&settings)?;
+        let route = RouteFacts {
+            staged_by_settings: !settings::goes_through_gds(data.path()?),
+            checked_bytes: false,
+            conversion: facts.conversion.clone(),
+            other_driver: facts.other_driver.clone(),
+        };
+        // HDF5 allocates contiguous storage never written before it writes into it.
+        let storage = match &facts.storage {
+            Storage::Contiguous { .. } => &Storage::Contiguous { allocated: true },
+            storage => storage,
+        };
+        let staged = device::staged_reason(storage, &device::spanned(&sel), blocker(&route));
+        let name = self.name()?;
+        let staging_size = match staged {
+            Some(_) => data.staging_size()?,
+            None => 0,
+        };
+        let Some(prepared) = self.prepared(true, sel, data)? else {
+            return Ok(());
+        };
+        let io = Selected {
+            prepared: &prepared,
+            selection: sel,
+            item: self.element,
+            address: data.address,
+            staging_size,
+        };
+        let face = self.on_device(name, data, &settings, true);
+        // SAFETY: the face's contract (`DeviceMemory`): `nbytes` of device memory in `context`,
+        // alive for the call; `prepare` checked they hold the selection.
+        unsafe { device::write(&face, &io, name, staged.as_deref()) }
+    }
+
+    /// The checked transfer of `sel` to or from `memory` (None: it moves nothing).
+    fn prepared(
+        &self,
+        write: bool,
+        sel: Hyperslab,
+        memory: &DeviceMemory,
+    ) -> Result<Option<transfer::Prepared>> {
+        self.lock.enter()?;
+        let t = Transfer {
+            write,
+            dataset: self.id,
+            mem_type: self.mem_type()?,
+            start: sel.start,
+            step: sel.step,
+            count: sel.count,
+            mem_shape: sel.count,
+            buffer: memory.address as usize,
+            nbytes: memory.nbytes,
+        };
+        L::call(|| transfer::prepare(self.api, &t))
+    }
+
+    fn on_device<'h>(
+        &'h self,
+        name: &'h str,
+        memory: &'h DeviceMemory<'h>,
+        settings: &'h CallSettings,
+        write: bool,
+    ) -> OnDevice<'h, L> {
+        OnDevice {
+            api: self.api,
+            id: self.id,
+            name,
+            memory,
+            settings,
+            write,
+            index: self.kept().device.get().map(|f| &f.index),
+            lock: PhantomData,
+        }
+    }
+}
+
+/// One device transfer of a dataset as `crate::device` runs it: HDF5 calls under the face's lock,
+/// staging buffers on the runtime's streams of the memory's context, errors naming the dataset.
+struct OnDevice<'h, L> {
+    api: &'static Hdf5Api,
+    id: hid_t,
+    name: &'h str,
+    memory: &'h DeviceMemory<'h>,
+    settings: &'h CallSettings,
+    write: bool,
+    index: Option<&'h OnceLock<ChunkIndex>>,
+    lock: PhantomData<fn() -> L>,
+}
+
+impl<L: Hdf5Lock> Face for OnDevice<'_, L> {
+    type Error = Error;
+    type Stream = ThreadLane;
+
+    fn locked<T>(&self, call: impl FnOnce() -> T) -> T {
+        L::call(call)
+    }
+
+    fn ring(&self, bytes: usize, pieces: usize) -> Result<StagingRing<ThreadLane>> {
+        Ok(staged::ring_of(self.memory.context, bytes, pieces)?)
+    }
+
+    fn driver(&self) -> Result<&h5gds::VfdSettings> {
+        Ok(self.settings.get()?)
+    }
+
+    fn failed(&self, step: Step, message: String) -> Error {
+        let (call, way) = match self.write {
+            true => ("H5Dwrite", "from"),
+            false => ("H5Dread", "into"),
+        };
+        let detail = match step {
+            Step::Direct => format!("{call} {way} device memory failed: {message}"),
+            Step::Staged => format!("{call} through pinned host memory failed: {message}"),
+            Step::NeverWritten => format!("H5Dread of the chunks never written failed: {message}"),
+            Step::Codec => return Error::new(Kind::Device, message).in_dataset(self.name),
+        };
+        Error::hdf5(detail).in_dataset(self.name)
+    }
+}
+
+impl<'h, L: Hdf5Lock> ReadFace for OnDevice<'h, L> {
+    type Chunks = ChunkFace<'h, L>;
+
+    fn not_bool(&self, n: NotBool) -> Error {
+        Error::from(n).in_dataset(self.name)
+    }
+
+    fn stored_chunks(
+        &self,
+        chunk: &[u64],
+        touched: usize,
+    ) -> Result<StoredChunks<'static, ChunkFace<'h, L>>> {
+        let face = ChunkFace::new(self.api, self.id, self.name);
+        StoredChunks::new(self.api, self.id, chunk, touched, face)
+    }
+
+    fn with_index<R>(
+        &self,
+        chunk: &[u64],
+        touched: Vec<Vec<u64>>,
+        read: impl FnOnce(&StoredChunks<'static, ChunkFace<'h, L>>, &ChunkIndex) -> Result<R>,
+    ) -> Result<R> {
+        // A listing of every written chunk is kept for the handle's next reads (array-io's
+        // batched reads read many regions); a few chunks are asked for one by one.
+        if let Some(index) = self.index.and_then(OnceLock::get) {
+            return read(&self.stored_chunks(chunk, 0)?, index);
+        }
+        let whole = touched.len() >= LIST_INDEX_FROM;
+        let mut source = self.stored_chunks(chunk, touched.len())?;
+        let listed = source.index_of(chunk, touched)?;
+        match self.index.filter(|_| whole) {
+            Some(kept) => read(&source, kept.get_or_init(|| listed)),
+            None => read(&source, &listed),
+        }
+    }
+
+    fn stream(&self) -> Result<Arc<CudaStream>> {
+        match self.memory.stream {
+            Some(stream) => Ok(stream.clone()),
+            None => Ok(default_stream(self.memory.context.device)?),
+        }
+    }
+}
