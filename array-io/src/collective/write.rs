@@ -11,8 +11,9 @@ use crate::file::{check_dataset_name, create_dataset};
 use crate::hdf5_raw::{self, linked_hdf5, NewLayout};
 use crate::options::Settings;
 use cudarc::driver::DevicePtr;
-use h5gds_engine::collective::{self as engine, driver_failure, ByteRun, DriverFile, Failure};
+use h5gds_engine::collective::{self as engine, ByteRun, DriverFile};
 use h5gds_engine::collective::{Tile, TileFile, Way, Writer};
+use h5gds_engine::Error as EngineError;
 use h5gds_runtime::stream::synchronize;
 use std::mem::{size_of, size_of_val};
 use std::path::Path;
@@ -32,7 +33,7 @@ pub(crate) trait Source {
         file: &DriverFile,
         runs: &[ByteRun],
         settings: &Settings,
-    ) -> Result<Way, Failure>;
+    ) -> Result<Way, EngineError>;
 }
 
 /// A host tile: its elements in row-major order.
@@ -52,10 +53,9 @@ impl<T: Element> Source for HostTile<'_, T> {
     fn driver(&self, settings: &Settings) -> Result<Driver> {
         crate::host::host_driver(settings)
     }
-    fn write(&self, file: &DriverFile, runs: &[ByteRun], _: &Settings) -> Result<Way, Failure> {
+    fn write(&self, file: &DriverFile, runs: &[ByteRun], _: &Settings) -> Result<Way, EngineError> {
         // SAFETY: every run lies inside the tile's host memory (the engine's contract).
-        unsafe { engine::write_runs(file, runs, self.elements.as_ptr() as u64) }
-            .map_err(driver_failure)?;
+        unsafe { engine::write_runs(file, runs, self.elements.as_ptr() as u64) }?;
         Ok(Way::Direct)
     }
 }
@@ -79,7 +79,7 @@ impl<T: Element> Source for DeviceTile<'_, T> {
         file: &DriverFile,
         runs: &[ByteRun],
         settings: &Settings,
-    ) -> Result<Way, Failure> {
+    ) -> Result<Way, EngineError> {
         let Some(data) = self.0.as_slice() else {
             return Ok(Way::Direct);
         };
@@ -92,23 +92,20 @@ impl<T: Element> Source for DeviceTile<'_, T> {
             let way = match write_blocker::<T>(settings)? {
                 // SAFETY: the runs lie inside the allocation (the engine's contract); the gds
                 // driver hands device memory to cuFile or its bounce buffers.
-                None => unsafe { engine::write_runs(file, runs, ptr) }
-                    .map(|()| Way::Direct)
-                    .map_err(driver_failure),
+                None => unsafe { engine::write_runs(file, runs, ptr) }.map(|()| Way::Direct),
                 Some(_) => {
                     let size = settings.staging_buffer_size()?;
                     let (mut ring, _) = crate::host_staging::ring(size, data.len() * es, stream);
                     engine::staged_pieces(data.len() as u64, es, size).and_then(|pieces| {
                         let ring = (&mut ring, &pieces[..]);
-                        engine::write_staged(file, ring, (ptr, es), runs, driver_failure)
-                            .map(|()| Way::Staged)
+                        engine::write_staged(file, ring, (ptr, es), runs).map(|()| Way::Staged)
                     })
                 }
             };
             drop(record);
             Ok(way)
         })
-        .map_err(|e| e.failure())?
+        .map_err(|e| e.to_engine())?
     }
 }
 
@@ -121,7 +118,7 @@ pub(crate) struct Write<'a, S> {
 }
 
 impl<S: Source> Writer for Write<'_, S> {
-    fn describe(&self) -> Result<Tile, Failure> {
+    fn describe(&self) -> Result<Tile, EngineError> {
         (|| {
             descriptor_of::<S::Item>()?;
             check_dataset_name(self.dataset)?;
@@ -135,10 +132,10 @@ impl<S: Source> Writer for Write<'_, S> {
                 shape: self.tile.shape(),
             })
         })()
-        .map_err(|e: crate::Error| e.failure())
+        .map_err(|e: crate::Error| e.to_engine())
     }
 
-    fn create(&self, tmp: &Path, dataset: &str, shape: &[u64]) -> Result<Option<u64>, Failure> {
+    fn create(&self, tmp: &Path, dataset: &str, shape: &[u64]) -> Result<Option<u64>, EngineError> {
         (|| {
             let driver = crate::host::host_driver(self.settings)?;
             let desc = descriptor_of::<S::Item>()?;
@@ -148,12 +145,12 @@ impl<S: Source> Writer for Write<'_, S> {
             ds.close()?;
             Ok(offset)
         })()
-        .map_err(|e: crate::Error| e.failure())
+        .map_err(|e: crate::Error| e.to_engine())
     }
 
-    fn write(&self, to: &TileFile) -> Result<(), Failure> {
-        let driver = self.tile.driver(self.settings).map_err(|e| e.failure())?;
-        let fapl = file_access(driver, self.path).map_err(|e| e.failure())?;
+    fn write(&self, to: &TileFile) -> Result<(), EngineError> {
+        let driver = self.tile.driver(self.settings).map_err(|e| e.to_engine())?;
+        let fapl = file_access(driver, self.path).map_err(|e| e.to_engine())?;
         hdf5_raw::locked(|| {
             to.write(
                 linked_hdf5(),

@@ -4,7 +4,7 @@
 use super::pointer::checked_pointer;
 use crate::error::DeviceError;
 use h5gds_engine::collective::{staged_pieces, write_runs, write_staged};
-use h5gds_engine::collective::{ByteRun, DriverFile, DriverFileError};
+use h5gds_engine::collective::{ByteRun, DriverFile};
 use h5gds_engine::staged;
 use h5gds_runtime::cuda;
 use h5gds_runtime::device_ranges::forget_device_range;
@@ -29,21 +29,19 @@ pub fn write_tile(
     if stream != 0 {
         cuda::synchronize_handle(stream)?;
     }
-    let written = |e: DriverFileError| DeviceError::Failed(e.error.to_string());
     if direct {
         // SAFETY: the runs lie inside the tile (the caller's contract), which lies inside one
         // device allocation (checked_pointer); the file's driver is gds, which takes device memory.
         let moved = unsafe { write_runs(file, runs, address) };
         // The array may be freed once this returns; the driver must not keep its range.
         forget_device_range(pointer.base);
-        moved.map_err(written)?;
+        moved?;
     } else {
         let staging_size = environment_staging_buffer_size()?;
-        let pieces = staged_pieces((nbytes / item) as u64, item, staging_size)
-            .map_err(|f| DeviceError::Argument(f.message))?;
+        let pieces = staged_pieces((nbytes / item) as u64, item, staging_size)?;
         let mut ring = staged::thread_ring(pointer.context, &pieces, item)?;
         let ring = (&mut ring, &pieces[..]);
-        write_staged(file, ring, (address, item), runs, written)?;
+        write_staged(file, ring, (address, item), runs)?;
     }
     drop(context);
     Ok(())
