@@ -6,7 +6,7 @@
 use crate::device::{self, DeviceError};
 use crate::io_call::{ArrayArg, Phil};
 use crate::tiles::{decomposition, Grid};
-use h5gds_engine::collective::{self as engine, Tile, TileFile, Way, Writer};
+use h5gds_engine::collective::{self as engine, Tile, TileFile, Writer};
 use h5gds_engine::{Error, ErrorKind as Kind};
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -181,26 +181,20 @@ impl Writer for Face<'_> {
         let fapl_id = fapl.getattr("id").and_then(|id| id.extract::<i64>());
         let fapl_id = fapl_id.map_err(|e| self.failed(e))?;
         let tile: ArrayArg<'_> = view.extract().map_err(|e| self.failed(e))?;
-        let (address, nbytes, stream, item) = (tile.address, tile.nbytes, tile.stream, to.item);
+        let (address, nbytes, stream) = (tile.address, tile.nbytes, tile.stream);
         let api = crate::hdf5::api().map_err(Error::hdf5)?;
         let claimed = tile.device.as_ref().map(|(_, ordinal)| *ordinal);
         let _phil = Phil::acquire(py).map_err(|e| self.failed(e))?;
-        py.detach(|| {
-            to.write(api, (fapl_id, nbytes as u64), |file, runs| match claimed {
-                // SAFETY: every run lies inside the tile (the engine checked that its memory
-                // holds the tile's bytes), host memory the caller keeps alive.
-                None => unsafe { engine::write_runs(file, runs, address) }.map(|()| Way::Direct),
-                Some(claimed) => {
-                    let (tile, device) = ((address, nbytes, item), (claimed, stream));
-                    device::write_tile((file, runs), tile, device, direct).map_err(
-                        |e| match e {
-                            DeviceError::Argument(m) => Error::invalid(device_text(m)),
-                            DeviceError::Failed(m) => Error::new(Kind::Io, device_text(m)),
-                        },
-                    )?;
-                    Ok(if direct { Way::Direct } else { Way::Staged })
-                }
-            })
+        py.detach(|| match claimed {
+            // SAFETY: host memory of `nbytes` bytes, which the caller keeps alive.
+            None => unsafe { to.write_direct(api, (fapl_id, nbytes as u64), address) },
+            Some(claimed) => {
+                let (tile, device) = ((address, nbytes), (claimed, stream));
+                device::write_tile(to, (api, fapl_id), tile, device, direct).map_err(|e| match e {
+                    DeviceError::Argument(m) => Error::invalid(device_text(m)),
+                    DeviceError::Failed(m) => Error::new(Kind::Io, device_text(m)),
+                })
+            }
         })
     }
 }

@@ -9,21 +9,19 @@
 //! - [`description`]: what a rank tells the others, and the check every rank makes alike;
 //! - [`wire`]: the encoding of the messages;
 //! - [`target`]: the temporary file next to the target, renamed into place or removed;
-//! - [`driver_file`]: the file opened through its driver alone (`H5FDopen`), over a face's table;
-//! - [`tile_write`]: one rank's tile's byte runs written through it, straight or staged.
+//! - `driver_file`: the file opened through its driver alone (`H5FDopen`), over a face's table;
+//! - `tile_write`: one rank's tile's byte runs written through it, straight or staged.
 
 pub mod agree;
 pub mod description;
-pub mod driver_file;
+pub(crate) mod driver_file;
 pub mod error;
 pub mod target;
-pub mod tile_write;
+pub(crate) mod tile_write;
 pub mod wire;
 pub mod write;
 
 pub use agree::{agree, Communicator};
 pub use description::Tile;
-pub use driver_file::DriverFile;
 pub use error::{CollectiveError, Failure, Field};
-pub use tile_write::{staged_pieces, write_runs, write_staged, ByteRun};
-pub use write::{write, TileFile, Way, Writer};
+pub use write::{write, TileFile, Writer};

@@ -10,24 +10,16 @@ use super::description::{decode_all, disagreement, Description, Tile};
 use super::driver_file::DriverFile;
 use super::error::CollectiveError;
 use super::target::{finish, temporary_path, FileStepError};
-use super::tile_write::{byte_runs, ByteRun};
+use super::tile_write::{byte_runs, staged_pieces, write_runs, write_staged, ByteRun};
 use super::wire::{Unwire, Wire};
 use crate::tiles::{write_boxes, Decomposition};
 use crate::{Error, ErrorKind, Result};
 use h5gds_route::select::Block;
 use h5gds_runtime::hdf5::{hid_t, Hdf5Api};
+use h5gds_runtime::staging_ring::{RingStream, StagingRing};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-
-/// Which way a tile's bytes went to the file's driver (the log's verdict).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Way {
-    /// The tile's memory handed to the driver as it is (host memory, or device memory to `gds`).
-    Direct,
-    /// Device memory copied to pinned host buffers piece by piece first.
-    Staged,
-}
 
 /// What a face does in a collective write; the engine does the rest (the target's real path,
 /// its directory, the agreements, the check that the tile's memory holds its bytes).
@@ -40,7 +32,7 @@ pub trait Writer {
     fn create(&self, tmp: &Path, dataset: &str, shape: &[u64]) -> Result<Option<u64>>;
     /// Writes this rank's tile into the created file: holding its HDF5 copy's lock, with an access
     /// list selecting the driver its memory goes through (`gds`, or sec2 where the settings stage
-    /// it), it calls [`TileFile::write`].
+    /// it), it calls [`TileFile::write_direct`] or [`TileFile::write_staged`].
     fn write(&self, to: &TileFile) -> Result<()>;
 }
 
@@ -59,15 +51,55 @@ pub struct TileFile {
 }
 
 impl TileFile {
-    /// Opens the file through `api`'s HDF5 with the driver `fapl` selects, has `tile` write the
-    /// runs (returning the way it took), and closes the file (before the agreement: close-to-open
+    /// Writes the tile's runs from memory the file's driver takes as it is, at `src` (host
+    /// memory, or device memory when the driver is `gds`): opens the file through `api`'s HDF5
+    /// with the driver `fapl` selects, writes, closes (before the agreement: close-to-open
     /// consistency on NFS-like file systems). `held`: the bytes of the memory the face hands
     /// over, which must be the tile's (the runs then lie inside it).
-    pub fn write(
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `held` bytes, of a kind the file's driver takes.
+    pub unsafe fn write_direct(
         &self,
         api: &'static Hdf5Api,
         (fapl, held): (hid_t, u64),
-        tile: impl FnOnce(&DriverFile, &[ByteRun]) -> Result<Way>,
+        src: u64,
+    ) -> Result<()> {
+        self.write_with(api, (fapl, held), |file| {
+            // SAFETY: the runs lie inside the tile's memory (`held`, checked), as the caller
+            // guarantees.
+            unsafe { write_runs(file, &self.runs, src) }.map(|()| "direct")
+        })
+    }
+
+    /// [`TileFile::write_direct`] from device memory at `src`, copied to pinned host buffers of
+    /// at most `staging` bytes piece by piece first, through the ring `ring` makes for the pieces
+    /// (element ranges).
+    ///
+    /// # Safety
+    /// `src` must be device memory valid for reads of `held` bytes.
+    pub unsafe fn write_staged<S: RingStream>(
+        &self,
+        api: &'static Hdf5Api,
+        (fapl, held): (hid_t, u64),
+        (src, staging): (u64, usize),
+        ring: impl FnOnce(&[(u64, u64)]) -> Result<StagingRing<S>>,
+    ) -> Result<()> {
+        self.write_with(api, (fapl, held), |file| {
+            let pieces = staged_pieces(self.bytes / self.item as u64, self.item, staging)?;
+            let mut ring = ring(&pieces)?;
+            let ring = (&mut ring, &pieces[..]);
+            write_staged(file, ring, (src, self.item), &self.runs).map(|()| "staged")
+        })
+    }
+
+    /// Checks the memory's size, opens the file, has `tile` write the runs (returning the way
+    /// it took), closes the file and logs the verdict.
+    fn write_with(
+        &self,
+        api: &'static Hdf5Api,
+        (fapl, held): (hid_t, u64),
+        tile: impl FnOnce(&DriverFile) -> Result<&'static str>,
     ) -> Result<()> {
         if held != self.bytes {
             return Err(Error::invalid(format!(
@@ -76,13 +108,9 @@ impl TileFile {
             )));
         }
         let file = DriverFile::open(api, &self.name, fapl, self.end)?;
-        let way = tile(&file, &self.runs)?;
+        let way = tile(&file)?;
         file.close()?;
         let ((rank, ranks), path, bytes) = (self.rank, self.path.display(), self.bytes);
-        let way = match way {
-            Way::Direct => "direct",
-            Way::Staged => "staged",
-        };
         crate::policy::say(format_args!(
             "collective write of {path} {:?}: rank {rank} of {ranks} wrote {bytes} bytes way={way}",
             self.dataset
