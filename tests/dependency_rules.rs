@@ -610,8 +610,6 @@ const ENGINE_ITEMS_THE_FACES_NAME: &[&str] = &[
     "h5gds_engine::Memory",
     "h5gds_engine::Selection",
     "h5gds_engine::chunks",
-    "h5gds_engine::chunks::CallFailed",
-    "h5gds_engine::chunks::ChunkCall",
     "h5gds_engine::chunks::Face",
     "h5gds_engine::chunks::StoredChunks",
     "h5gds_engine::collective",

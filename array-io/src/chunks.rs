@@ -1,6 +1,5 @@
 //! A dataset's stored chunks through the engine (`h5gds_engine::chunks`, written once for both
-//! faces) over the linked HDF5: the errors of array-io naming the file, the dataset and the
-//! chunk, each call under hdf5-metno's lock, and the file read directly by the decoding threads
+//! faces) over the linked HDF5: the engine's errors as array-io's, naming the file and the dataset, each call under hdf5-metno's lock, and the file read directly by the decoding threads
 //! where `OpenDataset::direct_file` allows. The host decoder (`host::read_decoded`) and the GPU
 //! decoder (`gpu_codec`) read from the same source; compressed writes
 //! (`h5gds_engine::policy::write`) write chunks through the same face.
@@ -8,7 +7,8 @@
 use crate::error::{Error, Result};
 use crate::file::OpenDataset;
 use crate::hdf5_raw::{self, linked_hdf5};
-use h5gds_engine::chunks::{self as engine, CallFailed, ChunkCall, Face, StoredChunks};
+use h5gds_engine::chunks::{self as engine, Face, StoredChunks};
+use h5gds_engine::Error as EngineError;
 
 /// An open dataset as the engine's chunk source (and its compressed writes) see it.
 pub(crate) struct DatasetFace<'a> {
@@ -22,15 +22,8 @@ impl Face for DatasetFace<'_> {
         hdf5_raw::locked(call)
     }
 
-    fn failed(&self, failed: CallFailed) -> Error {
-        let op = match &failed.call {
-            ChunkCall::Location(at) => format!("looking up the chunk at {at:?}"),
-            ChunkCall::Read(at) => format!("reading the stored bytes of the chunk at {at:?}"),
-            ChunkCall::Write(at) => format!("writing the chunk at {at:?}"),
-            ChunkCall::Index => "listing the allocated chunks".into(),
-        };
-        let ds = self.ds;
-        Error::hdf5(op, &ds.path, Some(&ds.name), hdf5_raw::chunk_error(failed))
+    fn failed(&self, failed: EngineError) -> Error {
+        Error::engine(&self.ds.path, &self.ds.name)(failed.in_dataset(&self.ds.name))
     }
 
     fn corrupt(&self, offset: &[u64], reason: String) -> Error {
@@ -77,7 +70,7 @@ impl OpenDataset {
     pub fn index_of(&self, chunk: &[u64]) -> Result<h5gds_chunk_codec::ChunkIndex> {
         let face = DatasetFace { ds: self };
         face.locked(|| {
-            engine::index(linked_hdf5(), self.dset.id(), chunk).map_err(|f| face.failed(f))
+            engine::index(linked_hdf5(), self.dset.id(), chunk).map_err(|e| face.failed(e))
         })
     }
 }

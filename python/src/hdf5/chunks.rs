@@ -1,24 +1,17 @@
 //! The raw chunk calls of h5py's HDF5: the engine's (`h5gds_engine::chunks`) over the table of
-//! h5py's HDF5, their failures worded with its error stack. The caller holds h5py's lock.
+//! h5py's HDF5, their failures the engine's (naming h5py's HDF5 error stack). The caller holds
+//! h5py's lock.
 
 use super::{api, Hid};
-use h5gds_engine::chunks::{self as engine, CallFailed, Face, StoredChunks};
-use h5gds_runtime::hdf5::stack;
+use h5gds_engine::chunks::{self as engine, Face, StoredChunks};
+use h5gds_engine::Error;
 use h5gds_runtime::hdf5::Hdf5Api;
-
-/// A failed chunk call in words: the call, the chunk and h5py's HDF5 error stack (cleared).
-fn worded(api: &Hdf5Api, failed: CallFailed) -> String {
-    match failed.missing {
-        Some(missing) => missing,
-        None => format!("{} failed: {}", failed.call.named(), stack(api)),
-    }
-}
 
 /// Every allocated chunk of `dataset` (chunks of `chunk` elements): its stored size, filter mask
 /// and address by first element (`H5Dchunk_iter`, one call for the whole index).
 pub fn chunk_index(dataset: Hid, chunk: &[u64]) -> Result<h5gds_chunk_codec::ChunkIndex, String> {
     let api = api()?;
-    engine::index(api, dataset, chunk).map_err(|f| worded(api, f))
+    engine::index(api, dataset, chunk).map_err(|e| e.to_string())
 }
 
 /// An h5py dataset as the engine's chunk source (and its encoded writes, `crate::encode`) see it:
@@ -34,12 +27,8 @@ pub struct H5pyFace<'a, E> {
 impl<E: Send> Face for H5pyFace<'_, E> {
     type Error = E;
 
-    fn failed(&self, failed: CallFailed) -> E {
-        (self.error)(format!(
-            "dataset {}: {}",
-            self.name,
-            worded(self.api, failed)
-        ))
+    fn failed(&self, failed: Error) -> E {
+        (self.error)(failed.in_dataset(self.name).to_string())
     }
 
     fn corrupt(&self, offset: &[u64], reason: String) -> E {
