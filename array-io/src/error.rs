@@ -148,10 +148,10 @@ pub enum Error {
     },
 
     /// A collective call (feature `mpi`) failed: on one or more ranks (naming each failed rank
-    /// and its cause), or the ranks' tiles do not form one array, or a tile lies outside the
-    /// dataset. Every rank returns the same error.
+    /// and its cause: `failed_ranks()`; its kind the one they share), or the ranks' tiles do not
+    /// form one array, or a tile lies outside the dataset. Every rank returns the same error.
     #[error(transparent)]
-    Collective(#[from] h5gds_engine::collective::CollectiveError),
+    Collective(h5gds_engine::Error),
 
     /// A stored chunk of a compressed dataset that does not decode: corrupt, cut short, or not
     /// in the format its filter writes. `chunk` is the chunk's first element.
@@ -242,9 +242,7 @@ impl Error {
             let dataset = facts.dataset.clone().unwrap_or_else(|| dataset.to_string());
             match (e.kind(), facts) {
                 (_, f) if f.setting.is_some() => f.setting.clone().map(Error::from).unwrap(),
-                (_, f) if f.collective.is_some() => {
-                    Error::Collective(f.collective.clone().unwrap())
-                }
+                (_, f) if f.collective.is_some() => Error::Collective(e.clone()),
                 (ErrorKind::Damaged, f) if f.chunk.is_some() => Error::ChunkDecode {
                     path,
                     dataset,
@@ -294,25 +292,20 @@ impl From<h5gds_runtime::cuda::CudaError> for Error {
     }
 }
 
-impl From<h5gds_engine::tiles::TilesError> for Error {
-    fn from(e: h5gds_engine::tiles::TilesError) -> Error {
-        Error::Collective(e.into())
-    }
-}
-
 impl Error {
     #[cfg(feature = "mpi")]
-    /// This error as one rank's failure in a collective step, its kind as the engine names it.
-    pub(crate) fn failure(&self) -> h5gds_engine::collective::Failure {
-        use h5gds_engine::collective::{Failure, Kind};
-        use h5gds_engine::ErrorKind;
+    /// This error as the engine's, for one rank's failure in a collective step: its kind, and the
+    /// OS's error number where there is one.
+    pub(crate) fn to_engine(&self) -> h5gds_engine::Error {
+        use h5gds_engine::{Error as EngineError, ErrorKind as Kind};
         let kind = match self {
-            Error::Io { source, .. } => return Failure::io(source, self.to_string()),
-            Error::FileNotFound { .. } => Kind::Io,
-            Error::Collective(e) => e.kind().unwrap_or(Kind::Failed),
+            Error::Collective(source) => return source.clone(),
+            Error::Engine { source, .. } => source.kind(),
+            Error::Io { .. } | Error::FileNotFound { .. } => Kind::Io,
             Error::UnsupportedType { .. }
             | Error::TypeMismatch { .. }
-            | Error::NoConversion { .. } => Kind::Type,
+            | Error::NoConversion { .. } => Kind::Unsupported,
+            Error::InvalidSetting { .. } => Kind::InvalidSetting,
             Error::PathIsDirectory { .. }
             | Error::InvalidDatasetName { .. }
             | Error::NoSuchDataset { .. }
@@ -321,20 +314,17 @@ impl Error {
             | Error::RowOutOfRange { .. }
             | Error::InvalidChunkShape { .. }
             | Error::ShapeMismatch { .. }
-            | Error::InvalidSetting { .. } => Kind::Argument,
-            Error::Hdf5 { .. } | Error::InvalidBool { .. } | Error::ChunkDecode { .. } => {
-                Kind::Failed
-            }
-            Error::Cuda { .. } => Kind::Failed,
-            Error::Engine { source, .. } => match source.kind() {
-                ErrorKind::InvalidSetting | ErrorKind::InvalidArgument | ErrorKind::Unsupported => {
-                    Kind::Argument
-                }
-                ErrorKind::Io => Kind::Io,
-                _ => Kind::Failed,
-            },
+            | Error::InvalidBool { .. } => Kind::InvalidArgument,
+            Error::Hdf5 { .. } => Kind::Hdf5,
+            Error::ChunkDecode { .. } => Kind::Damaged,
+            Error::Cuda { .. } => Kind::Device,
         };
-        Failure::new(kind, self.to_string())
+        let errno = match self {
+            Error::Io { source, .. } => source.raw_os_error(),
+            Error::Engine { source, .. } => source.facts().errno,
+            _ => None,
+        };
+        EngineError::new(kind, self.to_string()).with_errno(errno)
     }
 }
 

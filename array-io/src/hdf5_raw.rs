@@ -253,15 +253,6 @@ pub fn prepend_plugin_path(dir: &Path) -> Result<()> {
     h5check(locked(|| unsafe { prepend(dir.as_ptr()) }) as i64).map(drop)
 }
 
-/// The error of a failed chunk call of the engine on the linked HDF5: the missing function, or
-/// HDF5's error stack, taken now (call it holding the lock, right after the call).
-pub fn chunk_error(failed: h5gds_engine::chunks::CallFailed) -> hdf5::Error {
-    match failed.missing {
-        Some(missing) => hdf5::Error::from(format!("the linked HDF5: {missing}")),
-        None => h5check(-1).unwrap_err(),
-    }
-}
-
 /// The id of the driver registered with `value`, if one is.
 pub fn registered_driver(value: i32) -> Result<Option<hid_t>> {
     let api = linked_hdf5();

@@ -6,11 +6,12 @@
 //! HDF5's lock, which file may be read directly) is a [`Face`]. The caller holds the lock of the
 //! HDF5 copy for the plain functions; [`StoredChunks`] takes it through its face.
 
+use crate::Error;
 use h5gds_chunk_codec::{ChunkIndex, ChunkListing, RawChunks, StoredChunk};
 use h5gds_gpu_codec::decode::ChunkSource;
 use h5gds_gpu_codec::DeviceFailure;
 use h5gds_runtime::cuda::CudaError;
-use h5gds_runtime::hdf5::{haddr_t, hid_t, hsize_t, Hdf5Api, HADDR_UNDEF};
+use h5gds_runtime::hdf5::{haddr_t, hid_t, hsize_t, stack, Hdf5Api, HADDR_UNDEF};
 use std::ffi::{c_int, c_uint, c_void};
 
 const H5P_DEFAULT: hid_t = 0;
@@ -48,6 +49,16 @@ pub struct CallFailed {
 }
 
 impl CallFailed {
+    /// The failure as the engine's error: the call, and the HDF5 copy's error stack, read now
+    /// (call it holding the lock, right after the call).
+    pub(crate) fn error(self, api: &Hdf5Api) -> Error {
+        let call = self.call.named();
+        match self.missing {
+            Some(missing) => Error::hdf5(format!("{call}: {missing}")),
+            None => Error::hdf5(format!("{call} failed: {}", stack(api))),
+        }
+    }
+
     fn refused(call: ChunkCall) -> CallFailed {
         CallFailed {
             call,
@@ -170,7 +181,11 @@ pub unsafe fn write_stored(
 /// Every allocated chunk of `dataset` (chunks of `chunk` elements): its stored size, filter mask
 /// and address by first element, in one call for the whole index (`H5Dchunk_iter`; a lookup by
 /// coordinate walks the index each time, `h5gds_chunk_codec::LIST_INDEX_FROM`).
-pub fn index(api: &Hdf5Api, dataset: hid_t, chunk: &[u64]) -> Result<ChunkIndex, CallFailed> {
+pub fn index(api: &Hdf5Api, dataset: hid_t, chunk: &[u64]) -> crate::Result<ChunkIndex> {
+    index_call(api, dataset, chunk).map_err(|f| f.error(api))
+}
+
+fn index_call(api: &Hdf5Api, dataset: hid_t, chunk: &[u64]) -> Result<ChunkIndex, CallFailed> {
     struct Found {
         rank: usize,
         chunks: ChunkListing,
@@ -227,8 +242,8 @@ pub trait Face {
         call()
     }
 
-    /// The error for a failed chunk call, its HDF5 error stack taken now (under the lock).
-    fn failed(&self, failed: CallFailed) -> Self::Error;
+    /// The error for a failed chunk call (the engine's, naming the call and HDF5's error stack).
+    fn failed(&self, failed: Error) -> Self::Error;
 
     /// The error for the chunk at `offset`, which cannot be decoded for `reason`.
     fn corrupt(&self, offset: &[u64], reason: String) -> Self::Error;
@@ -263,7 +278,7 @@ impl<'a, F: Face> StoredChunks<'a, F> {
         face: F,
     ) -> Result<Self, F::Error> {
         let listed = (touched >= h5gds_chunk_codec::LIST_INDEX_FROM)
-            .then(|| face.locked(|| index(api, dataset, chunk).map_err(|f| face.failed(f))))
+            .then(|| face.locked(|| index(api, dataset, chunk).map_err(|e| face.failed(e))))
             .transpose()?;
         Ok(StoredChunks {
             api,
@@ -307,7 +322,8 @@ impl<F: Face> RawChunks for StoredChunks<'_, F> {
             return Ok(listed.get(offset));
         }
         let face = &self.face;
-        face.locked(|| location(self.api, self.dataset, offset).map_err(|f| face.failed(f)))
+        let (api, dataset) = (self.api, self.dataset);
+        face.locked(|| location(api, dataset, offset).map_err(|f| face.failed(f.error(api))))
     }
 
     fn direct_file(&mut self) -> Option<std::fs::File> {
@@ -321,7 +337,8 @@ impl<F: Face> RawChunks for StoredChunks<'_, F> {
         let mask = face.locked(|| {
             // SAFETY: `buf` has room for `size` bytes, the chunk's stored size as `stored`
             // reported it (HDF5 2.x also checks the size it is given).
-            unsafe { read_stored(api, self.dataset, offset, at, size) }.map_err(|f| face.failed(f))
+            unsafe { read_stored(api, self.dataset, offset, at, size) }
+                .map_err(|f| face.failed(f.error(api)))
         })?;
         // SAFETY: H5Dread_chunk succeeded, so it wrote the chunk's `size` stored bytes.
         unsafe { buf.set_len(size) };
@@ -345,7 +362,7 @@ where
             // SAFETY: as the caller guarantees; the gds driver moves the bytes into device
             // memory.
             unsafe { read_stored(self.api, self.dataset, offset, dest as *mut c_void, size) }
-                .map_err(|f| face.failed(f))
+                .map_err(|f| face.failed(f.error(self.api)))
         })
     }
 
@@ -522,8 +539,11 @@ mod tests {
             Some((5, 200))
         );
         assert!(listed.get(&[4]).is_none());
-        let refused = index(&api, DATASET + 1, &[4]).unwrap_err();
+        let refused = index_call(&api, DATASET + 1, &[4]).unwrap_err();
         assert_eq!((refused.call, refused.missing), (ChunkCall::Index, None));
+        let refused = index(&api, DATASET + 1, &[4]).unwrap_err();
+        assert_eq!(refused.kind(), crate::ErrorKind::Hdf5);
+        assert!(refused.to_string().starts_with("H5Dchunk_iter failed: "));
     }
 
     /// A face that words errors as their call's name and counts the calls made under its lock.
@@ -555,8 +575,9 @@ mod tests {
             call()
         }
 
-        fn failed(&self, failed: CallFailed) -> Said {
-            Said(failed.call.named())
+        fn failed(&self, failed: Error) -> Said {
+            let text = failed.to_string();
+            Said(text[..text.find(" failed").unwrap_or(text.len())].to_string())
         }
 
         fn corrupt(&self, offset: &[u64], reason: String) -> Said {

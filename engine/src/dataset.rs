@@ -9,7 +9,7 @@
 //! face converts its array and selection and maps [`Error`]'s kind. Reads into device memory do
 //! not go through it yet (`crate::device`, `policy::device_read`).
 
-use crate::chunks::{self, CallFailed, StoredChunks};
+use crate::chunks::{self, StoredChunks};
 use crate::decoded::{self, Decoded, Plan};
 use crate::device::DeviceMemory;
 use crate::encoded::Target;
@@ -263,7 +263,7 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
             let Some(source) = at_addresses.then(|| stored::byte_source(api, id)).flatten() else {
                 return Ok(None);
             };
-            let index = |chunk: &[u64]| chunks::index(api, id, chunk).map_err(|f| failed(api, f));
+            let index = |chunk: &[u64]| chunks::index(api, id, chunk);
             let element = self.element;
             Stored::resolve(name, source, shape, element, facts.layout, index, log)
         })
@@ -488,18 +488,6 @@ fn log(line: std::fmt::Arguments<'_>) {
     crate::policy::say(format_args!("stored: {line}"));
 }
 
-/// A failed chunk call as the engine's error, HDF5's error stack (read now) named.
-pub(crate) fn failed(api: &Hdf5Api, failed: CallFailed) -> Error {
-    let call = failed.call.named();
-    match failed.missing {
-        Some(missing) => Error::hdf5(format!("{call}: {missing}")),
-        None => Error::hdf5(format!(
-            "{call} failed: {}",
-            h5gds_runtime::hdf5::stack(api)
-        )),
-    }
-}
-
 impl<L: Hdf5Lock> HostFace for Dataset<'_, L> {
     type Error = Error;
 
@@ -580,8 +568,8 @@ impl<L: Hdf5Lock> chunks::Face for ChunkFace<'_, L> {
         L::call(call)
     }
 
-    fn failed(&self, f: CallFailed) -> Error {
-        failed(self.api, f).in_dataset(self.name)
+    fn failed(&self, e: Error) -> Error {
+        e.in_dataset(self.name)
     }
 
     fn corrupt(&self, offset: &[u64], reason: String) -> Error {

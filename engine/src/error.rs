@@ -3,7 +3,7 @@
 //! HDF5's error stack), with one `Display` that says what failed and what to do. Every mechanism's
 //! failure folds into it (`From`), so a face converts one type, by its kind alone.
 
-use crate::collective::{CollectiveError, DriverFileError};
+use crate::collective::CollectiveError;
 use crate::staged::NotBool;
 use crate::stored::StoredError;
 use crate::tiles::TilesError;
@@ -49,6 +49,8 @@ pub struct Facts {
     /// The failed chunk's first element.
     pub chunk: Option<Vec<u64>>,
     pub rank: Option<usize>,
+    /// The OS's error number, where the failure is one of a file-system call.
+    pub errno: Option<i32>,
     pub setting: Option<InvalidSetting>,
     pub shape: Option<Vec<u64>>,
     /// A bool byte that is not 0 or 1: its element (of the selection) and value.
@@ -76,6 +78,7 @@ impl Error {
             dataset: None,
             chunk: None,
             rank: None,
+            errno: None,
             setting: None,
             shape: None,
             not_bool: None,
@@ -130,6 +133,17 @@ impl Error {
     pub fn on_rank(mut self, rank: usize) -> Error {
         self.0.rank = Some(rank);
         self
+    }
+
+    /// The same error with the OS's error number `errno` (where there is one).
+    pub fn with_errno(mut self, errno: Option<i32>) -> Error {
+        self.0.errno = errno.or(self.0.errno);
+        self
+    }
+
+    /// The facts, for the engine's own modules to fill in.
+    pub(crate) fn facts_mut(&mut self) -> &mut Facts {
+        &mut self.0
     }
 
     /// The same error with `before` in front of its detail (the step that failed).
@@ -191,14 +205,6 @@ impl From<MissingSymbol> for Error {
     }
 }
 
-impl From<DriverFileError> for Error {
-    fn from(failed: DriverFileError) -> Error {
-        let mut e = Error::hdf5(format!("{} failed: {}", failed.op, failed.cause()));
-        e.0.hdf5 = Some(failed.error);
-        e
-    }
-}
-
 impl From<CudaError> for Error {
     fn from(failed: CudaError) -> Error {
         Error::new(
@@ -243,8 +249,10 @@ impl From<StoredError> for Error {
 }
 
 impl From<CollectiveError> for Error {
+    /// Of the kind every failed rank shares (else [`Kind::Collective`]), with their error number.
     fn from(failed: CollectiveError) -> Error {
-        let mut e = Error::new(Kind::Collective, failed.to_string());
+        let kind = failed.kind().unwrap_or(Kind::Collective);
+        let mut e = Error::new(kind, failed.to_string()).with_errno(failed.errno());
         e.0.collective = Some(failed);
         e
     }
@@ -252,7 +260,7 @@ impl From<CollectiveError> for Error {
 
 impl From<TilesError> for Error {
     fn from(invalid: TilesError) -> Error {
-        CollectiveError::from(invalid).into()
+        Error::invalid(format!("invalid decomposition: {invalid}"))
     }
 }
 

@@ -182,8 +182,19 @@ pub fn share(n: u64, p: u64, r: u64) -> (u64, u64) {
     (start, end - start)
 }
 
-/// The box rank `rank` of `size` reads from a dataset of `shape`.
+/// The box rank `rank` of `size` reads from a dataset of `shape`; an error naming the shape
+/// where the decomposition does not fit it.
 pub fn read_box(
+    decomposition: &Decomposition,
+    shape: &[u64],
+    rank: usize,
+    size: usize,
+) -> crate::Result<Block> {
+    let boxed = box_of(decomposition, shape, rank, size);
+    boxed.map_err(|e| crate::Error::invalid(e.to_string()).with_shape(shape))
+}
+
+fn box_of(
     decomposition: &Decomposition,
     shape: &[u64],
     rank: usize,
@@ -448,6 +459,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("scalar"), "{err}");
+        let err = read_box(&grid, &[5, 5], 0, 3).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::InvalidArgument);
+        assert_eq!(err.facts().shape.as_deref(), Some(&[5, 5][..]));
     }
 
     #[test]

@@ -6,8 +6,8 @@
 use crate::device::{self, DeviceError};
 use crate::io_call::{ArrayArg, Phil};
 use crate::tiles::{decomposition, Grid};
-use h5gds_engine::collective::{self as engine, driver_failure, CollectiveError, Failure, Kind};
-use h5gds_engine::collective::{Tile, TileFile, Way, Writer};
+use h5gds_engine::collective::{self as engine, Tile, TileFile, Writer};
+use h5gds_engine::{Error, ErrorKind as Kind};
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -54,51 +54,47 @@ impl engine::Communicator for Mpi4py<'_> {
     }
 }
 
-/// A Python exception as one rank's failure, its kind from its class.
-fn failure(py: Python<'_>, err: &PyErr) -> Failure {
+/// A Python exception as one rank's failure, its kind from its class: ValueError the caller's
+/// argument, TypeError an element type, OSError the storage (with its errno), anything else a
+/// failure of HDF5 (h5py's RuntimeError) or of the rank's own code.
+fn failure(py: Python<'_>, err: &PyErr) -> Error {
     let value = err.value(py);
     let message = value
         .str()
         .map_or_else(|_| err.to_string(), |s| s.to_string());
     let kind = if err.is_instance_of::<PyValueError>(py) {
-        Kind::Argument
+        Kind::InvalidArgument
     } else if err.is_instance_of::<PyTypeError>(py) {
-        Kind::Type
+        Kind::Unsupported
     } else if err.is_instance_of::<PyOSError>(py) {
         Kind::Io
     } else {
-        Kind::Failed
+        Kind::Hdf5
     };
     let errno = value.getattr("errno").ok().and_then(|e| e.extract().ok());
-    let errno = errno.filter(|_| kind == Kind::Io);
-    Failure {
-        kind,
-        errno,
-        message,
-    }
+    Error::new(kind, message).with_errno(errno.filter(|_| kind == Kind::Io))
 }
 
-/// The engine's error as the exception of the kind every failed rank shares (ValueError,
-/// TypeError, OSError with the shared errno, RuntimeError), else `h5gds.CollectiveError`; its
-/// `failures` map each failed rank to its cause; this rank's own exception (`mine`) its cause.
-fn raised(py: Python<'_>, e: CollectiveError, mine: Option<PyErr>) -> PyErr {
+/// The engine's error as the exception of its kind (the kind every failed rank shares):
+/// ValueError, TypeError, OSError with the shared errno, RuntimeError; where the ranks' kinds
+/// differ, `h5gds.CollectiveError`. Its `failures` map each failed rank to its cause; this rank's
+/// own exception (`mine`) is its cause.
+fn raised(py: Python<'_>, e: Error, mine: Option<PyErr>) -> PyErr {
     let text = e.to_string();
     let failures = PyDict::new(py);
-    if let CollectiveError::Failed { failures: all, .. } = &e {
-        for (rank, f) in all {
-            let _ = failures.set_item(rank, &f.message);
-        }
+    for (rank, message) in e.failed_ranks() {
+        let _ = failures.set_item(rank, message);
     }
-    let err = match (e.kind(), e.errno()) {
-        (Some(Kind::Argument), _) => PyValueError::new_err(text),
-        (Some(Kind::Type), _) => PyTypeError::new_err(text),
-        (Some(Kind::Io), Some(errno)) => PyOSError::new_err((errno, text)),
-        (Some(Kind::Io), None) => PyOSError::new_err(text),
-        (Some(Kind::Failed), _) => PyRuntimeError::new_err(text),
-        (None, _) => py
+    let err = match (e.kind(), e.facts().errno) {
+        (Kind::InvalidArgument | Kind::InvalidSetting, _) => PyValueError::new_err(text),
+        (Kind::Unsupported, _) => PyTypeError::new_err(text),
+        (Kind::Io, Some(errno)) => PyOSError::new_err((errno, text)),
+        (Kind::Io, None) => PyOSError::new_err(text),
+        (Kind::Collective, _) => py
             .import("h5gds._collective")
             .and_then(|m| m.getattr("CollectiveError")?.call1((&text, &failures)))
             .map_or_else(|err| err, PyErr::from_value),
+        _ => PyRuntimeError::new_err(text),
     };
     let _ = err.value(py).setattr("failures", failures);
     err.set_cause(py, mine);
@@ -147,7 +143,7 @@ struct Face<'py> {
 }
 
 impl Face<'_> {
-    fn failed(&self, err: PyErr) -> Failure {
+    fn failed(&self, err: PyErr) -> Error {
         let failure = failure(self.tile.py(), &err);
         *self.mine.borrow_mut() = Some(err);
         failure
@@ -155,7 +151,7 @@ impl Face<'_> {
 }
 
 impl Writer for Face<'_> {
-    fn describe(&self) -> Result<Tile, Failure> {
+    fn describe(&self) -> Result<Tile, Error> {
         let described = self.tile.call_method0("describe");
         let described = described.and_then(|d| d.extract::<Described>());
         let (path, dataset, element, item, shape) = described.map_err(|e| self.failed(e))?;
@@ -168,7 +164,7 @@ impl Writer for Face<'_> {
         })
     }
 
-    fn create(&self, tmp: &Path, dataset: &str, shape: &[u64]) -> Result<Option<u64>, Failure> {
+    fn create(&self, tmp: &Path, dataset: &str, shape: &[u64]) -> Result<Option<u64>, Error> {
         let args = (tmp.to_path_buf(), dataset, shape.to_vec());
         let created = self.tile.call_method1("create", args);
         created
@@ -176,7 +172,7 @@ impl Writer for Face<'_> {
             .map_err(|e| self.failed(e))
     }
 
-    fn write(&self, to: &TileFile) -> Result<(), Failure> {
+    fn write(&self, to: &TileFile) -> Result<(), Error> {
         let py = self.tile.py();
         // The access list held (h5py closes its id when the object goes) until the file is closed.
         let access = self.tile.call_method0("access").and_then(|a| a.extract());
@@ -185,30 +181,20 @@ impl Writer for Face<'_> {
         let fapl_id = fapl.getattr("id").and_then(|id| id.extract::<i64>());
         let fapl_id = fapl_id.map_err(|e| self.failed(e))?;
         let tile: ArrayArg<'_> = view.extract().map_err(|e| self.failed(e))?;
-        let (address, nbytes, stream, item) = (tile.address, tile.nbytes, tile.stream, to.item);
-        let api = crate::hdf5::api().map_err(|m| Failure::new(Kind::Failed, m))?;
+        let (address, nbytes, stream) = (tile.address, tile.nbytes, tile.stream);
+        let api = crate::hdf5::api().map_err(Error::hdf5)?;
         let claimed = tile.device.as_ref().map(|(_, ordinal)| *ordinal);
         let _phil = Phil::acquire(py).map_err(|e| self.failed(e))?;
-        py.detach(|| {
-            to.write(api, (fapl_id, nbytes as u64), |file, runs| match claimed {
-                // SAFETY: every run lies inside the tile (the engine checked that its memory
-                // holds the tile's bytes), host memory the caller keeps alive.
-                None => unsafe { engine::write_runs(file, runs, address) }
-                    .map(|()| Way::Direct)
-                    .map_err(driver_failure),
-                Some(claimed) => {
-                    let (tile, device) = ((address, nbytes, item), (claimed, stream));
-                    device::write_tile((file, runs), tile, device, direct).map_err(
-                        |e| match e {
-                            DeviceError::Argument(m) => {
-                                Failure::new(Kind::Argument, device_text(m))
-                            }
-                            DeviceError::Failed(m) => Failure::new(Kind::Io, device_text(m)),
-                        },
-                    )?;
-                    Ok(if direct { Way::Direct } else { Way::Staged })
-                }
-            })
+        py.detach(|| match claimed {
+            // SAFETY: host memory of `nbytes` bytes, which the caller keeps alive.
+            None => unsafe { to.write_direct(api, (fapl_id, nbytes as u64), address) },
+            Some(claimed) => {
+                let (tile, device) = ((address, nbytes), (claimed, stream));
+                device::write_tile(to, (api, fapl_id), tile, device, direct).map_err(|e| match e {
+                    DeviceError::Argument(m) => Error::invalid(device_text(m)),
+                    DeviceError::Failed(m) => Error::new(Kind::Io, device_text(m)),
+                })
+            }
         })
     }
 }

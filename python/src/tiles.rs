@@ -1,10 +1,9 @@
 //! The collective decomposition for `h5gds._collective` (`comm=`): the engine's
-//! (`h5gds_engine::tiles`, which array-io's `collective` uses too), its errors worded by the
-//! engine. `_collective` parses the `decomposition=` argument into `grid`: None (blocks of the
-//! leading axis) or `(rows, cols)`.
+//! (`h5gds_engine::tiles`, which array-io's `collective` uses too), its errors the engine's.
+//! `_collective` parses the `decomposition=` argument into `grid`: None (blocks of the leading
+//! axis) or `(rows, cols)`.
 
 use h5gds_engine::tiles::{self, Decomposition};
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 pub(crate) type Grid = Option<(usize, usize)>;
@@ -46,6 +45,6 @@ fn tiles_read_box(
     grid: Grid,
 ) -> PyResult<(Vec<u64>, Vec<u64>)> {
     let block = tiles::read_box(&decomposition(grid), &shape, rank, ranks)
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        .map_err(crate::error::engine_error)?;
     Ok((block.start, block.count))
 }

@@ -88,11 +88,8 @@ impl<C: Communicator> engine::Communicator for Mpi<'_, C> {
 
 /// The engine's agreement on `outcome` over rsmpi.
 fn agree<C: Communicator, T>(comm: &C, op: &str, outcome: Result<T>) -> Result<T> {
-    Ok(engine::agree(
-        &Mpi(comm),
-        op,
-        outcome.map_err(|e| e.failure()),
-    )?)
+    let outcome = outcome.map_err(|e| e.to_engine());
+    engine::agree(&Mpi(comm), op, outcome).map_err(Error::Collective)
 }
 
 /// The collective write of `tile` (the engine's protocol).
@@ -104,7 +101,7 @@ fn write<C: Communicator, S: Source>(comm: &C, tile: &S, to: Target) -> Result<(
         dataset,
         settings,
     };
-    Ok(engine::write(&Mpi(comm), &writer, decomposition)?)
+    engine::write(&Mpi(comm), &writer, decomposition).map_err(Error::Collective)
 }
 
 /// A tile [`to_file`] can write: a host array (`ndarray`, any dimension, any memory order) or a
@@ -174,7 +171,7 @@ pub fn tile_of(
     size: usize,
 ) -> Result<(Vec<usize>, Vec<usize>)> {
     let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
-    let block = read_box(decomposition, &shape, rank, size)?;
+    let block = read_box(decomposition, &shape, rank, size).map_err(Error::Collective)?;
     let usizes = |v: &[u64]| v.iter().map(|&d| d as usize).collect();
     Ok((usizes(&block.start), usizes(&block.count)))
 }
@@ -216,7 +213,7 @@ fn read_own_tile<C: Communicator, R>(
     read: impl FnOnce(&dyn Fn(&[u64]) -> Result<Block>) -> Result<R>,
 ) -> Result<R> {
     let (rank, size) = (comm.rank() as usize, comm.size() as usize);
-    let own = |shape: &[u64]| Ok(read_box(decomposition, shape, rank, size)?);
+    let own = |shape: &[u64]| read_box(decomposition, shape, rank, size).map_err(Error::Collective);
     let read = no_panic("reading a tile", || read(&own));
     agree(comm, "reading the tiles", read)
 }

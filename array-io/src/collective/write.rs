@@ -9,10 +9,12 @@ use crate::element::{descriptor_of, Element};
 use crate::error::{no_panic, Result};
 use crate::file::{check_dataset_name, create_dataset};
 use crate::hdf5_raw::{self, linked_hdf5, NewLayout};
+use crate::host_staging;
 use crate::options::Settings;
 use cudarc::driver::DevicePtr;
-use h5gds_engine::collective::{self as engine, driver_failure, ByteRun, DriverFile, Failure};
-use h5gds_engine::collective::{Tile, TileFile, Way, Writer};
+use h5gds_engine::collective::{Tile, TileFile, Writer};
+use h5gds_engine::Error as EngineError;
+use h5gds_runtime::hdf5::hid_t;
 use h5gds_runtime::stream::synchronize;
 use std::mem::{size_of, size_of_val};
 use std::path::Path;
@@ -22,17 +24,10 @@ pub(crate) trait Source {
     /// The tile's element type.
     type Item: Element;
     fn shape(&self) -> Vec<u64>;
-    /// The bytes of the tile's memory.
-    fn held(&self) -> u64;
     /// The driver the tile's bytes are written through.
     fn driver(&self, settings: &Settings) -> Result<Driver>;
-    /// Writes the tile's byte `runs` (of its own row-major order, inside the tile) into `file`.
-    fn write(
-        &self,
-        file: &DriverFile,
-        runs: &[ByteRun],
-        settings: &Settings,
-    ) -> Result<Way, Failure>;
+    /// Writes the tile into `to` through the file access list `fapl` (the HDF5 lock held).
+    fn write(&self, to: &TileFile, fapl: hid_t, settings: &Settings) -> Result<(), EngineError>;
 }
 
 /// A host tile: its elements in row-major order.
@@ -46,17 +41,13 @@ impl<T: Element> Source for HostTile<'_, T> {
     fn shape(&self) -> Vec<u64> {
         self.shape.clone()
     }
-    fn held(&self) -> u64 {
-        size_of_val(self.elements) as u64
-    }
     fn driver(&self, settings: &Settings) -> Result<Driver> {
         crate::host::host_driver(settings)
     }
-    fn write(&self, file: &DriverFile, runs: &[ByteRun], _: &Settings) -> Result<Way, Failure> {
-        // SAFETY: every run lies inside the tile's host memory (the engine's contract).
-        unsafe { engine::write_runs(file, runs, self.elements.as_ptr() as u64) }
-            .map_err(driver_failure)?;
-        Ok(Way::Direct)
+    fn write(&self, to: &TileFile, fapl: hid_t, _: &Settings) -> Result<(), EngineError> {
+        let held = (fapl, size_of_val(self.elements) as u64);
+        // SAFETY: the tile's host memory, of the bytes given.
+        unsafe { to.write_direct(linked_hdf5(), held, self.elements.as_ptr() as u64) }
     }
 }
 
@@ -68,47 +59,37 @@ impl<T: Element> Source for DeviceTile<'_, T> {
     fn shape(&self) -> Vec<u64> {
         self.0.shape().iter().map(|&d| d as u64).collect()
     }
-    fn held(&self) -> u64 {
-        (self.0.as_slice().map_or(0, |d| d.len()) * size_of::<T>()) as u64
-    }
     fn driver(&self, settings: &Settings) -> Result<Driver> {
         Ok(Driver::unless(&write_blocker::<T>(settings)?))
     }
-    fn write(
-        &self,
-        file: &DriverFile,
-        runs: &[ByteRun],
-        settings: &Settings,
-    ) -> Result<Way, Failure> {
+    fn write(&self, to: &TileFile, fapl: hid_t, settings: &Settings) -> Result<(), EngineError> {
+        let api = linked_hdf5();
         let Some(data) = self.0.as_slice() else {
-            return Ok(Way::Direct);
+            // SAFETY: no memory and no byte to read (the engine checks the tile has none).
+            return unsafe { to.write_direct(api, (fapl, 0), 0) };
         };
+        let held = (fapl, (data.len() * size_of::<T>()) as u64);
         no_panic("writing a tile from device memory", || {
             let stream = self.0.stream();
-            let es = size_of::<T>();
             // The data is ready once every stream that wrote it is done.
             let (ptr, record) = data.device_ptr(stream);
             synchronize(stream)?;
-            let way = match write_blocker::<T>(settings)? {
-                // SAFETY: the runs lie inside the allocation (the engine's contract); the gds
-                // driver hands device memory to cuFile or its bounce buffers.
-                None => unsafe { engine::write_runs(file, runs, ptr) }
-                    .map(|()| Way::Direct)
-                    .map_err(driver_failure),
+            let written = match write_blocker::<T>(settings)? {
+                // SAFETY: the tile's device allocation, of the bytes given; the gds driver hands
+                // device memory to cuFile or its bounce buffers.
+                None => unsafe { to.write_direct(api, held, ptr) },
                 Some(_) => {
                     let size = settings.staging_buffer_size()?;
-                    let (mut ring, _) = crate::host_staging::ring(size, data.len() * es, stream);
-                    engine::staged_pieces(data.len() as u64, es, size).and_then(|pieces| {
-                        let ring = (&mut ring, &pieces[..]);
-                        engine::write_staged(file, ring, (ptr, es), runs, driver_failure)
-                            .map(|()| Way::Staged)
-                    })
+                    let ring =
+                        |_: &[(u64, u64)]| Ok(host_staging::ring(size, held.1 as usize, stream).0);
+                    // SAFETY: the tile's device allocation, of the bytes given.
+                    unsafe { to.write_staged(api, held, (ptr, size), ring) }
                 }
             };
             drop(record);
-            Ok(way)
+            Ok(written)
         })
-        .map_err(|e| e.failure())?
+        .map_err(|e| e.to_engine())?
     }
 }
 
@@ -121,7 +102,7 @@ pub(crate) struct Write<'a, S> {
 }
 
 impl<S: Source> Writer for Write<'_, S> {
-    fn describe(&self) -> Result<Tile, Failure> {
+    fn describe(&self) -> Result<Tile, EngineError> {
         (|| {
             descriptor_of::<S::Item>()?;
             check_dataset_name(self.dataset)?;
@@ -135,10 +116,10 @@ impl<S: Source> Writer for Write<'_, S> {
                 shape: self.tile.shape(),
             })
         })()
-        .map_err(|e: crate::Error| e.failure())
+        .map_err(|e: crate::Error| e.to_engine())
     }
 
-    fn create(&self, tmp: &Path, dataset: &str, shape: &[u64]) -> Result<Option<u64>, Failure> {
+    fn create(&self, tmp: &Path, dataset: &str, shape: &[u64]) -> Result<Option<u64>, EngineError> {
         (|| {
             let driver = crate::host::host_driver(self.settings)?;
             let desc = descriptor_of::<S::Item>()?;
@@ -148,18 +129,12 @@ impl<S: Source> Writer for Write<'_, S> {
             ds.close()?;
             Ok(offset)
         })()
-        .map_err(|e: crate::Error| e.failure())
+        .map_err(|e: crate::Error| e.to_engine())
     }
 
-    fn write(&self, to: &TileFile) -> Result<(), Failure> {
-        let driver = self.tile.driver(self.settings).map_err(|e| e.failure())?;
-        let fapl = file_access(driver, self.path).map_err(|e| e.failure())?;
-        hdf5_raw::locked(|| {
-            to.write(
-                linked_hdf5(),
-                (fapl.id(), self.tile.held()),
-                |file, runs| self.tile.write(file, runs, self.settings),
-            )
-        })
+    fn write(&self, to: &TileFile) -> Result<(), EngineError> {
+        let driver = self.tile.driver(self.settings).map_err(|e| e.to_engine())?;
+        let fapl = file_access(driver, self.path).map_err(|e| e.to_engine())?;
+        hdf5_raw::locked(|| self.tile.write(to, fapl.id(), self.settings))
     }
 }

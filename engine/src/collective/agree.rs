@@ -4,7 +4,7 @@
 //! causes travel with it. Every step of a collective call ends in exactly one agreement, reached
 //! by every rank whatever happened before, so no rank waits in a collective another rank skipped.
 
-use super::error::{CollectiveError, Failure, Kind};
+use super::error::{kind_code, kind_of_code, CollectiveError, Failure};
 use super::wire::{Unwire, Wire};
 
 /// The least a collective call needs of a communicator: each face implements it over its MPI
@@ -25,7 +25,7 @@ const FAILED: u8 = 1;
 fn failure_of(message: &[u8]) -> Result<Failure, String> {
     let mut r = Unwire::new(message);
     let (kind, errno, text) = (r.u64()?, r.u64()?, r.text()?);
-    let kind = Kind::from_code(kind).ok_or("a malformed message from another rank")?;
+    let kind = kind_of_code(kind).ok_or("a malformed message from another rank")?;
     let errno = (errno != 0).then(|| (errno - 1) as i32);
     Ok(Failure {
         kind,
@@ -37,17 +37,18 @@ fn failure_of(message: &[u8]) -> Result<Failure, String> {
 /// Agrees on the outcome of `op`: this rank's value and every rank's `payload` of its value (in
 /// rank order) when every rank succeeded, else on every rank the same
 /// [`CollectiveError::Failed`] naming each failed rank and its failure.
-pub fn agree_with<C: Communicator + ?Sized, T>(
+pub(crate) fn agree_with<C: Communicator + ?Sized, T>(
     comm: &C,
     op: &str,
-    outcome: Result<T, Failure>,
+    outcome: crate::Result<T>,
     payload: impl FnOnce(&T) -> Vec<u8>,
 ) -> Result<(T, Vec<Vec<u8>>), CollectiveError> {
     let mine = match &outcome {
         Ok(value) => [&[SUCCEEDED][..], &payload(value)].concat(),
-        Err(f) => {
+        Err(e) => {
+            let f = Failure::from(e);
             let errno = f.errno.map_or(0, |e| e as u64 + 1);
-            let wire = Wire::default().u64(f.kind as u64).u64(errno);
+            let wire = Wire::default().u64(kind_code(f.kind)).u64(errno);
             [&[FAILED][..], &wire.text(&f.message).finish()].concat()
         }
     };
@@ -78,11 +79,21 @@ pub fn agree_with<C: Communicator + ?Sized, T>(
     }
 }
 
-/// [`agree_with`] without payloads.
+/// Agrees on the outcome of `op`: this rank's value where every rank succeeded, else on every
+/// rank the same error naming each failed rank and its failure, of the kind they share.
 pub fn agree<C: Communicator + ?Sized, T>(
     comm: &C,
     op: &str,
-    outcome: Result<T, Failure>,
+    outcome: crate::Result<T>,
+) -> crate::Result<T> {
+    agree_inner(comm, op, outcome).map_err(crate::Error::from)
+}
+
+/// [`agree_with`] without payloads.
+pub(crate) fn agree_inner<C: Communicator + ?Sized, T>(
+    comm: &C,
+    op: &str,
+    outcome: crate::Result<T>,
 ) -> Result<T, CollectiveError> {
     agree_with(comm, op, outcome, |_| Vec::new()).map(|(value, _)| value)
 }
@@ -114,7 +125,7 @@ pub(crate) mod tests {
     }
 
     /// What rank `rank` would send for `outcome`.
-    pub(crate) fn sent(outcome: Result<Vec<u8>, Failure>) -> Vec<u8> {
+    pub(crate) fn sent(outcome: crate::Result<Vec<u8>>) -> Vec<u8> {
         let wire = RefCell::new(Vec::new());
         struct Capture<'a>(&'a RefCell<Vec<u8>>);
         impl Communicator for Capture<'_> {
@@ -135,10 +146,7 @@ pub(crate) mod tests {
 
     #[test]
     fn every_rank_learns_each_failure_with_its_kind_and_errno() {
-        let disk = Failure {
-            errno: Some(28),
-            ..Failure::new(Kind::Io, "disk full")
-        };
+        let disk = crate::Error::new(crate::ErrorKind::Io, "disk full").with_errno(Some(28));
         let others = vec![vec![sent(Ok(b"x".to_vec())), sent(Err(disk.clone()))]];
         let comm = Ranks {
             rank: 0,
@@ -151,7 +159,11 @@ pub(crate) mod tests {
         else {
             panic!("{err:?}");
         };
-        assert_eq!((*ranks, failures.clone()), (3, vec![(2, disk)]));
+        assert_eq!(
+            (*ranks, failures.clone()),
+            (3, vec![(2, Failure::from(&disk))])
+        );
+        assert_eq!(failures[0].1.errno, Some(28));
         let comm = Ranks {
             rank: 1,
             others: RefCell::new(vec![vec![sent(Ok(b"a".to_vec()))]]),
@@ -163,6 +175,10 @@ pub(crate) mod tests {
             others: RefCell::new(vec![vec![b"\x01\x09".to_vec()]]),
         };
         let err = agree(&comm, "op", Ok(())).unwrap_err();
-        assert!(matches!(err, CollectiveError::Exchange(_)), "{err:?}");
+        let exchange = matches!(err.facts().collective, Some(CollectiveError::Exchange(_)));
+        assert!(
+            exchange && err.kind() == crate::ErrorKind::Collective,
+            "{err:?}"
+        );
     }
 }

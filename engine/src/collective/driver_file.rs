@@ -3,6 +3,7 @@
 //! of a collective write writes its tile's bytes this way into the file rank 0 created. The
 //! caller holds the table's HDF5's lock for every call on the file.
 
+use crate::{Error, ErrorKind};
 use h5gds_runtime::hdf5::Hdf5Error;
 use h5gds_runtime::hdf5::{hid_t, Hdf5Api};
 use std::ffi::{c_int, c_uint, c_void, CStr};
@@ -14,23 +15,6 @@ const H5P_DEFAULT: hid_t = 0;
 /// The largest address of a signed 64-bit file offset, as sec2's and gds's maxaddr.
 const MAXADDR: u64 = (1 << 63) - 1;
 
-/// A step on the file that failed (`op`, worded alike by both faces) and HDF5's account of it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DriverFileError {
-    pub op: &'static str,
-    pub error: Hdf5Error,
-}
-
-impl DriverFileError {
-    /// HDF5's error stack alone (or the missing function).
-    pub fn cause(&self) -> String {
-        match &self.error {
-            Hdf5Error::Failed { stack, .. } => stack.clone(),
-            missing => missing.to_string(),
-        }
-    }
-}
-
 /// An open file; closed when dropped (a failure then unreported: [`DriverFile::close`] reports).
 pub struct DriverFile {
     api: &'static Hdf5Api,
@@ -38,9 +22,17 @@ pub struct DriverFile {
     file: *mut c_void,
 }
 
-fn failed(op: &'static str, error: impl Into<Hdf5Error>) -> DriverFileError {
+/// A step `op` on the file that failed, as a failure of the storage naming HDF5's account of it
+/// (its error stack alone, or the missing function).
+fn failed(op: &'static str, error: impl Into<Hdf5Error>) -> Error {
     let error = error.into();
-    DriverFileError { op, error }
+    let cause = match &error {
+        Hdf5Error::Failed { stack, .. } => stack.clone(),
+        missing => missing.to_string(),
+    };
+    let mut e = Error::new(ErrorKind::Io, format!("{op}: {cause}"));
+    e.facts_mut().hdf5 = Some(error);
+    e
 }
 
 impl DriverFile {
@@ -51,7 +43,7 @@ impl DriverFile {
         path: &CStr,
         fapl: hid_t,
         eoa: u64,
-    ) -> Result<DriverFile, DriverFileError> {
+    ) -> crate::Result<DriverFile> {
         const OPENING: &str = "opening the file for the tile's bytes";
         let open = api.H5FDopen.map_err(|m| failed(OPENING, m))?;
         // SAFETY: a valid C string; HDF5 checks the list.
@@ -73,12 +65,7 @@ impl DriverFile {
     /// # Safety
     /// `buf` must be valid for reads of `len` bytes: host memory, or device memory when the
     /// file's driver is `gds` (which moves it itself).
-    pub unsafe fn write(
-        &self,
-        addr: u64,
-        len: usize,
-        buf: *const c_void,
-    ) -> Result<(), DriverFileError> {
+    pub unsafe fn write(&self, addr: u64, len: usize, buf: *const c_void) -> crate::Result<()> {
         const WRITING: &str = "writing the tile";
         let write = self.api.H5FDwrite.map_err(|m| failed(WRITING, m))?;
         // SAFETY: an open driver file; `buf` as the caller guarantees.
@@ -88,7 +75,7 @@ impl DriverFile {
     }
 
     /// Closes the file (its descriptor), reporting a failed close.
-    pub fn close(mut self) -> Result<(), DriverFileError> {
+    pub fn close(mut self) -> crate::Result<()> {
         const CLOSING: &str = "closing the file";
         let file = std::mem::replace(&mut self.file, std::ptr::null_mut());
         let close = self.api.H5FDclose.map_err(|m| failed(CLOSING, m))?;

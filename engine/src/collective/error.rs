@@ -1,63 +1,64 @@
 //! The one error of a collective call, for both faces: a step that failed on some ranks (each
 //! rank's failure with its kind, travelling in the agreement), tiles that do not form one array,
-//! a rank writing something else than rank 0, or a failed exchange. One `Display`; each face maps
-//! only the [`Kind`] to its own error type (array-io's `Error`, a Python exception class).
+//! a rank writing something else than rank 0, or a failed exchange. One `Display`; it reaches the
+//! faces as the engine's [`Error`], of the kind the failed ranks share, which each face maps.
 
 use crate::tiles::TilesError;
+use crate::{Error, ErrorKind};
 
-/// What kind of failure a rank had, as both faces tell them apart.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// A value the call was given was refused (a shape, a name, a path, a setting).
-    Argument,
-    /// An element type that cannot be stored or converted.
-    Type,
-    /// The file system or the storage failed (with the OS's error number where there is one).
-    Io,
-    /// Anything else: HDF5, CUDA, the exchange between the ranks.
-    Failed,
+/// Every kind of the engine's error, in the order of its code on the wire.
+const KINDS: [ErrorKind; 9] = [
+    ErrorKind::InvalidSetting,
+    ErrorKind::InvalidArgument,
+    ErrorKind::Unsupported,
+    ErrorKind::Damaged,
+    ErrorKind::Encoding,
+    ErrorKind::Hdf5,
+    ErrorKind::Device,
+    ErrorKind::Io,
+    ErrorKind::Collective,
+];
+
+/// The code of `kind` on the wire.
+pub(crate) fn kind_code(kind: ErrorKind) -> u64 {
+    KINDS.iter().position(|&k| k == kind).unwrap_or(0) as u64
 }
 
-impl Kind {
-    pub(crate) fn from_code(code: u64) -> Option<Kind> {
-        [Kind::Argument, Kind::Type, Kind::Io, Kind::Failed]
-            .into_iter()
-            .find(|&k| k as u64 == code)
-    }
+/// The kind of wire code `code`.
+pub(crate) fn kind_of_code(code: u64) -> Option<ErrorKind> {
+    KINDS.get(usize::try_from(code).ok()?).copied()
 }
 
-/// One rank's failed step: its kind, the OS's error number where it gave one, and the message
-/// (what failed and what to do), as the face that failed words it.
+/// One rank's failed step as it travels to the others: the kind of its error, the OS's error
+/// number where it gave one, and its message (what failed and what to do).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Failure {
-    pub kind: Kind,
+    pub kind: ErrorKind,
     pub errno: Option<i32>,
     pub message: String,
 }
 
-impl Failure {
-    pub fn new(kind: Kind, message: impl Into<String>) -> Failure {
-        let message = message.into();
+impl From<&Error> for Failure {
+    fn from(e: &Error) -> Failure {
         Failure {
-            kind,
-            errno: None,
-            message,
-        }
-    }
-
-    /// A failed file-system call, with its error number.
-    pub fn io(error: &std::io::Error, message: impl Into<String>) -> Failure {
-        let errno = error.raw_os_error();
-        Failure {
-            errno,
-            ..Failure::new(Kind::Io, message)
+            kind: e.kind(),
+            errno: e.facts().errno,
+            message: e.to_string(),
         }
     }
 }
 
-impl From<h5gds_runtime::cuda::CudaError> for Failure {
-    fn from(e: h5gds_runtime::cuda::CudaError) -> Failure {
-        Failure::new(Kind::Failed, format!("CUDA: {}: {}", e.call(), e.detail()))
+impl Error {
+    /// Each rank that failed in a collective call, with its message, in rank order (none for
+    /// an error that is not a collective call's).
+    pub fn failed_ranks(&self) -> Vec<(usize, &str)> {
+        match &self.facts().collective {
+            Some(CollectiveError::Failed { failures, .. }) => failures
+                .iter()
+                .map(|(rank, f)| (*rank, f.message.as_str()))
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -130,8 +131,8 @@ fn failed(op: &str, ranks: &usize, failures: &[(usize, Failure)]) -> String {
 }
 
 impl CollectiveError {
-    /// The kind every failed rank shares (`None` where they differ).
-    pub fn kind(&self) -> Option<Kind> {
+    /// The kind every failed rank shares (`None` where they differ, or the exchange failed).
+    pub fn kind(&self) -> Option<ErrorKind> {
         match self {
             CollectiveError::Failed { failures, .. } => {
                 let first = failures.first()?.1.kind;
@@ -140,8 +141,8 @@ impl CollectiveError {
                     .all(|(_, f)| f.kind == first)
                     .then_some(first)
             }
-            CollectiveError::Exchange(_) => Some(Kind::Failed),
-            _ => Some(Kind::Argument),
+            CollectiveError::Exchange(_) => None,
+            _ => Some(ErrorKind::InvalidArgument),
         }
     }
 
@@ -172,29 +173,37 @@ mod tests {
     #[test]
     fn a_failure_names_each_failed_rank_and_its_cause_and_the_kind_they_share() {
         let full = Failure {
+            kind: ErrorKind::Io,
             errno: Some(28),
-            ..Failure::new(Kind::Io, "No space left on device")
+            message: "No space left on device".into(),
         };
         let e = failed(vec![(3, full.clone())], 4);
         assert_eq!(
             e.to_string(),
             "writing the tiles failed on rank 3 of 4: rank 3: No space left on device"
         );
-        assert_eq!((e.kind(), e.errno()), (Some(Kind::Io), Some(28)));
+        assert_eq!((e.kind(), e.errno()), (Some(ErrorKind::Io), Some(28)));
+        let engine = Error::from(e.clone());
+        assert_eq!(
+            (engine.kind(), engine.facts().errno),
+            (ErrorKind::Io, Some(28))
+        );
+        assert_eq!(engine.failed_ranks(), [(3, "No space left on device")]);
         let e = failed(vec![(0, full.clone()), (1, full.clone())], 2);
         assert_eq!(
             e.to_string(),
             "writing the tiles failed on every rank (2): No space left on device"
         );
-        let other = Failure::new(Kind::Argument, "a bad tile");
+        let other = Failure::from(&Error::invalid("a bad tile"));
         let e = failed(vec![(0, full), (2, other)], 3);
         assert!(e
             .to_string()
             .starts_with("writing the tiles failed on ranks 0, 2 of 3: "));
         assert_eq!((e.kind(), e.errno()), (None, None));
-        for code in 0..4 {
-            assert_eq!(Kind::from_code(code).map(|k| k as u64), Some(code));
+        assert_eq!(Error::from(e).kind(), ErrorKind::Collective);
+        for code in 0..9 {
+            assert_eq!(kind_of_code(code).map(kind_code), Some(code));
         }
-        assert_eq!(Kind::from_code(4), None);
+        assert_eq!(kind_of_code(9), None);
     }
 }

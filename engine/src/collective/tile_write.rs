@@ -3,11 +3,9 @@
 //! takes (host memory; device memory under `gds`), or from device memory staged through pinned
 //! host buffers piece by piece.
 
-use super::driver_file::{DriverFile, DriverFileError};
-use super::error::{Failure, Kind};
+use super::driver_file::DriverFile;
 use crate::staged;
 use h5gds_route::select::{staged_piece_bytes, staging_pieces, Block, Runs};
-use h5gds_runtime::cuda::CudaError;
 use h5gds_runtime::staging_ring::{RingStream, StagingRing};
 use std::ffi::c_void;
 
@@ -38,11 +36,7 @@ pub fn byte_runs(tile: &Block, shape: &[u64], offset: u64, item: u64) -> Vec<Byt
 /// # Safety
 /// Every run must lie inside the tile, valid for reads: host memory, or device memory where the
 /// file's driver is `gds`.
-pub unsafe fn write_runs(
-    file: &DriverFile,
-    runs: &[ByteRun],
-    src: u64,
-) -> Result<(), DriverFileError> {
+pub unsafe fn write_runs(file: &DriverFile, runs: &[ByteRun], src: u64) -> crate::Result<()> {
     runs.iter().try_for_each(|r| {
         // SAFETY: as the caller guarantees.
         unsafe { file.write(r.file_at, r.len as usize, (src + r.at) as *const c_void) }
@@ -52,13 +46,8 @@ pub unsafe fn write_runs(
 /// The pieces (element ranges) a device tile of `elements` `item`-byte elements is staged in,
 /// through buffers of at most `staging` bytes: large enough to keep the driver's I/O threads busy
 /// (a task each), never larger than the buffers.
-pub fn staged_pieces(
-    elements: u64,
-    item: usize,
-    staging: usize,
-) -> Result<Vec<(u64, u64)>, Failure> {
-    let vfd = h5gds::VfdSettings::load(None);
-    let vfd = vfd.map_err(|e| Failure::new(Kind::Argument, e.to_string()))?;
+pub fn staged_pieces(elements: u64, item: usize, staging: usize) -> crate::Result<Vec<(u64, u64)>> {
+    let vfd = crate::policy::settings::load()?;
     let (item, floor) = (item as u64, vfd.task_round_bytes() as u64);
     let piece = staged_piece_bytes(elements * item, staging as u64, floor);
     Ok(staging_pieces(elements, (piece / item).max(1), &[]))
@@ -66,14 +55,13 @@ pub fn staged_pieces(
 
 /// Writes `runs` of the device tile at `src` (of `item`-byte elements) through `ring`: each of
 /// `pieces` (element ranges) is copied down into a pinned buffer, then the parts of the runs in
-/// it are written while the next piece comes down. `failed` words the file's errors.
-pub fn write_staged<S: RingStream, E: From<CudaError>>(
+/// it are written while the next piece comes down.
+pub fn write_staged<S: RingStream>(
     file: &DriverFile,
     (ring, pieces): (&mut StagingRing<S>, &[(u64, u64)]),
     (src, item): (u64, usize),
     runs: &[ByteRun],
-    failed: impl Fn(DriverFileError) -> E,
-) -> Result<(), E> {
+) -> crate::Result<()> {
     let mut next = 0usize; // the first run not yet written to its end
     staged::write(ring, pieces, item, src, |a, b, host| {
         let (lo, hi) = (a * item as u64, b * item as u64);
@@ -88,8 +76,7 @@ pub fn write_staged<S: RingStream, E: From<CudaError>>(
                         bytes.len(),
                         bytes.as_ptr().cast(),
                     )
-                }
-                .map_err(&failed)?;
+                }?;
             }
             if r.at + r.len > hi {
                 break; // the run goes on in the next piece

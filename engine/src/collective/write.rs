@@ -5,42 +5,35 @@
 //! a [`Writer`]: what only it can do (check its own tile, create the file with its HDF5 binding,
 //! hand its tile's memory to the driver).
 
-use super::agree::{agree, agree_with, Communicator};
+use super::agree::{agree_inner, agree_with, Communicator};
 use super::description::{decode_all, disagreement, Description, Tile};
-use super::driver_file::{DriverFile, DriverFileError};
-use super::error::{CollectiveError, Failure, Kind};
+use super::driver_file::DriverFile;
+use super::error::CollectiveError;
 use super::target::{finish, temporary_path, FileStepError};
-use super::tile_write::{byte_runs, ByteRun};
+use super::tile_write::{byte_runs, staged_pieces, write_runs, write_staged, ByteRun};
 use super::wire::{Unwire, Wire};
 use crate::tiles::{write_boxes, Decomposition};
+use crate::{Error, ErrorKind, Result};
 use h5gds_route::select::Block;
 use h5gds_runtime::hdf5::{hid_t, Hdf5Api};
+use h5gds_runtime::staging_ring::{RingStream, StagingRing};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-
-/// Which way a tile's bytes went to the file's driver (the log's verdict).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Way {
-    /// The tile's memory handed to the driver as it is (host memory, or device memory to `gds`).
-    Direct,
-    /// Device memory copied to pinned host buffers piece by piece first.
-    Staged,
-}
 
 /// What a face does in a collective write; the engine does the rest (the target's real path,
 /// its directory, the agreements, the check that the tile's memory holds its bytes).
 pub trait Writer {
     /// This rank's checks of its own tile (element type, dataset name, settings), and the tile.
-    fn describe(&self) -> Result<Tile, Failure>;
+    fn describe(&self) -> Result<Tile>;
     /// Rank 0: creates the HDF5 file `tmp` (its directory exists) holding `dataset` of `shape`,
     /// contiguous, allocated early, never filled, unfiltered, and closes it; the dataset's file
     /// offset (`None` for a dataset without elements, which has no storage).
-    fn create(&self, tmp: &Path, dataset: &str, shape: &[u64]) -> Result<Option<u64>, Failure>;
+    fn create(&self, tmp: &Path, dataset: &str, shape: &[u64]) -> Result<Option<u64>>;
     /// Writes this rank's tile into the created file: holding its HDF5 copy's lock, with an access
     /// list selecting the driver its memory goes through (`gds`, or sec2 where the settings stage
-    /// it), it calls [`TileFile::write`].
-    fn write(&self, to: &TileFile) -> Result<(), Failure>;
+    /// it), it calls [`TileFile::write_direct`] or [`TileFile::write_staged`].
+    fn write(&self, to: &TileFile) -> Result<()>;
 }
 
 /// Where one rank's tile goes: the created file, its end of address and the tile's byte runs.
@@ -58,31 +51,66 @@ pub struct TileFile {
 }
 
 impl TileFile {
-    /// Opens the file through `api`'s HDF5 with the driver `fapl` selects, has `tile` write the
-    /// runs (returning the way it took), and closes the file (before the agreement: close-to-open
+    /// Writes the tile's runs from memory the file's driver takes as it is, at `src` (host
+    /// memory, or device memory when the driver is `gds`): opens the file through `api`'s HDF5
+    /// with the driver `fapl` selects, writes, closes (before the agreement: close-to-open
     /// consistency on NFS-like file systems). `held`: the bytes of the memory the face hands
     /// over, which must be the tile's (the runs then lie inside it).
-    pub fn write(
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `held` bytes, of a kind the file's driver takes.
+    pub unsafe fn write_direct(
         &self,
         api: &'static Hdf5Api,
         (fapl, held): (hid_t, u64),
-        tile: impl FnOnce(&DriverFile, &[ByteRun]) -> Result<Way, Failure>,
-    ) -> Result<(), Failure> {
+        src: u64,
+    ) -> Result<()> {
+        self.write_with(api, (fapl, held), |file| {
+            // SAFETY: the runs lie inside the tile's memory (`held`, checked), as the caller
+            // guarantees.
+            unsafe { write_runs(file, &self.runs, src) }.map(|()| "direct")
+        })
+    }
+
+    /// [`TileFile::write_direct`] from device memory at `src`, copied to pinned host buffers of
+    /// at most `staging` bytes piece by piece first, through the ring `ring` makes for the pieces
+    /// (element ranges).
+    ///
+    /// # Safety
+    /// `src` must be device memory valid for reads of `held` bytes.
+    pub unsafe fn write_staged<S: RingStream>(
+        &self,
+        api: &'static Hdf5Api,
+        (fapl, held): (hid_t, u64),
+        (src, staging): (u64, usize),
+        ring: impl FnOnce(&[(u64, u64)]) -> Result<StagingRing<S>>,
+    ) -> Result<()> {
+        self.write_with(api, (fapl, held), |file| {
+            let pieces = staged_pieces(self.bytes / self.item as u64, self.item, staging)?;
+            let mut ring = ring(&pieces)?;
+            let ring = (&mut ring, &pieces[..]);
+            write_staged(file, ring, (src, self.item), &self.runs).map(|()| "staged")
+        })
+    }
+
+    /// Checks the memory's size, opens the file, has `tile` write the runs (returning the way
+    /// it took), closes the file and logs the verdict.
+    fn write_with(
+        &self,
+        api: &'static Hdf5Api,
+        (fapl, held): (hid_t, u64),
+        tile: impl FnOnce(&DriverFile) -> Result<&'static str>,
+    ) -> Result<()> {
         if held != self.bytes {
-            let message = format!(
+            return Err(Error::invalid(format!(
                 "the tile's memory holds {held} bytes, not the {} bytes of its elements",
                 self.bytes
-            );
-            return Err(Failure::new(Kind::Argument, message));
+            )));
         }
-        let file = DriverFile::open(api, &self.name, fapl, self.end).map_err(driver_failure)?;
-        let way = tile(&file, &self.runs)?;
-        file.close().map_err(driver_failure)?;
+        let file = DriverFile::open(api, &self.name, fapl, self.end)?;
+        let way = tile(&file)?;
+        file.close()?;
         let ((rank, ranks), path, bytes) = (self.rank, self.path.display(), self.bytes);
-        let way = match way {
-            Way::Direct => "direct",
-            Way::Staged => "staged",
-        };
         crate::policy::say(format_args!(
             "collective write of {path} {:?}: rank {rank} of {ranks} wrote {bytes} bytes way={way}",
             self.dataset
@@ -91,14 +119,9 @@ impl TileFile {
     }
 }
 
-/// A step on the driver's file that failed, as a failure of the storage.
-pub fn driver_failure(e: DriverFileError) -> Failure {
-    Failure::new(Kind::Io, format!("{}: {}", e.op, e.cause()))
-}
-
-fn file_step(e: FileStepError) -> Failure {
+fn file_step(e: FileStepError) -> Error {
     let message = format!("{} {}: {}", e.op, e.path.display(), e.source);
-    Failure::io(&e.source, message)
+    Error::new(ErrorKind::Io, message).with_errno(e.source.raw_os_error())
 }
 
 /// This rank's description, once the face's checks and (on rank 0) the path's passed.
@@ -106,9 +129,9 @@ fn describe<W: Writer + ?Sized>(
     writer: &W,
     decomposition: &Decomposition,
     rank: usize,
-) -> Result<(Tile, Vec<u8>), Failure> {
+) -> Result<(Tile, Vec<u8>)> {
     let mut tile = writer.describe()?;
-    let refused = |m| Err(Failure::new(Kind::Argument, m));
+    let refused = |m| Err(Error::invalid(m));
     if tile.path.as_os_str().is_empty() {
         return refused("the path is empty: name an HDF5 file such as out/data.h5".into());
     }
@@ -121,8 +144,7 @@ fn describe<W: Writer + ?Sized>(
             "{path} is a directory, not an HDF5 file: name one such as {example}"
         ));
     }
-    let description = Description::new(&tile, decomposition)
-        .map_err(|e| Failure::new(Kind::Argument, CollectiveError::Tiles(e).to_string()))?;
+    let description = Description::new(&tile, decomposition)?;
     Ok((tile, description.encode()))
 }
 
@@ -154,7 +176,7 @@ fn real_path(path: &Path) -> PathBuf {
 fn plan(
     messages: &[Vec<u8>],
     decomposition: &Decomposition,
-) -> Result<(Vec<u64>, Vec<Block>), CollectiveError> {
+) -> std::result::Result<(Vec<u64>, Vec<Block>), CollectiveError> {
     let all = decode_all(messages).map_err(CollectiveError::Exchange)?;
     if let Some(disagreement) = disagreement(&all) {
         return Err(disagreement);
@@ -169,24 +191,23 @@ fn create<W: Writer + ?Sized>(
     writer: &W,
     tile: &Tile,
     shape: &[u64],
-) -> Result<(PathBuf, Option<u64>), Failure> {
+) -> Result<(PathBuf, Option<u64>)> {
     let tmp = temporary_path(&tile.path).map_err(file_step)?;
     if let Some(directory) = tmp.parent() {
         std::fs::create_dir_all(directory).map_err(|source| {
             let message = format!("creating the directory {}: {source}", directory.display());
-            Failure::io(&source, message)
+            Error::new(ErrorKind::Io, message).with_errno(source.raw_os_error())
         })?;
     }
     let created = writer
         .create(&tmp, &tile.dataset, shape)
         .and_then(|offset| {
             if offset.is_none() && shape.iter().product::<u64>() > 0 {
-                let message = format!(
+                return Err(Error::hdf5(format!(
                     "{}: HDF5 gave the early-allocated dataset {:?} no file offset",
                     tile.path.display(),
                     tile.dataset
-                );
-                return Err(Failure::new(Kind::Failed, message));
+                )));
             }
             Ok(offset)
         });
@@ -206,14 +227,14 @@ fn write_tile<W: Writer + ?Sized>(
     (tile, tmp): (&Tile, &Path),
     (offset, shape, mine): (Option<u64>, &[u64], &Block),
     rank: (usize, usize),
-) -> Result<(), Failure> {
+) -> Result<()> {
     let Some(offset) = offset.filter(|_| !mine.is_empty()) else {
         return Ok(());
     };
     // Its box has the tile's shape (`write_boxes` places the described shapes), so the runs lie
     // inside the tile's memory, which the face checks holds `bytes`.
     let name = CString::new(tmp.as_os_str().as_bytes())
-        .map_err(|_| Failure::new(Kind::Argument, "the path contains a NUL byte"))?;
+        .map_err(|_| Error::invalid("the path contains a NUL byte"))?;
     let item = tile.item as u64;
     let to = TileFile {
         bytes: mine.len() * item,
@@ -225,24 +246,32 @@ fn write_tile<W: Writer + ?Sized>(
         dataset: tile.dataset.clone(),
         rank,
     };
-    writer.write(&to).map_err(|f| Failure {
-        message: format!(
-            "{}: dataset {:?}: {}",
+    writer.write(&to).map_err(|e| {
+        e.during(format_args!(
+            "{}: dataset {:?}",
             tile.path.display(),
-            tile.dataset,
-            f.message
-        ),
-        ..f
+            tile.dataset
+        ))
     })
 }
 
 /// The collective write of every rank's tile under `decomposition`, as one contiguous dataset
-/// of a new file replacing the target; collective. A failed call leaves the target as it was.
+/// of a new file replacing the target; collective. A failed call leaves the target as it was,
+/// and every rank returns the same error, naming each failed rank and its cause, of the kind the
+/// failed ranks share ([`ErrorKind::Collective`] where they differ).
 pub fn write<C: Communicator + ?Sized, W: Writer + ?Sized>(
     comm: &C,
     writer: &W,
     decomposition: &Decomposition,
-) -> Result<(), CollectiveError> {
+) -> Result<()> {
+    protocol(comm, writer, decomposition).map_err(Error::from)
+}
+
+fn protocol<C: Communicator + ?Sized, W: Writer + ?Sized>(
+    comm: &C,
+    writer: &W,
+    decomposition: &Decomposition,
+) -> std::result::Result<(), CollectiveError> {
     let (rank, ranks) = (comm.rank(), comm.size());
     let described = describe(writer, decomposition, rank);
     let ((tile, _), messages) =
@@ -268,14 +297,14 @@ pub fn write<C: Communicator + ?Sized, W: Writer + ?Sized>(
 
     let placed = (offset, &shape[..], &boxes[rank]);
     let wrote = write_tile(writer, (&tile, &tmp), placed, (rank, ranks));
-    let written = agree(comm, "writing the tiles", wrote);
+    let written = agree_inner(comm, "writing the tiles", wrote);
 
     let finished = if rank == 0 {
         finish(&tmp, &tile.path, written.is_ok()).map_err(file_step)
     } else {
         Ok(())
     };
-    let finished = agree(comm, "finishing the file", finished);
+    let finished = agree_inner(comm, "finishing the file", finished);
     written.and(finished)
 }
 
@@ -292,15 +321,15 @@ mod tests {
     }
 
     impl Writer for Face {
-        fn describe(&self) -> Result<Tile, Failure> {
+        fn describe(&self) -> Result<Tile> {
             Ok(self.tile.clone())
         }
-        fn create(&self, tmp: &Path, _: &str, _: &[u64]) -> Result<Option<u64>, Failure> {
+        fn create(&self, tmp: &Path, _: &str, _: &[u64]) -> Result<Option<u64>> {
             std::fs::write(tmp, b"partial").unwrap();
             self.created.set(true);
-            Err(Failure::new(Kind::Failed, "HDF5 refused"))
+            Err(Error::hdf5("HDF5 refused"))
         }
-        fn write(&self, _: &TileFile) -> Result<(), Failure> {
+        fn write(&self, _: &TileFile) -> Result<()> {
             unreachable!("no rank writes after a failed creation")
         }
     }
@@ -335,7 +364,7 @@ mod tests {
             others: RefCell::new(others),
         };
         let err = write(&comm, &face(at_dir), lead).unwrap_err();
-        assert_eq!(err.kind(), Some(Kind::Argument));
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
         assert!(err
             .to_string()
             .starts_with("describing the tiles failed on rank 0 of 1: "));
@@ -358,7 +387,7 @@ mod tests {
             others: RefCell::new(vec![vec![wide]]),
         };
         let err = write(&comm, &face(tile(&path, "f32", &[2, 3])), lead).unwrap_err();
-        assert_eq!(err.kind(), Some(Kind::Argument));
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
         assert!(
             err.to_string().contains("rank 1's tile has shape [2, 3]"),
             "{err}"

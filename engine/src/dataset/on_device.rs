@@ -6,7 +6,7 @@
 //! transfer (its staging ring on the runtime's streams of the memory's context, its errors, its
 //! chunk calls) is [`OnDevice`], so a face only converts its array and maps [`Error`]'s kind.
 
-use super::{failed, ChunkFace, Dataset, Hdf5Lock};
+use super::{ChunkFace, Dataset, Hdf5Lock};
 use crate::chunks::{self, StoredChunks};
 use crate::decoded::{self, Plan};
 use crate::device::{self, DeviceMemory, Face, ReadFace, Selected, Step};
@@ -62,7 +62,7 @@ impl<L: Hdf5Lock> Dataset<'_, L> {
             )
         });
         let listed = |chunk: &[u64]| {
-            let index = L::call(|| chunks::index(api, id, chunk)).map_err(|f| failed(api, f))?;
+            let index = L::call(|| chunks::index(api, id, chunk)).map_err(|e| e.in_dataset(name))?;
             Ok::<_, Error>(index.offsets().into_iter().collect())
         };
         let storage = device::storage(&found.layout, found.stored_size, listed)?;

@@ -184,7 +184,6 @@ fn host_copy<F: Face>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chunks::CallFailed;
     use crate::Error;
     use h5gds_runtime::hdf5::Hdf5Api;
 
@@ -239,8 +238,8 @@ mod tests {
             call()
         }
 
-        fn failed(&self, failed: CallFailed) -> String {
-            failed.call.named()
+        fn failed(&self, failed: crate::Error) -> String {
+            failed.to_string()
         }
 
         fn corrupt(&self, _: &[u64], reason: String) -> String {
