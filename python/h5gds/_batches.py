@@ -5,6 +5,10 @@ batch overlaps the caller's work instead of waiting for it. Importing h5gds impo
 
 import concurrent.futures
 import numbers
+# Imported now, not at the first ``batches``: concurrent.futures imports its thread pools on first
+# use, which registers an exit hook, and that raises once the interpreter has begun to exit (a
+# daemon thread starting its first epoch then printed "can't register atexit after shutdown").
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -49,7 +53,7 @@ def _batches(dset, order, starts, batch_size, result, element, row_shape):
         host = _io.read(dset, sel=picks)
         return host if isinstance(result, _files._NumPy) else result._from_host(host)
 
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="h5gds-batches") as pool:
+    with ThreadPoolExecutor(1, thread_name_prefix="h5gds-batches") as pool:
         pending = _ahead(pool, read, starts[0]) if starts else None
         for k in range(len(starts)):
             batch = pending.result()

@@ -82,7 +82,7 @@ pub fn encode_write_chunks(
     let stream = array.stream;
     let name = &dataset_name;
     let api = hdf5::api().map_err(PyValueError::new_err)?;
-    py.detach(|| {
+    crate::detached::detached(py, || {
         // h5py's lock is the caller's; the GIL is released here.
         let handle = Dataset::new(api, dataset, file_type, w.element_size, Held).named(name);
         let Some(claimed_ordinal) = device else {

@@ -78,7 +78,7 @@ pub fn gather_dataset<'py>(
         })
         .transpose()?;
     let (address, stream, claimed) = (out.address, out.stream, *claimed_ordinal);
-    py.detach(|| {
+    crate::detached::detached(py, || {
         if let Some(name) = &name {
             // SAFETY: the staging buffer holds `nbytes` bytes, filled by the gather above.
             let bytes = unsafe { std::slice::from_raw_parts(staged as *const u8, nbytes) };

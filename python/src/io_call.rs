@@ -308,7 +308,7 @@ impl<'py> Call<'py> {
         };
         let (write, settings) = (self.write, &self.settings);
         let role = if write { "array" } else { "out" };
-        py.detach(|| {
+        crate::detached::detached(py, || {
             with_device_memory(
                 role,
                 (address, nbytes),
@@ -355,7 +355,7 @@ impl Hdf5Lock for H5py<'_> {
     }
 
     fn unlocked<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
-        self.py.detach(work)
+        crate::detached::detached(self.py, work)
     }
 }
 

@@ -4,6 +4,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod collective;
+mod detached;
 mod device;
 mod dlpack;
 mod encode;
@@ -168,8 +169,10 @@ fn device_copy(
 ) -> PyResult<()> {
     let claimed_ordinal = array.device.as_ref().and_then(|(_, ordinal)| *ordinal);
     let (address, nbytes, stream) = (array.address, array.nbytes, array.stream);
-    py.detach(|| device::copy_with_host(address, nbytes, claimed_ordinal, stream, host, to_device))
-        .map_err(device_error)
+    crate::detached::detached(py, || {
+        device::copy_with_host(address, nbytes, claimed_ordinal, stream, host, to_device)
+    })
+    .map_err(device_error)
 }
 
 /// The number of CUDA devices this process sees (`h5gds.local_device`); OSError where CUDA does
