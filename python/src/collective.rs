@@ -185,7 +185,7 @@ impl Writer for Face<'_> {
         let api = crate::hdf5::api().map_err(Error::hdf5)?;
         let claimed = tile.device.as_ref().map(|(_, ordinal)| *ordinal);
         let _phil = Phil::acquire(py).map_err(|e| self.failed(e))?;
-        crate::detached::detached(py, || match claimed {
+        crate::thread_end::detached(py, || match claimed {
             // SAFETY: host memory of `nbytes` bytes, which the caller keeps alive.
             None => unsafe { to.write_direct(api, (fapl_id, nbytes as u64), address) },
             Some(claimed) => {

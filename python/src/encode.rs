@@ -39,70 +39,72 @@ pub fn encode_write_chunks(
     filters: Vec<(i32, Vec<u32>)>,
     dataset_name: String,
 ) -> PyResult<usize> {
-    let (address, nbytes) = (array.address, array.nbytes);
-    // The whole dataset as one write of the stored type: checks the ids, the extent and the
-    // buffer's size (nothing is written through it).
-    let ones = vec![1u64; shape.len()];
-    let zeros = vec![0u64; shape.len()];
-    let transfer = hdf5::Transfer {
-        write: true,
-        dataset,
-        mem_type: file_type,
-        start: &zeros,
-        step: &ones,
-        count: &shape,
-        mem_shape: &shape,
-        buffer: address as usize,
-        nbytes,
-    };
-    if hdf5::prepare(&transfer).map_err(engine_error)?.is_none() {
-        return Ok(0);
-    }
-    let filters: Vec<Filter> = (filters.into_iter())
-        .map(|(id, values)| Filter { id, values })
-        .collect();
-    let path =
-        settings::environment_device_path().map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let staged = !settings::goes_through_gds(path);
-    let facts = RouteFacts {
-        staged_by_settings: staged,
-        other_driver: hdf5::other_driver(dataset).map_err(engine_error)?,
-        ..RouteFacts::default()
-    };
-    let threads = (CallSettings::default().nthreads()).map_err(engine_error)?;
-    let w = CompressedWrite {
-        shape: &shape,
-        chunk: &chunk,
-        element_size: nbytes / shape.iter().product::<u64>() as usize,
-        filters: &filters,
-        driver_blocker: driver_blocker(&facts),
-        threads,
-    };
-    let device = array.device.as_ref().map(|(_, ordinal)| *ordinal);
-    let stream = array.stream;
-    let name = &dataset_name;
-    let api = hdf5::api().map_err(PyValueError::new_err)?;
-    crate::detached::detached(py, || {
-        // h5py's lock is the caller's; the GIL is released here.
-        let handle = Dataset::new(api, dataset, file_type, w.element_size, Held).named(name);
-        let Some(claimed_ordinal) = device else {
-            // SAFETY: the Python caller passes the address and size of a live host buffer it
-            // keeps referenced for the call (its size checked against the dataset above).
-            let host = unsafe { std::slice::from_raw_parts(address as *const u8, nbytes) };
-            return Ok(handle.write_chunks(&w, Memory::Host(host))?);
+    crate::thread_end::guarded(|| {
+        let (address, nbytes) = (array.address, array.nbytes);
+        // The whole dataset as one write of the stored type: checks the ids, the extent and the
+        // buffer's size (nothing is written through it).
+        let ones = vec![1u64; shape.len()];
+        let zeros = vec![0u64; shape.len()];
+        let transfer = hdf5::Transfer {
+            write: true,
+            dataset,
+            mem_type: file_type,
+            start: &zeros,
+            step: &ones,
+            count: &shape,
+            mem_shape: &shape,
+            buffer: address as usize,
+            nbytes,
         };
-        with_device_array((address, nbytes), claimed_ordinal, stream, |context| {
-            let device = context.device as usize;
-            let made = cuda::call("making the array's device's context", || {
-                CudaContext::new(device)
-            })?;
-            let stream = made.default_stream();
-            let array = DeviceArray {
-                address,
-                stream: &stream,
+        if hdf5::prepare(&transfer).map_err(engine_error)?.is_none() {
+            return Ok(0);
+        }
+        let filters: Vec<Filter> = (filters.into_iter())
+            .map(|(id, values)| Filter { id, values })
+            .collect();
+        let path = settings::environment_device_path()
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let staged = !settings::goes_through_gds(path);
+        let facts = RouteFacts {
+            staged_by_settings: staged,
+            other_driver: hdf5::other_driver(dataset).map_err(engine_error)?,
+            ..RouteFacts::default()
+        };
+        let threads = (CallSettings::default().nthreads()).map_err(engine_error)?;
+        let w = CompressedWrite {
+            shape: &shape,
+            chunk: &chunk,
+            element_size: nbytes / shape.iter().product::<u64>() as usize,
+            filters: &filters,
+            driver_blocker: driver_blocker(&facts),
+            threads,
+        };
+        let device = array.device.as_ref().map(|(_, ordinal)| *ordinal);
+        let stream = array.stream;
+        let name = &dataset_name;
+        let api = hdf5::api().map_err(PyValueError::new_err)?;
+        crate::thread_end::detached(py, || {
+            // h5py's lock is the caller's; the GIL is released here.
+            let handle = Dataset::new(api, dataset, file_type, w.element_size, Held).named(name);
+            let Some(claimed_ordinal) = device else {
+                // SAFETY: the Python caller passes the address and size of a live host buffer it
+                // keeps referenced for the call (its size checked against the dataset above).
+                let host = unsafe { std::slice::from_raw_parts(address as *const u8, nbytes) };
+                return Ok(handle.write_chunks(&w, Memory::Host(host))?);
             };
-            Ok(handle.write_chunks(&w, Memory::Device(array, nbytes))?)
+            with_device_array((address, nbytes), claimed_ordinal, stream, |context| {
+                let device = context.device as usize;
+                let made = cuda::call("making the array's device's context", || {
+                    CudaContext::new(device)
+                })?;
+                let stream = made.default_stream();
+                let array = DeviceArray {
+                    address,
+                    stream: &stream,
+                };
+                Ok(handle.write_chunks(&w, Memory::Device(array, nbytes))?)
+            })
         })
+        .map_err(device_error)
     })
-    .map_err(device_error)
 }

@@ -39,52 +39,55 @@ pub fn gather_dataset<'py>(
     out: ArrayArg<'py>,
     sel: GatherArg<'py>,
 ) -> PyResult<()> {
-    let target = Target::new(dset, &out.dtype)?;
-    let rest = Hyperslab {
-        start: &sel.rest.start,
-        step: &sel.rest.step,
-        count: &sel.rest.count,
-    };
-    let settings = CallSettings::default();
-    let rows = Sel::Rows {
-        rows: sel.rows.as_slice()?,
-        rest,
-    };
-    let layout = target.layout(py)?;
-    let make = || target.engine_mem_type();
-    // h5py's lock, where the handle takes it, is released when the read returns.
-    let read_into = |out: &mut [u8]| {
-        let handle = target.handle(py, layout.as_ref(), &make)?;
-        handle.read(rows, out, &settings).map_err(engine_error)
-    };
-    let Some((_, claimed_ordinal)) = &out.device else {
-        // SAFETY: the Python caller passes the address and size of a live, writable host array
-        // it keeps referenced for the call.
-        let host = unsafe { std::slice::from_raw_parts_mut(out.address as *mut u8, out.nbytes) };
-        return read_into(host);
-    };
-    // Into host memory first (the rows come from all over the file), then one copy up.
-    let nbytes = out.nbytes;
-    let mut staging = Staging::new(nbytes);
-    let staged = staging.as_mut_ptr() as usize;
-    // SAFETY: the staging buffer holds `nbytes` bytes and lives through the call.
-    let host = unsafe { std::slice::from_raw_parts_mut(staged as *mut u8, nbytes) };
-    read_into(host)?;
-    let name = out
-        .bools()?
-        .then(|| {
-            let _phil = Phil::acquire(py)?;
-            Ok::<_, PyErr>(hdf5::object_name(target.dataset))
+    crate::thread_end::guarded(|| {
+        let target = Target::new(dset, &out.dtype)?;
+        let rest = Hyperslab {
+            start: &sel.rest.start,
+            step: &sel.rest.step,
+            count: &sel.rest.count,
+        };
+        let settings = CallSettings::default();
+        let rows = Sel::Rows {
+            rows: sel.rows.as_slice()?,
+            rest,
+        };
+        let layout = target.layout(py)?;
+        let make = || target.engine_mem_type();
+        // h5py's lock, where the handle takes it, is released when the read returns.
+        let read_into = |out: &mut [u8]| {
+            let handle = target.handle(py, layout.as_ref(), &make)?;
+            handle.read(rows, out, &settings).map_err(engine_error)
+        };
+        let Some((_, claimed_ordinal)) = &out.device else {
+            // SAFETY: the Python caller passes the address and size of a live, writable host array
+            // it keeps referenced for the call.
+            let host =
+                unsafe { std::slice::from_raw_parts_mut(out.address as *mut u8, out.nbytes) };
+            return read_into(host);
+        };
+        // Into host memory first (the rows come from all over the file), then one copy up.
+        let nbytes = out.nbytes;
+        let mut staging = Staging::new(nbytes);
+        let staged = staging.as_mut_ptr() as usize;
+        // SAFETY: the staging buffer holds `nbytes` bytes and lives through the call.
+        let host = unsafe { std::slice::from_raw_parts_mut(staged as *mut u8, nbytes) };
+        read_into(host)?;
+        let name = out
+            .bools()?
+            .then(|| {
+                let _phil = Phil::acquire(py)?;
+                Ok::<_, PyErr>(hdf5::object_name(target.dataset))
+            })
+            .transpose()?;
+        let (address, stream, claimed) = (out.address, out.stream, *claimed_ordinal);
+        crate::thread_end::detached(py, || {
+            if let Some(name) = &name {
+                // SAFETY: the staging buffer holds `nbytes` bytes, filled by the gather above.
+                let bytes = unsafe { std::slice::from_raw_parts(staged as *const u8, nbytes) };
+                check_bools(bytes, 0).map_err(|n| device::not_a_bool(name, n))?;
+            }
+            device::copy_with_host(address, nbytes, claimed, stream, staged, true)
         })
-        .transpose()?;
-    let (address, stream, claimed) = (out.address, out.stream, *claimed_ordinal);
-    crate::detached::detached(py, || {
-        if let Some(name) = &name {
-            // SAFETY: the staging buffer holds `nbytes` bytes, filled by the gather above.
-            let bytes = unsafe { std::slice::from_raw_parts(staged as *const u8, nbytes) };
-            check_bools(bytes, 0).map_err(|n| device::not_a_bool(name, n))?;
-        }
-        device::copy_with_host(address, nbytes, claimed, stream, staged, true)
+        .map_err(device_error)
     })
-    .map_err(device_error)
 }

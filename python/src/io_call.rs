@@ -74,7 +74,7 @@ pub fn read_dataset<'py>(
     out: ArrayArg<'py>,
     sel: Selection,
 ) -> PyResult<()> {
-    Call::new(false, dset, out, sel)?.run(py)
+    crate::thread_end::guarded(|| Call::new(false, dset, out, sel)?.run(py))
 }
 
 /// Writes the array `array` into `sel` of the h5py dataset `dset`.
@@ -85,7 +85,7 @@ pub fn write_dataset<'py>(
     array: ArrayArg<'py>,
     sel: Selection,
 ) -> PyResult<()> {
-    Call::new(true, dset, array, sel)?.run(py)
+    crate::thread_end::guarded(|| Call::new(true, dset, array, sel)?.run(py))
 }
 
 /// A dataset and the NumPy dtype its elements move as, their h5py objects held (which keep their
@@ -308,7 +308,7 @@ impl<'py> Call<'py> {
         };
         let (write, settings) = (self.write, &self.settings);
         let role = if write { "array" } else { "out" };
-        crate::detached::detached(py, || {
+        crate::thread_end::detached(py, || {
             with_device_memory(
                 role,
                 (address, nbytes),
@@ -355,7 +355,7 @@ impl Hdf5Lock for H5py<'_> {
     }
 
     fn unlocked<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
-        crate::detached::detached(self.py, work)
+        crate::thread_end::detached(self.py, work)
     }
 }
 

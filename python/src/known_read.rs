@@ -177,55 +177,57 @@ pub fn read_remembered<'py>(
     out: &Bound<'py, PyAny>,
     sel: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
-    let Some((dsid, Cached::Layout(layout, dtype))) = entry_layout(entry)? else {
-        return Ok(None);
-    };
-    // Closed (by its own close or its file's): h5py sets the id to 0, and the general path raises
-    // ValueError. (`valid` would also ask HDF5 under h5py's lock, for identifiers closed behind
-    // h5py's back, which a read-only file's unchanged bytes make no different to read.)
-    if dsid.getattr(intern!(py, "id"))?.extract::<i64>()? == 0 {
-        return Ok(None);
-    }
-    let layout = layout.get();
-    let Some(selected) = hyperslab_of(sel, layout.shape()) else {
-        return Ok(None);
-    };
-    let out = if out.is_none() {
-        numpy_empty(py)?.call1((PyTuple::new(py, selected.shape())?, &dtype))?
-    } else {
-        out.clone()
-    };
-    // The call's settings, read at most once (a row read never reads them).
-    let settings = CallSettings::default();
-    let Ok(array) = out.cast::<PyUntypedArray>() else {
-        return read_into_device_array(py, layout, &selected, out, &dtype, &settings);
-    };
-    let array_dtype = array.dtype();
-    let same_dtype = array_dtype.is(&dtype) || array_dtype.as_any().eq(&dtype)?;
-    let shape = selected.shape();
-    let shape_matches = array.shape().len() == shape.len()
-        && array
-            .shape()
-            .iter()
-            .zip(shape)
-            .all(|(&a, &s)| a as u64 == s);
-    // SAFETY: `array` is a live NumPy array; its flags are read under the GIL.
-    let writable = unsafe { (*array.as_array_ptr()).fields.flags } & NPY_ARRAY_WRITEABLE != 0;
-    let writable_c_order = writable && array.is_c_contiguous();
-    if !(same_dtype && shape_matches && writable_c_order) {
-        return Ok(None);
-    }
-    // SAFETY: as above, the data pointer of a live array.
-    let data = unsafe { (*array.as_array_ptr()).fields.data } as usize;
-    let nbytes = array.len() * array_dtype.itemsize();
-    let sel = selected.hyperslab();
-    // SAFETY: `out` is a writable, C-contiguous array of `nbytes` bytes (checked above), kept
-    // referenced here for the read; an array another reference can see cannot be resized.
-    if unsafe { layout.read_host(py, &sel, data, nbytes, &settings) }? {
-        Ok(Some(out))
-    } else {
-        Ok(None)
-    }
+    crate::thread_end::guarded(|| {
+        let Some((dsid, Cached::Layout(layout, dtype))) = entry_layout(entry)? else {
+            return Ok(None);
+        };
+        // Closed (by its own close or its file's): h5py sets the id to 0, and the general path raises
+        // ValueError. (`valid` would also ask HDF5 under h5py's lock, for identifiers closed behind
+        // h5py's back, which a read-only file's unchanged bytes make no different to read.)
+        if dsid.getattr(intern!(py, "id"))?.extract::<i64>()? == 0 {
+            return Ok(None);
+        }
+        let layout = layout.get();
+        let Some(selected) = hyperslab_of(sel, layout.shape()) else {
+            return Ok(None);
+        };
+        let out = if out.is_none() {
+            numpy_empty(py)?.call1((PyTuple::new(py, selected.shape())?, &dtype))?
+        } else {
+            out.clone()
+        };
+        // The call's settings, read at most once (a row read never reads them).
+        let settings = CallSettings::default();
+        let Ok(array) = out.cast::<PyUntypedArray>() else {
+            return read_into_device_array(py, layout, &selected, out, &dtype, &settings);
+        };
+        let array_dtype = array.dtype();
+        let same_dtype = array_dtype.is(&dtype) || array_dtype.as_any().eq(&dtype)?;
+        let shape = selected.shape();
+        let shape_matches = array.shape().len() == shape.len()
+            && array
+                .shape()
+                .iter()
+                .zip(shape)
+                .all(|(&a, &s)| a as u64 == s);
+        // SAFETY: `array` is a live NumPy array; its flags are read under the GIL.
+        let writable = unsafe { (*array.as_array_ptr()).fields.flags } & NPY_ARRAY_WRITEABLE != 0;
+        let writable_c_order = writable && array.is_c_contiguous();
+        if !(same_dtype && shape_matches && writable_c_order) {
+            return Ok(None);
+        }
+        // SAFETY: as above, the data pointer of a live array.
+        let data = unsafe { (*array.as_array_ptr()).fields.data } as usize;
+        let nbytes = array.len() * array_dtype.itemsize();
+        let sel = selected.hyperslab();
+        // SAFETY: `out` is a writable, C-contiguous array of `nbytes` bytes (checked above), kept
+        // referenced here for the read; an array another reference can see cannot be resized.
+        if unsafe { layout.read_host(py, &sel, data, nbytes, &settings) }? {
+            Ok(Some(out))
+        } else {
+            Ok(None)
+        }
+    })
 }
 
 /// `out`'s device memory as its `__cuda_array_interface__` says, where it is of the kind the short

@@ -132,7 +132,7 @@ impl Layout {
         if nbytes == 0 {
             return Ok(false);
         }
-        crate::detached::detached(py, || {
+        crate::thread_end::detached(py, || {
             let at = (address, nbytes);
             with_device_memory("out", at, out.claimed_ordinal, out.stream, |context| {
                 let memory = DeviceMemory {
@@ -172,7 +172,7 @@ impl Layout {
     ) -> PyResult<bool> {
         // Everything runs without the GIL: threads reading small rows hold it for as little as
         // they can.
-        crate::detached::detached(py, || {
+        crate::thread_end::detached(py, || {
             // SAFETY: the caller's contract; the engine checks the size against the selection
             // before a byte is written.
             let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };

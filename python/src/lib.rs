@@ -4,7 +4,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod collective;
-mod detached;
 mod device;
 mod dlpack;
 mod encode;
@@ -14,6 +13,7 @@ mod hdf5;
 mod io_call;
 mod known_read;
 mod layout;
+mod thread_end;
 mod tiles;
 
 use h5gds::VfdSettings;
@@ -167,12 +167,14 @@ fn device_copy(
     host: usize,
     to_device: bool,
 ) -> PyResult<()> {
-    let claimed_ordinal = array.device.as_ref().and_then(|(_, ordinal)| *ordinal);
-    let (address, nbytes, stream) = (array.address, array.nbytes, array.stream);
-    crate::detached::detached(py, || {
-        device::copy_with_host(address, nbytes, claimed_ordinal, stream, host, to_device)
+    crate::thread_end::guarded(|| {
+        let claimed_ordinal = array.device.as_ref().and_then(|(_, ordinal)| *ordinal);
+        let (address, nbytes, stream) = (array.address, array.nbytes, array.stream);
+        crate::thread_end::detached(py, || {
+            device::copy_with_host(address, nbytes, claimed_ordinal, stream, host, to_device)
+        })
+        .map_err(device_error)
     })
-    .map_err(device_error)
 }
 
 /// The number of CUDA devices this process sees (`h5gds.local_device`); OSError where CUDA does
