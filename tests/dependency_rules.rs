@@ -616,7 +616,6 @@ const ENGINE_ITEMS_THE_FACES_NAME: &[&str] = &[
     "h5gds_engine::collective::TileFile",
     "h5gds_engine::collective::Writer",
     "h5gds_engine::facts",
-    "h5gds_engine::facts::StoredLayout",
     "h5gds_engine::policy",
     "h5gds_engine::policy::device_read::read_stored",
     "h5gds_engine::policy::files::refused_for_writing",
@@ -635,7 +634,6 @@ const ENGINE_ITEMS_THE_FACES_NAME: &[&str] = &[
     "h5gds_engine::transfer",
     "h5gds_engine::transfer::Prepared",
     "h5gds_engine::transfer::Transfer",
-    "h5gds_engine::transfer::prepare",
 ];
 
 /// Every path a source text names under `h5gds_engine::`, `use` groups expanded (`a::{b, c::{d,

@@ -1,15 +1,20 @@
 //! The engine's dataset calls driven directly over the linked HDF5 (array-io's table), as the
 //! faces drive them: the checked transfer (`engine::transfer::prepare`), the checked gather of
 //! runs of rows (`prepare_gather_in_groups`), and the gathers of a read-only file's dataset with
-//! no HDF5 call (`engine::stored::Stored::{gather, gather_in_place}`). Every wrong argument is an
-//! error naming it, with nothing read.
+//! no HDF5 call (`engine::stored::Stored::{gather, gather_in_place}`), and the facts the engine
+//! asks of a dataset (`engine::facts`). Every wrong argument is an error naming it, with nothing
+//! read.
 
 use array_io::hdf5_raw::{self, linked_hdf5, locked, FileDriver};
 use h5gds_chunk_codec::Hyperslab;
+use h5gds_engine::facts::{self, StoredLayout};
 use h5gds_engine::rows::RowPlan;
 use h5gds_engine::stored::{self, Stored, StoredError};
 use h5gds_engine::transfer::{self, GatherRead, Transfer};
 use h5gds_engine::{Error, ErrorKind};
+use h5gds_runtime::hdf5::Hdf5Error;
+use hdf5::dataset::Layout;
+use hdf5::plist::DatasetAccess;
 use hdf5::{Dataset, Datatype, File};
 use std::path::Path;
 use std::process::Command;
@@ -601,4 +606,101 @@ fn the_dataset_handle_writes_then_reads_every_selection_with_and_without_hdf5() 
         read(&handle, Selection::Rows { rows: &rows, rest }, 4 * 45),
         bytes(&gathered)
     );
+}
+
+/// The engine's one query through the HDF5 array-io links: each layout as HDF5 stores it,
+/// the stored element, the file's intent, the name, the dimensions, and a failure's text.
+#[test]
+fn the_engine_asks_the_linked_hdf5_how_each_dataset_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("layouts.h5");
+    let sec2 = hdf5_raw::file_access(&FileDriver::Sec2).unwrap();
+    let api = linked_hdf5();
+    {
+        let file = hdf5_raw::create_file(&path, &sec2).unwrap();
+        let unwritten = file.new_dataset::<f32>().shape([4, 3]);
+        unwritten.create("unwritten").unwrap();
+        let written = file.new_dataset_builder().with_data(&[1i16, 2, 3]);
+        let written = written.create("written").unwrap();
+        let compact = file.new_dataset::<u8>().shape(8).layout(Layout::Compact);
+        compact.create("compact").unwrap();
+        let external = file.new_dataset::<u8>().shape(8).external("ext.bin", 0, 8);
+        external.create("external").unwrap();
+        let chunked = file
+            .new_dataset::<f64>()
+            .shape([4, 6])
+            .chunk([2, 3])
+            .deflate(4);
+        chunked.create("chunked").unwrap();
+        assert!(!locked(|| facts::read_only_file(api, written.id())).unwrap());
+    }
+    let file = hdf5_raw::open_file(&path, &sec2).unwrap();
+    let layout = |name: &str| {
+        let ds = file.dataset(name).unwrap();
+        locked(|| facts::stored_layout(api, ds.id())).unwrap()
+    };
+    let unallocated = StoredLayout::Contiguous {
+        address: None,
+        external: false,
+    };
+    assert_eq!(layout("unwritten"), unallocated);
+    let written = layout("written");
+    assert!(
+        matches!(written, StoredLayout::Contiguous { address: Some(a), external: false } if a > 0),
+        "{written:?}"
+    );
+    assert_eq!(layout("compact"), StoredLayout::Compact);
+    let external = layout("external");
+    assert!(
+        matches!(external, StoredLayout::Contiguous { external: true, .. }),
+        "{external:?}"
+    );
+    // Opened with a chunk cache of its own, which the engine reads from the dataset.
+    let dapl = DatasetAccess::build()
+        .chunk_cache(521, 3 << 20, 0.5)
+        .finish()
+        .unwrap();
+    let chunked = hdf5_raw::open_dataset(&file, "chunked", &dapl).unwrap();
+    let chunked_layout = locked(|| facts::stored_layout(api, chunked.id())).unwrap();
+    // Deflate (filter 1) at level 4.
+    let expected = StoredLayout::Chunked {
+        chunk: vec![2, 3],
+        filters: vec![h5gds_chunk_codec::Filter {
+            id: 1,
+            values: vec![4],
+        }],
+        cache_bytes: 3 << 20,
+    };
+    assert_eq!(chunked_layout, expected);
+    let (f64_type, f32_type) = (
+        Datatype::from_type::<f64>().unwrap(),
+        Datatype::from_type::<f32>().unwrap(),
+    );
+    locked(|| {
+        let same = facts::dataset_facts(api, chunked.id(), f64_type.id()).unwrap();
+        assert!(same.same_type && same.stored_size == 8);
+        let other = facts::dataset_facts(api, chunked.id(), f32_type.id()).unwrap();
+        assert!(!other.same_type && other.stored_size == 8);
+        assert!(facts::read_only_file(api, chunked.id()).unwrap());
+        assert_eq!(
+            facts::object_name(api, chunked.id()).as_deref(),
+            Some("/chunked")
+        );
+        assert_eq!(facts::dimensions(api, chunked.id()).unwrap(), [4, 6]);
+        // A datatype is no dataset: the failure names the call and carries HDF5's stack.
+        let err = facts::stored_layout(api, f64_type.id()).unwrap_err();
+        let Hdf5Error::Failed { call, stack } = &err else {
+            panic!("{err}");
+        };
+        assert_eq!(*call, "H5Dget_create_plist");
+        assert!(stack.contains("H5Dget_create_plist"), "{stack}");
+        // The stack was cleared: the next failure carries its own records only.
+        let err = facts::dimensions(api, f64_type.id())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("H5Dget_space failed: ") && !err.contains("create_plist"),
+            "{err}"
+        );
+    });
 }

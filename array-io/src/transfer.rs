@@ -1,12 +1,12 @@
-//! One `H5Dread`/`H5Dwrite` of a hyperslab of an hdf5-metno dataset, through the engine's checked
-//! transfer (`h5gds_engine::transfer`) over the linked HDF5 (`hdf5_raw::linked_hdf5`), under
+//! One `H5Dread`/`H5Dwrite` of a hyperslab of an hdf5-metno dataset, through the engine's dataset
+//! handle (`h5gds_engine::Dataset::transfer`) over the linked HDF5 (`hdf5_raw::linked_hdf5`), under
 //! hdf5-metno's lock: array-io's host reads and writes, and the transfers of the benchmarks and
 //! test programs. The pointer reaches HDF5 untouched, so it may be device memory the `gds` driver
 //! takes; the memory type may differ from the stored one (HDF5 converts).
 
-use crate::hdf5_raw::{linked_hdf5, locked};
-use h5gds_engine::transfer::{prepare, Prepared, Transfer};
-use h5gds_runtime::hdf5::hid_t;
+use crate::hdf5_raw::linked_hdf5;
+use crate::host::Metno;
+use h5gds_engine::Dataset as Handle;
 use hdf5::{Dataset, Datatype, Result};
 use std::ffi::c_void;
 
@@ -49,7 +49,8 @@ pub unsafe fn write(
     unsafe { run(true, dset, mem_type, slab, buffer.cast_mut(), nbytes) }
 }
 
-/// Prepares and runs the transfer under the lock; an empty selection moves nothing.
+/// Runs the transfer through the engine's dataset handle (one checked `H5Dread`/`H5Dwrite` under
+/// hdf5-metno's lock); an empty selection moves nothing.
 ///
 /// # Safety
 /// As [`read`] (or [`write`], for `write`).
@@ -74,52 +75,16 @@ unsafe fn run(
             }
         }
     };
-    let prepared = Locked::prepare(
-        write,
-        (dset.id(), mem_type.id()),
-        slab,
-        (buffer as usize, nbytes),
-    )?;
-    // SAFETY: `nbytes` checked against the selection by `prepare`; the buffer as the caller
-    // guarantees.
-    locked(|| prepared.0.as_ref().map_or(Ok(()), |p| unsafe { p.run() })).map_err(hdf5::Error::from)
-}
-
-/// The engine's checked transfer, made and dropped under hdf5-metno's lock (its dataspaces are
-/// HDF5 objects); `None`: nothing to move.
-pub(crate) struct Locked(pub Option<Prepared>);
-
-impl Locked {
-    /// The transfer of `slab` of the dataset (`ids`: its id and the memory type's) with the
-    /// buffer `(address, bytes)`; a refusal as HDF5's or the check's text.
-    pub(crate) fn prepare(
-        write: bool,
-        (dataset, mem_type): (hid_t, hid_t),
-        slab: Hyperslab,
-        (buffer, nbytes): (usize, usize),
-    ) -> std::result::Result<Locked, String> {
-        let transfer = Transfer {
-            write,
-            dataset,
-            mem_type,
-            start: slab.start,
-            step: slab.step,
-            count: slab.count,
-            mem_shape: slab.count,
-            buffer,
-            nbytes,
-        };
-        locked(|| prepare(linked_hdf5(), &transfer))
-            .map(Locked)
-            .map_err(String::from)
-    }
-}
-
-impl Drop for Locked {
-    fn drop(&mut self) {
-        let prepared = self.0.take();
-        locked(|| drop(prepared));
-    }
+    let handle = Handle::new(
+        linked_hdf5(),
+        dset.id(),
+        mem_type.id(),
+        mem_type.size(),
+        Metno,
+    );
+    // SAFETY: as the caller guarantees; the handle checks `nbytes` against the selection.
+    unsafe { handle.transfer(write, slab, buffer as usize, nbytes) }
+        .map_err(|e| hdf5::Error::from(e.to_string()))
 }
 
 #[cfg(test)]

@@ -327,15 +327,18 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
         };
         // SAFETY: `data`, borrowed for the call, holds `data.len()` bytes; HDF5 only reads a
         // write's buffer.
-        unsafe { self.checked_transfer(true, sel, data.as_ptr() as usize, data.len()) }
+        unsafe { self.transfer(true, sel, data.as_ptr() as usize, data.len()) }
     }
 
-    /// One checked `H5Dwrite` (`write`) or `H5Dread` of the slab `sel` from or into the `nbytes`
-    /// at `buffer` (the selection's elements in the memory type: `prepare` checks the size).
+    /// One plain checked `H5Dwrite` (`write`) or `H5Dread` of the slab `sel` from or into the
+    /// `nbytes` at `buffer` (the selection's elements in the memory type: the size, the ids and
+    /// the selection are checked before a byte moves), with no decision of the policy: the
+    /// pointer reaches HDF5 untouched, so it may be device memory the `gds` driver takes. An
+    /// empty selection moves nothing.
     ///
     /// # Safety
     /// `buffer` must be valid for `nbytes` bytes in the transfer's direction for the call.
-    unsafe fn checked_transfer(
+    pub unsafe fn transfer(
         &self,
         write: bool,
         sel: Hyperslab,
@@ -522,7 +525,7 @@ impl<L: Hdf5Lock> HostFace for Dataset<'_, L> {
 
     fn hdf5(&self, sel: Hyperslab, out: &mut [u8]) -> Result<()> {
         // SAFETY: `out`, borrowed mutably for the call, holds `out.len()` bytes.
-        unsafe { self.checked_transfer(false, sel, out.as_mut_ptr() as usize, out.len()) }
+        unsafe { self.transfer(false, sel, out.as_mut_ptr() as usize, out.len()) }
     }
 
     fn unlocked<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {

@@ -62,7 +62,8 @@ impl<L: Hdf5Lock> Dataset<'_, L> {
             )
         });
         let listed = |chunk: &[u64]| {
-            let index = L::call(|| chunks::index(api, id, chunk)).map_err(|e| e.in_dataset(name))?;
+            let index =
+                L::call(|| chunks::index(api, id, chunk)).map_err(|e| e.in_dataset(name))?;
             Ok::<_, Error>(index.offsets().into_iter().collect())
         };
         let storage = device::storage(&found.layout, found.stored_size, listed)?;
