@@ -631,9 +631,6 @@ const ENGINE_ITEMS_THE_FACES_NAME: &[&str] = &[
     "h5gds_engine::tiles::Decomposition",
     "h5gds_engine::tiles::read_box",
     "h5gds_engine::tiles::share",
-    "h5gds_engine::transfer",
-    "h5gds_engine::transfer::Prepared",
-    "h5gds_engine::transfer::Transfer",
 ];
 
 /// Every path a source text names under `h5gds_engine::`, `use` groups expanded (`a::{b, c::{d,

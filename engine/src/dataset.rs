@@ -370,8 +370,31 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
 
     /// Writes every chunk of a new chunked dataset from `memory` (its elements row-major, as
     /// `w` describes them), encoded where `crate::policy::write` decides; the number of chunks
-    /// written.
+    /// written. The ids, `w`'s shape against the dataset's extent and the memory's size against
+    /// the elements are checked first, as for one write of the whole dataset (nothing is written
+    /// through it): a mismatch is an error naming it, with nothing written; an empty dataset
+    /// writes no chunk.
     pub fn write_chunks(&self, w: &CompressedWrite, memory: Memory) -> Result<usize> {
+        let (buffer, nbytes) = match &memory {
+            Memory::Host(bytes) => (bytes.as_ptr() as usize, bytes.len()),
+            Memory::Device(array, nbytes) => (array.address as usize, *nbytes),
+        };
+        self.lock.enter()?;
+        let (zeros, ones) = (vec![0; w.shape.len()], vec![1; w.shape.len()]);
+        let whole = Transfer {
+            write: true,
+            dataset: self.id,
+            mem_type: self.mem_type()?,
+            start: &zeros,
+            step: &ones,
+            count: w.shape,
+            mem_shape: w.shape,
+            buffer,
+            nbytes,
+        };
+        if L::call(|| transfer::prepare(self.api, &whole).map(|p| p.is_none()))? {
+            return Ok(0);
+        }
         let name = self.name()?;
         let face = self.chunk_face(name);
         let target = Target {

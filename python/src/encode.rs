@@ -41,24 +41,6 @@ pub fn encode_write_chunks(
 ) -> PyResult<usize> {
     crate::thread_end::guarded(|| {
         let (address, nbytes) = (array.address, array.nbytes);
-        // The whole dataset as one write of the stored type: checks the ids, the extent and the
-        // buffer's size (nothing is written through it).
-        let ones = vec![1u64; shape.len()];
-        let zeros = vec![0u64; shape.len()];
-        let transfer = hdf5::Transfer {
-            write: true,
-            dataset,
-            mem_type: file_type,
-            start: &zeros,
-            step: &ones,
-            count: &shape,
-            mem_shape: &shape,
-            buffer: address as usize,
-            nbytes,
-        };
-        if hdf5::prepare(&transfer).map_err(engine_error)?.is_none() {
-            return Ok(0);
-        }
         let filters: Vec<Filter> = (filters.into_iter())
             .map(|(id, values)| Filter { id, values })
             .collect();
@@ -86,10 +68,16 @@ pub fn encode_write_chunks(
         crate::thread_end::detached(py, || {
             // h5py's lock is the caller's; the GIL is released here.
             let handle = Dataset::new(api, dataset, file_type, w.element_size, Held).named(name);
-            let Some(claimed_ordinal) = device else {
-                // SAFETY: the Python caller passes the address and size of a live host buffer it
-                // keeps referenced for the call (its size checked against the dataset above).
-                let host = unsafe { std::slice::from_raw_parts(address as *const u8, nbytes) };
+            // An empty array, host or device, holds no byte to reach: the handle checks that the
+            // dataset is empty too, and writes no chunk.
+            let Some(claimed_ordinal) = device.filter(|_| nbytes > 0) else {
+                let host: &[u8] = match nbytes {
+                    0 => &[],
+                    // SAFETY: the Python caller passes the address and size of a live host
+                    // buffer it keeps referenced for the call (its size checked against the
+                    // dataset by the handle's write_chunks).
+                    _ => unsafe { std::slice::from_raw_parts(address as *const u8, nbytes) },
+                };
                 return Ok(handle.write_chunks(&w, Memory::Host(host))?);
             };
             with_device_array((address, nbytes), claimed_ordinal, stream, |context| {

@@ -2,17 +2,13 @@
 //! (`h5gds_runtime::hdf5::primary_api`): the extension links no libhdf5, exactly like the driver.
 //! The caller holds h5py's lock (`phil`), which serialises all calls into that HDF5.
 //!
-//! - this module: one transfer (`h5gds_engine::transfer` over h5py's table);
+//! - this module: h5py's table of HDF5's functions;
 //! - [`facts`]: the engine's dataset queries (`h5gds_engine::facts`: the file's driver, the
 //!   dataset's name) through h5py's HDF5.
 
 mod facts;
 
 pub use facts::{object_name, other_driver};
-pub use h5gds_engine::transfer::{Prepared, Transfer};
-use h5gds_engine::Error;
-
-use h5gds_engine::transfer;
 use h5gds_runtime::hdf5::Hdf5Api;
 
 pub type Hid = i64;
@@ -21,9 +17,4 @@ pub type Hid = i64;
 pub(crate) fn api() -> Result<&'static Hdf5Api, String> {
     h5gds_runtime::hdf5::primary_api()
         .ok_or_else(|| "the gds driver is not registered in h5py's HDF5 library yet".to_string())
-}
-
-/// `h5gds_engine::transfer::prepare` in h5py's HDF5.
-pub fn prepare(t: &Transfer) -> Result<Option<Prepared>, Error> {
-    transfer::prepare(api().map_err(Error::hdf5)?, t)
 }
