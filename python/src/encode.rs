@@ -56,7 +56,10 @@ pub fn encode_write_chunks(
         let w = CompressedWrite {
             shape: &shape,
             chunk: &chunk,
-            element_size: nbytes / shape.iter().product::<u64>() as usize,
+            // An empty array's elements have no size to learn (the handle writes no chunk).
+            element_size: nbytes
+                .checked_div(shape.iter().product::<u64>() as usize)
+                .unwrap_or(0),
             filters: &filters,
             driver_blocker: driver_blocker(&facts),
             threads,
