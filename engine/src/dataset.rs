@@ -345,8 +345,29 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
         buffer: usize,
         nbytes: usize,
     ) -> Result<()> {
+        let t = self.slab_transfer(write, sel, buffer, nbytes)?;
+        L::call(|| {
+            let Some(prepared) = transfer::prepare(self.api, &t)? else {
+                return Ok(());
+            };
+            // SAFETY: the caller's contract: the buffer is valid for the checked size.
+            let done = self.lock.unlocked(|| unsafe { prepared.run() });
+            let call = if write { "H5Dwrite" } else { "H5Dread" };
+            done.map_err(|m| Error::hdf5(format!("{call} failed: {m}")))
+        })
+    }
+
+    /// The transfer of the slab `sel` of this dataset to or from the `nbytes` at `buffer` (its
+    /// shape in memory the slab's), the face's lock entered: what `transfer::prepare` checks.
+    pub(crate) fn slab_transfer<'s>(
+        &self,
+        write: bool,
+        sel: Hyperslab<'s>,
+        buffer: usize,
+        nbytes: usize,
+    ) -> Result<Transfer<'s>> {
         self.lock.enter()?;
-        let t = Transfer {
+        Ok(Transfer {
             write,
             dataset: self.id,
             mem_type: self.mem_type()?,
@@ -356,15 +377,6 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
             mem_shape: sel.count,
             buffer,
             nbytes,
-        };
-        L::call(|| {
-            let Some(prepared) = transfer::prepare(self.api, &t)? else {
-                return Ok(());
-            };
-            // SAFETY: the caller's contract: the buffer is valid for the checked size.
-            let done = self.lock.unlocked(|| unsafe { prepared.run() });
-            let call = if write { "H5Dwrite" } else { "H5Dread" };
-            done.map_err(|m| Error::hdf5(format!("{call} failed: {m}")))
         })
     }
 
@@ -379,19 +391,13 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
             Memory::Host(bytes) => (bytes.as_ptr() as usize, bytes.len()),
             Memory::Device(array, nbytes) => (array.address as usize, *nbytes),
         };
-        self.lock.enter()?;
         let (zeros, ones) = (vec![0; w.shape.len()], vec![1; w.shape.len()]);
-        let whole = Transfer {
-            write: true,
-            dataset: self.id,
-            mem_type: self.mem_type()?,
+        let sel = Hyperslab {
             start: &zeros,
             step: &ones,
             count: w.shape,
-            mem_shape: w.shape,
-            buffer,
-            nbytes,
         };
+        let whole = self.slab_transfer(true, sel, buffer, nbytes)?;
         if L::call(|| transfer::prepare(self.api, &whole).map(|p| p.is_none()))? {
             return Ok(0);
         }

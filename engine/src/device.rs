@@ -47,6 +47,20 @@ pub struct DeviceMemory<'a> {
 }
 
 impl DeviceMemory<'_> {
+    /// `nbytes` at `address` in `context`, on the device's default stream, with the environment's
+    /// device path and staging size.
+    pub fn in_context(address: u64, nbytes: usize, context: DeviceContext, bools: bool) -> Self {
+        DeviceMemory {
+            address,
+            nbytes,
+            context,
+            stream: None,
+            bools,
+            path: None,
+            staging_size: None,
+        }
+    }
+
     pub(crate) fn path(&self) -> crate::Result<DevicePath> {
         Ok(match self.path {
             Some(path) => path,

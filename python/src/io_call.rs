@@ -315,15 +315,7 @@ impl<'py> Call<'py> {
                 claimed_ordinal,
                 stream,
                 |context| {
-                    let memory = DeviceMemory {
-                        address,
-                        nbytes,
-                        context,
-                        stream: None,
-                        bools,
-                        path: None,
-                        staging_size: None,
-                    };
+                    let memory = DeviceMemory::in_context(address, nbytes, context, bools);
                     let element = nbytes / elements as usize;
                     let handle = Dataset::new(api, dataset, mem_type, element, Held).named(&name);
                     Ok(match write {

@@ -135,15 +135,7 @@ impl Layout {
         crate::thread_end::detached(py, || {
             let at = (address, nbytes);
             with_device_memory("out", at, out.claimed_ordinal, out.stream, |context| {
-                let memory = DeviceMemory {
-                    address,
-                    nbytes,
-                    context,
-                    stream: None,
-                    bools,
-                    path: None,
-                    staging_size: None,
-                };
+                let memory = DeviceMemory::in_context(address, nbytes, context, bools);
                 Ok(read_stored(
                     &self.stored,
                     other_driver,

@@ -15,7 +15,7 @@ use crate::facts::{self, StoredLayout};
 use crate::policy::device_read::{self, ReadRoute};
 use crate::policy::settings::CallSettings;
 use crate::staged::{self, NotBool, ThreadLane};
-use crate::transfer::{self, Transfer};
+use crate::transfer;
 use crate::{Error, Result};
 use h5gds_chunk_codec::{ChunkIndex, Hyperslab, LIST_INDEX_FROM};
 use h5gds_route::route::{blocker, Storage, Transfer as RouteFacts};
@@ -179,18 +179,7 @@ impl<L: Hdf5Lock> Dataset<'_, L> {
         sel: Hyperslab,
         memory: &DeviceMemory,
     ) -> Result<Option<transfer::Prepared>> {
-        self.lock.enter()?;
-        let t = Transfer {
-            write,
-            dataset: self.id,
-            mem_type: self.mem_type()?,
-            start: sel.start,
-            step: sel.step,
-            count: sel.count,
-            mem_shape: sel.count,
-            buffer: memory.address as usize,
-            nbytes: memory.nbytes,
-        };
+        let t = self.slab_transfer(write, sel, memory.address as usize, memory.nbytes)?;
         L::call(|| transfer::prepare(self.api, &t))
     }
 
