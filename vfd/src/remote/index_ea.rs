@@ -211,19 +211,7 @@ impl RemoteFile {
     /// The array of chunks, among the headers the block cache holds, whose index block is at
     /// `addr` or addresses a block at `addr` (its index block held).
     fn cached_array_holding(&self, addr: u64) -> Option<Array> {
-        let arrays: Vec<Array> = {
-            let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-            let mut arrays = Vec::new();
-            for block in cache.blocks.values() {
-                let mut from = 0;
-                while let Some(at) = super::index_nodes::find(&block[from..], b"EAHD") {
-                    let at = from + at;
-                    from = at + 1;
-                    arrays.extend(chunk_array(&block[at..], self.size));
-                }
-            }
-            arrays
-        };
+        let arrays = self.cached_headers(b"EAHD", |at| chunk_array(at, self.size));
         arrays.into_iter().find(|a| {
             a.index == addr
                 || self.held(a.index, a.index_len()).is_some_and(|index| {

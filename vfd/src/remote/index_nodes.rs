@@ -210,21 +210,9 @@ impl RemoteFile {
             if ranges.is_empty() || fetched_bytes > KEPT_BYTES {
                 return;
             }
-            let in_flight = self.settings.in_flight.max(1) * NODES_IN_FLIGHT;
-            let nodes = match self.fetch(&ranges, in_flight) {
-                Ok(nodes) => nodes,
-                Err(e) => {
-                    tracing::debug!("fetching the chunk index's nodes ahead of HDF5 failed: {e}");
-                    return;
-                }
+            let Some(nodes) = self.fetch_kept(&ranges) else {
+                return;
             };
-            let mut kept = self.kept_nodes.lock().unwrap_or_else(|p| p.into_inner());
-            for (range, node) in ranges.iter().zip(&nodes) {
-                kept.insert(range.start, node.clone());
-            }
-            self.counters
-                .index_nodes
-                .fetch_add(nodes.len() as u64, Relaxed);
             level = nodes;
         }
     }
@@ -249,6 +237,26 @@ impl RemoteFile {
             out.extend_from_slice(b.get(from as usize..to as usize)?);
         }
         (out.len() == len).then(|| Bytes::from(out))
+    }
+
+    /// Every header starting with `signature` in the blocks the block cache holds, as `parse`
+    /// reads it from its first byte (where it can).
+    pub(super) fn cached_headers<T>(
+        &self,
+        signature: &[u8],
+        parse: impl Fn(&[u8]) -> Option<T>,
+    ) -> Vec<T> {
+        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut headers = Vec::new();
+        for block in cache.blocks.values() {
+            let mut from = 0;
+            while let Some(at) = find(&block[from..], signature) {
+                let at = from + at;
+                from = at + 1;
+                headers.extend(parse(&block[at..]));
+            }
+        }
+        headers
     }
 
     /// `addr..addr + len`, ending at the object's end at the latest.

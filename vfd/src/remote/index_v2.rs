@@ -176,19 +176,7 @@ impl RemoteFile {
     /// The tree of chunks, among the headers the block cache holds, whose root is at `addr` or
     /// has the node at `addr` among its children.
     fn cached_tree_holding(&self, addr: u64) -> Option<Tree> {
-        let trees: Vec<Tree> = {
-            let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-            let mut trees = Vec::new();
-            for block in cache.blocks.values() {
-                let mut from = 0;
-                while let Some(at) = super::index_nodes::find(&block[from..], b"BTHD") {
-                    let at = from + at;
-                    from = at + 1;
-                    trees.extend(chunk_tree(&block[at..], self.size));
-                }
-            }
-            trees
-        };
+        let trees = self.cached_headers(b"BTHD", |at| chunk_tree(at, self.size));
         trees.into_iter().find(|t| {
             t.root == addr
                 || self.held(t.root, t.node_size).is_some_and(|root| {
