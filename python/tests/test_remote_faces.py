@@ -97,9 +97,23 @@ def url(request, nginx, monkeypatch):
     return f"s3://{BUCKET}/{KEY}"
 
 
+def settled_log(nginx):
+    """nginx's access log once no line has been added for 50 ms: nginx writes a request's line
+    after sending its answer, so a client that has its bytes may look before the line is there."""
+    import time
+
+    text = nginx.access_log.read_text()
+    while True:
+        time.sleep(0.05)
+        again = nginx.access_log.read_text()
+        if again == text:
+            return text
+        text = again
+
+
 def gets(nginx, name="data/faces.h5"):
     """The ranged GETs nginx has answered for ``name``."""
-    return nginx.access_log.read_text().count(f'"GET /{name} HTTP/1.1" 206')
+    return settled_log(nginx).count(f'"GET /{name} HTTP/1.1" 206')
 
 
 # --- host faces ---------------------------------------------------------------------------------------------
@@ -211,7 +225,7 @@ def test_a_compressed_read_of_a_url_takes_the_way_with_no_hdf5_call(nginx):
 
 def _node_gets(nginx, name, since):
     """The sizes of the ranged GETs nginx answered for ``name`` after line ``since`` of its log."""
-    lines = nginx.access_log.read_text().splitlines()[since:]
+    lines = settled_log(nginx).splitlines()[since:]
     return [int(line.split('" 206 ')[1].split()[0]) for line in lines if f'"GET /{name} HTTP/1.1" 206 ' in line]
 
 
@@ -231,7 +245,7 @@ def test_a_chunk_index_of_many_nodes_is_fetched_a_level_at_a_time(nginx):
     url = nginx.url(name)
     # Rank 2: keys of 4 + 4 + 3 * 8 bytes, 64 children and 65 keys a node, a 24-byte header.
     node = 24 + 64 * 8 + 65 * 32
-    since = len(nginx.access_log.read_text().splitlines())
+    since = len(settled_log(nginx).splitlines())
     with h5py.File(url, "r", driver="gds") as f:
         opened = len(_node_gets(nginx, name, since))
         np.testing.assert_array_equal(h5gds.read(f["x"]), data)
@@ -258,7 +272,7 @@ def test_a_chunk_index_of_many_nodes_is_fetched_a_level_at_a_time(nginx):
 def _read_gets(nginx, url, name, dataset, data):
     """The sizes of the ranged GETs nginx answered for ``name`` while ``dataset`` of the file at
     ``url`` was read whole (after the open), the read checked against ``data``."""
-    since = len(nginx.access_log.read_text().splitlines())
+    since = len(settled_log(nginx).splitlines())
     with h5py.File(url, "r", driver="gds") as f:
         dset = f[dataset]
         opened = len(_node_gets(nginx, name, since))
@@ -344,16 +358,19 @@ def test_a_paged_fixed_array_is_fetched_ahead_in_one_round(nginx):
     # The pages past the first block, 1.0 MB: GETs of 1 MiB at most (1 or 2), then the chunks'
     # coalesced GET; none a block of the cache (unaided: 4 of them, one after another).
     assert 1 <= ahead <= 2 and 262144 not in got, (ahead, got)
-    assert len(got) == ahead + 1, (ahead, got)
     assert sum(got[:ahead]) <= block_len and all(size <= 1 << 20 for size in got[:ahead]), got
+    # Then the chunks' GETs: the first chunks, written before the array's data block was made,
+    # lie in front of it, the rest after it (one coalesced GET).
+    assert len(got) <= ahead + 5 and max(got[ahead:]) > block_len, (ahead, got)
 
 
 def test_files_of_4_byte_addresses_read_their_bytes(nginx):
     """A file made with 4-byte addresses and lengths (a file creation property list's sizes (4, 4)),
-    chunked datasets of each index (version 1 B-tree; with libver="latest", a fixed array, an
-    extensible array, a version 2 B-tree): the driver's index readers read 8-byte addresses only,
-    so the superblock's sizes leave these indexes to HDF5's own reads (nothing fetched ahead), and
-    every read, whole and of rows, holds the local file's bytes."""
+    Zstd chunks indexed by a version 1 B-tree and (libver="latest") by a fixed array (HDF5 1.14
+    cannot open a dataset of unlimited axes in such a file, even locally: "didn't find unlimited
+    dimension"): the driver's index readers read 8-byte addresses only, so the superblock's sizes
+    leave these indexes to HDF5's own reads (nothing fetched ahead), and every read, whole and of
+    rows, holds the local file's bytes."""
     import hdf5plugin
 
     name = "data/four-byte.h5"
@@ -366,21 +383,19 @@ def test_files_of_4_byte_addresses_read_their_bytes(nginx):
         fcpl.set_sizes(4, 4)
         fid = h5py.h5f.create(str(nginx.root / name).encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
         with h5py.File(fid) as f:
-            maxshapes = {"btree": None} if libver == "earliest" else \
-                {"fixed": None, "one_unlimited": (None, 64), "two_unlimited": (None, None)}
-            for dataset, maxshape in maxshapes.items():
-                f.create_dataset(dataset, data=data, chunks=(8, 64), maxshape=maxshape, **hdf5plugin.Zstd())
+            dataset = "btree" if libver == "earliest" else "fixed"
+            f.create_dataset(dataset, data=data, chunks=(8, 64), **hdf5plugin.Zstd())
         raw = (nginx.root / name).read_bytes()
         assert raw[:8] == b"\x89HDF\r\n\x1a\n"
         assert (raw[13], raw[14]) == (4, 4) if raw[8] < 2 else (raw[9], raw[10]) == (4, 4), raw[:16]
         url = nginx.url(name)
         rows = [500, 3, 77, 78, 256]
-        for dataset in maxshapes:
-            with h5py.File(url, "r", driver="gds") as f:
-                np.testing.assert_array_equal(h5gds.read(f[dataset]), data)
-                np.testing.assert_array_equal(h5gds.read(f[dataset], sel=rows), data[rows])
-            np.testing.assert_array_equal(h5gds.from_file(url, dataset), data)
-            assert _ahead_at_close(url, dataset) == 0, (libver, dataset)
+        with h5py.File(url, "r", driver="gds") as f:
+            np.testing.assert_array_equal(h5gds.read(f[dataset]), data)
+            np.testing.assert_array_equal(h5gds.read(f[dataset], sel=rows), data[rows])
+            np.testing.assert_array_equal(f[dataset][100:200:3], data[100:200:3])
+        np.testing.assert_array_equal(h5gds.from_file(url, dataset), data)
+        assert _ahead_at_close(url, dataset) == 0, (libver, dataset)
 
 
 def test_the_verdict_of_a_url_read_is_the_stored_way(nginx):
