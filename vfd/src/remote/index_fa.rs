@@ -193,11 +193,11 @@ mod tests {
         // None held: one GET (under 1 MiB); the prefix and first page held: the other two.
         assert_eq!(
             a.page_gets(|_| false),
-            [10_000..first + 2 * page + 452 * 14 + 4]
+            vec![10_000..first + 2 * page + 452 * 14 + 4]
         );
         assert_eq!(
             a.page_gets(|p| p.start < first + page),
-            [first + page..first + 2 * page + 452 * 14 + 4]
+            vec![first + page..first + 2 * page + 452 * 14 + 4]
         );
         // Many pages: GETs of whole pages, none over 1 MiB.
         let big = chunk_array(7_000, &header(14, 10, 400_000, 10_000), 1 << 30).unwrap();
