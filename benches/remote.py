@@ -79,13 +79,21 @@ def ensure_environment(wheel):
 
 # --- the delaying proxy -------------------------------------------------------------------------------------------
 
-def _proxy_main(listen_port, upstream_port, one_way, requests, ready):
+def _proxy_main(listen_port, upstream_port, one_way, requests, ready, trace=None):
     """A TCP proxy on 127.0.0.1:``listen_port`` to ``upstream_port``: every chunk of bytes forwarded
     ``one_way`` seconds after it arrived, in both directions (the upstream connection opened one
     round trip after the client's), without limiting the rate; ``requests`` counts the header blocks
-    the clients sent (their requests: GETs and HEADs, no bodies)."""
+    the clients sent (their requests: GETs and HEADs, no bodies). With ``trace`` (a file's path),
+    each connection and request is written there as it arrives from the client: the wall-clock
+    time, the connection's number and the request's line and ``Range``."""
+    log = open(trace, "a", buffering=1) if trace else None
+    connections = iter(range(1 << 62))
 
-    async def pump(reader, writer, count):
+    def note(conn, what):
+        if log:
+            log.write(f"{time.time():.6f} c{conn} {what}\n")
+
+    async def pump(reader, writer, count, conn=0):
         loop = asyncio.get_running_loop()
         queue = asyncio.Queue()
 
@@ -114,6 +122,12 @@ def _proxy_main(listen_port, upstream_port, one_way, requests, ready):
                     with requests.get_lock():
                         requests.value += seen.count(b"\r\n\r\n")
                     tail = seen[-3:]
+                    if log:
+                        for head in data.split(b"\r\n\r\n"):
+                            lines = head.split(b"\r\n")
+                            if lines[0].split(b" ")[0] in (b"GET", b"HEAD"):
+                                ranges = [h for h in lines if h.lower().startswith(b"range:")]
+                                note(conn, (lines[0] + b" " + b"".join(ranges)).decode(errors="replace"))
                 queue.put_nowait((loop.time() + one_way, data))
         except ConnectionError:
             pass
@@ -124,13 +138,15 @@ def _proxy_main(listen_port, upstream_port, one_way, requests, ready):
             pass
 
     async def handle(client_reader, client_writer):
+        conn = next(connections)
+        note(conn, "connect")
         await asyncio.sleep(2 * one_way)  # the connection's set-up: one round trip
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", upstream_port)
         except OSError:
             client_writer.close()
             return
-        await asyncio.gather(pump(client_reader, up_writer, True), pump(up_reader, client_writer, False))
+        await asyncio.gather(pump(client_reader, up_writer, True, conn), pump(up_reader, client_writer, False))
         for w in (up_writer, client_writer):
             w.close()
 
@@ -149,14 +165,14 @@ def _proxy_main(listen_port, upstream_port, one_way, requests, ready):
 class DelayProxy:
     """``_proxy_main`` in a process of its own (so that the readers' Python does not slow it)."""
 
-    def __init__(self, upstream_port, rtt_ms):
+    def __init__(self, upstream_port, rtt_ms, trace=None):
         from remote_servers import free_port
         self.port = free_port()
         context = multiprocessing.get_context("spawn")
         self.requests = context.Value("q", 0)
         ready = context.Event()
         self.proc = context.Process(target=_proxy_main, args=(self.port, upstream_port, rtt_ms / 2000,
-                                                               self.requests, ready), daemon=True)
+                                                               self.requests, ready, trace), daemon=True)
         self.proc.start()
         if not ready.wait(30):
             raise RuntimeError("the delaying proxy did not start")
@@ -231,13 +247,15 @@ class Target:
         return f"{self.endpoint}/{name}" if self.kind == "http" else f"s3://{self.bucket}/{name}"
 
     def fsspec_open(self, name):
+        # fsspec's own default: the file system instance (its aiohttp session, the connections
+        # it keeps open) cached and shared by every call, as h5gds shares its client.
         if self.kind == "http":
             import fsspec
-            fs = fsspec.filesystem("http", skip_instance_cache=True)
+            fs = fsspec.filesystem("http")
             return fs.open(self.url(name), "rb")
         import s3fs
         fs = s3fs.S3FileSystem(key="bench-key", secret="bench-secret", endpoint_url=self.endpoint,
-                               client_kwargs={"region_name": "us-east-1"}, skip_instance_cache=True)
+                               client_kwargs={"region_name": "us-east-1"})
         return fs.open(f"{self.bucket}/{name}", "rb")
 
     def store(self):
@@ -378,6 +396,47 @@ def table(title, results, nbytes, requests_from):
     print("\n".join(lines), flush=True)
 
 
+def trace_requests(nginx, data, rtts, tmp):
+    """``--trace``: each face's whole read of ``zstd`` through the delaying proxy, with the
+    requests it made (time from the call's start, connection, request line and range)."""
+    import h5py
+    import numpy as np
+
+    import h5gds
+
+    def by_driver(url):
+        with h5py.File(url, "r", driver="gds") as f:
+            return h5gds.read(f["zstd"])
+
+    faces = {"h5gds.from_file": lambda url: h5gds.from_file(url, "zstd"),
+             "h5py driver=gds + h5gds.read": by_driver}
+    for rtt in rtts:
+        for face, call in faces.items():
+            # The first open of the process to this server (a new client, no connection), then
+            # a later one: a proxy of its own per face (a new port: no connection to reuse).
+            log = tmp / f"trace-{rtt}-{len(face)}.txt"
+            proxy = DelayProxy(nginx.port, rtt, trace=str(log))
+            turns = []
+            try:
+                url = f"http://127.0.0.1:{proxy.port}/big.h5"
+                for turn in ("first open of this server", "a later open"):
+                    t0 = time.time()
+                    got = call(url)
+                    turns.append((turn, t0, time.time()))
+                    if not np.array_equal(got, data):
+                        sys.exit(f"{face} read other bytes than the local file holds")
+                    time.sleep(0.2)
+            finally:
+                proxy.stop()
+            lines = [line.split(" ", 1) for line in log.read_text().splitlines()]
+            for turn, t0, t1 in turns:
+                mine = [(float(at), rest) for at, rest in lines if t0 <= float(at) <= t1]
+                print(f"\n### {face}, {rtt} ms added round trip, {turn}: {t1 - t0:.3f} s, "
+                      f"{sum(' GET ' in r or ' HEAD ' in r for _, r in mine)} requests", flush=True)
+                for at, rest in mine:
+                    print(f"{(at - t0) * 1000:8.1f} ms  {rest}")
+
+
 def main():
     global LOCAL
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -387,6 +446,10 @@ def main():
     parser.add_argument("--s3", action="store_true",
                         help="also S3 (moto's server; slow for large files; 0 ms added latency only)")
     parser.add_argument("--wheel", help="the h5gds wheel to install (the newest in target/wheels)")
+    parser.add_argument("--trace", action="store_true",
+                        help="no timings: h5gds's whole read of the Zstandard dataset once per face "
+                             "(from_file; h5py's gds driver and h5gds.read) at each --rtt-ms, and "
+                             "the requests it made, each with its time from the call's start")
     args = parser.parse_args()
     ensure_environment(args.wheel)
     sys.path.insert(0, str(ROOT / "tests" / "python"))
@@ -417,6 +480,12 @@ def main():
             servers.append(("s3", moto.port, "bench"))
             os.environ.update({"AWS_ACCESS_KEY_ID": "bench-key", "AWS_SECRET_ACCESS_KEY": "bench-secret",
                                "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"})
+        if args.trace:
+            try:
+                trace_requests(nginx, data, [int(x) for x in args.rtt_ms.split(",")], tmp)
+            finally:
+                nginx.stop()
+            return
         print(f"# benches/remote.py: {data.nbytes / MIB:.0f} MiB datasets, {args.reps} interleaved rounds, "
               f"medians; loopback on this machine ({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})")
         counted = {}

@@ -170,9 +170,13 @@ impl RemoteFile {
     /// whole). A failed fetch is only logged: HDF5's own read of that node then makes the request
     /// again and reports its failure.
     pub(super) fn fetch_nodes_below(&self, addr: u64, bytes: &[u8]) {
+        // The readers below read 8-byte addresses and lengths only: other files' indexes are
+        // left to HDF5's own reads.
         if self.index_walks.load(Relaxed) == 0
+            || self.address_sizes != Some((8, 8))
             || self.fetch_v2_tree(addr, bytes)
             || self.fetch_extensible_array(addr, bytes)
+            || self.fetch_fixed_array(addr, bytes)
         {
             return;
         }

@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex, Weak};
 use url::Url;
 
 mod index_ea;
+mod index_fa;
 mod index_nodes;
 mod index_v2;
 mod ranges;
@@ -145,6 +146,10 @@ pub struct RemoteFile {
     index_walks: AtomicUsize,
     /// Whether this walk has looked for the nodes above the first it met (`index_nodes`).
     index_searched: AtomicBool,
+    /// The bytes of an address and of a length in the file (its superblock's "size of offsets"
+    /// and "size of lengths"), where the open's first block holds the superblock: the chunk
+    /// index readers read only files of 8 and 8 (HDF5's default), leaving others to HDF5.
+    pub(crate) address_sizes: Option<(u8, u8)>,
     pub(crate) counters: Counters,
 }
 
@@ -194,6 +199,23 @@ async fn first_block(
     Ok((meta, bytes))
 }
 
+/// The "size of offsets" and "size of lengths" of the superblock found in `first` (the object's
+/// first bytes), HDF5's signature at byte 0, 512, 1024, 2048, ... (after a user block).
+fn superblock_sizes(first: &[u8]) -> Option<(u8, u8)> {
+    const SIGNATURE: &[u8] = b"\x89HDF\r\n\x1a\n";
+    let at = std::iter::successors(Some(0usize), |&a| Some(if a == 0 { 512 } else { 2 * a }))
+        .take_while(|&a| a + 16 <= first.len())
+        .find(|&a| first[a..].starts_with(SIGNATURE))?;
+    let sb = &first[at..];
+    // Versions 0 and 1: version, free space, root group and shared header versions, a reserved
+    // byte, then the sizes; 2 and 3: the sizes right after the version.
+    match sb[8] {
+        0 | 1 => Some((sb[13], sb[14])),
+        2 | 3 => Some((sb[9], sb[10])),
+        _ => None,
+    }
+}
+
 impl RemoteFile {
     /// Opens `url` read-only: asks the object's first block, whose answer gives its length and
     /// ETag (else one HEAD, which says why it cannot be read). HDF5 access `flags`
@@ -225,13 +247,14 @@ impl RemoteFile {
         counters.gets.fetch_add(1, Relaxed);
         if let Ok((meta, first)) = block_on(first_block(store.as_ref(), &path))? {
             counters.bytes.fetch_add(first.len() as u64, Relaxed);
-            let file = RemoteFile::pinned(
+            let mut file = RemoteFile::pinned(
                 url,
                 (target, path),
                 settings,
                 (store, facts, counters),
                 meta,
             )?;
+            file.address_sizes = superblock_sizes(&first);
             let mut cache = file.cache.lock().unwrap_or_else(|p| p.into_inner());
             cache.insert(0, first);
             drop(cache);
@@ -307,6 +330,7 @@ impl RemoteFile {
             kept_nodes: Mutex::default(),
             index_walks: AtomicUsize::new(0),
             index_searched: AtomicBool::new(false),
+            address_sizes: None,
             counters,
         })
     }
@@ -625,6 +649,23 @@ mod tests {
             );
             assert!(err.contains("nothing was sent"), "{err}");
         }
+    }
+
+    #[test]
+    fn the_superblock_says_the_sizes_of_addresses_and_lengths() {
+        let mut v0 = b"\x89HDF\r\n\x1a\n".to_vec();
+        v0.extend([0, 0, 0, 0, 0, 4, 4, 0]);
+        assert_eq!(superblock_sizes(&v0), Some((4, 4)));
+        let mut v3 = b"\x89HDF\r\n\x1a\n".to_vec();
+        v3.extend([3, 8, 8, 0, 0, 0, 0, 0]);
+        assert_eq!(superblock_sizes(&v3), Some((8, 8)));
+        // After a user block of 1024 bytes; none; a version it does not know.
+        let mut user = vec![0u8; 1024];
+        user.extend(&v3);
+        assert_eq!(superblock_sizes(&user), Some((8, 8)));
+        assert_eq!(superblock_sizes(&[0u8; 4096]), None);
+        v3[8] = 9;
+        assert_eq!(superblock_sizes(&v3), None);
     }
 
     #[test]

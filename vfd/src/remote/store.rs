@@ -312,11 +312,36 @@ struct CountingConnector {
 impl HttpConnector for CountingConnector {
     fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
         Ok(HttpClient::new(CountingService {
-            inner: ReqwestConnector::default().connect(options)?,
+            inner: shared_client(options)?,
             sent: self.sent.clone(),
             path: self.path.clone(),
         }))
     }
+}
+
+/// object_store's HTTP clients of this process, by their options (as `Debug` writes them:
+/// timeouts, whether plain HTTP is allowed, ...): one per set of options, shared by every open.
+static CLIENTS: std::sync::Mutex<Vec<(u32, String, HttpClient)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// The process's client for `options`, made on first use and shared by later opens: the
+/// connections an open leaves idle in its pool serve the next open of any object of that host,
+/// which then starts without a connection's round trip (or a TLS handshake), its later
+/// parallel GETs on connections already made; the client (its TLS set-up) is built once. A
+/// forked child makes its own (the parent's connections belong to the parent's runtime). Each
+/// open still counts its own requests (`CountingService`, per store).
+fn shared_client(options: &ClientOptions) -> object_store::Result<HttpClient> {
+    let pid = h5gds_runtime::process::id();
+    let key = format!("{options:?}");
+    let mut clients = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, _, client)) = clients.iter().find(|(p, k, _)| *p == pid && *k == key) {
+        return Ok(client.clone());
+    }
+    let client = ReqwestConnector::default().connect(options)?;
+    // (A parent's clients, left in a forked child, are never used there; nor dropped, which
+    // would touch the parent's runtime.)
+    clients.push((pid, key, client.clone()));
+    Ok(client)
 }
 
 #[derive(Debug)]
