@@ -14,7 +14,6 @@ use crate::hdf5;
 use crate::io_call::{ArrayArg, Phil, Selection, Target};
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::policy::gather::Staging;
-use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::staged::check_bools;
 use h5gds_engine::Selection as Sel;
 use numpy::PyReadonlyArray1;
@@ -46,7 +45,6 @@ pub fn gather_dataset<'py>(
             step: &sel.rest.step,
             count: &sel.rest.count,
         };
-        let settings = CallSettings::default();
         let rows = Sel::Rows {
             rows: sel.rows.as_slice()?,
             rest,
@@ -56,7 +54,7 @@ pub fn gather_dataset<'py>(
         // h5py's lock, where the handle takes it, is released when the read returns.
         let read_into = |out: &mut [u8]| {
             let handle = target.handle(py, layout.as_ref(), &make)?;
-            handle.read(rows, out, &settings).map_err(engine_error)
+            handle.read(rows, out).map_err(engine_error)
         };
         let Some((_, claimed_ordinal)) = &out.device else {
             // SAFETY: the Python caller passes the address and size of a live, writable host array

@@ -14,7 +14,6 @@ use crate::hdf5::{self, Hid};
 use crate::known_read::{cached_layout, Cached};
 use crate::layout::{DeviceOut, Held, Layout};
 use h5gds_chunk_codec::Hyperslab;
-use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::{Dataset, DeviceMemory, Error as EngineError, Hdf5Lock, Selection as Sel};
 use pyo3::exceptions::PyOSError;
 use pyo3::intern;
@@ -136,8 +135,8 @@ impl<'py> Target<'py> {
         Ok(id)
     }
 
-    /// The engine's handle of the dataset, its elements moved as `dtype`, reading through
-    /// `layout` (from [`Target::layout`]) where it serves a read.
+    /// The engine's handle of the dataset, its elements moved as `dtype`, keeping what `layout`
+    /// (from [`Target::layout`]) keeps of it: a read it serves needs no HDF5 call.
     pub(crate) fn handle<'l>(
         &'l self,
         py: Python<'py>,
@@ -151,7 +150,10 @@ impl<'py> Target<'py> {
         let api = hdf5::api().map_err(PyOSError::new_err)?;
         let element: usize = self.dtype.getattr(intern!(py, "itemsize"))?.extract()?;
         let handle = Dataset::made_as(api, self.dataset, make_mem_type, element, lock);
-        Ok(handle.with_stored(layout.map(|layout| layout.get().stored())))
+        Ok(match layout {
+            Some(layout) => handle.keeping(layout.get().kept()),
+            None => handle,
+        })
     }
 
     /// HDF5's memory type for the dtype as the engine's handle makes it (under h5py's lock).
@@ -188,8 +190,6 @@ struct Call<'py> {
     dataset: Hid,
     array: ArrayArg<'py>,
     sel: Selection,
-    /// The driver's settings, read at most once for the call.
-    settings: CallSettings,
 }
 
 impl<'py> Call<'py> {
@@ -206,7 +206,6 @@ impl<'py> Call<'py> {
             target,
             array,
             sel,
-            settings: CallSettings::default(),
         })
     }
 
@@ -240,12 +239,12 @@ impl<'py> Call<'py> {
         let layout = self.target.layout(py)?;
         let make = || self.target.engine_mem_type();
         let handle = self.target.handle(py, layout.as_ref(), &make)?;
-        handle.read(sel, out, &self.settings).map_err(engine_error)
+        handle.read(sel, out).map_err(engine_error)
     }
 
     /// Reads into a device array through the dataset's layout, where its file is read-only and
-    /// the engine's stored way takes it (`h5gds_engine::policy::device_read::read_stored`);
-    /// false, having read nothing, otherwise.
+    /// the engine's stored way takes it (`Layout::read_into_device`), without h5py's lock; false,
+    /// having read nothing, otherwise.
     fn read_through_layout(&self, py: Python<'py>) -> PyResult<bool> {
         let device = self.array.device.as_ref();
         let Some(layout) = self.target.layout(py)? else {
@@ -267,7 +266,7 @@ impl<'py> Call<'py> {
             stream: self.array.stream,
             bools: self.array.bools()?,
         };
-        layout.read_into_device(py, &sel, &out, &self.settings)
+        layout.read_into_device(py, &sel, &out)
     }
 
     /// A write from a host array through the engine's dataset handle: one H5Dwrite. The caller
@@ -300,13 +299,12 @@ impl<'py> Call<'py> {
         let api = hdf5::api().map_err(PyOSError::new_err)?;
         let (dataset, mem_type, bools) =
             (self.dataset, self.target.mem_type()?, self.array.bools()?);
-        let name = hdf5::object_name(dataset);
         let sel = Hyperslab {
             start: &self.sel.start,
             step: &self.sel.step,
             count: &self.sel.count,
         };
-        let (write, settings) = (self.write, &self.settings);
+        let write = self.write;
         let role = if write { "array" } else { "out" };
         crate::thread_end::detached(py, || {
             with_device_memory(
@@ -317,10 +315,10 @@ impl<'py> Call<'py> {
                 |context| {
                     let memory = DeviceMemory::in_context(address, nbytes, context, bools);
                     let element = nbytes / elements as usize;
-                    let handle = Dataset::new(api, dataset, mem_type, element, Held).named(&name);
+                    let handle = Dataset::new(api, dataset, mem_type, element, Held);
                     Ok(match write {
                         true => handle.write(sel, memory),
-                        false => handle.read(Sel::Slab(sel), memory, settings),
+                        false => handle.read(Sel::Slab(sel), memory),
                     }?)
                 },
             )

@@ -40,7 +40,7 @@ pub(crate) struct DeviceFacts {
 
 impl<L: Hdf5Lock> Dataset<'_, L> {
     /// The facts of [`DeviceFacts`], asked of HDF5 at the first device transfer of the handle.
-    fn device_facts(&self, settings: &CallSettings) -> Result<&DeviceFacts> {
+    fn device_facts(&self) -> Result<&DeviceFacts> {
         if let Some(known) = self.kept().device.get() {
             return Ok(known);
         }
@@ -69,7 +69,7 @@ impl<L: Hdf5Lock> Dataset<'_, L> {
         let storage = device::storage(&found.layout, found.stored_size, listed)?;
         let host = match &found.layout {
             StoredLayout::Chunked { filters, .. } if !filters.is_empty() => {
-                let (threads, item) = (settings.nthreads()?, self.element);
+                let (threads, item) = (self.settings().nthreads()?, self.element);
                 decoded::plan(&found.layout, conversion.as_deref(), rank, item, threads)?
             }
             _ => Err("its chunks are not filtered".to_string()),
@@ -86,13 +86,8 @@ impl<L: Hdf5Lock> Dataset<'_, L> {
     }
 
     /// Reads the slab `sel` into device memory `out` in `policy::device_read`'s order.
-    pub(crate) fn read_device(
-        &self,
-        sel: Hyperslab,
-        out: &DeviceMemory,
-        settings: &CallSettings,
-    ) -> Result<()> {
-        let facts = self.device_facts(settings)?;
+    pub(crate) fn read_device(&self, sel: Hyperslab, out: &DeviceMemory) -> Result<()> {
+        let (facts, settings) = (self.device_facts()?, self.settings());
         let path = out.path()?;
         let route = RouteFacts {
             staged_by_settings: !settings::goes_through_gds(path),
@@ -100,7 +95,7 @@ impl<L: Hdf5Lock> Dataset<'_, L> {
             conversion: facts.conversion.clone(),
             other_driver: facts.other_driver.clone(),
         };
-        let stored = || self.stored_for_device();
+        let stored = || Ok(self.stored()?.map(|kept| &kept.stored));
         if device_read::stored_way(stored, (&sel, out, &route, path), settings)? {
             return Ok(());
         }
@@ -137,8 +132,7 @@ impl<L: Hdf5Lock> Dataset<'_, L> {
     /// settings, a conversion, or storage HDF5 copies itself). Bools are not checked on their
     /// way out, so they do not stage a write.
     pub(crate) fn write_device(&self, sel: Hyperslab, data: &DeviceMemory) -> Result<()> {
-        let settings = CallSettings::default();
-        let facts = self.device_facts(&settings)?;
+        let (facts, settings) = (self.device_facts()?, self.settings());
         let route = RouteFacts {
             staged_by_settings: !settings::goes_through_gds(data.path()?),
             checked_bytes: false,
@@ -166,7 +160,7 @@ impl<L: Hdf5Lock> Dataset<'_, L> {
             address: data.address,
             staging_size,
         };
-        let face = self.on_device(name, data, &settings, true);
+        let face = self.on_device(name, data, settings, true);
         // SAFETY: the face's contract (`DeviceMemory`): `nbytes` of device memory in `context`,
         // alive for the call; `prepare` checked they hold the selection.
         unsafe { device::write(&face, &io, name, staged.as_deref()) }

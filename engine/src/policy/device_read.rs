@@ -75,7 +75,7 @@ pub(crate) fn staged_anyway<'s, E>(
 /// resolve_stored`; its file open with `other_driver` where not `gds`): reads `sel` into `out`
 /// with no HDF5 call where the stored way takes it, true then; false where the driver or HDF5 is
 /// to read it, nothing read.
-pub fn read_stored(
+pub(crate) fn read_stored(
     stored: &Stored,
     other_driver: Option<&str>,
     sel: &Hyperslab,

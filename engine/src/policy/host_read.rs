@@ -126,7 +126,7 @@ pub fn read<F: HostFace>(
 /// to gain from them (`Stored::threads_for`); false, nothing read, where HDF5 is to read it
 /// (chunks never written; filtered chunks with `H5GDS_HOST_CODEC=0`). The selection and the size
 /// of `out` are checked against the dataset first.
-pub fn read_stored(
+pub(crate) fn read_stored(
     stored: &Stored,
     sel: &Hyperslab,
     out: &mut [u8],
