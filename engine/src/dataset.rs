@@ -275,6 +275,20 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
         self.kept.unwrap_or(&self.own)
     }
 
+    /// Where the handle keeps the facts its device transfers are decided over: the face's kept
+    /// where it serves one call, else its own (they are planned over the call's settings).
+    pub(crate) fn device_kept(&self) -> &Kept {
+        match self.kept {
+            Some(kept) if kept.settings.is_some() => kept,
+            _ => &self.own,
+        }
+    }
+
+    /// The storage already resolved in the face's kept, with no HDF5 call.
+    pub(crate) fn stored_resolved(&self) -> Option<&KeptStored> {
+        self.kept?.stored.get()?.as_ref()
+    }
+
     /// The driver's settings of the face's call: its kept's, else the handle's own.
     pub(crate) fn settings(&self) -> &CallSettings {
         self.kept
@@ -508,8 +522,8 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
     /// The dataset's dimensions: the stored storage's where the handle has resolved it, else
     /// HDF5's.
     fn dimensions(&self) -> Result<Vec<u64>> {
-        if let Some(shape) = self.kept.and_then(Kept::shape) {
-            return Ok(shape.to_vec());
+        if let Some(KeptStored { stored, .. }) = self.stored_resolved() {
+            return Ok(stored.shape().to_vec());
         }
         self.lock.enter()?;
         Ok(L::call(|| facts::dimensions(self.api, self.id))?)

@@ -12,7 +12,7 @@ use crate::device_error;
 use crate::error::engine_error;
 use crate::hdf5::{self, Hid};
 use crate::known_read::{cached_layout, Cached};
-use crate::layout::{DeviceOut, Held, Layout};
+use crate::layout::{Held, Layout};
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::{Dataset, DeviceMemory, Error as EngineError, Hdf5Lock, Selection as Sel};
 use pyo3::exceptions::PyOSError;
@@ -213,13 +213,15 @@ impl<'py> Call<'py> {
         if let (false, None) = (self.write, &self.array.device) {
             return self.read_host(py);
         }
-        if !self.write && self.read_through_layout(py)? {
-            return Ok(());
-        }
+        // A read-only file's dataset keeps its layout: a read it serves needs no HDF5 call.
+        let layout = match self.write {
+            false => self.target.layout(py)?,
+            true => None,
+        };
         let _phil = Phil::acquire(py)?;
         match &self.array.device {
             None => self.write_host(py),
-            Some((_, claimed_ordinal)) => self.device(py, *claimed_ordinal),
+            Some((_, claimed)) => self.device(py, *claimed, layout.as_ref().map(|l| l.get())),
         }
     }
 
@@ -242,33 +244,6 @@ impl<'py> Call<'py> {
         handle.read(sel, out).map_err(engine_error)
     }
 
-    /// Reads into a device array through the dataset's layout, where its file is read-only and
-    /// the engine's stored way takes it (`Layout::read_into_device`), without h5py's lock; false,
-    /// having read nothing, otherwise.
-    fn read_through_layout(&self, py: Python<'py>) -> PyResult<bool> {
-        let device = self.array.device.as_ref();
-        let Some(layout) = self.target.layout(py)? else {
-            return Ok(false);
-        };
-        let layout = layout.get();
-        let sel = Hyperslab {
-            start: &self.sel.start,
-            step: &self.sel.step,
-            count: &self.sel.count,
-        };
-        let Some((_, claimed_ordinal)) = device else {
-            return Ok(false);
-        };
-        let out = DeviceOut {
-            address: self.array.address,
-            nbytes: self.array.nbytes,
-            claimed_ordinal: *claimed_ordinal,
-            stream: self.array.stream,
-            bools: self.array.bools()?,
-        };
-        layout.read_into_device(py, &sel, &out)
-    }
-
     /// A write from a host array through the engine's dataset handle: one H5Dwrite. The caller
     /// holds h5py's lock.
     fn write_host(&self, py: Python<'py>) -> PyResult<()> {
@@ -288,9 +263,15 @@ impl<'py> Call<'py> {
     }
 
     /// A read into or a write from a device array through the engine's dataset handle (as
-    /// array-io's), once CUDA has checked the memory and the producer's stream has finished; the
-    /// GIL released. The caller holds h5py's lock.
-    fn device(&self, py: Python<'py>, claimed_ordinal: Option<i32>) -> PyResult<()> {
+    /// array-io's), keeping what `layout` keeps of a read-only file's dataset, once CUDA has
+    /// checked the memory and the producer's stream has finished; the GIL released. The caller
+    /// holds h5py's lock.
+    fn device(
+        &self,
+        py: Python<'py>,
+        claimed_ordinal: Option<i32>,
+        layout: Option<&Layout>,
+    ) -> PyResult<()> {
         let (address, nbytes, stream) = (self.array.address, self.array.nbytes, self.array.stream);
         let elements: u64 = self.sel.count.iter().product();
         if elements == 0 {
@@ -316,6 +297,10 @@ impl<'py> Call<'py> {
                     let memory = DeviceMemory::in_context(address, nbytes, context, bools);
                     let element = nbytes / elements as usize;
                     let handle = Dataset::new(api, dataset, mem_type, element, Held);
+                    let handle = match layout {
+                        Some(layout) => handle.keeping(layout.kept()),
+                        None => handle,
+                    };
                     Ok(match write {
                         true => handle.write(sel, memory),
                         false => handle.read(Sel::Slab(sel), memory),

@@ -41,7 +41,7 @@ pub(crate) struct DeviceFacts {
 impl<L: Hdf5Lock> Dataset<'_, L> {
     /// The facts of [`DeviceFacts`], asked of HDF5 at the first device transfer of the handle.
     fn device_facts(&self) -> Result<&DeviceFacts> {
-        if let Some(known) = self.kept().device.get() {
+        if let Some(known) = self.device_kept().device.get() {
             return Ok(known);
         }
         self.lock.enter()?;
@@ -82,20 +82,38 @@ impl<L: Hdf5Lock> Dataset<'_, L> {
             host,
             index: OnceLock::new(),
         };
-        Ok(self.kept().device.get_or_init(|| known))
+        Ok(self.device_kept().device.get_or_init(|| known))
     }
 
-    /// Reads the slab `sel` into device memory `out` in `policy::device_read`'s order.
+    /// Reads the slab `sel` into device memory `out` in `policy::device_read`'s order: a storage
+    /// the face's kept has resolved is tried first, with no HDF5 call (its facts are its own).
     pub(crate) fn read_device(&self, sel: Hyperslab, out: &DeviceMemory) -> Result<()> {
-        let (facts, settings) = (self.device_facts()?, self.settings());
-        let path = out.path()?;
+        let (path, settings) = (out.path()?, self.settings());
+        let resolved = self.stored_resolved();
+        if let Some(kept) = resolved {
+            let route = RouteFacts {
+                staged_by_settings: !settings::goes_through_gds(path),
+                checked_bytes: out.bools,
+                conversion: None,
+                other_driver: kept.other_driver.clone(),
+            };
+            let stored = || Ok(Some(&kept.stored));
+            if device_read::stored_way(stored, (&sel, out, &route, path), settings)? {
+                return Ok(());
+            }
+        }
+        let facts = self.device_facts()?;
         let route = RouteFacts {
             staged_by_settings: !settings::goes_through_gds(path),
             checked_bytes: out.bools,
             conversion: facts.conversion.clone(),
             other_driver: facts.other_driver.clone(),
         };
-        let stored = || Ok(self.stored()?.map(|kept| &kept.stored));
+        // (Not asked again where the storage was resolved already, and tried above.)
+        let stored = || match resolved {
+            Some(_) => Ok(None),
+            None => Ok(self.stored()?.map(|kept| &kept.stored)),
+        };
         if device_read::stored_way(stored, (&sel, out, &route, path), settings)? {
             return Ok(());
         }
@@ -191,7 +209,7 @@ impl<L: Hdf5Lock> Dataset<'_, L> {
             memory,
             settings,
             write,
-            index: self.kept().device.get().map(|f| &f.index),
+            index: self.device_kept().device.get().map(|f| &f.index),
             lock: PhantomData,
         }
     }
