@@ -617,7 +617,6 @@ const ENGINE_ITEMS_THE_FACES_NAME: &[&str] = &[
     "h5gds_engine::collective::Writer",
     "h5gds_engine::facts",
     "h5gds_engine::policy::files::refused_for_writing",
-    "h5gds_engine::policy::gather::Staging",
     "h5gds_engine::policy::settings::check",
     "h5gds_engine::staged",
     "h5gds_engine::staged::NotBool",

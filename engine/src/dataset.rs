@@ -18,15 +18,17 @@ use crate::encoded::Target;
 use crate::error::Kind;
 use crate::facts::{self, StoredLayout};
 use crate::policy::device_read;
-use crate::policy::gather::{Gather, Hdf5Side};
+use crate::policy::gather::{Gather, Hdf5Side, Staging};
 use crate::policy::host_read::{self, HostFace};
 use crate::policy::settings::CallSettings;
 use crate::policy::write::{CompressedWrite, Memory};
 use crate::rows::RowPlan;
+use crate::staged::check_bools;
 use crate::stored::{self, Stored};
 use crate::transfer::{self, Transfer};
 use crate::{Error, Result};
 use h5gds_chunk_codec::Hyperslab;
+use h5gds_runtime::cuda;
 use h5gds_runtime::hdf5::{hid_t, Hdf5Api};
 use on_device::DeviceFacts;
 
@@ -384,9 +386,8 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
                 let slab = match sel {
                     Selection::Slab(slab) => slab,
                     Selection::All => return self.whole(|all| self.read_device(all, &device)),
-                    Selection::Rows { .. } => {
-                        let why = "rows are gathered into host memory, not into device memory";
-                        return Err(Error::new(Kind::Unsupported, why));
+                    Selection::Rows { rows, rest } => {
+                        return self.gather_device(rows, rest, &device).map_err(named)
                     }
                 };
                 return self.read_device(slab, &device).map_err(named);
@@ -569,6 +570,31 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
             };
             with_gather(gather, |g| g.through_hdf5(side, out))
         })
+    }
+
+    /// Reads the rows `rows` (of each, `rest`) into device memory `out`: gathered into host
+    /// memory first (`policy::gather::Staging`: the rows come from all over the file), checked
+    /// where they are bools, then copied up in one piece.
+    fn gather_device(&self, rows: &[u64], rest: Hyperslab, out: &DeviceMemory) -> Result<()> {
+        let nbytes = out.nbytes;
+        let mut staging = Staging::new(nbytes);
+        // SAFETY: the staging buffer holds `nbytes` bytes, this call's alone, alive through it.
+        let host = unsafe { std::slice::from_raw_parts_mut(staging.as_mut_ptr(), nbytes) };
+        self.gather(rows, rest, host)?;
+        if out.bools {
+            let name = self.name()?;
+            check_bools(host, 0).map_err(|n| Error::from(n).in_dataset(name))?;
+        }
+        if nbytes == 0 {
+            return Ok(());
+        }
+        let (to, from) = (out.address as usize, host.as_ptr() as usize);
+        // SAFETY: `out` holds `nbytes` of device memory in its context (the face's contract); the
+        // staging buffer holds them, and the copy has finished when this returns.
+        let copied = self
+            .lock
+            .unlocked(|| unsafe { cuda::copy_any(out.context, to, from, nbytes) });
+        copied.map_err(|e| Error::new(Kind::Device, format!("copying the rows up: {e}")))
     }
 
     /// The dataset's chunk calls as the engine's stored chunks make them.
