@@ -1,12 +1,12 @@
 //! The engine's dataset handle, what both faces call: a dataset open in some HDF5 copy (its table
 //! and id), the memory type its elements move as, and the face's lock on that HDF5 ([`Hdf5Lock`]).
-//! [`Dataset::read`] fills host memory with any [`Selection`] the way `crate::policy` decides
-//! (`host_read`, `gather`); [`Dataset::write`] is one checked `H5Dwrite` from host memory;
+//! [`Dataset::read`] fills host or device memory with any [`Selection`] the way `crate::policy`
+//! decides (`host_read`, `device_read`, `gather`); [`Dataset::write`] writes a slab from either;
 //! [`Dataset::write_chunks`] writes a new chunked dataset from the one [`Memory`] type (host bytes,
 //! or a device array with its stream) encoded where `policy::write` decides. What a face keeps of
 //! a dataset across handles is a [`Kept`]: the storage a read-only file's reads take with no HDF5
-//! call (resolved once, [`Dataset::reads_stored`]; then read with no handle at all, [`Kept::read`]),
-//! the facts its device transfers are decided over, and the driver's settings of the face's call,
+//! call (resolved once, [`Dataset::reads_stored`]; then read with no handle, [`Kept::read`]), the
+//! facts its device transfers are decided over, and the driver's settings of the face's call,
 //! loaded at most once ([`CallSettings`]; a handle with no kept call loads its own). The handle
 //! supplies the policy's HDF5 side itself (facts, chunk calls, one `H5Dread`), so a face converts
 //! its array and selection and maps [`Error`]'s kind.
@@ -373,8 +373,9 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
     }
 
     /// Reads `sel` into `out` (its elements in the memory type, row-major; one row per index for
-    /// [`Selection::Rows`]) the way `crate::policy` decides: `host_read` for a slab, `gather` for
-    /// rows. The driver's settings are the face call's ([`Kept`]), loaded where a step needs them.
+    /// [`Selection::Rows`]) the way `crate::policy` decides: `host_read` or `device_read` for a
+    /// slab, `gather` for rows (into device memory through host memory, then one copy up). The
+    /// driver's settings are the face call's ([`Kept`]), loaded where a step needs them.
     pub fn read<'o>(&self, sel: Selection, out: impl Into<ReadInto<'o>>) -> Result<()> {
         let named = |e: Error| match self.name.get() {
             Some(name) => e.in_dataset(name),
