@@ -40,7 +40,7 @@ pub(crate) struct DeviceOut {
 impl Layout {
     /// The layout of `dataset` for reads into elements of `element` bytes of the memory type
     /// `mem_type` (an object dtype's never), or None where HDF5 is to read it
-    /// (`h5gds_engine::Dataset::resolve_stored` says when). The caller holds h5py's lock.
+    /// (`h5gds_engine::Dataset::reads_stored` says when). The caller holds h5py's lock.
     #[staticmethod]
     pub(crate) fn resolve(dataset: Hid, mem_type: Hid, element: usize) -> PyResult<Option<Layout>> {
         let api = hdf5::api().map_err(PyOSError::new_err)?;
