@@ -535,13 +535,12 @@ fn bytes(values: &[f64]) -> Vec<u8> {
 
 #[test]
 fn the_dataset_handle_writes_then_reads_every_selection_with_and_without_hdf5() {
-    use h5gds_engine::policy::settings::CallSettings;
-    use h5gds_engine::{Dataset as Handle, Selection};
+    use h5gds_engine::{Dataset as Handle, Kept, Selection};
     let _alone = children_or_reopens();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("handle.h5");
     let n = SHAPE.iter().product::<u64>() as usize;
-    let (values, settings) = (reference(n), CallSettings::default());
+    let values = reference(n);
     let shape: Vec<usize> = SHAPE.iter().map(|&d| d as usize).collect();
     let file = create(&path, false);
     let dset = dataset(&file, "x", &shape, &vec![0.0; n]);
@@ -556,10 +555,10 @@ fn the_dataset_handle_writes_then_reads_every_selection_with_and_without_hdf5() 
     // A buffer of another size is refused, naming both sizes.
     assert!(refused(handle.write(all, &bytes(&values[1..]))).contains("the buffer has"));
     // A writable file: no storage to read with no HDF5 call; every read through HDF5.
-    assert!(handle.resolve_stored().unwrap().is_none());
+    assert!(!handle.reads_stored().unwrap());
     let read = |handle: &Handle<Metno>, sel: Selection, len: usize| {
         let mut out = vec![0u8; len * 8];
-        handle.read(sel, &mut out, &settings).unwrap();
+        handle.read(sel, &mut out).unwrap();
         out
     };
     assert_eq!(read(&handle, Selection::All, n), bytes(&values));
@@ -589,23 +588,29 @@ fn the_dataset_handle_writes_then_reads_every_selection_with_and_without_hdf5() 
     // A row past the first axis is refused, nothing read.
     let mut out = vec![0u8; 45 * 8];
     let past = Selection::Rows { rows: &[12], rest };
-    assert!(refused(handle.read(past, &mut out, &settings)).contains("out of range"));
+    assert!(refused(handle.read(past, &mut out)).contains("out of range"));
     drop((handle, dset, file));
     // The same file read-only: its storage resolved, the same bytes with no HDF5 call.
     let fapl = hdf5_raw::file_access(&FileDriver::Sec2).unwrap();
     let file = hdf5_raw::open_file(&path, &fapl).unwrap();
     let dset = file.dataset("x").unwrap();
+    let kept = Kept::default();
     let handle = Handle::new(api, dset.id(), f8.id(), 8, Metno).named("/x");
-    let stored = handle
-        .resolve_stored()
-        .unwrap()
-        .expect("a read-only file's storage");
-    let handle = handle.with_stored(Some(&stored));
+    let handle = handle.keeping(&kept);
+    assert!(handle.reads_stored().unwrap(), "a read-only file's storage");
     assert_eq!(read(&handle, Selection::All, n), bytes(&values));
     assert_eq!(
         read(&handle, Selection::Rows { rows: &rows, rest }, 4 * 45),
         bytes(&gathered)
     );
+    // What is kept reads with no handle: a slab, checked against the dataset first.
+    assert_eq!(kept.shape(), Some(&SHAPE[..]));
+    let mut out = vec![0u8; 30 * 8];
+    assert!(kept.read(slab, &mut out).unwrap());
+    assert_eq!(out, bytes(&expected));
+    assert!(refused(kept.read(slab, &mut out[8..])).contains("the buffer has 232 bytes"));
+    // Nothing kept of a writable file's dataset: no read with no HDF5 call.
+    assert!(!Kept::across_calls().read(slab, &mut out).unwrap());
 }
 
 /// The engine's one query through the HDF5 array-io links: each layout as HDF5 stores it,

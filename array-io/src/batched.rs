@@ -117,9 +117,8 @@ pub(crate) fn host<T: Element>(
     chunk_shape: &[usize],
 ) -> Result<Batches<T>> {
     let (ds, types) = crate::host::open_checked::<T>(path, dataset, options)?;
-    let settings = crate::options::driver_settings()?;
     let shape = ds.shape.clone();
-    let read = move |block: &Block| crate::host::read_region::<T>(&ds, &types, block, &settings);
+    let read = move |block: &Block| crate::host::read_region::<T>(&ds, &types, block);
     ChunkBatches::over(shape, Box::new(read), dataset, chunk_shape)
 }
 

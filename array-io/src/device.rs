@@ -19,7 +19,6 @@ use crate::select::Block;
 use crate::ReadOptions;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use h5gds_chunk_codec::{Filter, Hyperslab};
-use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::Selection;
 use h5gds_engine::{
     CompressedWrite, Dataset, DeviceArray as EngineArray, DeviceMemory, Kept, Memory,
@@ -328,7 +327,6 @@ pub(crate) fn write_compressed<T: Element>(
             element_size: size_of::<T>(),
             filters: std::slice::from_ref(&filter),
             driver_blocker: blocker,
-            threads: crate::options::driver_settings()?.nthreads()?,
         };
         let memory = Memory::Device(EngineArray { address, stream }, nbytes);
         let (id, mem) = (ds.dset.id(), mem_type.id());
@@ -372,8 +370,6 @@ pub(crate) struct DeviceSource {
     kept: Kept,
     device_path: crate::DevicePath,
     staging_size: usize,
-    /// The driver's settings, loaded at most once for the dataset.
-    vfd_settings: CallSettings,
 }
 
 impl DeviceSource {
@@ -398,7 +394,6 @@ impl DeviceSource {
             types,
             device_path,
             staging_size: settings.staging_buffer_size()?,
-            vfd_settings: CallSettings::default(),
         })
     }
 
@@ -442,7 +437,7 @@ impl DeviceSource {
             Metno,
         );
         let handle = handle.named(&ds.name).keeping(&self.kept);
-        (handle.read(sel, out, &self.vfd_settings)).map_err(Error::engine(&ds.path, &ds.name))?;
+        (handle.read(sel, out)).map_err(Error::engine(&ds.path, &ds.name))?;
         synchronize(stream)?;
         drop(record);
         Ok(array)

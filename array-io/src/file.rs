@@ -5,6 +5,7 @@
 use crate::driver::{file_access, Driver};
 use crate::error::{Error, Result};
 use crate::hdf5_raw::{self, NewLayout};
+use h5gds_engine::Kept;
 use hdf5::types::TypeDescriptor;
 use hdf5::{Dataset, Datatype, File, Group, LinkType, LocationToken, LocationType};
 use std::path::{Path, PathBuf};
@@ -175,8 +176,9 @@ pub(crate) struct OpenDataset {
     pub shape: Vec<u64>,
     pub dset: Dataset,
     pub file: File,
-    /// The engine's storage of it for host reads with no HDF5 call, once resolved (`stored`).
-    pub stored: std::sync::OnceLock<Option<h5gds_engine::stored::Stored>>,
+    /// What the engine keeps of it for the call's handles: its storage for reads with no HDF5
+    /// call, once resolved, and the driver's settings, loaded at most once.
+    pub kept: Kept,
     /// For a new file: the path it replaces once closed (dropped last: after the file closes).
     replacing: Option<Replacing>,
 }
@@ -190,7 +192,7 @@ impl OpenDataset {
             shape,
             dset,
             file,
-            stored: std::sync::OnceLock::new(),
+            kept: Kept::default(),
             replacing: None,
         }
     }

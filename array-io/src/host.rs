@@ -12,9 +12,7 @@ use crate::options::{DevicePath, Settings};
 use crate::select::Block;
 use crate::ReadOptions;
 use h5gds_chunk_codec::Hyperslab;
-use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::staged::check_bools;
-use h5gds_engine::stored::Stored;
 use h5gds_engine::{Dataset, Hdf5Lock, Selection};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 use std::path::Path;
@@ -69,13 +67,12 @@ where
 
 /// Reads `region` (file coordinates) of an open dataset into a host array of its shape through
 /// the engine's dataset handle (`h5gds_engine::Dataset`, the way `policy::host_read` takes, as
-/// the Python package's); chunks h5gds decodes are decoded on the driver's I/O threads
-/// (`settings`, read once per call).
+/// the Python package's); chunks h5gds decodes are decoded on the driver's I/O threads (its
+/// settings, loaded once per open dataset).
 pub(crate) fn read_region<T: Element>(
     ds: &OpenDataset,
     types: &Types,
     region: &Block,
-    settings: &CallSettings,
 ) -> Result<ArrayD<T>> {
     let shape: Vec<usize> = region.count.iter().map(|&d| d as usize).collect();
     let mut values: Vec<T> = zeroed(region.len() as usize);
@@ -86,9 +83,9 @@ pub(crate) fn read_region<T: Element>(
             step: &ones,
             count: &region.count,
         });
-        let handle = ds.handle(types)?;
+        let handle = ds.handle(types);
         handle
-            .read(slab, bytes_of(&mut values), settings)
+            .read(slab, bytes_of(&mut values))
             .map_err(Error::engine(&ds.path, &ds.name))?;
     }
     shaped(shape, checked(ds, values)?)
@@ -104,31 +101,14 @@ impl Hdf5Lock for Metno {
 }
 
 impl OpenDataset {
-    /// The engine's handle of this dataset, its elements moved as `types.mem`, with its storage
-    /// for reads with no HDF5 call ([`stored_of`]).
-    pub(crate) fn handle(&self, types: &Types) -> Result<Dataset<'_, Metno>> {
+    /// The engine's handle of this dataset, its elements moved as `types.mem`, keeping what the
+    /// engine learns of it in the open dataset (its storage for reads with no HDF5 call,
+    /// resolved at its first read).
+    pub(crate) fn handle(&self, types: &Types) -> Dataset<'_, Metno> {
         let mem = &types.mem;
         let handle = Dataset::new(linked_hdf5(), self.dset.id(), mem.id(), mem.size(), Metno);
-        Ok(handle
-            .named(&self.name)
-            .with_stored(stored_of(self, types)?))
+        handle.named(&self.name).keeping(&self.kept)
     }
-}
-
-/// The engine's storage of `ds` for reads of `types` (`Dataset::resolve_stored`: a read-only
-/// file's own bytes, read with no HDF5 call), resolved at the first read of the open dataset and
-/// kept; None where the engine does not serve it.
-pub(crate) fn stored_of<'a>(ds: &'a OpenDataset, types: &Types) -> Result<Option<&'a Stored>> {
-    if let Some(resolved) = ds.stored.get() {
-        return Ok(resolved.as_ref());
-    }
-    let mem = &types.mem;
-    let handle = Dataset::new(linked_hdf5(), ds.dset.id(), mem.id(), mem.size(), Metno);
-    let resolved = handle
-        .named(&ds.name)
-        .resolve_stored()
-        .map_err(Error::engine(&ds.path, &ds.name))?;
-    Ok(ds.stored.get_or_init(|| resolved).as_ref())
 }
 
 /// From this size on, a new host array's memory is asked of the kernel in huge pages, as NumPy
@@ -246,14 +226,13 @@ pub(crate) fn read_rows<T: Element>(
         step: &ones,
         count: rest,
     };
-    let settings = crate::options::driver_settings()?;
     let mut out: Vec<T> = zeroed(rows.len() * row_len as usize);
     let sel = Selection::Rows {
         rows: &resolved,
         rest,
     };
-    ds.handle(&types)?
-        .read(sel, bytes_of(&mut out), &settings)
+    ds.handle(&types)
+        .read(sel, bytes_of(&mut out))
         .map_err(Error::engine(&ds.path, &ds.name))?;
     let out = checked(&ds, out)?;
     drop(types);
@@ -283,8 +262,7 @@ pub(crate) fn read<T: Element>(
     region: impl FnOnce(&[u64]) -> Result<Block>,
 ) -> Result<ArrayD<T>> {
     let (ds, types) = open_checked::<T>(path, dataset, options)?;
-    let settings = crate::options::driver_settings()?;
-    let array = read_region(&ds, &types, &region(&ds.shape)?, &settings)?;
+    let array = read_region(&ds, &types, &region(&ds.shape)?)?;
     drop(types);
     ds.close()?;
     Ok(array)

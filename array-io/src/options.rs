@@ -1,11 +1,10 @@
 //! The options of one call: the settings that choose between the `gds` driver and the staged
-//! path ([`Settings`], each unset field taken from the environment), a read's options
-//! ([`ReadOptions`]), and the driver's own settings as array-io takes them from the environment
-//! ([`driver_settings`]: thread counts, and whether the driver stages every device transfer),
-//! checked at every open (`crate::driver::file_access`).
+//! path ([`Settings`], each unset field taken from the environment) and a read's options
+//! ([`ReadOptions`]). The driver's own settings (thread counts, whether the driver stages every
+//! device transfer) are checked at every open (`crate::driver::file_access`) and loaded by the
+//! engine's dataset handle where a step needs them.
 
 use crate::error::Result;
-use h5gds_engine::policy::{self, settings::CallSettings};
 use h5gds_runtime::settings;
 pub use h5gds_runtime::settings::{
     DevicePath, DEFAULT_STAGING_BUFFER_SIZE, MIN_STAGING_BUFFER_SIZE, STAGING_BUFFER_SIZE_ENV,
@@ -40,14 +39,6 @@ impl Settings {
     pub(crate) fn use_gds(&self) -> Result<bool> {
         Ok(settings::goes_through_gds(self.device_path()?))
     }
-}
-
-/// The driver's settings from the environment (`H5GDS_NTHREADS`, `H5GDS_TASK_SIZE`, ...), where
-/// array-io takes thread counts and the driver's staging verdict from (`h5gds_engine::policy::
-/// settings`, as the Python extension): an invalid value is [`crate::Error::InvalidSetting`] naming it.
-/// Called once per read or write: a call keeps what this returns and hands it on.
-pub(crate) fn driver_settings() -> Result<CallSettings> {
-    Ok(CallSettings::loaded(policy::settings::load()?))
 }
 
 /// Options of a read.

@@ -1,13 +1,15 @@
 //! The engine's dataset handle, what both faces call: a dataset open in some HDF5 copy (its table
 //! and id), the memory type its elements move as, and the face's lock on that HDF5 ([`Hdf5Lock`]).
-//! [`Dataset::read`] fills host memory with any [`Selection`] the way `crate::policy` decides
-//! (`host_read`, `gather`); [`Dataset::write`] is one checked `H5Dwrite` from host memory;
+//! [`Dataset::read`] fills host or device memory with any [`Selection`] the way `crate::policy`
+//! decides (`host_read`, `device_read`, `gather`); [`Dataset::write`] writes a slab from either;
 //! [`Dataset::write_chunks`] writes a new chunked dataset from the one [`Memory`] type (host bytes,
-//! or a device array with its stream) encoded where `policy::write` decides; and
-//! [`Dataset::resolve_stored`] finds the storage a read-only file's reads take with no HDF5 call.
-//! The handle supplies the policy's HDF5 side itself (facts, chunk calls, one `H5Dread`), so a
-//! face converts its array and selection and maps [`Error`]'s kind. Reads into device memory do
-//! not go through it yet (`crate::device`, `policy::device_read`).
+//! or a device array with its stream) encoded where `policy::write` decides. What a face keeps of
+//! a dataset across handles is a [`Kept`]: the storage a read-only file's reads take with no HDF5
+//! call (resolved once, [`Dataset::reads_stored`]; then read with no handle, [`Kept::read`]), the
+//! facts its device transfers are decided over, and the driver's settings of the face's call,
+//! loaded at most once ([`CallSettings`]; a handle with no kept call loads its own). The handle
+//! supplies the policy's HDF5 side itself (facts, chunk calls, one `H5Dread`), so a face converts
+//! its array and selection and maps [`Error`]'s kind.
 
 use crate::chunks::{self, StoredChunks};
 use crate::decoded::{self, Decoded, Plan};
@@ -15,15 +17,18 @@ use crate::device::DeviceMemory;
 use crate::encoded::Target;
 use crate::error::Kind;
 use crate::facts::{self, StoredLayout};
-use crate::policy::gather::{Gather, Hdf5Side};
+use crate::policy::device_read;
+use crate::policy::gather::{Gather, Hdf5Side, Staging};
 use crate::policy::host_read::{self, HostFace};
 use crate::policy::settings::CallSettings;
 use crate::policy::write::{CompressedWrite, Memory};
 use crate::rows::RowPlan;
+use crate::staged::check_bools;
 use crate::stored::{self, Stored};
 use crate::transfer::{self, Transfer};
 use crate::{Error, Result};
 use h5gds_chunk_codec::Hyperslab;
+use h5gds_runtime::cuda;
 use h5gds_runtime::hdf5::{hid_t, Hdf5Api};
 use on_device::DeviceFacts;
 
@@ -125,19 +130,83 @@ pub struct Dataset<'a, L: Hdf5Lock> {
     make_mem_type: Option<&'a dyn Fn() -> Result<hid_t>>,
     pub(crate) element: usize,
     pub(crate) lock: L,
-    stored: Option<&'a Stored>,
     /// What the handle learns of the dataset: the face's ([`Dataset::keeping`]), else its own.
     kept: Option<&'a Kept>,
     own: Kept,
+    /// The driver's settings where the face's kept holds none (one per handle).
+    settings: CallSettings,
     name: OnceCell<String>,
 }
 
-/// What a face keeps of a dataset across handles ([`Dataset::keeping`]): what its device
-/// transfers are decided over, and the storage a device read may take with no HDF5 call.
-#[derive(Default)]
+/// What a face keeps of a dataset across handles ([`Dataset::keeping`]): the storage its reads
+/// take with no HDF5 call where its file is read-only, what its device transfers are decided
+/// over, and, kept for one face call ([`Kept::default`]: array-io's read or batches), the
+/// driver's settings of that call. Kept across calls ([`Kept::across_calls`]: Python's, for the
+/// life of an h5py dataset), each call loads its settings anew.
 pub struct Kept {
     pub(crate) device: OnceLock<DeviceFacts>,
-    stored: OnceLock<Option<Stored>>,
+    stored: OnceLock<Option<KeptStored>>,
+    settings: Option<CallSettings>,
+}
+
+/// A read-only file's dataset as its reads with no HDF5 call take it: its storage, and the driver
+/// its file is open with where not `gds` (sec2, which reads only into host memory).
+pub(crate) struct KeptStored {
+    pub(crate) stored: Stored,
+    pub(crate) other_driver: Option<String>,
+}
+
+impl Default for Kept {
+    /// Kept for one face call: its settings loaded at most once for all of its handles.
+    fn default() -> Self {
+        Kept {
+            device: OnceLock::new(),
+            stored: OnceLock::new(),
+            settings: Some(CallSettings::default()),
+        }
+    }
+}
+
+impl Kept {
+    /// Kept across face calls: each handle (each [`Kept::read`]) loads the settings of its own
+    /// call, which may differ from the last one's.
+    pub fn across_calls() -> Kept {
+        Kept {
+            settings: None,
+            ..Kept::default()
+        }
+    }
+
+    /// The dataset's shape, where its storage for reads with no HDF5 call is resolved.
+    pub fn shape(&self) -> Option<&[u64]> {
+        Some(self.stored.get()?.as_ref()?.stored.shape())
+    }
+
+    /// Reads the slab `sel` into `out` (its elements row-major, in the memory type the storage
+    /// was resolved for) with no HDF5 call and no handle, where the storage resolved here serves
+    /// it (`policy::host_read::read_stored`; into device memory, `policy::device_read`'s stored
+    /// way); false, nothing read, where the driver or HDF5 is to read it (or none is resolved).
+    /// The selection and the size of `out` are checked first.
+    pub fn read<'o>(&self, sel: Hyperslab, out: impl Into<ReadInto<'o>>) -> Result<bool> {
+        let Some(Some(kept)) = self.stored.get() else {
+            return Ok(false);
+        };
+        let call;
+        let settings = match &self.settings {
+            Some(settings) => settings,
+            None => {
+                call = CallSettings::default();
+                &call
+            }
+        };
+        match out.into() {
+            ReadInto::Host(out) => host_read::read_stored(&kept.stored, &sel, out, settings),
+            ReadInto::Device(out) => {
+                let driver = kept.other_driver.as_deref();
+                device_read::read_stored(&kept.stored, driver, &sel, &out, settings)
+            }
+        }
+    }
 }
 
 impl<'a, L: Hdf5Lock> Dataset<'a, L> {
@@ -151,9 +220,9 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
             make_mem_type: None,
             element,
             lock,
-            stored: None,
             kept: None,
-            own: Kept::default(),
+            own: Kept::across_calls(),
+            settings: CallSettings::default(),
             name: OnceCell::new(),
         }
     }
@@ -193,16 +262,11 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
         self
     }
 
-    /// The same handle, reading with no HDF5 call through `stored` (from
-    /// [`Dataset::resolve_stored`], kept by the face) where it serves the read.
-    pub fn with_stored(mut self, stored: Option<&'a Stored>) -> Self {
-        self.stored = stored;
-        self
-    }
-
     /// The same handle, keeping what it learns of the dataset in `kept` for the face's next
-    /// handles on it (a batch's reads), the storage a device read may take with no HDF5 call
-    /// ([`Dataset::resolve_stored`]) resolved there where that read would be staged anyway.
+    /// handles on it (a call's batches; Python's calls on one h5py dataset): the storage its reads
+    /// take with no HDF5 call, resolved there at the first read that may take it (a host read or
+    /// gather; a device read the driver would stage anyway), and its device facts. A handle with
+    /// no kept reads through HDF5 (or the driver) only.
     pub fn keeping(mut self, kept: &'a Kept) -> Self {
         self.kept = Some(kept);
         self
@@ -213,17 +277,53 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
         self.kept.unwrap_or(&self.own)
     }
 
-    /// The storage a device read may take with no HDF5 call: the face's, else the one resolved
-    /// in what the face keeps (see [`Dataset::keeping`]).
-    pub(crate) fn stored_for_device(&self) -> Result<Option<&Stored>> {
-        let Some(kept) = self.kept.filter(|_| self.stored.is_none()) else {
-            return Ok(self.stored);
-        };
+    /// Where the handle keeps the facts its device transfers are decided over: the face's kept
+    /// where it serves one call, else its own (they are planned over the call's settings).
+    pub(crate) fn device_kept(&self) -> &Kept {
+        match self.kept {
+            Some(kept) if kept.settings.is_some() => kept,
+            _ => &self.own,
+        }
+    }
+
+    /// The storage already resolved in the face's kept, with no HDF5 call.
+    pub(crate) fn stored_resolved(&self) -> Option<&KeptStored> {
+        self.kept?.stored.get()?.as_ref()
+    }
+
+    /// The driver's settings of the face's call: its kept's, else the handle's own.
+    pub(crate) fn settings(&self) -> &CallSettings {
+        self.kept
+            .and_then(|kept| kept.settings.as_ref())
+            .unwrap_or(&self.settings)
+    }
+
+    /// The storage the handle's reads take with no HDF5 call: resolved once in what the face
+    /// keeps (see [`Dataset::keeping`]); None where the face keeps nothing.
+    pub(crate) fn stored(&self) -> Result<Option<&KeptStored>> {
+        match self.kept {
+            Some(kept) => self.stored_in(kept),
+            None => Ok(None),
+        }
+    }
+
+    /// The storage resolved in `kept`, resolved now if it is not yet.
+    fn stored_in<'k>(&self, kept: &'k Kept) -> Result<Option<&'k KeptStored>> {
         if let Some(resolved) = kept.stored.get() {
             return Ok(resolved.as_ref());
         }
         let resolved = self.resolve_stored()?;
         Ok(kept.stored.get_or_init(|| resolved).as_ref())
+    }
+
+    /// Whether reads of the dataset take a storage with no HDF5 call, resolved now (once) in what
+    /// the handle keeps ([`Dataset::keeping`], else its own): no where the file is writable or
+    /// read for SWMR, or open with a driver other than sec2 or `gds` (whose addresses are the
+    /// file's offsets), HDF5 converts the elements, the dataset is a scalar, or its storage is not
+    /// the file's own bytes in a form h5gds reads. The kept then reads with no handle
+    /// ([`Kept::read`]).
+    pub fn reads_stored(&self) -> Result<bool> {
+        Ok(self.stored_in(self.kept())?.is_some())
     }
 
     /// The face's lock, as the handle holds it.
@@ -244,10 +344,8 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
     }
 
     /// The storage a read takes with no HDF5 call (`crate::stored`), or None where HDF5 reads
-    /// it: the file is writable or read for SWMR, or open with a driver other than sec2 or `gds`
-    /// (whose addresses are the file's offsets), HDF5 converts the elements, the dataset is a
-    /// scalar, or its storage is not the file's own bytes in a form h5gds reads.
-    pub fn resolve_stored(&self) -> Result<Option<Stored>> {
+    /// it ([`Dataset::reads_stored`] says when).
+    fn resolve_stored(&self) -> Result<Option<KeptStored>> {
         let name = self.name()?.to_string();
         let (api, id, mem_type) = (self.api, self.id, self.mem_type()?);
         L::call(|| {
@@ -259,25 +357,26 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
             if shape.is_empty() || !facts.same_type || !stored::own_bytes(&facts.layout) {
                 return Ok(None);
             }
-            let at_addresses = bytes_at_addresses(api, id)?;
+            let other_driver = facts::other_driver(api, id)?;
+            let at_addresses = matches!(other_driver.as_deref(), None | Some("sec2"));
             let Some(source) = at_addresses.then(|| stored::byte_source(api, id)).flatten() else {
                 return Ok(None);
             };
             let index = |chunk: &[u64]| chunks::index(api, id, chunk);
             let element = self.element;
-            Stored::resolve(name, source, shape, element, facts.layout, index, log)
+            let found = Stored::resolve(name, source, shape, element, facts.layout, index, log)?;
+            Ok(found.map(|stored| KeptStored {
+                stored,
+                other_driver,
+            }))
         })
     }
 
     /// Reads `sel` into `out` (its elements in the memory type, row-major; one row per index for
-    /// [`Selection::Rows`]) the way `crate::policy` decides: `host_read` for a slab, `gather` for
-    /// rows.
-    pub fn read<'o>(
-        &self,
-        sel: Selection,
-        out: impl Into<ReadInto<'o>>,
-        settings: &CallSettings,
-    ) -> Result<()> {
+    /// [`Selection::Rows`]) the way `crate::policy` decides: `host_read` or `device_read` for a
+    /// slab, `gather` for rows (into device memory through host memory, then one copy up). The
+    /// driver's settings are the face call's ([`Kept`]), loaded where a step needs them.
+    pub fn read<'o>(&self, sel: Selection, out: impl Into<ReadInto<'o>>) -> Result<()> {
         let named = |e: Error| match self.name.get() {
             Some(name) => e.in_dataset(name),
             None => e,
@@ -287,20 +386,17 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
             ReadInto::Device(device) => {
                 let slab = match sel {
                     Selection::Slab(slab) => slab,
-                    Selection::All => {
-                        return self.whole(|all| self.read_device(all, &device, settings))
-                    }
-                    Selection::Rows { .. } => {
-                        let why = "rows are gathered into host memory, not into device memory";
-                        return Err(Error::new(Kind::Unsupported, why));
+                    Selection::All => return self.whole(|all| self.read_device(all, &device)),
+                    Selection::Rows { rows, rest } => {
+                        return self.gather_device(rows, rest, &device).map_err(named)
                     }
                 };
-                return self.read_device(slab, &device, settings).map_err(named);
+                return self.read_device(slab, &device).map_err(named);
             }
         };
         let (dims, zeros, ones);
         let slab = match sel {
-            Selection::Rows { rows, rest } => return self.gather(rows, rest, out, settings),
+            Selection::Rows { rows, rest } => return self.gather(rows, rest, out),
             Selection::Slab(slab) => slab,
             Selection::All => {
                 dims = self.dimensions()?;
@@ -312,7 +408,7 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
                 }
             }
         };
-        host_read::read(self, slab, out, settings)
+        host_read::read(self, slab, out, self.settings())
             .map(drop)
             .map_err(named)
     }
@@ -410,7 +506,8 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
             face: &face,
             refused: &|e| e,
         };
-        crate::policy::write::write(target, w, memory)
+        let threads = self.settings().nthreads()?;
+        crate::policy::write::write(target, w, memory, threads)
     }
 
     /// Runs `f` with the selection of every element.
@@ -424,9 +521,10 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
         })
     }
 
-    /// The dataset's dimensions: the stored storage's where the handle has it, else HDF5's.
+    /// The dataset's dimensions: the stored storage's where the handle has resolved it, else
+    /// HDF5's.
     fn dimensions(&self) -> Result<Vec<u64>> {
-        if let Some(stored) = self.stored {
+        if let Some(KeptStored { stored, .. }) = self.stored_resolved() {
             return Ok(stored.shape().to_vec());
         }
         self.lock.enter()?;
@@ -435,13 +533,8 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
 
     /// Reads the rows `rows` (of each, `rest` of the other axes) into `out`, one row per index,
     /// the way `crate::policy::gather` decides.
-    fn gather(
-        &self,
-        rows: &[u64],
-        rest: Hyperslab,
-        out: &mut [u8],
-        settings: &CallSettings,
-    ) -> Result<()> {
+    fn gather(&self, rows: &[u64], rest: Hyperslab, out: &mut [u8]) -> Result<()> {
+        let stored = self.stored()?;
         let extent = match self.dimensions()?.first() {
             Some(&extent) => extent,
             None => return Err(Error::invalid("is a scalar: it has no rows to read")),
@@ -451,8 +544,8 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
             .unlocked(|| RowPlan::of(rows, extent))
             .map_err(Error::invalid)?;
         let row_bytes = rest.count.iter().product::<u64>() as usize * self.element;
-        let gather = (&plan, rest, row_bytes, settings);
-        if let Some(stored) = self.stored {
+        let gather = (&plan, rest, row_bytes, self.settings());
+        if let Some(KeptStored { stored, .. }) = stored {
             let read = || with_gather(gather, |g| g.stored(stored, &mut *out));
             if self.lock.unlocked(read)? {
                 return Ok(());
@@ -478,6 +571,31 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
             };
             with_gather(gather, |g| g.through_hdf5(side, out))
         })
+    }
+
+    /// Reads the rows `rows` (of each, `rest`) into device memory `out`: gathered into host
+    /// memory first (`policy::gather::Staging`: the rows come from all over the file), checked
+    /// where they are bools, then copied up in one piece.
+    fn gather_device(&self, rows: &[u64], rest: Hyperslab, out: &DeviceMemory) -> Result<()> {
+        let nbytes = out.nbytes;
+        let mut staging = Staging::new(nbytes);
+        // SAFETY: the staging buffer holds `nbytes` bytes, this call's alone, alive through it.
+        let host = unsafe { std::slice::from_raw_parts_mut(staging.as_mut_ptr(), nbytes) };
+        self.gather(rows, rest, host)?;
+        if out.bools {
+            let name = self.name()?;
+            check_bools(host, 0).map_err(|n| Error::from(n).in_dataset(name))?;
+        }
+        if nbytes == 0 {
+            return Ok(());
+        }
+        let (to, from) = (out.address as usize, host.as_ptr() as usize);
+        // SAFETY: `out` holds `nbytes` of device memory in its context (the face's contract); the
+        // staging buffer holds them, and the copy has finished when this returns.
+        let copied = self
+            .lock
+            .unlocked(|| unsafe { cuda::copy_any(out.context, to, from, nbytes) });
+        copied.map_err(|e| Error::new(Kind::Device, format!("copying the rows up: {e}")))
     }
 
     /// The dataset's chunk calls as the engine's stored chunks make them.
@@ -528,7 +646,7 @@ impl<L: Hdf5Lock> HostFace for Dataset<'_, L> {
     }
 
     fn stored(&self) -> Result<Option<&Stored>> {
-        Ok(self.stored)
+        Ok(Dataset::stored(self)?.map(|kept| &kept.stored))
     }
 
     fn facts(&self) -> Result<(StoredLayout, Option<String>)> {

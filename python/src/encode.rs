@@ -13,7 +13,6 @@ use crate::io_call::ArrayArg;
 use crate::layout::Held;
 use cudarc::driver::CudaContext;
 use h5gds_chunk_codec::Filter;
-use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::{CompressedWrite, Dataset, DeviceArray, Memory};
 use h5gds_route::route::{driver_blocker, Transfer as RouteFacts};
 use h5gds_runtime::{cuda, settings};
@@ -52,7 +51,6 @@ pub fn encode_write_chunks(
             other_driver: hdf5::other_driver(dataset).map_err(engine_error)?,
             ..RouteFacts::default()
         };
-        let threads = (CallSettings::default().nthreads()).map_err(engine_error)?;
         let w = CompressedWrite {
             shape: &shape,
             chunk: &chunk,
@@ -62,7 +60,6 @@ pub fn encode_write_chunks(
                 .unwrap_or(0),
             filters: &filters,
             driver_blocker: driver_blocker(&facts),
-            threads,
         };
         let device = array.device.as_ref().map(|(_, ordinal)| *ordinal);
         let stream = array.stream;

@@ -3,20 +3,16 @@
 //! included, read through the engine's dataset handle (`h5gds_engine::Dataset`) the way
 //! `h5gds_engine::policy::gather` decides: a read-only file's dataset with a layout with no HDF5
 //! call and neither h5py's lock nor the GIL held, else through h5py's HDF5 under its lock. A
-//! device output gets the rows gathered in host memory (`policy::gather::Staging`), checked
+//! device output, checked first, gets the rows gathered in host memory by the handle, checked
 //! (bools) and copied up in one piece. The call holds the dataset, the index array and the
 //! output's owner for all of its native part.
 
 use crate::device;
 use crate::device_error;
 use crate::error::engine_error;
-use crate::hdf5;
-use crate::io_call::{ArrayArg, Phil, Selection, Target};
+use crate::io_call::{ArrayArg, Selection, Target};
 use h5gds_chunk_codec::Hyperslab;
-use h5gds_engine::policy::gather::Staging;
-use h5gds_engine::policy::settings::CallSettings;
-use h5gds_engine::staged::check_bools;
-use h5gds_engine::Selection as Sel;
+use h5gds_engine::{DeviceMemory, Selection as Sel};
 use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
 
@@ -46,7 +42,6 @@ pub fn gather_dataset<'py>(
             step: &sel.rest.step,
             count: &sel.rest.count,
         };
-        let settings = CallSettings::default();
         let rows = Sel::Rows {
             rows: sel.rows.as_slice()?,
             rest,
@@ -54,40 +49,21 @@ pub fn gather_dataset<'py>(
         let layout = target.layout(py)?;
         let make = || target.engine_mem_type();
         // h5py's lock, where the handle takes it, is released when the read returns.
-        let read_into = |out: &mut [u8]| {
-            let handle = target.handle(py, layout.as_ref(), &make)?;
-            handle.read(rows, out, &settings).map_err(engine_error)
-        };
-        let Some((_, claimed_ordinal)) = &out.device else {
+        let handle = target.handle(py, layout.as_ref(), &make)?;
+        let (address, nbytes) = (out.address, out.nbytes);
+        let Some((_, claimed)) = out.device.as_ref().filter(|_| nbytes > 0) else {
             // SAFETY: the Python caller passes the address and size of a live, writable host array
-            // it keeps referenced for the call.
-            let host =
-                unsafe { std::slice::from_raw_parts_mut(out.address as *mut u8, out.nbytes) };
-            return read_into(host);
+            // it keeps referenced for the call (none read for an empty device array).
+            let host = unsafe { std::slice::from_raw_parts_mut(address as *mut u8, nbytes) };
+            return handle.read(rows, host).map_err(engine_error);
         };
-        // Into host memory first (the rows come from all over the file), then one copy up.
-        let nbytes = out.nbytes;
-        let mut staging = Staging::new(nbytes);
-        let staged = staging.as_mut_ptr() as usize;
-        // SAFETY: the staging buffer holds `nbytes` bytes and lives through the call.
-        let host = unsafe { std::slice::from_raw_parts_mut(staged as *mut u8, nbytes) };
-        read_into(host)?;
-        let name = out
-            .bools()?
-            .then(|| {
-                let _phil = Phil::acquire(py)?;
-                Ok::<_, PyErr>(hdf5::object_name(target.dataset))
-            })
-            .transpose()?;
-        let (address, stream, claimed) = (out.address, out.stream, *claimed_ordinal);
-        crate::thread_end::detached(py, || {
-            if let Some(name) = &name {
-                // SAFETY: the staging buffer holds `nbytes` bytes, filled by the gather above.
-                let bytes = unsafe { std::slice::from_raw_parts(staged as *const u8, nbytes) };
-                check_bools(bytes, 0).map_err(|n| device::not_a_bool(name, n))?;
-            }
-            device::copy_with_host(address, nbytes, claimed, stream, staged, true)
+        // The device memory checked, its producer's stream finished, before the rows are read.
+        let at = (address, nbytes);
+        let context = crate::thread_end::detached(py, || {
+            device::with_device_array(at, *claimed, out.stream, Ok)
         })
-        .map_err(device_error)
+        .map_err(device_error)?;
+        let memory = DeviceMemory::in_context(address, nbytes, context, out.bools()?);
+        handle.read(rows, memory).map_err(engine_error)
     })
 }

@@ -12,9 +12,8 @@ use crate::device_error;
 use crate::error::engine_error;
 use crate::hdf5::{self, Hid};
 use crate::known_read::{cached_layout, Cached};
-use crate::layout::{DeviceOut, Held, Layout};
+use crate::layout::{Held, Layout};
 use h5gds_chunk_codec::Hyperslab;
-use h5gds_engine::policy::settings::CallSettings;
 use h5gds_engine::{Dataset, DeviceMemory, Error as EngineError, Hdf5Lock, Selection as Sel};
 use pyo3::exceptions::PyOSError;
 use pyo3::intern;
@@ -136,8 +135,8 @@ impl<'py> Target<'py> {
         Ok(id)
     }
 
-    /// The engine's handle of the dataset, its elements moved as `dtype`, reading through
-    /// `layout` (from [`Target::layout`]) where it serves a read.
+    /// The engine's handle of the dataset, its elements moved as `dtype`, keeping what `layout`
+    /// (from [`Target::layout`]) keeps of it: a read it serves needs no HDF5 call.
     pub(crate) fn handle<'l>(
         &'l self,
         py: Python<'py>,
@@ -151,7 +150,10 @@ impl<'py> Target<'py> {
         let api = hdf5::api().map_err(PyOSError::new_err)?;
         let element: usize = self.dtype.getattr(intern!(py, "itemsize"))?.extract()?;
         let handle = Dataset::made_as(api, self.dataset, make_mem_type, element, lock);
-        Ok(handle.with_stored(layout.map(|layout| layout.get().stored())))
+        Ok(match layout {
+            Some(layout) => handle.keeping(layout.get().kept()),
+            None => handle,
+        })
     }
 
     /// HDF5's memory type for the dtype as the engine's handle makes it (under h5py's lock).
@@ -188,8 +190,6 @@ struct Call<'py> {
     dataset: Hid,
     array: ArrayArg<'py>,
     sel: Selection,
-    /// The driver's settings, read at most once for the call.
-    settings: CallSettings,
 }
 
 impl<'py> Call<'py> {
@@ -206,7 +206,6 @@ impl<'py> Call<'py> {
             target,
             array,
             sel,
-            settings: CallSettings::default(),
         })
     }
 
@@ -214,13 +213,15 @@ impl<'py> Call<'py> {
         if let (false, None) = (self.write, &self.array.device) {
             return self.read_host(py);
         }
-        if !self.write && self.read_through_layout(py)? {
-            return Ok(());
-        }
+        // A read-only file's dataset keeps its layout: a read it serves needs no HDF5 call.
+        let layout = match self.write {
+            false => self.target.layout(py)?,
+            true => None,
+        };
         let _phil = Phil::acquire(py)?;
         match &self.array.device {
             None => self.write_host(py),
-            Some((_, claimed_ordinal)) => self.device(py, *claimed_ordinal),
+            Some((_, claimed)) => self.device(py, *claimed, layout.as_ref().map(|l| l.get())),
         }
     }
 
@@ -240,34 +241,7 @@ impl<'py> Call<'py> {
         let layout = self.target.layout(py)?;
         let make = || self.target.engine_mem_type();
         let handle = self.target.handle(py, layout.as_ref(), &make)?;
-        handle.read(sel, out, &self.settings).map_err(engine_error)
-    }
-
-    /// Reads into a device array through the dataset's layout, where its file is read-only and
-    /// the engine's stored way takes it (`h5gds_engine::policy::device_read::read_stored`);
-    /// false, having read nothing, otherwise.
-    fn read_through_layout(&self, py: Python<'py>) -> PyResult<bool> {
-        let device = self.array.device.as_ref();
-        let Some(layout) = self.target.layout(py)? else {
-            return Ok(false);
-        };
-        let layout = layout.get();
-        let sel = Hyperslab {
-            start: &self.sel.start,
-            step: &self.sel.step,
-            count: &self.sel.count,
-        };
-        let Some((_, claimed_ordinal)) = device else {
-            return Ok(false);
-        };
-        let out = DeviceOut {
-            address: self.array.address,
-            nbytes: self.array.nbytes,
-            claimed_ordinal: *claimed_ordinal,
-            stream: self.array.stream,
-            bools: self.array.bools()?,
-        };
-        layout.read_into_device(py, &sel, &out, &self.settings)
+        handle.read(sel, out).map_err(engine_error)
     }
 
     /// A write from a host array through the engine's dataset handle: one H5Dwrite. The caller
@@ -289,9 +263,15 @@ impl<'py> Call<'py> {
     }
 
     /// A read into or a write from a device array through the engine's dataset handle (as
-    /// array-io's), once CUDA has checked the memory and the producer's stream has finished; the
-    /// GIL released. The caller holds h5py's lock.
-    fn device(&self, py: Python<'py>, claimed_ordinal: Option<i32>) -> PyResult<()> {
+    /// array-io's), keeping what `layout` keeps of a read-only file's dataset, once CUDA has
+    /// checked the memory and the producer's stream has finished; the GIL released. The caller
+    /// holds h5py's lock.
+    fn device(
+        &self,
+        py: Python<'py>,
+        claimed_ordinal: Option<i32>,
+        layout: Option<&Layout>,
+    ) -> PyResult<()> {
         let (address, nbytes, stream) = (self.array.address, self.array.nbytes, self.array.stream);
         let elements: u64 = self.sel.count.iter().product();
         if elements == 0 {
@@ -300,13 +280,12 @@ impl<'py> Call<'py> {
         let api = hdf5::api().map_err(PyOSError::new_err)?;
         let (dataset, mem_type, bools) =
             (self.dataset, self.target.mem_type()?, self.array.bools()?);
-        let name = hdf5::object_name(dataset);
         let sel = Hyperslab {
             start: &self.sel.start,
             step: &self.sel.step,
             count: &self.sel.count,
         };
-        let (write, settings) = (self.write, &self.settings);
+        let write = self.write;
         let role = if write { "array" } else { "out" };
         crate::thread_end::detached(py, || {
             with_device_memory(
@@ -317,10 +296,14 @@ impl<'py> Call<'py> {
                 |context| {
                     let memory = DeviceMemory::in_context(address, nbytes, context, bools);
                     let element = nbytes / elements as usize;
-                    let handle = Dataset::new(api, dataset, mem_type, element, Held).named(&name);
+                    let handle = Dataset::new(api, dataset, mem_type, element, Held);
+                    let handle = match layout {
+                        Some(layout) => handle.keeping(layout.kept()),
+                        None => handle,
+                    };
                     Ok(match write {
                         true => handle.write(sel, memory),
-                        false => handle.read(Sel::Slab(sel), memory, settings),
+                        false => handle.read(Sel::Slab(sel), memory),
                     }?)
                 },
             )

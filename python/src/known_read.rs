@@ -10,7 +10,6 @@
 
 use crate::layout::{DeviceOut, Layout};
 use h5gds_chunk_codec::Hyperslab;
-use h5gds_engine::policy::settings::CallSettings;
 use h5gds_runtime::hdf5::H5S_MAX_RANK;
 use numpy::npyffi::flags::NPY_ARRAY_WRITEABLE;
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
@@ -196,10 +195,8 @@ pub fn read_remembered<'py>(
         } else {
             out.clone()
         };
-        // The call's settings, read at most once (a row read never reads them).
-        let settings = CallSettings::default();
         let Ok(array) = out.cast::<PyUntypedArray>() else {
-            return read_into_device_array(py, layout, &selected, out, &dtype, &settings);
+            return read_into_device_array(py, layout, &selected, out, &dtype);
         };
         let array_dtype = array.dtype();
         let same_dtype = array_dtype.is(&dtype) || array_dtype.as_any().eq(&dtype)?;
@@ -222,7 +219,7 @@ pub fn read_remembered<'py>(
         let sel = selected.hyperslab();
         // SAFETY: `out` is a writable, C-contiguous array of `nbytes` bytes (checked above), kept
         // referenced here for the read; an array another reference can see cannot be resized.
-        if unsafe { layout.read_host(py, &sel, data, nbytes, &settings) }? {
+        if unsafe { layout.read_host(py, &sel, data, nbytes) }? {
             Ok(Some(out))
         } else {
             Ok(None)
@@ -322,12 +319,11 @@ fn read_into_device_array<'py>(
     selected: &Selected,
     out: Bound<'py, PyAny>,
     dtype: &Bound<'py, PyAny>,
-    settings: &CallSettings,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     let Some(device) = device_out(py, &out, dtype, selected.shape()) else {
         return Ok(None);
     };
     let sel = selected.hyperslab();
-    let read = layout.read_into_device(py, &sel, &device, settings)?;
+    let read = layout.read_into_device(py, &sel, &device)?;
     Ok(read.then_some(out))
 }

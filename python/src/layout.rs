@@ -1,30 +1,23 @@
-//! Reads that need no HDF5 call (issue 26): the pyo3 face of `h5gds_engine::stored`. A dataset's
-//! storage, resolved once under h5py's lock while it cannot change (the file open read-only and
-//! not for SWMR reading, through sec2 or `gds` with no user block), serves `h5gds.read` into host
-//! memory from any number of threads at once, with neither h5py's lock nor the GIL held while
-//! bytes move; reads into device memory take the engine's stored way
-//! (`h5gds_engine::policy::device_read::read_stored`) where it says.
+//! Reads that need no HDF5 call (issue 26): the pyo3 face of what the engine keeps of a dataset
+//! (`h5gds_engine::Kept`). A dataset's storage, resolved once under h5py's lock while it cannot
+//! change (the file open read-only and not for SWMR reading, through sec2 or `gds` with no user
+//! block), serves `h5gds.read` into host memory from any number of threads at once, with neither
+//! h5py's lock nor the GIL held while bytes move, and into device memory where the engine's stored
+//! way takes it.
 
 use crate::device::with_device_memory;
 use crate::device_error;
 use crate::error::engine_error;
 use crate::hdf5::{self, Hid};
 use h5gds_chunk_codec::Hyperslab;
-use h5gds_engine::policy::device_read::read_stored;
-use h5gds_engine::policy::host_read;
-use h5gds_engine::policy::settings::CallSettings;
-use h5gds_engine::stored::Stored;
-use h5gds_engine::{Dataset, DeviceMemory, Hdf5Lock};
+use h5gds_engine::{Dataset, DeviceMemory, Hdf5Lock, Kept};
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
-/// A dataset's storage, resolved once; `read` serves selections of it with no HDF5 call.
+/// What the engine keeps of a dataset whose storage it reads with no HDF5 call.
 #[pyclass(frozen, module = "h5gds._native")]
 pub struct Layout {
-    stored: Stored,
-    /// The driver the file is open with when it is not `gds` (sec2: `hdf5::direct_file` serves
-    /// those two only), which reads only into host memory.
-    other_driver: Option<String>,
+    kept: Kept,
 }
 
 /// h5py's lock, already held by the caller around the whole request.
@@ -47,16 +40,15 @@ pub(crate) struct DeviceOut {
 impl Layout {
     /// The layout of `dataset` for reads into elements of `element` bytes of the memory type
     /// `mem_type` (an object dtype's never), or None where HDF5 is to read it
-    /// (`h5gds_engine::Dataset::resolve_stored` says when). The caller holds h5py's lock.
+    /// (`h5gds_engine::Dataset::reads_stored` says when). The caller holds h5py's lock.
     #[staticmethod]
     pub(crate) fn resolve(dataset: Hid, mem_type: Hid, element: usize) -> PyResult<Option<Layout>> {
         let api = hdf5::api().map_err(PyOSError::new_err)?;
-        let handle = Dataset::new(api, dataset, mem_type, element, Held);
-        let resolved = handle.resolve_stored().map_err(engine_error)?;
-        Ok(resolved.map(|stored| Layout {
-            stored,
-            other_driver: hdf5::other_driver(dataset).ok().flatten(),
-        }))
+        let kept = Kept::across_calls();
+        let handle = Dataset::new(api, dataset, mem_type, element, Held).keeping(&kept);
+        let serves = handle.reads_stored().map_err(engine_error)?;
+        drop(handle);
+        Ok(serves.then_some(Layout { kept }))
     }
 
     /// Reads the hyperslab (`start`, `step`, `count`) into the host buffer at `buffer`
@@ -80,7 +72,7 @@ impl Layout {
         };
         // SAFETY: the Python caller passes the address and size of a live, writable host buffer
         // it keeps referenced for the call.
-        unsafe { self.read_host(py, &sel, buffer, nbytes, &CallSettings::default()) }
+        unsafe { self.read_host(py, &sel, buffer, nbytes) }
     }
 
     /// Reads the hyperslab (`start`, `step`, `count`) into the device array at `address`
@@ -111,24 +103,22 @@ impl Layout {
             stream,
             bools: false,
         };
-        self.read_into_device(py, &sel, &out, &CallSettings::default())
+        self.read_into_device(py, &sel, &out)
     }
 }
 
 impl Layout {
     /// Reads the hyperslab `sel` into the device array `out` where the engine's stored way takes
-    /// it (`policy::device_read::read_stored`: read with no HDF5 call into pinned host memory,
-    /// then copied up), with neither h5py's lock nor the GIL held. False when the driver or HDF5
-    /// is to read it; nothing was read then. The caller keeps the array alive.
+    /// it (read with no HDF5 call into pinned host memory, then copied up), with neither h5py's
+    /// lock nor the GIL held. False when the driver or HDF5 is to read it; nothing was read then.
+    /// The caller keeps the array alive.
     pub(crate) fn read_into_device(
         &self,
         py: Python<'_>,
         sel: &Hyperslab,
         out: &DeviceOut,
-        settings: &CallSettings,
     ) -> PyResult<bool> {
         let (address, nbytes, bools) = (out.address, out.nbytes, out.bools);
-        let other_driver = self.other_driver.as_deref();
         if nbytes == 0 {
             return Ok(false);
         }
@@ -136,21 +126,15 @@ impl Layout {
             let at = (address, nbytes);
             with_device_memory("out", at, out.claimed_ordinal, out.stream, |context| {
                 let memory = DeviceMemory::in_context(address, nbytes, context, bools);
-                Ok(read_stored(
-                    &self.stored,
-                    other_driver,
-                    sel,
-                    &memory,
-                    settings,
-                )?)
+                Ok(self.kept.read(*sel, memory)?)
             })
         })
         .map_err(device_error)
     }
 
-    /// Reads the hyperslab `sel` into the host buffer at `buffer` (`nbytes`), the engine's first
-    /// way of a host read (`host_read::read_stored`), with the GIL released while bytes move;
-    /// false where the layout does not serve it (nothing was read).
+    /// Reads the hyperslab `sel` into the host buffer at `buffer` (`nbytes`) with no HDF5 call,
+    /// with the GIL released while bytes move; false where the layout does not serve it (nothing
+    /// was read).
     ///
     /// # Safety
     /// `buffer` must be writable for `nbytes` bytes, and stay so until this returns.
@@ -160,7 +144,6 @@ impl Layout {
         sel: &Hyperslab,
         buffer: usize,
         nbytes: usize,
-        settings: &CallSettings,
     ) -> PyResult<bool> {
         // Everything runs without the GIL: threads reading small rows hold it for as little as
         // they can.
@@ -168,18 +151,18 @@ impl Layout {
             // SAFETY: the caller's contract; the engine checks the size against the selection
             // before a byte is written.
             let out = unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, nbytes) };
-            host_read::read_stored(&self.stored, sel, out, settings)
+            self.kept.read(*sel, out)
         })
         .map_err(engine_error)
     }
 
     /// The dataset's shape.
     pub(crate) fn shape(&self) -> &[u64] {
-        self.stored.shape()
+        self.kept.shape().unwrap_or_default()
     }
 
-    /// The storage the layout reads (a gather's: `h5gds_engine::policy::gather`).
-    pub(crate) fn stored(&self) -> &Stored {
-        &self.stored
+    /// What the engine keeps of the dataset, for its handles (reads through HDF5, gathers).
+    pub(crate) fn kept(&self) -> &Kept {
+        &self.kept
     }
 }

@@ -40,8 +40,8 @@ pub(crate) struct DeviceFacts {
 
 impl<L: Hdf5Lock> Dataset<'_, L> {
     /// The facts of [`DeviceFacts`], asked of HDF5 at the first device transfer of the handle.
-    fn device_facts(&self, settings: &CallSettings) -> Result<&DeviceFacts> {
-        if let Some(known) = self.kept().device.get() {
+    fn device_facts(&self) -> Result<&DeviceFacts> {
+        if let Some(known) = self.device_kept().device.get() {
             return Ok(known);
         }
         self.lock.enter()?;
@@ -69,7 +69,7 @@ impl<L: Hdf5Lock> Dataset<'_, L> {
         let storage = device::storage(&found.layout, found.stored_size, listed)?;
         let host = match &found.layout {
             StoredLayout::Chunked { filters, .. } if !filters.is_empty() => {
-                let (threads, item) = (settings.nthreads()?, self.element);
+                let (threads, item) = (self.settings().nthreads()?, self.element);
                 decoded::plan(&found.layout, conversion.as_deref(), rank, item, threads)?
             }
             _ => Err("its chunks are not filtered".to_string()),
@@ -82,25 +82,38 @@ impl<L: Hdf5Lock> Dataset<'_, L> {
             host,
             index: OnceLock::new(),
         };
-        Ok(self.kept().device.get_or_init(|| known))
+        Ok(self.device_kept().device.get_or_init(|| known))
     }
 
-    /// Reads the slab `sel` into device memory `out` in `policy::device_read`'s order.
-    pub(crate) fn read_device(
-        &self,
-        sel: Hyperslab,
-        out: &DeviceMemory,
-        settings: &CallSettings,
-    ) -> Result<()> {
-        let facts = self.device_facts(settings)?;
-        let path = out.path()?;
+    /// Reads the slab `sel` into device memory `out` in `policy::device_read`'s order: a storage
+    /// the face's kept has resolved is tried first, with no HDF5 call (its facts are its own).
+    pub(crate) fn read_device(&self, sel: Hyperslab, out: &DeviceMemory) -> Result<()> {
+        let (path, settings) = (out.path()?, self.settings());
+        let resolved = self.stored_resolved();
+        if let Some(kept) = resolved {
+            let route = RouteFacts {
+                staged_by_settings: !settings::goes_through_gds(path),
+                checked_bytes: out.bools,
+                conversion: None,
+                other_driver: kept.other_driver.clone(),
+            };
+            let stored = || Ok(Some(&kept.stored));
+            if device_read::stored_way(stored, (&sel, out, &route, path), settings)? {
+                return Ok(());
+            }
+        }
+        let facts = self.device_facts()?;
         let route = RouteFacts {
             staged_by_settings: !settings::goes_through_gds(path),
             checked_bytes: out.bools,
             conversion: facts.conversion.clone(),
             other_driver: facts.other_driver.clone(),
         };
-        let stored = || self.stored_for_device();
+        // (Not asked again where the storage was resolved already, and tried above.)
+        let stored = || match resolved {
+            Some(_) => Ok(None),
+            None => Ok(self.stored()?.map(|kept| &kept.stored)),
+        };
         if device_read::stored_way(stored, (&sel, out, &route, path), settings)? {
             return Ok(());
         }
@@ -137,8 +150,7 @@ impl<L: Hdf5Lock> Dataset<'_, L> {
     /// settings, a conversion, or storage HDF5 copies itself). Bools are not checked on their
     /// way out, so they do not stage a write.
     pub(crate) fn write_device(&self, sel: Hyperslab, data: &DeviceMemory) -> Result<()> {
-        let settings = CallSettings::default();
-        let facts = self.device_facts(&settings)?;
+        let (facts, settings) = (self.device_facts()?, self.settings());
         let route = RouteFacts {
             staged_by_settings: !settings::goes_through_gds(data.path()?),
             checked_bytes: false,
@@ -166,7 +178,7 @@ impl<L: Hdf5Lock> Dataset<'_, L> {
             address: data.address,
             staging_size,
         };
-        let face = self.on_device(name, data, &settings, true);
+        let face = self.on_device(name, data, settings, true);
         // SAFETY: the face's contract (`DeviceMemory`): `nbytes` of device memory in `context`,
         // alive for the call; `prepare` checked they hold the selection.
         unsafe { device::write(&face, &io, name, staged.as_deref()) }
@@ -197,7 +209,7 @@ impl<L: Hdf5Lock> Dataset<'_, L> {
             memory,
             settings,
             write,
-            index: self.kept().device.get().map(|f| &f.index),
+            index: self.device_kept().device.get().map(|f| &f.index),
             lock: PhantomData,
         }
     }

@@ -71,11 +71,11 @@ pub(crate) fn staged_anyway<'s, E>(
     })
 }
 
-/// Step 1 of the order for a face that holds a dataset's `stored` storage (`Dataset::
-/// resolve_stored`; its file open with `other_driver` where not `gds`): reads `sel` into `out`
+/// Step 1 of the order for what a face keeps of a dataset (`Kept::read`: its `stored` storage,
+/// its file open with `other_driver` where not `gds`): reads `sel` into `out`
 /// with no HDF5 call where the stored way takes it, true then; false where the driver or HDF5 is
 /// to read it, nothing read.
-pub fn read_stored(
+pub(crate) fn read_stored(
     stored: &Stored,
     other_driver: Option<&str>,
     sel: &Hyperslab,

@@ -121,12 +121,12 @@ pub fn read<F: HostFace>(
     }
 }
 
-/// The first way of [`read`], alone (Python's remembered reads): `sel` read into `out` with no
-/// HDF5 call where `stored` serves it, on the driver's I/O threads where the read is large enough
-/// to gain from them (`Stored::threads_for`); false, nothing read, where HDF5 is to read it
-/// (chunks never written; filtered chunks with `H5GDS_HOST_CODEC=0`). The selection and the size
-/// of `out` are checked against the dataset first.
-pub fn read_stored(
+/// The first way of [`read`], alone (`Kept::read`: Python's remembered reads): `sel` read into
+/// `out` with no HDF5 call where `stored` serves it, on the driver's I/O threads where the read is
+/// large enough to gain from them (`Stored::threads_for`); false, nothing read, where HDF5 is to
+/// read it (chunks never written; filtered chunks with `H5GDS_HOST_CODEC=0`). The selection and
+/// the size of `out` are checked against the dataset first.
+pub(crate) fn read_stored(
     stored: &Stored,
     sel: &Hyperslab,
     out: &mut [u8],

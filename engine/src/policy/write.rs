@@ -33,8 +33,6 @@ pub struct CompressedWrite<'a> {
     pub filters: &'a [Filter],
     /// Why the file's driver cannot take device memory (`route::driver_blocker`), if so.
     pub driver_blocker: Option<String>,
-    /// The host's encoding threads (the driver's I/O threads).
-    pub threads: usize,
 }
 
 /// Where a compressed write's chunks are encoded.
@@ -86,11 +84,12 @@ pub fn encoder(w: &CompressedWrite) -> Encoder {
 /// where [`encoder`] says (a host array on the host); returns the number of chunks written. The dataset is new, chunked as
 /// `w` says, with the filters `w` names. Errors are the face's: HDF5's refusals through its
 /// `Face`, the rest as an engine `Error` through `target.refused`. On an error nothing more is
-/// written.
+/// written. Chunks encoded on the host are encoded on `threads` (the driver's I/O threads).
 pub fn write<F: Face>(
     target: Target<'_, F>,
     w: &CompressedWrite,
     memory: Memory,
+    threads: usize,
 ) -> Result<usize, F::Error> {
     let (shape, chunk) = (w.shape, w.chunk);
     let elements = shape.iter().product::<u64>() as usize;
@@ -151,13 +150,13 @@ pub fn write<F: Face>(
             &copy[..]
         }
     };
-    let written = encoder.write(target, bytes, shape, chunk, w.threads)?;
+    let written = encoder.write(target, bytes, shape, chunk, threads)?;
     let pipeline: Vec<String> = w.filters.iter().map(|f| filter_name(f.id)).collect();
     super::say(format_args!(
         "{name}: way=host-encoded: {written} chunks encoded ({}) by h5gds on {} host threads and \
          written raw, not on the GPU with nvCOMP: {why}",
         pipeline.join(", "),
-        w.threads
+        threads
     ));
     Ok(written)
 }
@@ -199,7 +198,6 @@ mod tests {
             element_size: 1,
             filters: &filters(ids),
             driver_blocker: blocker.map(str::to_string),
-            threads: 2,
         })
     }
 
@@ -277,15 +275,14 @@ mod tests {
             element_size: 2,
             filters: &zstd,
             driver_blocker: None,
-            threads: 1,
         };
-        let short = write(target(), &write_of(&[2, 3]), Memory::Host(&[0; 47])).unwrap_err();
+        let short = write(target(), &write_of(&[2, 3]), Memory::Host(&[0; 47]), 1).unwrap_err();
         assert_eq!(
             short,
             "dataset /g/x: the array holds 47 bytes, not the 24 elements of 2 bytes of its shape \
              [4, 6]"
         );
-        let wide = write(target(), &write_of(&[2, 7]), Memory::Host(&[0; 48])).unwrap_err();
+        let wide = write(target(), &write_of(&[2, 7]), Memory::Host(&[0; 48]), 1).unwrap_err();
         assert!(
             wide.starts_with("dataset /g/x: chunk shape [2, 7] does not fit its shape [4, 6]"),
             "{wide}"
@@ -296,6 +293,6 @@ mod tests {
             shape: &[0, 6],
             ..write_of(&[5, 6])
         };
-        assert_eq!(write(target(), &empty, Memory::Host(&[])), Ok(0));
+        assert_eq!(write(target(), &empty, Memory::Host(&[]), 1), Ok(0));
     }
 }

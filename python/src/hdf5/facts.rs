@@ -4,13 +4,6 @@
 use super::{api, Hid};
 use h5gds_engine::{facts, Error};
 
-/// The dataset's name in its file, "None" for an anonymous dataset, as h5py's `Dataset.name`
-/// prints.
-pub fn object_name(object: Hid) -> String {
-    let name = api().ok().and_then(|api| facts::object_name(api, object));
-    name.unwrap_or_else(|| "None".into())
-}
-
 /// The driver the file holding `dataset` is open with: `None` when it is h5gds's `gds` driver,
 /// else its name.
 pub fn other_driver(dataset: Hid) -> Result<Option<String>, Error> {

@@ -3,12 +3,12 @@
 //! The caller holds h5py's lock (`phil`), which serialises all calls into that HDF5.
 //!
 //! - this module: h5py's table of HDF5's functions;
-//! - [`facts`]: the engine's dataset queries (`h5gds_engine::facts`: the file's driver, the
-//!   dataset's name) through h5py's HDF5.
+//! - [`facts`]: the engine's dataset query of the file's driver (`h5gds_engine::facts`), through
+//!   h5py's HDF5.
 
 mod facts;
 
-pub use facts::{object_name, other_driver};
+pub use facts::other_driver;
 use h5gds_runtime::hdf5::Hdf5Api;
 
 pub type Hid = i64;
