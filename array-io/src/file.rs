@@ -50,24 +50,11 @@ pub(crate) fn url_of(path: &Path) -> Option<&str> {
     path.to_str().filter(|name| h5gds::is_url(name))
 }
 
-/// Fails for a URL given as the file to write: remote files are read-only, and nothing is
-/// created (neither remotely nor as a local directory named like the URL).
-fn refuse_url(path: &Path) -> Result<()> {
-    match h5gds_engine::policy::files::refused_for_writing(&path.to_string_lossy()) {
-        Some(why) => Err(Error::Io {
-            op: "writing",
-            path: path.to_path_buf(),
-            source: std::io::Error::new(std::io::ErrorKind::ReadOnlyFilesystem, why),
-        }),
-        None => Ok(()),
-    }
-}
-
 /// Creates the HDF5 file that will replace `path` (and missing parent directories): under a
 /// hidden name next to it (see [`Replacing`]), so that `path` keeps its old file until the new
-/// one is complete.
+/// one is complete. A URL is refused before anything is created (remote files are read-only).
 fn create_file(path: &Path, driver: Driver) -> Result<(File, Replacing)> {
-    refuse_url(path)?;
+    let fapl = file_access(driver, path, true)?;
     refuse_directory(path)?;
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|source| Error::Io {
@@ -77,7 +64,6 @@ fn create_file(path: &Path, driver: Driver) -> Result<(File, Replacing)> {
         })?;
     }
     let replacing = Replacing::new(path)?;
-    let fapl = file_access(driver, &replacing.tmp)?;
     let file = hdf5_raw::create_file(&replacing.tmp, &fapl)
         .map_err(|e| Error::hdf5("creating the file", path, None, e))?;
     Ok((file, replacing))
@@ -249,7 +235,7 @@ pub(crate) fn open_dataset(
             driver
         }
     };
-    let fapl = file_access(driver, path)?;
+    let fapl = file_access(driver, path, false)?;
     let file = hdf5_raw::open_file(path, &fapl).map_err(|e| {
         // HDF5's own account of a failed open is its outermost frame and its innermost one; a
         // URL's reason (404, 403, the server unreachable) is the driver's frame, which names it.

@@ -13,7 +13,6 @@ use crate::select::Block;
 use crate::ReadOptions;
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::policy::settings::CallSettings;
-use h5gds_engine::staged::check_bools;
 use h5gds_engine::stored::Stored;
 use h5gds_engine::{Dataset, Hdf5Lock, Selection};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
@@ -186,7 +185,8 @@ fn checked<T: Element>(ds: &OpenDataset, values: Vec<T>) -> Result<Vec<T>> {
         // SAFETY: the one-byte elements, read as bytes only.
         let bytes =
             unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len()) };
-        check_bools(bytes, 0).map_err(Error::not_bool(&ds.path, &ds.name))?;
+        h5gds_engine::Error::check_bools(bytes, &ds.name)
+            .map_err(Error::engine(&ds.path, &ds.name))?;
     }
     Ok(values)
 }

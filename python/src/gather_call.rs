@@ -15,7 +15,6 @@ use crate::io_call::{ArrayArg, Phil, Selection, Target};
 use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::policy::gather::Staging;
 use h5gds_engine::policy::settings::CallSettings;
-use h5gds_engine::staged::check_bools;
 use h5gds_engine::Selection as Sel;
 use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
@@ -84,7 +83,7 @@ pub fn gather_dataset<'py>(
             if let Some(name) = &name {
                 // SAFETY: the staging buffer holds `nbytes` bytes, filled by the gather above.
                 let bytes = unsafe { std::slice::from_raw_parts(staged as *const u8, nbytes) };
-                check_bools(bytes, 0).map_err(|n| device::not_a_bool(name, n))?;
+                h5gds_engine::Error::check_bools(bytes, name)?;
             }
             device::copy_with_host(address, nbytes, claimed, stream, staged, true)
         })

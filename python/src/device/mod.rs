@@ -11,18 +11,7 @@ pub use pointer::{copy_with_host, device_count, with_device_array, with_device_m
 pub use tile::write_tile;
 
 pub use crate::error::DeviceError;
-use h5gds_engine::staged::NotBool;
 
 fn argument(message: String) -> DeviceError {
     DeviceError::Argument(message)
-}
-
-/// The refusal of a byte read from dataset `dataset_name` as a bool that is not 0 or 1 (which a
-/// device library's bool cannot hold), naming its element of the selection.
-pub fn not_a_bool(dataset_name: &str, n: NotBool) -> DeviceError {
-    argument(format!(
-        "dataset {dataset_name} holds the byte {} at element {} of the selection, which is not a \
-         bool (0 or 1)",
-        n.value, n.element
-    ))
 }
