@@ -168,6 +168,14 @@ pub(crate) struct OpenDataset {
 }
 
 impl OpenDataset {
+    /// The engine's handle of this dataset (`h5gds_engine::Dataset`), its elements moving as
+    /// `mem`, its calls under hdf5-metno's lock.
+    pub fn engine(&self, mem: &Datatype) -> h5gds_engine::Dataset<'_, crate::host::Metno> {
+        let (id, api) = (self.dset.id(), hdf5_raw::linked_hdf5());
+        let lock = crate::host::Metno;
+        h5gds_engine::Dataset::new(api, id, mem.id(), mem.size(), lock).named(&self.name)
+    }
+
     /// Dataset `name` (`dset`, of `shape`) of `file`, at `path`.
     pub fn new(path: &Path, name: &str, shape: Vec<u64>, dset: Dataset, file: File) -> Self {
         OpenDataset {
