@@ -44,23 +44,23 @@ pub fn locked<T>(f: impl FnOnce() -> T) -> T {
     hdf5::sync::sync(f)
 }
 
+/// Every record of an error's HDF5 stack, outermost first, as `function(): description` lines
+/// (what `H5Eprint` shows), or the error's own text when it carries no stack.
+pub fn error_stack(err: &hdf5::Error) -> String {
+    match err.stack() {
+        Some(stack) if !stack.is_empty() => stack
+            .iter()
+            .map(|frame| format!("{}(): {}", frame.func(), frame.desc()))
+            .collect::<Vec<_>>()
+            .join("\n  "),
+        _ => err.to_string(),
+    }
+}
+
 /// `result`, with an error turned into text for programs that report errors as text: the
-/// failed call's name, then every record of HDF5's stack, outermost first, as
-/// `function(): description` lines (what `H5Eprint` shows), or the error's own text when it
-/// carries no stack.
+/// failed call's name, then HDF5's whole stack.
 pub fn named<T>(call: &str, result: Result<T>) -> std::result::Result<T, String> {
-    result.map_err(|err| {
-        let frames = err.stack().filter(|stack| !stack.is_empty()).map(|stack| {
-            let lines = stack
-                .iter()
-                .map(|f| format!("{}(): {}", f.func(), f.desc()));
-            lines.collect::<Vec<_>>().join("\n  ")
-        });
-        format!(
-            "{call} failed\n  {}",
-            frames.unwrap_or_else(|| err.to_string())
-        )
-    })
+    result.map_err(|err| format!("{call} failed\n  {}", error_stack(&err)))
 }
 
 fn c_string(text: &[u8], what: &str) -> Result<CString> {
