@@ -10,8 +10,7 @@ use crate::element::{descriptor_of, Element};
 use crate::error::no_panic;
 use crate::error::{Error, Result};
 use crate::file::{create_dataset, open_dataset, OpenDataset};
-use crate::hdf5_raw::{self, NewLayout};
-use crate::host::Metno;
+use crate::hdf5_raw::NewLayout;
 use crate::layout::check_types;
 use crate::options::Settings;
 use crate::route::{driver_blocker, Transfer as RouteFacts};
@@ -20,9 +19,7 @@ use crate::ReadOptions;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use h5gds_chunk_codec::{Filter, Hyperslab};
 use h5gds_engine::Selection;
-use h5gds_engine::{
-    CompressedWrite, Dataset, DeviceArray as EngineArray, DeviceMemory, Kept, Memory,
-};
+use h5gds_engine::{CompressedWrite, DeviceArray as EngineArray, DeviceMemory, Kept, Memory};
 use h5gds_runtime::cuda::{call, DeviceContext};
 use h5gds_runtime::stream::synchronize;
 use ndarray::{ArrayBase, ArrayD, Data, Dimension};
@@ -282,9 +279,7 @@ pub(crate) fn write<T: Element>(
                 step: &ones,
                 count: &shape,
             };
-            let (id, mem) = (ds.dset.id(), mem_type.id());
-            let handle = Dataset::new(hdf5_raw::linked_hdf5(), id, mem, size_of::<T>(), Metno);
-            (handle.named(dataset).write(all, memory)).map_err(Error::engine(path, dataset))?;
+            (ds.engine(&mem_type).write(all, memory)).map_err(Error::engine(path, dataset))?;
             drop(record);
         }
         ds.close()
@@ -329,9 +324,7 @@ pub(crate) fn write_compressed<T: Element>(
             driver_blocker: blocker,
         };
         let memory = Memory::Device(EngineArray { address, stream }, nbytes);
-        let (id, mem) = (ds.dset.id(), mem_type.id());
-        let handle = Dataset::new(hdf5_raw::linked_hdf5(), id, mem, size_of::<T>(), Metno);
-        (handle.named(dataset).write_chunks(&write, memory))
+        (ds.engine(&mem_type).write_chunks(&write, memory))
             .map_err(Error::engine(path, dataset))?;
         drop(pointer);
         ds.close()
@@ -428,15 +421,8 @@ impl DeviceSource {
             path: Some(self.device_path),
             staging_size: Some(self.staging_size),
         };
-        let (ds, mem) = (&self.ds, &self.types.mem);
-        let handle = Dataset::new(
-            hdf5_raw::linked_hdf5(),
-            ds.dset.id(),
-            mem.id(),
-            mem.size(),
-            Metno,
-        );
-        let handle = handle.named(&ds.name).keeping(&self.kept);
+        let ds = &self.ds;
+        let handle = ds.engine(&self.types.mem).keeping(&self.kept);
         (handle.read(sel, out)).map_err(Error::engine(&ds.path, &ds.name))?;
         synchronize(stream)?;
         drop(record);

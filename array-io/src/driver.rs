@@ -92,11 +92,23 @@ impl Driver {
     }
 }
 
-/// A file access property list selecting `driver`.
-/// Every setting is checked first: an invalid one is refused naming it, as in the Python package,
-/// where HDF5's refusal of the open would name only the open.
-pub(crate) fn file_access(driver: Driver, path: &Path) -> Result<FileAccess> {
-    h5gds_engine::policy::settings::check()?;
+/// A file access property list selecting `driver`, for opening `path` (`write`: creating it).
+/// The engine checks the open first (`h5gds_engine::opening`), as for the Python package: an
+/// invalid setting is refused naming it (where HDF5's refusal of the open would name only the
+/// open), a write to a URL as a read-only file system's.
+pub(crate) fn file_access(driver: Driver, path: &Path, write: bool) -> Result<FileAccess> {
+    let name = path.to_string_lossy();
+    h5gds_engine::opening(write.then_some(&*name)).map_err(|e| match e.facts().errno {
+        Some(errno) => Error::Io {
+            op: "writing",
+            path: path.to_path_buf(),
+            source: std::io::Error::new(
+                std::io::Error::from_raw_os_error(errno).kind(),
+                e.facts().detail.clone(),
+            ),
+        },
+        None => Error::engine(path, "")(e),
+    })?;
     let driver = match driver {
         Driver::Gds => FileDriver::Registered(gds_driver()?.0),
         Driver::Sec2 => FileDriver::Sec2,
@@ -113,7 +125,7 @@ mod tests {
     fn the_driver_registers_once_and_selects_on_a_file_access_list() {
         let (id, how) = gds_driver().unwrap();
         assert_eq!(gds_driver().unwrap(), (id, how));
-        let fapl = file_access(Driver::Gds, Path::new("x.h5")).unwrap();
+        let fapl = file_access(Driver::Gds, Path::new("x.h5"), false).unwrap();
         assert_eq!(hdf5_raw::selected_driver(&fapl).unwrap(), id);
     }
 }

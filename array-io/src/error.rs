@@ -220,15 +220,6 @@ impl Error {
         }
     }
 
-    /// The refusal of a bool read's byte that is not 0 or 1 (`h5gds_engine::staged::check_bools`).
-    pub(crate) fn not_bool<'a>(
-        path: &'a Path,
-        dataset: &'a str,
-    ) -> impl Fn(h5gds_engine::staged::NotBool) -> Error + 'a {
-        let engine = Error::engine(path, dataset);
-        move |n| engine(n.into())
-    }
-
     /// The engine's error as array-io's, about `dataset` of `path`: its kind mapped, the variant
     /// that names its facts where one does (a setting, a damaged chunk, a bool, a collective
     /// call), else [`Error::Engine`].
@@ -273,15 +264,6 @@ impl Error {
         Error::Cuda {
             op: op.into(),
             message: err.to_string(),
-        }
-    }
-}
-
-impl From<h5gds_gpu_codec::DeviceFailure> for Error {
-    fn from(failure: h5gds_gpu_codec::DeviceFailure) -> Error {
-        Error::Cuda {
-            op: failure.op,
-            message: failure.message,
         }
     }
 }

@@ -6,6 +6,7 @@ use crate::driver::{file_access, Driver};
 use crate::error::{Error, Result};
 use crate::hdf5_raw::{self, NewLayout};
 use h5gds_engine::Kept;
+use h5gds_engine::{Dataset as Handle, Hdf5Lock};
 use hdf5::types::TypeDescriptor;
 use hdf5::{Dataset, Datatype, File, Group, LinkType, LocationToken, LocationType};
 use std::path::{Path, PathBuf};
@@ -51,24 +52,11 @@ pub(crate) fn url_of(path: &Path) -> Option<&str> {
     path.to_str().filter(|name| h5gds::is_url(name))
 }
 
-/// Fails for a URL given as the file to write: remote files are read-only, and nothing is
-/// created (neither remotely nor as a local directory named like the URL).
-fn refuse_url(path: &Path) -> Result<()> {
-    match h5gds_engine::policy::files::refused_for_writing(&path.to_string_lossy()) {
-        Some(why) => Err(Error::Io {
-            op: "writing",
-            path: path.to_path_buf(),
-            source: std::io::Error::new(std::io::ErrorKind::ReadOnlyFilesystem, why),
-        }),
-        None => Ok(()),
-    }
-}
-
 /// Creates the HDF5 file that will replace `path` (and missing parent directories): under a
 /// hidden name next to it (see [`Replacing`]), so that `path` keeps its old file until the new
-/// one is complete.
+/// one is complete. A URL is refused before anything is created (remote files are read-only).
 fn create_file(path: &Path, driver: Driver) -> Result<(File, Replacing)> {
-    refuse_url(path)?;
+    let fapl = file_access(driver, path, true)?;
     refuse_directory(path)?;
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|source| Error::Io {
@@ -78,7 +66,6 @@ fn create_file(path: &Path, driver: Driver) -> Result<(File, Replacing)> {
         })?;
     }
     let replacing = Replacing::new(path)?;
-    let fapl = file_access(driver, &replacing.tmp)?;
     let file = hdf5_raw::create_file(&replacing.tmp, &fapl)
         .map_err(|e| Error::hdf5("creating the file", path, None, e))?;
     Ok((file, replacing))
@@ -184,6 +171,13 @@ pub(crate) struct OpenDataset {
 }
 
 impl OpenDataset {
+    /// The engine's handle of this dataset (`h5gds_engine::Dataset`), its elements moving as
+    /// `mem`, its calls under hdf5-metno's lock.
+    pub fn engine(&self, mem: &Datatype) -> Handle<'_, Metno> {
+        let (id, api) = (self.dset.id(), hdf5_raw::linked_hdf5());
+        Handle::new(api, id, mem.id(), mem.size(), Metno).named(&self.name)
+    }
+
     /// Dataset `name` (`dset`, of `shape`) of `file`, at `path`.
     pub fn new(path: &Path, name: &str, shape: Vec<u64>, dset: Dataset, file: File) -> Self {
         OpenDataset {
@@ -251,7 +245,7 @@ pub(crate) fn open_dataset(
             driver
         }
     };
-    let fapl = file_access(driver, path)?;
+    let fapl = file_access(driver, path, false)?;
     let file = hdf5_raw::open_file(path, &fapl).map_err(|e| {
         // HDF5's own account of a failed open is its outermost frame and its innermost one; a
         // URL's reason (404, 403, the server unreachable) is the driver's frame, which names it.
@@ -385,5 +379,14 @@ mod tests {
             assert!(err.contains(why), "{bad:?}: {err}");
             assert!(err.contains(&format!("{bad:?}")), "{bad:?}: {err}");
         }
+    }
+}
+
+/// hdf5-metno's lock on the linked HDF5, taken per call, as the engine's handle takes it.
+pub(crate) struct Metno;
+
+impl Hdf5Lock for Metno {
+    fn call<T>(call: impl FnOnce() -> T) -> T {
+        hdf5_raw::locked(call)
     }
 }

@@ -5,15 +5,14 @@
 use crate::driver::Driver;
 use crate::element::{descriptor_of, Element};
 use crate::error::{Error, Result};
-use crate::file::{create_dataset, open_dataset, OpenDataset};
-use crate::hdf5_raw::{self, linked_hdf5, NewLayout};
+use crate::file::{create_dataset, open_dataset, Metno, OpenDataset};
+use crate::hdf5_raw::{linked_hdf5, NewLayout};
 use crate::layout::{check_types, Types};
 use crate::options::{DevicePath, Settings};
 use crate::select::Block;
 use crate::ReadOptions;
 use h5gds_chunk_codec::Hyperslab;
-use h5gds_engine::staged::check_bools;
-use h5gds_engine::{Dataset, Hdf5Lock, Selection};
+use h5gds_engine::{Dataset, Selection};
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 use std::path::Path;
 
@@ -91,23 +90,12 @@ pub(crate) fn read_region<T: Element>(
     shaped(shape, checked(ds, values)?)
 }
 
-/// hdf5-metno's lock on the linked HDF5, taken per call, as the engine's handle takes it.
-pub(crate) struct Metno;
-
-impl Hdf5Lock for Metno {
-    fn call<T>(call: impl FnOnce() -> T) -> T {
-        hdf5_raw::locked(call)
-    }
-}
-
 impl OpenDataset {
     /// The engine's handle of this dataset, its elements moved as `types.mem`, keeping what the
     /// engine learns of it in the open dataset (its storage for reads with no HDF5 call,
     /// resolved at its first read).
     pub(crate) fn handle(&self, types: &Types) -> Dataset<'_, Metno> {
-        let mem = &types.mem;
-        let handle = Dataset::new(linked_hdf5(), self.dset.id(), mem.id(), mem.size(), Metno);
-        handle.named(&self.name).keeping(&self.kept)
+        self.engine(&types.mem).keeping(&self.kept)
     }
 }
 
@@ -166,7 +154,8 @@ fn checked<T: Element>(ds: &OpenDataset, values: Vec<T>) -> Result<Vec<T>> {
         // SAFETY: the one-byte elements, read as bytes only.
         let bytes =
             unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len()) };
-        check_bools(bytes, 0).map_err(Error::not_bool(&ds.path, &ds.name))?;
+        h5gds_engine::Error::check_bools(bytes, &ds.name)
+            .map_err(Error::engine(&ds.path, &ds.name))?;
     }
     Ok(values)
 }

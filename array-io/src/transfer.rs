@@ -4,8 +4,8 @@
 //! test programs. The pointer reaches HDF5 untouched, so it may be device memory the `gds` driver
 //! takes; the memory type may differ from the stored one (HDF5 converts).
 
+use crate::file::Metno;
 use crate::hdf5_raw::linked_hdf5;
-use crate::host::Metno;
 use h5gds_engine::Dataset as Handle;
 use hdf5::{Dataset, Datatype, Result};
 use std::ffi::c_void;

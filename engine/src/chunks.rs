@@ -6,13 +6,15 @@
 //! HDF5's lock, which file may be read directly) is a [`Face`]. The caller holds the lock of the
 //! HDF5 copy for the plain functions; [`StoredChunks`] takes it through its face.
 
-use crate::Error;
+use crate::error::Kind;
+use crate::{facts, stored, Error, Result};
 use h5gds_chunk_codec::{ChunkIndex, ChunkListing, RawChunks, StoredChunk};
 use h5gds_gpu_codec::decode::ChunkSource;
 use h5gds_gpu_codec::DeviceFailure;
 use h5gds_runtime::cuda::CudaError;
 use h5gds_runtime::hdf5::{haddr_t, hid_t, hsize_t, stack, Hdf5Api, HADDR_UNDEF};
 use std::ffi::{c_int, c_uint, c_void};
+use std::marker::PhantomData;
 
 const H5P_DEFAULT: hid_t = 0;
 
@@ -368,6 +370,94 @@ where
 
     fn corrupt(&self, offset: &[u64], reason: String) -> F::Error {
         self.face.corrupt(offset, reason)
+    }
+}
+
+/// How a face serialises its calls into the HDF5 copy that holds the dataset (the dataset
+/// handle's, `crate::Dataset`).
+pub trait Hdf5Lock {
+    /// Takes the lock for the rest of the request, where the face holds it around a whole
+    /// request (Python: h5py's `phil`); called before the first HDF5 call of a request.
+    fn enter(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Runs one HDF5 call (or several, and the wording of their failure) under the lock, where
+    /// the face takes it per call (array-io: hdf5-metno's); called from the decoding threads too.
+    fn call<T>(call: impl FnOnce() -> T) -> T {
+        call()
+    }
+
+    /// Runs `work`, long and with no HDF5 call but through [`Hdf5Lock::call`], as the face runs
+    /// long work (Python: the GIL released).
+    fn unlocked<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        work()
+    }
+}
+
+/// Whether the bytes of `dataset` lie at the addresses HDF5 reports: its file is open with
+/// `gds` or sec2 (`facts::other_driver`). The caller holds the lock of `api`'s HDF5.
+pub(crate) fn bytes_at_addresses(api: &Hdf5Api, dataset: hid_t) -> Result<bool> {
+    Ok(matches!(
+        facts::other_driver(api, dataset)?.as_deref(),
+        None | Some("sec2")
+    ))
+}
+
+/// A dataset's chunk calls, errors naming it and the chunk, each call under the face's lock.
+pub(crate) struct ChunkFace<'n, L> {
+    api: &'static Hdf5Api,
+    id: hid_t,
+    name: &'n str,
+    lock: PhantomData<fn() -> L>,
+}
+
+impl<'n, L> ChunkFace<'n, L> {
+    pub(crate) fn new(api: &'static Hdf5Api, id: hid_t, name: &'n str) -> Self {
+        ChunkFace {
+            api,
+            id,
+            name,
+            lock: PhantomData,
+        }
+    }
+}
+
+impl<L> Clone for ChunkFace<'_, L> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<L> Copy for ChunkFace<'_, L> {}
+
+impl<L: Hdf5Lock> Face for ChunkFace<'_, L> {
+    type Error = Error;
+
+    fn locked<T>(&self, call: impl FnOnce() -> T) -> T {
+        L::call(call)
+    }
+
+    fn failed(&self, e: Error) -> Error {
+        e.in_dataset(self.name)
+    }
+
+    fn corrupt(&self, offset: &[u64], reason: String) -> Error {
+        Error::new(Kind::Damaged, format!("cannot be decoded: {reason}"))
+            .in_dataset(self.name)
+            .at_chunk(offset)
+    }
+
+    fn never_written(&self, offset: &[u64], message: String) -> Error {
+        let detail = format!("H5Dread of the chunk never written at {offset:?} failed: {message}");
+        Error::hdf5(detail).in_dataset(self.name)
+    }
+
+    fn direct_file(&self) -> Option<std::fs::File> {
+        L::call(|| {
+            let at_addresses = bytes_at_addresses(self.api, self.id).unwrap_or(false);
+            at_addresses.then(|| stored::direct_file(self.api, self.id))?
+        })
     }
 }
 

@@ -11,7 +11,8 @@
 //! supplies the policy's HDF5 side itself (facts, chunk calls, one `H5Dread`), so a face converts
 //! its array and selection and maps [`Error`]'s kind.
 
-use crate::chunks::{self, StoredChunks};
+pub use crate::chunks::Hdf5Lock;
+use crate::chunks::{self, ChunkFace, StoredChunks};
 use crate::decoded::{self, Decoded, Plan};
 use crate::device::DeviceMemory;
 use crate::encoded::Target;
@@ -34,7 +35,6 @@ use on_device::DeviceFacts;
 
 mod on_device;
 use std::cell::OnceCell;
-use std::marker::PhantomData;
 use std::sync::OnceLock;
 
 /// Where a read puts the elements: host memory, or device memory.
@@ -98,27 +98,6 @@ pub enum Selection<'a> {
         rows: &'a [u64],
         rest: Hyperslab<'a>,
     },
-}
-
-/// How a face serialises its calls into the HDF5 copy that holds the dataset.
-pub trait Hdf5Lock {
-    /// Takes the lock for the rest of the request, where the face holds it around a whole
-    /// request (Python: h5py's `phil`); called before the first HDF5 call of a request.
-    fn enter(&self) -> Result<()> {
-        Ok(())
-    }
-
-    /// Runs one HDF5 call (or several, and the wording of their failure) under the lock, where
-    /// the face takes it per call (array-io: hdf5-metno's); called from the decoding threads too.
-    fn call<T>(call: impl FnOnce() -> T) -> T {
-        call()
-    }
-
-    /// Runs `work`, long and with no HDF5 call but through [`Hdf5Lock::call`], as the face runs
-    /// long work (Python: the GIL released).
-    fn unlocked<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
-        work()
-    }
 }
 
 /// One dataset as the engine moves it: see the module's doc.
@@ -600,22 +579,8 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
 
     /// The dataset's chunk calls as the engine's stored chunks make them.
     fn chunk_face<'n>(&self, name: &'n str) -> ChunkFace<'n, L> {
-        ChunkFace {
-            api: self.api,
-            id: self.id,
-            name,
-            lock: PhantomData,
-        }
+        ChunkFace::new(self.api, self.id, name)
     }
-}
-
-/// Whether the bytes of `dataset` lie at the addresses HDF5 reports: its file is open with
-/// `gds` or sec2 (`facts::other_driver`). The caller holds the lock of `api`'s HDF5.
-fn bytes_at_addresses(api: &Hdf5Api, dataset: hid_t) -> Result<bool> {
-    Ok(matches!(
-        facts::other_driver(api, dataset)?.as_deref(),
-        None | Some("sec2")
-    ))
 }
 
 /// Runs `read` with the engine's gather of `plan` (of each row, `rest`: `row_bytes`), made on the
@@ -681,62 +646,5 @@ impl<L: Hdf5Lock> HostFace for Dataset<'_, L> {
 
     fn error(&self, e: Error) -> Error {
         e
-    }
-}
-
-/// A dataset's chunk calls, errors naming it and the chunk, each call under the face's lock.
-pub(crate) struct ChunkFace<'n, L> {
-    api: &'static Hdf5Api,
-    id: hid_t,
-    name: &'n str,
-    lock: PhantomData<fn() -> L>,
-}
-
-impl<'n, L> ChunkFace<'n, L> {
-    pub(crate) fn new(api: &'static Hdf5Api, id: hid_t, name: &'n str) -> Self {
-        ChunkFace {
-            api,
-            id,
-            name,
-            lock: PhantomData,
-        }
-    }
-}
-
-impl<L> Clone for ChunkFace<'_, L> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<L> Copy for ChunkFace<'_, L> {}
-
-impl<L: Hdf5Lock> chunks::Face for ChunkFace<'_, L> {
-    type Error = Error;
-
-    fn locked<T>(&self, call: impl FnOnce() -> T) -> T {
-        L::call(call)
-    }
-
-    fn failed(&self, e: Error) -> Error {
-        e.in_dataset(self.name)
-    }
-
-    fn corrupt(&self, offset: &[u64], reason: String) -> Error {
-        Error::new(Kind::Damaged, format!("cannot be decoded: {reason}"))
-            .in_dataset(self.name)
-            .at_chunk(offset)
-    }
-
-    fn never_written(&self, offset: &[u64], message: String) -> Error {
-        let detail = format!("H5Dread of the chunk never written at {offset:?} failed: {message}");
-        Error::hdf5(detail).in_dataset(self.name)
-    }
-
-    fn direct_file(&self) -> Option<std::fs::File> {
-        L::call(|| {
-            let at_addresses = bytes_at_addresses(self.api, self.id).unwrap_or(false);
-            at_addresses.then(|| stored::direct_file(self.api, self.id))?
-        })
     }
 }

@@ -6,27 +6,31 @@
 //! buffers (`decoded`), or decoded on the GPU (`h5gds_gpu_codec::decode`) with the chunks never
 //! written filled through the staged path. The order a read takes among them is
 //! `crate::policy::device_read`'s, which writes its verdict lines; a plain write's verdict is
-//! [`write`]'s. What the faces differ in is a [`Face`] (a [`ReadFace`] for reads): HDF5's lock,
-//! the ring of streams, the words of errors.
+//! [`write`]'s. The dataset's side of a transfer (HDF5's lock, the ring of streams, its chunks,
+//! the words of errors) is an [`OnDevice`].
 
-use crate::chunks::{self, StoredChunks};
+use crate::chunks::{ChunkFace, Hdf5Lock, StoredChunks};
 use crate::decoded::{self, Decoded};
+use crate::error::Kind;
 use crate::facts::StoredLayout;
-use crate::staged::{self, hyperslab_piece, NotBool};
+use crate::policy::settings::CallSettings;
+use crate::staged::{self, hyperslab_piece, NotBool, ThreadLane};
 use crate::transfer::Prepared;
+use crate::{Error, Result};
 use h5gds::VfdSettings;
-use h5gds_chunk_codec::{ChunkIndex, Decoding, Hyperslab};
+use h5gds_chunk_codec::{ChunkIndex, Decoding, Hyperslab, LIST_INDEX_FROM};
 use h5gds_gpu_codec::decode::{self, Decoding as GpuDecoding, HostReads};
-use h5gds_gpu_codec::DeviceFailure;
 use h5gds_route::route::{plan, GpuCodec, Route, Storage};
 use h5gds_route::select::{chunks_touching, decoded_pieces, flat_range_blocks, Block, Runs};
 use h5gds_route::select::{staged_piece_bytes, staging_pieces};
-use h5gds_runtime::cuda::{CudaError, DeviceContext};
-use h5gds_runtime::settings::{self, DevicePath, InvalidSetting};
-use h5gds_runtime::staging_ring::{RingStream, StagingRing};
-use h5gds_runtime::stream::CudaStream;
+use h5gds_runtime::cuda::DeviceContext;
+use h5gds_runtime::hdf5::{hid_t, Hdf5Api};
+use h5gds_runtime::settings::{self, DevicePath};
+use h5gds_runtime::staging_ring::StagingRing;
+use h5gds_runtime::stream::{default_stream, CudaStream};
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::marker::PhantomData;
+use std::sync::{Arc, OnceLock};
 
 /// Device memory a read fills or a write takes: `nbytes` at `address`, inside one allocation of
 /// `context` (the face checks that), the work that made it finished.
@@ -76,7 +80,7 @@ impl DeviceMemory<'_> {
     }
 }
 
-/// The step of a transfer that failed, for the face's words.
+/// The step of a transfer that failed, for its error's words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
     /// H5Dread/H5Dwrite with the device pointer.
@@ -89,52 +93,85 @@ pub enum Step {
     Codec,
 }
 
-/// What a device transfer leaves to its face.
-pub trait Face {
-    type Error: From<CudaError> + From<InvalidSetting>;
-    type Stream: RingStream;
-
-    /// Runs `call` (HDF5 calls) holding the HDF5 copy's lock, where the face does not hold it
-    /// around the whole transfer.
-    fn locked<T>(&self, call: impl FnOnce() -> T) -> T;
-
-    /// Staging buffers of `bytes` each on the face's streams, for a transfer of `pieces` pieces.
-    fn ring(&self, bytes: usize, pieces: usize) -> Result<StagingRing<Self::Stream>, Self::Error>;
-
-    /// The driver's settings (its I/O threads, the smallest piece that keeps them busy), read at
-    /// most once per call of the face.
-    fn driver(&self) -> Result<&VfdSettings, Self::Error>;
-
-    /// The error of a failed `step`; `message`: HDF5's (or nvCOMP's) words.
-    fn failed(&self, step: Step, message: String) -> Self::Error;
+/// One device transfer of a dataset: HDF5 calls under the face's lock (`L`), staging buffers on
+/// the runtime's streams of the memory's context, errors naming the dataset.
+pub(crate) struct OnDevice<'h, L> {
+    pub(crate) api: &'static Hdf5Api,
+    pub(crate) id: hid_t,
+    pub(crate) name: &'h str,
+    pub(crate) memory: &'h DeviceMemory<'h>,
+    pub(crate) settings: &'h CallSettings,
+    pub(crate) write: bool,
+    /// The handle's whole listing of written chunks, kept for its next reads.
+    pub(crate) index: Option<&'h OnceLock<ChunkIndex>>,
+    pub(crate) lock: PhantomData<fn() -> L>,
 }
 
-/// What a device read leaves to its face besides a [`Face`]'s: the refusal of a bool byte, the
-/// dataset's file and stored chunks, and the stream GPU decoding runs on.
-pub trait ReadFace: Face<Error: From<DeviceFailure>> {
-    type Chunks: chunks::Face<Error = Self::Error>;
+impl<'h, L: Hdf5Lock> OnDevice<'h, L> {
+    /// Staging buffers of `bytes` each on the runtime's streams, for `pieces` pieces.
+    pub(crate) fn ring(&self, bytes: usize, pieces: usize) -> Result<StagingRing<ThreadLane>> {
+        Ok(staged::ring_of(self.memory.context, bytes, pieces)?)
+    }
 
-    /// The refusal of a byte read as a bool that is not 0 or 1.
-    fn not_bool(&self, n: NotBool) -> Self::Error;
+    /// The driver's settings, read at most once per call.
+    pub(crate) fn driver(&self) -> Result<&VfdSettings> {
+        Ok(self.settings.get()?)
+    }
+
+    /// The error of a failed `step`; `message`: HDF5's (or nvCOMP's) words.
+    pub(crate) fn failed(&self, step: Step, message: String) -> Error {
+        let (call, way) = match self.write {
+            true => ("H5Dwrite", "from"),
+            false => ("H5Dread", "into"),
+        };
+        let detail = match step {
+            Step::Direct => format!("{call} {way} device memory failed: {message}"),
+            Step::Staged => format!("{call} through pinned host memory failed: {message}"),
+            Step::NeverWritten => format!("H5Dread of the chunks never written failed: {message}"),
+            Step::Codec => return Error::new(Kind::Device, message).in_dataset(self.name),
+        };
+        Error::hdf5(detail).in_dataset(self.name)
+    }
 
     /// The stored chunks (of `chunk` elements) for a read touching `touched` of them.
-    fn stored_chunks(
+    pub(crate) fn stored_chunks(
         &self,
         chunk: &[u64],
         touched: usize,
-    ) -> Result<StoredChunks<'static, Self::Chunks>, Self::Error>;
+    ) -> Result<StoredChunks<'static, ChunkFace<'h, L>>> {
+        let face = ChunkFace::new(self.api, self.id, self.name);
+        StoredChunks::new(self.api, self.id, chunk, touched, face)
+    }
 
     /// Runs `read` over the stored chunks and an index holding the written ones among `touched`
-    /// (the first elements of the chunks a GPU-decoded read touches).
+    /// (the first elements of the chunks a GPU-decoded read touches). A listing of every written
+    /// chunk is kept for the handle's next reads (array-io's batched reads read many regions); a
+    /// few chunks are asked for one by one.
     fn with_index<R>(
         &self,
         chunk: &[u64],
         touched: Vec<Vec<u64>>,
-        read: impl FnOnce(&StoredChunks<'static, Self::Chunks>, &ChunkIndex) -> Result<R, Self::Error>,
-    ) -> Result<R, Self::Error>;
+        read: impl FnOnce(&StoredChunks<'static, ChunkFace<'h, L>>, &ChunkIndex) -> Result<R>,
+    ) -> Result<R> {
+        if let Some(index) = self.index.and_then(OnceLock::get) {
+            return read(&self.stored_chunks(chunk, 0)?, index);
+        }
+        let whole = touched.len() >= LIST_INDEX_FROM;
+        let mut source = self.stored_chunks(chunk, touched.len())?;
+        let listed = source.index_of(chunk, touched)?;
+        match self.index.filter(|_| whole) {
+            Some(kept) => read(&source, kept.get_or_init(|| listed)),
+            None => read(&source, &listed),
+        }
+    }
 
     /// The stream GPU decoding runs on, after the work that made the array.
-    fn stream(&self) -> Result<Arc<CudaStream>, Self::Error>;
+    fn stream(&self) -> Result<Arc<CudaStream>> {
+        match self.memory.stream {
+            Some(stream) => Ok(stream.clone()),
+            None => Ok(default_stream(self.memory.context.device)?),
+        }
+    }
 }
 
 /// A dataset stored as `layout` in `route`'s terms, for elements of `item` bytes in the file
@@ -231,17 +268,17 @@ pub(crate) fn pieces(
 /// The bytes of the pieces of the selection moved through HDF5: an eighth of it, at least a task
 /// for each of the driver's I/O threads, at most a staging buffer
 /// (`route::select::staged_piece_bytes`).
-pub(crate) fn through_hdf5<F: Face>(face: &F, io: &Selected) -> Result<u64, F::Error> {
+pub(crate) fn through_hdf5<L: Hdf5Lock>(face: &OnDevice<L>, io: &Selected) -> Result<u64> {
     let floor = face.driver()?.task_round_bytes() as u64;
     let total = io.selection.count.iter().product::<u64>() * io.item as u64;
     Ok(staged_piece_bytes(total, io.staging_size as u64, floor))
 }
 
 /// Pieces of a transfer and the ring they move through.
-pub(crate) type Staging<F> = (Vec<(u64, u64)>, StagingRing<<F as Face>::Stream>);
+pub(crate) type Staging = (Vec<(u64, u64)>, StagingRing<ThreadLane>);
 
 /// The pieces of the whole selection staged through HDF5, and their ring.
-pub(crate) fn staged_whole<F: Face>(face: &F, io: &Selected) -> Result<Staging<F>, F::Error> {
+pub(crate) fn staged_whole<L: Hdf5Lock>(face: &OnDevice<L>, io: &Selected) -> Result<Staging> {
     let elements: u64 = io.selection.count.iter().product();
     let (pieces, bytes) = pieces(elements, through_hdf5(face, io)?, io.item, &[]);
     let ring = face.ring(bytes, pieces.len())?;
@@ -261,12 +298,12 @@ fn file_start(selection: &Hyperslab, first: &[u64]) -> Vec<u64> {
 /// # Safety
 /// `io.address` must hold the selection's elements in the prepared memory type, in device memory
 /// the driver takes (one allocation of a device this process sees), alive for the call.
-pub unsafe fn write<F: Face>(
-    face: &F,
+pub unsafe fn write<L: Hdf5Lock>(
+    face: &OnDevice<L>,
     io: &Selected,
     dataset: &str,
     staged: Option<&str>,
-) -> Result<(), F::Error> {
+) -> Result<()> {
     let (sel, item) = (&io.selection, io.item);
     let region = spanned(sel);
     let bytes = sel.count.iter().product::<u64>() * item as u64;
@@ -284,7 +321,7 @@ pub unsafe fn write<F: Face>(
          (pieces of up to {size} bytes): {reason} (way=staged)"
     ));
     let (pieces, mut ring) = staged_whole(face, io)?;
-    face.locked(|| {
+    L::call(|| {
         // The next piece comes from the device while this one is written.
         staged::write(&mut ring, &pieces, item, io.address, |a, b, buf| {
             let (selection, buf) = ((sel.start, sel.step, sel.count), buf.as_ptr().cast_mut());
@@ -301,13 +338,13 @@ pub unsafe fn write<F: Face>(
 ///
 /// # Safety
 /// As [`write`], the array writable for a read.
-pub(crate) unsafe fn direct<F: Face>(
-    face: &F,
+pub(crate) unsafe fn direct<L: Hdf5Lock>(
+    face: &OnDevice<L>,
     io: &Selected,
     region: &Block,
     block: Option<&Block>,
-) -> Result<(), F::Error> {
-    face.locked(|| match block {
+) -> Result<()> {
+    L::call(|| match block {
         // SAFETY: the array holds the selection (checked by `prepare`), as the caller
         // guarantees; the route says HDF5 hands the pointer to the driver untouched.
         None => unsafe { io.prepared.run() },
@@ -323,17 +360,17 @@ pub(crate) unsafe fn direct<F: Face>(
 /// Reads `block` (of the selection's elements: a box of its `count`) into its place in the
 /// device array through `ring`, HDF5 filling the buffers piece by piece (its failure the
 /// `step`'s).
-pub(crate) fn staged_read<F: ReadFace>(
-    face: &F,
+pub(crate) fn staged_read<L: Hdf5Lock>(
+    face: &OnDevice<L>,
     io: &Selected,
-    ring: &mut StagingRing<F::Stream>,
+    ring: &mut StagingRing<ThreadLane>,
     (block, pieces, step): (&Block, &[(u64, u64)], Step),
-    bools: Option<&dyn Fn(NotBool) -> F::Error>,
-) -> Result<(), F::Error> {
+    bools: Option<&dyn Fn(NotBool) -> Error>,
+) -> Result<()> {
     let (sel, item) = (&io.selection, io.item);
     let start = file_start(sel, &block.start);
     let runs = Runs::new(block, sel.count);
-    face.locked(|| {
+    L::call(|| {
         staged::read(
             ring,
             pieces,
@@ -353,13 +390,13 @@ pub(crate) fn staged_read<F: ReadFace>(
 /// threads (`decoded::read_hyperslab`), in pieces that end where the selection enters a new layer
 /// of chunks (`route::select::decoded_pieces`), so no chunk is decoded twice.
 /// `tell` hears what each piece's decoding did.
-pub(crate) fn decoded_on_host<F: ReadFace>(
-    face: &F,
+pub(crate) fn decoded_on_host<L: Hdf5Lock>(
+    face: &OnDevice<L>,
     io: &Selected,
     how: &Decoding,
-    bools: Option<&dyn Fn(NotBool) -> F::Error>,
+    bools: Option<&dyn Fn(NotBool) -> Error>,
     tell: &dyn Fn(&Decoded),
-) -> Result<(), F::Error> {
+) -> Result<()> {
     let (sel, item) = (&io.selection, io.item);
     let staging = io.staging_size as u64;
     let (threads, es) = (how.threads as u64, item as u64);
@@ -403,12 +440,12 @@ pub(crate) fn decoded_on_host<F: ReadFace>(
 ///
 /// # Safety
 /// As `policy::device_read::read`.
-pub(crate) unsafe fn decoded_on_gpu<F: ReadFace>(
-    face: &F,
+pub(crate) unsafe fn decoded_on_gpu<L: Hdf5Lock>(
+    face: &OnDevice<L>,
     io: &Selected,
     (chunk, codec, host_reads): (&[u64], GpuCodec, Option<HostReads>),
     region: &Block,
-) -> Result<(Vec<Block>, String), F::Error> {
+) -> Result<(Vec<Block>, String)> {
     let lib = h5gds_gpu_codec::nvcomp::library().map_err(|m| face.failed(Step::Codec, m))?;
     let how = GpuDecoding {
         lib,
@@ -440,13 +477,13 @@ pub(crate) unsafe fn decoded_on_gpu<F: ReadFace>(
 
 /// Reads the `missing` parts of `region` (in chunks never written) through the staged path,
 /// where HDF5 fills them with the fill value.
-pub(crate) fn fill_never_written<F: ReadFace>(
-    face: &F,
+pub(crate) fn fill_never_written<L: Hdf5Lock>(
+    face: &OnDevice<L>,
     io: &Selected,
     region: &Block,
     missing: &[Block],
-    bools: Option<&dyn Fn(NotBool) -> F::Error>,
-) -> Result<(), F::Error> {
+    bools: Option<&dyn Fn(NotBool) -> Error>,
+) -> Result<()> {
     let staging = |part: &Block| pieces(part.len(), io.staging_size as u64, io.item, &[]);
     let Some(largest) = missing.iter().max_by_key(|part| part.len()) else {
         return Ok(());

@@ -146,6 +146,12 @@ impl Error {
         &mut self.0
     }
 
+    /// Refuses the first byte of `bytes`, a bool read of `dataset`, that is not 0 or 1 (which a
+    /// bool cannot hold), naming its element of the selection and its value.
+    pub fn check_bools(bytes: &[u8], dataset: &str) -> Result<()> {
+        crate::staged::check_bools(bytes, 0).map_err(|n| Error::from(n).in_dataset(dataset))
+    }
+
     /// The same error with `before` in front of its detail (the step that failed).
     pub fn during(mut self, before: impl fmt::Display) -> Error {
         self.0.detail = format!("{before}: {}", self.0.detail);

@@ -37,4 +37,5 @@ pub use dataset::{Dataset, Hdf5Lock, Kept, ReadInto, Selection, WriteFrom};
 pub use device::DeviceMemory;
 pub use error::{Error, Facts, Kind as ErrorKind, Result};
 pub use gpu_encoded::DeviceArray;
+pub use policy::files::opening;
 pub use policy::write::{CompressedWrite, Memory};

@@ -17,7 +17,7 @@ mod thread_end;
 mod tiles;
 
 use h5gds::VfdSettings;
-use h5gds_runtime::settings::{self, driver_settings, DevicePath};
+use h5gds_runtime::settings::{driver_settings, DevicePath};
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyString};
@@ -208,12 +208,11 @@ fn settings_loads() -> usize {
 
 /// Whether `H5GDS_USE_VFD_GDS=0` asks for the staged path: Python's `from_file`/`to_file` then
 /// open files with sec2. Every setting is checked first, as array-io checks them at its opens
-/// (`h5gds_engine::policy::settings::check`): a refused value raises `ValueError` naming the
-/// setting and what it accepts.
+/// (`h5gds_engine::opening`): a refused value raises `ValueError` naming the setting and what it
+/// accepts.
 #[pyfunction]
 fn staged_by_settings() -> PyResult<bool> {
-    h5gds_engine::policy::settings::check().map_err(error::engine_error)?;
-    let path = settings::environment_device_path().map_err(error::engine_error)?;
+    let path = h5gds_engine::opening(None).map_err(error::engine_error)?;
     Ok(path == DevicePath::Staged)
 }
 
@@ -224,14 +223,15 @@ fn is_url(path: &str) -> bool {
 }
 
 /// Refuses a write to `path` where it names a remote file (a URL: h5gds reads those only,
-/// `h5gds_engine::policy::files`), as array-io refuses it: OSError (errno 30, EROFS) saying so.
+/// `h5gds_engine::opening`), as array-io refuses it: OSError (errno 30, EROFS) saying so.
 #[pyfunction]
 fn check_writable(path: &str) -> PyResult<()> {
-    // Linux's EROFS: the errno of a write to a read-only file system, as OSError carries it.
-    const EROFS: i32 = 30;
-    match h5gds_engine::policy::files::refused_for_writing(path) {
-        Some(why) => Err(PyOSError::new_err((EROFS, why, path.to_owned()))),
-        None => Ok(()),
+    match h5gds_engine::opening(Some(path)) {
+        Err(e) if e.facts().errno.is_some() => {
+            let why = (e.facts().errno, e.facts().detail.clone(), path.to_owned());
+            Err(PyOSError::new_err(why))
+        }
+        done => done.map(drop).map_err(error::engine_error),
     }
 }
 

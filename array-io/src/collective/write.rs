@@ -134,7 +134,7 @@ impl<S: Source> Writer for Write<'_, S> {
 
     fn write(&self, to: &TileFile) -> Result<(), EngineError> {
         let driver = self.tile.driver(self.settings).map_err(|e| e.to_engine())?;
-        let fapl = file_access(driver, self.path).map_err(|e| e.to_engine())?;
+        let fapl = file_access(driver, self.path, false).map_err(|e| e.to_engine())?;
         hdf5_raw::locked(|| self.tile.write(to, fapl.id(), self.settings))
     }
 }

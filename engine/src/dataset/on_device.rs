@@ -4,27 +4,22 @@
 //! once per handle, then `policy::device_read`'s order for a read (stored way, GPU or host
 //! decoding, `route::plan`) and `device::write`'s route for a write. The device side of the
 //! transfer (its staging ring on the runtime's streams of the memory's context, its errors, its
-//! chunk calls) is [`OnDevice`], so a face only converts its array and maps [`Error`]'s kind.
+//! chunk calls) is `device::OnDevice`, so a face only converts its array and maps [`Error`]'s kind.
 
-use super::{ChunkFace, Dataset, Hdf5Lock};
-use crate::chunks::{self, StoredChunks};
+use super::{Dataset, Hdf5Lock};
+use crate::chunks;
 use crate::decoded::{self, Plan};
-use crate::device::{self, DeviceMemory, Face, ReadFace, Selected, Step};
-use crate::error::Kind;
+use crate::device::{self, DeviceMemory, OnDevice, Selected};
 use crate::facts::{self, StoredLayout};
 use crate::policy::device_read::{self, ReadRoute};
 use crate::policy::settings::CallSettings;
-use crate::staged::{self, NotBool, ThreadLane};
 use crate::transfer;
 use crate::{Error, Result};
-use h5gds_chunk_codec::{ChunkIndex, Hyperslab, LIST_INDEX_FROM};
+use h5gds_chunk_codec::{ChunkIndex, Hyperslab};
 use h5gds_route::route::{blocker, Storage, Transfer as RouteFacts};
-use h5gds_runtime::hdf5::{hid_t, Hdf5Api};
 use h5gds_runtime::settings;
-use h5gds_runtime::staging_ring::StagingRing;
-use h5gds_runtime::stream::{default_stream, CudaStream};
 use std::marker::PhantomData;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 /// What a dataset's device transfers are decided over, read once per handle.
 pub(crate) struct DeviceFacts {
@@ -211,94 +206,6 @@ impl<L: Hdf5Lock> Dataset<'_, L> {
             write,
             index: self.device_kept().device.get().map(|f| &f.index),
             lock: PhantomData,
-        }
-    }
-}
-
-/// One device transfer of a dataset as `crate::device` runs it: HDF5 calls under the face's lock,
-/// staging buffers on the runtime's streams of the memory's context, errors naming the dataset.
-struct OnDevice<'h, L> {
-    api: &'static Hdf5Api,
-    id: hid_t,
-    name: &'h str,
-    memory: &'h DeviceMemory<'h>,
-    settings: &'h CallSettings,
-    write: bool,
-    index: Option<&'h OnceLock<ChunkIndex>>,
-    lock: PhantomData<fn() -> L>,
-}
-
-impl<L: Hdf5Lock> Face for OnDevice<'_, L> {
-    type Error = Error;
-    type Stream = ThreadLane;
-
-    fn locked<T>(&self, call: impl FnOnce() -> T) -> T {
-        L::call(call)
-    }
-
-    fn ring(&self, bytes: usize, pieces: usize) -> Result<StagingRing<ThreadLane>> {
-        Ok(staged::ring_of(self.memory.context, bytes, pieces)?)
-    }
-
-    fn driver(&self) -> Result<&h5gds::VfdSettings> {
-        Ok(self.settings.get()?)
-    }
-
-    fn failed(&self, step: Step, message: String) -> Error {
-        let (call, way) = match self.write {
-            true => ("H5Dwrite", "from"),
-            false => ("H5Dread", "into"),
-        };
-        let detail = match step {
-            Step::Direct => format!("{call} {way} device memory failed: {message}"),
-            Step::Staged => format!("{call} through pinned host memory failed: {message}"),
-            Step::NeverWritten => format!("H5Dread of the chunks never written failed: {message}"),
-            Step::Codec => return Error::new(Kind::Device, message).in_dataset(self.name),
-        };
-        Error::hdf5(detail).in_dataset(self.name)
-    }
-}
-
-impl<'h, L: Hdf5Lock> ReadFace for OnDevice<'h, L> {
-    type Chunks = ChunkFace<'h, L>;
-
-    fn not_bool(&self, n: NotBool) -> Error {
-        Error::from(n).in_dataset(self.name)
-    }
-
-    fn stored_chunks(
-        &self,
-        chunk: &[u64],
-        touched: usize,
-    ) -> Result<StoredChunks<'static, ChunkFace<'h, L>>> {
-        let face = ChunkFace::new(self.api, self.id, self.name);
-        StoredChunks::new(self.api, self.id, chunk, touched, face)
-    }
-
-    fn with_index<R>(
-        &self,
-        chunk: &[u64],
-        touched: Vec<Vec<u64>>,
-        read: impl FnOnce(&StoredChunks<'static, ChunkFace<'h, L>>, &ChunkIndex) -> Result<R>,
-    ) -> Result<R> {
-        // A listing of every written chunk is kept for the handle's next reads (array-io's
-        // batched reads read many regions); a few chunks are asked for one by one.
-        if let Some(index) = self.index.and_then(OnceLock::get) {
-            return read(&self.stored_chunks(chunk, 0)?, index);
-        }
-        let whole = touched.len() >= LIST_INDEX_FROM;
-        let mut source = self.stored_chunks(chunk, touched.len())?;
-        let listed = source.index_of(chunk, touched)?;
-        match self.index.filter(|_| whole) {
-            Some(kept) => read(&source, kept.get_or_init(|| listed)),
-            None => read(&source, &listed),
-        }
-    }
-
-    fn stream(&self) -> Result<Arc<CudaStream>> {
-        match self.memory.stream {
-            Some(stream) => Ok(stream.clone()),
-            None => Ok(default_stream(self.memory.context.device)?),
         }
     }
 }

@@ -21,10 +21,11 @@
 //! Each way taken is one debug line naming it `way=<name>` (`stored`, `direct`, `staged`,
 //! `host-decoded`, `gpu-decoded`), target `h5gds::engine`, in these words whichever face called.
 
+use crate::chunks::Hdf5Lock;
 use crate::decoded::Decoded;
 use crate::device::{
     decoded_on_gpu, decoded_on_host, direct, fill_never_written, first_staged, pieces, spanned,
-    staged_read, staged_whole, through_hdf5, DeviceMemory, ReadFace, Selected, Step,
+    staged_read, staged_whole, through_hdf5, DeviceMemory, OnDevice, Selected, Step,
 };
 use crate::facts::StoredLayout;
 use crate::gpu_decoded::{self, CompressedRead};
@@ -179,17 +180,17 @@ pub(crate) struct ReadRoute<'a> {
 /// `io.address` must hold the selection's elements in the prepared memory type, in writable
 /// device memory the driver takes (one allocation of a device this process sees), alive for the
 /// call.
-pub(crate) unsafe fn read<F: ReadFace>(
-    face: &F,
+pub(crate) unsafe fn read<L: Hdf5Lock>(
+    face: &OnDevice<L>,
     io: &Selected,
     route: &ReadRoute,
-) -> Result<(), F::Error> {
+) -> Result<(), Error> {
     let (sel, item, name) = (&io.selection, io.item, route.dataset);
     let region = spanned(sel);
     let bytes = |block: &Block| block.len() * item as u64;
     let direct_words = format_args!("straight into device memory through the gds driver");
-    let refuse = |n| face.not_bool(n);
-    let bools = (route.facts.checked_bytes).then_some(&refuse as &dyn Fn(NotBool) -> F::Error);
+    let refuse = |n| Error::from(n).in_dataset(face.name);
+    let bools = (route.facts.checked_bytes).then_some(&refuse as &dyn Fn(NotBool) -> Error);
     let routes = plan(route.storage, &region, blocker(route.facts));
     let compressed = match route.layout {
         StoredLayout::Chunked { chunk, filters, .. } if !filters.is_empty() => {
