@@ -357,6 +357,15 @@ pub(crate) fn list_datasets(file: &File, path: &Path) -> Result<Vec<String>> {
     Ok(names)
 }
 
+/// hdf5-metno's lock on the linked HDF5, taken per call, as the engine's handle takes it.
+pub(crate) struct Metno;
+
+impl Hdf5Lock for Metno {
+    fn call<T>(call: impl FnOnce() -> T) -> T {
+        hdf5_raw::locked(call)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,14 +388,5 @@ mod tests {
             assert!(err.contains(why), "{bad:?}: {err}");
             assert!(err.contains(&format!("{bad:?}")), "{bad:?}: {err}");
         }
-    }
-}
-
-/// hdf5-metno's lock on the linked HDF5, taken per call, as the engine's handle takes it.
-pub(crate) struct Metno;
-
-impl Hdf5Lock for Metno {
-    fn call<T>(call: impl FnOnce() -> T) -> T {
-        hdf5_raw::locked(call)
     }
 }
