@@ -112,7 +112,9 @@ pub struct Dataset<'a, L: Hdf5Lock> {
     /// What the handle learns of the dataset: the face's ([`Dataset::keeping`]), else its own.
     kept: Option<&'a Kept>,
     own: Kept,
-    /// The driver's settings where the face's kept holds none (one per handle).
+    /// The face call whose settings the handle shares ([`Dataset::with_settings_of`]).
+    call: Option<&'a Kept>,
+    /// The driver's settings where neither holds any (one per handle).
     settings: CallSettings,
     name: OnceCell<String>,
 }
@@ -167,15 +169,27 @@ impl Kept {
     /// way); false, nothing read, where the driver or HDF5 is to read it (or none is resolved).
     /// The selection and the size of `out` are checked first.
     pub fn read<'o>(&self, sel: Hyperslab, out: impl Into<ReadInto<'o>>) -> Result<bool> {
+        self.read_in(self, sel, out)
+    }
+
+    /// [`Kept::read`] with the settings of the face call `call` (a [`Kept::default`] the call's
+    /// handle shares through [`Dataset::with_settings_of`]): a read tried here first, with no
+    /// lock, then by the handle under it, loads them once.
+    pub fn read_in<'o>(
+        &self,
+        call: &Kept,
+        sel: Hyperslab,
+        out: impl Into<ReadInto<'o>>,
+    ) -> Result<bool> {
         let Some(Some(kept)) = self.stored.get() else {
             return Ok(false);
         };
-        let call;
-        let settings = match &self.settings {
+        let fresh;
+        let settings = match &call.settings {
             Some(settings) => settings,
             None => {
-                call = CallSettings::default();
-                &call
+                fresh = CallSettings::default();
+                &fresh
             }
         };
         match out.into() {
@@ -201,6 +215,7 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
             lock,
             kept: None,
             own: Kept::across_calls(),
+            call: None,
             settings: CallSettings::default(),
             name: OnceCell::new(),
         }
@@ -251,6 +266,13 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
         self
     }
 
+    /// The handle's settings are those of the face call `call` (a [`Kept::default`], see
+    /// [`Kept::read_in`]).
+    pub fn with_settings_of(mut self, call: &'a Kept) -> Self {
+        self.call = Some(call);
+        self
+    }
+
     /// What the handle learns of the dataset.
     pub(crate) fn kept(&self) -> &Kept {
         self.kept.unwrap_or(&self.own)
@@ -272,8 +294,8 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
 
     /// The driver's settings of the face's call: its kept's, else the handle's own.
     pub(crate) fn settings(&self) -> &CallSettings {
-        self.kept
-            .and_then(|kept| kept.settings.as_ref())
+        (self.call.and_then(|call| call.settings.as_ref()))
+            .or_else(|| self.kept.and_then(|kept| kept.settings.as_ref()))
             .unwrap_or(&self.settings)
     }
 

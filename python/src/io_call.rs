@@ -12,9 +12,9 @@ use crate::device_error;
 use crate::error::engine_error;
 use crate::hdf5::{self, Hid};
 use crate::known_read::{cached_layout, Cached};
-use crate::layout::{Held, Layout};
+use crate::layout::{DeviceOut, Held, Layout};
 use h5gds_chunk_codec::Hyperslab;
-use h5gds_engine::{Dataset, DeviceMemory, Error as EngineError, Hdf5Lock, Selection as Sel};
+use h5gds_engine::{Dataset, DeviceMemory, Error as EngineError, Hdf5Lock, Kept, Selection as Sel};
 use pyo3::exceptions::PyOSError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -31,6 +31,17 @@ pub struct Selection {
     pub(crate) step: Vec<u64>,
     #[pyo3(attribute)]
     pub(crate) count: Vec<u64>,
+}
+
+impl Selection {
+    /// The selection as the engine takes it.
+    pub(crate) fn slab(&self) -> Hyperslab<'_> {
+        Hyperslab {
+            start: &self.start,
+            step: &self.step,
+            count: &self.count,
+        }
+    }
 }
 
 /// An array Python converted and checked against the selection (`_arrays.ArrayView`).
@@ -213,26 +224,43 @@ impl<'py> Call<'py> {
         if let (false, None) = (self.write, &self.array.device) {
             return self.read_host(py);
         }
-        // A read-only file's dataset keeps its layout: a read it serves needs no HDF5 call.
+        // A read-only file's dataset keeps its layout: a read it serves needs no HDF5 call, so
+        // is tried without h5py's lock (threads reading tiles into device arrays overlap), with
+        // the call's settings, which the handle then shares.
         let layout = match self.write {
             false => self.target.layout(py)?,
             true => None,
         };
+        let call = Kept::default();
+        if let (Some(layout), Some((_, claimed))) = (&layout, &self.array.device) {
+            let out = DeviceOut {
+                address: self.array.address,
+                nbytes: self.array.nbytes,
+                claimed_ordinal: *claimed,
+                stream: self.array.stream,
+                bools: self.array.bools()?,
+            };
+            if layout
+                .get()
+                .read_into_device(py, &self.sel.slab(), &out, &call)?
+            {
+                return Ok(());
+            }
+        }
         let _phil = Phil::acquire(py)?;
         match &self.array.device {
             None => self.write_host(py),
-            Some((_, claimed)) => self.device(py, *claimed, layout.as_ref().map(|l| l.get())),
+            Some((_, claimed)) => {
+                let layout = layout.as_ref().map(|l| l.get());
+                self.device(py, *claimed, layout, &call)
+            }
         }
     }
 
     /// A read into a host array through the engine's dataset handle (`h5gds_engine::Dataset`,
     /// the way `policy::host_read` takes, as array-io's).
     fn read_host(&self, py: Python<'py>) -> PyResult<()> {
-        let sel = Sel::Slab(Hyperslab {
-            start: &self.sel.start,
-            step: &self.sel.step,
-            count: &self.sel.count,
-        });
+        let sel = Sel::Slab(self.sel.slab());
         // SAFETY: `owner` (held by this call) keeps the checked, writable, C-contiguous host
         // array of `nbytes` at `address` alive; each way checks its size against the selection.
         let out = unsafe {
@@ -249,11 +277,7 @@ impl<'py> Call<'py> {
     fn write_host(&self, py: Python<'py>) -> PyResult<()> {
         let make = || self.target.engine_mem_type();
         let handle = self.target.handle(py, None, &make)?;
-        let sel = Hyperslab {
-            start: &self.sel.start,
-            step: &self.sel.step,
-            count: &self.sel.count,
-        };
+        let sel = self.sel.slab();
         // SAFETY: `owner` (held by this call) keeps the checked, C-contiguous host array of
         // `nbytes` at `address` alive; the handle checks its size against the selection.
         let data = unsafe {
@@ -271,6 +295,7 @@ impl<'py> Call<'py> {
         py: Python<'py>,
         claimed_ordinal: Option<i32>,
         layout: Option<&Layout>,
+        call: &Kept,
     ) -> PyResult<()> {
         let (address, nbytes, stream) = (self.array.address, self.array.nbytes, self.array.stream);
         let elements: u64 = self.sel.count.iter().product();
@@ -280,11 +305,7 @@ impl<'py> Call<'py> {
         let api = hdf5::api().map_err(PyOSError::new_err)?;
         let (dataset, mem_type, bools) =
             (self.dataset, self.target.mem_type()?, self.array.bools()?);
-        let sel = Hyperslab {
-            start: &self.sel.start,
-            step: &self.sel.step,
-            count: &self.sel.count,
-        };
+        let sel = self.sel.slab();
         let write = self.write;
         let role = if write { "array" } else { "out" };
         crate::thread_end::detached(py, || {
@@ -296,7 +317,8 @@ impl<'py> Call<'py> {
                 |context| {
                     let memory = DeviceMemory::in_context(address, nbytes, context, bools);
                     let element = nbytes / elements as usize;
-                    let handle = Dataset::new(api, dataset, mem_type, element, Held);
+                    let handle =
+                        Dataset::new(api, dataset, mem_type, element, Held).with_settings_of(call);
                     let handle = match layout {
                         Some(layout) => handle.keeping(layout.kept()),
                         None => handle,

@@ -10,6 +10,7 @@
 
 use crate::layout::{DeviceOut, Layout};
 use h5gds_chunk_codec::Hyperslab;
+use h5gds_engine::Kept;
 use h5gds_runtime::hdf5::H5S_MAX_RANK;
 use numpy::npyffi::flags::NPY_ARRAY_WRITEABLE;
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
@@ -324,6 +325,6 @@ fn read_into_device_array<'py>(
         return Ok(None);
     };
     let sel = selected.hyperslab();
-    let read = layout.read_into_device(py, &sel, &device)?;
+    let read = layout.read_into_device(py, &sel, &device, &Kept::default())?;
     Ok(read.then_some(out))
 }

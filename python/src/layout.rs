@@ -103,7 +103,7 @@ impl Layout {
             stream,
             bools: false,
         };
-        self.read_into_device(py, &sel, &out)
+        self.read_into_device(py, &sel, &out, &Kept::default())
     }
 }
 
@@ -111,12 +111,13 @@ impl Layout {
     /// Reads the hyperslab `sel` into the device array `out` where the engine's stored way takes
     /// it (read with no HDF5 call into pinned host memory, then copied up), with neither h5py's
     /// lock nor the GIL held. False when the driver or HDF5 is to read it; nothing was read then.
-    /// The caller keeps the array alive.
+    /// The caller keeps the array alive; the settings are those of the face call `call`.
     pub(crate) fn read_into_device(
         &self,
         py: Python<'_>,
         sel: &Hyperslab,
         out: &DeviceOut,
+        call: &Kept,
     ) -> PyResult<bool> {
         let (address, nbytes, bools) = (out.address, out.nbytes, out.bools);
         if nbytes == 0 {
@@ -126,7 +127,7 @@ impl Layout {
             let at = (address, nbytes);
             with_device_memory("out", at, out.claimed_ordinal, out.stream, |context| {
                 let memory = DeviceMemory::in_context(address, nbytes, context, bools);
-                Ok(self.kept.read(*sel, memory)?)
+                Ok(self.kept.read_in(call, *sel, memory)?)
             })
         })
         .map_err(device_error)

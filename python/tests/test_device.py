@@ -359,6 +359,59 @@ def test_a_device_read_write_or_gather_loads_the_settings_at_most_once(tmp_path,
                 source.free()
 
 
+def test_a_read_only_files_device_read_with_no_hdf5_call_moves_its_bytes_without_h5pys_lock(tmp_path, monkeypatch):
+    """A tile of a read-only file's dataset whose storage h5gds has resolved is read into device memory
+    with no HDF5 call: after the brief look at the dataset (under h5py's lock, as h5py's own), its bytes
+    move without the lock, so threads reading tiles overlap. Here another thread holds the lock from that
+    moment on, and the read still completes."""
+    import threading
+
+    from h5py._objects import phil
+
+    data = reference((64, 10, 6))
+    path = tmp_path / "t.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("chunked", data=data, chunks=(8, 10, 6))
+        f.create_dataset("contiguous", data=data)
+    sel = (slice(3, 40, 2), slice(1, 9))
+    looked = h5gds._io._dataset
+    with h5py.File(path, "r") as f:  # sec2: the driver would stage a device read anyway
+        for name in ("chunked", "contiguous"):
+            dset = f[name]
+            first = DeviceArray(data[sel].shape, "<f8", fill=0)
+            h5gds.read(dset, out=first, sel=sel)  # resolves the storage, under the lock
+            first.free()
+            out = DeviceArray(data[sel].shape, "<f8", fill=0)
+            seen, held, done, errors = threading.Event(), threading.Event(), threading.Event(), []
+
+            def look(d):
+                found = looked(d)
+                seen.set()
+                held.wait(20)
+                return found
+
+            def read():
+                try:
+                    h5gds.read(dset, out=out, sel=sel)
+                except BaseException as e:  # noqa: BLE001 (asserted below)
+                    errors.append(e)
+                done.set()
+
+            monkeypatch.setattr(h5gds._io, "_dataset", look)
+            thread = threading.Thread(target=read)
+            thread.start()
+            assert seen.wait(20), name
+            with phil:
+                held.set()
+                finished = done.wait(20)
+            thread.join()
+            monkeypatch.setattr(h5gds._io, "_dataset", looked)
+            assert finished, f"{name}: the read waited for h5py's lock"
+            assert not errors, errors
+            assert out.to_host().tobytes() == data[sel].tobytes(), name
+            out.free()
+
+
 # --- streams -----------------------------------------------------------------------------------------------
 
 def test_a_write_waits_for_the_producers_stream(gds_file):
