@@ -6,7 +6,7 @@ use crate::driver::Driver;
 use crate::element::{descriptor_of, Element};
 use crate::error::{Error, Result};
 use crate::file::{create_dataset, open_dataset, Metno, OpenDataset};
-use crate::hdf5_raw::{linked_hdf5, NewLayout};
+use crate::hdf5_raw::NewLayout;
 use crate::layout::{check_types, Types};
 use crate::options::{DevicePath, Settings};
 use crate::select::Block;
@@ -55,11 +55,7 @@ where
             step: &ones,
             count: &shape,
         };
-        let (id, size) = (mem_type.id(), mem_type.size());
-        let handle = Dataset::new(linked_hdf5(), ds.dset.id(), id, size, Metno).named(dataset);
-        handle
-            .write(all, bytes)
-            .map_err(Error::engine(path, dataset))?;
+        (ds.engine(&mem_type).write(all, bytes)).map_err(Error::engine(path, dataset))?;
     }
     ds.close()
 }

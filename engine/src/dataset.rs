@@ -24,7 +24,6 @@ use crate::policy::host_read::{self, HostFace};
 use crate::policy::settings::CallSettings;
 use crate::policy::write::{CompressedWrite, Memory};
 use crate::rows::RowPlan;
-use crate::staged::check_bools;
 use crate::stored::{self, Stored};
 use crate::transfer::{self, Transfer};
 use crate::{Error, Result};
@@ -584,8 +583,7 @@ impl<'a, L: Hdf5Lock> Dataset<'a, L> {
         let host = unsafe { std::slice::from_raw_parts_mut(staging.as_mut_ptr(), nbytes) };
         self.gather(rows, rest, host)?;
         if out.bools {
-            let name = self.name()?;
-            check_bools(host, 0).map_err(|n| Error::from(n).in_dataset(name))?;
+            Error::check_bools(host, self.name()?)?;
         }
         if nbytes == 0 {
             return Ok(());

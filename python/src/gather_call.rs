@@ -11,7 +11,6 @@ use crate::device;
 use crate::device_error;
 use crate::error::engine_error;
 use crate::io_call::{ArrayArg, Selection, Target};
-use h5gds_chunk_codec::Hyperslab;
 use h5gds_engine::{DeviceMemory, Selection as Sel};
 use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
@@ -37,11 +36,7 @@ pub fn gather_dataset<'py>(
 ) -> PyResult<()> {
     crate::thread_end::guarded(|| {
         let target = Target::new(dset, &out.dtype)?;
-        let rest = Hyperslab {
-            start: &sel.rest.start,
-            step: &sel.rest.step,
-            count: &sel.rest.count,
-        };
+        let rest = sel.rest.slab();
         let rows = Sel::Rows {
             rows: sel.rows.as_slice()?,
             rest,

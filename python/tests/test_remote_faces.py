@@ -303,15 +303,7 @@ def test_chunk_indexes_of_latest_format_files_take_few_round_trips(nginx):
     assert len(fixed) <= 2 and fixed.count(262144) <= 1, fixed
     for dataset in ("one_unlimited", "two_unlimited"):
         got = _read_gets(nginx, url, name, dataset, data)
-        program = ("import sys, h5py, h5gds\n"
-                   "with h5py.File(sys.argv[1], 'r', driver='gds') as f:\n"
-                   "    h5gds.read(f[sys.argv[2]])\n")
-        run = subprocess.run([sys.executable, "-c", program, url, dataset], env=clean_env({"H5GDS_LOG": "info"}),
-                             capture_output=True, text=True, timeout=120)
-        assert run.returncode == 0, run.stderr[-3000:]
-        ahead = re.search(r", (\d+) chunk index nodes fetched ahead", run.stderr)
-        assert ahead, run.stderr[-3000:]
-        ahead = int(ahead.group(1))
+        ahead = _ahead_at_close(url, dataset)
         # The blocks fetched ahead, the chunks' GET, at most one block of the cache (where HDF5
         # had read the header before the listing, the first block below it).
         assert ahead >= 8 and got.count(262144) <= 1 and len(got) <= ahead + 2, (dataset, ahead, got)

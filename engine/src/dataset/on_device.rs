@@ -84,26 +84,22 @@ impl<L: Hdf5Lock> Dataset<'_, L> {
     /// the face's kept has resolved is tried first, with no HDF5 call (its facts are its own).
     pub(crate) fn read_device(&self, sel: Hyperslab, out: &DeviceMemory) -> Result<()> {
         let (path, settings) = (out.path()?, self.settings());
+        let route_of = |conversion, other_driver| RouteFacts {
+            staged_by_settings: !settings::goes_through_gds(path),
+            checked_bytes: out.bools,
+            conversion,
+            other_driver,
+        };
         let resolved = self.stored_resolved();
         if let Some(kept) = resolved {
-            let route = RouteFacts {
-                staged_by_settings: !settings::goes_through_gds(path),
-                checked_bytes: out.bools,
-                conversion: None,
-                other_driver: kept.other_driver.clone(),
-            };
+            let route = route_of(None, kept.other_driver.clone());
             let stored = || Ok(Some(&kept.stored));
             if device_read::stored_way(stored, (&sel, out, &route, path), settings)? {
                 return Ok(());
             }
         }
         let facts = self.device_facts()?;
-        let route = RouteFacts {
-            staged_by_settings: !settings::goes_through_gds(path),
-            checked_bytes: out.bools,
-            conversion: facts.conversion.clone(),
-            other_driver: facts.other_driver.clone(),
-        };
+        let route = route_of(facts.conversion.clone(), facts.other_driver.clone());
         // (Not asked again where the storage was resolved already, and tried above.)
         let stored = || match resolved {
             Some(_) => Ok(None),
